@@ -1,0 +1,321 @@
+"""``ddp-lint`` command line: check | run | rule | server.
+
+Start-up is kept small: ``check`` imports only the stdlib and ``analysis``; the runtime runner and
+the language server are imported only by their subcommands.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ddp-lint", description="Catch torch.distributed / DDP misuse.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command")
+
+    c = sub.add_parser("check", help="statically check files and folders")
+    c.add_argument("paths", nargs="*", help="files or folders ('-' for stdin); default: .")
+    c.add_argument("--stdin-filename", help="file name to report for stdin input")
+    c.add_argument("--output-format", choices=("text", "json", "sarif"), default="text")
+    c.add_argument("--fix", action="store_true", help="apply safe fixes")
+    c.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (with --fix/--diff)")
+    c.add_argument("--diff", action="store_true", help="print the fixes as a diff; write nothing")
+    c.add_argument("--select", help="comma-separated codes or prefixes (replaces the default set)")
+    c.add_argument("--extend-select", help="comma-separated codes or prefixes to add")
+    c.add_argument("--ignore", help="comma-separated codes or prefixes to drop")
+    c.add_argument("--config", help="path to a pyproject.toml to use instead of discovery")
+    c.add_argument("--no-cache", action="store_true", help=argparse.SUPPRESS)
+    c.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers (default: all cores)")
+    c.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    c.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
+
+    r = sub.add_parser("rule", help="print a rule's documentation")
+    r.add_argument("code", nargs="?", help="rule code, e.g. DDP001")
+    r.add_argument("--all", action="store_true", help="list every rule")
+    r.add_argument("--output-format", choices=("text", "json"), default="text")
+
+    run = sub.add_parser("run", help="run a script under torchrun and map runtime failures to lines")
+    run.add_argument("script")
+    run.add_argument("--nproc", type=int, default=None)
+    run.add_argument("--timeout", type=float, default=60.0)
+    run.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    run.add_argument("--emulate", choices=("auto", "on", "off"), default="auto")
+    run.add_argument("--python", default=None, help="interpreter that has the user's torch")
+    run.add_argument("--output-format", choices=("text", "json"), default="text")
+    run.add_argument("script_args", nargs=argparse.REMAINDER)
+
+    s = sub.add_parser("server", help="start the language server")
+    s.add_argument("--stdio", action="store_true", help="use stdio (the default)")
+    s.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead of stdio")
+    s.add_argument("--log-level", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    # ``run`` passes everything after ``--`` to the script
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(f"ddp-lint {__version__}")
+        return EXIT_CLEAN
+    try:
+        if args.command == "check":
+            return cmd_check(args)
+        if args.command == "rule":
+            return cmd_rule(args)
+        if args.command == "run":
+            from .runtime.cli import cmd_run  # lazy: not on the check path
+
+            return cmd_run(args)
+        if args.command == "server":
+            return cmd_server(args)
+        parser.print_help()
+        return EXIT_ERROR
+    except UsageError as e:
+        print(f"ddp-lint: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_ERROR
+
+
+# -- check -------------------------------------------------------------------------------------
+def _codes(s: str | None) -> list[str] | None:
+    if s is None:
+        return None
+    return [c.strip().upper() for c in s.split(",") if c.strip()]
+
+
+def _settings_for(args, start: Path):
+    from .config import ConfigError, load_settings, settings_from_mapping
+
+    try:
+        settings = load_settings(start, args.config)
+        overrides = {}
+        if args.select is not None:
+            overrides["select"] = _codes(args.select)
+        if args.ignore is not None:
+            overrides["ignore"] = (settings.ignore or []) + _codes(args.ignore)
+        if args.extend_select is not None:
+            overrides["extend-select"] = (settings.extend_select or []) + _codes(args.extend_select)
+        if overrides:
+            root = settings.root
+            settings = settings_from_mapping(overrides, source="command line", base=settings)
+            settings.root = root
+        return settings
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]:
+    """Files to check (explicit files always; folders walked with exclusions) and errors."""
+    files: list[str] = []
+    errors: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_file():
+            files.append(str(path))
+        elif path.is_dir():
+            for root, dirs, names in os.walk(path):
+                rootp = Path(root)
+                dirs[:] = sorted(d for d in dirs if not settings.is_excluded(rootp / d) and not d.startswith("."))
+                for n in sorted(names):
+                    if n.endswith((".py", ".pyi")) and not settings.is_excluded(rootp / n):
+                        files.append(str(rootp / n))
+        else:
+            errors.append(f"{p}: no such file or directory")
+    return files, errors
+
+
+def _check_one(job):
+    """Worker: (path, settings, fix_mode, unsafe) -> (path, findings, error, new_text, old_text)."""
+    from .engine import check_source
+    from .io import SourceError, read_source_file
+
+    path, settings, fix_mode, unsafe = job
+    try:
+        sf = read_source_file(path)
+    except SourceError as e:
+        return path, [], str(e), None, None
+    return _analyse_text(sf.text, path, settings, fix_mode, unsafe) + (sf,)
+
+
+def _analyse_text(text, path, settings, fix_mode, unsafe):
+    from .engine import check_source
+
+    res = check_source(text, path, settings)
+    findings = res.findings
+    new_text = None
+    if fix_mode and any(f.fix for f in findings):
+        from .fixes import fix_all
+
+        codes = settings.enabled_codes(path)
+        new_text, _ = fix_all(text, lambda t: check_source(t, path, settings, codes=codes).findings,
+                              unsafe=unsafe, findings=findings)
+        if new_text != text:
+            findings = check_source(new_text, path, settings, codes=codes).findings
+        else:
+            new_text = None
+    return path, findings, None, new_text, text
+
+
+def cmd_check(args) -> int:
+    from .output import print_findings
+
+    paths = args.paths or ["."]
+    fix_mode = args.fix or args.diff
+    results = []  # (path, findings, error, new_text, old_text, sourcefile)
+    errors: list[str] = []
+    if paths == ["-"]:
+        settings = _settings_for(args, Path(args.stdin_filename or ".").parent if args.stdin_filename else Path.cwd())
+        from .io import SourceError, decode_bytes
+
+        name = args.stdin_filename or "-"
+        try:
+            sf = decode_bytes(sys.stdin.buffer.read(), name)
+        except SourceError as e:
+            print(f"ddp-lint: error: {e}", file=sys.stderr)
+            return EXIT_ERROR
+        r = _analyse_text(sf.text, name, settings, fix_mode, args.unsafe_fixes)
+        results.append(r + (None,))
+        stdin_fix_output = args.fix and not args.diff
+    else:
+        if "-" in paths:
+            raise UsageError("'-' (stdin) cannot be combined with other paths")
+        stdin_fix_output = False
+        settings = _settings_for(args, Path(paths[0]))
+        files, errors = iter_python_files(paths, settings)
+        for e in errors:
+            print(f"ddp-lint: error: {e}", file=sys.stderr)
+        jobs = [(f, settings, fix_mode, args.unsafe_fixes) for f in files]
+        results.extend(_run_jobs(jobs, args.jobs))
+        if errors and not results:
+            return EXIT_ERROR
+    had_error = any(r[2] for r in results) or bool(errors)
+    for r in results:
+        if r[2]:
+            print(f"ddp-lint: error: {r[2]}", file=sys.stderr)
+    n_fixed = 0
+    if args.diff:
+        import difflib
+
+        for path, findings, err, new, old, *_ in results:
+            if new is not None:
+                sys.stdout.writelines(difflib.unified_diff(
+                    old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+    elif args.fix:
+        from .io import write_source
+
+        for path, findings, err, new, old, sf in results:
+            if new is None:
+                continue
+            n_fixed += 1
+            if stdin_fix_output:
+                sys.stdout.write(new)
+            else:
+                write_source(sf, new)
+    if stdin_fix_output:
+        if not any(r[3] is not None for r in results):
+            sys.stdout.write(results[0][4] or "")
+        remaining = [f for r in results for f in r[1]]
+        for f in remaining:
+            print(f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}", file=sys.stderr)
+    else:
+        all_findings = [f for r in results for f in r[1]] if not args.diff else []
+        if not args.diff:
+            print_findings(all_findings, args.output_format, fixed_files=n_fixed, quiet=args.quiet,
+                           unsafe_hint=not args.unsafe_fixes)
+    remaining = [f for r in results for f in r[1]]
+    if args.diff:
+        changed = any(r[3] is not None for r in results)
+        return EXIT_ERROR if had_error else (EXIT_FINDINGS if changed else EXIT_CLEAN)
+    if had_error:
+        return EXIT_ERROR
+    if remaining and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _run_jobs(jobs, n_jobs: int):
+    n = n_jobs or os.cpu_count() or 1
+    if len(jobs) < 16 or n <= 1:
+        return [_check_one(j) for j in jobs]
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    try:
+        ctx = mp.get_context("fork")
+    except ValueError:  # pragma: no cover - non-POSIX
+        ctx = None
+    with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
+        return list(ex.map(_check_one, jobs, chunksize=max(1, len(jobs) // (n * 8))))
+
+
+# -- rule --------------------------------------------------------------------------------------
+def cmd_rule(args) -> int:
+    from .registry import all_rules, get_rule
+
+    if args.all:
+        rules = all_rules()
+        if args.output_format == "json":
+            import json
+
+            print(json.dumps([_rule_json(r) for r in rules.values()], indent=2))
+        else:
+            print(f"{'code':<8}{'name':<36}{'severity':<10}{'default':<9}fix")
+            for r in rules.values():
+                print(f"{r.code:<8}{r.name:<36}{r.severity.value:<10}{'on' if r.default_enabled else 'off':<9}{r.fix_availability}")
+        return EXIT_CLEAN
+    if not args.code:
+        raise UsageError("give a rule code (e.g. `ddp-lint rule DDP001`) or --all")
+    rule = get_rule(args.code)
+    if rule is None:
+        raise UsageError(f"unknown rule code {args.code!r}; `ddp-lint rule --all` lists them")
+    if args.output_format == "json":
+        import json
+
+        print(json.dumps(_rule_json(rule), indent=2))
+    else:
+        print(rule.render_docs(), end="")
+    return EXIT_CLEAN
+
+
+def _rule_json(r):
+    return {"code": r.code, "name": r.name, "severity": r.severity.value, "default_enabled": r.default_enabled,
+            "fix": r.fix_availability, "url": r.url(), "explanation": r.docs()}
+
+
+# -- server ------------------------------------------------------------------------------------
+def cmd_server(args) -> int:
+    try:
+        from lsp_server.server import start  # lazy: pygls only here
+    except ImportError as e:
+        raise UsageError(f"the language server needs pygls and lsprotocol: {e}") from None
+    tcp = None
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not port.isdigit():
+            raise UsageError(f"--tcp expects HOST:PORT, got {args.tcp!r}")
+        tcp = (host or "127.0.0.1", int(port))
+    return start(tcp=tcp, log_level=args.log_level) or EXIT_CLEAN
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Configuration: ``[tool.ddp-lint]`` in the nearest ``pyproject.toml``, plus overrides.
+
+Keys (Ruff's spelling, kebab-case; snake_case accepted too):
+  select, ignore, extend-select : list of codes or prefixes ("DDP1", "ALL")
+  per-file-ignores              : {glob: [codes]}
+  exclude, extend-exclude       : list of globs for folder walks
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_EXCLUDE = (
+    ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytype",
+    ".ruff_cache", ".svn", ".tox", ".venv", "__pypackages__", "_build", "buck-out", "build", "dist",
+    "node_modules", "venv", ".pytest_cache", "__pycache__", "site-packages",
+)
+
+_LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
+_KNOWN = set(_LIST_KEYS) | {"per-file-ignores", "severity"}
+_SEVERITIES = ("error", "warning", "info", "hint")
+
+
+class ConfigError(Exception):
+    """A configuration value is invalid; the message names the key and the file."""
+
+
+@dataclass
+class Settings:
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+    severity: dict[str, str] = field(default_factory=dict)  # code -> error|warning|info|hint
+    root: Path | None = None  # folder of the pyproject.toml, for per-file-ignores
+    _codes_cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def enabled_codes(self, filename: str | None = None) -> frozenset[str]:
+        from .registry import matches, resolve_selection
+
+        key = (tuple(self.select) if self.select is not None else None, tuple(self.ignore),
+               tuple(self.extend_select))
+        base = self._codes_cache.get(key)
+        if base is None:
+            base = self._codes_cache[key] = frozenset(
+                resolve_selection(self.select, self.ignore, self.extend_select))
+        if not filename or not self.per_file_ignores:
+            return base
+        rel = _relpath(filename, self.root)
+        drop: list[str] = []
+        for pattern, codes in self.per_file_ignores.items():
+            if _glob_match(rel, pattern):
+                drop.extend(c.upper() for c in codes)
+        if not drop:
+            return base
+        return frozenset(c for c in base if not matches(c, drop))
+
+    def is_excluded(self, path: Path) -> bool:
+        name = path.name
+        rel = _relpath(str(path), self.root)
+        for pat in self.exclude:
+            if fnmatch.fnmatch(name, pat) or _glob_match(rel, pat):
+                return True
+        return False
+
+
+def _relpath(filename: str, root: Path | None) -> str:
+    try:
+        p = Path(filename).resolve()
+        if root is not None:
+            return p.relative_to(root.resolve()).as_posix()
+        return p.as_posix()
+    except (ValueError, OSError):
+        return Path(filename).as_posix()
+
+
+def _glob_match(rel: str, pattern: str) -> bool:
+    if fnmatch.fnmatch(rel, pattern):
+        return True
+    # "tests/*" should match "tests/a/b.py"; a bare file name matches at any depth
+    if "/" not in pattern and fnmatch.fnmatch(rel.rsplit("/", 1)[-1], pattern):
+        return True
+    return fnmatch.fnmatch(rel, pattern.rstrip("/") + "/*")
+
+
+def find_pyproject(start: Path) -> Path | None:
+    start = start.resolve()
+    d = start if start.is_dir() else start.parent
+    for folder in (d, *d.parents):
+        cand = folder / "pyproject.toml"
+        if cand.is_file():
+            try:
+                with open(cand, "rb") as fh:
+                    data = tomllib.load(fh)
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+            if "ddp-lint" in data.get("tool", {}):
+                return cand
+    return None
+
+
+def load_settings(start: Path | str | None = None, config_file: Path | str | None = None) -> Settings:
+    """Settings from ``config_file`` or the nearest pyproject.toml with a ``[tool.ddp-lint]``
+    table at or above ``start``; defaults when there is none."""
+    if config_file is not None:
+        path = Path(config_file)
+    else:
+        path = find_pyproject(Path(start or os.getcwd()))
+        if path is None:
+            return Settings()
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read configuration: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    table = data.get("tool", {}).get("ddp-lint", {})
+    if config_file is not None and "tool" not in data and data:
+        table = data  # a standalone ddp-lint.toml
+    s = settings_from_mapping(table, source=f"{path} [tool.ddp-lint]")
+    s.root = path.parent
+    return s
+
+
+def settings_from_mapping(table, source: str = "settings", base: Settings | None = None) -> Settings:
+    """Validate a mapping (pyproject table or editor settings) into Settings; ConfigError names
+    the offending key."""
+    from .registry import all_rules
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: expected a table of settings, got {type(table).__name__}")
+    s = Settings() if base is None else Settings(**{k: v for k, v in vars(base).items() if k != "_codes_cache"})
+    codes = set(all_rules())
+
+    def check_codes(key, values):
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ConfigError(f"{source}: `{key}` must be a list of rule codes, got {values!r}")
+        for v in values:
+            u = v.upper()
+            if u != "ALL" and not any(c.startswith(u) for c in codes):
+                raise ConfigError(f"{source}: `{key}` has unknown rule code or prefix {v!r}")
+        return [v.upper() for v in values]
+
+    for raw_key, value in table.items():
+        key = str(raw_key).replace("_", "-")
+        if key not in _KNOWN:
+            raise ConfigError(f"{source}: unknown key `{raw_key}` (known: {', '.join(sorted(_KNOWN))})")
+        if key == "select":
+            s.select = check_codes(key, value)
+        elif key == "ignore":
+            s.ignore = check_codes(key, value)
+        elif key == "extend-select":
+            s.extend_select = check_codes(key, value)
+        elif key in ("exclude", "extend-exclude"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{source}: `{raw_key}` must be a list of glob patterns")
+            s.exclude = list(value) if key == "exclude" else s.exclude + list(value)
+        elif key == "per-file-ignores":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: `{raw_key}` must be a table of glob = [codes]")
+            s.per_file_ignores = {str(k): check_codes(f"{raw_key}.{k}", v) for k, v in value.items()}
+        elif key == "severity":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: `severity` must be a table of CODE = level")
+            out = {}
+            for k, v in value.items():
+                if k.upper() not in codes:
+                    raise ConfigError(f"{source}: `severity` has unknown rule code {k!r}")
+                if v not in _SEVERITIES:
+                    raise ConfigError(f"{source}: `severity.{k}` must be one of {', '.join(_SEVERITIES)}, got {v!r}")
+                out[k.upper()] = v
+            s.severity = out
+    s._codes_cache = {}
+    return s

@@ -1,0 +1,152 @@
+"""The static check: parse once, traverse once, run the enabled rules, filter by noqa.
+
+``check_source`` never raises on user input: a syntax error, a NUL byte or pathological nesting
+becomes one DDP000 finding; a bug inside one rule is recorded in ``CheckResult.errors`` and the
+other rules still report.
+"""
+from __future__ import annotations
+
+import ast
+import traceback
+import warnings
+from dataclasses import dataclass, field
+
+from .config import Settings
+from .context import Context
+from .model import Finding, Position, Range, Severity
+from .noqa import parse_noqa
+from .registry import DOCS_BASE_URL, all_rules
+from .semantic import Semantic
+from .source import SourceText
+
+SYNTAX_CODE = "DDP000"
+SYNTAX_NAME = "syntax-error"
+
+_DEFAULT_SETTINGS = Settings()
+_instances: dict[str, object] = {}
+
+
+@dataclass
+class CheckResult:
+    findings: list[Finding]
+    syntax_error: Finding | None = None
+    errors: list[str] = field(default_factory=list)  # internal rule failures (bugs), for logs
+    source: SourceText | None = None
+
+
+def _rule_instance(code: str):
+    inst = _instances.get(code)
+    if inst is None:
+        inst = _instances[code] = all_rules()[code]()
+    return inst
+
+
+def parse(text: str, filename: str = "<unknown>"):
+    """ast.parse that turns every failure into (None, DDP000 finding)."""
+    src_for_ast = text[1:] if text.startswith("\ufeff") else text
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning for invalid escapes etc.
+            return ast.parse(src_for_ast, filename=filename), None
+    except SyntaxError as e:
+        return None, ("syntax error: " + (e.msg or "invalid syntax"), e.lineno, e.offset, e.end_lineno, e.end_offset)
+    except ValueError as e:  # "source code string cannot contain null bytes"
+        off = text.find("\0")
+        line = text.count("\n", 0, max(off, 0))
+        col = off - (text.rfind("\n", 0, off) + 1) if off >= 0 else 0
+        return None, (f"syntax error: {e}", line + 1, col + 1, None, None)
+    except (RecursionError, MemoryError):
+        return None, ("syntax error: the file is nested too deeply for Python's parser", 1, 1, None, None)
+
+
+def _syntax_finding(src: SourceText, filename: str, info) -> Finding:
+    msg, lineno, offset, end_lineno, end_offset = info
+    nlines = len(src.lines)
+    line = min(max((lineno or 1) - 1, 0), nlines - 1)
+    text_line = src.line(line)
+    # SyntaxError.offset is 1-based and counts characters (the BOM-stripped text on line 0)
+    col = max((offset or 1) - 1, 0) + (1 if (line == 0 and src.bom) else 0)
+    col = min(col, len(text_line))
+    end = Position(line, min(col + 1, len(text_line))) if col < len(text_line) else Position(line, col)
+    if end_lineno is not None and end_offset is not None and end_lineno - 1 == line:
+        ec = min(max(end_offset - 1, col), len(text_line))
+        if ec > col:
+            end = Position(line, ec)
+    return Finding(
+        code=SYNTAX_CODE,
+        name=SYNTAX_NAME,
+        message=msg,
+        severity=Severity.ERROR,
+        range=Range(Position(line, col), end),
+        filename=filename,
+        url=f"{DOCS_BASE_URL}{SYNTAX_CODE}.md",
+    )
+
+
+def check_source(
+    text: str,
+    filename: str = "<stdin>",
+    settings: Settings | None = None,
+    *,
+    codes: frozenset[str] | None = None,
+    apply_noqa: bool = True,
+    tree: ast.Module | None = None,
+) -> CheckResult:
+    settings = settings or _DEFAULT_SETTINGS
+    if codes is None:
+        codes = settings.enabled_codes(filename)
+    src = SourceText(text)
+    if tree is None:
+        tree, err = parse(text, filename)
+        if tree is None:
+            f = _syntax_finding(src, filename, err)
+            return CheckResult([f], syntax_error=f, source=src)
+    result = CheckResult([], source=src)
+    if "torch" not in text or not codes:
+        return result  # every rule needs torch; skip the traversal entirely
+    rules = [_rule_instance(c) for c in codes]
+    rules = [r for r in rules if r.static and (not r.requires_text or any(s in text for s in r.requires_text))]
+    if not rules:
+        return result
+    wanted = set()
+    for r in rules:
+        wanted.update(r.node_types)
+    try:
+        sem = Semantic(tree, wanted)
+    except RecursionError:
+        f = _syntax_finding(src, filename, ("syntax error: the file is nested too deeply to analyse", 1, 1, None, None))
+        return CheckResult([f], syntax_error=f, source=src)
+    ctx = Context(src, sem, filename)
+    for r in rules:
+        ctx._rule = r
+        try:
+            for t in r.node_types:
+                for node in sem.by_type.get(t, ()):
+                    r.visit(node, ctx)
+            r.finish(ctx)
+        except Exception:  # a rule bug must never take the others down
+            result.errors.append(f"{r.code}: {traceback.format_exc()}")
+            ctx.findings = [f for f in ctx.findings if f.code != r.code]
+    findings = ctx.findings
+    if apply_noqa and findings:
+        findings = [f for f in findings if not _suppressed(f, src)]
+    if settings.severity:
+        for f in findings:
+            lvl = settings.severity.get(f.code)
+            if lvl:
+                f.severity = Severity(lvl)
+    findings.sort(key=Finding.sort_key)
+    result.findings = findings
+    return result
+
+
+def _suppressed(f: Finding, src: SourceText) -> bool:
+    got = parse_noqa(src.line(f.noqa_row))
+    return got is not None and (got == "all" or f.code in got)
+
+
+def check_file(path: str, settings: Settings | None = None) -> CheckResult:
+    from .io import read_source
+
+    text = read_source(path)
+    return check_source(text, path, settings)

@@ -1,0 +1,114 @@
+"""Rule base class and the registry.
+
+A rule is one class in one file under ``analysis/rules/``. Its docstring is its documentation, in
+Ruff's shape (What it does / Why is this bad? / Example / Use instead / Fix safety). Rules never walk
+the tree: they declare ``node_types`` and get ``visit(node, ctx)`` for each such node found by the
+engine's single traversal, and/or implement ``finish(ctx)`` and query the semantic indexes.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import textwrap
+from typing import TYPE_CHECKING, ClassVar
+
+from .model import Severity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import Context
+
+DOCS_BASE_URL = "https://github.com/ddp-lint/ddp-lint/blob/main/docs/rules/"
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity] = Severity.WARNING
+    default_enabled: ClassVar[bool] = True
+    # "always", "sometimes" or "never": whether findings carry a fix (informational, for docs)
+    fix_availability: ClassVar[str] = "never"
+    node_types: ClassVar[tuple[type, ...]] = ()
+    # Cheap pre-filter: the rule can only fire when one of these substrings is in the text.
+    requires_text: ClassVar[tuple[str, ...]] = ()
+    # False for codes the engine emits itself (DDP000) and runtime findings (DDP9xx): they exist for
+    # docs, selection and hover; the static rule loop never runs them.
+    static: ClassVar[bool] = True
+
+    def visit(self, node: ast.AST, ctx: "Context") -> None:  # pragma: no cover - overridden
+        pass
+
+    def finish(self, ctx: "Context") -> None:
+        pass
+
+    # -- docs --------------------------------------------------------------------------------
+    @classmethod
+    def docs(cls) -> str:
+        return textwrap.dedent(inspect.cleandoc(cls.__doc__ or "")).strip() + "\n"
+
+    @classmethod
+    def url(cls) -> str:
+        return f"{DOCS_BASE_URL}{cls.code}.md"
+
+    @classmethod
+    def render_docs(cls) -> str:
+        head = f"# {cls.name} ({cls.code})\n\n"
+        meta = (
+            f"Default severity: {cls.severity.value}. "
+            f"{'Enabled' if cls.default_enabled else 'Disabled'} by default. "
+            f"Fix: {cls.fix_availability}.\n\n"
+        )
+        return head + meta + cls.docs()
+
+
+_RULES: dict[str, type[Rule]] | None = None
+
+
+def all_rules() -> dict[str, type[Rule]]:
+    """code -> rule class, discovered once from ``analysis.rules`` (one module per rule)."""
+    global _RULES
+    if _RULES is None:
+        from . import rules as pkg
+
+        found: dict[str, type[Rule]] = {}
+        for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+            if mod.name.startswith("_"):
+                continue
+            module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+            for obj in vars(module).values():
+                if (
+                    isinstance(obj, type)
+                    and issubclass(obj, Rule)
+                    and obj is not Rule
+                    and obj.__module__ == module.__name__
+                ):
+                    if obj.code in found:
+                        raise RuntimeError(f"duplicate rule code {obj.code}")
+                    found[obj.code] = obj
+        _RULES = dict(sorted(found.items()))
+    return _RULES
+
+
+def get_rule(code: str) -> type[Rule] | None:
+    return all_rules().get(code.upper())
+
+
+def matches(code: str, selectors) -> bool:
+    return any(code.startswith(s) for s in selectors)
+
+
+def resolve_selection(select=None, ignore=(), extend_select=()) -> list[str]:
+    """Codes enabled for a selection, Ruff-style: ``select`` replaces the default set (prefixes
+    allowed, ``ALL`` selects everything), ``extend-select`` adds, ``ignore`` removes."""
+    rules = all_rules()
+    if select is None:
+        enabled = {c for c, r in rules.items() if r.default_enabled}
+    else:
+        sel = ["DDP" if s.upper() == "ALL" else s.upper() for s in select]
+        enabled = {c for c in rules if matches(c, sel)}
+    ext = [s.upper() for s in extend_select]
+    enabled |= {c for c in rules if matches(c, ext)}
+    ign = [s.upper() for s in ignore]
+    enabled = {c for c in enabled if not matches(c, ign)}
+    return sorted(enabled)

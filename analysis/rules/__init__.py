@@ -1,0 +1,1 @@
+"""One module per rule; ``analysis.registry.all_rules`` discovers them."""

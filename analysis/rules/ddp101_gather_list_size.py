@@ -1,0 +1,206 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import _iter_scope_nodes, get_arg
+from ._common import D, const_int, is_simple_ref
+
+# op -> (output list position, keyword), (input position, keyword), (group position)
+_OPS = {
+    "all_gather_object": ((0, "object_list"), (1, "obj"), 2, False),
+    "gather_object": ((1, "object_gather_list"), (0, "obj"), 3, False),
+    "all_gather": ((0, "tensor_list"), (1, "tensor"), 2, True),
+    "gather": ((1, "gather_list"), (0, "tensor"), 3, True),
+}
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "__setitem__", "__delitem__"})
+
+
+class GatherListSize(Rule):
+    """
+    ## What it does
+    Checks the output list of `all_gather_object`, `all_gather`, `gather_object` and `gather`
+    (on the destination) for a length that is provably not the world size: a literal list,
+    `[x] * k`, `range(k)`, or a comprehension over a fixed-length literal, with a constant `k`.
+
+    A length computed from `get_world_size(...)`, `WORLD_SIZE`, or any variable or parameter is
+    never flagged, nor is a constant that equals the world size the file fixes itself
+    (`mp.spawn(..., nprocs=2)`, `init_process_group(..., world_size=2)`).
+
+    ## Why is this bad?
+    The output list needs exactly one slot per rank. Current torch fills the first `world_size`
+    slots of a longer list and silently leaves the rest as `None` (or stale tensors); a shorter list
+    raises:
+
+    ```
+    IndexError: list assignment index out of range
+    ```
+
+    and older torch versions failed with NCCL "invalid usage" inside `all_gather_object`. A list
+    sized to the number of *objects* rather than the number of *ranks* works on one machine and
+    breaks as soon as the world size changes.
+
+    ## Example
+    ```python
+    gather_objects = ["foo", 12, {1: 2}]
+    output = [None for _ in gather_objects]
+    dist.all_gather_object(output, gather_objects[dist.get_rank()])
+    ```
+
+    ## Use instead
+    ```python
+    output = [None for _ in range(dist.get_world_size())]
+    dist.all_gather_object(output, gather_objects[dist.get_rank()])
+    ```
+
+    ## Fix safety
+    The fix replaces the list expression with `[None for _ in range(dist.get_world_size())]`
+    (`[torch.empty_like(t) for _ in range(...)]` for tensor lists), using the file's own alias for
+    `torch.distributed` and passing the call's `group=` on. It is **safe**: a list of the right
+    length is what every rank needs, and the slots are overwritten by the collective.
+    """
+
+    code = "DDP101"
+    name = "gather-list-size"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    requires_text = ("gather",)
+
+    def finish(self, ctx) -> None:
+        fixed_world = _fixed_world_size(ctx)
+        for op, (out_spec, in_spec, group_pos, tensors) in _OPS.items():
+            for call in ctx.calls_to(D + op):
+                out = get_arg(call, *out_spec)
+                if out is None:
+                    continue
+                scope = ctx.sem.scope_of(call)
+                target, n = _fixed_length(ctx, out, scope, call)
+                if target is None or n is None or n == fixed_world:
+                    continue
+                fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors)
+                ctx.report(
+                    target,
+                    f"output list of `{op}` has a fixed length of {n}; it needs one slot per rank "
+                    "(the world size): longer lists keep trailing `None`s, shorter ones raise IndexError",
+                    related=[(call, f"passed to `{op}` here")] if target is not out else [],
+                    fix=fix,
+                )
+
+
+def _fixed_world_size(ctx) -> int | None:
+    """A world size the file fixes by constant, if exactly one is stated."""
+    sizes = set()
+    for c in ctx.calls_to(D + "init_process_group"):
+        n = const_int(get_arg(c, None, "world_size"))
+        if n is not None:
+            sizes.add(n)
+    for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
+        n = const_int(get_arg(c, None, "nprocs"))
+        if n is not None:
+            sizes.add(n)
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _fixed_length(ctx, expr, scope, call, depth: int = 0):
+    """(node to replace, constant length) or (None, None) when the length is not provable."""
+    if depth > 3:
+        return None, None
+    if isinstance(expr, ast.Name):
+        val = ctx.sem.single_value(expr.id, scope)
+        if val is None or _mutated(ctx, expr.id, scope, call):
+            return None, None
+        return _fixed_length(ctx, val, scope, call, depth + 1)
+    n = _literal_len(ctx, expr, scope, depth)
+    if n is None:
+        return None, None
+    return expr, n
+
+
+def _literal_len(ctx, expr, scope, depth: int = 0) -> int | None:
+    if depth > 4:
+        return None
+    if isinstance(expr, (ast.List, ast.Tuple)):
+        if any(isinstance(e, ast.Starred) for e in expr.elts):
+            return None
+        return len(expr.elts)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        for seq, k in ((expr.left, expr.right), (expr.right, expr.left)):
+            if isinstance(seq, (ast.List, ast.Tuple)):
+                kk = const_int(k)
+                base = _literal_len(ctx, seq, scope, depth + 1)
+                if kk is not None and base is not None:
+                    return base * max(kk, 0)
+        return None
+    if isinstance(expr, ast.ListComp) and len(expr.generators) == 1:
+        gen = expr.generators[0]
+        if gen.ifs or gen.is_async:
+            return None
+        return _iter_len(ctx, gen.iter, scope, depth + 1)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "list" and len(expr.args) == 1 and not expr.keywords:
+        return _iter_len(ctx, expr.args[0], scope, depth + 1)
+    return None
+
+
+def _iter_len(ctx, it, scope, depth) -> int | None:
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords:
+        vals = [const_int(a) for a in it.args]
+        if not vals or any(v is None for v in vals) or len(vals) > 3:
+            return None
+        try:
+            return len(range(*vals))
+        except ValueError:
+            return None
+    if isinstance(it, ast.Constant) and isinstance(it.value, str):
+        return len(it.value)
+    if isinstance(it, ast.Name):
+        val = ctx.sem.single_value(it.id, scope)
+        if val is None or _mutated(ctx, it.id, scope, None):
+            return None
+        if isinstance(val, (ast.List, ast.Tuple)):
+            return _literal_len(ctx, val, scope, depth + 1)
+        return None
+    return _literal_len(ctx, it, scope, depth + 1)
+
+
+def _mutated(ctx, name: str, scope, call) -> bool:
+    """The list may change length: a mutating method, ``+=``, ``del x[...]``, or being passed to
+    any call other than the collective itself (or ``len``/``print``)."""
+    for n in _iter_scope_nodes(scope):
+        if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Name) and n.value.id == name:
+            return True
+        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:
+            return True
+        if isinstance(n, ast.Delete) and any(
+            isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name for t in n.targets
+        ):
+            return True
+        if isinstance(n, ast.Call) and n is not call:
+            if isinstance(n.func, ast.Name) and n.func.id in ("len", "print", "enumerate", "range", "zip", "str", "repr"):
+                continue
+            for a in (*n.args, *(k.value for k in n.keywords)):
+                if isinstance(a, ast.Name) and a.id == name:
+                    # passing it to another collective reads it; anything else may resize it
+                    qn = ctx.qn(n)
+                    if not (qn and qn.startswith(D)):
+                        return True
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return True
+    return False
+
+
+def _make_fix(ctx, call, target, inp, group, tensors: bool):
+    if group is not None and not is_simple_ref(group):
+        return None
+    gws, imp = ctx.ref(D + "get_world_size")
+    size = f"{gws}({ctx.text(group)})" if group is not None else f"{gws}()"
+    if tensors:
+        if inp is None or not is_simple_ref(inp):
+            return None
+        empty_like, imp2 = ctx.ref("torch.empty_like")
+        elem = f"{empty_like}({ctx.text(inp)})"
+        imp = imp + [e for e in imp2 if e not in imp]
+    else:
+        elem = "None"
+    new = f"[{elem} for _ in range({size})]"
+    return ctx.fix(Applicability.SAFE, f"Size the list to the world size: `{new}`", [ctx.replace(target, new), *imp])

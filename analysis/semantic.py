@@ -1,0 +1,344 @@
+"""The one traversal: parents, imports, calls by qualified name, nodes by type, assignments.
+
+Rules never walk the tree themselves. The engine walks it once (iteratively, so deep nesting cannot
+overflow the C stack here) and every rule queries the indexes built here.
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from typing import Iterable, Iterator
+
+# Canonical spellings: several public paths name the same object.
+_CANONICAL_PREFIXES = (
+    ("torch.distributed.distributed_c10d.", "torch.distributed."),
+    ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
+    ("torch.nn.parallel.data_parallel.", "torch.nn.parallel."),
+    ("torch.multiprocessing.spawn.", "torch.multiprocessing."),
+    ("torch.utils.data.distributed.", "torch.utils.data."),
+    ("torch.utils.data.dataloader.", "torch.utils.data."),
+    ("torch.nn.modules.batchnorm.", "torch.nn."),
+    ("torch.cuda.random.", "torch.cuda."),
+)
+
+SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
+FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+# Fields that never hold child nodes worth visiting (expression contexts and operator singletons are
+# shared objects in CPython's ast, so they must never get a parent pointer).
+_SKIP_FIELDS = frozenset(
+    {"ctx", "op", "ops", "id", "attr", "name", "arg", "module", "level", "kind", "type_comment",
+     "conversion", "is_async", "type_ignores", "lineno", "tag"}
+)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(t: type) -> tuple[str, ...]:
+    fs = _FIELDS.get(t)
+    if fs is None:
+        if t is ast.Constant or t is ast.Global or t is ast.Nonlocal:
+            fs = ()
+        else:
+            fs = tuple(f for f in t._fields if f not in _SKIP_FIELDS)
+        _FIELDS[t] = fs
+    return fs
+
+
+def canonical(qn: str) -> str:
+    for old, new in _CANONICAL_PREFIXES:
+        if qn.startswith(old):
+            return new + qn[len(old):]
+    return qn
+
+
+class Semantic:
+    """Indexes over one module's tree. Every node gets ``_p`` (its parent)."""
+
+    def __init__(self, tree: ast.Module, wanted_types: Iterable[type] = ()):
+        self.tree = tree
+        self.aliases: dict[str, str] = {}  # local name -> canonical qualified name
+        self.imports: list[ast.stmt] = []
+        self.calls: list[ast.Call] = []
+        self.functions: dict[str, list[ast.AST]] = defaultdict(list)
+        self.by_type: dict[type, list[ast.AST]] = defaultdict(list)
+        self._calls_by_qn: dict[str, list[ast.Call]] | None = None
+        self._assigns: dict[int, dict[str, list[ast.AST]]] | None = None
+        self._walk(tree, frozenset(wanted_types))
+        self._resolve_imports()
+
+    # -- the traversal -----------------------------------------------------------------------
+    def _walk(self, tree: ast.Module, wanted: frozenset) -> None:
+        calls = self.calls
+        imports = self.imports
+        functions = self.functions
+        by_type = self.by_type
+        fields_for = _FIELDS
+        AST = ast.AST
+        Call = ast.Call
+        Import, ImportFrom = ast.Import, ast.ImportFrom
+        FunctionDef, AsyncFunctionDef = ast.FunctionDef, ast.AsyncFunctionDef
+        tree._p = None
+        stack = [tree]
+        pop = stack.pop
+        push = stack.append
+        while stack:
+            node = pop()
+            t = node.__class__
+            if t is Call:
+                calls.append(node)
+            elif t is Import or t is ImportFrom:
+                imports.append(node)
+            elif t is FunctionDef or t is AsyncFunctionDef:
+                functions[node.name].append(node)
+            if t in wanted:
+                by_type[t].append(node)
+            fs = fields_for.get(t)
+            if fs is None:
+                fs = _child_fields(t)
+            for f in fs:
+                v = getattr(node, f, None)
+                if v is None:
+                    continue
+                if v.__class__ is list:
+                    for c in v:
+                        if isinstance(c, AST):
+                            c._p = node
+                            push(c)
+                elif isinstance(v, AST):
+                    v._p = node
+                    push(v)
+        # the stack visits in reverse; rules expect source order
+        calls.reverse()
+        for lst in by_type.values():
+            lst.reverse()
+
+    def _resolve_imports(self) -> None:
+        aliases = self.aliases
+        for node in sorted(self.imports, key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        aliases[a.asname] = canonical(a.name)
+                    else:
+                        top = a.name.split(".", 1)[0]
+                        aliases[top] = top
+            else:
+                if node.level or not node.module:
+                    continue
+                for a in node.names:
+                    if a.name == "*":
+                        continue
+                    aliases[a.asname or a.name] = canonical(f"{node.module}.{a.name}")
+
+    # -- queries -----------------------------------------------------------------------------
+    def qualname(self, expr: ast.AST) -> str | None:
+        """Canonical qualified name of a Name/Attribute chain rooted in an import, else None."""
+        parts: list[str] = []
+        while expr.__class__ is ast.Attribute:
+            parts.append(expr.attr)
+            expr = expr.value
+        if expr.__class__ is not ast.Name:
+            return None
+        base = self.aliases.get(expr.id)
+        if base is None:
+            return None
+        if not parts:
+            return base
+        parts.reverse()
+        return canonical(base + "." + ".".join(parts))
+
+    def call_qualname(self, call: ast.Call) -> str | None:
+        try:
+            return call._qn
+        except AttributeError:
+            qn = call._qn = self.qualname(call.func)
+            return qn
+
+    @property
+    def calls_by_qualname(self) -> dict[str, list[ast.Call]]:
+        if self._calls_by_qn is None:
+            idx: dict[str, list[ast.Call]] = defaultdict(list)
+            aliases = self.aliases
+            for c in self.calls:
+                f = c.func
+                # fast reject: the root name must be an import alias
+                root = f
+                while root.__class__ is ast.Attribute:
+                    root = root.value
+                if root.__class__ is not ast.Name or root.id not in aliases:
+                    c._qn = None
+                    continue
+                qn = self.call_qualname(c)
+                if qn:
+                    idx[qn].append(c)
+            self._calls_by_qn = idx
+        return self._calls_by_qn
+
+    def calls_to(self, *qualnames: str) -> list[ast.Call]:
+        idx = self.calls_by_qualname
+        if len(qualnames) == 1:
+            return idx.get(qualnames[0], [])
+        out: list[ast.Call] = []
+        for q in qualnames:
+            out.extend(idx.get(q, ()))
+        out.sort(key=lambda n: (n.lineno, n.col_offset))
+        return out
+
+    def imports_module(self, prefix: str) -> bool:
+        return any(v == prefix or v.startswith(prefix + ".") for v in self.aliases.values())
+
+    def alias_for(self, qualname: str) -> str | None:
+        """Local spelling for ``qualname`` using the file's own imports (``dist`` for
+        torch.distributed), or None when the file binds nothing that reaches it."""
+        best = None
+        for local, target in self.aliases.items():
+            if qualname == target:
+                return local
+            if qualname.startswith(target + "."):
+                cand = local + qualname[len(target):]
+                if best is None or len(cand) < len(best):
+                    best = cand
+        return best
+
+    # -- tree helpers ------------------------------------------------------------------------
+    @staticmethod
+    def parent(node: ast.AST) -> ast.AST | None:
+        return getattr(node, "_p", None)
+
+    @staticmethod
+    def ancestors(node: ast.AST) -> Iterator[ast.AST]:
+        p = getattr(node, "_p", None)
+        while p is not None:
+            yield p
+            p = getattr(p, "_p", None)
+
+    @staticmethod
+    def scope_of(node: ast.AST) -> ast.AST:
+        p = getattr(node, "_p", None)
+        while p is not None:
+            if isinstance(p, SCOPE_TYPES):
+                return p
+            p = getattr(p, "_p", None)
+        return node  # the module itself
+
+    @staticmethod
+    def enclosing_function(node: ast.AST) -> ast.AST | None:
+        p = getattr(node, "_p", None)
+        while p is not None:
+            if isinstance(p, FUNC_TYPES):
+                return p
+            p = getattr(p, "_p", None)
+        return None
+
+    @staticmethod
+    def statement_of(node: ast.AST) -> ast.stmt:
+        """The innermost statement containing ``node`` (node itself when it is one)."""
+        n = node
+        while n is not None and not isinstance(n, ast.stmt):
+            n = getattr(n, "_p", None)
+        return n  # type: ignore[return-value]
+
+    def assignments(self, scope: ast.AST) -> dict[str, list[ast.AST]]:
+        """name -> assignment statements (Assign/AnnAssign/AugAssign/For/With/NamedExpr targets)
+        directly in ``scope`` (not in nested functions), in source order."""
+        if self._assigns is None:
+            self._assigns = {}
+        key = id(scope)
+        got = self._assigns.get(key)
+        if got is not None:
+            return got
+        out: dict[str, list[ast.AST]] = defaultdict(list)
+        for stmt in _iter_scope_nodes(scope):
+            t = stmt.__class__
+            if t is ast.Assign:
+                for tgt in stmt.targets:
+                    for name in _target_names(tgt):
+                        out[name].append(stmt)
+            elif t is ast.AnnAssign or t is ast.AugAssign:
+                if stmt.target.__class__ is ast.Name:
+                    out[stmt.target.id].append(stmt)
+            elif t is ast.For or t is ast.AsyncFor:
+                for name in _target_names(stmt.target):
+                    out[name].append(stmt)
+            elif t is ast.NamedExpr:
+                out[stmt.target.id].append(stmt)
+            elif t is ast.With or t is ast.AsyncWith:
+                for item in stmt.items:
+                    if item.optional_vars is not None:
+                        for name in _target_names(item.optional_vars):
+                            out[name].append(stmt)
+        self._assigns[key] = out
+        return out
+
+    def single_value(self, name: str, scope: ast.AST) -> ast.expr | None:
+        """The value bound to ``name`` when ``scope`` assigns it exactly once by plain ``=``.
+        Falls back to module level for names not bound in a function scope (and not params)."""
+        assigns = self.assignments(scope).get(name)
+        if assigns is None and not isinstance(scope, ast.Module):
+            if name in param_names(scope):
+                return None
+            return self.single_value(name, self.tree)
+        if not assigns or len(assigns) != 1:
+            return None
+        st = assigns[0]
+        if st.__class__ is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is ast.Name:
+            return st.value
+        if st.__class__ is ast.AnnAssign and st.value is not None:
+            return st.value
+        return None
+
+
+def param_names(fn: ast.AST) -> list[str]:
+    a = getattr(fn, "args", None)
+    if a is None:
+        return []
+    names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    if a.vararg:
+        names.append(a.vararg.arg)
+    if a.kwarg:
+        names.append(a.kwarg.arg)
+    return names
+
+
+def _target_names(t: ast.AST) -> Iterator[str]:
+    if t.__class__ is ast.Name:
+        yield t.id
+    elif t.__class__ in (ast.Tuple, ast.List):
+        for e in t.elts:
+            yield from _target_names(e)
+    elif t.__class__ is ast.Starred:
+        yield from _target_names(t.value)
+
+
+def _iter_scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """All nodes under ``scope`` that belong to it (nested function/class bodies excluded)."""
+    body = scope.body if isinstance(scope.body, list) else [scope.body]
+    stack = list(reversed(body))
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        children = [c for c in ast.iter_child_nodes(n)]
+        stack.extend(reversed(children))
+
+
+def get_arg(call: ast.Call, pos: int | None, kw: str) -> ast.expr | None:
+    """Argument by keyword or position (None when absent or hidden behind *args)."""
+    for k in call.keywords:
+        if k.arg == kw:
+            return k.value
+    if pos is not None and pos < len(call.args):
+        for a in call.args[: pos + 1]:
+            if isinstance(a, ast.Starred):
+                return None
+        return call.args[pos]
+    return None
+
+
+def has_kwarg(call: ast.Call, kw: str) -> bool:
+    return any(k.arg == kw for k in call.keywords)
+
+
+def has_star(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
