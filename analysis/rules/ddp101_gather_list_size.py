@@ -111,6 +111,13 @@ def _fixed_length(ctx, expr, scope, call, depth: int = 0):
         if val is None or _mutated(ctx, expr.id, scope, call):
             return None, None
         return _fixed_length(ctx, val, scope, call, depth + 1)
+    if isinstance(expr, ast.IfExp):  # `out if rank == dst else None` on gather_object
+        for branch in (expr.body, expr.orelse):
+            if not (isinstance(branch, ast.Constant) and branch.value is None):
+                t, n = _fixed_length(ctx, branch, scope, call, depth + 1)
+                if t is not None:
+                    return t, n
+        return None, None
     n = _literal_len(ctx, expr, scope, depth)
     if n is None:
         return None, None
