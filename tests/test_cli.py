@@ -1,0 +1,169 @@
+"""The CLI as a user runs it: real subprocesses, exit codes, formats, fixes, config."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, ROOT
+
+P1 = "seed_problem1_hang.py"
+P2 = "seed_problem2_invalid_usage.py"
+
+
+def run(*args, cwd=None, input=None):
+    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, input=input, env=_env())
+
+
+def _env():
+    import os
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@pytest.fixture
+def work(tmp_path):
+    for n in (P1, P2):
+        shutil.copy(EXAMPLES / n, tmp_path / n)
+    return tmp_path
+
+
+def test_check_examples_text(work):
+    r = run("check", ".", cwd=work)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(l.startswith(f"{P1}:27:5: DDP001 [*] ") for l in lines), r.stdout
+    assert any(l.startswith(f"{P2}:28:5: DDP001 [*] ") for l in lines)
+    assert any(l.startswith(f"{P2}:32:14: DDP101 [*] ") for l in lines)
+    assert "Found 3 errors." in r.stdout and "fixable with the `--fix` option" in r.stdout
+
+
+def test_json_schema(work):
+    r = run("check", "--output-format", "json", P2, cwd=work)
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert {d["code"] for d in data} == {"DDP001", "DDP101"}
+    for d in data:
+        assert set(d) >= {"code", "message", "filename", "location", "end_location", "fix", "url", "noqa_row"}
+        assert set(d["location"]) == {"row", "column"} and d["location"]["row"] >= 1 and d["location"]["column"] >= 1
+        assert d["fix"]["applicability"] in ("safe", "unsafe", "display-only")
+        for e in d["fix"]["edits"]:
+            assert set(e) == {"content", "location", "end_location"}
+        assert d["url"].endswith(f"{d['code']}.md")
+    ddp101 = [d for d in data if d["code"] == "DDP101"][0]
+    assert ddp101["location"] == {"row": 32, "column": 14} and ddp101["noqa_row"] == 32
+    assert ddp101["fix"]["edits"][0]["content"] == "[None for _ in range(dist.get_world_size())]"
+
+
+def test_sarif(work):
+    r = run("check", "--output-format", "sarif", P2, cwd=work)
+    doc = json.loads(r.stdout)
+    assert doc["version"] == "2.1.0"
+    res = doc["runs"][0]["results"]
+    assert {x["ruleId"] for x in res} == {"DDP001", "DDP101"}
+    assert res[0]["locations"][0]["physicalLocation"]["region"]["startLine"] >= 1
+
+
+def test_fix_writes_clean_files(work):
+    r = run("check", "--fix", ".", cwd=work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Fixed 2 files." in r.stdout
+    assert run("check", ".", cwd=work).returncode == 0
+    assert "torch.cuda.set_device(device_id)" in (work / P1).read_text()
+
+
+def test_diff_writes_nothing(work):
+    before = (work / P2).read_text()
+    r = run("check", "--diff", P2, cwd=work)
+    assert r.returncode == 1
+    assert "+    torch.cuda.set_device(device_id)" in r.stdout
+    assert "+    output = [None for _ in range(dist.get_world_size())]" in r.stdout
+    assert (work / P2).read_text() == before
+
+
+def test_unsafe_fixes_only_on_request(tmp_path):
+    f = tmp_path / "s.py"
+    f.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\ndist.barrier()\n")
+    r = run("check", "--fix", str(f))
+    assert r.returncode == 1 and "hidden fix" in r.stdout
+    assert "set_device" not in f.read_text()
+    r = run("check", "--fix", "--unsafe-fixes", str(f))
+    assert r.returncode == 0, r.stdout
+    assert 'torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))' in f.read_text()
+
+
+def test_stdin():
+    text = (EXAMPLES / P2).read_text()
+    r = run("check", "-", "--stdin-filename", "demo.py", input=text)
+    assert r.returncode == 1
+    assert "demo.py:28:5: DDP001" in r.stdout
+    r = run("check", "--fix", "-", "--stdin-filename", "demo.py", input=text)
+    assert "torch.cuda.set_device(device_id)" in r.stdout
+
+
+def test_select_ignore_and_exit_codes(work):
+    assert run("check", "--select", "DDP101", P1, cwd=work).returncode == 0
+    assert run("check", "--ignore", "DDP0,DDP1", P2, cwd=work).returncode == 0
+    r = run("check", "--select", "XYZ9", P2, cwd=work)
+    assert r.returncode == 2 and "unknown rule code" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_and_unreadable_input(tmp_path):
+    r = run("check", str(tmp_path / "nope.py"))
+    assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.py"
+    bad.write_bytes(b"import torch\nx = '\xff\xfe'\n")
+    r = run("check", str(bad))
+    assert r.returncode == 2 and "not valid utf-8" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_syntax_error_is_a_finding(tmp_path):
+    f = tmp_path / "s.py"
+    f.write_text("import torch\ndef f(:\n")
+    r = run("check", str(f))
+    assert r.returncode == 1 and "DDP000 syntax error" in r.stdout
+
+
+def test_excludes_venv(tmp_path):
+    (tmp_path / ".venv").mkdir()
+    shutil.copy(EXAMPLES / P2, tmp_path / ".venv" / "x.py")
+    (tmp_path / "build").mkdir()
+    shutil.copy(EXAMPLES / P2, tmp_path / "build" / "x.py")
+    r = run("check", str(tmp_path))
+    assert r.returncode == 0, r.stdout
+
+
+def test_pyproject_config(work):
+    (work / "pyproject.toml").write_text(
+        '[tool.ddp-lint]\nignore = ["DDP101"]\n[tool.ddp-lint.per-file-ignores]\n"seed_problem1*" = ["DDP001"]\n')
+    r = run("check", "--output-format", "json", ".", cwd=work)
+    got = {(d["filename"].split("/")[-1], d["code"]) for d in json.loads(r.stdout)}
+    assert got == {(P2, "DDP001")}
+
+
+@pytest.mark.parametrize("table,needle", [
+    ('select = ["DDP999"]', "`select` has unknown rule code"),
+    ('colour = "red"', "unknown key `colour`"),
+    ('ignore = "DDP001"', "`ignore` must be a list"),
+])
+def test_invalid_config_names_the_key(work, table, needle):
+    (work / "pyproject.toml").write_text(f"[tool.ddp-lint]\n{table}\n")
+    r = run("check", ".", cwd=work)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_rule_docs():
+    r = run("rule", "DDP001")
+    assert r.returncode == 0
+    for h in ("# nccl-without-set-device (DDP001)", "## What it does", "## Why is this bad?", "## Example",
+              "## Use instead", "## Fix safety"):
+        assert h in r.stdout
+    r = run("rule", "--all")
+    assert "DDP001" in r.stdout and "DDP101" in r.stdout and "default" in r.stdout
+    r = run("rule", "NOPE1")
+    assert r.returncode == 2 and "unknown rule code" in r.stderr
