@@ -1,4 +1,4 @@
-# FIXED by `ddp-lint check --fix`. Seed problem 1 (https://stackoverflow.com question by K. Zhu): the job hangs in
+# FIXED by `ddp-lint check --fix`. Seed problem 1 (a Stack Exchange question by K. Zhu): the job hangs in
 # dist.all_gather_object. Root cause: no torch.cuda.set_device(...), so every rank's object
 # collective runs on cuda:0. Launch: torchrun --nproc-per-node 2 seed_problem1_hang.py
 import os
