@@ -1,0 +1,36 @@
+"""Write ``docs/rules/<CODE>.md`` (the pages the findings' URLs point at) and ``docs/rules/README.md``
+from the rules' docstrings: ``python -m analysis.ruledocs [FOLDER]``. A test keeps them in sync."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .registry import all_rules
+
+
+def render_index() -> str:
+    lines = ["# Rules", "", "| code | name | severity | default | fix |", "|---|---|---|---|---|"]
+    for code, r in all_rules().items():
+        lines.append(f"| [{code}]({code}.md) | {r.name} | {r.severity.value} | "
+                     f"{'on' if r.default_enabled else 'off'} | {r.fix_availability} |")
+    return "\n".join(lines) + "\n"
+
+
+def expected_files() -> dict[str, str]:
+    files = {f"{code}.md": r.render_docs() for code, r in all_rules().items()}
+    files["README.md"] = render_index()
+    return files
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    folder = Path(argv[0] if argv else Path(__file__).resolve().parent.parent / "docs" / "rules")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in expected_files().items():
+        (folder / name).write_text(text, encoding="utf-8")
+    print(f"wrote {len(expected_files())} files to {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
