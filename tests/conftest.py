@@ -37,3 +37,19 @@ def require_executable(name: str) -> str:
     path = shutil.which(name)
     require(path is not None, f"`{name}` is not on PATH")
     return path  # type: ignore[return-value]
+
+
+# Hypothesis profiles for tests/fuzz (docs/reliability.md): "ci", the default, is derandomized
+# (fixed seed) and bounded; `pytest --hypothesis-profile=long` digs much deeper (scaled by
+# tests/fuzz/support.examples()).
+try:
+    from hypothesis import HealthCheck, settings as _hyp_settings
+
+    _HYP_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+    _hyp_settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=50,
+                                   print_blob=True, suppress_health_check=_HYP_SUPPRESS)
+    _hyp_settings.register_profile("long", deadline=None, max_examples=1000, print_blob=True,
+                                   suppress_health_check=_HYP_SUPPRESS)
+    _hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
