@@ -19,14 +19,383 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 _PRE_COLLECTIVE_HOOKS: list = []
 
 # ================================ RECORDING (owned by the runner) ================================
+#
+# Log records (one JSON object per line in rank-<RANK>.jsonl; every record has kind, rank, t, pid):
+#   start     {main_thread, script, argv, world_size, local_rank, emulate}   first thing the shim logs
+#   ready     {}                                     torch imported and patched; the script starts now
+#   init      {file, line, function, backend}        init_process_group's call site (user frame)
+#   call      {seq, op, file, line, function, group, async}   a collective starts
+#   return    {seq, op}                              it returned (for async_op: it was enqueued)
+#   raise     {seq, op, error}                       it raised
+#   exception {type, qualname, message, frames, text, extra, exit_code}   the rank's uncaught exception
+#   exit      {code, via: return|SystemExit|os._exit, frames}             the rank ended without one
+#   note      {message}                              anything worth telling the user
+# frames: [{file, line, function, end_line?, col?, end_col?}], outermost first (as in a traceback).
+# A site passed to _PRE_COLLECTIVE_HOOKS is {file, line, function} (the innermost frame outside
+# torch and this shim) or None.  Hooks run after the ``call`` record, so a hook that raises shows as
+# ``raise`` on that call and as the rank's exception at the user's line.
+#
+# Signals: SIGUSR1 dumps every thread's Python stack to stack-<RANK>.usr1 (the launcher asks a hung
+# rank this way); SIGTERM (torchrun tearing the job down) dumps to stack-<RANK>.term and then
+# terminates as before; fatal errors (segfault, abort) go to stack-<RANK>.fatal.
+
+import functools
+import json
+import signal
+import threading
+import time
+
+_LOG_FD = None
+_PID = os.getpid()
+_RANK = None
+_SHIM_FILE = os.path.abspath(__file__)
+_TORCH_DIR = None
+_TLS = threading.local()
+_SEQ = 0
+_SEQ_LOCK = threading.Lock()
+_LAST_SITE = None
+_KEEP = []  # file objects faulthandler writes to (must stay alive)
+_SIGNATURES = {}
+_GROUP_CACHE = {}
+
+COLLECTIVE_OPS = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+    "broadcast", "reduce", "gather", "scatter", "all_reduce_coalesced",
+    "all_gather_object", "gather_object", "scatter_object_list", "broadcast_object_list",
+    "send_object_list", "recv_object_list", "barrier", "monitored_barrier",
+    "send", "recv", "isend", "irecv", "batch_isend_irecv", "new_group",
+)
 
 
-def _log_event(kind, **fields):  # replaced by the runner implementation
-    pass
+def _rank_int():
+    try:
+        return int(os.environ.get("RANK", "-1"))
+    except ValueError:
+        return -1
+
+
+def _log_event(kind, **fields):
+    """Append one JSON line to this rank's log; a single write(2), so it survives a kill."""
+    if _LOG_FD is None or os.getpid() != _PID:
+        return
+    rec = {"kind": kind, "rank": _RANK, "t": time.time(), "pid": _PID}
+    rec.update(fields)
+    try:
+        line = json.dumps(rec, default=repr)
+    except Exception:  # a field that even repr() cannot handle
+        line = json.dumps({"kind": kind, "rank": _RANK, "t": rec["t"], "pid": _PID, "unserializable": True})
+    data = (line + "\n").encode("utf-8", "replace")
+    try:
+        while data:
+            n = os.write(_LOG_FD, data)
+            data = data[n:]
+    except OSError:
+        pass
+
+
+def _is_internal(filename):
+    return filename == _SHIM_FILE or (_TORCH_DIR is not None and filename.startswith(_TORCH_DIR))
+
+
+def _caller_site(depth=2):
+    """{file, line, function} of the innermost frame outside torch and this shim."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return None
+    while f is not None:
+        code = f.f_code
+        if not _is_internal(code.co_filename):
+            return {"file": code.co_filename, "line": f.f_lineno, "function": code.co_name}
+        f = f.f_back
+    return None
+
+
+def _frames_of(tb):
+    out = []
+    for fs in traceback.extract_tb(tb):
+        d = {"file": fs.filename, "line": fs.lineno, "function": fs.name}
+        for attr, key in (("end_lineno", "end_line"), ("colno", "col"), ("end_colno", "end_col")):
+            v = getattr(fs, attr, None)
+            if v is not None:
+                d[key] = v
+        out.append(d)
+    return out
+
+
+def _group_of(op, fn, args, kwargs):
+    if "group" in kwargs:
+        return kwargs["group"]
+    sig = _SIGNATURES.get(op)
+    if sig is None:
+        try:
+            import inspect
+
+            sig = _SIGNATURES[op] = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = _SIGNATURES[op] = False
+    if not sig:
+        return None
+    try:
+        return sig.bind_partial(*args, **kwargs).arguments.get("group")
+    except TypeError:
+        return None
+
+
+def _group_desc(group):
+    if group is None:
+        return None
+    key = id(group)
+    desc = _GROUP_CACHE.get(key)
+    if desc is None:
+        try:
+            import torch.distributed as dist
+
+            desc = {"ranks": list(dist.get_process_group_ranks(group))}
+        except Exception:
+            desc = {"repr": repr(group)[:200]}
+        try:
+            desc["name"] = str(group.group_name)
+        except Exception:
+            pass
+        _GROUP_CACHE[key] = desc
+    return desc
+
+
+def _next_seq():
+    global _SEQ
+    with _SEQ_LOCK:
+        _SEQ += 1
+        return _SEQ
+
+
+def _wrap_collective(op, fn):
+    if getattr(fn, "_ddp_lint_wrapped", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        # only the outermost collective of the rank process is recorded (all_gather_object calls
+        # all_gather inside; a forked DataLoader worker is not a rank)
+        if getattr(_TLS, "depth", 0) or os.getpid() != _PID:
+            return fn(*args, **kwargs)
+        global _LAST_SITE
+        site = _caller_site()
+        seq = _next_seq()
+        rec = {"seq": seq, "op": op, "async": bool(kwargs.get("async_op", False))}
+        if site:
+            rec.update(site)
+            _LAST_SITE = site
+        try:
+            g = _group_desc(_group_of(op, fn, args, kwargs))
+            if g is not None:
+                rec["group"] = g
+        except Exception:
+            pass
+        _log_event("call", **rec)
+        _TLS.depth = 1
+        try:
+            for hook in list(_PRE_COLLECTIVE_HOOKS):
+                hook(op, args, kwargs, site)
+            result = fn(*args, **kwargs)
+        except BaseException as e:
+            _log_event("raise", seq=seq, op=op, error=f"{type(e).__name__}: {e}"[:4000])
+            raise
+        finally:
+            _TLS.depth = 0
+        _log_event("return", seq=seq, op=op)
+        return result
+
+    wrapper._ddp_lint_wrapped = True
+    wrapper._ddp_lint_original = fn
+    return wrapper
+
+
+def _run_timeout():
+    try:
+        t = float(os.environ.get("DDP_LINT_TIMEOUT", ""))
+    except ValueError:
+        return None
+    if t <= 0:
+        return None
+    # a small margin: the launcher asks hung ranks for their stacks first, the backend's own
+    # timeout is the fallback that turns a hang into an error instead of a 10-30 minute wait
+    return t + min(5.0, max(1.0, 0.25 * t))
+
+
+def _wrap_init(fn, c10d):
+    if getattr(fn, "_ddp_lint_wrapped", False):
+        return fn
+
+    @functools.wraps(fn)
+    def init_process_group(*args, **kwargs):
+        site = _caller_site() or {}
+        backend = kwargs.get("backend", args[0] if args else None)
+        forced = os.environ.get("DDP_LINT_BACKEND", "auto")
+        if forced in ("gloo", "nccl") and os.environ.get("DDP_LINT_EMULATE") != "1" and backend != forced:
+            if args:
+                args = (forced,) + tuple(args[1:])
+            else:
+                kwargs["backend"] = forced
+            _log_event("note", message=f"backend {backend!r} replaced by {forced!r} (--backend {forced})")
+        limit = _run_timeout()
+        if limit is not None:
+            import datetime
+
+            cap = datetime.timedelta(seconds=limit)
+            given = kwargs.get("timeout", args[2] if len(args) > 2 else None)
+            if given is None or (isinstance(given, datetime.timedelta) and given > cap):
+                if len(args) > 2:
+                    args = tuple(args[:2]) + (cap,) + tuple(args[3:])
+                else:
+                    kwargs["timeout"] = cap
+        _log_event("init", backend=str(backend) if backend is not None else None, **site)
+        return fn(*args, **kwargs)
+
+    init_process_group._ddp_lint_wrapped = True
+    init_process_group._ddp_lint_original = fn
+    return init_process_group
+
+
+def _patch_torch():
+    global _TORCH_DIR
+    import torch
+    import torch.distributed as dist
+
+    _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    if not dist.is_available():
+        _log_event("note", message="torch.distributed is not available in this torch build")
+        return
+    from torch.distributed import distributed_c10d as c10d
+
+    for op in COLLECTIVE_OPS:
+        orig = getattr(c10d, op, None) or getattr(dist, op, None)
+        if orig is None or not callable(orig):
+            continue
+        w = _wrap_collective(op, orig)
+        for mod in (c10d, dist):
+            if getattr(mod, op, None) is orig:
+                setattr(mod, op, w)
+    orig_init = c10d.init_process_group
+    w = _wrap_init(orig_init, c10d)
+    for mod in (c10d, dist):
+        if getattr(mod, "init_process_group", None) is orig_init:
+            setattr(mod, "init_process_group", w)
+    limit = _run_timeout()
+    orig_default = getattr(c10d, "_get_default_timeout", None)
+    if limit is not None and orig_default is not None and not getattr(orig_default, "_ddp_lint_wrapped", False):
+        import datetime
+
+        cap = datetime.timedelta(seconds=limit)
+
+        def _get_default_timeout(*a, **k):
+            t = orig_default(*a, **k)
+            try:
+                return min(t, cap)
+            except TypeError:
+                return cap
+
+        _get_default_timeout._ddp_lint_wrapped = True
+        c10d._get_default_timeout = _get_default_timeout
+
+
+def _patch_os_exit():
+    orig = os._exit
+
+    def _exit(code):
+        if os.getpid() == _PID:
+            site = _caller_site()
+            _log_event("exit", code=code, via="os._exit", frames=[site] if site else [])
+        orig(code)
+
+    _exit._ddp_lint_original = orig
+    os._exit = _exit
+
+
+def _open_private(path):
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
+
+
+def _setup_recording(script):
+    global _LOG_FD, _RANK
+    _RANK = _rank_int()
+    log_dir = os.environ.get("DDP_LINT_LOG_DIR")
+    if not log_dir:
+        return
+    tag = str(_RANK)
+    _LOG_FD = os.open(os.path.join(log_dir, f"rank-{tag}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    _log_event(
+        "start", main_thread=threading.main_thread().ident, script=script, argv=sys.argv[1:],
+        world_size=os.environ.get("WORLD_SIZE"), local_rank=os.environ.get("LOCAL_RANK"),
+        emulate=os.environ.get("DDP_LINT_EMULATE") == "1",
+    )
+    import faulthandler
+
+    try:
+        fatal = _open_private(os.path.join(log_dir, f"stack-{tag}.fatal"))
+        _KEEP.append(fatal)
+        faulthandler.enable(file=fatal, all_threads=True)
+        if hasattr(faulthandler, "register"):
+            usr1 = _open_private(os.path.join(log_dir, f"stack-{tag}.usr1"))
+            term = _open_private(os.path.join(log_dir, f"stack-{tag}.term"))
+            _KEEP.extend((usr1, term))
+            faulthandler.register(signal.SIGUSR1, file=usr1, all_threads=True, chain=False)
+            faulthandler.register(signal.SIGTERM, file=term, all_threads=True, chain=True)
+    except (OSError, RuntimeError, ValueError) as e:
+        _log_event("note", message=f"faulthandler unavailable: {e}")
+    _patch_os_exit()
+    try:
+        _patch_torch()
+    except ImportError as e:
+        _log_event("note", message=f"torch could not be imported: {e}")
+
+
+def _exception_record(e):
+    extra = {}
+    for k in dir(e):
+        if k.startswith("ddp_lint_"):
+            try:
+                v = getattr(e, k)
+                json.dumps(v)
+                extra[k[len("ddp_lint_"):]] = v
+            except Exception:
+                pass
+    t = type(e)
+    try:
+        text = "".join(traceback.format_exception(t, e, e.__traceback__))
+    except Exception:
+        text = repr(e)
+    try:
+        message = str(e)
+    except Exception:
+        message = "<unprintable>"
+    return {"type": t.__name__, "qualname": f"{t.__module__}.{t.__qualname__}", "message": message[:20000],
+            "frames": _frames_of(e.__traceback__), "text": text[-200000:], "extra": extra}
+
+
+def _user_tb(tb):
+    """The traceback from the script's first frame on (drops this shim and runpy)."""
+    first = tb
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if fn != _SHIM_FILE and "runpy" not in fn:
+            return tb
+        tb = tb.tb_next
+    return first
+
+
+def _exit_code(code):
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    return 1
 
 
 # ================================ EMULATION (owned by the emulation) =============================
@@ -39,9 +408,54 @@ def _emulation_install():  # replaced by the emulation implementation
 # ================================ END EMULATION ==================================================
 
 
-def main(argv=None):  # replaced by the runner implementation
-    raise SystemExit("ddp-lint shim: not implemented yet")
+def main(argv=None):
+    """``shim.py SCRIPT [ARGS...]``: record, then run SCRIPT as ``__main__`` like torchrun would."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.stderr.write("usage: shim.py SCRIPT [ARGS...]\n")
+        return 2
+    script = os.path.abspath(argv[0])
+    sys.argv = [script] + argv[1:]
+    # the interpreter put this shim's folder first on sys.path; the script's own folder belongs there
+    script_dir = os.path.dirname(script)
+    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(_SHIM_FILE):
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    try:
+        _setup_recording(script)
+    except Exception as e:  # never stop the user's script because recording failed
+        sys.stderr.write(f"ddp-lint shim: recording disabled: {e!r}\n")
+    if os.environ.get("DDP_LINT_EMULATE") == "1":
+        try:
+            _emulation_install()
+        except Exception as e:
+            _log_event("exception", **_exception_record(e), exit_code=1, phase="emulation")
+            traceback.print_exc()
+            return 1
+    _log_event("ready")
+    import runpy
+
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = _exit_code(e.code)
+        _log_event("exit", code=code, via="SystemExit", frames=_frames_of(e.__traceback__),
+                   message=None if isinstance(e.code, (int, type(None))) else str(e.code)[:2000])
+        raise
+    except BaseException as e:
+        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+        _log_event("exception", **_exception_record(e), exit_code=code)
+        try:
+            traceback.print_exception(type(e), e, _user_tb(e.__traceback__))
+            sys.stderr.flush()
+        except Exception:
+            pass
+        return code
+    site = _LAST_SITE
+    _log_event("exit", code=0, via="return", frames=[site] if site else [])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
