@@ -7,6 +7,7 @@ other rules still report.
 from __future__ import annotations
 
 import ast
+import re
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ SYNTAX_CODE = "DDP000"
 SYNTAX_NAME = "syntax-error"
 
 _DEFAULT_SETTINGS = Settings()
+_EOL = re.compile(r"\r\n|\r|\n")
 _instances: dict[str, object] = {}
 
 
@@ -49,14 +51,22 @@ def parse(text: str, filename: str = "<unknown>"):
             warnings.simplefilter("ignore")  # SyntaxWarning for invalid escapes etc.
             return ast.parse(src_for_ast, filename=filename), None
     except SyntaxError as e:
+        if e.lineno is None and "\0" in text:  # 3.11.4+: a NUL byte is a SyntaxError without position
+            return None, _nul_error(src_for_ast, e)
         return None, ("syntax error: " + (e.msg or "invalid syntax"), e.lineno, e.offset, e.end_lineno, e.end_offset)
     except ValueError as e:  # "source code string cannot contain null bytes"
-        off = text.find("\0")
-        line = text.count("\n", 0, max(off, 0))
-        col = off - (text.rfind("\n", 0, off) + 1) if off >= 0 else 0
-        return None, (f"syntax error: {e}", line + 1, col + 1, None, None)
+        return None, _nul_error(src_for_ast, e)
     except (RecursionError, MemoryError):
         return None, ("syntax error: the file is nested too deeply for Python's parser", 1, 1, None, None)
+
+
+def _nul_error(text: str, e: Exception):
+    """Position (1-based, like SyntaxError) of the first NUL byte, counting lines as ast does."""
+    off = max(text.find("\0"), 0)
+    line = 1 + sum(1 for _ in _EOL.finditer(text, 0, off))
+    last = [m.end() for m in _EOL.finditer(text, 0, off)]
+    col = off - (last[-1] if last else 0)
+    return (f"syntax error: {getattr(e, 'msg', None) or e}", line, col + 1, None, None)
 
 
 def _syntax_finding(src: SourceText, filename: str, info) -> Finding:
