@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ._common import is_simple_ref
+from ._model_flow import ddp_calls, first_device_id, on_device
+
+
+class DdpModuleNotOnDevice(Rule):
+    """
+    ## What it does
+    Checks for `DistributedDataParallel(module, device_ids=[...])` where `module`, on every path in
+    the same scope, was built on the CPU and never moved with `.to(...)` / `.cuda(...)`: a
+    `torch.nn` layer, a torchvision/timm model, or an `nn.Module` class of the same file that never
+    places itself, held directly or through a variable.
+
+    A module that comes from a function this file does not show (`build_model(cfg)`), a parameter,
+    or code that gets the module handed to it before the wrap, is never flagged.
+
+    ## Why is this bad?
+    `device_ids` tells DDP which GPU the module lives on; a CPU module makes the constructor fail:
+
+    ```
+    ValueError: DistributedDataParallel device_ids and output_device arguments only work with
+    single-device/multiple-device GPU modules or CPU modules, but got device_ids [1],
+    output_device None, and module parameters {device(type='cpu')}.
+    ```
+
+    ## Example
+    ```python
+    model = ToyModel()
+    ddp_model = DDP(model, device_ids=[local_rank])
+    ```
+
+    ## Use instead
+    ```python
+    model = ToyModel().to(local_rank)
+    ddp_model = DDP(model, device_ids=[local_rank])
+    ```
+
+    ## Fix safety
+    The fix moves the module where it is handed to DDP (`DDP(model.to(local_rank), ...)`, using
+    the `device_ids` entry). It is **unsafe**: code between the construction and the wrap (an
+    optimizer built from the parameters, a checkpoint load) still sees the CPU module, which can
+    matter for optimizers that captured device-specific state.
+    """
+
+    code = "DDP201"
+    name = "ddp-module-not-on-device"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    requires_text = ("DistributedDataParallel",)
+
+    def finish(self, ctx) -> None:
+        for call in ddp_calls(ctx):
+            ids = get_arg(call, 1, "device_ids")
+            if isinstance(ids, ast.Name):
+                ids = ctx.sem.single_value(ids.id, ctx.sem.scope_of(call))
+            if not isinstance(ids, (ast.List, ast.Tuple)) or not ids.elts:
+                continue  # absent, None, or only known at run time (`[gpu] if gpu is not None else None`)
+            module = get_arg(call, 0, "module")
+            if module is None:
+                continue
+            if on_device(ctx, module, call) is not False:
+                continue
+            dev = first_device_id(call)
+            fix = None
+            if dev is not None and (is_simple_ref(dev) or isinstance(dev, ast.Constant)) and isinstance(
+                    module, (ast.Name, ast.Call, ast.Attribute)):
+                new = f"{ctx.text(module)}.to({ctx.text(dev)})"
+                fix = ctx.fix(Applicability.UNSAFE, f"Move the module to the device: `{new}`",
+                              [ctx.replace(module, new)])
+            what = f"`{module.id}`" if isinstance(module, ast.Name) else "the module"
+            ctx.report(
+                call,
+                f"{what} is still on the CPU when it is wrapped with `device_ids`: DDP raises "
+                "ValueError (device_ids only work with GPU modules); move it with `.to(device)` first",
+                fix=fix,
+            )
