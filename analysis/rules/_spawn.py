@@ -1,0 +1,99 @@
+"""``torch.multiprocessing.spawn`` helpers for the DDP2xx/DDP4xx rules: the spawn calls, their target
+functions, what runs inside the spawned ranks, and ``if __name__ == "__main__":`` guards."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, get_arg
+
+SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
+
+
+def spawn_calls(ctx) -> list[ast.Call]:
+    return ctx.sem.calls_to(*SPAWNS)
+
+
+def target_def(ctx, call: ast.Call) -> ast.AST | None:
+    """The one function of this file that ``mp.spawn(fn, ...)`` starts, or None."""
+    fn = get_arg(call, 0, "fn")
+    if not isinstance(fn, ast.Name):
+        return None
+    defs = ctx.sem.functions.get(fn.id)
+    if not defs or len(defs) != 1:
+        return None
+    d = defs[0]
+    if isinstance(getattr(d, "_p", None), ast.ClassDef):
+        return None
+    return d
+
+
+def rank_functions(ctx) -> set[int] | None:
+    """ids of the functions that run inside spawned ranks (spawn targets and the functions of this
+    file they call, transitively); None when the file does not spawn."""
+    got = getattr(ctx, "_ddp_spawn_reach", 0)
+    if got != 0:
+        return got
+    calls = spawn_calls(ctx)
+    if not calls:
+        ctx._ddp_spawn_reach = None
+        return None
+    seen: set[int] = set()
+    work = []
+    for c in calls:
+        fn = get_arg(c, 0, "fn")
+        if isinstance(fn, ast.Name):
+            work.extend(ctx.sem.functions.get(fn.id, ()))
+        elif fn is not None:
+            ctx._ddp_spawn_reach = None  # a partial or a method: we cannot tell what runs in the ranks
+            return None
+    # callees by enclosing function (one pass over the calls)
+    callees: dict[int, list[str]] = {}
+    for c in ctx.sem.calls:
+        if isinstance(c.func, ast.Name):
+            fn = ctx.sem.enclosing_function(c)
+            if fn is not None:
+                callees.setdefault(id(fn), []).append(c.func.id)
+    while work:
+        d = work.pop()
+        if id(d) in seen:
+            continue
+        seen.add(id(d))
+        for name in callees.get(id(d), ()):
+            work.extend(ctx.sem.functions.get(name, ()))
+    # nested functions run where their parent runs
+    ctx._ddp_spawn_reach = seen
+    return seen
+
+
+def runs_in_ranks(ctx, node: ast.AST) -> bool | None:
+    """For a file that spawns its ranks: does ``node`` run inside them (True), only in the launching
+    process (False)? None when the file does not spawn (every process runs every path)."""
+    reach = rank_functions(ctx)
+    if reach is None:
+        return None
+    for a in ctx.sem.ancestors(node):
+        if isinstance(a, FUNC_TYPES) and id(a) in reach:
+            return True
+    return False
+
+
+def is_main_guard(test: ast.AST) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    a, b = test.left, test.comparators[0]
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, ast.Name) and x.id == "__name__" and isinstance(y, ast.Constant) and y.value == "__main__":
+            return True
+    return False
+
+
+def under_main_guard(node: ast.AST) -> bool:
+    child = node
+    p = getattr(node, "_p", None)
+    while p is not None:
+        if isinstance(p, ast.If) and child in p.body and is_main_guard(p.test):
+            return True
+        child = p
+        p = getattr(p, "_p", None)
+    return False

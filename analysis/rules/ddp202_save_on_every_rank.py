@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ._model_flow import is_distributed_script, reaching_assignment
+from ._rank0 import is_rank_like, rank0_guarded
+from ._spawn import runs_in_ranks
+
+_BUFFERS = ("io.BytesIO", "io.StringIO", "tempfile.TemporaryFile", "tempfile.NamedTemporaryFile",
+            "tempfile.SpooledTemporaryFile")
+
+
+class SaveOnEveryRank(Rule):
+    """
+    ## What it does
+    Checks for `torch.save(obj, path)` in a distributed script (one that calls
+    `init_process_group`, wraps in DDP/FSDP or spawns its ranks) that is not under a rank-0 guard
+    and writes to a path that does not depend on the rank.
+
+    Guards are recognised as `if rank == 0:`, `if dist.get_rank() == 0:`,
+    `if args.local_rank in [-1, 0]:`, `if master_process:`, `if is_main_process():` (and
+    helpers of the file that return such a test), `if not distributed or rank == 0:`, the `else`
+    of `if rank != 0:`, an early `if rank != 0: return`, decorators such as `@rank_zero_only`, and a
+    function whose every call in the file is guarded. A save in a function this file never calls,
+    or in the launching process of an `mp.spawn` script, is not flagged.
+
+    ## Why is this bad?
+    Every rank runs the line, so N processes open, truncate and write the same file at the same
+    time. The result is a corrupt or truncated checkpoint that fails to load later:
+
+    ```
+    RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory
+    ```
+
+    and on shared file systems the writes also slow every rank down.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    ...
+    torch.save(model.module.state_dict(), "checkpoint.pt")
+    ```
+
+    ## Use instead
+    ```python
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), "checkpoint.pt")
+    dist.barrier()  # before other ranks read it
+    ```
+
+    ## Fix safety
+    There is no fix: where the guard belongs (and whether the other ranks must wait with a
+    `barrier()`) depends on the script.
+    """
+
+    code = "DDP202"
+    name = "save-on-every-rank"
+    severity = Severity.WARNING
+    requires_text = ("save",)
+
+    def finish(self, ctx) -> None:
+        saves = ctx.calls_to("torch.save")
+        if not saves or not is_distributed_script(ctx):
+            return
+        for call in saves:
+            path = get_arg(call, 1, "f")
+            if path is None or _rank_dependent_or_buffer(ctx, path, call):
+                continue
+            if runs_in_ranks(ctx, call) is False:
+                continue
+            if rank0_guarded(ctx, call) is not False:
+                continue
+            ctx.report(
+                call,
+                "`torch.save` runs on every rank and writes the same path: concurrent writers corrupt "
+                "the checkpoint; guard it with `if rank == 0:` (or make the path rank-specific)",
+            )
+
+
+def _rank_dependent_or_buffer(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    if depth > 3:
+        return True
+    for n in ast.walk(expr):
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and is_rank_like(n):
+            return True
+        if isinstance(n, ast.Call) and (ctx.qn(n) or "") in _BUFFERS:
+            return True
+        if isinstance(n, ast.Name) and n is not expr and depth < 3:
+            st = reaching_assignment(ctx, n.id, at)
+            if st is not None and _rank_dependent_or_buffer(ctx, st.value, st, depth + 1):
+                return True
+    if isinstance(expr, ast.Name):
+        st = reaching_assignment(ctx, expr.id, at)
+        if st is not None:
+            return _rank_dependent_or_buffer(ctx, st.value, st, depth + 1)
+        # bound by `with open(...) as f` / `with io.BytesIO() as f` / a loop: look at the binding
+        scope = ctx.sem.scope_of(at)
+        for b in ctx.sem.assignments(scope).get(expr.id, ()):
+            if isinstance(b, (ast.With, ast.AsyncWith)):
+                for item in b.items:
+                    if _rank_dependent_or_buffer(ctx, item.context_expr, b, depth + 1):
+                        return True
+    return False

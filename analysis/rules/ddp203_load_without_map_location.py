@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Edit, Range, Severity
+from ..registry import Rule
+from ._model_flow import device_in_scope, is_distributed_script
+from ._rank0 import rank0_guarded
+from ._spawn import runs_in_ranks
+
+
+class LoadWithoutMapLocation(Rule):
+    """
+    ## What it does
+    Checks for `torch.load(...)` without `map_location` in a distributed script (one that calls
+    `init_process_group`, wraps in DDP/FSDP or spawns its ranks). Loads that only the main rank
+    runs, and loads in the launching process of an `mp.spawn` script, are not flagged.
+
+    ## Why is this bad?
+    `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
+    rank 0 names `cuda:0`, so *every* rank materialises the whole checkpoint on GPU 0: N copies on
+    one GPU, which runs out of memory
+
+    ```
+    torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ... (GPU 0; ... total capacity)
+    ```
+
+    or, short of that, leaves each rank holding memory on a GPU that is not its own and slows
+    rank 0 down for the whole run.
+
+    ## Example
+    ```python
+    checkpoint = torch.load(args.resume)
+    model.load_state_dict(checkpoint["model"])
+    ```
+
+    ## Use instead
+    ```python
+    checkpoint = torch.load(args.resume, map_location="cpu")
+    model.load_state_dict(checkpoint["model"])
+    ```
+
+    ## Fix safety
+    The fix adds `map_location=<device>` with the `torch.device` (or device string) variable in
+    scope, else `map_location="cpu"`. It is **unsafe**: code that relied on the loaded tensors
+    being on a GPU (rather than copying them into a module) now gets them on the given device.
+    """
+
+    code = "DDP203"
+    name = "load-without-map-location"
+    severity = Severity.WARNING
+    fix_availability = "always"
+    requires_text = ("load",)
+
+    def finish(self, ctx) -> None:
+        loads = ctx.calls_to("torch.load")
+        if not loads or not is_distributed_script(ctx):
+            return
+        for call in loads:
+            if len(call.args) >= 2 or any(k.arg in ("map_location", None) for k in call.keywords):
+                continue
+            if not call.args and not any(k.arg == "f" for k in call.keywords):
+                continue
+            if any(isinstance(a, ast.Starred) for a in call.args):
+                continue
+            if runs_in_ranks(ctx, call) is False:
+                continue
+            if rank0_guarded(ctx, call) is not False:
+                continue
+            dev = device_in_scope(ctx, call)
+            value = dev if dev is not None else '"cpu"'
+            last = max([*call.args, *(k for k in call.keywords)], key=lambda n: (n.end_lineno, n.end_col_offset))
+            pos = ctx.src.node_end(last)
+            fix = ctx.fix(Applicability.UNSAFE, f"Add `map_location={value}`",
+                          [Edit(Range(pos, pos), f", map_location={value}")])
+            ctx.report(
+                call,
+                "`torch.load` without `map_location` restores tensors to the device they were saved "
+                "from (usually cuda:0) on every rank; pass `map_location`",
+                fix=fix,
+            )

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Edit, Range, Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ._model_flow import dominates, is_ddp_wrapper, reaching_assignment
+
+_PREFIX_HANDLING = ("module.", "consume_prefix_in_state_dict_if_present")
+
+
+class DdpWrapperStateDict(Rule):
+    """
+    ## What it does
+    Checks for `torch.save(...)` of `ddp_model.state_dict()` where `ddp_model` holds the
+    `DistributedDataParallel` wrapper, directly or inside a dict, through a variable or
+    `self.<attr>`.
+
+    A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`)
+    or handles the prefix itself (mentions `"module."` or calls
+    `consume_prefix_in_state_dict_if_present`) is not flagged.
+
+    ## Why is this bad?
+    The wrapper's keys all start with `module.`. Loading the checkpoint into the plain model (for
+    inference, evaluation, or a run with another world size) fails:
+
+    ```
+    RuntimeError: Error(s) in loading state_dict for ResNet:
+        Missing key(s) in state_dict: "conv1.weight", "bn1.weight", ...
+        Unexpected key(s) in state_dict: "module.conv1.weight", "module.bn1.weight", ...
+    ```
+
+    ## Example
+    ```python
+    ddp_model = DDP(model, device_ids=[local_rank])
+    ...
+    torch.save(ddp_model.state_dict(), "model.pt")
+    ```
+
+    ## Use instead
+    ```python
+    torch.save(ddp_model.module.state_dict(), "model.pt")
+    ```
+
+    ## Fix safety
+    The fix saves `ddp_model.module.state_dict()`. It is **safe** where the wrapping always
+    happens before the save: the checkpoint then holds the plain model's keys, loadable anywhere.
+    Where the wrap is conditional (`if args.distributed: model = DDP(model)`), `.module` would
+    not exist on the other path, so no fix is offered.
+    """
+
+    code = "DDP204"
+    name = "ddp-wrapper-state-dict"
+    severity = Severity.WARNING
+    fix_availability = "sometimes"
+    requires_text = ("DistributedDataParallel",)
+
+    def finish(self, ctx) -> None:
+        saves = ctx.calls_to("torch.save")
+        if not saves or any(s in ctx.src.text for s in _PREFIX_HANDLING):
+            return
+        for save in saves:
+            obj = get_arg(save, 0, "obj")
+            if obj is None:
+                continue
+            for sd_call, holder, ddp_assign in _wrapper_state_dicts(ctx, obj, save):
+                if _loaded_back(ctx, holder, ddp_assign):
+                    continue
+                fix = None
+                if dominates(ddp_assign, sd_call):
+                    end = ctx.src.node_end(holder)
+                    fix = ctx.fix(Applicability.SAFE, "Save the wrapped module's state: `.module.state_dict()`",
+                                  [Edit(Range(end, end), ".module")])
+                ctx.report(
+                    save,
+                    f"`{ctx.text(holder)}` is the DDP wrapper: its state_dict keys carry a `module.` prefix "
+                    "and will not load into the plain model; save "
+                    f"`{ctx.text(holder)}.module.state_dict()`",
+                    related=[(ddp_assign, "wrapped in DistributedDataParallel here")],
+                    fix=fix,
+                )
+
+
+def _wrapper_state_dicts(ctx, obj: ast.AST, save: ast.Call, depth: int = 0):
+    """(state_dict call, the wrapper expression, its DDP assignment) inside the saved object."""
+    if depth > 2:
+        return
+    if isinstance(obj, ast.Name):
+        st = reaching_assignment(ctx, obj.id, save)
+        if st is not None:
+            yield from _wrapper_state_dicts(ctx, st.value, save, depth + 1)
+        return
+    exprs = [obj]
+    if isinstance(obj, ast.Dict):
+        exprs = [v for v in obj.values if v is not None]
+    elif isinstance(obj, (ast.List, ast.Tuple)):
+        exprs = list(obj.elts)
+    elif isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id == "dict":
+        exprs = [k.value for k in obj.keywords]
+    for e in exprs:
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "state_dict" \
+                and not e.args and not e.keywords:
+            holder = e.func.value
+            st = is_ddp_wrapper(ctx, holder, save)
+            if st is not None:
+                yield e, holder, st
+        elif isinstance(e, ast.Name) and depth < 2 and e is not obj:
+            yield from _wrapper_state_dicts(ctx, e, save, depth + 1)
+
+
+def _loaded_back(ctx, holder: ast.AST, ddp_assign: ast.stmt) -> bool:
+    """The file loads a state dict into the same wrapper: the checkpoint is meant for it."""
+    want = ctx.text(holder)
+    for c in ctx.sem.calls:
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr == "load_state_dict" and ctx.text(f.value) == want:
+            if ctx.sem.scope_of(c) is ctx.sem.scope_of(ddp_assign) or want.startswith("self."):
+                return True
+    return False
