@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ._model_flow import ddp_calls
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+class AccumulationWithoutNoSync(Rule):
+    """
+    ## What it does
+    Checks for gradient accumulation in a file that wraps its model in DDP without ever using
+    `no_sync()` (or `require_backward_grad_sync`): a loop that calls `backward()` on every
+    iteration but `optimizer.step()` only under a `% accum_steps` test.
+
+    It is informational and off by default: the script trains correctly, only slower.
+
+    ## Why is this bad?
+    DDP all-reduces the gradients in every `backward()`. With accumulation, only the last
+    `backward()` before `step()` needs that; the others send the full gradient size over the
+    network for nothing, so `accum_steps - 1` of every `accum_steps` all-reduces are wasted. The
+    symptom is a training step that scales badly with the number of nodes.
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(ddp_model(x), y) / accum_steps
+        loss.backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for i, (x, y) in enumerate(loader):
+        sync = (i + 1) % accum_steps == 0
+        with contextlib.nullcontext() if sync else ddp_model.no_sync():
+            loss = criterion(ddp_model(x), y) / accum_steps
+            loss.backward()
+        if sync:
+            optimizer.step()
+            optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    There is no fix: the forward pass must move inside the `no_sync()` block too.
+    """
+
+    code = "DDP205"
+    name = "accumulation-without-no-sync"
+    severity = Severity.INFO
+    default_enabled = False
+    requires_text = ("backward",)
+
+    def finish(self, ctx) -> None:
+        text = ctx.src.text
+        if "no_sync" in text or "require_backward_grad_sync" in text or not ddp_calls(ctx):
+            return
+        steps_by_loop: dict[int, tuple[ast.AST, ast.If]] = {}
+        backwards: list[tuple[ast.Call, ast.AST]] = []
+        for c in ctx.sem.calls:
+            f = c.func
+            if not isinstance(f, ast.Attribute):
+                continue
+            if f.attr == "step":
+                guard, loop = _mod_guard_and_loop(c)
+                if guard is not None and loop is not None:
+                    steps_by_loop.setdefault(id(loop), (loop, guard))
+            elif f.attr == "backward":
+                loop = _loop_of(c)
+                if loop is not None:
+                    backwards.append((c, loop))
+        for c, loop in backwards:
+            got = steps_by_loop.get(id(loop))
+            if got is None:
+                continue
+            _, guard = got
+            if _inside(c, guard) or _mod_guard_and_loop(c)[0] is not None:
+                continue
+            ctx.report(
+                c,
+                "gradient accumulation on a DDP model without `no_sync()`: every `backward()` all-reduces, "
+                "but the optimizer steps only every few iterations; wrap the non-stepping iterations in "
+                "`model.no_sync()`",
+                related=[(guard.test, "the optimizer steps only under this test")],
+            )
+
+
+def _loop_of(node: ast.AST):
+    for a in _ancestors(node):
+        if isinstance(a, _LOOPS):
+            return a
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return None
+    return None
+
+
+def _mod_guard_and_loop(node: ast.AST):
+    guard = None
+    for a in _ancestors(node):
+        if isinstance(a, ast.If) and guard is None and _has_mod(a.test):
+            guard = a
+        elif isinstance(a, _LOOPS):
+            return guard, a
+        elif isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return guard, None
+    return guard, None
+
+
+def _has_mod(test: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test))
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    return any(a is outer for a in _ancestors(node))
+
+
+def _ancestors(node: ast.AST):
+    p = getattr(node, "_p", None)
+    while p is not None:
+        yield p
+        p = getattr(p, "_p", None)
