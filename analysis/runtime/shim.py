@@ -318,6 +318,25 @@ def _patch_os_exit():
     os._exit = _exit
 
 
+def _lib_dirs():
+    """Folders whose frames are never the user's code: the stdlib and the installed packages."""
+    out = []
+    try:
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        for k in ("stdlib", "platstdlib", "purelib", "platlib"):
+            p = paths.get(k)
+            if p and p not in out:
+                out.append(os.path.abspath(p))
+    except Exception:
+        pass
+    for p in sys.path:
+        if p and ("site-packages" in p or "dist-packages" in p) and p not in out:
+            out.append(os.path.abspath(p))
+    return out
+
+
 def _open_private(path):
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
 
@@ -333,7 +352,7 @@ def _setup_recording(script):
     _log_event(
         "start", main_thread=threading.main_thread().ident, script=script, argv=sys.argv[1:],
         world_size=os.environ.get("WORLD_SIZE"), local_rank=os.environ.get("LOCAL_RANK"),
-        emulate=os.environ.get("DDP_LINT_EMULATE") == "1",
+        emulate=os.environ.get("DDP_LINT_EMULATE") == "1", lib_dirs=_lib_dirs(),
     )
     import faulthandler
 
@@ -388,6 +407,24 @@ def _user_tb(tb):
             return tb
         tb = tb.tb_next
     return first
+
+
+def _print_user_traceback(e):
+    """The traceback as Python would print it for the script alone: no shim or runpy frames."""
+    te = traceback.TracebackException(type(e), e, _user_tb(e.__traceback__), compact=True)
+    seen = set()
+    stack = [te]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack = traceback.StackSummary.from_list([f for f in t.stack if f.filename != _SHIM_FILE])
+        for nxt in (t.__cause__, t.__context__):
+            if nxt is not None:
+                stack.append(nxt)
+    sys.stderr.write("".join(te.format()))
+    sys.stderr.flush()
 
 
 def _exit_code(code):
@@ -447,8 +484,7 @@ def main(argv=None):
         code = 130 if isinstance(e, KeyboardInterrupt) else 1
         _log_event("exception", **_exception_record(e), exit_code=code)
         try:
-            traceback.print_exception(type(e), e, _user_tb(e.__traceback__))
-            sys.stderr.flush()
+            _print_user_traceback(e)
         except Exception:
             pass
         return code

@@ -1,0 +1,253 @@
+"""The run action's API, shared by ``ddp-lint run`` and the language server.
+
+``run_script(...)`` never raises on user input: a missing file, an interpreter without torch or a
+launcher that cannot start come back as ``RunResult(exit_code=2, error=...)``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..model import Finding
+from . import launcher
+from .mapping import UserCode, analyse
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_CANCELLED = 0, 1, 2, 130
+
+
+@dataclass
+class RankSummary:
+    rank: int
+    status: str  # ok | exception | exited | crashed | hung | terminated | killed | not-started
+    text: str  # one line for people
+    filename: str | None = None
+    line: int | None = None  # 1-based
+    op: str | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "status": self.status, "text": self.text, "filename": self.filename,
+                "line": self.line, "op": self.op, "exit_code": self.exit_code}
+
+
+@dataclass
+class RunResult:
+    findings: list[Finding] = field(default_factory=list)
+    exit_code: int = EXIT_CLEAN  # 0 clean, 1 findings, 2 could not run, 130 cancelled
+    emulated: bool = False
+    notes: list[str] = field(default_factory=list)
+    cancelled: bool = False
+    ranks: list[RankSummary] = field(default_factory=list)
+    error: str | None = None  # why the run could not happen (exit_code 2)
+    script: str = ""
+    nproc: int = 0
+    timeout: float = 0.0
+    timed_out: bool = False
+    duration: float = 0.0
+    output: str = ""  # the ranks' and torchrun's output: head and tail, bounded
+    output_bytes: int = 0
+    argv: list[str] = field(default_factory=list)
+    emulate_reason: str | None = None
+
+
+Progress = Callable[[str, "int | None"], None]
+
+
+def gpu_count(python: str | None = None) -> int:
+    """Local GPUs without importing torch here: CUDA_VISIBLE_DEVICES, the NVIDIA driver's /proc
+    entries, then ``nvidia-smi -L``."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    n = None
+    try:
+        n = len([d for d in os.listdir("/proc/driver/nvidia/gpus") if d.strip()])
+    except OSError:
+        pass
+    if n is None:
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            try:
+                out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+                n = sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU "))
+            except (OSError, subprocess.SubprocessError):
+                n = 0
+        else:
+            n = 0
+    if vis is not None:
+        vis = vis.strip()
+        if vis == "" or vis.startswith("-1"):
+            return 0
+        ids = [v for v in vis.split(",") if v.strip()]
+        cut = next((i for i, v in enumerate(ids) if v.strip().startswith("-")), len(ids))
+        return min(cut, n) if n else 0
+    return n
+
+
+def _has_torch(python: str) -> tuple[bool, str]:
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        try:
+            return importlib.util.find_spec("torch") is not None, ""
+        except (ImportError, ValueError) as e:
+            return False, str(e)
+    try:
+        p = subprocess.run(
+            [python, "-c", "import importlib.util as u; print('ok' if u.find_spec('torch') else 'missing')"],
+            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"cannot run {python!r}: {e}"
+    if p.returncode != 0:
+        return False, (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    return p.stdout.strip() == "ok", ""
+
+
+def _emulation_decision(script, nproc, n_gpus, emulate, backend) -> tuple[bool, str | None, list[str]]:
+    notes = []
+    try:
+        from . import emulate_policy  # written by the emulation; optional
+    except ImportError:
+        if emulate == "on":
+            notes.append("--emulate on was asked for, but this build has no CPU emulation; running for real")
+        return False, None, notes
+    try:
+        ok, reason = emulate_policy.should_emulate(script, nproc, n_gpus, emulate, backend)
+    except Exception as e:  # the policy must never stop a run
+        notes.append(f"emulation policy failed ({e!r}); running without emulation")
+        return False, None, notes
+    return bool(ok), reason, notes
+
+
+def run_script(
+    script: str,
+    *,
+    nproc: int | None = None,
+    timeout: float = 60.0,
+    backend: str = "auto",
+    emulate: str = "auto",
+    python: str | None = None,
+    script_args=(),
+    cwd: str | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    sink: Callable[[bytes], None] | None = None,
+    startup_timeout: float = 120.0,
+) -> RunResult:
+    """Run ``script`` on ``nproc`` ranks under torchrun and map what went wrong to its lines.
+
+    ``timeout`` counts from the moment every rank runs the script; ``progress(message, percent)``
+    is called at starting, ranks up, waiting (about once a second) and collecting; setting
+    ``cancel`` kills every process within 2 s and returns ``cancelled=True``. ``sink`` receives
+    the ranks' raw output as it arrives (the result keeps a bounded head and tail of it)."""
+    res = RunResult(timeout=float(timeout))
+
+    def fail(msg: str) -> RunResult:
+        res.error = msg
+        res.exit_code = EXIT_ERROR
+        res.notes.append(msg)
+        return res
+
+    try:
+        path = Path(script).expanduser()
+        if not path.is_absolute():
+            path = Path(cwd or os.getcwd()) / path
+        path = Path(os.path.abspath(path))
+    except (OSError, ValueError) as e:
+        return fail(f"invalid script path {script!r}: {e}")
+    res.script = str(path)
+    if not path.is_file():
+        return fail(f"{script}: no such file" if not path.exists() else f"{script}: not a file")
+    if backend not in ("auto", "nccl", "gloo"):
+        return fail(f"unknown backend {backend!r} (auto, nccl or gloo)")
+    if emulate not in ("auto", "on", "off"):
+        return fail(f"unknown emulate mode {emulate!r} (auto, on or off)")
+    try:
+        timeout = float(timeout)
+    except (TypeError, ValueError):
+        return fail(f"invalid timeout {timeout!r}")
+    if not timeout > 0:
+        return fail("the timeout must be a positive number of seconds")
+    py = python or sys.executable
+    if os.sep not in py:
+        found = shutil.which(py)
+        if not found:
+            return fail(f"interpreter {py!r} not found on PATH")
+        py = found
+    if not (os.path.isfile(py) and os.access(py, os.X_OK)):
+        return fail(f"interpreter {py!r} is not an executable file")
+    ok, why = _has_torch(py)
+    if not ok:
+        return fail(f"torch is not installed for {py} ({why})" if why else
+                    f"torch is not installed for {py}; pass --python with the interpreter that has your torch")
+    n_gpus = gpu_count()
+    if nproc is None:
+        nproc = n_gpus if n_gpus >= 2 else 2
+    if not isinstance(nproc, int) or nproc < 1:
+        return fail(f"--nproc must be a positive number, got {nproc!r}")
+    if nproc > 64:
+        return fail(f"--nproc {nproc} is more ranks than a local run can take (at most 64)")
+    res.nproc = nproc
+    emulated, reason, notes = _emulation_decision(str(path), nproc, n_gpus, emulate, backend)
+    res.notes.extend(notes)
+    res.emulated, res.emulate_reason = emulated, reason
+    if reason:
+        res.notes.append(("emulated on CPU: " if emulated else "not emulated: ") + reason)
+    env_extra = {"DDP_LINT_BACKEND": backend}
+    if emulated:
+        env_extra.update({"DDP_LINT_EMULATE": "1", "DDP_LINT_EMU_NGPUS": str(nproc)})
+    workdir = cwd or os.getcwd()
+    try:
+        lr = launcher.launch(py, str(path), [str(a) for a in script_args], nproc, timeout, cwd=workdir,
+                             env_extra=env_extra, progress=progress, cancel=cancel, sink=sink,
+                             startup_timeout=startup_timeout)
+    except launcher.LaunchError as e:
+        return fail(str(e))
+    except OSError as e:
+        return fail(f"cannot run: {e}")
+    res.argv, res.duration, res.timed_out = lr.argv, lr.duration, lr.timed_out
+    res.output, res.output_bytes = lr.output, lr.output_bytes
+    if lr.output_dropped:
+        res.notes.append(f"the run printed {lr.output_bytes} bytes; only the first and last "
+                         f"{launcher.OUTPUT_HEAD // 1024} KiB are kept")
+    if lr.cancelled:
+        res.cancelled = True
+        res.exit_code = EXIT_CANCELLED
+        res.notes.append("cancelled; every process of the run was stopped")
+        return res
+    roots = [str(path.parent)]
+    if str(path).startswith(os.path.join(os.path.abspath(workdir), "")):
+        roots.append(os.path.abspath(workdir))
+    lib_dirs = []
+    for rd in lr.ranks.values():
+        s = rd.first("start")
+        if s:
+            lib_dirs = s.get("lib_dirs") or []
+            break
+    user = UserCode(roots, lib_dirs, launcher.SHIM_PATH)
+    an = analyse(lr.ranks, user=user, timed_out=lr.timed_out, timeout=timeout, emulated=emulated, output=lr.output)
+    res.findings = an.findings
+    res.notes.extend(n for n in an.notes if n not in res.notes)
+    for r, st in sorted(an.states.items()):
+        res.ranks.append(RankSummary(
+            rank=r, status=st.status, text=st.summary(), filename=os.path.abspath(st.site.file) if st.site else None,
+            line=st.site.line if st.site else None, op=st.op, exit_code=st.exit_code, pid=st.pid))
+    started = sum(1 for st in an.states.values() if st.started)
+    if started == 0:
+        tail = "\n".join(lr.output.strip().splitlines()[-15:])
+        why = "the ranks did not start" + (f" within {startup_timeout:g} s" if lr.startup_failed else "")
+        return fail(f"{why}; torchrun said:\n{tail}" if tail else why)
+    if lr.startup_failed:
+        res.notes.append(f"only {started} of {nproc} ranks started within {startup_timeout:g} s")
+    if res.findings:
+        res.exit_code = EXIT_FINDINGS
+    elif lr.returncode not in (0, None) or any(st.status not in ("ok",) for st in an.states.values()):
+        res.exit_code = EXIT_FINDINGS
+        res.notes.append(f"the run did not finish cleanly (torchrun exit status {lr.returncode}), "
+                         "but no rank failure could be pinned to a line")
+    return res

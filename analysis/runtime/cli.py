@@ -1,0 +1,166 @@
+"""``ddp-lint run``: text and JSON output over :func:`analysis.runtime.api.run_script`."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+
+from ..model import Finding
+from .api import EXIT_CANCELLED, EXIT_ERROR, RunResult, run_script
+
+_OWN_OPTS = {"--nproc": int, "--timeout": float, "--backend": str, "--emulate": str, "--python": str,
+             "--output-format": str}
+_CHOICES = {"--backend": ("auto", "nccl", "gloo"), "--emulate": ("auto", "on", "off"), "--output-format": ("text", "json")}
+
+
+class _Usage(Exception):
+    pass
+
+
+def _split_args(args) -> list[str]:
+    """``ddp-lint run SCRIPT [OPTIONS] [-- ARGS]``: options after the script are ddp-lint's,
+    everything after ``--`` goes to the script."""
+    rest = list(args.script_args or [])
+    mine, script_args = (rest, []) if "--" not in rest else (rest[: rest.index("--")], rest[rest.index("--") + 1:])
+    i = 0
+    while i < len(mine):
+        tok = mine[i]
+        name, eq, val = tok.partition("=")
+        if name not in _OWN_OPTS:
+            raise _Usage(f"unknown option {tok!r} after the script; pass the script's own arguments after `--` "
+                         f"(ddp-lint run SCRIPT [OPTIONS] -- ARGS)")
+        if not eq:
+            if i + 1 >= len(mine):
+                raise _Usage(f"{name} needs a value")
+            val = mine[i + 1]
+            i += 1
+        i += 1
+        try:
+            v = _OWN_OPTS[name](val)
+        except ValueError:
+            raise _Usage(f"{name}: invalid value {val!r}") from None
+        if name in _CHOICES and v not in _CHOICES[name]:
+            raise _Usage(f"{name} must be one of {', '.join(_CHOICES[name])}")
+        setattr(args, name[2:].replace("-", "_"), v)
+    return script_args
+
+
+def _loc(fr_range_pos) -> dict:
+    return {"row": fr_range_pos.line + 1, "column": fr_range_pos.column + 1}
+
+
+def finding_json(f: Finding) -> dict:
+    return {
+        "code": f.code,
+        "name": f.name,
+        "message": f.message,
+        "severity": f.severity.value,
+        "filename": f.filename,
+        "location": _loc(f.range.start),
+        "end_location": _loc(f.range.end),
+        "ranks": list(f.ranks),
+        "related": [{"filename": r.filename or f.filename, "location": _loc(r.range.start),
+                     "end_location": _loc(r.range.end), "ranks": list(r.ranks), "message": r.message}
+                    for r in f.related],
+        "emulated": f.emulated,
+        "url": f.url,
+        "details": f.details,
+    }
+
+
+def _rel(path: str | None) -> str:
+    if not path:
+        return "?"
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def format_text(res: RunResult) -> str:
+    out = []
+    head = f"ddp-lint run: {_rel(res.script)} on {res.nproc} rank{'s' if res.nproc != 1 else ''}"
+    if res.emulated:
+        head += " (emulated on CPU)"
+    head += f", {res.duration:.1f} s"
+    out.append(head)
+    for rs in res.ranks:
+        text = rs.text
+        if rs.filename and rs.line:
+            text = text.replace(f"{os.path.basename(rs.filename)}:{rs.line}", f"{_rel(rs.filename)}:{rs.line}")
+        out.append(f"  {text}")
+    if res.findings:
+        out.append("")
+    for f in res.findings:
+        ranks = f" [{'rank' if len(f.ranks) == 1 else 'ranks'} {', '.join(map(str, f.ranks))}]" if f.ranks else ""
+        out.append(f"{_rel(f.filename)}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}{ranks}")
+        for r in f.related:
+            out.append(f"    {_rel(r.filename or f.filename)}:{r.range.start.line + 1}:{r.range.start.column + 1}: {r.message}")
+        hint = f.details.get("hint") if isinstance(f.details, dict) else None
+        if hint:
+            out.append(f"    hint: {hint}")
+    for n in res.notes:
+        out.append(f"note: {n}")
+    if res.cancelled:
+        out.append("Cancelled.")
+    elif res.findings:
+        n = len(res.findings)
+        out.append(f"Found {n} runtime problem{'s' if n != 1 else ''}.")
+    elif res.exit_code == 0:
+        out.append("All ranks finished cleanly.")
+    return "\n".join(out) + "\n"
+
+
+def cmd_run(args) -> int:
+    try:
+        script_args = _split_args(args)
+    except _Usage as e:
+        print(f"ddp-lint: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    if not os.path.exists(args.script):
+        print(f"ddp-lint: error: {args.script}: no such file", file=sys.stderr)
+        return EXIT_ERROR
+    text_mode = args.output_format == "text"
+    cancel = threading.Event()
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                old[sig] = signal.signal(sig, lambda *_: cancel.set())
+            except (ValueError, OSError):
+                pass
+    err = sys.stderr
+
+    def sink(chunk: bytes) -> None:  # the ranks' output goes to stderr as it comes
+        try:
+            err.buffer.write(chunk)
+            err.buffer.flush()
+        except (AttributeError, ValueError):
+            err.write(chunk.decode("utf-8", "replace"))
+
+    try:
+        res = run_script(args.script, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
+                         emulate=args.emulate, python=args.python, script_args=script_args,
+                         sink=sink if text_mode else None)
+    finally:
+        for sig, h in old.items():
+            try:
+                signal.signal(sig, h)
+            except (ValueError, OSError):
+                pass
+    if res.exit_code == EXIT_ERROR:
+        print(f"ddp-lint: error: {res.error}", file=sys.stderr)
+        return EXIT_ERROR
+    if text_mode:
+        sys.stdout.write(format_text(res))
+    else:
+        sys.stdout.write(json.dumps([finding_json(f) for f in res.findings], indent=2, ensure_ascii=False, default=str) + "\n")
+        for n in res.notes:
+            print(f"note: {n}", file=sys.stderr)
+    sys.stdout.flush()
+    if res.cancelled:
+        return EXIT_CANCELLED
+    return res.exit_code
