@@ -1,0 +1,330 @@
+/**
+ * The language client's lifecycle: resolve the interpreter, probe it, start `<python> -m lsp_server`
+ * over stdio with the bundled sources on PYTHONPATH, and restart it (coalesced, crash loops bounded).
+ */
+import * as cp from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import * as vscode from 'vscode';
+import {
+    CloseAction, ErrorAction, ExecuteCommandRequest, LanguageClient, LanguageClientOptions,
+    RevealOutputChannelOn, ServerOptions, State, TransportKind,
+} from 'vscode-languageclient/node';
+import {
+    judgeProbe, MIN_PYTHON, PROBE_SCRIPT, ProbeVerdict, resolveInterpreter, ResolvedInterpreter,
+} from './interpreter';
+import { pythonExtensionInstalled, pythonExtensionInterpreter } from './python';
+import { CrashTracker, RestartCoalescer } from './restart';
+import { readSettings, SECTION, ServerSettings, settingsKey, toServerSettings } from './settings';
+import { StatusItem } from './status';
+
+/** Commands the extension implements itself (trust checks, progress); never forwarded blindly. */
+export const OWN_COMMANDS = new Set(['ddp-lint.run', 'ddp-lint.fixAll', 'ddp-lint.restart', 'ddp-lint.showLogs']);
+
+/** What the server needs that a bare interpreter may lack (installed on first run if missing). */
+const PYTHON_DEPS = ['pygls>=2.0,<3', 'lsprotocol>=2023.0.1', 'cattrs', 'libcst>=1.1'];
+
+function errorCode(e: unknown): string | undefined {
+    return (e as NodeJS.ErrnoException | undefined)?.code;
+}
+
+export class ServerManager implements vscode.Disposable {
+    client: LanguageClient | undefined;
+    interpreter: ResolvedInterpreter | undefined;
+    private readonly crashes = new CrashTracker(4, 3 * 60_000);
+    readonly restarts: RestartCoalescer;
+    private lastKey = '';
+    private shownError = '';
+    private stopping = false;
+    private disposables: vscode.Disposable[] = [];
+
+    constructor(
+        private readonly context: vscode.ExtensionContext,
+        readonly log: vscode.LogOutputChannel,
+        private readonly status: StatusItem,
+    ) {
+        this.restarts = new RestartCoalescer((reason) => this.doRestart(reason), 300, undefined,
+            (e) => this.log.error(`restart failed: ${String(e)}`));
+    }
+
+    settings(): { settings: ServerSettings; problems: { key: string; message: string }[] } {
+        return readSettings(vscode.workspace.getConfiguration(SECTION, this.resource()));
+    }
+
+    /** The resource whose interpreter and settings apply: the first workspace folder. */
+    resource(): vscode.Uri | undefined {
+        return vscode.workspace.workspaceFolders?.[0]?.uri
+            ?? vscode.window.activeTextEditor?.document.uri;
+    }
+
+    /** Restart only when the effective settings or the interpreter changed (coalesced). */
+    async settingsChanged(): Promise<void> {
+        const key = settingsKey(this.settings().settings);
+        if (key !== this.lastKey) {
+            await this.restarts.request('settings changed');
+        }
+    }
+
+    private pythonPath(extra: string[]): string {
+        const root = this.context.extensionUri.fsPath;
+        const parts = [root];
+        const libs = path.join(root, 'bundled', 'libs');
+        if (fs.existsSync(libs)) parts.push(libs);
+        parts.push(...extra);
+        return parts.join(path.delimiter);
+    }
+
+    private privateLibs(version: readonly number[]): string {
+        return path.join(this.context.globalStorageUri.fsPath, 'python-libs', `py${version[0]}.${version[1]}`);
+    }
+
+    private serverEnv(extra: string[]): NodeJS.ProcessEnv {
+        const ours = this.pythonPath(extra);
+        const user = process.env.PYTHONPATH;
+        return {
+            ...process.env,
+            PYTHONPATH: user ? `${ours}${path.delimiter}${user}` : ours,
+            // The runtime runner strips these from the ranks' PYTHONPATH so that the bundled
+            // pygls/attrs/... never shadow the user's packages in their own script.
+            DDP_LINT_BUNDLE_PATHS: JSON.stringify(ours.split(path.delimiter)),
+            PYTHONUNBUFFERED: '1',
+            PYTHONIOENCODING: 'utf-8',
+        };
+    }
+
+    private probe(command: string[], extra: string[]): Promise<ProbeVerdict> {
+        return new Promise((resolve) => {
+            cp.execFile(command[0], [...command.slice(1), '-c', PROBE_SCRIPT],
+                { env: this.serverEnv(extra), timeout: 30_000, windowsHide: true },
+                (err, stdout, stderr) => {
+                    const code = err ? errorCode(err) : undefined;
+                    const exit = err && typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 0;
+                    resolve(judgeProbe(command, code, exit, String(stdout), String(stderr)));
+                });
+        });
+    }
+
+    /** First-run install of the Python dependencies into a private folder, with progress. */
+    private installDeps(command: string[], target: string): Promise<string | undefined> {
+        return Promise.resolve(vscode.window.withProgress({
+            location: vscode.ProgressLocation.Notification,
+            title: 'ddp-lint: installing its Python dependencies (pygls, lsprotocol, libcst) for this interpreter…',
+        }, () => new Promise<string | undefined>((resolve) => {
+            fs.mkdirSync(target, { recursive: true });
+            const args = [...command.slice(1), '-m', 'pip', 'install', '--disable-pip-version-check',
+                '--no-input', '--upgrade', '--target', target, ...PYTHON_DEPS];
+            this.log.info(`installing: ${command[0]} ${args.join(' ')}`);
+            const p = cp.spawn(command[0], args, { windowsHide: true });
+            let err = '';
+            p.stdout.on('data', (d: Buffer) => this.log.info(d.toString().trimEnd()));
+            p.stderr.on('data', (d: Buffer) => { err += d.toString(); this.log.warn(d.toString().trimEnd()); });
+            p.on('error', (e) => resolve(e.message));
+            p.on('close', (code) => resolve(code === 0 ? undefined
+                : (err.trim().split(/\r?\n/).pop() || `pip exited with status ${code}`)));
+        })));
+    }
+
+    private async notifyError(message: string, kind: 'interpreter' | 'logs'): Promise<void> {
+        this.status.setState('error', message);
+        this.log.error(message);
+        if (this.shownError === message) return; // once per distinct problem, not per restart
+        this.shownError = message;
+        const action = kind === 'interpreter' ? 'Select Interpreter' : 'Show Logs';
+        const picked = await vscode.window.showErrorMessage(`ddp-lint: ${message}`, action);
+        if (picked === 'Select Interpreter') {
+            if (pythonExtensionInstalled()) {
+                await vscode.commands.executeCommand('python.setInterpreter');
+            } else {
+                await vscode.commands.executeCommand('workbench.action.openSettings', `${SECTION}.interpreter`);
+            }
+        } else if (picked === 'Show Logs') {
+            this.log.show();
+        }
+    }
+
+    async start(): Promise<void> {
+        const { settings, problems } = this.settings();
+        this.lastKey = settingsKey(settings);
+        for (const p of problems) this.log.warn(p.message);
+        if (problems.length > 0) {
+            void vscode.window.showWarningMessage(`ddp-lint: ${problems[0].message} (using the default)`);
+        }
+        if (!settings.enable) {
+            this.status.setState('disabled');
+            this.log.info('ddp-lint.enable is false: server not started');
+            return;
+        }
+        this.status.setState('starting');
+        const resource = this.resource();
+        const interp = await resolveInterpreter({
+            pythonExtension: () => pythonExtensionInterpreter(resource),
+            // In an untrusted workspace VS Code hides the workspace's value (restrictedConfigurations).
+            setting: () => settings.interpreter,
+            log: (m) => this.log.warn(m),
+        });
+        this.interpreter = interp;
+        this.log.info(`interpreter: ${interp.command.join(' ')} (from ${interp.source})`);
+
+        let extra: string[] = [];
+        let verdict = await this.probe(interp.command, extra);
+        if (!verdict.ok && verdict.kind === 'missing-modules' && verdict.probe) {
+            const missing = verdict.probe.missing;
+            if (missing.includes('lsp_server') || missing.includes('analysis')) {
+                await this.notifyError(`the extension is damaged: its Python sources (${missing.join(', ')}) are missing. Reinstall ddp-lint.`, 'logs');
+                return;
+            }
+            const target = this.privateLibs(verdict.probe.version);
+            extra = [target];
+            verdict = await this.probe(interp.command, extra);
+            if (!verdict.ok && verdict.kind === 'missing-modules') {
+                const why = await this.installDeps(interp.command, target);
+                verdict = await this.probe(interp.command, extra);
+                if (!verdict.ok && why !== undefined) {
+                    await this.notifyError(`could not install ddp-lint's Python dependencies (${missing.join(', ')}) with ${interp.command.join(' ')}: ${why}`, 'logs');
+                    return;
+                }
+            }
+        }
+        if (!verdict.ok) {
+            const hint = verdict.kind === 'missing-modules' ? 'logs' : 'interpreter';
+            const message = verdict.kind === 'not-found' || verdict.kind === 'too-old' || verdict.kind === 'broken'
+                ? `${verdict.message} Select a Python ${MIN_PYTHON.join('.')}+ interpreter.`
+                : verdict.message;
+            await this.notifyError(message, hint);
+            return;
+        }
+        const exe = verdict.probe.executable || interp.command[0];
+        const version = verdict.probe.version.join('.');
+        await this.startClient(interp.command, extra, settings, `Python ${version}, ${exe}`);
+    }
+
+    private async startClient(command: string[], extra: string[], settings: ServerSettings, detail: string): Promise<void> {
+        const serverOptions: ServerOptions = {
+            command: command[0],
+            args: [...command.slice(1), '-m', 'lsp_server'],
+            transport: TransportKind.stdio,
+            options: {
+                cwd: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? this.context.extensionUri.fsPath,
+                env: this.serverEnv(extra),
+            },
+        };
+        const initOptions = { ...toServerSettings(settings), workspaceTrusted: vscode.workspace.isTrusted };
+        const clientOptions: LanguageClientOptions = {
+            documentSelector: [
+                { scheme: 'file', language: 'python' },
+                { scheme: 'untitled', language: 'python' },
+            ],
+            outputChannel: this.log,
+            revealOutputChannelOn: RevealOutputChannelOn.Never,
+            initializationOptions: initOptions,
+            diagnosticCollectionName: 'ddp-lint',
+            errorHandler: {
+                error: () => ({ action: ErrorAction.Continue }),
+                closed: () => {
+                    if (this.stopping) return { action: CloseAction.DoNotRestart, handled: true };
+                    if (this.crashes.crashed()) {
+                        this.log.warn(`server exited unexpectedly; restarting (${this.crashes.recent} in the last 3 minutes)`);
+                        this.status.setState('starting');
+                        return { action: CloseAction.Restart, handled: true };
+                    }
+                    void this.notifyError(`the server crashed ${this.crashes.recent} times in 3 minutes and was stopped. Fix the cause, then run "ddp-lint: Restart Server".`, 'logs');
+                    return { action: CloseAction.DoNotRestart, handled: true };
+                },
+            },
+            initializationFailedHandler: (e) => {
+                this.log.error(`initialize failed: ${e instanceof Error ? e.message : String(e)}`);
+                return false;
+            },
+            middleware: {
+                workspace: {
+                    // Answer `workspace/configuration` for our section with the validated settings.
+                    configuration: async (params, token, next) => {
+                        const result = await next(params, token);
+                        if (!Array.isArray(result)) return result;
+                        return params.items.map((item, i) => {
+                            if (item.section !== SECTION) return result[i];
+                            const scope = item.scopeUri ? vscode.Uri.parse(item.scopeUri) : this.resource();
+                            return toServerSettings(readSettings(vscode.workspace.getConfiguration(SECTION, scope)).settings);
+                        });
+                    },
+                },
+            },
+        };
+        const client = new LanguageClient('ddp-lint', 'ddp-lint', serverOptions, clientOptions);
+        // The server advertises `ddp-lint.run` (the code action's command). The extension owns
+        // that command (trust check, progress, cancellation), so the client must not register it.
+        const exec = client.getFeature(ExecuteCommandRequest.method) as unknown as {
+            register(data: { id: string; registerOptions: { commands?: string[] } }): void;
+        };
+        const register = exec.register.bind(exec);
+        exec.register = (data) => register({
+            ...data,
+            registerOptions: { ...data.registerOptions, commands: (data.registerOptions.commands ?? []).filter((c) => !OWN_COMMANDS.has(c)) },
+        });
+        this.disposables.push(client.onDidChangeState((e) => {
+            if (e.newState === State.Running) {
+                this.status.setState('ready', detail);
+                this.shownError = '';
+            } else if (e.newState === State.Starting) {
+                this.status.setState('starting');
+            } else if (e.newState === State.Stopped && !this.stopping && this.status.current !== 'error') {
+                this.status.setState('stopped');
+            }
+        }));
+        this.client = client;
+        try {
+            await client.start();
+            this.log.info(`server started (${detail})`);
+        } catch (e) {
+            const msg = e instanceof Error ? e.message : String(e);
+            await this.notifyError(`the server failed to start: ${msg}`, 'logs');
+        }
+    }
+
+    async stop(): Promise<void> {
+        const client = this.client;
+        this.client = undefined;
+        for (const d of this.disposables.splice(0)) d.dispose();
+        if (!client) return;
+        this.stopping = true;
+        try {
+            if (client.state !== State.Stopped) await client.stop(5_000);
+        } catch (e) {
+            this.log.warn(`stopping the server: ${String(e)}`);
+        } finally {
+            this.stopping = false;
+            try {
+                await client.dispose(1_000);
+            } catch {
+                /* already gone */
+            }
+        }
+    }
+
+    private async doRestart(reason: string): Promise<void> {
+        this.log.info(`restarting the server: ${reason}`);
+        await this.stop();
+        await this.start();
+    }
+
+    /** The user's restart command: also forgets earlier crashes and shown errors. */
+    async userRestart(): Promise<void> {
+        this.crashes.reset();
+        this.shownError = '';
+        await this.restarts.now('restart command');
+    }
+
+    /** Wait until the client is running (or give up). */
+    async ready(): Promise<LanguageClient | undefined> {
+        while (this.restarts.pending) await new Promise((r) => setTimeout(r, 50));
+        const c = this.client;
+        if (!c) return undefined;
+        for (let i = 0; i < 600 && c.state === State.Starting; i++) await new Promise((r) => setTimeout(r, 50));
+        return c.state === State.Running ? c : undefined;
+    }
+
+    dispose(): void {
+        this.restarts.dispose();
+        void this.stop();
+    }
+}
