@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Range, Severity
+from ..registry import Rule
+from ..semantic import FUNC_TYPES, get_arg
+from ._loader import DIST_SAMPLER, dataloaders, is_eval_name, is_true, target_name
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+class SamplerWithoutSetEpoch(Rule):
+    """
+    ## What it does
+    Checks for a `DistributedSampler` (shuffling, the default) that feeds a `DataLoader` iterated
+    inside an epoch loop, in a file that never calls `set_epoch(...)` (on the sampler or on
+    `loader.sampler`).
+
+    The sampler and the loader must be bound to names in the same scope as the loop. Loaders named
+    like evaluation loaders (`val_loader`, `test_sampler`...) are skipped, as are loops that hand
+    the loader and the epoch to a function from another module, which may call `set_epoch` itself.
+
+    ## Why is this bad?
+    `DistributedSampler` shuffles with a generator seeded by `seed + epoch`. Without
+    `set_epoch(epoch)` the epoch stays 0, so every epoch visits the data in exactly the same order
+    on every rank. PyTorch's documentation warns: "calling the `set_epoch()` method at the
+    beginning of each epoch **before** creating the `DataLoader` iterator is necessary to make
+    shuffling work properly across multiple epochs. Otherwise, the same ordering will be always
+    used." The symptom is silently worse convergence than the single-GPU run.
+
+    ## Example
+    ```python
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, sampler=sampler)
+    for epoch in range(epochs):
+        for batch in loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            ...
+    ```
+
+    ## Fix safety
+    For a `for` loop with a plain loop variable, the fix inserts `sampler.set_epoch(epoch)` (or
+    `loader.sampler.set_epoch(epoch)` for an inline sampler) as the loop's first statement. It is
+    **safe**: it only changes the order of the samples between epochs, which is what the sampler
+    is for.
+    """
+
+    code = "DDP301"
+    name = "sampler-without-set-epoch"
+    severity = Severity.WARNING
+    fix_availability = "sometimes"
+    requires_text = ("DistributedSampler",)
+    node_types = (ast.For, ast.AsyncFor)
+
+    def finish(self, ctx) -> None:
+        if "set_epoch" in ctx.src.text:
+            return
+        samplers = ctx.calls_to(DIST_SAMPLER)
+        if not samplers:
+            return
+        loaders = dataloaders(ctx)
+        fors = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
+        reported: set[int] = set()
+        for s in samplers:
+            shuffle = get_arg(s, 3, "shuffle")
+            if shuffle is not None and not is_true(shuffle):
+                continue
+            s_name = target_name(s) if isinstance(getattr(s, "_p", None), ast.Assign) else None
+            if s_name is not None and not isinstance(s._p.targets[0], ast.Name):
+                continue
+            for ld in loaders:
+                arg = get_arg(ld, 3, "sampler")
+                inline = arg is s
+                if not inline and not (s_name and isinstance(arg, ast.Name) and arg.id == s_name):
+                    continue
+                if not inline and ctx.sem.scope_of(ld) is not ctx.sem.scope_of(s):
+                    continue
+                l_name = target_name(ld)
+                if l_name is None or not isinstance(ld._p.targets[0], ast.Name):
+                    continue
+                ds = get_arg(ld, 0, "dataset")
+                if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None):
+                    continue
+                scope = ctx.sem.scope_of(ld)
+                for loop, use in _epoch_loops(ctx, l_name, scope, ld, fors):
+                    if id(loop) in reported or _handed_off(ctx, use, loop):
+                        continue
+                    reported.add(id(loop))
+                    ref = s_name if s_name else f"{l_name}.sampler"
+                    self._report(ctx, loop, s, ref)
+
+    def _report(self, ctx, loop, sampler, ref: str) -> None:
+        fix = None
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.body:
+            edit = ctx.insert_before(loop.body[0], f"{ref}.set_epoch({loop.target.id})")
+            if edit is not None and loop.body[0].lineno > loop.lineno:
+                fix = ctx.fix(Applicability.SAFE, f"Insert `{ref}.set_epoch({loop.target.id})`", [edit])
+        head_end = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+        rng = Range(ctx.src.node_start(loop), ctx.src.node_end(head_end))
+        ctx.report(
+            rng,
+            f"epoch loop without `{ref}.set_epoch(epoch)`: the DistributedSampler shuffles every epoch in "
+            "the same order",
+            related=[(sampler, "the DistributedSampler")],
+            fix=fix,
+        )
+
+
+def _epoch_loops(ctx, name: str, scope, after: ast.AST, fors):
+    """(loop, use) for each use of ``name`` inside the body of a loop of ``scope``."""
+    uses: list[ast.AST] = []
+    for f in fors:
+        it = f.iter
+        if isinstance(it, ast.Name) and it.id == name:
+            uses.append(it)
+    for c in ctx.sem.calls:
+        for a in (*c.args, *(k.value for k in c.keywords)):
+            if isinstance(a, ast.Name) and a.id == name:
+                uses.append(a)
+    for u in uses:
+        if u.lineno < after.lineno:
+            continue
+        child, p = u, getattr(u, "_p", None)
+        while p is not None:
+            if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+                break
+            if isinstance(p, _LOOPS) and (child in p.body):
+                if ctx.sem.scope_of(p) is scope:
+                    yield p, u
+                break
+            child, p = p, getattr(p, "_p", None)
+
+
+def _handed_off(ctx, use: ast.AST, loop) -> bool:
+    """The loader goes to a function of another module together with the epoch variable."""
+    call = getattr(use, "_p", None)
+    if isinstance(call, ast.keyword):
+        call = getattr(call, "_p", None)
+    if not isinstance(call, ast.Call):
+        return False
+    f = call.func
+    if isinstance(f, ast.Name) and f.id in ctx.sem.functions:
+        return False  # defined here, and the file never calls set_epoch
+    if isinstance(f, ast.Name) and f.id in ("enumerate", "iter", "zip", "tqdm", "len", "list"):
+        return False
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name):
+        ep = loop.target.id
+        return any(isinstance(a, ast.Name) and a.id == ep for a in (*call.args, *(k.value for k in call.keywords)))
+    return True
