@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ._common import ALL_COLLECTIVES, D, DDP_CLASS
+from ._dataflow import calls_or_wrappers
+
+# init_device_mesh only initialises when nothing did before it, so it does not count
+_INITS = (D + "init_process_group",)
+_USES = tuple(D + n for n in ("get_rank", "get_world_size", "new_group", "new_subgroups", *ALL_COLLECTIVES)) + (
+    DDP_CLASS,
+)
+# nodes between a use and its block that make it conditional or deferred
+_CONDITIONAL = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.BoolOp, ast.ListComp,
+                ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.match_case, ast.ExceptHandler,
+                ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+try:  # Python 3.11+
+    _CONDITIONAL += (ast.TryStar,)
+except AttributeError:  # pragma: no cover
+    pass
+
+
+class UseBeforeInit(Rule):
+    """
+    ## What it does
+    Checks for `dist.get_rank()`, `dist.get_world_size()`, a collective, `new_group`, or the
+    `DistributedDataParallel` constructor that runs before `init_process_group` on the same
+    straight-line path: earlier in the same function body (or at module level), unconditionally,
+    with the init call later in that body. A `setup()` helper defined in the file that calls
+    `init_process_group` counts as the init.
+
+    ## Why is this bad?
+    Nothing in `torch.distributed` works until the default process group exists. The call raises:
+
+    ```
+    ValueError: Default process group has not been initialized, please make sure to call
+    init_process_group.
+    ```
+
+    ## Example
+    ```python
+    def main():
+        rank = dist.get_rank()
+        dist.init_process_group("nccl")
+    ```
+
+    ## Use instead
+    ```python
+    def main():
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+    ```
+
+    ## Fix safety
+    There is no automatic fix: moving the init call may move code that computes its arguments.
+    """
+
+    code = "DDP002"
+    name = "use-before-init"
+    severity = Severity.ERROR
+    fix_availability = "never"
+    requires_text = ("init_process_group",)
+
+    def finish(self, ctx) -> None:
+        inits = calls_or_wrappers(ctx, _INITS, "init")
+        if not inits:
+            return
+        sem = ctx.sem
+        by_scope: dict[int, list[ast.Call]] = {}
+        for i in inits:
+            by_scope.setdefault(id(sem.scope_of(i)), []).append(i)
+        for use in sem.calls_to(*_USES):
+            scope_inits = by_scope.get(id(sem.scope_of(use)))
+            if not scope_inits:
+                continue
+            if any(_before(i, use) or _contains(i, use) for i in scope_inits):
+                continue  # initialised earlier in this body (or an init call wraps the use)
+            later = [i for i in scope_inits if _same_path_after(use, i)]
+            if not later:
+                continue
+            init = later[0]
+            qn = ctx.qn(use)
+            what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
+            ctx.report(
+                use,
+                f"{what} runs before the process group is initialised (line {init.lineno}): "
+                "ValueError: Default process group has not been initialized",
+                related=[(init, "the process group is initialised here")],
+            )
+
+
+def _before(a: ast.AST, b: ast.AST) -> bool:
+    return (a.end_lineno, a.end_col_offset) <= (b.lineno, b.col_offset)
+
+
+def _contains(outer: ast.AST, inner: ast.AST) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
+        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _chain(node: ast.AST) -> list[ast.AST]:
+    out = [node]
+    p = getattr(node, "_p", None)
+    while p is not None:
+        out.append(p)
+        if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)):
+            break
+        p = getattr(p, "_p", None)
+    return out
+
+
+def _same_path_after(use: ast.Call, init: ast.Call) -> bool:
+    """``use`` runs unconditionally, earlier in a statement block that (through its later
+    statements) leads to ``init``; ``init`` is not behind an ``is_initialized()`` test."""
+    uc = _chain(use)
+    ic = _chain(init)
+    ids = {id(n): k for k, n in enumerate(ic)}
+    # lowest common ancestor
+    for k, n in enumerate(uc):
+        j = ids.get(id(n))
+        if j is not None:
+            break
+    else:
+        return False
+    common = uc[k]
+    if k == 0 or j == 0:
+        return False
+    u_child, i_child = uc[k - 1], ic[j - 1]
+    block = None
+    for field in ("body", "orelse", "finalbody"):
+        b = getattr(common, field, None)
+        if isinstance(b, list) and u_child in b and i_child in b:
+            block = b
+            break
+    if block is None or block.index(u_child) >= block.index(i_child):
+        return False
+    # the use itself must be unconditional inside its statement
+    for n in uc[1:k]:
+        if isinstance(n, _CONDITIONAL):
+            return False
+    # ... and the path to the block must not be conditional either (it is: common is the block owner)
+    for n in ic[1:j]:
+        if isinstance(n, ast.If) and "is_initialized" in ast.dump(n.test):
+            return False
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+    return True

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ._common import DDP_CLASS
+from ._guards import global_rank_source
+
+
+class GlobalRankAsDevice(Rule):
+    """
+    ## What it does
+    Checks for the *global* rank (`dist.get_rank()` or `os.environ["RANK"]`, directly or through a
+    variable assigned once) used as a CUDA device index: `torch.cuda.set_device(rank)`,
+    `torch.device("cuda", rank)`, `torch.device(f"cuda:{rank}")`, `.to(rank)`, `.cuda(rank)`,
+    `with torch.cuda.device(rank)`, `DistributedDataParallel(..., device_ids=[rank])` /
+    `output_device=rank`.
+
+    `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
+    its target are not flagged.
+
+    ## Why is this bad?
+    The global rank counts processes across all nodes; a node only has `torch.cuda.device_count()`
+    GPUs. The script works on one node and fails on the second one (rank 8 on an 8-GPU node):
+
+    ```
+    RuntimeError: CUDA error: invalid device ordinal
+    ```
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    model = DDP(model.to(rank), device_ids=[rank])
+    ```
+
+    ## Use instead
+    ```python
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    model = DDP(model.to(local_rank), device_ids=[local_rank])
+    ```
+
+    ## Fix safety
+    The fix replaces the rank at the device use with `int(os.environ["LOCAL_RANK"])`. It is
+    **unsafe**: it assumes the script is launched by torchrun (or another launcher that sets
+    `LOCAL_RANK`).
+    """
+
+    code = "DDP003"
+    name = "global-rank-as-device"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    requires_text = ("get_rank", "RANK", "SLURM_PROCID", "PMI_RANK")
+
+    def finish(self, ctx) -> None:
+        sem = ctx.sem
+        for call in sem.calls:
+            f = call.func
+            qn = ctx.qn(call)
+            sites: list[ast.AST] = []
+            if qn in ("torch.cuda.set_device", "torch.cuda.device"):
+                a = get_arg(call, 0, "device")
+                if a is not None:
+                    sites.append(a)
+            elif qn == "torch.device":
+                if len(call.args) >= 2:
+                    if _is_cuda_str(call.args[0]):
+                        sites.append(call.args[1])
+                elif call.args:
+                    sites.extend(_device_string_sites(call.args[0]))
+                    if not sites and not isinstance(call.args[0], (ast.Constant, ast.JoinedStr, ast.BinOp)):
+                        sites.append(call.args[0])
+                idx = get_arg(call, None, "index")
+                if idx is not None:
+                    sites.append(idx)
+            elif qn == DDP_CLASS:
+                ids = get_arg(call, 1, "device_ids")
+                if isinstance(ids, (ast.List, ast.Tuple)):
+                    sites.extend(ids.elts)
+                od = get_arg(call, 2, "output_device")
+                if od is not None:
+                    sites.append(od)
+            elif isinstance(f, ast.Attribute) and f.attr in ("to", "cuda") and qn is None:
+                a = call.args[0] if call.args else get_arg(call, None, "device")
+                if a is not None:
+                    if isinstance(a, (ast.JoinedStr, ast.BinOp)):
+                        sites.extend(_device_string_sites(a))
+                    else:
+                        sites.append(a)
+            if not sites:
+                continue
+            scope = sem.scope_of(call)
+            for site in sites:
+                src = global_rank_source(ctx, site, scope)
+                if src is None:
+                    continue
+                how = "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
+                ctx.report(
+                    call,
+                    f"the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
+                    "on every node but the first: `invalid device ordinal`. Use the local rank",
+                    related=[(src, "the global rank comes from here")] if src is not site else [],
+                    fix=_make_fix(ctx, site),
+                )
+                break
+
+
+def _is_env(ctx, node) -> bool:
+    return isinstance(node, ast.Call) and ctx.qn(node) in ("os.environ.get", "os.getenv")
+
+
+def _is_cuda_str(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "cuda"
+
+
+def _device_string_sites(node) -> list[ast.AST]:
+    """The index part of ``f"cuda:{r}"`` or ``"cuda:" + str(r)``."""
+    if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
+        head, val = node.values
+        if isinstance(head, ast.Constant) and head.value == "cuda:" and isinstance(val, ast.FormattedValue) \
+                and val.format_spec is None and val.conversion == -1:
+            return [val.value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Constant) \
+            and node.left.value == "cuda:":
+        r = node.right
+        if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == "str" and len(r.args) == 1:
+            return [r.args[0]]
+    return []
+
+
+def _make_fix(ctx, site: ast.AST):
+    environ, imp = ctx.ref("os.environ")
+    quote = '"'
+    fs = getattr(site, "_p", None)
+    if isinstance(fs, ast.FormattedValue):
+        js = getattr(fs, "_p", None)
+        text = ctx.text(js) if js is not None else ""
+        body = text.lstrip("rRfFbB")
+        if body.startswith(('"""', "'''")):
+            return None
+        quote = "'" if body.startswith('"') else '"'
+    new = f"int({environ}[{quote}LOCAL_RANK{quote}])"
+    if ctx.text(site) == new:
+        return None
+    return ctx.fix(Applicability.UNSAFE, f"Use the local rank: `{new}`", [ctx.replace(site, new), *imp])

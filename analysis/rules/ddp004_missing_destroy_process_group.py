@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import ast
+import re
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ._common import D
+from ._dataflow import _callee_name
+
+_SETUP_NAME = re.compile(r"setup|init|dist|launch|prepare|bootstrap", re.I)
+_TEARDOWN_IDENT = re.compile(r"\b\w*(?:destroy|cleanup|clean_up|teardown|tear_down|shutdown|finalize)\w*\b", re.I)
+
+
+class MissingDestroyProcessGroup(Rule):
+    """
+    ## What it does
+    Checks for a script (a file with an `if __name__ == "__main__":` block, an `mp.spawn` call, or
+    a module-level `init_process_group`) that creates the default process group and never calls
+    `dist.destroy_process_group()` (nor a `cleanup()`-style helper from elsewhere). Library helpers
+    that only initialise (a `utils.init_distributed_mode(args)`) are left alone: tearing down is their
+    caller's job.
+
+    ## Why is this bad?
+    Since PyTorch 2.4 every rank prints at exit:
+
+    ```
+    WARNING: destroy_process_group() was not called before program exit, which can leak resources.
+    For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown
+    ```
+
+    and with several process groups (or pending NCCL work) the exit itself can hang, because the
+    communicators are torn down in an arbitrary order by the garbage collector.
+
+    ## Example
+    ```python
+    def main():
+        dist.init_process_group("nccl")
+        train()
+
+    if __name__ == "__main__":
+        main()
+    ```
+
+    ## Use instead
+    ```python
+    def main():
+        dist.init_process_group("nccl")
+        train()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+    ```
+
+    ## Fix safety
+    The fix appends `dist.destroy_process_group()` at the end of the function that owns the process
+    group (the function that calls `init_process_group`, or the caller of a `setup()` helper that
+    does), or at the end of the `__main__` block. It is **safe**: it only runs once the work is done.
+    No fix is offered when there is no obvious end (several callers, or a function that ends with
+    `return <expression>` or `raise`).
+    """
+
+    code = "DDP004"
+    name = "missing-destroy-process-group"
+    severity = Severity.WARNING
+    fix_availability = "sometimes"
+    requires_text = ("init_process_group",)
+
+    def finish(self, ctx) -> None:
+        if "destroy_process_group" in ctx.src.text:
+            return
+        sem = ctx.sem
+        inits = ctx.calls_to(D + "init_process_group")
+        if not inits:
+            return
+        main_block = _main_block(sem.tree)
+        spawns = ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
+        module_level = any(sem.enclosing_function(i) is None for i in inits)
+        if main_block is None and not spawns and not module_level:
+            return  # a library helper: the caller tears down
+        for m in _TEARDOWN_IDENT.finditer(ctx.src.text):
+            if m.group(0) not in sem.functions:
+                return  # a teardown helper from another module (called, or registered with atexit)
+        for init in inits:
+            fix = _make_fix(ctx, init, main_block)
+            ctx.report(
+                init,
+                "`init_process_group` without `destroy_process_group()`: resources leak at exit "
+                "(PyTorch warns), and exit can hang with several groups",
+                fix=fix,
+            )
+
+
+def _main_block(tree: ast.Module) -> ast.If | None:
+    for st in tree.body:
+        if isinstance(st, ast.If) and isinstance(st.test, ast.Compare) and len(st.test.ops) == 1:
+            sides = [st.test.left, *st.test.comparators]
+            if any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) and any(
+                    isinstance(s, ast.Constant) and s.value == "__main__" for s in sides):
+                return st
+    return None
+
+
+def _callers(ctx, name: str) -> list[ast.Call]:
+    return [c for c in ctx.sem.calls if _callee_name(c) == name]
+
+
+def _owner(ctx, init: ast.Call, main_block):
+    """The block whose end is the end of the process group's life: a function body, the
+    ``__main__`` block's body, or the module body."""
+    sem = ctx.sem
+    fn = sem.enclosing_function(init)
+    for _ in range(4):
+        if fn is None:
+            if main_block is not None and _inside(init, main_block):
+                return main_block.body
+            return sem.tree.body
+        if not _SETUP_NAME.search(fn.name):
+            return fn.body
+        if len(sem.functions.get(fn.name, ())) != 1:
+            return None
+        callers = _callers(ctx, fn.name)
+        if len(callers) != 1:
+            return fn.body if not callers else None
+        init = callers[0]
+        fn = sem.enclosing_function(init)
+        if fn is None:
+            if main_block is not None and _inside(init, main_block):
+                return main_block.body
+            return None
+    return None
+
+
+def _inside(node, outer) -> bool:
+    p = getattr(node, "_p", None)
+    while p is not None:
+        if p is outer:
+            return True
+        p = getattr(p, "_p", None)
+    return False
+
+
+def _make_fix(ctx, init: ast.Call, main_block):
+    body = _owner(ctx, init, main_block)
+    if not body:
+        return None
+    destroy, imp = ctx.ref(D + "destroy_process_group")
+    code = f"{destroy}()"
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return None
+    if isinstance(last, ast.Return):
+        if last.value is not None and not isinstance(last.value, (ast.Name, ast.Constant)):
+            return None
+        edit = ctx.insert_before(last, code)
+    else:
+        if body is ctx.sem.tree.body and isinstance(last, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return None
+        edit = ctx.insert_after(last, code)
+    if edit is None:
+        return None
+    return ctx.fix(Applicability.SAFE, f"Append `{code}`", [edit, *imp])

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import _iter_scope_nodes, get_arg
+from ._common import D, const_int
+from ._guards import name_binding_kind, rank_kind
+
+_MUTATORS = frozenset({"append", "extend", "insert", "__setitem__", "__iadd__"})
+
+
+class RankIndexesFixedList(Rule):
+    """
+    ## What it does
+    Checks for a fixed-length literal (a list, a tuple or a string, directly or through a name
+    assigned once and never grown) indexed by the rank: `["foo", 12, {1: 2}][dist.get_rank()]`,
+    `gpus[local_rank]` with `gpus = [0, 1]`. An index like `rank % len(seq)` is fine, and so is a
+    literal whose length is the world size the file fixes itself (`mp.spawn(..., nprocs=2)`).
+
+    ## Why is this bad?
+    The literal's length is fixed when the script is written, the world size is not. As soon as the
+    job runs with more ranks than elements, the ranks past the end fail:
+
+    ```
+    IndexError: list index out of range
+    ```
+
+    and with fewer ranks the trailing elements are silently never used.
+
+    ## Example
+    ```python
+    gather_objects = ["foo", 12, {1: 2}]
+    output = [None for _ in range(dist.get_world_size())]
+    dist.all_gather_object(output, gather_objects[dist.get_rank()])
+    ```
+
+    ## Use instead
+    ```python
+    obj = {"rank": dist.get_rank()}  # something each rank computes for itself
+    output = [None for _ in range(dist.get_world_size())]
+    dist.all_gather_object(output, obj)
+    ```
+
+    ## Fix safety
+    There is no automatic fix: what each rank should use instead depends on the program.
+    """
+
+    code = "DDP103"
+    name = "rank-indexes-fixed-list"
+    severity = Severity.WARNING
+    fix_availability = "never"
+    node_types = (ast.Subscript,)
+    requires_text = ("rank", "RANK")
+
+    def visit(self, node: ast.Subscript, ctx) -> None:
+        sl = node.slice
+        if not isinstance(sl, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) or not isinstance(node.ctx, ast.Load):
+            return
+        seq = node.value
+        scope = ctx.sem.scope_of(node)
+        n = _fixed_len(ctx, seq, scope)
+        if n is None:
+            return
+        if rank_kind(ctx, sl, scope) is None:
+            return
+        if n == _fixed_world_size(ctx):
+            return
+        what = "string" if isinstance(_literal(ctx, seq, scope), ast.Constant) else "literal"
+        ctx.report(
+            node,
+            f"a fixed-length {what} ({n} element{'s' if n != 1 else ''}) is indexed by the rank: "
+            f"IndexError on every rank >= {n} once the world size grows. Compute the per-rank value, "
+            "or index with `rank % len(...)`",
+        )
+
+
+def _literal(ctx, seq, scope):
+    if isinstance(seq, ast.Name):
+        kind, val = name_binding_kind(ctx, seq.id, scope)
+        if kind != "single" or val is None:
+            return None
+        return val
+    return seq
+
+
+def _fixed_len(ctx, seq, scope) -> int | None:
+    val = _literal(ctx, seq, scope)
+    if val is None:
+        return None
+    if isinstance(val, (ast.List, ast.Tuple)):
+        if not val.elts or any(isinstance(e, ast.Starred) for e in val.elts):
+            return None
+        n = len(val.elts)
+    elif isinstance(val, ast.Constant) and isinstance(val.value, str) and val.value:
+        n = len(val.value)
+    else:
+        return None
+    if isinstance(seq, ast.Name) and _grown(seq.id, ctx.sem.scope_of(val)):
+        return None
+    return n
+
+
+def _grown(name: str, scope) -> bool:
+    for n in _iter_scope_nodes(scope):
+        if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Name) and n.value.id == name:
+            return True
+        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:
+            return True
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return True
+    return False
+
+
+def _fixed_world_size(ctx) -> int | None:
+    cache = ctx.__dict__.setdefault("_ddp_fixed_world", [])
+    if cache:
+        return cache[0]
+    sizes = set()
+    for c in ctx.calls_to(D + "init_process_group"):
+        n = const_int(get_arg(c, None, "world_size"))
+        if n is not None:
+            sizes.add(n)
+    for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
+        n = const_int(get_arg(c, None, "nprocs"))
+        if n is not None:
+            sizes.add(n)
+    got = sizes.pop() if len(sizes) == 1 else None
+    cache.append(got)
+    return got

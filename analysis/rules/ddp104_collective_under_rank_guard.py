@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ._common import ALL_COLLECTIVES, D
+from ._guards import rank_guard
+
+# everything every rank of the group must call (point-to-point send/recv are not collectives)
+_COLLECTIVES = tuple(dict.fromkeys(ALL_COLLECTIVES + (
+    "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
+    "all_to_all", "all_to_all_single", "reduce_scatter", "reduce_scatter_tensor", "new_group",
+)))
+# positional index of the ``group`` argument, where it has one
+_GROUP_POS = {
+    "all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
+    "gather": 3, "scatter": 3, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "all_to_all": 2,
+    "all_to_all_single": 4, "barrier": 0, "monitored_barrier": 0, "all_gather_object": 2,
+    "gather_object": 3, "broadcast_object_list": 2, "scatter_object_list": 3,
+}
+
+
+class CollectiveUnderRankGuard(Rule):
+    """
+    ## What it does
+    Checks for a collective (`all_reduce`, `all_gather*`, `broadcast*`, `barrier`, `gather*`,
+    `scatter*`, `reduce*`, `all_to_all*`, the object collectives) that runs only on some ranks: inside
+    an `if` on the rank (`rank == 0`, `dist.get_rank() == 0`, `local_rank != 0`, `not is_main`,
+    `is_main_process()`-style helpers defined in the file or imported, boolean combinations), in its
+    `else`, or after an early `if not is_main: return`, when the other ranks never make the same
+    collective.
+
+    Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
+    `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose
+    counterpart the other ranks make elsewhere in the same function (the staggered
+    `if local_rank != 0: barrier()` ... `if local_rank == 0: barrier()` pattern).
+
+    ## Why is this bad?
+    Every rank of the group must enter every collective, in the same order. A collective that only
+    rank 0 calls waits for ranks that never come: the job hangs, and minutes later the NCCL watchdog
+    kills it:
+
+    ```
+    [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE,
+    NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds before timing out.
+    ```
+
+    ## Example
+    ```python
+    if dist.get_rank() == 0:
+        val_loss = evaluate(model)
+        dist.all_reduce(val_loss)  # the other ranks never get here: hang
+    ```
+
+    ## Use instead
+    ```python
+    val_loss = evaluate(model)
+    dist.all_reduce(val_loss)  # every rank
+    if dist.get_rank() == 0:
+        print(val_loss)
+    ```
+
+    ## Fix safety
+    There is no automatic fix: moving the collective out of the guard changes which ranks do the
+    work around it.
+    """
+
+    code = "DDP104"
+    name = "collective-under-rank-guard"
+    severity = Severity.ERROR
+    fix_availability = "never"
+    requires_text = ("torch",)
+
+    def finish(self, ctx) -> None:
+        calls = ctx.calls_to(*(D + n for n in _COLLECTIVES))
+        if not calls:
+            return
+        guarded = []
+        for c in calls:
+            g = rank_guard(ctx, c)
+            guarded.append((c, g))
+        by_qn: dict[str, list] = {}
+        for c, g in guarded:
+            by_qn.setdefault(ctx.qn(c), []).append((c, g))
+        for c, g in guarded:
+            if g is None:
+                continue
+            op = ctx.qn(c)[len(D):]
+            if _on_subgroup(c, op):
+                continue
+            scope = ctx.sem.enclosing_function(c) or ctx.sem.tree
+            key = g.key(ctx)
+            # the other ranks make the same collective elsewhere in this function: stay silent
+            if any(o is not c and (ctx.sem.enclosing_function(o) or ctx.sem.tree) is scope
+                   and (og is None or og.key(ctx) != key) for o, og in by_qn[ctx.qn(c)]):
+                continue
+            cond = ctx.text(g.if_node.test)
+            if g.branch == "body":
+                where = f"only where `{cond}`"
+            elif g.branch == "orelse":
+                where = f"only where `{cond}` is false"
+            else:
+                where = f"only on the ranks that pass the early exit `if {cond}:`"
+            ctx.report(
+                c,
+                f"`{op}` runs {where}; the other ranks never make this collective, so it hangs until "
+                "the watchdog timeout",
+                related=[(g.if_node.test, "rank guard")],
+            )
+
+
+def _on_subgroup(call: ast.Call, op: str) -> bool:
+    grp = get_arg(call, _GROUP_POS.get(op), "group")
+    if grp is None:
+        return False
+    if isinstance(grp, ast.Constant) and grp.value is None:
+        return False
+    if isinstance(grp, ast.Attribute) and grp.attr == "WORLD":
+        return False
+    return True

@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Edit, Range, Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ._common import D, const_str
+from ._dataflow import _NO_DEVICE_KW, cpu_tensor_ctor, device_var_in_scope
+
+# op -> the (position, keyword) pairs of its tensor arguments, and the group position
+_OPS = {
+    "all_reduce": (((0, "tensor"),), 2),
+    "broadcast": (((0, "tensor"),), 2),
+    "reduce": (((0, "tensor"),), 3),
+    "all_gather": (((1, "tensor"),), 2),
+    "gather": (((0, "tensor"),), 3),
+    "scatter": (((0, "tensor"),), 3),
+    "all_gather_into_tensor": (((0, "output_tensor"), (1, "input_tensor")), 2),
+    "reduce_scatter_tensor": (((0, "output"), (1, "input")), 3),
+    "all_to_all_single": (((0, "output"), (1, "input")), 4),
+}
+
+
+class CpuTensorWithNccl(Rule):
+    """
+    ## What it does
+    Checks, in a file whose process groups are NCCL-only (`init_process_group("nccl")`), for a
+    tensor built on the CPU (`torch.tensor(...)`, `torch.zeros(...)` and the other factory
+    functions with no `device=`, never moved with `.to(...)` / `.cuda()`) that is passed to a
+    collective on the default group.
+
+    Files that set a default device (`torch.set_default_device`), tensors created under
+    `with torch.device(...)`, calls with an explicit `group=` (it may be a gloo group), and
+    `"cpu:gloo,cuda:nccl"` backends are left alone.
+
+    ## Why is this bad?
+    An NCCL-only process group has no backend for CPU tensors. The collective raises:
+
+    ```
+    RuntimeError: No backend type associated with device type cpu
+    ```
+
+    (older versions: `RuntimeError: Tensors must be CUDA and dense`).
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    loss = torch.tensor([running_loss])
+    dist.all_reduce(loss)
+    ```
+
+    ## Use instead
+    ```python
+    dist.init_process_group("nccl")
+    loss = torch.tensor([running_loss], device=device)
+    dist.all_reduce(loss)
+    ```
+
+    ## Fix safety
+    The fix adds `device=<the device variable in scope>` (`device`, `local_rank`, ...) to the
+    constructor, or `device=torch.cuda.current_device()` when the file pins the device with
+    `torch.cuda.set_device`. It is **unsafe**: the tensor then lives on the GPU for all its other
+    uses too.
+    """
+
+    code = "DDP105"
+    name = "cpu-tensor-with-nccl"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    requires_text = ("nccl", "NCCL")
+
+    def finish(self, ctx) -> None:
+        inits = ctx.calls_to(D + "init_process_group")
+        if not inits or not all(_nccl_only(ctx, get_arg(i, 0, "backend"), ctx.sem.scope_of(i)) for i in inits):
+            return
+        text = ctx.src.text
+        if "set_default_device" in text or "set_default_tensor_type" in text:
+            return
+        sem = ctx.sem
+        for op, (specs, gpos) in _OPS.items():
+            for call in ctx.calls_to(D + op):
+                grp = get_arg(call, gpos, "group")
+                if grp is not None and not (isinstance(grp, ast.Constant) and grp.value is None):
+                    continue
+                scope = sem.scope_of(call)
+                for spec in specs:
+                    arg = get_arg(call, *spec)
+                    if arg is None:
+                        continue
+                    ctor = _cpu_tensor(ctx, arg, scope)
+                    if ctor is None:
+                        continue
+                    ctx.report(
+                        call,
+                        f"`{op}` on an NCCL-only process group gets a CPU tensor: "
+                        "RuntimeError: No backend type associated with device type cpu",
+                        related=[(ctor, "the tensor is created on the CPU here")] if ctor is not arg else [],
+                        fix=_make_fix(ctx, ctor),
+                    )
+                    break
+
+
+def _nccl_only(ctx, expr, scope, depth: int = 0) -> bool:
+    if expr is None or depth > 4:
+        return False
+    s = const_str(expr)
+    if s is not None:
+        parts = [p.strip().lower() for p in s.split(",")]
+        return bool(parts) and all(p == "nccl" or p == "cuda:nccl" for p in parts)
+    if isinstance(expr, ast.Attribute):
+        qn = ctx.qn(expr)
+        return bool(qn) and qn.lower() == "torch.distributed.backend.nccl"
+    if isinstance(expr, ast.Name):
+        val = ctx.sem.single_value(expr.id, scope)
+        return val is not None and _nccl_only(ctx, val, ctx.sem.scope_of(val), depth + 1)
+    return False
+
+
+def _under_device_context(ctx, node) -> bool:
+    p = getattr(node, "_p", None)
+    while p is not None:
+        if isinstance(p, (ast.With, ast.AsyncWith)):
+            for item in p.items:
+                e = item.context_expr
+                if isinstance(e, ast.Call) and ctx.qn(e) in ("torch.device", "torch.cuda.device"):
+                    return True
+        p = getattr(p, "_p", None)
+    return False
+
+
+def _cpu_tensor(ctx, arg, scope):
+    if isinstance(arg, ast.Call):
+        ctor = cpu_tensor_ctor(ctx, arg)
+    elif isinstance(arg, ast.Name):
+        val = ctx.sem.single_value(arg.id, scope)
+        if val is None or ctx.sem.scope_of(val) is not scope:
+            return None
+        ctor = cpu_tensor_ctor(ctx, val)
+        if ctor is not None and _moved_in_place(ctx, arg.id, scope):
+            return None
+    else:
+        return None
+    if ctor is None or _under_device_context(ctx, ctor):
+        return None
+    return ctor
+
+
+def _moved_in_place(ctx, name: str, scope) -> bool:
+    """``t.data = t.data.cuda()`` or ``t.set_(...)``: the name now refers to a GPU tensor."""
+    from ..semantic import _iter_scope_nodes
+
+    for n in _iter_scope_nodes(scope):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == name and (
+                (n.attr == "data" and isinstance(n.ctx, ast.Store)) or n.attr in ("set_", "copy_", "to_")):
+            return True
+    return False
+
+
+def _make_fix(ctx, ctor: ast.Call):
+    if ctx.qn(ctor) in _NO_DEVICE_KW:
+        return None
+    sem = ctx.sem
+    scope = sem.scope_of(ctor)
+    dev = device_var_in_scope(ctx, scope) or (device_var_in_scope(ctx, sem.tree) if scope is not sem.tree else None)
+    imp = []
+    if dev is None:
+        if not sem.calls_to("torch.cuda.set_device"):
+            return None
+        cur, imp = ctx.ref("torch.cuda.current_device")
+        dev = f"{cur}()"
+    parts = [*ctor.args, *ctor.keywords]
+    if parts:
+        last = parts[-1]
+        end = ctx.src.node_end(last)
+        edit = Edit(Range(end, end), f", device={dev}")
+    else:
+        # ``torch.zeros()``: insert inside the parentheses
+        end = ctx.src.node_end(ctor)
+        pos = type(end)(end.line, end.column - 1)
+        edit = Edit(Range(pos, pos), f"device={dev}")
+    return ctx.fix(Applicability.UNSAFE, f"Create the tensor on `{dev}`", [edit, *imp])
