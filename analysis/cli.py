@@ -137,8 +137,10 @@ def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]
                 rootp = Path(root)
                 dirs[:] = sorted(d for d in dirs if not settings.is_excluded(rootp / d) and not d.startswith("."))
                 for n in sorted(names):
-                    if n.endswith((".py", ".pyi")) and not settings.is_excluded(rootp / n):
-                        files.append(str(rootp / n))
+                    if n.endswith((".py", ".pyi")) and not settings.is_excluded(rootp / n) and (rootp / n).is_file():
+                        files.append(str(rootp / n))  # is_file: never open a FIFO or socket found in a walk
+        elif path.exists():
+            errors.append(f"{p}: not a regular file or folder")
         else:
             errors.append(f"{p}: no such file or directory")
     return files, errors

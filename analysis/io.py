@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tokenize
 
 
@@ -26,7 +27,14 @@ class SourceFile:
 
 def read_source_file(path: str) -> SourceFile:
     try:
-        with open(path, "rb") as fh:
+        # O_NONBLOCK: opening a FIFO (or a device) must not block; only regular files are read
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                raise SourceError(f"{path}: not a regular file")
             data = fh.read()
     except IsADirectoryError:
         raise SourceError(f"{path}: is a directory") from None
@@ -39,7 +47,11 @@ def decode_bytes(data: bytes, path: str = "<stdin>") -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as e:
-        raise SourceError(f"{path}: {e.msg if hasattr(e, 'msg') else e}") from None
+        msg = e.msg if hasattr(e, "msg") else str(e)
+        if msg.startswith("invalid or missing encoding declaration"):  # undecodable first lines
+            msg = ("not valid utf-8 text and no coding cookie; save it as UTF-8 or declare its encoding "
+                   "with a coding cookie")
+        raise SourceError(f"{path}: {msg}") from None
     try:
         # keep a BOM in the text (utf-8-sig would drop it) so that writing back is lossless
         codec = "utf-8" if encoding == "utf-8-sig" else encoding
