@@ -67,7 +67,7 @@ class SaveOnEveryRank(Rule):
             return
         for call in saves:
             path = get_arg(call, 1, "f")
-            if path is None or _rank_dependent_or_buffer(ctx, path, call):
+            if path is None or rank_specific_path(ctx, path, call):
                 continue
             if runs_in_ranks(ctx, call) is False:
                 continue
@@ -80,7 +80,7 @@ class SaveOnEveryRank(Rule):
             )
 
 
-def _rank_dependent_or_buffer(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
     if depth > 3:
         return True
     for n in ast.walk(expr):
@@ -90,17 +90,17 @@ def _rank_dependent_or_buffer(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -
             return True
         if isinstance(n, ast.Name) and n is not expr and depth < 3:
             st = reaching_assignment(ctx, n.id, at)
-            if st is not None and _rank_dependent_or_buffer(ctx, st.value, st, depth + 1):
+            if st is not None and rank_specific_path(ctx, st.value, st, depth + 1):
                 return True
     if isinstance(expr, ast.Name):
         st = reaching_assignment(ctx, expr.id, at)
         if st is not None:
-            return _rank_dependent_or_buffer(ctx, st.value, st, depth + 1)
+            return rank_specific_path(ctx, st.value, st, depth + 1)
         # bound by `with open(...) as f` / `with io.BytesIO() as f` / a loop: look at the binding
         scope = ctx.sem.scope_of(at)
         for b in ctx.sem.assignments(scope).get(expr.id, ()):
             if isinstance(b, (ast.With, ast.AsyncWith)):
                 for item in b.items:
-                    if _rank_dependent_or_buffer(ctx, item.context_expr, b, depth + 1):
+                    if rank_specific_path(ctx, item.context_expr, b, depth + 1):
                         return True
     return False

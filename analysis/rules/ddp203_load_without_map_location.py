@@ -6,6 +6,7 @@ from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ._model_flow import device_in_scope, is_distributed_script
 from ._rank0 import rank0_guarded
+from .ddp202_save_on_every_rank import rank_specific_path
 from ._spawn import runs_in_ranks
 
 
@@ -14,7 +15,9 @@ class LoadWithoutMapLocation(Rule):
     ## What it does
     Checks for `torch.load(...)` without `map_location` in a distributed script (one that calls
     `init_process_group`, wraps in DDP/FSDP or spawns its ranks). Loads that only the main rank
-    runs, and loads in the launching process of an `mp.spawn` script, are not flagged.
+    runs, loads in the launching process of an `mp.spawn` script, loads of a rank-specific file
+    (written by the same rank, so already on its device), and loads whose `if` has a
+    `map_location` load in its other branch (a deliberate choice) are not flagged.
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
@@ -65,6 +68,9 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if runs_in_ranks(ctx, call) is False:
                 continue
+            path = call.args[0] if call.args else next(k.value for k in call.keywords if k.arg == "f")
+            if rank_specific_path(ctx, path, call) or _other_branch_maps(ctx, call, loads):
+                continue
             if rank0_guarded(ctx, call) is not False:
                 continue
             dev = device_in_scope(ctx, call)
@@ -79,3 +85,25 @@ class LoadWithoutMapLocation(Rule):
                 "from (usually cuda:0) on every rank; pass `map_location`",
                 fix=fix,
             )
+
+
+def _other_branch_maps(ctx, call: ast.Call, loads) -> bool:
+    """``if gpu is None: torch.load(p) else: torch.load(p, map_location=loc)``: the author chose."""
+    for other in loads:
+        if other is call or not any(k.arg == "map_location" for k in other.keywords) and len(other.args) < 2:
+            continue
+        mine = {id(a): a for a in ctx.sem.ancestors(call)}
+        child = other
+        for a in ctx.sem.ancestors(other):
+            if id(a) in mine and isinstance(a, ast.If):
+                in_body_other = child in a.body
+                c2 = call
+                for b in ctx.sem.ancestors(call):
+                    if b is a:
+                        break
+                    c2 = b
+                if in_body_other != (c2 in a.body):
+                    return True
+                break
+            child = a
+    return False

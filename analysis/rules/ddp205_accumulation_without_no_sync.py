@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ._model_flow import ddp_calls
+from ._model_flow import ddp_calls, stmt_list_of
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -79,7 +79,7 @@ class AccumulationWithoutNoSync(Rule):
             if got is None:
                 continue
             _, guard = got
-            if _inside(c, guard) or _mod_guard_and_loop(c)[0] is not None:
+            if _inside(c, guard) or _mod_guard_and_loop(c)[0] is not None or not _same_block(c, guard):
                 continue
             ctx.report(
                 c,
@@ -124,3 +124,19 @@ def _ancestors(node: ast.AST):
     while p is not None:
         yield p
         p = getattr(p, "_p", None)
+
+
+def _same_block(node: ast.AST, guard: ast.If) -> bool:
+    """``node`` runs in the block that holds the guard (not in another branch of an outer ``if``)."""
+    got = stmt_list_of(guard)
+    if got is None:
+        return False
+    lst = got[1]
+    n = node
+    while n is not None:
+        if n in lst:
+            return True
+        if n is got[0]:
+            return False
+        n = getattr(n, "_p", None)
+    return False
