@@ -458,8 +458,7 @@ _EMU_TOTAL_MEMORY = 80 * 1024 ** 3
 _EMU_DEVICE_NAME = "NVIDIA A100-SXM4-80GB (emulated by ddp-lint)"
 _EMU_NCCL_MSG = ("on real NCCL this hangs, or fails with 'invalid usage' / 'Duplicate GPU detected' / "
                  "'Multiple Ranks are using the same GPU'")
-_EMU_FIX = ("Fix: pin every rank to its own GPU with `torch.cuda.set_device(local_rank)` right after "
-            "`init_process_group` (the fix of DDP001 nccl-without-set-device)")
+_EMU_FIX = "Fix: `torch.cuda.set_device(local_rank)` right after `init_process_group` (DDP001's fix)"
 
 # how each collective chooses its device under NCCL
 _EMU_OBJECT_OPS = {"all_gather_object", "gather_object", "scatter_object_list", "broadcast_object_list",
@@ -1638,6 +1637,21 @@ def _emu_patch_ddp(torch):
 
     __init__.__wrapped__ = real
     DDP.__init__ = __init__
+    import torch.distributed as dist
+
+    real_logger = getattr(dist, "Logger", None)
+    if (os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL" and real_logger is not None
+            and not getattr(real_logger, "_ddp_lint_safe", False)):
+        # torch 2.13 (CPU build, gloo) segfaults in DDP's constructor under
+        # TORCH_DISTRIBUTED_DEBUG=DETAIL, in Logger.set_construction_data_and_log (usage logging
+        # only); skipping that call keeps DDP and DETAIL's collective-mismatch checks working
+        class Logger(real_logger):
+            _ddp_lint_safe = True
+
+            def set_construction_data_and_log(self, *a, **k):
+                return None
+
+        dist.Logger = Logger
 
 
 def _emu_patch_misc(torch):
