@@ -101,7 +101,7 @@ def _lines(lines: list[int]) -> str:
 
 def should_emulate(script_path: str, nproc: int, n_gpus: int, emulate_flag: str | None = "auto",
                    backend_flag: str | None = "auto") -> tuple[bool, str]:
-    """(emulate?, a sentence saying why) for ``ddp-lint run``."""
+    """(emulate?, why) for ``ddp-lint run``; the caller prefixes "emulated on CPU: " / "not emulated: "."""
     mode = (emulate_flag or "auto").lower()
     if mode not in MODES:
         raise ValueError(f"--emulate must be one of {', '.join(MODES)}, not {emulate_flag!r}")
@@ -113,7 +113,7 @@ def should_emulate(script_path: str, nproc: int, n_gpus: int, emulate_flag: str 
     try:
         text = read_source(script_path)
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        return False, f"not emulated: cannot read {script_path}: {e}"
+        return False, f"cannot read {script_path}: {e}"
     needs = script_needs(text, script_path)
     asks = []
     if needs.nccl:
@@ -123,11 +123,11 @@ def should_emulate(script_path: str, nproc: int, n_gpus: int, emulate_flag: str 
     if needs.cuda:
         asks.append(f"CUDA devices ({_lines(needs.cuda_lines)})")
     if not asks:
-        return False, "not emulated: the script asks for neither NCCL nor CUDA devices"
+        return False, "the script asks for neither NCCL nor CUDA devices"
     what = " and ".join(asks)
     gpus = f"{n_gpus} GPU{'s' if n_gpus != 1 else ''}"
     if n_gpus >= nproc:
-        return False, f"not emulated: the script asks for {what}, and this machine has {gpus} for {nproc} ranks"
-    return True, (f"emulated: the script asks for {what}, but this machine has {gpus} for {nproc} ranks; "
+        return False, f"the script asks for {what}, and this machine has {gpus} for {nproc} ranks"
+    return True, (f"the script asks for {what}, but this machine has {gpus} for {nproc} ranks; "
                   f"running {nproc} ranks on the CPU over gloo with {nproc} emulated GPUs and NCCL's "
                   "rules enforced")
