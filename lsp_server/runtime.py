@@ -1,0 +1,200 @@
+"""``ddp-lint.run``: run a file under torchrun from the editor (only on explicit request).
+
+The run itself is ``analysis.runtime.api.run_script`` (a blocking call, run in a thread). This
+module validates the command's argument, shows ``window/workDoneProgress`` (cancellable: cancel
+kills the run), and turns the findings into ``ddp-lint (runtime)`` diagnostics on every file they
+point into. They stay until the next run of the same script, or until the user edits their lines.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types as t
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+
+from .convert import path_to_uri, uri_to_path
+
+log = logging.getLogger("ddp-lint.runtime")
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ddp-lint-run")
+    return _executor
+
+
+class RunRefused(JsonRpcInvalidParams):
+    pass
+
+
+def validate_target(ls, uri: str) -> str:
+    """The local path to run, or a clear ``InvalidParams`` error. Accepted: a ``file:`` URI of an
+    existing Python file that is inside a workspace folder or is an open document."""
+    p = urlparse(uri)
+    if p.scheme != "file":
+        raise RunRefused(f"ddp-lint.run: only files on disk can be run; {uri!r} is not a file: URI")
+    if p.netloc not in ("", "localhost"):
+        raise RunRefused(f"ddp-lint.run: {uri!r} names a remote host; only local files can be run")
+    raw = unquote(p.path)
+    if not raw or "\x00" in raw:
+        raise RunRefused(f"ddp-lint.run: {uri!r} has no usable path")
+    if any(seg == ".." for seg in raw.replace("\\", "/").split("/")):
+        raise RunRefused(f"ddp-lint.run: {uri!r} contains '..'; give the file's own path")
+    path = os.path.normpath(raw)
+    if not os.path.isabs(path):
+        raise RunRefused(f"ddp-lint.run: {uri!r} is not an absolute path")
+    if not os.path.exists(path):
+        raise RunRefused(f"ddp-lint.run: {path} does not exist")
+    if not os.path.isfile(path):
+        raise RunRefused(f"ddp-lint.run: {path} is not a file")
+    if not path.endswith((".py", ".pyw")):
+        raise RunRefused(f"ddp-lint.run: {path} is not a Python file (.py)")
+    real = os.path.realpath(path)
+    open_paths = set()
+    for st in ls.docs.values():
+        if st.doc.path:
+            open_paths.add(os.path.realpath(st.doc.path))
+    if real in open_paths:
+        return path
+    for folder in ls.folders():
+        rf = os.path.realpath(folder)
+        try:
+            if os.path.commonpath([rf, real]) == rf:
+                return path
+        except ValueError:
+            continue
+    raise RunRefused(f"ddp-lint.run: {path} is neither inside a workspace folder nor an open document")
+
+
+def _folder_of(ls, path: str) -> str:
+    real = os.path.realpath(path)
+    best = None
+    for folder in ls.folders():
+        rf = os.path.realpath(folder)
+        try:
+            if os.path.commonpath([rf, real]) == rf and (best is None or len(rf) > len(best)):
+                best = rf
+        except ValueError:
+            continue
+    return best or os.path.dirname(path)
+
+
+async def run_command(ls, args) -> dict:
+    from .server import _uri_argument
+
+    uri = _uri_argument(args)
+    path = validate_target(ls, uri)
+    script_uri = path_to_uri(path)
+    key = os.path.realpath(path)
+    if key in ls.runs:
+        raise JsonRpcInvalidParams(f"ddp-lint.run: {os.path.basename(path)} is already running; "
+                                   "cancel that run first")
+    try:
+        from analysis.runtime.api import run_script
+    except ImportError as e:
+        raise JsonRpcException(code=-32603, message=f"ddp-lint.run: the runtime runner is not available ({e})") from None
+
+    rs = ls.settings.run
+    cancel = threading.Event()
+    ls.runs[key] = cancel
+    loop = asyncio.get_running_loop()
+    name = os.path.basename(path)
+    token = None
+    progress = ls.work_done_progress
+    if ls.capability("window", "work_done_progress", default=False):
+        token = f"ddp-lint-run-{uuid.uuid4().hex[:12]}"
+        try:
+            await asyncio.wait_for(progress.create_async(token), timeout=10)
+            progress.begin(token, t.WorkDoneProgressBegin(
+                title=f"ddp-lint: running {name}", message="starting", cancellable=True, percentage=0))
+            fut = progress.tokens.get(token)
+            if fut is not None:
+                fut.add_done_callback(lambda f: cancel.set() if f.cancelled() else None)
+        except Exception as e:
+            log.warning("no progress reporting for this run: %s", e)
+            token = None
+
+    def report(message: str, percent=None):
+        if token is None:
+            return
+        try:
+            pct = None if percent is None else max(0, min(100, int(percent)))
+            progress.report(token, t.WorkDoneProgressReport(message=str(message)[:200], percentage=pct))
+        except Exception:
+            pass
+
+    def on_progress(message: str, percent=None):  # called from the runner's thread
+        log.debug("run %s: %s", name, message)
+        loop.call_soon_threadsafe(report, message, percent)
+
+    job = functools.partial(
+        run_script, path, nproc=rs.nproc, timeout=rs.timeout_seconds, backend=rs.backend,
+        emulate=rs.emulate, python=rs.python, script_args=tuple(rs.args), cwd=_folder_of(ls, path),
+        progress=on_progress, cancel=cancel)
+    log.info("running %s (nproc=%s, timeout=%ss, emulate=%s)", path, rs.nproc or "auto",
+             rs.timeout_seconds, rs.emulate)
+    result = None
+    try:
+        fut = loop.run_in_executor(_pool(), job)
+        try:
+            result = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            cancel.set()  # $/cancelRequest: stop the run; the runner kills its processes
+            raise
+    finally:
+        ls.runs.pop(key, None)
+        if token is not None:
+            msg = "cancelled" if (result is not None and result.cancelled) or cancel.is_set() else "done"
+            try:
+                progress.end(token, t.WorkDoneProgressEnd(message=msg))
+            except Exception:
+                pass
+
+    report("collecting")
+    return publish_run(ls, script_uri, name, result)
+
+
+def publish_run(ls, script_uri: str, name: str, result) -> dict:
+    by_uri: dict[str, list] = {}
+    for f in result.findings:
+        fn = f.filename
+        if not fn or fn.startswith("<"):
+            fn = uri_to_path(script_uri) or fn
+        by_uri.setdefault(path_to_uri(os.path.abspath(fn)), []).append(f)
+    previous = ls.run_targets.get(script_uri, set())
+    for u in previous:
+        ls.runtime.pop(u, None)
+    for u, fs in by_uri.items():
+        ls.runtime[u] = sorted(fs, key=lambda f: (f.range.start, f.code))
+    ls.run_targets[script_uri] = set(by_uri)
+    touched = previous | set(by_uri)
+    if ls.pull:
+        ls.request_refresh()
+    else:
+        for u in sorted(touched):
+            ls.publish_uri(u)
+    n = len(result.findings)
+    for note in result.notes or ():
+        log.info("run %s: %s", name, note)
+    emu = " (emulated on CPU)" if result.emulated else ""
+    if result.cancelled:
+        summary = f"ddp-lint run of {name} was cancelled"
+    elif n:
+        summary = f"ddp-lint run of {name}: {n} runtime problem{'s' if n != 1 else ''}{emu}"
+    else:
+        summary = f"ddp-lint run of {name}: clean (exit status {result.exit_code}){emu}"
+    log.info("%s", summary)
+    ls.show(t.MessageType.Warning if n else t.MessageType.Info, summary)
+    return {"exitCode": result.exit_code, "findings": n, "emulated": bool(result.emulated),
+            "cancelled": bool(result.cancelled), "notes": list(result.notes or ()),
+            "files": sorted(by_uri)}
