@@ -32,6 +32,22 @@ def sampler_args(call: ast.Call) -> list[ast.AST]:
     return [a for a in (get_arg(call, 3, "sampler"), get_arg(call, 4, "batch_sampler")) if a is not None and not is_none(a)]
 
 
+def loader_sampler(ctx, call: ast.Call) -> ast.AST | None:
+    """The ``sampler=`` of a DataLoader, also through ``**kwargs`` bound once to a dict literal
+    (``train_kwargs = {"batch_size": 64, "sampler": sampler}``)."""
+    s = get_arg(call, 3, "sampler")
+    if s is not None:
+        return s
+    for k in call.keywords:
+        if k.arg is None and isinstance(k.value, ast.Name):
+            d = ctx.sem.single_value(k.value.id, ctx.sem.scope_of(call))
+            if isinstance(d, ast.Dict):
+                for key, val in zip(d.keys, d.values):
+                    if isinstance(key, ast.Constant) and key.value == "sampler":
+                        return val
+    return None
+
+
 def has_kwargs(call: ast.Call) -> bool:
     return any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
 

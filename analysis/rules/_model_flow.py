@@ -177,6 +177,8 @@ def _class_places_itself(ctx, cls: ast.ClassDef, depth: int = 0) -> bool:
             return True
         if any(k.arg in ("device", None) for k in c.keywords):
             return True
+    if _unknown_builders(ctx, cls, depth):
+        return True
     for fn in cls.body:
         if isinstance(fn, FUNC_TYPES) and fn.name == "__init__" and "device" in param_names(fn):
             return True
@@ -185,6 +187,40 @@ def _class_places_itself(ctx, cls: ast.ClassDef, depth: int = 0) -> bool:
             other = _file_classes(ctx).get(b.id)
             if other is not None and other is not cls and _class_places_itself(ctx, other, depth + 1):
                 return True
+    return False
+
+
+_SAFE_BUILTINS = frozenset({"super", "range", "len", "int", "float", "str", "list", "dict", "tuple", "set", "zip",
+                            "enumerate", "min", "max", "sum", "abs", "round", "isinstance", "getattr", "setattr",
+                            "hasattr", "print", "sorted", "reversed", "map", "filter", "any", "all", "type", "bool"})
+
+
+def _unknown_builders(ctx, init: ast.AST, depth: int) -> bool:
+    """The class body calls something that may build a module elsewhere (and place it on a device):
+    a function or class imported from outside torch/torchvision/timm, or one of this file that is
+    not a CPU-only module class."""
+    for c in ctx.sem.calls:
+        if c.lineno < init.lineno or c.end_lineno > init.end_lineno:
+            continue
+        f = c.func
+        if isinstance(f, ast.Name):
+            if f.id in _SAFE_BUILTINS:
+                continue
+            qn = ctx.qn(c)
+            if qn is not None:
+                if not qn.startswith(("torch.", "torchvision.", "timm.", "math.", "functools.", "collections.")):
+                    return True
+                continue
+            cls = _file_classes(ctx).get(f.id)
+            if cls is not None and _is_module_class(ctx, cls) and not _class_places_itself(ctx, cls, depth + 1):
+                continue
+            return True  # a helper function of this file, or a name we cannot see
+        elif isinstance(f, ast.Attribute):
+            qn = ctx.qn(c)
+            if qn is not None and not qn.startswith(("torch.", "torchvision.", "timm.", "math.", "functools.",
+                                                     "collections.", "copy.")):
+                return True  # e.g. ``registry.build(cfg)`` from an imported module
+            # methods of self/super()/locals (``layers.append``, ``self._init_weights()``) are fine
     return False
 
 

@@ -23,6 +23,8 @@ _RANK_TOKENS = frozenset({"rank", "gpu", "ordinal", "procid", "rankid"})
 _MAIN_TOKENS = frozenset({"master", "main", "zero", "rank0", "chief", "leader", "primary", "root"})
 _NOT_MAIN_TOKENS = frozenset({"addr", "address", "port", "ip", "host", "worker", "func", "fn", "args", "parser",
                               "module", "loop", "thread", "dir", "path", "file", "weight", "weights", "grad"})
+_RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK",
+                       "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "GROUP_RANK", "NODE_RANK"})
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _EXIT_FUNCS = frozenset({"exit", "_exit", "abort"})
 
@@ -50,9 +52,12 @@ def is_rank_like(expr: ast.AST) -> bool:
         return is_rank_like(expr.left)
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "int" and len(expr.args) == 1:
         return is_rank_like(expr.args[0])
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "getenv") \
+            and expr.args and isinstance(expr.args[0], ast.Constant) and expr.args[0].value in _RANK_ENV:
+        return True
     if isinstance(expr, ast.Subscript):
         s = expr.slice
-        if isinstance(s, ast.Constant) and isinstance(s.value, str) and s.value in ("RANK", "LOCAL_RANK"):
+        if isinstance(s, ast.Constant) and isinstance(s.value, str) and s.value in _RANK_ENV:
             return True
         return False
     name = _last_name(expr)
@@ -81,6 +86,8 @@ def is_main_like(expr: ast.AST) -> bool:
 
 
 def _int_const(e: ast.AST) -> int | None:
+    if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value.lstrip("-").isdigit():
+        return int(e.value)  # os.environ.get("RANK", "0") == "0"
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
         v = _int_const(e.operand)
         return -v if v is not None else None
@@ -269,7 +276,7 @@ def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
     for c in ctx.sem.calls:
         f = c.func
         if is_method:
-            if isinstance(f, ast.Attribute) and f.attr == name:
+            if isinstance(f, ast.Attribute) and f.attr == name and ctx.qn(c) is None:
                 sites.append(c)
         elif isinstance(f, ast.Name) and f.id == name:
             sites.append(c)

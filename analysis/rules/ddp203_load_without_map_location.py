@@ -17,7 +17,11 @@ class LoadWithoutMapLocation(Rule):
     `init_process_group`, wraps in DDP/FSDP or spawns its ranks). Loads that only the main rank
     runs, loads in the launching process of an `mp.spawn` script, loads of a rank-specific file
     (written by the same rank, so already on its device), and loads whose `if` has a
-    `map_location` load in its other branch (a deliberate choice) are not flagged.
+    `map_location` load in its other branch (a deliberate choice) are not flagged. To stay
+    precise, only checkpoint loads are considered: the result goes to `load_state_dict(...)`, or
+    the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
+    `snapshot`, `state`...). A data file (`torch.load("data/train.pt")`) saved from CPU tensors
+    comes back on the CPU and is left alone.
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
@@ -71,6 +75,8 @@ class LoadWithoutMapLocation(Rule):
             path = call.args[0] if call.args else next(k.value for k in call.keywords if k.arg == "f")
             if rank_specific_path(ctx, path, call) or _other_branch_maps(ctx, call, loads):
                 continue
+            if not _checkpoint_like(ctx, call, path):
+                continue
             if rank0_guarded(ctx, call) is not False:
                 continue
             dev = device_in_scope(ctx, call)
@@ -107,3 +113,39 @@ def _other_branch_maps(ctx, call: ast.Call, loads) -> bool:
                 break
             child = a
     return False
+
+
+_CKPT_WORDS = ("ckpt", "checkpoint", "resume", "weight", "model", "pretrain", "snapshot", "state", "finetune",
+               "teacher", "best", "last", "latest", "epoch", "optim")
+
+
+def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
+    text = ctx.text(path).lower()
+    if isinstance(path, ast.Name):
+        from ._model_flow import reaching_assignment
+
+        st = reaching_assignment(ctx, path.id, call)
+        if st is not None:
+            text += " " + ctx.text(st.value).lower()
+    if any(w in text for w in _CKPT_WORDS):
+        return True
+    # the result is loaded into a module or an optimizer
+    p = getattr(call, "_p", None)
+    while isinstance(p, (ast.Subscript, ast.Attribute, ast.Call)) and not (
+            isinstance(p, ast.Call) and _is_load_state_dict(p)):
+        p = getattr(p, "_p", None)
+    if isinstance(p, ast.Call) and _is_load_state_dict(p):
+        return True
+    st = getattr(call, "_p", None)
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+        name = st.targets[0].id
+        scope = ctx.sem.scope_of(call)
+        for c in ctx.sem.calls:
+            if _is_load_state_dict(c) and c.args and ctx.sem.scope_of(c) is scope and c.lineno >= call.lineno:
+                if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(c.args[0])):
+                    return True
+    return False
+
+
+def _is_load_state_dict(c: ast.Call) -> bool:
+    return isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"

@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Range, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
-from ._loader import DIST_SAMPLER, dataloaders, is_eval_name, is_true, target_name
+from ._loader import DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, target_name
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -79,7 +79,7 @@ class SamplerWithoutSetEpoch(Rule):
             if s_name is not None and not isinstance(s._p.targets[0], ast.Name):
                 continue
             for ld in loaders:
-                arg = get_arg(ld, 3, "sampler")
+                arg = loader_sampler(ctx, ld)
                 inline = arg is s
                 if not inline and not (s_name and isinstance(arg, ast.Name) and arg.id == s_name):
                     continue

@@ -11,7 +11,9 @@ from ._model_flow import ddp_calls
 
 # anything that hints the data is already split per rank
 _SPLIT_HINTS = ("DistributedSampler", "sampler", "shard", "split_dataset_by_node", "num_replicas",
-                "IterableDataset", "DistributedBatchSampler")
+                "IterableDataset", "DistributedBatchSampler",
+                # frameworks that shard a plain DataLoader themselves
+                "accelerate", "lightning", ".prepare(", "deepspeed", "fabric", "horovod", "torch_xla")
 
 
 class NoDistributedSampler(Rule):
@@ -21,7 +23,8 @@ class NoDistributedSampler(Rule):
     `DataLoader` with `shuffle=True` and no `sampler` / `batch_sampler`.
 
     To stay precise, a file that mentions a `DistributedSampler`, any other sampler, sharding
-    (`shard`, `split_dataset_by_node`, `num_replicas`) or an `IterableDataset` is not flagged,
+    (`shard`, `split_dataset_by_node`, `num_replicas`), an `IterableDataset`, or a framework that
+    shards plain DataLoaders itself (Accelerate's `prepare`, Lightning, DeepSpeed) is not flagged,
     and neither are loaders named like evaluation loaders.
 
     ## Why is this bad?

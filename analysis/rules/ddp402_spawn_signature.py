@@ -11,8 +11,10 @@ from ._spawn import spawn_calls, target_def
 
 _RANK_PARAM = frozenset({"rank", "local_rank", "gpu", "global_rank", "gpu_id", "device_id", "local_gpu",
                          "rank_id", "proc_rank", "process_rank", "gpu_rank", "local_gpu_id"})
-_INDEX_TOKENS = frozenset({"rank", "gpu", "idx", "index", "id", "i", "proc", "process", "device", "dev", "pid",
-                           "worker", "local", "node", "n", "r", "p", "k", "cuda", "ordinal", "num", "no", "nr"})
+# a first parameter named like one of these cannot be meant to receive the process index
+_NOT_INDEX_TOKENS = frozenset({"world", "size", "args", "arg", "cfg", "config", "conf", "opt", "opts", "options",
+                               "model", "params", "hparams", "dataset", "nprocs", "ngpus", "gpus", "nodes",
+                               "settings", "kwargs", "ns", "namespace", "parser", "port", "addr"})
 _SPLIT = re.compile(r"[^a-z0-9]+")
 
 
@@ -25,8 +27,8 @@ class SpawnSignature(Rule):
     - wrong arity: more required parameters than `1 + len(args)`, more arguments than it takes,
       or a keyword-only parameter without a default;
     - a swapped rank: a later positional parameter is named like the rank (`rank`, `local_rank`,
-      `gpu`, ...) while the first one, which receives the process index, is not
-      (`def main(world_size, rank)`).
+      `gpu`, ...) while the first one, which receives the process index, is named like something
+      else entirely (`world_size`, `args`, `cfg`, `ngpus`...): `def main(world_size, rank)`.
 
     ## Why is this bad?
     The process index is always passed first. A wrong arity fails in every child:
@@ -119,7 +121,7 @@ def _swapped_rank(fn) -> str | None:
         return None
     first = pos[0].arg
     toks = set(t for t in _SPLIT.split(first.lower()) if t)
-    if first.startswith("_") or toks & _INDEX_TOKENS or len(first) <= 2:
+    if not (toks & _NOT_INDEX_TOKENS) or toks & {"rank", "gpu", "idx", "index", "id", "proc", "device"}:
         return None
     for p in pos[1:]:
         if p.arg.lower() in _RANK_PARAM:
