@@ -8,7 +8,8 @@ from ..registry import Rule
 from ._common import D
 from ._dataflow import _callee_name
 
-_SETUP_NAME = re.compile(r"setup|init|dist|launch|prepare|bootstrap", re.I)
+# a helper that only brings the group up: its caller owns the group's lifetime
+_SETUP_NAME = re.compile(r"(^|_)(setup|init|initialize|initialise|bootstrap|prepare)(_|$)", re.I)
 _TEARDOWN_IDENT = re.compile(r"\b\w*(?:destroy|cleanup|clean_up|teardown|tear_down|shutdown|finalize)\w*\b", re.I)
 
 
@@ -107,29 +108,44 @@ def _callers(ctx, name: str) -> list[ast.Call]:
 
 
 def _owner(ctx, init: ast.Call, main_block):
-    """The block whose end is the end of the process group's life: a function body, the
-    ``__main__`` block's body, or the module body."""
+    """(block, conditional): the block whose end is the end of the process group's life (a function
+    body, the ``__main__`` block's body, or the module body), and whether the init may not have run
+    by then (it sits under an ``if``/loop/``try`` on the way). (None, _) when there is no obvious end."""
     sem = ctx.sem
-    fn = sem.enclosing_function(init)
+    spawned = {a.id for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
+               for a in c.args[:1] if isinstance(a, ast.Name)}
+    conditional = False
+    node = init
     for _ in range(4):
+        fn = sem.enclosing_function(node)
         if fn is None:
-            if main_block is not None and _inside(init, main_block):
-                return main_block.body
-            return sem.tree.body
-        if not _SETUP_NAME.search(fn.name):
-            return fn.body
+            if main_block is not None and _inside(node, main_block):
+                return main_block.body, conditional or _conditional(node, main_block)
+            if node is init:
+                return sem.tree.body, conditional or _conditional(node, sem.tree)
+            return None, conditional
+        conditional = conditional or _conditional(node, fn)
+        if not _SETUP_NAME.search(fn.name) or fn.name in spawned:
+            return fn.body, conditional
         if len(sem.functions.get(fn.name, ())) != 1:
-            return None
+            return None, conditional
         callers = _callers(ctx, fn.name)
         if len(callers) != 1:
-            return fn.body if not callers else None
-        init = callers[0]
-        fn = sem.enclosing_function(init)
-        if fn is None:
-            if main_block is not None and _inside(init, main_block):
-                return main_block.body
-            return None
-    return None
+            return None, conditional
+        node = callers[0]
+    return None, conditional
+
+
+_COND = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.BoolOp, ast.ExceptHandler, ast.match_case)
+
+
+def _conditional(node, top) -> bool:
+    p = getattr(node, "_p", None)
+    while p is not None and p is not top:
+        if isinstance(p, _COND):
+            return True
+        p = getattr(p, "_p", None)
+    return False
 
 
 def _inside(node, outer) -> bool:
@@ -142,12 +158,22 @@ def _inside(node, outer) -> bool:
 
 
 def _make_fix(ctx, init: ast.Call, main_block):
-    body = _owner(ctx, init, main_block)
+    body, conditional = _owner(ctx, init, main_block)
     if not body:
         return None
     destroy, imp = ctx.ref(D + "destroy_process_group")
     code = f"{destroy}()"
     last = body[-1]
+    if conditional:
+        # the init may not have run (``if args.distributed: init_process_group(...)``)
+        is_init, imp2 = ctx.ref(D + "is_initialized")
+        imp = imp + [e for e in imp2 if e not in imp]
+        indent = ctx.src.indent_of(last.lineno - 1)
+        unit = "\t" if "\t" in indent else "    "
+        shown = f"if {is_init}(): {code}"
+        code = f"if {is_init}():{ctx.src.newline}{indent}{unit}{code}"
+    else:
+        shown = code
     if isinstance(last, ast.Raise):
         return None
     if isinstance(last, ast.Return):
@@ -160,4 +186,4 @@ def _make_fix(ctx, init: ast.Call, main_block):
         edit = ctx.insert_after(last, code)
     if edit is None:
         return None
-    return ctx.fix(Applicability.SAFE, f"Append `{code}`", [edit, *imp])
+    return ctx.fix(Applicability.SAFE, f"Append `{shown}`", [edit, *imp])

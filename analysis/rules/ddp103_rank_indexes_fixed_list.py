@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from ..model import Severity
 from ..registry import Rule
@@ -17,7 +18,10 @@ class RankIndexesFixedList(Rule):
     Checks for a fixed-length literal (a list, a tuple or a string, directly or through a name
     assigned once and never grown) indexed by the rank: `["foo", 12, {1: 2}][dist.get_rank()]`,
     `gpus[local_rank]` with `gpus = [0, 1]`. An index like `rank % len(seq)` is fine, and so is a
-    literal whose length is the world size the file fixes itself (`mp.spawn(..., nprocs=2)`).
+    literal whose length is the world size the file fixes itself (`mp.spawn(..., nprocs=2)`,
+    `init_process_group(world_size=2)`, `WORLD_SIZE = 2`, a `world_size` property returning 2).
+    Test files (`test_*.py`, `*_test.py`) are skipped: multi-process tests run with a world size fixed
+    by their harness, and per-rank tables of expected values are deliberate there.
 
     ## Why is this bad?
     The literal's length is fixed when the script is written, the world size is not. As soon as the
@@ -55,6 +59,10 @@ class RankIndexesFixedList(Rule):
     requires_text = ("rank", "RANK")
 
     def visit(self, node: ast.Subscript, ctx) -> None:
+        if ctx.__dict__.get("_ddp103_test_file") is None:
+            ctx._ddp103_test_file = _is_test_file(ctx.filename)
+        if ctx._ddp103_test_file:
+            return
         sl = node.slice
         if not isinstance(sl, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) or not isinstance(node.ctx, ast.Load):
             return
@@ -74,6 +82,13 @@ class RankIndexesFixedList(Rule):
             f"IndexError on every rank >= {n} once the world size grows. Compute the per-rank value, "
             "or index with `rank % len(...)`",
         )
+
+
+def _is_test_file(filename: str) -> bool:
+    """Multi-process tests run with a world size fixed by their harness (``MultiProcessTestCase``,
+    a pytest fixture), so a per-rank table of expected values there is deliberate."""
+    base = os.path.basename(filename or "")
+    return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
 
 
 def _literal(ctx, seq, scope):
@@ -124,6 +139,17 @@ def _fixed_world_size(ctx) -> int | None:
             sizes.add(n)
     for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
         n = const_int(get_arg(c, None, "nprocs"))
+        if n is not None:
+            sizes.add(n)
+    # ``def world_size(self): return 2`` (a multi-process test case) or ``WORLD_SIZE = 2``
+    for fn in ctx.sem.functions.get("world_size", ()):
+        if fn.body and isinstance(fn.body[-1], ast.Return):
+            n = const_int(fn.body[-1].value)
+            if n is not None:
+                sizes.add(n)
+    for name in ("world_size", "WORLD_SIZE", "NUM_PROCS", "nprocs", "NPROCS"):
+        val = ctx.sem.single_value(name, ctx.sem.tree)
+        n = const_int(val)
         if n is not None:
             sizes.add(n)
     got = sizes.pop() if len(sizes) == 1 else None
