@@ -156,7 +156,7 @@ def rank_kind(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> str | None:
         if kind == "loop":
             return None
         if kind == "single" and val is not None:
-            if isinstance(val, ast.Constant):
+            if isinstance(val, ast.Constant) or _tensor_rank(val):
                 return None
             k = rank_kind(ctx, val, ctx.sem.scope_of(val), depth + 1)
             if k:
@@ -166,6 +166,14 @@ def rank_kind(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> str | None:
                 return "rank"
         return "rank" if _RANK_NAME.match(expr.id) else None
     return None
+
+
+def _tensor_rank(val: ast.AST) -> bool:
+    """``rank = len(shape)`` / ``x.dim()`` / ``x.ndim``: the rank of a tensor, not of a process."""
+    if isinstance(val, ast.Call):
+        n = terminal_name(val.func)
+        return n in ("len", "dim", "ndimension", "matrix_rank")
+    return isinstance(val, ast.Attribute) and val.attr in ("ndim",)
 
 
 def is_local_rank_expr(ctx, expr: ast.AST, scope: ast.AST) -> bool:

@@ -69,6 +69,8 @@ class AliasedOutputList(Rule):
                     target = ctx.sem.single_value(out.id, scope)
                     if target is None or _rebuilt(out.id, scope):
                         continue
+                if isinstance(target, ast.IfExp):  # ``[t] * n if rank == 0 else None``
+                    target = target.body
                 rep = _repeated(ctx, target)
                 if rep is None:
                     continue

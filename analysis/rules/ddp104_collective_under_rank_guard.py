@@ -6,7 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ._common import ALL_COLLECTIVES, D
-from ._guards import rank_guard
+from ._dataflow import wrapper_functions
+from ._guards import rank_guard, terminal_name
 
 # everything every rank of the group must call (point-to-point send/recv are not collectives)
 _COLLECTIVES = tuple(dict.fromkeys(ALL_COLLECTIVES + (
@@ -96,6 +97,8 @@ class CollectiveUnderRankGuard(Rule):
             if any(o is not c and (ctx.sem.enclosing_function(o) or ctx.sem.tree) is scope
                    and (og is None or og.key(ctx) != key) for o, og in by_qn[ctx.qn(c)]):
                 continue
+            if _helper_elsewhere(ctx, c, op, scope, key):
+                continue
             cond = ctx.text(g.if_node.test)
             if g.branch == "body":
                 where = f"only where `{cond}`"
@@ -109,6 +112,27 @@ class CollectiveUnderRankGuard(Rule):
                 "the watchdog timeout",
                 related=[(g.if_node.test, "rank guard")],
             )
+
+
+_SYNC_NAMES = ("synchronize", "wait_for_everyone", "barrier", "sync")
+
+
+def _helper_elsewhere(ctx, call, op, scope, key) -> bool:
+    """The other ranks may make the collective through a helper: a function of this file that
+    wraps a collective, or one named after it (``comm.synchronize()``, ``all_reduce_mean(x)``)."""
+    wrappers = wrapper_functions(ctx, tuple(D + n for n in _COLLECTIVES), "collectives")
+    for k in ctx.sem.calls:
+        if k is call or (ctx.sem.enclosing_function(k) or ctx.sem.tree) is not scope:
+            continue
+        n = terminal_name(k.func)
+        if not n or (ctx.qn(k) or "").startswith(D):
+            continue
+        low = n.lower()
+        if n in wrappers or op in low or (op in ("barrier", "monitored_barrier") and any(s in low for s in _SYNC_NAMES)):
+            og = rank_guard(ctx, k)
+            if og is None or og.key(ctx) != key:
+                return True
+    return False
 
 
 def _on_subgroup(call: ast.Call, op: str) -> bool:
