@@ -169,10 +169,16 @@ def _analyse_text(text, path, settings, fix_mode, unsafe):
         from .fixes import fix_all
 
         codes = settings.enabled_codes(path)
-        new_text, _ = fix_all(text, lambda t: check_source(t, path, settings, codes=codes).findings,
-                              unsafe=unsafe, findings=findings)
+        last: list = [None, None]  # the last text fix_all checked, and its findings
+
+        def check(t):
+            last[0], last[1] = t, check_source(t, path, settings, codes=codes).findings
+            return last[1]
+
+        new_text, _ = fix_all(text, check, unsafe=unsafe, findings=findings)
         if new_text != text:
-            findings = check_source(new_text, path, settings, codes=codes).findings
+            # fix_all's last round already analysed the final text: reuse it (one parse per round)
+            findings = last[1] if last[0] == new_text else check(new_text)
         else:
             new_text = None
     return path, findings, None, new_text, text
