@@ -323,3 +323,21 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
         child = p
         p = getattr(p, "_p", None)
     return None
+
+
+_RAISES = frozenset({"assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises", "assertWarns",
+                     "assertWarnsRegex", "warns"})
+
+
+def expects_error(node: ast.AST) -> bool:
+    """``node`` sits in ``with self.assertRaises(...)`` / ``with pytest.raises(...)``: a test that
+    makes the failure on purpose."""
+    p = getattr(node, "_p", None)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(p, (ast.With, ast.AsyncWith)):
+            for item in p.items:
+                e = item.context_expr
+                if isinstance(e, ast.Call) and terminal_name(e.func) in _RAISES:
+                    return True
+        p = getattr(p, "_p", None)
+    return False

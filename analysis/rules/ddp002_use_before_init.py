@@ -6,6 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._dataflow import calls_or_wrappers
+from ._guards import expects_error
 
 # init_device_mesh only initialises when nothing did before it, so it does not count
 _INITS = (D + "init_process_group",)
@@ -73,7 +74,7 @@ class UseBeforeInit(Rule):
             by_scope.setdefault(id(sem.scope_of(i)), []).append(i)
         for use in sem.calls_to(*_USES):
             scope_inits = by_scope.get(id(sem.scope_of(use)))
-            if not scope_inits:
+            if not scope_inits or expects_error(use):
                 continue
             if any(_before(i, use) or _contains(i, use) for i in scope_inits):
                 continue  # initialised earlier in this body (or an init call wraps the use)

@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import get_arg
 from ._common import ALL_COLLECTIVES, D
 from ._dataflow import wrapper_functions
-from ._guards import rank_guard, terminal_name
+from ._guards import expects_error, rank_guard, terminal_name
 
 # everything every rank of the group must call (point-to-point send/recv are not collectives)
 _COLLECTIVES = tuple(dict.fromkeys(ALL_COLLECTIVES + (
@@ -89,7 +89,7 @@ class CollectiveUnderRankGuard(Rule):
             if g is None:
                 continue
             op = ctx.qn(c)[len(D):]
-            if _on_subgroup(c, op):
+            if _on_subgroup(c, op) or expects_error(c):
                 continue
             scope = ctx.sem.enclosing_function(c) or ctx.sem.tree
             key = g.key(ctx)

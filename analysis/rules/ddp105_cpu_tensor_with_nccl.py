@@ -7,6 +7,7 @@ from ..registry import Rule
 from ..semantic import get_arg
 from ._common import D, const_str
 from ._dataflow import _NO_DEVICE_KW, cpu_tensor_ctor, device_var_in_scope
+from ._guards import expects_error
 
 # op -> the (position, keyword) pairs of its tensor arguments, and the group position
 _OPS = {
@@ -80,6 +81,8 @@ class CpuTensorWithNccl(Rule):
         sem = ctx.sem
         for op, (specs, gpos) in _OPS.items():
             for call in ctx.calls_to(D + op):
+                if expects_error(call):
+                    continue
                 grp = get_arg(call, gpos, "group")
                 if grp is not None and not (isinstance(grp, ast.Constant) and grp.value is None):
                     continue
