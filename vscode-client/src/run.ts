@@ -1,15 +1,16 @@
 /**
- * `ddp-lint.run`: run a file under torchrun through the server's `workspace/executeCommand`
- * "ddp-lint.run", with progress (notification + status bar) and cancellation. Disabled, with an
- * explanation, in an untrusted workspace: it would execute the workspace's code.
+ * `ddp-lint.run` and `ddp-lint.fixAll`: thin wrappers over the server's `workspace/executeCommand`
+ * commands of the same names. The server reports run progress (a cancellable notification, mirrored
+ * in the status bar), publishes the runtime diagnostics and shows the summary. `ddp-lint.run` is
+ * disabled, with an explanation, in an untrusted workspace: it would execute the workspace's code.
  */
 import * as vscode from 'vscode';
-import { ExecuteCommandRequest, WorkDoneProgress, WorkDoneProgressReport } from 'vscode-languageclient/node';
+import { ExecuteCommandRequest } from 'vscode-languageclient/node';
 import type { ServerManager } from './server';
 import type { StatusItem } from './status';
 
-/** The URI the command was invoked for: a Uri (explorer/editor title), a string or `{uri}` (the
- *  server's code action), else the active editor. */
+/** The URI the command was invoked for: a Uri (explorer/editor title), a string (the server's code
+ *  action passes the document URI) or `{uri}`, else the active editor. */
 export function targetUri(arg: unknown): vscode.Uri | undefined {
     if (arg instanceof vscode.Uri) return arg;
     if (typeof arg === 'string' && arg) return vscode.Uri.parse(arg);
@@ -19,13 +20,20 @@ export function targetUri(arg: unknown): vscode.Uri | undefined {
     return vscode.window.activeTextEditor?.document.uri;
 }
 
+export const UNTRUSTED_RUN_MESSAGE = 'ddp-lint: "Run with torchrun" is disabled in this untrusted workspace, because it would execute the workspace\'s code. Linting still works. Trust the workspace to enable it.';
+
 let running = false;
+
+async function failed(manager: ServerManager, what: string, e: unknown): Promise<void> {
+    const msg = e instanceof Error ? e.message : String(e);
+    manager.log.error(`${what} failed: ${msg}`);
+    const pick = await vscode.window.showErrorMessage(`ddp-lint: ${what} failed: ${msg}`, 'Show Logs');
+    if (pick) manager.log.show();
+}
 
 export async function runCommand(manager: ServerManager, status: StatusItem, arg: unknown): Promise<unknown> {
     if (!vscode.workspace.isTrusted) {
-        const pick = await vscode.window.showWarningMessage(
-            'ddp-lint: "Run with torchrun" is disabled in an untrusted workspace, because it executes this workspace\'s code. Linting still works. Trust the workspace to run it.',
-            'Manage Workspace Trust');
+        const pick = await vscode.window.showWarningMessage(UNTRUSTED_RUN_MESSAGE, 'Manage Workspace Trust');
         if (pick) await vscode.commands.executeCommand('workbench.trust.manage');
         return undefined;
     }
@@ -39,7 +47,7 @@ export async function runCommand(manager: ServerManager, status: StatusItem, arg
         return undefined;
     }
     if (running) {
-        void vscode.window.showInformationMessage('ddp-lint: a run is already in progress.');
+        void vscode.window.showInformationMessage('ddp-lint: a run is already in progress (cancel it from its notification).');
         return undefined;
     }
     // torchrun runs the file on disk: save pending edits first
@@ -57,72 +65,50 @@ export async function runCommand(manager: ServerManager, status: StatusItem, arg
     const name = uri.path.split('/').pop() ?? uri.fsPath;
     running = true;
     status.setRun(`running ${name}`);
-    const token = `ddp-lint-run-${Date.now()}-${Math.random().toString(36).slice(2)}`;
     try {
-        return await vscode.window.withProgress({
-            location: vscode.ProgressLocation.Notification,
-            title: `ddp-lint: running ${name} with torchrun`,
-            cancellable: true,
-        }, async (progress, cancel) => {
-            let last = 0;
-            const sub = client.onProgress(WorkDoneProgress.type, token, (v) => {
-                const msg = (v as WorkDoneProgressReport).message;
-                const pct = (v as WorkDoneProgressReport).percentage;
-                if (msg) status.setRun(`${name}: ${msg}`);
-                const inc = typeof pct === 'number' && pct > last ? pct - last : undefined;
-                if (typeof pct === 'number') last = Math.max(last, pct);
-                progress.report({ message: msg, increment: inc });
-            });
-            try {
-                const result = await client.sendRequest(ExecuteCommandRequest.type, {
-                    command: 'ddp-lint.run',
-                    arguments: [{ uri: uri.toString() }],
-                    workDoneToken: token,
-                }, cancel);
-                manager.log.info(`run result: ${JSON.stringify(result)}`);
-                void showSummary(result, name);
-                return result;
-            } catch (e) {
-                if (cancel.isCancellationRequested) {
-                    void vscode.window.showInformationMessage(`ddp-lint: run of ${name} cancelled.`);
-                    return undefined;
-                }
-                const msg = e instanceof Error ? e.message : String(e);
-                manager.log.error(`run failed: ${msg}`);
-                const pick = await vscode.window.showErrorMessage(`ddp-lint: the run failed: ${msg}`, 'Show Logs');
-                if (pick) manager.log.show();
-                return undefined;
-            } finally {
-                sub.dispose();
-            }
+        const result = await client.sendRequest(ExecuteCommandRequest.type, {
+            command: 'ddp-lint.run',
+            arguments: [{ uri: uri.toString() }],
         });
+        manager.log.info(`run result: ${JSON.stringify(result)}`);
+        const r = result as { findings?: unknown } | null;
+        if (r && typeof r.findings === 'number' && r.findings > 0) {
+            await vscode.commands.executeCommand('workbench.actions.view.problems');
+        }
+        return result;
+    } catch (e) {
+        await failed(manager, 'the run', e);
+        return undefined;
     } finally {
         running = false;
         status.setRun(undefined);
     }
 }
 
-async function showSummary(result: unknown, name: string): Promise<void> {
-    let text: string | undefined;
-    let count: number | undefined;
-    if (result && typeof result === 'object') {
-        const r = result as Record<string, unknown>;
-        if (typeof r.summary === 'string') text = r.summary;
-        else if (typeof r.message === 'string') text = r.message;
-        if (Array.isArray(r.findings)) count = r.findings.length;
-        else if (typeof r.count === 'number') count = r.count;
-    } else if (typeof result === 'string') {
-        text = result;
+export async function fixAllCommand(manager: ServerManager, arg: unknown): Promise<unknown> {
+    const uri = targetUri(arg);
+    const doc = uri && vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri.toString());
+    if (!uri || !doc || doc.languageId !== 'python') {
+        void vscode.window.showWarningMessage('ddp-lint: open a Python file to fix it.');
+        return undefined;
     }
-    if (text === undefined) {
-        text = count === undefined ? `run of ${name} finished.`
-            : count === 0 ? `run of ${name} finished cleanly on every rank.`
-            : `run of ${name}: ${count} runtime finding${count === 1 ? '' : 's'} (see the Problems panel).`;
+    const client = await manager.ready();
+    if (!client) {
+        void vscode.window.showErrorMessage('ddp-lint: the server is not running.');
+        return undefined;
     }
-    if (count !== undefined && count > 0) {
-        const pick = await vscode.window.showWarningMessage(`ddp-lint: ${text}`, 'Show Problems');
-        if (pick) await vscode.commands.executeCommand('workbench.actions.view.problems');
-    } else {
-        void vscode.window.showInformationMessage(`ddp-lint: ${text}`);
+    try {
+        // the server answers with {applied} after applying the safe fixes with workspace/applyEdit
+        const result = await client.sendRequest(ExecuteCommandRequest.type, {
+            command: 'ddp-lint.fixAll',
+            arguments: [{ uri: uri.toString() }],
+        }) as { applied?: boolean; reason?: string } | null;
+        if (result && result.applied === false) {
+            void vscode.window.showInformationMessage(`ddp-lint: ${result.reason ?? 'no auto-fixable problems in this file'}.`);
+        }
+        return result;
+    } catch (e) {
+        await failed(manager, 'fix all', e);
+        return undefined;
     }
 }

@@ -7,7 +7,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
 import {
-    CloseAction, ErrorAction, ExecuteCommandRequest, LanguageClient, LanguageClientOptions,
+    CloseAction, DidChangeConfigurationNotification, ErrorAction, ExecuteCommandRequest, LanguageClient, LanguageClientOptions,
     RevealOutputChannelOn, ServerOptions, State, TransportKind,
 } from 'vscode-languageclient/node';
 import {
@@ -22,7 +22,7 @@ import { StatusItem } from './status';
 export const OWN_COMMANDS = new Set(['ddp-lint.run', 'ddp-lint.fixAll', 'ddp-lint.restart', 'ddp-lint.showLogs']);
 
 /** What the server needs that a bare interpreter may lack (installed on first run if missing). */
-const PYTHON_DEPS = ['pygls>=2.0,<3', 'lsprotocol>=2023.0.1', 'cattrs', 'libcst>=1.1'];
+const PYTHON_DEPS = ['pygls>=2.1,<3', 'lsprotocol>=2025.0.0', 'cattrs>=23.1.2', "tomli>=1.1; python_version < '3.11'"];
 
 function errorCode(e: unknown): string | undefined {
     return (e as NodeJS.ErrnoException | undefined)?.code;
@@ -108,7 +108,7 @@ export class ServerManager implements vscode.Disposable {
     private installDeps(command: string[], target: string): Promise<string | undefined> {
         return Promise.resolve(vscode.window.withProgress({
             location: vscode.ProgressLocation.Notification,
-            title: 'ddp-lint: installing its Python dependencies (pygls, lsprotocol, libcst) for this interpreter…',
+            title: 'ddp-lint: installing its Python dependencies (pygls, lsprotocol) for this interpreter…',
         }, () => new Promise<string | undefined>((resolve) => {
             fs.mkdirSync(target, { recursive: true });
             const args = [...command.slice(1), '-m', 'pip', 'install', '--disable-pip-version-check',
@@ -208,7 +208,7 @@ export class ServerManager implements vscode.Disposable {
                 env: this.serverEnv(extra),
             },
         };
-        const initOptions = { ...toServerSettings(settings), workspaceTrusted: vscode.workspace.isTrusted };
+        const initOptions = toServerSettings(settings);
         const clientOptions: LanguageClientOptions = {
             documentSelector: [
                 { scheme: 'file', language: 'python' },
@@ -237,6 +237,15 @@ export class ServerManager implements vscode.Disposable {
             },
             middleware: {
                 workspace: {
+                    // The server registers for `workspace/didChangeConfiguration` on section
+                    // ddp-lint: send the validated settings, not VS Code's raw values.
+                    didChangeConfiguration: async () => {
+                        const current = this.client;
+                        if (!current || current.state !== State.Running) return;
+                        await current.sendNotification(DidChangeConfigurationNotification.type, {
+                            settings: { [SECTION]: toServerSettings(this.settings().settings) },
+                        });
+                    },
                     // Answer `workspace/configuration` for our section with the validated settings.
                     configuration: async (params, token, next) => {
                         const result = await next(params, token);
@@ -271,6 +280,15 @@ export class ServerManager implements vscode.Disposable {
                 this.status.setState('stopped');
             }
         }));
+        // Server-initiated run progress ("ddp-lint-run-*" tokens) is shown by the client as a
+        // notification; mirror it in the status bar as well. jsonrpc keeps one handler per token,
+        // so wrap the registration instead of adding a second handler.
+        const onProgress = client.onProgress.bind(client);
+        (client as { onProgress: typeof client.onProgress }).onProgress = ((type, token, handler) =>
+            onProgress(type, token, (value: unknown) => {
+                if (typeof token === 'string' && token.startsWith('ddp-lint-run')) this.runProgress(value);
+                return (handler as (v: unknown) => void)(value);
+            })) as typeof client.onProgress;
         this.client = client;
         try {
             await client.start();
@@ -279,6 +297,17 @@ export class ServerManager implements vscode.Disposable {
             const msg = e instanceof Error ? e.message : String(e);
             await this.notifyError(`the server failed to start: ${msg}`, 'logs');
         }
+    }
+
+    private runProgress(value: unknown): void {
+        const v = value as { kind?: string; title?: string; message?: string; percentage?: number };
+        if (v.kind === 'end') {
+            this.status.setRun(undefined);
+            return;
+        }
+        const pct = typeof v.percentage === 'number' ? ` ${v.percentage}%` : '';
+        const text = v.message ?? v.title;
+        if (text) this.status.setRun(`${text}${pct}`);
     }
 
     async stop(): Promise<void> {

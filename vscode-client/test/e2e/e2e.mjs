@@ -1,0 +1,145 @@
+// End to end in a real VS Code (code-server, pinned) driven by playwright-core in Debian's
+// chromium. Started by tests/test_vscode_e2e.py, which installs the packaged .vsix, starts
+// code-server on the workspace and passes:
+//   URL, WS (workspace folder), OUT (screenshots), TOOLS_DIR (where playwright-core lives),
+//   SEED (the seed file name), RUN_FILE (the file run with ddp-lint.run), RUN_CODE (expected code),
+//   CHROMIUM (browser path).
+// Exit 0 on success, 1 with "FAIL: ..." on the first failed expectation.
+import { createRequire } from 'module';
+import fs from 'fs';
+import path from 'path';
+
+const require = createRequire((process.env.TOOLS_DIR || process.cwd()) + '/');
+const { chromium } = require('playwright-core');
+
+const env = (k) => {
+    const v = process.env[k];
+    if (!v) { console.error(`FAIL: ${k} is not set`); process.exit(1); }
+    return v;
+};
+const URL = env('URL'), WS = env('WS'), OUT = env('OUT'), SEED = env('SEED');
+const RUN_FILE = env('RUN_FILE'), RUN_CODE = env('RUN_CODE');
+const t0 = Date.now();
+const log = (m) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${m}`);
+class Fail extends Error {}
+const fail = (m) => { throw new Fail(m); };
+
+const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+        '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+const page = await browser.newPage({ viewport: { width: 1400, height: 860 } });
+const shot = async (name) => {
+    const p = path.join(OUT, name);
+    await page.screenshot({ path: p });
+    log(`screenshot ${p}`);
+};
+
+const problems = () => page.locator('.markers-panel .monaco-list-row');
+const problemRow = (text) => page.locator('.markers-panel .monaco-list-row', { hasText: text });
+const rowTexts = async () => (await problems().allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
+
+async function openFile(name) {
+    await page.locator('.explorer-folders-view .monaco-list-row', { hasText: name }).first().click({ timeout: 60000 });
+    await page.locator('.tabs-container .tab.active', { hasText: name }).waitFor({ timeout: 30000 });
+    await page.waitForSelector('.monaco-editor .view-lines', { timeout: 30000 });
+}
+
+async function focusEditor() {
+    // keyboard, not a click: a click lands wherever the editor happens to be scrolled
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('Control+1');
+    await page.locator('.editor-group-container.active .monaco-editor.focused').first().waitFor({ timeout: 10000 });
+}
+
+async function gotoLine(spec) {
+    await focusEditor();
+    await page.keyboard.press('Control+G');
+    const input = page.locator('.quick-input-widget input');
+    await input.waitFor({ timeout: 10000 });
+    await input.fill(`:${spec}`);
+    await page.waitForTimeout(200);
+    await page.keyboard.press('Enter');
+    await page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10000 });
+}
+
+async function runFromPalette(title) {
+    await page.keyboard.press('Control+Shift+P');
+    const input = page.locator('.quick-input-widget input');
+    await input.waitFor({ timeout: 10000 });
+    await input.fill(`>${title}`);
+    const item = page.locator('.quick-input-widget .monaco-list-row', { hasText: title });
+    await item.first().waitFor({ timeout: 15000 });
+    await page.keyboard.press('Enter');
+}
+
+const seedPath = path.join(WS, SEED);
+try {
+    await page.goto(URL);
+    await page.waitForSelector('.monaco-workbench', { timeout: 90000 });
+    log('workbench loaded');
+
+    // 1. static diagnostics in the Problems panel
+    await openFile(SEED);
+    await page.keyboard.press('Control+Shift+M');
+    await problemRow('DDP001').first().waitFor({ timeout: 90000 });
+    await problemRow('DDP101').first().waitFor({ timeout: 30000 });
+    const rows = await rowTexts();
+    log(`problems panel:\n  ${rows.join('\n  ')}`);
+    const r001 = rows.find((r) => r.includes('DDP001'));
+    const r101 = rows.find((r) => r.includes('DDP101'));
+    if (!/\[Ln 28, Col 5\]/.test(r001)) fail(`DDP001 not at line 28, col 5: ${r001}`);
+    if (!/\[Ln 32, Col 14\]/.test(r101)) fail(`DDP101 not at line 32, col 14: ${r101}`);
+    if (!/ddp-lint/.test(r001)) fail(`source is not ddp-lint: ${r001}`);
+    const status = page.locator('.statusbar-item', { hasText: 'ddp-lint' });
+    await status.first().waitFor({ timeout: 10000 });
+    log(`status bar: ${await status.first().getAttribute('aria-label')}`);
+    await gotoLine('28:5');
+    await page.waitForTimeout(300);
+    await shot('vscode-diagnostics.png');
+
+    // 2. quick fix through the lightbulb menu (Ctrl+.) on DDP101, then save
+    await gotoLine('32:14');
+    await page.keyboard.press('Control+.');
+    const fixItem = page.locator('.action-widget .monaco-list-row', { hasText: 'Size the list to the world size' });
+    await fixItem.first().waitFor({ timeout: 20000 });
+    const menu = (await page.locator('.action-widget .monaco-list-row').allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
+    log(`quick fix menu:\n  ${menu.join('\n  ')}`);
+    await fixItem.first().click();
+    await page.keyboard.press('Control+S');
+    let text = '';
+    for (let i = 0; i < 100; i++) {
+        text = fs.readFileSync(seedPath, 'utf8');
+        if (text.includes('range(dist.get_world_size())')) break;
+        await page.waitForTimeout(100);
+    }
+    if (!text.includes('output = [None for _ in range(dist.get_world_size())]')) {
+        fail(`quick fix not applied and saved: ${JSON.stringify(text.split('\n').slice(28, 34))}`);
+    }
+    if (text.includes('output = [None for _ in gather_objects]')) fail('old output list still on disk');
+    log('quick fix applied and saved to disk');
+    await problemRow('DDP101').first().waitFor({ state: 'detached', timeout: 30000 });
+    log('DDP101 gone from the Problems panel; DDP001 still there: '
+        + String(await problemRow('DDP001').count() > 0));
+
+    // 3. ddp-lint.run from the command palette -> the runtime finding in the Problems panel
+    await openFile(RUN_FILE);
+    await runFromPalette('ddp-lint: Run Current File with torchrun');
+    log(`ddp-lint.run started on ${RUN_FILE}`);
+    const runtimeRow = problemRow(RUN_CODE);
+    await runtimeRow.first().waitFor({ timeout: 150000 });
+    const after = await rowTexts();
+    const rt = after.find((r) => r.includes(RUN_CODE));
+    log(`runtime finding: ${rt}`);
+    if (!/ddp-lint \(runtime\)/.test(rt)) fail(`runtime finding without source "ddp-lint (runtime)": ${rt}`);
+    await page.waitForTimeout(500);
+    await shot('vscode-run.png');
+    log('PASS');
+} catch (e) {
+    try { await shot('failure.png'); } catch { /* ignore */ }
+    console.error('FAIL: ' + (e instanceof Fail ? e.message : (e.stack || e)));
+    await browser.close();
+    process.exit(1);
+}
+await browser.close();
