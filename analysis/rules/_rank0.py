@@ -264,26 +264,52 @@ def _block_of(parent: ast.AST, child: ast.stmt) -> list[ast.stmt] | None:
     return None
 
 
+def _call_index(ctx):
+    """One pass over the calls: callee name -> call sites, method name -> call sites, and name ->
+    calls that take it as a bare argument (cached on the context)."""
+    got = getattr(ctx, "_ddp_rank0_calls", None)
+    if got is None:
+        by_name: dict[str, list[ast.Call]] = {}
+        by_attr: dict[str, list[ast.Call]] = {}
+        as_arg: dict[str, list[ast.Call]] = {}
+        for c in ctx.sem.calls:
+            f = c.func
+            if isinstance(f, ast.Name):
+                by_name.setdefault(f.id, []).append(c)
+            elif isinstance(f, ast.Attribute) and ctx.qn(c) is None:
+                by_attr.setdefault(f.attr, []).append(c)
+            for a in c.args:
+                if isinstance(a, ast.Name):
+                    as_arg.setdefault(a.id, []).append(c)
+        got = ctx._ddp_rank0_calls = (by_name, by_attr, as_arg)
+    return got
+
+
 def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
-    """Every call of ``fn`` in the file is rank-0 guarded: True; some call is not: False; no call or
-    the function escapes (passed as a value, e.g. to ``mp.spawn``): False when it escapes to a
-    spawn-like call, None otherwise."""
+    """Every call of ``fn`` in the file is rank-0 guarded: True; some call is not: False; no call:
+    None. A function passed to ``mp.spawn`` runs on every rank: False; passed elsewhere: None."""
     if depth > 3:
         return None
+    cache = getattr(ctx, "_ddp_rank0_fn", None)
+    if cache is None:
+        cache = ctx._ddp_rank0_fn = {}
+    key = (id(fn), depth)
+    if key in cache:
+        return cache[key]
+    cache[key] = None  # recursion guard
+    res = _callers_guarded_uncached(ctx, fn, depth)
+    cache[key] = res
+    return res
+
+
+def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
     name = fn.name
     is_method = isinstance(getattr(fn, "_p", None), ast.ClassDef)
-    sites = []
-    for c in ctx.sem.calls:
-        f = c.func
-        if is_method:
-            if isinstance(f, ast.Attribute) and f.attr == name and ctx.qn(c) is None:
-                sites.append(c)
-        elif isinstance(f, ast.Name) and f.id == name:
-            sites.append(c)
-        else:
-            for a in c.args:
-                if isinstance(a, ast.Name) and a.id == name:
-                    return False if _spawn_like(ctx, c) else None
+    by_name, by_attr, as_arg = _call_index(ctx)
+    if not is_method:
+        for c in as_arg.get(name, ()):
+            return False if _spawn_like(ctx, c) else None
+    sites = by_attr.get(name, ()) if is_method else by_name.get(name, ())
     if not sites:
         return None
     results = []

@@ -140,8 +140,11 @@ def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
     if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
         name = st.targets[0].id
         scope = ctx.sem.scope_of(call)
-        for c in ctx.sem.calls:
-            if _is_load_state_dict(c) and c.args and ctx.sem.scope_of(c) is scope and c.lineno >= call.lineno:
+        lsd = getattr(ctx, "_ddp203_lsd", None)
+        if lsd is None:
+            lsd = ctx._ddp203_lsd = [c for c in ctx.sem.calls if _is_load_state_dict(c)]
+        for c in lsd:
+            if c.args and ctx.sem.scope_of(c) is scope and c.lineno >= call.lineno:
                 if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(c.args[0])):
                     return True
     return False
