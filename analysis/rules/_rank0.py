@@ -25,6 +25,10 @@ _NOT_MAIN_TOKENS = frozenset({"addr", "address", "port", "ip", "host", "worker",
                               "module", "loop", "thread", "dir", "path", "file", "weight", "weights", "grad"})
 _RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK",
                        "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "GROUP_RANK", "NODE_RANK"})
+_RANK_NAMES = frozenset({"process_index", "local_process_index", "get_process_index", "get_local_process_index",
+                         "device_id", "device_index", "dev_id", "local_device", "local_device_id", "proc_id",
+                         "process_id", "gpu_idx", "local_gpu"})
+_MAIN_NAMES = frozenset({"should_save", "should_log", "is_world_process_zero", "is_local_process_zero"})
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _EXIT_FUNCS = frozenset({"exit", "_exit", "abort"})
 
@@ -66,7 +70,7 @@ def is_rank_like(expr: ast.AST) -> bool:
     toks = set(_tokens(name))
     if toks & _RANK_TOKENS and not (toks & {"world", "size", "count", "num", "nproc", "ids", "per", "node"}):
         return True
-    return name in ("process_index", "local_process_index", "get_process_index", "get_local_process_index")
+    return name.lower() in _RANK_NAMES
 
 
 def is_main_like(expr: ast.AST) -> bool:
@@ -74,6 +78,8 @@ def is_main_like(expr: ast.AST) -> bool:
     name = _last_name(expr)
     if name is None or name == "main":
         return False
+    if name in _MAIN_NAMES:
+        return True
     toks = _tokens(name)
     if not toks or set(toks) & _NOT_MAIN_TOKENS:
         return False
@@ -82,6 +88,8 @@ def is_main_like(expr: ast.AST) -> bool:
         return False
     if "root" in s and len(toks) == 1:
         return False
+    if "rank" in s and ("0" in s or "zero" in s or "rank0" in s):
+        return True  # on_rank_0, rank_0_only, is_rank_zero
     return bool(s & _MAIN_TOKENS)
 
 
@@ -205,7 +213,7 @@ def _decorated_main(fn: ast.AST) -> bool:
         name = _last_name(d)
         if name and is_main_like(ast.Name(id=name)):
             return True
-        if name and set(_tokens(name)) & {"rank0", "zero", "master", "main"} and "only" in _tokens(name):
+        if name and set(_tokens(name)) & {"rank0", "zero", "master", "main", "0"} and "only" in _tokens(name):
             return True
     return False
 

@@ -13,7 +13,9 @@ from ._model_flow import ddp_calls
 _SPLIT_HINTS = ("DistributedSampler", "sampler", "shard", "split_dataset_by_node", "num_replicas",
                 "IterableDataset", "DistributedBatchSampler",
                 # frameworks that shard a plain DataLoader themselves
-                "accelerate", "lightning", ".prepare(", "deepspeed", "fabric", "horovod", "torch_xla")
+                "accelerate", "lightning", ".prepare(", "deepspeed", "fabric", "horovod", "torch_xla",
+                # a dataset split by hand: ``indices[rank::world_size]``
+                "rank::", "rank :: ", "::world", "::self.world", "num_shards")
 
 
 class NoDistributedSampler(Rule):
