@@ -151,16 +151,17 @@ async def run_command(ls, args) -> dict:
         except asyncio.CancelledError:
             cancel.set()  # $/cancelRequest: stop the run; the runner kills its processes
             raise
+        report("collecting")
     finally:
         ls.runs.pop(key, None)
         if token is not None:
+            tok, token = token, None  # late progress callbacks from the runner's thread: ignored
             msg = "cancelled" if (result is not None and result.cancelled) or cancel.is_set() else "done"
             try:
-                progress.end(token, t.WorkDoneProgressEnd(message=msg))
+                progress.end(tok, t.WorkDoneProgressEnd(message=msg))
             except Exception:
                 pass
 
-    report("collecting")
     return publish_run(ls, script_uri, name, result)
 
 
@@ -187,14 +188,17 @@ def publish_run(ls, script_uri: str, name: str, result) -> dict:
     for note in result.notes or ():
         log.info("run %s: %s", name, note)
     emu = " (emulated on CPU)" if result.emulated else ""
+    error = getattr(result, "error", None)
     if result.cancelled:
         summary = f"ddp-lint run of {name} was cancelled"
+    elif error:
+        summary = f"ddp-lint could not run {name}: {error}"
     elif n:
         summary = f"ddp-lint run of {name}: {n} runtime problem{'s' if n != 1 else ''}{emu}"
     else:
         summary = f"ddp-lint run of {name}: clean (exit status {result.exit_code}){emu}"
     log.info("%s", summary)
-    ls.show(t.MessageType.Warning if n else t.MessageType.Info, summary)
+    ls.show(t.MessageType.Error if error else t.MessageType.Warning if n else t.MessageType.Info, summary)
     return {"exitCode": result.exit_code, "findings": n, "emulated": bool(result.emulated),
-            "cancelled": bool(result.cancelled), "notes": list(result.notes or ()),
+            "cancelled": bool(result.cancelled), "error": error, "notes": list(result.notes or ()),
             "files": sorted(by_uri)}

@@ -171,8 +171,15 @@ class DdpServer(LanguageServer):
 
     def report_server_error(self, error: Exception, source) -> None:
         # pygls' default shows a popup for every out-of-band error; log instead (requests already
-        # answer with an LSP error).
-        log.error("internal error (%s): %s", getattr(source, "__name__", source), error)
+        # answer with an LSP error, and ``guarded`` has logged the traceback of internal ones).
+        if isinstance(error, JsonRpcInvalidParams):
+            log.info("request refused: %s", error)
+        elif isinstance(error, JsonRpcInternalError) and str(error).startswith("ddp-lint: internal error"):
+            pass
+        elif getattr(source, "__name__", "") == "FeatureRequestError" and isinstance(error, JsonRpcException):
+            log.info("request answered with an error: %s", error)
+        else:
+            log.error("internal error (%s): %s", getattr(source, "__name__", source), error)
 
     def capability(self, *path, default=None):
         obj = self.caps
@@ -884,6 +891,15 @@ def _uri_argument(args) -> str:
     return a
 
 
+class _QuietRefusals(logging.Filter):
+    """pygls logs every request answered with an error as an exception with its traceback; a
+    refused argument (InvalidParams) is not a server problem, so keep stderr quiet about it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, JsonRpcInvalidParams)
+
+
 def start(tcp: tuple[str, int] | None = None, log_level: str | None = None) -> int:
     """Run the server on stdio (default) or on a TCP address; returns when the client exits."""
     if log_level is not None and log_level.lower() not in cfg.LOG_LEVELS:
@@ -892,6 +908,7 @@ def start(tcp: tuple[str, int] | None = None, log_level: str | None = None) -> i
         return 2
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="ddp-lint server: %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietRefusals())
     server = create_server(log_level)
     if tcp is not None:
         host, port = tcp

@@ -181,12 +181,12 @@ async def lsp_session(tmp_path):
     started: list[LanguageClient] = []
 
     async def start(name: str = "vscode", init_options=None, encodings=None, command=None,
-                    configuration=None, root: Path | None = None) -> Session:
+                    configuration=None, root: Path | None = None, env: dict | None = None) -> Session:
         client = make_client()
         if configuration is not None:
             client._configuration = {"": configuration}
         cmd = command or [sys.executable, "-m", "lsp_server"]
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         await client.start_io(*cmd, env=env)
         started.append(client)
