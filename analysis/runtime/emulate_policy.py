@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..engine import parse
-from ..io import read_source
+from ..io import SourceError, read_source
 from ..rules._common import backend_mentions_nccl
 from ..semantic import Semantic, get_arg
 
@@ -112,7 +112,7 @@ def should_emulate(script_path: str, nproc: int, n_gpus: int, emulate_flag: str 
         return False, "--emulate off: a real run"
     try:
         text = read_source(script_path)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (SourceError, OSError, UnicodeDecodeError, ValueError) as e:
         return False, f"cannot read {script_path}: {e}"
     needs = script_needs(text, script_path)
     asks = []
