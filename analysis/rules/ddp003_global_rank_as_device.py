@@ -6,7 +6,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ._common import DDP_CLASS
-from ._guards import global_rank_source
+from ._guards import global_rank_source, is_local_rank_expr, name_binding_kind
 
 
 class GlobalRankAsDevice(Rule):
@@ -46,9 +46,10 @@ class GlobalRankAsDevice(Rule):
     ```
 
     ## Fix safety
-    The fix replaces the rank at the device use with `int(os.environ["LOCAL_RANK"])`. It is
-    **unsafe**: it assumes the script is launched by torchrun (or another launcher that sets
-    `LOCAL_RANK`).
+    The fix replaces the rank at the device use with the script's own `local_rank` variable when it
+    has one (assigned from `LOCAL_RANK`, or a `local_rank` parameter), else with
+    `int(os.environ["LOCAL_RANK"])`, adding `import os` if needed. It is **unsafe**: it assumes the
+    script is launched by torchrun (or another launcher that sets `LOCAL_RANK`).
     """
 
     code = "DDP003"
@@ -133,7 +134,26 @@ def _device_string_sites(node) -> list[ast.AST]:
     return []
 
 
+def _local_rank_name(ctx, site: ast.AST) -> str | None:
+    """A ``local_rank`` variable the script already has (from ``LOCAL_RANK``), visible at ``site``."""
+    sem = ctx.sem
+    scope = sem.scope_of(site)
+    for name in ("local_rank", "LOCAL_RANK", "local_gpu", "local_device_id"):
+        kind, val = name_binding_kind(ctx, name, scope)
+        if kind == "param" and name == "local_rank":
+            return name
+        if kind == "single" and val is not None and is_local_rank_expr(ctx, val, scope) \
+                and (val.lineno, val.col_offset) < (site.lineno, site.col_offset):
+            return name
+    return None
+
+
 def _make_fix(ctx, site: ast.AST):
+    local = _local_rank_name(ctx, site)
+    if local is not None:
+        if ctx.text(site) == local:
+            return None
+        return ctx.fix(Applicability.UNSAFE, f"Use the local rank: `{local}`", [ctx.replace(site, local)])
     environ, imp = ctx.ref("os.environ")
     quote = '"'
     fs = getattr(site, "_p", None)

@@ -112,8 +112,13 @@ def _owner(ctx, init: ast.Call, main_block):
     body, the ``__main__`` block's body, or the module body), and whether the init may not have run
     by then (it sits under an ``if``/loop/``try`` on the way). (None, _) when there is no obvious end."""
     sem = ctx.sem
-    spawned = {a.id for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
-               for a in c.args[:1] if isinstance(a, ast.Name)}
+    spawned = set()
+    for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
+        for a in [*c.args[:1], *(k.value for k in c.keywords if k.arg == "fn")]:
+            if isinstance(a, ast.Call) and ctx.qn(a) == "functools.partial" and a.args:
+                a = a.args[0]  # spawn(functools.partial(worker, ...))
+            if isinstance(a, ast.Name):
+                spawned.add(a.id)
     conditional = False
     node = init
     for _ in range(4):
