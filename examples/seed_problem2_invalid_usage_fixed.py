@@ -33,3 +33,4 @@ if __name__ == "__main__":
     output = [None for _ in range(dist.get_world_size())]
     dist.all_gather_object(output, gather_objects[dist.get_rank()])
     print(output)
+    dist.destroy_process_group()

