@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ._model_flow import dominates, is_ddp_wrapper, reaching_assignment
 
-_PREFIX_HANDLING = ("module.", "consume_prefix_in_state_dict_if_present")
+# the file strips or adds the prefix itself: ``k.replace("module.", "")``, ``consume_prefix_...``
+_PREFIX_HANDLING = re.compile(r"""["']module\.|consume_prefix_in_state_dict_if_present""")
 
 
 class DdpWrapperStateDict(Rule):
@@ -58,7 +60,7 @@ class DdpWrapperStateDict(Rule):
 
     def finish(self, ctx) -> None:
         saves = ctx.calls_to("torch.save")
-        if not saves or any(s in ctx.src.text for s in _PREFIX_HANDLING):
+        if not saves or _PREFIX_HANDLING.search(ctx.src.text):
             return
         for save in saves:
             obj = get_arg(save, 0, "obj")
