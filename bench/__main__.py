@@ -28,6 +28,7 @@ MODULES = [
     ("fix", "bench.fix_bench", "4 quick fix"),
     ("memory", "bench.memory_bench", "5 memory"),
     ("run", "bench.run_overhead", "6 runtime run"),
+    ("emulation", "bench.emulation_bench", "7 CUDA emulation"),
 ]
 
 COLUMNS = ("figure", "value", "comparison", "ratio", "target", "pass")
