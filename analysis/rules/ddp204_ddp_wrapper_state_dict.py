@@ -19,7 +19,8 @@ class DdpWrapperStateDict(Rule):
     `DistributedDataParallel` wrapper, directly or inside a dict, through a variable or
     `self.<attr>`.
 
-    A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`)
+    A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`,
+    or hands the wrapper to a restore helper such as `restart_from_checkpoint(path, model=ddp_model)`)
     or handles the prefix itself (mentions `"module."` or calls
     `consume_prefix_in_state_dict_if_present`) is not flagged.
 
@@ -111,12 +112,23 @@ def _wrapper_state_dicts(ctx, obj: ast.AST, save: ast.Call, depth: int = 0):
             yield from _wrapper_state_dicts(ctx, e, save, depth + 1)
 
 
+_RESTORE_WORDS = ("load", "restore", "resume", "restart", "checkpoint", "ckpt")
+
+
 def _loaded_back(ctx, holder: ast.AST, ddp_assign: ast.stmt) -> bool:
-    """The file loads a state dict into the same wrapper: the checkpoint is meant for it."""
+    """The file loads a state dict into the same wrapper (``ddp.load_state_dict(...)``, or hands the
+    wrapper to a ``restart_from_checkpoint(..., state_dict=ddp)``-style helper): the checkpoint is
+    meant for it."""
     want = ctx.text(holder)
+    same_scope = lambda c: ctx.sem.scope_of(c) is ctx.sem.scope_of(ddp_assign) or want.startswith("self.")  # noqa: E731
     for c in ctx.sem.calls:
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr == "load_state_dict" and ctx.text(f.value) == want:
-            if ctx.sem.scope_of(c) is ctx.sem.scope_of(ddp_assign) or want.startswith("self."):
+            if same_scope(c):
                 return True
+        fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        if any(w in fname.lower() for w in _RESTORE_WORDS) and same_scope(c):
+            for a in (*c.args, *(k.value for k in c.keywords)):
+                if isinstance(a, (ast.Name, ast.Attribute)) and ctx.text(a) == want:
+                    return True
     return False
