@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import EXAMPLES, require, require_executable
+from tests.conftest import EXAMPLES, require, require_executable
 from test_nvim import check_clean, editor_env
 
 HERE = Path(__file__).resolve().parent

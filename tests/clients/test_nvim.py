@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import EXAMPLES, ROOT, require_executable
+from tests.conftest import EXAMPLES, ROOT, require_executable
 
 HERE = Path(__file__).resolve().parent
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 from lsprotocol import types as t
 
-from conftest import (apply_text_edits, edits_of, rng, seed_text, wait_publish)
+from lsp_helpers import (apply_text_edits, edits_of, rng, seed_text, wait_publish)
 
 from analysis.engine import check_source
 from analysis.fixes import apply_edits

@@ -10,7 +10,7 @@ import pytest
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 
-from conftest import HERE, rng, seed_text, wait_publish
+from lsp_helpers import HERE, rng, seed_text, wait_publish
 
 
 pytestmark = pytest.mark.asyncio

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from lsprotocol import types as t
 
-from conftest import rng, seed_text, wait_publish
+from lsp_helpers import rng, seed_text, wait_publish
 
 pytestmark = pytest.mark.asyncio
 
@@ -151,7 +151,7 @@ async def test_stale_results_are_never_published(lsp_session):
 async def test_non_ascii_positions(lsp_session, encoding):
     s = await lsp_session("emacs", encodings=[encoding])
     assert s.encoding == encoding
-    from conftest import units
+    from lsp_helpers import units
 
     prefix = '    meta = "数据并行🚀"; dist.all_gather_object('
     src = (

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from lsprotocol import types as t
 
-from conftest import rng, seed_text, wait_publish
+from lsp_helpers import rng, seed_text, wait_publish
 
 pytestmark = pytest.mark.asyncio
 FOCUS = {"DDP001", "DDP101"}
