@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, _iter_scope_nodes
 
 _TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
 _RANK_TOKENS = frozenset({"rank", "gpu", "ordinal", "procid", "rankid"})
@@ -168,9 +168,35 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         if val is not None:
             return polarity(ctx, val, scope, depth + 1)
         return None
+    if isinstance(test, ast.Attribute):
+        # a flag set once in this function: ``args.save_logs = args.logs and is_master(args)``
+        vals = _attr_assignments(ctx, scope).get(ctx.text(test))
+        if vals and len(vals) == 1:
+            return polarity(ctx, vals[0], scope, depth + 1)
+        return None
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
     return None
+
+
+def _attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:
+    """``"args.flag"`` -> values assigned to it in ``scope`` (one walk per scope, cached)."""
+    cache = getattr(ctx, "_ddp_rank0_attrs", None)
+    if cache is None:
+        cache = ctx._ddp_rank0_attrs = {}
+    got = cache.get(id(scope))
+    if got is None:
+        got = {}
+        if isinstance(scope, FUNC_TYPES):
+            for n in _iter_scope_nodes(scope):
+                if isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        if isinstance(t, ast.Attribute):
+                            got.setdefault(ctx.text(t), []).append(n.value)
+                elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Attribute):
+                    got.setdefault(ctx.text(n.target), []).extend([n.value, n.value])  # not a single binding
+        cache[id(scope)] = got
+    return got
 
 
 def _helper_polarity(ctx, name: str, depth: int) -> bool | None:
