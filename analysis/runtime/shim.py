@@ -522,6 +522,8 @@ class _EmuState:
         self.wait_s = 300.0
         self.mode = None
         self.torch = None
+        self.default_dev = None  # torch.set_default_device("cuda[:k]"): k, or -2 for "the current device"
+        self.constructors = frozenset()
 
     def current(self):
         return getattr(self.tls, "device", 0)
@@ -729,6 +731,9 @@ def _emu_h_numpy(func, args, kwargs):
 
 def _emu_h_type(func, args, kwargs):
     dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+    if isinstance(dtype, type) and getattr(dtype, "__module__", "") == "torch.cuda":
+        dtype = f"torch.cuda.{dtype.__name__}"  # x.type(torch.cuda.FloatTensor)
+        args = (args[0], dtype) + tuple(args[2:])
     t = args[0]
     k = getattr(t, _EMU_TAG, None)
     if isinstance(dtype, str) and dtype.startswith("torch.cuda."):  # x.type("torch.cuda.FloatTensor")
@@ -812,6 +817,10 @@ def _emu_make_mode(torch):
             h = get_special(func)
             if h is not None:
                 return h(func, args, kwargs)
+            st = _EMU
+            if st.default_dev is not None and func in st.constructors and kwargs.get("device") is None:
+                kwargs = dict(kwargs)
+                kwargs["device"] = st.current() if st.default_dev == -2 else st.default_dev
             if kwargs:
                 dev = kwargs.get("device")
                 if dev is not None:
@@ -913,7 +922,9 @@ def _emu_cuda_api(torch):
             f = sys._getframe(2)
         except ValueError:
             return False
-        return _is_internal(f.f_code.co_filename)
+        fn = f.f_code.co_filename
+        # new_subgroups() sizes its groups by the node's GPUs: that one is the script's question
+        return _is_internal(fn) and not fn.endswith("distributed_c10d.py")
 
     real_is_available = torch.cuda.is_available
     real_device_count = torch.cuda.device_count
@@ -1637,6 +1648,27 @@ def _emu_patch_ddp(torch):
 
     __init__.__wrapped__ = real
     DDP.__init__ = __init__
+    real_sbn_handle = getattr(DDP, "_passing_sync_batchnorm_handle", None)
+    if real_sbn_handle is not None:
+        def _passing_sync_batchnorm_handle(self, module):
+            if any(getattr(p, _EMU_TAG, None) is not None for p in module.parameters()):
+                return None  # a module on an emulated GPU: SyncBatchNorm is allowed there
+            return real_sbn_handle(self, module)
+
+        DDP._passing_sync_batchnorm_handle = _passing_sync_batchnorm_handle
+    SBN = torch.nn.SyncBatchNorm
+    real_sbn_forward = SBN.forward
+    base_forward = torch.nn.modules.batchnorm._BatchNorm.forward
+
+    def sbn_forward(self, input):
+        if getattr(input, _EMU_TAG, None) is not None and input.device.type == "cpu":
+            _emu_note("syncbn", "SyncBatchNorm on the emulated GPUs runs as a per-rank BatchNorm: its "
+                                "statistics are not synchronized across ranks, so its numbers differ "
+                                "from a real run")
+            return base_forward(self, input)
+        return real_sbn_forward(self, input)
+
+    SBN.forward = sbn_forward
     import torch.distributed as dist
 
     real_logger = getattr(dist, "Logger", None)
@@ -1655,6 +1687,65 @@ def _emu_patch_ddp(torch):
 
 
 def _emu_patch_misc(torch):
+    st = _EMU
+    try:
+        from torch.utils._device import _device_constructors
+
+        st.constructors = frozenset(_device_constructors())
+    except Exception:
+        pass
+    real_set_default = torch.set_default_device
+    real_get_default = torch.get_default_device
+
+    def set_default_device(device):
+        # a DeviceContext for "cuda" would make torch allocate on a GPU that is not there: the
+        # emulation's mode puts the default device into the factories instead
+        k = None if device is None else _emu_dev_index(device, check=False)
+        if k is not None and k >= 0:
+            dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+            st.default_dev = -2 if dev.index is None else _emu_dev_index(dev)
+            return real_set_default(None)
+        st.default_dev = None
+        return real_set_default(device)
+
+    def get_default_device():
+        if st.default_dev is not None:
+            return torch.device("cuda", st.current() if st.default_dev == -2 else st.default_dev)
+        return real_get_default()
+
+    real_gen = torch.Generator
+
+    class _GeneratorMeta(type(real_gen)):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, real_gen)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, real_gen)
+
+    class Generator(real_gen, metaclass=_GeneratorMeta):
+        """torch.Generator(device="cuda") is a CPU generator under emulation."""
+
+        def __new__(cls, device="cpu"):
+            k = _emu_dev_index(device)
+            if k is not None and k >= 0:
+                _emu_note("rng", "CUDA random generators are not emulated: random tensors on the emulated "
+                                 "GPUs come from CPU generators; torch.cuda.manual_seed*() and the CUDA RNG "
+                                 "state functions are accepted and do nothing")
+                device = "cpu"
+            return super().__new__(cls, device)
+
+    Generator.__name__ = Generator.__qualname__ = "Generator"
+    Generator.__module__ = "torch"
+    torch.Generator = Generator
+    try:
+        torch.cuda.default_generators = tuple(real_gen() for _ in range(st.ngpus))
+    except Exception:
+        pass
+
+    set_default_device.__wrapped__ = real_set_default
+    get_default_device.__wrapped__ = real_get_default
+    torch.set_default_device = set_default_device
+    torch.get_default_device = get_default_device
     Param = torch.nn.Parameter
     real_new = Param.__new__
 
