@@ -10,7 +10,6 @@ from ._spawn import spawn_calls, under_main_guard
 
 _START_METHOD = ("torch.multiprocessing.set_start_method", "multiprocessing.set_start_method",
                  "torch.multiprocessing.get_context", "multiprocessing.get_context")
-_PROCESS = ("torch.multiprocessing.Process", "multiprocessing.Process")
 
 
 class SpawnWithoutMainGuard(Rule):
@@ -99,4 +98,5 @@ def _spawns_fresh_interpreters(ctx) -> bool:
     for c in ctx.calls_to(*_START_METHOD):
         if const_str(get_arg(c, 0, "method")) in ("spawn", "forkserver"):
             return True
-    return bool(ctx.calls_to(*_PROCESS)) or bool(spawn_calls(ctx))
+    # a plain ``multiprocessing.Process`` forks on Linux (no re-import): only explicit spawn counts
+    return bool(spawn_calls(ctx))
