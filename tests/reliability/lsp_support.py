@@ -152,6 +152,7 @@ async def start_session(client_name: str, root: Path, init_options=None, configu
         capabilities=caps(client_name), root_uri=root.as_uri(),
         workspace_folders=[t.WorkspaceFolder(uri=root.as_uri(), name="ws")],
         initialization_options=init_options))
+    client.init_result = res
     return client, res
 
 
@@ -193,6 +194,6 @@ async def wait_publish(client, uri: str, version=None, *, after: int = 0, timeou
             pass
 
 
-def internal_errors(client) -> list[str]:
-    return [m.message for m in client.log_messages
+def internal_errors(client, since: int = 0) -> list[str]:
+    return [m.message for m in client.log_messages[since:]
             if "internal error" in m.message or "Traceback" in m.message]

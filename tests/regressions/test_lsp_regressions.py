@@ -1,0 +1,74 @@
+"""Reproducers for language-server bugs found by tests/reliability (raw JSON-RPC over stdio, so the
+exact bytes a misbehaving client sends are what the server sees)."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+class RawServer:
+    def __init__(self):
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.p = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.buf = b""
+
+    def send(self, obj) -> None:
+        body = json.dumps(obj).encode()
+        self.p.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.p.stdin.flush()
+
+    def response(self, msg_id, timeout: float = 10.0) -> dict:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            while b"\r\n\r\n" in self.buf:
+                head, rest = self.buf.split(b"\r\n\r\n", 1)
+                n = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                if len(rest) < n:
+                    break
+                msg, self.buf = json.loads(rest[:n]), rest[n:]
+                if msg.get("id") == msg_id and "method" not in msg:
+                    return msg
+            r, _, _ = select.select([self.p.stdout], [], [], 0.1)
+            if r:
+                self.buf += os.read(self.p.stdout.fileno(), 1 << 16)
+        raise AssertionError(f"no response to request {msg_id!r} within {timeout}s")
+
+    def close(self) -> None:
+        self.p.kill()
+        self.p.wait(10)
+
+
+@pytest.fixture
+def server():
+    s = RawServer()
+    s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+    assert "result" in s.response(0)
+    s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("method,params", [
+    ("textDocument/codeAction", {"textDocument": 5}),
+    ("textDocument/hover", {"textDocument": {"uri": "file:///x.py"}, "position": {"line": 1e300, "character": 0}}),
+    ("textDocument/hover", {"textDocument": {"uri": None}, "position": {"line": -1, "character": -5}}),
+    ("workspace/executeCommand", {"command": 42}),
+])
+def test_request_with_malformed_params_is_answered(server, method, params):
+    """pygls could not structure the params, logged it, and never answered: the client waited
+    forever. Now the request gets an InvalidParams error and the server goes on."""
+    server.send({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+    msg = server.response(7)
+    assert msg["error"]["code"] == -32602, msg
+    server.send({"jsonrpc": "2.0", "id": 8, "method": "textDocument/hover", "params": {
+        "textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0}}})
+    assert server.response(8)["result"] is None
