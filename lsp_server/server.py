@@ -76,6 +76,18 @@ class DdpProtocol(LanguageServerProtocol):
     """pygls' protocol without its own copy of the documents (the server keeps them), and with
     the pull-diagnostics capability advertised only to clients that pull."""
 
+    def structure_message(self, data):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as e:
+            # A message whose params do not fit its method is the client's error (InvalidParams).
+            # pygls only logs it, so a request would never be answered and the client would wait
+            # forever: answer it here (tests/regressions/test_lsp_regressions.py).
+            err = JsonRpcInvalidParams(f"invalid params for {data.get('method')!r}: {e.__cause__ or e}"[:500])
+            if "method" in data and isinstance(data.get("id"), (int, str)):
+                self._send_response(data["id"], error=err.to_response_error())
+            raise err from None
+
     @lsp_method(t.INITIALIZE)
     def lsp_initialize(self, params: t.InitializeParams):
         result = yield from super().lsp_initialize(params)
