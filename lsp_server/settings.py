@@ -134,7 +134,8 @@ def parse(raw: dict) -> tuple[ServerSettings, list[str]]:
         elif k in ("select", "ignore", "extend_select"):
             got = codes(key, v)
             if got is not None:
-                setattr(s, k, got)
+                # an empty select means "not set" (the defaults, or pyproject's), as in VS Code's UI
+                setattr(s, k, got if got or k != "select" else None)
         elif k == "severity":
             if not isinstance(v, dict):
                 bad(key, f"expected a table of CODE: level, got {v!r}")
