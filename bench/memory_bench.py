@@ -46,6 +46,7 @@ class LspClient:
                                      stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         self.inbox: queue.Queue = queue.Queue()
         self.responses: dict[int, dict] = {}
+        self.published: dict[str, dict] = {}  # uri -> the latest publishDiagnostics params
         self._id = 0
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -118,13 +119,17 @@ class LspClient:
         return msg
 
     def wait_publish(self, uri: str, version: int | None, timeout: float = 60.0) -> dict:
+        """The publishDiagnostics for ``uri`` at ``version`` (or a later one), including one that
+        arrived while the client was waiting for another document."""
         deadline = time.monotonic() + timeout
         while True:
+            p = self.published.get(uri)
+            if p is not None and (version is None or p.get("version") is None or p["version"] >= version):
+                return p
             msg = self._pump(deadline)
             if msg and msg.get("method") == "textDocument/publishDiagnostics":
                 p = msg.get("params") or {}
-                if p.get("uri") == uri and (version is None or p.get("version") in (None, version)):
-                    return p
+                self.published[p.get("uri")] = p
 
     def close(self) -> None:
         try:
