@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Range, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
-from ._loader import DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, target_name
+from ._loader import DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, may_be_none, target_name
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -50,7 +50,8 @@ class SamplerWithoutSetEpoch(Rule):
 
     ## Fix safety
     For a `for` loop with a plain loop variable, the fix inserts `sampler.set_epoch(epoch)` (or
-    `loader.sampler.set_epoch(epoch)` for an inline sampler) as the loop's first statement. It is
+    `loader.sampler.set_epoch(epoch)` for an inline sampler) as the loop's first statement, under
+    `if sampler is not None:` when the sampler exists only in distributed runs. It is
     **safe**: it only changes the order of the samples between epochs, which is what the sampler
     is for.
     """
@@ -75,9 +76,7 @@ class SamplerWithoutSetEpoch(Rule):
             shuffle = get_arg(s, 3, "shuffle")
             if shuffle is not None and not is_true(shuffle):
                 continue
-            s_name = target_name(s) if isinstance(getattr(s, "_p", None), ast.Assign) else None
-            if s_name is not None and not isinstance(s._p.targets[0], ast.Name):
-                continue
+            s_name = _sampler_name(s)
             for ld in loaders:
                 arg = loader_sampler(ctx, ld)
                 inline = arg is s
@@ -97,12 +96,19 @@ class SamplerWithoutSetEpoch(Rule):
                         continue
                     reported.add(id(loop))
                     ref = s_name if s_name else f"{l_name}.sampler"
-                    self._report(ctx, loop, s, ref)
+                    maybe_none = s_name is not None and may_be_none(ctx, ast.Name(id=s_name), s)
+                    self._report(ctx, loop, s, ref, maybe_none)
 
-    def _report(self, ctx, loop, sampler, ref: str) -> None:
+    def _report(self, ctx, loop, sampler, ref: str, maybe_none: bool) -> None:
         fix = None
         if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.body:
-            edit = ctx.insert_before(loop.body[0], f"{ref}.set_epoch({loop.target.id})")
+            code = f"{ref}.set_epoch({loop.target.id})"
+            if maybe_none:  # `sampler = DistributedSampler(ds) if distributed else None`
+                first = loop.body[0]
+                indent = ctx.src.indent_of(first.lineno - 1)
+                step = indent[len(ctx.src.indent_of(loop.lineno - 1)):] or "    "
+                code = f"if {ref} is not None:{ctx.src.newline}{indent}{step}{code}"
+            edit = ctx.insert_before(loop.body[0], code)
             if edit is not None and loop.body[0].lineno > loop.lineno:
                 fix = ctx.fix(Applicability.SAFE, f"Insert `{ref}.set_epoch({loop.target.id})`", [edit])
         head_end = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
@@ -157,3 +163,13 @@ def _handed_off(ctx, use: ast.AST, loop) -> bool:
         ep = loop.target.id
         return any(isinstance(a, ast.Name) and a.id == ep for a in (*call.args, *(k.value for k in call.keywords)))
     return True
+
+
+def _sampler_name(call: ast.Call) -> str | None:
+    """``s`` for ``s = DistributedSampler(...)`` and ``s = DistributedSampler(...) if dist else None``."""
+    p = getattr(call, "_p", None)
+    if isinstance(p, ast.IfExp):
+        p = getattr(p, "_p", None)
+    if isinstance(p, ast.Assign) and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name):
+        return p.targets[0].id
+    return None
