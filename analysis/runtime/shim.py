@@ -1055,6 +1055,8 @@ def _emu_cuda_api(torch):
             pass
 
         def elapsed_time(self, end_event):
+            _emu_note("timing", "timings on the emulated GPUs measure the CPU: GPU and NCCL performance "
+                                "are not emulated")
             if self.t is None or end_event.t is None:
                 raise RuntimeError("Both events must be recorded before calculating elapsed time.")
             return (end_event.t - self.t) * 1000.0
