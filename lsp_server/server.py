@@ -769,6 +769,8 @@ def create_server(log_level: str | None = None) -> DdpServer:
         doc.version = params.text_document.version
         dropped = ls.move_findings(st, changes)
         if ls.pull:
+            if st.task is not None and not st.task.done():
+                ls.schedule(st, ls.settings.debounce_ms / 1000)  # a waiting pull waits for quiet
             if dropped:
                 ls.request_refresh()
             return
