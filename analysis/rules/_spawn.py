@@ -27,9 +27,13 @@ def target_def(ctx, call: ast.Call) -> ast.AST | None:
     return d
 
 
+_UNKNOWN: set[int] = set()  # identity-compared sentinel: the file spawns something we cannot follow
+
+
 def rank_functions(ctx) -> set[int] | None:
     """ids of the functions that run inside spawned ranks (spawn targets and the functions of this
-    file they call, transitively); None when the file does not spawn."""
+    file they call, transitively); None when the file does not spawn; ``_UNKNOWN`` when it spawns a
+    target that this file does not define as a plain function."""
     got = getattr(ctx, "_ddp_spawn_reach", 0)
     if got != 0:
         return got
@@ -44,8 +48,8 @@ def rank_functions(ctx) -> set[int] | None:
         if isinstance(fn, ast.Name):
             work.extend(ctx.sem.functions.get(fn.id, ()))
         elif fn is not None:
-            ctx._ddp_spawn_reach = None  # a partial or a method: we cannot tell what runs in the ranks
-            return None
+            ctx._ddp_spawn_reach = _UNKNOWN  # a partial or a method: we cannot tell what runs in the ranks
+            return _UNKNOWN
     # callees by enclosing function (one pass over the calls)
     callees: dict[int, list[str]] = {}
     for c in ctx.sem.calls:
@@ -71,6 +75,9 @@ def runs_in_ranks(ctx, node: ast.AST) -> bool | None:
     reach = rank_functions(ctx)
     if reach is None:
         return None
+    if reach is _UNKNOWN:
+        in_function = any(isinstance(a, FUNC_TYPES) for a in ctx.sem.ancestors(node))
+        return None if in_function else False
     for a in ctx.sem.ancestors(node):
         if isinstance(a, FUNC_TYPES) and id(a) in reach:
             return True
