@@ -130,6 +130,8 @@ def _epoch_loops(ctx, name: str, scope, after: ast.AST, fors):
         if isinstance(it, ast.Name) and it.id == name:
             uses.append(it)
     for c in ctx.sem.calls:
+        if isinstance(c.func, ast.Name) and c.func.id in _NOT_ITERATING:
+            continue  # `len(loader)` inside the batch loop is no new pass over the data
         for a in (*c.args, *(k.value for k in c.keywords)):
             if isinstance(a, ast.Name) and a.id == name:
                 uses.append(a)
@@ -141,10 +143,22 @@ def _epoch_loops(ctx, name: str, scope, after: ast.AST, fors):
             if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
                 break
             if isinstance(p, _LOOPS) and (child in p.body):
-                if ctx.sem.scope_of(p) is scope:
-                    yield p, u
-                break
+                if not _iterates(p, name):  # the batch loop itself is not the epoch loop
+                    if ctx.sem.scope_of(p) is scope:
+                        yield p, u
+                    break
             child, p = p, getattr(p, "_p", None)
+
+
+_NOT_ITERATING = frozenset({"len", "print", "str", "repr", "isinstance", "getattr", "hasattr", "id", "type"})
+
+
+def _iterates(loop, name: str) -> bool:
+    """``for ... in loader`` / ``in enumerate(loader)`` / ``in tqdm(loader, ...)``."""
+    it = getattr(loop, "iter", None)
+    if it is None:
+        return False
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(it))
 
 
 def _handed_off(ctx, use: ast.AST, loop) -> bool:
