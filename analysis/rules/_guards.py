@@ -15,6 +15,7 @@ traversal) plus the semantic indexes; nothing walks the whole tree.
 from __future__ import annotations
 
 import ast
+import os
 import re
 
 from ..semantic import FUNC_TYPES, param_names
@@ -203,6 +204,35 @@ def _int_like(e: ast.AST) -> bool:
     return isinstance(e, ast.Constant) and type(e.value) is int
 
 
+_FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+
+
+def _int_val(e: ast.AST) -> int:
+    if isinstance(e, ast.UnaryOp):
+        return -e.operand.value
+    return e.value
+
+
+def _selects_some(op: ast.cmpop, b: ast.AST) -> bool:
+    """``rank <op> b`` holds for some valid ranks (>= 0) but not all: ``rank >= 0`` and
+    ``local_rank != -1`` mean "distributed", ``rank == -1`` means "not distributed"."""
+    if isinstance(b, (ast.List, ast.Tuple, ast.Set)):
+        valid = [v for v in map(_int_val, b.elts) if v >= 0]
+        return bool(valid)  # ``in [-1, 0]`` selects rank 0; ``not in [-1, 0]`` the others
+    c = _int_val(b)
+    if isinstance(op, (ast.Eq, ast.NotEq)):
+        return c >= 0
+    if isinstance(op, ast.Gt):
+        return c >= 0
+    if isinstance(op, ast.GtE):
+        return c >= 1
+    if isinstance(op, ast.Lt):
+        return c >= 1
+    if isinstance(op, ast.LtE):
+        return c >= 0
+    return False
+
+
 def _main_helper(ctx, name: str, depth: int) -> bool:
     """A function defined in this file whose result is a rank test (``return get_rank() == 0``)."""
     if depth > 3:
@@ -245,8 +275,11 @@ def rank_test(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> Test | None
         for a, b in ((left, right), (right, left)):
             if rank_kind(ctx, a, scope):
                 if _int_like(b) or (isinstance(b, (ast.List, ast.Tuple, ast.Set)) and b.elts and all(_int_like(e) for e in b.elts)):
-                    if isinstance(op, (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)):
+                    if a is right:
+                        op = _FLIP.get(type(op), type(op))()
+                    if _selects_some(op, b):
                         return Test(test, True, True)
+                    return None
                 if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(b, (ast.Name, ast.Attribute)) and not rank_kind(ctx, b, scope):
                     return Test(test, True, True)
                 return None
@@ -341,3 +374,10 @@ def expects_error(node: ast.AST) -> bool:
                     return True
         p = getattr(p, "_p", None)
     return False
+
+
+def is_test_file(filename: str) -> bool:
+    """``test_*.py`` / ``*_test.py`` / ``conftest.py``: multi-process tests run on one node with a
+    world size fixed by their harness (``MultiProcessTestCase``, a pytest fixture)."""
+    base = os.path.basename(filename or "")
+    return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"

@@ -23,6 +23,9 @@ class NcclWithoutSetDevice(Rule):
     `broadcast_object_list` / `send_object_list` / `recv_object_list` without `device=`), and
     `barrier()` without `device_ids` when `init_process_group` got no `device_id`.
 
+    An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
+    usually the device, are set up elsewhere), so it is not flagged.
+
     ## Why is this bad?
     The object collectives pickle each object into a tensor on `torch.cuda.current_device()`.
     Without `set_device`, that is `cuda:0` on **every** rank, so all ranks of the node drive NCCL on
@@ -75,7 +78,9 @@ class NcclWithoutSetDevice(Rule):
 
     def finish(self, ctx) -> None:
         inits = ctx.dist_calls("init_process_group")
-        nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx)]
+        # ``if not dist.is_initialized(): init_process_group(...)`` is a fallback: the group (and the
+        # device) normally come from elsewhere, so this file cannot tell whether a device is pinned
+        nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)]
         if not nccl_inits or _pins_device(ctx):
             return
         affected: list[tuple[ast.Call, str]] = []
@@ -102,6 +107,15 @@ class NcclWithoutSetDevice(Rule):
                 related=[(c, msg) for c, msg in affected],
                 fix=fix,
             )
+
+
+def _fallback_init(call: ast.Call) -> bool:
+    p = getattr(call, "_p", None)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(p, ast.If) and "is_initialized" in ast.dump(p.test):
+            return True
+        p = getattr(p, "_p", None)
+    return False
 
 
 def _short(ctx, call: ast.Call) -> str:

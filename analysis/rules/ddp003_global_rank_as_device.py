@@ -6,7 +6,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ._common import DDP_CLASS
-from ._guards import global_rank_source, is_local_rank_expr, name_binding_kind
+from ._guards import global_rank_source, is_local_rank_expr, is_test_file, name_binding_kind
 
 
 class GlobalRankAsDevice(Rule):
@@ -19,7 +19,8 @@ class GlobalRankAsDevice(Rule):
     `output_device=rank`.
 
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
-    its target are not flagged.
+    its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
+    tests run on one node, where the global rank is the local rank.
 
     ## Why is this bad?
     The global rank counts processes across all nodes; a node only has `torch.cuda.device_count()`
@@ -59,6 +60,8 @@ class GlobalRankAsDevice(Rule):
     requires_text = ("get_rank", "RANK", "SLURM_PROCID", "PMI_RANK")
 
     def finish(self, ctx) -> None:
+        if is_test_file(ctx.filename):
+            return  # multi-process tests run on one node: rank == local rank there
         sem = ctx.sem
         for call in sem.calls:
             f = call.func

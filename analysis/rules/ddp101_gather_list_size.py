@@ -25,7 +25,9 @@ class GatherListSize(Rule):
     `[x] * k`, `range(k)`, or a comprehension over a fixed-length literal, with a constant `k`.
 
     A length computed from `get_world_size(...)`, `WORLD_SIZE`, or any variable or parameter is
-    never flagged, nor is a constant that equals the world size the file fixes itself
+    never flagged, nor is a call on a subgroup of unknown size (`group=`: the list then needs the
+    group's size; `new_group([0, 1])` has a known one), nor an empty list on the non-destination
+    ranks (`out if rank == dst else []`), nor a constant that equals the world size the file fixes itself
     (`mp.spawn(..., nprocs=2)`, `init_process_group(..., world_size=2)`).
 
     ## Why is this bad?
@@ -69,15 +71,24 @@ class GatherListSize(Rule):
 
     def finish(self, ctx) -> None:
         fixed_world = _fixed_world_size(ctx)
+        seen: set[int] = set()
         for op, (out_spec, in_spec, group_pos, tensors) in _OPS.items():
             for call in ctx.calls_to(D + op):
                 out = get_arg(call, *out_spec)
                 if out is None:
                     continue
                 scope = ctx.sem.scope_of(call)
+                group = get_arg(call, group_pos, "group")
+                size = fixed_world
+                if _on_subgroup(group):
+                    # the list needs the subgroup's size: known only for ``new_group([literal ranks])``
+                    size = _group_size(ctx, group, scope)
+                    if size is None:
+                        continue
                 target, n = _fixed_length(ctx, out, scope, call)
-                if target is None or n is None or n == fixed_world:
+                if target is None or n is None or n == size or id(target) in seen:
                     continue
+                seen.add(id(target))
                 fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors)
                 ctx.report(
                     target,
@@ -86,6 +97,22 @@ class GatherListSize(Rule):
                     related=[(call, f"passed to `{op}` here")] if target is not out else [],
                     fix=fix,
                 )
+
+
+def _on_subgroup(group) -> bool:
+    if group is None or (isinstance(group, ast.Constant) and group.value is None):
+        return False
+    return not (isinstance(group, ast.Attribute) and group.attr == "WORLD")
+
+
+def _group_size(ctx, group, scope) -> int | None:
+    if isinstance(group, ast.Name):
+        group = ctx.sem.single_value(group.id, scope)
+    if isinstance(group, ast.Call) and ctx.qn(group) == D + "new_group":
+        ranks = get_arg(group, 0, "ranks")
+        if isinstance(ranks, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in ranks.elts):
+            return len(ranks.elts)
+    return None
 
 
 def _fixed_world_size(ctx) -> int | None:
@@ -113,7 +140,9 @@ def _fixed_length(ctx, expr, scope, call, depth: int = 0):
         return _fixed_length(ctx, val, scope, call, depth + 1)
     if isinstance(expr, ast.IfExp):  # `out if rank == dst else None` on gather_object
         for branch in (expr.body, expr.orelse):
-            if not (isinstance(branch, ast.Constant) and branch.value is None):
+            # ``None`` / ``[]``: the idiom for "not the destination rank" on gather
+            if not (isinstance(branch, ast.Constant) and branch.value is None) and not (
+                    isinstance(branch, (ast.List, ast.Tuple)) and not branch.elts):
                 t, n = _fixed_length(ctx, branch, scope, call, depth + 1)
                 if t is not None:
                     return t, n

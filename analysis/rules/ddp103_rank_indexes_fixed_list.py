@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import ast
-import os
 
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import _iter_scope_nodes, get_arg
 from ._common import D, const_int
-from ._guards import name_binding_kind, rank_kind
+from ._guards import is_test_file, name_binding_kind, rank_kind
 
 _MUTATORS = frozenset({"append", "extend", "insert", "__setitem__", "__iadd__"})
 
@@ -60,7 +59,7 @@ class RankIndexesFixedList(Rule):
 
     def visit(self, node: ast.Subscript, ctx) -> None:
         if ctx.__dict__.get("_ddp103_test_file") is None:
-            ctx._ddp103_test_file = _is_test_file(ctx.filename)
+            ctx._ddp103_test_file = is_test_file(ctx.filename)
         if ctx._ddp103_test_file:
             return
         sl = node.slice
@@ -82,13 +81,6 @@ class RankIndexesFixedList(Rule):
             f"IndexError on every rank >= {n} once the world size grows. Compute the per-rank value, "
             "or index with `rank % len(...)`",
         )
-
-
-def _is_test_file(filename: str) -> bool:
-    """Multi-process tests run with a world size fixed by their harness (``MultiProcessTestCase``,
-    a pytest fixture), so a per-rank table of expected values there is deliberate."""
-    base = os.path.basename(filename or "")
-    return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
 
 
 def _literal(ctx, seq, scope):
