@@ -18,7 +18,9 @@ class SpawnWithoutMainGuard(Rule):
     Checks for `torch.multiprocessing.spawn(...)` (or `start_processes`) that runs when the module
     is imported: at module level, or in a function called at module level, without an
     `if __name__ == "__main__":` guard. `init_process_group` at module level is flagged too when
-    the file also starts processes with the `spawn`/`forkserver` start method.
+    the file also starts processes with the `spawn`/`forkserver` start method (`mp.spawn`,
+    `set_start_method("spawn")`, `DataLoader(..., multiprocessing_context="spawn")`). Under torchrun
+    alone a module-level `init_process_group` is fine: nothing re-imports the script.
 
     ## Why is this bad?
     `mp.spawn` always uses the `spawn` start method: each child starts a fresh interpreter and
@@ -98,5 +100,8 @@ def _spawns_fresh_interpreters(ctx) -> bool:
     for c in ctx.calls_to(*_START_METHOD):
         if const_str(get_arg(c, 0, "method")) in ("spawn", "forkserver"):
             return True
+    for c in ctx.calls_to("torch.utils.data.DataLoader"):
+        if const_str(get_arg(c, None, "multiprocessing_context")) in ("spawn", "forkserver"):
+            return True  # every worker re-imports the main module
     # a plain ``multiprocessing.Process`` forks on Linux (no re-import): only explicit spawn counts
     return bool(spawn_calls(ctx))
