@@ -179,11 +179,10 @@ def publish_run(ls, script_uri: str, name: str, result) -> dict:
         ls.runtime[u] = sorted(fs, key=lambda f: (f.range.start, f.code))
     ls.run_targets[script_uri] = set(by_uri)
     touched = previous | set(by_uri)
+    for u in sorted(touched):
+        ls.publish_uri(u)
     if ls.pull:
         ls.request_refresh()
-    else:
-        for u in sorted(touched):
-            ls.publish_uri(u)
     n = len(result.findings)
     for note in result.notes or ():
         log.info("run %s: %s", name, note)

@@ -340,8 +340,17 @@ class DdpServer(LanguageServer):
                 out.append(to_diagnostic(f, doc, enc, with_fix=exact, related_support=related))
         else:
             out.clear()
-        out.extend(self.runtime_diagnostics(doc.uri, doc, related))
+        if not self.runtime_side_push:
+            out.extend(self.runtime_diagnostics(doc.uri, doc, related))
         return out
+
+    @property
+    def runtime_side_push(self) -> bool:
+        """Runtime results travel by push, apart from the pulled static report: for a pull client
+        that cannot be asked to re-pull (no ``workspace.diagnostics.refreshSupport``), since a run
+        ends without any edit that would make it pull. Every other client gets them in the same
+        list as the static diagnostics (pushed together, or in the pulled report + a refresh)."""
+        return self.pull and not self.capability("workspace", "diagnostics", "refresh_support", default=False)
 
     def runtime_diagnostics(self, uri: str, doc: Document | None, related=True) -> list[t.Diagnostic]:
         findings = self.runtime.get(uri)
@@ -375,10 +384,15 @@ class DdpServer(LanguageServer):
             uri=st.doc.uri, version=st.doc.version, diagnostics=self.diagnostics_for(st)))
 
     def publish_uri(self, uri: str) -> None:
-        """Publish (push mode) the current diagnostics of ``uri``, open or not."""
-        if self.pull:
-            return
+        """Send the current diagnostics of ``uri`` (open or not) where they travel by push: all of
+        them to a push client, the runtime ones to a pull client without refresh support."""
         st = self.docs.get(uri)
+        if self.pull:
+            if self.runtime_side_push:
+                self.text_document_publish_diagnostics(t.PublishDiagnosticsParams(
+                    uri=uri, version=st.doc.version if st is not None else None,
+                    diagnostics=self.runtime_diagnostics(uri, st.doc if st is not None else None)))
+            return
         if st is not None:
             self.publish(st)
         else:
@@ -389,7 +403,7 @@ class DdpServer(LanguageServer):
         uri = params.text_document.uri
         st = self.docs.get(uri)
         if st is None:  # not open: runtime findings only
-            diags = self.runtime_diagnostics(uri, None)
+            diags = [] if self.runtime_side_push else self.runtime_diagnostics(uri, None)
             return t.RelatedFullDocumentDiagnosticReport(items=diags, result_id=None)
         for _ in range(50):
             if st.closed:
@@ -773,6 +787,7 @@ def create_server(log_level: str | None = None) -> DdpServer:
                 ls.schedule(st, ls.settings.debounce_ms / 1000)  # a waiting pull waits for quiet
             if dropped:
                 ls.request_refresh()
+                ls.publish_uri(st.doc.uri)
             return
         if ls.settings.lint_on_change:
             ls.schedule(st, ls.settings.debounce_ms / 1000)

@@ -31,8 +31,11 @@ CLIENTS = {
 }
 
 
-def caps(name: str, encodings: list[str] | None = None) -> t.ClientCapabilities:
-    c = copy.deepcopy(client_capabilities(CLIENTS.get(name, name)))
+def caps(name, encodings: list[str] | None = None) -> t.ClientCapabilities:
+    if isinstance(name, t.ClientCapabilities):
+        c = name
+    else:
+        c = copy.deepcopy(client_capabilities(CLIENTS.get(name, name)))
     if encodings is not None:
         if c.general is None:
             c.general = t.GeneralClientCapabilities()

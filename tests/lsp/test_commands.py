@@ -148,3 +148,38 @@ async def test_internal_error_is_an_lsp_error_and_the_server_survives(lsp_sessio
     h = await s.client.text_document_hover_async(t.HoverParams(
         text_document=t.TextDocumentIdentifier(uri=uri), position=t.Position(line=0, character=0)))
     assert h is None
+
+
+@pytest.mark.parametrize("refresh", [False, True], ids=["pull-no-refresh", "pull-with-refresh"])
+async def test_run_results_reach_a_pull_client(lsp_session, tmp_path, refresh):
+    from lsp_helpers import caps
+
+    c = caps("neovim-0.11")
+    if refresh:
+        c.workspace.diagnostics = t.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
+    s = await lsp_session(c, command=[sys.executable, str(HERE / "fake_runtime.py")], env={"FAKE_RUN_MODE": "findings"})
+    assert s.init.capabilities.diagnostic_provider is not None
+    uri = s.open("seed2.py", seed_text())
+    (tmp_path / "helper.py").write_text("def f():\n    raise ValueError('bad value')\n")
+
+    async def pull():
+        return await s.client.text_document_diagnostic_async(t.DocumentDiagnosticParams(
+            text_document=t.TextDocumentIdentifier(uri=uri)))
+
+    before = await pull()
+    await execute(s, "ddp-lint.run", uri)
+    after = await pull()
+    static = sorted(d.code for d in before.items)
+    assert sorted(d.code for d in after.items if d.source == "ddp-lint") == static
+    if refresh:
+        # one list per document: the pulled report has both, and the client was asked to re-pull
+        assert s.client.diagnostic_refresh_count >= 1
+        assert [d.code for d in after.items if d.source == "ddp-lint (runtime)"] == ["DDP905"]
+        assert s.client.publishes == []
+    else:
+        # no way to make this client re-pull: runtime results are pushed, static ones pulled, apart
+        assert not [d for d in after.items if d.source == "ddp-lint (runtime)"]
+        p = await wait_publish(s.client, uri)
+        assert [(d.code, d.source) for d in p.diagnostics] == [("DDP905", "ddp-lint (runtime)")]
+        hp = await wait_publish(s.client, s.uri("helper.py"))
+        assert [d.code for d in hp.diagnostics] == ["DDP901"]
