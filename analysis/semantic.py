@@ -46,6 +46,18 @@ def _child_fields(t: type) -> tuple[str, ...]:
     return fs
 
 
+_CANON_CACHE: dict[str, str] = {}
+
+
+def _canonical_cached(qn: str) -> str:
+    got = _CANON_CACHE.get(qn)
+    if got is None:
+        if len(_CANON_CACHE) > 20000:  # a long-running server sees many files: stay bounded
+            _CANON_CACHE.clear()
+        got = _CANON_CACHE[qn] = canonical(qn)
+    return got
+
+
 def canonical(qn: str) -> str:
     for old, new in _CANONICAL_PREFIXES:
         if qn.startswith(old):
@@ -190,16 +202,31 @@ class Semantic:
         if self._calls_by_qn is None:
             idx: dict[str, list[ast.Call]] = defaultdict(list)
             aliases = self.aliases
+            Attribute, Name = ast.Attribute, ast.Name
             for c in self.calls:
-                f = c.func
-                # fast reject: the root name must be an import alias
-                root = f
-                while root.__class__ is ast.Attribute:
+                # one pass up the Name/Attribute chain: reject calls whose root is not an import
+                # alias, and collect the attribute parts of the others (what qualname() does)
+                root = c.func
+                parts = None
+                while root.__class__ is Attribute:
+                    if parts is None:
+                        parts = [root.attr]
+                    else:
+                        parts.append(root.attr)
                     root = root.value
-                if root.__class__ is not ast.Name or root.id not in aliases:
+                if root.__class__ is not Name:
                     c._qn = None
                     continue
-                qn = self.call_qualname(c)
+                base = aliases.get(root.id)
+                if base is None:
+                    c._qn = None
+                    continue
+                if parts is None:
+                    qn = base
+                else:
+                    parts.reverse()
+                    qn = _canonical_cached(base + "." + ".".join(parts))
+                c._qn = qn
                 if qn:
                     idx[qn].append(c)
             self._calls_by_qn = idx
