@@ -10,7 +10,6 @@ import ast
 import gc
 import re
 import threading
-import traceback
 import warnings
 from dataclasses import dataclass, field
 
@@ -174,6 +173,8 @@ def _check_source(text, filename, settings, codes, apply_noqa, tree) -> CheckRes
                     r.visit(node, ctx)
             r.finish(ctx)
         except Exception:  # a rule bug must never take the others down
+            import traceback  # lazy: only a rule bug needs it (start-up of the CLI)
+
             result.errors.append(f"{r.code}: {traceback.format_exc()}")
             ctx.findings = [f for f in ctx.findings if f.code != r.code]
     if owned:
