@@ -6,7 +6,8 @@
     python -m bench --write         # also rewrite bench/RESULTS.md with this run's table
 
 Modules: engine (target 1), lsp (2, ``bench/lsp_latency.py``), cli (3), fix (4), memory (5),
-run (6, ``bench/run_overhead.py``). A module that is missing or fails prints a row saying so; the
+run (6, ``bench/run_overhead.py``), emulation (what the GPU-free emulation costs,
+``bench/emulation_bench.py``). A module that is missing or fails prints a row saying so; the
 others still run.
 """
 from __future__ import annotations
