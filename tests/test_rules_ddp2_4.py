@@ -191,3 +191,31 @@ def test_rules_never_crash_on_partial_code():
     ''')
     res = check_source(text, "t.py", Settings(select=list(TABLE)))
     assert not res.errors, res.errors
+
+
+def _fix_fixtures():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent / "fixtures"
+    return [pytest.param(p, id=f"{p.parent.name}/{p.name}")
+            for code in TABLE for p in sorted((root / code).glob("fix_*.py"))]
+
+
+@pytest.mark.parametrize("path", _fix_fixtures())
+@pytest.mark.parametrize("variant", ["crlf", "bom-non-ascii"])
+def test_fixes_keep_line_endings_and_columns(path, variant):
+    from analysis.fixes import fix_all
+
+    code = path.parent.name
+    conv = {
+        "crlf": lambda s: s.replace("\n", "\r\n"),
+        "bom-non-ascii": lambda s: "\ufeff# \u00e9t\u00e9 \u4e2d\n" + s.replace("dataset", "d\u00e4taset"),
+    }[variant]
+    text = conv(path.read_text(encoding="utf-8"))
+    expected = conv(path.with_name(path.name + ".fixed").read_text(encoding="utf-8"))
+
+    def check(t):
+        return [f for f in check_source(t, str(path), Settings(select=[code])).findings if f.code == code]
+
+    fixed, applied = fix_all(text, check, unsafe=True)
+    assert applied and fixed == expected
