@@ -146,10 +146,10 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             if isinstance(right, (ast.List, ast.Tuple, ast.Set)) and any(_int_const(e) == 0 for e in right.elts):
                 return isinstance(op, ast.In)
             return None
-        if isinstance(op, ast.Eq):
-            return True if (k is not None or isinstance(right, (ast.Name, ast.Attribute))) else None
+        if isinstance(op, ast.Eq):  # one rank passes: `rank == 0`, `rank == world_size - 1`, `rank == src`
+            return True
         if isinstance(op, ast.NotEq):
-            return False if (k is not None or isinstance(right, (ast.Name, ast.Attribute))) else None
+            return False
         if k is None:
             return None
         if isinstance(op, ast.LtE) and k <= 0 or isinstance(op, ast.Lt) and k <= 1:
