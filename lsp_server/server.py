@@ -502,7 +502,7 @@ class DdpServer(LanguageServer):
                 actions.append(t.CodeAction(
                     title=f"Disable {d.code} for this line", kind=t.CodeActionKind.QuickFix,
                     diagnostics=[d], edit=self.workspace_edit(doc, [te])))
-        if self.supports_kind(only, FIX_ALL_KIND) and (only or self.has_safe_fix(st)):
+        if self.settings.enable and self.supports_kind(only, FIX_ALL_KIND) and (only or self.has_safe_fix(st)):
             a = t.CodeAction(title="Fix all auto-fixable ddp-lint problems", kind=FIX_ALL_KIND,
                              data={"uri": uri, "version": doc.version, "action": "fixAll"})
             if not self.capability("text_document", "code_action", "resolve_support", default=None) or only:
@@ -714,6 +714,14 @@ def create_server(log_level: str | None = None) -> DdpServer:
                                    register_options={"section": cfg.SECTION})]))
         except Exception as e:
             log.warning("the client refused to register workspace/didChangeConfiguration: %s", e)
+        try:
+            if ls.capability("workspace", "did_change_watched_files", "dynamic_registration", default=False):
+                await ls.client_register_capability_async(t.RegistrationParams(registrations=[
+                    t.Registration(id="ddp-lint-pyproject", method=t.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                                   register_options=t.DidChangeWatchedFilesRegistrationOptions(
+                                       watchers=[t.FileSystemWatcher(glob_pattern="**/pyproject.toml")]))]))
+        except Exception as e:
+            log.debug("no file watching for pyproject.toml: %s", e)
         try:
             await fetch_configuration(ls)
         except Exception:
