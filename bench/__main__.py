@@ -123,6 +123,24 @@ def run_module(key: str, modname: str, title: str, quick: bool) -> list[dict]:
     return out
 
 
+def install_torchfix() -> int:
+    """TorchFix pins an old libcst, so it gets its own virtual environment (never this one)."""
+    import subprocess
+
+    from . import CACHE
+
+    venv = CACHE / "torchfix"
+    try:
+        if not (venv / "bin" / "pip").is_file():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "torchfix"], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"could not install TorchFix into {venv}: {e}", file=sys.stderr)
+        return 1
+    print(f"TorchFix installed in {venv}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small inputs and few repetitions (seconds)")
@@ -130,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--strict", action="store_true", help="exit 1 when any target fails")
+    p.add_argument("--install-torchfix", action="store_true",
+                   help="create the TorchFix peer's own virtual environment under the bench cache, then exit")
     args = p.parse_args(argv)
+    if args.install_torchfix:
+        return install_torchfix()
     only = {s.strip() for s in args.only.split(",")} if args.only else None
     if only:
         unknown = only - {k for k, *_ in MODULES}
