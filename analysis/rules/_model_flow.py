@@ -12,7 +12,8 @@ from ..semantic import FUNC_TYPES, get_arg, param_names
 DDP = "torch.nn.parallel.DistributedDataParallel"
 SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
 _LAUNCH = ("torch.distributed.init_process_group", DDP, *SPAWNS,
-           "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.device_mesh.init_device_mesh")
+           "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
+           "torch.distributed._composable.fsdp.fully_shard", "torch.distributed.device_mesh.init_device_mesh")
 _MOVE_METHODS = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps"})
 # calls that hand back the module they got (same device)
 _PASS_THROUGH = frozenset({
