@@ -27,7 +27,8 @@ class CollectiveUnderRankGuard(Rule):
     """
     ## What it does
     Checks for a collective (`all_reduce`, `all_gather*`, `broadcast*`, `barrier`, `gather*`,
-    `scatter*`, `reduce*`, `all_to_all*`, the object collectives) that runs only on some ranks: inside
+    `scatter*`, `reduce*`, `all_to_all*`, the object collectives, and `new_group`, which every rank
+    must call too) that runs only on some ranks: inside
     an `if` on the rank (`rank == 0`, `dist.get_rank() == 0`, `local_rank != 0`, `not is_main`,
     `is_main_process()`-style helpers defined in the file or imported, boolean combinations), in its
     `else`, or after an early `if not is_main: return`, when the other ranks never make the same
@@ -136,6 +137,10 @@ def _helper_elsewhere(ctx, call, op, scope, key) -> bool:
 
 
 def _on_subgroup(call: ast.Call, op: str) -> bool:
+    if op == "new_group":
+        # ``use_local_synchronization=True``: only the member ranks call it
+        v = get_arg(call, None, "use_local_synchronization")
+        return v is not None and not (isinstance(v, ast.Constant) and v.value is False)
     grp = get_arg(call, _GROUP_POS.get(op), "group")
     if grp is None:
         return False
