@@ -1380,7 +1380,10 @@ def _emu_wrap_dist(torch):
             if pg is not None:
                 g = st.groups[pg] = _EmuGroup(kind, bound, _emu_group_key(pg))
                 try:
+                    import socket
+
                     st.store = c10d._get_default_store()
+                    st.store.set(f"ddp_lint_emu/pid/{dist.get_rank()}", f"{socket.gethostname()}|{os.getpid()}")
                 except Exception:
                     st.store = None
                 if bound is not None:
@@ -1555,9 +1558,74 @@ def _emu_post(pg, g, dev, op, site):
     return key
 
 
+def _emu_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"  # a zombie has exited
+    except OSError:
+        return True
+
+
+def _emu_peer_gone(keys, pg):
+    """True when a rank whose entry is missing has ended (its exit marker, or its process is gone
+    from this host)."""
+    import socket
+    import torch.distributed as dist
+
+    st = _EMU
+    store = st.store
+    granks = dist.get_process_group_ranks(pg)
+    host = None
+    for k in keys:
+        if store.check([k]):
+            continue
+        gr = granks[int(k.rsplit("/", 1)[1])]
+        if store.check([f"ddp_lint_emu/exited/{gr}"]):
+            return True
+        pk = f"ddp_lint_emu/pid/{gr}"
+        if store.check([pk]):
+            h, _, pid = store.get(pk).decode().partition("|")
+            host = host or socket.gethostname()
+            if h == host and not _emu_alive(int(pid)):
+                return True
+    return False
+
+
+def _emu_wait(keys, pg):
+    """Wait for the other ranks' entries. False when a rank of the group has ended, or the wait
+    outlasts the run's timeout: the caller then skips the check, and the real collective fails or
+    hangs exactly as it would without the emulation."""
+    st = _EMU
+    store = st.store
+    now = time.monotonic()
+    deadline = now + st.wait_s
+    next_probe = now + 0.25
+    delay = 0.0002
+    while True:
+        try:
+            if store.check(keys):  # polled: a timed-out store.wait() prints C++ warnings
+                return True
+            now = time.monotonic()
+            if now > deadline:
+                return False
+            if now >= next_probe:
+                next_probe = now + 0.25
+                if _emu_peer_gone(keys, pg):
+                    return False
+        except Exception:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
 def _emu_check(pg, g, op, dev, why, site=None):
     """Exchange (group rank -> device) with the other ranks of ``pg`` and raise on a clash."""
-    import datetime
     import torch.distributed as dist
 
     st = _EMU
@@ -1567,11 +1635,12 @@ def _emu_check(pg, g, op, dev, why, site=None):
     n = pg.size()
     me = pg.rank()
     keys = [key + str(r) for r in range(n)]
+    if not _emu_wait(keys, pg):
+        return  # a rank that never comes: the collective itself hangs or fails, and is reported so
     try:
-        st.store.wait(keys, datetime.timedelta(seconds=st.wait_s))
         vals = st.store.multi_get(keys)
     except Exception:
-        return  # a rank that never comes: the collective itself will hang and be reported as such
+        return
     try:
         if g.seq > 1:
             st.store.delete_key(f"ddp_lint_emu/{g.key}/{g.seq - 1}/{me}")
@@ -1828,6 +1897,17 @@ def _emulation_install():
         _emu_wrap_dist(torch)
     st.mode = _emu_make_mode(torch)
     st.mode.__enter__()
+    import atexit
+
+    def _mark_exited(pid=os.getpid()):
+        # the other ranks stop waiting for this one's device entries (see _emu_wait)
+        if os.getpid() == pid and st.store is not None:
+            try:
+                st.store.set(f"ddp_lint_emu/exited/{os.environ.get('RANK', '-1')}", "1")
+            except Exception:
+                pass
+
+    atexit.register(_mark_exited)
     _log_event("emulation", what="installed", ngpus=st.ngpus, torch=torch.__version__)
 
 
