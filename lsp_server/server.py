@@ -293,7 +293,7 @@ class DdpServer(LanguageServer):
         if st.closed or (st.analyzed_version == doc.version and st.settings_gen == self.settings_gen
                          and doc.version is not None):
             return False
-        if not self.settings.enable:
+        if not self.settings.enable or not _is_python(doc):
             st.static, st.syntax, st.static_version = [], None, doc.version
             st.analyzed_version, st.settings_gen = doc.version, self.settings_gen
             return True
@@ -600,6 +600,15 @@ class DdpServer(LanguageServer):
                                                 Position(params.position.line, e)), self.encoding)
                 return t.Hover(contents=t.MarkupContent(kind=t.MarkupKind.Markdown, value=text), range=rng)
         return None
+
+
+def _is_python(doc: Document) -> bool:
+    """Only Python is linted (a client may open other files with this server attached)."""
+    lang = (doc.language_id or "").lower()
+    if lang in ("python", "py", "python3"):
+        return True
+    name = (doc.path or doc.uri).lower()
+    return not lang and name.endswith((".py", ".pyi", ".pyw"))
 
 
 # -- helpers run in the analysis threads -----------------------------------------------------------

@@ -176,3 +176,14 @@ async def test_non_ascii_positions(lsp_session, encoding):
     v = s.change(uri, [(rng(3, col, 3, end), "[None] * dist.get_world_size()")])
     p = await wait_publish(s.client, uri, v)
     assert list(p.diagnostics) == []
+
+
+async def test_only_python_is_linted(lsp_session):
+    s = await lsp_session("neovim")
+    uri = s.uri("notes.md")
+    (s.root / "notes.md").write_text("x")
+    s.versions[uri] = 1
+    s.client.text_document_did_open(t.DidOpenTextDocumentParams(text_document=t.TextDocumentItem(
+        uri=uri, language_id="markdown", version=1, text="import torch.distributed as dist\n(((")))
+    p = await wait_publish(s.client, uri, 1)
+    assert list(p.diagnostics) == []  # no DDP000 for a file that is not Python
