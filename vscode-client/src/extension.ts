@@ -30,7 +30,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     if (watcher) context.subscriptions.push(watcher);
 
     log.info(`ddp-lint ${context.extension.packageJSON.version as string} activating (workspace ${vscode.workspace.isTrusted ? 'trusted' : 'untrusted: linting only'})`);
-    await m.restarts.now('activation');
+    // not awaited: activation stays quick; commands wait for the server through manager.ready()
+    void m.restarts.now('activation');
 }
 
 export async function deactivate(): Promise<void> {

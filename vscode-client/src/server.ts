@@ -124,22 +124,25 @@ export class ServerManager implements vscode.Disposable {
         })));
     }
 
-    private async notifyError(message: string, kind: 'interpreter' | 'logs'): Promise<void> {
+    /** Error state + one notification per distinct problem. Never awaits the user's answer, so
+     *  a pending notification cannot hold up restarts or commands waiting for the server. */
+    private notifyError(message: string, kind: 'interpreter' | 'logs'): void {
         this.status.setState('error', message);
         this.log.error(message);
         if (this.shownError === message) return; // once per distinct problem, not per restart
         this.shownError = message;
         const action = kind === 'interpreter' ? 'Select Interpreter' : 'Show Logs';
-        const picked = await vscode.window.showErrorMessage(`ddp-lint: ${message}`, action);
-        if (picked === 'Select Interpreter') {
-            if (pythonExtensionInstalled()) {
-                await vscode.commands.executeCommand('python.setInterpreter');
-            } else {
-                await vscode.commands.executeCommand('workbench.action.openSettings', `${SECTION}.interpreter`);
+        void Promise.resolve(vscode.window.showErrorMessage(`ddp-lint: ${message}`, action)).then(async (picked) => {
+            if (picked === 'Select Interpreter') {
+                if (pythonExtensionInstalled()) {
+                    await vscode.commands.executeCommand('python.setInterpreter');
+                } else {
+                    await vscode.commands.executeCommand('workbench.action.openSettings', `${SECTION}.interpreter`);
+                }
+            } else if (picked === 'Show Logs') {
+                this.log.show();
             }
-        } else if (picked === 'Show Logs') {
-            this.log.show();
-        }
+        });
     }
 
     async start(): Promise<void> {
@@ -170,7 +173,7 @@ export class ServerManager implements vscode.Disposable {
         if (!verdict.ok && verdict.kind === 'missing-modules' && verdict.probe) {
             const missing = verdict.probe.missing;
             if (missing.includes('lsp_server') || missing.includes('analysis')) {
-                await this.notifyError(`the extension is damaged: its Python sources (${missing.join(', ')}) are missing. Reinstall ddp-lint.`, 'logs');
+                this.notifyError(`the extension is damaged: its Python sources (${missing.join(', ')}) are missing. Reinstall ddp-lint.`, 'logs');
                 return;
             }
             const target = this.privateLibs(verdict.probe.version);
@@ -180,7 +183,7 @@ export class ServerManager implements vscode.Disposable {
                 const why = await this.installDeps(interp.command, target);
                 verdict = await this.probe(interp.command, extra);
                 if (!verdict.ok && why !== undefined) {
-                    await this.notifyError(`could not install ddp-lint's Python dependencies (${missing.join(', ')}) with ${interp.command.join(' ')}: ${why}`, 'logs');
+                    this.notifyError(`could not install ddp-lint's Python dependencies (${missing.join(', ')}) with ${interp.command.join(' ')}: ${why}`, 'logs');
                     return;
                 }
             }
@@ -190,7 +193,7 @@ export class ServerManager implements vscode.Disposable {
             const message = verdict.kind === 'not-found' || verdict.kind === 'too-old' || verdict.kind === 'broken'
                 ? `${verdict.message} Select a Python ${MIN_PYTHON.join('.')}+ interpreter.`
                 : verdict.message;
-            await this.notifyError(message, hint);
+            this.notifyError(message, hint);
             return;
         }
         const exe = verdict.probe.executable || interp.command[0];
@@ -227,7 +230,7 @@ export class ServerManager implements vscode.Disposable {
                         this.status.setState('starting');
                         return { action: CloseAction.Restart, handled: true };
                     }
-                    void this.notifyError(`the server crashed ${this.crashes.recent} times in 3 minutes and was stopped. Fix the cause, then run "ddp-lint: Restart Server".`, 'logs');
+                    this.notifyError(`the server crashed ${this.crashes.recent} times in 3 minutes and was stopped. Fix the cause, then run "ddp-lint: Restart Server".`, 'logs');
                     return { action: CloseAction.DoNotRestart, handled: true };
                 },
             },
@@ -295,7 +298,7 @@ export class ServerManager implements vscode.Disposable {
             this.log.info(`server started (${detail})`);
         } catch (e) {
             const msg = e instanceof Error ? e.message : String(e);
-            await this.notifyError(`the server failed to start: ${msg}`, 'logs');
+            this.notifyError(`the server failed to start: ${msg}`, 'logs');
         }
     }
 

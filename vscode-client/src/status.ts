@@ -52,7 +52,7 @@ export class StatusItem implements vscode.Disposable {
                 break;
             case 'error':
                 i.text = '$(error) ddp-lint';
-                i.tooltip = `ddp-lint: ${this.detail || 'the server is not running'}. Click to show the logs.`;
+                i.tooltip = `ddp-lint: ${(this.detail || 'the server is not running').replace(/\.$/, '')}. Click to show the logs.`;
                 i.backgroundColor = new vscode.ThemeColor('statusBarItem.errorBackground');
                 break;
             case 'disabled':

@@ -3,6 +3,7 @@
 // code-server on the workspace and passes:
 //   URL, WS (workspace folder), OUT (screenshots), TOOLS_DIR (where playwright-core lives),
 //   SEED (the seed file name), RUN_FILE (the file run with ddp-lint.run), RUN_CODE (expected code),
+//   RUN_TEXT / RUN_LINE (optional: text and line the runtime finding must have), MODE (trusted|untrusted),
 //   CHROMIUM (browser path).
 // Exit 0 on success, 1 with "FAIL: ..." on the first failed expectation.
 import { createRequire } from 'module';
@@ -19,6 +20,7 @@ const env = (k) => {
 };
 const URL = env('URL'), WS = env('WS'), OUT = env('OUT'), SEED = env('SEED');
 const RUN_FILE = env('RUN_FILE'), RUN_CODE = env('RUN_CODE');
+const MODE = process.env.MODE || 'trusted';  // 'untrusted': restricted mode, the run is refused
 const t0 = Date.now();
 const log = (m) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s] ${m}`);
 class Fail extends Error {}
@@ -75,26 +77,7 @@ async function runFromPalette(title) {
 }
 
 const seedPath = path.join(WS, SEED);
-try {
-    await page.goto(URL);
-    await page.waitForSelector('.monaco-workbench', { timeout: 90000 });
-    log('workbench loaded');
-
-    // 1. static diagnostics in the Problems panel
-    await openFile(SEED);
-    await page.keyboard.press('Control+Shift+M');
-    await problemRow('DDP001').first().waitFor({ timeout: 90000 });
-    await problemRow('DDP101').first().waitFor({ timeout: 30000 });
-    const rows = await rowTexts();
-    log(`problems panel:\n  ${rows.join('\n  ')}`);
-    const r001 = rows.find((r) => r.includes('DDP001'));
-    const r101 = rows.find((r) => r.includes('DDP101'));
-    if (!/\[Ln 28, Col 5\]/.test(r001)) fail(`DDP001 not at line 28, col 5: ${r001}`);
-    if (!/\[Ln 32, Col 14\]/.test(r101)) fail(`DDP101 not at line 32, col 14: ${r101}`);
-    if (!/ddp-lint/.test(r001)) fail(`source is not ddp-lint: ${r001}`);
-    const status = page.locator('.statusbar-item', { hasText: 'ddp-lint' });
-    await status.first().waitFor({ timeout: 10000 });
-    log(`status bar: ${await status.first().getAttribute('aria-label')}`);
+async function trusted() {
     await gotoLine('28:5');
     await page.waitForTimeout(300);
     await shot('vscode-diagnostics.png');
@@ -133,8 +116,82 @@ try {
     const rt = after.find((r) => r.includes(RUN_CODE));
     log(`runtime finding: ${rt}`);
     if (!/ddp-lint \(runtime\)/.test(rt)) fail(`runtime finding without source "ddp-lint (runtime)": ${rt}`);
+    if (process.env.RUN_TEXT && !rt.includes(process.env.RUN_TEXT)) fail(`runtime finding without "${process.env.RUN_TEXT}": ${rt}`);
+    if (process.env.RUN_LINE && !rt.includes(`[Ln ${process.env.RUN_LINE},`)) fail(`runtime finding not at line ${process.env.RUN_LINE}: ${rt}`);
     await page.waitForTimeout(500);
     await shot('vscode-run.png');
+}
+async function untrusted() {
+    const restricted = page.locator('.statusbar-item', { hasText: 'Restricted Mode' });
+    await restricted.first().waitFor({ timeout: 10000 });
+    log('workspace is in Restricted Mode');
+    await openFile(RUN_FILE);
+    await runFromPalette('ddp-lint: Run Current File with torchrun');
+    const toast = page.locator('.notifications-toasts .notification-toast', { hasText: 'untrusted workspace' });
+    await toast.first().waitFor({ timeout: 20000 });
+    log(`run refused: ${(await toast.first().innerText()).replace(/\s+/g, ' ')}`);
+    if (!/Manage Workspace Trust/.test(await toast.first().innerText())) fail('no "Manage Workspace Trust" action');
+    await page.waitForTimeout(4000);
+    if (await problemRow(RUN_CODE).count() > 0) fail(`a runtime finding appeared in an untrusted workspace`);
+    await shot('vscode-untrusted.png');
+
+    // a broken interpreter setting, typed the way a user would (the user settings.json editor):
+    // the settings change restarts the server, the probe fails, and the user gets one notification
+    // with one action, and an error in the status bar
+    const settingsFile = env('USER_SETTINGS');
+    const settings = JSON.parse(fs.readFileSync(settingsFile, 'utf8'));
+    settings['ddp-lint.interpreter'] = ['/nonexistent/python3'];
+    await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new globalThis.URL(URL).origin });
+    await runFromPalette('Preferences: Open User Settings (JSON)');
+    // (VS Code 1.139 opens it in a modal editor, not a tab: click one of its lines)
+    const line = page.locator('.monaco-editor .view-line', { hasText: 'ddp-lint.run.nproc' }).first();
+    await line.waitFor({ timeout: 20000 });
+    await page.evaluate((t) => navigator.clipboard.writeText(t), JSON.stringify(settings, null, 2));
+    await line.click();
+    await page.keyboard.press('Control+A');
+    await page.keyboard.press('Control+V');
+    await page.keyboard.press('Control+S');
+    for (let i = 0; i < 100 && !fs.readFileSync(settingsFile, 'utf8').includes('/nonexistent/python3'); i++) {
+        await page.waitForTimeout(100);
+    }
+    if (!fs.readFileSync(settingsFile, 'utf8').includes('/nonexistent/python3')) fail('user settings.json not saved');
+    log('ddp-lint.interpreter set to /nonexistent/python3 in the user settings');
+    await page.keyboard.press('Escape');
+    const bad = page.locator('.notifications-toasts .notification-toast', { hasText: 'No Python interpreter found' });
+    await bad.first().waitFor({ timeout: 30000 });
+    const badText = (await bad.first().innerText()).replace(/\s+/g, ' ');
+    log(`bad interpreter: ${badText}`);
+    if (!/\/nonexistent\/python3/.test(badText) || !/Select Interpreter/.test(badText)) fail(`unclear error: ${badText}`);
+    const errStatus = page.locator('.statusbar-item', { hasText: 'ddp-lint' });
+    const label = await errStatus.first().getAttribute('aria-label');
+    log(`status bar: ${label}`);
+    if (!/No Python interpreter found/.test(label || '')) fail(`status bar does not show the error: ${label}`);
+}
+try {
+    await page.goto(URL);
+    await page.waitForSelector('.monaco-workbench', { timeout: 90000 });
+    log('workbench loaded');
+
+    // 1. static diagnostics in the Problems panel (in restricted mode too)
+    await openFile(SEED);
+    await page.keyboard.press('Control+Shift+M');
+    await problemRow('DDP001').first().waitFor({ timeout: 90000 });
+    await problemRow('DDP101').first().waitFor({ timeout: 30000 });
+    const rows = await rowTexts();
+    log(`problems panel:\n  ${rows.join('\n  ')}`);
+    const r001 = rows.find((r) => r.includes('DDP001'));
+    const r101 = rows.find((r) => r.includes('DDP101'));
+    if (!/\[Ln 28, Col 5\]/.test(r001)) fail(`DDP001 not at line 28, col 5: ${r001}`);
+    if (!/\[Ln 32, Col 14\]/.test(r101)) fail(`DDP101 not at line 32, col 14: ${r101}`);
+    if (!/ddp-lint/.test(r001)) fail(`source is not ddp-lint: ${r001}`);
+    const status = page.locator('.statusbar-item', { hasText: 'ddp-lint' });
+    await status.first().waitFor({ timeout: 10000 });
+    log(`status bar: ${await status.first().getAttribute('aria-label')}`);
+    if (MODE === 'untrusted') {
+        await untrusted();
+    } else {
+        await trusted();
+    }
     log('PASS');
 } catch (e) {
     try { await shot('failure.png'); } catch { /* ignore */ }
