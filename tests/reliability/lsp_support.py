@@ -142,11 +142,12 @@ def make_client() -> LanguageClient:
     return client
 
 
-async def start_session(client_name: str, root: Path, init_options=None, configuration=None, command=None):
+async def start_session(client_name: str, root: Path, init_options=None, configuration=None, command=None,
+                        env=None):
     client = make_client()
     if configuration is not None:
         client._configuration = {"": configuration}
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     await client.start_io(*(command or [sys.executable, "-m", "lsp_server"]), env=env)
     res = await client.initialize_session(t.InitializeParams(
         capabilities=caps(client_name), root_uri=root.as_uri(),
