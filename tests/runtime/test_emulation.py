@@ -239,3 +239,28 @@ def test_correct_nccl_training_runs_clean_with_the_numbers_of_gloo_on_cpu():
     emulated = _numbers(res.output)
     assert len(emulated) == 12, describe(res)
     assert emulated == _numbers(_plain_torchrun(path, ["gloo"]))
+
+
+@pytest.mark.torch
+def test_ranks_in_different_collectives_report_the_mismatch_not_a_deadlock():
+    _needs_torch()
+    path = SCRIPTS / "ranks_disagree.py"
+    res = run(path, emulate="on")
+    m = marks(path)
+    assert [f.code for f in res.findings] == ["DDP902"], describe(res)
+    f = res.findings[0]
+    lines = {f.range.start.line + 1} | {r.range.start.line + 1 for r in f.related}
+    assert lines == {m["gather"], m["barrier"]}, describe(res)
+    assert not res.timed_out, describe(res)
+
+
+@pytest.mark.torch
+def test_a_rank_that_ends_early_does_not_keep_the_other_in_the_device_exchange():
+    _needs_torch()
+    path = SCRIPTS / "rank_guard.py"
+    from analysis.runtime.api import run_script
+
+    res = run_script(str(path), nproc=2, timeout=4.0, emulate="on")
+    hung = [f for f in res.findings if f.range.start.line + 1 == marks(path)["gather"]]
+    assert hung and hung[0].ranks == (0,), describe(res)
+    assert hung[0].code in ("DDP903", "DDP904"), describe(res)
