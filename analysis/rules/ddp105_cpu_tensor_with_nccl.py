@@ -9,14 +9,15 @@ from ._common import D, const_str
 from ._dataflow import _NO_DEVICE_KW, cpu_tensor_ctor, device_var_in_scope
 from ._guards import expects_error
 
-# op -> the (position, keyword) pairs of its tensor arguments, and the group position
+# op -> the (position, keyword) pairs of its tensor arguments, and the group position;
+# keywords ending in ``_list`` name a list of tensors
 _OPS = {
     "all_reduce": (((0, "tensor"),), 2),
     "broadcast": (((0, "tensor"),), 2),
     "reduce": (((0, "tensor"),), 3),
-    "all_gather": (((1, "tensor"),), 2),
-    "gather": (((0, "tensor"),), 3),
-    "scatter": (((0, "tensor"),), 3),
+    "all_gather": (((1, "tensor"), (0, "tensor_list")), 2),
+    "gather": (((0, "tensor"), (1, "gather_list")), 3),
+    "scatter": (((0, "tensor"), (1, "scatter_list")), 3),
     "all_gather_into_tensor": (((0, "output_tensor"), (1, "input_tensor")), 2),
     "reduce_scatter_tensor": (((0, "output"), (1, "input")), 3),
     "all_to_all_single": (((0, "output"), (1, "input")), 4),
@@ -29,7 +30,8 @@ class CpuTensorWithNccl(Rule):
     Checks, in a file whose process groups are NCCL-only (`init_process_group("nccl")`), for a
     tensor built on the CPU (`torch.tensor(...)`, `torch.zeros(...)` and the other factory
     functions with no `device=`, never moved with `.to(...)` / `.cuda()`) that is passed to a
-    collective on the default group.
+    collective on the default group, directly or as the elements of its tensor list
+    (`[torch.zeros(n) for _ in range(world_size)]` for `all_gather`).
 
     Files that set a default device (`torch.set_default_device`), tensors created under
     `with torch.device(...)`, calls with an explicit `group=` (it may be a gloo group), and
@@ -91,7 +93,10 @@ class CpuTensorWithNccl(Rule):
                     arg = get_arg(call, *spec)
                     if arg is None:
                         continue
-                    ctor = _cpu_tensor(ctx, arg, scope)
+                    if spec[1].endswith("_list"):
+                        ctor = _cpu_tensor_list(ctx, arg, scope)
+                    else:
+                        ctor = _cpu_tensor(ctx, arg, scope)
                     if ctor is None:
                         continue
                     ctx.report(
@@ -144,6 +149,30 @@ def _cpu_tensor(ctx, arg, scope):
             return None
     else:
         return None
+    if ctor is None or _under_device_context(ctx, ctor):
+        return None
+    return ctor
+
+
+def _cpu_tensor_list(ctx, arg, scope):
+    """The CPU constructor that fills a list of tensors: ``[torch.zeros(n) for _ in range(ws)]``."""
+    lst = arg
+    if isinstance(arg, ast.Name):
+        lst = ctx.sem.single_value(arg.id, scope)
+        if lst is None or ctx.sem.scope_of(lst) is not scope or _moved_in_place(ctx, arg.id, scope):
+            return None
+    if isinstance(lst, ast.IfExp):
+        lst = lst.body
+    elt = None
+    if isinstance(lst, ast.ListComp) and len(lst.generators) == 1:
+        elt = lst.elt
+    elif isinstance(lst, ast.BinOp) and isinstance(lst.op, ast.Mult):
+        for side in (lst.left, lst.right):
+            if isinstance(side, ast.List) and len(side.elts) == 1:
+                elt = side.elts[0]
+    if elt is None:
+        return None
+    ctor = cpu_tensor_ctor(ctx, elt)
     if ctor is None or _under_device_context(ctx, ctor):
         return None
     return ctor
