@@ -110,6 +110,10 @@ async function trusted() {
     await openFile(RUN_FILE);
     await runFromPalette('ddp-lint: Run Current File with torchrun');
     log(`ddp-lint.run started on ${RUN_FILE}`);
+    // the status bar item follows the run (its text is "ddp-lint: <progress>" while it lasts)
+    const runStatus = page.locator('.statusbar-item', { hasText: 'ddp-lint:' });
+    await runStatus.first().waitFor({ timeout: 15000 });
+    log(`status bar during the run: ${(await runStatus.first().innerText()).replace(/\s+/g, ' ')}`);
     const runtimeRow = problemRow(RUN_CODE);
     await runtimeRow.first().waitFor({ timeout: 150000 });
     const after = await rowTexts();
