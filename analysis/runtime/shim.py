@@ -1713,8 +1713,14 @@ def _emu_patch_ddp(torch):
                 g.used.add(dev)
             if a.get("init_sync", True):
                 site = _caller_site(2) if "_caller_site" in globals() else None
-                _emu_check(pg, g, "DistributedDataParallel", dev,
-                           "DistributedDataParallel broadcasts the module from its device", site)
+                if ids:
+                    why = "DistributedDataParallel broadcasts the module over NCCL on `device_ids[0]`"
+                else:
+                    why = ("DistributedDataParallel broadcasts the module over NCCL on the device of its "
+                           "parameters" + ("" if getattr(_EMU.tls, "set", False) else
+                                           "; `.cuda()` / `.to('cuda')` use the current device, cuda:0 "
+                                           "when torch.cuda.set_device was never called"))
+                _emu_check(pg, g, "DistributedDataParallel", dev, why, site)
         return real(*b.args, **b.kwargs)
 
     __init__.__wrapped__ = real
