@@ -196,8 +196,8 @@ def run_script(
     emulated, reason, notes = _emulation_decision(str(path), nproc, n_gpus, emulate, backend)
     res.notes.extend(notes)
     res.emulated, res.emulate_reason = emulated, reason
-    if reason:
-        res.notes.append(("emulated on CPU: " if emulated else "not emulated: ") + reason)
+    if reason and (emulated or emulate == "on"):
+        res.notes.append(reason)
     env_extra = {"DDP_LINT_BACKEND": backend}
     if emulated:
         env_extra.update({"DDP_LINT_EMULATE": "1", "DDP_LINT_EMU_NGPUS": str(nproc)})

@@ -220,7 +220,9 @@ class RankData:
     stack_usr1: str = ""
     stack_term: str = ""
     stack_fatal: str = ""
-    hung: bool = False  # alive when the run timed out (asked for its stack)
+    hung: bool = False  # alive when the run was stopped (asked for its stack)
+    pending: dict = field(default_factory=dict)  # seq -> call event of collectives not yet returned
+    end_event: dict | None = None  # the rank's exception or exit record
     _offset: int = 0
     _partial: bytes = b""
 
@@ -237,7 +239,7 @@ class RankData:
 
     @property
     def ended(self) -> bool:
-        return any(e.get("kind") in ("exception", "exit") for e in self.events)
+        return self.end_event is not None
 
 
 class LogReader:
@@ -273,6 +275,13 @@ class LogReader:
                 if isinstance(ev, dict):
                     rd.events.append(ev)
                     new.append(ev)
+                    k = ev.get("kind")
+                    if k == "call":
+                        rd.pending[ev.get("seq")] = ev
+                    elif k in ("return", "raise"):
+                        rd.pending.pop(ev.get("seq"), None)
+                    elif k in ("exception", "exit") and rd.end_event is None:
+                        rd.end_event = ev
         return new
 
     def read_stacks(self) -> None:
@@ -321,7 +330,7 @@ def launch(
     cancel: threading.Event | None = None,
     sink: Callable[[bytes], None] | None = None,
     startup_timeout: float = 120.0,
-    failure_grace: float = 2.0,
+    failure_grace: float = 1.0,
 ) -> LaunchResult:
     """Run ``script`` on ``nproc`` ranks. ``timeout`` counts from the moment every rank runs the
     script (Python and torch started); ``startup_timeout`` bounds the start itself."""
@@ -435,9 +444,16 @@ def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failu
             last_report = now
             frac = min(1.0, (now - up_at) / timeout) if timeout > 0 else 1.0
             report(f"waiting ({now - up_at:.0f} s of {timeout:g} s)", 20 + int(70 * frac))
-        # a rank failed: the job is doomed; give torchrun a moment to tear it down itself, then
-        # ask whoever still runs for its stack and stop everything
+        # a rank failed: the job is doomed; give the others a moment to fail too (or torchrun to
+        # tear them down), then ask whoever still runs for its stack and stop everything
         if failure_at is not None and now - failure_at > failure_grace:
+            _collect_stacks(reader)
+            return
+        # a rank left while another waits in a collective that needs it: that can never finish
+        if up_at is not None and _doomed_wait(reader, failure_grace):
+            if failure_at is None:
+                failure_at = now
+                result.failure_seen_at = now - t0
             _collect_stacks(reader)
             return
         if now >= deadline:
@@ -446,6 +462,28 @@ def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failu
             _collect_stacks(reader)
             return
         time.sleep(0.05)
+
+
+def _doomed_wait(reader: LogReader, grace: float) -> bool:
+    """True when a rank has exited and its process is gone while another rank has waited for
+    longer than ``grace`` in a collective whose group includes it."""
+    gone = set()
+    for rd in reader.ranks.values():
+        if rd.end_event is not None and rd.pid is not None and not alive(rd.pid):
+            gone.add(rd.rank)
+    if not gone:
+        return False
+    now = time.time()
+    for rd in reader.ranks.values():
+        if rd.rank in gone or rd.end_event is not None:
+            continue
+        for call in rd.pending.values():
+            if call.get("async"):
+                continue
+            members = (call.get("group") or {}).get("ranks")
+            if (members is None or gone.intersection(members)) and now - call.get("t", now) > grace:
+                return True
+    return False
 
 
 def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:

@@ -130,6 +130,10 @@ class RankState:
         loc = _short(self.site) if self.site else "?"
         if self.status == "ok":
             return f"rank {self.rank}: finished cleanly ({self.collectives} collectives)"
+        if self.status == "exception" and self.consequential:
+            ex = self.exception or {}
+            return (f"rank {self.rank}: failed in {self.op}() at {loc} after a peer went away or timed out "
+                    f"({ex.get('type', 'exception')})")
         if self.status == "exception":
             ex = self.exception or {}
             return f"rank {self.rank}: {ex.get('type', 'exception')} at {loc}" + (f" in {self.op}()" if self.op else "")
@@ -157,10 +161,11 @@ def _short(fr: Frame | None) -> str:
 _PEER_RE = re.compile(
     r"connection (closed|reset|refused)|broken pipe|timed out|timeout|aborted|"
     r"peer|socket|ProcessGroup\w* is (shut ?down|aborted)|NCCL communicator was aborted|"
-    r"wait timeout|recvBytes|sendBytes|Gloo connectFullMesh failed",
+    r"wait timeout|recvBytes|sendBytes|Gloo connectFullMesh failed|failed to pass monitoredBarrier|"
+    r"has exited|closed",
     re.I,
 )
-_TIMEOUT_RE = re.compile(r"timed out|timeout", re.I)
+_TIMEOUT_RE = re.compile(r"timed out|timeout|failed to pass monitoredBarrier", re.I)
 _MISMATCH_RE = re.compile(r"Detected mismatch between collectives", re.I)
 _EXITCODE_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
@@ -253,22 +258,29 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
 
 def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
     """A rank the log shows outside any collective may still wait inside torch.distributed
-    (DDP's constructor, a collective that is not wrapped): read that from its stack."""
+    (DDP's constructor, a collective that is not wrapped): read that from its stack. A rank
+    that is busy (its innermost frame is not torch.distributed) is not waiting."""
     if st.op is not None and st.op_site is not None and st.site is not None and st.op_site.line != st.site.line:
         # the log's unfinished call is not where the rank is now (an async op): trust the stack
         st.op = None
         st.op_site = None
-    if st.op is not None:
+    if st.op is not None or not frames or st.site is None:
         return
-    torch_frames = []
-    for fr in frames:  # innermost first
-        if user.is_user(fr.file):
-            break
-        torch_frames.append(fr)
-    dist = [f for f in torch_frames if user.is_torch_distributed(f.file) or "torch/nn/parallel" in f.file]
-    if dist:
-        st.op = dist[-1].function
-        st.op_site = st.site
+    try:
+        idx = frames.index(st.site)
+    except ValueError:
+        return
+    if idx == 0:
+        return
+    inner, callee = frames[0], frames[idx - 1]
+    if not (user.is_torch_distributed(inner.file) or _is_ddp_file(inner.file)):
+        return
+    st.op = "DistributedDataParallel" if _is_ddp_file(callee.file) else callee.function
+    st.op_site = st.site
+
+
+def _is_ddp_file(f: str) -> bool:
+    return f.replace(os.sep, "/").endswith("torch/nn/parallel/distributed.py")
 
 
 def _is_emulated(exc: dict | None) -> bool:

@@ -282,6 +282,8 @@ def _patch_torch():
         for mod in (c10d, dist):
             if getattr(mod, op, None) is orig:
                 setattr(mod, op, w)
+    if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
+        _patch_ddp_logger(dist)
     orig_init = c10d.init_process_group
     w = _wrap_init(orig_init, c10d)
     for mod in (c10d, dist):
@@ -303,6 +305,26 @@ def _patch_torch():
 
         _get_default_timeout._ddp_lint_wrapped = True
         c10d._get_default_timeout = _get_default_timeout
+
+
+def _patch_ddp_logger(dist):
+    """torch 2.13 segfaults in DistributedDataParallel's constructor under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL with gloo: the C++ Logger's set_construction_data_and_log casts
+    the ProcessGroupWrapper that DETAIL installs to ProcessGroupGloo. That call only records usage
+    statistics, so it is skipped; everything else of DDP (and DETAIL's checks) stays."""
+    base = getattr(dist, "Logger", None)
+    if base is None or getattr(base, "_ddp_lint_safe", False):
+        return
+    try:
+        class _SafeDDPLogger(base):
+            _ddp_lint_safe = True
+
+            def set_construction_data_and_log(self, *args, **kwargs):
+                return None
+    except TypeError:  # a final pybind class
+        return
+    _SafeDDPLogger.__name__ = _SafeDDPLogger.__qualname__ = "Logger"
+    dist.Logger = _SafeDDPLogger
 
 
 def _patch_os_exit():
