@@ -73,7 +73,7 @@ class CollectiveUnderRankGuard(Rule):
     name = "collective-under-rank-guard"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("torch",)
+    requires_text = ("reduce", "gather", "broadcast", "barrier", "scatter", "all_to_all", "new_group")
 
     def finish(self, ctx) -> None:
         calls = ctx.calls_to(*(D + n for n in _COLLECTIVES))
