@@ -28,11 +28,10 @@ class CollectiveUnderRankGuard(Rule):
     ## What it does
     Checks for a collective (`all_reduce`, `all_gather*`, `broadcast*`, `barrier`, `gather*`,
     `scatter*`, `reduce*`, `all_to_all*`, the object collectives, and `new_group`, which every rank
-    must call too) that runs only on some ranks: inside
-    an `if` on the rank (`rank == 0`, `dist.get_rank() == 0`, `local_rank != 0`, `not is_main`,
-    `is_main_process()`-style helpers defined in the file or imported, boolean combinations), in its
-    `else`, or after an early `if not is_main: return`, when the other ranks never make the same
-    collective.
+    must call too) that runs only on some ranks: inside an `if` on the rank (`rank == 0`,
+    `dist.get_rank() == 0`, `local_rank != 0`, `not is_main`, `is_main_process()`-style helpers
+    defined in the file or imported, boolean combinations), in its `else`, or after an early
+    `if not is_main: return`, when the other ranks never make the same collective.
 
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose
