@@ -1,0 +1,45 @@
+from ..model import Severity
+from ..registry import Rule
+
+
+class RankExitedEarly(Rule):
+    """
+    ## What it does
+    A runtime finding of `ddp-lint run` (never reported by `ddp-lint check`): a rank exited, even
+    with status 0, while other ranks still waited for it in a collective. It is reported at the line
+    where the rank left: its `sys.exit(...)` or `os._exit(...)` call (taken from the `SystemExit`
+    traceback or the shim's `os._exit` hook), or, for a rank that simply reached the end of the
+    script, its last collective. The waiting ranks' collectives are related locations.
+
+    The run stops as soon as a rank has gone and another has waited more than a second in a
+    collective of a group that contains it, instead of waiting for the timeout.
+
+    ## Why is this bad?
+    Every rank must take part in every collective of its group. A rank that leaves early (an early
+    `return` or `sys.exit` on some ranks, a loop that runs fewer iterations on one rank) leaves the
+    others blocked until the watchdog fires.
+
+    ## Example
+    ```python
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        sys.exit(0)  # DDP904: rank 1 called sys.exit (status 0) here while rank 0 is waiting in barrier()
+    dist.barrier()
+    ```
+
+    ## Use instead
+    ```python
+    dist.init_process_group("gloo")
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(0)
+    ```
+
+    ## Fix safety
+    A runtime finding has no fix of its own.
+    """
+
+    code = "DDP904"
+    name = "rank-exited-early"
+    severity = Severity.ERROR
+    static = False
