@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT
 
 P1 = "seed_problem1_hang.py"
 P2 = "seed_problem2_invalid_usage.py"

@@ -13,7 +13,7 @@ from analysis.engine import check_source
 from analysis.fixes import apply_edits, fix_all
 from analysis.model import Applicability
 from analysis.semantic import Semantic
-from conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT
 
 
 def codes(text, **kw):

@@ -1,7 +1,7 @@
 """docs/rules/ is generated from the rules' docstrings; it must be in sync (run
 `python -m analysis.ruledocs` after changing a rule)."""
 from analysis.ruledocs import expected_files
-from conftest import ROOT
+from tests.conftest import ROOT
 
 
 def test_rule_docs_pages_in_sync():
