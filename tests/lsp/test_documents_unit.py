@@ -60,3 +60,30 @@ def test_incremental_change_in_utf16_after_emoji():
     doc.apply_change(t.TextDocumentContentChangePartial(range=t.Range(
         start=t.Position(line=0, character=col), end=t.Position(line=0, character=col + 1)), text="2"), UTF16)
     assert doc.text == "s = '🚀'; x = 2\n"
+
+
+def test_incremental_line_starts_match_a_full_rescan():
+    import random
+
+    rnd = random.Random(1234)
+    pieces = ["a", "bc", "\n", "\r", "\r\n", "é", "🚀", "\x0c", " "]
+    text = "".join(rnd.choice(pieces) for _ in range(200))
+    doc = Document("file:///x.py", text, 1)
+    for step in range(600):
+        n = doc.line_count
+        sl = rnd.randrange(n)
+        el = min(n - 1, sl + rnd.choice([0, 0, 1, 2]))
+        sc = rnd.randrange(len(doc.line(sl)) + 2)
+        ec = rnd.randrange(len(doc.line(el)) + 2)
+        if el == sl and ec < sc:
+            sc, ec = ec, sc
+        new = "".join(rnd.choice(pieces) for _ in range(rnd.choice([0, 1, 1, 3])))
+        enc = rnd.choice([UTF8, UTF16, UTF32])
+        a = doc.offset_of(t.Position(line=sl, character=sc), enc)
+        b = doc.offset_of(t.Position(line=el, character=ec), enc)
+        expected = doc.text[:min(a, b)] + new + doc.text[max(a, b):]
+        doc.apply_change(t.TextDocumentContentChangePartial(range=t.Range(
+            start=t.Position(line=sl, character=sc), end=t.Position(line=el, character=ec)), text=new), enc)
+        assert doc.text == expected
+        fresh = Document("file:///y.py", doc.text)
+        assert doc.line_starts() == fresh.line_starts(), step
