@@ -24,7 +24,9 @@ class NcclWithoutSetDevice(Rule):
     `barrier()` without `device_ids` when `init_process_group` got no `device_id`.
 
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
-    usually the device, are set up elsewhere), so it is not flagged.
+    usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a
+    helper named like a device setter (`utils.setup_device(args)`, `init_device_mesh(...)`), since
+    what that helper pins is not visible here.
 
     ## Why is this bad?
     The object collectives pickle each object into a tensor on `torch.cuda.current_device()`.
@@ -131,6 +133,13 @@ def _pins_device(ctx) -> bool:
         p = getattr(c, "_p", None)
         if isinstance(p, ast.withitem):
             return True
+    # a helper that pins the device for us (``utils.setup_device(args)``, ``init_device_mesh``):
+    # what it does is not visible from this file, so do not guess
+    for c in sem.calls:
+        f = c.func
+        n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        if n and _PIN_HELPER.search(n):
+            return True
     text = ctx.src.text
     if "CUDA_VISIBLE_DEVICES" in text:
         for line in ctx.src.lines:
@@ -138,6 +147,8 @@ def _pins_device(ctx) -> bool:
                 return True
     return False
 
+
+_PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
 
 # os.environ["CUDA_VISIBLE_DEVICES"] = ..., os.putenv("CUDA_VISIBLE_DEVICES", ...),
 # os.environ.update(CUDA_VISIBLE_DEVICES=...), os.environ.setdefault("CUDA_VISIBLE_DEVICES", ...)
