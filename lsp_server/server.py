@@ -23,7 +23,11 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as t
-from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+)
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -31,11 +35,18 @@ from pygls.protocol.language_server import lsp_method
 from analysis import __version__
 from analysis.engine import SYNTAX_CODE, check_source
 from analysis.model import Applicability, Finding
-from analysis.noqa import NOQA_RE, _CODE_RE, add_noqa_edit
+from analysis.noqa import _CODE_RE, NOQA_RE, add_noqa_edit
 from analysis.registry import get_rule
 
 from . import settings as cfg
-from .convert import SOURCE, fix_from_data, path_to_uri, shift_finding, to_diagnostic, uri_to_path
+from .convert import (
+    SOURCE,
+    fix_from_data,
+    path_to_uri,
+    shift_finding,
+    to_diagnostic,
+    uri_to_path,
+)
 from .documents import UTF16, Document
 
 log = logging.getLogger("ddp-lint.server")
@@ -47,7 +58,7 @@ FIX_ALL_COMMAND = "ddp-lint.fixAll"
 RUN_TITLE = "Run with torchrun on local GPUs (ddp-lint)"
 _IMPORTS_DIST = re.compile(
     r"^[ \t]*(?:import[ \t]+torch\.distributed|from[ \t]+torch\.distributed[ \t.]|"
-    r"from[ \t]+torch[ \t]+import[ \t(][^\n]*\bdistributed\b)", re.M)
+    r"from[ \t]+torch[ \t]+import[ \t(][^\n]*\bdistributed\b)", re.MULTILINE)
 
 
 class DocState:
@@ -117,7 +128,7 @@ class LspLogHandler(logging.Handler):
     TYPES = {logging.ERROR: t.MessageType.Error, logging.WARNING: t.MessageType.Warning,
              logging.INFO: t.MessageType.Info, logging.DEBUG: t.MessageType.Log}
 
-    def __init__(self, server: "DdpServer"):
+    def __init__(self, server: DdpServer):
         super().__init__()
         self.server = server
 

@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import EXAMPLES, require, require_executable
 from test_nvim import check_clean, editor_env
+
+from tests.conftest import EXAMPLES, require, require_executable
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ import time
 import types
 from dataclasses import dataclass, field
 
-from analysis.model import Finding, Position, Range, Related, Severity
+from analysis.model import Finding, Range, Related, Severity
 
 
 @dataclass

@@ -12,7 +12,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 import pytest_asyncio
 from lsprotocol import types as t
 from pygls.protocol import default_converter
@@ -57,7 +56,6 @@ def _apply_edit(ls, params: t.ApplyWorkspaceEditParams):
 
 def _register_capability(ls, params: t.RegistrationParams):
     ls.registrations.extend(params.registrations)
-    return None
 
 
 def make_client() -> LanguageClient:

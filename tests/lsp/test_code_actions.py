@@ -5,9 +5,8 @@ import subprocess
 import sys
 
 import pytest
+from lsp_helpers import apply_text_edits, edits_of, rng, seed_text, wait_publish
 from lsprotocol import types as t
-
-from lsp_helpers import (apply_text_edits, edits_of, rng, seed_text, wait_publish)
 
 from analysis.engine import check_source
 from analysis.fixes import apply_edits

@@ -7,11 +7,9 @@ import json
 import sys
 
 import pytest
+from lsp_helpers import HERE, rng, seed_text, wait_publish
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
-
-from lsp_helpers import HERE, rng, seed_text, wait_publish
-
 
 pytestmark = pytest.mark.asyncio
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from lsprotocol import types as t
-
 from lsp_helpers import rng, seed_text, wait_publish
+from lsprotocol import types as t
 
 pytestmark = pytest.mark.asyncio
 

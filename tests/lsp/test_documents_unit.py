@@ -4,7 +4,16 @@ from __future__ import annotations
 from lsprotocol import types as t
 
 from analysis.model import Position, Range
-from lsp_server.documents import UTF8, UTF16, UTF32, Document, LineChange, cp_to_units, shift_range, units_to_cp
+from lsp_server.documents import (
+    UTF8,
+    UTF16,
+    UTF32,
+    Document,
+    LineChange,
+    cp_to_units,
+    shift_range,
+    units_to_cp,
+)
 
 
 def test_columns_in_each_encoding():

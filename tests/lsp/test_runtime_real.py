@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from lsprotocol import types as t
-
 from lsp_helpers import wait_publish
+from lsprotocol import types as t
 
 from tests.conftest import require_torch  # the shared CI-aware helper
 

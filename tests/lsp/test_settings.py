@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from lsprotocol import types as t
-
 from lsp_helpers import rng, seed_text, wait_publish
+from lsprotocol import types as t
 
 pytestmark = pytest.mark.asyncio
 FOCUS = {"DDP001", "DDP101"}

@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
-
 from lsp_helpers import ROOT
 
 
