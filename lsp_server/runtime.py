@@ -104,6 +104,16 @@ async def run_command(ls, args) -> dict:
     except ImportError as e:
         raise JsonRpcException(code=-32603, message=f"ddp-lint.run: the runtime runner is not available ({e})") from None
 
+    st = ls.docs.get(uri) or ls.docs.get(script_uri)
+    if st is not None:
+        try:
+            from analysis.io import read_source
+
+            if read_source(path) != st.doc.text:
+                ls.show(t.MessageType.Warning, f"ddp-lint: {os.path.basename(path)} has unsaved changes; "
+                        "running the saved file")
+        except Exception:  # unreadable: the runner reports it
+            pass
     rs = ls.settings.run
     cancel = threading.Event()
     ls.runs[key] = cancel

@@ -535,7 +535,7 @@ class DdpServer(LanguageServer):
                 return None
             return t.CodeAction(title=f"{fix['title']} ({code}, display only: apply it by hand)",
                                 kind=t.CodeActionKind.QuickFix, diagnostics=[d],
-                                disabled=t.CodeActionDisabledType(reason="display-only fix: review it and apply it by hand"))
+                                disabled=t.CodeActionDisabled(reason="display-only fix: review it and apply it by hand"))
         if app is Applicability.UNSAFE:
             title = f"{fix['title']} ({code}, unsafe fix: review the change)"
         else:

@@ -96,3 +96,26 @@ def test_incremental_line_starts_match_a_full_rescan():
         assert doc.text == expected
         fresh = Document("file:///y.py", doc.text)
         assert doc.line_starts() == fresh.line_starts(), step
+
+
+def test_quick_fix_titles_by_applicability():
+    """Safe: preferred; unsafe: titled, not preferred; display-only: disabled, or not offered."""
+    from analysis.model import Applicability
+    from lsp_server.server import create_server
+
+    server = create_server()
+    doc = Document("file:///x.py", "x = 1\n", 3)
+    d = t.Diagnostic(range=t.Range(start=t.Position(line=0, character=0), end=t.Position(line=0, character=1)),
+                     message="m", code="DDP999", source="ddp-lint")
+    edits = [t.TextEdit(range=d.range, new_text="y")]
+
+    def fix(app):
+        return {"applicability": app, "title": "Do it", "edits": edits, "version": 3}
+
+    safe = server.quick_fix(doc, d, fix(Applicability.SAFE), False)
+    assert safe.is_preferred and safe.title == "Do it (DDP999)" and safe.edit is not None
+    unsafe = server.quick_fix(doc, d, fix(Applicability.UNSAFE), False)
+    assert not unsafe.is_preferred and "unsafe fix" in unsafe.title and unsafe.edit is not None
+    assert server.quick_fix(doc, d, fix(Applicability.DISPLAY_ONLY), False) is None
+    shown = server.quick_fix(doc, d, fix(Applicability.DISPLAY_ONLY), True)
+    assert shown.edit is None and shown.disabled is not None and "display only" in shown.title
