@@ -546,6 +546,7 @@ class _EmuState:
         self.torch = None
         self.default_dev = None  # torch.set_default_device("cuda[:k]"): k, or -2 for "the current device"
         self.constructors = frozenset()
+        self.inits = 0  # init_process_group calls: keeps a re-initialised job's store keys apart
 
     def current(self):
         return getattr(self.tls, "device", 0)
@@ -1366,7 +1367,7 @@ def _emu_group_key(pg):
         import torch.distributed as dist
 
         name = "r" + "-".join(map(str, dist.get_process_group_ranks(pg)))
-    return name
+    return f"i{_EMU.inits}/{name}"
 
 
 def _emu_wrap_dist(torch):
@@ -1396,6 +1397,7 @@ def _emu_wrap_dist(torch):
             _log_event("emulation", what="init", requested_backend=None if requested is None else str(requested),
                        backend="gloo", group_kind=kind, device_id=bound, ngpus=st.ngpus)
         out = real_init(*b.args, **b.kwargs)
+        st.inits += 1
         st.default_kind = kind
         if kind is not None:
             pg = _emu_default_group()
