@@ -58,6 +58,15 @@ dist.destroy_process_group()
 '''
 
 
+# An "interpreter" that passes the extension's probe but whose server dies 1 s after it starts.
+CRASHY = """#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "lsp_server" ]; then
+  exec {python} -c "import os, runpy, sys, threading; threading.Timer(1.0, lambda: os._exit(3)).start(); sys.argv = ['lsp_server']; runpy.run_module('lsp_server', run_name='__main__', alter_sys=True)"
+fi
+exec {python} "$@"
+"""
+
+
 def node_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(NODE_DIR / "bin"), str(VSCE.parent), env.get("PATH", "")])
@@ -335,12 +344,20 @@ def test_vscode_untrusted_workspace_lints_but_never_runs(vsix, tmp_path):
     """Restricted mode: the diagnostics still appear; ddp-lint.run explains why it is disabled
     and starts nothing (no runtime finding appears). Then a broken `ddp-lint.interpreter`: the
     settings change restarts the server and the missing Python gets one clear notification with
-    the "Select Interpreter" action, and an error in the status bar."""
+    the "Select Interpreter" action, and an error in the status bar. Then a server that crashes
+    right after every start: 4 automatic restarts, then it stays down with a notification."""
     _require_e2e()
     OUT.mkdir(parents=True, exist_ok=True)
     with code_server(vsix, tmp_path, trusted=False) as (url, ws, data):
-        out = drive(url, ws, data, MODE="untrusted", RUN_CODE="DDP902",
+        crashy = tmp_path / "crashy-python"
+        crashy.write_text(CRASHY.format(python=sys.executable))
+        crashy.chmod(0o755)
+        out = drive(url, ws, data, MODE="untrusted", RUN_CODE="DDP902", CRASHY=str(crashy),
                     USER_SETTINGS=str(data / "user" / "User" / "settings.json"))
-        assert "run refused" in out
+        assert "run refused" in out and "crash loop stopped" in out
         logs = "".join(f.read_text(errors="replace") for f in (data / "user" / "logs").rglob("*ddp-lint*.log"))
-        assert "untrusted" in logs and "running " not in logs, logs[-3000:]
+        assert "untrusted" in logs, logs[-3000:]
+        assert f"running {ws}" not in logs and "ddp-lint run of" not in logs, logs[-3000:]  # nothing ran
+        # bounded: exactly 4 automatic restarts, then stopped for good
+        assert logs.count("server exited unexpectedly; restarting") == 4, logs[-5000:]
+        assert "crashed 5 times in 3 minutes" in logs, logs[-5000:]
