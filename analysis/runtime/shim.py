@@ -1770,21 +1770,6 @@ def _emu_patch_ddp(torch):
         return real_sbn_forward(self, input)
 
     SBN.forward = sbn_forward
-    import torch.distributed as dist
-
-    real_logger = getattr(dist, "Logger", None)
-    if (os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL" and real_logger is not None
-            and not getattr(real_logger, "_ddp_lint_safe", False)):
-        # torch 2.13 (CPU build, gloo) segfaults in DDP's constructor under
-        # TORCH_DISTRIBUTED_DEBUG=DETAIL, in Logger.set_construction_data_and_log (usage logging
-        # only); skipping that call keeps DDP and DETAIL's collective-mismatch checks working
-        class Logger(real_logger):
-            _ddp_lint_safe = True
-
-            def set_construction_data_and_log(self, *a, **k):
-                return None
-
-        dist.Logger = Logger
 
 
 def _emu_patch_misc(torch):
