@@ -948,6 +948,29 @@ def _uri_argument(args) -> str:
     return a
 
 
+def _stop_runs_on_sigterm(server: DdpServer) -> None:
+    """An editor that stops the server with SIGTERM while a run is live: cancel the run (the
+    runner kills every process of it) and give it a few seconds, then exit."""
+    import signal
+
+    def on_term(signum, frame):
+        for ev in list(server.runs.values()):
+            ev.set()
+        from . import runtime
+
+        pool = runtime._executor
+        if pool is not None and server.runs:
+            waiter = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, daemon=True)
+            waiter.start()
+            waiter.join(5)
+        os._exit(0)
+
+    try:
+        signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):  # not the main thread, or no signals here
+        pass
+
+
 class _QuietRefusals(logging.Filter):
     """pygls logs every request answered with an error as an exception with its traceback; a
     refused argument (InvalidParams) is not a server problem, so keep stderr quiet about it."""
@@ -967,6 +990,7 @@ def start(tcp: tuple[str, int] | None = None, log_level: str | None = None) -> i
     logging.getLogger("pygls").setLevel(logging.WARNING)
     logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietRefusals())
     server = create_server(log_level)
+    _stop_runs_on_sigterm(server)
     if tcp is not None:
         host, port = tcp
         print(f"ddp-lint server: listening on {host}:{port}", file=sys.stderr)

@@ -46,6 +46,9 @@ def run_script(script_path, *, nproc=None, timeout=60.0, backend="auto", emulate
         raise RuntimeError("runner bug")
     if mode == "wait":
         cancel.wait(30)
+        if log and cancel.is_set():
+            with open(log, "a") as fh:
+                fh.write(json.dumps({"cancelled": True}) + "\n")
         return RunResult(exit_code=130, cancelled=cancel.is_set())
     if progress:
         progress("collecting", 90)
@@ -55,7 +58,8 @@ def run_script(script_path, *, nproc=None, timeout=60.0, backend="auto", emulate
                  related=(Related(Range.of(27, 4, 27, 35), "process group created here"),),
                  url="https://example.invalid/DDP905.md", ranks=(0, 1), emulated=True)
     f2 = Finding("DDP901", "rank-exception", "ValueError: bad value", Severity.ERROR, Range.of(1, 4, 1, 20),
-                 helper, ranks=(1,), emulated=True)
+                 helper, related=(Related(Range.of(32, 4, 32, 67), "waiting in all_gather_object() here",
+                                          script_path, (0,)),), ranks=(1,), emulated=True)
     return RunResult(findings=[f1, f2], exit_code=1, emulated=True, notes=["emulated: 2 ranks on CPU"])
 
 

@@ -91,6 +91,8 @@ async def test_run_publishes_runtime_diagnostics_with_progress(lsp_session, tmp_
     (hd,) = hp.diagnostics
     assert hd.code == "DDP901" and hd.range.start.line == 1 and hd.source == "ddp-lint (runtime)"
     assert "(emulated on CPU)" in hd.message and "rank 1" in hd.message
+    (rel,) = hd.related_information  # a related location in another file (the script)
+    assert rel.location.uri == uri and rel.location.range.start.line == 32 and "rank 0" in rel.message
 
     # editing elsewhere keeps the runtime finding (moved with its line); editing its line drops it
     n = len(s.client.publishes)
@@ -181,3 +183,25 @@ async def test_run_results_reach_a_pull_client(lsp_session, tmp_path, refresh):
         assert [(d.code, d.source) for d in p.diagnostics] == [("DDP905", "ddp-lint (runtime)")]
         hp = await wait_publish(s.client, s.uri("helper.py"))
         assert [d.code for d in hp.diagnostics] == ["DDP901"]
+
+
+async def test_sigterm_during_a_run_cancels_it(lsp_session, tmp_path):
+    import signal
+
+    log = tmp_path / "runs.jsonl"
+    s = await lsp_session("vscode", command=[sys.executable, str(HERE / "fake_runtime.py")],
+                          env={"FAKE_RUN_MODE": "wait", "FAKE_RUN_LOG": str(log)})
+    uri = s.open("seed2.py", seed_text())
+    await wait_publish(s.client, uri, 1)
+    task = asyncio.ensure_future(execute(s, "ddp-lint.run", uri))
+    for _ in range(200):
+        if s.client.progress_reports:
+            break
+        await asyncio.sleep(0.05)
+    assert s.client.progress_reports
+    proc = s.client._server
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.wait(), 15)
+    task.cancel()
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert {"cancelled": True} in lines  # the runner saw the cancel before the server exited
