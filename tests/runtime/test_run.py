@@ -240,13 +240,6 @@ def test_cli_json_for_a_mismatch_and_exit_status():
     assert isinstance(d["details"], dict)
 
 
-def test_cli_clean_script_text(tmp_path):
-    p = cli(str(SCRIPTS / "clean.py"), "--emulate", "off")
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "All ranks finished cleanly." in p.stdout
-    assert "rank 0: finished cleanly" in p.stdout
-
-
 def test_cli_usage_errors(tmp_path):
     p = cli(str(tmp_path / "missing.py"))
     assert p.returncode == 2 and "no such file" in p.stderr and "Traceback" not in p.stderr
@@ -267,6 +260,30 @@ def test_hostile_file_name_runs_and_runs_nothing_else(tmp_path):
     script.write_text((SCRIPTS / "clean.py").read_text())
     p = cli(f"./{name}", "--emulate", "off", "--", "--flag", "$(touch PWNED4)", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "All ranks finished cleanly." in p.stdout
+    assert "All ranks finished cleanly." in p.stdout  # the clean script's text report
+    assert "rank 0: finished cleanly" in p.stdout and "rank 1: finished cleanly" in p.stdout
     assert "rank 0: sum=[3.0, 3.0]" in p.stderr  # the script really ran (its output streams to stderr)
     assert sorted(os.listdir(tmp_path)) == [name]  # and nothing else did
+
+
+def test_rank_abort_is_a_crash_at_its_line():
+    res = run("abort_rank.py")
+    m = marks(SCRIPTS / "abort_rank.py")
+    assert [f.code for f in res.findings] == ["DDP901"], [(f.code, f.message) for f in res.findings]
+    f = res.findings[0]
+    assert line(f) == m["abort"] and f.ranks == (1,)
+    assert "crashed: Aborted" in f.message
+    assert rel(f) == [(m["barrier"], (0,))]
+
+
+def test_closed_stdout_and_forked_child_leave_nothing_running():
+    marker = f"ddp-lint-fork-{uuid.uuid4().hex}"
+    t0 = time.monotonic()
+    res = run("close_stdout.py", script_args=[marker])
+    assert time.monotonic() - t0 < 60
+    assert "closing" in res.output
+    assert res.error is None
+    deadline = time.monotonic() + 1.0
+    while marker_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker_processes(marker) == []

@@ -1,0 +1,63 @@
+"""Pure-Python parts of the runner: no torch, no processes."""
+from __future__ import annotations
+
+import os
+
+from analysis.runtime.launcher import BoundedOutput
+from analysis.runtime.mapping import Frame, UserCode, condense, parse_faulthandler
+
+
+def test_bounded_output_keeps_head_and_tail():
+    b = BoundedOutput(head=10, tail=10)
+    for i in range(1000):
+        b.write(f"{i:05d}\n".encode())
+    text = b.text()
+    assert text.startswith("00000\n0000")
+    assert text.endswith("00999\n")
+    assert "bytes of output omitted" in text
+    assert b.total == 6000 and b.dropped == 6000 - 20
+    small = BoundedOutput(head=100, tail=100)
+    small.write(b"hello\n")
+    assert small.text() == "hello\n" and small.dropped == 0
+
+
+def test_condense_nccl_error_to_its_reason():
+    msg = ("NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, invalid usage "
+           "(run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3\nncclInvalidUsage: This usually reflects "
+           "invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : rank 1 and rank 0 both on CUDA "
+           "device 1000")
+    assert condense("DistBackendError", msg) == (
+        "DistBackendError: NCCL invalid usage: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000")
+    assert condense("ValueError", "bad\nsecond line") == "ValueError: bad"
+    assert condense("RuntimeError", "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer") \
+        == "RuntimeError: Connection closed by peer"
+    assert condense("KeyboardInterrupt", "") == "KeyboardInterrupt"
+    assert len(condense("E", "x" * 5000)) < 320
+
+
+def test_parse_faulthandler_all_threads():
+    text = (
+        'Thread 0x00007f0000000001 (most recent call first):\n'
+        '  File "/usr/lib/python3.11/threading.py", line 324 in wait\n'
+        '\n'
+        'Current thread 0x00007f0000000002 (most recent call first):\n'
+        '  File "/w/a.py", line 8 in busy\n'
+        '  File "/w/a.py", line 13 in <module>\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    threads, current = parse_faulthandler(text)
+    assert current == 0x7F0000000002
+    assert threads[0x7F0000000002][0] == Frame("/w/a.py", 8, "busy")
+    assert len(threads[0x7F0000000001]) == 1
+
+
+def test_user_code_excludes_libraries_and_venvs(tmp_path):
+    root = str(tmp_path)
+    venv = os.path.join(root, ".venv", "lib", "python3.11", "site-packages")
+    u = UserCode([root], [venv, "/usr/lib/python3.11"], "/x/shim.py")
+    assert u.is_user(os.path.join(root, "train.py"))
+    assert not u.is_user(os.path.join(venv, "torch", "x.py"))
+    assert not u.is_user("/usr/lib/python3.11/threading.py")
+    assert not u.is_user("/x/shim.py") and not u.is_user("<frozen runpy>")
+    frames = [Frame(os.path.join(venv, "t.py"), 1), Frame(os.path.join(root, "train.py"), 7)]
+    assert u.innermost(frames) == frames[1]
