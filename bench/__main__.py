@@ -30,6 +30,7 @@ MODULES = [
     ("memory", "bench.memory_bench", "5 memory"),
     ("run", "bench.run_overhead", "6 runtime run"),
     ("emulation", "bench.emulation_bench", "7 CUDA emulation"),
+    ("load", "bench.load_bench", "8 load"),
 ]
 
 COLUMNS = ("figure", "value", "comparison", "ratio", "target", "pass")
