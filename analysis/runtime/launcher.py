@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -220,6 +219,7 @@ class RankData:
     stack_usr1: str = ""
     stack_term: str = ""
     stack_fatal: str = ""
+    stack_py: dict | None = None  # full-depth Python stacks (SIGUSR2), when the rank could answer
     hung: bool = False  # alive when the run was stopped (asked for its stack)
     pending: dict = field(default_factory=dict)  # seq -> call event of collectives not yet returned
     end_event: dict | None = None  # the rank's exception or exit record
@@ -293,6 +293,12 @@ class LogReader:
                 except OSError:
                     txt = ""
                 setattr(rd, f"stack_{kind}", txt)
+            try:
+                with open(os.path.join(self.dir, f"stack-{r}.py"), "rb") as f:
+                    data = json.loads(f.read(16 * 1024 * 1024))
+                rd.stack_py = data if isinstance(data, dict) else None
+            except (OSError, ValueError):
+                rd.stack_py = None
 
 
 # -- the launch --------------------------------------------------------------------------------
@@ -494,7 +500,8 @@ def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:
         if pid is None or rd.ended or not alive(pid):
             continue
         try:
-            os.kill(pid, signal.SIGUSR1)
+            os.kill(pid, signal.SIGUSR2)  # full Python stacks, if the rank runs Python code
+            os.kill(pid, signal.SIGUSR1)  # faulthandler: answers even when blocked in C
             rd.hung = True
             asked.append(rd)
         except (ProcessLookupError, PermissionError):
@@ -518,5 +525,10 @@ def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:
             else:
                 stable_since = time.monotonic()
         sizes = cur
+        time.sleep(0.03)
+    # the Python-level dump comes only from a rank that executes bytecode: a short extra wait
+    end = min(end, time.monotonic() + 0.3)
+    while time.monotonic() < end and not all(
+            os.path.exists(os.path.join(reader.dir, f"stack-{rd.rank}.py")) for rd in asked):
         time.sleep(0.03)
     reader.poll()

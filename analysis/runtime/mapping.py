@@ -212,10 +212,18 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.op_raised = raised.get(last_pending.get("seq"))
         main_tid = (rd.first("start") or {}).get("main_thread")
 
-        def stack_site(text: str) -> tuple[Frame | None, list[Frame]]:
+        def stack_site(text: str, main_tid=main_tid, rd=rd) -> tuple[Frame | None, list[Frame]]:
             threads, current = parse_faulthandler(text)
             frames = threads.get(main_tid) if main_tid in threads else threads.get(current, [])
-            return user.innermost(frames or []), frames or []
+            site = user.innermost(frames or [])
+            if site is None or not user.is_user(site.file):
+                # faulthandler stops at 100 frames: the full Python stack, when the rank gave one
+                py = _py_main_stack(rd.stack_py, main_tid)
+                if py:
+                    psite = user.innermost(py)
+                    if psite is not None and (site is None or user.is_user(psite.file)):
+                        return psite, py
+            return site, frames or []
 
         if st.exception is not None:
             st.status = "exception"
@@ -254,6 +262,17 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
         if st.site is None and st.op_site is not None:
             st.site = st.op_site
     return states
+
+
+def _py_main_stack(data, main_tid) -> list[Frame]:
+    """The main thread's frames from the shim's SIGUSR2 dump, innermost first."""
+    if not isinstance(data, dict):
+        return []
+    threads = data.get("threads") or {}
+    tid = main_tid if main_tid is not None else data.get("main_thread")
+    frames = threads.get(str(tid)) or []
+    out = [Frame.of(f) for f in frames if isinstance(f, dict)]
+    return [f for f in reversed(out) if f is not None]
 
 
 def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
@@ -544,7 +563,7 @@ def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emu
             if not texts:
                 continue
             how = {"return": "finished the script", "SystemExit": "called sys.exit", "os._exit": "called os._exit"}.get(s.via or "", "exited")
-            where = "here" if s.via != "return" else (f"after its last collective here" if s.collectives else "here")
+            where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
             message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
             details = {"exit_code": s.exit_code, "via": s.via,
                        "hint": "every rank must take part in every collective; a rank that leaves early "

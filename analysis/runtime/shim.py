@@ -359,6 +359,26 @@ def _lib_dirs():
     return out
 
 
+def _dump_python_stacks(signum=None, frame=None):
+    """SIGUSR2: every thread's full stack, outermost first, as one JSON line in stack-<RANK>.py."""
+    log_dir = os.environ.get("DDP_LINT_LOG_DIR")
+    if not log_dir or os.getpid() != _PID:
+        return
+    out = {}
+    for tid, f in sys._current_frames().items():
+        out[str(tid)] = [{"file": fs.filename, "line": fs.lineno, "function": fs.name}
+                         for fs in traceback.extract_stack(f, limit=2000)]
+    data = json.dumps({"main_thread": threading.main_thread().ident, "threads": out}).encode()
+    path = os.path.join(log_dir, f"stack-{_RANK}.py")
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def _open_private(path):
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
 
@@ -390,6 +410,11 @@ def _setup_recording(script):
             faulthandler.register(signal.SIGTERM, file=term, all_threads=True, chain=True)
     except (OSError, RuntimeError, ValueError) as e:
         _log_event("note", message=f"faulthandler unavailable: {e}")
+    try:  # full-depth Python stacks (faulthandler stops at 100 frames); only runs between bytecodes
+        if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGUSR2, _dump_python_stacks)
+    except (OSError, ValueError, AttributeError):
+        pass
     _patch_os_exit()
     try:
         _patch_torch()
