@@ -21,7 +21,7 @@ _CUDA_STR = re.compile(r"^cuda(:\d+)?$")
 # calls that only ask whether CUDA is there; a script that adapts to a CPU-only machine with them
 # (``"cuda" if torch.cuda.is_available() else "cpu"``) still shows its CUDA path by its other uses
 _QUERY_ONLY = {"torch.cuda.is_available", "torch.cuda.device_count"}
-_TEXT_NCCL = re.compile(r"""['"][^'"\n]*\bnccl\b""", re.I)
+_TEXT_NCCL = re.compile(r"""['"][^'"\n]*\bnccl\b""", re.IGNORECASE)
 _TEXT_CUDA = re.compile(r"""torch\.cuda\.|\.cuda\(|['"]cuda(:\d+)?['"]""")
 
 
@@ -55,7 +55,7 @@ class _Ctx:
 
 
 def script_needs(text: str, filename: str = "<script>") -> ScriptNeeds:
-    tree, err = parse(text, filename)
+    tree, _err = parse(text, filename)
     if tree is None:  # a file Python cannot parse: fall back on its words
         needs = ScriptNeeds(parsed=False)
         for i, line in enumerate(text.splitlines(), 1):

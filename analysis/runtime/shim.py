@@ -729,6 +729,10 @@ def _emu_h_parse_to(func, args, kwargs):
     # to be resolved, so resolve it against the emulated machine first.
     torch = _EMU.torch
     args = list(args)
+    if args and isinstance(args[0], torch.Tensor):  # module.to(other): other's device and dtype
+        k = getattr(args[0], _EMU_TAG, None)
+        if k is not None:
+            args = [torch.device("cuda", k), args[0].dtype] + args[1:]
     if args and not isinstance(args[0], (torch.dtype, torch.Tensor)):
         k = _emu_dev_index(args[0])
         if k is not None and k >= 0:
@@ -1549,6 +1553,8 @@ def _emu_pre_collective(op, args, kwargs, site):
                       "cuda:0 when torch.cuda.set_device was never called"))
         if dev is not None and dev < 0:
             dev = None
+        if dev is not None:
+            g.used.add(dev)  # they are tensor collectives underneath
     elif op == "barrier":
         ids = a.get("device_ids")
         if g.kind == "mixed":
@@ -1574,7 +1580,7 @@ def _emu_pre_collective(op, args, kwargs, site):
             _emu_tensors(a.get(n), ts)
         cpu = [t for t in ts if getattr(t, _EMU_TAG, None) is None]
         if cpu and g.kind == "nccl":
-            who = "a CPU tensor" if len(ts) == 1 else f"{len(cpu)} of its {len(ts)} tensors are CPU tensors"
+            who = "a CPU tensor" if len(ts) == 1 else f"CPU tensors ({len(cpu)} of its {len(ts)})"
             err = EmulatedNcclError(
                 f"No backend type associated with device type cpu (emulated NCCL): {op}() got {who} on a "
                 "process group that has only the NCCL backend. Move the tensor to this rank's GPU "

@@ -162,8 +162,8 @@ def test_seed_problem1_gives_ddp905_at_all_gather_object_and_nothing_at_ddp():
     assert f.ranks == (0, 1) and f.emulated
     ddp_line = line_of(path, "model = DDP(")
     assert not any(x.range.start.line + 1 in range(ddp_line, ddp_line + 4) for x in res.findings)
-    # the collective failed at once: the run did not wait for any timeout
-    assert res.duration < TIMEOUT / 2, describe(res)
+    # an error raised at the collective (not a hang found by the timeout, which would be DDP903)
+    assert not res.timed_out and "EmulatedNcclError" in res.output, describe(res)
 
 
 @pytest.mark.torch
@@ -218,7 +218,7 @@ def _plain_torchrun(script: Path, args) -> str:
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), *args]
     for attempt in range(2):  # the baseline is not under test: one retry for a gloo teardown hiccup
-        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
         if p.returncode == 0:
             return p.stdout
     raise AssertionError(f"plain torchrun failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-8000:]}")
