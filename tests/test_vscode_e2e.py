@@ -37,7 +37,6 @@ VSCE = TOOLS / "tools" / "node_modules" / ".bin" / "vsce"
 PLAYWRIGHT = TOOLS / "tools" / "node_modules" / "playwright-core"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 OUT = ROOT / "test-output" / "vscode"
-VSIX = ROOT / "build" / "ddp-lint.vsix"
 SEED = "seed_problem2_invalid_usage.py"
 RUN_FILE = "rank_guarded_barrier.py"
 
@@ -77,7 +76,7 @@ def node_env() -> dict[str, str]:
 
 def run(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
     p = subprocess.run(cmd, cwd=kw.pop("cwd", ROOT), env=kw.pop("env", node_env()), capture_output=True,
-                       text=True, timeout=timeout, **kw)
+                       stdin=subprocess.DEVNULL, text=True, timeout=timeout, **kw)
     return p
 
 
@@ -109,18 +108,18 @@ def test_typecheck(node):
 
 
 @pytest.fixture(scope="module")
-def vsix(node) -> Path:
-    """Bundle, build and package: the .vsix every later test uses."""
+def vsix(node, tmp_path_factory) -> Path:
+    """Bundle, build and package: the .vsix every later test uses (in a private folder, so that
+    concurrent test runs on one checkout never read each other's half-written package)."""
     require(VSCE.exists(), f"@vscode/vsce not found at {VSCE} (run .ci/setup.d/vscode.sh)")
     check(run(["node", "vscode-client/scripts/bundle-python.mjs"], timeout=300), "bundling the Python dependencies")
-    VSIX.parent.mkdir(parents=True, exist_ok=True)
-    VSIX.unlink(missing_ok=True)
-    out = check(run([str(VSCE), "package", "--no-dependencies", "-o", str(VSIX)], timeout=300), "vsce package")
+    out_vsix = tmp_path_factory.mktemp("vsix") / "ddp-lint.vsix"
+    out = check(run([str(VSCE), "package", "--no-dependencies", "-o", str(out_vsix)], timeout=300), "vsce package")
     # vsce warns about a missing repository/license/icon/README section etc.: none may remain
     warnings = [line for line in out.splitlines() if "WARNING" in line.upper() and "location" not in line.lower()]
     assert not warnings, "vsce package warnings:\n" + "\n".join(warnings)
-    assert VSIX.exists()
-    return VSIX
+    assert out_vsix.exists()
+    return out_vsix
 
 
 def test_vsix_contents(vsix):
