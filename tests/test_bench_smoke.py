@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from tests.conftest import ROOT
 
 
 def _run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
