@@ -78,7 +78,9 @@ async def test_pull_diagnostics_and_unchanged(lsp_session):
 
 
 async def test_burst_of_200_changes_is_one_analysis_and_one_publish(lsp_session):
-    s = await lsp_session("vscode", init_options={"logLevel": "debug"})
+    # 500 ms rather than the default 150: on a loaded CI machine the server can be descheduled
+    # for longer than 150 ms in the middle of the burst, which would (rightly) end the debounce
+    s = await lsp_session("vscode", init_options={"logLevel": "debug", "debounceMs": 500})
     text = seed_text()
     uri = s.open("seed2.py", text)
     await wait_publish(s.client, uri, 1)
