@@ -99,6 +99,17 @@ class DdpProtocol(LanguageServerProtocol):
                 self._send_response(data["id"], error=err.to_response_error())
             raise err from None
 
+    def _check_handler_result(self, future):
+        # pygls 2.1 files the future of every notification whose handler is a generator or a
+        # coroutine (didOpen, didChange, didClose...) in _request_futures and never removes it:
+        # ~4 objects per keystroke, forever. Drop it once the notification is handled
+        # (tests/regressions/test_lsp_regressions.py::test_notifications_do_not_accumulate).
+        for k, v in list(self._request_futures.items()):
+            if v is future:
+                del self._request_futures[k]
+                break
+        super()._check_handler_result(future)
+
     @lsp_method(t.INITIALIZE)
     def lsp_initialize(self, params: t.InitializeParams):
         result = yield from super().lsp_initialize(params)

@@ -72,3 +72,54 @@ def test_request_with_malformed_params_is_answered(server, method, params):
     server.send({"jsonrpc": "2.0", "id": 8, "method": "textDocument/hover", "params": {
         "textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0}}})
     assert server.response(8)["result"] is None
+
+
+PROBE = r"""
+import os, signal, sys
+sys.stdout = sys.stderr
+from lsp_server.server import create_server
+srv = create_server()
+def report(*_):
+    os.write(2, b"FUTURES %d\n" % len(srv.protocol._request_futures))
+signal.signal(signal.SIGUSR1, report)
+srv.start_io(sys.stdin.buffer, os.fdopen(1, "wb"))
+"""
+
+
+def test_notifications_do_not_accumulate(tmp_path):
+    """pygls 2.1 kept the future of every generator/coroutine notification handler (didOpen,
+    didChange, didClose) in ``_request_futures`` forever: the server's memory grew ~2 KB per
+    keystroke (found by bench/load_bench.py: +12 MB in 60 s of typing in 20 documents)."""
+    import signal
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-c", PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env)
+    s = RawServer.__new__(RawServer)
+    s.p, s.buf = p, b""
+    try:
+        s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        s.response(0)
+        s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        uri = (tmp_path / "a.py").as_uri()
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": "import torch\n"}}})
+        for v in range(2, 302):
+            s.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+                "textDocument": {"uri": uri, "version": v}, "contentChanges": [{"range": {
+                    "start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}}, "text": "x"}]}})
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {"textDocument": {"uri": uri}}})
+        s.send({"jsonrpc": "2.0", "id": 1, "method": "shutdown"})
+        s.response(1)  # every notification before it has been handled
+        p.send_signal(signal.SIGUSR1)
+        end = time.monotonic() + 10
+        err = b""
+        while b"FUTURES" not in err and time.monotonic() < end:
+            r, _, _ = select.select([p.stderr], [], [], 0.2)
+            if r:
+                err += os.read(p.stderr.fileno(), 1 << 16)
+        n = int(err.split(b"FUTURES ")[1].split()[0])
+        assert n <= 2, f"{n} futures kept after 302 notifications"
+    finally:
+        p.kill()
+        p.wait(10)
