@@ -36,17 +36,17 @@
 (condition-case err
     (progn
       (setq eglot-server-programs `((python-mode . (,ddp-python "-m" "lsp_server"))))
-      (setq eglot-sync-connect 20
+      (setq eglot-sync-connect 60
             eglot-confirm-server-initiated-edits nil
             eglot-autoshutdown nil)
       (find-file ddp-file)
       (python-mode)
       (apply #'eglot (eglot--guess-contact))  ; transient project = the file's folder
-      (unless (ddp-wait #'eglot-managed-p 20) (ddp-fail "eglot did not manage the buffer"))
+      (unless (ddp-wait #'eglot-managed-p 60) (ddp-fail "eglot did not manage the buffer"))
 
       ;; 1. both diagnostics, at the right lines
-      (unless (ddp-wait (lambda () (and (ddp-diag "DDP001") (ddp-diag "DDP101"))) 20)
-        (ddp-fail "no DDP001 + DDP101 within 20 s: %S" (mapcar #'flymake-diagnostic-text (flymake-diagnostics))))
+      (unless (ddp-wait (lambda () (and (ddp-diag "DDP001") (ddp-diag "DDP101"))) 60)
+        (ddp-fail "no DDP001 + DDP101 within 60 s: %S" (mapcar #'flymake-diagnostic-text (flymake-diagnostics))))
       (dolist (code '("DDP001" "DDP101"))
         (let ((d (ddp-diag code)))
           (ddp-say code (format "%d:%d %s" (line-number-at-pos (flymake-diagnostic-beg d))

@@ -45,10 +45,10 @@ local function main()
   vim.lsp.buf_attach_client(bufnr, client_id)
 
   -- 1. both diagnostics, at the right lines
-  local ok = vim.wait(20000, function()
+  local ok = vim.wait(60000, function()
     return find_diag(bufnr, 'DDP001') ~= nil and find_diag(bufnr, 'DDP101') ~= nil
   end, 50)
-  if not ok then return fail('no DDP001 + DDP101 within 20 s: ' .. vim.inspect(vim.diagnostic.get(bufnr))) end
+  if not ok then return fail('no DDP001 + DDP101 within 60 s: ' .. vim.inspect(vim.diagnostic.get(bufnr))) end
   local client = vim.lsp.get_client_by_id(client_id)
   say('encoding', client.offset_encoding)
   for _, code in ipairs({ 'DDP001', 'DDP101' }) do

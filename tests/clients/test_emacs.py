@@ -25,7 +25,7 @@ def test_emacs_eglot_quick_fixes(tmp_path):
     env = editor_env(tmp_path)
     env.update(DDP_FILE=str(target), DDP_PYTHON=sys.executable, DDP_RESULT=str(result))
     proc = subprocess.run([emacs, "--batch", "-Q", "-l", str(HERE / "eglot_ddp.el")], env=env, cwd=work,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     log = result.read_text() if result.exists() else ""
     assert proc.returncode == 0, f"emacs failed ({proc.returncode}):\n{log}\nstderr:\n{proc.stderr[-3000:]}"
     got = dict(line.split(" ", 1) for line in log.splitlines() if " " in line)

@@ -42,7 +42,7 @@ def test_neovim_headless_quick_fixes(tmp_path):
     env = editor_env(tmp_path)
     env.update(DDP_FILE=str(target), DDP_PYTHON=sys.executable, DDP_RESULT=str(result))
     proc = subprocess.run([nvim, "--headless", "--clean", "-u", "NONE", "-n", "-c", f"luafile {HERE / 'nvim_ddp.lua'}"],
-                          env=env, cwd=work, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          env=env, cwd=work, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     log = result.read_text() if result.exists() else ""
     assert proc.returncode == 0, f"nvim failed ({proc.returncode}):\n{log}\nstderr:\n{proc.stderr[-3000:]}"
     got = dict(line.split(" ", 1) for line in log.splitlines() if " " in line)
