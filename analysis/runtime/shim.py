@@ -1582,7 +1582,7 @@ def _emu_pre_collective(op, args, kwargs, site):
         if cpu and g.kind == "nccl":
             who = "a CPU tensor" if len(ts) == 1 else f"CPU tensors ({len(cpu)} of its {len(ts)})"
             err = EmulatedNcclError(
-                f"No backend type associated with device type cpu (emulated NCCL): {op}() got {who} on a "
+                f"No backend type associated with device type cpu: {op}() got {who} on a "
                 "process group that has only the NCCL backend. Move the tensor to this rank's GPU "
                 "(`.to(device)` / `.cuda()`), or create the group with backend \"cpu:gloo,cuda:nccl\"",
                 code="DDP901", op=op, device="cpu", ranks=[dist.get_rank()], kind="cpu-tensor")
@@ -1723,7 +1723,7 @@ def _emu_check(pg, g, op, dev, why, site=None):
     other_ops = sorted({ops[r] for r in rs if ops[r] and ops[r] != op})
     extra = f" (while another rank is in {', '.join(o + '()' for o in other_ops)})" if other_ops else ""
     mine = "" if me in rs else f" This rank ({granks[me]}) is in the same group, so it fails with them."
-    msg = (f"emulated NCCL device clash: ranks {names} {verb} cuda:{d} for {op}(){extra}: {why}. "
+    msg = (f"NCCL device clash: ranks {names} {verb} cuda:{d} for {op}(){extra}: {why}. "
            f"Two ranks of one NCCL group on one GPU: {_EMU_NCCL_MSG}.{mine} {_EMU_FIX}.")
     _log_event("emulation", what="clash", op=op, device=f"cuda:{d}", ranks=ranks, **(site or {}))
     raise EmulatedNcclError(msg, code="DDP905", op=op, device=f"cuda:{d}", ranks=ranks, kind="device-clash")
@@ -1756,7 +1756,7 @@ def _emu_patch_ddp(torch):
         if g is not None:
             if params and mdev is None and None in tags and g.kind == "nccl":
                 raise EmulatedNcclError(
-                    "No backend type associated with device type cpu (emulated NCCL): "
+                    "No backend type associated with device type cpu: "
                     "DistributedDataParallel got a module on the CPU with an NCCL-only process group. "
                     "Move the module to this rank's GPU first (`model.to(local_rank)`)",
                     code="DDP901", op="DistributedDataParallel", device="cpu", kind="cpu-tensor")
