@@ -8,8 +8,10 @@ code actions at the cursor as an editor does. Every keystroke is one incremental
 
 Figures:
 * publish delay beyond the debounce: for every burst end (the last keystroke before a pause), the
-  time from that ``didChange`` to the ``publishDiagnostics`` of exactly that version, minus the
-  debounce. Target: max <= 1 s (a burst end that is never published counts as a failure);
+  time from that ``didChange`` to the first ``publishDiagnostics`` of that version or a later one
+  (when the next burst starts before the result is ready, the stale result is rightly never
+  published), minus the debounce. Target: max <= 1 s; a burst end never followed by a publish
+  counts as a failure;
 * request round trip (``codeAction`` during the load): target max <= 1 s;
 * memory: server RSS after a warm-up (a fifth of the run) and at the end. Target: growth <= 5%
   + 4 MB;
@@ -63,6 +65,7 @@ class Client:
         self.lock = threading.Lock()
         self.cond = threading.Condition()
         self.published: dict[tuple[str, int], float] = {}  # (uri, version) -> arrival time
+        self.by_uri: dict[str, list[tuple[int, float]]] = {}  # uri -> [(version, arrival time)]
         self.responses: dict[int, tuple[float, dict]] = {}
         self.errors: list[str] = []
         self.closed = False
@@ -97,6 +100,7 @@ class Client:
                 if method == "textDocument/publishDiagnostics":
                     p = msg["params"]
                     self.published.setdefault((p["uri"], p.get("version")), now)
+                    self.by_uri.setdefault(p["uri"], []).append((p.get("version") or 0, now))
                 elif method == "window/logMessage":
                     text = msg["params"].get("message", "")
                     if "internal error" in text or "Traceback" in text:
@@ -271,18 +275,25 @@ def _drive(client: Client, ws: str, n_docs: int, duration: float, rng: random.Ra
             heapq.heappush(heap, (time.perf_counter() + ty.rng.uniform(0.4, 2.5), i))
         else:
             heapq.heappush(heap, (time.perf_counter() + ty.rng.uniform(0.08, 0.22), i))
+    def seen(uri: str, version: int) -> float | None:
+        """When the client first had diagnostics for ``version`` or a later one (a burst end that
+        the next burst overtook before its result was ready is, by design, never published)."""
+        return min((at for v, at in client.by_uri.get(uri, ()) if v >= version), default=None)
+
     # let the last bursts be published and the last requests be answered
-    client.wait(lambda: all(k in client.published for k in burst_ends) and
+    client.wait(lambda: all(seen(*k) is not None for k in burst_ends) and
                 all(r in client.responses for r in requests), 30)
     rss_end = rss_mb(pid)
     alive = client.proc.poll() is None
 
     delays, missing = [], 0
-    for k in burst_ends:
-        if k in client.published:
-            delays.append(max(0.0, client.published[k] - sent[k] - DEBOUNCE_MS / 1000))
-        else:
-            missing += 1
+    with client.cond:
+        for k in burst_ends:
+            at = seen(*k)
+            if at is not None:
+                delays.append(max(0.0, at - sent[k] - DEBOUNCE_MS / 1000))
+            else:
+                missing += 1
     rtts = [client.responses[r][0] - t for r, t in requests.items() if r in client.responses]
     unanswered = sum(1 for r in requests if r not in client.responses)
     errors = [m for r in client.responses.values() if "error" in r[1] for m in [r[1]["error"].get("message", "")]]
@@ -291,7 +302,7 @@ def _drive(client: Client, ws: str, n_docs: int, duration: float, rng: random.Ra
         row(f"{n_docs_label}: publish delay beyond the {DEBOUNCE_MS} ms debounce (burst ends)",
             value=(f"p50 {fmt_s(sorted(delays)[len(delays) // 2])}, p95 {fmt_s(p95(delays))}, max {fmt_s(max(delays))}"
                    if delays else "none"),
-            comparison=f"{len(burst_ends)} burst ends, {keystrokes} keystrokes, {missing} never published",
+            comparison=f"{len(burst_ends)} burst ends, {keystrokes} keystrokes, {missing} never answered",
             target=f"max <= {LIMIT_S:g} s", ok=bool(delays) and max(delays) <= LIMIT_S and missing == 0),
         row(f"{n_docs_label}: codeAction round trip during the load",
             value=(f"p50 {fmt_s(sorted(rtts)[len(rtts) // 2])}, p95 {fmt_s(p95(rtts))}, max {fmt_s(max(rtts))}"

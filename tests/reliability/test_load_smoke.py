@@ -1,6 +1,6 @@
 """CI smoke version of bench/load_bench.py (5 documents typed concurrently for 8 s against the real
 server). Timings are the benchmark's business (they print as ratios in `python -m bench`); this test
-asserts only what must hold on any machine: every burst end is published with exactly its version,
+asserts only what must hold on any machine: every burst end is followed by a publish of its version (or a later one),
 every request is answered without an error, the rows are well formed, and the server is alive
 with no internal error logged."""
 from __future__ import annotations
