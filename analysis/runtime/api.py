@@ -230,7 +230,17 @@ def run_script(
             lib_dirs = s.get("lib_dirs") or []
             break
     user = UserCode(roots, lib_dirs, launcher.SHIM_PATH)
-    an = analyse(lr.ranks, user=user, timed_out=lr.timed_out, timeout=timeout, emulated=emulated, output=lr.output)
+    try:
+        an = analyse(lr.ranks, user=user, timed_out=lr.timed_out, timeout=timeout, emulated=emulated,
+                     output=lr.output)
+    except Exception as e:  # a bug in the mapping must not lose the run (or crash the server)
+        import traceback
+
+        res.notes.append(f"ddp-lint could not map this run to lines ({type(e).__name__}: {e}); "
+                         "please report it with the script")
+        res.notes.append(traceback.format_exc(limit=5))
+        res.exit_code = EXIT_CLEAN if lr.returncode == 0 else EXIT_FINDINGS
+        return res
     res.findings = an.findings
     res.notes.extend(n for n in an.notes if n not in res.notes)
     for r, st in sorted(an.states.items()):
