@@ -419,6 +419,9 @@ def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emu
     end_t = max((e.get("t", 0) for rd in ranks.values() for e in rd.events), default=0.0) + 1.0
 
     def add(t, f: Finding):
+        rule = f.details.get("static_rule") if isinstance(f.details, dict) else None
+        if rule and rule not in f.message:
+            f.message += f" (see {rule})"
         if emulated or f.emulated:
             f.emulated = True
             if EMULATED_SUFFIX not in f.message:
