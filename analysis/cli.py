@@ -63,8 +63,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    # ``run`` passes everything after ``--`` to the script
+    # ``run`` passes everything after ``--`` to the script verbatim; argparse would swallow the
+    # ``--`` itself, so split it off first.
+    after_dashdash = None
+    cmd = next((a for a in argv if not a.startswith("-")), None)
+    if cmd == "run" and "--" in argv:
+        i = argv.index("--")
+        argv, after_dashdash = argv[:i], argv[i + 1:]
     args = parser.parse_args(argv)
+    if after_dashdash is not None:
+        args.script_args = list(args.script_args or []) + ["--", *after_dashdash]
     if args.version:
         from . import __version__
 

@@ -168,3 +168,20 @@ def test_rule_docs():
     assert "DDP001" in r.stdout and "DDP101" in r.stdout and "default" in r.stdout
     r = run("rule", "NOPE1")
     assert r.returncode == 2 and "unknown rule code" in r.stderr
+
+
+def test_run_passes_everything_after_dashdash_to_the_script(monkeypatch):
+    import analysis.runtime.cli as rcli
+    from analysis.cli import main
+
+    seen = {}
+
+    def fake_cmd_run(args):
+        seen["script"] = args.script
+        seen["args"] = rcli._split_args(args)
+        seen["timeout"] = args.timeout
+        return 0
+
+    monkeypatch.setattr(rcli, "cmd_run", fake_cmd_run)
+    assert main(["run", "train.py", "--timeout", "7", "--", "nccl", "--lr", "0.1", "--", "x y"]) == 0
+    assert seen == {"script": "train.py", "args": ["nccl", "--lr", "0.1", "--", "x y"], "timeout": 7.0}
