@@ -142,6 +142,9 @@ def run(quick: bool = False) -> list[dict]:
             "target": "< timeout", "pass": early < timeout,
             "note": f"whole run {total:.1f} s",
         })
+    for r in rows:  # the keys other consumers use for the same figures
+        r.setdefault("name", r["figure"])
+        r.setdefault("baseline", r.get("comparison"))
     return rows
 
 
