@@ -229,9 +229,7 @@ def test_non_ascii_identifiers(path):
     if any(f.code == "DDP000" for f in check(text)):
         pytest.skip("not a parsable fixture")
     new, inserted = _rename(text)
-    if not inserted:
-        pytest.skip("no variable to rename")
-    got = check_invariants(new)
+    got = check_invariants(new)  # (a file without variables is checked unchanged)
     doc, ndoc = Doc(text), Doc(new)
     for f in got:
         r = f.range
