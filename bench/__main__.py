@@ -95,7 +95,11 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores, "
+    try:
+        load = f", load average {os.getloadavg()[0]:.1f} at the start"
+    except OSError:  # pragma: no cover
+        load = ""
+    return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores{load}, "
             f"Python {platform.python_version()}")
 
 
@@ -160,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"unknown module(s): {', '.join(sorted(unknown))}")
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    started_on = machine()
     t0 = time.perf_counter()
     rows: list[dict] = []
     for key, modname, title in MODULES:
@@ -174,14 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows, indent=2, default=str))
     else:
         print_table(rows)
-        print(f"\n{machine()}; {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; took {took:.0f} s"
+        print(f"\n{started_on}; {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; took {took:.0f} s"
               f"{' (quick)' if args.quick else ''}")
     if args.write:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write("# Benchmark results\n\n")
             fh.write(f"Last run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M %Z').strip()} on "
-                     f"{machine()}.\n")
+                     f"{started_on}.\n")
             fh.write(f"Command: `python -m bench{' --quick' if args.quick else ''}"
                      f"{' --only ' + args.only if args.only else ''}` ({took:.0f} s). "
                      "Ratios are measured side by side in the same run; see bench/README.md for the method.\n\n")
