@@ -383,12 +383,24 @@ _STMT_LIST_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 _REV_STMT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+# Fields that hold identifiers, numbers or strings in every tree ast.parse builds (never a node or
+# a list of nodes): _iter_scope_nodes does not look into them. Context/operator fields stay.
+_NEVER_NODES = frozenset({"id", "attr", "name", "asname", "module", "level", "arg", "kind", "conversion",
+                          "is_async", "type_comment", "tag", "lineno", "rest", "kwd_attrs"})
+
+
+def _rev_node_fields(t: type) -> tuple[str, ...]:
+    if t is ast.Constant or t is ast.Global or t is ast.Nonlocal:
+        return ()
+    return tuple(f for f in reversed(t._fields) if f not in _NEVER_NODES)
+
+
 def _iter_scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
     """All nodes under ``scope`` that belong to it (nested function/class bodies excluded).
 
     Pre-order, children in ``ast.iter_child_nodes`` order (expression contexts and operators
-    included), exactly as a walk with ``ast.iter_child_nodes`` would give, without its per-node
-    generators."""
+    included): for any tree from ``ast.parse``, exactly what a walk with ``ast.iter_child_nodes``
+    gives, without its per-node generators and without looking into identifier fields."""
     body = scope.body if isinstance(scope.body, list) else [scope.body]
     stack = list(reversed(body))
     pop = stack.pop
@@ -404,7 +416,7 @@ def _iter_scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
         t = n.__class__
         fs = rev_fields.get(t)
         if fs is None:
-            fs = rev_fields[t] = tuple(reversed(t._fields))
+            fs = rev_fields[t] = _rev_node_fields(t)
         # push the children last-first, so that the first child is popped first
         for f in fs:
             try:
