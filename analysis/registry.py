@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
-import inspect
 import pkgutil
-import textwrap
 from typing import TYPE_CHECKING, ClassVar
 
 from .model import Severity
@@ -45,6 +43,9 @@ class Rule:
     # -- docs --------------------------------------------------------------------------------
     @classmethod
     def docs(cls) -> str:
+        import inspect  # lazy: docs are not on the check path (CLI start-up)
+        import textwrap
+
         return textwrap.dedent(inspect.cleandoc(cls.__doc__ or "")).strip() + "\n"
 
     @classmethod
