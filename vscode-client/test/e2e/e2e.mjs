@@ -40,6 +40,8 @@ const shot = async (name) => {
 
 const problems = () => page.locator('.markers-panel .monaco-list-row');
 const problemRow = (text) => page.locator('.markers-panel .monaco-list-row', { hasText: text });
+// a row of a static finding with this code (not a row whose message merely mentions the code)
+const staticRow = (code) => page.locator('.markers-panel .monaco-list-row', { hasText: new RegExp(`ddp-lint\\W*${code}\\W*\\[Ln`) });
 const rowTexts = async () => (await problems().allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
 
 async function openFile(name) {
@@ -112,7 +114,7 @@ async function trusted() {
     }
     if (text.includes('output = [None for _ in gather_objects]')) fail('old output list still on disk');
     log('quick fix applied and saved to disk');
-    await problemRow('DDP101').first().waitFor({ state: 'detached', timeout: 30000 });
+    await staticRow('DDP101').first().waitFor({ state: 'detached', timeout: 30000 });
     log('DDP101 gone from the Problems panel; DDP001 still there: '
         + String(await problemRow('DDP001').count() > 0));
 
@@ -134,6 +136,23 @@ async function trusted() {
     if (process.env.RUN_LINE && !rt.includes(`[Ln ${process.env.RUN_LINE},`)) fail(`runtime finding not at line ${process.env.RUN_LINE}: ${rt}`);
     await page.waitForTimeout(500);
     await shot('vscode-run.png');
+
+    // 4. ddp-lint.fixAll from the command palette: the remaining safe fix (DDP001's set_device)
+    await openFile(SEED);
+    await runFromPalette('ddp-lint: Fix All Auto-fixable Problems');
+    const fixed001 = page.locator('.monaco-editor .view-line', { hasText: 'torch.cuda.set_device(device_id)' });
+    await fixed001.first().waitFor({ timeout: 20000 });
+    await focusEditor();
+    await page.keyboard.press('Control+S');
+    let after001 = '';
+    for (let i = 0; i < 100; i++) {
+        after001 = fs.readFileSync(seedPath, 'utf8');
+        if (after001.includes('torch.cuda.set_device(device_id)')) break;
+        await page.waitForTimeout(100);
+    }
+    if (!after001.includes('torch.cuda.set_device(device_id)')) fail(`fix all not applied: ${after001}`);
+    await staticRow('DDP001').first().waitFor({ state: 'detached', timeout: 30000 });
+    log('fix all applied (set_device inserted), saved, DDP001 gone');
 }
 async function setUserSetting(key, value) {
     const settingsFile = env('USER_SETTINGS');
@@ -214,6 +233,8 @@ try {
     if (!/\[Ln 28, Col 5\]/.test(r001)) fail(`DDP001 not at line 28, col 5: ${r001}`);
     if (!/\[Ln 32, Col 14\]/.test(r101)) fail(`DDP101 not at line 32, col 14: ${r101}`);
     if (!/ddp-lint/.test(r001)) fail(`source is not ddp-lint: ${r001}`);
+    // (the "gone" checks below wait for these rows to detach: make sure they match first)
+    if (await staticRow('DDP001').count() !== 1 || await staticRow('DDP101').count() !== 1) fail('staticRow() does not match the rows');
     const status = page.locator('.statusbar-item', { hasText: 'ddp-lint' });
     await status.first().waitFor({ timeout: 10000 });
     log(`status bar: ${await status.first().getAttribute('aria-label')}`);
