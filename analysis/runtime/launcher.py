@@ -500,7 +500,6 @@ def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:
         if pid is None or rd.ended or not alive(pid):
             continue
         try:
-            os.kill(pid, signal.SIGUSR2)  # full Python stacks, if the rank runs Python code
             os.kill(pid, signal.SIGUSR1)  # faulthandler: answers even when blocked in C
             rd.hung = True
             asked.append(rd)
@@ -526,9 +525,16 @@ def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:
                 stable_since = time.monotonic()
         sizes = cur
         time.sleep(0.03)
-    # the Python-level dump comes only from a rank that executes bytecode: a short extra wait
-    end = min(end, time.monotonic() + 0.3)
-    while time.monotonic() < end and not all(
-            os.path.exists(os.path.join(reader.dir, f"stack-{rd.rank}.py")) for rd in asked):
+    # then the full Python stacks (SIGUSR2; sent only now: a SIGUSR2 that arrives together with
+    # faulthandler's SIGUSR1 is lost). Only a rank that executes bytecode answers: a short wait
+    py_asked = [rd for rd in asked if (rd.first("ready") or {}).get("py_stacks")]
+    for rd in py_asked:
+        try:
+            os.kill(rd.pid, signal.SIGUSR2)
+        except (ProcessLookupError, PermissionError, TypeError):
+            pass
+    end = time.monotonic() + 0.5
+    while py_asked and time.monotonic() < end and not all(
+            os.path.exists(os.path.join(reader.dir, f"stack-{rd.rank}.py")) for rd in py_asked):
         time.sleep(0.03)
     reader.poll()

@@ -366,8 +366,12 @@ def _dump_python_stacks(signum=None, frame=None):
         return
     out = {}
     for tid, f in sys._current_frames().items():
-        out[str(tid)] = [{"file": fs.filename, "line": fs.lineno, "function": fs.name}
-                         for fs in traceback.extract_stack(f, limit=2000)]
+        frames = []
+        while f is not None and len(frames) < 5000:
+            frames.append({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name})
+            f = f.f_back
+        frames.reverse()  # outermost first, as in a traceback
+        out[str(tid)] = frames
     data = json.dumps({"main_thread": threading.main_thread().ident, "threads": out}).encode()
     path = os.path.join(log_dir, f"stack-{_RANK}.py")
     tmp = path + ".tmp"
@@ -413,6 +417,7 @@ def _setup_recording(script):
     try:  # full-depth Python stacks (faulthandler stops at 100 frames); only runs between bytecodes
         if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, None):
             signal.signal(signal.SIGUSR2, _dump_python_stacks)
+            _KEEP.append("py_stacks")
     except (OSError, ValueError, AttributeError):
         pass
     _patch_os_exit()
@@ -1985,7 +1990,7 @@ def main(argv=None):
             _log_event("exception", **_exception_record(e), exit_code=1, phase="emulation")
             traceback.print_exc()
             return 1
-    _log_event("ready")
+    _log_event("ready", py_stacks="py_stacks" in _KEEP)
     import runpy
 
     try:

@@ -287,3 +287,28 @@ def test_closed_stdout_and_forked_child_leave_nothing_running():
     while marker_processes(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker_processes(marker) == []
+
+
+def test_hang_deep_in_library_code_still_lands_on_the_users_line(tmp_path):
+    """faulthandler keeps 100 frames; the shim's full Python stack (SIGUSR2) finds the user's line."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libdeep.py").write_text("def deep(n):\n    if n == 0:\n        while True:\n            pass\n"
+                                    "    return deep(n - 1)\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    script = app / "deep_user.py"
+    script.write_text(
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import libdeep\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 1:\n"
+        "    libdeep.deep(150)\n"
+        "dist.barrier()\n")
+    from analysis.runtime.api import run_script
+
+    res = run_script(str(script), nproc=2, timeout=HANG_TIMEOUT, emulate="off", script_args=[str(lib)])
+    got = sorted((f.code, line(f), f.ranks) for f in res.findings)
+    assert got == [("DDP903", 7, (1,)), ("DDP903", 8, (0,))], [(f.code, f.message) for f in res.findings]
