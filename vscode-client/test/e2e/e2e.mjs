@@ -210,7 +210,7 @@ async function untrusted() {
     // starts): a few automatic restarts, then it stays down with one notification, no endless loop
     await setUserSetting('ddp-lint.interpreter', [env('CRASHY')]);
     const crashed = page.locator('.notifications-toasts .notification-toast', { hasText: 'crashed' });
-    await crashed.first().waitFor({ timeout: 60000 });
+    await crashed.first().waitFor({ timeout: 90000 });
     const crashedText = (await crashed.first().innerText()).replace(/\s+/g, ' ');
     log(`crash loop stopped: ${crashedText}`);
     if (!/Show Logs/.test(crashedText)) fail(`no "Show Logs" action: ${crashedText}`);
