@@ -256,7 +256,9 @@ def cmd_check(args) -> int:
     else:
         all_findings = [f for r in results for f in r[1]] if not args.diff else []
         if not args.diff:
-            print_findings(all_findings, args.output_format, fixed_files=n_fixed, quiet=args.quiet,
+            # never "All checks passed!" next to a file that could not be read
+            print_findings(all_findings, args.output_format, fixed_files=n_fixed,
+                           quiet=args.quiet or (had_error and not all_findings),
                            unsafe_hint=not args.unsafe_fixes)
     remaining = [f for r in results for f in r[1]]
     if args.diff:

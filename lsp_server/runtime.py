@@ -34,7 +34,15 @@ def _pool() -> ThreadPoolExecutor:
 
 
 class RunRefused(JsonRpcInvalidParams):
-    pass
+    """A refused run request. The message quotes the client's argument, so it is capped: a
+    100 KB argument must not come back as a 100 KB error."""
+
+    MAX = 500
+
+    def __init__(self, message: str = "", *args, **kwargs):
+        if len(message) > self.MAX:
+            message = message[: self.MAX - 20] + f"... ({len(message)} chars)"
+        super().__init__(message, *args, **kwargs)
 
 
 def validate_target(ls, uri: str) -> str:

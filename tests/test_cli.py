@@ -121,6 +121,7 @@ def test_missing_and_unreadable_input(tmp_path):
     bad.write_bytes(b"import torch\nx = '\xff\xfe'\n")
     r = run("check", str(bad))
     assert r.returncode == 2 and "not valid utf-8" in r.stderr and "Traceback" not in r.stderr
+    assert "All checks passed" not in r.stdout
 
 
 def test_syntax_error_is_a_finding(tmp_path):
