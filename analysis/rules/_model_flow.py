@@ -235,6 +235,11 @@ def constructs_cpu_module(ctx, call: ast.Call) -> bool:
     if qn.startswith("torch.nn.") and not qn.startswith(("torch.nn.functional.", "torch.nn.parallel.", "torch.nn.utils.",
                                                         "torch.nn.init.")):
         head = qn.rsplit(".", 1)[-1]
+        if head in ("Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"):
+            # a container is on the CPU only when everything in it is built right there;
+            # ``nn.Sequential(trunk, head)`` from modules already moved cannot be decided
+            parts = [*call.args, *(k.value for k in call.keywords)]
+            return all(isinstance(a, ast.Call) and constructs_cpu_module(ctx, a) for a in parts)
         return head[:1].isupper()
     if qn.startswith("torchvision.models.") and qn.rsplit(".", 1)[-1][:1].islower():
         return True
