@@ -256,6 +256,9 @@ def run_script(
         res.notes.append(f"only {started} of {nproc} ranks started within {startup_timeout:g} s")
     if res.findings:
         res.exit_code = EXIT_FINDINGS
+    elif lr.returncode not in (0, None) and all(st.status == "ok" for st in an.states.values()):
+        res.notes.append(f"every rank finished the script, but torchrun exited with status {lr.returncode} "
+                         "(a rank died while the interpreter shut down; the run's output has the details)")
     elif lr.returncode not in (0, None) or any(st.status not in ("ok",) for st in an.states.values()):
         res.exit_code = EXIT_FINDINGS
         res.notes.append(f"the run did not finish cleanly (torchrun exit status {lr.returncode}), "

@@ -1999,6 +1999,7 @@ def main(argv=None):
         code = _exit_code(e.code)
         _log_event("exit", code=code, via="SystemExit", frames=_frames_of(e.__traceback__),
                    message=None if isinstance(e.code, (int, type(None))) else str(e.code)[:2000])
+        _teardown()
         raise
     except BaseException as e:
         code = 130 if isinstance(e, KeyboardInterrupt) else 1
@@ -2010,7 +2011,23 @@ def main(argv=None):
         return code
     site = _LAST_SITE
     _log_event("exit", code=0, via="return", frames=[site] if site else [])
+    _teardown()
     return 0
+
+
+def _teardown():
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL (set by ddp-lint, not by the script), torch 2.13 now and
+    then aborts at interpreter exit ("terminate called without an active exception") when the
+    script left its process group alive. Destroying it once the script has finished avoids that."""
+    if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() != "DETAIL" or "torch.distributed" not in sys.modules:
+        return
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
 
 
 if __name__ == "__main__":
