@@ -154,9 +154,18 @@ async function trusted() {
     await staticRow('DDP001').first().waitFor({ state: 'detached', timeout: 30000 });
     log('fix all applied (set_device inserted), saved, DDP001 gone');
 }
+// VS Code rewrites settings.json in place: a read can catch it empty or half-written
+function readJsonSafe(file) {
+    try { return JSON.parse(fs.readFileSync(file, 'utf8')); } catch { return null; }
+}
 async function setUserSetting(key, value) {
     const settingsFile = env('USER_SETTINGS');
-    const settings = JSON.parse(fs.readFileSync(settingsFile, 'utf8'));
+    let settings = readJsonSafe(settingsFile);
+    for (let i = 0; i < 100 && settings === null; i++) {
+        await page.waitForTimeout(100);
+        settings = readJsonSafe(settingsFile);
+    }
+    if (settings === null) fail(`user settings.json is not valid JSON: ${fs.readFileSync(settingsFile, 'utf8')}`);
     settings[key] = value;
     const text = JSON.stringify(settings, null, 2);
     await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new globalThis.URL(URL).origin });
@@ -170,10 +179,11 @@ async function setUserSetting(key, value) {
     await page.keyboard.press('Control+V');
     await page.keyboard.press('Control+S');
     const want = JSON.stringify(value);
-    for (let i = 0; i < 100 && JSON.stringify(JSON.parse(fs.readFileSync(settingsFile, 'utf8'))[key]) !== want; i++) {
+    const saved = () => JSON.stringify((readJsonSafe(settingsFile) || {})[key]);
+    for (let i = 0; i < 100 && saved() !== want; i++) {
         await page.waitForTimeout(100);
     }
-    if (JSON.stringify(JSON.parse(fs.readFileSync(settingsFile, 'utf8'))[key]) !== want) fail(`user settings.json not saved with ${key}`);
+    if (saved() !== want) fail(`user settings.json not saved with ${key}`);
     log(`user setting ${key} = ${want}`);
     await page.keyboard.press('Escape');
 }
