@@ -212,6 +212,9 @@ def publish_run(ls, script_uri: str, name: str, result) -> dict:
         summary = f"ddp-lint could not run {name}: {error}"
     elif n:
         summary = f"ddp-lint run of {name}: {n} runtime problem{'s' if n != 1 else ''}{emu}"
+    elif result.exit_code not in (0, 1):
+        summary = f"ddp-lint could not complete the run of {name} (exit status {result.exit_code}); see the logs"
+        error = summary
     else:
         summary = f"ddp-lint run of {name}: clean (exit status {result.exit_code}){emu}"
     log.info("%s", summary)

@@ -91,7 +91,10 @@ def gpu_count(python: str | None = None) -> int:
 
 
 def _has_torch(python: str) -> tuple[bool, str]:
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
+    # the in-process answer holds only when this process sees what a plain `python` would
+    # (not under -S / -I / -E, as a bundled server may run)
+    same_view = not (sys.flags.no_site or sys.flags.isolated or sys.flags.ignore_environment)
+    if same_view and os.path.realpath(python) == os.path.realpath(sys.executable):
         try:
             return importlib.util.find_spec("torch") is not None, ""
         except (ImportError, ValueError) as e:

@@ -323,6 +323,25 @@ class LaunchResult:
 Progress = Callable[[str, "int | None"], None]
 
 
+def user_env(environ) -> dict:
+    """The user's environment for the ranks, without what ddp-lint's own process added: the VS
+    Code extension puts its bundled libraries (pygls, lsprotocol, ...) on the server's PYTHONPATH
+    and lists them in DDP_LINT_BUNDLE_PATHS; the user's script must not see them."""
+    env = dict(environ)
+    bundle = env.pop("DDP_LINT_BUNDLE_PATHS", None)
+    if bundle and env.get("PYTHONPATH"):
+        try:
+            drop = {os.path.realpath(p) for p in json.loads(bundle) if isinstance(p, str)}
+        except (ValueError, TypeError):
+            drop = set()
+        keep = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and os.path.realpath(p) not in drop]
+        if keep:
+            env["PYTHONPATH"] = os.pathsep.join(keep)
+        else:
+            env.pop("PYTHONPATH")
+    return env
+
+
 def launch(
     python: str,
     script: str,
@@ -352,7 +371,7 @@ def launch(
     os.chmod(tmp, 0o700)
     argv = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
             "--monitor-interval", "0.1", SHIM_PATH, script, *script_args]
-    env = dict(os.environ)
+    env = user_env(os.environ)
     env.update({
         "DDP_LINT_LOG_DIR": tmp,
         "DDP_LINT_TIMEOUT": repr(float(timeout)),
