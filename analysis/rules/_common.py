@@ -75,3 +75,35 @@ def is_simple_ref(node: ast.AST) -> bool:
             node = node.value
             continue
         return False
+
+
+def fixed_world_size(ctx) -> int | None:
+    """A world size the file fixes by constant (init_process_group(world_size=2), mp.spawn(...,
+    nprocs=2), a `world_size` property or module constant), if exactly one is stated; cached per
+    check."""
+    cache = ctx.__dict__.setdefault("_ddp_fixed_world", [])
+    if cache:
+        return cache[0]
+    sizes = set()
+    for c in ctx.calls_to(D + "init_process_group"):
+        n = const_int(get_arg(c, None, "world_size"))
+        if n is not None:
+            sizes.add(n)
+    for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
+        n = const_int(get_arg(c, None, "nprocs"))
+        if n is not None:
+            sizes.add(n)
+    # ``def world_size(self): return 2`` (a multi-process test case) or ``WORLD_SIZE = 2``
+    for fn in ctx.sem.functions.get("world_size", ()):
+        if fn.body and isinstance(fn.body[-1], ast.Return):
+            n = const_int(fn.body[-1].value)
+            if n is not None:
+                sizes.add(n)
+    for name in ("world_size", "WORLD_SIZE", "NUM_PROCS", "nprocs", "NPROCS"):
+        val = ctx.sem.single_value(name, ctx.sem.tree)
+        n = const_int(val)
+        if n is not None:
+            sizes.add(n)
+    got = sizes.pop() if len(sizes) == 1 else None
+    cache.append(got)
+    return got

@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import _iter_scope_nodes, get_arg
-from ._common import D, const_int, is_simple_ref
+from ._common import D, const_int, fixed_world_size, is_simple_ref
 
 # op -> (output list position, keyword), (input position, keyword), (group position)
 _OPS = {
@@ -70,7 +70,7 @@ class GatherListSize(Rule):
     requires_text = ("gather",)
 
     def finish(self, ctx) -> None:
-        fixed_world = _fixed_world_size(ctx)
+        fixed_world = fixed_world_size(ctx)
         seen: set[int] = set()
         for op, (out_spec, in_spec, group_pos, tensors) in _OPS.items():
             for call in ctx.calls_to(D + op):
@@ -113,20 +113,6 @@ def _group_size(ctx, group, scope) -> int | None:
         if isinstance(ranks, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in ranks.elts):
             return len(ranks.elts)
     return None
-
-
-def _fixed_world_size(ctx) -> int | None:
-    """A world size the file fixes by constant, if exactly one is stated."""
-    sizes = set()
-    for c in ctx.calls_to(D + "init_process_group"):
-        n = const_int(get_arg(c, None, "world_size"))
-        if n is not None:
-            sizes.add(n)
-    for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
-        n = const_int(get_arg(c, None, "nprocs"))
-        if n is not None:
-            sizes.add(n)
-    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _fixed_length(ctx, expr, scope, call, depth: int = 0):

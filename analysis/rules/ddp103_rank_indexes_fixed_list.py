@@ -4,8 +4,8 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import _iter_scope_nodes, get_arg
-from ._common import D, const_int
+from ..semantic import _iter_scope_nodes
+from ._common import fixed_world_size
 from ._guards import is_test_file, name_binding_kind, rank_kind
 
 _MUTATORS = frozenset({"append", "extend", "insert", "__setitem__", "__iadd__"})
@@ -72,7 +72,7 @@ class RankIndexesFixedList(Rule):
             return
         if rank_kind(ctx, sl, scope) is None:
             return
-        if n == _fixed_world_size(ctx):
+        if n == fixed_world_size(ctx):
             return
         what = "string" if isinstance(_literal(ctx, seq, scope), ast.Constant) else "literal"
         ctx.report(
@@ -118,32 +118,3 @@ def _grown(name: str, scope) -> bool:
         if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
             return True
     return False
-
-
-def _fixed_world_size(ctx) -> int | None:
-    cache = ctx.__dict__.setdefault("_ddp_fixed_world", [])
-    if cache:
-        return cache[0]
-    sizes = set()
-    for c in ctx.calls_to(D + "init_process_group"):
-        n = const_int(get_arg(c, None, "world_size"))
-        if n is not None:
-            sizes.add(n)
-    for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
-        n = const_int(get_arg(c, None, "nprocs"))
-        if n is not None:
-            sizes.add(n)
-    # ``def world_size(self): return 2`` (a multi-process test case) or ``WORLD_SIZE = 2``
-    for fn in ctx.sem.functions.get("world_size", ()):
-        if fn.body and isinstance(fn.body[-1], ast.Return):
-            n = const_int(fn.body[-1].value)
-            if n is not None:
-                sizes.add(n)
-    for name in ("world_size", "WORLD_SIZE", "NUM_PROCS", "nprocs", "NPROCS"):
-        val = ctx.sem.single_value(name, ctx.sem.tree)
-        n = const_int(val)
-        if n is not None:
-            sizes.add(n)
-    got = sizes.pop() if len(sizes) == 1 else None
-    cache.append(got)
-    return got
