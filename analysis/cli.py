@@ -156,7 +156,6 @@ def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]
 
 def _check_one(job):
     """Worker: (path, settings, fix_mode, unsafe) -> (path, findings, error, new_text, old_text)."""
-    from .engine import check_source
     from .io import SourceError, read_source_file
 
     path, settings, fix_mode, unsafe = job

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import get_arg
 from ._common import const_str
 from ._spawn import spawn_calls, under_main_guard
 
