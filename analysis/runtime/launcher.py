@@ -129,6 +129,36 @@ def _has_marker(pid: int, marker: bytes) -> bool:
     return marker in env
 
 
+def _proc_session(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rfind(b")") + 2:].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+# Roots (torchrun pids) of the runs this process has in flight; never claimed as orphans.
+_ACTIVE_ROOTS: set[int] = set()
+_SUBREAPER: bool | None = None
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): a process that
+    escapes a run by double-forking (even with ``setsid`` and an empty environment) is then
+    re-parented to us instead of init, where the tracker finds and kills it."""
+    global _SUBREAPER
+    if _SUBREAPER is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _SUBREAPER = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+        except (OSError, AttributeError):
+            _SUBREAPER = False
+    return _SUBREAPER
+
+
 def alive(pid: int) -> bool:
     st = _proc_stat(pid)
     return st is not None and st[1] not in ("Z", "X")
@@ -142,6 +172,10 @@ class ProcessTracker:
         self.marker = f"DDP_LINT_RUN_ID={run_id}\0".encode()
         self.known: dict[int, int] = {}
         self._me = os.getpid()
+        self._my_session = os.getsid(0)
+        st = _proc_stat(root)
+        self._root_start = st[2] if st is not None else 0
+        self.orphans: set[int] = set()  # escaped processes re-parented to us (see become_subreaper)
 
     def scan(self) -> None:
         stats = {}
@@ -153,6 +187,16 @@ class ProcessTracker:
         for pid, (ppid, _, _) in stats.items():
             children.setdefault(ppid, []).append(pid)
         todo = [self.root]
+        # Orphans of this run re-parented to us: children of ours that are no run's root, started
+        # after this run did, and not in our own session (a plain subprocess of ours is).
+        for c in children.get(self._me, ()):
+            if c in _ACTIVE_ROOTS or c in self.known or stats[c][2] < self._root_start:
+                continue
+            if stats[c][1] in ("Z", "X") or _proc_session(c) in (None, self._my_session):
+                continue
+            self.known[c] = stats[c][2]
+            self.orphans.add(c)
+            todo.append(c)
         while todo:
             p = todo.pop()
             for c in children.get(p, ()):
@@ -196,6 +240,7 @@ class ProcessTracker:
             except (ProcessLookupError, PermissionError):
                 pass
             if not targets:
+                self._reap_orphans()
                 return n
             for pid, start in targets.items():
                 st = _proc_stat(pid)
@@ -207,8 +252,19 @@ class ProcessTracker:
                 except (ProcessLookupError, PermissionError):
                     pass
             if time.monotonic() > end:
+                self._reap_orphans()
                 return n
             time.sleep(0.02)
+
+    def _reap_orphans(self) -> None:
+        """Orphans became our children: collect their exit status so that no zombie is left."""
+        for pid in list(self.orphans):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                self.orphans.discard(pid)
+            except OSError:
+                pass
 
 
 # -- rank logs ---------------------------------------------------------------------------------
@@ -397,6 +453,7 @@ def launch(
             result.cancelled = True
             return result
         report("starting", 0)
+        become_subreaper()
         r_fd, w_fd = os.pipe()
         try:
             proc = subprocess.Popen(
@@ -408,6 +465,7 @@ def launch(
             os.close(w_fd)
             raise LaunchError(f"cannot start {python!r}: {e.strerror or e}") from None
         os.close(w_fd)
+        _ACTIVE_ROOTS.add(proc.pid)
         drainer = threading.Thread(target=_drain, args=(r_fd, out, sink), daemon=True, name="ddp-lint-drain")
         drainer.start()
         tracker = ProcessTracker(proc.pid, run_id)
@@ -420,6 +478,7 @@ def launch(
             except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
                 pass
             result.returncode = proc.returncode
+            _ACTIVE_ROOTS.discard(proc.pid)
             drainer.join(timeout=2.0)
         if not result.cancelled:
             report("collecting", 95)

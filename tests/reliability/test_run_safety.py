@@ -132,9 +132,6 @@ def test_forked_children_and_daemons_do_not_survive(torch_run):
     no_survivors(marker)
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation, reported: the runner finds descendants by parent "
-                   "chain and by an inherited environment marker; a double-forked daemon that execs with an "
-                   "empty environment has neither (fix: PR_SET_CHILD_SUBREAPER or a cgroup per run)")
 def test_a_daemon_with_a_scrubbed_environment_does_not_survive(torch_run):
     """Double fork + setsid + exec with an empty environment: no parent chain, no inherited marker."""
     marker = f"ddp-lint-scrubbed-{uuid.uuid4().hex}"
