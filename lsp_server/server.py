@@ -110,6 +110,25 @@ class DdpProtocol(LanguageServerProtocol):
                 break
         super()._check_handler_result(future)
 
+    @lsp_method(t.SHUTDOWN)
+    def lsp_shutdown(self, *args):
+        # pygls cancels every pending future while iterating _request_futures itself; cancelling a
+        # handler still running (``initialized`` waiting on the client's workspace/configuration
+        # answer) runs its done-callbacks at once, and they remove it from that dict: "dictionary
+        # changed size during iteration", shutdown answered with an error, and a client that then
+        # never sends ``exit`` (tests/regressions/test_lsp_regressions.py). Iterate a snapshot.
+        if (h := self.fm.features.get(t.SHUTDOWN)) is not None:
+            yield h, args, None
+        current_id = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current_id and not future.done():
+                try:
+                    future.cancel()
+                except Exception:  # a done-callback failed: the rest still get cancelled
+                    log.debug("cancelling %r at shutdown:\n%s", msg_id, traceback.format_exc())
+        self._shutdown = True
+        return None
+
     @lsp_method(t.INITIALIZE)
     def lsp_initialize(self, params: t.InitializeParams):
         result = yield from super().lsp_initialize(params)

@@ -1973,6 +1973,7 @@ def main(argv=None):
         return 2
     script = os.path.abspath(argv[0])
     sys.argv = [script] + argv[1:]
+    _whole_lines()
     # the interpreter put this shim's folder first on sys.path; the script's own folder belongs there
     script_dir = os.path.dirname(script)
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(_SHIM_FILE):
@@ -2013,6 +2014,19 @@ def main(argv=None):
     _log_event("exit", code=0, via="return", frames=[site] if site else [])
     _teardown()
     return 0
+
+
+def _whole_lines():
+    """All ranks share one pipe. The runner sets PYTHONUNBUFFERED so output streams as it comes, but
+    unbuffered text streams hand every piece of a ``print`` to the OS on its own ("RAN", " ", "0",
+    "\\n"), so two ranks printing at once interleave mid-line ("RANRAN 1 0"). Line buffering still
+    streams every line at once, and writes each line (up to the pipe's atomic size) in one piece."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except Exception:  # replaced or closed by something else: leave it alone
+            pass
 
 
 def _teardown():

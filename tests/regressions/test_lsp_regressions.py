@@ -123,3 +123,33 @@ def test_notifications_do_not_accumulate(tmp_path):
     finally:
         p.kill()
         p.wait(10)
+
+
+def test_shutdown_while_the_client_has_not_answered_a_request():
+    """CI, 2026-12-02: the client had not answered the server's ``workspace/configuration`` yet when
+    it sent ``shutdown``. pygls cancels every pending future while iterating ``_request_futures``;
+    cancelling the still-running ``initialized`` handler removed it from that dict (the cleanup in
+    DdpProtocol._check_handler_result), so ``shutdown`` failed with "dictionary changed size during
+    iteration", the client never sent ``exit``, and the server lived on. Now ``shutdown`` succeeds
+    and ``exit`` ends the process with status 0."""
+    s = RawServer()
+    try:
+        s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "capabilities": {"workspace": {"configuration": True}}}})
+        assert "result" in s.response(0)
+        s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        # wait until the server's workspace/configuration request is out (and never answer it)
+        end = time.monotonic() + 10
+        while b"workspace/configuration" not in s.buf and time.monotonic() < end:
+            r, _, _ = select.select([s.p.stdout], [], [], 0.1)
+            if r:
+                s.buf += os.read(s.p.stdout.fileno(), 1 << 16)
+        assert b"workspace/configuration" in s.buf
+        s.send({"jsonrpc": "2.0", "id": 1, "method": "shutdown"})
+        msg = s.response(1)
+        assert "error" not in msg and msg["result"] is None, msg
+        s.send({"jsonrpc": "2.0", "method": "exit"})
+        assert s.p.wait(10) == 0
+    finally:
+        if s.p.poll() is None:
+            s.close()

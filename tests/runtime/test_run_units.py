@@ -61,3 +61,34 @@ def test_user_code_excludes_libraries_and_venvs(tmp_path):
     assert not u.is_user("/x/shim.py") and not u.is_user("<frozen runpy>")
     frames = [Frame(os.path.join(venv, "t.py"), 1), Frame(os.path.join(root, "train.py"), 7)]
     assert u.innermost(frames) == frames[1]
+
+
+def test_ranks_sharing_one_pipe_never_interleave_mid_line(tmp_path):
+    """Regression (CI, 2026-12-02): the runner streams unbuffered (PYTHONUNBUFFERED), and an
+    unbuffered ``print("RAN", rank)`` is several writes, so two ranks came out as 'RANRAN 1 0'. The
+    shim line-buffers stdout and stderr, so each line reaches the shared pipe in one write."""
+    import re
+    import subprocess
+    import sys
+
+    from analysis.runtime.launcher import SHIM_PATH
+
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import os, sys\nr = os.environ['R']\n"
+        "for i in range(2000):\n"
+        "    print('RAN', r, 'line', i, 'end')\n"
+        "    if i % 250 == 0:\n"
+        "        print('ERR', r, i, file=sys.stderr)\n")
+    r, w = os.pipe()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DDP_LINT_LOG_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, SHIM_PATH, str(child)], stdout=w, stderr=w, stdin=subprocess.DEVNULL,
+                              env={**env, "R": str(k)}) for k in range(4)]
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read().decode()
+    assert [p.wait(60) for p in procs] == [0, 0, 0, 0]
+    lines = [ln for ln in data.splitlines() if not ln.startswith("ddp-lint shim")]
+    bad = [ln for ln in lines if not re.fullmatch(r"RAN \d line \d+ end|ERR \d \d+", ln)]
+    assert not bad, bad[:5]
+    assert len(lines) == 4 * (2000 + 8)
