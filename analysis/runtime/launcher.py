@@ -425,7 +425,8 @@ def launch(
     run_id = uuid.uuid4().hex
     tmp = tempfile.mkdtemp(prefix="ddp-lint-run-")  # mode 0700
     os.chmod(tmp, 0o700)
-    argv = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+    # torchrun itself, started through the shim so that it dies with us (see shim._as_torchrun)
+    argv = [python, SHIM_PATH, "--standalone", "--nproc-per-node", str(nproc),
             "--monitor-interval", "0.1", SHIM_PATH, script, *script_args]
     env = user_env(os.environ)
     env.update({
@@ -435,6 +436,8 @@ def launch(
         "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "PYTHONUNBUFFERED": "1",
+        "DDP_LINT_SHIM_ROLE": "torchrun",
+        "DDP_LINT_PARENT_PID": str(os.getpid()),
     })
     env.setdefault("OMP_NUM_THREADS", "1")
     env.pop("PYTHONSTARTUP", None)

@@ -1,13 +1,17 @@
 """ddp-lint rank shim. Runs INSIDE each rank, in the user's interpreter.
 
 Started by path (``python -m torch.distributed.run ... /path/to/shim.py SCRIPT ARGS``); it needs
-only the standard library and torch, and imports nothing from ddp-lint.
+only the standard library and torch, and imports nothing from ddp-lint. The launcher also starts
+torchrun itself through this file (``python shim.py TORCHRUN-ARGS`` with DDP_LINT_SHIM_ROLE=torchrun,
+see _as_torchrun), so that a run cannot outlive ddp-lint.
 
 Environment contract (set by the launcher, analysis/runtime/launcher.py):
   DDP_LINT_LOG_DIR      folder for the per-rank JSON-lines logs (rank-<RANK>.jsonl)
   DDP_LINT_TIMEOUT      seconds; the process-group timeout is shortened to this
   DDP_LINT_EMULATE      "1" to install the CUDA/NCCL emulation (section EMULATION below)
   DDP_LINT_EMU_NGPUS    number of GPUs the emulated machine has
+  DDP_LINT_RUN_ID       marks every process of the run (see _watch_for_orphaning)
+  DDP_LINT_SHIM_ROLE    "torchrun" (with DDP_LINT_PARENT_PID): run torchrun, not a rank
 
 Hooks between the sections (kept as module globals so both sections can use them):
   _PRE_COLLECTIVE_HOOKS  list of callables(op_name, args, kwargs, site) run before every recorded
@@ -1965,8 +1969,79 @@ def _emulation_install():
 # ================================ END EMULATION ==================================================
 
 
+def _as_torchrun():
+    """The launcher starts torchrun through this file (DDP_LINT_SHIM_ROLE=torchrun), so that it
+    dies with ddp-lint: if ddp-lint is killed outright (SIGKILL, an editor that gives up on it),
+    the kernel kills torchrun too (PR_SET_PDEATHSIG), and each rank, orphaned, stops the rest of
+    the run (_watch_for_orphaning). SIGKILL rather than SIGTERM: torchrun would SIGTERM the ranks,
+    and a rank killed that way could no longer find the processes it started. Everything else is
+    ``python -m torch.distributed.run`` as is."""
+    os.environ.pop("DDP_LINT_SHIM_ROLE", None)
+    parent = os.environ.pop("DDP_LINT_PARENT_PID", "")
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if parent.isdigit() and os.getppid() != int(parent):  # ddp-lint died before the line above
+        return 143
+    sys.argv[0] = "torchrun"
+    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(_SHIM_FILE):
+        sys.path[0] = os.getcwd()  # as ``python -m`` has it; this folder must not shadow anything
+    import runpy
+
+    runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+    return 0
+
+
+def _watch_for_orphaning():
+    """A rank whose torchrun is gone (ddp-lint and torchrun both killed outright, so nobody is left
+    to stop the run) kills every process of this run it can find (they carry DDP_LINT_RUN_ID in
+    their environment), removes the run's log folder, and then its own process group and itself.
+    A process that left the run's environment behind (setsid + a scrubbed environment) is out of
+    its reach; while ddp-lint lives, its subreaper finds those."""
+    run_id = os.environ.get("DDP_LINT_RUN_ID")
+    if not run_id or not os.path.isdir("/proc"):
+        return
+    parent, me = os.getppid(), os.getpid()
+
+    def cleanup():
+        marker = b"\0DDP_LINT_RUN_ID=" + run_id.encode() + b"\0"
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    env = b"\0" + fh.read()
+                if marker in env or env.endswith(marker[:-1]):
+                    os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                continue
+        log_dir = os.environ.get("DDP_LINT_LOG_DIR")
+        if log_dir and os.path.basename(log_dir).startswith("ddp-lint-run-"):
+            import shutil
+
+            shutil.rmtree(log_dir, ignore_errors=True)
+        if os.getpgrp() == me:  # torchrun gives every rank its own session: take its children too
+            os.killpg(me, signal.SIGKILL)
+        os.kill(me, signal.SIGKILL)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.25)
+        try:
+            cleanup()
+        except Exception:
+            os.kill(me, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="ddp-lint-orphan-watch").start()
+
+
 def main(argv=None):
     """``shim.py SCRIPT [ARGS...]``: record, then run SCRIPT as ``__main__`` like torchrun would."""
+    if argv is None and os.environ.get("DDP_LINT_SHIM_ROLE") == "torchrun":
+        return _as_torchrun()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         sys.stderr.write("usage: shim.py SCRIPT [ARGS...]\n")
@@ -1984,6 +2059,10 @@ def main(argv=None):
         _setup_recording(script)
     except Exception as e:  # never stop the user's script because recording failed
         sys.stderr.write(f"ddp-lint shim: recording disabled: {e!r}\n")
+    try:
+        _watch_for_orphaning()
+    except Exception:
+        pass
     if os.environ.get("DDP_LINT_EMULATE") == "1":
         try:
             _emulation_install()

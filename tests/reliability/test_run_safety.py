@@ -274,3 +274,39 @@ async def test_server_responsive_during_a_run_and_cancel_kills_everything(tmp_pa
         for pid, _ in marker_processes(marker):
             os.kill(pid, 9)
     assert run_dirs(tmp) == []
+
+
+def test_a_run_does_not_outlive_ddp_lint_killed_outright(tmp_path):
+    """An editor that gives up on the server SIGKILLs it: no ``finally`` runs. torchrun then dies
+    with it (PR_SET_PDEATHSIG), and the orphaned ranks stop every process of the run they can find
+    and remove the run's temporary folder."""
+    require_torch()
+    marker = f"ddp-lint-orphan-{uuid.uuid4().hex}"
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmpdir))
+    cli = subprocess.Popen([sys.executable, "-m", "analysis", "run", "--nproc", "2", "--timeout", "300",
+                            "--emulate", "off", str(SCRIPTS / "orphan_when_killed.py"), "--", marker, str(ready)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=env, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while len(list(ready.iterdir())) < 2 and time.monotonic() < end and cli.poll() is None:
+            time.sleep(0.1)
+        assert len(list(ready.iterdir())) == 2, "the ranks never started"
+        assert len(marker_processes(marker)) >= 2 + 4  # torchrun, 2 ranks and their 4 children
+        assert run_dirs(tmpdir), "the run's temporary folder is not there"
+        cli.kill()
+        cli.wait(10)
+        no_survivors(marker, within=5.0)
+        end = time.monotonic() + 5
+        while run_dirs(tmpdir) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert run_dirs(tmpdir) == []
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        for pid, _ in marker_processes(marker):
+            os.kill(pid, 9)
