@@ -278,7 +278,14 @@ class RankData:
     stack_py: dict | None = None  # full-depth Python stacks (SIGUSR2), when the rank could answer
     hung: bool = False  # alive when the run was stopped (asked for its stack)
     pending: dict = field(default_factory=dict)  # seq -> call event of collectives not yet returned
+    raised: dict = field(default_factory=dict)  # seq -> (call event, error) of collectives that raised
+    completed: int = 0  # collectives that returned (logged ones plus the "quiet" count)
+    last_t: float = 0.0  # time of the latest record
     end_event: dict | None = None  # the rank's exception or exit record
+    dropped: int = 0  # records not kept (past MAX_EVENTS)
+    _logged_returns: int = 0
+    _quiet: int = 0
+    _kinds: set = field(default_factory=set)
     _offset: int = 0
     _partial: bytes = b""
 
@@ -299,7 +306,12 @@ class RankData:
 
 
 class LogReader:
-    """Reads the per-rank logs incrementally while the run is alive."""
+    """Reads the per-rank logs incrementally while the run is alive. Memory stays bounded however
+    long the run: a collective that returned is only counted, and ``events`` keeps every other
+    record up to MAX_EVENTS (then the first of each kind and the rank's last word)."""
+
+    MAX_EVENTS = 5000
+    MAX_RAISED = 256
 
     def __init__(self, log_dir: str, nproc: int):
         self.dir = log_dir
@@ -329,16 +341,43 @@ class LogReader:
                 except ValueError:
                     continue
                 if isinstance(ev, dict):
-                    rd.events.append(ev)
+                    self._take(rd, ev)
                     new.append(ev)
-                    k = ev.get("kind")
-                    if k == "call":
-                        rd.pending[ev.get("seq")] = ev
-                    elif k in ("return", "raise"):
-                        rd.pending.pop(ev.get("seq"), None)
-                    elif k in ("exception", "exit") and rd.end_event is None:
-                        rd.end_event = ev
         return new
+
+    def _take(self, rd: RankData, ev: dict) -> None:
+        k = ev.get("kind")
+        t = ev.get("t")
+        if isinstance(t, (int, float)) and t > rd.last_t:
+            rd.last_t = float(t)
+        if k == "call":
+            rd.pending[ev.get("seq")] = ev
+            return
+        if k == "return":
+            if rd.pending.pop(ev.get("seq"), None) is not None:
+                rd._logged_returns += 1
+                rd.completed = rd._logged_returns + rd._quiet
+            return
+        if k == "raise":
+            call = rd.pending.pop(ev.get("seq"), None)
+            if call is not None:
+                rd.raised[ev.get("seq")] = (call, ev.get("error") or "")
+                while len(rd.raised) > self.MAX_RAISED:
+                    rd.raised.pop(next(iter(rd.raised)))
+            return
+        if k == "quiet":
+            n = ev.get("completed")
+            if isinstance(n, int) and n > rd._quiet:
+                rd._quiet = n
+                rd.completed = rd._logged_returns + rd._quiet
+            return
+        if k in ("exception", "exit") and rd.end_event is None:
+            rd.end_event = ev
+        if len(rd.events) >= self.MAX_EVENTS and k not in ("exception", "exit") and k in rd._kinds:
+            rd.dropped += 1
+            return
+        rd._kinds.add(k)
+        rd.events.append(ev)
 
     def read_stacks(self) -> None:
         for r, rd in self.ranks.items():

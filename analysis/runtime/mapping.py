@@ -176,9 +176,10 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
     for r, rd in sorted(ranks.items()):
         st = RankState(r)
         states[r] = st
-        calls: dict[int, dict] = {}
-        finished: set[int] = set()
-        raised: dict[int, str] = {}
+        # the reader keeps the collectives still running and those that raised; the ones that
+        # returned are only counted (launcher.LogReader)
+        calls: dict[int, dict] = {**{s: c for s, (c, _) in rd.raised.items()}, **rd.pending}
+        raised: dict[int, str] = {s: e for s, (_, e) in rd.raised.items()}
         for ev in rd.events:
             k = ev.get("kind")
             if k == "start":
@@ -187,12 +188,6 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
                 st.emulated = bool(ev.get("emulate"))
             elif k == "init" and st.init is None:
                 st.init = ev
-            elif k == "call":
-                calls[ev.get("seq")] = ev
-            elif k == "return":
-                finished.add(ev.get("seq"))
-            elif k == "raise":
-                raised[ev.get("seq")] = ev.get("error") or ""
             elif k == "exception":
                 st.exception = ev
                 st.t = ev.get("t")
@@ -203,8 +198,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
                 st._exit = ev  # type: ignore[attr-defined]
             elif k == "note" and ev.get("message"):
                 st.notes.append(str(ev["message"]))
-        st.collectives = len(finished)
-        pending = [c for s, c in calls.items() if s not in finished]
+        st.collectives = rd.completed
+        pending = list(calls.values())
         last_pending = max(pending, key=lambda c: c.get("seq", 0)) if pending else None
         if last_pending is not None:
             st.op = last_pending.get("op")
@@ -294,6 +289,13 @@ def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
     inner, callee = frames[0], frames[idx - 1]
     if not (user.is_torch_distributed(inner.file) or _is_ddp_file(inner.file)):
         return
+    # the function the user called, not the decorators around it: the shim's recording wrapper (a
+    # quick collective past the log budget is not in the log, so its name comes from here) and
+    # torch's own (c10d_logger's ``wrapper``)
+    j = idx - 1
+    while j > 0 and (os.path.abspath(callee.file) == user.shim or callee.function in ("wrapper", "_fn", "inner")):
+        j -= 1
+        callee = frames[j]
     st.op = "DistributedDataParallel" if _is_ddp_file(callee.file) else callee.function
     st.op_site = st.site
 
@@ -416,7 +418,7 @@ def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emu
     src = Sources()
     items: list[tuple[float, int, Finding]] = []  # (time, order, finding)
     explained: set[int] = set()  # ranks already covered by a finding
-    end_t = max((e.get("t", 0) for rd in ranks.values() for e in rd.events), default=0.0) + 1.0
+    end_t = max((rd.last_t for rd in ranks.values()), default=0.0) + 1.0
 
     def add(t, f: Finding):
         rule = f.details.get("static_rule") if isinstance(f.details, dict) else None

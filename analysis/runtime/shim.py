@@ -17,6 +17,9 @@ Hooks between the sections (kept as module globals so both sections can use them
   _PRE_COLLECTIVE_HOOKS  list of callables(op_name, args, kwargs, site) run before every recorded
                          torch.distributed collective; a hook may raise to fail that call.
   _log_event(kind, **fields)  append one JSON line to this rank's log (flushed immediately).
+
+Collective records are bounded: past DDP_LINT_LOG_BUDGET bytes (default 8 MiB) a collective is
+logged only if it is still running 0.25 s later, or raised; the others are counted ("quiet").
 """
 # ruff: noqa
 from __future__ import annotations
@@ -39,10 +42,13 @@ _PRE_COLLECTIVE_HOOKS: list = []
 #   exception {type, qualname, message, frames, text, extra, exit_code}   the rank's uncaught exception
 #   exit      {code, via: return|SystemExit|os._exit, frames}             the rank ended without one
 #   note      {message}                              anything worth telling the user
+#   quiet     {completed}                            collectives finished but not logged (bounded
+#                                                    logs, see below), cumulative
 # frames: [{file, line, function, end_line?, col?, end_col?}], outermost first (as in a traceback).
 # A site passed to _PRE_COLLECTIVE_HOOKS is {file, line, function} (the innermost frame outside
-# torch and this shim) or None.  Hooks run after the ``call`` record, so a hook that raises shows as
-# ``raise`` on that call and as the rank's exception at the user's line.
+# torch and this shim) or None.  Hooks run after the ``call`` record (or its parking, when over
+# budget), so a hook that raises shows as ``raise`` on that call and as the rank's exception at the
+# user's line.
 #
 # Signals: SIGUSR1 dumps every thread's Python stack to stack-<RANK>.usr1 (the launcher asks a hung
 # rank this way); SIGTERM (torchrun tearing the job down) dumps to stack-<RANK>.term and then
@@ -87,7 +93,9 @@ def _rank_int():
 def _log_event(kind, **fields):
     """Append one JSON line to this rank's log; a single write(2), so it survives a kill."""
     if _LOG_FD is None or os.getpid() != _PID:
-        return
+        return 0
+    if kind in ("exit", "exception") and _QUIET != _QUIET_LOGGED:
+        _log_quiet()  # the count of unlogged collectives is complete before the rank's last word
     rec = {"kind": kind, "rank": _RANK, "t": time.time(), "pid": _PID}
     rec.update(fields)
     try:
@@ -95,12 +103,14 @@ def _log_event(kind, **fields):
     except Exception:  # a field that even repr() cannot handle
         line = json.dumps({"kind": kind, "rank": _RANK, "t": rec["t"], "pid": _PID, "unserializable": True})
     data = (line + "\n").encode("utf-8", "replace")
+    size = len(data)
     try:
         while data:
             n = os.write(_LOG_FD, data)
             data = data[n:]
     except OSError:
         pass
+    return size
 
 
 def _is_internal(filename):
@@ -179,6 +189,96 @@ def _next_seq():
         return _SEQ
 
 
+# -- bounded logs ----------------------------------------------------------------------------------
+# Every collective costs a "call" and a "return" line (~350 bytes). A loop that all_reduces a metric
+# every step would write hundreds of MB in a minute. Once this rank has written _LOG_BUDGET bytes of
+# them, a collective's "call" is written only if it is still running _SLOW_S later (a watcher thread
+# writes it, then its "return" follows as usual); collectives that finish sooner are only counted,
+# and the count is logged ("quiet" events, cumulative). What the analysis needs is unchanged: every
+# collective a rank is stuck in, or that raised, is in the log.
+try:
+    _LOG_BUDGET = max(0, int(os.environ.get("DDP_LINT_LOG_BUDGET", "") or 8 * 1024 * 1024))
+except ValueError:
+    _LOG_BUDGET = 8 * 1024 * 1024
+_SLOW_S = 0.25
+_LOG_USED = 0  # bytes of call/return lines written so far
+_INFLIGHT = {}  # seq -> (monotonic start, call record), not written yet (compact mode only)
+_FLUSHED = set()  # seqs whose call the watcher wrote
+_QUIET = 0  # collectives that finished without being written
+_QUIET_LOGGED = 0
+_INFLIGHT_LOCK = threading.Lock()
+_WATCHER = None
+
+
+def _log_collective(kind, rec):
+    global _LOG_USED
+    _LOG_USED += _log_event(kind, **rec) or 0
+
+
+def _collective_begin(seq, rec):
+    """Log the call now, or (over budget) park it for the watcher. Returns True if written."""
+    if _LOG_USED < _LOG_BUDGET:
+        _log_collective("call", rec)
+        return True
+    with _INFLIGHT_LOCK:
+        _INFLIGHT[seq] = (time.monotonic(), rec)
+    _start_watcher()
+    return False
+
+
+def _collective_end(seq, op, written, error=None):
+    global _QUIET
+    if not written:
+        with _INFLIGHT_LOCK:
+            parked = _INFLIGHT.pop(seq, None)
+            if parked is None:  # the watcher wrote its call meanwhile
+                _FLUSHED.discard(seq)
+                written = True
+            elif error is not None:  # a collective that raised is always logged
+                _log_collective("call", parked[1])
+                written = True
+            else:
+                _QUIET += 1
+                return
+    if error is not None:
+        _log_collective("raise", {"seq": seq, "op": op, "error": error})
+    else:
+        _log_collective("return", {"seq": seq, "op": op})
+
+
+def _start_watcher():
+    global _WATCHER
+    if _WATCHER is not None:
+        return
+    _WATCHER = threading.Thread(target=_watch_inflight, daemon=True, name="ddp-lint-collectives")
+    _WATCHER.start()
+
+
+def _watch_inflight():
+    global _QUIET_LOGGED
+    last_quiet = 0.0
+    while os.getpid() == _PID:
+        time.sleep(_SLOW_S / 2)
+        now = time.monotonic()
+        with _INFLIGHT_LOCK:
+            for seq, (t0, rec) in list(_INFLIGHT.items()):
+                if now - t0 >= _SLOW_S:
+                    del _INFLIGHT[seq]
+                    _FLUSHED.add(seq)
+                    _log_collective("call", rec)
+        if _QUIET != _QUIET_LOGGED and now - last_quiet >= 1.0:
+            _log_quiet()
+            last_quiet = now
+
+
+def _log_quiet():
+    global _QUIET_LOGGED
+    n = _QUIET
+    if n != _QUIET_LOGGED:
+        _QUIET_LOGGED = n
+        _log_event("quiet", completed=n)
+
+
 def _wrap_collective(op, fn):
     if getattr(fn, "_ddp_lint_wrapped", False):
         return fn
@@ -202,18 +302,18 @@ def _wrap_collective(op, fn):
                 rec["group"] = g
         except Exception:
             pass
-        _log_event("call", **rec)
+        written = _collective_begin(seq, rec)
         _TLS.depth = 1
         try:
             for hook in list(_PRE_COLLECTIVE_HOOKS):
                 hook(op, args, kwargs, site)
             result = fn(*args, **kwargs)
         except BaseException as e:
-            _log_event("raise", seq=seq, op=op, error=f"{type(e).__name__}: {e}"[:4000])
+            _collective_end(seq, op, written, error=f"{type(e).__name__}: {e}"[:4000])
             raise
         finally:
             _TLS.depth = 0
-        _log_event("return", seq=seq, op=op)
+        _collective_end(seq, op, written)
         return result
 
     wrapper._ddp_lint_wrapped = True

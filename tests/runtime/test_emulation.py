@@ -217,9 +217,14 @@ def _plain_torchrun(script: Path, args) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_LINT_", "TORCH_DISTRIBUTED_DEBUG"))}
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), *args]
-    for attempt in range(2):  # the baseline is not under test: one retry for a gloo teardown hiccup
+    for attempt in range(3):  # the baseline is not under test: retries for a gloo teardown hiccup
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
         if p.returncode == 0:
+            return p.stdout
+        # torch 2.13 now and then aborts at interpreter exit, after the script has finished
+        # ("terminate called without an active exception"); the numbers are all there by then
+        if "terminate called without an active exception" in p.stdout + p.stderr and "metrics" in p.stdout \
+                and len(_numbers(p.stdout)) == 12:
             return p.stdout
     raise AssertionError(f"plain torchrun failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-8000:]}")
 

@@ -92,3 +92,36 @@ def test_ranks_sharing_one_pipe_never_interleave_mid_line(tmp_path):
     bad = [ln for ln in lines if not re.fullmatch(r"RAN \d line \d+ end|ERR \d \d+", ln)]
     assert not bad, bad[:5]
     assert len(lines) == 4 * (2000 + 8)
+
+
+def test_log_reader_memory_stays_bounded(tmp_path):
+    """A rank that ran 200,000 collectives: the reader counts the ones that returned and keeps
+    only what the analysis needs (the one still running, the ones that raised, the first and last
+    records of each kind)."""
+    import json
+
+    from analysis.runtime.launcher import LogReader
+
+    def line(**rec):
+        return json.dumps({"rank": 0, "t": 1.0, "pid": 1, **rec}) + "\n"
+
+    with open(tmp_path / "rank-0.jsonl", "w") as f:
+        f.write(line(kind="start", main_thread=1))
+        for seq in range(1, 200_001):
+            f.write(line(kind="call", seq=seq, op="all_reduce", file="/w/t.py", line=9, function="step"))
+            if seq == 7:
+                f.write(line(kind="raise", seq=seq, op="all_reduce", error="RuntimeError: boom"))
+            else:
+                f.write(line(kind="return", seq=seq, op="all_reduce"))
+            if seq % 10 == 0:
+                f.write(line(kind="note", message=f"note {seq}"))
+        f.write(line(kind="quiet", completed=1000))
+        f.write(line(kind="call", seq=200_001, op="barrier", file="/w/t.py", line=12, function="main", t=9.0))
+    reader = LogReader(str(tmp_path), 1)
+    reader.poll()
+    rd = reader.ranks[0]
+    assert rd.completed == 199_999 + 1000
+    assert list(rd.pending) == [200_001] and rd.pending[200_001]["op"] == "barrier"
+    assert list(rd.raised) == [7] and rd.raised[7][1] == "RuntimeError: boom"
+    assert len(rd.events) <= LogReader.MAX_EVENTS and rd.dropped > 0
+    assert rd.first("start") is not None and rd.last_t == 9.0

@@ -4,7 +4,7 @@ import torch.distributed as dist
 
 def busy():
     n = 0
-    while True:
+    while True:  # [loop]
         n += 1  # [spin]
 
 
