@@ -17,7 +17,6 @@ prints the seed and the last operations.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import time

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
