@@ -998,7 +998,32 @@ def _stop_runs_on_sigterm(server: DdpServer) -> None:
     try:
         signal.signal(signal.SIGTERM, on_term)
     except (ValueError, OSError):  # not the main thread, or no signals here
-        pass
+        return
+    # A Python signal handler runs in the main thread, and only once it wakes up. When the kernel
+    # hands SIGTERM to another thread (the stdin reader, a worker) while the main thread sleeps in
+    # the event loop, the handler would wait for the client's next message, possibly forever. The
+    # wakeup fd gets the signal's number at once, whichever thread took it; a thread acts on it.
+    try:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        return
+
+    def watch():
+        while True:
+            try:
+                data = os.read(r, 64)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data:
+                on_term(signal.SIGTERM, None)
+
+    threading.Thread(target=watch, daemon=True, name="ddp-lint-sigterm").start()
 
 
 class _QuietRefusals(logging.Filter):

@@ -157,3 +157,36 @@ def test_shutdown_while_the_client_has_not_answered_a_request():
     finally:
         if s.p.poll() is None:
             s.close()
+
+
+def test_sigterm_taken_by_another_thread_still_stops_the_server():
+    """The kernel may deliver a process's SIGTERM to any of its threads. Taken by the stdin reader
+    thread while the main thread slept in the event loop, the Python handler never ran until the
+    client sent something else: the server ignored its editor's SIGTERM. Sent here to one
+    particular non-main thread (tgkill)."""
+    import ctypes
+    import signal
+
+    s = RawServer()
+    try:
+        s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        assert "result" in s.response(0)
+        s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        time.sleep(0.5)  # everything settles: the main thread waits in the event loop
+        tids = [int(t) for t in os.listdir(f"/proc/{s.p.pid}/task") if int(t) != s.p.pid]
+        assert tids, "the server has no other thread"
+        import platform
+
+        nr = {"x86_64": 234, "aarch64": 131}.get(platform.machine())  # SYS_tgkill
+        if nr is None:
+            pytest.skip(f"tgkill's syscall number is not known here ({platform.machine()})")
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(nr, s.p.pid, tids[0], int(signal.SIGTERM)) == 0
+        try:
+            code = s.p.wait(5)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the server did not stop within 5 s of SIGTERM") from None
+        assert code == 0
+    finally:
+        if s.p.poll() is None:
+            s.close()
