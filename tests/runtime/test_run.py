@@ -335,7 +335,9 @@ def test_logs_stay_bounded_and_still_pin_the_hang(monkeypatch):
     assert line(f) == m["exit"] and f.ranks == (1,)
     assert rel(f) == [(m["barrier"], (0,))]
 
+    # a loop that never ends: at the timeout each rank is sampled wherever it is in the loop (under
+    # load one may be between two all_reduces), so the lines are the loop's and one is all_reduce's
     res = run("many_collectives.py", timeout=HANG_TIMEOUT, script_args=["forever"])
-    assert [f.code for f in res.findings] == ["DDP903"], [(f.code, f.message) for f in res.findings]
-    f = res.findings[0]
-    assert line(f) == m["forever"] and f.ranks == (0, 1) and "all_reduce()" in f.message, f.message
+    found = [(f.code, line(f), f.ranks, f.message) for f in res.findings]
+    assert found and all(c == "DDP903" and ln in (m["forever"], m["while"]) for c, ln, _, _ in found), found
+    assert any(ln == m["forever"] and "all_reduce()" in msg for _, ln, _, msg in found), found

@@ -16,6 +16,6 @@ if sys.argv[1:] == ["exit"]:
     if dist.get_rank() == 1:
         sys.exit(0)  # [exit]
     dist.barrier()  # [barrier]
-while sys.argv[1:] == ["forever"]:
+while sys.argv[1:] == ["forever"]:  # [while]
     dist.all_reduce(t)  # [forever]
 dist.destroy_process_group()
