@@ -280,6 +280,7 @@ class RankData:
     pending: dict = field(default_factory=dict)  # seq -> call event of collectives not yet returned
     raised: dict = field(default_factory=dict)  # seq -> (call event, error) of collectives that raised
     completed: int = 0  # collectives that returned (logged ones plus the "quiet" count)
+    last_site: dict | None = None  # call site of the latest collective seen (logged or "quiet")
     last_t: float = 0.0  # time of the latest record
     end_event: dict | None = None  # the rank's exception or exit record
     dropped: int = 0  # records not kept (past MAX_EVENTS)
@@ -352,6 +353,7 @@ class LogReader:
             rd.last_t = float(t)
         if k == "call":
             rd.pending[ev.get("seq")] = ev
+            rd.last_site = ev
             return
         if k == "return":
             if rd.pending.pop(ev.get("seq"), None) is not None:
@@ -370,6 +372,8 @@ class LogReader:
             if isinstance(n, int) and n > rd._quiet:
                 rd._quiet = n
                 rd.completed = rd._logged_returns + rd._quiet
+            if isinstance(ev.get("site"), dict):
+                rd.last_site = ev["site"]
             return
         if k in ("exception", "exit") and rd.end_event is None:
             rd.end_event = ev

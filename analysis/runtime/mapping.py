@@ -256,6 +256,11 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.site = st.op_site
         if st.site is None and st.op_site is not None:
             st.site = st.op_site
+        if st.site is None and st.status == "hung":
+            # no stack in time and no collective in flight in the log (past the log budget, quick
+            # collectives are only counted): where its latest collective was called is the best
+            # there is; a hung rank is never left out of the findings
+            st.site = Frame.of(rd.last_site)
     return states
 
 

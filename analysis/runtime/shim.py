@@ -42,8 +42,8 @@ _PRE_COLLECTIVE_HOOKS: list = []
 #   exception {type, qualname, message, frames, text, extra, exit_code}   the rank's uncaught exception
 #   exit      {code, via: return|SystemExit|os._exit, frames}             the rank ended without one
 #   note      {message}                              anything worth telling the user
-#   quiet     {completed}                            collectives finished but not logged (bounded
-#                                                    logs, see below), cumulative
+#   quiet     {completed, site?}                     collectives finished but not logged (bounded
+#                                                    logs, see below), cumulative; site: the latest
 # frames: [{file, line, function, end_line?, col?, end_col?}], outermost first (as in a traceback).
 # A site passed to _PRE_COLLECTIVE_HOOKS is {file, line, function} (the innermost frame outside
 # torch and this shim) or None.  Hooks run after the ``call`` record (or its parking, when over
@@ -276,7 +276,8 @@ def _log_quiet():
     n = _QUIET
     if n != _QUIET_LOGGED:
         _QUIET_LOGGED = n
-        _log_event("quiet", completed=n)
+        site = _LAST_SITE  # where this rank's latest collective was called from
+        _log_event("quiet", completed=n, **({"site": site} if site else {}))
 
 
 def _wrap_collective(op, fn):

@@ -125,3 +125,29 @@ def test_log_reader_memory_stays_bounded(tmp_path):
     assert list(rd.raised) == [7] and rd.raised[7][1] == "RuntimeError: boom"
     assert len(rd.events) <= LogReader.MAX_EVENTS and rd.dropped > 0
     assert rd.first("start") is not None and rd.last_t == 9.0
+
+
+def test_a_hung_rank_without_stack_or_logged_call_is_still_reported(tmp_path):
+    """Past the log budget quick collectives are only counted; a rank that then did not answer the
+    stack request in time (a loaded machine) used to vanish from the findings. Its latest
+    collective's call site (carried by the "quiet" records) places it."""
+    import json
+
+    from analysis.runtime.launcher import SHIM_PATH, LogReader
+    from analysis.runtime.mapping import UserCode, analyse
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\nwhile True:\n    dist.all_reduce(t)\n")
+    site = {"file": str(script), "line": 3, "function": "<module>"}
+    for r in (0, 1):
+        with open(tmp_path / f"rank-{r}.jsonl", "w") as f:
+            for rec in ({"kind": "start", "main_thread": 1}, {"kind": "ready"},
+                        {"kind": "quiet", "completed": 5000, "site": site}):
+                f.write(json.dumps({"rank": r, "t": 1.0, "pid": 100 + r, **rec}) + "\n")
+    reader = LogReader(str(tmp_path), 2)
+    reader.poll()
+    for rd in reader.ranks.values():
+        rd.hung = True  # asked for its stack; no answer
+    a = analyse(reader.ranks, user=UserCode([str(tmp_path)], [], SHIM_PATH), timed_out=True, timeout=3.0,
+                emulated=False)
+    assert [(f.code, f.range.start.line + 1, f.ranks) for f in a.findings] == [("DDP903", 3, (0, 1))]
