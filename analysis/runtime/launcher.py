@@ -279,7 +279,6 @@ class RankData:
     hung: bool = False  # alive when the run was stopped (asked for its stack)
     pending: dict = field(default_factory=dict)  # seq -> call event of collectives not yet returned
     raised: dict = field(default_factory=dict)  # seq -> (call event, error) of collectives that raised
-    completed: int = 0  # collectives that returned (logged ones plus the "quiet" count)
     last_site: dict | None = None  # call site of the latest collective seen (logged or "quiet")
     last_t: float = 0.0  # time of the latest record
     end_event: dict | None = None  # the rank's exception or exit record
@@ -289,6 +288,11 @@ class RankData:
     _kinds: set = field(default_factory=set)
     _offset: int = 0
     _partial: bytes = b""
+
+    @property
+    def completed(self) -> int:
+        """Collectives that returned: the logged ones plus the shim's "quiet" count."""
+        return self._logged_returns + self._quiet
 
     def first(self, kind: str) -> dict | None:
         return next((e for e in self.events if e.get("kind") == kind), None)
@@ -358,7 +362,6 @@ class LogReader:
         if k == "return":
             if rd.pending.pop(ev.get("seq"), None) is not None:
                 rd._logged_returns += 1
-                rd.completed = rd._logged_returns + rd._quiet
             return
         if k == "raise":
             call = rd.pending.pop(ev.get("seq"), None)
@@ -371,7 +374,6 @@ class LogReader:
             n = ev.get("completed")
             if isinstance(n, int) and n > rd._quiet:
                 rd._quiet = n
-                rd.completed = rd._logged_returns + rd._quiet
             if isinstance(ev.get("site"), dict):
                 rd.last_site = ev["site"]
             return

@@ -203,7 +203,6 @@ except ValueError:
 _SLOW_S = 0.25
 _LOG_USED = 0  # bytes of call/return lines written so far
 _INFLIGHT = {}  # seq -> (monotonic start, call record), not written yet (compact mode only)
-_FLUSHED = set()  # seqs whose call the watcher wrote
 _QUIET = 0  # collectives that finished without being written
 _QUIET_LOGGED = 0
 _INFLIGHT_LOCK = threading.Lock()
@@ -212,7 +211,7 @@ _WATCHER = None
 
 def _log_collective(kind, rec):
     global _LOG_USED
-    _LOG_USED += _log_event(kind, **rec) or 0
+    _LOG_USED += _log_event(kind, **rec)
 
 
 def _collective_begin(seq, rec):
@@ -232,7 +231,6 @@ def _collective_end(seq, op, written, error=None):
         with _INFLIGHT_LOCK:
             parked = _INFLIGHT.pop(seq, None)
             if parked is None:  # the watcher wrote its call meanwhile
-                _FLUSHED.discard(seq)
                 written = True
             elif error is not None:  # a collective that raised is always logged
                 _log_collective("call", parked[1])
@@ -264,7 +262,6 @@ def _watch_inflight():
             for seq, (t0, rec) in list(_INFLIGHT.items()):
                 if now - t0 >= _SLOW_S:
                     del _INFLIGHT[seq]
-                    _FLUSHED.add(seq)
                     _log_collective("call", rec)
         if _QUIET != _QUIET_LOGGED and now - last_quiet >= 1.0:
             _log_quiet()
