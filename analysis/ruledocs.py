@@ -1,5 +1,5 @@
 """Write ``docs/rules/<CODE>.md`` (the pages the findings' URLs point at) and ``docs/rules/README.md``
-from the rules' docstrings: ``python -m analysis.ruledocs [FOLDER]``. A test keeps them in sync."""
+from the rules' docstrings: ``python -m ddp_lint.analysis.ruledocs [FOLDER]``. A test keeps them in sync."""
 from __future__ import annotations
 
 import sys

@@ -45,7 +45,7 @@ def ddp_lint_cmd() -> list[str]:
     cand = Path(sys.executable).parent / "ddp-lint"
     if cand.is_file():
         return [str(cand)]
-    return [sys.executable, "-m", "analysis"]
+    return [sys.executable, "-m", "ddp_lint"]
 
 
 def ruff_cmd() -> list[str] | None:

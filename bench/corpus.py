@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.config import Settings  # noqa: E402
-from analysis.engine import check_source  # noqa: E402
-from analysis.io import read_source  # noqa: E402
+from ddp_lint.analysis.config import Settings  # noqa: E402
+from ddp_lint.analysis.engine import check_source  # noqa: E402
+from ddp_lint.analysis.io import read_source  # noqa: E402
 
 _DIST = re.compile(r"torch\.distributed|from\s+torch\s+import\s+[^\n]*\bdistributed\b")
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "build", "dist", ".tox"}

@@ -19,7 +19,7 @@ FLAT_TOLERANCE = 1.15  # ratio at 10,000 lines may exceed the ratio at 500 lines
 
 
 def _pair(text: str, name: str, reps: int) -> tuple[float, float, int]:
-    from analysis.engine import check_source
+    from ddp_lint.analysis.engine import check_source
 
     def ours():
         return check_source(text, name)

@@ -26,9 +26,9 @@ def _libcst():
 
 
 def run(quick: bool = False) -> list[dict]:
-    from analysis.config import Settings
-    from analysis.engine import check_source
-    from analysis.fixes import apply_edits
+    from ddp_lint.analysis.config import Settings
+    from ddp_lint.analysis.engine import check_source
+    from ddp_lint.analysis.fixes import apply_edits
 
     rows: list[dict] = []
     cst = _libcst()
@@ -65,9 +65,9 @@ def run(quick: bool = False) -> list[dict]:
                         "", None, "", None))
 
     # -- apply-all: parses per round ---------------------------------------------------------
-    import analysis.engine as engine
-    import analysis.fixes as fixes
-    from analysis.cli import _analyse_text
+    import ddp_lint.analysis.engine as engine
+    import ddp_lint.analysis.fixes as fixes
+    from ddp_lint.cli import _analyse_text
 
     text = training_script(800, seed=11)
     counts = {"parse": 0, "rounds": 0, "applied_rounds": 0}

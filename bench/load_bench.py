@@ -59,7 +59,7 @@ class Client:
 
     def __init__(self, cwd: str):
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = os.environ.get("DDP_LINT_LOAD_SERVER", "").split() or [sys.executable, "-m", "lsp_server"]
+        cmd = os.environ.get("DDP_LINT_LOAD_SERVER", "").split() or [sys.executable, "-m", "ddp_lint.lsp_server"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         self.lock = threading.Lock()

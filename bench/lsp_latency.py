@@ -38,7 +38,7 @@ def _client(work: Path):
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ)
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
-    c = LspClient([sys.executable, "-m", "lsp_server"], env, str(work))
+    c = LspClient([sys.executable, "-m", "ddp_lint.lsp_server"], env, str(work))
     c.request("initialize", {
         "processId": os.getpid(), "rootUri": work.as_uri(),
         "workspaceFolders": [{"uri": work.as_uri(), "name": "bench"}],
@@ -92,7 +92,7 @@ def measure(client, uri: str, text: str, edits: int) -> tuple[list[float], list[
 
 def run(quick: bool = False) -> list[dict]:
     try:
-        import lsp_server.server  # noqa: F401
+        import ddp_lint.lsp_server.server  # noqa: F401
     except ImportError as e:
         return [row("editor latency", f"language server not importable: {e}", ok=None)]
     edits = 10 if quick else 50

@@ -145,12 +145,12 @@ class LspClient:
 
 
 def server_cmd() -> list[str]:
-    return [sys.executable, "-m", "lsp_server"]
+    return [sys.executable, "-m", "ddp_lint.lsp_server"]
 
 
 def run(quick: bool = False) -> list[dict]:
     try:
-        import lsp_server.server  # noqa: F401  (is the server in this tree?)
+        import ddp_lint.lsp_server.server  # noqa: F401  (is the server in this tree?)
     except ImportError as e:
         return [row("server memory", f"language server not importable: {e}", ok=None)]
     from .cli_bench import _env

@@ -79,7 +79,7 @@ def overhead(tmp: str, reps: int) -> tuple[float, float]:
     with open(script, "w") as f:
         f.write(CLEAN)
     plain_cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script]
-    lint_cmd = [sys.executable, "-m", "analysis", "run", script, "--nproc", "2", "--emulate", "off",
+    lint_cmd = [sys.executable, "-m", "ddp_lint", "run", script, "--nproc", "2", "--emulate", "off",
                 "--output-format", "json"]
     _timed(plain_cmd, tmp)  # warm the page cache for both sides
     plain, lint = [], []
@@ -94,7 +94,7 @@ def overhead(tmp: str, reps: int) -> tuple[float, float]:
 
 def to_finding(tmp: str, source: str, timeout: float, code: str) -> tuple[float, float]:
     """(seconds from the failure's start to run_script returning, the run's total seconds)."""
-    from analysis.runtime.api import run_script
+    from ddp_lint.analysis.runtime.api import run_script
 
     script = os.path.join(tmp, f"{code}.py")
     stamp = os.path.join(tmp, f"{code}.t")

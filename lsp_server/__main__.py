@@ -1,4 +1,4 @@
-"""``python -m lsp_server [--tcp HOST:PORT] [--log-level LEVEL]``: the ddp-lint language server."""
+"""``python -m ddp_lint.lsp_server [--tcp HOST:PORT] [--log-level LEVEL]``: the ddp-lint language server."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lsp_server", description="ddp-lint language server")
+    p = argparse.ArgumentParser(prog="python -m ddp_lint.lsp_server", description="ddp-lint language server")
     p.add_argument("--stdio", action="store_true", help="use stdio (the default)")
     p.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead of stdio")
     p.add_argument("--log-level", default=None, help="error, warning, info (default) or debug")

@@ -7,7 +7,7 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types as t
 
-from analysis.model import Applicability, Finding, Severity
+from ..analysis.model import Applicability, Finding, Severity
 
 from .documents import Document, shift_range
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from lsprotocol import types as t
 
-from analysis.model import Position, Range
+from ..analysis.model import Position, Range
 
 _EOL = re.compile(r"\r\n|\r|\n")
 

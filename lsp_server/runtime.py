@@ -108,14 +108,14 @@ async def run_command(ls, args) -> dict:
         raise JsonRpcInvalidParams(f"ddp-lint.run: {os.path.basename(path)} is already running; "
                                    "cancel that run first")
     try:
-        from analysis.runtime.api import run_script
+        from ..analysis.runtime.api import run_script
     except ImportError as e:
         raise JsonRpcException(code=-32603, message=f"ddp-lint.run: the runtime runner is not available ({e})") from None
 
     st = ls.docs.get(uri) or ls.docs.get(script_uri)
     if st is not None:
         try:
-            from analysis.io import read_source
+            from ..analysis.io import read_source
 
             if read_source(path) != st.doc.text:
                 ls.show(t.MessageType.Warning, f"ddp-lint: {os.path.basename(path)} has unsaved changes; "

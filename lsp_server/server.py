@@ -32,11 +32,11 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from analysis import __version__
-from analysis.engine import SYNTAX_CODE, check_source
-from analysis.model import Applicability, Finding
-from analysis.noqa import _CODE_RE, NOQA_RE, add_noqa_edit
-from analysis.registry import get_rule
+from ..analysis import __version__
+from ..analysis.engine import SYNTAX_CODE, check_source
+from ..analysis.model import Applicability, Finding
+from ..analysis.noqa import _CODE_RE, NOQA_RE, add_noqa_edit
+from ..analysis.registry import get_rule
 
 from . import settings as cfg
 from .convert import (
@@ -412,7 +412,7 @@ class DdpServer(LanguageServer):
         text = ""
         if path:
             try:
-                from analysis.io import read_source
+                from ..analysis.io import read_source
 
                 text = read_source(path)
             except Exception:
@@ -635,7 +635,7 @@ class DdpServer(LanguageServer):
                     text = f"`{cm.group(0).upper()}` is not a ddp-lint rule code."
                 else:
                     text = rule.render_docs() + f"\n[Documentation]({rule.url()})\n"
-                from analysis.model import Position, Range
+                from ..analysis.model import Position, Range
 
                 rng = doc.range_to_client(Range(Position(params.position.line, s),
                                                 Position(params.position.line, e)), self.encoding)
@@ -660,7 +660,7 @@ def _timed_check(text: str, filename: str, settings):
 
 
 def _fix_all(text: str, filename: str, settings, findings):
-    from analysis.fixes import fix_all
+    from ..analysis.fixes import fix_all
 
     codes = settings.enabled_codes(filename)
     new, _ = fix_all(text, lambda s: check_source(s, filename, settings, codes=codes).findings,
@@ -682,12 +682,12 @@ def minimal_edit(doc: Document, new: str, enc) -> t.TextEdit:
     # never split a "\r\n" pair
     while a > 0 and old[a - 1] == "\r":
         a -= 1
-    from analysis.source import SourceText
+    from ..analysis.source import SourceText
 
     src = SourceText(old)
     start = src.position_at(a)
     end = src.position_at(len(old) - b)
-    from analysis.model import Range
+    from ..analysis.model import Range
 
     return t.TextEdit(range=doc.range_to_client(Range(start, end), enc), new_text=new[a:len(new) - b])
 

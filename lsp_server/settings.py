@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.config import ConfigError, Settings, load_settings, settings_from_mapping
+from ..analysis.config import ConfigError, Settings, load_settings, settings_from_mapping
 
 SECTION = "ddp-lint"
 LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "warn": logging.WARNING,

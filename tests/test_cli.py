@@ -15,7 +15,7 @@ P2 = "seed_problem2_invalid_usage.py"
 
 
 def run(*args, cwd=None, input=None):
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ddp_lint", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, input=input, env=_env())
 
 
@@ -172,8 +172,8 @@ def test_rule_docs():
 
 
 def test_run_passes_everything_after_dashdash_to_the_script(monkeypatch):
-    import analysis.runtime.cli as rcli
-    from analysis.cli import main
+    import ddp_lint.analysis.runtime.cli as rcli
+    from ddp_lint.cli import main
 
     seen = {}
 

@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-from analysis.config import Settings
-from analysis.engine import check_source
-from analysis.fixes import apply_edits, fix_all
-from analysis.model import Applicability
-from analysis.semantic import Semantic
+from ddp_lint.analysis.config import Settings
+from ddp_lint.analysis.engine import check_source
+from ddp_lint.analysis.fixes import apply_edits, fix_all
+from ddp_lint.analysis.model import Applicability
+from ddp_lint.analysis.semantic import Semantic
 from tests.conftest import EXAMPLES, ROOT
 
 
@@ -149,13 +149,13 @@ def test_select_ignore_prefixes():
 
 
 def test_apply_edits_rejects_overlap():
-    from analysis.model import Edit, Range
+    from ddp_lint.analysis.model import Edit, Range
     with pytest.raises(ValueError):
         apply_edits("abcdef", [Edit(Range.of(0, 0, 0, 3), "x"), Edit(Range.of(0, 2, 0, 4), "y")])
 
 
 def test_rule_bug_does_not_break_others(monkeypatch):
-    from analysis.rules.ddp101_gather_list_size import GatherListSize
+    from ddp_lint.analysis.rules.ddp101_gather_list_size import GatherListSize
     monkeypatch.setattr(GatherListSize, "finish", lambda self, ctx: 1 / 0)
     res = check_source((EXAMPLES / "seed_problem2_invalid_usage.py").read_text(), "p2.py")
     got = [f.code for f in res.findings]
@@ -165,7 +165,7 @@ def test_rule_bug_does_not_break_others(monkeypatch):
 
 def test_check_path_imports_no_torch_pygls_lsprotocol_libcst():
     code = (
-        "import sys; from analysis.cli import main; "
+        "import sys; from ddp_lint.cli import main; "
         "rc = main(['check', '-q', sys.argv[1]]); "
         "bad = [m for m in ('torch', 'pygls', 'lsprotocol', 'libcst') if m in sys.modules]; "
         "print(bad); sys.exit(0 if not bad else 3)"
@@ -175,18 +175,18 @@ def test_check_path_imports_no_torch_pygls_lsprotocol_libcst():
 
 
 def test_analysis_never_imports_lsp_libraries():
+    """analysis/ sits below lsp_server/ and the CLI: no import of either, at any depth or nesting."""
     for path in (ROOT / "analysis").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
+            elif isinstance(node, ast.ImportFrom):
+                # a relative import that climbs out of analysis/ reaches ddp_lint's other layers
+                depth = len(path.relative_to(ROOT / "analysis").parts)  # 1 for analysis/x.py
+                assert node.level <= depth, f"{path} imports from above analysis/ ({'.' * node.level}{node.module})"
+                names = [node.module or ""]
             for n in names:
-                assert n.split(".")[0] not in ("pygls", "lsprotocol"), f"{path} imports {n}"
-        # the CLI may start the server for `ddp-lint server`, but only lazily, inside that command
-        for node in tree.body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
-                assert not (mod or "").startswith("lsp_server"), f"{path} imports lsp_server at module level"
+                assert n.split(".")[0] not in ("pygls", "lsprotocol", "lsp_server"), f"{path} imports {n}"
+                assert not n.startswith(("ddp_lint.lsp_server", "ddp_lint.cli")), f"{path} imports {n}"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.config import Settings
-from analysis.engine import check_source
-from analysis.fixes import fix_all
-from analysis.registry import all_rules
+from ddp_lint.analysis.config import Settings
+from ddp_lint.analysis.engine import check_source
+from ddp_lint.analysis.fixes import fix_all
+from ddp_lint.analysis.registry import all_rules
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPECT_RE = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)")

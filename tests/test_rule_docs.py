@@ -1,6 +1,6 @@
 """docs/rules/ is generated from the rules' docstrings; it must be in sync (run
-`python -m analysis.ruledocs` after changing a rule)."""
-from analysis.ruledocs import expected_files
+`python -m ddp_lint.analysis.ruledocs` after changing a rule)."""
+from ddp_lint.analysis.ruledocs import expected_files
 from tests.conftest import ROOT
 
 
@@ -11,4 +11,4 @@ def test_rule_docs_pages_in_sync():
         p = folder / name
         if not p.exists() or p.read_text(encoding="utf-8") != text:
             stale.append(name)
-    assert not stale, f"docs/rules out of date for {stale}: run `python -m analysis.ruledocs`"
+    assert not stale, f"docs/rules out of date for {stale}: run `python -m ddp_lint.analysis.ruledocs`"

@@ -6,10 +6,10 @@ import textwrap
 
 import pytest
 
-from analysis.config import Settings
-from analysis.engine import check_source
-from analysis.model import Applicability, Severity
-from analysis.registry import all_rules
+from ddp_lint.analysis.config import Settings
+from ddp_lint.analysis.engine import check_source
+from ddp_lint.analysis.model import Applicability, Severity
+from ddp_lint.analysis.registry import all_rules
 
 # code -> (name, default on, fix applicability or None)
 TABLE = {
@@ -204,7 +204,7 @@ def _fix_fixtures():
 @pytest.mark.parametrize("path", _fix_fixtures())
 @pytest.mark.parametrize("variant", ["crlf", "bom-non-ascii"])
 def test_fixes_keep_line_endings_and_columns(path, variant):
-    from analysis.fixes import fix_all
+    from ddp_lint.analysis.fixes import fix_all
 
     code = path.parent.name
     conv = {

@@ -59,8 +59,8 @@ dist.destroy_process_group()
 
 # An "interpreter" that passes the extension's probe but whose server dies 1 s after it starts.
 CRASHY = """#!/bin/sh
-if [ "$1" = "-m" ] && [ "$2" = "lsp_server" ]; then
-  exec {python} -c "import os, runpy, sys, threading; threading.Timer(1.0, lambda: os._exit(3)).start(); sys.argv = ['lsp_server']; runpy.run_module('lsp_server', run_name='__main__', alter_sys=True)"
+if [ "$1" = "-m" ] && [ "$2" = "ddp_lint.lsp_server" ]; then
+  exec {python} -c "import os, runpy, sys, threading; threading.Timer(1.0, lambda: os._exit(3)).start(); sys.argv = ['ddp_lint.lsp_server']; runpy.run_module('ddp_lint.lsp_server', run_name='__main__', alter_sys=True)"
 fi
 exec {python} "$@"
 """
@@ -125,7 +125,7 @@ def vsix(node, tmp_path_factory) -> Path:
 def test_vsix_contents(vsix):
     names = set(zipfile.ZipFile(vsix).namelist())
     for must in ("extension/package.json", "extension/dist/extension.js", "extension/LICENSE.txt",
-                 "extension/vscode-client/images/icon.png", "extension/lsp_server/__main__.py",
+                 "extension/vscode-client/images/icon.png", "extension/lsp_server/__main__.py", "extension/ddp_lint/__init__.py",
                  "extension/lsp_server/server.py", "extension/analysis/engine.py",
                  "extension/analysis/runtime/shim.py", "extension/bundled/libs/pygls/__init__.py",
                  "extension/bundled/libs/lsprotocol/types.py", "extension/bundled/libs/cattrs/__init__.py",
@@ -173,7 +173,7 @@ def test_packaged_server_runs_without_ddp_lint_installed(vsix, tmp_path):
     ext = tmp_path / "extension"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = os.pathsep.join([str(ext), str(ext / "bundled" / "libs")])
-    p = subprocess.Popen([sys.executable, "-S", "-m", "lsp_server"], cwd=tmp_path, env=env,
+    p = subprocess.Popen([sys.executable, "-S", "-m", "ddp_lint.lsp_server"], cwd=tmp_path, env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         p.stdin.write(_lsp_message({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

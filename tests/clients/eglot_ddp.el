@@ -35,7 +35,7 @@
 
 (condition-case err
     (progn
-      (setq eglot-server-programs `((python-mode . (,ddp-python "-m" "lsp_server"))))
+      (setq eglot-server-programs `((python-mode . (,ddp-python "-m" "ddp_lint.lsp_server"))))
       (setq eglot-sync-connect 60
             eglot-confirm-server-initiated-edits nil
             eglot-autoshutdown nil)

@@ -37,7 +37,7 @@ local function main()
   local bufnr = vim.api.nvim_get_current_buf()
   local client_id = vim.lsp.start_client({
     name = 'ddp-lint',
-    cmd = { python, '-m', 'lsp_server' },
+    cmd = { python, '-m', 'ddp_lint.lsp_server' },
     root_dir = root,
     workspace_folders = { { uri = vim.uri_from_fname(root), name = 'ws' } },
   })

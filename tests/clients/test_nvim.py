@@ -28,7 +28,7 @@ def editor_env(tmp_path: Path) -> dict:
 
 
 def check_clean(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", "check", "--select", "DDP001,DDP101", str(path)],
+    return subprocess.run([sys.executable, "-m", "ddp_lint", "check", "--select", "DDP001,DDP101", str(path)],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 

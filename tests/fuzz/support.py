@@ -20,10 +20,10 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from analysis.config import Settings
-from analysis.engine import check_source
-from analysis.fixes import apply_edits, fix_all
-from analysis.model import Applicability, Finding, Fix, Range
+from ddp_lint.analysis.config import Settings
+from ddp_lint.analysis.engine import check_source
+from ddp_lint.analysis.fixes import apply_edits, fix_all
+from ddp_lint.analysis.model import Applicability, Finding, Fix, Range
 
 ALL = Settings(select=["ALL"])
 _EOL = re.compile(r"\r\n|\r|\n")

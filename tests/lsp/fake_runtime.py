@@ -17,7 +17,7 @@ import time
 import types
 from dataclasses import dataclass, field
 
-from analysis.model import Finding, Range, Related, Severity
+from ddp_lint.analysis.model import Finding, Range, Related, Severity
 
 
 @dataclass
@@ -64,11 +64,11 @@ def run_script(script_path, *, nproc=None, timeout=60.0, backend="auto", emulate
 
 
 def main():
-    mod = types.ModuleType("analysis.runtime.api")
+    mod = types.ModuleType("ddp_lint.analysis.runtime.api")
     mod.run_script = run_script
     mod.RunResult = RunResult
-    sys.modules["analysis.runtime.api"] = mod
-    from lsp_server.server import start
+    sys.modules["ddp_lint.analysis.runtime.api"] = mod
+    from ddp_lint.lsp_server.server import start
 
     sys.exit(start())
 

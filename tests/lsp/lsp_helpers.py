@@ -187,7 +187,7 @@ async def lsp_session(tmp_path):
         client = make_client()
         if configuration is not None:
             client._configuration = {"": configuration}
-        cmd = command or [sys.executable, "-m", "lsp_server"]
+        cmd = command or [sys.executable, "-m", "ddp_lint.lsp_server"]
         env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         await client.start_io(*cmd, env=env)

@@ -8,8 +8,8 @@ import pytest
 from lsp_helpers import apply_text_edits, edits_of, rng, seed_text, wait_publish
 from lsprotocol import types as t
 
-from analysis.engine import check_source
-from analysis.fixes import apply_edits
+from ddp_lint.analysis.engine import check_source
+from ddp_lint.analysis.fixes import apply_edits
 
 pytestmark = pytest.mark.asyncio
 
@@ -141,7 +141,7 @@ async def test_noqa_action_adds_and_extends(lsp_session):
 
 
 def cli_fix(text: str, tmp_path) -> str:
-    r = subprocess.run([sys.executable, "-m", "analysis", "check", "--fix", "--stdin-filename", "seed2.py", "-"],
+    r = subprocess.run([sys.executable, "-m", "ddp_lint", "check", "--fix", "--stdin-filename", "seed2.py", "-"],
                        input=text, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     return r.stdout
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from lsprotocol import types as t
 
-from analysis.model import Position, Range
-from lsp_server.documents import (
+from ddp_lint.analysis.model import Position, Range
+from ddp_lint.lsp_server.documents import (
     UTF8,
     UTF16,
     UTF32,
@@ -100,8 +100,8 @@ def test_incremental_line_starts_match_a_full_rescan():
 
 def test_quick_fix_titles_by_applicability():
     """Safe: preferred; unsafe: titled, not preferred; display-only: disabled, or not offered."""
-    from analysis.model import Applicability
-    from lsp_server.server import create_server
+    from ddp_lint.analysis.model import Applicability
+    from ddp_lint.lsp_server.server import create_server
 
     server = create_server()
     doc = Document("file:///x.py", "x = 1\n", 3)

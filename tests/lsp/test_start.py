@@ -56,7 +56,7 @@ def env() -> dict:
     return e
 
 
-@pytest.mark.parametrize("cmd", [[sys.executable, "-m", "analysis", "server"], [sys.executable, "-m", "lsp_server"]],
+@pytest.mark.parametrize("cmd", [[sys.executable, "-m", "ddp_lint", "server"], [sys.executable, "-m", "ddp_lint.lsp_server"]],
                          ids=["ddp-lint server", "python -m lsp_server"])
 def test_stdio(cmd):
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
@@ -81,7 +81,7 @@ def test_tcp():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "analysis", "server", "--tcp", f"127.0.0.1:{port}"],
+    p = subprocess.Popen([sys.executable, "-m", "ddp_lint", "server", "--tcp", f"127.0.0.1:{port}"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
     try:
         deadline = time.monotonic() + 30
@@ -105,6 +105,6 @@ def test_tcp():
 
 @pytest.mark.parametrize("args,msg", [(["--tcp", "localhost:http"], "HOST:PORT"), (["--log-level", "loud"], "log-level")])
 def test_bad_arguments_are_clear(args, msg):
-    r = subprocess.run([sys.executable, "-m", "analysis", "server", *args], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "ddp_lint", "server", *args], capture_output=True, text=True,
                        timeout=60, env=env(), stdin=subprocess.DEVNULL)
     assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr

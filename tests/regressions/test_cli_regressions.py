@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from analysis.cli import iter_python_files
-from analysis.config import Settings
-from analysis.io import SourceError, decode_bytes, read_source_file
+from ddp_lint.cli import iter_python_files
+from ddp_lint.analysis.config import Settings
+from ddp_lint.analysis.io import SourceError, decode_bytes, read_source_file
 from tests.conftest import EXAMPLES
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.engine import check_source
+from ddp_lint.analysis.engine import check_source
 from tests.fuzz.support import check_invariants
 
 

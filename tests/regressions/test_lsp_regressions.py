@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 class RawServer:
     def __init__(self):
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.p = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([sys.executable, "-m", "ddp_lint.lsp_server"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self.buf = b""
 
@@ -77,7 +77,7 @@ def test_request_with_malformed_params_is_answered(server, method, params):
 PROBE = r"""
 import os, signal, sys
 sys.stdout = sys.stderr
-from lsp_server.server import create_server
+from ddp_lint.lsp_server.server import create_server
 srv = create_server()
 def report(*_):
     os.write(2, b"FUTURES %d\n" % len(srv.protocol._request_futures))

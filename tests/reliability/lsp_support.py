@@ -148,7 +148,7 @@ async def start_session(client_name: str, root: Path, init_options=None, configu
     if configuration is not None:
         client._configuration = {"": configuration}
     env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    await client.start_io(*(command or [sys.executable, "-m", "lsp_server"]), env=env)
+    await client.start_io(*(command or [sys.executable, "-m", "ddp_lint.lsp_server"]), env=env)
     res = await client.initialize_session(t.InitializeParams(
         capabilities=caps(client_name), root_uri=root.as_uri(),
         workspace_folders=[t.WorkspaceFolder(uri=root.as_uri(), name="ws")],

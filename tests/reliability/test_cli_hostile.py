@@ -18,7 +18,7 @@ P2 = EXAMPLES / "seed_problem2_invalid_usage.py"
 
 def run(*args, cwd=None, input=None, timeout=60):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, cwd=cwd or ROOT,
+    return subprocess.run([sys.executable, "-m", "ddp_lint", *args], capture_output=True, cwd=cwd or ROOT,
                           input=input, env=env, timeout=timeout)
 
 
@@ -103,7 +103,7 @@ def test_fifo_does_not_hang(tmp_path):
     r = run("check", str(tmp_path), timeout=30)
     assert r.returncode == 1 and b"DDP001" in r.stdout and b"Traceback" not in r.stderr
     # and the reader itself refuses it without blocking (the language server reads files too)
-    from analysis.io import SourceError, read_source_file
+    from ddp_lint.analysis.io import SourceError, read_source_file
 
     with pytest.raises(SourceError, match="not a regular file"):
         read_source_file(str(fifo))
@@ -133,7 +133,7 @@ def test_closed_stdout_pipe(tmp_path):
     for i in range(200):
         shutil.copy(P2, tmp_path / f"f{i}.py")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "analysis", "check", str(tmp_path)], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "ddp_lint", "check", str(tmp_path)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)
     p.stdout.readline()
     p.stdout.close()  # like `ddp-lint check . | head -1`

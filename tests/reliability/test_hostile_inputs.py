@@ -13,7 +13,7 @@ import tokenize
 
 import pytest
 
-from analysis.engine import check_source
+from ddp_lint.analysis.engine import check_source
 from tests.fuzz.support import ALL, Doc, check, check_invariants, corpus_files, read
 
 SEED2 = next(p for p in corpus_files() if p.name == "seed_problem2_invalid_usage.py")

@@ -25,11 +25,11 @@ import pytest
 from hypothesis import settings as hyp_settings
 from lsprotocol import types as t
 
-from analysis.config import Settings
-from analysis.engine import check_source
-from analysis.fixes import apply_edits, fix_all
-from analysis.model import Applicability
-from analysis.noqa import add_noqa_edit
+from ddp_lint.analysis.config import Settings
+from ddp_lint.analysis.engine import check_source
+from ddp_lint.analysis.fixes import apply_edits, fix_all
+from ddp_lint.analysis.model import Applicability
+from ddp_lint.analysis.noqa import add_noqa_edit
 from tests.fuzz.support import corpus_files, parses, read
 from tests.reliability.lsp_support import (Model, answered, internal_errors, server_alive, start_session,
                                            stop_session, wait_publish)

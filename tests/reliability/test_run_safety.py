@@ -63,7 +63,7 @@ def run_dirs(tmp: Path) -> list[str]:
 
 
 def run(name: str, *args: str, timeout: float = CLEAN_TIMEOUT, **kw):
-    from analysis.runtime.api import run_script
+    from ddp_lint.analysis.runtime.api import run_script
 
     return run_script(str(SCRIPTS / name), nproc=2, timeout=timeout, emulate="off", script_args=list(args), **kw)
 
@@ -108,7 +108,7 @@ def test_argument_vector_never_a_shell(torch_run, monkeypatch, tmp_path):
     script = work / name
     script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
                       "print('RAN', dist.get_rank(), flush=True)\ndist.destroy_process_group()\n")
-    from analysis.runtime.api import run_script
+    from ddp_lint.analysis.runtime.api import run_script
 
     res = run_script(str(script), nproc=2, timeout=CLEAN_TIMEOUT, emulate="off", script_args=["$(id)", "; rm -rf /"],
                      cwd=str(work))
@@ -205,7 +205,7 @@ async def test_server_never_runs_code_unasked(tmp_path):
     finally:
         await stop_session(client)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-m", "analysis", "check", "--fix", "--unsafe-fixes", str(script)],
+    subprocess.run([sys.executable, "-m", "ddp_lint", "check", "--fix", "--unsafe-fixes", str(script)],
                    capture_output=True, env=env, timeout=60)
     assert not ran.exists(), "the file was executed without a run request"
 
@@ -285,7 +285,7 @@ def test_a_run_does_not_outlive_ddp_lint_killed_outright(tmp_path):
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmpdir))
-    cli = subprocess.Popen([sys.executable, "-m", "analysis", "run", "--nproc", "2", "--timeout", "300",
+    cli = subprocess.Popen([sys.executable, "-m", "ddp_lint", "run", "--nproc", "2", "--timeout", "300",
                             "--emulate", "off", str(SCRIPTS / "orphan_when_killed.py"), "--", marker, str(ready)],
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env=env, start_new_session=True)

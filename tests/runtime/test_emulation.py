@@ -42,13 +42,13 @@ def line_of(path: Path, needle: str) -> int:
 
 
 def run(path: Path, emulate: str = "auto", args=()):
-    from analysis.runtime.api import run_script
+    from ddp_lint.analysis.runtime.api import run_script
 
     return run_script(str(path), nproc=2, timeout=TIMEOUT, emulate=emulate, script_args=list(args))
 
 
 def gpus() -> int:
-    from analysis.runtime.api import gpu_count
+    from ddp_lint.analysis.runtime.api import gpu_count
 
     return gpu_count()
 
@@ -66,7 +66,7 @@ def assert_clean(res):
 # -- the policy (static, no torch) ----------------------------------------------------------------
 
 def test_policy_auto_emulates_nccl_scripts_without_gpus():
-    from analysis.runtime.emulate_policy import should_emulate
+    from ddp_lint.analysis.runtime.emulate_policy import should_emulate
 
     for name in ("seed_problem1_hang.py", "seed_problem2_invalid_usage.py"):
         on, why = should_emulate(str(EXAMPLES / name), 2, 0, "auto", "auto")
@@ -79,7 +79,7 @@ def test_policy_auto_emulates_nccl_scripts_without_gpus():
 
 
 def test_policy_flags_and_plain_cpu_scripts(tmp_path):
-    from analysis.runtime.emulate_policy import should_emulate
+    from ddp_lint.analysis.runtime.emulate_policy import should_emulate
 
     gloo = tmp_path / "gloo.py"
     gloo.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n")
@@ -105,14 +105,14 @@ def test_policy_flags_and_plain_cpu_scripts(tmp_path):
     ("import torch.distributed as dist\ndist.init_process_group('nccl')\nx = (\n", True, False),  # unparsable
 ])
 def test_policy_script_needs(src, nccl, cuda):
-    from analysis.runtime.emulate_policy import script_needs
+    from ddp_lint.analysis.runtime.emulate_policy import script_needs
 
     n = script_needs(src)
     assert (n.nccl, n.cuda) == (nccl, cuda), n
 
 
 def test_policy_never_imports_torch():
-    code = ("import sys; from analysis.runtime.emulate_policy import should_emulate; "
+    code = ("import sys; from ddp_lint.analysis.runtime.emulate_policy import should_emulate; "
             f"should_emulate({str(EXAMPLES / 'seed_problem1_hang.py')!r}, 2, 0); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
@@ -263,7 +263,7 @@ def test_ranks_in_different_collectives_report_the_mismatch_not_a_deadlock():
 def test_a_rank_that_ends_early_does_not_keep_the_other_in_the_device_exchange():
     _needs_torch()
     path = SCRIPTS / "rank_guard.py"
-    from analysis.runtime.api import run_script
+    from ddp_lint.analysis.runtime.api import run_script
 
     res = run_script(str(path), nproc=2, timeout=4.0, emulate="on")
     hung = [f for f in res.findings if f.range.start.line + 1 == marks(path)["gather"]]

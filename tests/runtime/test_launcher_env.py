@@ -2,7 +2,7 @@
 import json
 import os
 
-from analysis.runtime.launcher import user_env
+from ddp_lint.analysis.runtime.launcher import user_env
 
 
 def test_bundled_libraries_are_not_on_the_scripts_path(tmp_path):

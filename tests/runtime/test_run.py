@@ -43,7 +43,7 @@ def marks(path: Path) -> dict[str, int]:
 
 
 def run(name: str, timeout: float = LONG_TIMEOUT, **kw):
-    from analysis.runtime.api import run_script
+    from ddp_lint.analysis.runtime.api import run_script
 
     return run_script(str(SCRIPTS / name), nproc=2, timeout=timeout, emulate="off", **kw)
 
@@ -223,7 +223,7 @@ def test_private_temp_dir_mode_0700_and_removed():
 
 # -- the command line --------------------------------------------------------------------------
 def cli(*args, cwd=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "analysis", "run", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ddp_lint", "run", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
 
 
@@ -309,7 +309,7 @@ def test_hang_deep_in_library_code_still_lands_on_the_users_line(tmp_path):
         "if dist.get_rank() == 1:\n"
         "    libdeep.deep(150)\n"
         "dist.barrier()\n")
-    from analysis.runtime.api import run_script
+    from ddp_lint.analysis.runtime.api import run_script
 
     res = run_script(str(script), nproc=2, timeout=HANG_TIMEOUT, emulate="off", script_args=[str(lib)])
     got = sorted((f.code, line(f), f.ranks) for f in res.findings)

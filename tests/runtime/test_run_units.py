@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from analysis.runtime.launcher import BoundedOutput
-from analysis.runtime.mapping import Frame, UserCode, condense, parse_faulthandler
+from ddp_lint.analysis.runtime.launcher import BoundedOutput
+from ddp_lint.analysis.runtime.mapping import Frame, UserCode, condense, parse_faulthandler
 
 
 def test_bounded_output_keeps_head_and_tail():
@@ -71,7 +71,7 @@ def test_ranks_sharing_one_pipe_never_interleave_mid_line(tmp_path):
     import subprocess
     import sys
 
-    from analysis.runtime.launcher import SHIM_PATH
+    from ddp_lint.analysis.runtime.launcher import SHIM_PATH
 
     child = tmp_path / "child.py"
     child.write_text(
@@ -100,7 +100,7 @@ def test_log_reader_memory_stays_bounded(tmp_path):
     records of each kind)."""
     import json
 
-    from analysis.runtime.launcher import LogReader
+    from ddp_lint.analysis.runtime.launcher import LogReader
 
     def line(**rec):
         return json.dumps({"rank": 0, "t": 1.0, "pid": 1, **rec}) + "\n"
@@ -133,8 +133,8 @@ def test_a_hung_rank_without_stack_or_logged_call_is_still_reported(tmp_path):
     collective's call site (carried by the "quiet" records) places it."""
     import json
 
-    from analysis.runtime.launcher import SHIM_PATH, LogReader
-    from analysis.runtime.mapping import UserCode, analyse
+    from ddp_lint.analysis.runtime.launcher import SHIM_PATH, LogReader
+    from ddp_lint.analysis.runtime.mapping import UserCode, analyse
 
     script = tmp_path / "train.py"
     script.write_text("import torch.distributed as dist\nwhile True:\n    dist.all_reduce(t)\n")

@@ -10,7 +10,7 @@ export const MIN_PYTHON: readonly [number, number] = [3, 10];
 export type InterpreterSource = 'python-extension' | 'setting' | 'default';
 
 export interface ResolvedInterpreter {
-    /** argv prefix: `[...command, '-m', 'lsp_server']` starts the server. */
+    /** argv prefix: `[...command, '-m', 'ddp_lint.lsp_server']` starts the server. */
     command: string[];
     source: InterpreterSource;
 }
@@ -45,7 +45,7 @@ export async function resolveInterpreter(sources: InterpreterSources): Promise<R
 /** The one-line probe run before starting the server: version and the modules it needs. */
 export const PROBE_SCRIPT = [
     'import json, sys, importlib.util',
-    'mods = ("pygls", "lsprotocol", "cattrs", "lsp_server", "analysis")',
+    'mods = ("pygls", "lsprotocol", "cattrs", "ddp_lint.lsp_server", "ddp_lint.analysis")',
     'missing = []',
     'for m in mods:',
     '    try:',

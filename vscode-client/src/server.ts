@@ -1,5 +1,5 @@
 /**
- * The language client's lifecycle: resolve the interpreter, probe it, start `<python> -m lsp_server`
+ * The language client's lifecycle: resolve the interpreter, probe it, start `<python> -m ddp_lint.lsp_server`
  * over stdio with the bundled sources on PYTHONPATH, and restart it (coalesced, crash loops bounded).
  */
 import * as cp from 'child_process';
@@ -172,7 +172,7 @@ export class ServerManager implements vscode.Disposable {
         let verdict = await this.probe(interp.command, extra);
         if (!verdict.ok && verdict.kind === 'missing-modules' && verdict.probe) {
             const missing = verdict.probe.missing;
-            if (missing.includes('lsp_server') || missing.includes('analysis')) {
+            if (missing.includes('ddp_lint.lsp_server') || missing.includes('ddp_lint.analysis')) {
                 this.notifyError(`the extension is damaged: its Python sources (${missing.join(', ')}) are missing. Reinstall ddp-lint.`, 'logs');
                 return;
             }
@@ -204,7 +204,7 @@ export class ServerManager implements vscode.Disposable {
     private async startClient(command: string[], extra: string[], settings: ServerSettings, detail: string): Promise<void> {
         const serverOptions: ServerOptions = {
             command: command[0],
-            args: [...command.slice(1), '-m', 'lsp_server'],
+            args: [...command.slice(1), '-m', 'ddp_lint.lsp_server'],
             transport: TransportKind.stdio,
             options: {
                 cwd: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? this.context.extensionUri.fsPath,

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if after_dashdash is not None:
         args.script_args = list(args.script_args or []) + ["--", *after_dashdash]
     if args.version:
-        from . import __version__
+        from .analysis import __version__
 
         print(f"ddp-lint {__version__}")
         return EXIT_CLEAN
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rule":
             return cmd_rule(args)
         if args.command == "run":
-            from .runtime.cli import cmd_run  # lazy: not on the check path
+            from .analysis.runtime.cli import cmd_run  # lazy: not on the check path
 
             return cmd_run(args)
         if args.command == "server":
@@ -123,7 +123,7 @@ def _codes(s: str | None) -> list[str] | None:
 
 
 def _settings_for(args, start: Path):
-    from .config import ConfigError, load_settings, settings_from_mapping
+    from .analysis.config import ConfigError, load_settings, settings_from_mapping
 
     try:
         settings = load_settings(start, args.config)
@@ -167,7 +167,7 @@ def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]
 
 def _check_one(job):
     """Worker: (path, settings, fix_mode, unsafe) -> (path, findings, error, new_text, old_text)."""
-    from .io import SourceError, read_source_file
+    from .analysis.io import SourceError, read_source_file
 
     path, settings, fix_mode, unsafe = job
     try:
@@ -178,13 +178,13 @@ def _check_one(job):
 
 
 def _analyse_text(text, path, settings, fix_mode, unsafe):
-    from .engine import check_source
+    from .analysis.engine import check_source
 
     res = check_source(text, path, settings)
     findings = res.findings
     new_text = None
     if fix_mode and any(f.fix for f in findings):
-        from .fixes import fix_all
+        from .analysis.fixes import fix_all
 
         codes = settings.enabled_codes(path)
         last: list = [None, None]  # the last text fix_all checked, and its findings
@@ -203,7 +203,7 @@ def _analyse_text(text, path, settings, fix_mode, unsafe):
 
 
 def cmd_check(args) -> int:
-    from .output import print_findings
+    from .analysis.output import print_findings
 
     paths = args.paths or ["."]
     fix_mode = args.fix or args.diff
@@ -211,7 +211,7 @@ def cmd_check(args) -> int:
     errors: list[str] = []
     if paths == ["-"]:
         settings = _settings_for(args, Path(args.stdin_filename or ".").parent if args.stdin_filename else Path.cwd())
-        from .io import SourceError, decode_bytes
+        from .analysis.io import SourceError, decode_bytes
 
         name = args.stdin_filename or "-"
         try:
@@ -247,7 +247,7 @@ def cmd_check(args) -> int:
                 sys.stdout.writelines(difflib.unified_diff(
                     old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
     elif args.fix:
-        from .io import write_source
+        from .analysis.io import write_source
 
         for path, findings, err, new, old, sf in results:
             if new is None:
@@ -298,7 +298,7 @@ def _run_jobs(jobs, n_jobs: int):
 
 # -- rule --------------------------------------------------------------------------------------
 def cmd_rule(args) -> int:
-    from .registry import all_rules, get_rule
+    from .analysis.registry import all_rules, get_rule
 
     if args.all:
         rules = all_rules()
@@ -333,7 +333,7 @@ def _rule_json(r):
 # -- server ------------------------------------------------------------------------------------
 def cmd_server(args) -> int:
     try:
-        from lsp_server.server import start  # lazy: pygls only here
+        from .lsp_server.server import start  # lazy: pygls only here
     except ImportError as e:
         raise UsageError(f"the language server needs pygls and lsprotocol: {e}") from None
     tcp = None
