@@ -11,6 +11,50 @@ def _loc(pos) -> dict:
     return {"row": pos.line + 1, "column": pos.column + 1}
 
 
+EMULATED_SUFFIX = " (emulated on CPU)"
+
+
+def is_runtime(f: Finding) -> bool:
+    """A ``ddp-lint run`` finding (DDP9xx): it carries ranks, emulation and details."""
+    from .registry import get_rule
+
+    rule = get_rule(f.code)
+    return (not rule.static) if rule is not None else f.code.upper().startswith("DDP9")
+
+
+def ranks_suffix(ranks) -> str:
+    """`` [rank 1]`` / `` [ranks 0, 1]``; empty for no ranks."""
+    if not ranks:
+        return ""
+    return f" [{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(str(r) for r in ranks)}]"
+
+
+def display_message(f: Finding, *, ranks: bool = True) -> str:
+    """The one place a finding's message is assembled for people (CLI text, JSON, the editor).
+    Static findings: the message. Runtime findings add, from their fields: the static rule that
+    explains them, whether the run was emulated, and (``ranks``) the ranks."""
+    msg = f.message
+    if not is_runtime(f):
+        return msg
+    details = f.details if isinstance(f.details, dict) else {}
+    rule = details.get("static_rule")
+    if rule:
+        msg += f" (see {rule})"
+    if f.emulated:
+        msg += EMULATED_SUFFIX
+    if ranks:
+        msg += ranks_suffix(f.ranks)
+    return msg
+
+
+def related_message(r) -> str:
+    """A related location's message; its ranks are added unless the text already names them
+    (the runtime's own related messages start with their rank list)."""
+    if r.ranks and "rank" not in r.message.lower():
+        return r.message + ranks_suffix(r.ranks)
+    return r.message
+
+
 def finding_to_json(f: Finding) -> dict:
     fix = None
     if f.fix is not None:
@@ -22,9 +66,9 @@ def finding_to_json(f: Finding) -> dict:
                 for e in f.fix.edits
             ],
         }
-    return {
+    out = {
         "code": f.code,
-        "message": f.message,
+        "message": display_message(f, ranks=False),
         "filename": f.filename,
         "location": _loc(f.range.start),
         "end_location": _loc(f.range.end),
@@ -38,11 +82,16 @@ def finding_to_json(f: Finding) -> dict:
             for r in f.related
         ],
     }
+    if is_runtime(f):  # ranks are fields here, not text
+        out.update({"name": f.name, "ranks": list(f.ranks), "emulated": f.emulated, "details": f.details})
+        for rj, r in zip(out["related"], f.related):
+            rj["ranks"] = list(r.ranks)
+    return out
 
 
 def format_text_line(f: Finding) -> str:
     mark = " [*]" if f.fix is not None and f.fix.applicability is not Applicability.DISPLAY_ONLY else ""
-    return f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code}{mark} {f.message}"
+    return f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code}{mark} {display_message(f)}"
 
 
 def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quiet: bool = False,

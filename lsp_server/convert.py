@@ -8,7 +8,7 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types as t
 
 from ..analysis.model import Applicability, Finding, Severity
-
+from ..analysis.output import display_message, related_message
 from .documents import Document, shift_range
 
 SOURCE = "ddp-lint"
@@ -57,13 +57,7 @@ def shift_finding(f: Finding, ch) -> Finding | None:
 
 
 def runtime_message(f: Finding) -> str:
-    msg = f.message
-    if f.ranks and "rank" not in msg.lower():
-        rs = ", ".join(str(r) for r in f.ranks)
-        msg += f" [rank{'s' if len(f.ranks) > 1 else ''} {rs}]"
-    if f.emulated and "emulated" not in msg.lower():
-        msg += " (emulated on CPU)"
-    return msg
+    return display_message(f)
 
 
 def to_diagnostic(f: Finding, doc: Document, enc, *, runtime: bool = False, with_fix: bool = False,
@@ -91,9 +85,7 @@ def to_diagnostic(f: Finding, doc: Document, enc, *, runtime: bool = False, with
                 rdoc = lines_of(rel.filename) if lines_of else None
                 ruri = path_to_uri(rel.filename)
             rng = rdoc.range_to_client(rel.range, enc) if rdoc is not None else _naive(rel.range)
-            msg = rel.message
-            if rel.ranks and "rank" not in msg.lower():
-                msg += f" [rank{'s' if len(rel.ranks) > 1 else ''} {', '.join(map(str, rel.ranks))}]"
+            msg = related_message(rel) if runtime else rel.message
             related.append(t.DiagnosticRelatedInformation(location=t.Location(uri=ruri, range=rng), message=msg))
     return t.Diagnostic(
         range=doc.range_to_client(f.range, enc),

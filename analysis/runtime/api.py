@@ -17,7 +17,8 @@ from typing import Callable
 
 from ..model import Finding
 from . import launcher
-from .mapping import UserCode, analyse
+from .findings import analyse
+from .states import UserCode
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_CANCELLED = 0, 1, 2, 130
 

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 
-from ..model import Finding
+from ..output import display_message, finding_to_json, related_message
 from .api import EXIT_CANCELLED, EXIT_ERROR, RunResult, run_script
 
 _OWN_OPTS = {"--nproc": int, "--timeout": float, "--backend": str, "--emulate": str, "--python": str,
@@ -47,29 +47,6 @@ def _split_args(args) -> list[str]:
     return script_args
 
 
-def _loc(fr_range_pos) -> dict:
-    return {"row": fr_range_pos.line + 1, "column": fr_range_pos.column + 1}
-
-
-def finding_json(f: Finding) -> dict:
-    return {
-        "code": f.code,
-        "name": f.name,
-        "message": f.message,
-        "severity": f.severity.value,
-        "filename": f.filename,
-        "location": _loc(f.range.start),
-        "end_location": _loc(f.range.end),
-        "ranks": list(f.ranks),
-        "related": [{"filename": r.filename or f.filename, "location": _loc(r.range.start),
-                     "end_location": _loc(r.range.end), "ranks": list(r.ranks), "message": r.message}
-                    for r in f.related],
-        "emulated": f.emulated,
-        "url": f.url,
-        "details": f.details,
-    }
-
-
 def _rel(path: str | None) -> str:
     if not path:
         return "?"
@@ -95,10 +72,9 @@ def format_text(res: RunResult) -> str:
     if res.findings:
         out.append("")
     for f in res.findings:
-        ranks = f" [{'rank' if len(f.ranks) == 1 else 'ranks'} {', '.join(map(str, f.ranks))}]" if f.ranks else ""
-        out.append(f"{_rel(f.filename)}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}{ranks}")
+        out.append(f"{_rel(f.filename)}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {display_message(f)}")
         for r in f.related:
-            out.append(f"    {_rel(r.filename or f.filename)}:{r.range.start.line + 1}:{r.range.start.column + 1}: {r.message}")
+            out.append(f"    {_rel(r.filename or f.filename)}:{r.range.start.line + 1}:{r.range.start.column + 1}: {related_message(r)}")
         hint = f.details.get("hint") if isinstance(f.details, dict) else None
         if hint:
             out.append(f"    hint: {hint}")
@@ -157,7 +133,7 @@ def cmd_run(args) -> int:
     if text_mode:
         sys.stdout.write(format_text(res))
     else:
-        sys.stdout.write(json.dumps([finding_json(f) for f in res.findings], indent=2, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.write(json.dumps([finding_to_json(f) for f in res.findings], indent=2, ensure_ascii=False, default=str) + "\n")
         for n in res.notes:
             print(f"note: {n}", file=sys.stderr)
     sys.stdout.flush()

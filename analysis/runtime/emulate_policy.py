@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from ..engine import parse
 from ..io import SourceError, read_source
-from ..rules._common import backend_mentions_nccl
 from ..semantic import Semantic, get_arg
+from ..torch_api import backend_mentions_nccl
 
 MODES = ("auto", "on", "off")
 

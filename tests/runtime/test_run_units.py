@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 
 from ddp_lint.analysis.runtime.launcher import BoundedOutput
-from ddp_lint.analysis.runtime.mapping import Frame, UserCode, condense, parse_faulthandler
+from ddp_lint.analysis.runtime.findings import condense
+from ddp_lint.analysis.runtime.states import Frame, UserCode, parse_faulthandler
 
 
 def test_bounded_output_keeps_head_and_tail():
@@ -100,7 +101,7 @@ def test_log_reader_memory_stays_bounded(tmp_path):
     records of each kind)."""
     import json
 
-    from ddp_lint.analysis.runtime.launcher import LogReader
+    from ddp_lint.analysis.runtime.logs import LogReader
 
     def line(**rec):
         return json.dumps({"rank": 0, "t": 1.0, "pid": 1, **rec}) + "\n"
@@ -133,8 +134,10 @@ def test_a_hung_rank_without_stack_or_logged_call_is_still_reported(tmp_path):
     collective's call site (carried by the "quiet" records) places it."""
     import json
 
-    from ddp_lint.analysis.runtime.launcher import SHIM_PATH, LogReader
-    from ddp_lint.analysis.runtime.mapping import UserCode, analyse
+    from ddp_lint.analysis.runtime.launcher import SHIM_PATH
+    from ddp_lint.analysis.runtime.logs import LogReader
+    from ddp_lint.analysis.runtime.findings import analyse
+    from ddp_lint.analysis.runtime.states import UserCode
 
     script = tmp_path / "train.py"
     script.write_text("import torch.distributed as dist\nwhile True:\n    dist.all_reduce(t)\n")
@@ -151,3 +154,40 @@ def test_a_hung_rank_without_stack_or_logged_call_is_still_reported(tmp_path):
     a = analyse(reader.ranks, user=UserCode([str(tmp_path)], [], SHIM_PATH), timed_out=True, timeout=3.0,
                 emulated=False)
     assert [(f.code, f.range.start.line + 1, f.ranks) for f in a.findings] == [("DDP903", 3, (0, 1))]
+
+
+def test_runtime_message_is_assembled_once_from_fields():
+    """One formatter (analysis/output.py) serves the CLI text, the JSON and the editor: the finding's
+    message holds only the text; see-rule, emulation and ranks come from its fields."""
+    from ddp_lint.analysis.model import Finding, Range, Related, Severity
+    from ddp_lint.analysis.output import display_message, finding_to_json, related_message
+    from ddp_lint.analysis.runtime.findings import rule_meta
+
+    name, url = rule_meta("DDP903")
+    assert name == "hang" and url.endswith("DDP903.md")
+    f = Finding("DDP903", name, "rank 1 hangs in barrier() here", Severity.ERROR, Range.of(2, 0, 2, 5), "/x/a.py",
+                (Related(Range.of(4, 0, 4, 1), "waiting here", "/x/a.py", (0,)),), None, url, (1,), True,
+                {"static_rule": "DDP001"})
+    assert display_message(f) == "rank 1 hangs in barrier() here (see DDP001) (emulated on CPU) [rank 1]"
+    j = finding_to_json(f)
+    assert j["message"] == "rank 1 hangs in barrier() here (see DDP001) (emulated on CPU)"
+    assert j["ranks"] == [1] and j["emulated"] is True and j["name"] == "hang" and j["related"][0]["ranks"] == [0]
+    assert related_message(f.related[0]) == "waiting here [rank 0]"
+    static = Finding("DDP001", "x", "plain", Severity.ERROR, Range.of(0, 0, 0, 1), "/x/a.py")
+    assert display_message(static) == "plain" and "ranks" not in finding_to_json(static)
+
+
+def test_runtime_sources_stay_small_and_the_shim_parts_stay_standalone():
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "analysis"
+    for p in root.rglob("*.py"):
+        assert len(p.read_text().splitlines()) <= 900, p
+    for name in ("shim.py", "shim_emulation.py", "shim_emulation_dist.py"):
+        tree = ast.parse((root / "runtime" / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0 and not (node.module or "").startswith("ddp_lint"), (name, node.module)
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("ddp_lint") for a in node.names), name

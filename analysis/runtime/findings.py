@@ -1,0 +1,408 @@
+"""Turn the ranks' states into findings on the user's lines: DDP901-DDP904 (plus the emulation's
+DDP905), merged across ranks, root cause first.
+
+One function per finding kind (device clash, mismatch, failure, early exit, hang), in that order,
+each over a :class:`Builder` that knows the run's states, the sources and the ranks already
+explained by an earlier kind. Names and URLs come from the rule registry (rules/ddp90x_*.py); the
+message shown to the user (rank lists, "(emulated on CPU)", "(see DDPxxx)") is assembled once, by
+analysis/output.py, from the finding's fields.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass
+
+from ..model import Finding, Range, Related, Severity
+from ..registry import get_rule
+from .states import (
+    _MISMATCH_RE,
+    _TIMEOUT_RE,
+    Frame,
+    RankState,
+    UserCode,
+    _is_emulated,
+    build_states,
+)
+
+
+# -- messages ----------------------------------------------------------------------------------
+def condense(exc_type: str, message: str, limit: int = 300) -> str:
+    """One line: ``Type: reason``. NCCL errors are reduced to their reason."""
+    msg = (message or "").strip()
+    m = re.search(r"NCCL error in: [^,\n]*,\s*([^\n(]+?)\s*(\(run with NCCL_DEBUG[^)]*\))?,?\s*(NCCL version [^\n]*)?(\n|$)", msg)
+    if m:
+        reason = m.group(1).strip().rstrip(",")
+        last = re.search(r"Last error:\s*\n?\s*(.+)", msg)
+        if last:
+            reason = f"{reason}: {last.group(1).strip()}"
+        msg = f"NCCL {reason}"
+    else:
+        if _MISMATCH_RE.search(msg):
+            msg = msg.split(".")[0]
+        lines = [ln for ln in msg.splitlines() if ln.strip()]
+        msg = lines[0].strip() if lines else ""
+        msg = re.sub(r"\[[^\]]*\.(cpp|cc|h|hpp):\d+\]\s*", "", msg)  # C++ source locations
+    if len(msg) > limit:
+        msg = msg[: limit - 1] + "…"
+    return f"{exc_type}: {msg}" if msg else exc_type
+
+
+def rank_list(ranks) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def _is_are(ranks) -> str:
+    return "is" if len(ranks) == 1 else "are"
+
+
+def _where(fr: Frame | None, primary: Frame | None) -> str:
+    if fr is None:
+        return "at an unknown line"
+    if primary is not None and fr.file == primary.file:
+        return f"at line {fr.line}"
+    return f"at {os.path.basename(fr.file)}:{fr.line}"
+
+
+# -- ranges ------------------------------------------------------------------------------------
+class Sources:
+    def __init__(self):
+        self._cache: dict[str, list[str] | None] = {}
+
+    def lines(self, path: str) -> list[str] | None:
+        if path not in self._cache:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    self._cache[path] = f.read().splitlines()
+            except OSError:
+                self._cache[path] = None
+        return self._cache[path]
+
+    def range_of(self, fr: Frame) -> Range:
+        line0 = max(fr.line - 1, 0)
+        lines = self.lines(fr.file)
+        text = lines[line0] if lines is not None and line0 < len(lines) else None
+        if text is None:
+            return Range.of(line0, 0, line0, 0)
+        if fr.col is not None and fr.end_col is not None and (fr.end_line in (None, fr.line)):
+            # traceback columns are UTF-8 byte offsets
+            b = text.encode("utf-8")
+            sc = len(b[: fr.col].decode("utf-8", "ignore"))
+            ec = len(b[: fr.end_col].decode("utf-8", "ignore"))
+            if ec > sc:
+                return Range.of(line0, sc, line0, ec)
+        start = len(text) - len(text.lstrip())
+        end = len(text.rstrip())
+        if end <= start:
+            return Range.of(line0, 0, line0, len(text))
+        return Range.of(line0, start, line0, end)
+
+    def under_rank_guard(self, fr: Frame | None) -> bool:
+        if fr is None:
+            return False
+        lines = self.lines(fr.file)
+        if lines is None:
+            return False
+        try:
+            tree = ast.parse("\n".join(lines))
+        except (SyntaxError, ValueError, RecursionError):
+            return False
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.If, ast.IfExp)) and node.lineno < fr.line <= (node.end_lineno or 0):
+                try:
+                    test = ast.unparse(node.test)
+                except Exception:
+                    continue
+                if re.search(r"rank", test, re.I):
+                    return True
+        return False
+
+
+# -- findings ----------------------------------------------------------------------------------
+@dataclass
+class Analysis:
+    findings: list[Finding]
+    states: dict[int, RankState]
+    notes: list[str]
+
+
+def rule_meta(code: str) -> tuple[str, str | None]:
+    """(name, docs URL) of a runtime code, from the rule registry (rules/ddp90x_*.py)."""
+    rule = get_rule(code)
+    if rule is None:
+        return code.lower(), None
+    return rule.name, rule.url()
+
+
+class Builder:
+    """What every finding kind needs: the states, the sources, the findings so far (with their
+    times, for root-cause-first order) and the ranks an earlier kind already explained."""
+
+    def __init__(self, ranks: dict, states: dict[int, RankState], *, emulated: bool, timed_out: bool,
+                 timeout: float):
+        self.ranks = ranks
+        self.states = states
+        self.src = Sources()
+        self.emulated = emulated
+        self.timed_out = timed_out
+        self.timeout = timeout
+        self.items: list[tuple[float, int, Finding]] = []  # (time, order, finding)
+        self.explained: set[int] = set()
+        self.end_t = max((rd.last_t for rd in ranks.values()), default=0.0) + 1.0
+        self.waiting = {r: s for r, s in states.items() if s.waiting and s.op_site is not None}
+
+    def t_of(self, rs) -> float:
+        return min(self.states[r].t or self.end_t for r in rs)
+
+    def add(self, t, f: Finding) -> None:
+        if self.emulated:
+            f.emulated = True
+        self.items.append((t if t is not None else self.end_t, len(self.items), f))
+
+    def finding(self, code, fr: Frame, message, ranks_, related=(), details=None,
+                severity=Severity.ERROR) -> Finding:
+        name, url = rule_meta(code)
+        return Finding(
+            code=code, name=name, message=message, severity=severity,
+            range=self.src.range_of(fr), filename=os.path.abspath(fr.file), related=tuple(related),
+            url=url, ranks=tuple(sorted(ranks_)), details=details or {},
+        )
+
+    def rel(self, fr: Frame, msg: str, ranks_) -> Related:
+        return Related(range=self.src.range_of(fr), message=msg, filename=os.path.abspath(fr.file),
+                       ranks=tuple(sorted(ranks_)))
+
+    def waiting_related(self, exclude: set[int], primary: Frame | None):
+        groups: dict[tuple, list[int]] = {}
+        for r, s in self.waiting.items():
+            if r in exclude:
+                continue
+            groups.setdefault((s.op, s.op_site), []).append(r)
+        out, texts = [], []
+        for (op, fr), rs in sorted(groups.items(), key=lambda kv: min(kv[1])):
+            out.append(self.rel(fr, f"{rank_list(rs)} {_is_are(rs)} waiting in {op}() here", rs))
+            texts.append(f"{rank_list(rs)} {_is_are(rs)} waiting in {op}() {_where(fr, primary)}")
+        return out, texts
+
+    def result(self) -> Analysis:
+        self.items.sort(key=lambda x: (x[0], x[1]))
+        notes: list[str] = []
+        for s in self.states.values():
+            for n in s.notes:
+                if n not in notes:
+                    notes.append(n)
+        return Analysis([f for _, _, f in self.items], self.states, notes)
+
+
+def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emulated: bool,
+            output: str = "") -> Analysis:
+    b = Builder(ranks, build_states(ranks, user, output), emulated=emulated, timed_out=timed_out,
+                timeout=timeout)
+    for kind in (device_clashes, mismatches, failures, early_exits, hangs):
+        kind(b)
+    return b.result()
+
+
+def device_clashes(b: Builder) -> None:
+    """Emulated NCCL errors (DDP905 and whatever code the emulation sets)."""
+    states = b.states
+    groups: dict[tuple, list[int]] = {}
+    for r, s in states.items():
+        if s.status == "exception" and _is_emulated(s.exception) and s.site is not None:
+            extra = s.exception.get("extra") or {}
+            code = str(extra.get("code") or "DDP905")
+            msg = s.exception.get("message") or s.exception.get("type")
+            msg = msg.strip().splitlines()[0] if msg.strip() else "emulated NCCL error"
+            groups.setdefault((code, s.site, msg), []).append(r)
+    for (code, fr, msg), rs in groups.items():
+        inits: dict[Frame, list[int]] = {}
+        for r in rs:
+            f0 = Frame.of(states[r].init)
+            if f0 is not None:
+                inits.setdefault(f0, []).append(r)
+        related = [b.rel(f0, f"process group initialised here ({rank_list(irs)})", irs) for f0, irs in inits.items()]
+        details = {"tracebacks": {str(r): states[r].exception.get("text", "") for r in rs},
+                   "exception": states[rs[0]].exception.get("type")}
+        hint = _hint(code, states[rs[0]], b.src)
+        if hint:
+            details["hint"], details["static_rule"] = hint
+        extra = states[rs[0]].exception.get("extra") or {}
+        details.update({k: v for k, v in extra.items() if k != "code"})
+        f = b.finding(code, fr, msg, rs, related, details)
+        f.emulated = True
+        b.add(b.t_of(rs), f)
+        b.explained.update(rs)
+
+
+def mismatches(b: Builder) -> None:
+    """Ranks in different collectives (DETAIL reports it, or the log shows it): DDP902."""
+    states = b.states
+    in_coll = {r: s for r, s in states.items() if r not in b.explained and s.op is not None and s.op_site is not None
+               and (s.waiting or (s.status == "exception" and (
+                   _MISMATCH_RE.search((s.exception or {}).get("message") or "") or s.op_raised is not None
+                   and _MISMATCH_RE.search(s.op_raised))))}
+    detail_mismatch = any(_MISMATCH_RE.search((s.exception or {}).get("message") or "") for s in in_coll.values())
+    by_op: dict[tuple, list[int]] = {}
+    for r, s in in_coll.items():
+        by_op.setdefault((s.op, s.op_site), []).append(r)
+    ops = {op for op, _ in by_op}
+    if not (len(ops) > 1 or (detail_mismatch and len(by_op) > 1)):
+        return
+    ordered = sorted(by_op.items(), key=lambda kv: (len(kv[1]), kv[0][1].file, kv[0][1].line))
+    (pop, pfr), prs = ordered[0]
+    others = ordered[1:]
+    parts = [f"{rank_list(prs)} {_is_are(prs)} in {pop}() here"]
+    related = []
+    for (op, fr), rs in others:
+        parts.append(f"{rank_list(rs)} {_is_are(rs)} in {op}() {_where(fr, pfr)}")
+        related.append(b.rel(fr, f"{rank_list(rs)} {_is_are(rs)} in {op}() here", rs))
+    all_rs = [r for _, rs in ordered for r in rs]
+    hint = None
+    if b.src.under_rank_guard(pfr):
+        hint = (f"{pop}() runs under a rank condition, so only some ranks call it: every rank must call "
+                "the same collectives in the same order (static rule DDP104)")
+    details = {"ops": {str(r): states[r].op for r in all_rs}, "hint": hint, "static_rule": "DDP104" if hint else None}
+    errs = {str(r): (states[r].exception or {}).get("message") for r in all_rs if states[r].exception}
+    if errs:
+        details["errors"] = errs
+    if detail_mismatch:
+        details["detected_by"] = "TORCH_DISTRIBUTED_DEBUG=DETAIL"
+    t = min((states[r].t for r in all_rs if states[r].t), default=None)
+    b.add(t, b.finding("DDP902", pfr, ", ".join(parts), all_rs, related, details))
+    b.explained.update(all_rs)
+
+
+def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
+    groups: dict[tuple, list[int]] = {}
+    for r, s in b.states.items():
+        if r in b.explained or s.site is None:
+            continue
+        if s.status == "exception" and not s.consequential:
+            ex = s.exception or {}
+            groups.setdefault(("exc", condense(ex.get("type", "Exception"), ex.get("message", "")), s.site), []).append(r)
+        elif s.status == "crashed":
+            groups.setdefault(("crash", f"crashed: {s.fatal}", s.site), []).append(r)
+        elif s.status == "exited" and s.exit_code not in (0, None) and not b.waiting:
+            msg = f"exited with status {s.exit_code} ({s.via})"
+            groups.setdefault(("exit", msg, s.site), []).append(r)
+        elif s.status == "killed" and (s.exit_code or 0) != 0:
+            sig = ""
+            if s.exit_code is not None and s.exit_code < 0:
+                try:
+                    import signal as _signal
+
+                    sig = f", killed by {_signal.Signals(-s.exit_code).name}"
+                except ValueError:
+                    pass
+            groups.setdefault(("killed", f"ended without a Python traceback (exit code {s.exit_code}{sig})", s.site), []).append(r)
+    return groups
+
+
+def failures(b: Builder) -> None:
+    """Rank exceptions and crashes (root causes), each with the ranks that waited for it: DDP901."""
+    states = b.states
+    groups = _failure_groups(b)
+    for (kind, msg, fr), rs in sorted(groups.items(), key=lambda kv: b.t_of(kv[1])):
+        rel_list, texts = b.waiting_related(set(rs), fr)
+        s0 = states[rs[0]]
+        in_op = f" in {s0.op}()" if s0.op and s0.op_site is not None and s0.op_site.line == fr.line else ""
+        message = f"{rank_list(rs)}: {msg}{in_op}"
+        if texts:
+            message += "; " + "; ".join(texts)
+        details = {"kind": kind}
+        if kind == "exc":
+            details["exception"] = (s0.exception or {}).get("type")
+            details["tracebacks"] = {str(r): (states[r].exception or {}).get("text", "") for r in rs}
+        elif kind == "crash":
+            details["stacks"] = {str(r): b.ranks[r].stack_fatal for r in rs}
+        hint = _hint("DDP901", s0, b.src)
+        if hint:
+            details["hint"] = hint[0]
+            details["static_rule"] = hint[1]
+        b.add(b.t_of(rs), b.finding("DDP901", fr, message, rs, rel_list, details))
+        b.explained.update(rs)
+        b.explained.update(r for r in b.waiting if r not in rs)
+
+
+def early_exits(b: Builder) -> None:
+    """A rank exited while others still wait for it: DDP904."""
+    exited = {r: s for r, s in b.states.items()
+              if r not in b.explained and s.status in ("exited", "ok") and s.site is not None}
+    if not (b.waiting and exited):
+        return
+    for r, s in sorted(exited.items()):
+        rel_list, texts = b.waiting_related({r}, s.site)
+        if not texts:
+            continue
+        how = {"return": "finished the script", "SystemExit": "called sys.exit", "os._exit": "called os._exit"}.get(s.via or "", "exited")
+        where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
+        message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
+        details = {"exit_code": s.exit_code, "via": s.via,
+                   "hint": "every rank must take part in every collective; a rank that leaves early "
+                           "makes the others wait until the timeout"}
+        b.add(s.t, b.finding("DDP904", s.site, message, [r], rel_list, details))
+        b.explained.add(r)
+    b.explained.update(b.waiting)
+
+
+def hangs(b: Builder) -> None:
+    """Ranks still blocked when the timeout fired: DDP903."""
+    states, timeout = b.states, b.timeout
+    hung = {r: s for r, s in states.items() if r not in b.explained and s.status == "hung"}
+    hung.update({r: s for r, s in states.items() if r not in b.explained and s.consequential
+                 and _TIMEOUT_RE.search((s.exception or {}).get("message") or "")})
+    if not (hung and (b.timed_out or any(s.consequential for s in hung.values()))):
+        return
+    locs: dict[tuple, list[int]] = {}
+    for r, s in hung.items():
+        fr = s.op_site if s.op else s.site
+        if fr is None:
+            continue
+        locs.setdefault((s.op, fr), []).append(r)
+    # ranks outside any collective first: they are what the others wait for
+    ordered = sorted(locs.items(), key=lambda kv: (kv[0][0] is not None, min(kv[1])))
+    for i, ((op, fr), rs) in enumerate(ordered):
+        others = [kv for j, kv in enumerate(ordered) if j != i]
+        related = []
+        texts = []
+        for (oop, ofr), ors in others:
+            what = f"waits in {oop}()" if oop else "is still running outside any collective"
+            if len(ors) > 1:
+                what = what.replace("waits", "wait").replace("is still", "are still")
+            related.append(b.rel(ofr, f"{rank_list(ors)} {what} here", ors))
+            texts.append(f"{rank_list(ors)} {what} {_where(ofr, fr)}")
+        if op is None:
+            fn = fr.function if fr.function and fr.function != "<module>" else None
+            message = (f"{rank_list(rs)} {_is_are(rs)} still running here"
+                       f"{f' (in {fn}())' if fn else ''}, outside any collective, after the {timeout:g} s timeout")
+        else:
+            message = f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op}() here: no progress within the {timeout:g} s timeout"
+        if texts:
+            message += "; " + "; ".join(texts)
+        details = {"timeout": timeout,
+                   "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term for r in rs},
+                   "state": "running" if op is None else "in-collective"}
+        if op is not None and not others:
+            nccl = any(str((states[r].init or {}).get("backend", "")).lower().find("nccl") >= 0 for r in rs)
+            if nccl:
+                details["hint"] = ("all ranks wait in the same collective: ranks that share one GPU (no "
+                                   "torch.cuda.set_device(local_rank)) hang like this (static rule DDP001)")
+                details["static_rule"] = "DDP001"
+        b.add(None, b.finding("DDP903", fr, message, rs, related, details))
+    b.explained.update(hung)
+
+
+def _hint(code: str, st: RankState, src: Sources):
+    """(hint text, static rule code) linking a runtime failure to the static rule that explains it."""
+    if code == "DDP905":
+        return ("each rank needs its own GPU: call torch.cuda.set_device(local_rank) right after "
+                "init_process_group (static rule DDP001)", "DDP001")
+    ex = st.exception or {}
+    text = (ex.get("text") or "") + " " + (st.op or "")
+    if ex.get("type") == "IndexError" and re.search(r"all_gather_object|gather_object|all_gather\b|gather\b", text):
+        return ("the output list must have one slot per rank (dist.get_world_size()) (static rule DDP101)", "DDP101")
+    if "NCCL" in (ex.get("message") or "") and re.search(r"invalid usage|Duplicate GPU|same GPU", ex.get("message") or "", re.I):
+        return ("two ranks use the same GPU: call torch.cuda.set_device(local_rank) (static rule DDP001)", "DDP001")
+    return None

@@ -1,0 +1,142 @@
+"""The per-rank records of one run: the JSON-lines logs the shim writes (rank-<RANK>.jsonl, see
+shim.py's header) and its stack dumps, read incrementally while the run goes on."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+
+# -- rank logs ---------------------------------------------------------------------------------
+@dataclass
+class RankData:
+    rank: int
+    events: list[dict] = field(default_factory=list)
+    stack_usr1: str = ""
+    stack_term: str = ""
+    stack_fatal: str = ""
+    stack_py: dict | None = None  # full-depth Python stacks (SIGUSR2), when the rank could answer
+    hung: bool = False  # alive when the run was stopped (asked for its stack)
+    pending: dict = field(default_factory=dict)  # seq -> call event of collectives not yet returned
+    raised: dict = field(default_factory=dict)  # seq -> (call event, error) of collectives that raised
+    last_site: dict | None = None  # call site of the latest collective seen (logged or "quiet")
+    last_t: float = 0.0  # time of the latest record
+    end_event: dict | None = None  # the rank's exception or exit record
+    dropped: int = 0  # records not kept (past MAX_EVENTS)
+    _logged_returns: int = 0
+    _quiet: int = 0
+    _kinds: set = field(default_factory=set)
+    _offset: int = 0
+    _partial: bytes = b""
+
+    @property
+    def completed(self) -> int:
+        """Collectives that returned: the logged ones plus the shim's "quiet" count."""
+        return self._logged_returns + self._quiet
+
+    def first(self, kind: str) -> dict | None:
+        return next((e for e in self.events if e.get("kind") == kind), None)
+
+    def last(self, kind: str) -> dict | None:
+        return next((e for e in reversed(self.events) if e.get("kind") == kind), None)
+
+    @property
+    def pid(self) -> int | None:
+        s = self.first("start")
+        return s.get("pid") if s else None
+
+    @property
+    def ended(self) -> bool:
+        return self.end_event is not None
+
+
+class LogReader:
+    """Reads the per-rank logs incrementally while the run is alive. Memory stays bounded however
+    long the run: a collective that returned is only counted, and ``events`` keeps every other
+    record up to MAX_EVENTS (then the first of each kind and the rank's last word)."""
+
+    MAX_EVENTS = 5000
+    MAX_RAISED = 256
+
+    def __init__(self, log_dir: str, nproc: int):
+        self.dir = log_dir
+        self.ranks = {r: RankData(r) for r in range(nproc)}
+
+    def poll(self) -> list[dict]:
+        new = []
+        for r, rd in self.ranks.items():
+            path = os.path.join(self.dir, f"rank-{r}.jsonl")
+            try:
+                with open(path, "rb") as f:
+                    f.seek(rd._offset)
+                    data = f.read()
+            except OSError:
+                continue
+            if not data:
+                continue
+            rd._offset += len(data)
+            data = rd._partial + data
+            lines = data.split(b"\n")
+            rd._partial = lines.pop()
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(ev, dict):
+                    self._take(rd, ev)
+                    new.append(ev)
+        return new
+
+    def _take(self, rd: RankData, ev: dict) -> None:
+        k = ev.get("kind")
+        t = ev.get("t")
+        if isinstance(t, (int, float)) and t > rd.last_t:
+            rd.last_t = float(t)
+        if k == "call":
+            rd.pending[ev.get("seq")] = ev
+            rd.last_site = ev
+            return
+        if k == "return":
+            if rd.pending.pop(ev.get("seq"), None) is not None:
+                rd._logged_returns += 1
+            return
+        if k == "raise":
+            call = rd.pending.pop(ev.get("seq"), None)
+            if call is not None:
+                rd.raised[ev.get("seq")] = (call, ev.get("error") or "")
+                while len(rd.raised) > self.MAX_RAISED:
+                    rd.raised.pop(next(iter(rd.raised)))
+            return
+        if k == "quiet":
+            n = ev.get("completed")
+            if isinstance(n, int) and n > rd._quiet:
+                rd._quiet = n
+            if isinstance(ev.get("site"), dict):
+                rd.last_site = ev["site"]
+            return
+        if k in ("exception", "exit") and rd.end_event is None:
+            rd.end_event = ev
+        if len(rd.events) >= self.MAX_EVENTS and k not in ("exception", "exit") and k in rd._kinds:
+            rd.dropped += 1
+            return
+        rd._kinds.add(k)
+        rd.events.append(ev)
+
+    def read_stacks(self) -> None:
+        for r, rd in self.ranks.items():
+            for kind in ("usr1", "term", "fatal"):
+                try:
+                    with open(os.path.join(self.dir, f"stack-{r}.{kind}"), "rb") as f:
+                        txt = f.read(4 * 1024 * 1024).decode("utf-8", "replace")
+                except OSError:
+                    txt = ""
+                setattr(rd, f"stack_{kind}", txt)
+            try:
+                with open(os.path.join(self.dir, f"stack-{r}.py"), "rb") as f:
+                    data = json.loads(f.read(16 * 1024 * 1024))
+                rd.stack_py = data if isinstance(data, dict) else None
+            except (OSError, ValueError):
+                rd.stack_py = None

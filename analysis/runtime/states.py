@@ -1,0 +1,309 @@
+"""Per-rank states: what each rank of a run did and where it ended, from its log and stack dumps.
+
+Input: the per-rank records of analysis/runtime/logs.py (events written by shim.py and the
+faulthandler dumps). Output: one :class:`RankState` per rank (status, site, the collective it was
+in), which analysis/runtime/findings.py turns into findings.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+
+# -- frames and stacks -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str = ""
+    end_line: int | None = None
+    col: int | None = None  # 0-based, as Python's traceback reports it
+    end_col: int | None = None
+
+    @staticmethod
+    def of(d: dict | None) -> "Frame | None":
+        if not d or not d.get("file") or not isinstance(d.get("line"), int):
+            return None
+        return Frame(d["file"], d["line"], d.get("function") or "", d.get("end_line"), d.get("col"), d.get("end_col"))
+
+
+_THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
+_FRAME_RE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_faulthandler(text: str) -> tuple[dict[int, list[Frame]], int | None]:
+    """{thread id: frames, innermost first} and the id of the thread that took the signal."""
+    threads: dict[int, list[Frame]] = {}
+    current = None
+    cur: list[Frame] | None = None
+    for line in text.splitlines():
+        m = _THREAD_RE.match(line)
+        if m:
+            tid = int(m.group(2), 16)
+            cur = threads[tid] = []  # a later dump of the same thread replaces an earlier one
+            if m.group(1) == "Current thread":
+                current = tid
+            continue
+        m = _FRAME_RE.match(line)
+        if m and cur is not None:
+            cur.append(Frame(m.group(1), int(m.group(2)), m.group(3).strip()))
+        elif not line.strip():
+            cur = None
+    return threads, current
+
+
+# -- what counts as the user's code ------------------------------------------------------------
+class UserCode:
+    def __init__(self, roots: list[str], lib_dirs: list[str], shim: str):
+        self.roots = [os.path.join(os.path.abspath(r), "") for r in roots if r]
+        self.libs = [os.path.join(os.path.abspath(p), "") for p in lib_dirs if p]
+        self.shim = os.path.abspath(shim)
+
+    def is_library(self, f: str) -> bool:
+        if not f or f.startswith("<") or self.is_shim(f):
+            return True
+        if "site-packages" in f or "dist-packages" in f:
+            return True
+        # the user's folder may hold a virtualenv: a library dir inside a root is still a library
+        return any(f.startswith(p) for p in self.libs)
+
+    def is_shim(self, f: str) -> bool:
+        """The rank shim and its by-path parts (shim_emulation*.py beside it)."""
+        a = os.path.abspath(f)
+        return a == self.shim or (os.path.dirname(a) == os.path.dirname(self.shim)
+                                  and os.path.basename(a).startswith("shim"))
+
+    def is_user(self, f: str) -> bool:
+        if self.is_library(f):
+            return False
+        return any(f.startswith(r) for r in self.roots)
+
+    def innermost(self, frames_innermost_first: list[Frame]) -> Frame | None:
+        for fr in frames_innermost_first:
+            if self.is_user(fr.file):
+                return fr
+        for fr in frames_innermost_first:
+            if not self.is_library(fr.file):
+                return fr
+        return None
+
+    def is_torch_distributed(self, f: str) -> bool:
+        return "torch" in f and os.sep + "distributed" + os.sep in f
+
+
+# -- per-rank state ----------------------------------------------------------------------------
+@dataclass
+class RankState:
+    rank: int
+    started: bool = False
+    pid: int | None = None
+    status: str = "not-started"  # ok exception exited crashed hung terminated killed not-started
+    exit_code: int | None = None
+    via: str | None = None  # for exited: return | SystemExit | os._exit
+    site: Frame | None = None  # where the rank ended or is
+    op: str | None = None  # collective the rank is in (unfinished or raised) at the end
+    op_site: Frame | None = None
+    op_raised: str | None = None
+    exception: dict | None = None
+    fatal: str | None = None
+    t: float | None = None
+    init: dict | None = None
+    emulated: bool = False
+    collectives: int = 0
+    consequential: bool = False  # its error came from a peer going away / a timeout
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def waiting(self) -> bool:
+        """Blocked in a collective when the run ended (hung, torn down, or failed because of a peer)."""
+        return self.op is not None and (self.status in ("hung", "terminated") or self.consequential)
+
+    def summary(self) -> str:
+        loc = _short(self.site) if self.site else "?"
+        if self.status == "ok":
+            return f"rank {self.rank}: finished cleanly ({self.collectives} collectives)"
+        if self.status == "exception" and self.consequential:
+            ex = self.exception or {}
+            return (f"rank {self.rank}: failed in {self.op}() at {loc} after a peer went away or timed out "
+                    f"({ex.get('type', 'exception')})")
+        if self.status == "exception":
+            ex = self.exception or {}
+            return f"rank {self.rank}: {ex.get('type', 'exception')} at {loc}" + (f" in {self.op}()" if self.op else "")
+        if self.status == "exited":
+            return f"rank {self.rank}: exited with status {self.exit_code} ({self.via}) at {loc}"
+        if self.status == "crashed":
+            return f"rank {self.rank}: crashed ({self.fatal or 'fatal error'}) at {loc}"
+        if self.status == "hung":
+            where = f"blocked in {self.op}()" if self.op else "still running (not in a collective)"
+            return f"rank {self.rank}: {where} at {loc}"
+        if self.status == "terminated":
+            where = f" while in {self.op}()" if self.op else ""
+            return f"rank {self.rank}: stopped by torchrun after another rank failed{where}, at {loc}"
+        if self.status == "killed":
+            return f"rank {self.rank}: ended without a Python traceback (exit code {self.exit_code}), last seen at {loc}"
+        return f"rank {self.rank}: never started"
+
+
+def _short(fr: Frame | None) -> str:
+    if fr is None:
+        return "?"
+    return f"{os.path.basename(fr.file)}:{fr.line}"
+
+
+_PEER_RE = re.compile(
+    r"connection (closed|reset|refused)|broken pipe|timed out|timeout|aborted|"
+    r"peer|socket|ProcessGroup\w* is (shut ?down|aborted)|NCCL communicator was aborted|"
+    r"wait timeout|recvBytes|sendBytes|Gloo connectFullMesh failed|failed to pass monitoredBarrier|"
+    r"has exited|closed",
+    re.I,
+)
+_TIMEOUT_RE = re.compile(r"timed out|timeout|failed to pass monitoredBarrier", re.I)
+_MISMATCH_RE = re.compile(r"Detected mismatch between collectives", re.I)
+_EXITCODE_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, RankState]:
+    exitcodes = {int(r): int(c) for r, c in _EXITCODE_RE.findall(output or "")}
+    states: dict[int, RankState] = {}
+    for r, rd in sorted(ranks.items()):
+        st = RankState(r)
+        states[r] = st
+        # the reader keeps the collectives still running and those that raised; the ones that
+        # returned are only counted (logs.LogReader)
+        calls: dict[int, dict] = {**{s: c for s, (c, _) in rd.raised.items()}, **rd.pending}
+        raised: dict[int, str] = {s: e for s, (_, e) in rd.raised.items()}
+        for ev in rd.events:
+            k = ev.get("kind")
+            if k == "start":
+                st.started = True
+                st.pid = ev.get("pid")
+                st.emulated = bool(ev.get("emulate"))
+            elif k == "init" and st.init is None:
+                st.init = ev
+            elif k == "exception":
+                st.exception = ev
+                st.t = ev.get("t")
+            elif k == "exit":
+                st.exit_code = ev.get("code")
+                st.via = ev.get("via")
+                st.t = ev.get("t")
+                st._exit = ev  # type: ignore[attr-defined]
+            elif k == "note" and ev.get("message"):
+                st.notes.append(str(ev["message"]))
+        st.collectives = rd.completed
+        pending = list(calls.values())
+        last_pending = max(pending, key=lambda c: c.get("seq", 0)) if pending else None
+        if last_pending is not None:
+            st.op = last_pending.get("op")
+            st.op_site = Frame.of(last_pending)
+            st.op_raised = raised.get(last_pending.get("seq"))
+        main_tid = (rd.first("start") or {}).get("main_thread")
+
+        def stack_site(text: str, main_tid=main_tid, rd=rd) -> tuple[Frame | None, list[Frame]]:
+            threads, current = parse_faulthandler(text)
+            frames = threads.get(main_tid) if main_tid in threads else threads.get(current, [])
+            site = user.innermost(frames or [])
+            if site is None or not user.is_user(site.file):
+                # faulthandler stops at 100 frames: the full Python stack, when the rank gave one
+                py = _py_main_stack(rd.stack_py, main_tid)
+                if py:
+                    psite = user.innermost(py)
+                    if psite is not None and (site is None or user.is_user(psite.file)):
+                        return psite, py
+            return site, frames or []
+
+        if st.exception is not None:
+            st.status = "exception"
+            st.exit_code = st.exception.get("exit_code", 1)
+            frames = [Frame.of(f) for f in st.exception.get("frames") or []]
+            st.site = user.innermost([f for f in reversed(frames) if f is not None])
+            msg = st.exception.get("message") or ""
+            if st.op_raised is not None and not _MISMATCH_RE.search(msg) and _PEER_RE.search(msg) \
+                    and not _is_emulated(st.exception):
+                st.consequential = True
+        elif getattr(st, "_exit", None) is not None:
+            st.status = "exited" if st.via != "return" or st.exit_code else "ok"
+            frames = [Frame.of(f) for f in st._exit.get("frames") or []]  # type: ignore[attr-defined]
+            st.site = user.innermost([f for f in reversed(frames) if f is not None])
+        elif rd.stack_fatal.strip():
+            st.status = "crashed"
+            first = rd.stack_fatal.strip().splitlines()[0]
+            st.fatal = first.replace("Fatal Python error: ", "").strip() or "fatal error"
+            st.site, _ = stack_site(rd.stack_fatal)
+            st.exit_code = exitcodes.get(r)
+        elif rd.hung and rd.stack_usr1.strip():
+            st.status = "hung"
+            st.site, frames = stack_site(rd.stack_usr1)
+            _op_from_stack(st, frames, user)
+        elif rd.stack_term.strip():
+            st.status = "terminated"
+            st.site, frames = stack_site(rd.stack_term)
+            _op_from_stack(st, frames, user)
+        elif rd.hung:
+            st.status = "hung"  # asked for its stack but it did not answer (stuck in C, signals blocked)
+            st.site = st.op_site
+        elif st.started:
+            st.status = "killed"
+            st.exit_code = exitcodes.get(r)
+            st.site = st.op_site
+        if st.site is None and st.op_site is not None:
+            st.site = st.op_site
+        if st.site is None and st.status == "hung":
+            # no stack in time and no collective in flight in the log (past the log budget, quick
+            # collectives are only counted): where its latest collective was called is the best
+            # there is; a hung rank is never left out of the findings
+            st.site = Frame.of(rd.last_site)
+    return states
+
+
+def _py_main_stack(data, main_tid) -> list[Frame]:
+    """The main thread's frames from the shim's SIGUSR2 dump, innermost first."""
+    if not isinstance(data, dict):
+        return []
+    threads = data.get("threads") or {}
+    tid = main_tid if main_tid is not None else data.get("main_thread")
+    frames = threads.get(str(tid)) or []
+    out = [Frame.of(f) for f in frames if isinstance(f, dict)]
+    return [f for f in reversed(out) if f is not None]
+
+
+def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
+    """A rank the log shows outside any collective may still wait inside torch.distributed
+    (DDP's constructor, a collective that is not wrapped): read that from its stack. A rank
+    that is busy (its innermost frame is not torch.distributed) is not waiting."""
+    if st.op is not None and st.op_site is not None and st.site is not None and st.op_site.line != st.site.line:
+        # the log's unfinished call is not where the rank is now (an async op): trust the stack
+        st.op = None
+        st.op_site = None
+    if st.op is not None or not frames or st.site is None:
+        return
+    try:
+        idx = frames.index(st.site)
+    except ValueError:
+        return
+    if idx == 0:
+        return
+    inner, callee = frames[0], frames[idx - 1]
+    if not (user.is_torch_distributed(inner.file) or _is_ddp_file(inner.file)):
+        return
+    # the function the user called, not the decorators around it: the shim's recording wrapper (a
+    # quick collective past the log budget is not in the log, so its name comes from here) and
+    # torch's own (c10d_logger's ``wrapper``)
+    j = idx - 1
+    while j > 0 and (user.is_shim(callee.file) or callee.function in ("wrapper", "_fn", "inner")):
+        j -= 1
+        callee = frames[j]
+    st.op = "DistributedDataParallel" if _is_ddp_file(callee.file) else callee.function
+    st.op_site = st.site
+
+
+def _is_ddp_file(f: str) -> bool:
+    return f.replace(os.sep, "/").endswith("torch/nn/parallel/distributed.py")
+
+
+def _is_emulated(exc: dict | None) -> bool:
+    if not exc:
+        return False
+    return exc.get("type") == "EmulatedNcclError" or str(exc.get("qualname", "")).endswith(".EmulatedNcclError") \
+        or "code" in (exc.get("extra") or {}) and str((exc.get("extra") or {}).get("code", "")).startswith("DDP9")

@@ -1,0 +1,62 @@
+"""Torch vocabulary shared by the static rules and the runtime: names of the torch.distributed API
+(collectives, DDP), backend evaluation and small constant folding over the static engine's AST.
+
+Imported by analysis/rules/ (through rules/_common.py) and analysis/runtime/ (emulate_policy.py).
+Never imports torch.
+"""
+from __future__ import annotations
+
+import ast
+
+D = "torch.distributed."
+
+OBJECT_COLLECTIVES = ("all_gather_object", "gather_object", "scatter_object_list")
+OBJECT_COLLECTIVES_WITH_DEVICE = ("broadcast_object_list", "send_object_list", "recv_object_list")
+
+TENSOR_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+    "broadcast", "reduce", "gather", "scatter", "all_reduce_coalesced",
+)
+ALL_COLLECTIVES = TENSOR_COLLECTIVES + OBJECT_COLLECTIVES + OBJECT_COLLECTIVES_WITH_DEVICE[:1] + ("barrier", "monitored_barrier")
+
+DDP_CLASS = "torch.nn.parallel.DistributedDataParallel"
+
+
+def qualify(*short: str) -> tuple[str, ...]:
+    return tuple(D + s for s in short)
+
+
+def const_str(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def const_int(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def backend_mentions_nccl(expr: ast.AST | None, ctx, scope: ast.AST, depth: int = 0) -> bool:
+    """True when the backend expression is (or may be, in an if-expression) NCCL: a literal
+    "nccl", a "cpu:gloo,cuda:nccl" string, ``dist.Backend.NCCL``, or a name bound once to one."""
+    if expr is None or depth > 4:
+        return False
+    s = const_str(expr)
+    if s is not None:
+        parts = [p.split(":")[-1].strip().lower() for p in s.split(",")]
+        return "nccl" in parts
+    if isinstance(expr, ast.IfExp):
+        return backend_mentions_nccl(expr.body, ctx, scope, depth + 1) or backend_mentions_nccl(
+            expr.orelse, ctx, scope, depth + 1)
+    if isinstance(expr, ast.Attribute):
+        qn = ctx.qn(expr)
+        if qn and qn.lower() in ("torch.distributed.backend.nccl",):
+            return True
+        return False
+    if isinstance(expr, ast.Name):
+        val = ctx.sem.single_value(expr.id, scope)
+        return backend_mentions_nccl(val, ctx, ctx.sem.tree if val is not None and ctx.sem.scope_of(val) is ctx.sem.tree else scope, depth + 1)
+    return False
