@@ -219,6 +219,9 @@ def run_script(
     if lr.output_dropped:
         res.notes.append(f"the run printed {lr.output_bytes} bytes; only the first and last "
                          f"{launcher.OUTPUT_HEAD // 1024} KiB are kept")
+    if lr.forward_dropped:
+        res.notes.append(f"{lr.forward_dropped} bytes of the ranks' output were not forwarded: its reader did not "
+                         "keep up (the ranks were never held back; the run's result is unaffected)")
     if lr.cancelled:
         res.cancelled = True
         res.exit_code = EXIT_CANCELLED

@@ -108,19 +108,22 @@ def cmd_run(args) -> int:
                 old[sig] = signal.signal(sig, lambda *_: cancel.set())
             except (ValueError, OSError):
                 pass
-    err = sys.stderr
+    try:  # raw writes to a copy of stderr's descriptor: a blocked write holds no Python lock
+        err_fd = os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        err_fd = None
 
-    def sink(chunk: bytes) -> None:  # the ranks' output goes to stderr as it comes
-        try:
-            err.buffer.write(chunk)
-            err.buffer.flush()
-        except (AttributeError, ValueError):
-            err.write(chunk.decode("utf-8", "replace"))
+    def sink(chunk: bytes) -> None:  # the ranks' output goes to stderr as it comes (launcher.Forwarder)
+        if err_fd is None:
+            sys.stderr.write(chunk.decode("utf-8", "replace"))
+            return
+        while chunk:
+            chunk = chunk[os.write(err_fd, chunk):]
 
     try:
         res = run_script(args.script, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
                          emulate=args.emulate, python=args.python, script_args=script_args,
-                         sink=sink if text_mode else None)
+                         sink=sink if text_mode else None, cancel=cancel)
     finally:
         for sig, h in old.items():
             try:

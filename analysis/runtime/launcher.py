@@ -76,6 +76,79 @@ class BoundedOutput:
             return max(0, self.total - kept)
 
 
+FORWARD_BUFFER = 4 * 1024 * 1024
+
+
+class Forwarder:
+    """Hands the ranks' output to ``sink`` (a terminal, a pipe someone reads slowly) without ever
+    blocking the drain, and so never the ranks: a bounded buffer, emptied by a thread of its own.
+    What does not fit is dropped and counted; the stream says so where the gap is."""
+
+    def __init__(self, sink: Callable[[bytes], None], limit: int = FORWARD_BUFFER):
+        self._sink = sink
+        self._limit = limit
+        self._q: deque[bytes] = deque()
+        self._size = 0
+        self._gap = 0  # bytes dropped since the last chunk that fitted
+        self.dropped = 0
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ddp-lint-forward")
+        self._thread.start()
+
+    @staticmethod
+    def notice(n: int) -> bytes:
+        return (f"\n[ddp-lint: {n} bytes of the ranks' output were not shown here: this output was not "
+                f"read fast enough; the run went on]\n").encode()
+
+    def write(self, chunk: bytes) -> None:
+        with self._cv:
+            if self._closed:
+                return
+            if self._size + len(chunk) > self._limit:
+                self._gap += len(chunk)
+                self.dropped += len(chunk)
+                return
+            if self._gap:
+                gap = self.notice(self._gap)
+                self._q.append(gap)
+                self._size += len(gap)
+                self._gap = 0
+            self._q.append(chunk)
+            self._size += len(chunk)
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._q and not self._closed:
+                    self._cv.wait()
+                if not self._q:
+                    return
+                chunk = self._q.popleft()
+            try:
+                self._sink(chunk)
+            except Exception:
+                with self._cv:
+                    self._q.clear()
+                    self._closed = True
+                return
+            finally:
+                with self._cv:
+                    self._size -= len(chunk)
+                    self._cv.notify_all()
+
+    def close(self, wait: float = 1.0) -> None:
+        """No more output; give the consumer up to ``wait`` seconds for what is buffered."""
+        with self._cv:
+            if self._gap:
+                self._q.append(self.notice(self._gap))
+                self._gap = 0
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout=wait)
+
+
 def _drain(fd: int, buf: BoundedOutput, sink: Callable[[bytes], None] | None) -> None:
     try:
         while True:
@@ -112,6 +185,7 @@ class LaunchResult:
     output: str = ""
     output_bytes: int = 0
     output_dropped: int = 0
+    forward_dropped: int = 0  # bytes the sink did not take in time (Forwarder)
     duration: float = 0.0
     ranks_up_after: float | None = None
     failure_seen_at: float | None = None
@@ -169,8 +243,11 @@ def launch(
     tmp = tempfile.mkdtemp(prefix="ddp-lint-run-")  # mode 0700
     os.chmod(tmp, 0o700)
     # torchrun itself, started through the shim so that it dies with us (see shim._as_torchrun)
+    # --log-dir inside the private folder: torchrun's own ``torchelastic_*`` folder would otherwise
+    # be left in $TMPDIR by every run
     argv = [python, SHIM_PATH, "--standalone", "--nproc-per-node", str(nproc),
-            "--monitor-interval", "0.1", SHIM_PATH, script, *script_args]
+            "--monitor-interval", "0.1", "--log-dir", os.path.join(tmp, "torchelastic"),
+            SHIM_PATH, script, *script_args]
     env = user_env(os.environ)
     env.update({
         "DDP_LINT_LOG_DIR": tmp,
@@ -212,7 +289,9 @@ def launch(
             raise LaunchError(f"cannot start {python!r}: {e.strerror or e}") from None
         os.close(w_fd)
         _ACTIVE_ROOTS.add(proc.pid)
-        drainer = threading.Thread(target=_drain, args=(r_fd, out, sink), daemon=True, name="ddp-lint-drain")
+        fwd = Forwarder(sink) if sink is not None else None
+        drainer = threading.Thread(target=_drain, args=(r_fd, out, fwd.write if fwd else None), daemon=True,
+                                   name="ddp-lint-drain")
         drainer.start()
         tracker = ProcessTracker(proc.pid, run_id)
         try:
@@ -226,6 +305,9 @@ def launch(
             result.returncode = proc.returncode
             _ACTIVE_ROOTS.discard(proc.pid)
             drainer.join(timeout=2.0)
+            if fwd is not None:
+                fwd.close(wait=0.0 if result.cancelled else 1.0)
+                result.forward_dropped = fwd.dropped
         if not result.cancelled:
             report("collecting", 95)
         reader.poll()

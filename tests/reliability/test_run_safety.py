@@ -308,3 +308,76 @@ def test_a_run_does_not_outlive_ddp_lint_killed_outright(tmp_path):
             cli.kill()
         for pid, _ in marker_processes(marker):
             os.kill(pid, 9)
+
+
+# -- the command line: signals, slow readers, torchrun's leftovers (issue 12 items 7, 13) ------------
+def _cli(args, tmpdir, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmpdir))
+    return subprocess.Popen([sys.executable, "-m", "ddp_lint", "run", *args], stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=True, **kw)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_cli_run_is_cancelled_by_a_signal(tmp_path, sig):
+    """Ctrl-C, SIGTERM and SIGHUP cancel `ddp-lint run` at once: every process of the run is gone
+    within 2 s, the command exits 130, and nothing is left in $TMPDIR (not even torchrun's
+    ``torchelastic_*`` folder)."""
+    import signal
+
+    require_torch()
+    marker = f"ddp-lint-sig-{uuid.uuid4().hex}"
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    cli = _cli(["--nproc", "2", "--timeout", "300", "--emulate", "off", str(SCRIPTS / "orphan_when_killed.py"),
+                "--", marker, str(ready)], tmpdir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 120
+        while len(list(ready.iterdir())) < 2 and time.monotonic() < end and cli.poll() is None:
+            time.sleep(0.1)
+        assert len(list(ready.iterdir())) == 2, "the ranks never started"
+        t0 = time.monotonic()
+        cli.send_signal(getattr(signal, sig))
+        out, _ = cli.communicate(timeout=30)
+        took = time.monotonic() - t0
+        assert cli.returncode == 130, (cli.returncode, out[-2000:])
+        assert took < 3.0, f"the run took {took:.1f} s to stop"
+        no_survivors(marker, within=0.5)
+        assert b"Cancelled." in out
+        assert os.listdir(tmpdir) == [], os.listdir(tmpdir)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        for pid, _ in marker_processes(marker):
+            os.kill(pid, 9)
+
+
+def test_a_slow_reader_of_the_output_never_blocks_the_ranks(tmp_path):
+    """Nobody reads `ddp-lint run`'s stderr (where the ranks' output goes) until the report is out:
+    the ranks still run at full speed, the run is clean (no DDP903 at the print line), the output
+    that did not fit is dropped with a notice, and torchrun leaves nothing in $TMPDIR."""
+    require_torch()
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    cli = _cli(["--nproc", "2", "--timeout", "10", "--emulate", "off", str(SCRIPTS / "slow_reader.py")], tmpdir,
+               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out = b""
+        end = time.monotonic() + 150
+        while time.monotonic() < end:  # read stdout only (the report); stderr stays full
+            chunk = os.read(cli.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            out += chunk
+        err = cli.stderr.read()  # now drain stderr: the command can finish
+        cli.wait(30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    text = out.decode(errors="replace")
+    assert "DDP903" not in text and "All ranks finished cleanly." in text, text[-3000:]
+    assert cli.returncode == 0, text[-3000:]
+    assert "bytes of the ranks' output were not forwarded" in text  # the notice, in the report
+    assert err.startswith(b"rank ") and len(err) < 8 * 1024 * 1024  # the ranks' own output, bounded
+    assert os.listdir(tmpdir) == [], os.listdir(tmpdir)
