@@ -331,3 +331,34 @@ def test_syntax_of_a_newer_python_names_the_version(tmp_path):
         assert r.returncode == 0, r.stdout
     else:
         assert r.returncode == 1 and "DDP000" in r.stdout and "Python 3.12" in r.stdout, r.stdout
+
+
+def test_pre_commit_hook_definition(work):
+    """Issue 17.4: `.pre-commit-hooks.yaml` (Ruff's conventions) runs an entry the CLI accepts."""
+    text = (ROOT / ".pre-commit-hooks.yaml").read_text()
+    try:
+        import yaml
+    except ImportError:  # a tiny reader for this flat file: "- id: x" then "  key: value"
+        hooks, cur = [], None
+        for line in text.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if line.startswith("- "):
+                cur = {}
+                hooks.append(cur)
+                line = "  " + line[2:]
+            k, _, v = line.strip().partition(":")
+            v = v.strip().strip('"')
+            cur[k] = ([x.strip() for x in v[1:-1].split(",") if x.strip()] if v.startswith("[")
+                      else {"false": False, "true": True}.get(v, v))
+    else:
+        hooks = yaml.safe_load(text)
+    (hook,) = hooks
+    assert hook["id"] == "ddp-lint" and hook["language"] == "python"
+    assert hook["entry"] == "ddp-lint check --force-exclude"
+    assert hook["types_or"] == ["python", "pyi"] and hook["require_serial"] is False
+    # the entry, as pre-commit runs it: file names appended, excluded ones skipped
+    (work / "build").mkdir()
+    shutil.copy(EXAMPLES / P1, work / "build" / "gen.py")
+    r = run(*hook["entry"].split()[1:], "build/gen.py", P2, cwd=work)
+    assert r.returncode == 1 and "DDP001" in r.stdout and "build/gen.py" not in r.stdout + r.stderr, r.stderr
