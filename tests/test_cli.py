@@ -362,3 +362,26 @@ def test_pre_commit_hook_definition(work):
     shutil.copy(EXAMPLES / P1, work / "build" / "gen.py")
     r = run(*hook["entry"].split()[1:], "build/gen.py", P2, cwd=work)
     assert r.returncode == 1 and "DDP001" in r.stdout and "build/gen.py" not in r.stdout + r.stderr, r.stderr
+
+
+def test_readme_leads_with_the_two_commands_and_ci_runs_the_test_one():
+    """Issue 17.1: the README's commands work in a brand-new venv, and .ci/run runs the same test
+    command in a fresh virtual environment (so a missing dependency fails CI)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```sh\n\s*(.+?)\n\s*```", readme)
+    assert blocks[:2] == [
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && ddp-lint check examples/",
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m pytest",
+    ]
+    assert readme.index("## Two commands for a fresh machine") < readme.index("## ", readme.index("# ddp-lint") + 2) + 1
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m venv" in ci and '. "$VENV/bin/activate"' in ci
+    assert "pip install -e '.[test]' && python -m pytest" in ci
+    extra = (ROOT / "pyproject.toml").read_text()
+    test_extra = extra[extra.index("test = ["):extra.index("]", extra.index("test = ["))]
+    for dep in ('"numpy"', '"jsonschema', '"build', '"torch==2.13.0"'):
+        assert dep in test_extra, dep
+    deps = extra[extra.index("dependencies = ["):extra.index("]", extra.index("dependencies = ["))]
+    assert "libcst" not in deps
