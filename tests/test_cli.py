@@ -385,3 +385,23 @@ def test_readme_leads_with_the_two_commands_and_ci_runs_the_test_one():
         assert dep in test_extra, dep
     deps = extra[extra.index("dependencies = ["):extra.index("]", extra.index("dependencies = ["))]
     assert "libcst" not in deps
+
+
+def test_summary_plurals():
+    """Issue 17.10: "1 errors", "1 files", "1 hidden fixes" never appear."""
+    import io
+
+    from ddp_lint.analysis.model import Applicability, Edit, Finding, Fix, Range, Severity
+    from ddp_lint.analysis.output import print_findings
+
+    def finding(app):
+        fix = Fix(app, "m", (Edit(Range.of(0, 0, 0, 0), "x"),))
+        return Finding("DDP001", "n", "msg", Severity.ERROR, Range.of(0, 0, 0, 1), "a.py", fix=fix)
+
+    out = io.StringIO()
+    print_findings([finding(Applicability.SAFE), finding(Applicability.UNSAFE)], "concise", fixed_files=1, out=out)
+    text = out.getvalue()
+    assert "Fixed 1 file." in text and "Found 2 errors." in text and "(1 hidden fix can" in text, text
+    out = io.StringIO()
+    print_findings([finding(Applicability.UNSAFE)], "full", out=out)
+    assert "Found 1 error." in out.getvalue() and "1 hidden fix can" in out.getvalue()
