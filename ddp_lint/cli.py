@@ -240,7 +240,7 @@ def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]
 
 
 def _check_one(job):
-    """Worker: (path, settings, fix_mode, unsafe, write) -> _analyse_text's tuple + (sourcefile,)."""
+    """Worker: (path, settings, fix_mode, unsafe, write) -> _analyse's tuple + (sourcefile,)."""
     from .analysis.io import SourceError, read_source_file
 
     path, settings, fix_mode, unsafe, write = job
@@ -248,10 +248,15 @@ def _check_one(job):
         sf = read_source_file(path, keep_digest=write)  # the digest: re-checked before a fix is written
     except SourceError as e:
         return path, [], str(e), None, None, [], None
-    return _analyse_text(sf.text, path, settings, fix_mode, unsafe) + (sf,)
+    return _analyse(sf.text, path, settings, fix_mode, unsafe) + (sf,)
 
 
 def _analyse_text(text, path, settings, fix_mode, unsafe):
+    """-> (path, findings after the fixes, error, new text or None, old text)."""
+    return _analyse(text, path, settings, fix_mode, unsafe)[:5]
+
+
+def _analyse(text, path, settings, fix_mode, unsafe):
     """-> (path, findings after the fixes, error, new text or None, old text, findings before)."""
     from .analysis.engine import check_source
 
@@ -302,7 +307,7 @@ def cmd_check(args) -> int:
         except SourceError as e:
             _err(str(e))
             return EXIT_ERROR
-        r = _analyse_text(sf.text, name, settings, fix_mode, args.unsafe_fixes)
+        r = _analyse(sf.text, name, settings, fix_mode, args.unsafe_fixes)
         results.append(r + (None,))
         stdin_fix_output = args.fix and not args.diff
     else:
