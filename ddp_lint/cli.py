@@ -55,17 +55,17 @@ def _parser() -> argparse.ArgumentParser:
                                    "DDP misuse. Never runs the code.",
                        epilog=CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("paths", nargs="*", help="files or folders ('-' for stdin); default: .")
-    c.add_argument("--stdin-filename", help="file name to report for stdin input")
+    c.add_argument("--stdin-filename", metavar="NAME", help="file name to report for stdin input")
     c.add_argument("--output-format", choices=OUTPUT_FORMATS, default="concise", metavar="FORMAT",
                    help="concise (default), full, json, sarif, github or junit; see below")
     c.add_argument("--fix", action="store_true", help="apply safe fixes")
     c.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (with --fix/--diff)")
     c.add_argument("--diff", action="store_true", help="print the fixes as a diff; write nothing")
-    c.add_argument("--select", help="comma-separated codes or prefixes; replaces the default set and "
+    c.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes; replaces the default set and "
                                     "the configuration's select and ignore")
-    c.add_argument("--extend-select", help="comma-separated codes or prefixes to add (wins over the "
+    c.add_argument("--extend-select", metavar="CODES", help="comma-separated codes or prefixes to add (wins over the "
                                            "configuration's ignore)")
-    c.add_argument("--ignore", help="comma-separated codes or prefixes to drop")
+    c.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes to drop")
     c.add_argument("--config", metavar="PATH",
                    help="use this pyproject.toml (or a ddp-lint.toml with the keys at top level) "
                         "instead of discovery")
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--force-exclude", action="store_true",
                    help="apply the exclusions to files named on the command line too (for pre-commit)")
     c.add_argument("--no-cache", action="store_true", help=argparse.SUPPRESS)
-    c.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers (default: all cores)")
+    c.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="parallel workers (default: all cores)")
     c.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     c.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
 
