@@ -284,23 +284,47 @@ def _one_line(md: str) -> str:
 _ACRONYMS = {"nccl": "NCCL", "ddp": "DDP", "cpu": "CPU", "gpu": "GPU", "cuda": "CUDA", "syncbn": "SyncBN"}
 
 
-def rule_summary(rule, limit: int = 120) -> str:
-    """One line: the first sentence of the rule's "What it does" section when it is short, else the
-    rule's name as words ("collective-under-rank-guard" -> "Collective under rank guard.")."""
+def _drop_asides(text: str) -> str:
+    """Remove parenthetical asides outside `code spans`: "Checks for X (a, `f()`) that" -> "Checks
+    for X that"; parentheses inside a code span (`dist.get_rank()`) stay."""
+    out: list[str] = []
+    depth, in_code = 0, False
+    for ch in text:
+        if ch == "`":
+            in_code = not in_code
+        elif not in_code and ch == "(":
+            if depth == 0:
+                while out and out[-1] == " ":
+                    out.pop()
+            depth += 1
+            continue
+        elif not in_code and ch == ")" and depth:
+            depth -= 1
+            continue
+        if depth == 0:
+            out.append(ch)
+    return "".join(out) if depth == 0 and not in_code else text
+
+
+def rule_summary(rule, limit: int = 160) -> str:
+    """One line: the first sentence of the rule's "What it does" section, without its parenthetical
+    asides and, when still long, cut before its first colon or semicolon (the list that follows)."""
     import re
 
     what = _one_line(_doc_sections(rule.docs()).get("What it does", ""))
     m = re.search(r"(?<![.])(?<!e\.g)(?<!i\.e)(?<!vs)\.(?=\s|$)", what)
-    first = what[:m.start() + 1] if m else what
-    while True:  # drop parenthetical asides: "Checks for X (a, b, c) that ..." -> "Checks for X that ..."
-        shorter = re.sub(r"\s*\([^()]*\)", "", first)
-        if shorter == first:
-            break
-        first = shorter
-    if first and len(first) <= limit:
-        return first
-    words = [_ACRONYMS.get(w, w) for w in rule.name.split("-")]
-    return (words[0][:1].upper() + words[0][1:] + " " + " ".join(words[1:])).strip() + "."
+    first = (what[:m.start()] if m else what).rstrip(".")
+    first = _drop_asides(first)
+    for sep in (", for example", ": ", "; ", " — "):
+        if len(first) > limit and sep in first:
+            first = first[:first.index(sep)]
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    if not first:
+        words = [_ACRONYMS.get(w, w) for w in rule.name.split("-")]
+        first = " ".join(words)
+        first = first[:1].upper() + first[1:]
+    return first if first.endswith("…") else first + "."
 
 
 def _sarif_rule(code: str, rule, level: dict) -> dict:
