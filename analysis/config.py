@@ -92,43 +92,96 @@ def _glob_match(rel: str, pattern: str) -> bool:
     return fnmatch.fnmatch(rel, pattern.rstrip("/") + "/*")
 
 
+def _read_toml(path: Path) -> dict:
+    """Parse a TOML file; ConfigError (naming the file, and the line for a syntax error) when it
+    cannot be read, is not a regular file (a FIFO or a device is never read) or is not valid TOML."""
+    from .io import SourceError, read_regular_file
+
+    try:
+        raw, _ = read_regular_file(path, what="file")
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: cannot read configuration: is a directory") from None
+    except SourceError:
+        raise ConfigError(f"{path}: cannot read configuration: not a regular file "
+                          "(a FIFO, socket or device is never read)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read configuration: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}:{line}: invalid TOML: not valid UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        # tomllib's message ends in "(at line L, column C)"; lead with file:line as compilers do
+        import re
+
+        msg = str(e)
+        m = re.search(r"\(at line (\d+), column (\d+)\)\s*$", msg)
+        if m:
+            msg = msg[:m.start()].rstrip()
+            raise ConfigError(f"{path}:{m.group(1)}:{m.group(2)}: invalid TOML: {msg}") from None
+        m = re.search(r"\(at end of document\)\s*$", msg)
+        if m:
+            line = text.count("\n") + 1
+            raise ConfigError(f"{path}:{line}: invalid TOML: {msg[:m.start()].rstrip()} (at end of file)") from None
+        raise ConfigError(f"{path}: invalid TOML: {msg}") from None
+
+
+def _tool_table(data: dict, path: Path) -> dict | None:
+    """``[tool.ddp-lint]`` of a parsed pyproject.toml, None when absent; ConfigError when ``tool``
+    or ``tool.ddp-lint`` is not a table (``tool = 5``, ``tool = "ddp-lint"``)."""
+    tool = data.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: `tool` must be a table ([tool]), got {_kind(tool)}")
+    table = tool.get("ddp-lint")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: `tool.ddp-lint` must be a table ([tool.ddp-lint]), got {_kind(table)}")
+    return table
+
+
+def _kind(v) -> str:
+    names = {str: "a string", int: "an integer", float: "a float", bool: "a boolean", list: "an array"}
+    return names.get(type(v), type(v).__name__)
+
+
 def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above ``start`` with a ``[tool.ddp-lint]`` table.
+
+    A pyproject.toml on the way that is not valid TOML, or whose ``tool`` is not a table, raises
+    ConfigError naming the file (and line) instead of being skipped silently."""
     start = start.resolve()
     d = start if start.is_dir() else start.parent
     for folder in (d, *d.parents):
         cand = folder / "pyproject.toml"
         if cand.is_file():
-            try:
-                with open(cand, "rb") as fh:
-                    data = tomllib.load(fh)
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
-            if "ddp-lint" in data.get("tool", {}):
+            if _tool_table(_read_toml(cand), cand) is not None:
                 return cand
     return None
 
 
 def load_settings(start: Path | str | None = None, config_file: Path | str | None = None) -> Settings:
     """Settings from ``config_file`` or the nearest pyproject.toml with a ``[tool.ddp-lint]``
-    table at or above ``start``; defaults when there is none."""
+    table at or above ``start``; defaults when there is none. Every problem is a ConfigError that
+    names the file."""
     if config_file is not None:
         path = Path(config_file)
     else:
         path = find_pyproject(Path(start or os.getcwd()))
         if path is None:
             return Settings()
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read configuration: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML: {e}") from None
-    table = data.get("tool", {}).get("ddp-lint", {})
-    if config_file is not None and "tool" not in data and data:
-        table = data  # a standalone ddp-lint.toml
+    data = _read_toml(path)
+    table = _tool_table(data, path)
+    if table is None:
+        # --config: a standalone ddp-lint.toml holds the keys at top level
+        table = data if config_file is not None and "tool" not in data else {}
     s = settings_from_mapping(table, source=f"{path} [tool.ddp-lint]")
-    s.root = path.parent
+    s.root = path.parent.resolve()
     return s
 
 

@@ -54,7 +54,11 @@ def parse(text: str, filename: str = "<unknown>"):
     except SyntaxError as e:
         if e.lineno is None and "\0" in text:  # 3.11.4+: a NUL byte is a SyntaxError without position
             return None, _nul_error(src_for_ast, e)
-        return None, ("syntax error: " + (e.msg or "invalid syntax"), e.lineno, e.offset, e.end_lineno, e.end_offset)
+        from .rules.ddp000_syntax_error import newer_python_hint
+
+        hint = newer_python_hint(src_for_ast, e.lineno)
+        return None, ("syntax error: " + (e.msg or "invalid syntax") + (f": {hint}" if hint else ""),
+                      e.lineno, e.offset, e.end_lineno, e.end_offset)
     except ValueError as e:  # "source code string cannot contain null bytes"
         return None, _nul_error(src_for_ast, e)
     except (RecursionError, MemoryError):

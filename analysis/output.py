@@ -1,4 +1,6 @@
-"""Output formats: text (one finding per line), JSON in Ruff's schema, SARIF 2.1.0."""
+"""Output formats, as Ruff names them: ``concise`` (one finding per line, the default), ``full``
+(source line with a caret, fix preview, related locations), ``json`` (Ruff's schema), ``sarif``
+(2.1.0), ``github`` (workflow-command annotations) and ``junit`` (XML)."""
 from __future__ import annotations
 
 import json
@@ -95,7 +97,9 @@ def format_text_line(f: Finding) -> str:
 
 
 def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quiet: bool = False,
-                   unsafe_hint: bool = True, out=None) -> None:
+                   unsafe_hint: bool = True, out=None, sources: dict | None = None) -> None:
+    """Write ``findings`` in format ``fmt``. ``sources`` (filename -> text) feeds the ``full``
+    format's source lines; a file missing from it gets the concise line only."""
     out = out or sys.stdout
     if fmt == "json":
         out.write(json.dumps([finding_to_json(f) for f in findings], indent=2, ensure_ascii=False) + "\n")
@@ -103,8 +107,18 @@ def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quie
     if fmt == "sarif":
         out.write(json.dumps(to_sarif(findings), indent=2, ensure_ascii=False) + "\n")
         return
+    if fmt == "github":
+        for f in findings:
+            out.write(format_github(f) + "\n")
+        return
+    if fmt == "junit":
+        out.write(to_junit(findings))
+        return
     for f in findings:
-        out.write(format_text_line(f) + "\n")
+        if fmt == "full":
+            out.write(format_full(f, (sources or {}).get(f.filename)) + "\n")
+        else:
+            out.write(format_text_line(f) + "\n")
     if quiet:
         return
     n = len(findings)
@@ -124,6 +138,123 @@ def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quie
     elif unsafe and unsafe_hint:
         out.write(f"No fixes available ({unsafe} hidden fix{'es' if unsafe != 1 else ''} can be enabled with "
                   "the `--unsafe-fixes` option).\n")
+
+
+# -- full ----------------------------------------------------------------------------------------
+def _lines(text: str) -> list[str]:
+    from .source import SourceText
+
+    return SourceText(text).lines
+
+
+def format_full(f: Finding, text: str | None) -> str:
+    """Ruff's ``full`` format: the concise line, the source around the finding with a caret under
+    it, the fix as a preview (``-`` old / ``+`` new lines), and every related location."""
+    out = [format_text_line(f)]
+    lines = _lines(text) if text is not None else None
+    if lines is not None and 0 <= f.range.start.line < max(len(lines), 1):
+        sl, el = f.range.start.line, min(f.range.end.line, len(lines) - 1)
+        first, last = max(0, sl - 1), min(len(lines) - 1, el + 1)
+        width = len(str(last + 1))
+        pad = " " * width
+        out.append(f"{pad} |")
+        for i in range(first, last + 1):
+            line = lines[i].replace("\t", " ")
+            out.append(f"{i + 1:>{width}} | {line}".rstrip())
+            if sl <= i <= el:
+                a = f.range.start.column if i == sl else len(lines[i]) - len(lines[i].lstrip())
+                b = f.range.end.column if i == el else len(lines[i])
+                if i == sl and lines[i].startswith("\ufeff"):
+                    a, b = max(0, a - 1), max(0, b - 1)  # the BOM is not printed
+                    line = line[1:]
+                carets = max(1, b - a)
+                label = f" {f.code}" if i == el else ""
+                out.append(f"{pad} | {' ' * a}{'^' * carets}{label}")
+        out.append(f"{pad} |")
+        if f.fix is not None:
+            out.extend(_fix_preview(f, text, pad))
+    elif f.fix is not None:
+        out.append(f"  = help: {f.fix.message}")
+    for r in f.related:
+        where = r.filename or f.filename
+        out.append(f"  = note: {where}:{r.range.start.line + 1}:{r.range.start.column + 1}: {r.message}")
+    return "\n".join(out) + "\n"
+
+
+def _fix_preview(f: Finding, text: str, pad: str) -> list[str]:
+    from .fixes import apply_edits
+
+    kind = {"safe": "Safe fix", "unsafe": "Unsafe fix", "display-only": "Suggested fix (not applied)"}
+    out = [f"{pad} = help: {f.fix.message}", "", f"  {kind.get(f.fix.applicability.value, 'Fix')}:"]
+    try:
+        new = apply_edits(text, f.fix.edits)
+    except (ValueError, IndexError):
+        return out[:1]
+    import difflib
+
+    old_l, new_l = text.splitlines(), new.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_l, new_l, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        for i in range(i1, i2):
+            out.append(f"  {i + 1:>{len(pad)}} - {old_l[i]}".rstrip())
+        for j in range(j1, j2):
+            out.append(f"  {j + 1:>{len(pad)}} + {new_l[j]}".rstrip())
+    return out
+
+
+# -- github --------------------------------------------------------------------------------------
+def _gh_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(s: str) -> str:
+    return _gh_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_github(f: Finding) -> str:
+    """A GitHub Actions workflow command; GitHub shows it as an annotation on the line."""
+    level = {"error": "error", "warning": "warning"}.get(f.severity.value, "notice")
+    props = ",".join([
+        f"title={_gh_prop(f'ddp-lint ({f.code})')}",
+        f"file={_gh_prop(f.filename)}",
+        f"line={f.range.start.line + 1}", f"col={f.range.start.column + 1}",
+        f"endLine={f.range.end.line + 1}", f"endColumn={f.range.end.column + 1}",
+    ])
+    where = f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}"
+    return f"::{level} {props}::{_gh_data(f'{where}: {f.code} {f.message}')}"
+
+
+# -- junit ---------------------------------------------------------------------------------------
+def to_junit(findings: list[Finding]) -> str:
+    """JUnit XML: one test suite per file, one failing test case per finding (Ruff's layout)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name="ddp-lint", tests=str(len(findings)),
+                      failures=str(len(findings)), errors="0")
+    if not findings:
+        suite = ET.SubElement(root, "testsuite", name="ddp-lint", tests="1", disabled="0", errors="0",
+                              failures="0", package="org.ddp-lint")
+        ET.SubElement(suite, "testcase", name="No errors found")
+    by_file: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_file.setdefault(f.filename, []).append(f)
+    for filename, fs in by_file.items():
+        suite = ET.SubElement(root, "testsuite", name=filename, tests=str(len(fs)), disabled="0",
+                              errors="0", failures=str(len(fs)), package="org.ddp-lint")
+        for f in fs:
+            line, col = f.range.start.line + 1, f.range.start.column + 1
+            case = ET.SubElement(suite, "testcase", name=f"org.ddp-lint.{f.code}", classname=filename,
+                                 line=str(line), column=str(col))
+            fail = ET.SubElement(case, "failure", message=_xml_safe(f.message))
+            fail.text = _xml_safe(f"line {line}, col {col}, {f.message}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _xml_safe(s: str) -> str:
+    """XML 1.0 cannot carry most control characters, even escaped: replace them."""
+    return "".join(c if c in "\t\n\r" or ord(c) >= 0x20 and c not in "\ufffe\uffff" else "\ufffd" for c in s)
 
 
 def to_sarif(findings: list[Finding]) -> dict:
@@ -174,16 +305,89 @@ def to_sarif(findings: list[Finding]) -> dict:
                 "name": "ddp-lint",
                 "version": __version__,
                 "informationUri": "https://github.com/ddp-lint/ddp-lint",
-                "rules": [
-                    {"id": c, "name": rules[c].name if c in rules else c,
-                     "shortDescription": {"text": rules[c].name if c in rules else c},
-                     "fullDescription": {"text": rules[c].docs().split("\n\n")[1] if c in rules else c},
-                     "helpUri": rules[c].url() if c in rules else None,
-                     "defaultConfiguration": {"level": level.get(rules[c].severity.value, "warning")}
-                     if c in rules else {}}
-                    for c in used
-                ],
+                "rules": [_sarif_rule(c, rules.get(c), level) for c in used],
             }},
             "results": results,
         }],
+    }
+
+
+def _doc_sections(docs: str) -> dict[str, str]:
+    """``## Heading`` -> section body (Markdown, stripped)."""
+    out: dict[str, str] = {}
+    head, body = "", []
+    for line in docs.splitlines():
+        if line.startswith("## "):
+            out[head] = "\n".join(body).strip()
+            head, body = line[3:].strip(), []
+        else:
+            body.append(line)
+    out[head] = "\n".join(body).strip()
+    return out
+
+
+def _one_line(md: str) -> str:
+    return " ".join(md.split())
+
+
+_ACRONYMS = {"nccl": "NCCL", "ddp": "DDP", "cpu": "CPU", "gpu": "GPU", "cuda": "CUDA", "syncbn": "SyncBN"}
+
+
+def _drop_asides(text: str) -> str:
+    """Remove parenthetical asides outside `code spans`: "Checks for X (a, `f()`) that" -> "Checks
+    for X that"; parentheses inside a code span (`dist.get_rank()`) stay."""
+    out: list[str] = []
+    depth, in_code = 0, False
+    for ch in text:
+        if ch == "`":
+            in_code = not in_code
+        elif not in_code and ch == "(":
+            if depth == 0:
+                while out and out[-1] == " ":
+                    out.pop()
+            depth += 1
+            continue
+        elif not in_code and ch == ")" and depth:
+            depth -= 1
+            continue
+        if depth == 0:
+            out.append(ch)
+    return "".join(out) if depth == 0 and not in_code else text
+
+
+def rule_summary(rule, limit: int = 160) -> str:
+    """One line: the first sentence of the rule's "What it does" section, without its parenthetical
+    asides and, when still long, cut before its first colon or semicolon (the list that follows)."""
+    import re
+
+    what = _one_line(_doc_sections(rule.docs()).get("What it does", ""))
+    m = re.search(r"(?<![.])(?<!e\.g)(?<!i\.e)(?<!vs)\.(?=\s|$)", what)
+    first = (what[:m.start()] if m else what).rstrip(".")
+    first = _drop_asides(first)
+    for sep in (", for example", ": ", "; ", " — "):
+        if len(first) > limit and sep in first:
+            first = first[:first.index(sep)]
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    if not first:
+        words = [_ACRONYMS.get(w, w) for w in rule.name.split("-")]
+        first = " ".join(words)
+        first = first[:1].upper() + first[1:]
+    return first if first.endswith("…") else first + "."
+
+
+def _sarif_rule(code: str, rule, level: dict) -> dict:
+    if rule is None:
+        return {"id": code, "name": code, "shortDescription": {"text": code}}
+    docs = rule.docs()
+    what = _doc_sections(docs).get("What it does", "") or rule.name
+    return {
+        "id": code,
+        "name": rule.name,
+        "shortDescription": {"text": rule_summary(rule)},
+        "fullDescription": {"text": _one_line(what), "markdown": what},
+        "help": {"text": docs, "markdown": docs},
+        "helpUri": rule.url(),
+        "defaultConfiguration": {"level": level.get(rule.severity.value, "warning")},
+        "properties": {"tags": [rule.severity.value], "fix": rule.fix_availability},
     }

@@ -17,29 +17,69 @@ class UsageError(Exception):
     pass
 
 
+OUTPUT_FORMATS = ("concise", "full", "json", "sarif", "github", "junit", "text")
+
+CHECK_EPILOG = """\
+output formats (--output-format):
+  concise  one line per finding: FILE:LINE:COL: CODE [*] message (the default; `text` is an alias)
+  full     each finding with its source line and a caret, the fix preview and related locations
+  json     a JSON array in Ruff's schema (code, message, location, end_location, fix, url, ...)
+  sarif    SARIF 2.1.0 (GitHub code scanning and other SARIF viewers)
+  github   GitHub Actions workflow commands (::error file=...::), shown as annotations on the PR
+  junit    JUnit XML, one test case per finding
+
+rule selection, lowest to highest precedence:
+  1. the defaults (every rule that is on by default);
+  2. [tool.ddp-lint] in the nearest pyproject.toml at or above the first PATH
+     (or the file given with --config; --isolated ignores every configuration file);
+  3. the command line: --select replaces the whole selection, including the configuration's
+     select and ignore; --extend-select adds codes even when the configuration ignores them;
+     --ignore drops codes. per-file-ignores from the configuration and `# noqa` comments
+     still apply.
+
+exit status:
+  0  no findings (or --exit-zero), or --diff with nothing to fix
+  1  findings remain (or --diff has fixes to show)
+  2  an error: bad option or configuration, a file that cannot be read, a fix that could
+     not be written or a file that changed on disk while it was being fixed
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ddp-lint", description="Catch torch.distributed / DDP misuse.")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command")
 
-    c = sub.add_parser("check", help="statically check files and folders")
+    c = sub.add_parser("check", help="statically check files and folders",
+                       description="Statically check Python files and folders for torch.distributed / "
+                                   "DDP misuse. Never runs the code.",
+                       epilog=CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("paths", nargs="*", help="files or folders ('-' for stdin); default: .")
-    c.add_argument("--stdin-filename", help="file name to report for stdin input")
-    c.add_argument("--output-format", choices=("text", "json", "sarif"), default="text")
+    c.add_argument("--stdin-filename", metavar="NAME", help="file name to report for stdin input")
+    c.add_argument("--output-format", choices=OUTPUT_FORMATS, default="concise", metavar="FORMAT",
+                   help="concise (default), full, json, sarif, github or junit; see below")
     c.add_argument("--fix", action="store_true", help="apply safe fixes")
     c.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (with --fix/--diff)")
     c.add_argument("--diff", action="store_true", help="print the fixes as a diff; write nothing")
-    c.add_argument("--select", help="comma-separated codes or prefixes (replaces the default set)")
-    c.add_argument("--extend-select", help="comma-separated codes or prefixes to add")
-    c.add_argument("--ignore", help="comma-separated codes or prefixes to drop")
-    c.add_argument("--config", help="path to a pyproject.toml to use instead of discovery")
+    c.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes; replaces the default set and "
+                                    "the configuration's select and ignore")
+    c.add_argument("--extend-select", metavar="CODES", help="comma-separated codes or prefixes to add (wins over the "
+                                           "configuration's ignore)")
+    c.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes to drop")
+    c.add_argument("--config", metavar="PATH",
+                   help="use this pyproject.toml (or a ddp-lint.toml with the keys at top level) "
+                        "instead of discovery")
+    c.add_argument("--isolated", action="store_true",
+                   help="ignore every configuration file (defaults plus the command line)")
+    c.add_argument("--force-exclude", action="store_true",
+                   help="apply the exclusions to files named on the command line too (for pre-commit)")
     c.add_argument("--no-cache", action="store_true", help=argparse.SUPPRESS)
-    c.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers (default: all cores)")
+    c.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="parallel workers (default: all cores)")
     c.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     c.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
 
     r = sub.add_parser("rule", help="print a rule's documentation")
-    r.add_argument("code", nargs="?", help="rule code, e.g. DDP001")
+    r.add_argument("code", nargs="?", help="rule code or name, e.g. DDP001 or nccl-without-set-device")
     r.add_argument("--all", action="store_true", help="list every rule")
     r.add_argument("--output-format", choices=("text", "json"), default="text")
 
@@ -123,24 +163,58 @@ def _codes(s: str | None) -> list[str] | None:
 
 
 def _settings_for(args, start: Path):
-    from .analysis.config import ConfigError, load_settings, settings_from_mapping
+    """Configuration (discovered, --config, or none with --isolated), then the command line on top:
+    ``--select`` replaces the configuration's whole selection (its select and ignore),
+    ``--extend-select`` adds codes even when the configuration ignores them, ``--ignore`` drops."""
+    from .analysis.config import ConfigError, Settings, load_settings, settings_from_mapping
 
+    if args.isolated and args.config:
+        raise UsageError("--isolated and --config cannot be used together")
     try:
-        settings = load_settings(start, args.config)
-        overrides = {}
-        if args.select is not None:
-            overrides["select"] = _codes(args.select)
-        if args.ignore is not None:
-            overrides["ignore"] = (settings.ignore or []) + _codes(args.ignore)
-        if args.extend_select is not None:
-            overrides["extend-select"] = (settings.extend_select or []) + _codes(args.extend_select)
-        if overrides:
-            root = settings.root
-            settings = settings_from_mapping(overrides, source="command line", base=settings)
-            settings.root = root
+        settings = Settings() if args.isolated else load_settings(start, args.config)
+        select, extend, ignore = _codes(args.select), _codes(args.extend_select), _codes(args.ignore)
+        if select is None and extend is None and ignore is None:
+            return settings
+        overrides: dict = {}
+        if select is not None:
+            overrides["select"] = select
+        else:
+            # the configuration's effective selection, as explicit codes: a later layer's
+            # extend-select then wins over the configuration's ignore, as in Ruff
+            overrides["select"] = sorted(settings.enabled_codes())
+        overrides["ignore"] = ignore or []
+        overrides["extend-select"] = extend or []
+        root = settings.root
+        settings = settings_from_mapping(overrides, source="command line", base=settings)
+        settings.root = root
         return settings
     except ConfigError as e:
         raise UsageError(str(e)) from None
+
+
+def _force_excluded(path: str, settings) -> bool:
+    """--force-exclude: is this file, or a folder above it (up to the configuration's root or the
+    current folder), excluded?"""
+    p = Path(path)
+    if settings.is_excluded(p):
+        return True
+    try:
+        absp = p.resolve()
+    except OSError:
+        return False
+    base = None
+    for cand in (settings.root, Path.cwd()):
+        if cand is None:
+            continue
+        try:
+            absp.relative_to(cand.resolve())
+            base = cand.resolve()
+            break
+        except (ValueError, OSError):
+            continue
+    if base is None:
+        return False  # outside the project and the current folder: only the file itself counts
+    return any(settings.is_excluded(q) for q in absp.parents if base in q.parents)
 
 
 def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]:
@@ -166,22 +240,28 @@ def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]
 
 
 def _check_one(job):
-    """Worker: (path, settings, fix_mode, unsafe) -> (path, findings, error, new_text, old_text)."""
+    """Worker: (path, settings, fix_mode, unsafe, write) -> _analyse's tuple + (sourcefile,)."""
     from .analysis.io import SourceError, read_source_file
 
-    path, settings, fix_mode, unsafe = job
+    path, settings, fix_mode, unsafe, write = job
     try:
-        sf = read_source_file(path)
+        sf = read_source_file(path, keep_digest=write)  # the digest: re-checked before a fix is written
     except SourceError as e:
-        return path, [], str(e), None, None
-    return _analyse_text(sf.text, path, settings, fix_mode, unsafe) + (sf,)
+        return path, [], str(e), None, None, [], None
+    return _analyse(sf.text, path, settings, fix_mode, unsafe) + (sf,)
 
 
 def _analyse_text(text, path, settings, fix_mode, unsafe):
+    """-> (path, findings after the fixes, error, new text or None, old text)."""
+    return _analyse(text, path, settings, fix_mode, unsafe)[:5]
+
+
+def _analyse(text, path, settings, fix_mode, unsafe):
+    """-> (path, findings after the fixes, error, new text or None, old text, findings before)."""
     from .analysis.engine import check_source
 
     res = check_source(text, path, settings)
-    findings = res.findings
+    findings = before = res.findings
     new_text = None
     if fix_mode and any(f.fix for f in findings):
         from .analysis.fixes import fix_all
@@ -199,7 +279,11 @@ def _analyse_text(text, path, settings, fix_mode, unsafe):
             findings = last[1] if last[0] == new_text else check(new_text)
         else:
             new_text = None
-    return path, findings, None, new_text, text
+    return path, findings, None, new_text, text, before
+
+
+def _err(msg: str) -> None:
+    print(f"ddp-lint: error: {msg}", file=sys.stderr)
 
 
 def cmd_check(args) -> int:
@@ -207,19 +291,23 @@ def cmd_check(args) -> int:
 
     paths = args.paths or ["."]
     fix_mode = args.fix or args.diff
-    results = []  # (path, findings, error, new_text, old_text, sourcefile)
+    results = []  # (path, findings, error, new_text, old_text, findings_before, sourcefile)
     errors: list[str] = []
     if paths == ["-"]:
         settings = _settings_for(args, Path(args.stdin_filename or ".").parent if args.stdin_filename else Path.cwd())
         from .analysis.io import SourceError, decode_bytes
 
         name = args.stdin_filename or "-"
+        if args.force_exclude and args.stdin_filename and _force_excluded(args.stdin_filename, settings):
+            if args.fix and not args.diff:
+                sys.stdout.buffer.write(sys.stdin.buffer.read())  # the filter passes it through
+            return EXIT_CLEAN
         try:
             sf = decode_bytes(sys.stdin.buffer.read(), name)
         except SourceError as e:
-            print(f"ddp-lint: error: {e}", file=sys.stderr)
+            _err(str(e))
             return EXIT_ERROR
-        r = _analyse_text(sf.text, name, settings, fix_mode, args.unsafe_fixes)
+        r = _analyse(sf.text, name, settings, fix_mode, args.unsafe_fixes)
         results.append(r + (None,))
         stdin_fix_output = args.fix and not args.diff
     else:
@@ -228,16 +316,19 @@ def cmd_check(args) -> int:
         stdin_fix_output = False
         settings = _settings_for(args, Path(paths[0]))
         files, errors = iter_python_files(paths, settings)
+        if args.force_exclude:
+            files = [f for f in files if not _force_excluded(f, settings)]
         for e in errors:
-            print(f"ddp-lint: error: {e}", file=sys.stderr)
-        jobs = [(f, settings, fix_mode, args.unsafe_fixes) for f in files]
+            _err(e)
+        write = args.fix and not args.diff
+        jobs = [(f, settings, fix_mode, args.unsafe_fixes, write) for f in files]
         results.extend(_run_jobs(jobs, args.jobs))
         if errors and not results:
             return EXIT_ERROR
     had_error = any(r[2] for r in results) or bool(errors)
     for r in results:
         if r[2]:
-            print(f"ddp-lint: error: {r[2]}", file=sys.stderr)
+            _err(r[2])
     n_fixed = 0
     if args.diff:
         import difflib
@@ -246,17 +337,31 @@ def cmd_check(args) -> int:
             if new is not None:
                 sys.stdout.writelines(difflib.unified_diff(
                     old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+        if not any(r[3] is not None for r in results) and not args.quiet:
+            n_unsafe = 0 if args.unsafe_fixes else sum(
+                1 for r in results for f in r[1] if f.fix and f.fix.applicability.value == "unsafe")
+            hint = (f" ({n_unsafe} unsafe fix{'es' if n_unsafe != 1 else ''} can be shown with "
+                    "`--unsafe-fixes`)") if n_unsafe else ""
+            print(f"No fixes to apply{hint}.", file=sys.stderr)
     elif args.fix:
-        from .analysis.io import write_source
+        from .analysis.io import SourceError, write_source
 
-        for path, findings, err, new, old, sf in results:
+        for i, (path, findings, err, new, old, before, sf) in enumerate(results):
             if new is None:
                 continue
-            n_fixed += 1
             if stdin_fix_output:
+                n_fixed += 1
                 sys.stdout.write(new)
-            else:
+                continue
+            try:
                 write_source(sf, new)
+                n_fixed += 1
+            except SourceError as e:
+                # one line per file; the other files are still fixed, and this one's findings are
+                # those of the text that is still on disk
+                _err(str(e))
+                had_error = True
+                results[i] = (path, before, str(e), None, old, before, sf)
     if stdin_fix_output:
         if not any(r[3] is not None for r in results):
             sys.stdout.write(results[0][4] or "")
@@ -266,10 +371,12 @@ def cmd_check(args) -> int:
     else:
         all_findings = [f for r in results for f in r[1]] if not args.diff else []
         if not args.diff:
+            sources = {r[0]: (r[3] if r[3] is not None and r[2] is None else r[4])
+                       for r in results if r[4] is not None}
             # never "All checks passed!" next to a file that could not be read
-            print_findings(all_findings, args.output_format, fixed_files=n_fixed,
+            print_findings(all_findings, _fmt(args.output_format), fixed_files=n_fixed,
                            quiet=args.quiet or (had_error and not all_findings),
-                           unsafe_hint=not args.unsafe_fixes)
+                           unsafe_hint=not args.unsafe_fixes, sources=sources)
     remaining = [f for r in results for f in r[1]]
     if args.diff:
         changed = any(r[3] is not None for r in results)
@@ -279,6 +386,10 @@ def cmd_check(args) -> int:
     if remaining and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _fmt(name: str) -> str:
+    return "concise" if name == "text" else name
 
 
 def _run_jobs(jobs, n_jobs: int):
@@ -314,8 +425,12 @@ def cmd_rule(args) -> int:
     if not args.code:
         raise UsageError("give a rule code (e.g. `ddp-lint rule DDP001`) or --all")
     rule = get_rule(args.code)
+    if rule is None:  # by name, as Ruff accepts: `ddp-lint rule nccl-without-set-device`
+        want = args.code.strip().lower().replace("_", "-")
+        rule = next((r for r in all_rules().values() if r.name == want), None)
     if rule is None:
-        raise UsageError(f"unknown rule code {args.code!r}; `ddp-lint rule --all` lists them")
+        raise UsageError(f"unknown rule code or name {args.code!r}; "
+                         "`ddp-lint rule --all` lists them")
     if args.output_format == "json":
         import json
 

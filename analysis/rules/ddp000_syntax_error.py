@@ -7,6 +7,8 @@ class SyntaxErrorRule(Rule):
     ## What it does
     Reports a file that Python cannot parse (mid-typing, a NUL byte, an undecodable file, or
     nesting deeper than CPython's parser allows). It is reported once, at the error's position.
+    Syntax of a newer Python than the one running ddp-lint (type parameters and `type` aliases,
+    3.12, under Python 3.11, say) is reported as such, with the version the file needs.
 
     ## Why is this bad?
     Python raises `SyntaxError` before any rank starts, and no other rule can look at the file.
@@ -33,3 +35,38 @@ class SyntaxErrorRule(Rule):
     name = "syntax-error"
     severity = Severity.ERROR
     static = False
+
+
+# -- syntax newer than the running Python ---------------------------------------------------------
+# (pattern on the line of the error, Python version that accepts it, what it is). Checked only when
+# the running Python is older than that version and the file fails to parse on that line, so a
+# match can only turn "invalid syntax" into "invalid syntax *here*, which Python 3.x accepts".
+_NEWER_SYNTAX = (
+    (r"^\s*type\s+[A-Za-z_]\w*\s*(\[[^\]]*\])?\s*=", (3, 12), "a `type` alias statement, PEP 695"),
+    (r"^\s*(async\s+)?def\s+[A-Za-z_]\w*\s*\[", (3, 12), "type parameters on a function, PEP 695"),
+    (r"^\s*class\s+[A-Za-z_]\w*\s*\[", (3, 12), "type parameters on a class, PEP 695"),
+    (r"^\s*except\s*\*?\s*[A-Za-z_][\w.]*\s*,\s*[A-Za-z_][\w.,\s]*:", (3, 14),
+     "`except` with several exception types and no parentheses, PEP 758"),
+)
+
+
+def newer_python_hint(text: str, lineno: int | None, version: tuple[int, int] | None = None) -> str | None:
+    """When the line of a syntax error uses syntax of a newer Python than ``version`` (default: the
+    running one), say which: "this is Python 3.12 syntax (...), and ddp-lint runs on Python 3.11; ..."."""
+    import re
+    import sys
+
+    if not lineno:
+        return None
+    version = version or sys.version_info[:2]
+    lines = text.splitlines()
+    if not 0 < lineno <= len(lines):
+        return None
+    line = lines[lineno - 1]
+    for pattern, needs, what in _NEWER_SYNTAX:
+        if version < needs and re.match(pattern, line):
+            here = ".".join(map(str, version))
+            v = f"{needs[0]}.{needs[1]}"
+            return (f"this is Python {v} syntax ({what}), and ddp-lint runs on Python {here}; "
+                    f"run ddp-lint with Python {v} or newer to check this file")
+    return None

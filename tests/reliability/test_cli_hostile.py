@@ -147,3 +147,96 @@ def test_unknown_rule_and_bad_flags():
     clean_error(r, "unknown rule")
     r = run("check", "--select", "\x1b[31mRED", str(P2))
     clean_error(r)
+
+
+# -- issue 12: --fix writes -------------------------------------------------------------------------
+FIXED_LINE = "    torch.cuda.set_device(device_id)"
+
+
+def test_fix_never_writes_through_a_planted_temp_symlink(tmp_path):
+    """Issue 12.1: the fixed text went to `.<name>.ddp-lint.tmp` opened with open(..., "wb"), which
+    follows a symlink a cloned repository ships there (to ~/.bashrc, or a usercustomize.py)."""
+    repo, home = tmp_path / "repo", tmp_path / "home"
+    repo.mkdir(), home.mkdir()
+    victim = home / ".bashrc"
+    victim.write_text("# the user's shell setup\n")
+    shutil.copy(P2, repo / "train.py")
+    for name in (".train.py.ddp-lint.tmp", ".train.py.tmp", "train.py.tmp"):
+        os.symlink(victim, repo / name)
+    r = run("check", "--fix", "train.py", cwd=repo)
+    assert r.returncode == 1, r.stderr
+    assert victim.read_text() == "# the user's shell setup\n"
+    assert not (repo / "train.py").is_symlink() and FIXED_LINE in (repo / "train.py").read_text()
+    assert sorted(os.listdir(repo)) == sorted([".train.py.ddp-lint.tmp", ".train.py.tmp", "train.py", "train.py.tmp"])
+
+
+def test_fix_on_a_symlinked_source_fixes_the_target_and_keeps_the_link(tmp_path):
+    """Issue 12.1: os.replace(tmp, "link.py") turned the link into a regular file."""
+    real = tmp_path / "real"
+    real.mkdir()
+    shutil.copy(P2, real / "target.py")
+    os.symlink("real/target.py", tmp_path / "link.py")
+    r = run("check", "--fix", "link.py", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert os.path.islink(tmp_path / "link.py") and os.readlink(tmp_path / "link.py") == "real/target.py"
+    assert FIXED_LINE in (real / "target.py").read_text()
+    assert sorted(os.listdir(real)) == ["target.py"]
+
+
+def test_fix_past_the_file_size_limit_is_one_line_per_file(tmp_path):
+    """Issue 12.5, a real EFBIG: with RLIMIT_FSIZE below one file's size, that file's write fails;
+    one line names it, the other file is fixed, nothing is left behind, no traceback."""
+    import resource
+    import signal
+
+    small = tmp_path / "small.py"
+    big = tmp_path / "big.py"
+    shutil.copy(P2, small)
+    big.write_text(P2.read_text() + "# padding\n" * 20_000)  # ~200 KB
+    original_big = big.read_bytes()
+    limit = 64 * 1024
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([sys.executable, "-m", "ddp_lint", "check", "--fix", "big.py", "small.py"],
+                       capture_output=True, cwd=tmp_path, env=env, timeout=60, preexec_fn=limit_file_size)
+    err = r.stderr.decode()
+    assert r.returncode == 2, (err, r.stdout)
+    assert err.splitlines() == ["ddp-lint: error: big.py: cannot write the fix: File too large"], err
+    assert "Traceback" not in err + r.stdout.decode()
+    assert big.read_bytes() == original_big
+    assert FIXED_LINE in small.read_text()
+    assert sorted(os.listdir(tmp_path)) == ["big.py", "small.py"]
+
+
+# -- issue 12.10 / 12.12 / 17.6: configuration ------------------------------------------------------
+@pytest.mark.parametrize("toml,needle", [
+    ("tool = 5\n", "`tool` must be a table"),
+    ('tool = "ddp-lint"\n', "`tool` must be a table"),
+    ('[tool.ddp-lint]\nselect = [\n', "pyproject.toml:3: invalid toml"),
+    ('[tool.ddp-lint]\nselect = ["DDP1"]\nignore = [DDP101]\n', "pyproject.toml:3:11: invalid toml"),
+])
+def test_broken_pyproject_exits_2_naming_the_file(tmp_path, toml, needle):
+    (tmp_path / "pyproject.toml").write_text(toml)
+    shutil.copy(P2, tmp_path / "p2.py")
+    r = run("check", "p2.py", cwd=tmp_path)
+    clean_error(r, needle.lower(), str(tmp_path / "pyproject.toml").lower())
+    assert r.stdout == b""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "folder"])
+def test_config_on_a_fifo_or_device_does_not_hang(tmp_path, kind):
+    """Issue 12.12: `check --config FIFO` hung; `--config /dev/zero` died with MemoryError."""
+    if kind == "fifo":
+        cfg = tmp_path / "ddp-lint.toml"
+        os.mkfifo(cfg)
+    elif kind == "folder":
+        cfg = tmp_path
+    else:
+        cfg = kind
+    shutil.copy(P2, tmp_path / "p2.py")
+    r = run("check", "--config", str(cfg), "p2.py", cwd=tmp_path, timeout=20)
+    clean_error(r, "cannot read configuration")
