@@ -57,13 +57,32 @@ dist.destroy_process_group()
 '''
 
 
-# An "interpreter" that passes the extension's probe but whose server dies 1 s after it starts.
+# An "interpreter" that passes the extension's probe (`-I -u <launcher> --probe`) but whose server
+# (`-I -u <launcher>`) dies 1 s after it starts.
 CRASHY = """#!/bin/sh
-if [ "$1" = "-m" ] && [ "$2" = "ddp_lint.lsp_server" ]; then
-  exec {python} -c "import os, runpy, sys, threading; threading.Timer(1.0, lambda: os._exit(3)).start(); sys.argv = ['ddp_lint.lsp_server']; runpy.run_module('ddp_lint.lsp_server', run_name='__main__', alter_sys=True)"
-fi
+for a; do last=$a; done
+case "$last" in
+  *.py) exec {python} -I -u -c "import os, runpy, sys, threading; threading.Timer(1.0, lambda: os._exit(3)).start(); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')" "$last" ;;
+esac
 exec {python} "$@"
 """
+
+# Workspace code that must never run (issue 12, item 3): packages named like the server, its
+# libraries and the modules Python imports at start, each writing the marker file when imported.
+PLANTED_PACKAGES = ("ddp_lint", "lsp_server", "analysis", "pygls", "lsprotocol", "cattrs", "attrs")
+PLANTED_MODULES = ("sitecustomize", "usercustomize", "json", "typing_extensions", "runpy")
+
+
+def plant_workspace_code(ws: Path, marker: Path) -> None:
+    code = f"open({str(marker)!r}, 'a').write(__name__ + ' imported from the workspace\\n')\n"
+    for pkg in PLANTED_PACKAGES:
+        (ws / pkg).mkdir()
+        (ws / pkg / "__init__.py").write_text(code)
+    (ws / "ddp_lint" / "lsp_server").mkdir()
+    (ws / "ddp_lint" / "lsp_server" / "__init__.py").write_text(code)
+    (ws / "ddp_lint" / "lsp_server" / "__main__.py").write_text(code)
+    for mod in PLANTED_MODULES:
+        (ws / f"{mod}.py").write_text(code)
 
 
 def node_env() -> dict[str, str]:
@@ -126,6 +145,7 @@ def test_vsix_contents(vsix):
     names = set(zipfile.ZipFile(vsix).namelist())
     for must in ("extension/package.json", "extension/dist/extension.js", "extension/LICENSE.txt",
                  "extension/vscode-client/images/icon.png", "extension/lsp_server/__main__.py", "extension/ddp_lint/__init__.py",
+                 "extension/vscode-client/python/launch.py",
                  "extension/lsp_server/server.py", "extension/analysis/engine.py",
                  "extension/analysis/runtime/shim.py", "extension/bundled/libs/pygls/__init__.py",
                  "extension/bundled/libs/lsprotocol/types.py", "extension/bundled/libs/cattrs/__init__.py",
@@ -166,14 +186,28 @@ def _read_lsp(stream) -> dict:
 
 
 def test_packaged_server_runs_without_ddp_lint_installed(vsix, tmp_path):
-    """The .vsix alone is enough: `python -S` (no site-packages, so neither the editable ddp-lint
-    install nor pip's pygls) runs `-m lsp_server` from the unpacked extension, the way the extension
-    starts it, and answers initialize + publishes DDP001 for the seed."""
+    """The .vsix alone is enough: the unpacked extension's launcher, started the way the extension
+    starts it (`python -I -u <ext>/vscode-client/python/launch.py`), plus `-S` (no site-packages, so
+    neither the editable ddp-lint install nor pip's pygls), answers initialize and publishes DDP001
+    for the seed. It runs from a hostile folder with a hostile PYTHONPATH (workspace packages named
+    ddp_lint, pygls, json...): none of them is imported (issue 12, item 3)."""
     zipfile.ZipFile(vsix).extractall(tmp_path)
     ext = tmp_path / "extension"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ext), str(ext / "bundled" / "libs")])
-    p = subprocess.Popen([sys.executable, "-S", "-m", "ddp_lint.lsp_server"], cwd=tmp_path, env=env,
+    launcher = ext / "vscode-client" / "python" / "launch.py"
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    marker = tmp_path / "MARKER"
+    plant_workspace_code(hostile, marker)
+    env = dict(os.environ, PYTHONPATH=str(hostile), PYTHONSTARTUP=str(hostile / "json.py"))
+    probe = subprocess.run([sys.executable, "-I", "-u", str(launcher), "--probe"], cwd=hostile, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    origins = json.loads(probe.stdout.strip().splitlines()[-1])["origins"]
+    for mod in ("pygls", "lsprotocol", "cattrs"):  # the bundled copies win over any installed one
+        assert origins[mod].startswith(str(ext / "bundled" / "libs")), origins
+    assert origins["ddp_lint.lsp_server"].startswith(str(ext / "lsp_server")), origins
+    assert not marker.exists(), marker.read_text()
+    p = subprocess.Popen([sys.executable, "-S", "-I", "-u", str(launcher)], cwd=hostile, env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         p.stdin.write(_lsp_message({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -213,6 +247,7 @@ def test_packaged_server_runs_without_ddp_lint_installed(vsix, tmp_path):
         p.wait(10)
         err = p.stderr.read().decode(errors="replace")
         assert "Traceback" not in err, err[-3000:]
+        assert not marker.exists(), marker.read_text()
 
 
 def _free_port() -> int:
@@ -261,6 +296,8 @@ def code_server(vsix: Path, tmp_path: Path, trusted: bool):
     ws.mkdir()
     shutil.copy(EXAMPLES / SEED, ws / SEED)
     (ws / RUN_FILE).write_text(RANK_GUARDED_BARRIER)
+    if not trusted:  # (a trusted workspace's own json.py would break its ddp-lint.run, rightly)
+        plant_workspace_code(ws, tmp_path / "MARKER")
     settings = dict(USER_SETTINGS)
     settings["security.workspace.trust.enabled"] = not trusted
     settings["security.workspace.trust.startupPrompt"] = "never"
@@ -344,7 +381,9 @@ def test_vscode_untrusted_workspace_lints_but_never_runs(vsix, tmp_path):
     and starts nothing (no runtime finding appears). Then a broken `ddp-lint.interpreter`: the
     settings change restarts the server and the missing Python gets one clear notification with
     the "Select Interpreter" action, and an error in the status bar. Then a server that crashes
-    right after every start: 4 automatic restarts, then it stays down with a notification."""
+    right after every start: 4 automatic restarts, then it stays down with a notification.
+    All along, the workspace holds packages named ddp_lint, lsp_server, pygls, json... that write a
+    marker file when imported: none may ever run (issue 12, item 3)."""
     _require_e2e()
     OUT.mkdir(parents=True, exist_ok=True)
     with code_server(vsix, tmp_path, trusted=False) as (url, ws, data):
@@ -360,3 +399,6 @@ def test_vscode_untrusted_workspace_lints_but_never_runs(vsix, tmp_path):
         # bounded: exactly 4 automatic restarts, then stopped for good
         assert logs.count("server exited unexpectedly; restarting") == 4, logs[-5000:]
         assert "crashed 5 times in 3 minutes" in logs, logs[-5000:]
+        assert "launch.py (in " in logs and " -I -u " in logs, logs[-5000:]  # isolated, by script path
+    marker = tmp_path / "MARKER"
+    assert not marker.exists(), "workspace code ran in Restricted Mode:\n" + marker.read_text()

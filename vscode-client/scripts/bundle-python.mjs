@@ -1,7 +1,9 @@
 // Package-time step (like microsoft/vscode-python-tools-extension-template): install the server's
-// pure-Python dependencies into bundled/libs with pip from PyPI, so that the .vsix runs for a user
-// who never pip-installed ddp-lint. The server's own sources (analysis/, lsp_server/) are shipped
-// as they are at the extension root. Python: $PYTHON, else python3.
+// pure-Python dependencies into bundled/libs with pip, so that the .vsix runs for a user who never
+// pip-installed ddp-lint; the extension itself never runs pip. Every requirement is pinned with its
+// wheel's sha256 (bundled-requirements.txt) and installed with --require-hashes. The server's own
+// sources (ddp_lint/, analysis/, lsp_server/) are shipped as they are at the extension root.
+// Python: $PYTHON, else python3.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -24,7 +26,7 @@ fs.mkdirSync(libs, { recursive: true });
 // exceptiongroup too, which are inert on newer Pythons. No compiled code: works on any platform.
 const args = ['-m', 'pip', 'install', '--disable-pip-version-check', '--no-input', '--no-compile',
     '--target', libs, '--implementation', 'py', '--python-version', '3.10', '--platform', 'any',
-    '--abi', 'none', '--only-binary=:all:', '-r', reqFile];
+    '--abi', 'none', '--only-binary=:all:', '--require-hashes', '-r', reqFile];
 console.log(`${python} ${args.join(' ')}`);
 const r = spawnSync(python, args, { stdio: 'inherit' });
 if (r.status !== 0) {

@@ -10,7 +10,7 @@ export const MIN_PYTHON: readonly [number, number] = [3, 10];
 export type InterpreterSource = 'python-extension' | 'setting' | 'default';
 
 export interface ResolvedInterpreter {
-    /** argv prefix: `[...command, '-m', 'ddp_lint.lsp_server']` starts the server. */
+    /** argv prefix: `[...command, '-I', '-u', <launcher>]` starts the server (see launch.ts). */
     command: string[];
     source: InterpreterSource;
 }
@@ -22,6 +22,9 @@ export interface InterpreterSources {
     setting(): string[];
     /** Logged when a source fails, so a broken Python extension never blocks the server. */
     log?(message: string): void;
+    /** A reason to refuse the Python extension's choice (in an untrusted workspace: an
+     *  interpreter inside the workspace, see launch.ts), or undefined to accept it. */
+    reject?(command: string[]): string | undefined;
 }
 
 export const DEFAULT_INTERPRETER: readonly string[] = ['python3'];
@@ -30,7 +33,9 @@ export async function resolveInterpreter(sources: InterpreterSources): Promise<R
     try {
         const fromExt = await sources.pythonExtension();
         if (fromExt && fromExt.length > 0 && fromExt[0]) {
-            return { command: [...fromExt], source: 'python-extension' };
+            const why = sources.reject?.(fromExt);
+            if (why === undefined) return { command: [...fromExt], source: 'python-extension' };
+            sources.log?.(`not using the Python extension's interpreter ${fromExt.join(' ')}: ${why}`);
         }
     } catch (e) {
         sources.log?.(`Python extension API failed, falling back: ${e instanceof Error ? e.message : String(e)}`);
@@ -42,24 +47,12 @@ export async function resolveInterpreter(sources: InterpreterSources): Promise<R
     return { command: [...DEFAULT_INTERPRETER], source: 'default' };
 }
 
-/** The one-line probe run before starting the server: version and the modules it needs. */
-export const PROBE_SCRIPT = [
-    'import json, sys, importlib.util',
-    'mods = ("pygls", "lsprotocol", "cattrs", "ddp_lint.lsp_server", "ddp_lint.analysis")',
-    'missing = []',
-    'for m in mods:',
-    '    try:',
-    '        ok = importlib.util.find_spec(m) is not None',
-    '    except Exception:',
-    '        ok = False',
-    '    if not ok: missing.append(m)',
-    'print(json.dumps({"version": list(sys.version_info[:3]), "executable": sys.executable, "missing": missing}))',
-].join('\n');
-
 export interface ProbeResult {
     version: [number, number, number];
     executable: string;
     missing: string[];
+    /** false when the extension's bundled/libs folder is absent (a damaged install or a dev checkout). */
+    bundled: boolean;
 }
 
 export type ProbeVerdict =
@@ -78,6 +71,7 @@ export function parseProbe(stdout: string): ProbeResult | undefined {
                     version: [v[0], v[1], v[2] ?? 0],
                     executable: o.executable,
                     missing: Array.isArray(o.missing) ? o.missing.map(String) : [],
+                    bundled: o.bundled !== false,
                 };
             }
         } catch {
@@ -113,10 +107,14 @@ export function judgeProbe(command: readonly string[], spawnError: string | unde
         };
     }
     if (probe.missing.length > 0) {
-        return {
-            ok: false, kind: 'missing-modules', probe,
-            message: `Python at \`${probe.executable}\` cannot import ${probe.missing.join(', ')}.`,
-        };
+        // Nothing is ever pip-installed (issue 12, item 6): the .vsix ships every library.
+        const ours = probe.missing.filter((m) => m.startsWith('ddp_lint'));
+        const message = ours.length > 0
+            ? `the extension is damaged: its Python sources (${ours.join(', ')}) are missing. Reinstall ddp-lint.`
+            : !probe.bundled
+                ? `the extension's bundled Python libraries (bundled/libs) are missing, so Python at \`${probe.executable}\` cannot import ${probe.missing.join(', ')}. Reinstall ddp-lint (in a development checkout: \`npm run bundle-python\`).`
+                : `Python at \`${probe.executable}\` cannot import ${probe.missing.join(', ')}, even from the extension's bundled libraries. Reinstall ddp-lint.`;
+        return { ok: false, kind: 'missing-modules', probe, message };
     }
     return { ok: true, probe };
 }

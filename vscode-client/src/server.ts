@@ -1,18 +1,20 @@
 /**
- * The language client's lifecycle: resolve the interpreter, probe it, start `<python> -m ddp_lint.lsp_server`
- * over stdio with the bundled sources on PYTHONPATH, and restart it (coalesced, crash loops bounded).
+ * The language client's lifecycle: resolve the interpreter, probe it, start the bundled server as
+ * `<python> -I -u <extension>/vscode-client/python/launch.py` over stdio from the extension's folder
+ * (launch.ts: nothing in the workspace can be imported in its place), and restart it (coalesced,
+ * crash loops bounded). Nothing is ever installed: the .vsix ships the server's libraries.
  */
 import * as cp from 'child_process';
 import * as fs from 'fs';
-import * as path from 'path';
 import * as vscode from 'vscode';
 import {
     CloseAction, DidChangeConfigurationNotification, ErrorAction, ExecuteCommandRequest, LanguageClient, LanguageClientOptions,
     RevealOutputChannelOn, ServerOptions, State, TransportKind,
 } from 'vscode-languageclient/node';
 import {
-    judgeProbe, MIN_PYTHON, PROBE_SCRIPT, ProbeVerdict, resolveInterpreter, ResolvedInterpreter,
+    judgeProbe, MIN_PYTHON, ProbeVerdict, resolveInterpreter, ResolvedInterpreter,
 } from './interpreter';
+import { interpreterInsideWorkspace, probeLaunch, serverEnv, serverLaunch } from './launch';
 import { pythonExtensionInstalled, pythonExtensionInterpreter } from './python';
 import { CrashTracker, RestartCoalescer } from './restart';
 import { readSettings, SECTION, ServerSettings, settingsKey, toServerSettings } from './settings';
@@ -20,9 +22,6 @@ import { StatusItem } from './status';
 
 /** Commands the extension implements itself (trust checks, progress); never forwarded blindly. */
 export const OWN_COMMANDS = new Set(['ddp-lint.run', 'ddp-lint.fixAll', 'ddp-lint.restart', 'ddp-lint.showLogs']);
-
-/** What the server needs that a bare interpreter may lack (installed on first run if missing). */
-const PYTHON_DEPS = ['pygls>=2.1,<3', 'lsprotocol>=2025.0.0', 'cattrs>=23.1.2', "tomli>=1.1; python_version < '3.11'"];
 
 function errorCode(e: unknown): string | undefined {
     return (e as NodeJS.ErrnoException | undefined)?.code;
@@ -65,63 +64,21 @@ export class ServerManager implements vscode.Disposable {
         }
     }
 
-    private pythonPath(extra: string[]): string {
-        const root = this.context.extensionUri.fsPath;
-        const parts = [root];
-        const libs = path.join(root, 'bundled', 'libs');
-        if (fs.existsSync(libs)) parts.push(libs);
-        parts.push(...extra);
-        return parts.join(path.delimiter);
+    private get extensionRoot(): string {
+        return this.context.extensionUri.fsPath;
     }
 
-    private privateLibs(version: readonly number[]): string {
-        return path.join(this.context.globalStorageUri.fsPath, 'python-libs', `py${version[0]}.${version[1]}`);
-    }
-
-    private serverEnv(extra: string[]): NodeJS.ProcessEnv {
-        const ours = this.pythonPath(extra);
-        const user = process.env.PYTHONPATH;
-        return {
-            ...process.env,
-            PYTHONPATH: user ? `${ours}${path.delimiter}${user}` : ours,
-            // The runtime runner strips these from the ranks' PYTHONPATH so that the bundled
-            // pygls/attrs/... never shadow the user's packages in their own script.
-            DDP_LINT_BUNDLE_PATHS: JSON.stringify(ours.split(path.delimiter)),
-            PYTHONUNBUFFERED: '1',
-            PYTHONIOENCODING: 'utf-8',
-        };
-    }
-
-    private probe(command: string[], extra: string[]): Promise<ProbeVerdict> {
+    private probe(command: string[]): Promise<ProbeVerdict> {
+        const l = probeLaunch(command, this.extensionRoot);
         return new Promise((resolve) => {
-            cp.execFile(command[0], [...command.slice(1), '-c', PROBE_SCRIPT],
-                { env: this.serverEnv(extra), timeout: 30_000, windowsHide: true },
+            cp.execFile(l.command, l.args,
+                { cwd: l.cwd, env: serverEnv(process.env), timeout: 30_000, windowsHide: true },
                 (err, stdout, stderr) => {
                     const code = err ? errorCode(err) : undefined;
                     const exit = err && typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 0;
                     resolve(judgeProbe(command, code, exit, String(stdout), String(stderr)));
                 });
         });
-    }
-
-    /** First-run install of the Python dependencies into a private folder, with progress. */
-    private installDeps(command: string[], target: string): Promise<string | undefined> {
-        return Promise.resolve(vscode.window.withProgress({
-            location: vscode.ProgressLocation.Notification,
-            title: 'ddp-lint: installing its Python dependencies (pygls, lsprotocol) for this interpreter…',
-        }, () => new Promise<string | undefined>((resolve) => {
-            fs.mkdirSync(target, { recursive: true });
-            const args = [...command.slice(1), '-m', 'pip', 'install', '--disable-pip-version-check',
-                '--no-input', '--upgrade', '--target', target, ...PYTHON_DEPS];
-            this.log.info(`installing: ${command[0]} ${args.join(' ')}`);
-            const p = cp.spawn(command[0], args, { windowsHide: true });
-            let err = '';
-            p.stdout.on('data', (d: Buffer) => this.log.info(d.toString().trimEnd()));
-            p.stderr.on('data', (d: Buffer) => { err += d.toString(); this.log.warn(d.toString().trimEnd()); });
-            p.on('error', (e) => resolve(e.message));
-            p.on('close', (code) => resolve(code === 0 ? undefined
-                : (err.trim().split(/\r?\n/).pop() || `pip exited with status ${code}`)));
-        })));
     }
 
     /** Error state + one notification per distinct problem. Never awaits the user's answer, so
@@ -164,30 +121,19 @@ export class ServerManager implements vscode.Disposable {
             // In an untrusted workspace VS Code hides the workspace's value (restrictedConfigurations).
             setting: () => settings.interpreter,
             log: (m) => this.log.warn(m),
+            // Restricted Mode: a `.venv/bin/python` shipped inside the workspace is its code
+            reject: (command) => {
+                if (vscode.workspace.isTrusted) return undefined;
+                const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+                const inside = interpreterInsideWorkspace(command, folders, (p) => fs.realpathSync(p));
+                return inside === undefined ? undefined
+                    : `it is inside the untrusted workspace folder ${inside}; trust the workspace to use it`;
+            },
         });
         this.interpreter = interp;
         this.log.info(`interpreter: ${interp.command.join(' ')} (from ${interp.source})`);
 
-        let extra: string[] = [];
-        let verdict = await this.probe(interp.command, extra);
-        if (!verdict.ok && verdict.kind === 'missing-modules' && verdict.probe) {
-            const missing = verdict.probe.missing;
-            if (missing.includes('ddp_lint.lsp_server') || missing.includes('ddp_lint.analysis')) {
-                this.notifyError(`the extension is damaged: its Python sources (${missing.join(', ')}) are missing. Reinstall ddp-lint.`, 'logs');
-                return;
-            }
-            const target = this.privateLibs(verdict.probe.version);
-            extra = [target];
-            verdict = await this.probe(interp.command, extra);
-            if (!verdict.ok && verdict.kind === 'missing-modules') {
-                const why = await this.installDeps(interp.command, target);
-                verdict = await this.probe(interp.command, extra);
-                if (!verdict.ok && why !== undefined) {
-                    this.notifyError(`could not install ddp-lint's Python dependencies (${missing.join(', ')}) with ${interp.command.join(' ')}: ${why}`, 'logs');
-                    return;
-                }
-            }
-        }
+        const verdict = await this.probe(interp.command);
         if (!verdict.ok) {
             const hint = verdict.kind === 'missing-modules' ? 'logs' : 'interpreter';
             const message = verdict.kind === 'not-found' || verdict.kind === 'too-old' || verdict.kind === 'broken'
@@ -198,18 +144,17 @@ export class ServerManager implements vscode.Disposable {
         }
         const exe = verdict.probe.executable || interp.command[0];
         const version = verdict.probe.version.join('.');
-        await this.startClient(interp.command, extra, settings, `Python ${version}, ${exe}`);
+        await this.startClient(interp.command, settings, `Python ${version}, ${exe}`);
     }
 
-    private async startClient(command: string[], extra: string[], settings: ServerSettings, detail: string): Promise<void> {
+    private async startClient(command: string[], settings: ServerSettings, detail: string): Promise<void> {
+        const l = serverLaunch(command, this.extensionRoot);
+        this.log.info(`starting: ${l.command} ${l.args.join(' ')} (in ${l.cwd})`);
         const serverOptions: ServerOptions = {
-            command: command[0],
-            args: [...command.slice(1), '-m', 'ddp_lint.lsp_server'],
+            command: l.command,
+            args: l.args,
             transport: TransportKind.stdio,
-            options: {
-                cwd: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? this.context.extensionUri.fsPath,
-                env: this.serverEnv(extra),
-            },
+            options: { cwd: l.cwd, env: serverEnv(process.env) },
         };
         const initOptions = toServerSettings(settings);
         const clientOptions: LanguageClientOptions = {

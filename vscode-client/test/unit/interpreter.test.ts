@@ -55,7 +55,7 @@ test('a failing Python extension API is logged and skipped, never fatal', async 
 
 test('probe output parsing ignores noise before the JSON line', () => {
     const out = 'sitecustomize says hi\n{"version": [3, 11, 4], "executable": "/p", "missing": []}\n';
-    assert.deepEqual(parseProbe(out), { version: [3, 11, 4], executable: '/p', missing: [] });
+    assert.deepEqual(parseProbe(out), { version: [3, 11, 4], executable: '/p', missing: [], bundled: true });
     assert.equal(parseProbe('garbage\n{not json'), undefined);
 });
 
