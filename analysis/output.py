@@ -7,6 +7,7 @@ import json
 import sys
 
 from .model import Applicability, Finding
+from .urls import REPOSITORY_URL
 
 
 def _loc(pos) -> dict:
@@ -304,7 +305,7 @@ def to_sarif(findings: list[Finding]) -> dict:
             "tool": {"driver": {
                 "name": "ddp-lint",
                 "version": __version__,
-                "informationUri": "https://github.com/ddp-lint/ddp-lint",
+                "informationUri": REPOSITORY_URL,
                 "rules": [_sarif_rule(c, rules.get(c), level) for c in used],
             }},
             "results": results,

@@ -13,11 +13,11 @@ import pkgutil
 from typing import TYPE_CHECKING, ClassVar
 
 from .model import Severity
+from .urls import RULE_DOCS_BASE_URL as DOCS_BASE_URL  # noqa: F401  # re-exported: the engine's DDP000 url
+from .urls import rule_docs_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import Context
-
-DOCS_BASE_URL = "https://github.com/ddp-lint/ddp-lint/blob/main/docs/rules/"
 
 
 class Rule:
@@ -50,7 +50,7 @@ class Rule:
 
     @classmethod
     def url(cls) -> str:
-        return f"{DOCS_BASE_URL}{cls.code}.md"
+        return rule_docs_url(cls.code)
 
     @classmethod
     def render_docs(cls) -> str:

@@ -58,13 +58,11 @@ dist.destroy_process_group()
 
 
 # An "interpreter" that passes the extension's probe (`-I -u <launcher> --probe`) but whose server
-# (`-I -u <launcher>`) dies 1 s after it starts.
+# (`-I -u <launcher> --stdio`, the client adds --stdio) dies 1 s after it starts.
 CRASHY = """#!/bin/sh
-for a; do last=$a; done
-case "$last" in
-  *.py) exec {python} -I -u -c "import os, runpy, sys, threading; threading.Timer(1.0, lambda: os._exit(3)).start(); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')" "$last" ;;
-esac
-exec {python} "$@"
+case " $* " in *" --probe "*) exec {python} "$@" ;; esac
+[ "$1 $2" = "-I -u" ] && shift 2
+exec {python} -I -u -c "import os, runpy, sys, threading; threading.Timer(1.0, lambda: os._exit(3)).start(); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')" "$@"
 """
 
 # Workspace code that must never run (issue 12, item 3): packages named like the server, its
