@@ -12,12 +12,12 @@ import json
 import re
 
 import pytest
-
 from ddp_lint.analysis import urls
 from ddp_lint.analysis.engine import check_source
 from ddp_lint.analysis.output import to_sarif
 from ddp_lint.analysis.registry import all_rules
 from ddp_lint.analysis.runtime.mapping import NAMES as RUNTIME_NAMES
+
 from tests.conftest import EXAMPLES, ROOT
 
 

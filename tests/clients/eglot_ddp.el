@@ -1,15 +1,17 @@
 ;;; eglot_ddp.el --- Emacs (batch) + eglot driving the ddp-lint language server  -*- lexical-binding: t -*-
-;; Run: DDP_FILE=... DDP_PYTHON=... DDP_RESULT=... HOME=<tmp> emacs --batch -Q -l eglot_ddp.el
+;; configured by the eglot snippet copied verbatim out of docs/editors.md (DDP_SNIPPET).
+;; Run: DDP_FILE=... DDP_SNIPPET=... DDP_RESULT=... HOME=<tmp> emacs --batch -Q -l eglot_ddp.el
+;; (`ddp-lint` must be on PATH, as the snippet expects.)
 ;; Exit status 0 = pass; the result file gets one "key value" line per step.
 (require 'package)                     ; -Q skips site-lisp: activate Debian's elpa-* packages
 (add-to-list 'package-directory-list "/usr/share/emacs/site-lisp/elpa")
 (package-initialize)
+(load-file (getenv "DDP_SNIPPET"))      ; the user's init.el: the docs' snippet, as it stands
 (require 'eglot)
 (require 'flymake)
 (require 'python)
 
 (defvar ddp-file (getenv "DDP_FILE"))
-(defvar ddp-python (getenv "DDP_PYTHON"))
 (defvar ddp-result (getenv "DDP_RESULT"))
 
 (defun ddp-say (key value)
@@ -35,7 +37,9 @@
 
 (condition-case err
     (progn
-      (setq eglot-server-programs `((python-mode . (,ddp-python "-m" "ddp_lint.lsp_server"))))
+      (let ((entry (car eglot-server-programs)))  ; the snippet's entry comes first
+        (unless (equal (cadr entry) "ddp-lint") (ddp-fail "the snippet did not add ddp-lint: %S" entry))
+        (ddp-say "contact" (format "%S" (cdr entry))))
       (setq eglot-sync-connect 60
             eglot-confirm-server-initiated-edits nil
             eglot-autoshutdown nil)

@@ -1,10 +1,11 @@
--- Headless Neovim (0.7+) driving the ddp-lint language server through Neovim's own LSP client.
--- Run: DDP_FILE=... DDP_PYTHON=... DDP_RESULT=... nvim --headless --clean -u NONE -c "luafile nvim_ddp.lua"
+-- Headless Neovim (0.7+) driving the ddp-lint language server through Neovim's own LSP client,
+-- started by a configuration snippet copied verbatim out of docs/editors.md (DDP_SNIPPET).
+-- Run: DDP_FILE=... DDP_SNIPPET=... DDP_RESULT=... nvim --headless --clean -u NONE -c "luafile nvim_ddp.lua"
+-- (`ddp-lint` must be on PATH, as the snippets expect.)
 -- Exit status 0 = pass. The result file gets one "key value" line per step for the pytest side.
 local file = assert(os.getenv('DDP_FILE'), 'DDP_FILE not set')
-local python = assert(os.getenv('DDP_PYTHON'), 'DDP_PYTHON not set')
+local snippet = assert(os.getenv('DDP_SNIPPET'), 'DDP_SNIPPET not set')
 local result_path = assert(os.getenv('DDP_RESULT'), 'DDP_RESULT not set')
-local root = vim.fn.fnamemodify(file, ':p:h')
 local out = assert(io.open(result_path, 'w'))
 
 local function say(key, value)
@@ -32,24 +33,40 @@ local function find_diag(bufnr, code)
   return nil
 end
 
+local function buf_clients(bufnr)
+  if vim.lsp.get_clients then return vim.lsp.get_clients({ bufnr = bufnr }) end -- 0.10+
+  return vim.tbl_values(vim.lsp.buf_get_clients(bufnr))
+end
+
+local function line_diagnostics(bufnr, d)
+  if vim.lsp.diagnostic.get_line_diagnostics then -- up to 0.10
+    return vim.lsp.diagnostic.get_line_diagnostics(bufnr, d.lnum)
+  end
+  return { d.user_data and d.user_data.lsp }
+end
+
 local function main()
-  vim.cmd('edit ' .. vim.fn.fnameescape(file))
+  -- the user's init.lua: the snippet exactly as the docs show it
+  dofile(snippet)
+  say('snippet', snippet)
+  vim.cmd('edit ' .. vim.fn.fnameescape(file)) -- FileType python: the snippet starts the client
   local bufnr = vim.api.nvim_get_current_buf()
-  local client_id = vim.lsp.start_client({
-    name = 'ddp-lint',
-    cmd = { python, '-m', 'ddp_lint.lsp_server' },
-    root_dir = root,
-    workspace_folders = { { uri = vim.uri_from_fname(root), name = 'ws' } },
-  })
-  if not client_id then return fail('start_client returned nil') end
-  vim.lsp.buf_attach_client(bufnr, client_id)
+  local client = nil
+  local attached = vim.wait(30000, function()
+    for _, c in ipairs(buf_clients(bufnr)) do
+      if c.name == 'ddp-lint' or c.name == 'ddp_lint' then client = c return true end
+    end
+    return false
+  end, 50)
+  if not attached then return fail('no ddp-lint client attached to the buffer within 30 s') end
+  local client_id = client.id
+  say('client', client.name)
 
   -- 1. both diagnostics, at the right lines
   local ok = vim.wait(60000, function()
     return find_diag(bufnr, 'DDP001') ~= nil and find_diag(bufnr, 'DDP101') ~= nil
   end, 50)
   if not ok then return fail('no DDP001 + DDP101 within 60 s: ' .. vim.inspect(vim.diagnostic.get(bufnr))) end
-  local client = vim.lsp.get_client_by_id(client_id)
   say('encoding', client.offset_encoding)
   for _, code in ipairs({ 'DDP001', 'DDP101' }) do
     local d = find_diag(bufnr, code)
@@ -63,7 +80,7 @@ local function main()
     local params = {
       textDocument = { uri = vim.uri_from_bufnr(bufnr) },
       range = { start = { line = d.lnum, character = d.col }, ['end'] = { line = d.lnum, character = d.col } },
-      context = { diagnostics = vim.lsp.diagnostic.get_line_diagnostics(bufnr, d.lnum) },
+      context = { diagnostics = line_diagnostics(bufnr, d) },
     }
     local results = vim.lsp.buf_request_sync(bufnr, 'textDocument/codeAction', params, 20000)
     local res = results and results[client_id]
@@ -87,8 +104,8 @@ local function main()
   -- 3. write the file
   vim.cmd('silent write')
   say('written', 'yes')
-  client.stop()
-  vim.wait(5000, function() return client.is_stopped() end, 50)
+  vim.lsp.stop_client(client_id)
+  vim.wait(5000, function() return vim.lsp.get_client_by_id(client_id) == nil end, 50)
   say('PASS', 'yes')
   out:close()
   vim.cmd('qall!')

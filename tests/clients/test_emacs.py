@@ -1,14 +1,15 @@
-"""Emacs 28 (batch) + eglot 1.9 (Debian's emacs-nox, elpa-eglot) against the ddp-lint server:
-the same scenario as the Neovim test, through eglot's own edit machinery."""
+"""Emacs 28 (batch) + eglot 1.9 (Debian's emacs-nox, elpa-eglot) against the ddp-lint server,
+configured by the eglot snippet copied verbatim out of docs/editors.md: the same scenario as the
+Neovim test, through eglot's own edit machinery."""
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from test_nvim import check_clean, editor_env
 
+from tests.clients.snippets import snippet
 from tests.conftest import EXAMPLES, require, require_executable
 
 HERE = Path(__file__).resolve().parent
@@ -23,7 +24,9 @@ def test_emacs_eglot_quick_fixes(tmp_path):
     shutil.copyfile(EXAMPLES / "seed_problem2_invalid_usage.py", target)
     result = tmp_path / "result.txt"
     env = editor_env(tmp_path)
-    env.update(DDP_FILE=str(target), DDP_PYTHON=sys.executable, DDP_RESULT=str(result))
+    init = tmp_path / "init.el"
+    init.write_text(snippet("emacs-eglot"), encoding="utf-8")
+    env.update(DDP_FILE=str(target), DDP_SNIPPET=str(init), DDP_RESULT=str(result))
     proc = subprocess.run([emacs, "--batch", "-Q", "-l", str(HERE / "eglot_ddp.el")], env=env, cwd=work,
                           capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     log = result.read_text() if result.exists() else ""

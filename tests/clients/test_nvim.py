@@ -1,20 +1,31 @@
-"""A real, headless Neovim (Debian's neovim 0.7) against the ddp-lint language server.
+"""A real, headless Neovim against the ddp-lint language server, configured by the snippets of
+docs/editors.md, copied verbatim out of the docs file (issue 17, item 11).
 
-It opens the seed's problem 2, gets DDP001 and DDP101 at the right lines, applies both quick fixes
-through Neovim's own LSP edit machinery (``vim.lsp.util.apply_workspace_edit``), writes the file,
-and the written file checks clean for those codes.
+Each run loads one snippet as the user's init.lua would, opens the seed's problem 2 (the snippet's
+`FileType` autocommand or `vim.lsp.enable` starts the client), gets DDP001 and DDP101 at the right
+lines, applies both quick fixes through Neovim's own LSP edit machinery
+(``vim.lsp.util.apply_workspace_edit``), writes the file, and the written file checks clean.
+
+CI has Debian's Neovim 0.7.2: it runs the 0.7 snippet, and compiles the others. Newer Neovims listed
+in ``DDP_LINT_NVIM_EXTRA`` (paths separated by ``:``) run every snippet their version supports.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.clients.snippets import snippet, snippets
 from tests.conftest import EXAMPLES, ROOT, require_executable
 
 HERE = Path(__file__).resolve().parent
+# the snippets the docs must show, and the oldest Neovim each is for
+NVIM_SNIPPETS = {"nvim 0.11": (0, 11), "nvim 0.8": (0, 8), "nvim 0.7": (0, 7)}
 
 
 def editor_env(tmp_path: Path) -> dict:
@@ -24,6 +35,13 @@ def editor_env(tmp_path: Path) -> dict:
     env["HOME"] = str(tmp_path / "home")
     (tmp_path / "home").mkdir(exist_ok=True)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    # the snippets run `ddp-lint server` from PATH: this checkout's, with the test's Python
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "ddp-lint"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ddp_lint "$@"\n')
+    shim.chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
     return env
 
 
@@ -32,15 +50,28 @@ def check_clean(path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 
-def test_neovim_headless_quick_fixes(tmp_path):
-    nvim = require_executable("nvim")
+def nvim_version(nvim: str) -> tuple[int, int]:
+    out = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=30).stdout
+    m = re.search(r"NVIM v(\d+)\.(\d+)", out)
+    assert m, f"cannot read the version of {nvim}: {out[:200]}"
+    return int(m[1]), int(m[2])
+
+
+def extra_nvims() -> list[str]:
+    return [p for p in os.environ.get("DDP_LINT_NVIM_EXTRA", "").split(os.pathsep) if p]
+
+
+def run_scenario(nvim: str, code: str, tmp_path: Path) -> dict[str, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     work = tmp_path / "ws"
     work.mkdir()
     target = work / "seed_problem2_invalid_usage.py"
     shutil.copyfile(EXAMPLES / "seed_problem2_invalid_usage.py", target)
+    init = tmp_path / "init.lua"
+    init.write_text(code, encoding="utf-8")
     result = tmp_path / "result.txt"
     env = editor_env(tmp_path)
-    env.update(DDP_FILE=str(target), DDP_PYTHON=sys.executable, DDP_RESULT=str(result))
+    env.update(DDP_FILE=str(target), DDP_SNIPPET=str(init), DDP_RESULT=str(result))
     proc = subprocess.run([nvim, "--headless", "--clean", "-u", "NONE", "-n", "-c", f"luafile {HERE / 'nvim_ddp.lua'}"],
                           env=env, cwd=work, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
     log = result.read_text() if result.exists() else ""
@@ -55,3 +86,47 @@ def test_neovim_headless_quick_fixes(tmp_path):
     assert "output = [None for _ in range(dist.get_world_size())]" in text
     r = check_clean(target)
     assert r.returncode == 0, r.stdout + r.stderr
+    return got
+
+
+def test_docs_show_a_snippet_per_neovim_range():
+    got = {name for name in snippets() if name.startswith("nvim")}
+    assert got == set(NVIM_SNIPPETS), got
+    assert "vim.lsp.config(" in snippet("nvim 0.11") and "vim.lsp.enable(" in snippet("nvim 0.11")
+    assert "vim.lsp.start(" in snippet("nvim 0.8") and "FileType" in snippet("nvim 0.8")
+    assert "vim.lsp.start_client(" in snippet("nvim 0.7") and "FileType" in snippet("nvim 0.7")
+    for name in NVIM_SNIPPETS:
+        assert "require('lspconfig" not in snippet(name)  # no plugin needed
+
+
+@pytest.mark.parametrize("name", sorted(NVIM_SNIPPETS))
+def test_neovim_snippet_compiles(name, tmp_path):
+    """Every Neovim snippet is valid Lua for Neovim's LuaJIT (even where this Neovim cannot run it)."""
+    nvim = require_executable("nvim")
+    f = tmp_path / "snippet.lua"
+    f.write_text(snippet(name), encoding="utf-8")
+    p = subprocess.run([nvim, "--headless", "--clean", "-u", "NONE", "-n", "-c",
+                        f"lua local f, e = loadfile({str(f)!r}); if not f then io.stderr:write(e) vim.cmd('cquit 1') end",
+                        "-c", "qall!"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+
+
+def test_neovim_docs_snippet_quick_fixes(tmp_path):
+    """The snippet for this Neovim (0.7 in CI), exactly as the docs show it."""
+    nvim = require_executable("nvim")
+    version = nvim_version(nvim)
+    name = max((n for n, v in NVIM_SNIPPETS.items() if v <= version), key=NVIM_SNIPPETS.get)
+    got = run_scenario(nvim, snippet(name), tmp_path)
+    assert got["client"] in ("ddp-lint", "ddp_lint"), got
+
+
+@pytest.mark.parametrize("name", sorted(NVIM_SNIPPETS))
+def test_newer_neovim_snippets(name, tmp_path):
+    """Every snippet on every Neovim of DDP_LINT_NVIM_EXTRA new enough for it."""
+    ran = 0
+    for i, nvim in enumerate(extra_nvims()):
+        if nvim_version(nvim) >= NVIM_SNIPPETS[name]:
+            run_scenario(nvim, snippet(name), tmp_path / f"nvim{i}")
+            ran += 1
+    if not ran:
+        pytest.skip(f"no Neovim >= {'.'.join(map(str, NVIM_SNIPPETS[name]))} in DDP_LINT_NVIM_EXTRA")
