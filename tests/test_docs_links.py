@@ -102,3 +102,7 @@ def test_markdown_links_to_rule_pages_exist():
             if "://" in target:
                 continue
             assert (md.parent / target).resolve().is_file(), f"{md.relative_to(ROOT)} links to missing {target}"
+
+
+def test_raw_urls_map_too():
+    assert urls.repository_path(f"{urls.RAW_BASE_URL}docs/img/vscode-run.png") == "docs/img/vscode-run.png"

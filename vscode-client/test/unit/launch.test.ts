@@ -143,5 +143,5 @@ test('the bundled libraries are pinned with hashes and installed with --require-
     const script = fs.readFileSync(path.join(ROOT, 'vscode-client', 'scripts', 'bundle-python.mjs'), 'utf8');
     assert.match(script, /'--require-hashes'/);
     const ignore = fs.readFileSync(path.join(ROOT, '.vscodeignore'), 'utf8').split('\n');
-    assert.ok(ignore.includes('!bundled/libs/**') && ignore.includes('!vscode-client/python/launch.py'), 'not packaged');
+    assert.ok(ignore.includes('!bundled/libs/**/*.py') && ignore.includes('!vscode-client/python/launch.py'), 'not packaged');
 });
