@@ -151,6 +151,9 @@ def test_node_matches_nvmrc_and_engines(node):
     assert have[0] == NVMRC_MAJOR and have >= floor, (out, want)
     # `npm test` lists its files itself: a quoted glob is expanded by Node 21+ only, by no shell
     assert "*" not in manifest["scripts"]["test"], manifest["scripts"]["test"]
+    # the CI installs the same major version
+    ci = re.search(r"^NODE_VERSION=(\d+)\.", (ROOT / ".ci" / "setup.d" / "vscode.sh").read_text(), re.M)
+    assert ci and int(ci[1]) == NVMRC_MAJOR, ci
 
 
 def test_typescript_unit_tests(node):
