@@ -1,5 +1,12 @@
 """The static check: parse once, traverse once, run the enabled rules, filter by noqa.
 
+The text gate comes first: a file whose text no enabled rule's gate admits (``Rule.gate_of``: "torch"
+plus the rule's declared needles) is not parsed at all, so it has no finding, not even DDP000 (a
+syntax error is reported only for files that pass the gate: a file that cannot contain a
+torch.distributed mistake is not ddp-lint's to judge). Inside a parsed file each rule runs only when
+its own gate admits the text, so gated and ungated runs find the same things by construction, and
+``tests/test_gate.py`` checks every declaration against every fixture and the bench corpus.
+
 ``check_source`` never raises on user input: a syntax error, a NUL byte or pathological nesting
 becomes one DDP000 finding; a bug inside one rule is recorded in ``CheckResult.errors`` and the
 other rules still report.
@@ -10,6 +17,7 @@ import ast
 import gc
 import re
 import threading
+import unicodedata
 import warnings
 from dataclasses import dataclass, field
 
@@ -17,7 +25,7 @@ from .config import Settings
 from .context import Context
 from .model import Finding, Position, Range, Severity
 from .noqa import parse_noqa
-from .registry import DOCS_BASE_URL, all_rules
+from .registry import DOCS_BASE_URL, NoCase, all_rules
 from .semantic import Semantic
 from .source import SourceText
 
@@ -35,6 +43,11 @@ class CheckResult:
     syntax_error: Finding | None = None
     errors: list[str] = field(default_factory=list)  # internal rule failures (bugs), for logs
     source: SourceText | None = None
+    # Other files whose content this result depends on, as (path, sha256 hex of its bytes): a
+    # cross-file analysis that reads an imported project module reports it here, so the CLI cache
+    # (analysis/cache.py) re-checks this file when that module changes. Empty for per-file rules.
+    dependencies: list[tuple[str, str]] = field(default_factory=list)
+    gated_out: bool = False  # no enabled rule's text gate admitted the file: it was not parsed
 
 
 def _rule_instance(code: str):
@@ -42,6 +55,62 @@ def _rule_instance(code: str):
     if inst is None:
         inst = _instances[code] = all_rules()[code]()
     return inst
+
+
+# -- the text gate -------------------------------------------------------------------------------
+_gate_cache: dict[frozenset, tuple] = {}
+_nocase_re: dict[str, "re.Pattern[str]"] = {}
+
+
+def _gates(codes: frozenset[str]) -> tuple:
+    """((code, groups), ...) for the static rules among ``codes``, cached per selection."""
+    got = _gate_cache.get(codes)
+    if got is None:
+        rules = all_rules()
+        got = tuple((c, rules[c].gate_of()) for c in sorted(codes) if c in rules and rules[c].static)
+        if len(_gate_cache) > 256:
+            _gate_cache.clear()
+        _gate_cache[codes] = got
+    return got
+
+
+def _has(needle: str, text: str) -> bool:
+    if isinstance(needle, NoCase):
+        pat = _nocase_re.get(needle)
+        if pat is None:
+            pat = _nocase_re[needle] = re.compile(re.escape(needle), re.IGNORECASE)
+        return pat.search(text) is not None
+    return needle in text
+
+
+def admitted_codes(text: str, codes: frozenset[str]) -> list[str]:
+    """The codes among ``codes`` whose text gate admits ``text`` (in gate order)."""
+    gates = _gates(codes)
+    if not gates:
+        return []
+    if not text.isascii():
+        # identifiers are NFKC-normalised by the parser: a full-width "ｔｏｒｃｈ" is `torch`
+        text = unicodedata.normalize("NFKC", text)
+    memo: dict[str, bool] = {}
+    out = []
+    for code, groups in gates:
+        for group in groups:
+            for n in group:
+                hit = memo.get(n)
+                if hit is None:
+                    hit = memo[n] = _has(n, text)
+                if hit:
+                    break
+            else:
+                break  # no needle of this group: the rule cannot fire
+        else:
+            out.append(code)
+    return out
+
+
+def passes_gate(text: str, codes: frozenset[str]) -> bool:
+    """True when at least one rule among ``codes`` may fire on ``text`` (the file is worth parsing)."""
+    return bool(admitted_codes(text, codes))
 
 
 def parse(text: str, filename: str = "<unknown>"):
@@ -134,18 +203,28 @@ def check_source(
     codes: frozenset[str] | None = None,
     apply_noqa: bool = True,
     tree: ast.Module | None = None,
+    gate: bool = True,
 ) -> CheckResult:
+    """``gate=False`` parses every file and runs every enabled rule whatever the text (the
+    reference run the gate tests compare against)."""
+    settings = settings or _DEFAULT_SETTINGS
+    if codes is None:
+        codes = settings.enabled_codes(filename)
+    if gate:
+        admitted = admitted_codes(text, codes)
+        if not admitted:
+            return CheckResult([], gated_out=True)
+    else:
+        rules = all_rules()
+        admitted = [c for c in sorted(codes) if c in rules and rules[c].static]
     _gc_pause()
     try:
-        return _check_source(text, filename, settings, codes, apply_noqa, tree)
+        return _check_source(text, filename, settings, admitted, apply_noqa, tree)
     finally:
         _gc_resume()
 
 
-def _check_source(text, filename, settings, codes, apply_noqa, tree) -> CheckResult:
-    settings = settings or _DEFAULT_SETTINGS
-    if codes is None:
-        codes = settings.enabled_codes(filename)
+def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> CheckResult:
     src = SourceText(text)
     owned = tree is None  # parsed here: nobody else can hold the tree once the rules are done
     if tree is None:
@@ -154,10 +233,7 @@ def _check_source(text, filename, settings, codes, apply_noqa, tree) -> CheckRes
             f = _syntax_finding(src, filename, err)
             return CheckResult([f], syntax_error=f, source=src)
     result = CheckResult([], source=src)
-    if "torch" not in text or not codes:
-        return result  # every rule needs torch; skip the traversal entirely
-    rules = [_rule_instance(c) for c in codes]
-    rules = [r for r in rules if r.static and (not r.requires_text or any(s in text for s in r.requires_text))]
+    rules = [_rule_instance(c) for c in admitted]
     if not rules:
         return result
     wanted = set()

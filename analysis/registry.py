@@ -20,6 +20,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import Context
 
 
+class NoCase(str):
+    """A ``requires_text`` needle that matches in any letter case (``rank``, ``Rank``, ``RANK``)."""
+
+    __slots__ = ()
+
+
+# Every static rule is about torch: a file that never spells "torch" has no finding.
+BASE_TEXT = ("torch",)
+
+
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
@@ -28,11 +38,27 @@ class Rule:
     # "always", "sometimes" or "never": whether findings carry a fix (informational, for docs)
     fix_availability: ClassVar[str] = "never"
     node_types: ClassVar[tuple[type, ...]] = ()
-    # Cheap pre-filter: the rule can only fire when one of these substrings is in the text.
+    # The text gate (a contract, not a heuristic): the rule can only fire on a file whose text
+    # contains "torch", one of ``requires_text`` (when given) and, for each group of
+    # ``requires_text_all``, one member of that group. The engine never runs the rule on other text,
+    # and does not even parse a file that no enabled rule's gate admits (see ``gate_of`` and
+    # ``engine.passes_gate``). A ``NoCase`` needle matches in any letter case. Declare every
+    # spelling the rule can see: an identifier it matches case-insensitively, an environment key,
+    # the last component of every qualified name it resolves.
     requires_text: ClassVar[tuple[str, ...]] = ()
+    requires_text_all: ClassVar[tuple[tuple[str, ...], ...]] = ()
     # False for codes the engine emits itself (DDP000) and runtime findings (DDP9xx): they exist for
     # docs, selection and hover; the static rule loop never runs them.
     static: ClassVar[bool] = True
+
+    @classmethod
+    def gate_of(cls) -> tuple[tuple[str, ...], ...]:
+        """The rule's text gate in conjunctive form: every group needs one of its needles."""
+        groups: list[tuple[str, ...]] = [BASE_TEXT]
+        if cls.requires_text:
+            groups.append(tuple(cls.requires_text))
+        groups.extend(tuple(g) for g in cls.requires_text_all)
+        return tuple(groups)
 
     def visit(self, node: ast.AST, ctx: "Context") -> None:  # pragma: no cover - overridden
         pass

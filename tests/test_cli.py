@@ -126,7 +126,7 @@ def test_missing_and_unreadable_input(tmp_path):
 
 def test_syntax_error_is_a_finding(tmp_path):
     f = tmp_path / "s.py"
-    f.write_text("import torch\ndef f(:\n")
+    f.write_text("import torch.distributed as dist\ndist.init_process_group()\ndef f(:\n")
     r = run("check", str(f))
     assert r.returncode == 1 and "DDP000 syntax error" in r.stdout
 

@@ -91,7 +91,7 @@ def test_fixed_seed_is_clean_keeps_comments_and_is_idempotent(name):
     ("import torch\nx = 1\n  y = 2\n", 3, None),
 ])
 def test_syntax_error_is_one_finding(text, line, col):
-    res = check_source(text, "t.py")
+    res = check_source(text, "t.py", gate=False)  # positions, whatever the text gate says
     assert [f.code for f in res.findings] == ["DDP000"]
     f = res.findings[0]
     assert f.message.startswith("syntax error: ")
@@ -101,8 +101,8 @@ def test_syntax_error_is_one_finding(text, line, col):
 
 
 def test_nul_bytes_and_deep_nesting_are_findings():
-    assert codes("import torch\nx = 1\0\n") == ["DDP000"]
-    deep = "import torch\nx = " + "(" * 1000 + "1" + ")" * 1000 + "\n"
+    assert codes("import torch.distributed as dist; dist.init_process_group\nx = 1\0\n") == ["DDP000"]
+    deep = "import torch.distributed as dist; dist.init_process_group\nx = " + "(" * 1000 + "1" + ")" * 1000 + "\n"
     assert codes(deep) == ["DDP000"]
 
 

@@ -14,6 +14,8 @@ SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"
 _LAUNCH = ("torch.distributed.init_process_group", DDP, *SPAWNS,
            "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
            "torch.distributed._composable.fsdp.fully_shard", "torch.distributed.device_mesh.init_device_mesh")
+# what a file must spell for is_distributed_script to hold (the last component of each launch call)
+LAUNCH_TEXT = tuple(dict.fromkeys(q.rsplit(".", 1)[1] for q in _LAUNCH))
 _MOVE_METHODS = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps"})
 # calls that hand back the module they got (same device)
 _PASS_THROUGH = frozenset({

@@ -77,6 +77,7 @@ class NcclWithoutSetDevice(Rule):
     severity = Severity.ERROR
     fix_availability = "always"
     requires_text = ("init_process_group",)
+    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         inits = ctx.dist_calls("init_process_group")

@@ -63,6 +63,7 @@ class UseBeforeInit(Rule):
     severity = Severity.ERROR
     fix_availability = "never"
     requires_text = ("init_process_group",)
+    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         inits = calls_or_wrappers(ctx, _INITS, "init")

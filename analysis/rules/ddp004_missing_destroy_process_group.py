@@ -67,6 +67,7 @@ class MissingDestroyProcessGroup(Rule):
     severity = Severity.WARNING
     fix_availability = "sometimes"
     requires_text = ("init_process_group",)
+    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         if "destroy_process_group" in ctx.src.text:

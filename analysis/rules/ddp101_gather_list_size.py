@@ -68,6 +68,7 @@ class GatherListSize(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     requires_text = ("gather",)
+    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         fixed_world = fixed_world_size(ctx)

@@ -56,6 +56,7 @@ class AliasedOutputList(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     requires_text = ("gather", "all_to_all")
+    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         for op, spec in _OPS.items():

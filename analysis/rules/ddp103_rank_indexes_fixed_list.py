@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import _iter_scope_nodes
 from ._common import fixed_world_size
 from ._guards import is_test_file, name_binding_kind, rank_kind
@@ -55,7 +55,8 @@ class RankIndexesFixedList(Rule):
     severity = Severity.WARNING
     fix_availability = "never"
     node_types = (ast.Subscript,)
-    requires_text = ("rank", "RANK")
+    # rank names match case-insensitively (`Rank`, `localRank`); SLURM spells its ids without "rank"
+    requires_text = (NoCase("rank"), "SLURM_PROCID", "SLURM_LOCALID")
 
     def visit(self, node: ast.Subscript, ctx) -> None:
         if ctx.__dict__.get("_ddp103_test_file") is None:

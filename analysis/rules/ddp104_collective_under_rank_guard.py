@@ -73,6 +73,7 @@ class CollectiveUnderRankGuard(Rule):
     severity = Severity.ERROR
     fix_availability = "never"
     requires_text = ("reduce", "gather", "broadcast", "barrier", "scatter", "all_to_all", "new_group")
+    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         calls = ctx.calls_to(*(D + n for n in _COLLECTIVES))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Applicability, Edit, Range, Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import get_arg
 from ._common import D, const_str
 from ._dataflow import _NO_DEVICE_KW, cpu_tensor_ctor, device_var_in_scope
@@ -71,7 +71,9 @@ class CpuTensorWithNccl(Rule):
     name = "cpu-tensor-with-nccl"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("nccl", "NCCL")
+    # the backend string is compared lower-cased ("NCCL", "Nccl"), or `Backend.NCCL`
+    requires_text = (NoCase("nccl"),)
+    requires_text_all = (("distributed",), ("init_process_group",))
 
     def finish(self, ctx) -> None:
         inits = ctx.calls_to(D + "init_process_group")

@@ -59,6 +59,7 @@ class TensorThroughObjectCollective(Rule):
     default_enabled = False
     fix_availability = "never"
     requires_text = ("_object",)
+    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         for op, (spec, is_list) in _OPS.items():

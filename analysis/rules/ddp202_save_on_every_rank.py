@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._model_flow import is_distributed_script, reaching_assignment
+from ._model_flow import LAUNCH_TEXT, is_distributed_script, reaching_assignment
 from ._rank0 import is_rank_like, rank0_guarded
 from ._spawn import runs_in_ranks
 
@@ -60,6 +60,7 @@ class SaveOnEveryRank(Rule):
     name = "save-on-every-rank"
     severity = Severity.WARNING
     requires_text = ("save",)
+    requires_text_all = (LAUNCH_TEXT,)  # is_distributed_script: a launch call is spelled in the file
 
     def finish(self, ctx) -> None:
         saves = ctx.calls_to("torch.save")

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
-from ._model_flow import device_in_scope, is_distributed_script
+from ._model_flow import LAUNCH_TEXT, device_in_scope, is_distributed_script
 from ._rank0 import rank0_guarded
 from .ddp202_save_on_every_rank import rank_specific_path
 from ._spawn import runs_in_ranks
@@ -58,6 +58,7 @@ class LoadWithoutMapLocation(Rule):
     severity = Severity.WARNING
     fix_availability = "always"
     requires_text = ("load",)
+    requires_text_all = (LAUNCH_TEXT,)  # is_distributed_script: a launch call is spelled in the file
 
     def finish(self, ctx) -> None:
         loads = ctx.calls_to("torch.load")

@@ -58,6 +58,7 @@ class DdpWrapperStateDict(Rule):
     severity = Severity.WARNING
     fix_availability = "sometimes"
     requires_text = ("DistributedDataParallel",)
+    requires_text_all = (("save",),)  # torch.save
 
     def finish(self, ctx) -> None:
         saves = ctx.calls_to("torch.save")

@@ -55,6 +55,7 @@ class AccumulationWithoutNoSync(Rule):
     severity = Severity.INFO
     default_enabled = False
     requires_text = ("backward",)
+    requires_text_all = (("DistributedDataParallel",),)  # ddp_calls
 
     def finish(self, ctx) -> None:
         text = ctx.src.text

@@ -48,6 +48,7 @@ class ShuffleWithSampler(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     requires_text = ("shuffle",)
+    requires_text_all = (("DataLoader",),)  # torch.utils.data.DataLoader calls
 
     def finish(self, ctx) -> None:
         for call in dataloaders(ctx):

@@ -62,6 +62,7 @@ class NoDistributedSampler(Rule):
     severity = Severity.WARNING
     fix_availability = "sometimes"
     requires_text = ("DistributedDataParallel",)
+    requires_text_all = (("DataLoader",),)  # torch.utils.data.DataLoader calls
 
     def finish(self, ctx) -> None:
         text = ctx.src.text

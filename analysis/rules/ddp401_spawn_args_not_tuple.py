@@ -55,6 +55,7 @@ class SpawnArgsNotTuple(Rule):
     severity = Severity.ERROR
     fix_availability = "always"
     requires_text = ("spawn", "start_processes")
+    requires_text_all = (("multiprocessing",),)  # torch.multiprocessing.spawn / start_processes
 
     def finish(self, ctx) -> None:
         for call in spawn_calls(ctx):

@@ -67,6 +67,7 @@ class SpawnSignature(Rule):
     name = "spawn-signature"
     severity = Severity.ERROR
     requires_text = ("spawn", "start_processes")
+    requires_text_all = (("multiprocessing",),)  # torch.multiprocessing.spawn / start_processes
 
     def finish(self, ctx) -> None:
         seen: set[tuple[int, int]] = set()

@@ -64,6 +64,7 @@ class SpawnWithoutMainGuard(Rule):
     name = "spawn-without-main-guard"
     severity = Severity.ERROR
     requires_text = ("spawn", "start_processes", "init_process_group")
+    requires_text_all = (("multiprocessing", "distributed"),)  # torch.multiprocessing.* or torch.distributed.*
 
     def finish(self, ctx) -> None:
         for call in spawn_calls(ctx):

@@ -57,7 +57,7 @@ def test_undecodable_files(tmp_path, data, needle):
 
 def test_nul_byte_on_disk_is_a_finding(tmp_path):
     f = tmp_path / "nul.py"
-    f.write_bytes(b"import torch\nx = 1\n\x00\n")
+    f.write_bytes(b"import torch.distributed as dist\ndist.init_process_group()\n\x00\n")
     r = run("check", str(f))
     assert r.returncode == 1 and b"nul.py:3:1: DDP000" in r.stdout, r.stdout
 

@@ -17,7 +17,8 @@ from ddp_lint.analysis.engine import check_source
 from tests.fuzz.support import ALL, Doc, check, check_invariants, corpus_files, read
 
 SEED2 = next(p for p in corpus_files() if p.name == "seed_problem2_invalid_usage.py")
-HEADER = "import torch\nimport torch.distributed as dist\n"
+# the second line passes the text gate (a file no rule could fire on is not parsed at all)
+HEADER = "import torch\nimport torch.distributed as dist; from torch.distributed import init_process_group\n"
 
 
 def only_syntax_error(text: str):
