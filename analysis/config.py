@@ -4,6 +4,7 @@ Keys (Ruff's spelling, kebab-case; snake_case accepted too):
   select, ignore, extend-select : list of codes or prefixes ("DDP1", "ALL")
   per-file-ignores              : {glob: [codes]}
   exclude, extend-exclude       : list of globs for folder walks
+  respect-gitignore             : skip what .gitignore / .ignore / .git/info/exclude ignore (true)
 """
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ else:  # pragma: no cover
 DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytype",
     ".ruff_cache", ".svn", ".tox", ".venv", "__pypackages__", "_build", "buck-out", "build", "dist",
-    "node_modules", "venv", ".pytest_cache", "__pycache__", "site-packages",
+    "node_modules", "venv", ".pytest_cache", "__pycache__", "site-packages", ".ddp-lint-cache",
 )
 
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
-_KNOWN = set(_LIST_KEYS) | {"per-file-ignores", "severity"}
+_KNOWN = set(_LIST_KEYS) | {"per-file-ignores", "severity", "respect-gitignore"}
 _SEVERITIES = ("error", "warning", "info", "hint")
 
 
@@ -42,6 +43,7 @@ class Settings:
     exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
     severity: dict[str, str] = field(default_factory=dict)  # code -> error|warning|info|hint
     root: Path | None = None  # folder of the pyproject.toml, for per-file-ignores
+    respect_gitignore: bool = True  # folder walks skip what git ignores (analysis/walk.py)
     _codes_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def enabled_codes(self, filename: str | None = None) -> frozenset[str]:
@@ -79,7 +81,7 @@ def _relpath(filename: str, root: Path | None) -> str:
         if root is not None:
             return p.relative_to(root.resolve()).as_posix()
         return p.as_posix()
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
         return Path(filename).as_posix()
 
 
@@ -155,7 +157,10 @@ def find_pyproject(start: Path) -> Path | None:
 
     A pyproject.toml on the way that is not valid TOML, or whose ``tool`` is not a table, raises
     ConfigError naming the file (and line) instead of being skipped silently."""
-    start = start.resolve()
+    try:
+        start = start.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError on 3.11): look from its folder
+        start = Path(os.path.abspath(start)).parent
     d = start if start.is_dir() else start.parent
     for folder in (d, *d.parents):
         cand = folder / "pyproject.toml"
@@ -222,6 +227,10 @@ def settings_from_mapping(table, source: str = "settings", base: Settings | None
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: `{raw_key}` must be a table of glob = [codes]")
             s.per_file_ignores = {str(k): check_codes(f"{raw_key}.{k}", v) for k, v in value.items()}
+        elif key == "respect-gitignore":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{source}: `{raw_key}` must be true or false, got {value!r}")
+            s.respect_gitignore = value
         elif key == "severity":
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: `severity` must be a table of CODE = level")

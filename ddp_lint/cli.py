@@ -73,7 +73,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="ignore every configuration file (defaults plus the command line)")
     c.add_argument("--force-exclude", action="store_true",
                    help="apply the exclusions to files named on the command line too (for pre-commit)")
-    c.add_argument("--no-cache", action="store_true", help=argparse.SUPPRESS)
+    c.add_argument("--no-cache", action="store_true",
+                   help="do not read or write the findings cache (.ddp-lint-cache/ in the project root)")
+    c.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None,
+                   help="also check files that .gitignore / .ignore / .git/info/exclude ignore")
     c.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="parallel workers (default: all cores)")
     c.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     c.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
@@ -217,26 +220,12 @@ def _force_excluded(path: str, settings) -> bool:
     return any(settings.is_excluded(q) for q in absp.parents if base in q.parents)
 
 
-def iter_python_files(paths: list[str], settings) -> tuple[list[str], list[str]]:
-    """Files to check (explicit files always; folders walked with exclusions) and errors."""
-    files: list[str] = []
-    errors: list[str] = []
-    for p in paths:
-        path = Path(p)
-        if path.is_file():
-            files.append(str(path))
-        elif path.is_dir():
-            for root, dirs, names in os.walk(path):
-                rootp = Path(root)
-                dirs[:] = sorted(d for d in dirs if not settings.is_excluded(rootp / d) and not d.startswith("."))
-                for n in sorted(names):
-                    if n.endswith((".py", ".pyi")) and not settings.is_excluded(rootp / n) and (rootp / n).is_file():
-                        files.append(str(rootp / n))  # is_file: never open a FIFO or socket found in a walk
-        elif path.exists():
-            errors.append(f"{p}: not a regular file or folder")
-        else:
-            errors.append(f"{p}: no such file or directory")
-    return files, errors
+def iter_python_files(paths: list[str], settings, respect_gitignore: bool | None = None) -> tuple[list[str], list[str]]:
+    """Files to check and errors (the walk lives in analysis/walk.py)."""
+    from .analysis.walk import collect_files
+
+    w = collect_files(paths, settings, respect_gitignore)
+    return w.files, w.errors
 
 
 def _check_one(job):
@@ -315,14 +304,22 @@ def cmd_check(args) -> int:
             raise UsageError("'-' (stdin) cannot be combined with other paths")
         stdin_fix_output = False
         settings = _settings_for(args, Path(paths[0]))
-        files, errors = iter_python_files(paths, settings)
+        from .analysis.walk import collect_files
+
+        walked = collect_files(paths, settings, args.respect_gitignore)
+        files, errors = walked.files, walked.errors
         if args.force_exclude:
             files = [f for f in files if not _force_excluded(f, settings)]
+        for w in walked.warnings:
+            print(f"ddp-lint: warning: {w}", file=sys.stderr)
         for e in errors:
             _err(e)
         write = args.fix and not args.diff
-        jobs = [(f, settings, fix_mode, args.unsafe_fixes, write) for f in files]
-        results.extend(_run_jobs(jobs, args.jobs))
+        if fix_mode:
+            jobs = [(f, settings, fix_mode, args.unsafe_fixes, write) for f in files]
+            results.extend(_run_jobs(jobs, args.jobs))
+        else:  # compact results from the workers, through the cache (analysis/batch.py)
+            results.extend(_check_batch(files, settings, args))
         if errors and not results:
             return EXIT_ERROR
     had_error = any(r[2] for r in results) or bool(errors)
@@ -386,6 +383,31 @@ def cmd_check(args) -> int:
     if remaining and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _check_batch(files, settings, args):
+    """Check without fixes: chunked workers, compact results, the findings cache. -> the tuples of
+    ``results`` (no texts, except for the ``full`` format's source lines of files with findings)."""
+    from .analysis.batch import check_files
+
+    cache = None
+    if not args.no_cache and files:
+        from .analysis.cache import Cache, cache_folder
+
+        cache = Cache(cache_folder(settings), settings)
+    full = _fmt(args.output_format) == "full"
+    out = []
+    for path, findings, err in check_files(files, settings, args.jobs, cache):
+        old = None
+        if full and findings:
+            from .analysis.io import SourceError, read_source_file
+
+            try:
+                old = read_source_file(path).text
+            except SourceError:
+                pass
+        out.append((path, findings, err, None, old, findings, None))
+    return out
 
 
 def _fmt(name: str) -> str:

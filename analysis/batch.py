@@ -1,0 +1,134 @@
+"""Checking many files: cache lookups, the text gate and parsing in worker processes.
+
+``check_files`` splits the files into chunks. Each worker (forked, so it shares the loaded rules,
+settings and cache index without pickling them) reads a file, tags its bytes, answers from the
+cache when the tag matches, otherwise decodes, gates and checks it, and returns compact results:
+findings as plain lists (``cache.encode_findings``), never the file's text. The parent decodes
+them, stores misses in the cache and saves it once.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+from .cache import Cache, content_tag, decode_findings, encode_findings
+from .io import SourceError, decode_bytes
+
+_MAX_SOURCE_BYTES = 256 * 1024 * 1024
+
+# set in the parent before the workers fork (or by the initializer on spawn platforms)
+_settings = None
+_cache: Cache | None = None
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes; SourceError with the same messages as ``io.read_source_file``."""
+    try:
+        # O_NONBLOCK: opening a FIFO (or a device) must not block; only regular files are read
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError(f"{path}: not a regular file")
+            if st.st_size > _MAX_SOURCE_BYTES:
+                raise SourceError(f"{path}: too large to check ({st.st_size} bytes)")
+            return fh.read()
+    except IsADirectoryError:
+        raise SourceError(f"{path}: is a directory") from None
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def check_one(path: str):
+    """(kind, payload...) for one file: ("hit", encoded) | ("ok", tag, encoded, findings, deps) |
+    ("err", message). ``encoded`` is None when the findings could not be encoded (then
+    ``findings`` holds the objects)."""
+    from .engine import check_source
+
+    try:
+        data = _read(path)
+    except SourceError as e:
+        return ("err", str(e))
+    cache = _cache
+    tag = None
+    if cache is not None and cache.enabled:
+        tag = content_tag(data, cache.key)
+        abspath = os.path.abspath(path)
+        if cache.expected(abspath) == tag:
+            got = cache.lookup(abspath, tag, path)
+            if got is not None:
+                return ("hit", cache.entries[abspath][2])
+    try:
+        sf = decode_bytes(data, path)
+    except SourceError as e:
+        return ("err", str(e))
+    res = check_source(sf.text, path, _settings)
+    enc = encode_findings(res.findings)
+    return ("ok", tag, enc, None if enc is not None else res.findings, list(res.dependencies))
+
+
+def _work(chunk: list[tuple[int, str]]):
+    return [(i, check_one(p)) for i, p in chunk]
+
+
+def _init(settings, cache) -> None:
+    global _settings, _cache
+    _settings, _cache = settings, cache
+
+
+def _chunks(items: list, n_workers: int) -> list[list]:
+    # several chunks per worker so a slow chunk (one huge file) does not leave the others idle
+    size = max(1, min(64, len(items) // (n_workers * 8) or 1))
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None = None):
+    """[(path, findings, error)] in the order of ``files``."""
+    from .engine import _rule_instance
+    from .registry import all_rules
+
+    for code, rule in all_rules().items():  # load and instantiate before forking: shared by all
+        if rule.static:
+            _rule_instance(code)
+    _init(settings, cache)
+    n = jobs or os.cpu_count() or 1
+    indexed = list(enumerate(files))
+    raw: dict[int, tuple] = {}
+    if n <= 1 or len(files) < 2 * n or len(files) < 8:
+        for i, p in indexed:
+            raw[i] = check_one(p)
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        try:
+            ctx = mp.get_context("fork")
+        except ValueError:  # pragma: no cover - non-POSIX
+            ctx = None
+        with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init,
+                                    initargs=(settings, cache)) as ex:
+            for part in ex.map(_work, _chunks(indexed, n)):
+                for i, r in part:
+                    raw[i] = r
+    out = []
+    for i, path in indexed:
+        r = raw[i]
+        kind = r[0]
+        if kind == "err":
+            out.append((path, [], r[1]))
+            continue
+        abspath = os.path.abspath(path)
+        if kind == "hit":
+            out.append((path, decode_findings(r[1], path), None))
+            cache.touch(abspath)
+            continue
+        _, tag, enc, objs, deps = r
+        findings = decode_findings(enc, path) if enc is not None else objs
+        if cache is not None and cache.enabled and tag is not None:
+            cache.store(abspath, tag, enc, deps)
+        out.append((path, findings, None))
+    if cache is not None:
+        cache.save()
+    return out

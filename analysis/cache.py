@@ -1,0 +1,460 @@
+"""The persistent findings cache of ``ddp-lint check``: ``.ddp-lint-cache/`` in the project root.
+
+Layout: ``.ddp-lint-cache/v1/<key>.json``, one *pack* per (ddp-lint version and code, Python version,
+settings, user key). A pack maps a file's absolute path to
+``[content tag, last used (epoch s), findings, dependencies]``:
+
+* the content tag is a keyed BLAKE2b digest of the file's bytes (the key is a per-user secret in
+  ``$XDG_CACHE_HOME/ddp-lint/cache-key``, created 0600 on first use): a cache shipped inside a cloned
+  repository never matches, so it cannot hide findings; an entry is used only when the tag of the
+  bytes just read matches;
+* ``dependencies`` is the list of (path, sha256 hex) that the engine reported in
+  ``CheckResult.dependencies`` (cross-file analyses): every one is re-hashed on lookup, and a change
+  or a missing file is a miss;
+* findings are stored as plain JSON lists (never pickle: the folder is in the user's project).
+
+Safety:
+* writes go to a fresh temp file (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600) in the same folder and
+  are moved into place with ``os.replace``; concurrent runs therefore never see a half-written pack,
+  and the last writer wins (a lost update is only a later miss). Before writing, the pack on disk is
+  re-read and merged, so two runs on different subfolders keep each other's entries;
+* the cache folder must be a real folder owned by the user (not a symlink); packs are opened with
+  ``O_NOFOLLOW`` and must be regular files under the size cap;
+* anything unreadable, malformed or of another format is ignored (a miss), never a crash;
+* bounded: entries not used for ``MAX_AGE_S`` or whose file is gone are dropped when a pack is
+  written, a pack keeps at most ``MAX_ENTRIES`` (least recently used go first), packs not used for
+  ``MAX_AGE_S`` are deleted, and the folder is kept under ``MAX_TOTAL_BYTES``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+import time
+
+from .model import Applicability, Edit, Finding, Fix, Position, Range, Related, Severity
+
+CACHE_DIR_NAME = ".ddp-lint-cache"
+FORMAT = 1
+MAX_AGE_S = 30 * 24 * 3600
+MAX_ENTRIES = 100_000
+MAX_PACK_BYTES = 64 * 1024 * 1024
+MAX_TOTAL_BYTES = 256 * 1024 * 1024
+
+
+# -- digests -------------------------------------------------------------------------------------
+def content_digest(data: bytes) -> str:
+    """sha256 hex of a file's bytes: what engines report in ``CheckResult.dependencies``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_digest(path: str) -> str | None:
+    try:
+        data = _read_regular(path, MAX_PACK_BYTES * 4, nofollow=False)
+    except OSError:
+        return None
+    return None if data is None else content_digest(data)
+
+
+_user_key: bytes | None = None
+
+
+def user_key() -> bytes | None:
+    """The per-user secret that keys content tags; None when it cannot be read or created."""
+    global _user_key
+    if _user_key is not None:
+        return _user_key
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "ddp-lint")
+    path = os.path.join(folder, "cache-key")
+    try:
+        key = _read_regular(path, 4096, nofollow=True)
+        if key is None or len(key) < 32:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            new = os.urandom(32)
+            tmp = _write_temp(folder, new)
+            try:
+                os.link(tmp, path)  # never replaces a key another run created meanwhile
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+            key = _read_regular(path, 4096, nofollow=True)
+            if key is None or len(key) < 32:
+                return None
+        _user_key = key[:64]
+    except OSError:
+        return None
+    return _user_key
+
+
+def content_tag(data: bytes, key: bytes) -> str:
+    return hashlib.blake2b(data, key=key[:64], digest_size=20).hexdigest()
+
+
+# -- low-level file helpers ----------------------------------------------------------------------
+def _read_regular(path: str, limit: int, nofollow: bool = True) -> bytes | None:
+    """The bytes of a regular file no larger than ``limit``; None for anything else."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (getattr(os, "O_NOFOLLOW", 0) if nofollow else 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks = []
+        total = 0
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            total += len(b)
+            if total > limit:
+                return None
+            chunks.append(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _write_temp(folder: str, data: bytes) -> str:
+    """A new 0600 file with ``data`` in ``folder`` (never an existing path, never through a link)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(20):
+        name = os.path.join(folder, f".tmp-{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            fd = os.open(name, flags, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+            raise
+        os.close(fd)
+        return name
+    raise FileExistsError(folder)
+
+
+def _safe_dir(path: str, create: bool) -> bool:
+    """``path`` is (or was just made) a real folder owned by this user, not a symlink."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            return False
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return False
+    return True
+
+
+# -- findings <-> JSON ---------------------------------------------------------------------------
+def _r(r: Range) -> list:
+    return [r.start.line, r.start.column, r.end.line, r.end.column]
+
+
+def _range(v) -> Range:
+    a, b, c, d = v
+    if not all(type(x) is int for x in (a, b, c, d)):
+        raise ValueError("range")
+    return Range(Position(a, b), Position(c, d))
+
+
+def encode_findings(findings: list[Finding]) -> list | None:
+    """Plain lists for JSON; None when a finding carries what the cache does not keep."""
+    out = []
+    for f in findings:
+        if f.ranks or f.emulated or f.details:
+            return None  # runtime findings are never cached
+        fix = None
+        if f.fix is not None:
+            fix = [f.fix.applicability.value, f.fix.message, [[_r(e.range), e.content] for e in f.fix.edits]]
+        related = [[_r(x.range), x.message, x.filename, list(x.ranks)] for x in f.related]
+        out.append([f.code, f.name, f.message, f.severity.value, _r(f.range), related, fix, f.url])
+    return out
+
+
+def decode_findings(data, filename: str) -> list[Finding]:
+    """Findings from ``encode_findings``' lists; raises (ValueError, TypeError...) on bad data."""
+    out = []
+    for code, name, message, severity, rng, related, fix, url in data:
+        if not (isinstance(code, str) and isinstance(name, str) and isinstance(message, str)):
+            raise ValueError("finding")
+        rel = []
+        for rr, msg, fn, ranks in related:
+            if not isinstance(msg, str) or (fn is not None and not isinstance(fn, str)):
+                raise ValueError("related")
+            rel.append(Related(_range(rr), msg, fn, tuple(int(x) for x in ranks)))
+        fx = None
+        if fix is not None:
+            app, fmsg, edits = fix
+            if not isinstance(fmsg, str):
+                raise ValueError("fix")
+            eds = []
+            for er, content in edits:
+                if not isinstance(content, str):
+                    raise ValueError("edit")
+                eds.append(Edit(_range(er), content))
+            fx = Fix(Applicability(app), fmsg, tuple(eds))
+        if url is not None and not isinstance(url, str):
+            raise ValueError("url")
+        out.append(Finding(code=code, name=name, message=message, severity=Severity(severity), range=_range(rng),
+                           filename=filename, related=tuple(rel), fix=fx, url=url))
+    return out
+
+
+# -- keys ----------------------------------------------------------------------------------------
+_code_fp: str | None = None
+
+
+def code_fingerprint() -> str:
+    """ddp-lint's version plus the size and mtime of every module of the analysis package, so a
+    changed rule (a development tree, an upgrade without a version bump) never reuses findings."""
+    global _code_fp
+    if _code_fp is None:
+        from . import __version__
+
+        h = hashlib.sha256(f"{__version__}|{sys.version_info[:2]}|{FORMAT}".encode())
+        here = os.path.dirname(os.path.abspath(__file__))
+        for folder in (here, os.path.join(here, "rules")):
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for n in names:
+                if n.endswith(".py"):
+                    try:
+                        st = os.stat(os.path.join(folder, n))
+                    except OSError:
+                        continue
+                    h.update(f"{n}:{st.st_size}:{st.st_mtime_ns};".encode())
+        _code_fp = h.hexdigest()
+    return _code_fp
+
+
+def settings_fingerprint(settings) -> str:
+    data = {
+        "select": settings.select, "ignore": list(settings.ignore), "extend_select": list(settings.extend_select),
+        "per_file_ignores": {k: list(v) for k, v in sorted(settings.per_file_ignores.items())},
+        "severity": dict(sorted(settings.severity.items())),
+        "root": str(settings.root) if settings.root is not None else None,
+    }
+    return json.dumps(data, sort_keys=True)
+
+
+# -- the cache -----------------------------------------------------------------------------------
+class Cache:
+    """One pack of the cache folder, loaded at start, saved once at the end of a run."""
+
+    def __init__(self, folder: str, settings):
+        self.folder = folder
+        self.key = user_key()
+        self.enabled = self.key is not None and _safe_dir(folder, create=True)
+        self.entries: dict[str, list] = {}
+        self.updated: dict[str, list] = {}
+        self.pack_path = None
+        if not self.enabled:
+            return
+        vdir = os.path.join(folder, f"v{FORMAT}")
+        if not _safe_dir(vdir, create=True):
+            self.enabled = False
+            return
+        self._mark_folder()
+        ident = hashlib.blake2b(f"{code_fingerprint()}|{settings_fingerprint(settings)}".encode(),
+                                key=self.key[:64], digest_size=16).hexdigest()
+        self.pack_path = os.path.join(vdir, f"{ident}.json")
+        self.entries = self._load()
+
+    def _mark_folder(self) -> None:
+        # git ignores the folder (as Ruff does for .ruff_cache); CACHEDIR.TAG tells backup tools
+        for name, data in ((".gitignore", b"# created by ddp-lint\n*\n"),
+                           ("CACHEDIR.TAG", b"Signature: 8a477f597d28d172789f06886806bc55\n"
+                                            b"# created by ddp-lint: .ddp-lint-cache/\n")):
+            p = os.path.join(self.folder, name)
+            if os.path.lexists(p):
+                continue
+            try:
+                tmp = _write_temp(self.folder, data)
+                try:
+                    os.link(tmp, p)
+                except OSError:
+                    pass
+                finally:
+                    os.unlink(tmp)
+            except OSError:
+                pass
+
+    def _load(self) -> dict[str, list]:
+        raw = _read_regular(self.pack_path, MAX_PACK_BYTES)
+        if raw is None:
+            return {}
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                return {}
+            entries = data.get("entries")
+            if not isinstance(entries, dict):
+                return {}
+            return entries
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return {}
+
+    # lookups -----------------------------------------------------------------------------------
+    def expected(self, path: str) -> str | None:
+        """The stored content tag for ``path`` (absolute), for workers to compare against."""
+        e = self.entries.get(path)
+        if isinstance(e, list) and len(e) == 4 and isinstance(e[0], str):
+            return e[0]
+        return None
+
+    def lookup(self, abspath: str, tag: str, shown: str) -> list[Finding] | None:
+        """Findings stored for ``abspath`` when its content tag and every dependency still match;
+        None for a miss (absent, changed, a dependency changed, or a corrupted entry)."""
+        e = self.entries.get(abspath)
+        try:
+            if not isinstance(e, list) or len(e) != 4 or e[0] != tag:
+                return None
+            for dep_path, digest in e[3] or ():
+                if not isinstance(dep_path, str) or file_digest(dep_path) != digest:
+                    return None
+            return decode_findings(e[2], shown)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
+            return None  # a corrupted entry is a miss
+
+    def touch(self, abspath: str) -> None:
+        """A hit: refresh its "last used" at most daily, so a warm run writes nothing."""
+        e = self.entries.get(abspath)
+        now = int(time.time())
+        if isinstance(e, list) and len(e) == 4 and (not isinstance(e[1], int) or now - e[1] > 86400):
+            self.updated[abspath] = [e[0], now, e[2], e[3]]
+
+    def store(self, abspath: str, tag: str, encoded: list | None, deps) -> None:
+        if encoded is None:
+            return
+        self.updated[abspath] = [tag, int(time.time()), encoded, [list(d) for d in deps or ()]]
+
+    # saving ------------------------------------------------------------------------------------
+    def save(self) -> None:
+        if not self.enabled or not self.updated:
+            return
+        try:
+            on_disk = self._load()  # merge what a concurrent run wrote meanwhile
+            merged = dict(self.entries)
+            for k, v in on_disk.items():
+                cur = merged.get(k)
+                if not _newer(cur, v):
+                    merged[k] = v
+            merged.update(self.updated)
+            merged = self._prune(merged)
+            data = json.dumps({"format": FORMAT, "entries": merged}, separators=(",", ":")).encode()
+            if len(data) > MAX_PACK_BYTES:
+                return
+            folder = os.path.dirname(self.pack_path)
+            tmp = _write_temp(folder, data)
+            try:
+                os.replace(tmp, self.pack_path)
+            except OSError:
+                os.unlink(tmp)
+                raise
+            self._prune_folder()
+        except OSError:
+            pass  # a read-only or full disk: the run's result stands, only the cache is not kept
+
+    def _prune(self, entries: dict) -> dict:
+        now = time.time()
+        out = {}
+        for k, v in entries.items():
+            if not (isinstance(v, list) and len(v) == 4 and isinstance(v[1], int)):
+                continue
+            if k not in self.updated and (now - v[1] > MAX_AGE_S or not os.path.exists(k)):
+                continue  # stale: not used for a month, or the file is gone
+            out[k] = v
+        if len(out) > MAX_ENTRIES:
+            keep = sorted(out.items(), key=lambda kv: kv[1][1], reverse=True)[:MAX_ENTRIES]
+            out = dict(keep)
+        return out
+
+    def _prune_folder(self) -> None:
+        vdir = os.path.dirname(self.pack_path)
+        now = time.time()
+        packs = []
+        try:
+            names = os.listdir(vdir)
+        except OSError:
+            return
+        for n in names:
+            p = os.path.join(vdir, n)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if n.startswith(".tmp-"):
+                if now - st.st_mtime > 3600:  # left behind by a killed run
+                    _unlink(p)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if p != self.pack_path and now - st.st_mtime > MAX_AGE_S:
+                _unlink(p)
+                continue
+            packs.append((st.st_mtime, st.st_size, p))
+        total = sum(s for _, s, _ in packs)
+        for _, size, p in sorted(packs):
+            if total <= MAX_TOTAL_BYTES:
+                break
+            if p == self.pack_path:
+                continue
+            _unlink(p)
+            total -= size
+
+
+def _newer(a, b) -> bool:
+    try:
+        return a is not None and a[1] >= b[1]
+    except (TypeError, IndexError):
+        return a is not None
+
+
+def _unlink(p: str) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def cache_folder(settings, cwd: str | None = None) -> str:
+    """``.ddp-lint-cache`` in the project root: the folder of the configuration file, else the
+    current folder (as Ruff). ``DDP_LINT_CACHE_DIR`` overrides it."""
+    env = os.environ.get("DDP_LINT_CACHE_DIR")
+    if env:
+        return env
+    root = getattr(settings, "root", None)
+    base = str(root) if root is not None else (cwd or os.getcwd())
+    return os.path.join(base, CACHE_DIR_NAME)
