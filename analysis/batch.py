@@ -123,11 +123,13 @@ def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None =
         if kind == "hit":
             out.append((path, decode_findings(r[1], path), None))
             cache.touch(abspath)
+            cache.hits += 1
             continue
         _, tag, enc, objs, deps = r
         findings = decode_findings(enc, path) if enc is not None else objs
         if cache is not None and cache.enabled and tag is not None:
             cache.store(abspath, tag, enc, deps)
+            cache.misses += 1
         out.append((path, findings, None))
     if cache is not None:
         cache.save()

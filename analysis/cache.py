@@ -279,6 +279,7 @@ class Cache:
         self.enabled = self.key is not None and _safe_dir(folder, create=True)
         self.entries: dict[str, list] = {}
         self.updated: dict[str, list] = {}
+        self.hits = self.misses = 0
         self.pack_path = None
         if not self.enabled:
             return
