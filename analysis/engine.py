@@ -59,7 +59,6 @@ def _rule_instance(code: str):
 
 # -- the text gate -------------------------------------------------------------------------------
 _gate_cache: dict[frozenset, tuple] = {}
-_nocase_re: dict[str, "re.Pattern[str]"] = {}
 
 
 def _gates(codes: frozenset[str]) -> tuple:
@@ -74,37 +73,43 @@ def _gates(codes: frozenset[str]) -> tuple:
     return got
 
 
-def _has(needle: str, text: str) -> bool:
-    if isinstance(needle, NoCase):
-        pat = _nocase_re.get(needle)
-        if pat is None:
-            pat = _nocase_re[needle] = re.compile(re.escape(needle), re.IGNORECASE)
-        return pat.search(text) is not None
-    return needle in text
-
-
-def admitted_codes(text: str, codes: frozenset[str]) -> list[str]:
-    """The codes among ``codes`` whose text gate admits ``text`` (in gate order)."""
-    gates = _gates(codes)
-    if not gates:
-        return []
-    if not text.isascii():
-        # identifiers are NFKC-normalised by the parser: a full-width "ｔｏｒｃｈ" is `torch`
-        text = unicodedata.normalize("NFKC", text)
+def _admitted(text: str, gates) -> list[str]:
     memo: dict[str, bool] = {}
+    lower = None
     out = []
     for code, groups in gates:
         for group in groups:
             for n in group:
                 hit = memo.get(n)
                 if hit is None:
-                    hit = memo[n] = _has(n, text)
+                    if isinstance(n, NoCase):
+                        if lower is None:
+                            lower = text.lower()
+                        hit = n.lower() in lower
+                    else:
+                        hit = n in text
+                    memo[n] = hit
                 if hit:
                     break
             else:
                 break  # no needle of this group: the rule cannot fire
         else:
             out.append(code)
+    return out
+
+
+def admitted_codes(text: str, codes: frozenset[str]) -> list[str]:
+    """The codes among ``codes`` whose text gate admits ``text`` (in code order)."""
+    gates = _gates(codes)
+    if not gates:
+        return []
+    out = _admitted(text, gates)
+    if len(out) < len(gates) and not text.isascii():
+        # identifiers are NFKC-normalised by the parser: a full-width "ｔｏｒｃｈ" is `torch`. The raw
+        # text's matches stand; the normalised text may admit more.
+        more = set(_admitted(unicodedata.normalize("NFKC", text), gates))
+        if more - set(out):
+            out = [c for c, _ in gates if c in more or c in out]
     return out
 
 

@@ -54,10 +54,12 @@ class Rule:
     @classmethod
     def gate_of(cls) -> tuple[tuple[str, ...], ...]:
         """The rule's text gate in conjunctive form: every group needs one of its needles."""
+        # order: the shared context groups ("distributed", "DataLoader"...) reject most files and
+        # are memoised across rules, so they are tried before the rule's own needles
         groups: list[tuple[str, ...]] = [BASE_TEXT]
+        groups.extend(tuple(g) for g in cls.requires_text_all)
         if cls.requires_text:
             groups.append(tuple(cls.requires_text))
-        groups.extend(tuple(g) for g in cls.requires_text_all)
         return tuple(groups)
 
     def visit(self, node: ast.AST, ctx: "Context") -> None:  # pragma: no cover - overridden
