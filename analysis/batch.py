@@ -78,10 +78,31 @@ def _init(settings, cache) -> None:
     _settings, _cache = settings, cache
 
 
-def _chunks(items: list, n_workers: int) -> list[list]:
-    # several chunks per worker so a slow chunk (one huge file) does not leave the others idle
-    size = max(1, min(64, len(items) // (n_workers * 8) or 1))
-    return [items[i:i + size] for i in range(0, len(items), size)]
+def _chunks(items: list[tuple[int, str]], n_workers: int) -> list[list]:
+    """Largest files first, in chunks of about equal bytes (several per worker), so that no worker
+    is left with a heavy tail while the others idle; small files travel many to a chunk."""
+    sized = []
+    for i, p in items:
+        try:
+            size = os.stat(p).st_size
+        except OSError:
+            size = 0
+        sized.append((size, i, p))
+    sized.sort(key=lambda t: -t[0])
+    total = sum(t[0] for t in sized)
+    budget = max(total // (n_workers * 16), 1)
+    chunks: list[list] = []
+    cur: list = []
+    cur_bytes = 0
+    for size, i, p in sized:
+        cur.append((i, p))
+        cur_bytes += size + 2048  # a per-file cost: open, read, gate
+        if cur_bytes >= budget or len(cur) >= 256:
+            chunks.append(cur)
+            cur, cur_bytes = [], 0
+    if cur:
+        chunks.append(cur)
+    return chunks
 
 
 def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None = None):

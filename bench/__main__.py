@@ -31,6 +31,7 @@ MODULES = [
     ("run", "bench.run_overhead", "6 runtime run"),
     ("emulation", "bench.emulation_bench", "7 CUDA emulation"),
     ("load", "bench.load_bench", "8 load"),
+    ("repo", "bench.repo_bench", "9 repository check"),
 ]
 
 COLUMNS = ("figure", "value", "comparison", "ratio", "target", "pass")
