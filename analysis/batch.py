@@ -69,6 +69,20 @@ def check_one(path: str):
     return ("ok", tag, enc, None if enc is not None else res.findings, list(res.dependencies))
 
 
+def _probe(path: str):
+    """("hit", encoded) when the cache answers for ``path``; None otherwise (unreadable too: the
+    worker reports that)."""
+    try:
+        data = _read(path)
+    except SourceError:
+        return None
+    abspath = os.path.abspath(path)
+    tag = content_tag(data, _cache.key)
+    if _cache.expected(abspath) == tag and _cache.lookup(abspath, tag, path) is not None:
+        return ("hit", _cache.entries[abspath][2])
+    return None
+
+
 def _work(chunk: list[tuple[int, str]]):
     return [(i, check_one(p)) for i, p in chunk]
 
@@ -117,8 +131,22 @@ def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None =
     n = jobs or os.cpu_count() or 1
     indexed = list(enumerate(files))
     raw: dict[int, tuple] = {}
-    if n <= 1 or len(files) < 2 * n or len(files) < 8:
+    pending = indexed
+    if cache is not None and cache.enabled and cache.entries:
+        # files the cache knows are probed here (read + keyed hash: far cheaper than starting
+        # workers); only misses and unknown files go to the workers, which read and gate them
+        pending = []
         for i, p in indexed:
+            if cache.expected(os.path.abspath(p)) is None:
+                pending.append((i, p))
+                continue
+            r = _probe(p)
+            if r is None:
+                pending.append((i, p))
+            else:
+                raw[i] = r
+    if n <= 1 or len(pending) < 2 * n or len(pending) < 8:
+        for i, p in pending:
             raw[i] = check_one(p)
     else:
         import concurrent.futures as cf
@@ -130,7 +158,7 @@ def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None =
             ctx = None
         with cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init,
                                     initargs=(settings, cache)) as ex:
-            for part in ex.map(_work, _chunks(indexed, n)):
+            for part in ex.map(_work, _chunks(pending, n)):
                 for i, r in part:
                     raw[i] = r
     out = []
