@@ -260,13 +260,14 @@ def code_fingerprint() -> str:
 
 
 def settings_fingerprint(settings) -> str:
-    data = {
-        "select": settings.select, "ignore": list(settings.ignore), "extend_select": list(settings.extend_select),
-        "per_file_ignores": {k: list(v) for k, v in sorted(settings.per_file_ignores.items())},
-        "severity": dict(sorted(settings.severity.items())),
-        "root": str(settings.root) if settings.root is not None else None,
-    }
-    return json.dumps(data, sort_keys=True)
+    """Every public setting (a new one is covered without a change here), as canonical JSON."""
+    import dataclasses
+
+    data = {}
+    for f in dataclasses.fields(settings):
+        if not f.name.startswith("_"):
+            data[f.name] = getattr(settings, f.name)
+    return json.dumps(data, sort_keys=True, default=str)
 
 
 # -- the cache -----------------------------------------------------------------------------------

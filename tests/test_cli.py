@@ -325,7 +325,8 @@ def test_diff_with_nothing_to_fix_says_so(tmp_path):
 
 
 def test_syntax_of_a_newer_python_names_the_version(tmp_path):
-    (tmp_path / "new.py").write_text("import torch\nclass Box[T]:\n    item: T\n")
+    # the comment passes the text gate (a file no rule could fire on is not parsed: no DDP000)
+    (tmp_path / "new.py").write_text("import torch  # torch.distributed init_process_group\nclass Box[T]:\n    item: T\n")
     r = run("check", "new.py", cwd=tmp_path)
     if sys.version_info >= (3, 12):
         assert r.returncode == 0, r.stdout

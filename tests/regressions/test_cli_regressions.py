@@ -270,7 +270,9 @@ def test_config_file_that_is_a_fifo_or_a_device_is_refused(tmp_path):
 def test_newer_python_syntax_names_the_python_it_needs():
     from ddp_lint.analysis.rules.ddp000_syntax_error import newer_python_hint
 
-    text = "import torch\ndef first[T](xs: list[T]) -> T:\n    return xs[0]\ntype Pair = tuple[int, int]\n"
+    # line 1 passes the text gate (a file no rule could fire on is not parsed: no DDP000)
+    text = ("import torch  # torch.distributed init_process_group\n"
+            "def first[T](xs: list[T]) -> T:\n    return xs[0]\ntype Pair = tuple[int, int]\n")
     assert "Python 3.12" in newer_python_hint(text, 2, (3, 11)) and "3.11" in newer_python_hint(text, 2, (3, 11))
     assert "Python 3.12" in newer_python_hint(text, 4, (3, 10))
     assert newer_python_hint(text, 2, (3, 12)) is None and newer_python_hint(text, 1, (3, 11)) is None
