@@ -43,9 +43,10 @@ class CheckResult:
     syntax_error: Finding | None = None
     errors: list[str] = field(default_factory=list)  # internal rule failures (bugs), for logs
     source: SourceText | None = None
-    # Other files whose content this result depends on, as (path, sha256 hex of its bytes): a
-    # cross-file analysis that reads an imported project module reports it here, so the CLI cache
-    # (analysis/cache.py) re-checks this file when that module changes. Empty for per-file rules.
+    # Other files whose content this result depends on, as (absolute path, sha256 hex of its bytes,
+    # ``cache.content_digest``): a cross-file analysis that reads an imported project module reports
+    # it here, and the CLI cache (analysis/cache.py) stores the list with the findings and re-checks
+    # this file when any of them changed or is gone. Empty for per-file rules.
     dependencies: list[tuple[str, str]] = field(default_factory=list)
     gated_out: bool = False  # no enabled rule's text gate admitted the file: it was not parsed
 

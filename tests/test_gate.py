@@ -112,3 +112,27 @@ def test_gate_respects_the_selection():
     text = "import torch\nfrom torch.utils.data import DataLoader\nDataLoader(ds, shuffle=True, sampler=s)\n"
     assert passes_gate(text, frozenset({"DDP302"}))
     assert not passes_gate(text, frozenset({"DDP001", "DDP004"}))
+
+
+@pytest.mark.parametrize("code,module,table", [
+    ("DDP101", "ddp101_gather_list_size", "_OPS"),
+    ("DDP102", "ddp102_aliased_output_list", "_OPS"),
+    ("DDP104", "ddp104_collective_under_rank_guard", "_COLLECTIVES"),
+    ("DDP105", "ddp105_cpu_tensor_with_nccl", "_OPS"),
+    ("DDP106", "ddp106_tensor_through_object_collective", "_OPS"),
+])
+def test_every_collective_a_rule_checks_is_spelled_by_its_gate(code, module, table):
+    """Audit: the torch.distributed functions a rule resolves all contain one of its needles (the
+    call site spells the function's name), so the gate cannot hide a call the rule would report."""
+    import importlib
+
+    ops = list(getattr(importlib.import_module(f"ddp_lint.analysis.rules.{module}"), table))
+    groups = all_rules()[code].gate_of()
+    op_groups = [g for g in groups if all(any(n.lower() in op.lower() for n in g) for op in ops)]
+    assert op_groups, f"{code}: no gate group is spelled by every one of {ops}"
+
+
+def test_launch_text_covers_is_distributed_script():
+    from ddp_lint.analysis.rules._model_flow import _LAUNCH, LAUNCH_TEXT
+
+    assert all(any(t in q.rsplit(".", 1)[1] for t in LAUNCH_TEXT) for q in _LAUNCH)

@@ -73,7 +73,8 @@ class CpuTensorWithNccl(Rule):
     fix_availability = "sometimes"
     # the backend string is compared lower-cased ("NCCL", "Nccl"), or `Backend.NCCL`
     requires_text = (NoCase("nccl"),)
-    requires_text_all = (("distributed",), ("init_process_group",))
+    requires_text_all = (("distributed",), ("init_process_group",),
+                         ("reduce", "broadcast", "gather", "scatter", "all_to_all"))  # the _OPS it checks
 
     def finish(self, ctx) -> None:
         inits = ctx.calls_to(D + "init_process_group")
