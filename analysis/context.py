@@ -10,6 +10,7 @@ from .semantic import Semantic, get_arg
 from .source import SourceText
 
 DIST = "torch.distributed"
+D = DIST + "."  # prefix of every torch.distributed qualified name
 
 
 class Context:
@@ -19,6 +20,16 @@ class Context:
         self.filename = filename
         self.findings: list[Finding] = []
         self._rule = None  # set by the engine while a rule runs
+        self._memo: dict = {}
+
+    def memo(self, key, fn):
+        """``fn()`` computed once per check and shared by every rule that asks with the same
+        ``key`` (a string naming the helper, or a tuple starting with one)."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            got = self._memo[key] = fn()
+            return got
 
     # -- reporting ---------------------------------------------------------------------------
     def report(
