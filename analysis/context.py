@@ -8,8 +8,9 @@ from typing import Iterable
 from .model import Applicability, Edit, Finding, Fix, Position, Range, Related, Severity
 from .semantic import Semantic, get_arg
 from .source import SourceText
+from .torch_api import D  # noqa: F401  (the one prefix of every torch.distributed qualified name)
 
-DIST = "torch.distributed"
+DIST = D[:-1]
 
 
 class Context:
@@ -19,6 +20,16 @@ class Context:
         self.filename = filename
         self.findings: list[Finding] = []
         self._rule = None  # set by the engine while a rule runs
+        self._memo: dict = {}
+
+    def memo(self, key, fn):
+        """``fn()`` computed once per check and shared by every rule that asks with the same
+        ``key`` (a string naming the helper, or a tuple starting with one)."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            got = self._memo[key] = fn()
+            return got
 
     # -- reporting ---------------------------------------------------------------------------
     def report(

@@ -65,6 +65,12 @@ def canonical(qn: str) -> str:
     return qn
 
 
+def parent(node: ast.AST) -> ast.AST | None:
+    """The parent of ``node`` in the tree the engine traversed (None for the module, or for a node
+    the traversal never reached). Rules use this instead of the private ``_p`` attribute."""
+    return getattr(node, "_p", None)
+
+
 class Semantic:
     """Indexes over one module's tree. Every node gets ``_p`` (its parent)."""
 
@@ -308,8 +314,8 @@ class Semantic:
         out: dict[str, list[ast.AST]] = defaultdict(list)
         # Without a walrus anywhere in the tree, every binding node is a statement, and statements
         # only live in statement lists: walk those alone (a tenth of the nodes), in the same
-        # pre-order as _iter_scope_nodes, so the lists come out identical.
-        nodes = _iter_scope_nodes(scope) if self._walrus else _iter_scope_statements(scope)
+        # pre-order as iter_scope_nodes, so the lists come out identical.
+        nodes = iter_scope_nodes(scope) if self._walrus else _iter_scope_statements(scope)
         Assign, AnnAssign, AugAssign, For, AsyncFor = ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor
         NamedExpr, With, AsyncWith, Name = ast.NamedExpr, ast.With, ast.AsyncWith, ast.Name
         for stmt in nodes:
@@ -384,7 +390,7 @@ _REV_STMT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 # Fields that hold identifiers, numbers or strings in every tree ast.parse builds (never a node or
-# a list of nodes): _iter_scope_nodes does not look into them. Context/operator fields stay.
+# a list of nodes): iter_scope_nodes does not look into them. Context/operator fields stay.
 _NEVER_NODES = frozenset({"id", "attr", "name", "asname", "module", "level", "arg", "kind", "conversion",
                           "is_async", "type_comment", "tag", "lineno", "rest", "kwd_attrs"})
 
@@ -395,7 +401,7 @@ def _rev_node_fields(t: type) -> tuple[str, ...]:
     return tuple(f for f in reversed(t._fields) if f not in _NEVER_NODES)
 
 
-def _iter_scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+def iter_scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
     """All nodes under ``scope`` that belong to it (nested function/class bodies excluded).
 
     Pre-order, children in ``ast.iter_child_nodes`` order (expression contexts and operators
@@ -433,7 +439,7 @@ def _iter_scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
 
 def _iter_scope_statements(scope: ast.AST) -> Iterator[ast.AST]:
     """The statements (and except handlers / match cases) that belong to ``scope``, in the order
-    ``_iter_scope_nodes`` yields them; expressions are not entered."""
+    ``iter_scope_nodes`` yields them; expressions are not entered."""
     body = scope.body if isinstance(scope.body, list) else [scope.body]
     stack = list(reversed(body))
     pop = stack.pop
@@ -477,3 +483,7 @@ def has_kwarg(call: ast.Call, kw: str) -> bool:
 
 def has_star(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
+# kept for branches written before the helper became public
+_iter_scope_nodes = iter_scope_nodes

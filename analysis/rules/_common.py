@@ -40,9 +40,10 @@ def fixed_world_size(ctx) -> int | None:
     """A world size the file fixes by constant (init_process_group(world_size=2), mp.spawn(...,
     nprocs=2), a `world_size` property or module constant), if exactly one is stated; cached per
     check."""
-    cache = ctx.__dict__.setdefault("_ddp_fixed_world", [])
-    if cache:
-        return cache[0]
+    return ctx.memo("common.fixed_world_size", lambda: _fixed_world_size(ctx))
+
+
+def _fixed_world_size(ctx) -> int | None:
     sizes = set()
     for c in ctx.calls_to(D + "init_process_group"):
         n = const_int(get_arg(c, None, "world_size"))
@@ -63,6 +64,4 @@ def fixed_world_size(ctx) -> int | None:
         n = const_int(val)
         if n is not None:
             sizes.add(n)
-    got = sizes.pop() if len(sizes) == 1 else None
-    cache.append(got)
-    return got
+    return sizes.pop() if len(sizes) == 1 else None

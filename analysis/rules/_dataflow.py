@@ -8,7 +8,6 @@ import re
 
 from ..semantic import FUNC_TYPES, param_names
 
-D = "torch.distributed."
 
 
 def _callee_name(call: ast.Call) -> str | None:
@@ -24,10 +23,10 @@ def _callee_name(call: ast.Call) -> str | None:
 def wrapper_functions(ctx, qualnames: tuple[str, ...], cache_key: str) -> set[str]:
     """Names of functions defined in this file that (transitively) call one of ``qualnames``
     unconditionally or not: a ``setup()`` that calls ``init_process_group``."""
-    cache = ctx.__dict__.setdefault("_ddp_wrappers", {})
-    got = cache.get(cache_key)
-    if got is not None:
-        return got
+    return ctx.memo(("dataflow.wrappers", cache_key), lambda: _wrapper_functions(ctx, qualnames))
+
+
+def _wrapper_functions(ctx, qualnames: tuple[str, ...]) -> set[str]:
     sem = ctx.sem
     names: set[str] = set()
     frontier = [c for c in sem.calls_to(*qualnames)]
@@ -51,7 +50,6 @@ def wrapper_functions(ctx, qualnames: tuple[str, ...], cache_key: str) -> set[st
                             by_name.setdefault(n, []).append(k)
                 new.extend(by_name.get(fn.name, ()))
         frontier = new
-    cache[cache_key] = names
     return names
 
 

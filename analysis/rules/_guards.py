@@ -18,9 +18,9 @@ import ast
 import os
 import re
 
-from ..semantic import FUNC_TYPES, param_names
+from ..context import D
+from ..semantic import FUNC_TYPES, param_names, parent
 
-D = "torch.distributed."
 
 _RANK_NAME = re.compile(
     r"^_?(?:(?:global|local|world|node|ddp|dist|process|proc|my|cur|current|this|gpu|device|machine)_?)?"
@@ -330,7 +330,7 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
     """The innermost rank guard of ``node`` within its function (or module)."""
     scope = ctx.sem.scope_of(node)
     child = node
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         if isinstance(p, ast.If) and child is not p.test:
             in_body = child in p.body
@@ -354,7 +354,7 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
         if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             break
         child = p
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return None
 
 
@@ -365,14 +365,14 @@ _RAISES = frozenset({"assertRaises", "assertRaisesRegex", "assertRaisesRegexp", 
 def expects_error(node: ast.AST) -> bool:
     """``node`` sits in ``with self.assertRaises(...)`` / ``with pytest.raises(...)``: a test that
     makes the failure on purpose."""
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
         if isinstance(p, (ast.With, ast.AsyncWith)):
             for item in p.items:
                 e = item.context_expr
                 if isinstance(e, ast.Call) and terminal_name(e.func) in _RAISES:
                     return True
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 

@@ -5,7 +5,7 @@ import ast
 import re
 
 from ..model import Edit, Position, Range
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 
 DATALOADER = "torch.utils.data.DataLoader"
 DIST_SAMPLER = "torch.utils.data.DistributedSampler"
@@ -82,7 +82,7 @@ def is_eval_name(*names: str | None) -> bool:
 
 def target_name(call: ast.Call) -> str | None:
     """``loader`` for ``loader = DataLoader(...)`` / ``self.loader = ...``."""
-    st = getattr(call, "_p", None)
+    st = parent(call)
     if isinstance(st, ast.Assign) and len(st.targets) == 1:
         t = st.targets[0]
         if isinstance(t, ast.Name):

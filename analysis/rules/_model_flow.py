@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 
 DDP = "torch.nn.parallel.DistributedDataParallel"
 SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
@@ -26,11 +26,7 @@ _PASS_THROUGH = frozenset({
 
 def is_distributed_script(ctx) -> bool:
     """The file starts or joins a process group, wraps in DDP/FSDP or spawns ranks itself."""
-    got = getattr(ctx, "_ddp2_dist", None)
-    if got is None:
-        got = bool(ctx.sem.calls_to(*_LAUNCH))
-        ctx._ddp2_dist = got
-    return got
+    return ctx.memo("model_flow.distributed_script", lambda: bool(ctx.sem.calls_to(*_LAUNCH)))
 
 
 def ddp_calls(ctx) -> list[ast.Call]:
@@ -38,7 +34,7 @@ def ddp_calls(ctx) -> list[ast.Call]:
 
 
 def stmt_list_of(node: ast.stmt) -> tuple[ast.AST, list[ast.stmt]] | None:
-    p = getattr(node, "_p", None)
+    p = parent(node)
     if p is None:
         return None
     for field in ("body", "orelse", "finalbody", "handlers"):
@@ -61,7 +57,7 @@ def dominates(stmt: ast.stmt, node: ast.AST) -> bool:
             return lst.index(n) > lst.index(stmt)
         if isinstance(n, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
             return False
-        n = getattr(n, "_p", None)
+        n = parent(n)
     return False
 
 
@@ -106,7 +102,7 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST):
             return None
         found = []
         for c in ddp_calls(ctx):
-            st = getattr(c, "_p", None)
+            st = parent(c)
             if isinstance(st, ast.Assign) and st.lineno >= cls.lineno and st.end_lineno <= cls.end_lineno:
                 for t in st.targets:
                     if isinstance(t, ast.Attribute) and t.attr == expr.attr and isinstance(t.value, ast.Name) \
@@ -143,14 +139,8 @@ def _class_assign_stmts(cls: ast.ClassDef):
 
 # -- where does a module live? -------------------------------------------------------------------
 def _file_classes(ctx) -> dict[str, ast.ClassDef]:
-    got = getattr(ctx, "_ddp2_classes", None)
-    if got is None:
-        got = {}
-        for st in ctx.sem.tree.body:
-            if isinstance(st, ast.ClassDef):
-                got[st.name] = st
-        ctx._ddp2_classes = got
-    return got
+    return ctx.memo("model_flow.classes",
+                    lambda: {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
 
 
 def _is_module_class(ctx, cls: ast.ClassDef, depth: int = 0) -> bool:

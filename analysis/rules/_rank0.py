@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, _iter_scope_nodes
+from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 
 _TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
 _RANK_TOKENS = frozenset({"rank", "gpu", "ordinal", "procid", "rankid"})
@@ -181,14 +181,12 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
 
 def _attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:
     """``"args.flag"`` -> values assigned to it in ``scope`` (one walk per scope, cached)."""
-    cache = getattr(ctx, "_ddp_rank0_attrs", None)
-    if cache is None:
-        cache = ctx._ddp_rank0_attrs = {}
+    cache = ctx.memo("rank0.attr_assignments", dict)
     got = cache.get(id(scope))
     if got is None:
         got = {}
         if isinstance(scope, FUNC_TYPES):
-            for n in _iter_scope_nodes(scope):
+            for n in iter_scope_nodes(scope):
                 if isinstance(n, ast.Assign):
                     for t in n.targets:
                         if isinstance(t, ast.Attribute):
@@ -249,7 +247,7 @@ def rank0_guarded(ctx, node: ast.AST, depth: int = 0) -> bool | None:
     function holding it is never called in this file (cannot tell)."""
     sem = ctx.sem
     child = node
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         if isinstance(p, (ast.If, ast.IfExp, ast.While)):
             scope = sem.scope_of(p)
@@ -286,7 +284,7 @@ def rank0_guarded(ctx, node: ast.AST, depth: int = 0) -> bool | None:
         if isinstance(p, (ast.Lambda, ast.ClassDef)):
             return None
         child = p
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False  # module level, unguarded
 
 
@@ -301,22 +299,23 @@ def _block_of(parent: ast.AST, child: ast.stmt) -> list[ast.stmt] | None:
 def _call_index(ctx):
     """One pass over the calls: callee name -> call sites, method name -> call sites, and name ->
     calls that take it as a bare argument (cached on the context)."""
-    got = getattr(ctx, "_ddp_rank0_calls", None)
-    if got is None:
-        by_name: dict[str, list[ast.Call]] = {}
-        by_attr: dict[str, list[ast.Call]] = {}
-        as_arg: dict[str, list[ast.Call]] = {}
-        for c in ctx.sem.calls:
-            f = c.func
-            if isinstance(f, ast.Name):
-                by_name.setdefault(f.id, []).append(c)
-            elif isinstance(f, ast.Attribute) and ctx.qn(c) is None:
-                by_attr.setdefault(f.attr, []).append(c)
-            for a in c.args:
-                if isinstance(a, ast.Name):
-                    as_arg.setdefault(a.id, []).append(c)
-        got = ctx._ddp_rank0_calls = (by_name, by_attr, as_arg)
-    return got
+    return ctx.memo("rank0.call_index", lambda: _build_call_index(ctx))
+
+
+def _build_call_index(ctx):
+    by_name: dict[str, list[ast.Call]] = {}
+    by_attr: dict[str, list[ast.Call]] = {}
+    as_arg: dict[str, list[ast.Call]] = {}
+    for c in ctx.sem.calls:
+        f = c.func
+        if isinstance(f, ast.Name):
+            by_name.setdefault(f.id, []).append(c)
+        elif isinstance(f, ast.Attribute) and ctx.qn(c) is None:
+            by_attr.setdefault(f.attr, []).append(c)
+        for a in c.args:
+            if isinstance(a, ast.Name):
+                as_arg.setdefault(a.id, []).append(c)
+    return by_name, by_attr, as_arg
 
 
 def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
@@ -324,9 +323,7 @@ def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
     None. A function passed to ``mp.spawn`` runs on every rank: False; passed elsewhere: None."""
     if depth > 3:
         return None
-    cache = getattr(ctx, "_ddp_rank0_fn", None)
-    if cache is None:
-        cache = ctx._ddp_rank0_fn = {}
+    cache = ctx.memo("rank0.callers_guarded", dict)
     key = (id(fn), depth)
     if key in cache:
         return cache[key]
@@ -338,7 +335,7 @@ def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
 
 def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
     name = fn.name
-    is_method = isinstance(getattr(fn, "_p", None), ast.ClassDef)
+    is_method = isinstance(parent(fn), ast.ClassDef)
     by_name, by_attr, as_arg = _call_index(ctx)
     if not is_method:
         for c in as_arg.get(name, ()):

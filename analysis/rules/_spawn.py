@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, parent
 
 SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
 
@@ -22,7 +22,7 @@ def target_def(ctx, call: ast.Call) -> ast.AST | None:
     if not defs or len(defs) != 1:
         return None
     d = defs[0]
-    if isinstance(getattr(d, "_p", None), ast.ClassDef):
+    if isinstance(parent(d), ast.ClassDef):
         return None
     return d
 
@@ -31,15 +31,15 @@ _UNKNOWN: set[int] = set()  # identity-compared sentinel: the file spawns someth
 
 
 def rank_functions(ctx) -> set[int] | None:
+    return ctx.memo("spawn.rank_functions", lambda: _rank_functions(ctx))
+
+
+def _rank_functions(ctx) -> set[int] | None:
     """ids of the functions that run inside spawned ranks (spawn targets and the functions of this
     file they call, transitively); None when the file does not spawn; ``_UNKNOWN`` when it spawns a
     target that this file does not define as a plain function."""
-    got = getattr(ctx, "_ddp_spawn_reach", 0)
-    if got != 0:
-        return got
     calls = spawn_calls(ctx)
     if not calls:
-        ctx._ddp_spawn_reach = None
         return None
     seen: set[int] = set()
     work = []
@@ -48,8 +48,7 @@ def rank_functions(ctx) -> set[int] | None:
         if isinstance(fn, ast.Name):
             work.extend(ctx.sem.functions.get(fn.id, ()))
         elif fn is not None:
-            ctx._ddp_spawn_reach = _UNKNOWN  # a partial or a method: we cannot tell what runs in the ranks
-            return _UNKNOWN
+            return _UNKNOWN  # a partial or a method: we cannot tell what runs in the ranks
     # callees by enclosing function (one pass over the calls)
     callees: dict[int, list[str]] = {}
     for c in ctx.sem.calls:
@@ -65,7 +64,6 @@ def rank_functions(ctx) -> set[int] | None:
         for name in callees.get(id(d), ()):
             work.extend(ctx.sem.functions.get(name, ()))
     # nested functions run where their parent runs
-    ctx._ddp_spawn_reach = seen
     return seen
 
 
@@ -97,10 +95,10 @@ def is_main_guard(test: ast.AST) -> bool:
 
 def under_main_guard(node: ast.AST) -> bool:
     child = node
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         if isinstance(p, ast.If) and child in p.body and is_main_guard(p.test):
             return True
         child = p
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False

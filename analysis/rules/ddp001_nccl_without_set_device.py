@@ -5,7 +5,7 @@ import re
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names
+from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
                       init_backend_is_nccl)
 
@@ -113,11 +113,11 @@ class NcclWithoutSetDevice(Rule):
 
 
 def _fallback_init(call: ast.Call) -> bool:
-    p = getattr(call, "_p", None)
+    p = parent(call)
     while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
         if isinstance(p, ast.If) and "is_initialized" in ast.dump(p.test):
             return True
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 
@@ -131,7 +131,7 @@ def _pins_device(ctx) -> bool:
     if sem.calls_to("torch.cuda.set_device"):
         return True
     for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
-        p = getattr(c, "_p", None)
+        p = parent(c)
         if isinstance(p, ast.withitem):
             return True
     # a helper that pins the device for us (``utils.setup_device(args)``, ``init_device_mesh``):

@@ -7,6 +7,7 @@ from ..registry import Rule
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._dataflow import calls_or_wrappers
 from ._guards import expects_error
+from ..semantic import parent
 
 # init_device_mesh only initialises when nothing did before it, so it does not count
 _INITS = (D + "init_process_group",)
@@ -104,12 +105,12 @@ def _contains(outer: ast.AST, inner: ast.AST) -> bool:
 
 def _chain(node: ast.AST) -> list[ast.AST]:
     out = [node]
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         out.append(p)
         if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)):
             break
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return out
 
 

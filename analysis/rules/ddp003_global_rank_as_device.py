@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from ._common import DDP_CLASS
 from ._guards import global_rank_source, is_local_rank_expr, is_test_file, name_binding_kind
 
@@ -159,9 +159,9 @@ def _make_fix(ctx, site: ast.AST):
         return ctx.fix(Applicability.UNSAFE, f"Use the local rank: `{local}`", [ctx.replace(site, local)])
     environ, imp = ctx.ref("os.environ")
     quote = '"'
-    fs = getattr(site, "_p", None)
+    fs = parent(site)
     if isinstance(fs, ast.FormattedValue):
-        js = getattr(fs, "_p", None)
+        js = parent(fs)
         text = ctx.text(js) if js is not None else ""
         body = text.lstrip("rRfFbB")
         if body.startswith(('"""', "'''")):

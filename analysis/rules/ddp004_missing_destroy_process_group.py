@@ -7,6 +7,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ._common import D
 from ._dataflow import _callee_name
+from ..semantic import parent
 
 # a helper that only brings the group up: its caller owns the group's lifetime
 _SETUP_NAME = re.compile(r"(^|_)(setup|init|initialize|initialise|bootstrap|prepare)(_|$)", re.I)
@@ -146,20 +147,20 @@ _COND = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.BoolO
 
 
 def _conditional(node, top) -> bool:
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None and p is not top:
         if isinstance(p, _COND):
             return True
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 
 def _inside(node, outer) -> bool:
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         if p is outer:
             return True
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import _iter_scope_nodes, get_arg
+from ..semantic import iter_scope_nodes, get_arg
 from ._common import D, const_int, fixed_world_size, is_simple_ref
 
 # op -> (output list position, keyword), (input position, keyword), (group position)
@@ -189,7 +189,7 @@ def _iter_len(ctx, it, scope, depth) -> int | None:
 def _mutated(ctx, name: str, scope, call) -> bool:
     """The list may change length: a mutating method, ``+=``, ``del x[...]``, or being passed to
     any call other than the collective itself (or ``len``/``print``)."""
-    for n in _iter_scope_nodes(scope):
+    for n in iter_scope_nodes(scope):
         if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Name) and n.value.id == name:
             return True
         if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:

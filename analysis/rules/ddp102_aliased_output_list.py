@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import _iter_scope_nodes, get_arg
+from ..semantic import iter_scope_nodes, get_arg
 from ._common import D
 from ._dataflow import tensor_ctor
 
@@ -88,7 +88,7 @@ class AliasedOutputList(Rule):
 
 def _rebuilt(name: str, scope) -> bool:
     """``out[i] = ...`` or a mutating method on the list: the slots may get their own tensors."""
-    for n in _iter_scope_nodes(scope):
+    for n in iter_scope_nodes(scope):
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name) \
                 and n.value.id == name:
             return True

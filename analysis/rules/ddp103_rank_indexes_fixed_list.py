@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import NoCase, Rule
-from ..semantic import _iter_scope_nodes
+from ..semantic import iter_scope_nodes
 from ._common import fixed_world_size
 from ._guards import is_test_file, name_binding_kind, rank_kind
 
@@ -59,9 +59,7 @@ class RankIndexesFixedList(Rule):
     requires_text = (NoCase("rank"), "SLURM_PROCID", "SLURM_LOCALID")
 
     def visit(self, node: ast.Subscript, ctx) -> None:
-        if ctx.__dict__.get("_ddp103_test_file") is None:
-            ctx._ddp103_test_file = is_test_file(ctx.filename)
-        if ctx._ddp103_test_file:
+        if ctx.memo("ddp103.test_file", lambda: is_test_file(ctx.filename)):
             return
         sl = node.slice
         if not isinstance(sl, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) or not isinstance(node.ctx, ast.Load):
@@ -111,7 +109,7 @@ def _fixed_len(ctx, seq, scope) -> int | None:
 
 
 def _grown(name: str, scope) -> bool:
-    for n in _iter_scope_nodes(scope):
+    for n in iter_scope_nodes(scope):
         if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Name) and n.value.id == name:
             return True
         if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:

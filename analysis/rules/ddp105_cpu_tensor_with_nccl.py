@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import NoCase, Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from ._common import D, const_str
 from ._dataflow import _NO_DEVICE_KW, cpu_tensor_ctor, device_var_in_scope
 from ._guards import expects_error
@@ -129,14 +129,14 @@ def _nccl_only(ctx, expr, scope, depth: int = 0) -> bool:
 
 
 def _under_device_context(ctx, node) -> bool:
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         if isinstance(p, (ast.With, ast.AsyncWith)):
             for item in p.items:
                 e = item.context_expr
                 if isinstance(e, ast.Call) and ctx.qn(e) in ("torch.device", "torch.cuda.device"):
                     return True
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 
@@ -183,9 +183,9 @@ def _cpu_tensor_list(ctx, arg, scope):
 
 def _moved_in_place(ctx, name: str, scope) -> bool:
     """``t.data = t.data.cuda()`` or ``t.set_(...)``: the name now refers to a GPU tensor."""
-    from ..semantic import _iter_scope_nodes
+    from ..semantic import iter_scope_nodes
 
-    for n in _iter_scope_nodes(scope):
+    for n in iter_scope_nodes(scope):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == name and (
                 (n.attr == "data" and isinstance(n.ctx, ast.Store)) or n.attr in ("set_", "copy_", "to_")):
             return True

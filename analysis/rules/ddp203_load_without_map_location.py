@@ -8,6 +8,7 @@ from ._model_flow import LAUNCH_TEXT, device_in_scope, is_distributed_script
 from ._rank0 import rank0_guarded
 from .ddp202_save_on_every_rank import rank_specific_path
 from ._spawn import runs_in_ranks
+from ..semantic import parent
 
 
 class LoadWithoutMapLocation(Rule):
@@ -131,19 +132,17 @@ def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
     if any(w in text for w in _CKPT_WORDS):
         return True
     # the result is loaded into a module or an optimizer
-    p = getattr(call, "_p", None)
+    p = parent(call)
     while isinstance(p, (ast.Subscript, ast.Attribute, ast.Call)) and not (
             isinstance(p, ast.Call) and _is_load_state_dict(p)):
-        p = getattr(p, "_p", None)
+        p = parent(p)
     if isinstance(p, ast.Call) and _is_load_state_dict(p):
         return True
-    st = getattr(call, "_p", None)
+    st = parent(call)
     if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
         name = st.targets[0].id
         scope = ctx.sem.scope_of(call)
-        lsd = getattr(ctx, "_ddp203_lsd", None)
-        if lsd is None:
-            lsd = ctx._ddp203_lsd = [c for c in ctx.sem.calls if _is_load_state_dict(c)]
+        lsd = ctx.memo("ddp203.load_state_dict_calls", lambda: [c for c in ctx.sem.calls if _is_load_state_dict(c)])
         for c in lsd:
             if c.args and ctx.sem.scope_of(c) is scope and c.lineno >= call.lineno:
                 if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(c.args[0])):

@@ -5,6 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ._model_flow import ddp_calls, stmt_list_of
+from ..semantic import parent
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -121,10 +122,10 @@ def _inside(node: ast.AST, outer: ast.AST) -> bool:
 
 
 def _ancestors(node: ast.AST):
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         yield p
-        p = getattr(p, "_p", None)
+        p = parent(p)
 
 
 def _same_block(node: ast.AST, guard: ast.If) -> bool:
@@ -139,5 +140,5 @@ def _same_block(node: ast.AST, guard: ast.If) -> bool:
             return True
         if n is got[0]:
             return False
-        n = getattr(n, "_p", None)
+        n = parent(n)
     return False

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Range, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, parent
 from ._loader import DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, may_be_none, target_name
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -85,7 +85,7 @@ class SamplerWithoutSetEpoch(Rule):
                 if not inline and ctx.sem.scope_of(ld) is not ctx.sem.scope_of(s):
                     continue
                 l_name = target_name(ld)
-                if l_name is None or not isinstance(ld._p.targets[0], ast.Name):
+                if l_name is None or not isinstance(parent(ld).targets[0], ast.Name):
                     continue
                 ds = get_arg(ld, 0, "dataset")
                 if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None):
@@ -138,7 +138,7 @@ def _epoch_loops(ctx, name: str, scope, after: ast.AST, fors):
     for u in uses:
         if u.lineno < after.lineno:
             continue
-        child, p = u, getattr(u, "_p", None)
+        child, p = u, parent(u)
         while p is not None:
             if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
                 break
@@ -147,7 +147,7 @@ def _epoch_loops(ctx, name: str, scope, after: ast.AST, fors):
                     if ctx.sem.scope_of(p) is scope:
                         yield p, u
                     break
-            child, p = p, getattr(p, "_p", None)
+            child, p = p, parent(p)
 
 
 _NOT_ITERATING = frozenset({"len", "print", "str", "repr", "isinstance", "getattr", "hasattr", "id", "type"})
@@ -163,9 +163,9 @@ def _iterates(loop, name: str) -> bool:
 
 def _handed_off(ctx, use: ast.AST, loop) -> bool:
     """The loader goes to a function of another module together with the epoch variable."""
-    call = getattr(use, "_p", None)
+    call = parent(use)
     if isinstance(call, ast.keyword):
-        call = getattr(call, "_p", None)
+        call = parent(call)
     if not isinstance(call, ast.Call):
         return False
     f = call.func
@@ -181,9 +181,9 @@ def _handed_off(ctx, use: ast.AST, loop) -> bool:
 
 def _sampler_name(call: ast.Call) -> str | None:
     """``s`` for ``s = DistributedSampler(...)`` and ``s = DistributedSampler(...) if dist else None``."""
-    p = getattr(call, "_p", None)
+    p = parent(call)
     if isinstance(p, ast.IfExp):
-        p = getattr(p, "_p", None)
+        p = parent(p)
     if isinstance(p, ast.Assign) and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name):
         return p.targets[0].id
     return None

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from ._common import const_str
 from ._spawn import spawn_calls, under_main_guard
 
@@ -85,7 +85,7 @@ class SpawnWithoutMainGuard(Rule):
                 ctx.report(call, f"{what} runs at import time, outside `if __name__ == \"__main__\":`; every spawned "
                                  "child re-imports this module and runs it again (RuntimeError: bootstrapping phase)")
             return
-        if not isinstance(getattr(fn, "_p", None), ast.Module):
+        if not isinstance(parent(fn), ast.Module):
             return  # a nested function or a method: leave it
         for c in ctx.sem.calls:
             if isinstance(c.func, ast.Name) and c.func.id == fn.name and isinstance(ctx.sem.scope_of(c), ast.Module) \
