@@ -86,7 +86,7 @@ class CodeActionsMixin:
             if a is not None:
                 actions.append(a)
         if (only and self.supports_kind(only, RUN_KIND)) or (not only):
-            if doc.path and _IMPORTS_DIST.search(doc.text):
+            if doc.path and self.trusted and _IMPORTS_DIST.search(doc.text):
                 actions.append(t.CodeAction(
                     title=RUN_TITLE, kind=RUN_KIND,
                     command=t.Command(title=RUN_TITLE, command=RUN_COMMAND, arguments=[uri])))

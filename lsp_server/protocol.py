@@ -1,7 +1,9 @@
 """The JSON-RPC side of the server: pygls' protocol adapted to ddp-lint, and the log handlers.
 
 * ``DdpProtocol``: no second copy of the documents, InvalidParams answered, the pull-diagnostics
-  capability only for clients that pull, notification futures not kept, a safe ``shutdown``;
+  capability only for clients that pull, notification futures not kept, a safe ``shutdown``, and
+  every request answered: one without ``"jsonrpc": "2.0"`` or that is not an object gets
+  InvalidRequest, and so does a request after ``shutdown`` (as the LSP specification says);
 * ``LspLogHandler``: log records to the client as ``window/logMessage``;
 * ``QuietRefusals``: keeps refused requests out of stderr.
 """
@@ -11,9 +13,11 @@ import logging
 import traceback
 
 from lsprotocol import types as t
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
+
+from .framing import MAX_MESSAGE
 
 log = logging.getLogger("ddp-lint.server")
 
@@ -33,6 +37,49 @@ class DdpProtocol(LanguageServerProtocol):
             if "method" in data and isinstance(data.get("id"), (int, str)):
                 self._send_response(data["id"], error=err.to_response_error())
             raise err from None
+
+    def handle_message(self, message):
+        # pygls drops (with a log line) a message without "jsonrpc": "2.0", a batch or a scalar,
+        # and every request after ``shutdown``: the client would wait for an answer forever.
+        if isinstance(message, dict) or not hasattr(message, "jsonrpc"):
+            self._refuse(message, 'not a JSON-RPC 2.0 message (it needs "jsonrpc": "2.0")')
+            return
+        if message.jsonrpc != self.VERSION:
+            self._refuse(message, f'unsupported JSON-RPC version {str(message.jsonrpc)[:20]!r} (expected "2.0")')
+            return
+        method = getattr(message, "method", None)
+        if self._shutdown and method is not None and method != t.EXIT:
+            if getattr(message, "id", None) is not None:
+                self._send_response(message.id, error=JsonRpcInvalidRequest(
+                    f"the server is shutting down: {str(method)[:100]} refused").to_response_error())
+            return
+        super().handle_message(message)
+
+    def _refuse(self, message, why: str) -> None:
+        """Answer a malformed message with InvalidRequest when it looks like a request (or when its
+        id cannot be known: a batch, a scalar); a malformed notification or response is dropped."""
+        if isinstance(message, dict):
+            msg_id, is_request = message.get("id"), "method" in message
+            if not isinstance(msg_id, (int, str)) or isinstance(msg_id, bool):
+                msg_id = None
+        elif hasattr(message, "jsonrpc"):
+            msg_id, is_request = getattr(message, "id", None), hasattr(message, "method")
+        else:
+            msg_id, is_request = None, True
+        log.warning("refused a message: %s", why)
+        if is_request and (msg_id is not None or not isinstance(message, dict)):
+            self._send_error(msg_id, JsonRpcInvalidRequest(why))
+
+    def _send_error(self, msg_id, error: JsonRpcException) -> None:
+        if msg_id is not None:
+            self._send_response(msg_id, error=error.to_response_error())
+        else:  # pygls' serializer would drop a null id, which JSON-RPC requires here
+            self._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": error.code, "message": error.message}})
+
+    def answer_oversize(self, size: int) -> None:
+        """The framing skipped a message too big to read (its id is unknown: answered with null)."""
+        self._send_error(None, JsonRpcInvalidRequest(
+            f"message of {size} bytes refused: the limit is {MAX_MESSAGE} bytes"))
 
     def _check_handler_result(self, future):
         # pygls 2.1 files the future of every notification whose handler is a generator or a

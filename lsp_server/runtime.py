@@ -161,6 +161,8 @@ def _folder_of(ls, path: str) -> str:
 
 
 async def run_command(ls, args) -> dict:
+    if not ls.trusted:  # checked before the argument is even looked at (no file probing)
+        raise RunRefused(f"ddp-lint.run is disabled: {ls.untrusted_reason}")
     uri = uri_argument(args)
     path = validate_target(ls, uri)
     script_uri = path_to_uri(path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import sys
 import threading
 import traceback
@@ -24,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 
 from ..analysis import __version__
@@ -34,6 +36,7 @@ from .commands import FIX_ALL_COMMAND, RUN_COMMAND, guarded, notification, uri_a
 from .convert import uri_to_path
 from .diagnostics import DiagnosticsMixin
 from .documents import UTF16, Document
+from .framing import FrameReader, stdin_source, stream_source
 from .hover import HoverMixin
 from .protocol import DdpProtocol, LspLogHandler, QuietRefusals
 from .runtime import RuntimeResults
@@ -41,12 +44,21 @@ from .runtime import run_command as run_impl
 from .state import DocState
 
 log = logging.getLogger("ddp-lint.server")
+_PYGLS_LOG = logging.getLogger("pygls.server")  # the message loop logs where pygls' own loop does
+
+UNTRUSTED = ("this server listens on a TCP port, where any local user can connect, so it runs no code; "
+             "start it with --allow-run to trust every local user, or use stdio or --socket PATH")
 
 
 class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
-    def __init__(self, log_level: str | None = None):
+    def __init__(self, log_level: str | None = None, trusted: bool = True):
         super().__init__("ddp-lint", __version__, protocol_cls=DdpProtocol,
                          text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
+        # False on a TCP port without --allow-run: any local user may be the client, so the server
+        # runs no code (no ddp-lint.run, no run.* settings) and reads no file a client names
+        # (no pyproject.toml lookup); it lints the text it is sent. SECURITY.md, "TCP mode".
+        self.trusted = trusted
+        self.untrusted_reason = UNTRUSTED
         self.docs: dict[str, DocState] = {}
         self.encoding = UTF16
         self.pull = False
@@ -127,6 +139,60 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
                 out.append(p)
         return out
 
+    # -- transports ---------------------------------------------------------------------------------
+    # pygls' own message loop, protocol and writers; only the reader in front of the loop is ours
+    # (``framing.FrameReader``: lenient headers, a size cap).
+    def start_io(self, stdin=None, stdout=None):
+        self._stop_event = threading.Event()
+        reader = FrameReader(stdin_source(stdin or sys.stdin.buffer, self.thread_pool),
+                             on_oversize=self.protocol.answer_oversize)
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(run_async(stop_event=self._stop_event, reader=reader, protocol=self.protocol,
+                                  logger=_PYGLS_LOG, error_handler=self.report_server_error))
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def serve_socket(self, listener: socket.socket, same_user_only: bool = False) -> None:
+        """Serve ONE client on a listening socket: a second connection while one is served is
+        closed at once (it must not take over the session's output, nor end it), and the server
+        stops when its client goes. ``same_user_only``: refuse a Unix-socket peer of another uid."""
+        self._stop_event = threading.Event()
+        busy = False
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+            nonlocal busy
+            if busy or (same_user_only and not _same_user(writer)):
+                log.warning("refused a connection: %s", "a client is already connected" if busy
+                            else "the peer is another user")
+                writer.close()
+                return
+            busy = True
+            self.protocol.set_writer(writer)
+            frames = FrameReader(stream_source(reader), on_oversize=self.protocol.answer_oversize)
+            try:
+                await run_async(stop_event=self._stop_event, reader=frames, protocol=self.protocol,
+                                logger=_PYGLS_LOG, error_handler=self.report_server_error)
+            finally:
+                self.shutdown()
+
+        async def serve():
+            if listener.family == getattr(socket, "AF_UNIX", None):
+                self._server = await asyncio.start_unix_server(connection, sock=listener)
+            else:
+                self._server = await asyncio.start_server(connection, sock=listener)
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(serve())
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            pass
+
     # -- settings ------------------------------------------------------------------------------------
     def apply_settings(self) -> None:
         raw = cfg.merge(self.init_layer, self.config_layer)
@@ -134,13 +200,16 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
         level = new.log_level if "logLevel" in raw or "log_level" in raw or "log-level" in raw \
             else (self.cli_log_level or new.log_level)
         self.log_handler.setLevel(cfg.LOG_LEVELS.get(str(level).lower(), logging.INFO))
+        if not self.trusted and new.run != cfg.RunSettings():
+            new.run = cfg.RunSettings()
+            problems.append(f"settings `{cfg.SECTION}.run.*` ignored: {UNTRUSTED}")
         for p in problems:
             log.warning("%s", p)
         if problems:
             key = "\n".join(problems)
             if key not in self.reported_config_errors:
                 self.reported_config_errors.add(key)
-                self.show(t.MessageType.Warning, "ddp-lint: " + "; ".join(problems))
+                self.show(t.MessageType.Warning, cfg.capped("ddp-lint: " + "; ".join(problems), 2000))
         changed = new != self.settings
         self.settings = new
         if changed:
@@ -151,6 +220,8 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
     def analysis_settings(self, st: DocState):
         path = st.doc.path
         folder = os.path.dirname(path) if path else (self.folders() or [None])[0]
+        if not self.trusted:
+            folder = None  # no pyproject.toml lookup under a path an untrusted client names
         s, err = self.projects.for_folder(folder, self.settings)
         if err and err not in self.reported_config_errors:
             self.reported_config_errors.add(err)
@@ -160,8 +231,8 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
 
 
 # -- the server and its handlers ------------------------------------------------------------------
-def create_server(log_level: str | None = None) -> DdpServer:
-    server = DdpServer(log_level)
+def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServer:
+    server = DdpServer(log_level, trusted)
 
     @server.feature(t.INITIALIZE)
     @notification(t.INITIALIZE)
@@ -420,23 +491,92 @@ def _stop_runs_on_sigterm(server: DdpServer) -> None:
     threading.Thread(target=watch, daemon=True, name="ddp-lint-sigterm").start()
 
 
-def start(tcp: tuple[str, int] | None = None, log_level: str | None = None) -> int:
-    """Run the server on stdio (default) or on a TCP address; returns when the client exits."""
+def start(tcp: tuple[str, int] | None = None, log_level: str | None = None, *,
+          socket_path: str | None = None, allow_run: bool = False) -> int:
+    """Run the server on stdio (default), on a TCP address or on a Unix socket; returns when the
+    client exits. On TCP the server runs no code and reads no file a client names unless
+    ``allow_run`` (``--allow-run``): any local user can connect to a port. A Unix socket is
+    created 0600 (only this user can connect), so it is trusted like stdio."""
     if log_level is not None and log_level.lower() not in cfg.LOG_LEVELS:
         print(f"ddp-lint server: unknown --log-level {log_level!r} (use one of: {', '.join(cfg.LOG_LEVELS)})",
               file=sys.stderr)
         return 2
+    if tcp is not None and socket_path is not None:
+        print("ddp-lint server: use either --tcp or --socket, not both", file=sys.stderr)
+        return 2
+    if allow_run and tcp is None:
+        print("ddp-lint server: --allow-run only applies to --tcp (stdio and --socket always allow runs)",
+              file=sys.stderr)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="ddp-lint server: %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)
     logging.getLogger("pygls.protocol.json_rpc").addFilter(QuietRefusals())
-    server = create_server(log_level)
+    server = create_server(log_level, trusted=tcp is None or allow_run)
     _stop_runs_on_sigterm(server)
     if tcp is not None:
         host, port = tcp
-        print(f"ddp-lint server: listening on {host}:{port}", file=sys.stderr)
-        server.start_tcp(host, port)
+        try:
+            listener = socket.create_server((host, port))
+        except OSError as e:
+            print(f"ddp-lint server: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+            return 2
+        note = "runs allowed (--allow-run): any local user who connects can run code" if allow_run \
+            else "runs disabled (--allow-run enables them)"
+        print(f"ddp-lint server: listening on {host}:{port}; {note}", file=sys.stderr)
+        server.serve_socket(listener)
+        return 0
+    if socket_path is not None:
+        try:
+            listener = unix_listener(socket_path)
+        except (OSError, ValueError) as e:
+            print(f"ddp-lint server: cannot listen on {socket_path}: {e}", file=sys.stderr)
+            return 2
+        print(f"ddp-lint server: listening on {socket_path} (mode 0600)", file=sys.stderr)
+        try:
+            server.serve_socket(listener, same_user_only=True)
+        finally:
+            try:
+                os.unlink(socket_path)
+            except OSError:
+                pass
         return 0
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print() must never corrupt the protocol stream
     server.start_io(stdin, stdout)
     return 0
+
+
+def _same_user(writer: asyncio.StreamWriter) -> bool:
+    """True when the Unix-socket peer runs as this user (SO_PEERCRED; True where unavailable:
+    the socket's 0600 mode already keeps other users out)."""
+    sock = writer.get_extra_info("socket")
+    opt = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or opt is None:
+        return True
+    try:
+        import struct
+
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i")))
+    except OSError:
+        return True
+    return uid == os.getuid()
+
+
+def unix_listener(path: str) -> socket.socket:
+    """A listening Unix socket at ``path``, created with mode 0600 (no window where it is wider:
+    the umask is set before ``bind``). An existing path is never replaced."""
+    if not hasattr(socket, "AF_UNIX"):
+        raise ValueError("Unix sockets are not available on this system")
+    if os.path.lexists(path):
+        raise ValueError("the path already exists; remove it or choose another")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(4)
+    return sock

@@ -49,6 +49,13 @@ class ServerSettings:
         return LOG_LEVELS.get(self.log_level, logging.INFO)
 
 
+def capped(text: str, limit: int) -> str:
+    """``text``, cut to about ``limit`` characters with a note of its full length."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 24, 8)] + f"... ({len(text)} chars)"
+
+
 def _norm(key: str) -> str:
     """camelCase / kebab-case / snake_case -> snake_case."""
     out = []
@@ -105,7 +112,8 @@ def parse(raw: dict) -> tuple[ServerSettings, list[str]]:
     problems: list[str] = []
 
     def bad(key, msg):
-        problems.append(f"setting `{SECTION}.{key}`: {msg}")
+        # keys and values come from the client: a 100 KB key must not come back as a 100 KB popup
+        problems.append(f"setting `{SECTION}.{capped(str(key), 80)}`: {capped(str(msg), 300)}")
 
     def codes(key, v):
         if v is None:

@@ -190,3 +190,125 @@ def test_sigterm_taken_by_another_thread_still_stops_the_server():
     finally:
         if s.p.poll() is None:
             s.close()
+
+
+# -- issue 12 item 11: LSP framing ----------------------------------------------------------------
+class RawStdio(RawServer):
+    """A RawServer whose stderr is kept (a MemoryError or a traceback must never appear there)."""
+
+    def __init__(self):
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.p = subprocess.Popen([sys.executable, "-m", "ddp_lint.lsp_server"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.buf = b""
+
+    def send_raw(self, data: bytes) -> None:
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+
+def _frame(obj, header=b"Content-Length: %d\r\n\r\n") -> bytes:
+    body = json.dumps(obj).encode()
+    return header % len(body) + body
+
+
+HOVER = {"textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0}}
+
+
+@pytest.fixture
+def raw():
+    s = RawStdio()
+    s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+    assert "result" in s.response(0)
+    s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("header", [
+    b"content-length: %d\r\n\r\n",  # header names are case-insensitive
+    b"CONTENT-LENGTH: %d\r\n\r\n",
+    b"Content-Length: %d\n\n",  # LF-only line ends
+    b"Content-Length:  %d  \r\n\r\n",  # extra spaces
+    b"Content-Length:%d\r\n\r\n",
+    b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\ncontent-length: %d\r\n\r\n",
+    b"\r\nContent-Length: %d\r\nX-Whatever: 1\n\r\n",
+])
+def test_lenient_headers(raw, header):
+    """A header that was not byte-exact ``Content-Length: N\\r\\n`` left the server deaf to that
+    message and to every later one."""
+    raw.send_raw(_frame({"jsonrpc": "2.0", "id": 5, "method": "textDocument/hover", "params": HOVER}, header))
+    assert raw.response(5)["result"] is None
+    raw.send({"jsonrpc": "2.0", "id": 6, "method": "textDocument/hover", "params": HOVER})
+    assert raw.response(6)["result"] is None
+
+
+@pytest.mark.parametrize("junk", [
+    b"garbage\r\n\r\n",  # no ':'
+    b"Content-Length: twelve\r\n\r\n",
+    b"Content-Length: -5\r\n\r\n",
+    b"Content-Type: text/plain\r\n\r\n",  # no Content-Length at all
+    b"Content-Length: 0\r\n\r\n",
+    b"X" * 100_000 + b"\r\n\r\n",  # an over-long header line
+])
+def test_bad_header_block_is_skipped_and_the_server_resyncs(raw, junk):
+    raw.send_raw(junk)
+    raw.send({"jsonrpc": "2.0", "id": 9, "method": "textDocument/hover", "params": HOVER})
+    assert raw.response(9)["result"] is None
+
+
+def test_huge_content_length_is_refused_without_memory_error():
+    """``Content-Length: 10^12`` killed the server with MemoryError."""
+    s = RawStdio()
+    try:
+        s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        s.response(0)
+        s.send_raw(b"Content-Length: 1000000000000\r\n\r\n{\"jsonrpc\": \"2.0\", \"id\": 1}")
+        err = s.response(None)["error"]
+        assert err["code"] == -32600 and "1000000000000 bytes" in err["message"] and "limit" in err["message"]
+        s.p.stdin.close()  # the rest of the announced body never comes
+        assert s.p.wait(20) is not None
+        stderr = s.p.stderr.read().decode(errors="replace")
+        assert "MemoryError" not in stderr and "Traceback" not in stderr, stderr[-2000:]
+    finally:
+        s.close()
+
+
+def test_oversize_message_is_skipped_and_the_next_one_answered(raw):
+    from ddp_lint.lsp_server.framing import MAX_MESSAGE
+
+    body = b" " * (MAX_MESSAGE + 1)
+    raw.send_raw(b"Content-Length: %d\r\n\r\n" % len(body))
+    for i in range(0, len(body), 1 << 20):
+        raw.send_raw(body[i:i + (1 << 20)])
+    raw.send({"jsonrpc": "2.0", "id": 11, "method": "textDocument/hover", "params": HOVER})
+    assert "limit" in raw.response(None, timeout=60)["error"]["message"]
+    assert raw.response(11, timeout=60)["result"] is None
+
+
+@pytest.mark.parametrize("message", [
+    {"id": 3, "method": "textDocument/hover", "params": HOVER},  # no "jsonrpc"
+    {"jsonrpc": "1.0", "id": 3, "method": "textDocument/hover", "params": HOVER},
+])
+def test_request_without_jsonrpc_2_is_answered_with_an_error(raw, message):
+    raw.send(message)
+    assert raw.response(3)["error"]["code"] == -32600
+    raw.send({"jsonrpc": "2.0", "id": 4, "method": "textDocument/hover", "params": HOVER})
+    assert raw.response(4)["result"] is None
+
+
+@pytest.mark.parametrize("payload", [[1, 2], 7, "x", None])
+def test_non_object_message_is_answered_with_a_null_id_error(raw, payload):
+    raw.send(payload)
+    assert raw.response(None)["error"]["code"] == -32600
+    raw.send({"jsonrpc": "2.0", "id": 4, "method": "textDocument/hover", "params": HOVER})
+    assert raw.response(4)["result"] is None
+
+
+def test_requests_after_shutdown_get_invalid_request(raw):
+    raw.send({"jsonrpc": "2.0", "id": 1, "method": "shutdown"})
+    assert raw.response(1)["result"] is None
+    raw.send({"jsonrpc": "2.0", "id": 2, "method": "textDocument/hover", "params": HOVER})
+    assert raw.response(2)["error"]["code"] == -32600
+    raw.send({"jsonrpc": "2.0", "method": "exit"})
+    assert raw.p.wait(20) == 0
