@@ -163,6 +163,7 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
         stops when its client goes. ``same_user_only``: refuse a Unix-socket peer of another uid."""
         self._stop_event = threading.Event()
         busy = False
+        exit_code: list = []
 
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
             nonlocal busy
@@ -177,6 +178,8 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
             try:
                 await run_async(stop_event=self._stop_event, reader=frames, protocol=self.protocol,
                                 logger=_PYGLS_LOG, error_handler=self.report_server_error)
+            except SystemExit as e:  # ``exit``: leave the serving loop, then exit with its status
+                exit_code.append(e.code)
             finally:
                 self.shutdown()
 
@@ -192,6 +195,8 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
             asyncio.run(serve())
         except (asyncio.CancelledError, KeyboardInterrupt):
             pass
+        if exit_code:
+            raise SystemExit(exit_code[0])
 
     # -- settings ------------------------------------------------------------------------------------
     def apply_settings(self) -> None:

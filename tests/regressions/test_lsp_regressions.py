@@ -3,6 +3,7 @@ exact bytes a misbehaving client sends are what the server sees)."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import select
 import subprocess
@@ -312,3 +313,214 @@ def test_requests_after_shutdown_get_invalid_request(raw):
     assert raw.response(2)["error"]["code"] == -32600
     raw.send({"jsonrpc": "2.0", "method": "exit"})
     assert raw.p.wait(20) == 0
+
+
+# -- issue 12 item 2: the socket transports ------------------------------------------------------
+class SocketClient:
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+        self.seen: list[dict] = []
+
+    def send(self, obj) -> None:
+        self.sock.sendall(_frame(obj))
+
+    def _pump(self, timeout: float) -> bool:
+        r, _, _ = select.select([self.sock], [], [], timeout)
+        if not r:
+            return True
+        data = self.sock.recv(1 << 16)
+        if not data:
+            return False
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, rest = self.buf.split(b"\r\n\r\n", 1)
+            n = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            if len(rest) < n:
+                break
+            self.seen.append(json.loads(rest[:n]))
+            self.buf = rest[n:]
+        return True
+
+    def response(self, msg_id, timeout: float = 15.0) -> dict:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for m in self.seen:
+                if m.get("id") == msg_id and "method" not in m:
+                    return m
+            if not self._pump(0.1):
+                raise AssertionError(f"connection closed before the answer to {msg_id!r}")
+        raise AssertionError(f"no response to request {msg_id!r} within {timeout}s")
+
+    def shown(self) -> list[str]:
+        return [m["params"]["message"] for m in self.seen
+                if m.get("method") in ("window/showMessage", "window/logMessage")]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "ddp_lint", "server", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+
+def _connect(p, address, family=None) -> SocketClient:
+    import socket
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if family is None:
+                sock = socket.create_connection(address, timeout=10)
+            else:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.connect(address)
+            return SocketClient(sock)
+        except OSError:
+            if time.monotonic() > deadline or p.poll() is not None:
+                raise AssertionError(f"no server: {p.stderr.read().decode() if p.poll() is not None else ''}")
+            time.sleep(0.1)
+
+
+DIST_SCRIPT = "import torch.distributed as dist\nopen(__file__ + '.ran', 'w').write('ran')\n"
+
+
+def _hostile_session(c: SocketClient, ws, evil) -> dict:
+    """What a local user who connects does: sets run.python to their program, asks for a run."""
+    script = ws / "train.py"
+    script.write_text(DIST_SCRIPT)
+    (ws / "pyproject.toml").write_text("[tool.ddp-lint\nbroken = \n")  # read only when trusted
+    c.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "capabilities": {"window": {"showMessage": {}}}, "rootUri": ws.as_uri(),
+        "workspaceFolders": [{"uri": ws.as_uri(), "name": "ws"}],
+        "initializationOptions": {"run": {"python": str(evil), "timeoutSeconds": 5}}}})
+    assert "result" in c.response(0)
+    c.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    c.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": script.as_uri(), "languageId": "python", "version": 1, "text": DIST_SCRIPT}}})
+    c.send({"jsonrpc": "2.0", "id": 1, "method": "textDocument/codeAction", "params": {
+        "textDocument": {"uri": script.as_uri()}, "range": {"start": {"line": 0, "character": 0},
+                                                           "end": {"line": 0, "character": 0}},
+        "context": {"diagnostics": []}}})
+    actions = c.response(1)["result"] or []
+    c.send({"jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand", "params": {
+        "command": "ddp-lint.run", "arguments": [script.as_uri()]}})
+    return {"actions": [a["title"] for a in actions], "run": c.response(2, timeout=60)}
+
+
+def _evil_program(tmp_path):
+    marker = tmp_path / "PWNED"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil.chmod(0o755)
+    return evil, marker
+
+
+def test_tcp_mode_runs_no_code_and_reads_no_project_file(tmp_path):
+    """``server --tcp`` had no authentication: any local user who connected could set
+    ``run.python`` to their program and call ``ddp-lint.run``, which ran it as the server's user."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    evil, marker = _evil_program(tmp_path)
+    port = _free_port()
+    p = _server("--tcp", f"127.0.0.1:{port}")
+    try:
+        c = _connect(p, ("127.0.0.1", port))
+        got = _hostile_session(c, ws, evil)
+        err = got["run"].get("error")
+        assert err and err["code"] == -32602 and "--allow-run" in err["message"], got["run"]
+        assert not any("torchrun" in a for a in got["actions"]), got["actions"]
+        assert any("run.*` ignored" in m for m in c.shown()), c.shown()
+        assert not any("pyproject" in m for m in c.shown()), c.shown()
+        # a second local user cannot take over or end the session while the editor is connected
+        other = _connect(p, ("127.0.0.1", port))
+        assert not other._pump(5), "a second connection was served"
+        c.send({"jsonrpc": "2.0", "id": 3, "method": "textDocument/hover", "params": HOVER})
+        assert c.response(3)["result"] is None
+        time.sleep(0.5)
+        assert not marker.exists() and not (ws / "train.py.ran").exists()
+        c.send({"jsonrpc": "2.0", "id": 4, "method": "shutdown"})
+        c.response(4)
+        c.send({"jsonrpc": "2.0", "method": "exit"})
+        p.wait(20)
+        assert "Traceback" not in p.stderr.read().decode(errors="replace")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_tcp_allow_run_is_explicit(tmp_path):
+    """With ``--allow-run`` the run is attempted (here refused for a missing file, not disabled)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    port = _free_port()
+    p = _server("--tcp", f"127.0.0.1:{port}", "--allow-run")
+    try:
+        c = _connect(p, ("127.0.0.1", port))
+        c.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        c.response(0)
+        c.send({"jsonrpc": "2.0", "id": 1, "method": "workspace/executeCommand", "params": {
+            "command": "ddp-lint.run", "arguments": [(ws / "missing.py").as_uri()]}})
+        msg = c.response(1)["error"]["message"]
+        assert "does not exist" in msg and "disabled" not in msg
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="no Unix sockets here")
+def test_unix_socket_is_private_and_trusted(tmp_path):
+    import socket
+    import stat
+
+    path = tmp_path / "ddp.sock"
+    p = _server("--socket", str(path))
+    try:
+        c = _connect(p, str(path), socket.AF_UNIX)
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+        c.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+        c.response(0)
+        c.send({"jsonrpc": "2.0", "id": 1, "method": "workspace/executeCommand", "params": {
+            "command": "ddp-lint.run", "arguments": [(tmp_path / "missing.py").as_uri()]}})
+        assert "does not exist" in c.response(1)["error"]["message"]
+        c.send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
+        c.response(2)
+        c.send({"jsonrpc": "2.0", "method": "exit"})
+        p.wait(20)
+        assert not path.exists(), "the socket was left behind"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    # an existing path is never replaced
+    path.write_text("keep")
+    r = subprocess.run([sys.executable, "-m", "ddp_lint", "server", "--socket", str(path)], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "already exists" in r.stderr and path.read_text() == "keep"
+
+
+def test_long_settings_key_is_capped(raw):
+    key = "k" * 100_000
+    raw.send({"jsonrpc": "2.0", "method": "workspace/didChangeConfiguration", "params": {
+        "settings": {"ddp-lint": {key: 1, "run": {"nproc": "x" * 100_000}}}}})
+    raw.send({"jsonrpc": "2.0", "id": 5, "method": "textDocument/hover", "params": HOVER})
+    raw.response(5)
+    shown = []
+    end = time.monotonic() + 5
+    while time.monotonic() < end and not shown:
+        r, _, _ = select.select([raw.p.stdout], [], [], 0.2)
+        if r:
+            raw.buf += os.read(raw.p.stdout.fileno(), 1 << 20)
+        shown = [m for m in re.findall(rb'"window/showMessage"', raw.buf)]
+    assert shown, "no showMessage about the unknown key"
+    for chunk in raw.buf.split(b"Content-Length: ")[1:]:
+        if b"window/showMessage" in chunk or b"window/logMessage" in chunk:
+            assert len(chunk) < 5000, len(chunk)
