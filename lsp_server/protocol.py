@@ -81,6 +81,25 @@ class DdpProtocol(LanguageServerProtocol):
         self._send_error(None, JsonRpcInvalidRequest(
             f"message of {size} bytes refused: the limit is {MAX_MESSAGE} bytes"))
 
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
+        # pygls runs a command (``workspace/executeCommand``) as an inner handler of a generator:
+        # the client's ``$/cancelRequest`` cancels the outer future only, and the inner coroutine
+        # (a ``ddp-lint.run``) went on to the end and published its result. Link them: cancelling
+        # the outer future cancels the inner task, whose CancelledError reaches the runner's
+        # cancel event (tests/regressions/test_lsp_regressions.py::test_cancel_request_stops_a_run).
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        outer = getattr(callback, "keywords", {}).get("result_future")
+        inner = self._request_futures.get(msg_id)
+        if outer is not None and inner is not None and outer is not inner:
+            def cancel_inner(f, inner=inner):
+                if f.cancelled() and not inner.done():
+                    inner.cancel()
+
+            outer.add_done_callback(cancel_inner)
+            # and forget the inner future once done (pygls keeps it under a fresh uuid forever)
+            inner.add_done_callback(
+                lambda f, k=msg_id: self._request_futures.pop(k, None) if self._request_futures.get(k) is f else None)
+
     def _check_handler_result(self, future):
         # pygls 2.1 files the future of every notification whose handler is a generator or a
         # coroutine (didOpen, didChange, didClose...) in _request_futures and never removes it:

@@ -230,7 +230,10 @@ async def run_command(ls, args) -> dict:
         try:
             result = await asyncio.shield(fut)
         except asyncio.CancelledError:
-            cancel.set()  # $/cancelRequest: stop the run; the runner kills its processes
+            # $/cancelRequest (or shutdown): stop the run (the runner kills its processes within
+            # 2 s), wait for that so the script counts as running until then, publish nothing
+            cancel.set()
+            await asyncio.wait([fut], timeout=5)
             raise
         report("collecting")
     finally:

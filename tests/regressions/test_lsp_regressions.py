@@ -197,11 +197,18 @@ def test_sigterm_taken_by_another_thread_still_stops_the_server():
 class RawStdio(RawServer):
     """A RawServer whose stderr is kept (a MemoryError or a traceback must never appear there)."""
 
-    def __init__(self):
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.p = subprocess.Popen([sys.executable, "-m", "ddp_lint.lsp_server"], stdin=subprocess.PIPE,
+    def __init__(self, command=None, env=None):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+        self.p = subprocess.Popen(command or [sys.executable, "-m", "ddp_lint.lsp_server"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.buf = b""
+
+    def pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            r, _, _ = select.select([self.p.stdout], [], [], 0.05)
+            if r:
+                self.buf += os.read(self.p.stdout.fileno(), 1 << 16)
 
     def send_raw(self, data: bytes) -> None:
         self.p.stdin.write(data)
@@ -524,3 +531,47 @@ def test_long_settings_key_is_capped(raw):
     for chunk in raw.buf.split(b"Content-Length: ")[1:]:
         if b"window/showMessage" in chunk or b"window/logMessage" in chunk:
             assert len(chunk) < 5000, len(chunk)
+
+
+# -- issue 12 item 8: $/cancelRequest of a running ddp-lint.run -------------------------------------
+def test_cancel_request_stops_a_run(tmp_path):
+    """pygls runs the command coroutine as an inner task: ``$/cancelRequest`` answered "cancelled"
+    but the run went on until its timeout, and its result was still published."""
+    log = tmp_path / "runs.jsonl"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = ws / "train.py"
+    script.write_text("import torch.distributed as dist\n")
+    s = RawStdio([sys.executable, str(ROOT / "tests" / "lsp" / "fake_runtime.py")],
+                 env={"FAKE_RUN_MODE": "wait", "FAKE_RUN_LOG": str(log)})
+    try:
+        s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "capabilities": {}, "rootUri": ws.as_uri(), "workspaceFolders": [{"uri": ws.as_uri(), "name": "ws"}]}})
+        s.response(0)
+        s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        s.send({"jsonrpc": "2.0", "id": "run-1", "method": "workspace/executeCommand", "params": {
+            "command": "ddp-lint.run", "arguments": [script.as_uri()]}})
+        end = time.monotonic() + 30
+        while not (log.exists() and log.read_text()) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert log.exists(), "the run never started"
+        time.sleep(0.3)  # the runner is in its wait
+        s.pump(0.2)
+        s.buf = b""  # only what comes after the cancel counts
+        t0 = time.monotonic()
+        s.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "run-1"}})
+        assert s.response("run-1", timeout=5)["error"]["code"] == -32800
+        while '"cancelled": true' not in log.read_text() and time.monotonic() - t0 < 2:
+            time.sleep(0.02)
+        assert '"cancelled": true' in log.read_text(), "the runner never saw the cancel"
+        assert time.monotonic() - t0 < 2.5
+        s.pump(1.0)
+        assert b"textDocument/publishDiagnostics" not in s.buf and b"ddp-lint run of" not in s.buf, s.buf[-2000:]
+        # the file is no longer "already running"
+        s.send({"jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand", "params": {
+            "command": "ddp-lint.run", "arguments": [script.as_uri()]}})
+        s.pump(0.5)
+        s.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 2}})
+        assert "already running" not in json.dumps(s.response(2, timeout=10))
+    finally:
+        s.close()
