@@ -17,6 +17,8 @@ from pathlib import Path
 
 from ..analysis.config import ConfigError, Settings, load_settings, settings_from_mapping
 
+log = logging.getLogger("ddp-lint.server")
+
 SECTION = "ddp-lint"
 LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "warn": logging.WARNING,
               "info": logging.INFO, "debug": logging.DEBUG, "trace": logging.DEBUG, "off": logging.CRITICAL + 10}
@@ -260,6 +262,11 @@ class ProjectSettings:
                 base, err = Settings(), str(e)
             except OSError as e:
                 base, err = Settings(), f"{folder}: {e}"
+            except RuntimeError as e:
+                # pathlib's "Symlink loop from ..." (a folder named like a .py file that links to
+                # itself): no pyproject.toml can be found there; lint with the defaults
+                base = Settings()
+                log.warning("%s: %s; no pyproject.toml looked up, using the default settings", folder, e)
             hit = self._cache[key] = (base, err)
         base, err = hit
         return _overlay(base, editor), err

@@ -575,3 +575,42 @@ def test_cancel_request_stops_a_run(tmp_path):
         assert "already running" not in json.dumps(s.response(2, timeout=10))
     finally:
         s.close()
+
+
+# -- issue 12 item 9 (server side): a symlink loop named *.py ---------------------------------------
+def test_document_under_a_symlink_loop_gets_diagnostics_and_code_actions(tmp_path):
+    """A document under ``loop.py -> loop.py`` got no diagnostics (pathlib's RuntimeError "Symlink
+    loop" while looking for pyproject.toml) and its code actions answered InternalError."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.symlink("loop.py", ws / "loop.py")
+    text = (ROOT / "examples" / "seed_problem2_invalid_usage.py").read_text()
+    s = RawStdio()
+    try:
+        s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "capabilities": {}, "rootUri": ws.as_uri(), "workspaceFolders": [{"uri": ws.as_uri(), "name": "ws"}]}})
+        s.response(0)
+        s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        for i, uri in enumerate([(ws / "loop.py").as_uri(), (ws / "loop.py" / "inner.py").as_uri()]):
+            s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": text}}})
+            end = time.monotonic() + 15
+            diags = None
+            while diags is None and time.monotonic() < end:
+                s.pump(0.1)
+                for chunk in s.buf.split(b"Content-Length: ")[1:]:
+                    body = chunk.split(b"\r\n\r\n", 1)[-1]
+                    try:
+                        msg = json.loads(body)
+                    except ValueError:
+                        continue
+                    if msg.get("method") == "textDocument/publishDiagnostics" and msg["params"]["uri"] == uri:
+                        diags = msg["params"]["diagnostics"]
+            assert diags and any(d["code"] == "DDP001" for d in diags), (uri, diags)
+            s.buf = b""
+            s.send({"jsonrpc": "2.0", "id": 10 + i, "method": "textDocument/codeAction", "params": {
+                "textDocument": {"uri": uri}, "range": diags[0]["range"], "context": {"diagnostics": diags}}})
+            res = s.response(10 + i)
+            assert "error" not in res and res["result"], res
+    finally:
+        s.close()
