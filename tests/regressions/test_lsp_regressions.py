@@ -210,6 +210,22 @@ class RawStdio(RawServer):
             if r:
                 self.buf += os.read(self.p.stdout.fileno(), 1 << 16)
 
+    def publish(self, uri: str, version=None, timeout: float = 15.0) -> list:
+        """The diagnostics of the first publish for ``uri`` (at ``version``) still in the buffer."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for chunk in self.buf.split(b"Content-Length: ")[1:]:
+                try:
+                    msg = json.loads(chunk.split(b"\r\n\r\n", 1)[-1])
+                except ValueError:
+                    continue
+                p = msg.get("params") or {}
+                if (msg.get("method") == "textDocument/publishDiagnostics" and p.get("uri") == uri
+                        and (version is None or p.get("version") == version)):
+                    return p["diagnostics"]
+            self.pump(0.1)
+        raise AssertionError(f"no publishDiagnostics for {uri} v{version}")
+
     def send_raw(self, data: bytes) -> None:
         self.p.stdin.write(data)
         self.p.stdin.flush()
@@ -614,3 +630,23 @@ def test_document_under_a_symlink_loop_gets_diagnostics_and_code_actions(tmp_pat
             assert "error" not in res and res["result"], res
     finally:
         s.close()
+
+
+# -- issue 12, cosmetic ---------------------------------------------------------------------------
+def _change(uri, version, sl, sc, el, ec, text):
+    return {"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": uri, "version": version}, "contentChanges": [{"range": {
+            "start": {"line": sl, "character": sc}, "end": {"line": el, "character": ec}}, "text": text}]}}
+
+
+def test_reversed_range_delete_during_a_syntax_error_drops_the_finding(raw, tmp_path):
+    uri = (tmp_path / "m.py").as_uri()
+    text = (ROOT / "tests" / "fixtures" / "DDP004" / "bad_module_level.py").read_text()
+    raw.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 1, "text": text}}})
+    assert [d["range"]["start"]["line"] for d in raw.publish(uri, 1) if d["code"] == "DDP004"] == [2]
+    n = text.count("\n")
+    raw.send(_change(uri, 2, n, 0, n, 0, "x = (\n"))  # a syntax error at the end: findings are kept
+    assert {d["code"] for d in raw.publish(uri, 2)} >= {"DDP000", "DDP004"}
+    raw.send(_change(uri, 3, 3, 0, 2, 0, ""))  # delete line 2, the range given end first
+    assert "DDP004" not in {d["code"] for d in raw.publish(uri, 3)}
