@@ -68,8 +68,8 @@ class CodeActionsMixin:
                 if d.source != SOURCE or not isinstance(d.code, str) or d.code == SYNTAX_CODE:
                     continue
                 line = d.range.start.line
-                if (line, d.code) in noqa_seen:
-                    continue
+                if (line, d.code) in noqa_seen or not 0 <= line < doc.line_count:
+                    continue  # a diagnostic beyond the end of the text: no line to put the noqa on
                 noqa_seen.add((line, d.code))
                 e = add_noqa_edit(doc.line(line), line, d.code)
                 if e is None:

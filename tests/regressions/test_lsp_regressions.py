@@ -650,3 +650,22 @@ def test_reversed_range_delete_during_a_syntax_error_drops_the_finding(raw, tmp_
     assert {d["code"] for d in raw.publish(uri, 2)} >= {"DDP000", "DDP004"}
     raw.send(_change(uri, 3, 3, 0, 2, 0, ""))  # delete line 2, the range given end first
     assert "DDP004" not in {d["code"] for d in raw.publish(uri, 3)}
+
+
+def test_disable_for_this_line_beyond_the_end_of_the_file_offers_nothing(raw, tmp_path):
+    uri = (tmp_path / "n.py").as_uri()
+    text = "import torch\nx = 1\n"
+    raw.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 1, "text": text}}})
+    raw.publish(uri, 1)
+    far = {"start": {"line": 40, "character": 0}, "end": {"line": 40, "character": 5}}
+    here = {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 5}}
+    diags = [{"range": far, "message": "m", "code": "DDP004", "source": "ddp-lint"},
+             {"range": here, "message": "m", "code": "DDP004", "source": "ddp-lint"}]
+    raw.send({"jsonrpc": "2.0", "id": 30, "method": "textDocument/codeAction", "params": {
+        "textDocument": {"uri": uri}, "range": far, "context": {"diagnostics": diags, "only": ["quickfix"]}}})
+    actions = raw.response(30)["result"]
+    disable = [a for a in actions if a["title"].startswith("Disable")]
+    assert len(disable) == 1, actions  # only the diagnostic on an existing line
+    (edit,) = disable[0]["edit"]["changes"][uri]
+    assert edit["range"]["start"]["line"] == 1
