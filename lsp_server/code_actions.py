@@ -15,11 +15,11 @@ from ..analysis.source import SourceText
 from .commands import RUN_COMMAND
 from .convert import SOURCE, fix_from_data, fix_of
 from .documents import Document
+from .runtime import run_title
 from .state import DocState
 
 FIX_ALL_KIND = "source.fixAll.ddp-lint"
 RUN_KIND = "source.run.ddp-lint"
-RUN_TITLE = "Run with torchrun on local GPUs (ddp-lint)"
 _IMPORTS_DIST = re.compile(
     r"^[ \t]*(?:import[ \t]+torch\.distributed|from[ \t]+torch\.distributed[ \t.]|"
     r"from[ \t]+torch[ \t]+import[ \t(][^\n]*\bdistributed\b)", re.MULTILINE)
@@ -87,9 +87,12 @@ class CodeActionsMixin:
                 actions.append(a)
         if (only and self.supports_kind(only, RUN_KIND)) or (not only):
             if doc.path and self.trusted and _IMPORTS_DIST.search(doc.text):
+                if self.gpus is None and self.gpu_probe is not None and not self.gpu_probe.done():
+                    await asyncio.wait([self.gpu_probe], timeout=1.0)  # the first count only
+                title = run_title(self.gpus, self.settings.run.emulate)
                 actions.append(t.CodeAction(
-                    title=RUN_TITLE, kind=RUN_KIND,
-                    command=t.Command(title=RUN_TITLE, command=RUN_COMMAND, arguments=[uri])))
+                    title=title, kind=RUN_KIND,
+                    command=t.Command(title=title, command=RUN_COMMAND, arguments=[uri])))
         return actions
 
     def quick_fix(self, doc: Document, d: t.Diagnostic, fix: dict, disabled_ok: bool):

@@ -36,6 +36,38 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
+RUN_TITLE = "Run with torchrun on local GPUs (ddp-lint)"
+RUN_TITLE_EMULATED = "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
+RUN_TITLE_CPU = "Run with torchrun on CPU (ddp-lint)"
+
+
+def run_title(gpus: int | None, emulate: str) -> str:
+    """The run action's title: it says when the run will be emulated on CPU. ``gpus`` is None
+    until ``probe_gpus`` has answered (then the plain title)."""
+    if emulate == "on" or (gpus == 0 and emulate == "auto"):
+        return RUN_TITLE_EMULATED
+    if gpus == 0:
+        return RUN_TITLE_CPU
+    return RUN_TITLE
+
+
+async def probe_gpus(ls) -> None:
+    """Count the local GPUs once, in a thread (the runtime API's own detection: /proc or
+    ``nvidia-smi -L``, never ``import torch``), into ``ls.gpus``."""
+    if getattr(ls, "gpus", None) is not None or getattr(ls, "gpu_probe", None) is not None:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        from ..analysis.runtime.api import gpu_count
+    except ImportError:  # no runner here: the plain title
+        return
+    ls.gpu_probe = loop.run_in_executor(_pool(), gpu_count)
+    try:
+        ls.gpus = await ls.gpu_probe
+    except Exception as e:
+        log.debug("counting the local GPUs failed: %s", e)
+
+
 class RuntimeResults:
     """What the runs found, by file, and the runs in progress.
 

@@ -39,7 +39,7 @@ from .documents import UTF16, Document
 from .framing import FrameReader, stdin_source, stream_source
 from .hover import HoverMixin
 from .protocol import DdpProtocol, LspLogHandler, QuietRefusals
-from .runtime import RuntimeResults
+from .runtime import RuntimeResults, probe_gpus
 from .runtime import run_command as run_impl
 from .state import DocState
 
@@ -74,6 +74,8 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread: int | None = None
         self.results = RuntimeResults()  # what ``ddp-lint.run`` found, and the runs in progress
+        self.gpus: int | None = None  # local GPUs, counted once after ``initialized`` (run action title)
+        self.gpu_probe = None
         self.log_handler = LspLogHandler(self)
         self.log_handler.setFormatter(logging.Formatter("%(message)s"))
         self.log_handler.setLevel(cfg.LOG_LEVELS.get((log_level or "info").lower(), logging.INFO))
@@ -252,6 +254,8 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
 
     @server.feature(t.INITIALIZED)
     async def initialized(ls: DdpServer, params):
+        if ls.trusted:
+            asyncio.ensure_future(probe_gpus(ls))  # in a thread, for the run action's title
         log.info("ddp-lint %s: position encoding %s, %s diagnostics", __version__, ls.encoding,
                  "pull" if ls.pull else "push")
         try:

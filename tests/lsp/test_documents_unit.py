@@ -138,3 +138,13 @@ def test_reversed_range_is_the_same_edit_as_the_forward_one():
         start=t.Position(line=3, character=0), end=t.Position(line=2, character=0)), text=""), UTF16)
     assert shift_range(Range(Position(2, 0), Position(2, 1)), ch) is None
     assert shift_range(Range(Position(3, 0), Position(3, 1)), ch) == Range(Position(2, 0), Position(2, 1))
+
+
+def test_run_title_says_when_the_run_is_emulated():
+    from ddp_lint.lsp_server.runtime import run_title
+
+    assert run_title(None, "auto") == "Run with torchrun on local GPUs (ddp-lint)"  # not counted yet
+    assert run_title(2, "auto") == "Run with torchrun on local GPUs (ddp-lint)"
+    assert run_title(0, "auto") == "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
+    assert run_title(4, "on") == "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
+    assert run_title(0, "off") == "Run with torchrun on CPU (ddp-lint)"
