@@ -148,3 +148,19 @@ def test_run_title_says_when_the_run_is_emulated():
     assert run_title(0, "auto") == "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
     assert run_title(4, "on") == "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
     assert run_title(0, "off") == "Run with torchrun on CPU (ddp-lint)"
+
+
+def test_fix_of_a_finding_is_what_the_diagnostic_carries():
+    """``current_fix`` takes the fix straight from the Finding (``convert.fix_of``); it must be the
+    same fix a client gets back from ``Diagnostic.data``."""
+    from ddp_lint.analysis.config import Settings
+    from ddp_lint.analysis.engine import check_source
+    from ddp_lint.lsp_server.convert import fix_from_data, fix_of, to_diagnostic
+
+    text = "import torch.distributed as dist\n\ndist.init_process_group(backend='gloo')\nprint('数据🚀', dist.get_rank())\n"
+    doc = Document("file:///x.py", text, 4)
+    found = [f for f in check_source(text, "x.py", Settings(select=["ALL"])).findings if f.fix is not None]
+    assert found
+    for enc in (UTF8, UTF16, UTF32):
+        for f in found:
+            assert fix_of(f, doc, enc) == fix_from_data(to_diagnostic(f, doc, enc, with_fix=True).data)
