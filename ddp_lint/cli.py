@@ -109,7 +109,14 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("server", help="start the language server")
     s.add_argument("--stdio", action="store_true", help="use stdio (the default)")
-    s.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address instead of stdio")
+    s.add_argument("--tcp", metavar="HOST:PORT",
+                   help="listen on a TCP address instead of stdio; any local user can connect to it, so the "
+                        "server then runs no code and reads no file a client names (see SECURITY.md)")
+    s.add_argument("--allow-run", action="store_true",
+                   help="with --tcp: allow ddp-lint.run and the run.* settings anyway; every local user who "
+                        "can connect can then run code as you")
+    s.add_argument("--socket", metavar="PATH",
+                   help="listen on a Unix socket created at PATH with mode 0600 (only you can connect)")
     s.add_argument("--log-level", default=None, help="error, warning, info or debug (default: the client's setting)")
     return p
 
@@ -479,7 +486,8 @@ def cmd_server(args) -> int:
         if not port.isdigit():
             raise UsageError(f"--tcp expects HOST:PORT, got {args.tcp!r}")
         tcp = (host or "127.0.0.1", int(port))
-    return start(tcp=tcp, log_level=args.log_level) or EXIT_CLEAN
+    return start(tcp=tcp, log_level=args.log_level, socket_path=args.socket,
+                 allow_run=args.allow_run) or EXIT_CLEAN
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -113,6 +113,16 @@ def range_from_json(v) -> t.Range:
     return t.Range(start=t.Position(line=sl, character=sc), end=t.Position(line=el, character=ec))
 
 
+def fix_of(f: Finding, doc: Document, enc) -> dict | None:
+    """The quick fix of ``f`` in the form ``fix_from_data`` returns (its edits in the client's
+    units for ``doc``'s current text); None when ``f`` has no edits."""
+    if f.fix is None or not f.fix.edits:
+        return None
+    return {"applicability": f.fix.applicability, "title": f.fix.message or "Fix",
+            "edits": [t.TextEdit(range=doc.range_to_client(e.range, enc), new_text=e.content) for e in f.fix.edits],
+            "version": doc.version}
+
+
 def fix_from_data(data) -> dict | None:
     """The fix carried in ``Diagnostic.data``, validated (data comes back from the client)."""
     if not isinstance(data, dict):

@@ -154,8 +154,11 @@ class Document:
             return None
         starts = self.line_starts()
         old_lines = len(starts)
-        a = self.offset_of(rng.start, encoding)
-        b = self.offset_of(rng.end, encoding)
+        lo, hi = rng.start, rng.end
+        if (hi.line, hi.character) < (lo.line, lo.character):
+            lo, hi = hi, lo  # a reversed range: the same edit as the forward one
+        a = self.offset_of(lo, encoding)
+        b = self.offset_of(hi, encoding)
         if b < a:
             a, b = b, a
         new_text = change.text
@@ -176,13 +179,13 @@ class Document:
         if el + 2 < old_lines:
             new_starts.extend([x + d for x in starts[el + 2:]] if d else starts[el + 2:])
         self._starts = new_starts
-        start = min(rng.start.line, old_lines - 1)
-        end = min(max(rng.end.line, start), old_lines - 1)
+        start = max(min(lo.line, old_lines - 1), 0)
+        end = min(max(hi.line, start), old_lines - 1)
         # the exact line delta (an edit can also join a "\r" and a "\n" into one break)
         delta = self.line_count - old_lines
-        if (rng.start.character == 0 and rng.end.character == 0 and rng.end.line < old_lines
+        if (lo.character == 0 and hi.character == 0 and 0 <= lo.line and hi.line < old_lines
                 and (new_text == "" or new_text.endswith(("\n", "\r")))):
-            end = rng.end.line - 1  # whole lines inserted/removed: line ``rng.end.line`` is intact
+            end = hi.line - 1  # whole lines inserted/removed: line ``hi.line`` is intact
         return LineChange(start, end, delta)
 
 

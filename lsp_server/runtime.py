@@ -19,7 +19,10 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
-from .convert import path_to_uri, uri_to_path
+from ..analysis.model import Finding
+
+from .commands import uri_argument
+from .convert import path_to_uri, shift_finding, uri_to_path
 
 log = logging.getLogger("ddp-lint.runtime")
 
@@ -31,6 +34,98 @@ def _pool() -> ThreadPoolExecutor:
     if _executor is None:
         _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ddp-lint-run")
     return _executor
+
+
+RUN_TITLE = "Run with torchrun on local GPUs (ddp-lint)"
+RUN_TITLE_EMULATED = "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
+RUN_TITLE_CPU = "Run with torchrun on CPU (ddp-lint)"
+
+
+def run_title(gpus: int | None, emulate: str) -> str:
+    """The run action's title: it says when the run will be emulated on CPU. ``gpus`` is None
+    until ``probe_gpus`` has answered (then the plain title)."""
+    if emulate == "on" or (gpus == 0 and emulate == "auto"):
+        return RUN_TITLE_EMULATED
+    if gpus == 0:
+        return RUN_TITLE_CPU
+    return RUN_TITLE
+
+
+async def probe_gpus(ls) -> None:
+    """Count the local GPUs once, in a thread (the runtime API's own detection: /proc or
+    ``nvidia-smi -L``, never ``import torch``), into ``ls.gpus``."""
+    if getattr(ls, "gpus", None) is not None or getattr(ls, "gpu_probe", None) is not None:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        from ..analysis.runtime.api import gpu_count
+    except ImportError:  # no runner here: the plain title
+        return
+    ls.gpu_probe = loop.run_in_executor(_pool(), gpu_count)
+    try:
+        ls.gpus = await ls.gpu_probe
+    except Exception as e:
+        log.debug("counting the local GPUs failed: %s", e)
+
+
+class RuntimeResults:
+    """What the runs found, by file, and the runs in progress.
+
+    * ``findings``: uri -> runtime findings (moved with edits, dropped when their lines change);
+    * ``targets``: script uri -> the uris its last run reported into;
+    * ``live``: script path -> the cancel event of a run in progress.
+    """
+
+    def __init__(self):
+        self.findings: dict[str, list[Finding]] = {}
+        self.targets: dict[str, set[str]] = {}
+        self.live: dict[str, threading.Event] = {}
+
+    def for_uri(self, uri: str) -> list[Finding]:
+        return self.findings.get(uri) or []
+
+    def replace(self, script_uri: str, by_uri: dict[str, list[Finding]]) -> set[str]:
+        """The results of a new run of ``script_uri`` replace those of its previous run; returns
+        every uri whose runtime diagnostics changed."""
+        previous = self.targets.get(script_uri, set())
+        for u in previous:
+            self.findings.pop(u, None)
+        for u, fs in by_uri.items():
+            self.findings[u] = sorted(fs, key=lambda f: (f.range.start, f.code))
+        self.targets[script_uri] = set(by_uri)
+        return previous | set(by_uri)
+
+    def shift(self, uri: str, changes) -> bool:
+        """Move ``uri``'s findings with the edits ``changes``; returns True when one was dropped
+        because its lines were edited."""
+        rt = self.findings.get(uri)
+        if rt is None:
+            return False
+        dropped = False
+        for ch in changes:
+            if ch is None or not rt:
+                continue
+            kept = [g for g in (shift_finding(f, ch) for f in rt) if g is not None]
+            dropped |= len(kept) != len(rt)
+            rt = kept
+        if rt:
+            self.findings[uri] = rt
+        else:
+            self.findings.pop(uri, None)
+        return dropped
+
+    def cancel_all(self) -> None:
+        """Cancel every run in progress (the runner kills its processes)."""
+        for ev in list(self.live.values()):
+            ev.set()
+
+    def wait_for_runs(self, timeout: float) -> None:
+        """After ``cancel_all``: give the runs up to ``timeout`` seconds to clean up."""
+        pool = _executor
+        if pool is not None and self.live:
+            waiter = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, daemon=True)
+            waiter.start()
+            waiter.join(timeout)
 
 
 class RunRefused(JsonRpcInvalidParams):
@@ -98,13 +193,13 @@ def _folder_of(ls, path: str) -> str:
 
 
 async def run_command(ls, args) -> dict:
-    from .server import _uri_argument
-
-    uri = _uri_argument(args)
+    if not ls.trusted:  # checked before the argument is even looked at (no file probing)
+        raise RunRefused(f"ddp-lint.run is disabled: {ls.untrusted_reason}")
+    uri = uri_argument(args)
     path = validate_target(ls, uri)
     script_uri = path_to_uri(path)
     key = os.path.realpath(path)
-    if key in ls.runs:
+    if key in ls.results.live:
         raise JsonRpcInvalidParams(f"ddp-lint.run: {os.path.basename(path)} is already running; "
                                    "cancel that run first")
     try:
@@ -124,7 +219,7 @@ async def run_command(ls, args) -> dict:
             pass
     rs = ls.settings.run
     cancel = threading.Event()
-    ls.runs[key] = cancel
+    ls.results.live[key] = cancel
     loop = asyncio.get_running_loop()
     name = os.path.basename(path)
     token = None
@@ -167,11 +262,14 @@ async def run_command(ls, args) -> dict:
         try:
             result = await asyncio.shield(fut)
         except asyncio.CancelledError:
-            cancel.set()  # $/cancelRequest: stop the run; the runner kills its processes
+            # $/cancelRequest (or shutdown): stop the run (the runner kills its processes within
+            # 2 s), wait for that so the script counts as running until then, publish nothing
+            cancel.set()
+            await asyncio.wait([fut], timeout=5)
             raise
         report("collecting")
     finally:
-        ls.runs.pop(key, None)
+        ls.results.live.pop(key, None)
         if token is not None:
             tok, token = token, None  # late progress callbacks from the runner's thread: ignored
             msg = "cancelled" if (result is not None and result.cancelled) or cancel.is_set() else "done"
@@ -190,13 +288,7 @@ def publish_run(ls, script_uri: str, name: str, result) -> dict:
         if not fn or fn.startswith("<"):
             fn = uri_to_path(script_uri) or fn
         by_uri.setdefault(path_to_uri(os.path.abspath(fn)), []).append(f)
-    previous = ls.run_targets.get(script_uri, set())
-    for u in previous:
-        ls.runtime.pop(u, None)
-    for u, fs in by_uri.items():
-        ls.runtime[u] = sorted(fs, key=lambda f: (f.range.start, f.code))
-    ls.run_targets[script_uri] = set(by_uri)
-    touched = previous | set(by_uri)
+    touched = ls.results.replace(script_uri, by_uri)
     for u in sorted(touched):
         ls.publish_uri(u)
     if ls.pull:

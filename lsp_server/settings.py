@@ -17,6 +17,8 @@ from pathlib import Path
 
 from ..analysis.config import ConfigError, Settings, load_settings, settings_from_mapping
 
+log = logging.getLogger("ddp-lint.server")
+
 SECTION = "ddp-lint"
 LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "warn": logging.WARNING,
               "info": logging.INFO, "debug": logging.DEBUG, "trace": logging.DEBUG, "off": logging.CRITICAL + 10}
@@ -47,6 +49,13 @@ class ServerSettings:
     @property
     def log_level_no(self) -> int:
         return LOG_LEVELS.get(self.log_level, logging.INFO)
+
+
+def capped(text: str, limit: int) -> str:
+    """``text``, cut to about ``limit`` characters with a note of its full length."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 24, 8)] + f"... ({len(text)} chars)"
 
 
 def _norm(key: str) -> str:
@@ -105,7 +114,8 @@ def parse(raw: dict) -> tuple[ServerSettings, list[str]]:
     problems: list[str] = []
 
     def bad(key, msg):
-        problems.append(f"setting `{SECTION}.{key}`: {msg}")
+        # keys and values come from the client: a 100 KB key must not come back as a 100 KB popup
+        problems.append(f"setting `{SECTION}.{capped(str(key), 80)}`: {capped(str(msg), 300)}")
 
     def codes(key, v):
         if v is None:
@@ -252,6 +262,11 @@ class ProjectSettings:
                 base, err = Settings(), str(e)
             except OSError as e:
                 base, err = Settings(), f"{folder}: {e}"
+            except RuntimeError as e:
+                # pathlib's "Symlink loop from ..." (a folder named like a .py file that links to
+                # itself): no pyproject.toml can be found there; lint with the defaults
+                base = Settings()
+                log.warning("%s: %s; no pyproject.toml looked up, using the default settings", folder, e)
             hit = self._cache[key] = (base, err)
         base, err = hit
         return _overlay(base, editor), err

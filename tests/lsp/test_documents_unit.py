@@ -119,3 +119,48 @@ def test_quick_fix_titles_by_applicability():
     assert server.quick_fix(doc, d, fix(Applicability.DISPLAY_ONLY), False) is None
     shown = server.quick_fix(doc, d, fix(Applicability.DISPLAY_ONLY), True)
     assert shown.edit is None and shown.disabled is not None and "display only" in shown.title
+
+
+def test_reversed_range_is_the_same_edit_as_the_forward_one():
+    """A reversed-range delete (end before start) used the unsorted lines: the deleted line was
+    not seen as touched, and a finding on it (kept through a syntax error) stayed, stale."""
+    text = "a\nb\nc\nd\n"
+    for (sl, sc, el, ec, new) in [(3, 0, 2, 0, ""), (2, 1, 1, 0, "X"), (3, 0, 1, 0, "q\n"), (2, 0, 0, 1, "")]:
+        fwd, rev = Document("file:///f.py", text), Document("file:///r.py", text)
+        a = fwd.apply_change(t.TextDocumentContentChangePartial(range=t.Range(
+            start=t.Position(line=el, character=ec), end=t.Position(line=sl, character=sc)), text=new), UTF16)
+        b = rev.apply_change(t.TextDocumentContentChangePartial(range=t.Range(
+            start=t.Position(line=sl, character=sc), end=t.Position(line=el, character=ec)), text=new), UTF16)
+        assert fwd.text == rev.text and a == b, (sl, sc, el, ec, a, b)
+    # the finding on the deleted line 2 goes
+    doc = Document("file:///x.py", text)
+    ch = doc.apply_change(t.TextDocumentContentChangePartial(range=t.Range(
+        start=t.Position(line=3, character=0), end=t.Position(line=2, character=0)), text=""), UTF16)
+    assert shift_range(Range(Position(2, 0), Position(2, 1)), ch) is None
+    assert shift_range(Range(Position(3, 0), Position(3, 1)), ch) == Range(Position(2, 0), Position(2, 1))
+
+
+def test_run_title_says_when_the_run_is_emulated():
+    from ddp_lint.lsp_server.runtime import run_title
+
+    assert run_title(None, "auto") == "Run with torchrun on local GPUs (ddp-lint)"  # not counted yet
+    assert run_title(2, "auto") == "Run with torchrun on local GPUs (ddp-lint)"
+    assert run_title(0, "auto") == "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
+    assert run_title(4, "on") == "Run with torchrun on local GPUs (emulated on CPU) (ddp-lint)"
+    assert run_title(0, "off") == "Run with torchrun on CPU (ddp-lint)"
+
+
+def test_fix_of_a_finding_is_what_the_diagnostic_carries():
+    """``current_fix`` takes the fix straight from the Finding (``convert.fix_of``); it must be the
+    same fix a client gets back from ``Diagnostic.data``."""
+    from ddp_lint.analysis.config import Settings
+    from ddp_lint.analysis.engine import check_source
+    from ddp_lint.lsp_server.convert import fix_from_data, fix_of, to_diagnostic
+
+    text = "import torch.distributed as dist\n\ndist.init_process_group(backend='gloo')\nprint('数据🚀', dist.get_rank())\n"
+    doc = Document("file:///x.py", text, 4)
+    found = [f for f in check_source(text, "x.py", Settings(select=["ALL"])).findings if f.fix is not None]
+    assert found
+    for enc in (UTF8, UTF16, UTF32):
+        for f in found:
+            assert fix_of(f, doc, enc) == fix_from_data(to_diagnostic(f, doc, enc, with_fix=True).data)

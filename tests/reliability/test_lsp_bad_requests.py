@@ -14,7 +14,7 @@ from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 
 from tests.conftest import EXAMPLES
-from tests.reliability.lsp_support import (Model, answered, internal_errors, server_alive, start_session,
+from tests.lsp.lsp_helpers import (Model, answered, internal_errors, server_alive, start_session,
                                            stop_session, wait_publish)
 
 pytestmark = pytest.mark.asyncio

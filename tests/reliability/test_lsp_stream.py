@@ -31,7 +31,7 @@ from ddp_lint.analysis.fixes import apply_edits, fix_all
 from ddp_lint.analysis.model import Applicability
 from ddp_lint.analysis.noqa import add_noqa_edit
 from tests.fuzz.support import corpus_files, parses, read
-from tests.reliability.lsp_support import (Model, answered, internal_errors, server_alive, start_session,
+from tests.lsp.lsp_helpers import (Model, answered, internal_errors, server_alive, start_session,
                                            stop_session, wait_publish)
 
 pytestmark = pytest.mark.asyncio

@@ -21,7 +21,7 @@ import pytest
 from lsprotocol import types as t
 
 from tests.conftest import ROOT, require_torch
-from tests.reliability.lsp_support import answered, internal_errors, server_alive, start_session, stop_session, wait_publish
+from tests.lsp.lsp_helpers import answered, internal_errors, server_alive, start_session, stop_session, wait_publish
 
 SCRIPTS = Path(__file__).resolve().parent / "run_scripts"
 HANG_TIMEOUT = 4.0  # for scripts that hang: the run stops them this long after the ranks are up
@@ -197,7 +197,7 @@ async def test_server_never_runs_code_unasked(tmp_path):
             text_document=t.TextDocumentIdentifier(uri=uri), range=whole,
             context=t.CodeActionContext(diagnostics=list(p.diagnostics)))), "codeAction")
         # (the client library structures the action's command loosely; its text names the command)
-        assert any(a.title == "Run with torchrun on local GPUs (ddp-lint)" and "ddp-lint.run" in str(a.command)
+        assert any(a.title.startswith("Run with torchrun") and "ddp-lint.run" in str(a.command)
                    for a in acts), [a.title for a in acts]
         await answered(client.text_document_hover_async(t.HoverParams(
             text_document=t.TextDocumentIdentifier(uri=uri), position=t.Position(line=3, character=3))), "hover")
@@ -250,8 +250,7 @@ async def test_server_responsive_during_a_run_and_cancel_kills_everything(tmp_pa
         assert worst < 1.0, f"a request took {worst:.2f}s during a run"
         assert not task.done()
         # cancel through the progress token (VS Code's cancel button)
-        tokens = [tok for tok in client.progress_reports] if client.progress_reports else \
-            [p.token for p in client.progress]
+        tokens = list(client.progress_reports)
         assert tokens, "the run showed no progress"
         t0 = time.monotonic()
         client.window_work_done_progress_cancel(t.WorkDoneProgressCancelParams(token=tokens[0]))
