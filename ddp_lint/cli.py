@@ -105,7 +105,23 @@ def _parser() -> argparse.ArgumentParser:
                      help="emulate CUDA and NCCL on CPU: auto (when the GPUs do not suffice), on, off")
     run.add_argument("--python", default=None, help="interpreter that has the user's torch (default: this one)")
     run.add_argument("--output-format", choices=("text", "json"), default="text")
+    mn = run.add_argument_group("multi-node (docs/runtime.md#multi-node)")
+    mn.add_argument("--nnodes", type=int, default=None, metavar="N",
+                    help="nodes; without --rdzv-endpoint, N nodes of --nproc ranks simulated on this machine")
+    mn.add_argument("--node-rank", type=int, default=None, metavar="R", help="this node's rank (passed to torchrun)")
+    mn.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                    help="a real multi-node job: torchrun's rendezvous endpoint (passed to torchrun unchanged)")
+    mn.add_argument("--rdzv-id", default=None, metavar="ID", help="torchrun's rendezvous id")
+    mn.add_argument("--rdzv-backend", default=None, metavar="NAME", help="torchrun's rendezvous backend (default: c10d)")
+    mn.add_argument("--report", default=None, metavar="PATH",
+                    help="also write this node's report (JSON) for `ddp-lint merge`; {node} becomes the node rank")
     run.add_argument("script_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    m = sub.add_parser("merge", help="merge the per-node reports of a multi-node `ddp-lint run`",
+                       description="Join the reports that `ddp-lint run --report PATH` wrote on each node into "
+                                   "one, with global ranks.")
+    m.add_argument("reports", nargs="+", metavar="REPORT", help="per-node JSON reports")
+    m.add_argument("--output-format", choices=("text", "json"), default="text")
 
     s = sub.add_parser("server", help="start the language server")
     s.add_argument("--stdio", action="store_true", help="use stdio (the default)")
@@ -148,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             from .analysis.runtime.cli import cmd_run  # lazy: not on the check path
 
             return cmd_run(args)
+        if args.command == "merge":
+            from .analysis.runtime.cli import cmd_merge  # lazy: not on the check path
+
+            return cmd_merge(args)
         if args.command == "server":
             return cmd_server(args)
         parser.print_help()

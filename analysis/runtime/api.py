@@ -17,7 +17,9 @@ from typing import Callable
 
 from ..model import Finding
 from . import launcher
+from . import nodes as node_planner
 from .findings import analyse
+from .nodes import NodeOptions
 from .states import UserCode
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_CANCELLED = 0, 1, 2, 130
@@ -33,10 +35,13 @@ class RankSummary:
     op: str | None = None
     exit_code: int | None = None
     pid: int | None = None
+    node: int | None = None  # GROUP_RANK: the torchrun agent (node) the rank ran on
+    local_rank: int | None = None
 
     def to_json(self) -> dict:
         return {"rank": self.rank, "status": self.status, "text": self.text, "filename": self.filename,
-                "line": self.line, "op": self.op, "exit_code": self.exit_code}
+                "line": self.line, "op": self.op, "exit_code": self.exit_code, "node": self.node,
+                "local_rank": self.local_rank}
 
 
 @dataclass
@@ -57,6 +62,10 @@ class RunResult:
     output_bytes: int = 0
     argv: list[str] = field(default_factory=list)
     emulate_reason: str | None = None
+    nnodes: int = 1  # nodes of the job (simulated or real)
+    node_rank: int | None = None  # this node's, on a real multi-node job (else None)
+    multinode: str = "single"  # single | simulated | cluster
+    raw: dict = field(default_factory=dict)  # {rank: its records} for ``ddp-lint merge`` (merge.py)
 
 
 Progress = Callable[[str, "int | None"], None]
@@ -142,13 +151,20 @@ def run_script(
     cancel: threading.Event | None = None,
     sink: Callable[[bytes], None] | None = None,
     startup_timeout: float = 120.0,
+    nodes: "NodeOptions | None" = None,
+    rdzv_timeout: float = 600.0,
 ) -> RunResult:
     """Run ``script`` on ``nproc`` ranks under torchrun and map what went wrong to its lines.
 
     ``timeout`` counts from the moment every rank runs the script; ``progress(message, percent)``
     is called at starting, ranks up, waiting (about once a second) and collecting; setting
     ``cancel`` kills every process within 2 s and returns ``cancelled=True``. ``sink`` receives
-    the ranks' raw output as it arrives (the result keeps a bounded head and tail of it)."""
+    the ranks' raw output as it arrives (the result keeps a bounded head and tail of it).
+
+    ``nodes`` (nodes.NodeOptions): ``nnodes`` alone simulates that many nodes of ``nproc`` ranks
+    on this machine; with ``rdzv_endpoint`` this is one node of a real job (torchrun's rendezvous
+    options pass through unchanged). Under SLURM (srun) they are derived from its environment.
+    On a real job the start-up bound counts from the rendezvous, which may take ``rdzv_timeout``."""
     res = RunResult(timeout=float(timeout))
 
     def fail(msg: str) -> RunResult:
@@ -196,6 +212,12 @@ def run_script(
         return fail(f"--nproc must be a positive number, got {nproc!r}")
     if nproc > 64:
         return fail(f"--nproc {nproc} is more ranks than a local run can take (at most 64)")
+    try:
+        node_plan = node_planner.plan(nodes or node_planner.NodeOptions(), nproc)
+    except node_planner.NodeError as e:
+        return fail(str(e))
+    res.notes.extend(node_plan.notes)
+    res.nnodes, res.node_rank, res.multinode = node_plan.nnodes, node_plan.node_rank, node_plan.mode
     res.nproc = nproc
     emulated, reason, notes = _emulation_decision(str(path), nproc, n_gpus, emulate, backend)
     res.notes.extend(notes)
@@ -209,7 +231,8 @@ def run_script(
     try:
         lr = launcher.launch(py, str(path), [str(a) for a in script_args], nproc, timeout, cwd=workdir,
                              env_extra=env_extra, progress=progress, cancel=cancel, sink=sink,
-                             startup_timeout=startup_timeout)
+                             startup_timeout=startup_timeout, nodes=node_plan,
+                             rdzv_timeout=rdzv_timeout if node_plan.mode == "cluster" else 0.0)
     except launcher.LaunchError as e:
         return fail(str(e))
     except OSError as e:
@@ -250,17 +273,27 @@ def run_script(
         return res
     res.findings = an.findings
     res.notes.extend(n for n in an.notes if n not in res.notes)
+    places = node_planner.rank_places(lr.ranks)
     for r, st in sorted(an.states.items()):
+        node, local = places.get(r, (None, None))
         res.ranks.append(RankSummary(
             rank=r, status=st.status, text=st.summary(), filename=os.path.abspath(st.site.file) if st.site else None,
-            line=st.site.line if st.site else None, op=st.op, exit_code=st.exit_code, pid=st.pid))
+            line=st.site.line if st.site else None, op=st.op, exit_code=st.exit_code, pid=st.pid,
+            node=node, local_rank=local))
+    if node_plan.multi:
+        from .merge import raw_ranks
+
+        res.raw = raw_ranks(lr.ranks, roots=roots, lib_dirs=lib_dirs)
+        if node_plan.mode == "cluster" and 0 < len(lr.ranks) < nproc:
+            res.notes.append(f"only {len(lr.ranks)} of this node's {nproc} ranks started")
     started = sum(1 for st in an.states.values() if st.started)
+    expected = nproc * node_plan.nnodes if node_plan.mode == "simulated" else nproc
     if started == 0:
         tail = "\n".join(lr.output.strip().splitlines()[-15:])
         why = "the ranks did not start" + (f" within {startup_timeout:g} s" if lr.startup_failed else "")
         return fail(f"{why}; torchrun said:\n{tail}" if tail else why)
     if lr.startup_failed:
-        res.notes.append(f"only {started} of {nproc} ranks started within {startup_timeout:g} s")
+        res.notes.append(f"only {started} of {expected} ranks started within {startup_timeout:g} s")
     if res.findings:
         res.exit_code = EXIT_FINDINGS
     elif lr.returncode not in (0, None) and all(st.status == "ok" for st in an.states.values()):

@@ -11,7 +11,8 @@ from ..output import display_message, finding_to_json, related_message
 from .api import EXIT_CANCELLED, EXIT_ERROR, RunResult, run_script
 
 _OWN_OPTS = {"--nproc": int, "--timeout": float, "--backend": str, "--emulate": str, "--python": str,
-             "--output-format": str}
+             "--output-format": str, "--nnodes": int, "--node-rank": int, "--rdzv-endpoint": str,
+             "--rdzv-id": str, "--rdzv-backend": str, "--report": str}
 _CHOICES = {"--backend": ("auto", "nccl", "gloo"), "--emulate": ("auto", "on", "off"), "--output-format": ("text", "json")}
 
 
@@ -57,15 +58,33 @@ def _rel(path: str | None) -> str:
     return path if rel.startswith("..") else rel
 
 
+def _rank_line(rs) -> str:
+    """``rank 2: ...`` -> ``rank 2 (node 1, local 0): ...`` when the rank's node is known."""
+    if rs.node is None:
+        return rs.text
+    head = f"rank {rs.rank}"
+    place = f"{head} (node {rs.node}, local {rs.local_rank if rs.local_rank is not None else '?'})"
+    return place + rs.text[len(head):] if rs.text.startswith(head) else rs.text
+
+
 def format_text(res: RunResult) -> str:
     out = []
-    head = f"ddp-lint run: {_rel(res.script)} on {res.nproc} rank{'s' if res.nproc != 1 else ''}"
+    multi = getattr(res, "multinode", "single") != "single"
+    if multi and res.multinode == "simulated":
+        head = f"ddp-lint run: {_rel(res.script)} on {res.nnodes} simulated nodes x {res.nproc} rank{'s' if res.nproc != 1 else ''}"
+    elif multi and res.multinode == "cluster":
+        node = f"node {res.node_rank}" if res.node_rank is not None else "one node"
+        head = f"ddp-lint run: {_rel(res.script)}, {node} of {res.nnodes}, {res.nproc} rank{'s' if res.nproc != 1 else ''}"
+    elif multi:
+        head = f"ddp-lint merge: {_rel(res.script)}, {res.nproc} ranks on {res.nnodes} node{'s' if res.nnodes != 1 else ''}"
+    else:
+        head = f"ddp-lint run: {_rel(res.script)} on {res.nproc} rank{'s' if res.nproc != 1 else ''}"
     if res.emulated:
         head += " (emulated on CPU)"
     head += f", {res.duration:.1f} s"
     out.append(head)
     for rs in res.ranks:
-        text = rs.text
+        text = _rank_line(rs) if multi else rs.text
         if rs.filename and rs.line:
             text = text.replace(f"{os.path.basename(rs.filename)}:{rs.line}", f"{_rel(rs.filename)}:{rs.line}")
         out.append(f"  {text}")
@@ -121,9 +140,14 @@ def cmd_run(args) -> int:
             chunk = chunk[os.write(err_fd, chunk):]
 
     try:
+        from .nodes import NodeOptions
+
+        nodes = NodeOptions(nnodes=getattr(args, "nnodes", None), node_rank=getattr(args, "node_rank", None),
+                            rdzv_endpoint=getattr(args, "rdzv_endpoint", None), rdzv_id=getattr(args, "rdzv_id", None),
+                            rdzv_backend=getattr(args, "rdzv_backend", None))
         res = run_script(args.script, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
                          emulate=args.emulate, python=args.python, script_args=script_args,
-                         sink=sink if text_mode else None, cancel=cancel)
+                         sink=sink if text_mode else None, cancel=cancel, nodes=nodes)
     finally:
         for sig, h in old.items():
             try:
@@ -133,6 +157,14 @@ def cmd_run(args) -> int:
     if res.exit_code == EXIT_ERROR:
         print(f"ddp-lint: error: {res.error}", file=sys.stderr)
         return EXIT_ERROR
+    if getattr(args, "report", None) and not res.cancelled:
+        from .merge import write_report
+
+        try:
+            res.notes.append(f"report written to {write_report(args.report, res)}")
+        except OSError as e:
+            print(f"ddp-lint: error: cannot write the report {args.report!r}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_ERROR
     if text_mode:
         sys.stdout.write(format_text(res))
     else:
@@ -142,4 +174,23 @@ def cmd_run(args) -> int:
     sys.stdout.flush()
     if res.cancelled:
         return EXIT_CANCELLED
+    return res.exit_code
+
+
+def cmd_merge(args) -> int:
+    """``ddp-lint merge REPORT...``: one report of a multi-node run from its nodes' reports."""
+    from .merge import MergeError, merge
+
+    try:
+        res = merge(list(args.reports))
+    except MergeError as e:
+        print(f"ddp-lint: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.output_format == "json":
+        sys.stdout.write(json.dumps([finding_to_json(f) for f in res.findings], indent=2, ensure_ascii=False,
+                                    default=str) + "\n")
+        for n in res.notes:
+            print(f"note: {n}", file=sys.stderr)
+    else:
+        sys.stdout.write(format_text(res))
     return res.exit_code

@@ -100,24 +100,29 @@ class Sources:
         return Range.of(line0, start, line0, end)
 
     def under_rank_guard(self, fr: Frame | None) -> bool:
+        return self.rank_guard(fr) is not None
+
+    def rank_guard(self, fr: Frame | None) -> str | None:
+        """The text of the innermost ``if`` around ``fr`` whose test mentions a rank, or None."""
         if fr is None:
-            return False
+            return None
         lines = self.lines(fr.file)
         if lines is None:
-            return False
+            return None
         try:
             tree = ast.parse("\n".join(lines))
         except (SyntaxError, ValueError, RecursionError):
-            return False
+            return None
+        found = None
         for node in ast.walk(tree):
             if isinstance(node, (ast.If, ast.IfExp)) and node.lineno < fr.line <= (node.end_lineno or 0):
                 try:
                     test = ast.unparse(node.test)
                 except Exception:
                     continue
-                if re.search(r"rank", test, re.I):
-                    return True
-        return False
+                if re.search(r"rank", test, re.I) and (found is None or node.lineno > found[0]):
+                    found = (node.lineno, test)
+        return found[1] if found else None
 
 
 # -- findings ----------------------------------------------------------------------------------
@@ -202,6 +207,9 @@ def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emu
                 timeout=timeout)
     for kind in (device_clashes, mismatches, failures, early_exits, hangs):
         kind(b)
+    from .writes import same_file_writes  # DDP908, from the files the ranks wrote
+
+    same_file_writes(b, user)
     return b.result()
 
 
@@ -215,14 +223,24 @@ def device_clashes(b: Builder) -> None:
             code = str(extra.get("code") or "DDP905")
             msg = s.exception.get("message") or s.exception.get("type")
             msg = msg.strip().splitlines()[0] if msg.strip() else "emulated NCCL error"
+            msg = _ORDINAL_RE.sub(")", msg)  # one finding for every rank that asked for a missing GPU
             groups.setdefault((code, s.site, msg), []).append(r)
     for (code, fr, msg), rs in groups.items():
+        missing = sorted({str((states[r].exception.get("extra") or {}).get("device")) for r in rs
+                          if (states[r].exception.get("extra") or {}).get("kind") == "invalid-device-ordinal"},
+                         key=lambda d: (len(d), d))
+        if missing and msg.endswith(")"):
+            msg = msg[:-1] + f"; {', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist)"
+        waiting_rel, texts = b.waiting_related(set(rs), fr)
+        if texts:
+            msg = f"{rank_list(rs)}: {msg}; " + "; ".join(texts)
         inits: dict[Frame, list[int]] = {}
         for r in rs:
             f0 = Frame.of(states[r].init)
             if f0 is not None:
                 inits.setdefault(f0, []).append(r)
         related = [b.rel(f0, f"process group initialised here ({rank_list(irs)})", irs) for f0, irs in inits.items()]
+        related += waiting_rel
         details = {"tracebacks": {str(r): states[r].exception.get("text", "") for r in rs},
                    "exception": states[rs[0]].exception.get("type")}
         hint = _hint(code, states[rs[0]], b.src)
@@ -234,6 +252,11 @@ def device_clashes(b: Builder) -> None:
         f.emulated = True
         b.add(b.t_of(rs), f)
         b.explained.update(rs)
+        if texts:
+            b.explained.update(r for r in b.waiting if r not in rs)
+
+
+_ORDINAL_RE = re.compile(r"; cuda:\d+ does not exist\)$")
 
 
 def mismatches(b: Builder) -> None:
@@ -260,9 +283,13 @@ def mismatches(b: Builder) -> None:
         related.append(b.rel(fr, f"{rank_list(rs)} {_is_are(rs)} in {op}() here", rs))
     all_rs = [r for _, rs in ordered for r in rs]
     hint = None
-    if b.src.under_rank_guard(pfr):
+    guard = b.src.rank_guard(pfr)
+    if guard is not None:
         hint = (f"{pop}() runs under a rank condition, so only some ranks call it: every rank must call "
                 "the same collectives in the same order (static rule DDP104)")
+        if re.search(r"local", guard, re.I):
+            hint = (f"{pop}() runs under `{guard}`, which is true on one rank per node, not once per job: "
+                    "every rank must call the same collectives in the same order (static rule DDP104)")
     details = {"ops": {str(r): states[r].op for r in all_rs}, "hint": hint, "static_rule": "DDP104" if hint else None}
     errs = {str(r): (states[r].exception or {}).get("message") for r in all_rs if states[r].exception}
     if errs:
@@ -396,6 +423,12 @@ def hangs(b: Builder) -> None:
 
 def _hint(code: str, st: RankState, src: Sources):
     """(hint text, static rule code) linking a runtime failure to the static rule that explains it."""
+    ex0 = st.exception or {}
+    if (ex0.get("extra") or {}).get("kind") == "invalid-device-ordinal" or \
+            "invalid device ordinal" in (ex0.get("message") or ""):
+        return ("a device index past this node's GPUs: index devices with the rank on this node, "
+                "int(os.environ['LOCAL_RANK']), not the global rank (dist.get_rank() / RANK), "
+                "which goes past torch.cuda.device_count() from the second node on", None)
     if code == "DDP905":
         return ("each rank needs its own GPU: call torch.cuda.set_device(local_rank) right after "
                 "init_process_group (static rule DDP001)", "DDP001")

@@ -229,9 +229,14 @@ def launch(
     sink: Callable[[bytes], None] | None = None,
     startup_timeout: float = 120.0,
     failure_grace: float = 1.0,
+    nodes=None,
+    rdzv_timeout: float = 0.0,
 ) -> LaunchResult:
     """Run ``script`` on ``nproc`` ranks. ``timeout`` counts from the moment every rank runs the
-    script (Python and torch started); ``startup_timeout`` bounds the start itself."""
+    script (Python and torch started); ``startup_timeout`` bounds the start itself. ``nodes`` (a
+    nodes.NodePlan) starts several torchrun agents, simulated or on a cluster; with
+    ``rdzv_timeout``, the start-up bound counts from the rendezvous (the first rank that starts),
+    which may take that long."""
     def report(msg: str, pct: int | None) -> None:
         if progress is not None:
             try:
@@ -248,6 +253,8 @@ def launch(
     argv = [python, SHIM_PATH, "--standalone", "--nproc-per-node", str(nproc),
             "--monitor-interval", "0.1", "--log-dir", os.path.join(tmp, "torchelastic"),
             SHIM_PATH, script, *script_args]
+    if nodes is not None and nodes.multi:
+        argv = nodes.argv(python, SHIM_PATH, tmp, script, list(script_args))
     env = user_env(os.environ)
     env.update({
         "DDP_LINT_LOG_DIR": tmp,
@@ -268,7 +275,7 @@ def launch(
         env.update(env_extra)
     result = LaunchResult(argv=argv, ranks={}, returncode=None, log_dir=tmp)
     out = BoundedOutput()
-    reader = LogReader(tmp, nproc)
+    reader = nodes.reader(tmp) if nodes is not None and nodes.multi else LogReader(tmp, nproc)
     result.ranks = reader.ranks
     t0 = time.monotonic()
     try:
@@ -295,7 +302,8 @@ def launch(
         drainer.start()
         tracker = ProcessTracker(proc.pid, run_id)
         try:
-            _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failure_grace, report, cancel, t0)
+            _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failure_grace, report, cancel, t0,
+                   rdzv_timeout)
         finally:
             result.killed = tracker.kill_all()
             try:
@@ -325,9 +333,11 @@ class LaunchError(Exception):
     pass
 
 
-def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failure_grace, report, cancel, t0):
+def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failure_grace, report, cancel, t0,
+           rdzv_timeout=0.0):
     up_at = None
-    deadline = t0 + startup_timeout
+    deadline = t0 + startup_timeout + rdzv_timeout
+    rdzv_done = not rdzv_timeout
     last_scan = 0.0
     last_report = 0.0
     failure_at = None
@@ -344,11 +354,14 @@ def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failu
                 if failure_at is None:
                     failure_at = now
                     result.failure_seen_at = now - t0
-        if up_at is None and all(rd.first("ready") is not None for rd in reader.ranks.values()):
+        if not rdzv_done and any(rd.first("start") is not None for rd in reader.ranks.values()):
+            rdzv_done = True  # the agents met: ranks start only after the rendezvous
+            deadline = now + startup_timeout
+        if up_at is None and reader.all_ready():
             up_at = now
             result.ranks_up_after = now - t0
             deadline = now + timeout
-            report(f"ranks up ({nproc} ranks)", 20)
+            report(f"ranks up ({len(reader.ranks)} ranks)", 20)
         if now - last_scan > 0.25:
             tracker.scan()
             last_scan = now

@@ -62,6 +62,10 @@ class LogReader:
         self.dir = log_dir
         self.ranks = {r: RankData(r) for r in range(nproc)}
 
+    def all_ready(self) -> bool:
+        """Every rank runs the script (its ``ready`` record is in)."""
+        return all(rd.first("ready") is not None for rd in self.ranks.values())
+
     def poll(self) -> list[dict]:
         new = []
         for r, rd in self.ranks.items():

@@ -66,7 +66,9 @@ _RANK = None
 _SHIM_FILE = os.path.abspath(__file__)
 # the emulation (part 2, loaded by path only when DDP_LINT_EMULATE=1); its frames are the shim's too
 _EMU_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation.py")
-_SHIM_FILES = (_SHIM_FILE, _EMU_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation_dist.py"))
+_FILES_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_files.py")  # part 3: file writes (DDP908)
+_SHIM_FILES = (_SHIM_FILE, _EMU_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation_dist.py"),
+               _FILES_FILE)
 _EMU = None  # the emulation's state once installed (shim_emulation._EMU)
 _TORCH_DIR = None
 _TLS = threading.local()
@@ -504,6 +506,7 @@ def _setup_recording(script):
     _log_event(
         "start", main_thread=threading.main_thread().ident, script=script, argv=sys.argv[1:],
         world_size=os.environ.get("WORLD_SIZE"), local_rank=os.environ.get("LOCAL_RANK"),
+        group_rank=os.environ.get("GROUP_RANK"), local_world_size=os.environ.get("LOCAL_WORLD_SIZE"),
         emulate=os.environ.get("DDP_LINT_EMULATE") == "1", lib_dirs=_lib_dirs(),
     )
     import faulthandler
@@ -624,6 +627,20 @@ def _emulation_install():
     _EMU = mod._EMU
 
 
+def _files_install():
+    """Load shim_files.py by path: records the files each rank writes (torch.save, open for
+    writing) as ``write`` events, for DDP908."""
+    import importlib.util
+    import types
+
+    spec = importlib.util.spec_from_file_location("_ddp_lint_shim_files", _FILES_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    mod.bind(types.SimpleNamespace(_log_event=_log_event, _is_internal=_is_internal))
+    mod.install()
+
+
 def _as_torchrun():
     """The launcher starts torchrun through this file (DDP_LINT_SHIM_ROLE=torchrun), so that it
     dies with ddp-lint: if ddp-lint is killed outright (SIGKILL, an editor that gives up on it),
@@ -725,6 +742,11 @@ def main(argv=None):
             _log_event("exception", **_exception_record(e), exit_code=1, phase="emulation")
             traceback.print_exc()
             return 1
+    if _LOG_FD is not None:
+        try:
+            _files_install()
+        except Exception as e:
+            _log_event("note", message=f"file writes are not recorded: {e!r}")
     _log_event("ready", py_stacks="py_stacks" in _KEEP)
     import runpy
 

@@ -275,7 +275,9 @@ def _emu_post(pg, g, dev, op, site):
     line = (site or {}).get("line")
     key = f"ddp_lint_emu/{g.key}/{g.seq}/"
     try:
-        st.store.set(key + str(pg.rank()), f"{'' if dev is None else dev}|{op}|{line or ''}")
+        # the node (GROUP_RANK) too: cuda:0 of node 0 and cuda:0 of node 1 are two GPUs
+        st.store.set(key + str(pg.rank()), f"{'' if dev is None else dev}|{op}|{line or ''}|"
+                                           f"{os.environ.get('GROUP_RANK', '')}")
     except Exception:
         return None
     return key
@@ -377,14 +379,14 @@ def _emu_check(pg, g, op, dev, why, site=None):
     ops = {}
     for r, v in enumerate(vals):
         s = v.decode() if isinstance(v, bytes) else str(v)
-        d, o, _line = (s.split("|") + ["", ""])[:3]
+        d, o, _line, node = (s.split("|") + ["", "", ""])[:4]
         ops[r] = o
         if d:
-            by_dev.setdefault(int(d), []).append(r)
+            by_dev.setdefault((node, int(d)), []).append(r)
     clashes = {d: rs for d, rs in by_dev.items() if len(rs) > 1}
     if not clashes:
         return
-    d, rs = min(clashes.items(), key=lambda kv: (me not in kv[1], kv[0]))
+    (_node, d), rs = min(clashes.items(), key=lambda kv: (me not in kv[1], kv[0]))
     ranks = [granks[r] for r in rs]
     names = ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
     verb = "both use" if len(ranks) == 2 else "all use"
