@@ -224,6 +224,9 @@ def run_script(
     res.emulated, res.emulate_reason = emulated, reason
     if reason and (emulated or emulate == "on"):
         res.notes.append(reason)
+    if emulated and node_plan.mode == "simulated":
+        res.notes.append(f"each simulated node has its own {nproc} emulated GPU{'s' if nproc != 1 else ''} "
+                         f"(cuda:0..cuda:{nproc - 1}), as {node_plan.nnodes} real machines would")
     env_extra = {"DDP_LINT_BACKEND": backend}
     if emulated:
         env_extra.update({"DDP_LINT_EMULATE": "1", "DDP_LINT_EMU_NGPUS": str(nproc)})
@@ -284,6 +287,13 @@ def run_script(
         from .merge import raw_ranks
 
         res.raw = raw_ranks(lr.ranks, roots=roots, lib_dirs=lib_dirs)
+        seen = {n for n, _ in places.values() if n is not None}
+        if node_plan.mode == "cluster" and len(seen) == 1:
+            (res.node_rank,) = seen  # the rendezvous's word: c10d orders the nodes itself
+            if node_plan.node_rank is not None and res.node_rank != node_plan.node_rank:
+                res.notes.append(f"torchrun's {node_plan.torchrun_opts[node_plan.torchrun_opts.index('--rdzv-backend') + 1]} "
+                                 f"rendezvous made this node {res.node_rank} (--node-rank {node_plan.node_rank} "
+                                 "is only used by the static rendezvous)")
         if node_plan.mode == "cluster" and 0 < len(lr.ranks) < nproc:
             res.notes.append(f"only {len(lr.ranks)} of this node's {nproc} ranks started")
     started = sum(1 for st in an.states.values() if st.started)

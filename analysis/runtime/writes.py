@@ -79,7 +79,7 @@ def _finding(b, path: str, g: dict, places: dict, multi: bool) -> None:
     related = [b.rel(fr, f"{rank_list(rs)} also write{'s' if len(rs) == 1 else ''} {os.path.basename(path)} here", rs)
                for fr, rs in by_site.items() if fr != site]
     nodes = sorted({places.get(r, (None, None))[0] for r in ranks if places.get(r, (None, None))[0] is not None})
-    message = (f"ranks {who} all write {path} ({what}): the writes race and the file ends up with one "
+    message = (f"ranks {who} {'both' if len(ranks) == 2 else 'all'} write {path} ({what}): the writes race and the file ends up with one "
                "rank's data, or a mix")
     if multi and len(nodes) > 1:
         message += f"; {len(nodes)} nodes write it, one file on a shared filesystem"
