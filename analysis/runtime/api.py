@@ -213,7 +213,9 @@ def run_script(
     if nproc > 64:
         return fail(f"--nproc {nproc} is more ranks than a local run can take (at most 64)")
     try:
-        node_plan = node_planner.plan(nodes or node_planner.NodeOptions(), nproc)
+        # SLURM's environment is read only when options were given (the CLI always gives them): a
+        # run from the editor stays on this machine
+        node_plan = node_planner.plan(nodes, nproc) if nodes is not None else node_planner.NodePlan("single", 1, nproc)
     except node_planner.NodeError as e:
         return fail(str(e))
     res.notes.extend(node_plan.notes)

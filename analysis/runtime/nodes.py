@@ -190,29 +190,44 @@ def _endpoint_ok(ep: str) -> bool:
 
 def slurm_options(environ, scontrol: str | None = None) -> NodeOptions | None:
     """Under ``srun``: nnodes, this node's rank and the rendezvous endpoint (the first host of the
-    node list, torchrun's c10d port) from SLURM's environment; None outside SLURM or with one node."""
+    node list, torchrun's c10d port) from SLURM's environment; None outside a job step (a batch
+    script itself is not one: ``srun`` starts the steps) or with one node.
+
+    The step's own values come first (SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST: a step may use part
+    of the allocation), then the job's (SLURM_NNODES / SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST)."""
     env = environ
-    if not env.get("SLURM_JOB_ID") or not env.get("SLURM_NNODES") and not env.get("SLURM_JOB_NUM_NODES"):
+    if not env.get("SLURM_JOB_ID") or not (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")):
+        return None
+    raw = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES") or ""
+    if not raw:
         return None
     try:
-        nnodes = int(env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES") or "")
+        nnodes = int(raw)
     except ValueError:
-        raise NodeError(f"SLURM_NNODES={env.get('SLURM_NNODES')!r} is not a number") from None
+        raise NodeError(f"SLURM says {raw!r} nodes: not a number") from None
     if nnodes <= 1:
         return None
-    try:
-        node_rank = int(env.get("SLURM_NODEID", ""))
-    except ValueError:
-        raise NodeError("SLURM_NNODES says several nodes, but SLURM_NODEID is not set: start ddp-lint "
-                        "through srun (one task per node)") from None
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    tasks = env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS")
+    if tasks and tasks.isdigit() and int(tasks) > nnodes:
+        raise NodeError(f"srun started {tasks} tasks on {nnodes} nodes: `ddp-lint run` starts one torchrun agent "
+                        "per node and needs one task per node (srun --ntasks-per-node=1)")
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     hosts = slurm_hosts(nodelist, scontrol) if nodelist else []
     if not hosts:
         raise NodeError("SLURM_JOB_NODELIST is not set: cannot tell the rendezvous host")
+    me = env.get("SLURMD_NODENAME")
+    if me and me in hosts[:nnodes]:
+        node_rank = hosts.index(me)
+    else:
+        try:
+            node_rank = int(env.get("SLURM_NODEID", ""))
+        except ValueError:
+            raise NodeError("SLURM says several nodes, but neither SLURMD_NODENAME nor SLURM_NODEID tells which "
+                            "one this is: start ddp-lint through srun (one task per node)") from None
     port = env.get("DDP_LINT_RDZV_PORT") or str(DEFAULT_RDZV_PORT)
+    step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
     return NodeOptions(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=f"{hosts[0]}:{port}",
-                       rdzv_id=f"ddp-lint-slurm-{env.get('SLURM_JOB_ID')}.{env.get('SLURM_STEP_ID', '0')}",
-                       rdzv_backend="c10d")
+                       rdzv_id=f"ddp-lint-slurm-{env.get('SLURM_JOB_ID')}.{step}", rdzv_backend="c10d")
 
 
 def plan(opts: NodeOptions, nproc: int, environ=None, scontrol: str | None = None) -> NodePlan:

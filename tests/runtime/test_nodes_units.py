@@ -37,6 +37,18 @@ SLURM = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "3", "SLURM_NODEID": "2",
          "SLURM_JOB_NODELIST": "gpu[07-08],gpu11", "SLURM_STEP_ID": "0"}
 
 
+def test_slurm_step_values_win_and_batch_script_is_not_a_step():
+    step = {**SLURM, "SLURM_NNODES": "8", "SLURM_JOB_NODELIST": "gpu[01-08]", "SLURM_STEP_NUM_NODES": "2",
+            "SLURM_STEP_NODELIST": "gpu[05-06]", "SLURM_STEP_NUM_TASKS": "2", "SLURMD_NODENAME": "gpu06",
+            "SLURM_NODEID": "5"}
+    o = slurm_options(step, scontrol="")
+    assert (o.nnodes, o.node_rank, o.rdzv_endpoint) == (2, 1, "gpu05:29400")
+    batch = {k: v for k, v in SLURM.items() if k != "SLURM_STEP_ID"}  # sbatch's script, not srun
+    assert slurm_options(batch, scontrol="") is None
+    with pytest.raises(NodeError, match="one task per node"):
+        slurm_options({**step, "SLURM_STEP_NUM_TASKS": "16"}, scontrol="")
+
+
 def test_slurm_env_parsed_without_scontrol():
     o = slurm_options(SLURM, scontrol="")
     assert (o.nnodes, o.node_rank, o.rdzv_endpoint, o.rdzv_backend) == (3, 2, "gpu07:29400", "c10d")
@@ -64,6 +76,8 @@ def test_slurm_port_override_and_single_node():
     assert slurm_options({}, scontrol="") is None
     with pytest.raises(NodeError):
         slurm_options({k: v for k, v in SLURM.items() if k != "SLURM_NODEID"}, scontrol="")
+    hosts_known = {**{k: v for k, v in SLURM.items() if k != "SLURM_NODEID"}, "SLURMD_NODENAME": "gpu08"}
+    assert slurm_options(hosts_known, scontrol="").node_rank == 1
 
 
 def test_plan_under_slurm_passes_through():
