@@ -151,7 +151,7 @@ def run_script(
     cancel: threading.Event | None = None,
     sink: Callable[[bytes], None] | None = None,
     startup_timeout: float = 120.0,
-    nodes: "NodeOptions | None" = None,
+    nodes: NodeOptions | None = None,
     rdzv_timeout: float = 600.0,
 ) -> RunResult:
     """Run ``script`` on ``nproc`` ranks under torchrun and map what went wrong to its lines.

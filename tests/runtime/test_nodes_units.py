@@ -3,13 +3,17 @@ checks, a cluster node's log discovery, report merging (issue 19)."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 
 import pytest
-
 from ddp_lint.analysis.runtime import nodes
-from ddp_lint.analysis.runtime.nodes import NodeError, NodeOptions, expand_nodelist, plan, slurm_options
+from ddp_lint.analysis.runtime.nodes import (
+    NodeError,
+    NodeOptions,
+    expand_nodelist,
+    plan,
+    slurm_options,
+)
 
 
 @pytest.mark.parametrize("nodelist, hosts", [
