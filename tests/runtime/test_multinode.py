@@ -174,3 +174,17 @@ def test_real_pass_through_job_and_merge(tmp_path):
     p = subprocess.run([sys.executable, "-m", "ddp_lint", "merge", *map(str, reports)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert "rank 3 (node 1, local 1)" in p.stdout and "4 ranks on 2 nodes" in p.stdout
+
+
+def test_every_rank_opening_one_file_for_writing_on_one_node(tmp_path):
+    """One node, no guard: ranks 0 and 1 both open metrics.json with "w" (under /tmp: one node, one
+    file). Per-rank names and appends to a shared log are not findings."""
+    from ddp_lint.analysis.runtime.api import run_script
+
+    path = SCRIPTS / "every_rank_writes.py"
+    res = run_script(str(path), nproc=2, timeout=TIMEOUT, emulate="off", script_args=[str(tmp_path)])
+    assert [f.code for f in res.findings] == ["DDP908"], summary(res)
+    f = res.findings[0]
+    assert f.ranks == (0, 1) and f.range.start.line + 1 == marks(path)["write"]
+    assert f.message.startswith(f"ranks 0 and 1 both write {tmp_path / 'metrics.json'} (open() for writing)")
+    assert "(node" not in f.message  # one machine, no simulated nodes: no node names
