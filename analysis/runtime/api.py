@@ -221,15 +221,30 @@ def run_script(
     res.notes.extend(node_plan.notes)
     res.nnodes, res.node_rank, res.multinode = node_plan.nnodes, node_plan.node_rank, node_plan.mode
     res.nproc = nproc
-    emulated, reason, notes = _emulation_decision(str(path), nproc, n_gpus, emulate, backend)
+    # simulated nodes need GPUs for every rank of every node
+    emulated, reason, notes = _emulation_decision(str(path), node_plan.world if node_plan.mode == "simulated" else nproc,
+                                                  n_gpus, emulate, backend)
+    if emulated and reason and node_plan.mode == "simulated":
+        reason = reason.replace(f"with {node_plan.world} emulated GPUs", f"with {nproc} emulated GPUs per node")
     res.notes.extend(notes)
     res.emulated, res.emulate_reason = emulated, reason
     if reason and (emulated or emulate == "on"):
         res.notes.append(reason)
-    if emulated and node_plan.mode == "simulated":
-        res.notes.append(f"each simulated node has its own {nproc} emulated GPU{'s' if nproc != 1 else ''} "
-                         f"(cuda:0..cuda:{nproc - 1}), as {node_plan.nnodes} real machines would")
     env_extra = {"DDP_LINT_BACKEND": backend}
+    if node_plan.mode == "simulated":
+        slices = None if emulated else node_planner.gpu_slices(n_gpus, node_plan.nnodes, nproc,
+                                                                os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if emulated:
+            res.notes.append(f"each simulated node has its own {nproc} emulated GPU{'s' if nproc != 1 else ''} "
+                             f"(cuda:0..cuda:{nproc - 1}), as {node_plan.nnodes} real machines would")
+        elif slices:
+            env_extra["DDP_LINT_NODE_GPUS"] = ";".join(slices)
+            res.notes.append("each simulated node has its own GPUs: " +
+                             ", ".join(f"node {i}: {s}" for i, s in enumerate(slices)) + " (CUDA_VISIBLE_DEVICES)")
+        elif n_gpus:
+            res.notes.append(f"the {node_plan.nnodes} simulated nodes share this machine's {n_gpus} "
+                             f"GPU{'s' if n_gpus != 1 else ''} (fewer than {node_plan.world}): device numbers are not "
+                             "per node as on a real cluster; --emulate on gives each node its own")
     if emulated:
         env_extra.update({"DDP_LINT_EMULATE": "1", "DDP_LINT_EMU_NGPUS": str(nproc)})
     workdir = cwd or os.getcwd()

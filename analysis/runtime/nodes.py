@@ -175,6 +175,17 @@ class NodePlan:
         return LogReader(log_dir, self.world)
 
 
+def gpu_slices(n_gpus: int, nnodes: int, nproc: int, visible: str | None = None) -> list[str] | None:
+    """Each simulated node's own GPUs (its CUDA_VISIBLE_DEVICES) when the machine has enough for
+    every rank: node i gets GPUs i*nproc .. (i+1)*nproc-1, so that ``device_count()`` is ``nproc``
+    on every node and cuda:nproc fails there as on a real node. None when there are too few."""
+    if n_gpus < nnodes * nproc:
+        return None
+    ids = [v.strip() for v in (visible or "").split(",") if v.strip()] if visible else []
+    ids = ids[:n_gpus] if len(ids) >= nnodes * nproc else [str(i) for i in range(n_gpus)]
+    return [",".join(ids[i * nproc:(i + 1) * nproc]) for i in range(nnodes)]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

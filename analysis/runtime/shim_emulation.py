@@ -147,8 +147,9 @@ def _emu_note(topic, message):
 
 def _emu_ordinal_error(k):
     n = _EMU.ngpus
+    multi = os.environ.get("WORLD_SIZE", "") != os.environ.get("LOCAL_WORLD_SIZE", "")  # several nodes
     return EmulatedNcclError(
-        f"CUDA error: invalid device ordinal (emulated: the emulated machine has {n} GPU"
+        f"CUDA error: invalid device ordinal (emulated: {'each emulated node' if multi else 'the emulated machine'} has {n} GPU"
         f"{'s' if n != 1 else ''}, cuda:0..cuda:{n - 1}; cuda:{k} does not exist)",
         code="DDP901", device=f"cuda:{k}", kind="invalid-device-ordinal")
 

@@ -5,7 +5,8 @@ user's interpreter, by path; stdlib only, imports nothing from ddp-lint.
 
 Agent i runs ``PYTHON SHIM TORCHRUN-OPTS SHIM SCRIPT ARGS`` (the shim in its torchrun role, see
 shim._as_torchrun), with ``{node}`` in the options replaced by i and ``{is_host}`` by 1 for agent 0
-(it hosts the c10d rendezvous store) and 0 for the others. The agents find each other through
+(it hosts the c10d rendezvous store) and 0 for the others. With DDP_LINT_NODE_GPUS ("0,1;2,3"),
+agent i gets the i-th list as its CUDA_VISIBLE_DEVICES. The agents find each other through
 torchrun's own rendezvous; this file only starts them and waits. It dies with ddp-lint
 (PR_SET_PDEATHSIG) and each agent dies with it, so nothing outlives the run. Exit status: the first
 agent's non-zero status, else 0.
@@ -40,11 +41,17 @@ def main(argv):
     env = dict(os.environ)
     env["DDP_LINT_SHIM_ROLE"] = "torchrun"
     env["DDP_LINT_PARENT_PID"] = str(os.getpid())
+    # each node's own GPUs ("0,1;2,3": node 0 sees GPUs 0 and 1, node 1 GPUs 2 and 3)
+    gpus = env.pop("DDP_LINT_NODE_GPUS", "")
+    slices = gpus.split(";") if gpus else []
     procs = []
     for i in range(n):
         mine = [o.replace("{node}", str(i)).replace("{is_host}", "1" if i == 0 else "0") for o in opts]
+        agent_env = dict(env)
+        if len(slices) == n:
+            agent_env["CUDA_VISIBLE_DEVICES"] = slices[i]
         try:
-            procs.append(subprocess.Popen([python, shim, *mine, *tail], env=env, stdin=subprocess.DEVNULL))
+            procs.append(subprocess.Popen([python, shim, *mine, *tail], env=agent_env, stdin=subprocess.DEVNULL))
         except OSError as e:
             sys.stderr.write(f"ddp-lint: cannot start the agent of simulated node {i}: {e}\n")
             for p in procs:

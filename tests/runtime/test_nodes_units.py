@@ -3,6 +3,7 @@ checks, a cluster node's log discovery, report merging (issue 19)."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 
 import pytest
@@ -163,3 +164,30 @@ def test_merge_bad_input(tmp_path, capsys):
     for p in (bad, other, tmp_path / "missing.json"):
         assert main(["merge", str(p)]) == 2
         assert "ddp-lint: error:" in capsys.readouterr().err
+
+
+def test_gpu_slices_give_each_simulated_node_its_own_gpus():
+    assert nodes.gpu_slices(4, 2, 2) == ["0,1", "2,3"]
+    assert nodes.gpu_slices(8, 2, 2) == ["0,1", "2,3"]
+    assert nodes.gpu_slices(4, 2, 2, visible="3,2,1,0") == ["3,2", "1,0"]
+    assert nodes.gpu_slices(3, 2, 2) is None and nodes.gpu_slices(0, 2, 1) is None
+
+
+def test_shim_nodes_starts_one_agent_per_node(tmp_path):
+    """shim_nodes.py with a stand-in for the shim: each agent gets its node's options and GPUs."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "fake_shim.py"
+    fake.write_text("import json, os, sys\n"
+                    "node = sys.argv[sys.argv.index('--log-dir') + 1].rsplit('-', 1)[1]\n"
+                    f"open(os.path.join({str(tmp_path)!r}, 'agent-' + node), 'w').write(json.dumps("
+                    "[sys.argv[1:], os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ.get('DDP_LINT_SHIM_ROLE')]))\n")
+    env = {**os.environ, "DDP_LINT_NODE_GPUS": "0,1;2,3", "DDP_LINT_PARENT_PID": str(os.getpid())}
+    p = subprocess.run([sys.executable, nodes.NODES_SHIM, "2", sys.executable, str(fake), "--rdzv-conf", "is_host={is_host}",
+                        "--log-dir", "x-{node}", "--", "SHIM", "script.py", "{node}"],
+                       env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    got = {i: json.loads((tmp_path / f"agent-{i}").read_text()) for i in (0, 1)}
+    assert got[0] == [["--rdzv-conf", "is_host=1", "--log-dir", "x-0", "SHIM", "script.py", "{node}"], "0,1", "torchrun"]
+    assert got[1] == [["--rdzv-conf", "is_host=0", "--log-dir", "x-1", "SHIM", "script.py", "{node}"], "2,3", "torchrun"]
