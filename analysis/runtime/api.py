@@ -301,7 +301,7 @@ def run_script(
             line=st.site.line if st.site else None, op=st.op, exit_code=st.exit_code, pid=st.pid,
             node=node, local_rank=local))
     if node_plan.multi:
-        from .merge import raw_ranks
+        from .logs import raw_ranks
 
         res.raw = raw_ranks(lr.ranks, roots=roots, lib_dirs=lib_dirs)
         seen = {n for n, _ in places.values() if n is not None}

@@ -24,6 +24,7 @@ from .states import (
     UserCode,
     _is_emulated,
     build_states,
+    rank_list,
 )
 
 
@@ -47,11 +48,6 @@ def condense(exc_type: str, message: str, limit: int = 300) -> str:
     if len(msg) > limit:
         msg = msg[: limit - 1] + "…"
     return f"{exc_type}: {msg}" if msg else exc_type
-
-
-def rank_list(ranks) -> str:
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
 def _is_are(ranks) -> str:

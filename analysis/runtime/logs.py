@@ -144,3 +144,23 @@ class LogReader:
                 rd.stack_py = data if isinstance(data, dict) else None
             except (OSError, ValueError):
                 rd.stack_py = None
+
+
+_STACK_CAP = 256 * 1024  # bytes of each stack dump kept in a per-node report
+
+
+def raw_ranks(ranks: dict, *, roots, lib_dirs) -> dict:
+    """The records of this node's ranks, as JSON-ready data (see :func:`load_ranks`)."""
+    out = {}
+    for r, rd in ranks.items():
+        if rd.first("start") is None:
+            continue  # never started here: a merge tells it from the world size
+        out[str(r)] = {
+            "events": rd.events, "pending": {str(k): v for k, v in rd.pending.items()},
+            "raised": {str(k): [c, e] for k, (c, e) in rd.raised.items()},
+            "stack_usr1": rd.stack_usr1[-_STACK_CAP:], "stack_term": rd.stack_term[-_STACK_CAP:],
+            "stack_fatal": rd.stack_fatal[-_STACK_CAP:], "stack_py": rd.stack_py, "hung": rd.hung,
+            "last_site": rd.last_site, "last_t": rd.last_t, "end_event": rd.end_event, "dropped": rd.dropped,
+            "logged_returns": rd._logged_returns, "quiet": rd._quiet,
+        }
+    return {"roots": list(roots), "lib_dirs": list(lib_dirs), "ranks": out}

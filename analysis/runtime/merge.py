@@ -18,7 +18,6 @@ from ..model import Finding, Position, Range, Related, Severity
 from .logs import RankData
 
 REPORT_VERSION = 1
-_STACK_CAP = 256 * 1024
 
 
 class MergeError(ValueError):
@@ -26,23 +25,6 @@ class MergeError(ValueError):
 
 
 # -- rank records ----------------------------------------------------------------------------------
-def raw_ranks(ranks: dict, *, roots, lib_dirs) -> dict:
-    """The records of this node's ranks, as JSON-ready data (see :func:`load_ranks`)."""
-    out = {}
-    for r, rd in ranks.items():
-        if rd.first("start") is None:
-            continue  # never started here: a merge tells it from the world size
-        out[str(r)] = {
-            "events": rd.events, "pending": {str(k): v for k, v in rd.pending.items()},
-            "raised": {str(k): [c, e] for k, (c, e) in rd.raised.items()},
-            "stack_usr1": rd.stack_usr1[-_STACK_CAP:], "stack_term": rd.stack_term[-_STACK_CAP:],
-            "stack_fatal": rd.stack_fatal[-_STACK_CAP:], "stack_py": rd.stack_py, "hung": rd.hung,
-            "last_site": rd.last_site, "last_t": rd.last_t, "end_event": rd.end_event, "dropped": rd.dropped,
-            "logged_returns": rd._logged_returns, "quiet": rd._quiet,
-        }
-    return {"roots": list(roots), "lib_dirs": list(lib_dirs), "ranks": out}
-
-
 def _seq(k):
     try:
         return int(k)

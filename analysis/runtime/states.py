@@ -307,3 +307,9 @@ def _is_emulated(exc: dict | None) -> bool:
         return False
     return exc.get("type") == "EmulatedNcclError" or str(exc.get("qualname", "")).endswith(".EmulatedNcclError") \
         or "code" in (exc.get("extra") or {}) and str((exc.get("extra") or {}).get("code", "")).startswith("DDP9")
+
+
+def rank_list(ranks) -> str:
+    """``rank 3`` / ``ranks 0, 2``: the ranks a runtime message names."""
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)

@@ -13,7 +13,7 @@ import tempfile
 
 from ..model import Severity
 from .nodes import place_text, rank_places
-from .states import Frame, UserCode
+from .states import Frame, UserCode, rank_list
 
 _SPECIAL = ("/dev/", "/proc/", "/sys/")
 
@@ -63,8 +63,6 @@ def same_file_writes(b, user: UserCode) -> None:
 
 
 def _finding(b, path: str, g: dict, places: dict, multi: bool) -> None:
-    from .findings import rank_list
-
     ranks = sorted(g)
     r0 = ranks[0]
     site, via, _ = g[r0]
