@@ -93,7 +93,7 @@ class NcclWithoutSetDevice(Rule):
     code = "DDP001"
     name = "nccl-without-set-device"
     severity = Severity.ERROR
-    fix_availability = "always"
+    fix_availability = "sometimes"
     requires_text = ("init_process_group",)
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
