@@ -117,12 +117,16 @@ class NcclWithoutSetDevice(Rule):
             for c in ctx.dist_calls("barrier"):
                 if not has_kwarg(c, "device_ids"):
                     affected.append((c, "`barrier()` without `device_ids` uses the current CUDA device"))
-        affected.extend(current_device_uses(ctx, eager_only=False))
+        uses = current_device_uses(ctx, eager_only=False)
+        # a collective or DDP(...) fed by a device use comes after that use in the message
+        derived = {id(n) for n, _ in uses if isinstance(n, ast.Call) and (ctx.qn(n) or "").startswith(
+            (D, DDP_CLASS))}
+        affected.extend(uses)
         if not affected:
             return
         seen: set[tuple[int, int]] = set()
         uniq = []
-        for node, msg in sorted(affected, key=lambda a: (a[0].lineno, a[0].col_offset)):
+        for node, msg in sorted(affected, key=lambda a: (a[0].lineno, id(a[0]) in derived, a[0].col_offset)):
             key = (node.lineno, node.col_offset)
             if key not in seen:
                 seen.add(key)
@@ -133,7 +137,7 @@ class NcclWithoutSetDevice(Rule):
             # several inits (one per entry point): each owns the calls of its own function, and
             # all share the calls made in functions without an init of their own
             scope = sem.scope_of(init)
-            mine = affected if len(nccl_inits) == 1 else [
+            mine = uniq if len(nccl_inits) == 1 else [
                 a for a in uniq if sem.scope_of(a[0]) is scope or id(sem.scope_of(a[0])) not in init_scopes]
             if not mine:
                 continue
