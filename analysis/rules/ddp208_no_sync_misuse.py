@@ -7,6 +7,7 @@ from ..registry import Rule
 from ._training import backward_calls, ddp_holder, enclosing_function
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
 class NoSyncMisuse(Rule):
@@ -17,6 +18,11 @@ class NoSyncMisuse(Rule):
 
     - `with model.no_sync(): loss.backward()` where the body has a `backward()` but no forward of
       `model`, and the forward ran before the block, in the same function;
+    - an accumulation loop whose synchronising micro-batch is not the one after which the
+      optimizer steps: `model.no_sync() if i % accum != 0 else nullcontext()` (the first of each
+      window synchronises) with `if (i + 1) % accum == 0: optimizer.step()` (the last one steps).
+      Only plain modular tests on the loop variable are compared (`(i + c) % k == r`, `!=`, `not`,
+      a name bound once to one);
     - a loop in which **every** `backward()` runs inside `with model.no_sync():` and the optimizer
       steps (`optimizer.step()`): the gradients it applies were never synchronised.
 
@@ -30,8 +36,11 @@ class NoSyncMisuse(Rule):
     else gradients will still be synchronized." A `no_sync()` around `backward()` alone saves
     nothing: every micro-batch is still all-reduced.
 
-    The opposite mistake is worse: when no micro-batch ever leaves `no_sync()`, no all-reduce ever
-    happens and each rank steps on its own gradients. The replicas drift apart without an error.
+    The opposite mistakes are worse. When the window synchronises its first micro-batch and steps
+    after its last, the all-reduce carries only the first micro-batch's gradients and the step adds
+    the local, unsynchronised rest. When no micro-batch ever leaves `no_sync()`, no all-reduce ever
+    happens. Either way each rank steps on different gradients and the replicas drift apart
+    without an error.
 
     ## Example
     ```python
@@ -77,7 +86,54 @@ class NoSyncMisuse(Rule):
             if fn is None or _manual_allreduce(ctx, fn):
                 continue
             self._backward_only(ctx, w, holder, fn)
+        self._wrong_micro_batch(ctx)
         self._never_synced(ctx)
+
+    def _wrong_micro_batch(self, ctx) -> None:
+        """The micro-batch that synchronises is not the one after which the optimizer steps."""
+        for call in ctx.sem.calls:
+            f = call.func
+            if not (isinstance(f, ast.Attribute) and f.attr == "no_sync" and not call.args
+                    and isinstance(f.value, (ast.Name, ast.Attribute))):
+                continue
+            holder = f.value
+            loop = next((a for a in ctx.sem.ancestors(call) if isinstance(a, _LOOPS + _FUNCS)), None)
+            if not isinstance(loop, _LOOPS) or not ddp_holder(ctx, holder, call):
+                continue
+            fn = enclosing_function(call)
+            if fn is None or _manual_allreduce(ctx, fn):
+                continue
+            got = _sync_condition(ctx, call, holder, loop)
+            if got is None:
+                continue
+            sync_node, sync = got
+            steps = [c for st in loop.body for c in ast.walk(st) if isinstance(c, ast.Call)
+                     and isinstance(c.func, ast.Attribute) and c.func.attr == "step" and _optimizer_step(c)]
+            guards = []
+            for c in steps:
+                g = next((a for a in ctx.sem.ancestors(c) if isinstance(a, (ast.If, *_LOOPS))), None)
+                if not isinstance(g, ast.If) or not _inside(g, loop):
+                    guards = []
+                    break  # an unguarded step: not an accumulation loop
+                t = _mod_test(ctx, g.test, loop, 0)
+                if t is None:
+                    guards = []
+                    break
+                guards.append((g, t if _in_body(c, g) else (t[0], t[1], t[2], not t[3])))
+            if not guards:
+                continue
+            g, step = guards[0]
+            if not (sync[0] == step[0] and sync[2] == step[2] and sync[3] and step[3]) or sync[1] == step[1]:
+                continue
+            h = ctx.text(holder)
+            ctx.report(
+                sync_node,
+                f"`{h}.no_sync()` lets the micro-batch where `{_spell(sync)}` synchronise, but the optimizer "
+                f"steps where `{_spell(step)}` (line {g.lineno}): the step applies gradients whose last "
+                "micro-batches were never all-reduced, and the ranks drift apart. Synchronise the micro-batch "
+                "that steps",
+                related=[(g.test, "the optimizer steps under this test")],
+            )
 
     def _backward_only(self, ctx, w, holder, fn) -> None:
         body_nodes = [n for st in w.body for n in ast.walk(st)]
@@ -131,6 +187,106 @@ class NoSyncMisuse(Rule):
                     "ever happens and the ranks drift apart",
                     related=[(w.items[0].context_expr, "every backward is inside this block")],
                 )
+
+
+def _optimizer_step(c: ast.Call) -> bool:
+    recv = c.func.value
+    if _is_optimizer(recv) and not c.args:
+        return True
+    return bool(c.args) and _is_optimizer(c.args[0])
+
+
+def _inside(node, outer) -> bool:
+    p = getattr(node, "_p", None)
+    while p is not None:
+        if p is outer:
+            return True
+        p = getattr(p, "_p", None)
+    return False
+
+
+def _in_body(node, if_node) -> bool:
+    child = node
+    for a in _ancestors(node):
+        if a is if_node:
+            return child in if_node.body
+        child = a
+    return False
+
+
+def _ancestors(node):
+    p = getattr(node, "_p", None)
+    while p is not None:
+        yield p
+        p = getattr(p, "_p", None)
+
+
+def _spell(t) -> str:
+    var, residue, k, _ = t
+    return f"{var} % {k} == {residue}" if residue >= 0 else f"({var} + {-residue}) % {k} == 0"
+
+
+def _mod_test(ctx, e, loop, depth):
+    """(var, residue, k text, holds) for ``(var + c) % k == r`` / ``!= r`` / ``not ...`` / a name bound
+    once, in the loop, to such a test: ``holds`` is True when the test is true exactly on the
+    iterations where ``var`` is ``residue`` mod ``k`` (False: on all the others)."""
+    if depth > 3 or e is None:
+        return None
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        t = _mod_test(ctx, e.operand, loop, depth + 1)
+        return None if t is None else (t[0], t[1], t[2], not t[3])
+    if isinstance(e, ast.Name):
+        binds = [b for b in ctx.sem.assignments(ctx.sem.scope_of(loop)).get(e.id, [])]
+        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not _inside(binds[0], loop):
+            return None
+        return _mod_test(ctx, binds[0].value, loop, depth + 1)
+    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    left, right = e.left, e.comparators[0]
+    if not (isinstance(right, ast.Constant) and type(right.value) is int):
+        return None
+    if not (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod)):
+        return None
+    a = left.left
+    off = 0
+    if isinstance(a, ast.BinOp) and isinstance(a.op, (ast.Add, ast.Sub)) and isinstance(a.right, ast.Constant) \
+            and type(a.right.value) is int:
+        off = a.right.value if isinstance(a.op, ast.Add) else -a.right.value
+        a = a.left
+    if not isinstance(a, ast.Name) or a.id not in _loop_vars(loop):
+        return None
+    k = left.right
+    if not isinstance(k, (ast.Name, ast.Attribute, ast.Constant)):
+        return None
+    return (a.id, right.value - off, ctx.text(k), isinstance(e.ops[0], ast.Eq))
+
+
+def _loop_vars(loop) -> set[str]:
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _sync_condition(ctx, call, holder, loop):
+    """(node to report, test) where the test holds on the iterations that synchronise, for
+    ``X.no_sync() if C else nullcontext()`` (in a ``with`` or bound once to a name) and for
+    ``if C: with X.no_sync(): ... else: ...``."""
+    p = getattr(call, "_p", None)
+    if isinstance(p, ast.IfExp) and p.test is not call:
+        t = _mod_test(ctx, p.test, loop, 0)
+        if t is None:
+            return None
+        return p.test, (t[0], t[1], t[2], not t[3]) if call is p.body else t
+    if isinstance(p, ast.withitem):
+        w = getattr(p, "_p", None)
+        q = getattr(w, "_p", None)
+        if isinstance(q, ast.If) and q.orelse and _inside(q, loop) and w in (*q.body, *q.orelse) \
+                and len(q.body) == 1 and len(q.orelse) >= 1:
+            t = _mod_test(ctx, q.test, loop, 0)
+            if t is None:
+                return None
+            return q.test, (t[0], t[1], t[2], not t[3]) if w in q.body else t
+    return None
 
 
 def _all_nodes(ctx):
