@@ -139,6 +139,9 @@ class NcclWithoutSetDevice(Rule):
             scope = sem.scope_of(init)
             mine = uniq if len(nccl_inits) == 1 else [
                 a for a in uniq if sem.scope_of(a[0]) is scope or id(sem.scope_of(a[0])) not in init_scopes]
+            # `if args.distributed: init(...) else: model.cuda()`: the single-process branch never
+            # has the group
+            mine = [a for a in mine if not _exclusive_branches(init, a[0])]
             if not mine:
                 continue
             first = mine[0][0]
@@ -152,6 +155,30 @@ class NcclWithoutSetDevice(Rule):
                 related=mine[:20],
                 fix=fix,
             )
+
+
+def _exclusive_branches(a: ast.AST, b: ast.AST) -> bool:
+    """``a`` and ``b`` sit in different branches of one ``if`` (or if-expression)."""
+    path_a = {}
+    child = a
+    p = getattr(a, "_p", None)
+    while p is not None:
+        path_a[id(p)] = child
+        child = p
+        p = getattr(p, "_p", None)
+    child = b
+    p = getattr(b, "_p", None)
+    while p is not None:
+        if id(p) in path_a:
+            ca = path_a[id(p)]
+            if isinstance(p, ast.If):
+                return (ca in p.body) != (child in p.body) and ca is not p.test and child is not p.test
+            if isinstance(p, ast.IfExp):
+                return ca is not p.test and child is not p.test and ca is not child
+            return False
+        child = p
+        p = getattr(p, "_p", None)
+    return False
 
 
 def _label(ctx, node: ast.AST) -> str:

@@ -37,7 +37,9 @@ class UnusedParameters(Rule):
     Only what the class body proves is reported: an attribute that `forward` (or anything else in
     the class) reads, even under a condition, is not flagged; nor is a class that reaches its
     submodules reflectively (`self.children()`, `self.parameters()`, `getattr(self, ...)`, `self`
-    passed to a helper), that is subclassed in the file, or a file that touches `requires_grad`.
+    passed to a helper), that is subclassed in the file, an attribute that code outside the class
+    reads (`model.module.aux_head(feats)`), a `DistributedDataParallel(..., **kwargs)` call, or a
+    file that turns `requires_grad` off or uses `static_graph`.
     The file must also call `backward()`.
 
     ## Why is this bad?
@@ -101,7 +103,12 @@ class UnusedParameters(Rule):
             return
         subclassed = {b.id for st in classes.values() for b in st.bases if isinstance(b, ast.Name)}
         reported: set[int] = set()
+        if "_set_static_graph" in ctx.src.text:
+            return
+        outside: set[str] | None = None
         for call in ctx.calls_to(DDP_CLASS):
+            if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+                continue  # DDP(model, **ddp_kwargs): find_unused_parameters may be in there
             fup = get_arg(call, None, "find_unused_parameters")
             if fup is not None and not (isinstance(fup, ast.Constant) and fup.value is False):
                 continue
@@ -113,6 +120,11 @@ class UnusedParameters(Rule):
             if not _plain_module(ctx, cls):
                 continue
             unused = _unused_attrs(ctx, cls)
+            if unused and outside is None:
+                outside = _attrs_read_outside(ctx, classes)
+            # ``model.module.aux_head(feats)`` in the training loop: the layer gets its gradient
+            # outside forward, which DDP accepts
+            unused = [u for u in unused if u[1] not in (outside or set())]
             for stmt, attr, kind in unused:
                 if id(stmt) in reported:
                     continue
@@ -141,6 +153,18 @@ def _freezes(ctx) -> bool:
                     getattr(n, "_p", None), (ast.Assign, ast.AugAssign)):
                 return True
     return False
+
+
+def _attrs_read_outside(ctx, classes) -> set[str]:
+    """Attribute names read anywhere outside the file's classes (any receiver)."""
+    spans = [(c.lineno, c.end_lineno) for c in classes.values()]
+    out: set[str] = set()
+    for n in ast.walk(ctx.sem.tree):
+        if isinstance(n, ast.Attribute) and not any(a <= n.lineno <= b for a, b in spans):
+            out.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and not any(a <= n.lineno <= b for a, b in spans):
+            out.add(n.value)
+    return out
 
 
 def _module_class(ctx, e, at, classes, depth: int = 0):
