@@ -333,6 +333,9 @@ def _report_before_pin(ctx, nccl_inits) -> None:
                 continue
             if not _runs_after(sem, init, node) or _shares_loop(sem, node, pin):
                 continue
+            if any(sem.scope_of(c) is scope and init.lineno < c.lineno < node.lineno
+                   for c in _calls_to_pinning_functions(ctx)):
+                continue  # ``setup(args)`` of this file pins before the call
             if fix is None:
                 fix = _early_pin_fix(ctx, init, pin)
             ctx.report(
@@ -342,6 +345,35 @@ def _report_before_pin(ctx, nccl_inits) -> None:
                 related=[(init, "NCCL process group created here"), (pin, "the device is pinned only here")],
                 fix=fix or None,
             )
+
+
+def _calls_to_pinning_functions(ctx) -> list[ast.Call]:
+    """Calls of functions of this file that pin the device, directly or through another one."""
+    sem = ctx.sem
+    pinning: set[str] = set()
+    for c in _pin_like_calls(ctx):
+        fn = sem.enclosing_function(c)
+        if fn is not None:
+            pinning.add(fn.name)
+    for _ in range(3):
+        grew = False
+        for c in sem.calls:
+            f = c.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in pinning and name in sem.functions:
+                fn = sem.enclosing_function(c)
+                if fn is not None and fn.name not in pinning:
+                    pinning.add(fn.name)
+                    grew = True
+        if not grew:
+            break
+    out = []
+    for c in sem.calls:
+        f = c.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        if name in pinning and name in sem.functions:
+            out.append(c)
+    return out
 
 
 def _pinned_before(pin_lines, node, pin) -> bool:
@@ -488,6 +520,13 @@ def _is_device_like(ctx, name: str, scope) -> bool:
     val = ctx.sem.single_value(name, scope)
     if val is None:
         return True
+    # ``gpu = torch.cuda.current_device()`` / ``device = torch.device("cuda")``: that is the
+    # current device itself, pinning it changes nothing
+    for n in ast.walk(val):
+        if isinstance(n, ast.Call) and ctx.qn(n) == "torch.cuda.current_device":
+            return False
+    if _is_cuda_literal(ctx, val, val):
+        return False
     if isinstance(val, ast.Constant) and isinstance(val.value, str):
         return ":" in val.value  # "cuda:1" pins; "cuda" does not
     return True
