@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ast
 
+from ..semantic import Semantic
+
 from ._model_flow import is_ddp_wrapper
+
+parent = Semantic.parent  # the engine's parent links
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -35,11 +39,11 @@ def grad_disabled(ctx, node: ast.AST) -> bool:
 
 
 def enclosing_function(node: ast.AST):
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         if isinstance(p, _FUNCS):
             return p
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return None
 
 

@@ -4,9 +4,11 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names
+from ..semantic import FUNC_TYPES, get_arg, param_names, Semantic
 from ._common import D
 from ._model_flow import device_in_scope
+
+parent = Semantic.parent  # the engine's parent links
 
 # op -> (position, keyword) of the tensor it reduces / sends in place
 _OPS = {
@@ -149,7 +151,7 @@ def _scalar(ctx, e, scope, depth: int) -> str | None:
 def _make_fix(ctx, call, op, arg, scope):
     if op not in _IN_PLACE or not isinstance(arg, ast.Name):
         return None
-    stmt = getattr(call, "_p", None)
+    stmt = parent(call)
     if not isinstance(stmt, ast.Expr) or not ctx.stmt_starts_line(stmt) or stmt.lineno != stmt.end_lineno:
         return None
     device = device_in_scope(ctx, call)

@@ -5,9 +5,11 @@ import re
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names
+from ..semantic import FUNC_TYPES, get_arg, param_names, Semantic
 from ._common import D
 from ._guards import rank_kind
+
+parent = Semantic.parent  # the engine's parent links
 
 _PEER_NAME = re.compile(r"rank|peer|neighbo|left|right|prev|next|dst|src|partner", re.I)
 
@@ -121,7 +123,7 @@ def _make_fix(ctx, s, st, r, fn):
     if not isinstance(st, ast.Expr) or st.value is not s:
         return None
     rst = ctx.sem.statement_of(r)
-    if getattr(rst, "_p", None) is not getattr(st, "_p", None) or not isinstance(s.func, ast.Attribute):
+    if parent(rst) is not parent(st) or not isinstance(s.func, ast.Attribute):
         return None
     taken = set(ctx.sem.assignments(fn)) | set(param_names(fn))
     name = "send_req"

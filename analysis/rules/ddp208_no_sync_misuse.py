@@ -4,7 +4,10 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
+from ..semantic import Semantic
 from ._training import backward_calls, ddp_holder, enclosing_function
+
+parent = Semantic.parent  # the engine's parent links
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -197,11 +200,11 @@ def _optimizer_step(c: ast.Call) -> bool:
 
 
 def _inside(node, outer) -> bool:
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         if p is outer:
             return True
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 
@@ -215,10 +218,10 @@ def _in_body(node, if_node) -> bool:
 
 
 def _ancestors(node):
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None:
         yield p
-        p = getattr(p, "_p", None)
+        p = parent(p)
 
 
 def _spell(t) -> str:
@@ -271,15 +274,15 @@ def _sync_condition(ctx, call, holder, loop):
     """(node to report, test) where the test holds on the iterations that synchronise, for
     ``X.no_sync() if C else nullcontext()`` (in a ``with`` or bound once to a name) and for
     ``if C: with X.no_sync(): ... else: ...``."""
-    p = getattr(call, "_p", None)
+    p = parent(call)
     if isinstance(p, ast.IfExp) and p.test is not call:
         t = _mod_test(ctx, p.test, loop, 0)
         if t is None:
             return None
         return p.test, (t[0], t[1], t[2], not t[3]) if call is p.body else t
     if isinstance(p, ast.withitem):
-        w = getattr(p, "_p", None)
-        q = getattr(w, "_p", None)
+        w = parent(p)
+        q = parent(w)
         if isinstance(q, ast.If) and q.orelse and _inside(q, loop) and w in (*q.body, *q.orelse) \
                 and len(q.body) == 1 and len(q.orelse) >= 1:
             t = _mod_test(ctx, q.test, loop, 0)
@@ -300,8 +303,8 @@ def _withs(ctx):
     for c in ctx.sem.calls:
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr == "no_sync" and not c.args and not c.keywords:
-            item = getattr(c, "_p", None)
-            w = getattr(item, "_p", None)
+            item = parent(c)
+            w = parent(item)
             if isinstance(item, ast.withitem) and isinstance(w, ast.With) and id(w) not in seen:
                 seen.add(id(w))
                 yield w

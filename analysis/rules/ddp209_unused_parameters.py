@@ -4,8 +4,10 @@ import ast
 
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, Semantic
 from ._common import DDP_CLASS
+
+parent = Semantic.parent  # the engine's parent links
 
 # torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)
 _PARAM_LAYERS = {
@@ -150,7 +152,7 @@ def _freezes(ctx) -> bool:
     for st in ctx.sem.tree.body:
         for n in ast.walk(st):
             if isinstance(n, ast.Attribute) and n.attr == "requires_grad" and isinstance(
-                    getattr(n, "_p", None), (ast.Assign, ast.AugAssign)):
+                    parent(n), (ast.Assign, ast.AugAssign)):
                 return True
     return False
 
@@ -231,10 +233,10 @@ def _unused_attrs(ctx, cls: ast.ClassDef):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
             if n.attr in _REFLECTIVE:
                 return []
-            if not (isinstance(getattr(n, "_p", None), ast.Assign) and n in n._p.targets):
+            if not (isinstance(parent(n), ast.Assign) and n in parent(n).targets):
                 used.add(n.attr)
         elif isinstance(n, ast.Name) and n.id == "self":
-            p = getattr(n, "_p", None)
+            p = parent(n)
             if not isinstance(p, ast.Attribute) and not isinstance(p, ast.arguments) and not isinstance(p, ast.arg):
                 return []  # self handed over whole: what the callee touches is unknown
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr", "vars",
@@ -246,7 +248,7 @@ def _unused_attrs(ctx, cls: ast.ClassDef):
     counts: dict[str, int] = {}
     for n in ast.walk(cls):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" and \
-                isinstance(getattr(n, "_p", None), (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                isinstance(parent(n), (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             counts[n.attr] = counts.get(n.attr, 0) + 1
     return [(st, attr, kind) for st, attr, kind in created if attr not in used and counts.get(attr, 0) == 1]
 
