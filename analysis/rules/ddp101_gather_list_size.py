@@ -261,10 +261,7 @@ def _world_is_node(ctx) -> bool:
     if sem.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
                     "torch.multiprocessing.Process", "multiprocessing.Process"):
         return True
-    for name in sem.assignments(sem.tree):
-        if "world" in name.lower() or "nproc" in name.lower():
-            return True
-    for fn in (n for lst in sem.functions.values() for n in lst):
+    for fn in (sem.tree, *(n for lst in sem.functions.values() for n in lst)):
         for name in sem.assignments(fn):
             if "world" in name.lower() or "nproc" in name.lower():
                 for b in sem.assignments(fn)[name]:
