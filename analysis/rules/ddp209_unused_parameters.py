@@ -55,6 +55,8 @@ class UnusedParameters(Rule):
     You can enable unused parameter detection by passing the keyword argument
     `find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`, and by making sure
     all `forward` function outputs participate in calculating loss.
+    ...
+    Parameter indices which did not receive grad for rank 0: 130 131
     ```
 
     ## Example
