@@ -7,7 +7,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
-                      TENSOR_COLLECTIVES, init_backend_is_nccl)
+                      TENSOR_COLLECTIVES, init_backend_is_nccl, is_simple_ref)
 
 _DEVICE_NAME = re.compile(r"(^|_)(local_?rank|device|dev|gpu|cuda)(_|$)|^(device_id|gpu_id|dev_id)$", re.I)
 _PREFERRED_NAMES = ("local_rank", "device_id", "gpu_id", "gpu", "device", "local_device", "dev_id", "dev")
@@ -144,7 +144,8 @@ class NcclWithoutSetDevice(Rule):
             mine = [a for a in mine if not _exclusive_branches(init, a[0])]
             if not mine:
                 continue
-            first = mine[0][0]
+            # name a call of the init's own function first (the one the reader is looking at)
+            first = next((a[0] for a in mine if sem.scope_of(a[0]) is scope), mine[0][0])
             n = len(mine)
             more = f" and {n - 1} more call{'s' if n > 2 else ''}" if n > 1 else ""
             fix = _make_fix(ctx, init, [a[0] for a in mine])
@@ -495,10 +496,20 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
     assigned = sem.assignments(scope)
     visible = lambda n: n in params or n in assigned  # noqa: E731
     cands: list[str] = []
+    attr_cands: list[str] = []
     for c in sem.calls_to(DDP_CLASS):
         ids = get_arg(c, 1, "device_ids")
         if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1 and isinstance(ids.elts[0], ast.Name):
             cands.append(ids.elts[0].id)
+        elif isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1 and isinstance(ids.elts[0], ast.Attribute):
+            # ``device_ids=[args.local_rank]``: usable when ``args`` is visible at the init
+            e = ids.elts[0]
+            root = e
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and is_simple_ref(e) and _DEVICE_NAME.search(e.attr) \
+                    and (root.id in params or any(b.lineno < init.lineno for b in assigned.get(root.id, ()))):
+                attr_cands.append(ctx.text(e))
     for c in sem.calls:
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr in ("to", "cuda") and c.args and isinstance(c.args[0], ast.Name):
@@ -511,7 +522,7 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
     for n in cands:
         if visible(n) and _is_device_like(ctx, n, scope):
             return n
-    return None
+    return attr_cands[0] if len(set(attr_cands)) == 1 else None
 
 
 def _is_device_like(ctx, name: str, scope) -> bool:

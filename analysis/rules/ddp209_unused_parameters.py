@@ -6,6 +6,7 @@ from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, Semantic
 from ._common import DDP_CLASS
+from ._model_flow import reaching_assignment
 
 parent = Semantic.parent  # the engine's parent links
 
@@ -184,7 +185,10 @@ def _module_class(ctx, e, at, classes, depth: int = 0):
             return classes[e.func.id]
         return None
     if isinstance(e, ast.Name):
-        return _module_class(ctx, ctx.sem.single_value(e.id, ctx.sem.scope_of(at)), at, classes, depth + 1)
+        st = reaching_assignment(ctx, e.id, at)  # `model = Net().cuda(); model = DDP(model, ...)`
+        if st is None:
+            return None
+        return _module_class(ctx, st.value, st, classes, depth + 1)
     return None
 
 
@@ -239,6 +243,8 @@ def _unused_attrs(ctx, cls: ast.ClassDef):
                 used.add(n.attr)
         elif isinstance(n, ast.Name) and n.id == "self":
             p = parent(n)
+            if isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "super":
+                continue  # super(Net, self).__init__()
             if not isinstance(p, ast.Attribute) and not isinstance(p, ast.arguments) and not isinstance(p, ast.arg):
                 return []  # self handed over whole: what the callee touches is unknown
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr", "vars",
