@@ -16,7 +16,40 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 def ddp_holder(ctx, expr: ast.AST, at: ast.AST) -> bool:
     """``expr`` (a name or ``self.attr``) provably holds the DDP wrapper at ``at``."""
-    return is_ddp_wrapper(ctx, expr, at) is not None
+    if is_ddp_wrapper(ctx, expr, at) is not None:
+        return True
+    return _self_attr_wrapped_in_init(ctx, expr, at)
+
+
+def _self_attr_wrapped_in_init(ctx, expr, at) -> bool:
+    """``self.model = model.to(gpu); ...; self.model = DDP(self.model, ...)`` in ``__init__`` (the
+    trainer-class shape), read in another method: the last binding in ``__init__`` is the wrapper and
+    no other method rebinds it."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return False
+    fn = next((a for a in ctx.sem.ancestors(at) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef) or fn.name == "__init__":
+        return False
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return False
+    last = None
+    for n in ast.walk(cls):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in tgts:
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Attribute) and x.attr == expr.attr and isinstance(x.value, ast.Name) \
+                            and x.value.id == "self":
+                        owner = next((a for a in ctx.sem.ancestors(n) if isinstance(a, (ast.FunctionDef,
+                                                                                       ast.AsyncFunctionDef))), None)
+                        if owner is not init or n not in init.body:
+                            return False  # rebound elsewhere, or conditionally
+                        if last is None or n.lineno > last.lineno:
+                            last = n
+    return (isinstance(last, ast.Assign) and isinstance(last.value, ast.Call)
+            and ctx.qn(last.value) == "torch.nn.parallel.DistributedDataParallel")
 
 
 def grad_disabled(ctx, node: ast.AST) -> bool:

@@ -115,6 +115,14 @@ def _scalar(ctx, e, scope, depth: int) -> str | None:
             if f.id in ("min", "max", "abs", "round") and not all(_scalar(ctx, a, scope, depth + 1) for a in e.args):
                 return None
             return f"a Python number (`{f.id}(...)`)"
+        callee = _own_callee(ctx, e)
+        if callee is not None and depth < 3:
+            rets = [n for n in ast.walk(callee) if isinstance(n, ast.Return)
+                    and next((a for a in ctx.sem.ancestors(n) if isinstance(a, (*FUNC_TYPES, ast.Lambda))), None)
+                    is callee]
+            if rets and not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(callee)) and all(
+                    r.value is not None and _scalar(ctx, r.value, callee, depth + 1) for r in rets):
+                return f"a Python number (`{callee.name}()` returns one)"
         return None
     if isinstance(e, ast.BinOp):
         if _scalar(ctx, e.left, scope, depth + 1) and _scalar(ctx, e.right, scope, depth + 1):
@@ -146,6 +154,22 @@ def _scalar(ctx, e, scope, depth: int) -> str | None:
             return None
         return "a Python number"
     return None
+
+
+def _own_callee(ctx, call: ast.Call):
+    """The function of this file that ``call`` runs: ``f(...)`` for a module-level ``def f``, or
+    ``self.m(...)`` for a method of the enclosing class (defined once, not decorated)."""
+    f = call.func
+    if isinstance(f, ast.Name) and f.id not in ctx.sem.aliases:
+        fns = [fn for fn in ctx.sem.functions.get(f.id, []) if isinstance(parent(fn), ast.Module)]
+    elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        cls = next((a for a in ctx.sem.ancestors(call) if isinstance(a, ast.ClassDef)), None)
+        fns = [fn for fn in (cls.body if cls is not None else []) if isinstance(fn, FUNC_TYPES) and fn.name == f.attr]
+    else:
+        return None
+    if len(fns) != 1 or fns[0].decorator_list:
+        return None
+    return fns[0]
 
 
 def _make_fix(ctx, call, op, arg, scope):
