@@ -156,7 +156,7 @@ def _check_non_root_lists(ctx, seen: set) -> None:
                 val = sem.single_value(lst.id, scope)
                 if val is None or len(binds) != 1 or _rank_dependent(ctx, binds[0]):
                     continue
-                if _mutated(ctx, lst.id, scope, call):
+                if _mutated_before(ctx, lst.id, scope, call):
                     continue
                 target = val
             if not _nonempty_list(ctx, target, scope) or id(target) in seen:
@@ -286,7 +286,7 @@ def _check_per_node_size(ctx, seen: set) -> None:
             target = out
             if isinstance(out, ast.Name):
                 val = sem.single_value(out.id, scope)
-                if val is None or _mutated(ctx, out.id, scope, call):
+                if val is None or _mutated_before(ctx, out.id, scope, call):
                     continue
                 target = val
             if isinstance(target, ast.IfExp):
@@ -425,6 +425,43 @@ def _mutated(ctx, name: str, scope, call) -> bool:
                         return True
         if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
             return True
+    return False
+
+
+def _mutated_before(ctx, name: str, scope, call) -> bool:
+    """``_mutated``, counting only what can run before ``call``: earlier lines, or anything in a
+    loop around it. ``torch.cat(out)`` after the collective does not change what it received."""
+    loops = [a for a in ctx.sem.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+    start = min([call.lineno, *(lp.lineno for lp in loops)])
+    end = max([call.lineno, *(lp.end_lineno for lp in loops)])
+    for n in _iter_scope_nodes(scope):
+        ln = getattr(n, "lineno", None)
+        if ln is None or n is call:
+            continue
+        if ln < call.lineno or start <= ln <= end:
+            if _mutates(ctx, n, name, call):
+                return True
+    return False
+
+
+def _mutates(ctx, n, name: str, call) -> bool:
+    if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Name) and n.value.id == name:
+        return True
+    if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:
+        return True
+    if isinstance(n, ast.Delete) and any(
+            isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name for t in n.targets):
+        return True
+    if isinstance(n, ast.Call) and n is not call:
+        if isinstance(n.func, ast.Name) and n.func.id in ("len", "print", "enumerate", "range", "zip", "str", "repr"):
+            return False
+        for a in (*n.args, *(k.value for k in n.keywords)):
+            if isinstance(a, ast.Name) and a.id == name:
+                qn = ctx.qn(n)
+                if not (qn and qn.startswith(D)):
+                    return True
+    if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+        return True
     return False
 
 
