@@ -86,7 +86,8 @@ class NcclWithoutSetDevice(Rule):
     `import os` if needed: this is **unsafe**, since it assumes the script is launched by torchrun.
 
     For a call before the pin, the fix repeats the script's own `torch.cuda.set_device(<name>)`
-    right after `init_process_group` when `<name>` is already bound there (**safe**: the device is
+    right after `init_process_group` when `<name>` is already bound there, or right after
+    `<name> = ...` when that assignment sits between the init and the call (**safe**: the device is
     the one the script pins anyway, only earlier); otherwise there is no fix.
     """
 
@@ -338,7 +339,7 @@ def _report_before_pin(ctx, nccl_inits) -> None:
                    for c in _calls_to_pinning_functions(ctx)):
                 continue  # ``setup(args)`` of this file pins before the call
             if fix is None:
-                fix = _early_pin_fix(ctx, init, pin)
+                fix = _early_pin_fix(ctx, init, pin, node)
             ctx.report(
                 node,
                 f"`{_label(ctx, node)}` runs after the NCCL `init_process_group` (line {init.lineno}) but before "
@@ -420,8 +421,9 @@ def _shares_loop(sem, node: ast.AST, pin: ast.AST) -> bool:
     return any(id(a) in loops for a in sem.ancestors(pin) if isinstance(a, _LOOPS))
 
 
-def _early_pin_fix(ctx, init: ast.Call, pin: ast.Call):
-    """Pin right after the init when the pin's argument is a name already bound there."""
+def _early_pin_fix(ctx, init: ast.Call, pin: ast.Call, first: ast.AST):
+    """Pin right after the init (or right after the pinned name is bound, when that happens between
+    the init and the first call that needs the pin)."""
     sem = ctx.sem
     if len(pin.args) != 1 or pin.keywords or not isinstance(pin.args[0], ast.Name):
         return False
@@ -430,14 +432,21 @@ def _early_pin_fix(ctx, init: ast.Call, pin: ast.Call):
     init_stmt = sem.statement_of(init)
     params = set(param_names(scope)) if isinstance(scope, FUNC_TYPES) else set()
     binds = sem.assignments(scope).get(name, [])
-    if name not in params and not any(b.end_lineno < init_stmt.lineno for b in binds):
+    anchor = None
+    if name in params or any(b.end_lineno < init_stmt.lineno for b in binds):
+        if any(init_stmt.lineno <= b.lineno < pin.lineno for b in binds):
+            return False  # rebound in between: the value at the init is not the pinned one
+        anchor = init_stmt
+    elif len(binds) == 1 and isinstance(binds[0], ast.Assign) and binds[0].end_lineno < first.lineno \
+            and _runs_after(sem, init, binds[0]) and _runs_after(sem, binds[0], first):
+        anchor = binds[0]  # ``local_rank = int(os.environ["LOCAL_RANK"])`` just after the init
+    if anchor is None:
         return False
-    if any(init_stmt.lineno <= b.lineno < pin.lineno for b in binds):
-        return False  # rebound in between: the value at the init is not the pinned one
-    edit = ctx.insert_after(init_stmt, f"{ctx.text(pin.func)}({name})")
+    edit = ctx.insert_after(anchor, f"{ctx.text(pin.func)}({name})")
     if edit is None:
         return False
-    return ctx.fix(Applicability.SAFE, f"Pin the device right after `init_process_group`: "
+    where = "`init_process_group`" if anchor is init_stmt else f"`{name}` is known"
+    return ctx.fix(Applicability.SAFE, f"Pin the device as soon as {where}: "
                                        f"`{ctx.text(pin.func)}({name})`", [edit])
 
 
