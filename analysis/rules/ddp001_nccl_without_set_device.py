@@ -228,11 +228,11 @@ def current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
             nodes.add(id(c))
     if not eager_only:
         for c in sem.calls_to("torch.device"):
-            if len(c.args) == 1 and not c.keywords and _const_cuda(c.args[0]):
+            if len(c.args) == 1 and not c.keywords and _const_cuda(c.args[0]) and _used_as_device(ctx, c):
                 out.append((c, '`torch.device("cuda")` is the current CUDA device'))
                 nodes.add(id(c))
     for c in sem.calls_to("torch.cuda.current_device"):
-        if _only_printed(c):
+        if _only_printed(c) or not _used_as_device(ctx, c):
             continue
         out.append((c, "`torch.cuda.current_device()` is 0 on every rank"))
         nodes.add(id(c))
@@ -256,6 +256,42 @@ def current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
             out.append((c, "`DistributedDataParallel(...)` broadcasts the parameters from their device, "
                            "cuda:0 on every rank, whatever `device_ids` says"))
     return out
+
+
+_DEVICE_KWS = frozenset({"device", "device_ids", "output_device", "map_location", "device_id"})
+
+
+def _device_position(ctx, node: ast.AST) -> bool:
+    """``node`` is where a device goes: ``.to(node)``, ``.cuda(node)``, ``torch.device(..., node)``,
+    ``device=node`` / ``device_ids=[node]`` / ``map_location=node``."""
+    p = parent(node)
+    if isinstance(p, (ast.List, ast.Tuple)):
+        node, p = p, parent(p)
+    if isinstance(p, ast.keyword):
+        return p.arg in _DEVICE_KWS
+    if isinstance(p, ast.Call) and node in p.args:
+        f = p.func
+        if isinstance(f, ast.Attribute) and f.attr in ("to", "cuda"):
+            return True
+        qn = ctx.qn(p) or ""
+        return qn in ("torch.device", "torch.cuda.device", DDP_CLASS)
+    return False
+
+
+def _used_as_device(ctx, call: ast.Call) -> bool:
+    """``torch.cuda.current_device()`` placing something (directly, or through a name bound to it
+    once); reading it in a test or a log line is not a use."""
+    if _device_position(ctx, call):
+        return True
+    st = parent(call)
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+        name = st.targets[0].id
+        scope = ctx.sem.scope_of(call)
+        for n in ast.walk(scope):
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) \
+                    and ctx.sem.scope_of(n) is scope and _device_position(ctx, n):
+                return True
+    return False
 
 
 def _const_cuda(node) -> bool:
