@@ -66,8 +66,9 @@ class ScalarToCollective(Rule):
     For an in-place collective (`all_reduce`, `broadcast`, `reduce`) called as a statement on a
     local name, when a device variable is in scope, the fix wraps the number in
     `torch.tensor(<name>, device=<device>)`, passes that, and reads the result back with `.item()`.
-    It is **unsafe**: the value becomes a float tensor (an `int` count is reduced as float64 when it
-    was a float, int64 when it was an int) and the device must be the one the process group uses.
+    It is **unsafe**: the reduction runs in the tensor's dtype (`float32` for a Python float, so a
+    large sum loses precision; `int64` for an int), `.item()` hands back a Python number again, and
+    the device must be the one the process group uses (a CUDA device for NCCL).
     """
 
     code = "DDP111"
