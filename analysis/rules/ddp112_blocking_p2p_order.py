@@ -27,11 +27,13 @@ class BlockingP2pOrder(Rule):
     peers that are constants.
 
     ## Why is this bad?
-    A blocking `send` returns only once the peer has taken the message. When every rank sends
-    first, every rank waits for a peer that is itself stuck in `send`: nobody reaches `recv`. Small
-    messages hide it (the transport buffers them: Gloo's socket buffers, NCCL's internal
-    buffers), so the script passes its tests and then hangs, with no error, as soon as a tensor
-    exceeds the buffer, until the collective timeout kills the job.
+    A blocking `send` of a message larger than the transport buffers returns only once the peer
+    has posted the matching `recv`. When every rank sends first, every rank waits for a peer that
+    is itself stuck in `send`: nobody reaches `recv`. Small messages hide it (Gloo's socket
+    buffers; with NCCL, the send and the recv of one peer pair are queued on one stream, as in any
+    two-rank exchange), so the script passes its tests and then hangs, with no error, as soon as a
+    tensor grows, until the collective timeout kills the job. Whether a given size hangs depends on
+    the backend and its version; the order is wrong regardless.
 
     ## Example
     ```python
