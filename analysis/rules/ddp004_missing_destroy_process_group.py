@@ -106,6 +106,8 @@ def _gloo_only(ctx, init: ast.Call) -> bool:
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
         parts = [p.split(":")[-1].strip().lower() for p in expr.value.split(",")]
         return all(p == "gloo" for p in parts)
+    if isinstance(expr, ast.Attribute):
+        return (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo"
     return False
 
 
