@@ -22,7 +22,8 @@ class MissingDestroyProcessGroup(Rule):
     a module-level `init_process_group`) that creates the default process group and never calls
     `dist.destroy_process_group()` (nor a `cleanup()`-style helper from elsewhere). Library helpers
     that only initialise (a `utils.init_distributed_mode(args)`) are left alone: tearing down is their
-    caller's job. A group whose backend is the literal `"gloo"` is not flagged: the exit warning
+    caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`) is not
+    flagged: the exit warning
     and the exit hang below are ProcessGroupNCCL's.
 
     ## Why is this bad?
