@@ -23,8 +23,8 @@ class MissingDestroyProcessGroup(Rule):
     `dist.destroy_process_group()` (nor a `cleanup()`-style helper from elsewhere). Library helpers
     that only initialise (a `utils.init_distributed_mode(args)`) are left alone: tearing down is their
     caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`) is not
-    flagged: the exit warning
-    and the exit hang below are ProcessGroupNCCL's.
+    flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`) and the exit hang below are
+    ProcessGroupNCCL's.
 
     ## Why is this bad?
     Since PyTorch 2.4 every rank prints at exit:
