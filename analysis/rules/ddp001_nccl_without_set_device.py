@@ -34,8 +34,9 @@ class NcclWithoutSetDevice(Rule):
 
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
     usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a
-    helper named like a device setter (`utils.setup_device(args)`, `init_device_mesh(...)`), since
-    what that helper pins is not visible here.
+    helper named like a device setter (`utils.setup_device(args)`, `init_device_mesh(...)`) or a
+    distributed-setup helper from another module (`init_distributed_mode(args)`, `setup_ddp(rank)`),
+    since what that helper pins is not visible here.
 
     ## Why is this bad?
     Without `set_device`, the current CUDA device is `cuda:0` on **every** rank. `.cuda()` and
@@ -515,6 +516,10 @@ def _pins_device(ctx) -> bool:
         n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
         if n and _PIN_HELPER.search(n):
             return True
+        # ``utils.init_distributed_mode(args)``, ``setup_ddp(rank)`` from another module: a
+        # distributed-setup helper whose body is not here may well pin the device
+        if n and n not in sem.functions and _DIST_SETUP.search(n) and not (ctx.qn(c) or "").startswith("torch."):
+            return True
     text = ctx.src.text
     if "CUDA_VISIBLE_DEVICES" in text:
         for line in ctx.src.lines:
@@ -523,6 +528,7 @@ def _pins_device(ctx) -> bool:
     return False
 
 
+_DIST_SETUP = re.compile(r"(setup|init|prepare|configure)_?(dist|ddp|gpus?\b|cuda|devices?\b|env)", re.I)
 _PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
 
 # os.environ["CUDA_VISIBLE_DEVICES"] = ..., os.putenv("CUDA_VISIBLE_DEVICES", ...),
