@@ -428,7 +428,8 @@ def _pin_like_calls(ctx) -> list[ast.Call]:
     for c in sem.calls:
         f = c.func
         n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        if n and _PIN_HELPER.search(n):
+        if n and (_PIN_HELPER.search(n) or (n not in sem.functions and _DIST_SETUP.search(n)
+                                            and not (ctx.qn(c) or "").startswith("torch."))):
             out.append(c)
     return out
 
