@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import Semantic
+from ..semantic import parent
 
 from ._model_flow import is_ddp_wrapper
 
-parent = Semantic.parent  # the engine's parent links
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)

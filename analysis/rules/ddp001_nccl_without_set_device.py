@@ -164,13 +164,13 @@ def _exclusive_branches(a: ast.AST, b: ast.AST) -> bool:
     """``a`` and ``b`` sit in different branches of one ``if`` (or if-expression)."""
     path_a = {}
     child = a
-    p = getattr(a, "_p", None)
+    p = parent(a)
     while p is not None:
         path_a[id(p)] = child
         child = p
-        p = getattr(p, "_p", None)
+        p = parent(p)
     child = b
-    p = getattr(b, "_p", None)
+    p = parent(b)
     while p is not None:
         if id(p) in path_a:
             ca = path_a[id(p)]
@@ -180,7 +180,7 @@ def _exclusive_branches(a: ast.AST, b: ast.AST) -> bool:
                 return ca is not p.test and child is not p.test and ca is not child
             return False
         child = p
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 
@@ -317,7 +317,7 @@ def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 
 
 
 def _only_printed(node: ast.AST) -> bool:
-    p = getattr(node, "_p", None)
+    p = parent(node)
     while p is not None and not isinstance(p, ast.stmt):
         if isinstance(p, ast.JoinedStr):
             return True
@@ -326,7 +326,7 @@ def _only_printed(node: ast.AST) -> bool:
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
             if name in ("print", "info", "debug", "warning", "log", "format"):
                 return True
-        p = getattr(p, "_p", None)
+        p = parent(p)
     return False
 
 
@@ -423,7 +423,7 @@ def _pin_like_calls(ctx) -> list[ast.Call]:
     sem = ctx.sem
     out = list(sem.calls_to("torch.cuda.set_device"))
     for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
-        if isinstance(getattr(c, "_p", None), ast.withitem):
+        if isinstance(parent(c), ast.withitem):
             out.append(c)
     for c in sem.calls:
         f = c.func
@@ -438,17 +438,17 @@ def _runs_after(sem, first: ast.AST, node: ast.AST) -> bool:
     """``first``'s statement is followed, in its own statement list, by a statement holding
     ``node`` (straight-line order, ignoring early exits)."""
     st = sem.statement_of(first)
-    parent = getattr(st, "_p", None)
+    block = parent(st)
     for field in ("body", "orelse", "finalbody", "handlers"):
-        lst = getattr(parent, field, None)
+        lst = getattr(block, field, None)
         if isinstance(lst, list) and st in lst:
             idx = lst.index(st)
             later = lst[idx + 1:]
             n = sem.statement_of(node)
-            while n is not None and n is not parent:
+            while n is not None and n is not block:
                 if n in later:
                     return True
-                n = getattr(n, "_p", None)
+                n = parent(n)
             return False
     return False
 

@@ -130,7 +130,7 @@ def _global_rank(ctx, site, scope, depth: int):
         e = e.args[0]
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.args and not e.keywords:
         fns = sem.functions.get(e.func.id, [])
-        if len(fns) == 1 and isinstance(getattr(fns[0], "_p", None), ast.Module):
+        if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
             fn = fns[0]
             rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
             if rets and all(r.value is not None for r in rets) and \
@@ -144,7 +144,7 @@ def _global_rank(ctx, site, scope, depth: int):
         if kind == "single" and isinstance(val, ast.Call):
             return _global_rank(ctx, val, sem.scope_of(val), depth + 1)
         if kind == "param" and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                isinstance(getattr(scope, "_p", None), ast.Module):
+                isinstance(parent(scope), ast.Module):
             return _param_filled_with_rank(ctx, scope, e.id, depth)
         return None
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":

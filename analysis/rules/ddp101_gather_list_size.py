@@ -434,7 +434,7 @@ def _mutated_before(ctx, name: str, scope, call) -> bool:
     loops = [a for a in ctx.sem.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
     start = min([call.lineno, *(lp.lineno for lp in loops)])
     end = max([call.lineno, *(lp.end_lineno for lp in loops)])
-    for n in _iter_scope_nodes(scope):
+    for n in iter_scope_nodes(scope):
         ln = getattr(n, "lineno", None)
         if ln is None or n is call:
             continue

@@ -4,11 +4,10 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names, Semantic
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ._common import D
 from ._model_flow import device_in_scope
 
-parent = Semantic.parent  # the engine's parent links
 
 # op -> (position, keyword) of the tensor it reduces / sends in place
 _OPS = {

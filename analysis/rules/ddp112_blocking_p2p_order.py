@@ -5,11 +5,10 @@ import re
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names, Semantic
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ._common import D
 from ._guards import rank_kind
 
-parent = Semantic.parent  # the engine's parent links
 
 _PEER_NAME = re.compile(r"rank|peer|neighbo|left|right|prev|next|dst|src|partner", re.I)
 

@@ -110,7 +110,7 @@ def _method_guarded(ctx, node: ast.AST, depth: int) -> bool | None:
         return None
     sem = ctx.sem
     fn = next((a for a in sem.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-    cls = getattr(fn, "_p", None)
+    cls = parent(fn)
     if fn is None or not isinstance(cls, ast.ClassDef):
         return None
     if fn.name == "__init__":

@@ -4,10 +4,9 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import Semantic
+from ..semantic import parent
 from ._training import backward_calls, ddp_holder, enclosing_function
 
-parent = Semantic.parent  # the engine's parent links
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)

@@ -4,11 +4,10 @@ import ast
 
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
-from ..semantic import get_arg, Semantic
+from ..semantic import get_arg, parent
 from ._common import DDP_CLASS
 from ._model_flow import reaching_assignment
 
-parent = Semantic.parent  # the engine's parent links
 
 # torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)
 _PARAM_LAYERS = {
