@@ -90,7 +90,7 @@ class ScalarToCollective(Rule):
                 ctx.report(
                     arg,
                     f"`{op}` needs a tensor, but `{_short(ctx.text(arg))}` is {what}: every rank raises "
-                    "`TypeError: Invalid function argument. Expected parameter `tensor` of type torch.Tensor`. "
+                    "TypeError ('Invalid function argument. Expected parameter `tensor` of type torch.Tensor'). "
                     "Wrap it in a tensor on the group's device",
                     fix=fix,
                 )
