@@ -175,7 +175,7 @@ def _check_non_root_lists(ctx, seen: set) -> None:
             ctx.report(
                 lst,
                 f"`{list_spec[1]}` is passed on every rank, but only the {role} rank may pass one: "
-                f"the others raise `ValueError: {error}`",
+                f"the others raise ValueError ('{error}')",
                 related=[(call, f"`{op}` called here on every rank")] if target is not lst else [],
                 fix=fix,
             )
