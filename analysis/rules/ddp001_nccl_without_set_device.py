@@ -7,7 +7,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
-                      init_backend_is_nccl)
+                      TENSOR_COLLECTIVES, init_backend_is_nccl, is_simple_ref)
 
 _DEVICE_NAME = re.compile(r"(^|_)(local_?rank|device|dev|gpu|cuda)(_|$)|^(device_id|gpu_id|dev_id)$", re.I)
 _PREFERRED_NAMES = ("local_rank", "device_id", "gpu_id", "gpu", "device", "local_device", "dev_id", "dev")
@@ -18,20 +18,33 @@ class NcclWithoutSetDevice(Rule):
     ## What it does
     Checks for an NCCL process group in a file that never pins the rank's CUDA device
     (`torch.cuda.set_device(...)`, `with torch.cuda.device(...)`, or a per-rank
-    `CUDA_VISIBLE_DEVICES`) while it makes calls that rely on the *current* CUDA device: the object
-    collectives (`all_gather_object`, `gather_object`, `scatter_object_list`, and
-    `broadcast_object_list` / `send_object_list` / `recv_object_list` without `device=`), and
-    `barrier()` without `device_ids` when `init_process_group` got no `device_id`.
+    `CUDA_VISIBLE_DEVICES`) while it relies on the *current* CUDA device:
+
+    - the object collectives (`all_gather_object`, `gather_object`, `scatter_object_list`, and
+      `broadcast_object_list` / `send_object_list` / `recv_object_list` without `device=`);
+    - `barrier()` without `device_ids` when `init_process_group` got no `device_id`;
+    - `.cuda()` without an index, `.to("cuda")`, `device="cuda"`, `torch.device("cuda")`,
+      `torch.cuda.current_device()` used as a value;
+    - tensor collectives on such tensors, and `DistributedDataParallel(model)` on such a module,
+      whatever its `device_ids` says.
+
+    It also checks the order when the file does pin the device: a call of the kinds above that runs
+    after the NCCL `init_process_group` and before `torch.cuda.set_device(...)` in the same function
+    (the dataset-download `barrier()` placed above the pin) is reported at that call.
 
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
     usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a
-    helper named like a device setter (`utils.setup_device(args)`, `init_device_mesh(...)`), since
-    what that helper pins is not visible here.
+    helper named like a device setter (`utils.setup_device(args)`, `init_device_mesh(...)`) or a
+    distributed-setup helper from another module (`init_distributed_mode(args)`, `setup_ddp(rank)`),
+    since what that helper pins is not visible here.
 
     ## Why is this bad?
-    The object collectives pickle each object into a tensor on `torch.cuda.current_device()`.
-    Without `set_device`, that is `cuda:0` on **every** rank, so all ranks of the node drive NCCL on
-    the same GPU. Depending on the NCCL version the job hangs forever in `all_gather_object`, or dies
+    Without `set_device`, the current CUDA device is `cuda:0` on **every** rank. `.cuda()` and
+    `device="cuda"` put every rank's tensors there, and the object collectives pickle each object
+    into a tensor there. `DistributedDataParallel.__init__` then verifies and broadcasts the
+    parameters over NCCL from the device they are on (`_verify_param_shape_across_processes`,
+    `_sync_module_states`): `device_ids=[local_rank]` does not move the module. All ranks of the
+    node drive NCCL on the same GPU. Depending on the NCCL version the job hangs forever, or dies
     with:
 
     ```
@@ -39,28 +52,30 @@ class NcclWithoutSetDevice(Rule):
     usage of NCCL library ... (Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...)
     ```
 
-    `init_process_group(device_id=...)` alone does not help the object collectives: they still use
-    `torch.cuda.current_device()`. `torch.cuda.synchronize()` does not help either.
+    A `barrier()` before any pin and before any other collective guesses its GPU from the global
+    rank, and PyTorch warns: "using GPU 0 to perform barrier as devices used by this process are
+    currently unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect."
+
+    `init_process_group(device_id=...)` alone does not help the object collectives or `.cuda()`:
+    they still use `torch.cuda.current_device()`. `torch.cuda.synchronize()` does not help either.
 
     ## Example
     ```python
+    local_rank = int(os.environ["LOCAL_RANK"])
     dist.init_process_group("nccl")
-    rank = dist.get_rank()
-    device_id = rank % torch.cuda.device_count()
-    model = DDP(ToyModel().to(device_id), device_ids=[device_id])
+    model = DDP(ToyModel().cuda(), device_ids=[local_rank])  # every rank on cuda:0
     output = [None for _ in range(dist.get_world_size())]
-    dist.all_gather_object(output, {"rank": rank})  # hangs: every rank is on cuda:0
+    dist.all_gather_object(output, {"rank": dist.get_rank()})  # hangs
     ```
 
     ## Use instead
     ```python
+    local_rank = int(os.environ["LOCAL_RANK"])
     dist.init_process_group("nccl")
-    rank = dist.get_rank()
-    device_id = rank % torch.cuda.device_count()
-    torch.cuda.set_device(device_id)
-    model = DDP(ToyModel().to(device_id), device_ids=[device_id])
+    torch.cuda.set_device(local_rank)
+    model = DDP(ToyModel().cuda(), device_ids=[local_rank])
     output = [None for _ in range(dist.get_world_size())]
-    dist.all_gather_object(output, {"rank": rank})
+    dist.all_gather_object(output, {"rank": dist.get_rank()})
     ```
 
     ## Fix safety
@@ -70,12 +85,17 @@ class NcclWithoutSetDevice(Rule):
     makes explicit the device the script already uses. Otherwise the fix inserts
     `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` after `init_process_group`, adding
     `import os` if needed: this is **unsafe**, since it assumes the script is launched by torchrun.
+
+    For a call before the pin, the fix repeats the script's own `torch.cuda.set_device(<name>)`
+    right after `init_process_group` when `<name>` is already bound there, or right after
+    `<name> = ...` when that assignment sits between the init and the call (**safe**: the device is
+    the one the script pins anyway, only earlier); otherwise there is no fix.
     """
 
     code = "DDP001"
     name = "nccl-without-set-device"
     severity = Severity.ERROR
-    fix_availability = "always"
+    fix_availability = "sometimes"
     requires_text = ("init_process_group",)
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
@@ -84,12 +104,14 @@ class NcclWithoutSetDevice(Rule):
         # ``if not dist.is_initialized(): init_process_group(...)`` is a fallback: the group (and the
         # device) normally come from elsewhere, so this file cannot tell whether a device is pinned
         nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)]
-        if not nccl_inits or _pins_device(ctx):
+        if not nccl_inits:
             return
-        affected: list[tuple[ast.Call, str]] = []
+        if _pins_device(ctx):
+            _report_before_pin(ctx, nccl_inits)
+            return
+        affected: list[tuple[ast.AST, str]] = []
         for c in ctx.dist_calls(*OBJECT_COLLECTIVES):
-            affected.append((c, f"`{c.func.attr if isinstance(c.func, ast.Attribute) else _short(ctx, c)}` "
-                                "pickles through the current CUDA device"))
+            affected.append((c, f"`{_short(ctx, c)}` pickles through the current CUDA device"))
         for c in ctx.dist_calls(*OBJECT_COLLECTIVES_WITH_DEVICE):
             if not has_kwarg(c, "device"):
                 affected.append((c, f"`{_short(ctx, c)}` without `device=` uses the current CUDA device"))
@@ -97,19 +119,373 @@ class NcclWithoutSetDevice(Rule):
             for c in ctx.dist_calls("barrier"):
                 if not has_kwarg(c, "device_ids"):
                     affected.append((c, "`barrier()` without `device_ids` uses the current CUDA device"))
+        uses = current_device_uses(ctx, eager_only=False)
+        # a collective or DDP(...) fed by a device use comes after that use in the message
+        derived = {id(n) for n, _ in uses if isinstance(n, ast.Call) and (ctx.qn(n) or "").startswith(
+            (D, DDP_CLASS))}
+        affected.extend(uses)
         if not affected:
             return
-        affected.sort(key=lambda a: (a[0].lineno, a[0].col_offset))
+        seen: set[tuple[int, int]] = set()
+        uniq = []
+        for node, msg in sorted(affected, key=lambda a: (a[0].lineno, id(a[0]) in derived, a[0].col_offset)):
+            key = (node.lineno, node.col_offset)
+            if key not in seen:
+                seen.add(key)
+                uniq.append((node, msg))
+        sem = ctx.sem
+        init_scopes = {id(sem.scope_of(i)) for i in nccl_inits}
         for init in nccl_inits:
-            fix = _make_fix(ctx, init, [a[0] for a in affected])
-            n = len(affected)
+            # several inits (one per entry point): each owns the calls of its own function, and
+            # all share the calls made in functions without an init of their own
+            scope = sem.scope_of(init)
+            mine = uniq if len(nccl_inits) == 1 else [
+                a for a in uniq if sem.scope_of(a[0]) is scope or id(sem.scope_of(a[0])) not in init_scopes]
+            # `if args.distributed: init(...) else: model.cuda()`: the single-process branch never
+            # has the group
+            mine = [a for a in mine if not _exclusive_branches(init, a[0])]
+            if not mine:
+                continue
+            # name a call of the init's own function first (the one the reader is looking at)
+            first = next((a[0] for a in mine if sem.scope_of(a[0]) is scope), mine[0][0])
+            n = len(mine)
+            more = f" and {n - 1} more call{'s' if n > 2 else ''}" if n > 1 else ""
+            fix = _make_fix(ctx, init, [a[0] for a in mine])
             ctx.report(
                 init,
-                f"NCCL process group but no `torch.cuda.set_device(...)`: {n} call{'s' if n > 1 else ''} "
-                "then run on cuda:0 on every rank (hang or NCCL 'invalid usage')",
-                related=[(c, msg) for c, msg in affected],
+                f"NCCL process group but no `torch.cuda.set_device(...)`: `{_label(ctx, first)}` on line "
+                f"{first.lineno}{more} {'run' if n > 1 else 'runs'} on cuda:0 on every rank (hang or NCCL 'invalid usage')",
+                related=mine[:20],
                 fix=fix,
             )
+
+
+def _exclusive_branches(a: ast.AST, b: ast.AST) -> bool:
+    """``a`` and ``b`` sit in different branches of one ``if`` (or if-expression)."""
+    path_a = {}
+    child = a
+    p = parent(a)
+    while p is not None:
+        path_a[id(p)] = child
+        child = p
+        p = parent(p)
+    child = b
+    p = parent(b)
+    while p is not None:
+        if id(p) in path_a:
+            ca = path_a[id(p)]
+            if isinstance(p, ast.If):
+                return (ca in p.body) != (child in p.body) and ca is not p.test and child is not p.test
+            if isinstance(p, ast.IfExp):
+                return ca is not p.test and child is not p.test and ca is not child
+            return False
+        child = p
+        p = parent(p)
+    return False
+
+
+def _label(ctx, node: ast.AST) -> str:
+    """A short spelling of an affected expression for a message: `dist.barrier()`, `model.cuda()`."""
+    if isinstance(node, ast.Call):
+        full = ctx.text(node)
+        if len(full) <= 50 and "\n" not in full:
+            return full
+        text = ctx.text(node.func)
+        if len(text) > 40 or "\n" in text:
+            f = node.func
+            text = "." + f.attr if isinstance(f, ast.Attribute) else text[:40]
+        return text + "(...)"
+    text = ctx.text(node)
+    return text if len(text) <= 40 and "\n" not in text else text[:37] + "..."
+
+
+def current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
+    """Expressions that put tensors (or a communicator) on the *current* CUDA device: ``x.cuda()``
+    without an index, ``.to("cuda")``, ``device="cuda"``, ``torch.device("cuda")`` (unless
+    ``eager_only``: that object only picks its device when a tensor is made on it),
+    ``torch.cuda.current_device()`` used as a value, and tensor collectives / DDP constructors fed
+    with such tensors or modules."""
+    sem = ctx.sem
+    out: list[tuple[ast.AST, str]] = []
+    nodes: set[int] = set()  # ids of the affected expressions
+    for c in sem.calls:
+        f = c.func
+        if not isinstance(f, ast.Attribute):
+            continue
+        if f.attr == "cuda" and not c.args and all(k.arg == "non_blocking" for k in c.keywords):
+            if ctx.qn(f.value) in ("torch", "torch.cuda"):
+                continue
+            out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
+            nodes.add(id(c))
+        elif f.attr == "to" and c.args and _is_cuda_literal(ctx, c.args[0], c):
+            out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
+            nodes.add(id(c))
+    for c in sem.calls:
+        kw = next((k for k in c.keywords if k.arg == "device"), None)
+        if kw is None or id(c) in nodes:
+            continue
+        if _is_cuda_literal(ctx, kw.value, c, allow_device_obj=not eager_only):
+            out.append((c, f"`{_label(ctx, c)}` allocates on the current CUDA device"))
+            nodes.add(id(c))
+    if not eager_only:
+        for c in sem.calls_to("torch.device"):
+            if len(c.args) == 1 and not c.keywords and _const_cuda(c.args[0]) and _used_as_device(ctx, c):
+                out.append((c, '`torch.device("cuda")` is the current CUDA device'))
+                nodes.add(id(c))
+    for c in sem.calls_to("torch.cuda.current_device"):
+        if _only_printed(c) or not _used_as_device(ctx, c):
+            continue
+        out.append((c, "`torch.cuda.current_device()` is 0 on every rank"))
+        nodes.add(id(c))
+    if not nodes:
+        return out
+    # a collective or DDP(...) fed with one of them (directly or through a name bound once)
+    def fed(arg: ast.AST | None, scope) -> bool:
+        if arg is None:
+            return False
+        if id(arg) in nodes:
+            return True
+        if isinstance(arg, ast.Name):
+            val = sem.single_value(arg.id, scope)
+            return val is not None and any(id(n) in nodes for n in ast.walk(val))
+        return False
+    for c in ctx.dist_calls(*TENSOR_COLLECTIVES):
+        if fed(get_arg(c, 0, "tensor"), sem.scope_of(c)):
+            out.append((c, f"`{_short(ctx, c)}` on a tensor on the current CUDA device"))
+    for c in sem.calls_to(DDP_CLASS):
+        if fed(get_arg(c, 0, "module"), sem.scope_of(c)):
+            out.append((c, "`DistributedDataParallel(...)` broadcasts the parameters from their device, "
+                           "cuda:0 on every rank, whatever `device_ids` says"))
+    return out
+
+
+_DEVICE_KWS = frozenset({"device", "device_ids", "output_device", "map_location", "device_id"})
+
+
+def _device_position(ctx, node: ast.AST) -> bool:
+    """``node`` is where a device goes: ``.to(node)``, ``.cuda(node)``, ``torch.device(..., node)``,
+    ``device=node`` / ``device_ids=[node]`` / ``map_location=node``."""
+    p = parent(node)
+    if isinstance(p, (ast.List, ast.Tuple)):
+        node, p = p, parent(p)
+    if isinstance(p, ast.keyword):
+        return p.arg in _DEVICE_KWS
+    if isinstance(p, ast.Call) and node in p.args:
+        f = p.func
+        if isinstance(f, ast.Attribute) and f.attr in ("to", "cuda"):
+            return True
+        qn = ctx.qn(p) or ""
+        return qn in ("torch.device", "torch.cuda.device", DDP_CLASS)
+    return False
+
+
+def _used_as_device(ctx, call: ast.Call) -> bool:
+    """``torch.cuda.current_device()`` placing something (directly, or through a name bound to it
+    once); reading it in a test or a log line is not a use."""
+    if _device_position(ctx, call):
+        return True
+    st = parent(call)
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+        name = st.targets[0].id
+        scope = ctx.sem.scope_of(call)
+        for n in ast.walk(scope):
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) \
+                    and ctx.sem.scope_of(n) is scope and _device_position(ctx, n):
+                return True
+    return False
+
+
+def _const_cuda(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "cuda"
+
+
+def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 0) -> bool:
+    """``"cuda"``, ``torch.device("cuda")`` or a name bound once to one of them (an if-expression
+    ``"cuda" if torch.cuda.is_available() else "cpu"`` counts: on a GPU node it is "cuda")."""
+    if depth > 3 or node is None:
+        return False
+    if _const_cuda(node):
+        return True
+    if isinstance(node, ast.IfExp):
+        return _const_cuda(node.body) or _const_cuda(node.orelse)
+    if allow_device_obj and isinstance(node, ast.Call) and ctx.qn(node) == "torch.device":
+        return len(node.args) == 1 and not node.keywords and _const_cuda(node.args[0])
+    if isinstance(node, ast.Name):
+        val = ctx.sem.single_value(node.id, ctx.sem.scope_of(at))
+        return _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1)
+    return False
+
+
+def _only_printed(node: ast.AST) -> bool:
+    p = parent(node)
+    while p is not None and not isinstance(p, ast.stmt):
+        if isinstance(p, ast.JoinedStr):
+            return True
+        if isinstance(p, ast.Call):
+            f = p.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in ("print", "info", "debug", "warning", "log", "format"):
+                return True
+        p = parent(p)
+    return False
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def _report_before_pin(ctx, nccl_inits) -> None:
+    """The file pins the device, but a call that uses the current device runs after the NCCL init
+    and before the pin, in the same function (the dataset-download ``barrier()`` placed above
+    ``torch.cuda.set_device(local_rank)``)."""
+    sem = ctx.sem
+    pins = [c for c in sem.calls_to("torch.cuda.set_device")]
+    if not pins:
+        return
+    for init in nccl_inits:
+        scope = sem.scope_of(init)
+        pin_lines = [c.lineno for c in _pin_like_calls(ctx) if sem.scope_of(c) is scope]
+        later = [p for p in pins if sem.scope_of(p) is scope and p.lineno > init.lineno]
+        if not later:
+            continue
+        pin = min(later, key=lambda p: p.lineno)
+        cands: list[tuple[ast.AST, str]] = []
+        for c in ctx.dist_calls(*OBJECT_COLLECTIVES):
+            cands.append((c, "pickles through the current CUDA device"))
+        for c in ctx.dist_calls(*OBJECT_COLLECTIVES_WITH_DEVICE):
+            if not has_kwarg(c, "device"):
+                cands.append((c, "uses the current CUDA device"))
+        if not has_kwarg(init, "device_id"):
+            for c in ctx.dist_calls("barrier"):
+                if not has_kwarg(c, "device_ids"):
+                    cands.append((c, "guesses its GPU from the global rank (torch warns: 'using GPU N to "
+                                     "perform barrier as devices used by this process are currently unknown')"))
+        for node, _ in current_device_uses(ctx, eager_only=True):
+            if isinstance(node, ast.Call) and ctx.qn(node) in (DDP_CLASS,) or \
+                    isinstance(node, ast.Call) and (ctx.qn(node) or "").startswith(D):
+                continue  # the collectives themselves are judged above
+            cands.append((node, "uses the current CUDA device, still cuda:0 on every rank"))
+        fix = None
+        for node, why in sorted(cands, key=lambda a: (a[0].lineno, a[0].col_offset)):
+            if sem.scope_of(node) is not scope or not (init.lineno < node.lineno < pin.lineno):
+                continue
+            if any(ln <= node.lineno for ln in pin_lines if ln != pin.lineno) or _pinned_before(pin_lines, node, pin):
+                continue
+            if not _runs_after(sem, init, node) or _shares_loop(sem, node, pin):
+                continue
+            if any(sem.scope_of(c) is scope and init.lineno < c.lineno < node.lineno
+                   for c in _calls_to_pinning_functions(ctx)):
+                continue  # ``setup(args)`` of this file pins before the call
+            if fix is None:
+                fix = _early_pin_fix(ctx, init, pin, node)
+            ctx.report(
+                node,
+                f"`{_label(ctx, node)}` runs after the NCCL `init_process_group` (line {init.lineno}) but before "
+                f"`{_label(ctx, pin)}` (line {pin.lineno}): it {why}",
+                related=[(init, "NCCL process group created here"), (pin, "the device is pinned only here")],
+                fix=fix or None,
+            )
+
+
+def _calls_to_pinning_functions(ctx) -> list[ast.Call]:
+    """Calls of functions of this file that pin the device, directly or through another one."""
+    sem = ctx.sem
+    pinning: set[str] = set()
+    for c in _pin_like_calls(ctx):
+        fn = sem.enclosing_function(c)
+        if fn is not None:
+            pinning.add(fn.name)
+    for _ in range(3):
+        grew = False
+        for c in sem.calls:
+            f = c.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in pinning and name in sem.functions:
+                fn = sem.enclosing_function(c)
+                if fn is not None and fn.name not in pinning:
+                    pinning.add(fn.name)
+                    grew = True
+        if not grew:
+            break
+    out = []
+    for c in sem.calls:
+        f = c.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        if name in pinning and name in sem.functions:
+            out.append(c)
+    return out
+
+
+def _pinned_before(pin_lines, node, pin) -> bool:
+    return any(ln < node.lineno for ln in pin_lines)
+
+
+def _pin_like_calls(ctx) -> list[ast.Call]:
+    sem = ctx.sem
+    out = list(sem.calls_to("torch.cuda.set_device"))
+    for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
+        if isinstance(parent(c), ast.withitem):
+            out.append(c)
+    for c in sem.calls:
+        f = c.func
+        n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        if n and (_PIN_HELPER.search(n) or (n not in sem.functions and _DIST_SETUP.search(n)
+                                            and not (ctx.qn(c) or "").startswith("torch."))):
+            out.append(c)
+    return out
+
+
+def _runs_after(sem, first: ast.AST, node: ast.AST) -> bool:
+    """``first``'s statement is followed, in its own statement list, by a statement holding
+    ``node`` (straight-line order, ignoring early exits)."""
+    st = sem.statement_of(first)
+    block = parent(st)
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        lst = getattr(block, field, None)
+        if isinstance(lst, list) and st in lst:
+            idx = lst.index(st)
+            later = lst[idx + 1:]
+            n = sem.statement_of(node)
+            while n is not None and n is not block:
+                if n in later:
+                    return True
+                n = parent(n)
+            return False
+    return False
+
+
+def _shares_loop(sem, node: ast.AST, pin: ast.AST) -> bool:
+    """Both in one loop: from the second iteration on, the device is pinned."""
+    loops = {id(a) for a in sem.ancestors(node) if isinstance(a, _LOOPS)}
+    return any(id(a) in loops for a in sem.ancestors(pin) if isinstance(a, _LOOPS))
+
+
+def _early_pin_fix(ctx, init: ast.Call, pin: ast.Call, first: ast.AST):
+    """Pin right after the init (or right after the pinned name is bound, when that happens between
+    the init and the first call that needs the pin)."""
+    sem = ctx.sem
+    if len(pin.args) != 1 or pin.keywords or not isinstance(pin.args[0], ast.Name):
+        return False
+    name = pin.args[0].id
+    scope = sem.scope_of(init)
+    init_stmt = sem.statement_of(init)
+    params = set(param_names(scope)) if isinstance(scope, FUNC_TYPES) else set()
+    binds = sem.assignments(scope).get(name, [])
+    anchor = None
+    if name in params or any(b.end_lineno < init_stmt.lineno for b in binds):
+        if any(init_stmt.lineno <= b.lineno < pin.lineno for b in binds):
+            return False  # rebound in between: the value at the init is not the pinned one
+        anchor = init_stmt
+    elif len(binds) == 1 and isinstance(binds[0], ast.Assign) and binds[0].end_lineno < first.lineno \
+            and _runs_after(sem, init, binds[0]) and _runs_after(sem, binds[0], first):
+        anchor = binds[0]  # ``local_rank = int(os.environ["LOCAL_RANK"])`` just after the init
+    if anchor is None:
+        return False
+    edit = ctx.insert_after(anchor, f"{ctx.text(pin.func)}({name})")
+    if edit is None:
+        return False
+    where = "`init_process_group`" if anchor is init_stmt else f"`{name}` is known"
+    return ctx.fix(Applicability.SAFE, f"Pin the device as soon as {where}: "
+                                       f"`{ctx.text(pin.func)}({name})`", [edit])
 
 
 def _fallback_init(call: ast.Call) -> bool:
@@ -141,6 +517,10 @@ def _pins_device(ctx) -> bool:
         n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
         if n and _PIN_HELPER.search(n):
             return True
+        # ``utils.init_distributed_mode(args)``, ``setup_ddp(rank)`` from another module: a
+        # distributed-setup helper whose body is not here may well pin the device
+        if n and n not in sem.functions and _DIST_SETUP.search(n) and not (ctx.qn(c) or "").startswith("torch."):
+            return True
     text = ctx.src.text
     if "CUDA_VISIBLE_DEVICES" in text:
         for line in ctx.src.lines:
@@ -149,6 +529,7 @@ def _pins_device(ctx) -> bool:
     return False
 
 
+_DIST_SETUP = re.compile(r"(setup|init|prepare|configure)_?(dist|ddp|gpus?\b|cuda|devices?\b|env)", re.I)
 _PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
 
 # os.environ["CUDA_VISIBLE_DEVICES"] = ..., os.putenv("CUDA_VISIBLE_DEVICES", ...),
@@ -167,10 +548,20 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
     assigned = sem.assignments(scope)
     visible = lambda n: n in params or n in assigned  # noqa: E731
     cands: list[str] = []
+    attr_cands: list[str] = []
     for c in sem.calls_to(DDP_CLASS):
         ids = get_arg(c, 1, "device_ids")
         if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1 and isinstance(ids.elts[0], ast.Name):
             cands.append(ids.elts[0].id)
+        elif isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1 and isinstance(ids.elts[0], ast.Attribute):
+            # ``device_ids=[args.local_rank]``: usable when ``args`` is visible at the init
+            e = ids.elts[0]
+            root = e
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and is_simple_ref(e) and _DEVICE_NAME.search(e.attr) \
+                    and (root.id in params or any(b.lineno < init.lineno for b in assigned.get(root.id, ()))):
+                attr_cands.append(ctx.text(e))
     for c in sem.calls:
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr in ("to", "cuda") and c.args and isinstance(c.args[0], ast.Name):
@@ -183,7 +574,7 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
     for n in cands:
         if visible(n) and _is_device_like(ctx, n, scope):
             return n
-    return None
+    return attr_cands[0] if len(set(attr_cands)) == 1 else None
 
 
 def _is_device_like(ctx, name: str, scope) -> bool:
@@ -192,6 +583,13 @@ def _is_device_like(ctx, name: str, scope) -> bool:
     val = ctx.sem.single_value(name, scope)
     if val is None:
         return True
+    # ``gpu = torch.cuda.current_device()`` / ``device = torch.device("cuda")``: that is the
+    # current device itself, pinning it changes nothing
+    for n in ast.walk(val):
+        if isinstance(n, ast.Call) and ctx.qn(n) == "torch.cuda.current_device":
+            return False
+    if _is_cuda_literal(ctx, val, val):
+        return False
     if isinstance(val, ast.Constant) and isinstance(val.value, str):
         return ":" in val.value  # "cuda:1" pins; "cuda" does not
     return True

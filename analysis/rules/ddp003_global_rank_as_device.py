@@ -16,7 +16,9 @@ class GlobalRankAsDevice(Rule):
     variable assigned once) used as a CUDA device index: `torch.cuda.set_device(rank)`,
     `torch.device("cuda", rank)`, `torch.device(f"cuda:{rank}")`, `.to(rank)`, `.cuda(rank)`,
     `with torch.cuda.device(rank)`, `DistributedDataParallel(..., device_ids=[rank])` /
-    `output_device=rank`.
+    `output_device=rank`. The rank is also followed through the file's own helpers: a function
+    that returns `int(os.environ["RANK"])`, a parameter that every call site fills with the global
+    rank, and `self.rank` assigned once from it.
 
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
@@ -100,7 +102,7 @@ class GlobalRankAsDevice(Rule):
                 continue
             scope = sem.scope_of(call)
             for site in sites:
-                src = global_rank_source(ctx, site, scope)
+                src = _global_rank(ctx, site, scope, 0)
                 if src is None:
                     continue
                 how = "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
@@ -112,6 +114,74 @@ class GlobalRankAsDevice(Rule):
                     fix=_make_fix(ctx, site),
                 )
                 break
+
+
+def _global_rank(ctx, site, scope, depth: int):
+    """``global_rank_source``, also through the file's own helpers: a function whose every
+    ``return`` is the global rank (``def get_rank(): return int(os.environ["RANK"])``), a name bound
+    once to a call of one, a parameter that every call site in the file fills with the global rank,
+    and ``self.<attr>`` assigned once in the class from the global rank."""
+    src = global_rank_source(ctx, site, scope)
+    if src is not None or depth > 3:
+        return src
+    sem = ctx.sem
+    e = site
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1:
+        e = e.args[0]
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.args and not e.keywords:
+        fns = sem.functions.get(e.func.id, [])
+        if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
+            fn = fns[0]
+            rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+            if rets and all(r.value is not None for r in rets) and \
+                    not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
+                srcs = [_global_rank(ctx, r.value, fn, depth + 1) for r in rets]
+                if all(x is not None for x in srcs):
+                    return srcs[0]
+        return None
+    if isinstance(e, ast.Name):
+        kind, val = name_binding_kind(ctx, e.id, scope)
+        if kind == "single" and isinstance(val, ast.Call):
+            return _global_rank(ctx, val, sem.scope_of(val), depth + 1)
+        if kind == "param" and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                isinstance(parent(scope), ast.Module):
+            return _param_filled_with_rank(ctx, scope, e.id, depth)
+        return None
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        cls = next((a for a in sem.ancestors(e) if isinstance(a, ast.ClassDef)), None)
+        if cls is None:
+            return None
+        vals = []
+        for n in ast.walk(cls):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in tgts:
+                    if isinstance(t, ast.Attribute) and t.attr == e.attr and isinstance(t.value, ast.Name) \
+                            and t.value.id == "self":
+                        vals.append(n)
+        if len(vals) == 1 and isinstance(vals[0], ast.Assign) and len(vals[0].targets) == 1:
+            return _global_rank(ctx, vals[0].value, sem.scope_of(vals[0]), depth + 1)
+    return None
+
+
+def _param_filled_with_rank(ctx, fn, param: str, depth: int):
+    names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if param not in names:
+        return None
+    pos = names.index(param)
+    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    if not sites:
+        return None
+    first = None
+    for c in sites:
+        arg = get_arg(c, pos, param)
+        if arg is None or any(isinstance(a, ast.Starred) for a in c.args) or any(k.arg is None for k in c.keywords):
+            return None
+        src = _global_rank(ctx, arg, ctx.sem.scope_of(c), depth + 1)
+        if src is None:
+            return None
+        first = first or src
+    return first
 
 
 def _is_env(ctx, node) -> bool:

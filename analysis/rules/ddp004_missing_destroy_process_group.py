@@ -5,6 +5,7 @@ import re
 
 from ..model import Applicability, Severity
 from ..registry import Rule
+from ..semantic import get_arg
 from ._common import D
 from ._dataflow import _callee_name
 from ..semantic import parent
@@ -21,7 +22,9 @@ class MissingDestroyProcessGroup(Rule):
     a module-level `init_process_group`) that creates the default process group and never calls
     `dist.destroy_process_group()` (nor a `cleanup()`-style helper from elsewhere). Library helpers
     that only initialise (a `utils.init_distributed_mode(args)`) are left alone: tearing down is their
-    caller's job.
+    caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`) is not
+    flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`) and the exit hang below are
+    ProcessGroupNCCL's.
 
     ## Why is this bad?
     Since PyTorch 2.4 every rank prints at exit:
@@ -74,7 +77,9 @@ class MissingDestroyProcessGroup(Rule):
         if "destroy_process_group" in ctx.src.text:
             return
         sem = ctx.sem
-        inits = ctx.calls_to(D + "init_process_group")
+        # PyTorch's exit warning and the exit hang belong to ProcessGroupNCCL: a group that is Gloo
+        # alone (a literal "gloo" backend) is left alone
+        inits = [i for i in ctx.calls_to(D + "init_process_group") if not _gloo_only(ctx, i)]
         if not inits:
             return
         main_block = _main_block(sem.tree)
@@ -93,6 +98,18 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
+
+
+def _gloo_only(ctx, init: ast.Call) -> bool:
+    expr = get_arg(init, 0, "backend")
+    if isinstance(expr, ast.Name):
+        expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        parts = [p.split(":")[-1].strip().lower() for p in expr.value.split(",")]
+        return all(p == "gloo" for p in parts)
+    if isinstance(expr, ast.Attribute):
+        return (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo"
+    return False
 
 
 def _main_block(tree: ast.Module) -> ast.If | None:

@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import iter_scope_nodes, get_arg
-from ._common import D, const_int, fixed_world_size, is_simple_ref
+from ._common import D, const_int, const_str, fixed_world_size, is_simple_ref
 
 # op -> (output list position, keyword), (input position, keyword), (group position)
 _OPS = {
@@ -30,6 +30,16 @@ class GatherListSize(Rule):
     ranks (`out if rank == dst else []`), nor a constant that equals the world size the file fixes itself
     (`mp.spawn(..., nprocs=2)`, `init_process_group(..., world_size=2)`).
 
+    It also checks two shapes reported again and again:
+
+    - `gather(t, gather_list=out, dst=0)` / `scatter(t, scatter_list=chunks, src=0)` where the list
+      is a non-empty list on **every** rank (built unconditionally, not behind a rank test or an
+      if-expression): only the destination (source) rank may pass one;
+    - an output list sized by `torch.cuda.device_count()` or `LOCAL_WORLD_SIZE`, the GPUs of
+      **one node**, for a collective over the whole world. Not flagged on a subgroup (`group=`),
+      nor when the file makes the world one node itself (`mp.spawn`, a `world_size` computed from
+      `device_count()`).
+
     ## Why is this bad?
     The output list needs exactly one slot per rank. Current torch fills the first `world_size`
     slots of a longer list and silently leaves the rest as `None` (or stale tensors); a shorter list
@@ -41,19 +51,33 @@ class GatherListSize(Rule):
 
     and older torch versions failed with NCCL "invalid usage" inside `all_gather_object`. A list
     sized to the number of *objects* rather than the number of *ranks* works on one machine and
-    breaks as soon as the world size changes.
+    breaks as soon as the world size changes; a list sized by the node's GPU count breaks as soon as
+    the job spans two nodes.
+
+    `gather` and `scatter` check the list against the rank, and every other rank raises:
+
+    ```
+    ValueError: Argument ``gather_list`` must NOT be specified on non-destination ranks.
+    ValueError: Argument ``scatter_list`` must NOT be specified on non-source ranks.
+    ```
 
     ## Example
     ```python
     gather_objects = ["foo", 12, {1: 2}]
     output = [None for _ in gather_objects]
     dist.all_gather_object(output, gather_objects[dist.get_rank()])
+
+    out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.gather(t, gather_list=out, dst=0)  # ValueError on every rank but 0
     ```
 
     ## Use instead
     ```python
     output = [None for _ in range(dist.get_world_size())]
     dist.all_gather_object(output, gather_objects[dist.get_rank()])
+
+    out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.gather(t, gather_list=out if dist.get_rank() == 0 else None, dst=0)
     ```
 
     ## Fix safety
@@ -61,6 +85,11 @@ class GatherListSize(Rule):
     (`[torch.empty_like(t) for _ in range(...)]` for tensor lists), using the file's own alias for
     `torch.distributed` and passing the call's `group=` on. It is **safe**: a list of the right
     length is what every rank needs, and the slots are overwritten by the collective.
+
+    For a list passed on every rank, the fix replaces the argument with
+    `<list> if dist.get_rank() == <dst> else None` (**safe**: the destination keeps its list, the
+    others pass what torch requires). It is offered only without `group=` / `group_dst=`, where
+    `dst` is a global rank.
     """
 
     code = "DDP101"
@@ -98,6 +127,193 @@ class GatherListSize(Rule):
                     related=[(call, f"passed to `{op}` here")] if target is not out else [],
                     fix=fix,
                 )
+        _check_non_root_lists(ctx, seen)
+        _check_per_node_size(ctx, seen)
+
+
+# op -> (list position, keyword), (root position, keyword), group-root keyword, torch's message
+_ROOTED = {
+    "gather": ((1, "gather_list"), (2, "dst"), "group_dst",
+               "Argument ``gather_list`` must NOT be specified on non-destination ranks."),
+    "scatter": ((1, "scatter_list"), (2, "src"), "group_src",
+                "Argument ``scatter_list`` must NOT be specified on non-source ranks."),
+}
+
+
+def _check_non_root_lists(ctx, seen: set) -> None:
+    """``gather(t, gather_list=out, dst=0)`` with ``out`` a non-empty list on every rank: the
+    ranks other than ``dst`` raise ValueError."""
+    sem = ctx.sem
+    for op, (list_spec, root_spec, group_root_kw, error) in _ROOTED.items():
+        for call in ctx.calls_to(D + op):
+            lst = get_arg(call, *list_spec)
+            if lst is None or _rank_dependent(ctx, call):
+                continue
+            scope = sem.scope_of(call)
+            target = lst
+            if isinstance(lst, ast.Name):
+                binds = sem.assignments(scope).get(lst.id, [])
+                val = sem.single_value(lst.id, scope)
+                if val is None or len(binds) != 1 or _rank_dependent(ctx, binds[0]):
+                    continue
+                if _mutated_before(ctx, lst.id, scope, call):
+                    continue
+                target = val
+            if not _nonempty_list(ctx, target, scope) or id(target) in seen:
+                continue
+            seen.add(id(target))
+            root = get_arg(call, *root_spec)
+            group_root = get_arg(call, None, group_root_kw)
+            role = "destination" if op == "gather" else "source"
+            fix = None
+            if group_root is None and get_arg(call, 3, "group") is None and (root is None or isinstance(root, ast.Constant) or is_simple_ref(root)):
+                get_rank, imp = ctx.ref(D + "get_rank")
+                root_text = ctx.text(root) if root is not None else "0"
+                new = f"{ctx.text(lst)} if {get_rank}() == {root_text} else None"
+                fix = ctx.fix(Applicability.SAFE, f"Pass the list on the {role} rank only: `{new}`",
+                              [ctx.replace(lst, new), *imp])
+            ctx.report(
+                lst,
+                f"`{list_spec[1]}` is passed on every rank, but only the {role} rank may pass one: "
+                f"the others raise ValueError ('{error}')",
+                related=[(call, f"`{op}` called here on every rank")] if target is not lst else [],
+                fix=fix,
+            )
+
+
+def _rank_dependent(ctx, node) -> bool:
+    """Inside an ``if``/``while``/if-expression whose test mentions a rank (or a src/dst): the
+    author already separates the root from the others, which this check cannot follow."""
+    sem = ctx.sem
+    stop = sem.scope_of(node)
+    child = node
+    for a in sem.ancestors(node):
+        if a is stop:
+            break
+        test = getattr(a, "test", None)
+        if isinstance(a, (ast.If, ast.While, ast.IfExp)) and test is not None and child is not test:
+            return True  # any condition: the branch may be the root's
+        if isinstance(a, (ast.Try, ast.ExceptHandler, ast.match_case)):
+            return True
+        child = a
+    return False
+
+
+def _nonempty_list(ctx, expr, scope) -> bool:
+    """A list that has at least one element on every rank: a non-empty literal, `[x] * n` or a
+    comprehension over `range(<world size>)` / a non-empty literal."""
+    n = _literal_len(ctx, expr, scope)
+    if n is not None:
+        return n > 0
+    if isinstance(expr, ast.ListComp) and len(expr.generators) == 1 and not expr.generators[0].ifs:
+        it = expr.generators[0].iter
+        return _is_range_of_world(ctx, it, scope)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        for seq, k in ((expr.left, expr.right), (expr.right, expr.left)):
+            if isinstance(seq, ast.List) and seq.elts and _is_world_size(ctx, k, scope):
+                return True
+    return False
+
+
+def _is_range_of_world(ctx, it, scope) -> bool:
+    return (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+            and len(it.args) == 1 and _is_world_size(ctx, it.args[0], scope))
+
+
+def _is_world_size(ctx, e, scope, depth: int = 0) -> bool:
+    if depth > 3 or e is None:
+        return False
+    if isinstance(e, ast.Call) and ctx.qn(e) == D + "get_world_size":
+        return True
+    if isinstance(e, ast.Name):
+        if e.id in ("world_size", "WORLD_SIZE", "num_replicas"):
+            return True
+        return _is_world_size(ctx, ctx.sem.single_value(e.id, scope), scope, depth + 1)
+    if isinstance(e, ast.Attribute) and e.attr in ("world_size", "num_replicas"):
+        return True
+    return False
+
+
+def _per_node(ctx, e, scope, depth: int = 0) -> str | None:
+    """How ``e`` counts the GPUs of one node: `torch.cuda.device_count()` or LOCAL_WORLD_SIZE."""
+    if depth > 3 or e is None:
+        return None
+    if isinstance(e, ast.Call):
+        qn = ctx.qn(e)
+        if qn == "torch.cuda.device_count":
+            return "torch.cuda.device_count()"
+        if isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1:
+            return _per_node(ctx, e.args[0], scope, depth + 1)
+        if qn in ("os.getenv", "os.environ.get") and e.args and const_str(e.args[0]) == "LOCAL_WORLD_SIZE":
+            return "LOCAL_WORLD_SIZE"
+        return None
+    if isinstance(e, ast.Subscript) and ctx.qn(e.value) == "os.environ" and const_str(e.slice) == "LOCAL_WORLD_SIZE":
+        return "LOCAL_WORLD_SIZE"
+    if isinstance(e, ast.Name) and "world" not in e.id.lower():
+        return _per_node(ctx, ctx.sem.single_value(e.id, scope), scope, depth + 1)
+    return None
+
+
+def _world_is_node(ctx) -> bool:
+    """The file itself makes the world one node's GPUs (``mp.spawn(..., nprocs=n)``, a
+    ``world_size`` computed from ``device_count()``): then a per-node size is the world size."""
+    sem = ctx.sem
+    if sem.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
+                    "torch.multiprocessing.Process", "multiprocessing.Process"):
+        return True
+    for fn in (sem.tree, *(n for lst in sem.functions.values() for n in lst)):
+        for name in sem.assignments(fn):
+            if "world" in name.lower() or "nproc" in name.lower():
+                for b in sem.assignments(fn)[name]:
+                    v = getattr(b, "value", None)
+                    if v is not None and any(isinstance(x, ast.Call) and ctx.qn(x) == "torch.cuda.device_count"
+                                             for x in ast.walk(v)):
+                        return True
+    return False
+
+
+def _check_per_node_size(ctx, seen: set) -> None:
+    """An output list sized by the GPUs of one node (`torch.cuda.device_count()`,
+    `LOCAL_WORLD_SIZE`) for a collective over the whole world."""
+    sem = ctx.sem
+    world_is_node = None
+    for op, (out_spec, in_spec, group_pos, tensors) in _OPS.items():
+        for call in ctx.calls_to(D + op):
+            out = get_arg(call, *out_spec)
+            if out is None or _on_subgroup(get_arg(call, group_pos, "group")):
+                continue
+            scope = sem.scope_of(call)
+            target = out
+            if isinstance(out, ast.Name):
+                val = sem.single_value(out.id, scope)
+                if val is None or _mutated_before(ctx, out.id, scope, call):
+                    continue
+                target = val
+            if isinstance(target, ast.IfExp):
+                continue
+            size_expr = None
+            if isinstance(target, ast.ListComp) and len(target.generators) == 1 and not target.generators[0].ifs:
+                it = target.generators[0].iter
+                if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
+                    size_expr = it.args[0]
+            elif isinstance(target, ast.BinOp) and isinstance(target.op, ast.Mult):
+                size_expr = target.right if isinstance(target.left, ast.List) else target.left
+            what = _per_node(ctx, size_expr, scope)
+            if what is None or id(target) in seen:
+                continue
+            if world_is_node is None:
+                world_is_node = _world_is_node(ctx)
+            if world_is_node:
+                return
+            seen.add(id(target))
+            fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors)
+            ctx.report(
+                target,
+                f"output list of `{op}` is sized by {what}, the GPUs of one node, but it needs one slot "
+                "per rank of the world: on more than one node the list is too short (IndexError)",
+                related=[(call, f"passed to `{op}` here")] if target is not out else [],
+                fix=fix,
+            )
 
 
 def _on_subgroup(group) -> bool:
@@ -209,6 +425,43 @@ def _mutated(ctx, name: str, scope, call) -> bool:
                         return True
         if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
             return True
+    return False
+
+
+def _mutated_before(ctx, name: str, scope, call) -> bool:
+    """``_mutated``, counting only what can run before ``call``: earlier lines, or anything in a
+    loop around it. ``torch.cat(out)`` after the collective does not change what it received."""
+    loops = [a for a in ctx.sem.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+    start = min([call.lineno, *(lp.lineno for lp in loops)])
+    end = max([call.lineno, *(lp.end_lineno for lp in loops)])
+    for n in iter_scope_nodes(scope):
+        ln = getattr(n, "lineno", None)
+        if ln is None or n is call:
+            continue
+        if ln < call.lineno or start <= ln <= end:
+            if _mutates(ctx, n, name, call):
+                return True
+    return False
+
+
+def _mutates(ctx, n, name: str, call) -> bool:
+    if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Name) and n.value.id == name:
+        return True
+    if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:
+        return True
+    if isinstance(n, ast.Delete) and any(
+            isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name for t in n.targets):
+        return True
+    if isinstance(n, ast.Call) and n is not call:
+        if isinstance(n.func, ast.Name) and n.func.id in ("len", "print", "enumerate", "range", "zip", "str", "repr"):
+            return False
+        for a in (*n.args, *(k.value for k in n.keywords)):
+            if isinstance(a, ast.Name) and a.id == name:
+                qn = ctx.qn(n)
+                if not (qn and qn.startswith(D)):
+                    return True
+    if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+        return True
     return False
 
 

@@ -21,13 +21,16 @@ class LoadWithoutMapLocation(Rule):
     `map_location` load in its other branch (a deliberate choice) are not flagged. To stay
     precise, only checkpoint loads are considered: the result goes to `load_state_dict(...)`, or
     the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
-    `snapshot`, `state`...). A data file (`torch.load("data/train.pt")`) saved from CPU tensors
+    `snapshot`, `state`...). A load in a method (the trainer-class shape: `_load_snapshot` called
+    from `__init__`, its result going to `self.model.load_state_dict(...)`) is followed through the
+    `self.<method>(...)` calls to where the class is built. A data file (`torch.load("data/train.pt")`) saved from CPU tensors
     comes back on the CPU and is left alone.
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
     rank 0 names `cuda:0`, so *every* rank materialises the whole checkpoint on GPU 0: N copies on
-    one GPU, which runs out of memory
+    one GPU. `torch.cuda.set_device(local_rank)` does not change that: the saved location is used
+    as it is, not the current device. It runs out of memory
 
     ```
     torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ... (GPU 0; ... total capacity)
@@ -50,7 +53,8 @@ class LoadWithoutMapLocation(Rule):
 
     ## Fix safety
     The fix adds `map_location=<device>` with the `torch.device` (or device string) variable in
-    scope, else `map_location="cpu"`. It is **unsafe**: code that relied on the loaded tensors
+    scope, `f"cuda:{self.gpu_id}"` in a class that wraps its model with `device_ids=[self.gpu_id]`,
+    else `map_location="cpu"`. It is **unsafe**: code that relied on the loaded tensors
     being on a GPU (rather than copying them into a module) now gets them on the given device.
     """
 
@@ -79,9 +83,12 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if not _checkpoint_like(ctx, call, path):
                 continue
-            if rank0_guarded(ctx, call) is not False:
+            guarded = rank0_guarded(ctx, call)
+            if guarded is None:
+                guarded = _method_guarded(ctx, call, 0)
+            if guarded is not False:
                 continue
-            dev = device_in_scope(ctx, call)
+            dev = device_in_scope(ctx, call) or _class_device(ctx, call)
             value = dev if dev is not None else '"cpu"'
             last = max([*call.args, *(k for k in call.keywords)], key=lambda n: (n.end_lineno, n.end_col_offset))
             pos = ctx.src.node_end(last)
@@ -93,6 +100,55 @@ class LoadWithoutMapLocation(Rule):
                 "from (usually cuda:0) on every rank; pass `map_location`",
                 fix=fix,
             )
+
+
+def _method_guarded(ctx, node: ast.AST, depth: int) -> bool | None:
+    """For a load in a method (``Trainer._load_snapshot``): False when the method is reached, through
+    ``self.<method>(...)`` calls and the class's ``__init__``, from a place every rank runs; True when
+    every such place is rank-guarded; None when it cannot tell."""
+    if depth > 4:
+        return None
+    sem = ctx.sem
+    fn = next((a for a in sem.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    cls = parent(fn)
+    if fn is None or not isinstance(cls, ast.ClassDef):
+        return None
+    if fn.name == "__init__":
+        sites = [c for c in sem.calls if isinstance(c.func, ast.Name) and c.func.id == cls.name]
+    else:
+        sites = [c for c in sem.calls if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name
+                 and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"
+                 and cls.lineno <= c.lineno <= cls.end_lineno]
+    if not sites:
+        return None
+    results = []
+    for site in sites:
+        r = rank0_guarded(ctx, site)
+        if r is None:
+            r = _method_guarded(ctx, site, depth + 1)
+        results.append(r)
+    if any(r is False for r in results):
+        return False
+    if all(r is True for r in results):
+        return True
+    return None
+
+
+def _class_device(ctx, node: ast.AST) -> str | None:
+    """``f"cuda:{self.gpu_id}"`` when the class wraps its model with ``device_ids=[self.gpu_id]``."""
+    cls = next((a for a in ctx.sem.ancestors(node) if isinstance(a, ast.ClassDef)), None)
+    fn = next((a for a in ctx.sem.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if cls is None or fn is None or not fn.args.args or fn.args.args[0].arg != "self":
+        return None
+    for c in ctx.calls_to("torch.nn.parallel.DistributedDataParallel"):
+        if not (cls.lineno <= c.lineno <= cls.end_lineno):
+            continue
+        ids = next((k.value for k in c.keywords if k.arg == "device_ids"), None)
+        if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
+            e = ids.elts[0]
+            if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                return f'f"cuda:{{self.{e.attr}}}"'
+    return None
 
 
 def _other_branch_maps(ctx, call: ast.Call, loads) -> bool:

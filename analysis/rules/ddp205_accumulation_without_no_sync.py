@@ -17,7 +17,9 @@ class AccumulationWithoutNoSync(Rule):
     `no_sync()` (or `require_backward_grad_sync`): a loop that calls `backward()` on every
     iteration but `optimizer.step()` only under a `% accum_steps` test.
 
-    It is informational and off by default: the script trains correctly, only slower.
+    Only an optimizer's step counts (`optimizer.step()`, `opt.step()`, `scaler.step(optimizer)`), not
+    a scheduler's or a logger's, and a loop that also steps an optimizer without the `%` test is not
+    an accumulation loop. It is informational: the script trains correctly, only slower.
 
     ## Why is this bad?
     DDP all-reduces the gradients in every `backward()`. With accumulation, only the last
@@ -54,7 +56,6 @@ class AccumulationWithoutNoSync(Rule):
     code = "DDP205"
     name = "accumulation-without-no-sync"
     severity = Severity.INFO
-    default_enabled = False
     requires_text = ("backward",)
     requires_text_all = (("DistributedDataParallel",),)  # ddp_calls
 
@@ -64,21 +65,24 @@ class AccumulationWithoutNoSync(Rule):
             return
         steps_by_loop: dict[int, tuple[ast.AST, ast.If]] = {}
         backwards: list[tuple[ast.Call, ast.AST]] = []
+        unguarded: dict[int, list] = {}  # loop -> optimizer steps without the `%` test
         for c in ctx.sem.calls:
             f = c.func
             if not isinstance(f, ast.Attribute):
                 continue
-            if f.attr == "step":
+            if f.attr == "step" and _optimizer_step(c):
                 guard, loop = _mod_guard_and_loop(c)
                 if guard is not None and loop is not None:
                     steps_by_loop.setdefault(id(loop), (loop, guard))
+                elif loop is not None:
+                    unguarded.setdefault(id(loop), []).append(c)
             elif f.attr == "backward":
                 loop = _loop_of(c)
                 if loop is not None:
                     backwards.append((c, loop))
         for c, loop in backwards:
             got = steps_by_loop.get(id(loop))
-            if got is None:
+            if got is None or any(not _exclusive(c, s) for s in unguarded.get(id(loop), ())):
                 continue
             _, guard = got
             if _inside(c, guard) or _mod_guard_and_loop(c)[0] is not None or not _same_block(c, guard):
@@ -90,6 +94,38 @@ class AccumulationWithoutNoSync(Rule):
                 "`model.no_sync()`",
                 related=[(guard.test, "the optimizer steps only under this test")],
             )
+
+
+def _exclusive(a: ast.AST, b: ast.AST) -> bool:
+    """``a`` and ``b`` sit in different branches of one ``if``."""
+    anc_a = {id(x): x for x in _ancestors(a)}
+    child = b
+    for x in _ancestors(b):
+        if id(x) in anc_a:
+            if isinstance(x, ast.If):
+                a_child = a
+                for y in _ancestors(a):
+                    if y is x:
+                        break
+                    a_child = y
+                return (a_child in x.body) != (child in x.body)
+            return False
+        child = x
+    return False
+
+
+def _optimizer_like(e: ast.AST) -> bool:
+    name = e.attr if isinstance(e, ast.Attribute) else e.id if isinstance(e, ast.Name) else ""
+    name = name.lower()
+    return ("optim" in name or name in ("opt", "optimiser")) and "sched" not in name
+
+
+def _optimizer_step(c: ast.Call) -> bool:
+    """``optimizer.step()`` or ``scaler.step(optimizer)`` (a GradScaler stepping an optimizer)."""
+    recv = c.func.value
+    if _optimizer_like(recv) and not c.args:
+        return True
+    return bool(c.args) and _optimizer_like(c.args[0])
 
 
 def _loop_of(node: ast.AST):

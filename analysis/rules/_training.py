@@ -1,0 +1,123 @@
+"""Training-step helpers shared by DDP207/DDP208/DDP209: which expressions hold the DDP wrapper,
+grad-disabled regions, backward calls and what they depend on (one function, plain assignments)."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import parent
+
+from ._model_flow import is_ddp_wrapper
+
+
+_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def ddp_holder(ctx, expr: ast.AST, at: ast.AST) -> bool:
+    """``expr`` (a name or ``self.attr``) provably holds the DDP wrapper at ``at``."""
+    if is_ddp_wrapper(ctx, expr, at) is not None:
+        return True
+    return _self_attr_wrapped_in_init(ctx, expr, at)
+
+
+def _self_attr_wrapped_in_init(ctx, expr, at) -> bool:
+    """``self.model = model.to(gpu); ...; self.model = DDP(self.model, ...)`` in ``__init__`` (the
+    trainer-class shape), read in another method: the last binding in ``__init__`` is the wrapper and
+    no other method rebinds it."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return False
+    fn = next((a for a in ctx.sem.ancestors(at) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef) or fn.name == "__init__":
+        return False
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return False
+    last = None
+    for n in ast.walk(cls):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in tgts:
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Attribute) and x.attr == expr.attr and isinstance(x.value, ast.Name) \
+                            and x.value.id == "self":
+                        owner = next((a for a in ctx.sem.ancestors(n) if isinstance(a, (ast.FunctionDef,
+                                                                                       ast.AsyncFunctionDef))), None)
+                        if owner is not init or n not in init.body:
+                            return False  # rebound elsewhere, or conditionally
+                        if last is None or n.lineno > last.lineno:
+                            last = n
+    return (isinstance(last, ast.Assign) and isinstance(last.value, ast.Call)
+            and ctx.qn(last.value) == "torch.nn.parallel.DistributedDataParallel")
+
+
+def grad_disabled(ctx, node: ast.AST) -> bool:
+    """Inside ``with torch.no_grad()`` / ``inference_mode()`` or a function decorated with them
+    (or with ``set_grad_enabled(...)``, whose argument is unknown)."""
+    for a in ctx.sem.ancestors(node):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                e = item.context_expr
+                qn = ctx.qn(e.func if isinstance(e, ast.Call) else e) or ""
+                if qn in _NO_GRAD or qn.endswith("set_grad_enabled"):
+                    return True
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in a.decorator_list:
+                qn = ctx.qn(d.func if isinstance(d, ast.Call) else d) or ""
+                if qn in _NO_GRAD or qn.endswith("set_grad_enabled"):
+                    return True
+            return False
+    return False
+
+
+def enclosing_function(node: ast.AST):
+    p = parent(node)
+    while p is not None:
+        if isinstance(p, _FUNCS):
+            return p
+        p = parent(p)
+    return None
+
+
+def backward_calls(ctx, fn: ast.AST) -> list[ast.Call]:
+    """``x.backward()`` / ``torch.autograd.backward(x)`` calls directly in ``fn``."""
+    out = []
+    for c in ctx.sem.calls:
+        if enclosing_function(c) is not fn:
+            continue
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr == "backward" and ctx.qn(f.value) is None:
+            out.append(c)
+        elif ctx.qn(c) == "torch.autograd.backward":
+            out.append(c)
+    return out
+
+
+def _names_in(expr: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+
+
+def _targets(stmt: ast.AST) -> set[str]:
+    out: set[str] = set()
+    tgts = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    for t in tgts:
+        if t is not None:
+            out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def flows_to(ctx, source: ast.AST, sink: ast.AST, fn: ast.AST) -> bool:
+    """The value of ``source`` (an expression in ``fn``) reaches ``sink`` through plain
+    assignments in ``fn`` (in source order; a superset, since it ignores kills)."""
+    if any(n is source for n in ast.walk(sink)):
+        return True
+    st = ctx.sem.statement_of(source)
+    if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        return False
+    tainted = _targets(st)
+    stmts = sorted((s for s in ast.walk(fn) if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                    and s.lineno > st.lineno and enclosing_function(s) is fn), key=lambda s: s.lineno)
+    for s in stmts:
+        if s.value is not None and _names_in(s.value) & tainted:
+            tainted |= _targets(s)
+    return bool(_names_in(sink) & tainted)

@@ -1,0 +1,352 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import parent
+from ._training import backward_calls, ddp_holder, enclosing_function
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+class NoSyncMisuse(Rule):
+    """
+    ## What it does
+    Checks how `DistributedDataParallel.no_sync()` is used, on a model that is provably the DDP
+    wrapper (`model = DDP(...)` / `self.model = DDP(...)` assigned once):
+
+    - `with model.no_sync(): loss.backward()` where the body has a `backward()` but no forward of
+      `model`, and the forward ran before the block, in the same function;
+    - an accumulation loop whose synchronising micro-batch is not the one after which the
+      optimizer steps: `model.no_sync() if i % accum != 0 else nullcontext()` (the first of each
+      window synchronises) with `if (i + 1) % accum == 0: optimizer.step()` (the last one steps).
+      Only plain modular tests on the loop variable are compared (`(i + c) % k == r`, `!=`, `not`,
+      a name bound once to one);
+    - a loop in which **every** `backward()` runs inside `with model.no_sync():` and the optimizer
+      steps (`optimizer.step()`): the gradients it applies were never synchronised.
+
+    A file that flips `require_backward_grad_sync`, or all-reduces gradients by hand
+    (`dist.all_reduce` in the same function), is not judged.
+
+    ## Why is this bad?
+    DDP decides whether the next backward all-reduces **during the forward pass**
+    (`require_backward_grad_sync` is read in `forward`, where the reducer is prepared). PyTorch's
+    docs for `no_sync` warn: "The forward pass should be included inside the context manager, or
+    else gradients will still be synchronized." A `no_sync()` around `backward()` alone saves
+    nothing: every micro-batch is still all-reduced.
+
+    The opposite mistakes are worse. When the window synchronises its first micro-batch and steps
+    after its last, the all-reduce carries only the first micro-batch's gradients and the step adds
+    the local, unsynchronised rest. When no micro-batch ever leaves `no_sync()`, no all-reduce ever
+    happens. Either way each rank steps on different gradients and the replicas drift apart
+    without an error.
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        loss = loss_fn(model(x), y)
+        if (i + 1) % accum != 0:
+            with model.no_sync():  # too late: the forward already armed the all-reduce
+                loss.backward()
+        else:
+            loss.backward()
+            optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    for i, (x, y) in enumerate(loader):
+        if (i + 1) % accum != 0:
+            with model.no_sync():
+                loss_fn(model(x), y).backward()
+        else:
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+    ```
+
+    ## Fix safety
+    There is no fix: the forward pass has to move into the block, which may take other statements
+    with it.
+    """
+
+    code = "DDP208"
+    name = "no-sync-misuse"
+    severity = Severity.WARNING
+    requires_text = ("no_sync",)
+
+    def finish(self, ctx) -> None:
+        if "require_backward_grad_sync" in ctx.src.text:
+            return
+        for w in _withs(ctx):
+            holder = _no_sync_holder(w)
+            if holder is None or not ddp_holder(ctx, holder, w):
+                continue
+            fn = enclosing_function(w)
+            if fn is None or _manual_allreduce(ctx, fn):
+                continue
+            self._backward_only(ctx, w, holder, fn)
+        self._wrong_micro_batch(ctx)
+        self._never_synced(ctx)
+
+    def _wrong_micro_batch(self, ctx) -> None:
+        """The micro-batch that synchronises is not the one after which the optimizer steps."""
+        for call in ctx.sem.calls:
+            f = call.func
+            if not (isinstance(f, ast.Attribute) and f.attr == "no_sync" and not call.args
+                    and isinstance(f.value, (ast.Name, ast.Attribute))):
+                continue
+            holder = f.value
+            loop = next((a for a in ctx.sem.ancestors(call) if isinstance(a, _LOOPS + _FUNCS)), None)
+            if not isinstance(loop, _LOOPS) or not ddp_holder(ctx, holder, call):
+                continue
+            fn = enclosing_function(call)
+            if fn is None or _manual_allreduce(ctx, fn):
+                continue
+            got = _sync_condition(ctx, call, holder, loop)
+            if got is None:
+                continue
+            sync_node, sync = got
+            steps = [c for st in loop.body for c in ast.walk(st) if isinstance(c, ast.Call)
+                     and isinstance(c.func, ast.Attribute) and c.func.attr == "step" and _optimizer_step(c)]
+            guards = []
+            for c in steps:
+                g = next((a for a in ctx.sem.ancestors(c) if isinstance(a, (ast.If, *_LOOPS))), None)
+                if not isinstance(g, ast.If) or not _inside(g, loop):
+                    guards = []
+                    break  # an unguarded step: not an accumulation loop
+                t = _mod_test(ctx, g.test, loop, 0)
+                if t is None:
+                    guards = []
+                    break
+                guards.append((g, t if _in_body(c, g) else (t[0], t[1], t[2], not t[3])))
+            if not guards:
+                continue
+            g, step = guards[0]
+            if not (sync[0] == step[0] and sync[2] == step[2] and sync[3] and step[3]) or sync[1] == step[1]:
+                continue
+            h = ctx.text(holder)
+            ctx.report(
+                sync_node,
+                f"`{h}.no_sync()` lets the micro-batch where `{_spell(sync)}` synchronise, but the optimizer "
+                f"steps where `{_spell(step)}` (line {g.lineno}): the step applies gradients whose last "
+                "micro-batches were never all-reduced, and the ranks drift apart. Synchronise the micro-batch "
+                "that steps",
+                related=[(g.test, "the optimizer steps under this test")],
+            )
+
+    def _backward_only(self, ctx, w, holder, fn) -> None:
+        body_nodes = [n for st in w.body for n in ast.walk(st)]
+        backs = [b for b in backward_calls(ctx, fn) if any(b is n for n in body_nodes)]
+        if not backs:
+            return
+        key = ast.dump(holder)
+        def is_forward(c):  # noqa: E306
+            return isinstance(c, ast.Call) and ast.dump(c.func) == key or (
+                isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "forward"
+                and ast.dump(c.func.value) == key)
+        if any(is_forward(n) for n in body_nodes):
+            return
+        before = [c for c in ctx.sem.calls if enclosing_function(c) is fn and is_forward(c) and c.lineno < w.lineno]
+        if not before:
+            return
+        h = ctx.text(holder)
+        ctx.report(
+            w.items[0].context_expr,
+            f"`{h}.no_sync()` wraps only the backward; the forward on line {before[-1].lineno} ran outside, so "
+            "DDP already armed the all-reduce and this backward still synchronises. Run the forward inside "
+            "the block too",
+            related=[(before[-1], "the forward that decides whether gradients are synchronised")],
+        )
+
+    def _never_synced(self, ctx) -> None:
+        for loop in [n for n in _all_nodes(ctx) if isinstance(n, _LOOPS)]:
+            fn = enclosing_function(loop)
+            if fn is None or _manual_allreduce(ctx, fn):
+                continue
+            in_loop = {id(n) for st in loop.body for n in ast.walk(st)}
+            backs = [b for b in backward_calls(ctx, fn) if id(b) in in_loop]
+            steps = [c for c in ctx.sem.calls if id(c) in in_loop and isinstance(c.func, ast.Attribute)
+                     and c.func.attr == "step" and not c.args and _is_optimizer(c.func.value)]
+            if not backs or not steps:
+                continue
+            if any(b.lineno < loop.lineno or b.lineno > loop.end_lineno for b in backward_calls(ctx, fn)):
+                continue  # a backward outside the loop: a final synchronising pass
+            holders = []
+            for b in backs:
+                w = _unconditional_no_sync(ctx, b, loop)
+                if w is None:
+                    break
+                holders.append(w)
+            else:
+                w = holders[0]
+                ctx.report(
+                    steps[0],
+                    f"`{ctx.text(steps[0].func)}()` applies gradients that were never synchronised: every "
+                    f"backward in this loop runs inside `{ctx.text(w.items[0].context_expr)}`, so no all-reduce "
+                    "ever happens and the ranks drift apart",
+                    related=[(w.items[0].context_expr, "every backward is inside this block")],
+                )
+
+
+def _optimizer_step(c: ast.Call) -> bool:
+    recv = c.func.value
+    if _is_optimizer(recv) and not c.args:
+        return True
+    return bool(c.args) and _is_optimizer(c.args[0])
+
+
+def _inside(node, outer) -> bool:
+    p = parent(node)
+    while p is not None:
+        if p is outer:
+            return True
+        p = parent(p)
+    return False
+
+
+def _in_body(node, if_node) -> bool:
+    child = node
+    for a in _ancestors(node):
+        if a is if_node:
+            return child in if_node.body
+        child = a
+    return False
+
+
+def _ancestors(node):
+    p = parent(node)
+    while p is not None:
+        yield p
+        p = parent(p)
+
+
+def _spell(t) -> str:
+    var, residue, k, _ = t
+    return f"{var} % {k} == {residue}" if residue >= 0 else f"({var} + {-residue}) % {k} == 0"
+
+
+def _mod_test(ctx, e, loop, depth):
+    """(var, residue, k text, holds) for ``(var + c) % k == r`` / ``!= r`` / ``not ...`` / a name bound
+    once, in the loop, to such a test: ``holds`` is True when the test is true exactly on the
+    iterations where ``var`` is ``residue`` mod ``k`` (False: on all the others)."""
+    if depth > 3 or e is None:
+        return None
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        t = _mod_test(ctx, e.operand, loop, depth + 1)
+        return None if t is None else (t[0], t[1], t[2], not t[3])
+    if isinstance(e, ast.Name):
+        binds = [b for b in ctx.sem.assignments(ctx.sem.scope_of(loop)).get(e.id, [])]
+        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not _inside(binds[0], loop):
+            return None
+        return _mod_test(ctx, binds[0].value, loop, depth + 1)
+    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    left, right = e.left, e.comparators[0]
+    if not (isinstance(right, ast.Constant) and type(right.value) is int):
+        return None
+    if not (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod)):
+        return None
+    a = left.left
+    off = 0
+    if isinstance(a, ast.BinOp) and isinstance(a.op, (ast.Add, ast.Sub)) and isinstance(a.right, ast.Constant) \
+            and type(a.right.value) is int:
+        off = a.right.value if isinstance(a.op, ast.Add) else -a.right.value
+        a = a.left
+    if not isinstance(a, ast.Name) or a.id not in _loop_vars(loop):
+        return None
+    k = left.right
+    if not isinstance(k, (ast.Name, ast.Attribute, ast.Constant)):
+        return None
+    return (a.id, right.value - off, ctx.text(k), isinstance(e.ops[0], ast.Eq))
+
+
+def _loop_vars(loop) -> set[str]:
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _sync_condition(ctx, call, holder, loop):
+    """(node to report, test) where the test holds on the iterations that synchronise, for
+    ``X.no_sync() if C else nullcontext()`` (in a ``with`` or bound once to a name) and for
+    ``if C: with X.no_sync(): ... else: ...``."""
+    p = parent(call)
+    if isinstance(p, ast.IfExp) and p.test is not call:
+        t = _mod_test(ctx, p.test, loop, 0)
+        if t is None:
+            return None
+        return p.test, (t[0], t[1], t[2], not t[3]) if call is p.body else t
+    if isinstance(p, ast.withitem):
+        w = parent(p)
+        q = parent(w)
+        if isinstance(q, ast.If) and q.orelse and _inside(q, loop) and w in (*q.body, *q.orelse) \
+                and len(q.body) == 1 and len(q.orelse) >= 1:
+            t = _mod_test(ctx, q.test, loop, 0)
+            if t is None:
+                return None
+            return q.test, (t[0], t[1], t[2], not t[3]) if w in q.body else t
+    return None
+
+
+def _all_nodes(ctx):
+    for fnl in ctx.sem.functions.values():
+        for fn in fnl:
+            yield from ast.walk(fn)
+
+
+def _withs(ctx):
+    seen = set()
+    for c in ctx.sem.calls:
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr == "no_sync" and not c.args and not c.keywords:
+            item = parent(c)
+            w = parent(item)
+            if isinstance(item, ast.withitem) and isinstance(w, ast.With) and id(w) not in seen:
+                seen.add(id(w))
+                yield w
+
+
+def _no_sync_holder(w: ast.With):
+    for item in w.items:
+        e = item.context_expr
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "no_sync" \
+                and isinstance(e.func.value, (ast.Name, ast.Attribute)):
+            return e.func.value
+    return None
+
+
+def _unconditional_no_sync(ctx, node, loop):
+    """The ``with X.no_sync():`` (X the DDP wrapper) around ``node`` inside ``loop``, when no
+    ``if`` lies between the loop and that ``with``."""
+    for a in ctx.sem.ancestors(node):
+        if a is loop:
+            return None
+        if isinstance(a, (ast.If, ast.IfExp, ast.Try, ast.While, ast.For)):
+            return None
+        if isinstance(a, ast.With):
+            h = _no_sync_holder(a)
+            if h is not None and ddp_holder(ctx, h, a):
+                # and nothing conditional between the with and the loop
+                for b in ctx.sem.ancestors(a):
+                    if b is loop:
+                        return a
+                    if isinstance(b, (ast.If, ast.Try, ast.While, ast.For, ast.With)):
+                        return None
+                return None
+    return None
+
+
+def _is_optimizer(expr) -> bool:
+    name = expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else ""
+    return "optim" in name.lower() or name.lower() in ("opt", "optimiser")
+
+
+def _manual_allreduce(ctx, fn) -> bool:
+    for c in ctx.sem.calls:
+        qn = ctx.qn(c) or ""
+        if qn.startswith("torch.distributed.") and "reduce" in qn and enclosing_function(c) is fn:
+            return True
+    return False

@@ -1,0 +1,277 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Edit, Position, Range, Severity
+from ..registry import Rule
+from ..semantic import get_arg, parent
+from ._common import DDP_CLASS
+from ._model_flow import reaching_assignment
+
+
+# torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)
+_PARAM_LAYERS = {
+    "Linear": None, "Bilinear": None, "LazyLinear": None,
+    "Conv1d": None, "Conv2d": None, "Conv3d": None,
+    "ConvTranspose1d": None, "ConvTranspose2d": None, "ConvTranspose3d": None,
+    "Embedding": None, "EmbeddingBag": None,
+    "LayerNorm": "elementwise_affine", "GroupNorm": "affine",
+    "BatchNorm1d": "affine", "BatchNorm2d": "affine", "BatchNorm3d": "affine", "SyncBatchNorm": "affine",
+    "LSTM": None, "GRU": None, "RNN": None, "LSTMCell": None, "GRUCell": None, "RNNCell": None,
+    "MultiheadAttention": None, "PReLU": None,
+    "TransformerEncoderLayer": None, "TransformerDecoderLayer": None, "Transformer": None,
+}
+# touching these on self reaches every parameter (or hides which are used)
+_REFLECTIVE = frozenset({"children", "named_children", "modules", "named_modules", "parameters",
+                         "named_parameters", "_modules", "_parameters", "__dict__", "apply", "state_dict",
+                         "__getattr__", "__getattribute__", "buffers", "named_buffers"})
+_CHAIN = frozenset({"to", "cuda", "float", "half", "double", "bfloat16", "train", "cpu", "to_empty"})
+
+
+class UnusedParameters(Rule):
+    """
+    ## What it does
+    Checks for a module wrapped in `DistributedDataParallel` without
+    `find_unused_parameters=True` whose class (defined in the same file, directly on `nn.Module`)
+    creates in `__init__` a layer with trainable parameters (`self.head = nn.Linear(...)`) or an
+    `nn.Parameter` that no other method of the class ever mentions.
+
+    Only what the class body proves is reported: an attribute that `forward` (or anything else in
+    the class) reads, even under a condition, is not flagged; nor is a class that reaches its
+    submodules reflectively (`self.children()`, `self.parameters()`, `getattr(self, ...)`, `self`
+    passed to a helper), that is subclassed in the file, an attribute that code outside the class
+    reads (`model.module.aux_head(feats)`), a `DistributedDataParallel(..., **kwargs)` call, or a
+    file that turns `requires_grad` off or uses `static_graph`.
+    The file must also call `backward()`.
+
+    ## Why is this bad?
+    DDP's reducer waits, after every backward, for a gradient of **every** parameter. One that
+    took no part in the loss never gets one, the reduction never finishes, and the next forward
+    fails on every rank:
+
+    ```
+    RuntimeError: Expected to have finished reduction in the prior iteration before starting a new
+    one. This error indicates that your module has parameters that were not used in producing loss.
+    You can enable unused parameter detection by passing the keyword argument
+    `find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`, and by making sure
+    all `forward` function outputs participate in calculating loss.
+    ...
+    Parameter indices which did not receive grad for rank 0: 130 131
+    ```
+
+    ## Example
+    ```python
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 8)
+            self.aux_head = nn.Linear(8, 2)  # never used by forward
+
+        def forward(self, x):
+            return self.body(x)
+
+    model = DDP(Net().to(local_rank), device_ids=[local_rank])
+    ```
+
+    ## Use instead
+    ```python
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.body(x)
+
+    model = DDP(Net().to(local_rank), device_ids=[local_rank])
+    ```
+
+    ## Fix safety
+    The fix adds `find_unused_parameters=True` to the `DistributedDataParallel(...)` call. It is
+    **unsafe**: it makes the error go away at the cost of an extra graph traversal on every
+    iteration; removing the unused layer (or freezing it with `requires_grad_(False)`) may be what
+    was meant, and changes the checkpoint's keys.
+    """
+
+    code = "DDP209"
+    name = "unused-parameters"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    requires_text = ("backward",)
+
+    def finish(self, ctx) -> None:
+        if _freezes(ctx):
+            return
+        classes = {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)}
+        if not classes:
+            return
+        subclassed = {b.id for st in classes.values() for b in st.bases if isinstance(b, ast.Name)}
+        reported: set[int] = set()
+        if "_set_static_graph" in ctx.src.text:
+            return
+        outside: set[str] | None = None
+        for call in ctx.calls_to(DDP_CLASS):
+            if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+                continue  # DDP(model, **ddp_kwargs): find_unused_parameters may be in there
+            fup = get_arg(call, None, "find_unused_parameters")
+            if fup is not None and not (isinstance(fup, ast.Constant) and fup.value is False):
+                continue
+            if get_arg(call, None, "static_graph") is not None:
+                continue
+            cls = _module_class(ctx, get_arg(call, 0, "module"), call, classes)
+            if cls is None or cls.name in subclassed or cls.decorator_list:
+                continue
+            if not _plain_module(ctx, cls):
+                continue
+            unused = _unused_attrs(ctx, cls)
+            if unused and outside is None:
+                outside = _attrs_read_outside(ctx, classes)
+            # ``model.module.aux_head(feats)`` in the training loop: the layer gets its gradient
+            # outside forward, which DDP accepts
+            unused = [u for u in unused if u[1] not in (outside or set())]
+            for stmt, attr, kind in unused:
+                if id(stmt) in reported:
+                    continue
+                reported.add(id(stmt))
+                ctx.report(
+                    stmt.targets[0],
+                    f"`self.{attr}` ({kind}) is created in `{cls.name}.__init__` but no method of `{cls.name}` uses "
+                    f"it; wrapped in DDP without `find_unused_parameters=True`, the next iteration fails with "
+                    "'Expected to have finished reduction in the prior iteration before starting a new one'",
+                    related=[(call, "wrapped here without `find_unused_parameters=True`")],
+                    fix=_make_fix(ctx, call, fup),
+                )
+
+
+def _freezes(ctx) -> bool:
+    """The file turns gradients off somewhere (``requires_grad_(False)``, ``p.requires_grad = ...``):
+    a frozen layer needs no gradient, and which one is frozen is not followed here."""
+    if "requires_grad" not in ctx.src.text:
+        return False
+    for c in ctx.sem.calls:
+        if isinstance(c.func, ast.Attribute) and c.func.attr == "requires_grad_":
+            return True
+    for st in ctx.sem.tree.body:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Attribute) and n.attr == "requires_grad" and isinstance(
+                    parent(n), (ast.Assign, ast.AugAssign)):
+                return True
+    return False
+
+
+def _attrs_read_outside(ctx, classes) -> set[str]:
+    """Attribute names read anywhere outside the file's classes (any receiver)."""
+    spans = [(c.lineno, c.end_lineno) for c in classes.values()]
+    out: set[str] = set()
+    for n in ast.walk(ctx.sem.tree):
+        if isinstance(n, ast.Attribute) and not any(a <= n.lineno <= b for a, b in spans):
+            out.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and not any(a <= n.lineno <= b for a, b in spans):
+            out.add(n.value)
+    return out
+
+
+def _module_class(ctx, e, at, classes, depth: int = 0):
+    if e is None or depth > 4:
+        return None
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _CHAIN:
+        e = e.func.value
+    if isinstance(e, ast.Call):
+        qn = ctx.qn(e) or ""
+        if qn.endswith("convert_sync_batchnorm") and e.args:
+            return _module_class(ctx, e.args[0], at, classes, depth + 1)
+        if isinstance(e.func, ast.Name) and e.func.id in classes and e.func.id not in ctx.sem.aliases:
+            return classes[e.func.id]
+        return None
+    if isinstance(e, ast.Name):
+        st = reaching_assignment(ctx, e.id, at)  # `model = Net().cuda(); model = DDP(model, ...)`
+        if st is None:
+            return None
+        return _module_class(ctx, st.value, st, classes, depth + 1)
+    return None
+
+
+def _plain_module(ctx, cls: ast.ClassDef) -> bool:
+    if len(cls.bases) != 1 or cls.keywords:
+        return False
+    if (ctx.qn(cls.bases[0]) or "") != "torch.nn.Module":
+        return False
+    names = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return "forward" in names and "__init__" in names and not (names & {"__getattr__", "__getattribute__"})
+
+
+def _param_kind(ctx, value) -> str | None:
+    if not isinstance(value, ast.Call):
+        return None
+    qn = ctx.qn(value) or ""
+    if qn == "torch.nn.Parameter" or qn == "torch.nn.parameter.Parameter":
+        rg = get_arg(value, 1, "requires_grad")
+        if rg is not None and not (isinstance(rg, ast.Constant) and rg.value is True):
+            return None
+        return "an `nn.Parameter`"
+    if qn.startswith("torch.nn."):
+        layer = qn[len("torch.nn."):]
+        if layer in _PARAM_LAYERS:
+            off = _PARAM_LAYERS[layer]
+            if off is not None:
+                v = get_arg(value, None, off)
+                if v is not None and not (isinstance(v, ast.Constant) and v.value is True):
+                    return None
+            return f"`nn.{layer}`"
+    return None
+
+
+def _unused_attrs(ctx, cls: ast.ClassDef):
+    init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    created = []
+    for st in init.body:  # unconditional assignments only
+        if isinstance(st, ast.Assign) and len(st.targets) == 1:
+            t = st.targets[0]
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                kind = _param_kind(ctx, st.value)
+                if kind is not None:
+                    created.append((st, t.attr, kind))
+    if not created:
+        return []
+    used: set[str] = set()
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            if n.attr in _REFLECTIVE:
+                return []
+            if not (isinstance(parent(n), ast.Assign) and n in parent(n).targets):
+                used.add(n.attr)
+        elif isinstance(n, ast.Name) and n.id == "self":
+            p = parent(n)
+            if isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "super":
+                continue  # super(Net, self).__init__()
+            if not isinstance(p, ast.Attribute) and not isinstance(p, ast.arguments) and not isinstance(p, ast.arg):
+                return []  # self handed over whole: what the callee touches is unknown
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr", "vars",
+                                                                                       "delattr", "hasattr"):
+            return []
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            used.add(n.value)  # a name spelled as a string may be looked up
+    # an attribute assigned twice in __init__ (``self.x = nn.Linear(); self.x = other``) is unclear
+    counts: dict[str, int] = {}
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" and \
+                isinstance(parent(n), (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            counts[n.attr] = counts.get(n.attr, 0) + 1
+    return [(st, attr, kind) for st, attr, kind in created if attr not in used and counts.get(attr, 0) == 1]
+
+
+def _make_fix(ctx, call: ast.Call, fup):
+    if fup is not None:
+        return ctx.fix(Applicability.UNSAFE, "Pass `find_unused_parameters=True`", [ctx.replace(fup, "True")])
+    end = ctx.src.node_range(call).end
+    # insert before the closing parenthesis
+    line = ctx.src.line(end.line)
+    if end.column == 0 or line[end.column - 1] != ")":
+        return None
+    before = ctx.text(call)[:-1].rstrip()
+    sep = "" if before.endswith(("(", ",")) else ", "
+    if before.endswith(","):
+        sep = " "
+    pos = Position(end.line, end.column - 1)
+    return ctx.fix(Applicability.UNSAFE, "Pass `find_unused_parameters=True`",
+                   [Edit(Range(pos, pos), f"{sep}find_unused_parameters=True")])
