@@ -41,7 +41,7 @@ def _env() -> dict:
 
 
 def ddp_lint_cmd() -> list[str]:
-    """The installed console script next to this interpreter, else ``python -m analysis``."""
+    """The installed console script next to this interpreter, else ``python -m ddp_lint``."""
     cand = Path(sys.executable).parent / "ddp-lint"
     if cand.is_file():
         return [str(cand)]
@@ -97,7 +97,7 @@ def interleaved_procs(cmds: list[list[str]], env: dict, reps: int, wall: bool = 
 
 def imported_modules(env: dict, path: str) -> set[str]:
     """Modules loaded by a real ``check`` run (the CLI's main, in a child interpreter)."""
-    code = ("import sys\nfrom analysis.cli import main\nsys.argv=['ddp-lint','check',sys.argv[1]]\n"
+    code = ("import sys\nfrom ddp_lint.cli import main\nsys.argv=['ddp-lint','check',sys.argv[1]]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "sys.__stderr__.write('\\n'.join(sorted(sys.modules)))\n")
     p = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, timeout=120)
@@ -125,7 +125,7 @@ def run(quick: bool = False) -> list[dict]:
                          f"ddp-lint adds {fmt_s(mo - mf)} over the floor"))
     mods = imported_modules(env, str(script))
     bad = sorted(m for m in mods if m.split(".")[0] in FORBIDDEN)
-    n_ours = len([m for m in mods if m.split(".")[0] in ("analysis",)])
+    n_ours = len([m for m in mods if m.split(".")[0] == "ddp_lint"])
     rows.append(row("CLI check path imports torch / pygls / lsprotocol / libcst",
                     ", ".join(bad) if bad else "none", f"{len(mods)} modules ({n_ours} of ddp-lint)", None,
                     "none", not bad))
