@@ -24,6 +24,7 @@ from .states import (
     UserCode,
     _is_emulated,
     build_states,
+    op_text,
     rank_list,
 )
 
@@ -39,15 +40,65 @@ def condense(exc_type: str, message: str, limit: int = 300) -> str:
         if last:
             reason = f"{reason}: {last.group(1).strip()}"
         msg = f"NCCL {reason}"
+    elif _MISMATCH_RE.search(msg):
+        fps = fingerprints(msg)
+        msg = "Detected mismatch between collectives on ranks" + (f": {mismatch_facts(fps, msg)}" if fps else "")
+    elif re.match(r"Caught \w+ in DataLoader worker process \d+", msg):
+        worker = re.match(r"Caught \w+ in (DataLoader worker process \d+)", msg).group(1)
+        last = [ln for ln in msg.splitlines() if ln.strip()][-1].strip()
+        if last.startswith(exc_type + ":"):
+            last = last[len(exc_type) + 1:].strip()
+        elif last == exc_type:
+            last = ""
+        msg = f"{last} (raised in {worker})".strip()
+    elif _UNUSED_RE.search(msg):
+        names = unused_parameters(msg)
+        msg = ("DDP's reducer found parameters that received no gradient in the previous iteration"
+               + (f" ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})" if names else "")
+               + ": they were not used to compute the loss")
     else:
-        if _MISMATCH_RE.search(msg):
-            msg = msg.split(".")[0]
         lines = [ln for ln in msg.splitlines() if ln.strip()]
         msg = lines[0].strip() if lines else ""
         msg = re.sub(r"\[[^\]]*\.(cpp|cc|h|hpp):\d+\]\s*", "", msg)  # C++ source locations
     if len(msg) > limit:
         msg = msg[: limit - 1] + "…"
     return f"{exc_type}: {msg}" if msg else exc_type
+
+
+_FP_RE = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), OpType=(\w+)"
+                    r"(?:, TensorShape=\[([^\]]*)\])?(?:, TensorDtypes=(\w+))?")
+_UNUSED_RE = re.compile(r"Expected to have finished reduction in the prior iteration", re.I)
+
+
+def fingerprints(msg: str) -> dict[int, dict]:
+    """DETAIL's collective fingerprints per rank: {rank: {op, shape, dtype, seq}}."""
+    out = {}
+    for m in _FP_RE.finditer(msg or ""):
+        out[int(m.group(1))] = {"seq": int(m.group(2)), "op": m.group(3).lower(), "shape": m.group(4),
+                                "dtype": m.group(5)}
+    return out
+
+
+def mismatch_facts(fps: dict[int, dict], msg: str = "") -> str:
+    """``rank 0 allreduce of shape [5] vs rank 1 allreduce of shape [4]``: each rank's own
+    fingerprint (the one its own error names first); torch's "differ in" text otherwise."""
+    parts = []
+    for r, fp in sorted(fps.items()):
+        shape = f" of shape [{fp['shape']}]" if fp.get("shape") is not None else ""
+        parts.append(f"rank {r} {fp['op']}{shape}")
+    text = " vs ".join(parts)
+    m = re.search(r"Collectives differ in the following aspects:\s*(.+)", msg or "")
+    if m and len(fps) < 2:
+        aspect = re.sub(r"\s+", " ", m.group(1)).strip()
+        aspect = re.sub(r"^Tensor\s+", "", aspect)
+        aspect = re.sub(r"(\S)vs\s", r"\1 vs ", aspect)
+        text += f" ({aspect[:120]})"
+    return text
+
+
+def unused_parameters(msg: str) -> list[str]:
+    m = re.search(r"Parameters which did not receive grad for rank \d+:\s*([^\n]+)", msg or "")
+    return [n.strip() for n in m.group(1).split(",") if n.strip()] if m else []
 
 
 def _is_are(ranks) -> str:
@@ -94,6 +145,30 @@ class Sources:
         if end <= start:
             return Range.of(line0, 0, line0, len(text))
         return Range.of(line0, start, line0, end)
+
+    def script_end(self, script: str | None) -> Frame | None:
+        """The script's last statement (descending into a final ``if __name__ == "__main__":``):
+        where a rank that finished the script ended."""
+        if not script:
+            return None
+        lines = self.lines(script)
+        if lines is None:
+            return None
+        try:
+            tree = ast.parse("\n".join(lines))
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+        body = tree.body
+        node = None
+        while body:
+            node = body[-1]
+            if isinstance(node, ast.If) and not node.orelse:
+                body = node.body
+                continue
+            break
+        if node is None:
+            return None
+        return Frame(script, node.lineno, "<module>")
 
     def under_rank_guard(self, fr: Frame | None) -> bool:
         return self.rank_guard(fr) is not None
@@ -153,6 +228,7 @@ class Builder:
         self.explained: set[int] = set()
         self.end_t = max((rd.last_t for rd in ranks.values()), default=0.0) + 1.0
         self.waiting = {r: s for r, s in states.items() if s.waiting and s.op_site is not None}
+        self.user: UserCode | None = None
 
     def t_of(self, rs) -> float:
         return min(self.states[r].t or self.end_t for r in rs)
@@ -183,8 +259,8 @@ class Builder:
             groups.setdefault((s.op, s.op_site), []).append(r)
         out, texts = [], []
         for (op, fr), rs in sorted(groups.items(), key=lambda kv: min(kv[1])):
-            out.append(self.rel(fr, f"{rank_list(rs)} {_is_are(rs)} waiting in {op}() here", rs))
-            texts.append(f"{rank_list(rs)} {_is_are(rs)} waiting in {op}() {_where(fr, primary)}")
+            out.append(self.rel(fr, f"{rank_list(rs)} {_is_are(rs)} waiting in {op_text(op)} here", rs))
+            texts.append(f"{rank_list(rs)} {_is_are(rs)} waiting in {op_text(op)} {_where(fr, primary)}")
         return out, texts
 
     def result(self) -> Analysis:
@@ -201,6 +277,7 @@ def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emu
             output: str = "") -> Analysis:
     b = Builder(ranks, build_states(ranks, user, output), emulated=emulated, timed_out=timed_out,
                 timeout=timeout)
+    b.user = user
     for kind in (device_clashes, mismatches, failures, early_exits, hangs):
         kind(b)
     from .writes import same_file_writes  # DDP908, from the files the ranks wrote
@@ -267,24 +344,39 @@ def mismatches(b: Builder) -> None:
     for r, s in in_coll.items():
         by_op.setdefault((s.op, s.op_site), []).append(r)
     ops = {op for op, _ in by_op}
-    if not (len(ops) > 1 or (detail_mismatch and len(by_op) > 1)):
+    mismatched = [r for r, s in in_coll.items() if _MISMATCH_RE.search((s.exception or {}).get("message") or "")]
+    if not (len(ops) > 1 or (detail_mismatch and (len(by_op) > 1 or len(mismatched) > 1))):
         return
+    torch_msg = next(((states[r].exception or {}).get("message") for r in sorted(mismatched)), None)
+    fps = {}
+    for r in sorted(mismatched):  # each rank's own fingerprint, from its own error
+        own = fingerprints((states[r].exception or {}).get("message") or "").get(r)
+        if own:
+            fps[r] = own
+    if len(fps) < 2:
+        fps = fingerprints(torch_msg or "")
     ordered = sorted(by_op.items(), key=lambda kv: (len(kv[1]), kv[0][1].file, kv[0][1].line))
     (pop, pfr), prs = ordered[0]
     others = ordered[1:]
-    parts = [f"{rank_list(prs)} {_is_are(prs)} in {pop}() here"]
+    if not others:  # the same call on every rank, with different tensors (DETAIL's fingerprints)
+        parts = [f"{rank_list(prs)} call {op_text(pop)} here with different arguments"
+                 + (f": {mismatch_facts(fps, torch_msg)}" if fps else "")]
+    else:
+        parts = [f"{rank_list(prs)} {_is_are(prs)} in {op_text(pop)} here"]
     related = []
     for (op, fr), rs in others:
-        parts.append(f"{rank_list(rs)} {_is_are(rs)} in {op}() {_where(fr, pfr)}")
-        related.append(b.rel(fr, f"{rank_list(rs)} {_is_are(rs)} in {op}() here", rs))
+        parts.append(f"{rank_list(rs)} {_is_are(rs)} in {op_text(op)} {_where(fr, pfr)}")
+        related.append(b.rel(fr, f"{rank_list(rs)} {_is_are(rs)} in {op_text(op)} here", rs))
+    if others and fps:
+        parts.append(f"torch saw {mismatch_facts(fps)}")
     all_rs = [r for _, rs in ordered for r in rs]
     hint = None
     guard = b.src.rank_guard(pfr)
     if guard is not None:
-        hint = (f"{pop}() runs under a rank condition, so only some ranks call it: every rank must call "
+        hint = (f"{op_text(pop)} runs under a rank condition, so only some ranks call it: every rank must call "
                 "the same collectives in the same order (static rule DDP104)")
         if re.search(r"local", guard, re.I):
-            hint = (f"{pop}() runs under `{guard}`, which is true on one rank per node, not once per job: "
+            hint = (f"{op_text(pop)} runs under `{guard}`, which is true on one rank per node, not once per job: "
                     "every rank must call the same collectives in the same order (static rule DDP104)")
     details = {"ops": {str(r): states[r].op for r in all_rs}, "hint": hint, "static_rule": "DDP104" if hint else None}
     errs = {str(r): (states[r].exception or {}).get("message") for r in all_rs if states[r].exception}
@@ -292,6 +384,11 @@ def mismatches(b: Builder) -> None:
         details["errors"] = errs
     if detail_mismatch:
         details["detected_by"] = "TORCH_DISTRIBUTED_DEBUG=DETAIL"
+        details["torch_message"] = torch_msg
+    if hint is None and any(states[r].op == "backward" for r in all_rs):
+        details["hint"] = ("one side is DDP's own gradient all-reduce in backward(): a collective that only "
+                           "some ranks run between forward and backward (logging a metric under a rank "
+                           "condition) meets it; run it on every rank, or after the optimizer step")
     t = min((states[r].t for r in all_rs if states[r].t), default=None)
     b.add(t, b.finding("DDP902", pfr, ", ".join(parts), all_rs, related, details))
     b.explained.update(all_rs)
@@ -309,8 +406,10 @@ def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
             groups.setdefault(("crash", f"crashed: {s.fatal}", s.site), []).append(r)
         elif s.status == "exited" and s.exit_code not in (0, None) and not b.waiting:
             msg = f"exited with status {s.exit_code} ({s.via})"
+            if s.argparse and s.exit_code == 2:
+                msg = f"exited with status 2: its argument parser said: {str(s.argparse.get('message'))[:300]}"
             groups.setdefault(("exit", msg, s.site), []).append(r)
-        elif s.status == "killed" and (s.exit_code or 0) != 0:
+        elif s.status == "killed" and (s.exit_code or 0) != 0 and not b.waiting:
             sig = ""
             if s.exit_code is not None and s.exit_code < 0:
                 try:
@@ -330,20 +429,29 @@ def failures(b: Builder) -> None:
     for (kind, msg, fr), rs in sorted(groups.items(), key=lambda kv: b.t_of(kv[1])):
         rel_list, texts = b.waiting_related(set(rs), fr)
         s0 = states[rs[0]]
-        in_op = f" in {s0.op}()" if s0.op and s0.op_site is not None and s0.op_site.line == fr.line else ""
+        in_op = f" in {op_text(s0.op)}" if s0.op and s0.op_site is not None and s0.op_site.line == fr.line else ""
         message = f"{rank_list(rs)}: {msg}{in_op}"
         if texts:
             message += "; " + "; ".join(texts)
         details = {"kind": kind}
         if kind == "exc":
             details["exception"] = (s0.exception or {}).get("type")
+            details["torch_message"] = (s0.exception or {}).get("message")
             details["tracebacks"] = {str(r): (states[r].exception or {}).get("text", "") for r in rs}
+            if s0.worker is not None:
+                loop = _exception_user_site(s0, b)
+                if loop is not None and loop != fr:
+                    rel_list.append(b.rel(loop, f"{rank_list(rs)} {_is_are(rs)} iterating the DataLoader here "
+                                                "(the error was raised in its worker process)", rs))
+        elif kind == "exit" and s0.argparse:
+            details["argparse"] = s0.argparse.get("message")
         elif kind == "crash":
             details["stacks"] = {str(r): b.ranks[r].stack_fatal for r in rs}
         hint = _hint("DDP901", s0, b.src)
         if hint:
             details["hint"] = hint[0]
-            details["static_rule"] = hint[1]
+            if hint[1]:
+                details["static_rule"] = hint[1]
         b.add(b.t_of(rs), b.finding("DDP901", fr, message, rs, rel_list, details))
         b.explained.update(rs)
         b.explained.update(r for r in b.waiting if r not in rs)
@@ -351,18 +459,28 @@ def failures(b: Builder) -> None:
 
 def early_exits(b: Builder) -> None:
     """A rank exited while others still wait for it: DDP904."""
-    exited = {r: s for r, s in b.states.items()
-              if r not in b.explained and s.status in ("exited", "ok") and s.site is not None}
-    if not (b.waiting and exited):
+    if not b.waiting:
         return
+    exited = {}
+    for r, s in b.states.items():
+        if r in b.explained or s.status not in ("exited", "ok", "killed"):
+            continue
+        if s.site is None and s.status != "killed":
+            s.site = b.src.script_end(s.script)
+        if s.site is not None:
+            exited[r] = s
     for r, s in sorted(exited.items()):
         rel_list, texts = b.waiting_related({r}, s.site)
         if not texts:
             continue
-        how = {"return": "finished the script", "SystemExit": "called sys.exit", "os._exit": "called os._exit"}.get(s.via or "", "exited")
-        where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
-        message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
-        details = {"exit_code": s.exit_code, "via": s.via,
+        if s.status == "killed":
+            message = f"{rank_list([r])} {_killed_text(s.exit_code)}; last seen here, while " + "; ".join(texts)
+        else:
+            how = {"return": "finished the script", "SystemExit": "called sys.exit",
+                   "os._exit": "called os._exit"}.get(s.via or "", "exited")
+            where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
+            message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
+        details = {"exit_code": s.exit_code, "via": s.via or s.status,
                    "hint": "every rank must take part in every collective; a rank that leaves early "
                            "makes the others wait until the timeout"}
         b.add(s.t, b.finding("DDP904", s.site, message, [r], rel_list, details))
@@ -391,7 +509,7 @@ def hangs(b: Builder) -> None:
         related = []
         texts = []
         for (oop, ofr), ors in others:
-            what = f"waits in {oop}()" if oop else "is still running outside any collective"
+            what = f"waits in {op_text(oop)}" if oop else "is still running outside any collective"
             if len(ors) > 1:
                 what = what.replace("waits", "wait").replace("is still", "are still")
             related.append(b.rel(ofr, f"{rank_list(ors)} {what} here", ors))
@@ -400,8 +518,12 @@ def hangs(b: Builder) -> None:
             fn = fr.function if fr.function and fr.function != "<module>" else None
             message = (f"{rank_list(rs)} {_is_are(rs)} still running here"
                        f"{f' (in {fn}())' if fn else ''}, outside any collective, after the {timeout:g} s timeout")
-        else:
-            message = f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op}() here: no progress within the {timeout:g} s timeout"
+        elif b.timed_out:
+            message = f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op_text(op)} here: no progress within the {timeout:g} s timeout"
+        else:  # torch gave up first (its own timeout or monitoredBarrier): say what it said, not ours
+            ex = states[rs[0]].exception or {}
+            message = (f"{rank_list(rs)} {'was' if len(rs) == 1 else 'were'} stuck in {op_text(op)} here until torch "
+                       f"gave up ({condense(ex.get('type', 'Exception'), ex.get('message', ''), 160)})")
         if texts:
             message += "; " + "; ".join(texts)
         details = {"timeout": timeout,
@@ -417,6 +539,29 @@ def hangs(b: Builder) -> None:
     b.explained.update(hung)
 
 
+def _killed_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        import signal as _signal
+
+        try:
+            name = _signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if name == "SIGKILL":
+            return "was killed (SIGKILL; likely the OOM killer)"
+        return f"was killed by {name}"
+    return "ended without a Python traceback" + (f" (exit code {code})" if code is not None else "")
+
+
+def _exception_user_site(st: RankState, b: Builder) -> Frame | None:
+    """The rank's own traceback's innermost user line (for a DataLoader worker error: the loop)."""
+    frames = [Frame.of(f) for f in (st.exception or {}).get("frames") or []]
+    for fr in reversed([f for f in frames if f is not None]):
+        if b.user is not None and b.user.is_user(fr.file):
+            return fr
+    return None
+
+
 def _hint(code: str, st: RankState, src: Sources):
     """(hint text, static rule code) linking a runtime failure to the static rule that explains it."""
     ex0 = st.exception or {}
@@ -429,6 +574,16 @@ def _hint(code: str, st: RankState, src: Sources):
         return ("each rank needs its own GPU: call torch.cuda.set_device(local_rank) right after "
                 "init_process_group (static rule DDP001)", "DDP001")
     ex = st.exception or {}
+    msg = ex.get("message") or ""
+    if st.argparse and re.search(r"--local[_-]rank", str(st.argparse.get("message") or "")):
+        return ("torchrun does not pass --local_rank (only the old torch.distributed.launch did): read the "
+                "local rank from the environment, int(os.environ['LOCAL_RANK'])", None)
+    if _UNUSED_RE.search(msg):
+        return ("every parameter of a DDP model must get a gradient in every iteration: use them all in "
+                "forward() and in the loss, or pass find_unused_parameters=True to DistributedDataParallel", None)
+    if re.search(r"No backend type associated with device type cpu", msg):
+        return ("an NCCL process group only takes CUDA tensors: move the tensor to the rank's GPU first, or "
+                "use a gloo group for CPU tensors (static rule DDP105)", "DDP105")
     text = (ex.get("text") or "") + " " + (st.op or "")
     if ex.get("type") == "IndexError" and re.search(r"all_gather_object|gather_object|all_gather\b|gather\b", text):
         return ("the output list must have one slot per rank (dist.get_world_size()) (static rule DDP101)", "DDP101")

@@ -16,6 +16,7 @@ class RankData:
     stack_term: str = ""
     stack_fatal: str = ""
     stack_py: dict | None = None  # full-depth Python stacks (SIGUSR2), when the rank could answer
+    seen: dict | None = None  # where the shim's sampler last saw the main thread (seen-<RANK>)
     hung: bool = False  # alive when the run was stopped (asked for its stack)
     pending: dict = field(default_factory=dict)  # seq -> call event of collectives not yet returned
     raised: dict = field(default_factory=dict)  # seq -> (call event, error) of collectives that raised
@@ -138,6 +139,12 @@ class LogReader:
                 except OSError:
                     txt = ""
                 setattr(rd, f"stack_{kind}", txt)
+            try:
+                with open(os.path.join(self.dir, f"seen-{r}"), "rb") as f:
+                    seen = json.loads(f.read(8192).decode("utf-8", "replace").strip() or "null")
+                rd.seen = seen if isinstance(seen, dict) else None
+            except (OSError, ValueError):
+                rd.seen = None
             try:
                 with open(os.path.join(self.dir, f"stack-{r}.py"), "rb") as f:
                     data = json.loads(f.read(16 * 1024 * 1024))

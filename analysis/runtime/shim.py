@@ -42,6 +42,7 @@ _PRE_COLLECTIVE_HOOKS: list = []
 #   exception {type, qualname, message, frames, text, extra, exit_code}   the rank's uncaught exception
 #   exit      {code, via: return|SystemExit|os._exit, frames}             the rank ended without one
 #   note      {message}                              anything worth telling the user
+#   argparse  {message, prog, site}                  argparse's error, just before it exits with 2
 #   quiet     {completed, site?}                     collectives finished but not logged (bounded
 #                                                    logs, see below), cumulative; site: the latest
 # frames: [{file, line, function, end_line?, col?, end_col?}], outermost first (as in a traceback).
@@ -49,6 +50,9 @@ _PRE_COLLECTIVE_HOOKS: list = []
 # torch and this shim) or None.  Hooks run after the ``call`` record (or its parking, when over
 # budget), so a hook that raises shows as ``raise`` on that call and as the rank's exception at the
 # user's line.
+#
+# seen-<RANK> (one JSON object, rewritten in place): {file, line, function, t}, the main thread's
+# latest user frame, sampled every 0.2 s (_start_seen_sampler).
 #
 # Signals: SIGUSR1 dumps every thread's Python stack to stack-<RANK>.usr1 (the launcher asks a hung
 # rank this way); SIGTERM (torchrun tearing the job down) dumps to stack-<RANK>.term and then
@@ -448,6 +452,27 @@ def _patch_os_exit():
     os._exit = _exit
 
 
+def _patch_argparse():
+    """An argparse error (``the following arguments are required: --local_rank``) is logged as a
+    note before argparse exits with status 2, so the finding can say it."""
+    try:
+        import argparse
+    except ImportError:
+        return
+    orig = argparse.ArgumentParser.error
+
+    @functools.wraps(orig)
+    def error(self, message):
+        try:
+            _log_event("argparse", message=str(message)[:2000], prog=str(getattr(self, "prog", ""))[:200],
+                       site=_caller_site(2))
+        except Exception:
+            pass
+        return orig(self, message)
+
+    argparse.ArgumentParser.error = error
+
+
 def _lib_dirs():
     """Folders whose frames are never the user's code: the stdlib and the installed packages."""
     out = []
@@ -491,6 +516,47 @@ def _dump_python_stacks(signum=None, frame=None):
     os.replace(tmp, path)
 
 
+_SEEN_S = 0.2  # how often the "last seen" sampler looks at the main thread
+
+
+def _start_seen_sampler(log_dir, tag):
+    """Every _SEEN_S, the main thread's innermost frame outside the stdlib, the installed packages,
+    torch and this shim is written (only when it changed) over the fixed-size file seen-<RANK>: a
+    rank killed outright (SIGKILL, the OOM killer) leaves no traceback and no stack, but this says
+    where it was last seen. One pwrite(2) per change; nothing in the rank's own thread."""
+    libs = tuple(os.path.join(p, "") for p in _lib_dirs())
+    fd = os.open(os.path.join(log_dir, f"seen-{tag}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    main_id = threading.main_thread().ident
+
+    def user(f):
+        while f is not None:
+            fn = f.f_code.co_filename
+            if not (fn.startswith("<") or _is_internal(fn) or fn.startswith(libs)):
+                return f
+            f = f.f_back
+        return None
+
+    def run():
+        last = None
+        while True:
+            time.sleep(_SEEN_S)
+            try:
+                f = user(sys._current_frames().get(main_id))
+                if f is None:
+                    continue
+                key = (f.f_code.co_filename, f.f_lineno)
+                if key == last:
+                    continue
+                last = key
+                data = json.dumps({"file": key[0], "line": key[1], "function": f.f_code.co_name, "t": time.time()})
+                data = data.encode("utf-8", "replace")[:4000].ljust(4096) + b"\n"
+                os.pwrite(fd, data, 0)
+            except Exception:
+                pass
+
+    threading.Thread(target=run, daemon=True, name="ddp-lint-seen").start()
+
+
 def _open_private(path):
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
 
@@ -529,6 +595,11 @@ def _setup_recording(script):
             _KEEP.append("py_stacks")
     except (OSError, ValueError, AttributeError):
         pass
+    try:
+        _start_seen_sampler(log_dir, tag)
+    except (OSError, RuntimeError):
+        pass
+    _patch_argparse()
     _patch_os_exit()
     try:
         _patch_torch()

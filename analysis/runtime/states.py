@@ -112,6 +112,10 @@ class RankState:
     emulated: bool = False
     collectives: int = 0
     consequential: bool = False  # its error came from a peer going away / a timeout
+    seen: Frame | None = None  # where the shim's sampler last saw it (a rank killed outright)
+    argparse: dict | None = None  # argparse's error, when the script's argument parser exited
+    worker: Frame | None = None  # a DataLoader worker's raising line (then also the site)
+    script: str | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -129,20 +133,33 @@ class RankState:
                     f"({ex.get('type', 'exception')})")
         if self.status == "exception":
             ex = self.exception or {}
-            return f"rank {self.rank}: {ex.get('type', 'exception')} at {loc}" + (f" in {self.op}()" if self.op else "")
+            return f"rank {self.rank}: {ex.get('type', 'exception')} at {loc}" + (f" in {op_text(self.op)}" if self.op else "")
         if self.status == "exited":
             return f"rank {self.rank}: exited with status {self.exit_code} ({self.via}) at {loc}"
         if self.status == "crashed":
             return f"rank {self.rank}: crashed ({self.fatal or 'fatal error'}) at {loc}"
         if self.status == "hung":
-            where = f"blocked in {self.op}()" if self.op else "still running (not in a collective)"
+            where = f"blocked in {op_text(self.op)}" if self.op else "still running (not in a collective)"
             return f"rank {self.rank}: {where} at {loc}"
         if self.status == "terminated":
-            where = f" while in {self.op}()" if self.op else ""
+            where = f" while in {op_text(self.op)}" if self.op else ""
             return f"rank {self.rank}: stopped by torchrun after another rank failed{where}, at {loc}"
         if self.status == "killed":
+            if self.exit_code == -9:
+                return f"rank {self.rank}: killed (SIGKILL; likely the OOM killer), last seen at {loc}"
             return f"rank {self.rank}: ended without a Python traceback (exit code {self.exit_code}), last seen at {loc}"
         return f"rank {self.rank}: never started"
+
+
+def op_text(op: str | None) -> str:
+    """How a collective is named in a message: DDP's own communication says so."""
+    if op == "backward":
+        return "backward() (DDP's gradient all-reduce)"
+    if op == "DistributedDataParallel":
+        return "DistributedDataParallel() (its constructor's broadcast)"
+    if op == "DistributedDataParallel.forward":
+        return "DDP's forward"
+    return f"{op}()"
 
 
 def _short(fr: Frame | None) -> str:
@@ -155,7 +172,8 @@ _PEER_RE = re.compile(
     r"connection (closed|reset|refused)|broken pipe|timed out|timeout|aborted|"
     r"peer|socket|ProcessGroup\w* is (shut ?down|aborted)|NCCL communicator was aborted|"
     r"wait timeout|recvBytes|sendBytes|Gloo connectFullMesh failed|failed to pass monitoredBarrier|"
-    r"has exited|closed",
+    r"has exited|closed|received errors while waiting for send/recv|remote process exited|"
+    r"process group watchdog",
     re.I,
 )
 _TIMEOUT_RE = re.compile(r"timed out|timeout|failed to pass monitoredBarrier", re.I)
@@ -179,6 +197,7 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
                 st.started = True
                 st.pid = ev.get("pid")
                 st.emulated = bool(ev.get("emulate"))
+                st.script = ev.get("script")
             elif k == "init" and st.init is None:
                 st.init = ev
             elif k == "exception":
@@ -189,6 +208,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
                 st.via = ev.get("via")
                 st.t = ev.get("t")
                 st._exit = ev  # type: ignore[attr-defined]
+            elif k == "argparse":
+                st.argparse = ev
             elif k == "note" and ev.get("message"):
                 st.notes.append(str(ev["message"]))
         st.collectives = rd.completed
@@ -199,6 +220,9 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.op_site = Frame.of(last_pending)
             st.op_raised = raised.get(last_pending.get("seq"))
         main_tid = (rd.first("start") or {}).get("main_thread")
+        st.seen = Frame.of(rd.seen) if isinstance(rd.seen, dict) else None
+        if st.seen is not None and not user.is_user(st.seen.file):
+            st.seen = None
 
         def stack_site(text: str, main_tid=main_tid, rd=rd) -> tuple[Frame | None, list[Frame]]:
             threads, current = parse_faulthandler(text)
@@ -219,9 +243,19 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             frames = [Frame.of(f) for f in st.exception.get("frames") or []]
             st.site = user.innermost([f for f in reversed(frames) if f is not None])
             msg = st.exception.get("message") or ""
-            if st.op_raised is not None and not _MISMATCH_RE.search(msg) and _PEER_RE.search(msg) \
-                    and not _is_emulated(st.exception):
+            # raised by torch (a recorded collective, DDP's all-reduce in backward, the DETAIL
+            # wrapper's monitoredBarrier), not by the user's own code
+            in_lib = st.op_raised is not None or (bool(frames) and frames[-1] is not None
+                                                  and not user.is_user(frames[-1].file))
+            if in_lib and not _MISMATCH_RE.search(msg) and _PEER_RE.search(msg) and not _is_emulated(st.exception):
                 st.consequential = True
+            if st.op is None and (st.consequential or _MISMATCH_RE.search(msg)) and st.site is not None:
+                op = _op_from_frames([f for f in frames if f is not None], st.site, user)
+                if op:
+                    st.op, st.op_site = op, st.site
+            worker = _worker_site(msg, user)
+            if worker is not None:
+                st.worker, st.site = worker, worker
         elif getattr(st, "_exit", None) is not None:
             st.status = "exited" if st.via != "return" or st.exit_code else "ok"
             frames = [Frame.of(f) for f in st._exit.get("frames") or []]  # type: ignore[attr-defined]
@@ -245,8 +279,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.site = st.op_site
         elif st.started:
             st.status = "killed"
-            st.exit_code = exitcodes.get(r)
-            st.site = st.op_site
+            st.exit_code = exitcodes.get(r, st.exit_code)
+            st.site = st.seen or st.op_site
         if st.site is None and st.op_site is not None:
             st.site = st.op_site
         if st.site is None and st.status == "hung":
@@ -255,6 +289,43 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             # there is; a hung rank is never left out of the findings
             st.site = Frame.of(rd.last_site)
     return states
+
+
+_ORIG_TB_FRAME_RE = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$', re.M)
+
+
+def _worker_site(msg: str, user: UserCode) -> Frame | None:
+    """A DataLoader worker's exception is re-raised in the rank with the worker's traceback as text
+    ("Caught KeyError in DataLoader worker process 0. Original Traceback ..."): its innermost user
+    line is where the problem is, not the ``for batch in loader`` line."""
+    if "Original Traceback (most recent call last)" not in msg:
+        return None
+    tail = msg.split("Original Traceback (most recent call last)", 1)[1]
+    frames = [Frame(m.group(1), int(m.group(2)), m.group(3).strip()) for m in _ORIG_TB_FRAME_RE.finditer(tail)]
+    for fr in reversed(frames):
+        if user.is_user(fr.file):
+            return fr
+    return None
+
+
+def _op_from_frames(frames_outer_first: list[Frame], site: Frame, user: UserCode) -> str | None:
+    """The torch call a rank was in when it raised from library code below ``site``: DDP's gradient
+    all-reduce (``backward``), DDP's forward or constructor, or a torch.distributed function."""
+    try:
+        below = frames_outer_first[frames_outer_first.index(site) + 1:]
+    except ValueError:
+        return None
+    if not below:
+        return None
+    for fr in below:
+        if _is_backward(fr):
+            return "backward"
+        if _is_ddp_file(fr.file):
+            return "DistributedDataParallel" if fr.function == "__init__" else "DistributedDataParallel.forward"
+        if user.is_torch_distributed(fr.file) and fr.function not in ("wrapper", "_fn", "inner") \
+                and not user.is_shim(fr.file):
+            return fr.function
+    return None
 
 
 def _py_main_stack(data, main_tid) -> list[Frame]:
@@ -285,6 +356,10 @@ def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
     if idx == 0:
         return
     inner, callee = frames[0], frames[idx - 1]
+    if any(_is_backward(fr) for fr in frames[:idx]):
+        # DDP's gradient all-reduce runs inside backward(), in C++: the Python stack ends in autograd
+        st.op, st.op_site = "backward", st.site
+        return
     if not (user.is_torch_distributed(inner.file) or _is_ddp_file(inner.file)):
         return
     # the function the user called, not the decorators around it: the shim's recording wrapper (a
@@ -296,6 +371,12 @@ def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
         callee = frames[j]
     st.op = "DistributedDataParallel" if _is_ddp_file(callee.file) else callee.function
     st.op_site = st.site
+
+
+def _is_backward(fr: Frame) -> bool:
+    f = fr.file.replace(os.sep, "/")
+    return (f.endswith("torch/_tensor.py") and fr.function == "backward") or f.endswith("torch/autograd/__init__.py") \
+        or (f.endswith("torch/autograd/graph.py") and fr.function == "_engine_run_backward")
 
 
 def _is_ddp_file(f: str) -> bool:

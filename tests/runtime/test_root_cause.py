@@ -1,0 +1,118 @@
+"""Issue 16: the rank that caused a failure is blamed, not the ones that waited for it, and torch's
+own diagnosis is kept. Each test runs a real 2-rank gloo job and asserts lines, ranks and codes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_torch
+from tests.runtime.test_run import by_code, line, marks, rel
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts16"
+TIMEOUT = 20.0  # an upper bound only: every case below ends by torch's own error or a rank's exit
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def _torch():
+    require_torch()
+
+
+def run(name: str, timeout: float = TIMEOUT, **kw):
+    from ddp_lint.analysis.runtime.api import run_script
+
+    return run_script(str(SCRIPTS / name), nproc=2, timeout=timeout, emulate="off", **kw)
+
+
+def codes(res):
+    return [(f.code, line(f), f.ranks) for f in res.findings]
+
+
+def only(res, code):
+    assert [f.code for f in res.findings] == [code], [(f.code, f.message) for f in res.findings]
+    return res.findings[0]
+
+
+def test_uneven_inputs_blame_the_rank_that_finished():
+    m = marks(SCRIPTS / "uneven_inputs.py")
+    res = run("uneven_inputs.py")
+    f = only(res, "DDP904")
+    assert line(f) == m["last"] and f.ranks == (1,), codes(res)
+    assert rel(f) == [(m["wait"], (0,))]
+    assert "finished the script" in f.message and "backward()" in f.message and "DDP's gradient all-reduce" in f.message
+
+
+def test_a_rank_local_break_is_the_root_cause():
+    m = marks(SCRIPTS / "local_break.py")
+    res = run("local_break.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (0,) and line(f) == max(m.values()) + 2, codes(res)  # its last line
+    assert rel(f) == [(m["wait"], (1,))]
+
+
+def test_rank0_helper_with_a_barrier():
+    m = marks(SCRIPTS / "rank0_helper_barrier.py")
+    res = run("rank0_helper_barrier.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and line(f) == m["last"], codes(res)
+    assert rel(f) == [(m["wait"], (0,))] and "barrier()" in f.message
+    assert "timeout" not in f.message  # no timing claim: nobody waited for ddp-lint's timeout
+
+
+def test_a_rank_killed_by_sigkill():
+    m = marks(SCRIPTS / "sigkill_rank.py")
+    res = run("sigkill_rank.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and m["killed"] - 3 <= line(f) <= m["killed"], codes(res)  # last seen inside grow()
+    assert "killed (SIGKILL; likely the OOM killer)" in f.message
+    assert [r for _, r in rel(f)] == [(0,)] and rel(f)[0][0] == m["wait"]
+    (r1,) = [r for r in res.ranks if r.rank == 1]
+    assert "SIGKILL" in r1.text
+
+
+def test_a_dataloader_worker_error_is_at_the_worker_line():
+    m = marks(SCRIPTS / "dataloader_keyerror.py")
+    res = run("dataloader_keyerror.py")
+    f = only(res, "DDP901")
+    assert f.ranks == (1,) and line(f) == m["getitem"], codes(res)
+    assert "KeyError: " in f.message and "DataLoader worker" in f.message
+    assert (m["reduce"], (0,)) in rel(f) and (m["loop"], (1,)) in rel(f)
+
+
+def test_a_mismatch_against_ddps_allreduce_is_one_ddp902():
+    m = marks(SCRIPTS / "ddp_mismatch.py")
+    res = run("ddp_mismatch.py")
+    f = only(res, "DDP902")
+    assert f.ranks == (0, 1) and line(f) == m["metric"], codes(res)
+    assert rel(f) == [(m["backward"], (1,))]
+    assert "backward() (DDP's gradient all-reduce)" in f.message and "all_reduce()" in f.message
+    assert "Detected mismatch" in f.details["torch_message"]
+
+
+def test_a_shape_mismatch_says_the_shapes():
+    m = marks(SCRIPTS / "shape_mismatch.py")
+    res = run("shape_mismatch.py")
+    f = only(res, "DDP902")
+    assert f.ranks == (0, 1) and line(f) == m["reduce"], codes(res)
+    assert "[5]" in f.message and "[4]" in f.message and "all_reduce()" in f.message
+
+
+def test_an_unused_parameter_is_named():
+    m = marks(SCRIPTS / "unused_param.py")
+    res = run("unused_param.py")
+    f = only(res, "DDP901")
+    assert f.ranks == (0, 1) and line(f) == m["forward"], codes(res)
+    assert "head_unused.bias" in f.message and "head_unused.weight" in f.message
+    assert "find_unused_parameters=True" in f.details["hint"]
+    assert "Expected to have finished reduction" in f.details["torch_message"]  # torch's text, whole
+
+
+def test_a_required_local_rank_argument():
+    m = marks(SCRIPTS / "local_rank_required.py")
+    res = run("local_rank_required.py")
+    f = only(res, "DDP901")
+    assert f.ranks == (0, 1) and line(f) == m["parse"], codes(res)
+    assert "the following arguments are required: --local_rank" in f.message
+    assert "LOCAL_RANK" in f.details["hint"]
