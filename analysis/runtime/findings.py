@@ -469,6 +469,7 @@ def early_exits(b: Builder) -> None:
             s.site = b.src.script_end(s.script)
         if s.site is not None:
             exited[r] = s
+    found = False
     for r, s in sorted(exited.items()):
         rel_list, texts = b.waiting_related({r}, s.site)
         if not texts:
@@ -485,7 +486,9 @@ def early_exits(b: Builder) -> None:
                            "makes the others wait until the timeout"}
         b.add(s.t, b.finding("DDP904", s.site, message, [r], rel_list, details))
         b.explained.add(r)
-    b.explained.update(b.waiting)
+        found = True
+    if found:
+        b.explained.update(b.waiting)
 
 
 def hangs(b: Builder) -> None:

@@ -430,15 +430,23 @@ def _emu_patch_ddp(torch):
                     "DistributedDataParallel got a module on the CPU with an NCCL-only process group. "
                     "Move the module to this rank's GPU first (`model.to(local_rank)`)",
                     code="DDP901", op="DistributedDataParallel", device="cpu", kind="cpu-tensor")
+            # torch 2.13's DDP verifies and broadcasts the parameters where they are
+            # (self.device = the first parameter's device), whatever device_ids says
             dev = mdev
-            if ids:
+            if dev is None and ids:
                 k = _emu_dev_index(ids[0])
                 dev = k if k is not None and k >= 0 else dev
             if dev is not None:
                 g.used.add(dev)
             if a.get("init_sync", True):
                 site = _caller_site(2) if "_caller_site" in globals() else None
-                if ids:
+                if ids and mdev is not None:  # the same text on every rank: one finding
+                    why = (f"DistributedDataParallel broadcasts the module over NCCL on the device of its "
+                           f"parameters (cuda:{mdev}), whatever device_ids says"
+                           + ("" if getattr(_EMU.tls, "set", False) else
+                              "; `.cuda()` / `.to('cuda')` use the current device, cuda:0 when "
+                              "torch.cuda.set_device was never called"))
+                elif ids:
                     why = "DistributedDataParallel broadcasts the module over NCCL on `device_ids[0]`"
                 else:
                     why = ("DistributedDataParallel broadcasts the module over NCCL on the device of its "
@@ -446,10 +454,38 @@ def _emu_patch_ddp(torch):
                                            "; `.cuda()` / `.to('cuda')` use the current device, cuda:0 "
                                            "when torch.cuda.set_device was never called"))
                 _emu_check(pg, g, "DistributedDataParallel", dev, why, site)
-        return real(*b.args, **b.kwargs)
+        out = real(*b.args, **b.kwargs)
+        if ids:
+            k = _emu_dev_index(ids[0], check=False)
+            if k is not None and k >= 0:
+                self._ddp_lint_emu_input_device = k  # the real DDP (device_ids=None here) would not move inputs
+        return out
 
     __init__.__wrapped__ = real
     DDP.__init__ = __init__
+    real_pre_forward = DDP._pre_forward
+
+    def _move(x, dev, depth=0):
+        if depth > 8:
+            return x
+        if isinstance(x, torch.Tensor):
+            return x.to(dev)
+        if isinstance(x, tuple) and not hasattr(x, "_fields"):
+            return tuple(_move(v, dev, depth + 1) for v in x)
+        if isinstance(x, list):
+            return [_move(v, dev, depth + 1) for v in x]
+        if isinstance(x, dict):
+            return {k: _move(v, dev, depth + 1) for k, v in x.items()}
+        return x
+
+    def _pre_forward(self, *inputs, **kwargs):
+        k = getattr(self, "_ddp_lint_emu_input_device", None)
+        if k is not None:  # as torch's _pre_forward does with device_ids: inputs go to device_ids[0]
+            dev = f"cuda:{k}"
+            inputs, kwargs = _move(inputs, dev), _move(kwargs, dev)
+        return real_pre_forward(self, *inputs, **kwargs)
+
+    DDP._pre_forward = _pre_forward
     real_sbn_handle = getattr(DDP, "_passing_sync_batchnorm_handle", None)
     if real_sbn_handle is not None:
         def _passing_sync_batchnorm_handle(self, module):

@@ -266,6 +266,33 @@ def test_a_rank_that_ends_early_does_not_keep_the_other_in_the_device_exchange()
     from ddp_lint.analysis.runtime.api import run_script
 
     res = run_script(str(path), nproc=2, timeout=4.0, emulate="on")
-    hung = [f for f in res.findings if f.range.start.line + 1 == marks(path)["gather"]]
-    assert hung and hung[0].ranks == (0,), describe(res)
-    assert hung[0].code in ("DDP903", "DDP904"), describe(res)
+    # the root cause is rank 1, which ended the script (issue 16); rank 0 waits at the gather
+    assert [f.code for f in res.findings] == ["DDP904"], describe(res)
+    f = res.findings[0]
+    assert f.ranks == (1,) and f.range.start.line + 1 == marks(path)["gather"] + 1, describe(res)
+    assert [(r.range.start.line + 1, r.ranks) for r in f.related] == [(marks(path)["gather"], (0,))], describe(res)
+
+
+# -- issue 16: DDP's constructor and forward as torch 2.13 has them ----------------------------------
+SCRIPTS16 = Path(__file__).resolve().parent / "emu_scripts16"
+
+
+@pytest.mark.torch
+def test_cuda_model_without_set_device_clashes_at_ddp_whatever_device_ids_says():
+    """DDP's constructor broadcasts the parameters on their device (cuda:0 on every rank after a bare
+    `.cuda()`), not on device_ids[0]: DDP905 at the DDP line, on both ranks."""
+    _needs_torch()
+    path = SCRIPTS16 / "cuda_no_set_device.py"
+    res = run(path, emulate="on")
+    assert [f.code for f in res.findings] == ["DDP905"], describe(res)
+    f = res.findings[0]
+    assert f.range.start.line + 1 == marks(path)["ddp"] and f.ranks == (0, 1), describe(res)
+    assert "cuda:0" in f.message and "whatever device_ids says" in f.message
+
+
+@pytest.mark.torch
+def test_ddp_forward_moves_inputs_to_device_ids_0():
+    _needs_torch()
+    res = run(SCRIPTS16 / "inputs_moved.py", emulate="on")
+    assert_clean(res)
+    assert "OK 0 cuda:0" in res.output and "OK 1 cuda:1" in res.output, describe(res)
