@@ -94,7 +94,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Arguments after -- go to the script verbatim: ddp-lint run train.py -- --epochs 1. "
                "Exit status: 0 when every rank finished cleanly, 1 when there are findings, 2 when the "
                "run could not happen (missing file, no torch, bad option), 130 when cancelled.")
-    run.add_argument("script", help="the Python file to run")
+    run.add_argument("script", nargs="?", default=None, help="the Python file to run")
+    run.add_argument("-m", dest="module", default=None, metavar="MODULE",
+                     help="run a module of the current folder instead of a file, as python -m does")
     run.add_argument("--nproc", type=int, default=None, metavar="N",
                      help="number of ranks (default: the number of local GPUs, or 2 with fewer than 2)")
     run.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",

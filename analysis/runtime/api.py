@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,8 @@ class RunResult:
     ranks: list[RankSummary] = field(default_factory=list)
     error: str | None = None  # why the run could not happen (exit_code 2)
     script: str = ""
+    module: str | None = None  # ``-m PACKAGE.MODULE``: script is then its file
+    launched: str = "torchrun"  # how the ranks were started: torchrun (one process per rank)
     nproc: int = 0
     timeout: float = 0.0
     timed_out: bool = False
@@ -98,6 +101,55 @@ def gpu_count(python: str | None = None) -> int:
         cut = next((i for i, v in enumerate(ids) if v.strip().startswith("-")), len(ids))
         return min(cut, n) if n else 0
     return n
+
+
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def module_file(module: str, cwd: str) -> Path | None:
+    """The file ``python -m MODULE`` runs, looked up from ``cwd`` (the folder ``-m`` puts first)."""
+    base = Path(cwd).joinpath(*module.split("."))
+    for cand in (base.with_suffix(".py"), base / "__main__.py"):
+        if cand.is_file():
+            return Path(os.path.abspath(cand))
+    return None
+
+
+def uses_object_collectives(path: str) -> int | None:
+    """The first line calling a pickling collective (they need numpy in torch 2.13), or None."""
+    import ast
+
+    from ..torch_api import OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE
+
+    names = set(OBJECT_COLLECTIVES) | set(OBJECT_COLLECTIVES_WITH_DEVICE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+            if name in names:
+                return node.lineno
+    return None
+
+
+def _has_module(python: str, name: str) -> bool | None:
+    """Whether ``python`` can import ``name`` (None: could not tell)."""
+    same_view = not (sys.flags.no_site or sys.flags.isolated or sys.flags.ignore_environment)
+    if same_view and os.path.realpath(python) == os.path.realpath(sys.executable):
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            return None
+    try:
+        p = subprocess.run([python, "-c", f"import importlib.util as u; print('ok' if u.find_spec({name!r}) else 'missing')"],
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"ok": True, "missing": False}.get(p.stdout.strip())
 
 
 def _has_torch(python: str) -> tuple[bool, str]:
@@ -153,6 +205,7 @@ def run_script(
     startup_timeout: float = 120.0,
     nodes: NodeOptions | None = None,
     rdzv_timeout: float = 600.0,
+    module: str | None = None,
 ) -> RunResult:
     """Run ``script`` on ``nproc`` ranks under torchrun and map what went wrong to its lines.
 
@@ -173,6 +226,15 @@ def run_script(
         res.notes.append(msg)
         return res
 
+    if module is not None:  # ``ddp-lint run -m PACKAGE.MODULE``, as ``python -m`` / ``torchrun -m``
+        if not _MODULE_RE.match(module or ""):
+            return fail(f"invalid module name {module!r}")
+        found = module_file(module, cwd or os.getcwd())
+        if found is None:
+            return fail(f"no module {module!r} under {cwd or os.getcwd()} (-m runs a module of the current "
+                        "folder, as python -m does)")
+        script = str(found)
+        res.module = module
     try:
         path = Path(script).expanduser()
         if not path.is_absolute():
@@ -205,6 +267,10 @@ def run_script(
     if not ok:
         return fail(f"torch is not installed for {py} ({why})" if why else
                     f"torch is not installed for {py}; pass --python with the interpreter that has your torch")
+    obj_line = uses_object_collectives(str(path))
+    if obj_line is not None and _has_module(py, "numpy") is False:
+        return fail(f"{path.name}:{obj_line} uses an object collective, which needs numpy under torch, and numpy "
+                    f"is not installed for {py}; install it first: {py} -m pip install numpy")
     n_gpus = gpu_count()
     if nproc is None:
         nproc = n_gpus if n_gpus >= 2 else 2
@@ -252,7 +318,8 @@ def run_script(
         lr = launcher.launch(py, str(path), [str(a) for a in script_args], nproc, timeout, cwd=workdir,
                              env_extra=env_extra, progress=progress, cancel=cancel, sink=sink,
                              startup_timeout=startup_timeout, nodes=node_plan,
-                             rdzv_timeout=rdzv_timeout if node_plan.mode == "cluster" else 0.0)
+                             rdzv_timeout=rdzv_timeout if node_plan.mode == "cluster" else 0.0,
+                             module=module)
     except launcher.LaunchError as e:
         return fail(str(e))
     except OSError as e:

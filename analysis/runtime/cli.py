@@ -78,7 +78,8 @@ def format_text(res: RunResult) -> str:
     elif multi:
         head = f"ddp-lint merge: {_rel(res.script)}, {res.nproc} ranks on {res.nnodes} node{'s' if res.nnodes != 1 else ''}"
     else:
-        head = f"ddp-lint run: {_rel(res.script)} on {res.nproc} rank{'s' if res.nproc != 1 else ''}"
+        what = f"-m {res.module} ({_rel(res.script)})" if res.module else _rel(res.script)
+        head = f"ddp-lint run: {what} on {res.nproc} rank{'s' if res.nproc != 1 else ''} under torchrun"
     if res.emulated:
         head += " (emulated on CPU)"
     head += f", {res.duration:.1f} s"
@@ -115,7 +116,15 @@ def cmd_run(args) -> int:
     except _Usage as e:
         print(f"ddp-lint: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    if not os.path.exists(args.script):
+    module = getattr(args, "module", None)
+    if module is not None and args.script is not None:
+        # ``-m MOD ARG...``: what argparse took for the script is the module's first argument
+        script_args = [args.script, *script_args]
+        args.script = None
+    if module is None and args.script is None:
+        print("ddp-lint: error: give a script, or -m MODULE", file=sys.stderr)
+        return EXIT_ERROR
+    if module is None and not os.path.exists(args.script):
         print(f"ddp-lint: error: {args.script}: no such file", file=sys.stderr)
         return EXIT_ERROR
     text_mode = args.output_format == "text"
@@ -145,7 +154,7 @@ def cmd_run(args) -> int:
         nodes = NodeOptions(nnodes=getattr(args, "nnodes", None), node_rank=getattr(args, "node_rank", None),
                             rdzv_endpoint=getattr(args, "rdzv_endpoint", None), rdzv_id=getattr(args, "rdzv_id", None),
                             rdzv_backend=getattr(args, "rdzv_backend", None))
-        res = run_script(args.script, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
+        res = run_script(args.script or "", module=module, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
                          emulate=args.emulate, python=args.python, script_args=script_args,
                          sink=sink if text_mode else None, cancel=cancel, nodes=nodes)
     finally:

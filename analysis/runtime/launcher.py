@@ -231,12 +231,14 @@ def launch(
     failure_grace: float = 1.0,
     nodes=None,
     rdzv_timeout: float = 0.0,
+    module: str | None = None,
 ) -> LaunchResult:
     """Run ``script`` on ``nproc`` ranks. ``timeout`` counts from the moment every rank runs the
     script (Python and torch started); ``startup_timeout`` bounds the start itself. ``nodes`` (a
     nodes.NodePlan) starts several torchrun agents, simulated or on a cluster; with
     ``rdzv_timeout``, the start-up bound counts from the rendezvous (the first rank that starts),
-    which may take that long."""
+    which may take that long. With ``module`` the ranks run ``python -m module`` (``script`` is then
+    its file, for the analysis)."""
     def report(msg: str, pct: int | None) -> None:
         if progress is not None:
             try:
@@ -250,11 +252,12 @@ def launch(
     # torchrun itself, started through the shim so that it dies with us (see shim._as_torchrun)
     # --log-dir inside the private folder: torchrun's own ``torchelastic_*`` folder would otherwise
     # be left in $TMPDIR by every run
+    target = ["-m", module] if module else [script]
     argv = [python, SHIM_PATH, "--standalone", "--nproc-per-node", str(nproc),
             "--monitor-interval", "0.1", "--log-dir", os.path.join(tmp, "torchelastic"),
-            SHIM_PATH, script, *script_args]
+            SHIM_PATH, *target, *script_args]
     if nodes is not None and nodes.multi:
-        argv = nodes.argv(python, SHIM_PATH, tmp, script, list(script_args))
+        argv = nodes.argv(python, SHIM_PATH, tmp, target[0], [*target[1:], *script_args])
     env = user_env(os.environ)
     env.update({
         "DDP_LINT_LOG_DIR": tmp,

@@ -789,11 +789,18 @@ def main(argv=None):
     if not argv:
         sys.stderr.write("usage: shim.py SCRIPT [ARGS...]\n")
         return 2
-    script = os.path.abspath(argv[0])
+    module = None
+    if argv[0] == "-m" and len(argv) > 1:  # ``shim.py -m PACKAGE.MODULE [ARGS...]``, as ``python -m``
+        module = argv[1]
+        argv = argv[1:]
+        script = _module_file(module) or os.path.abspath(module)
+        script_dir = os.getcwd()  # python -m puts the current folder first
+    else:
+        script = os.path.abspath(argv[0])
+        script_dir = os.path.dirname(script)
     sys.argv = [script] + argv[1:]
     _whole_lines()
     # the interpreter put this shim's folder first on sys.path; the script's own folder belongs there
-    script_dir = os.path.dirname(script)
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(_SHIM_FILE):
         sys.path[0] = script_dir
     else:
@@ -822,7 +829,10 @@ def main(argv=None):
     import runpy
 
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module is not None:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = _exit_code(e.code)
         _log_event("exit", code=code, via="SystemExit", frames=_frames_of(e.__traceback__),
@@ -841,6 +851,23 @@ def main(argv=None):
     _log_event("exit", code=0, via="return", frames=[site] if site else [])
     _teardown()
     return 0
+
+
+def _module_file(module):
+    """The file ``python -m MODULE`` would run, found from the current folder (without importing
+    the module itself; its parent packages are imported, as ``python -m`` does)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations:  # a package: its __main__
+            spec = importlib.util.find_spec(module + ".__main__")
+        return os.path.abspath(spec.origin) if spec is not None and spec.origin else None
+    except Exception:
+        return None
 
 
 def _whole_lines():

@@ -116,3 +116,51 @@ def test_a_required_local_rank_argument():
     assert f.ranks == (0, 1) and line(f) == m["parse"], codes(res)
     assert "the following arguments are required: --local_rank" in f.message
     assert "LOCAL_RANK" in f.details["hint"]
+
+
+# -- every kind of script -----------------------------------------------------------------------------
+def test_a_module_run_with_dash_m_keeps_its_relative_imports():
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    pkg = SCRIPTS / "mpkg"
+    m = marks(pkg / "trainer" / "util.py")
+    mm = marks(pkg / "trainer" / "main.py")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "ddp_lint", "run", "-m", "trainer.main", "--nproc", "2", "--timeout",
+                        str(TIMEOUT), "--emulate", "off", "--output-format", "json"], cwd=pkg, env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 1, (p.stdout, p.stderr[-2000:])
+    import json
+
+    (f,) = json.loads(p.stdout)
+    assert f["code"] == "DDP901" and f["ranks"] == [1] and f["location"]["row"] == m["raise"]
+    assert f["filename"].endswith(os.path.join("trainer", "util.py"))
+    assert [(r["location"]["row"], r["ranks"]) for r in f["related"]] == [(mm["barrier"], [0])]
+    t = subprocess.run([sys.executable, "-m", "ddp_lint", "run", "-m", "trainer.main", "--nproc", "2", "--timeout",
+                        str(TIMEOUT), "--emulate", "off"], cwd=pkg, env=env, capture_output=True, text=True, timeout=180)
+    assert t.stdout.splitlines()[0].startswith("ddp-lint run: -m trainer.main (trainer/main.py) on 2 ranks under torchrun")
+
+
+def test_missing_numpy_for_object_collectives_is_an_error_before_launch(tmp_path):
+    """torch's object collectives pickle through numpy: without it every rank would fail with a
+    confusing error. ddp-lint says so before starting anything, with the install command."""
+    import os
+    import stat
+    import sys
+
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text("import sys\nsys.modules['numpy'] = None  # numpy is 'not installed'\n")
+    py = tmp_path / "python-without-numpy"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={block}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} \"$@\"\n")
+    py.chmod(py.stat().st_mode | stat.S_IXUSR)
+    res = run("object_gather.py", python=str(py))
+    assert res.exit_code == 2 and not res.findings, (res.error, res.notes)
+    assert "numpy" in res.error and "-m pip install numpy" in res.error
+    assert f"object_gather.py:{marks(SCRIPTS / 'object_gather.py')['gather']}" in res.error
+    assert not res.argv  # nothing was launched
+    assert os.path.exists(str(py))
