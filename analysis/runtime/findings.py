@@ -278,7 +278,7 @@ def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emu
     b = Builder(ranks, build_states(ranks, user, output), emulated=emulated, timed_out=timed_out,
                 timeout=timeout)
     b.user = user
-    for kind in (device_clashes, mismatches, failures, early_exits, hangs):
+    for kind in (device_clashes, mismatches, failures, early_exits, hangs, silent_divergences):
         kind(b)
     from .writes import same_file_writes  # DDP908, from the files the ranks wrote
 
@@ -540,6 +540,51 @@ def hangs(b: Builder) -> None:
                 details["static_rule"] = "DDP001"
         b.add(None, b.finding("DDP903", fr, message, rs, related, details))
     b.explained.update(hung)
+
+
+def silent_divergences(b: Builder) -> None:
+    """A run that otherwise went well: DDP models whose replicas differ across ranks at the end
+    (DDP906), and DDP models whose gradients were never all-reduced (DDP907)."""
+    if b.items:
+        return
+    models: dict[int, dict[int, dict]] = {}  # model index -> rank -> its ddp_state record
+    for r, s in b.states.items():
+        for ev in s.ddp_states:
+            if isinstance(ev.get("model"), int) and "params" in ev:
+                models.setdefault(ev["model"], {})[r] = ev
+    for idx, per_rank in sorted(models.items()):
+        site = next((Frame.of(ev.get("site")) for _, ev in sorted(per_rank.items()) if Frame.of(ev.get("site"))), None)
+        if site is None:
+            continue
+        never = sorted(r for r, ev in per_rank.items() if ev.get("grads") and not ev.get("synced"))
+        if never:
+            msg = (f"{rank_list(never)}: the DDP model wrapped here never synchronised its gradients: backward ran, "
+                   "but no forward through the DDP wrapper had gradient sync on (no_sync() throughout, or the "
+                   "wrapped module was called directly), so each rank trained on its own gradients")
+            details = {"model": idx, "synced_forwards": {str(r): per_rank[r].get("synced") for r in sorted(per_rank)},
+                       "hint": "call the DDP object itself (ddp_model(x), not ddp_model.module(x)), and leave no_sync() "
+                               "for the accumulation steps only"}
+            b.add(None, b.finding("DDP907", site, msg, never, (), details, severity=Severity.WARNING))
+        if len(per_rank) < 2 or len({ev.get("when") for ev in per_rank.values()}) > 1:
+            continue
+        ranks_sorted = sorted(per_rank)
+        first, differ = None, []
+        for name, h in per_rank[ranks_sorted[0]]["params"]:
+            other = [r for r in ranks_sorted[1:] if dict(map(tuple, per_rank[r]["params"])).get(name) != h]
+            if other:
+                first, differ = name, other
+                break
+        if first is None:
+            continue
+        when = {"end": "at the end of the script", "destroy_process_group": "at destroy_process_group()"}.get(
+            per_rank[ranks_sorted[0]].get("when"), "at the end")
+        msg = (f"the replicas of the DDP model wrapped here diverged: parameter {first!r} differs between "
+               f"{rank_list([ranks_sorted[0]])} and {rank_list(differ)} {when}")
+        details = {"model": idx, "parameter": first, "when": per_rank[ranks_sorted[0]].get("when"),
+                   "hint": "DDP keeps replicas equal only if every rank starts from the same weights and applies "
+                           "the same all-reduced gradients: look for rank-dependent updates (an optimizer step or "
+                           "a parameter change outside the DDP forward/backward, a buffer, no_sync())"}
+        b.add(None, b.finding("DDP906", site, msg, ranks_sorted, (), details, severity=Severity.WARNING))
 
 
 def _killed_text(code: int | None) -> str:

@@ -43,6 +43,7 @@ _PRE_COLLECTIVE_HOOKS: list = []
 #   exit      {code, via: return|SystemExit|os._exit, frames}             the rank ended without one
 #   note      {message}                              anything worth telling the user
 #   argparse  {message, prog, site}                  argparse's error, just before it exits with 2
+#   ddp_state {model, site, when, params, synced, grads}  a DDP model's fingerprint (shim_checks.py)
 #   quiet     {completed, site?}                     collectives finished but not logged (bounded
 #                                                    logs, see below), cumulative; site: the latest
 # frames: [{file, line, function, end_line?, col?, end_col?}], outermost first (as in a traceback).
@@ -71,8 +72,9 @@ _SHIM_FILE = os.path.abspath(__file__)
 # the emulation (part 2, loaded by path only when DDP_LINT_EMULATE=1); its frames are the shim's too
 _EMU_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation.py")
 _FILES_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_files.py")  # part 3: file writes (DDP908)
+_CHECKS_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_checks.py")  # part 4: DDP906/DDP907, argparse
 _SHIM_FILES = (_SHIM_FILE, _EMU_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation_dist.py"),
-               _FILES_FILE)
+               _FILES_FILE, _CHECKS_FILE)
 _EMU = None  # the emulation's state once installed (shim_emulation._EMU)
 _TORCH_DIR = None
 _TLS = threading.local()
@@ -396,6 +398,7 @@ def _patch_torch():
                 setattr(mod, op, w)
     if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
         _patch_ddp_logger(dist)
+    _install_checks(torch, c10d)
     orig_init = c10d.init_process_group
     w = _wrap_init(orig_init, c10d)
     for mod in (c10d, dist):
@@ -417,6 +420,19 @@ def _patch_torch():
 
         _get_default_timeout._ddp_lint_wrapped = True
         c10d._get_default_timeout = _get_default_timeout
+
+
+_CHECKS = None  # shim_checks.py, loaded by path (DDP906/DDP907)
+
+
+def _install_checks(torch, c10d):
+    global _CHECKS
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_ddp_lint_shim_checks", _CHECKS_FILE)
+    _CHECKS = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(_CHECKS)
+    _CHECKS.install(torch, c10d, _caller_site, _log_event)
 
 
 def _patch_ddp_logger(dist):
@@ -847,6 +863,8 @@ def main(argv=None):
         except Exception:
             pass
         return code
+    if _CHECKS is not None:
+        _CHECKS.log_states("end")
     site = _LAST_SITE
     _log_event("exit", code=0, via="return", frames=[site] if site else [])
     _teardown()

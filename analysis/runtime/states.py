@@ -116,6 +116,7 @@ class RankState:
     argparse: dict | None = None  # argparse's error, when the script's argument parser exited
     worker: Frame | None = None  # a DataLoader worker's raising line (then also the site)
     script: str | None = None
+    ddp_states: list[dict] = field(default_factory=list)  # DDP models' fingerprints (shim_checks.py)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -210,6 +211,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
                 st._exit = ev  # type: ignore[attr-defined]
             elif k == "argparse":
                 st.argparse = ev
+            elif k == "ddp_state":
+                st.ddp_states.append(ev)
             elif k == "note" and ev.get("message"):
                 st.notes.append(str(ev["message"]))
         st.collectives = rd.completed

@@ -164,3 +164,26 @@ def test_missing_numpy_for_object_collectives_is_an_error_before_launch(tmp_path
     assert f"object_gather.py:{marks(SCRIPTS / 'object_gather.py')['gather']}" in res.error
     assert not res.argv  # nothing was launched
     assert os.path.exists(str(py))
+
+
+# -- silent divergence (DDP906, DDP907) -----------------------------------------------------------------
+def test_replicas_that_diverge_are_reported_where_the_model_was_wrapped():
+    m = marks(SCRIPTS / "diverged.py")
+    res = run("diverged.py")
+    f = only(res, "DDP906")
+    assert line(f) == m["ddp"] and f.ranks == (0, 1), codes(res)
+    assert "'head.weight'" in f.message and "destroy_process_group" in f.message
+    assert f.details["parameter"] == "head.weight"
+
+
+def test_gradients_never_synchronised_when_the_wrapper_is_bypassed():
+    m = marks(SCRIPTS / "never_synced.py")
+    res = run("never_synced.py")
+    f = only(res, "DDP907")
+    assert line(f) == m["ddp"] and f.ranks == (0, 1), codes(res)
+    assert "never synchronised its gradients" in f.message
+
+
+def test_a_correct_ddp_loop_with_no_sync_accumulation_is_clean():
+    res = run("clean_ddp.py")
+    assert res.exit_code == 0 and not res.findings, codes(res)
