@@ -452,6 +452,8 @@ def failures(b: Builder) -> None:
             details["hint"] = hint[0]
             if hint[1]:
                 details["static_rule"] = hint[1]
+        elif world_size_hint(fr, b.src, len(b.states)):
+            details["hint"] = world_size_hint(fr, b.src, len(b.states))
         b.add(b.t_of(rs), b.finding("DDP901", fr, message, rs, rel_list, details))
         b.explained.update(rs)
         b.explained.update(r for r in b.waiting if r not in rs)
@@ -532,7 +534,10 @@ def hangs(b: Builder) -> None:
         details = {"timeout": timeout,
                    "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term for r in rs},
                    "state": "running" if op is None else "in-collective"}
-        if op is not None and not others:
+        ws = world_size_hint(fr, b.src, len(states))
+        if ws:
+            details["hint"] = ws
+        elif op is not None and not others:
             nccl = any(str((states[r].init or {}).get("backend", "")).lower().find("nccl") >= 0 for r in rs)
             if nccl:
                 details["hint"] = ("all ranks wait in the same collective: ranks that share one GPU (no "
@@ -610,6 +615,22 @@ def _exception_user_site(st: RankState, b: Builder) -> Frame | None:
     return None
 
 
+_LOCAL_RANK_DEFAULT_RE = re.compile(r"""add_argument\(\s*['"]--local[_-]rank['"][^)]*default\s*=\s*0\b""")
+_WORLD_SIZE_RE = re.compile(r"\bworld_size\s*=\s*(\d+)\b")
+
+
+def world_size_hint(fr: Frame | None, src: Sources, nranks: int) -> str | None:
+    """A constant ``world_size=N`` on the failing line that is not the number of ranks launched."""
+    lines = src.lines(fr.file) if fr is not None else None
+    if not lines or not (0 < fr.line <= len(lines)):
+        return None
+    m = _WORLD_SIZE_RE.search(lines[fr.line - 1])
+    if m and int(m.group(1)) != nranks:
+        return (f"the script asks for world_size={m.group(1)}, but {nranks} ranks were launched: take the world "
+                "size from the environment (WORLD_SIZE, set by torchrun) or from dist.get_world_size()")
+    return None
+
+
 def _hint(code: str, st: RankState, src: Sources):
     """(hint text, static rule code) linking a runtime failure to the static rule that explains it."""
     ex0 = st.exception or {}
@@ -618,6 +639,11 @@ def _hint(code: str, st: RankState, src: Sources):
         return ("a device index past this node's GPUs: index devices with the rank on this node, "
                 "int(os.environ['LOCAL_RANK']), not the global rank (dist.get_rank() / RANK), "
                 "which goes past torch.cuda.device_count() from the second node on", None)
+    script_lines = src.lines(st.script) if st.script else None
+    if code == "DDP905" and script_lines and _LOCAL_RANK_DEFAULT_RE.search("\n".join(script_lines)):
+        return ("--local_rank defaults to 0 on every rank: torchrun sets LOCAL_RANK in the environment and does "
+                "not pass --local_rank, so every rank picks cuda:0; use int(os.environ['LOCAL_RANK']) (static rule "
+                "DDP001)", "DDP001")
     if code == "DDP905":
         return ("each rank needs its own GPU: call torch.cuda.set_device(local_rank) right after "
                 "init_process_group (static rule DDP001)", "DDP001")

@@ -323,6 +323,11 @@ def launch(
             report("collecting", 95)
         reader.poll()
         reader.read_stacks()
+        try:  # torchrun's own messages (shim._as_torchrun): for the analysis and the report, not the terminal
+            with open(os.path.join(tmp, "torchrun.err"), "rb") as f:
+                out.write(f.read(OUTPUT_TAIL))
+        except OSError:
+            pass
         result.output = out.text()
         result.output_bytes = out.total
         result.output_dropped = out.dropped

@@ -425,14 +425,21 @@ def _patch_torch():
 _CHECKS = None  # shim_checks.py, loaded by path (DDP906/DDP907)
 
 
-def _install_checks(torch, c10d):
+def _load_checks():
+    """shim_checks.py (argparse errors, DDP906/DDP907), loaded by path once."""
     global _CHECKS
-    import importlib.util
+    if _CHECKS is None:
+        import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_ddp_lint_shim_checks", _CHECKS_FILE)
-    _CHECKS = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(_CHECKS)
-    _CHECKS.install(torch, c10d, _caller_site, _log_event)
+        spec = importlib.util.spec_from_file_location("_ddp_lint_shim_checks", _CHECKS_FILE)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _CHECKS = mod
+    return _CHECKS
+
+
+def _install_checks(torch, c10d):
+    _load_checks().install(torch, c10d, _caller_site, _log_event)
 
 
 def _patch_ddp_logger(dist):
@@ -466,27 +473,6 @@ def _patch_os_exit():
 
     _exit._ddp_lint_original = orig
     os._exit = _exit
-
-
-def _patch_argparse():
-    """An argparse error (``the following arguments are required: --local_rank``) is logged as a
-    note before argparse exits with status 2, so the finding can say it."""
-    try:
-        import argparse
-    except ImportError:
-        return
-    orig = argparse.ArgumentParser.error
-
-    @functools.wraps(orig)
-    def error(self, message):
-        try:
-            _log_event("argparse", message=str(message)[:2000], prog=str(getattr(self, "prog", ""))[:200],
-                       site=_caller_site(2))
-        except Exception:
-            pass
-        return orig(self, message)
-
-    argparse.ArgumentParser.error = error
 
 
 def _lib_dirs():
@@ -615,7 +601,10 @@ def _setup_recording(script):
         _start_seen_sampler(log_dir, tag)
     except (OSError, RuntimeError):
         pass
-    _patch_argparse()
+    try:
+        _load_checks().patch_argparse(_log_event, _caller_site)
+    except Exception:
+        pass
     _patch_os_exit()
     try:
         _patch_torch()
@@ -745,6 +734,13 @@ def _as_torchrun():
         pass
     if parent.isdigit() and os.getppid() != int(parent):  # ddp-lint died before the line above
         return 143
+    log_dir = os.environ.get("DDP_LINT_LOG_DIR")
+    if log_dir:  # torchrun's own messages (its ChildFailedError banner) go to the report, not the terminal;
+        try:     # the ranks keep the shared stdout/stderr (file descriptors 1 and 2)
+            sys.stderr = open(os.open(os.path.join(log_dir, "torchrun.err"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                      0o600), "w", buffering=1, errors="replace")
+        except OSError:
+            pass
     sys.argv[0] = "torchrun"
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(_SHIM_FILE):
         sys.path[0] = os.getcwd()  # as ``python -m`` has it; this folder must not shadow anything

@@ -1,4 +1,5 @@
-"""ddp-lint rank shim, part 4: the silent-divergence checks (DDP906, DDP907). Runs INSIDE each rank.
+"""ddp-lint rank shim, part 4: argparse errors, and the silent-divergence checks (DDP906, DDP907).
+Runs INSIDE each rank.
 
 Loaded by path by shim.py (``_patch_torch``); stdlib + torch only, imports nothing from ddp-lint.
 Nothing here runs per step beyond one counter in DDP's ``_pre_forward``:
@@ -64,6 +65,27 @@ def install(torch, c10d, caller_site, log_event):
     DDP.__init__ = __init__
     DDP._pre_forward = _pre_forward
     DDP._ddp_lint_checks = True
+
+
+def patch_argparse(_log_event, _caller_site):
+    """An argparse error (``the following arguments are required: --local_rank``) is logged as a
+    note before argparse exits with status 2, so the finding can say it."""
+    try:
+        import argparse
+    except ImportError:
+        return
+    orig = argparse.ArgumentParser.error
+
+    @functools.wraps(orig)
+    def error(self, message):
+        try:
+            _log_event("argparse", message=str(message)[:2000], prog=str(getattr(self, "prog", ""))[:200],
+                       site=_caller_site(2))
+        except Exception:
+            pass
+        return orig(self, message)
+
+    argparse.ArgumentParser.error = error
 
 
 def _checksum(torch, t):

@@ -296,3 +296,14 @@ def test_ddp_forward_moves_inputs_to_device_ids_0():
     res = run(SCRIPTS16 / "inputs_moved.py", emulate="on")
     assert_clean(res)
     assert "OK 0 cuda:0" in res.output and "OK 1 cuda:1" in res.output, describe(res)
+
+
+@pytest.mark.torch
+def test_local_rank_default_0_under_torchrun_gets_its_hint():
+    _needs_torch()
+    path = SCRIPTS16 / "local_rank_default.py"
+    res = run(path, emulate="on")
+    assert [f.code for f in res.findings] == ["DDP905"], describe(res)
+    f = res.findings[0]
+    assert f.range.start.line + 1 == marks(path)["reduce"] and f.ranks == (0, 1), describe(res)
+    assert "--local_rank defaults to 0" in f.details["hint"] and "LOCAL_RANK" in f.details["hint"]

@@ -187,3 +187,11 @@ def test_gradients_never_synchronised_when_the_wrapper_is_bypassed():
 def test_a_correct_ddp_loop_with_no_sync_accumulation_is_clean():
     res = run("clean_ddp.py")
     assert res.exit_code == 0 and not res.findings, codes(res)
+
+
+def test_world_size_4_with_2_ranks_launched_says_so():
+    m = marks(SCRIPTS / "world_size4.py")
+    res = run("world_size4.py", timeout=4.0)
+    f = only(res, "DDP903")
+    assert line(f) == m["init"] and f.ranks == (0, 1), codes(res)
+    assert "world_size=4" in f.details["hint"] and "2 ranks were launched" in f.details["hint"]
