@@ -53,7 +53,7 @@ _PRE_COLLECTIVE_HOOKS: list = []
 # user's line.
 #
 # seen-<RANK> (one JSON object, rewritten in place): {file, line, function, t}, the main thread's
-# latest user frame, sampled every 0.2 s (_start_seen_sampler).
+# latest user frame, sampled every 0.2 s (shim_checks.start_seen_sampler).
 #
 # Signals: SIGUSR1 dumps every thread's Python stack to stack-<RANK>.usr1 (the launcher asks a hung
 # rank this way); SIGTERM (torchrun tearing the job down) dumps to stack-<RANK>.term and then
@@ -518,47 +518,6 @@ def _dump_python_stacks(signum=None, frame=None):
     os.replace(tmp, path)
 
 
-_SEEN_S = 0.2  # how often the "last seen" sampler looks at the main thread
-
-
-def _start_seen_sampler(log_dir, tag):
-    """Every _SEEN_S, the main thread's innermost frame outside the stdlib, the installed packages,
-    torch and this shim is written (only when it changed) over the fixed-size file seen-<RANK>: a
-    rank killed outright (SIGKILL, the OOM killer) leaves no traceback and no stack, but this says
-    where it was last seen. One pwrite(2) per change; nothing in the rank's own thread."""
-    libs = tuple(os.path.join(p, "") for p in _lib_dirs())
-    fd = os.open(os.path.join(log_dir, f"seen-{tag}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    main_id = threading.main_thread().ident
-
-    def user(f):
-        while f is not None:
-            fn = f.f_code.co_filename
-            if not (fn.startswith("<") or _is_internal(fn) or fn.startswith(libs)):
-                return f
-            f = f.f_back
-        return None
-
-    def run():
-        last = None
-        while True:
-            time.sleep(_SEEN_S)
-            try:
-                f = user(sys._current_frames().get(main_id))
-                if f is None:
-                    continue
-                key = (f.f_code.co_filename, f.f_lineno)
-                if key == last:
-                    continue
-                last = key
-                data = json.dumps({"file": key[0], "line": key[1], "function": f.f_code.co_name, "t": time.time()})
-                data = data.encode("utf-8", "replace")[:4000].ljust(4096) + b"\n"
-                os.pwrite(fd, data, 0)
-            except Exception:
-                pass
-
-    threading.Thread(target=run, daemon=True, name="ddp-lint-seen").start()
-
-
 def _open_private(path):
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
 
@@ -598,11 +557,9 @@ def _setup_recording(script):
     except (OSError, ValueError, AttributeError):
         pass
     try:
-        _start_seen_sampler(log_dir, tag)
-    except (OSError, RuntimeError):
-        pass
-    try:
-        _load_checks().patch_argparse(_log_event, _caller_site)
+        checks = _load_checks()
+        checks.start_seen_sampler(log_dir, tag, _lib_dirs(), _is_internal)
+        checks.patch_argparse(_log_event, _caller_site)
     except Exception:
         pass
     _patch_os_exit()

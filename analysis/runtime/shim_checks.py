@@ -1,4 +1,5 @@
-"""ddp-lint rank shim, part 4: argparse errors, and the silent-divergence checks (DDP906, DDP907).
+"""ddp-lint rank shim, part 4: the "last seen" sampler, argparse errors, and the silent-divergence
+checks (DDP906, DDP907).
 Runs INSIDE each rank.
 
 Loaded by path by shim.py (``_patch_torch``); stdlib + torch only, imports nothing from ddp-lint.
@@ -14,7 +15,11 @@ Nothing here runs per step beyond one counter in DDP's ``_pre_forward``:
 from __future__ import annotations
 
 import functools
+import json
+import os
 import sys
+import threading
+import time
 import weakref
 
 _MODELS = []  # [(weakref to the DDP module, index, site)]
@@ -65,6 +70,47 @@ def install(torch, c10d, caller_site, log_event):
     DDP.__init__ = __init__
     DDP._pre_forward = _pre_forward
     DDP._ddp_lint_checks = True
+
+
+_SEEN_S = 0.2  # how often the "last seen" sampler looks at the main thread
+
+
+def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
+    """Every _SEEN_S, the main thread's innermost frame outside the stdlib, the installed packages,
+    torch and this shim is written (only when it changed) over the fixed-size file seen-<RANK>: a
+    rank killed outright (SIGKILL, the OOM killer) leaves no traceback and no stack, but this says
+    where it was last seen. One pwrite(2) per change; nothing in the rank's own thread."""
+    libs = tuple(os.path.join(p, "") for p in lib_dirs)
+    fd = os.open(os.path.join(log_dir, f"seen-{tag}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    main_id = threading.main_thread().ident
+
+    def user(f):
+        while f is not None:
+            fn = f.f_code.co_filename
+            if not (fn.startswith("<") or _is_internal(fn) or fn.startswith(libs)):
+                return f
+            f = f.f_back
+        return None
+
+    def run():
+        last = None
+        while True:
+            time.sleep(_SEEN_S)
+            try:
+                f = user(sys._current_frames().get(main_id))
+                if f is None:
+                    continue
+                key = (f.f_code.co_filename, f.f_lineno)
+                if key == last:
+                    continue
+                last = key
+                data = json.dumps({"file": key[0], "line": key[1], "function": f.f_code.co_name, "t": time.time()})
+                data = data.encode("utf-8", "replace")[:4000].ljust(4096) + b"\n"
+                os.pwrite(fd, data, 0)
+            except Exception:
+                pass
+
+    threading.Thread(target=run, daemon=True, name="ddp-lint-seen").start()
 
 
 def patch_argparse(_log_event, _caller_site):
