@@ -56,7 +56,7 @@ class RunResult:
     error: str | None = None  # why the run could not happen (exit_code 2)
     script: str = ""
     module: str | None = None  # ``-m PACKAGE.MODULE``: script is then its file
-    launched: str = "torchrun"  # how the ranks were started: torchrun (one process per rank)
+    launched: str = "torchrun"  # how the ranks were started: torchrun, or self-spawning (the script's own)
     nproc: int = 0
     timeout: float = 0.0
     timed_out: bool = False
@@ -132,6 +132,47 @@ def uses_object_collectives(path: str) -> int | None:
             fn = node.func
             name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
             if name in names:
+                return node.lineno
+    return None
+
+
+def self_spawning(path: str) -> int | None:
+    """The line where the script starts its own ranks, or None: a call of torch.multiprocessing's
+    ``spawn`` / ``start_processes``, or a ``multiprocessing.Process`` in a script that sets
+    MASTER_ADDR itself. Such a script runs as one plain process (it makes its own world)."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+    alias: dict[str, str] = {}  # local name -> qualified module or function
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                alias[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                alias[a.asname or a.name] = f"{node.module}.{a.name}"
+
+    def qual(e) -> str | None:
+        if isinstance(e, ast.Name):
+            return alias.get(e.id)
+        if isinstance(e, ast.Attribute):
+            base = qual(e.value)
+            return f"{base}.{e.attr}" if base else None
+        return None
+
+    sets_master = "MASTER_ADDR" in text
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            q = qual(node.func) or ""
+            if q in ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
+                     "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"):
+                return node.lineno
+            if sets_master and q in ("multiprocessing.Process", "torch.multiprocessing.Process"):
                 return node.lineno
     return None
 
@@ -271,6 +312,9 @@ def run_script(
     if obj_line is not None and _has_module(py, "numpy") is False:
         return fail(f"{path.name}:{obj_line} uses an object collective, which needs numpy under torch, and numpy "
                     f"is not installed for {py}; install it first: {py} -m pip install numpy")
+    spawn_line = self_spawning(str(path)) if nodes is None or not getattr(nodes, "nnodes", None) else None
+    if spawn_line is not None:
+        res.launched = "self-spawning"
     n_gpus = gpu_count()
     if nproc is None:
         nproc = n_gpus if n_gpus >= 2 else 2
@@ -319,12 +363,14 @@ def run_script(
                              env_extra=env_extra, progress=progress, cancel=cancel, sink=sink,
                              startup_timeout=startup_timeout, nodes=node_plan,
                              rdzv_timeout=rdzv_timeout if node_plan.mode == "cluster" else 0.0,
-                             module=module)
+                             module=module, self_spawn=spawn_line is not None)
     except launcher.LaunchError as e:
         return fail(str(e))
     except OSError as e:
         return fail(f"cannot run: {e}")
     res.argv, res.duration, res.timed_out = lr.argv, lr.duration, lr.timed_out
+    if spawn_line is not None:
+        res.nproc = len(lr.ranks)
     res.output, res.output_bytes = lr.output, lr.output_bytes
     if lr.output_dropped:
         res.notes.append(f"the run printed {lr.output_bytes} bytes; only the first and last "

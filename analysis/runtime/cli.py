@@ -80,6 +80,9 @@ def format_text(res: RunResult) -> str:
     else:
         what = f"-m {res.module} ({_rel(res.script)})" if res.module else _rel(res.script)
         head = f"ddp-lint run: {what} on {res.nproc} rank{'s' if res.nproc != 1 else ''} under torchrun"
+        if getattr(res, "launched", "torchrun") == "self-spawning":
+            head = (f"ddp-lint run: {what} as one process that starts its own ranks ({res.nproc} seen; "
+                    "--nproc is the script's business)")
     if res.emulated:
         head += " (emulated on CPU)"
     head += f", {res.duration:.1f} s"

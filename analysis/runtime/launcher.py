@@ -196,6 +196,22 @@ class LaunchResult:
 Progress = Callable[[str, "int | None"], None]
 
 
+# the run's sitecustomize.py for a self-spawning script: every Python child of this run (and only of
+# this run: the folder is on PYTHONPATH of this run's processes alone) records itself (shim_spawn.py)
+_SITECUSTOMIZE = """import os, sys
+if os.environ.get("DDP_LINT_SELF_SPAWN") == "1" and os.environ.get("DDP_LINT_SHIM_ROLE") != "spawn-parent" \\
+        and os.environ.get("DDP_LINT_LOG_DIR") and os.environ.get("DDP_LINT_RUN_ID"):
+    try:
+        import importlib.util as _u
+        _s = _u.spec_from_file_location("_ddp_lint_shim_spawn", os.environ["DDP_LINT_SHIM_SPAWN"])
+        _m = _u.module_from_spec(_s)
+        _s.loader.exec_module(_m)
+        _m.child()
+    except Exception as _e:
+        sys.stderr.write(f"ddp-lint shim: this process is not recorded: {_e!r}\\n")
+"""
+
+
 def user_env(environ) -> dict:
     """The user's environment for the ranks, without what ddp-lint's own process added: the VS
     Code extension puts its bundled libraries (pygls, lsprotocol, ...) on the server's PYTHONPATH
@@ -232,13 +248,15 @@ def launch(
     nodes=None,
     rdzv_timeout: float = 0.0,
     module: str | None = None,
+    self_spawn: bool = False,
 ) -> LaunchResult:
     """Run ``script`` on ``nproc`` ranks. ``timeout`` counts from the moment every rank runs the
     script (Python and torch started); ``startup_timeout`` bounds the start itself. ``nodes`` (a
     nodes.NodePlan) starts several torchrun agents, simulated or on a cluster; with
     ``rdzv_timeout``, the start-up bound counts from the rendezvous (the first rank that starts),
     which may take that long. With ``module`` the ranks run ``python -m module`` (``script`` is then
-    its file, for the analysis)."""
+    its file, for the analysis). With ``self_spawn`` the script starts its own ranks: it runs as one
+    plain process, and every Python child of the run records itself (shim_spawn.py)."""
     def report(msg: str, pct: int | None) -> None:
         if progress is not None:
             try:
@@ -258,6 +276,8 @@ def launch(
             SHIM_PATH, *target, *script_args]
     if nodes is not None and nodes.multi:
         argv = nodes.argv(python, SHIM_PATH, tmp, target[0], [*target[1:], *script_args])
+    if self_spawn:
+        argv = [python, SHIM_PATH, *target, *script_args]
     env = user_env(os.environ)
     env.update({
         "DDP_LINT_LOG_DIR": tmp,
@@ -276,9 +296,18 @@ def launch(
         env.pop(k, None)  # a run started from inside another torchrun is a fresh job
     if env_extra:
         env.update(env_extra)
+    if self_spawn:
+        inject = os.path.join(tmp, "inject")
+        os.mkdir(inject, 0o700)
+        with open(os.path.join(inject, "sitecustomize.py"), "w", encoding="utf-8") as f:
+            f.write(_SITECUSTOMIZE)
+        env.update({"DDP_LINT_SHIM_ROLE": "spawn-parent", "DDP_LINT_SELF_SPAWN": "1", "DDP_LINT_SCRIPT": script,
+                    "DDP_LINT_SHIM_SPAWN": str(Path(SHIM_PATH).with_name("shim_spawn.py")),
+                    "PYTHONPATH": inject + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
     result = LaunchResult(argv=argv, ranks={}, returncode=None, log_dir=tmp)
     out = BoundedOutput()
-    reader = nodes.reader(tmp) if nodes is not None and nodes.multi else LogReader(tmp, nproc)
+    reader = nodes.reader(tmp) if nodes is not None and nodes.multi else LogReader(tmp, 0 if self_spawn else nproc)
+    reader.discover = self_spawn
     result.ranks = reader.ranks
     t0 = time.monotonic()
     try:

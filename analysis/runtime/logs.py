@@ -62,6 +62,7 @@ class LogReader:
     def __init__(self, log_dir: str, nproc: int):
         self.dir = log_dir
         self.ranks = {r: RankData(r) for r in range(nproc)}
+        self.discover = False  # a self-spawning script: ranks are found as their logs appear
 
     def all_ready(self) -> bool:
         """Every rank runs the script (its ``ready`` record is in)."""
@@ -69,7 +70,14 @@ class LogReader:
 
     def poll(self) -> list[dict]:
         new = []
-        for r, rd in self.ranks.items():
+        if self.discover:
+            try:
+                for name in os.listdir(self.dir):
+                    if name.startswith("rank-") and name.endswith(".jsonl") and name[5:-6].isdigit():
+                        self.ranks.setdefault(int(name[5:-6]), RankData(int(name[5:-6])))
+            except OSError:
+                pass
+        for r, rd in list(self.ranks.items()):
             path = os.path.join(self.dir, f"rank-{r}.jsonl")
             try:
                 with open(path, "rb") as f:

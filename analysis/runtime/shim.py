@@ -74,7 +74,7 @@ _EMU_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation.py")
 _FILES_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_files.py")  # part 3: file writes (DDP908)
 _CHECKS_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_checks.py")  # part 4: DDP906/DDP907, argparse
 _SHIM_FILES = (_SHIM_FILE, _EMU_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation_dist.py"),
-               _FILES_FILE, _CHECKS_FILE)
+               _FILES_FILE, _CHECKS_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_spawn.py"))
 _EMU = None  # the emulation's state once installed (shim_emulation._EMU)
 _TORCH_DIR = None
 _TLS = threading.local()
@@ -370,7 +370,10 @@ def _wrap_init(fn, c10d):
                 else:
                     kwargs["timeout"] = cap
         _log_event("init", backend=str(backend) if backend is not None else None, **site)
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+        for hook in _POST_INIT_HOOKS:
+            hook()
+        return out
 
     init_process_group._ddp_lint_wrapped = True
     init_process_group._ddp_lint_original = fn
@@ -522,13 +525,18 @@ def _open_private(path):
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
 
 
-def _setup_recording(script):
+_POST_INIT_HOOKS: list = []  # callables() run after init_process_group returned (shim_spawn.py)
+
+
+def _setup_recording(script, tag=None):
+    """``tag`` names the log files: the rank (RANK, under torchrun), or, for the processes of a
+    self-spawning script (shim_spawn.py), "main" or "p<pid>" until init_process_group names the rank."""
     global _LOG_FD, _RANK
     _RANK = _rank_int()
     log_dir = os.environ.get("DDP_LINT_LOG_DIR")
     if not log_dir:
         return
-    tag = str(_RANK)
+    tag = tag or str(_RANK)
     _LOG_FD = os.open(os.path.join(log_dir, f"rank-{tag}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     _log_event(
         "start", main_thread=threading.main_thread().ident, script=script, argv=sys.argv[1:],
@@ -774,8 +782,9 @@ def main(argv=None):
         sys.path[0] = script_dir
     else:
         sys.path.insert(0, script_dir)
+    spawn_parent = os.environ.pop("DDP_LINT_SHIM_ROLE", None) == "spawn-parent"  # not for its children
     try:
-        _setup_recording(script)
+        _setup_recording(script, "main" if spawn_parent else None)
     except Exception as e:  # never stop the user's script because recording failed
         sys.stderr.write(f"ddp-lint shim: recording disabled: {e!r}\n")
     try:

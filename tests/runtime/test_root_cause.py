@@ -195,3 +195,26 @@ def test_world_size_4_with_2_ranks_launched_says_so():
     f = only(res, "DDP903")
     assert line(f) == m["init"] and f.ranks == (0, 1), codes(res)
     assert "world_size=4" in f.details["hint"] and "2 ranks were launched" in f.details["hint"]
+
+
+def test_a_self_spawning_script_runs_as_one_process_and_its_ranks_are_recorded():
+    """mp.spawn in the script: ddp-lint runs it once (not under torchrun, where every rank would
+    spawn a world of its own); each spawned child records itself like a rank."""
+    import os
+
+    m = marks(SCRIPTS / "spawn_buggy.py")
+    os.environ["SPAWN_PORT"] = str(29000 + os.getpid() % 500)
+    try:
+        res = run("spawn_buggy.py")
+        f = only(res, "DDP901")
+        assert f.ranks == (1,) and line(f) == m["raise"], codes(res)
+        assert rel(f) == [(m["barrier"], (0,))] and "bad shard on rank 1" in f.message
+        assert res.launched == "self-spawning" and res.nproc == 2 and len(res.argv) == 3  # python shim script
+        assert "--standalone" not in res.argv
+
+        os.environ["SPAWN_PORT"] = str(29500 + os.getpid() % 500)
+        res = run("spawn_clean.py")
+        assert res.exit_code == 0 and not res.findings, codes(res)
+        assert res.output.count("TRAINED") == 2 and [r.status for r in res.ranks] == ["ok", "ok"]
+    finally:
+        os.environ.pop("SPAWN_PORT", None)
