@@ -409,7 +409,7 @@ def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
             if s.argparse and s.exit_code == 2:
                 msg = f"exited with status 2: its argument parser said: {str(s.argparse.get('message'))[:300]}"
             groups.setdefault(("exit", msg, s.site), []).append(r)
-        elif s.status == "killed" and (s.exit_code or 0) != 0 and not b.waiting:
+        elif s.status == "killed" and (s.exit_code or 0) > 0 and not b.waiting:  # signals: early_exits
             sig = ""
             if s.exit_code is not None and s.exit_code < 0:
                 try:
@@ -460,8 +460,9 @@ def failures(b: Builder) -> None:
 
 
 def early_exits(b: Builder) -> None:
-    """A rank exited while others still wait for it: DDP904."""
-    if not b.waiting:
+    """A rank exited, or was killed by a signal, while others still wait for it: DDP904."""
+    killed = any(s.status == "killed" and (s.exit_code or 0) < 0 for s in b.states.values())
+    if not b.waiting and not killed:
         return
     exited = {}
     for r, s in b.states.items():
@@ -474,10 +475,19 @@ def early_exits(b: Builder) -> None:
     found = False
     for r, s in sorted(exited.items()):
         rel_list, texts = b.waiting_related({r}, s.site)
-        if not texts:
+        signal_death = s.status == "killed" and (s.exit_code or 0) < 0
+        if not texts and signal_death:
+            # the others may not show what they waited in (torchrun tore them down first): they
+            # were stopped because this rank died
+            for r2, s2 in sorted(b.states.items()):
+                if r2 != r and s2.site is not None and (s2.status in ("terminated", "hung") or s2.consequential):
+                    rel_list.append(b.rel(s2.site, f"{rank_list([r2])} was stopped here after {rank_list([r])} died", [r2]))
+                    texts.append(f"{rank_list([r2])} was stopped {_where(s2.site, s.site)}")
+        if not texts and not signal_death:
             continue
         if s.status == "killed":
-            message = f"{rank_list([r])} {_killed_text(s.exit_code)}; last seen here, while " + "; ".join(texts)
+            message = f"{rank_list([r])} {_killed_text(s.exit_code)}; last seen here" + (
+                ", while " + "; ".join(texts) if texts else "")
         else:
             how = {"return": "finished the script", "SystemExit": "called sys.exit",
                    "os._exit": "called os._exit"}.get(s.via or "", "exited")

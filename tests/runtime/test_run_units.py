@@ -191,3 +191,36 @@ def test_runtime_sources_stay_small_and_the_shim_parts_stay_standalone():
                 assert node.level == 0 and not (node.module or "").startswith("ddp_lint"), (name, node.module)
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("ddp_lint") for a in node.names), name
+
+
+def test_a_rank_killed_by_sigkill_is_the_root_cause_even_when_the_others_show_no_collective(tmp_path):
+    """torchrun tore rank 0 down right after rank 1 was SIGKILLed, before rank 0 showed what it waited
+    in: rank 1 is still the finding (DDP904, "likely the OOM killer"), at the line it was last seen,
+    with rank 0 where it was stopped; never a DDP901 for the innocent or an anonymous crash."""
+    import json
+
+    from ddp_lint.analysis.runtime.findings import analyse
+    from ddp_lint.analysis.runtime.launcher import SHIM_PATH
+    from ddp_lint.analysis.runtime.logs import LogReader
+    from ddp_lint.analysis.runtime.states import UserCode
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = 1\ny = compute(x)\nz = grow()\n")
+    for r in (0, 1):
+        with open(tmp_path / f"rank-{r}.jsonl", "w") as f:
+            f.write(json.dumps({"kind": "start", "rank": r, "t": 1.0, "pid": 10 + r, "main_thread": 7,
+                                "script": str(script)}) + "\n")
+            f.write(json.dumps({"kind": "ready", "rank": r, "t": 1.1, "pid": 10 + r}) + "\n")
+    (tmp_path / "seen-1").write_text(json.dumps({"file": str(script), "line": 4, "function": "<module>", "t": 2.0}))
+    (tmp_path / "stack-0.term").write_text(
+        f'Current thread 0x0000000000000007 (most recent call first):\n  File "{script}", line 3 in <module>\n')
+    reader = LogReader(str(tmp_path), 2)
+    reader.poll()
+    reader.read_stacks()
+    banner = "[1]:\n  time : x\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 11)\n"
+    a = analyse(reader.ranks, user=UserCode([str(tmp_path)], [], SHIM_PATH), timed_out=False, timeout=30.0,
+                emulated=False, output=banner)
+    assert [(f.code, f.range.start.line + 1, f.ranks) for f in a.findings] == [("DDP904", 4, (1,))]
+    f = a.findings[0]
+    assert "killed (SIGKILL; likely the OOM killer)" in f.message
+    assert [(r.range.start.line + 1, r.ranks) for r in f.related] == [(3, (0,))]
