@@ -218,3 +218,24 @@ def test_a_self_spawning_script_runs_as_one_process_and_its_ranks_are_recorded()
         assert res.output.count("TRAINED") == 2 and [r.status for r in res.ranks] == ["ok", "ok"]
     finally:
         os.environ.pop("SPAWN_PORT", None)
+
+
+def test_text_output_hides_torchruns_banner_and_ends_with_the_report():
+    """The ranks' own output stays (their tracebacks without shim frames); torchrun's ChildFailedError
+    banner and its traceback are not shown; the report is last, its first line says how."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    p = subprocess.run([sys.executable, "-m", "ddp_lint", "run", str(SCRIPTS / "local_rank_required.py"), "--nproc",
+                        "2", "--timeout", str(TIMEOUT), "--emulate", "off"], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 1, p.stdout + p.stderr[-2000:]
+    assert "the following arguments are required: --local_rank" in p.stderr  # the ranks' own output
+    assert "ChildFailedError" not in p.stderr and "torch/distributed/run.py" not in p.stderr
+    assert "shim.py" not in p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("ddp-lint run: ") and "under torchrun" in lines[0]
+    assert lines[-1] == "Found 1 runtime problem."
