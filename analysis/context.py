@@ -44,7 +44,9 @@ class Context:
         rule = self._rule
         rng = node_or_range if isinstance(node_or_range, Range) else self.src.node_range(node_or_range)
         rel = tuple(
-            Related(r if isinstance(r, Range) else self.src.node_range(r), msg) for r, msg in related
+            Related(item[2], item[3], filename=item[1]) if len(item) == 4  # ("file", path, range, msg)
+            else Related(item[0] if isinstance(item[0], Range) else self.src.node_range(item[0]), item[1])
+            for item in related
         )
         f = Finding(
             code=rule.code,

@@ -6,7 +6,9 @@ from ..model import Severity
 from ..registry import Rule
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._dataflow import calls_or_wrappers
+from ._flow import effect_related, effect_words, text
 from ._guards import expects_error
+from ..flow import for_context
 from ..semantic import parent
 
 # init_device_mesh only initialises when nothing did before it, so it does not count
@@ -32,6 +34,12 @@ class UseBeforeInit(Rule):
     straight-line path: earlier in the same function body (or at module level), unconditionally,
     with the init call later in that body. A `setup()` helper defined in the file that calls
     `init_process_group` counts as the init.
+
+    The use may also sit in a helper along the call graph: a function of this file or of another
+    file of the project (`setup_logger()` that calls `dist.get_rank()`), or a class whose
+    `__init__` does (a `Trainer` that builds a `DistributedSampler` without `num_replicas` and
+    `rank`), when that use is on the helper's unconditional path (not behind an
+    `is_initialized()` test or any other condition).
 
     ## Why is this bad?
     Nothing in `torch.distributed` works until the default process group exists. The call raises:
@@ -74,7 +82,8 @@ class UseBeforeInit(Rule):
         by_scope: dict[int, list[ast.Call]] = {}
         for i in inits:
             by_scope.setdefault(id(sem.scope_of(i)), []).append(i)
-        for use in sem.calls_to(*_USES):
+        direct = sem.calls_to(*_USES)
+        for use in [*direct, *_helper_uses(ctx, by_scope, set(map(id, direct)) | set(map(id, inits)))]:
             scope_inits = by_scope.get(id(sem.scope_of(use)))
             if not scope_inits or expects_error(use):
                 continue
@@ -85,13 +94,49 @@ class UseBeforeInit(Rule):
                 continue
             init = later[0]
             qn = ctx.qn(use)
-            what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
+            related = [(init, "the process group is initialised here")]
+            if qn is not None and qn.startswith(D) or qn == DDP_CLASS:
+                what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
+            else:
+                eff = _helper_uses.found[id(use)]
+                what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
+                related += effect_related(ctx, _Site(eff))
             ctx.report(
                 use,
                 f"{what} runs before the process group is initialised (line {init.lineno}): "
                 "ValueError: Default process group has not been initialized",
-                related=[(init, "the process group is initialised here")],
+                related=related,
             )
+
+
+class _Site:
+    def __init__(self, eff):
+        self.effects = (eff,)
+
+
+def _helper_uses(ctx, by_scope, skip) -> list[ast.Call]:
+    """Calls of project functions and constructors whose unconditional path uses the process group
+    (``setup_logger()`` that calls ``dist.get_rank()``, ``Trainer()`` whose ``__init__`` builds a
+    DistributedSampler), in the scopes that initialise it."""
+    an = for_context(ctx)
+    sem = ctx.sem
+    out = []
+    _helper_uses.found = {}
+    for c in sem.calls:
+        if id(c) in skip or id(sem.scope_of(c)) not in by_scope:
+            continue
+        target = an.resolve_call(an.main, c)
+        if target is None:
+            continue
+        req = an.summary(*target).requires_pg
+        if req is None:
+            continue
+        name = getattr(target[1], "name", "?")
+        if name == "__init__":
+            name = getattr(parent(target[1]), "name", name)
+        _helper_uses.found[id(c)] = req.through(name)
+        out.append(c)
+    return out
 
 
 def _before(a: ast.AST, b: ast.AST) -> bool:

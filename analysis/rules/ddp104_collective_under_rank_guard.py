@@ -3,10 +3,11 @@ from __future__ import annotations
 import ast
 
 from ..model import Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import get_arg
 from ._common import ALL_COLLECTIVES, D
 from ._dataflow import wrapper_functions
+from ._flow import all_divergences, effect_related, effect_words, source_related, source_words, text
 from ._guards import expects_error, rank_guard, terminal_name
 
 # everything every rank of the group must call (point-to-point send/recv are not collectives)
@@ -32,6 +33,16 @@ class CollectiveUnderRankGuard(Rule):
     `dist.get_rank() == 0`, `local_rank != 0`, `not is_main`, `is_main_process()`-style helpers
     defined in the file or imported, boolean combinations), in its `else`, or after an early
     `if not is_main: return`, when the other ranks never make the same collective.
+
+    Beyond the rank itself, any condition whose value differs between ranks counts: one computed
+    from this rank's data (`if preds.any():`, a loss, a metric over the local shard), the wall
+    clock, unseeded random numbers, or a helper that returns such a value (`is_main_process()`
+    defined in this file or imported from the project). And beyond direct calls, the collective
+    may be implicit or inside a helper: `evaluate(model)` whose body (in this file or another file
+    of the project) ends in `all_gather_object`, DDP's buffer broadcast in the forward of a wrapped
+    model with gradients enabled, DDP's gradient all-reduce in `loss.backward()`. The finding names
+    the condition, the source of the variance and the collective inside the callee. Values the
+    analysis cannot judge never produce a finding.
 
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose
@@ -72,10 +83,42 @@ class CollectiveUnderRankGuard(Rule):
     name = "collective-under-rank-guard"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("reduce", "gather", "broadcast", "barrier", "scatter", "all_to_all", "new_group")
-    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
+    # the direct check resolves torch.distributed.* names; the flow check (helpers, implicit
+    # collectives) needs a collective site: a torch.distributed import, a DDP/FSDP wrapper, or a
+    # project helper module (spelled here by the usual "dist"/"comm" module names)
+    requires_text = ("reduce", "gather", "broadcast", "barrier", "scatter", "all_to_all", "new_group",
+                     NoCase("dist"), "comm", "backward", "Parallel")
 
     def finish(self, ctx) -> None:
+        self._direct(ctx)
+        self._flow(ctx)
+
+    def _flow(self, ctx) -> None:
+        """Helpers, implicit collectives and data-dependent conditions (the semantic layer)."""
+        seen = set()
+        for d in all_divergences(ctx):
+            if d.kind != "cond" or id(d.site.node) in seen:
+                continue
+            site = d.site
+            seen.add(id(site.node))
+            if site.kind == "explicit" and rank_guard(ctx, site.node) is not None:
+                continue  # the direct check owns collectives under a rank guard
+            if expects_error(site.node):
+                continue
+            cond = text(ctx, d.node.test)
+            call = text(ctx, site.node)
+            branch = "" if (isinstance(d.node, ast.If) and site.node in _walk_block(d.node.body)) or \
+                (isinstance(d.node, ast.IfExp) and _inside(d.node.body, site.node)) else " is false"
+            ctx.report(
+                site.node,
+                f"`{call}` runs only where `{cond}`{branch}, and `{cond}` is rank-varying "
+                f"({source_words(ctx, d.value)}); it makes {effect_words(ctx, site)}, which the other ranks "
+                "never make, so it hangs until the watchdog timeout",
+                related=[(d.node.test, "rank-varying condition"), *source_related(ctx, d.value),
+                         *effect_related(ctx, site)],
+            )
+
+    def _direct(self, ctx) -> None:
         calls = ctx.calls_to(*(D + n for n in _COLLECTIVES))
         if not calls:
             return
@@ -149,3 +192,15 @@ def _on_subgroup(call: ast.Call, op: str) -> bool:
     if isinstance(grp, ast.Attribute) and grp.attr == "WORLD":
         return False
     return True
+
+
+def _inside(outer: ast.AST, inner: ast.AST) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
+        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _walk_block(block: list) -> list:
+    class _Any(list):
+        def __contains__(self, node):
+            return any(_inside(st, node) for st in block)
+    return _Any()

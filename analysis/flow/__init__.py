@@ -1,0 +1,209 @@
+"""The semantic layer every flow-aware rule queries: what is uniform across ranks, which calls run
+collectives (through helpers in this and other files of the project), and which collectives run on
+only some ranks.
+
+- ``project``: finding, reading and caching the project's own modules;
+- ``bindings``: which bindings of a name reach a use;
+- ``uniformity``: uniform / rank-varying / unknown;
+- ``summaries``: collective sites and per-function summaries;
+- ``control``: control dependence (conditions, early exits, loops).
+
+``for_context(ctx)`` gives the one ``Analysis`` of a check (built on first use).
+"""
+from __future__ import annotations
+
+import ast
+import os
+
+from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from . import project
+from .summaries import Summaries
+from .uniformity import X, Evaluator, join
+
+_SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
+_MAX_MODULES = 64  # project modules one check may load
+
+
+class Analysis(Summaries):
+    def __init__(self, filename: str, sem, text: str):
+        path = os.path.abspath(filename) if filename and not filename.startswith("<") else None
+        self.main = project.ModuleView(path, sem.tree, sem, project.content_hash(text) if path else "", text)
+        self._evaluators: dict[int, Evaluator] = {}
+        self._in_progress: set = set()
+        self._provisional: dict = {}
+        self._cycle = False
+        self._view_stack: list = []
+        self._deps: dict[str, str] = {}
+        self._validated: set[int] = set()
+        self._loaded = 0
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def evaluator(self, view) -> Evaluator:
+        ev = self._evaluators.get(id(view))
+        if ev is None:
+            ev = self._evaluators[id(view)] = Evaluator(self, view)
+        return ev
+
+    def dependencies(self) -> tuple[tuple[str, str], ...]:
+        """(path, content hash) of every project file this analysis read."""
+        return tuple(sorted(self._deps.items()))
+
+    def _load(self, path: str):
+        if path == self.main.path:
+            return self.main
+        if self._loaded >= _MAX_MODULES and path not in self._deps:
+            return None
+        v = project.load(path)
+        if v is None:
+            return None
+        self._loaded += 1
+        if id(v) not in self._validated:
+            self._validated.add(id(v))
+            for p, h in list(v.dep_hashes.items()):
+                if project.current_hash(p) != h:
+                    v.memo.clear()
+                    v.dep_hashes.clear()
+                    break
+        self._deps[path] = v.digest
+        for dep in v.dep_hashes.items():
+            self._deps.setdefault(*dep)
+        for outer in self._view_stack:
+            if outer is not v and outer is not self.main:
+                outer.dep_hashes[path] = v.digest
+        return v
+
+    def module_view(self, view, module: str, level: int):
+        if view.path is None:
+            return None
+        path = project.resolve(view.path, module, level)
+        return self._load(path) if path else None
+
+    # -- call resolution -----------------------------------------------------------------------
+    def resolve_call(self, view, call: ast.Call):
+        """(view, function node) for a call of a function of this project, else None. Class
+        constructors resolve to ``__init__``."""
+        f = call.func
+        if isinstance(f, ast.Name):
+            return self._resolve_name(view, f.id, call)
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            base = f.value.id
+            if base == "self":
+                fn = view.sem.enclosing_function(call)
+                cls = parent(fn) if fn is not None else None
+                if isinstance(cls, ast.ClassDef):
+                    for st in cls.body:
+                        if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                            return view, st
+                return None
+            imp = view.imports.get(base)
+            if imp is not None and _local_binding(view, base, call) is False:
+                mod, level, attr = imp
+                full = f"{mod}.{attr}" if (attr and mod) else (attr or mod)
+                v2 = self.module_view(view, full, level)
+                if v2 is not None:
+                    return _lookup(v2, f.attr)
+        return None
+
+    def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
+        if _local_binding(view, name, at):
+            return None
+        if name in view.defs:
+            return view, view.defs[name]
+        if name in view.classes:
+            return _ctor(view, view.classes[name])
+        imp = view.imports.get(name)
+        if imp is None or depth > 3:
+            return None
+        mod, level, attr = imp
+        if attr is None:
+            return None
+        v2 = self.module_view(view, mod, level)
+        if v2 is None:
+            return None
+        got = _lookup(v2, attr)
+        if got is None and attr in v2.imports:  # re-exported from a package's __init__
+            return self._resolve_name(v2, attr, v2.tree, depth + 1)
+        return got
+
+    def is_spawn_target(self, view, fn: ast.AST) -> bool:
+        if not isinstance(parent(fn), ast.Module):
+            return False
+        for c in view.sem.calls_to(*_SPAWNS):
+            a = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "fn"), None)
+            if isinstance(a, ast.Name) and a.id == fn.name:
+                return True
+        return False
+
+    # -- self attributes -------------------------------------------------------------------------
+    def self_attr_bindings(self, view, attr: ast.Attribute) -> list[ast.AST]:
+        fn = view.sem.enclosing_function(attr)
+        cls = parent(fn) if fn is not None else None
+        if not isinstance(cls, ast.ClassDef):
+            return []
+        memo = view.memo.setdefault("self_attrs", {})
+        idx = memo.get(id(cls))
+        if idx is None:
+            idx = memo[id(cls)] = {}
+            for m in cls.body:
+                if not isinstance(m, FUNC_TYPES):
+                    continue
+                for n in iter_scope_nodes(m):
+                    if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                        tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
+                        for t in tgts:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                idx.setdefault(t.attr, []).append(n.value if n.value is not None else n)
+                                if not isinstance(n, ast.Assign):
+                                    idx[t.attr].append(n)  # not a plain binding: keeps it unknown
+                            elif not isinstance(t, ast.Name):
+                                for sub in ast.walk(t):
+                                    if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) \
+                                            and sub.value.id == "self":
+                                        idx.setdefault(sub.attr, []).append(n)
+        return idx.get(attr.attr, [])
+
+    def self_attr_value(self, view, attr: ast.Attribute, d: int):
+        vals = self.self_attr_bindings(view, attr)
+        if not vals or len(vals) > 8:
+            return X
+        ev = self.evaluator(view)
+        out = []
+        for v in vals:
+            if isinstance(v, ast.stmt):
+                out.append(X)
+            else:
+                out.append(ev.value(v, d + 1))
+        return join(out)
+
+
+def _local_binding(view, name: str, at: ast.AST) -> bool:
+    """``name`` is bound in the function holding ``at`` (so it is not the module-level one)."""
+    fn = view.sem.enclosing_function(at)
+    while fn is not None:
+        if name in view.sem.assignments(fn):
+            return True
+        from ..semantic import param_names
+
+        if name in param_names(fn):
+            return True
+        fn = view.sem.enclosing_function(fn)
+    return False
+
+
+def _ctor(view, cls: ast.ClassDef):
+    for st in cls.body:
+        if isinstance(st, FUNC_TYPES) and st.name == "__init__":
+            return view, st
+    return None
+
+
+def _lookup(view, name: str):
+    if name in view.defs:
+        return view, view.defs[name]
+    if name in view.classes:
+        return _ctor(view, view.classes[name])
+    return None
+
+
+def for_context(ctx) -> Analysis:
+    return ctx.memo("flow.analysis", lambda: Analysis(ctx.filename, ctx.sem, ctx.src.text))

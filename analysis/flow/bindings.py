@@ -1,0 +1,154 @@
+"""Which bindings of a name reach a use: a small, flow-aware approximation on the AST.
+
+For a use of ``name`` at ``node`` in one scope, the candidates are:
+- the textually last binding before the use that dominates it (it sits in a block enclosing the use),
+  and every binding between that one and the use (conditional re-bindings);
+- without a dominating binding, every binding before the use;
+- bindings later in an enclosing loop's body (they reach the next iteration).
+
+Besides assignments, the in-place collectives that make a tensor equal on every rank
+(``dist.all_reduce(t)``, ``dist.broadcast(t, src)``, ``dist.all_gather(out, t)``,
+``dist.broadcast_object_list(objs)``, ``dist.all_gather_object(out, obj)``) are events on the
+name they write: after them the value is uniform.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..torch_api import D
+from ..semantic import FUNC_TYPES, param_names, parent
+
+# collective -> position of the argument it makes equal on every rank (in place)
+EQUALISERS = {
+    D + "all_reduce": (0, "tensor"),
+    D + "broadcast": (0, "tensor"),
+    D + "all_gather": (0, "tensor_list"),
+    D + "all_gather_into_tensor": (0, "output_tensor"),
+    D + "_all_gather_base": (0, "output_tensor"),
+    D + "broadcast_object_list": (0, "object_list"),
+    D + "all_gather_object": (0, "object_list"),
+    D + "all_reduce_coalesced": (0, "tensors"),
+}
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
+
+
+def _pos(n: ast.AST) -> tuple[int, int]:
+    return (n.lineno, n.col_offset)
+
+
+def _contains(outer: ast.AST, inner: ast.AST) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
+        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def equaliser_index(view) -> dict[tuple[int, str], list[ast.Call]]:
+    """(id(scope), name) -> in-place equalising collectives on ``name`` in that scope."""
+    got = view.memo.get("equalisers")
+    if got is None:
+        from ..semantic import get_arg
+
+        got = {}
+        sem = view.sem
+        for qn, (pos, kw) in EQUALISERS.items():
+            for c in sem.calls_to(qn):
+                a = get_arg(c, pos, kw)
+                if isinstance(a, ast.Name):
+                    got.setdefault((id(sem.scope_of(c)), a.id), []).append(c)
+        view.memo["equalisers"] = got
+    return got
+
+
+def binding_scope(sem, node: ast.AST) -> ast.AST:
+    s = sem.scope_of(node)
+    return sem.tree if isinstance(s, ast.ClassDef) else s
+
+
+def _dominates(ev: ast.AST, at: ast.AST, scope: ast.AST) -> bool:
+    """``ev``'s statement sits directly in a block that also (transitively) holds ``at``."""
+    st = ev
+    while st is not None and not isinstance(st, ast.stmt):
+        st = parent(st)
+    if st is None:
+        return False
+    blk_owner = parent(st)
+    n = at
+    while n is not None and n is not scope:
+        p = parent(n)
+        if p is blk_owner:
+            for f in ("body", "orelse", "finalbody"):
+                lst = getattr(p, f, None)
+                if isinstance(lst, list) and st in lst:
+                    return n in lst  # same block (an if's body does not dominate its orelse)
+            return False
+        n = p
+    return blk_owner is scope
+
+
+def reaching(view, name: str, at: ast.AST):
+    """("param", fn) | ("events", [binding nodes]) | ("global", [module bindings]) | ("none", None).
+
+    Binding nodes are Assign/AnnAssign/AugAssign/For/With/NamedExpr statements (or expressions)
+    from ``Semantic.assignments``, or equalising collective calls."""
+    sem = view.sem
+    scope = binding_scope(sem, at)
+    evs = list(sem.assignments(scope).get(name, ()))
+    evs += equaliser_index(view).get((id(scope), name), ())
+    if not evs:
+        if isinstance(scope, (*FUNC_TYPES, ast.Lambda)):
+            if name in param_names(scope):
+                return "param", scope
+            mod = list(sem.assignments(sem.tree).get(name, ()))
+            mod += equaliser_index(view).get((id(sem.tree), name), ())
+            if mod:
+                return "global", mod
+        return "none", None
+    ap = _pos(at)
+    before = []
+    for e in evs:
+        if _pos(e) < ap:
+            if _contains(e, at):
+                # ``x = f(x)``: the use reads the earlier binding; a loop/with body sees its target
+                if isinstance(e, (ast.For, ast.AsyncFor)):
+                    if any(_contains(s, at) for s in e.body):
+                        before.append(e)
+                elif isinstance(e, (ast.With, ast.AsyncWith)):
+                    before.append(e)
+                continue
+            before.append(e)
+    before.sort(key=_pos)
+    # loop-carried: bindings later in an enclosing loop (same scope) reach the next iteration
+    later = []
+    n = parent(at)
+    while n is not None and n is not scope:
+        if isinstance(n, LOOPS):
+            for e in evs:
+                if _pos(e) > ap and _contains(n, e) and e not in later:
+                    later.append(e)
+        n = parent(n)
+    dom = None
+    for i in range(len(before) - 1, -1, -1):
+        if _dominates(before[i], at, scope):
+            dom = i
+            break
+    if dom is not None:
+        cands = before[dom:]
+    else:
+        cands = before
+        if isinstance(scope, (*FUNC_TYPES, ast.Lambda)) and name in param_names(scope):
+            return ("events+param", cands + later) if (cands or later) else ("param", scope)
+    return "events", cands + later
+
+
+def target_path(target: ast.AST, name: str) -> list[int] | None:
+    """Index path of ``name`` inside a (nested) tuple target: ``(a, (b, c))`` -> c: [1, 1]."""
+    if isinstance(target, ast.Name):
+        return [] if target.id == name else None
+    if isinstance(target, ast.Starred):
+        return target_path(target.value, name)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for i, e in enumerate(target.elts):
+            got = target_path(e, name)
+            if got is not None:
+                return [i, *got]
+    return None

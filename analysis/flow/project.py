@@ -1,0 +1,222 @@
+"""Modules of the user's project, found from import statements and parsed on demand.
+
+An import that resolves to a file of the same project (``from utils.dist import f``, ``import comm``)
+is read, parsed and indexed once per content: views are cached by (path, content hash) in a small
+in-process LRU. Roots searched, in order: the importing file's folder, the folder above its topmost
+package (walking up while ``__init__.py`` exists), and the project root (the nearest folder above
+holding ``pyproject.toml``, ``setup.py`` or ``.git``). Nothing outside those roots is read: a
+third-party import stays unresolved (unknown).
+
+Open editor documents can shadow the file on disk (``set_overlay``), so that an unsaved helper is
+what its dependents see.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import threading
+import warnings
+from collections import OrderedDict
+
+from ..semantic import Semantic
+
+MAX_BYTES = 1_000_000  # larger files are not followed (generated code, vendored blobs)
+_LRU_SIZE = 256
+_lock = threading.RLock()
+_views: OrderedDict[tuple[str, str], "ModuleView"] = OrderedDict()
+_stat_hash: dict[str, tuple[int, int, str]] = {}
+_overlays: dict[str, str] = {}
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def content_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def set_overlay(path: str, text: str | None) -> None:
+    """The text of an open (maybe unsaved) document; None removes it."""
+    path = os.path.abspath(path)
+    with _lock:
+        if text is None:
+            _overlays.pop(path, None)
+        else:
+            _overlays[path] = text
+
+
+def read(path: str) -> tuple[str, str] | None:
+    """(text, content hash) of ``path`` (the overlay when one is set), None when unreadable."""
+    with _lock:
+        text = _overlays.get(path)
+    if text is not None:
+        return text, content_hash(text)
+    try:
+        st = os.stat(path)
+        if st.st_size > MAX_BYTES:
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+        text = data.decode("utf-8", "surrogateescape")
+    except (OSError, ValueError):
+        return None
+    digest = content_hash(text)
+    with _lock:
+        _stat_hash[path] = (st.st_mtime_ns, st.st_size, digest)
+    return text, digest
+
+
+def current_hash(path: str) -> str | None:
+    """The content hash of ``path`` now (stat fast path: unchanged mtime and size reuse the last
+    hash). Used to validate cached analyses against their dependencies."""
+    with _lock:
+        text = _overlays.get(path)
+        if text is not None:
+            return content_hash(text)
+        got = _stat_hash.get(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+        return got[2]
+    r = read(path)
+    return r[1] if r else None
+
+
+class ModuleView:
+    """One module's tree with the indexes the flow analysis needs: module-level functions and
+    classes, and what each imported name refers to."""
+
+    def __init__(self, path: str | None, tree: ast.Module, sem: Semantic, digest: str, text: str = ""):
+        self.path = path
+        self.tree = tree
+        self.sem = sem
+        self.digest = digest
+        self.text = text
+        self.defs: dict[str, ast.AST] = {}
+        self.classes: dict[str, ast.ClassDef] = {}
+        # local name -> (module, level, attribute or None)
+        self.imports: dict[str, tuple[str, int, str | None]] = {}
+        self.seeded = "seed" in text
+        self.memo: dict = {}  # per-view analysis results (summaries, values); cleared when stale
+        self.dep_hashes: dict[str, str] = {}  # files whose content the memo depends on
+        for st in _top_statements(tree):
+            t = st.__class__
+            if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
+                self.defs[st.name] = st
+            elif t is ast.ClassDef:
+                self.classes[st.name] = st
+            elif t is ast.Import:
+                for a in st.names:
+                    if a.asname:
+                        self.imports[a.asname] = (a.name, 0, None)
+                    else:
+                        top = a.name.split(".", 1)[0]
+                        self.imports.setdefault(top, (top, 0, None))
+            elif t is ast.ImportFrom:
+                for a in st.names:
+                    if a.name != "*":
+                        self.imports[a.asname or a.name] = (st.module or "", st.level, a.name)
+
+    def release(self) -> None:
+        self.memo.clear()
+        self.sem.release()
+
+
+def _top_statements(tree: ast.Module):
+    """Module-level statements, including those under module-level ``if``/``try`` (import
+    fallbacks, ``if TYPE_CHECKING:``)."""
+    stack = list(reversed(tree.body))
+    while stack:
+        st = stack.pop()
+        yield st
+        if isinstance(st, (ast.If, ast.Try)) or st.__class__.__name__ == "TryStar":
+            for f in ("body", "orelse", "finalbody"):
+                stack.extend(reversed(getattr(st, f, None) or ()))
+            for h in getattr(st, "handlers", ()):
+                stack.extend(reversed(h.body))
+
+
+def roots_for(path: str) -> list[str]:
+    here = os.path.dirname(os.path.abspath(path))
+    roots = [here]
+    d = here
+    while os.path.isfile(os.path.join(d, "__init__.py")):
+        up = os.path.dirname(d)
+        if up == d:
+            break
+        d = up
+    if d not in roots:
+        roots.append(d)
+    d = here
+    for _ in range(8):
+        if any(os.path.exists(os.path.join(d, m)) for m in _PROJECT_MARKERS):
+            if d not in roots:
+                roots.append(d)
+            break
+        up = os.path.dirname(d)
+        if up == d:
+            break
+        d = up
+    return roots
+
+
+def resolve(from_path: str, module: str, level: int) -> str | None:
+    """The file of ``module`` as imported from ``from_path`` (``level`` dots), or None."""
+    if not from_path or from_path.startswith("<"):
+        return None
+    parts = [p for p in module.split(".") if p] if module else []
+    if level:
+        base = os.path.dirname(os.path.abspath(from_path))
+        for _ in range(level - 1):
+            base = os.path.dirname(base)
+        bases = [base]
+    else:
+        if not parts or parts[0] in ("torch", "os", "sys", "numpy", "typing"):
+            return None
+        bases = roots_for(from_path)
+    for b in bases:
+        stem = os.path.join(b, *parts) if parts else b
+        for cand in (stem + ".py", os.path.join(stem, "__init__.py")):
+            if os.path.isfile(cand):
+                return os.path.abspath(cand)
+    return None
+
+
+def load(path: str) -> ModuleView | None:
+    """The view of ``path`` at its current content (cached by content hash)."""
+    r = read(path)
+    if r is None:
+        return None
+    text, digest = r
+    key = (path, digest)
+    with _lock:
+        v = _views.get(key)
+        if v is not None:
+            _views.move_to_end(key)
+            return v
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text.lstrip("\ufeff"), filename=path)
+        sem = Semantic(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    v = ModuleView(path, tree, sem, digest, text)
+    with _lock:
+        old = [k for k in _views if k[0] == path]
+        for k in old:
+            _views.pop(k).release()
+        _views[key] = v
+        while len(_views) > _LRU_SIZE:
+            _, dead = _views.popitem(last=False)
+            dead.release()
+    return v
+
+
+def clear() -> None:
+    with _lock:
+        for v in _views.values():
+            v.release()
+        _views.clear()
+        _stat_hash.clear()

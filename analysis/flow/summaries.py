@@ -1,0 +1,412 @@
+"""Collective effects and function summaries.
+
+A *site* is a call that makes (or may make) a collective on the default group:
+- an explicit ``torch.distributed`` collective (without ``group=``);
+- an implicit one: the forward of a DDP/FSDP-wrapped module with gradients enabled (DDP broadcasts
+  buffers), ``backward()`` of a value computed from such a forward (the gradient all-reduce),
+  ``ZeroRedundancyOptimizer.step()``;
+- a call to a function whose summary says it may run a collective.
+
+A function's *summary* is plain data (safe to cache across checks): the collectives it may run,
+whether it needs an initialised process group before doing anything conditional, and the
+uniformity of what it returns. Summaries are computed on demand, to a fixpoint over recursion, and
+across files (see ``project``).
+"""
+from __future__ import annotations
+
+import ast
+
+from ..torch_api import D
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
+from .uniformity import U, X, Value, join
+
+COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+    "broadcast", "reduce", "gather", "scatter", "all_reduce_coalesced", "all_gather_object", "gather_object",
+    "scatter_object_list", "broadcast_object_list", "barrier", "monitored_barrier",
+)
+GROUP_POS = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
+             "gather": 3, "scatter": 3, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "all_to_all": 2,
+             "all_to_all_single": 4, "barrier": 0, "monitored_barrier": 0, "all_gather_object": 2,
+             "gather_object": 3, "broadcast_object_list": 2, "scatter_object_list": 3}
+WRAPPERS = ("torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel")
+ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
+INIT = D + "init_process_group"
+_PG_USES = frozenset(D + n for n in (*COLLECTIVES, "get_rank", "get_world_size", "new_group", "new_subgroups"))
+_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled"})
+_CONDITIONAL_EXPR = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+class Effect:
+    """One collective a site runs: ``op`` (``all_reduce``, ``gradient all-reduce``), where, and the
+    chain of functions it was reached through."""
+
+    __slots__ = ("op", "line", "col", "end_line", "end_col", "path", "via", "grad", "what")
+
+    def __init__(self, op, node, path, via=(), grad=False, what=None):
+        self.op = op
+        self.line, self.col = node.lineno, node.col_offset
+        self.end_line, self.end_col = node.end_lineno, node.end_col_offset
+        self.path, self.via, self.grad = path, tuple(via), grad
+        self.what = what or f"`{op}`"
+
+    def through(self, fname: str) -> "Effect":
+        e = object.__new__(Effect)
+        for s in Effect.__slots__:
+            setattr(e, s, getattr(self, s))
+        e.via = (fname, *self.via)
+        return e
+
+
+class Summary:
+    __slots__ = ("collectives", "requires_pg", "returns")
+
+    def __init__(self, collectives=(), requires_pg=None, returns: Value = X):
+        self.collectives, self.requires_pg, self.returns = tuple(collectives), requires_pg, returns
+
+    def same(self, o: "Summary") -> bool:
+        return ([e.op for e in self.collectives] == [e.op for e in o.collectives]
+                and (self.requires_pg is None) == (o.requires_pg is None) and self.returns.kind == o.returns.kind)
+
+
+EMPTY = Summary((), None, X)
+
+
+class Site:
+    __slots__ = ("node", "effects", "kind")
+
+    def __init__(self, node: ast.Call, effects, kind: str):
+        self.node, self.effects, self.kind = node, tuple(effects), kind  # kind: explicit|implicit|helper
+
+
+def on_subgroup(call: ast.Call, op: str) -> bool:
+    grp = get_arg(call, GROUP_POS.get(op), "group")
+    if grp is None or (isinstance(grp, ast.Constant) and grp.value is None):
+        return False
+    if isinstance(grp, ast.Attribute) and grp.attr == "WORLD":
+        return False
+    return True
+
+
+def under_no_grad(view, node: ast.AST) -> bool:
+    sem = view.sem
+    p = parent(node)
+    while p is not None:
+        if isinstance(p, (ast.With, ast.AsyncWith)):
+            for it in p.items:
+                e = it.context_expr
+                if isinstance(e, ast.Call) and (sem.call_qualname(e) or "") in _NO_GRAD:
+                    if not (sem.call_qualname(e) == "torch.set_grad_enabled" and e.args
+                            and not (isinstance(e.args[0], ast.Constant) and e.args[0].value is False)):
+                        return True
+        if isinstance(p, FUNC_TYPES):
+            for dec in p.decorator_list:
+                f = dec.func if isinstance(dec, ast.Call) else dec
+                if (sem.qualname(f) or "") in _NO_GRAD:
+                    return True
+            return False
+        if isinstance(p, (ast.Lambda, ast.ClassDef)):
+            return False
+        p = parent(p)
+    return False
+
+
+def scope_calls(view, scope: ast.AST) -> list[ast.Call]:
+    """Calls directly in ``scope`` (not in nested functions or classes), in source order."""
+    memo = view.memo.setdefault("scope_calls", {})
+    got = memo.get(id(scope))
+    if got is None:
+        sem = view.sem
+        got = memo[id(scope)] = []
+        if isinstance(scope, ast.Module):
+            for c in sem.calls:
+                s = sem.scope_of(c)
+                if s is scope or isinstance(s, ast.ClassDef) and sem.scope_of(s) is scope:
+                    got.append(c)
+        else:
+            for c in iter_scope_nodes(scope):
+                if c.__class__ is ast.Call:
+                    got.append(c)
+            got.sort(key=lambda n: (n.lineno, n.col_offset))
+    return got
+
+
+class Summaries:
+    """Mixed into the hub: sites, summaries, and what a module-typed value is."""
+
+    # -- wrapped modules ----------------------------------------------------------------------
+    def wrapper_ctor(self, view, expr: ast.AST, at: ast.AST, depth: int = 0):
+        """The ``DDP(...)``/``FSDP(...)`` call that ``expr`` holds at ``at``, or None."""
+        if depth > 3:
+            return None
+        sem = view.sem
+        if isinstance(expr, ast.Call):
+            return expr if (sem.call_qualname(expr) or "") in WRAPPERS else None
+        if isinstance(expr, ast.Name):
+            from .bindings import reaching
+
+            kind, evs = reaching(view, expr.id, at)
+            if kind in ("events", "global") and evs:
+                got = [self.wrapper_ctor(view, e.value, e, depth + 1) if isinstance(e, ast.Assign) else None
+                       for e in evs]
+                return got[-1] if all(got) else None
+            if kind == "param":
+                return self._param_wrapper(view, evs, expr.id, depth)
+            return None
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            vals = self.self_attr_bindings(view, expr)
+            got = [self.wrapper_ctor(view, v, v, depth + 1) for v in vals]
+            return got[0] if got and all(got) else None
+        return None
+
+    def _param_wrapper(self, view, fn: ast.AST, name: str, depth: int):
+        """Every call of ``fn`` in this module passes a wrapped module as ``name``."""
+        if not isinstance(fn, FUNC_TYPES) or not isinstance(parent(fn), ast.Module):
+            return None
+        params = param_names(fn)
+        idx = params.index(name)
+        sites = [c for c in view.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+        if not sites:
+            return None
+        found = None
+        for c in sites:
+            a = get_arg(c, idx, name)
+            w = self.wrapper_ctor(view, a, c, depth + 1) if a is not None else None
+            if w is None:
+                return None
+            found = w
+        return found
+
+    def from_wrapped_forward(self, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.Call | None:
+        """The forward call of a wrapped module that ``expr`` is computed from, or None."""
+        if depth > 6 or expr is None:
+            return None
+        from .bindings import reaching
+
+        stack = [expr]
+        seen = 0
+        while stack and seen < 200:
+            n = stack.pop()
+            seen += 1
+            if isinstance(n, ast.Call):
+                if self.wrapper_ctor(view, n.func, n) is not None:
+                    return n
+            if isinstance(n, ast.Name):
+                kind, evs = reaching(view, n.id, n)
+                if kind in ("events", "global"):
+                    for e in evs or ():
+                        v = getattr(e, "value", None)
+                        if isinstance(e, ast.Assign) or isinstance(e, ast.AugAssign):
+                            got = self.from_wrapped_forward(view, v, e, depth + 1)
+                            if got is not None:
+                                return got
+                continue
+            if isinstance(n, (ast.Lambda, *FUNC_TYPES)):
+                continue
+            stack.extend(ast.iter_child_nodes(n))
+        return None
+
+    # -- sites -------------------------------------------------------------------------------
+    def sites(self, view, scope: ast.AST) -> list[Site]:
+        memo = view.memo.setdefault("sites", {})
+        got = memo.get(id(scope))
+        if got is not None:
+            return got
+        out = []
+        sem = view.sem
+        for c in scope_calls(view, scope):
+            qn = sem.call_qualname(c) or ""
+            if qn.startswith(D):
+                op = qn[len(D):]
+                if op in COLLECTIVES and not on_subgroup(c, op):
+                    out.append(Site(c, [Effect(op, c, view.path)], "explicit"))
+                continue
+            f = c.func
+            if isinstance(f, ast.Attribute) and f.attr == "backward":
+                fwd = self.from_wrapped_forward(view, f.value, c)
+                if fwd is not None:
+                    out.append(Site(c, [Effect("all_reduce", c, view.path,
+                                               what="DDP's gradient all-reduce")], "implicit"))
+                    continue
+            if isinstance(f, ast.Attribute) and f.attr == "step":
+                if self._is_zero(view, f.value, c):
+                    out.append(Site(c, [Effect("broadcast", c, view.path,
+                                               what="ZeroRedundancyOptimizer's parameter broadcast")], "implicit"))
+                    continue
+            w = self.wrapper_ctor(view, f, c) if isinstance(f, (ast.Name, ast.Attribute)) else None
+            if w is not None and not under_no_grad(view, c):
+                bb = get_arg(w, None, "broadcast_buffers")
+                if not (isinstance(bb, ast.Constant) and bb.value is False):
+                    out.append(Site(c, [Effect("broadcast", c, view.path, grad=True,
+                                               what="DDP's buffer broadcast in the forward")], "implicit"))
+                continue
+            target = self.resolve_call(view, c)
+            if target is not None and target[1] is not scope:
+                s = self.summary(*target)
+                effs = s.collectives
+                if effs and under_no_grad(view, c):
+                    effs = tuple(e for e in effs if not e.grad)
+                if effs:
+                    name = getattr(target[1], "name", "?")
+                    if name == "__init__":
+                        name = getattr(parent(target[1]), "name", name)
+                    out.append(Site(c, [e.through(name) for e in effs], "helper"))
+        memo[id(scope)] = out
+        return out
+
+    def _is_zero(self, view, expr, at) -> bool:
+        from .bindings import reaching
+
+        if isinstance(expr, ast.Name):
+            kind, evs = reaching(view, expr.id, at)
+            return kind == "events" and bool(evs) and all(
+                isinstance(e, ast.Assign) and isinstance(e.value, ast.Call)
+                and view.sem.call_qualname(e.value) == ZERO for e in evs)
+        return False
+
+    # -- summaries ---------------------------------------------------------------------------
+    def summary(self, view, fn: ast.AST) -> Summary:
+        memo = view.memo.setdefault("summaries", {})
+        got = memo.get(id(fn))
+        if got is not None:
+            return got
+        key = (id(view), id(fn))
+        if key in self._in_progress:
+            self._cycle = True
+            return self._provisional.get(key, EMPTY)
+        top = not self._in_progress
+        for _round in range(4):
+            self._in_progress.add(key)
+            self._view_stack.append(view)
+            try:
+                s = self._compute(view, fn)
+            finally:
+                self._in_progress.discard(key)
+                self._view_stack.pop()
+            if not self._cycle:
+                memo[id(fn)] = s
+                return s
+            prev = self._provisional.get(key)
+            self._provisional[key] = s
+            if not top:
+                return s
+            if prev is not None and prev.same(s):
+                break
+            self._cycle = False
+        self._cycle = False
+        self._provisional.clear()
+        memo[id(fn)] = s
+        return s
+
+    def _compute(self, view, fn: ast.AST) -> Summary:
+        effects = []
+        seen_ops = set()
+        for site in self.sites(view, fn):
+            for e in site.effects:
+                if e.op not in seen_ops or len(effects) < 2:
+                    seen_ops.add(e.op)
+                    effects.append(e)
+            if len(effects) >= 6:
+                break
+        # collectives in nested functions defined and called here are found through their calls
+        return Summary(effects, self._requires_pg(view, fn), self._returns(view, fn))
+
+    def _returns(self, view, fn: ast.AST) -> Value:
+        if isinstance(fn, ast.Lambda):
+            return X
+        if getattr(fn, "name", "") == "__init__":
+            return X
+        ev = self.evaluator(view)
+        vals = []
+        for n in iter_scope_nodes(fn):
+            if n.__class__ is ast.Return:
+                vals.append(ev.value(n.value) if n.value is not None else U)
+            elif n.__class__ in (ast.Yield, ast.YieldFrom):
+                return X
+            if len(vals) > 12:
+                break
+        if not vals:
+            return X
+        return join(vals)
+
+    def _requires_pg(self, view, fn: ast.AST):
+        """The first use of the process group on ``fn``'s unconditional path (before any early
+        exit or conditional), unless ``fn`` initialises the group first."""
+        sem = view.sem
+        body = list(getattr(fn, "body", ()))
+        stack = list(reversed(body))
+        while stack:
+            st = stack.pop()
+            if isinstance(st, (ast.If, ast.For, ast.AsyncFor, ast.While)) or st.__class__.__name__ == "Match":
+                if _has_exit(st) or any((sem.call_qualname(c) or "") == INIT for c in _all_calls(st)):
+                    return None
+                continue
+            if isinstance(st, (ast.Return, ast.Raise)):
+                calls = _calls_in(st)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                calls = [c for it in st.items for c in _calls_in(it.context_expr)]
+                stack.extend(reversed(st.body))
+            elif isinstance(st, ast.Try) or st.__class__.__name__ == "TryStar":
+                return None  # a failure may be expected and handled
+            elif isinstance(st, (*FUNC_TYPES, ast.ClassDef)):
+                continue
+            else:
+                calls = _calls_in(st)
+            for c in calls:
+                qn = sem.call_qualname(c) or ""
+                if qn == INIT:
+                    return None
+                if qn in _PG_USES:
+                    return Effect(qn[len(D):], c, view.path, what=f"`{qn[len(D):]}()`")
+                if qn in WRAPPERS:
+                    return Effect("DistributedDataParallel", c, view.path, what="the DistributedDataParallel constructor")
+                if qn == "torch.utils.data.DistributedSampler" and not (
+                        get_arg(c, 1, "num_replicas") is not None and get_arg(c, 2, "rank") is not None):
+                    return Effect("DistributedSampler", c, view.path,
+                                  what="`DistributedSampler(...)` without `num_replicas` and `rank`")
+                if qn.startswith(D):
+                    continue
+                target = self.resolve_call(view, c)
+                if target is not None and target[1] is not fn:
+                    s = self.summary(*target)
+                    if s.requires_pg is not None:
+                        name = getattr(target[1], "name", "?")
+                        if name == "__init__":
+                            name = getattr(parent(target[1]), "name", name)
+                        return s.requires_pg.through(name)
+                    if _inits(self, target):
+                        return None
+        return None
+
+
+def _inits(hub, target) -> bool:
+    view, fn = target
+    return any((view.sem.call_qualname(c) or "") == INIT for c in scope_calls(view, fn))
+
+
+def _calls_in(node: ast.AST) -> list[ast.Call]:
+    """Calls in ``node`` that run whenever it runs (not under a conditional expression, a lambda or
+    a comprehension), in evaluation order (roughly)."""
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, _CONDITIONAL_EXPR) or isinstance(n, (*FUNC_TYPES, ast.ClassDef)):
+            continue
+        if isinstance(n, ast.Call):
+            out.append(n)
+        stack.extend(ast.iter_child_nodes(n))
+    out.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out
+
+
+def _has_exit(st: ast.AST) -> bool:
+    for n in ast.walk(st):
+        if isinstance(n, (ast.Return, ast.Raise)):
+            return True
+    return False
+
+
+def _all_calls(node: ast.AST):
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call)]

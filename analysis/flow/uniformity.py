@@ -1,0 +1,548 @@
+"""Uniformity: is a value the same on every rank (uniform), different per rank (rank-varying), or
+unknown?
+
+Rank-varying sources: the process rank (``get_rank()``, ``RANK``/``LOCAL_RANK``/``SLURM_PROCID``,
+the index an ``mp.spawn`` target receives, the current device index, names and attributes that
+are ranks by name), this rank's data (the batches a loader yields and everything computed from them:
+model outputs, losses, ``.item()``, metrics accumulated over local batches, the contents of files
+opened with per-rank names), clocks, and random numbers when the file seeds nothing.
+
+Uniform: constants, parsed arguments and config (``parse_args()``, parameters named ``args``,
+``cfg``, ...), ``get_world_size()``, other environment variables, loop counters over uniform
+ranges, and values a collective made equal (see ``bindings.EQUALISERS``).
+
+Values propagate through expressions, assignments, augmented assignments, tuples, containers,
+``self.`` attributes and function returns (``summaries``). Unknown is the answer whenever in doubt;
+rules report only rank-varying values.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from ..torch_api import D
+from ..semantic import FUNC_TYPES, param_names, parent
+from .bindings import binding_scope, reaching, target_path
+
+RANK, DATA, CLOCK, RNG = "rank", "data", "clock", "rng"
+
+
+class Src:
+    """Where rank variance comes from: a category, words for messages, and the node."""
+
+    __slots__ = ("cat", "desc", "line", "path")
+
+    def __init__(self, cat: str, desc: str, line: int, path: str | None):
+        self.cat, self.desc, self.line, self.path = cat, desc, line, path
+
+    def text(self, here: str | None = None) -> str:
+        where = f"line {self.line}" if (self.path is None or self.path == here) else f"{_short(self.path)}:{self.line}"
+        return f"{self.desc}, {where}"
+
+
+def _short(path: str) -> str:
+    import os
+
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) > 1 else os.path.basename(path)
+
+
+class Value:
+    __slots__ = ("kind", "src")
+
+    def __init__(self, kind: str, src: Src | None = None):
+        self.kind, self.src = kind, src
+
+    @property
+    def varying(self) -> bool:
+        return self.kind == "V"
+
+    @property
+    def uniform(self) -> bool:
+        return self.kind == "U"
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging
+        return f"Value({self.kind}, {self.src.desc if self.src else ''})"
+
+
+U = Value("U")
+X = Value("X")
+
+
+def join(vals) -> Value:
+    out = U
+    for v in vals:
+        if v.kind == "V":
+            return v
+        if v.kind == "X":
+            out = X
+    return out
+
+
+def _V(view, cat: str, desc: str, node: ast.AST) -> Value:
+    return Value("V", Src(cat, desc, getattr(node, "lineno", 0), view.path))
+
+
+RANK_NAME = re.compile(
+    r"^_?(?:(?:global|local|world|node|ddp|dist|process|proc|my|cur|current|this|gpu|device|machine)_?)?"
+    r"rank(?:_?(?:id|idx|index|num))?$",
+    re.I,
+)
+MAIN_NAMES = frozenset({
+    "is_main", "is_main_process", "main_process", "is_master", "master_process", "is_master_process",
+    "is_rank_zero", "is_rank0", "rank_zero", "rank0", "is_rank_0", "is_primary", "is_chief",
+    "is_local_main_process", "is_local_master", "is_global_zero", "is_world_process_zero",
+    "is_local_process_zero", "is_leader", "is_main_rank", "is_master_rank", "is_global_main_process",
+    "is_dist_main", "is_first_rank", "is_master_node", "is_main_node", "is_local_rank_zero",
+    "local_rank_zero", "is_local_main", "is_lead",
+})
+RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID",
+                      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "GROUP_RANK"})
+_RANK_QNS = frozenset({D + "get_rank", D + "get_node_local_rank", "torch.cuda.current_device",
+                       D + "get_global_rank_DUMMY"})
+_UNIFORM_QNS = frozenset({
+    D + "get_world_size", D + "is_initialized", D + "is_available", D + "get_backend", D + "is_nccl_available",
+    D + "get_global_rank", D + "get_process_group_ranks", D + "is_torchelastic_launched",
+    "torch.cuda.device_count", "torch.cuda.is_available", "os.cpu_count", "torch.device", "torch.Size",
+})
+_CLOCKS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.process_time",
+                     "time.perf_counter_ns", "time.monotonic_ns", "datetime.datetime.now", "datetime.datetime.utcnow"})
+_RNG_PREFIXES = ("random.", "numpy.random.", "np.random.")
+_RNG_TORCH = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli",
+                        "torch.multinomial", "torch.normal", "torch.rand_like", "torch.randn_like"})
+_PURE_PREFIXES = ("torch.", "math.", "numpy.", "np.", "operator.")
+_BUILTIN_JOIN = frozenset({"int", "float", "bool", "str", "abs", "round", "min", "max", "sum", "list", "tuple",
+                           "sorted", "reversed", "set", "frozenset", "dict", "repr", "format", "divmod", "pow",
+                           "any", "all", "hash", "ord", "chr"})
+_SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "layout", "requires_grad"})
+_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "__len__", "get_device",
+                            "type", "is_contiguous", "element_size", "stride"})
+_PURE_METHODS = frozenset({"format", "join", "split", "strip", "lower", "upper", "startswith", "endswith",
+                           "replace", "get", "keys", "values", "items", "copy", "index", "count"})
+_CONFIG_PARAMS = frozenset({"args", "cfg", "config", "conf", "opt", "opts", "hparams", "hps", "flags",
+                            "options", "params", "hp", "settings", "configs", "cfgs"})
+_SYNC_WORDS = ("gather", "reduce", "sync", "broadcast", "all_", "allreduce", "mean_across", "across", "dist")
+_DATA_SRC_NAME = re.compile(r"(^|_)(data)?loader(s)?$|^(train|val|valid|eval|test|dev)_?(data)?(loader|dl|iter)$",
+                            re.I)
+_LOADER_QNS = frozenset({"torch.utils.data.DataLoader"})
+_PARSE_METHODS = frozenset({"parse_args", "parse_known_args", "parse_args_into_dataclasses"})
+_SAMPLER_QN = "torch.utils.data.DistributedSampler"
+
+
+def _terminal(f: ast.AST) -> str | None:
+    if isinstance(f, ast.Name):
+        return f.id
+    if isinstance(f, ast.Attribute):
+        return f.attr
+    return None
+
+
+def env_key(view, expr: ast.AST) -> str | None:
+    sem = view.sem
+    if isinstance(expr, ast.Subscript):
+        if sem.qualname(expr.value) == "os.environ":
+            s = expr.slice
+            if isinstance(s, ast.Constant) and isinstance(s.value, str):
+                return s.value
+            return ""
+        return None
+    if isinstance(expr, ast.Call):
+        qn = sem.call_qualname(expr)
+        if qn in ("os.environ.get", "os.getenv", "os.environ.__getitem__"):
+            if expr.args and isinstance(expr.args[0], ast.Constant) and isinstance(expr.args[0].value, str):
+                return expr.args[0].value
+            return ""
+    return None
+
+
+def _int_vals(e: ast.AST):
+    """The int constants of ``e`` (``0``, ``-1``, ``[-1, 0]``), or None."""
+    def one(x):
+        if isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.USub) and isinstance(x.operand, ast.Constant):
+            x = x.operand
+            return -x.value if type(x.value) is int else None
+        return x.value if isinstance(x, ast.Constant) and type(x.value) is int else None
+    if isinstance(e, (ast.List, ast.Tuple, ast.Set)):
+        vals = [one(x) for x in e.elts]
+        return None if any(v is None for v in vals) else vals
+    v = one(e)
+    return None if v is None else [v]
+
+
+_FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+
+
+def _rank_compare_uniform(op: ast.cmpop, consts: list[int]) -> bool:
+    """``rank <op> consts`` has the same truth value for every valid rank (>= 0): ``rank >= 0``,
+    ``local_rank != -1``, ``rank == -1`` ("distributed or not" tests)."""
+    if isinstance(op, (ast.In, ast.NotIn)):
+        return not any(c >= 0 for c in consts)
+    c = consts[0]
+    if isinstance(op, (ast.Eq, ast.NotEq, ast.Gt, ast.LtE)):
+        return c < 0
+    if isinstance(op, (ast.GtE, ast.Lt)):
+        return c < 1
+    return False
+
+
+class Evaluator:
+    """Uniformity of expressions in one module view (memoised per node)."""
+
+    def __init__(self, hub, view):
+        self.hub = hub
+        self.view = view
+        self.sem = view.sem
+        self.memo: dict[int, Value] = view.memo.setdefault("values", {})
+        self.active: set = set()
+
+    # -- entry points ----------------------------------------------------------------------
+    def value(self, expr: ast.AST | None, depth: int = 0) -> Value:
+        if expr is None:
+            return U
+        key = id(expr)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        if depth > 40 or key in self.active:
+            return X
+        self.active.add(key)
+        try:
+            v = self._value(expr, depth + 1)
+        except RecursionError:
+            v = X
+        finally:
+            self.active.discard(key)
+        if not self.active:
+            self.memo[key] = v
+        elif v.kind != "X":
+            self.memo[key] = v  # definite answers do not depend on the cycle being cut
+        return v
+
+    # -- expressions -----------------------------------------------------------------------
+    def _value(self, e: ast.AST, d: int) -> Value:
+        t = e.__class__
+        if t is ast.Constant:
+            return U
+        if t is ast.Name:
+            return self._name(e, d)
+        if t is ast.Attribute:
+            return self._attribute(e, d)
+        if t is ast.Call:
+            return self._call(e, d)
+        if t is ast.Compare:
+            return self._compare(e, d)
+        if t is ast.BoolOp:
+            return join(self.value(v, d) for v in e.values)
+        if t is ast.BinOp:
+            return join((self.value(e.left, d), self.value(e.right, d)))
+        if t is ast.UnaryOp:
+            return self.value(e.operand, d)
+        if t is ast.IfExp:
+            return join((self.value(e.test, d), self.value(e.body, d), self.value(e.orelse, d)))
+        if t in (ast.Tuple, ast.List, ast.Set):
+            return join(self.value(x, d) for x in e.elts)
+        if t is ast.Dict:
+            return join([self.value(x, d) for x in e.keys if x is not None] + [self.value(x, d) for x in e.values])
+        if t is ast.JoinedStr:
+            return join(self.value(x, d) for x in e.values)
+        if t is ast.FormattedValue:
+            return self.value(e.value, d)
+        if t is ast.Subscript:
+            env = env_key(self.view, e)
+            if env is not None:
+                return self._env(env, e)
+            return join((self.value(e.value, d), self.value(e.slice, d)))
+        if t is ast.Slice:
+            return join((self.value(e.lower, d), self.value(e.upper, d), self.value(e.step, d)))
+        if t is ast.Starred:
+            return self.value(e.value, d)
+        if t is ast.NamedExpr:
+            return self.value(e.value, d)
+        if t is ast.Await:
+            return self.value(e.value, d)
+        return X
+
+    def _env(self, key: str, node: ast.AST) -> Value:
+        if key in RANK_ENV:
+            return _V(self.view, RANK, f"the process rank from `{key}`", node)
+        return U if key else X
+
+    def _compare(self, e: ast.Compare, d: int) -> Value:
+        parts = [e.left, *e.comparators]
+        if len(e.ops) == 1:
+            op = e.ops[0]
+            a, b = e.left, e.comparators[0]
+            if isinstance(op, (ast.Is, ast.IsNot)) and (
+                    (isinstance(b, ast.Constant) and b.value is None) or (isinstance(a, ast.Constant) and a.value is None)):
+                return X  # ``x is None``: whether a value exists, not what it is
+            for x, y, o in ((a, b, op), (b, a, _FLIP.get(type(op), type(op))())):
+                consts = _int_vals(y)
+                if consts is not None:
+                    vx = self.value(x, d)
+                    if vx.varying and vx.src.cat == RANK and _rank_compare_uniform(o, consts):
+                        return U
+                    if vx.varying:
+                        return vx
+        return join(self.value(p, d) for p in parts)
+
+    def _name(self, e: ast.Name, d: int) -> Value:
+        kind, got = reaching(self.view, e.id, e)
+        if kind == "param":
+            return self.param_value(got, e.id, e)
+        if kind == "none":
+            if e.id in MAIN_NAMES:
+                return _V(self.view, RANK, f"the process rank from `{e.id}`", e)
+            return X
+        vals = [self.binding_value(ev, e.id, d) for ev in got]
+        if kind == "events+param":
+            vals.append(X)
+        if kind == "global" and not vals:
+            return X
+        # the last candidate (in source order) an equaliser: the value was made uniform
+        return join(vals) if vals else X
+
+    def param_value(self, fn: ast.AST, name: str, node: ast.AST) -> Value:
+        if RANK_NAME.match(name) or name in MAIN_NAMES:
+            return _V(self.view, RANK, f"the process rank from parameter `{name}`", node)
+        if name in _CONFIG_PARAMS:
+            return U
+        params = param_names(fn)
+        if params and params[0] == name and self.hub.is_spawn_target(self.view, fn):
+            return _V(self.view, RANK, f"the process index `mp.spawn` passes as `{name}`", node)
+        if _DATA_SRC_NAME.search(name):
+            return X
+        return X
+
+    def binding_value(self, ev: ast.AST, name: str, d: int) -> Value:
+        t = ev.__class__
+        if t is ast.Call:  # an equalising collective
+            return U
+        if t is ast.Assign:
+            for tgt in ev.targets:
+                path = target_path(tgt, name)
+                if path is not None:
+                    return self._unpack(ev.value, path, d)
+            return X
+        if t is ast.AnnAssign:
+            return self.value(ev.value, d) if ev.value is not None else X
+        if t is ast.AugAssign:
+            prev_kind, prev = reaching(self.view, name, ev)
+            pv = X
+            if prev_kind in ("events", "global") and prev:
+                pv = join(self.binding_value(p, name, d + 1) for p in prev if p is not ev)
+            elif prev_kind == "none":
+                pv = X
+            return join((pv, self.value(ev.value, d)))
+        if t is ast.NamedExpr:
+            return self.value(ev.value, d)
+        if t in (ast.For, ast.AsyncFor):
+            path = target_path(ev.target, name)
+            elem = self.element(ev.iter, d)
+            if path and isinstance(ev.iter, ast.Call) and _terminal(ev.iter.func) == "enumerate" \
+                    and self.sem.qualname(ev.iter.func) is None:
+                if path[0] == 0:
+                    return U  # the index of this iteration: the same on every rank that runs it
+                inner = ev.iter.args[0] if ev.iter.args else None
+                return self.element(inner, d) if inner is not None else X
+            return elem
+        if t in (ast.With, ast.AsyncWith):
+            for item in ev.items:
+                if item.optional_vars is not None and target_path(item.optional_vars, name) is not None:
+                    return self.value(item.context_expr, d)
+            return X
+        return X
+
+    def _unpack(self, value: ast.AST, path: list[int], d: int) -> Value:
+        while path and isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) > path[0] \
+                and not any(isinstance(x, ast.Starred) for x in value.elts):
+            value = value.elts[path[0]]
+            path = path[1:]
+        return self.value(value, d)
+
+    # -- iteration -------------------------------------------------------------------------
+    def is_loader(self, it: ast.AST, d: int = 0) -> ast.AST | None:
+        """The DataLoader-like expression ``it`` iterates (through enumerate/tqdm/iter), or None."""
+        for _ in range(4):
+            if isinstance(it, ast.Call) and it.args and _terminal(it.func) in ("enumerate", "tqdm", "iter", "zip"):
+                it = it.args[0]
+                continue
+            break
+        if isinstance(it, ast.Call) and self.sem.call_qualname(it) in _LOADER_QNS:
+            return it
+        n = _terminal(it) if isinstance(it, (ast.Name, ast.Attribute)) else None
+        if n and _DATA_SRC_NAME.search(n):
+            return it
+        if isinstance(it, ast.Name):
+            kind, evs = reaching(self.view, it.id, it)
+            if kind in ("events", "global") and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
+                    and isinstance(evs[0].value, ast.Call) and self.sem.call_qualname(evs[0].value) in _LOADER_QNS:
+                return evs[0].value
+        return None
+
+    def element(self, it: ast.AST, d: int) -> Value:
+        """The value of each element ``for x in it`` yields."""
+        if isinstance(it, ast.Call):
+            n = _terminal(it.func)
+            qn = self.sem.call_qualname(it)
+            if qn is None and n == "range":
+                return join(self.value(a, d) for a in it.args)
+            if qn is None and n in ("zip", "enumerate", "tqdm", "sorted", "reversed", "list", "iter"):
+                return join(self.element(a, d) for a in it.args[:1 if n != "zip" else None])
+        if self.is_loader(it, d) is not None:
+            return _V(self.view, DATA, "computed from this rank's batch", it)
+        v = self.value(it, d)
+        return v
+
+    def trip_count(self, it: ast.AST, d: int = 0) -> Value:
+        """Uniformity of the number of iterations of ``for x in it``."""
+        if isinstance(it, ast.Call):
+            n = _terminal(it.func)
+            qn = self.sem.call_qualname(it)
+            if qn is None and n == "range":
+                v = join(self.value(a, d) for a in it.args)
+                return v if not (v.varying and v.src.cat == DATA) else X
+            if qn is None and n in ("enumerate", "tqdm", "iter", "sorted", "reversed", "list") and it.args:
+                return self.trip_count(it.args[0], d)
+            if qn is None and n == "zip" and it.args:
+                return join(self.trip_count(a, d) for a in it.args)
+        loader = self.is_loader(it, d)
+        if loader is not None:
+            return self.loader_trip_count(loader, d)
+        v = self.value(it, d)
+        if v.varying and v.src.cat == DATA:
+            return X  # a batch's length: equal on every rank under a DistributedSampler
+        return v
+
+    def loader_trip_count(self, loader: ast.AST, d: int) -> Value:
+        if not isinstance(loader, ast.Call) or self.sem.call_qualname(loader) not in _LOADER_QNS:
+            return X
+        from ..semantic import get_arg
+
+        for kw in ("sampler", "batch_sampler"):
+            s = get_arg(loader, None, kw)
+            if s is not None and not (isinstance(s, ast.Constant) and s.value is None):
+                return U if self._is_dist_sampler(s) else X
+        ds = get_arg(loader, 0, "dataset")
+        if ds is None:
+            return X
+        v = self.value(ds, d)
+        if v.varying and v.src.cat == RANK:
+            return _V(self.view, RANK, f"the dataset is this rank's own shard ({v.src.desc}), "
+                      "loaded without a DistributedSampler", loader)
+        return X
+
+    def _is_dist_sampler(self, s: ast.AST) -> bool:
+        if isinstance(s, ast.Call):
+            qn = self.sem.call_qualname(s) or ""
+            return qn == _SAMPLER_QN or "Distributed" in (_terminal(s.func) or "")
+        if isinstance(s, ast.Name):
+            kind, evs = reaching(self.view, s.id, s)
+            if kind in ("events", "global") and evs:
+                return all(isinstance(e, ast.Assign) and self._is_dist_sampler(e.value) for e in evs)
+        return False
+
+    # -- attributes and calls ----------------------------------------------------------------
+    def _attribute(self, e: ast.Attribute, d: int) -> Value:
+        qn = self.sem.qualname(e)
+        if qn is not None:
+            return U  # a module constant (torch.float32, math.pi)
+        if RANK_NAME.match(e.attr) or e.attr in MAIN_NAMES:
+            return _V(self.view, RANK, f"the process rank from `{_text(e)}`", e)
+        if isinstance(e.value, ast.Name) and e.value.id == "self":
+            return self.hub.self_attr_value(self.view, e, d)
+        base = self.value(e.value, d)
+        if base.varying and base.src.cat == DATA and e.attr in _SHAPE_ATTRS:
+            return X
+        if e.attr in ("device", "dtype") and base.varying and base.src.cat == RANK:
+            return base
+        return base
+
+    def _call(self, e: ast.Call, d: int) -> Value:
+        sem = self.sem
+        qn = sem.call_qualname(e)
+        args = [*e.args, *(k.value for k in e.keywords)]
+        if qn is not None:
+            if qn in _RANK_QNS:
+                return _V(self.view, RANK, f"the process rank from `{_text(e.func)}()`", e)
+            if qn in _UNIFORM_QNS:
+                return U
+            env = env_key(self.view, e)
+            if env is not None:
+                return self._env(env, e)
+            if qn in _CLOCKS:
+                return _V(self.view, CLOCK, f"the wall clock from `{_text(e.func)}()`", e)
+            if (qn.startswith(_RNG_PREFIXES) or qn in _RNG_TORCH) and not self.view.seeded:
+                return _V(self.view, RNG, f"unseeded random numbers from `{_text(e.func)}()`", e)
+            if qn.startswith(D):
+                return X
+            if qn.startswith(_PURE_PREFIXES):
+                v = join(self.value(a, d) for a in args)
+                return v if v.varying else (U if v.uniform and qn.startswith(("math.", "operator.")) else v)
+        f = e.func
+        name = _terminal(f)
+        target = self.hub.resolve_call(self.view, e)
+        if target is not None:
+            s = self.hub.summary(*target)
+            if s.returns.kind == "V":
+                src = s.returns.src
+                return Value("V", Src(src.cat, f"{src.desc} returned by `{name}()`", src.line, src.path))
+            if s.returns.kind == "U":
+                return U
+            if not s.collectives:
+                v = join(self.value(a, d) for a in args)
+                if v.varying:
+                    return v
+        if name in MAIN_NAMES and not args:
+            return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e)
+        if name and name.startswith("get_") and RANK_NAME.match(name[4:]) and not args:
+            return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e)
+        if target is not None:
+            return X
+        if isinstance(f, ast.Name):
+            if qn is None and f.id in _BUILTIN_JOIN:
+                return join(self.value(a, d) for a in args)
+            if qn is None and f.id == "len" and e.args:
+                v = self.value(e.args[0], d)
+                return X if v.varying and v.src.cat == DATA else v
+            if qn is None and f.id in ("isinstance", "hasattr", "callable", "type", "id"):
+                return X
+            if qn is None and f.id == "open":
+                return join(self.value(a, d) for a in args)
+            low = f.id.lower()
+            if any(w in low for w in _SYNC_WORDS):
+                return X
+            v = join(self.value(a, d) for a in args)
+            return v if v.varying else X
+        if isinstance(f, ast.Attribute):
+            low = f.attr.lower()
+            if f.attr in _PARSE_METHODS:
+                return U
+            if any(w in low for w in _SYNC_WORDS):
+                return X
+            recv = self.value(f.value, d)
+            if recv.varying:
+                if recv.src.cat == DATA and f.attr in _SHAPE_METHODS:
+                    return X
+                return recv
+            av = join(self.value(a, d) for a in args)
+            if av.varying:
+                return av
+            if recv.uniform and av.uniform and f.attr in _PURE_METHODS:
+                return U
+            return X
+        return X
+
+
+def _text(e: ast.AST) -> str:
+    try:
+        return ast.unparse(e)
+    except Exception:  # pragma: no cover
+        return "?"
+
+
+def function_of(sem, node: ast.AST):
+    s = binding_scope(sem, node)
+    return s if isinstance(s, FUNC_TYPES) else None
+
+
+__all__ = ["Value", "Src", "U", "X", "join", "Evaluator", "RANK", "DATA", "CLOCK", "RNG", "parent"]

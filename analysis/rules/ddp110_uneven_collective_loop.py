@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ._flow import FLOW_TEXT, all_divergences, effect_related, effect_words, source_related, source_words, text
+
+
+class UnevenCollectiveLoop(Rule):
+    """
+    ## What it does
+    Checks for a loop that makes a collective when the number of iterations differs between ranks:
+    a `for` over this rank's own shard (`files[rank::world_size]`), over a `DataLoader` whose
+    dataset is built per rank without a `DistributedSampler`, or a `while` on a rank-varying test.
+    The collective may be explicit, implicit (DDP's gradient all-reduce in `loss.backward()`, its
+    buffer broadcast in the forward) or inside a helper function.
+
+    Not flagged: loops under DDP's `join()` context manager (`with model.join():`), which exists for
+    exactly this case, and loops whose trip count the analysis cannot judge.
+
+    ## Why is this bad?
+    The rank with fewer iterations finishes its loop and moves on; the others still enter the
+    collective in their extra iterations and wait for it forever (or pair with an unrelated later
+    collective). With uneven shards this shows up as a hang at the end of the first epoch.
+
+    ## Example
+    ```python
+    shard = files[rank::world_size]  # 10 files on 4 ranks: 3, 3, 2, 2
+    for path in shard:
+        loss = ddp_model(load(path)).sum()
+        loss.backward()  # gradient all-reduce: ranks 2 and 3 stop one step early
+    ```
+
+    ## Use instead
+    ```python
+    with ddp_model.join():  # ranks that run out shadow the others' collectives
+        for path in shard:
+            loss = ddp_model(load(path)).sum()
+            loss.backward()
+    ```
+    or give every rank the same number of items (`DistributedSampler` pads the last ones).
+
+    ## Fix safety
+    There is no automatic fix.
+    """
+
+    code = "DDP110"
+    name = "uneven-collective-loop"
+    severity = Severity.ERROR
+    fix_availability = "never"
+    requires_text = FLOW_TEXT
+
+    def finish(self, ctx) -> None:
+        seen = set()
+        for d in all_divergences(ctx):
+            if d.kind != "loop" or id(d.node) in seen:
+                continue
+            seen.add(id(d.node))
+            loop = d.node
+            head = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+            kind = "the number of iterations" if isinstance(loop, (ast.For, ast.AsyncFor)) else "the loop test"
+            site = d.site
+            ctx.report(
+                head,
+                f"{kind} of this loop is rank-varying ({source_words(ctx, d.value)}); "
+                f"{effect_words(ctx, site)} in `{text(ctx, site.node)}` at line {site.node.lineno} runs a "
+                "different number of times on each rank, so the ranks that finish first leave the others "
+                "waiting (use `join()` or the same number of items per rank)",
+                related=[*source_related(ctx, d.value), (site.node, "collective in the loop"),
+                         *effect_related(ctx, site)],
+            )
