@@ -20,6 +20,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from .bindings import LOOPS
+from .summaries import dist_mode_test
 
 _EXIT_QNS = frozenset({"sys.exit", "os._exit"})
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
@@ -81,8 +82,8 @@ def _exits(view, stmt: ast.stmt) -> list[ast.stmt]:
             if t in (ast.Return, ast.Break, ast.Continue) or (t is ast.Expr and clean_exit_call(view, n)):
                 got.append(n)
                 continue
-            if isinstance(n, (*FUNC_TYPES, ast.ClassDef)) and n is not stmt:
-                continue
+            if isinstance(n, (*FUNC_TYPES, ast.ClassDef)):
+                continue  # a definition's exits leave the definition, not this block
             for f in ("body", "orelse", "finalbody", "handlers", "cases"):
                 v = getattr(n, f, None)
                 if isinstance(v, list):
@@ -157,20 +158,32 @@ def _mirrored(sites, site, region: ast.AST | list) -> bool:
     return need <= have
 
 
+def _exit_mirrors(sites, site, if_node: ast.AST, ex: ast.stmt) -> bool:
+    """The exiting branch makes the skipped collective itself before it leaves (``if rank not in
+    members: dist.barrier(); return`` ... ``dist.barrier()``)."""
+    blk = if_node.body if any(_contains(st, ex) for st in if_node.body) else if_node.orelse
+    before = [st for st in blk if (st.lineno, st.col_offset) < (ex.lineno, ex.col_offset)]
+    return _mirrored(sites, site, before)
+
+
 def _site_divergence(hub, view, scope, site, sites, ev):
     child = site.node
     p = parent(child)
+    conditioned = False
     while p is not None:
         if isinstance(p, ast.If) and child is not p.test:
             v = ev.value(p.test)
-            if v.varying:
+            if v.varying and not conditioned:
                 other = p.orelse if child in p.body else p.body
                 if not _mirrored(sites, site, other) and not _mirrored(sites, site, p):
                     return Divergence("cond", site, p, v)
+            if not dist_mode_test(p.test):
+                conditioned = True  # an outer condition may be correlated with this one
         elif isinstance(p, ast.IfExp) and child is not p.test:
             v = ev.value(p.test)
-            if v.varying:
+            if v.varying and not conditioned:
                 return Divergence("cond", site, p, v)
+            conditioned = True
         elif isinstance(p, ast.While) and child is not p.test:
             v = ev.value(p.test)
             if v.varying and child in p.body:
@@ -190,8 +203,10 @@ def _site_divergence(hub, view, scope, site, sites, ev):
                         for ex in _exits(view, st):
                             if st in later and ex.__class__ is ast.Continue:
                                 continue
+                            if conditioned:
+                                continue  # the site's own condition may be correlated with the exit's
                             got = _exit_condition(hub, view, ex, st, site.node)
-                            if got is not None:
+                            if got is not None and not _exit_mirrors(sites, site, got[0], ex):
                                 return Divergence("exit", site, got[0], got[1], ex)
                     break
         if p is scope or isinstance(p, _SCOPES):

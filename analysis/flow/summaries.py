@@ -15,6 +15,7 @@ across files (see ``project``).
 from __future__ import annotations
 
 import ast
+import re
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
@@ -60,13 +61,19 @@ class Effect:
 
 
 class Summary:
-    __slots__ = ("collectives", "requires_pg", "returns")
+    __slots__ = ("collectives", "must", "requires_pg", "returns", "returns_elts")
 
-    def __init__(self, collectives=(), requires_pg=None, returns: Value = X):
+    def __init__(self, collectives=(), requires_pg=None, returns: Value = X, returns_elts=None, must=()):
         self.collectives, self.requires_pg, self.returns = tuple(collectives), requires_pg, returns
+        # the collectives every call makes (not behind a condition or an early exit in the body):
+        # what a caller's divergence reports, since a conditional one may be correlated with the
+        # caller's own condition
+        self.must = tuple(must)
+        self.returns_elts = returns_elts  # per element, when every return gives a tuple of one length
 
     def same(self, o: "Summary") -> bool:
         return ([e.op for e in self.collectives] == [e.op for e in o.collectives]
+                and [e.op for e in self.must] == [e.op for e in o.must]
                 and (self.requires_pg is None) == (o.requires_pg is None) and self.returns.kind == o.returns.kind)
 
 
@@ -244,7 +251,7 @@ class Summaries:
             target = self.resolve_call(view, c)
             if target is not None and target[1] is not scope:
                 s = self.summary(*target)
-                effs = s.collectives
+                effs = s.must
                 if effs and under_no_grad(view, c):
                     effs = tuple(e for e in effs if not e.grad)
                 if effs:
@@ -300,35 +307,37 @@ class Summaries:
         return s
 
     def _compute(self, view, fn: ast.AST) -> Summary:
-        effects = []
-        seen_ops = set()
+        effects, must = [], []
         for site in self.sites(view, fn):
+            sure = unconditional(site.node, fn)
             for e in site.effects:
-                if e.op not in seen_ops or len(effects) < 2:
-                    seen_ops.add(e.op)
+                if len(effects) < 6:
                     effects.append(e)
-            if len(effects) >= 6:
-                break
-        # collectives in nested functions defined and called here are found through their calls
-        return Summary(effects, self._requires_pg(view, fn), self._returns(view, fn))
+                if sure and len(must) < 6:
+                    must.append(e)
+        returns, elts = self._returns(view, fn)
+        return Summary(effects, self._requires_pg(view, fn), returns, elts, must)
 
-    def _returns(self, view, fn: ast.AST) -> Value:
-        if isinstance(fn, ast.Lambda):
-            return X
-        if getattr(fn, "name", "") == "__init__":
-            return X
+    def _returns(self, view, fn: ast.AST):
+        if isinstance(fn, ast.Lambda) or getattr(fn, "name", "") == "__init__":
+            return X, None
         ev = self.evaluator(view)
-        vals = []
+        rets = []
         for n in iter_scope_nodes(fn):
             if n.__class__ is ast.Return:
-                vals.append(ev.value(n.value) if n.value is not None else U)
+                rets.append(n.value)
             elif n.__class__ in (ast.Yield, ast.YieldFrom):
-                return X
-            if len(vals) > 12:
-                break
-        if not vals:
-            return X
-        return join(vals)
+                return X, None
+            if len(rets) > 12:
+                return X, None
+        if not rets:
+            return X, None
+        whole = join(ev.value(r) if r is not None else U for r in rets)
+        elts = None
+        if all(isinstance(r, ast.Tuple) and not any(isinstance(x, ast.Starred) for x in r.elts) for r in rets) \
+                and len({len(r.elts) for r in rets}) == 1:
+            elts = tuple(join(ev.value(r.elts[i]) for r in rets) for i in range(len(rets[0].elts)))
+        return whole, elts
 
     def _requires_pg(self, view, fn: ast.AST):
         """The first use of the process group on ``fn``'s unconditional path (before any early
@@ -410,3 +419,57 @@ def _has_exit(st: ast.AST) -> bool:
 
 def _all_calls(node: ast.AST):
     return [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+
+
+_BRANCHING = (ast.If, ast.IfExp, ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.ListComp, ast.SetComp,
+              ast.DictComp, ast.GeneratorExp, *FUNC_TYPES, ast.ClassDef)
+
+
+def unconditional(node: ast.AST, fn: ast.AST) -> bool:
+    """``node`` runs on every call of ``fn`` that reaches the end of the statements before it: no
+    ``if`` / handler / conditional expression between them, and no early exit earlier in the
+    body. (Loops are taken to run at least once.)"""
+    child = node
+    p = parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, _BRANCHING) or p.__class__.__name__ in ("match_case", "Match"):
+            if not (isinstance(p, ast.If) and (child is p.test or dist_mode_test(p.test))):
+                return False
+        child = p
+        p = parent(p)
+    if p is None:
+        return False
+    for st in getattr(fn, "body", ()):
+        if st is child:
+            return True
+        if isinstance(st, ast.If) and dist_mode_test(st.test) and not st.orelse:
+            continue  # ``if world_size == 1: return``: no other rank to wait for
+        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and _has_exit(st):
+            return False
+    return True
+
+
+_DIST_MODE = re.compile(
+    r"^(?:_*(?:is_)?(?:dist(?:ributed)?|ddp|torch_dist)?_?(?:avail(?:able)?|initiali[sz]ed|enabled|on|mode|run)?"
+    r"(?:_and_initiali[sz]ed)?|(?:get_)?world_size|ws|n_?gpus?|num_gpus|num_processes|nprocs|use_ddp|use_dist"
+    r"|multi_?gpu|dist|distributed|torch|self|args|cfg|config|opt|WORLD)$", re.I)
+
+
+def dist_mode_test(test: ast.AST) -> bool:
+    """A test on whether the job is distributed at all (``dist.is_initialized()``,
+    ``world_size > 1``, ``args.distributed``): the same on every rank, and when it is false there
+    is no other rank to wait for."""
+    names = []
+    for n in ast.walk(test):
+        if isinstance(n, ast.Name):
+            names.append(n.id)
+        elif isinstance(n, ast.Attribute):
+            names.append(n.attr)
+        elif isinstance(n, ast.Constant):
+            if not isinstance(n.value, (int, type(None))):
+                return False
+        elif not isinstance(n, (ast.Call, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.cmpop, ast.boolop,
+                                ast.unaryop, ast.Load)):
+            return False
+    return bool(names) and all(_DIST_MODE.match(x) for x in names) and any(
+        x.lower() not in ("self", "args", "cfg", "config", "opt", "torch", "dist") for x in names)

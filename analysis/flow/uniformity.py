@@ -338,6 +338,11 @@ class Evaluator:
         if t in (ast.For, ast.AsyncFor):
             path = target_path(ev.target, name)
             elem = self.element(ev.iter, d)
+            if path and isinstance(ev.iter, ast.Call) and _terminal(ev.iter.func) == "zip" \
+                    and self.sem.qualname(ev.iter.func) is None and not ev.iter.keywords:
+                if path[0] < len(ev.iter.args) and not any(isinstance(a, ast.Starred) for a in ev.iter.args):
+                    return self.element(ev.iter.args[path[0]], d)
+                return X
             if path and isinstance(ev.iter, ast.Call) and _terminal(ev.iter.func) == "enumerate" \
                     and self.sem.qualname(ev.iter.func) is None:
                 if path[0] == 0:
@@ -357,6 +362,13 @@ class Evaluator:
                 and not any(isinstance(x, ast.Starred) for x in value.elts):
             value = value.elts[path[0]]
             path = path[1:]
+        if path and isinstance(value, ast.Call):
+            target = self.hub.resolve_call(self.view, value)
+            if target is not None:
+                elts = self.hub.summary(*target).returns_elts
+                if elts is not None and path[0] < len(elts):
+                    return elts[path[0]]
+                return X if elts is not None else self.value(value, d)
         return self.value(value, d)
 
     # -- iteration -------------------------------------------------------------------------
@@ -369,14 +381,14 @@ class Evaluator:
             break
         if isinstance(it, ast.Call) and self.sem.call_qualname(it) in _LOADER_QNS:
             return it
-        n = _terminal(it) if isinstance(it, (ast.Name, ast.Attribute)) else None
-        if n and _DATA_SRC_NAME.search(n):
-            return it
         if isinstance(it, ast.Name):
             kind, evs = reaching(self.view, it.id, it)
             if kind in ("events", "global") and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
                     and isinstance(evs[0].value, ast.Call) and self.sem.call_qualname(evs[0].value) in _LOADER_QNS:
                 return evs[0].value
+        n = _terminal(it) if isinstance(it, (ast.Name, ast.Attribute)) else None
+        if n and _DATA_SRC_NAME.search(n):
+            return it
         return None
 
     def element(self, it: ast.AST, d: int) -> Value:
@@ -394,24 +406,42 @@ class Evaluator:
         return v
 
     def trip_count(self, it: ast.AST, d: int = 0) -> Value:
-        """Uniformity of the number of iterations of ``for x in it``."""
+        """Uniformity of the number of iterations of ``for x in it``: rank-varying only for a
+        range over a rank-varying bound, a slice of a sequence with rank-varying bounds (a per-rank
+        shard), or a loader over a per-rank dataset without a DistributedSampler; names follow
+        their bindings. Anything else is unknown (a module's parameters, a batch's rows)."""
+        if d > 12:
+            return X
         if isinstance(it, ast.Call):
             n = _terminal(it.func)
             qn = self.sem.call_qualname(it)
             if qn is None and n == "range":
                 v = join(self.value(a, d) for a in it.args)
                 return v if not (v.varying and v.src.cat == DATA) else X
-            if qn is None and n in ("enumerate", "tqdm", "iter", "sorted", "reversed", "list") and it.args:
-                return self.trip_count(it.args[0], d)
+            if qn is None and n in ("enumerate", "tqdm", "iter", "sorted", "reversed", "list", "tuple") and it.args:
+                return self.trip_count(it.args[0], d + 1)
             if qn is None and n == "zip" and it.args:
-                return join(self.trip_count(a, d) for a in it.args)
+                return join(self.trip_count(a, d + 1) for a in it.args)
         loader = self.is_loader(it, d)
         if loader is not None:
             return self.loader_trip_count(loader, d)
-        v = self.value(it, d)
-        if v.varying and v.src.cat == DATA:
-            return X  # a batch's length: equal on every rank under a DistributedSampler
-        return v
+        if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
+            sl = it.slice
+            v = join(self.value(x, d) for x in (sl.lower, sl.upper, sl.step) if x is not None)
+            if v.varying and v.src.cat != DATA:
+                return v
+            return X
+        if isinstance(it, ast.Name):
+            kind, evs = reaching(self.view, it.id, it)
+            if kind in ("events", "global") and evs:
+                vals = []
+                for ev in evs:
+                    if isinstance(ev, ast.Assign) and len(ev.targets) == 1 and isinstance(ev.targets[0], ast.Name):
+                        vals.append(self.trip_count(ev.value, d + 1))
+                    else:
+                        vals.append(X)
+                return join(vals)
+        return X
 
     def loader_trip_count(self, loader: ast.AST, d: int) -> Value:
         if not isinstance(loader, ast.Call) or self.sem.call_qualname(loader) not in _LOADER_QNS:
@@ -425,11 +455,26 @@ class Evaluator:
         ds = get_arg(loader, 0, "dataset")
         if ds is None:
             return X
-        v = self.value(ds, d)
+        v = self.dataset_trip_count(ds, d)
         if v.varying and v.src.cat == RANK:
             return _V(self.view, RANK, f"the dataset is this rank's own shard ({v.src.desc}), "
                       "loaded without a DistributedSampler", loader)
         return X
+
+    def dataset_trip_count(self, ds: ast.AST, d: int) -> Value:
+        """A dataset built from a per-rank shard (``ShardDataset(files[rank::world])``)."""
+        if isinstance(ds, ast.Name):
+            kind, evs = reaching(self.view, ds.id, ds)
+            if kind in ("events", "global") and evs and all(isinstance(e, ast.Assign) for e in evs):
+                return join(self.dataset_trip_count(e.value, d + 1) for e in evs)
+            return X
+        if isinstance(ds, ast.Call) and d < 12:
+            args = [*ds.args, *(k.value for k in ds.keywords)]
+            for a in args:
+                v = self.trip_count(a, d + 1)
+                if v.varying:
+                    return v
+        return self.trip_count(ds, d + 1)
 
     def _is_dist_sampler(self, s: ast.AST) -> bool:
         if isinstance(s, ast.Call):
@@ -453,8 +498,8 @@ class Evaluator:
         base = self.value(e.value, d)
         if base.varying and base.src.cat == DATA and e.attr in _SHAPE_ATTRS:
             return X
-        if e.attr in ("device", "dtype") and base.varying and base.src.cat == RANK:
-            return base
+        if base.varying and base.src.cat == RANK and e.attr != "device":
+            return X  # a field of an object built with the rank: not the rank itself
         return base
 
     def _call(self, e: ast.Call, d: int) -> Value:
