@@ -263,6 +263,9 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
 
             result.errors.append(f"{r.code}: {traceback.format_exc()}")
             ctx.findings = [f for f in ctx.findings if f.code != r.code]
+    an = ctx._memo.get("flow.analysis")
+    if an is not None:
+        result.dependencies = list(an.dependencies())
     if owned:
         sem.release()
     findings = ctx.findings

@@ -24,6 +24,7 @@ import traceback
 
 MODULES = [
     ("engine", "bench.engine_bench", "1 in-process analysis"),
+    ("project", "bench.project_bench", "1b cross-file analysis"),
     ("lsp", "bench.lsp_latency", "2 editor latency"),
     ("cli", "bench.cli_bench", "3 CLI"),
     ("fix", "bench.fix_bench", "4 quick fix"),

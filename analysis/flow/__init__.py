@@ -21,7 +21,12 @@ from .summaries import Summaries
 from .uniformity import X, Evaluator, join
 
 _SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
-_MAX_MODULES = 64  # project modules one check may load
+_MAX_MODULES = 64
+# top-level modules that are never part of the user's project
+_NOT_PROJECT = frozenset({"torch", "os", "sys", "math", "time", "json", "logging", "numpy", "np", "random",
+                          "argparse", "re", "collections", "functools", "itertools", "typing", "pathlib",
+                          "shutil", "subprocess", "datetime", "copy", "pickle", "warnings", "dataclasses",
+                          "torchvision", "transformers", "tqdm", "yaml", "wandb"})  # project modules one check may load
 
 
 class Analysis(Summaries):
@@ -96,7 +101,7 @@ class Analysis(Summaries):
                             return view, st
                 return None
             imp = view.imports.get(base)
-            if imp is not None and _local_binding(view, base, call) is False:
+            if imp is not None and imp[0] not in _NOT_PROJECT and _local_binding(view, base, call) is False:
                 mod, level, attr = imp
                 full = f"{mod}.{attr}" if (attr and mod) else (attr or mod)
                 v2 = self.module_view(view, full, level)
@@ -105,6 +110,8 @@ class Analysis(Summaries):
         return None
 
     def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
+        if name not in view.defs and name not in view.classes and name not in view.imports:
+            return None
         if _local_binding(view, name, at):
             return None
         if name in view.defs:

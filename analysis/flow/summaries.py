@@ -120,22 +120,77 @@ def under_no_grad(view, node: ast.AST) -> bool:
 
 
 def scope_calls(view, scope: ast.AST) -> list[ast.Call]:
-    """Calls directly in ``scope`` (not in nested functions or classes), in source order."""
-    memo = view.memo.setdefault("scope_calls", {})
-    got = memo.get(id(scope))
+    """Calls directly in ``scope`` (not in nested functions or lambdas; a class body counts as its
+    enclosing scope), in source order. One pass over the file's calls, grouped once."""
+    idx = view.memo.get("scope_calls")
+    if idx is None:
+        idx = view.memo["scope_calls"] = {}
+        sem = view.sem
+        # one sweep in source order with a stack of the open functions (no parent walks)
+        fns = sorted((f for defs in sem.functions.values() for f in defs), key=lambda f: (f.lineno, f.col_offset))
+        calls = sem.calls
+        stack: list = []
+        fi = 0
+        top = id(sem.tree)
+        for c in calls:
+            pos = (c.lineno, c.col_offset)
+            while fi < len(fns) and (fns[fi].lineno, fns[fi].col_offset) <= pos:
+                f = fns[fi]
+                while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) <= (f.lineno, f.col_offset):
+                    stack.pop()
+                stack.append(f)
+                fi += 1
+            while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) < (c.end_lineno, c.end_col_offset):
+                stack.pop()
+            key = id(stack[-1]) if stack else top
+            got = idx.get(key)
+            if got is None:
+                idx[key] = [c]
+            else:
+                got.append(c)
+    return idx.get(id(scope), ())
+
+
+def wrapped_names(view) -> frozenset:
+    """Names that may hold a DDP/FSDP-wrapped module: targets of ``x = DDP(...)`` /
+    ``self.x = DDP(...)``, and the parameters of this file's functions that receive such a name."""
+    got = view.memo.get("wrapped_names")
     if got is None:
         sem = view.sem
-        got = memo[id(scope)] = []
-        if isinstance(scope, ast.Module):
+        names = set()
+        for c in sem.calls_to(*WRAPPERS):
+            st = parent(c)
+            if isinstance(st, ast.Assign):
+                for t in st.targets:
+                    if isinstance(t, ast.Name):
+                        names.add(t.id)
+                    elif isinstance(t, ast.Attribute):
+                        names.add(t.attr)
+        if names:
             for c in sem.calls:
-                s = sem.scope_of(c)
-                if s is scope or isinstance(s, ast.ClassDef) and sem.scope_of(s) is scope:
-                    got.append(c)
-        else:
-            for c in iter_scope_nodes(scope):
-                if c.__class__ is ast.Call:
-                    got.append(c)
-            got.sort(key=lambda n: (n.lineno, n.col_offset))
+                if not isinstance(c.func, ast.Name):
+                    continue
+                fn = view.defs.get(c.func.id)
+                if fn is None:
+                    continue
+                params = param_names(fn)
+                for i, a in enumerate(c.args):
+                    if isinstance(a, ast.Name) and a.id in names and i < len(params):
+                        names.add(params[i])
+                for k in c.keywords:
+                    if isinstance(k.value, ast.Name) and k.value.id in names and k.arg:
+                        names.add(k.arg)
+        got = view.memo["wrapped_names"] = frozenset(names)
+    return got
+
+
+def calls_by_name(view) -> dict:
+    got = view.memo.get("calls_by_name")
+    if got is None:
+        got = view.memo["calls_by_name"] = {}
+        for c in view.sem.calls:
+            if isinstance(c.func, ast.Name):
+                got.setdefault(c.func.id, []).append(c)
     return got
 
 
@@ -169,11 +224,19 @@ class Summaries:
 
     def _param_wrapper(self, view, fn: ast.AST, name: str, depth: int):
         """Every call of ``fn`` in this module passes a wrapped module as ``name``."""
+        memo = view.memo.setdefault("param_wrapper", {})
+        key = (id(fn), name)
+        if key not in memo:
+            memo[key] = None  # recursion guard
+            memo[key] = self._param_wrapper_uncached(view, fn, name, depth)
+        return memo[key]
+
+    def _param_wrapper_uncached(self, view, fn: ast.AST, name: str, depth: int):
         if not isinstance(fn, FUNC_TYPES) or not isinstance(parent(fn), ast.Module):
             return None
         params = param_names(fn)
         idx = params.index(name)
-        sites = [c for c in view.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+        sites = calls_by_name(view).get(fn.name, ())
         if not sites:
             return None
         found = None
@@ -187,17 +250,34 @@ class Summaries:
 
     def from_wrapped_forward(self, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.Call | None:
         """The forward call of a wrapped module that ``expr`` is computed from, or None."""
-        if depth > 6 or expr is None:
+        if depth > 4 or expr is None:
             return None
+        memo = view.memo.setdefault("wrapped_forward", {})
+        if id(expr) in memo:
+            return memo[id(expr)]
+        memo[id(expr)] = None  # recursion guard
+        got = memo[id(expr)] = self._from_wrapped_forward(view, expr, at, depth)
+        return got
+
+    def _from_wrapped_forward(self, view, expr, at, depth):
         from .bindings import reaching
 
+        wrapped = wrapped_names(view)
+        if not wrapped:
+            return None
+        scope = view.sem.enclosing_function(at) or view.sem.tree
+        if not any((isinstance(c.func, ast.Name) and c.func.id in wrapped) or (
+                isinstance(c.func, ast.Attribute) and c.func.attr in wrapped) for c in scope_calls(view, scope)):
+            return None  # no forward of a wrapped module in this function
         stack = [expr]
         seen = 0
         while stack and seen < 200:
             n = stack.pop()
             seen += 1
             if isinstance(n, ast.Call):
-                if self.wrapper_ctor(view, n.func, n) is not None:
+                f = n.func
+                key = f.id if isinstance(f, ast.Name) else (f.attr if isinstance(f, ast.Attribute) else None)
+                if key in wrapped and self.wrapper_ctor(view, f, n) is not None:
                     return n
             if isinstance(n, ast.Name):
                 kind, evs = reaching(view, n.id, n)
@@ -222,6 +302,7 @@ class Summaries:
             return got
         out = []
         sem = view.sem
+        wrapped = wrapped_names(view)
         for c in scope_calls(view, scope):
             qn = sem.call_qualname(c) or ""
             if qn.startswith(D):
@@ -230,7 +311,7 @@ class Summaries:
                     out.append(Site(c, [Effect(op, c, view.path)], "explicit"))
                 continue
             f = c.func
-            if isinstance(f, ast.Attribute) and f.attr == "backward":
+            if wrapped and isinstance(f, ast.Attribute) and f.attr == "backward":
                 fwd = self.from_wrapped_forward(view, f.value, c)
                 if fwd is not None:
                     out.append(Site(c, [Effect("all_reduce", c, view.path,
@@ -241,7 +322,11 @@ class Summaries:
                     out.append(Site(c, [Effect("broadcast", c, view.path,
                                                what="ZeroRedundancyOptimizer's parameter broadcast")], "implicit"))
                     continue
-            w = self.wrapper_ctor(view, f, c) if isinstance(f, (ast.Name, ast.Attribute)) else None
+            w = None
+            if wrapped and ((isinstance(f, ast.Name) and f.id in wrapped) or (
+                    isinstance(f, ast.Attribute) and f.attr in wrapped and isinstance(f.value, ast.Name)
+                    and f.value.id == "self")):
+                w = self.wrapper_ctor(view, f, c)
             if w is not None and not under_no_grad(view, c):
                 bb = get_arg(w, None, "broadcast_buffers")
                 if not (isinstance(bb, ast.Constant) and bb.value is False):

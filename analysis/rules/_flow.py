@@ -26,11 +26,13 @@ def scopes(ctx) -> list[ast.AST]:
 
 
 def all_divergences(ctx):
-    an = for_context(ctx)
-    out = []
-    for s in scopes(ctx):
-        out.extend(divergences(an, an.main, s))
-    return out
+    def build():
+        an = for_context(ctx)
+        out = []
+        for s in scopes(ctx):
+            out.extend(divergences(an, an.main, s))
+        return out
+    return ctx.memo("flow.divergences", build)
 
 
 def text(ctx, node: ast.AST, limit: int = 60) -> str:
