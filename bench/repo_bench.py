@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from . import CACHE, ROOT, fmt_s, median, row
-from .cli_bench import _env, ddp_lint_cmd, interleaved_procs, ruff_cmd, run_proc
+from .cli_bench import _env, ddp_lint_cmd, ruff_cmd, run_proc
 from .gen import write_tree
 
 COLD_TARGET = 2.0

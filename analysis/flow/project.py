@@ -31,7 +31,8 @@ _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 
 def content_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    """sha256 hex of the text's UTF-8 bytes (``cache.content_digest`` of the file on disk)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def set_overlay(path: str, text: str | None) -> None:
@@ -59,7 +60,7 @@ def read(path: str) -> tuple[str, str] | None:
         text = data.decode("utf-8", "surrogateescape")
     except (OSError, ValueError):
         return None
-    digest = content_hash(text)
+    digest = hashlib.sha256(data).hexdigest()  # the bytes, as the CLI cache validates them
     with _lock:
         _stat_hash[path] = (st.st_mtime_ns, st.st_size, digest)
     return text, digest
