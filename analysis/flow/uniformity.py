@@ -118,7 +118,12 @@ _SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "layout
 _SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "__len__", "get_device",
                             "type", "is_contiguous", "element_size", "stride"})
 _PURE_METHODS = frozenset({"format", "join", "split", "strip", "lower", "upper", "startswith", "endswith",
-                           "replace", "get", "keys", "values", "items", "copy", "index", "count"})
+                           "replace", "get", "keys", "values", "items", "copy", "index", "count",
+                           # tensor methods: the same inputs give the same outputs on every rank
+                           "item", "tolist", "float", "int", "long", "double", "half", "bool", "numpy", "cpu",
+                           "cuda", "to", "detach", "clone", "mean", "sum", "max", "min", "any", "all", "abs",
+                           "sqrt", "exp", "log", "div", "mul", "add", "sub", "argmax", "argmin", "isnan",
+                           "isfinite", "contiguous", "view", "reshape", "squeeze", "unsqueeze", "norm"})
 _CONFIG_PARAMS = frozenset({"args", "cfg", "config", "conf", "opt", "opts", "hparams", "hps", "flags",
                             "options", "params", "hp", "settings", "configs", "cfgs"})
 _SYNC_WORDS = ("gather", "reduce", "sync", "broadcast", "all_", "allreduce", "mean_across", "across", "dist")
