@@ -7,6 +7,7 @@ A result for a version that is no longer current is never published. Runtime fin
 from __future__ import annotations
 
 import asyncio
+import os
 import logging
 import time
 import traceback
@@ -14,6 +15,7 @@ import traceback
 from lsprotocol import types as t
 
 from ..analysis.engine import SYNTAX_CODE, check_source
+from ..analysis.flow import project
 
 from .convert import path_to_uri, shift_finding, to_diagnostic, uri_to_path
 from .documents import Document
@@ -33,6 +35,29 @@ class DiagnosticsMixin:
                 continue
             self.schedule(st, 0.0)
         if self.pull:
+            self.request_refresh()
+
+    # -- other files' helpers ------------------------------------------------------------------------
+    def share_text(self, st: DocState, open_: bool = True) -> None:
+        """Let the cross-file analysis of the other documents see this document's current (maybe
+        unsaved) text instead of the file on disk; ``open_=False`` stops that (closed)."""
+        if st.doc.path and is_python(st.doc):
+            project.set_overlay(st.doc.path, st.doc.text if open_ else None)
+
+    def refresh_dependents(self, path: str | None, delay: float) -> None:
+        """Analyse again the open documents whose last analysis read ``path`` (a helper that
+        changed in the editor or on disk)."""
+        if not path:
+            return
+        p = os.path.abspath(path)
+        hit = False
+        for other in list(self.docs.values()):
+            if p in other.deps and not other.closed and os.path.abspath(other.doc.path or "") != p:
+                other.analyzed_version = None
+                hit = True
+                if not self.pull:
+                    self.schedule(other, delay)
+        if hit and self.pull:
             self.request_refresh()
 
     def request_refresh(self) -> None:
@@ -98,6 +123,7 @@ class DiagnosticsMixin:
             st.syntax = None
             st.static = res.findings
             st.static_version = version
+            st.deps = frozenset(p for p, _ in res.dependencies)
         st.analyzed_version, st.settings_gen = version, gen
         log.debug("analysed %s v%s in %.1f ms: %d finding(s)%s", doc.uri, version, elapsed * 1000,
                   len(res.findings), " (syntax error)" if res.syntax_error else "")

@@ -317,6 +317,10 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
             ls.projects.clear()
             ls.settings_gen += 1
             ls.relint_all()
+            return
+        for c in params.changes:  # a helper changed on disk: its open dependents are analysed again
+            if c.uri.endswith(".py"):
+                ls.refresh_dependents(uri_to_path(c.uri), 0.0)
 
     @server.feature(t.TEXT_DOCUMENT_DID_OPEN)
     @notification(t.TEXT_DOCUMENT_DID_OPEN)
@@ -327,6 +331,7 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
             old.closed = True
         st = ls.docs[td.uri] = DocState(Document(td.uri, td.text, td.version, td.language_id,
                                                  uri_to_path(td.uri)))
+        ls.share_text(st)
         if not ls.pull:
             ls.schedule(st, 0.0)
 
@@ -340,6 +345,8 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
         doc = st.doc
         changes = [doc.apply_change(c, ls.encoding) for c in params.content_changes]
         doc.version = params.text_document.version
+        ls.share_text(st)
+        ls.refresh_dependents(doc.path, ls.settings.debounce_ms / 1000)
         dropped = ls.move_findings(st, changes)
         if ls.pull:
             if st.task is not None and not st.task.done():
@@ -391,6 +398,8 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
             st.closed = True
             if st.task is not None and not st.task.done():
                 st.task.cancel()
+            ls.share_text(st, open_=False)  # its dependents now read the file on disk again
+            ls.refresh_dependents(st.doc.path, 0.0)
         if not ls.pull:
             # static diagnostics go away; runtime findings stay on the file until the next run
             ls.text_document_publish_diagnostics(t.PublishDiagnosticsParams(

@@ -12,7 +12,7 @@ class DocState:
     """Everything the server knows about one open document."""
 
     __slots__ = ("doc", "static", "static_version", "syntax", "analyzed_version", "task", "inflight",
-                 "closed", "pull_ids", "result_seq", "settings_gen", "analyses", "published_version")
+                 "closed", "pull_ids", "result_seq", "settings_gen", "analyses", "published_version", "deps")
 
     def __init__(self, doc: Document):
         self.doc = doc
@@ -28,6 +28,9 @@ class DocState:
         self.settings_gen = -1
         self.analyses = 0
         self.published_version: int | None = None
+        # project files the last analysis read (helpers it imports): when one changes, in the
+        # editor or on disk, this document is analysed again
+        self.deps: frozenset[str] = frozenset()
 
     @property
     def exact(self) -> bool:

@@ -188,3 +188,42 @@ async def test_only_python_is_linted(lsp_session):
         uri=uri, language_id="markdown", version=1, text="import torch.distributed as dist\n(((")))
     p = await wait_publish(s.client, uri, 1)
     assert list(p.diagnostics) == []  # no DDP000 for a file that is not Python
+
+
+_HELPER = """import torch.distributed as dist
+
+
+def gather_metrics(m):
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, m)
+    return out
+"""
+_USER = """import torch
+from helpers import gather_metrics
+
+
+def main(rank, m):
+    if rank == 0:
+        gather_metrics(m)
+"""
+
+
+async def test_editing_a_helper_refreshes_its_open_dependents(lsp_session):
+    """DDP104 through a helper in another file: an unsaved edit of the helper (and then closing
+    it, back to the file on disk) re-publishes the dependent document's diagnostics."""
+    s = await lsp_session("vscode")
+    (s.root / "helpers.py").write_text(_HELPER)
+    user = s.open("user.py", _USER)
+    p = await wait_publish(s.client, user, 1)
+    assert [d.code for d in p.diagnostics] == ["DDP104"]
+    helper = s.open("helpers.py", _HELPER)
+    await wait_publish(s.client, helper, 1)
+    n = len(s.client.publishes)
+    line = _HELPER.splitlines().index("    dist.all_gather_object(out, m)")
+    s.change(helper, [(rng(line, 4, line, 34), "out[0] = m")])  # unsaved: no collective any more
+    p = await wait_publish(s.client, user, after=n)
+    assert [d.code for d in p.diagnostics] == []
+    n = len(s.client.publishes)
+    s.close(helper)  # the file on disk still has the collective
+    p = await wait_publish(s.client, user, after=n)
+    assert [d.code for d in p.diagnostics] == ["DDP104"]
