@@ -90,6 +90,15 @@ def reaching(view, name: str, at: ast.AST):
 
     Binding nodes are Assign/AnnAssign/AugAssign/For/With/NamedExpr statements (or expressions)
     from ``Semantic.assignments``, or equalising collective calls."""
+    memo = view.memo.setdefault("reaching", {})
+    key = (name, id(at))
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _reaching(view, name, at)
+    return got
+
+
+def _reaching(view, name: str, at: ast.AST):
     sem = view.sem
     scope = binding_scope(sem, at)
     evs = list(sem.assignments(scope).get(name, ()))

@@ -217,10 +217,9 @@ class Evaluator:
             v = X
         finally:
             self.active.discard(key)
-        if not self.active:
-            self.memo[key] = v
-        elif v.kind != "X":
-            self.memo[key] = v  # definite answers do not depend on the cycle being cut
+        # memoised even when a cycle was cut below (the answer can only be less definite: unknown
+        # where a full fixpoint might say uniform), so that chains of bindings stay linear
+        self.memo[key] = v
         return v
 
     # -- expressions -----------------------------------------------------------------------
@@ -319,6 +318,22 @@ class Evaluator:
         return X
 
     def binding_value(self, ev: ast.AST, name: str, d: int) -> Value:
+        key = (id(ev), name)
+        memo = self.view.memo.setdefault("binding_values", {})
+        got = memo.get(key)
+        if got is not None:
+            return got
+        if key in self.active:
+            return X
+        self.active.add(key)
+        try:
+            v = self._binding_value(ev, name, d)
+        finally:
+            self.active.discard(key)
+        memo[key] = v
+        return v
+
+    def _binding_value(self, ev: ast.AST, name: str, d: int) -> Value:
         t = ev.__class__
         if t is ast.Call:  # an equalising collective
             return U
