@@ -32,7 +32,7 @@ _NOT_PROJECT = frozenset({"torch", "os", "sys", "math", "time", "json", "logging
 class Analysis(Summaries):
     def __init__(self, filename: str, sem, text: str):
         path = os.path.abspath(filename) if filename and not filename.startswith("<") else None
-        self.main = project.ModuleView(path, sem.tree, sem, project.content_hash(text) if path else "", text)
+        self.main = project.ModuleView(path, sem.tree, sem, "", text)  # its own digest is not needed
         self._evaluators: dict[int, Evaluator] = {}
         self._in_progress: set = set()
         self._provisional: dict = {}

@@ -185,7 +185,21 @@ def resolve(from_path: str, module: str, level: int) -> str | None:
 
 
 def load(path: str) -> ModuleView | None:
-    """The view of ``path`` at its current content (cached by content hash)."""
+    """The view of ``path`` at its current content (cached by content hash; an unchanged file,
+    by modification time and size, is not read again)."""
+    with _lock:
+        fast = None if path in _overlays else _stat_hash.get(path)
+    if fast is not None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if fast[0] == st.st_mtime_ns and fast[1] == st.st_size:
+            with _lock:
+                v = _views.get((path, fast[2]))
+                if v is not None:
+                    _views.move_to_end((path, fast[2]))
+                    return v
     r = read(path)
     if r is None:
         return None

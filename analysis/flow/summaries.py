@@ -19,7 +19,7 @@ import re
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
-from .uniformity import U, X, Value, join
+from .uniformity import U, X, join
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
@@ -36,6 +36,7 @@ ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
 INIT = D + "init_process_group"
 _PG_USES = frozenset(D + n for n in (*COLLECTIVES, "get_rank", "get_world_size", "new_group", "new_subgroups"))
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled"})
+_NOT_PROJECT_QN = ("torch.", "math.", "os.", "sys.", "time.", "numpy.", "logging.", "json.", "random.")
 _CONDITIONAL_EXPR = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -61,23 +62,22 @@ class Effect:
 
 
 class Summary:
-    __slots__ = ("collectives", "must", "requires_pg", "returns", "returns_elts")
+    """The collectives a function may make (``collectives``) and those every call makes
+    (``must``: not behind a condition or an early exit in its body), as plain data. What it
+    returns and whether it needs the process group are separate, on-demand queries of the hub
+    (``returns_of``, ``requires_pg_of``)."""
 
-    def __init__(self, collectives=(), requires_pg=None, returns: Value = X, returns_elts=None, must=()):
-        self.collectives, self.requires_pg, self.returns = tuple(collectives), requires_pg, returns
-        # the collectives every call makes (not behind a condition or an early exit in the body):
-        # what a caller's divergence reports, since a conditional one may be correlated with the
-        # caller's own condition
-        self.must = tuple(must)
-        self.returns_elts = returns_elts  # per element, when every return gives a tuple of one length
+    __slots__ = ("collectives", "must")
+
+    def __init__(self, collectives=(), must=()):
+        self.collectives, self.must = tuple(collectives), tuple(must)
 
     def same(self, o: "Summary") -> bool:
         return ([e.op for e in self.collectives] == [e.op for e in o.collectives]
-                and [e.op for e in self.must] == [e.op for e in o.must]
-                and (self.requires_pg is None) == (o.requires_pg is None) and self.returns.kind == o.returns.kind)
+                and [e.op for e in self.must] == [e.op for e in o.must])
 
 
-EMPTY = Summary((), None, X)
+EMPTY = Summary()
 
 
 class Site:
@@ -303,6 +303,9 @@ class Summaries:
         out = []
         sem = view.sem
         wrapped = wrapped_names(view)
+        has_zero = bool(sem.calls_to(ZERO))
+        defs, classes, imports = view.defs, view.classes, view.imports
+        Name, Attribute = ast.Name, ast.Attribute
         for c in scope_calls(view, scope):
             qn = sem.call_qualname(c) or ""
             if qn.startswith(D):
@@ -311,6 +314,22 @@ class Summaries:
                     out.append(Site(c, [Effect(op, c, view.path)], "explicit"))
                 continue
             f = c.func
+            # fast rejects: nothing below can apply to these calls
+            if f.__class__ is Name:
+                if f.id not in wrapped and f.id not in defs and f.id not in classes and f.id not in imports:
+                    continue
+            elif f.__class__ is Attribute:
+                a = f.attr
+                if a != "backward" and a != "step" and a not in wrapped:
+                    b = f.value
+                    if not (b.__class__ is Name and (b.id == "self" or b.id in imports)):
+                        continue
+                if a == "step" and not has_zero:
+                    continue
+            else:
+                continue
+            if qn.startswith(_NOT_PROJECT_QN):
+                continue
             if wrapped and isinstance(f, ast.Attribute) and f.attr == "backward":
                 fwd = self.from_wrapped_forward(view, f.value, c)
                 if fwd is not None:
@@ -394,14 +413,39 @@ class Summaries:
     def _compute(self, view, fn: ast.AST) -> Summary:
         effects, must = [], []
         for site in self.sites(view, fn):
-            sure = unconditional(site.node, fn)
+            sure = unconditional(site.node, fn, view.memo.setdefault("has_exit", {}))
             for e in site.effects:
                 if len(effects) < 6:
                     effects.append(e)
                 if sure and len(must) < 6:
                     must.append(e)
-        returns, elts = self._returns(view, fn)
-        return Summary(effects, self._requires_pg(view, fn), returns, elts, must)
+        return Summary(effects, must)
+
+    def returns_of(self, view, fn: ast.AST):
+        """(uniformity of what ``fn`` returns, per-element uniformity of a returned tuple or None),
+        computed on demand (recursion: unknown)."""
+        memo = view.memo.setdefault("returns", {})
+        got = memo.get(id(fn))
+        if got is None:
+            memo[id(fn)] = (X, None)  # recursion guard
+            self._view_stack.append(view)
+            try:
+                got = memo[id(fn)] = self._returns(view, fn)
+            finally:
+                self._view_stack.pop()
+        return got
+
+    def requires_pg_of(self, view, fn: ast.AST):
+        """The first use of the process group on ``fn``'s unconditional path, or None (on demand)."""
+        memo = view.memo.setdefault("requires_pg", {})
+        if id(fn) not in memo:
+            memo[id(fn)] = None  # recursion guard
+            self._view_stack.append(view)
+            try:
+                memo[id(fn)] = self._requires_pg(view, fn)
+            finally:
+                self._view_stack.pop()
+        return memo[id(fn)]
 
     def _returns(self, view, fn: ast.AST):
         if isinstance(fn, ast.Lambda) or getattr(fn, "name", "") == "__init__":
@@ -463,12 +507,12 @@ class Summaries:
                     continue
                 target = self.resolve_call(view, c)
                 if target is not None and target[1] is not fn:
-                    s = self.summary(*target)
-                    if s.requires_pg is not None:
+                    req = self.requires_pg_of(*target)
+                    if req is not None:
                         name = getattr(target[1], "name", "?")
                         if name == "__init__":
                             name = getattr(parent(target[1]), "name", name)
-                        return s.requires_pg.through(name)
+                        return req.through(name)
                     if _inits(self, target):
                         return None
         return None
@@ -495,11 +539,29 @@ def _calls_in(node: ast.AST) -> list[ast.Call]:
     return out
 
 
-def _has_exit(st: ast.AST) -> bool:
-    for n in ast.walk(st):
+def _has_exit(st: ast.AST, memo: dict | None = None) -> bool:
+    """A ``return`` or ``raise`` somewhere in ``st``'s statements (not in nested definitions).
+    Walks statement lists only (returns and raises are statements)."""
+    if memo is not None:
+        got = memo.get(id(st))
+        if got is not None:
+            return got
+    found = False
+    stack = [st]
+    while stack:
+        n = stack.pop()
         if isinstance(n, (ast.Return, ast.Raise)):
-            return True
-    return False
+            found = True
+            break
+        if isinstance(n, (*FUNC_TYPES, ast.ClassDef)) and n is not st:
+            continue
+        for f in ("body", "orelse", "finalbody", "handlers", "cases"):
+            v = getattr(n, f, None)
+            if v.__class__ is list:
+                stack.extend(v)
+    if memo is not None:
+        memo[id(st)] = found
+    return found
 
 
 def _all_calls(node: ast.AST):
@@ -510,7 +572,7 @@ _BRANCHING = (ast.If, ast.IfExp, ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.
               ast.DictComp, ast.GeneratorExp, *FUNC_TYPES, ast.ClassDef)
 
 
-def unconditional(node: ast.AST, fn: ast.AST) -> bool:
+def unconditional(node: ast.AST, fn: ast.AST, memo: dict | None = None) -> bool:
     """``node`` runs on every call of ``fn`` that reaches the end of the statements before it: no
     ``if`` / handler / conditional expression between them, and no early exit earlier in the
     body. (Loops are taken to run at least once.)"""
@@ -529,7 +591,7 @@ def unconditional(node: ast.AST, fn: ast.AST) -> bool:
             return True
         if isinstance(st, ast.If) and dist_mode_test(st.test) and not st.orelse:
             continue  # ``if world_size == 1: return``: no other rank to wait for
-        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and _has_exit(st):
+        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and _has_exit(st, memo):
             return False
     return True
 

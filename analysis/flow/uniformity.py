@@ -385,7 +385,7 @@ class Evaluator:
         if path and isinstance(value, ast.Call):
             target = self.hub.resolve_call(self.view, value)
             if target is not None:
-                elts = self.hub.summary(*target).returns_elts
+                elts = self.hub.returns_of(*target)[1]
                 if elts is not None and path[0] < len(elts):
                     return elts[path[0]]
                 return X if elts is not None else self.value(value, d)
@@ -547,13 +547,13 @@ class Evaluator:
         name = _terminal(f)
         target = self.hub.resolve_call(self.view, e)
         if target is not None:
-            s = self.hub.summary(*target)
-            if s.returns.kind == "V":
-                src = s.returns.src
+            ret = self.hub.returns_of(*target)[0]
+            if ret.kind == "V":
+                src = ret.src
                 return Value("V", Src(src.cat, f"{src.desc} returned by `{name}()`", src.line, src.path))
-            if s.returns.kind == "U":
+            if ret.kind == "U":
                 return U
-            if not s.collectives:
+            if not self.hub.summary(*target).collectives:
                 v = join(self.value(a, d) for a in args)
                 if v.varying:
                     return v

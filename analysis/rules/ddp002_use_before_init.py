@@ -9,6 +9,7 @@ from ._dataflow import calls_or_wrappers
 from ._flow import effect_related, effect_words, text
 from ._guards import expects_error
 from ..flow import for_context
+from ..flow.summaries import scope_calls
 from ..semantic import parent
 
 # init_device_mesh only initialises when nothing did before it, so it does not count
@@ -83,7 +84,8 @@ class UseBeforeInit(Rule):
         for i in inits:
             by_scope.setdefault(id(sem.scope_of(i)), []).append(i)
         direct = sem.calls_to(*_USES)
-        for use in [*direct, *_helper_uses(ctx, by_scope, set(map(id, direct)) | set(map(id, inits)))]:
+        helpers = _helper_uses(ctx, inits, set(map(id, direct)) | set(map(id, inits)))
+        for use in [*direct, *(c for c, _ in helpers.values())]:
             scope_inits = by_scope.get(id(sem.scope_of(use)))
             if not scope_inits or expects_error(use):
                 continue
@@ -98,7 +100,7 @@ class UseBeforeInit(Rule):
             if qn is not None and qn.startswith(D) or qn == DDP_CLASS:
                 what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
             else:
-                eff = _helper_uses.found[id(use)]
+                eff = helpers[id(use)][1]
                 what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
                 related += effect_related(ctx, _Site(eff))
             ctx.report(
@@ -114,28 +116,36 @@ class _Site:
         self.effects = (eff,)
 
 
-def _helper_uses(ctx, by_scope, skip) -> list[ast.Call]:
-    """Calls of project functions and constructors whose unconditional path uses the process group
-    (``setup_logger()`` that calls ``dist.get_rank()``, ``Trainer()`` whose ``__init__`` builds a
-    DistributedSampler), in the scopes that initialise it."""
+def _helper_uses(ctx, inits, skip) -> dict[int, tuple]:
+    """id(call) -> (call, effect) for calls of project functions and constructors whose
+    unconditional path uses the process group (``setup_logger()`` that calls ``dist.get_rank()``,
+    ``Trainer()`` whose ``__init__`` builds a DistributedSampler), made before an init in the
+    same scope."""
     an = for_context(ctx)
     sem = ctx.sem
-    out = []
-    _helper_uses.found = {}
-    for c in sem.calls:
-        if id(c) in skip or id(sem.scope_of(c)) not in by_scope:
-            continue
-        target = an.resolve_call(an.main, c)
-        if target is None:
-            continue
-        req = an.summary(*target).requires_pg
-        if req is None:
-            continue
-        name = getattr(target[1], "name", "?")
-        if name == "__init__":
-            name = getattr(parent(target[1]), "name", name)
-        _helper_uses.found[id(c)] = req.through(name)
-        out.append(c)
+    out = {}
+    last: dict[int, tuple] = {}
+    for i in inits:
+        scope = sem.scope_of(i)
+        end = (i.lineno, i.col_offset)
+        if id(scope) not in last or last[id(scope)][1] < end:
+            last[id(scope)] = (scope, end)
+    for scope, end in last.values():
+        for c in scope_calls(an.main, scope):
+            if (c.lineno, c.col_offset) >= end:
+                break
+            if id(c) in skip:
+                continue
+            target = an.resolve_call(an.main, c)
+            if target is None:
+                continue
+            req = an.requires_pg_of(*target)
+            if req is None:
+                continue
+            name = getattr(target[1], "name", "?")
+            if name == "__init__":
+                name = getattr(parent(target[1]), "name", name)
+            out[id(c)] = (c, req.through(name))
     return out
 
 
