@@ -50,3 +50,13 @@ def test_table_output_and_missing_module_row():
 def test_unknown_module_is_a_usage_error():
     p = _run("--only", "nope", timeout=60)
     assert p.returncode == 2 and "unknown module" in p.stderr
+
+
+def test_quick_project_rows_are_well_formed():
+    p = _run("--quick", "--only", "project", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    figures = [r["figure"] for r in rows]
+    assert all(not str(r["value"]).startswith("error") for r in rows), rows
+    assert any("cold caches" in f for f in figures) and any("warm caches" in f for f in figures)
+    assert any("editing the helper" in f for f in figures)

@@ -93,7 +93,7 @@ MAIN_NAMES = frozenset({
     "is_rank_zero", "is_rank0", "rank_zero", "rank0", "is_rank_0", "is_primary", "is_chief",
     "is_local_main_process", "is_local_master", "is_global_zero", "is_world_process_zero",
     "is_local_process_zero", "is_leader", "is_main_rank", "is_master_rank", "is_global_main_process",
-    "is_dist_main", "is_first_rank", "is_master_node", "is_main_node", "is_local_rank_zero",
+    "is_dist_main", "is_logging_process", "is_first_rank", "is_master_node", "is_main_node", "is_local_rank_zero",
     "local_rank_zero", "is_local_main", "is_lead",
 })
 RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID",

@@ -19,29 +19,18 @@ import os
 import re
 
 from ..context import D
+# the rank vocabulary is the semantic layer's (one definition)
+from ..flow.uniformity import MAIN_NAMES as _MAIN_NAMES
+from ..flow.uniformity import RANK_ENV as _RANK_ENV
+from ..flow.uniformity import RANK_NAME as _RANK_NAME
 from ..semantic import FUNC_TYPES, param_names, parent
 
 
-_RANK_NAME = re.compile(
-    r"^_?(?:(?:global|local|world|node|ddp|dist|process|proc|my|cur|current|this|gpu|device|machine)_?)?"
-    r"rank(?:_?(?:id|idx|index|num))?$",
-    re.I,
-)
 _LOCAL_RANK_NAME = re.compile(r"^_?local_?rank", re.I)
 _RANK_FUNCS = frozenset({
     "get_rank", "get_local_rank", "get_global_rank", "get_process_rank", "get_node_rank",
     "get_dist_rank", "get_world_rank", "get_node_local_rank",
 })
-_MAIN_NAMES = frozenset({
-    "is_main", "is_main_process", "main_process", "is_master", "master_process", "is_master_process",
-    "is_rank_zero", "is_rank0", "rank_zero", "rank0", "is_rank_0", "is_primary", "is_chief",
-    "is_local_main_process", "is_local_master", "is_global_zero", "is_world_process_zero",
-    "is_local_process_zero", "is_leader", "is_main_rank", "is_master_rank", "is_global_main_process",
-    "is_dist_main", "is_logging_process", "is_first_rank", "is_master_node", "is_main_node",
-    "is_local_rank_zero", "local_rank_zero", "is_local_main", "is_lead",
-})
-_RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID",
-                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "GROUP_RANK"})
 _GLOBAL_RANK_ENV = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
