@@ -12,7 +12,9 @@ Uniform: constants, parsed arguments and config (``parse_args()``, parameters na
 ranges, and values a collective made equal (see ``bindings.EQUALISERS``).
 
 Values propagate through expressions, assignments, augmented assignments, tuples, containers,
-``self.`` attributes and function returns (``summaries``). Unknown is the answer whenever in doubt;
+``self.`` attributes and function returns (``summaries``), and by control dependence: a binding
+made only under a test on this rank's data or the clock is rank-varying (an early-stopping
+``patience`` counter). Unknown is the answer whenever in doubt;
 rules report only rank-varying values.
 """
 from __future__ import annotations
@@ -328,10 +330,30 @@ class Evaluator:
         self.active.add(key)
         try:
             v = self._binding_value(ev, name, d)
+            if not v.varying and ev.__class__ in (ast.Assign, ast.AugAssign, ast.AnnAssign):
+                v = self._control_dependent(ev, d) or v
         finally:
             self.active.discard(key)
         memo[key] = v
         return v
+
+    def _control_dependent(self, ev: ast.stmt, d: int) -> Value | None:
+        """A binding made only where a test on this rank's data (or the clock) holds
+        (``if val_loss > best: patience += 1``) gives a rank-varying value, whatever it assigns."""
+        child = ev
+        p = parent(ev)
+        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+            if isinstance(p, (ast.If, ast.While)) and child is not p.test:
+                v = self.value(p.test, d + 1)
+                # data, clocks and random numbers only: a value set under a rank test is usually
+                # shared by a broadcast the analysis may not see (a helper of another package)
+                if v.varying and v.src.cat != RANK:
+                    src = v.src
+                    return Value("V", Src(src.cat, f"{src.desc}, which decides whether line {ev.lineno} assigns it",
+                                          src.line, src.path))
+            child = p
+            p = parent(p)
+        return None
 
     def _binding_value(self, ev: ast.AST, name: str, d: int) -> Value:
         t = ev.__class__
