@@ -174,6 +174,28 @@ def _group_of(op, fn, args, kwargs):
         return None
 
 
+_ROOTED = {"broadcast": "src", "reduce": "dst", "scatter": "src", "gather": "dst", "broadcast_object_list": "src",
+           "scatter_object_list": "src", "gather_object": "dst"}
+
+
+def _root_of(op, fn, args, kwargs):
+    """(argument name, value) of a rooted collective's root (src/dst, or group_src/group_dst), else None."""
+    name = _ROOTED.get(op)
+    if name is None:
+        return None
+    _group_of(op, fn, (), {})  # caches the signature
+    sig = _SIGNATURES.get(op)
+    try:
+        bound = sig.bind_partial(*args, **kwargs).arguments if sig else kwargs
+    except TypeError:
+        bound = kwargs
+    for key in (name, "group_" + name):
+        v = bound.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return key, v
+    return None
+
+
 def _group_desc(group):
     if group is None:
         return None
@@ -310,6 +332,9 @@ def _wrap_collective(op, fn):
             g = _group_desc(_group_of(op, fn, args, kwargs))
             if g is not None:
                 rec["group"] = g
+            root = _root_of(op, fn, args, kwargs)
+            if root is not None:
+                rec["root_arg"], rec["root"] = root
         except Exception:
             pass
         written = _collective_begin(seq, rec)

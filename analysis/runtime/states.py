@@ -105,6 +105,7 @@ class RankState:
     op: str | None = None  # collective the rank is in (unfinished or raised) at the end
     op_site: Frame | None = None
     op_raised: str | None = None
+    op_root: tuple | None = None  # (src/dst argument name, value) of the rooted collective it is in
     exception: dict | None = None
     fatal: str | None = None
     t: float | None = None
@@ -222,6 +223,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.op = last_pending.get("op")
             st.op_site = Frame.of(last_pending)
             st.op_raised = raised.get(last_pending.get("seq"))
+            if isinstance(last_pending.get("root"), int):
+                st.op_root = (str(last_pending.get("root_arg") or "src"), last_pending["root"])
         main_tid = (rd.first("start") or {}).get("main_thread")
         st.seen = Frame.of(rd.seen) if isinstance(rd.seen, dict) else None
         if st.seen is not None and not user.is_user(st.seen.file):
