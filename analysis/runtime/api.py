@@ -21,7 +21,7 @@ from . import launcher
 from . import nodes as node_planner
 from .findings import analyse
 from .nodes import NodeOptions
-from .states import UserCode
+from .states import UserCode, count
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_CANCELLED = 0, 1, 2, 130
 
@@ -335,7 +335,8 @@ def run_script(
     emulated, reason, notes = _emulation_decision(str(path), node_plan.world if node_plan.mode == "simulated" else nproc,
                                                   n_gpus, emulate, backend)
     if emulated and reason and node_plan.mode == "simulated":
-        reason = reason.replace(f"with {node_plan.world} emulated GPUs", f"with {nproc} emulated GPUs per node")
+        reason = reason.replace(f"with {count(node_plan.world, 'emulated GPU')}",
+                                f"with {count(nproc, 'emulated GPU')} per node")
     res.notes.extend(notes)
     res.emulated, res.emulate_reason = emulated, reason
     if reason and (emulated or emulate == "on"):

@@ -76,7 +76,7 @@ def format_text(res: RunResult) -> str:
         node = f"node {res.node_rank}" if res.node_rank is not None else "one node"
         head = f"ddp-lint run: {_rel(res.script)}, {node} of {res.nnodes}, {res.nproc} rank{'s' if res.nproc != 1 else ''}"
     elif multi:
-        head = f"ddp-lint merge: {_rel(res.script)}, {res.nproc} ranks on {res.nnodes} node{'s' if res.nnodes != 1 else ''}"
+        head = f"ddp-lint merge: {_rel(res.script)}, {res.nproc} rank{'s' if res.nproc != 1 else ''} on {res.nnodes} node{'s' if res.nnodes != 1 else ''}"
     else:
         what = f"-m {res.module} ({_rel(res.script)})" if res.module else _rel(res.script)
         head = f"ddp-lint run: {what} on {res.nproc} rank{'s' if res.nproc != 1 else ''} under torchrun"

@@ -24,6 +24,7 @@ from .states import (
     UserCode,
     _is_emulated,
     build_states,
+    count,
     op_text,
     rank_list,
 )
@@ -659,7 +660,7 @@ def world_size_hint(fr: Frame | None, src: Sources, nranks: int) -> str | None:
         return None
     m = _WORLD_SIZE_RE.search(lines[fr.line - 1])
     if m and int(m.group(1)) != nranks:
-        return (f"the script asks for world_size={m.group(1)}, but {nranks} ranks were launched: take the world "
+        return (f"the script asks for world_size={m.group(1)}, but {count(nranks, 'rank')} {'was' if nranks == 1 else 'were'} launched: take the world "
                 "size from the environment (WORLD_SIZE, set by torchrun) or from dist.get_world_size()")
     return None
 

@@ -180,20 +180,9 @@ _ROOTED = {"broadcast": "src", "reduce": "dst", "scatter": "src", "gather": "dst
 
 def _root_of(op, fn, args, kwargs):
     """(argument name, value) of a rooted collective's root (src/dst, or group_src/group_dst), else None."""
-    name = _ROOTED.get(op)
-    if name is None:
-        return None
-    _group_of(op, fn, (), {})  # caches the signature
-    sig = _SIGNATURES.get(op)
-    try:
-        bound = sig.bind_partial(*args, **kwargs).arguments if sig else kwargs
-    except TypeError:
-        bound = kwargs
-    for key in (name, "group_" + name):
-        v = bound.get(key)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return key, v
-    return None
+    name, sig = _ROOTED.get(op), (_group_of(op, fn, (), {}), _SIGNATURES.get(op))[1]  # caches the signature
+    bound = sig.bind_partial(*args, **kwargs).arguments if name and sig else kwargs
+    return next(((k, bound[k]) for k in (name, f"group_{name}") if name and type(bound.get(k)) is int), None)
 
 
 def _group_desc(group):

@@ -128,7 +128,7 @@ class RankState:
     def summary(self) -> str:
         loc = _short(self.site) if self.site else "?"
         if self.status == "ok":
-            return f"rank {self.rank}: finished cleanly ({self.collectives} collectives)"
+            return f"rank {self.rank}: finished cleanly ({count(self.collectives or 0, 'collective')})"
         if self.status == "exception" and self.consequential:
             ex = self.exception or {}
             return (f"rank {self.rank}: failed in {self.op}() at {loc} after a peer went away or timed out "
@@ -394,6 +394,11 @@ def _is_emulated(exc: dict | None) -> bool:
         return False
     return exc.get("type") == "EmulatedNcclError" or str(exc.get("qualname", "")).endswith(".EmulatedNcclError") \
         or "code" in (exc.get("extra") or {}) and str((exc.get("extra") or {}).get("code", "")).startswith("DDP9")
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """``1 rank`` / ``2 ranks``: a number with its noun, singular for 1."""
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
 def rank_list(ranks) -> str:

@@ -224,3 +224,26 @@ def test_a_rank_killed_by_sigkill_is_the_root_cause_even_when_the_others_show_no
     f = a.findings[0]
     assert "killed (SIGKILL; likely the OOM killer)" in f.message
     assert [(r.range.start.line + 1, r.ranks) for r in f.related] == [(3, (0,))]
+
+
+def test_counts_of_one_are_singular(tmp_path):
+    from ddp_lint.analysis.runtime.emulate_policy import should_emulate
+    from ddp_lint.analysis.runtime.findings import Sources, world_size_hint
+    from ddp_lint.analysis.runtime.states import RankState, count
+
+    assert count(1, "rank") == "1 rank" and count(2, "rank") == "2 ranks" and count(0, "GPU") == "0 GPUs"
+    assert RankState(0, status="ok", collectives=1).summary() == "rank 0: finished cleanly (1 collective)"
+    assert RankState(0, status="ok", collectives=3).summary() == "rank 0: finished cleanly (3 collectives)"
+    _, why = should_emulate("x.py", 1, 0, "on")
+    assert "1 rank on the CPU" in why and "1 emulated GPU " in why, why
+    script = tmp_path / "s.py"
+    script.write_text("import torch\ntorch.cuda.set_device(0)\nimport torch.distributed as dist\n"
+                      "dist.init_process_group('nccl')\n")
+    _, why = should_emulate(str(script), 1, 0, "auto")
+    assert "0 GPUs for 1 rank;" in why and "running 1 rank on" in why and "1 emulated GPU " in why, why
+    _, why = should_emulate(str(script), 1, 1, "auto")
+    assert why.endswith("1 GPU for 1 rank"), why
+    s = tmp_path / "w.py"
+    s.write_text("dist.init_process_group('gloo', world_size=2)\n")
+    hint = world_size_hint(Frame(str(s), 1), Sources(), 1)
+    assert hint and "but 1 rank was launched" in hint, hint
