@@ -247,13 +247,15 @@ def run_script(
     nodes: NodeOptions | None = None,
     rdzv_timeout: float = 600.0,
     module: str | None = None,
+    rank_prefix: bool = False,
 ) -> RunResult:
     """Run ``script`` on ``nproc`` ranks under torchrun and map what went wrong to its lines.
 
     ``timeout`` counts from the moment every rank runs the script; ``progress(message, percent)``
     is called at starting, ranks up, waiting (about once a second) and collecting; setting
     ``cancel`` kills every process within 2 s and returns ``cancelled=True``. ``sink`` receives
-    the ranks' raw output as it arrives (the result keeps a bounded head and tail of it).
+    the ranks' raw output as it arrives (the result keeps a bounded head and tail of it);
+    ``rank_prefix`` puts ``[rank N] `` before each line a rank prints through sys.stdout/stderr.
 
     ``nodes`` (nodes.NodeOptions): ``nnodes`` alone simulates that many nodes of ``nproc`` ranks
     on this machine; with ``rdzv_endpoint`` this is one node of a real job (torchrun's rendezvous
@@ -342,6 +344,8 @@ def run_script(
     if reason and (emulated or emulate == "on"):
         res.notes.append(reason)
     env_extra = {"DDP_LINT_BACKEND": backend}
+    if rank_prefix:  # each line a rank prints gets "[rank N] " (the shim's shim_output.py)
+        env_extra["DDP_LINT_RANK_PREFIX"] = "1"
     if node_plan.mode == "simulated":
         slices = None if emulated else node_planner.gpu_slices(n_gpus, node_plan.nnodes, nproc,
                                                                 os.environ.get("CUDA_VISIBLE_DEVICES"))

@@ -159,7 +159,7 @@ def cmd_run(args) -> int:
                             rdzv_backend=getattr(args, "rdzv_backend", None))
         res = run_script(args.script or "", module=module, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
                          emulate=args.emulate, python=args.python, script_args=script_args,
-                         sink=sink if text_mode else None, cancel=cancel, nodes=nodes)
+                         sink=sink if text_mode else None, cancel=cancel, nodes=nodes, rank_prefix=text_mode)
     finally:
         for sig, h in old.items():
             try:

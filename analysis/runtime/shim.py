@@ -644,13 +644,7 @@ def _print_user_traceback(e):
 
 
 def _exit_code(code):
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    return 1
-
-
+    return 0 if code is None else code if isinstance(code, int) else 1
 
 
 # ================================ EMULATION (shim_emulation.py) ==================================
@@ -682,16 +676,22 @@ def _emulation_install():
     _EMU = mod._EMU
 
 
-def _files_install():
-    """Load shim_files.py by path: records the files each rank writes (torch.save, open for
-    writing) as ``write`` events, for DDP908."""
+def _load_part(name, path):
     import importlib.util
-    import types
 
-    spec = importlib.util.spec_from_file_location("_ddp_lint_shim_files", _FILES_FILE)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(_SHIM_FILE), path))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _files_install():
+    """Load shim_files.py by path: records the files each rank writes (torch.save, open for
+    writing) as ``write`` events, for DDP908."""
+    import types
+
+    mod = _load_part("_ddp_lint_shim_files", _FILES_FILE)
     mod.bind(types.SimpleNamespace(_log_event=_log_event, _is_internal=_is_internal))
     mod.install()
 
@@ -865,15 +865,19 @@ def _module_file(module):
 
 
 def _whole_lines():
-    """All ranks share one pipe. The runner sets PYTHONUNBUFFERED so output streams as it comes, but
-    unbuffered text streams hand every piece of a ``print`` to the OS on its own ("RAN", " ", "0",
-    "\\n"), so two ranks printing at once interleave mid-line ("RANRAN 1 0"). Line buffering still
-    streams every line at once, and writes each line (up to the pipe's atomic size) in one piece."""
+    """All ranks share one pipe. Unbuffered text streams (PYTHONUNBUFFERED) hand each piece of a print
+    to the OS alone, so ranks interleave mid-line; line buffering writes each line in one piece.
+    In text mode each line gets ``[rank N] `` (shim_output.py)."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name, None)
         try:
             stream.reconfigure(line_buffering=True, write_through=False)
         except Exception:  # replaced or closed by something else: leave it alone
+            pass
+    if os.environ.get("DDP_LINT_RANK_PREFIX") == "1" and _rank_int() >= 0:  # text mode: shim_output.py
+        try:
+            _load_part("_ddp_lint_shim_output", "shim_output.py").install(_rank_int())
+        except Exception:
             pass
 
 
