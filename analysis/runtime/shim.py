@@ -73,8 +73,8 @@ _SHIM_FILE = os.path.abspath(__file__)
 _EMU_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation.py")
 _FILES_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_files.py")  # part 3: file writes (DDP908)
 _CHECKS_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_checks.py")  # part 4: DDP906/DDP907, argparse
-_SHIM_FILES = (_SHIM_FILE, _EMU_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation_dist.py"),
-               _FILES_FILE, _CHECKS_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_spawn.py"))
+_SHIM_FILES = (_SHIM_FILE, _EMU_FILE, _FILES_FILE, _CHECKS_FILE, *(os.path.join(os.path.dirname(_SHIM_FILE), f)
+               for f in ("shim_emulation_dist.py", "shim_spawn.py", "shim_output.py")))
 _EMU = None  # the emulation's state once installed (shim_emulation._EMU)
 _TORCH_DIR = None
 _TLS = threading.local()

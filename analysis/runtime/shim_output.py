@@ -1,4 +1,4 @@
-"""ddp-lint rank shim, part 4: ``[rank N] `` before every line the rank prints (``ddp-lint run`` in
+"""ddp-lint rank shim, part 5: ``[rank N] `` before every line the rank prints (``ddp-lint run`` in
 text mode sets DDP_LINT_RANK_PREFIX=1; JSON mode and the language server keep the raw output).
 
 Loaded by path by shim.py; stdlib only, never imports ddp-lint. sys.stdout and sys.stderr are
