@@ -438,7 +438,7 @@ def run_script(
         why = "the ranks did not start" + (f" within {startup_timeout:g} s" if lr.startup_failed else "")
         return fail(f"{why}; torchrun said:\n{tail}" if tail else why)
     if lr.startup_failed:
-        res.notes.append(f"only {started} of {expected} ranks started within {startup_timeout:g} s")
+        res.notes.append(f"only {started} of {count(expected, 'rank')} started within {startup_timeout:g} s")
     if res.findings:
         res.exit_code = EXIT_FINDINGS
     elif lr.returncode not in (0, None) and all(st.status == "ok" for st in an.states.values()):
