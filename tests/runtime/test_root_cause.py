@@ -241,11 +241,12 @@ def test_text_output_hides_torchruns_banner_and_ends_with_the_report():
     assert lines[-1] == "Found 1 runtime problem."
 
 
-def test_ranks_with_different_broadcast_roots_are_named_with_ddp108():
+@pytest.mark.parametrize("variant,mark", [("tensor", "bcast"), ("object", "obj")])
+def test_ranks_with_different_broadcast_roots_are_named_with_ddp108(variant, mark):
     m = marks(SCRIPTS / "rank_varying_root.py")
-    res = run("rank_varying_root.py", timeout=6.0)
+    res = run("rank_varying_root.py", timeout=6.0, script_args=[variant])
     f = only(res, "DDP903")
-    assert f.ranks == (0, 1) and line(f) == m["bcast"], codes(res)
+    assert f.ranks == (0, 1) and line(f) == m[mark], codes(res)
     assert "different roots" in f.message and "rank 0 src=0" in f.message and "rank 1 src=1" in f.message, f.message
     assert f.details["static_rule"] == "DDP108" and "DDP108" in f.details["hint"] and "src=0" in f.details["hint"]
 

@@ -247,3 +247,18 @@ def test_counts_of_one_are_singular(tmp_path):
     s.write_text("dist.init_process_group('gloo', world_size=2)\n")
     hint = world_size_hint(Frame(str(s), 1), Sources(), 1)
     assert hint and "but 1 rank was launched" in hint, hint
+
+
+def test_root_clash_names_each_ranks_root_and_ddp108():
+    from ddp_lint.analysis.runtime.findings import root_clash
+    from ddp_lint.analysis.runtime.states import RankState
+
+    def st(r, root):
+        return RankState(r, op="gather_object", op_root=root)
+
+    states = {0: st(0, ("dst", 0)), 1: st(1, ("dst", 1)), 2: st(2, ("dst", 0))}
+    text, hint = root_clash(states, [0, 1, 2])
+    assert text == "the ranks passed different roots: rank 0 dst=0, rank 1 dst=1, rank 2 dst=0"
+    assert "same dst to gather_object()" in hint and "(static rule DDP108)" in hint
+    assert root_clash({0: st(0, ("dst", 0)), 1: st(1, ("dst", 0))}, [0, 1]) is None  # same root
+    assert root_clash({0: st(0, None), 1: st(1, ("dst", 1))}, [0, 1]) is None  # unknown: nothing
