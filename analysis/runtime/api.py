@@ -21,7 +21,7 @@ from . import launcher
 from . import nodes as node_planner
 from .findings import analyse
 from .nodes import NodeOptions
-from .states import UserCode
+from .states import UserCode, count
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_CANCELLED = 0, 1, 2, 130
 
@@ -247,13 +247,15 @@ def run_script(
     nodes: NodeOptions | None = None,
     rdzv_timeout: float = 600.0,
     module: str | None = None,
+    rank_prefix: bool = False,
 ) -> RunResult:
     """Run ``script`` on ``nproc`` ranks under torchrun and map what went wrong to its lines.
 
     ``timeout`` counts from the moment every rank runs the script; ``progress(message, percent)``
     is called at starting, ranks up, waiting (about once a second) and collecting; setting
     ``cancel`` kills every process within 2 s and returns ``cancelled=True``. ``sink`` receives
-    the ranks' raw output as it arrives (the result keeps a bounded head and tail of it).
+    the ranks' raw output as it arrives (the result keeps a bounded head and tail of it);
+    ``rank_prefix`` puts ``[rank N] `` before each line a rank prints through sys.stdout/stderr.
 
     ``nodes`` (nodes.NodeOptions): ``nnodes`` alone simulates that many nodes of ``nproc`` ranks
     on this machine; with ``rdzv_endpoint`` this is one node of a real job (torchrun's rendezvous
@@ -335,12 +337,15 @@ def run_script(
     emulated, reason, notes = _emulation_decision(str(path), node_plan.world if node_plan.mode == "simulated" else nproc,
                                                   n_gpus, emulate, backend)
     if emulated and reason and node_plan.mode == "simulated":
-        reason = reason.replace(f"with {node_plan.world} emulated GPUs", f"with {nproc} emulated GPUs per node")
+        reason = reason.replace(f"with {count(node_plan.world, 'emulated GPU')}",
+                                f"with {count(nproc, 'emulated GPU')} per node")
     res.notes.extend(notes)
     res.emulated, res.emulate_reason = emulated, reason
     if reason and (emulated or emulate == "on"):
         res.notes.append(reason)
     env_extra = {"DDP_LINT_BACKEND": backend}
+    if rank_prefix:  # each line a rank prints gets "[rank N] " (the shim's shim_output.py)
+        env_extra["DDP_LINT_RANK_PREFIX"] = "1"
     if node_plan.mode == "simulated":
         slices = None if emulated else node_planner.gpu_slices(n_gpus, node_plan.nnodes, nproc,
                                                                 os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -433,7 +438,7 @@ def run_script(
         why = "the ranks did not start" + (f" within {startup_timeout:g} s" if lr.startup_failed else "")
         return fail(f"{why}; torchrun said:\n{tail}" if tail else why)
     if lr.startup_failed:
-        res.notes.append(f"only {started} of {expected} ranks started within {startup_timeout:g} s")
+        res.notes.append(f"only {started} of {count(expected, 'rank')} started within {startup_timeout:g} s")
     if res.findings:
         res.exit_code = EXIT_FINDINGS
     elif lr.returncode not in (0, None) and all(st.status == "ok" for st in an.states.values()):

@@ -76,7 +76,7 @@ def format_text(res: RunResult) -> str:
         node = f"node {res.node_rank}" if res.node_rank is not None else "one node"
         head = f"ddp-lint run: {_rel(res.script)}, {node} of {res.nnodes}, {res.nproc} rank{'s' if res.nproc != 1 else ''}"
     elif multi:
-        head = f"ddp-lint merge: {_rel(res.script)}, {res.nproc} ranks on {res.nnodes} node{'s' if res.nnodes != 1 else ''}"
+        head = f"ddp-lint merge: {_rel(res.script)}, {res.nproc} rank{'s' if res.nproc != 1 else ''} on {res.nnodes} node{'s' if res.nnodes != 1 else ''}"
     else:
         what = f"-m {res.module} ({_rel(res.script)})" if res.module else _rel(res.script)
         head = f"ddp-lint run: {what} on {res.nproc} rank{'s' if res.nproc != 1 else ''} under torchrun"
@@ -159,7 +159,7 @@ def cmd_run(args) -> int:
                             rdzv_backend=getattr(args, "rdzv_backend", None))
         res = run_script(args.script or "", module=module, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
                          emulate=args.emulate, python=args.python, script_args=script_args,
-                         sink=sink if text_mode else None, cancel=cancel, nodes=nodes)
+                         sink=sink if text_mode else None, cancel=cancel, nodes=nodes, rank_prefix=text_mode)
     finally:
         for sig, h in old.items():
             try:

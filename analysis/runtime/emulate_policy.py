@@ -14,6 +14,7 @@ from ..engine import parse
 from ..io import SourceError, read_source
 from ..semantic import Semantic, get_arg
 from ..torch_api import backend_mentions_nccl
+from .states import count
 
 MODES = ("auto", "on", "off")
 
@@ -106,7 +107,7 @@ def should_emulate(script_path: str, nproc: int, n_gpus: int, emulate_flag: str 
     if mode not in MODES:
         raise ValueError(f"--emulate must be one of {', '.join(MODES)}, not {emulate_flag!r}")
     if mode == "on":
-        return True, (f"--emulate on: {nproc} ranks on the CPU over gloo, with {nproc} emulated GPUs "
+        return True, (f"--emulate on: {count(nproc, 'rank')} on the CPU over gloo, with {count(nproc, 'emulated GPU')} "
                       "and NCCL's rules enforced")
     if mode == "off":
         return False, "--emulate off: a real run"
@@ -125,9 +126,9 @@ def should_emulate(script_path: str, nproc: int, n_gpus: int, emulate_flag: str 
     if not asks:
         return False, "the script asks for neither NCCL nor CUDA devices"
     what = " and ".join(asks)
-    gpus = f"{n_gpus} GPU{'s' if n_gpus != 1 else ''}"
+    gpus, ranks = count(n_gpus, "GPU"), count(nproc, "rank")
     if n_gpus >= nproc:
-        return False, f"the script asks for {what}, and this machine has {gpus} for {nproc} ranks"
-    return True, (f"the script asks for {what}, but this machine has {gpus} for {nproc} ranks; "
-                  f"running {nproc} ranks on the CPU over gloo with {nproc} emulated GPUs and NCCL's "
+        return False, f"the script asks for {what}, and this machine has {gpus} for {ranks}"
+    return True, (f"the script asks for {what}, but this machine has {gpus} for {ranks}; "
+                  f"running {ranks} on the CPU over gloo with {count(nproc, 'emulated GPU')} and NCCL's "
                   "rules enforced")

@@ -24,6 +24,7 @@ from .states import (
     UserCode,
     _is_emulated,
     build_states,
+    count,
     op_text,
     rank_list,
 )
@@ -385,7 +386,11 @@ def mismatches(b: Builder) -> None:
     if detail_mismatch:
         details["detected_by"] = "TORCH_DISTRIBUTED_DEBUG=DETAIL"
         details["torch_message"] = torch_msg
-    if hint is None and any(states[r].op == "backward" for r in all_rs):
+    roots = root_clash(states, all_rs) if hint is None else None
+    if roots:
+        parts.append(roots[0])
+        details["hint"], details["static_rule"] = roots[1], "DDP108"
+    if details["hint"] is None and any(states[r].op == "backward" for r in all_rs):
         details["hint"] = ("one side is DDP's own gradient all-reduce in backward(): a collective that only "
                            "some ranks run between forward and backward (logging a metric under a rank "
                            "condition) meets it; run it on every rank, or after the optimizer step")
@@ -539,6 +544,9 @@ def hangs(b: Builder) -> None:
             ex = states[rs[0]].exception or {}
             message = (f"{rank_list(rs)} {'was' if len(rs) == 1 else 'were'} stuck in {op_text(op)} here until torch "
                        f"gave up ({condense(ex.get('type', 'Exception'), ex.get('message', ''), 160)})")
+        roots = root_clash(states, rs) if op is not None else None
+        if roots:
+            message += f"; {roots[0]}"
         if texts:
             message += "; " + "; ".join(texts)
         details = {"timeout": timeout,
@@ -547,6 +555,8 @@ def hangs(b: Builder) -> None:
         ws = world_size_hint(fr, b.src, len(states))
         if ws:
             details["hint"] = ws
+        elif roots:
+            details["hint"], details["static_rule"] = roots[1], "DDP108"
         elif op is not None and not others:
             nccl = any(str((states[r].init or {}).get("backend", "")).lower().find("nccl") >= 0 for r in rs)
             if nccl:
@@ -629,6 +639,20 @@ _LOCAL_RANK_DEFAULT_RE = re.compile(r"""add_argument\(\s*['"]--local[_-]rank['"]
 _WORLD_SIZE_RE = re.compile(r"\bworld_size\s*=\s*(\d+)\b")
 
 
+def root_clash(states: dict[int, RankState], rs) -> tuple[str, str] | None:
+    """(message part, hint) when ranks in the same rooted collective passed different roots (src/dst)."""
+    roots = {r: states[r].op_root for r in rs if states[r].op is not None and states[r].op_root is not None}
+    if len({v for _, v in roots.values()}) < 2:
+        return None
+    arg = next(iter(roots.values()))[0]
+    op = next(states[r].op for r in roots)
+    text = "the ranks passed different roots: " + ", ".join(f"rank {r} {k}={v}" for r, (k, v) in sorted(roots.items()))
+    hint = (f"every rank must pass the same {arg} to {op_text(op)}: a root that depends on the rank ({arg}=rank, "
+            f"{arg}=local_rank) makes each rank wait for a different root; use a constant such as {arg}=0 "
+            "(static rule DDP108)")
+    return text, hint
+
+
 def world_size_hint(fr: Frame | None, src: Sources, nranks: int) -> str | None:
     """A constant ``world_size=N`` on the failing line that is not the number of ranks launched."""
     lines = src.lines(fr.file) if fr is not None else None
@@ -636,7 +660,7 @@ def world_size_hint(fr: Frame | None, src: Sources, nranks: int) -> str | None:
         return None
     m = _WORLD_SIZE_RE.search(lines[fr.line - 1])
     if m and int(m.group(1)) != nranks:
-        return (f"the script asks for world_size={m.group(1)}, but {nranks} ranks were launched: take the world "
+        return (f"the script asks for world_size={m.group(1)}, but {count(nranks, 'rank')} {'was' if nranks == 1 else 'were'} launched: take the world "
                 "size from the environment (WORLD_SIZE, set by torchrun) or from dist.get_world_size()")
     return None
 

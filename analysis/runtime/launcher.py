@@ -25,6 +25,7 @@ from typing import Callable
 
 from .logs import LogReader, RankData
 from .proctree import _ACTIVE_ROOTS, ProcessTracker, alive, become_subreaper
+from .states import count
 
 SHIM_PATH = str(Path(__file__).resolve().with_name("shim.py"))
 OUTPUT_HEAD = 64 * 1024
@@ -398,7 +399,7 @@ def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failu
             up_at = now
             result.ranks_up_after = now - t0
             deadline = now + timeout
-            report(f"ranks up ({len(reader.ranks)} ranks)", 20)
+            report(f"ranks up ({count(len(reader.ranks), 'rank')})", 20)
         if now - last_scan > 0.25:
             tracker.scan()
             last_scan = now

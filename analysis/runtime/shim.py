@@ -73,8 +73,8 @@ _SHIM_FILE = os.path.abspath(__file__)
 _EMU_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation.py")
 _FILES_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_files.py")  # part 3: file writes (DDP908)
 _CHECKS_FILE = os.path.join(os.path.dirname(_SHIM_FILE), "shim_checks.py")  # part 4: DDP906/DDP907, argparse
-_SHIM_FILES = (_SHIM_FILE, _EMU_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_emulation_dist.py"),
-               _FILES_FILE, _CHECKS_FILE, os.path.join(os.path.dirname(_SHIM_FILE), "shim_spawn.py"))
+_SHIM_FILES = (_SHIM_FILE, _EMU_FILE, _FILES_FILE, _CHECKS_FILE, *(os.path.join(os.path.dirname(_SHIM_FILE), f)
+               for f in ("shim_emulation_dist.py", "shim_spawn.py", "shim_output.py")))
 _EMU = None  # the emulation's state once installed (shim_emulation._EMU)
 _TORCH_DIR = None
 _TLS = threading.local()
@@ -172,6 +172,17 @@ def _group_of(op, fn, args, kwargs):
         return sig.bind_partial(*args, **kwargs).arguments.get("group")
     except TypeError:
         return None
+
+
+_ROOTED = {"broadcast": "src", "reduce": "dst", "scatter": "src", "gather": "dst", "broadcast_object_list": "src",
+           "scatter_object_list": "src", "gather_object": "dst"}
+
+
+def _root_of(op, fn, args, kwargs):
+    """(argument name, value) of a rooted collective's root (src/dst, or group_src/group_dst), else None."""
+    name, sig = _ROOTED.get(op), (_group_of(op, fn, (), {}), _SIGNATURES.get(op))[1]  # caches the signature
+    bound = sig.bind_partial(*args, **kwargs).arguments if name and sig else kwargs
+    return next(((k, bound[k]) for k in (name, f"group_{name}") if name and type(bound.get(k)) is int), None)
 
 
 def _group_desc(group):
@@ -310,6 +321,9 @@ def _wrap_collective(op, fn):
             g = _group_desc(_group_of(op, fn, args, kwargs))
             if g is not None:
                 rec["group"] = g
+            root = _root_of(op, fn, args, kwargs)
+            if root is not None:
+                rec["root_arg"], rec["root"] = root
         except Exception:
             pass
         written = _collective_begin(seq, rec)
@@ -630,13 +644,7 @@ def _print_user_traceback(e):
 
 
 def _exit_code(code):
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    return 1
-
-
+    return 0 if code is None else code if isinstance(code, int) else 1
 
 
 # ================================ EMULATION (shim_emulation.py) ==================================
@@ -668,16 +676,22 @@ def _emulation_install():
     _EMU = mod._EMU
 
 
-def _files_install():
-    """Load shim_files.py by path: records the files each rank writes (torch.save, open for
-    writing) as ``write`` events, for DDP908."""
+def _load_part(name, path):
     import importlib.util
-    import types
 
-    spec = importlib.util.spec_from_file_location("_ddp_lint_shim_files", _FILES_FILE)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(_SHIM_FILE), path))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _files_install():
+    """Load shim_files.py by path: records the files each rank writes (torch.save, open for
+    writing) as ``write`` events, for DDP908."""
+    import types
+
+    mod = _load_part("_ddp_lint_shim_files", _FILES_FILE)
     mod.bind(types.SimpleNamespace(_log_event=_log_event, _is_internal=_is_internal))
     mod.install()
 
@@ -851,15 +865,19 @@ def _module_file(module):
 
 
 def _whole_lines():
-    """All ranks share one pipe. The runner sets PYTHONUNBUFFERED so output streams as it comes, but
-    unbuffered text streams hand every piece of a ``print`` to the OS on its own ("RAN", " ", "0",
-    "\\n"), so two ranks printing at once interleave mid-line ("RANRAN 1 0"). Line buffering still
-    streams every line at once, and writes each line (up to the pipe's atomic size) in one piece."""
+    """All ranks share one pipe. Unbuffered text streams (PYTHONUNBUFFERED) hand each piece of a print
+    to the OS alone, so ranks interleave mid-line; line buffering writes each line in one piece.
+    In text mode each line gets ``[rank N] `` (shim_output.py)."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name, None)
         try:
             stream.reconfigure(line_buffering=True, write_through=False)
         except Exception:  # replaced or closed by something else: leave it alone
+            pass
+    if os.environ.get("DDP_LINT_RANK_PREFIX") == "1" and _rank_int() >= 0:  # text mode: shim_output.py
+        try:
+            _load_part("_ddp_lint_shim_output", "shim_output.py").install(_rank_int())
+        except Exception:
             pass
 
 

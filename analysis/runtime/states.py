@@ -105,6 +105,7 @@ class RankState:
     op: str | None = None  # collective the rank is in (unfinished or raised) at the end
     op_site: Frame | None = None
     op_raised: str | None = None
+    op_root: tuple | None = None  # (src/dst argument name, value) of the rooted collective it is in
     exception: dict | None = None
     fatal: str | None = None
     t: float | None = None
@@ -127,7 +128,7 @@ class RankState:
     def summary(self) -> str:
         loc = _short(self.site) if self.site else "?"
         if self.status == "ok":
-            return f"rank {self.rank}: finished cleanly ({self.collectives} collectives)"
+            return f"rank {self.rank}: finished cleanly ({count(self.collectives or 0, 'collective')})"
         if self.status == "exception" and self.consequential:
             ex = self.exception or {}
             return (f"rank {self.rank}: failed in {self.op}() at {loc} after a peer went away or timed out "
@@ -222,6 +223,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.op = last_pending.get("op")
             st.op_site = Frame.of(last_pending)
             st.op_raised = raised.get(last_pending.get("seq"))
+            if isinstance(last_pending.get("root"), int):
+                st.op_root = (str(last_pending.get("root_arg") or "src"), last_pending["root"])
         main_tid = (rd.first("start") or {}).get("main_thread")
         st.seen = Frame.of(rd.seen) if isinstance(rd.seen, dict) else None
         if st.seen is not None and not user.is_user(st.seen.file):
@@ -391,6 +394,11 @@ def _is_emulated(exc: dict | None) -> bool:
         return False
     return exc.get("type") == "EmulatedNcclError" or str(exc.get("qualname", "")).endswith(".EmulatedNcclError") \
         or "code" in (exc.get("extra") or {}) and str((exc.get("extra") or {}).get("code", "")).startswith("DDP9")
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """``1 rank`` / ``2 ranks``: a number with its noun, singular for 1."""
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
 def rank_list(ranks) -> str:

@@ -185,6 +185,9 @@ def test_cpu_tensor_on_nccl_group_gets_the_emulated_error_at_that_line():
     assert f.range.start.line + 1 == marks(path)["cpu"]
     assert f.ranks == (0, 1) and f.emulated
     assert "No backend type associated with device type cpu" in f.message
+    # the hint names the static rule that catches it before a run
+    assert f.details.get("static_rule") == "DDP105", f.details
+    assert "DDP105" in f.details["hint"] and "gloo" in f.details["hint"]
 
 
 @pytest.mark.torch

@@ -239,3 +239,41 @@ def test_text_output_hides_torchruns_banner_and_ends_with_the_report():
     lines = p.stdout.splitlines()
     assert lines[0].startswith("ddp-lint run: ") and "under torchrun" in lines[0]
     assert lines[-1] == "Found 1 runtime problem."
+
+
+@pytest.mark.parametrize("variant,mark", [("tensor", "bcast"), ("object", "obj")])
+def test_ranks_with_different_broadcast_roots_are_named_with_ddp108(variant, mark):
+    m = marks(SCRIPTS / "rank_varying_root.py")
+    res = run("rank_varying_root.py", timeout=6.0, script_args=[variant])
+    f = only(res, "DDP903")
+    assert f.ranks == (0, 1) and line(f) == m[mark], codes(res)
+    assert "different roots" in f.message and "rank 0 src=0" in f.message and "rank 1 src=1" in f.message, f.message
+    assert f.details["static_rule"] == "DDP108" and "DDP108" in f.details["hint"] and "src=0" in f.details["hint"]
+
+
+def test_text_output_prefixes_each_rank_line_and_json_mode_keeps_it_raw():
+    """``ddp-lint run`` in text mode: every line a rank prints starts with ``[rank N] `` and stays whole
+    while both ranks print at once; the API without rank_prefix (JSON mode, the language server) keeps
+    the ranks' raw output."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    p = subprocess.run([sys.executable, "-m", "ddp_lint", "run", str(SCRIPTS / "print_lines.py"), "--nproc", "2",
+                        "--timeout", str(TIMEOUT), "--emulate", "off"], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    ranks = [ln for ln in p.stderr.splitlines() if ln.startswith("[rank ")]
+    for r in (0, 1):
+        mine = [ln for ln in ranks if ln.startswith(f"[rank {r}] ")]
+        body = [f"[rank {r}] line {i} from rank {r} " + "x" * 60 for i in range(200)]
+        assert [ln for ln in mine if " line " in ln and ln.endswith("x")] == body  # whole, in order
+        assert f"[rank {r}] pieces {r} of one line" in mine
+        assert f"[rank {r}] partial then the rest" in mine
+        assert f"[rank {r}] on stderr from rank {r}" in mine
+    assert not [ln for ln in p.stderr.splitlines() if re.search(r"\bline \d+ from rank", ln) and not ln.startswith("[rank ")]
+    res = run("print_lines.py")
+    assert not res.findings and "line 0 from rank 0 " in res.output and "[rank 0]" not in res.output

@@ -184,7 +184,7 @@ def test_runtime_sources_stay_small_and_the_shim_parts_stay_standalone():
     root = pathlib.Path(__file__).resolve().parents[2] / "analysis"
     for p in root.rglob("*.py"):
         assert len(p.read_text().splitlines()) <= 900, p
-    for name in ("shim.py", "shim_emulation.py", "shim_emulation_dist.py"):
+    for name in ("shim.py", "shim_emulation.py", "shim_emulation_dist.py", "shim_output.py"):
         tree = ast.parse((root / "runtime" / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -224,3 +224,41 @@ def test_a_rank_killed_by_sigkill_is_the_root_cause_even_when_the_others_show_no
     f = a.findings[0]
     assert "killed (SIGKILL; likely the OOM killer)" in f.message
     assert [(r.range.start.line + 1, r.ranks) for r in f.related] == [(3, (0,))]
+
+
+def test_counts_of_one_are_singular(tmp_path):
+    from ddp_lint.analysis.runtime.emulate_policy import should_emulate
+    from ddp_lint.analysis.runtime.findings import Sources, world_size_hint
+    from ddp_lint.analysis.runtime.states import RankState, count
+
+    assert count(1, "rank") == "1 rank" and count(2, "rank") == "2 ranks" and count(0, "GPU") == "0 GPUs"
+    assert RankState(0, status="ok", collectives=1).summary() == "rank 0: finished cleanly (1 collective)"
+    assert RankState(0, status="ok", collectives=3).summary() == "rank 0: finished cleanly (3 collectives)"
+    _, why = should_emulate("x.py", 1, 0, "on")
+    assert "1 rank on the CPU" in why and "1 emulated GPU " in why, why
+    script = tmp_path / "s.py"
+    script.write_text("import torch\ntorch.cuda.set_device(0)\nimport torch.distributed as dist\n"
+                      "dist.init_process_group('nccl')\n")
+    _, why = should_emulate(str(script), 1, 0, "auto")
+    assert "0 GPUs for 1 rank;" in why and "running 1 rank on" in why and "1 emulated GPU " in why, why
+    _, why = should_emulate(str(script), 1, 1, "auto")
+    assert why.endswith("1 GPU for 1 rank"), why
+    s = tmp_path / "w.py"
+    s.write_text("dist.init_process_group('gloo', world_size=2)\n")
+    hint = world_size_hint(Frame(str(s), 1), Sources(), 1)
+    assert hint and "but 1 rank was launched" in hint, hint
+
+
+def test_root_clash_names_each_ranks_root_and_ddp108():
+    from ddp_lint.analysis.runtime.findings import root_clash
+    from ddp_lint.analysis.runtime.states import RankState
+
+    def st(r, root):
+        return RankState(r, op="gather_object", op_root=root)
+
+    states = {0: st(0, ("dst", 0)), 1: st(1, ("dst", 1)), 2: st(2, ("dst", 0))}
+    text, hint = root_clash(states, [0, 1, 2])
+    assert text == "the ranks passed different roots: rank 0 dst=0, rank 1 dst=1, rank 2 dst=0"
+    assert "same dst to gather_object()" in hint and "(static rule DDP108)" in hint
+    assert root_clash({0: st(0, ("dst", 0)), 1: st(1, ("dst", 0))}, [0, 1]) is None  # same root
+    assert root_clash({0: st(0, None), 1: st(1, ("dst", 1))}, [0, 1]) is None  # unknown: nothing
