@@ -157,7 +157,7 @@ def test_fix_of_a_finding_is_what_the_diagnostic_carries():
     from ddp_lint.analysis.engine import check_source
     from ddp_lint.lsp_server.convert import fix_from_data, fix_of, to_diagnostic
 
-    text = "import torch.distributed as dist\n\ndist.init_process_group(backend='gloo')\nprint('数据🚀', dist.get_rank())\n"
+    text = "import torch.distributed as dist\n\ndist.init_process_group(backend='nccl')\nprint('数据🚀', dist.get_rank())\n"
     doc = Document("file:///x.py", text, 4)
     found = [f for f in check_source(text, "x.py", Settings(select=["ALL"])).findings if f.fix is not None]
     assert found
