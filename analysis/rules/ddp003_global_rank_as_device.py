@@ -151,17 +151,29 @@ def _global_rank(ctx, site, scope, depth: int):
         cls = next((a for a in sem.ancestors(e) if isinstance(a, ast.ClassDef)), None)
         if cls is None:
             return None
-        vals = []
-        for n in ast.walk(cls):
-            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
-                for t in tgts:
-                    if isinstance(t, ast.Attribute) and t.attr == e.attr and isinstance(t.value, ast.Name) \
-                            and t.value.id == "self":
-                        vals.append(n)
+        vals = ctx.memo(("ddp003.self_assigns", id(cls)), lambda: _self_assigns(cls)).get(e.attr, [])
         if len(vals) == 1 and isinstance(vals[0], ast.Assign) and len(vals[0].targets) == 1:
             return _global_rank(ctx, vals[0].value, sem.scope_of(vals[0]), depth + 1)
     return None
+
+
+def _self_assigns(cls: ast.ClassDef) -> dict[str, list[ast.AST]]:
+    """``self.<attr>`` -> the assignments to it anywhere in the class (one walk per class)."""
+    out: dict[str, list[ast.AST]] = {}
+    for n in ast.walk(cls):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    out.setdefault(t.attr, []).append(n)
+    return out
+
+
+def _calls_by_name(ctx) -> dict[str, list[ast.Call]]:
+    out: dict[str, list[ast.Call]] = {}
+    for c in ctx.sem.calls:
+        if isinstance(c.func, ast.Name):
+            out.setdefault(c.func.id, []).append(c)
+    return out
 
 
 def _param_filled_with_rank(ctx, fn, param: str, depth: int):
@@ -169,7 +181,7 @@ def _param_filled_with_rank(ctx, fn, param: str, depth: int):
     if param not in names:
         return None
     pos = names.index(param)
-    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    sites = ctx.memo("ddp003.calls_by_name", lambda: _calls_by_name(ctx)).get(fn.name, [])
     if not sites:
         return None
     first = None
