@@ -163,3 +163,12 @@ def test_source_files_stay_small():
     big = [f"{p.relative_to(ROOT)} ({n} lines)" for p in MODULES.values()
            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 900]
     assert not big, "source files over 900 lines: " + ", ".join(big)
+
+
+def test_every_package_is_in_pyproject():
+    """A subpackage missing from pyproject's package list is left out of the wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {m for m in MODULES if _is_package(m)}
+    assert packages <= listed, f"packages missing from pyproject.toml: {sorted(packages - listed)}"
