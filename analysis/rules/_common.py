@@ -65,3 +65,16 @@ def _fixed_world_size(ctx) -> int | None:
         if n is not None:
             sizes.add(n)
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def gloo_only(ctx, init: ast.Call) -> bool:
+    """The group's backend is the literal "gloo" (every device part) or ``dist.Backend.GLOO``."""
+    expr = get_arg(init, 0, "backend")
+    if isinstance(expr, ast.Name):
+        expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        parts = [p.split(":")[-1].strip().lower() for p in expr.value.split(",")]
+        return all(p == "gloo" for p in parts)
+    if isinstance(expr, ast.Attribute):
+        return (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo"
+    return False

@@ -6,7 +6,7 @@ import re
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._common import D
+from ._common import D, gloo_only
 from ._dataflow import _callee_name
 from ..semantic import parent
 
@@ -79,7 +79,7 @@ class MissingDestroyProcessGroup(Rule):
         sem = ctx.sem
         # PyTorch's exit warning and the exit hang belong to ProcessGroupNCCL: a group that is Gloo
         # alone (a literal "gloo" backend) is left alone
-        inits = [i for i in ctx.calls_to(D + "init_process_group") if not _gloo_only(ctx, i)]
+        inits = [i for i in ctx.calls_to(D + "init_process_group") if not gloo_only(ctx, i)]
         if not inits:
             return
         main_block = _main_block(sem.tree)
@@ -98,18 +98,6 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
-
-
-def _gloo_only(ctx, init: ast.Call) -> bool:
-    expr = get_arg(init, 0, "backend")
-    if isinstance(expr, ast.Name):
-        expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
-    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
-        parts = [p.split(":")[-1].strip().lower() for p in expr.value.split(",")]
-        return all(p == "gloo" for p in parts)
-    if isinstance(expr, ast.Attribute):
-        return (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo"
-    return False
 
 
 def _main_block(tree: ast.Module) -> ast.If | None:

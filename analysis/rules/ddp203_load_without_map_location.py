@@ -4,6 +4,7 @@ import ast
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
+from ._common import D, gloo_only
 from ._model_flow import LAUNCH_TEXT, device_in_scope, is_distributed_script
 from ._rank0 import rank0_guarded
 from .ddp202_save_on_every_rank import rank_specific_path
@@ -69,6 +70,9 @@ class LoadWithoutMapLocation(Rule):
         loads = ctx.calls_to("torch.load")
         if not loads or not is_distributed_script(ctx):
             return
+        inits = ctx.calls_to(D + "init_process_group")
+        if inits and all(gloo_only(ctx, i) for i in inits) and "cuda" not in ctx.src.text:
+            return  # a CPU-only gloo program: whatever it saved is on the CPU
         for call in loads:
             if len(call.args) >= 2 or any(k.arg in ("map_location", None) for k in call.keywords):
                 continue
