@@ -406,7 +406,7 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
                 uri=uri, diagnostics=ls.runtime_diagnostics(uri, None)))
 
     @server.feature(t.TEXT_DOCUMENT_DIAGNOSTIC,
-                    t.DiagnosticOptions(identifier="ddp-lint", inter_file_dependencies=False,
+                    t.DiagnosticOptions(identifier="ddp-lint", inter_file_dependencies=True,
                                         workspace_diagnostics=False))
     @guarded(t.TEXT_DOCUMENT_DIAGNOSTIC)
     async def diagnostic(ls: DdpServer, params: t.DocumentDiagnosticParams):

@@ -227,3 +227,37 @@ async def test_editing_a_helper_refreshes_its_open_dependents(lsp_session):
     s.close(helper)  # the file on disk still has the collective
     p = await wait_publish(s.client, user, after=n)
     assert [d.code for d in p.diagnostics] == ["DDP104"]
+
+
+async def test_editing_a_helper_asks_a_pull_client_to_pull_its_dependents_again(lsp_session):
+    """The same in pull mode: the server declares inter-file dependencies, asks a client that
+    supports it to re-pull (workspace/diagnostic/refresh) when a helper changes, and the pulled
+    report of the dependent document follows the helper's unsaved text."""
+    from lsp_helpers import caps
+
+    c = caps("neovim-0.11")
+    c.workspace.diagnostics = t.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
+    s = await lsp_session(c)
+    assert s.init.capabilities.diagnostic_provider.inter_file_dependencies is True
+    (s.root / "helpers.py").write_text(_HELPER)
+    user = s.open("user.py", _USER)
+
+    async def pull(uri):
+        return await s.client.text_document_diagnostic_async(t.DocumentDiagnosticParams(
+            text_document=t.TextDocumentIdentifier(uri=uri)))
+
+    assert [d.code for d in (await pull(user)).items] == ["DDP104"]
+    helper = s.open("helpers.py", _HELPER)
+    await pull(helper)
+    refreshes = s.client.diagnostic_refresh_count
+    line = _HELPER.splitlines().index("    dist.all_gather_object(out, m)")
+    s.change(helper, [(rng(line, 4, line, 34), "out[0] = m")])
+    for _ in range(100):  # the refresh request follows the (debounced) edit
+        if s.client.diagnostic_refresh_count > refreshes:
+            break
+        await asyncio.sleep(0.05)
+    assert s.client.diagnostic_refresh_count > refreshes
+    assert [d.code for d in (await pull(user)).items] == []
+    s.close(helper)
+    assert [d.code for d in (await pull(user)).items] == ["DDP104"]
+    assert s.client.publishes == []
