@@ -8,8 +8,13 @@ class RankExitedEarly(Rule):
     A runtime finding of `ddp-lint run` (never reported by `ddp-lint check`): a rank exited, even
     with status 0, while other ranks still waited for it in a collective. It is reported at the line
     where the rank left: its `sys.exit(...)` or `os._exit(...)` call (taken from the `SystemExit`
-    traceback or the shim's `os._exit` hook), or, for a rank that simply reached the end of the
-    script, its last collective. The waiting ranks' collectives are related locations.
+    traceback or the shim's `os._exit` hook). A rank that simply reached the end of the script
+    while the others wait inside a loop left that loop sooner than they did: the finding goes on the
+    loop's one conditional exit (`break`, `return`, `raise`, `sys.exit` under an `if`, or in an
+    `except`), naming its condition, or, for a `for` loop without one, on the loop itself (the rank
+    ran out of items: an uneven shard). When the loop has several exits, the finding stays on the
+    rank's last collective (or the script's last line) and lists every exit as a related location.
+    The waiting ranks' collectives and the rank's own last line are related locations.
 
     The run stops as soon as a rank has gone and another has waited more than a second in a
     collective of a group that contains it, instead of waiting for the timeout.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
+from .exits import loop_exits
 from .states import (
     _MISMATCH_RE,
     _TIMEOUT_RE,
@@ -498,6 +499,11 @@ def early_exits(b: Builder) -> None:
                    "os._exit": "called os._exit"}.get(s.via or "", "exited")
             where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
             message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
+            left = _left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
+            if left is not None:
+                message, site = left
+                rel_list.append(b.rel(s.site, f"{rank_list([r])} finished the script here", [r]))
+                s.site = site
         details = {"exit_code": s.exit_code, "via": s.via or s.status,
                    "hint": "every rank must take part in every collective; a rank that leaves early "
                            "makes the others wait until the timeout"}
@@ -506,6 +512,42 @@ def early_exits(b: Builder) -> None:
         found = True
     if found:
         b.explained.update(b.waiting)
+
+
+def _left_loop(b: Builder, r: int, s: RankState, texts: list[str], rel_list: list) -> tuple[str, Frame] | None:
+    """A rank that finished while its peers wait inside a loop left that loop sooner: through the
+    loop's one conditional exit, or (a ``for`` loop without one) by running out of items. Returns
+    the message and the line to place the finding on, or None when the source does not say."""
+    sites = {w.op_site for rr, w in b.waiting.items() if rr != r and w.op_site is not None}
+    if len(sites) != 1:
+        return None
+    (site,) = sites
+    lines = b.src.lines(site.file)
+    if lines is None:
+        return None
+    found = loop_exits("\n".join(lines), site.line)
+    if found is None:
+        return None
+    who = rank_list([r])
+    waits = "; ".join(texts)
+    if len(found.exits) == 1:
+        ex = found.exits[0]
+        word = {"exit": "exit call"}.get(ex.kind, f"`{ex.kind}`")
+        why = f"`{ex.condition}` held on {who} only"
+        if found.loop_kind == "for" and not found.endless:
+            why += f", or {who}'s loop ran out of items sooner"
+        return (f"{who} left the {found.loop_kind} loop at line {found.loop_line} early and finished the script "
+                f"(status {s.exit_code}) while {waits}: this {word} is the loop's only early exit, so {why}",
+                Frame(site.file, ex.line, site.function))
+    if not found.exits and found.loop_kind == "for":
+        return (f"{who}'s loop here ran out of items before the others' (it has no early exit): {who} finished "
+                f"the script (status {s.exit_code}) while {waits}; every rank needs the same number of "
+                f"iterations (a DistributedSampler with drop_last, or DDP's join() for uneven inputs)",
+                Frame(site.file, found.loop_line, site.function))
+    for ex in found.exits:
+        rel_list.append(b.rel(Frame(site.file, ex.line, site.function),
+                              f"an early exit of the loop the others wait in (under `{ex.condition}`)", [r]))
+    return None
 
 
 def hangs(b: Builder) -> None:

@@ -39,17 +39,51 @@ def test_uneven_inputs_blame_the_rank_that_finished():
     m = marks(SCRIPTS / "uneven_inputs.py")
     res = run("uneven_inputs.py")
     f = only(res, "DDP904")
-    assert line(f) == m["last"] and f.ranks == (1,), codes(res)
-    assert rel(f) == [(m["wait"], (0,))]
+    # the loop has no early exit: rank 1's loop ran out of items; the finding sits on the loop
+    assert line(f) == m["loop"] and f.ranks == (1,), codes(res)
+    assert rel(f) == [(m["wait"], (0,)), (m["last"], (1,))]
     assert "finished the script" in f.message and "backward()" in f.message and "DDP's gradient all-reduce" in f.message
+    assert "ran out of items" in f.message and "join()" in f.message
 
 
 def test_a_rank_local_break_is_the_root_cause():
     m = marks(SCRIPTS / "local_break.py")
     res = run("local_break.py")
     f = only(res, "DDP904")
-    assert f.ranks == (0,) and line(f) == max(m.values()) + 2, codes(res)  # its last line
-    assert rel(f) == [(m["wait"], (1,))]
+    # placed on the `break` it took (the loop's only early exit), not on the script's last line
+    assert f.ranks == (0,) and line(f) == m["brk"], codes(res)
+    assert rel(f) == [(m["wait"], (1,)), (m["end"], (0,))]
+    assert "`rank == 0 and step == 3` held on rank 0 only" in f.message, f.message
+
+
+def test_a_rank_that_left_through_one_of_several_exits_lists_them(tmp_path):
+    """Two conditional exits in the loop: the run cannot tell which one rank 1 took, so the finding
+    stays where the rank finished and names both exits as related locations."""
+    script = tmp_path / "two_exits.py"
+    script.write_text(
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "\n"
+        "dist.init_process_group('gloo')\n"
+        "rank = dist.get_rank()\n"
+        "model = DDP(torch.nn.Linear(4, 1))\n"
+        "step = 0\n"
+        "while True:\n"
+        "    loss = model(torch.ones(2, 4)).sum()\n"
+        "    if rank == 1 and step == 2:\n"
+        "        break\n"
+        "    if step > 1000:\n"
+        "        break\n"
+        "    loss.backward()\n"
+        "    step += 1\n"
+        "print('done')\n")
+    from ddp_lint.analysis.runtime.api import run_script
+
+    res = run_script(str(script), nproc=2, timeout=TIMEOUT, emulate="off")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and line(f) == 17, codes(res)
+    assert (12, (1,)) in rel(f) and (14, (1,)) in rel(f) and (15, (0,)) in rel(f)
 
 
 def test_rank0_helper_with_a_barrier():

@@ -262,3 +262,53 @@ def test_root_clash_names_each_ranks_root_and_ddp108():
     assert "same dst to gather_object()" in hint and "(static rule DDP108)" in hint
     assert root_clash({0: st(0, ("dst", 0)), 1: st(1, ("dst", 0))}, [0, 1]) is None  # same root
     assert root_clash({0: st(0, None), 1: st(1, ("dst", 1))}, [0, 1]) is None  # unknown: nothing
+
+
+# -- where a rank that finished early left its peers' loop (runtime/exits.py) -----------------------
+def test_loop_exits_names_the_loops_own_conditional_exits():
+    from ddp_lint.analysis.runtime.exits import loop_exits
+
+    src = (
+        "def train(loader, model):\n"          # 1
+        "    for step, batch in enumerate(loader):\n"  # 2
+        "        for p in model.parameters():\n"       # 3
+        "            if p is None:\n"                  # 4
+        "                break\n"                      # 5  inner loop's break: not a way out
+        "        def cb():\n"                          # 6
+        "            return 1\n"                       # 7  nested function: not a way out
+        "        try:\n"                               # 8
+        "            loss = model(batch)\n"            # 9
+        "        except RuntimeError:\n"               # 10
+        "            return None\n"                    # 11 only when this rank's step failed
+        "        if not loss.isfinite():\n"            # 12
+        "            sys.exit(1)\n"                    # 13
+        "        loss.backward()\n"                    # 14
+        "        break\n"                              # 15 unconditional: every rank takes it
+    )
+    found = loop_exits(src, 14)
+    assert (found.loop_line, found.loop_kind, found.endless) == (2, "for", False)
+    assert [(e.line, e.kind) for e in found.exits] == [(11, "return"), (13, "exit")]
+    assert found.exits[0].condition == "an exception was raised"
+    assert found.exits[1].condition == "not loss.isfinite()"
+
+
+def test_loop_exits_stops_at_the_function_and_reads_while_true():
+    from ddp_lint.analysis.runtime.exits import loop_exits
+
+    src = (
+        "for epoch in range(3):\n"                 # 1
+        "    def step(model):\n"                   # 2
+        "        model.sync()\n"                   # 3  in a function: the outer loop is not its loop
+        "    while True:\n"                        # 4
+        "        x = get()\n"                      # 5
+        "        if x is None:\n"                  # 6
+        "            break\n"                      # 7
+        "        else:\n"                          # 8
+        "            reduce(x)\n"                  # 9
+    )
+    assert loop_exits(src, 3) is None
+    found = loop_exits(src, 9)
+    assert (found.loop_line, found.loop_kind, found.endless) == (4, "while", True)
+    assert [(e.line, e.kind, e.condition) for e in found.exits] == [(7, "break", "x is None")]
+    assert loop_exits("def f(:\n", 1) is None  # does not parse: no answer
+    assert loop_exits("x = 1\n", 1) is None  # not in a loop

@@ -16,4 +16,4 @@ for step in range(20):
         break  # [brk]
     loss.backward()  # [wait]
     opt.step()
-dist.destroy_process_group()
+dist.destroy_process_group()  # [end]

@@ -9,7 +9,7 @@ rank = dist.get_rank()
 model = DDP(torch.nn.Linear(4, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 batches = [torch.randn(8, 4) for _ in range(5 - rank)]
-for x in batches:
+for x in batches:  # [loop]
     opt.zero_grad()
     loss = model(x).sum()
     loss.backward()  # [wait]

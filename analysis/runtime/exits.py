@@ -1,0 +1,122 @@
+"""Where a rank that finished early left the loop its peers still wait in (for DDP904).
+
+A rank that returns from the script while another rank waits in a collective inside a loop has
+left that loop sooner than its peer: through an early exit of the loop (a ``break``, a ``return``,
+a ``raise`` or a ``sys.exit`` under a condition) or because its own loop ran out of items (its
+shard was shorter). The run only sees where the peer waits; this module reads the source around
+that line and names the ways out of the loop, so that the finding lands on the exit rather than on
+the last line of the script.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_EXIT_CALLS = {"exit", "quit", "_exit"}  # sys.exit(), exit(), quit(), os._exit()
+
+
+@dataclass
+class Exit:
+    line: int
+    kind: str  # break | return | raise | exit
+    condition: str | None  # the text of the innermost ``if`` test around it
+
+
+@dataclass
+class LoopExits:
+    loop_line: int
+    loop_kind: str  # for | while
+    endless: bool  # ``while True``: it ends only through an exit
+    exits: list[Exit]
+
+
+def _is_exit_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Expr) or not isinstance(node.value, ast.Call):
+        return False
+    f = node.value.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    return name in _EXIT_CALLS
+
+
+def _innermost_loop(tree: ast.AST, line: int):
+    """The innermost loop whose body holds ``line`` (not crossing a function boundary below it)."""
+    best = None
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            start, end = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+            if start is None or end is None:
+                if not isinstance(child, (ast.expr_context, ast.operator)):
+                    stack.append(child)
+                continue
+            if not start <= line <= end:
+                continue
+            if isinstance(child, _FUNCS):
+                best = None  # a loop outside the function the line is in does not count
+            elif isinstance(child, _LOOPS) and child.body and child.body[0].lineno <= line:
+                best = child
+            stack.append(child)
+    return best
+
+
+def _exits_of(loop: ast.AST) -> list[Exit]:
+    """The conditional ways out of ``loop``: its own ``break``s (not those of inner loops) and the
+    ``return``/``raise``/exit calls anywhere in its body (outside nested functions), each under an
+    ``if`` inside the loop."""
+    out: list[Exit] = []
+
+    def visit(stmts, cond: str | None, inner_loop: bool):
+        for st in stmts:
+            if isinstance(st, _FUNCS):
+                continue
+            if isinstance(st, ast.Break) and not inner_loop and cond is not None:
+                out.append(Exit(st.lineno, "break", cond))
+            elif isinstance(st, ast.Return) and cond is not None:
+                out.append(Exit(st.lineno, "return", cond))
+            elif isinstance(st, ast.Raise) and cond is not None:
+                out.append(Exit(st.lineno, "raise", cond))
+            elif _is_exit_call(st) and cond is not None:
+                out.append(Exit(st.lineno, "exit", cond))
+            elif isinstance(st, ast.If):
+                try:
+                    text = ast.unparse(st.test)
+                except Exception:  # pragma: no cover - unparse handles every parsed expression
+                    text = "..."
+                visit(st.body, text, inner_loop)
+                visit(st.orelse, f"not ({text})", inner_loop)
+            elif isinstance(st, _LOOPS):
+                visit(st.body, cond, True)
+                visit(st.orelse, cond, inner_loop)
+            elif isinstance(st, ast.Try):
+                # an exit in an ``except`` runs when the rank's own step failed: a condition too
+                visit(st.body, cond, inner_loop)
+                for h in st.handlers:
+                    visit(h.body, cond or "an exception was raised", inner_loop)
+                visit(st.orelse, cond, inner_loop)
+                visit(st.finalbody, cond, inner_loop)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                visit(st.body, cond, inner_loop)
+            elif isinstance(st, ast.Match):
+                for case in st.cases:
+                    visit(case.body, cond or "a match case", inner_loop)
+
+    visit(loop.body, None, False)
+    return out
+
+
+def loop_exits(source: str, line: int) -> LoopExits | None:
+    """The loop around ``line`` of ``source`` and its conditional exits; None when ``line`` is in no
+    loop or the source does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    loop = _innermost_loop(tree, line)
+    if loop is None:
+        return None
+    endless = isinstance(loop, ast.While) and isinstance(loop.test, ast.Constant) and bool(loop.test.value)
+    kind = "while" if isinstance(loop, ast.While) else "for"
+    return LoopExits(loop.lineno, kind, endless, _exits_of(loop))
