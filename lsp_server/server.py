@@ -268,11 +268,14 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
         try:
             if ls.capability("workspace", "did_change_watched_files", "dynamic_registration", default=False):
                 await ls.client_register_capability_async(t.RegistrationParams(registrations=[
-                    t.Registration(id="ddp-lint-pyproject", method=t.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                    # pyproject.toml: the settings; *.py: a helper that changed on disk (a checkout, another
+                    # editor) re-checks the open files whose analysis read it
+                    t.Registration(id="ddp-lint-files", method=t.WORKSPACE_DID_CHANGE_WATCHED_FILES,
                                    register_options=t.DidChangeWatchedFilesRegistrationOptions(
-                                       watchers=[t.FileSystemWatcher(glob_pattern="**/pyproject.toml")]))]))
+                                       watchers=[t.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+                                                 t.FileSystemWatcher(glob_pattern="**/*.py")]))]))
         except Exception as e:
-            log.debug("no file watching for pyproject.toml: %s", e)
+            log.debug("no file watching for pyproject.toml and helpers: %s", e)
         try:
             await fetch_configuration(ls)
         except Exception:

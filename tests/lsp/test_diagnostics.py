@@ -261,3 +261,32 @@ async def test_editing_a_helper_asks_a_pull_client_to_pull_its_dependents_again(
     s.close(helper)
     assert [d.code for d in (await pull(user)).items] == ["DDP104"]
     assert s.client.publishes == []
+
+
+async def test_a_helper_changed_on_disk_refreshes_its_open_dependents(lsp_session):
+    """A helper that is not open changes on disk (a checkout, another editor): the server watches
+    ``**/*.py`` and re-checks the open documents whose analysis read it."""
+    from lsp_helpers import caps
+
+    c = caps("vscode")
+    c.workspace.did_change_watched_files = t.DidChangeWatchedFilesClientCapabilities(dynamic_registration=True)
+    s = await lsp_session(c)
+    (s.root / "helpers.py").write_text(_HELPER)
+    user = s.open("user.py", _USER)
+    p = await wait_publish(s.client, user, 1)
+    assert [d.code for d in p.diagnostics] == ["DDP104"]
+    def watched():
+        return [str(r.register_options) for r in s.client.registrations
+                if r.method == t.WORKSPACE_DID_CHANGE_WATCHED_FILES]
+
+    for _ in range(100):
+        if watched():
+            break
+        await asyncio.sleep(0.05)
+    assert any("**/*.py" in w for w in watched()), s.client.registrations
+    n = len(s.client.publishes)
+    (s.root / "helpers.py").write_text(_HELPER.replace("    dist.all_gather_object(out, m)", "    out[0] = m"))
+    s.client.workspace_did_change_watched_files(t.DidChangeWatchedFilesParams(changes=[
+        t.FileEvent(uri=(s.root / "helpers.py").as_uri(), type=t.FileChangeType.Changed)]))
+    p = await wait_publish(s.client, user, after=n)
+    assert [d.code for d in p.diagnostics] == []
