@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Applicability, Range, Severity
-from ..registry import Rule
+from types import SimpleNamespace
+
+from ..model import Applicability, Position, Range, Severity
+from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
-from ._loader import DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, may_be_none, target_name
+from ._loader import DATALOADER, DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, may_be_none, target_name
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -17,9 +19,13 @@ class SamplerWithoutSetEpoch(Rule):
     inside an epoch loop, in a file that never calls `set_epoch(...)` (on the sampler or on
     `loader.sampler`).
 
-    The sampler and the loader must be bound to names in the same scope as the loop. Loaders named
-    like evaluation loaders (`val_loader`, `test_sampler`...) are skipped, as are loops that hand
-    the loader and the epoch to a function from another module, which may call `set_epoch` itself.
+    The sampler and the loader must be bound to names in the same scope as the loop, either by
+    constructing them there or by unpacking what a builder function of the project returns
+    (`loader, sampler = build_train_loader(cfg)`, in this file or another one) when that function
+    returns a `DataLoader` over a shuffling `DistributedSampler` and its module never calls
+    `set_epoch` either. Loaders named like evaluation loaders (`val_loader`, `test_sampler`...) are
+    skipped, as are loops that hand the loader and the epoch to a function from another module,
+    which may call `set_epoch` itself.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`. Without
@@ -60,18 +66,21 @@ class SamplerWithoutSetEpoch(Rule):
     name = "sampler-without-set-epoch"
     severity = Severity.WARNING
     fix_availability = "sometimes"
-    requires_text = ("DistributedSampler",)
+    # a loader built by a project function arrives under a name: the script names a loader or sampler
+    requires_text = ("DistributedSampler", NoCase("loader"), NoCase("sampler"))
     node_types = (ast.For, ast.AsyncFor)
 
     def finish(self, ctx) -> None:
-        if "set_epoch" in ctx.src.text:
+        if _calls_set_epoch(ctx.sem, ctx.src.text):
             return
+        fors = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
+        reported: set[int] = set()
+        if fors:
+            self._from_builders(ctx, fors, reported)
         samplers = ctx.calls_to(DIST_SAMPLER)
         if not samplers:
             return
         loaders = dataloaders(ctx)
-        fors = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
-        reported: set[int] = set()
         for s in samplers:
             shuffle = get_arg(s, 3, "shuffle")
             if shuffle is not None and not is_true(shuffle):
@@ -99,6 +108,58 @@ class SamplerWithoutSetEpoch(Rule):
                     maybe_none = s_name is not None and may_be_none(ctx, ast.Name(id=s_name), s)
                     self._report(ctx, loop, s, ref, maybe_none)
 
+    def _from_builders(self, ctx, fors, reported: set[int]) -> None:
+        """``loader, sampler = build(...)`` where ``build`` is a project function that returns a
+        DataLoader over a shuffling DistributedSampler (and maybe that sampler)."""
+        from ..flow import for_context  # lazy: only files that build loaders elsewhere need the project
+
+        iterated = {n.id for f in fors for n in ast.walk(f.iter) if isinstance(n, ast.Name)}
+        ana = None
+        for call in ctx.sem.calls:
+            st = parent(call)
+            if not isinstance(st, ast.Assign) or st.value is not call or len(st.targets) != 1:
+                continue
+            t = st.targets[0]
+            names = [t] if isinstance(t, ast.Name) else list(t.elts) if isinstance(t, ast.Tuple) else None
+            if not names or not all(isinstance(n, ast.Name) for n in names):
+                continue
+            if not any(n.id in iterated for n in names):
+                continue  # nothing it returns is looped over
+            if ana is None:
+                ana = for_context(ctx)
+            got = ana.resolve_call(ana.main, call)
+            if got is None or got[1].name == "__init__":
+                continue
+            built = _built_loader(ana, *got)
+            if built is None:
+                continue
+            positions, helper_sampler, view = built
+            single = isinstance(t, ast.Name)
+            l_name = s_name = None
+            for pos, kind in positions.items():
+                if single and pos is None:
+                    name = t.id
+                elif not single and pos is not None and pos < len(names):
+                    name = names[pos].id
+                else:
+                    continue
+                if kind == "loader":
+                    l_name = name
+                else:
+                    s_name = name
+            if l_name is None or is_eval_name(s_name, l_name, got[1].name):
+                continue
+            scope = ctx.sem.scope_of(st)
+            for loop, use in _epoch_loops(ctx, l_name, scope, st, fors):
+                if id(loop) in reported or _handed_off(ctx, use, loop):
+                    continue
+                reported.add(id(loop))
+                ref = s_name if s_name else f"{l_name}.sampler"
+                where = ("file", view.path, _node_range(helper_sampler),
+                         f"the shuffling DistributedSampler that `{got[1].name}()` builds") \
+                    if view.path and view is not ana.main else (helper_sampler, "the DistributedSampler")
+                self._report(ctx, loop, where, ref, False)
+
     def _report(self, ctx, loop, sampler, ref: str, maybe_none: bool) -> None:
         fix = None
         if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.body:
@@ -117,7 +178,7 @@ class SamplerWithoutSetEpoch(Rule):
             rng,
             f"epoch loop without `{ref}.set_epoch(epoch)`: the DistributedSampler shuffles every epoch in "
             "the same order",
-            related=[(sampler, "the DistributedSampler")],
+            related=[sampler if isinstance(sampler, tuple) else (sampler, "the DistributedSampler")],
             fix=fix,
         )
 
@@ -187,3 +248,77 @@ def _sampler_name(call: ast.Call) -> str | None:
     if isinstance(p, ast.Assign) and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name):
         return p.targets[0].id
     return None
+
+
+def _node_range(node: ast.AST) -> Range:
+    return Range(Position(node.lineno - 1, node.col_offset),
+                 Position((node.end_lineno or node.lineno) - 1, node.end_col_offset or node.col_offset))
+
+
+def _built_loader(ana, view, fn):
+    """What ``fn`` (a project function) returns, when that is a DataLoader over a shuffling
+    DistributedSampler built in ``fn``: ({position or None: "loader" | "sampler"}, the sampler call,
+    view). Every ``return`` must agree; its module must never call ``set_epoch``."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _calls_set_epoch(view.sem, view.text):
+        return None
+    memo = view.memo.setdefault("ddp301.built", {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    memo[id(fn)] = None
+    sem = view.sem
+    fake = SimpleNamespace(sem=sem)
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)
+               and sem.enclosing_function(n) is fn]
+    if not returns or any(r.value is None for r in returns):
+        return None
+    shapes = set()
+    found = None
+    for r in returns:
+        elts = list(r.value.elts) if isinstance(r.value, ast.Tuple) else [r.value]
+        single = not isinstance(r.value, ast.Tuple)
+        kinds: dict = {}
+        for i, e in enumerate(elts):
+            kind, sampler = _kind(fake, sem, e, fn)
+            if kind is not None:
+                kinds[None if single else i] = kind
+                found = sampler if kind == "loader" or found is None else found
+        shapes.add(tuple(sorted(kinds.items(), key=lambda kv: -1 if kv[0] is None else kv[0])))
+    if len(shapes) != 1 or found is None:
+        return None
+    positions = dict(next(iter(shapes)))
+    if "loader" not in positions.values():
+        return None
+    memo[id(fn)] = (positions, found, view)
+    return memo[id(fn)]
+
+
+def _kind(fake, sem, e: ast.AST, fn) -> tuple[str | None, ast.AST | None]:
+    """("loader", sampler call) for a DataLoader fed by a shuffling DistributedSampler made in
+    ``fn``; ("sampler", call) for that sampler; (None, None) otherwise."""
+    val = sem.single_value(e.id, fn) if isinstance(e, ast.Name) else e
+    if not isinstance(val, ast.Call):
+        return None, None
+    qn = sem.call_qualname(val) or ""
+    if qn in (DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler"):
+        return ("sampler", val) if _shuffles(val) else (None, None)
+    if qn != DATALOADER:
+        return None, None
+    arg = loader_sampler(fake, val)
+    s = sem.single_value(arg.id, fn) if isinstance(arg, ast.Name) else arg
+    if isinstance(s, ast.Call) and (sem.call_qualname(s) or "") in (
+            DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler") and _shuffles(s):
+        return "loader", s
+    return None, None
+
+
+def _shuffles(call: ast.Call) -> bool:
+    shuffle = get_arg(call, 3, "shuffle")
+    return shuffle is None or is_true(shuffle)
+
+
+def _calls_set_epoch(sem, text: str | None) -> bool:
+    """The module calls ``<something>.set_epoch(...)`` (a comment or a string saying so does not
+    count; a module whose text is unknown is assumed to)."""
+    if text is not None and "set_epoch" not in text:
+        return False
+    return text is None or any(isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in sem.calls)
