@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Severity
+import os
+
+from ..model import Position, Range, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ._model_flow import LAUNCH_TEXT, is_distributed_script, reaching_assignment
 from ._rank0 import is_rank_like, rank0_guarded
 from ._spawn import runs_in_ranks
@@ -29,6 +31,12 @@ class SaveOnEveryRank(Rule):
     whose path comes from a loop over this rank's share of the work (`for p in
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
     batches): each rank writes different files.
+
+    A call, on every rank, of a save helper from another file of the project
+    (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`) is flagged at the call
+    when the helper runs its `torch.save` unconditionally (no `if`, no early `return`, no decorator)
+    on a path made only of its parameters, and none of the arguments given for them is
+    rank-specific. Helpers that guard themselves (`save_on_master`) stay silent.
 
     ## Why is this bad?
     Every rank runs the line, so N processes open, truncate and write the same file at the same
@@ -66,9 +74,10 @@ class SaveOnEveryRank(Rule):
     requires_text_all = (LAUNCH_TEXT,)  # is_distributed_script: a launch call is spelled in the file
 
     def finish(self, ctx) -> None:
-        saves = ctx.calls_to("torch.save")
-        if not saves or not is_distributed_script(ctx):
+        if not is_distributed_script(ctx):
             return
+        self._through_helpers(ctx)
+        saves = ctx.calls_to("torch.save")
         for call in saves:
             path = get_arg(call, 1, "f")
             if path is None or rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call):
@@ -81,6 +90,48 @@ class SaveOnEveryRank(Rule):
                 call,
                 "`torch.save` runs on every rank and writes the same path: concurrent writers corrupt "
                 "the checkpoint; guard it with `if rank == 0:` (or make the path rank-specific)",
+            )
+
+    def _through_helpers(self, ctx) -> None:
+        """A call, on every rank, of a save helper of another project file (``save_checkpoint(state,
+        args.output_dir)``) whose ``torch.save`` runs unguarded on a path made only of its
+        parameters, none of them rank-specific at this call."""
+        from ..flow import for_context  # lazy: only scripts that call project helpers load them
+
+        ana = None
+        for call in ctx.sem.calls:
+            f = call.func
+            if not isinstance(f, (ast.Name, ast.Attribute)) or (ctx.qn(call) or "").startswith("torch."):
+                continue
+            name = f.id if isinstance(f, ast.Name) else f.attr
+            if "save" not in name.lower() and "checkpoint" not in name.lower() and "ckpt" not in name.lower():
+                continue  # the gate of this rule: a helper that saves says so in its name
+            if ana is None:
+                ana = for_context(ctx)
+            got = ana.resolve_call(ana.main, call)
+            if got is None or got[0] is ana.main:
+                continue  # the same file: its torch.save is checked where it is
+            view, fn = got
+            found = _unguarded_save(view, fn)
+            if found is None:
+                continue
+            save, params = found
+            args = _bound_args(call, fn)
+            if any(p not in args and p not in _defaults(fn) for p in params):
+                continue
+            used = [args[p] for p in params if p in args]
+            if any(rank_specific_path(ctx, a, call) or per_item_path(ctx, a, call) for a in used):
+                continue
+            if runs_in_ranks(ctx, call) is False or rank0_guarded(ctx, call) is not False:
+                continue
+            rng = Range(Position(save.lineno - 1, save.col_offset),
+                        Position((save.end_lineno or save.lineno) - 1, save.end_col_offset or 0))
+            ctx.report(
+                call,
+                f"`{name}()` runs on every rank, and its `torch.save` ({os.path.basename(view.path or '')} "
+                f"line {save.lineno}) writes the same path from every rank: concurrent writers corrupt the "
+                "checkpoint; call it under `if rank == 0:`",
+                related=[("file", view.path, rng, "the torch.save every rank runs")] if view.path else (),
             )
 
 
@@ -170,3 +221,99 @@ def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
                     if rank_specific_path(ctx, item.context_expr, b, depth + 1):
                         return True
     return False
+
+
+_PATH_CALLS = frozenset({"os.path.join", "str", "os.fspath", "pathlib.Path", "Path", "format"})
+
+
+def _unguarded_save(view, fn):
+    """(the torch.save call, the parameters its path is made of) when ``fn`` runs a ``torch.save``
+    on every call: not decorated, not under an ``if``/loop, no early exit before it, and a path
+    built only from parameters and constants. None otherwise (cannot tell)."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.decorator_list:
+        return None
+    memo = view.memo.setdefault("ddp202.unguarded", {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    memo[id(fn)] = None
+    sem = view.sem
+    params = set(param_names(fn))
+    for save in sem.calls_to("torch.save"):
+        if sem.enclosing_function(save) is not fn:
+            continue
+        top, child, p = None, save, parent(save)
+        ok = True
+        while p is not None and p is not fn:
+            if isinstance(p, (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, *FUNC_TYPES, ast.Lambda)) or (
+                    isinstance(p, ast.Try) and child not in p.body):
+                ok = False
+                break
+            child, p = p, parent(p)
+        top = child
+        if not ok or top not in fn.body:
+            continue
+        before = fn.body[: fn.body.index(top)]
+        if any(isinstance(n, (ast.Return, ast.Raise)) for st in before for n in ast.walk(st)):
+            continue  # `if not is_main_process(): return` and the like
+        path = get_arg(save, 1, "f")
+        used = _path_params(sem, path, fn, params, 0)
+        if used is None:
+            continue
+        memo[id(fn)] = (save, used)
+        break
+    return memo[id(fn)]
+
+
+def _path_params(sem, e, fn, params: set[str], depth: int) -> set[str] | None:
+    """The parameters ``e`` is built from (constants, f-strings, os.path.join...); None when it uses
+    anything else (a rank, a global, an unknown call)."""
+    if e is None or depth > 3:
+        return None
+    out: set[str] = set()
+    for n in ast.walk(e):
+        if isinstance(n, ast.Call):
+            qn = sem.call_qualname(n) or (n.func.id if isinstance(n.func, ast.Name) else None)
+            if qn not in _PATH_CALLS and not (isinstance(n.func, ast.Attribute) and n.func.attr in ("format", "joinpath")):
+                return None
+        elif isinstance(n, ast.Name):
+            if is_rank_like(n):
+                return None
+            if n.id in params:
+                out.add(n.id)
+            elif n.id in ("os", "str", "Path", "pathlib"):
+                continue
+            else:
+                v = sem.single_value(n.id, fn)
+                if v is None:
+                    return None
+                sub = _path_params(sem, v, fn, params, depth + 1)
+                if sub is None:
+                    return None
+                out |= sub
+        elif isinstance(n, ast.Attribute) and is_rank_like(n):
+            return None
+    return out
+
+
+def _bound_args(call: ast.Call, fn) -> dict[str, ast.AST]:
+    a = fn.args
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+    out: dict[str, ast.AST] = {}
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            return {}
+        if i < len(pos):
+            out[pos[i]] = arg
+    for k in call.keywords:
+        if k.arg is None:
+            return {}
+        out[k.arg] = k.value
+    return out
+
+
+def _defaults(fn) -> set[str]:
+    a = fn.args
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+    names = set(pos[len(pos) - len(a.defaults):]) if a.defaults else set()
+    names |= {k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None}
+    return names
