@@ -5,7 +5,7 @@ import ast
 import os
 
 from ..model import Position, Range, Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ._model_flow import LAUNCH_TEXT, is_distributed_script, reaching_assignment
 from ._rank0 import is_rank_like, rank0_guarded
@@ -70,7 +70,7 @@ class SaveOnEveryRank(Rule):
     code = "DDP202"
     name = "save-on-every-rank"
     severity = Severity.WARNING
-    requires_text = ("save",)
+    requires_text = (NoCase("save"), NoCase("checkpoint"), NoCase("ckpt"))  # torch.save, or a save helper
     requires_text_all = (LAUNCH_TEXT,)  # is_distributed_script: a launch call is spelled in the file
 
     def finish(self, ctx) -> None:
