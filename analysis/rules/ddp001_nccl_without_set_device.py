@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..model import Applicability, Severity
+from ..model import Applicability, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
@@ -32,11 +32,19 @@ class NcclWithoutSetDevice(Rule):
     after the NCCL `init_process_group` and before `torch.cuda.set_device(...)` in the same function
     (the dataset-download `barrier()` placed above the pin) is reported at that call.
 
+    The NCCL group may also come from a setup helper in another file of the project
+    (`rank, world = init_distributed()` from `utils/dist.py`): when that helper (or one it calls)
+    runs `init_process_group` with an NCCL backend and its module never mentions pinning a device
+    (`set_device`, `CUDA_VISIBLE_DEVICES`, `device_id`, a device mesh), the finding is reported at
+    the helper call, with the helper's `init_process_group` as a related location. There, only the
+    object collectives and the current-device uses count, not a bare `barrier()`: torch versions
+    before 2.x ran it on the device of the group's earlier collectives.
+
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
     usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a
     helper named like a device setter (`utils.setup_device(args)`, `init_device_mesh(...)`) or a
-    distributed-setup helper from another module (`init_distributed_mode(args)`, `setup_ddp(rank)`),
-    since what that helper pins is not visible here.
+    distributed-setup helper from another module (`init_distributed_mode(args)`, `setup_ddp(rank)`)
+    whose source is not part of the project, since what that helper pins is not visible here.
 
     ## Why is this bad?
     Without `set_device`, the current CUDA device is `cuda:0` on **every** rank. `.cuda()` and
@@ -96,7 +104,8 @@ class NcclWithoutSetDevice(Rule):
     name = "nccl-without-set-device"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("init_process_group",)
+    # its own init, or (a group made by a helper of the project) a use of the current device
+    requires_text = ("init_process_group", "_object", "cuda")
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
@@ -104,9 +113,13 @@ class NcclWithoutSetDevice(Rule):
         # ``if not dist.is_initialized(): init_process_group(...)`` is a fallback: the group (and the
         # device) normally come from elsewhere, so this file cannot tell whether a device is pinned
         nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)]
+        made_by: dict[int, tuple] = {}  # a helper call of this file -> (path, init line) in its module
+        if not nccl_inits and not inits:
+            made_by = _helper_inits(ctx)
+            nccl_inits = [c for c in ctx.sem.calls if id(c) in made_by]
         if not nccl_inits:
             return
-        if _pins_device(ctx):
+        if _pins_device(ctx, skip={i for i in made_by}):
             _report_before_pin(ctx, nccl_inits)
             return
         affected: list[tuple[ast.AST, str]] = []
@@ -115,7 +128,9 @@ class NcclWithoutSetDevice(Rule):
         for c in ctx.dist_calls(*OBJECT_COLLECTIVES_WITH_DEVICE):
             if not has_kwarg(c, "device"):
                 affected.append((c, f"`{_short(ctx, c)}` without `device=` uses the current CUDA device"))
-        if not any(has_kwarg(i, "device_id") for i in nccl_inits):
+        # a group made by a helper: only the calls that use the current device whatever torch
+        # version runs them (older versions ran a barrier on the device of earlier collectives)
+        if not made_by and not any(has_kwarg(i, "device_id") for i in nccl_inits):
             for c in ctx.dist_calls("barrier"):
                 if not has_kwarg(c, "device_ids"):
                     affected.append((c, "`barrier()` without `device_ids` uses the current CUDA device"))
@@ -151,11 +166,18 @@ class NcclWithoutSetDevice(Rule):
             n = len(mine)
             more = f" and {n - 1} more call{'s' if n > 2 else ''}" if n > 1 else ""
             fix = _make_fix(ctx, init, [a[0] for a in mine])
+            related = list(mine[:20])
+            group = "NCCL process group"
+            if id(init) in made_by:
+                path, rng, line = made_by[id(init)]
+                group = (f"NCCL process group (made by `{_label(ctx, init)}`: `init_process_group` in "
+                         f"{_short_path(path)} line {line})")
+                related.insert(0, ("file", path, rng, "the NCCL init_process_group, with no set_device"))
             ctx.report(
                 init,
-                f"NCCL process group but no `torch.cuda.set_device(...)`: `{_label(ctx, first)}` on line "
+                f"{group} but no `torch.cuda.set_device(...)`: `{_label(ctx, first)}` on line "
                 f"{first.lineno}{more} {'run' if n > 1 else 'runs'} on cuda:0 on every rank (hang or NCCL 'invalid usage')",
-                related=mine[:20],
+                related=related,
                 fix=fix,
             )
 
@@ -502,7 +524,9 @@ def _short(ctx, call: ast.Call) -> str:
     return qn[len(D):] if qn.startswith(D) else qn
 
 
-def _pins_device(ctx) -> bool:
+def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
+    """The file pins the rank's device (or calls something that may). ``skip``: ids of helper calls
+    known (from their source) to create the group without pinning."""
     sem = ctx.sem
     if sem.calls_to("torch.cuda.set_device"):
         return True
@@ -513,6 +537,8 @@ def _pins_device(ctx) -> bool:
     # a helper that pins the device for us (``utils.setup_device(args)``, ``init_device_mesh``):
     # what it does is not visible from this file, so do not guess
     for c in sem.calls:
+        if id(c) in skip:
+            continue
         f = c.func
         n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
         if n and _PIN_HELPER.search(n):
@@ -636,3 +662,120 @@ def _merge_inserts(edits):
         else:
             out.append(e)
     return out
+
+
+# -- the group made by a helper of another project file ---------------------------------------------
+# a module that mentions any of these may pin the device (or leave it to the launcher): not judged
+_PIN_WORDS = ("set_device", "CUDA_VISIBLE_DEVICES", "device_mesh", "cuda.device(", "device_id")
+
+
+def _short_path(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
+
+
+def _helper_inits(ctx) -> dict[int, tuple]:
+    """Calls of this file to a function of another project module that creates an NCCL process
+    group without pinning a device: {id(call): (path, range of the init, its line)}. Only asked for
+    a file without an init of its own that uses the current device."""
+    sem = ctx.sem
+    if not ctx.dist_calls(*OBJECT_COLLECTIVES, *OBJECT_COLLECTIVES_WITH_DEVICE) \
+            and not current_device_uses(ctx, eager_only=False):
+        return {}
+    from ..flow import for_context  # lazy: only such files load the project
+
+    ana = None
+    out: dict[int, tuple] = {}
+    for c in sem.calls:
+        f = c.func
+        if not isinstance(f, (ast.Name, ast.Attribute)) or (ctx.qn(c) or "").startswith("torch."):
+            continue
+        if not isinstance(parent(c), (ast.Expr, ast.Assign)):
+            continue  # a setup helper is called as a statement
+        if ana is None:
+            ana = for_context(ctx)
+        got = ana.resolve_call(ana.main, c)
+        if got is None or got[0] is ana.main:
+            continue
+        init = _nccl_init_in(ana, got[0], got[1], c, 0)
+        if init is not None:
+            view, node = init
+            rng = Range(Position(node.lineno - 1, node.col_offset),
+                        Position((node.end_lineno or node.lineno) - 1, node.end_col_offset or 0))
+            out[id(c)] = (view.path, rng, node.lineno)
+    return out
+
+
+def _nccl_init_in(ana, view, fn, call, depth: int):
+    """(view, init call) when ``fn`` (or a function of the project it calls, two levels down) runs
+    an NCCL ``init_process_group`` and its module never mentions pinning a device."""
+    if depth > 2 or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or view.path is None:
+        return None
+    text = view.text or ""
+    if any(w in text for w in _PIN_WORDS):
+        return None
+    memo = view.memo.setdefault("ddp001.helper_init", {})
+    key = (id(fn), _passed_backend(call))
+    if key in memo:
+        return memo[key]
+    memo[key] = None
+    vsem = view.sem
+    adapter = _ViewCtx(vsem)
+    for c in vsem.calls:
+        if vsem.enclosing_function(c) is not fn:
+            continue
+        qn = vsem.call_qualname(c) or ""
+        if qn == D + "init_process_group":
+            backend = get_arg(c, 0, "backend")
+            if _nccl_backend(adapter, backend, fn, call):
+                memo[key] = (view, c)
+                break
+            continue
+        if depth < 2 and isinstance(parent(c), (ast.Expr, ast.Assign)) and not qn.startswith("torch."):
+            got = ana.resolve_call(view, c)
+            if got is not None:
+                found = _nccl_init_in(ana, got[0], got[1], c, depth + 1)
+                if found is not None:
+                    memo[key] = found
+                    break
+    return memo[key]
+
+
+def _passed_backend(call) -> str | None:
+    for k in getattr(call, "keywords", ()):
+        if k.arg == "backend" and isinstance(k.value, ast.Constant):
+            return str(k.value.value)
+    return None
+
+
+def _nccl_backend(adapter, backend, fn, call) -> bool:
+    """The helper's backend is NCCL: a literal, a name bound to one, or its own parameter whose
+    default is "nccl" and which this call does not set otherwise."""
+    from ..torch_api import backend_mentions_nccl
+
+    if backend_mentions_nccl(backend, adapter, fn):
+        return True
+    if isinstance(backend, ast.Name) and backend.id in param_names(fn):
+        passed = _passed_backend(call)
+        if passed is not None:
+            return "nccl" in passed.lower()
+        a = fn.args
+        pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+        defaults = dict(zip(pos[len(pos) - len(a.defaults):], a.defaults)) if a.defaults else {}
+        defaults.update({k.arg: d for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+        i = pos.index(backend.id) if backend.id in pos else None
+        if i is not None and i < len(getattr(call, "args", ())):
+            return False  # given positionally: not known here
+        d = defaults.get(backend.id)
+        return isinstance(d, ast.Constant) and isinstance(d.value, str) and "nccl" in d.value.lower()
+    return False
+
+
+class _ViewCtx:
+    """The little of a rule context that ``backend_mentions_nccl`` reads, for another module."""
+
+    def __init__(self, sem):
+        self.sem = sem
+
+    def qn(self, node):
+        return self.sem.call_qualname(node) if isinstance(node, ast.Call) else self.sem.qualname(node)
