@@ -65,7 +65,7 @@ def _device_like(ctx, val: ast.AST) -> bool:
 
 # -- where does a module live? -------------------------------------------------------------------
 def _file_classes(ctx) -> dict[str, ast.ClassDef]:
-    return ctx.memo("model_flow.classes",
+    return ctx.memo("devices.classes",
                     lambda: {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
 
 

@@ -20,7 +20,7 @@ LAUNCH_TEXT = tuple(dict.fromkeys(q.rsplit(".", 1)[1] for q in _LAUNCH))
 
 def is_distributed_script(ctx) -> bool:
     """The file starts or joins a process group, wraps in DDP/FSDP or spawns ranks itself."""
-    return ctx.memo("model_flow.distributed_script", lambda: bool(ctx.sem.calls_to(*_LAUNCH)))
+    return ctx.memo("models.distributed_script", lambda: bool(ctx.sem.calls_to(*_LAUNCH)))
 
 
 def ddp_calls(ctx) -> list[ast.Call]:

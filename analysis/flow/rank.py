@@ -147,7 +147,7 @@ def _block_of(parent: ast.AST, child: ast.stmt) -> list[ast.stmt] | None:
 def _call_index(ctx):
     """One pass over the calls: callee name -> call sites, method name -> call sites, and name ->
     calls that take it as a bare argument (cached on the context)."""
-    return ctx.memo("rank0.call_index", lambda: _build_call_index(ctx))
+    return ctx.memo("rank.call_index", lambda: _build_call_index(ctx))
 
 
 def _build_call_index(ctx):
@@ -171,7 +171,7 @@ def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
     None. A function passed to ``mp.spawn`` runs on every rank: False; passed elsewhere: None."""
     if depth > 3:
         return None
-    cache = ctx.memo("rank0.callers_guarded", dict)
+    cache = ctx.memo("rank.callers_guarded", dict)
     key = (id(fn), depth)
     if key in cache:
         return cache[key]

@@ -412,7 +412,7 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
 
 def _attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:
     """``"args.flag"`` -> values assigned to it in ``scope`` (one walk per scope, cached)."""
-    cache = ctx.memo("rank0.attr_assignments", dict)
+    cache = ctx.memo("rank_tests.attr_assignments", dict)
     got = cache.get(id(scope))
     if got is None:
         got = {}

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import ast
 
-
 TENSOR_CTORS = frozenset({
     "torch.tensor", "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange",
     "torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.linspace", "torch.eye",
     "torch.as_tensor", "torch.from_numpy", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor",
     "torch.IntTensor", "torch.DoubleTensor", "torch.HalfTensor", "torch.BoolTensor", "torch.ByteTensor",
 })
+# constructors without a ``device=`` keyword (a fix cannot add one)
 NO_DEVICE_KW = frozenset({"torch.from_numpy", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor",
-                           "torch.IntTensor", "torch.DoubleTensor", "torch.HalfTensor", "torch.BoolTensor",
-                           "torch.ByteTensor"})
+                          "torch.IntTensor", "torch.DoubleTensor", "torch.HalfTensor", "torch.BoolTensor",
+                          "torch.ByteTensor"})
 
 
 def cpu_tensor_ctor(ctx, expr: ast.AST) -> ast.Call | None:
@@ -32,4 +32,5 @@ def cpu_tensor_ctor(ctx, expr: ast.AST) -> ast.Call | None:
 
 
 def tensor_ctor(ctx, expr: ast.AST) -> bool:
+    """``expr`` is a call of a tensor constructor (``torch.zeros(...)``, ``torch.tensor(...)``)."""
     return isinstance(expr, ast.Call) and ctx.qn(expr) in TENSOR_CTORS

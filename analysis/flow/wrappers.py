@@ -23,7 +23,7 @@ def callee_name(call: ast.Call) -> str | None:
 def wrapper_functions(ctx, qualnames: tuple[str, ...], cache_key: str) -> set[str]:
     """Names of functions defined in this file that (transitively) call one of ``qualnames``
     unconditionally or not: a ``setup()`` that calls ``init_process_group``."""
-    return ctx.memo(("dataflow.wrappers", cache_key), lambda: _wrapper_functions(ctx, qualnames))
+    return ctx.memo(("wrappers", cache_key), lambda: _wrapper_functions(ctx, qualnames))
 
 
 def _wrapper_functions(ctx, qualnames: tuple[str, ...]) -> set[str]:
