@@ -8,6 +8,7 @@ import ast
 import os
 
 from ..model import Position, Range
+from .uniformity import _short
 
 
 def text(ctx, node: ast.AST, limit: int = 60) -> str:
@@ -31,10 +32,6 @@ def main_effect(site):
     """The effect to name: an explicit collective when the site has one."""
     return next((e for e in site.effects if e.what == f"`{e.op}`"), site.effects[0])
 
-
-def _short(path: str) -> str:
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:])
 
 
 def source_words(ctx, value) -> str:

@@ -25,7 +25,7 @@ import re
 from ..semantic import FUNC_TYPES, iter_scope_nodes, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind
-from .uniformity import MAIN_NAMES, RANK_ENV, RANK_NAME, env_key
+from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
 # uniformity's rank variables, split by what they count (node ranks and group ranks are neither)
 GLOBAL_RANK_ENV = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
@@ -34,9 +34,10 @@ _LOCAL_RANK_NAME = re.compile(r"^_?local_?rank", re.I)
 
 
 def is_rank_function(name: str | None) -> bool:
-    """``get_rank``, ``get_local_rank``, ``comm.get_global_rank``...: ``get_`` + a rank by name."""
+    """``get_rank``, ``get_local_rank``, ``comm.get_global_rank``...: ``get_`` + a rank by name, or
+    the name of a ``torch.distributed`` rank function (``get_node_local_rank``) on another module."""
     return bool(name) and name.startswith("get_") and (
-        RANK_NAME.match(name[4:]) is not None or name == "get_node_local_rank")
+        RANK_NAME.match(name[4:]) is not None or D + name in _RANK_QNS)
 
 
 def _unwrap_int(expr: ast.AST) -> ast.AST:
@@ -79,7 +80,7 @@ def rank_kind(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> str | None:
     if isinstance(expr, ast.Call):
         qn = ctx.qn(expr)
         if qn and qn.startswith(D):
-            return "rank" if qn[len(D):] in ("get_rank", "get_node_local_rank") else None
+            return "rank" if qn in _RANK_QNS else None
         if is_rank_function(terminal_name(expr.func)):
             return "rank"
         return None
@@ -136,41 +137,6 @@ class Test:
         self.node, self.body, self.orelse = node, body, orelse
 
 
-def _int_like(e: ast.AST) -> bool:
-    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
-        e = e.operand
-    return isinstance(e, ast.Constant) and type(e.value) is int
-
-
-_FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
-
-
-def _int_val(e: ast.AST) -> int:
-    if isinstance(e, ast.UnaryOp):
-        return -e.operand.value
-    return e.value
-
-
-def _selects_some(op: ast.cmpop, b: ast.AST) -> bool:
-    """``rank <op> b`` holds for some valid ranks (>= 0) but not all: ``rank >= 0`` and
-    ``local_rank != -1`` mean "distributed", ``rank == -1`` means "not distributed"."""
-    if isinstance(b, (ast.List, ast.Tuple, ast.Set)):
-        valid = [v for v in map(_int_val, b.elts) if v >= 0]
-        return bool(valid)  # ``in [-1, 0]`` selects rank 0; ``not in [-1, 0]`` the others
-    c = _int_val(b)
-    if isinstance(op, (ast.Eq, ast.NotEq)):
-        return c >= 0
-    if isinstance(op, ast.Gt):
-        return c >= 0
-    if isinstance(op, ast.GtE):
-        return c >= 1
-    if isinstance(op, ast.Lt):
-        return c >= 1
-    if isinstance(op, ast.LtE):
-        return c >= 0
-    return False
-
-
 def _main_helper(ctx, name: str, depth: int) -> bool:
     """A function defined in this file whose result is a rank test (``return get_rank() == 0``)."""
     if depth > 3:
@@ -212,12 +178,13 @@ def rank_test(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> Test | None
         left, right = test.left, test.comparators[0]
         for a, b in ((left, right), (right, left)):
             if rank_kind(ctx, a, scope):
-                if _int_like(b) or (isinstance(b, (ast.List, ast.Tuple, ast.Set)) and b.elts and all(_int_like(e) for e in b.elts)):
+                consts = _int_vals(b)
+                if consts:
                     if a is right:
                         op = _FLIP.get(type(op), type(op))()
-                    if _selects_some(op, b):
-                        return Test(test, True, True)
-                    return None
+                    # uniformity's reading: ``rank >= 0``, ``local_rank != -1`` and ``rank == -1`` hold
+                    # alike on every valid rank ("distributed or not"); other comparisons select some
+                    return None if _rank_compare_uniform(op, consts) else Test(test, True, True)
                 if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(b, (ast.Name, ast.Attribute)) and not rank_kind(ctx, b, scope):
                     return Test(test, True, True)
                 return None
