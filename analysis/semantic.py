@@ -373,6 +373,15 @@ def param_names(fn: ast.AST) -> list[str]:
     return names
 
 
+def terminal_name(func: ast.AST) -> str | None:
+    """``f`` for ``f`` and for ``a.b.f``: the last component of a name or attribute chain."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
 def _target_names(t: ast.AST) -> Iterator[str]:
     if t.__class__ is ast.Name:
         yield t.id
@@ -483,7 +492,3 @@ def has_kwarg(call: ast.Call, kw: str) -> bool:
 
 def has_star(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
-
-
-# kept for branches written before the helper became public
-_iter_scope_nodes = iter_scope_nodes

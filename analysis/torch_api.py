@@ -21,6 +21,7 @@ TENSOR_COLLECTIVES = (
 ALL_COLLECTIVES = TENSOR_COLLECTIVES + OBJECT_COLLECTIVES + OBJECT_COLLECTIVES_WITH_DEVICE[:1] + ("barrier", "monitored_barrier")
 
 DDP_CLASS = "torch.nn.parallel.DistributedDataParallel"
+SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
 
 
 def qualify(*short: str) -> tuple[str, ...]:

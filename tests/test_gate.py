@@ -133,6 +133,6 @@ def test_every_collective_a_rule_checks_is_spelled_by_its_gate(code, module, tab
 
 
 def test_launch_text_covers_is_distributed_script():
-    from ddp_lint.analysis.rules._model_flow import _LAUNCH, LAUNCH_TEXT
+    from ddp_lint.analysis.flow.models import _LAUNCH, LAUNCH_TEXT
 
     assert all(any(t in q.rsplit(".", 1)[1] for t in LAUNCH_TEXT) for q in _LAUNCH)

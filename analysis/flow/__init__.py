@@ -6,7 +6,17 @@ only some ranks.
 - ``bindings``: which bindings of a name reach a use;
 - ``uniformity``: uniform / rank-varying / unknown;
 - ``summaries``: collective sites and per-function summaries;
-- ``control``: control dependence (conditions, early exits, loops).
+- ``control``: control dependence (conditions, early exits, loops);
+- ``findings``: the words and the one builder of a finding about a divergent site.
+
+Per-file facts the older rules query, one concept a module, on the same vocabulary:
+- ``rank_tests``: is an expression the rank, does a condition select some ranks or the main one;
+- ``rank``: which ranks run a node (the rank guards around it);
+- ``assignments``: the plain assignment that gives a name its value at a use;
+- ``wrappers``: the file's own functions that wrap a call (``setup()`` around the init);
+- ``models``: the DDP model of a file (is it distributed, which name holds the wrapper);
+- ``devices``: where a module or tensor lives, which device variable is in scope;
+- ``tensors``: tensor constructors; ``testing``: test files and expected failures.
 
 ``for_context(ctx)`` gives the one ``Analysis`` of a check (built on first use).
 """
@@ -16,11 +26,11 @@ import ast
 import os
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..torch_api import SPAWNS
 from . import project
 from .summaries import Summaries
 from .uniformity import X, Evaluator, join
 
-_SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
 _MAX_MODULES = 64
 # top-level modules that are never part of the user's project
 _NOT_PROJECT = frozenset({"torch", "os", "sys", "math", "time", "json", "logging", "numpy", "np", "random",
@@ -135,7 +145,7 @@ class Analysis(Summaries):
     def is_spawn_target(self, view, fn: ast.AST) -> bool:
         if not isinstance(parent(fn), ast.Module):
             return False
-        for c in view.sem.calls_to(*_SPAWNS):
+        for c in view.sem.calls_to(*SPAWNS):
             a = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "fn"), None)
             if isinstance(a, ast.Name) and a.id == fn.name:
                 return True

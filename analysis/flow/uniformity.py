@@ -24,6 +24,7 @@ import re
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, param_names, parent
+from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, reaching, target_path
 
 RANK, DATA, CLOCK, RNG = "rank", "data", "clock", "rng"
@@ -136,15 +137,10 @@ _PARSE_METHODS = frozenset({"parse_args", "parse_known_args", "parse_args_into_d
 _SAMPLER_QN = "torch.utils.data.DistributedSampler"
 
 
-def _terminal(f: ast.AST) -> str | None:
-    if isinstance(f, ast.Name):
-        return f.id
-    if isinstance(f, ast.Attribute):
-        return f.attr
-    return None
-
-
 def env_key(view, expr: ast.AST) -> str | None:
+    """``"RANK"`` for ``os.environ["RANK"]``, ``os.environ.get("RANK", ...)``, ``os.getenv("RANK")``;
+    ``""`` when the key is not a constant; None for anything else. ``view``: anything with a
+    ``sem`` (a module view, a rule's context)."""
     sem = view.sem
     if isinstance(expr, ast.Subscript):
         if sem.qualname(expr.value) == "os.environ":

@@ -5,8 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, get_arg, parent
-
-SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
+from ..torch_api import SPAWNS
 
 
 def spawn_calls(ctx) -> list[ast.Call]:

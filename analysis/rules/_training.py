@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from ..flow.models import is_ddp_wrapper
 from ..semantic import parent
-
-from ._model_flow import is_ddp_wrapper
 
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")

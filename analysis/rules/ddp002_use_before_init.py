@@ -4,10 +4,10 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
+from ..flow.testing import expects_error
+from ..flow.wrappers import calls_or_wrappers
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
-from ._dataflow import calls_or_wrappers
 from ._flow import effect_related, effect_words, text
-from ._guards import expects_error
 from ..flow import for_context
 from ..flow.summaries import scope_calls
 from ..semantic import parent

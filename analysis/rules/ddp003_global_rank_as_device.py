@@ -5,8 +5,10 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
+from ..flow.assignments import name_binding_kind
+from ..flow.rank_tests import global_rank_source, is_local_rank_expr
+from ..flow.testing import is_test_file
 from ._common import DDP_CLASS
-from ._guards import global_rank_source, is_local_rank_expr, is_test_file, name_binding_kind
 
 
 class GlobalRankAsDevice(Rule):

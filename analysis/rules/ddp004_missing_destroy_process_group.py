@@ -6,8 +6,8 @@ import re
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ..flow.wrappers import callee_name
 from ._common import D, gloo_only
-from ._dataflow import _callee_name
 from ..semantic import parent
 
 # a helper that only brings the group up: its caller owns the group's lifetime
@@ -111,7 +111,7 @@ def _main_block(tree: ast.Module) -> ast.If | None:
 
 
 def _callers(ctx, name: str) -> list[ast.Call]:
-    return [c for c in ctx.sem.calls if _callee_name(c) == name]
+    return [c for c in ctx.sem.calls if callee_name(c) == name]
 
 
 def _owner(ctx, init: ast.Call, main_block):

@@ -5,8 +5,8 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import iter_scope_nodes, get_arg
+from ..flow.tensors import tensor_ctor
 from ._common import D
-from ._dataflow import tensor_ctor
 
 # op -> (position, keyword) of the output tensor list
 _OPS = {

@@ -5,8 +5,10 @@ import ast
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import iter_scope_nodes
+from ..flow.assignments import name_binding_kind
+from ..flow.rank_tests import rank_kind
+from ..flow.testing import is_test_file
 from ._common import fixed_world_size
-from ._guards import is_test_file, name_binding_kind, rank_kind
 
 _MUTATORS = frozenset({"append", "extend", "insert", "__setitem__", "__iadd__"})
 

@@ -4,11 +4,12 @@ import ast
 
 from ..model import Severity
 from ..registry import NoCase, Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, terminal_name
+from ..flow.rank import rank_guard
+from ..flow.testing import expects_error
+from ..flow.wrappers import wrapper_functions
 from ._common import ALL_COLLECTIVES, D
-from ._dataflow import wrapper_functions
 from ._flow import all_divergences, effect_related, effect_words, source_related, source_words, text
-from ._guards import expects_error, rank_guard, terminal_name
 
 # everything every rank of the group must call (point-to-point send/recv are not collectives)
 _COLLECTIVES = tuple(dict.fromkeys(ALL_COLLECTIVES + (

@@ -5,9 +5,10 @@ import ast
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import get_arg, parent
+from ..flow.devices import device_var_in_scope
+from ..flow.tensors import NO_DEVICE_KW, cpu_tensor_ctor
+from ..flow.testing import expects_error
 from ._common import D, const_str
-from ._dataflow import _NO_DEVICE_KW, cpu_tensor_ctor, device_var_in_scope
-from ._guards import expects_error
 
 # op -> the (position, keyword) pairs of its tensor arguments, and the group position;
 # keywords ending in ``_list`` name a list of tensors
@@ -193,7 +194,7 @@ def _moved_in_place(ctx, name: str, scope) -> bool:
 
 
 def _make_fix(ctx, ctor: ast.Call):
-    if ctx.qn(ctor) in _NO_DEVICE_KW:
+    if ctx.qn(ctor) in NO_DEVICE_KW:
         return None
     sem = ctx.sem
     scope = sem.scope_of(ctor)

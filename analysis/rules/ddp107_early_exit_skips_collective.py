@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import ast
 
+from ..flow.rank import rank_guard
 from ..model import Severity
 from ..registry import Rule
-from ._flow import FLOW_TEXT, all_divergences, effect_related, effect_words, source_related, source_words, text
-from ._guards import rank_guard
+from ._flow import FLOW_TEXT, all_divergences, report_divergence, text
 
 _EXIT_WORDS = {ast.Return: "return", ast.Break: "break", ast.Continue: "continue"}
 
@@ -89,11 +89,8 @@ class EarlyExitSkipsCollective(Rule):
                 where = "in the later iterations"
             else:
                 where = "at line %d" % site.node.lineno
-            ctx.report(
-                ex,
-                f"`{cond}` is rank-varying ({source_words(ctx, d.value)}); the `{word}` at line {ex.lineno} "
-                f"skips {effect_words(ctx, site)} in `{text(ctx, site.node)}` {where}, which the other "
-                "ranks make: they wait for this rank until the watchdog timeout",
-                related=[(d.node.test, "rank-varying condition"), *source_related(ctx, d.value),
-                         (site.node, "skipped collective"), *effect_related(ctx, site)],
+            report_divergence(
+                ctx, d, ex, f"`{cond}`", f"the `{word}` at line {ex.lineno} skips ",
+                f"{where}, which the other ranks make: they wait for this rank until the watchdog timeout",
+                "skipped collective", related=[(d.node.test, "rank-varying condition")],
             )

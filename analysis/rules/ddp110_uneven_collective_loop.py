@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ._flow import FLOW_TEXT, all_divergences, effect_related, effect_words, source_related, source_words, text
+from ._flow import FLOW_TEXT, all_divergences, report_divergence
 
 
 class UnevenCollectiveLoop(Rule):
@@ -60,13 +60,9 @@ class UnevenCollectiveLoop(Rule):
             loop = d.node
             head = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
             kind = "the number of iterations" if isinstance(loop, (ast.For, ast.AsyncFor)) else "the loop test"
-            site = d.site
-            ctx.report(
-                head,
-                f"{kind} of this loop is rank-varying ({source_words(ctx, d.value)}); "
-                f"{effect_words(ctx, site)} in `{text(ctx, site.node)}` at line {site.node.lineno} runs a "
-                "different number of times on each rank, so the ranks that finish first leave the others "
-                "waiting (use `join()` or the same number of items per rank)",
-                related=[*source_related(ctx, d.value), (site.node, "collective in the loop"),
-                         *effect_related(ctx, site)],
+            report_divergence(
+                ctx, d, head, f"{kind} of this loop", "",
+                f"at line {d.site.node.lineno} runs a different number of times on each rank, so the ranks "
+                "that finish first leave the others waiting (use `join()` or the same number of items per rank)",
+                "collective in the loop",
             )

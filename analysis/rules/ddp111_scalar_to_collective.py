@@ -5,8 +5,8 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..flow.devices import device_in_scope
 from ._common import D
-from ._model_flow import device_in_scope
 
 
 # op -> (position, keyword) of the tensor it reduces / sends in place

@@ -6,8 +6,8 @@ import re
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..flow.rank_tests import rank_kind
 from ._common import D
-from ._guards import rank_kind
 
 
 _PEER_NAME = re.compile(r"rank|peer|neighbo|left|right|prev|next|dst|src|partner", re.I)

@@ -5,8 +5,9 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ..flow.devices import first_device_id, on_device
+from ..flow.models import ddp_calls
 from ._common import is_simple_ref
-from ._model_flow import ddp_calls, first_device_id, on_device
 
 
 class DdpModuleNotOnDevice(Rule):

@@ -7,8 +7,10 @@ import os
 from ..model import Position, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
-from ._model_flow import LAUNCH_TEXT, is_distributed_script, reaching_assignment
-from ._rank0 import is_rank_like, rank0_guarded
+from ..flow.assignments import reaching_assignment
+from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.rank import rank0_guarded
+from ..flow.rank_tests import is_rank_like
 from ._spawn import runs_in_ranks
 
 _BUFFERS = ("io.BytesIO", "io.StringIO", "tempfile.TemporaryFile", "tempfile.NamedTemporaryFile",

@@ -4,9 +4,10 @@ import ast
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
+from ..flow.devices import device_in_scope
+from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.rank import rank0_guarded
 from ._common import D, gloo_only
-from ._model_flow import LAUNCH_TEXT, device_in_scope, is_distributed_script
-from ._rank0 import rank0_guarded
 from .ddp202_save_on_every_rank import rank_specific_path
 from ._spawn import runs_in_ranks
 from ..semantic import parent
@@ -184,7 +185,7 @@ _CKPT_WORDS = ("ckpt", "checkpoint", "resume", "weight", "model", "pretrain", "s
 def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
     text = ctx.text(path).lower()
     if isinstance(path, ast.Name):
-        from ._model_flow import reaching_assignment
+        from ..flow.assignments import reaching_assignment
 
         st = reaching_assignment(ctx, path.id, call)
         if st is not None:

@@ -6,7 +6,8 @@ import re
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._model_flow import dominates, is_ddp_wrapper, reaching_assignment
+from ..flow.assignments import dominates, reaching_assignment
+from ..flow.models import is_ddp_wrapper
 
 # the file strips or adds the prefix itself: ``k.replace("module.", "")``, ``consume_prefix_...``
 _PREFIX_HANDLING = re.compile(r"""["']module\.|consume_prefix_in_state_dict_if_present""")

@@ -4,7 +4,8 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ._model_flow import ddp_calls, stmt_list_of
+from ..flow.assignments import stmt_list_of
+from ..flow.models import ddp_calls
 from ..semantic import parent
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)

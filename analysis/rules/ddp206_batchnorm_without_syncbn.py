@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from ..model import Severity
 from ..registry import Rule
-from ._model_flow import ddp_calls
+from ..flow.models import ddp_calls
 
 _BN = ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
        "torch.nn.LazyBatchNorm1d", "torch.nn.LazyBatchNorm2d", "torch.nn.LazyBatchNorm3d")

@@ -5,8 +5,8 @@ import ast
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
+from ..flow.assignments import reaching_assignment
 from ._common import DDP_CLASS
-from ._model_flow import reaching_assignment
 
 
 # torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)

@@ -5,9 +5,9 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ..flow.models import ddp_calls
 from ._common import is_simple_ref
 from ._loader import DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
-from ._model_flow import ddp_calls
 
 # anything that hints the data is already split per rank
 _SPLIT_HINTS = ("DistributedSampler", "sampler", "shard", "split_dataset_by_node", "num_replicas",

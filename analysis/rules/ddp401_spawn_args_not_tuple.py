@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._model_flow import reaching_assignment
+from ..flow.assignments import reaching_assignment
 from ._spawn import spawn_calls
 
 _SCALAR_FUNCS = frozenset({"int", "float", "str", "len", "bool", "round", "max", "min", "abs", "sum", "dict"})

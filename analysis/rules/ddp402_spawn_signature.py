@@ -6,7 +6,7 @@ import re
 from ..model import Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._model_flow import reaching_assignment
+from ..flow.assignments import reaching_assignment
 from ._spawn import spawn_calls, target_def
 
 _RANK_PARAM = frozenset({"rank", "local_rank", "gpu", "global_rank", "gpu_id", "device_id", "local_gpu",

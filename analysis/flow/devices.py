@@ -1,145 +1,71 @@
-"""Model and device flow for the DDP2xx rules: is this file a distributed script, which names hold
-the DDP wrapper, was a module moved to a device before it was wrapped, which device is in scope.
+"""Where modules and tensors live: was the module handed to DDP built on the CPU and never moved,
+and which device variable is in scope (for a message or a fix).
 
-All of it is local dataflow in one scope (plus module level), over the semantic indexes.
+All of it is local dataflow in one scope (plus module level), over the semantic indexes. Two
+questions, two vocabularies of device names: ``device_var_in_scope`` accepts a per-rank index
+(``local_rank``, an ``int``) for a tensor's ``device=``; ``device_in_scope`` wants a
+``torch.device`` or a device string for ``map_location`` / ``.to(...)``.
 """
 from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, param_names
+from .assignments import reaching_assignment
 
-DDP = "torch.nn.parallel.DistributedDataParallel"
-SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
-_LAUNCH = ("torch.distributed.init_process_group", DDP, *SPAWNS,
-           "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
-           "torch.distributed._composable.fsdp.fully_shard", "torch.distributed.device_mesh.init_device_mesh")
-# what a file must spell for is_distributed_script to hold (the last component of each launch call)
-LAUNCH_TEXT = tuple(dict.fromkeys(q.rsplit(".", 1)[1] for q in _LAUNCH))
 _MOVE_METHODS = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps"})
 # calls that hand back the module they got (same device)
 _PASS_THROUGH = frozenset({
     "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "torch.compile",
     "torch.nn.utils.parametrize.cached", "torch.jit.script",
 })
+_DEVICE_VARS = ("device", "local_rank", "device_id", "local_device", "gpu_id", "dev", "gpu", "cuda_device")
 
 
-def is_distributed_script(ctx) -> bool:
-    """The file starts or joins a process group, wraps in DDP/FSDP or spawns ranks itself."""
-    return ctx.memo("model_flow.distributed_script", lambda: bool(ctx.sem.calls_to(*_LAUNCH)))
-
-
-def ddp_calls(ctx) -> list[ast.Call]:
-    return ctx.sem.calls_to(DDP)
-
-
-def stmt_list_of(node: ast.stmt) -> tuple[ast.AST, list[ast.stmt]] | None:
-    p = parent(node)
-    if p is None:
-        return None
-    for field in ("body", "orelse", "finalbody", "handlers"):
-        lst = getattr(p, field, None)
-        if isinstance(lst, list) and node in lst:
-            return p, lst
-    return None
-
-
-def dominates(stmt: ast.stmt, node: ast.AST) -> bool:
-    """``stmt`` runs, unconditionally, before ``node`` in the same scope: it sits earlier in a block
-    that contains ``node`` (so an ``if`` around ``stmt`` alone makes it not dominate)."""
-    got = stmt_list_of(stmt)
-    if got is None:
-        return False
-    _, lst = got
-    n = node
-    while n is not None:
-        if n in lst:
-            return lst.index(n) > lst.index(stmt)
-        if isinstance(n, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
-            return False
-        n = parent(n)
-    return False
-
-
-def reaching_assignment(ctx, name: str, node: ast.AST):
-    """The textually last plain assignment of ``name`` before ``node`` in ``node``'s scope (module
-    level when the function does not bind the name). None when there is none, or when the name is a
-    parameter, or bound by something other than ``name = value``."""
+def device_var_in_scope(ctx, scope: ast.AST) -> str | None:
+    """A per-rank device variable visible in ``scope``: a parameter or a name assigned in the
+    function (or module) named like ``device`` / ``local_rank``, bound to something device-like."""
     sem = ctx.sem
-    scope = sem.scope_of(node)
-    assigns = sem.assignments(scope).get(name)
-    if not assigns:
-        if isinstance(scope, ast.Module) or name in param_names(scope):
-            return None
-        scope = sem.tree
-        assigns = sem.assignments(scope).get(name)
-        if not assigns:
-            return None
-        before = assigns  # module-level binding seen from a function: all of them
-    else:
-        before = [a for a in assigns if a.lineno < node.lineno]
-    if not before:
-        return None
-    last = before[-1]
-    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
-        return last
-    if isinstance(last, ast.AnnAssign) and last.value is not None:
-        return last
+    params = param_names(scope) if isinstance(scope, FUNC_TYPES) else []
+    assigned = sem.assignments(scope)
+    for n in _DEVICE_VARS:
+        if n in params:
+            return n
+        if n in assigned:
+            val = sem.single_value(n, scope)
+            if val is not None and _device_like(ctx, val):
+                return n
+            if val is None and all(isinstance(b, (ast.Assign, ast.AnnAssign)) for b in assigned[n]):
+                return n
     return None
 
 
-def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST):
-    """The ``X = DDP(...)`` assignment when ``expr`` (a name or ``self.attr``) holds the DDP wrapper
-    at ``at``; else None."""
-    if isinstance(expr, ast.Name):
-        st = reaching_assignment(ctx, expr.id, at)
-        if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP:
-            return st
-        return None
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
-        cls = next((a for a in ctx.sem.ancestors(expr) if isinstance(a, ast.ClassDef)), None)
-        if cls is None:
-            return None
-        found = []
-        for c in ddp_calls(ctx):
-            st = parent(c)
-            if isinstance(st, ast.Assign) and st.lineno >= cls.lineno and st.end_lineno <= cls.end_lineno:
-                for t in st.targets:
-                    if isinstance(t, ast.Attribute) and t.attr == expr.attr and isinstance(t.value, ast.Name) \
-                            and t.value.id == "self":
-                        found.append(st)
-        if len(found) == 1 and not _other_self_assigns(ctx, cls, expr.attr, found[0]):
-            return found[0]
-    return None
-
-
-def _other_self_assigns(ctx, cls: ast.ClassDef, attr: str, keep: ast.stmt) -> bool:
-    # assignments() only indexes plain names; look at the class's statements directly (bounded)
-    for st in _class_assign_stmts(cls):
-        if st is keep:
-            continue
-        targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-        for t in targets:
-            if isinstance(t, ast.Attribute) and t.attr == attr:
-                return True
+def _device_like(ctx, val: ast.AST) -> bool:
+    if isinstance(val, ast.Constant):
+        return isinstance(val.value, str) and val.value.startswith("cuda:") or type(val.value) is int
+    if isinstance(val, ast.JoinedStr):
+        first = val.values[0] if val.values else None
+        return isinstance(first, ast.Constant) and str(first.value).startswith("cuda:")
+    if isinstance(val, ast.Call):
+        qn = ctx.qn(val) or ""
+        if qn == "torch.device":
+            a = val.args[0] if val.args else None
+            if isinstance(a, ast.Constant) and a.value == "cuda" and len(val.args) < 2:
+                return False  # torch.device("cuda"): the current device, not a per-rank one
+            return True
+        if qn in ("torch.cuda.current_device",):
+            return True
+        if isinstance(val.func, ast.Name) and val.func.id == "int":
+            return True
+        return False
+    if isinstance(val, (ast.Subscript, ast.Attribute, ast.BinOp, ast.Name)):
+        return True
     return False
-
-
-def _class_assign_stmts(cls: ast.ClassDef):
-    stack = list(cls.body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            yield n
-        for f in ("body", "orelse", "finalbody", "handlers"):
-            v = getattr(n, f, None)
-            if isinstance(v, list):
-                stack.extend(x for x in v if isinstance(x, ast.AST))
 
 
 # -- where does a module live? -------------------------------------------------------------------
 def _file_classes(ctx) -> dict[str, ast.ClassDef]:
-    return ctx.memo("model_flow.classes",
+    return ctx.memo("devices.classes",
                     lambda: {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
 
 
@@ -317,8 +243,6 @@ _DEVICE_NAMES = ("device", "local_device", "dev", "rank_device", "cuda_device")
 def device_in_scope(ctx, node: ast.AST) -> str | None:
     """A name in ``node``'s scope bound to ``torch.device(...)`` or a device string, usable as
     ``map_location``/``.to(...)``; None when there is none."""
-    sem = ctx.sem
-    scope = sem.scope_of(node)
     for n in _DEVICE_NAMES:
         st = reaching_assignment(ctx, n, node)
         if st is None:
@@ -328,7 +252,6 @@ def device_in_scope(ctx, node: ast.AST) -> str | None:
             return n
         if isinstance(v, ast.JoinedStr) or (isinstance(v, ast.Constant) and isinstance(v.value, str)):
             return n
-    del scope
     return None
 
 

@@ -1,0 +1,105 @@
+"""The plain assignments that give a name its value, for the per-file rules.
+
+``bindings.reaching`` is the flow-aware answer (dominating bindings, conditional re-bindings,
+loop-carried ones) that uniformity builds on; the queries here are the simpler, textual ones the
+per-file rules were written against, over the same ``Semantic.assignments`` index:
+
+- ``name_binding_kind(ctx, name, scope)``: is ``name`` a parameter, a loop variable, bound once
+  (and to what), or bound several times;
+- ``reaching_assignment(ctx, name, node)``: the last plain ``name = value`` before ``node``;
+- ``dominates(stmt, node)`` / ``stmt_list_of(stmt)``: does ``stmt`` run, unconditionally, before
+  ``node`` in the same block structure.
+
+Nothing here walks the tree: parent pointers plus the semantic indexes.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, param_names, parent
+
+
+def name_binding_kind(ctx, name: str, scope: ast.AST):
+    """('param' | 'loop' | 'single' | 'multi' | 'none', value-or-None) for ``name`` seen from
+    ``scope`` (falls back to module level for names the function does not bind). For 'multi', the
+    value is the list of the plain assignments' values when every binding is one, else None."""
+    sem = ctx.sem
+    while True:
+        if isinstance(scope, FUNC_TYPES) or isinstance(scope, ast.Lambda):
+            if name in param_names(scope):
+                return "param", None
+        binds = sem.assignments(scope).get(name)
+        if binds:
+            break
+        if isinstance(scope, ast.Module):
+            return "none", None
+        scope = sem.tree
+    if any(isinstance(b, (ast.For, ast.AsyncFor)) for b in binds):
+        return "loop", None
+    if len(binds) == 1:
+        return "single", sem.single_value(name, scope)
+    vals = []
+    for b in binds:
+        if isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name):
+            vals.append(b.value)
+        elif isinstance(b, ast.AnnAssign) and b.value is not None:
+            vals.append(b.value)
+        else:
+            return "multi", None
+    return "multi", vals
+
+
+def reaching_assignment(ctx, name: str, node: ast.AST):
+    """The textually last plain assignment of ``name`` before ``node`` in ``node``'s scope (module
+    level when the function does not bind the name). None when there is none, or when the name is a
+    parameter, or bound by something other than ``name = value``."""
+    sem = ctx.sem
+    scope = sem.scope_of(node)
+    assigns = sem.assignments(scope).get(name)
+    if not assigns:
+        if isinstance(scope, ast.Module) or name in param_names(scope):
+            return None
+        scope = sem.tree
+        assigns = sem.assignments(scope).get(name)
+        if not assigns:
+            return None
+        before = assigns  # module-level binding seen from a function: all of them
+    else:
+        before = [a for a in assigns if a.lineno < node.lineno]
+    if not before:
+        return None
+    last = before[-1]
+    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
+        return last
+    if isinstance(last, ast.AnnAssign) and last.value is not None:
+        return last
+    return None
+
+
+def stmt_list_of(node: ast.stmt) -> tuple[ast.AST, list[ast.stmt]] | None:
+    """(the parent, the statement list holding ``node``), or None."""
+    p = parent(node)
+    if p is None:
+        return None
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        lst = getattr(p, field, None)
+        if isinstance(lst, list) and node in lst:
+            return p, lst
+    return None
+
+
+def dominates(stmt: ast.stmt, node: ast.AST) -> bool:
+    """``stmt`` runs, unconditionally, before ``node`` in the same scope: it sits earlier in a block
+    that contains ``node`` (so an ``if`` around ``stmt`` alone makes it not dominate)."""
+    got = stmt_list_of(stmt)
+    if got is None:
+        return False
+    _, lst = got
+    n = node
+    while n is not None:
+        if n in lst:
+            return lst.index(n) > lst.index(stmt)
+        if isinstance(n, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            return False
+        n = parent(n)
+    return False

@@ -1,0 +1,209 @@
+"""Which ranks run this node: the rank guards around it.
+
+- ``rank_guard(ctx, node)``: the innermost ``if`` (or early exit before it) that makes ``node`` run
+  on a subset of the ranks only (``rank_tests.rank_test``): a collective there leaves the other
+  ranks waiting.
+- ``rank0_guarded(ctx, node)``: True when only the main rank (or one chosen rank) gets to ``node``
+  (``rank_tests.polarity``: an ``if``, the ``else`` of a negated test, an early exit, an
+  ``assert``, a ``@rank_zero_only``-style decorator, or a helper whose every call site in the file
+  is guarded), False when every rank gets there, None when it cannot tell (a function this file
+  never calls). Callers stay silent on None.
+
+Both are walks up parent pointers plus the semantic indexes: no tree walk.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent, terminal_name
+from ..torch_api import SPAWNS
+from .rank_tests import Test, is_main_decorated, polarity, rank_test
+
+_TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_EXIT_FUNCS = frozenset({"exit", "_exit", "abort"})
+
+
+# -- a subset of the ranks ---------------------------------------------------------------------------
+
+class Guard:
+    """``node`` runs only on a subset of ranks because of ``if_node`` (``branch`` is "body",
+    "orelse", or "after" for code after ``if <test>: return``)."""
+
+    __slots__ = ("if_node", "branch", "test")
+
+    def __init__(self, if_node: ast.If, branch: str, test: Test):
+        self.if_node, self.branch, self.test = if_node, branch, test
+
+    def key(self, ctx) -> tuple:
+        return (ctx.text(self.if_node.test), self.branch)
+
+
+def terminates(body: list[ast.stmt]) -> bool:
+    """The block ends in ``return`` / ``raise`` / ``continue`` / ``break``."""
+    return bool(body) and isinstance(body[-1], _TERMINATORS)
+
+
+def rank_guard(ctx, node: ast.AST) -> Guard | None:
+    """The innermost rank guard of ``node`` within its function (or module)."""
+    scope = ctx.sem.scope_of(node)
+    child = node
+    p = parent(node)
+    while p is not None:
+        if isinstance(p, ast.If) and child is not p.test:
+            in_body = child in p.body
+            t = rank_test(ctx, p.test, scope)
+            if t is not None:
+                if in_body and t.body:
+                    return Guard(p, "body", t)
+                if not in_body and t.orelse:
+                    return Guard(p, "orelse", t)
+        # early exits before ``child`` in the same block: ``if not is_main: return``
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if isinstance(block, list) and child in block:
+                idx = block.index(child)
+                for prev in reversed(block[:idx]):
+                    if isinstance(prev, ast.If) and terminates(prev.body) and not prev.orelse:
+                        t = rank_test(ctx, prev.test, scope)
+                        if t is not None and t.orelse:
+                            return Guard(prev, "after", t)
+                break
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            break
+        child = p
+        p = parent(p)
+    return None
+
+
+# -- the main rank only -----------------------------------------------------------------------------
+
+def _ends_in_exit(body: list[ast.stmt]) -> bool:
+    """``terminates``, or ends in a call of ``exit()`` / ``sys.exit()`` / ``os._exit()`` / ``abort()``."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, _TERMINATORS):
+        return True
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+        n = terminal_name(last.value.func)
+        return n in _EXIT_FUNCS
+    return False
+
+
+def rank0_guarded(ctx, node: ast.AST, depth: int = 0) -> bool | None:
+    """True when ``node`` runs only on the main rank; False when every rank runs it; None when the
+    function holding it is never called in this file (cannot tell)."""
+    sem = ctx.sem
+    child = node
+    p = parent(node)
+    while p is not None:
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)):
+            scope = sem.scope_of(p)
+            if child is p.test:
+                pass
+            elif isinstance(p, ast.IfExp):
+                pol = polarity(ctx, p.test, scope)
+                if (child is p.body and pol is True) or (child is p.orelse and pol is False):
+                    return True
+            else:
+                pol = polarity(ctx, p.test, scope)
+                in_body = child in p.body
+                if (in_body and pol is True) or (not in_body and child in p.orelse and pol is False):
+                    return True
+        if isinstance(child, ast.stmt):
+            block = _block_of(p, child)
+            if block is not None:
+                scope = sem.scope_of(child)
+                for s in block:
+                    if s is child:
+                        break
+                    if isinstance(s, ast.If):
+                        pol = polarity(ctx, s.test, scope)
+                        if pol is False and _ends_in_exit(s.body):
+                            return True
+                        if pol is True and s.orelse and _ends_in_exit(s.orelse):
+                            return True
+                    elif isinstance(s, ast.Assert) and polarity(ctx, s.test, scope) is True:
+                        return True
+        if isinstance(p, FUNC_TYPES):
+            if is_main_decorated(p):
+                return True
+            return _callers_guarded(ctx, p, depth)
+        if isinstance(p, (ast.Lambda, ast.ClassDef)):
+            return None
+        child = p
+        p = parent(p)
+    return False  # module level, unguarded
+
+
+def _block_of(parent: ast.AST, child: ast.stmt) -> list[ast.stmt] | None:
+    for field in ("body", "orelse", "finalbody"):
+        lst = getattr(parent, field, None)
+        if isinstance(lst, list) and child in lst:
+            return lst
+    return None
+
+
+def _call_index(ctx):
+    """One pass over the calls: callee name -> call sites, method name -> call sites, and name ->
+    calls that take it as a bare argument (cached on the context)."""
+    return ctx.memo("rank.call_index", lambda: _build_call_index(ctx))
+
+
+def _build_call_index(ctx):
+    by_name: dict[str, list[ast.Call]] = {}
+    by_attr: dict[str, list[ast.Call]] = {}
+    as_arg: dict[str, list[ast.Call]] = {}
+    for c in ctx.sem.calls:
+        f = c.func
+        if isinstance(f, ast.Name):
+            by_name.setdefault(f.id, []).append(c)
+        elif isinstance(f, ast.Attribute) and ctx.qn(c) is None:
+            by_attr.setdefault(f.attr, []).append(c)
+        for a in c.args:
+            if isinstance(a, ast.Name):
+                as_arg.setdefault(a.id, []).append(c)
+    return by_name, by_attr, as_arg
+
+
+def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
+    """Every call of ``fn`` in the file is rank-0 guarded: True; some call is not: False; no call:
+    None. A function passed to ``mp.spawn`` runs on every rank: False; passed elsewhere: None."""
+    if depth > 3:
+        return None
+    cache = ctx.memo("rank.callers_guarded", dict)
+    key = (id(fn), depth)
+    if key in cache:
+        return cache[key]
+    cache[key] = None  # recursion guard
+    res = _callers_guarded_uncached(ctx, fn, depth)
+    cache[key] = res
+    return res
+
+
+def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
+    name = fn.name
+    is_method = isinstance(parent(fn), ast.ClassDef)
+    by_name, by_attr, as_arg = _call_index(ctx)
+    if not is_method:
+        for c in as_arg.get(name, ()):
+            return False if _spawn_like(ctx, c) else None
+    sites = by_attr.get(name, ()) if is_method else by_name.get(name, ())
+    if not sites:
+        return None
+    results = []
+    for c in sites:
+        if c.lineno >= fn.lineno and c.end_lineno <= fn.end_lineno:
+            continue  # recursion
+        results.append(rank0_guarded(ctx, c, depth + 1))
+    if not results:
+        return None
+    if all(r is True for r in results):
+        return True
+    if False in results:
+        return False
+    return None
+
+
+def _spawn_like(ctx, call: ast.Call) -> bool:
+    return (ctx.qn(call) or "") in SPAWNS

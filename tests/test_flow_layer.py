@@ -1,0 +1,111 @@
+"""The semantic layer is one layer: the rules ask analysis/flow/ their flow questions, and every
+theory of "this is the rank" there shares uniformity's vocabulary (one ``env_key``, one
+terminal-name helper, one table of rank names, main-rank names and rank variables)."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from ddp_lint.analysis.config import Settings
+from ddp_lint.analysis.engine import check_source
+from ddp_lint.analysis.flow import rank_tests, uniformity
+from ddp_lint.analysis.semantic import terminal_name
+
+ROOT = Path(__file__).resolve().parent.parent
+ANALYSIS = ROOT / "analysis"
+# rule glue that stays beside the rules; flow questions live in analysis/flow/
+RULE_HELPERS = {"__init__.py", "_common.py", "_flow.py", "_loader.py", "_spawn.py", "_training.py"}
+
+
+def _defs(name: str) -> list[str]:
+    out = []
+    for path in ANALYSIS.rglob("*.py"):
+        if "runtime" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
+                out.append(f"{path.relative_to(ROOT)}:{n.lineno}")
+    return out
+
+
+def test_the_old_rank_and_binding_helpers_are_gone():
+    helpers = {p.name for p in (ANALYSIS / "rules").glob("_*.py")}
+    assert helpers <= RULE_HELPERS, f"flow helpers beside the rules: {sorted(helpers - RULE_HELPERS)}"
+
+
+@pytest.mark.parametrize("name", ["env_key", "terminal_name", "_terminal", "name_binding_kind", "reaching_assignment", "rank_guard", "rank0_guarded",
+                                  "polarity", "rank_test", "rank_kind"])
+def test_one_definition_of_each_query(name):
+    assert len(_defs(name)) <= 1, _defs(name)
+
+
+def test_uniformity_vocabulary_is_the_only_rank_table():
+    # the global / local split refines uniformity's rank variables, it adds none
+    assert rank_tests.GLOBAL_RANK_ENV <= uniformity.RANK_ENV
+    assert rank_tests.LOCAL_RANK_ENV <= uniformity.RANK_ENV
+    assert not rank_tests.GLOBAL_RANK_ENV & rank_tests.LOCAL_RANK_ENV
+    # a rank function is `get_` + a rank by uniformity's name pattern
+    for name in ("get_rank", "get_local_rank", "get_global_rank", "get_node_rank", "get_dist_rank"):
+        assert rank_tests.is_rank_function(name), name
+        assert uniformity.RANK_NAME.match(name[4:])
+    assert rank_tests.is_rank_function("get_node_local_rank")  # torch.distributed's, on another module
+    for name in ("get_world_size", "get_ranks", "get_rank_repr", "rank", None):
+        assert not rank_tests.is_rank_function(name), name
+    # every main-rank name uniformity knows selects the main rank for the rank-0 guards too
+    for name in sorted(uniformity.MAIN_NAMES):
+        assert rank_tests.is_main_like(ast.Name(id=name)), name
+    for env in sorted(uniformity.RANK_ENV):
+        assert rank_tests.is_rank_like(ast.parse(f'os.environ["{env}"]', mode="eval").body), env
+
+
+def test_terminal_name():
+    assert terminal_name(ast.parse("a.b.c", mode="eval").body) == "c"
+    assert terminal_name(ast.parse("f", mode="eval").body) == "f"
+    assert terminal_name(ast.parse("f()", mode="eval").body) is None
+
+
+def test_env_key_takes_a_rule_context_or_a_module_view():
+    from ddp_lint.analysis.semantic import Semantic
+
+    src = 'import os\nr = os.environ["RANK"]\nk = os.environ.get(name)\nx = cfg["RANK"]\n'
+    tree = ast.parse(src)
+    sem = Semantic(tree)
+
+    class Ctx:
+        pass
+
+    ctx = Ctx()
+    ctx.sem = sem
+    vals = [st.value for st in tree.body[1:]]
+    assert [uniformity.env_key(ctx, v) for v in vals] == ["RANK", "", None]
+
+
+def test_a_main_rank_flag_of_uniformity_guards_a_save():
+    """``is_first_rank()`` is a main-rank name of uniformity's table; the rank-0 guard of DDP202
+    reads it the same way (it used to read it as "a rank", true on the other ranks)."""
+    src = (
+        "import torch, torch.distributed as dist\n"
+        "def is_first_rank():\n    return dist.get_rank() == 0\n"
+        "def main(model):\n"
+        "    dist.init_process_group('nccl')\n"
+        "    if is_first_rank():\n        torch.save(model.state_dict(), 'm.pt')\n"
+        "    if is_first_epoch():\n        torch.save(model.state_dict(), 'n.pt')\n"
+        "main(None)\n"
+    )
+    found = check_source(src, "train.py", Settings(select=["DDP202"])).findings
+    assert [f.range.start.line + 1 for f in found] == [9]
+
+
+def test_flow_modules_stay_small():
+    for path in (ANALYSIS / "flow").glob("*.py"):
+        assert len(path.read_text(encoding="utf-8").splitlines()) <= 700, path.name
+
+
+def test_no_rule_defines_its_own_terminal_name_helper():
+    pat = re.compile(r"^def (_?terminal(_name)?|_last_name)\(", re.M)
+    for path in (ANALYSIS / "rules").glob("*.py"):
+        assert not pat.search(path.read_text(encoding="utf-8")), path.name
