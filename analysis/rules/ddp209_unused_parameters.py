@@ -7,6 +7,7 @@ from ..registry import Rule
 from ..semantic import get_arg, parent
 from ._common import DDP_CLASS
 from ._model_flow import reaching_assignment
+from ..flow import for_context
 
 
 # torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)
@@ -172,6 +173,14 @@ def _attrs_read_outside(ctx, classes) -> set[str]:
 
 
 def _module_class(ctx, e, at, classes, depth: int = 0):
+    got = wrapped_class(ctx, e, at, depth)
+    return got[1] if got is not None and got[0] is None and got[1].name in classes else None
+
+
+def wrapped_class(ctx, e, at, depth: int = 0):
+    """The class whose instance ``e`` is: ``Net().cuda()``, ``convert_sync_batchnorm(Net())``, or a
+    name bound to one. ``(None, ClassDef)`` for a class of this file, ``(view, ClassDef)`` for one
+    that an import of this project resolves to (``from models.seg import SegNet``); None when unknown."""
     if e is None or depth > 4:
         return None
     while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _CHAIN:
@@ -179,16 +188,36 @@ def _module_class(ctx, e, at, classes, depth: int = 0):
     if isinstance(e, ast.Call):
         qn = ctx.qn(e) or ""
         if qn.endswith("convert_sync_batchnorm") and e.args:
-            return _module_class(ctx, e.args[0], at, classes, depth + 1)
-        if isinstance(e.func, ast.Name) and e.func.id in classes and e.func.id not in ctx.sem.aliases:
-            return classes[e.func.id]
-        return None
+            return wrapped_class(ctx, e.args[0], at, depth + 1)
+        if not isinstance(e.func, ast.Name) or e.func.id in ctx.sem.aliases and e.func.id not in _imported_names(ctx):
+            return None
+        local = next((st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef) and st.name == e.func.id), None)
+        if local is not None:
+            return None, local
+        if e.func.id not in _imported_names(ctx):
+            return None
+        an = for_context(ctx)
+        got = an.resolve_call(an.main, e)  # a class of another project file resolves to its __init__
+        if got is None or got[0] is an.main:
+            return None
+        cls = parent(got[1])
+        return (got[0], cls) if isinstance(cls, ast.ClassDef) else None
     if isinstance(e, ast.Name):
         st = reaching_assignment(ctx, e.id, at)  # `model = Net().cuda(); model = DDP(model, ...)`
         if st is None:
             return None
-        return _module_class(ctx, st.value, st, classes, depth + 1)
+        return wrapped_class(ctx, st.value, st, depth + 1)
     return None
+
+
+def _imported_names(ctx) -> frozenset:
+    def build():
+        out = set()
+        for st in ctx.sem.tree.body:
+            if isinstance(st, ast.ImportFrom) and st.module and not st.module.startswith(("torch", "__future__")):
+                out.update(a.asname or a.name for a in st.names)
+        return frozenset(out)
+    return ctx.memo("ddp209.imported_names", build)
 
 
 def _plain_module(ctx, cls: ast.ClassDef) -> bool:
