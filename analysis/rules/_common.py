@@ -131,7 +131,7 @@ def project_callers(ctx, names) -> list:
     named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
 
     The project is the folder above this file's topmost package (as ``flow.project`` finds it);
-    only files whose text names both this module and one of ``names`` are parsed, through the
+    only files whose text names one of ``names`` are parsed (a package may re-export them), through the
     flow layer (so they count as dependencies of this check). ``caller_ctx`` is a read-only
     context of the caller's file: rule helpers can query it; nothing is reported on it."""
     import os
@@ -148,15 +148,13 @@ def project_callers(ctx, names) -> list:
         here = os.path.abspath(ctx.filename)
         roots = project.roots_for(here)
         top = roots[1] if len(roots) > 1 else roots[0]
-        stem = os.path.basename(os.path.dirname(here)) if os.path.basename(here) == "__init__.py" \
-            else os.path.splitext(os.path.basename(here))[0]
         an = for_context(ctx)
         out = []
         for path in _py_files(top):
             if path == here:
                 continue
             got = project.read(path)
-            if got is None or stem not in got[0] or not any(n in got[0] for n in names):
+            if got is None or not any(n in got[0] for n in names):
                 continue
             rel = os.path.relpath(path, top)
             if rel.startswith(".."):

@@ -20,8 +20,9 @@ class ForwardBypassesDdp(Rule):
     It also checks a custom method called through the wrapper, `ddp_model.module.training_step(batch)`,
     when the wrapped class (defined in this file, or in a project file it imports) defines that
     method and the method runs the model: it calls `self(...)` or `self.forward(...)` (directly or
-    through other methods of the class), or one of the `torch.nn` layers built in `__init__` while
-    the step never calls the wrapper itself.
+    through other methods of the class), or one of the layers built in `__init__` (a `torch.nn`
+    layer, or an `nn.Module` class of the model's file) while the step never calls the wrapper
+    itself.
 
     The wrapper must be provably the DDP object (`ddp_model = DDP(...)` or `self.model = DDP(...)`
     assigned once). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
@@ -202,16 +203,21 @@ def _runs_forward(sem, cls: ast.ClassDef, method: str, seen: set, depth: int = 0
 
 
 def _layers(sem, cls: ast.ClassDef) -> frozenset:
-    """``self.<attr>`` bound in ``__init__`` to a ``torch.nn`` module (``nn.Linear(...)``, ``nn.Sequential(...)``)."""
+    """``self.<attr>`` bound in ``__init__`` to a ``torch.nn`` module (``nn.Linear(...)``, ``nn.Sequential(...)``)
+    or to an ``nn.Module`` subclass of the same file."""
     init = next((st for st in cls.body if isinstance(st, ast.FunctionDef) and st.name == "__init__"), None)
     out = set()
     if init is None:
         return frozenset()
+    modules = {st.name for st in sem.tree.body if isinstance(st, ast.ClassDef)
+               and any(sem.qualname(b) == "torch.nn.Module" for b in st.bases)}
     for n in ast.walk(init):
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
             qn = sem.call_qualname(n.value) or ""
             last = qn.rsplit(".", 1)[-1]
-            if qn.startswith("torch.nn.") and last[:1].isupper() and not qn.startswith("torch.nn.functional"):
+            # a torch.nn layer, or a module class of the same file (``self.encoder = Encoder()``)
+            if qn.startswith("torch.nn.") and last[:1].isupper() and not qn.startswith("torch.nn.functional") or (
+                    not qn and isinstance(n.value.func, ast.Name) and n.value.func.id in modules):
                 for t in n.targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                         out.add(t.attr)
