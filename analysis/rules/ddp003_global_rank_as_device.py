@@ -31,6 +31,11 @@ class GlobalRankAsDevice(Rule):
     node), a namespace of unknown origin (a parameter whose attribute the function does not set),
     the local rank, a constant or `x % n` is not.
 
+    A namespace attribute is followed too: `args.rank = int(os.environ["RANK"])` earlier in the
+    function (unconditionally), or, when the function does not set it and `args` comes from
+    `parse_args()`, the `default=` of the one `add_argument("--rank", ...)` that defines it
+    (`default=int(os.environ.get("RANK", 0))`).
+
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
     tests run on one node, where the global rank is the local rank.
@@ -175,7 +180,82 @@ def _global_rank(ctx, site, scope, depth: int):
         vals = ctx.memo(("ddp003.self_assigns", id(cls)), lambda: _self_assigns(cls)).get(e.attr, [])
         if len(vals) == 1 and isinstance(vals[0], ast.Assign) and len(vals[0].targets) == 1:
             return _global_rank(ctx, vals[0].value, sem.scope_of(vals[0]), depth + 1)
+        return None
+    if isinstance(e, ast.Attribute) and _ref_path(e) and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _namespace_rank(ctx, e, scope, depth)
     return None
+
+
+def _namespace_rank(ctx, e, scope, depth: int):
+    """``args.rank`` (an attribute of a namespace, not ``self``): the value of its last store in the
+    function before the use (``args.rank = int(os.environ["RANK"])``), or, with no store there, the
+    ``default=`` of the one ``add_argument`` that defines it when ``args`` comes from
+    ``parse_args()`` (``parser.add_argument("--rank", default=int(os.environ.get("RANK", 0)))``)."""
+    stores = [(n, plain) for n, plain in _stores(scope, e) if n.lineno < e.lineno]
+    if stores:
+        n, plain = max(stores, key=lambda p: p[0].lineno)
+        if not plain or not isinstance(n, ast.Assign) or len(n.targets) != 1 or _under_branch(n, scope):
+            return None
+        return _global_rank(ctx, n.value, scope, depth + 1)
+    if _stores(scope, e) or not isinstance(e.value, ast.Name):
+        return None
+    base = _stores(scope, e.value)
+    if len(base) != 1 or not isinstance(base[0][0], ast.Assign) or not _from_parse_args(ctx, base[0][0].value):
+        return None
+    default = _argument_default(ctx, e.attr)
+    if default is None:
+        return None
+    return global_rank_source(ctx, default, ctx.sem.scope_of(default))
+
+
+def _under_branch(n, scope) -> bool:
+    """``n`` sits under a condition, loop or ``try`` of ``scope`` (it may not have run)."""
+    for a in _ancestors(n):
+        if a is scope:
+            return False
+        if isinstance(a, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith)):
+            return True
+    return True
+
+
+def _ancestors(n):
+    p = parent(n)
+    while p is not None:
+        yield p
+        p = parent(p)
+
+
+def _argument_default(ctx, dest: str):
+    """The ``default=`` of the single ``add_argument`` of the file whose destination is ``dest``
+    (``dest=`` or the first long option, dashes as underscores); None when there are none or several,
+    or when the file also sets defaults some other way (``set_defaults``)."""
+    def build():
+        out: dict[str, list] = {}
+        for c in ctx.sem.calls:
+            f = c.func
+            if not isinstance(f, ast.Attribute):
+                continue
+            if f.attr == "set_defaults":
+                out.setdefault("__set_defaults__", []).append(c)
+            if f.attr != "add_argument":
+                continue
+            d = get_arg(c, None, "dest")
+            name = d.value if isinstance(d, ast.Constant) and isinstance(d.value, str) else None
+            if name is None:
+                opts = [a.value for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                longs = [o for o in opts if o.startswith("--")]
+                pick = longs[0] if longs else (opts[0] if opts and not opts[0].startswith("-") else None)
+                name = pick.lstrip("-").replace("-", "_") if pick else None
+            if name:
+                out.setdefault(name, []).append(c)
+        return out
+    idx = ctx.memo("ddp003.add_argument", build)
+    if "__set_defaults__" in idx:
+        return None
+    calls = idx.get(dest, [])
+    if len(calls) != 1:
+        return None
+    return get_arg(calls[0], None, "default")
 
 
 def _init_rank(ctx, site, scope):
