@@ -21,8 +21,8 @@ class ForwardBypassesDdp(Rule):
     when the wrapped class (defined in this file, or in a project file it imports) defines that
     method and the method runs the model: it calls `self(...)` or `self.forward(...)` (directly or
     through other methods of the class), or one of the layers built in `__init__` (a `torch.nn`
-    layer, or an `nn.Module` class of the model's file) while the step never calls the wrapper
-    itself.
+    layer, or an `nn.Module` class of the model's file), and the step never calls the wrapper
+    itself with gradients enabled.
 
     The wrapper must be provably the DDP object (`ddp_model = DDP(...)` or `self.model = DDP(...)`
     assigned once). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
@@ -138,9 +138,9 @@ class ForwardBypassesDdp(Rule):
         runs = _runs_forward(vsem, cls, method, set())
         if runs is None:
             return
-        where, via_layer = runs
-        if via_layer and _calls_wrapper(ctx, holder, fn):
-            return  # DDP's forward ran in this step: the reducer is armed
+        where, _via_layer = runs
+        if _calls_wrapper(ctx, holder, fn):
+            return  # DDP's forward also runs in this step (with gradients): not judged
         h = ctx.text(holder)
         file_note = f" of {view.path}" if view is not None and view.path else ""
         related = [(back, "this backward does not synchronise gradients")]
@@ -225,6 +225,6 @@ def _layers(sem, cls: ast.ClassDef) -> frozenset:
 
 
 def _calls_wrapper(ctx, holder, fn) -> bool:
-    """The function calls the DDP wrapper itself (``ddp_model(x)``) somewhere."""
+    """The function calls the DDP wrapper itself (``ddp_model(x)``) somewhere, gradients enabled."""
     h = ast.dump(holder)
-    return any(isinstance(n, ast.Call) and ast.dump(n.func) == h for n in ast.walk(fn))
+    return any(isinstance(n, ast.Call) and ast.dump(n.func) == h and not grad_disabled(ctx, n) for n in ast.walk(fn))
