@@ -126,6 +126,36 @@ def _py_files(root: str) -> tuple[str, ...]:
     return got
 
 
+_texts: dict[str, tuple[int, int, str]] = {}
+
+
+def _text_of(path: str) -> str | None:
+    """The text of a project file, for the name prefilter (cached by modification time and size;
+    files over ``flow.project.MAX_BYTES`` are not read)."""
+    import os
+
+    from ..flow import project
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    got = _texts.get(path)
+    if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+        return got[2]
+    if st.st_size > project.MAX_BYTES:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(project.MAX_BYTES + 1).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    if len(_texts) > 1024:
+        _texts.clear()
+    _texts[path] = (st.st_mtime_ns, st.st_size, text)
+    return text
+
+
 def project_callers(ctx, names) -> list:
     """Calls, in the other files of this project, of this file's module-level functions or classes
     named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
@@ -153,8 +183,8 @@ def project_callers(ctx, names) -> list:
         for path in _py_files(top):
             if path == here:
                 continue
-            got = project.read(path)
-            if got is None or not any(n in got[0] for n in names):
+            text = _text_of(path)
+            if text is None or not any(n in text for n in names):
                 continue
             rel = os.path.relpath(path, top)
             if rel.startswith(".."):
