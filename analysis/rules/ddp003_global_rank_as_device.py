@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg, parent
+from ..semantic import Semantic, get_arg, parent
 from ._common import DDP_CLASS, D
 from ._guards import global_rank_source, is_local_rank_expr, is_test_file, name_binding_kind
 
@@ -210,19 +210,12 @@ def _namespace_rank(ctx, e, scope, depth: int):
 
 def _under_branch(n, scope) -> bool:
     """``n`` sits under a condition, loop or ``try`` of ``scope`` (it may not have run)."""
-    for a in _ancestors(n):
+    for a in Semantic.ancestors(n):
         if a is scope:
             return False
         if isinstance(a, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith)):
             return True
     return True
-
-
-def _ancestors(n):
-    p = parent(n)
-    while p is not None:
-        yield p
-        p = parent(p)
 
 
 def _argument_default(ctx, dest: str):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
@@ -133,19 +134,8 @@ class UnusedParameters(Rule):
                 outside = _attrs_read_outside(ctx, classes)
             # ``model.module.aux_head(feats)`` in the training loop: the layer gets its gradient
             # outside forward, which DDP accepts
-            unused = [u for u in unused if u[1] not in (outside or set())]
-            for stmt, attr, kind in unused:
-                if id(stmt) in reported:
-                    continue
-                reported.add(id(stmt))
-                ctx.report(
-                    stmt.targets[0],
-                    f"`self.{attr}` ({kind}) is created in `{cls.name}.__init__` but no method of `{cls.name}` uses "
-                    f"it; wrapped in DDP without `find_unused_parameters=True`, the next iteration fails with "
-                    "'Expected to have finished reduction in the prior iteration before starting a new one'",
-                    related=[(call, "wrapped here without `find_unused_parameters=True`")],
-                    fix=_make_fix(ctx, call, fup),
-                )
+            _report_unused(ctx, reported, cls, unused, outside or set(), "wrapped in DDP",
+                           (call, "wrapped here without `find_unused_parameters=True`"), _make_fix(ctx, call, fup))
         _wrapped_elsewhere(ctx, classes, subclassed, reported)
 
 
@@ -188,18 +178,24 @@ def _wrapped_elsewhere(ctx, classes, subclassed, reported) -> None:
             outside = here_outside | _attrs_read_outside(caller, {
                 st.name: st for st in caller.sem.tree.body if isinstance(st, ast.ClassDef)})
             rng = caller.src.node_range(call)
-            for stmt, attr, kind in unused:
-                if id(stmt) in reported or attr in outside:
-                    continue
-                reported.add(id(stmt))
-                ctx.report(
-                    stmt.targets[0],
-                    f"`self.{attr}` ({kind}) is created in `{cls.name}.__init__` but no method of `{cls.name}` uses "
-                    f"it; {caller.filename.rsplit('/', 1)[-1]} (line {rng.start.line + 1}) wraps `{cls.name}` in DDP "
-                    "without `find_unused_parameters=True`, so the next iteration fails with 'Expected to have "
-                    "finished reduction in the prior iteration before starting a new one'",
-                    related=[("file", caller.filename, rng, "wrapped here without `find_unused_parameters=True`")],
-                )
+            where = f"{os.path.basename(caller.filename)} (line {rng.start.line + 1}) wraps `{cls.name}` in DDP"
+            _report_unused(ctx, reported, cls, unused, outside, where,
+                           ("file", caller.filename, rng, "wrapped here without `find_unused_parameters=True`"), None)
+
+
+def _report_unused(ctx, reported: set, cls, unused, outside: set, where: str, related, fix) -> None:
+    for stmt, attr, kind in unused:
+        if id(stmt) in reported or attr in outside:
+            continue
+        reported.add(id(stmt))
+        ctx.report(
+            stmt.targets[0],
+            f"`self.{attr}` ({kind}) is created in `{cls.name}.__init__` but no method of `{cls.name}` uses "
+            f"it; {where} without `find_unused_parameters=True`, so the next iteration fails with "
+            "'Expected to have finished reduction in the prior iteration before starting a new one'",
+            related=[related],
+            fix=fix,
+        )
 
 
 def _freezes(ctx) -> bool:
