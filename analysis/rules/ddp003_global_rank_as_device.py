@@ -167,8 +167,8 @@ def _global_rank(ctx, site, scope, depth: int):
         return None
     if isinstance(e, ast.Name):
         kind, val = name_binding_kind(ctx, e.id, scope)
-        if kind == "single" and isinstance(val, ast.Call):
-            return _global_rank(ctx, val, sem.scope_of(val), depth + 1)
+        if kind == "single" and (isinstance(val, ast.Call) or isinstance(val, ast.Attribute) and _ref_path(val)):
+            return _global_rank(ctx, val, sem.scope_of(val), depth + 1)  # `gpu = args.rank`
         if kind == "param" and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                 isinstance(parent(scope), ast.Module):
             return _param_filled_with_rank(ctx, scope, e.id, depth)
