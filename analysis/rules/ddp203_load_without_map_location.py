@@ -31,8 +31,11 @@ class LoadWithoutMapLocation(Rule):
     (`utils/checkpoint.py: def load_checkpoint(path): return torch.load(path)`) is reported when a
     distributed file of the same project imports that function and calls it where every rank runs
     it (not behind a main-rank test, not in the launching process of an `mp.spawn` script, not in a
-    CPU-only gloo program). The checkpoint test then also accepts the caller's side: its result
-    going to `load_state_dict(...)`, or a checkpoint-like path argument.
+    CPU-only gloo program). The same holds for a method of a class of that file that `__init__`
+    reaches through `self.<method>(...)` calls (a trainer that restores its snapshot when built),
+    when the distributed file builds the class on every rank; a method called from outside the
+    class is not followed. The checkpoint test then also accepts the caller's side: its result
+    going to `load_state_dict(...)`, or a checkpoint-like argument for the path parameter.
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
@@ -141,40 +144,92 @@ def _shown(ctx, caller) -> str:
 
 def _helper_loads(ctx, loads) -> None:
     """A load in a module-level function of a file that is not itself distributed
-    (``utils/checkpoint.py: def load_checkpoint(path): return torch.load(path)``), reported when a
-    distributed file of the same project calls that function where every rank runs it."""
-    cands = {}
+    (``utils/checkpoint.py: def load_checkpoint(path): return torch.load(path)``), or in a method of
+    one of its classes that ``__init__`` reaches through ``self.<method>(...)`` calls (a trainer
+    that restores its snapshot when built), reported when a distributed file of the same project
+    calls that function (builds that class) where every rank runs it."""
+    cands: dict[str, list] = {}
     for call in loads:
-        fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                       ast.Lambda, ast.ClassDef))), None)
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(parent(fn), ast.Module):
-            continue
         path = _unmapped_path(ctx, call, loads)
         if path is None or rank0_guarded(ctx, call) is True:
             continue
-        cands.setdefault(fn.name, []).append((call, path))
+        entry = _entry_point(ctx, call)
+        if entry is not None:
+            cands.setdefault(entry[0], []).append((call, path, entry[1]))
     if not cands:
         return
     from ._common import project_callers
 
     for name, items in cands.items():
-        for caller, site, _ in project_callers(ctx, {name}):
+        for caller, site, target in project_callers(ctx, {name}):
             if not is_distributed_script(caller) or _cpu_only(caller) or runs_in_ranks(caller, site) is False:
                 continue
             if rank0_guarded(caller, site) is not False:
                 continue  # only the main rank loads (or it cannot tell)
-            site_path = site.args[0] if site.args else site
             reported = False
-            for call, path in items:
-                if not (_checkpoint_like(ctx, call, path) or _checkpoint_like(caller, site, site_path)):
-                    continue
+            for call, path, fn in items:
+                if not _checkpoint_like(ctx, call, path):
+                    arg = _argument_for(site, target, path) if fn is target else None
+                    if arg is None or not _checkpoint_like(caller, site, arg):
+                        continue
                 rng = caller.src.node_range(site)
+                what = f"`{name}`" + (" is built" if isinstance(parent(target), ast.ClassDef) else " is called")
                 _report(ctx, call, None,
-                        f" (`{name}` is called on every rank from {_shown(ctx, caller)}, line {rng.start.line + 1})",
-                        related=[("file", caller.filename, rng, f"`{name}` called here on every rank")])
+                        f" ({what} on every rank in {_shown(ctx, caller)}, line {rng.start.line + 1})",
+                        related=[("file", caller.filename, rng, f"{what} here on every rank")])
                 reported = True
             if reported:
                 break  # one caller is enough
+
+
+def _entry_point(ctx, call):
+    """(name other files call, the function holding the load) for a load in a module-level
+    function, or in a method of a module-level class that its ``__init__`` reaches through
+    unguarded ``self.<method>(...)`` calls (the class name then); None otherwise."""
+    fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda, ast.ClassDef))), None)
+    if not isinstance(fn, _DEFS):
+        return None
+    owner = parent(fn)
+    if isinstance(owner, ast.Module):
+        return fn.name, fn
+    if not isinstance(owner, ast.ClassDef) or not isinstance(parent(owner), ast.Module):
+        return None
+    if any(not isinstance(d, ast.Name) or d.id not in ("property",) for d in fn.decorator_list):
+        return None
+    seen, current = set(), fn
+    for _ in range(4):
+        if current.name == "__init__":
+            return owner.name, fn
+        seen.add(current.name)
+        sites = [c for m in owner.body if isinstance(m, _DEFS) for c in ast.walk(m)
+                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == current.name
+                 and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+        if len(sites) != 1 or rank0_guarded(ctx, sites[0]) is True:
+            return None
+        nxt = next((a for a in ctx.sem.ancestors(sites[0]) if isinstance(a, _DEFS)), None)
+        if nxt is None or parent(nxt) is not owner or nxt.name in seen:
+            return None
+        current = nxt
+    return None
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _argument_for(site: ast.Call, fn, path):
+    """The argument ``site`` gives for the parameter that ``path`` names (``load(ckpt_path)`` called
+    as ``load("runs/last.pt")``); None when ``path`` is not a parameter or the call does not say."""
+    if not isinstance(path, ast.Name) or any(isinstance(a, ast.Starred) for a in site.args):
+        return None
+    names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if isinstance(parent(fn), ast.ClassDef) and names and names[0] in ("self", "cls"):
+        names = names[1:]
+    for k in site.keywords:
+        if k.arg == path.id:
+            return k.value
+    if path.id in names and names.index(path.id) < len(site.args):
+        return site.args[names.index(path.id)]
+    return None
 
 
 def _method_guarded(ctx, node: ast.AST, depth: int) -> bool | None:
