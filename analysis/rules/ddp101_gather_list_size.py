@@ -70,7 +70,12 @@ class GatherListSize(Rule):
     ValueError: Argument ``scatter_list`` must NOT be specified on non-source ranks.
     ```
 
-    A `scatter` input list with the wrong number of tensors fails on the source inside the backend.
+    A `scatter` input list with the wrong number of tensors fails on the source inside the backend:
+
+    ```
+    RuntimeError: ProcessGroupGloo::scatter: Incorrect input list size 2. Input list size should be 4,
+    same as size of the process group.
+    ```
 
     ## Example
     ```python
@@ -138,7 +143,7 @@ class GatherListSize(Rule):
                     continue
                 _report_size(ctx, seen, op, call, out, target, in_spec, group_pos, tensors,
                              f"{_what(op)} of `{op}` has a fixed length of {n}; it needs one slot per rank "
-                             "(the world size): longer lists keep trailing `None`s, shorter ones raise IndexError")
+                             "(the world size): " + _CONSEQUENCE[op in _INPUT_LISTS])
         _check_non_root_lists(ctx, seen)
         _check_per_node_size(ctx, seen)
 
@@ -372,6 +377,12 @@ def _check_per_node_size(ctx, seen: set) -> None:
             _report_size(ctx, seen, op, call, out, target, in_spec, group_pos, tensors,
                          f"{_what(op)} of `{op}` is sized by {what}, the GPUs of one node, but it needs one slot "
                          "per rank of the world: on more than one node the list is too short")
+
+
+_CONSEQUENCE = {
+    False: "longer lists keep trailing `None`s, shorter ones raise IndexError",
+    True: "the source raises 'Incorrect input list size ... should be ... same as size of the process group'",
+}
 
 
 def _what(op: str) -> str:
