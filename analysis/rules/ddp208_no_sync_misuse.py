@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import parent
+from ..semantic import Semantic, parent
 from ._training import backward_calls, ddp_holder, enclosing_function
 
 
@@ -205,28 +205,16 @@ def _optimizer_step(c: ast.Call) -> bool:
 
 
 def _inside(node, outer) -> bool:
-    p = parent(node)
-    while p is not None:
-        if p is outer:
-            return True
-        p = parent(p)
-    return False
+    return any(a is outer for a in Semantic.ancestors(node))
 
 
 def _in_body(node, if_node) -> bool:
     child = node
-    for a in _ancestors(node):
+    for a in Semantic.ancestors(node):
         if a is if_node:
             return child in if_node.body
         child = a
     return False
-
-
-def _ancestors(node):
-    p = parent(node)
-    while p is not None:
-        yield p
-        p = parent(p)
 
 
 def _spell(t) -> str:
@@ -317,7 +305,7 @@ def _synced_backward(ctx, stmts) -> bool:
     """A backward in ``stmts`` that no ``if`` / loop / ``with ...no_sync()`` inside them encloses."""
     tops = {id(st) for st in stmts}
     for b in _backwards_in(ctx, stmts):
-        for a in _ancestors(b):
+        for a in Semantic.ancestors(b):
             if isinstance(a, (ast.If, ast.IfExp, ast.Try, *_LOOPS)) or isinstance(a, ast.With) and _no_sync_holder(a):
                 break
             if id(a) in tops or a in stmts:
