@@ -78,3 +78,141 @@ def gloo_only(ctx, init: ast.Call) -> bool:
     if isinstance(expr, ast.Attribute):
         return (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo"
     return False
+
+
+# -- callers in other files of the project ----------------------------------------------------------
+
+_SKIP_DIRS = frozenset({"venv", ".venv", "env", "site-packages", "node_modules", "__pycache__", "build", "dist",
+                        ".git", ".tox", ".eggs"})
+_MAX_SCAN_FILES = 300
+_MAX_SCAN_DEPTH = 4
+_listings: dict[tuple[str, int], tuple[str, ...]] = {}
+
+
+def _py_files(root: str) -> tuple[str, ...]:
+    """The ``.py`` files under ``root`` (a few levels deep, at most ``_MAX_SCAN_FILES``), cached per
+    folder and its modification time."""
+    import os
+
+    try:
+        key = (root, os.stat(root).st_mtime_ns)
+    except OSError:
+        return ()
+    got = _listings.get(key)
+    if got is not None:
+        return got
+    out: list[str] = []
+    stack = [(root, 0)]
+    while stack and len(out) < _MAX_SCAN_FILES:
+        d, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(".") or e.name in _SKIP_DIRS:
+                continue
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if depth < _MAX_SCAN_DEPTH:
+                        stack.append((e.path, depth + 1))
+                elif e.name.endswith(".py") and e.is_file(follow_symlinks=False):
+                    out.append(os.path.abspath(e.path))
+            except OSError:
+                continue
+    if len(_listings) > 64:
+        _listings.clear()
+    got = _listings[key] = tuple(out)
+    return got
+
+
+_texts: dict[str, tuple[int, int, str]] = {}
+
+
+def _text_of(path: str) -> str | None:
+    """The text of a project file, for the name prefilter (cached by modification time and size;
+    files over ``flow.project.MAX_BYTES`` are not read)."""
+    import os
+
+    from ..flow import project
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    got = _texts.get(path)
+    if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+        return got[2]
+    if st.st_size > project.MAX_BYTES:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(project.MAX_BYTES + 1).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    if len(_texts) > 1024:
+        _texts.clear()
+    _texts[path] = (st.st_mtime_ns, st.st_size, text)
+    return text
+
+
+def project_callers(ctx, names) -> list:
+    """Calls, in the other files of this project, of this file's module-level functions or classes
+    named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
+
+    The project is the folder above this file's topmost package (as ``flow.project`` finds it);
+    only files whose text names one of ``names`` are parsed (a package may re-export them), through the
+    flow layer (so they count as dependencies of this check). ``caller_ctx`` is a read-only
+    context of the caller's file: rule helpers can query it; nothing is reported on it."""
+    import os
+
+    from ..context import Context
+    from ..flow import for_context, project
+    from ..source import SourceText
+
+    names = frozenset(names)
+    if not names or not ctx.filename or ctx.filename.startswith("<") or not os.path.isfile(ctx.filename):
+        return []
+
+    def build():
+        here = os.path.abspath(ctx.filename)
+        roots = project.roots_for(here)
+        top = roots[1] if len(roots) > 1 else roots[0]
+        an = for_context(ctx)
+        out = []
+        for path in _py_files(top):
+            if path == here:
+                continue
+            text = _text_of(path)
+            if text is None or not any(n in text for n in names):
+                continue
+            rel = os.path.relpath(path, top)
+            if rel.startswith(".."):
+                continue
+            mod = rel[:-3].replace(os.sep, ".")
+            if mod.endswith(".__init__"):
+                mod = mod[: -len(".__init__")]
+            view = an.module_view(an.main, mod, 0)  # loaded as a dependency of this check
+            if view is None or view is an.main or view.path != path:
+                continue
+            caller = None
+            for call in view.sem.calls:
+                if not isinstance(call.func, (ast.Name, ast.Attribute)):
+                    continue
+                tail = call.func.id if isinstance(call.func, ast.Name) else call.func.attr
+                if tail not in names and tail not in view.imports:
+                    continue
+                res = an.resolve_call(view, call)
+                if res is None or res[0] is not an.main:
+                    continue
+                node = res[1]
+                owner = getattr(node, "_p", None)
+                name = owner.name if node.name == "__init__" and isinstance(owner, ast.ClassDef) else node.name
+                if name not in names:
+                    continue
+                if caller is None:
+                    caller = Context(SourceText(view.text), view.sem, path)
+                out.append((caller, call, node))
+        return out
+
+    return ctx.memo(("common.project_callers", names), build)

@@ -4,11 +4,15 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg, parent
+from ..semantic import Semantic, get_arg, parent
 from ..flow.assignments import name_binding_kind
 from ..flow.rank_tests import global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
-from ._common import DDP_CLASS
+from ._common import DDP_CLASS, D
+
+
+_MESSAGE = ("the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
+            "on every node but the first: `invalid device ordinal`. Use the local rank")
 
 
 class GlobalRankAsDevice(Rule):
@@ -21,6 +25,18 @@ class GlobalRankAsDevice(Rule):
     `output_device=rank`. The rank is also followed through the file's own helpers: a function
     that returns `int(os.environ["RANK"])`, a parameter that every call site fills with the global
     rank, and `self.rank` assigned once from it.
+
+    The value given to `init_process_group(rank=...)` is the global rank by definition, so the same
+    variable or attribute used as a device in that function is flagged too (`args.rank` from
+    `parse_args()`, `args.rank = args.node_rank * ngpus + gpu`, `rank = node * gpus + local`), when
+    nothing rebinds it in between. A parameter as it stands (the index `mp.spawn` passes on one
+    node), a namespace of unknown origin (a parameter whose attribute the function does not set),
+    the local rank, a constant or `x % n` is not.
+
+    A namespace attribute is followed too: `args.rank = int(os.environ["RANK"])` earlier in the
+    function (unconditionally), or, when the function does not set it and `args` comes from
+    `parse_args()`, the `default=` of the one `add_argument("--rank", ...)` that defines it
+    (`default=int(os.environ.get("RANK", 0))`).
 
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
@@ -54,14 +70,16 @@ class GlobalRankAsDevice(Rule):
     The fix replaces the rank at the device use with the script's own `local_rank` variable when it
     has one (assigned from `LOCAL_RANK`, or a `local_rank` parameter), else with
     `int(os.environ["LOCAL_RANK"])`, adding `import os` if needed. It is **unsafe**: it assumes the
-    script is launched by torchrun (or another launcher that sets `LOCAL_RANK`).
+    script is launched by torchrun (or another launcher that sets `LOCAL_RANK`). A rank found
+    through `init_process_group(rank=...)` in a script that starts its ranks with `mp.spawn` gets no
+    fix: there is no `LOCAL_RANK`; the spawn index is the device.
     """
 
     code = "DDP003"
     name = "global-rank-as-device"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("get_rank", "RANK", "SLURM_PROCID", "PMI_RANK")
+    requires_text = ("get_rank", "RANK", "SLURM_PROCID", "PMI_RANK", "init_process_group")
 
     def finish(self, ctx) -> None:
         if is_test_file(ctx.filename):
@@ -105,13 +123,21 @@ class GlobalRankAsDevice(Rule):
             scope = sem.scope_of(call)
             for site in sites:
                 src = _global_rank(ctx, site, scope, 0)
-                if src is None:
-                    continue
-                how = "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
+                if src is not None:
+                    how = "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
+                else:
+                    src = _init_rank(ctx, site, scope)
+                    if src is None:
+                        continue
+                    how = f"`{ctx.text(src)}`, the `rank=` given to `init_process_group`"
+                    if _local_rank_name(ctx, site) is None and ctx.calls_to(
+                            "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
+                        # ranks started by mp.spawn have no LOCAL_RANK: the spawn index is the device
+                        ctx.report(call, _MESSAGE.format(how=how), related=[(src, "the global rank comes from here")])
+                        break
                 ctx.report(
                     call,
-                    f"the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
-                    "on every node but the first: `invalid device ordinal`. Use the local rank",
+                    _MESSAGE.format(how=how),
                     related=[(src, "the global rank comes from here")] if src is not site else [],
                     fix=_make_fix(ctx, site),
                 )
@@ -143,8 +169,8 @@ def _global_rank(ctx, site, scope, depth: int):
         return None
     if isinstance(e, ast.Name):
         kind, val = name_binding_kind(ctx, e.id, scope)
-        if kind == "single" and isinstance(val, ast.Call):
-            return _global_rank(ctx, val, sem.scope_of(val), depth + 1)
+        if kind == "single" and (isinstance(val, ast.Call) or isinstance(val, ast.Attribute) and _ref_path(val)):
+            return _global_rank(ctx, val, sem.scope_of(val), depth + 1)  # `gpu = args.rank`
         if kind == "param" and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                 isinstance(parent(scope), ast.Module):
             return _param_filled_with_rank(ctx, scope, e.id, depth)
@@ -156,7 +182,193 @@ def _global_rank(ctx, site, scope, depth: int):
         vals = ctx.memo(("ddp003.self_assigns", id(cls)), lambda: _self_assigns(cls)).get(e.attr, [])
         if len(vals) == 1 and isinstance(vals[0], ast.Assign) and len(vals[0].targets) == 1:
             return _global_rank(ctx, vals[0].value, sem.scope_of(vals[0]), depth + 1)
+        return None
+    if isinstance(e, ast.Attribute) and _ref_path(e) and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _namespace_rank(ctx, e, scope, depth)
     return None
+
+
+def _namespace_rank(ctx, e, scope, depth: int):
+    """``args.rank`` (an attribute of a namespace, not ``self``): the value of its last store in the
+    function before the use (``args.rank = int(os.environ["RANK"])``), or, with no store there, the
+    ``default=`` of the one ``add_argument`` that defines it when ``args`` comes from
+    ``parse_args()`` (``parser.add_argument("--rank", default=int(os.environ.get("RANK", 0)))``)."""
+    stores = [(n, plain) for n, plain in _stores(scope, e) if n.lineno < e.lineno]
+    if stores:
+        n, plain = max(stores, key=lambda p: p[0].lineno)
+        if not plain or not isinstance(n, ast.Assign) or len(n.targets) != 1 or _under_branch(n, scope):
+            return None
+        return _global_rank(ctx, n.value, scope, depth + 1)
+    if _stores(scope, e) or not isinstance(e.value, ast.Name):
+        return None
+    base = _stores(scope, e.value)
+    if len(base) != 1 or not isinstance(base[0][0], ast.Assign) or not _from_parse_args(ctx, base[0][0].value):
+        return None
+    default = _argument_default(ctx, e.attr)
+    if default is None:
+        return None
+    return global_rank_source(ctx, default, ctx.sem.scope_of(default))
+
+
+def _under_branch(n, scope) -> bool:
+    """``n`` sits under a condition, loop or ``try`` of ``scope`` (it may not have run)."""
+    for a in Semantic.ancestors(n):
+        if a is scope:
+            return False
+        if isinstance(a, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith)):
+            return True
+    return True
+
+
+def _argument_default(ctx, dest: str):
+    """The ``default=`` of the single ``add_argument`` of the file whose destination is ``dest``
+    (``dest=`` or the first long option, dashes as underscores); None when there are none or several,
+    or when the file also sets defaults some other way (``set_defaults``)."""
+    def build():
+        out: dict[str, list] = {}
+        for c in ctx.sem.calls:
+            f = c.func
+            if not isinstance(f, ast.Attribute):
+                continue
+            if f.attr == "set_defaults":
+                out.setdefault("__set_defaults__", []).append(c)
+            if f.attr != "add_argument":
+                continue
+            d = get_arg(c, None, "dest")
+            name = d.value if isinstance(d, ast.Constant) and isinstance(d.value, str) else None
+            if name is None:
+                opts = [a.value for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                longs = [o for o in opts if o.startswith("--")]
+                pick = longs[0] if longs else (opts[0] if opts and not opts[0].startswith("-") else None)
+                name = pick.lstrip("-").replace("-", "_") if pick else None
+            if name:
+                out.setdefault(name, []).append(c)
+        return out
+    idx = ctx.memo("ddp003.add_argument", build)
+    if "__set_defaults__" in idx:
+        return None
+    calls = idx.get(dest, [])
+    if len(calls) != 1:
+        return None
+    return get_arg(calls[0], None, "default")
+
+
+def _init_rank(ctx, site, scope):
+    """The ``rank=`` expression of an ``init_process_group`` call in the same function when ``site``
+    is that same variable or attribute (``args.rank``, ``rank``) with no store to it between the
+    two: the process group's rank is by definition the global one. Not when the value is a
+    parameter as it stands (the index ``mp.spawn`` passes, one node), the local rank, a constant,
+    or ``... % n``; an attribute of a namespace counts only when it comes from ``parse_args()``
+    (or a helper returning it) or is stored in the function from such a value."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    e = _unwrap_int(site)
+    if not _ref_path(e):
+        return None
+    key = ast.dump(e)
+    for init in ctx.calls_to(D + "init_process_group"):
+        r = get_arg(init, 4, "rank")
+        if r is None or ctx.sem.scope_of(init) is not scope:
+            continue
+        r = _unwrap_int(r)
+        if ast.dump(r) != key:
+            continue
+        lo, hi = sorted((init.lineno, site.lineno))
+        if _stored_between(scope, e, lo, hi):
+            return None
+        if _global_looking(ctx, e, scope, min(init.lineno, site.lineno)):
+            return r
+    return None
+
+
+def _unwrap_int(e):
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1:
+        e = e.args[0]
+    return e
+
+
+def _ref_path(e) -> bool:
+    """A name or a chain of attributes on a name (``args.rank``, ``self.cfg.rank``)."""
+    while isinstance(e, ast.Attribute):
+        e = e.value
+    return isinstance(e, ast.Name)
+
+
+def _stores(scope, e):
+    """Assignments in ``scope`` whose target is ``e`` (same name / attribute path)."""
+    key = ast.dump(e, annotate_fields=False).replace("Store()", "Load()")
+    out = []
+    for n in ast.walk(scope):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in tgts:
+                for x in ast.walk(t):
+                    if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store) and \
+                            ast.dump(x, annotate_fields=False).replace("Store()", "Load()") == key:
+                        out.append((n, x is t))
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.NamedExpr, ast.With, ast.AsyncWith)):
+            tgts = [i.optional_vars for i in n.items if i.optional_vars is not None] \
+                if isinstance(n, (ast.With, ast.AsyncWith)) else [n.target]
+            for x in (y for t in tgts for y in ast.walk(t)):
+                if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store) and \
+                        ast.dump(x, annotate_fields=False).replace("Store()", "Load()") == key:
+                    out.append((n, False))
+    return out
+
+
+def _stored_between(scope, e, lo: int, hi: int) -> bool:
+    return any(lo < n.lineno < hi for n, _ in _stores(scope, e))
+
+
+def _global_looking(ctx, e, scope, before: int) -> bool:
+    """``e`` holds a value that is neither the spawn index nor the local rank (see ``_init_rank``)."""
+    if is_local_rank_expr(ctx, e, scope):
+        return False
+    stores = [(n, plain) for n, plain in _stores(scope, e) if n.lineno <= before]
+    if stores:
+        n, plain = max(stores, key=lambda p: p[0].lineno)
+        if not plain or not isinstance(n, ast.Assign):
+            return False
+        return _computed_rank(ctx, n.value, scope)
+    if isinstance(e, ast.Name):
+        return False  # a parameter (or a global): the spawn index, as far as this function knows
+    base = e
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    if len(_stores(scope, base)) != 1 or not isinstance(_stores(scope, base)[0][0], ast.Assign):
+        return False
+    return _from_parse_args(ctx, _stores(scope, base)[0][0].value)
+
+
+def _computed_rank(ctx, v, scope) -> bool:
+    """A rank value that is not a bare parameter, constant, local rank or ``x % n``: an arithmetic
+    combination (``node_rank * gpus + gpu``) or a parsed argument."""
+    v = _unwrap_int(v)
+    if isinstance(v, ast.BinOp):
+        return not isinstance(v.op, ast.Mod) and not is_local_rank_expr(ctx, v, scope)
+    if isinstance(v, ast.Attribute) and _ref_path(v):
+        return not is_local_rank_expr(ctx, v, scope) and _global_looking(ctx, v, scope, v.lineno)
+    return False
+
+
+def _from_parse_args(ctx, v, depth: int = 0) -> bool:
+    """``parser.parse_args()`` / ``parse_known_args()[0]``, or a call of a module-level function of
+    this file whose every return is one."""
+    if depth > 2:
+        return False
+    if isinstance(v, ast.Subscript):
+        v = v.value
+    if not isinstance(v, ast.Call):
+        return False
+    if isinstance(v.func, ast.Attribute) and v.func.attr in ("parse_args", "parse_known_args"):
+        return True
+    if isinstance(v.func, ast.Name):
+        fns = ctx.sem.functions.get(v.func.id, [])
+        if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
+            rets = [n for n in ast.walk(fns[0]) if isinstance(n, ast.Return)]
+            return bool(rets) and all(r.value is not None and _from_parse_args(ctx, r.value, depth + 1)
+                                      for r in rets)
+    return False
 
 
 def _self_assigns(cls: ast.ClassDef) -> dict[str, list[ast.AST]]:

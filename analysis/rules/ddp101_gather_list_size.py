@@ -13,7 +13,10 @@ _OPS = {
     "gather_object": ((1, "object_gather_list"), (0, "obj"), 3, False),
     "all_gather": ((0, "tensor_list"), (1, "tensor"), 2, True),
     "gather": ((1, "gather_list"), (0, "tensor"), 3, True),
+    # the source's input list: one tensor per rank, like an output list
+    "scatter": ((1, "scatter_list"), (0, "tensor"), 3, True),
 }
+_INPUT_LISTS = frozenset({"scatter"})
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "__setitem__", "__delitem__"})
 
 
@@ -21,8 +24,9 @@ class GatherListSize(Rule):
     """
     ## What it does
     Checks the output list of `all_gather_object`, `all_gather`, `gather_object` and `gather`
-    (on the destination) for a length that is provably not the world size: a literal list,
-    `[x] * k`, `range(k)`, or a comprehension over a fixed-length literal, with a constant `k`.
+    (on the destination), and the input list of `scatter` (on the source), for a length that is
+    provably not the world size: a literal list, `[x] * k`, `range(k)`, or a comprehension over a
+    fixed-length literal, with a constant `k`.
 
     A length computed from `get_world_size(...)`, `WORLD_SIZE`, or any variable or parameter is
     never flagged, nor is a call on a subgroup of unknown size (`group=`: the list then needs the
@@ -32,9 +36,13 @@ class GatherListSize(Rule):
 
     It also checks two shapes reported again and again:
 
-    - `gather(t, gather_list=out, dst=0)` / `scatter(t, scatter_list=chunks, src=0)` where the list
-      is a non-empty list on **every** rank (built unconditionally, not behind a rank test or an
-      if-expression): only the destination (source) rank may pass one;
+    - `gather(t, gather_list=out, dst=0)` / `gather_object(obj, out, dst=0)` /
+      `scatter(t, scatter_list=chunks, src=0)` where the list is a non-empty list on **every** rank
+      (built unconditionally, not behind a rank test or an if-expression): only the destination
+      (source) rank may pass one. Non-empty means a non-empty literal, `[x] * world_size`, a
+      comprehension over `range(world_size)`, or the pieces of a tensor (`list(t.chunk(n))`,
+      `torch.split(t, k)`, `t.tensor_split(n)`: never empty); a `split` whose receiver is not
+      provably a tensor (a string's) is left alone;
     - an output list sized by `torch.cuda.device_count()` or `LOCAL_WORLD_SIZE`, the GPUs of
       **one node**, for a collective over the whole world. Not flagged on a subgroup (`group=`),
       nor when the file makes the world one node itself (`mp.spawn`, a `world_size` computed from
@@ -54,11 +62,19 @@ class GatherListSize(Rule):
     breaks as soon as the world size changes; a list sized by the node's GPU count breaks as soon as
     the job spans two nodes.
 
-    `gather` and `scatter` check the list against the rank, and every other rank raises:
+    `gather`, `gather_object` and `scatter` check the list against the rank, and every other rank
+    raises:
 
     ```
     ValueError: Argument ``gather_list`` must NOT be specified on non-destination ranks.
     ValueError: Argument ``scatter_list`` must NOT be specified on non-source ranks.
+    ```
+
+    A `scatter` input list with the wrong number of tensors fails on the source inside the backend:
+
+    ```
+    RuntimeError: ProcessGroupGloo::scatter: Incorrect input list size 2. Input list size should be 4,
+    same as size of the process group.
     ```
 
     ## Example
@@ -69,6 +85,9 @@ class GatherListSize(Rule):
 
     out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
     dist.gather(t, gather_list=out, dst=0)  # ValueError on every rank but 0
+
+    chunks = list(batch.chunk(dist.get_world_size()))
+    dist.scatter(mine, scatter_list=chunks, src=0)  # ValueError on every rank but 0
     ```
 
     ## Use instead
@@ -78,13 +97,17 @@ class GatherListSize(Rule):
 
     out = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
     dist.gather(t, gather_list=out if dist.get_rank() == 0 else None, dst=0)
+
+    chunks = list(batch.chunk(dist.get_world_size())) if dist.get_rank() == 0 else None
+    dist.scatter(mine, scatter_list=chunks, src=0)
     ```
 
     ## Fix safety
     The fix replaces the list expression with `[None for _ in range(dist.get_world_size())]`
     (`[torch.empty_like(t) for _ in range(...)]` for tensor lists), using the file's own alias for
     `torch.distributed` and passing the call's `group=` on. It is **safe**: a list of the right
-    length is what every rank needs, and the slots are overwritten by the collective.
+    length is what every rank needs, and the slots are overwritten by the collective. A `scatter`
+    input list holds the data, so its length gets no fix.
 
     For a list passed on every rank, the fix replaces the argument with
     `<list> if dist.get_rank() == <dst> else None` (**safe**: the destination keeps its list, the
@@ -96,7 +119,7 @@ class GatherListSize(Rule):
     name = "gather-list-size"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("gather",)
+    requires_text = ("gather", "scatter")
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
@@ -118,15 +141,9 @@ class GatherListSize(Rule):
                 target, n = _fixed_length(ctx, out, scope, call)
                 if target is None or n is None or n == size or id(target) in seen:
                     continue
-                seen.add(id(target))
-                fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors)
-                ctx.report(
-                    target,
-                    f"output list of `{op}` has a fixed length of {n}; it needs one slot per rank "
-                    "(the world size): longer lists keep trailing `None`s, shorter ones raise IndexError",
-                    related=[(call, f"passed to `{op}` here")] if target is not out else [],
-                    fix=fix,
-                )
+                _report_size(ctx, seen, op, call, out, target, in_spec, group_pos, tensors,
+                             f"{_what(op)} of `{op}` has a fixed length of {n}; it needs one slot per rank "
+                             "(the world size): " + _CONSEQUENCE[op in _INPUT_LISTS])
         _check_non_root_lists(ctx, seen)
         _check_per_node_size(ctx, seen)
 
@@ -137,7 +154,12 @@ _ROOTED = {
                "Argument ``gather_list`` must NOT be specified on non-destination ranks."),
     "scatter": ((1, "scatter_list"), (2, "src"), "group_src",
                 "Argument ``scatter_list`` must NOT be specified on non-source ranks."),
+    # gather_object validates its output list like gather does
+    "gather_object": ((1, "object_gather_list"), (2, "dst"), "group_dst",
+                      "Argument ``gather_list`` must NOT be specified on non-destination ranks."),
 }
+# methods (and torch functions) that split a tensor into at least one piece, whatever its size
+_SPLITS = frozenset({"chunk", "split", "tensor_split"})
 
 
 def _check_non_root_lists(ctx, seen: set) -> None:
@@ -200,19 +222,66 @@ def _rank_dependent(ctx, node) -> bool:
 
 
 def _nonempty_list(ctx, expr, scope) -> bool:
-    """A list that has at least one element on every rank: a non-empty literal, `[x] * n` or a
-    comprehension over `range(<world size>)` / a non-empty literal."""
+    """A list that has at least one element on every rank: a non-empty literal, `[x] * n`, a
+    comprehension over `range(<world size>)` / a non-empty literal / the pieces of a tensor, or
+    `list(<the pieces of a tensor>)` (`t.chunk(n)`, `torch.split(t, k)`: never empty)."""
     n = _literal_len(ctx, expr, scope)
     if n is not None:
         return n > 0
     if isinstance(expr, ast.ListComp) and len(expr.generators) == 1 and not expr.generators[0].ifs:
         it = expr.generators[0].iter
-        return _is_range_of_world(ctx, it, scope)
+        return _is_range_of_world(ctx, it, scope) or _pieces(ctx, it, scope)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "list" \
+            and "list" not in ctx.sem.aliases and len(expr.args) == 1 and not expr.keywords:
+        return _pieces(ctx, expr.args[0], scope)
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
         for seq, k in ((expr.left, expr.right), (expr.right, expr.left)):
             if isinstance(seq, ast.List) and seq.elts and _is_world_size(ctx, k, scope):
                 return True
     return False
+
+
+def _pieces(ctx, e, scope, depth: int = 0) -> bool:
+    """``t.chunk(n)`` / ``t.split(k)`` / ``t.tensor_split(n)`` / ``torch.chunk(t, n)`` (or a name bound
+    once to one): a tuple of at least one tensor, whatever ``t`` holds."""
+    if depth > 2:
+        return False
+    if isinstance(e, ast.Name):
+        if len(ctx.sem.assignments(scope).get(e.id, [])) != 1:
+            return False
+        return _pieces(ctx, ctx.sem.single_value(e.id, scope), scope, depth + 1)
+    if not isinstance(e, ast.Call) or not isinstance(e.func, ast.Attribute) or e.func.attr not in _SPLITS:
+        return False
+    if any(isinstance(a, ast.Starred) for a in e.args) or any(k.arg is None for k in e.keywords):
+        return False
+    qn = ctx.qn(e)
+    if qn is not None:  # ``torch.chunk(t, n)``, never ``re.split`` / ``str.split``
+        return qn in {f"torch.{m}" for m in _SPLITS} and len(e.args) >= 2
+    if len(e.args) < 1:
+        return False
+    # a method: ``chunk`` / ``tensor_split`` are tensor methods only; ``split`` is a string's too,
+    # so it needs a receiver that is provably a tensor
+    return e.func.attr != "split" or _tensor_expr(ctx, e.func.value, scope)
+
+
+def _tensor_expr(ctx, e, scope, depth: int = 0) -> bool:
+    """Built by a ``torch.*`` factory (or a tensor method on one): ``torch.arange(n)``, ``x.cuda()``."""
+    if depth > 4 or e is None:
+        return False
+    if isinstance(e, ast.Name):
+        return _tensor_expr(ctx, ctx.sem.single_value(e.id, scope), scope, depth + 1)
+    if isinstance(e, ast.Call):
+        qn = ctx.qn(e) or ""
+        if qn.startswith("torch.") and not qn.startswith(("torch.distributed", "torch.nn", "torch.utils",
+                                                           "torch.cuda", "torch.multiprocessing")):
+            return qn not in ("torch.load", "torch.save", "torch.device", "torch.Size")
+        if qn == "" and isinstance(e.func, ast.Attribute) and e.func.attr in _TENSOR_METHODS:
+            return _tensor_expr(ctx, e.func.value, scope, depth + 1)
+    return False
+
+
+_TENSOR_METHODS = frozenset({"cuda", "to", "float", "half", "double", "contiguous", "clone", "detach", "view",
+                             "reshape", "flatten", "cpu", "long", "int", "bfloat16", "squeeze", "unsqueeze"})
 
 
 def _is_range_of_world(ctx, it, scope) -> bool:
@@ -305,15 +374,28 @@ def _check_per_node_size(ctx, seen: set) -> None:
                 world_is_node = _world_is_node(ctx)
             if world_is_node:
                 return
-            seen.add(id(target))
-            fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors)
-            ctx.report(
-                target,
-                f"output list of `{op}` is sized by {what}, the GPUs of one node, but it needs one slot "
-                "per rank of the world: on more than one node the list is too short (IndexError)",
-                related=[(call, f"passed to `{op}` here")] if target is not out else [],
-                fix=fix,
-            )
+            _report_size(ctx, seen, op, call, out, target, in_spec, group_pos, tensors,
+                         f"{_what(op)} of `{op}` is sized by {what}, the GPUs of one node, but it needs one slot "
+                         "per rank of the world: on more than one node the list is too short")
+
+
+_CONSEQUENCE = {
+    False: "longer lists keep trailing `None`s, shorter ones raise IndexError",
+    True: "the source raises 'Incorrect input list size ... should be ... same as size of the process group'",
+}
+
+
+def _what(op: str) -> str:
+    return "input list" if op in _INPUT_LISTS else "output list"
+
+
+def _report_size(ctx, seen: set, op, call, out, target, in_spec, group_pos, tensors, message: str) -> None:
+    """Report a list whose length is not the world size (once per list expression)."""
+    seen.add(id(target))
+    fix = None
+    if op not in _INPUT_LISTS:  # an input list's contents are the data: no list of empties replaces it
+        fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors)
+    ctx.report(target, message, related=[(call, f"passed to `{op}` here")] if target is not out else [], fix=fix)
 
 
 def _on_subgroup(group) -> bool:
@@ -405,27 +487,7 @@ def _iter_len(ctx, it, scope, depth) -> int | None:
 def _mutated(ctx, name: str, scope, call) -> bool:
     """The list may change length: a mutating method, ``+=``, ``del x[...]``, or being passed to
     any call other than the collective itself (or ``len``/``print``)."""
-    for n in iter_scope_nodes(scope):
-        if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Name) and n.value.id == name:
-            return True
-        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name:
-            return True
-        if isinstance(n, ast.Delete) and any(
-            isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name for t in n.targets
-        ):
-            return True
-        if isinstance(n, ast.Call) and n is not call:
-            if isinstance(n.func, ast.Name) and n.func.id in ("len", "print", "enumerate", "range", "zip", "str", "repr"):
-                continue
-            for a in (*n.args, *(k.value for k in n.keywords)):
-                if isinstance(a, ast.Name) and a.id == name:
-                    # passing it to another collective reads it; anything else may resize it
-                    qn = ctx.qn(n)
-                    if not (qn and qn.startswith(D)):
-                        return True
-        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
-            return True
-    return False
+    return any(_mutates(ctx, n, name, call) for n in iter_scope_nodes(scope))
 
 
 def _mutated_before(ctx, name: str, scope, call) -> bool:

@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..flow.devices import device_in_scope
-from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.models import is_distributed_script
 from ..flow.rank import rank0_guarded
 from ._common import D, gloo_only
 from .ddp202_save_on_every_rank import rank_specific_path
@@ -27,6 +27,16 @@ class LoadWithoutMapLocation(Rule):
     from `__init__`, its result going to `self.model.load_state_dict(...)`) is followed through the
     `self.<method>(...)` calls to where the class is built. A data file (`torch.load("data/train.pt")`) saved from CPU tensors
     comes back on the CPU and is left alone.
+
+    A load in a module-level function of a file that is not distributed itself
+    (`utils/checkpoint.py: def load_checkpoint(path): return torch.load(path)`) is reported when a
+    distributed file of the same project imports that function and calls it where every rank runs
+    it (not behind a main-rank test, not in the launching process of an `mp.spawn` script, not in a
+    CPU-only gloo program). The same holds for a method of a class of that file that `__init__`
+    reaches through `self.<method>(...)` calls (a trainer that restores its snapshot when built),
+    when the distributed file builds the class on every rank; a method called from outside the
+    class is not followed. The checkpoint test then also accepts the caller's side: its result
+    going to `load_state_dict(...)`, or a checkpoint-like argument for the path parameter.
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
@@ -65,26 +75,19 @@ class LoadWithoutMapLocation(Rule):
     severity = Severity.WARNING
     fix_availability = "always"
     requires_text = ("load",)
-    requires_text_all = (LAUNCH_TEXT,)  # is_distributed_script: a launch call is spelled in the file
 
     def finish(self, ctx) -> None:
         loads = ctx.calls_to("torch.load")
-        if not loads or not is_distributed_script(ctx):
+        if not loads:
             return
-        inits = ctx.calls_to(D + "init_process_group")
-        if inits and all(gloo_only(ctx, i) for i in inits) and "cuda" not in ctx.src.text:
+        if not is_distributed_script(ctx):
+            _helper_loads(ctx, loads)
+            return
+        if _cpu_only(ctx):
             return  # a CPU-only gloo program: whatever it saved is on the CPU
         for call in loads:
-            if len(call.args) >= 2 or any(k.arg in ("map_location", None) for k in call.keywords):
-                continue
-            if not call.args and not any(k.arg == "f" for k in call.keywords):
-                continue
-            if any(isinstance(a, ast.Starred) for a in call.args):
-                continue
-            if runs_in_ranks(ctx, call) is False:
-                continue
-            path = call.args[0] if call.args else next(k.value for k in call.keywords if k.arg == "f")
-            if rank_specific_path(ctx, path, call) or _other_branch_maps(ctx, call, loads):
+            path = _unmapped_path(ctx, call, loads)
+            if path is None or runs_in_ranks(ctx, call) is False:
                 continue
             if not _checkpoint_like(ctx, call, path):
                 continue
@@ -93,18 +96,141 @@ class LoadWithoutMapLocation(Rule):
                 guarded = _method_guarded(ctx, call, 0)
             if guarded is not False:
                 continue
-            dev = device_in_scope(ctx, call) or _class_device(ctx, call)
-            value = dev if dev is not None else '"cpu"'
-            last = max([*call.args, *(k for k in call.keywords)], key=lambda n: (n.end_lineno, n.end_col_offset))
-            pos = ctx.src.node_end(last)
-            fix = ctx.fix(Applicability.UNSAFE, f"Add `map_location={value}`",
-                          [Edit(Range(pos, pos), f", map_location={value}")])
-            ctx.report(
-                call,
-                "`torch.load` without `map_location` restores tensors to the device they were saved "
-                "from (usually cuda:0) on every rank; pass `map_location`",
-                fix=fix,
-            )
+            _report(ctx, call, device_in_scope(ctx, call) or _class_device(ctx, call))
+
+
+_MESSAGE = ("`torch.load` without `map_location` restores tensors to the device they were saved "
+            "from (usually cuda:0) on every rank; pass `map_location`")
+
+
+def _report(ctx, call, dev, extra: str = "", related=()) -> None:
+    value = dev if dev is not None else '"cpu"'
+    last = max([*call.args, *(k for k in call.keywords)], key=lambda n: (n.end_lineno, n.end_col_offset))
+    pos = ctx.src.node_end(last)
+    fix = ctx.fix(Applicability.UNSAFE, f"Add `map_location={value}`",
+                  [Edit(Range(pos, pos), f", map_location={value}")])
+    ctx.report(call, _MESSAGE + extra, fix=fix, related=related)
+
+
+def _cpu_only(ctx) -> bool:
+    inits = ctx.calls_to(D + "init_process_group")
+    return bool(inits) and all(gloo_only(ctx, i) for i in inits) and "cuda" not in ctx.src.text
+
+
+def _unmapped_path(ctx, call, loads):
+    """The path argument of a ``torch.load`` that has no ``map_location`` (and is not a
+    rank-specific file, nor one branch of an ``if`` whose other branch maps); None otherwise."""
+    if len(call.args) >= 2 or any(k.arg in ("map_location", None) for k in call.keywords):
+        return None
+    if not call.args and not any(k.arg == "f" for k in call.keywords):
+        return None
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    path = call.args[0] if call.args else next(k.value for k in call.keywords if k.arg == "f")
+    if rank_specific_path(ctx, path, call) or _other_branch_maps(ctx, call, loads):
+        return None
+    return path
+
+
+def _shown(ctx, caller) -> str:
+    """The caller's path relative to the folder both files share (``train.py``)."""
+    import os
+
+    try:
+        common = os.path.commonpath([os.path.abspath(ctx.filename), caller.filename])
+        return os.path.relpath(caller.filename, common)
+    except ValueError:
+        return caller.filename
+
+
+def _helper_loads(ctx, loads) -> None:
+    """A load in a module-level function of a file that is not itself distributed
+    (``utils/checkpoint.py: def load_checkpoint(path): return torch.load(path)``), or in a method of
+    one of its classes that ``__init__`` reaches through ``self.<method>(...)`` calls (a trainer
+    that restores its snapshot when built), reported when a distributed file of the same project
+    calls that function (builds that class) where every rank runs it."""
+    cands: dict[str, list] = {}
+    for call in loads:
+        path = _unmapped_path(ctx, call, loads)
+        if path is None or rank0_guarded(ctx, call) is True:
+            continue
+        entry = _entry_point(ctx, call)
+        if entry is not None:
+            cands.setdefault(entry[0], []).append((call, path, entry[1]))
+    if not cands:
+        return
+    from ._common import project_callers
+
+    for name, items in cands.items():
+        for caller, site, target in project_callers(ctx, {name}):
+            if not is_distributed_script(caller) or _cpu_only(caller) or runs_in_ranks(caller, site) is False:
+                continue
+            if rank0_guarded(caller, site) is not False:
+                continue  # only the main rank loads (or it cannot tell)
+            reported = False
+            for call, path, fn in items:
+                if not _checkpoint_like(ctx, call, path):
+                    arg = _argument_for(site, target, path) if fn is target else None
+                    if arg is None or not _checkpoint_like(caller, site, arg):
+                        continue
+                rng = caller.src.node_range(site)
+                what = f"`{name}`" + (" is built" if isinstance(parent(target), ast.ClassDef) else " is called")
+                _report(ctx, call, None,
+                        f" ({what} on every rank in {_shown(ctx, caller)}, line {rng.start.line + 1})",
+                        related=[("file", caller.filename, rng, f"{what} here on every rank")])
+                reported = True
+            if reported:
+                break  # one caller is enough
+
+
+def _entry_point(ctx, call):
+    """(name other files call, the function holding the load) for a load in a module-level
+    function, or in a method of a module-level class that its ``__init__`` reaches through
+    unguarded ``self.<method>(...)`` calls (the class name then); None otherwise."""
+    fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda, ast.ClassDef))), None)
+    if not isinstance(fn, _DEFS):
+        return None
+    owner = parent(fn)
+    if isinstance(owner, ast.Module):
+        return fn.name, fn
+    if not isinstance(owner, ast.ClassDef) or not isinstance(parent(owner), ast.Module):
+        return None
+    if any(not isinstance(d, ast.Name) or d.id not in ("property",) for d in fn.decorator_list):
+        return None
+    seen, current = set(), fn
+    for _ in range(4):
+        if current.name == "__init__":
+            return owner.name, fn
+        seen.add(current.name)
+        sites = [c for m in owner.body if isinstance(m, _DEFS) for c in ast.walk(m)
+                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == current.name
+                 and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+        if len(sites) != 1 or rank0_guarded(ctx, sites[0]) is True:
+            return None
+        nxt = next((a for a in ctx.sem.ancestors(sites[0]) if isinstance(a, _DEFS)), None)
+        if nxt is None or parent(nxt) is not owner or nxt.name in seen:
+            return None
+        current = nxt
+    return None
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _argument_for(site: ast.Call, fn, path):
+    """The argument ``site`` gives for the parameter that ``path`` names (``load(ckpt_path)`` called
+    as ``load("runs/last.pt")``); None when ``path`` is not a parameter or the call does not say."""
+    if not isinstance(path, ast.Name) or any(isinstance(a, ast.Starred) for a in site.args):
+        return None
+    names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if isinstance(parent(fn), ast.ClassDef) and names and names[0] in ("self", "cls"):
+        names = names[1:]
+    for k in site.keywords:
+        if k.arg == path.id:
+            return k.value
+    if path.id in names and names.index(path.id) < len(site.args):
+        return site.args[names.index(path.id)]
+    return None
 
 
 def _method_guarded(ctx, node: ast.AST, depth: int) -> bool | None:

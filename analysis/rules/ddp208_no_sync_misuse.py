@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import parent
+from ..semantic import Semantic, parent
 from ._training import backward_calls, ddp_holder, enclosing_function
 
 
@@ -23,8 +23,12 @@ class NoSyncMisuse(Rule):
     - an accumulation loop whose synchronising micro-batch is not the one after which the
       optimizer steps: `model.no_sync() if i % accum != 0 else nullcontext()` (the first of each
       window synchronises) with `if (i + 1) % accum == 0: optimizer.step()` (the last one steps).
-      Only plain modular tests on the loop variable are compared (`(i + c) % k == r`, `!=`, `not`,
-      a name bound once to one);
+      The split may also be an `if` whose one branch runs the micro-batch inside
+      `with model.no_sync():` and whose other branch runs a backward outside it (either order, any
+      number of statements). Only plain modular tests on the loop variable are compared
+      (`(i + c) % k == r`, `!=`, `not`, a name bound once to one); with a constant `k` the residues
+      are compared modulo `k` (`i % 4 == 3` is `(i + 1) % 4 == 0`), with a named `k` only tests one
+      micro-batch apart are reported;
     - a loop in which **every** `backward()` runs inside `with model.no_sync():` and the optimizer
       steps (`optimizer.step()`): the gradients it applies were never synchronised.
 
@@ -125,7 +129,9 @@ class NoSyncMisuse(Rule):
             if not guards:
                 continue
             g, step = guards[0]
-            if not (sync[0] == step[0] and sync[2] == step[2] and sync[3] and step[3]) or sync[1] == step[1]:
+            if not (sync[0] == step[0] and sync[2] == step[2] and sync[3] and step[3]):
+                continue
+            if _same_window_slot(sync, step) is not False:
                 continue
             h = ctx.text(holder)
             ctx.report(
@@ -199,28 +205,16 @@ def _optimizer_step(c: ast.Call) -> bool:
 
 
 def _inside(node, outer) -> bool:
-    p = parent(node)
-    while p is not None:
-        if p is outer:
-            return True
-        p = parent(p)
-    return False
+    return any(a is outer for a in Semantic.ancestors(node))
 
 
 def _in_body(node, if_node) -> bool:
     child = node
-    for a in _ancestors(node):
+    for a in Semantic.ancestors(node):
         if a is if_node:
             return child in if_node.body
         child = a
     return False
-
-
-def _ancestors(node):
-    p = parent(node)
-    while p is not None:
-        yield p
-        p = parent(p)
 
 
 def _spell(t) -> str:
@@ -282,13 +276,58 @@ def _sync_condition(ctx, call, holder, loop):
     if isinstance(p, ast.withitem):
         w = parent(p)
         q = parent(w)
-        if isinstance(q, ast.If) and q.orelse and _inside(q, loop) and w in (*q.body, *q.orelse) \
-                and len(q.body) == 1 and len(q.orelse) >= 1:
+        if isinstance(q, ast.If) and q.orelse and _inside(q, loop) and w in (*q.body, *q.orelse):
+            other = q.orelse if w in q.body else q.body
+            # the ``if`` splits the micro-batches: a backward inside this ``no_sync()`` block, and
+            # one in the other branch that runs outside it (the synchronising micro-batch)
+            if not _has_backward(ctx, w.body) or not _synced_backward(ctx, other):
+                return None
             t = _mod_test(ctx, q.test, loop, 0)
             if t is None:
                 return None
             return q.test, (t[0], t[1], t[2], not t[3]) if w in q.body else t
     return None
+
+
+def _backwards_in(ctx, stmts):
+    for st in stmts:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward" \
+                    and ctx.qn(n.func.value) is None:
+                yield n
+
+
+def _has_backward(ctx, stmts) -> bool:
+    return next(_backwards_in(ctx, stmts), None) is not None
+
+
+def _synced_backward(ctx, stmts) -> bool:
+    """A backward in ``stmts`` that no ``if`` / loop / ``with ...no_sync()`` inside them encloses."""
+    tops = {id(st) for st in stmts}
+    for b in _backwards_in(ctx, stmts):
+        for a in Semantic.ancestors(b):
+            if isinstance(a, (ast.If, ast.IfExp, ast.Try, *_LOOPS)) or isinstance(a, ast.With) and _no_sync_holder(a):
+                break
+            if id(a) in tops or a in stmts:
+                return True
+        else:
+            continue
+    return False
+
+
+def _same_window_slot(sync, step) -> bool | None:
+    """Do the two modular tests select the same micro-batch of the window? True / False, None when
+    the modulus is a name and the residues are more than one apart (it could be a multiple)."""
+    r1, r2, k = sync[1], step[1], sync[2]
+    try:
+        kv = int(k)
+    except ValueError:
+        kv = None
+    if kv is not None and kv > 0:
+        return r1 % kv == r2 % kv
+    if r1 == r2:
+        return True
+    return False if abs(r1 - r2) == 1 else None
 
 
 def _all_nodes(ctx):

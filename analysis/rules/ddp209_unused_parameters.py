@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.assignments import reaching_assignment
 from ._common import DDP_CLASS
+from ..flow import for_context
 
 
 # torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)
@@ -43,6 +45,13 @@ class UnusedParameters(Rule):
     reads (`model.module.aux_head(feats)`), a `DistributedDataParallel(..., **kwargs)` call, or a
     file that turns `requires_grad` off or uses `static_graph`.
     The file must also call `backward()`.
+
+    The class may also live in a model file of its own (`models/seg.py`) while the training script
+    imports it (`from models.seg import SegNet`), wraps an instance in DDP and calls `backward()`:
+    the finding is then on the unused layer in the model file, with the wrapping call as the
+    related location. Attributes that the training script reads (`model.module.edge_head(...)`) are
+    not reported, and a DDP call with `find_unused_parameters=True`, `static_graph` or `**kwargs`
+    in the script keeps it silent.
 
     ## Why is this bad?
     DDP's reducer waits, after every backward, for a gradient of **every** parameter. One that
@@ -87,7 +96,8 @@ class UnusedParameters(Rule):
     ```
 
     ## Fix safety
-    The fix adds `find_unused_parameters=True` to the `DistributedDataParallel(...)` call. It is
+    The fix adds `find_unused_parameters=True` to the `DistributedDataParallel(...)` call (only when
+    that call is in the same file as the class). It is
     **unsafe**: it makes the error go away at the cost of an extra graph traversal on every
     iteration; removing the unused layer (or freezing it with `requires_grad_(False)`) may be what
     was meant, and changes the checkpoint's keys.
@@ -97,7 +107,7 @@ class UnusedParameters(Rule):
     name = "unused-parameters"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("backward",)
+    requires_text = ("backward", "Module")  # "Module": a model file whose training loop is elsewhere
 
     def finish(self, ctx) -> None:
         if _freezes(ctx):
@@ -111,12 +121,8 @@ class UnusedParameters(Rule):
             return
         outside: set[str] | None = None
         for call in ctx.calls_to(DDP_CLASS):
-            if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-                continue  # DDP(model, **ddp_kwargs): find_unused_parameters may be in there
-            fup = get_arg(call, None, "find_unused_parameters")
-            if fup is not None and not (isinstance(fup, ast.Constant) and fup.value is False):
-                continue
-            if get_arg(call, None, "static_graph") is not None:
+            fup = _strict_ddp(call)
+            if fup is False:
                 continue
             cls = _module_class(ctx, get_arg(call, 0, "module"), call, classes)
             if cls is None or cls.name in subclassed or cls.decorator_list:
@@ -128,19 +134,68 @@ class UnusedParameters(Rule):
                 outside = _attrs_read_outside(ctx, classes)
             # ``model.module.aux_head(feats)`` in the training loop: the layer gets its gradient
             # outside forward, which DDP accepts
-            unused = [u for u in unused if u[1] not in (outside or set())]
-            for stmt, attr, kind in unused:
-                if id(stmt) in reported:
-                    continue
-                reported.add(id(stmt))
-                ctx.report(
-                    stmt.targets[0],
-                    f"`self.{attr}` ({kind}) is created in `{cls.name}.__init__` but no method of `{cls.name}` uses "
-                    f"it; wrapped in DDP without `find_unused_parameters=True`, the next iteration fails with "
-                    "'Expected to have finished reduction in the prior iteration before starting a new one'",
-                    related=[(call, "wrapped here without `find_unused_parameters=True`")],
-                    fix=_make_fix(ctx, call, fup),
-                )
+            _report_unused(ctx, reported, cls, unused, outside or set(), "wrapped in DDP",
+                           (call, "wrapped here without `find_unused_parameters=True`"), _make_fix(ctx, call, fup))
+        _wrapped_elsewhere(ctx, classes, subclassed, reported)
+
+
+def _strict_ddp(call):
+    """The ``find_unused_parameters`` argument (None when absent) of a DDP call that does not
+    tolerate unused parameters; False when it does, or may (``**kwargs``, ``static_graph``)."""
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return False  # DDP(model, **ddp_kwargs): find_unused_parameters may be in there
+    fup = get_arg(call, None, "find_unused_parameters")
+    if fup is not None and not (isinstance(fup, ast.Constant) and fup.value is False):
+        return False
+    if get_arg(call, None, "static_graph") is not None:
+        return False
+    return fup
+
+
+def _wrapped_elsewhere(ctx, classes, subclassed, reported) -> None:
+    """A class of this file built by another file of the project (``from models.seg import
+    SegNet``) whose instance that file wraps in DDP without ``find_unused_parameters=True`` and
+    trains (it calls ``backward()``)."""
+    cands = {}
+    for name, cls in classes.items():
+        if name in subclassed or cls.decorator_list or not _plain_module(ctx, cls):
+            continue
+        unused = _unused_attrs(ctx, cls)
+        if unused:
+            cands[name] = (cls, unused)
+    if not cands:
+        return
+    from ._common import project_callers
+
+    here_outside = _attrs_read_outside(ctx, classes)
+    for caller, site, _init in project_callers(ctx, set(cands)):
+        if "backward" not in caller.src.text or "_set_static_graph" in caller.src.text or _freezes(caller):
+            continue
+        cls, unused = cands[parent(_init).name]
+        for call in caller.calls_to(DDP_CLASS):
+            if _strict_ddp(call) is False or constructor_call(caller, get_arg(call, 0, "module"), call) is not site:
+                continue
+            outside = here_outside | _attrs_read_outside(caller, {
+                st.name: st for st in caller.sem.tree.body if isinstance(st, ast.ClassDef)})
+            rng = caller.src.node_range(call)
+            where = f"{os.path.basename(caller.filename)} (line {rng.start.line + 1}) wraps `{cls.name}` in DDP"
+            _report_unused(ctx, reported, cls, unused, outside, where,
+                           ("file", caller.filename, rng, "wrapped here without `find_unused_parameters=True`"), None)
+
+
+def _report_unused(ctx, reported: set, cls, unused, outside: set, where: str, related, fix) -> None:
+    for stmt, attr, kind in unused:
+        if id(stmt) in reported or attr in outside:
+            continue
+        reported.add(id(stmt))
+        ctx.report(
+            stmt.targets[0],
+            f"`self.{attr}` ({kind}) is created in `{cls.name}.__init__` but no method of `{cls.name}` uses "
+            f"it; {where} without `find_unused_parameters=True`, so the next iteration fails with "
+            "'Expected to have finished reduction in the prior iteration before starting a new one'",
+            related=[related],
+            fix=fix,
+        )
 
 
 def _freezes(ctx) -> bool:
@@ -172,6 +227,35 @@ def _attrs_read_outside(ctx, classes) -> set[str]:
 
 
 def _module_class(ctx, e, at, classes, depth: int = 0):
+    got = wrapped_class(ctx, e, at, depth)
+    return got[1] if got is not None and got[0] is None and got[1].name in classes else None
+
+
+def wrapped_class(ctx, e, at, depth: int = 0):
+    """The class whose instance ``e`` is: ``Net().cuda()``, ``convert_sync_batchnorm(Net())``, or a
+    name bound to one. ``(None, ClassDef)`` for a class of this file, ``(view, ClassDef)`` for one
+    that an import of this project resolves to (``from models.seg import SegNet``); None when unknown."""
+    e = constructor_call(ctx, e, at, depth)
+    if e is not None:
+        if not isinstance(e.func, ast.Name) or e.func.id in ctx.sem.aliases and e.func.id not in _imported_names(ctx):
+            return None
+        local = next((st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef) and st.name == e.func.id), None)
+        if local is not None:
+            return None, local
+        if e.func.id not in _imported_names(ctx):
+            return None
+        an = for_context(ctx)
+        got = an.resolve_call(an.main, e)  # a class of another project file resolves to its __init__
+        if got is None or got[0] is an.main:
+            return None
+        cls = parent(got[1])
+        return (got[0], cls) if isinstance(cls, ast.ClassDef) else None
+    return None
+
+
+def constructor_call(ctx, e, at, depth: int = 0):
+    """The call that built the module ``e`` holds: through ``.to()`` / ``.cuda()`` chains,
+    ``convert_sync_batchnorm(...)`` and names assigned once before ``at``; None when unknown."""
     if e is None or depth > 4:
         return None
     while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _CHAIN:
@@ -179,16 +263,24 @@ def _module_class(ctx, e, at, classes, depth: int = 0):
     if isinstance(e, ast.Call):
         qn = ctx.qn(e) or ""
         if qn.endswith("convert_sync_batchnorm") and e.args:
-            return _module_class(ctx, e.args[0], at, classes, depth + 1)
-        if isinstance(e.func, ast.Name) and e.func.id in classes and e.func.id not in ctx.sem.aliases:
-            return classes[e.func.id]
-        return None
+            return constructor_call(ctx, e.args[0], at, depth + 1)
+        return e
     if isinstance(e, ast.Name):
         st = reaching_assignment(ctx, e.id, at)  # `model = Net().cuda(); model = DDP(model, ...)`
         if st is None:
             return None
-        return _module_class(ctx, st.value, st, classes, depth + 1)
+        return constructor_call(ctx, st.value, st, depth + 1)
     return None
+
+
+def _imported_names(ctx) -> frozenset:
+    def build():
+        out = set()
+        for st in ctx.sem.tree.body:
+            if isinstance(st, ast.ImportFrom) and st.module and not st.module.startswith(("torch", "__future__")):
+                out.update(a.asname or a.name for a in st.names)
+        return frozenset(out)
+    return ctx.memo("ddp209.imported_names", build)
 
 
 def _plain_module(ctx, cls: ast.ClassDef) -> bool:
