@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._model_flow import is_ddp_wrapper
+from ..flow.models import is_ddp_wrapper
 from ._training import _NO_GRAD, backward_calls, ddp_holder, enclosing_function, flows_to, grad_disabled
 from .ddp209_unused_parameters import wrapped_class
 
