@@ -28,7 +28,7 @@ import os
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import SPAWNS
 from . import project
-from .summaries import Summaries
+from .summaries import Summaries, instance_names
 from .uniformity import X, Evaluator, join
 
 _MAX_MODULES = 64
@@ -51,9 +51,18 @@ class Analysis(Summaries):
         self._deps: dict[str, str] = {}
         self._validated: set[int] = set()
         self._loaded = 0
+        self.contexts: dict = {}  # call-site contexts (see ``context``), by callee and bindings
+        self.ctor_views: dict[int, object] = {}  # id(DDP(...) call bound in a context) -> its view
+        self._resolved: dict = {}  # (id(view), id(call)) -> resolve_call's answer, once per check
+        self._modules: dict = {}  # (importing path, module, level) -> view or None, once per check
 
     # -- plumbing ---------------------------------------------------------------------------
-    def evaluator(self, view) -> Evaluator:
+    def evaluator(self, view, ctx=None) -> Evaluator:
+        if ctx is not None:
+            ev = ctx.memo.get("evaluator")
+            if ev is None:
+                ev = ctx.memo["evaluator"] = Evaluator(self, view, ctx)
+            return ev
         ev = self._evaluators.get(id(view))
         if ev is None:
             ev = self._evaluators[id(view)] = Evaluator(self, view)
@@ -90,13 +99,26 @@ class Analysis(Summaries):
     def module_view(self, view, module: str, level: int):
         if view.path is None:
             return None
+        key = (view.path, module, level)
+        if key in self._modules:
+            return self._modules[key]
         path = project.resolve(view.path, module, level)
-        return self._load(path) if path else None
+        got = self._modules[key] = self._load(path) if path else None
+        return got
 
     # -- call resolution -----------------------------------------------------------------------
     def resolve_call(self, view, call: ast.Call):
         """(view, function node) for a call of a function of this project, else None. Class
         constructors resolve to ``__init__``."""
+        key = (id(view), id(call))
+        try:
+            return self._resolved[key]
+        except KeyError:
+            pass
+        got = self._resolved[key] = self._resolve_call(view, call)
+        return got
+
+    def _resolve_call(self, view, call: ast.Call):
         f = call.func
         if isinstance(f, ast.Name):
             return self._resolve_name(view, f.id, call)
@@ -117,11 +139,48 @@ class Analysis(Summaries):
                 v2 = self.module_view(view, full, level)
                 if v2 is not None:
                     return _lookup(v2, f.attr)
+            if base in instance_names(view):
+                got = self._instance_class(view, f.value, call)
+                if got is not None:
+                    cv, cls = got
+                    for st in cls.body:
+                        if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                            return cv, st
         return None
 
-    def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
-        if name not in view.defs and name not in view.classes and name not in view.imports:
+    def _instance_class(self, view, name: ast.Name, at: ast.AST):
+        """(view, class) when every binding of ``name`` reaching ``at`` constructs the same class
+        of the project (``trainer = Trainer(model, opt)``), else None."""
+        from .bindings import reaching
+
+        kind, evs = reaching(view, name.id, at)
+        if kind not in ("events", "global") or not evs:
             return None
+        found = None
+        for e in evs:
+            if not (isinstance(e, ast.Assign) and isinstance(e.value, ast.Call) and isinstance(e.value.func, ast.Name)):
+                return None
+            cname = e.value.func.id
+            if cname in view.classes:
+                got = (view, view.classes[cname])
+            else:
+                imp = view.imports.get(cname)
+                if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in _NOT_PROJECT:
+                    return None
+                v2 = self.module_view(view, imp[0], imp[1])
+                if v2 is None or imp[2] not in v2.classes:
+                    return None
+                got = (v2, v2.classes[imp[2]])
+            if found is not None and found[1] is not got[1]:
+                return None
+            found = got
+        return found
+
+    def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
+        if name not in view.defs and name not in view.classes:
+            imp = view.imports.get(name)
+            if imp is None or imp[0].split(".", 1)[0] in _NOT_PROJECT:
+                return None
         if _local_binding(view, name, at):
             return None
         if name in view.defs:

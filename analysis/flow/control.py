@@ -20,18 +20,21 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from .bindings import LOOPS
-from .summaries import dist_mode_test
+from .context import call_context
+from .summaries import _wrapped, dist_mode_test, instance_names
 
 _EXIT_QNS = frozenset({"sys.exit", "os._exit"})
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
 
 
 class Divergence:
-    __slots__ = ("kind", "site", "node", "value", "exit")
+    __slots__ = ("kind", "site", "node", "value", "exit", "ctx", "view")
 
-    def __init__(self, kind, site, node, value, exit=None):
-        # node: the If/While (cond), the loop (loop), the If around the exit (exit)
+    def __init__(self, kind, site, node, value, exit=None, ctx=None, view=None):
+        # node: the If/While (cond), the loop (loop), the If around the exit (exit); ctx: the
+        # call-site context the function was analysed under (None: on its own); view: the module
         self.kind, self.site, self.node, self.value, self.exit = kind, site, node, value, exit
+        self.ctx, self.view = ctx, view
 
 
 def _contains(outer: ast.AST, inner: ast.AST) -> bool:
@@ -69,30 +72,54 @@ def clean_exit_call(view, st: ast.AST) -> bool:
     return isinstance(a, ast.Constant) and (a.value == 0 or a.value is None) and a.value is not False
 
 
+_NO_EXITS: list = []
+_STMT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _exits(view, stmt: ast.stmt) -> list[ast.stmt]:
-    """Early exits inside ``stmt`` (not in nested functions or classes), cached."""
-    memo = view.memo.setdefault("exits", {})
+    """Early exits inside ``stmt`` (not in nested functions or classes), cached per statement
+    (an enclosing statement reuses the lists of the statements it holds)."""
+    memo = view.memo.get("exits")
+    if memo is None:
+        memo = view.memo["exits"] = {}
     got = memo.get(id(stmt))
-    if got is None:
-        got = []
-        stack = [stmt]
-        while stack:
-            n = stack.pop()
-            t = n.__class__
-            if t in (ast.Return, ast.Break, ast.Continue) or (t is ast.Expr and clean_exit_call(view, n)):
-                got.append(n)
-                continue
-            if isinstance(n, (*FUNC_TYPES, ast.ClassDef)):
-                continue  # a definition's exits leave the definition, not this block
-            for f in ("body", "orelse", "finalbody", "handlers", "cases"):
-                v = getattr(n, f, None)
-                if isinstance(v, list):
-                    stack.extend(v)
-        memo[id(stmt)] = got
+    if got is not None:
+        return got
+    t = stmt.__class__
+    if t is ast.Return or t is ast.Break or t is ast.Continue:
+        got = [stmt]
+    elif t is ast.Expr:
+        got = [stmt] if stmt.value.__class__ is ast.Call and clean_exit_call(view, stmt) else _NO_EXITS
+    elif t in _DEFS:
+        got = _NO_EXITS  # a definition's exits leave the definition, not this block
+    else:
+        got = _NO_EXITS
+        for f in _STMT_FIELDS:
+            v = getattr(stmt, f, None)
+            if v.__class__ is list:
+                for c in v:
+                    sub = _exits(view, c)
+                    if sub:
+                        got = got + sub if got else list(sub)
+    memo[id(stmt)] = got
     return got
 
 
-def _exit_condition(hub, view, ex: ast.stmt, top: ast.stmt, site_node: ast.AST):
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _block_exits(view, blk: list) -> list:
+    """(index, statement, its early exits) for the statements of ``blk`` that hold any."""
+    memo = view.memo.get("block_exits")
+    if memo is None:
+        memo = view.memo["block_exits"] = {}
+    got = memo.get(id(blk))
+    if got is None:
+        got = memo[id(blk)] = [(j, st, exs) for j, st in enumerate(blk) for exs in (_exits(view, st),) if exs]
+    return got
+
+
+def _exit_condition(hub, view, ex: ast.stmt, top: ast.stmt, site_node: ast.AST, ctx=None):
     """(If node, value) of the innermost rank-varying test that decides whether ``ex`` runs, up
     to ``top``; None when none does or the exit does not leave a region holding the site."""
     t = ex.__class__
@@ -105,7 +132,7 @@ def _exit_condition(hub, view, ex: ast.stmt, top: ast.stmt, site_node: ast.AST):
                     return None
                 break
             n = parent(n)
-    ev = hub.evaluator(view)
+    ev = hub.evaluator(view, ctx)
     child = ex
     p = parent(ex)
     while p is not None:
@@ -122,40 +149,84 @@ def _exit_condition(hub, view, ex: ast.stmt, top: ast.stmt, site_node: ast.AST):
     return None
 
 
-def divergences(hub, view, scope: ast.AST) -> list[Divergence]:
-    memo = view.memo.setdefault("divergences", {})
+def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
+    memo = view.memo.setdefault("divergences", {}) if ctx is None else ctx.memo.setdefault("divergences", {})
     got = memo.get(id(scope))
     if got is not None:
         return got
     out: list[Divergence] = []
-    sites = hub.sites(view, scope)
-    ev = hub.evaluator(view)
+    sites = hub.sites(view, scope, ctx)
+    ev = hub.evaluator(view, ctx)
     for site in sites:
         if under_join(view, site.node):
             continue
-        d = _site_divergence(hub, view, scope, site, sites, ev)
+        d = _site_divergence(hub, view, scope, site, sites, ev, ctx)
         if d is not None:
+            d.ctx, d.view = ctx, view
             out.append(d)
     memo[id(scope)] = out
     return out
 
 
-def _mirrored(sites, site, region: ast.AST | list) -> bool:
-    """Every collective of ``site`` is also made by sites in ``region`` (a statement list: the
-    other branch), or outside ``region`` (a node: elsewhere in the function, the staggered
-    ``if rank != 0: barrier()`` ... ``if rank == 0: barrier()`` pattern)."""
-    need = {e.what for e in site.effects}
-    have = set()
+def _count(sites, whats, pred) -> dict:
+    got = dict.fromkeys(whats, 0)
     for s in sites:
-        if s is site:
-            continue
-        if isinstance(region, list):
-            inside = any(_contains(st, s.node) for st in region)
-        else:
-            inside = not _contains(region, s.node)
-        if inside:
-            have.update(e.what for e in s.effects)
-    return need <= have
+        if pred(s):
+            for e in s.effects:
+                if e.what in got:
+                    got[e.what] += 1
+    return got
+
+
+def _mirrored(sites, site, region: ast.AST | list, own=None, ev=None, scope=None) -> bool:
+    """The ranks that do not run ``site`` make the same collectives, as many times, elsewhere.
+
+    ``region`` is either a statement list (the other branch of the ``if``, or what an exiting
+    branch runs before it leaves), or the ``if`` node itself: then the counterparts are the sites
+    outside it that run only under a rank-varying condition of their own (the staggered
+    ``if rank != 0: barrier()`` ... ``if rank == 0: barrier()`` pattern). A site that every rank
+    runs is no counterpart: it matches the same site on the other ranks, and the guarded one is
+    extra (``if rank == 0: validate(ddp_model)`` beside the training forward). Counted per
+    collective: ``own`` (the statements of the site's branch) makes that many, the counterparts
+    must make at least as many."""
+    whats = {e.what for e in site.effects}
+    if own is not None:
+        need = _count(sites, whats, lambda s: s is site or any(_contains(st, s.node) for st in own))
+    else:
+        need = _count(sites, whats, lambda s: s is site)
+    if isinstance(region, list):
+        have = _count(sites, whats, lambda s: s is not site and any(_contains(st, s.node) for st in region))
+    else:
+        have = _count(sites, whats, lambda s: s is not site and not _contains(region, s.node)
+                      and _conditioned(s.node, scope, ev))
+    return all(have[w] >= n for w, n in need.items())
+
+
+def _conditioned(node: ast.AST, scope, ev) -> bool:
+    """``node`` runs only where a rank-varying (or unknown) condition holds: under an ``if`` whose
+    test is not known to be uniform, or after an early exit under one."""
+    if ev is None:
+        return True
+    child, p = node, parent(node)
+    while p is not None and p is not scope and not isinstance(p, _SCOPES):
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test and not ev.value(p.test).uniform:
+            return True
+        if isinstance(child, ast.stmt):
+            for f in ("body", "orelse", "finalbody"):
+                blk = getattr(p, f, None)
+                if isinstance(blk, list) and child in blk:
+                    for st in blk[:blk.index(child)]:
+                        if isinstance(st, ast.If) and not ev.value(st.test).uniform and _exits(ev.view, st):
+                            return True
+                    break
+        child, p = p, parent(p)
+    if isinstance(child, ast.stmt) and p is not None:
+        blk = getattr(p, "body", None)
+        if isinstance(blk, list) and child in blk:
+            for st in blk[:blk.index(child)]:
+                if isinstance(st, ast.If) and not ev.value(st.test).uniform and _exits(ev.view, st):
+                    return True
+    return False
 
 
 def _exit_mirrors(sites, site, if_node: ast.AST, ex: ast.stmt) -> bool:
@@ -166,7 +237,7 @@ def _exit_mirrors(sites, site, if_node: ast.AST, ex: ast.stmt) -> bool:
     return _mirrored(sites, site, before)
 
 
-def _site_divergence(hub, view, scope, site, sites, ev):
+def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
     child = site.node
     p = parent(child)
     conditioned = False
@@ -174,8 +245,8 @@ def _site_divergence(hub, view, scope, site, sites, ev):
         if isinstance(p, ast.If) and child is not p.test:
             v = ev.value(p.test)
             if v.varying and not conditioned:
-                other = p.orelse if child in p.body else p.body
-                if not _mirrored(sites, site, other) and not _mirrored(sites, site, p):
+                own, other = (p.body, p.orelse) if child in p.body else (p.orelse, p.body)
+                if not _mirrored(sites, site, other, own) and not _mirrored(sites, site, p, own, ev, scope):
                     return Divergence("cond", site, p, v)
             if not dist_mode_test(p.test):
                 conditioned = True  # an outer condition may be correlated with this one
@@ -193,19 +264,20 @@ def _site_divergence(hub, view, scope, site, sites, ev):
             if v.varying:
                 return Divergence("loop", site, p, v)
         # early exits in the same block before the site, or (in a loop) anywhere in its body
-        if isinstance(child, ast.stmt):
+        # (not when the site has a condition of its own: it may be correlated with the exit's)
+        if not conditioned and isinstance(child, ast.stmt):
             for f in ("body", "orelse", "finalbody"):
                 blk = getattr(p, f, None)
                 if isinstance(blk, list) and child in blk:
                     i = blk.index(child)
-                    later = blk[i + 1:] if (f == "body" and isinstance(p, LOOPS)) else []
-                    for st in (*blk[:i], *later):
-                        for ex in _exits(view, st):
-                            if st in later and ex.__class__ is ast.Continue:
+                    loop_body = f == "body" and isinstance(p, LOOPS)
+                    for j, st, exs in _block_exits(view, blk):
+                        if j == i or (j > i and not loop_body):
+                            continue
+                        for ex in exs:
+                            if j > i and ex.__class__ is ast.Continue:
                                 continue
-                            if conditioned:
-                                continue  # the site's own condition may be correlated with the exit's
-                            got = _exit_condition(hub, view, ex, st, site.node)
+                            got = _exit_condition(hub, view, ex, st, site.node, ctx)
                             if got is not None and not _exit_mirrors(sites, site, got[0], ex):
                                 return Divergence("exit", site, got[0], got[1], ex)
                     break
@@ -213,4 +285,54 @@ def _site_divergence(hub, view, scope, site, sites, ev):
             break
         child = p
         p = parent(p)
+    return None
+
+
+def context_divergences(hub, view, scopes) -> list[Divergence]:
+    """Divergences inside the project functions this module calls, as each call runs them: the
+    callee analysed under the call's context (``context``), where an argument is rank-varying (a
+    condition on it decides a collective, or an early exit on it skips one) or a DDP-wrapped
+    module (its forward and backward are collectives there). Only what the callee's own analysis
+    does not already find; conditions and exits only (``cond``/``exit``)."""
+
+    memo = view.memo.setdefault("context_divergences", {})
+    key = tuple(id(s) for s in scopes)
+    if key in memo:
+        return memo[key]
+    out: list[Divergence] = []
+    seen: set = set()
+    wrapped = _wrapped(view, None)
+    instances = instance_names(view)
+    for sc in scopes:
+        for c, target in hub.helper_calls(view, sc):
+            if not c.args and not c.keywords:
+                continue
+            tv, fn = target
+            if not hub.summary(tv, fn).collectives and not any(
+                    _arg_name(a) in wrapped for a in (*c.args, *(k.value for k in c.keywords))) and not (
+                    wrapped and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                    and c.func.value.id in instances):
+                continue
+            ctx = call_context(hub, view, c, target, None)
+            if ctx is None:
+                continue
+            base = divergences(hub, tv, fn) if tv is view else []
+            known = {(d.kind, id(d.site.node), id(d.exit)) for d in base}
+            for d in divergences(hub, tv, fn, ctx):
+                if d.kind not in ("cond", "exit"):
+                    continue
+                k = (d.kind, id(d.site.node), id(d.exit), id(c) if tv is not view else 0)
+                if k[:3] in known or k in seen:
+                    continue
+                seen.add(k)
+                out.append(d)
+    memo[key] = out
+    return out
+
+
+def _arg_name(a: ast.AST) -> str | None:
+    if isinstance(a, ast.Name):
+        return a.id
+    if isinstance(a, ast.Attribute):
+        return a.attr
     return None

@@ -51,13 +51,62 @@ def effect_related(ctx, site):
     return [("file", e.path, rng, "the collective inside the callee")]
 
 
+def _here(ctx):
+    return os.path.abspath(ctx.filename) if not ctx.filename.startswith("<") else None
+
+
+def node_related(ctx, path, node, msg):
+    """A related location for ``node`` of the module at ``path`` (this file or another)."""
+    if path in (None, _here(ctx)):
+        return (node, msg)
+    rng = Range(Position(node.lineno - 1, node.col_offset), Position(node.end_lineno - 1, node.end_col_offset))
+    return ("file", path, rng, msg)
+
+
 def source_related(ctx, value):
-    here = os.path.abspath(ctx.filename) if not ctx.filename.startswith("<") else None
+    """The source of the variance (in this file), and the call that passes it into the function
+    where it matters (a call-site context)."""
+    here = _here(ctx)
     src = value.src
-    if src.path not in (None, here) or src.line <= 0:
-        return []
-    line = src.line - 1
-    return [(Range(Position(line, 0), Position(line, len(ctx.src.line(line)))), "source of the rank variance")]
+    out = []
+    if src.path in (None, here) and src.line > 0:
+        line = src.line - 1
+        out.append((Range(Position(line, 0), Position(line, len(ctx.src.line(line)))), "source of the rank variance"))
+    if src.call is not None:
+        out.append(node_related(ctx, src.call_path, src.call, "the call that passes the rank-varying value"))
+    return out
+
+
+def where(ctx, path, node) -> str:
+    """"line 12" in this file, "utils/dist.py:12" in another."""
+    line = getattr(node, "lineno", 0)
+    return f"line {line}" if path in (None, _here(ctx)) else f"{_short(path)}:{line}"
+
+
+def vtext(view, node, limit: int = 60) -> str:
+    """The source text of ``node`` in ``view`` (any module), on one line, shortened."""
+    try:
+        t = ast.get_source_segment(view.text, node) if view.text else None
+    except Exception:  # pragma: no cover - positions out of range
+        t = None
+    if t is None:
+        try:
+            t = ast.unparse(node)
+        except Exception:  # pragma: no cover
+            t = "?"
+    t = " ".join(t.split())
+    return t if len(t) <= limit else t[: limit - 3] + "..."
+
+
+def call_words(ctx, d) -> str:
+    """What the call that leads into another file's function passes it (a divergence found under
+    a call-site context): "`net` (a DDP-wrapped module) and `batch` (rank-varying)"."""
+    c = d.ctx
+    parts = [f"`{name}` (a DDP-wrapped module)" for name in c.wraps]
+    parts += [f"`{name}` (rank-varying)" for name in c.binds]
+    parts += [f"`{name}` (this rank's data)" for name in c.loaders]
+    parts += [f"the instance whose `{attr}` is a DDP-wrapped module" for attr in c.self_wraps][:1]
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else "arguments"
 
 
 def report_divergence(ctx, d, anchor: ast.AST, subject: str, skip: str, where: str, site_label: str,

@@ -20,6 +20,9 @@ import re
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
 from .uniformity import U, X, join
+from .bindings import reaching
+from .buffers import module_buffers
+from .context import call_args, call_context, self_offset
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
@@ -31,11 +34,19 @@ GROUP_POS = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all
              "gather": 3, "scatter": 3, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "all_to_all": 2,
              "all_to_all_single": 4, "barrier": 0, "monitored_barrier": 0, "all_gather_object": 2,
              "gather_object": 3, "broadcast_object_list": 2, "scatter_object_list": 3}
+# rooted collective -> (position, keyword) of its root rank
+ROOTS = {
+    "broadcast": (1, "src"), "reduce": (1, "dst"), "gather": (2, "dst"), "scatter": (2, "src"),
+    "broadcast_object_list": (1, "src"), "gather_object": (2, "dst"), "scatter_object_list": (2, "src"),
+}
+_GROUP_ROOTS = ("group_src", "group_dst")
 WRAPPERS = ("torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel")
 ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
 INIT = D + "init_process_group"
 _PG_USES = frozenset(D + n for n in (*COLLECTIVES, "get_rank", "get_world_size", "new_group", "new_subgroups"))
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled"})
+_NOT_PROJECT_MODS = frozenset({"torch", "torchvision", "transformers", "numpy", "timm", "lightning",
+                               "pytorch_lightning", "accelerate", "deepspeed", "apex", "datasets"})
 _NOT_PROJECT_QN = ("torch.", "math.", "os.", "sys.", "time.", "numpy.", "logging.", "json.", "random.")
 _CONDITIONAL_EXPR = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
@@ -152,13 +163,15 @@ def scope_calls(view, scope: ast.AST) -> list[ast.Call]:
 
 
 def wrapped_names(view) -> frozenset:
-    """Names that may hold a DDP/FSDP-wrapped module: targets of ``x = DDP(...)`` /
-    ``self.x = DDP(...)``, and the parameters of this file's functions that receive such a name."""
+    """Names that may hold a DDP/FSDP-wrapped module (a fast filter; ``wrapper_ctor`` decides):
+    targets of ``x = DDP(...)`` / ``self.x = DDP(...)``, names and attributes assigned from those,
+    and the parameters of this file's functions, methods and constructors that receive one."""
     got = view.memo.get("wrapped_names")
     if got is None:
         sem = view.sem
         names = set()
-        for c in sem.calls_to(*WRAPPERS):
+        ctors = sem.calls_to(*WRAPPERS)
+        for c in ctors:
             st = parent(c)
             if isinstance(st, ast.Assign):
                 for t in st.targets:
@@ -166,21 +179,112 @@ def wrapped_names(view) -> frozenset:
                         names.add(t.id)
                     elif isinstance(t, ast.Attribute):
                         names.add(t.attr)
-        if names:
+        if ctors:
+            methods: dict[str, list] = {}
+            for cls in view.classes.values():
+                for st in cls.body:
+                    if isinstance(st, FUNC_TYPES):
+                        methods.setdefault(st.name if st.name != "__init__" else cls.name, []).append(st)
+            # the calls that pass something to a function, method or class of this file
+            edges = []
+            defs, classes = view.defs, view.classes
+            Name, Attribute = ast.Name, ast.Attribute
             for c in sem.calls:
-                if not isinstance(c.func, ast.Name):
+                if not c.args and not c.keywords:
                     continue
-                fn = view.defs.get(c.func.id)
-                if fn is None:
+                f = c.func
+                if f.__class__ is Name:
+                    fid = f.id
+                    fns = (defs[fid],) if fid in defs else methods.get(fid, ()) if fid in classes else ()
+                elif f.__class__ is Attribute and f.value.__class__ is Name and f.value.id == "self":
+                    fns = methods.get(f.attr, ())
+                else:
                     continue
-                params = param_names(fn)
-                for i, a in enumerate(c.args):
-                    if isinstance(a, ast.Name) and a.id in names and i < len(params):
-                        names.add(params[i])
-                for k in c.keywords:
-                    if isinstance(k.value, ast.Name) and k.value.id in names and k.arg:
-                        names.add(k.arg)
+                if not fns:
+                    continue
+                pairs = [(i, None, a) for i, a in enumerate(c.args)] + [(None, k.arg, k.value) for k in c.keywords if k.arg]
+                pairs = [(i, kw, _name_of(a) or (True if _is_ctor(sem, a) else None)) for i, kw, a in pairs]
+                pairs = [x for x in pairs if x[2] is not None]
+                if not pairs:
+                    continue
+                for fn in fns:
+                    params = param_names(fn)[self_offset(fn):]
+                    for i, kw, a in pairs:
+                        if kw is not None:
+                            edges.append((a, kw))
+                        elif i < len(params):
+                            edges.append((a, params[i]))
+            for _ in range(3):
+                before = len(names)
+                for a, p in edges:
+                    if a is True or a in names:
+                        names.add(p)
+                if len(names) == before:
+                    break
         got = view.memo["wrapped_names"] = frozenset(names)
+    return got
+
+
+def _is_ctor(sem, e: ast.AST) -> bool:
+    return isinstance(e, ast.Call) and (sem.call_qualname(e) or "") in WRAPPERS
+
+
+def _name_of_any(e: ast.AST) -> str | None:
+    if e.__class__ is ast.Name:
+        return e.id
+    if e.__class__ is ast.Attribute:
+        return e.attr
+    return None
+
+
+def _name_of(e: ast.AST) -> str | None:
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return e.attr
+    return None
+
+
+def _offset(fn: ast.AST) -> int:
+    return self_offset(fn)
+
+
+def _init_self_copies(view, init: ast.AST) -> list:
+    """(attribute, parameter) of the ``self.attr = param`` statements of an ``__init__``."""
+    memo = view.memo.setdefault("init_self_copies", {})
+    got = memo.get(id(init))
+    if got is None:
+        params = set(param_names(init))
+        got = memo[id(init)] = []
+        for st in init.body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Name) \
+                    and st.value.id in params:
+                t = st.targets[0]
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    got.append((t.attr, st.value.id))
+    return got
+
+
+def instance_names(view) -> frozenset:
+    """Names assigned an instance of a class that may belong to the project (``t = Trainer(...)``,
+    the class defined in this file or imported from outside torch and the usual libraries)."""
+    got = view.memo.get("instance_names")
+    if got is None:
+        names = set()
+        for cname, calls in calls_by_name(view).items():
+            if cname in view.classes:
+                pass
+            elif cname[:1].isupper() and cname in view.imports:
+                imp = view.imports[cname]
+                if imp[0].split(".", 1)[0] in _NOT_PROJECT_MODS:
+                    continue
+            else:
+                continue
+            for c in calls:
+                st = parent(c)
+                if st.__class__ is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is ast.Name:
+                    names.add(st.targets[0].id)
+        got = view.memo["instance_names"] = frozenset(names)
     return got
 
 
@@ -195,10 +299,12 @@ def calls_by_name(view) -> dict:
 
 
 class Summaries:
-    """Mixed into the hub: sites, summaries, and what a module-typed value is."""
+    """Mixed into the hub: sites, summaries, and what a module-typed value is. Every query takes
+    an optional call-site context (``context.Ctx``): the same question about the function as one
+    call runs it."""
 
     # -- wrapped modules ----------------------------------------------------------------------
-    def wrapper_ctor(self, view, expr: ast.AST, at: ast.AST, depth: int = 0):
+    def wrapper_ctor(self, view, expr: ast.AST, at: ast.AST, depth: int = 0, ctx=None):
         """The ``DDP(...)``/``FSDP(...)`` call that ``expr`` holds at ``at``, or None."""
         if depth > 3:
             return None
@@ -206,21 +312,26 @@ class Summaries:
         if isinstance(expr, ast.Call):
             return expr if (sem.call_qualname(expr) or "") in WRAPPERS else None
         if isinstance(expr, ast.Name):
-            from .bindings import reaching
-
             kind, evs = reaching(view, expr.id, at)
             if kind in ("events", "global") and evs:
-                got = [self.wrapper_ctor(view, e.value, e, depth + 1) if isinstance(e, ast.Assign) else None
+                got = [self.wrapper_ctor(view, e.value, e, depth + 1, ctx) if isinstance(e, ast.Assign) else None
                        for e in evs]
                 return got[-1] if all(got) else None
             if kind == "param":
+                if ctx is not None and evs is ctx.fn and expr.id in ctx.wraps:
+                    return ctx.wraps[expr.id]
                 return self._param_wrapper(view, evs, expr.id, depth)
             return None
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            if ctx is not None and expr.attr in ctx.self_wraps:
+                return ctx.self_wraps[expr.attr]
             vals = self.self_attr_bindings(view, expr)
             got = [self.wrapper_ctor(view, v, v, depth + 1) for v in vals]
             return got[0] if got and all(got) else None
         return None
+
+    def param_wrapper(self, view, fn: ast.AST, name: str):
+        return self._param_wrapper(view, fn, name, 0)
 
     def _param_wrapper(self, view, fn: ast.AST, name: str, depth: int):
         """Every call of ``fn`` in this module passes a wrapped module as ``name``."""
@@ -232,79 +343,135 @@ class Summaries:
         return memo[key]
 
     def _param_wrapper_uncached(self, view, fn: ast.AST, name: str, depth: int):
-        if not isinstance(fn, FUNC_TYPES) or not isinstance(parent(fn), ast.Module):
+        if not isinstance(fn, FUNC_TYPES):
             return None
-        params = param_names(fn)
-        idx = params.index(name)
-        sites = calls_by_name(view).get(fn.name, ())
+        sites = self.call_sites(view, fn)
         if not sites:
             return None
         found = None
         for c in sites:
-            a = get_arg(c, idx, name)
+            a = next((a for p, a in call_args(c, fn) if p == name), None)
             w = self.wrapper_ctor(view, a, c, depth + 1) if a is not None else None
             if w is None:
                 return None
             found = w
         return found
 
-    def from_wrapped_forward(self, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.Call | None:
+    def call_sites(self, view, fn: ast.AST) -> list:
+        """The calls of ``fn`` in its own module: by name for a module-level function, as
+        ``self.f(...)`` inside its class for a method, ``Cls(...)`` for ``__init__``."""
+        memo = view.memo.setdefault("call_sites", {})
+        got = memo.get(id(fn))
+        if got is None:
+            got = []
+            p = parent(fn)
+            if isinstance(p, ast.Module):
+                got = list(calls_by_name(view).get(fn.name, ()))
+            elif isinstance(p, ast.ClassDef) and isinstance(parent(p), ast.Module):
+                if fn.name == "__init__":
+                    got = list(calls_by_name(view).get(p.name, ()))
+                else:
+                    for c in scope_calls_in_class(view, p):
+                        f = c.func
+                        if isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Name) \
+                                and f.value.id == "self":
+                            got.append(c)
+            memo[id(fn)] = got
+        return got
+
+    def from_wrapped_forward(self, view, expr: ast.AST, at: ast.AST, depth: int = 0, ctx=None) -> ast.Call | None:
         """The forward call of a wrapped module that ``expr`` is computed from, or None."""
         if depth > 4 or expr is None:
             return None
-        memo = view.memo.setdefault("wrapped_forward", {})
+        memo = _memo(view, ctx, "wrapped_forward")
         if id(expr) in memo:
             return memo[id(expr)]
         memo[id(expr)] = None  # recursion guard
-        got = memo[id(expr)] = self._from_wrapped_forward(view, expr, at, depth)
+        got = memo[id(expr)] = self._from_wrapped_forward(view, expr, at, depth, ctx)
         return got
 
-    def _from_wrapped_forward(self, view, expr, at, depth):
-        from .bindings import reaching
-
-        wrapped = wrapped_names(view)
+    def _from_wrapped_forward(self, view, expr, at, depth, ctx):
+        wrapped = _wrapped(view, ctx)
         if not wrapped:
             return None
         scope = view.sem.enclosing_function(at) or view.sem.tree
-        if not any((isinstance(c.func, ast.Name) and c.func.id in wrapped) or (
-                isinstance(c.func, ast.Attribute) and c.func.attr in wrapped) for c in scope_calls(view, scope)):
+        has = _memo(view, ctx, "scope_has_forward")
+        got = has.get(id(scope))
+        if got is None:
+            got = has[id(scope)] = any(
+                (c.func.__class__ is ast.Name and c.func.id in wrapped)
+                or (c.func.__class__ is ast.Attribute and c.func.attr in wrapped) for c in scope_calls(view, scope))
+        if not got:
             return None  # no forward of a wrapped module in this function
         stack = [expr]
         seen = 0
+        Call, Name, Attribute = ast.Call, ast.Name, ast.Attribute
+        skip = (ast.Lambda, *FUNC_TYPES, ast.Constant)
         while stack and seen < 200:
             n = stack.pop()
             seen += 1
-            if isinstance(n, ast.Call):
+            t = n.__class__
+            if t is Call:
                 f = n.func
-                key = f.id if isinstance(f, ast.Name) else (f.attr if isinstance(f, ast.Attribute) else None)
-                if key in wrapped and self.wrapper_ctor(view, f, n) is not None:
+                key = f.id if f.__class__ is Name else (f.attr if f.__class__ is Attribute else None)
+                if key in wrapped and self.wrapper_ctor(view, f, n, ctx=ctx) is not None:
                     return n
-            if isinstance(n, ast.Name):
+                stack.append(f)
+                stack.extend(n.args)
+                stack.extend(k.value for k in n.keywords)
+                continue
+            if t is Name:
                 kind, evs = reaching(view, n.id, n)
                 if kind in ("events", "global"):
                     for e in evs or ():
-                        v = getattr(e, "value", None)
-                        if isinstance(e, ast.Assign) or isinstance(e, ast.AugAssign):
-                            got = self.from_wrapped_forward(view, v, e, depth + 1)
+                        if e.__class__ is ast.Assign or e.__class__ is ast.AugAssign:
+                            got = self.from_wrapped_forward(view, e.value, e, depth + 1, ctx)
                             if got is not None:
                                 return got
                 continue
-            if isinstance(n, (ast.Lambda, *FUNC_TYPES)):
+            if t is Attribute:
+                stack.append(n.value)
+                continue
+            if isinstance(n, skip) or not isinstance(n, ast.expr):
                 continue
             stack.extend(ast.iter_child_nodes(n))
         return None
 
+    def forward_effect(self, view, ctor: ast.Call, call: ast.Call):
+        """The collective of a forward through the wrapper ``ctor`` at ``call``, or None: DDP's
+        buffer broadcast, when the module has buffers (see ``buffers``) and ``broadcast_buffers``
+        is on. A forward without gradients still broadcasts (the flag that skips it is set only
+        by a forward without gradients, after it ran), so it counts when the module is known to
+        have buffers; with unknown buffers only a forward with gradients counts."""
+        bb = get_arg(ctor, None, "broadcast_buffers")
+        if isinstance(bb, ast.Constant) and bb.value is False:
+            return None
+        cview = self.ctor_views.get(id(ctor), view)
+        memo = cview.memo.setdefault("ctor_buffers", {})
+        if id(ctor) not in memo:
+            memo[id(ctor)] = module_buffers(self, cview, ctor, ctor)
+        buf = memo[id(ctor)]
+        if buf is False:
+            return None
+        if buf is None and under_no_grad(view, call):
+            return None
+        return Effect("broadcast", call, view.path, grad=buf is None, what="DDP's buffer broadcast in the forward")
+
     # -- sites -------------------------------------------------------------------------------
-    def sites(self, view, scope: ast.AST) -> list[Site]:
-        memo = view.memo.setdefault("sites", {})
+    def sites(self, view, scope: ast.AST, ctx=None) -> list[Site]:
+        if ctx is not None and not ctx.wraps and not ctx.self_wraps:
+            return self.sites(view, scope)  # rank-varying arguments change no site
+        memo = _memo(view, ctx, "sites")
         got = memo.get(id(scope))
         if got is not None:
             return got
         out = []
+        calls_out = []  # (call, target) of the calls to project functions, for ``helper_calls``
         sem = view.sem
-        wrapped = wrapped_names(view)
+        wrapped = _wrapped(view, ctx)
         has_zero = bool(sem.calls_to(ZERO))
         defs, classes, imports = view.defs, view.classes, view.imports
+        instances = instance_names(view)
         Name, Attribute = ast.Name, ast.Attribute
         for c in scope_calls(view, scope):
             qn = sem.call_qualname(c) or ""
@@ -322,16 +489,17 @@ class Summaries:
                 a = f.attr
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
-                    if not (b.__class__ is Name and (b.id == "self" or b.id in imports)):
+                    if not (b.__class__ is Name and (b.id == "self" or b.id in imports or b.id in instances)):
                         continue
-                if a == "step" and not has_zero:
+                if a == "step" and not has_zero and not (f.value.__class__ is Name and (
+                        f.value.id == "self" or f.value.id in instances)):
                     continue
             else:
                 continue
             if qn.startswith(_NOT_PROJECT_QN):
                 continue
             if wrapped and isinstance(f, ast.Attribute) and f.attr == "backward":
-                fwd = self.from_wrapped_forward(view, f.value, c)
+                fwd = self.from_wrapped_forward(view, f.value, c, ctx=ctx)
                 if fwd is not None:
                     out.append(Site(c, [Effect("all_reduce", c, view.path,
                                                what="DDP's gradient all-reduce")], "implicit"))
@@ -345,16 +513,23 @@ class Summaries:
             if wrapped and ((isinstance(f, ast.Name) and f.id in wrapped) or (
                     isinstance(f, ast.Attribute) and f.attr in wrapped and isinstance(f.value, ast.Name)
                     and f.value.id == "self")):
-                w = self.wrapper_ctor(view, f, c)
-            if w is not None and not under_no_grad(view, c):
-                bb = get_arg(w, None, "broadcast_buffers")
-                if not (isinstance(bb, ast.Constant) and bb.value is False):
-                    out.append(Site(c, [Effect("broadcast", c, view.path, grad=True,
-                                               what="DDP's buffer broadcast in the forward")], "implicit"))
+                w = self.wrapper_ctor(view, f, c, ctx=ctx)
+            if w is not None:
+                eff = self.forward_effect(view, w, c)
+                if eff is not None:
+                    out.append(Site(c, [eff], "implicit"))
                 continue
             target = self.resolve_call(view, c)
             if target is not None and target[1] is not scope:
-                s = self.summary(*target)
+                calls_out.append((c, target))
+                sub = None
+                if wrapped and (any(_name_of_any(a) in wrapped or _is_ctor(sem, a)
+                                    for a in (*c.args, *(k.value for k in c.keywords)))
+                                or (f.__class__ is Attribute and f.value.__class__ is Name
+                                    and (f.value.id in instances or (f.value.id == "self" and ctx is not None
+                                                                     and ctx.self_wraps)))):
+                    sub = call_context(self, view, c, target, ctx, want_binds=False)
+                s = self.summary(*target, ctx=sub)
                 effs = s.must
                 if effs and under_no_grad(view, c):
                     effs = tuple(e for e in effs if not e.grad)
@@ -364,11 +539,84 @@ class Summaries:
                         name = getattr(parent(target[1]), "name", name)
                     out.append(Site(c, [e.through(name) for e in effs], "helper"))
         memo[id(scope)] = out
+        _memo(view, ctx, "helper_calls")[id(scope)] = calls_out
         return out
 
-    def _is_zero(self, view, expr, at) -> bool:
-        from .bindings import reaching
+    def helper_calls(self, view, scope: ast.AST) -> list:
+        """(call, (view, function)) of the calls in ``scope`` to functions of the project (not
+        torch, not third-party), in source order: what ``sites`` resolved on its way."""
+        got = view.memo.get("helper_calls", {}).get(id(scope))
+        if got is None:
+            self.sites(view, scope)
+            got = view.memo.get("helper_calls", {}).get(id(scope), [])
+        return got
 
+    # -- roots of rooted collectives ---------------------------------------------------------
+    def rooted_calls(self, view, fn: ast.AST) -> list:
+        """(call, op, root expression) of the rooted collectives directly in ``fn`` (default group)."""
+        memo = view.memo.setdefault("rooted", {})
+        got = memo.get(id(fn))
+        if got is None:
+            got = []
+            sem = view.sem
+            for c in scope_calls(view, fn):
+                qn = sem.call_qualname(c) or ""
+                if not qn.startswith(D) or qn[len(D):] not in ROOTS:
+                    continue
+                op = qn[len(D):]
+                if on_subgroup(c, op):
+                    continue
+                root = root_arg(c, op)
+                if root is not None:
+                    got.append((c, op, root))
+            memo[id(fn)] = got
+        return got
+
+    def varying_roots(self, view, call: ast.Call, target, pctx=None) -> list:
+        """The roots inside ``target`` (and the helpers it calls, one level) that are rank-varying
+        as ``call`` runs it, though not on their own: (callee view, collective call, op, root,
+        value) for each."""
+        tv, fn = target
+        rooted = self.rooted_calls(tv, fn)
+        inner = self._rooted_callees(tv, fn) if pctx is None else ()
+        if not rooted and not inner:
+            return []
+        ctx = call_context(self, view, call, target, pctx, want_wraps=False)
+        if ctx is None:
+            return []
+        ev, base = self.evaluator(tv, ctx), self.evaluator(tv)
+        out = []
+        for c, op, root in rooted:
+            v = ev.value(root)
+            if v.varying and not base.value(root).varying:
+                out.append((tv, c, op, root, v))
+        for c, t2 in inner:
+            out.extend(self.varying_roots(tv, c, t2, ctx))
+        return out
+
+    def _rooted_callees(self, view, fn: ast.AST) -> list:
+        """(call, target) of the calls in ``fn`` to project functions with a rooted collective."""
+        memo = view.memo.setdefault("rooted_callees", {})
+        got = memo.get(id(fn))
+        if got is None:
+            got = memo[id(fn)] = []
+            defs, classes, imports = view.defs, view.classes, view.imports
+            for c in scope_calls(view, fn):
+                f = c.func
+                if not (c.args or c.keywords):
+                    continue
+                if f.__class__ is ast.Name:
+                    if f.id not in defs and f.id not in classes and f.id not in imports:
+                        continue
+                elif not (f.__class__ is ast.Attribute and f.value.__class__ is ast.Name
+                          and (f.value.id == "self" or f.value.id in imports)):
+                    continue
+                t2 = self.resolve_call(view, c)
+                if t2 is not None and t2[1] is not fn and self.rooted_calls(*t2):
+                    got.append((c, t2))
+        return got
+
+    def _is_zero(self, view, expr, at) -> bool:
         if isinstance(expr, ast.Name):
             kind, evs = reaching(view, expr.id, at)
             return kind == "events" and bool(evs) and all(
@@ -377,7 +625,23 @@ class Summaries:
         return False
 
     # -- summaries ---------------------------------------------------------------------------
-    def summary(self, view, fn: ast.AST) -> Summary:
+    def summary(self, view, fn: ast.AST, ctx=None) -> Summary:
+        if ctx is not None and not ctx.wraps and not ctx.self_wraps:
+            ctx = None
+        if ctx is not None:
+            memo = ctx.memo.setdefault("summaries", {})
+            got = memo.get(id(fn))
+            if got is not None:
+                return got
+            key = (id(view), id(fn), id(ctx))
+            if key in self._in_progress:
+                return EMPTY  # recursion under a context: the plain summary's fixpoint covers it
+            self._in_progress.add(key)
+            try:
+                got = memo[id(fn)] = self._compute(view, fn, ctx)
+            finally:
+                self._in_progress.discard(key)
+            return got
         memo = view.memo.setdefault("summaries", {})
         got = memo.get(id(fn))
         if got is not None:
@@ -410,9 +674,9 @@ class Summaries:
         memo[id(fn)] = s
         return s
 
-    def _compute(self, view, fn: ast.AST) -> Summary:
+    def _compute(self, view, fn: ast.AST, ctx=None) -> Summary:
         effects, must = [], []
-        for site in self.sites(view, fn):
+        for site in self.sites(view, fn, ctx):
             sure = unconditional(site.node, fn, view.memo.setdefault("has_exit", {}))
             for e in site.effects:
                 if len(effects) < 6:
@@ -421,16 +685,16 @@ class Summaries:
                     must.append(e)
         return Summary(effects, must)
 
-    def returns_of(self, view, fn: ast.AST):
+    def returns_of(self, view, fn: ast.AST, ctx=None):
         """(uniformity of what ``fn`` returns, per-element uniformity of a returned tuple or None),
         computed on demand (recursion: unknown)."""
-        memo = view.memo.setdefault("returns", {})
+        memo = _memo(view, ctx, "returns")
         got = memo.get(id(fn))
         if got is None:
             memo[id(fn)] = (X, None)  # recursion guard
             self._view_stack.append(view)
             try:
-                got = memo[id(fn)] = self._returns(view, fn)
+                got = memo[id(fn)] = self._returns(view, fn, ctx)
             finally:
                 self._view_stack.pop()
         return got
@@ -447,10 +711,10 @@ class Summaries:
                 self._view_stack.pop()
         return memo[id(fn)]
 
-    def _returns(self, view, fn: ast.AST):
+    def _returns(self, view, fn: ast.AST, ctx=None):
         if isinstance(fn, ast.Lambda) or getattr(fn, "name", "") == "__init__":
             return X, None
-        ev = self.evaluator(view)
+        ev = self.evaluator(view, ctx)
         rets = []
         for n in iter_scope_nodes(fn):
             if n.__class__ is ast.Return:
@@ -516,6 +780,37 @@ class Summaries:
                     if _inits(self, target):
                         return None
         return None
+
+
+def root_arg(call: ast.Call, op: str):
+    pos, kw = ROOTS[op]
+    root = get_arg(call, pos, kw)
+    for gk in _GROUP_ROOTS:
+        root = root if root is not None else get_arg(call, None, gk)
+    return root
+
+
+def _memo(view, ctx, name: str) -> dict:
+    m = ctx.memo if ctx is not None else view.memo
+    got = m.get(name)
+    if got is None:
+        got = m[name] = {}
+    return got
+
+
+def _wrapped(view, ctx) -> frozenset:
+    w = wrapped_names(view)
+    if ctx is not None and (ctx.wraps or ctx.self_wraps):
+        w = w | frozenset(ctx.wraps) | frozenset(ctx.self_wraps)
+    return w
+
+
+def scope_calls_in_class(view, cls: ast.ClassDef) -> list:
+    out = []
+    for st in cls.body:
+        if isinstance(st, FUNC_TYPES):
+            out.extend(scope_calls(view, st))
+    return out
 
 
 def _inits(hub, target) -> bool:

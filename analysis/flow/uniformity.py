@@ -33,13 +33,25 @@ RANK, DATA, CLOCK, RNG = "rank", "data", "clock", "rng"
 class Src:
     """Where rank variance comes from: a category, words for messages, and the node."""
 
-    __slots__ = ("cat", "desc", "line", "path")
+    __slots__ = ("cat", "desc", "line", "path", "via", "call", "call_path")
 
-    def __init__(self, cat: str, desc: str, line: int, path: str | None):
+    def __init__(self, cat: str, desc: str, line: int, path: str | None, via: str = "", call=None,
+                 call_path: str | None = None):
         self.cat, self.desc, self.line, self.path = cat, desc, line, path
+        # through a call: "passed to `f` as `x` at line 31", and that call (for related locations)
+        self.via, self.call, self.call_path = via, call, call_path
+
+    def step(self, words: str, call=None, call_path=None) -> "Src":
+        """The same source, one step further along the cause chain."""
+        via = f"{self.via}, {words}" if self.via else words
+        if call is None:
+            call, call_path = self.call, self.call_path
+        return Src(self.cat, self.desc, self.line, self.path, via, call, call_path)
 
     def text(self, here: str | None = None) -> str:
         where = f"line {self.line}" if (self.path is None or self.path == here) else f"{_short(self.path)}:{self.line}"
+        if self.via:
+            return f"{self.desc}, {where}, {self.via}"
         return f"{self.desc}, {where}"
 
 
@@ -108,6 +120,14 @@ _UNIFORM_QNS = frozenset({
     D + "get_global_rank", D + "get_process_group_ranks", D + "is_torchelastic_launched",
     "torch.cuda.device_count", "torch.cuda.is_available", "os.cpu_count", "torch.device", "torch.Size",
 })
+_SEEDS = {
+    "torch": ("torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed"),
+    "numpy": ("numpy.random.seed",),
+    "random": ("random.seed",),
+}
+_EXISTS_QNS = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.lexists"})
+# wrappers whose module is replicated on every rank (the device they sit on is not the value)
+_REPLICATED = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel"})
 _CLOCKS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.process_time",
                      "time.perf_counter_ns", "time.monotonic_ns", "datetime.datetime.now", "datetime.datetime.utcnow"})
 _RNG_PREFIXES = ("random.", "numpy.random.", "np.random.")
@@ -191,11 +211,19 @@ def _rank_compare_uniform(op: ast.cmpop, consts: list[int]) -> bool:
 class Evaluator:
     """Uniformity of expressions in one module view (memoised per node)."""
 
-    def __init__(self, hub, view):
+    def __init__(self, hub, view, ctx=None):
         self.hub = hub
         self.view = view
         self.sem = view.sem
-        self.memo: dict[int, Value] = view.memo.setdefault("values", {})
+        self.ctx = ctx  # a call-site context (see ``context``), or None
+        if ctx is None:
+            self.memo: dict[int, Value] = view.memo.setdefault("values", {})
+            self.bmemo: dict = view.memo.setdefault("binding_values", {})
+            self.base = None
+        else:
+            self.memo = ctx.memo.setdefault("values", {})
+            self.bmemo = ctx.memo.setdefault("binding_values", {})
+            self.base = hub.evaluator(view)
         self.active: set = set()
 
     # -- entry points ----------------------------------------------------------------------
@@ -206,6 +234,10 @@ class Evaluator:
         got = self.memo.get(key)
         if got is not None:
             return got
+        if self.base is not None:
+            got = self.base.memo.get(key)
+            if got is not None and got.kind == "V":
+                return got  # rank-varying whatever the parameters are
         if depth > 40 or key in self.active:
             return X
         self.active.add(key)
@@ -262,6 +294,13 @@ class Evaluator:
             return self.value(e.value, d)
         if t is ast.Await:
             return self.value(e.value, d)
+        if t in (ast.ListComp, ast.SetComp, ast.GeneratorExp):
+            # the elements (names the comprehension binds are unknown: it is not a scope here)
+            v = self.value(e.elt, d)
+            return v if v.varying else X
+        if t is ast.DictComp:
+            v = join((self.value(e.key, d), self.value(e.value, d)))
+            return v if v.varying else X
         return X
 
     def _env(self, key: str, node: ast.AST) -> Value:
@@ -304,6 +343,11 @@ class Evaluator:
         return join(vals) if vals else X
 
     def param_value(self, fn: ast.AST, name: str, node: ast.AST) -> Value:
+        ctx = self.ctx
+        if ctx is not None and fn is ctx.fn and name in ctx.binds:
+            v = ctx.binds[name]
+            src = v.src
+            return Value("V", src.step(ctx.passed(name), ctx.call, ctx.call_path))
         if RANK_NAME.match(name) or name in MAIN_NAMES:
             return _V(self.view, RANK, f"the process rank from parameter `{name}`", node)
         if name in _CONFIG_PARAMS:
@@ -317,7 +361,7 @@ class Evaluator:
 
     def binding_value(self, ev: ast.AST, name: str, d: int) -> Value:
         key = (id(ev), name)
-        memo = self.view.memo.setdefault("binding_values", {})
+        memo = self.bmemo
         got = memo.get(key)
         if got is not None:
             return got
@@ -327,13 +371,13 @@ class Evaluator:
         try:
             v = self._binding_value(ev, name, d)
             if not v.varying and ev.__class__ in (ast.Assign, ast.AugAssign, ast.AnnAssign):
-                v = self._control_dependent(ev, d) or v
+                v = self._control_dependent(ev, d, name) or v
         finally:
             self.active.discard(key)
         memo[key] = v
         return v
 
-    def _control_dependent(self, ev: ast.stmt, d: int) -> Value | None:
+    def _control_dependent(self, ev: ast.stmt, d: int, name: str = "it") -> Value | None:
         """A binding made only where a test on this rank's data (or the clock) holds
         (``if val_loss > best: patience += 1``) gives a rank-varying value, whatever it assigns."""
         child = ev
@@ -345,8 +389,7 @@ class Evaluator:
                 # shared by a broadcast the analysis may not see (a helper of another package)
                 if v.varying and v.src.cat != RANK:
                     src = v.src
-                    return Value("V", Src(src.cat, f"{src.desc}, which decides whether line {ev.lineno} assigns it",
-                                          src.line, src.path))
+                    return Value("V", src.step(f"which decides whether line {ev.lineno} assigns `{name}`"))
             child = p
             p = parent(p)
         return None
@@ -403,11 +446,36 @@ class Evaluator:
         if path and isinstance(value, ast.Call):
             target = self.hub.resolve_call(self.view, value)
             if target is not None:
-                elts = self.hub.returns_of(*target)[1]
+                elts = self._returns(value, target)[1]
                 if elts is not None and path[0] < len(elts):
                     return elts[path[0]]
                 return X if elts is not None else self.value(value, d)
         return self.value(value, d)
+
+    def _rank_seed(self, qn: str):
+        """The call that seeds the RNG ``qn`` draws from with a rank-varying seed
+        (``torch.manual_seed(args.seed + rank)``), or None. Only when every seeding of that RNG in
+        the file is per rank: a uniform seed elsewhere may be the one in force."""
+        lib = "numpy" if qn.startswith(("numpy.", "np.")) else ("random" if qn.startswith("random.") else "torch")
+        memo = self.view.memo.setdefault("rank_seeds", {})
+        if lib not in memo:
+            memo[lib] = None
+            base = self.hub.evaluator(self.view)
+            seeds = self.sem.calls_to(*_SEEDS[lib])
+            vals = [base.value(c.args[0]) if c.args else X for c in seeds]
+            if seeds and all(v.varying and v.src.cat == RANK for v in vals):
+                memo[lib] = seeds[0]
+        return memo[lib]
+
+    def _returns(self, call: ast.Call, target):
+        """What ``target`` returns, under the context of ``call`` when the plain summary cannot
+        tell and the call passes a rank-varying value."""
+        got = self.hub.returns_of(*target)
+        if got[0].kind == "X" and (got[1] is None or all(x.kind == "X" for x in got[1])):
+            ctx = _context.call_context(self.hub, self.view, call, target, self.ctx, want_wraps=False)
+            if ctx is not None:
+                return self.hub.returns_of(*target, ctx=ctx)
+        return got
 
     # -- iteration -------------------------------------------------------------------------
     def is_loader(self, it: ast.AST, d: int = 0) -> ast.AST | None:
@@ -427,6 +495,10 @@ class Evaluator:
         n = _terminal(it) if isinstance(it, (ast.Name, ast.Attribute)) else None
         if n and _DATA_SRC_NAME.search(n):
             return it
+        if self.ctx is not None and isinstance(it, ast.Name) and it.id in self.ctx.loaders:
+            kind, fn = reaching(self.view, it.id, it)
+            if kind == "param" and fn is self.ctx.fn:
+                return it  # the call passes this rank's data source
         return None
 
     def element(self, it: ast.AST, d: int) -> Value:
@@ -439,7 +511,11 @@ class Evaluator:
             if qn is None and n in ("zip", "enumerate", "tqdm", "sorted", "reversed", "list", "iter"):
                 return join(self.element(a, d) for a in it.args[:1 if n != "zip" else None])
         if self.is_loader(it, d) is not None:
-            return _V(self.view, DATA, "computed from this rank's batch", it)
+            v = _V(self.view, DATA, "computed from this rank's batch", it)
+            ctx = self.ctx
+            if ctx is not None and isinstance(it, ast.Name) and it.id in ctx.loaders:
+                v = Value("V", v.src.step(f"from the data source {ctx.passed(it.id)}", ctx.call, ctx.call_path))
+            return v
         v = self.value(it, d)
         return v
 
@@ -547,15 +623,29 @@ class Evaluator:
         if qn is not None:
             if qn in _RANK_QNS:
                 return _V(self.view, RANK, f"the process rank from `{_text(e.func)}()`", e)
-            if qn in _UNIFORM_QNS:
+            if qn in _UNIFORM_QNS or qn in _REPLICATED:
                 return U
+            if qn in _EXISTS_QNS:
+                return X  # whether a (per-rank) file exists: every rank writes its own in lockstep
             env = env_key(self.view, e)
             if env is not None:
                 return self._env(env, e)
             if qn in _CLOCKS:
                 return _V(self.view, CLOCK, f"the wall clock from `{_text(e.func)}()`", e)
-            if (qn.startswith(_RNG_PREFIXES) or qn in _RNG_TORCH) and not self.view.seeded:
-                return _V(self.view, RNG, f"unseeded random numbers from `{_text(e.func)}()`", e)
+            if qn.startswith(_RNG_PREFIXES) or qn in _RNG_TORCH:
+                if not self.view.seeded:
+                    return _V(self.view, RNG, f"unseeded random numbers from `{_text(e.func)}()`", e)
+                g = next((k.value for k in e.keywords if k.arg == "generator"), None)
+                if g is not None:
+                    gv = self.value(g, d)
+                    if gv.varying:
+                        return _V(self.view, RNG, f"random numbers from `{_text(e.func)}()` with a generator "
+                                  f"seeded per rank ({gv.src.desc}, line {gv.src.line})", e)
+                else:
+                    seed = self._rank_seed(qn)
+                    if seed is not None:
+                        return _V(self.view, RNG, f"random numbers from `{_text(e.func)}()` (the generator is "
+                                  f"seeded per rank at line {seed.lineno})", e)
             if qn.startswith(D):
                 return X
             if qn.startswith(_PURE_PREFIXES):
@@ -565,10 +655,10 @@ class Evaluator:
         name = _terminal(f)
         target = self.hub.resolve_call(self.view, e)
         if target is not None:
-            ret = self.hub.returns_of(*target)[0]
+            ret = self._returns(e, target)[0]
             if ret.kind == "V":
                 src = ret.src
-                return Value("V", Src(src.cat, f"{src.desc} returned by `{name}()`", src.line, src.path))
+                return Value("V", src.step(f"returned by `{name}()`"))
             if ret.kind == "U":
                 return U
             if not self.hub.summary(*target).collectives:
@@ -600,6 +690,8 @@ class Evaluator:
             low = f.attr.lower()
             if f.attr in _PARSE_METHODS:
                 return U
+            if f.attr in ("exists", "is_file", "is_dir") and not args:
+                return X  # ``Path(...).exists()``: see ``_EXISTS_QNS``
             if any(w in low for w in _SYNC_WORDS):
                 return X
             recv = self.value(f.value, d)
@@ -629,3 +721,6 @@ def function_of(sem, node: ast.AST):
 
 
 __all__ = ["Value", "Src", "U", "X", "join", "Evaluator", "RANK", "DATA", "CLOCK", "RNG", "parent"]
+
+
+from . import context as _context  # noqa: E402  (a cycle: contexts evaluate arguments)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import ast
 
 from ..flow import for_context
-from ..flow.control import divergences
+from ..flow.control import context_divergences, divergences
 # the words of a flow finding live with the semantic layer; the rules take them from here
 from ..flow.findings import (  # noqa: F401
+    call_words,
     effect_related,
     effect_words,
     main_effect,
+    node_related,
     report_divergence,
     source_related,
     source_words,
     text,
+    vtext,
+    where,
 )
 from ..registry import NoCase
 
@@ -34,10 +38,18 @@ def scopes(ctx) -> list[ast.AST]:
 
 
 def all_divergences(ctx):
+    """The divergences of this file's scopes, then those inside the project functions it calls,
+    as its calls run them (``d.ctx`` set; ``d.view`` the callee's module, maybe another file)."""
     def build():
         an = for_context(ctx)
         out = []
         for s in scopes(ctx):
             out.extend(divergences(an, an.main, s))
+        out.extend(context_divergences(an, an.main, scopes(ctx)))
         return out
     return ctx.memo("flow.divergences", build)
+
+
+def elsewhere(ctx, d) -> bool:
+    """The divergence lies in another file (reported at the call that leads there)."""
+    return d.view is not None and d.view is not for_context(ctx).main

@@ -484,10 +484,38 @@ def _iter_len(ctx, it, scope, depth) -> int | None:
     return _literal_len(ctx, it, scope, depth + 1)
 
 
+def _mutation_index(ctx, scope) -> dict:
+    """name -> the nodes of ``scope`` that may change a list held by that name (see ``_mutates``),
+    built in one pass per scope and shared by ``_mutated`` / ``_mutated_before``."""
+    def build():
+        idx: dict[str, list] = {}
+        for n in iter_scope_nodes(scope):
+            t = n.__class__
+            if t is ast.Attribute:
+                if n.attr in _MUTATORS and n.value.__class__ is ast.Name:
+                    idx.setdefault(n.value.id, []).append(n)
+            elif t is ast.AugAssign:
+                if n.target.__class__ is ast.Name:
+                    idx.setdefault(n.target.id, []).append(n)
+            elif t is ast.Delete:
+                for tg in n.targets:
+                    if isinstance(tg, ast.Subscript) and isinstance(tg.value, ast.Name):
+                        idx.setdefault(tg.value.id, []).append(n)
+            elif t is ast.Call:
+                for a in (*n.args, *(k.value for k in n.keywords)):
+                    if a.__class__ is ast.Name:
+                        idx.setdefault(a.id, []).append(n)
+            elif t is ast.Global or t is ast.Nonlocal:
+                for nm in n.names:
+                    idx.setdefault(nm, []).append(n)
+        return idx
+    return ctx.memo(("ddp101.mutations", id(scope)), build)
+
+
 def _mutated(ctx, name: str, scope, call) -> bool:
     """The list may change length: a mutating method, ``+=``, ``del x[...]``, or being passed to
     any call other than the collective itself (or ``len``/``print``)."""
-    return any(_mutates(ctx, n, name, call) for n in iter_scope_nodes(scope))
+    return any(_mutates(ctx, n, name, call) for n in _mutation_index(ctx, scope).get(name, ()))
 
 
 def _mutated_before(ctx, name: str, scope, call) -> bool:
@@ -496,7 +524,7 @@ def _mutated_before(ctx, name: str, scope, call) -> bool:
     loops = [a for a in ctx.sem.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
     start = min([call.lineno, *(lp.lineno for lp in loops)])
     end = max([call.lineno, *(lp.end_lineno for lp in loops)])
-    for n in iter_scope_nodes(scope):
+    for n in _mutation_index(ctx, scope).get(name, ()):
         ln = getattr(n, "lineno", None)
         if ln is None or n is call:
             continue

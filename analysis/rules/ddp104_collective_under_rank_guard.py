@@ -9,7 +9,8 @@ from ..flow.rank import rank_guard
 from ..flow.testing import expects_error
 from ..flow.wrappers import wrapper_functions
 from ._common import ALL_COLLECTIVES, D
-from ._flow import all_divergences, effect_related, effect_words, source_related, source_words, text
+from ._flow import (all_divergences, call_words, effect_related, effect_words, elsewhere, node_related,
+                    source_related, source_words, text, vtext, where)
 
 # everything every rank of the group must call (point-to-point send/recv are not collectives)
 _COLLECTIVES = tuple(dict.fromkeys(ALL_COLLECTIVES + (
@@ -44,6 +45,22 @@ class CollectiveUnderRankGuard(Rule):
     model with gradients enabled, DDP's gradient all-reduce in `loss.backward()`. The finding names
     the condition, the source of the variance and the collective inside the callee. Values the
     analysis cannot judge never produce a finding.
+
+    Helpers are analysed as each call runs them. A helper that receives the DDP-wrapped model as a
+    parameter (`validate(ddp_model, loader)`, `Trainer(DDP(net)).fit()`, in this file or another)
+    makes the collectives of that model: its forward broadcasts the module's buffers when the
+    module has any (BatchNorm running statistics, registered buffers), with or without gradients,
+    since DDP skips the broadcast only after a forward without gradients has run; a module known to
+    have no buffers makes no collective in its forward. A condition inside a helper on a parameter
+    that the call makes rank-varying (`reduce_mean(x)` under `if num_pos > 0:` in a loss helper that
+    receives this rank's targets) counts too; when the helper lives in another file, the finding is
+    reported at the call.
+
+    The other ranks' counterpart must be a collective that only they make: the other branch, or a
+    collective under a condition of its own elsewhere in the function. A collective that every
+    rank makes is no counterpart: `if rank == 0: validate(ddp_model)` beside the training forward,
+    or `if is_main: export()` (which ends in `synchronize()`) before a `synchronize()` on every
+    rank, leaves rank 0 with one collective more than the others.
 
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose
@@ -101,6 +118,9 @@ class CollectiveUnderRankGuard(Rule):
             if d.kind != "cond" or id(d.site.node) in seen:
                 continue
             site = d.site
+            if elsewhere(ctx, d):
+                self._in_callee(ctx, d, seen)
+                continue
             seen.add(id(site.node))
             if site.kind == "explicit" and rank_guard(ctx, site.node) is not None:
                 continue  # the direct check owns collectives under a rank guard
@@ -118,6 +138,27 @@ class CollectiveUnderRankGuard(Rule):
                 related=[(d.node.test, "rank-varying condition"), *source_related(ctx, d.value),
                          *effect_related(ctx, site)],
             )
+
+    def _in_callee(self, ctx, d, seen) -> None:
+        """A condition inside a function of another file, rank-varying because of what this
+        file's call passes it: reported at the call."""
+        call = d.ctx.call
+        key = (id(call), id(d.site.node))
+        if key in seen or not d.ctx.binds and not d.ctx.wraps:
+            return
+        seen.add(key)
+        path = d.view.path
+        cond = vtext(d.view, d.node.test)
+        ctx.report(
+            call,
+            f"`{text(ctx, call)}` passes {call_words(ctx, d)} to `{d.ctx.fname}`; there `{cond}` "
+            f"({where(ctx, path, d.node)}) is rank-varying ({source_words(ctx, d.value)}) and decides whether "
+            f"`{vtext(d.view, d.site.node)}` ({where(ctx, path, d.site.node)}) makes {effect_words(ctx, d.site)}, "
+            "which the other ranks never make, so it hangs until the watchdog timeout",
+            related=[node_related(ctx, path, d.node.test, "rank-varying condition"),
+                     node_related(ctx, path, d.site.node, "the collective inside the callee"),
+                     *source_related(ctx, d.value)],
+        )
 
     def _direct(self, ctx) -> None:
         calls = ctx.calls_to(*(D + n for n in _COLLECTIVES))

@@ -5,7 +5,9 @@ import ast
 from ..flow.rank import rank_guard
 from ..model import Severity
 from ..registry import Rule
-from ._flow import FLOW_TEXT, all_divergences, report_divergence, text
+from ._flow import (FLOW_TEXT, all_divergences, call_words, effect_words, elsewhere, node_related,
+                    report_divergence, source_related, source_words, text, vtext)
+from ._flow import where as loc
 
 _EXIT_WORDS = {ast.Return: "return", ast.Break: "break", ast.Continue: "continue"}
 
@@ -25,6 +27,14 @@ class EarlyExitSkipsCollective(Rule):
     `loss.backward()` (for a loss computed from a DDP-wrapped model), DDP's buffer broadcast in the
     forward, and calls to functions (in this file or imported from the project) that make a
     collective.
+
+    Helpers are analysed as each call runs them: a step function that receives the DDP-wrapped
+    model and this rank's batch (`train_step(ddp_model, batch, opt)`, a `Trainer` method using
+    `self.model`) and returns early on the batch (`if keep.sum() == 0: return None`) skips DDP's
+    gradient all-reduce in its `loss.backward()`; a helper of another file that trains the model it
+    receives makes that all-reduce at the call, and a value it returns from this rank's data
+    (`val_loss = validate(model, val_loader)`) is rank-varying. When the exit lives in a helper of
+    another file, the finding is reported at the call.
 
     Not flagged: a condition on a value a collective made equal on every rank (an all-reduced stop
     flag), exits inside DDP's `join()` context, `raise` and failing exits (`sys.exit(1)`): the
@@ -77,6 +87,9 @@ class EarlyExitSkipsCollective(Rule):
             if d.kind != "exit" or id(d.exit) in seen:
                 continue
             site = d.site
+            if elsewhere(ctx, d):
+                self._in_callee(ctx, d, seen)
+                continue
             if site.kind == "explicit":
                 g = rank_guard(ctx, site.node)
                 if g is not None and g.branch == "after" and g.if_node is d.node:
@@ -94,3 +107,26 @@ class EarlyExitSkipsCollective(Rule):
                 f"{where}, which the other ranks make: they wait for this rank until the watchdog timeout",
                 "skipped collective", related=[(d.node.test, "rank-varying condition")],
             )
+
+    def _in_callee(self, ctx, d, seen) -> None:
+        """An early exit inside a function of another file, on a condition rank-varying because of
+        what this file's call passes it: reported at the call."""
+        call = d.ctx.call
+        key = (id(call), id(d.exit))
+        if key in seen:
+            return
+        seen.add(key)
+        path, ex = d.view.path, d.exit
+        word = _EXIT_WORDS.get(type(ex)) or vtext(d.view, ex)
+        ctx.report(
+            call,
+            f"`{text(ctx, call)}` passes {call_words(ctx, d)} to `{d.ctx.fname}`; there "
+            f"`{vtext(d.view, d.node.test)}` ({loc(ctx, path, d.node)}) is rank-varying "
+            f"({source_words(ctx, d.value)}), and its `{word}` ({loc(ctx, path, ex)}) skips "
+            f"{effect_words(ctx, d.site)} in `{vtext(d.view, d.site.node)}` ({loc(ctx, path, d.site.node)}), "
+            "which the other ranks make: they wait for this rank until the watchdog timeout",
+            related=[node_related(ctx, path, d.node.test, "rank-varying condition"),
+                     node_related(ctx, path, ex, "early exit"),
+                     node_related(ctx, path, d.site.node, "skipped collective"),
+                     *source_related(ctx, d.value)],
+        )

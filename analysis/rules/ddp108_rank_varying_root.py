@@ -1,20 +1,13 @@
 from __future__ import annotations
 
+import ast
+
 from ..torch_api import D
 from ..flow import for_context
-from ..flow.summaries import on_subgroup
+from ..flow.summaries import ROOTS, on_subgroup, root_arg
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import get_arg
-from ._flow import source_related, source_words, text
-
-# collective -> (position, keyword) of its root rank
-ROOTS = {
-    "broadcast": (1, "src"), "reduce": (1, "dst"), "gather": (2, "dst"), "scatter": (2, "src"),
-    "broadcast_object_list": (1, "src"), "gather_object": (2, "dst"), "scatter_object_list": (2, "src"),
-}
-_GROUP_ROOTS = ("group_src", "group_dst")
-
+from ._flow import FLOW_TEXT, node_related, scopes, source_related, source_words, text, vtext, where
 
 class RankVaryingRoot(Rule):
     """
@@ -26,6 +19,12 @@ class RankVaryingRoot(Rule):
 
     Collectives on an explicit subgroup (`group=`) are not checked: a root computed from the rank
     is often the same for every member of that subgroup.
+
+    The root may come through a helper (in this file or another of the project) that takes it as a
+    parameter: `sync_weights(w, rank)` where `def sync_weights(t, owner): dist.broadcast(t,
+    src=owner)`. The finding is then reported at the call, where the fix goes: the helper is right
+    for a root every rank agrees on, and other calls may pass one. The related locations show the
+    root inside the helper and the source of the variance.
 
     ## Why is this bad?
     Every rank must name the same root. With `dst=rank`, each rank believes it is the destination
@@ -52,22 +51,16 @@ class RankVaryingRoot(Rule):
     name = "rank-varying-root"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("src", "dst", "broadcast", "reduce", "gather", "scatter")
+    requires_text = ("src", "dst", "broadcast", "reduce", "gather", "scatter", *FLOW_TEXT)
 
     def finish(self, ctx) -> None:
-        calls = ctx.calls_to(*(D + n for n in ROOTS))
-        if not calls:
-            return
         an = for_context(ctx)
         ev = an.evaluator(an.main)
-        for c in calls:
+        for c in ctx.calls_to(*(D + n for n in ROOTS)):
             op = ctx.qn(c)[len(D):]
             if on_subgroup(c, op):
                 continue
-            pos, kw = ROOTS[op]
-            root = get_arg(c, pos, kw)
-            for gk in _GROUP_ROOTS:
-                root = root if root is not None else get_arg(c, None, gk)
+            root = root_arg(c, op)
             if root is None:
                 continue
             v = ev.value(root)
@@ -79,3 +72,28 @@ class RankVaryingRoot(Rule):
                 "must name the same root, or the ranks wait for different peers",
                 related=source_related(ctx, v),
             )
+        self._through_helpers(ctx, an)
+
+    def _through_helpers(self, ctx, an) -> None:
+        """A helper (this file or another of the project) whose rooted collective takes its root
+        from a parameter, called with a rank-varying argument: reported at the call, where the fix
+        goes (the helper is right for a uniform argument, and other calls may pass one)."""
+        main = an.main
+        for sc in scopes(ctx):
+            for c, target in an.helper_calls(main, sc):
+                if not (c.args or c.keywords):
+                    continue
+                got = an.varying_roots(main, c, target)
+                for tv, coll, op, root, v in got[:1]:
+                    outer = getattr(target[1], "name", "?")
+                    inner = getattr(tv.sem.enclosing_function(coll), "name", outer)
+                    via = f" (through `{outer}`)" if inner != outer else ""
+                    ctx.report(
+                        c,
+                        f"`{text(ctx, c)}` makes the root of `{op}` inside `{inner}`{via} rank-varying: "
+                        f"`{vtext(tv, root)}` ({where(ctx, tv.path, coll)}) comes from {source_words(ctx, v)}; "
+                        "every rank must name the same root, or the ranks wait for different peers",
+                        related=[node_related(ctx, tv.path, root, "the root inside the callee"),
+                                 *[r for r in source_related(ctx, v)
+                                   if not (isinstance(r[0], ast.AST) and r[0] is c)]],
+                    )

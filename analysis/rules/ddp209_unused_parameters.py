@@ -326,11 +326,16 @@ def _unused_attrs(ctx, cls: ast.ClassDef):
     if not created:
         return []
     used: set[str] = set()
+    # an attribute assigned twice in __init__ (``self.x = nn.Linear(); self.x = other``) is unclear
+    counts: dict[str, int] = {}
     for n in ast.walk(cls):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
             if n.attr in _REFLECTIVE:
                 return []
-            if not (isinstance(parent(n), ast.Assign) and n in parent(n).targets):
+            p = parent(n)
+            if isinstance(p, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                counts[n.attr] = counts.get(n.attr, 0) + 1
+            if not (isinstance(p, ast.Assign) and n in p.targets):
                 used.add(n.attr)
         elif isinstance(n, ast.Name) and n.id == "self":
             p = parent(n)
@@ -343,12 +348,6 @@ def _unused_attrs(ctx, cls: ast.ClassDef):
             return []
         elif isinstance(n, ast.Constant) and isinstance(n.value, str):
             used.add(n.value)  # a name spelled as a string may be looked up
-    # an attribute assigned twice in __init__ (``self.x = nn.Linear(); self.x = other``) is unclear
-    counts: dict[str, int] = {}
-    for n in ast.walk(cls):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" and \
-                isinstance(parent(n), (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            counts[n.attr] = counts.get(n.attr, 0) + 1
     return [(st, attr, kind) for st, attr, kind in created if attr not in used and counts.get(attr, 0) == 1]
 
 

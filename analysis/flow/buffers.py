@@ -1,0 +1,158 @@
+"""Does a DDP-wrapped module have buffers? (True / False / None = unknown.)
+
+DDP's forward broadcasts rank 0's buffers (``running_mean``, ``running_var``, registered buffers)
+before it runs the module, whenever ``broadcast_buffers`` is on (the default) and the module has
+buffers, and the previous forward ran with gradients enabled (``require_forward_param_sync``): a
+forward under ``torch.no_grad()`` right after training still broadcasts. A module without buffers
+has no collective in its forward. So the forward is a collective only when the module has buffers:
+
+- True: a BatchNorm / InstanceNorm-with-running-stats layer, ``register_buffer``, a torchvision
+  builder of a BatchNorm model, ``SyncBatchNorm.convert_sync_batchnorm``, in the module's
+  construction (through ``nn.Sequential``, ``.to()``/``.cuda()``, and the ``__init__`` of a class of
+  the same file, a few levels deep);
+- False: only layers of ``torch.nn`` known to hold no buffers, or a class of the same file whose
+  ``__init__`` builds only such layers and registers no buffer;
+- None: anything else (a third-party builder, a factory function, a config-driven model).
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, _iter_scope_statements, iter_scope_nodes
+
+_BUFFERED = frozenset({
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
+    "SyncBatchNorm",
+})
+_NO_BUFFERS = frozenset({
+    "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "ConvTranspose3d", "ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "Softmax",
+    "LogSoftmax", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "Identity", "Flatten", "Unflatten",
+    "Embedding", "LayerNorm", "GroupNorm", "RMSNorm", "LSTM", "GRU", "RNN", "MultiheadAttention",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool2d", "Upsample", "PReLU", "Softplus", "Mish",
+    "Hardswish", "Hardtanh", "TransformerEncoderLayer", "TransformerDecoderLayer", "ZeroPad2d",
+})
+_CONTAINERS = frozenset({"Sequential", "ModuleList"})
+_BN_BUILDERS = ("resnet", "resnext", "wide_resnet", "densenet", "inception", "googlenet", "mobilenet",
+                "efficientnet", "regnet", "shufflenet", "mnasnet", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn")
+_MOVES = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_"})
+
+
+def _and(vals) -> bool | None:
+    """True if any is True; False if all are False; else None."""
+    out = False
+    for v in vals:
+        if v is True:
+            return True
+        if v is None:
+            out = None
+    return out
+
+
+def module_buffers(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool | None:
+    """Whether the module ``expr`` (evaluated at ``at``) has buffers."""
+    if depth > 6 or expr is None:
+        return None
+    sem = view.sem
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        qn = sem.call_qualname(expr) or ""
+        if qn in ("torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel"):
+            a = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "module"), None)
+            return module_buffers(hub, view, a, at, depth + 1)
+        if qn.endswith("convert_sync_batchnorm"):
+            return True
+        if qn.startswith("torch.nn."):
+            last = qn.rsplit(".", 1)[-1]
+            if last in _BUFFERED:
+                return True
+            if last.startswith("InstanceNorm"):
+                tr = next((k.value for k in expr.keywords if k.arg == "track_running_stats"), None)
+                return isinstance(tr, ast.Constant) and tr.value is True
+            if last in _NO_BUFFERS:
+                return False
+            if last in _CONTAINERS:
+                items = list(expr.args)
+                if len(items) == 1 and isinstance(items[0], (ast.List, ast.Tuple)):
+                    items = list(items[0].elts)
+                if any(isinstance(i, ast.Starred) for i in items) or expr.keywords:
+                    return None
+                return _and(module_buffers(hub, view, i, at, depth + 1) for i in items)
+            return None
+        if qn.startswith("torchvision.models."):
+            return True if qn.rsplit(".", 1)[-1].startswith(_BN_BUILDERS) else None
+        if isinstance(f, ast.Attribute) and f.attr in _MOVES and qn == "":
+            return module_buffers(hub, view, f.value, at, depth + 1)
+        if isinstance(f, ast.Name) and f.id in view.classes:
+            return class_buffers(hub, view, view.classes[f.id], depth + 1)
+        return None
+    if isinstance(expr, ast.Name):
+        from .bindings import reaching
+
+        kind, evs = reaching(view, expr.id, at)
+        if kind in ("events", "global") and evs and len(evs) <= 4:
+            vals = []
+            for e in evs:
+                if isinstance(e, ast.Assign) and len(e.targets) == 1 and isinstance(e.targets[0], ast.Name):
+                    vals.append(module_buffers(hub, view, e.value, e, depth + 1))
+                else:
+                    vals.append(None)
+            if any(v is True for v in vals):
+                return True
+            return False if all(v is False for v in vals) else None
+        return None
+    return None
+
+
+def class_buffers(hub, view, cls: ast.ClassDef, depth: int = 0) -> bool | None:
+    memo = view.memo.setdefault("class_buffers", {})
+    if id(cls) in memo:
+        return memo[id(cls)]
+    memo[id(cls)] = None  # recursion guard
+    got = memo[id(cls)] = _class_buffers(hub, view, cls, depth)
+    return got
+
+
+def _class_buffers(hub, view, cls: ast.ClassDef, depth: int) -> bool | None:
+    if depth > 6:
+        return None
+    for b in cls.bases:
+        qn = view.sem.qualname(b) or ""
+        if qn not in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            if isinstance(b, ast.Name) and b.id in view.classes and view.classes[b.id] is not cls:
+                if class_buffers(hub, view, view.classes[b.id], depth + 1) is not False:
+                    return None
+                continue
+            return None
+    if "register_buffer" in view.text:
+        for m in cls.body:
+            if isinstance(m, FUNC_TYPES):
+                for n in iter_scope_nodes(m):
+                    if n.__class__ is ast.Call and n.func.__class__ is ast.Attribute \
+                            and n.func.attr == "register_buffer":
+                        return True
+    vals = []
+    for m in cls.body:
+        if not isinstance(m, FUNC_TYPES) or m.name != "__init__":
+            continue
+        for n in _iter_scope_statements(m):
+            if n.__class__ is not ast.Assign:
+                continue
+            for t in n.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    v = n.value
+                    if isinstance(v, ast.Call):
+                        qn = view.sem.call_qualname(v) or ""
+                        if qn.startswith(("torch.nn.", "torchvision.")) or (
+                                isinstance(v.func, ast.Name) and v.func.id in view.classes):
+                            vals.append(module_buffers(hub, view, v, n, depth + 1))
+                        elif qn.startswith("torch."):
+                            continue  # a tensor (torch.zeros, nn.Parameter): not a submodule
+                        else:
+                            vals.append(None)
+                    elif isinstance(v, (ast.Constant, ast.Name, ast.Attribute, ast.BinOp)):
+                        continue  # hyperparameters, references
+                    else:
+                        vals.append(None)
+    return _and(vals)
