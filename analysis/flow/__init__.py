@@ -28,7 +28,8 @@ import os
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import SPAWNS
 from . import project
-from .summaries import Summaries, instance_names
+from .calls import instance_names
+from .summaries import Summaries
 from .uniformity import X, Evaluator, join
 
 _MAX_MODULES = 64

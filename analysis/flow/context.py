@@ -20,6 +20,8 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, param_names, parent
+from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance_names
+from .calls import self_offset  # noqa: F401  (the callers' name for it)
 from .uniformity import _DATA_SRC_NAME
 
 MAX_DEPTH = 2
@@ -52,16 +54,6 @@ def memo(view, ctx, name: str) -> dict:
     if got is None:
         got = m[name] = {}
     return got
-
-
-def self_offset(fn: ast.AST) -> int:
-    """1 when ``fn`` is a method called on an instance (its first parameter is ``self``/``cls``)."""
-    if not isinstance(parent(fn), ast.ClassDef):
-        return 0
-    for d in getattr(fn, "decorator_list", ()):
-        if isinstance(d, ast.Name) and d.id == "staticmethod":
-            return 0
-    return 1
 
 
 def call_args(call: ast.Call, fn: ast.AST):
@@ -101,11 +93,11 @@ def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = Tru
     if not pairs and not self_wraps:
         return None
     binds, wraps, loaders = {}, {}, []
-    wrapped = _summ._wrapped(view, pctx) if want_wraps else ()
+    wrapped = _wrapped(view, pctx) if want_wraps else ()
     ev = hub.evaluator(view, pctx)
     base_ev = hub.evaluator(tv)
     for name, arg in pairs:
-        if wrapped and (_summ._name_of_any(arg) in wrapped or _summ._is_ctor(view.sem, arg)):
+        if wrapped and (_name_of_any(arg) in wrapped or _is_ctor(view.sem, arg)):
             w = hub.wrapper_ctor(view, arg, call, ctx=pctx)
             if w is not None and hub.param_wrapper(tv, fn, name) is None:
                 wraps[name] = w
@@ -140,7 +132,7 @@ def _self_wraps(hub, view, call: ast.Call, tv, fn, pctx) -> dict:
         if pctx is not None and pctx.self_wraps and parent(pctx.fn) is cls:
             return pctx.self_wraps
         return {}
-    if f.value.id not in _summ.instance_names(view):
+    if f.value.id not in instance_names(view):
         return {}
     from .bindings import reaching
 
@@ -151,10 +143,10 @@ def _self_wraps(hub, view, call: ast.Call, tv, fn, pctx) -> dict:
     init = next((st for st in cls.body if isinstance(st, FUNC_TYPES) and st.name == "__init__"), None)
     if init is None or not isinstance(ctor, ast.Call):
         return {}
-    wrapped = _summ._wrapped(view, pctx)
+    wrapped = _wrapped(view, pctx)
     params = {}
     for name, arg in call_args(ctor, init):
-        if _summ._name_of_any(arg) in wrapped or _summ._is_ctor(view.sem, arg):
+        if _name_of_any(arg) in wrapped or _is_ctor(view.sem, arg):
             w = hub.wrapper_ctor(view, arg, ctor, ctx=pctx)
             if w is not None:
                 params[name] = w
@@ -162,10 +154,8 @@ def _self_wraps(hub, view, call: ast.Call, tv, fn, pctx) -> dict:
     if not params:
         return {}
     out = {}
-    for t, v in _summ._init_self_copies(tv, init):
+    for t, v in _init_self_copies(tv, init):
         if v in params:
             out[t] = params[v]
     return out
 
-
-from . import summaries as _summ  # noqa: E402  (a cycle: summaries uses contexts)

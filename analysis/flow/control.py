@@ -21,7 +21,8 @@ import ast
 from ..semantic import FUNC_TYPES, parent
 from .bindings import LOOPS
 from .context import call_context
-from .summaries import _wrapped, dist_mode_test, instance_names
+from .calls import _wrapped, instance_names
+from .summaries import dist_mode_test
 
 _EXIT_QNS = frozenset({"sys.exit", "os._exit"})
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)

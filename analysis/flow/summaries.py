@@ -22,7 +22,12 @@ from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, paren
 from .uniformity import U, X, join
 from .bindings import reaching
 from .buffers import module_buffers
-from .context import call_args, call_context, self_offset
+from .context import call_args, call_context
+from .calls import (  # noqa: F401  (re-exported: rules import these from here)
+    GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _wrapped, calls_by_name,
+    instance_names, on_subgroup, root_arg, scope_calls, scope_calls_in_class, self_offset, wrapped_names,
+)
+from .roots import Roots
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
@@ -30,23 +35,11 @@ COLLECTIVES = (
     "broadcast", "reduce", "gather", "scatter", "all_reduce_coalesced", "all_gather_object", "gather_object",
     "scatter_object_list", "broadcast_object_list", "barrier", "monitored_barrier",
 )
-GROUP_POS = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
-             "gather": 3, "scatter": 3, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "all_to_all": 2,
-             "all_to_all_single": 4, "barrier": 0, "monitored_barrier": 0, "all_gather_object": 2,
-             "gather_object": 3, "broadcast_object_list": 2, "scatter_object_list": 3}
 # rooted collective -> (position, keyword) of its root rank
-ROOTS = {
-    "broadcast": (1, "src"), "reduce": (1, "dst"), "gather": (2, "dst"), "scatter": (2, "src"),
-    "broadcast_object_list": (1, "src"), "gather_object": (2, "dst"), "scatter_object_list": (2, "src"),
-}
-_GROUP_ROOTS = ("group_src", "group_dst")
-WRAPPERS = ("torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel")
 ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
 INIT = D + "init_process_group"
 _PG_USES = frozenset(D + n for n in (*COLLECTIVES, "get_rank", "get_world_size", "new_group", "new_subgroups"))
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled"})
-_NOT_PROJECT_MODS = frozenset({"torch", "torchvision", "transformers", "numpy", "timm", "lightning",
-                               "pytorch_lightning", "accelerate", "deepspeed", "apex", "datasets"})
 _NOT_PROJECT_QN = ("torch.", "math.", "os.", "sys.", "time.", "numpy.", "logging.", "json.", "random.")
 _CONDITIONAL_EXPR = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
@@ -98,15 +91,6 @@ class Site:
         self.node, self.effects, self.kind = node, tuple(effects), kind  # kind: explicit|implicit|helper
 
 
-def on_subgroup(call: ast.Call, op: str) -> bool:
-    grp = get_arg(call, GROUP_POS.get(op), "group")
-    if grp is None or (isinstance(grp, ast.Constant) and grp.value is None):
-        return False
-    if isinstance(grp, ast.Attribute) and grp.attr == "WORLD":
-        return False
-    return True
-
-
 def under_no_grad(view, node: ast.AST) -> bool:
     sem = view.sem
     p = parent(node)
@@ -130,175 +114,7 @@ def under_no_grad(view, node: ast.AST) -> bool:
     return False
 
 
-def scope_calls(view, scope: ast.AST) -> list[ast.Call]:
-    """Calls directly in ``scope`` (not in nested functions or lambdas; a class body counts as its
-    enclosing scope), in source order. One pass over the file's calls, grouped once."""
-    idx = view.memo.get("scope_calls")
-    if idx is None:
-        idx = view.memo["scope_calls"] = {}
-        sem = view.sem
-        # one sweep in source order with a stack of the open functions (no parent walks)
-        fns = sorted((f for defs in sem.functions.values() for f in defs), key=lambda f: (f.lineno, f.col_offset))
-        calls = sem.calls
-        stack: list = []
-        fi = 0
-        top = id(sem.tree)
-        for c in calls:
-            pos = (c.lineno, c.col_offset)
-            while fi < len(fns) and (fns[fi].lineno, fns[fi].col_offset) <= pos:
-                f = fns[fi]
-                while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) <= (f.lineno, f.col_offset):
-                    stack.pop()
-                stack.append(f)
-                fi += 1
-            while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) < (c.end_lineno, c.end_col_offset):
-                stack.pop()
-            key = id(stack[-1]) if stack else top
-            got = idx.get(key)
-            if got is None:
-                idx[key] = [c]
-            else:
-                got.append(c)
-    return idx.get(id(scope), ())
-
-
-def wrapped_names(view) -> frozenset:
-    """Names that may hold a DDP/FSDP-wrapped module (a fast filter; ``wrapper_ctor`` decides):
-    targets of ``x = DDP(...)`` / ``self.x = DDP(...)``, names and attributes assigned from those,
-    and the parameters of this file's functions, methods and constructors that receive one."""
-    got = view.memo.get("wrapped_names")
-    if got is None:
-        sem = view.sem
-        names = set()
-        ctors = sem.calls_to(*WRAPPERS)
-        for c in ctors:
-            st = parent(c)
-            if isinstance(st, ast.Assign):
-                for t in st.targets:
-                    if isinstance(t, ast.Name):
-                        names.add(t.id)
-                    elif isinstance(t, ast.Attribute):
-                        names.add(t.attr)
-        if ctors:
-            methods: dict[str, list] = {}
-            for cls in view.classes.values():
-                for st in cls.body:
-                    if isinstance(st, FUNC_TYPES):
-                        methods.setdefault(st.name if st.name != "__init__" else cls.name, []).append(st)
-            # the calls that pass something to a function, method or class of this file
-            edges = []
-            defs, classes = view.defs, view.classes
-            Name, Attribute = ast.Name, ast.Attribute
-            for c in sem.calls:
-                if not c.args and not c.keywords:
-                    continue
-                f = c.func
-                if f.__class__ is Name:
-                    fid = f.id
-                    fns = (defs[fid],) if fid in defs else methods.get(fid, ()) if fid in classes else ()
-                elif f.__class__ is Attribute and f.value.__class__ is Name and f.value.id == "self":
-                    fns = methods.get(f.attr, ())
-                else:
-                    continue
-                if not fns:
-                    continue
-                pairs = [(i, None, a) for i, a in enumerate(c.args)] + [(None, k.arg, k.value) for k in c.keywords if k.arg]
-                pairs = [(i, kw, _name_of(a) or (True if _is_ctor(sem, a) else None)) for i, kw, a in pairs]
-                pairs = [x for x in pairs if x[2] is not None]
-                if not pairs:
-                    continue
-                for fn in fns:
-                    params = param_names(fn)[self_offset(fn):]
-                    for i, kw, a in pairs:
-                        if kw is not None:
-                            edges.append((a, kw))
-                        elif i < len(params):
-                            edges.append((a, params[i]))
-            for _ in range(3):
-                before = len(names)
-                for a, p in edges:
-                    if a is True or a in names:
-                        names.add(p)
-                if len(names) == before:
-                    break
-        got = view.memo["wrapped_names"] = frozenset(names)
-    return got
-
-
-def _is_ctor(sem, e: ast.AST) -> bool:
-    return isinstance(e, ast.Call) and (sem.call_qualname(e) or "") in WRAPPERS
-
-
-def _name_of_any(e: ast.AST) -> str | None:
-    if e.__class__ is ast.Name:
-        return e.id
-    if e.__class__ is ast.Attribute:
-        return e.attr
-    return None
-
-
-def _name_of(e: ast.AST) -> str | None:
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
-        return e.attr
-    return None
-
-
-def _offset(fn: ast.AST) -> int:
-    return self_offset(fn)
-
-
-def _init_self_copies(view, init: ast.AST) -> list:
-    """(attribute, parameter) of the ``self.attr = param`` statements of an ``__init__``."""
-    memo = view.memo.setdefault("init_self_copies", {})
-    got = memo.get(id(init))
-    if got is None:
-        params = set(param_names(init))
-        got = memo[id(init)] = []
-        for st in init.body:
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Name) \
-                    and st.value.id in params:
-                t = st.targets[0]
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                    got.append((t.attr, st.value.id))
-    return got
-
-
-def instance_names(view) -> frozenset:
-    """Names assigned an instance of a class that may belong to the project (``t = Trainer(...)``,
-    the class defined in this file or imported from outside torch and the usual libraries)."""
-    got = view.memo.get("instance_names")
-    if got is None:
-        names = set()
-        for cname, calls in calls_by_name(view).items():
-            if cname in view.classes:
-                pass
-            elif cname[:1].isupper() and cname in view.imports:
-                imp = view.imports[cname]
-                if imp[0].split(".", 1)[0] in _NOT_PROJECT_MODS:
-                    continue
-            else:
-                continue
-            for c in calls:
-                st = parent(c)
-                if st.__class__ is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is ast.Name:
-                    names.add(st.targets[0].id)
-        got = view.memo["instance_names"] = frozenset(names)
-    return got
-
-
-def calls_by_name(view) -> dict:
-    got = view.memo.get("calls_by_name")
-    if got is None:
-        got = view.memo["calls_by_name"] = {}
-        for c in view.sem.calls:
-            if isinstance(c.func, ast.Name):
-                got.setdefault(c.func.id, []).append(c)
-    return got
-
-
-class Summaries:
+class Summaries(Roots):
     """Mixed into the hub: sites, summaries, and what a module-typed value is. Every query takes
     an optional call-site context (``context.Ctx``): the same question about the function as one
     call runs it."""
@@ -457,6 +273,10 @@ class Summaries:
             return None
         return Effect("broadcast", call, view.path, grad=buf is None, what="DDP's buffer broadcast in the forward")
 
+    def call_context(self, view, call, target, pctx, want_binds: bool = True, want_wraps: bool = True):
+        """``context.call_context`` (the evaluator reaches it through the hub)."""
+        return call_context(self, view, call, target, pctx, want_binds, want_wraps)
+
     # -- sites -------------------------------------------------------------------------------
     def sites(self, view, scope: ast.AST, ctx=None) -> list[Site]:
         if ctx is not None and not ctx.wraps and not ctx.self_wraps:
@@ -549,71 +369,6 @@ class Summaries:
         if got is None:
             self.sites(view, scope)
             got = view.memo.get("helper_calls", {}).get(id(scope), [])
-        return got
-
-    # -- roots of rooted collectives ---------------------------------------------------------
-    def rooted_calls(self, view, fn: ast.AST) -> list:
-        """(call, op, root expression) of the rooted collectives directly in ``fn`` (default group)."""
-        memo = view.memo.setdefault("rooted", {})
-        got = memo.get(id(fn))
-        if got is None:
-            got = []
-            sem = view.sem
-            for c in scope_calls(view, fn):
-                qn = sem.call_qualname(c) or ""
-                if not qn.startswith(D) or qn[len(D):] not in ROOTS:
-                    continue
-                op = qn[len(D):]
-                if on_subgroup(c, op):
-                    continue
-                root = root_arg(c, op)
-                if root is not None:
-                    got.append((c, op, root))
-            memo[id(fn)] = got
-        return got
-
-    def varying_roots(self, view, call: ast.Call, target, pctx=None) -> list:
-        """The roots inside ``target`` (and the helpers it calls, one level) that are rank-varying
-        as ``call`` runs it, though not on their own: (callee view, collective call, op, root,
-        value) for each."""
-        tv, fn = target
-        rooted = self.rooted_calls(tv, fn)
-        inner = self._rooted_callees(tv, fn) if pctx is None else ()
-        if not rooted and not inner:
-            return []
-        ctx = call_context(self, view, call, target, pctx, want_wraps=False)
-        if ctx is None:
-            return []
-        ev, base = self.evaluator(tv, ctx), self.evaluator(tv)
-        out = []
-        for c, op, root in rooted:
-            v = ev.value(root)
-            if v.varying and not base.value(root).varying:
-                out.append((tv, c, op, root, v))
-        for c, t2 in inner:
-            out.extend(self.varying_roots(tv, c, t2, ctx))
-        return out
-
-    def _rooted_callees(self, view, fn: ast.AST) -> list:
-        """(call, target) of the calls in ``fn`` to project functions with a rooted collective."""
-        memo = view.memo.setdefault("rooted_callees", {})
-        got = memo.get(id(fn))
-        if got is None:
-            got = memo[id(fn)] = []
-            defs, classes, imports = view.defs, view.classes, view.imports
-            for c in scope_calls(view, fn):
-                f = c.func
-                if not (c.args or c.keywords):
-                    continue
-                if f.__class__ is ast.Name:
-                    if f.id not in defs and f.id not in classes and f.id not in imports:
-                        continue
-                elif not (f.__class__ is ast.Attribute and f.value.__class__ is ast.Name
-                          and (f.value.id == "self" or f.value.id in imports)):
-                    continue
-                t2 = self.resolve_call(view, c)
-                if t2 is not None and t2[1] is not fn and self.rooted_calls(*t2):
-                    got.append((c, t2))
         return got
 
     def _is_zero(self, view, expr, at) -> bool:
@@ -780,37 +535,6 @@ class Summaries:
                     if _inits(self, target):
                         return None
         return None
-
-
-def root_arg(call: ast.Call, op: str):
-    pos, kw = ROOTS[op]
-    root = get_arg(call, pos, kw)
-    for gk in _GROUP_ROOTS:
-        root = root if root is not None else get_arg(call, None, gk)
-    return root
-
-
-def _memo(view, ctx, name: str) -> dict:
-    m = ctx.memo if ctx is not None else view.memo
-    got = m.get(name)
-    if got is None:
-        got = m[name] = {}
-    return got
-
-
-def _wrapped(view, ctx) -> frozenset:
-    w = wrapped_names(view)
-    if ctx is not None and (ctx.wraps or ctx.self_wraps):
-        w = w | frozenset(ctx.wraps) | frozenset(ctx.self_wraps)
-    return w
-
-
-def scope_calls_in_class(view, cls: ast.ClassDef) -> list:
-    out = []
-    for st in cls.body:
-        if isinstance(st, FUNC_TYPES):
-            out.extend(scope_calls(view, st))
-    return out
 
 
 def _inits(hub, target) -> bool:

@@ -26,6 +26,10 @@ from ..torch_api import D
 from ..semantic import FUNC_TYPES, param_names, parent
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, reaching, target_path
+from .vocab import (  # noqa: F401  (the tables, re-exported)
+    _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
+    _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
+)
 
 RANK, DATA, CLOCK, RNG = "rank", "data", "clock", "rng"
 
@@ -115,41 +119,6 @@ RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "SLURM_P
                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "GROUP_RANK"})
 _RANK_QNS = frozenset({D + "get_rank", D + "get_node_local_rank", "torch.cuda.current_device",
                        D + "get_global_rank_DUMMY"})
-_UNIFORM_QNS = frozenset({
-    D + "get_world_size", D + "is_initialized", D + "is_available", D + "get_backend", D + "is_nccl_available",
-    D + "get_global_rank", D + "get_process_group_ranks", D + "is_torchelastic_launched",
-    "torch.cuda.device_count", "torch.cuda.is_available", "os.cpu_count", "torch.device", "torch.Size",
-})
-_SEEDS = {
-    "torch": ("torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed"),
-    "numpy": ("numpy.random.seed",),
-    "random": ("random.seed",),
-}
-_EXISTS_QNS = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.lexists"})
-# wrappers whose module is replicated on every rank (the device they sit on is not the value)
-_REPLICATED = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel"})
-_CLOCKS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.process_time",
-                     "time.perf_counter_ns", "time.monotonic_ns", "datetime.datetime.now", "datetime.datetime.utcnow"})
-_RNG_PREFIXES = ("random.", "numpy.random.", "np.random.")
-_RNG_TORCH = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli",
-                        "torch.multinomial", "torch.normal", "torch.rand_like", "torch.randn_like"})
-_PURE_PREFIXES = ("torch.", "math.", "numpy.", "np.", "operator.")
-_BUILTIN_JOIN = frozenset({"int", "float", "bool", "str", "abs", "round", "min", "max", "sum", "list", "tuple",
-                           "sorted", "reversed", "set", "frozenset", "dict", "repr", "format", "divmod", "pow",
-                           "any", "all", "hash", "ord", "chr"})
-_SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "layout", "requires_grad"})
-_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "__len__", "get_device",
-                            "type", "is_contiguous", "element_size", "stride"})
-_PURE_METHODS = frozenset({"format", "join", "split", "strip", "lower", "upper", "startswith", "endswith",
-                           "replace", "get", "keys", "values", "items", "copy", "index", "count",
-                           # tensor methods: the same inputs give the same outputs on every rank
-                           "item", "tolist", "float", "int", "long", "double", "half", "bool", "numpy", "cpu",
-                           "cuda", "to", "detach", "clone", "mean", "sum", "max", "min", "any", "all", "abs",
-                           "sqrt", "exp", "log", "div", "mul", "add", "sub", "argmax", "argmin", "isnan",
-                           "isfinite", "contiguous", "view", "reshape", "squeeze", "unsqueeze", "norm"})
-_CONFIG_PARAMS = frozenset({"args", "cfg", "config", "conf", "opt", "opts", "hparams", "hps", "flags",
-                            "options", "params", "hp", "settings", "configs", "cfgs"})
-_SYNC_WORDS = ("gather", "reduce", "sync", "broadcast", "all_", "allreduce", "mean_across", "across", "dist")
 _DATA_SRC_NAME = re.compile(r"(^|_)(data)?loader(s)?$|^(train|val|valid|eval|test|dev)_?(data)?(loader|dl|iter)$",
                             re.I)
 _LOADER_QNS = frozenset({"torch.utils.data.DataLoader"})
@@ -472,7 +441,7 @@ class Evaluator:
         tell and the call passes a rank-varying value."""
         got = self.hub.returns_of(*target)
         if got[0].kind == "X" and (got[1] is None or all(x.kind == "X" for x in got[1])):
-            ctx = _context.call_context(self.hub, self.view, call, target, self.ctx, want_wraps=False)
+            ctx = self.hub.call_context(self.view, call, target, self.ctx, want_wraps=False)
             if ctx is not None:
                 return self.hub.returns_of(*target, ctx=ctx)
         return got
@@ -722,5 +691,3 @@ def function_of(sem, node: ast.AST):
 
 __all__ = ["Value", "Src", "U", "X", "join", "Evaluator", "RANK", "DATA", "CLOCK", "RNG", "parent"]
 
-
-from . import context as _context  # noqa: E402  (a cycle: contexts evaluate arguments)

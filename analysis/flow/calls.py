@@ -1,0 +1,238 @@
+"""Indexes of a module's calls that the flow analysis shares: calls by scope and by name, the
+names that may hold a DDP-wrapped module, instances of project classes, and small helpers about
+calls (subgroups, roots of rooted collectives). No analysis here: ``summaries``, ``context`` and
+``roots`` build on it.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+
+GROUP_POS = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
+             "gather": 3, "scatter": 3, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "all_to_all": 2,
+             "all_to_all_single": 4, "barrier": 0, "monitored_barrier": 0, "all_gather_object": 2,
+             "gather_object": 3, "broadcast_object_list": 2, "scatter_object_list": 3}
+# rooted collective -> (position, keyword) of its root rank
+ROOTS = {
+    "broadcast": (1, "src"), "reduce": (1, "dst"), "gather": (2, "dst"), "scatter": (2, "src"),
+    "broadcast_object_list": (1, "src"), "gather_object": (2, "dst"), "scatter_object_list": (2, "src"),
+}
+_GROUP_ROOTS = ("group_src", "group_dst")
+WRAPPERS = ("torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel")
+_NOT_PROJECT_MODS = frozenset({"torch", "torchvision", "transformers", "numpy", "timm", "lightning",
+                               "pytorch_lightning", "accelerate", "deepspeed", "apex", "datasets"})
+
+
+def self_offset(fn: ast.AST) -> int:
+    """1 when ``fn`` is a method called on an instance (its first parameter is ``self``/``cls``)."""
+    if not isinstance(parent(fn), ast.ClassDef):
+        return 0
+    for d in getattr(fn, "decorator_list", ()):
+        if isinstance(d, ast.Name) and d.id == "staticmethod":
+            return 0
+    return 1
+
+
+def on_subgroup(call: ast.Call, op: str) -> bool:
+    grp = get_arg(call, GROUP_POS.get(op), "group")
+    if grp is None or (isinstance(grp, ast.Constant) and grp.value is None):
+        return False
+    if isinstance(grp, ast.Attribute) and grp.attr == "WORLD":
+        return False
+    return True
+
+
+def scope_calls(view, scope: ast.AST) -> list[ast.Call]:
+    """Calls directly in ``scope`` (not in nested functions or lambdas; a class body counts as its
+    enclosing scope), in source order. One pass over the file's calls, grouped once."""
+    idx = view.memo.get("scope_calls")
+    if idx is None:
+        idx = view.memo["scope_calls"] = {}
+        sem = view.sem
+        # one sweep in source order with a stack of the open functions (no parent walks)
+        fns = sorted((f for defs in sem.functions.values() for f in defs), key=lambda f: (f.lineno, f.col_offset))
+        calls = sem.calls
+        stack: list = []
+        fi = 0
+        top = id(sem.tree)
+        for c in calls:
+            pos = (c.lineno, c.col_offset)
+            while fi < len(fns) and (fns[fi].lineno, fns[fi].col_offset) <= pos:
+                f = fns[fi]
+                while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) <= (f.lineno, f.col_offset):
+                    stack.pop()
+                stack.append(f)
+                fi += 1
+            while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) < (c.end_lineno, c.end_col_offset):
+                stack.pop()
+            key = id(stack[-1]) if stack else top
+            got = idx.get(key)
+            if got is None:
+                idx[key] = [c]
+            else:
+                got.append(c)
+    return idx.get(id(scope), ())
+
+
+def wrapped_names(view) -> frozenset:
+    """Names that may hold a DDP/FSDP-wrapped module (a fast filter; ``wrapper_ctor`` decides):
+    targets of ``x = DDP(...)`` / ``self.x = DDP(...)``, names and attributes assigned from those,
+    and the parameters of this file's functions, methods and constructors that receive one."""
+    got = view.memo.get("wrapped_names")
+    if got is None:
+        sem = view.sem
+        names = set()
+        ctors = sem.calls_to(*WRAPPERS)
+        for c in ctors:
+            st = parent(c)
+            if isinstance(st, ast.Assign):
+                for t in st.targets:
+                    if isinstance(t, ast.Name):
+                        names.add(t.id)
+                    elif isinstance(t, ast.Attribute):
+                        names.add(t.attr)
+        if ctors:
+            methods: dict[str, list] = {}
+            for cls in view.classes.values():
+                for st in cls.body:
+                    if isinstance(st, FUNC_TYPES):
+                        methods.setdefault(st.name if st.name != "__init__" else cls.name, []).append(st)
+            # the calls that pass something to a function, method or class of this file
+            edges = []
+            defs, classes = view.defs, view.classes
+            Name, Attribute = ast.Name, ast.Attribute
+            for c in sem.calls:
+                if not c.args and not c.keywords:
+                    continue
+                f = c.func
+                if f.__class__ is Name:
+                    fid = f.id
+                    fns = (defs[fid],) if fid in defs else methods.get(fid, ()) if fid in classes else ()
+                elif f.__class__ is Attribute and f.value.__class__ is Name and f.value.id == "self":
+                    fns = methods.get(f.attr, ())
+                else:
+                    continue
+                if not fns:
+                    continue
+                pairs = [(i, None, a) for i, a in enumerate(c.args)] + [(None, k.arg, k.value) for k in c.keywords if k.arg]
+                pairs = [(i, kw, _name_of(a) or (True if _is_ctor(sem, a) else None)) for i, kw, a in pairs]
+                pairs = [x for x in pairs if x[2] is not None]
+                if not pairs:
+                    continue
+                for fn in fns:
+                    params = param_names(fn)[self_offset(fn):]
+                    for i, kw, a in pairs:
+                        if kw is not None:
+                            edges.append((a, kw))
+                        elif i < len(params):
+                            edges.append((a, params[i]))
+            for _ in range(3):
+                before = len(names)
+                for a, p in edges:
+                    if a is True or a in names:
+                        names.add(p)
+                if len(names) == before:
+                    break
+        got = view.memo["wrapped_names"] = frozenset(names)
+    return got
+
+
+def _is_ctor(sem, e: ast.AST) -> bool:
+    return isinstance(e, ast.Call) and (sem.call_qualname(e) or "") in WRAPPERS
+
+
+def _name_of_any(e: ast.AST) -> str | None:
+    if e.__class__ is ast.Name:
+        return e.id
+    if e.__class__ is ast.Attribute:
+        return e.attr
+    return None
+
+
+def _name_of(e: ast.AST) -> str | None:
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return e.attr
+    return None
+
+
+def _init_self_copies(view, init: ast.AST) -> list:
+    """(attribute, parameter) of the ``self.attr = param`` statements of an ``__init__``."""
+    memo = view.memo.setdefault("init_self_copies", {})
+    got = memo.get(id(init))
+    if got is None:
+        params = set(param_names(init))
+        got = memo[id(init)] = []
+        for st in init.body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Name) \
+                    and st.value.id in params:
+                t = st.targets[0]
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    got.append((t.attr, st.value.id))
+    return got
+
+
+def instance_names(view) -> frozenset:
+    """Names assigned an instance of a class that may belong to the project (``t = Trainer(...)``,
+    the class defined in this file or imported from outside torch and the usual libraries)."""
+    got = view.memo.get("instance_names")
+    if got is None:
+        names = set()
+        for cname, calls in calls_by_name(view).items():
+            if cname in view.classes:
+                pass
+            elif cname[:1].isupper() and cname in view.imports:
+                imp = view.imports[cname]
+                if imp[0].split(".", 1)[0] in _NOT_PROJECT_MODS:
+                    continue
+            else:
+                continue
+            for c in calls:
+                st = parent(c)
+                if st.__class__ is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is ast.Name:
+                    names.add(st.targets[0].id)
+        got = view.memo["instance_names"] = frozenset(names)
+    return got
+
+
+def calls_by_name(view) -> dict:
+    got = view.memo.get("calls_by_name")
+    if got is None:
+        got = view.memo["calls_by_name"] = {}
+        for c in view.sem.calls:
+            if isinstance(c.func, ast.Name):
+                got.setdefault(c.func.id, []).append(c)
+    return got
+
+
+def _memo(view, ctx, name: str) -> dict:
+    m = ctx.memo if ctx is not None else view.memo
+    got = m.get(name)
+    if got is None:
+        got = m[name] = {}
+    return got
+
+
+def _wrapped(view, ctx) -> frozenset:
+    w = wrapped_names(view)
+    if ctx is not None and (ctx.wraps or ctx.self_wraps):
+        w = w | frozenset(ctx.wraps) | frozenset(ctx.self_wraps)
+    return w
+
+
+def scope_calls_in_class(view, cls: ast.ClassDef) -> list:
+    out = []
+    for st in cls.body:
+        if isinstance(st, FUNC_TYPES):
+            out.extend(scope_calls(view, st))
+    return out
+
+
+def root_arg(call: ast.Call, op: str):
+    pos, kw = ROOTS[op]
+    root = get_arg(call, pos, kw)
+    for gk in _GROUP_ROOTS:
+        root = root if root is not None else get_arg(call, None, gk)
+    return root

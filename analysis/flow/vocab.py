@@ -1,0 +1,41 @@
+"""The vocabulary of ``uniformity``: which library calls, methods and attributes give uniform,
+rank-varying or shape-only values (tables only; ``uniformity`` re-exports them)."""
+from __future__ import annotations
+
+from ..torch_api import D
+
+_UNIFORM_QNS = frozenset({
+    D + "get_world_size", D + "is_initialized", D + "is_available", D + "get_backend", D + "is_nccl_available",
+    D + "get_global_rank", D + "get_process_group_ranks", D + "is_torchelastic_launched",
+    "torch.cuda.device_count", "torch.cuda.is_available", "os.cpu_count", "torch.device", "torch.Size",
+})
+_SEEDS = {
+    "torch": ("torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed"),
+    "numpy": ("numpy.random.seed",),
+    "random": ("random.seed",),
+}
+_EXISTS_QNS = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.lexists"})
+# wrappers whose module is replicated on every rank (the device they sit on is not the value)
+_REPLICATED = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel"})
+_CLOCKS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.process_time",
+                     "time.perf_counter_ns", "time.monotonic_ns", "datetime.datetime.now", "datetime.datetime.utcnow"})
+_RNG_PREFIXES = ("random.", "numpy.random.", "np.random.")
+_RNG_TORCH = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli",
+                        "torch.multinomial", "torch.normal", "torch.rand_like", "torch.randn_like"})
+_PURE_PREFIXES = ("torch.", "math.", "numpy.", "np.", "operator.")
+_BUILTIN_JOIN = frozenset({"int", "float", "bool", "str", "abs", "round", "min", "max", "sum", "list", "tuple",
+                           "sorted", "reversed", "set", "frozenset", "dict", "repr", "format", "divmod", "pow",
+                           "any", "all", "hash", "ord", "chr"})
+_SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "layout", "requires_grad"})
+_SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "__len__", "get_device",
+                            "type", "is_contiguous", "element_size", "stride"})
+_PURE_METHODS = frozenset({"format", "join", "split", "strip", "lower", "upper", "startswith", "endswith",
+                           "replace", "get", "keys", "values", "items", "copy", "index", "count",
+                           # tensor methods: the same inputs give the same outputs on every rank
+                           "item", "tolist", "float", "int", "long", "double", "half", "bool", "numpy", "cpu",
+                           "cuda", "to", "detach", "clone", "mean", "sum", "max", "min", "any", "all", "abs",
+                           "sqrt", "exp", "log", "div", "mul", "add", "sub", "argmax", "argmin", "isnan",
+                           "isfinite", "contiguous", "view", "reshape", "squeeze", "unsqueeze", "norm"})
+_CONFIG_PARAMS = frozenset({"args", "cfg", "config", "conf", "opt", "opts", "hparams", "hps", "flags",
+                            "options", "params", "hp", "settings", "configs", "cfgs"})
+_SYNC_WORDS = ("gather", "reduce", "sync", "broadcast", "all_", "allreduce", "mean_across", "across", "dist")
