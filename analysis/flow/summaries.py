@@ -18,7 +18,7 @@ import ast
 import re
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from .uniformity import U, X, join
 from .bindings import reaching
 from .buffers import module_buffers
