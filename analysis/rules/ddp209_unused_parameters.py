@@ -156,6 +156,8 @@ def _wrapped_elsewhere(ctx, classes, subclassed, reported) -> None:
     """A class of this file built by another file of the project (``from models.seg import
     SegNet``) whose instance that file wraps in DDP without ``find_unused_parameters=True`` and
     trains (it calls ``backward()``)."""
+    if not ctx.filename or ctx.filename.startswith("<") or not os.path.isfile(ctx.filename):
+        return  # no file on disk, no project around it (``project_callers`` finds none)
     cands = {}
     for name, cls in classes.items():
         if name in subclassed or cls.decorator_list or not _plain_module(ctx, cls):
@@ -313,6 +315,21 @@ def _param_kind(ctx, value) -> str | None:
     return None
 
 
+def _subtree(node: ast.AST):
+    """Every node under ``node`` (``ast.walk``'s nodes, depth first, without its generators)."""
+    stack = [node]
+    AST = ast.AST
+    while stack:
+        n = stack.pop()
+        yield n
+        for f in n._fields:
+            v = getattr(n, f, None)
+            if isinstance(v, AST):
+                stack.append(v)
+            elif v.__class__ is list:
+                stack.extend(c for c in v if isinstance(c, AST))
+
+
 def _unused_attrs(ctx, cls: ast.ClassDef):
     init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
     created = []
@@ -328,7 +345,7 @@ def _unused_attrs(ctx, cls: ast.ClassDef):
     used: set[str] = set()
     # an attribute assigned twice in __init__ (``self.x = nn.Linear(); self.x = other``) is unclear
     counts: dict[str, int] = {}
-    for n in ast.walk(cls):
+    for n in _subtree(cls):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
             if n.attr in _REFLECTIVE:
                 return []
