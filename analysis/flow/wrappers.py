@@ -26,11 +26,25 @@ def wrapper_functions(ctx, qualnames: tuple[str, ...], cache_key: str) -> set[st
     return ctx.memo(("wrappers", cache_key), lambda: _wrapper_functions(ctx, qualnames))
 
 
+def _by_callee(ctx) -> dict[str, list[ast.Call]]:
+    """Calls by local callee name (``f(...)``, ``self.f(...)``), for the file's own functions;
+    built once per check."""
+    def build():
+        sem = ctx.sem
+        fns = sem.functions
+        out: dict[str, list[ast.Call]] = {}
+        for k in sem.calls:
+            n = callee_name(k)
+            if n is not None and n in fns:
+                out.setdefault(n, []).append(k)
+        return out
+    return ctx.memo("flow.calls_by_callee", build)
+
+
 def _wrapper_functions(ctx, qualnames: tuple[str, ...]) -> set[str]:
     sem = ctx.sem
     names: set[str] = set()
     frontier = [c for c in sem.calls_to(*qualnames)]
-    # calls by local callee name, built lazily once
     by_name: dict[str, list[ast.Call]] | None = None
     seen_fns: set[int] = set()
     while frontier:
@@ -43,11 +57,7 @@ def _wrapper_functions(ctx, qualnames: tuple[str, ...]) -> set[str]:
             if fn.name not in names:
                 names.add(fn.name)
                 if by_name is None:
-                    by_name = {}
-                    for k in sem.calls:
-                        n = callee_name(k)
-                        if n is not None and n in sem.functions:
-                            by_name.setdefault(n, []).append(k)
+                    by_name = _by_callee(ctx)
                 new.extend(by_name.get(fn.name, ()))
         frontier = new
     return names
@@ -59,8 +69,8 @@ def calls_or_wrappers(ctx, qualnames: tuple[str, ...], cache_key: str) -> list[a
     out = list(sem.calls_to(*qualnames))
     wrappers = wrapper_functions(ctx, qualnames, cache_key)
     if wrappers:
-        for k in sem.calls:
-            n = callee_name(k)
-            if n is not None and n in wrappers:
-                out.append(k)
+        by_name = _by_callee(ctx)
+        extra = [k for n in wrappers for k in by_name.get(n, ())]
+        extra.sort(key=lambda k: (k.lineno, k.col_offset))  # source order, as before
+        out.extend(extra)
     return out
