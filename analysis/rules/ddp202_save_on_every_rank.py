@@ -103,11 +103,17 @@ class SaveOnEveryRank(Rule):
         ana = None
         for call in ctx.sem.calls:
             f = call.func
-            if not isinstance(f, (ast.Name, ast.Attribute)) or (ctx.qn(call) or "").startswith("torch."):
+            if f.__class__ is ast.Name:
+                name = f.id
+            elif f.__class__ is ast.Attribute:
+                name = f.attr
+            else:
                 continue
-            name = f.id if isinstance(f, ast.Name) else f.attr
-            if "save" not in name.lower() and "checkpoint" not in name.lower() and "ckpt" not in name.lower():
+            low = name.lower()
+            if "save" not in low and "checkpoint" not in low and "ckpt" not in low:
                 continue  # the gate of this rule: a helper that saves says so in its name
+            if (ctx.qn(call) or "").startswith("torch."):
+                continue
             if ana is None:
                 ana = for_context(ctx)
             got = ana.resolve_call(ana.main, call)
