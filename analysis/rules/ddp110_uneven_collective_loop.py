@@ -4,7 +4,11 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ._flow import FLOW_TEXT, all_divergences, report_divergence
+from ..flow import for_context
+from ..flow.control import Divergence, under_join
+from ..flow.shapes import shapes_of
+from ..semantic import FUNC_TYPES, parent
+from ._flow import FLOW_TEXT, all_divergences, report_divergence, scopes
 
 
 class UnevenCollectiveLoop(Rule):
@@ -53,7 +57,7 @@ class UnevenCollectiveLoop(Rule):
 
     def finish(self, ctx) -> None:
         seen = set()
-        for d in all_divergences(ctx):
+        for d in [*all_divergences(ctx), *_shard_loops(ctx)]:
             if d.kind != "loop" or id(d.node) in seen:
                 continue
             seen.add(id(d.node))
@@ -66,3 +70,32 @@ class UnevenCollectiveLoop(Rule):
                 "that finish first leave the others waiting (use `join()` or the same number of items per rank)",
                 "collective in the loop",
             )
+
+
+def _shard_loops(ctx):
+    """Loops whose trip count comes from this rank's own shard as the shape analysis sees it
+    (a rank-specific file, a project Dataset or generator built from one, an uneven split),
+    around a collective site, outside ``join()``."""
+    an = for_context(ctx)
+    view = an.main
+    sh = None
+    out = []
+    done = set()
+    for scope in scopes(ctx):
+        for site in an.sites(view, scope):
+            if under_join(view, site.node):
+                continue
+            child, p = site.node, parent(site.node)
+            while p is not None and p is not scope:
+                if isinstance(p, (ast.For, ast.AsyncFor)) and child is not p.iter and id(p) not in done:
+                    done.add(id(p))
+                    if sh is None:
+                        sh = shapes_of(an, view)
+                    v = sh.trip_count(p.iter)
+                    if v.varying:
+                        out.append(Divergence("loop", site, p, v))
+                        break
+                if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+                    break
+                child, p = p, parent(p)
+    return out
