@@ -218,9 +218,13 @@ class Shapes:
         v = self.ev.value(e)
         if v.kind == "V":
             return Sh("V", v.src)
-        if v.kind == "U":
-            return SU
         t = e.__class__
+        if v.kind == "U":
+            # the general evaluator does not see a list grow (``len(hits)``) or a mask keep rows
+            if t is ast.Call and self._is_shape_query(e):
+                got = self._size_call(e, d)
+                return got if got.kind == "V" else SU
+            return SU
         if t is ast.Constant:
             return SU
         if t is ast.Name:
@@ -250,6 +254,13 @@ class Shapes:
         if t is ast.Call:
             return self._size_call(e, d)
         return SX
+
+    @staticmethod
+    def _is_shape_query(e) -> bool:
+        f = e.func
+        if isinstance(f, ast.Name):
+            return f.id == "len"
+        return isinstance(f, ast.Attribute) and f.attr in ("size", "numel", "nelement", "__len__")
 
     def _dim_of(self, sh: Sh, idx) -> Sh:
         if sh.kind != "V":
@@ -295,15 +306,15 @@ class Shapes:
         if kind not in ("events", "global", "events+param") or not got:
             return SX
         out = [self._binding(ev, e.id, d, fn) for ev in got if not (
-            ev.__class__ is ast.Call and fn is self.shape)]  # an in-place collective keeps the shape
+            ev.__class__ is ast.Call and fn == self.shape)]  # an in-place collective keeps the shape
         if kind == "events+param":
             fnode = self.view.sem.enclosing_function(e)
             if fnode is not None:
                 out.append(_dep(fnode, e.id, mode))
-        if fn is self.shape and not out:
+        if fn == self.shape and not out:
             return SX
         res = join_paths(out)
-        if fn is self.shape and res.kind != "X" and kind != "global":
+        if fn == self.shape and res.kind != "X" and kind != "global":
             grow = self._mutations(e, d)
             if grow is not None:
                 return grow
@@ -325,7 +336,7 @@ class Shapes:
         if t is ast.AnnAssign:
             return fn(ev.value, d) if ev.value is not None else SX
         if t is ast.AugAssign:
-            if fn is self.size:
+            if fn == self.size:
                 loop = self._enclosing_loop_extent(ev, d)
                 if loop is not None:
                     return loop
@@ -339,7 +350,7 @@ class Shapes:
                 if item.optional_vars is not None and target_path(item.optional_vars, name) == []:
                     return fn(item.context_expr, d)
             return SX
-        if t in (ast.For, ast.AsyncFor) and fn is self.size:
+        if t in (ast.For, ast.AsyncFor) and fn == self.size:
             return _from_value(self.ev.binding_value(ev, name, d))
         return SX
 
@@ -348,9 +359,9 @@ class Shapes:
                 and path[0] < len(value.elts):
             inner = value.elts[path[0]]
             return fn(inner, d) if len(path) == 1 else self._unpack(inner, path[1:], d, fn)
-        if fn is self.size and len(path) == 1 and isinstance(value, ast.Attribute) and value.attr == "shape":
+        if fn == self.size and len(path) == 1 and isinstance(value, ast.Attribute) and value.attr == "shape":
             return self._dim_of(self.shape(value.value, d), ast.Constant(path[0]))
-        if fn is self.size and len(path) == 1 and isinstance(value, ast.Call) and _terminal(value.func) == "size" \
+        if fn == self.size and len(path) == 1 and isinstance(value, ast.Call) and _terminal(value.func) == "size" \
                 and not value.args and isinstance(value.func, ast.Attribute):
             return self._dim_of(self.shape(value.func.value, d), ast.Constant(path[0]))
         return SX
@@ -458,11 +469,63 @@ class Shapes:
             return self.shape(e.value, d)
         return SX
 
+    def _comp_value(self, node, comp, d=0):
+        """Uniformity of ``node`` in a comprehension, its targets standing for the elements of
+        their iterables (the general evaluator does not see into comprehension scopes)."""
+        if d > 12:
+            return VX
+        t = node.__class__
+        if t is ast.Name:
+            for g in comp.generators:
+                path = target_path(g.target, node.id)
+                if path is not None:
+                    return self.ev.element(g.iter, 0)
+            return self.ev.value(node)
+        if t is ast.Compare:
+            if any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
+                return VX
+            parts = [node.left, *node.comparators]
+        elif t is ast.BoolOp:
+            parts = node.values
+        elif t is ast.BinOp:
+            parts = [node.left, node.right]
+        elif t is ast.UnaryOp:
+            parts = [node.operand]
+        elif t is ast.Subscript:
+            parts = [node.value, node.slice]
+        elif t is ast.Attribute:
+            parts = [node.value]
+        elif t is ast.Call:
+            if _terminal(node.func) in ("isinstance", "hasattr", "callable", "getattr"):
+                return VX
+            parts = [*node.args, *((node.func.value,) if isinstance(node.func, ast.Attribute) else ())]
+        elif t is ast.Constant:
+            return self.ev.value(node)
+        else:
+            return self.ev.value(node)
+        from .uniformity import join
+
+        vals = [self._comp_value(x, comp, d + 1) for x in parts]
+        v = join(vals)
+        return v
+
+    def _value_deps(self, expr) -> frozenset:
+        """(fn, param, "val") for the parameters whose value ``expr`` is computed from."""
+        out = set()
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Name):
+                kind, got = reaching(self.view, n.id, n)
+                if kind == "param":
+                    out.add((id(got), n.id, "val"))
+            elif isinstance(n, ast.Lambda):
+                return frozenset()
+        return frozenset(out)
+
     def _comprehension(self, e, d) -> Sh:
         parts = []
         for g in e.generators:
             for cond in g.ifs:
-                v = self.ev.value(cond)
+                v = self._comp_value(cond, e)
                 if v.varying:
                     return Sh("V", Src(v.src.cat, f"{v.src.desc}, which filters the items of line {e.lineno}",
                                        v.src.line, v.src.path), frozenset({0}))
@@ -502,7 +565,8 @@ class Shapes:
                 if v.varying:
                     return Sh("V", Src(v.src.cat, f"a boolean mask over {v.src.desc}", v.src.line, v.src.path),
                               frozenset({0}))
-                return SX
+                deps = self._value_deps(idx) if v.kind == "X" else frozenset()
+                return Sh("U", deps=deps) if deps else SX
             iv = self.ev.value(idx)
             if iv.varying and iv.src.cat == RANK and self._uneven_split(base, d):
                 return Sh("V", Src(RANK, f"this rank's piece of an uneven split ({iv.src.desc})", iv.src.line,
@@ -679,7 +743,7 @@ class Shapes:
                     r = self.shape(recv, d)
                     return Sh("V", r.src) if r.kind == "V" else SX
                 return s if s.kind == "V" else (SU if s.kind == "U" and not s.deps else (s if s.kind == "U" else SX))
-            if a in ("readlines", "read", "splitlines", "split", "strip", "rstrip", "lstrip", "decode", "values",
+            if a in ("readlines", "read", "splitlines", "split", "strip", "rstrip", "lstrip", "decode",
                      "tolist", "glob", "rglob", "iterdir", "itertuples", "iterrows", "keys_DUMMY"):
                 if a == "split" and self._maybe_tensor_split(e):
                     return self._dim_of(self.shape(recv, d), ast.Constant(0))
@@ -701,7 +765,8 @@ class Shapes:
         v = self.ev.value(src_e)
         if v.varying:
             return Sh("V", Src(v.src.cat, f"`{what}()` of {v.src.desc}", v.src.line, v.src.path), frozenset({0}))
-        return SX
+        deps = self._value_deps(src_e) if v.kind == "X" else frozenset()
+        return Sh("U", deps=deps) if deps else SX
 
     def _per_rank_file(self, e, d) -> Sh:
         """Contents of a file (or the files a pattern matches) whose name depends on the rank."""
@@ -740,6 +805,8 @@ class Shapes:
             elems = self._elements(seq, d)
             if elems is None:
                 return SX if count.kind != "V" else Sh("V", count.src, frozenset({k}) if k is not None else None)
+        if count.kind == "V" and not isinstance(seq, (ast.List, ast.Tuple)):
+            return Sh("V", count.src, frozenset({k}) if k is not None and k >= 0 else None)
         if any(s.kind == "X" for s in elems):
             return SX  # a piece of unknown shape: padding, perhaps
         if count.kind == "V":
