@@ -427,7 +427,9 @@ class Shapes:
         while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
             if isinstance(p, (ast.If, ast.While)) and child is not p.test:
                 v = self.ev.value(p.test)
-                if v.varying:
+                # data, clocks and random numbers: a rank test is usually one of the symmetric
+                # ``for r in range(world): if r == rank:`` kind (as in ``uniformity``)
+                if v.varying and v.src.cat != RANK:
                     src = v.src
                     return Sh("V", Src(src.cat, f"{src.desc}, which decides whether line {c.lineno} adds an item",
                                        src.line, src.path), frozenset({0}))
@@ -526,7 +528,7 @@ class Shapes:
         for g in e.generators:
             for cond in g.ifs:
                 v = self._comp_value(cond, e)
-                if v.varying:
+                if v.varying and not (v.src.cat == RANK and _symmetric_rank_test(cond, e)):
                     return Sh("V", Src(v.src.cat, f"{v.src.desc}, which filters the items of line {e.lineno}",
                                        v.src.line, v.src.path), frozenset({0}))
             parts.append(self.shape(g.iter, d))
@@ -782,9 +784,6 @@ class Shapes:
             s = self.shape(a, d) if isinstance(a, ast.Name) else SX
             if s.kind == "V" and s.src.cat == RANK:
                 return Sh("V", s.src, frozenset({0}))
-            if s.kind == "U" and s.deps:
-                # a file handle or path of the caller: varying when the caller's path is
-                return Sh("U", deps=s.deps)
             sz = self.size(a, d) if isinstance(a, ast.Name) else SX
             if sz.kind == "U" and sz.deps:
                 return Sh("U", deps=frozenset((f, p, "file") for f, p, _m in sz.deps))
@@ -993,6 +992,20 @@ class Shapes:
         if sh.kind == "V" and sh.src.cat == RANK:
             return sh
         return SX
+
+
+def _symmetric_rank_test(cond, comp) -> bool:
+    """``r == rank`` / ``r != rank`` with ``r`` a target iterating ``range(...)``: every rank
+    keeps the same number of items (one, or all but one)."""
+    if not (isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], (ast.Eq, ast.NotEq))):
+        return False
+    for side in (cond.left, cond.comparators[0]):
+        if isinstance(side, ast.Name):
+            for g in comp.generators:
+                if isinstance(g.target, ast.Name) and g.target.id == side.id and isinstance(g.iter, ast.Call) \
+                        and _terminal(g.iter.func) == "range":
+                    return True
+    return False
 
 
 def _has_default(fn, p) -> bool:
