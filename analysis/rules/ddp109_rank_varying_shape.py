@@ -15,12 +15,28 @@ class RankVaryingShape(Rule):
     ## What it does
     Checks for the tensor given to `all_gather`, `all_gather_into_tensor`, `all_reduce`,
     `reduce_scatter` or `reduce_scatter_tensor` when its shape is computed from sizes that differ
-    between ranks: a slice `x[:, :n]` or a constructor `torch.zeros(n)` where `n` comes from the rank
-    or from this rank's data (`lengths.max()` over the local batch), with no padding to a size
-    every rank agrees on.
+    between ranks, with no padding to a size every rank agrees on. The shape is followed through
+    assignments and helpers, in this file and in the other files of the project: a helper that
+    builds the tensor from its arguments (`make_buffer(len(hits), 8)`), or one that hands its
+    parameter to the collective (`concat_all_gather(x[:, :local_len])`), is flagged at the
+    call, naming the helper chain and the collective inside it.
 
-    Not flagged: sizes made uniform by a collective first (`dist.all_reduce(max_len, op=MAX)`), and
-    padded tensors (`F.pad`), whose shape the analysis leaves unknown.
+    Sources of a rank-varying size or shape:
+    - a size computed from the rank or from this rank's data (`lengths.max()`, `lengths[rank]`,
+      `(preds > 0.5).sum()`), used in `torch.zeros/empty/ones/full/arange(n)`, `new_zeros(n)`,
+      `view`/`reshape`, or a slice `x[:, :n]`;
+    - `len()` of a list that grows under a test on this rank's data, a comprehension filtered by
+      such a test, `x.size(0)` / `x.shape[0]` of a tensor whose length varies;
+    - rows a boolean mask keeps (`x[labels == 1]`), `nonzero()` / `argwhere`, `unique()`,
+      `masked_select`, one-argument `torch.where`;
+    - `torch.tensor(list)` of such a list, `torch.cat` of a varying number of pieces, this rank's
+      piece of an uneven split (`np.array_split(x, world)[rank]`).
+
+    Not flagged: sizes made uniform by a collective first (`dist.all_reduce(n, op=MAX)`, an
+    `all_gather` of the sizes), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
+    with a padding piece sized `max_len - x.size(0)`), truncation to an agreed size, a dimension
+    other than the one that varies (`x[mask].shape[1]`), tensors whose values (not shape) differ
+    (`torch.tensor([count])`), and anything the analysis cannot follow.
 
     ## Why is this bad?
     These collectives need the same shape on every rank. NCCL does not check: mismatched sizes

@@ -15,13 +15,27 @@ class UnevenCollectiveLoop(Rule):
     """
     ## What it does
     Checks for a loop that makes a collective when the number of iterations differs between ranks:
-    a `for` over this rank's own shard (`files[rank::world_size]`), over a `DataLoader` whose
-    dataset is built per rank without a `DistributedSampler`, or a `while` on a rank-varying test.
-    The collective may be explicit, implicit (DDP's gradient all-reduce in `loss.backward()`, its
-    buffer broadcast in the forward) or inside a helper function.
+    a `for` over this rank's own shard, over a `DataLoader` whose dataset is built per rank without
+    a `DistributedSampler`, or a `while` on a rank-varying test. The collective may be explicit,
+    implicit (DDP's gradient all-reduce in `loss.backward()`, its buffer broadcast in the forward)
+    or inside a helper function.
+
+    A rank's shard is recognised when it is built by custom code, in this file or another file of
+    the project:
+    - a slice with rank-varying bounds (`files[rank::world_size]`), a list filtered by the rank
+      (`[f for f in files if owner(f) == rank]`), this rank's piece of an uneven split
+      (`np.array_split(ids, world)[rank]`);
+    - the contents of a file named after the rank (`open(f"shard_{rank}.txt")`, `readlines()`,
+      `torch.load`, `json.load`, `glob` of a per-rank pattern), directly or through a helper that
+      returns them (`load_shard(rank)` returning `torch.split(rows, 64)`);
+    - a generator that loops over such a source (`for rec in stream(f"part-{rank}.jsonl")`);
+    - a project `Dataset` / `IterableDataset` whose `__len__` / `__iter__` reads such a source,
+      given to a `DataLoader` without a `DistributedSampler`.
 
     Not flagged: loops under DDP's `join()` context manager (`with model.join():`), which exists for
-    exactly this case, and loops whose trip count the analysis cannot judge.
+    exactly this case, a `DataLoader` with a `DistributedSampler` (it pads every rank to the same
+    count), files every rank reads, loops over a fixed range, loops with no collective inside,
+    the keys of a per-rank checkpoint, and loops whose trip count the analysis cannot judge.
 
     ## Why is this bad?
     The rank with fewer iterations finishes its loop and moves on; the others still enter the
