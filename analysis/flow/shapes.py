@@ -291,7 +291,7 @@ class Shapes:
                 return sh
             if f.attr in _SIZE_METHODS:
                 return self.size(f.value, d)
-        target = self.hub.resolve_call(self.view, e)
+        target = _resolved(self.hub, self.view, e)
         if target is not None:
             return self._call_result(e, target, d, "size")
         return SX
@@ -752,7 +752,7 @@ class Shapes:
                 return self.shape(recv, d) if a not in ("glob", "rglob", "iterdir") else self._per_rank_file(e, d)
             if a == "chunk":
                 return self.size(e.args[0], d) if e.args else SX
-        target = self.hub.resolve_call(self.view, e)
+        target = _resolved(self.hub, self.view, e)
         if target is not None:
             return self._call_result(e, target, d, "shape")
         return SX
@@ -994,6 +994,12 @@ class Shapes:
         return SX
 
 
+def _resolved(hub, view, call):
+    from .sinks import resolved
+
+    return resolved(hub, view, call)
+
+
 def _symmetric_rank_test(cond, comp) -> bool:
     """``r == rank`` / ``r != rank`` with ``r`` a target iterating ``range(...)``: every rank
     keeps the same number of items (one, or all but one)."""
@@ -1093,7 +1099,7 @@ def shape_sinks(hub, view, fn, depth: int = 0) -> tuple:
 
 
 def _shape_sinks(hub, view, fn, depth):
-    from .sinks import bind_args, callee_name
+    from .sinks import bind_args, callee_name, resolved
     from .summaries import Effect, scope_calls
 
     sh = shapes_of(hub, view)
@@ -1116,7 +1122,7 @@ def _shape_sinks(hub, view, fn, depth):
             continue
         if not (c.args or c.keywords):
             continue
-        target = hub.resolve_call(view, c)
+        target = resolved(hub, view, c)
         if target is None or target[1] is fn:
             continue
         inner = shape_sinks(hub, target[0], target[1], depth + 1)

@@ -145,7 +145,7 @@ def _compute(hub, view, fn, table, key, depth):
             continue
         if qn.startswith(("torch.", "numpy.", "math.")):
             continue
-        target = hub.resolve_call(view, c)
+        target = resolved(hub, view, c)
         if target is None or target[1] is fn:
             continue
         inner = param_sinks(hub, target[0], target[1], table, key, depth + 1)
@@ -161,6 +161,53 @@ def _compute(hub, view, fn, table, key, depth):
                 seen.add(p)
                 out.append(Sink(p, s.effect.through(name)))
     return tuple(out)
+
+
+_MISS = object()
+
+
+def may_import_project(view) -> bool:
+    """``view`` imports something that may be a module of the project (a relative import, or a
+    top-level name that is not a well-known library)."""
+    from .imports import _NOT_PROJECT
+
+    return any(level or (mod.split(".")[0] not in _NOT_PROJECT and mod.split(".")[0] != "torch")
+               for mod, level, _attr in view.imports.values())
+
+
+def helper_calls(view, calls, local: bool):
+    """The calls among ``calls`` that may run a project function with a parameter sink: calls of
+    imported names (or of attributes of imported modules), and, when ``local`` (this file makes
+    the collective itself), calls of this file's functions, classes and ``self.`` methods."""
+    defs, classes, imports = view.defs, view.classes, view.imports
+    for c in calls:
+        if not (c.args or c.keywords):
+            continue
+        f = c.func
+        if f.__class__ is ast.Name:
+            if f.id in imports or (local and (f.id in defs or f.id in classes)):
+                yield c
+        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+            b = f.value.id
+            if b in imports or (local and b == "self"):
+                yield c
+
+
+def resolved(hub, view, call: ast.Call):
+    """``hub.resolve_call`` memoised per call (several rules ask about the same calls)."""
+    memo = hub.__dict__.setdefault("_resolved", {})
+    key = (id(view), id(call))
+    got = memo.get(key, _MISS)
+    if got is _MISS:
+        f = call.func
+        if f.__class__ is ast.Name:
+            ok = f.id in view.defs or f.id in view.classes or f.id in view.imports
+        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+            ok = f.value.id == "self" or f.value.id in view.imports
+        else:
+            ok = False
+        got = memo[key] = hub.resolve_call(view, call) if ok else None
+    return got
 
 
 def callee_name(target) -> str:

@@ -132,7 +132,6 @@ def _import_time(ctx, inits, reported) -> None:
     """A script's top level (its imports of project modules included) runs before the
     ``init_process_group`` that its ``main()`` (or a later top-level statement) makes."""
     tree = ctx.sem.tree
-    init_ids = {id(i) for i in inits}
     top_inits = [i for i in inits if ctx.sem.enclosing_function(i) is None]
     if not top_inits and not any(is_main_guard(st) for st in tree.body):
         return  # a library module: it may be imported after the group exists
@@ -140,12 +139,16 @@ def _import_time(ctx, inits, reported) -> None:
     view = an.main
     first_init = min(inits, key=lambda n: (n.lineno, n.col_offset))
     init_words = f"`{text(ctx, first_init.func)}()` at line {first_init.lineno}"
+    holders = set()  # the statements (at any level) that hold an init call
+    for i in inits:
+        p = parent(i)
+        while p is not None and not isinstance(p, ast.Module):
+            holders.add(id(p))
+            p = parent(p)
     for st, calls in top_level_runs(tree.body):
-        if is_main_guard(st) or any(id(n) in init_ids for n in ast.walk(st)):
+        if is_main_guard(st) or id(st) in holders:
             return
         if calls is None:
-            if any(isinstance(c, ast.Call) and initialises(an, view, c) for c in ast.walk(st)):
-                return
             continue
         if isinstance(st, (ast.Import, ast.ImportFrom)):
             for name, v2 in imported_views(an, view, st):

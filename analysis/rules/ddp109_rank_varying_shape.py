@@ -3,12 +3,14 @@ from __future__ import annotations
 import ast
 
 from ..flow import for_context
-from ..flow.shapes import arg_fact, shape_sinks, shaped_calls, shapes_of
-from ..flow.sinks import bind_args, callee_name
-from ..flow.summaries import scope_calls
+from ..flow.shapes import SHAPED, arg_fact, shape_sinks, shapes_of
+from ..flow.sinks import bind_args, callee_name, helper_calls, may_import_project, resolved
+from ..flow.summaries import on_subgroup
+from ..semantic import get_arg
+from ..torch_api import D
 from ..model import Severity
-from ..registry import Rule
-from ._flow import effect_related, effect_words, scopes, source_related, source_words, text
+from ..registry import NoCase, Rule
+from ._flow import effect_related, effect_words, source_related, source_words, text
 
 class RankVaryingShape(Rule):
     """
@@ -67,63 +69,61 @@ class RankVaryingShape(Rule):
     name = "rank-varying-shape"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("gather", "reduce")
+    # the collective's name, or a project helper that makes it (``comm.sync(x)``, ``dist_utils``)
+    requires_text = ("gather", "reduce", NoCase("dist"), "comm", "sync")
 
     def finish(self, ctx) -> None:
-        an = None
-        sem = ctx.sem
+        an = for_context(ctx)
+        view = an.main
+        sh = shapes_of(an, view)
         reported = set()
-        for scope in scopes(ctx):
-            if an is None:
-                an = for_context(ctx)
-                view = an.main
-                sh = shapes_of(an, view)
-            for c, op, t in shaped_calls(view, scope):
-                v = sh.shape(t)
-                if not v.varying or id(t) in reported:
-                    continue
-                reported.add(id(t))
-                ctx.report(
-                    t,
-                    f"the shape of `{text(ctx, t)}` is computed from rank-varying sizes ({source_words(ctx, v)}); "
-                    f"`{op}` needs the same shape on every rank: agree on the size first (all_reduce with MAX) "
-                    "and pad to it",
-                    related=source_related(ctx, v),
-                )
-            if not (view.defs or view.classes or view.imports):
+        direct = ctx.calls_to(*(D + op for op in SHAPED))
+        for c in direct:
+            op = ctx.qn(c)[len(D):]
+            if on_subgroup(c, op):
                 continue
-            for c in scope_calls(view, scope):
-                f = c.func
-                if not (c.args or c.keywords) or not (isinstance(f, ast.Name) or (
-                        isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name))):
+            t = get_arg(c, *SHAPED[op])
+            if t is None:
+                continue
+            v = sh.shape(t)
+            if not v.varying or id(t) in reported:
+                continue
+            reported.add(id(t))
+            ctx.report(
+                t,
+                f"the shape of `{text(ctx, t)}` is computed from rank-varying sizes ({source_words(ctx, v)}); "
+                f"`{op}` needs the same shape on every rank: agree on the size first (all_reduce with MAX) "
+                "and pad to it",
+                related=source_related(ctx, v),
+            )
+        for c in helper_calls(view, ctx.sem.calls, bool(direct) or may_import_project(view)):
+            target = resolved(an, view, c)
+            if target is None or target[1] is ctx.sem.enclosing_function(c):
+                continue
+            sinks = shape_sinks(an, *target)
+            if not sinks:
+                continue
+            args = bind_args(c, target[1])
+            name = callee_name(target)
+            for s in sinks:
+                a = args.get(s.param)
+                if a is None or id(a) in reported:
                     continue
-                target = an.resolve_call(view, c)
-                if target is None or target[1] is scope:
+                v = arg_fact(sh, a, s.mode)
+                if not v.varying:
                     continue
-                sinks = shape_sinks(an, *target)
-                if not sinks:
-                    continue
-                args = bind_args(c, target[1])
-                name = callee_name(target)
-                for s in sinks:
-                    a = args.get(s.param)
-                    if a is None or id(a) in reported:
-                        continue
-                    v = arg_fact(sh, a, s.mode)
-                    if not v.varying:
-                        continue
-                    reported.add(id(a))
-                    eff = s.effect.through(name)
-                    site = _Site(eff)
-                    what = "shape" if s.mode == "shape" else "value"
-                    ctx.report(
-                        a,
-                        f"the {what} of `{text(ctx, a)}` is rank-varying ({source_words(ctx, v)}), and "
-                        f"`{name}()` hands {effect_words(ctx, site)} a tensor shaped by its parameter "
-                        f"`{s.param}`: `{eff.op}` needs the same shape on every rank: agree on the size first "
-                        "(all_reduce with MAX) and pad to it",
-                        related=[*source_related(ctx, v), *effect_related(ctx, site)],
-                    )
+                reported.add(id(a))
+                eff = s.effect.through(name)
+                site = _Site(eff)
+                what = "shape" if s.mode == "shape" else "value"
+                ctx.report(
+                    a,
+                    f"the {what} of `{text(ctx, a)}` is rank-varying ({source_words(ctx, v)}), and "
+                    f"`{name}()` hands {effect_words(ctx, site)} a tensor shaped by its parameter "
+                    f"`{s.param}`: `{eff.op}` needs the same shape on every rank: agree on the size first "
+                    "(all_reduce with MAX) and pad to it",
+                    related=[*source_related(ctx, v), *effect_related(ctx, site)],
+                )
 
 
 class _Site:

@@ -9,7 +9,7 @@ from ..flow.devices import device_in_scope
 from ._common import D
 from ._flow import effect_related, effect_words
 from ..flow import for_context
-from ..flow.sinks import bind_args, callee_name, param_sinks
+from ..flow.sinks import bind_args, callee_name, helper_calls, may_import_project, param_sinks, resolved
 
 
 # op -> (position, keyword) of the tensor it reduces / sends in place
@@ -111,19 +111,11 @@ class ScalarToCollective(Rule):
     def _through_helpers(self, ctx) -> None:
         """``reduce_mean(loss.item())`` where the helper (this file or another one of the
         project) passes that parameter to ``dist.all_reduce``."""
-        view = None
-        for call in ctx.sem.calls:
-            if not call.args and not call.keywords:
-                continue
-            f = call.func
-            if not (isinstance(f, ast.Name) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name))):
-                continue
-            if view is None:
-                an = for_context(ctx)
-                view = an.main
-                if not (view.defs or view.classes or view.imports):
-                    return
-            target = an.resolve_call(view, call)
+        an = for_context(ctx)
+        view = an.main
+        local = any(ctx.calls_to(D + op) for op in _OPS) or may_import_project(view)
+        for call in helper_calls(view, ctx.sem.calls, local):
+            target = resolved(an, view, call)
             if target is None:
                 continue
             sinks = param_sinks(an, *target, _OPS, "ddp111")
