@@ -391,11 +391,13 @@ class Shapes:
         idx = self.view.memo.setdefault("shapes.mutations", {})
         per = idx.get(id(scope))
         if per is None:
+            from .summaries import scope_calls
+
             per = idx[id(scope)] = {}
-            for n in iter_scope_nodes(scope):
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MUTATORS \
-                        and isinstance(n.func.value, ast.Name):
-                    per.setdefault(n.func.value.id, []).append(n)
+            for n in scope_calls(self.view, scope):
+                f = n.func
+                if f.__class__ is ast.Attribute and f.attr in _MUTATORS and f.value.__class__ is ast.Name:
+                    per.setdefault(f.value.id, []).append(n)
         for c in per.get(e.id, ()):
             if (c.lineno, c.col_offset) > (e.lineno, e.col_offset) and not self._in_loop_with(c, e):
                 continue
@@ -1087,6 +1089,10 @@ def shape_sinks(hub, view, fn, depth: int = 0) -> tuple:
     if got is not None:
         return got
     if depth > 4 or not isinstance(fn, FUNC_TYPES):
+        return ()
+    effs = hub.summary(view, fn).collectives  # what it may run, through helpers too (capped)
+    if len(effs) < 6 and not any(e.op in SHAPED for e in effs):
+        memo[id(fn)] = ()
         return ()
     memo[id(fn)] = ()  # recursion guard
     hub._view_stack.append(view)

@@ -171,26 +171,66 @@ def may_import_project(view) -> bool:
     top-level name that is not a well-known library)."""
     from .imports import _NOT_PROJECT
 
-    return any(level or (mod.split(".")[0] not in _NOT_PROJECT and mod.split(".")[0] != "torch")
-               for mod, level, _attr in view.imports.values())
+    return any(level or mod.split(".")[0] not in _NOT_PROJECT for mod, level, _attr in view.imports.values())
 
 
-def helper_calls(view, calls, local: bool):
+def helper_calls(view, calls, local: bool, hub=None, ops=None):
     """The calls among ``calls`` that may run a project function with a parameter sink: calls of
     imported names (or of attributes of imported modules), and, when ``local`` (this file makes
-    the collective itself), calls of this file's functions, classes and ``self.`` methods."""
+    the collective itself), calls of this file's functions, classes and ``self.`` methods. With
+    ``hub`` and ``ops``, a call of a module-level function of this file whose summary makes none
+    of ``ops`` is left out before any resolution."""
     defs, classes, imports = view.defs, view.classes, view.imports
     for c in calls:
         if not (c.args or c.keywords):
             continue
         f = c.func
         if f.__class__ is ast.Name:
-            if f.id in imports or (local and (f.id in defs or f.id in classes)):
+            if f.id in imports:
+                if _project_import(imports[f.id]):
+                    yield c
+            elif local and f.id in defs:
+                if hub is not None and ops is not None:
+                    effs = hub.summary(view, defs[f.id]).collectives
+                    if len(effs) < 6 and not any(e.op in ops for e in effs):
+                        continue
+                yield c
+            elif local and f.id in classes:
                 yield c
         elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
             b = f.value.id
-            if b in imports or (local and b == "self"):
+            if b in imports:
+                if _project_import(imports[b]):
+                    yield c
+            elif local and b == "self":
+                if hub is not None and ops is not None:
+                    m = _method(view, c, f.attr)
+                    if m is None:
+                        continue
+                    effs = hub.summary(view, m).collectives
+                    if len(effs) < 6 and not any(e.op in ops for e in effs):
+                        continue
                 yield c
+
+
+def _project_import(imp) -> bool:
+    from .imports import _NOT_PROJECT
+
+    mod, level, _attr = imp
+    return bool(level) or mod.split(".")[0] not in _NOT_PROJECT
+
+
+def _method(view, call, name):
+    """The method ``name`` of the class whose method makes ``call`` (``self.name(...)``)."""
+    fn = view.sem.enclosing_function(call)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    memo = view.memo.setdefault("sinks.methods", {})
+    idx = memo.get(id(cls))
+    if idx is None:
+        idx = memo[id(cls)] = {st.name: st for st in cls.body if isinstance(st, FUNC_TYPES)}
+    return idx.get(name)
 
 
 def resolved(hub, view, call: ast.Call):

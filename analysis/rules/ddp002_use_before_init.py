@@ -10,7 +10,8 @@ from ..flow.wrappers import calls_or_wrappers
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._flow import effect_related, effect_words, text
 from ..flow import for_context
-from ..flow.imports import import_use, imported_views, initialises, is_main_guard, top_level_runs, use_of_call
+from ..flow.imports import import_use, imported_views, is_main_guard
+from ..flow.sinks import may_import_project
 from ..flow.summaries import scope_calls
 from ..semantic import parent
 
@@ -129,61 +130,47 @@ class UseBeforeInit(Rule):
 
 
 def _import_time(ctx, inits, reported) -> None:
-    """A script's top level (its imports of project modules included) runs before the
-    ``init_process_group`` that its ``main()`` (or a later top-level statement) makes."""
+    """A script's top-level imports of project modules run before the ``init_process_group``
+    that its ``main()`` (or a later top-level statement) makes. (Top-level uses in the script
+    itself are the same-scope case above: the call of ``main()`` counts as the init.)"""
     tree = ctx.sem.tree
+    an = for_context(ctx)
+    view = an.main
+    if not may_import_project(view):
+        return
     top_inits = [i for i in inits if ctx.sem.enclosing_function(i) is None]
     if not top_inits and not any(is_main_guard(st) for st in tree.body):
         return  # a library module: it may be imported after the group exists
-    an = for_context(ctx)
-    view = an.main
-    first_init = min(inits, key=lambda n: (n.lineno, n.col_offset))
-    init_words = f"`{text(ctx, first_init.func)}()` at line {first_init.lineno}"
     holders = set()  # the statements (at any level) that hold an init call
     for i in inits:
         p = parent(i)
         while p is not None and not isinstance(p, ast.Module):
             holders.add(id(p))
             p = parent(p)
-    for st, calls in top_level_runs(tree.body):
+    first_init = min(inits, key=lambda n: (n.lineno, n.col_offset))
+    init_words = f"`{text(ctx, first_init.func)}()` at line {first_init.lineno}"
+    for st in tree.body:
         if is_main_guard(st) or id(st) in holders:
             return
-        if calls is None:
+        if not isinstance(st, (ast.Import, ast.ImportFrom)):
             continue
-        if isinstance(st, (ast.Import, ast.ImportFrom)):
-            for name, v2 in imported_views(an, view, st):
-                got = import_use(an, v2)
-                if got is None:
-                    continue
-                eff = got.effect
-                chain = " -> ".join(f"`{m}`" for m in (name, *got.modules))
-                via = f" (through {' -> '.join(f'`{v}`' for v in eff.via)})" if eff.via else ""
-                ctx.report(
-                    st,
-                    f"importing {chain} runs {eff.what}{via} at import time ({_where(ctx, eff)}), before the "
-                    f"process group is initialised ({init_words}): ValueError: Default process group has "
-                    "not been initialized. Compute it after `init_process_group` (in a function, or import "
-                    "the module later)",
-                    related=[_eff_range(ctx, eff, "needs the process group at import time"),
-                             (first_init, "the process group is initialised here")],
-                )
-                break
-            continue
-        for c in calls:
-            if initialises(an, view, c):
-                return
-            if id(c) in reported or expects_error(c):
+        for name, v2 in imported_views(an, view, st):
+            got = import_use(an, v2)
+            if got is None:
                 continue
-            eff = use_of_call(an, view, c)
-            if eff is None:
-                continue
-            what = eff.what if not eff.via else f"`{text(ctx, c.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))})"
+            eff = got.effect
+            chain = " -> ".join(f"`{m}`" for m in (name, *got.modules))
+            via = f" (through {' -> '.join(f'`{v}`' for v in eff.via)})" if eff.via else ""
             ctx.report(
-                c,
-                f"{what} runs at import time, at the top level of this script, before the process group "
-                f"is initialised ({init_words}): ValueError: Default process group has not been initialized",
-                related=[*effect_related(ctx, _Site(eff)), (first_init, "the process group is initialised here")],
+                st,
+                f"importing {chain} runs {eff.what}{via} at import time ({_where(ctx, eff)}), before the "
+                f"process group is initialised ({init_words}): ValueError: Default process group has "
+                "not been initialized. Compute it after `init_process_group` (in a function, or import "
+                "the module later)",
+                related=[_eff_range(ctx, eff, "needs the process group at import time"),
+                         (first_init, "the process group is initialised here")],
             )
+            break
 
 
 def _where(ctx, eff) -> str:

@@ -96,7 +96,7 @@ class RankVaryingShape(Rule):
                 "and pad to it",
                 related=source_related(ctx, v),
             )
-        for c in helper_calls(view, ctx.sem.calls, bool(direct) or may_import_project(view)):
+        for c in helper_calls(view, ctx.sem.calls, bool(direct) or may_import_project(view), an, SHAPED):
             target = resolved(an, view, c)
             if target is None or target[1] is ctx.sem.enclosing_function(c):
                 continue
