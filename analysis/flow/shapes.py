@@ -263,6 +263,9 @@ class Shapes:
         return isinstance(f, ast.Attribute) and f.attr in ("size", "numel", "nelement", "__len__")
 
     def _dim_of(self, sh: Sh, idx) -> Sh:
+        if sh.kind == "U" and sh.deps:
+            # which dimension a parameter varies is not tracked: most sources vary the first
+            return sh if _int_const(idx) == 0 else SX
         if sh.kind != "V":
             return sh
         k = _int_const(idx) if idx is not None else None
