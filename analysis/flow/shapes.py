@@ -155,6 +155,8 @@ _TORCH_KEEP = frozenset({"torch.abs", "torch.exp", "torch.log", "torch.sqrt", "t
                          "torch.clone", "torch.softmax", "torch.log_softmax", "torch.nn.functional.normalize",
                          "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.flip",
                          "torch.cumsum", "torch.round", "torch.clamp", "torch.tanh"})
+_REARRANGE = frozenset({"squeeze", "unsqueeze", "flatten", "t", "transpose", "permute", "squeeze_", "unsqueeze_",
+                        "ravel", "movedim", "swapaxes"})
 _RESHAPE = frozenset({"view", "reshape", "expand", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor_DUMMY"})
 _PAD = frozenset({"torch.nn.functional.pad", "torch.nn.utils.rnn.pad_sequence", "numpy.pad"})
 _FILE_READERS = frozenset({"torch.load", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
@@ -570,7 +572,7 @@ class Shapes:
             if self._is_mask(idx):
                 v = self.ev.value(idx)
                 if v.varying:
-                    return Sh("V", Src(v.src.cat, f"a boolean mask over {v.src.desc}", v.src.line, v.src.path),
+                    return Sh("V", Src(v.src.cat, f"a boolean mask ({v.src.desc})", v.src.line, v.src.path),
                               frozenset({0}))
                 deps = self._value_deps(idx) if v.kind == "X" else frozenset()
                 return Sh("U", deps=deps) if deps else SX
@@ -735,6 +737,9 @@ class Shapes:
             a = f.attr
             if a in _KEEP:
                 return self.shape(recv, d)
+            if a in _REARRANGE:
+                r = self.shape(recv, d)
+                return Sh("V", r.src) if r.kind == "V" else r  # which dimension is no longer known
             if a in _DATA_SHAPED:
                 if a == "masked_select" and e.args:
                     return self._data_shaped(e.args[0], a, d)
@@ -771,7 +776,7 @@ class Shapes:
             return SX
         v = self.ev.value(src_e)
         if v.varying:
-            return Sh("V", Src(v.src.cat, f"`{what}()` of {v.src.desc}", v.src.line, v.src.path), frozenset({0}))
+            return Sh("V", Src(v.src.cat, f"`{what}()` of a tensor {v.src.desc}" if v.src.desc.startswith("computed") else f"`{what}()` ({v.src.desc})", v.src.line, v.src.path), frozenset({0}))
         deps = self._value_deps(src_e) if v.kind == "X" else frozenset()
         return Sh("U", deps=deps) if deps else SX
 
@@ -784,8 +789,11 @@ class Shapes:
         for a in args[:2]:
             v = self.ev.value(a)
             if v.varying and v.src.cat == RANK:
-                return Sh("V", Src(RANK, f"the contents of `{_text(a)}`, a file named after the rank "
-                                         f"({v.src.desc})", e.lineno, self.view.path), frozenset({0}))
+                qn = self.sem.call_qualname(e) or ""
+                lists = qn in _LISTERS or qn == "pathlib.Path.glob" or _terminal(e.func) in ("glob", "rglob", "iterdir")
+                what = (f"the files that `{_text(a)}` matches, a path named after the rank" if lists
+                        else f"the contents of `{_text(a)}`, a file named after the rank")
+                return Sh("V", Src(RANK, f"{what} ({v.src.desc})", e.lineno, self.view.path), frozenset({0}))
             s = self.shape(a, d) if isinstance(a, ast.Name) else SX
             if s.kind == "V" and s.src.cat == RANK:
                 return Sh("V", s.src, frozenset({0}))
