@@ -8,6 +8,10 @@ only some ranks.
 - ``summaries``: collective sites and per-function summaries;
 - ``control``: control dependence (conditions, early exits, loops);
 - ``findings``: the words and the one builder of a finding about a divergent site.
+- ``shapes`` (with ``shape_facts``, ``extents``): is a tensor's shape, a sequence's length, a loop's
+  trip count the same on every rank (parameters symbolic, bound at calls);
+- ``calls``: calls of project functions, arguments bound to parameters; ``sinks``: which
+  parameters of a helper reach a collective's argument; ``imports``: what importing a module runs.
 
 Per-file facts the older rules query, one concept a module, on the same vocabulary:
 - ``rank_tests``: is an expression the rank, does a condition select some ranks or the main one;

@@ -37,145 +37,48 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
-from .bindings import LOOPS, reaching, target_path
-from .uniformity import RANK, Src, X as VX
-
-_MAX_DEPTH = 24
-
-
-class Sh:
-    __slots__ = ("kind", "src", "dims", "deps")
-
-    def __init__(self, kind, src=None, dims=None, deps=frozenset()):
-        self.kind, self.src, self.dims, self.deps = kind, src, dims, deps
-
-    @property
-    def varying(self) -> bool:
-        return self.kind == "V"
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging
-        return f"Sh({self.kind}, {self.src.desc if self.src else ''}, dims={self.dims}, deps={set(self.deps)})"
-
-
-SU = Sh("U")
-SX = Sh("X")
-
-
-def _dims_union(a, b):
-    if a is None or b is None:
-        return None
-    return a | b
-
-
-def join_any(items) -> Sh:
-    """Combination within one expression: a varying part makes the whole vary."""
-    v = None
-    unknown = False
-    deps = frozenset()
-    for s in items:
-        if s.kind == "V":
-            v = s if v is None else Sh("V", v.src, _dims_union(v.dims, s.dims))
-        elif s.kind == "X":
-            unknown = True
-        else:
-            deps |= s.deps
-    if v is not None:
-        return v
-    if unknown:
-        return SX
-    return Sh("U", deps=deps) if deps else SU
+from ..semantic import get_arg, param_names
+from .bindings import reaching, target_path
+from .extents import Extents
+from .uniformity import RANK, Src
+from .shape_facts import (  # noqa: F401
+    SU,
+    SX,
+    Sh,
+    _CAT,
+    _DATA_SHAPED,
+    _DIST_SAMPLER,
+    _FILE_READERS,
+    _FROM_DATA,
+    _KEEP,
+    _LIKE,
+    _LISTERS,
+    _LOADER,
+    _MAX_DEPTH,
+    _MUTATORS,
+    _PAD,
+    _REARRANGE,
+    _RESHAPE,
+    _SEQ_SAME,
+    _SIZED,
+    _SIZE_FUNCS,
+    _SIZE_METHODS,
+    _SPLITTERS,
+    _SUBSET,
+    _TORCH_KEEP,
+    _V,
+    _dep,
+    _dims_union,
+    _from_value,
+    _int_const,
+    _terminal,
+    _text,
+    join_any,
+    join_paths,
+)
 
 
-def join_paths(items) -> Sh:
-    """Bindings that reach one use: an unknown path (padding, a conversion) makes it unknown."""
-    items = list(items)
-    if any(s.kind == "X" for s in items):
-        return SX
-    return join_any(items)
-
-
-def _from_value(v) -> Sh:
-    if v.kind == "V":
-        return Sh("V", v.src)
-    return SU if v.kind == "U" else SX
-
-
-def _V(view, cat, desc, node, dims=None) -> Sh:
-    return Sh("V", Src(cat, desc, getattr(node, "lineno", 0), view.path), dims)
-
-
-def _dep(fn, name, mode) -> Sh:
-    return Sh("U", deps=frozenset({(id(fn), name, mode)}))
-
-
-def _terminal(f):
-    if isinstance(f, ast.Name):
-        return f.id
-    if isinstance(f, ast.Attribute):
-        return f.attr
-    return None
-
-
-def _text(e) -> str:
-    try:
-        t = ast.unparse(e)
-    except Exception:  # pragma: no cover
-        return "?"
-    t = " ".join(t.split())
-    return t if len(t) <= 50 else t[:47] + "..."
-
-
-def _int_const(e):
-    if isinstance(e, ast.Constant) and type(e.value) is int:
-        return e.value
-    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and isinstance(e.operand, ast.Constant) \
-            and type(e.operand.value) is int:
-        return -e.operand.value
-    return None
-
-
-_SIZED = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn", "torch.full",
-                    "numpy.zeros", "numpy.ones", "numpy.empty", "numpy.full"})
-_LIKE = frozenset({"torch.zeros_like", "torch.ones_like", "torch.empty_like", "torch.rand_like", "torch.randn_like",
-                   "torch.full_like", "numpy.zeros_like", "numpy.ones_like", "numpy.empty_like"})
-_FROM_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor",
-                        "torch.IntTensor", "torch.DoubleTensor", "torch.BoolTensor", "torch.from_numpy",
-                        "numpy.array", "numpy.asarray", "torch.stack_DUMMY"})
-_DATA_SHAPED = frozenset({"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select"})
-_CAT = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.vstack", "torch.hstack", "torch.stack",
-                  "numpy.concatenate", "numpy.stack", "numpy.vstack", "numpy.hstack"})
-_KEEP = frozenset({"to", "cuda", "cpu", "contiguous", "float", "half", "double", "long", "int", "bool", "clone",
-                   "detach", "type_as", "bfloat16", "requires_grad_", "abs", "exp", "log", "sqrt", "sigmoid",
-                   "relu", "neg", "pow", "mul", "add", "div", "sub", "mul_", "add_", "div_", "sub_", "clamp",
-                   "clamp_", "fill_", "zero_", "detach_", "pin_memory", "squeeze_DUMMY", "numpy", "softmax",
-                   "log_softmax", "normalize", "round", "floor", "ceil", "sign", "tanh", "copy_", "cumsum",
-                   "flip", "roll", "sort_DUMMY"})
-_TORCH_KEEP = frozenset({"torch.abs", "torch.exp", "torch.log", "torch.sqrt", "torch.sigmoid", "torch.relu",
-                         "torch.clone", "torch.softmax", "torch.log_softmax", "torch.nn.functional.normalize",
-                         "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.flip",
-                         "torch.cumsum", "torch.round", "torch.clamp", "torch.tanh"})
-_REARRANGE = frozenset({"squeeze", "unsqueeze", "flatten", "t", "transpose", "permute", "squeeze_", "unsqueeze_",
-                        "ravel", "movedim", "swapaxes"})
-_RESHAPE = frozenset({"view", "reshape", "expand", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor_DUMMY"})
-_PAD = frozenset({"torch.nn.functional.pad", "torch.nn.utils.rnn.pad_sequence", "numpy.pad"})
-_FILE_READERS = frozenset({"torch.load", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
-                           "json.load", "pickle.load", "pandas.read_csv", "pandas.read_parquet", "pandas.read_json",
-                           "h5py.File", "numpy.memmap", "datasets.load_from_disk"})
-_LISTERS = frozenset({"glob.glob", "glob.iglob", "os.listdir", "os.scandir"})
-_SPLITTERS = frozenset({"numpy.array_split", "torch.tensor_split", "torch.chunk"})
-_SEQ_SAME = frozenset({"list", "tuple", "sorted", "reversed", "iter", "enumerate", "tqdm"})
-_LOADER = "torch.utils.data.DataLoader"
-_SUBSET = "torch.utils.data.Subset"
-_DIST_SAMPLER = "torch.utils.data.DistributedSampler"
-_SIZE_FUNCS = frozenset({"int", "float", "round", "abs", "max", "min", "math.ceil", "math.floor"})
-_SIZE_METHODS = frozenset({"item", "int", "long", "float", "tolist", "max", "min", "sum", "amax", "amin",
-                           "__int__", "numel_DUMMY"})
-_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "add", "update", "discard",
-                       "popleft", "appendleft"})
-
-
-class Shapes:
+class Shapes(Extents):
     """Shape facts for the expressions of one module view (memoised per node)."""
 
     def __init__(self, hub, view):
@@ -377,75 +280,6 @@ class Shapes:
             return SX
         return join_paths(SX if isinstance(v, ast.stmt) else fn(v, d) for v in vals)
 
-    def _enclosing_loop_extent(self, node, d) -> Sh | None:
-        """A counter bumped in a loop whose trip count varies (``n += 1`` per line of this rank's
-        shard) is rank-varying."""
-        p = parent(node)
-        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
-            if isinstance(p, (ast.For, ast.AsyncFor)) and node is not p.iter:
-                sh = self.shape(p.iter, d)
-                if sh.kind == "V":
-                    return Sh("V", sh.src)
-            p = parent(p)
-        return None
-
-    def _mutations(self, e, d) -> Sh | None:
-        """A list grown (``append``/``extend``) under a rank-varying test or in a loop with a
-        rank-varying trip count has a rank-varying length."""
-        scope = self.sem.scope_of(e)
-        idx = self.view.memo.setdefault("shapes.mutations", {})
-        per = idx.get(id(scope))
-        if per is None:
-            from .summaries import scope_calls
-
-            per = idx[id(scope)] = {}
-            for n in scope_calls(self.view, scope):
-                f = n.func
-                if f.__class__ is ast.Attribute and f.attr in _MUTATORS and f.value.__class__ is ast.Name:
-                    per.setdefault(f.value.id, []).append(n)
-        for c in per.get(e.id, ()):
-            if (c.lineno, c.col_offset) > (e.lineno, e.col_offset) and not self._in_loop_with(c, e):
-                continue
-            if c.func.attr in ("pop", "remove", "clear", "discard", "popleft"):
-                continue
-            why = self._growth(c, d)
-            if why is not None:
-                return why
-        return None
-
-    def _in_loop_with(self, c, e) -> bool:
-        p = parent(c)
-        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Module)):
-            if isinstance(p, LOOPS):
-                n = parent(e)
-                while n is not None:
-                    if n is p:
-                        return True
-                    n = parent(n)
-            p = parent(p)
-        return False
-
-    def _growth(self, c, d) -> Sh | None:
-        if c.func.attr == "extend" and c.args:
-            sh = self.shape(c.args[0], d)
-            if sh.kind == "V":
-                return Sh("V", sh.src, frozenset({0}))
-        child, p = c, parent(c)
-        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
-            if isinstance(p, (ast.If, ast.While)) and child is not p.test:
-                v = self.ev.value(p.test)
-                # data, clocks and random numbers: a rank test is usually one of the symmetric
-                # ``for r in range(world): if r == rank:`` kind (as in ``uniformity``)
-                if v.varying and v.src.cat != RANK:
-                    src = v.src
-                    return Sh("V", Src(src.cat, f"{src.desc}, which decides whether line {c.lineno} adds an item",
-                                       src.line, src.path), frozenset({0}))
-            if isinstance(p, (ast.For, ast.AsyncFor)) and child is not p.iter:
-                sh = self.shape(p.iter, d)
-                if sh.kind == "V":
-                    return Sh("V", sh.src, frozenset({0}))
-            child, p = p, parent(p)
-        return None
 
     # -- shapes ----------------------------------------------------------------------------
     def _shape(self, e, d) -> Sh:
@@ -478,71 +312,6 @@ class Shapes:
             return self.shape(e.value, d)
         return SX
 
-    def _comp_value(self, node, comp, d=0):
-        """Uniformity of ``node`` in a comprehension, its targets standing for the elements of
-        their iterables (the general evaluator does not see into comprehension scopes)."""
-        if d > 12:
-            return VX
-        t = node.__class__
-        if t is ast.Name:
-            for g in comp.generators:
-                path = target_path(g.target, node.id)
-                if path is not None:
-                    return self.ev.element(g.iter, 0)
-            return self.ev.value(node)
-        if t is ast.Compare:
-            if any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
-                return VX
-            parts = [node.left, *node.comparators]
-        elif t is ast.BoolOp:
-            parts = node.values
-        elif t is ast.BinOp:
-            parts = [node.left, node.right]
-        elif t is ast.UnaryOp:
-            parts = [node.operand]
-        elif t is ast.Subscript:
-            parts = [node.value, node.slice]
-        elif t is ast.Attribute:
-            parts = [node.value]
-        elif t is ast.Call:
-            if _terminal(node.func) in ("isinstance", "hasattr", "callable", "getattr"):
-                return VX
-            parts = [*node.args, *((node.func.value,) if isinstance(node.func, ast.Attribute) else ())]
-        elif t is ast.Constant:
-            return self.ev.value(node)
-        else:
-            return self.ev.value(node)
-        from .uniformity import join
-
-        vals = [self._comp_value(x, comp, d + 1) for x in parts]
-        v = join(vals)
-        return v
-
-    def _value_deps(self, expr) -> frozenset:
-        """(fn, param, "val") for the parameters whose value ``expr`` is computed from."""
-        out = set()
-        for n in ast.walk(expr):
-            if isinstance(n, ast.Name):
-                kind, got = reaching(self.view, n.id, n)
-                if kind == "param":
-                    out.add((id(got), n.id, "val"))
-            elif isinstance(n, ast.Lambda):
-                return frozenset()
-        return frozenset(out)
-
-    def _comprehension(self, e, d) -> Sh:
-        parts = []
-        for g in e.generators:
-            for cond in g.ifs:
-                v = self._comp_value(cond, e)
-                if v.varying and not (v.src.cat == RANK and _symmetric_rank_test(cond, e)):
-                    return Sh("V", Src(v.src.cat, f"{v.src.desc}, which filters the items of line {e.lineno}",
-                                       v.src.line, v.src.path), frozenset({0}))
-            parts.append(self.shape(g.iter, d))
-        got = join_any(parts)
-        if got.kind == "V":
-            return Sh("V", got.src, frozenset({0}))
-        return got if not isinstance(e, (ast.SetComp, ast.DictComp)) or got.kind != "U" else SX
 
     def _is_mask(self, idx) -> bool:
         if isinstance(idx, ast.Compare):
@@ -623,23 +392,6 @@ class Shapes:
             return Sh("V", base_sh.src, dims) if dims and pos_known else SX
         return base_sh
 
-    def _uneven_split(self, base, d) -> bool:
-        for _ in range(4):
-            if isinstance(base, ast.Call):
-                qn = self.sem.call_qualname(base)
-                if qn in _SPLITTERS:
-                    return True
-                if qn is None and isinstance(base.func, ast.Attribute) and base.func.attr in ("chunk", "tensor_split"):
-                    return True
-                return False
-            if isinstance(base, ast.Name):
-                kind, evs = reaching(self.view, base.id, base)
-                if kind == "events" and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
-                        and len(evs[0].targets) == 1 and isinstance(evs[0].targets[0], ast.Name):
-                    base = evs[0].value
-                    continue
-            return False
-        return False
 
     def _sizes_at(self, args, d) -> Sh:
         """Facts for the size arguments of a constructor: positional ints (``zeros(n, d)``), or one
@@ -671,7 +423,6 @@ class Shapes:
         sem = self.sem
         qn = sem.call_qualname(e)
         f = e.func
-        name = _terminal(f)
         if qn is not None:
             if qn in _PAD:
                 return SX
@@ -780,27 +531,6 @@ class Shapes:
         deps = self._value_deps(src_e) if v.kind == "X" else frozenset()
         return Sh("U", deps=deps) if deps else SX
 
-    def _per_rank_file(self, e, d) -> Sh:
-        """Contents of a file (or the files a pattern matches) whose name depends on the rank."""
-        args = [*e.args, *(k.value for k in e.keywords if k.arg in ("file", "f", "path", "pathname", "fname",
-                                                                    "filepath_or_buffer", "name", "dataset_path"))]
-        if isinstance(e.func, ast.Attribute) and self.sem.call_qualname(e) is None:
-            args.append(e.func.value)
-        for a in args[:2]:
-            v = self.ev.value(a)
-            if v.varying and v.src.cat == RANK:
-                qn = self.sem.call_qualname(e) or ""
-                lists = qn in _LISTERS or qn == "pathlib.Path.glob" or _terminal(e.func) in ("glob", "rglob", "iterdir")
-                what = (f"the files that `{_text(a)}` matches, a path named after the rank" if lists
-                        else f"the contents of `{_text(a)}`, a file named after the rank")
-                return Sh("V", Src(RANK, f"{what} ({v.src.desc})", e.lineno, self.view.path), frozenset({0}))
-            s = self.shape(a, d) if isinstance(a, ast.Name) else SX
-            if s.kind == "V" and s.src.cat == RANK:
-                return Sh("V", s.src, frozenset({0}))
-            sz = self.size(a, d) if isinstance(a, ast.Name) else SX
-            if sz.kind == "U" and sz.deps:
-                return Sh("U", deps=frozenset((f, p, "file") for f, p, _m in sz.deps))
-        return SX
 
     def _cat(self, e, d, stack=False) -> Sh:
         seq = get_arg(e, 0, "tensors")
@@ -830,42 +560,9 @@ class Shapes:
             return Sh("V", got.src, None)
         return got
 
-    def _elements(self, seq, d):
-        """Shapes of the items appended to the list ``seq`` (a name), or None."""
-        if not isinstance(seq, ast.Name):
-            return None
-        scope = self.sem.scope_of(seq)
-        self._mutations(seq, d)  # builds the index
-        calls = self.view.memo.get("shapes.mutations", {}).get(id(scope), {}).get(seq.id, [])
-        out = [self.shape(c.args[0], d) for c in calls if c.func.attr == "append" and c.args]
-        return out or None
 
     # -- loaders, datasets, helpers --------------------------------------------------------
-    def loader(self, e, d) -> Sh:
-        for kw, pos in (("sampler", 2), ("batch_sampler", 3)):
-            s = get_arg(e, None, kw)
-            if s is not None and not (isinstance(s, ast.Constant) and s.value is None):
-                return SU if self._dist_sampler(s) else SX
-        ds = get_arg(e, 0, "dataset")
-        if ds is None:
-            return SX
-        sh = self.shape(ds, d)
-        if sh.kind == "V":
-            if sh.src.cat != RANK:
-                return SX
-            return Sh("V", Src(RANK, f"the dataset holds this rank's own items ({sh.src.desc}) and is loaded "
-                                     "without a DistributedSampler", sh.src.line, sh.src.path), frozenset({0}))
-        return sh if sh.kind == "U" and sh.deps else SX
 
-    def _dist_sampler(self, s) -> bool:
-        if isinstance(s, ast.Call):
-            qn = self.sem.call_qualname(s) or ""
-            return qn == _DIST_SAMPLER or "Distributed" in (_terminal(s.func) or "")
-        if isinstance(s, ast.Name):
-            kind, evs = reaching(self.view, s.id, s)
-            return kind in ("events", "global") and bool(evs) and all(
-                isinstance(x, ast.Assign) and self._dist_sampler(x.value) for x in evs)
-        return False
 
     def _call_result(self, call, target, d, mode) -> Sh:
         """The size (``mode == "size"``) or shape of what a project function returns (for a
@@ -888,7 +585,7 @@ class Shapes:
             return SX
         if not summary.deps:
             return SU
-        from .sinks import bind_args
+        from .calls import bind_args
 
         args = bind_args(call, fn)
         params = set(param_names(fn))
@@ -924,107 +621,14 @@ class Shapes:
             return Sh("U", deps=frozenset((f, p, "file") for f, p, _m in s.deps))
         return SX if s.kind != "U" else SU
 
-    def returns(self, fn, mode) -> Sh:
-        memo = self.view.memo.setdefault("shapes.returns", {})
-        key = (id(fn), mode)
-        got = memo.get(key)
-        if got is None:
-            memo[key] = SX  # recursion guard
-            self.hub._view_stack.append(self.view)
-            try:
-                got = memo[key] = self._returns(fn, mode)
-            finally:
-                self.hub._view_stack.pop()
-        return got
-
-    def _returns(self, fn, mode) -> Sh:
-        if isinstance(fn, ast.Lambda):
-            return SX
-        rets, yields = [], []
-        for n in iter_scope_nodes(fn):
-            if n.__class__ is ast.Return:
-                rets.append(n.value)
-            elif n.__class__ in (ast.Yield, ast.YieldFrom):
-                yields.append(n)
-        if yields:
-            return self._generator_extent(fn, yields) if mode == "shape" else SX
-        if not rets or len(rets) > 12:
-            return SX
-        fn_ = self.size if mode == "size" else self.shape
-        return join_paths(fn_(r) if r is not None else SX for r in rets)
-
-    def _generator_extent(self, fn, yields) -> Sh:
-        """How many items a generator yields: varying when a ``yield`` sits in a loop with a
-        varying trip count or under a rank-varying test."""
-        facts = []
-        for y in yields:
-            if isinstance(y, ast.YieldFrom):
-                facts.append(self.shape(y.value))
-            child, p = y, parent(y)
-            while p is not None and p is not fn:
-                if isinstance(p, (ast.For, ast.AsyncFor)) and child is not p.iter:
-                    facts.append(self.shape(p.iter))
-                elif isinstance(p, (ast.If, ast.While)) and child is not p.test:
-                    v = self.ev.value(p.test)
-                    if v.varying and v.src.cat == RANK:
-                        facts.append(Sh("V", v.src, frozenset({0})))
-                child, p = p, parent(p)
-        vary = [s for s in facts if s.kind == "V"]
-        if vary:
-            return Sh("V", vary[0].src, frozenset({0}))
-        deps = [s for s in facts if s.kind == "U" and s.deps]
-        return join_any(deps) if deps else SX
-
-    def object_extent(self, init) -> Sh:
-        """The number of items of an instance of ``init``'s class (a Dataset or an iterable):
-        from ``__len__`` and ``__iter__``, with ``self.`` attributes bound to ``__init__``'s
-        parameters."""
-        memo = self.view.memo.setdefault("shapes.objects", {})
-        got = memo.get(id(init))
-        if got is None:
-            memo[id(init)] = SX
-            cls = parent(init)
-            facts = []
-            for m in getattr(cls, "body", ()):
-                if isinstance(m, FUNC_TYPES) and m.name in ("__len__", "__iter__"):
-                    facts.append(self.returns(m, "size" if m.name == "__len__" else "shape"))
-            vary = [s for s in facts if s.kind == "V"]
-            if vary:
-                got = vary[0]
-            else:
-                known = [s for s in facts if s.kind == "U" and s.deps and all(fid == id(init) for fid, _p, _m in s.deps)]
-                got = join_any(known) if known else SX
-            memo[id(init)] = got
-        return got
 
     # -- queries for the rules -----------------------------------------------------------------
-    def trip_count(self, it) -> Sh:
-        """The trip count of ``for x in it`` from the rank's own shard (rank-varying, category
-        RANK) or unknown: values computed from this rank's batches do not count here."""
-        sh = self.shape(it)
-        if sh.kind == "V" and sh.src.cat == RANK:
-            return sh
-        return SX
 
 
 def _resolved(hub, view, call):
-    from .sinks import resolved
+    from .calls import resolved
 
     return resolved(hub, view, call)
-
-
-def _symmetric_rank_test(cond, comp) -> bool:
-    """``r == rank`` / ``r != rank`` with ``r`` a target iterating ``range(...)``: every rank
-    keeps the same number of items (one, or all but one)."""
-    if not (isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], (ast.Eq, ast.NotEq))):
-        return False
-    for side in (cond.left, cond.comparators[0]):
-        if isinstance(side, ast.Name):
-            for g in comp.generators:
-                if isinstance(g.target, ast.Name) and g.target.id == side.id and isinstance(g.iter, ast.Call) \
-                        and _terminal(g.iter.func) == "range":
-                    return True
-    return False
 
 
 def _has_default(fn, p) -> bool:
@@ -1047,108 +651,6 @@ def shapes_of(hub, view) -> Shapes:
     return got
 
 
-__all__ = ["Sh", "SU", "SX", "Shapes", "shapes_of", "join_any", "join_paths", "VX"]
+__all__ = ["Sh", "SU", "SX", "Shapes", "shapes_of", "join_any", "join_paths"]
 
 
-# collective -> (position, keyword) of the tensor whose shape must match across ranks
-SHAPED = {
-    "all_gather": (1, "tensor"), "all_gather_into_tensor": (1, "input_tensor"),
-    "_all_gather_base": (1, "input_tensor"), "all_reduce": (0, "tensor"),
-    "reduce_scatter": (0, "output"), "reduce_scatter_tensor": (1, "input"),
-}
-
-
-class ShapeSink:
-    """Parameter ``param`` of a function decides (``mode``: its value as a size, or its shape)
-    the shape of the tensor that ``effect``'s collective gets."""
-
-    __slots__ = ("param", "mode", "effect")
-
-    def __init__(self, param, mode, effect):
-        self.param, self.mode, self.effect = param, mode, effect
-
-
-def shaped_calls(view, scope):
-    """(call, op, tensor argument) for the shaped collectives directly in ``scope``."""
-    from ..torch_api import D
-    from .summaries import on_subgroup, scope_calls
-
-    out = []
-    for c in scope_calls(view, scope):
-        qn = view.sem.call_qualname(c) or ""
-        if not qn.startswith(D):
-            continue
-        op = qn[len(D):]
-        spec = SHAPED.get(op)
-        if spec is None or on_subgroup(c, op):
-            continue
-        t = get_arg(c, *spec)
-        if t is not None:
-            out.append((c, op, t))
-    return out
-
-
-def arg_fact(sh: Shapes, arg, mode) -> Sh:
-    return sh.size(arg) if mode == "val" else sh.shape(arg)
-
-
-def shape_sinks(hub, view, fn, depth: int = 0) -> tuple:
-    """The parameters of ``fn`` whose value or shape decides the shape of a tensor that ``fn``
-    (or a helper it calls, in this file or another) hands to a shaped collective."""
-    memo = view.memo.setdefault("shapes.sinks", {})
-    got = memo.get(id(fn))
-    if got is not None:
-        return got
-    if depth > 4 or not isinstance(fn, FUNC_TYPES):
-        return ()
-    effs = hub.summary(view, fn).collectives  # what it may run, through helpers too (capped)
-    if len(effs) < 6 and not any(e.op in SHAPED for e in effs):
-        memo[id(fn)] = ()
-        return ()
-    memo[id(fn)] = ()  # recursion guard
-    hub._view_stack.append(view)
-    try:
-        out = _shape_sinks(hub, view, fn, depth)
-    finally:
-        hub._view_stack.pop()
-    memo[id(fn)] = out
-    return out
-
-
-def _shape_sinks(hub, view, fn, depth):
-    from .sinks import bind_args, callee_name, resolved
-    from .summaries import Effect, scope_calls
-
-    sh = shapes_of(hub, view)
-    out = []
-    seen = set()
-
-    def add(fact, eff):
-        if fact.kind != "U" or not fact.deps:
-            return
-        for fid, p, m in fact.deps:
-            if fid == id(fn) and m in ("val", "shape") and (p, m) not in seen and len(out) < 6:
-                seen.add((p, m))
-                out.append(ShapeSink(p, m, eff))
-
-    for c, op, t in shaped_calls(view, fn):
-        add(sh.shape(t), Effect(op, c, view.path))
-    for c in scope_calls(view, fn):
-        f = c.func
-        if not (isinstance(f, ast.Name) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name))):
-            continue
-        if not (c.args or c.keywords):
-            continue
-        target = resolved(hub, view, c)
-        if target is None or target[1] is fn:
-            continue
-        inner = shape_sinks(hub, target[0], target[1], depth + 1)
-        if not inner:
-            continue
-        args = bind_args(c, target[1])
-        name = callee_name(target)
-        for s in inner:
-            a = args.get(s.param)
-            if a is not None:
-                add(arg_fact(sh, a, s.mode), s.effect.through(name))
-    return tuple(out)

@@ -8,8 +8,8 @@ A parameter the function tests or converts (``isinstance(value, torch.Tensor)``,
 ``torch.as_tensor(value)``) or rebinds before the collective is not a sink: unknown never
 produces a finding.
 
-``bind_args(call, fn)`` maps a call's arguments to the callee's parameter names (``self``
-skipped for methods and constructors).
+Shape sinks (``shape_sinks``) are the same question for DDP109: which parameters decide, by their
+value or their shape, the shape of a tensor a collective gets.
 """
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ import ast
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from .bindings import reaching
+from .shape_facts import Sh
+from .shapes import Shapes, shapes_of
+from .calls import bind_args, callee_name, resolved
 from .summaries import Effect, on_subgroup, scope_calls
 
 _CHECKS = frozenset({"isinstance", "is_tensor", "as_tensor", "tensor", "from_numpy", "Tensor", "FloatTensor",
@@ -32,37 +35,6 @@ class Sink:
 
     def __init__(self, param: str, effect: Effect):
         self.param, self.effect = param, effect
-
-
-def is_method(fn: ast.AST) -> bool:
-    if not isinstance(parent(fn), ast.ClassDef):
-        return False
-    for d in getattr(fn, "decorator_list", ()):
-        if isinstance(d, ast.Name) and d.id == "staticmethod":
-            return False
-    return bool(param_names(fn))
-
-
-def bind_args(call: ast.Call, fn: ast.AST) -> dict[str, ast.expr]:
-    """Parameter name -> argument expression of ``call`` for the callee ``fn`` (positional and
-    keyword; arguments behind ``*args``/``**kwargs`` are left out)."""
-    a = getattr(fn, "args", None)
-    if a is None:
-        return {}
-    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
-    if is_method(fn):
-        pos = pos[1:]
-    out: dict[str, ast.expr] = {}
-    for i, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            break
-        if i < len(pos):
-            out[pos[i]] = arg
-    names = set(pos) | {x.arg for x in a.kwonlyargs}
-    for k in call.keywords:
-        if k.arg and k.arg in names:
-            out[k.arg] = k.value
-    return out
 
 
 def _checked_params(view, fn) -> frozenset:
@@ -163,95 +135,106 @@ def _compute(hub, view, fn, table, key, depth):
     return tuple(out)
 
 
-_MISS = object()
+# -- shape sinks (DDP109): a parameter whose value or shape decides a collective tensor's shape --
+
+# collective -> (position, keyword) of the tensor whose shape must match across ranks
+SHAPED = {
+    "all_gather": (1, "tensor"), "all_gather_into_tensor": (1, "input_tensor"),
+    "_all_gather_base": (1, "input_tensor"), "all_reduce": (0, "tensor"),
+    "reduce_scatter": (0, "output"), "reduce_scatter_tensor": (1, "input"),
+}
 
 
-def may_import_project(view) -> bool:
-    """``view`` imports something that may be a module of the project (a relative import, or a
-    top-level name that is not a well-known library)."""
-    from .imports import _NOT_PROJECT
+class ShapeSink:
+    """Parameter ``param`` of a function decides (``mode``: its value as a size, or its shape)
+    the shape of the tensor that ``effect``'s collective gets."""
 
-    return any(level or mod.split(".")[0] not in _NOT_PROJECT for mod, level, _attr in view.imports.values())
+    __slots__ = ("param", "mode", "effect")
+
+    def __init__(self, param, mode, effect):
+        self.param, self.mode, self.effect = param, mode, effect
 
 
-def helper_calls(view, calls, local: bool, hub=None, ops=None):
-    """The calls among ``calls`` that may run a project function with a parameter sink: calls of
-    imported names (or of attributes of imported modules), and, when ``local`` (this file makes
-    the collective itself), calls of this file's functions, classes and ``self.`` methods. With
-    ``hub`` and ``ops``, a call of a module-level function of this file whose summary makes none
-    of ``ops`` is left out before any resolution."""
-    defs, classes, imports = view.defs, view.classes, view.imports
-    for c in calls:
+def shaped_calls(view, scope):
+    """(call, op, tensor argument) for the shaped collectives directly in ``scope``."""
+    from ..torch_api import D
+    from .summaries import on_subgroup, scope_calls
+
+    out = []
+    for c in scope_calls(view, scope):
+        qn = view.sem.call_qualname(c) or ""
+        if not qn.startswith(D):
+            continue
+        op = qn[len(D):]
+        spec = SHAPED.get(op)
+        if spec is None or on_subgroup(c, op):
+            continue
+        t = get_arg(c, *spec)
+        if t is not None:
+            out.append((c, op, t))
+    return out
+
+
+def arg_fact(sh: Shapes, arg, mode) -> Sh:
+    return sh.size(arg) if mode == "val" else sh.shape(arg)
+
+
+def shape_sinks(hub, view, fn, depth: int = 0) -> tuple:
+    """The parameters of ``fn`` whose value or shape decides the shape of a tensor that ``fn``
+    (or a helper it calls, in this file or another) hands to a shaped collective."""
+    memo = view.memo.setdefault("shapes.sinks", {})
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    if depth > 4 or not isinstance(fn, FUNC_TYPES):
+        return ()
+    effs = hub.summary(view, fn).collectives  # what it may run, through helpers too (capped)
+    if len(effs) < 6 and not any(e.op in SHAPED for e in effs):
+        memo[id(fn)] = ()
+        return ()
+    memo[id(fn)] = ()  # recursion guard
+    hub._view_stack.append(view)
+    try:
+        out = _shape_sinks(hub, view, fn, depth)
+    finally:
+        hub._view_stack.pop()
+    memo[id(fn)] = out
+    return out
+
+
+def _shape_sinks(hub, view, fn, depth):
+    from .summaries import Effect, scope_calls
+
+    sh = shapes_of(hub, view)
+    out = []
+    seen = set()
+
+    def add(fact, eff):
+        if fact.kind != "U" or not fact.deps:
+            return
+        for fid, p, m in fact.deps:
+            if fid == id(fn) and m in ("val", "shape") and (p, m) not in seen and len(out) < 6:
+                seen.add((p, m))
+                out.append(ShapeSink(p, m, eff))
+
+    for c, op, t in shaped_calls(view, fn):
+        add(sh.shape(t), Effect(op, c, view.path))
+    for c in scope_calls(view, fn):
+        f = c.func
+        if not (isinstance(f, ast.Name) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name))):
+            continue
         if not (c.args or c.keywords):
             continue
-        f = c.func
-        if f.__class__ is ast.Name:
-            if f.id in imports:
-                if _project_import(imports[f.id]):
-                    yield c
-            elif local and f.id in defs:
-                if hub is not None and ops is not None:
-                    effs = hub.summary(view, defs[f.id]).collectives
-                    if len(effs) < 6 and not any(e.op in ops for e in effs):
-                        continue
-                yield c
-            elif local and f.id in classes:
-                yield c
-        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
-            b = f.value.id
-            if b in imports:
-                if _project_import(imports[b]):
-                    yield c
-            elif local and b == "self":
-                if hub is not None and ops is not None:
-                    m = _method(view, c, f.attr)
-                    if m is None:
-                        continue
-                    effs = hub.summary(view, m).collectives
-                    if len(effs) < 6 and not any(e.op in ops for e in effs):
-                        continue
-                yield c
-
-
-def _project_import(imp) -> bool:
-    from .imports import _NOT_PROJECT
-
-    mod, level, _attr = imp
-    return bool(level) or mod.split(".")[0] not in _NOT_PROJECT
-
-
-def _method(view, call, name):
-    """The method ``name`` of the class whose method makes ``call`` (``self.name(...)``)."""
-    fn = view.sem.enclosing_function(call)
-    cls = parent(fn) if fn is not None else None
-    if not isinstance(cls, ast.ClassDef):
-        return None
-    memo = view.memo.setdefault("sinks.methods", {})
-    idx = memo.get(id(cls))
-    if idx is None:
-        idx = memo[id(cls)] = {st.name: st for st in cls.body if isinstance(st, FUNC_TYPES)}
-    return idx.get(name)
-
-
-def resolved(hub, view, call: ast.Call):
-    """``hub.resolve_call`` memoised per call (several rules ask about the same calls)."""
-    memo = hub.__dict__.setdefault("_resolved", {})
-    key = (id(view), id(call))
-    got = memo.get(key, _MISS)
-    if got is _MISS:
-        f = call.func
-        if f.__class__ is ast.Name:
-            ok = f.id in view.defs or f.id in view.classes or f.id in view.imports
-        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
-            ok = f.value.id == "self" or f.value.id in view.imports
-        else:
-            ok = False
-        got = memo[key] = hub.resolve_call(view, call) if ok else None
-    return got
-
-
-def callee_name(target) -> str:
-    name = getattr(target[1], "name", "?")
-    if name == "__init__":
-        name = getattr(parent(target[1]), "name", name)
-    return name
+        target = resolved(hub, view, c)
+        if target is None or target[1] is fn:
+            continue
+        inner = shape_sinks(hub, target[0], target[1], depth + 1)
+        if not inner:
+            continue
+        args = bind_args(c, target[1])
+        name = callee_name(target)
+        for s in inner:
+            a = args.get(s.param)
+            if a is not None:
+                add(arg_fact(sh, a, s.mode), s.effect.through(name))
+    return tuple(out)

@@ -11,7 +11,7 @@ from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._flow import effect_related, effect_words, text
 from ..flow import for_context
 from ..flow.imports import import_use, imported_views, is_main_guard
-from ..flow.sinks import may_import_project
+from ..flow.calls import may_import_project
 from ..flow.summaries import scope_calls
 from ..semantic import parent
 

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-import ast
-
 from ..flow import for_context
-from ..flow.shapes import SHAPED, arg_fact, shape_sinks, shapes_of
-from ..flow.sinks import bind_args, callee_name, helper_calls, may_import_project, resolved
+from ..flow.shapes import shapes_of
+from ..flow.calls import bind_args, callee_name, helper_calls, may_import_project, resolved
+from ..flow.sinks import SHAPED, arg_fact, shape_sinks
 from ..flow.summaries import on_subgroup
 from ..semantic import get_arg
 from ..torch_api import D

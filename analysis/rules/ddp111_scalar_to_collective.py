@@ -9,7 +9,8 @@ from ..flow.devices import device_in_scope
 from ._common import D
 from ._flow import effect_related, effect_words
 from ..flow import for_context
-from ..flow.sinks import bind_args, callee_name, helper_calls, may_import_project, param_sinks, resolved
+from ..flow.calls import bind_args, callee_name, helper_calls, may_import_project, resolved
+from ..flow.sinks import param_sinks
 
 
 # op -> (position, keyword) of the tensor it reduces / sends in place
