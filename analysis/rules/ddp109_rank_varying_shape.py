@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import ast
+
 from ..flow import for_context
+from ..flow.bindings import reaching
 from ..flow.shapes import shapes_of
 from ..flow.calls import bind_args, callee_name, helper_calls, may_import_project, resolved
 from ..flow.sinks import SHAPED, arg_fact, shape_sinks
@@ -93,7 +96,7 @@ class RankVaryingShape(Rule):
                 f"the shape of `{text(ctx, t)}` is computed from rank-varying sizes ({source_words(ctx, v)}); "
                 f"`{op}` needs the same shape on every rank: agree on the size first (all_reduce with MAX) "
                 "and pad to it",
-                related=source_related(ctx, v),
+                related=[*source_related(ctx, v), *_binding_related(ctx, view, t)],
             )
         for c in helper_calls(view, ctx.sem.calls, bool(direct) or may_import_project(view), an, SHAPED):
             target = resolved(an, view, c)
@@ -121,8 +124,18 @@ class RankVaryingShape(Rule):
                     f"`{name}()` hands {effect_words(ctx, site)} a tensor shaped by its parameter "
                     f"`{s.param}`: `{eff.op}` needs the same shape on every rank: agree on the size first "
                     "(all_reduce with MAX) and pad to it",
-                    related=[*source_related(ctx, v), *effect_related(ctx, site)],
+                    related=[*source_related(ctx, v), *_binding_related(ctx, view, a), *effect_related(ctx, site)],
                 )
+
+
+def _binding_related(ctx, view, e):
+    """The assignment that gives the argument (a name) its shape, when one alone reaches it."""
+    if not isinstance(e, ast.Name):
+        return []
+    kind, evs = reaching(view, e.id, e)
+    if kind != "events" or not evs or len(evs) != 1 or not isinstance(evs[0], ast.Assign):
+        return []
+    return [(evs[0], f"`{e.id}` gets its shape here")]
 
 
 class _Site:
