@@ -56,6 +56,10 @@ def is_main_guard(st: ast.stmt) -> bool:
         isinstance(p, ast.Constant) and p.value == "__main__" for p in parts)
 
 
+def _is_main_test(st) -> bool:
+    return is_main_guard(st)
+
+
 def imported_views(hub, view, st: ast.stmt):
     """(module name, view) of every project module the import statement ``st`` runs."""
     out = []
@@ -112,8 +116,18 @@ def top_level_runs(stmts):
     after which nothing is certain (a statement that may initialise the group is checked by the
     caller)."""
     for st in stmts:
-        if isinstance(st, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try)) \
-                or st.__class__.__name__ in ("Match", "TryStar"):
+        if isinstance(st, (ast.If, ast.While)) and not _is_main_test(st):
+            test = st.test
+            while isinstance(test, ast.BoolOp):
+                test = test.values[0]  # ``a and b``: only ``a`` surely runs
+            yield st, _calls_in(test)  # the test itself runs
+            yield st, None
+            continue
+        if isinstance(st, (ast.For, ast.AsyncFor)):
+            yield st, _calls_in(st.iter)
+            yield st, None
+            continue
+        if isinstance(st, (ast.If, ast.Try)) or st.__class__.__name__ in ("Match", "TryStar"):
             yield st, None
             continue
         if isinstance(st, FUNC_TYPES):

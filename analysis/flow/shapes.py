@@ -145,6 +145,11 @@ class Shapes(Extents):
             return join_paths((self.size(e.body, d), self.size(e.orelse, d)))
         if t in (ast.Tuple, ast.List):
             return join_any(self.size(x, d) for x in e.elts)
+        if t in (ast.ListComp, ast.GeneratorExp, ast.SetComp):
+            # ``max(len(s) for s in batch)``: the items' own sizes (the general evaluator does not
+            # see into comprehensions)
+            cv = self._comp_value(e.elt, e)
+            return Sh("V", cv.src) if cv.varying else SX
         if t is ast.Attribute:
             if e.attr in ("shape", "T", "mT"):
                 return self.shape(e.value, d)
@@ -506,6 +511,8 @@ class Shapes(Extents):
                     r = self.shape(recv, d)
                     return Sh("V", r.src) if r.kind == "V" else SX
                 return s if s.kind == "V" else (SU if s.kind == "U" and not s.deps else (s if s.kind == "U" else SX))
+            if a in ("read_text", "read_bytes", "open") and not e.args:
+                return self._per_rank_file(e, d)
             if a in ("readlines", "read", "splitlines", "split", "strip", "rstrip", "lstrip", "decode",
                      "tolist", "glob", "rglob", "iterdir", "itertuples", "iterrows", "keys_DUMMY"):
                 if a == "split" and self._maybe_tensor_split(e):
