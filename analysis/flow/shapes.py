@@ -472,6 +472,12 @@ class Shapes(Extents):
                 return self._per_rank_file(e, d)
             if qn == _LOADER:
                 return self.loader(e, d)
+            if qn == "itertools.islice" and len(e.args) >= 2:
+                # ``islice(lines, rank, None, world)``: a strided shard, like ``lines[rank::world]``
+                s = join_any(self.size(a, d) for a in e.args[1:])
+                if s.kind == "V":
+                    return Sh("V", s.src, frozenset({0}))
+                return SX
             if qn == _SUBSET:
                 a = get_arg(e, 1, "indices")
                 return self.shape(a, d) if a is not None else SX

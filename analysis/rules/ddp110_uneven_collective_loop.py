@@ -22,7 +22,8 @@ class UnevenCollectiveLoop(Rule):
 
     A rank's shard is recognised when it is built by custom code, in this file or another file of
     the project:
-    - a slice with rank-varying bounds (`files[rank::world_size]`), a list filtered by the rank
+    - a slice with rank-varying bounds (`files[rank::world_size]`, `islice(lines, rank, None, world)`),
+      a list filtered by the rank
       (`[f for f in files if owner(f) == rank]`), this rank's piece of an uneven split
       (`np.array_split(ids, world)[rank]`);
     - the contents of a file named after the rank (`open(f"shard_{rank}.txt")`, `readlines()`,
