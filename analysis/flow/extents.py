@@ -318,6 +318,24 @@ class Extents:
         deps = [s for s in facts if s.kind == "U" and s.deps]
         return join_any(deps) if deps else SX
 
+    def _endless(self, it) -> bool:
+        """``it`` may never end: ``itertools.count/cycle/repeat``, or a call of a project
+        generator that yields inside ``while True:``."""
+        if not isinstance(it, ast.Call):
+            return False
+        qn = self.sem.call_qualname(it) or ""
+        if qn in ("itertools.count", "itertools.cycle", "itertools.repeat"):
+            return True
+        from .calls import resolved
+
+        target = resolved(self.hub, self.view, it)
+        if target is None:
+            return False
+        for n in iter_scope_nodes(target[1]):
+            if isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value:
+                return True
+        return False
+
     def object_extent(self, init) -> Sh:
         """The number of items of an instance of ``init``'s class (a Dataset or an iterable):
         from ``__len__`` and ``__iter__``, with ``self.`` attributes bound to ``__init__``'s
@@ -328,6 +346,11 @@ class Extents:
             memo[id(init)] = SX
             cls = parent(init)
             facts = []
+            if any((_terminal(b) or "").endswith("Sampler") for b in getattr(cls, "bases", ())):
+                # a sampler shards by rank by design and answers for the counts it hands out
+                # (DistributedSampler pads; training samplers are often endless)
+                memo[id(init)] = SX
+                return SX
             for m in getattr(cls, "body", ()):
                 if isinstance(m, FUNC_TYPES) and m.name in ("__len__", "__iter__"):
                     facts.append(self.returns(m, "size" if m.name == "__len__" else "shape"))

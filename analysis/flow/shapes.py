@@ -474,6 +474,9 @@ class Shapes(Extents):
                 return self.loader(e, d)
             if qn == "itertools.islice" and len(e.args) >= 2:
                 # ``islice(lines, rank, None, world)``: a strided shard, like ``lines[rank::world]``
+                # (of a finite source: a shard of an endless stream is endless on every rank)
+                if self._endless(e.args[0]):
+                    return SX
                 s = join_any(self.size(a, d) for a in e.args[1:])
                 if s.kind == "V":
                     return Sh("V", s.src, frozenset({0}))
@@ -491,7 +494,10 @@ class Shapes(Extents):
             if f.id in _SEQ_SAME and e.args:
                 return self.shape(e.args[0], d)
             if f.id == "zip" and e.args:
-                return join_any(self.shape(a, d) for a in e.args)
+                parts = [self.shape(a, d) for a in e.args]
+                if any(p.kind == "U" and not p.deps for p in parts):
+                    return SX  # ``zip(loader, range(max_iter))``: the shortest may be the uniform one
+                return join_any(parts)
             if f.id == "range" and e.args:
                 return join_any(self.size(a, d) for a in e.args)
         if isinstance(f, ast.Attribute) and qn is None:
