@@ -34,7 +34,7 @@ _NOT_PROJECT = frozenset({"torch", "os", "sys", "math", "time", "json", "logging
                           "contextlib", "glob", "io", "inspect", "socket", "tempfile", "traceback", "uuid",
                           "pandas", "scipy", "sklearn", "PIL", "cv2", "matplotlib", "tensorboardX", "einops",
                           "timm", "accelerate", "deepspeed", "apex", "hydra", "omegaconf", "lightning",
-                          "pytorch_lightning", "fairscale", "datasets", "huggingface_hub", "safetensors"})
+                          "pytorch_lightning", "fairscale", "huggingface_hub", "safetensors"})
 
 
 class ImportUse:
