@@ -29,12 +29,19 @@ _MAX_DEPTH = 4
 
 
 class Sink:
-    """``param`` reaches ``effect`` (the collective, with the chain of helpers in ``effect.via``)."""
+    """``param`` reaches ``effect`` (the collective, with the chain of helpers in ``effect.via``):
+    as it is, or (``method``) through a tensor-only method first (``rt = tensor.clone()``)."""
 
-    __slots__ = ("param", "effect")
+    __slots__ = ("param", "effect", "method")
 
-    def __init__(self, param: str, effect: Effect):
-        self.param, self.effect = param, effect
+    def __init__(self, param: str, effect: Effect, method: str | None = None):
+        self.param, self.effect, self.method = param, effect, method
+
+
+# methods a tensor has and a Python number does not: calling one on a number raises AttributeError
+TENSOR_ONLY = frozenset({"clone", "detach", "cuda", "to", "contiguous", "div_", "mul_", "add_", "sub_",
+                         "clamp_", "zero_", "fill_", "copy_", "cpu", "float", "half", "double", "long",
+                         "div", "mul", "sum", "mean", "reshape", "view", "unsqueeze", "flatten"})
 
 
 def _checked_params(view, fn) -> frozenset:
@@ -62,6 +69,26 @@ def _param_of(view, fn, expr) -> str | None:
     kind, got = reaching(view, expr.id, expr)
     if kind == "param" and got is fn:
         return expr.id
+    return None
+
+
+def _through_method(view, fn, expr, depth: int = 0):
+    """(parameter, method) when ``expr`` is a tensor-only method called on a parameter
+    (``value.clone()``), or a name bound once to one (``rt = tensor.clone()``), else None."""
+    if depth > 2:
+        return None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in TENSOR_ONLY:
+        recv = expr.func.value
+        p = _param_of(view, fn, recv)
+        if p is not None:
+            return p, expr.func.attr
+        return _through_method(view, fn, recv, depth + 1)
+    if isinstance(expr, ast.Name):
+        kind, evs = reaching(view, expr.id, expr)
+        if kind == "events" and evs and all(isinstance(e, (ast.Assign, ast.AugAssign, ast.Call)) for e in evs):
+            first = [e for e in evs if isinstance(e, ast.Assign)]
+            if len(first) == 1 and len(first[0].targets) == 1 and isinstance(first[0].targets[0], ast.Name):
+                return _through_method(view, fn, first[0].value, depth + 1)
     return None
 
 
@@ -110,10 +137,13 @@ def _compute(hub, view, fn, table, key, depth):
             spec = table.get(op)
             if spec is None or on_subgroup(c, op):
                 continue
-            p = _param_of(view, fn, get_arg(c, *spec))
+            arg = get_arg(c, *spec)
+            p, method = _param_of(view, fn, arg), None
+            if p is None and arg is not None:
+                p, method = _through_method(view, fn, arg) or (None, None)
             if p is not None and p not in checked and p not in seen:
                 seen.add(p)
-                out.append(Sink(p, Effect(op, c, view.path)))
+                out.append(Sink(p, Effect(op, c, view.path), method))
             continue
         if qn.startswith(("torch.", "numpy.", "math.")):
             continue
@@ -131,7 +161,7 @@ def _compute(hub, view, fn, table, key, depth):
             p = _param_of(view, fn, args.get(s.param))
             if p is not None and p not in checked and p not in seen:
                 seen.add(p)
-                out.append(Sink(p, s.effect.through(name)))
+                out.append(Sink(p, s.effect.through(name), s.method))
     return tuple(out)
 
 

@@ -34,7 +34,9 @@ class ScalarToCollective(Rule):
     The collective may sit in a helper of this file or of another file of the project:
     `reduce_mean(loss.item())` where `reduce_mean(value)` runs `dist.all_reduce(value)` (directly
     or through further helpers) is flagged at the argument, naming the helper chain and the
-    collective inside it.
+    collective inside it. So is a helper that first calls a tensor-only method on it
+    (`reduce_tensor(loss.item())` whose body is `rt = tensor.clone(); dist.all_reduce(rt)`): the
+    number has no `clone`, and every rank raises `AttributeError`.
 
     Names that are parameters, or bound by anything else (a call whose result is unknown, a loop
     target), are never flagged, and neither is a helper that tests or converts its parameter
@@ -133,12 +135,16 @@ class ScalarToCollective(Rule):
                 if what is None:
                     continue
                 eff = s.effect.through(name)
+                if s.method is None:
+                    words = (f"passes its parameter `{s.param}` to {effect_words(ctx, _Site(eff))}, which needs a "
+                             "tensor: every rank raises TypeError ('Invalid function argument. Expected parameter "
+                             "`tensor` of type torch.Tensor')")
+                else:
+                    words = (f"calls `{s.param}.{s.method}()` to feed {effect_words(ctx, _Site(eff))}: every rank "
+                             f"raises AttributeError (a Python number has no `{s.method}`)")
                 ctx.report(
                     arg,
-                    f"`{_short(ctx.text(arg))}` is {what}, but `{name}()` passes its parameter `{s.param}` to "
-                    f"{effect_words(ctx, _Site(eff))}, which needs a tensor: every rank raises "
-                    "TypeError ('Invalid function argument. Expected parameter `tensor` of type torch.Tensor'). "
-                    "Pass a tensor on the group's device",
+                    f"`{_short(ctx.text(arg))}` is {what}, but `{name}()` {words}. Pass a tensor on the group's device",
                     related=effect_related(ctx, _Site(eff)),
                 )
 
