@@ -226,9 +226,12 @@ class Extents:
             s = self.shape(a, d) if isinstance(a, ast.Name) else SX
             if s.kind == "V" and s.src.cat == RANK:
                 return Sh("V", s.src, frozenset({0}))
-            sz = self.size(a, d) if isinstance(a, ast.Name) else SX
-            if sz.kind == "U" and sz.deps:
-                return Sh("U", deps=frozenset((f, p, "file") for f, p, _m in sz.deps))
+            if v.kind == "X":
+                # a path built from parameters (``f"{root}/shard_{shard_id}.txt"``): per rank when the
+                # caller's argument is the rank
+                deps = self._value_deps(a)
+                if deps:
+                    return Sh("U", deps=frozenset((f, p, "file") for f, p, _m in deps))
         return SX
 
     def _elements(self, seq, d):
