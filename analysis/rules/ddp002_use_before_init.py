@@ -11,7 +11,6 @@ from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._flow import effect_related, effect_words, text
 from ..flow import for_context
 from ..flow.imports import import_use, imported_views, is_main_guard
-from ..flow.calls import may_import_project
 from ..flow.summaries import scope_calls
 from ..semantic import parent
 
@@ -49,7 +48,8 @@ class UseBeforeInit(Rule):
     entry point, or initialises at its top level) whose top level imports a module of the project
     whose own top level needs the group (a `config.py` computing `LR = base * dist.get_world_size()`,
     a module-level logger set up through a helper that reads the rank), directly or through
-    further imports, runs that code before `main()` initialises the group. Statements under a
+    further imports, runs that code before `main()` initialises the group (so does an import
+    in the `__main__` block above the `main()` call). Statements under a
     test (`if dist.is_initialized():`), in a `try`, or in functions are not import-time uses;
     imports made inside a function after the init are fine; library modules (no entry point) are
     not judged, since their importer may initialise first.
@@ -136,22 +136,23 @@ def _import_time(ctx, inits, reported) -> None:
     tree = ctx.sem.tree
     an = for_context(ctx)
     view = an.main
-    if not may_import_project(view):
-        return
     top_inits = [i for i in inits if ctx.sem.enclosing_function(i) is None]
     if not top_inits and not any(is_main_guard(st) for st in tree.body):
         return  # a library module: it may be imported after the group exists
     holders = set()  # the statements (at any level) that hold an init call
     for i in inits:
+        chain = []
         p = parent(i)
         while p is not None and not isinstance(p, ast.Module):
-            holders.add(id(p))
+            if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                chain = None  # defined, not run, at import
+                break
+            chain.append(id(p))
             p = parent(p)
+        holders.update(chain or ())
     first_init = min(inits, key=lambda n: (n.lineno, n.col_offset))
     init_words = f"`{text(ctx, first_init.func)}()` at line {first_init.lineno}"
-    for st in tree.body:
-        if is_main_guard(st) or id(st) in holders:
-            return
+    for st in _before_init(tree.body, holders):
         if not isinstance(st, (ast.Import, ast.ImportFrom)):
             continue
         for name, v2 in imported_views(an, view, st):
@@ -171,6 +172,21 @@ def _import_time(ctx, inits, reported) -> None:
                          (first_init, "the process group is initialised here")],
             )
             break
+
+
+def _before_init(body, holders):
+    """The top-level statements that run before the first one holding an init, entering the
+    ``if __name__ == "__main__":`` block (its imports run before the ``main()`` call below them)."""
+    for st in body:
+        if is_main_guard(st):
+            for inner in st.body:
+                if id(inner) in holders:
+                    return
+                yield inner
+            return
+        if id(st) in holders:
+            return
+        yield st
 
 
 def _where(ctx, eff) -> str:
