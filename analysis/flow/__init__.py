@@ -8,6 +8,12 @@ only some ranks.
 - ``summaries``: collective sites and per-function summaries;
 - ``control``: control dependence (conditions, early exits, loops);
 - ``findings``: the words and the one builder of a finding about a divergent site.
+- ``shapes`` (with ``shape_facts``, ``extents``): is a tensor's shape, a sequence's length, a loop's
+  trip count the same on every rank (parameters symbolic, bound at calls);
+- ``helper_calls``: calls of project functions, arguments bound to parameters; ``calls``: a
+  module's calls by scope and name, names that may hold a DDP model, project-class instances;
+  ``context``: a helper as one call runs it; ``buffers``: does a module have buffers; ``sinks``: which
+  parameters of a helper reach a collective's argument; ``imports``: what importing a module runs.
 
 Per-file facts the older rules query, one concept a module, on the same vocabulary:
 - ``rank_tests``: is an expression the rank, does a condition select some ranks or the main one;

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from ..model import Severity
 from ..registry import Rule
@@ -9,6 +10,7 @@ from ..flow.wrappers import calls_or_wrappers
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._flow import effect_related, effect_words, text
 from ..flow import for_context
+from ..flow.imports import import_use, imported_views, is_main_guard
 from ..flow.summaries import scope_calls
 from ..semantic import parent
 
@@ -42,6 +44,16 @@ class UseBeforeInit(Rule):
     `rank`), when that use is on the helper's unconditional path (not behind an
     `is_initialized()` test or any other condition).
 
+    Code that runs at import time counts too. A script (it has an `if __name__ == "__main__":`
+    entry point, or initialises at its top level) whose top level imports a module of the project
+    whose own top level needs the group (a `config.py` computing `LR = base * dist.get_world_size()`,
+    a module-level logger set up through a helper that reads the rank), directly or through
+    further imports, runs that code before `main()` initialises the group (so does an import
+    in the `__main__` block above the `main()` call). Statements under a
+    test (`if dist.is_initialized():`), in a `try`, or in functions are not import-time uses;
+    imports made inside a function after the init are fine; library modules (no entry point) are
+    not judged, since their importer may initialise first.
+
     ## Why is this bad?
     Nothing in `torch.distributed` works until the default process group exists. The call raises:
 
@@ -64,6 +76,9 @@ class UseBeforeInit(Rule):
         rank = dist.get_rank()
     ```
 
+    For an import-time use, compute the value after the init (in a function, or a lazy
+    `get_world_size()` helper), or import the module inside `main()` after `init_process_group`.
+
     ## Fix safety
     There is no automatic fix: moving the init call may move code that computes its arguments.
     """
@@ -85,6 +100,7 @@ class UseBeforeInit(Rule):
             by_scope.setdefault(id(sem.scope_of(i)), []).append(i)
         direct = sem.calls_to(*_USES)
         helpers = _helper_uses(ctx, inits, set(map(id, direct)) | set(map(id, inits)))
+        reported = set()
         for use in [*direct, *(c for c, _ in helpers.values())]:
             scope_inits = by_scope.get(id(sem.scope_of(use)))
             if not scope_inits or expects_error(use):
@@ -103,12 +119,93 @@ class UseBeforeInit(Rule):
                 eff = helpers[id(use)][1]
                 what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
                 related += effect_related(ctx, _Site(eff))
+            reported.add(id(use))
             ctx.report(
                 use,
                 f"{what} runs before the process group is initialised (line {init.lineno}): "
                 "ValueError: Default process group has not been initialized",
                 related=related,
             )
+        _import_time(ctx, inits, reported)
+
+
+def _import_time(ctx, inits, reported) -> None:
+    """A script's top-level imports of project modules run before the ``init_process_group``
+    that its ``main()`` (or a later top-level statement) makes. (Top-level uses in the script
+    itself are the same-scope case above: the call of ``main()`` counts as the init.)"""
+    tree = ctx.sem.tree
+    an = for_context(ctx)
+    view = an.main
+    top_inits = [i for i in inits if ctx.sem.enclosing_function(i) is None]
+    if not top_inits and not any(is_main_guard(st) for st in tree.body):
+        return  # a library module: it may be imported after the group exists
+    holders = set()  # the statements (at any level) that hold an init call
+    for i in inits:
+        chain = []
+        p = parent(i)
+        while p is not None and not isinstance(p, ast.Module):
+            if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                chain = None  # defined, not run, at import
+                break
+            chain.append(id(p))
+            p = parent(p)
+        holders.update(chain or ())
+    first_init = min(inits, key=lambda n: (n.lineno, n.col_offset))
+    init_words = f"`{text(ctx, first_init.func)}()` at line {first_init.lineno}"
+    for st in _before_init(tree.body, holders):
+        if not isinstance(st, (ast.Import, ast.ImportFrom)):
+            continue
+        for name, v2 in imported_views(an, view, st):
+            got = import_use(an, v2)
+            if got is None:
+                continue
+            eff = got.effect
+            chain = " -> ".join(f"`{m}`" for m in (name, *got.modules))
+            via = f" (through {' -> '.join(f'`{v}`' for v in eff.via)})" if eff.via else ""
+            ctx.report(
+                st,
+                f"importing {chain} runs {eff.what}{via} at import time ({_where(ctx, eff)}), before the "
+                f"process group is initialised ({init_words}): ValueError: Default process group has "
+                "not been initialized. Compute it after `init_process_group` (in a function, or import "
+                "the module later)",
+                related=[_eff_range(ctx, eff, "needs the process group at import time"),
+                         (first_init, "the process group is initialised here")],
+            )
+            break
+
+
+def _before_init(body, holders):
+    """The top-level statements that run before the first one holding an init, entering the
+    ``if __name__ == "__main__":`` block (its imports run before the ``main()`` call below them)."""
+    for st in body:
+        if is_main_guard(st):
+            for inner in st.body:
+                if id(inner) in holders:
+                    return
+                yield inner
+            return
+        if id(st) in holders:
+            return
+        yield st
+
+
+def _where(ctx, eff) -> str:
+    return f"{_short(eff.path)}:{eff.line}" if eff.path else f"line {eff.line}"
+
+
+def _short(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
+
+
+def _eff_range(ctx, eff, msg):
+    from ..model import Position, Range
+
+    rng = Range(Position(eff.line - 1, eff.col), Position(eff.end_line - 1, eff.end_col))
+    here = os.path.abspath(ctx.filename) if not ctx.filename.startswith("<") else None
+    if eff.path in (None, here):
+        return (rng, msg)
+    return ("file", eff.path, rng, msg)
 
 
 class _Site:

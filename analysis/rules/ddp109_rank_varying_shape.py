@@ -2,40 +2,45 @@ from __future__ import annotations
 
 import ast
 
-from ..torch_api import D
 from ..flow import for_context
 from ..flow.bindings import reaching
+from ..flow.shapes import shapes_of
+from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
+from ..flow.sinks import SHAPED, arg_fact, shape_sinks
 from ..flow.summaries import on_subgroup
-from ..flow.uniformity import U, X, join
-from ..model import Severity
-from ..registry import Rule
 from ..semantic import get_arg
-from ._flow import source_related, source_words, text
-
-# collective -> (position, keyword) of the tensor whose shape must match across ranks
-SHAPED = {
-    "all_gather": (1, "tensor"), "all_gather_into_tensor": (1, "input_tensor"),
-    "_all_gather_base": (1, "input_tensor"), "all_reduce": (0, "tensor"),
-    "reduce_scatter": (0, "output"), "reduce_scatter_tensor": (1, "input"),
-}
-_SIZED_CTORS = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"})
-_KEEP_SHAPE = frozenset({"to", "cuda", "cpu", "contiguous", "float", "half", "double", "long", "int", "bool",
-                         "clone", "detach", "type_as", "bfloat16", "requires_grad_"})
-_RESHAPE = frozenset({"view", "reshape", "expand", "repeat", "narrow", "new_zeros", "new_ones", "new_empty",
-                      "new_full"})
-
+from ..torch_api import D
+from ..model import Severity
+from ..registry import NoCase, Rule
+from ._flow import effect_related, effect_words, source_related, source_words, text
 
 class RankVaryingShape(Rule):
     """
     ## What it does
     Checks for the tensor given to `all_gather`, `all_gather_into_tensor`, `all_reduce`,
     `reduce_scatter` or `reduce_scatter_tensor` when its shape is computed from sizes that differ
-    between ranks: a slice `x[:, :n]` or a constructor `torch.zeros(n)` where `n` comes from the rank
-    or from this rank's data (`lengths.max()` over the local batch), with no padding to a size
-    every rank agrees on.
+    between ranks, with no padding to a size every rank agrees on. The shape is followed through
+    assignments and helpers, in this file and in the other files of the project: a helper that
+    builds the tensor from its arguments (`make_buffer(len(hits), 8)`), or one that hands its
+    parameter to the collective (`concat_all_gather(x[:, :local_len])`), is flagged at the
+    call, naming the helper chain and the collective inside it.
 
-    Not flagged: sizes made uniform by a collective first (`dist.all_reduce(max_len, op=MAX)`), and
-    padded tensors (`F.pad`), whose shape the analysis leaves unknown.
+    Sources of a rank-varying size or shape:
+    - a size computed from the rank or from this rank's data (`lengths.max()`, `lengths[rank]`,
+      `(preds > 0.5).sum()`), used in `torch.zeros/empty/ones/full/arange(n)`, `new_zeros(n)`,
+      `view`/`reshape`, or a slice `x[:, :n]`;
+    - `len()` of a list that grows under a test on this rank's data, a comprehension filtered by
+      such a test, `x.size(0)` / `x.shape[0]` of a tensor whose length varies;
+    - rows a boolean mask keeps (`x[labels == 1]`), `nonzero()` / `argwhere`, `unique()`,
+      `masked_select`, one-argument `torch.where`;
+    - `torch.tensor(list)` of such a list, `torch.cat` of a varying number of pieces, this rank's
+      piece of an uneven split (`np.array_split(x, world)[rank]`).
+
+    Not flagged: sizes made uniform by a collective first (`dist.all_reduce(n, op=MAX)`, an
+    `all_gather` of the sizes), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
+    with a padding piece sized `max_len - x.size(0)`), truncation to an agreed size, a dimension
+    other than the one that varies (`x[mask].shape[1]`), tensors whose values (not shape) differ
+    (`torch.tensor([count])`), and anything the analysis cannot follow.
 
     ## Why is this bad?
     These collectives need the same shape on every rank. NCCL does not check: mismatched sizes
@@ -66,83 +71,73 @@ class RankVaryingShape(Rule):
     name = "rank-varying-shape"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("gather", "reduce")
+    # the collective's name, or a project helper that makes it (``comm.sync(x)``, ``dist_utils``)
+    requires_text = ("gather", "reduce", NoCase("dist"), "comm", "sync")
 
     def finish(self, ctx) -> None:
-        calls = ctx.calls_to(*(D + n for n in SHAPED))
-        if not calls:
-            return
         an = for_context(ctx)
-        sh = _Shapes(ctx, an)
-        for c in calls:
+        view = an.main
+        sh = shapes_of(an, view)
+        reported = set()
+        direct = ctx.calls_to(*(D + op for op in SHAPED))
+        for c in direct:
             op = ctx.qn(c)[len(D):]
             if on_subgroup(c, op):
                 continue
             t = get_arg(c, *SHAPED[op])
             if t is None:
                 continue
-            v = sh.shape(t, 0)
-            if not v.varying:
+            v = sh.shape(t)
+            if not v.varying or id(t) in reported:
                 continue
+            reported.add(id(t))
             ctx.report(
                 t,
                 f"the shape of `{text(ctx, t)}` is computed from rank-varying sizes ({source_words(ctx, v)}); "
                 f"`{op}` needs the same shape on every rank: agree on the size first (all_reduce with MAX) "
                 "and pad to it",
-                related=source_related(ctx, v),
+                related=[*source_related(ctx, v), *_binding_related(ctx, view, t)],
             )
+        for c in helper_calls(view, ctx.sem.calls, bool(direct) or may_import_project(view), an, SHAPED):
+            target = resolved(an, view, c)
+            if target is None or target[1] is ctx.sem.enclosing_function(c):
+                continue
+            sinks = shape_sinks(an, *target)
+            if not sinks:
+                continue
+            args = bind_args(c, target[1])
+            name = callee_name(target)
+            for s in sinks:
+                a = args.get(s.param)
+                if a is None or id(a) in reported:
+                    continue
+                v = arg_fact(sh, a, s.mode)
+                if not v.varying:
+                    continue
+                reported.add(id(a))
+                eff = s.effect.through(name)
+                site = _Site(eff)
+                what = "shape" if s.mode == "shape" else "value"
+                ctx.report(
+                    a,
+                    f"the {what} of `{text(ctx, a)}` is rank-varying ({source_words(ctx, v)}), and "
+                    f"`{name}()` hands {effect_words(ctx, site)} a tensor shaped by its parameter "
+                    f"`{s.param}`: `{eff.op}` needs the same shape on every rank: agree on the size first "
+                    "(all_reduce with MAX) and pad to it",
+                    related=[*source_related(ctx, v), *_binding_related(ctx, view, a), *effect_related(ctx, site)],
+                )
 
 
-class _Shapes:
-    def __init__(self, ctx, an):
-        self.ctx, self.an = ctx, an
-        self.view = an.main
-        self.ev = an.evaluator(an.main)
+def _binding_related(ctx, view, e):
+    """The assignment that gives the argument (a name) its shape, when one alone reaches it."""
+    if not isinstance(e, ast.Name):
+        return []
+    kind, evs = reaching(view, e.id, e)
+    if kind != "events" or not evs or len(evs) != 1 or not isinstance(evs[0], ast.Assign):
+        return []
+    return [(evs[0], f"`{e.id}` gets its shape here")]
 
-    def sizes(self, nodes) -> object:
-        return join(self.ev.value(n) for n in nodes)
 
-    def shape(self, e: ast.AST, d: int):
-        if d > 8 or e is None:
-            return X
-        qn = self.ctx.qn(e) if isinstance(e, ast.Call) else None
-        if isinstance(e, ast.Name):
-            kind, evs = reaching(self.view, e.id, e)
-            if kind not in ("events", "global") or not evs:
-                return X
-            out = []
-            for ev in evs:
-                if isinstance(ev, ast.Assign) and len(ev.targets) == 1 and isinstance(ev.targets[0], ast.Name):
-                    out.append(self.shape(ev.value, d + 1))
-                elif isinstance(ev, ast.Call):
-                    continue  # an in-place collective keeps the shape
-                else:
-                    out.append(X)
-            return join(out) if out else X
-        if isinstance(e, ast.Subscript):
-            sl = e.slice
-            parts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-            bounds = []
-            for p in parts:
-                if isinstance(p, ast.Slice):
-                    bounds.extend(x for x in (p.lower, p.upper, p.step) if x is not None)
-            v = self.sizes(bounds) if bounds else U
-            return v if v.varying else join((v, self.shape(e.value, d + 1)))
-        if isinstance(e, ast.Call):
-            if qn in _SIZED_CTORS:
-                sizes = [a for a in e.args if not isinstance(a, ast.Starred)]
-                size_kw = get_arg(e, None, "size")
-                v = self.sizes(sizes + ([size_kw] if size_kw is not None else []))
-                return v if v.varying else (U if v.uniform else X)
-            if qn == "torch.full" and e.args:
-                v = self.sizes([e.args[0]])
-                return v if v.varying else X
-            f = e.func
-            if isinstance(f, ast.Attribute) and qn is None:
-                if f.attr in _KEEP_SHAPE:
-                    return self.shape(f.value, d + 1)
-                if f.attr in _RESHAPE:
-                    v = self.sizes([*e.args, *(k.value for k in e.keywords)])
-                    return v if v.varying else X
-            return X
-        return X
+class _Site:
+    def __init__(self, eff):
+        self.effects = (eff,)

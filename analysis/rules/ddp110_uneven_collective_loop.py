@@ -4,20 +4,39 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ._flow import FLOW_TEXT, all_divergences, report_divergence
+from ..flow import for_context
+from ..flow.control import Divergence, under_join
+from ..flow.shapes import shapes_of
+from ..semantic import FUNC_TYPES, parent
+from ._flow import FLOW_TEXT, all_divergences, report_divergence, scopes
 
 
 class UnevenCollectiveLoop(Rule):
     """
     ## What it does
     Checks for a loop that makes a collective when the number of iterations differs between ranks:
-    a `for` over this rank's own shard (`files[rank::world_size]`), over a `DataLoader` whose
-    dataset is built per rank without a `DistributedSampler`, or a `while` on a rank-varying test.
-    The collective may be explicit, implicit (DDP's gradient all-reduce in `loss.backward()`, its
-    buffer broadcast in the forward) or inside a helper function.
+    a `for` over this rank's own shard, over a `DataLoader` whose dataset is built per rank without
+    a `DistributedSampler`, or a `while` on a rank-varying test. The collective may be explicit,
+    implicit (DDP's gradient all-reduce in `loss.backward()`, its buffer broadcast in the forward)
+    or inside a helper function.
+
+    A rank's shard is recognised when it is built by custom code, in this file or another file of
+    the project:
+    - a slice with rank-varying bounds (`files[rank::world_size]`, `islice(lines, rank, None, world)`),
+      a list filtered by the rank
+      (`[f for f in files if owner(f) == rank]`), this rank's piece of an uneven split
+      (`np.array_split(ids, world)[rank]`);
+    - the contents of a file named after the rank (`open(f"shard_{rank}.txt")`, `readlines()`,
+      `torch.load`, `json.load`, `glob` of a per-rank pattern), directly or through a helper that
+      returns them (`load_shard(rank)` returning `torch.split(rows, 64)`);
+    - a generator that loops over such a source (`for rec in stream(f"part-{rank}.jsonl")`);
+    - a project `Dataset` / `IterableDataset` whose `__len__` / `__iter__` reads such a source,
+      given to a `DataLoader` without a `DistributedSampler`.
 
     Not flagged: loops under DDP's `join()` context manager (`with model.join():`), which exists for
-    exactly this case, and loops whose trip count the analysis cannot judge.
+    exactly this case, a `DataLoader` with a `DistributedSampler` (it pads every rank to the same
+    count), files every rank reads, loops over a fixed range, loops with no collective inside,
+    the keys of a per-rank checkpoint, and loops whose trip count the analysis cannot judge.
 
     ## Why is this bad?
     The rank with fewer iterations finishes its loop and moves on; the others still enter the
@@ -53,7 +72,7 @@ class UnevenCollectiveLoop(Rule):
 
     def finish(self, ctx) -> None:
         seen = set()
-        for d in all_divergences(ctx):
+        for d in [*all_divergences(ctx), *_shard_loops(ctx)]:
             if d.kind != "loop" or id(d.node) in seen:
                 continue
             seen.add(id(d.node))
@@ -66,3 +85,32 @@ class UnevenCollectiveLoop(Rule):
                 "that finish first leave the others waiting (use `join()` or the same number of items per rank)",
                 "collective in the loop",
             )
+
+
+def _shard_loops(ctx):
+    """Loops whose trip count comes from this rank's own shard as the shape analysis sees it
+    (a rank-specific file, a project Dataset or generator built from one, an uneven split),
+    around a collective site, outside ``join()``."""
+    an = for_context(ctx)
+    view = an.main
+    sh = None
+    out = []
+    done = set()
+    for scope in scopes(ctx):
+        for site in an.sites(view, scope):
+            if under_join(view, site.node):
+                continue
+            child, p = site.node, parent(site.node)
+            while p is not None and p is not scope:
+                if isinstance(p, (ast.For, ast.AsyncFor)) and child is not p.iter and id(p) not in done:
+                    done.add(id(p))
+                    if sh is None:
+                        sh = shapes_of(an, view)
+                    v = sh.trip_count(p.iter)
+                    if v.varying:
+                        out.append(Divergence("loop", site, p, v))
+                        break
+                if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+                    break
+                child, p = p, parent(p)
+    return out

@@ -3,10 +3,14 @@ from __future__ import annotations
 import ast
 
 from ..model import Applicability, Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.devices import device_in_scope
 from ._common import D
+from ._flow import effect_related, effect_words
+from ..flow import for_context
+from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
+from ..flow.sinks import param_sinks
 
 
 # op -> (position, keyword) of the tensor it reduces / sends in place
@@ -27,8 +31,17 @@ class ScalarToCollective(Rule):
     `float`/`int`/`len(...)`, a numeric literal, arithmetic on those, or a local name that every
     assignment in its function binds to one of them (`total = 0.0` ... `total += loss.item()`).
 
+    The collective may sit in a helper of this file or of another file of the project:
+    `reduce_mean(loss.item())` where `reduce_mean(value)` runs `dist.all_reduce(value)` (directly
+    or through further helpers) is flagged at the argument, naming the helper chain and the
+    collective inside it. So is a helper that first calls a tensor-only method on it
+    (`reduce_tensor(loss.item())` whose body is `rt = tensor.clone(); dist.all_reduce(rt)`): the
+    number has no `clone`, and every rank raises `AttributeError`.
+
     Names that are parameters, or bound by anything else (a call whose result is unknown, a loop
-    target), are never flagged.
+    target), are never flagged, and neither is a helper that tests or converts its parameter
+    (`isinstance(value, torch.Tensor)`, `torch.as_tensor(value)`) or calls the collective in a
+    `try` block.
 
     ## Why is this bad?
     The tensor collectives (`all_reduce`, `broadcast`, `reduce`, `all_gather`, `send`, ...) work
@@ -74,7 +87,9 @@ class ScalarToCollective(Rule):
     name = "scalar-to-collective"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("torch.distributed", "from torch import distributed")
+    # the direct case needs torch.distributed; the helper case a project helper, usually named
+    # after what it does (``reduce_mean``, ``comm.all_reduce``, ``dist_utils.sync``)
+    requires_text = (NoCase("dist"), "comm", "reduce", "gather", "sync", "broadcast")
 
     def finish(self, ctx) -> None:
         for op, spec in _OPS.items():
@@ -94,6 +109,49 @@ class ScalarToCollective(Rule):
                     "Wrap it in a tensor on the group's device",
                     fix=fix,
                 )
+        self._through_helpers(ctx)
+
+    def _through_helpers(self, ctx) -> None:
+        """``reduce_mean(loss.item())`` where the helper (this file or another one of the
+        project) passes that parameter to ``dist.all_reduce``."""
+        an = for_context(ctx)
+        view = an.main
+        local = any(ctx.calls_to(D + op) for op in _OPS) or may_import_project(view)
+        for call in helper_calls(view, ctx.sem.calls, local, an, _OPS):
+            target = resolved(an, view, call)
+            if target is None:
+                continue
+            sinks = param_sinks(an, *target, _OPS, "ddp111")
+            if not sinks:
+                continue
+            args = bind_args(call, target[1])
+            scope = ctx.sem.scope_of(call)
+            name = callee_name(target)
+            for s in sinks:
+                arg = args.get(s.param)
+                if arg is None:
+                    continue
+                what = _scalar(ctx, arg, scope, 0)
+                if what is None:
+                    continue
+                eff = s.effect.through(name)
+                if s.method is None:
+                    words = (f"passes its parameter `{s.param}` to {effect_words(ctx, _Site(eff))}, which needs a "
+                             "tensor: every rank raises TypeError ('Invalid function argument. Expected parameter "
+                             "`tensor` of type torch.Tensor')")
+                else:
+                    words = (f"calls `{s.param}.{s.method}()` to feed {effect_words(ctx, _Site(eff))}: every rank "
+                             f"raises AttributeError (a Python number has no `{s.method}`)")
+                ctx.report(
+                    arg,
+                    f"`{_short(ctx.text(arg))}` is {what}, but `{name}()` {words}. Pass a tensor on the group's device",
+                    related=effect_related(ctx, _Site(eff)),
+                )
+
+
+class _Site:
+    def __init__(self, eff):
+        self.effects = (eff,)
 
 
 def _short(text: str) -> str:

@@ -1,0 +1,389 @@
+"""Extents: how many items a sequence or an iterable has on this rank (the trip count of a loop
+over it), for the shape analysis (``shapes.Shapes`` mixes this in).
+
+Rank-varying: a list grown under a test on this rank's data (or in a loop whose trip count
+varies), a comprehension filtered by a rank-varying test (except the symmetric ``r == rank`` /
+``r != rank`` over a ``range``), this rank's piece of an uneven split, the contents of a file
+whose name depends on the rank (or the files a per-rank pattern matches), a generator that yields
+in a loop over such a source, a project Dataset / iterable whose ``__len__`` / ``__iter__`` reads
+one, and a DataLoader over such a dataset without a ``DistributedSampler``.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
+from .bindings import LOOPS, reaching, target_path
+from .uniformity import RANK, Src, X as VX
+from .shape_facts import (  # noqa: F401
+    SU,
+    SX,
+    Sh,
+    _CAT,
+    _DATA_SHAPED,
+    _DIST_SAMPLER,
+    _FILE_READERS,
+    _FROM_DATA,
+    _KEEP,
+    _LIKE,
+    _LISTERS,
+    _LOADER,
+    _MAX_DEPTH,
+    _MUTATORS,
+    _PAD,
+    _REARRANGE,
+    _RESHAPE,
+    _SEQ_SAME,
+    _SIZED,
+    _SIZE_FUNCS,
+    _SIZE_METHODS,
+    _SPLITTERS,
+    _SUBSET,
+    _TORCH_KEEP,
+    _V,
+    _dep,
+    _dims_union,
+    _from_value,
+    _int_const,
+    _terminal,
+    _text,
+    join_any,
+    join_paths,
+)
+
+
+class Extents:
+    """Mixed into ``shapes.Shapes``: lengths, trip counts and the project's data sources."""
+
+    def _enclosing_loop_extent(self, node, d) -> Sh | None:
+        """A counter bumped in a loop whose trip count varies (``n += 1`` per line of this rank's
+        shard) is rank-varying."""
+        p = parent(node)
+        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+            if isinstance(p, (ast.For, ast.AsyncFor)) and node is not p.iter:
+                sh = self.shape(p.iter, d)
+                if sh.kind == "V":
+                    return Sh("V", sh.src)
+            p = parent(p)
+        return None
+
+    def _mutations(self, e, d) -> Sh | None:
+        """A list grown (``append``/``extend``) under a rank-varying test or in a loop with a
+        rank-varying trip count has a rank-varying length."""
+        scope = self.sem.scope_of(e)
+        idx = self.view.memo.setdefault("shapes.mutations", {})
+        per = idx.get(id(scope))
+        if per is None:
+            from .summaries import scope_calls
+
+            per = idx[id(scope)] = {}
+            for n in scope_calls(self.view, scope):
+                f = n.func
+                if f.__class__ is ast.Attribute and f.attr in _MUTATORS and f.value.__class__ is ast.Name:
+                    per.setdefault(f.value.id, []).append(n)
+        for c in per.get(e.id, ()):
+            if (c.lineno, c.col_offset) > (e.lineno, e.col_offset) and not self._in_loop_with(c, e):
+                continue
+            if c.func.attr in ("pop", "remove", "clear", "discard", "popleft"):
+                continue
+            why = self._growth(c, d)
+            if why is not None:
+                return why
+        return None
+
+    def _in_loop_with(self, c, e) -> bool:
+        p = parent(c)
+        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Module)):
+            if isinstance(p, LOOPS):
+                n = parent(e)
+                while n is not None:
+                    if n is p:
+                        return True
+                    n = parent(n)
+            p = parent(p)
+        return False
+
+    def _growth(self, c, d) -> Sh | None:
+        if c.func.attr == "extend" and c.args:
+            sh = self.shape(c.args[0], d)
+            if sh.kind == "V":
+                return Sh("V", sh.src, frozenset({0}))
+        child, p = c, parent(c)
+        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+            if isinstance(p, (ast.If, ast.While)) and child is not p.test:
+                v = self.ev.value(p.test)
+                # data, clocks and random numbers: a rank test is usually one of the symmetric
+                # ``for r in range(world): if r == rank:`` kind (as in ``uniformity``)
+                if v.varying and v.src.cat != RANK:
+                    src = v.src
+                    return Sh("V", Src(src.cat, f"{src.desc}, which decides whether line {c.lineno} adds an item",
+                                       src.line, src.path), frozenset({0}))
+            if isinstance(p, (ast.For, ast.AsyncFor)) and child is not p.iter:
+                sh = self.shape(p.iter, d)
+                if sh.kind == "V":
+                    return Sh("V", sh.src, frozenset({0}))
+            child, p = p, parent(p)
+        return None
+
+    def _comp_value(self, node, comp, d=0):
+        """Uniformity of ``node`` in a comprehension, its targets standing for the elements of
+        their iterables (the general evaluator does not see into comprehension scopes)."""
+        if d > 12:
+            return VX
+        t = node.__class__
+        if t is ast.Name:
+            for g in comp.generators:
+                path = target_path(g.target, node.id)
+                if path is not None:
+                    return self.ev.element(g.iter, 0)
+            return self.ev.value(node)
+        if t is ast.Compare:
+            if any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
+                return VX
+            parts = [node.left, *node.comparators]
+        elif t is ast.BoolOp:
+            parts = node.values
+        elif t is ast.BinOp:
+            parts = [node.left, node.right]
+        elif t is ast.UnaryOp:
+            parts = [node.operand]
+        elif t is ast.Subscript:
+            parts = [node.value, node.slice]
+        elif t is ast.Attribute:
+            parts = [node.value]
+        elif t is ast.Call:
+            if _terminal(node.func) in ("isinstance", "hasattr", "callable", "getattr"):
+                return VX
+            parts = [*node.args, *((node.func.value,) if isinstance(node.func, ast.Attribute) else ())]
+        elif t is ast.Constant:
+            return self.ev.value(node)
+        else:
+            return self.ev.value(node)
+        from .uniformity import join
+
+        vals = [self._comp_value(x, comp, d + 1) for x in parts]
+        v = join(vals)
+        return v
+
+    def _value_deps(self, expr) -> frozenset:
+        """(fn, param, "val") for the parameters whose value ``expr`` is computed from."""
+        out = set()
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Name):
+                kind, got = reaching(self.view, n.id, n)
+                if kind == "param":
+                    out.add((id(got), n.id, "val"))
+            elif isinstance(n, ast.Lambda):
+                return frozenset()
+        return frozenset(out)
+
+    def _comprehension(self, e, d) -> Sh:
+        parts = []
+        for g in e.generators:
+            for cond in g.ifs:
+                v = self._comp_value(cond, e)
+                if v.varying and not (v.src.cat == RANK and _symmetric_rank_test(cond, e)):
+                    return Sh("V", Src(v.src.cat, f"{v.src.desc}, which filters the items of line {e.lineno}",
+                                       v.src.line, v.src.path), frozenset({0}))
+            parts.append(self.shape(g.iter, d))
+        got = join_any(parts)
+        if got.kind == "V":
+            return Sh("V", got.src, frozenset({0}))
+        return got if not isinstance(e, (ast.SetComp, ast.DictComp)) or got.kind != "U" else SX
+
+    def _uneven_split(self, base, d) -> bool:
+        for _ in range(4):
+            if isinstance(base, ast.Call):
+                qn = self.sem.call_qualname(base)
+                if qn in _SPLITTERS:
+                    return True
+                if qn is None and isinstance(base.func, ast.Attribute) and base.func.attr in ("chunk", "tensor_split"):
+                    return True
+                return False
+            if isinstance(base, ast.Name):
+                kind, evs = reaching(self.view, base.id, base)
+                if kind == "events" and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
+                        and len(evs[0].targets) == 1 and isinstance(evs[0].targets[0], ast.Name):
+                    base = evs[0].value
+                    continue
+            return False
+        return False
+
+    def _per_rank_file(self, e, d) -> Sh:
+        """Contents of a file (or the files a pattern matches) whose name depends on the rank."""
+        args = [*e.args, *(k.value for k in e.keywords if k.arg in ("file", "f", "path", "pathname", "fname",
+                                                                    "filepath_or_buffer", "name", "dataset_path"))]
+        if isinstance(e.func, ast.Attribute) and self.sem.call_qualname(e) is None:
+            args.append(e.func.value)
+        for a in args[:2]:
+            v = self.ev.value(a)
+            if v.varying and v.src.cat == RANK:
+                qn = self.sem.call_qualname(e) or ""
+                lists = qn in _LISTERS or qn == "pathlib.Path.glob" or _terminal(e.func) in ("glob", "rglob", "iterdir")
+                what = (f"the files that `{_text(a)}` matches, a path named after the rank" if lists
+                        else f"the contents of `{_text(a)}`, a file named after the rank")
+                return Sh("V", Src(RANK, f"{what} ({v.src.desc})", e.lineno, self.view.path), frozenset({0}))
+            s = self.shape(a, d) if isinstance(a, ast.Name) else SX
+            if s.kind == "V" and s.src.cat == RANK:
+                return Sh("V", s.src, frozenset({0}))
+            if v.kind == "X":
+                # a path built from parameters (``f"{root}/shard_{shard_id}.txt"``): per rank when the
+                # caller's argument is the rank
+                deps = self._value_deps(a)
+                if deps:
+                    return Sh("U", deps=frozenset((f, p, "file") for f, p, _m in deps))
+        return SX
+
+    def _elements(self, seq, d):
+        """Shapes of the items appended to the list ``seq`` (a name), or None."""
+        if not isinstance(seq, ast.Name):
+            return None
+        scope = self.sem.scope_of(seq)
+        self._mutations(seq, d)  # builds the index
+        calls = self.view.memo.get("shapes.mutations", {}).get(id(scope), {}).get(seq.id, [])
+        out = [self.shape(c.args[0], d) for c in calls if c.func.attr == "append" and c.args]
+        return out or None
+
+    def loader(self, e, d) -> Sh:
+        for kw, pos in (("sampler", 2), ("batch_sampler", 3)):
+            s = get_arg(e, None, kw)
+            if s is not None and not (isinstance(s, ast.Constant) and s.value is None):
+                return SU if self._dist_sampler(s) else SX
+        ds = get_arg(e, 0, "dataset")
+        if ds is None:
+            return SX
+        sh = self.shape(ds, d)
+        if sh.kind == "V":
+            if sh.src.cat != RANK:
+                return SX
+            return Sh("V", Src(RANK, f"the dataset holds this rank's own items ({sh.src.desc}) and is loaded "
+                                     "without a DistributedSampler", sh.src.line, sh.src.path), frozenset({0}))
+        return sh if sh.kind == "U" and sh.deps else SX
+
+    def _dist_sampler(self, s) -> bool:
+        if isinstance(s, ast.Call):
+            qn = self.sem.call_qualname(s) or ""
+            return qn == _DIST_SAMPLER or "Distributed" in (_terminal(s.func) or "")
+        if isinstance(s, ast.Name):
+            kind, evs = reaching(self.view, s.id, s)
+            return kind in ("events", "global") and bool(evs) and all(
+                isinstance(x, ast.Assign) and self._dist_sampler(x.value) for x in evs)
+        return False
+
+    def returns(self, fn, mode) -> Sh:
+        memo = self.view.memo.setdefault("shapes.returns", {})
+        key = (id(fn), mode)
+        got = memo.get(key)
+        if got is None:
+            memo[key] = SX  # recursion guard
+            self.hub._view_stack.append(self.view)
+            try:
+                got = memo[key] = self._returns(fn, mode)
+            finally:
+                self.hub._view_stack.pop()
+        return got
+
+    def _returns(self, fn, mode) -> Sh:
+        if isinstance(fn, ast.Lambda):
+            return SX
+        rets, yields = [], []
+        for n in iter_scope_nodes(fn):
+            if n.__class__ is ast.Return:
+                rets.append(n.value)
+            elif n.__class__ in (ast.Yield, ast.YieldFrom):
+                yields.append(n)
+        if yields:
+            return self._generator_extent(fn, yields) if mode == "shape" else SX
+        if not rets or len(rets) > 12:
+            return SX
+        fn_ = self.size if mode == "size" else self.shape
+        return join_paths(fn_(r) if r is not None else SX for r in rets)
+
+    def _generator_extent(self, fn, yields) -> Sh:
+        """How many items a generator yields: varying when a ``yield`` sits in a loop with a
+        varying trip count or under a rank-varying test."""
+        facts = []
+        for y in yields:
+            if isinstance(y, ast.YieldFrom):
+                facts.append(self.shape(y.value))
+            child, p = y, parent(y)
+            while p is not None and p is not fn:
+                if isinstance(p, (ast.For, ast.AsyncFor)) and child is not p.iter:
+                    facts.append(self.shape(p.iter))
+                elif isinstance(p, (ast.If, ast.While)) and child is not p.test:
+                    v = self.ev.value(p.test)
+                    if v.varying and v.src.cat == RANK:
+                        facts.append(Sh("V", v.src, frozenset({0})))
+                child, p = p, parent(p)
+        vary = [s for s in facts if s.kind == "V"]
+        if vary:
+            return Sh("V", vary[0].src, frozenset({0}))
+        deps = [s for s in facts if s.kind == "U" and s.deps]
+        return join_any(deps) if deps else SX
+
+    def _endless(self, it) -> bool:
+        """``it`` may never end: ``itertools.count/cycle/repeat``, or a call of a project
+        generator that yields inside ``while True:``."""
+        if not isinstance(it, ast.Call):
+            return False
+        qn = self.sem.call_qualname(it) or ""
+        if qn in ("itertools.count", "itertools.cycle", "itertools.repeat"):
+            return True
+        from .helper_calls import resolved
+
+        target = resolved(self.hub, self.view, it)
+        if target is None:
+            return False
+        for n in iter_scope_nodes(target[1]):
+            if isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value:
+                return True
+        return False
+
+    def object_extent(self, init) -> Sh:
+        """The number of items of an instance of ``init``'s class (a Dataset or an iterable):
+        from ``__len__`` and ``__iter__``, with ``self.`` attributes bound to ``__init__``'s
+        parameters."""
+        memo = self.view.memo.setdefault("shapes.objects", {})
+        got = memo.get(id(init))
+        if got is None:
+            memo[id(init)] = SX
+            cls = parent(init)
+            facts = []
+            if any((_terminal(b) or "").endswith("Sampler") for b in getattr(cls, "bases", ())):
+                # a sampler shards by rank by design and answers for the counts it hands out
+                # (DistributedSampler pads; training samplers are often endless)
+                memo[id(init)] = SX
+                return SX
+            for m in getattr(cls, "body", ()):
+                if isinstance(m, FUNC_TYPES) and m.name in ("__len__", "__iter__"):
+                    facts.append(self.returns(m, "size" if m.name == "__len__" else "shape"))
+            vary = [s for s in facts if s.kind == "V"]
+            if vary:
+                got = vary[0]
+            else:
+                known = [s for s in facts if s.kind == "U" and s.deps and all(fid == id(init) for fid, _p, _m in s.deps)]
+                got = join_any(known) if known else SX
+            memo[id(init)] = got
+        return got
+
+    def trip_count(self, it) -> Sh:
+        """The trip count of ``for x in it`` from the rank's own shard (rank-varying, category
+        RANK) or unknown: values computed from this rank's batches do not count here."""
+        sh = self.shape(it)
+        if sh.kind == "V" and sh.src.cat == RANK:
+            return sh
+        return SX
+
+
+def _symmetric_rank_test(cond, comp) -> bool:
+    """``r == rank`` / ``r != rank`` with ``r`` a target iterating ``range(...)``: every rank
+    keeps the same number of items (one, or all but one)."""
+    if not (isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], (ast.Eq, ast.NotEq))):
+        return False
+    for side in (cond.left, cond.comparators[0]):
+        if isinstance(side, ast.Name):
+            for g in comp.generators:
+                if isinstance(g.target, ast.Name) and g.target.id == side.id and isinstance(g.iter, ast.Call) \
+                        and _terminal(g.iter.func) == "range":
+                    return True
+    return False

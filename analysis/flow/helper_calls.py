@@ -1,0 +1,134 @@
+"""Calls of project functions: which calls may reach one (``helper_calls``, before any
+resolution), their resolution memoised per analysis (``resolved``), and how a call's arguments bind
+to the callee's parameters (``bind_args``; ``self`` skipped for methods and constructors)."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, param_names, parent
+
+
+def is_method(fn: ast.AST) -> bool:
+    if not isinstance(parent(fn), ast.ClassDef):
+        return False
+    for d in getattr(fn, "decorator_list", ()):
+        if isinstance(d, ast.Name) and d.id == "staticmethod":
+            return False
+    return bool(param_names(fn))
+
+
+def bind_args(call: ast.Call, fn: ast.AST) -> dict[str, ast.expr]:
+    """Parameter name -> argument expression of ``call`` for the callee ``fn`` (positional and
+    keyword; arguments behind ``*args``/``**kwargs`` are left out)."""
+    a = getattr(fn, "args", None)
+    if a is None:
+        return {}
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+    if is_method(fn):
+        pos = pos[1:]
+    out: dict[str, ast.expr] = {}
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if i < len(pos):
+            out[pos[i]] = arg
+    names = set(pos) | {x.arg for x in a.kwonlyargs}
+    for k in call.keywords:
+        if k.arg and k.arg in names:
+            out[k.arg] = k.value
+    return out
+
+
+
+_MISS = object()
+
+
+def may_import_project(view) -> bool:
+    """``view`` imports something that may be a module of the project (a relative import, or a
+    top-level name that is not a well-known library)."""
+    from .imports import _NOT_PROJECT
+
+    return any(level or mod.split(".")[0] not in _NOT_PROJECT for mod, level, _attr in view.imports.values())
+
+
+def helper_calls(view, calls, local: bool, hub=None, ops=None):
+    """The calls among ``calls`` that may run a project function with a parameter sink: calls of
+    imported names (or of attributes of imported modules), and, when ``local`` (this file makes
+    the collective itself), calls of this file's functions, classes and ``self.`` methods. With
+    ``hub`` and ``ops``, a call of a module-level function of this file whose summary makes none
+    of ``ops`` is left out before any resolution."""
+    defs, classes, imports = view.defs, view.classes, view.imports
+    for c in calls:
+        if not (c.args or c.keywords):
+            continue
+        f = c.func
+        if f.__class__ is ast.Name:
+            if f.id in imports:
+                if _project_import(imports[f.id]):
+                    yield c
+            elif local and f.id in defs:
+                if hub is not None and ops is not None:
+                    effs = hub.summary(view, defs[f.id]).collectives
+                    if len(effs) < 6 and not any(e.op in ops for e in effs):
+                        continue
+                yield c
+            elif local and f.id in classes:
+                yield c
+        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+            b = f.value.id
+            if b in imports:
+                if _project_import(imports[b]):
+                    yield c
+            elif local and b == "self":
+                if hub is not None and ops is not None:
+                    m = _method(view, c, f.attr)
+                    if m is None:
+                        continue
+                    effs = hub.summary(view, m).collectives
+                    if len(effs) < 6 and not any(e.op in ops for e in effs):
+                        continue
+                yield c
+
+
+def _project_import(imp) -> bool:
+    from .imports import _NOT_PROJECT
+
+    mod, level, _attr = imp
+    return bool(level) or mod.split(".")[0] not in _NOT_PROJECT
+
+
+def _method(view, call, name):
+    """The method ``name`` of the class whose method makes ``call`` (``self.name(...)``)."""
+    fn = view.sem.enclosing_function(call)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    memo = view.memo.setdefault("sinks.methods", {})
+    idx = memo.get(id(cls))
+    if idx is None:
+        idx = memo[id(cls)] = {st.name: st for st in cls.body if isinstance(st, FUNC_TYPES)}
+    return idx.get(name)
+
+
+def resolved(hub, view, call: ast.Call):
+    """``hub.resolve_call`` memoised per call (several rules ask about the same calls)."""
+    memo = hub.__dict__.setdefault("_resolved", {})
+    key = (id(view), id(call))
+    got = memo.get(key, _MISS)
+    if got is _MISS:
+        f = call.func
+        if f.__class__ is ast.Name:
+            ok = f.id in view.defs or f.id in view.classes or f.id in view.imports
+        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+            ok = f.value.id == "self" or f.value.id in view.imports
+        else:
+            ok = False
+        got = memo[key] = hub.resolve_call(view, call) if ok else None
+    return got
+
+
+def callee_name(target) -> str:
+    name = getattr(target[1], "name", "?")
+    if name == "__init__":
+        name = getattr(parent(target[1]), "name", name)
+    return name
