@@ -82,6 +82,11 @@ class SourceText:
         return Position(line, offset - offs[line])
 
     def _offsets(self) -> list[int]:
+        if self._line_offsets is None and "\r" not in self.text:
+            # the common case: one pass in C over the "\n"s
+            from itertools import accumulate
+
+            self._line_offsets = [0, *accumulate(len(ln) + 1 for ln in self.lines[:-1])]
         if self._line_offsets is None:
             offs = [0]
             text = self.text

@@ -90,11 +90,17 @@ def helper_calls(view, calls, local: bool, hub=None, ops=None):
                 yield c
 
 
-def _project_import(imp) -> bool:
-    from .imports import _NOT_PROJECT
+_NOT_PROJECT_MODS: frozenset | None = None
 
+
+def _project_import(imp) -> bool:
+    global _NOT_PROJECT_MODS
+    if _NOT_PROJECT_MODS is None:
+        from .imports import _NOT_PROJECT  # lazy: imports.py builds on this module
+
+        _NOT_PROJECT_MODS = _NOT_PROJECT
     mod, level, _attr = imp
-    return bool(level) or mod.split(".")[0] not in _NOT_PROJECT
+    return bool(level) or mod.partition(".")[0] not in _NOT_PROJECT_MODS
 
 
 def _method(view, call, name):

@@ -513,7 +513,9 @@ def _early_pin_fix(ctx, init: ast.Call, pin: ast.Call, first: ast.AST):
 def _fallback_init(call: ast.Call) -> bool:
     p = parent(call)
     while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        if isinstance(p, ast.If) and "is_initialized" in ast.dump(p.test):
+        if isinstance(p, ast.If) and any(
+                (n.__class__ is ast.Name and n.id == "is_initialized")
+                or (n.__class__ is ast.Attribute and n.attr == "is_initialized") for n in ast.walk(p.test)):
             return True
         p = parent(p)
     return False
@@ -537,15 +539,22 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
     # a helper that pins the device for us (``utils.setup_device(args)``, ``init_device_mesh``):
     # what it does is not visible from this file, so do not guess
     for c in sem.calls:
-        if id(c) in skip:
-            continue
         f = c.func
-        n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        if n and _PIN_HELPER.search(n):
+        n = f.attr if f.__class__ is ast.Attribute else f.id if f.__class__ is ast.Name else None
+        if not n:
+            continue
+        kind = _NAME_KIND.get(n)
+        if kind is None:
+            kind = _NAME_KIND[n] = 2 if _PIN_HELPER.search(n) else 1 if _DIST_SETUP.search(n) else 0
+            if len(_NAME_KIND) > 4096:  # a long-running server sees many names: stay bounded
+                _NAME_KIND.clear()
+        if not kind or id(c) in skip:
+            continue
+        if kind == 2:
             return True
         # ``utils.init_distributed_mode(args)``, ``setup_ddp(rank)`` from another module: a
         # distributed-setup helper whose body is not here may well pin the device
-        if n and n not in sem.functions and _DIST_SETUP.search(n) and not (ctx.qn(c) or "").startswith("torch."):
+        if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
             return True
     text = ctx.src.text
     if "CUDA_VISIBLE_DEVICES" in text:
@@ -555,6 +564,8 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
     return False
 
 
+# callee name -> 2 (named like a device setter), 1 (like a distributed-setup helper), 0 (neither)
+_NAME_KIND: dict[str, int] = {}
 _DIST_SETUP = re.compile(r"(setup|init|prepare|configure)_?(dist|ddp|gpus?\b|cuda|devices?\b|env)", re.I)
 _PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
 

@@ -394,7 +394,19 @@ def _report_size(ctx, seen: set, op, call, out, target, in_spec, group_pos, tens
     seen.add(id(target))
     fix = None
     if op not in _INPUT_LISTS:  # an input list's contents are the data: no list of empties replaces it
-        fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors)
+        # a literal passed to gather/gather_object on every rank: the non-destination ranks must pass
+        # None as well, or the resized list still raises there (one fix for both)
+        root = None
+        if op in _ROOTED and target is out and not _rank_dependent(ctx, call):
+            spec = _ROOTED[op]
+            r = get_arg(call, *spec[1])
+            if get_arg(call, None, spec[2]) is not None or not (
+                    r is None or isinstance(r, ast.Constant) or is_simple_ref(r)):
+                seen.discard(id(target))  # left to the every-rank check
+                return
+            root = ctx.text(r) if r is not None else "0"
+        fix = _make_fix(ctx, call, target, get_arg(call, *in_spec), get_arg(call, group_pos, "group"), tensors,
+                        root=root)
     ctx.report(target, message, related=[(call, f"passed to `{op}` here")] if target is not out else [], fix=fix)
 
 
@@ -555,7 +567,7 @@ def _mutates(ctx, n, name: str, call) -> bool:
     return False
 
 
-def _make_fix(ctx, call, target, inp, group, tensors: bool):
+def _make_fix(ctx, call, target, inp, group, tensors: bool, root: str | None = None):
     if group is not None and not is_simple_ref(group):
         return None
     gws, imp = ctx.ref(D + "get_world_size")
@@ -569,4 +581,10 @@ def _make_fix(ctx, call, target, inp, group, tensors: bool):
     else:
         elem = "None"
     new = f"[{elem} for _ in range({size})]"
+    if root is not None:
+        get_rank, imp3 = ctx.ref(D + "get_rank")
+        imp = imp + [e for e in imp3 if e not in imp]
+        new = f"{new} if {get_rank}() == {root} else None"
+        return ctx.fix(Applicability.SAFE, f"Size the list to the world size, on the destination rank only: `{new}`",
+                       [ctx.replace(target, new), *imp])
     return ctx.fix(Applicability.SAFE, f"Size the list to the world size: `{new}`", [ctx.replace(target, new), *imp])
