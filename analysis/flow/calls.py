@@ -197,6 +197,17 @@ def instance_names(view) -> frozenset:
     return got
 
 
+def method_names(view) -> frozenset:
+    """Names of the methods defined in the module's classes (``self.x(...)`` can only resolve to
+    one of these: a call of any other attribute of ``self`` is a layer or a stored callable)."""
+    got = view.memo.get("method_names")
+    if got is None:
+        got = view.memo["method_names"] = frozenset(
+            name for name, fns in view.sem.functions.items()
+            if any(parent(f).__class__ is ast.ClassDef for f in fns))
+    return got
+
+
 def calls_by_name(view) -> dict:
     got = view.memo.get("calls_by_name")
     if got is None:

@@ -25,7 +25,8 @@ from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _wrapped, calls_by_name,
-    instance_names, on_subgroup, root_arg, scope_calls, scope_calls_in_class, self_offset, wrapped_names,
+    instance_names, method_names, on_subgroup, root_arg, scope_calls, scope_calls_in_class, self_offset,
+    wrapped_names,
 )
 from .roots import Roots
 
@@ -292,6 +293,7 @@ class Summaries(Roots):
         has_zero = bool(sem.calls_to(ZERO))
         defs, classes, imports = view.defs, view.classes, view.imports
         instances = instance_names(view)
+        methods = method_names(view)
         Name, Attribute = ast.Name, ast.Attribute
         for c in scope_calls(view, scope):
             qn = sem.call_qualname(c) or ""
@@ -309,7 +311,8 @@ class Summaries(Roots):
                 a = f.attr
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
-                    if not (b.__class__ is Name and (b.id == "self" or b.id in imports or b.id in instances)):
+                    if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
+                                                     or b.id in instances)):
                         continue
                 if a == "step" and not has_zero and not (f.value.__class__ is Name and (
                         f.value.id == "self" or f.value.id in instances)):
