@@ -21,6 +21,9 @@ _CANONICAL_PREFIXES = (
     ("torch.cuda.random.", "torch.cuda."),
 )
 
+# the nodes that make code run conditionally or repeatedly; always indexed in ``by_type`` (the flow
+# layer skips scopes without any)
+BRANCHING = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
 FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -85,7 +88,8 @@ class Semantic:
         self._assigns: dict[int, dict[str, list[ast.AST]]] | None = None
         self._nodes: list[ast.AST] | None = None
         self._walrus = False  # any NamedExpr in the tree (assignments() must then enter expressions)
-        self._walk(tree, frozenset(wanted_types))
+        self.wanted = frozenset(wanted_types).union(BRANCHING)  # the types ``by_type`` indexes, completely
+        self._walk(tree, self.wanted)
         self._resolve_imports()
 
     # -- the traversal -----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import BRANCHING, FUNC_TYPES, parent
 from .bindings import LOOPS
 from .context import call_context
 from .calls import _wrapped, instance_names
@@ -150,11 +150,33 @@ def _exit_condition(hub, view, ex: ast.stmt, top: ast.stmt, site_node: ast.AST, 
     return None
 
 
+def branching_scopes(view) -> frozenset:
+    """ids of the scopes that hold a node of ``semantic.BRANCHING`` (a condition, a loop; an early
+    exit matters only under an ``if``/``while``) directly, a class body counting as its enclosing
+    scope: in any other scope, every statement runs whenever the scope runs."""
+    got = view.memo.get("branching_scopes")
+    if got is None:
+        sem = view.sem
+        ids = set()
+        for t in BRANCHING:
+            for n in sem.by_type.get(t, ()):
+                s = sem.scope_of(n)
+                ids.add(id(s))
+                while isinstance(s, ast.ClassDef):
+                    s = sem.scope_of(s)
+                    ids.add(id(s))
+        got = view.memo["branching_scopes"] = frozenset(ids)
+    return got
+
+
 def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
     memo = view.memo.setdefault("divergences", {}) if ctx is None else ctx.memo.setdefault("divergences", {})
     got = memo.get(id(scope))
     if got is not None:
         return got
+    if id(scope) not in branching_scopes(view):
+        memo[id(scope)] = []  # every statement of the scope runs whenever the scope runs
+        return memo[id(scope)]
     out: list[Divergence] = []
     sites = hub.sites(view, scope, ctx)
     ev = hub.evaluator(view, ctx)
