@@ -215,11 +215,13 @@ class Summaries(Roots):
         has = _memo(view, ctx, "scope_has_forward")
         got = has.get(id(scope))
         if got is None:
+            methods, defs = method_names(view), view.defs
             got = has[id(scope)] = any(
-                (c.func.__class__ is ast.Name and c.func.id in wrapped)
-                or (c.func.__class__ is ast.Attribute and c.func.attr in wrapped) for c in scope_calls(view, scope))
+                (c.func.__class__ is ast.Name and (c.func.id in wrapped or c.func.id in defs))
+                or (c.func.__class__ is ast.Attribute and (c.func.attr in wrapped or c.func.attr in methods))
+                for c in scope_calls(view, scope))
         if not got:
-            return None  # no forward of a wrapped module in this function
+            return None  # no forward of a wrapped module in this function, nor a call that may return one
         stack = [expr]
         seen = 0
         Call, Name, Attribute = ast.Call, ast.Name, ast.Attribute
@@ -233,6 +235,12 @@ class Summaries(Roots):
                 key = f.id if f.__class__ is Name else (f.attr if f.__class__ is Attribute else None)
                 if key in wrapped and self.wrapper_ctor(view, f, n, ctx=ctx) is not None:
                     return n
+                if key is not None and depth < 3:
+                    # ``loss = self.compute_loss(batch)``: a function of this module that returns
+                    # what a forward of the wrapped module computed
+                    got = self._returned_forward(view, n, depth, ctx)
+                    if got is not None:
+                        return got
                 stack.append(f)
                 stack.extend(n.args)
                 stack.extend(k.value for k in n.keywords)
@@ -253,6 +261,30 @@ class Summaries(Roots):
                 continue
             stack.extend(ast.iter_child_nodes(n))
         return None
+
+    def _returned_forward(self, view, call: ast.Call, depth: int, ctx):
+        """The wrapped forward that a function of this module called by ``call`` returns (every
+        ``return`` with a value computes from one), or None."""
+        f = call.func
+        if f.__class__ is ast.Attribute:
+            if not (f.value.__class__ is ast.Name and f.value.id == "self" and f.attr in method_names(view)):
+                return None
+        elif f.__class__ is not ast.Name or f.id not in view.defs:
+            return None
+        target = self.resolve_call(view, call)
+        if target is None or target[0] is not view or not isinstance(target[1], FUNC_TYPES):
+            return None
+        fn = target[1]
+        rets = [r for r in view.sem.by_type.get(ast.Return, ()) if r.value is not None
+                and view.sem.enclosing_function(r) is fn] if ast.Return in view.sem.wanted else [
+            r for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None
+            and view.sem.enclosing_function(r) is fn]
+        got = None
+        for r in rets:
+            got = self.from_wrapped_forward(view, r.value, r, depth + 1, ctx)
+            if got is None:
+                return None
+        return got
 
     def forward_effect(self, view, ctor: ast.Call, call: ast.Call):
         """The collective of a forward through the wrapper ``ctor`` at ``call``, or None: DDP's
