@@ -564,6 +564,13 @@ class Shapes(Extents):
             elems = [self.shape(seq.elt, d)]
         else:
             elems = self._elements(seq, d)
+            # ``pieces = [torch.randn(n, 8) for _ in ...]`` bound once, then ``torch.cat(pieces)``
+            val = self.sem.single_value(seq.id, self.sem.scope_of(seq)) if isinstance(seq, ast.Name) else None
+            if isinstance(val, (ast.ListComp, ast.GeneratorExp)):
+                elems = [self.shape(val.elt, d), *(elems or ())]
+            elif isinstance(val, (ast.List, ast.Tuple)) and val.elts and not any(
+                    isinstance(x, ast.Starred) for x in val.elts):
+                elems = [*(self.shape(x, d) for x in val.elts), *(elems or ())]
             if elems is None:
                 return SX if count.kind != "V" else Sh("V", count.src, frozenset({k}) if k is not None else None)
         if count.kind == "V" and not isinstance(seq, (ast.List, ast.Tuple)):

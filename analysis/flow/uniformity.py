@@ -644,8 +644,10 @@ class Evaluator:
             if qn is None and f.id in _BUILTIN_JOIN:
                 return join(self.value(a, d) for a in args)
             if qn is None and f.id == "len" and e.args:
+                # the length of values that vary by their contents (this rank's data, random
+                # numbers, clocks) is a shape question, which ``shapes`` answers: unknown here
                 v = self.value(e.args[0], d)
-                return X if v.varying and v.src.cat == DATA else v
+                return X if v.varying and v.src.cat in (DATA, RNG, CLOCK) else v
             if qn is None and f.id in ("isinstance", "hasattr", "callable", "type", "id"):
                 return X
             if qn is None and f.id == "open":
