@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
-from .exits import loop_exits
+from .exits import LoopExits, loops_around
 from .states import (
     _MISMATCH_RE,
     _TIMEOUT_RE,
@@ -502,7 +502,9 @@ def early_exits(b: Builder) -> None:
             left = _left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
             if left is not None:
                 message, site = left
-                rel_list.append(b.rel(s.site, f"{rank_list([r])} finished the script here", [r]))
+                last = ("made its last collective call here, then finished the script" if s.collectives
+                        else "finished the script here")
+                rel_list.append(b.rel(s.site, f"{rank_list([r])} {last}", [r]))
                 s.site = site
         details = {"exit_code": s.exit_code, "via": s.via or s.status,
                    "hint": "every rank must take part in every collective; a rank that leaves early "
@@ -516,38 +518,71 @@ def early_exits(b: Builder) -> None:
 
 def _left_loop(b: Builder, r: int, s: RankState, texts: list[str], rel_list: list) -> tuple[str, Frame] | None:
     """A rank that finished while its peers wait inside a loop left that loop sooner: through the
-    loop's one conditional exit, or (a ``for`` loop without one) by running out of items. Returns
-    the message and the line to place the finding on, or None when the source does not say."""
-    sites = {w.op_site for rr, w in b.waiting.items() if rr != r and w.op_site is not None}
-    if len(sites) != 1:
+    loop's one conditional exit, by skipping the collective with a conditional ``continue``, or (a
+    ``for`` loop without either) by running out of items. The loops are those around the peers'
+    wait in every frame of their stack (a collective in a helper called from the training loop),
+    innermost first. Returns the message and the line to place the finding on, or None when the
+    source does not say."""
+    peers = [w for rr, w in sorted(b.waiting.items()) if rr != r and w.op_site is not None]
+    if len({w.op_site for w in peers}) != 1:
         return None
-    (site,) = sites
-    lines = b.src.lines(site.file)
-    if lines is None:
-        return None
-    found = loop_exits("\n".join(lines), site.line)
-    if found is None:
+    loops = _loops_of_wait(b, peers[0])
+    if not loops:
         return None
     who = rank_list([r])
-    waits = "; ".join(texts)
+    # the innermost loop with a conditional exit or skip; else the innermost one that can run a
+    # different number of times on each rank
+    chosen = next(((fr, lp) for fr, lp in loops if lp.exits), None)
+    if chosen is None:
+        chosen = next(((fr, lp) for fr, lp in loops if lp.loop_kind == "for" and not lp.uniform), None)
+        if chosen is None:
+            return None
+    fr, found = chosen
+
+    def waits(at: Frame) -> str:  # the peers, as seen from the line the finding goes on
+        return "; ".join(b.waiting_related({r}, at)[1]) or "; ".join(texts)
+
     if len(found.exits) == 1:
         ex = found.exits[0]
-        word = {"exit": "exit call"}.get(ex.kind, f"`{ex.kind}`")
         why = f"`{ex.condition}` held on {who} only"
-        if found.loop_kind == "for" and not found.endless:
+        at = Frame(fr.file, ex.line, fr.function)
+        if ex.kind == "continue":
+            return (f"{who} skipped the rest of an iteration of the {found.loop_kind} loop at line {found.loop_line} "
+                    f"through this `continue` ({why}), so it made fewer collective calls than the others and "
+                    f"finished the script (status {s.exit_code}) while {waits(at)}: every rank must make the same "
+                    f"collective calls, so decide to skip a step on all ranks together (all_reduce the flag)",
+                    at)
+        word = {"exit": "exit call"}.get(ex.kind, f"`{ex.kind}`")
+        if found.loop_kind == "for" and not found.endless and not found.uniform:
             why += f", or {who}'s loop ran out of items sooner"
         return (f"{who} left the {found.loop_kind} loop at line {found.loop_line} early and finished the script "
-                f"(status {s.exit_code}) while {waits}: this {word} is the loop's only early exit, so {why}",
-                Frame(site.file, ex.line, site.function))
-    if not found.exits and found.loop_kind == "for":
+                f"(status {s.exit_code}) while {waits(at)}: this {word} is the loop's only early exit, so {why}",
+                at)
+    if not found.exits:
+        at = Frame(fr.file, found.loop_line, fr.function)
         return (f"{who}'s loop here ran out of items before the others' (it has no early exit): {who} finished "
-                f"the script (status {s.exit_code}) while {waits}; every rank needs the same number of "
+                f"the script (status {s.exit_code}) while {waits(at)}; every rank needs the same number of "
                 f"iterations (a DistributedSampler with drop_last, or DDP's join() for uneven inputs)",
-                Frame(site.file, found.loop_line, site.function))
+                at)
     for ex in found.exits:
-        rel_list.append(b.rel(Frame(site.file, ex.line, site.function),
-                              f"an early exit of the loop the others wait in (under `{ex.condition}`)", [r]))
+        what = "skips the others' collective" if ex.kind == "continue" else "an early exit of the loop the others wait in"
+        rel_list.append(b.rel(Frame(fr.file, ex.line, fr.function), f"{what} (under `{ex.condition}`)", [r]))
     return None
+
+
+def _loops_of_wait(b: Builder, w: RankState) -> list[tuple[Frame, LoopExits]]:
+    """(frame, loop) for every loop around a waiting rank's position, innermost first, through the
+    user frames of its stack (its collective's line first)."""
+    chain = [f for f in w.stack if b.user is not None and b.user.is_user(f.file)]
+    if not chain or (chain[0].file, chain[0].line) != (w.op_site.file, w.op_site.line):
+        chain = [w.op_site]  # the stack is not at the logged collective (an async op): that line alone
+    out = []
+    for fr in chain:
+        lines = b.src.lines(fr.file)
+        if lines is None:
+            break
+        out.extend((fr, lp) for lp in loops_around("\n".join(lines), fr.line))
+    return out
 
 
 def hangs(b: Builder) -> None:

@@ -118,6 +118,7 @@ class RankState:
     worker: Frame | None = None  # a DataLoader worker's raising line (then also the site)
     script: str | None = None
     ddp_states: list[dict] = field(default_factory=list)  # DDP models' fingerprints (shim_checks.py)
+    stack: list[Frame] = field(default_factory=list)  # its main thread's frames at the end, innermost first
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -247,7 +248,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.status = "exception"
             st.exit_code = st.exception.get("exit_code", 1)
             frames = [Frame.of(f) for f in st.exception.get("frames") or []]
-            st.site = user.innermost([f for f in reversed(frames) if f is not None])
+            st.stack = [f for f in reversed(frames) if f is not None]
+            st.site = user.innermost(st.stack)
             msg = st.exception.get("message") or ""
             # raised by torch (a recorded collective, DDP's all-reduce in backward, the DETAIL
             # wrapper's monitoredBarrier), not by the user's own code
@@ -275,10 +277,12 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
         elif rd.hung and rd.stack_usr1.strip():
             st.status = "hung"
             st.site, frames = stack_site(rd.stack_usr1)
+            st.stack = list(frames)
             _op_from_stack(st, frames, user)
         elif rd.stack_term.strip():
             st.status = "terminated"
             st.site, frames = stack_site(rd.stack_term)
+            st.stack = list(frames)
             _op_from_stack(st, frames, user)
         elif rd.hung:
             st.status = "hung"  # asked for its stack but it did not answer (stuck in C, signals blocked)

@@ -56,6 +56,28 @@ def test_a_rank_local_break_is_the_root_cause():
     assert "`rank == 0 and step == 3` held on rank 0 only" in f.message, f.message
 
 
+def test_a_conditional_continue_that_skips_a_helpers_collective_is_the_root_cause():
+    """The peers wait in an all_reduce inside a helper of another file, called from the training
+    loop; rank 1 skipped one call through a conditional `continue` (a NaN step): the finding is on
+    that `continue`, not on the helper's loop over the parameters."""
+    d = SCRIPTS / "helper_loops"
+    m, g = marks(d / "nan_skip.py"), marks(d / "grads.py")
+    res = run("helper_loops/nan_skip.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and f.filename.endswith("nan_skip.py") and line(f) == m["skip"], codes(res)
+    assert "`continue`" in f.message and "torch.isnan(out)" in f.message and "grads.py:%d" % g["wait"] in f.message
+    assert (g["wait"], (0,)) in rel(f)
+
+
+def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
+    d = SCRIPTS / "helper_loops"
+    m = marks(d / "short_shard.py")
+    res = run("helper_loops/short_shard.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and f.filename.endswith("short_shard.py") and line(f) == m["loop"], codes(res)
+    assert "ran out of items" in f.message
+
+
 def test_a_rank_that_left_through_one_of_several_exits_lists_them(tmp_path):
     """Two conditional exits in the loop: the run cannot tell which one rank 1 took, so the finding
     stays where the rank finished and names both exits as related locations."""
