@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
 from .exits import LoopExits, loops_around
+from .skips import bypass
 from .states import (
     _MISMATCH_RE,
     _TIMEOUT_RE,
@@ -358,6 +359,9 @@ def mismatches(b: Builder) -> None:
     if len(fps) < 2:
         fps = fingerprints(torch_msg or "")
     ordered = sorted(by_op.items(), key=lambda kv: (len(kv[1]), kv[0][1].file, kv[0][1].line))
+    went_past = _went_past(b, ordered)
+    if went_past is not None:  # the collective the other ranks went past leads
+        ordered.sort(key=lambda kv: kv[0] != went_past[0])
     (pop, pfr), prs = ordered[0]
     others = ordered[1:]
     if not others:  # the same call on every rank, with different tensors (DETAIL's fingerprints)
@@ -369,11 +373,19 @@ def mismatches(b: Builder) -> None:
     for (op, fr), rs in others:
         parts.append(f"{rank_list(rs)} {_is_are(rs)} in {op_text(op)} {_where(fr, pfr)}")
         related.append(b.rel(fr, f"{rank_list(rs)} {_is_are(rs)} in {op_text(op)} here", rs))
+    if went_past is not None:
+        _, past_rs, bys = went_past
+        text, rels = _bypass_texts(b, bys, past_rs, pop, pfr)
+        parts.append(text)
+        related.extend(rels)
     if others and fps:
         parts.append(f"torch saw {mismatch_facts(fps)}")
     all_rs = [r for _, rs in ordered for r in rs]
     hint = None
     guard = b.src.rank_guard(pfr)
+    if guard is None and went_past is not None:
+        guard = next((x.condition for x in went_past[2] if x.kind == "if" and re.search(r"rank", x.condition, re.I)),
+                     None)
     if guard is not None:
         hint = (f"{op_text(pop)} runs under a rank condition, so only some ranks call it: every rank must call "
                 "the same collectives in the same order (static rule DDP104)")
@@ -391,6 +403,14 @@ def mismatches(b: Builder) -> None:
     if roots:
         parts.append(roots[0])
         details["hint"], details["static_rule"] = roots[1], "DDP108"
+    if pop == "DistributedDataParallel.forward" and guard is not None:
+        details["hint"] = ("a forward through the DDP wrapper on some ranks only (an evaluation on rank 0) runs DDP's "
+                           "own collectives (the buffer broadcast) that the other ranks never join: evaluate with "
+                           "model.module(...) there, or run the evaluation on every rank (static rule DDP104)")
+    if details["hint"] is None and went_past is not None and all(x.kind != "if" for x in went_past[2]):
+        details["hint"] = ("a decision taken on one rank only (a NaN loss, an empty batch or shard, a failed check) "
+                           "made it skip a collective that its peers made: take such decisions on every rank "
+                           "together (all_reduce the flag first), or make the collective unconditional")
     if details["hint"] is None and any(states[r].op == "backward" for r in all_rs):
         details["hint"] = ("one side is DDP's own gradient all-reduce in backward(): a collective that only "
                            "some ranks run between forward and backward (logging a metric under a rank "
@@ -398,6 +418,46 @@ def mismatches(b: Builder) -> None:
     t = min((states[r].t for r in all_rs if states[r].t), default=None)
     b.add(t, b.finding("DDP902", pfr, ", ".join(parts), all_rs, related, details))
     b.explained.update(all_rs)
+
+
+def _went_past(b: Builder, ordered) -> tuple[tuple, list[int], list] | None:
+    """Two groups of ranks in different collectives: when the source says how one group went past
+    the other's collective (an early return, a ``continue``, a loop exit, an ``if`` it did not
+    enter) and not the other way round, ((op, site) of the collective gone past, the ranks that went
+    past it, the bypass lines)."""
+    if len(ordered) != 2 or b.user is None:
+        return None
+    chains = []
+    for (op, site), rs in ordered:
+        st = b.states[rs[0]]
+        chain = [f for f in st.stack if b.user.is_user(f.file)]
+        if not chain or (chain[0].file, chain[0].line) != (site.file, site.line):
+            chain = [site]
+        chains.append(chain)
+    found = []
+    for i in (0, 1):
+        bys = bypass(chains[i], chains[1 - i], b.src.lines)
+        if bys:
+            found.append((ordered[i][0], ordered[1 - i][1], bys))
+    return found[0] if len(found) == 1 else None
+
+
+def _bypass_texts(b: Builder, bys, past_rs, op, site: Frame) -> tuple[str, list]:
+    """The message part and related locations for the lines through which ``past_rs`` went past
+    ``op`` at ``site``."""
+    who = rank_list(past_rs)
+    words = {"return": "returned early from {fn}()", "continue": "skipped the rest of a loop iteration",
+             "break": "left the loop", "if": "did not enter the if"}
+    rels, texts = [], []
+    for x in bys:
+        fr = Frame(x.file, x.line, x.function)
+        what = words.get(x.kind, "left").format(fn=x.function)
+        cond = f"`{x.condition}` was false" if x.kind == "if" else f"under `{x.condition}`"
+        rels.append(b.rel(fr, f"{who} went past {op_text(op)} here: it {what} ({cond})", past_rs))
+        texts.append(f"{what} {_where(fr, site)} ({cond})")
+    if len(texts) == 1:
+        return f"{who} skipped {op_text(op)}: it {texts[0]}", rels
+    return f"{who} skipped {op_text(op)}: it went past it at one of " + "; ".join(texts), rels
 
 
 def _failure_groups(b: Builder) -> dict[tuple, list[int]]:

@@ -78,6 +78,40 @@ def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
     assert "ran out of items" in f.message
 
 
+def test_a_mismatch_names_the_early_return_through_which_a_rank_skipped_a_helpers_collective():
+    d = SCRIPTS / "skipped"
+    m, h = marks(d / "early_return.py"), marks(d / "helpers.py")
+    res = run("skipped/early_return.py")
+    f = only(res, "DDP902")
+    # the collective rank 1 went past leads; the `return` it took is a related location
+    assert f.filename.endswith("helpers.py") and line(f) == h["reduce"] and f.ranks == (0, 1), codes(res)
+    assert rel(f) == sorted([(h["ret"], (1,)), (m["barrier"], (1,))])
+    assert "rank 1 skipped all_reduce(): it returned early from total_count() at line %d" % h["ret"] in f.message
+    assert "len(counts) == 0" in f.message and "all_reduce the flag" in f.details["hint"]
+    assert "Detected mismatch" in f.details["torch_message"]
+
+
+def test_a_mismatch_names_the_rank_condition_around_a_helper_that_runs_ddps_forward():
+    d = SCRIPTS / "skipped"
+    m, h = marks(d / "eval_on_rank0.py"), marks(d / "helpers.py")
+    res = run("skipped/eval_on_rank0.py")
+    f = only(res, "DDP902")
+    assert f.filename.endswith("helpers.py") and line(f) == h["fwd"], codes(res)
+    assert rel(f) == sorted([(m["guard"], (1,)), (m["barrier"], (1,))])
+    assert "DDP's forward" in f.message and "`rank == 0` was false" in f.message
+    assert "model.module" in f.details["hint"] and f.details["static_rule"] == "DDP104"
+
+
+def test_a_mismatch_names_the_continue_that_skipped_ddps_backward():
+    m = marks(SCRIPTS / "skipped" / "skip_step.py")
+    res = run("skipped/skip_step.py")
+    f = only(res, "DDP902")
+    assert line(f) == m["bwd"] and f.ranks == (0, 1), codes(res)
+    assert rel(f) == sorted([(m["skip"], (1,)), (m["metric"], (1,))])
+    assert "skipped the rest of a loop iteration at line %d" % m["skip"] in f.message
+    assert "batch.numel() == 0" in f.message
+
+
 def test_a_rank_that_left_through_one_of_several_exits_lists_them(tmp_path):
     """Two conditional exits in the loop: the run cannot tell which one rank 1 took, so the finding
     stays where the rank finished and names both exits as related locations."""
