@@ -438,8 +438,15 @@ def _went_past(b: Builder, ordered) -> tuple[tuple, list[int], list] | None:
     for i in (0, 1):
         bys = bypass(chains[i], chains[1 - i], b.src.lines)
         if bys:
-            found.append((ordered[i][0], ordered[1 - i][1], bys))
-    return found[0] if len(found) == 1 else None
+            found.append((i, bys))
+    if len(found) != 1:
+        return None
+    i, bys = found[0]
+    # an ``if`` around the collective's own line is in plain sight (and the rank-condition hint names
+    # it): only the ways past it elsewhere (in a caller, an early return, a continue) are news
+    inner = chains[i][0]
+    bys = [x for x in bys if not (x.kind == "if" and x.file == inner.file and x.function == inner.function)]
+    return (ordered[i][0], ordered[1 - i][1], bys) if bys else None
 
 
 def _bypass_texts(b: Builder, bys, past_rs, op, site: Frame) -> tuple[str, list]:
