@@ -668,7 +668,10 @@ def hangs(b: Builder) -> None:
         locs.setdefault((s.op, fr), []).append(r)
     # ranks outside any collective first: they are what the others wait for
     ordered = sorted(locs.items(), key=lambda kv: (kv[0][0] is not None, min(kv[1])))
+    running = any(op is None for (op, _), _ in ordered)
     for i, ((op, fr), rs) in enumerate(ordered):
+        if running and op is not None:
+            continue  # waiting for a rank that is still running elsewhere: a related location of its finding
         others = [kv for j, kv in enumerate(ordered) if j != i]
         related = []
         texts = []
@@ -694,7 +697,9 @@ def hangs(b: Builder) -> None:
         if texts:
             message += "; " + "; ".join(texts)
         details = {"timeout": timeout,
-                   "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term for r in rs},
+                   "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term
+                              for r in sorted(rs + ([r2 for (oop, _), ors in others if oop is not None for r2 in ors]
+                                                    if running else []))},
                    "state": "running" if op is None else "in-collective"}
         ws = world_size_hint(fr, b.src, len(states))
         if ws:
