@@ -71,14 +71,16 @@ def _exits_of(loop: ast.AST, before: int | None = None) -> list[Exit]:
     iteration, so the rank that took one makes fewer collective calls than its peers."""
     out: list[Exit] = []
 
-    def visit(stmts, cond: str | None, inner_loop: bool):
+    def visit(stmts, cond: str | None, inner_loop: bool, skips: bool = False):
+        # ``skips``: in an ``except`` of a ``try`` whose body holds ``before``: an exception raised
+        # above the collective lands here, so a ``continue`` below it still skips it
         for st in stmts:
             if isinstance(st, _FUNCS):
                 continue
             if isinstance(st, ast.Break) and not inner_loop and cond is not None:
                 out.append(Exit(st.lineno, "break", cond))
             elif isinstance(st, ast.Continue) and not inner_loop and cond is not None and before is not None \
-                    and st.lineno < before:
+                    and (st.lineno < before or skips):
                 out.append(Exit(st.lineno, "continue", cond))
             elif isinstance(st, ast.Return) and cond is not None:
                 out.append(Exit(st.lineno, "return", cond))
@@ -91,16 +93,17 @@ def _exits_of(loop: ast.AST, before: int | None = None) -> list[Exit]:
                     text = ast.unparse(st.test)
                 except Exception:  # pragma: no cover - unparse handles every parsed expression
                     text = "..."
-                visit(st.body, text, inner_loop)
-                visit(st.orelse, f"not ({text})", inner_loop)
+                visit(st.body, text, inner_loop, skips)
+                visit(st.orelse, f"not ({text})", inner_loop, skips)
             elif isinstance(st, _LOOPS):
                 visit(st.body, cond, True)
                 visit(st.orelse, cond, inner_loop)
             elif isinstance(st, ast.Try):
                 # an exit in an ``except`` runs when the rank's own step failed: a condition too
-                visit(st.body, cond, inner_loop)
+                visit(st.body, cond, inner_loop, skips)
+                holds = before is not None and st.body[0].lineno <= before <= (st.body[-1].end_lineno or 0)
                 for h in st.handlers:
-                    visit(h.body, cond or "an exception was raised", inner_loop)
+                    visit(h.body, cond or "an exception was raised", inner_loop, skips or holds)
                 visit(st.orelse, cond, inner_loop)
                 visit(st.finalbody, cond, inner_loop)
             elif isinstance(st, (ast.With, ast.AsyncWith)):

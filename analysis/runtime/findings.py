@@ -10,6 +10,7 @@ analysis/output.py, from the finding's fields.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -597,6 +598,9 @@ def _left_loop(b: Builder, r: int, s: RankState, texts: list[str], rel_list: lis
     if not loops:
         return None
     who = rank_list([r])
+    # the rank finished the script normally: it did not leave through a `raise` or an exit call
+    loops = [(fr, dataclasses.replace(lp, exits=[e for e in lp.exits if e.kind not in ("raise", "exit")]))
+             for fr, lp in loops]
     # the innermost loop with a conditional exit or skip; else the innermost one that can run a
     # different number of times on each rank
     chosen = next(((fr, lp) for fr, lp in loops if lp.exits), None)

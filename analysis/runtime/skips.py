@@ -128,8 +128,9 @@ def bypass(chain_a: list, chain_b: list, lines_of) -> list[Bypass] | None:
             out.extend(Bypass(common_a.file, ex.line, ex.kind, ex.condition or "", common_a.function)
                        for ex in lp.exits if ex.kind == "continue" and not (lb < ex.line < la))
         else:
+            # (not a `raise` or an exit call: the other rank is still running, in a collective)
             out.extend(Bypass(common_a.file, ex.line, ex.kind, ex.condition or "", common_a.function)
-                       for ex in lp.exits if lb > la)
+                       for ex in lp.exits if lb > la and ex.kind in ("break", "return", "continue"))
     scope = _scope_of(tree, la)
     out.extend(x for x in _bypasses_in_scope(scope, la, common_a.file) if x.kind == "if" and not _if_holds(tree, x.line, lb))
     # below it, on A's side: B called the same function and went past A's collective inside it

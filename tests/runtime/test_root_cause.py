@@ -69,6 +69,17 @@ def test_a_conditional_continue_that_skips_a_helpers_collective_is_the_root_caus
     assert (g["wait"], (0,)) in rel(f)
 
 
+def test_a_continue_in_the_except_of_a_failed_step_is_the_root_cause():
+    """The `continue` is below the call in the source but runs when the step raised before its
+    collective: it is the way rank 1 skipped it (the `raise` in the step is not: rank 1 finished)."""
+    m = marks(SCRIPTS / "skipped" / "oom_skip.py")
+    res = run("skipped/oom_skip.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and line(f) == m["skip"], codes(res)
+    assert "`continue`" in f.message and "an exception was raised" in f.message
+    assert (m["bwd"], (0,)) in rel(f)
+
+
 def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
     d = SCRIPTS / "helper_loops"
     m = marks(d / "short_shard.py")
