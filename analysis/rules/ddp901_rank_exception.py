@@ -10,8 +10,9 @@ class RankException(Rule):
     at the innermost line of *your* code in that rank's traceback (not in torch or site-packages),
     with the condensed exception (`Type: reason`; an NCCL error is reduced to its reason, such as
     `NCCL invalid usage: Duplicate GPU detected ...`). The ranks that were still waiting for the
-    failed rank in a collective are related locations. The full traceback of every rank is in the
-    finding's details (`--output-format json`).
+    failed rank in a collective are related locations, and so are the ranks that were still busy
+    outside any collective (not yet at the next collective) when the job was stopped. The full
+    traceback of every rank is in the finding's details (`--output-format json`).
 
     Ranks that fail the same way at the same line are merged into one finding listing the ranks.
     When a static rule explains the failure, the finding's hint names it: an `IndexError` inside

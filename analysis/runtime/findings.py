@@ -500,8 +500,15 @@ def failures(b: Builder) -> None:
     """Rank exceptions and crashes (root causes), each with the ranks that waited for it: DDP901."""
     states = b.states
     groups = _failure_groups(b)
+    stopped = [] if b.timed_out else sorted(r for r, s in states.items() if s.status in ("terminated", "hung")
+                                            and not s.waiting and s.site is not None and r not in b.explained)
     for (kind, msg, fr), rs in sorted(groups.items(), key=lambda kv: b.t_of(kv[1])):
         rel_list, texts = b.waiting_related(set(rs), fr)
+        for r2 in stopped:  # busy elsewhere (not yet in a collective) when torchrun ended the job
+            rel_list.append(b.rel(states[r2].site, f"{rank_list([r2])} was still running here (outside any "
+                                                   f"collective) when the job was stopped after {rank_list(rs)} failed",
+                                  [r2]))
+        stopped = []
         s0 = states[rs[0]]
         in_op = f" in {op_text(s0.op)}" if s0.op and s0.op_site is not None and s0.op_site.line == fr.line else ""
         message = f"{rank_list(rs)}: {msg}{in_op}"

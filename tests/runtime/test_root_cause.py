@@ -80,6 +80,15 @@ def test_a_continue_in_the_except_of_a_failed_step_is_the_root_cause():
     assert (m["bwd"], (0,)) in rel(f)
 
 
+def test_a_rank_still_busy_outside_any_collective_when_another_failed_is_related():
+    m = marks(SCRIPTS / "busy_peer.py")
+    res = run("busy_peer.py")
+    f = only(res, "DDP901")
+    assert line(f) == m["raise"] and f.ranks == (1,), codes(res)
+    assert rel(f) == [(m["busy"], (0,))]
+    assert "outside any collective" in f.related[0].message and "rank 1 failed" in f.related[0].message
+
+
 def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
     d = SCRIPTS / "helper_loops"
     m = marks(d / "short_shard.py")
