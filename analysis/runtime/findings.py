@@ -394,6 +394,11 @@ def mismatches(b: Builder) -> None:
             hint = (f"{op_text(pop)} runs under `{guard}`, which is true on one rank per node, not once per job: "
                     "every rank must call the same collectives in the same order (static rule DDP104)")
     details = {"ops": {str(r): states[r].op for r in all_rs}, "hint": hint, "static_rule": "DDP104" if hint else None}
+    if {op for (op, _), _ in ordered} <= _P2P:
+        # point-to-point calls are rank-dependent by nature: what must agree is the pairing
+        details["hint"] = ("every send() needs a matching recv() on its peer: the peer ranks (dst/src), the tag and "
+                           "the tensor's size must agree on both sides")
+        details["static_rule"] = None
     errs = {str(r): (states[r].exception or {}).get("message") for r in all_rs if states[r].exception}
     if errs:
         details["errors"] = errs
@@ -419,6 +424,9 @@ def mismatches(b: Builder) -> None:
     t = min((states[r].t for r in all_rs if states[r].t), default=None)
     b.add(t, b.finding("DDP902", pfr, ", ".join(parts), all_rs, related, details))
     b.explained.update(all_rs)
+
+
+_P2P = {"send", "recv", "isend", "irecv"}
 
 
 def _went_past(b: Builder, ordered) -> tuple[tuple, list[int], list] | None:

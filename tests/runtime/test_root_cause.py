@@ -89,6 +89,15 @@ def test_a_rank_still_busy_outside_any_collective_when_another_failed_is_related
     assert "outside any collective" in f.related[0].message and "rank 1 failed" in f.related[0].message
 
 
+def test_a_send_and_a_recv_that_do_not_pair_are_not_blamed_on_a_rank_condition():
+    m = marks(SCRIPTS / "p2p_tags.py")
+    res = run("p2p_tags.py", timeout=4.0)
+    f = only(res, "DDP902")
+    assert {line(f)} | {ln for ln, _ in rel(f)} == {m["send"], m["recv"]}, codes(res)
+    assert "send()" in f.message and "recv()" in f.message
+    assert "tag" in f.details["hint"] and f.details.get("static_rule") is None
+
+
 def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
     d = SCRIPTS / "helper_loops"
     m = marks(d / "short_shard.py")
