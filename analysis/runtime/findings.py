@@ -523,6 +523,9 @@ def failures(b: Builder) -> None:
         if texts:
             message += "; " + "; ".join(texts)
         details = {"kind": kind}
+        ended = Frame.of((s0.exception or {}).get("exit_site")) if kind == "exc" else None
+        if ended is not None and b.user is not None and b.user.is_user(ended.file):
+            rel_list.append(b.rel(ended, f"{rank_list(rs)} caught it and ended with sys.exit({s0.exit_code}) here", rs))
         if kind == "exc":
             details["exception"] = (s0.exception or {}).get("type")
             details["torch_message"] = (s0.exception or {}).get("message")

@@ -98,6 +98,26 @@ def test_a_send_and_a_recv_that_do_not_pair_are_not_blamed_on_a_rank_condition()
     assert "tag" in f.details["hint"] and f.details.get("static_rule") is None
 
 
+def test_an_error_turned_into_sys_exit_by_a_handler_is_still_the_error():
+    """Both ranks end with sys.exit(2) from one catch-all handler: the root cause is rank 0's
+    FileNotFoundError at its line; rank 1's exit came from the broadcast failing after rank 0 left."""
+    m = marks(SCRIPTS / "catch_all_exit.py")
+    res = run("catch_all_exit.py")
+    f = only(res, "DDP901")
+    assert line(f) == m["open"] and f.ranks == (0,), codes(res)
+    assert "FileNotFoundError" in f.message
+    assert rel(f) == [(m["bcast"], (1,)), (m["exit"], (0,))]
+    assert "sys.exit(2)" in [x.message for x in f.related if x.ranks == (0,)][0]
+
+
+def test_a_waiting_rank_that_wraps_the_peer_error_in_its_own_is_not_a_root_cause():
+    m = marks(SCRIPTS / "rewrap.py")
+    res = run("rewrap.py")
+    f = only(res, "DDP901")
+    assert line(f) == m["view"] and f.ranks == (0,), codes(res)
+    assert rel(f) == [(m["reduce"], (1,))]
+
+
 def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
     d = SCRIPTS / "helper_loops"
     m = marks(d / "short_shard.py")
