@@ -12,7 +12,10 @@ class RankException(Rule):
     `NCCL invalid usage: Duplicate GPU detected ...`). The ranks that were still waiting for the
     failed rank in a collective are related locations, and so are the ranks that were still busy
     outside any collective (not yet at the next collective) when the job was stopped. The full
-    traceback of every rank is in the finding's details (`--output-format json`).
+    traceback of every rank is in the finding's details (`--output-format json`). A rank whose
+    error a catch-all handler turned into `sys.exit(N)` is reported at the error's line (the exit
+    call is related); a waiting rank whose code re-raised the collective's "peer went away" error
+    as an exception of its own is still a waiting rank, not a second root cause.
 
     Ranks that fail the same way at the same line are merged into one finding listing the ranks.
     When a static rule explains the failure, the finding's hint names it: an `IndexError` inside
