@@ -65,7 +65,7 @@ def test_a_conditional_continue_that_skips_a_helpers_collective_is_the_root_caus
     res = run("helper_loops/nan_skip.py")
     f = only(res, "DDP904")
     assert f.ranks == (1,) and f.filename.endswith("nan_skip.py") and line(f) == m["skip"], codes(res)
-    assert "`continue`" in f.message and "torch.isnan(out)" in f.message and "grads.py:%d" % g["wait"] in f.message
+    assert "`continue`" in f.message and "torch.isnan(out)" in f.message and f"grads.py:{g['wait']}" in f.message
     assert (g["wait"], (0,)) in rel(f)
 
 
@@ -135,7 +135,7 @@ def test_a_mismatch_names_the_early_return_through_which_a_rank_skipped_a_helper
     # the collective rank 1 went past leads; the `return` it took is a related location
     assert f.filename.endswith("helpers.py") and line(f) == h["reduce"] and f.ranks == (0, 1), codes(res)
     assert rel(f) == sorted([(h["ret"], (1,)), (m["barrier"], (1,))])
-    assert "rank 1 skipped all_reduce(): it returned early from total_count() at line %d" % h["ret"] in f.message
+    assert f"rank 1 skipped all_reduce(): it returned early from total_count() at line {h['ret']}" in f.message
     assert "len(counts) == 0" in f.message and "all_reduce the flag" in f.details["hint"]
     assert "Detected mismatch" in f.details["torch_message"]
 
@@ -157,7 +157,7 @@ def test_a_mismatch_names_the_continue_that_skipped_ddps_backward():
     f = only(res, "DDP902")
     assert line(f) == m["bwd"] and f.ranks == (0, 1), codes(res)
     assert rel(f) == sorted([(m["skip"], (1,)), (m["metric"], (1,))])
-    assert "skipped the rest of a loop iteration at line %d" % m["skip"] in f.message
+    assert f"skipped the rest of a loop iteration at line {m['skip']}" in f.message
     assert "batch.numel() == 0" in f.message
 
 
