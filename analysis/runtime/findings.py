@@ -586,6 +586,8 @@ def early_exits(b: Builder) -> None:
             where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
             message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
             left = _left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
+            if left is None and s.via == "return":
+                left = _finished_past(b, r, s, rel_list)
             if left is not None:
                 message, site = left
                 last = ("made its last collective call here, then finished the script" if s.collectives
@@ -657,6 +659,45 @@ def _left_loop(b: Builder, r: int, s: RankState, texts: list[str], rel_list: lis
         what = "skips the others' collective" if ex.kind == "continue" else "an early exit of the loop the others wait in"
         rel_list.append(b.rel(Frame(fr.file, ex.line, fr.function), f"{what} (under `{ex.condition}`)", [r]))
     return None
+
+
+def _finished_past(b: Builder, r: int, s: RankState, rel_list: list) -> tuple[str, Frame] | None:
+    """A rank that finished the script went past the collective its peer waits in: when the source
+    names the one way past it, an early return (or loop exit) of its own, the finding goes there.
+    An ``if`` it did not enter (the collective is in code only some ranks run) becomes a related
+    location: the rank itself did nothing early."""
+    peers = [(rr, w) for rr, w in sorted(b.waiting.items()) if rr != r and w.op_site is not None]
+    if len({w.op_site for _, w in peers}) != 1 or b.user is None or not s.script:
+        return None
+    w = peers[0][1]
+    chain = _user_chain(b, w)
+    # the finished rank is past every line of the script
+    bys = bypass(chain, [Frame(s.script, 10**9, "<module>")], b.src.lines)
+    if not bys or len(bys) != 1:
+        return None
+    x = bys[0]
+    at = Frame(x.file, x.line, x.function)
+    who = rank_list([r])
+    if x.kind == "if":
+        rel_list.append(b.rel(at, f"{who} did not enter this if (`{x.condition}` was false), so it never called "
+                                  f"the {op_text(w.op)} that {rank_list([rr for rr, _ in peers])} waits in", [r]))
+        return None
+    waits = "; ".join(b.waiting_related({r}, at)[1])
+    how = {"return": f"returned early from {x.function}() here (under `{x.condition}`)",
+           "continue": f"skipped the rest of a loop iteration here (under `{x.condition}`)",
+           "break": f"left the loop here (under `{x.condition}`)"}.get(x.kind)
+    if how is None:
+        return None
+    return (f"{who} went past {op_text(w.op)}: it {how}, then finished the script (status {s.exit_code}) "
+            f"while {waits}", at)
+
+
+def _user_chain(b: Builder, w: RankState) -> list[Frame]:
+    """A rank's user frames, innermost first, starting at its collective's line."""
+    chain = [f for f in w.stack if b.user is not None and b.user.is_user(f.file)]
+    if not chain or (chain[0].file, chain[0].line) != (w.op_site.file, w.op_site.line):
+        chain = [w.op_site]
+    return chain
 
 
 def _loops_of_wait(b: Builder, w: RankState) -> list[tuple[Frame, LoopExits]]:

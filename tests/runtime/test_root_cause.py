@@ -118,6 +118,16 @@ def test_a_waiting_rank_that_wraps_the_peer_error_in_its_own_is_not_a_root_cause
     assert rel(f) == [(m["reduce"], (1,))]
 
 
+def test_a_rank_that_returned_early_from_a_helper_and_finished_is_blamed_at_the_return():
+    d = SCRIPTS / "skipped"
+    m, h = marks(d / "return_then_end.py"), marks(d / "helpers.py")
+    res = run("skipped/return_then_end.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and f.filename.endswith("helpers.py") and line(f) == h["ret"], codes(res)
+    assert "returned early from total_count()" in f.message and "len(counts) == 0" in f.message
+    assert rel(f) == [(h["reduce"], (0,)), (m["end"], (1,))]
+
+
 def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
     d = SCRIPTS / "helper_loops"
     m = marks(d / "short_shard.py")
@@ -196,7 +206,9 @@ def test_rank0_helper_with_a_barrier():
     res = run("rank0_helper_barrier.py")
     f = only(res, "DDP904")
     assert f.ranks == (1,) and line(f) == m["last"], codes(res)
-    assert rel(f) == [(m["wait"], (0,))] and "barrier()" in f.message
+    # the rank condition rank 1 did not enter is related (rank 1 did nothing early of its own)
+    assert rel(f) == [(m["wait"], (0,)), (m["guard"], (1,))] and "barrier()" in f.message
+    assert "did not enter this if (`rank == 0` was false)" in [x.message for x in f.related if x.ranks == (1,)][0]
     assert "timeout" not in f.message  # no timing claim: nobody waited for ddp-lint's timeout
 
 
