@@ -10,15 +10,15 @@ analysis/output.py, from the finding's fields.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import os
 import re
 from dataclasses import dataclass
 
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
-from .exits import LoopExits, loops_around
-from .skips import bypass
+from .placement import bypass_texts, finished_past, left_loop
+from .placement import went_past as _went_past
+from .placement import where as _where
 from .states import (
     _MISMATCH_RE,
     _TIMEOUT_RE,
@@ -107,14 +107,6 @@ def unused_parameters(msg: str) -> list[str]:
 
 def _is_are(ranks) -> str:
     return "is" if len(ranks) == 1 else "are"
-
-
-def _where(fr: Frame | None, primary: Frame | None) -> str:
-    if fr is None:
-        return "at an unknown line"
-    if primary is not None and fr.file == primary.file:
-        return f"at line {fr.line}"
-    return f"at {os.path.basename(fr.file)}:{fr.line}"
 
 
 # -- ranges ------------------------------------------------------------------------------------
@@ -376,7 +368,7 @@ def mismatches(b: Builder) -> None:
         related.append(b.rel(fr, f"{rank_list(rs)} {_is_are(rs)} in {op_text(op)} here", rs))
     if went_past is not None:
         _, past_rs, bys = went_past
-        text, rels = _bypass_texts(b, bys, past_rs, pop, pfr)
+        text, rels = bypass_texts(b, bys, past_rs, pop, pfr)
         parts.append(text)
         related.extend(rels)
     if others and fps:
@@ -427,53 +419,6 @@ def mismatches(b: Builder) -> None:
 
 
 _P2P = {"send", "recv", "isend", "irecv"}
-
-
-def _went_past(b: Builder, ordered) -> tuple[tuple, list[int], list] | None:
-    """Two groups of ranks in different collectives: when the source says how one group went past
-    the other's collective (an early return, a ``continue``, a loop exit, an ``if`` it did not
-    enter) and not the other way round, ((op, site) of the collective gone past, the ranks that went
-    past it, the bypass lines)."""
-    if len(ordered) != 2 or b.user is None:
-        return None
-    chains = []
-    for (op, site), rs in ordered:
-        st = b.states[rs[0]]
-        chain = [f for f in st.stack if b.user.is_user(f.file)]
-        if not chain or (chain[0].file, chain[0].line) != (site.file, site.line):
-            chain = [site]
-        chains.append(chain)
-    found = []
-    for i in (0, 1):
-        bys = bypass(chains[i], chains[1 - i], b.src.lines)
-        if bys:
-            found.append((i, bys))
-    if len(found) != 1:
-        return None
-    i, bys = found[0]
-    # an ``if`` around the collective's own line is in plain sight (and the rank-condition hint names
-    # it): only the ways past it elsewhere (in a caller, an early return, a continue) are news
-    inner = chains[i][0]
-    bys = [x for x in bys if not (x.kind == "if" and x.file == inner.file and x.function == inner.function)]
-    return (ordered[i][0], ordered[1 - i][1], bys) if bys else None
-
-
-def _bypass_texts(b: Builder, bys, past_rs, op, site: Frame) -> tuple[str, list]:
-    """The message part and related locations for the lines through which ``past_rs`` went past
-    ``op`` at ``site``."""
-    who = rank_list(past_rs)
-    words = {"return": "returned early from {fn}()", "continue": "skipped the rest of a loop iteration",
-             "break": "left the loop", "if": "did not enter the if"}
-    rels, texts = [], []
-    for x in bys:
-        fr = Frame(x.file, x.line, x.function)
-        what = words.get(x.kind, "left").format(fn=x.function)
-        cond = f"`{x.condition}` was false" if x.kind == "if" else f"under `{x.condition}`"
-        rels.append(b.rel(fr, f"{who} went past {op_text(op)} here: it {what} ({cond})", past_rs))
-        texts.append(f"{what} {_where(fr, site)} ({cond})")
-    if len(texts) == 1:
-        return f"{who} skipped {op_text(op)}: it {texts[0]}", rels
-    return f"{who} skipped {op_text(op)}: it went past it at one of " + "; ".join(texts), rels
 
 
 def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
@@ -585,9 +530,9 @@ def early_exits(b: Builder) -> None:
                    "os._exit": "called os._exit"}.get(s.via or "", "exited")
             where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
             message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
-            left = _left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
+            left = left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
             if left is None and s.via == "return":
-                left = _finished_past(b, r, s, rel_list)
+                left = finished_past(b, r, s, rel_list)
             if left is not None:
                 message, site = left
                 last = ("made its last collective call here, then finished the script" if s.collectives
@@ -602,117 +547,6 @@ def early_exits(b: Builder) -> None:
         found = True
     if found:
         b.explained.update(b.waiting)
-
-
-def _left_loop(b: Builder, r: int, s: RankState, texts: list[str], rel_list: list) -> tuple[str, Frame] | None:
-    """A rank that finished while its peers wait inside a loop left that loop sooner: through the
-    loop's one conditional exit, by skipping the collective with a conditional ``continue``, or (a
-    ``for`` loop without either) by running out of items. The loops are those around the peers'
-    wait in every frame of their stack (a collective in a helper called from the training loop),
-    innermost first. Returns the message and the line to place the finding on, or None when the
-    source does not say."""
-    peers = [w for rr, w in sorted(b.waiting.items()) if rr != r and w.op_site is not None]
-    if len({w.op_site for w in peers}) != 1:
-        return None
-    loops = _loops_of_wait(b, peers[0])
-    if not loops:
-        return None
-    who = rank_list([r])
-    # the rank finished the script normally: it did not leave through a `raise` or an exit call
-    loops = [(fr, dataclasses.replace(lp, exits=[e for e in lp.exits if e.kind not in ("raise", "exit")]))
-             for fr, lp in loops]
-    # the innermost loop with a conditional exit or skip; else the innermost one that can run a
-    # different number of times on each rank
-    chosen = next(((fr, lp) for fr, lp in loops if lp.exits), None)
-    if chosen is None:
-        chosen = next(((fr, lp) for fr, lp in loops if lp.loop_kind == "for" and not lp.uniform), None)
-        if chosen is None:
-            return None
-    fr, found = chosen
-
-    def waits(at: Frame) -> str:  # the peers, as seen from the line the finding goes on
-        return "; ".join(b.waiting_related({r}, at)[1]) or "; ".join(texts)
-
-    if len(found.exits) == 1:
-        ex = found.exits[0]
-        why = f"`{ex.condition}` held on {who} only"
-        at = Frame(fr.file, ex.line, fr.function)
-        if ex.kind == "continue":
-            return (f"{who} skipped the rest of an iteration of the {found.loop_kind} loop at line {found.loop_line} "
-                    f"through this `continue` ({why}), so it made fewer collective calls than the others and "
-                    f"finished the script (status {s.exit_code}) while {waits(at)}: every rank must make the same "
-                    f"collective calls, so decide to skip a step on all ranks together (all_reduce the flag)",
-                    at)
-        word = {"exit": "exit call"}.get(ex.kind, f"`{ex.kind}`")
-        if found.loop_kind == "for" and not found.endless and not found.uniform:
-            why += f", or {who}'s loop ran out of items sooner"
-        return (f"{who} left the {found.loop_kind} loop at line {found.loop_line} early and finished the script "
-                f"(status {s.exit_code}) while {waits(at)}: this {word} is the loop's only early exit, so {why}",
-                at)
-    if not found.exits:
-        at = Frame(fr.file, found.loop_line, fr.function)
-        return (f"{who}'s loop here ran out of items before the others' (it has no early exit): {who} finished "
-                f"the script (status {s.exit_code}) while {waits(at)}; every rank needs the same number of "
-                f"iterations (a DistributedSampler with drop_last, or DDP's join() for uneven inputs)",
-                at)
-    for ex in found.exits:
-        what = "skips the others' collective" if ex.kind == "continue" else "an early exit of the loop the others wait in"
-        rel_list.append(b.rel(Frame(fr.file, ex.line, fr.function), f"{what} (under `{ex.condition}`)", [r]))
-    return None
-
-
-def _finished_past(b: Builder, r: int, s: RankState, rel_list: list) -> tuple[str, Frame] | None:
-    """A rank that finished the script went past the collective its peer waits in: when the source
-    names the one way past it, an early return (or loop exit) of its own, the finding goes there.
-    An ``if`` it did not enter (the collective is in code only some ranks run) becomes a related
-    location: the rank itself did nothing early."""
-    peers = [(rr, w) for rr, w in sorted(b.waiting.items()) if rr != r and w.op_site is not None]
-    if len({w.op_site for _, w in peers}) != 1 or b.user is None or not s.script:
-        return None
-    w = peers[0][1]
-    chain = _user_chain(b, w)
-    # the finished rank is past every line of the script
-    bys = bypass(chain, [Frame(s.script, 10**9, "<module>")], b.src.lines)
-    if not bys or len(bys) != 1:
-        return None
-    x = bys[0]
-    at = Frame(x.file, x.line, x.function)
-    who = rank_list([r])
-    if x.kind == "if":
-        rel_list.append(b.rel(at, f"{who} did not enter this if (`{x.condition}` was false), so it never called "
-                                  f"the {op_text(w.op)} that {rank_list([rr for rr, _ in peers])} waits in", [r]))
-        return None
-    waits = "; ".join(b.waiting_related({r}, at)[1])
-    how = {"return": f"returned early from {x.function}() here (under `{x.condition}`)",
-           "continue": f"skipped the rest of a loop iteration here (under `{x.condition}`)",
-           "break": f"left the loop here (under `{x.condition}`)"}.get(x.kind)
-    if how is None:
-        return None
-    return (f"{who} went past {op_text(w.op)}: it {how}, then finished the script (status {s.exit_code}) "
-            f"while {waits}", at)
-
-
-def _user_chain(b: Builder, w: RankState) -> list[Frame]:
-    """A rank's user frames, innermost first, starting at its collective's line."""
-    chain = [f for f in w.stack if b.user is not None and b.user.is_user(f.file)]
-    if not chain or (chain[0].file, chain[0].line) != (w.op_site.file, w.op_site.line):
-        chain = [w.op_site]
-    return chain
-
-
-def _loops_of_wait(b: Builder, w: RankState) -> list[tuple[Frame, LoopExits]]:
-    """(frame, loop) for every loop around a waiting rank's position, innermost first, through the
-    user frames of its stack (its collective's line first)."""
-    chain = [f for f in w.stack if b.user is not None and b.user.is_user(f.file)]
-    if not chain or (chain[0].file, chain[0].line) != (w.op_site.file, w.op_site.line):
-        chain = [w.op_site]  # the stack is not at the logged collective (an async op): that line alone
-    out = []
-    for fr in chain:
-        lines = b.src.lines(fr.file)
-        if lines is None:
-            break
-        out.extend((fr, lp) for lp in loops_around("\n".join(lines), fr.line))
-    return out
 
 
 def hangs(b: Builder) -> None:
