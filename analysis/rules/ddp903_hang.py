@@ -12,8 +12,9 @@ class Hang(Rule):
     collective, spinning, sleeping or stuck in I/O ("rank 1 is still running here, outside any
     collective"), or, when every rank is in a collective, there ("rank 0 hangs in barrier() here").
     A rank that waits in a collective for a rank still running elsewhere is the echo, not the
-    cause: it is a related location of the running rank's finding, not a finding of its own. The
-    stacks of all of them are in the finding's details.
+    cause: it is a related location of the running rank's finding, not a finding of its own, also
+    when torch's own process-group timeout (shorter than the run's) fired on it first: the finding
+    then quotes torch. The stacks of all of them are in the finding's details.
 
     The shim also shortens the process group's own timeout to about the run's timeout, so gloo and
     NCCL raise instead of waiting 10 to 30 minutes.

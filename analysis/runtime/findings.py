@@ -557,6 +557,11 @@ def hangs(b: Builder) -> None:
                  and _TIMEOUT_RE.search((s.exception or {}).get("message") or "")})
     if not (hung and (b.timed_out or any(s.consequential for s in hung.values()))):
         return
+    if any(s.consequential for s in hung.values()):
+        # torch's own timeout fired on a waiting rank: a rank torchrun then stopped while it was busy
+        # outside any collective is the one the others waited for
+        hung.update({r: s for r, s in states.items() if r not in b.explained and s.status == "terminated"
+                     and s.op is None and s.site is not None})
     locs: dict[tuple, list[int]] = {}
     for r, s in hung.items():
         fr = s.op_site if s.op else s.site
@@ -580,8 +585,14 @@ def hangs(b: Builder) -> None:
             texts.append(f"{rank_list(ors)} {what} {_where(ofr, fr)}")
         if op is None:
             fn = fr.function if fr.function and fr.function != "<module>" else None
-            message = (f"{rank_list(rs)} {_is_are(rs)} still running here"
-                       f"{f' (in {fn}())' if fn else ''}, outside any collective, after the {timeout:g} s timeout")
+            when = f"after the {timeout:g} s timeout" if b.timed_out else "when torch's timeout fired on the others"
+            verb = _is_are(rs) if b.timed_out else ("was" if len(rs) == 1 else "were")
+            message = (f"{rank_list(rs)} {verb} still running here"
+                       f"{f' (in {fn}())' if fn else ''}, outside any collective, {when}")
+            waited = [states[r2].exception for (oop, _), ors in others if oop is not None for r2 in ors
+                      if states[r2].consequential and states[r2].exception]
+            if not b.timed_out and waited:
+                message += f" ({condense(waited[0].get('type', 'Exception'), waited[0].get('message', ''), 160)})"
         elif b.timed_out:
             message = f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op_text(op)} here: no progress within the {timeout:g} s timeout"
         else:  # torch gave up first (its own timeout or monitoredBarrier): say what it said, not ours

@@ -128,6 +128,18 @@ def test_a_rank_that_returned_early_from_a_helper_and_finished_is_blamed_at_the_
     assert rel(f) == [(h["reduce"], (0,)), (m["end"], (1,))]
 
 
+def test_when_torchs_timeout_fires_first_the_busy_rank_is_the_hang():
+    """Rank 0's barrier times out (torch's own process-group timeout, shorter than ddp-lint's):
+    the finding is rank 1, busy outside any collective, not rank 0 that waited for it."""
+    m = marks(SCRIPTS / "busy_past_pg_timeout.py")
+    res = run("busy_past_pg_timeout.py")
+    f = only(res, "DDP903")
+    assert f.ranks == (1,) and line(f) in (m["busy"] - 1, m["busy"]), codes(res)  # the loop or its sleep
+    assert rel(f) == [(m["barrier"], (0,))]
+    assert "was still running here (in build_index())" in f.message and "torch's timeout" in f.message
+    assert "monitoredBarrier" in f.message or "imed out" in f.message, f.message
+
+
 def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
     d = SCRIPTS / "helper_loops"
     m = marks(d / "short_shard.py")
