@@ -10,8 +10,12 @@ class RankException(Rule):
     at the innermost line of *your* code in that rank's traceback (not in torch or site-packages),
     with the condensed exception (`Type: reason`; an NCCL error is reduced to its reason, such as
     `NCCL invalid usage: Duplicate GPU detected ...`). The ranks that were still waiting for the
-    failed rank in a collective are related locations. The full traceback of every rank is in the
-    finding's details (`--output-format json`).
+    failed rank in a collective are related locations, and so are the ranks that were still busy
+    outside any collective (not yet at the next collective) when the job was stopped. The full
+    traceback of every rank is in the finding's details (`--output-format json`). A rank whose
+    error a catch-all handler turned into `sys.exit(N)` is reported at the error's line (the exit
+    call is related); a waiting rank whose code re-raised the collective's "peer went away" error
+    as an exception of its own is still a waiting rank, not a second root cause.
 
     Ranks that fail the same way at the same line are merged into one finding listing the ranks.
     When a static rule explains the failure, the finding's hint names it: an `IndexError` inside

@@ -10,6 +10,14 @@ class CollectiveMismatch(Rule):
     all_gather_object() at line 49". It is reported at the collective that fewer ranks reached (the
     first one in the file on a tie), with the other ranks' collectives as related locations.
 
+    The two ranks' stacks are compared to find how one of them went past the collective the other
+    is in: an early `return` in the helper that makes it ("rank 1 skipped all_reduce(): it returned
+    early from reduce_metrics() at metrics.py:8 (under `not metrics`)"), a conditional `continue`
+    that skipped a step's `backward()`, a loop it left, or an `if` in a caller that it did not enter
+    (an evaluation through the DDP wrapper on rank 0 only). When the source says so for one side
+    only, the finding goes on the collective that was skipped and the line through which the
+    other ranks went past it is a related location.
+
     `ddp-lint run` sets `TORCH_DISTRIBUTED_DEBUG=DETAIL`, so torch compares every collective across
     ranks and raises at once on a mismatch; the shim's per-rank log of collective calls gives the
     lines. A mismatch that shows only as a hang (ranks blocked in different collectives at the

@@ -11,8 +11,16 @@ class RankExitedEarly(Rule):
     traceback or the shim's `os._exit` hook). A rank that simply reached the end of the script
     while the others wait inside a loop left that loop sooner than they did: the finding goes on the
     loop's one conditional exit (`break`, `return`, `raise`, `sys.exit` under an `if`, or in an
-    `except`), naming its condition, or, for a `for` loop without one, on the loop itself (the rank
-    ran out of items: an uneven shard). When the loop has several exits, the finding stays on the
+    `except`), or a conditional `continue` above the collective that skips it for one iteration (a
+    NaN loss skipped on one rank), naming its condition, or, for a `for` loop without one, on the
+    loop itself (the rank ran out of items: an uneven shard). The loops are read through every
+    frame of the waiting rank's stack, innermost first: when the others wait in a helper called
+    from the training loop, the training loop's exit is found; a loop over a model's parameters,
+    buffers or modules, or over a constant `range`, runs alike on every rank and is never the one
+    that ran short. A rank that finished after returning early from the helper its peers wait in
+    (`if not metrics: return` above the helper's `all_reduce`) is placed on that `return`; when
+    it only did not enter the `if` around the call (code that some ranks run), that `if` is a
+    related location. When the loop has several exits, the finding stays on the
     rank's last collective (or the script's last line) and lists every exit as a related location.
     The waiting ranks' collectives and the rank's own last line are related locations.
 

@@ -20,7 +20,7 @@ _EXIT_CALLS = {"exit", "quit", "_exit"}  # sys.exit(), exit(), quit(), os._exit(
 @dataclass
 class Exit:
     line: int
-    kind: str  # break | return | raise | exit
+    kind: str  # break | return | raise | exit | continue (skips the rest of one iteration)
     condition: str | None  # the text of the innermost ``if`` test around it
 
 
@@ -30,6 +30,7 @@ class LoopExits:
     loop_kind: str  # for | while
     endless: bool  # ``while True``: it ends only through an exit
     exits: list[Exit]
+    uniform: bool = False  # iterates a model's parameters/buffers or a constant range: the same on every rank
 
 
 def _is_exit_call(node: ast.AST) -> bool:
@@ -62,18 +63,25 @@ def _innermost_loop(tree: ast.AST, line: int):
     return best
 
 
-def _exits_of(loop: ast.AST) -> list[Exit]:
+def _exits_of(loop: ast.AST, before: int | None = None) -> list[Exit]:
     """The conditional ways out of ``loop``: its own ``break``s (not those of inner loops) and the
     ``return``/``raise``/exit calls anywhere in its body (outside nested functions), each under an
-    ``if`` inside the loop."""
+    ``if`` inside the loop. With ``before`` (the line of the collective the peers wait at), also
+    the loop's own conditional ``continue``s above that line: they skip the collective for one
+    iteration, so the rank that took one makes fewer collective calls than its peers."""
     out: list[Exit] = []
 
-    def visit(stmts, cond: str | None, inner_loop: bool):
+    def visit(stmts, cond: str | None, inner_loop: bool, skips: bool = False):
+        # ``skips``: in an ``except`` of a ``try`` whose body holds ``before``: an exception raised
+        # above the collective lands here, so a ``continue`` below it still skips it
         for st in stmts:
             if isinstance(st, _FUNCS):
                 continue
             if isinstance(st, ast.Break) and not inner_loop and cond is not None:
                 out.append(Exit(st.lineno, "break", cond))
+            elif isinstance(st, ast.Continue) and not inner_loop and cond is not None and before is not None \
+                    and (st.lineno < before or skips):
+                out.append(Exit(st.lineno, "continue", cond))
             elif isinstance(st, ast.Return) and cond is not None:
                 out.append(Exit(st.lineno, "return", cond))
             elif isinstance(st, ast.Raise) and cond is not None:
@@ -85,16 +93,17 @@ def _exits_of(loop: ast.AST) -> list[Exit]:
                     text = ast.unparse(st.test)
                 except Exception:  # pragma: no cover - unparse handles every parsed expression
                     text = "..."
-                visit(st.body, text, inner_loop)
-                visit(st.orelse, f"not ({text})", inner_loop)
+                visit(st.body, text, inner_loop, skips)
+                visit(st.orelse, f"not ({text})", inner_loop, skips)
             elif isinstance(st, _LOOPS):
                 visit(st.body, cond, True)
                 visit(st.orelse, cond, inner_loop)
             elif isinstance(st, ast.Try):
                 # an exit in an ``except`` runs when the rank's own step failed: a condition too
-                visit(st.body, cond, inner_loop)
+                visit(st.body, cond, inner_loop, skips)
+                holds = before is not None and st.body[0].lineno <= before <= (st.body[-1].end_lineno or 0)
                 for h in st.handlers:
-                    visit(h.body, cond or "an exception was raised", inner_loop)
+                    visit(h.body, cond or "an exception was raised", inner_loop, skips or holds)
                 visit(st.orelse, cond, inner_loop)
                 visit(st.finalbody, cond, inner_loop)
             elif isinstance(st, (ast.With, ast.AsyncWith)):
@@ -117,6 +126,56 @@ def loop_exits(source: str, line: int) -> LoopExits | None:
     loop = _innermost_loop(tree, line)
     if loop is None:
         return None
+    return _describe(loop)
+
+
+def _describe(loop, before: int | None = None) -> LoopExits:
     endless = isinstance(loop, ast.While) and isinstance(loop.test, ast.Constant) and bool(loop.test.value)
     kind = "while" if isinstance(loop, ast.While) else "for"
-    return LoopExits(loop.lineno, kind, endless, _exits_of(loop))
+    return LoopExits(loop.lineno, kind, endless, _exits_of(loop, before), _uniform(loop))
+
+
+_UNIFORM_ITERS = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "modules",
+                  "named_modules", "named_children", "param_groups"}
+
+
+def _uniform(loop) -> bool:
+    """A ``for`` loop whose item count is the same on every rank: over a model's parameters, buffers
+    or submodules (the replicas are identical) or over ``range`` of constants."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    it = loop.iter
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _UNIFORM_ITERS:
+        return True
+    if isinstance(it, ast.Attribute) and it.attr in _UNIFORM_ITERS:
+        return True
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+        return bool(it.args) and all(isinstance(a, ast.Constant) for a in it.args)
+    return False
+
+
+def loops_around(source: str, line: int) -> list[LoopExits]:
+    """Every loop around ``line`` within the function (or module body) that holds it, innermost
+    first, each with its conditional exits and the ``continue``s that skip ``line``."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found: list = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            start, end = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+            if start is None or end is None:
+                if not isinstance(child, (ast.expr_context, ast.operator)):
+                    stack.append(child)
+                continue
+            if not start <= line <= end:
+                continue
+            if isinstance(child, _FUNCS):
+                found = []  # loops outside the function the line is in do not count
+            elif isinstance(child, _LOOPS) and child.body and child.body[0].lineno <= line:
+                found.append(child)
+            stack.append(child)
+    return [_describe(loop, line) for loop in reversed(found)]

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
-from .exits import loop_exits
+from .placement import bypass_texts, finished_past, left_loop
+from .placement import went_past as _went_past
+from .placement import where as _where
 from .states import (
     _MISMATCH_RE,
     _TIMEOUT_RE,
@@ -105,14 +107,6 @@ def unused_parameters(msg: str) -> list[str]:
 
 def _is_are(ranks) -> str:
     return "is" if len(ranks) == 1 else "are"
-
-
-def _where(fr: Frame | None, primary: Frame | None) -> str:
-    if fr is None:
-        return "at an unknown line"
-    if primary is not None and fr.file == primary.file:
-        return f"at line {fr.line}"
-    return f"at {os.path.basename(fr.file)}:{fr.line}"
 
 
 # -- ranges ------------------------------------------------------------------------------------
@@ -358,6 +352,9 @@ def mismatches(b: Builder) -> None:
     if len(fps) < 2:
         fps = fingerprints(torch_msg or "")
     ordered = sorted(by_op.items(), key=lambda kv: (len(kv[1]), kv[0][1].file, kv[0][1].line))
+    went_past = _went_past(b, ordered)
+    if went_past is not None:  # the collective the other ranks went past leads
+        ordered.sort(key=lambda kv: kv[0] != went_past[0])
     (pop, pfr), prs = ordered[0]
     others = ordered[1:]
     if not others:  # the same call on every rank, with different tensors (DETAIL's fingerprints)
@@ -369,11 +366,19 @@ def mismatches(b: Builder) -> None:
     for (op, fr), rs in others:
         parts.append(f"{rank_list(rs)} {_is_are(rs)} in {op_text(op)} {_where(fr, pfr)}")
         related.append(b.rel(fr, f"{rank_list(rs)} {_is_are(rs)} in {op_text(op)} here", rs))
+    if went_past is not None:
+        _, past_rs, bys = went_past
+        text, rels = bypass_texts(b, bys, past_rs, pop, pfr)
+        parts.append(text)
+        related.extend(rels)
     if others and fps:
         parts.append(f"torch saw {mismatch_facts(fps)}")
     all_rs = [r for _, rs in ordered for r in rs]
     hint = None
     guard = b.src.rank_guard(pfr)
+    if guard is None and went_past is not None:
+        guard = next((x.condition for x in went_past[2] if x.kind == "if" and re.search(r"rank", x.condition, re.I)),
+                     None)
     if guard is not None:
         hint = (f"{op_text(pop)} runs under a rank condition, so only some ranks call it: every rank must call "
                 "the same collectives in the same order (static rule DDP104)")
@@ -381,6 +386,11 @@ def mismatches(b: Builder) -> None:
             hint = (f"{op_text(pop)} runs under `{guard}`, which is true on one rank per node, not once per job: "
                     "every rank must call the same collectives in the same order (static rule DDP104)")
     details = {"ops": {str(r): states[r].op for r in all_rs}, "hint": hint, "static_rule": "DDP104" if hint else None}
+    if {op for (op, _), _ in ordered} <= _P2P:
+        # point-to-point calls are rank-dependent by nature: what must agree is the pairing
+        details["hint"] = ("every send() needs a matching recv() on its peer: the peer ranks (dst/src), the tag and "
+                           "the tensor's size must agree on both sides")
+        details["static_rule"] = None
     errs = {str(r): (states[r].exception or {}).get("message") for r in all_rs if states[r].exception}
     if errs:
         details["errors"] = errs
@@ -391,6 +401,14 @@ def mismatches(b: Builder) -> None:
     if roots:
         parts.append(roots[0])
         details["hint"], details["static_rule"] = roots[1], "DDP108"
+    if pop == "DistributedDataParallel.forward" and guard is not None:
+        details["hint"] = ("a forward through the DDP wrapper on some ranks only (an evaluation on rank 0) runs DDP's "
+                           "own collectives (the buffer broadcast) that the other ranks never join: evaluate with "
+                           "model.module(...) there, or run the evaluation on every rank (static rule DDP104)")
+    if details["hint"] is None and went_past is not None and all(x.kind != "if" for x in went_past[2]):
+        details["hint"] = ("a decision taken on one rank only (a NaN loss, an empty batch or shard, a failed check) "
+                           "made it skip a collective that its peers made: take such decisions on every rank "
+                           "together (all_reduce the flag first), or make the collective unconditional")
     if details["hint"] is None and any(states[r].op == "backward" for r in all_rs):
         details["hint"] = ("one side is DDP's own gradient all-reduce in backward(): a collective that only "
                            "some ranks run between forward and backward (logging a metric under a rank "
@@ -398,6 +416,9 @@ def mismatches(b: Builder) -> None:
     t = min((states[r].t for r in all_rs if states[r].t), default=None)
     b.add(t, b.finding("DDP902", pfr, ", ".join(parts), all_rs, related, details))
     b.explained.update(all_rs)
+
+
+_P2P = {"send", "recv", "isend", "irecv"}
 
 
 def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
@@ -432,14 +453,24 @@ def failures(b: Builder) -> None:
     """Rank exceptions and crashes (root causes), each with the ranks that waited for it: DDP901."""
     states = b.states
     groups = _failure_groups(b)
+    stopped = [] if b.timed_out else sorted(r for r, s in states.items() if s.status in ("terminated", "hung")
+                                            and not s.waiting and s.site is not None and r not in b.explained)
     for (kind, msg, fr), rs in sorted(groups.items(), key=lambda kv: b.t_of(kv[1])):
         rel_list, texts = b.waiting_related(set(rs), fr)
+        for r2 in stopped:  # busy elsewhere (not yet in a collective) when torchrun ended the job
+            rel_list.append(b.rel(states[r2].site, f"{rank_list([r2])} was still running here (outside any "
+                                                   f"collective) when the job was stopped after {rank_list(rs)} failed",
+                                  [r2]))
+        stopped = []
         s0 = states[rs[0]]
         in_op = f" in {op_text(s0.op)}" if s0.op and s0.op_site is not None and s0.op_site.line == fr.line else ""
         message = f"{rank_list(rs)}: {msg}{in_op}"
         if texts:
             message += "; " + "; ".join(texts)
         details = {"kind": kind}
+        ended = Frame.of((s0.exception or {}).get("exit_site")) if kind == "exc" else None
+        if ended is not None and b.user is not None and b.user.is_user(ended.file):
+            rel_list.append(b.rel(ended, f"{rank_list(rs)} caught it and ended with sys.exit({s0.exit_code}) here", rs))
         if kind == "exc":
             details["exception"] = (s0.exception or {}).get("type")
             details["torch_message"] = (s0.exception or {}).get("message")
@@ -499,10 +530,14 @@ def early_exits(b: Builder) -> None:
                    "os._exit": "called os._exit"}.get(s.via or "", "exited")
             where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
             message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
-            left = _left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
+            left = left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
+            if left is None and s.via == "return":
+                left = finished_past(b, r, s, rel_list)
             if left is not None:
                 message, site = left
-                rel_list.append(b.rel(s.site, f"{rank_list([r])} finished the script here", [r]))
+                last = ("made its last collective call here, then finished the script" if s.collectives
+                        else "finished the script here")
+                rel_list.append(b.rel(s.site, f"{rank_list([r])} {last}", [r]))
                 s.site = site
         details = {"exit_code": s.exit_code, "via": s.via or s.status,
                    "hint": "every rank must take part in every collective; a rank that leaves early "
@@ -514,42 +549,6 @@ def early_exits(b: Builder) -> None:
         b.explained.update(b.waiting)
 
 
-def _left_loop(b: Builder, r: int, s: RankState, texts: list[str], rel_list: list) -> tuple[str, Frame] | None:
-    """A rank that finished while its peers wait inside a loop left that loop sooner: through the
-    loop's one conditional exit, or (a ``for`` loop without one) by running out of items. Returns
-    the message and the line to place the finding on, or None when the source does not say."""
-    sites = {w.op_site for rr, w in b.waiting.items() if rr != r and w.op_site is not None}
-    if len(sites) != 1:
-        return None
-    (site,) = sites
-    lines = b.src.lines(site.file)
-    if lines is None:
-        return None
-    found = loop_exits("\n".join(lines), site.line)
-    if found is None:
-        return None
-    who = rank_list([r])
-    waits = "; ".join(texts)
-    if len(found.exits) == 1:
-        ex = found.exits[0]
-        word = {"exit": "exit call"}.get(ex.kind, f"`{ex.kind}`")
-        why = f"`{ex.condition}` held on {who} only"
-        if found.loop_kind == "for" and not found.endless:
-            why += f", or {who}'s loop ran out of items sooner"
-        return (f"{who} left the {found.loop_kind} loop at line {found.loop_line} early and finished the script "
-                f"(status {s.exit_code}) while {waits}: this {word} is the loop's only early exit, so {why}",
-                Frame(site.file, ex.line, site.function))
-    if not found.exits and found.loop_kind == "for":
-        return (f"{who}'s loop here ran out of items before the others' (it has no early exit): {who} finished "
-                f"the script (status {s.exit_code}) while {waits}; every rank needs the same number of "
-                f"iterations (a DistributedSampler with drop_last, or DDP's join() for uneven inputs)",
-                Frame(site.file, found.loop_line, site.function))
-    for ex in found.exits:
-        rel_list.append(b.rel(Frame(site.file, ex.line, site.function),
-                              f"an early exit of the loop the others wait in (under `{ex.condition}`)", [r]))
-    return None
-
-
 def hangs(b: Builder) -> None:
     """Ranks still blocked when the timeout fired: DDP903."""
     states, timeout = b.states, b.timeout
@@ -558,6 +557,11 @@ def hangs(b: Builder) -> None:
                  and _TIMEOUT_RE.search((s.exception or {}).get("message") or "")})
     if not (hung and (b.timed_out or any(s.consequential for s in hung.values()))):
         return
+    if any(s.consequential for s in hung.values()):
+        # torch's own timeout fired on a waiting rank: a rank torchrun then stopped while it was busy
+        # outside any collective is the one the others waited for
+        hung.update({r: s for r, s in states.items() if r not in b.explained and s.status == "terminated"
+                     and s.op is None and s.site is not None})
     locs: dict[tuple, list[int]] = {}
     for r, s in hung.items():
         fr = s.op_site if s.op else s.site
@@ -566,7 +570,10 @@ def hangs(b: Builder) -> None:
         locs.setdefault((s.op, fr), []).append(r)
     # ranks outside any collective first: they are what the others wait for
     ordered = sorted(locs.items(), key=lambda kv: (kv[0][0] is not None, min(kv[1])))
+    running = any(op is None for (op, _), _ in ordered)
     for i, ((op, fr), rs) in enumerate(ordered):
+        if running and op is not None:
+            continue  # waiting for a rank that is still running elsewhere: a related location of its finding
         others = [kv for j, kv in enumerate(ordered) if j != i]
         related = []
         texts = []
@@ -578,8 +585,14 @@ def hangs(b: Builder) -> None:
             texts.append(f"{rank_list(ors)} {what} {_where(ofr, fr)}")
         if op is None:
             fn = fr.function if fr.function and fr.function != "<module>" else None
-            message = (f"{rank_list(rs)} {_is_are(rs)} still running here"
-                       f"{f' (in {fn}())' if fn else ''}, outside any collective, after the {timeout:g} s timeout")
+            when = f"after the {timeout:g} s timeout" if b.timed_out else "when torch's timeout fired on the others"
+            verb = _is_are(rs) if b.timed_out else ("was" if len(rs) == 1 else "were")
+            message = (f"{rank_list(rs)} {verb} still running here"
+                       f"{f' (in {fn}())' if fn else ''}, outside any collective, {when}")
+            waited = [states[r2].exception for (oop, _), ors in others if oop is not None for r2 in ors
+                      if states[r2].consequential and states[r2].exception]
+            if not b.timed_out and waited:
+                message += f" ({condense(waited[0].get('type', 'Exception'), waited[0].get('message', ''), 160)})"
         elif b.timed_out:
             message = f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op_text(op)} here: no progress within the {timeout:g} s timeout"
         else:  # torch gave up first (its own timeout or monitoredBarrier): say what it said, not ours
@@ -592,7 +605,9 @@ def hangs(b: Builder) -> None:
         if texts:
             message += "; " + "; ".join(texts)
         details = {"timeout": timeout,
-                   "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term for r in rs},
+                   "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term
+                              for r in sorted(rs + ([r2 for (oop, _), ors in others if oop is not None for r2 in ors]
+                                                    if running else []))},
                    "state": "running" if op is None else "in-collective"}
         ws = world_size_hint(fr, b.src, len(states))
         if ws:

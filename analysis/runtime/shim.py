@@ -827,7 +827,8 @@ def main(argv=None):
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = _exit_code(e.code)
-        _log_event("exit", code=code, via="SystemExit", frames=_frames_of(e.__traceback__),
+        _log_event("exit", code=code, via="SystemExit", frames=_frames_of(e.__traceback__),  # context: the error
+                   context=_exception_record(e.__context__) if e.__context__ is not None else None,  # ended by exit
                    message=None if isinstance(e.code, (int, type(None))) else str(e.code)[:2000])
         _teardown()
         raise
@@ -841,8 +842,7 @@ def main(argv=None):
         return code
     if _CHECKS is not None:
         _CHECKS.log_states("end")
-    site = _LAST_SITE
-    _log_event("exit", code=0, via="return", frames=[site] if site else [])
+    _log_event("exit", code=0, via="return", frames=[_LAST_SITE] if _LAST_SITE else [])
     _teardown()
     return 0
 

@@ -93,7 +93,9 @@ def _record_end(shim):
             if not done:
                 done.append(1)
                 code = shim._exit_code(e.code)
-                shim._log_event("exit", code=code, via="SystemExit", frames=shim._frames_of(e.__traceback__))
+                ctx = e.__context__  # the error a handler ended with sys.exit
+                shim._log_event("exit", code=code, via="SystemExit", frames=shim._frames_of(e.__traceback__),
+                                context=shim._exception_record(ctx) if ctx is not None else None)
             raise
         except BaseException as e:
             exc(e)

@@ -118,6 +118,7 @@ class RankState:
     worker: Frame | None = None  # a DataLoader worker's raising line (then also the site)
     script: str | None = None
     ddp_states: list[dict] = field(default_factory=list)  # DDP models' fingerprints (shim_checks.py)
+    stack: list[Frame] = field(default_factory=list)  # its main thread's frames at the end, innermost first
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -205,6 +206,13 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             elif k == "exception":
                 st.exception = ev
                 st.t = ev.get("t")
+            elif k == "exit" and ev.get("code") and isinstance(ev.get("context"), dict) and st.argparse is None \
+                    and st.exception is None and ev["context"].get("type") not in ("SystemExit", "KeyboardInterrupt"):
+                # a handler caught the error and ended the rank with sys.exit(N): the error is what
+                # happened, the exit call only where it ended (kept as ``exit_site``)
+                st.exception = {**ev["context"], "exit_code": ev.get("code"),
+                                "exit_site": (ev.get("frames") or [None])[-1]}
+                st.t = ev.get("t")
             elif k == "exit":
                 st.exit_code = ev.get("code")
                 st.via = ev.get("via")
@@ -247,13 +255,17 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.status = "exception"
             st.exit_code = st.exception.get("exit_code", 1)
             frames = [Frame.of(f) for f in st.exception.get("frames") or []]
-            st.site = user.innermost([f for f in reversed(frames) if f is not None])
+            st.stack = [f for f in reversed(frames) if f is not None]
+            st.site = user.innermost(st.stack)
             msg = st.exception.get("message") or ""
             # raised by torch (a recorded collective, DDP's all-reduce in backward, the DETAIL
             # wrapper's monitoredBarrier), not by the user's own code
             in_lib = st.op_raised is not None or (bool(frames) and frames[-1] is not None
                                                   and not user.is_user(frames[-1].file))
             if in_lib and not _MISMATCH_RE.search(msg) and _PEER_RE.search(msg) and not _is_emulated(st.exception):
+                st.consequential = True
+            elif _peer_error_in_chain(st):
+                # the user's code caught the collective's peer error and raised its own from it
                 st.consequential = True
             if st.op is None and (st.consequential or _MISMATCH_RE.search(msg)) and st.site is not None:
                 op = _op_from_frames([f for f in frames if f is not None], st.site, user)
@@ -275,10 +287,12 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
         elif rd.hung and rd.stack_usr1.strip():
             st.status = "hung"
             st.site, frames = stack_site(rd.stack_usr1)
+            st.stack = list(frames)
             _op_from_stack(st, frames, user)
         elif rd.stack_term.strip():
             st.status = "terminated"
             st.site, frames = stack_site(rd.stack_term)
+            st.stack = list(frames)
             _op_from_stack(st, frames, user)
         elif rd.hung:
             st.status = "hung"  # asked for its stack but it did not answer (stuck in C, signals blocked)
@@ -295,6 +309,18 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             # there is; a hung rank is never left out of the findings
             st.site = Frame.of(rd.last_site)
     return states
+
+
+def _peer_error_in_chain(st: RankState) -> bool:
+    """The collective the rank was in raised a peer-gone/timeout error, and the exception the rank
+    ended with was raised while handling it (its traceback text chains it)."""
+    err = (st.op_raised or "").strip()
+    if not err or _MISMATCH_RE.search(err) or not _PEER_RE.search(err):
+        return False
+    text = (st.exception or {}).get("text") or ""
+    first = err.splitlines()[0][:200]
+    return first in text and ("direct cause of the following exception" in text
+                              or "During handling of the above exception" in text)
 
 
 _ORIG_TB_FRAME_RE = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$', re.M)

@@ -56,6 +56,133 @@ def test_a_rank_local_break_is_the_root_cause():
     assert "`rank == 0 and step == 3` held on rank 0 only" in f.message, f.message
 
 
+def test_a_conditional_continue_that_skips_a_helpers_collective_is_the_root_cause():
+    """The peers wait in an all_reduce inside a helper of another file, called from the training
+    loop; rank 1 skipped one call through a conditional `continue` (a NaN step): the finding is on
+    that `continue`, not on the helper's loop over the parameters."""
+    d = SCRIPTS / "helper_loops"
+    m, g = marks(d / "nan_skip.py"), marks(d / "grads.py")
+    res = run("helper_loops/nan_skip.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and f.filename.endswith("nan_skip.py") and line(f) == m["skip"], codes(res)
+    assert "`continue`" in f.message and "torch.isnan(out)" in f.message and f"grads.py:{g['wait']}" in f.message
+    assert (g["wait"], (0,)) in rel(f)
+
+
+def test_a_continue_in_the_except_of_a_failed_step_is_the_root_cause():
+    """The `continue` is below the call in the source but runs when the step raised before its
+    collective: it is the way rank 1 skipped it (the `raise` in the step is not: rank 1 finished)."""
+    m = marks(SCRIPTS / "skipped" / "oom_skip.py")
+    res = run("skipped/oom_skip.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and line(f) == m["skip"], codes(res)
+    assert "`continue`" in f.message and "an exception was raised" in f.message
+    assert (m["bwd"], (0,)) in rel(f)
+
+
+def test_a_rank_still_busy_outside_any_collective_when_another_failed_is_related():
+    m = marks(SCRIPTS / "busy_peer.py")
+    res = run("busy_peer.py")
+    f = only(res, "DDP901")
+    assert line(f) == m["raise"] and f.ranks == (1,), codes(res)
+    assert rel(f) == [(m["busy"], (0,))]
+    assert "outside any collective" in f.related[0].message and "rank 1 failed" in f.related[0].message
+
+
+def test_a_send_and_a_recv_that_do_not_pair_are_not_blamed_on_a_rank_condition():
+    m = marks(SCRIPTS / "p2p_tags.py")
+    res = run("p2p_tags.py", timeout=4.0)
+    f = only(res, "DDP902")
+    assert {line(f)} | {ln for ln, _ in rel(f)} == {m["send"], m["recv"]}, codes(res)
+    assert "send()" in f.message and "recv()" in f.message
+    assert "tag" in f.details["hint"] and f.details.get("static_rule") is None
+
+
+def test_an_error_turned_into_sys_exit_by_a_handler_is_still_the_error():
+    """Both ranks end with sys.exit(2) from one catch-all handler: the root cause is rank 0's
+    FileNotFoundError at its line; rank 1's exit came from the broadcast failing after rank 0 left."""
+    m = marks(SCRIPTS / "catch_all_exit.py")
+    res = run("catch_all_exit.py")
+    f = only(res, "DDP901")
+    assert line(f) == m["open"] and f.ranks == (0,), codes(res)
+    assert "FileNotFoundError" in f.message
+    assert rel(f) == [(m["bcast"], (1,)), (m["exit"], (0,))]
+    assert "sys.exit(2)" in [x.message for x in f.related if x.ranks == (0,)][0]
+
+
+def test_a_waiting_rank_that_wraps_the_peer_error_in_its_own_is_not_a_root_cause():
+    m = marks(SCRIPTS / "rewrap.py")
+    res = run("rewrap.py")
+    f = only(res, "DDP901")
+    assert line(f) == m["view"] and f.ranks == (0,), codes(res)
+    assert rel(f) == [(m["reduce"], (1,))]
+
+
+def test_a_rank_that_returned_early_from_a_helper_and_finished_is_blamed_at_the_return():
+    d = SCRIPTS / "skipped"
+    m, h = marks(d / "return_then_end.py"), marks(d / "helpers.py")
+    res = run("skipped/return_then_end.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and f.filename.endswith("helpers.py") and line(f) == h["ret"], codes(res)
+    assert "returned early from total_count()" in f.message and "len(counts) == 0" in f.message
+    assert rel(f) == [(h["reduce"], (0,)), (m["end"], (1,))]
+
+
+def test_when_torchs_timeout_fires_first_the_busy_rank_is_the_hang():
+    """Rank 0's barrier times out (torch's own process-group timeout, shorter than ddp-lint's):
+    the finding is rank 1, busy outside any collective, not rank 0 that waited for it."""
+    m = marks(SCRIPTS / "busy_past_pg_timeout.py")
+    res = run("busy_past_pg_timeout.py")
+    f = only(res, "DDP903")
+    assert f.ranks == (1,) and line(f) in (m["busy"] - 1, m["busy"]), codes(res)  # the loop or its sleep
+    assert rel(f) == [(m["barrier"], (0,))]
+    assert "was still running here (in build_index())" in f.message and "torch's timeout" in f.message
+    assert "monitoredBarrier" in f.message or "imed out" in f.message, f.message
+
+
+def test_a_helpers_loop_over_the_parameters_is_not_the_loop_that_ran_short():
+    d = SCRIPTS / "helper_loops"
+    m = marks(d / "short_shard.py")
+    res = run("helper_loops/short_shard.py")
+    f = only(res, "DDP904")
+    assert f.ranks == (1,) and f.filename.endswith("short_shard.py") and line(f) == m["loop"], codes(res)
+    assert "ran out of items" in f.message
+
+
+def test_a_mismatch_names_the_early_return_through_which_a_rank_skipped_a_helpers_collective():
+    d = SCRIPTS / "skipped"
+    m, h = marks(d / "early_return.py"), marks(d / "helpers.py")
+    res = run("skipped/early_return.py")
+    f = only(res, "DDP902")
+    # the collective rank 1 went past leads; the `return` it took is a related location
+    assert f.filename.endswith("helpers.py") and line(f) == h["reduce"] and f.ranks == (0, 1), codes(res)
+    assert rel(f) == sorted([(h["ret"], (1,)), (m["barrier"], (1,))])
+    assert f"rank 1 skipped all_reduce(): it returned early from total_count() at line {h['ret']}" in f.message
+    assert "len(counts) == 0" in f.message and "all_reduce the flag" in f.details["hint"]
+    assert "Detected mismatch" in f.details["torch_message"]
+
+
+def test_a_mismatch_names_the_rank_condition_around_a_helper_that_runs_ddps_forward():
+    d = SCRIPTS / "skipped"
+    m, h = marks(d / "eval_on_rank0.py"), marks(d / "helpers.py")
+    res = run("skipped/eval_on_rank0.py")
+    f = only(res, "DDP902")
+    assert f.filename.endswith("helpers.py") and line(f) == h["fwd"], codes(res)
+    assert rel(f) == sorted([(m["guard"], (1,)), (m["barrier"], (1,))])
+    assert "DDP's forward" in f.message and "`rank == 0` was false" in f.message
+    assert "model.module" in f.details["hint"] and f.details["static_rule"] == "DDP104"
+
+
+def test_a_mismatch_names_the_continue_that_skipped_ddps_backward():
+    m = marks(SCRIPTS / "skipped" / "skip_step.py")
+    res = run("skipped/skip_step.py")
+    f = only(res, "DDP902")
+    assert line(f) == m["bwd"] and f.ranks == (0, 1), codes(res)
+    assert rel(f) == sorted([(m["skip"], (1,)), (m["metric"], (1,))])
+    assert f"skipped the rest of a loop iteration at line {m['skip']}" in f.message
+    assert "batch.numel() == 0" in f.message
+
+
 def test_a_rank_that_left_through_one_of_several_exits_lists_them(tmp_path):
     """Two conditional exits in the loop: the run cannot tell which one rank 1 took, so the finding
     stays where the rank finished and names both exits as related locations."""
@@ -91,7 +218,9 @@ def test_rank0_helper_with_a_barrier():
     res = run("rank0_helper_barrier.py")
     f = only(res, "DDP904")
     assert f.ranks == (1,) and line(f) == m["last"], codes(res)
-    assert rel(f) == [(m["wait"], (0,))] and "barrier()" in f.message
+    # the rank condition rank 1 did not enter is related (rank 1 did nothing early of its own)
+    assert rel(f) == [(m["wait"], (0,)), (m["guard"], (1,))] and "barrier()" in f.message
+    assert "did not enter this if (`rank == 0` was false)" in [x.message for x in f.related if x.ranks == (1,)][0]
     assert "timeout" not in f.message  # no timing claim: nobody waited for ddp-lint's timeout
 
 
@@ -120,8 +249,9 @@ def test_a_mismatch_against_ddps_allreduce_is_one_ddp902():
     res = run("ddp_mismatch.py")
     f = only(res, "DDP902")
     assert f.ranks == (0, 1) and line(f) == m["metric"], codes(res)
-    assert rel(f) == [(m["backward"], (1,))]
+    assert rel(f) == [(m["backward"], (1,))]  # the rank condition is on the line above, in plain sight
     assert "backward() (DDP's gradient all-reduce)" in f.message and "all_reduce()" in f.message
+    assert f.details["static_rule"] == "DDP104"
     assert "Detected mismatch" in f.details["torch_message"]
 
 

@@ -312,3 +312,32 @@ def test_loop_exits_stops_at_the_function_and_reads_while_true():
     assert [(e.line, e.kind, e.condition) for e in found.exits] == [(7, "break", "x is None")]
     assert loop_exits("def f(:\n", 1) is None  # does not parse: no answer
     assert loop_exits("x = 1\n", 1) is None  # not in a loop
+
+
+def test_loops_around_reads_every_loop_with_its_skipping_continues():
+    from ddp_lint.analysis.runtime.exits import loops_around
+
+    src = (
+        "for epoch in range(3):\n"           # 1
+        "    for x in loader:\n"              # 2
+        "        if bad(x):\n"                # 3
+        "            continue\n"              # 4
+        "        try:\n"                      # 5
+        "            step(x)\n"               # 6
+        "        except OSError:\n"           # 7
+        "            continue\n"              # 8
+        "        if late(x):\n"               # 9
+        "            continue\n"              # 10
+        "for p in model.parameters():\n"     # 11
+        "    sync(p)\n"                       # 12
+    )
+    inner, outer = loops_around(src, 6)
+    assert (inner.loop_line, inner.uniform, outer.loop_line, outer.uniform) == (2, False, 1, True)
+    # the continue above the line and the one in the except of the try around it skip it; the one
+    # below does not
+    assert [(e.line, e.kind, e.condition) for e in inner.exits] == [
+        (4, "continue", "bad(x)"), (8, "continue", "an exception was raised")]
+    assert outer.exits == []
+    (params,) = loops_around(src, 12)
+    assert params.uniform and params.exits == []
+    assert loops_around(src, 11) == [] and loops_around("def f(:\n", 1) == []

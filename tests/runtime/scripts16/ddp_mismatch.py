@@ -9,6 +9,6 @@ rank = dist.get_rank()
 model = DDP(torch.nn.Linear(4, 1))
 for step in range(2):
     loss = model(torch.randn(8, 4)).sum()
-    if rank == 0:
+    if rank == 0:  # [guard]
         dist.all_reduce(loss.detach().clone())  # [metric]
     loss.backward()  # [backward]

@@ -12,6 +12,6 @@ def save(state):
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 state = {"w": torch.zeros(2)}
-if rank == 0:
+if rank == 0:  # [guard]
     save(state)
 print("finished", rank)  # [last]
