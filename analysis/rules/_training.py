@@ -85,7 +85,8 @@ def backward_calls(ctx, fn: ast.AST) -> list[ast.Call]:
         if enclosing_function(c) is not fn:
             continue
         f = c.func
-        if isinstance(f, ast.Attribute) and f.attr == "backward" and ctx.qn(f.value) is None:
+        if isinstance(f, ast.Attribute) and f.attr == "backward" and (
+                isinstance(f.value, ast.Call) or ctx.qn(f.value) is None):  # not `torch.autograd.backward`
             out.append(c)
         elif ctx.qn(c) == "torch.autograd.backward":
             out.append(c)
