@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import ast
+import os
 
+from ..context import Context
+from ..source import SourceText
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import Semantic, get_arg, parent
+from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
 from ..flow.assignments import name_binding_kind
 from ..flow.rank_tests import global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
@@ -22,9 +25,12 @@ class GlobalRankAsDevice(Rule):
     variable assigned once) used as a CUDA device index: `torch.cuda.set_device(rank)`,
     `torch.device("cuda", rank)`, `torch.device(f"cuda:{rank}")`, `.to(rank)`, `.cuda(rank)`,
     `with torch.cuda.device(rank)`, `DistributedDataParallel(..., device_ids=[rank])` /
-    `output_device=rank`. The rank is also followed through the file's own helpers: a function
-    that returns `int(os.environ["RANK"])`, a parameter that every call site fills with the global
-    rank, and `self.rank` assigned once from it.
+    `output_device=rank`. The rank is also followed through helpers: a function of this file, a
+    method of the class, or a function of another file of the project (`from utils.env import
+    get_rank_from_env`, `import utils.dist as du; du.get_rank()`) whose every `return` is the
+    global rank (`int(os.environ["RANK"])`, `dist.get_rank()`, another such helper) or the
+    single-process fallback `0`; a parameter that every call site fills with the global rank; and
+    `self.rank` assigned once from it.
 
     The value given to `init_process_group(rank=...)` is the global rank by definition, so the same
     variable or attribute used as a device in that function is flagged too (`args.rank` from
@@ -123,8 +129,22 @@ class GlobalRankAsDevice(Rule):
             scope = sem.scope_of(call)
             for site in sites:
                 src = _global_rank(ctx, site, scope, 0)
+                remote = ctx.memo("ddp003.remote", dict).get(id(src)) if src is not None else None
+                if remote is not None:
+                    path, rng, how, helper = remote
+                    rel = os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename))) \
+                        if ctx.filename and not ctx.filename.startswith("<") else path
+                    how = f"{how} through `{helper}()`, {rel}:{rng.start.line + 1}"
+                    ctx.report(
+                        call,
+                        _MESSAGE.format(how=how),
+                        related=[(src, "the helper that returns the global rank"),
+                                 ("file", path, rng, "the global rank comes from here")],
+                        fix=_make_fix(ctx, site),
+                    )
+                    break
                 if src is not None:
-                    how = "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
+                    how = _how(ctx, src)
                 else:
                     src = _init_rank(ctx, site, scope)
                     if src is None:
@@ -156,17 +176,13 @@ def _global_rank(ctx, site, scope, depth: int):
     e = site
     while isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1:
         e = e.args[0]
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.args and not e.keywords:
-        fns = sem.functions.get(e.func.id, [])
-        if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
-            fn = fns[0]
-            rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
-            if rets and all(r.value is not None for r in rets) and \
-                    not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
-                srcs = [_global_rank(ctx, r.value, fn, depth + 1) for r in rets]
-                if all(x is not None for x in srcs):
-                    return srcs[0]
-        return None
+    if isinstance(e, ast.Call) and isinstance(e.func, (ast.Name, ast.Attribute)) and not e.args \
+            and not e.keywords:
+        if isinstance(e.func, ast.Name):
+            fns = sem.functions.get(e.func.id, [])
+            if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
+                return _returns_global_rank(ctx, fns[0], depth)
+        return _project_helper_rank(ctx, e, depth)
     if isinstance(e, ast.Name):
         kind, val = name_binding_kind(ctx, e.id, scope)
         if kind == "single" and (isinstance(val, ast.Call) or isinstance(val, ast.Attribute) and _ref_path(val)):
@@ -186,6 +202,71 @@ def _global_rank(ctx, site, scope, depth: int):
     if isinstance(e, ast.Attribute) and _ref_path(e) and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return _namespace_rank(ctx, e, scope, depth)
     return None
+
+
+def _returns_global_rank(ctx, fn, depth: int):
+    """The global-rank source of ``fn`` when every ``return`` of it gives the global rank, or a
+    constant ``0`` (the single-process fallback of ``get_rank()`` helpers) with at least one real
+    global rank; else None."""
+    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
+    if not rets or any(r.value is None for r in rets) or \
+            any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in iter_scope_nodes(fn)):
+        return None
+    found = None
+    for r in rets:
+        if isinstance(r.value, ast.Constant) and r.value.value == 0 and type(r.value.value) is int:
+            continue
+        src = _global_rank(ctx, r.value, fn, depth + 1)
+        if src is None:
+            return None
+        found = found or src
+    return found
+
+
+def _project_helper_rank(ctx, call, depth: int):
+    """``call`` (no arguments) runs a function of another file of the project (or a method of this
+    class) whose every return is the global rank: the call itself, with the helper's source noted
+    for the finding (``_REMOTE``)."""
+    if depth > 3:
+        return None
+    from ..flow import for_context  # lazy: only device uses that are helper calls load the project
+
+    main = getattr(ctx, "_ddp003_main", ctx)
+    ana = for_context(main)
+    view = getattr(ctx, "_ddp003_view", None) or ana.main
+    got = ana.resolve_call(view, call)
+    if got is None:
+        return None
+    view2, fn = got
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
+        return None
+    if view2 is view:
+        if view2 is ana.main and isinstance(parent(fn), ast.Module):
+            return None  # this file's own functions are read above
+        return _returns_global_rank(ctx, fn, depth + 1)
+    ctx2 = _view_context(main, view2)
+    src = _returns_global_rank(ctx2, fn, depth + 1)
+    if src is None:
+        return None
+    remote = main.memo("ddp003.remote", dict)
+    inner = remote.get(id(src))
+    remote[id(call)] = inner if inner is not None else (
+        view2.path, ctx2.src.node_range(src), _how(ctx2, src), fn.name)
+    return call
+
+
+def _view_context(main, view):
+    """A rule context over another module of the project (memoised per check)."""
+    def build():
+        c = Context(SourceText(view.text), view.sem, view.path)
+        c._ddp003_main = main
+        c._ddp003_view = view
+        return c
+    return main.memo(("ddp003.view_ctx", view.path), build)
+
+
+def _how(ctx, src) -> str:
+    return "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
 
 
 def _namespace_rank(ctx, e, scope, depth: int):
