@@ -18,7 +18,8 @@ class DdpWrapperStateDict(Rule):
     ## What it does
     Checks for `torch.save(...)` of `ddp_model.state_dict()` where `ddp_model` holds the
     `DistributedDataParallel` wrapper, directly or inside a dict, through a variable or
-    `self.<attr>`.
+    `self.<attr>`, or as the parameter of a checkpoint helper (`def save_checkpoint(net, path)`) that
+    every call in the file passes the wrapper.
 
     A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`,
     or hands the wrapper to a restore helper such as `restart_from_checkpoint(path, model=ddp_model)`)

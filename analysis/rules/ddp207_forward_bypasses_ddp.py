@@ -25,7 +25,8 @@ class ForwardBypassesDdp(Rule):
     itself with gradients enabled.
 
     The wrapper must be provably the DDP object (`ddp_model = DDP(...)` or `self.model = DDP(...)`
-    assigned once). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
+    assigned once, or a parameter of a helper, `def train_step(model, batch)`, that every call in
+    the file passes the wrapper). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
     method decorated with them, a method that only computes a loss from outputs the wrapper made
     (`ddp_model.module.criterion(ddp_model(x), y)`), a class that cannot be seen (third-party,
     inherited method), or a result that never reaches a `backward()`, is not flagged.
