@@ -8,7 +8,7 @@ from ..source import SourceText
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
-from ..flow.assignments import name_binding_kind
+from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
 from ._common import DDP_CLASS, D
@@ -29,7 +29,10 @@ class GlobalRankAsDevice(Rule):
     method of the class, or a function of another file of the project (`from utils.env import
     get_rank_from_env`, `import utils.dist as du; du.get_rank()`) whose every `return` is the
     global rank (`int(os.environ["RANK"])`, `dist.get_rank()`, another such helper) or the
-    single-process fallback `0`; a parameter that every call site fills with the global rank; and
+    single-process fallback `0`; an element of a tuple such a helper returns
+    (`rank, world = init_dist()`, `rank, _ = get_dist_info()`); a variable set to the global rank
+    on one path and to the fallback `0` on another (`rank = 0` / `if dist.is_initialized(): rank =
+    dist.get_rank()`); a parameter that every call site fills with the global rank; and
     `self.rank` assigned once from it.
 
     The value given to `init_process_group(rank=...)` is the global rank by definition, so the same
@@ -176,17 +179,16 @@ def _global_rank(ctx, site, scope, depth: int):
     e = site
     while isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1:
         e = e.args[0]
-    if isinstance(e, ast.Call) and isinstance(e.func, (ast.Name, ast.Attribute)) and not e.args \
-            and not e.keywords:
-        if isinstance(e.func, ast.Name):
-            fns = sem.functions.get(e.func.id, [])
-            if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
-                return _returns_global_rank(ctx, fns[0], depth)
-        return _project_helper_rank(ctx, e, depth)
+    if isinstance(e, ast.Call):
+        return _helper_rank(ctx, e, depth)
     if isinstance(e, ast.Name):
         kind, val = name_binding_kind(ctx, e.id, scope)
         if kind == "single" and (isinstance(val, ast.Call) or isinstance(val, ast.Attribute) and _ref_path(val)):
             return _global_rank(ctx, val, sem.scope_of(val), depth + 1)  # `gpu = args.rank`
+        if kind == "single" and val is None:
+            return _unpacked_rank(ctx, e.id, scope, depth)  # `rank, world = init_dist()`
+        if kind == "multi" and val:
+            return _fallback_rank(ctx, e.id, scope, val, depth)
         if kind == "param" and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                 isinstance(parent(scope), ast.Module):
             return _param_filled_with_rank(ctx, scope, e.id, depth)
@@ -204,29 +206,94 @@ def _global_rank(ctx, site, scope, depth: int):
     return None
 
 
-def _returns_global_rank(ctx, fn, depth: int):
-    """The global-rank source of ``fn`` when every ``return`` of it gives the global rank, or a
-    constant ``0`` (the single-process fallback of ``get_rank()`` helpers) with at least one real
-    global rank; else None."""
+def _is_zero(e) -> bool:
+    return isinstance(e, ast.Constant) and type(e.value) is int and e.value == 0
+
+
+def _helper_rank(ctx, call, depth: int, index: int | None = None):
+    """``call`` (no arguments) of a helper whose every return is the global rank (element
+    ``index`` of a returned tuple when given): a function of this file, a method of the class, or
+    a function of another file of the project."""
+    if call.args or call.keywords or not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return None
+    if isinstance(call.func, ast.Name):
+        fns = ctx.sem.functions.get(call.func.id, [])
+        if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
+            return _returns_global_rank(ctx, fns[0], depth, index)
+    return _project_helper_rank(ctx, call, depth, index)
+
+
+def _unpacked_rank(ctx, name: str, scope, depth: int):
+    """``name`` bound once by ``rank, world = helper()``: element of the helper's returned tuple."""
+    binds = ctx.sem.assignments(scope).get(name) or ctx.sem.assignments(ctx.sem.tree).get(name) or []
+    if len(binds) != 1:
+        return None
+    st = binds[0]
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], (ast.Tuple, ast.List))
+            and isinstance(st.value, ast.Call)):
+        return None
+    elts = st.targets[0].elts
+    if any(isinstance(t, ast.Starred) for t in elts):
+        return None
+    idx = next((i for i, t in enumerate(elts) if isinstance(t, ast.Name) and t.id == name), None)
+    if idx is None:
+        return None
+    return _helper_rank(ctx, st.value, depth + 1, idx)
+
+
+def _fallback_rank(ctx, name: str, scope, vals, depth: int):
+    """``name`` bound several times, each to the global rank or to the single-process fallback
+    ``0`` (``rank = 0`` / ``if dist.is_initialized(): rank = dist.get_rank()``), with no ``0``
+    binding that always runs after a global one (it would override it)."""
+    binds = ctx.sem.assignments(scope).get(name) or []
+    if len(binds) != len(vals) or len(vals) > 4:
+        return None
+    found, zeros, globals_ = None, [], []
+    for b, v in zip(binds, vals):
+        if _is_zero(v):
+            zeros.append(b)
+            continue
+        src = _global_rank(ctx, v, ctx.sem.scope_of(v), depth + 1)
+        if src is None:
+            return None
+        found = found or src
+        globals_.append(b)
+    if found is None or any(dominates(g, z) for g in globals_ for z in zeros):
+        return None
+    return found
+
+
+def _returns_global_rank(ctx, fn, depth: int, index: int | None = None):
+    """The global-rank source of ``fn`` when every ``return`` of it gives the global rank (element
+    ``index`` of a returned tuple when given), or a constant ``0`` (the single-process fallback of
+    ``get_rank()`` helpers) with at least one real global rank; else None."""
+    if depth > 4:
+        return None
     rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
     if not rets or any(r.value is None for r in rets) or \
             any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in iter_scope_nodes(fn)):
         return None
     found = None
     for r in rets:
-        if isinstance(r.value, ast.Constant) and r.value.value == 0 and type(r.value.value) is int:
+        v = r.value
+        if index is not None:
+            if not isinstance(v, (ast.Tuple, ast.List)) or len(v.elts) <= index \
+                    or any(isinstance(x, ast.Starred) for x in v.elts):
+                return None
+            v = v.elts[index]
+        if _is_zero(v):
             continue
-        src = _global_rank(ctx, r.value, fn, depth + 1)
+        src = _global_rank(ctx, v, fn, depth + 1)
         if src is None:
             return None
         found = found or src
     return found
 
 
-def _project_helper_rank(ctx, call, depth: int):
+def _project_helper_rank(ctx, call, depth: int, index: int | None = None):
     """``call`` (no arguments) runs a function of another file of the project (or a method of this
     class) whose every return is the global rank: the call itself, with the helper's source noted
-    for the finding (``_REMOTE``)."""
+    for the finding (``ddp003.remote``)."""
     if depth > 3:
         return None
     from ..flow import for_context  # lazy: only device uses that are helper calls load the project
@@ -243,9 +310,9 @@ def _project_helper_rank(ctx, call, depth: int):
     if view2 is view:
         if view2 is ana.main and isinstance(parent(fn), ast.Module):
             return None  # this file's own functions are read above
-        return _returns_global_rank(ctx, fn, depth + 1)
+        return _returns_global_rank(ctx, fn, depth + 1, index)
     ctx2 = _view_context(main, view2)
-    src = _returns_global_rank(ctx2, fn, depth + 1)
+    src = _returns_global_rank(ctx2, fn, depth + 1, index)
     if src is None:
         return None
     remote = main.memo("ddp003.remote", dict)
