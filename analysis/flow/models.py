@@ -6,6 +6,8 @@ Local dataflow in one scope (plus module level), over the semantic indexes.
 from __future__ import annotations
 
 import ast
+import re
+from collections import Counter
 
 from ..semantic import param_names, parent
 from ..torch_api import DDP_CLASS, SPAWNS
@@ -101,26 +103,35 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
     return found
 
 
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _call_sites(ctx, fn, owner):
-    """(calls of ``fn`` in the file, whether the file also names it other than by calling it)."""
+    """(calls of ``fn`` in the file, whether the file may also name it other than by calling it:
+    more mentions of the name in the text than calls plus the definition, a conservative test)."""
     name = fn.name
-    sites, refs = [], False
-    for n in ast.walk(ctx.sem.tree):
-        if isinstance(owner, ast.Module) and isinstance(n, ast.Name) and n.id == name:
-            p = parent(n)
-            if isinstance(p, ast.Call) and p.func is n:
-                sites.append(p)
-            elif not isinstance(n.ctx, ast.Load) or not isinstance(p, ast.Call) or p.func is not n:
-                refs = refs or isinstance(n.ctx, ast.Load)
-        elif isinstance(owner, ast.ClassDef) and isinstance(n, ast.Attribute) and n.attr == name:
-            p = parent(n)
-            inside = n.lineno >= owner.lineno and n.end_lineno <= owner.end_lineno
-            if isinstance(p, ast.Call) and p.func is n and isinstance(n.value, ast.Name) \
-                    and n.value.id == "self" and inside:
-                sites.append(p)
-            else:
-                refs = True  # called on another object, or passed as a bound method
-    return sites, refs
+    by_callee = ctx.memo("models.calls_by_callee", lambda: _calls_by_callee(ctx))
+    sites = []
+    for c in by_callee.get(name, ()):
+        f = c.func
+        if isinstance(owner, ast.Module) and isinstance(f, ast.Name):
+            sites.append(c)
+        elif isinstance(owner, ast.ClassDef) and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                and f.value.id == "self" and owner.lineno <= c.lineno <= owner.end_lineno:
+            sites.append(c)
+    words = ctx.memo("models.word_counts", lambda: Counter(_WORD.findall(ctx.src.text)))
+    return sites, words.get(name, 0) != len(sites) + len(ctx.sem.functions.get(name, ()))
+
+
+def _calls_by_callee(ctx) -> dict[str, list[ast.Call]]:
+    out: dict[str, list[ast.Call]] = {}
+    for c in ctx.sem.calls:
+        f = c.func
+        if isinstance(f, ast.Name):
+            out.setdefault(f.id, []).append(c)
+        elif isinstance(f, ast.Attribute):
+            out.setdefault(f.attr, []).append(c)
+    return out
 
 
 def _other_self_assigns(ctx, cls: ast.ClassDef, attr: str, keep: ast.stmt) -> bool:
