@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from .assignments import reaching_assignment
 
 _MOVE_METHODS = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps"})
@@ -167,7 +167,36 @@ def constructs_cpu_module(ctx, call: ast.Call) -> bool:
         cls = _file_classes(ctx).get(call.func.id)
         if cls is not None and _is_module_class(ctx, cls) and not _class_places_itself(ctx, cls):
             return True
+    if not qn.startswith(("torch.", "torchvision.", "timm.")) and isinstance(call.func, (ast.Name, ast.Attribute)) \
+            and getattr(ctx, "_devices_view", None) is None:
+        return _project_cpu_module(ctx, call)
     return False
+
+
+def _project_cpu_module(ctx, call: ast.Call) -> bool:
+    """``SmallNet()`` whose class lives in another file of the project (``from models.net import
+    SmallNet``): an ``nn.Module`` subclass there that never places itself (judged in its own
+    module, with the same rules as a class of this file)."""
+    from . import for_context  # lazy: only module constructors handed to DDP get here
+
+    ana = for_context(ctx)
+    got = ana.resolve_call(ana.main, call)
+    if got is None or got[0] is ana.main or got[1].name != "__init__":
+        return False
+    view, init = got
+    cls = parent(init)
+    if not isinstance(cls, ast.ClassDef) or not isinstance(parent(cls), ast.Module):
+        return False
+
+    def build():
+        from ..context import Context
+        from ..source import SourceText
+
+        c = Context(SourceText(view.text), view.sem, view.path)
+        c._devices_view = view
+        return c
+    vctx = ctx.memo(("devices.view_ctx", view.path), build)
+    return _is_module_class(vctx, cls) and not _class_places_itself(vctx, cls)
 
 
 def on_device(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool | None:

@@ -15,8 +15,9 @@ class DdpModuleNotOnDevice(Rule):
     ## What it does
     Checks for `DistributedDataParallel(module, device_ids=[...])` where `module`, on every path in
     the same scope, was built on the CPU and never moved with `.to(...)` / `.cuda(...)`: a
-    `torch.nn` layer, a torchvision/timm model, or an `nn.Module` class of the same file that never
-    places itself, held directly or through a variable. In a class (a trainer building its model in
+    `torch.nn` layer, a torchvision/timm model, or an `nn.Module` class of the same file (or of
+    another file of the project, `from models.net import Net`) that never places itself, held
+    directly or through a variable. In a class (a trainer building its model in
     `__init__`), `self.model` counts too: assigned once, in the same block of the method, before the
     wrap, with no move, no hand-off and no other `self.<method>(...)` call in between.
 
