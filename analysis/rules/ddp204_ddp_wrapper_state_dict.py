@@ -5,7 +5,7 @@ import re
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from ..flow.assignments import dominates, reaching_assignment
 from ..flow.models import is_ddp_wrapper
 
@@ -103,12 +103,16 @@ class DdpWrapperStateDict(Rule):
             return
         from ..flow import for_context  # lazy: only DDP files that call helpers with the wrapper
 
+        # the names (``model``, ``self.model``) that some assignment binds to the wrapper: a cheap
+        # filter before asking, per argument, whether it holds the wrapper at that call
+        bound = {ctx.text(t) for c in ddp for st in (parent(c),) if isinstance(st, ast.Assign) for t in st.targets}
         ana = None
         for call in ctx.sem.calls:
             if not isinstance(call.func, (ast.Name, ast.Attribute)) or (ctx.qn(call) or "").startswith("torch."):
                 continue
             passed = [(i, None, a) for i, a in enumerate(call.args)] + [(None, k.arg, k.value) for k in call.keywords]
             held = [(i, kw, a, st) for i, kw, a in passed if isinstance(a, (ast.Name, ast.Attribute))
+                    and (a.id if isinstance(a, ast.Name) else ctx.text(a)) in bound
                     and (st := is_ddp_wrapper(ctx, a, call)) is not None]
             if not held or any(isinstance(a, ast.Starred) for a in call.args):
                 continue
