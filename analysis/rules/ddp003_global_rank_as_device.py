@@ -6,7 +6,7 @@ import os
 from ..context import Context
 from ..source import SourceText
 from ..model import Applicability, Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
 from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import global_rank_source, is_local_rank_expr
@@ -43,7 +43,10 @@ class GlobalRankAsDevice(Rule):
     the local rank, a constant or `x % n` is not.
 
     A namespace attribute is followed too: `args.rank = int(os.environ["RANK"])` earlier in the
-    function (unconditionally), or, when the function does not set it and `args` comes from
+    function (unconditionally); a helper of this file or of the project that the function calls
+    with `args` first (`init_distributed_mode(args)`) and that sets `args.rank` only to the global
+    rank (`RANK` on one branch, `SLURM_PROCID` on another) or to the single-process `0`; or, when
+    the function does not set it and `args` comes from
     `parse_args()`, the `default=` of the one `add_argument("--rank", ...)` that defines it
     (`default=int(os.environ.get("RANK", 0))`).
 
@@ -88,7 +91,9 @@ class GlobalRankAsDevice(Rule):
     name = "global-rank-as-device"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("get_rank", "RANK", "SLURM_PROCID", "PMI_RANK", "init_process_group")
+    # any spelling of "rank" (`get_rank`, `RANK`, `args.rank`, `get_rank_from_env`), SLURM's id,
+    # or an init whose `rank=` may be the device
+    requires_text = (NoCase("rank"), "SLURM_PROCID", "init_process_group")
 
     def finish(self, ctx) -> None:
         if is_test_file(ctx.filename):
@@ -141,7 +146,7 @@ class GlobalRankAsDevice(Rule):
                     ctx.report(
                         call,
                         _MESSAGE.format(how=how),
-                        related=[(src, "the helper that returns the global rank"),
+                        related=[(src, "this helper gives the global rank"),
                                  ("file", path, rng, "the global rank comes from here")],
                         fix=_make_fix(ctx, site),
                     )
@@ -349,6 +354,9 @@ def _namespace_rank(ctx, e, scope, depth: int):
         return _global_rank(ctx, n.value, scope, depth + 1)
     if _stores(scope, e) or not isinstance(e.value, ast.Name):
         return None
+    via = _set_by_helper(ctx, e, scope, depth)
+    if via is not None:
+        return via
     base = _stores(scope, e.value)
     if len(base) != 1 or not isinstance(base[0][0], ast.Assign) or not _from_parse_args(ctx, base[0][0].value):
         return None
@@ -356,6 +364,85 @@ def _namespace_rank(ctx, e, scope, depth: int):
     if default is None:
         return None
     return global_rank_source(ctx, default, ctx.sem.scope_of(default))
+
+
+def _set_by_helper(ctx, e, scope, depth: int):
+    """``init_distributed_mode(args)`` earlier in the function, unconditionally, where the helper (a
+    module-level function of this file or of another project file) sets ``<param>.rank`` only to the
+    global rank (``args.rank = int(os.environ["RANK"])``, ``int(os.environ["SLURM_PROCID"])`` on
+    another branch) or to the single-process ``0``: the attribute holds the global rank after it."""
+    if depth > 2 or getattr(ctx, "_ddp003_view", None) is not None:
+        return None
+    name = e.value.id
+    calls = [c for c in ctx.sem.calls if c.lineno < e.lineno and ctx.sem.enclosing_function(c) is scope
+             and not _under_branch(c, scope) and isinstance(c.func, (ast.Name, ast.Attribute))
+             and not (ctx.qn(c) or "").startswith(("torch.", "os.", "argparse."))
+             and any(isinstance(a, ast.Name) and a.id == name for a in (*c.args, *(k.value for k in c.keywords)))]
+    if not calls:
+        return None
+    call = max(calls, key=lambda c: (c.lineno, c.col_offset))
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    from ..flow import for_context  # lazy: only namespace ranks handed to a helper get here
+
+    ana = for_context(ctx)
+    got = ana.resolve_call(ana.main, call)
+    if got is None or not isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            or not isinstance(parent(got[1]), ast.Module):
+        return None
+    view, fn = got
+    pos = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    param = next((k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == name), None)
+    if param is None:
+        idx = next(i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == name) \
+            if any(isinstance(a, ast.Name) and a.id == name for a in call.args) else None
+        param = pos[idx] if idx is not None and idx < len(pos) else None
+    if param is None or view.sem.assignments(fn).get(param):
+        return None
+    hctx = ctx if view is ana.main else _view_context(ctx, view)
+    values = _attr_stores(fn, param, e.attr)
+    if not values or any(v is None for v in values):
+        return None
+    found = None
+    for v in values:
+        if _is_zero(v):
+            continue
+        src = _global_rank(hctx, v, fn, depth + 1)
+        if src is None:
+            return None
+        found = found or src
+    if found is None:
+        return None
+    if view is ana.main:
+        return found
+    ctx.memo("ddp003.remote", dict)[id(call)] = (view.path, hctx.src.node_range(found), _how(hctx, found), fn.name)
+    return call
+
+
+def _attr_stores(fn, param: str, attr: str) -> list:
+    """The values ``fn`` stores into ``<param>.<attr>`` (an element of a tuple assigned from a tuple
+    literal counts), None for a store whose value is unknown (augmented, unpacked from a call,
+    ``setattr``)."""
+    out = []
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                if _is_param_attr(t, param, attr):
+                    out.append(n.value if isinstance(n, ast.Assign) else None)
+                elif isinstance(t, (ast.Tuple, ast.List)):
+                    for i, x in enumerate(t.elts):
+                        if _is_param_attr(x, param, attr):
+                            v = n.value
+                            ok = isinstance(n, ast.Assign) and isinstance(v, (ast.Tuple, ast.List)) \
+                                and len(v.elts) == len(t.elts) and not any(isinstance(y, ast.Starred) for y in t.elts)
+                            out.append(v.elts[i] if ok else None)
+        elif isinstance(n, ast.Constant) and n.value == attr:
+            out.append(None)  # ``setattr(args, "rank", ...)`` / ``vars(args)["rank"] = ...``
+    return out
+
+
+def _is_param_attr(t, param: str, attr: str) -> bool:
+    return isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == param
 
 
 def _under_branch(n, scope) -> bool:
