@@ -26,7 +26,9 @@ class ForwardBypassesDdp(Rule):
 
     The wrapper must be provably the DDP object (`ddp_model = DDP(...)` or `self.model = DDP(...)`
     assigned once, or a parameter of a helper, `def train_step(model, batch)`, that every call in
-    the file passes the wrapper). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
+    the file passes the wrapper; for a helper this file never calls, every call from the project's
+    other files: `engine.py: def train_one_epoch(model, ...)` called by `main.py` with the
+    wrapper). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
     method decorated with them, a method that only computes a loss from outputs the wrapper made
     (`ddp_model.module.criterion(ddp_model(x), y)`), a class that cannot be seen (third-party,
     inherited method), or a result that never reaches a `backward()`, is not flagged.

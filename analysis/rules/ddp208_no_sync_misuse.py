@@ -17,7 +17,8 @@ class NoSyncMisuse(Rule):
     ## What it does
     Checks how `DistributedDataParallel.no_sync()` is used, on a model that is provably the DDP
     wrapper (`model = DDP(...)` / `self.model = DDP(...)` assigned once, or a parameter of a helper
-    that every call in the file passes the wrapper):
+    that every call in the file passes the wrapper, or, for a helper this file never calls, every
+    call from the project's other files, as an `engine.py` training loop called by `main.py`):
 
     - `with model.no_sync(): loss.backward()` where the body has a `backward()` but no forward of
       `model`, and the forward ran before the block, in the same function;
