@@ -101,15 +101,16 @@ class ForwardBypassesDdp(Rule):
                     method = f.attr  # ``ddp_model.module.training_step(batch)``
             else:
                 continue
-            if not isinstance(holder, (ast.Name, ast.Attribute)) or not ddp_holder(ctx, holder, c):
-                continue
-            if grad_disabled(ctx, c):
+            if not isinstance(holder, (ast.Name, ast.Attribute)) or grad_disabled(ctx, c):
                 continue
             fn = enclosing_function(c)
             if fn is None:
                 continue
             back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)), None)
             if back is None:
+                continue
+            # last: whether the holder is the wrapper may read the project's other files
+            if not ddp_holder(ctx, holder, c):
                 continue
             h = ctx.text(holder)
             if method is not None:
