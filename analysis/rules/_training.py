@@ -117,17 +117,23 @@ def enclosing_function(node: ast.AST):
 
 
 def backward_calls(ctx, fn: ast.AST) -> list[ast.Call]:
-    """``x.backward()`` / ``torch.autograd.backward(x)`` calls directly in ``fn``."""
-    out = []
+    """``x.backward()`` / ``torch.autograd.backward(x)`` calls directly in ``fn`` (one pass over
+    the file's calls per check, indexed by function)."""
+    return ctx.memo("training.backward_calls", lambda: _backward_index(ctx)).get(id(fn), [])
+
+
+def _backward_index(ctx) -> dict[int, list[ast.Call]]:
+    out: dict[int, list[ast.Call]] = {}
     for c in ctx.sem.calls:
-        if enclosing_function(c) is not fn:
-            continue
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr == "backward" and (
                 isinstance(f.value, ast.Call) or ctx.qn(f.value) is None):  # not `torch.autograd.backward`
-            out.append(c)
-        elif ctx.qn(c) == "torch.autograd.backward":
-            out.append(c)
+            pass
+        elif ctx.qn(c) != "torch.autograd.backward":
+            continue
+        fn = enclosing_function(c)
+        if fn is not None:
+            out.setdefault(id(fn), []).append(c)
     return out
 
 

@@ -107,13 +107,19 @@ class DdpWrapperStateDict(Rule):
         # filter before asking, per argument, whether it holds the wrapper at that call
         bound = {ctx.text(t) for c in ddp for st in (parent(c),) if isinstance(st, ast.Assign) for t in st.targets}
         ana = None
+        bound_names = {b for b in bound if b.isidentifier()}
+        bound_attrs = bound - bound_names
         for call in ctx.sem.calls:
+            if not any((isinstance(a, ast.Name) and a.id in bound_names)
+                       or (bound_attrs and isinstance(a, ast.Attribute) and ctx.text(a) in bound_attrs)
+                       for a in (*call.args, *(k.value for k in call.keywords))):
+                continue
             if not isinstance(call.func, (ast.Name, ast.Attribute)) or (ctx.qn(call) or "").startswith("torch."):
                 continue
             passed = [(i, None, a) for i, a in enumerate(call.args)] + [(None, k.arg, k.value) for k in call.keywords]
             held = [(i, kw, a, st) for i, kw, a in passed if isinstance(a, (ast.Name, ast.Attribute))
                     and (a.id if isinstance(a, ast.Name) else ctx.text(a)) in bound
-                    and (st := is_ddp_wrapper(ctx, a, call)) is not None]
+                    and (st := _bound_wrapper(ctx, a, call)) is not None]
             if not held or any(isinstance(a, ast.Starred) for a in call.args):
                 continue
             if ana is None:
@@ -149,14 +155,36 @@ class DdpWrapperStateDict(Rule):
                 break
 
 
+def _bound_wrapper(ctx, a, call):
+    """The ``X = DDP(...)`` that binds ``a`` at ``call`` in the same scope (or ``self.X``), without
+    following parameters to their callers (the cheap question, asked of every call)."""
+    if isinstance(a, ast.Name):
+        st = reaching_assignment(ctx, a.id, call)
+        if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_QN:
+            return st
+        return None
+    return is_ddp_wrapper(ctx, a, call)
+
+
+DDP_QN = "torch.nn.parallel.DistributedDataParallel"
+
+
 def _saves_state_dict_of(view, fn, pname: str):
     """The ``torch.save`` of ``fn`` whose object holds ``<pname>.state_dict()`` (directly, in a
     dict / list, or through a name assigned once), with ``pname`` never rebound in ``fn``."""
+    memo = view.memo.setdefault("ddp204.saves_state_dict_of", {})
+    key = (id(fn), pname)
+    if key not in memo:
+        memo[key] = _saves_state_dict_uncached(view, fn, pname)
+    return memo[key]
+
+
+def _saves_state_dict_uncached(view, fn, pname: str):
     sem = view.sem
     if sem.assignments(fn).get(pname):
         return None
-    for c in sem.calls:
-        if sem.enclosing_function(c) is not fn or sem.call_qualname(c) != "torch.save":
+    for c in sem.calls_to("torch.save"):
+        if sem.enclosing_function(c) is not fn:
             continue
         obj = get_arg(c, 0, "obj")
         if obj is None:
