@@ -37,8 +37,13 @@ def project_target(ctx, call: ast.Call):
     from ..flow import for_context  # lazy: only spawns of imported targets load the project
 
     ana = for_context(ctx)
-    probe = ast.Call(func=fn, args=[], keywords=[])  # resolve the reference as a call of it
-    probe._p = call
+
+    def make_probe():
+        probe = ast.Call(func=fn, args=[], keywords=[])  # resolve the reference as a call of it
+        probe._p = call
+        return probe
+    # kept for the whole check: the analysis memoises resolutions by the call's identity
+    probe = ctx.memo(("spawn.target_probe", id(call)), make_probe)
     got = ana.resolve_call(ana.main, probe)
     if got is None or got[0] is ana.main:
         return None
