@@ -12,6 +12,7 @@ from collections import Counter
 from ..semantic import param_names, parent
 from ..torch_api import DDP_CLASS, SPAWNS
 from .assignments import reaching_assignment
+from .wrappers import _by_callee
 
 _LAUNCH = ("torch.distributed.init_process_group", DDP_CLASS, *SPAWNS,
            "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
@@ -110,7 +111,7 @@ def _call_sites(ctx, fn, owner):
     """(calls of ``fn`` in the file, whether the file may also name it other than by calling it:
     more mentions of the name in the text than calls plus the definition, a conservative test)."""
     name = fn.name
-    by_callee = ctx.memo("models.calls_by_callee", lambda: _calls_by_callee(ctx))
+    by_callee = _by_callee(ctx)  # shared per-check index: ``f(...)`` / ``self.f(...)`` by name
     sites = []
     for c in by_callee.get(name, ()):
         f = c.func
@@ -119,19 +120,13 @@ def _call_sites(ctx, fn, owner):
         elif isinstance(owner, ast.ClassDef) and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
                 and f.value.id == "self" and owner.lineno <= c.lineno <= owner.end_lineno:
             sites.append(c)
+    if not sites:
+        return sites, False
+    expected = len(sites) + len(ctx.sem.functions.get(name, ()))
+    if ctx.src.text.count(name) == expected:
+        return sites, False  # every mention of the text (a superset of the words) is accounted for
     words = ctx.memo("models.word_counts", lambda: Counter(_WORD.findall(ctx.src.text)))
-    return sites, words.get(name, 0) != len(sites) + len(ctx.sem.functions.get(name, ()))
-
-
-def _calls_by_callee(ctx) -> dict[str, list[ast.Call]]:
-    out: dict[str, list[ast.Call]] = {}
-    for c in ctx.sem.calls:
-        f = c.func
-        if isinstance(f, ast.Name):
-            out.setdefault(f.id, []).append(c)
-        elif isinstance(f, ast.Attribute):
-            out.setdefault(f.attr, []).append(c)
-    return out
+    return sites, words.get(name, 0) != expected
 
 
 def _other_self_assigns(ctx, cls: ast.ClassDef, attr: str, keep: ast.stmt) -> bool:

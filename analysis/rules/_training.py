@@ -126,10 +126,11 @@ def _backward_index(ctx) -> dict[int, list[ast.Call]]:
     out: dict[int, list[ast.Call]] = {}
     for c in ctx.sem.calls:
         f = c.func
-        if isinstance(f, ast.Attribute) and f.attr == "backward" and (
-                isinstance(f.value, ast.Call) or ctx.qn(f.value) is None):  # not `torch.autograd.backward`
-            pass
-        elif ctx.qn(c) != "torch.autograd.backward":
+        if isinstance(f, ast.Attribute) and f.attr == "backward":
+            if not (isinstance(f.value, ast.Call) or ctx.qn(f.value) is None) \
+                    and ctx.qn(c) != "torch.autograd.backward":
+                continue  # `torch.backward`-like module paths that are not autograd's
+        elif not (isinstance(f, ast.Name) and f.id == "backward" and ctx.qn(c) == "torch.autograd.backward"):
             continue
         fn = enclosing_function(c)
         if fn is not None:

@@ -68,12 +68,22 @@ class RankIndexesFixedList(Rule):
         if not isinstance(sl, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) or not isinstance(node.ctx, ast.Load):
             return
         seq = node.value
+        if not isinstance(seq, (ast.Name, ast.Attribute, ast.List, ast.Tuple, ast.Constant)):
+            return
         scope = ctx.sem.scope_of(node)
-        n = _fixed_len(ctx, seq, scope)
-        if n is None:
-            return
-        if rank_kind(ctx, sl, scope) is None:
-            return
+        if isinstance(seq, ast.Attribute):
+            # ``self.x[...]`` is common: ask the cheap question (is the index a rank?) first
+            if rank_kind(ctx, sl, scope) is None:
+                return
+            n = _fixed_len(ctx, seq, scope)
+            if n is None:
+                return
+        else:
+            n = _fixed_len(ctx, seq, scope)
+            if n is None:
+                return
+            if rank_kind(ctx, sl, scope) is None:
+                return
         if n == fixed_world_size(ctx):
             return
         what = "string" if isinstance(_literal(ctx, seq, scope), ast.Constant) else "literal"

@@ -106,12 +106,22 @@ class DdpWrapperStateDict(Rule):
         # the names (``model``, ``self.model``) that some assignment binds to the wrapper: a cheap
         # filter before asking, per argument, whether it holds the wrapper at that call
         bound = {ctx.text(t) for c in ddp for st in (parent(c),) if isinstance(st, ast.Assign) for t in st.targets}
-        ana = None
+        ana = for_context(ctx)
+        # only calls of names imported from a module that may be the project's own reach another file
+        imports = {k for k, (mod, level, _attr) in ana.main.imports.items()
+                   if level or mod.split(".", 1)[0] not in _NOT_PROJECT}
+        if not imports:
+            return
         bound_names = {b for b in bound if b.isidentifier()}
-        bound_attrs = bound - bound_names
+        bound_tails = {b.rsplit(".", 1)[-1] for b in bound - bound_names}
         for call in ctx.sem.calls:
+            f = call.func
+            if not (call.args or call.keywords) or not (
+                    (isinstance(f, ast.Name) and f.id in imports)
+                    or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in imports)):
+                continue
             if not any((isinstance(a, ast.Name) and a.id in bound_names)
-                       or (bound_attrs and isinstance(a, ast.Attribute) and ctx.text(a) in bound_attrs)
+                       or (isinstance(a, ast.Attribute) and a.attr in bound_tails)
                        for a in (*call.args, *(k.value for k in call.keywords))):
                 continue
             if not isinstance(call.func, (ast.Name, ast.Attribute)) or (ctx.qn(call) or "").startswith("torch."):
@@ -122,8 +132,6 @@ class DdpWrapperStateDict(Rule):
                     and (st := _bound_wrapper(ctx, a, call)) is not None]
             if not held or any(isinstance(a, ast.Starred) for a in call.args):
                 continue
-            if ana is None:
-                ana = for_context(ctx)
             got = ana.resolve_call(ana.main, call)
             if got is None or got[0] is ana.main or got[0].path is None:
                 continue
@@ -167,6 +175,10 @@ def _bound_wrapper(ctx, a, call):
 
 
 DDP_QN = "torch.nn.parallel.DistributedDataParallel"
+_NOT_PROJECT = frozenset({"torch", "torchvision", "numpy", "os", "sys", "math", "time", "json", "logging", "random",
+                          "argparse", "collections", "functools", "itertools", "typing", "pathlib", "shutil",
+                          "datetime", "copy", "pickle", "warnings", "dataclasses", "tqdm", "yaml", "wandb",
+                          "transformers", "timm", "re", "subprocess"})
 
 
 def _saves_state_dict_of(view, fn, pname: str):
