@@ -243,20 +243,32 @@ def code_fingerprint() -> str:
 
         h = hashlib.sha256(f"{__version__}|{sys.version_info[:2]}|{FORMAT}".encode())
         here = os.path.dirname(os.path.abspath(__file__))
-        for folder in (here, os.path.join(here, "rules")):
+        for path in fingerprint_files():
             try:
-                names = sorted(os.listdir(folder))
+                st = os.stat(path)
             except OSError:
                 continue
-            for n in names:
-                if n.endswith(".py"):
-                    try:
-                        st = os.stat(os.path.join(folder, n))
-                    except OSError:
-                        continue
-                    h.update(f"{n}:{st.st_size}:{st.st_mtime_ns};".encode())
+            h.update(f"{os.path.relpath(path, here)}:{st.st_size}:{st.st_mtime_ns};".encode())
         _code_fp = h.hexdigest()
     return _code_fp
+
+
+def fingerprint_files() -> list[str]:
+    """The modules whose change invalidates cached findings: the analysis package and every
+    subpackage of it (``rules/``, ``flow/``, ...)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    try:
+        subs = sorted(d for d in os.listdir(here) if os.path.isfile(os.path.join(here, d, "__init__.py")))
+    except OSError:
+        return out
+    for folder in (here, *(os.path.join(here, d) for d in subs)):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        out.extend(os.path.join(folder, n) for n in names if n.endswith(".py"))
+    return out
 
 
 def settings_fingerprint(settings) -> str:

@@ -215,3 +215,12 @@ def test_no_cache_flag_is_documented():
     r = subprocess.run([sys.executable, "-m", "ddp_lint", "check", "--help"], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert "--no-cache" in r.stdout and "--no-respect-gitignore" in r.stdout
+
+
+def test_code_fingerprint_covers_every_analysis_subpackage():
+    # a change to the flow layer (or any other subpackage the rules import) changes findings, so
+    # it must invalidate the cache just like a change to a rule module
+    files = {os.path.relpath(p, os.path.dirname(cache_mod.__file__)) for p in cache_mod.fingerprint_files()}
+    assert os.path.join("rules", "ddp003_global_rank_as_device.py") in files
+    assert os.path.join("flow", "models.py") in files
+    assert "engine.py" in files

@@ -103,3 +103,42 @@ def dominates(stmt: ast.stmt, node: ast.AST) -> bool:
             return False
         n = parent(n)
     return False
+
+
+def self_attr_value(ctx, attr: ast.AST):
+    """The value of ``self.<attr>`` when the class holding ``attr`` assigns it exactly once, by a
+    plain ``self.<attr> = value`` (no augmented, tuple or ``setattr`` store, no other method
+    rebinding it); None otherwise. One walk of the class per check (memoised)."""
+    if not (isinstance(attr, ast.Attribute) and isinstance(attr.value, ast.Name) and attr.value.id == "self"):
+        return None
+    cls = None
+    p = parent(attr)
+    while p is not None:
+        if isinstance(p, ast.ClassDef):
+            cls = p
+            break
+        p = parent(p)
+    if cls is None:
+        return None
+    stores = ctx.memo(("assignments.self_stores", id(cls)), lambda: _self_stores(cls))
+    got = stores.get(attr.attr)
+    if not got or len(got) != 1 or got[0] is None:
+        return None
+    return got[0]
+
+
+def _self_stores(cls: ast.ClassDef) -> dict[str, list]:
+    """attr -> the values of plain ``self.attr = value`` stores in the class (None for any other
+    kind of store; a name given as a string constant, ``setattr(self, "attr", ...)``, counts too)."""
+    out: dict[str, list] = {}
+    for n in ast.walk(cls):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "self" \
+                            and isinstance(x.ctx, ast.Store):
+                        plain = isinstance(n, ast.Assign) and x is t and n.value is not None
+                        out.setdefault(x.attr, []).append(n.value if plain else None)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+            out.setdefault(n.value, []).append(None)
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from .assignments import reaching_assignment
 
 _MOVE_METHODS = frozenset({"to", "cuda", "to_empty", "xpu", "npu", "mps"})
@@ -167,7 +167,36 @@ def constructs_cpu_module(ctx, call: ast.Call) -> bool:
         cls = _file_classes(ctx).get(call.func.id)
         if cls is not None and _is_module_class(ctx, cls) and not _class_places_itself(ctx, cls):
             return True
+    if not qn.startswith(("torch.", "torchvision.", "timm.")) and isinstance(call.func, (ast.Name, ast.Attribute)) \
+            and getattr(ctx, "_devices_view", None) is None:
+        return _project_cpu_module(ctx, call)
     return False
+
+
+def _project_cpu_module(ctx, call: ast.Call) -> bool:
+    """``SmallNet()`` whose class lives in another file of the project (``from models.net import
+    SmallNet``): an ``nn.Module`` subclass there that never places itself (judged in its own
+    module, with the same rules as a class of this file)."""
+    from . import for_context  # lazy: only module constructors handed to DDP get here
+
+    ana = for_context(ctx)
+    got = ana.resolve_call(ana.main, call)
+    if got is None or got[0] is ana.main or got[1].name != "__init__":
+        return False
+    view, init = got
+    cls = parent(init)
+    if not isinstance(cls, ast.ClassDef) or not isinstance(parent(cls), ast.Module):
+        return False
+
+    def build():
+        from ..context import Context
+        from ..source import SourceText
+
+        c = Context(SourceText(view.text), view.sem, view.path)
+        c._devices_view = view
+        return c
+    vctx = ctx.memo(("devices.view_ctx", view.path), build)
+    return _is_module_class(vctx, cls) and not _class_places_itself(vctx, cls)
 
 
 def on_device(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool | None:
@@ -184,6 +213,8 @@ def on_device(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool | None:
         if (ctx.qn(expr) or "") in _PASS_THROUGH and expr.args:
             return on_device(ctx, expr.args[0], at, depth + 1)
         return None
+    if _is_self_attr(expr):
+        return _self_attr_on_device(ctx, expr, at, depth)
     if not isinstance(expr, ast.Name):
         return None
     name = expr.id
@@ -220,6 +251,55 @@ def on_device(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool | None:
             if isinstance(a, ast.Name) and a.id == name:
                 return None  # handed to code we do not follow
     if _under_device_context(ctx, at) or any(_under_device_context(ctx, b) for b in before):
+        return None
+    return False
+
+
+def _is_self_attr(e) -> bool:
+    return isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"
+
+
+def _self_attr_on_device(ctx, expr: ast.Attribute, at: ast.AST, depth: int) -> bool | None:
+    """``self.net`` handed to DDP in a method: False when every assignment of ``self.net`` in the
+    class is a plain one earlier in the same block of that method that builds a CPU module, and
+    nothing between it and the wrap moves it, passes it on, or calls another method of ``self``
+    (which could move it)."""
+    sem = ctx.sem
+    fn = sem.enclosing_function(at)
+    if fn is None or not isinstance(getattr(fn, "_p", None), ast.ClassDef):
+        return None
+    cls = fn._p
+    attr = expr.attr
+    stores = []
+    for n in ast.walk(cls):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                for x in ast.walk(t):
+                    if _is_self_attr(x) and x.attr == attr and isinstance(x.ctx, ast.Store):
+                        stores.append((n, x is t))
+    before = [(n, plain) for n, plain in stores if n.lineno < at.lineno and sem.enclosing_function(n) is fn]
+    st_at = sem.statement_of(at)
+    others = [n for n, _ in stores if n not in [b for b, _ in before] and n is not st_at]
+    if len(before) != 1 or others or not before[0][1] or not isinstance(before[0][0], ast.Assign) \
+            or getattr(before[0][0], "_p", None) is not getattr(st_at, "_p", None):
+        return None
+    st = before[0][0]
+    if on_device(ctx, st.value, st, depth + 1) is not False:
+        return None
+    for c in sem.calls:
+        if c.lineno < st.lineno or c.lineno > at.lineno or c is at or sem.enclosing_function(c) is not fn:
+            continue
+        f = c.func
+        if isinstance(f, ast.Attribute) and _is_self_attr(f.value) and f.value.attr == attr and f.attr in _MOVE_METHODS:
+            return True
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            return None  # another method of the object may move it
+        if (ctx.qn(c) or "") in _PASS_THROUGH:
+            continue
+        for a in (*c.args, *(k.value for k in c.keywords)):
+            if (_is_self_attr(a) and a.attr == attr) or (isinstance(a, ast.Name) and a.id == "self"):
+                return None
+    if _under_device_context(ctx, at) or _under_device_context(ctx, st):
         return None
     return False
 

@@ -6,10 +6,13 @@ Local dataflow in one scope (plus module level), over the semantic indexes.
 from __future__ import annotations
 
 import ast
+import re
+from collections import Counter
 
-from ..semantic import parent
+from ..semantic import param_names, parent
 from ..torch_api import DDP_CLASS, SPAWNS
 from .assignments import reaching_assignment
+from .wrappers import _by_callee
 
 _LAUNCH = ("torch.distributed.init_process_group", DDP_CLASS, *SPAWNS,
            "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
@@ -27,13 +30,16 @@ def ddp_calls(ctx) -> list[ast.Call]:
     return ctx.sem.calls_to(DDP_CLASS)
 
 
-def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST):
+def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
     """The ``X = DDP(...)`` assignment when ``expr`` (a name or ``self.attr``) holds the DDP wrapper
-    at ``at``; else None."""
+    at ``at``; else None. A parameter holds it when every call of its function in the file passes
+    the wrapper (``train_one_epoch(ddp_model, ...)``, two calls deep at most)."""
     if isinstance(expr, ast.Name):
         st = reaching_assignment(ctx, expr.id, at)
         if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_CLASS:
             return st
+        if st is None and depth < 2:
+            return _param_wrapper(ctx, expr.id, at, depth)
         return None
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         cls = next((a for a in ctx.sem.ancestors(expr) if isinstance(a, ast.ClassDef)), None)
@@ -50,6 +56,77 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST):
         if len(found) == 1 and not _other_self_assigns(ctx, cls, expr.attr, found[0]):
             return found[0]
     return None
+
+
+def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
+    """The caller's ``X = DDP(...)`` when ``name`` is a parameter of the function holding ``at``,
+    never rebound there, and every call of that function in the file passes the DDP wrapper for it
+    (a module-level function called by name, or a method called as ``self.method(...)``). A
+    function also referenced other than by a call (a callback, a spawn target) is not followed."""
+    sem = ctx.sem
+    fn = sem.enclosing_function(at)
+    if fn is None or name not in param_names(fn) or sem.assignments(fn).get(name):
+        return None
+    memo = ctx.memo("models.param_wrapper", dict)
+    key = (id(fn), name)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # recursion guard
+    owner = parent(fn)
+    a = fn.args
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+    if isinstance(owner, ast.ClassDef):
+        if not pos or pos[0] != "self" or any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+                                             for d in fn.decorator_list):
+            return None
+        pos = pos[1:]
+    elif not isinstance(owner, ast.Module):
+        return None
+    idx = pos.index(name) if name in pos else None
+    sites, refs = _call_sites(ctx, fn, owner)
+    if not sites or refs:
+        return None
+    found = None
+    for c in sites:
+        arg = None
+        if idx is not None and idx < len(c.args):
+            arg = c.args[idx]
+        else:
+            arg = next((k.value for k in c.keywords if k.arg == name), None)
+        if arg is None or any(isinstance(x, ast.Starred) for x in c.args[: (idx or 0) + 1]) \
+                or any(k.arg is None for k in c.keywords):
+            return None
+        st = is_ddp_wrapper(ctx, arg, c, depth + 1) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        if st is None:
+            return None
+        found = found or st
+    memo[key] = found
+    return found
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _call_sites(ctx, fn, owner):
+    """(calls of ``fn`` in the file, whether the file may also name it other than by calling it:
+    more mentions of the name in the text than calls plus the definition, a conservative test)."""
+    name = fn.name
+    by_callee = _by_callee(ctx)  # shared per-check index: ``f(...)`` / ``self.f(...)`` by name
+    sites = []
+    for c in by_callee.get(name, ()):
+        f = c.func
+        if isinstance(owner, ast.Module) and isinstance(f, ast.Name):
+            sites.append(c)
+        elif isinstance(owner, ast.ClassDef) and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                and f.value.id == "self" and owner.lineno <= c.lineno <= owner.end_lineno:
+            sites.append(c)
+    if not sites:
+        return sites, False
+    expected = len(sites) + len(ctx.sem.functions.get(name, ()))
+    if ctx.src.text.count(name) == expected:
+        return sites, False  # every mention of the text (a superset of the words) is accounted for
+    words = ctx.memo("models.word_counts", lambda: Counter(_WORD.findall(ctx.src.text)))
+    return sites, words.get(name, 0) != expected
 
 
 def _other_self_assigns(ctx, cls: ast.ClassDef, attr: str, keep: ast.stmt) -> bool:

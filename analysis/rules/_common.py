@@ -216,3 +216,47 @@ def project_callers(ctx, names) -> list:
         return out
 
     return ctx.memo(("common.project_callers", names), build)
+
+
+def helper_returns(ctx, call: ast.Call, pred, depth: int = 0):
+    """For ``call`` (no arguments) of a function of this file or of another file of the project
+    (``from utils.comm import num_gpus``; a method of the class through ``self.``): the value of
+    ``pred(hctx, expr, fn, depth)`` for its returned expression, when every ``return`` of it gives
+    the same non-None answer; else None. ``hctx`` is a rule context over the helper's own module,
+    so ``pred`` may recurse into the helper's own helpers with it (``depth`` bounds that)."""
+    if depth > 2 or call.args or call.keywords or not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return None
+    from ..flow import for_context  # lazy: only calls a rule asks about load the project
+    from ..semantic import iter_scope_nodes
+
+    main = getattr(ctx, "_helper_main", ctx)
+    ana = for_context(main)
+    view = getattr(ctx, "_helper_view", None) or ana.main
+    got = ana.resolve_call(view, call)
+    if got is None:
+        return None
+    view2, fn = got
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
+        return None
+    hctx = ctx if view2 is view else _helper_context(main, view2)
+    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
+    if not rets or any(r.value is None for r in rets) \
+            or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in iter_scope_nodes(fn)):
+        return None
+    answers = {pred(hctx, r.value, fn, depth + 1) for r in rets}
+    if len(answers) != 1:
+        return None
+    return answers.pop()
+
+
+def _helper_context(main, view):
+    """A rule context over another module of the project (one per module and check)."""
+    from ..context import Context
+    from ..source import SourceText
+
+    def build():
+        c = Context(SourceText(view.text), view.sem, view.path)
+        c._helper_main = main
+        c._helper_view = view
+        return c
+    return main.memo(("common.helper_ctx", view.path), build)

@@ -26,6 +26,33 @@ def target_def(ctx, call: ast.Call) -> ast.AST | None:
     return d
 
 
+def project_target(ctx, call: ast.Call):
+    """(view, function) for ``mp.spawn(fn, ...)`` whose ``fn`` is a function imported from another
+    file of the project (``from engine.worker import run`` / ``worker.run``); None otherwise."""
+    fn = get_arg(call, 0, "fn")
+    if not isinstance(fn, (ast.Name, ast.Attribute)) or target_def(ctx, call) is not None:
+        return None
+    if isinstance(fn, ast.Attribute) and not isinstance(fn.value, ast.Name):
+        return None
+    from ..flow import for_context  # lazy: only spawns of imported targets load the project
+
+    ana = for_context(ctx)
+
+    def make_probe():
+        probe = ast.Call(func=fn, args=[], keywords=[])  # resolve the reference as a call of it
+        probe._p = call
+        return probe
+    # kept for the whole check: the analysis memoises resolutions by the call's identity
+    probe = ctx.memo(("spawn.target_probe", id(call)), make_probe)
+    got = ana.resolve_call(ana.main, probe)
+    if got is None or got[0] is ana.main:
+        return None
+    view, d = got
+    if d.name == "__init__" or isinstance(parent(d), ast.ClassDef):
+        return None  # a class: mp.spawn would construct it
+    return view, d
+
+
 _UNKNOWN: set[int] = set()  # identity-compared sentinel: the file spawns something we cannot follow
 
 

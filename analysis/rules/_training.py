@@ -13,10 +13,48 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
 def ddp_holder(ctx, expr: ast.AST, at: ast.AST) -> bool:
-    """``expr`` (a name or ``self.attr``) provably holds the DDP wrapper at ``at``."""
+    """``expr`` (a name or ``self.attr``) provably holds the DDP wrapper at ``at``: bound to it
+    here, a parameter every call of this file fills with it, or a parameter of a module-level
+    function that this file never calls and every call from the project's other files fills with
+    it (``engine.py: def train_one_epoch(model, ...)`` called by ``main.py`` with the wrapper)."""
     if is_ddp_wrapper(ctx, expr, at) is not None:
         return True
-    return _self_attr_wrapped_in_init(ctx, expr, at)
+    return _self_attr_wrapped_in_init(ctx, expr, at) or _param_from_project(ctx, expr, at)
+
+
+def _param_from_project(ctx, expr, at) -> bool:
+    if not isinstance(expr, ast.Name):
+        return False
+    fn = next((a for a in ctx.sem.ancestors(at) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if fn is None or not isinstance(parent(fn), ast.Module) or ctx.sem.assignments(fn).get(expr.id):
+        return False
+    pos = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if expr.id not in pos and expr.id not in [a.arg for a in fn.args.kwonlyargs]:
+        return False
+    if any(isinstance(c.func, ast.Name) and c.func.id == fn.name for c in ctx.sem.calls):
+        return False  # called in this file: ``is_ddp_wrapper`` already judged those calls
+    memo = ctx.memo("training.param_from_project", dict)
+    key = (id(fn), expr.id)
+    if key not in memo:
+        memo[key] = _every_caller_passes_wrapper(ctx, fn, expr.id, pos)
+    return memo[key]
+
+
+def _every_caller_passes_wrapper(ctx, fn, name: str, pos: list[str]) -> bool:
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    sites = [(caller, call) for caller, call, node in project_callers(ctx, {fn.name}) if node is fn]
+    if not sites:
+        return False
+    for caller, call in sites:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return False
+        arg = next((k.value for k in call.keywords if k.arg == name), None)
+        if arg is None and name in pos and pos.index(name) < len(call.args):
+            arg = call.args[pos.index(name)]
+        if not isinstance(arg, (ast.Name, ast.Attribute)) or is_ddp_wrapper(caller, arg, call) is None:
+            return False
+    return True
 
 
 def _self_attr_wrapped_in_init(ctx, expr, at) -> bool:
@@ -79,16 +117,24 @@ def enclosing_function(node: ast.AST):
 
 
 def backward_calls(ctx, fn: ast.AST) -> list[ast.Call]:
-    """``x.backward()`` / ``torch.autograd.backward(x)`` calls directly in ``fn``."""
-    out = []
+    """``x.backward()`` / ``torch.autograd.backward(x)`` calls directly in ``fn`` (one pass over
+    the file's calls per check, indexed by function)."""
+    return ctx.memo("training.backward_calls", lambda: _backward_index(ctx)).get(id(fn), [])
+
+
+def _backward_index(ctx) -> dict[int, list[ast.Call]]:
+    out: dict[int, list[ast.Call]] = {}
     for c in ctx.sem.calls:
-        if enclosing_function(c) is not fn:
-            continue
         f = c.func
-        if isinstance(f, ast.Attribute) and f.attr == "backward" and ctx.qn(f.value) is None:
-            out.append(c)
-        elif ctx.qn(c) == "torch.autograd.backward":
-            out.append(c)
+        if isinstance(f, ast.Attribute) and f.attr == "backward":
+            if not (isinstance(f.value, ast.Call) or ctx.qn(f.value) is None) \
+                    and ctx.qn(c) != "torch.autograd.backward":
+                continue  # `torch.backward`-like module paths that are not autograd's
+        elif not (isinstance(f, ast.Name) and f.id == "backward" and ctx.qn(c) == "torch.autograd.backward"):
+            continue
+        fn = enclosing_function(c)
+        if fn is not None:
+            out.setdefault(id(fn), []).append(c)
     return out
 
 

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import ast
+import os
 
+from ..context import Context
+from ..source import SourceText
 from ..model import Applicability, Severity
-from ..registry import Rule
-from ..semantic import Semantic, get_arg, parent
-from ..flow.assignments import name_binding_kind
+from ..registry import NoCase, Rule
+from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
+from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
 from ._common import DDP_CLASS, D
@@ -22,9 +25,15 @@ class GlobalRankAsDevice(Rule):
     variable assigned once) used as a CUDA device index: `torch.cuda.set_device(rank)`,
     `torch.device("cuda", rank)`, `torch.device(f"cuda:{rank}")`, `.to(rank)`, `.cuda(rank)`,
     `with torch.cuda.device(rank)`, `DistributedDataParallel(..., device_ids=[rank])` /
-    `output_device=rank`. The rank is also followed through the file's own helpers: a function
-    that returns `int(os.environ["RANK"])`, a parameter that every call site fills with the global
-    rank, and `self.rank` assigned once from it.
+    `output_device=rank`. The rank is also followed through helpers: a function of this file, a
+    method of the class, or a function of another file of the project (`from utils.env import
+    get_rank_from_env`, `import utils.dist as du; du.get_rank()`) whose every `return` is the
+    global rank (`int(os.environ["RANK"])`, `dist.get_rank()`, another such helper) or the
+    single-process fallback `0`; an element of a tuple such a helper returns
+    (`rank, world = init_dist()`, `rank, _ = get_dist_info()`); a variable set to the global rank
+    on one path and to the fallback `0` on another (`rank = 0` / `if dist.is_initialized(): rank =
+    dist.get_rank()`); a parameter that every call site fills with the global rank; and
+    `self.rank` assigned once from it.
 
     The value given to `init_process_group(rank=...)` is the global rank by definition, so the same
     variable or attribute used as a device in that function is flagged too (`args.rank` from
@@ -34,7 +43,10 @@ class GlobalRankAsDevice(Rule):
     the local rank, a constant or `x % n` is not.
 
     A namespace attribute is followed too: `args.rank = int(os.environ["RANK"])` earlier in the
-    function (unconditionally), or, when the function does not set it and `args` comes from
+    function (unconditionally); a helper of this file or of the project that the function calls
+    with `args` first (`init_distributed_mode(args)`) and that sets `args.rank` only to the global
+    rank (`RANK` on one branch, `SLURM_PROCID` on another) or to the single-process `0`; or, when
+    the function does not set it and `args` comes from
     `parse_args()`, the `default=` of the one `add_argument("--rank", ...)` that defines it
     (`default=int(os.environ.get("RANK", 0))`).
 
@@ -79,7 +91,9 @@ class GlobalRankAsDevice(Rule):
     name = "global-rank-as-device"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("get_rank", "RANK", "SLURM_PROCID", "PMI_RANK", "init_process_group")
+    # any spelling of "rank" (`get_rank`, `RANK`, `args.rank`, `get_rank_from_env`), SLURM's id,
+    # or an init whose `rank=` may be the device
+    requires_text = (NoCase("rank"), "SLURM_PROCID", "init_process_group")
 
     def finish(self, ctx) -> None:
         if is_test_file(ctx.filename):
@@ -123,8 +137,22 @@ class GlobalRankAsDevice(Rule):
             scope = sem.scope_of(call)
             for site in sites:
                 src = _global_rank(ctx, site, scope, 0)
+                remote = ctx.memo("ddp003.remote", dict).get(id(src)) if src is not None else None
+                if remote is not None:
+                    path, rng, how, helper = remote
+                    rel = os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename))) \
+                        if ctx.filename and not ctx.filename.startswith("<") else path
+                    how = f"{how} through `{helper}()`, {rel}:{rng.start.line + 1}"
+                    ctx.report(
+                        call,
+                        _MESSAGE.format(how=how),
+                        related=[(src, "this helper gives the global rank"),
+                                 ("file", path, rng, "the global rank comes from here")],
+                        fix=_make_fix(ctx, site),
+                    )
+                    break
                 if src is not None:
-                    how = "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
+                    how = _how(ctx, src)
                 else:
                     src = _init_rank(ctx, site, scope)
                     if src is None:
@@ -156,21 +184,16 @@ def _global_rank(ctx, site, scope, depth: int):
     e = site
     while isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1:
         e = e.args[0]
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.args and not e.keywords:
-        fns = sem.functions.get(e.func.id, [])
-        if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
-            fn = fns[0]
-            rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
-            if rets and all(r.value is not None for r in rets) and \
-                    not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
-                srcs = [_global_rank(ctx, r.value, fn, depth + 1) for r in rets]
-                if all(x is not None for x in srcs):
-                    return srcs[0]
-        return None
+    if isinstance(e, ast.Call):
+        return _helper_rank(ctx, e, depth)
     if isinstance(e, ast.Name):
         kind, val = name_binding_kind(ctx, e.id, scope)
         if kind == "single" and (isinstance(val, ast.Call) or isinstance(val, ast.Attribute) and _ref_path(val)):
             return _global_rank(ctx, val, sem.scope_of(val), depth + 1)  # `gpu = args.rank`
+        if kind == "single" and val is None:
+            return _unpacked_rank(ctx, e.id, scope, depth)  # `rank, world = init_dist()`
+        if kind == "multi" and val:
+            return _fallback_rank(ctx, e.id, scope, val, depth)
         if kind == "param" and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                 isinstance(parent(scope), ast.Module):
             return _param_filled_with_rank(ctx, scope, e.id, depth)
@@ -188,6 +211,136 @@ def _global_rank(ctx, site, scope, depth: int):
     return None
 
 
+def _is_zero(e) -> bool:
+    return isinstance(e, ast.Constant) and type(e.value) is int and e.value == 0
+
+
+def _helper_rank(ctx, call, depth: int, index: int | None = None):
+    """``call`` (no arguments) of a helper whose every return is the global rank (element
+    ``index`` of a returned tuple when given): a function of this file, a method of the class, or
+    a function of another file of the project."""
+    if call.args or call.keywords or not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return None
+    if isinstance(call.func, ast.Name):
+        fns = ctx.sem.functions.get(call.func.id, [])
+        if len(fns) == 1 and isinstance(parent(fns[0]), ast.Module):
+            return _returns_global_rank(ctx, fns[0], depth, index)
+    return _project_helper_rank(ctx, call, depth, index)
+
+
+def _unpacked_rank(ctx, name: str, scope, depth: int):
+    """``name`` bound once by ``rank, world = helper()``: element of the helper's returned tuple."""
+    binds = ctx.sem.assignments(scope).get(name) or ctx.sem.assignments(ctx.sem.tree).get(name) or []
+    if len(binds) != 1:
+        return None
+    st = binds[0]
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], (ast.Tuple, ast.List))
+            and isinstance(st.value, ast.Call)):
+        return None
+    elts = st.targets[0].elts
+    if any(isinstance(t, ast.Starred) for t in elts):
+        return None
+    idx = next((i for i, t in enumerate(elts) if isinstance(t, ast.Name) and t.id == name), None)
+    if idx is None:
+        return None
+    return _helper_rank(ctx, st.value, depth + 1, idx)
+
+
+def _fallback_rank(ctx, name: str, scope, vals, depth: int):
+    """``name`` bound several times, each to the global rank or to the single-process fallback
+    ``0`` (``rank = 0`` / ``if dist.is_initialized(): rank = dist.get_rank()``), with no ``0``
+    binding that always runs after a global one (it would override it)."""
+    binds = ctx.sem.assignments(scope).get(name) or []
+    if len(binds) != len(vals) or len(vals) > 4:
+        return None
+    found, zeros, globals_ = None, [], []
+    for b, v in zip(binds, vals):
+        if _is_zero(v):
+            zeros.append(b)
+            continue
+        src = _global_rank(ctx, v, ctx.sem.scope_of(v), depth + 1)
+        if src is None:
+            return None
+        found = found or src
+        globals_.append(b)
+    if found is None or any(dominates(g, z) for g in globals_ for z in zeros):
+        return None
+    return found
+
+
+def _returns_global_rank(ctx, fn, depth: int, index: int | None = None):
+    """The global-rank source of ``fn`` when every ``return`` of it gives the global rank (element
+    ``index`` of a returned tuple when given), or a constant ``0`` (the single-process fallback of
+    ``get_rank()`` helpers) with at least one real global rank; else None."""
+    if depth > 4:
+        return None
+    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
+    if not rets or any(r.value is None for r in rets) or \
+            any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in iter_scope_nodes(fn)):
+        return None
+    found = None
+    for r in rets:
+        v = r.value
+        if index is not None:
+            if not isinstance(v, (ast.Tuple, ast.List)) or len(v.elts) <= index \
+                    or any(isinstance(x, ast.Starred) for x in v.elts):
+                return None
+            v = v.elts[index]
+        if _is_zero(v):
+            continue
+        src = _global_rank(ctx, v, fn, depth + 1)
+        if src is None:
+            return None
+        found = found or src
+    return found
+
+
+def _project_helper_rank(ctx, call, depth: int, index: int | None = None):
+    """``call`` (no arguments) runs a function of another file of the project (or a method of this
+    class) whose every return is the global rank: the call itself, with the helper's source noted
+    for the finding (``ddp003.remote``)."""
+    if depth > 3:
+        return None
+    from ..flow import for_context  # lazy: only device uses that are helper calls load the project
+
+    main = getattr(ctx, "_ddp003_main", ctx)
+    ana = for_context(main)
+    view = getattr(ctx, "_ddp003_view", None) or ana.main
+    got = ana.resolve_call(view, call)
+    if got is None:
+        return None
+    view2, fn = got
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
+        return None
+    if view2 is view:
+        if view2 is ana.main and isinstance(parent(fn), ast.Module):
+            return None  # this file's own functions are read above
+        return _returns_global_rank(ctx, fn, depth + 1, index)
+    ctx2 = _view_context(main, view2)
+    src = _returns_global_rank(ctx2, fn, depth + 1, index)
+    if src is None:
+        return None
+    remote = main.memo("ddp003.remote", dict)
+    inner = remote.get(id(src))
+    remote[id(call)] = inner if inner is not None else (
+        view2.path, ctx2.src.node_range(src), _how(ctx2, src), fn.name)
+    return call
+
+
+def _view_context(main, view):
+    """A rule context over another module of the project (memoised per check)."""
+    def build():
+        c = Context(SourceText(view.text), view.sem, view.path)
+        c._ddp003_main = main
+        c._ddp003_view = view
+        return c
+    return main.memo(("ddp003.view_ctx", view.path), build)
+
+
+def _how(ctx, src) -> str:
+    return "`dist.get_rank()`" if isinstance(src, ast.Call) and not _is_env(ctx, src) else "`RANK`"
+
+
 def _namespace_rank(ctx, e, scope, depth: int):
     """``args.rank`` (an attribute of a namespace, not ``self``): the value of its last store in the
     function before the use (``args.rank = int(os.environ["RANK"])``), or, with no store there, the
@@ -201,6 +354,9 @@ def _namespace_rank(ctx, e, scope, depth: int):
         return _global_rank(ctx, n.value, scope, depth + 1)
     if _stores(scope, e) or not isinstance(e.value, ast.Name):
         return None
+    via = _set_by_helper(ctx, e, scope, depth)
+    if via is not None:
+        return via
     base = _stores(scope, e.value)
     if len(base) != 1 or not isinstance(base[0][0], ast.Assign) or not _from_parse_args(ctx, base[0][0].value):
         return None
@@ -208,6 +364,85 @@ def _namespace_rank(ctx, e, scope, depth: int):
     if default is None:
         return None
     return global_rank_source(ctx, default, ctx.sem.scope_of(default))
+
+
+def _set_by_helper(ctx, e, scope, depth: int):
+    """``init_distributed_mode(args)`` earlier in the function, unconditionally, where the helper (a
+    module-level function of this file or of another project file) sets ``<param>.rank`` only to the
+    global rank (``args.rank = int(os.environ["RANK"])``, ``int(os.environ["SLURM_PROCID"])`` on
+    another branch) or to the single-process ``0``: the attribute holds the global rank after it."""
+    if depth > 2 or getattr(ctx, "_ddp003_view", None) is not None:
+        return None
+    name = e.value.id
+    calls = [c for c in ctx.sem.calls if c.lineno < e.lineno and ctx.sem.enclosing_function(c) is scope
+             and not _under_branch(c, scope) and isinstance(c.func, (ast.Name, ast.Attribute))
+             and not (ctx.qn(c) or "").startswith(("torch.", "os.", "argparse."))
+             and any(isinstance(a, ast.Name) and a.id == name for a in (*c.args, *(k.value for k in c.keywords)))]
+    if not calls:
+        return None
+    call = max(calls, key=lambda c: (c.lineno, c.col_offset))
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    from ..flow import for_context  # lazy: only namespace ranks handed to a helper get here
+
+    ana = for_context(ctx)
+    got = ana.resolve_call(ana.main, call)
+    if got is None or not isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            or not isinstance(parent(got[1]), ast.Module):
+        return None
+    view, fn = got
+    pos = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    param = next((k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == name), None)
+    if param is None:
+        idx = next(i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == name) \
+            if any(isinstance(a, ast.Name) and a.id == name for a in call.args) else None
+        param = pos[idx] if idx is not None and idx < len(pos) else None
+    if param is None or view.sem.assignments(fn).get(param):
+        return None
+    hctx = ctx if view is ana.main else _view_context(ctx, view)
+    values = _attr_stores(fn, param, e.attr)
+    if not values or any(v is None for v in values):
+        return None
+    found = None
+    for v in values:
+        if _is_zero(v):
+            continue
+        src = _global_rank(hctx, v, fn, depth + 1)
+        if src is None:
+            return None
+        found = found or src
+    if found is None:
+        return None
+    if view is ana.main:
+        return found
+    ctx.memo("ddp003.remote", dict)[id(call)] = (view.path, hctx.src.node_range(found), _how(hctx, found), fn.name)
+    return call
+
+
+def _attr_stores(fn, param: str, attr: str) -> list:
+    """The values ``fn`` stores into ``<param>.<attr>`` (an element of a tuple assigned from a tuple
+    literal counts), None for a store whose value is unknown (augmented, unpacked from a call,
+    ``setattr``)."""
+    out = []
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                if _is_param_attr(t, param, attr):
+                    out.append(n.value if isinstance(n, ast.Assign) else None)
+                elif isinstance(t, (ast.Tuple, ast.List)):
+                    for i, x in enumerate(t.elts):
+                        if _is_param_attr(x, param, attr):
+                            v = n.value
+                            ok = isinstance(n, ast.Assign) and isinstance(v, (ast.Tuple, ast.List)) \
+                                and len(v.elts) == len(t.elts) and not any(isinstance(y, ast.Starred) for y in t.elts)
+                            out.append(v.elts[i] if ok else None)
+        elif isinstance(n, ast.Constant) and n.value == attr:
+            out.append(None)  # ``setattr(args, "rank", ...)`` / ``vars(args)["rank"] = ...``
+    return out
+
+
+def _is_param_attr(t, param: str, attr: str) -> bool:
+    return isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == param
 
 
 def _under_branch(n, scope) -> bool:

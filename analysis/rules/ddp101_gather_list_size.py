@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import iter_scope_nodes, get_arg
-from ._common import D, const_int, const_str, fixed_world_size, is_simple_ref
+from ._common import helper_returns, D, const_int, const_str, fixed_world_size, is_simple_ref
 
 # op -> (output list position, keyword), (input position, keyword), (group position)
 _OPS = {
@@ -44,7 +44,8 @@ class GatherListSize(Rule):
       `torch.split(t, k)`, `t.tensor_split(n)`: never empty); a `split` whose receiver is not
       provably a tensor (a string's) is left alone;
     - an output list sized by `torch.cuda.device_count()` or `LOCAL_WORLD_SIZE`, the GPUs of
-      **one node**, for a collective over the whole world. Not flagged on a subgroup (`group=`),
+      **one node**, for a collective over the whole world (also through a helper of this file or
+      of another project file whose every return is one: `[None] * num_gpus()`). Not flagged on a subgroup (`group=`),
       nor when the file makes the world one node itself (`mp.spawn`, a `world_size` computed from
       `device_count()`).
 
@@ -315,6 +316,11 @@ def _per_node(ctx, e, scope, depth: int = 0) -> str | None:
             return _per_node(ctx, e.args[0], scope, depth + 1)
         if qn in ("os.getenv", "os.environ.get") and e.args and const_str(e.args[0]) == "LOCAL_WORLD_SIZE":
             return "LOCAL_WORLD_SIZE"
+        if qn is None or not qn.startswith(("torch.", "os.")):
+            # a helper of this file or of the project whose every return counts the node's GPUs
+            got = helper_returns(ctx, e, lambda h, r, fn, d: _per_node(h, r, fn, depth + 1 + d), depth)
+            if got is not None:
+                return f"`{ctx.text(e)}` ({got})"
         return None
     if isinstance(e, ast.Subscript) and ctx.qn(e.value) == "os.environ" and const_str(e.slice) == "LOCAL_WORLD_SIZE":
         return "LOCAL_WORLD_SIZE"

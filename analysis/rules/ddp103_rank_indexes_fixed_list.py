@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import iter_scope_nodes
-from ..flow.assignments import name_binding_kind
+from ..flow.assignments import name_binding_kind, self_attr_value
 from ..flow.rank_tests import rank_kind
 from ..flow.testing import is_test_file
 from ._common import fixed_world_size
@@ -16,8 +16,9 @@ _MUTATORS = frozenset({"append", "extend", "insert", "__setitem__", "__iadd__"})
 class RankIndexesFixedList(Rule):
     """
     ## What it does
-    Checks for a fixed-length literal (a list, a tuple or a string, directly or through a name
-    assigned once and never grown) indexed by the rank: `["foo", 12, {1: 2}][dist.get_rank()]`,
+    Checks for a fixed-length literal (a list, a tuple or a string, directly, through a name
+    assigned once and never grown, or through `self.<attr>` assigned once in the class and never
+    grown) indexed by the rank: `["foo", 12, {1: 2}][dist.get_rank()]`,
     `gpus[local_rank]` with `gpus = [0, 1]`. An index like `rank % len(seq)` is fine, and so is a
     literal whose length is the world size the file fixes itself (`mp.spawn(..., nprocs=2)`,
     `init_process_group(world_size=2)`, `WORLD_SIZE = 2`, a `world_size` property returning 2).
@@ -67,12 +68,22 @@ class RankIndexesFixedList(Rule):
         if not isinstance(sl, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) or not isinstance(node.ctx, ast.Load):
             return
         seq = node.value
+        if not isinstance(seq, (ast.Name, ast.Attribute, ast.List, ast.Tuple, ast.Constant)):
+            return
         scope = ctx.sem.scope_of(node)
-        n = _fixed_len(ctx, seq, scope)
-        if n is None:
-            return
-        if rank_kind(ctx, sl, scope) is None:
-            return
+        if isinstance(seq, ast.Attribute):
+            # ``self.x[...]`` is common: ask the cheap question (is the index a rank?) first
+            if rank_kind(ctx, sl, scope) is None:
+                return
+            n = _fixed_len(ctx, seq, scope)
+            if n is None:
+                return
+        else:
+            n = _fixed_len(ctx, seq, scope)
+            if n is None:
+                return
+            if rank_kind(ctx, sl, scope) is None:
+                return
         if n == fixed_world_size(ctx):
             return
         what = "string" if isinstance(_literal(ctx, seq, scope), ast.Constant) else "literal"
@@ -85,6 +96,8 @@ class RankIndexesFixedList(Rule):
 
 
 def _literal(ctx, seq, scope):
+    if isinstance(seq, ast.Attribute):
+        return self_attr_value(ctx, seq)  # `self.parts = [...]` assigned once in the class
     if isinstance(seq, ast.Name):
         kind, val = name_binding_kind(ctx, seq.id, scope)
         if kind != "single" or val is None:
@@ -107,7 +120,21 @@ def _fixed_len(ctx, seq, scope) -> int | None:
         return None
     if isinstance(seq, ast.Name) and _grown(seq.id, ctx.sem.scope_of(val)):
         return None
+    if isinstance(seq, ast.Attribute) and _attr_grown(ctx, seq):
+        return None
     return n
+
+
+def _attr_grown(ctx, seq: ast.Attribute) -> bool:
+    """``self.parts.append(...)`` (or another mutator) anywhere in the class."""
+    cls = next((a for a in ctx.sem.ancestors(seq) if isinstance(a, ast.ClassDef)), None)
+    if cls is None:
+        return True
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Attribute) and n.attr in _MUTATORS and isinstance(n.value, ast.Attribute) \
+                and n.value.attr == seq.attr and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
+            return True
+    return False
 
 
 def _grown(name: str, scope) -> bool:

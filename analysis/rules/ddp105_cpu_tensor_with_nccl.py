@@ -32,7 +32,10 @@ class CpuTensorWithNccl(Rule):
     tensor built on the CPU (`torch.tensor(...)`, `torch.zeros(...)` and the other factory
     functions with no `device=`, never moved with `.to(...)` / `.cuda()`) that is passed to a
     collective on the default group, directly or as the elements of its tensor list
-    (`[torch.zeros(n) for _ in range(world_size)]` for `all_gather`).
+    (`[torch.zeros(n) for _ in range(world_size)]` for `all_gather`). A tensor attribute of a class
+    counts too (`self.stats = torch.zeros(2)` assigned once in the class and all-reduced in a
+    method): a plain tensor attribute does not follow `module.cuda()`; one the class moves, rebinds
+    or registers (`register_buffer("stats", ...)`) is left alone.
 
     Files that set a default device (`torch.set_default_device`), tensors created under
     `with torch.device(...)`, calls with an explicit `group=` (it may be a gloo group), and
@@ -151,11 +154,42 @@ def _cpu_tensor(ctx, arg, scope):
         ctor = cpu_tensor_ctor(ctx, val)
         if ctor is not None and _moved_in_place(ctx, arg.id, scope):
             return None
+    elif isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) and arg.value.id == "self":
+        ctor = _self_cpu_tensor(ctx, arg)
     else:
         return None
     if ctor is None or _under_device_context(ctx, ctor):
         return None
     return ctor
+
+
+def _self_cpu_tensor(ctx, attr: ast.Attribute):
+    """``self.total`` when the class assigns it exactly once, a CPU tensor constructor
+    (``self.total = torch.zeros(2)`` in ``__init__``), and never moves it (no ``.data`` store,
+    ``set_`` / ``copy_`` / ``to_``): a plain tensor attribute does not follow ``module.cuda()``."""
+    cls = next((a for a in ctx.sem.ancestors(attr) if isinstance(a, ast.ClassDef)), None)
+    if cls is None:
+        return None
+    found = []
+    for n in ast.walk(cls):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Attribute) and x.attr == attr.attr and isinstance(x.value, ast.Name) \
+                            and x.value.id == "self" and isinstance(x.ctx, ast.Store):
+                        found.append((n, x is t))
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute) and n.value.attr == attr.attr \
+                and isinstance(n.value.value, ast.Name) and n.value.value.id == "self" and (
+                    (n.attr == "data" and isinstance(n.ctx, ast.Store)) or n.attr in ("set_", "copy_", "to_")):
+            return None
+        elif isinstance(n, ast.Constant) and n.value == attr.attr:
+            return None  # ``setattr(self, "total", ...)`` / ``register_buffer("total", ...)``
+    assigns = [n for n, _ in found if not isinstance(n, ast.AugAssign)]
+    if len(assigns) != 1 or not all(plain for n, plain in found if n in assigns):
+        return None
+    st = assigns[0]
+    value = st.value if isinstance(st, (ast.Assign, ast.AnnAssign)) else None
+    return cpu_tensor_ctor(ctx, value) if value is not None else None
 
 
 def _cpu_tensor_list(ctx, arg, scope):

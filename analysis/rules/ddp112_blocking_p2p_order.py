@@ -6,6 +6,7 @@ import re
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..flow.assignments import name_binding_kind
 from ..flow.rank_tests import rank_kind
 from ._common import D
 
@@ -17,8 +18,9 @@ class BlockingP2pOrder(Rule):
     """
     ## What it does
     Checks for a blocking `dist.send(...)` followed by a blocking `dist.recv(...)` that every rank
-    runs in the same order (no rank test around either) with peers computed from the rank: the
-    symmetric exchange of a ring or a halo, `send` to the next rank and then `recv` from the
+    runs in the same order (no rank test around either) with peers computed from the rank
+    (directly, or through a name assigned once from it: `other = 1 - rank`): the symmetric
+    exchange of a ring, a halo or a pair swap, `send` to the next rank and then `recv` from the
     previous one.
 
     A `send`/`recv` pair under any condition (parity ordering: even ranks send first, odd ranks
@@ -108,15 +110,20 @@ def _same_loop(sem, a, b) -> bool:
     return la is lb
 
 
-def _rank_peer(ctx, e, fn) -> bool:
-    """The peer depends on the rank (not a constant)."""
-    if e is None or isinstance(e, ast.Constant):
+def _rank_peer(ctx, e, fn, depth: int = 0) -> bool:
+    """The peer depends on the rank (not a constant): directly, or through a name assigned once
+    from an expression of the rank (``other = 1 - rank``)."""
+    if e is None or isinstance(e, ast.Constant) or depth > 3:
         return False
     for n in ast.walk(e):
         if isinstance(n, (ast.Name, ast.Call, ast.Attribute)) and rank_kind(ctx, n, fn):
             return True
         if isinstance(n, ast.Name) and _PEER_NAME.search(n.id):
             return True
+        if isinstance(n, ast.Name):
+            kind, val = name_binding_kind(ctx, n.id, fn)
+            if kind == "single" and val is not None and _rank_peer(ctx, val, fn, depth + 1):
+                return True
     return False
 
 

@@ -15,8 +15,11 @@ class DdpModuleNotOnDevice(Rule):
     ## What it does
     Checks for `DistributedDataParallel(module, device_ids=[...])` where `module`, on every path in
     the same scope, was built on the CPU and never moved with `.to(...)` / `.cuda(...)`: a
-    `torch.nn` layer, a torchvision/timm model, or an `nn.Module` class of the same file that never
-    places itself, held directly or through a variable.
+    `torch.nn` layer, a torchvision/timm model, or an `nn.Module` class of the same file (or of
+    another file of the project, `from models.net import Net`) that never places itself, held
+    directly or through a variable. In a class (a trainer building its model in
+    `__init__`), `self.model` counts too: assigned once, in the same block of the method, before the
+    wrap, with no move, no hand-off and no other `self.<method>(...)` call in between.
 
     A module that comes from a function this file does not show (`build_model(cfg)`), a parameter,
     or code that gets the module handed to it before the wrap, is never flagged.
@@ -74,7 +77,7 @@ class DdpModuleNotOnDevice(Rule):
                 new = f"{ctx.text(module)}.to({ctx.text(dev)})"
                 fix = ctx.fix(Applicability.UNSAFE, f"Move the module to the device: `{new}`",
                               [ctx.replace(module, new)])
-            what = f"`{module.id}`" if isinstance(module, ast.Name) else "the module"
+            what = f"`{ctx.text(module)}`" if isinstance(module, (ast.Name, ast.Attribute)) else "the module"
             ctx.report(
                 call,
                 f"{what} is still on the CPU when it is wrapped with `device_ids`: DDP raises "

@@ -25,7 +25,10 @@ class LoadWithoutMapLocation(Rule):
     the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
     `snapshot`, `state`...). A load in a method (the trainer-class shape: `_load_snapshot` called
     from `__init__`, its result going to `self.model.load_state_dict(...)`) is followed through the
-    `self.<method>(...)` calls to where the class is built. A data file (`torch.load("data/train.pt")`) saved from CPU tensors
+    `self.<method>(...)` calls to where the class is built. A load returned by a module-level
+    function of the same file (`def read(p): return torch.load(p)`) counts as a checkpoint load
+    when every call of that function in the file is one (its result goes to `load_state_dict(...)`,
+    or the path argument or the function's name names a checkpoint). A data file (`torch.load("data/train.pt")`) saved from CPU tensors
     comes back on the CPU and is left alone.
 
     A load in a module-level function of a file that is not distributed itself
@@ -89,7 +92,7 @@ class LoadWithoutMapLocation(Rule):
             path = _unmapped_path(ctx, call, loads)
             if path is None or runs_in_ranks(ctx, call) is False:
                 continue
-            if not _checkpoint_like(ctx, call, path):
+            if not _checkpoint_like(ctx, call, path) and not _callers_say_checkpoint(ctx, call, path):
                 continue
             guarded = rank0_guarded(ctx, call)
             if guarded is None:
@@ -335,6 +338,32 @@ def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
                 if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(c.args[0])):
                     return True
     return False
+
+
+def _callers_say_checkpoint(ctx, call: ast.Call, path: ast.AST) -> bool:
+    """A load in a module-level function of this file that returns it
+    (``def load_ckpt(p): return torch.load(p)``) whose every call in the file is a checkpoint
+    load: the result goes to ``load_state_dict(...)`` or the path argument names a checkpoint."""
+    fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda, ast.ClassDef))), None)
+    if not isinstance(fn, _DEFS) or not isinstance(parent(fn), ast.Module):
+        return False
+    st = parent(call)
+    if not isinstance(st, ast.Return):
+        if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+            return False
+        name = st.targets[0].id
+        if not any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == name
+                   for n in ast.walk(fn)):
+            return False
+    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    if not sites:
+        return False
+    for site in sites:
+        arg = _argument_for(site, fn, path)
+        if _checkpoint_like(ctx, site, arg if arg is not None else site.func):
+            continue
+        return False
+    return True
 
 
 def _is_load_state_dict(c: ast.Call) -> bool:

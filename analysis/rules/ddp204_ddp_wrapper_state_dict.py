@@ -5,7 +5,7 @@ import re
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from ..flow.assignments import dominates, reaching_assignment
 from ..flow.models import is_ddp_wrapper
 
@@ -18,7 +18,11 @@ class DdpWrapperStateDict(Rule):
     ## What it does
     Checks for `torch.save(...)` of `ddp_model.state_dict()` where `ddp_model` holds the
     `DistributedDataParallel` wrapper, directly or inside a dict, through a variable or
-    `self.<attr>`.
+    `self.<attr>`, or as the parameter of a checkpoint helper (`def save_checkpoint(net, path)`) that
+    every call in the file passes the wrapper. A checkpoint helper of another project file
+    (`from utils.checkpoint import save_checkpoint`) that saves `<param>.state_dict()` is reported at
+    the call that passes it the wrapper (`save_checkpoint(ddp_model, ...)`), unless its module
+    handles the prefix or the script loads the checkpoint back into the same wrapper.
 
     A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`,
     or hands the wrapper to a restore helper such as `restart_from_checkpoint(path, model=ddp_model)`)
@@ -59,11 +63,14 @@ class DdpWrapperStateDict(Rule):
     severity = Severity.WARNING
     fix_availability = "sometimes"
     requires_text = ("DistributedDataParallel",)
-    requires_text_all = (("save",),)  # torch.save
+    requires_text_all = (("save", "ckpt", "checkpoint"),)  # torch.save, or a checkpoint helper of the project
 
     def finish(self, ctx) -> None:
+        if _PREFIX_HANDLING.search(ctx.src.text):
+            return
+        self._project_savers(ctx)
         saves = ctx.calls_to("torch.save")
-        if not saves or _PREFIX_HANDLING.search(ctx.src.text):
+        if not saves:
             return
         for save in saves:
             obj = get_arg(save, 0, "obj")
@@ -85,6 +92,141 @@ class DdpWrapperStateDict(Rule):
                     related=[(ddp_assign, "wrapped in DistributedDataParallel here")],
                     fix=fix,
                 )
+
+
+    @staticmethod
+    def _project_savers(ctx) -> None:
+        """``save_checkpoint(ddp_model, path)``: a function of another project file that saves
+        ``<param>.state_dict()`` of the parameter this call fills with the DDP wrapper."""
+        ddp = ctx.calls_to("torch.nn.parallel.DistributedDataParallel")
+        if not ddp:
+            return
+        from ..flow import for_context  # lazy: only DDP files that call helpers with the wrapper
+
+        # the names (``model``, ``self.model``) that some assignment binds to the wrapper: a cheap
+        # filter before asking, per argument, whether it holds the wrapper at that call
+        bound = {ctx.text(t) for c in ddp for st in (parent(c),) if isinstance(st, ast.Assign) for t in st.targets}
+        ana = for_context(ctx)
+        # only calls of names imported from a module that may be the project's own reach another file
+        imports = {k for k, (mod, level, _attr) in ana.main.imports.items()
+                   if level or mod.split(".", 1)[0] not in _NOT_PROJECT}
+        if not imports:
+            return
+        bound_names = {b for b in bound if b.isidentifier()}
+        bound_tails = {b.rsplit(".", 1)[-1] for b in bound - bound_names}
+        for call in ctx.sem.calls:
+            f = call.func
+            if not (call.args or call.keywords) or not (
+                    (isinstance(f, ast.Name) and f.id in imports)
+                    or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in imports)):
+                continue
+            if not any((isinstance(a, ast.Name) and a.id in bound_names)
+                       or (isinstance(a, ast.Attribute) and a.attr in bound_tails)
+                       for a in (*call.args, *(k.value for k in call.keywords))):
+                continue
+            if not isinstance(call.func, (ast.Name, ast.Attribute)) or (ctx.qn(call) or "").startswith("torch."):
+                continue
+            passed = [(i, None, a) for i, a in enumerate(call.args)] + [(None, k.arg, k.value) for k in call.keywords]
+            held = [(i, kw, a, st) for i, kw, a in passed if isinstance(a, (ast.Name, ast.Attribute))
+                    and (a.id if isinstance(a, ast.Name) else ctx.text(a)) in bound
+                    and (st := _bound_wrapper(ctx, a, call)) is not None]
+            if not held or any(isinstance(a, ast.Starred) for a in call.args):
+                continue
+            got = ana.resolve_call(ana.main, call)
+            if got is None or got[0] is ana.main or got[0].path is None:
+                continue
+            view, fn = got
+            if _PREFIX_HANDLING.search(view.text) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            names = [x.arg for x in (*fn.args.posonlyargs, *fn.args.args)]
+            if isinstance(getattr(fn, "_p", None), ast.ClassDef) and names and names[0] in ("self", "cls"):
+                names = names[1:]
+            for i, kw, arg, st in held:
+                pname = kw if kw is not None else (names[i] if i < len(names) else None)
+                if pname is None or _loaded_back(ctx, arg, st):
+                    continue
+                save = _saves_state_dict_of(view, fn, pname)
+                if save is None:
+                    continue
+                from ..source import SourceText  # noqa: PLC0415  (only for the other file's range)
+
+                h = ctx.text(arg)
+                ctx.report(
+                    arg,
+                    f"`{h}` is the DDP wrapper, and `{fn.name}` saves its `{pname}.state_dict()` "
+                    f"({_shown(ctx, view.path)} line {save.lineno}): the keys carry a `module.` prefix and will "
+                    f"not load into the plain model; pass `{h}.module`",
+                    related=[("file", view.path, SourceText(view.text).node_range(save),
+                              "the checkpoint is written here"),
+                             (st, "wrapped in DistributedDataParallel here")],
+                )
+                break
+
+
+def _bound_wrapper(ctx, a, call):
+    """The ``X = DDP(...)`` that binds ``a`` at ``call`` in the same scope (or ``self.X``), without
+    following parameters to their callers (the cheap question, asked of every call)."""
+    if isinstance(a, ast.Name):
+        st = reaching_assignment(ctx, a.id, call)
+        if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_QN:
+            return st
+        return None
+    return is_ddp_wrapper(ctx, a, call)
+
+
+DDP_QN = "torch.nn.parallel.DistributedDataParallel"
+_NOT_PROJECT = frozenset({"torch", "torchvision", "numpy", "os", "sys", "math", "time", "json", "logging", "random",
+                          "argparse", "collections", "functools", "itertools", "typing", "pathlib", "shutil",
+                          "datetime", "copy", "pickle", "warnings", "dataclasses", "tqdm", "yaml", "wandb",
+                          "transformers", "timm", "re", "subprocess"})
+
+
+def _saves_state_dict_of(view, fn, pname: str):
+    """The ``torch.save`` of ``fn`` whose object holds ``<pname>.state_dict()`` (directly, in a
+    dict / list, or through a name assigned once), with ``pname`` never rebound in ``fn``."""
+    memo = view.memo.setdefault("ddp204.saves_state_dict_of", {})
+    key = (id(fn), pname)
+    if key not in memo:
+        memo[key] = _saves_state_dict_uncached(view, fn, pname)
+    return memo[key]
+
+
+def _saves_state_dict_uncached(view, fn, pname: str):
+    sem = view.sem
+    if sem.assignments(fn).get(pname):
+        return None
+    for c in sem.calls_to("torch.save"):
+        if sem.enclosing_function(c) is not fn:
+            continue
+        obj = get_arg(c, 0, "obj")
+        if obj is None:
+            continue
+        if isinstance(obj, ast.Name):
+            obj = sem.single_value(obj.id, fn)
+            if obj is None:
+                continue
+        exprs = [obj]
+        if isinstance(obj, ast.Dict):
+            exprs = [v for v in obj.values if v is not None]
+        elif isinstance(obj, (ast.List, ast.Tuple)):
+            exprs = list(obj.elts)
+        elif isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id == "dict":
+            exprs = [k.value for k in obj.keywords]
+        for e in exprs:
+            if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "state_dict" \
+                    and not e.args and not e.keywords and isinstance(e.func.value, ast.Name) \
+                    and e.func.value.id == pname:
+                return c
+    return None
+
+
+def _shown(ctx, path: str) -> str:
+    import os
+
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
+    except ValueError:
+        return path
 
 
 def _wrapper_state_dicts(ctx, obj: ast.AST, save: ast.Call, depth: int = 0):
@@ -129,7 +271,7 @@ def _loaded_back(ctx, holder: ast.AST, ddp_assign: ast.stmt) -> bool:
             if same_scope(c):
                 return True
         fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
-        if any(w in fname.lower() for w in _RESTORE_WORDS) and same_scope(c):
+        if any(w in fname.lower() for w in _RESTORE_WORDS) and "save" not in fname.lower() and same_scope(c):
             for a in (*c.args, *(k.value for k in c.keywords)):
                 if isinstance(a, (ast.Name, ast.Attribute)) and ctx.text(a) == want:
                     return True

@@ -25,7 +25,10 @@ class ForwardBypassesDdp(Rule):
     itself with gradients enabled.
 
     The wrapper must be provably the DDP object (`ddp_model = DDP(...)` or `self.model = DDP(...)`
-    assigned once). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
+    assigned once, or a parameter of a helper, `def train_step(model, batch)`, that every call in
+    the file passes the wrapper; for a helper this file never calls, every call from the project's
+    other files: `engine.py: def train_one_epoch(model, ...)` called by `main.py` with the
+    wrapper). A forward under `torch.no_grad()` / `torch.inference_mode()` (evaluation), a
     method decorated with them, a method that only computes a loss from outputs the wrapper made
     (`ddp_model.module.criterion(ddp_model(x), y)`), a class that cannot be seen (third-party,
     inherited method), or a result that never reaches a `backward()`, is not flagged.
@@ -98,15 +101,16 @@ class ForwardBypassesDdp(Rule):
                     method = f.attr  # ``ddp_model.module.training_step(batch)``
             else:
                 continue
-            if not isinstance(holder, (ast.Name, ast.Attribute)) or not ddp_holder(ctx, holder, c):
-                continue
-            if grad_disabled(ctx, c):
+            if not isinstance(holder, (ast.Name, ast.Attribute)) or grad_disabled(ctx, c):
                 continue
             fn = enclosing_function(c)
             if fn is None:
                 continue
             back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)), None)
             if back is None:
+                continue
+            # last: whether the holder is the wrapper may read the project's other files
+            if not ddp_holder(ctx, holder, c):
                 continue
             h = ctx.text(holder)
             if method is not None:

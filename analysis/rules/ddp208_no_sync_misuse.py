@@ -16,7 +16,9 @@ class NoSyncMisuse(Rule):
     """
     ## What it does
     Checks how `DistributedDataParallel.no_sync()` is used, on a model that is provably the DDP
-    wrapper (`model = DDP(...)` / `self.model = DDP(...)` assigned once):
+    wrapper (`model = DDP(...)` / `self.model = DDP(...)` assigned once, or a parameter of a helper
+    that every call in the file passes the wrapper, or, for a helper this file never calls, every
+    call from the project's other files, as an `engine.py` training loop called by `main.py`):
 
     - `with model.no_sync(): loss.backward()` where the body has a `backward()` but no forward of
       `model`, and the forward ran before the block, in the same function;
@@ -30,10 +32,15 @@ class NoSyncMisuse(Rule):
       are compared modulo `k` (`i % 4 == 3` is `(i + 1) % 4 == 0`), with a named `k` only tests one
       micro-batch apart are reported;
     - a loop in which **every** `backward()` runs inside `with model.no_sync():` and the optimizer
-      steps (`optimizer.step()`): the gradients it applies were never synchronised.
+      steps (`optimizer.step()`, `scaler.step(optimizer)`): the gradients it applies were never
+      synchronised. The `no_sync()` block may sit in an inner micro-batch loop (or hold it), with
+      the step in the outer loop; a training-step function whose every backward is inside the
+      block and which steps after them is judged the same way. Nothing conditional may lie between
+      the backward and the loop (an `if` may route the last micro-batch outside the block).
 
     A file that flips `require_backward_grad_sync`, or all-reduces gradients by hand
-    (`dist.all_reduce` in the same function), is not judged.
+    (`dist.all_reduce` in the same function, or a call outside the block of a project function that
+    may run a collective, such as an `average_gradients(model)` helper), is not judged.
 
     ## Why is this bad?
     DDP decides whether the next backward all-reduces **during the forward pass**
@@ -168,15 +175,22 @@ class NoSyncMisuse(Rule):
         )
 
     def _never_synced(self, ctx) -> None:
-        for loop in [n for n in _all_nodes(ctx) if isinstance(n, _LOOPS)]:
-            fn = enclosing_function(loop)
+        reported: set[int] = set()
+        loops = [n for n in _all_nodes(ctx) if isinstance(n, _LOOPS)]
+        fns = [f for fl in ctx.sem.functions.values() for f in fl if "no_sync" in ctx.text(f)]
+        for loop in [*loops, *fns]:
+            is_fn = isinstance(loop, _FUNCS)
+            fn = loop if is_fn else enclosing_function(loop)
             if fn is None or _manual_allreduce(ctx, fn):
                 continue
             in_loop = {id(n) for st in loop.body for n in ast.walk(st)}
             backs = [b for b in backward_calls(ctx, fn) if id(b) in in_loop]
             steps = [c for c in ctx.sem.calls if id(c) in in_loop and isinstance(c.func, ast.Attribute)
-                     and c.func.attr == "step" and not c.args and _is_optimizer(c.func.value)]
-            if not backs or not steps:
+                     and c.func.attr == "step" and _optimizer_step(c) and enclosing_function(c) is fn]
+            if is_fn and backs:
+                # a function (one training step): the optimizer steps after its last backward
+                steps = [c for c in steps if c.lineno > max(b.end_lineno for b in backs)]
+            if not backs or not steps or id(steps[0]) in reported:
                 continue
             if any(b.lineno < loop.lineno or b.lineno > loop.end_lineno for b in backward_calls(ctx, fn)):
                 continue  # a backward outside the loop: a final synchronising pass
@@ -187,11 +201,14 @@ class NoSyncMisuse(Rule):
                     break
                 holders.append(w)
             else:
+                if _synchronising_helper(ctx, loop, in_loop):
+                    continue
                 w = holders[0]
+                reported.add(id(steps[0]))
                 ctx.report(
                     steps[0],
                     f"`{ctx.text(steps[0].func)}()` applies gradients that were never synchronised: every "
-                    f"backward in this loop runs inside `{ctx.text(w.items[0].context_expr)}`, so no all-reduce "
+                    f"backward in this {'function' if is_fn else 'loop'} runs inside `{ctx.text(w.items[0].context_expr)}`, so no all-reduce "
                     "ever happens and the ranks drift apart",
                     related=[(w.items[0].context_expr, "every backward is inside this block")],
                 )
@@ -293,7 +310,7 @@ def _backwards_in(ctx, stmts):
     for st in stmts:
         for n in ast.walk(st):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward" \
-                    and ctx.qn(n.func.value) is None:
+                    and (isinstance(n.func.value, ast.Call) or ctx.qn(n.func.value) is None):
                 yield n
 
 
@@ -358,24 +375,43 @@ def _no_sync_holder(w: ast.With):
 
 
 def _unconditional_no_sync(ctx, node, loop):
-    """The ``with X.no_sync():`` (X the DDP wrapper) around ``node`` inside ``loop``, when no
-    ``if`` lies between the loop and that ``with``."""
+    """The ``with X.no_sync():`` (X the DDP wrapper) around ``node`` inside ``loop``, when nothing
+    conditional lies between ``node`` and the loop: only ``with`` blocks and inner loops (the
+    micro-batch loop of an accumulation step), no ``if`` / ``try`` / conditional expression."""
+    found = None
     for a in ctx.sem.ancestors(node):
         if a is loop:
+            return found
+        if isinstance(a, (ast.If, ast.IfExp, ast.Try, ast.BoolOp, ast.Lambda, ast.comprehension,
+                          ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp, *_FUNCS)) \
+                or a.__class__.__name__ in ("Match", "TryStar"):
             return None
-        if isinstance(a, (ast.If, ast.IfExp, ast.Try, ast.While, ast.For)):
-            return None
-        if isinstance(a, ast.With):
+        if isinstance(a, ast.With) and found is None:
             h = _no_sync_holder(a)
             if h is not None and ddp_holder(ctx, h, a):
-                # and nothing conditional between the with and the loop
-                for b in ctx.sem.ancestors(a):
-                    if b is loop:
-                        return a
-                    if isinstance(b, (ast.If, ast.Try, ast.While, ast.For, ast.With)):
-                        return None
-                return None
+                found = a
     return None
+
+
+def _synchronising_helper(ctx, loop, in_loop) -> bool:
+    """A call in ``loop``, outside every ``no_sync()`` block, of a project function that may run a
+    collective (a backward of its own, a hand-written gradient all-reduce): the loop may
+    synchronise after all."""
+    from ..flow import for_context  # lazy: only loops that look never-synchronised get here
+
+    ana = for_context(ctx)
+    for c in ctx.sem.calls:
+        if id(c) not in in_loop or not isinstance(c.func, (ast.Name, ast.Attribute)) \
+                or (ctx.qn(c) or "").startswith("torch."):
+            continue
+        if any(isinstance(a, ast.With) and _no_sync_holder(a) is not None for a in ctx.sem.ancestors(c)):
+            continue
+        got = ana.resolve_call(ana.main, c)
+        if got is None:
+            continue
+        if ana.summary(got[0], got[1]).collectives:
+            return True
+    return False
 
 
 def _is_optimizer(expr) -> bool:

@@ -29,6 +29,11 @@ class NoDistributedSampler(Rule):
     shards plain DataLoaders itself (Accelerate's `prepare`, Lightning, DeepSpeed) is not flagged,
     and neither are loaders named like evaluation loaders.
 
+    The loader may also come from a data module of the project (`train_loader =
+    build_train_loader(train_set, bs)` with the helper in `data/loaders.py`): reported at the call
+    when the helper builds `DataLoader(..., shuffle=True)` without a sampler and its module
+    mentions no sharding either.
+
     ## Why is this bad?
     Without a `DistributedSampler`, every rank iterates over the *whole* dataset (each in its own
     random order). N GPUs then do N times the work per epoch, each "epoch" is really N epochs
@@ -62,7 +67,7 @@ class NoDistributedSampler(Rule):
     severity = Severity.WARNING
     fix_availability = "sometimes"
     requires_text = ("DistributedDataParallel",)
-    requires_text_all = (("DataLoader",),)  # torch.utils.data.DataLoader calls
+    requires_text_all = (("DataLoader", "oader"),)  # DataLoader calls, or a project `build_loader` helper
 
     def finish(self, ctx) -> None:
         text = ctx.src.text
@@ -89,3 +94,69 @@ class NoDistributedSampler(Rule):
                 "DistributedSampler each rank trains on all the data",
                 fix=fix,
             )
+        self._project_loaders(ctx)
+
+    @staticmethod
+    def _project_loaders(ctx) -> None:
+        """``train_loader = build_loader(ds, ...)``: a loader helper of another project file whose
+        module never mentions sharding builds ``DataLoader(..., shuffle=True)`` without a sampler."""
+        from ..flow import for_context  # lazy: only DDP scripts without split hints get here
+
+        ana = None
+        done: set[int] = set()
+        for call in ctx.sem.calls:
+            if not isinstance(call.func, (ast.Name, ast.Attribute)) or (ctx.qn(call) or "").startswith("torch."):
+                continue
+            name = call.func.id if isinstance(call.func, ast.Name) else call.func.attr
+            if "load" not in name.lower() or is_eval_name(name, target_name(call)):
+                continue
+            if any(isinstance(a, ast.Name) and is_eval_name(a.id) for a in call.args):
+                continue
+            if ana is None:
+                ana = for_context(ctx)
+            got = ana.resolve_call(ana.main, call)
+            if got is None or got[0] is ana.main or id(got[1]) in done:
+                continue
+            view, fn = got
+            if view.path is None or any(h in view.text for h in _SPLIT_HINTS):
+                continue
+            loader = _shuffling_loader(view, fn)
+            if loader is None:
+                continue
+            done.add(id(fn))
+            from ..source import SourceText  # noqa: PLC0415  (only for the other file's range)
+
+            ctx.report(
+                call,
+                f"DDP script whose DataLoader (built by `{fn.name}`, {_shown(ctx, view.path)} line {loader.lineno}) "
+                "shuffles the whole dataset on every rank: without a DistributedSampler each rank trains on "
+                "all the data",
+                related=[("file", view.path, SourceText(view.text).node_range(loader),
+                          "the DataLoader shuffles without a sampler here")],
+            )
+
+
+def _shuffling_loader(view, fn):
+    """The ``DataLoader(..., shuffle=True)`` without a sampler or ``**kwargs`` that ``fn`` builds
+    (its own body, not under a condition naming evaluation), else None."""
+    for c in view.sem.calls:
+        if view.sem.enclosing_function(c) is not fn or view.sem.call_qualname(c) != "torch.utils.data.DataLoader":
+            continue
+        kw = next((k for k in c.keywords if k.arg == "shuffle"), None)
+        if kw is None or not is_true(kw.value) or sampler_args(c) or has_kwargs(c):
+            continue
+        ds = get_arg(c, 0, "dataset")
+        ds_name = ds.id if isinstance(ds, ast.Name) else (ds.attr if isinstance(ds, ast.Attribute) else None)
+        if ds is None or is_eval_name(target_name(c), ds_name):
+            continue
+        return c
+    return None
+
+
+def _shown(ctx, path: str) -> str:
+    import os
+
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
+    except ValueError:
+        return path

@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 
 from ..model import Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ..source import SourceText
 from ..flow.assignments import reaching_assignment
-from ._spawn import spawn_calls, target_def
+from ._spawn import project_target, spawn_calls, target_def
 
 _RANK_PARAM = frozenset({"rank", "local_rank", "gpu", "global_rank", "gpu_id", "device_id", "local_gpu",
                          "rank_id", "proc_rank", "process_rank", "gpu_rank", "local_gpu_id"})
@@ -22,7 +24,9 @@ class SpawnSignature(Rule):
     """
     ## What it does
     Checks the target of `torch.multiprocessing.spawn(fn, args=(...))` (a function of the same
-    file) against the call `fn(index, *args)` that every spawned process makes:
+    file, or one imported from another file of the project, `from engine.worker import run`; that
+    one is reported at the spawn) against the call `fn(index, *args)` that every spawned process
+    makes:
 
     - wrong arity: more required parameters than `1 + len(args)`, more arguments than it takes,
       or a keyword-only parameter without a default;
@@ -74,12 +78,30 @@ class SpawnSignature(Rule):
         for call in spawn_calls(ctx):
             fn = target_def(ctx, call)
             if fn is None:
+                self._project_target(ctx, call)
                 continue
             msg = _arity_problem(ctx, fn, call) or _swapped_rank(fn)
             if msg is None or (id(fn), id(call)) in seen:
                 continue
             seen.add((id(fn), id(call)))
             ctx.report(_def_head(ctx, fn), msg, related=[(call, "spawned here as fn(index, *args)")])
+
+    @staticmethod
+    def _project_target(ctx, call) -> None:
+        """A target imported from another file of the project: reported at the spawn, with the
+        definition as related information."""
+        got = project_target(ctx, call)
+        if got is None:
+            return
+        view, fn = got
+        msg = _arity_problem(ctx, fn, call) or _swapped_rank(fn)
+        if msg is None:
+            return
+        src = SourceText(view.text)
+        rel = os.path.relpath(view.path, os.path.dirname(os.path.abspath(ctx.filename))) \
+            if ctx.filename and not ctx.filename.startswith("<") else view.path
+        ctx.report(get_arg(call, 0, "fn"), f"{msg} (`{fn.name}` is defined in {rel}, line {fn.lineno})",
+                   related=[("file", view.path, _def_head(src, fn), f"`{fn.name}` is defined here")])
 
 
 def _n_args(ctx, call: ast.Call) -> int | None:
@@ -131,10 +153,11 @@ def _swapped_rank(fn) -> str | None:
     return None
 
 
-def _def_head(ctx, fn) -> Range:
+def _def_head(ctx_or_src, fn) -> Range:
+    src = getattr(ctx_or_src, "src", ctx_or_src)
     line0 = fn.lineno - 1
-    text = ctx.src.line(line0)
-    start = ctx.src.char_col(line0, fn.col_offset)
+    text = src.line(line0)
+    start = src.char_col(line0, fn.col_offset)
     i = text.find(fn.name, start)
     end = i + len(fn.name) if i >= 0 else len(text)
     return Range(Position(line0, start), Position(line0, end))
