@@ -75,6 +75,15 @@ class Analysis(Summaries):
             ev = self._evaluators[id(view)] = Evaluator(self, view)
         return ev
 
+    def release(self) -> None:
+        """Drop what this check computed (the engine calls it when the check is over): the
+        evaluators, contexts and caches that point back at this object, and the checked file's
+        own memo. The project's other modules keep theirs (they are shared across checks)."""
+        self.main.memo.clear()
+        deps = self._deps
+        self.__dict__.clear()
+        self._deps = deps
+
     def dependencies(self) -> tuple[tuple[str, str], ...]:
         """(path, content hash) of every project file this analysis read."""
         return tuple(sorted(self._deps.items()))
