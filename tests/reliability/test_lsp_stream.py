@@ -367,7 +367,7 @@ class Stream:
 @pytest.mark.parametrize("client_name,encoding,pull,steps", [
     ("vscode", t.PositionEncodingKind.Utf16, False, STEPS),  # VS Code 1.65: push, UTF-16
     ("neovim-0.11", t.PositionEncodingKind.Utf8, True, STEPS),  # Neovim 0.11: pull, UTF-8 first
-    ("emacs", t.PositionEncodingKind.Utf32, False, STEPS // 3),  # Emacs 29 (eglot): push, UTF-32
+    ("emacs", t.PositionEncodingKind.Utf32, False, STEPS // 2),  # Emacs 29 (eglot): push, UTF-32
 ])
 async def test_random_edit_stream(tmp_path, client_name, encoding, pull, steps):
     client, init = await start_session(client_name, tmp_path, init_options={"debounceMs": 0})
