@@ -45,7 +45,7 @@ def effect_related(ctx, site):
     if not e.via:
         return []
     here = os.path.abspath(ctx.filename) if not ctx.filename.startswith("<") else None
-    rng = Range(Position(e.line - 1, e.col), Position(e.end_line - 1, e.end_col))
+    rng = span(ctx, e.path, e.line, e.col, e.end_line, e.end_col)
     if e.path in (None, here):
         return [(rng, "the collective inside the callee")]
     return [("file", e.path, rng, "the collective inside the callee")]
@@ -55,12 +55,48 @@ def _here(ctx):
     return os.path.abspath(ctx.filename) if not ctx.filename.startswith("<") else None
 
 
+_SOURCES: dict[str, tuple] = {}  # path -> (the project's module view, its SourceText)
+
+
+def _source_of(ctx, path):
+    """The text of ``path`` as columns are counted in it: this check's own source, or a module of
+    the project as the flow analysis read it (None when it cannot be read)."""
+    if path in (None, _here(ctx)):
+        return ctx.src
+    from . import project
+    from ..source import SourceText
+
+    view = project.load(path)
+    if view is None:
+        return None
+    got = _SOURCES.get(path)
+    if got is None or got[0] is not view:
+        if len(_SOURCES) > 256:
+            _SOURCES.clear()
+        got = _SOURCES[path] = (view, SourceText(view.text))
+    return got[1]
+
+
+def span(ctx, path, line: int, col: int, end_line: int, end_col: int) -> Range:
+    """The range of an AST position (1-based lines, UTF-8 byte columns as ``ast`` gives them) in
+    the file at ``path``, in code points as every range of a finding is."""
+    src = _source_of(ctx, path)
+    if src is None:
+        return Range(Position(line - 1, col), Position(end_line - 1, end_col))
+    return Range(Position(line - 1, src.char_col(line - 1, col)),
+                 Position(end_line - 1, src.char_col(end_line - 1, end_col)))
+
+
+def node_span(ctx, path, node) -> Range:
+    return span(ctx, path, node.lineno, node.col_offset, node.end_lineno or node.lineno,
+                node.end_col_offset if node.end_col_offset is not None else node.col_offset)
+
+
 def node_related(ctx, path, node, msg):
     """A related location for ``node`` of the module at ``path`` (this file or another)."""
     if path in (None, _here(ctx)):
         return (node, msg)
-    rng = Range(Position(node.lineno - 1, node.col_offset), Position(node.end_lineno - 1, node.end_col_offset))
-    return ("file", path, rng, msg)
+    return ("file", path, node_span(ctx, path, node), msg)
 
 
 def source_related(ctx, value):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..model import Applicability, Position, Range, Severity
+from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
@@ -710,10 +710,10 @@ def _helper_inits(ctx) -> dict[int, tuple]:
             continue
         init = _nccl_init_in(ana, got[0], got[1], c, 0)
         if init is not None:
+            from ..flow.findings import node_span
+
             view, node = init
-            rng = Range(Position(node.lineno - 1, node.col_offset),
-                        Position((node.end_lineno or node.lineno) - 1, node.end_col_offset or 0))
-            out[id(c)] = (view.path, rng, node.lineno)
+            out[id(c)] = (view.path, node_span(ctx, view.path, node), node.lineno)
     return out
 
 

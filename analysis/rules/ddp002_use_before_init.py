@@ -199,9 +199,9 @@ def _short(path: str) -> str:
 
 
 def _eff_range(ctx, eff, msg):
-    from ..model import Position, Range
+    from ..flow.findings import span
 
-    rng = Range(Position(eff.line - 1, eff.col), Position(eff.end_line - 1, eff.end_col))
+    rng = span(ctx, eff.path, eff.line, eff.col, eff.end_line, eff.end_col)
     here = os.path.abspath(ctx.filename) if not ctx.filename.startswith("<") else None
     if eff.path in (None, here):
         return (rng, msg)

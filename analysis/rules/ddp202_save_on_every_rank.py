@@ -4,7 +4,7 @@ import ast
 
 import os
 
-from ..model import Position, Range, Severity
+from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.assignments import reaching_assignment
@@ -132,8 +132,9 @@ class SaveOnEveryRank(Rule):
                 continue
             if runs_in_ranks(ctx, call) is False or rank0_guarded(ctx, call) is not False:
                 continue
-            rng = Range(Position(save.lineno - 1, save.col_offset),
-                        Position((save.end_lineno or save.lineno) - 1, save.end_col_offset or 0))
+            from ..flow.findings import node_span
+
+            rng = node_span(ctx, view.path, save)
             ctx.report(
                 call,
                 f"`{name}()` runs on every rank, and its `torch.save` ({os.path.basename(view.path or '')} "

@@ -4,7 +4,7 @@ import ast
 
 from types import SimpleNamespace
 
-from ..model import Applicability, Position, Range, Severity
+from ..model import Applicability, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ._loader import DATALOADER, DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, may_be_none, target_name
@@ -112,6 +112,7 @@ class SamplerWithoutSetEpoch(Rule):
         """``loader, sampler = build(...)`` where ``build`` is a project function that returns a
         DataLoader over a shuffling DistributedSampler (and maybe that sampler)."""
         from ..flow import for_context  # lazy: only files that build loaders elsewhere need the project
+        from ..flow.findings import node_span
 
         iterated = {n.id for f in fors for n in ast.walk(f.iter) if isinstance(n, ast.Name)}
         ana = None
@@ -155,7 +156,7 @@ class SamplerWithoutSetEpoch(Rule):
                     continue
                 reported.add(id(loop))
                 ref = s_name if s_name else f"{l_name}.sampler"
-                where = ("file", view.path, _node_range(helper_sampler),
+                where = ("file", view.path, node_span(ctx, view.path, helper_sampler),
                          f"the shuffling DistributedSampler that `{got[1].name}()` builds") \
                     if view.path and view is not ana.main else (helper_sampler, "the DistributedSampler")
                 self._report(ctx, loop, where, ref, False)
@@ -248,11 +249,6 @@ def _sampler_name(call: ast.Call) -> str | None:
     if isinstance(p, ast.Assign) and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name):
         return p.targets[0].id
     return None
-
-
-def _node_range(node: ast.AST) -> Range:
-    return Range(Position(node.lineno - 1, node.col_offset),
-                 Position((node.end_lineno or node.lineno) - 1, node.end_col_offset or node.col_offset))
 
 
 def _built_loader(ana, view, fn):
