@@ -56,8 +56,40 @@ def backend_mentions_nccl(expr: ast.AST | None, ctx, scope: ast.AST, depth: int 
         qn = ctx.qn(expr)
         if qn and qn.lower() in ("torch.distributed.backend.nccl",):
             return True
+        # ``backend=args.dist_backend`` with ``parser.add_argument("--dist-backend", default="nccl")``
+        # in the same file: NCCL unless the command line says otherwise
+        if isinstance(expr.value, ast.Name) and qn is None:
+            default = argparse_default(ctx.sem, expr.attr)
+            return default is not None and backend_mentions_nccl(default, ctx, scope, depth + 1)
         return False
     if isinstance(expr, ast.Name):
         val = ctx.sem.single_value(expr.id, scope)
         return backend_mentions_nccl(val, ctx, ctx.sem.tree if val is not None and ctx.sem.scope_of(val) is ctx.sem.tree else scope, depth + 1)
     return False
+
+
+def argparse_default(sem, dest: str) -> ast.AST | None:
+    """The ``default=`` of the one ``add_argument`` call of the module whose destination is
+    ``dest`` (``"--dist-backend"`` -> ``dist_backend``, or ``dest=``); None when there is none, or
+    several."""
+    found = []
+    for c in sem.calls:
+        f = c.func
+        if f.__class__ is not ast.Attribute or f.attr != "add_argument":
+            continue
+        name = None
+        for k in c.keywords:
+            if k.arg == "dest" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):
+                name = k.value.value
+        if name is None:
+            opts = [a.value for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            longs = [o for o in opts if o.startswith("--")]
+            pick = longs[0] if longs else (opts[0] if opts else None)
+            if pick is None:
+                continue
+            name = pick.lstrip("-").replace("-", "_")
+        if name != dest:
+            continue
+        default = next((k.value for k in c.keywords if k.arg == "default"), None)
+        found.append(default)
+    return found[0] if len(found) == 1 else None

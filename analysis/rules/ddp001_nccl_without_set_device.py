@@ -32,6 +32,11 @@ class NcclWithoutSetDevice(Rule):
     after the NCCL `init_process_group` and before `torch.cuda.set_device(...)` in the same function
     (the dataset-download `barrier()` placed above the pin) is reported at that call.
 
+    The backend is NCCL when it is spelled `"nccl"` (also in a `"cpu:gloo,cuda:nccl"` string or an
+    if-expression), `dist.Backend.NCCL`, a name bound to one, or an argparse option of the file
+    whose default is `"nccl"` (`backend=args.dist_backend` with
+    `parser.add_argument("--dist-backend", default="nccl")`).
+
     The NCCL group may also come from a setup helper in another file of the project
     (`rank, world = init_distributed()` from `utils/dist.py`): when that helper (or one it calls)
     runs `init_process_group` with an NCCL backend and its module never mentions pinning a device
