@@ -20,5 +20,6 @@ for turn in range(dist.get_world_size()):
         sys.stdout.flush()
         sys.stdout.write("then the rest\n")
         sys.stdout.flush()
+dist.barrier()  # the last turn is over before anyone prints again
 print(f"on stderr from rank {rank}", file=sys.stderr)
 dist.destroy_process_group()
