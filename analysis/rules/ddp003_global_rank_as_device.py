@@ -3,15 +3,13 @@ from __future__ import annotations
 import ast
 import os
 
-from ..context import Context
-from ..source import SourceText
 from ..model import Applicability, Severity
 from ..registry import NoCase, Rule
 from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
 from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
-from ._common import DDP_CLASS, D
+from ._common import DDP_CLASS, D, _helper_context
 
 
 _MESSAGE = ("the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
@@ -303,9 +301,9 @@ def _project_helper_rank(ctx, call, depth: int, index: int | None = None):
         return None
     from ..flow import for_context  # lazy: only device uses that are helper calls load the project
 
-    main = getattr(ctx, "_ddp003_main", ctx)
+    main = getattr(ctx, "_helper_main", ctx)
     ana = for_context(main)
-    view = getattr(ctx, "_ddp003_view", None) or ana.main
+    view = getattr(ctx, "_helper_view", None) or ana.main
     got = ana.resolve_call(view, call)
     if got is None:
         return None
@@ -316,7 +314,7 @@ def _project_helper_rank(ctx, call, depth: int, index: int | None = None):
         if view2 is ana.main and isinstance(parent(fn), ast.Module):
             return None  # this file's own functions are read above
         return _returns_global_rank(ctx, fn, depth + 1, index)
-    ctx2 = _view_context(main, view2)
+    ctx2 = _helper_context(main, view2)
     src = _returns_global_rank(ctx2, fn, depth + 1, index)
     if src is None:
         return None
@@ -325,16 +323,6 @@ def _project_helper_rank(ctx, call, depth: int, index: int | None = None):
     remote[id(call)] = inner if inner is not None else (
         view2.path, ctx2.src.node_range(src), _how(ctx2, src), fn.name)
     return call
-
-
-def _view_context(main, view):
-    """A rule context over another module of the project (memoised per check)."""
-    def build():
-        c = Context(SourceText(view.text), view.sem, view.path)
-        c._ddp003_main = main
-        c._ddp003_view = view
-        return c
-    return main.memo(("ddp003.view_ctx", view.path), build)
 
 
 def _how(ctx, src) -> str:
@@ -371,7 +359,7 @@ def _set_by_helper(ctx, e, scope, depth: int):
     module-level function of this file or of another project file) sets ``<param>.rank`` only to the
     global rank (``args.rank = int(os.environ["RANK"])``, ``int(os.environ["SLURM_PROCID"])`` on
     another branch) or to the single-process ``0``: the attribute holds the global rank after it."""
-    if depth > 2 or getattr(ctx, "_ddp003_view", None) is not None:
+    if depth > 2 or getattr(ctx, "_helper_view", None) is not None:
         return None
     name = e.value.id
     calls = [c for c in ctx.sem.calls if c.lineno < e.lineno and ctx.sem.enclosing_function(c) is scope
@@ -399,7 +387,7 @@ def _set_by_helper(ctx, e, scope, depth: int):
         param = pos[idx] if idx is not None and idx < len(pos) else None
     if param is None or view.sem.assignments(fn).get(param):
         return None
-    hctx = ctx if view is ana.main else _view_context(ctx, view)
+    hctx = ctx if view is ana.main else _helper_context(ctx, view)
     values = _attr_stores(fn, param, e.attr)
     if not values or any(v is None for v in values):
         return None

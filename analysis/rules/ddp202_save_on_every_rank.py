@@ -99,6 +99,7 @@ class SaveOnEveryRank(Rule):
         args.output_dir)``) whose ``torch.save`` runs unguarded on a path made only of its
         parameters, none of them rank-specific at this call."""
         from ..flow import for_context  # lazy: only scripts that call project helpers load them
+        from ..flow.helper_calls import bind_args
 
         ana = None
         for call in ctx.sem.calls:
@@ -124,7 +125,9 @@ class SaveOnEveryRank(Rule):
             if found is None:
                 continue
             save, params = found
-            args = _bound_args(call, fn)
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                continue  # ``*args``/``**kwargs``: which parameter gets what is not known here
+            args = bind_args(call, fn)
             if any(p not in args and p not in _defaults(fn) for p in params):
                 continue
             used = [args[p] for p in params if p in args]
@@ -301,22 +304,6 @@ def _path_params(sem, e, fn, params: set[str], depth: int) -> set[str] | None:
                 out |= sub
         elif isinstance(n, ast.Attribute) and is_rank_like(n):
             return None
-    return out
-
-
-def _bound_args(call: ast.Call, fn) -> dict[str, ast.AST]:
-    a = fn.args
-    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
-    out: dict[str, ast.AST] = {}
-    for i, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            return {}
-        if i < len(pos):
-            out[pos[i]] = arg
-    for k in call.keywords:
-        if k.arg is None:
-            return {}
-        out[k.arg] = k.value
     return out
 
 

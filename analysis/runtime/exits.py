@@ -10,6 +10,7 @@ the last line of the script.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -41,9 +42,19 @@ def _is_exit_call(node: ast.AST) -> bool:
     return name in _EXIT_CALLS
 
 
-def _innermost_loop(tree: ast.AST, line: int):
-    """The innermost loop whose body holds ``line`` (not crossing a function boundary below it)."""
-    best = None
+@functools.lru_cache(maxsize=8)
+def _tree(source: str) -> ast.Module | None:
+    """The source parsed once: a report asks about several lines of the same file."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _loops_holding(tree: ast.AST, line: int) -> list:
+    """The loops whose body holds ``line``, outermost first, within the function (or module body)
+    that holds it: a loop outside that function does not count."""
+    found: list = []
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -56,11 +67,11 @@ def _innermost_loop(tree: ast.AST, line: int):
             if not start <= line <= end:
                 continue
             if isinstance(child, _FUNCS):
-                best = None  # a loop outside the function the line is in does not count
+                found = []
             elif isinstance(child, _LOOPS) and child.body and child.body[0].lineno <= line:
-                best = child
+                found.append(child)
             stack.append(child)
-    return best
+    return found
 
 
 def _exits_of(loop: ast.AST, before: int | None = None) -> list[Exit]:
@@ -119,14 +130,9 @@ def _exits_of(loop: ast.AST, before: int | None = None) -> list[Exit]:
 def loop_exits(source: str, line: int) -> LoopExits | None:
     """The loop around ``line`` of ``source`` and its conditional exits; None when ``line`` is in no
     loop or the source does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    loop = _innermost_loop(tree, line)
-    if loop is None:
-        return None
-    return _describe(loop)
+    tree = _tree(source)
+    loops = _loops_holding(tree, line) if tree is not None else []
+    return _describe(loops[-1]) if loops else None
 
 
 def _describe(loop, before: int | None = None) -> LoopExits:
@@ -157,25 +163,7 @@ def _uniform(loop) -> bool:
 def loops_around(source: str, line: int) -> list[LoopExits]:
     """Every loop around ``line`` within the function (or module body) that holds it, innermost
     first, each with its conditional exits and the ``continue``s that skip ``line``."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _tree(source)
+    if tree is None:
         return []
-    found: list = []
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            start, end = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
-            if start is None or end is None:
-                if not isinstance(child, (ast.expr_context, ast.operator)):
-                    stack.append(child)
-                continue
-            if not start <= line <= end:
-                continue
-            if isinstance(child, _FUNCS):
-                found = []  # loops outside the function the line is in do not count
-            elif isinstance(child, _LOOPS) and child.body and child.body[0].lineno <= line:
-                found.append(child)
-            stack.append(child)
-    return [_describe(loop, line) for loop in reversed(found)]
+    return [_describe(loop, line) for loop in reversed(_loops_holding(tree, line))]
