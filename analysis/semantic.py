@@ -107,21 +107,51 @@ class Semantic:
         # every node that gets a parent pointer, so that ``release`` can break the cycles
         nodes = self._nodes = []
         add = nodes.append
+        # the calls of each function (and of the module), as ``scope_calls`` gives them: a second
+        # stack, parallel to the first, holds the innermost enclosing function of each pushed node
+        # (a function's decorators belong to the scope around it, its defaults and annotations to
+        # the function itself; lambdas and class bodies are no scope of their own here)
+        by_scope: dict[int, list] = {}
+        self._scope_calls = by_scope
         # leaves (no child fields) that no rule asked for are given their parent but never pushed
         leaf = _LEAF_TYPES - wanted
         tree._p = None
         stack = [tree]
+        scopes = [tree]
         pop = stack.pop
         push = stack.append
+        spop = scopes.pop
+        spush = scopes.append
         while stack:
             node = pop()
+            scope = spop()
             t = node.__class__
             if t is Call:
                 calls.append(node)
+                got = by_scope.get(id(scope))
+                if got is None:
+                    by_scope[id(scope)] = [node]
+                else:
+                    got.append(node)
             elif t is Import or t is ImportFrom:
                 imports.append(node)
             elif t is FunctionDef or t is AsyncFunctionDef:
                 functions[node.name].append(node)
+                if t in wanted:
+                    by_type[t].append(node)
+                for f in _child_fields(t):
+                    v = getattr(node, f, None)
+                    if v is None:
+                        continue
+                    sc = scope if f == "decorator_list" else node
+                    for c in (v if v.__class__ is list else (v,)):
+                        if isinstance(c, AST):
+                            c._p = node
+                            add(c)
+                            if c.__class__ not in leaf:
+                                push(c)
+                                spush(sc)
+                continue
             elif t is NamedExpr:
                 self._walrus = True
             if t in wanted:
@@ -140,15 +170,24 @@ class Semantic:
                             add(c)
                             if c.__class__ not in leaf:
                                 push(c)
+                                spush(scope)
                 elif isinstance(v, AST):
                     v._p = node
                     add(v)
                     if v.__class__ not in leaf:
                         push(v)
+                        spush(scope)
         # the stack visits in reverse; rules expect source order
         calls.reverse()
         for lst in by_type.values():
             lst.reverse()
+        for lst in by_scope.values():
+            lst.reverse()
+
+    def scope_calls(self, scope: ast.AST) -> list[ast.Call]:
+        """The calls directly in function ``scope`` (or the module), not in nested functions, in
+        the order of ``calls``."""
+        return self._scope_calls.get(id(scope), ())
 
     def release(self) -> None:
         """Drop the parent pointers (the cycles node -> parent -> node), so that the tree is freed

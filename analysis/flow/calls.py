@@ -46,33 +46,7 @@ def on_subgroup(call: ast.Call, op: str) -> bool:
 def scope_calls(view, scope: ast.AST) -> list[ast.Call]:
     """Calls directly in ``scope`` (not in nested functions or lambdas; a class body counts as its
     enclosing scope), in source order. One pass over the file's calls, grouped once."""
-    idx = view.memo.get("scope_calls")
-    if idx is None:
-        idx = view.memo["scope_calls"] = {}
-        sem = view.sem
-        # one sweep in source order with a stack of the open functions (no parent walks)
-        fns = sorted((f for defs in sem.functions.values() for f in defs), key=lambda f: (f.lineno, f.col_offset))
-        calls = sem.calls
-        stack: list = []
-        fi = 0
-        top = id(sem.tree)
-        for c in calls:
-            pos = (c.lineno, c.col_offset)
-            while fi < len(fns) and (fns[fi].lineno, fns[fi].col_offset) <= pos:
-                f = fns[fi]
-                while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) <= (f.lineno, f.col_offset):
-                    stack.pop()
-                stack.append(f)
-                fi += 1
-            while stack and (stack[-1].end_lineno, stack[-1].end_col_offset) < (c.end_lineno, c.end_col_offset):
-                stack.pop()
-            key = id(stack[-1]) if stack else top
-            got = idx.get(key)
-            if got is None:
-                idx[key] = [c]
-            else:
-                got.append(c)
-    return idx.get(id(scope), ())
+    return view.sem.scope_calls(scope)  # grouped by the one traversal (semantic.Semantic._walk)
 
 
 def wrapped_names(view) -> frozenset:
