@@ -31,8 +31,11 @@ FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 # shared objects in CPython's ast, so they must never get a parent pointer).
 _SKIP_FIELDS = frozenset(
     {"ctx", "op", "ops", "id", "attr", "name", "arg", "module", "level", "kind", "type_comment",
-     "conversion", "is_async", "type_ignores", "lineno", "tag"}
+     "conversion", "is_async", "type_ignores", "lineno", "tag", "kwd_attrs", "rest", "simple", "asname"}
 )
+# With those fields skipped, every remaining field holds a node, None, or a list of nodes and Nones
+# (``Dict.keys``, ``arguments.kw_defaults``), except ``MatchSingleton.value`` (a constant): the
+# traversal tests for None instead of calling isinstance on every child.
 _FIELDS: dict[type, tuple[str, ...]] = {}
 # Node types without child fields (see _child_fields): the traversal does not push them.
 _LEAF_TYPES = frozenset({ast.Name, ast.Constant, ast.Global, ast.Nonlocal, ast.Pass, ast.Break, ast.Continue})
@@ -41,7 +44,7 @@ _LEAF_TYPES = frozenset({ast.Name, ast.Constant, ast.Global, ast.Nonlocal, ast.P
 def _child_fields(t: type) -> tuple[str, ...]:
     fs = _FIELDS.get(t)
     if fs is None:
-        if t is ast.Constant or t is ast.Global or t is ast.Nonlocal:
+        if t is ast.Constant or t is ast.Global or t is ast.Nonlocal or t is ast.MatchSingleton:
             fs = ()
         else:
             fs = tuple(f for f in t._fields if f not in _SKIP_FIELDS)
@@ -145,7 +148,7 @@ class Semantic:
                         continue
                     sc = scope if f == "decorator_list" else node
                     for c in (v if v.__class__ is list else (v,)):
-                        if isinstance(c, AST):
+                        if c is not None:
                             c._p = node
                             add(c)
                             if c.__class__ not in leaf:
@@ -165,13 +168,13 @@ class Semantic:
                     continue
                 if v.__class__ is list:
                     for c in v:
-                        if isinstance(c, AST):
+                        if c is not None:
                             c._p = node
                             add(c)
                             if c.__class__ not in leaf:
                                 push(c)
                                 spush(scope)
-                elif isinstance(v, AST):
+                else:
                     v._p = node
                     add(v)
                     if v.__class__ not in leaf:
