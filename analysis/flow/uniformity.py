@@ -3,7 +3,8 @@ unknown?
 
 Rank-varying sources: the process rank (``get_rank()``, ``RANK``/``LOCAL_RANK``/``SLURM_PROCID``,
 the index an ``mp.spawn`` target receives, the current device index, names and attributes that
-are ranks by name), this rank's data (the batches a loader yields and everything computed from them:
+are ranks by name), this rank's data (the batches a loader yields, the elements a generator function
+of the project yields when they are rank-varying, and everything computed from them:
 model outputs, losses, ``.item()``, metrics accumulated over local batches, the contents of files
 opened with per-rank names), clocks, and random numbers when the file seeds nothing.
 
@@ -23,83 +24,14 @@ import ast
 import re
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, param_names, parent
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, reaching, target_path
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
-
-RANK, DATA, CLOCK, RNG = "rank", "data", "clock", "rng"
-
-
-class Src:
-    """Where rank variance comes from: a category, words for messages, and the node."""
-
-    __slots__ = ("cat", "desc", "line", "path", "via", "call", "call_path")
-
-    def __init__(self, cat: str, desc: str, line: int, path: str | None, via: str = "", call=None,
-                 call_path: str | None = None):
-        self.cat, self.desc, self.line, self.path = cat, desc, line, path
-        # through a call: "passed to `f` as `x` at line 31", and that call (for related locations)
-        self.via, self.call, self.call_path = via, call, call_path
-
-    def step(self, words: str, call=None, call_path=None) -> "Src":
-        """The same source, one step further along the cause chain."""
-        via = f"{self.via}, {words}" if self.via else words
-        if call is None:
-            call, call_path = self.call, self.call_path
-        return Src(self.cat, self.desc, self.line, self.path, via, call, call_path)
-
-    def text(self, here: str | None = None) -> str:
-        where = f"line {self.line}" if (self.path is None or self.path == here) else f"{_short(self.path)}:{self.line}"
-        if self.via:
-            return f"{self.desc}, {where}, {self.via}"
-        return f"{self.desc}, {where}"
-
-
-def _short(path: str) -> str:
-    import os
-
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:]) if len(parts) > 1 else os.path.basename(path)
-
-
-class Value:
-    __slots__ = ("kind", "src")
-
-    def __init__(self, kind: str, src: Src | None = None):
-        self.kind, self.src = kind, src
-
-    @property
-    def varying(self) -> bool:
-        return self.kind == "V"
-
-    @property
-    def uniform(self) -> bool:
-        return self.kind == "U"
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging
-        return f"Value({self.kind}, {self.src.desc if self.src else ''})"
-
-
-U = Value("U")
-X = Value("X")
-
-
-def join(vals) -> Value:
-    out = U
-    for v in vals:
-        if v.kind == "V":
-            return v
-        if v.kind == "X":
-            out = X
-    return out
-
-
-def _V(view, cat: str, desc: str, node: ast.AST) -> Value:
-    return Value("V", Src(cat, desc, getattr(node, "lineno", 0), view.path))
+from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join  # noqa: F401  (re-exported)
 
 
 RANK_NAME = re.compile(
@@ -479,6 +411,9 @@ class Evaluator:
                 return join(self.value(a, d) for a in it.args)
             if qn is None and n in ("zip", "enumerate", "tqdm", "sorted", "reversed", "list", "iter"):
                 return join(self.element(a, d) for a in it.args[:1 if n != "zip" else None])
+            got = self._yielded(it, d)
+            if got is not None:
+                return got
         if self.is_loader(it, d) is not None:
             v = _V(self.view, DATA, "computed from this rank's batch", it)
             ctx = self.ctx
@@ -487,6 +422,30 @@ class Evaluator:
             return v
         v = self.value(it, d)
         return v
+
+    def _yielded(self, call: ast.Call, d: int) -> Value | None:
+        """The elements of a generator function of the project that ``call`` starts: the join of
+        what its ``yield``s give (``yield from it`` gives the elements of ``it``), as the function
+        runs with unknown parameters; None when ``call`` starts no generator of the project."""
+        target = self.hub.resolve_call(self.view, call)
+        if target is None or not isinstance(target[1], FUNC_TYPES):
+            return None
+        tv, fn = target
+        memo = tv.memo.setdefault("yielded", {})
+        got = memo.get(id(fn))
+        if got is None:
+            ys = [n for n in iter_scope_nodes(fn) if n.__class__ is ast.Yield or n.__class__ is ast.YieldFrom]
+            if not ys:
+                got = memo[id(fn)] = False  # a plain function: its return value is the iterable
+                return None
+            memo[id(fn)] = X  # recursion guard
+            ev = self.hub.evaluator(tv)
+            v = join(ev.element(y.value, d + 1) if y.__class__ is ast.YieldFrom else ev.value(y.value, d + 1)
+                     for y in ys if y.value is not None)
+            if v.varying:
+                v = Value("V", v.src.step(f"yielded by `{fn.name}()`"))
+            got = memo[id(fn)] = v
+        return got if got is not False else None
 
     def trip_count(self, it: ast.AST, d: int = 0) -> Value:
         """Uniformity of the number of iterations of ``for x in it``: rank-varying only for a

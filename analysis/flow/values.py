@@ -1,0 +1,76 @@
+"""Values of the uniformity analysis: uniform (``U``), rank-varying (``Value("V", src)``) or
+unknown (``X``), where the variance comes from (``Src``: a category, words for messages, the line),
+and ``join``. The evaluator that computes them is ``uniformity.Evaluator``."""
+from __future__ import annotations
+
+import ast
+
+RANK, DATA, CLOCK, RNG = "rank", "data", "clock", "rng"
+
+
+class Src:
+    """Where rank variance comes from: a category, words for messages, and the node."""
+
+    __slots__ = ("cat", "desc", "line", "path", "via", "call", "call_path")
+
+    def __init__(self, cat: str, desc: str, line: int, path: str | None, via: str = "", call=None,
+                 call_path: str | None = None):
+        self.cat, self.desc, self.line, self.path = cat, desc, line, path
+        # through a call: "passed to `f` as `x` at line 31", and that call (for related locations)
+        self.via, self.call, self.call_path = via, call, call_path
+
+    def step(self, words: str, call=None, call_path=None) -> "Src":
+        """The same source, one step further along the cause chain."""
+        via = f"{self.via}, {words}" if self.via else words
+        if call is None:
+            call, call_path = self.call, self.call_path
+        return Src(self.cat, self.desc, self.line, self.path, via, call, call_path)
+
+    def text(self, here: str | None = None) -> str:
+        where = f"line {self.line}" if (self.path is None or self.path == here) else f"{_short(self.path)}:{self.line}"
+        if self.via:
+            return f"{self.desc}, {where}, {self.via}"
+        return f"{self.desc}, {where}"
+
+
+def _short(path: str) -> str:
+    import os
+
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) > 1 else os.path.basename(path)
+
+
+class Value:
+    __slots__ = ("kind", "src")
+
+    def __init__(self, kind: str, src: Src | None = None):
+        self.kind, self.src = kind, src
+
+    @property
+    def varying(self) -> bool:
+        return self.kind == "V"
+
+    @property
+    def uniform(self) -> bool:
+        return self.kind == "U"
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging
+        return f"Value({self.kind}, {self.src.desc if self.src else ''})"
+
+
+U = Value("U")
+X = Value("X")
+
+
+def join(vals) -> Value:
+    out = U
+    for v in vals:
+        if v.kind == "V":
+            return v
+        if v.kind == "X":
+            out = X
+    return out
+
+
+def _V(view, cat: str, desc: str, node: ast.AST) -> Value:
+    return Value("V", Src(cat, desc, getattr(node, "lineno", 0), view.path))
