@@ -24,6 +24,9 @@ _CANONICAL_PREFIXES = (
 # the nodes that make code run conditionally or repeatedly; always indexed in ``by_type`` (the flow
 # layer skips scopes without any)
 BRANCHING = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor)
+# the statements that leave a block early; always indexed in ``by_type`` too (the flow layer finds
+# the blocks that hold an exit from them), though not part of ``wanted``
+EXITS = (ast.Return, ast.Break, ast.Continue)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
 FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -92,7 +95,7 @@ class Semantic:
         self._nodes: list[ast.AST] | None = None
         self._walrus = False  # any NamedExpr in the tree (assignments() must then enter expressions)
         self.wanted = frozenset(wanted_types).union(BRANCHING)  # the types ``by_type`` indexes, completely
-        self._walk(tree, self.wanted)
+        self._walk(tree, self.wanted.union(EXITS))
         self._resolve_imports()
 
     # -- the traversal -----------------------------------------------------------------------

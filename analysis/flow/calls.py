@@ -201,9 +201,11 @@ def _memo(view, ctx, name: str) -> dict:
 
 
 def _wrapped(view, ctx) -> frozenset:
-    w = wrapped_names(view)
-    if ctx is not None and (ctx.wraps or ctx.self_wraps):
-        w = w | frozenset(ctx.wraps) | frozenset(ctx.self_wraps)
+    if ctx is None or not (ctx.wraps or ctx.self_wraps):
+        return wrapped_names(view)
+    w = ctx.memo.get("wrapped")
+    if w is None:
+        w = ctx.memo["wrapped"] = wrapped_names(view) | frozenset(ctx.wraps) | frozenset(ctx.self_wraps)
     return w
 
 

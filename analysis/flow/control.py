@@ -86,6 +86,9 @@ def _exits(view, stmt: ast.stmt) -> list[ast.stmt]:
     got = memo.get(id(stmt))
     if got is not None:
         return got
+    if id(stmt) not in _exit_holders(view):
+        memo[id(stmt)] = _NO_EXITS  # nothing below this statement can leave early
+        return _NO_EXITS
     t = stmt.__class__
     if t is ast.Return or t is ast.Break or t is ast.Continue:
         got = [stmt]
@@ -107,6 +110,30 @@ def _exits(view, stmt: ast.stmt) -> list[ast.stmt]:
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _exit_holders(view) -> set:
+    """ids of the statements that are, or hold, an early exit (``return``/``break``/``continue``,
+    an exit call as a statement), up to the enclosing definition: ``_exits`` enters no other."""
+    got = view.memo.get("exit_holders")
+    if got is None:
+        got = view.memo["exit_holders"] = set()
+        sem = view.sem
+        starts = [*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Break, ()),
+                  *sem.by_type.get(ast.Continue, ())]
+        Expr, Name = ast.Expr, ast.Name
+        for c in sem.calls:
+            st = parent(c)
+            if st.__class__ is Expr and (sem.call_qualname(c) in _EXIT_QNS or (
+                    c.func.__class__ is Name and c.func.id in ("exit", "quit"))):
+                starts.append(st)
+        for n in starts:
+            while n is not None and id(n) not in got:
+                got.add(id(n))
+                if isinstance(n, _SCOPES):
+                    break
+                n = parent(n)
+    return got
 
 
 def _block_exits(view, blk: list) -> list:
