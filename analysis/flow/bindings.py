@@ -98,11 +98,48 @@ def reaching(view, name: str, at: ast.AST):
     return got
 
 
+_SCOPE_CLASSES = frozenset(_SCOPES)
+# statements whose parts are not all before their nested statements (a later ``case`` pattern or
+# ``except`` clause comes after an earlier one's body): a use there has no statement-wide answer
+_INTERLEAVED = (ast.Match, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+
+
 def _reaching(view, name: str, at: ast.AST):
     sem = view.sem
-    scope = binding_scope(sem, at)
-    evs = list(sem.assignments(scope).get(name, ()))
-    evs += equaliser_index(view).get((id(scope), name), ())
+    # one walk up from the use: its innermost statement and its scope (``binding_scope``)
+    stmt = at if isinstance(at, ast.stmt) else None
+    n = getattr(at, "_p", None)
+    scope = at
+    while n is not None:
+        if stmt is None and isinstance(n, ast.stmt):
+            stmt = n
+        if n.__class__ in _SCOPE_CLASSES:
+            scope = n
+            break
+        n = getattr(n, "_p", None)
+    if scope.__class__ is ast.ClassDef:
+        scope = sem.tree
+    evs = sem.assignments(scope).get(name, ())
+    eqs = equaliser_index(view).get((id(scope), name), ())
+    # Every use strictly inside one statement gets the same answer when the bindings are all
+    # statements (no walrus, no in-place collective inside an expression): each binding lies
+    # before, after, around or inside that statement as a whole (the statement's own parts come
+    # before its nested statements, except in ``match``/``try``). Keyed per statement.
+    key = None
+    if stmt is not None and not eqs and not sem._walrus and not isinstance(stmt, _INTERLEAVED):
+        key = (name, id(stmt), stmt is at, id(scope))
+        memo = view.memo.get("reaching_stmt")
+        if memo is None:
+            memo = view.memo["reaching_stmt"] = {}
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _reaching_events(view, name, at, scope, list(evs))
+        return got
+    return _reaching_events(view, name, at, scope, [*evs, *eqs])
+
+
+def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
+    sem = view.sem
     if not evs:
         if isinstance(scope, (*FUNC_TYPES, ast.Lambda)):
             if name in param_names(scope):
