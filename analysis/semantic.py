@@ -6,7 +6,9 @@ overflow the C stack here) and every rule queries the indexes built here.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+from collections import defaultdict, deque
+from functools import partial
+from itertools import repeat
 from typing import Iterable, Iterator
 
 # Canonical spellings: several public paths name the same object.
@@ -55,6 +57,7 @@ def _child_fields(t: type) -> tuple[str, ...]:
     return fs
 
 
+_drain = partial(deque, maxlen=0)  # consumes an iterator in C
 _CANON_CACHE: dict[str, str] = {}
 
 
@@ -204,11 +207,14 @@ class Semantic:
         if nodes is None:
             return
         self._nodes = None
-        for n in nodes:
-            try:
-                del n._p
-            except AttributeError:
-                pass
+        try:
+            _drain(map(delattr, nodes, repeat("_p")))  # the loop runs in C
+        except AttributeError:  # a node reached twice (a tree shared with another traversal)
+            for n in nodes:
+                try:
+                    del n._p
+                except AttributeError:
+                    pass
 
     def _resolve_imports(self) -> None:
         aliases = self.aliases

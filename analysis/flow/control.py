@@ -122,10 +122,10 @@ def _exit_holders(view) -> set:
         starts = [*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Break, ()),
                   *sem.by_type.get(ast.Continue, ())]
         Expr, Name = ast.Expr, ast.Name
-        for c in sem.calls:
-            st = parent(c)
-            if st.__class__ is Expr and (sem.call_qualname(c) in _EXIT_QNS or (
-                    c.func.__class__ is Name and c.func.id in ("exit", "quit"))):
+        exits = [c for c in sem.calls if c.func.__class__ is Name and (c.func.id == "exit" or c.func.id == "quit")]
+        for c in (*sem.calls_to(*_EXIT_QNS), *exits):
+            st = c._p
+            if st.__class__ is Expr:
                 starts.append(st)
         for n in starts:
             while n is not None and id(n) not in got:
@@ -143,7 +143,9 @@ def _block_exits(view, blk: list) -> list:
         memo = view.memo["block_exits"] = {}
     got = memo.get(id(blk))
     if got is None:
-        got = memo[id(blk)] = [(j, st, exs) for j, st in enumerate(blk) for exs in (_exits(view, st),) if exs]
+        holders = _exit_holders(view)
+        got = memo[id(blk)] = [(j, st, exs) for j, st in enumerate(blk) if id(st) in holders
+                               for exs in (_exits(view, st),) if exs]
     return got
 
 
