@@ -12,7 +12,8 @@ only some ranks.
   trip count the same on every rank (parameters symbolic, bound at calls);
 - ``helper_calls``: calls of project functions, arguments bound to parameters; ``calls``: a
   module's calls by scope and name, names that may hold a DDP model, project-class instances;
-  ``context``: a helper as one call runs it; ``buffers``: does a module have buffers; ``sinks``: which
+  ``context``: a helper as one call runs it; ``instances``: which project class a value (or each
+  element of a container) is an instance of; ``buffers``: does a module have buffers; ``sinks``: which
   parameters of a helper reach a collective's argument; ``imports``: what importing a module runs.
 
 Per-file facts the older rules query, one concept a module, on the same vocabulary:
@@ -35,6 +36,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import SPAWNS
 from . import project
 from .calls import instance_names
+from .instances import instance_class
 from .summaries import Summaries
 from .uniformity import X, Evaluator, join
 
@@ -165,32 +167,9 @@ class Analysis(Summaries):
         return None
 
     def _instance_class(self, view, name: ast.Name, at: ast.AST):
-        """(view, class) when every binding of ``name`` reaching ``at`` constructs the same class
-        of the project (``trainer = Trainer(model, opt)``), else None."""
-        from .bindings import reaching
-
-        kind, evs = reaching(view, name.id, at)
-        if kind not in ("events", "global") or not evs:
-            return None
-        found = None
-        for e in evs:
-            if not (isinstance(e, ast.Assign) and isinstance(e.value, ast.Call) and isinstance(e.value.func, ast.Name)):
-                return None
-            cname = e.value.func.id
-            if cname in view.classes:
-                got = (view, view.classes[cname])
-            else:
-                imp = view.imports.get(cname)
-                if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in _NOT_PROJECT:
-                    return None
-                v2 = self.module_view(view, imp[0], imp[1])
-                if v2 is None or imp[2] not in v2.classes:
-                    return None
-                got = (v2, v2.classes[imp[2]])
-            if found is not None and found[1] is not got[1]:
-                return None
-            found = got
-        return found
+        """(view, class) when ``name`` holds an instance of one class of the project at ``at``
+        (``instances.instance_class``)."""
+        return instance_class(self, view, name, at, _NOT_PROJECT)
 
     def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
         if name not in view.defs and name not in view.classes:

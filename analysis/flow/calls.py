@@ -148,12 +148,16 @@ def _init_self_copies(view, init: ast.AST) -> list:
     return got
 
 
+_DISPLAYS = frozenset({ast.List, ast.Tuple, ast.Set})
+
+
 def instance_names(view) -> frozenset:
     """Names assigned an instance of a class that may belong to the project (``t = Trainer(...)``,
     the class defined in this file or imported from outside torch and the usual libraries)."""
     got = view.memo.get("instance_names")
     if got is None:
         names = set()
+        displays = False
         for cname, calls in calls_by_name(view).items():
             if cname in view.classes:
                 pass
@@ -167,6 +171,14 @@ def instance_names(view) -> frozenset:
                 st = parent(c)
                 if st.__class__ is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is ast.Name:
                     names.add(st.targets[0].id)
+                elif st.__class__ in _DISPLAYS:
+                    displays = True
+        if displays:
+            # a container of instances (``hooks=[EvalHook(...)]``): a loop over one may bind them
+            for t in (ast.For, ast.AsyncFor):
+                for loop in view.sem.by_type.get(t, ()):
+                    if loop.target.__class__ is ast.Name:
+                        names.add(loop.target.id)
         got = view.memo["instance_names"] = frozenset(names)
     return got
 

@@ -1,0 +1,118 @@
+"""Which class of the project a value is an instance of: ``trainer = Trainer(model)``, and the
+elements of a container of instances iterated by a loop (``for hook in self.hooks:
+hook.after_epoch(self)`` where ``Runner(model, hooks=[EvalHook(loader)])`` filled ``self.hooks``).
+
+A value gets a class only when every binding that reaches it, followed through plain assignments,
+``self.`` attributes and the parameters of functions whose every call in the module passes one,
+constructs the same class of the project; anything else is unknown (None).
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES
+from .bindings import reaching
+
+_MAX_DEPTH = 5
+
+
+def ctor_class(hub, view, e: ast.AST, not_project):
+    """(view, class) when ``e`` is ``Cls(...)`` for a class of this file or of a project module."""
+    if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)):
+        return None
+    cname = e.func.id
+    if cname in view.classes:
+        return view, view.classes[cname]
+    imp = view.imports.get(cname)
+    if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in not_project:
+        return None
+    v2 = hub.module_view(view, imp[0], imp[1])
+    if v2 is None or imp[2] not in v2.classes:
+        return None
+    return v2, v2.classes[imp[2]]
+
+
+def _same(found, got):
+    """The running answer after one more binding: None ends the search (unknown or mixed)."""
+    if got is None or (found is not None and found[1] is not got[1]):
+        return None
+    return got
+
+
+def instance_class(hub, view, name: ast.Name, at: ast.AST, not_project, depth: int = 0):
+    """(view, class) when every binding of ``name`` reaching ``at`` gives an instance of the same
+    project class: ``x = Cls(...)``, or ``for x in xs`` over a container of such instances."""
+    kind, evs = reaching(view, name.id, at)
+    if kind not in ("events", "global") or not evs:
+        return None
+    found = None
+    for e in evs:
+        if isinstance(e, ast.Assign) and isinstance(e.value, ast.Call):
+            got = ctor_class(hub, view, e.value, not_project)
+        elif isinstance(e, (ast.For, ast.AsyncFor)) and isinstance(e.target, ast.Name) and e.target.id == name.id:
+            got = element_class(hub, view, e.iter, e, not_project, depth + 1)
+        else:
+            return None
+        found = _same(found, got)
+        if found is None:
+            return None
+    return found
+
+
+def element_class(hub, view, it: ast.AST, at: ast.AST, not_project, depth: int = 0):
+    """(view, class) when every element of the iterable ``it`` is an instance of the same project
+    class: a list/tuple/set display of constructor calls, reached through names, ``self.``
+    attributes and parameters."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(it, (ast.List, ast.Tuple, ast.Set)):
+        found = None
+        for e in it.elts:
+            found = _same(found, ctor_class(hub, view, e, not_project))
+            if found is None:
+                return None
+        return found
+    if isinstance(it, ast.Name):
+        kind, evs = reaching(view, it.id, at)
+        if kind == "param":
+            return _param_elements(hub, view, evs, it.id, not_project, depth)
+        if kind not in ("events", "global") or not evs:
+            return None
+        found = None
+        for e in evs:
+            if not (isinstance(e, ast.Assign) and len(e.targets) == 1 and isinstance(e.targets[0], ast.Name)):
+                return None
+            found = _same(found, element_class(hub, view, e.value, e, not_project, depth + 1))
+            if found is None:
+                return None
+        return found
+    if isinstance(it, ast.Attribute) and isinstance(it.value, ast.Name) and it.value.id == "self":
+        vals = hub.self_attr_bindings(view, it)
+        found = None
+        for v in vals or ():
+            if isinstance(v, ast.stmt):
+                return None
+            found = _same(found, element_class(hub, view, v, v, not_project, depth + 1))
+            if found is None:
+                return None
+        return found
+    return None
+
+
+def _param_elements(hub, view, fn, name: str, not_project, depth: int):
+    """The element class of parameter ``name`` of ``fn`` when every call of ``fn`` in its module
+    passes the same kind of container."""
+    from .context import call_args
+
+    if not isinstance(fn, FUNC_TYPES):
+        return None
+    sites = hub.call_sites(view, fn)
+    found = None
+    for c in sites:
+        a = next((a for p, a in call_args(c, fn) if p == name), None)
+        if a is None:
+            return None
+        found = _same(found, element_class(hub, view, a, c, not_project, depth + 1))
+        if found is None:
+            return None
+    return found
