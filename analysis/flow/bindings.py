@@ -68,13 +68,13 @@ def _dominates(ev: ast.AST, at: ast.AST, scope: ast.AST) -> bool:
     """``ev``'s statement sits directly in a block that also (transitively) holds ``at``."""
     st = ev
     while st is not None and not isinstance(st, ast.stmt):
-        st = parent(st)
+        st = getattr(st, "_p", None)
     if st is None:
         return False
-    blk_owner = parent(st)
+    blk_owner = getattr(st, "_p", None)
     n = at
     while n is not None and n is not scope:
-        p = parent(n)
+        p = getattr(n, "_p", None)
         if p is blk_owner:
             for f in ("body", "orelse", "finalbody"):
                 lst = getattr(p, f, None)
@@ -99,6 +99,7 @@ def reaching(view, name: str, at: ast.AST):
 
 
 _SCOPE_CLASSES = frozenset(_SCOPES)
+_LOOP_CLASSES = frozenset(LOOPS)
 # statements whose parts are not all before their nested statements (a later ``case`` pattern or
 # ``except`` clause comes after an earlier one's body): a use there has no statement-wide answer
 _INTERLEAVED = (ast.Match, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
@@ -149,29 +150,33 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
             if mod:
                 return "global", mod
         return "none", None
-    ap = _pos(at)
+    ap = (at.lineno, at.col_offset)
+    aend = (at.end_lineno, at.end_col_offset)
     before = []
+    For, AsyncFor, With, AsyncWith = ast.For, ast.AsyncFor, ast.With, ast.AsyncWith
     for e in evs:
-        if _pos(e) < ap:
-            if _contains(e, at):
+        if (e.lineno, e.col_offset) < ap:
+            if aend <= (e.end_lineno, e.end_col_offset):  # e holds the use (``_contains``)
                 # ``x = f(x)``: the use reads the earlier binding; a loop/with body sees its target
-                if isinstance(e, (ast.For, ast.AsyncFor)):
+                t = e.__class__
+                if t is For or t is AsyncFor:
                     if any(_contains(s, at) for s in e.body):
                         before.append(e)
-                elif isinstance(e, (ast.With, ast.AsyncWith)):
+                elif t is With or t is AsyncWith:
                     before.append(e)
                 continue
             before.append(e)
-    before.sort(key=_pos)
+    if len(before) > 1:
+        before.sort(key=_pos)
     # loop-carried: bindings later in an enclosing loop (same scope) reach the next iteration
     later = []
-    n = parent(at)
+    n = getattr(at, "_p", None)
     while n is not None and n is not scope:
-        if isinstance(n, LOOPS):
+        if n.__class__ in _LOOP_CLASSES:
             for e in evs:
-                if _pos(e) > ap and _contains(n, e) and e not in later:
+                if (e.lineno, e.col_offset) > ap and _contains(n, e) and e not in later:
                     later.append(e)
-        n = parent(n)
+        n = getattr(n, "_p", None)
     dom = None
     for i in range(len(before) - 1, -1, -1):
         if _dominates(before[i], at, scope):
