@@ -226,32 +226,78 @@ def _label(ctx, node: ast.AST) -> str:
     return text if len(text) <= 40 and "\n" not in text else text[:37] + "..."
 
 
+class _Calls:
+    """One pass over the file's calls (per check): calls by callee name (``f(...)`` and
+    ``x.f(...)``), the ``.cuda(...)`` / ``.to(...)`` calls, and the calls with a ``device=``
+    keyword (each list in ``sem.calls`` order)."""
+
+    __slots__ = ("by_name", "moves", "device_kw")
+
+    def __init__(self, sem):
+        by_name: dict[str, list[ast.Call]] = {}
+        moves: list[ast.Call] = []
+        device_kw: list[tuple[ast.Call, ast.expr]] = []
+        get = by_name.get
+        Attribute, Name = ast.Attribute, ast.Name
+        for c in sem.calls:
+            f = c.func
+            t = f.__class__
+            if t is Attribute:
+                n = f.attr
+                if n == "cuda" or n == "to":
+                    moves.append(c)
+            elif t is Name:
+                n = f.id
+            else:
+                n = None
+            if n is not None:
+                lst = get(n)
+                if lst is None:
+                    by_name[n] = [c]
+                else:
+                    lst.append(c)
+            if c.keywords:
+                for k in c.keywords:
+                    if k.arg == "device":
+                        device_kw.append((c, k.value))
+                        break
+        self.by_name = by_name
+        self.moves = moves
+        self.device_kw = device_kw
+
+
+def _calls(ctx) -> _Calls:
+    return ctx.memo("ddp001.calls", lambda: _Calls(ctx.sem))
+
+
 def current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
     """Expressions that put tensors (or a communicator) on the *current* CUDA device: ``x.cuda()``
     without an index, ``.to("cuda")``, ``device="cuda"``, ``torch.device("cuda")`` (unless
     ``eager_only``: that object only picks its device when a tensor is made on it),
     ``torch.cuda.current_device()`` used as a value, and tensor collectives / DDP constructors fed
     with such tensors or modules."""
+    return ctx.memo(("ddp001.current_device_uses", eager_only), lambda: _current_device_uses(ctx, eager_only))
+
+
+def _current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
     sem = ctx.sem
-    out: list[tuple[ast.AST, str]] = []
     nodes: set[int] = set()  # ids of the affected expressions
-    for c in sem.calls:
+    # the moves (``.cuda()``, ``.to("cuda")``) first in the list, then the allocations
+    # (``device="cuda"``) of the other calls
+    idx = _calls(ctx)
+    out: list[tuple[ast.AST, str]] = []
+    for c in idx.moves:
         f = c.func
-        if not isinstance(f, ast.Attribute):
-            continue
-        if f.attr == "cuda" and not c.args and all(k.arg == "non_blocking" for k in c.keywords):
-            if ctx.qn(f.value) in ("torch", "torch.cuda"):
-                continue
+        if f.attr == "cuda":
+            if not c.args and all(k.arg == "non_blocking" for k in c.keywords) \
+                    and ctx.qn(f.value) not in ("torch", "torch.cuda"):
+                out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
+                nodes.add(id(c))
+        elif c.args and _is_cuda_literal(ctx, c.args[0], c):
             out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
             nodes.add(id(c))
-        elif f.attr == "to" and c.args and _is_cuda_literal(ctx, c.args[0], c):
-            out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
-            nodes.add(id(c))
-    for c in sem.calls:
-        kw = next((k for k in c.keywords if k.arg == "device"), None)
-        if kw is None or id(c) in nodes:
-            continue
-        if _is_cuda_literal(ctx, kw.value, c, allow_device_obj=not eager_only):
+    for c, value in idx.device_kw:
+        if id(c) not in nodes and _is_cuda_literal(ctx, value, c, allow_device_obj=not eager_only):
             out.append((c, f"`{_label(ctx, c)}` allocates on the current CUDA device"))
             nodes.add(id(c))
     if not eager_only:
@@ -414,7 +460,12 @@ def _report_before_pin(ctx, nccl_inits) -> None:
 
 
 def _calls_to_pinning_functions(ctx) -> list[ast.Call]:
-    """Calls of functions of this file that pin the device, directly or through another one."""
+    """Calls of functions of this file that pin the device, directly or through another one
+    (once per check)."""
+    return ctx.memo("ddp001.calls_to_pinning", lambda: _calls_to_pinning_functions_of(ctx))
+
+
+def _calls_to_pinning_functions_of(ctx) -> list[ast.Call]:
     sem = ctx.sem
     pinning: set[str] = set()
     for c in _pin_like_calls(ctx):
@@ -447,17 +498,23 @@ def _pinned_before(pin_lines, node, pin) -> bool:
 
 
 def _pin_like_calls(ctx) -> list[ast.Call]:
+    """The calls that pin (or may pin) the device; once per check. Its callers only ask which
+    lines and functions hold one, so the named helpers are listed name by name."""
+    return ctx.memo("ddp001.pin_like_calls", lambda: _pin_like_calls_of(ctx))
+
+
+def _pin_like_calls_of(ctx) -> list[ast.Call]:
     sem = ctx.sem
     out = list(sem.calls_to("torch.cuda.set_device"))
     for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
         if isinstance(parent(c), ast.withitem):
             out.append(c)
-    for c in sem.calls:
-        f = c.func
-        n = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        if n and (_PIN_HELPER.search(n) or (n not in sem.functions and _DIST_SETUP.search(n)
-                                            and not (ctx.qn(c) or "").startswith("torch."))):
-            out.append(c)
+    for n, calls in _calls(ctx).by_name.items():
+        kind = _name_kind(n)
+        if kind == 2:
+            out.extend(calls)
+        elif kind == 1 and n not in sem.functions:
+            out.extend(c for c in calls if not (ctx.qn(c) or "").startswith("torch."))
     return out
 
 
@@ -543,24 +600,20 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
             return True
     # a helper that pins the device for us (``utils.setup_device(args)``, ``init_device_mesh``):
     # what it does is not visible from this file, so do not guess
-    for c in sem.calls:
-        f = c.func
-        n = f.attr if f.__class__ is ast.Attribute else f.id if f.__class__ is ast.Name else None
-        if not n:
+    # (by callee name: a yes/no answer, so the names can be judged once each)
+    for n, calls in _calls(ctx).by_name.items():
+        kind = _name_kind(n)
+        if not kind:
             continue
-        kind = _NAME_KIND.get(n)
-        if kind is None:
-            kind = _NAME_KIND[n] = 2 if _PIN_HELPER.search(n) else 1 if _DIST_SETUP.search(n) else 0
-            if len(_NAME_KIND) > 4096:  # a long-running server sees many names: stay bounded
-                _NAME_KIND.clear()
-        if not kind or id(c) in skip:
-            continue
-        if kind == 2:
-            return True
-        # ``utils.init_distributed_mode(args)``, ``setup_ddp(rank)`` from another module: a
-        # distributed-setup helper whose body is not here may well pin the device
-        if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
-            return True
+        for c in calls:
+            if id(c) in skip:
+                continue
+            if kind == 2:
+                return True
+            # ``utils.init_distributed_mode(args)``, ``setup_ddp(rank)`` from another module: a
+            # distributed-setup helper whose body is not here may well pin the device
+            if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
+                return True
     text = ctx.src.text
     if "CUDA_VISIBLE_DEVICES" in text:
         for line in ctx.src.lines:
@@ -571,6 +624,15 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
 
 # callee name -> 2 (named like a device setter), 1 (like a distributed-setup helper), 0 (neither)
 _NAME_KIND: dict[str, int] = {}
+
+
+def _name_kind(n: str) -> int:
+    kind = _NAME_KIND.get(n)
+    if kind is None:
+        kind = _NAME_KIND[n] = 2 if _PIN_HELPER.search(n) else 1 if _DIST_SETUP.search(n) else 0
+        if len(_NAME_KIND) > 4096:  # a long-running server sees many names: stay bounded
+            _NAME_KIND.clear()
+    return kind
 _DIST_SETUP = re.compile(r"(setup|init|prepare|configure)_?(dist|ddp|gpus?\b|cuda|devices?\b|env)", re.I)
 _PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
 
@@ -604,9 +666,8 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
             if isinstance(root, ast.Name) and is_simple_ref(e) and _DEVICE_NAME.search(e.attr) \
                     and (root.id in params or any(b.lineno < init.lineno for b in assigned.get(root.id, ()))):
                 attr_cands.append(ctx.text(e))
-    for c in sem.calls:
-        f = c.func
-        if isinstance(f, ast.Attribute) and f.attr in ("to", "cuda") and c.args and isinstance(c.args[0], ast.Name):
+    for c in _calls(ctx).moves:  # ``x.to(...)`` / ``x.cuda(...)``
+        if c.args and isinstance(c.args[0], ast.Name):
             name = c.args[0].id
             if _DEVICE_NAME.search(name) or name == "rank":
                 cands.append(name)

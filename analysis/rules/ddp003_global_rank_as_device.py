@@ -9,6 +9,7 @@ from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
 from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
+from ..flow.wrappers import _by_callee
 from ._common import DDP_CLASS, D, _helper_context
 
 
@@ -97,9 +98,20 @@ class GlobalRankAsDevice(Rule):
         if is_test_file(ctx.filename):
             return  # multi-process tests run on one node: rank == local rank there
         sem = ctx.sem
+        qn_of = sem.call_qualname
+        Attribute, Name = ast.Attribute, ast.Name
         for call in sem.calls:
             f = call.func
-            qn = ctx.qn(call)
+            # cheap reject first: a method call's qualified name ends with its attribute, so only
+            # the attributes below can be a device call; a plain name needs its import
+            if f.__class__ is Attribute:
+                if f.attr not in _DEVICE_CALL_ATTRS:
+                    continue
+            elif f.__class__ is not Name:
+                continue
+            qn = qn_of(call)
+            if f.__class__ is Name and qn not in _DEVICE_CALL_QNS:
+                continue
             sites: list[ast.AST] = []
             if qn in ("torch.cuda.set_device", "torch.cuda.device"):
                 a = get_arg(call, 0, "device")
@@ -170,11 +182,31 @@ class GlobalRankAsDevice(Rule):
                 break
 
 
+# the calls whose arguments ``finish`` reads as a device (the last part of each qualified name is
+# its attribute when called as ``torch.cuda.set_device(...)``), plus ``x.to(...)`` / ``x.cuda(...)``
+_DEVICE_CALL_QNS = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.device", DDP_CLASS})
+_DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in _DEVICE_CALL_QNS} | {"to", "cuda"})
+
+
 def _global_rank(ctx, site, scope, depth: int):
     """``global_rank_source``, also through the file's own helpers: a function whose every
     ``return`` is the global rank (``def get_rank(): return int(os.environ["RANK"])``), a name bound
     once to a call of one, a parameter that every call site in the file fills with the global rank,
     and ``self.<attr>`` assigned once in the class from the global rank."""
+    if site.__class__ is ast.Name:
+        # a name's answer depends on the name and its scope only: ``x.to(device)``,
+        # ``y.to(device)``... in one function ask once per check
+        memo = ctx.memo("ddp003.name_rank", dict)
+        key = (site.id, id(scope), depth)
+        try:
+            return memo[key]
+        except KeyError:
+            got = memo[key] = _global_rank_of(ctx, site, scope, depth)
+            return got
+    return _global_rank_of(ctx, site, scope, depth)
+
+
+def _global_rank_of(ctx, site, scope, depth: int):
     src = global_rank_source(ctx, site, scope)
     if src is not None or depth > 3:
         return src
@@ -485,15 +517,14 @@ def _init_rank(ctx, site, scope):
     (or a helper returning it) or is stored in the function from such a value."""
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
+    inits = ctx.memo("ddp003.rank_inits", lambda: _rank_inits(ctx)).get(id(scope))
+    if not inits:
+        return None
     e = _unwrap_int(site)
     if not _ref_path(e):
         return None
     key = ast.dump(e)
-    for init in ctx.calls_to(D + "init_process_group"):
-        r = get_arg(init, 4, "rank")
-        if r is None or ctx.sem.scope_of(init) is not scope:
-            continue
-        r = _unwrap_int(r)
+    for init, r in inits:
         if ast.dump(r) != key:
             continue
         lo, hi = sorted((init.lineno, site.lineno))
@@ -502,6 +533,16 @@ def _init_rank(ctx, site, scope):
         if _global_looking(ctx, e, scope, min(init.lineno, site.lineno)):
             return r
     return None
+
+
+def _rank_inits(ctx) -> dict[int, list]:
+    """id(function) -> [(its ``init_process_group`` call, the ``rank=`` expression, unwrapped)]."""
+    out: dict[int, list] = {}
+    for init in ctx.calls_to(D + "init_process_group"):
+        r = get_arg(init, 4, "rank")
+        if r is not None:
+            out.setdefault(id(ctx.sem.scope_of(init)), []).append((init, _unwrap_int(r)))
+    return out
 
 
 def _unwrap_int(e):
@@ -605,20 +646,14 @@ def _self_assigns(cls: ast.ClassDef) -> dict[str, list[ast.AST]]:
     return out
 
 
-def _calls_by_name(ctx) -> dict[str, list[ast.Call]]:
-    out: dict[str, list[ast.Call]] = {}
-    for c in ctx.sem.calls:
-        if isinstance(c.func, ast.Name):
-            out.setdefault(c.func.id, []).append(c)
-    return out
-
-
 def _param_filled_with_rank(ctx, fn, param: str, depth: int):
     names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
     if param not in names:
         return None
     pos = names.index(param)
-    sites = ctx.memo("ddp003.calls_by_name", lambda: _calls_by_name(ctx)).get(fn.name, [])
+    # the per-check index of ``f(...)`` / ``self.f(...)`` calls of the file's functions (``fn`` is
+    # one of them), plain ``f(...)`` only
+    sites = [c for c in _by_callee(ctx).get(fn.name, ()) if c.func.__class__ is ast.Name]
     if not sites:
         return None
     first = None
