@@ -16,11 +16,14 @@ _RAISES = frozenset({"assertRaises", "assertRaisesRegex", "assertRaisesRegexp", 
                      "assertWarnsRegex", "warns"})
 
 
+_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef)
+
+
 def expects_error(node: ast.AST) -> bool:
     """``node`` sits in ``with self.assertRaises(...)`` / ``with pytest.raises(...)``: a test that
     makes the failure on purpose."""
     p = parent(node)
-    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+    while p is not None and not isinstance(p, _SCOPES):
         if isinstance(p, (ast.With, ast.AsyncWith)):
             for item in p.items:
                 e = item.context_expr

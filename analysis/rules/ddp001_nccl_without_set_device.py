@@ -227,17 +227,17 @@ def _label(ctx, node: ast.AST) -> str:
 
 
 class _Calls:
-    """One pass over the file's calls (per check): calls by callee name (``f(...)`` and
-    ``x.f(...)``), the ``.cuda(...)`` / ``.to(...)`` calls, and the calls with a ``device=``
-    keyword (each list in ``sem.calls`` order)."""
+    """One pass over the file's calls (per check), each list in ``sem.calls`` order: the calls of
+    a name that may pin the device (``(call, name, kind)``, see ``_name_kind``), the
+    ``.cuda(...)`` / ``.to(...)`` calls, and the calls with a ``device=`` keyword."""
 
-    __slots__ = ("by_name", "moves", "device_kw")
+    __slots__ = ("named", "moves", "device_kw")
 
     def __init__(self, sem):
-        by_name: dict[str, list[ast.Call]] = {}
+        named: list[tuple[ast.Call, str, int]] = []
         moves: list[ast.Call] = []
         device_kw: list[tuple[ast.Call, ast.expr]] = []
-        get = by_name.get
+        kinds = _NAME_KIND
         Attribute, Name = ast.Attribute, ast.Name
         for c in sem.calls:
             f = c.func
@@ -246,22 +246,25 @@ class _Calls:
                 n = f.attr
                 if n == "cuda" or n == "to":
                     moves.append(c)
+                else:
+                    k = kinds.get(n)
+                    if k is None:
+                        k = _name_kind(n)
+                    if k:
+                        named.append((c, n, k))
             elif t is Name:
                 n = f.id
-            else:
-                n = None
-            if n is not None:
-                lst = get(n)
-                if lst is None:
-                    by_name[n] = [c]
-                else:
-                    lst.append(c)
+                k = kinds.get(n)
+                if k is None:
+                    k = _name_kind(n)
+                if k:
+                    named.append((c, n, k))
             if c.keywords:
                 for k in c.keywords:
                     if k.arg == "device":
                         device_kw.append((c, k.value))
                         break
-        self.by_name = by_name
+        self.named = named
         self.moves = moves
         self.device_kw = device_kw
 
@@ -286,6 +289,11 @@ def _current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
     # (``device="cuda"``) of the other calls
     idx = _calls(ctx)
     out: list[tuple[ast.AST, str]] = []
+    # a name (``.to(device)``, ``device=device``) is judged once per scope: look the answer up
+    # here before calling ``_is_cuda_literal`` (which fills the same memo)
+    names = ctx.memo("ddp001.cuda_names", dict)
+    scope_of = sem.scope_of
+    Name = ast.Name
     for c in idx.moves:
         f = c.func
         if f.attr == "cuda":
@@ -293,11 +301,22 @@ def _current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
                     and ctx.qn(f.value) not in ("torch", "torch.cuda"):
                 out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
                 nodes.add(id(c))
-        elif c.args and _is_cuda_literal(ctx, c.args[0], c):
-            out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
-            nodes.add(id(c))
+        elif c.args:
+            a = c.args[0]
+            got = names.get((a.id, id(scope_of(c)), True, 0)) if a.__class__ is Name else None
+            if got is None:
+                got = _is_cuda_literal(ctx, a, c)
+            if got:
+                out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
+                nodes.add(id(c))
+    allow = not eager_only
     for c, value in idx.device_kw:
-        if id(c) not in nodes and _is_cuda_literal(ctx, value, c, allow_device_obj=not eager_only):
+        if id(c) in nodes:
+            continue
+        got = names.get((value.id, id(scope_of(c)), allow, 0)) if value.__class__ is Name else None
+        if got is None:
+            got = _is_cuda_literal(ctx, value, c, allow_device_obj=allow)
+        if got:
             out.append((c, f"`{_label(ctx, c)}` allocates on the current CUDA device"))
             nodes.add(id(c))
     if not eager_only:
@@ -384,8 +403,16 @@ def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 
     if allow_device_obj and isinstance(node, ast.Call) and ctx.qn(node) == "torch.device":
         return len(node.args) == 1 and not node.keywords and _const_cuda(node.args[0])
     if isinstance(node, ast.Name):
-        val = ctx.sem.single_value(node.id, ctx.sem.scope_of(at))
-        return _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1)
+        # the answer for a name depends on its scope only (``device`` in ``x.to(device)``,
+        # ``torch.zeros(1, device=device)``... of one function): once per check
+        scope = ctx.sem.scope_of(at)
+        memo = ctx.memo("ddp001.cuda_names", dict)
+        key = (node.id, id(scope), allow_device_obj, depth)
+        got = memo.get(key)
+        if got is None:
+            val = ctx.sem.single_value(node.id, scope)
+            got = memo[key] = _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1)
+        return got
     return False
 
 
@@ -498,8 +525,7 @@ def _pinned_before(pin_lines, node, pin) -> bool:
 
 
 def _pin_like_calls(ctx) -> list[ast.Call]:
-    """The calls that pin (or may pin) the device; once per check. Its callers only ask which
-    lines and functions hold one, so the named helpers are listed name by name."""
+    """The calls that pin (or may pin) the device; once per check."""
     return ctx.memo("ddp001.pin_like_calls", lambda: _pin_like_calls_of(ctx))
 
 
@@ -509,12 +535,9 @@ def _pin_like_calls_of(ctx) -> list[ast.Call]:
     for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
         if isinstance(parent(c), ast.withitem):
             out.append(c)
-    for n, calls in _calls(ctx).by_name.items():
-        kind = _name_kind(n)
-        if kind == 2:
-            out.extend(calls)
-        elif kind == 1 and n not in sem.functions:
-            out.extend(c for c in calls if not (ctx.qn(c) or "").startswith("torch."))
+    for c, n, kind in _calls(ctx).named:
+        if kind == 2 or (n not in sem.functions and not (ctx.qn(c) or "").startswith("torch.")):
+            out.append(c)
     return out
 
 
@@ -600,20 +623,15 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
             return True
     # a helper that pins the device for us (``utils.setup_device(args)``, ``init_device_mesh``):
     # what it does is not visible from this file, so do not guess
-    # (by callee name: a yes/no answer, so the names can be judged once each)
-    for n, calls in _calls(ctx).by_name.items():
-        kind = _name_kind(n)
-        if not kind:
+    for c, n, kind in _calls(ctx).named:
+        if id(c) in skip:
             continue
-        for c in calls:
-            if id(c) in skip:
-                continue
-            if kind == 2:
-                return True
-            # ``utils.init_distributed_mode(args)``, ``setup_ddp(rank)`` from another module: a
-            # distributed-setup helper whose body is not here may well pin the device
-            if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
-                return True
+        if kind == 2:
+            return True
+        # ``utils.init_distributed_mode(args)``, ``setup_ddp(rank)`` from another module: a
+        # distributed-setup helper whose body is not here may well pin the device
+        if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
+            return True
     text = ctx.src.text
     if "CUDA_VISIBLE_DEVICES" in text:
         for line in ctx.src.lines:
@@ -666,15 +684,23 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
             if isinstance(root, ast.Name) and is_simple_ref(e) and _DEVICE_NAME.search(e.attr) \
                     and (root.id in params or any(b.lineno < init.lineno for b in assigned.get(root.id, ()))):
                 attr_cands.append(ctx.text(e))
+    named: dict[str, bool] = {}  # each name judged once (``.to(device)`` is everywhere)
     for c in _calls(ctx).moves:  # ``x.to(...)`` / ``x.cuda(...)``
         if c.args and isinstance(c.args[0], ast.Name):
             name = c.args[0].id
-            if _DEVICE_NAME.search(name) or name == "rank":
+            ok = named.get(name)
+            if ok is None:
+                ok = named[name] = bool(_DEVICE_NAME.search(name)) or name == "rank"
+            if ok:
                 cands.append(name)
     for n in _PREFERRED_NAMES:
         if n in assigned or n in params:
             cands.append(n)
+    tried: set[str] = set()
     for n in cands:
+        if n in tried:
+            continue  # the same name gives the same answer
+        tried.add(n)
         if visible(n) and _is_device_like(ctx, n, scope):
             return n
     return attr_cands[0] if len(set(attr_cands)) == 1 else None
@@ -688,9 +714,13 @@ def _is_device_like(ctx, name: str, scope) -> bool:
         return True
     # ``gpu = torch.cuda.current_device()`` / ``device = torch.device("cuda")``: that is the
     # current device itself, pinning it changes nothing
-    for n in ast.walk(val):
-        if isinstance(n, ast.Call) and ctx.qn(n) == "torch.cuda.current_device":
-            return False
+    # (the few calls of it, looked up from the index, each checked for being inside ``val``)
+    for c in ctx.sem.calls_to("torch.cuda.current_device"):
+        n = c
+        while n is not None:
+            if n is val:
+                return False
+            n = parent(n)
     if _is_cuda_literal(ctx, val, val):
         return False
     if isinstance(val, ast.Constant) and isinstance(val.value, str):

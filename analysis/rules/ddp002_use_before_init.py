@@ -151,14 +151,17 @@ def _import_time(ctx, inits, reported) -> None:
             p = parent(p)
         holders.update(chain or ())
     first_init = min(inits, key=lambda n: (n.lineno, n.col_offset))
-    init_words = f"`{text(ctx, first_init.func)}()` at line {first_init.lineno}"
+    init_words = None  # spelled for a finding only
+    Import, ImportFrom = ast.Import, ast.ImportFrom
     for st in _before_init(tree.body, holders):
-        if not isinstance(st, (ast.Import, ast.ImportFrom)):
+        if st.__class__ is not Import and st.__class__ is not ImportFrom:
             continue
         for name, v2 in imported_views(an, view, st):
             got = import_use(an, v2)
             if got is None:
                 continue
+            if init_words is None:
+                init_words = f"`{text(ctx, first_init.func)}()` at line {first_init.lineno}"
             eff = got.effect
             chain = " -> ".join(f"`{m}`" for m in (name, *got.modules))
             via = f" (through {' -> '.join(f'`{v}`' for v in eff.via)})" if eff.via else ""
@@ -177,8 +180,9 @@ def _import_time(ctx, inits, reported) -> None:
 def _before_init(body, holders):
     """The top-level statements that run before the first one holding an init, entering the
     ``if __name__ == "__main__":`` block (its imports run before the ``main()`` call below them)."""
+    If = ast.If
     for st in body:
-        if is_main_guard(st):
+        if st.__class__ is If and is_main_guard(st):
             for inner in st.body:
                 if id(inner) in holders:
                     return
