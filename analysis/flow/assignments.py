@@ -26,7 +26,7 @@ def name_binding_kind(ctx, name: str, scope: ast.AST):
     sem = ctx.sem
     while True:
         if isinstance(scope, FUNC_TYPES) or isinstance(scope, ast.Lambda):
-            if name in param_names(scope):
+            if _is_param(scope, name):
                 return "param", None
         binds = sem.assignments(scope).get(name)
         if binds:
@@ -47,6 +47,21 @@ def name_binding_kind(ctx, name: str, scope: ast.AST):
         else:
             return "multi", None
     return "multi", vals
+
+
+def _is_param(fn: ast.AST, name: str) -> bool:
+    """``name in param_names(fn)``, without building the list."""
+    a = fn.args
+    for x in a.args:
+        if x.arg == name:
+            return True
+    for x in a.posonlyargs:
+        if x.arg == name:
+            return True
+    for x in a.kwonlyargs:
+        if x.arg == name:
+            return True
+    return (a.vararg is not None and a.vararg.arg == name) or (a.kwarg is not None and a.kwarg.arg == name)
 
 
 def reaching_assignment(ctx, name: str, node: ast.AST):

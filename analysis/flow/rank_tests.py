@@ -65,8 +65,15 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
         return expr if key in GLOBAL_RANK_ENV else None
     if isinstance(expr, ast.Name):
         kind, val = name_binding_kind(ctx, expr.id, scope)
-        if kind == "single" and val is not None:
-            return global_rank_source(ctx, val, ctx.sem.scope_of(val), depth + 1)
+        return bound_global_rank(ctx, kind, val, depth)
+    return None
+
+
+def bound_global_rank(ctx, kind: str, val, depth: int = 0) -> ast.AST | None:
+    """``global_rank_source`` of a name whose ``name_binding_kind`` is ``(kind, val)`` (for a
+    caller that already holds the binding)."""
+    if kind == "single" and val is not None:
+        return global_rank_source(ctx, val, ctx.sem.scope_of(val), depth + 1)
     return None
 
 

@@ -7,7 +7,7 @@ from ..model import Applicability, Severity
 from ..registry import NoCase, Rule
 from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
 from ..flow.assignments import dominates, name_binding_kind
-from ..flow.rank_tests import global_rank_source, is_local_rank_expr
+from ..flow.rank_tests import bound_global_rank, global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
 from ..flow.wrappers import _by_callee
 from ._common import DDP_CLASS, D, _helper_context
@@ -207,7 +207,13 @@ def _global_rank(ctx, site, scope, depth: int):
 
 
 def _global_rank_of(ctx, site, scope, depth: int):
-    src = global_rank_source(ctx, site, scope)
+    binding = None
+    if site.__class__ is ast.Name:
+        # what ``global_rank_source`` does for a name, keeping its binding for the reads below
+        binding = name_binding_kind(ctx, site.id, scope)
+        src = bound_global_rank(ctx, *binding)
+    else:
+        src = global_rank_source(ctx, site, scope)
     if src is not None or depth > 3:
         return src
     sem = ctx.sem
@@ -217,7 +223,7 @@ def _global_rank_of(ctx, site, scope, depth: int):
     if isinstance(e, ast.Call):
         return _helper_rank(ctx, e, depth)
     if isinstance(e, ast.Name):
-        kind, val = name_binding_kind(ctx, e.id, scope)
+        kind, val = binding if binding is not None else name_binding_kind(ctx, e.id, scope)
         if kind == "single" and (isinstance(val, ast.Call) or isinstance(val, ast.Attribute) and _ref_path(val)):
             return _global_rank(ctx, val, sem.scope_of(val), depth + 1)  # `gpu = args.rank`
         if kind == "single" and val is None:
