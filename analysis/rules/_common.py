@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from ..semantic import get_arg
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
@@ -20,6 +21,89 @@ from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the 
 
 def init_backend_is_nccl(init: ast.Call, ctx) -> bool:
     return backend_mentions_nccl(get_arg(init, 0, "backend"), ctx, ctx.sem.scope_of(init))
+
+
+# -- the calls the device rules read (DDP001, DDP003), in one pass --------------------------------
+
+# callee name -> 2 (named like a device setter), 1 (like a distributed-setup helper), 0 (neither)
+_PIN_NAME_KIND: dict[str, int] = {}
+DIST_SETUP = re.compile(r"(setup|init|prepare|configure)_?(dist|ddp|gpus?\b|cuda|devices?\b|env)", re.I)
+PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
+
+
+def pin_name_kind(n: str) -> int:
+    """2 for a callee named like a device setter (``setup_device``, ``init_device_mesh``), 1 for
+    one named like a distributed-setup helper (``init_distributed_mode``, ``setup_ddp``), else 0."""
+    kind = _PIN_NAME_KIND.get(n)
+    if kind is None:
+        kind = _PIN_NAME_KIND[n] = 2 if PIN_HELPER.search(n) else 1 if DIST_SETUP.search(n) else 0
+        if len(_PIN_NAME_KIND) > 4096:  # a long-running server sees many names: stay bounded
+            _PIN_NAME_KIND.clear()
+    return kind
+
+
+# calls that may take a device as an argument: these qualified names (whose last part is the
+# attribute when called as ``torch.cuda.set_device(...)``), and ``x.to(...)`` / ``x.cuda(...)``
+DEVICE_CALL_QNS = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.device", DDP_CLASS})
+_DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in DEVICE_CALL_QNS} | {"to", "cuda"})
+
+
+class DeviceCalls:
+    """One pass over a file's calls, for the device rules; every list in ``sem.calls`` order:
+
+    - ``device``: the calls that may take a device (``x.to(...)``, ``x.cuda(...)``, and those
+      whose callee may be one of ``DEVICE_CALL_QNS``: callers check the qualified name);
+    - ``moves``: the ``x.to(...)`` / ``x.cuda(...)`` calls;
+    - ``device_kw``: ``(call, value)`` of the calls with a ``device=`` keyword;
+    - ``named``: ``(call, name, kind)`` of the calls of a name that may pin the device
+      (``pin_name_kind``)."""
+
+    __slots__ = ("device", "moves", "device_kw", "named")
+
+    def __init__(self, sem):
+        device: list[ast.Call] = []
+        moves: list[ast.Call] = []
+        device_kw: list[tuple[ast.Call, ast.expr]] = []
+        named: list[tuple[ast.Call, str, int]] = []
+        kinds = _PIN_NAME_KIND
+        attrs = _DEVICE_CALL_ATTRS
+        aliases = sem.aliases
+        Attribute, Name = ast.Attribute, ast.Name
+        for c in sem.calls:
+            f = c.func
+            t = f.__class__
+            n = None
+            if t is Attribute:
+                n = f.attr
+                if n in attrs:
+                    device.append(c)
+                    if n == "cuda" or n == "to":
+                        moves.append(c)
+                        n = None  # never a pinning name
+            elif t is Name:
+                n = f.id
+                if aliases.get(n) in DEVICE_CALL_QNS:  # (a plain name's qualified name is its alias)
+                    device.append(c)
+            if n is not None:
+                k = kinds.get(n)
+                if k is None:
+                    k = pin_name_kind(n)
+                if k:
+                    named.append((c, n, k))
+            if c.keywords:
+                for k in c.keywords:
+                    if k.arg == "device":
+                        device_kw.append((c, k.value))
+                        break
+        self.device = device
+        self.moves = moves
+        self.device_kw = device_kw
+        self.named = named
+
+
+def device_call_index(ctx) -> DeviceCalls:
+    """The ``DeviceCalls`` of the file, once per check."""
+    return ctx.memo("common.device_calls", lambda: DeviceCalls(ctx.sem))
 
 
 def is_simple_ref(node: ast.AST) -> bool:

@@ -7,7 +7,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
-                      TENSOR_COLLECTIVES, init_backend_is_nccl, is_simple_ref)
+                      TENSOR_COLLECTIVES, device_call_index, init_backend_is_nccl, is_simple_ref)
 
 _DEVICE_NAME = re.compile(r"(^|_)(local_?rank|device|dev|gpu|cuda)(_|$)|^(device_id|gpu_id|dev_id)$", re.I)
 _PREFERRED_NAMES = ("local_rank", "device_id", "gpu_id", "gpu", "device", "local_device", "dev_id", "dev")
@@ -226,53 +226,6 @@ def _label(ctx, node: ast.AST) -> str:
     return text if len(text) <= 40 and "\n" not in text else text[:37] + "..."
 
 
-class _Calls:
-    """One pass over the file's calls (per check), each list in ``sem.calls`` order: the calls of
-    a name that may pin the device (``(call, name, kind)``, see ``_name_kind``), the
-    ``.cuda(...)`` / ``.to(...)`` calls, and the calls with a ``device=`` keyword."""
-
-    __slots__ = ("named", "moves", "device_kw")
-
-    def __init__(self, sem):
-        named: list[tuple[ast.Call, str, int]] = []
-        moves: list[ast.Call] = []
-        device_kw: list[tuple[ast.Call, ast.expr]] = []
-        kinds = _NAME_KIND
-        Attribute, Name = ast.Attribute, ast.Name
-        for c in sem.calls:
-            f = c.func
-            t = f.__class__
-            if t is Attribute:
-                n = f.attr
-                if n == "cuda" or n == "to":
-                    moves.append(c)
-                else:
-                    k = kinds.get(n)
-                    if k is None:
-                        k = _name_kind(n)
-                    if k:
-                        named.append((c, n, k))
-            elif t is Name:
-                n = f.id
-                k = kinds.get(n)
-                if k is None:
-                    k = _name_kind(n)
-                if k:
-                    named.append((c, n, k))
-            if c.keywords:
-                for k in c.keywords:
-                    if k.arg == "device":
-                        device_kw.append((c, k.value))
-                        break
-        self.named = named
-        self.moves = moves
-        self.device_kw = device_kw
-
-
-def _calls(ctx) -> _Calls:
-    return ctx.memo("ddp001.calls", lambda: _Calls(ctx.sem))
-
-
 def current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
     """Expressions that put tensors (or a communicator) on the *current* CUDA device: ``x.cuda()``
     without an index, ``.to("cuda")``, ``device="cuda"``, ``torch.device("cuda")`` (unless
@@ -287,7 +240,7 @@ def _current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
     nodes: set[int] = set()  # ids of the affected expressions
     # the moves (``.cuda()``, ``.to("cuda")``) first in the list, then the allocations
     # (``device="cuda"``) of the other calls
-    idx = _calls(ctx)
+    idx = device_call_index(ctx)
     out: list[tuple[ast.AST, str]] = []
     # a name (``.to(device)``, ``device=device``) is judged once per scope: look the answer up
     # here before calling ``_is_cuda_literal`` (which fills the same memo)
@@ -535,7 +488,7 @@ def _pin_like_calls_of(ctx) -> list[ast.Call]:
     for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
         if isinstance(parent(c), ast.withitem):
             out.append(c)
-    for c, n, kind in _calls(ctx).named:
+    for c, n, kind in device_call_index(ctx).named:
         if kind == 2 or (n not in sem.functions and not (ctx.qn(c) or "").startswith("torch.")):
             out.append(c)
     return out
@@ -623,7 +576,7 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
             return True
     # a helper that pins the device for us (``utils.setup_device(args)``, ``init_device_mesh``):
     # what it does is not visible from this file, so do not guess
-    for c, n, kind in _calls(ctx).named:
+    for c, n, kind in device_call_index(ctx).named:
         if id(c) in skip:
             continue
         if kind == 2:
@@ -640,19 +593,6 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
     return False
 
 
-# callee name -> 2 (named like a device setter), 1 (like a distributed-setup helper), 0 (neither)
-_NAME_KIND: dict[str, int] = {}
-
-
-def _name_kind(n: str) -> int:
-    kind = _NAME_KIND.get(n)
-    if kind is None:
-        kind = _NAME_KIND[n] = 2 if _PIN_HELPER.search(n) else 1 if _DIST_SETUP.search(n) else 0
-        if len(_NAME_KIND) > 4096:  # a long-running server sees many names: stay bounded
-            _NAME_KIND.clear()
-    return kind
-_DIST_SETUP = re.compile(r"(setup|init|prepare|configure)_?(dist|ddp|gpus?\b|cuda|devices?\b|env)", re.I)
-_PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
 
 # os.environ["CUDA_VISIBLE_DEVICES"] = ..., os.putenv("CUDA_VISIBLE_DEVICES", ...),
 # os.environ.update(CUDA_VISIBLE_DEVICES=...), os.environ.setdefault("CUDA_VISIBLE_DEVICES", ...)
@@ -685,7 +625,7 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
                     and (root.id in params or any(b.lineno < init.lineno for b in assigned.get(root.id, ()))):
                 attr_cands.append(ctx.text(e))
     named: dict[str, bool] = {}  # each name judged once (``.to(device)`` is everywhere)
-    for c in _calls(ctx).moves:  # ``x.to(...)`` / ``x.cuda(...)``
+    for c in device_call_index(ctx).moves:  # ``x.to(...)`` / ``x.cuda(...)``
         if c.args and isinstance(c.args[0], ast.Name):
             name = c.args[0].id
             ok = named.get(name)

@@ -10,7 +10,7 @@ from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import bound_global_rank, global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
 from ..flow.wrappers import _by_callee
-from ._common import DDP_CLASS, D, _helper_context
+from ._common import DDP_CLASS, D, _helper_context, device_call_index
 
 
 _MESSAGE = ("the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
@@ -98,20 +98,11 @@ class GlobalRankAsDevice(Rule):
         if is_test_file(ctx.filename):
             return  # multi-process tests run on one node: rank == local rank there
         sem = ctx.sem
-        qn_of = sem.call_qualname
-        Attribute, Name = ast.Attribute, ast.Name
-        for call in sem.calls:
+        # (the calls of the file that may take a device, found once per check for the device
+        # rules; the rest of the file's calls hold no device argument read here)
+        for call in device_call_index(ctx).device:
             f = call.func
-            # cheap reject first: a method call's qualified name ends with its attribute, so only
-            # the attributes below can be a device call; a plain name needs its import
-            if f.__class__ is Attribute:
-                if f.attr not in _DEVICE_CALL_ATTRS:
-                    continue
-            elif f.__class__ is not Name:
-                continue
-            qn = qn_of(call)
-            if f.__class__ is Name and qn not in _DEVICE_CALL_QNS:
-                continue
+            qn = ctx.qn(call)
             sites: list[ast.AST] = []
             if qn in ("torch.cuda.set_device", "torch.cuda.device"):
                 a = get_arg(call, 0, "device")
@@ -180,12 +171,6 @@ class GlobalRankAsDevice(Rule):
                     fix=_make_fix(ctx, site),
                 )
                 break
-
-
-# the calls whose arguments ``finish`` reads as a device (the last part of each qualified name is
-# its attribute when called as ``torch.cuda.set_device(...)``), plus ``x.to(...)`` / ``x.cuda(...)``
-_DEVICE_CALL_QNS = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.device", DDP_CLASS})
-_DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in _DEVICE_CALL_QNS} | {"to", "cuda"})
 
 
 def _global_rank(ctx, site, scope, depth: int):
