@@ -758,8 +758,12 @@ def _nccl_init_in(ana, view, fn, call, depth: int):
     an NCCL ``init_process_group`` and its module never mentions pinning a device."""
     if depth > 2 or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or view.path is None:
         return None
-    text = view.text or ""
-    if any(w in text for w in _PIN_WORDS):
+    # (a module's text is searched once, not once per call of one of its functions)
+    pinned = view.memo.get("ddp001.pin_words")
+    if pinned is None:
+        text = view.text or ""
+        pinned = view.memo["ddp001.pin_words"] = any(w in text for w in _PIN_WORDS)
+    if pinned:
         return None
     memo = view.memo.setdefault("ddp001.helper_init", {})
     key = (id(fn), _passed_backend(call))

@@ -357,18 +357,18 @@ def _namespace_rank(ctx, e, scope, depth: int):
     function before the use (``args.rank = int(os.environ["RANK"])``), or, with no store there, the
     ``default=`` of the one ``add_argument`` that defines it when ``args`` comes from
     ``parse_args()`` (``parser.add_argument("--rank", default=int(os.environ.get("RANK", 0)))``)."""
-    stores = [(n, plain) for n, plain in _stores(scope, e) if n.lineno < e.lineno]
+    stores = [(n, plain) for n, plain in _stores(ctx, scope, e) if n.lineno < e.lineno]
     if stores:
         n, plain = max(stores, key=lambda p: p[0].lineno)
         if not plain or not isinstance(n, ast.Assign) or len(n.targets) != 1 or _under_branch(n, scope):
             return None
         return _global_rank(ctx, n.value, scope, depth + 1)
-    if _stores(scope, e) or not isinstance(e.value, ast.Name):
+    if _stores(ctx, scope, e) or not isinstance(e.value, ast.Name):
         return None
     via = _set_by_helper(ctx, e, scope, depth)
     if via is not None:
         return via
-    base = _stores(scope, e.value)
+    base = _stores(ctx, scope, e.value)
     if len(base) != 1 or not isinstance(base[0][0], ast.Assign) or not _from_parse_args(ctx, base[0][0].value):
         return None
     default = _argument_default(ctx, e.attr)
@@ -519,7 +519,7 @@ def _init_rank(ctx, site, scope):
         if ast.dump(r) != key:
             continue
         lo, hi = sorted((init.lineno, site.lineno))
-        if _stored_between(scope, e, lo, hi):
+        if _stored_between(ctx, scope, e, lo, hi):
             return None
         if _global_looking(ctx, e, scope, min(init.lineno, site.lineno)):
             return r
@@ -549,37 +549,44 @@ def _ref_path(e) -> bool:
     return isinstance(e, ast.Name)
 
 
-def _stores(scope, e):
-    """Assignments in ``scope`` whose target is ``e`` (same name / attribute path)."""
+def _stores(ctx, scope, e):
+    """Assignments in ``scope`` whose target is ``e`` (same name / attribute path): ``[(statement,
+    plain)]``, ``plain`` when ``e`` is a whole target of an assignment."""
     key = ast.dump(e, annotate_fields=False).replace("Store()", "Load()")
-    out = []
+    # one walk of the scope per check gives every target's stores (asked for each device site)
+    return ctx.memo(("ddp003.stores", id(scope)), lambda: _store_index(scope)).get(key, [])
+
+
+def _store_index(scope) -> dict[str, list]:
+    """target (its ``ast.dump`` in load context) -> ``_stores`` of it, for every target in ``scope``."""
+    out: dict[str, list] = {}
     for n in ast.walk(scope):
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
             for t in tgts:
                 for x in ast.walk(t):
-                    if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store) and \
-                            ast.dump(x, annotate_fields=False).replace("Store()", "Load()") == key:
-                        out.append((n, x is t))
+                    if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store):
+                        k = ast.dump(x, annotate_fields=False).replace("Store()", "Load()")
+                        out.setdefault(k, []).append((n, x is t))
         elif isinstance(n, (ast.For, ast.AsyncFor, ast.NamedExpr, ast.With, ast.AsyncWith)):
             tgts = [i.optional_vars for i in n.items if i.optional_vars is not None] \
                 if isinstance(n, (ast.With, ast.AsyncWith)) else [n.target]
             for x in (y for t in tgts for y in ast.walk(t)):
-                if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store) and \
-                        ast.dump(x, annotate_fields=False).replace("Store()", "Load()") == key:
-                    out.append((n, False))
+                if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store):
+                    k = ast.dump(x, annotate_fields=False).replace("Store()", "Load()")
+                    out.setdefault(k, []).append((n, False))
     return out
 
 
-def _stored_between(scope, e, lo: int, hi: int) -> bool:
-    return any(lo < n.lineno < hi for n, _ in _stores(scope, e))
+def _stored_between(ctx, scope, e, lo: int, hi: int) -> bool:
+    return any(lo < n.lineno < hi for n, _ in _stores(ctx, scope, e))
 
 
 def _global_looking(ctx, e, scope, before: int) -> bool:
     """``e`` holds a value that is neither the spawn index nor the local rank (see ``_init_rank``)."""
     if is_local_rank_expr(ctx, e, scope):
         return False
-    stores = [(n, plain) for n, plain in _stores(scope, e) if n.lineno <= before]
+    stores = [(n, plain) for n, plain in _stores(ctx, scope, e) if n.lineno <= before]
     if stores:
         n, plain = max(stores, key=lambda p: p[0].lineno)
         if not plain or not isinstance(n, ast.Assign):
@@ -590,9 +597,9 @@ def _global_looking(ctx, e, scope, before: int) -> bool:
     base = e
     while isinstance(base, ast.Attribute):
         base = base.value
-    if len(_stores(scope, base)) != 1 or not isinstance(_stores(scope, base)[0][0], ast.Assign):
+    if len(_stores(ctx, scope, base)) != 1 or not isinstance(_stores(ctx, scope, base)[0][0], ast.Assign):
         return False
-    return _from_parse_args(ctx, _stores(scope, base)[0][0].value)
+    return _from_parse_args(ctx, _stores(ctx, scope, base)[0][0].value)
 
 
 def _computed_rank(ctx, v, scope) -> bool:
