@@ -385,7 +385,7 @@ def _set_by_helper(ctx, e, scope, depth: int):
     if depth > 2 or getattr(ctx, "_helper_view", None) is not None:
         return None
     name = e.value.id
-    calls = [c for c in ctx.sem.calls if c.lineno < e.lineno and ctx.sem.enclosing_function(c) is scope
+    calls = [c for c in _calls_by_function(ctx).get(id(scope), ()) if c.lineno < e.lineno
              and not _under_branch(c, scope) and isinstance(c.func, (ast.Name, ast.Attribute))
              and not (ctx.qn(c) or "").startswith(("torch.", "os.", "argparse."))
              and any(isinstance(a, ast.Name) and a.id == name for a in (*c.args, *(k.value for k in c.keywords)))]
@@ -428,6 +428,20 @@ def _set_by_helper(ctx, e, scope, depth: int):
         return found
     ctx.memo("ddp003.remote", dict)[id(call)] = (view.path, hctx.src.node_range(found), _how(hctx, found), fn.name)
     return call
+
+
+def _calls_by_function(ctx) -> dict[int, list[ast.Call]]:
+    """id(function) -> the calls whose enclosing function it is, in ``sem.calls`` order (once per
+    check: asked for each ``args.rank`` device site)."""
+    def build():
+        sem = ctx.sem
+        out: dict[int, list[ast.Call]] = {}
+        for c in sem.calls:
+            fn = sem.enclosing_function(c)
+            if fn is not None:
+                out.setdefault(id(fn), []).append(c)
+        return out
+    return ctx.memo("ddp003.calls_by_function", build)
 
 
 def _attr_stores(fn, param: str, attr: str) -> list:
@@ -560,21 +574,41 @@ def _stores(ctx, scope, e):
 def _store_index(scope) -> dict[str, list]:
     """target (its ``ast.dump`` in load context) -> ``_stores`` of it, for every target in ``scope``."""
     out: dict[str, list] = {}
-    for n in ast.walk(scope):
+    for n in _bfs(scope):
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
             for t in tgts:
-                for x in ast.walk(t):
+                for x in _bfs(t):
                     if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store):
                         k = ast.dump(x, annotate_fields=False).replace("Store()", "Load()")
                         out.setdefault(k, []).append((n, x is t))
         elif isinstance(n, (ast.For, ast.AsyncFor, ast.NamedExpr, ast.With, ast.AsyncWith)):
             tgts = [i.optional_vars for i in n.items if i.optional_vars is not None] \
                 if isinstance(n, (ast.With, ast.AsyncWith)) else [n.target]
-            for x in (y for t in tgts for y in ast.walk(t)):
+            for x in (y for t in tgts for y in _bfs(t)):
                 if isinstance(x, (ast.Name, ast.Attribute)) and isinstance(x.ctx, ast.Store):
                     k = ast.dump(x, annotate_fields=False).replace("Store()", "Load()")
                     out.setdefault(k, []).append((n, False))
+    return out
+
+
+def _bfs(node) -> list:
+    """The nodes of ``ast.walk(node)``, in its order (a plain loop over the fields: a whole
+    function is walked)."""
+    out = [node]
+    AST = ast.AST
+    i = 0
+    while i < len(out):
+        n = out[i]
+        i += 1
+        for f in n._fields:
+            v = getattr(n, f, None)
+            if isinstance(v, AST):
+                out.append(v)
+            elif v.__class__ is list:
+                for x in v:
+                    if isinstance(x, AST):
+                        out.append(x)
     return out
 
 
