@@ -679,15 +679,17 @@ def _self_assigns(cls: ast.ClassDef) -> dict[str, list[ast.AST]]:
 
 
 def _param_filled_with_rank(ctx, fn, param: str, depth: int):
+    # the per-check index of ``f(...)`` / ``self.f(...)`` calls of the file's functions (``fn`` is
+    # one of them), plain ``f(...)`` only; a function nobody calls here is answered first
+    sites = _by_callee(ctx).get(fn.name)
+    if sites:
+        sites = [c for c in sites if c.func.__class__ is ast.Name]
+    if not sites:
+        return None
     names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
     if param not in names:
         return None
     pos = names.index(param)
-    # the per-check index of ``f(...)`` / ``self.f(...)`` calls of the file's functions (``fn`` is
-    # one of them), plain ``f(...)`` only
-    sites = [c for c in _by_callee(ctx).get(fn.name, ()) if c.func.__class__ is ast.Name]
-    if not sites:
-        return None
     first = None
     for c in sites:
         arg = get_arg(c, pos, param)
