@@ -33,10 +33,21 @@ def _by_callee(ctx) -> dict[str, list[ast.Call]]:
         sem = ctx.sem
         fns = sem.functions
         out: dict[str, list[ast.Call]] = {}
-        for k in sem.calls:
-            n = callee_name(k)
-            if n is not None and n in fns:
-                out.setdefault(n, []).append(k)
+        Name, Attribute = ast.Name, ast.Attribute
+        for k in sem.calls:  # ``callee_name`` inlined: one pass over every call of the file
+            f = k.func
+            if f.__class__ is Name:
+                n = f.id
+            elif f.__class__ is Attribute and f.value.__class__ is Name and (f.value.id == "self" or f.value.id == "cls"):
+                n = f.attr
+            else:
+                continue
+            if n in fns:
+                got = out.get(n)
+                if got is None:
+                    out[n] = [k]
+                else:
+                    got.append(k)
         return out
     return ctx.memo("flow.calls_by_callee", build)
 
