@@ -57,37 +57,52 @@ def helper_calls(view, calls, local: bool, hub=None, ops=None):
     the collective itself), calls of this file's functions, classes and ``self.`` methods. With
     ``hub`` and ``ops``, a call of a module-level function of this file whose summary makes none
     of ``ops`` is left out before any resolution."""
+    for c, kind, x in _candidates(view, calls, local):
+        if kind is not None and hub is not None and ops is not None:
+            if kind == "def":
+                effs = hub.summary(view, x).collectives
+            elif x is None:  # "self", and no method of that name on the class
+                continue
+            else:
+                effs = hub.summary(view, x).collectives
+            if len(effs) < 6 and not any(e.op in ops for e in effs):
+                continue
+        yield c
+
+
+def _candidates(view, calls, local: bool) -> list:
+    """``helper_calls`` before the question about ``ops``, as (call, kind, fn): kind "def" for a
+    call of this file's function ``fn``, "self" for ``self.m(...)`` with ``fn`` the method ``m`` of
+    the enclosing class (None when it has none), None for the others. One pass over the file's
+    calls, shared by the rules that ask (DDP109, DDP111)."""
+    key = ("helper_calls", id(calls), local)
+    got = view.memo.get(key)
+    if got is not None:
+        return got
+    got = view.memo[key] = []
+    add = got.append
     defs, classes, imports = view.defs, view.classes, view.imports
+    Name, Attribute = ast.Name, ast.Attribute
     for c in calls:
         if not (c.args or c.keywords):
             continue
         f = c.func
-        if f.__class__ is ast.Name:
+        if f.__class__ is Name:
             if f.id in imports:
                 if _project_import(imports[f.id]):
-                    yield c
+                    add((c, None, None))
             elif local and f.id in defs:
-                if hub is not None and ops is not None:
-                    effs = hub.summary(view, defs[f.id]).collectives
-                    if len(effs) < 6 and not any(e.op in ops for e in effs):
-                        continue
-                yield c
+                add((c, "def", defs[f.id]))
             elif local and f.id in classes:
-                yield c
-        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+                add((c, None, None))
+        elif f.__class__ is Attribute and f.value.__class__ is Name:
             b = f.value.id
             if b in imports:
                 if _project_import(imports[b]):
-                    yield c
+                    add((c, None, None))
             elif local and b == "self":
-                if hub is not None and ops is not None:
-                    m = _method(view, c, f.attr)
-                    if m is None:
-                        continue
-                    effs = hub.summary(view, m).collectives
-                    if len(effs) < 6 and not any(e.op in ops for e in effs):
-                        continue
-                yield c
+                add((c, "self", _method(view, c, f.attr)))
+    return got
 
 
 _NOT_PROJECT_MODS: frozenset | None = None

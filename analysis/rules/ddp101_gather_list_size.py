@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import iter_scope_nodes, get_arg
+from ..semantic import get_arg
 from ._common import helper_returns, D, const_int, const_str, fixed_world_size, is_simple_ref
 
 # op -> (output list position, keyword), (input position, keyword), (group position)
@@ -504,30 +504,68 @@ def _iter_len(ctx, it, scope, depth) -> int | None:
 
 def _mutation_index(ctx, scope) -> dict:
     """name -> the nodes of ``scope`` that may change a list held by that name (see ``_mutates``),
-    built in one pass per scope and shared by ``_mutated`` / ``_mutated_before``."""
+    built in one pass per scope and shared by ``_mutated`` / ``_mutated_before``. The nodes are
+    those of ``iter_scope_nodes(scope)`` (nested functions, classes and lambdas not entered), in
+    another order: the readers only ask whether any of them mutates."""
     def build():
         idx: dict[str, list] = {}
-        for n in iter_scope_nodes(scope):
+        Attribute, Name, Call, AugAssign, Delete = ast.Attribute, ast.Name, ast.Call, ast.AugAssign, ast.Delete
+        Global, Nonlocal, AST = ast.Global, ast.Nonlocal, ast.AST
+        nested = _NESTED
+        skip = _LEAVES
+        fields_of = _WALK_FIELDS
+        body = scope.body if isinstance(scope.body, list) else [scope.body]
+        stack = list(body)
+        pop, push = stack.pop, stack.append
+        while stack:
+            n = pop()
             t = n.__class__
-            if t is ast.Attribute:
-                if n.attr in _MUTATORS and n.value.__class__ is ast.Name:
+            if t is Attribute:
+                if n.attr in _MUTATORS and n.value.__class__ is Name:
                     idx.setdefault(n.value.id, []).append(n)
-            elif t is ast.AugAssign:
-                if n.target.__class__ is ast.Name:
+            elif t is AugAssign:
+                if n.target.__class__ is Name:
                     idx.setdefault(n.target.id, []).append(n)
-            elif t is ast.Delete:
+            elif t is Delete:
                 for tg in n.targets:
                     if isinstance(tg, ast.Subscript) and isinstance(tg.value, ast.Name):
                         idx.setdefault(tg.value.id, []).append(n)
-            elif t is ast.Call:
-                for a in (*n.args, *(k.value for k in n.keywords)):
-                    if a.__class__ is ast.Name:
+            elif t is Call:
+                for a in n.args:
+                    if a.__class__ is Name:
                         idx.setdefault(a.id, []).append(n)
-            elif t is ast.Global or t is ast.Nonlocal:
+                for k in n.keywords:
+                    if k.value.__class__ is Name:
+                        idx.setdefault(k.value.id, []).append(n)
+            elif t is Global or t is Nonlocal:
                 for nm in n.names:
                     idx.setdefault(nm, []).append(n)
+                continue
+            elif t in nested:
+                continue
+            fs = fields_of.get(t)
+            if fs is None:
+                fs = fields_of[t] = tuple(f for f in t._fields if f not in _NOT_CHILDREN)
+            for f in fs:
+                v = getattr(n, f, None)
+                if v.__class__ is list:
+                    for c in v:
+                        if isinstance(c, AST) and c.__class__ not in skip:
+                            push(c)
+                elif isinstance(v, AST) and v.__class__ not in skip:
+                    push(v)
         return idx
     return ctx.memo(("ddp101.mutations", id(scope)), build)
+
+
+# the walk of ``_mutation_index``: fields that never hold a node (identifiers, numbers, expression
+# contexts, operators), nodes it never needs to visit (no children of interest), nested scopes
+_NOT_CHILDREN = frozenset({"ctx", "op", "ops", "id", "attr", "name", "asname", "arg", "module", "level", "kind",
+                           "type_comment", "conversion", "is_async", "type_ignores", "lineno", "tag", "rest",
+                           "kwd_attrs"})
+_LEAVES = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue})
+_NESTED = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda})
+_WALK_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _mutated(ctx, name: str, scope, call) -> bool:
