@@ -1,6 +1,8 @@
 """Calls of project functions: which calls may reach one (``helper_calls``, before any
 resolution), their resolution memoised per analysis (``resolved``), and how a call's arguments bind
-to the callee's parameters (``bind_args``; ``self`` skipped for methods and constructors)."""
+to the callee's parameters (``bind_args``; ``self`` skipped for methods and constructors). Also the
+file's calls by the callee's last name (``calls_named``), one index per check for the rules that
+look for ``x.backward()``, ``opt.step()``, ``s.set_epoch()`` or a ``save_*`` helper."""
 from __future__ import annotations
 
 import ast
@@ -41,6 +43,82 @@ def bind_args(call: ast.Call, fn: ast.AST) -> dict[str, ast.expr]:
 
 
 _MISS = object()
+
+
+def calls_by_name(ctx) -> dict[str, list[int]]:
+    """Callee's last name (``f`` for ``f(...)`` and ``a.b.f(...)``) -> positions in ``ctx.sem.calls``
+    of its calls, in that order (other callees, ``fs[0](...)``, ``g()(...)``, are left out). One
+    pass per check instead of one per rule."""
+    return _call_indexes(ctx)[0]
+
+
+def _call_indexes(ctx):
+    """(``calls_by_name``, and the same by the receiver's last attribute: ``m`` for ``x.m.f(...)``)."""
+    def build():
+        by_name: dict[str, list[int]] = {}
+        by_recv: dict[str, list[int]] = {}
+        Name, Attribute = ast.Name, ast.Attribute
+        for i, c in enumerate(ctx.sem.calls):
+            f = c.func
+            t = f.__class__
+            if t is Attribute:
+                k = f.attr
+                v = f.value
+                if v.__class__ is Attribute:
+                    got = by_recv.get(v.attr)
+                    if got is None:
+                        by_recv[v.attr] = [i]
+                    else:
+                        got.append(i)
+            elif t is Name:
+                k = f.id
+            else:
+                continue
+            got = by_name.get(k)
+            if got is None:
+                by_name[k] = [i]
+            else:
+                got.append(i)
+        return by_name, by_recv
+    return ctx.memo("helper_calls.by_name", build)
+
+
+def calls_on_attr(ctx, attr: str) -> list[ast.Call]:
+    """The calls ``<expr>.<attr>.<method>(...)`` (``ddp_model.module.forward(x)`` for ``"module"``),
+    in ``ctx.sem.calls`` order."""
+    calls = ctx.sem.calls
+    return [calls[i] for i in _call_indexes(ctx)[1].get(attr, ())]
+
+
+def calls_named_or_on_attr(ctx, name: str) -> list[ast.Call]:
+    """``calls_named(ctx, name)`` and ``calls_on_attr(ctx, name)`` together, in ``ctx.sem.calls``
+    order, each call once."""
+    by_name, by_recv = _call_indexes(ctx)
+    a, b = by_name.get(name, ()), by_recv.get(name, ())
+    pos = sorted(set(a) | set(b)) if a and b else (a or b)
+    calls = ctx.sem.calls
+    return [calls[i] for i in pos]
+
+
+def calls_named(ctx, name: str) -> list[ast.Call]:
+    """The calls whose callee's last name is ``name``, in ``ctx.sem.calls`` order."""
+    calls = ctx.sem.calls
+    return [calls[i] for i in calls_by_name(ctx).get(name, ())]
+
+
+def calls_named_if(ctx, keep) -> list[ast.Call]:
+    """The calls whose callee's last name passes ``keep(name)`` (asked once per name), in
+    ``ctx.sem.calls`` order."""
+    found: list[int] = []
+    n = 0
+    for name, pos in calls_by_name(ctx).items():
+        if keep(name):
+            found += pos
+            n += 1
+    if n > 1:
+        found.sort()
+    calls = ctx.sem.calls
+    return [calls[i] for i in found]
 
 
 def may_import_project(view) -> bool:

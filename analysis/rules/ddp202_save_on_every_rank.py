@@ -101,18 +101,13 @@ class SaveOnEveryRank(Rule):
         from ..flow import for_context  # lazy: only scripts that call project helpers load them
         from ..flow.helper_calls import bind_args
 
+        from ..flow.helper_calls import calls_named_if
+
         ana = None
-        for call in ctx.sem.calls:
+        # the gate of this rule: a helper that saves says so in its name (asked once per name)
+        for call in calls_named_if(ctx, _save_like):
             f = call.func
-            if f.__class__ is ast.Name:
-                name = f.id
-            elif f.__class__ is ast.Attribute:
-                name = f.attr
-            else:
-                continue
-            low = name.lower()
-            if "save" not in low and "checkpoint" not in low and "ckpt" not in low:
-                continue  # the gate of this rule: a helper that saves says so in its name
+            name = f.id if f.__class__ is ast.Name else f.attr
             if (ctx.qn(call) or "").startswith("torch."):
                 continue
             if ana is None:
@@ -145,6 +140,11 @@ class SaveOnEveryRank(Rule):
                 "checkpoint; call it under `if rank == 0:`",
                 related=[("file", view.path, rng, "the torch.save every rank runs")] if view.path else (),
             )
+
+
+def _save_like(name: str) -> bool:
+    low = name.lower()
+    return "save" in low or "checkpoint" in low or "ckpt" in low
 
 
 _SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")

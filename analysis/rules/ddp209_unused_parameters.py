@@ -207,8 +207,10 @@ def _freezes(ctx) -> bool:
     a frozen layer needs no gradient, and which one is frozen is not followed here."""
     if "requires_grad" not in ctx.src.text:
         return False
-    for c in ctx.sem.calls:
-        if isinstance(c.func, ast.Attribute) and c.func.attr == "requires_grad_":
+    from ..flow.helper_calls import calls_named
+
+    for c in calls_named(ctx, "requires_grad_"):
+        if isinstance(c.func, ast.Attribute):
             return True
     for st in ctx.sem.tree.body:
         for n in ast.walk(st):
