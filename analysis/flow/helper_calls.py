@@ -160,6 +160,7 @@ def _candidates(view, calls, local: bool) -> list:
     got = view.memo[key] = []
     add = got.append
     defs, classes, imports = view.defs, view.classes, view.imports
+    project = {k for k, imp in imports.items() if _project_import(imp)}  # asked once per import
     Name, Attribute = ast.Name, ast.Attribute
     for c in calls:
         if not (c.args or c.keywords):
@@ -167,7 +168,7 @@ def _candidates(view, calls, local: bool) -> list:
         f = c.func
         if f.__class__ is Name:
             if f.id in imports:
-                if _project_import(imports[f.id]):
+                if f.id in project:
                     add((c, None, None))
             elif local and f.id in defs:
                 add((c, "def", defs[f.id]))
@@ -176,7 +177,7 @@ def _candidates(view, calls, local: bool) -> list:
         elif f.__class__ is Attribute and f.value.__class__ is Name:
             b = f.value.id
             if b in imports:
-                if _project_import(imports[b]):
+                if b in project:
                     add((c, None, None))
             elif local and b == "self":
                 add((c, "self", _method(view, c, f.attr)))

@@ -129,13 +129,12 @@ def _compute(hub, view, fn, table, key, depth):
     for c in scope_calls(view, fn):
         if len(out) >= 6:
             break
-        if _guarded(view, fn, c):
-            continue
+        # the cheap rejects by name first; then whether the call sits under a ``try`` (a walk up)
         qn = sem.call_qualname(c) or ""
         if qn.startswith(D):
             op = qn[len(D):]
             spec = table.get(op)
-            if spec is None or on_subgroup(c, op):
+            if spec is None or _guarded(view, fn, c) or on_subgroup(c, op):
                 continue
             arg = get_arg(c, *spec)
             p, method = _param_of(view, fn, arg), None
@@ -145,7 +144,7 @@ def _compute(hub, view, fn, table, key, depth):
                 seen.add(p)
                 out.append(Sink(p, Effect(op, c, view.path), method))
             continue
-        if qn.startswith(("torch.", "numpy.", "math.")):
+        if qn.startswith(("torch.", "numpy.", "math.")) or _guarded(view, fn, c):
             continue
         target = resolved(hub, view, c)
         if target is None or target[1] is fn:
