@@ -53,10 +53,12 @@ def calls_by_name(ctx) -> dict[str, list[int]]:
 
 
 def _call_indexes(ctx):
-    """(``calls_by_name``, and the same by the receiver's last attribute: ``m`` for ``x.m.f(...)``)."""
+    """(``calls_by_name``; the same by the receiver's last attribute: ``m`` for ``x.m.f(...)``; and
+    by the receiver's name: ``x`` for ``x.f(...)``)."""
     def build():
         by_name: dict[str, list[int]] = {}
         by_recv: dict[str, list[int]] = {}
+        by_base: dict[str, list[int]] = {}
         Name, Attribute = ast.Name, ast.Attribute
         for i, c in enumerate(ctx.sem.calls):
             f = c.func
@@ -64,7 +66,14 @@ def _call_indexes(ctx):
             if t is Attribute:
                 k = f.attr
                 v = f.value
-                if v.__class__ is Attribute:
+                t = v.__class__
+                if t is Name:
+                    got = by_base.get(v.id)
+                    if got is None:
+                        by_base[v.id] = [i]
+                    else:
+                        got.append(i)
+                elif t is Attribute:
                     got = by_recv.get(v.attr)
                     if got is None:
                         by_recv[v.attr] = [i]
@@ -79,7 +88,7 @@ def _call_indexes(ctx):
                 by_name[k] = [i]
             else:
                 got.append(i)
-        return by_name, by_recv
+        return by_name, by_recv, by_base
     return ctx.memo("helper_calls.by_name", build)
 
 
@@ -93,7 +102,7 @@ def calls_on_attr(ctx, attr: str) -> list[ast.Call]:
 def calls_named_or_on_attr(ctx, name: str) -> list[ast.Call]:
     """``calls_named(ctx, name)`` and ``calls_on_attr(ctx, name)`` together, in ``ctx.sem.calls``
     order, each call once."""
-    by_name, by_recv = _call_indexes(ctx)
+    by_name, by_recv, _ = _call_indexes(ctx)
     a, b = by_name.get(name, ()), by_recv.get(name, ())
     pos = sorted(set(a) | set(b)) if a and b else (a or b)
     calls = ctx.sem.calls
@@ -129,13 +138,14 @@ def may_import_project(view) -> bool:
     return any(level or mod.split(".")[0] not in _NOT_PROJECT for mod, level, _attr in view.imports.values())
 
 
-def helper_calls(view, calls, local: bool, hub=None, ops=None):
+def helper_calls(view, calls, local: bool, hub=None, ops=None, ctx=None):
     """The calls among ``calls`` that may run a project function with a parameter sink: calls of
     imported names (or of attributes of imported modules), and, when ``local`` (this file makes
     the collective itself), calls of this file's functions, classes and ``self.`` methods. With
     ``hub`` and ``ops``, a call of a module-level function of this file whose summary makes none
-    of ``ops`` is left out before any resolution."""
-    for c, kind, x in _candidates(view, calls, local):
+    of ``ops`` is left out before any resolution. With ``ctx`` (``calls`` being its file's calls),
+    the check's calls-by-name index narrows the pass."""
+    for c, kind, x in _candidates(view, calls, local, ctx):
         if kind is not None and hub is not None and ops is not None:
             if kind == "def":
                 effs = hub.summary(view, x).collectives
@@ -148,11 +158,11 @@ def helper_calls(view, calls, local: bool, hub=None, ops=None):
         yield c
 
 
-def _candidates(view, calls, local: bool) -> list:
+def _candidates(view, calls, local: bool, ctx=None) -> list:
     """``helper_calls`` before the question about ``ops``, as (call, kind, fn): kind "def" for a
     call of this file's function ``fn``, "self" for ``self.m(...)`` with ``fn`` the method ``m`` of
-    the enclosing class (None when it has none), None for the others. One pass over the file's
-    calls, shared by the rules that ask (DDP109, DDP111)."""
+    the enclosing class (None when it has none), None for the others. Memoised: shared by the
+    rules that ask (DDP109, DDP111)."""
     key = ("helper_calls", id(calls), local)
     got = view.memo.get(key)
     if got is not None:
@@ -161,6 +171,16 @@ def _candidates(view, calls, local: bool) -> list:
     add = got.append
     defs, classes, imports = view.defs, view.classes, view.imports
     project = {k for k, imp in imports.items() if _project_import(imp)}  # asked once per import
+    if ctx is not None and calls is ctx.sem.calls:
+        # only the calls whose callee's name (``f(...)``) or receiver's name (``m.f(...)``) may
+        # qualify, from the check's index, in the file's order; each judged as below
+        by_name, _, by_base = _call_indexes(ctx)
+        names = (project | defs.keys() | classes.keys()) if local else project
+        Name = ast.Name
+        pos = [i for k in names for i in by_name.get(k, ()) if calls[i].func.__class__ is Name]
+        pos += [i for k in project | {"self"} for i in by_base.get(k, ())]  # disjoint: ``b.f(...)``
+        pos.sort()
+        calls = [calls[i] for i in pos]
     Name, Attribute = ast.Name, ast.Attribute
     for c in calls:
         if not (c.args or c.keywords):
