@@ -181,6 +181,7 @@ def _candidates(view, calls, local: bool, ctx=None) -> list:
         pos += [i for k in project | {"self"} for i in by_base.get(k, ())]  # disjoint: ``b.f(...)``
         pos.sort()
         calls = [calls[i] for i in pos]
+    functions = view.sem.functions
     Name, Attribute = ast.Name, ast.Attribute
     for c in calls:
         if not (c.args or c.keywords):
@@ -200,7 +201,8 @@ def _candidates(view, calls, local: bool, ctx=None) -> list:
                 if b in project:
                     add((c, None, None))
             elif local and b == "self":
-                add((c, "self", _method(view, c, f.attr)))
+                # no function of that name anywhere in the file: no method to find (a layer, ``self.fc1(x)``)
+                add((c, "self", _method(view, c, f.attr) if f.attr in functions else None))
     return got
 
 
