@@ -349,7 +349,9 @@ def _unused_attrs_uncached(ctx, cls: ast.ClassDef):
     # an attribute assigned twice in __init__ (``self.x = nn.Linear(); self.x = other``) is unclear
     counts: dict[str, int] = {}
     # every node of the class, in any order (the result does not depend on it): an explicit stack
-    # with exact-class tests, several times cheaper than ``ast.walk`` with isinstance chains
+    # with exact-class tests, several times cheaper than ``ast.walk`` with isinstance chains. Once
+    # every created attribute is used the answer is known (none is unused): the walk stops there
+    waiting = {attr for _st, attr, _kind in created}
     Attribute, Name, Call, Constant, AST = ast.Attribute, ast.Name, ast.Call, ast.Constant, ast.AST
     fields_of = _CHILD_FIELDS
     stack = [cls]
@@ -367,6 +369,10 @@ def _unused_attrs_uncached(ctx, cls: ast.ClassDef):
                     counts[n.attr] = counts.get(n.attr, 0) + 1
                 if not (isinstance(p, ast.Assign) and n in p.targets):
                     used.add(n.attr)
+                    if n.attr in waiting:
+                        waiting.discard(n.attr)
+                        if not waiting:
+                            return []
         elif t is Name:
             if n.id == "self":
                 p = parent(n)
@@ -382,6 +388,10 @@ def _unused_attrs_uncached(ctx, cls: ast.ClassDef):
         elif t is Constant:
             if isinstance(n.value, str):
                 used.add(n.value)  # a name spelled as a string may be looked up
+                if n.value in waiting:
+                    waiting.discard(n.value)
+                    if not waiting:
+                        return []
             continue
         fs = fields_of.get(t)
         if fs is None:
