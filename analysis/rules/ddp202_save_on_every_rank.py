@@ -82,11 +82,15 @@ class SaveOnEveryRank(Rule):
         saves = ctx.calls_to("torch.save")
         for call in saves:
             path = get_arg(call, 1, "f")
-            if path is None or rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call):
+            if path is None:
+                continue
+            # every test must let the save through: the usual deciding one (a save under a rank-0
+            # guard) first, the walks over the path's bindings after
+            if rank0_guarded(ctx, call) is not False:
+                continue
+            if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call):
                 continue
             if runs_in_ranks(ctx, call) is False:
-                continue
-            if rank0_guarded(ctx, call) is not False:
                 continue
             ctx.report(
                 call,
