@@ -238,15 +238,20 @@ def resolved(hub, view, call: ast.Call):
     key = (id(view), id(call))
     got = memo.get(key, _MISS)
     if got is _MISS:
-        f = call.func
-        if f.__class__ is ast.Name:
-            ok = f.id in view.defs or f.id in view.classes or f.id in view.imports
-        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
-            ok = f.value.id == "self" or f.value.id in view.imports
-        else:
-            ok = False
-        got = memo[key] = hub.resolve_call(view, call) if ok else None
+        got = memo[key] = hub.resolve_call(view, call) if may_resolve(view, call) else None
     return got
+
+
+def may_resolve(view, call: ast.Call) -> bool:
+    """``call`` names something that may be a project function (``f(...)`` with ``f`` a function,
+    class or import of the file, ``self.m(...)``, ``mod.f(...)``): otherwise ``resolved`` is None
+    without asking."""
+    f = call.func
+    if f.__class__ is ast.Name:
+        return f.id in view.defs or f.id in view.classes or f.id in view.imports
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+        return f.value.id == "self" or f.value.id in view.imports
+    return False
 
 
 def callee_name(target) -> str:
