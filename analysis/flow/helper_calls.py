@@ -92,16 +92,10 @@ def _call_indexes(ctx):
     return ctx.memo("helper_calls.by_name", build)
 
 
-def calls_on_attr(ctx, attr: str) -> list[ast.Call]:
-    """The calls ``<expr>.<attr>.<method>(...)`` (``ddp_model.module.forward(x)`` for ``"module"``),
-    in ``ctx.sem.calls`` order."""
-    calls = ctx.sem.calls
-    return [calls[i] for i in _call_indexes(ctx)[1].get(attr, ())]
-
-
 def calls_named_or_on_attr(ctx, name: str) -> list[ast.Call]:
-    """``calls_named(ctx, name)`` and ``calls_on_attr(ctx, name)`` together, in ``ctx.sem.calls``
-    order, each call once."""
+    """The calls whose callee's last name is ``name`` and those made on an attribute of that name
+    (``x.module(...)`` and ``x.module.forward(...)`` for ``"module"``), in ``ctx.sem.calls`` order,
+    each call once."""
     by_name, by_recv, _ = _call_indexes(ctx)
     a, b = by_name.get(name, ()), by_recv.get(name, ())
     pos = sorted(set(a) | set(b)) if a and b else (a or b)
@@ -147,12 +141,9 @@ def helper_calls(view, calls, local: bool, hub=None, ops=None, ctx=None):
     the check's calls-by-name index narrows the pass."""
     for c, kind, x in _candidates(view, calls, local, ctx):
         if kind is not None and hub is not None and ops is not None:
-            if kind == "def":
-                effs = hub.summary(view, x).collectives
-            elif x is None:  # "self", and no method of that name on the class
+            if x is None:  # "self", and no method of that name on the class
                 continue
-            else:
-                effs = hub.summary(view, x).collectives
+            effs = hub.summary(view, x).collectives
             if len(effs) < 6 and not any(e.op in ops for e in effs):
                 continue
         yield c
