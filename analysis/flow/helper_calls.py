@@ -1,6 +1,8 @@
 """Calls of project functions: which calls may reach one (``helper_calls``, before any
 resolution), their resolution memoised per analysis (``resolved``), and how a call's arguments bind
-to the callee's parameters (``bind_args``; ``self`` skipped for methods and constructors)."""
+to the callee's parameters (``bind_args``; ``self`` skipped for methods and constructors). Also the
+file's calls by the callee's last name (``calls_named``), one index per check for the rules that
+look for ``x.backward()``, ``opt.step()``, ``s.set_epoch()`` or a ``save_*`` helper."""
 from __future__ import annotations
 
 import ast
@@ -43,6 +45,85 @@ def bind_args(call: ast.Call, fn: ast.AST) -> dict[str, ast.expr]:
 _MISS = object()
 
 
+def calls_by_name(ctx) -> dict[str, list[int]]:
+    """Callee's last name (``f`` for ``f(...)`` and ``a.b.f(...)``) -> positions in ``ctx.sem.calls``
+    of its calls, in that order (other callees, ``fs[0](...)``, ``g()(...)``, are left out). One
+    pass per check instead of one per rule."""
+    return _call_indexes(ctx)[0]
+
+
+def _call_indexes(ctx):
+    """(``calls_by_name``; the same by the receiver's last attribute: ``m`` for ``x.m.f(...)``; and
+    by the receiver's name: ``x`` for ``x.f(...)``)."""
+    def build():
+        by_name: dict[str, list[int]] = {}
+        by_recv: dict[str, list[int]] = {}
+        by_base: dict[str, list[int]] = {}
+        Name, Attribute = ast.Name, ast.Attribute
+        for i, c in enumerate(ctx.sem.calls):
+            f = c.func
+            t = f.__class__
+            if t is Attribute:
+                k = f.attr
+                v = f.value
+                t = v.__class__
+                if t is Name:
+                    got = by_base.get(v.id)
+                    if got is None:
+                        by_base[v.id] = [i]
+                    else:
+                        got.append(i)
+                elif t is Attribute:
+                    got = by_recv.get(v.attr)
+                    if got is None:
+                        by_recv[v.attr] = [i]
+                    else:
+                        got.append(i)
+            elif t is Name:
+                k = f.id
+            else:
+                continue
+            got = by_name.get(k)
+            if got is None:
+                by_name[k] = [i]
+            else:
+                got.append(i)
+        return by_name, by_recv, by_base
+    return ctx.memo("helper_calls.by_name", build)
+
+
+def calls_named_or_on_attr(ctx, name: str) -> list[ast.Call]:
+    """The calls whose callee's last name is ``name`` and those made on an attribute of that name
+    (``x.module(...)`` and ``x.module.forward(...)`` for ``"module"``), in ``ctx.sem.calls`` order,
+    each call once."""
+    by_name, by_recv, _ = _call_indexes(ctx)
+    a, b = by_name.get(name, ()), by_recv.get(name, ())
+    pos = sorted(set(a) | set(b)) if a and b else (a or b)
+    calls = ctx.sem.calls
+    return [calls[i] for i in pos]
+
+
+def calls_named(ctx, name: str) -> list[ast.Call]:
+    """The calls whose callee's last name is ``name``, in ``ctx.sem.calls`` order."""
+    calls = ctx.sem.calls
+    return [calls[i] for i in calls_by_name(ctx).get(name, ())]
+
+
+def calls_named_if(ctx, keep) -> list[ast.Call]:
+    """The calls whose callee's last name passes ``keep(name)`` (asked once per name), in
+    ``ctx.sem.calls`` order."""
+    found: list[int] = []
+    n = 0
+    for name, pos in calls_by_name(ctx).items():
+        if keep(name):
+            found += pos
+            n += 1
+    if n > 1:
+        found.sort()
+    calls = ctx.sem.calls
+    return [calls[i] for i in found]
+
+
 def may_import_project(view) -> bool:
     """``view`` imports something that may be a module of the project (a relative import, or a
     top-level name that is not a well-known library)."""
@@ -51,43 +132,69 @@ def may_import_project(view) -> bool:
     return any(level or mod.split(".")[0] not in _NOT_PROJECT for mod, level, _attr in view.imports.values())
 
 
-def helper_calls(view, calls, local: bool, hub=None, ops=None):
+def helper_calls(view, calls, local: bool, hub=None, ops=None, ctx=None):
     """The calls among ``calls`` that may run a project function with a parameter sink: calls of
     imported names (or of attributes of imported modules), and, when ``local`` (this file makes
     the collective itself), calls of this file's functions, classes and ``self.`` methods. With
     ``hub`` and ``ops``, a call of a module-level function of this file whose summary makes none
-    of ``ops`` is left out before any resolution."""
+    of ``ops`` is left out before any resolution. With ``ctx`` (``calls`` being its file's calls),
+    the check's calls-by-name index narrows the pass."""
+    for c, kind, x in _candidates(view, calls, local, ctx):
+        if kind is not None and hub is not None and ops is not None:
+            if x is None:  # "self", and no method of that name on the class
+                continue
+            effs = hub.summary(view, x).collectives
+            if len(effs) < 6 and not any(e.op in ops for e in effs):
+                continue
+        yield c
+
+
+def _candidates(view, calls, local: bool, ctx=None) -> list:
+    """``helper_calls`` before the question about ``ops``, as (call, kind, fn): kind "def" for a
+    call of this file's function ``fn``, "self" for ``self.m(...)`` with ``fn`` the method ``m`` of
+    the enclosing class (None when it has none), None for the others. Memoised: shared by the
+    rules that ask (DDP109, DDP111)."""
+    key = ("helper_calls", id(calls), local)
+    got = view.memo.get(key)
+    if got is not None:
+        return got
+    got = view.memo[key] = []
+    add = got.append
     defs, classes, imports = view.defs, view.classes, view.imports
+    project = {k for k, imp in imports.items() if _project_import(imp)}  # asked once per import
+    if ctx is not None and calls is ctx.sem.calls:
+        # only the calls whose callee's name (``f(...)``) or receiver's name (``m.f(...)``) may
+        # qualify, from the check's index, in the file's order; each judged as below
+        by_name, _, by_base = _call_indexes(ctx)
+        names = (project | defs.keys() | classes.keys()) if local else project
+        Name = ast.Name
+        pos = [i for k in names for i in by_name.get(k, ()) if calls[i].func.__class__ is Name]
+        pos += [i for k in project | {"self"} for i in by_base.get(k, ())]  # disjoint: ``b.f(...)``
+        pos.sort()
+        calls = [calls[i] for i in pos]
+    functions = view.sem.functions
+    Name, Attribute = ast.Name, ast.Attribute
     for c in calls:
         if not (c.args or c.keywords):
             continue
         f = c.func
-        if f.__class__ is ast.Name:
+        if f.__class__ is Name:
             if f.id in imports:
-                if _project_import(imports[f.id]):
-                    yield c
+                if f.id in project:
+                    add((c, None, None))
             elif local and f.id in defs:
-                if hub is not None and ops is not None:
-                    effs = hub.summary(view, defs[f.id]).collectives
-                    if len(effs) < 6 and not any(e.op in ops for e in effs):
-                        continue
-                yield c
+                add((c, "def", defs[f.id]))
             elif local and f.id in classes:
-                yield c
-        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+                add((c, None, None))
+        elif f.__class__ is Attribute and f.value.__class__ is Name:
             b = f.value.id
             if b in imports:
-                if _project_import(imports[b]):
-                    yield c
+                if b in project:
+                    add((c, None, None))
             elif local and b == "self":
-                if hub is not None and ops is not None:
-                    m = _method(view, c, f.attr)
-                    if m is None:
-                        continue
-                    effs = hub.summary(view, m).collectives
-                    if len(effs) < 6 and not any(e.op in ops for e in effs):
-                        continue
-                yield c
+                # no function of that name anywhere in the file: no method to find (a layer, ``self.fc1(x)``)
+                add((c, "self", _method(view, c, f.attr) if f.attr in functions else None))
+    return got
 
 
 _NOT_PROJECT_MODS: frozenset | None = None
@@ -122,15 +229,20 @@ def resolved(hub, view, call: ast.Call):
     key = (id(view), id(call))
     got = memo.get(key, _MISS)
     if got is _MISS:
-        f = call.func
-        if f.__class__ is ast.Name:
-            ok = f.id in view.defs or f.id in view.classes or f.id in view.imports
-        elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
-            ok = f.value.id == "self" or f.value.id in view.imports
-        else:
-            ok = False
-        got = memo[key] = hub.resolve_call(view, call) if ok else None
+        got = memo[key] = hub.resolve_call(view, call) if may_resolve(view, call) else None
     return got
+
+
+def may_resolve(view, call: ast.Call) -> bool:
+    """``call`` names something that may be a project function (``f(...)`` with ``f`` a function,
+    class or import of the file, ``self.m(...)``, ``mod.f(...)``): otherwise ``resolved`` is None
+    without asking."""
+    f = call.func
+    if f.__class__ is ast.Name:
+        return f.id in view.defs or f.id in view.classes or f.id in view.imports
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+        return f.value.id == "self" or f.value.id in view.imports
+    return False
 
 
 def callee_name(target) -> str:

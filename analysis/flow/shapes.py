@@ -218,6 +218,12 @@ class Shapes(Extents):
             return _dep(got, e.id, mode)
         if kind not in ("events", "global", "events+param") or not got:
             return SX
+        if fn == self.shape:
+            for ev in got:
+                if ev.__class__ is ast.AugAssign:
+                    # ``total += x`` makes this path unknown (``_binding``), and an unknown path
+                    # makes the use unknown (``join_paths``): the other bindings need no work
+                    return SX
         out = [self._binding(ev, e.id, d, fn) for ev in got if not (
             ev.__class__ is ast.Call and fn == self.shape)]  # an in-place collective keeps the shape
         if kind == "events+param":

@@ -20,7 +20,7 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from .bindings import reaching
 from .shape_facts import Sh
 from .shapes import Shapes, shapes_of
-from .helper_calls import bind_args, callee_name, resolved
+from .helper_calls import bind_args, callee_name, may_resolve, resolved
 from .summaries import Effect, on_subgroup, scope_calls
 
 _CHECKS = frozenset({"isinstance", "is_tensor", "as_tensor", "tensor", "from_numpy", "Tensor", "FloatTensor",
@@ -129,13 +129,12 @@ def _compute(hub, view, fn, table, key, depth):
     for c in scope_calls(view, fn):
         if len(out) >= 6:
             break
-        if _guarded(view, fn, c):
-            continue
+        # the cheap rejects by name first; then whether the call sits under a ``try`` (a walk up)
         qn = sem.call_qualname(c) or ""
         if qn.startswith(D):
             op = qn[len(D):]
             spec = table.get(op)
-            if spec is None or on_subgroup(c, op):
+            if spec is None or _guarded(view, fn, c) or on_subgroup(c, op):
                 continue
             arg = get_arg(c, *spec)
             p, method = _param_of(view, fn, arg), None
@@ -145,7 +144,7 @@ def _compute(hub, view, fn, table, key, depth):
                 seen.add(p)
                 out.append(Sink(p, Effect(op, c, view.path), method))
             continue
-        if qn.startswith(("torch.", "numpy.", "math.")):
+        if qn.startswith(("torch.", "numpy.", "math.")) or not may_resolve(view, c) or _guarded(view, fn, c):
             continue
         target = resolved(hub, view, c)
         if target is None or target[1] is fn:

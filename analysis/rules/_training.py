@@ -123,8 +123,10 @@ def backward_calls(ctx, fn: ast.AST) -> list[ast.Call]:
 
 
 def _backward_index(ctx) -> dict[int, list[ast.Call]]:
+    from ..flow.helper_calls import calls_named
+
     out: dict[int, list[ast.Call]] = {}
-    for c in ctx.sem.calls:
+    for c in calls_named(ctx, "backward"):  # ``x.backward()``, ``backward(x)``
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr == "backward":
             if not (isinstance(f.value, ast.Call) or ctx.qn(f.value) is None) \

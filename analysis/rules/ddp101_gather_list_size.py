@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import iter_scope_nodes, get_arg
+from ..semantic import get_arg
 from ._common import helper_returns, D, const_int, const_str, fixed_world_size, is_simple_ref
 
 # op -> (output list position, keyword), (input position, keyword), (group position)
@@ -502,38 +502,100 @@ def _iter_len(ctx, it, scope, depth) -> int | None:
     return _literal_len(ctx, it, scope, depth + 1)
 
 
-def _mutation_index(ctx, scope) -> dict:
-    """name -> the nodes of ``scope`` that may change a list held by that name (see ``_mutates``),
-    built in one pass per scope and shared by ``_mutated`` / ``_mutated_before``."""
+def _mutations_of(ctx, scope, name: str) -> list:
+    """The nodes of ``scope`` that may change a list held by ``name`` (see ``_mutates``): those
+    that ``iter_scope_nodes(scope)`` yields (nested functions, classes and lambdas not entered)
+    and index under ``name``, in another order (the readers only ask whether any mutates).
+
+    Each such node holds the name itself (``name.append``, ``name += ...``, ``del name[i]``,
+    ``f(name)``, ``global name``), so it sits on a line whose text contains ``name``: statements
+    none of whose lines do are skipped (a line that is not ASCII always counts, since an
+    identifier may be spelled there in another form). Memoised per scope and name."""
     def build():
-        idx: dict[str, list] = {}
-        for n in iter_scope_nodes(scope):
-            t = n.__class__
-            if t is ast.Attribute:
-                if n.attr in _MUTATORS and n.value.__class__ is ast.Name:
-                    idx.setdefault(n.value.id, []).append(n)
-            elif t is ast.AugAssign:
-                if n.target.__class__ is ast.Name:
+        lines = ctx.src.lines
+        nlines = len(lines)
+
+        def mentions(st) -> bool:
+            for i in range(st.lineno - 1, min(st.end_lineno, nlines)):
+                ln = lines[i]
+                if name in ln or not ln.isascii():
+                    return True
+            return False
+
+        return _mutation_walk(scope, mentions).get(name, [])
+    return ctx.memo(("ddp101.mutations", id(scope), name), build)
+
+
+def _mutation_walk(scope, keep) -> dict:
+    """name -> mutating nodes (the kinds ``_mutates`` asks about) among the nodes of ``scope``,
+    entering only the statements (and except handlers) for which ``keep(statement)`` holds."""
+    idx: dict[str, list] = {}
+    Attribute, Name, Call, AugAssign, Delete = ast.Attribute, ast.Name, ast.Call, ast.AugAssign, ast.Delete
+    Global, Nonlocal, AST = ast.Global, ast.Nonlocal, ast.AST
+    stmt_like = (ast.stmt, ast.excepthandler)
+    nested = _NESTED
+    skip = _LEAVES
+    fields_of = _WALK_FIELDS
+    body = scope.body if isinstance(scope.body, list) else [scope.body]
+    stack = list(body)
+    pop, push = stack.pop, stack.append
+    while stack:
+        n = pop()
+        t = n.__class__
+        if t is Attribute:
+            if n.attr in _MUTATORS and n.value.__class__ is Name:
+                idx.setdefault(n.value.id, []).append(n)
+        elif t is Call:
+            for a in n.args:
+                if a.__class__ is Name:
+                    idx.setdefault(a.id, []).append(n)
+            for k in n.keywords:
+                if k.value.__class__ is Name:
+                    idx.setdefault(k.value.id, []).append(n)
+        elif isinstance(n, stmt_like):
+            if t in nested or not keep(n):
+                continue
+            if t is AugAssign:
+                if n.target.__class__ is Name:
                     idx.setdefault(n.target.id, []).append(n)
-            elif t is ast.Delete:
+            elif t is Delete:
                 for tg in n.targets:
                     if isinstance(tg, ast.Subscript) and isinstance(tg.value, ast.Name):
                         idx.setdefault(tg.value.id, []).append(n)
-            elif t is ast.Call:
-                for a in (*n.args, *(k.value for k in n.keywords)):
-                    if a.__class__ is ast.Name:
-                        idx.setdefault(a.id, []).append(n)
-            elif t is ast.Global or t is ast.Nonlocal:
+            elif t is Global or t is Nonlocal:
                 for nm in n.names:
                     idx.setdefault(nm, []).append(n)
-        return idx
-    return ctx.memo(("ddp101.mutations", id(scope)), build)
+                continue
+        elif t is ast.Lambda:
+            continue
+        fs = fields_of.get(t)
+        if fs is None:
+            fs = fields_of[t] = tuple(f for f in t._fields if f not in _NOT_CHILDREN)
+        for f in fs:
+            v = getattr(n, f, None)
+            if v.__class__ is list:
+                for c in v:
+                    if isinstance(c, AST) and c.__class__ not in skip:
+                        push(c)
+            elif isinstance(v, AST) and v.__class__ not in skip:
+                push(v)
+    return idx
+
+
+# the walk of ``_mutation_walk``: fields that never hold a node (identifiers, numbers, expression
+# contexts, operators), nodes it never needs to visit (no children of interest), nested scopes
+_NOT_CHILDREN = frozenset({"ctx", "op", "ops", "id", "attr", "name", "asname", "arg", "module", "level", "kind",
+                           "type_comment", "conversion", "is_async", "type_ignores", "lineno", "tag", "rest",
+                           "kwd_attrs"})
+_LEAVES = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue})
+_NESTED = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda})
+_WALK_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _mutated(ctx, name: str, scope, call) -> bool:
     """The list may change length: a mutating method, ``+=``, ``del x[...]``, or being passed to
     any call other than the collective itself (or ``len``/``print``)."""
-    return any(_mutates(ctx, n, name, call) for n in _mutation_index(ctx, scope).get(name, ()))
+    return any(_mutates(ctx, n, name, call) for n in _mutations_of(ctx, scope, name))
 
 
 def _mutated_before(ctx, name: str, scope, call) -> bool:
@@ -542,7 +604,7 @@ def _mutated_before(ctx, name: str, scope, call) -> bool:
     loops = [a for a in ctx.sem.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
     start = min([call.lineno, *(lp.lineno for lp in loops)])
     end = max([call.lineno, *(lp.end_lineno for lp in loops)])
-    for n in _mutation_index(ctx, scope).get(name, ()):
+    for n in _mutations_of(ctx, scope, name):
         ln = getattr(n, "lineno", None)
         if ln is None or n is call:
             continue

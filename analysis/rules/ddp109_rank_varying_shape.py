@@ -98,7 +98,8 @@ class RankVaryingShape(Rule):
                 "and pad to it",
                 related=[*source_related(ctx, v), *_binding_related(ctx, view, t)],
             )
-        for c in helper_calls(view, ctx.sem.calls, bool(direct) or may_import_project(view), an, SHAPED):
+        for c in helper_calls(view, ctx.sem.calls, bool(direct) or may_import_project(view), an, SHAPED,
+                              ctx=ctx):
             target = resolved(an, view, c)
             if target is None or target[1] is ctx.sem.enclosing_function(c):
                 continue

@@ -117,7 +117,7 @@ class ScalarToCollective(Rule):
         an = for_context(ctx)
         view = an.main
         local = any(ctx.calls_to(D + op) for op in _OPS) or may_import_project(view)
-        for call in helper_calls(view, ctx.sem.calls, local, an, _OPS):
+        for call in helper_calls(view, ctx.sem.calls, local, an, _OPS, ctx=ctx):
             target = resolved(an, view, call)
             if target is None:
                 continue

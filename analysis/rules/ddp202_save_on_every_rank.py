@@ -82,11 +82,15 @@ class SaveOnEveryRank(Rule):
         saves = ctx.calls_to("torch.save")
         for call in saves:
             path = get_arg(call, 1, "f")
-            if path is None or rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call):
+            if path is None:
+                continue
+            # every test must let the save through: the usual deciding one (a save under a rank-0
+            # guard) first, the walks over the path's bindings after
+            if rank0_guarded(ctx, call) is not False:
+                continue
+            if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call):
                 continue
             if runs_in_ranks(ctx, call) is False:
-                continue
-            if rank0_guarded(ctx, call) is not False:
                 continue
             ctx.report(
                 call,
@@ -101,18 +105,13 @@ class SaveOnEveryRank(Rule):
         from ..flow import for_context  # lazy: only scripts that call project helpers load them
         from ..flow.helper_calls import bind_args
 
+        from ..flow.helper_calls import calls_named_if
+
         ana = None
-        for call in ctx.sem.calls:
+        # the gate of this rule: a helper that saves says so in its name (asked once per name)
+        for call in calls_named_if(ctx, _save_like):
             f = call.func
-            if f.__class__ is ast.Name:
-                name = f.id
-            elif f.__class__ is ast.Attribute:
-                name = f.attr
-            else:
-                continue
-            low = name.lower()
-            if "save" not in low and "checkpoint" not in low and "ckpt" not in low:
-                continue  # the gate of this rule: a helper that saves says so in its name
+            name = f.id if f.__class__ is ast.Name else f.attr
             if (ctx.qn(call) or "").startswith("torch."):
                 continue
             if ana is None:
@@ -145,6 +144,11 @@ class SaveOnEveryRank(Rule):
                 "checkpoint; call it under `if rank == 0:`",
                 related=[("file", view.path, rng, "the torch.save every rank runs")] if view.path else (),
             )
+
+
+def _save_like(name: str) -> bool:
+    low = name.lower()
+    return "save" in low or "checkpoint" in low or "ckpt" in low
 
 
 _SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")

@@ -5,6 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..flow.assignments import stmt_list_of
+from ..flow.helper_calls import calls_named
 from ..flow.models import ddp_calls
 from ..semantic import parent
 
@@ -67,17 +68,17 @@ class AccumulationWithoutNoSync(Rule):
         steps_by_loop: dict[int, tuple[ast.AST, ast.If]] = {}
         backwards: list[tuple[ast.Call, ast.AST]] = []
         unguarded: dict[int, list] = {}  # loop -> optimizer steps without the `%` test
-        for c in ctx.sem.calls:
-            f = c.func
-            if not isinstance(f, ast.Attribute):
-                continue
-            if f.attr == "step" and _optimizer_step(c):
+        # the ``.step`` calls, then the ``.backward`` calls, each in the file's order (what one
+        # pass over all calls collected, without visiting the others)
+        for c in calls_named(ctx, "step"):
+            if c.func.__class__ is ast.Attribute and _optimizer_step(c):
                 guard, loop = _mod_guard_and_loop(c)
                 if guard is not None and loop is not None:
                     steps_by_loop.setdefault(id(loop), (loop, guard))
                 elif loop is not None:
                     unguarded.setdefault(id(loop), []).append(c)
-            elif f.attr == "backward":
+        for c in calls_named(ctx, "backward"):
+            if c.func.__class__ is ast.Attribute:
                 loop = _loop_of(c)
                 if loop is not None:
                     backwards.append((c, loop))

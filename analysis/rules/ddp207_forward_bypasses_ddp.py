@@ -5,6 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ..flow.helper_calls import calls_named_or_on_attr
 from ..flow.models import is_ddp_wrapper
 from ._training import _NO_GRAD, backward_calls, ddp_holder, enclosing_function, flows_to, grad_disabled
 from .ddp209_unused_parameters import wrapped_class
@@ -88,7 +89,9 @@ class ForwardBypassesDdp(Rule):
     requires_text = (".module",)
 
     def finish(self, ctx) -> None:
-        for c in ctx.sem.calls:
+        # ``x.module(...)`` and ``x.module.m(...)``, in the file's order (an index, not a pass over
+        # every call)
+        for c in calls_named_or_on_attr(ctx, "module"):
             f = c.func
             if not isinstance(f, ast.Attribute):
                 continue

@@ -134,6 +134,8 @@ class UnusedParameters(Rule):
                 outside = _attrs_read_outside(ctx, classes)
             # ``model.module.aux_head(feats)`` in the training loop: the layer gets its gradient
             # outside forward, which DDP accepts
+            if not unused:
+                continue  # nothing to report (the fix is built only for a finding)
             _report_unused(ctx, reported, cls, unused, outside or set(), "wrapped in DDP",
                            (call, "wrapped here without `find_unused_parameters=True`"), _make_fix(ctx, call, fup))
         _wrapped_elsewhere(ctx, classes, subclassed, reported)
@@ -205,8 +207,10 @@ def _freezes(ctx) -> bool:
     a frozen layer needs no gradient, and which one is frozen is not followed here."""
     if "requires_grad" not in ctx.src.text:
         return False
-    for c in ctx.sem.calls:
-        if isinstance(c.func, ast.Attribute) and c.func.attr == "requires_grad_":
+    from ..flow.helper_calls import calls_named
+
+    for c in calls_named(ctx, "requires_grad_"):
+        if isinstance(c.func, ast.Attribute):
             return True
     for st in ctx.sem.tree.body:
         for n in ast.walk(st):
@@ -315,22 +319,21 @@ def _param_kind(ctx, value) -> str | None:
     return None
 
 
-def _subtree(node: ast.AST):
-    """Every node under ``node`` (``ast.walk``'s nodes, depth first, without its generators)."""
-    stack = [node]
-    AST = ast.AST
-    while stack:
-        n = stack.pop()
-        yield n
-        for f in n._fields:
-            v = getattr(n, f, None)
-            if isinstance(v, AST):
-                stack.append(v)
-            elif v.__class__ is list:
-                stack.extend(c for c in v if isinstance(c, AST))
+# fields that never hold a node this rule looks at (identifiers, numbers, expression contexts,
+# operators): the walk in ``_unused_attrs`` does not enter them
+_NO_CHILD = frozenset({"ctx", "op", "ops", "id", "attr", "name", "arg", "module", "level", "kind", "type_comment",
+                       "conversion", "is_async", "type_ignores", "lineno", "tag"})
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_SELF_HANDLERS = frozenset({"getattr", "setattr", "vars", "delattr", "hasattr"})
 
 
 def _unused_attrs(ctx, cls: ast.ClassDef):
+    """(assignment, attribute, kind) for each parameter-holding ``self.X`` that ``__init__`` creates
+    and nothing in the class uses (asked again by ``_wrapped_elsewhere``: memoised per class)."""
+    return ctx.memo(("ddp209.unused_attrs", id(cls)), lambda: _unused_attrs_uncached(ctx, cls))
+
+
+def _unused_attrs_uncached(ctx, cls: ast.ClassDef):
     init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
     created = []
     for st in init.body:  # unconditional assignments only
@@ -345,26 +348,62 @@ def _unused_attrs(ctx, cls: ast.ClassDef):
     used: set[str] = set()
     # an attribute assigned twice in __init__ (``self.x = nn.Linear(); self.x = other``) is unclear
     counts: dict[str, int] = {}
-    for n in _subtree(cls):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
-            if n.attr in _REFLECTIVE:
+    # every node of the class, in any order (the result does not depend on it): an explicit stack
+    # with exact-class tests, several times cheaper than ``ast.walk`` with isinstance chains. Once
+    # every created attribute is used the answer is known (none is unused): the walk stops there
+    waiting = {attr for _st, attr, _kind in created}
+    Attribute, Name, Call, Constant, AST = ast.Attribute, ast.Name, ast.Call, ast.Constant, ast.AST
+    fields_of = _CHILD_FIELDS
+    stack = [cls]
+    pop, push = stack.pop, stack.append
+    while stack:
+        n = pop()
+        t = n.__class__
+        if t is Attribute:
+            v = n.value
+            if v.__class__ is Name and v.id == "self":
+                if n.attr in _REFLECTIVE:
+                    return []
+                p = parent(n)
+                if isinstance(p, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    counts[n.attr] = counts.get(n.attr, 0) + 1
+                if not (isinstance(p, ast.Assign) and n in p.targets):
+                    used.add(n.attr)
+                    if n.attr in waiting:
+                        waiting.discard(n.attr)
+                        if not waiting:
+                            return []
+        elif t is Name:
+            if n.id == "self":
+                p = parent(n)
+                if isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "super":
+                    continue  # super(Net, self).__init__()
+                if not isinstance(p, ast.Attribute) and not isinstance(p, ast.arguments) and not isinstance(p, ast.arg):
+                    return []  # self handed over whole: what the callee touches is unknown
+            continue  # no child nodes
+        elif t is Call:
+            f = n.func
+            if f.__class__ is Name and f.id in _SELF_HANDLERS:
                 return []
-            p = parent(n)
-            if isinstance(p, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                counts[n.attr] = counts.get(n.attr, 0) + 1
-            if not (isinstance(p, ast.Assign) and n in p.targets):
-                used.add(n.attr)
-        elif isinstance(n, ast.Name) and n.id == "self":
-            p = parent(n)
-            if isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "super":
-                continue  # super(Net, self).__init__()
-            if not isinstance(p, ast.Attribute) and not isinstance(p, ast.arguments) and not isinstance(p, ast.arg):
-                return []  # self handed over whole: what the callee touches is unknown
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr", "vars",
-                                                                                       "delattr", "hasattr"):
-            return []
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
-            used.add(n.value)  # a name spelled as a string may be looked up
+        elif t is Constant:
+            if isinstance(n.value, str):
+                used.add(n.value)  # a name spelled as a string may be looked up
+                if n.value in waiting:
+                    waiting.discard(n.value)
+                    if not waiting:
+                        return []
+            continue
+        fs = fields_of.get(t)
+        if fs is None:
+            fs = fields_of[t] = tuple(f for f in t._fields if f not in _NO_CHILD)
+        for f in fs:
+            v = getattr(n, f, None)
+            if v.__class__ is list:
+                for c in v:
+                    if isinstance(c, AST):
+                        push(c)
+            elif isinstance(v, AST):
+                push(v)
     return [(st, attr, kind) for st, attr, kind in created if attr not in used and counts.get(attr, 0) == 1]
 
 

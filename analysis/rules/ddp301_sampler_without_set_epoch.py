@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from ..model import Applicability, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
+from ..flow.helper_calls import calls_named
 from ._loader import DATALOADER, DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, may_be_none, target_name
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -71,7 +72,9 @@ class SamplerWithoutSetEpoch(Rule):
     node_types = (ast.For, ast.AsyncFor)
 
     def finish(self, ctx) -> None:
-        if _calls_set_epoch(ctx.sem, ctx.src.text):
+        # ``_calls_set_epoch(ctx.sem, ctx.src.text)``, from the check's calls-by-name index
+        if "set_epoch" in ctx.src.text and any(c.func.__class__ is ast.Attribute
+                                               for c in calls_named(ctx, "set_epoch")):
             return
         fors = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
         reported: set[int] = set()
