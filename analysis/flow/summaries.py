@@ -215,11 +215,21 @@ class Summaries(Roots):
         has = _memo(view, ctx, "scope_has_forward")
         got = has.get(id(scope))
         if got is None:
+            # a call that may be a forward of a wrapped module (for a name, one whose binding
+            # here is a wrapper: in a function nobody calls with a DDP model, ``model(x)`` is a
+            # plain module's forward), or a call of a function of this module that may return one
             methods, defs = method_names(view), view.defs
-            got = has[id(scope)] = any(
-                (c.func.__class__ is ast.Name and (c.func.id in wrapped or c.func.id in defs))
-                or (c.func.__class__ is ast.Attribute and (c.func.attr in wrapped or c.func.attr in methods))
-                for c in scope_calls(view, scope))
+            got = False
+            for c in scope_calls(view, scope):
+                f = c.func
+                if f.__class__ is ast.Name:
+                    if f.id in defs or (f.id in wrapped and self.wrapper_ctor(view, f, c, ctx=ctx) is not None):
+                        got = True
+                        break
+                elif f.__class__ is ast.Attribute and (f.attr in wrapped or f.attr in methods):
+                    got = True
+                    break
+            has[id(scope)] = got
         if not got:
             return None  # no forward of a wrapped module in this function, nor a call that may return one
         stack = [expr]
