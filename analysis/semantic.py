@@ -265,15 +265,10 @@ class Semantic:
             aliases = self.aliases
             Attribute, Name = ast.Attribute, ast.Name
             for c in self.calls:
-                # one pass up the Name/Attribute chain: reject calls whose root is not an import
-                # alias, and collect the attribute parts of the others (what qualname() does)
-                root = c.func
-                parts = None
+                # up the Name/Attribute chain to its root: calls whose root is not an import alias
+                # (most: ``x.to(...)``, ``print(...)``) are rejected before any part is collected
+                f = root = c.func
                 while root.__class__ is Attribute:
-                    if parts is None:
-                        parts = [root.attr]
-                    else:
-                        parts.append(root.attr)
                     root = root.value
                 if root.__class__ is not Name:
                     c._qn = None
@@ -282,9 +277,13 @@ class Semantic:
                 if base is None:
                     c._qn = None
                     continue
-                if parts is None:
+                if f is root:
                     qn = base
                 else:
+                    parts = []
+                    while f.__class__ is Attribute:
+                        parts.append(f.attr)
+                        f = f.value
                     parts.reverse()
                     qn = _canonical_cached(base + "." + ".".join(parts))
                 c._qn = qn
