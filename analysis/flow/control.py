@@ -21,7 +21,7 @@ import ast
 from ..semantic import BRANCHING, FUNC_TYPES, parent
 from .bindings import LOOPS
 from .context import call_context
-from .calls import _wrapped, instance_names
+from .calls import _wrapped, calls_by_name, instance_names
 from .summaries import dist_mode_test
 
 _EXIT_QNS = frozenset({"sys.exit", "os._exit"})
@@ -121,9 +121,9 @@ def _exit_holders(view) -> set:
         sem = view.sem
         starts = [*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Break, ()),
                   *sem.by_type.get(ast.Continue, ())]
-        Expr, Name = ast.Expr, ast.Name
-        exits = [c for c in sem.calls if c.func.__class__ is Name and (c.func.id == "exit" or c.func.id == "quit")]
-        for c in (*sem.calls_to(*_EXIT_QNS), *exits):
+        Expr = ast.Expr
+        by_name = calls_by_name(view)
+        for c in (*sem.calls_to(*_EXIT_QNS), *by_name.get("exit", ()), *by_name.get("quit", ())):
             st = c._p
             if st.__class__ is Expr:
                 starts.append(st)
