@@ -26,9 +26,9 @@ _CANONICAL_PREFIXES = (
 # the nodes that make code run conditionally or repeatedly; always indexed in ``by_type`` (the flow
 # layer skips scopes without any)
 BRANCHING = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor)
-# the statements that leave a block early; always indexed in ``by_type`` too (the flow layer finds
-# the blocks that hold an exit from them), though not part of ``wanted``
-EXITS = (ast.Return, ast.Break, ast.Continue)
+# the statements that leave a block or a function early; always indexed in ``by_type`` too (the
+# flow layer finds the statements that hold one), though not part of ``wanted``
+EXITS = (ast.Return, ast.Break, ast.Continue, ast.Raise)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
 FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 

@@ -477,7 +477,7 @@ class Summaries(Roots):
     def _compute(self, view, fn: ast.AST, ctx=None) -> Summary:
         effects, must = [], []
         for site in self.sites(view, fn, ctx):
-            sure = unconditional(site.node, fn, view.memo.setdefault("has_exit", {}))
+            sure = unconditional(site.node, fn, holders=_return_holders(view))
             for e in site.effects:
                 if len(effects) < 6:
                     effects.append(e)
@@ -636,7 +636,24 @@ _BRANCHING = (ast.If, ast.IfExp, ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.
               ast.DictComp, ast.GeneratorExp, *FUNC_TYPES, ast.ClassDef)
 
 
-def unconditional(node: ast.AST, fn: ast.AST, memo: dict | None = None) -> bool:
+def _return_holders(view) -> set:
+    """ids of the statements for which ``_has_exit`` is true: each ``return``/``raise`` and the
+    statements, handlers and cases around it up to (and with) the definition it leaves."""
+    got = view.memo.get("return_holders")
+    if got is None:
+        got = view.memo["return_holders"] = set()
+        sem = view.sem
+        stops = (*FUNC_TYPES, ast.ClassDef, ast.Lambda, ast.Module)
+        for n in (*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Raise, ())):
+            while n is not None:
+                got.add(id(n))
+                if isinstance(n, stops):
+                    break
+                n = parent(n)
+    return got
+
+
+def unconditional(node: ast.AST, fn: ast.AST, memo: dict | None = None, holders: set | None = None) -> bool:
     """``node`` runs on every call of ``fn`` that reaches the end of the statements before it: no
     ``if`` / handler / conditional expression between them, and no early exit earlier in the
     body. (Loops are taken to run at least once.)"""
@@ -655,7 +672,8 @@ def unconditional(node: ast.AST, fn: ast.AST, memo: dict | None = None) -> bool:
             return True
         if isinstance(st, ast.If) and dist_mode_test(st.test) and not st.orelse:
             continue  # ``if world_size == 1: return``: no other rank to wait for
-        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and _has_exit(st, memo):
+        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and (
+                id(st) in holders if holders is not None else _has_exit(st, memo)):
             return False
     return True
 
