@@ -108,7 +108,6 @@ class Semantic:
         functions = self.functions
         by_type = self.by_type
         fields_for = _FIELDS
-        AST = ast.AST
         Call = ast.Call
         Import, ImportFrom = ast.Import, ast.ImportFrom
         FunctionDef, AsyncFunctionDef = ast.FunctionDef, ast.AsyncFunctionDef

@@ -5,7 +5,8 @@ only some ranks.
 - ``project``: finding, reading and caching the project's own modules;
 - ``bindings``: which bindings of a name reach a use;
 - ``uniformity``: uniform / rank-varying / unknown;
-- ``summaries``: collective sites and per-function summaries;
+- ``summaries``: collective sites and per-function summaries (``unconditional``: does a statement
+  run on every call of its function);
 - ``control``: control dependence (conditions, early exits, loops);
 - ``findings``: the words and the one builder of a finding about a divergent site.
 - ``shapes`` (with ``shape_facts``, ``extents``): is a tensor's shape, a sequence's length, a loop's

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, param_names, parent
+from ..semantic import FUNC_TYPES, param_names
 
 # collective -> position of the argument it makes equal on every rank (in place)
 EQUALISERS = {

@@ -5,7 +5,6 @@ import re
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg
 from ..flow.wrappers import callee_name
 from ._common import D, gloo_only
 from ..semantic import parent

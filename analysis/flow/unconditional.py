@@ -1,0 +1,107 @@
+"""Does a statement run on every call of its function: no condition, handler or conditional
+expression around it, and no ``return``/``raise`` before it (``unconditional``); the tests that
+only ask whether the job is distributed at all (``dist_mode_test``), which never make a collective
+conditional in that sense."""
+from __future__ import annotations
+
+import ast
+import re
+
+from ..semantic import FUNC_TYPES, parent
+
+
+def _has_exit(st: ast.AST, memo: dict | None = None) -> bool:
+    """A ``return`` or ``raise`` somewhere in ``st``'s statements (not in nested definitions).
+    Walks statement lists only (returns and raises are statements)."""
+    if memo is not None:
+        got = memo.get(id(st))
+        if got is not None:
+            return got
+    found = False
+    stack = [st]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Return, ast.Raise)):
+            found = True
+            break
+        if isinstance(n, (*FUNC_TYPES, ast.ClassDef)) and n is not st:
+            continue
+        for f in ("body", "orelse", "finalbody", "handlers", "cases"):
+            v = getattr(n, f, None)
+            if v.__class__ is list:
+                stack.extend(v)
+    if memo is not None:
+        memo[id(st)] = found
+    return found
+
+
+_BRANCHING = (ast.If, ast.IfExp, ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.ListComp, ast.SetComp,
+              ast.DictComp, ast.GeneratorExp, *FUNC_TYPES, ast.ClassDef)
+
+
+def _return_holders(view) -> set:
+    """ids of the statements for which ``_has_exit`` is true: each ``return``/``raise`` and the
+    statements, handlers and cases around it up to (and with) the definition it leaves."""
+    got = view.memo.get("return_holders")
+    if got is None:
+        got = view.memo["return_holders"] = set()
+        sem = view.sem
+        stops = (*FUNC_TYPES, ast.ClassDef, ast.Lambda, ast.Module)
+        for n in (*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Raise, ())):
+            while n is not None:
+                got.add(id(n))
+                if isinstance(n, stops):
+                    break
+                n = parent(n)
+    return got
+
+
+def unconditional(node: ast.AST, fn: ast.AST, memo: dict | None = None, holders: set | None = None) -> bool:
+    """``node`` runs on every call of ``fn`` that reaches the end of the statements before it: no
+    ``if`` / handler / conditional expression between them, and no early exit earlier in the
+    body. (Loops are taken to run at least once.)"""
+    child = node
+    p = parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, _BRANCHING) or p.__class__.__name__ in ("match_case", "Match"):
+            if not (isinstance(p, ast.If) and (child is p.test or dist_mode_test(p.test))):
+                return False
+        child = p
+        p = parent(p)
+    if p is None:
+        return False
+    for st in getattr(fn, "body", ()):
+        if st is child:
+            return True
+        if isinstance(st, ast.If) and dist_mode_test(st.test) and not st.orelse:
+            continue  # ``if world_size == 1: return``: no other rank to wait for
+        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and (
+                id(st) in holders if holders is not None else _has_exit(st, memo)):
+            return False
+    return True
+
+
+_DIST_MODE = re.compile(
+    r"^(?:_*(?:is_)?(?:dist(?:ributed)?|ddp|torch_dist)?_?(?:avail(?:able)?|initiali[sz]ed|enabled|on|mode|run)?"
+    r"(?:_and_initiali[sz]ed)?|(?:get_)?world_size|ws|n_?gpus?|num_gpus|num_processes|nprocs|use_ddp|use_dist"
+    r"|multi_?gpu|dist|distributed|torch|self|args|cfg|config|opt|WORLD)$", re.I)
+
+
+def dist_mode_test(test: ast.AST) -> bool:
+    """A test on whether the job is distributed at all (``dist.is_initialized()``,
+    ``world_size > 1``, ``args.distributed``): the same on every rank, and when it is false there
+    is no other rank to wait for."""
+    names = []
+    for n in ast.walk(test):
+        if isinstance(n, ast.Name):
+            names.append(n.id)
+        elif isinstance(n, ast.Attribute):
+            names.append(n.attr)
+        elif isinstance(n, ast.Constant):
+            if not isinstance(n.value, (int, type(None))):
+                return False
+        elif not isinstance(n, (ast.Call, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.cmpop, ast.boolop,
+                                ast.unaryop, ast.Load)):
+            return False
+    return bool(names) and all(_DIST_MODE.match(x) for x in names) and any(
+        x.lower() not in ("self", "args", "cfg", "config", "opt", "torch", "dist") for x in names)
