@@ -70,6 +70,9 @@ class RankIndexesFixedList(Rule):
         seq = node.value
         if not isinstance(seq, (ast.Name, ast.Attribute, ast.List, ast.Tuple, ast.Constant)):
             return
+        p = getattr(node, "_p", None)
+        if p.__class__ in _ANNOTATED and getattr(p, _ANNOTATED[p.__class__]) is node:
+            return  # a type (``tags: list[str]``), not an indexing
         scope = ctx.sem.scope_of(node)
         if isinstance(seq, ast.Attribute):
             # ``self.x[...]`` is common: ask the cheap question (is the index a rank?) first
@@ -93,6 +96,11 @@ class RankIndexesFixedList(Rule):
             f"IndexError on every rank >= {n} once the world size grows. Compute the per-rank value, "
             "or index with `rank % len(...)`",
         )
+
+
+# node types whose field holds an annotation
+_ANNOTATED = {ast.AnnAssign: "annotation", ast.arg: "annotation", ast.FunctionDef: "returns",
+              ast.AsyncFunctionDef: "returns"}
 
 
 def _literal(ctx, seq, scope):
