@@ -338,7 +338,7 @@ class Summaries(Roots):
         methods = method_names(view)
         Name, Attribute = ast.Name, ast.Attribute
         for c in scope_calls(view, scope):
-            qn = sem.call_qualname(c) or ""
+            qn = c._qn or ""  # set on every call when ``calls_to`` above built the qualified-name index
             if qn.startswith(D):
                 op = qn[len(D):]
                 if op in COLLECTIVES and not on_subgroup(c, op):
