@@ -365,6 +365,11 @@ def context_divergences(hub, view, scopes) -> list[Divergence]:
                     wrapped and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
                     and c.func.value.id in instances):
                 continue
+            if not _may_diverge(hub, tv, fn) and call_context(hub, view, c, target, None, want_binds=False) is None:
+                # no collective of the callee sits under a condition or after an exit, and the call
+                # binds no DDP model (its sites are the plain ones): whatever the arguments' values,
+                # no condition or exit can decide a collective there
+                continue
             ctx = call_context(hub, view, c, target, None)
             if ctx is None:
                 continue
@@ -380,6 +385,66 @@ def context_divergences(hub, view, scopes) -> list[Divergence]:
                 out.append(d)
     memo[key] = out
     return out
+
+
+def _may_diverge(hub, view, fn: ast.AST) -> bool:
+    """Some collective site of ``fn`` (its plain sites) could be decided by a condition or skipped
+    by an exit if the tests were rank-varying: the shape ``_site_divergence`` looks for, with every
+    test taken as varying (kinds "cond" and "exit" only)."""
+    memo = view.memo.setdefault("may_diverge", {})
+    got = memo.get(id(fn))
+    if got is None:
+        got = memo[id(fn)] = id(fn) in branching_scopes(view) and any(
+            _site_may_diverge(view, fn, s.node) for s in hub.sites(view, fn))
+    return got
+
+
+def _site_may_diverge(view, scope, node) -> bool:
+    child, p = node, parent(node)
+    while p is not None:
+        if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
+            return True
+        if isinstance(child, ast.stmt):
+            for f in ("body", "orelse", "finalbody"):
+                blk = getattr(p, f, None)
+                if isinstance(blk, list) and child in blk:
+                    i = blk.index(child)
+                    loop_body = f == "body" and isinstance(p, LOOPS)
+                    for j, st, exs in _block_exits(view, blk):
+                        if j == i or (j > i and not loop_body):
+                            continue
+                        for ex in exs:
+                            if j > i and ex.__class__ is ast.Continue:
+                                continue
+                            if _exit_may_depend(ex, st, node):
+                                return True
+                    break
+        if p is scope or isinstance(p, _SCOPES):
+            break
+        child, p = p, parent(p)
+    return False
+
+
+def _exit_may_depend(ex: ast.stmt, top: ast.stmt, site_node: ast.AST) -> bool:
+    """``_exit_condition`` with every test taken as varying: some ``if``/``while`` decides ``ex``."""
+    n = parent(ex)
+    if ex.__class__ in (ast.Break, ast.Continue):
+        while n is not None:
+            if isinstance(n, LOOPS):
+                if not _contains(n, site_node):
+                    return False
+                break
+            n = parent(n)
+    child, p = ex, parent(ex)
+    while p is not None:
+        if isinstance(p, ast.ExceptHandler):
+            return False
+        if isinstance(p, (ast.If, ast.While)) and child is not p.test:
+            return True
+        if p is top or isinstance(p, _SCOPES):
+            break
+        child, p = p, parent(p)
+    return False
 
 
 def _arg_name(a: ast.AST) -> str | None:
