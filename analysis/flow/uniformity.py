@@ -126,6 +126,7 @@ class Evaluator:
             self.bmemo = ctx.memo.setdefault("binding_values", {})
             self.base = hub.evaluator(view)
         self.active: set = set()
+        self.tmemo: dict[int, Value] = {}  # trip counts asked at the top (``trip_count``)
 
     # -- entry points ----------------------------------------------------------------------
     def value(self, expr: ast.AST | None, depth: int = 0) -> Value:
@@ -452,6 +453,14 @@ class Evaluator:
         range over a rank-varying bound, a slice of a sequence with rank-varying bounds (a per-rank
         shard), or a loader over a per-rank dataset without a DistributedSampler; names follow
         their bindings. Anything else is unknown (a module's parameters, a batch's rows)."""
+        if d == 0:  # every site of a loop asks about the same loop: once per evaluator
+            got = self.tmemo.get(id(it))
+            if got is None:
+                got = self.tmemo[id(it)] = self._trip_count(it, 0)
+            return got
+        return self._trip_count(it, d)
+
+    def _trip_count(self, it: ast.AST, d: int) -> Value:
         if d > 12:
             return X
         if isinstance(it, ast.Call):
