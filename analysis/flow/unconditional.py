@@ -90,7 +90,17 @@ _DIST_MODE = re.compile(
 def dist_mode_test(test: ast.AST) -> bool:
     """A test on whether the job is distributed at all (``dist.is_initialized()``,
     ``world_size > 1``, ``args.distributed``): the same on every rank, and when it is false there
-    is no other rank to wait for."""
+    is no other rank to wait for. (Cached on the test node: the same ``if`` is asked about once
+    per collective under it.)"""
+    try:
+        return test._dm
+    except AttributeError:
+        pass
+    got = test._dm = _dist_mode_test(test)
+    return got
+
+
+def _dist_mode_test(test: ast.AST) -> bool:
     names = []
     for n in ast.walk(test):
         if isinstance(n, ast.Name):
