@@ -365,7 +365,9 @@ def context_divergences(hub, view, scopes) -> list[Divergence]:
                     wrapped and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
                     and c.func.value.id in instances):
                 continue
-            if not _may_diverge(hub, tv, fn) and call_context(hub, view, c, target, None, want_binds=False) is None:
+            wctx = view.memo.get("wrap_contexts", {})
+            if not _may_diverge(hub, tv, fn) and (
+                    wctx[id(c)] if id(c) in wctx else call_context(hub, view, c, target, None, want_binds=False)) is None:
                 # no collective of the callee sits under a condition or after an exit, and the call
                 # binds no DDP model (its sites are the plain ones): whatever the arguments' values,
                 # no condition or exit can decide a collective there

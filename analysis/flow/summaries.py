@@ -394,6 +394,8 @@ class Summaries(Roots):
                                     and (f.value.id in instances or (f.value.id == "self" and ctx is not None
                                                                      and ctx.self_wraps)))):
                     sub = call_context(self, view, c, target, ctx, want_binds=False)
+                if ctx is None:
+                    _memo(view, None, "wrap_contexts")[id(c)] = sub  # for ``control.context_divergences``
                 s = self.summary(*target, ctx=sub)
                 effs = s.must
                 if effs and under_no_grad(view, c):
