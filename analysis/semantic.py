@@ -94,6 +94,7 @@ class Semantic:
         self.functions: dict[str, list[ast.AST]] = defaultdict(list)
         self.by_type: dict[type, list[ast.AST]] = defaultdict(list)
         self._calls_by_qn: dict[str, list[ast.Call]] | None = None
+        self._callee_index: tuple | None = None
         self._assigns: dict[int, dict[str, list[ast.AST]]] | None = None
         self._nodes: list[ast.AST] | None = None
         self._walrus = False  # any NamedExpr in the tree (assignments() must then enter expressions)
@@ -290,6 +291,59 @@ class Semantic:
                     idx[qn].append(c)
             self._calls_by_qn = idx
         return self._calls_by_qn
+
+    def callee_index(self) -> tuple[dict[str, list[int]], dict[str, list[int]], dict[str, list[int]], dict[str, list[int]]]:
+        """The file's calls by callee, built on first use (one pass over ``calls`` for every flow
+        module and rule that looks calls up by name): ``(names, attrs, recv, base)``, each a dict
+        from a name to the positions in ``calls`` (ascending) of
+
+        - ``names``: the calls of a plain name, ``f(...)`` (by ``f``);
+        - ``attrs``: the calls of an attribute, ``x.f(...)``, ``a.b.f(...)`` (by ``f``);
+        - ``recv``: the calls on an attribute, ``x.m.f(...)`` (by ``m``);
+        - ``base``: the calls on a plain name, ``x.f(...)`` (by ``x``).
+
+        Other callees (``fs[0](...)``, ``g()(...)``) are in ``names`` and ``attrs`` of none."""
+        got = self._callee_index
+        if got is None:
+            names: dict[str, list[int]] = {}
+            attrs: dict[str, list[int]] = {}
+            recv: dict[str, list[int]] = {}
+            base: dict[str, list[int]] = {}
+            Name, Attribute = ast.Name, ast.Attribute
+            i = 0
+            for c in self.calls:
+                f = c.func
+                t = f.__class__
+                if t is Attribute:
+                    k = f.attr
+                    got = attrs.get(k)
+                    if got is None:
+                        attrs[k] = [i]
+                    else:
+                        got.append(i)
+                    v = f.value
+                    t = v.__class__
+                    if t is Name:
+                        got = base.get(v.id)
+                        if got is None:
+                            base[v.id] = [i]
+                        else:
+                            got.append(i)
+                    elif t is Attribute:
+                        got = recv.get(v.attr)
+                        if got is None:
+                            recv[v.attr] = [i]
+                        else:
+                            got.append(i)
+                elif t is Name:
+                    got = names.get(f.id)
+                    if got is None:
+                        names[f.id] = [i]
+                    else:
+                        got.append(i)
+                i += 1
+            got = self._callee_index = (names, attrs, recv, base)
+        return got
 
     def calls_to(self, *qualnames: str) -> list[ast.Call]:
         idx = self.calls_by_qualname

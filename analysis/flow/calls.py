@@ -72,21 +72,26 @@ def wrapped_names(view) -> frozenset:
                 for st in cls.body:
                     if isinstance(st, FUNC_TYPES):
                         methods.setdefault(st.name if st.name != "__init__" else cls.name, []).append(st)
-            # the calls that pass something to a function, method or class of this file
+            # the calls that pass something to a function, method or class of this file: those of
+            # their names and those on ``self``, from the file's index, in the file's order
             edges = []
             defs, classes = view.defs, view.classes
-            Name, Attribute = ast.Name, ast.Attribute
-            for c in sem.calls:
+            by_name, _, _, by_base = sem.callee_index()
+            pos = [i for k in (defs.keys() | classes.keys()) for i in by_name.get(k, ())]
+            pos += by_base.get("self", ())
+            pos.sort()
+            calls = sem.calls
+            Name = ast.Name
+            for j in pos:
+                c = calls[j]
                 if not c.args and not c.keywords:
                     continue
                 f = c.func
                 if f.__class__ is Name:
                     fid = f.id
-                    fns = (defs[fid],) if fid in defs else methods.get(fid, ()) if fid in classes else ()
-                elif f.__class__ is Attribute and f.value.__class__ is Name and f.value.id == "self":
+                    fns = (defs[fid],) if fid in defs else methods.get(fid, ())
+                else:  # ``self.m(...)``
                     fns = methods.get(f.attr, ())
-                else:
-                    continue
                 if not fns:
                     continue
                 pairs = [(i, None, a) for i, a in enumerate(c.args)] + [(None, k.arg, k.value) for k in c.keywords if k.arg]
@@ -195,12 +200,12 @@ def method_names(view) -> frozenset:
 
 
 def calls_by_name(view) -> dict:
+    """Callee name -> the calls of that plain name (``f(...)``), in ``view.sem.calls`` order."""
     got = view.memo.get("calls_by_name")
     if got is None:
-        got = view.memo["calls_by_name"] = {}
-        for c in view.sem.calls:
-            if isinstance(c.func, ast.Name):
-                got.setdefault(c.func.id, []).append(c)
+        calls = view.sem.calls
+        got = view.memo["calls_by_name"] = {
+            k: [calls[i] for i in pos] for k, pos in view.sem.callee_index()[0].items()}
     return got
 
 

@@ -1,8 +1,8 @@
 """Calls of project functions: which calls may reach one (``helper_calls``, before any
 resolution), their resolution memoised per analysis (``resolved``), and how a call's arguments bind
 to the callee's parameters (``bind_args``; ``self`` skipped for methods and constructors). Also the
-file's calls by the callee's last name (``calls_named``), one index per check for the rules that
-look for ``x.backward()``, ``opt.step()``, ``s.set_epoch()`` or a ``save_*`` helper."""
+file's calls by the callee's last name (``calls_named``, from ``Semantic.callee_index``) for the
+rules that look for ``x.backward()``, ``opt.step()``, ``s.set_epoch()`` or a ``save_*`` helper."""
 from __future__ import annotations
 
 import ast
@@ -45,77 +45,47 @@ def bind_args(call: ast.Call, fn: ast.AST) -> dict[str, ast.expr]:
 _MISS = object()
 
 
-def calls_by_name(ctx) -> dict[str, list[int]]:
-    """Callee's last name (``f`` for ``f(...)`` and ``a.b.f(...)``) -> positions in ``ctx.sem.calls``
-    of its calls, in that order (other callees, ``fs[0](...)``, ``g()(...)``, are left out). One
-    pass per check instead of one per rule."""
-    return _call_indexes(ctx)[0]
-
-
-def _call_indexes(ctx):
-    """(``calls_by_name``; the same by the receiver's last attribute: ``m`` for ``x.m.f(...)``; and
-    by the receiver's name: ``x`` for ``x.f(...)``)."""
-    def build():
-        by_name: dict[str, list[int]] = {}
-        by_recv: dict[str, list[int]] = {}
-        by_base: dict[str, list[int]] = {}
-        Name, Attribute = ast.Name, ast.Attribute
-        for i, c in enumerate(ctx.sem.calls):
-            f = c.func
-            t = f.__class__
-            if t is Attribute:
-                k = f.attr
-                v = f.value
-                t = v.__class__
-                if t is Name:
-                    got = by_base.get(v.id)
-                    if got is None:
-                        by_base[v.id] = [i]
-                    else:
-                        got.append(i)
-                elif t is Attribute:
-                    got = by_recv.get(v.attr)
-                    if got is None:
-                        by_recv[v.attr] = [i]
-                    else:
-                        got.append(i)
-            elif t is Name:
-                k = f.id
-            else:
-                continue
-            got = by_name.get(k)
-            if got is None:
-                by_name[k] = [i]
-            else:
-                got.append(i)
-        return by_name, by_recv, by_base
-    return ctx.memo("helper_calls.by_name", build)
+def _merged(a, b):
+    """Two disjoint ascending position lists as one."""
+    if a and b:
+        return sorted(a + b)
+    return a or b
 
 
 def calls_named_or_on_attr(ctx, name: str) -> list[ast.Call]:
     """The calls whose callee's last name is ``name`` and those made on an attribute of that name
     (``x.module(...)`` and ``x.module.forward(...)`` for ``"module"``), in ``ctx.sem.calls`` order,
     each call once."""
-    by_name, by_recv, _ = _call_indexes(ctx)
-    a, b = by_name.get(name, ()), by_recv.get(name, ())
+    names, attrs, recv, _ = ctx.sem.callee_index()
+    a = _merged(names.get(name, ()), attrs.get(name, ()))
+    b = recv.get(name, ())
     pos = sorted(set(a) | set(b)) if a and b else (a or b)
     calls = ctx.sem.calls
     return [calls[i] for i in pos]
 
 
 def calls_named(ctx, name: str) -> list[ast.Call]:
-    """The calls whose callee's last name is ``name``, in ``ctx.sem.calls`` order."""
+    """The calls whose callee's last name is ``name`` (``f(...)``, ``a.b.f(...)``), in
+    ``ctx.sem.calls`` order."""
+    names, attrs, _, _ = ctx.sem.callee_index()
     calls = ctx.sem.calls
-    return [calls[i] for i in calls_by_name(ctx).get(name, ())]
+    return [calls[i] for i in _merged(names.get(name, ()), attrs.get(name, ()))]
 
 
 def calls_named_if(ctx, keep) -> list[ast.Call]:
     """The calls whose callee's last name passes ``keep(name)`` (asked once per name), in
     ``ctx.sem.calls`` order."""
+    names, attrs, _, _ = ctx.sem.callee_index()
     found: list[int] = []
     n = 0
-    for name, pos in calls_by_name(ctx).items():
+    kept = set()
+    for name, pos in names.items():
         if keep(name):
+            kept.add(name)
+            found += pos
+            n += 1
+    for name, pos in attrs.items():
+        if (name in kept) if name in names else keep(name):
             found += pos
             n += 1
     if n > 1:
@@ -165,10 +135,9 @@ def _candidates(view, calls, local: bool, ctx=None) -> list:
     if ctx is not None and calls is ctx.sem.calls:
         # only the calls whose callee's name (``f(...)``) or receiver's name (``m.f(...)``) may
         # qualify, from the check's index, in the file's order; each judged as below
-        by_name, _, by_base = _call_indexes(ctx)
+        by_name, _, _, by_base = ctx.sem.callee_index()
         names = (project | defs.keys() | classes.keys()) if local else project
-        Name = ast.Name
-        pos = [i for k in names for i in by_name.get(k, ()) if calls[i].func.__class__ is Name]
+        pos = [i for k in names for i in by_name.get(k, ())]
         pos += [i for k in project | {"self"} for i in by_base.get(k, ())]  # disjoint: ``b.f(...)``
         pos.sort()
         calls = [calls[i] for i in pos]

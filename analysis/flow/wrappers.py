@@ -30,24 +30,24 @@ def _by_callee(ctx) -> dict[str, list[ast.Call]]:
     """Calls by local callee name (``f(...)``, ``self.f(...)``), for the file's own functions;
     built once per check."""
     def build():
+        # from the file's callee index: for each function name, its ``f(...)`` calls and its
+        # ``self.f(...)`` / ``cls.f(...)`` calls, merged in ``sem.calls`` order
         sem = ctx.sem
-        fns = sem.functions
+        names, attrs, _, _ = sem.callee_index()
+        calls = sem.calls
         out: dict[str, list[ast.Call]] = {}
-        Name, Attribute = ast.Name, ast.Attribute
-        for k in sem.calls:  # ``callee_name`` inlined: one pass over every call of the file
-            f = k.func
-            if f.__class__ is Name:
-                n = f.id
-            elif f.__class__ is Attribute and f.value.__class__ is Name and (f.value.id == "self" or f.value.id == "cls"):
-                n = f.attr
-            else:
-                continue
-            if n in fns:
-                got = out.get(n)
-                if got is None:
-                    out[n] = [k]
-                else:
-                    got.append(k)
+        Name = ast.Name
+        for n in sem.functions:
+            a = names.get(n, ())
+            b = attrs.get(n)
+            if b:
+                b = [i for i in b if (v := calls[i].func.value).__class__ is Name and (v.id == "self" or v.id == "cls")]
+                if a and b:
+                    a = sorted(a + b)
+                elif b:
+                    a = b
+            if a:
+                out[n] = [calls[i] for i in a]
         return out
     return ctx.memo("flow.calls_by_callee", build)
 

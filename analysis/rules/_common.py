@@ -61,44 +61,39 @@ class DeviceCalls:
     __slots__ = ("device", "moves", "device_kw", "named")
 
     def __init__(self, sem):
-        device: list[ast.Call] = []
-        moves: list[ast.Call] = []
-        device_kw: list[tuple[ast.Call, ast.expr]] = []
-        named: list[tuple[ast.Call, str, int]] = []
+        # from the file's callee index (positions in ``sem.calls``), merged back into its order
+        names, attrs, _, _ = sem.callee_index()
+        calls = sem.calls
+        dev = [i for a in _DEVICE_CALL_ATTRS for i in attrs.get(a, ())]
+        for n, qn in sem.aliases.items():  # (a plain name's qualified name is its alias)
+            if qn in DEVICE_CALL_QNS:
+                dev += names.get(n, ())
+        dev.sort()
+        moves = attrs.get("cuda", []) + attrs.get("to", [])
+        moves.sort()
+        named: list[tuple[int, str, int]] = []
         kinds = _PIN_NAME_KIND
-        attrs = _DEVICE_CALL_ATTRS
-        aliases = sem.aliases
-        Attribute, Name = ast.Attribute, ast.Name
-        for c in sem.calls:
-            f = c.func
-            t = f.__class__
-            n = None
-            if t is Attribute:
-                n = f.attr
-                if n in attrs:
-                    device.append(c)
-                    if n == "cuda" or n == "to":
-                        moves.append(c)
-                        n = None  # never a pinning name
-            elif t is Name:
-                n = f.id
-                if aliases.get(n) in DEVICE_CALL_QNS:  # (a plain name's qualified name is its alias)
-                    device.append(c)
-            if n is not None:
+        for by, skip in ((names, ()), (attrs, ("cuda", "to"))):  # ``x.cuda()`` / ``x.to()``: a move
+            for n, pos in by.items():
+                if n in skip:
+                    continue
                 k = kinds.get(n)
                 if k is None:
                     k = pin_name_kind(n)
                 if k:
-                    named.append((c, n, k))
+                    named += [(i, n, k) for i in pos]
+        named.sort()  # by position: each appears once
+        device_kw: list[tuple[ast.Call, ast.expr]] = []
+        for c in calls:
             if c.keywords:
                 for k in c.keywords:
                     if k.arg == "device":
                         device_kw.append((c, k.value))
                         break
-        self.device = device
-        self.moves = moves
+        self.device = [calls[i] for i in dev]
+        self.moves = [calls[i] for i in moves]
         self.device_kw = device_kw
-        self.named = named
+        self.named = [(calls[i], n, k) for i, n, k in named]
 
 
 def device_call_index(ctx) -> DeviceCalls:
