@@ -49,7 +49,8 @@ _DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in DEVICE_CALL_QNS} |
 
 
 class DeviceCalls:
-    """One pass over a file's calls, for the device rules; every list in ``sem.calls`` order:
+    """A file's calls for the device rules (from ``Semantic.callee_index``), every list in
+    ``sem.calls`` order:
 
     - ``device``: the calls that may take a device (``x.to(...)``, ``x.cuda(...)``, and those
       whose callee may be one of ``DEVICE_CALL_QNS``: callers check the qualified name);
