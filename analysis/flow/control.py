@@ -152,31 +152,59 @@ def _block_exits(view, blk: list) -> list:
 def _exit_condition(hub, view, ex: ast.stmt, top: ast.stmt, site_node: ast.AST, ctx=None):
     """(If node, value) of the innermost rank-varying test that decides whether ``ex`` runs, up
     to ``top``; None when none does or the exit does not leave a region holding the site."""
-    t = ex.__class__
-    # break/continue must belong to a loop that holds the site
+    ev = hub.evaluator(view, ctx)
+
+    def varying(test):
+        v = ev.value(test)
+        return v if v.varying else None
+    return _deciding_test(ex, top, site_node, varying)
+
+
+def _deciding_test(ex: ast.stmt, top: ast.stmt, site_node: ast.AST, judge):
+    """(If/While node, ``judge(test)``) of the innermost test up to ``top`` that decides whether
+    ``ex`` runs and that ``judge`` does not answer None; None when there is none, when an exception
+    handler decides it, or when a ``break``/``continue`` leaves a loop that does not hold the site."""
     n = parent(ex)
-    if t in (ast.Break, ast.Continue):
+    if ex.__class__ in (ast.Break, ast.Continue):
         while n is not None:
             if isinstance(n, LOOPS):
                 if not _contains(n, site_node):
                     return None
                 break
             n = parent(n)
-    ev = hub.evaluator(view, ctx)
     child = ex
     p = parent(ex)
     while p is not None:
         if isinstance(p, ast.ExceptHandler):
             return None  # an exception on this rank: not a value we can judge
         if isinstance(p, (ast.If, ast.While)) and child is not p.test:
-            v = ev.value(p.test)
-            if v.varying:
+            v = judge(p.test)
+            if v is not None:
                 return p, v
         if p is top or isinstance(p, _SCOPES):
             break
         child = p
         p = parent(p)
     return None
+
+
+def _skipping_exits(view, p: ast.AST, child: ast.stmt):
+    """(exit, its statement in the block) for the early exits of the block of ``p`` that holds
+    ``child`` and can skip it: before it in the block, or (in a loop's body) anywhere but a later
+    ``continue``."""
+    for f in ("body", "orelse", "finalbody"):
+        blk = getattr(p, f, None)
+        if isinstance(blk, list) and child in blk:
+            i = blk.index(child)
+            loop_body = f == "body" and isinstance(p, LOOPS)
+            for j, st, exs in _block_exits(view, blk):
+                if j == i or (j > i and not loop_body):
+                    continue
+                for ex in exs:
+                    if j > i and ex.__class__ is ast.Continue:
+                        continue
+                    yield ex, st
+            return
 
 
 def branching_scopes(view) -> frozenset:
@@ -318,21 +346,10 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
         # early exits in the same block before the site, or (in a loop) anywhere in its body
         # (not when the site has a condition of its own: it may be correlated with the exit's)
         if not conditioned and isinstance(child, ast.stmt):
-            for f in ("body", "orelse", "finalbody"):
-                blk = getattr(p, f, None)
-                if isinstance(blk, list) and child in blk:
-                    i = blk.index(child)
-                    loop_body = f == "body" and isinstance(p, LOOPS)
-                    for j, st, exs in _block_exits(view, blk):
-                        if j == i or (j > i and not loop_body):
-                            continue
-                        for ex in exs:
-                            if j > i and ex.__class__ is ast.Continue:
-                                continue
-                            got = _exit_condition(hub, view, ex, st, site.node, ctx)
-                            if got is not None and not _exit_mirrors(sites, site, got[0], ex):
-                                return Divergence("exit", site, got[0], got[1], ex)
-                    break
+            for ex, st in _skipping_exits(view, p, child):
+                got = _exit_condition(hub, view, ex, st, site.node, ctx)
+                if got is not None and not _exit_mirrors(sites, site, got[0], ex):
+                    return Divergence("exit", site, got[0], got[1], ex)
         if p is scope or isinstance(p, _SCOPES):
             break
         child = p
@@ -406,47 +423,17 @@ def _site_may_diverge(view, scope, node) -> bool:
     while p is not None:
         if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
             return True
-        if isinstance(child, ast.stmt):
-            for f in ("body", "orelse", "finalbody"):
-                blk = getattr(p, f, None)
-                if isinstance(blk, list) and child in blk:
-                    i = blk.index(child)
-                    loop_body = f == "body" and isinstance(p, LOOPS)
-                    for j, st, exs in _block_exits(view, blk):
-                        if j == i or (j > i and not loop_body):
-                            continue
-                        for ex in exs:
-                            if j > i and ex.__class__ is ast.Continue:
-                                continue
-                            if _exit_may_depend(ex, st, node):
-                                return True
-                    break
+        if isinstance(child, ast.stmt) and any(
+                _deciding_test(ex, st, node, _ANY_TEST) is not None for ex, st in _skipping_exits(view, p, child)):
+            return True
         if p is scope or isinstance(p, _SCOPES):
             break
         child, p = p, parent(p)
     return False
 
 
-def _exit_may_depend(ex: ast.stmt, top: ast.stmt, site_node: ast.AST) -> bool:
-    """``_exit_condition`` with every test taken as varying: some ``if``/``while`` decides ``ex``."""
-    n = parent(ex)
-    if ex.__class__ in (ast.Break, ast.Continue):
-        while n is not None:
-            if isinstance(n, LOOPS):
-                if not _contains(n, site_node):
-                    return False
-                break
-            n = parent(n)
-    child, p = ex, parent(ex)
-    while p is not None:
-        if isinstance(p, ast.ExceptHandler):
-            return False
-        if isinstance(p, (ast.If, ast.While)) and child is not p.test:
-            return True
-        if p is top or isinstance(p, _SCOPES):
-            break
-        child, p = p, parent(p)
-    return False
+def _ANY_TEST(test) -> bool:
+    return True  # every test taken as varying
 
 
 def _arg_name(a: ast.AST) -> str | None:
