@@ -23,6 +23,7 @@ from .bindings import LOOPS
 from .context import call_context
 from .calls import _wrapped, calls_by_name, instance_names
 from .summaries import dist_mode_test
+from .unconditional import holders_of
 
 _EXIT_QNS = frozenset({"sys.exit", "os._exit"})
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
@@ -117,22 +118,14 @@ def _exit_holders(view) -> set:
     an exit call as a statement), up to the enclosing definition: ``_exits`` enters no other."""
     got = view.memo.get("exit_holders")
     if got is None:
-        got = view.memo["exit_holders"] = set()
         sem = view.sem
         starts = [*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Break, ()),
                   *sem.by_type.get(ast.Continue, ())]
-        Expr = ast.Expr
         by_name = calls_by_name(view)
         for c in (*sem.calls_to(*_EXIT_QNS), *by_name.get("exit", ()), *by_name.get("quit", ())):
-            st = c._p
-            if st.__class__ is Expr:
-                starts.append(st)
-        for n in starts:
-            while n is not None and id(n) not in got:
-                got.add(id(n))
-                if isinstance(n, _SCOPES):
-                    break
-                n = parent(n)
+            if c._p.__class__ is ast.Expr:
+                starts.append(c._p)
+        got = view.memo["exit_holders"] = holders_of(starts)
     return got
 
 

@@ -28,7 +28,7 @@ from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     wrapped_names,
 )
 from .roots import Roots
-from .unconditional import _has_exit, _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
+from .unconditional import _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
@@ -479,7 +479,7 @@ class Summaries(Roots):
     def _compute(self, view, fn: ast.AST, ctx=None) -> Summary:
         effects, must = [], []
         for site in self.sites(view, fn, ctx):
-            sure = unconditional(site.node, fn, holders=_return_holders(view))
+            sure = unconditional(view, site.node, fn)
             for e in site.effects:
                 if len(effects) < 6:
                     effects.append(e)
@@ -543,7 +543,7 @@ class Summaries(Roots):
         while stack:
             st = stack.pop()
             if isinstance(st, (ast.If, ast.For, ast.AsyncFor, ast.While)) or st.__class__.__name__ == "Match":
-                if _has_exit(st) or any((sem.call_qualname(c) or "") == INIT for c in _all_calls(st)):
+                if id(st) in _return_holders(view) or any((sem.call_qualname(c) or "") == INIT for c in _all_calls(st)):
                     return None
                 continue
             if isinstance(st, (ast.Return, ast.Raise)):

@@ -10,29 +10,20 @@ import re
 from ..semantic import FUNC_TYPES, parent
 
 
-def _has_exit(st: ast.AST, memo: dict | None = None) -> bool:
-    """A ``return`` or ``raise`` somewhere in ``st``'s statements (not in nested definitions).
-    Walks statement lists only (returns and raises are statements)."""
-    if memo is not None:
-        got = memo.get(id(st))
-        if got is not None:
-            return got
-    found = False
-    stack = [st]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.Return, ast.Raise)):
-            found = True
-            break
-        if isinstance(n, (*FUNC_TYPES, ast.ClassDef)) and n is not st:
-            continue
-        for f in ("body", "orelse", "finalbody", "handlers", "cases"):
-            v = getattr(n, f, None)
-            if v.__class__ is list:
-                stack.extend(v)
-    if memo is not None:
-        memo[id(st)] = found
-    return found
+_SCOPES = (*FUNC_TYPES, ast.ClassDef, ast.Lambda, ast.Module)
+
+
+def holders_of(starts) -> set:
+    """ids of the nodes in ``starts`` and of everything around each, up to (and with) the
+    definition (or module) it belongs to: the statements, handlers and cases that hold one."""
+    got: set[int] = set()
+    for n in starts:
+        while n is not None and id(n) not in got:
+            got.add(id(n))
+            if isinstance(n, _SCOPES):
+                break
+            n = parent(n)
+    return got
 
 
 _BRANCHING = (ast.If, ast.IfExp, ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.ListComp, ast.SetComp,
@@ -40,26 +31,21 @@ _BRANCHING = (ast.If, ast.IfExp, ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.
 
 
 def _return_holders(view) -> set:
-    """ids of the statements for which ``_has_exit`` is true: each ``return``/``raise`` and the
-    statements, handlers and cases around it up to (and with) the definition it leaves."""
+    """ids of the statements that hold a ``return`` or ``raise`` of their own definition (one
+    in a nested definition leaves that definition only)."""
     got = view.memo.get("return_holders")
     if got is None:
-        got = view.memo["return_holders"] = set()
         sem = view.sem
-        stops = (*FUNC_TYPES, ast.ClassDef, ast.Lambda, ast.Module)
-        for n in (*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Raise, ())):
-            while n is not None:
-                got.add(id(n))
-                if isinstance(n, stops):
-                    break
-                n = parent(n)
+        got = view.memo["return_holders"] = holders_of(
+            (*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Raise, ())))
     return got
 
 
-def unconditional(node: ast.AST, fn: ast.AST, memo: dict | None = None, holders: set | None = None) -> bool:
+def unconditional(view, node: ast.AST, fn: ast.AST) -> bool:
     """``node`` runs on every call of ``fn`` that reaches the end of the statements before it: no
     ``if`` / handler / conditional expression between them, and no early exit earlier in the
     body. (Loops are taken to run at least once.)"""
+    holders = _return_holders(view)
     child = node
     p = parent(node)
     while p is not None and p is not fn:
@@ -75,8 +61,7 @@ def unconditional(node: ast.AST, fn: ast.AST, memo: dict | None = None, holders:
             return True
         if isinstance(st, ast.If) and dist_mode_test(st.test) and not st.orelse:
             continue  # ``if world_size == 1: return``: no other rank to wait for
-        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and (
-                id(st) in holders if holders is not None else _has_exit(st, memo)):
+        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and id(st) in holders:
             return False
     return True
 
