@@ -41,13 +41,12 @@ from ..semantic import get_arg, param_names
 from .bindings import reaching, target_path
 from .extents import Extents
 from .uniformity import RANK, Src
-from .shape_facts import (  # noqa: F401
+from .shape_facts import (
     SU,
     SX,
     Sh,
     _CAT,
     _DATA_SHAPED,
-    _DIST_SAMPLER,
     _FILE_READERS,
     _FROM_DATA,
     _KEEP,
@@ -55,7 +54,6 @@ from .shape_facts import (  # noqa: F401
     _LISTERS,
     _LOADER,
     _MAX_DEPTH,
-    _MUTATORS,
     _PAD,
     _REARRANGE,
     _RESHAPE,
@@ -63,16 +61,12 @@ from .shape_facts import (  # noqa: F401
     _SIZED,
     _SIZE_FUNCS,
     _SIZE_METHODS,
-    _SPLITTERS,
     _SUBSET,
     _TORCH_KEEP,
-    _V,
     _dep,
-    _dims_union,
     _from_value,
     _int_const,
     _terminal,
-    _text,
     join_any,
     join_paths,
 )
