@@ -306,8 +306,28 @@ def helper_returns(ctx, call: ast.Call, pred, depth: int = 0):
     so ``pred`` may recurse into the helper's own helpers with it (``depth`` bounds that)."""
     if depth > 2 or call.args or call.keywords or not isinstance(call.func, (ast.Name, ast.Attribute)):
         return None
-    from ..flow import for_context  # lazy: only calls a rule asks about load the project
     from ..semantic import iter_scope_nodes
+
+    got = resolve_helper(ctx, call)
+    if got is None:
+        return None
+    main, ana, view, view2, fn = got
+    hctx = ctx if view2 is view else _helper_context(main, view2)
+    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
+    if not rets or any(r.value is None for r in rets) \
+            or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in iter_scope_nodes(fn)):
+        return None
+    answers = {pred(hctx, r.value, fn, depth + 1) for r in rets}
+    if len(answers) != 1:
+        return None
+    return answers.pop()
+
+
+def resolve_helper(ctx, call: ast.Call):
+    """(main context, the check's flow analysis, the view ``call`` is in, the callee's view, the
+    callee) when ``call`` runs a plain function or method of the project (not a constructor), from
+    ``ctx`` (a rule context, or a ``_helper_context`` over another module); else None."""
+    from ..flow import for_context  # lazy: only calls a rule asks about load the project
 
     main = getattr(ctx, "_helper_main", ctx)
     ana = for_context(main)
@@ -318,15 +338,7 @@ def helper_returns(ctx, call: ast.Call, pred, depth: int = 0):
     view2, fn = got
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
         return None
-    hctx = ctx if view2 is view else _helper_context(main, view2)
-    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
-    if not rets or any(r.value is None for r in rets) \
-            or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in iter_scope_nodes(fn)):
-        return None
-    answers = {pred(hctx, r.value, fn, depth + 1) for r in rets}
-    if len(answers) != 1:
-        return None
-    return answers.pop()
+    return main, ana, view, view2, fn
 
 
 def _helper_context(main, view):

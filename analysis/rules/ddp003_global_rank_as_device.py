@@ -10,7 +10,7 @@ from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import bound_global_rank, global_rank_source, is_local_rank_expr
 from ..flow.testing import is_test_file
 from ..flow.wrappers import _by_callee
-from ._common import DDP_CLASS, D, _helper_context, device_call_index
+from ._common import DDP_CLASS, D, _helper_context, device_call_index, resolve_helper
 
 
 _MESSAGE = ("the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
@@ -322,17 +322,10 @@ def _project_helper_rank(ctx, call, depth: int, index: int | None = None):
     for the finding (``ddp003.remote``)."""
     if depth > 3:
         return None
-    from ..flow import for_context  # lazy: only device uses that are helper calls load the project
-
-    main = getattr(ctx, "_helper_main", ctx)
-    ana = for_context(main)
-    view = getattr(ctx, "_helper_view", None) or ana.main
-    got = ana.resolve_call(view, call)
+    got = resolve_helper(ctx, call)  # loads the project only for device uses that are helper calls
     if got is None:
         return None
-    view2, fn = got
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
-        return None
+    main, ana, view, view2, fn = got
     if view2 is view:
         if view2 is ana.main and isinstance(parent(fn), ast.Module):
             return None  # this file's own functions are read above
