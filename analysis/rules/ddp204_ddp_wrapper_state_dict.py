@@ -209,19 +209,24 @@ def _saves_state_dict_uncached(view, fn, pname: str):
             obj = sem.single_value(obj.id, fn)
             if obj is None:
                 continue
-        exprs = [obj]
-        if isinstance(obj, ast.Dict):
-            exprs = [v for v in obj.values if v is not None]
-        elif isinstance(obj, (ast.List, ast.Tuple)):
-            exprs = list(obj.elts)
-        elif isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id == "dict":
-            exprs = [k.value for k in obj.keywords]
-        for e in exprs:
+        for e in _saved_parts(obj):
             if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "state_dict" \
                     and not e.args and not e.keywords and isinstance(e.func.value, ast.Name) \
                     and e.func.value.id == pname:
                 return c
     return None
+
+
+def _saved_parts(obj: ast.AST) -> list[ast.AST]:
+    """The values a saved object is made of: a dict display's values, a list/tuple's elements,
+    ``dict(k=v)``'s keyword values; else the object itself."""
+    if isinstance(obj, ast.Dict):
+        return [v for v in obj.values if v is not None]
+    if isinstance(obj, (ast.List, ast.Tuple)):
+        return list(obj.elts)
+    if isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id == "dict":
+        return [k.value for k in obj.keywords]
+    return [obj]
 
 
 def _shown(ctx, path: str) -> str:
@@ -242,14 +247,7 @@ def _wrapper_state_dicts(ctx, obj: ast.AST, save: ast.Call, depth: int = 0):
         if st is not None:
             yield from _wrapper_state_dicts(ctx, st.value, save, depth + 1)
         return
-    exprs = [obj]
-    if isinstance(obj, ast.Dict):
-        exprs = [v for v in obj.values if v is not None]
-    elif isinstance(obj, (ast.List, ast.Tuple)):
-        exprs = list(obj.elts)
-    elif isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id == "dict":
-        exprs = [k.value for k in obj.keywords]
-    for e in exprs:
+    for e in _saved_parts(obj):
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "state_dict" \
                 and not e.args and not e.keywords:
             holder = e.func.value
