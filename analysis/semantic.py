@@ -9,6 +9,7 @@ import ast
 from collections import defaultdict, deque
 from functools import partial
 from itertools import repeat
+from operator import attrgetter
 from typing import Iterable, Iterator
 
 # Canonical spellings: several public paths name the same object.
@@ -29,8 +30,15 @@ BRANCHING = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor)
 # the statements that leave a block or a function early; always indexed in ``by_type`` too (the
 # flow layer finds the statements that hold one), though not part of ``wanted``
 EXITS = (ast.Return, ast.Break, ast.Continue, ast.Raise)
+# the statements that bind names (``assignments``); always indexed in ``by_type`` as well
+_BINDING_STMTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
 FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+# the same as sets of exact classes: a membership test is cheaper than isinstance with a tuple, and
+# no tree from ast.parse holds instances of subclasses
+_SCOPE_SET = frozenset(SCOPE_TYPES)
+_FUNC_SET = frozenset(FUNC_TYPES)
+_STMT_SET = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.stmt))
 
 # Fields that never hold child nodes worth visiting (expression contexts and operator singletons are
 # shared objects in CPython's ast, so they must never get a parent pointer).
@@ -55,6 +63,28 @@ def _child_fields(t: type) -> tuple[str, ...]:
             fs = tuple(f for f in t._fields if f not in _SKIP_FIELDS)
         _FIELDS[t] = fs
     return fs
+
+
+# What the traversal does with a node of each type, looked up once per node: (kind, whether
+# ``by_type`` indexes it, its child fields). One table per set of indexed types.
+_K_PLAIN, _K_CALL, _K_IMPORT, _K_FUNC, _K_WALRUS = 0, 1, 2, 3, 4
+_KINDS = {ast.Call: _K_CALL, ast.Import: _K_IMPORT, ast.ImportFrom: _K_IMPORT, ast.FunctionDef: _K_FUNC,
+          ast.AsyncFunctionDef: _K_FUNC, ast.NamedExpr: _K_WALRUS}
+_WALK_TABLES: dict[frozenset, dict[type, tuple]] = {}
+
+
+def _walk_table(wanted: frozenset) -> dict[type, tuple]:
+    got = _WALK_TABLES.get(wanted)
+    if got is None:
+        if len(_WALK_TABLES) > 64:
+            _WALK_TABLES.clear()
+        got = _WALK_TABLES[wanted] = {}
+    return got
+
+
+def _walk_entry(table: dict, t: type, wanted: frozenset) -> tuple:
+    got = table[t] = (_KINDS.get(t, _K_PLAIN), t in wanted, _child_fields(t))
+    return got
 
 
 _drain = partial(deque, maxlen=0)  # consumes an iterator in C
@@ -99,7 +129,7 @@ class Semantic:
         self._nodes: list[ast.AST] | None = None
         self._walrus = False  # any NamedExpr in the tree (assignments() must then enter expressions)
         self.wanted = frozenset(wanted_types).union(BRANCHING)  # the types ``by_type`` indexes, completely
-        self._walk(tree, self.wanted.union(EXITS))
+        self._walk(tree, self.wanted.union(EXITS, _BINDING_STMTS))
         self._resolve_imports()
 
     # -- the traversal -----------------------------------------------------------------------
@@ -108,11 +138,8 @@ class Semantic:
         imports = self.imports
         functions = self.functions
         by_type = self.by_type
-        fields_for = _FIELDS
-        Call = ast.Call
-        Import, ImportFrom = ast.Import, ast.ImportFrom
-        FunctionDef, AsyncFunctionDef = ast.FunctionDef, ast.AsyncFunctionDef
-        NamedExpr = ast.NamedExpr
+        # one lookup per node: (kind, indexed in by_type, child fields), see _walk_table
+        table = _walk_table(wanted)
         # every node that gets a parent pointer, so that ``release`` can break the cycles
         nodes = self._nodes = []
         add = nodes.append
@@ -135,39 +162,39 @@ class Semantic:
             node = pop()
             scope = spop()
             t = node.__class__
-            if t is Call:
-                calls.append(node)
-                got = by_scope.get(id(scope))
-                if got is None:
-                    by_scope[id(scope)] = [node]
-                else:
-                    got.append(node)
-            elif t is Import or t is ImportFrom:
-                imports.append(node)
-            elif t is FunctionDef or t is AsyncFunctionDef:
-                functions[node.name].append(node)
-                if t in wanted:
-                    by_type[t].append(node)
-                for f in _child_fields(t):
-                    v = getattr(node, f, None)
-                    if v is None:
-                        continue
-                    sc = scope if f == "decorator_list" else node
-                    for c in (v if v.__class__ is list else (v,)):
-                        if c is not None:
-                            c._p = node
-                            add(c)
-                            if c.__class__ not in leaf:
-                                push(c)
-                                spush(sc)
-                continue
-            elif t is NamedExpr:
-                self._walrus = True
-            if t in wanted:
+            e = table.get(t)
+            if e is None:
+                e = _walk_entry(table, t, wanted)
+            kind, indexed, fs = e
+            if indexed:
                 by_type[t].append(node)
-            fs = fields_for.get(t)
-            if fs is None:
-                fs = _child_fields(t)
+            if kind:
+                if kind == _K_CALL:
+                    calls.append(node)
+                    got = by_scope.get(id(scope))
+                    if got is None:
+                        by_scope[id(scope)] = [node]
+                    else:
+                        got.append(node)
+                elif kind == _K_IMPORT:
+                    imports.append(node)
+                elif kind == _K_FUNC:
+                    functions[node.name].append(node)
+                    for f in fs:
+                        v = getattr(node, f, None)
+                        if v is None:
+                            continue
+                        sc = scope if f == "decorator_list" else node
+                        for c in (v if v.__class__ is list else (v,)):
+                            if c is not None:
+                                c._p = node
+                                add(c)
+                                if c.__class__ not in leaf:
+                                    push(c)
+                                    spush(sc)
+                    continue
+                else:
+                    self._walrus = True
             for f in fs:
                 v = getattr(node, f, None)
                 if v is None:
@@ -387,7 +414,7 @@ class Semantic:
     def scope_of(node: ast.AST) -> ast.AST:
         p = getattr(node, "_p", None)
         while p is not None:
-            if isinstance(p, SCOPE_TYPES):
+            if p.__class__ in _SCOPE_SET:
                 return p
             p = getattr(p, "_p", None)
         return node  # the module itself
@@ -396,7 +423,7 @@ class Semantic:
     def enclosing_function(node: ast.AST) -> ast.AST | None:
         p = getattr(node, "_p", None)
         while p is not None:
-            if isinstance(p, FUNC_TYPES):
+            if p.__class__ in _FUNC_SET:
                 return p
             p = getattr(p, "_p", None)
         return None
@@ -405,7 +432,7 @@ class Semantic:
     def statement_of(node: ast.AST) -> ast.stmt:
         """The innermost statement containing ``node`` (node itself when it is one)."""
         n = node
-        while n is not None and not isinstance(n, ast.stmt):
+        while n is not None and n.__class__ not in _STMT_SET:
             n = getattr(n, "_p", None)
         return n  # type: ignore[return-value]
 
@@ -413,42 +440,43 @@ class Semantic:
         """name -> assignment statements (Assign/AnnAssign/AugAssign/For/With/NamedExpr targets)
         directly in ``scope`` (not in nested functions), in source order."""
         if self._assigns is None:
-            self._assigns = {}
+            self._assigns = {} if self._walrus or self._nodes is None else self._assignment_index()
         key = id(scope)
         got = self._assigns.get(key)
         if got is not None:
             return got
-        out: dict[str, list[ast.AST]] = defaultdict(list)
-        # Without a walrus anywhere in the tree, every binding node is a statement, and statements
-        # only live in statement lists: walk those alone (a tenth of the nodes), in the same
-        # pre-order as iter_scope_nodes, so the lists come out identical.
-        nodes = iter_scope_nodes(scope) if self._walrus else _iter_scope_statements(scope)
-        Assign, AnnAssign, AugAssign, For, AsyncFor = ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor
-        NamedExpr, With, AsyncWith, Name = ast.NamedExpr, ast.With, ast.AsyncWith, ast.Name
-        for stmt in nodes:
-            t = stmt.__class__
-            if t is Assign:
-                for tgt in stmt.targets:
-                    if tgt.__class__ is Name:
-                        out[tgt.id].append(stmt)
-                    else:
-                        for name in _target_names(tgt):
-                            out[name].append(stmt)
-            elif t is AnnAssign or t is AugAssign:
-                if stmt.target.__class__ is Name:
-                    out[stmt.target.id].append(stmt)
-            elif t is For or t is AsyncFor:
-                for name in _target_names(stmt.target):
-                    out[name].append(stmt)
-            elif t is NamedExpr:
-                out[stmt.target.id].append(stmt)
-            elif t is With or t is AsyncWith:
-                for item in stmt.items:
-                    if item.optional_vars is not None:
-                        for name in _target_names(item.optional_vars):
-                            out[name].append(stmt)
-        self._assigns[key] = out
-        return out
+        if self._walrus or self._nodes is None or scope.__class__ not in _SCOPE_SET:
+            got = _scope_assignments(iter_scope_nodes(scope) if self._walrus else _iter_scope_statements(scope))
+        else:
+            got = defaultdict(list)  # a scope without bindings
+        self._assigns[key] = got
+        return got
+
+    def _assignment_index(self) -> dict[int, dict[str, list[ast.AST]]]:
+        """``assignments`` of every scope at once, from the binding statements the traversal
+        indexed (a file without a walrus: every binding is one of those statements). Sorted by
+        position, statements come in the pre-order of ``iter_scope_nodes``: a statement starts
+        before the statements it holds, and a statement's blocks follow its fields' order."""
+        by_type = self.by_type
+        stmts = []
+        for t in _BINDING_STMTS:
+            got = by_type.get(t)
+            if got:
+                stmts.extend(got)
+        stmts.sort(key=_POSITION)
+        index: dict[int, dict[str, list[ast.AST]]] = {}
+        owner = None
+        for st in stmts:
+            p = st._p
+            while p.__class__ not in _SCOPE_SET:
+                p = p._p
+            if p is not owner:
+                owner = p
+                out = index.get(id(p))
+                if out is None:
+                    out = index[id(p)] = defaultdict(list)
+            _add_bindings(out, st)
+        return index
 
     def single_value(self, name: str, scope: ast.AST) -> ast.expr | None:
         """The value bound to ``name`` when ``scope`` assigns it exactly once by plain ``=``.
@@ -466,6 +494,40 @@ class Semantic:
         if st.__class__ is ast.AnnAssign and st.value is not None:
             return st.value
         return None
+
+
+_POSITION = attrgetter("lineno", "col_offset")
+
+
+def _add_bindings(out: dict, stmt: ast.AST) -> None:
+    t = stmt.__class__
+    if t is ast.Assign:
+        for tgt in stmt.targets:
+            if tgt.__class__ is ast.Name:
+                out[tgt.id].append(stmt)
+            else:
+                for name in _target_names(tgt):
+                    out[name].append(stmt)
+    elif t is ast.AnnAssign or t is ast.AugAssign:
+        if stmt.target.__class__ is ast.Name:
+            out[stmt.target.id].append(stmt)
+    elif t is ast.For or t is ast.AsyncFor:
+        for name in _target_names(stmt.target):
+            out[name].append(stmt)
+    elif t is ast.NamedExpr:
+        out[stmt.target.id].append(stmt)
+    elif t is ast.With or t is ast.AsyncWith:
+        for item in stmt.items:
+            if item.optional_vars is not None:
+                for name in _target_names(item.optional_vars):
+                    out[name].append(stmt)
+
+
+def _scope_assignments(nodes: Iterable[ast.AST]) -> dict[str, list[ast.AST]]:
+    out: dict[str, list[ast.AST]] = defaultdict(list)
+    for n in nodes:
+        _add_bindings(out, n)
+    return out
 
 
 def param_names(fn: ast.AST) -> list[str]:
