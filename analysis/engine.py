@@ -78,22 +78,27 @@ def _admitted(text: str, gates) -> list[str]:
     memo: dict[str, bool] = {}
     lower = None
     out = []
+    get = memo.get
     for code, groups in gates:
         for group in groups:
             for n in group:
-                hit = memo.get(n)
-                if hit is None:
-                    if isinstance(n, NoCase):
-                        if lower is None:
-                            lower = text.lower()
-                        hit = n.lower() in lower
-                    else:
-                        hit = n in text
-                    memo[n] = hit
-                if hit:
+                if get(n):  # a needle already found decides the group without scanning the text
                     break
             else:
-                break  # no needle of this group: the rule cannot fire
+                for n in group:
+                    hit = get(n)
+                    if hit is None:
+                        if isinstance(n, NoCase):
+                            if lower is None:
+                                lower = text.lower()
+                            hit = n.lower() in lower
+                        else:
+                            hit = n in text
+                        memo[n] = hit
+                    if hit:
+                        break
+                else:
+                    break  # no needle of this group: the rule cannot fire
         else:
             out.append(code)
     return out
