@@ -290,29 +290,42 @@ class Semantic:
         if self._calls_by_qn is None:
             idx: dict[str, list[ast.Call]] = defaultdict(list)
             aliases = self.aliases
+            canon = _CANON_CACHE
             Attribute, Name = ast.Attribute, ast.Name
             for c in self.calls:
-                # up the Name/Attribute chain to its root: calls whose root is not an import alias
-                # (most: ``x.to(...)``, ``print(...)``) are rejected before any part is collected
-                f = root = c.func
-                while root.__class__ is Attribute:
-                    root = root.value
-                if root.__class__ is not Name:
-                    c._qn = None
-                    continue
-                base = aliases.get(root.id)
-                if base is None:
-                    c._qn = None
-                    continue
-                if f is root:
-                    qn = base
+                # calls whose root is not an import alias (most: ``x.to(...)``, ``print(...)``)
+                # are rejected before any part is collected
+                f = c.func
+                t = f.__class__
+                if t is Name:  # ``f(...)``: the alias itself (already canonical)
+                    qn = aliases.get(f.id)
+                elif t is Attribute:
+                    v = f.value
+                    if v.__class__ is Name:  # ``mod.f(...)``, the usual case
+                        base = aliases.get(v.id)
+                        if base is None:
+                            qn = None
+                        else:
+                            key = base + "." + f.attr
+                            qn = canon.get(key)
+                            if qn is None:
+                                qn = _canonical_cached(key)
+                    else:
+                        root = v
+                        while root.__class__ is Attribute:
+                            root = root.value
+                        base = aliases.get(root.id) if root.__class__ is Name else None
+                        if base is None:
+                            qn = None
+                        else:
+                            parts = []
+                            while f.__class__ is Attribute:
+                                parts.append(f.attr)
+                                f = f.value
+                            parts.reverse()
+                            qn = _canonical_cached(base + "." + ".".join(parts))
                 else:
-                    parts = []
-                    while f.__class__ is Attribute:
-                        parts.append(f.attr)
-                        f = f.value
-                    parts.reverse()
-                    qn = _canonical_cached(base + "." + ".".join(parts))
+                    qn = None
                 c._qn = qn
                 if qn:
                     idx[qn].append(c)
