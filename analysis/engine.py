@@ -251,7 +251,7 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
     for r in rules:
         wanted.update(r.node_types)
     try:
-        sem = Semantic(tree, wanted)
+        sem = Semantic(tree, wanted, owned=owned)
     except RecursionError:
         f = _syntax_finding(src, filename, ("syntax error: the file is nested too deeply to analyse", 1, 1, None, None))
         return CheckResult([f], syntax_error=f, source=src)

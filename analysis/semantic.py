@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 from collections import defaultdict, deque
 from functools import partial
-from itertools import repeat
 from operator import attrgetter
 from typing import Iterable, Iterator
 
@@ -88,6 +87,7 @@ def _walk_entry(table: dict, t: type, wanted: frozenset) -> tuple:
 
 
 _drain = partial(deque, maxlen=0)  # consumes an iterator in C
+_DICT_OF = attrgetter("__dict__")
 _CANON_CACHE: dict[str, str] = {}
 
 
@@ -116,8 +116,11 @@ def parent(node: ast.AST) -> ast.AST | None:
 class Semantic:
     """Indexes over one module's tree. Every node gets ``_p`` (its parent)."""
 
-    def __init__(self, tree: ast.Module, wanted_types: Iterable[type] = ()):
+    def __init__(self, tree: ast.Module, wanted_types: Iterable[type] = (), owned: bool = False):
+        """``owned``: nobody else holds ``tree`` (the engine parsed it for this check alone), so
+        ``release`` may take it apart."""
         self.tree = tree
+        self._owned = owned
         self.aliases: dict[str, str] = {}  # local name -> canonical qualified name
         self.imports: list[ast.stmt] = []
         self.calls: list[ast.Call] = []
@@ -140,7 +143,8 @@ class Semantic:
         by_type = self.by_type
         # one lookup per node: (kind, indexed in by_type, child fields), see _walk_table
         table = _walk_table(wanted)
-        # every node that gets a parent pointer, so that ``release`` can break the cycles
+        # every node with children (the nodes that get pushed), so that ``release`` can break the
+        # cycles child -> parent -> child
         nodes = self._nodes = []
         add = nodes.append
         # the calls of each function (and of the module), as ``scope_calls`` gives them: a second
@@ -161,6 +165,7 @@ class Semantic:
         while stack:
             node = pop()
             scope = spop()
+            add(node)
             t = node.__class__
             e = table.get(t)
             if e is None:
@@ -188,7 +193,6 @@ class Semantic:
                         for c in (v if v.__class__ is list else (v,)):
                             if c is not None:
                                 c._p = node
-                                add(c)
                                 if c.__class__ not in leaf:
                                     push(c)
                                     spush(sc)
@@ -203,13 +207,11 @@ class Semantic:
                     for c in v:
                         if c is not None:
                             c._p = node
-                            add(c)
                             if c.__class__ not in leaf:
                                 push(c)
                                 spush(scope)
                 else:
                     v._p = node
-                    add(v)
                     if v.__class__ not in leaf:
                         push(v)
                         spush(scope)
@@ -229,19 +231,33 @@ class Semantic:
         """Drop the parent pointers (the cycles node -> parent -> node), so that the tree is freed
         by reference counting as soon as nobody holds it, instead of waiting for a full garbage
         collection. The engine calls this when the tree it parsed itself is no longer needed; the
-        indexes must not be used afterwards."""
+        indexes must not be used afterwards.
+
+        An owned tree is taken apart: every node with children is emptied (its fields and parent
+        pointer at once, in C), and what it held goes with it. A shared tree (a project module that
+        another check may still read) keeps its fields; only the parent pointers go."""
         nodes = self._nodes
         if nodes is None:
             return
         self._nodes = None
-        try:
-            _drain(map(delattr, nodes, repeat("_p")))  # the loop runs in C
-        except AttributeError:  # a node reached twice (a tree shared with another traversal)
-            for n in nodes:
-                try:
-                    del n._p
-                except AttributeError:
-                    pass
+        if self._owned:
+            _drain(map(dict.clear, map(_DICT_OF, nodes)))
+            return
+        for n in nodes:
+            try:
+                del n._p
+            except AttributeError:  # the root, or a node reached twice (a tree shared with another traversal)
+                pass
+            for f in _child_fields(n.__class__):
+                v = getattr(n, f, None)
+                if v is None:
+                    continue
+                for c in (v if v.__class__ is list else (v,)):
+                    if c is not None and c.__class__ in _LEAF_TYPES:
+                        try:
+                            del c._p
+                        except AttributeError:
+                            pass
 
     def _resolve_imports(self) -> None:
         aliases = self.aliases
