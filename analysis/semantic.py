@@ -495,6 +495,8 @@ class Semantic:
         stmts.sort(key=_POSITION)
         index: dict[int, dict[str, list[ast.AST]]] = {}
         owner = None
+        Assign, AnnAssign, AugAssign, Name = ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Name
+        no_names = (ast.Attribute, ast.Subscript)
         for st in stmts:
             p = st._p
             while p.__class__ not in _SCOPE_SET:
@@ -504,6 +506,22 @@ class Semantic:
                 out = index.get(id(p))
                 if out is None:
                     out = index[id(p)] = defaultdict(list)
+            # the common shapes inline (``x = ...``, ``self.x = ...``, ``x: T = ...``, ``x += ...``)
+            t = st.__class__
+            if t is Assign:
+                targets = st.targets
+                if len(targets) == 1:
+                    tgt = targets[0]
+                    if tgt.__class__ is Name:
+                        out[tgt.id].append(st)
+                        continue
+                    if tgt.__class__ in no_names:
+                        continue
+            elif t is AnnAssign or t is AugAssign:
+                tgt = st.target
+                if tgt.__class__ is Name:
+                    out[tgt.id].append(st)
+                continue
             _add_bindings(out, st)
         return index
 
