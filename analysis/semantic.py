@@ -304,54 +304,12 @@ class Semantic:
     @property
     def calls_by_qualname(self) -> dict[str, list[ast.Call]]:
         if self._calls_by_qn is None:
-            idx: dict[str, list[ast.Call]] = defaultdict(list)
-            aliases = self.aliases
-            canon = _CANON_CACHE
-            Attribute, Name = ast.Attribute, ast.Name
-            for c in self.calls:
-                # calls whose root is not an import alias (most: ``x.to(...)``, ``print(...)``)
-                # are rejected before any part is collected
-                f = c.func
-                t = f.__class__
-                if t is Name:  # ``f(...)``: the alias itself (already canonical)
-                    qn = aliases.get(f.id)
-                elif t is Attribute:
-                    v = f.value
-                    if v.__class__ is Name:  # ``mod.f(...)``, the usual case
-                        base = aliases.get(v.id)
-                        if base is None:
-                            qn = None
-                        else:
-                            key = base + "." + f.attr
-                            qn = canon.get(key)
-                            if qn is None:
-                                qn = _canonical_cached(key)
-                    else:
-                        root = v
-                        while root.__class__ is Attribute:
-                            root = root.value
-                        base = aliases.get(root.id) if root.__class__ is Name else None
-                        if base is None:
-                            qn = None
-                        else:
-                            parts = []
-                            while f.__class__ is Attribute:
-                                parts.append(f.attr)
-                                f = f.value
-                            parts.reverse()
-                            qn = _canonical_cached(base + "." + ".".join(parts))
-                else:
-                    qn = None
-                c._qn = qn
-                if qn:
-                    idx[qn].append(c)
-            self._calls_by_qn = idx
+            self._index_calls()
         return self._calls_by_qn
 
     def callee_index(self) -> tuple[dict[str, list[int]], dict[str, list[int]], dict[str, list[int]], dict[str, list[int]]]:
-        """The file's calls by callee, built on first use (one pass over ``calls`` for every flow
-        module and rule that looks calls up by name): ``(names, attrs, recv, base)``, each a dict
-        from a name to the positions in ``calls`` (ascending) of
+        """The file's calls by callee: ``(names, attrs, recv, base)``, each a dict from a name to
+        the positions in ``calls`` (ascending) of
 
         - ``names``: the calls of a plain name, ``f(...)`` (by ``f``);
         - ``attrs``: the calls of an attribute, ``x.f(...)``, ``a.b.f(...)`` (by ``f``);
@@ -361,45 +319,88 @@ class Semantic:
         Other callees (``fs[0](...)``, ``g()(...)``) are in ``names`` and ``attrs`` of none."""
         got = self._callee_index
         if got is None:
-            names: dict[str, list[int]] = {}
-            attrs: dict[str, list[int]] = {}
-            recv: dict[str, list[int]] = {}
-            base: dict[str, list[int]] = {}
-            Name, Attribute = ast.Name, ast.Attribute
-            i = 0
-            for c in self.calls:
-                f = c.func
-                t = f.__class__
-                if t is Attribute:
-                    k = f.attr
-                    got = attrs.get(k)
+            self._index_calls()
+            got = self._callee_index
+        return got
+
+    def _index_calls(self) -> None:
+        """One pass over ``calls`` for both call indexes (every flow module and most rules ask for
+        both): ``calls_by_qualname`` (which also sets ``_qn`` on every call, see
+        ``call_qualname``) and ``callee_index``."""
+        by_qn: dict[str, list[ast.Call]] = defaultdict(list)
+        names: dict[str, list[int]] = {}
+        attrs: dict[str, list[int]] = {}
+        recv: dict[str, list[int]] = {}
+        base_of: dict[str, list[int]] = {}
+        aliases = self.aliases
+        canon = _CANON_CACHE
+        Attribute, Name = ast.Attribute, ast.Name
+        i = 0
+        for c in self.calls:
+            # the qualified name: calls whose root is not an import alias (most: ``x.to(...)``,
+            # ``print(...)``) are rejected before any part is collected
+            f = c.func
+            t = f.__class__
+            if t is Attribute:
+                k = f.attr
+                got = attrs.get(k)
+                if got is None:
+                    attrs[k] = [i]
+                else:
+                    got.append(i)
+                v = f.value
+                vt = v.__class__
+                if vt is Name:  # ``mod.f(...)``, ``x.f(...)``: the usual case
+                    vid = v.id
+                    got = base_of.get(vid)
                     if got is None:
-                        attrs[k] = [i]
+                        base_of[vid] = [i]
                     else:
                         got.append(i)
-                    v = f.value
-                    t = v.__class__
-                    if t is Name:
-                        got = base.get(v.id)
-                        if got is None:
-                            base[v.id] = [i]
-                        else:
-                            got.append(i)
-                    elif t is Attribute:
+                    base = aliases.get(vid)
+                    if base is None:
+                        qn = None
+                    else:
+                        key = base + "." + k
+                        qn = canon.get(key)
+                        if qn is None:
+                            qn = _canonical_cached(key)
+                else:
+                    if vt is Attribute:
                         got = recv.get(v.attr)
                         if got is None:
                             recv[v.attr] = [i]
                         else:
                             got.append(i)
-                elif t is Name:
-                    got = names.get(f.id)
-                    if got is None:
-                        names[f.id] = [i]
+                    root = v
+                    while root.__class__ is Attribute:
+                        root = root.value
+                    base = aliases.get(root.id) if root.__class__ is Name else None
+                    if base is None:
+                        qn = None
                     else:
-                        got.append(i)
-                i += 1
-            got = self._callee_index = (names, attrs, recv, base)
-        return got
+                        parts = []
+                        while f.__class__ is Attribute:
+                            parts.append(f.attr)
+                            f = f.value
+                        parts.reverse()
+                        qn = _canonical_cached(base + "." + ".".join(parts))
+            elif t is Name:  # ``f(...)``: the alias itself (already canonical)
+                fid = f.id
+                got = names.get(fid)
+                if got is None:
+                    names[fid] = [i]
+                else:
+                    got.append(i)
+                qn = aliases.get(fid)
+            else:
+                qn = None
+            c._qn = qn
+            if qn:
+                by_qn[qn].append(c)
+            i += 1
+        self._calls_by_qn = by_qn
+        self._callee_index = (names, attrs, recv, base_of)
 
     def calls_to(self, *qualnames: str) -> list[ast.Call]:
         idx = self.calls_by_qualname
