@@ -59,8 +59,14 @@ class SourceText:
         return Position(el, self.char_col(el, node.end_col_offset))
 
     def segment(self, node: ast.AST) -> str:
-        r = self.node_range(node)
-        return self.slice(r)
+        sl = node.lineno - 1
+        if sl == (getattr(node, "end_lineno", None) or node.lineno) - 1 and 0 <= sl < len(self.lines):
+            # one line (most): the slice of that line, what ``slice`` of its range gives, without
+            # the line offsets of the whole text
+            ec = getattr(node, "end_col_offset", None)
+            return self.lines[sl][self.char_col(sl, node.col_offset):
+                                  self.char_col(sl, ec if ec is not None else node.col_offset)]
+        return self.slice(self.node_range(node))
 
     def slice(self, r: Range) -> str:
         return self.text[self.offset(r.start) : self.offset(r.end)]
