@@ -624,15 +624,15 @@ def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
             if isinstance(root, ast.Name) and is_simple_ref(e) and _DEVICE_NAME.search(e.attr) \
                     and (root.id in params or any(b.lineno < init.lineno for b in assigned.get(root.id, ()))):
                 attr_cands.append(ctx.text(e))
-    named: dict[str, bool] = {}  # each name judged once (``.to(device)`` is everywhere)
+    named: set[str] = set()  # each name judged (and listed) once: ``.to(device)`` is everywhere
+    Name = ast.Name
     for c in device_call_index(ctx).moves:  # ``x.to(...)`` / ``x.cuda(...)``
-        if c.args and isinstance(c.args[0], ast.Name):
+        if c.args and c.args[0].__class__ is Name:
             name = c.args[0].id
-            ok = named.get(name)
-            if ok is None:
-                ok = named[name] = bool(_DEVICE_NAME.search(name)) or name == "rank"
-            if ok:
-                cands.append(name)
+            if name not in named:
+                named.add(name)
+                if _DEVICE_NAME.search(name) or name == "rank":
+                    cands.append(name)
     for n in _PREFERRED_NAMES:
         if n in assigned or n in params:
             cands.append(n)

@@ -98,6 +98,7 @@ class GlobalRankAsDevice(Rule):
         if is_test_file(ctx.filename):
             return  # multi-process tests run on one node: rank == local rank there
         sem = ctx.sem
+        remotes = ctx.memo("ddp003.remote", dict)  # filled by _global_rank: read after each call
         # (the calls of the file that may take a device, found once per check for the device
         # rules; the rest of the file's calls hold no device argument read here)
         for call in device_call_index(ctx).device:
@@ -138,7 +139,7 @@ class GlobalRankAsDevice(Rule):
             scope = sem.scope_of(call)
             for site in sites:
                 src = _global_rank(ctx, site, scope, 0)
-                remote = ctx.memo("ddp003.remote", dict).get(id(src)) if src is not None else None
+                remote = remotes.get(id(src)) if src is not None else None
                 if remote is not None:
                     path, rng, how, helper = remote
                     rel = os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename))) \
