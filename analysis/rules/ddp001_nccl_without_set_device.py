@@ -256,9 +256,12 @@ def _current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
                 nodes.add(id(c))
         elif c.args:
             a = c.args[0]
-            got = names.get((a.id, id(scope_of(c)), True, 0)) if a.__class__ is Name else None
+            got = sc = None
+            if a.__class__ is Name:
+                sc = scope_of(c)
+                got = names.get((a.id, id(sc), True, 0))
             if got is None:
-                got = _is_cuda_literal(ctx, a, c)
+                got = _is_cuda_literal(ctx, a, c, scope=sc)
             if got:
                 out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
                 nodes.add(id(c))
@@ -266,9 +269,12 @@ def _current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
     for c, value in idx.device_kw:
         if id(c) in nodes:
             continue
-        got = names.get((value.id, id(scope_of(c)), allow, 0)) if value.__class__ is Name else None
+        got = sc = None
+        if value.__class__ is Name:
+            sc = scope_of(c)
+            got = names.get((value.id, id(sc), allow, 0))
         if got is None:
-            got = _is_cuda_literal(ctx, value, c, allow_device_obj=allow)
+            got = _is_cuda_literal(ctx, value, c, allow_device_obj=allow, scope=sc)
         if got:
             out.append((c, f"`{_label(ctx, c)}` allocates on the current CUDA device"))
             nodes.add(id(c))
@@ -344,9 +350,10 @@ def _const_cuda(node) -> bool:
     return isinstance(node, ast.Constant) and node.value == "cuda"
 
 
-def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 0) -> bool:
+def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 0, scope=None) -> bool:
     """``"cuda"``, ``torch.device("cuda")`` or a name bound once to one of them (an if-expression
-    ``"cuda" if torch.cuda.is_available() else "cpu"`` counts: on a GPU node it is "cuda")."""
+    ``"cuda" if torch.cuda.is_available() else "cpu"`` counts: on a GPU node it is "cuda").
+    ``scope``: ``scope_of(at)`` when the caller has it already."""
     if depth > 3 or node is None:
         return False
     if _const_cuda(node):
@@ -358,13 +365,14 @@ def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 
     if isinstance(node, ast.Name):
         # the answer for a name depends on its scope only (``device`` in ``x.to(device)``,
         # ``torch.zeros(1, device=device)``... of one function): once per check
-        scope = ctx.sem.scope_of(at)
+        if scope is None:
+            scope = ctx.sem.scope_of(at)
         memo = ctx.memo("ddp001.cuda_names", dict)
         key = (node.id, id(scope), allow_device_obj, depth)
         got = memo.get(key)
         if got is None:
             val = ctx.sem.single_value(node.id, scope)
-            got = memo[key] = _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1)
+            got = memo[key] = _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1, scope)
         return got
     return False
 

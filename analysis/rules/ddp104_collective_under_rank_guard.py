@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import get_arg, terminal_name
-from ..flow.rank import rank_guard
+from ..flow.rank import rank_guard, terminates
 from ..flow.testing import expects_error
 from ..flow.wrappers import wrapper_functions
 from ._common import ALL_COLLECTIVES, D
@@ -24,6 +24,7 @@ _GROUP_POS = {
     "all_to_all_single": 4, "barrier": 0, "monitored_barrier": 0, "all_gather_object": 2,
     "gather_object": 3, "broadcast_object_list": 2, "scatter_object_list": 3,
 }
+_COLLECTIVE_QNS = tuple(D + n for n in _COLLECTIVES)  # (spelled once: asked on every check)
 
 
 class CollectiveUnderRankGuard(Rule):
@@ -161,12 +162,13 @@ class CollectiveUnderRankGuard(Rule):
         )
 
     def _direct(self, ctx) -> None:
-        calls = ctx.calls_to(*(D + n for n in _COLLECTIVES))
+        calls = ctx.calls_to(*_COLLECTIVE_QNS)
         if not calls:
             return
         guarded = []
+        may_guard = _guardable(ctx)
         for c in calls:
-            g = rank_guard(ctx, c)
+            g = rank_guard(ctx, c) if may_guard(c.lineno) else None
             guarded.append((c, g))
         by_qn: dict[str, list] = {}
         for c, g in guarded:
@@ -206,7 +208,7 @@ _SYNC_NAMES = ("synchronize", "wait_for_everyone", "barrier", "sync")
 def _helper_elsewhere(ctx, call, op, scope, key) -> bool:
     """The other ranks may make the collective through a helper: a function of this file that
     wraps a collective, or one named after it (``comm.synchronize()``, ``all_reduce_mean(x)``)."""
-    wrappers = wrapper_functions(ctx, tuple(D + n for n in _COLLECTIVES), "collectives")
+    wrappers = wrapper_functions(ctx, _COLLECTIVE_QNS, "collectives")
     for k in ctx.sem.calls:
         if k is call or (ctx.sem.enclosing_function(k) or ctx.sem.tree) is not scope:
             continue
@@ -219,6 +221,22 @@ def _helper_elsewhere(ctx, call, op, scope, key) -> bool:
             if og is None or og.key(ctx) != key:
                 return True
     return False
+
+
+def _guardable(ctx):
+    """A cheap test of a line, false only where ``rank_guard`` cannot find a guard: a guard is an
+    ``if`` around the node (whose lines hold the node's first line) or an early-exit ``if`` (body
+    ending in return/raise/continue/break, no else) before it in an enclosing block (ended by the
+    node's first line). Every ``if`` of the file is in ``sem.by_type``."""
+    inside: set[int] = set()
+    first_exit = None
+    for n in ctx.sem.by_type.get(ast.If, ()):
+        inside.update(range(n.lineno, n.end_lineno + 1))
+        if not n.orelse and terminates(n.body) and (first_exit is None or n.end_lineno < first_exit):
+            first_exit = n.end_lineno
+    if first_exit is None:
+        return inside.__contains__
+    return lambda line: line in inside or line >= first_exit
 
 
 def _on_subgroup(call: ast.Call, op: str) -> bool:
