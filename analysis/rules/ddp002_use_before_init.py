@@ -101,12 +101,7 @@ class UseBeforeInit(Rule):
         direct = sem.calls_to(*_USES)
         helpers = _helper_uses(ctx, inits, set(map(id, direct)) | set(map(id, inits)))
         reported = set()
-        # the lines each scope of an init spans (from its first decorator): a use outside all of
-        # them is in none of those scopes, and needs no walk up to its own scope
-        spans = _spans([sem.scope_of(inits_[0]) for inits_ in by_scope.values()])
         for use in [*direct, *(c for c, _ in helpers.values())]:
-            if spans is not None and not any(lo <= use.lineno <= hi for lo, hi in spans):
-                continue
             scope_inits = by_scope.get(id(sem.scope_of(use)))
             if not scope_inits or expects_error(use):
                 continue
@@ -132,20 +127,6 @@ class UseBeforeInit(Rule):
                 related=related,
             )
         _import_time(ctx, inits, reported)
-
-
-def _spans(scopes) -> list[tuple[int, int]] | None:
-    """(first line, last line) of each scope, its decorators included; None when one of them is
-    the module (every line is in it)."""
-    out = []
-    for s in scopes:
-        if isinstance(s, ast.Module):
-            return None
-        lo = s.lineno
-        for d in getattr(s, "decorator_list", ()):
-            lo = min(lo, d.lineno)
-        out.append((lo, s.end_lineno))
-    return out
 
 
 def _import_time(ctx, inits, reported) -> None:
