@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import re
+from operator import attrgetter
 
 from ..semantic import get_arg
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
@@ -27,6 +28,8 @@ def init_backend_is_nccl(init: ast.Call, ctx) -> bool:
 
 # callee name -> 2 (named like a device setter), 1 (like a distributed-setup helper), 0 (neither)
 _PIN_NAME_KIND: dict[str, int] = {}
+# the names of kind 0 among them (most callees: ``print``, ``append``...), for a set difference
+_PLAIN_NAMES: set[str] = set()
 DIST_SETUP = re.compile(r"(setup|init|prepare|configure)_?(dist|ddp|gpus?\b|cuda|devices?\b|env)", re.I)
 PIN_HELPER = re.compile(r"(set|setup|init|select|pin|bind)_?(cuda_?|gpu_?)?device|init_device_mesh", re.I)
 
@@ -37,8 +40,11 @@ def pin_name_kind(n: str) -> int:
     kind = _PIN_NAME_KIND.get(n)
     if kind is None:
         kind = _PIN_NAME_KIND[n] = 2 if PIN_HELPER.search(n) else 1 if DIST_SETUP.search(n) else 0
+        if not kind:
+            _PLAIN_NAMES.add(n)
         if len(_PIN_NAME_KIND) > 4096:  # a long-running server sees many names: stay bounded
             _PIN_NAME_KIND.clear()
+            _PLAIN_NAMES.clear()
     return kind
 
 
@@ -46,6 +52,9 @@ def pin_name_kind(n: str) -> int:
 # attribute when called as ``torch.cuda.set_device(...)``), and ``x.to(...)`` / ``x.cuda(...)``
 DEVICE_CALL_QNS = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.device", DDP_CLASS})
 _DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in DEVICE_CALL_QNS} | {"to", "cuda"})
+
+
+_KEYWORDS = attrgetter("keywords")
 
 
 class DeviceCalls:
@@ -74,23 +83,22 @@ class DeviceCalls:
         moves.sort()
         named: list[tuple[int, str, int]] = []
         kinds = _PIN_NAME_KIND
-        for by, skip in ((names, ()), (attrs, ("cuda", "to"))):  # ``x.cuda()`` / ``x.to()``: a move
-            for n, pos in by.items():
-                if n in skip:
-                    continue
+        # (``x.cuda()`` / ``x.to()`` are moves: "cuda" and "to" are of kind 0, like the names
+        # already known to be, which the set difference leaves out without a lookup each)
+        for by in (names, attrs):
+            for n in by.keys() - _PLAIN_NAMES:
                 k = kinds.get(n)
                 if k is None:
                     k = pin_name_kind(n)
                 if k:
-                    named += [(i, n, k) for i in pos]
+                    named += [(i, n, k) for i in by[n]]
         named.sort()  # by position: each appears once
         device_kw: list[tuple[ast.Call, ast.expr]] = []
-        for c in calls:
-            if c.keywords:
-                for k in c.keywords:
-                    if k.arg == "device":
-                        device_kw.append((c, k.value))
-                        break
+        for c in filter(_KEYWORDS, calls):  # (the calls without keywords are passed over in C)
+            for k in c.keywords:
+                if k.arg == "device":
+                    device_kw.append((c, k.value))
+                    break
         self.device = [calls[i] for i in dev]
         self.moves = [calls[i] for i in moves]
         self.device_kw = device_kw
