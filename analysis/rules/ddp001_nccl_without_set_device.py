@@ -163,7 +163,8 @@ class NcclWithoutSetDevice(Rule):
                 a for a in uniq if sem.scope_of(a[0]) is scope or id(sem.scope_of(a[0])) not in init_scopes]
             # `if args.distributed: init(...) else: model.cuda()`: the single-process branch never
             # has the group
-            mine = [a for a in mine if not _exclusive_branches(init, a[0])]
+            path = _child_toward(init)
+            mine = [a for a in mine if not _exclusive_branches(init, a[0], path)]
             if not mine:
                 continue
             # name a call of the init's own function first (the one the reader is looking at)
@@ -187,8 +188,8 @@ class NcclWithoutSetDevice(Rule):
             )
 
 
-def _exclusive_branches(a: ast.AST, b: ast.AST) -> bool:
-    """``a`` and ``b`` sit in different branches of one ``if`` (or if-expression)."""
+def _child_toward(a: ast.AST) -> dict[int, ast.AST]:
+    """id(ancestor) -> its child on the way down to ``a``, for every ancestor of ``a``."""
     path_a = {}
     child = a
     p = parent(a)
@@ -196,6 +197,14 @@ def _exclusive_branches(a: ast.AST, b: ast.AST) -> bool:
         path_a[id(p)] = child
         child = p
         p = parent(p)
+    return path_a
+
+
+def _exclusive_branches(a: ast.AST, b: ast.AST, path_a: dict | None = None) -> bool:
+    """``a`` and ``b`` sit in different branches of one ``if`` (or if-expression). ``path_a``:
+    ``_child_toward(a)``, when the caller asks about several ``b``."""
+    if path_a is None:
+        path_a = _child_toward(a)
     child = b
     p = parent(b)
     while p is not None:
