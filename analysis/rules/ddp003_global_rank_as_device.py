@@ -99,6 +99,7 @@ class GlobalRankAsDevice(Rule):
             return  # multi-process tests run on one node: rank == local rank there
         sem = ctx.sem
         remotes = ctx.memo("ddp003.remote", dict)  # filled by _global_rank: read after each call
+        rank_inits = _rank_inits(ctx)  # id(function) -> its init_process_group calls with a rank=
         # (the calls of the file that may take a device, found once per check for the device
         # rules; the rest of the file's calls hold no device argument read here)
         for call in device_call_index(ctx).device:
@@ -156,7 +157,7 @@ class GlobalRankAsDevice(Rule):
                 if src is not None:
                     how = _how(ctx, src)
                 else:
-                    src = _init_rank(ctx, site, scope)
+                    src = _init_rank(ctx, site, scope, rank_inits)
                     if src is None:
                         continue
                     how = f"`{ctx.text(src)}`, the `rank=` given to `init_process_group`"
@@ -507,7 +508,7 @@ def _argument_default(ctx, dest: str):
     return get_arg(calls[0], None, "default")
 
 
-def _init_rank(ctx, site, scope):
+def _init_rank(ctx, site, scope, rank_inits):
     """The ``rank=`` expression of an ``init_process_group`` call in the same function when ``site``
     is that same variable or attribute (``args.rank``, ``rank``) with no store to it between the
     two: the process group's rank is by definition the global one. Not when the value is a
@@ -516,7 +517,7 @@ def _init_rank(ctx, site, scope):
     (or a helper returning it) or is stored in the function from such a value."""
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    inits = ctx.memo("ddp003.rank_inits", lambda: _rank_inits(ctx)).get(id(scope))
+    inits = rank_inits.get(id(scope))
     if not inits:
         return None
     e = _unwrap_int(site)

@@ -16,6 +16,7 @@ _OPS = {
     # the source's input list: one tensor per rank, like an output list
     "scatter": ((1, "scatter_list"), (0, "tensor"), 3, True),
 }
+_OP_QNS = tuple((op, D + op, how) for op, how in _OPS.items())  # (spelled once, asked every check)
 _INPUT_LISTS = frozenset({"scatter"})
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "__setitem__", "__delitem__"})
 
@@ -126,8 +127,9 @@ class GatherListSize(Rule):
     def finish(self, ctx) -> None:
         fixed_world = fixed_world_size(ctx)
         seen: set[int] = set()
-        for op, (out_spec, in_spec, group_pos, tensors) in _OPS.items():
-            for call in ctx.calls_to(D + op):
+        by_qn = ctx.sem.calls_by_qualname
+        for op, qn, (out_spec, in_spec, group_pos, tensors) in _OP_QNS:
+            for call in by_qn.get(qn, ()):
                 out = get_arg(call, *out_spec)
                 if out is None:
                     continue
@@ -352,8 +354,9 @@ def _check_per_node_size(ctx, seen: set) -> None:
     `LOCAL_WORLD_SIZE`) for a collective over the whole world."""
     sem = ctx.sem
     world_is_node = None
-    for op, (out_spec, in_spec, group_pos, tensors) in _OPS.items():
-        for call in ctx.calls_to(D + op):
+    by_qn = sem.calls_by_qualname
+    for op, qn, (out_spec, in_spec, group_pos, tensors) in _OP_QNS:
+        for call in by_qn.get(qn, ()):
             out = get_arg(call, *out_spec)
             if out is None or _on_subgroup(get_arg(call, group_pos, "group")):
                 continue

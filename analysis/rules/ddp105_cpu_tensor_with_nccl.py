@@ -23,6 +23,7 @@ _OPS = {
     "reduce_scatter_tensor": (((0, "output"), (1, "input")), 3),
     "all_to_all_single": (((0, "output"), (1, "input")), 4),
 }
+_OP_QNS = tuple((op, D + op, how) for op, how in _OPS.items())  # (spelled once, asked every check)
 
 
 class CpuTensorWithNccl(Rule):
@@ -88,8 +89,9 @@ class CpuTensorWithNccl(Rule):
         if "set_default_device" in text or "set_default_tensor_type" in text:
             return
         sem = ctx.sem
-        for op, (specs, gpos) in _OPS.items():
-            for call in ctx.calls_to(D + op):
+        by_qn = sem.calls_by_qualname
+        for op, qn, (specs, gpos) in _OP_QNS:
+            for call in by_qn.get(qn, ()):
                 grp = get_arg(call, gpos, "group")
                 if grp is not None and not (isinstance(grp, ast.Constant) and grp.value is None):
                     continue

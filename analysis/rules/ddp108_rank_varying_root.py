@@ -9,6 +9,9 @@ from ..model import Severity
 from ..registry import Rule
 from ._flow import FLOW_TEXT, node_related, scopes, source_related, source_words, text, vtext, where
 
+_ROOT_QNS = tuple(D + n for n in ROOTS)  # (spelled once, asked every check)
+
+
 class RankVaryingRoot(Rule):
     """
     ## What it does
@@ -56,7 +59,7 @@ class RankVaryingRoot(Rule):
     def finish(self, ctx) -> None:
         an = for_context(ctx)
         ev = an.evaluator(an.main)
-        for c in ctx.calls_to(*(D + n for n in ROOTS)):
+        for c in ctx.calls_to(*_ROOT_QNS):
             op = ctx.qn(c)[len(D):]
             if on_subgroup(c, op):
                 continue

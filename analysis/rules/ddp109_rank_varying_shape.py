@@ -14,6 +14,9 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ._flow import effect_related, effect_words, source_related, source_words, text
 
+_SHAPED_QNS = tuple(D + op for op in SHAPED)  # (spelled once, asked every check)
+
+
 class RankVaryingShape(Rule):
     """
     ## What it does
@@ -79,7 +82,7 @@ class RankVaryingShape(Rule):
         view = an.main
         sh = shapes_of(an, view)
         reported = set()
-        direct = ctx.calls_to(*(D + op for op in SHAPED))
+        direct = ctx.calls_to(*_SHAPED_QNS)
         for c in direct:
             op = ctx.qn(c)[len(D):]
             if on_subgroup(c, op):

@@ -20,6 +20,7 @@ _OPS = {
     "send": (0, "tensor"), "recv": (0, "tensor"), "isend": (0, "tensor"), "irecv": (0, "tensor"),
     "all_gather_into_tensor": (1, "input_tensor"), "reduce_scatter_tensor": (1, "input"),
 }
+_OP_QNS = tuple((op, D + op, spec) for op, spec in _OPS.items())  # (spelled once, asked every check)
 _IN_PLACE = ("all_reduce", "broadcast", "reduce")
 _NUMBER_FUNCS = frozenset({"len", "float", "int", "round", "abs", "min", "max"})
 
@@ -92,8 +93,9 @@ class ScalarToCollective(Rule):
     requires_text = (NoCase("dist"), "comm", "reduce", "gather", "sync", "broadcast")
 
     def finish(self, ctx) -> None:
-        for op, spec in _OPS.items():
-            for call in ctx.calls_to(D + op):
+        by_qn = ctx.sem.calls_by_qualname
+        for op, qn, spec in _OP_QNS:
+            for call in by_qn.get(qn, ()):
                 arg = get_arg(call, *spec)
                 if arg is None:
                     continue
@@ -116,7 +118,8 @@ class ScalarToCollective(Rule):
         project) passes that parameter to ``dist.all_reduce``."""
         an = for_context(ctx)
         view = an.main
-        local = any(ctx.calls_to(D + op) for op in _OPS) or may_import_project(view)
+        by_qn = ctx.sem.calls_by_qualname
+        local = any(by_qn.get(qn) for _op, qn, _spec in _OP_QNS) or may_import_project(view)
         for call in helper_calls(view, ctx.sem.calls, local, an, _OPS, ctx=ctx):
             target = resolved(an, view, call)
             if target is None:
