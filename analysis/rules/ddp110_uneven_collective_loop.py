@@ -96,9 +96,15 @@ def _shard_loops(ctx):
     sh = None
     out = []
     done = set()
+    # the lines inside a ``for``: a site on no such line has no loop around it (every ``for`` of
+    # the file is in ``sem.by_type``), and needs neither the join test nor the walk up
+    in_loop: set[int] = set()
+    for t in (ast.For, ast.AsyncFor):
+        for n in ctx.sem.by_type.get(t, ()):
+            in_loop.update(range(n.lineno, n.end_lineno + 1))
     for scope in scopes(ctx):
         for site in an.sites(view, scope):
-            if under_join(view, site.node):
+            if site.node.lineno not in in_loop or under_join(view, site.node):
                 continue
             child, p = site.node, parent(site.node)
             while p is not None and p is not scope:
