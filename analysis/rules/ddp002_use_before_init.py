@@ -10,7 +10,7 @@ from ..flow.wrappers import calls_or_wrappers
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._flow import effect_related, effect_words, text
 from ..flow import for_context
-from ..flow.imports import import_use, imported_views, is_main_guard
+from ..flow.imports import _NOT_PROJECT, import_use, imported_views, is_main_guard
 from ..flow.summaries import scope_calls
 from ..semantic import parent
 
@@ -133,6 +133,8 @@ def _import_time(ctx, inits, reported) -> None:
     """A script's top-level imports of project modules run before the ``init_process_group``
     that its ``main()`` (or a later top-level statement) makes. (Top-level uses in the script
     itself are the same-scope case above: the call of ``main()`` counts as the init.)"""
+    if not any(map(_may_name_project, ctx.sem.imports)):
+        return  # no import of the file can run a project module (``imported_views`` finds none)
     tree = ctx.sem.tree
     an = for_context(ctx)
     view = an.main
@@ -175,6 +177,15 @@ def _import_time(ctx, inits, reported) -> None:
                          (first_init, "the process group is initialised here")],
             )
             break
+
+
+def _may_name_project(st) -> bool:
+    """The import statement ``st`` may name a module of the project: what ``imported_views``
+    looks up at all (a relative import, or a top-level package that is no well-known library)."""
+    if st.__class__ is ast.Import:
+        return any(a.name.split(".", 1)[0] not in _NOT_PROJECT for a in st.names)
+    mod = st.module or ""
+    return bool(st.level) or (bool(mod) and mod.split(".", 1)[0] not in _NOT_PROJECT)
 
 
 def _before_init(body, holders):

@@ -157,7 +157,7 @@ class GlobalRankAsDevice(Rule):
                 if src is not None:
                     how = _how(ctx, src)
                 else:
-                    src = _init_rank(ctx, site, scope, rank_inits)
+                    src = _init_rank(ctx, site, scope, rank_inits) if rank_inits else None
                     if src is None:
                         continue
                     how = f"`{ctx.text(src)}`, the `rank=` given to `init_process_group`"
