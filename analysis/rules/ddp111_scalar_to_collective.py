@@ -5,6 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..flow.assignments import _is_param
 from ..flow.devices import device_in_scope
 from ._common import D
 from ._flow import effect_related, effect_words
@@ -166,13 +167,15 @@ def _scalar(ctx, e, scope, depth: int) -> str | None:
     """What kind of Python number ``e`` provably is, else None."""
     if depth > 4 or e is None:
         return None
-    if isinstance(e, ast.Constant) and type(e.value) in (int, float):
-        return "a Python number"
-    if isinstance(e, ast.Call):
+    # (exact node classes, as ``ast.parse`` builds them: this runs for every collective's argument)
+    t = e.__class__
+    if t is ast.Constant:
+        return "a Python number" if type(e.value) in (int, float) else None
+    if t is ast.Call:
         f = e.func
-        if isinstance(f, ast.Attribute) and f.attr in ("item", "tolist") and not e.args:
+        if f.__class__ is ast.Attribute and f.attr in ("item", "tolist") and not e.args:
             return "a Python number (`.item()`)" if f.attr == "item" else "a Python list (`.tolist()`)"
-        if isinstance(f, ast.Name) and f.id in _NUMBER_FUNCS and f.id not in ctx.sem.aliases:
+        if f.__class__ is ast.Name and f.id in _NUMBER_FUNCS and f.id not in ctx.sem.aliases:
             if f.id in ("min", "max", "abs", "round") and not all(_scalar(ctx, a, scope, depth + 1) for a in e.args):
                 return None
             return f"a Python number (`{f.id}(...)`)"
@@ -185,28 +188,29 @@ def _scalar(ctx, e, scope, depth: int) -> str | None:
                     r.value is not None and _scalar(ctx, r.value, callee, depth + 1) for r in rets):
                 return f"a Python number (`{callee.name}()` returns one)"
         return None
-    if isinstance(e, ast.BinOp):
+    if t is ast.BinOp:
         if _scalar(ctx, e.left, scope, depth + 1) and _scalar(ctx, e.right, scope, depth + 1):
             return "a Python number"
         return None
-    if isinstance(e, ast.UnaryOp):
+    if t is ast.UnaryOp:
         return _scalar(ctx, e.operand, scope, depth + 1)
-    if isinstance(e, ast.Name):
-        if isinstance(scope, FUNC_TYPES) and e.id in param_names(scope):
+    if t is ast.Name:
+        if isinstance(scope, FUNC_TYPES) and _is_param(scope, e.id):
             return None
         binds = ctx.sem.assignments(scope).get(e.id)
         if not binds:
             return None
         for b in binds:
-            if isinstance(b, ast.Assign):
-                if len(b.targets) != 1 or not isinstance(b.targets[0], ast.Name):
+            bt = b.__class__
+            if bt is ast.Assign:
+                if len(b.targets) != 1 or b.targets[0].__class__ is not ast.Name:
                     return None
                 if not _scalar(ctx, b.value, scope, depth + 1):
                     return None
-            elif isinstance(b, ast.AugAssign):
+            elif bt is ast.AugAssign:
                 if not _scalar(ctx, b.value, scope, depth + 1):
                     return None
-            elif isinstance(b, ast.AnnAssign):
+            elif bt is ast.AnnAssign:
                 if b.value is None or not _scalar(ctx, b.value, scope, depth + 1):
                     return None
             else:
