@@ -128,10 +128,10 @@ class GlobalRankAsDevice(Rule):
                 od = get_arg(call, 2, "output_device")
                 if od is not None:
                     sites.append(od)
-            elif isinstance(f, ast.Attribute) and f.attr in ("to", "cuda") and qn is None:
+            elif f.__class__ is ast.Attribute and f.attr in ("to", "cuda") and qn is None:
                 a = call.args[0] if call.args else get_arg(call, None, "device")
                 if a is not None:
-                    if isinstance(a, (ast.JoinedStr, ast.BinOp)):
+                    if a.__class__ is ast.JoinedStr or a.__class__ is ast.BinOp:
                         sites.extend(_device_string_sites(a))
                     else:
                         sites.append(a)
