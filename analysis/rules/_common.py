@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import re
+from bisect import bisect_right
 from operator import attrgetter
 
 from ..semantic import get_arg
@@ -108,6 +109,25 @@ class DeviceCalls:
 def device_call_index(ctx) -> DeviceCalls:
     """The ``DeviceCalls`` of the file, once per check."""
     return ctx.memo("common.device_calls", lambda: DeviceCalls(ctx.sem))
+
+
+def lines_within(nodes):
+    """A test of a line number: is it on a line of one of ``nodes`` (from its first line to its
+    last)? Their spans merged once, each test a bisection (a big file's nested blocks cost no more
+    than their count)."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted((n.lineno, n.end_lineno) for n in nodes):
+        if merged and lo <= merged[-1][1]:
+            if hi > merged[-1][1]:
+                merged[-1][1] = hi
+        else:
+            merged.append([lo, hi])
+    starts = [m[0] for m in merged]
+
+    def within(line: int) -> bool:
+        i = bisect_right(starts, line) - 1
+        return i >= 0 and line <= merged[i][1]
+    return within
 
 
 def is_simple_ref(node: ast.AST) -> bool:

@@ -8,7 +8,7 @@ from ..semantic import get_arg, terminal_name
 from ..flow.rank import rank_guard, terminates
 from ..flow.testing import expects_error
 from ..flow.wrappers import wrapper_functions
-from ._common import ALL_COLLECTIVES, D
+from ._common import ALL_COLLECTIVES, D, lines_within
 from ._flow import (all_divergences, call_words, effect_related, effect_words, elsewhere, node_related,
                     source_related, source_words, text, vtext, where)
 
@@ -228,15 +228,15 @@ def _guardable(ctx):
     ``if`` around the node (whose lines hold the node's first line) or an early-exit ``if`` (body
     ending in return/raise/continue/break, no else) before it in an enclosing block (ended by the
     node's first line). Every ``if`` of the file is in ``sem.by_type``."""
-    inside: set[int] = set()
+    ifs = ctx.sem.by_type.get(ast.If, ())
+    inside = lines_within(ifs)
     first_exit = None
-    for n in ctx.sem.by_type.get(ast.If, ()):
-        inside.update(range(n.lineno, n.end_lineno + 1))
+    for n in ifs:
         if not n.orelse and terminates(n.body) and (first_exit is None or n.end_lineno < first_exit):
             first_exit = n.end_lineno
     if first_exit is None:
-        return inside.__contains__
-    return lambda line: line in inside or line >= first_exit
+        return inside
+    return lambda line: line >= first_exit or inside(line)
 
 
 def _on_subgroup(call: ast.Call, op: str) -> bool:

@@ -8,6 +8,7 @@ from ..flow import for_context
 from ..flow.control import Divergence, under_join
 from ..flow.shapes import shapes_of
 from ..semantic import FUNC_TYPES, parent
+from ._common import lines_within
 from ._flow import FLOW_TEXT, all_divergences, report_divergence, scopes
 
 
@@ -98,13 +99,11 @@ def _shard_loops(ctx):
     done = set()
     # the lines inside a ``for``: a site on no such line has no loop around it (every ``for`` of
     # the file is in ``sem.by_type``), and needs neither the join test nor the walk up
-    in_loop: set[int] = set()
-    for t in (ast.For, ast.AsyncFor):
-        for n in ctx.sem.by_type.get(t, ()):
-            in_loop.update(range(n.lineno, n.end_lineno + 1))
+    by_type = ctx.sem.by_type
+    in_loop = lines_within((*by_type.get(ast.For, ()), *by_type.get(ast.AsyncFor, ())))
     for scope in scopes(ctx):
         for site in an.sites(view, scope):
-            if site.node.lineno not in in_loop or under_join(view, site.node):
+            if not in_loop(site.node.lineno) or under_join(view, site.node):
                 continue
             child, p = site.node, parent(site.node)
             while p is not None and p is not scope:
