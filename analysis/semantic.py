@@ -531,7 +531,7 @@ class Semantic:
         Falls back to module level for names not bound in a function scope (and not params)."""
         assigns = self.assignments(scope).get(name)
         if assigns is None and not isinstance(scope, ast.Module):
-            if name in param_names(scope):
+            if getattr(scope, "args", None) is not None and has_param(scope, name):
                 return None
             return self.single_value(name, self.tree)
         if not assigns or len(assigns) != 1:
@@ -578,16 +578,38 @@ def _scope_assignments(nodes: Iterable[ast.AST]) -> dict[str, list[ast.AST]]:
     return out
 
 
-def param_names(fn: ast.AST) -> list[str]:
+def param_names(fn: ast.AST) -> tuple[str, ...]:
+    """The parameter names of a function or lambda, in order (positional-only, positional,
+    keyword-only, ``*args``, ``**kwargs``); computed once per node."""
+    try:
+        return fn._pn
+    except AttributeError:
+        pass
     a = getattr(fn, "args", None)
     if a is None:
-        return []
+        return ()
     names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
     if a.vararg:
         names.append(a.vararg.arg)
     if a.kwarg:
         names.append(a.kwarg.arg)
-    return names
+    got = fn._pn = tuple(names)
+    return got
+
+
+def has_param(fn: ast.AST, name: str) -> bool:
+    """``name in param_names(fn)`` for a function or lambda."""
+    a = fn.args
+    for x in a.args:
+        if x.arg == name:
+            return True
+    for x in a.posonlyargs:
+        if x.arg == name:
+            return True
+    for x in a.kwonlyargs:
+        if x.arg == name:
+            return True
+    return (a.vararg is not None and a.vararg.arg == name) or (a.kwarg is not None and a.kwarg.arg == name)
 
 
 def terminal_name(func: ast.AST) -> str | None:

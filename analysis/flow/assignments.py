@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, param_names, parent
+from ..semantic import has_param as _is_param  # the flow modules and rules import it from here
 
 
 def name_binding_kind(ctx, name: str, scope: ast.AST):
@@ -47,21 +48,6 @@ def name_binding_kind(ctx, name: str, scope: ast.AST):
         else:
             return "multi", None
     return "multi", vals
-
-
-def _is_param(fn: ast.AST, name: str) -> bool:
-    """``name in param_names(fn)``, without building the list."""
-    a = fn.args
-    for x in a.args:
-        if x.arg == name:
-            return True
-    for x in a.posonlyargs:
-        if x.arg == name:
-            return True
-    for x in a.kwonlyargs:
-        if x.arg == name:
-            return True
-    return (a.vararg is not None and a.vararg.arg == name) or (a.kwarg is not None and a.kwarg.arg == name)
 
 
 def reaching_assignment(ctx, name: str, node: ast.AST):
