@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict, deque
 from functools import partial
+from itertools import repeat
 from operator import attrgetter
 from typing import Iterable, Iterator
 
@@ -143,8 +144,8 @@ class Semantic:
         by_type = self.by_type
         # one lookup per node: (kind, indexed in by_type, child fields), see _walk_table
         table = _walk_table(wanted)
-        # every node with children (the nodes that get pushed), so that ``release`` can break the
-        # cycles child -> parent -> child
+        # every node that gets pushed (in an owned tree the nodes with children, in a shared one
+        # all), so that ``release`` can break the cycles child -> parent -> child
         nodes = self._nodes = []
         add = nodes.append
         # the calls of each function (and of the module), as ``scope_calls`` gives them: a second
@@ -153,8 +154,9 @@ class Semantic:
         # the function itself; lambdas and class bodies are no scope of their own here)
         by_scope: dict[int, list] = {}
         self._scope_calls = by_scope
-        # leaves (no child fields) that no rule asked for are given their parent but never pushed
-        leaf = _LEAF_TYPES - wanted
+        # leaves (no child fields) that no rule asked for are given their parent but never pushed;
+        # in a shared tree every node is pushed, so that ``release`` finds each parent pointer
+        leaf = _LEAF_TYPES - wanted if self._owned else frozenset()
         tree._p = None
         stack = [tree]
         scopes = [tree]
@@ -243,21 +245,14 @@ class Semantic:
         if self._owned:
             _drain(map(dict.clear, map(_DICT_OF, nodes)))
             return
-        for n in nodes:
-            try:
-                del n._p
-            except AttributeError:  # the root, or a node reached twice (a tree shared with another traversal)
-                pass
-            for f in _child_fields(n.__class__):
-                v = getattr(n, f, None)
-                if v is None:
-                    continue
-                for c in (v if v.__class__ is list else (v,)):
-                    if c is not None and c.__class__ in _LEAF_TYPES:
-                        try:
-                            del c._p
-                        except AttributeError:
-                            pass
+        try:
+            _drain(map(delattr, nodes, repeat("_p")))  # the loop runs in C
+        except AttributeError:  # a node reached twice (a tree shared with another traversal)
+            for n in nodes:
+                try:
+                    del n._p
+                except AttributeError:
+                    pass
 
     def _resolve_imports(self) -> None:
         aliases = self.aliases
