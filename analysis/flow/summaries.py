@@ -331,13 +331,20 @@ class Summaries(Roots):
         out = []
         calls_out = []  # (call, target) of the calls to project functions, for ``helper_calls``
         sem = view.sem
-        wrapped = _wrapped(view, ctx)
-        has_zero = bool(sem.calls_to(ZERO))
+        pre = view.memo.get("sites_prelude")
+        if pre is None:
+            pre = _sites_prelude(view)
+        has_zero, instances, methods, cands, plain_wrapped = pre
+        if ctx is None:
+            wrapped = plain_wrapped
+            # only the calls that can pass the rejects below (the rest would ``continue``)
+            calls = [c for c in scope_calls(view, scope) if id(c) in cands]
+        else:
+            wrapped = _wrapped(view, ctx)
+            calls = scope_calls(view, scope)
         defs, classes, imports = view.defs, view.classes, view.imports
-        instances = instance_names(view)
-        methods = method_names(view)
         Name, Attribute = ast.Name, ast.Attribute
-        for c in scope_calls(view, scope):
+        for c in calls:
             qn = c._qn or ""  # set on every call when ``calls_to`` above built the qualified-name index
             if qn.startswith(D):
                 op = qn[len(D):]
@@ -582,6 +589,49 @@ class Summaries(Roots):
                     if _inits(self, target):
                         return None
         return None
+
+
+def _sites_prelude(view) -> tuple:
+    """What ``Summaries.sites`` asks of the module before its loop, once per module:
+    (has a ZeroRedundancyOptimizer, ``instance_names``, ``method_names``, the ids of the calls
+    that may pass its rejects without a context, ``wrapped_names``).
+
+    The candidates come from the file's call indexes: a ``torch.distributed`` call; a call of a
+    plain name that may hold a wrapped module or names a function, class or import; a call of an
+    attribute ``backward``/``step`` or one that may hold a wrapped module; a call on an import, an
+    instance or (of one of its methods) ``self``. Then those whose qualified name is outside the
+    project go (``_NOT_PROJECT_QN``). Every other call is one that ``sites`` rejects with no
+    context (its fast rejects, in the same terms)."""
+    sem = view.sem
+    by_qn = sem.calls_by_qualname  # sets ``_qn`` on every call
+    wrapped = wrapped_names(view)
+    instances, methods = instance_names(view), method_names(view)
+    calls = sem.calls
+    names, attrs, _, base = sem.callee_index()
+    pos: set[int] = set()
+    defs, classes, imports = view.defs, view.classes, view.imports
+    for k, lst in names.items():
+        if k in wrapped or k in defs or k in classes or k in imports:
+            pos.update(lst)
+    for k, lst in attrs.items():
+        if k == "backward" or k == "step" or k in wrapped:
+            pos.update(lst)
+    for k, lst in base.items():
+        if k == "self":
+            pos.update(i for i in lst if calls[i].func.attr in methods)
+        elif k in imports or k in instances:
+            pos.update(lst)
+    cands = set()
+    for i in pos:
+        c = calls[i]
+        qn = c._qn or ""
+        if not qn.startswith(_NOT_PROJECT_QN) or qn.startswith(D):
+            cands.add(id(c))
+    for qn, lst in by_qn.items():
+        if qn.startswith(D):
+            cands.update(map(id, lst))
+    got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
+    return got
 
 
 def _inits(hub, target) -> bool:
