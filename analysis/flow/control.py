@@ -45,6 +45,8 @@ def _contains(outer: ast.AST, inner: ast.AST) -> bool:
 
 
 def under_join(view, node: ast.AST) -> bool:
+    if not _has_join_with(view):
+        return False  # no ``with ...join():`` / ``with Join(...):`` anywhere in the module
     p = parent(node)
     while p is not None and not isinstance(p, _SCOPES):
         if isinstance(p, (ast.With, ast.AsyncWith)):
@@ -57,6 +59,22 @@ def under_join(view, node: ast.AST) -> bool:
                         return True
         p = parent(p)
     return False
+
+
+def _has_join_with(view) -> bool:
+    """Some ``with`` item of the module is a call that ``under_join`` takes for DDP's join (a call
+    of a name or attribute ``join``/``Join``, or of a qualified name ending in ``.Join``), found
+    through the file's call indexes once per module."""
+    got = view.memo.get("has_join_with")
+    if got is None:
+        sem = view.sem
+        names, attrs, _, _ = sem.callee_index()
+        calls = sem.calls
+        cands = [calls[i] for idx in (names, attrs) for k in ("join", "Join") for i in idx.get(k, ())]
+        cands += [c for qn, lst in sem.calls_by_qualname.items() if qn.endswith(".Join") for c in lst]
+        got = view.memo["has_join_with"] = any(
+            c._p.__class__ is ast.withitem and c._p.context_expr is c for c in cands)
+    return got
 
 
 def clean_exit_call(view, st: ast.AST) -> bool:
