@@ -14,9 +14,11 @@ name they write: after them the value is uniform.
 from __future__ import annotations
 
 import ast
+from operator import attrgetter
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, param_names
+from ..semantic import FUNC_TYPES
+from .assignments import _is_param
 
 # collective -> position of the argument it makes equal on every rank (in place)
 EQUALISERS = {
@@ -35,6 +37,9 @@ _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
 
 def _pos(n: ast.AST) -> tuple[int, int]:
     return (n.lineno, n.col_offset)
+
+
+_POS = attrgetter("lineno", "col_offset")  # ``_pos`` as a sort key, without a Python call
 
 
 def _contains(outer: ast.AST, inner: ast.AST) -> bool:
@@ -99,6 +104,8 @@ def reaching(view, name: str, at: ast.AST):
 
 
 _SCOPE_CLASSES = frozenset(_SCOPES)
+_FUNC_CLASSES = frozenset((*FUNC_TYPES, ast.Lambda))
+_FOR, _ASYNC_FOR, _WITH, _ASYNC_WITH = ast.For, ast.AsyncFor, ast.With, ast.AsyncWith
 _LOOP_CLASSES = frozenset(LOOPS)
 # statements whose parts are not all before their nested statements (a later ``case`` pattern or
 # ``except`` clause comes after an earlier one's body): a use there has no statement-wide answer
@@ -121,7 +128,12 @@ def _reaching(view, name: str, at: ast.AST):
     if scope.__class__ is ast.ClassDef:
         scope = sem.tree
     evs = sem.assignments(scope).get(name, ())
-    eqs = equaliser_index(view).get((id(scope), name), ())
+    eqi = view.memo.get("equalisers")
+    if eqi is None:
+        eqi = equaliser_index(view)
+    eqs = eqi.get((id(scope), name), ()) if eqi else ()
+    if not evs and not eqs:
+        return _unbound(view, name, scope)  # no binding in the scope: nothing depends on ``at``
     # Every use strictly inside one statement gets the same answer when the bindings are all
     # statements (no walrus, no in-place collective inside an expression): each binding lies
     # before, after, around or inside that statement as a whole (the statement's own parts come
@@ -139,21 +151,26 @@ def _reaching(view, name: str, at: ast.AST):
     return _reaching_events(view, name, at, scope, [*evs, *eqs])
 
 
+def _unbound(view, name: str, scope: ast.AST):
+    """``_reaching_events`` without a binding of ``name`` in ``scope``."""
+    if scope.__class__ in _FUNC_CLASSES:
+        if _is_param(scope, name):
+            return "param", scope
+        sem = view.sem
+        mod = list(sem.assignments(sem.tree).get(name, ()))
+        mod += equaliser_index(view).get((id(sem.tree), name), ())
+        if mod:
+            return "global", mod
+    return "none", None
+
+
 def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
-    sem = view.sem
     if not evs:
-        if isinstance(scope, (*FUNC_TYPES, ast.Lambda)):
-            if name in param_names(scope):
-                return "param", scope
-            mod = list(sem.assignments(sem.tree).get(name, ()))
-            mod += equaliser_index(view).get((id(sem.tree), name), ())
-            if mod:
-                return "global", mod
-        return "none", None
+        return _unbound(view, name, scope)
     ap = (at.lineno, at.col_offset)
     aend = (at.end_lineno, at.end_col_offset)
     before = []
-    For, AsyncFor, With, AsyncWith = ast.For, ast.AsyncFor, ast.With, ast.AsyncWith
+    For, AsyncFor, With, AsyncWith = _FOR, _ASYNC_FOR, _WITH, _ASYNC_WITH
     for e in evs:
         if (e.lineno, e.col_offset) < ap:
             if aend <= (e.end_lineno, e.end_col_offset):  # e holds the use (``_contains``)
@@ -167,7 +184,7 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
                 continue
             before.append(e)
     if len(before) > 1:
-        before.sort(key=_pos)
+        before.sort(key=_POS)
     # loop-carried: bindings later in an enclosing loop (same scope) reach the next iteration
     later = []
     n = getattr(at, "_p", None)
@@ -186,7 +203,7 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
         cands = before[dom:]
     else:
         cands = before
-        if isinstance(scope, (*FUNC_TYPES, ast.Lambda)) and name in param_names(scope):
+        if scope.__class__ in _FUNC_CLASSES and _is_param(scope, name):
             return ("events+param", cands + later) if (cands or later) else ("param", scope)
     return "events", cands + later
 
