@@ -36,6 +36,7 @@ import os
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import SPAWNS
 from . import project
+from .assignments import _is_param
 from .calls import instance_names
 from .instances import instance_class
 from .summaries import Summaries
@@ -254,9 +255,7 @@ def _local_binding(view, name: str, at: ast.AST) -> bool:
     while fn is not None:
         if name in view.sem.assignments(fn):
             return True
-        from ..semantic import param_names
-
-        if name in param_names(fn):
+        if _is_param(fn, name):
             return True
         fn = view.sem.enclosing_function(fn)
     return False

@@ -18,6 +18,7 @@ from operator import attrgetter
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES
+from ..semantic import get_arg
 from .assignments import _is_param
 
 # collective -> position of the argument it makes equal on every rank (in place)
@@ -51,8 +52,6 @@ def equaliser_index(view) -> dict[tuple[int, str], list[ast.Call]]:
     """(id(scope), name) -> in-place equalising collectives on ``name`` in that scope."""
     got = view.memo.get("equalisers")
     if got is None:
-        from ..semantic import get_arg
-
         got = {}
         sem = view.sem
         for qn, (pos, kw) in EQUALISERS.items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, _iter_scope_statements, iter_scope_nodes
+from .bindings import reaching
 
 _BUFFERED = frozenset({
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
@@ -88,8 +89,6 @@ def module_buffers(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> boo
             return class_buffers(hub, view, view.classes[f.id], depth + 1)
         return None
     if isinstance(expr, ast.Name):
-        from .bindings import reaching
-
         kind, evs = reaching(view, expr.id, at)
         if kind in ("events", "global") and evs and len(evs) <= 4:
             vals = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, param_names, parent
+from .bindings import reaching
 from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance_names
 from .calls import self_offset  # noqa: F401  (the callers' name for it)
 from .uniformity import _DATA_SRC_NAME
@@ -134,8 +135,6 @@ def _self_wraps(hub, view, call: ast.Call, tv, fn, pctx) -> dict:
         return {}
     if f.value.id not in instance_names(view):
         return {}
-    from .bindings import reaching
-
     kind, evs = reaching(view, f.value.id, call)
     if kind not in ("events", "global") or len(evs or ()) != 1 or not isinstance(evs[0], ast.Assign):
         return {}

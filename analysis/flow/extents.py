@@ -14,7 +14,9 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from .bindings import LOOPS, reaching, target_path
-from .uniformity import RANK, Src, X as VX
+from .calls import scope_calls
+from .helper_calls import resolved
+from .uniformity import RANK, Src, X as VX, join
 from .shape_facts import (
     SU,
     SX,
@@ -52,8 +54,6 @@ class Extents:
         idx = self.view.memo.setdefault("shapes.mutations", {})
         per = idx.get(id(scope))
         if per is None:
-            from .summaries import scope_calls
-
             per = idx[id(scope)] = {}
             for n in scope_calls(self.view, scope):
                 f = n.func
@@ -137,8 +137,6 @@ class Extents:
             return self.ev.value(node)
         else:
             return self.ev.value(node)
-        from .uniformity import join
-
         vals = [self._comp_value(x, comp, d + 1) for x in parts]
         v = join(vals)
         return v
@@ -307,8 +305,6 @@ class Extents:
         qn = self.sem.call_qualname(it) or ""
         if qn in ("itertools.count", "itertools.cycle", "itertools.repeat"):
             return True
-        from .helper_calls import resolved
-
         target = resolved(self.hub, self.view, it)
         if target is None:
             return False

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, parent
 from .summaries import INIT, WRAPPERS, Effect, _inits
 
 _PG_USES = frozenset(D + n for n in ("get_rank", "get_world_size", "new_group", "new_subgroups", "all_reduce",
@@ -173,8 +173,6 @@ def use_of_call(hub, view, c: ast.Call):
         return None
     name = getattr(target[1], "name", "?")
     if name == "__init__":
-        from ..semantic import parent
-
         name = getattr(parent(target[1]), "name", name)
     return req.through(name)
 

@@ -12,6 +12,7 @@ import ast
 
 from ..semantic import FUNC_TYPES
 from .bindings import reaching
+from .context import call_args
 
 _MAX_DEPTH = 5
 
@@ -102,8 +103,6 @@ def element_class(hub, view, it: ast.AST, at: ast.AST, not_project, depth: int =
 def _param_elements(hub, view, fn, name: str, not_project, depth: int):
     """The element class of parameter ``name`` of ``fn`` when every call of ``fn`` in its module
     passes the same kind of container."""
-    from .context import call_args
-
     if not isinstance(fn, FUNC_TYPES):
         return None
     sites = hub.call_sites(view, fn)

@@ -40,6 +40,7 @@ import ast
 from ..semantic import get_arg, param_names
 from .bindings import reaching, target_path
 from .extents import Extents
+from .helper_calls import bind_args, resolved
 from .uniformity import RANK, Src
 from .shape_facts import (
     SU,
@@ -611,8 +612,6 @@ class Shapes(Extents):
             return SX
         if not summary.deps:
             return SU
-        from .helper_calls import bind_args
-
         args = bind_args(call, fn)
         params = set(param_names(fn))
         facts = []
@@ -652,8 +651,6 @@ class Shapes(Extents):
 
 
 def _resolved(hub, view, call):
-    from .helper_calls import resolved
-
     return resolved(hub, view, call)
 
 

@@ -186,8 +186,6 @@ class ShapeSink:
 
 def shaped_calls(view, scope):
     """(call, op, tensor argument) for the shaped collectives directly in ``scope``."""
-    from ..torch_api import D
-    from .summaries import on_subgroup, scope_calls
 
     out = []
     for c in scope_calls(view, scope):
@@ -232,7 +230,6 @@ def shape_sinks(hub, view, fn, depth: int = 0) -> tuple:
 
 
 def _shape_sinks(hub, view, fn, depth):
-    from .summaries import Effect, scope_calls
 
     sh = shapes_of(hub, view)
     out = []

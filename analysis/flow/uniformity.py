@@ -25,6 +25,7 @@ import re
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
+from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, reaching, target_path
 from .vocab import (  # noqa: F401  (the tables, re-exported)
@@ -497,8 +498,6 @@ class Evaluator:
     def loader_trip_count(self, loader: ast.AST, d: int) -> Value:
         if not isinstance(loader, ast.Call) or self.sem.call_qualname(loader) not in _LOADER_QNS:
             return X
-        from ..semantic import get_arg
-
         for kw in ("sampler", "batch_sampler"):
             s = get_arg(loader, None, kw)
             if s is not None and not (isinstance(s, ast.Constant) and s.value is None):
