@@ -610,26 +610,22 @@ def _sites_prelude(view) -> tuple:
     names, attrs, _, base = sem.callee_index()
     pos: set[int] = set()
     defs, classes, imports = view.defs, view.classes, view.imports
-    for k, lst in names.items():
-        if k in wrapped or k in defs or k in classes or k in imports:
-            pos.update(lst)
-    for k, lst in attrs.items():
-        if k == "backward" or k == "step" or k in wrapped:
-            pos.update(lst)
-    for k, lst in base.items():
-        if k == "self":
-            pos.update(i for i in lst if calls[i].func.attr in methods)
-        elif k in imports or k in instances:
-            pos.update(lst)
-    cands = set()
-    for i in pos:
-        c = calls[i]
-        qn = c._qn or ""
-        if not qn.startswith(_NOT_PROJECT_QN) or qn.startswith(D):
-            cands.add(id(c))
+    for k in names.keys() & (wrapped | defs.keys() | classes.keys() | imports.keys()):
+        pos.update(names[k])
+    for k in attrs.keys() & (wrapped | {"backward", "step"}):
+        pos.update(attrs[k])
+    for k in base.keys() & (imports.keys() | instances):
+        pos.update(base[k])
+    pos.update(i for i in base.get("self", ()) if calls[i].func.attr in methods)
+    outside, dist = set(), set()  # calls outside the project / of ``torch.distributed``
     for qn, lst in by_qn.items():
         if qn.startswith(D):
-            cands.update(map(id, lst))
+            dist.update(map(id, lst))
+        elif qn.startswith(_NOT_PROJECT_QN):
+            outside.update(map(id, lst))
+    cands = {id(calls[i]) for i in pos}
+    cands -= outside
+    cands |= dist
     got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
     return got
 
