@@ -193,9 +193,9 @@ def method_names(view) -> frozenset:
     one of these: a call of any other attribute of ``self`` is a layer or a stored callable)."""
     got = view.memo.get("method_names")
     if got is None:
+        ClassDef = ast.ClassDef
         got = view.memo["method_names"] = frozenset(
-            name for name, fns in view.sem.functions.items()
-            if any(parent(f).__class__ is ast.ClassDef for f in fns))
+            f.name for fns in view.sem.functions.values() for f in fns if f._p.__class__ is ClassDef)
     return got
 
 
