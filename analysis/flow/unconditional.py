@@ -13,10 +13,12 @@ from ..semantic import FUNC_TYPES, parent
 _SCOPES = (*FUNC_TYPES, ast.ClassDef, ast.Lambda, ast.Module)
 
 
-def holders_of(starts) -> set:
+def holders_of(starts, got: set | None = None) -> set:
     """ids of the nodes in ``starts`` and of everything around each, up to (and with) the
-    definition (or module) it belongs to: the statements, handlers and cases that hold one."""
-    got: set[int] = set()
+    definition (or module) it belongs to: the statements, handlers and cases that hold one.
+    ``got``: a result of ``holders_of`` to add to (in place)."""
+    if got is None:
+        got = set()
     for n in starts:
         while n is not None and id(n) not in got:
             got.add(id(n))
@@ -35,9 +37,17 @@ def _return_holders(view) -> set:
     in a nested definition leaves that definition only)."""
     got = view.memo.get("return_holders")
     if got is None:
-        sem = view.sem
         got = view.memo["return_holders"] = holders_of(
-            (*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Raise, ())))
+            view.sem.by_type.get(ast.Raise, ()), set(_holders_of_returns(view)))
+    return got
+
+
+def _holders_of_returns(view) -> set:
+    """``holders_of`` the module's ``return`` statements (shared by the holders of returns and
+    raises here and the holders of early exits in ``control``)."""
+    got = view.memo.get("holders_of_returns")
+    if got is None:
+        got = view.memo["holders_of_returns"] = holders_of(view.sem.by_type.get(ast.Return, ()))
     return got
 
 
