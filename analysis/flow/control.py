@@ -23,7 +23,7 @@ from .bindings import LOOPS
 from .context import call_context
 from .calls import _wrapped, calls_by_name, instance_names
 from .summaries import dist_mode_test
-from .unconditional import holders_of
+from .unconditional import _holders_of_returns, holders_of
 
 _EXIT_QNS = frozenset({"sys.exit", "os._exit"})
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
@@ -137,13 +137,12 @@ def _exit_holders(view) -> set:
     got = view.memo.get("exit_holders")
     if got is None:
         sem = view.sem
-        starts = [*sem.by_type.get(ast.Return, ()), *sem.by_type.get(ast.Break, ()),
-                  *sem.by_type.get(ast.Continue, ())]
+        starts = [*sem.by_type.get(ast.Break, ()), *sem.by_type.get(ast.Continue, ())]
         by_name = calls_by_name(view)
         for c in (*sem.calls_to(*_EXIT_QNS), *by_name.get("exit", ()), *by_name.get("quit", ())):
             if c._p.__class__ is ast.Expr:
                 starts.append(c._p)
-        got = view.memo["exit_holders"] = holders_of(starts)
+        got = view.memo["exit_holders"] = holders_of(starts, set(_holders_of_returns(view)))
     return got
 
 
@@ -203,6 +202,8 @@ def _skipping_exits(view, p: ast.AST, child: ast.stmt):
     """(exit, its statement in the block) for the early exits of the block of ``p`` that holds
     ``child`` and can skip it: before it in the block, or (in a loop's body) anywhere but a later
     ``continue``."""
+    if id(p) not in _exit_holders(view):
+        return  # no statement in the blocks of ``p`` is or holds an early exit (``_block_exits``)
     for f in ("body", "orelse", "finalbody"):
         blk = getattr(p, f, None)
         if isinstance(blk, list) and child in blk:
