@@ -237,9 +237,12 @@ def _last_name(expr: ast.AST) -> str | None:
     return terminal_name(expr.func if isinstance(expr, ast.Call) else expr)
 
 
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+
+
 def _tokens(name: str) -> list[str]:
     # camelCase -> camel_case, then split
-    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+    name = _CAMEL.sub(r"\1_\2", name).lower()
     return [t for t in _TOKEN_SPLIT.split(name) if t]
 
 
