@@ -59,9 +59,9 @@ class Effect:
         self.what = what or f"`{op}`"
 
     def through(self, fname: str) -> "Effect":
-        e = object.__new__(Effect)
-        for s in Effect.__slots__:
-            setattr(e, s, getattr(self, s))
+        e = object.__new__(Effect)  # a copy of every slot, ``via`` extended
+        e.op, e.line, e.col, e.end_line, e.end_col = self.op, self.line, self.col, self.end_line, self.end_col
+        e.path, e.grad, e.what = self.path, self.grad, self.what
         e.via = (fname, *self.via)
         return e
 
