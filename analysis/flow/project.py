@@ -127,15 +127,22 @@ class ModuleView:
 def _top_statements(tree: ast.Module):
     """Module-level statements, including those under module-level ``if``/``try`` (import
     fallbacks, ``if TYPE_CHECKING:``)."""
+    out = []
     stack = list(reversed(tree.body))
+    pop, add = stack.pop, out.append
     while stack:
-        st = stack.pop()
-        yield st
-        if isinstance(st, (ast.If, ast.Try)) or st.__class__.__name__ == "TryStar":
+        st = pop()
+        add(st)
+        if st.__class__ in _NESTING or isinstance(st, (ast.If, ast.Try)):
             for f in ("body", "orelse", "finalbody"):
                 stack.extend(reversed(getattr(st, f, None) or ()))
             for h in getattr(st, "handlers", ()):
                 stack.extend(reversed(h.body))
+    return out
+
+
+# the module-level statements whose blocks ``_top_statements`` enters
+_NESTING = frozenset({ast.If, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ())})
 
 
 def roots_for(path: str) -> list[str]:
