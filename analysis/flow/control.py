@@ -249,8 +249,9 @@ def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
     out: list[Divergence] = []
     sites = hub.sites(view, scope, ctx)
     ev = hub.evaluator(view, ctx)
+    join = _has_join_with(view)
     for site in sites:
-        if under_join(view, site.node):
+        if join and under_join(view, site.node):
             continue
         d = _site_divergence(hub, view, scope, site, sites, ev, ctx)
         if d is not None:
@@ -333,6 +334,7 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
     child = site.node
     p = parent(child)
     conditioned = False
+    holders = _exit_holders(view)  # only a block owner in there has exits (``_skipping_exits``)
     while p is not None:
         if isinstance(p, ast.If) and child is not p.test:
             v = ev.value(p.test)
@@ -357,7 +359,7 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
                 return Divergence("loop", site, p, v)
         # early exits in the same block before the site, or (in a loop) anywhere in its body
         # (not when the site has a condition of its own: it may be correlated with the exit's)
-        if not conditioned and isinstance(child, ast.stmt):
+        if not conditioned and id(p) in holders and isinstance(child, ast.stmt):
             for ex, st in _skipping_exits(view, p, child):
                 got = _exit_condition(hub, view, ex, st, site.node, ctx)
                 if got is not None and not _exit_mirrors(sites, site, got[0], ex):
