@@ -46,6 +46,7 @@ def terminates(body: list[ast.stmt]) -> bool:
 def rank_guard(ctx, node: ast.AST) -> Guard | None:
     """The innermost rank guard of ``node`` within its function (or module)."""
     scope = ctx.sem.scope_of(node)
+    owners = _exit_if_owners(ctx)
     child = node
     p = parent(node)
     while p is not None:
@@ -58,21 +59,31 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
                 if not in_body and t.orelse:
                     return Guard(p, "orelse", t)
         # early exits before ``child`` in the same block: ``if not is_main: return``
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(p, field, None)
-            if isinstance(block, list) and child in block:
-                idx = block.index(child)
-                for prev in reversed(block[:idx]):
-                    if isinstance(prev, ast.If) and terminates(prev.body) and not prev.orelse:
-                        t = rank_test(ctx, prev.test, scope)
-                        if t is not None and t.orelse:
-                            return Guard(prev, "after", t)
-                break
+        if id(p) in owners:
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(p, field, None)
+                if isinstance(block, list) and child in block:
+                    idx = block.index(child)
+                    for prev in reversed(block[:idx]):
+                        if isinstance(prev, ast.If) and terminates(prev.body) and not prev.orelse:
+                            t = rank_test(ctx, prev.test, scope)
+                            if t is not None and t.orelse:
+                                return Guard(prev, "after", t)
+                    break
         if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
             break
         child = p
         p = parent(p)
     return None
+
+
+def _exit_if_owners(ctx) -> frozenset:
+    """ids of the nodes with an ``if`` in one of their blocks whose body ends in an exit and that has
+    no ``else`` (the early exits ``rank_guard`` looks for): no other block needs scanning."""
+    def build():
+        return frozenset(id(parent(n)) for n in ctx.sem.by_type.get(ast.If, ())
+                         if terminates(n.body) and not n.orelse)
+    return ctx.memo("flow.rank.exit_if_owners", build)
 
 
 # -- the main rank only -----------------------------------------------------------------------------
