@@ -68,25 +68,24 @@ def binding_scope(sem, node: ast.AST) -> ast.AST:
     return sem.tree if isinstance(s, ast.ClassDef) else s
 
 
-def _dominates(ev: ast.AST, at: ast.AST, scope: ast.AST) -> bool:
-    """``ev``'s statement sits directly in a block that also (transitively) holds ``at``."""
+def _dominates_up(ev: ast.AST, up: dict, scope: ast.AST) -> bool:
+    """``ev``'s statement sits directly in a block that also (transitively) holds the use: ``up``
+    maps the id of each ancestor of the use, up to ``scope``, to its child on the way to the use
+    (one walk up for every candidate binding)."""
     st = ev
     while st is not None and not isinstance(st, ast.stmt):
         st = getattr(st, "_p", None)
     if st is None:
         return False
     blk_owner = getattr(st, "_p", None)
-    n = at
-    while n is not None and n is not scope:
-        p = getattr(n, "_p", None)
-        if p is blk_owner:
-            for f in ("body", "orelse", "finalbody"):
-                lst = getattr(p, f, None)
-                if isinstance(lst, list) and st in lst:
-                    return n in lst  # same block (an if's body does not dominate its orelse)
-            return False
-        n = p
-    return blk_owner is scope
+    n = up.get(id(blk_owner)) if blk_owner is not None else None
+    if n is None:
+        return blk_owner is scope
+    for f in ("body", "orelse", "finalbody"):
+        lst = getattr(blk_owner, f, None)
+        if isinstance(lst, list) and st in lst:
+            return n in lst  # same block (an if's body does not dominate its orelse)
+    return False
 
 
 def reaching(view, name: str, at: ast.AST):
@@ -184,18 +183,23 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
             before.append(e)
     if len(before) > 1:
         before.sort(key=_POS)
-    # loop-carried: bindings later in an enclosing loop (same scope) reach the next iteration
+    # loop-carried: bindings later in an enclosing loop (same scope) reach the next iteration;
+    # on the way up, id(ancestor) -> its child towards ``at`` (for ``_dominates_up``)
     later = []
-    n = getattr(at, "_p", None)
+    up = {}
+    child, n = at, getattr(at, "_p", None)
     while n is not None and n is not scope:
+        up[id(n)] = child
         if n.__class__ in _LOOP_CLASSES:
             for e in evs:
                 if (e.lineno, e.col_offset) > ap and _contains(n, e) and e not in later:
                     later.append(e)
-        n = getattr(n, "_p", None)
+        child, n = n, getattr(n, "_p", None)
+    if n is not None:
+        up[id(n)] = child  # the scope: its child holding ``at``
     dom = None
     for i in range(len(before) - 1, -1, -1):
-        if _dominates(before[i], at, scope):
+        if _dominates_up(before[i], up, scope):
             dom = i
             break
     if dom is not None:
