@@ -239,7 +239,10 @@ def branching_scopes(view) -> frozenset:
 
 
 def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
-    memo = view.memo.setdefault("divergences", {}) if ctx is None else ctx.memo.setdefault("divergences", {})
+    m = view.memo if ctx is None else ctx.memo
+    memo = m.get("divergences")
+    if memo is None:
+        memo = m["divergences"] = {}
     got = memo.get(id(scope))
     if got is not None:
         return got
@@ -336,24 +339,28 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
     conditioned = False
     holders = _exit_holders(view)  # only a block owner in there has exits (``_skipping_exits``)
     while p is not None:
-        if isinstance(p, ast.If) and child is not p.test:
-            v = ev.value(p.test)
-            if v.varying and not conditioned:
-                own, other = (p.body, p.orelse) if child in p.body else (p.orelse, p.body)
-                if not _mirrored(sites, site, other, own) and not _mirrored(sites, site, p, own, ev, scope):
+        t = p.__class__
+        if t is _IF:
+            if child is not p.test:
+                v = ev.value(p.test)
+                if v.varying and not conditioned:
+                    own, other = (p.body, p.orelse) if child in p.body else (p.orelse, p.body)
+                    if not _mirrored(sites, site, other, own) and not _mirrored(sites, site, p, own, ev, scope):
+                        return Divergence("cond", site, p, v)
+                if not dist_mode_test(p.test):
+                    conditioned = True  # an outer condition may be correlated with this one
+        elif t is _IFEXP:
+            if child is not p.test:
+                v = ev.value(p.test)
+                if v.varying and not conditioned:
                     return Divergence("cond", site, p, v)
-            if not dist_mode_test(p.test):
-                conditioned = True  # an outer condition may be correlated with this one
-        elif isinstance(p, ast.IfExp) and child is not p.test:
-            v = ev.value(p.test)
-            if v.varying and not conditioned:
-                return Divergence("cond", site, p, v)
-            conditioned = True
-        elif isinstance(p, ast.While) and child is not p.test:
-            v = ev.value(p.test)
-            if v.varying and child in p.body:
-                return Divergence("loop", site, p, v)
-        elif isinstance(p, (ast.For, ast.AsyncFor)) and child is not p.iter and child in p.body:
+                conditioned = True
+        elif t is _WHILE:
+            if child is not p.test:
+                v = ev.value(p.test)
+                if v.varying and child in p.body:
+                    return Divergence("loop", site, p, v)
+        elif (t is _FOR or t is _ASYNC_FOR) and child is not p.iter and child in p.body:
             v = ev.trip_count(p.iter)
             if v.varying:
                 return Divergence("loop", site, p, v)
@@ -364,11 +371,16 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
                 got = _exit_condition(hub, view, ex, st, site.node, ctx)
                 if got is not None and not _exit_mirrors(sites, site, got[0], ex):
                     return Divergence("exit", site, got[0], got[1], ex)
-        if p is scope or isinstance(p, _SCOPES):
+        if p is scope or t in _SCOPE_CLASSES:
             break
         child = p
-        p = parent(p)
+        p = getattr(p, "_p", None)
     return None
+
+
+# the node classes ``_site_divergence`` tells apart (by class: the walk runs for every site)
+_IF, _IFEXP, _WHILE, _FOR, _ASYNC_FOR = ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor
+_SCOPE_CLASSES = frozenset(_SCOPES)
 
 
 def context_divergences(hub, view, scopes) -> list[Divergence]:
