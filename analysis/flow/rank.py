@@ -70,11 +70,14 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
                             if t is not None and t.orelse:
                                 return Guard(prev, "after", t)
                     break
-        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+        if isinstance(p, _GUARD_SCOPES):
             break
         child = p
         p = parent(p)
     return None
+
+
+_GUARD_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef)  # where ``rank_guard`` stops
 
 
 def _exit_if_owners(ctx) -> frozenset:
