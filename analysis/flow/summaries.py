@@ -322,9 +322,14 @@ class Summaries(Roots):
 
     # -- sites -------------------------------------------------------------------------------
     def sites(self, view, scope: ast.AST, ctx=None) -> list[Site]:
-        if ctx is not None and not ctx.wraps and not ctx.self_wraps:
+        if ctx is None:
+            memo = view.memo.get("sites")
+            if memo is None:
+                memo = view.memo["sites"] = {}
+        elif not ctx.wraps and not ctx.self_wraps:
             return self.sites(view, scope)  # rank-varying arguments change no site
-        memo = _memo(view, ctx, "sites")
+        else:
+            memo = _memo(view, ctx, "sites")
         got = memo.get(id(scope))
         if got is not None:
             return got
