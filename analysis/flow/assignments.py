@@ -19,6 +19,8 @@ import ast
 from ..semantic import FUNC_TYPES, param_names, parent
 from ..semantic import has_param as _is_param  # the flow modules and rules import it from here
 
+_NESTED = (*FUNC_TYPES, ast.Lambda, ast.ClassDef)  # definitions a binding cannot leave
+
 
 def name_binding_kind(ctx, name: str, scope: ast.AST):
     """('param' | 'loop' | 'single' | 'multi' | 'none', value-or-None) for ``name`` seen from
@@ -100,7 +102,7 @@ def dominates(stmt: ast.stmt, node: ast.AST) -> bool:
     while n is not None:
         if n in lst:
             return lst.index(n) > lst.index(stmt)
-        if isinstance(n, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+        if isinstance(n, _NESTED):
             return False
         n = parent(n)
     return False

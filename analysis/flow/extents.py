@@ -31,6 +31,10 @@ from .shape_facts import (
     join_paths,
 )
 
+# where the walks up from a node stop (module-level tuples: the walks test one per level)
+_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
+_FUNCS_OR_MODULE = (*FUNC_TYPES, ast.Module)
+
 
 class Extents:
     """Mixed into ``shapes.Shapes``: lengths, trip counts and the project's data sources."""
@@ -39,7 +43,7 @@ class Extents:
         """A counter bumped in a loop whose trip count varies (``n += 1`` per line of this rank's
         shard) is rank-varying."""
         p = parent(node)
-        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+        while p is not None and not isinstance(p, _SCOPES):
             if isinstance(p, (ast.For, ast.AsyncFor)) and node is not p.iter:
                 sh = self.shape(p.iter, d)
                 if sh.kind == "V":
@@ -71,7 +75,7 @@ class Extents:
 
     def _in_loop_with(self, c, e) -> bool:
         p = parent(c)
-        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Module)):
+        while p is not None and not isinstance(p, _FUNCS_OR_MODULE):
             if isinstance(p, LOOPS):
                 n = parent(e)
                 while n is not None:
@@ -87,7 +91,7 @@ class Extents:
             if sh.kind == "V":
                 return Sh("V", sh.src, frozenset({0}))
         child, p = c, parent(c)
-        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+        while p is not None and not isinstance(p, _SCOPES):
             if isinstance(p, (ast.If, ast.While)) and child is not p.test:
                 v = self.ev.value(p.test)
                 # data, clocks and random numbers: a rank test is usually one of the symmetric

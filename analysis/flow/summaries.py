@@ -43,6 +43,7 @@ _PG_USES = frozenset(D + n for n in (*COLLECTIVES, "get_rank", "get_world_size",
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled"})
 _NOT_PROJECT_QN = ("torch.", "math.", "os.", "sys.", "time.", "numpy.", "logging.", "json.", "random.")
 _CONDITIONAL_EXPR = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_DEFS = (*FUNC_TYPES, ast.ClassDef)
 
 
 class Effect:
@@ -565,7 +566,7 @@ class Summaries(Roots):
                 stack.extend(reversed(st.body))
             elif isinstance(st, ast.Try) or st.__class__.__name__ == "TryStar":
                 return None  # a failure may be expected and handled
-            elif isinstance(st, (*FUNC_TYPES, ast.ClassDef)):
+            elif isinstance(st, _DEFS):
                 continue
             else:
                 calls = _calls_in(st)
@@ -647,7 +648,7 @@ def _calls_in(node: ast.AST) -> list[ast.Call]:
     stack = [node]
     while stack:
         n = stack.pop()
-        if isinstance(n, _CONDITIONAL_EXPR) or isinstance(n, (*FUNC_TYPES, ast.ClassDef)):
+        if isinstance(n, _CONDITIONAL_EXPR) or isinstance(n, _DEFS):
             continue
         if isinstance(n, ast.Call):
             out.append(n)

@@ -11,6 +11,7 @@ from ..semantic import FUNC_TYPES, parent
 
 
 _SCOPES = (*FUNC_TYPES, ast.ClassDef, ast.Lambda, ast.Module)
+_DEFS = (*FUNC_TYPES, ast.ClassDef)
 
 
 def holders_of(starts, got: set | None = None) -> set:
@@ -71,7 +72,7 @@ def unconditional(view, node: ast.AST, fn: ast.AST) -> bool:
             return True
         if isinstance(st, ast.If) and dist_mode_test(st.test) and not st.orelse:
             continue  # ``if world_size == 1: return``: no other rank to wait for
-        if not isinstance(st, (*FUNC_TYPES, ast.ClassDef)) and id(st) in holders:
+        if id(st) in holders and not isinstance(st, _DEFS):
             return False
     return True
 

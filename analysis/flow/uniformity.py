@@ -34,6 +34,8 @@ from .vocab import (  # noqa: F401  (the tables, re-exported)
 )
 from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join  # noqa: F401  (re-exported)
 
+_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
+
 
 RANK_NAME = re.compile(
     r"^_?(?:(?:global|local|world|node|ddp|dist|process|proc|my|cur|current|this|gpu|device|machine)_?)?"
@@ -285,7 +287,7 @@ class Evaluator:
         (``if val_loss > best: patience += 1``) gives a rank-varying value, whatever it assigns."""
         child = ev
         p = parent(ev)
-        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+        while p is not None and not isinstance(p, _SCOPES):
             if isinstance(p, (ast.If, ast.While)) and child is not p.test:
                 v = self.value(p.test, d + 1)
                 # data, clocks and random numbers only: a value set under a rank test is usually
