@@ -168,16 +168,15 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
     ap = (at.lineno, at.col_offset)
     aend = (at.end_lineno, at.end_col_offset)
     before = []
-    For, AsyncFor, With, AsyncWith = _FOR, _ASYNC_FOR, _WITH, _ASYNC_WITH
     for e in evs:
         if (e.lineno, e.col_offset) < ap:
             if aend <= (e.end_lineno, e.end_col_offset):  # e holds the use (``_contains``)
                 # ``x = f(x)``: the use reads the earlier binding; a loop/with body sees its target
                 t = e.__class__
-                if t is For or t is AsyncFor:
+                if t is _FOR or t is _ASYNC_FOR:
                     if any(_contains(s, at) for s in e.body):
                         before.append(e)
-                elif t is With or t is AsyncWith:
+                elif t is _WITH or t is _ASYNC_WITH:
                     before.append(e)
                 continue
             before.append(e)
