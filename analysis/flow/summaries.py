@@ -614,24 +614,28 @@ def _sites_prelude(view) -> tuple:
     instances, methods = instance_names(view), method_names(view)
     calls = sem.calls
     names, attrs, _, base = sem.callee_index()
-    pos: set[int] = set()
-    defs, classes, imports = view.defs, view.classes, view.imports
+    defs, classes, imports, aliases = view.defs, view.classes, view.imports, sem.aliases
+    pos: list[int] = []  # positions of calls whose qualified name is yet to be tested
     for k in names.keys() & (wrapped | defs.keys() | classes.keys() | imports.keys()):
-        pos.update(names[k])
+        pos += names[k]
     for k in attrs.keys() & (wrapped | {"backward", "step"}):
-        pos.update(attrs[k])
+        pos += attrs[k]
+    pos += [i for i in base.get("self", ()) if calls[i].func.attr in methods]
+    cands = set()
+    for i in pos:
+        c = calls[i]
+        if not (c._qn or "").startswith(_NOT_PROJECT_QN):
+            cands.add(id(c))
     for k in base.keys() & (imports.keys() | instances):
-        pos.update(base[k])
-    pos.update(i for i in base.get("self", ()) if calls[i].func.attr in methods)
-    outside, dist = set(), set()  # calls outside the project / of ``torch.distributed``
+        a = aliases.get(k)
+        if a is not None and (a + ".").startswith(_NOT_PROJECT_QN):
+            # every call on ``k`` has a qualified name under ``a`` (canonical names only rename
+            # within ``torch.``): outside the project, all of them
+            continue
+        cands.update(id(calls[i]) for i in base[k])
     for qn, lst in by_qn.items():
         if qn.startswith(D):
-            dist.update(map(id, lst))
-        elif qn.startswith(_NOT_PROJECT_QN):
-            outside.update(map(id, lst))
-    cands = {id(calls[i]) for i in pos}
-    cands -= outside
-    cands |= dist
+            cands.update(map(id, lst))
     got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
     return got
 
