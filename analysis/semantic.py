@@ -6,6 +6,7 @@ overflow the C stack here) and every rule queries the indexes built here.
 from __future__ import annotations
 
 import ast
+import os
 from collections import defaultdict, deque
 from functools import partial
 from itertools import repeat
@@ -83,9 +84,19 @@ def _walk_table(wanted: frozenset) -> dict[type, tuple]:
 
 
 def _walk_entry(table: dict, t: type, wanted: frozenset) -> tuple:
+    """The table entry of node type ``t`` (made on its first node)."""
     got = table[t] = (_KINDS.get(t, _K_PLAIN), t in wanted, _child_fields(t))
     return got
 
+
+# The traversal in C when the optional extension was built (setup.py); DDP_LINT_PURE_PYTHON=1 keeps
+# the Python one (the tests compare both).
+_c_walk = None
+if not os.environ.get("DDP_LINT_PURE_PYTHON"):
+    try:
+        from ._speedups import walk as _c_walk
+    except ImportError:  # not built (no C compiler where it was installed): the Python traversal
+        _c_walk = None
 
 _drain = partial(deque, maxlen=0)  # consumes an iterator in C
 _DICT_OF = attrgetter("__dict__")
@@ -138,6 +149,25 @@ class Semantic:
 
     # -- the traversal -----------------------------------------------------------------------
     def _walk(self, tree: ast.Module, wanted: frozenset) -> None:
+        if _c_walk is None:
+            self._py_walk(tree, wanted)
+            return
+        # the same traversal in C (analysis/_speedups.c): identical indexes, parents and order
+        table = _walk_table(wanted)
+        by_scope: dict[int, list] = {}
+        self._scope_calls = by_scope
+        nodes = self._nodes = []
+        leaf = _LEAF_TYPES - wanted if self._owned else frozenset()
+        if _c_walk(tree, table, partial(_walk_entry, table, wanted=wanted), leaf, self.calls, self.imports,
+                   self.functions, self.by_type, by_scope, nodes):
+            self._walrus = True
+        self.calls.reverse()
+        for lst in self.by_type.values():
+            lst.reverse()
+        for lst in by_scope.values():
+            lst.reverse()
+
+    def _py_walk(self, tree: ast.Module, wanted: frozenset) -> None:
         calls = self.calls
         imports = self.imports
         functions = self.functions

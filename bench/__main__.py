@@ -101,8 +101,14 @@ def machine() -> str:
         load = f", load average {os.getloadavg()[0]:.1f} at the start"
     except OSError:  # pragma: no cover
         load = ""
+    try:
+        from ddp_lint.analysis import semantic
+
+        walk = ", C traversal" if semantic._c_walk is not None else ", Python traversal (extension not built)"
+    except ImportError:  # pragma: no cover
+        walk = ""
     return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores{load}, "
-            f"Python {platform.python_version()}")
+            f"Python {platform.python_version()}{walk}")
 
 
 def run_module(key: str, modname: str, title: str, quick: bool) -> list[dict]:

@@ -1,0 +1,155 @@
+"""The one traversal of ``semantic.Semantic``: the optional C version (analysis/_speedups.c, built by
+setup.py) must give exactly what the Python version gives (parent pointers, every index, the order
+of each list), and the product must work the same without it (``DDP_LINT_PURE_PYTHON=1``).
+
+In CI (``DDP_LINT_REQUIRE_ALL=1``) the extension must have been built: ``pip install -e .`` compiles
+it, and a missing compiler would otherwise go unnoticed (the build treats it as optional)."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.gen import training_script
+from ddp_lint.analysis import semantic as S
+from tests.conftest import EXAMPLES, FIXTURES, ROOT, require
+
+C_WALK = S._c_walk
+
+TRICKY = '''
+import torch.distributed as dist
+from functools import wraps as w
+
+def deco(f):
+    @w(f)
+    def inner(*a, key=(lambda q=dist.get_rank(): q)(), **kw):
+        return f(*a, **kw)
+    return inner
+
+@deco
+@dist.something(dist.get_rank())
+async def f(x: dist.Tensor = dist.get_world_size(), /, *rest, k: int = 0, **more) -> dist.T:
+    async with open(x) as (a, b):
+        async for i in g():
+            if (n := len(rest)) > 0:
+                dist.all_reduce(i)
+    match x:
+        case {"a": 1, **kw} if kw:
+            pass
+        case [1, *others] | (2 as two):
+            pass
+        case Point(x=0) | None:
+            pass
+    try:
+        pass
+    except* ValueError as e:
+        raise
+    d = {**rest, None: 1, 2: [y for y in range(3) if y]}
+    return lambda: (yield)
+
+class K(dist.Base, metaclass=M):
+    z: int = 1
+    def m(self):
+        global gg
+        nonlocal_ = [x async for x in aiter()]
+        return f"{self!r:>{width}}"
+'''
+
+
+def _snapshot(tree, sem):
+    parents = [(id(n), id(getattr(n, "_p", None))) for n in ast.walk(tree) if hasattr(n, "_p")]
+    return {
+        "parents": parents,
+        "calls": [id(c) for c in sem.calls],
+        "by_type": {k.__name__: [id(x) for x in v] for k, v in sem.by_type.items()},
+        "scope_calls": {k: [id(x) for x in v] for k, v in sem._scope_calls.items()},
+        "functions": {k: [id(x) for x in v] for k, v in sem.functions.items()},
+        "imports": [id(x) for x in sem.imports],
+        "walrus": sem._walrus,
+        "nodes": sorted(id(x) for x in sem._nodes),
+        "aliases": dict(sem.aliases),
+    }
+
+
+def _both(tree, wanted, owned):
+    """Snapshots of the Python and the C traversal of the same tree."""
+    out = []
+    for walk in (None, C_WALK):
+        S._c_walk = walk
+        try:
+            sem = S.Semantic(tree, wanted, owned=owned)
+            out.append(_snapshot(tree, sem))
+            sem._owned = False  # keep the tree whole for the next traversal
+            sem.release()
+        finally:
+            S._c_walk = C_WALK
+    return out
+
+
+def _sources():
+    yield "tricky", TRICKY
+    for n in (300, 800):
+        yield f"training_script({n})", training_script(n, seed=n)
+    for p in sorted(EXAMPLES.glob("*.py")) + sorted(FIXTURES.rglob("*.py")):
+        yield str(p.relative_to(ROOT)), p.read_text(encoding="utf-8", errors="replace")
+
+
+def test_the_extension_is_built_in_ci():
+    require(C_WALK is not None, "the C traversal (analysis/_speedups.c) was not built: no C compiler?")
+
+
+def test_c_traversal_matches_python_traversal():
+    require(C_WALK is not None, "the C traversal (analysis/_speedups.c) was not built")
+    wanted_sets = (frozenset(), frozenset({ast.For, ast.Subscript, ast.Name, ast.Lambda, ast.Constant}))
+    n = 0
+    for name, text in _sources():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            assert name != "tricky"
+            continue  # a fixture of DDP000
+        for wanted in wanted_sets:
+            for owned in (False, True):
+                py, c = _both(tree, frozenset(wanted).union(S.BRANCHING, S.EXITS), owned)
+                for key in py:
+                    assert py[key] == c[key], f"{name}: {key} differs (owned={owned}, wanted={sorted(t.__name__ for t in wanted)})"
+        n += 1
+    assert n > 100
+
+
+def test_hand_built_tree_is_walked_the_same():
+    """A node without some field (built by hand, not by ast.parse) is read through plain
+    attribute access in both traversals."""
+    require(C_WALK is not None, "the C traversal (analysis/_speedups.c) was not built")
+    call = ast.Call(func=ast.Name(id="f"), args=[ast.Constant(1)])  # no ``keywords``
+    tree = ast.Module(body=[ast.Expr(value=call)], type_ignores=[])
+    py, c = _both(tree, frozenset(), False)
+    assert py == c and len(py["calls"]) == 1
+
+
+def test_bad_field_value_raises_in_both():
+    require(C_WALK is not None, "the C traversal (analysis/_speedups.c) was not built")
+    tree = ast.Module(body=[ast.Expr(value=42)], type_ignores=[])  # an int where a node belongs
+    for walk in (None, C_WALK):
+        S._c_walk = walk
+        try:
+            with pytest.raises(AttributeError):
+                S.Semantic(tree, frozenset())
+        finally:
+            S._c_walk = C_WALK
+
+
+def test_findings_identical_without_the_extension(tmp_path):
+    """The same CLI run with the Python traversal forced: byte-identical output."""
+    files = [str(p) for p in sorted(EXAMPLES.glob("*.py"))]
+    outs = []
+    for pure in ("", "1"):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), DDP_LINT_PURE_PYTHON=pure, XDG_CACHE_HOME=str(tmp_path / ".x"))
+        r = subprocess.run([sys.executable, "-m", "ddp_lint", "check", "--no-cache", "--select", "ALL", *files],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+        assert r.returncode in (0, 1), r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1] and outs[0].strip()
