@@ -54,7 +54,8 @@ static int stack_push(Stack *s, PyObject *node, PyObject *scope) {
     return 0;
 }
 
-static PyObject *str_p, *str_name, *str_decorator_list;
+static PyObject *str_p, *str_name, *str_decorator_list, *str_func, *str_attr, *str_value, *str_id, *str_qn,
+    *str_dot;
 
 /* append ``value`` to the list ``d[key]``, creating it */
 static int append_to(PyObject *d, PyObject *key, PyObject *value) {
@@ -94,14 +95,17 @@ static PyObject *get_field(PyObject *node, PyObject *f) {
     return v;
 }
 
-/* ``node._p = parent``, straight into the instance dict when there is one (no descriptor can
-   stand in the way: ``_p`` is no attribute of any ast class) */
-static int set_parent(PyObject *node, PyObject *parent) {
+/* ``node.<name> = value`` for our own attributes (``_p``, ``_qn``), straight into the instance
+   dict when there is one (no descriptor can stand in the way: they are no attribute of any ast
+   class) */
+static int set_own(PyObject *node, PyObject *name, PyObject *value) {
     PyObject **dp = _PyObject_GetDictPtr(node);
     if (dp != NULL && *dp != NULL && PyDict_CheckExact(*dp))
-        return PyDict_SetItem(*dp, str_p, parent);
-    return PyObject_SetAttr(node, str_p, parent);
+        return PyDict_SetItem(*dp, name, value);
+    return PyObject_SetAttr(node, name, value);
 }
+
+static int set_parent(PyObject *node, PyObject *parent) { return set_own(node, str_p, parent); }
 
 /* give ``child`` its parent and push it unless it is a leaf (None children are skipped) */
 static int visit_child(Stack *s, PyObject *child, PyObject *parent, PyObject *scope, PyObject *leaf) {
@@ -259,21 +263,376 @@ done:
     return result;
 }
 
+/* ``Semantic._index_calls`` in C (see there):
+   index_calls(calls, aliases, canon, canonical_cached, Attribute, Name, by_qn, names, attrs, recv, base,
+               pairs)
+   fills the five indexes and sets ``_qn`` on every call; ``pairs`` caches (alias, attribute) ->
+   qualified name across checks. */
+static int append_pos(PyObject *d, PyObject *key, PyObject *pos) { return append_to(d, key, pos); }
+
+static PyObject *qualified(PyObject *canon, PyObject *canonical_cached, PyObject *key) {
+    PyObject *qn = PyDict_GetItemWithError(canon, key);
+    if (qn != NULL) {
+        Py_INCREF(qn);
+        return qn;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_CallOneArg(canonical_cached, key);
+}
+
+static PyObject *index_calls(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "index_calls() takes 12 arguments");
+        return NULL;
+    }
+    PyObject *calls = args[0], *aliases = args[1], *canon = args[2], *canonical_cached = args[3];
+    PyTypeObject *Attribute = (PyTypeObject *)args[4], *Name = (PyTypeObject *)args[5];
+    PyObject *by_qn = args[6], *names = args[7], *attrs = args[8], *recv = args[9], *base_of = args[10];
+    PyObject *pairs = args[11];
+    if (!PyList_CheckExact(calls) || !PyDict_Check(aliases) || !PyDict_CheckExact(canon) || !PyType_Check(args[4]) ||
+        !PyType_Check(args[5]) || !PyDict_Check(by_qn) || !PyDict_CheckExact(names) || !PyDict_CheckExact(attrs) ||
+        !PyDict_CheckExact(recv) || !PyDict_CheckExact(base_of) || !PyDict_CheckExact(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "index_calls(): unexpected argument types");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(calls); i++) {
+        PyObject *c = PyList_GET_ITEM(calls, i);
+        PyObject *pos = PyLong_FromSsize_t(i);
+        PyObject *f = NULL, *qn = NULL, *k = NULL, *v = NULL, *vid = NULL;
+        int ok = -1;
+        if (pos == NULL)
+            return NULL;
+        f = get_field(c, str_func);
+        if (f == NULL) {
+            if (PyErr_Occurred())
+                goto next;
+            PyErr_SetString(PyExc_AttributeError, "a call without func");
+            goto next;
+        }
+        if (Py_TYPE(f) == Attribute) {
+            k = get_field(f, str_attr);
+            v = k ? get_field(f, str_value) : NULL;
+            if (k == NULL || v == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_AttributeError, "an attribute without attr/value");
+                goto next;
+            }
+            if (append_pos(attrs, k, pos) < 0)
+                goto next;
+            if (Py_TYPE(v) == Name) {
+                vid = get_field(v, str_id);
+                if (vid == NULL) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_AttributeError, "a name without id");
+                    goto next;
+                }
+                if (append_pos(base_of, vid, pos) < 0)
+                    goto next;
+                PyObject *base = PyDict_GetItemWithError(aliases, vid);  /* borrowed */
+                if (base == NULL) {
+                    if (PyErr_Occurred())
+                        goto next;
+                } else {
+                    /* (alias, attribute) -> qualified name, cached across checks like ``canon`` */
+                    PyObject *pair = PyTuple_Pack(2, base, k);
+                    if (pair == NULL)
+                        goto next;
+                    qn = PyDict_GetItemWithError(pairs, pair);
+                    if (qn != NULL) {
+                        Py_INCREF(qn);
+                    } else if (!PyErr_Occurred()) {
+                        PyObject *key = PyUnicode_FromFormat("%U.%U", base, k);
+                        qn = key ? qualified(canon, canonical_cached, key) : NULL;
+                        Py_XDECREF(key);
+                        if (qn != NULL && PyDict_SetItem(pairs, pair, qn) < 0)
+                            Py_CLEAR(qn);
+                    }
+                    Py_DECREF(pair);
+                    if (qn == NULL)
+                        goto next;
+                }
+            } else {
+                if (Py_TYPE(v) == Attribute) {
+                    PyObject *va = get_field(v, str_attr);
+                    if (va == NULL) {
+                        if (!PyErr_Occurred())
+                            PyErr_SetString(PyExc_AttributeError, "an attribute without attr");
+                        goto next;
+                    }
+                    int rc = append_pos(recv, va, pos);
+                    Py_DECREF(va);
+                    if (rc < 0)
+                        goto next;
+                }
+                /* up the chain to its root: only a name bound by an import gives a qualified name */
+                PyObject *parts = PyList_New(0);
+                if (parts == NULL)
+                    goto next;
+                PyObject *cur = f;
+                Py_INCREF(cur);
+                int bad = 0;
+                while (Py_TYPE(cur) == Attribute) {
+                    PyObject *a = get_field(cur, str_attr), *nx = a ? get_field(cur, str_value) : NULL;
+                    if (a == NULL || nx == NULL) {
+                        Py_XDECREF(a);
+                        bad = 1;
+                        break;
+                    }
+                    int rc = PyList_Append(parts, a);
+                    Py_DECREF(a);
+                    Py_DECREF(cur);
+                    cur = nx;
+                    if (rc < 0) {
+                        bad = 1;
+                        break;
+                    }
+                }
+                if (!bad && Py_TYPE(cur) == Name) {
+                    PyObject *rid = get_field(cur, str_id);
+                    PyObject *base = rid ? PyDict_GetItemWithError(aliases, rid) : NULL;
+                    Py_XDECREF(rid);
+                    if (base == NULL && PyErr_Occurred())
+                        bad = 1;
+                    else if (base != NULL && PyList_Reverse(parts) == 0) {
+                        PyObject *tail = PyUnicode_Join(str_dot, parts);
+                        PyObject *key = tail ? PyUnicode_FromFormat("%U.%U", base, tail) : NULL;
+                        Py_XDECREF(tail);
+                        qn = key ? qualified(canon, canonical_cached, key) : NULL;
+                        Py_XDECREF(key);
+                        if (qn == NULL)
+                            bad = 1;
+                    } else if (base != NULL) {
+                        bad = 1;
+                    }
+                } else if (!bad && PyErr_Occurred()) {
+                    bad = 1;
+                }
+                Py_DECREF(cur);
+                Py_DECREF(parts);
+                if (bad) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_AttributeError, "a malformed attribute chain");
+                    goto next;
+                }
+            }
+        } else if (Py_TYPE(f) == Name) {
+            vid = get_field(f, str_id);
+            if (vid == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_AttributeError, "a name without id");
+                goto next;
+            }
+            if (append_pos(names, vid, pos) < 0)
+                goto next;
+            qn = PyDict_GetItemWithError(aliases, vid);
+            if (qn == NULL && PyErr_Occurred())
+                goto next;
+            Py_XINCREF(qn);
+        }
+        if (set_own(c, str_qn, qn ? qn : Py_None) < 0)
+            goto next;
+        if (qn != NULL) {
+            int truth = PyObject_IsTrue(qn);
+            if (truth < 0 || (truth && append_to(by_qn, qn, c) < 0))
+                goto next;
+        }
+        ok = 0;
+    next:
+        Py_DECREF(pos);
+        Py_XDECREF(f);
+        Py_XDECREF(qn);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        Py_XDECREF(vid);
+        if (ok < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- small queries of semantic.py, in C -------------------------------------------------------- */
+
+/* first_in(types, include_self, default, node): the first of ``node`` (when ``include_self``) and
+   its ancestors (``_p`` chain) whose exact class is in the set ``types``; ``default`` when none,
+   ``node`` itself when ``default`` is ``...`` (``Semantic.scope_of``, ``enclosing_function``,
+   ``statement_of``; the node comes last so that ``functools.partial`` can bind the rest). */
+static PyObject *first_in(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyAnySet_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "first_in(types, include_self, default, node)");
+        return NULL;
+    }
+    PyObject *types = args[0];
+    int include_self = PyObject_IsTrue(args[1]);
+    if (include_self < 0)
+        return NULL;
+    PyObject *n = args[3];
+    Py_INCREF(n);
+    if (!include_self) {
+        PyObject *p = get_field(n, str_p);
+        Py_DECREF(n);
+        if (p == NULL && PyErr_Occurred())
+            return NULL;
+        n = p;
+    }
+    while (n != NULL && n != Py_None) {
+        int hit = PySet_Contains(types, (PyObject *)Py_TYPE(n));
+        if (hit < 0) {
+            Py_DECREF(n);
+            return NULL;
+        }
+        if (hit)
+            return n;
+        PyObject *p = get_field(n, str_p);
+        Py_DECREF(n);
+        if (p == NULL && PyErr_Occurred())
+            return NULL;
+        n = p;
+    }
+    Py_XDECREF(n);
+    PyObject *d = args[2] == Py_Ellipsis ? args[3] : args[2];
+    Py_INCREF(d);
+    return d;
+}
+
+static PyObject *Starred = NULL;
+static PyObject *str_keywords, *str_args, *str_arg;
+
+/* configure(Starred): the classes the queries below need, from the ``ast`` module the caller uses */
+static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure(Starred)");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_XSETREF(Starred, args[0]);
+    Py_RETURN_NONE;
+}
+
+/* get_arg(call, pos, kw): ``semantic.get_arg`` */
+static PyObject *get_arg(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || Starred == NULL) {
+        PyErr_SetString(PyExc_TypeError, "get_arg(call, pos, kw) (after configure())");
+        return NULL;
+    }
+    PyObject *call = args[0], *pos = args[1], *kw = args[2];
+    PyObject *kws = get_field(call, str_keywords);
+    if (kws == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "'Call' object has no attribute 'keywords'");
+        return NULL;
+    } else {
+        PyObject *seq = PySequence_Fast(kws, "keywords");
+        Py_DECREF(kws);
+        if (seq == NULL)
+            return NULL;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+            PyObject *k = PySequence_Fast_GET_ITEM(seq, i);
+            PyObject *a = get_field(k, str_arg);
+            if (a == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(seq);
+                    return NULL;
+                }
+                continue;
+            }
+            int eq = PyObject_RichCompareBool(a, kw, Py_EQ);
+            Py_DECREF(a);
+            if (eq < 0) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            if (eq) {
+                PyObject *v = get_field(k, str_value);
+                Py_DECREF(seq);
+                if (v == NULL && !PyErr_Occurred())
+                    PyErr_SetString(PyExc_AttributeError, "a keyword without value");
+                return v;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    if (pos == Py_None)
+        Py_RETURN_NONE;
+    Py_ssize_t p = PyNumber_AsSsize_t(pos, PyExc_OverflowError);
+    if (p == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *al = get_field(call, str_args);
+    if (al == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "'Call' object has no attribute 'args'");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(al, "args");
+    Py_DECREF(al);
+    if (seq == NULL)
+        return NULL;
+    PyObject *out = Py_None;
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(seq);
+    if (p < size) {
+        /* as Python does it, negative positions included: ``args[:pos + 1]`` has no Starred,
+           then ``args[pos]`` */
+        Py_ssize_t end = p + 1;
+        if (end < 0)
+            end = end + size < 0 ? 0 : end + size;
+        Py_ssize_t idx = p < 0 ? p + size : p;
+        if (idx < 0) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < end; i++) {
+            int st = PyObject_IsInstance(PySequence_Fast_GET_ITEM(seq, i), Starred);
+            if (st < 0) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            if (st) {
+                Py_DECREF(seq);
+                Py_RETURN_NONE;
+            }
+        }
+        out = PySequence_Fast_GET_ITEM(seq, idx);
+    }
+    Py_INCREF(out);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL,
      "walk(tree, table, entry, leaf, calls, imports, functions, by_type, by_scope, nodes) -> walrus"},
+    {"index_calls", (PyCFunction)(void (*)(void))index_calls, METH_FASTCALL,
+     "index_calls(calls, aliases, canon, canonical_cached, Attribute, Name, by_qn, names, attrs, recv, base, pairs)"},
+    {"first_in", (PyCFunction)(void (*)(void))first_in, METH_FASTCALL,
+     "first_in(types, include_self, default, node)"},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "configure(Starred)"},
+    {"get_arg", (PyCFunction)(void (*)(void))get_arg, METH_FASTCALL, "get_arg(call, pos, kw)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_speedups", "The traversal of semantic.Semantic in C (optional).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_speedups", "The traversal and the call indexes of semantic.Semantic in C (optional).",
+    -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_p = PyUnicode_InternFromString("_p");
     str_name = PyUnicode_InternFromString("name");
     str_decorator_list = PyUnicode_InternFromString("decorator_list");
-    if (str_p == NULL || str_name == NULL || str_decorator_list == NULL)
+    str_func = PyUnicode_InternFromString("func");
+    str_attr = PyUnicode_InternFromString("attr");
+    str_value = PyUnicode_InternFromString("value");
+    str_id = PyUnicode_InternFromString("id");
+    str_qn = PyUnicode_InternFromString("_qn");
+    str_dot = PyUnicode_InternFromString(".");
+    str_keywords = PyUnicode_InternFromString("keywords");
+    str_args = PyUnicode_InternFromString("args");
+    str_arg = PyUnicode_InternFromString("arg");
+    if (str_keywords == NULL || str_args == NULL || str_arg == NULL)
+        return NULL;
+    if (str_p == NULL || str_name == NULL || str_decorator_list == NULL || str_func == NULL || str_attr == NULL ||
+        str_value == NULL || str_id == NULL || str_qn == NULL || str_dot == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -89,18 +89,21 @@ def _walk_entry(table: dict, t: type, wanted: frozenset) -> tuple:
     return got
 
 
-# The traversal in C when the optional extension was built (setup.py); DDP_LINT_PURE_PYTHON=1 keeps
-# the Python one (the tests compare both).
-_c_walk = None
+# The traversal, the call indexes and the small tree queries (``scope_of``, ``get_arg``...) in C
+# when the optional extension was built (setup.py); DDP_LINT_PURE_PYTHON=1 keeps the Python ones
+# (tests/test_traversal.py compares both).
+_c_walk = _c_index_calls = _speedups = None
 if not os.environ.get("DDP_LINT_PURE_PYTHON"):
     try:
-        from ._speedups import walk as _c_walk
+        from . import _speedups
+        from ._speedups import index_calls as _c_index_calls, walk as _c_walk
     except ImportError:  # not built (no C compiler where it was installed): the Python traversal
-        _c_walk = None
+        _c_walk = _c_index_calls = _speedups = None
 
 _drain = partial(deque, maxlen=0)  # consumes an iterator in C
 _DICT_OF = attrgetter("__dict__")
 _CANON_CACHE: dict[str, str] = {}
+_PAIR_CACHE: dict[tuple[str, str], str] = {}  # (alias, attribute) -> qualified name, for the C call index
 
 
 def _canonical_cached(qn: str) -> str:
@@ -357,6 +360,14 @@ class Semantic:
         attrs: dict[str, list[int]] = {}
         recv: dict[str, list[int]] = {}
         base_of: dict[str, list[int]] = {}
+        if _c_index_calls is not None:  # the same loop in C (analysis/_speedups.c)
+            if len(_PAIR_CACHE) > 20000:  # bounded like _CANON_CACHE
+                _PAIR_CACHE.clear()
+            _c_index_calls(self.calls, self.aliases, _CANON_CACHE, _canonical_cached, ast.Attribute, ast.Name,
+                           by_qn, names, attrs, recv, base_of, _PAIR_CACHE)
+            self._calls_by_qn = by_qn
+            self._callee_index = (names, attrs, recv, base_of)
+            return
         aliases = self.aliases
         canon = _CANON_CACHE
         Attribute, Name = ast.Attribute, ast.Name
@@ -756,3 +767,15 @@ def has_kwarg(call: ast.Call, kw: str) -> bool:
 
 def has_star(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
+# -- the C versions of the small queries (see ``_speedups``), same answers ---------------------
+_py_get_arg = get_arg
+_py_scope_of, _py_enclosing_function, _py_statement_of = (
+    Semantic.scope_of, Semantic.enclosing_function, Semantic.statement_of)
+if _speedups is not None:
+    _speedups.configure(ast.Starred)
+    get_arg = _speedups.get_arg  # noqa: F811
+    Semantic.scope_of = staticmethod(partial(_speedups.first_in, _SCOPE_SET, False, ...))
+    Semantic.enclosing_function = staticmethod(partial(_speedups.first_in, _FUNC_SET, False, None))
+    Semantic.statement_of = staticmethod(partial(_speedups.first_in, _STMT_SET, True, None))

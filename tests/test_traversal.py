@@ -1,6 +1,7 @@
-"""The one traversal of ``semantic.Semantic``: the optional C version (analysis/_speedups.c, built by
-setup.py) must give exactly what the Python version gives (parent pointers, every index, the order
-of each list), and the product must work the same without it (``DDP_LINT_PURE_PYTHON=1``).
+"""The one traversal of ``semantic.Semantic`` and its call indexes: the optional C versions
+(analysis/_speedups.c, built by setup.py) must give exactly what the Python versions give (parent
+pointers, every index, the order of each list, each call's qualified name), and the product must
+work the same without them (``DDP_LINT_PURE_PYTHON=1``).
 
 In CI (``DDP_LINT_REQUIRE_ALL=1``) the extension must have been built: ``pip install -e .`` compiles
 it, and a missing compiler would otherwise go unnoticed (the build treats it as optional)."""
@@ -18,10 +19,16 @@ from ddp_lint.analysis import semantic as S
 from tests.conftest import EXAMPLES, FIXTURES, ROOT, require
 
 C_WALK = S._c_walk
+C_INDEX = S._c_index_calls
 
 TRICKY = '''
 import torch.distributed as dist
+import torch.nn.parallel.distributed as tnpd
+from torch.utils.data.distributed import DistributedSampler as DS
 from functools import wraps as w
+tnpd.DistributedDataParallel(m).module.x.y()
+dist.distributed_c10d.all_reduce(t)
+DS(d); fs[0](); g()(); (lambda: 1)(); dist.a.b.c.d()
 
 def deco(f):
     @w(f)
@@ -61,7 +68,11 @@ class K(dist.Base, metaclass=M):
 
 def _snapshot(tree, sem):
     parents = [(id(n), id(getattr(n, "_p", None))) for n in ast.walk(tree) if hasattr(n, "_p")]
+    by_qn = sem.calls_by_qualname
     return {
+        "by_qualname": {k: [id(c) for c in v] for k, v in by_qn.items()},
+        "qn": [c._qn for c in sem.calls],
+        "callee_index": sem.callee_index(),
         "parents": parents,
         "calls": [id(c) for c in sem.calls],
         "by_type": {k.__name__: [id(x) for x in v] for k, v in sem.by_type.items()},
@@ -77,15 +88,15 @@ def _snapshot(tree, sem):
 def _both(tree, wanted, owned):
     """Snapshots of the Python and the C traversal of the same tree."""
     out = []
-    for walk in (None, C_WALK):
-        S._c_walk = walk
+    for walk, index in ((None, None), (C_WALK, C_INDEX)):
+        S._c_walk, S._c_index_calls = walk, index
         try:
             sem = S.Semantic(tree, wanted, owned=owned)
             out.append(_snapshot(tree, sem))
             sem._owned = False  # keep the tree whole for the next traversal
             sem.release()
         finally:
-            S._c_walk = C_WALK
+            S._c_walk, S._c_index_calls = C_WALK, C_INDEX
     return out
 
 
@@ -98,7 +109,8 @@ def _sources():
 
 
 def test_the_extension_is_built_in_ci():
-    require(C_WALK is not None, "the C traversal (analysis/_speedups.c) was not built: no C compiler?")
+    require(C_WALK is not None and C_INDEX is not None,
+            "the C traversal (analysis/_speedups.c) was not built: no C compiler?")
 
 
 def test_c_traversal_matches_python_traversal():
@@ -153,3 +165,43 @@ def test_findings_identical_without_the_extension(tmp_path):
         assert r.returncode in (0, 1), r.stderr
         outs.append(r.stdout)
     assert outs[0] == outs[1] and outs[0].strip()
+
+
+def _outcome(fn, *args):
+    try:
+        return ("ok", id(fn(*args)))
+    except Exception as e:  # noqa: BLE001 - the exception's type is the answer to compare
+        return ("raises", type(e).__name__)
+
+
+def test_c_queries_match_python_queries():
+    """``scope_of``, ``enclosing_function``, ``statement_of`` (every node) and ``get_arg`` (every
+    call, positions and keywords present or not, negative positions too) answer the same."""
+    require(S._speedups is not None, "the C queries (analysis/_speedups.c) were not built")
+    pairs = [(S._py_scope_of, S.Semantic.scope_of), (S._py_enclosing_function, S.Semantic.enclosing_function),
+             (S._py_statement_of, S.Semantic.statement_of)]
+    checked = 0
+    for name, text in _sources():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        sem = S.Semantic(tree, frozenset())
+        for n in ast.walk(tree):
+            for py, c in pairs:
+                assert _outcome(py, n) == _outcome(c, n), (name, py.__name__, ast.dump(n)[:80])
+            if isinstance(n, ast.Call):
+                kws = [k.arg for k in n.keywords if k.arg] + ["absent"]
+                for pos in (None, 0, 1, 2, 5, -1, -2, -9):
+                    for kw in kws:
+                        assert _outcome(S._py_get_arg, n, pos, kw) == _outcome(S.get_arg, n, pos, kw), (
+                            name, pos, kw, ast.dump(n)[:80])
+                checked += 1
+        sem.release()
+    for n in (None, 42, ast.Name(id="x")):  # no parent pointer at all
+        for py, c in pairs:
+            assert _outcome(py, n) == _outcome(c, n)
+    bare = ast.Call(func=ast.Name(id="f"), args=[ast.Starred(value=ast.Name(id="a")), ast.Constant(1)])
+    for pos in (None, 0, 1, -1):
+        assert _outcome(S._py_get_arg, bare, pos, "k") == _outcome(S.get_arg, bare, pos, "k")  # no ``keywords``
+    assert checked > 1000
