@@ -599,6 +599,136 @@ static PyObject *get_arg(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
+/* assignment_index(stmts, scope_types, new_table, add_bindings, Assign, AnnAssign, AugAssign, Name,
+   no_names) -> {id(scope): table}: ``Semantic._assignment_index``'s loop over the sorted binding
+   statements (the common shapes here, the others through ``add_bindings(table, stmt)``). */
+static PyObject *str_targets, *str_target;
+
+static PyObject *assignment_index(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyAnySet_Check(args[1]) || !PyAnySet_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "assignment_index(stmts, scope_types, new_table, add_bindings, Assign, AnnAssign, "
+                        "AugAssign, Name, no_names)");
+        return NULL;
+    }
+    PyObject *stmts = args[0], *scope_types = args[1], *new_table = args[2], *add_bindings = args[3];
+    PyObject *Assign = args[4], *AnnAssign = args[5], *AugAssign = args[6], *Name = args[7], *no_names = args[8];
+    PyObject *index = PyDict_New();
+    if (index == NULL)
+        return NULL;
+    PyObject *owner = NULL, *out = NULL;   /* borrowed: both live in ``index`` / the tree */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(stmts); i++) {
+        PyObject *st = PyList_GET_ITEM(stmts, i);
+        PyObject *p = get_field(st, str_p);
+        while (p != NULL && p != Py_None) {
+            int hit = PySet_Contains(scope_types, (PyObject *)Py_TYPE(p));
+            if (hit < 0)
+                goto fail_p;
+            if (hit)
+                break;
+            PyObject *nx = get_field(p, str_p);
+            Py_DECREF(p);
+            p = nx;
+        }
+        if (p == NULL || p == Py_None) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "a binding statement outside any scope");
+            goto fail_p;
+        }
+        if (p != owner) {
+            owner = p;
+            PyObject *key = PyLong_FromVoidPtr(p);
+            if (key == NULL)
+                goto fail_p;
+            out = PyDict_GetItemWithError(index, key);
+            if (out == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    goto fail_p;
+                }
+                PyObject *made = PyObject_CallNoArgs(new_table);
+                if (made == NULL || PyDict_SetItem(index, key, made) < 0) {
+                    Py_XDECREF(made);
+                    Py_DECREF(key);
+                    goto fail_p;
+                }
+                out = made;
+                Py_DECREF(made);   /* ``index`` holds it */
+            }
+            Py_DECREF(key);
+        }
+        Py_DECREF(p);   /* the scope lives in the tree: ``owner`` may stay borrowed */
+        PyObject *t = (PyObject *)Py_TYPE(st);
+        PyObject *tgt = NULL;
+        int done = 0;
+        if (t == Assign) {
+            PyObject *targets = get_field(st, str_targets);
+            if (targets == NULL) {
+                if (PyErr_Occurred())
+                    goto fail;
+            } else {
+                if (PyList_CheckExact(targets) && PyList_GET_SIZE(targets) == 1) {
+                    tgt = PyList_GET_ITEM(targets, 0);
+                    Py_INCREF(tgt);
+                }
+                Py_DECREF(targets);
+            }
+            if (tgt != NULL) {
+                int skip = PySet_Contains(no_names, (PyObject *)Py_TYPE(tgt));
+                if (skip < 0) {
+                    Py_DECREF(tgt);
+                    goto fail;
+                }
+                if (skip) {
+                    done = 1;   /* ``self.x = ...``, ``a[i] = ...``: no name */
+                    Py_CLEAR(tgt);
+                } else if ((PyObject *)Py_TYPE(tgt) != Name) {
+                    Py_CLEAR(tgt);
+                }
+            }
+        } else if (t == AnnAssign || t == AugAssign) {
+            tgt = get_field(st, str_target);
+            if (tgt == NULL && PyErr_Occurred())
+                goto fail;
+            if (tgt != NULL && (PyObject *)Py_TYPE(tgt) != Name)
+                Py_CLEAR(tgt);
+            done = 1;   /* a target that is no name binds no name */
+        }
+        if (tgt != NULL) {
+            PyObject *name = get_field(tgt, str_id);
+            Py_DECREF(tgt);
+            if (name == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_AttributeError, "a name without id");
+                goto fail;
+            }
+            /* ``out[name].append(st)`` through the table's own __getitem__ (a defaultdict) */
+            PyObject *lst = PyObject_GetItem(out, name);
+            Py_DECREF(name);
+            if (lst == NULL)
+                goto fail;
+            int rc = PyList_Append(lst, st);
+            Py_DECREF(lst);
+            if (rc < 0)
+                goto fail;
+            continue;
+        }
+        if (done)
+            continue;
+        PyObject *r = PyObject_CallFunctionObjArgs(add_bindings, out, st, NULL);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+        continue;
+    fail_p:
+        Py_XDECREF(p);
+    fail:
+        Py_DECREF(index);
+        return NULL;
+    }
+    return index;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL,
      "walk(tree, table, entry, leaf, calls, imports, functions, by_type, by_scope, nodes) -> walrus"},
@@ -608,6 +738,8 @@ static PyMethodDef methods[] = {
      "first_in(types, include_self, default, node)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "configure(Starred)"},
     {"get_arg", (PyCFunction)(void (*)(void))get_arg, METH_FASTCALL, "get_arg(call, pos, kw)"},
+    {"assignment_index", (PyCFunction)(void (*)(void))assignment_index, METH_FASTCALL,
+     "assignment_index(stmts, scope_types, new_table, add_bindings, Assign, AnnAssign, AugAssign, Name, no_names)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -629,7 +761,9 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_keywords = PyUnicode_InternFromString("keywords");
     str_args = PyUnicode_InternFromString("args");
     str_arg = PyUnicode_InternFromString("arg");
-    if (str_keywords == NULL || str_args == NULL || str_arg == NULL)
+    str_targets = PyUnicode_InternFromString("targets");
+    str_target = PyUnicode_InternFromString("target");
+    if (str_keywords == NULL || str_args == NULL || str_arg == NULL || str_targets == NULL || str_target == NULL)
         return NULL;
     if (str_p == NULL || str_name == NULL || str_decorator_list == NULL || str_func == NULL || str_attr == NULL ||
         str_value == NULL || str_id == NULL || str_qn == NULL || str_dot == NULL)

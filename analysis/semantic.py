@@ -530,10 +530,13 @@ class Semantic:
             if got:
                 stmts.extend(got)
         stmts.sort(key=_POSITION)
+        if _speedups is not None:  # the loop below, in C
+            return _speedups.assignment_index(stmts, _SCOPE_SET, _NEW_TABLE, _add_bindings, ast.Assign, ast.AnnAssign,
+                                              ast.AugAssign, ast.Name, _NO_NAMES)
         index: dict[int, dict[str, list[ast.AST]]] = {}
         owner = None
         Assign, AnnAssign, AugAssign, Name = ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Name
-        no_names = (ast.Attribute, ast.Subscript)
+        no_names = _NO_NAMES
         for st in stmts:
             p = st._p
             while p.__class__ not in _SCOPE_SET:
@@ -581,6 +584,8 @@ class Semantic:
 
 
 _POSITION = attrgetter("lineno", "col_offset")
+_NEW_TABLE = partial(defaultdict, list)
+_NO_NAMES = frozenset((ast.Attribute, ast.Subscript))  # assignment targets that bind no name
 
 
 def _add_bindings(out: dict, stmt: ast.AST) -> None:

@@ -1,4 +1,5 @@
-"""The one traversal of ``semantic.Semantic`` and its call indexes: the optional C versions
+"""The one traversal of ``semantic.Semantic``, its call and assignment indexes and its small queries:
+the optional C versions
 (analysis/_speedups.c, built by setup.py) must give exactly what the Python versions give (parent
 pointers, every index, the order of each list, each call's qualified name), and the product must
 work the same without them (``DDP_LINT_PURE_PYTHON=1``).
@@ -20,9 +21,21 @@ from tests.conftest import EXAMPLES, FIXTURES, ROOT, require
 
 C_WALK = S._c_walk
 C_INDEX = S._c_index_calls
+C_MODULE = S._speedups
+SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 TRICKY = '''
 import torch.distributed as dist
+a = b = c
+a, (b, *c) = d
+self.x = y
+m[i] = 2
+self.n: int = 3
+k += 1
+for (p, q) in r:
+    pass
+with a as (u, v), b as w:
+    pass
 import torch.nn.parallel.distributed as tnpd
 from torch.utils.data.distributed import DistributedSampler as DS
 from functools import wraps as w
@@ -69,7 +82,10 @@ class K(dist.Base, metaclass=M):
 def _snapshot(tree, sem):
     parents = [(id(n), id(getattr(n, "_p", None))) for n in ast.walk(tree) if hasattr(n, "_p")]
     by_qn = sem.calls_by_qualname
+    assigns = {id(n): {k: [id(x) for x in v] for k, v in sem.assignments(n).items()}
+               for n in ast.walk(tree) if isinstance(n, SCOPES)}
     return {
+        "assignments": assigns,
         "by_qualname": {k: [id(c) for c in v] for k, v in by_qn.items()},
         "qn": [c._qn for c in sem.calls],
         "callee_index": sem.callee_index(),
@@ -88,15 +104,15 @@ def _snapshot(tree, sem):
 def _both(tree, wanted, owned):
     """Snapshots of the Python and the C traversal of the same tree."""
     out = []
-    for walk, index in ((None, None), (C_WALK, C_INDEX)):
-        S._c_walk, S._c_index_calls = walk, index
+    for walk, index, module in ((None, None, None), (C_WALK, C_INDEX, C_MODULE)):
+        S._c_walk, S._c_index_calls, S._speedups = walk, index, module
         try:
             sem = S.Semantic(tree, wanted, owned=owned)
             out.append(_snapshot(tree, sem))
             sem._owned = False  # keep the tree whole for the next traversal
             sem.release()
         finally:
-            S._c_walk, S._c_index_calls = C_WALK, C_INDEX
+            S._c_walk, S._c_index_calls, S._speedups = C_WALK, C_INDEX, C_MODULE
     return out
 
 
