@@ -289,7 +289,7 @@ class Semantic:
 
     def _resolve_imports(self) -> None:
         aliases = self.aliases
-        for node in sorted(self.imports, key=lambda n: (n.lineno, n.col_offset)):
+        for node in sorted(self.imports, key=_POSITION):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -445,7 +445,7 @@ class Semantic:
         out: list[ast.Call] = []
         for q in qualnames:
             out.extend(idx.get(q, ()))
-        out.sort(key=lambda n: (n.lineno, n.col_offset))
+        out.sort(key=_POSITION)
         return out
 
     def imports_module(self, prefix: str) -> bool:
