@@ -729,6 +729,32 @@ static PyObject *assignment_index(PyObject *self, PyObject *const *args, Py_ssiz
     return index;
 }
 
+/* take_apart(nodes): empty the instance dict of every node (``Semantic.release`` of an owned tree):
+   fields and parent pointers go at once, and with them every cycle through the tree. */
+static PyObject *take_apart(PyObject *self, PyObject *nodes) {
+    if (!PyList_CheckExact(nodes)) {
+        PyErr_SetString(PyExc_TypeError, "take_apart(list)");
+        return NULL;
+    }
+    /* clearing a dict may free nodes of the list's later items only through the dict's values, and
+       the list itself holds a reference to each of them: every item stays valid */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *n = PyList_GET_ITEM(nodes, i);
+        PyObject **dp = _PyObject_GetDictPtr(n);
+        if (dp != NULL && *dp != NULL && PyDict_CheckExact(*dp)) {
+            PyDict_Clear(*dp);
+        } else {
+            PyObject *d = PyObject_GetAttrString(n, "__dict__");
+            if (d == NULL)
+                return NULL;
+            if (PyDict_Check(d))
+                PyDict_Clear(d);
+            Py_DECREF(d);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL,
      "walk(tree, table, entry, leaf, calls, imports, functions, by_type, by_scope, nodes) -> walrus"},
@@ -740,6 +766,7 @@ static PyMethodDef methods[] = {
     {"get_arg", (PyCFunction)(void (*)(void))get_arg, METH_FASTCALL, "get_arg(call, pos, kw)"},
     {"assignment_index", (PyCFunction)(void (*)(void))assignment_index, METH_FASTCALL,
      "assignment_index(stmts, scope_types, new_table, add_bindings, Assign, AnnAssign, AugAssign, Name, no_names)"},
+    {"take_apart", (PyCFunction)take_apart, METH_O, "take_apart(nodes): empty every node's instance dict"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -221,3 +221,33 @@ def test_c_queries_match_python_queries():
     for pos in (None, 0, 1, -1):
         assert _outcome(S._py_get_arg, bare, pos, "k") == _outcome(S.get_arg, bare, pos, "k")  # no ``keywords``
     assert checked > 1000
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_a_checked_tree_is_freed_without_the_cyclic_collector(monkeypatch, pure):
+    """``release`` breaks every cycle (parent pointers) of the tree the engine parsed, with the C
+    ``take_apart`` and with the Python fallback: the tree dies by reference counting."""
+    import gc
+    import weakref
+
+    from ddp_lint.analysis.engine import check_source
+
+    if pure:
+        monkeypatch.setattr(S, "_speedups", None)
+    trees = []
+    orig = S.Semantic.__init__
+
+    def spy(self, tree, *a, **k):
+        trees.append(weakref.ref(tree))
+        orig(self, tree, *a, **k)
+
+    monkeypatch.setattr(S.Semantic, "__init__", spy)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        res = check_source(training_script(300, seed=300), "t.py")
+        assert res.findings and trees
+        assert trees[0]() is None
+    finally:
+        if was:
+            gc.enable()
