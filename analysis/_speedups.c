@@ -107,21 +107,67 @@ static int set_own(PyObject *node, PyObject *name, PyObject *value) {
 
 static int set_parent(PyObject *node, PyObject *parent) { return set_own(node, str_p, parent); }
 
+/* The leaf types of one walk, as an array of type pointers (a handful; the set when more). */
+#define MAX_LEAVES 16
+typedef struct {
+    PyTypeObject *t[MAX_LEAVES];
+    int n;
+    PyObject *set;   /* borrowed; used when there are more than MAX_LEAVES */
+} Leaves;
+
+static int leaves_init(Leaves *l, PyObject *set) {
+    l->n = 0;
+    l->set = NULL;
+    if (PySet_GET_SIZE(set) > MAX_LEAVES) {
+        l->set = set;
+        return 0;
+    }
+    PyObject *it = PyObject_GetIter(set), *x;
+    if (it == NULL)
+        return -1;
+    while ((x = PyIter_Next(it)) != NULL) {
+        l->t[l->n++] = (PyTypeObject *)x;   /* the set keeps the type alive */
+        Py_DECREF(x);
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int is_leaf(Leaves *l, PyObject *o) {
+    if (l->set != NULL)
+        return PySet_Contains(l->set, (PyObject *)Py_TYPE(o));
+    PyTypeObject *t = Py_TYPE(o);
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i] == t)
+            return 1;
+    return 0;
+}
+
 /* give ``child`` its parent and push it unless it is a leaf (None children are skipped) */
-static int visit_child(Stack *s, PyObject *child, PyObject *parent, PyObject *scope, PyObject *leaf) {
+static int visit_child(Stack *s, PyObject *child, PyObject *parent, PyObject *scope, Leaves *leaf) {
     if (child == Py_None)
         return 0;
     if (set_parent(child, parent) < 0)
         return -1;
-    int is_leaf = PySet_Contains(leaf, (PyObject *)Py_TYPE(child));
-    if (is_leaf < 0)
+    int lf = is_leaf(leaf, child);
+    if (lf < 0)
         return -1;
-    if (!is_leaf)
+    if (!lf)
         return stack_push(s, child, scope);
     return 0;
 }
 
-static int visit_field(Stack *s, PyObject *value, PyObject *parent, PyObject *scope, PyObject *leaf) {
+/* The table entries met in one walk, by type pointer (open addressing; the table dict keeps each
+   entry's field tuple alive) */
+#define ENTRY_SLOTS 256
+typedef struct {
+    PyTypeObject *t;
+    long kind;
+    int indexed;
+    PyObject *fields;   /* borrowed from the table */
+} Entry;
+
+static int visit_field(Stack *s, PyObject *value, PyObject *parent, PyObject *scope, Leaves *leaf) {
     if (value == Py_None)
         return 0;
     if (PyList_CheckExact(value)) {
@@ -152,6 +198,14 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Stack s = {NULL, NULL, 0, 0};
     int walrus = 0;
     PyObject *result = NULL;
+    Leaves leaves;
+    Entry *cache = PyMem_Calloc(ENTRY_SLOTS, sizeof(Entry));
+    if (cache == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (leaves_init(&leaves, leaf) < 0)
+        goto done;
     if (set_parent(tree, Py_None) < 0)
         goto done;
     if (stack_push(&s, tree, tree) < 0)
@@ -162,27 +216,46 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyObject *scope = s.scope[s.len];
         int ok = -1;
         PyObject *t = (PyObject *)Py_TYPE(node);
-        PyObject *e = PyDict_GetItemWithError(table, t);   /* borrowed */
         PyObject *made = NULL;
-        if (e == NULL) {
-            if (PyErr_Occurred())
+        size_t slot = ((size_t)t >> 4) & (ENTRY_SLOTS - 1);
+        int probes = 0;
+        while (cache[slot].t != NULL && cache[slot].t != (PyTypeObject *)t && ++probes < ENTRY_SLOTS)
+            slot = (slot + 1) & (ENTRY_SLOTS - 1);
+        Entry spare = {NULL, 0, 0, NULL};   /* more node types than slots: no caching */
+        Entry *ce = probes < ENTRY_SLOTS ? &cache[slot] : &spare;
+        if (ce->t != (PyTypeObject *)t) {
+            /* first node of this type in the walk: its entry from the table (made by ``entry``) */
+            PyObject *e = PyDict_GetItemWithError(table, t);   /* borrowed */
+            if (e == NULL) {
+                if (PyErr_Occurred())
+                    goto next;
+                made = PyObject_CallOneArg(entry, t);
+                if (made == NULL || PyDict_SetItem(table, t, made) < 0)
+                    goto next;
+                e = made;   /* the table holds it now */
+            }
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(e, 2))) {
+                PyErr_SetString(PyExc_TypeError, "walk(): bad table entry");
                 goto next;
-            made = PyObject_CallOneArg(entry, t);
-            if (made == NULL)
+            }
+            long k = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
+            if (k == -1 && PyErr_Occurred())
                 goto next;
-            e = made;
+            int ix = PyObject_IsTrue(PyTuple_GET_ITEM(e, 1));
+            if (ix < 0)
+                goto next;
+            if (!PyDict_CheckExact(table)) {   /* unreachable: checked above */
+                PyErr_SetString(PyExc_TypeError, "walk(): table");
+                goto next;
+            }
+            ce->t = (PyTypeObject *)t;
+            ce->kind = k;
+            ce->indexed = ix;
+            ce->fields = PyTuple_GET_ITEM(e, 2);
         }
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(e, 2))) {
-            PyErr_SetString(PyExc_TypeError, "walk(): bad table entry");
-            goto next;
-        }
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
-        if (kind == -1 && PyErr_Occurred())
-            goto next;
-        int indexed = PyObject_IsTrue(PyTuple_GET_ITEM(e, 1));
-        if (indexed < 0)
-            goto next;
-        PyObject *fields = PyTuple_GET_ITEM(e, 2);
+        long kind = ce->kind;
+        int indexed = ce->indexed;
+        PyObject *fields = ce->fields;
         if (PyList_Append(nodes, node) < 0)
             goto next;
         if (indexed && append_to(by_type, t, node) < 0)
@@ -221,7 +294,7 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                     continue;
                 }
                 int is_dec = PyUnicode_Compare(f, str_decorator_list) == 0;
-                rc = visit_field(&s, v, node, is_dec ? scope : node, leaf);
+                rc = visit_field(&s, v, node, is_dec ? scope : node, &leaves);
                 Py_DECREF(v);
                 if (rc < 0)
                     goto next;
@@ -238,7 +311,7 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                     goto next;
                 continue;
             }
-            int rc = visit_field(&s, v, node, scope, leaf);
+            int rc = visit_field(&s, v, node, scope, &leaves);
             Py_DECREF(v);
             if (rc < 0)
                 goto next;
@@ -260,6 +333,7 @@ done:
     }
     PyMem_Free(s.node);
     PyMem_Free(s.scope);
+    PyMem_Free(cache);
     return result;
 }
 
