@@ -829,6 +829,300 @@ static PyObject *take_apart(PyObject *self, PyObject *nodes) {
     Py_RETURN_NONE;
 }
 
+/* -- bindings.reaching's event filter (``_reaching_events``), in C ------------------------------ */
+
+static PyObject *str_lineno, *str_col_offset, *str_end_lineno, *str_end_col_offset, *str_body, *str_orelse,
+    *str_finalbody;
+
+typedef struct {
+    long l, c, el, ec;
+} Pos;
+
+/* the four positions of ``n``; -1 with AttributeError when one is missing (as ``n.lineno`` would) */
+static int get_pos(PyObject *n, Pos *p, int with_end) {
+    PyObject *names[4] = {str_lineno, str_col_offset, str_end_lineno, str_end_col_offset};
+    long *out[4] = {&p->l, &p->c, &p->el, &p->ec};
+    for (int i = 0; i < (with_end ? 4 : 2); i++) {
+        PyObject *v = get_field(n, names[i]);
+        if (v == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", Py_TYPE(n)->tp_name,
+                             names[i]);
+            return -1;
+        }
+        *out[i] = PyLong_AsLong(v);
+        Py_DECREF(v);
+        if (*out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+static int pos_lt(long l1, long c1, long l2, long c2) { return l1 < l2 || (l1 == l2 && c1 < c2); }
+static int pos_le(long l1, long c1, long l2, long c2) { return l1 < l2 || (l1 == l2 && c1 <= c2); }
+
+/* ``_contains(outer, inner)`` */
+static int contains(const Pos *o, const Pos *i) {
+    return pos_le(o->l, o->c, i->l, i->c) && pos_le(i->el, i->ec, o->el, o->ec);
+}
+
+static int list_has(PyObject *lst, PyObject *x) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lst); i++)
+        if (PyList_GET_ITEM(lst, i) == x)
+            return 1;
+    return 0;
+}
+
+/* ``x in lst`` for a list of ast nodes (identity, then ==, like ``list.__contains__``) */
+static int list_contains(PyObject *lst, PyObject *x) { return PySequence_Contains(lst, x); }
+
+
+static int up_push(PyObject ***ns, PyObject ***cs, Py_ssize_t *n, Py_ssize_t *cap, PyObject *node,
+                   PyObject *child) {
+    if (*n == *cap) {
+        Py_ssize_t c = *cap ? *cap * 2 : 32;
+        PyObject **a = PyMem_Realloc(*ns, c * sizeof(PyObject *));
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *ns = a;
+        PyObject **b = PyMem_Realloc(*cs, c * sizeof(PyObject *));
+        if (b == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *cs = b;
+        *cap = c;
+    }
+    (*ns)[*n] = node;
+    (*cs)[*n] = child;
+    (*n)++;
+    return 0;
+}
+
+/* reaching_events(at, scope, evs, stmt_class, loop_types, For, AsyncFor, With, AsyncWith)
+   -> (candidates, later, dominated): the event filter of ``bindings._reaching_events`` (see there) */
+static PyObject *reaching_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyList_CheckExact(args[2]) || !PyAnySet_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "reaching_events(at, scope, evs, stmt_class, loop_types, For, AsyncFor, With, AsyncWith)");
+        return NULL;
+    }
+    PyObject *at = args[0], *scope = args[1], *evs = args[2], *stmt_class = args[3], *loops = args[4];
+    PyTypeObject *For = (PyTypeObject *)args[5], *AsyncFor = (PyTypeObject *)args[6];
+    PyTypeObject *With = (PyTypeObject *)args[7], *AsyncWith = (PyTypeObject *)args[8];
+    Pos ap;
+    if (get_pos(at, &ap, 1) < 0)
+        return NULL;
+    Py_ssize_t nev = PyList_GET_SIZE(evs);
+    PyObject *before = PyList_New(0), *later = PyList_New(0), *result = NULL;
+    Pos *bpos = NULL;
+    PyObject **up_n = NULL, **up_child = NULL;   /* borrowed: ancestors of ``at`` live in the tree */
+    Py_ssize_t nup = 0, cap = 0;
+    if (before == NULL || later == NULL)
+        goto done;
+    bpos = PyMem_Malloc((nev ? nev : 1) * sizeof(Pos));
+    if (bpos == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nev; i++) {
+        PyObject *e = PyList_GET_ITEM(evs, i);
+        Pos ep;
+        if (get_pos(e, &ep, 1) < 0)
+            goto done;
+        if (!pos_lt(ep.l, ep.c, ap.l, ap.c))
+            continue;
+        if (pos_le(ap.el, ap.ec, ep.el, ep.ec)) {   /* e holds the use */
+            PyTypeObject *t = Py_TYPE(e);
+            int take = 0;
+            if (t == For || t == AsyncFor) {
+                PyObject *body = get_field(e, str_body);
+                if (body == NULL) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_AttributeError, "a loop without body");
+                    goto done;
+                }
+                PyObject *seq = PySequence_Fast(body, "body");
+                Py_DECREF(body);
+                if (seq == NULL)
+                    goto done;
+                for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
+                    Pos sp;
+                    if (get_pos(PySequence_Fast_GET_ITEM(seq, j), &sp, 1) < 0) {
+                        Py_DECREF(seq);
+                        goto done;
+                    }
+                    if (contains(&sp, &ap)) {
+                        take = 1;
+                        break;
+                    }
+                }
+                Py_DECREF(seq);
+            } else if (t == With || t == AsyncWith) {
+                take = 1;
+            }
+            if (!take)
+                continue;
+        }
+        /* stable insertion by position (``before.sort(key=_POS)``) */
+        Py_ssize_t k = PyList_GET_SIZE(before);
+        if (PyList_Append(before, e) < 0)
+            goto done;
+        while (k > 0 && pos_lt(ep.l, ep.c, bpos[k - 1].l, bpos[k - 1].c)) {
+            PyList_SET_ITEM(before, k, PyList_GET_ITEM(before, k - 1));
+            bpos[k] = bpos[k - 1];
+            k--;
+        }
+        PyList_SET_ITEM(before, k, e);   /* the reference Append took moves with the item */
+        bpos[k] = ep;
+    }
+    /* loop-carried bindings, and each ancestor's child towards ``at`` */
+    {
+        PyObject *child = at, *n = get_field(at, str_p);
+        if (n == NULL && PyErr_Occurred())
+            goto done;
+        if (n == Py_None)
+            Py_CLEAR(n);
+        while (n != NULL && n != scope) {
+            if (up_push(&up_n, &up_child, &nup, &cap, n, child) < 0) {
+                Py_DECREF(n);
+                goto done;
+            }
+            int is_loop = PySet_Contains(loops, (PyObject *)Py_TYPE(n));
+            if (is_loop < 0) {
+                Py_DECREF(n);
+                goto done;
+            }
+            if (is_loop) {
+                Pos np;
+                if (get_pos(n, &np, 1) < 0) {
+                    Py_DECREF(n);
+                    goto done;
+                }
+                for (Py_ssize_t i = 0; i < nev; i++) {
+                    PyObject *e = PyList_GET_ITEM(evs, i);
+                    Pos ep;
+                    if (get_pos(e, &ep, 1) < 0) {
+                        Py_DECREF(n);
+                        goto done;
+                    }
+                    if (pos_lt(ap.l, ap.c, ep.l, ep.c) && contains(&np, &ep) && !list_has(later, e) &&
+                        PyList_Append(later, e) < 0) {
+                        Py_DECREF(n);
+                        goto done;
+                    }
+                }
+            }
+            child = n;   /* borrowed from here on: the tree holds it */
+            PyObject *nx = get_field(n, str_p);
+            Py_DECREF(n);
+            if (nx == NULL && PyErr_Occurred())
+                goto done;
+            if (nx == Py_None)
+                Py_CLEAR(nx);
+            n = nx;
+        }
+        if (n != NULL) {   /* the scope: its child holding ``at`` */
+            int rc = up_push(&up_n, &up_child, &nup, &cap, n, child);
+            Py_DECREF(n);
+            if (rc < 0)
+                goto done;
+        }
+    }
+    /* the last binding before the use that dominates it (``_dominates_up``) */
+    Py_ssize_t dom = -1;
+    for (Py_ssize_t i = PyList_GET_SIZE(before) - 1; i >= 0 && dom < 0; i--) {
+        PyObject *st = PyList_GET_ITEM(before, i);
+        Py_INCREF(st);
+        while (st != NULL && st != Py_None) {
+            int is_stmt = PyObject_IsInstance(st, stmt_class);
+            if (is_stmt < 0) {
+                Py_DECREF(st);
+                goto done;
+            }
+            if (is_stmt)
+                break;
+            PyObject *nx = get_field(st, str_p);
+            Py_DECREF(st);
+            if (nx == NULL && PyErr_Occurred())
+                goto done;
+            st = nx;
+        }
+        if (st == NULL || st == Py_None) {
+            Py_XDECREF(st);
+            continue;
+        }
+        PyObject *owner = get_field(st, str_p);
+        if (owner == NULL && PyErr_Occurred()) {
+            Py_DECREF(st);
+            goto done;
+        }
+        if (owner == Py_None)
+            Py_CLEAR(owner);
+        PyObject *nchild = NULL;
+        if (owner != NULL)
+            for (Py_ssize_t j = 0; j < nup; j++)
+                if (up_n[j] == owner) {
+                    nchild = up_child[j];
+                    break;
+                }
+        int dominates = 0;
+        if (nchild == NULL) {
+            dominates = owner == scope;
+        } else {
+            PyObject *fields[3] = {str_body, str_orelse, str_finalbody};
+            for (int f = 0; f < 3; f++) {
+                PyObject *lst = get_field(owner, fields[f]);
+                if (lst == NULL) {
+                    if (PyErr_Occurred()) {
+                        Py_DECREF(st);
+                        Py_DECREF(owner);
+                        goto done;
+                    }
+                    continue;
+                }
+                if (PyList_Check(lst)) {
+                    int has = list_contains(lst, st);
+                    if (has < 0) {
+                        Py_DECREF(lst);
+                        Py_DECREF(st);
+                        Py_DECREF(owner);
+                        goto done;
+                    }
+                    if (has) {
+                        dominates = list_contains(lst, nchild);   /* same block */
+                        Py_DECREF(lst);
+                        if (dominates < 0) {
+                            Py_DECREF(st);
+                            Py_DECREF(owner);
+                            goto done;
+                        }
+                        break;
+                    }
+                }
+                Py_DECREF(lst);
+            }
+        }
+        Py_DECREF(st);
+        Py_XDECREF(owner);
+        if (dominates)
+            dom = i;
+    }
+    PyObject *cands = dom >= 0 ? PyList_GetSlice(before, dom, PyList_GET_SIZE(before)) : (Py_INCREF(before), before);
+    if (cands == NULL)
+        goto done;
+    result = Py_BuildValue("(NOO)", cands, later, dom >= 0 ? Py_True : Py_False);
+done:
+    PyMem_Free(bpos);
+    PyMem_Free(up_n);
+    PyMem_Free(up_child);
+    Py_XDECREF(before);
+    Py_XDECREF(later);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL,
      "walk(tree, table, entry, leaf, calls, imports, functions, by_type, by_scope, nodes) -> walrus"},
@@ -841,6 +1135,8 @@ static PyMethodDef methods[] = {
     {"assignment_index", (PyCFunction)(void (*)(void))assignment_index, METH_FASTCALL,
      "assignment_index(stmts, scope_types, new_table, add_bindings, Assign, AnnAssign, AugAssign, Name, no_names)"},
     {"take_apart", (PyCFunction)take_apart, METH_O, "take_apart(nodes): empty every node's instance dict"},
+    {"reaching_events", (PyCFunction)(void (*)(void))reaching_events, METH_FASTCALL,
+     "reaching_events(at, scope, evs, stmt_class, loop_types, For, AsyncFor, With, AsyncWith)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -865,6 +1161,16 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_targets = PyUnicode_InternFromString("targets");
     str_target = PyUnicode_InternFromString("target");
     if (str_keywords == NULL || str_args == NULL || str_arg == NULL || str_targets == NULL || str_target == NULL)
+        return NULL;
+    str_lineno = PyUnicode_InternFromString("lineno");
+    str_col_offset = PyUnicode_InternFromString("col_offset");
+    str_end_lineno = PyUnicode_InternFromString("end_lineno");
+    str_end_col_offset = PyUnicode_InternFromString("end_col_offset");
+    str_body = PyUnicode_InternFromString("body");
+    str_orelse = PyUnicode_InternFromString("orelse");
+    str_finalbody = PyUnicode_InternFromString("finalbody");
+    if (str_lineno == NULL || str_col_offset == NULL || str_end_lineno == NULL || str_end_col_offset == NULL ||
+        str_body == NULL || str_orelse == NULL || str_finalbody == NULL)
         return NULL;
     if (str_p == NULL || str_name == NULL || str_decorator_list == NULL || str_func == NULL || str_attr == NULL ||
         str_value == NULL || str_id == NULL || str_qn == NULL || str_dot == NULL)

@@ -251,3 +251,37 @@ def test_a_checked_tree_is_freed_without_the_cyclic_collector(monkeypatch, pure)
     finally:
         if was:
             gc.enable()
+
+
+def test_c_reaching_events_match_python():
+    """``bindings.reaching`` for every name read in the sources: which bindings reach it, with the
+    C event filter and with the Python one."""
+    require(C_MODULE is not None, "the C queries (analysis/_speedups.c) were not built")
+    from ddp_lint.analysis.flow import bindings, project
+
+    def answers(tree, text, module):
+        S._speedups = module
+        try:
+            sem = S.Semantic(tree, frozenset())
+            view = project.ModuleView(None, tree, sem, "", text)
+            out = []
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Name):
+                    kind, got = bindings.reaching(view, n.id, n)
+                    out.append((kind, [id(x) for x in got] if isinstance(got, list) else id(got)))
+            sem._owned = False
+            sem.release()
+            return out
+        finally:
+            S._speedups = C_MODULE
+
+    checked = 0
+    for name, text in _sources():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        py, c = answers(tree, text, None), answers(tree, text, C_MODULE)
+        assert py == c, name
+        checked += len(py)
+    assert checked > 10000
