@@ -1123,6 +1123,171 @@ done:
     return result;
 }
 
+/* admitted(text, gates, NoCase) -> [code, ...]: ``engine._admitted`` (see there), the same needle
+   memo included: a needle is searched at most once, and a group already decided by a found needle
+   scans nothing. */
+static PyObject *admitted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "admitted(text, gates, NoCase)");
+        return NULL;
+    }
+    PyObject *text = args[0], *gates = args[1], *nocase = args[2];
+    PyObject *memo = PyDict_New(), *out = PyList_New(0), *lower = NULL;
+    if (memo == NULL || out == NULL)
+        goto fail;
+    for (Py_ssize_t g = 0; g < PyTuple_GET_SIZE(gates); g++) {
+        PyObject *gate = PyTuple_GET_ITEM(gates, g);
+        if (!PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(gate, 1))) {
+            PyErr_SetString(PyExc_TypeError, "admitted(): a gate is (code, groups)");
+            goto fail;
+        }
+        PyObject *groups = PyTuple_GET_ITEM(gate, 1);
+        int ok = 1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(groups) && ok; i++) {
+            PyObject *group = PySequence_Fast(PyTuple_GET_ITEM(groups, i), "a gate group");
+            if (group == NULL)
+                goto fail;
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(group);
+            int found = 0;
+            for (Py_ssize_t j = 0; j < n && !found; j++) {
+                PyObject *v = PyDict_GetItemWithError(memo, PySequence_Fast_GET_ITEM(group, j));
+                if (v == NULL && PyErr_Occurred()) {
+                    Py_DECREF(group);
+                    goto fail;
+                }
+                found = v == Py_True;
+            }
+            for (Py_ssize_t j = 0; j < n && !found; j++) {
+                PyObject *needle = PySequence_Fast_GET_ITEM(group, j);
+                PyObject *v = PyDict_GetItemWithError(memo, needle);
+                int hit;
+                if (v != NULL) {
+                    hit = v == Py_True;
+                } else {
+                    if (PyErr_Occurred()) {
+                        Py_DECREF(group);
+                        goto fail;
+                    }
+                    int nc = PyObject_IsInstance(needle, nocase);
+                    if (nc < 0) {
+                        Py_DECREF(group);
+                        goto fail;
+                    }
+                    if (nc) {
+                        if (lower == NULL && (lower = PyObject_CallMethod(text, "lower", NULL)) == NULL) {
+                            Py_DECREF(group);
+                            goto fail;
+                        }
+                        PyObject *nl = PyObject_CallMethod(needle, "lower", NULL);
+                        hit = nl == NULL ? -1 : PyUnicode_Contains(lower, nl);
+                        Py_XDECREF(nl);
+                    } else {
+                        hit = PyUnicode_Contains(text, needle);
+                    }
+                    if (hit < 0 || PyDict_SetItem(memo, needle, hit ? Py_True : Py_False) < 0) {
+                        Py_DECREF(group);
+                        goto fail;
+                    }
+                }
+                found = hit;
+            }
+            Py_DECREF(group);
+            if (!found)
+                ok = 0;   /* no needle of this group: the rule cannot fire */
+        }
+        if (ok && PyList_Append(out, PyTuple_GET_ITEM(gate, 0)) < 0)
+            goto fail;
+    }
+    Py_DECREF(memo);
+    Py_XDECREF(lower);
+    return out;
+fail:
+    Py_XDECREF(memo);
+    Py_XDECREF(out);
+    Py_XDECREF(lower);
+    return NULL;
+}
+
+/* has_param(fn, name): ``semantic.has_param`` */
+static PyObject *str_posonlyargs, *str_kwonlyargs, *str_vararg, *str_kwarg;
+
+static PyObject *has_param(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "has_param(fn, name)");
+        return NULL;
+    }
+    PyObject *a = get_field(args[0], str_args);
+    if (a == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute 'args'", Py_TYPE(args[0])->tp_name);
+        return NULL;
+    }
+    PyObject *lists[3] = {str_args, str_posonlyargs, str_kwonlyargs};
+    for (int k = 0; k < 3; k++) {
+        PyObject *lst = get_field(a, lists[k]);
+        if (lst == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "arguments without a parameter list");
+            Py_DECREF(a);
+            return NULL;
+        }
+        PyObject *seq = PySequence_Fast(lst, "parameters");
+        Py_DECREF(lst);
+        if (seq == NULL) {
+            Py_DECREF(a);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+            PyObject *nm = get_field(PySequence_Fast_GET_ITEM(seq, i), str_arg);
+            if (nm == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_AttributeError, "a parameter without a name");
+                Py_DECREF(seq);
+                Py_DECREF(a);
+                return NULL;
+            }
+            int eq = PyObject_RichCompareBool(nm, args[1], Py_EQ);
+            Py_DECREF(nm);
+            if (eq != 0) {
+                Py_DECREF(seq);
+                Py_DECREF(a);
+                return eq < 0 ? NULL : Py_NewRef(Py_True);
+            }
+        }
+        Py_DECREF(seq);
+    }
+    PyObject *singles[2] = {str_vararg, str_kwarg};
+    for (int k = 0; k < 2; k++) {
+        PyObject *v = get_field(a, singles[k]);
+        if (v == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "arguments without vararg/kwarg");
+            Py_DECREF(a);
+            return NULL;
+        }
+        if (v != Py_None) {
+            PyObject *nm = get_field(v, str_arg);
+            Py_DECREF(v);
+            if (nm == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_AttributeError, "a parameter without a name");
+                Py_DECREF(a);
+                return NULL;
+            }
+            int eq = PyObject_RichCompareBool(nm, args[1], Py_EQ);
+            Py_DECREF(nm);
+            if (eq != 0) {
+                Py_DECREF(a);
+                return eq < 0 ? NULL : Py_NewRef(Py_True);
+            }
+        } else {
+            Py_DECREF(v);
+        }
+    }
+    Py_DECREF(a);
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL,
      "walk(tree, table, entry, leaf, calls, imports, functions, by_type, by_scope, nodes) -> walrus"},
@@ -1137,6 +1302,8 @@ static PyMethodDef methods[] = {
     {"take_apart", (PyCFunction)take_apart, METH_O, "take_apart(nodes): empty every node's instance dict"},
     {"reaching_events", (PyCFunction)(void (*)(void))reaching_events, METH_FASTCALL,
      "reaching_events(at, scope, evs, stmt_class, loop_types, For, AsyncFor, With, AsyncWith)"},
+    {"admitted", (PyCFunction)(void (*)(void))admitted, METH_FASTCALL, "admitted(text, gates, NoCase)"},
+    {"has_param", (PyCFunction)(void (*)(void))has_param, METH_FASTCALL, "has_param(fn, name)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1169,6 +1336,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_body = PyUnicode_InternFromString("body");
     str_orelse = PyUnicode_InternFromString("orelse");
     str_finalbody = PyUnicode_InternFromString("finalbody");
+    str_posonlyargs = PyUnicode_InternFromString("posonlyargs");
+    str_kwonlyargs = PyUnicode_InternFromString("kwonlyargs");
+    str_vararg = PyUnicode_InternFromString("vararg");
+    str_kwarg = PyUnicode_InternFromString("kwarg");
+    if (str_posonlyargs == NULL || str_kwonlyargs == NULL || str_vararg == NULL || str_kwarg == NULL)
+        return NULL;
     if (str_lineno == NULL || str_col_offset == NULL || str_end_lineno == NULL || str_end_col_offset == NULL ||
         str_body == NULL || str_orelse == NULL || str_finalbody == NULL)
         return NULL;

@@ -26,6 +26,7 @@ from .context import Context
 from .model import Finding, Position, Range, Severity
 from .noqa import parse_noqa
 from .registry import DOCS_BASE_URL, NoCase, all_rules
+from . import semantic as _semantic  # its optional C module (``_semantic._speedups``)
 from .semantic import Semantic
 from .source import SourceText
 
@@ -75,6 +76,9 @@ def _gates(codes: frozenset[str]) -> tuple:
 
 
 def _admitted(text: str, gates) -> list[str]:
+    sp = _semantic._speedups
+    if sp is not None:  # the loop below, in C (tests/test_gate.py runs both)
+        return sp.admitted(text, gates, NoCase)
     memo: dict[str, bool] = {}
     lower = None
     out = []

@@ -285,3 +285,29 @@ def test_c_reaching_events_match_python():
         assert py == c, name
         checked += len(py)
     assert checked > 10000
+
+
+def test_c_gate_and_has_param_match_python():
+    require(C_MODULE is not None, "the C queries (analysis/_speedups.c) were not built")
+    from ddp_lint.analysis import engine
+    from ddp_lint.analysis.registry import NoCase
+
+    gates = engine._gates(engine._DEFAULT_SETTINGS.enabled_codes("t.py"))
+    texts = [text for _, text in _sources()] + ["", "import torch", "TORCH.distributed RANK save", "ｔｏｒｃｈ"]
+    for text in texts:
+        S._speedups = None
+        try:
+            py = engine._admitted(text, gates)
+        finally:
+            S._speedups = C_MODULE
+        assert C_MODULE.admitted(text, gates, NoCase) == py
+    for name, text in _sources():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                names = [a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)] + ["self", "absent"]
+                for n in names:
+                    assert S._py_has_param(fn, n) == S.has_param(fn, n), (name, n)
