@@ -674,7 +674,7 @@ static PyObject *get_arg(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* assignment_index(stmts, scope_types, new_table, add_bindings, Assign, AnnAssign, AugAssign, Name,
-   no_names) -> {id(scope): table}: ``Semantic._assignment_index``'s loop over the sorted binding
+   no_names) -> {scope: table}: ``Semantic._assignment_index``'s loop over the sorted binding
    statements (the common shapes here, the others through ``add_bindings(table, stmt)``). */
 static PyObject *str_targets, *str_target;
 
@@ -711,25 +711,18 @@ static PyObject *assignment_index(PyObject *self, PyObject *const *args, Py_ssiz
         }
         if (p != owner) {
             owner = p;
-            PyObject *key = PyLong_FromVoidPtr(p);
-            if (key == NULL)
-                goto fail_p;
-            out = PyDict_GetItemWithError(index, key);
+            out = PyDict_GetItemWithError(index, p);   /* keyed by the scope node itself */
             if (out == NULL) {
-                if (PyErr_Occurred()) {
-                    Py_DECREF(key);
+                if (PyErr_Occurred())
                     goto fail_p;
-                }
                 PyObject *made = PyObject_CallNoArgs(new_table);
-                if (made == NULL || PyDict_SetItem(index, key, made) < 0) {
+                if (made == NULL || PyDict_SetItem(index, p, made) < 0) {
                     Py_XDECREF(made);
-                    Py_DECREF(key);
                     goto fail_p;
                 }
                 out = made;
                 Py_DECREF(made);   /* ``index`` holds it */
             }
-            Py_DECREF(key);
         }
         Py_DECREF(p);   /* the scope lives in the tree: ``owner`` may stay borrowed */
         PyObject *t = (PyObject *)Py_TYPE(st);

@@ -143,7 +143,7 @@ class Semantic:
         self.by_type: dict[type, list[ast.AST]] = defaultdict(list)
         self._calls_by_qn: dict[str, list[ast.Call]] | None = None
         self._callee_index: tuple | None = None
-        self._assigns: dict[int, dict[str, list[ast.AST]]] | None = None
+        self._assigns: dict[ast.AST, dict[str, list[ast.AST]]] | None = None
         self._nodes: list[ast.AST] | None = None
         self._walrus = False  # any NamedExpr in the tree (assignments() must then enter expressions)
         self.wanted = frozenset(wanted_types).union(BRANCHING)  # the types ``by_type`` indexes, completely
@@ -510,7 +510,7 @@ class Semantic:
         directly in ``scope`` (not in nested functions), in source order."""
         if self._assigns is None:
             self._assigns = {} if self._walrus or self._nodes is None else self._assignment_index()
-        key = id(scope)
+        key = scope  # nodes hash by identity (an ``id()`` key would allocate an int per query)
         got = self._assigns.get(key)
         if got is not None:
             return got
@@ -521,7 +521,7 @@ class Semantic:
         self._assigns[key] = got
         return got
 
-    def _assignment_index(self) -> dict[int, dict[str, list[ast.AST]]]:
+    def _assignment_index(self) -> dict[ast.AST, dict[str, list[ast.AST]]]:
         """``assignments`` of every scope at once, from the binding statements the traversal
         indexed (a file without a walrus: every binding is one of those statements). Sorted by
         position, statements come in the pre-order of ``iter_scope_nodes``: a statement starts
@@ -536,7 +536,7 @@ class Semantic:
         if _speedups is not None:  # the loop below, in C
             return _speedups.assignment_index(stmts, _SCOPE_SET, _NEW_TABLE, _add_bindings, ast.Assign, ast.AnnAssign,
                                               ast.AugAssign, ast.Name, _NO_NAMES)
-        index: dict[int, dict[str, list[ast.AST]]] = {}
+        index: dict[ast.AST, dict[str, list[ast.AST]]] = {}
         owner = None
         Assign, AnnAssign, AugAssign, Name = ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Name
         no_names = _NO_NAMES
@@ -546,9 +546,9 @@ class Semantic:
                 p = p._p
             if p is not owner:
                 owner = p
-                out = index.get(id(p))
+                out = index.get(p)
                 if out is None:
-                    out = index[id(p)] = defaultdict(list)
+                    out = index[p] = defaultdict(list)
             # the common shapes inline (``x = ...``, ``self.x = ...``, ``x: T = ...``, ``x += ...``)
             t = st.__class__
             if t is Assign:

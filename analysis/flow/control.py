@@ -220,21 +220,22 @@ def _skipping_exits(view, p: ast.AST, child: ast.stmt):
 
 
 def branching_scopes(view) -> frozenset:
-    """ids of the scopes that hold a node of ``semantic.BRANCHING`` (a condition, a loop; an early
-    exit matters only under an ``if``/``while``) directly, a class body counting as its enclosing
-    scope: in any other scope, every statement runs whenever the scope runs."""
+    """The scopes (nodes: they hash by identity) that hold a node of ``semantic.BRANCHING`` (a
+    condition, a loop; an early exit matters only under an ``if``/``while``) directly, a class body
+    counting as its enclosing scope: in any other scope, every statement runs whenever the scope
+    runs."""
     got = view.memo.get("branching_scopes")
     if got is None:
         sem = view.sem
-        ids = set()
+        found = set()
         for t in BRANCHING:
             for n in sem.by_type.get(t, ()):
                 s = sem.scope_of(n)
-                ids.add(id(s))
+                found.add(s)
                 while isinstance(s, ast.ClassDef):
                     s = sem.scope_of(s)
-                    ids.add(id(s))
-        got = view.memo["branching_scopes"] = frozenset(ids)
+                    found.add(s)
+        got = view.memo["branching_scopes"] = frozenset(found)
     return got
 
 
@@ -243,12 +244,12 @@ def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
     memo = m.get("divergences")
     if memo is None:
         memo = m["divergences"] = {}
-    got = memo.get(id(scope))
+    got = memo.get(scope)  # keyed by the node (an ``id()`` key allocates an int per query)
     if got is not None:
         return got
-    if id(scope) not in branching_scopes(view):
-        memo[id(scope)] = []  # every statement of the scope runs whenever the scope runs
-        return memo[id(scope)]
+    if scope not in branching_scopes(view):
+        got = memo[scope] = []  # every statement of the scope runs whenever the scope runs
+        return got
     out: list[Divergence] = []
     sites = hub.sites(view, scope, ctx)
     ev = hub.evaluator(view, ctx)
@@ -260,7 +261,7 @@ def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
         if d is not None:
             d.ctx, d.view = ctx, view
             out.append(d)
-    memo[id(scope)] = out
+    memo[scope] = out
     return out
 
 
@@ -439,7 +440,7 @@ def _may_diverge(hub, view, fn: ast.AST) -> bool:
     memo = view.memo.setdefault("may_diverge", {})
     got = memo.get(id(fn))
     if got is None:
-        got = memo[id(fn)] = id(fn) in branching_scopes(view) and any(
+        got = memo[id(fn)] = fn in branching_scopes(view) and any(
             _site_may_diverge(view, fn, s.node) for s in hub.sites(view, fn))
     return got
 

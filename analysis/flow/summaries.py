@@ -331,7 +331,7 @@ class Summaries(Roots):
             return self.sites(view, scope)  # rank-varying arguments change no site
         else:
             memo = _memo(view, ctx, "sites")
-        got = memo.get(id(scope))
+        got = memo.get(scope)  # keyed by the node (an ``id()`` key allocates an int per query)
         if got is not None:
             return got
         out = []
@@ -344,7 +344,7 @@ class Summaries(Roots):
         if ctx is None:
             wrapped = plain_wrapped
             # only the calls that can pass the rejects below (the rest would ``continue``)
-            calls = [c for c in scope_calls(view, scope) if id(c) in cands]
+            calls = [c for c in scope_calls(view, scope) if c in cands]
         else:
             wrapped = _wrapped(view, ctx)
             calls = scope_calls(view, scope)
@@ -418,17 +418,17 @@ class Summaries(Roots):
                     if name == "__init__":
                         name = getattr(parent(target[1]), "name", name)
                     out.append(Site(c, [e.through(name) for e in effs], "helper"))
-        memo[id(scope)] = out
-        _memo(view, ctx, "helper_calls")[id(scope)] = calls_out
+        memo[scope] = out
+        _memo(view, ctx, "helper_calls")[scope] = calls_out
         return out
 
     def helper_calls(self, view, scope: ast.AST) -> list:
         """(call, (view, function)) of the calls in ``scope`` to functions of the project (not
         torch, not third-party), in source order: what ``sites`` resolved on its way."""
-        got = view.memo.get("helper_calls", {}).get(id(scope))
+        got = view.memo.get("helper_calls", {}).get(scope)
         if got is None:
             self.sites(view, scope)
-            got = view.memo.get("helper_calls", {}).get(id(scope), [])
+            got = view.memo.get("helper_calls", {}).get(scope, [])
         return got
 
     def _is_zero(self, view, expr, at) -> bool:
@@ -599,8 +599,8 @@ class Summaries(Roots):
 
 def _sites_prelude(view) -> tuple:
     """What ``Summaries.sites`` asks of the module before its loop, once per module:
-    (has a ZeroRedundancyOptimizer, ``instance_names``, ``method_names``, the ids of the calls
-    that may pass its rejects without a context, ``wrapped_names``).
+    (has a ZeroRedundancyOptimizer, ``instance_names``, ``method_names``, the calls that may pass
+    its rejects without a context (a set of nodes: they hash by identity), ``wrapped_names``).
 
     The candidates come from the file's call indexes: a ``torch.distributed`` call; a call of a
     plain name that may hold a wrapped module or names a function, class or import; a call of an
@@ -625,17 +625,17 @@ def _sites_prelude(view) -> tuple:
     for i in pos:
         c = calls[i]
         if not (c._qn or "").startswith(_NOT_PROJECT_QN):
-            cands.add(id(c))
+            cands.add(c)
     for k in base.keys() & (imports.keys() | instances):
         a = aliases.get(k)
         if a is not None and (a + ".").startswith(_NOT_PROJECT_QN):
             # every call on ``k`` has a qualified name under ``a`` (canonical names only rename
             # within ``torch.``): outside the project, all of them
             continue
-        cands.update(id(calls[i]) for i in base[k])
+        cands.update([calls[i] for i in base[k]])
     for qn, lst in by_qn.items():
         if qn.startswith(D):
-            cands.update(map(id, lst))
+            cands.update(lst)
     got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
     return got
 
