@@ -1281,6 +1281,64 @@ static PyObject *has_param(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_FALSE;
 }
 
+/* use_site(at, stmt_class, scope_types) -> (stmt, scope): the innermost statement holding ``at``
+   (``at`` itself when it is one; None when the walk meets the scope first) and its scope (the first
+   ancestor whose exact class is in ``scope_types``; ``at`` when none): the walk up at the start of
+   ``bindings._reaching``. */
+static PyObject *use_site(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyAnySet_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "use_site(at, stmt_class, scope_types)");
+        return NULL;
+    }
+    PyObject *at = args[0], *stmt_class = args[1], *scopes = args[2];
+    PyObject *stmt = NULL, *scope = at;
+    int is = PyObject_IsInstance(at, stmt_class);
+    if (is < 0)
+        return NULL;
+    if (is)
+        stmt = at;
+    PyObject *n = get_field(at, str_p);
+    if (n == NULL && PyErr_Occurred())
+        return NULL;
+    PyObject *found_scope = NULL;   /* owned when set */
+    PyObject *found_stmt = NULL;    /* owned when set */
+    while (n != NULL && n != Py_None) {
+        if (stmt == NULL && found_stmt == NULL) {
+            int st = PyObject_IsInstance(n, stmt_class);
+            if (st < 0)
+                goto fail;
+            if (st) {
+                found_stmt = n;
+                Py_INCREF(found_stmt);
+            }
+        }
+        int sc = PySet_Contains(scopes, (PyObject *)Py_TYPE(n));
+        if (sc < 0)
+            goto fail;
+        if (sc) {
+            found_scope = n;   /* takes the reference */
+            n = NULL;
+            break;
+        }
+        PyObject *nx = get_field(n, str_p);
+        Py_DECREF(n);
+        n = nx;
+        if (n == NULL && PyErr_Occurred())
+            goto fail;
+    }
+    Py_XDECREF(n);
+    PyObject *r = PyTuple_Pack(2, stmt ? stmt : (found_stmt ? found_stmt : Py_None),
+                               found_scope ? found_scope : scope);
+    Py_XDECREF(found_stmt);
+    Py_XDECREF(found_scope);
+    return r;
+fail:
+    Py_XDECREF(n);
+    Py_XDECREF(found_stmt);
+    Py_XDECREF(found_scope);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL,
      "walk(tree, table, entry, leaf, calls, imports, functions, by_type, by_scope, nodes) -> walrus"},
@@ -1297,6 +1355,7 @@ static PyMethodDef methods[] = {
      "reaching_events(at, scope, evs, stmt_class, loop_types, For, AsyncFor, With, AsyncWith)"},
     {"admitted", (PyCFunction)(void (*)(void))admitted, METH_FASTCALL, "admitted(text, gates, NoCase)"},
     {"has_param", (PyCFunction)(void (*)(void))has_param, METH_FASTCALL, "has_param(fn, name)"},
+    {"use_site", (PyCFunction)(void (*)(void))use_site, METH_FASTCALL, "use_site(at, stmt_class, scope_types)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -114,16 +114,20 @@ _INTERLEAVED = (ast.Match, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") 
 def _reaching(view, name: str, at: ast.AST):
     sem = view.sem
     # one walk up from the use: its innermost statement and its scope (``binding_scope``)
-    stmt = at if isinstance(at, ast.stmt) else None
-    n = getattr(at, "_p", None)
-    scope = at
-    while n is not None:
-        if stmt is None and isinstance(n, ast.stmt):
-            stmt = n
-        if n.__class__ in _SCOPE_CLASSES:
-            scope = n
-            break
-        n = getattr(n, "_p", None)
+    sp = _semantic._speedups
+    if sp is not None:
+        stmt, scope = sp.use_site(at, ast.stmt, _SCOPE_CLASSES)  # the loop below, in C
+    else:
+        stmt = at if isinstance(at, ast.stmt) else None
+        n = getattr(at, "_p", None)
+        scope = at
+        while n is not None:
+            if stmt is None and isinstance(n, ast.stmt):
+                stmt = n
+            if n.__class__ in _SCOPE_CLASSES:
+                scope = n
+                break
+            n = getattr(n, "_p", None)
     if scope.__class__ is ast.ClassDef:
         scope = sem.tree
     evs = sem.assignments(scope).get(name, ())
