@@ -1339,6 +1339,17 @@ fail:
     return NULL;
 }
 
+/* parent(node): ``semantic.parent``, the parent pointer or None */
+static PyObject *parent_of(PyObject *self, PyObject *node) {
+    PyObject *p = get_field(node, str_p);
+    if (p == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return p;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL,
      "walk(tree, table, entry, leaf, calls, imports, functions, by_type, by_scope, nodes) -> walrus"},
@@ -1356,6 +1367,7 @@ static PyMethodDef methods[] = {
     {"admitted", (PyCFunction)(void (*)(void))admitted, METH_FASTCALL, "admitted(text, gates, NoCase)"},
     {"has_param", (PyCFunction)(void (*)(void))has_param, METH_FASTCALL, "has_param(fn, name)"},
     {"use_site", (PyCFunction)(void (*)(void))use_site, METH_FASTCALL, "use_site(at, stmt_class, scope_types)"},
+    {"parent", (PyCFunction)parent_of, METH_O, "parent(node): the parent pointer or None"},
     {NULL, NULL, 0, NULL},
 };
 

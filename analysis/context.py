@@ -64,7 +64,7 @@ class Context:
 
     # -- name helpers ------------------------------------------------------------------------
     def qn(self, node: ast.AST) -> str | None:
-        if isinstance(node, ast.Call):
+        if node.__class__ is ast.Call:
             return self.sem.call_qualname(node)
         return self.sem.qualname(node)
 

@@ -778,13 +778,14 @@ def has_star(call: ast.Call) -> bool:
 
 
 # -- the C versions of the small queries (see ``_speedups``), same answers ---------------------
-_py_get_arg, _py_has_param = get_arg, has_param
+_py_get_arg, _py_has_param, _py_parent = get_arg, has_param, parent
 _py_scope_of, _py_enclosing_function, _py_statement_of = (
     Semantic.scope_of, Semantic.enclosing_function, Semantic.statement_of)
 if _speedups is not None:
     _speedups.configure(ast.Starred)
     get_arg = _speedups.get_arg  # noqa: F811
     has_param = _speedups.has_param  # noqa: F811
+    parent = _speedups.parent  # noqa: F811
     Semantic.scope_of = staticmethod(partial(_speedups.first_in, _SCOPE_SET, False, ...))
     Semantic.enclosing_function = staticmethod(partial(_speedups.first_in, _FUNC_SET, False, None))
     Semantic.statement_of = staticmethod(partial(_speedups.first_in, _STMT_SET, True, None))

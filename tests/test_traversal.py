@@ -195,7 +195,7 @@ def test_c_queries_match_python_queries():
     call, positions and keywords present or not, negative positions too) answer the same."""
     require(S._speedups is not None, "the C queries (analysis/_speedups.c) were not built")
     pairs = [(S._py_scope_of, S.Semantic.scope_of), (S._py_enclosing_function, S.Semantic.enclosing_function),
-             (S._py_statement_of, S.Semantic.statement_of)]
+             (S._py_statement_of, S.Semantic.statement_of), (S._py_parent, S.parent)]
     checked = 0
     for name, text in _sources():
         try:
@@ -205,7 +205,7 @@ def test_c_queries_match_python_queries():
         sem = S.Semantic(tree, frozenset())
         for n in ast.walk(tree):
             for py, c in pairs:
-                assert _outcome(py, n) == _outcome(c, n), (name, py.__name__, ast.dump(n)[:80])
+                assert _outcome(py, n) == _outcome(c, n), (name, getattr(py, "__name__", py), ast.dump(n)[:80])
             if isinstance(n, ast.Call):
                 kws = [k.arg for k in n.keywords if k.arg] + ["absent"]
                 for pos in (None, 0, 1, 2, 5, -1, -2, -9):

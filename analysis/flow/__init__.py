@@ -64,7 +64,7 @@ class Analysis(Summaries):
         self._loaded = 0
         self.contexts: dict = {}  # call-site contexts (see ``context``), by callee and bindings
         self.ctor_views: dict[int, object] = {}  # id(DDP(...) call bound in a context) -> its view
-        self._resolved: dict = {}  # (id(view), id(call)) -> resolve_call's answer, once per check
+        self._resolved: dict = {}  # (view, call) -> resolve_call's answer, once per check
         self._modules: dict = {}  # (importing path, module, level) -> view or None, once per check
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class Analysis(Summaries):
     def resolve_call(self, view, call: ast.Call):
         """(view, function node) for a call of a function of this project, else None. Class
         constructors resolve to ``__init__``."""
-        key = (id(view), id(call))
+        key = (view, call)  # both hash by identity (``id()`` keys would allocate two ints)
         try:
             return self._resolved[key]
         except KeyError:

@@ -95,7 +95,7 @@ def reaching(view, name: str, at: ast.AST):
     Binding nodes are Assign/AnnAssign/AugAssign/For/With/NamedExpr statements (or expressions)
     from ``Semantic.assignments``, or equalising collective calls."""
     memo = view.memo.setdefault("reaching", {})
-    key = (name, id(at))
+    key = (name, at)  # the node hashes by identity
     got = memo.get(key)
     if got is None:
         got = memo[key] = _reaching(view, name, at)

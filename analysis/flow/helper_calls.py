@@ -195,7 +195,7 @@ def _method(view, call, name):
 def resolved(hub, view, call: ast.Call):
     """``hub.resolve_call`` memoised per call (several rules ask about the same calls)."""
     memo = hub.__dict__.setdefault("_resolved", {})
-    key = (id(view), id(call))
+    key = (view, call)  # the key ``resolve_call`` uses (both hash by identity)
     got = memo.get(key, _MISS)
     if got is _MISS:
         got = memo[key] = hub.resolve_call(view, call) if may_resolve(view, call) else None
