@@ -105,7 +105,7 @@ def _exits(view, stmt: ast.stmt) -> list[ast.stmt]:
     got = memo.get(id(stmt))
     if got is not None:
         return got
-    if id(stmt) not in _exit_holders(view):
+    if stmt not in _exit_holders(view):
         memo[id(stmt)] = _NO_EXITS  # nothing below this statement can leave early
         return _NO_EXITS
     t = stmt.__class__
@@ -132,7 +132,7 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _exit_holders(view) -> set:
-    """ids of the statements that are, or hold, an early exit (``return``/``break``/``continue``,
+    """The statements that are, or hold, an early exit (``return``/``break``/``continue``,
     an exit call as a statement), up to the enclosing definition: ``_exits`` enters no other."""
     got = view.memo.get("exit_holders")
     if got is None:
@@ -154,7 +154,7 @@ def _block_exits(view, blk: list) -> list:
     got = memo.get(id(blk))
     if got is None:
         holders = _exit_holders(view)
-        got = memo[id(blk)] = [(j, st, exs) for j, st in enumerate(blk) if id(st) in holders
+        got = memo[id(blk)] = [(j, st, exs) for j, st in enumerate(blk) if st in holders
                                for exs in (_exits(view, st),) if exs]
     return got
 
@@ -202,7 +202,7 @@ def _skipping_exits(view, p: ast.AST, child: ast.stmt):
     """(exit, its statement in the block) for the early exits of the block of ``p`` that holds
     ``child`` and can skip it: before it in the block, or (in a loop's body) anywhere but a later
     ``continue``."""
-    if id(p) not in _exit_holders(view):
+    if p not in _exit_holders(view):
         return  # no statement in the blocks of ``p`` is or holds an early exit (``_block_exits``)
     for f in ("body", "orelse", "finalbody"):
         blk = getattr(p, f, None)
@@ -367,7 +367,7 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
                 return Divergence("loop", site, p, v)
         # early exits in the same block before the site, or (in a loop) anywhere in its body
         # (not when the site has a condition of its own: it may be correlated with the exit's)
-        if not conditioned and id(p) in holders and isinstance(child, ast.stmt):
+        if not conditioned and p in holders and isinstance(child, ast.stmt):
             for ex, st in _skipping_exits(view, p, child):
                 got = _exit_condition(hub, view, ex, st, site.node, ctx)
                 if got is not None and not _exit_mirrors(sites, site, got[0], ex):

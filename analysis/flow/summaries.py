@@ -556,7 +556,7 @@ class Summaries(Roots):
         while stack:
             st = stack.pop()
             if isinstance(st, (ast.If, ast.For, ast.AsyncFor, ast.While)) or st.__class__.__name__ == "Match":
-                if id(st) in _return_holders(view) or any((sem.call_qualname(c) or "") == INIT for c in _all_calls(st)):
+                if st in _return_holders(view) or any((sem.call_qualname(c) or "") == INIT for c in _all_calls(st)):
                     return None
                 continue
             if isinstance(st, (ast.Return, ast.Raise)):

@@ -15,14 +15,14 @@ _DEFS = (*FUNC_TYPES, ast.ClassDef)
 
 
 def holders_of(starts, got: set | None = None) -> set:
-    """ids of the nodes in ``starts`` and of everything around each, up to (and with) the
-    definition (or module) it belongs to: the statements, handlers and cases that hold one.
-    ``got``: a result of ``holders_of`` to add to (in place)."""
+    """The nodes in ``starts`` and everything around each, up to (and with) the definition (or
+    module) it belongs to: the statements, handlers and cases that hold one (a set of nodes: they
+    hash by identity). ``got``: a result of ``holders_of`` to add to (in place)."""
     if got is None:
         got = set()
     for n in starts:
-        while n is not None and id(n) not in got:
-            got.add(id(n))
+        while n is not None and n not in got:
+            got.add(n)
             if isinstance(n, _SCOPES):
                 break
             n = parent(n)
@@ -34,7 +34,7 @@ _BRANCHING = (ast.If, ast.IfExp, ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.
 
 
 def _return_holders(view) -> set:
-    """ids of the statements that hold a ``return`` or ``raise`` of their own definition (one
+    """The statements that hold a ``return`` or ``raise`` of their own definition (one
     in a nested definition leaves that definition only)."""
     got = view.memo.get("return_holders")
     if got is None:
@@ -72,7 +72,7 @@ def unconditional(view, node: ast.AST, fn: ast.AST) -> bool:
             return True
         if isinstance(st, ast.If) and dist_mode_test(st.test) and not st.orelse:
             continue  # ``if world_size == 1: return``: no other rank to wait for
-        if id(st) in holders and not isinstance(st, _DEFS):
+        if st in holders and not isinstance(st, _DEFS):
             return False
     return True
 
