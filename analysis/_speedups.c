@@ -13,7 +13,7 @@
    - ``leaf``: the node types that get a parent pointer but are never pushed;
    - the outputs are filled in traversal order (the caller reverses them into source order):
      ``calls``, ``imports`` (lists), ``functions`` (name -> list), ``by_type`` (type -> list),
-     ``by_scope`` (id of the innermost function, or of the module -> list of its calls), ``nodes``
+     ``by_scope`` (the innermost function, or the module -> list of its calls), ``nodes``
      (every pushed node, for ``release``).
    Returns True when the tree holds a ``NamedExpr``. */
 #define PY_SSIZE_T_CLEAN
@@ -263,12 +263,7 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (kind == K_CALL) {
             if (PyList_Append(calls, node) < 0)
                 goto next;
-            PyObject *key = PyLong_FromVoidPtr(scope);   /* id(scope) */
-            if (key == NULL)
-                goto next;
-            int rc = append_to(by_scope, key, node);
-            Py_DECREF(key);
-            if (rc < 0)
+            if (append_to(by_scope, scope, node) < 0)   /* keyed by the scope node itself */
                 goto next;
         } else if (kind == K_IMPORT) {
             if (PyList_Append(imports, node) < 0)

@@ -157,7 +157,7 @@ class Semantic:
             return
         # the same traversal in C (analysis/_speedups.c): identical indexes, parents and order
         table = _walk_table(wanted)
-        by_scope: dict[int, list] = {}
+        by_scope: dict[ast.AST, list] = {}
         self._scope_calls = by_scope
         nodes = self._nodes = []
         leaf = _LEAF_TYPES - wanted if self._owned else frozenset()
@@ -185,7 +185,7 @@ class Semantic:
         # stack, parallel to the first, holds the innermost enclosing function of each pushed node
         # (a function's decorators belong to the scope around it, its defaults and annotations to
         # the function itself; lambdas and class bodies are no scope of their own here)
-        by_scope: dict[int, list] = {}
+        by_scope: dict[ast.AST, list] = {}
         self._scope_calls = by_scope
         # leaves (no child fields) that no rule asked for are given their parent but never pushed;
         # in a shared tree every node is pushed, so that ``release`` finds each parent pointer
@@ -211,9 +211,9 @@ class Semantic:
             if kind:
                 if kind == _K_CALL:
                     calls.append(node)
-                    got = by_scope.get(id(scope))
+                    got = by_scope.get(scope)
                     if got is None:
-                        by_scope[id(scope)] = [node]
+                        by_scope[scope] = [node]
                     else:
                         got.append(node)
                 elif kind == _K_IMPORT:
@@ -260,7 +260,7 @@ class Semantic:
     def scope_calls(self, scope: ast.AST) -> list[ast.Call]:
         """The calls directly in function ``scope`` (or the module), not in nested functions, in
         the order of ``calls``."""
-        return self._scope_calls.get(id(scope), ())
+        return self._scope_calls.get(scope, ())
 
     def release(self) -> None:
         """Drop the parent pointers (the cycles node -> parent -> node), so that the tree is freed

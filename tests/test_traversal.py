@@ -92,7 +92,7 @@ def _snapshot(tree, sem):
         "parents": parents,
         "calls": [id(c) for c in sem.calls],
         "by_type": {k.__name__: [id(x) for x in v] for k, v in sem.by_type.items()},
-        "scope_calls": {k: [id(x) for x in v] for k, v in sem._scope_calls.items()},
+        "scope_calls": {id(k): [id(x) for x in v] for k, v in sem._scope_calls.items()},
         "functions": {k: [id(x) for x in v] for k, v in sem.functions.items()},
         "imports": [id(x) for x in sem.imports],
         "walrus": sem._walrus,
