@@ -49,8 +49,8 @@ def _contains(outer: ast.AST, inner: ast.AST) -> bool:
         inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
-def equaliser_index(view) -> dict[tuple[int, str], list[ast.Call]]:
-    """(id(scope), name) -> in-place equalising collectives on ``name`` in that scope."""
+def equaliser_index(view) -> dict[tuple[ast.AST, str], list[ast.Call]]:
+    """(scope, name) -> in-place equalising collectives on ``name`` in that scope."""
     got = view.memo.get("equalisers")
     if got is None:
         got = {}
@@ -59,7 +59,7 @@ def equaliser_index(view) -> dict[tuple[int, str], list[ast.Call]]:
             for c in sem.calls_to(qn):
                 a = get_arg(c, pos, kw)
                 if isinstance(a, ast.Name):
-                    got.setdefault((id(sem.scope_of(c)), a.id), []).append(c)
+                    got.setdefault((sem.scope_of(c), a.id), []).append(c)
         view.memo["equalisers"] = got
     return got
 
@@ -134,7 +134,7 @@ def _reaching(view, name: str, at: ast.AST):
     eqi = view.memo.get("equalisers")
     if eqi is None:
         eqi = equaliser_index(view)
-    eqs = eqi.get((id(scope), name), ()) if eqi else ()
+    eqs = eqi.get((scope, name), ()) if eqi else ()
     if not evs and not eqs:
         return _unbound(view, name, scope)  # no binding in the scope: nothing depends on ``at``
     # Every use strictly inside one statement gets the same answer when the bindings are all
@@ -143,7 +143,7 @@ def _reaching(view, name: str, at: ast.AST):
     # before its nested statements, except in ``match``/``try``). Keyed per statement.
     key = None
     if stmt is not None and not eqs and not sem._walrus and not isinstance(stmt, _INTERLEAVED):
-        key = (name, id(stmt), stmt is at, id(scope))
+        key = (name, stmt, stmt is at, scope)
         memo = view.memo.get("reaching_stmt")
         if memo is None:
             memo = view.memo["reaching_stmt"] = {}
@@ -161,7 +161,7 @@ def _unbound(view, name: str, scope: ast.AST):
             return "param", scope
         sem = view.sem
         mod = list(sem.assignments(sem.tree).get(name, ()))
-        mod += equaliser_index(view).get((id(sem.tree), name), ())
+        mod += equaliser_index(view).get((sem.tree, name), ())
         if mod:
             return "global", mod
     return "none", None
