@@ -95,6 +95,15 @@ static PyObject *get_field(PyObject *node, PyObject *f) {
     return v;
 }
 
+/* ``node.<field>`` as a new reference; NULL with Python's AttributeError when it is missing (where
+   the Python code reads the field unconditionally) */
+static PyObject *need_field(PyObject *node, PyObject *f) {
+    PyObject *v = get_field(node, f);
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", Py_TYPE(node)->tp_name, f);
+    return v;
+}
+
 /* ``node.<name> = value`` for our own attributes (``_p``, ``_qn``), straight into the instance
    dict when there is one (no descriptor can stand in the way: they are no attribute of any ast
    class) */
@@ -269,10 +278,8 @@ static PyObject *walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             if (PyList_Append(imports, node) < 0)
                 goto next;
         } else if (kind == K_FUNC) {
-            PyObject *name = get_field(node, str_name);
+            PyObject *name = need_field(node, str_name);
             if (name == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_AttributeError, "a function node without a name");
                 goto next;
             }
             int rc = append_to(functions, name, node);
@@ -372,28 +379,19 @@ static PyObject *index_calls(PyObject *self, PyObject *const *args, Py_ssize_t n
         int ok = -1;
         if (pos == NULL)
             return NULL;
-        f = get_field(c, str_func);
-        if (f == NULL) {
-            if (PyErr_Occurred())
-                goto next;
-            PyErr_SetString(PyExc_AttributeError, "a call without func");
+        f = need_field(c, str_func);
+        if (f == NULL)
             goto next;
-        }
         if (Py_TYPE(f) == Attribute) {
-            k = get_field(f, str_attr);
-            v = k ? get_field(f, str_value) : NULL;
-            if (k == NULL || v == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_AttributeError, "an attribute without attr/value");
+            k = need_field(f, str_attr);
+            v = k ? need_field(f, str_value) : NULL;
+            if (k == NULL || v == NULL)
                 goto next;
-            }
             if (append_pos(attrs, k, pos) < 0)
                 goto next;
             if (Py_TYPE(v) == Name) {
-                vid = get_field(v, str_id);
+                vid = need_field(v, str_id);
                 if (vid == NULL) {
-                    if (!PyErr_Occurred())
-                        PyErr_SetString(PyExc_AttributeError, "a name without id");
                     goto next;
                 }
                 if (append_pos(base_of, vid, pos) < 0)
@@ -423,10 +421,8 @@ static PyObject *index_calls(PyObject *self, PyObject *const *args, Py_ssize_t n
                 }
             } else {
                 if (Py_TYPE(v) == Attribute) {
-                    PyObject *va = get_field(v, str_attr);
+                    PyObject *va = need_field(v, str_attr);
                     if (va == NULL) {
-                        if (!PyErr_Occurred())
-                            PyErr_SetString(PyExc_AttributeError, "an attribute without attr");
                         goto next;
                     }
                     int rc = append_pos(recv, va, pos);
@@ -486,10 +482,8 @@ static PyObject *index_calls(PyObject *self, PyObject *const *args, Py_ssize_t n
                 }
             }
         } else if (Py_TYPE(f) == Name) {
-            vid = get_field(f, str_id);
+            vid = need_field(f, str_id);
             if (vid == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_AttributeError, "a name without id");
                 goto next;
             }
             if (append_pos(names, vid, pos) < 0)
@@ -585,10 +579,8 @@ static PyObject *get_arg(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     PyObject *call = args[0], *pos = args[1], *kw = args[2];
-    PyObject *kws = get_field(call, str_keywords);
+    PyObject *kws = need_field(call, str_keywords);
     if (kws == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_AttributeError, "'Call' object has no attribute 'keywords'");
         return NULL;
     } else {
         PyObject *seq = PySequence_Fast(kws, "keywords");
@@ -626,10 +618,8 @@ static PyObject *get_arg(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t p = PyNumber_AsSsize_t(pos, PyExc_OverflowError);
     if (p == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *al = get_field(call, str_args);
+    PyObject *al = need_field(call, str_args);
     if (al == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_AttributeError, "'Call' object has no attribute 'args'");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(al, "args");
@@ -757,13 +747,10 @@ static PyObject *assignment_index(PyObject *self, PyObject *const *args, Py_ssiz
             done = 1;   /* a target that is no name binds no name */
         }
         if (tgt != NULL) {
-            PyObject *name = get_field(tgt, str_id);
+            PyObject *name = need_field(tgt, str_id);
             Py_DECREF(tgt);
-            if (name == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_AttributeError, "a name without id");
+            if (name == NULL)
                 goto fail;
-            }
             /* ``out[name].append(st)`` through the table's own __getitem__ (a defaultdict) */
             PyObject *lst = PyObject_GetItem(out, name);
             Py_DECREF(name);
@@ -831,11 +818,8 @@ static int get_pos(PyObject *n, Pos *p, int with_end) {
     PyObject *names[4] = {str_lineno, str_col_offset, str_end_lineno, str_end_col_offset};
     long *out[4] = {&p->l, &p->c, &p->el, &p->ec};
     for (int i = 0; i < (with_end ? 4 : 2); i++) {
-        PyObject *v = get_field(n, names[i]);
+        PyObject *v = need_field(n, names[i]);
         if (v == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", Py_TYPE(n)->tp_name,
-                             names[i]);
             return -1;
         }
         *out[i] = PyLong_AsLong(v);
@@ -926,10 +910,8 @@ static PyObject *reaching_events(PyObject *self, PyObject *const *args, Py_ssize
             PyTypeObject *t = Py_TYPE(e);
             int take = 0;
             if (t == For || t == AsyncFor) {
-                PyObject *body = get_field(e, str_body);
+                PyObject *body = need_field(e, str_body);
                 if (body == NULL) {
-                    if (!PyErr_Occurred())
-                        PyErr_SetString(PyExc_AttributeError, "a loop without body");
                     goto done;
                 }
                 PyObject *seq = PySequence_Fast(body, "body");
@@ -1204,18 +1186,14 @@ static PyObject *has_param(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "has_param(fn, name)");
         return NULL;
     }
-    PyObject *a = get_field(args[0], str_args);
+    PyObject *a = need_field(args[0], str_args);
     if (a == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute 'args'", Py_TYPE(args[0])->tp_name);
         return NULL;
     }
     PyObject *lists[3] = {str_args, str_posonlyargs, str_kwonlyargs};
     for (int k = 0; k < 3; k++) {
-        PyObject *lst = get_field(a, lists[k]);
+        PyObject *lst = need_field(a, lists[k]);
         if (lst == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_AttributeError, "arguments without a parameter list");
             Py_DECREF(a);
             return NULL;
         }
@@ -1226,10 +1204,8 @@ static PyObject *has_param(PyObject *self, PyObject *const *args, Py_ssize_t nar
             return NULL;
         }
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-            PyObject *nm = get_field(PySequence_Fast_GET_ITEM(seq, i), str_arg);
+            PyObject *nm = need_field(PySequence_Fast_GET_ITEM(seq, i), str_arg);
             if (nm == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_AttributeError, "a parameter without a name");
                 Py_DECREF(seq);
                 Py_DECREF(a);
                 return NULL;
@@ -1246,19 +1222,15 @@ static PyObject *has_param(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     PyObject *singles[2] = {str_vararg, str_kwarg};
     for (int k = 0; k < 2; k++) {
-        PyObject *v = get_field(a, singles[k]);
+        PyObject *v = need_field(a, singles[k]);
         if (v == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_AttributeError, "arguments without vararg/kwarg");
             Py_DECREF(a);
             return NULL;
         }
         if (v != Py_None) {
-            PyObject *nm = get_field(v, str_arg);
+            PyObject *nm = need_field(v, str_arg);
             Py_DECREF(v);
             if (nm == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_AttributeError, "a parameter without a name");
                 Py_DECREF(a);
                 return NULL;
             }

@@ -372,52 +372,30 @@ class Semantic:
             self._callee_index = (names, attrs, recv, base_of)
             return
         aliases = self.aliases
-        canon = _CANON_CACHE
         Attribute, Name = ast.Attribute, ast.Name
-        i = 0
-        for c in self.calls:
+        for i, c in enumerate(self.calls):
             # the qualified name: calls whose root is not an import alias (most: ``x.to(...)``,
             # ``print(...)``) are rejected before any part is collected
             f = c.func
             t = f.__class__
+            qn = None
             if t is Attribute:
                 k = f.attr
-                got = attrs.get(k)
-                if got is None:
-                    attrs[k] = [i]
-                else:
-                    got.append(i)
+                attrs.setdefault(k, []).append(i)
                 v = f.value
-                vt = v.__class__
-                if vt is Name:  # ``mod.f(...)``, ``x.f(...)``: the usual case
-                    vid = v.id
-                    got = base_of.get(vid)
-                    if got is None:
-                        base_of[vid] = [i]
-                    else:
-                        got.append(i)
-                    base = aliases.get(vid)
-                    if base is None:
-                        qn = None
-                    else:
-                        key = base + "." + k
-                        qn = canon.get(key)
-                        if qn is None:
-                            qn = _canonical_cached(key)
+                if v.__class__ is Name:  # ``mod.f(...)``, ``x.f(...)``: the usual case
+                    base_of.setdefault(v.id, []).append(i)
+                    base = aliases.get(v.id)
+                    if base is not None:
+                        qn = _canonical_cached(base + "." + k)
                 else:
-                    if vt is Attribute:
-                        got = recv.get(v.attr)
-                        if got is None:
-                            recv[v.attr] = [i]
-                        else:
-                            got.append(i)
+                    if v.__class__ is Attribute:
+                        recv.setdefault(v.attr, []).append(i)
                     root = v
                     while root.__class__ is Attribute:
                         root = root.value
                     base = aliases.get(root.id) if root.__class__ is Name else None
-                    if base is None:
-                        qn = None
-                    else:
+                    if base is not None:
                         parts = []
                         while f.__class__ is Attribute:
                             parts.append(f.attr)
@@ -425,19 +403,11 @@ class Semantic:
                         parts.reverse()
                         qn = _canonical_cached(base + "." + ".".join(parts))
             elif t is Name:  # ``f(...)``: the alias itself (already canonical)
-                fid = f.id
-                got = names.get(fid)
-                if got is None:
-                    names[fid] = [i]
-                else:
-                    got.append(i)
-                qn = aliases.get(fid)
-            else:
-                qn = None
+                names.setdefault(f.id, []).append(i)
+                qn = aliases.get(f.id)
             c._qn = qn
             if qn:
                 by_qn[qn].append(c)
-            i += 1
         self._calls_by_qn = by_qn
         self._callee_index = (names, attrs, recv, base_of)
 

@@ -124,6 +124,17 @@ def _sources():
         yield str(p.relative_to(ROOT)), p.read_text(encoding="utf-8", errors="replace")
 
 
+def _trees():
+    """(name, text, a fresh tree) of every source that parses (the fixtures of DDP000 do not)."""
+    for name, text in _sources():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            assert name != "tricky"
+            continue
+        yield name, text, tree
+
+
 def test_the_extension_is_built_in_ci():
     require(C_WALK is not None and C_INDEX is not None,
             "the C traversal (analysis/_speedups.c) was not built: no C compiler?")
@@ -133,12 +144,7 @@ def test_c_traversal_matches_python_traversal():
     require(C_WALK is not None, "the C traversal (analysis/_speedups.c) was not built")
     wanted_sets = (frozenset(), frozenset({ast.For, ast.Subscript, ast.Name, ast.Lambda, ast.Constant}))
     n = 0
-    for name, text in _sources():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            assert name != "tricky"
-            continue  # a fixture of DDP000
+    for name, text, tree in _trees():
         for wanted in wanted_sets:
             for owned in (False, True):
                 py, c = _both(tree, frozenset(wanted).union(S.BRANCHING, S.EXITS), owned)
@@ -197,11 +203,7 @@ def test_c_queries_match_python_queries():
     pairs = [(S._py_scope_of, S.Semantic.scope_of), (S._py_enclosing_function, S.Semantic.enclosing_function),
              (S._py_statement_of, S.Semantic.statement_of), (S._py_parent, S.parent)]
     checked = 0
-    for name, text in _sources():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
+    for name, text, tree in _trees():
         sem = S.Semantic(tree, frozenset())
         for n in ast.walk(tree):
             for py, c in pairs:
@@ -276,11 +278,7 @@ def test_c_reaching_events_match_python():
             S._speedups = C_MODULE
 
     checked = 0
-    for name, text in _sources():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
+    for name, text, tree in _trees():
         py, c = answers(tree, text, None), answers(tree, text, C_MODULE)
         assert py == c, name
         checked += len(py)
@@ -301,11 +299,7 @@ def test_c_gate_and_has_param_match_python():
         finally:
             S._speedups = C_MODULE
         assert C_MODULE.admitted(text, gates, NoCase) == py
-    for name, text in _sources():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
+    for name, text, tree in _trees():
         for fn in ast.walk(tree):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 names = [a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)] + ["self", "absent"]
