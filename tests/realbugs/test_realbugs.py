@@ -18,7 +18,7 @@ from bench.realbugs.manifest import load_manifest
 from bench.realbugs.score import score
 
 CASES = Path(__file__).resolve().parent / "cases"
-RECALL_FLOOR = 0.0  # raised as the rules learn; the measured value is in bench/RESULTS.md
+RECALL_FLOOR = 0.1  # raised as the rules learn; the measured value is in bench/RESULTS.md
 
 
 def _cases():
@@ -52,7 +52,6 @@ def test_every_reproduction_is_well_formed_and_linked_to_the_manifest():
 
 def test_recall_floor():
     cases = _cases()
-    if not cases:
-        pytest.skip("no reproductions yet")
+    assert cases, "no reproductions found under tests/realbugs/cases"
     hits = sum(_meta(c)["expect"] == "hit" for c in cases)
     assert hits / len(cases) >= RECALL_FLOOR

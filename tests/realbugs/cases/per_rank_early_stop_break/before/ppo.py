@@ -1,0 +1,24 @@
+import torch
+import torch.distributed as dist
+
+
+class PPOTrainer:
+    def __init__(self, model, optimizer, target_kl):
+        self.model = model
+        self.optimizer = optimizer
+        self.target_kl = target_kl
+
+    def train_minibatch(self, batch):
+        loss, kl = self.model(batch)
+        loss.backward()
+        for p in self.model.parameters():
+            dist.all_reduce(p.grad)
+        self.optimizer.step()
+        return kl
+
+    def step(self, batches):
+        for batch in batches:
+            kl = self.train_minibatch(batch)
+            if kl > 1.5 * self.target_kl:
+                self.optimizer.zero_grad()
+                break
