@@ -5,7 +5,6 @@ launcher that cannot start come back as ``RunResult(exit_code=2, error=...)``.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -177,41 +176,33 @@ def self_spawning(path: str) -> int | None:
     return None
 
 
-def _has_module(python: str, name: str) -> bool | None:
-    """Whether ``python`` can import ``name`` (None: could not tell)."""
-    same_view = not (sys.flags.no_site or sys.flags.isolated or sys.flags.ignore_environment)
-    if same_view and os.path.realpath(python) == os.path.realpath(sys.executable):
-        try:
-            return importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            return None
-    try:
-        p = subprocess.run([python, "-c", f"import importlib.util as u; print('ok' if u.find_spec({name!r}) else 'missing')"],
-                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"ok": True, "missing": False}.get(p.stdout.strip())
+_PROBE = ("import importlib.util as u, sys\n"
+          "for n in sys.argv[1:]:\n"
+          "    try:\n"
+          "        print(n, 'ok' if u.find_spec(n) else 'missing')\n"
+          "    except Exception:\n"
+          "        print(n, 'missing')\n")
 
 
-def _has_torch(python: str) -> tuple[bool, str]:
-    # the in-process answer holds only when this process sees what a plain `python` would
-    # (not under -S / -I / -E, as a bundled server may run)
-    same_view = not (sys.flags.no_site or sys.flags.isolated or sys.flags.ignore_environment)
-    if same_view and os.path.realpath(python) == os.path.realpath(sys.executable):
-        try:
-            return importlib.util.find_spec("torch") is not None, ""
-        except (ImportError, ValueError) as e:
-            return False, str(e)
+def _probe_modules(python: str, names: tuple[str, ...]) -> tuple[dict[str, bool], str]:
+    """Which of ``names`` the interpreter ``python`` can import, asked of that interpreter itself.
+
+    Never answered in process: a virtual environment's ``python`` resolves to the same base binary
+    as ddp-lint's own, yet sees other site-packages (issue 28), so only the target knows. One short
+    subprocess for every name at once. ``({}, why)`` when it could not be run."""
     try:
-        p = subprocess.run(
-            [python, "-c", "import importlib.util as u; print('ok' if u.find_spec('torch') else 'missing')"],
-            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-        )
+        p = subprocess.run([python, "-c", _PROBE, *names], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as e:
-        return False, f"cannot run {python!r}: {e}"
+        return {}, f"cannot run {python!r}: {e}"
     if p.returncode != 0:
-        return False, (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-    return p.stdout.strip() == "ok", ""
+        return {}, (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    found = {}
+    for line in p.stdout.splitlines():
+        name, _, verdict = line.partition(" ")
+        if name in names and verdict in ("ok", "missing"):
+            found[name] = verdict == "ok"
+    return found, ""
 
 
 def _emulation_decision(script, nproc, n_gpus, emulate, backend) -> tuple[bool, str | None, list[str]]:
@@ -306,12 +297,13 @@ def run_script(
         py = found
     if not (os.path.isfile(py) and os.access(py, os.X_OK)):
         return fail(f"interpreter {py!r} is not an executable file")
-    ok, why = _has_torch(py)
+    found, why = _probe_modules(py, ("torch", "numpy"))
+    ok = found.get("torch", False)
     if not ok:
         return fail(f"torch is not installed for {py} ({why})" if why else
                     f"torch is not installed for {py}; pass --python with the interpreter that has your torch")
     obj_line = uses_object_collectives(str(path))
-    if obj_line is not None and _has_module(py, "numpy") is False:
+    if obj_line is not None and found.get("numpy") is False:
         return fail(f"{path.name}:{obj_line} uses an object collective, which needs numpy under torch, and numpy "
                     f"is not installed for {py}; install it first: {py} -m pip install numpy")
     spawn_line = self_spawning(str(path)) if nodes is None or not getattr(nodes, "nnodes", None) else None
