@@ -124,29 +124,11 @@ def _read_regular(path: str, limit: int, nofollow: bool = True) -> bytes | None:
 
 
 def _write_temp(folder: str, data: bytes) -> str:
-    """A new 0600 file with ``data`` in ``folder`` (never an existing path, never through a link)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(20):
-        name = os.path.join(folder, f".tmp-{os.getpid()}-{os.urandom(6).hex()}")
-        try:
-            fd = os.open(name, flags, 0o600)
-        except FileExistsError:
-            continue
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-        except BaseException:
-            os.close(fd)
-            try:
-                os.unlink(name)
-            except OSError:
-                pass
-            raise
-        os.close(fd)
-        return name
-    raise FileExistsError(folder)
+    """A new 0600 file with ``data`` in ``folder`` (never an existing path, never through a link):
+    ``io.write_temp``, the one writer of every file ddp-lint writes."""
+    from .io import write_temp
+
+    return write_temp(folder, data, prefix=".tmp-", suffix="")
 
 
 def _safe_dir(path: str, create: bool) -> bool:

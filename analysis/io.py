@@ -7,15 +7,18 @@ message instead of a traceback.
 Reading never blocks: a path is opened with ``O_NONBLOCK`` and only a regular file is read (a FIFO,
 a socket or a device such as ``/dev/zero`` is refused), for sources and configuration files alike.
 
-Writing a fix (``write_source``) goes through a new temporary file created with
+Every file ddp-lint writes (a fix, a ``run --report``, the cache, a run's ``sitecustomize.py``)
+goes through ``write_temp`` / ``atomic_write``: a new temporary file created with
 ``O_CREAT|O_EXCL|O_NOFOLLOW`` (``tempfile.mkstemp``, mode 0600) in the target's folder, so a
-symbolic link planted at any name cannot redirect the write. It gets the source's permissions only
-after its content is written, then replaces the source with ``os.replace``. Just before the replace
-the source is re-checked (device, inode, size, mtime and a hash of its bytes): a file edited while
-it was being analysed is left alone. On any failure the temporary file is removed.
+symbolic link planted at any name cannot redirect the write, then ``os.replace``. A final path that
+is a symbolic link is refused, except for a fix (``write_source``), which rewrites the link's target.
+A fix's temporary file gets the source's permissions only after its content is written; just before
+the replace the source is re-checked (device, inode, size, mtime and a hash of its bytes): a file
+edited while it was being analysed is left alone. On any failure the temporary file is removed.
 """
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -119,50 +122,109 @@ def _unchanged(target: str, sf: SourceFile) -> str | None:
     return None
 
 
-def write_source(sf: SourceFile, new_text: str) -> None:
-    """Atomically replace the file's content, keeping its encoding and permissions.
+class SymlinkRefused(OSError):
+    """``atomic_write`` was asked to write a path that is a symbolic link."""
 
-    A symbolic link is followed to its target, which is rewritten; the link stays a link. Raises
-    ``SourceChanged`` (nothing written) when the file changed since it was read, and
-    ``SourceError`` with a one-line reason when the write fails; no temporary file is left behind
-    either way."""
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_temp(folder: str, data: bytes, *, mode: int = 0o600, owner: tuple | None = None,
+               sync: bool = False, prefix: str = ".ddp-lint.", suffix: str = ".tmp") -> str:
+    """A **new** file holding ``data`` in ``folder``; returns its path.
+
+    ``tempfile.mkstemp``: ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600 and a random name, so nothing
+    planted in the folder (a symbolic link, a file, a FIFO) can redirect the write. ``owner``
+    ((uid, gid), best effort) and ``mode`` are applied only once the content is written, so the
+    bytes are never readable by more users than ``mode`` allows. On any failure the file is removed.
+    Every file ddp-lint writes goes through here (``atomic_write``, and the cache's ``os.link``)."""
     import tempfile
 
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if sync:
+                os.fsync(fh.fileno())
+            if owner is not None:
+                try:
+                    fst = os.fstat(fh.fileno())
+                    if (fst.st_uid, fst.st_gid) != tuple(owner):
+                        os.fchown(fh.fileno(), *owner)
+                except OSError:
+                    pass  # not permitted: the file keeps our ownership, and still gets ``mode``
+            if mode != 0o600:
+                os.fchmod(fh.fileno(), mode)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
+
+
+def atomic_write(path: str, data: bytes, *, mode: int = 0o600, follow_symlink: bool = False,
+                 owner: tuple | None = None, sync: bool = False, check=None) -> str:
+    """Replace ``path`` with ``data`` atomically: a new temporary file in the same folder
+    (``write_temp``), then ``os.replace``. Returns the path written.
+
+    A ``path`` that is a symbolic link is refused (``SymlinkRefused``, an ``OSError``) unless
+    ``follow_symlink`` (a fix of a symlinked source: its target is rewritten, the link stays).
+    ``check()`` runs just before the replace; whatever it raises aborts the write. Readers never
+    see a half-written file, and no temporary file is left behind on failure."""
+    if follow_symlink:
+        target = os.path.realpath(path)
+    else:
+        target = path
+        if os.path.islink(path):
+            raise SymlinkRefused(errno.ELOOP, "is a symbolic link; ddp-lint never writes through or replaces one",
+                                 path)
+    folder = os.path.dirname(os.path.abspath(target))
+    tmp = write_temp(folder, data, mode=mode, owner=owner, sync=sync,
+                     prefix=f".{os.path.basename(target)}.", suffix=".ddp-lint.tmp")
+    try:
+        if check is not None:
+            check()
+        os.replace(tmp, target)
+        tmp = None
+    finally:
+        if tmp is not None:
+            _unlink_quietly(tmp)
+    return target
+
+
+def write_source(sf: SourceFile, new_text: str, inside: str | None = None) -> None:
+    """Atomically replace the file's content, keeping its encoding and permissions.
+
+    A symbolic link is followed to its target, which is rewritten; the link stays a link. With
+    ``inside`` (a real folder: the folder a walk found the file in), a target outside it is not
+    written (``SourceError``): a repository's symlinked ``*.py`` never makes a fix leave the tree.
+    Raises ``SourceChanged`` (nothing written) when the file changed since it was read, and
+    ``SourceError`` with a one-line reason when the write fails; no temporary file is left behind
+    either way."""
     data = new_text.encode(sf.encoding)
     target = os.path.realpath(sf.path)  # a symlinked source: fix the target, keep the link
-    d = os.path.dirname(target)
+    if inside is not None and os.path.commonpath([target, inside]) != inside:
+        raise SourceError(f"{sf.path}: not fixed: it is a symbolic link to {target}, outside {inside}; "
+                          "fix that file itself, or name it on the command line")
     try:
         st = os.stat(target)
     except OSError as e:
         raise SourceError(f"{sf.path}: cannot write the fix: {e.strerror or e}") from None
-    tmp = None
-    try:
-        # mkstemp: O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600, a random name: nothing planted in the
-        # folder can redirect this write, and the content is never readable by more users than the
-        # source's until it replaces the source.
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".ddp-lint.tmp", dir=d)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-            try:
-                if (st.st_uid, st.st_gid) != (os.fstat(fh.fileno()).st_uid, os.fstat(fh.fileno()).st_gid):
-                    os.fchown(fh.fileno(), st.st_uid, st.st_gid)
-            except OSError:
-                pass  # not permitted: the file gets our ownership, and still the source's mode
-            os.fchmod(fh.fileno(), stat.S_IMODE(st.st_mode))
+
+    def unchanged():
         why = _unchanged(target, sf)
         if why is not None:
             raise SourceChanged(f"{sf.path}: not fixed: {why}; run ddp-lint again")
-        os.replace(tmp, target)
-        tmp = None
+
+    try:
+        # the temporary file gets the source's owner and mode only once its content is written
+        atomic_write(target, data, mode=stat.S_IMODE(st.st_mode), owner=(st.st_uid, st.st_gid), sync=True,
+                     check=unchanged)
     except SourceError:
         raise
     except OSError as e:
         raise SourceError(f"{sf.path}: cannot write the fix: {e.strerror or e}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .io import atomic_write
 from .registry import all_rules
 
 
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
     folder = Path(argv[0] if argv else Path(__file__).resolve().parent.parent / "docs" / "rules")
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in expected_files().items():
-        (folder / name).write_text(text, encoding="utf-8")
+        atomic_write(str(folder / name), text.encode("utf-8"), mode=0o644)
     print(f"wrote {len(expected_files())} files to {folder}")
     return 0
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..io import atomic_write
 from .logs import LogReader, RankData
 from .proctree import _ACTIVE_ROOTS, ProcessTracker, alive, become_subreaper
 from .states import count
@@ -300,8 +301,7 @@ def launch(
     if self_spawn:
         inject = os.path.join(tmp, "inject")
         os.mkdir(inject, 0o700)
-        with open(os.path.join(inject, "sitecustomize.py"), "w", encoding="utf-8") as f:
-            f.write(_SITECUSTOMIZE)
+        atomic_write(os.path.join(inject, "sitecustomize.py"), _SITECUSTOMIZE.encode("utf-8"))
         env.update({"DDP_LINT_SHIM_ROLE": "spawn-parent", "DDP_LINT_SELF_SPAWN": "1", "DDP_LINT_SCRIPT": script,
                     "DDP_LINT_SHIM_SPAWN": str(Path(SHIM_PATH).with_name("shim_spawn.py")),
                     "PYTHONPATH": inject + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})

@@ -114,13 +114,16 @@ def report_path(template: str, res) -> str:
 
 def write_report(template: str, res) -> str:
     path = report_path(template, res)
-    data = json.dumps(report_json(res), ensure_ascii=False, default=str)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(data + "\n")
-    os.replace(tmp, path)
+    rep = report_json(res)
+    try:
+        data = json.dumps(rep, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (an undecodable file name): \u escapes are exact
+        data = json.dumps(rep, ensure_ascii=True, default=str).encode("ascii")
+    from ..io import atomic_write
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    # a new 0600 temporary file (mkstemp) in the folder, then os.replace; a symlink at PATH is refused
+    atomic_write(path, data + b"\n")
     return path
 
 

@@ -527,7 +527,7 @@ def _dump_python_stacks(signum=None, frame=None):
     data = json.dumps({"main_thread": threading.main_thread().ident, "threads": out}).encode()
     path = os.path.join(log_dir, f"stack-{_RANK}.py")
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         os.write(fd, data)
     finally:
@@ -536,7 +536,7 @@ def _dump_python_stacks(signum=None, frame=None):
 
 
 def _open_private(path):
-    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600), "w")
 
 
 _POST_INIT_HOOKS: list = []  # callables() run after init_process_group returned (shim_spawn.py)
@@ -551,7 +551,7 @@ def _setup_recording(script, tag=None):
     if not log_dir:
         return
     tag = tag or str(_RANK)
-    _LOG_FD = os.open(os.path.join(log_dir, f"rank-{tag}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    _LOG_FD = os.open(os.path.join(log_dir, f"rank-{tag}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
     _log_event(
         "start", main_thread=threading.main_thread().ident, script=script, argv=sys.argv[1:],
         world_size=os.environ.get("WORLD_SIZE"), local_rank=os.environ.get("LOCAL_RANK"),
@@ -716,7 +716,7 @@ def _as_torchrun():
     log_dir = os.environ.get("DDP_LINT_LOG_DIR")
     if log_dir:  # torchrun's own messages (its ChildFailedError banner) go to the report, not the terminal;
         try:     # the ranks keep the shared stdout/stderr (file descriptors 1 and 2)
-            sys.stderr = open(os.open(os.path.join(log_dir, "torchrun.err"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+            sys.stderr = open(os.open(os.path.join(log_dir, "torchrun.err"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
                                       0o600), "w", buffering=1, errors="replace")
         except OSError:
             pass

@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # files in the run's private folder: never through a link
 _MODELS = []  # [(weakref to the DDP module, index, site)]
 _DONE = set()  # indexes already fingerprinted
 _MAX_PARAMS = 4096
@@ -81,7 +82,7 @@ def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
     rank killed outright (SIGKILL, the OOM killer) leaves no traceback and no stack, but this says
     where it was last seen. One pwrite(2) per change; nothing in the rank's own thread."""
     libs = tuple(os.path.join(p, "") for p in lib_dirs)
-    fd = os.open(os.path.join(log_dir, f"seen-{tag}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(os.path.join(log_dir, f"seen-{tag}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
     main_id = threading.main_thread().ident
 
     def user(f):
