@@ -6,8 +6,37 @@ from __future__ import annotations
 import json
 import sys
 
+import re
+
 from .model import Applicability, Finding
 from .urls import REPOSITORY_URL
+
+# -- control characters in human output ----------------------------------------------------------
+# C0 (newline, ESC, BEL...), DEL and C1 controls, lone surrogates (undecodable file names), bidi
+# overrides and isolates, line/paragraph separators, and the XML non-characters U+FFFE/U+FFFF.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069"
+                          "\ud800-\udfff\ufffe\uffff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(m) -> str:
+    c = m.group()
+    named = _NAMED.get(c)
+    if named is not None:
+        return named
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def printable(s) -> str:
+    """``s`` with every control character written as an escape (``\\n``, ``\\x1b``, ``\\u202e``).
+
+    The one place that makes text from outside (file names, messages, merged reports, source
+    lines) safe for a terminal, a CI log and XML: a newline cannot forge another output line (or a
+    GitHub Actions ``::error`` command), an ESC/OSC sequence or a BEL never reaches the terminal, and
+    the junit format stays well-formed. Every human format uses it; JSON and SARIF stay exact."""
+    s = str(s)
+    return _UNPRINTABLE.sub(_escape_char, s) if _UNPRINTABLE.search(s) else s
 
 
 def _loc(pos) -> dict:
@@ -94,7 +123,8 @@ def finding_to_json(f: Finding) -> dict:
 
 def format_text_line(f: Finding) -> str:
     mark = " [*]" if f.fix is not None and f.fix.applicability is not Applicability.DISPLAY_ONLY else ""
-    return f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code}{mark} {display_message(f)}"
+    return printable(f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: "
+                     f"{f.code}{mark} {display_message(f)}")
 
 
 def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quiet: bool = False,
@@ -161,13 +191,14 @@ def format_full(f: Finding, text: str | None) -> str:
         out.append(f"{pad} |")
         for i in range(first, last + 1):
             line = lines[i].replace("\t", " ")
-            out.append(f"{i + 1:>{width}} | {line}".rstrip())
+            out.append(f"{i + 1:>{width}} | {printable(line)}".rstrip())
             if sl <= i <= el:
                 a = f.range.start.column if i == sl else len(lines[i]) - len(lines[i].lstrip())
                 b = f.range.end.column if i == el else len(lines[i])
                 if i == sl and lines[i].startswith("\ufeff"):
                     a, b = max(0, a - 1), max(0, b - 1)  # the BOM is not printed
                     line = line[1:]
+                a, b = len(printable(line[:a])), len(printable(line[:b]))  # columns of the escaped line
                 carets = max(1, b - a)
                 label = f" {f.code}" if i == el else ""
                 out.append(f"{pad} | {' ' * a}{'^' * carets}{label}")
@@ -175,10 +206,10 @@ def format_full(f: Finding, text: str | None) -> str:
         if f.fix is not None:
             out.extend(_fix_preview(f, text, pad))
     elif f.fix is not None:
-        out.append(f"  = help: {f.fix.message}")
+        out.append(printable(f"  = help: {f.fix.message}"))
     for r in f.related:
         where = r.filename or f.filename
-        out.append(f"  = note: {where}:{r.range.start.line + 1}:{r.range.start.column + 1}: {r.message}")
+        out.append(printable(f"  = note: {where}:{r.range.start.line + 1}:{r.range.start.column + 1}: {r.message}"))
     return "\n".join(out) + "\n"
 
 
@@ -186,7 +217,7 @@ def _fix_preview(f: Finding, text: str, pad: str) -> list[str]:
     from .fixes import apply_edits
 
     kind = {"safe": "Safe fix", "unsafe": "Unsafe fix", "display-only": "Suggested fix (not applied)"}
-    out = [f"{pad} = help: {f.fix.message}", "", f"  {kind.get(f.fix.applicability.value, 'Fix')}:"]
+    out = [printable(f"{pad} = help: {f.fix.message}"), "", f"  {kind.get(f.fix.applicability.value, 'Fix')}:"]
     try:
         new = apply_edits(text, f.fix.edits)
     except (ValueError, IndexError):
@@ -198,9 +229,9 @@ def _fix_preview(f: Finding, text: str, pad: str) -> list[str]:
         if tag == "equal":
             continue
         for i in range(i1, i2):
-            out.append(f"  {i + 1:>{len(pad)}} - {old_l[i]}".rstrip())
+            out.append(f"  {i + 1:>{len(pad)}} - {printable(old_l[i])}".rstrip())
         for j in range(j1, j2):
-            out.append(f"  {j + 1:>{len(pad)}} + {new_l[j]}".rstrip())
+            out.append(f"  {j + 1:>{len(pad)}} + {printable(new_l[j])}".rstrip())
     return out
 
 
@@ -214,16 +245,17 @@ def _gh_prop(s: str) -> str:
 
 
 def format_github(f: Finding) -> str:
-    """A GitHub Actions workflow command; GitHub shows it as an annotation on the line."""
+    """A GitHub Actions workflow command; GitHub shows it as an annotation on the line. Control
+    characters are escaped first (``printable``): no ESC/BEL reaches the log, no newline a command."""
     level = {"error": "error", "warning": "warning"}.get(f.severity.value, "notice")
     props = ",".join([
-        f"title={_gh_prop(f'ddp-lint ({f.code})')}",
-        f"file={_gh_prop(f.filename)}",
+        f"title={_gh_prop(printable(f'ddp-lint ({f.code})'))}",
+        f"file={_gh_prop(printable(f.filename))}",
         f"line={f.range.start.line + 1}", f"col={f.range.start.column + 1}",
         f"endLine={f.range.end.line + 1}", f"endColumn={f.range.end.column + 1}",
     ])
     where = f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}"
-    return f"::{level} {props}::{_gh_data(f'{where}: {f.code} {f.message}')}"
+    return f"::{level} {props}::{_gh_data(printable(f'{where}: {f.code} {f.message}'))}"
 
 
 # -- junit ---------------------------------------------------------------------------------------
@@ -241,21 +273,17 @@ def to_junit(findings: list[Finding]) -> str:
     for f in findings:
         by_file.setdefault(f.filename, []).append(f)
     for filename, fs in by_file.items():
+        filename = printable(filename)  # XML 1.0 cannot carry most control characters, even escaped
         suite = ET.SubElement(root, "testsuite", name=filename, tests=str(len(fs)), disabled="0",
                               errors="0", failures=str(len(fs)), package="org.ddp-lint")
         for f in fs:
             line, col = f.range.start.line + 1, f.range.start.column + 1
-            case = ET.SubElement(suite, "testcase", name=f"org.ddp-lint.{f.code}", classname=filename,
+            case = ET.SubElement(suite, "testcase", name=printable(f"org.ddp-lint.{f.code}"), classname=filename,
                                  line=str(line), column=str(col))
-            fail = ET.SubElement(case, "failure", message=_xml_safe(f.message))
-            fail.text = _xml_safe(f"line {line}, col {col}, {f.message}")
+            fail = ET.SubElement(case, "failure", message=printable(f.message))
+            fail.text = printable(f"line {line}, col {col}, {f.message}")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-
-def _xml_safe(s: str) -> str:
-    """XML 1.0 cannot carry most control characters, even escaped: replace them."""
-    return "".join(c if c in "\t\n\r" or ord(c) >= 0x20 and c not in "\ufffe\uffff" else "\ufffd" for c in s)
 
 
 def to_sarif(findings: list[Finding]) -> dict:

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_ERROR
     except UsageError as e:
-        print(f"ddp-lint: error: {e}", file=sys.stderr)
+        _err(str(e))
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
@@ -301,11 +301,13 @@ def _analyse(text, path, settings, fix_mode, unsafe):
 
 
 def _err(msg: str) -> None:
-    print(f"ddp-lint: error: {msg}", file=sys.stderr)
+    from .analysis.output import printable  # a file name's newline or ESC sequence is escaped
+
+    print(printable(f"ddp-lint: error: {msg}"), file=sys.stderr)
 
 
 def cmd_check(args) -> int:
-    from .analysis.output import print_findings
+    from .analysis.output import print_findings, printable
 
     paths = args.paths or ["."]
     fix_mode = args.fix or args.diff
@@ -340,7 +342,7 @@ def cmd_check(args) -> int:
         if args.force_exclude:
             files = [f for f in files if not _force_excluded(f, settings)]
         for w in walked.warnings:
-            print(f"ddp-lint: warning: {w}", file=sys.stderr)
+            print(printable(f"ddp-lint: warning: {w}"), file=sys.stderr)
         for e in errors:
             _err(e)
         write = args.fix and not args.diff
@@ -362,7 +364,7 @@ def cmd_check(args) -> int:
         for path, findings, err, new, old, *_ in results:
             if new is not None:
                 sys.stdout.writelines(difflib.unified_diff(
-                    old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+                    old.splitlines(True), new.splitlines(True), f"a/{printable(path)}", f"b/{printable(path)}"))
         if not any(r[3] is not None for r in results) and not args.quiet:
             n_unsafe = 0 if args.unsafe_fixes else sum(
                 1 for r in results for f in r[1] if f.fix and f.fix.applicability.value == "unsafe")
@@ -393,7 +395,8 @@ def cmd_check(args) -> int:
             sys.stdout.write(results[0][4] or "")
         remaining = [f for r in results for f in r[1]]
         for f in remaining:
-            print(f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}", file=sys.stderr)
+            print(printable(f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}"),
+                  file=sys.stderr)
     else:
         all_findings = [f for r in results for f in r[1]] if not args.diff else []
         if not args.diff:

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 
-from ..output import display_message, finding_to_json, related_message
+from ..output import display_message, finding_to_json, printable, related_message
 from .api import EXIT_CANCELLED, EXIT_ERROR, RunResult, run_script
 
 _OWN_OPTS = {"--nproc": int, "--timeout": float, "--backend": str, "--emulate": str, "--python": str,
@@ -110,14 +110,16 @@ def format_text(res: RunResult) -> str:
         out.append(f"Found {n} runtime problem{'s' if n != 1 else ''}.")
     elif res.exit_code == 0:
         out.append("All ranks finished cleanly.")
-    return "\n".join(out) + "\n"
+    # one line per entry: a newline or an ESC sequence in a script name, a rank's text or a merged
+    # report's message is escaped, never printed
+    return "\n".join(printable(line) for line in out) + "\n"
 
 
 def cmd_run(args) -> int:
     try:
         script_args = _split_args(args)
     except _Usage as e:
-        print(f"ddp-lint: error: {e}", file=sys.stderr)
+        print(printable(f"ddp-lint: error: {e}"), file=sys.stderr)
         return EXIT_ERROR
     module = getattr(args, "module", None)
     if module is not None and args.script is not None:
@@ -128,7 +130,7 @@ def cmd_run(args) -> int:
         print("ddp-lint: error: give a script, or -m MODULE", file=sys.stderr)
         return EXIT_ERROR
     if module is None and not os.path.exists(args.script):
-        print(f"ddp-lint: error: {args.script}: no such file", file=sys.stderr)
+        print(printable(f"ddp-lint: error: {args.script}: no such file"), file=sys.stderr)
         return EXIT_ERROR
     text_mode = args.output_format == "text"
     cancel = threading.Event()
@@ -167,7 +169,7 @@ def cmd_run(args) -> int:
             except (ValueError, OSError):
                 pass
     if res.exit_code == EXIT_ERROR:
-        print(f"ddp-lint: error: {res.error}", file=sys.stderr)
+        print(printable(f"ddp-lint: error: {res.error}"), file=sys.stderr)
         return EXIT_ERROR
     if getattr(args, "report", None) and not res.cancelled:
         from .merge import write_report
@@ -175,14 +177,15 @@ def cmd_run(args) -> int:
         try:
             res.notes.append(f"report written to {write_report(args.report, res)}")
         except OSError as e:
-            print(f"ddp-lint: error: cannot write the report {args.report!r}: {e.strerror or e}", file=sys.stderr)
+            print(printable(f"ddp-lint: error: cannot write the report {args.report!r}: {e.strerror or e}"),
+                  file=sys.stderr)
             return EXIT_ERROR
     if text_mode:
         sys.stdout.write(format_text(res))
     else:
         sys.stdout.write(json.dumps([finding_to_json(f) for f in res.findings], indent=2, ensure_ascii=False, default=str) + "\n")
         for n in res.notes:
-            print(f"note: {n}", file=sys.stderr)
+            print(printable(f"note: {n}"), file=sys.stderr)
     sys.stdout.flush()
     if res.cancelled:
         return EXIT_CANCELLED
@@ -196,13 +199,13 @@ def cmd_merge(args) -> int:
     try:
         res = merge(list(args.reports))
     except MergeError as e:
-        print(f"ddp-lint: error: {e}", file=sys.stderr)
+        print(printable(f"ddp-lint: error: {e}"), file=sys.stderr)
         return EXIT_ERROR
     if args.output_format == "json":
         sys.stdout.write(json.dumps([finding_to_json(f) for f in res.findings], indent=2, ensure_ascii=False,
                                     default=str) + "\n")
         for n in res.notes:
-            print(f"note: {n}", file=sys.stderr)
+            print(printable(f"note: {n}"), file=sys.stderr)
     else:
         sys.stdout.write(format_text(res))
     return res.exit_code

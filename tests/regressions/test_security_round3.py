@@ -116,3 +116,98 @@ def test_every_file_write_goes_through_the_atomic_writer():
                 writes = [w for w in writes if w.startswith("line") and "os.open" in w and "NOFOLLOW" not in w]
             offenders += [f"{rel} {w}" for w in writes]
     assert offenders == []
+
+
+# -- R5: control characters in human output ---------------------------------------------------------
+_HOSTILE_NAME = "evil\n::error file=x.py,line=1::forged\x1b]0;pwned\x07\x9b2J.py"
+_BAD = [chr(c) for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))]
+
+
+def _main(*argv):
+    from ddp_lint.cli import main
+
+    return main(list(argv))
+
+
+def _hostile_tree(tmp_path):
+    src = ROOT / "examples" / "seed_problem1_hang.py"
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / _HOSTILE_NAME).write_bytes(src.read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["concise", "full", "github", "junit"])
+def test_control_characters_in_file_names_are_escaped_in_human_formats(tmp_path, capsys, fmt):
+    """R5: a newline in a file name forged output lines (``::error`` commands that GitHub Actions
+    runs) and ESC/OSC/BEL/C1 reached the terminal; junit was ill-formed XML."""
+    folder = _hostile_tree(tmp_path)
+    assert _main("check", str(folder), "--no-cache", "--output-format", fmt) == 1
+    out = capsys.readouterr().out
+    assert not any(c in out for c in _BAD), [c for c in _BAD if c in out]
+    assert "evil\\n::error" in out
+    lines = out.splitlines()
+    if fmt == "github":
+        assert lines and all(line.startswith("::") for line in lines)
+        assert sum("forged" in line for line in lines) == len(lines)  # never a line of its own
+    elif fmt == "concise":
+        assert all(line.startswith(str(folder)) for line in lines[:-2]), lines
+    elif fmt == "junit":
+        import xml.etree.ElementTree as ET
+
+        root = ET.fromstring(out)
+        assert root.tag == "testsuites"
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_json_and_sarif_keep_file_names_exact(tmp_path, capsys, fmt):
+    folder = _hostile_tree(tmp_path)
+    _main("check", str(folder), "--no-cache", "--output-format", fmt)
+    data = json.loads(capsys.readouterr().out)
+    names = ({f["filename"] for f in data} if fmt == "json" else
+             {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in data["runs"][0]["results"]})
+    assert names == {str(folder / _HOSTILE_NAME)}
+
+
+def test_full_format_escapes_source_lines_and_keeps_the_caret_under_the_finding():
+    from ddp_lint.analysis.model import Finding, Position, Range, Severity
+    from ddp_lint.analysis.output import format_full
+
+    text = 'x = "\x1b[2J"; dist.barrier()\n'
+    col = text.index("dist")
+    f = Finding(code="DDP999", name="x", message="m", severity=Severity.ERROR,
+                range=Range(Position(0, col), Position(0, col + 4)), filename="f.py")
+    out = format_full(f, text)
+    assert "\x1b" not in out
+    src, caret = [line for line in out.splitlines() if " | " in line][0:2]
+    assert src[caret.index("^"):].startswith("dist")
+
+
+def _report(tmp_path, name, message, filename="train.py"):
+    finding = {"code": "DDP901", "message": message, "filename": filename, "location": {"row": 1, "column": 1},
+               "end_location": {"row": 1, "column": 2}, "severity": "error", "ranks": [0]}
+    p = tmp_path / name
+    p.write_text(json.dumps([finding]))
+    return p
+
+
+def test_merge_text_output_escapes_messages_and_file_names(tmp_path, capsys):
+    """R5: messages merged from reports reached the terminal raw."""
+    p = _report(tmp_path, "a.json", "boom\n::error::forged\x1b]8;;http://x\x07", filename="t\x1b[31m.py")
+    assert _main("merge", str(p)) == 1
+    out = capsys.readouterr().out
+    assert not any(c in out for c in _BAD)
+    assert "boom\\n::error::forged\\x1b]8;;http://x\\x07" in out
+    assert not any(line.startswith("::") for line in out.splitlines())
+
+
+def test_run_text_output_escapes_the_script_name_and_rank_texts():
+    from ddp_lint.analysis.runtime.api import RankSummary
+    from ddp_lint.analysis.runtime.cli import format_text
+
+    res = _run_result()
+    res.script = "/tmp/a\nAll ranks finished cleanly.\x1b[2K.py"
+    res.ranks = [RankSummary(rank=0, status="failed", text="rank 0: \x07boom\nfake")]
+    out = format_text(res)
+    assert not any(c in out for c in _BAD)
+    assert out.count("\n") == 3  # head, one rank, the summary
