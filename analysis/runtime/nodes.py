@@ -55,54 +55,76 @@ def _split_top(s: str) -> list[str]:
     return [p.strip() for p in out if p.strip()]
 
 
-def _expand_range(body: str, whole: str) -> list[str]:
-    out = []
+MAX_HOSTS = 100_000  # a node list that names more hosts is refused
+_MAX_DIGITS = 18  # a host number longer than this is not a host number
+
+
+def _too_large(whole: str) -> NodeError:
+    return NodeError(f"node list {whole!r} names more than {MAX_HOSTS} hosts")
+
+
+def _ranges(body: str, whole: str) -> tuple[list[tuple], int]:
+    """The ranges of one bracket group, ``(first, last, step, width)`` each, and how many numbers
+    they make: counted, nothing built."""
+    out, n = [], 0
     for part in body.split(","):
         part = part.strip()
         if not part:
             continue
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?(?::(\d+))?", part)
+        m = re.fullmatch(r"(\d{1,%d})(?:-(\d{1,%d}))?(?::(\d{1,%d}))?" % ((_MAX_DIGITS,) * 3), part)
         if not m:
             raise NodeError(f"cannot read {part!r} in node list {whole!r}")
         lo, hi, step = m.group(1), m.group(2), int(m.group(3) or 1)
         if hi is None:
-            out.append(lo)
+            out.append((int(lo), int(lo), 1, len(lo)))
+            n += 1
             continue
         width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
         a, b = int(lo), int(hi)
         if b < a or step < 1:
             raise NodeError(f"empty range {part!r} in node list {whole!r}")
-        if (b - a) // step > 100000:
-            raise NodeError(f"range {part!r} in node list {whole!r} is too large")
-        out.extend(str(i).zfill(width) for i in range(a, b + 1, step))
-    return out
+        out.append((a, b, step, width))
+        n += (b - a) // step + 1
+    return out, n
+
+
+def _expand_range(body: str, whole: str) -> list[str]:
+    ranges, n = _ranges(body, whole)
+    if n > MAX_HOSTS:
+        raise _too_large(whole)
+    return [str(i).zfill(w) for a, b, step, w in ranges for i in range(a, b + 1, step)]
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """SLURM's compact host list, expanded like ``scontrol show hostnames``: ``gpu[01-03,07]`` ->
     gpu01 gpu02 gpu03 gpu07; ``a1,b[2-3]`` -> a1 b2 b3; ``n[1-2]-ib[0-1]`` -> n1-ib0 n1-ib1 ...
-    (several bracket groups: the first one varies slowest). Zero padding is kept."""
+    (several bracket groups: the first one varies slowest). Zero padding is kept. More than
+    ``MAX_HOSTS`` hosts is refused while expanding: every item's size is counted before anything of
+    it is built, so ``n[0-99999][0-99999]`` costs nothing."""
     s = (nodelist or "").strip()
     if not s:
         raise NodeError("the node list is empty")
     hosts: list[str] = []
     for item in _split_top(s):
-        parts = re.split(r"(\[[^\]]*\])", item)
-        combos = [""]
-        for p in parts:
+        groups = []  # literal strings and bracket bodies, in order
+        size = 1
+        for p in re.split(r"(\[[^\]]*\])", item):
             if not p:
                 continue
             if p.startswith("["):
-                choices = _expand_range(p[1:-1], s)
-                if not choices:
+                n = _ranges(p[1:-1], s)[1]
+                if not n:
                     raise NodeError(f"empty brackets in node list {s!r}")
-            else:
-                if "[" in p or "]" in p:
-                    raise NodeError(f"cannot read node list {s!r}")
-                choices = [p]
+                size *= n
+            elif "[" in p or "]" in p:
+                raise NodeError(f"cannot read node list {s!r}")
+            if len(hosts) + size > MAX_HOSTS:
+                raise _too_large(s)
+            groups.append(p)
+        combos = [""]
+        for p in groups:
+            choices = _expand_range(p[1:-1], s) if p.startswith("[") else [p]
             combos = [c + x for c in combos for x in choices]
-            if len(combos) > 100000:
-                raise NodeError(f"node list {s!r} is too large")
         hosts.extend(combos)
     return hosts
 

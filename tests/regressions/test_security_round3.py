@@ -211,3 +211,35 @@ def test_run_text_output_escapes_the_script_name_and_rank_texts():
     out = format_text(res)
     assert not any(c in out for c in _BAD)
     assert out.count("\n") == 3  # head, one rank, the summary
+
+
+# -- R8: SLURM node lists --------------------------------------------------------------------------
+def _peak_bytes(fn) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def test_nodelist_cap_is_checked_while_expanding():
+    """R8: ``n[0-999][0-999]`` built its million hosts before the 100,000 cap was looked at (and
+    ``n[0-99999][0-99999]`` ten billion, gigabytes); the size of a product is now checked first."""
+    from ddp_lint.analysis.runtime.nodes import NodeError, expand_nodelist
+
+    def over(nodelist):
+        with pytest.raises(NodeError):
+            expand_nodelist(nodelist)
+
+    assert _peak_bytes(lambda: over("n[0-999][0-999]")) < 16 * 1024 * 1024
+    assert _peak_bytes(lambda: over("n[0-99999][0-99999]")) < 16 * 1024 * 1024
+    over(",".join(f"a{i}-[0-60000]" for i in range(2)))  # the cap is on the whole list
+    over("n[0-70000,0-70000]")
+    with pytest.raises(NodeError):
+        expand_nodelist("n[" + "9" * 5000 + "]")  # never int()'s ValueError on 5,000 digits
+    assert len(expand_nodelist("n[0-99999]")) == 100_000
+    assert expand_nodelist("gpu[01-02]-ib[0-1],x") == ["gpu01-ib0", "gpu01-ib1", "gpu02-ib0", "gpu02-ib1", "x"]
