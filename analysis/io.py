@@ -33,6 +33,10 @@ class SourceChanged(SourceError):
     """The file changed on disk between reading and writing back a fix."""
 
 
+class OutsideTree(SourceError):
+    """A fix not written: the file found in a folder walk is a symbolic link that leaves the folder."""
+
+
 class SourceFile:
     __slots__ = ("path", "text", "encoding", "identity", "digest")
 
@@ -208,7 +212,7 @@ def write_source(sf: SourceFile, new_text: str, inside: str | None = None) -> No
     data = new_text.encode(sf.encoding)
     target = os.path.realpath(sf.path)  # a symlinked source: fix the target, keep the link
     if inside is not None and os.path.commonpath([target, inside]) != inside:
-        raise SourceError(f"{sf.path}: not fixed: it is a symbolic link to {target}, outside {inside}; "
+        raise OutsideTree(f"{sf.path}: not fixed: it is a symbolic link to {target}, outside {inside}; "
                           "fix that file itself, or name it on the command line")
     try:
         st = os.stat(target)

@@ -7,6 +7,8 @@
   ``.git/info/exclude``, and ``.ignore`` files (those also outside a repository).
 - A walked ``*.py`` that is a dangling symlink, a symlink loop or not a regular file (FIFO, socket)
   is skipped; a symlink loop gets a warning, and the rest of the tree is still checked.
+- A walked ``*.py`` that is a symlink to a file outside the walked folder is checked, but ``--fix``
+  does not rewrite it (``WalkResult.tree``): it is reported instead.
 
 Paths are matched against the exclude globs relative to the settings' root without resolving
 symlinks per file (``Path.resolve`` raises RuntimeError on a loop and costs several system calls).
@@ -30,6 +32,9 @@ class WalkResult:
     files: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # a named path that cannot be checked (exit 2)
     warnings: list[str] = field(default_factory=list)  # something skipped in a walk (the rest is checked)
+    # a walked file -> the real folder its walk started from: a fix never leaves it (io.write_source's
+    # ``inside``), so a symlinked ``*.py`` pointing out of the tree is reported, not rewritten
+    tree: dict[str, str] = field(default_factory=dict)
 
 
 # -- gitignore -----------------------------------------------------------------------------------
@@ -325,5 +330,6 @@ def _walk_dir(top: str, settings, respect_gitignore: bool, root_abs: str | None,
                 continue  # a dangling symlink or a file removed during the walk
             if stat.S_ISREG(st.st_mode):  # never open a FIFO, socket or device found in a walk
                 out.files.append(path)
+                out.tree[path] = top_abs
         for d in reversed(subdirs):
             todo.append((d[0], d[1], stack))

@@ -313,6 +313,7 @@ def cmd_check(args) -> int:
     fix_mode = args.fix or args.diff
     results = []  # (path, findings, error, new_text, old_text, findings_before, sourcefile)
     errors: list[str] = []
+    tree: dict[str, str] = {}  # walked file -> the real folder of its walk (a fix never leaves it)
     if paths == ["-"]:
         settings = _settings_for(args, Path(args.stdin_filename or ".").parent if args.stdin_filename else Path.cwd())
         from .analysis.io import SourceError, decode_bytes
@@ -338,7 +339,7 @@ def cmd_check(args) -> int:
         from .analysis.walk import collect_files
 
         walked = collect_files(paths, settings, args.respect_gitignore)
-        files, errors = walked.files, walked.errors
+        files, errors, tree = walked.files, walked.errors, walked.tree
         if args.force_exclude:
             files = [f for f in files if not _force_excluded(f, settings)]
         for w in walked.warnings:
@@ -372,7 +373,7 @@ def cmd_check(args) -> int:
                     "`--unsafe-fixes`)") if n_unsafe else ""
             print(f"No fixes to apply{hint}.", file=sys.stderr)
     elif args.fix:
-        from .analysis.io import SourceError, write_source
+        from .analysis.io import OutsideTree, SourceError, write_source
 
         for i, (path, findings, err, new, old, before, sf) in enumerate(results):
             if new is None:
@@ -382,8 +383,11 @@ def cmd_check(args) -> int:
                 sys.stdout.write(new)
                 continue
             try:
-                write_source(sf, new)
+                write_source(sf, new, inside=tree.get(path))
                 n_fixed += 1
+            except OutsideTree as e:  # a repository's symlink out of the folder: reported, not fixed
+                print(printable(f"ddp-lint: warning: {e}"), file=sys.stderr)
+                results[i] = (path, before, None, None, old, before, sf)
             except SourceError as e:
                 # one line per file; the other files are still fixed, and this one's findings are
                 # those of the text that is still on disk

@@ -243,3 +243,31 @@ def test_nodelist_cap_is_checked_while_expanding():
         expand_nodelist("n[" + "9" * 5000 + "]")  # never int()'s ValueError on 5,000 digits
     assert len(expand_nodelist("n[0-99999]")) == 100_000
     assert expand_nodelist("gpu[01-02]-ib[0-1],x") == ["gpu01-ib0", "gpu01-ib1", "gpu02-ib0", "gpu02-ib1", "x"]
+
+
+# -- R11: a folder walk's --fix never leaves the folder through a symlink ----------------------------
+def test_fix_of_a_folder_does_not_rewrite_a_symlinked_file_outside_it(tmp_path, capsys):
+    """R11: ``check --fix repo`` rewrote ``outside/victim.py`` through ``repo/link.py``."""
+    fixable = (ROOT / "examples" / "seed_problem2_invalid_usage.py").read_text()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.py"
+    victim.write_text(fixable)
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    os.symlink(victim, repo / "link.py")
+    inner = repo / "pkg" / "real.txt"  # not walked itself: only through the link
+    inner.write_text(fixable)
+    os.symlink(inner, repo / "inner_link.py")  # a link that stays in the tree is still fixed
+
+    code = _main("check", "--fix", "--no-cache", str(repo))
+    captured = capsys.readouterr()
+    assert victim.read_text() == fixable  # untouched
+    assert (repo / "link.py").is_symlink()
+    assert inner.read_text() != fixable and (repo / "inner_link.py").is_symlink()
+    assert "link.py: not fixed: it is a symbolic link to" in captured.err and "outside" in captured.err
+    assert code == 1  # its findings remain, and are shown
+    assert str(repo / "link.py") in captured.out
+    # named on the command line, the link is followed, as documented (SECURITY.md)
+    assert _main("check", "--fix", "--no-cache", str(repo / "link.py")) in (0, 1)
+    assert victim.read_text() != fixable
