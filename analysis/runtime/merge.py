@@ -13,15 +13,182 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from ..model import Finding, Position, Range, Related, Severity
 from .logs import RankData
 
 REPORT_VERSION = 1
 
+# bounds of a report ``merge`` accepts (a node's report is far below them; see validate_report)
+MAX_REPORT_BYTES = 256 * 1024 * 1024
+MAX_WORLD_SIZE = 100_000  # ranks of a job (the SLURM host cap, nodes.MAX_HOSTS)
+MAX_ITEMS = 100_000  # findings, notes, rank summaries, events, pending and raised calls of one rank...
+MAX_TEXT = 4 * 1024 * 1024  # characters of one string (a stack dump is cut at 256 KiB when written)
+MAX_LINE = 10_000_000  # a row or column
+
 
 class MergeError(ValueError):
     """A report that cannot be read; the message is for people."""
+
+
+# -- the schema of a report, checked before anything of it is used ---------------------------------
+def _kind(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null",
+            int: "an integer", float: "a number"}.get(type(v), type(v).__name__)
+
+
+class _Checker:
+    """Walks a report and raises MergeError naming the first value that is not as ``write_report``
+    writes it (``node0.json: raw.ranks["3"].events[7]: expected an object, got a string``)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, where: str, what: str):
+        raise MergeError(f"{self.path}: {where or 'the report'}: {what}")
+
+    def typed(self, v, where, *types, optional=True):
+        if v is None and optional:
+            return v
+        if isinstance(v, bool) and bool not in types:
+            self.fail(where, f"expected {' or '.join(_kind(t()) for t in types)}, got {_kind(v)}")
+        if not isinstance(v, types):
+            self.fail(where, f"expected {' or '.join(_kind(t()) for t in types)}, got {_kind(v)}")
+        return v
+
+    def text(self, v, where, limit=MAX_TEXT, optional=True):
+        if self.typed(v, where, str, optional=optional) is not None and len(v) > limit:
+            self.fail(where, f"longer than {limit} characters")
+
+    def integer(self, v, where, lo=0, hi=MAX_LINE, optional=True):
+        if self.typed(v, where, int, optional=optional) is not None and not lo <= v <= hi:
+            self.fail(where, f"{v} is out of bounds ({lo}..{hi})")
+
+    def number(self, v, where):
+        if self.typed(v, where, int, float) is not None and not (0 <= v < 1e12):
+            self.fail(where, f"{v} is out of bounds")
+
+    def items(self, v, where, kind=list, limit=MAX_ITEMS):
+        if self.typed(v, where, kind) is None:
+            return ()
+        if len(v) > limit:
+            self.fail(where, f"more than {limit} entries")
+        return v.items() if kind is dict else enumerate(v)
+
+    def rank(self, v, where):
+        self.integer(v, where, 0, MAX_WORLD_SIZE - 1, optional=False)
+
+    def location(self, v, where, optional=False):
+        if self.typed(v, where, dict, optional=optional) is not None:
+            self.integer(v.get("row"), f"{where}.row", 1, optional=False)
+            self.integer(v.get("column"), f"{where}.column", 1, optional=False)
+
+    def finding(self, f, where):
+        from ..model import Severity
+
+        self.typed(f, where, dict, optional=False)
+        code = f.get("code")
+        self.text(code, f"{where}.code", 16, optional=False)
+        if not re.fullmatch(r"[A-Za-z]{1,8}[0-9]{1,6}", code):
+            self.fail(f"{where}.code", f"{code!r} is not a rule code")
+        self.text(f.get("name"), f"{where}.name", 100)
+        self.text(f.get("message"), f"{where}.message", 65536)
+        self.text(f.get("filename"), f"{where}.filename", 4096)
+        self.text(f.get("url"), f"{where}.url", 4096)
+        if f.get("severity") is not None and f.get("severity") not in {s.value for s in Severity}:
+            self.fail(f"{where}.severity", f"{str(f.get('severity'))[:40]!r} is not a severity")
+        self.location(f.get("location"), f"{where}.location")
+        self.location(f.get("end_location"), f"{where}.end_location", optional=True)
+        self.typed(f.get("emulated"), f"{where}.emulated", bool)
+        self.typed(f.get("details"), f"{where}.details", dict)
+        for i, r in self.items(f.get("ranks"), f"{where}.ranks"):
+            self.rank(r, f"{where}.ranks[{i}]")
+        for i, r in self.items(f.get("related"), f"{where}.related", limit=1000):
+            w = f"{where}.related[{i}]"
+            self.typed(r, w, dict, optional=False)
+            self.location(r.get("location"), f"{w}.location")
+            self.location(r.get("end_location"), f"{w}.end_location", optional=True)
+            self.text(r.get("message"), f"{w}.message", 65536)
+            self.text(r.get("filename"), f"{w}.filename", 4096)
+            for j, x in self.items(r.get("ranks"), f"{w}.ranks"):
+                self.rank(x, f"{w}.ranks[{j}]")
+
+    def event(self, ev, where):
+        self.typed(ev, where, dict, optional=False)
+        if ev.get("kind") == "start" and ev.get("world_size") is not None:
+            ws = ev["world_size"]
+            if isinstance(ws, str):
+                ws = int(ws) if ws.isdigit() and len(ws) <= 9 else -1
+            self.integer(ws, f"{where}.world_size", 0, MAX_WORLD_SIZE)
+
+    def rank_records(self, key, d, where):
+        if not (isinstance(key, str) and key.isdigit() and len(key) <= 9 and int(key) < MAX_WORLD_SIZE):
+            self.fail(where, f"{str(key)[:40]!r} is not a rank")
+        self.typed(d, where, dict, optional=False)
+        for i, ev in self.items(d.get("events"), f"{where}.events"):
+            self.event(ev, f"{where}.events[{i}]")
+        for k, ev in self.items(d.get("pending"), f"{where}.pending", dict):
+            self.event(ev, f"{where}.pending[{k!r}]")
+        for k, v in self.items(d.get("raised"), f"{where}.raised", dict):
+            if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], dict) and isinstance(v[1], str)):
+                self.fail(f"{where}.raised[{k!r}]", "expected [call, error]")
+        for k in ("stack_usr1", "stack_term", "stack_fatal"):
+            self.text(d.get(k), f"{where}.{k}")
+        for k in ("stack_py", "last_site", "end_event"):
+            self.typed(d.get(k), f"{where}.{k}", dict)
+        self.typed(d.get("hung"), f"{where}.hung", bool)
+        self.number(d.get("last_t"), f"{where}.last_t")
+        for k in ("dropped", "logged_returns", "quiet"):
+            self.integer(d.get(k), f"{where}.{k}", 0, 1 << 62)
+
+    def report(self, data):
+        if isinstance(data, list):  # ``--output-format json``: findings only
+            for i, f in self.items(data, ""):
+                self.finding(f, f"[{i}]")
+            return
+        self.typed(data, "", dict, optional=False)
+        version = data.get("ddp_lint_report")
+        self.integer(version, "ddp_lint_report", 1, 1 << 30, optional=False)
+        if version > REPORT_VERSION:
+            self.fail("ddp_lint_report", f"version {version} is newer than this ddp-lint reads "
+                                         f"({REPORT_VERSION}); merge with the ddp-lint that wrote it")
+        self.text(data.get("script"), "script", 4096)
+        self.text(data.get("multinode"), "multinode", 40)
+        for k in ("nnodes", "nproc", "node_rank"):
+            self.integer(data.get(k), k, 0, MAX_WORLD_SIZE)
+        self.integer(data.get("exit_code"), "exit_code", -255, 255)
+        for k in ("emulated", "timed_out"):
+            self.typed(data.get(k), k, bool)
+        for k in ("timeout", "duration"):
+            self.number(data.get(k), k)
+        for i, n in self.items(data.get("notes"), "notes", limit=1000):
+            self.text(n, f"notes[{i}]", 65536, optional=False)
+        for i, f in self.items(data.get("findings"), "findings"):
+            self.finding(f, f"findings[{i}]")
+        for i, r in self.items(data.get("ranks"), "ranks", limit=MAX_WORLD_SIZE):
+            w = f"ranks[{i}]"
+            self.typed(r, w, dict, optional=False)
+            self.rank(r.get("rank"), f"{w}.rank")
+            for k in ("status", "text", "filename", "op"):
+                self.text(r.get(k), f"{w}.{k}", 65536)
+            for k in ("line", "node", "local_rank"):
+                self.integer(r.get(k), f"{w}.{k}")
+            self.integer(r.get("exit_code"), f"{w}.exit_code", -255, 255)
+        raw = self.typed(data.get("raw"), "raw", dict)
+        if raw:
+            for k in ("roots", "lib_dirs"):
+                for i, x in self.items(raw.get(k), f"raw.{k}", limit=10_000):
+                    self.text(x, f"raw.{k}[{i}]", 4096, optional=False)
+            for key, d in self.items(raw.get("ranks"), "raw.ranks", dict, limit=MAX_WORLD_SIZE):
+                self.rank_records(key, d, f"raw.ranks[{key!r}]" if isinstance(key, str) else "raw.ranks")
+
+
+def validate_report(data, path: str) -> None:
+    """Raise MergeError unless ``data`` has the shape and bounds of a report ``ddp-lint run --report``
+    (or ``--output-format json``) writes: types, list lengths, string sizes, ranks and the world size
+    below ``MAX_WORLD_SIZE``. Nothing of a report is used before this passed."""
+    _Checker(path).report(data)
 
 
 # -- rank records ----------------------------------------------------------------------------------
@@ -127,33 +294,76 @@ def write_report(template: str, res) -> str:
     return path
 
 
+class NotAFile(MergeError):
+    """A report path that is a FIFO, a device or a socket: skipped, never read."""
+
+
 def read_report(path: str):
+    """A validated report. Only a regular file under ``MAX_REPORT_BYTES`` is read (never blocking on
+    a FIFO: ``NotAFile``); anything else is a MergeError with a message for people."""
+    import stat
+
+    from ..io import SourceError, read_regular_file
+
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_size > MAX_REPORT_BYTES:
+            raise MergeError(f"{path}: larger than {MAX_REPORT_BYTES // (1024 * 1024)} MiB; not a report")
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            raise NotAFile(f"{path}: not a regular file (a FIFO, socket or device is never read); skipped")
+        raw, _ = read_regular_file(path, "report")  # O_NONBLOCK, and regular files only
+        if len(raw) > MAX_REPORT_BYTES:
+            raise MergeError(f"{path}: larger than {MAX_REPORT_BYTES // (1024 * 1024)} MiB; not a report")
+        data = json.loads(raw.decode("utf-8"))
+    except MergeError:
+        raise
+    except IsADirectoryError:
+        raise MergeError(f"{path}: is a directory") from None
+    except SourceError as e:
+        raise NotAFile(f"{e}; skipped") from None
     except OSError as e:
         raise MergeError(f"{path}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise MergeError(f"{path}: not JSON ({e})") from None
-    if isinstance(data, list):
-        return {"findings": data, "ranks": [], "notes": []}
-    if not isinstance(data, dict) or "ddp_lint_report" not in data:
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise MergeError(f"{path}: not JSON ({str(e)[:200]})") from None
+    if isinstance(data, dict) and "ddp_lint_report" not in data or not isinstance(data, (dict, list)):
         raise MergeError(f"{path}: not a ddp-lint report (write one with `ddp-lint run --report PATH` or "
                          "`--output-format json`)")
+    validate_report(data, path)
+    if isinstance(data, list):
+        return {"findings": data, "ranks": [], "notes": []}
     return data
 
 
 def merge(paths: list[str]):
-    """Merge per-node reports into one api.RunResult (global ranks)."""
+    """Merge per-node reports into one api.RunResult (global ranks). Each report is validated
+    (``read_report``); one that is not a regular file is skipped with a note."""
+    if not paths:
+        raise MergeError("no reports given")
+    reports, skipped = [], []
+    for p in paths:
+        try:
+            reports.append((p, read_report(p)))
+        except NotAFile as e:
+            skipped.append(str(e))
+    if not reports:
+        raise MergeError("; ".join(skipped) + "; no report left to merge")
+    try:
+        res = _merge(reports)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as e:
+        # the schema was checked; what is left is an event whose fields a rank never writes
+        raise MergeError(f"the reports' rank records are not what `ddp-lint run --report` writes "
+                         f"({type(e).__name__}: {str(e)[:200]})") from None
+    res.notes[:0] = skipped
+    return res
+
+
+def _merge(reports):
     from .api import EXIT_CLEAN, EXIT_FINDINGS, RankSummary, RunResult
     from .findings import analyse
     from .launcher import SHIM_PATH
     from .nodes import rank_places
     from .states import UserCode
 
-    if not paths:
-        raise MergeError("no reports given")
-    reports = [(p, read_report(p)) for p in paths]
     res = RunResult()
     res.multinode = "merged"
     first = next((d for _, d in reports if d.get("script")), {})

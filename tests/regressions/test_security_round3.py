@@ -271,3 +271,89 @@ def test_fix_of_a_folder_does_not_rewrite_a_symlinked_file_outside_it(tmp_path, 
     # named on the command line, the link is followed, as documented (SECURITY.md)
     assert _main("check", "--fix", "--no-cache", str(repo / "link.py")) in (0, 1)
     assert victim.read_text() != fixable
+
+
+# -- R7: merge validates its reports -----------------------------------------------------------------
+def _merge_cli(capsys, *paths):
+    code = _main("merge", *map(str, paths))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _raw_report(world_size):
+    start = {"kind": "start", "world_size": world_size, "t": 1.0}
+    return {"ddp_lint_report": 1, "script": "t.py", "raw": {"roots": [], "lib_dirs": [],
+                                                            "ranks": {"0": {"events": [start]}}}}
+
+
+def test_merge_refuses_a_huge_world_size_without_growing_memory(tmp_path, capsys):
+    """R7: a 200-byte report with world_size 1e11 made merge build a placeholder per rank (without
+    bound). Here 200,001 (hundreds of MB), 10**7 (gigabytes), then 1e11 as a string and a number."""
+    for ws in (200_001, 10**7, "100000000000", 1e11):
+        p = tmp_path / "node.json"
+        p.write_text(json.dumps(_raw_report(ws)))
+        assert len(p.read_bytes()) < 200
+        peak = _peak_bytes(lambda: _merge_cli(capsys, p))
+        code, out, err = _merge_cli(capsys, p)
+        assert code == 2 and "world_size" in err and err.startswith("ddp-lint: error: "), err
+        assert peak < 32 * 1024 * 1024
+
+
+@pytest.mark.parametrize("data", [
+    {"ddp_lint_report": 1, "raw": {"ranks": {"x": {}}}},
+    {"ddp_lint_report": 1, "raw": {"ranks": {"0": {"events": "nope"}}}},
+    {"ddp_lint_report": 1, "raw": {"ranks": {"0": {"events": [{"kind": "start"}], "raised": {"1": 5}}}}},
+    {"ddp_lint_report": 1, "raw": {"ranks": {"0": {"events": [], "last_t": "soon"}}}},
+    {"ddp_lint_report": 1, "raw": {"ranks": {"0": []}}},
+    {"ddp_lint_report": 1, "raw": 7},
+    {"ddp_lint_report": 1, "timeout": "long", "findings": []},
+    {"ddp_lint_report": 1, "findings": [{"code": "DDP901", "location": {"row": "a", "column": 1}}]},
+    {"ddp_lint_report": 1, "findings": [{"code": 5, "location": {"row": 1, "column": 1}}]},
+    {"ddp_lint_report": 1, "findings": [], "ranks": [{"rank": "0", "status": "ok"}]},
+    {"ddp_lint_report": 1, "findings": [], "ranks": [{"rank": 0, "bogus": 1}], "notes": [3]},
+    {"ddp_lint_report": 99},
+    {"ddp_lint_report": "1"},
+    [{"code": "DDP901", "location": {"row": 1, "column": 1}, "ranks": [-1]}],
+    [{"code": "DDP901", "location": {"row": 1, "column": 1}, "related": [{"location": None}]}],
+    [[1, 2]],
+])
+def test_a_malformed_report_is_one_clear_error_never_a_traceback(tmp_path, capsys, data):
+    """R7: these gave a traceback (ValueError, TypeError, AttributeError...) or were used as they were."""
+    p = tmp_path / "node.json"
+    p.write_text(json.dumps(data))
+    code, out, err = _merge_cli(capsys, p)
+    assert code == 2, (out, err)
+    assert err.startswith(f"ddp-lint: error: {p}") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def test_a_fifo_report_is_skipped_with_a_message_and_never_blocks(tmp_path, capsys):
+    """R7: ``ddp-lint merge fifo`` blocked forever in open()."""
+    import threading
+
+    fifo = tmp_path / "node1.json"
+    os.mkfifo(fifo)
+    good = _report(tmp_path, "node0.json", "boom")
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=_merge_cli(capsys, good, fifo)), daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():  # unblock the open() of the old code so the test run can go on
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        t.join(5)
+        pytest.fail("merge blocked on a FIFO")
+    code, out, err = result["r"]
+    assert code == 1 and "boom" in out
+    assert f"{fifo}: not a regular file" in out + err and "skipped" in out + err
+    code, out, err = _merge_cli(capsys, fifo)
+    assert code == 2 and "no report left to merge" in err
+
+
+def test_an_oversized_report_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
+    from ddp_lint.analysis.runtime import merge
+
+    monkeypatch.setattr(merge, "MAX_REPORT_BYTES", 1000)
+    p = _report(tmp_path, "node0.json", "x" * 2000)
+    code, out, err = _merge_cli(capsys, p)
+    assert code == 2 and "larger than" in err
