@@ -23,6 +23,7 @@ REPORT_VERSION = 1
 # bounds of a report ``merge`` accepts (a node's report is far below them; see validate_report)
 MAX_REPORT_BYTES = 256 * 1024 * 1024
 MAX_WORLD_SIZE = 100_000  # ranks of a job (the SLURM host cap, nodes.MAX_HOSTS)
+MAX_MISSING_RANKS = 4096  # ranks of the world size without records (each costs an analysed placeholder)
 MAX_ITEMS = 100_000  # findings, notes, rank summaries, events, pending and raised calls of one rank...
 MAX_TEXT = 4 * 1024 * 1024  # characters of one string (a stack dump is cut at 256 KiB when written)
 MAX_LINE = 10_000_000  # a row or column
@@ -349,6 +350,8 @@ def merge(paths: list[str]):
         raise MergeError("; ".join(skipped) + "; no report left to merge")
     try:
         res = _merge(reports)
+    except MergeError:
+        raise
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as e:
         # the schema was checked; what is left is an event whose fields a rank never writes
         raise MergeError(f"the reports' rank records are not what `ddp-lint run --report` writes "
@@ -392,6 +395,9 @@ def _merge(reports):
             roots += [x for x in raw.get("roots") or [] if x not in roots]
             libs += [x for x in raw.get("lib_dirs") or [] if x not in libs]
         world = max((_int((rd.first("start") or {}).get("world_size")) or 0 for rd in ranks.values()), default=0)
+        if world - len(ranks) > MAX_MISSING_RANKS:
+            raise MergeError(f"the reports say the job had {world} ranks but hold the records of {len(ranks)}: "
+                             f"merge the reports of every node (at most {MAX_MISSING_RANKS} ranks may be missing)")
         missing = [r for r in range(world) if r not in ranks]
         for r in missing:
             ranks[r] = RankData(r)  # never started, or its node's report is missing
