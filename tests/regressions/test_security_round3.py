@@ -71,7 +71,20 @@ _ALLOWED_WRITERS = {
     "analysis/cache.py",
 }
 _SHIM = "analysis/runtime/shim"  # runs in the user's interpreter, never imports ddp-lint: O_NOFOLLOW
-_WRITE_ATTRS = {"write_text", "write_bytes", "replace", "rename", "renames", "link", "symlink"}
+_WRITE_ATTRS = {"write_text", "write_bytes", "replace", "rename", "renames", "link", "symlink", "copy", "copy2",
+                "copyfile", "copytree", "move"}
+
+
+def _write_mode(node: ast.Call) -> bool:
+    """``open``/``Path.open``/``io.open`` called with a mode that writes (w, a, x or +)."""
+    cands = [kw.value for kw in node.keywords if kw.arg == "mode"] + list(node.args[:2])
+    for c in cands:
+        if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value and set(c.value) <= set("rwxabt+U"):
+            if set(c.value) & set("wax+"):
+                return True
+        elif c in [kw.value for kw in node.keywords if kw.arg == "mode"]:
+            return True  # a computed mode
+    return False
 
 
 def _writes_in(tree: ast.AST) -> list[str]:
@@ -80,16 +93,12 @@ def _writes_in(tree: ast.AST) -> list[str]:
         if not isinstance(node, ast.Call):
             continue
         fn = node.func
-        if isinstance(fn, ast.Name) and fn.id == "open" and node.args and ast.unparse(node.args[0]) == "os.devnull":
+        if node.args and ast.unparse(node.args[0]) == "os.devnull":
             continue
-        if isinstance(fn, ast.Name) and fn.id == "open" and len(node.args) >= 2:
-            mode = node.args[1]
-            if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)) or set(mode.value) & set("wax+"):
-                found.append(f"line {node.lineno}: open(..., {ast.unparse(mode)})")
-        elif isinstance(fn, ast.Name) and fn.id == "open":
-            for kw in node.keywords:
-                if kw.arg == "mode":
-                    found.append(f"line {node.lineno}: open(mode=...)")
+        if isinstance(fn, ast.Name) and fn.id == "open" or isinstance(fn, ast.Attribute) and fn.attr == "open" \
+                and ast.unparse(fn.value) != "os":
+            if _write_mode(node):
+                found.append(f"line {node.lineno}: {ast.unparse(fn)}(... writing)")
         elif isinstance(fn, ast.Attribute) and fn.attr in _WRITE_ATTRS:
             base = ast.unparse(fn.value)
             if fn.attr in ("write_text", "write_bytes") or base in ("os", "shutil"):
