@@ -367,3 +367,20 @@ def test_an_oversized_report_is_refused_before_it_is_read(tmp_path, capsys, monk
     p = _report(tmp_path, "node0.json", "x" * 2000)
     code, out, err = _merge_cli(capsys, p)
     assert code == 2 and "larger than" in err
+
+
+def test_run_report_on_a_symlink_is_one_error_line_exit_2(tmp_path, capsys, monkeypatch):
+    """R1 through the CLI: ``ddp-lint run x.py --report LINK`` says why, and the link is kept."""
+    from ddp_lint.analysis.runtime import cli as run_cli
+
+    monkeypatch.setattr(run_cli, "run_script", lambda *a, **k: _run_result())
+    script = tmp_path / "x.py"
+    script.write_text("pass\n")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "report.json"
+    os.symlink(victim, link)
+    assert _main("run", str(script), "--report", str(link)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ddp-lint: error: cannot write the report") and "symbolic link" in err
+    assert link.is_symlink() and victim.read_text() == "precious\n"
