@@ -55,3 +55,31 @@ def test_recall_floor():
     assert cases, "no reproductions found under tests/realbugs/cases"
     hits = sum(_meta(c)["expect"] == "hit" for c in cases)
     assert hits / len(cases) >= RECALL_FLOOR
+
+
+# Issue 25: these repositories are kept for independent measurement and must never be mined.
+RESERVED = {
+    "allenai/OLMo", "catalyst-team/catalyst", "facebookresearch/lingua", "facebookresearch/SlowFast",
+    "huggingface/nanotron", "huggingface/picotron", "k2-fsa/icefall", "karpathy/nanochat",
+    "meta-llama/llama-recipes", "OFA-Sys/Chinese-CLIP", "open-mmlab/mmpretrain", "OpenNMT/OpenNMT-py",
+    "pytorch/ignite", "pytorch/torchrec", "pytorch/torchtune", "salesforce/LAVIS", "ultralytics/yolov5",
+    "vwxyzjn/cleanrl", "wenet-e2e/wenet", "WongKinYiu/yolov7", "lucidrains/DALLE-pytorch", "Spijkervet/SimCLR",
+    "speechbrain/speechbrain", "pytorch/PiPPy", "NVIDIA/tacotron2", "lucidrains/imagen-pytorch",
+    "AgatheSenellart/MultiVae", "bytedance/ibot", "xdit-project/xDiT", "huggingface/transformers-bloom-inference",
+    "guochengqian/PointNeXt",
+    "pytorch/examples",  # its history is reserved (its current tree is in the false-positive corpus)
+}
+
+
+def test_the_manifest_is_well_formed_and_mines_no_reserved_repository():
+    cases = load_manifest()
+    assert cases, "the manifest is empty"
+    ids = [c["id"] for c in cases]
+    assert len(ids) == len(set(ids)), "duplicate case ids"
+    reserved = {r.lower() for r in RESERVED}
+    for c in cases:
+        assert c["repo"].lower() not in reserved, f"{c['id']}: {c['repo']} is reserved for independent measurement"
+        assert c["files"] and all(f.endswith(".py") for f in c["files"]), c["id"]
+        assert len(c["commit"]) == 40 and len(c["parent"]) == 40, c["id"]
+        assert c["url"] == f"https://github.com/{c['repo']}/commit/{c['commit']}", c["id"]
+        assert c.get("summary"), c["id"]
