@@ -125,6 +125,17 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("reports", nargs="+", metavar="REPORT", help="per-node JSON reports")
     m.add_argument("--output-format", choices=("text", "json"), default="text")
 
+    ex = sub.add_parser("explain", help="explain a failed job's artefacts (Flight Recorder dumps, error files)",
+                        description="Read a failed job's Flight Recorder dumps, torchelastic error files and "
+                                    "torchrun summaries (files or folders, found by content) and pin each rank to "
+                                    "a line of this checkout. See docs/explain.md.")
+    ex.add_argument("paths", nargs="+", metavar="PATH", help="artefact files or folders, in any mix")
+    ex.add_argument("--path-map", action="append", default=[], metavar="FROM=TO",
+                    help="map the job's path prefix FROM to TO here (repeatable; default: the longest suffix "
+                         "of each path that exists under --root)")
+    ex.add_argument("--root", default=None, metavar="DIR", help="the checkout the paths map to (default: .)")
+    ex.add_argument("--output-format", choices=("text", "concise", "json", "sarif", "github"), default="text")
+
     s = sub.add_parser("server", help="start the language server")
     s.add_argument("--stdio", action="store_true", help="use stdio (the default)")
     s.add_argument("--tcp", metavar="HOST:PORT",
@@ -170,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             from .analysis.runtime.cli import cmd_merge  # lazy: not on the check path
 
             return cmd_merge(args)
+        if args.command == "explain":
+            from .analysis.runtime.cli import cmd_explain  # lazy: not on the check path
+
+            return cmd_explain(args)
         if args.command == "server":
             return cmd_server(args)
         parser.print_help()

@@ -75,6 +75,8 @@ def format_text(res: RunResult) -> str:
     elif multi and res.multinode == "cluster":
         node = f"node {res.node_rank}" if res.node_rank is not None else "one node"
         head = f"ddp-lint run: {_rel(res.script)}, {node} of {res.nnodes}, {res.nproc} rank{'s' if res.nproc != 1 else ''}"
+    elif res.multinode == "explained":
+        head = f"ddp-lint explain: {res.script}, {res.nproc} rank{'s' if res.nproc != 1 else ''}"
     elif multi:
         head = f"ddp-lint merge: {_rel(res.script)}, {res.nproc} rank{'s' if res.nproc != 1 else ''} on {res.nnodes} node{'s' if res.nnodes != 1 else ''}"
     else:
@@ -85,7 +87,8 @@ def format_text(res: RunResult) -> str:
                     "--nproc is the script's business)")
     if res.emulated:
         head += " (emulated on CPU)"
-    head += f", {res.duration:.1f} s"
+    if res.multinode != "explained":
+        head += f", {res.duration:.1f} s"
     out.append(head)
     for rs in res.ranks:
         text = _rank_line(rs) if multi else rs.text
@@ -108,6 +111,8 @@ def format_text(res: RunResult) -> str:
     elif res.findings:
         n = len(res.findings)
         out.append(f"Found {n} runtime problem{'s' if n != 1 else ''}.")
+    elif res.exit_code == 0 and res.multinode == "explained":
+        out.append("No mismatch or hang found in the artefacts.")
     elif res.exit_code == 0:
         out.append("All ranks finished cleanly.")
     # one line per entry: a newline or an ESC sequence in a script name, a rank's text or a merged
@@ -208,4 +213,22 @@ def cmd_merge(args) -> int:
             print(printable(f"note: {n}"), file=sys.stderr)
     else:
         sys.stdout.write(format_text(res))
+    return res.exit_code
+
+
+def cmd_explain(args) -> int:
+    """``ddp-lint explain PATH...``: a failed job's artefacts pinned to this checkout's lines."""
+    from ..output import print_findings
+    from .explain import explain
+
+    res = explain(list(args.paths), root=args.root, path_maps=args.path_map)
+    if res.exit_code == EXIT_ERROR:
+        print(f"ddp-lint: error: {res.error}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.output_format == "text":
+        sys.stdout.write(format_text(res))
+    else:
+        print_findings(res.findings, args.output_format, quiet=True)
+        for n in res.notes:
+            print(f"note: {n}", file=sys.stderr)
     return res.exit_code
