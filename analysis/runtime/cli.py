@@ -92,7 +92,7 @@ def format_text(res: RunResult) -> str:
     out.append(head)
     for rs in res.ranks:
         text = _rank_line(rs) if multi else rs.text
-        if rs.filename and rs.line:
+        if rs.filename and rs.line and res.multinode != "explained":
             text = text.replace(f"{os.path.basename(rs.filename)}:{rs.line}", f"{_rel(rs.filename)}:{rs.line}")
         out.append(f"  {text}")
     if res.findings:

@@ -645,9 +645,9 @@ class Explainer:
                 self.views.setdefault(ef.rank, RankView(ef.rank))
 
     def rank_text(self, v: RankView) -> tuple[str, Frame | None, str | None]:
-        def at(e):  # the file's base name: format_text puts the path in, as for run's rank lines
+        def at(e):
             fr = self.site(e)[0]
-            return (f"{e.op}() at {os.path.basename(fr.file)}:{fr.line}" if fr else f"{e.op}()", fr)
+            return f"{e.op}() {self._loc_text(fr)}" if fr else f"{e.op}()", fr
 
         parts = []
         site, op = None, None

@@ -49,7 +49,9 @@ def safe_loads(data: bytes, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_
     try:
         obj = SafeUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as e:
-        raise DumpError(f"not a Flight Recorder dump ({e})") from None
+        if str(e).startswith("refused"):
+            raise DumpError(f"not a Flight Recorder dump ({e})") from None
+        raise DumpError(f"truncated or not a pickle ({str(e)[:120]})") from None
     except MemoryError:
         raise DumpError("not a Flight Recorder dump (it asks for more memory than it holds)") from None
     except (EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
