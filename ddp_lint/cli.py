@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     mn.add_argument("--rdzv-backend", default=None, metavar="NAME", help="torchrun's rendezvous backend (default: c10d)")
     mn.add_argument("--report", default=None, metavar="PATH",
                     help="also write this node's report (JSON) for `ddp-lint merge`; {node} becomes the node rank")
+    run.add_argument("--dump", default=None, metavar="DIR",
+                     help="also write the run's artefacts in Flight Recorder / torchelastic formats to DIR, for "
+                          "`ddp-lint explain DIR` (docs/explain.md)")
     run.add_argument("script_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     m = sub.add_parser("merge", help="merge the per-node reports of a multi-node `ddp-lint run`",

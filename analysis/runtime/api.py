@@ -239,6 +239,7 @@ def run_script(
     rdzv_timeout: float = 600.0,
     module: str | None = None,
     rank_prefix: bool = False,
+    keep_records: bool = False,
 ) -> RunResult:
     """Run ``script`` on ``nproc`` ranks under torchrun and map what went wrong to its lines.
 
@@ -410,7 +411,7 @@ def run_script(
             rank=r, status=st.status, text=st.summary(), filename=os.path.abspath(st.site.file) if st.site else None,
             line=st.site.line if st.site else None, op=st.op, exit_code=st.exit_code, pid=st.pid,
             node=node, local_rank=local))
-    if node_plan.multi:
+    if node_plan.multi or keep_records:  # keep_records: ``run --dump`` (frwrite.py) needs them too
         from .logs import raw_ranks
 
         res.raw = raw_ranks(lr.ranks, roots=roots, lib_dirs=lib_dirs)

@@ -9,10 +9,11 @@ import threading
 
 from ..output import display_message, finding_to_json, printable, related_message
 from .api import EXIT_CANCELLED, EXIT_ERROR, RunResult, run_script
+from .states import count
 
 _OWN_OPTS = {"--nproc": int, "--timeout": float, "--backend": str, "--emulate": str, "--python": str,
              "--output-format": str, "--nnodes": int, "--node-rank": int, "--rdzv-endpoint": str,
-             "--rdzv-id": str, "--rdzv-backend": str, "--report": str}
+             "--rdzv-id": str, "--rdzv-backend": str, "--report": str, "--dump": str}
 _CHOICES = {"--backend": ("auto", "nccl", "gloo"), "--emulate": ("auto", "on", "off"), "--output-format": ("text", "json")}
 
 
@@ -166,7 +167,8 @@ def cmd_run(args) -> int:
                             rdzv_backend=getattr(args, "rdzv_backend", None))
         res = run_script(args.script or "", module=module, nproc=args.nproc, timeout=args.timeout, backend=args.backend,
                          emulate=args.emulate, python=args.python, script_args=script_args,
-                         sink=sink if text_mode else None, cancel=cancel, nodes=nodes, rank_prefix=text_mode)
+                         sink=sink if text_mode else None, cancel=cancel, nodes=nodes, rank_prefix=text_mode,
+                         keep_records=bool(getattr(args, "dump", None)))
     finally:
         for sig, h in old.items():
             try:
@@ -184,6 +186,16 @@ def cmd_run(args) -> int:
         except OSError as e:
             print(printable(f"ddp-lint: error: cannot write the report {args.report!r}: {e.strerror or e}"),
                   file=sys.stderr)
+            return EXIT_ERROR
+    if getattr(args, "dump", None) and not res.cancelled:
+        from .frwrite import write_dumps
+
+        try:
+            written = write_dumps(args.dump, res)
+            res.notes.append(f"Flight Recorder-format dumps of {count(len([p for p in written if 'trace_rank_' in p]), 'rank')} "
+                             f"written to {args.dump} (read them with `ddp-lint explain {args.dump}`)")
+        except OSError as e:
+            print(f"ddp-lint: error: cannot write the dumps to {args.dump!r}: {e.strerror or e}", file=sys.stderr)
             return EXIT_ERROR
     if text_mode:
         sys.stdout.write(format_text(res))

@@ -302,6 +302,9 @@ class Explainer:
         self.changed: set[str] = set()
         self.unmapped: set[str] = set()
         self.views: dict[int, RankView] = {}
+        # a SystemExit's error file: where a rank left (run --dump writes them; so can @record)
+        self.exit_sites = {ef.rank: ef for ef in art.errors if ef.exc_type == "SystemExit" and ef.rank is not None}
+        self.raised = {ef.rank: ef for ef in art.errors if ef.exc_type != "SystemExit" and ef.rank is not None}
 
     # where an entry was called, on this checkout
     def site(self, e: Entry) -> tuple[Frame | None, Frame | None]:
@@ -411,13 +414,20 @@ class Explainer:
         if not have:
             return
         missing = sorted(members - set(dumps))
-        # ring buffers keep different windows: start where every rank still has its records
-        start = max(min(s) for s in have.values())
+        # what each rank's pg_status says it completed, recorded or not (a ring buffer that wrapped,
+        # or `ddp-lint run --dump`, which records only what was still running)
+        upto = {r: self._completed_upto(r, pg) for r in per}
+        first = {r: min(s) for r, s in have.items()}
+        start = min(first.values())
         end = max(max(s) for s in have.values())
         label = f"process group {desc or pg}" if desc else f"process group {pg}"
         for seq in range(start, end + 1):
             present = {r: s[seq] for r, s in per.items() if seq in s}
-            absent = sorted(r for r in per if seq not in per[r])
+            done = [r for r in per if seq not in per[r] and seq <= upto[r]]
+            # before a rank's window and not known complete: the ranks cannot be compared here
+            if any(seq not in per[r] and r not in done and r in first and seq < first[r] for r in per):
+                continue
+            absent = sorted(r for r in per if seq not in per[r] and r not in done)
             unknown = [r for r in absent if self._in_gap(r, per[r], seq)]
             absent = [r for r in absent if r not in unknown]
             if not present:
@@ -455,6 +465,16 @@ class Explainer:
             if unknown:
                 self.notes.append(f"{label}: collective #{seq} of {rank_list(unknown)} fell in a gap of "
                                   "the ring buffer")
+
+    def _completed_upto(self, r: int, pg: str) -> int:
+        d = self.a.dumps[r]
+        ids = {e.pg_id for e in d.entries if e.pg_name == pg and e.pg_id is not None}
+        best = -1
+        for i in ids:
+            v = (d.pg_status.get(str(i)) or {}).get("last_completed_collective")
+            if isinstance(v, int) and not isinstance(v, bool):
+                best = max(best, v)
+        return best
 
     def _in_gap(self, r: int, seqs: dict[int, Entry], seq: int) -> bool:
         d = self.a.dumps[r]
@@ -566,21 +586,49 @@ class Explainer:
             self.notes.append(f"{label}: {rank_list(waiting)} wait in collective #{seq}, but no frame of the user's "
                               "code was recorded")
             return
-        exited = [r for r in absent if self.a.exits.get(r) is not None]
+        exited = [r for r in absent if self.a.exits.get(r) is not None or r in self.exit_sites or r in self.raised]
         msg = (f"{rank_list(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {self._desc(e0)} here "
                f"({label}'s collective #{seq}, never completed); " + "; ".join(parts))
         details = {"process_group": pg, "collective_seq_id": seq, "culprits": absent, "state": "in-collective",
+                   "waiting": waiting,
                    "hint": "the culprit is still busy elsewhere (a loop, a helper, I/O) or took a branch without "
                            "this collective: every rank must call it"}
         if exited:
             for r in exited:
-                code = self.a.exits[r]
-                f = self.finding("DDP904", fr, f"{rank_list([r])} exited (exit code {code}) before {self._desc(e0)} "
-                                 f"here, which {rank_list(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in",
-                                 [r], rel, {"exit_code": code, **details})
-                self.findings.append(f)
+                self.left(r, e0, fr, waiting, rel, details)
             return
         self.findings.append(self.finding("DDP903", fr, msg, sorted(set(waiting) | set(absent)), rel, details))
+
+    def left(self, r: int, e0: Entry, fr: Frame, waiting: list[int], rel: list, details: dict) -> None:
+        """DDP904: rank ``r`` exited while ``waiting`` wait in ``e0`` (at ``fr``); at its exit line when
+        an error file (SystemExit) gives it."""
+        code = self.a.exits.get(r)
+        wait = "waits" if len(waiting) == 1 else "wait"
+        raised = self.raised.get(r)
+        site = self._frames(raised.frames)[0] if raised is not None else None
+        if site is not None:  # it raised (its error file): DDP901 at its line, as run says it
+            msg = (f"{rank_list([r])}: {condense(raised.exc_type, raised.message)}; {rank_list(waiting)} {wait} in "
+                   f"{self._desc(e0)} {self._loc_text(fr)}")
+            rel = [self.rel(fr, f"{rank_list(waiting)} {wait} in {e0.op}() here", waiting), *rel]
+            dd = {k: v for k, v in details.items() if k != "hint"}
+            self.findings.append(self.finding("DDP901", site, msg, [r], rel, {
+                "exit_code": code, **dd, "exception": raised.exc_type, "error_file": raised.path}))
+            return
+        ef = self.exit_sites.get(r)
+        if code is None and ef is not None:
+            code = int(ef.message) if re.fullmatch(r"-?\d+", ef.message.strip() or "x") else ef.message.strip() or None
+        site = self._frames(ef.frames)[0] if ef is not None else None
+        d = {"exit_code": code, **details, "hint": "every rank must take part in every collective; a rank that "
+             "leaves early makes the others wait until the timeout"}
+        if site is not None:
+            msg = (f"{rank_list([r])} exited (exit code {code}) here while {rank_list(waiting)} {wait} in "
+                   f"{self._desc(e0)} {self._loc_text(fr)}")
+            rel = [self.rel(fr, f"{rank_list(waiting)} {wait} in {e0.op}() here", waiting), *rel]
+            self.findings.append(self.finding("DDP904", site, msg, [r], rel, d))
+        else:
+            self.findings.append(self.finding(
+                "DDP904", fr, f"{rank_list([r])} exited (exit code {code}) before {self._desc(e0)} here, which "
+                f"{rank_list(waiting)} {wait} in", [r], rel, d))
 
     def missing_ranks(self, pg, label, seq, pending, missing) -> None:
         e0 = pending[min(pending)]
@@ -594,13 +642,11 @@ class Explainer:
         if fr is None:
             return
         rel = [self.rel(caller, f"{rank_list(waiting)} called it from here", waiting)] if caller else []
-        exited = {r: self.a.exits[r] for r in missing if r in self.a.exits}
+        exited = [r for r in missing if r in self.a.exits or r in self.exit_sites or r in self.raised]
         wait = "waits" if len(waiting) == 1 else "wait"
-        for r, code in sorted(exited.items()):
-            msg = (f"{rank_list([r])} left the job (exit code {code}) and wrote no dump; {rank_list(waiting)} "
-                   f"{wait} in {self._desc(e0)} here ({label}'s collective #{seq}) for it")
-            self.findings.append(self.finding("DDP904", fr, msg, [r], rel,
-                                              {"exit_code": code, "process_group": pg, "collective_seq_id": seq}))
+        for r in exited:
+            self.left(r, e0, fr, waiting, rel, {"process_group": pg, "collective_seq_id": seq, "waiting": waiting,
+                                                "no_dump": True})
         rest = [r for r in missing if r not in exited]
         if rest:
             msg = (f"{rank_list(waiting)} {wait} in {self._desc(e0)} here ({label}'s collective #{seq}, never "
@@ -630,14 +676,26 @@ class Explainer:
                     "use the same GPU"}))
 
     def error_files(self) -> None:
+        by_rank = {r: f for f in self.findings for r in [*f.details.get("waiting", ()), *f.ranks]}
         for ef in self.a.errors:
+            if ef.exc_type == "SystemExit" and ef.rank in by_rank:
+                continue
             fr, caller = self._frames(ef.frames, ef.timestamp * 10**9 if ef.timestamp else None)
+            if ef.rank in by_rank:  # raised in the collective a finding already explains: its consequence
+                f = by_rank[ef.rank]
+                f.details.setdefault("exceptions", {})[str(ef.rank)] = condense(ef.exc_type, ef.message)
+                continue
             if fr is None:
                 self.notes.append(f"{ef.path}: {condense(ef.exc_type, ef.message)} (no frame of this checkout)")
                 continue
             ranks = [ef.rank] if ef.rank is not None else []
             who = rank_list(ranks) if ranks else "a rank"
             rel = [self.rel(caller, "called from here", ranks)] if caller else []
+            if ef.exc_type == "SystemExit":
+                code = ef.message.strip() or "0"
+                self.findings.append(self.finding("DDP904", fr, f"{who} exited (exit code {code}) here", ranks, rel,
+                                                  {"exit_code": code, "error_file": ef.path}))
+                continue
             self.findings.append(self.finding(
                 "DDP901", fr, f"{who} raised {condense(ef.exc_type, ef.message)}", ranks, rel,
                 {"exception": ef.exc_type, "error_file": ef.path}))
