@@ -20,6 +20,7 @@ log = logging.getLogger("ddp-lint.server")
 
 RUN_COMMAND = "ddp-lint.run"
 FIX_ALL_COMMAND = "ddp-lint.fixAll"
+EXPLAIN_COMMAND = "ddp-lint.explain"
 
 
 def internal_error(method: str, e: BaseException) -> JsonRpcInternalError:

@@ -314,3 +314,70 @@ def publish_run(ls, script_uri: str, name: str, result) -> dict:
     return {"exitCode": result.exit_code, "findings": n, "emulated": bool(result.emulated),
             "cancelled": bool(result.cancelled), "error": error, "notes": list(result.notes or ()),
             "files": sorted(by_uri)}
+
+
+# -- ddp-lint.explain ----------------------------------------------------------------------------
+def validate_artefacts(uri: str) -> str:
+    """The local folder (or file) of a failed job's artefacts, or a clear ``InvalidParams`` error."""
+    p = urlparse(uri)
+    if p.scheme not in ("file", ""):
+        raise RunRefused(f"ddp-lint.explain: {uri!r} is not a file: URI or a path")
+    if p.scheme == "file" and p.netloc not in ("", "localhost"):
+        raise RunRefused(f"ddp-lint.explain: {uri!r} names a remote host; copy the artefacts here first")
+    raw = unquote(p.path) if p.scheme == "file" else uri
+    if not raw or "\x00" in raw:
+        raise RunRefused(f"ddp-lint.explain: {uri!r} has no usable path")
+    path = os.path.normpath(raw)
+    if not os.path.isabs(path):
+        raise RunRefused(f"ddp-lint.explain: {uri!r} is not an absolute path")
+    if not os.path.exists(path):
+        raise RunRefused(f"ddp-lint.explain: {path} does not exist")
+    return path
+
+
+async def explain_command(ls, args) -> dict:
+    """``ddp-lint.explain``: a folder of a failed job's artefacts (Flight Recorder dumps, error
+    files, torchrun logs) -> runtime diagnostics on the workspace's files, kept as a run's are (until
+    the next explain of the same folder, or until their lines are edited). Argument: the folder's
+    URI, or ``{"uri": ..., "pathMap": ["FROM=TO", ...]}``. Reads files, runs nothing; refused where
+    the server reads no file a client names (untrusted, --tcp)."""
+    if not ls.trusted:
+        raise RunRefused(f"ddp-lint.explain is disabled: {ls.untrusted_reason}")
+    flat = tuple(args[0]) if len(args) == 1 and isinstance(args[0], list) else tuple(args)
+    maps = []
+    if len(flat) == 1 and isinstance(flat[0], dict) and flat[0].get("pathMap") is not None:
+        maps = flat[0]["pathMap"]
+        if not isinstance(maps, list) or not all(isinstance(m, str) for m in maps):
+            raise RunRefused("ddp-lint.explain: pathMap must be a list of \"FROM=TO\" strings")
+    path = validate_artefacts(uri_argument(flat))
+    from ..analysis.runtime.explain import explain
+
+    folders = list(ls.folders())
+    root = folders[0] if folders else os.path.dirname(path)
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(_pool(), functools.partial(explain, [path], root=root, path_maps=maps))
+    name = os.path.basename(path.rstrip(os.sep)) or path
+    key = path_to_uri(path)
+    if result.error:
+        for u in sorted(ls.results.replace(key, {})):  # the folder's previous findings go
+            ls.publish_uri(u)
+        if ls.pull:
+            ls.request_refresh()
+        ls.show(t.MessageType.Error, f"ddp-lint explain of {name}: {result.error}")
+        return {"exitCode": result.exit_code, "findings": 0, "error": result.error, "notes": list(result.notes),
+                "files": [], "ranks": []}
+    by_uri: dict[str, list] = {}
+    for f in result.findings:
+        by_uri.setdefault(path_to_uri(os.path.abspath(f.filename)), []).append(f)
+    for u in sorted(ls.results.replace(key, by_uri)):
+        ls.publish_uri(u)
+    if ls.pull:
+        ls.request_refresh()
+    n = len(result.findings)
+    for note in result.notes:
+        log.info("explain %s: %s", name, note)
+    summary = (f"ddp-lint explain of {name}: {n} runtime problem{'s' if n != 1 else ''}" if n
+               else f"ddp-lint explain of {name}: no mismatch or hang found")
+    ls.show(t.MessageType.Warning if n else t.MessageType.Info, summary)
+    return {"exitCode": result.exit_code, "findings": n, "error": None, "notes": list(result.notes),
+            "files": sorted(by_uri), "ranks": [rs.text for rs in result.ranks]}

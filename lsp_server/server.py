@@ -32,7 +32,7 @@ from ..analysis import __version__
 
 from . import settings as cfg
 from .code_actions import FIX_ALL_KIND, RUN_KIND, CodeActionsMixin
-from .commands import FIX_ALL_COMMAND, RUN_COMMAND, guarded, notification, uri_argument
+from .commands import EXPLAIN_COMMAND, FIX_ALL_COMMAND, RUN_COMMAND, guarded, notification, uri_argument
 from .convert import uri_to_path
 from .diagnostics import DiagnosticsMixin
 from .documents import UTF16, Document
@@ -40,6 +40,7 @@ from .framing import FrameReader, stdin_source, stream_source
 from .hover import HoverMixin
 from .protocol import DdpProtocol, LspLogHandler, QuietRefusals
 from .runtime import RuntimeResults, probe_gpus
+from .runtime import explain_command as explain_impl
 from .runtime import run_command as run_impl
 from .state import DocState
 
@@ -462,6 +463,16 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
         except Exception as e:
             log.error("internal error in %s:\n%s", RUN_COMMAND, traceback.format_exc())
             raise JsonRpcInternalError(f"ddp-lint: internal error in {RUN_COMMAND}: {e}") from None
+
+    @server.command(EXPLAIN_COMMAND)
+    async def explain_command(ls: DdpServer, *args):
+        try:
+            return await explain_impl(ls, args)
+        except (JsonRpcException, asyncio.CancelledError):
+            raise
+        except Exception as e:
+            log.error("internal error in %s:\n%s", EXPLAIN_COMMAND, traceback.format_exc())
+            raise JsonRpcInternalError(f"ddp-lint: internal error in {EXPLAIN_COMMAND}: {e}") from None
 
     @server.feature(t.SHUTDOWN)
     def shutdown(ls: DdpServer, params):
