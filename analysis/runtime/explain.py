@@ -421,6 +421,10 @@ class Explainer:
         start = min(first.values())
         end = max(max(s) for s in have.values())
         label = f"process group {desc or pg}" if desc else f"process group {pg}"
+        if missing:
+            self.notes.append(f"{label} has {count(len(members), 'rank')}, but there is no dump of {rank_list(missing)}: "
+                              "collect the dumps of every node (TORCH_FR_DUMP_TEMP_FILE on a shared file system), or "
+                              "the rank ended before it could dump")
         for seq in range(start, end + 1):
             present = {r: s[seq] for r, s in per.items() if seq in s}
             done = [r for r in per if seq not in per[r] and seq <= upto[r]]

@@ -1,7 +1,7 @@
 /** ddp-lint for VS Code: activation, commands, and the events that restart the server. */
 import * as vscode from 'vscode';
 import { watchPythonInterpreter } from './python';
-import { fixAllCommand, runCommand } from './run';
+import { explainCommand, fixAllCommand, runCommand } from './run';
 import { ServerManager } from './server';
 import { SECTION } from './settings';
 import { StatusItem } from './status';
@@ -20,6 +20,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         vscode.commands.registerCommand('ddp-lint.showLogs', () => log.show()),
         vscode.commands.registerCommand('ddp-lint.fixAll', (arg?: unknown) => fixAllCommand(m, arg)),
         vscode.commands.registerCommand('ddp-lint.run', (arg?: unknown) => runCommand(m, status, arg)),
+        vscode.commands.registerCommand('ddp-lint.explain', (arg?: unknown) => explainCommand(m, arg)),
         vscode.workspace.onDidChangeConfiguration((e) => {
             if (e.affectsConfiguration(SECTION)) void m.settingsChanged();
         }),

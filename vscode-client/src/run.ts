@@ -112,3 +112,44 @@ export async function fixAllCommand(manager: ServerManager, arg: unknown): Promi
         return undefined;
     }
 }
+
+/** `ddp-lint.explain` ("Explain a failed job…"): asks for the folder of a failed job's artefacts
+ *  (Flight Recorder dumps, torchelastic error files, torchrun logs) unless one is given, and hands it
+ *  to the server's command of the same name. The server publishes the findings on the workspace's
+ *  files; they stay until the same folder is explained again or their lines are edited. It reads
+ *  files and runs nothing, but the server refuses it in an untrusted workspace all the same. */
+export async function explainCommand(manager: ServerManager, arg: unknown): Promise<unknown> {
+    let folder = arg instanceof vscode.Uri ? arg : undefined;
+    if (!folder) {
+        const picked = await vscode.window.showOpenDialog({
+            canSelectFolders: true, canSelectFiles: true, canSelectMany: false,
+            openLabel: 'Explain', title: 'ddp-lint: the folder of a failed job\'s artefacts (Flight Recorder dumps, error files, logs)',
+        });
+        folder = picked?.[0];
+    }
+    if (!folder) return undefined;
+    if (folder.scheme !== 'file') {
+        void vscode.window.showWarningMessage('ddp-lint: the artefacts must be on this machine (a local folder).');
+        return undefined;
+    }
+    const client = await manager.ready();
+    if (!client) {
+        void vscode.window.showErrorMessage('ddp-lint: the server is not running.');
+        return undefined;
+    }
+    try {
+        const result = await client.sendRequest(ExecuteCommandRequest.type, {
+            command: 'ddp-lint.explain',
+            arguments: [{ uri: folder.toString() }],
+        });
+        manager.log.info(`explain result: ${JSON.stringify(result)}`);
+        const r = result as { findings?: unknown } | null;
+        if (r && typeof r.findings === 'number' && r.findings > 0) {
+            await vscode.commands.executeCommand('workbench.actions.view.problems');
+        }
+        return result;
+    } catch (e) {
+        await failed(manager, 'explain', e);
+        return undefined;
+    }
+}

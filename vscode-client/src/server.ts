@@ -21,7 +21,7 @@ import { readSettings, SECTION, ServerSettings, settingsKey, toServerSettings } 
 import { StatusItem } from './status';
 
 /** Commands the extension implements itself (trust checks, progress); never forwarded blindly. */
-export const OWN_COMMANDS = new Set(['ddp-lint.run', 'ddp-lint.fixAll', 'ddp-lint.restart', 'ddp-lint.showLogs']);
+export const OWN_COMMANDS = new Set(['ddp-lint.run', 'ddp-lint.fixAll', 'ddp-lint.explain', 'ddp-lint.restart', 'ddp-lint.showLogs']);
 
 function errorCode(e: unknown): string | undefined {
     return (e as NodeJS.ErrnoException | undefined)?.code;
