@@ -67,7 +67,7 @@ def test_stdio(cmd):
         assert caps["textDocumentSync"]["change"] == 2  # incremental
         assert caps["positionEncoding"] == "utf-16"
         assert "diagnosticProvider" not in caps  # this client cannot pull
-        assert set(caps["executeCommandProvider"]["commands"]) == {"ddp-lint.run", "ddp-lint.fixAll"}
+        assert set(caps["executeCommandProvider"]["commands"]) == {"ddp-lint.run", "ddp-lint.fixAll", "ddp-lint.explain"}
         assert "source.fixAll.ddp-lint" in caps["codeActionProvider"]["codeActionKinds"]
         shutdown_over(p.stdin, p.stdout)
         assert p.wait(20) == 0
