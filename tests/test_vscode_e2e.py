@@ -244,7 +244,7 @@ def test_vsix_contents(vsix):
                 "run.nproc", "run.timeoutSeconds", "run.emulate", "run.args"):
         assert f"ddp-lint.{key}" in props, key
     cmds = {c["command"] for c in manifest["contributes"]["commands"]}
-    assert cmds == {"ddp-lint.restart", "ddp-lint.run", "ddp-lint.fixAll", "ddp-lint.showLogs"}
+    assert cmds == {"ddp-lint.restart", "ddp-lint.run", "ddp-lint.fixAll", "ddp-lint.showLogs", "ddp-lint.explain"}
 
 
 def _lsp_message(obj: dict) -> bytes:

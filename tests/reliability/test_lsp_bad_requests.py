@@ -217,6 +217,14 @@ async def test_execute_command_with_hostile_arguments(session, tmp_path):
                 command=cmd, arguments=args)), f"{cmd} {json.dumps(args)[:80]}")
             assert e.code in (-32602, -32600, -32601), (cmd, args, e.code, e.message)
             assert "internal error" not in e.message, e.message
+        # ddp-lint.explain reads a folder (or file) of artefacts: an existing path is a result
+        # (with its own error when nothing in it is an artefact), anything else a clear LSP error
+        try:
+            res = await answered(client.workspace_execute_command_async(t.ExecuteCommandParams(
+                command="ddp-lint.explain", arguments=args)), f"explain {json.dumps(args)[:80]}")
+            assert isinstance(res, dict) and "findings" in res, res
+        except JsonRpcException as e:
+            assert e.code in (-32602, -32600, -32601) and "internal error" not in e.message, (args, e.message)
     e = await lsp_error(client.workspace_execute_command_async(t.ExecuteCommandParams(
         command="ddp-lint.nope", arguments=[])), "unknown command")
     assert e.code in (-32601, -32602, -32603)
