@@ -420,7 +420,7 @@ class Explainer:
         first = {r: min(s) for r, s in have.items()}
         start = min(first.values())
         end = max(max(s) for s in have.values())
-        label = f"process group {desc or pg}" if desc else f"process group {pg}"
+        label = f"process group {desc}" if desc and desc != "undefined" else f"process group {pg}"
         if missing:
             self.notes.append(f"{label} has {count(len(members), 'rank')}, but there is no dump of {rank_list(missing)}: "
                               "collect the dumps of every node (TORCH_FR_DUMP_TEMP_FILE on a shared file system), or "

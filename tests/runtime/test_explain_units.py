@@ -258,3 +258,28 @@ def test_cli_formats(tmp_path, checkout):
     assert json.loads(out)["runs"][0]["results"][0]["ruleId"] == "DDP902"
     rc, out, err = _cli(d, "--output-format", "concise", cwd=checkout)
     assert out.startswith(str(checkout / "src" / "train.py") + ":9:")
+
+
+def test_subgroups_are_matched_on_their_own(tmp_path, checkout):
+    """NCCL-style config: the default group of 4 and a data-parallel group {0, 2}. Rank 2 never
+    enqueued the subgroup's collective #2; ranks 1 and 3 are not in it and are not blamed."""
+    d = tmp_path / "dumps"
+    dp = ("5", "dp")
+
+    def sub(rid, seq, state="completed"):
+        return entry("2.10", rid, seq, "all_gather", [[2]], [(f"{W}/train.py", 5, "step")], state=state, pg=dp)
+
+    for r in range(4):
+        es = [ar("2.10", 0, 1)]
+        if r in (0, 2):
+            es.append(sub(1, 1))
+            if r == 0:
+                es.append(sub(2, 2, state="scheduled"))
+        data = dump("2.10", es, 4)
+        data["pg_config"]["5"] = {"name": "5", "desc": "dp", "ranks": "[0, 2]"}
+        data["pg_status"]["5"] = {"last_completed_collective": 1}
+        write(d, r, data)
+    res = explain([str(d)], root=str(checkout))
+    [f] = res.findings
+    assert f.code == "DDP903" and f.details["culprits"] == [2] and f.ranks == (0, 2)
+    assert "process group dp's collective #2" in f.message
