@@ -19,6 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from ..launch_scripts import check_launch_script, looks_like_launch_script
 from ..model import Finding, Related, Severity
 from .findings import Sources, condense, rule_meta
 from .frdump import Dump, DumpError, Entry, FrFrame, looks_like_pickle, read_dump
@@ -128,6 +129,8 @@ class Artefacts:
     error_ranks: dict[str, int] = field(default_factory=dict)  # error file path -> rank, from the summary
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # files that looked like artefacts but were not usable
+    launch: list = field(default_factory=list)  # DDP501 findings of the launch scripts among the inputs
+    launch_scripts: int = 0
 
 
 def _walk(paths: list[str], notes: list[str]):
@@ -228,6 +231,10 @@ def collect(paths: list[str]) -> Artefacts:
             if ef is not None:
                 a.errors.append(ef)
                 continue
+        if looks_like_launch_script(text):
+            a.launch_scripts += 1
+            a.launch.extend(check_launch_script(text, os.path.abspath(path)))
+            continue
         for m in _SUMMARY_RE.finditer(text):
             r, code, ef = int(m.group(1)), int(m.group(3)), m.group(4)
             a.exits[r] = code
@@ -743,7 +750,7 @@ def explain(paths: list[str], *, root: str | None = None, path_maps=()):
         res.error, res.exit_code = str(e), EXIT_ERROR
         return res
     art = collect(list(paths))
-    if not art.dumps and not art.errors:
+    if not art.dumps and not art.errors and not art.launch_scripts:
         why = "; ".join(art.problems[:3] + art.notes[:3])
         res.error = ("no Flight Recorder dump or torchelastic error file found under " + ", ".join(paths)
                      + (f" ({why})" if why else ""))
@@ -751,7 +758,7 @@ def explain(paths: list[str], *, root: str | None = None, path_maps=()):
         return res
     ex = Explainer(art, mapper)
     ex.run()
-    res.findings = ex.findings
+    res.findings = ex.findings + art.launch
     res.notes = [f"left out: {p}" for p in art.problems] + ex.notes
     res.raw = {"verdicts": [{"process_group": v.pg, "seq": v.seq, "kind": v.kind, "ranks": sorted(v.ranks),
                              "aspect": v.aspect} for v in ex.verdicts]}
