@@ -462,15 +462,19 @@ class Explainer:
                 if e.completed:
                     self.views[r].last_completed = e
             pending = {r: e for r, e in present.items() if not e.completed}
+            # gloo marks a collective complete lazily (a dump taken right after it returned may
+            # still say "scheduled"): a rank that went on to later collectives of this group is not
+            # stuck in this one, so only a rank's last entry can be where it waits
+            stuck = bool(pending) and all(seq == max(per[r]) for r in pending)
             if not absent and not missing and not pending:
                 continue
             if absent and pending:
                 self.never_enqueued(pg, label, seq, pending, absent, per)
                 return
-            if missing and pending:
+            if missing and stuck:
                 self.missing_ranks(pg, label, seq, pending, missing)
                 return
-            if pending and not absent:
+            if stuck and not absent:
                 self.all_pending(pg, label, seq, pending)
                 return
             if unknown:

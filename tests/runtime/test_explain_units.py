@@ -283,3 +283,18 @@ def test_subgroups_are_matched_on_their_own(tmp_path, checkout):
     [f] = res.findings
     assert f.code == "DDP903" and f.details["culprits"] == [2] and f.ranks == (0, 2)
     assert "process group dp's collective #2" in f.message
+
+
+def test_lazily_completed_entries_are_not_where_a_rank_waits(tmp_path, checkout):
+    """gloo marks completion lazily: a dump taken right after a collective returned may still say
+    'scheduled' for it. A rank that went on to later collectives is not stuck in it: the mismatch
+    at #2 is found, and with a missing rank the wait is placed at the last entry."""
+    d = tmp_path / "dumps"
+    write(d, 0, dump("2.10", [ar("2.10", 0, 1, state="scheduled"), bc("2.10", 1, 2)], 2))
+    write(d, 1, dump("2.10", [ar("2.10", 0, 1, state="scheduled"), barrier("2.10", 1, 2)], 2))
+    [f] = explain([str(d)], root=str(checkout)).findings
+    assert f.code == "DDP902" and f.details["collective_seq_id"] == 2
+    d2 = tmp_path / "d2"
+    write(d2, 0, dump("2.10", [ar("2.10", 0, 1, state="scheduled"), bc("2.10", 1, 2)], 2))
+    [f] = explain([str(d2)], root=str(checkout)).findings
+    assert f.code == "DDP903" and f.details["collective_seq_id"] == 2 and f.range.start.line == 8
