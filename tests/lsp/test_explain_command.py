@@ -75,3 +75,17 @@ async def test_explain_refuses_bad_arguments(lsp_session, tmp_path):
         with pytest.raises(JsonRpcException) as ei:
             await execute(s, "ddp-lint.explain", *args)
         assert ei.value.code == -32602 and msg in ei.value.message, (args, ei.value.message)
+
+
+async def test_explain_is_refused_where_the_server_reads_no_client_named_file(tmp_path):
+    """--tcp without --allow-run (``trusted`` False): no file a client names is read."""
+    from ddp_lint.lsp_server.runtime import explain_command
+
+    class Untrusted:
+        trusted = False
+        untrusted_reason = "a TCP server reads no file a client names"
+
+    d = artefacts(tmp_path)
+    with pytest.raises(JsonRpcException) as ei:
+        await explain_command(Untrusted(), (d.as_uri(),))
+    assert ei.value.code == -32602 and "ddp-lint.explain is disabled" in ei.value.message
