@@ -130,6 +130,7 @@ class Artefacts:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # files that looked like artefacts but were not usable
     launch: list = field(default_factory=list)  # DDP501 findings of the launch scripts among the inputs
+    reports: list[str] = field(default_factory=list)  # `ddp-lint run --report` files (merged with merge.py)
     launch_scripts: int = 0
 
 
@@ -230,6 +231,9 @@ def collect(paths: list[str]) -> Artefacts:
             ef = _error_file(path, data)
             if ef is not None:
                 a.errors.append(ef)
+                continue
+            if isinstance(data, dict) and "ddp_lint_report" in data:
+                a.reports.append(path)
                 continue
         if looks_like_launch_script(text):
             a.launch_scripts += 1
@@ -754,6 +758,23 @@ def explain(paths: list[str], *, root: str | None = None, path_maps=()):
         res.error, res.exit_code = str(e), EXIT_ERROR
         return res
     art = collect(list(paths))
+    if art.reports and not art.dumps and not art.errors:  # ddp-lint's own per-node reports: merge's job
+        from .merge import MergeError, merge
+
+        try:
+            merged = merge(art.reports)
+        except MergeError as e:
+            res.error, res.exit_code = str(e), EXIT_ERROR
+            return res
+        merged.multinode = "explained"
+        merged.script = ", ".join(paths)
+        merged.findings += art.launch
+        merged.notes.insert(0, f"read as `ddp-lint merge` of {count(len(art.reports), 'report')}")
+        merged.exit_code = EXIT_FINDINGS if merged.findings else EXIT_CLEAN
+        return merged
+    if art.reports:
+        art.notes.append(f"{count(len(art.reports), 'ddp-lint report')} left out: they are merged on their own "
+                         "(`ddp-lint merge`), not together with Flight Recorder dumps")
     if not art.dumps and not art.errors and not art.launch_scripts:
         why = "; ".join(art.problems[:3] + art.notes[:3])
         res.error = ("no Flight Recorder dump or torchelastic error file found under " + ", ".join(paths)

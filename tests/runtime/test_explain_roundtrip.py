@@ -83,3 +83,22 @@ def test_records_to_dumps_and_back(tmp_path):
     write_dumps(str(tmp_path / "d"), res)
     [f] = explain([str(tmp_path / "d")], root=str(tmp_path)).findings
     assert (f.code, f.range.start.line + 1, f.ranks, f.details["exit_code"]) == ("DDP904", 5, (1,), 2)
+
+
+def test_ddp_lint_reports_are_merged(tmp_path):
+    """`ddp-lint run --report` files among explain's inputs are read as `ddp-lint merge` reads them."""
+    from analysis.runtime.merge import write_report
+
+    src = tmp_path / "train.py"
+    src.write_text("import torch.distributed as dist\nx = 1\ndist.barrier()\ndist.all_reduce(t)\n")
+    for node, (op, line) in enumerate([("barrier", 3), ("all_reduce", 4)]):
+        res = RunResult(nproc=1, script=str(src), node_rank=node, nnodes=2, multinode="cluster", timed_out=True,
+                        timeout=5.0)
+        res.raw = _raw({node: {"events": [{"kind": "start", "world_size": 2, "rank": node}],
+                               "pending": {"1": {"seq": 1, "op": op, "file": str(src), "line": line, "function": "<module>"}},
+                               "raised": {}, "hung": True, "logged_returns": 0, "quiet": 0}})
+        res.raw["roots"] = [str(tmp_path)]
+        write_report(str(tmp_path / "reports" / "node-{node}.json"), res)
+    out = explain([str(tmp_path / "reports")], root=str(tmp_path))
+    assert out.exit_code == 1 and out.findings and any("merge" in n for n in out.notes)
+    assert [(f.code, f.range.start.line + 1, f.ranks) for f in out.findings] == [("DDP902", 3, (0, 1))]
