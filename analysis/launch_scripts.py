@@ -22,7 +22,7 @@ from .model import Finding, Range, Severity
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 FILE_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 _NODE_LOCAL = re.compile(r"^(/tmp|/var/tmp|/dev/shm|/run|\$\{?TMPDIR\b|\$\{?SLURM_TMPDIR\b|\$\{?TMP\b|\$\{?LOCAL_?SCRATCH\b)(/|$|\})")
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
@@ -115,6 +115,6 @@ def check_launch_script(text: str, path: str) -> list[Finding]:
 def _note(assigned: dict, var: str, value: str, ln: int, lines: list[str]) -> None:
     text = lines[ln - 1] if 0 < ln <= len(lines) else ""
     c0 = text.find(var)
-    c0 = c0 if c0 >= 0 else 0
+    c0 = max(c0, 0)
     c1 = len(text.rstrip()) if c0 == 0 and not text.startswith(var) else min(len(text.rstrip()), c0 + len(var) + 1 + len(value))
     assigned[var] = (ln, value, c0, max(c1, c0 + len(var)))

@@ -189,7 +189,7 @@ def _error_file(path: str, data) -> ErrorFile | None:
 
 
 _SUMMARY_RE = re.compile(
-    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)[^\n]*\n\s*error_file\s*:\s*(\S*)", re.I)
+    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)[^\n]*\n\s*error_file\s*:\s*(\S*)", re.IGNORECASE)
 
 
 def collect(paths: list[str]) -> Artefacts:

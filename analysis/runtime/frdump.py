@@ -34,7 +34,7 @@ class SafeUnpickler(pickle.Unpickler):
     """Builtins and containers only: any global (class, function) or persistent id is refused, so
     no REDUCE / BUILD / NEWOBJ / INST / OBJ / EXT opcode can reach a callable."""
 
-    def find_class(self, module, name):  # noqa: D401 - pickle's API
+    def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refused to load {module}.{name}: a dump holds data only")
 
     def persistent_load(self, pid):

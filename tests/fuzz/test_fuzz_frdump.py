@@ -18,7 +18,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from analysis.runtime.explain import explain
-from analysis.runtime.frdump import DumpError, check_shape, read_dump, safe_loads, to_dump
+from analysis.runtime.frdump import (
+    DumpError,
+    check_shape,
+    read_dump,
+    safe_loads,
+    to_dump,
+)
 from tests.fuzz.support import examples
 from tests.runtime.fr_fixtures import dump, entry
 
