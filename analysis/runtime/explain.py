@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from ..launch_scripts import check_launch_script, looks_like_launch_script
@@ -197,9 +198,13 @@ def collect(paths: list[str]) -> Artefacts:
     a = Artefacts()
     for path in _walk(paths, a.notes):
         try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO, a device (or a link to one): never opened
+                a.notes.append(f"{path}: not a regular file, left out")
+                continue
+            size = st.st_size
             with open(path, "rb") as f:
                 head = f.read(64)
-            size = os.path.getsize(path)
         except OSError as e:
             a.problems.append(f"{path}: {e.strerror or e}")
             continue

@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 import re
+import stat
 from dataclasses import dataclass, field
 
 MAX_BYTES = 512 * 1024 * 1024  # a dump of 20,000 entries with 64 frames each is ~200 MB
@@ -165,7 +166,10 @@ def looks_like_pickle(head: bytes) -> bool:
 def read_dump(path: str, *, rank: int | None = None, max_bytes: int = MAX_BYTES) -> Dump:
     """One rank's dump, checked; DumpError with the file's name otherwise."""
     try:
-        size = os.path.getsize(path)
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise DumpError(f"{path}: not a regular file")
+        size = st.st_size
         if size > max_bytes:
             raise DumpError(f"{path}: larger than {max_bytes // (1024 * 1024)} MiB")
         with open(path, "rb") as f:

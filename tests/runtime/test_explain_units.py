@@ -298,3 +298,12 @@ def test_lazily_completed_entries_are_not_where_a_rank_waits(tmp_path, checkout)
     write(d2, 0, dump("2.10", [ar("2.10", 0, 1, state="scheduled"), bc("2.10", 1, 2)], 2))
     [f] = explain([str(d2)], root=str(checkout)).findings
     assert f.code == "DDP903" and f.details["collective_seq_id"] == 2 and f.range.start.line == 8
+
+
+def test_fifos_and_devices_are_never_opened(tmp_path, checkout):
+    d = tmp_path / "dumps"
+    d.mkdir()
+    os.mkfifo(d / "trace_rank_0")  # opening it would block forever
+    (d / "trace_rank_1").symlink_to("/dev/zero")
+    res = explain([str(d)], root=str(checkout))
+    assert res.exit_code == 2 and "not a regular file" in res.error
