@@ -595,9 +595,11 @@ class Explainer:
             last = self._last(r, per)
             self.views[r].never = (pg, seq)
             self.views[r].last_completed = last if last is not None and last.completed else self.views[r].last_completed
-            lfr = self.site(last)[0] if last is not None else None
+            lfr, lcaller = self.site(last) if last is not None else (None, None)
             if lfr is not None:
                 rel.append(self.rel(lfr, f"{rank_list([r])}'s last collective, {self._desc(last)}", [r]))
+                if lcaller is not None:
+                    rel.append(self.rel(lcaller, f"{rank_list([r])} called its last collective from here", [r]))
                 parts.append(f"{rank_list([r])} never enqueued it (its last collective was {last.op}() "
                              f"{self._loc_text(lfr)})")
             else:
@@ -728,8 +730,9 @@ class Explainer:
 
     def rank_text(self, v: RankView) -> tuple[str, Frame | None, str | None]:
         def at(e):
-            fr = self.site(e)[0]
-            return f"{e.op}() {self._loc_text(fr)}" if fr else f"{e.op}()", fr
+            fr, caller = self.site(e)
+            via = f" (from {self._loc_text(caller)[3:]})" if caller is not None else ""
+            return f"{e.op}() {self._loc_text(fr)}{via}" if fr else f"{e.op}()", fr
 
         parts = []
         site, op = None, None
