@@ -296,6 +296,13 @@ def _analyse(text, path, settings, fix_mode, unsafe):
     """-> (path, findings after the fixes, error, new text or None, old text, findings before)."""
     from .analysis.engine import check_source
 
+    if not str(path).endswith((".py", ".pyi", ".pyw")):  # a launch script named on the command line (DDP501)
+        from .analysis.launch_scripts import check_launch_script, looks_like_launch_script
+
+        if looks_like_launch_script(text):
+            codes = settings.enabled_codes(path)
+            found = [f for f in check_launch_script(text, path) if f.code in codes]
+            return path, found, None, None, text, found
     res = check_source(text, path, settings)
     findings = before = res.findings
     new_text = None
@@ -365,6 +372,11 @@ def cmd_check(args) -> int:
         for e in errors:
             _err(e)
         write = args.fix and not args.diff
+        # launch scripts named on the command line (sbatch, shell): DDP501, read here, never fixed
+        scripts = [f for f in files if not f.endswith((".py", ".pyi", ".pyw"))]
+        if scripts:
+            files = [f for f in files if f not in scripts]
+            results.extend(_check_one((f, settings, False, False, False)) for f in scripts)
         if fix_mode:
             jobs = [(f, settings, fix_mode, args.unsafe_fixes, write) for f in files]
             results.extend(_run_jobs(jobs, args.jobs))

@@ -55,3 +55,28 @@ def test_explain_reports_the_launch_script_among_its_inputs(tmp_path):
     assert [(f.code, f.filename, f.range.start.line + 1) for f in res.findings] == [
         ("DDP501", str(tmp_path / "job.sbatch"), 3)]
     assert res.exit_code == 1
+
+
+def _check(*args, cwd):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-m", "ddp_lint", "check", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(root)})
+
+
+def test_check_reads_a_named_launch_script(tmp_path):
+    job = tmp_path / "job.sbatch"
+    job.write_text(HEAD + "export TORCH_FR_BUFFER_SIZE=2000\n" + RUN)
+    p = _check(job, "--no-cache", cwd=tmp_path)
+    assert p.returncode == 1 and f"{job}:3:8: DDP501" in p.stdout
+    p = _check(job, "--ignore", "DDP501", cwd=tmp_path)
+    assert p.returncode == 0
+    script = tmp_path / "tool"  # an extensionless Python script is still checked as Python
+    script.write_text("#!/usr/bin/env python\nimport torch.distributed as dist\nimport torch\n"
+                      "dist.init_process_group('nccl')\nx = torch.ones(1).cuda()\n")
+    p = _check(script, "--select", "DDP501", cwd=tmp_path)
+    assert p.returncode == 0 and "DDP501" not in p.stdout

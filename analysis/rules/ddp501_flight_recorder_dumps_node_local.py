@@ -12,8 +12,9 @@ class FlightRecorderDumpsNodeLocal(Rule):
     `TORCH_FR_DUMP_TEMP_FILE` (or the older `TORCH_NCCL_DEBUG_INFO_TEMP_FILE`) left at its default,
     `/tmp/nccl_trace_rank_`, or set to another node-local folder (`/tmp`, `/var/tmp`, `/dev/shm`,
     `$TMPDIR`, `$SLURM_TMPDIR`). The script is read as shell words: a variable named in a comment
-    never counts; `#SBATCH --export=...` lines count as assignments. `ddp-lint explain` runs it on
-    the launch scripts among its inputs.
+    never counts; `#SBATCH --export=...` lines count as assignments. `ddp-lint check job.sbatch`
+    reads a launch script named on its command line, and `ddp-lint explain` the launch scripts among
+    its inputs.
 
     ## Why is this bad?
     When a job hangs, the watchdog of every rank writes a dump of its recent collectives: the one
