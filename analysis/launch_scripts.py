@@ -1,6 +1,6 @@
 """Launch scripts (sbatch, shell, ``torchrun`` command lines): where the Flight Recorder dumps go.
 
-``check_launch_script(text, path)`` -> DDP501 findings. A script that turns the Flight Recorder on
+``check_launch_script(text, path)`` -> DDP701 findings. A script that turns the Flight Recorder on
 (``TORCH_FR_BUFFER_SIZE`` or the older ``TORCH_NCCL_TRACE_BUFFER_SIZE`` set to a positive number)
 and launches distributed ranks (``torchrun``, ``python -m torch.distributed.run`` / ``.launch``,
 ``srun``/``mpirun`` of python) but leaves ``TORCH_FR_DUMP_TEMP_FILE`` (or the older
@@ -92,7 +92,7 @@ def check_launch_script(text: str, path: str) -> list[Finding]:
     where = next(((v, assigned[v]) for v in FILE_VARS if v in assigned), None)
     from .registry import get_rule
 
-    rule = get_rule("DDP501")
+    rule = get_rule("DDP701")
     name, url = (rule.name, rule.url()) if rule else ("flight-recorder-dumps-node-local", None)
     if where is None:
         ln, _, c0, c1 = buf[1]
@@ -105,7 +105,7 @@ def check_launch_script(text: str, path: str) -> list[Finding]:
             return []
         msg = (f"{where[0]} points at {value!s}, a node-local folder: each rank's Flight Recorder dump stays on its "
                "node and is lost with it; point it at a shared folder (a path every node and you can read)")
-    return [Finding(code="DDP501", name=name, message=msg, severity=Severity.WARNING,
+    return [Finding(code="DDP701", name=name, message=msg, severity=Severity.WARNING,
                     range=Range.of(ln - 1, c0, ln - 1, c1), filename=path, url=url,
                     details={"launch_lines": launches,
                              "hint": "for example: export TORCH_FR_DUMP_TEMP_FILE=$HOME/fr/$SLURM_JOB_ID/trace_rank_ "

@@ -296,7 +296,7 @@ def _analyse(text, path, settings, fix_mode, unsafe):
     """-> (path, findings after the fixes, error, new text or None, old text, findings before)."""
     from .analysis.engine import check_source
 
-    if not str(path).endswith((".py", ".pyi", ".pyw")):  # a launch script named on the command line (DDP501)
+    if not str(path).endswith((".py", ".pyi", ".pyw")):  # a launch script named on the command line (DDP701)
         from .analysis.launch_scripts import check_launch_script, looks_like_launch_script
 
         if looks_like_launch_script(text):
@@ -372,7 +372,7 @@ def cmd_check(args) -> int:
         for e in errors:
             _err(e)
         write = args.fix and not args.diff
-        # launch scripts named on the command line (sbatch, shell): DDP501, read here, never fixed
+        # launch scripts named on the command line (sbatch, shell): DDP701, read here, never fixed
         scripts = [f for f in files if not f.endswith((".py", ".pyi", ".pyw"))]
         if scripts:
             files = [f for f in files if f not in scripts]

@@ -1,4 +1,4 @@
-"""DDP501 (issue 27): launch scripts that turn the Flight Recorder on but leave its dumps on each
+"""DDP701 (issue 27): launch scripts that turn the Flight Recorder on but leave its dumps on each
 node's local disk (analysis/launch_scripts.py), and `ddp-lint explain` reading them among its inputs."""
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ def codes(text):
 
 
 @pytest.mark.parametrize("body,expected", [
-    ("export TORCH_FR_BUFFER_SIZE=2000\n" + RUN, [("DDP501", 3)]),  # default /tmp/nccl_trace_rank_
-    ("export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/trace_\n" + RUN, [("DDP501", 4)]),
-    ("export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_FR_DUMP_TEMP_FILE=$SLURM_TMPDIR/t_\n" + RUN, [("DDP501", 4)]),
-    ("export TORCH_FR_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=/dev/shm/t_\n" + RUN, [("DDP501", 3)]),
+    ("export TORCH_FR_BUFFER_SIZE=2000\n" + RUN, [("DDP701", 3)]),  # default /tmp/nccl_trace_rank_
+    ("export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/trace_\n" + RUN, [("DDP701", 4)]),
+    ("export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_FR_DUMP_TEMP_FILE=$SLURM_TMPDIR/t_\n" + RUN, [("DDP701", 4)]),
+    ("export TORCH_FR_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=/dev/shm/t_\n" + RUN, [("DDP701", 3)]),
     ("TORCH_NCCL_TRACE_BUFFER_SIZE=100 python -m torch.distributed.run --nproc-per-node 8 \\\n    train.py\n",
-     [("DDP501", 3)]),  # the older name, on the command line itself, a continued line
-    ("#SBATCH --export=ALL,TORCH_FR_BUFFER_SIZE=2000\n" + RUN, [("DDP501", 3)]),
+     [("DDP701", 3)]),  # the older name, on the command line itself, a continued line
+    ("#SBATCH --export=ALL,TORCH_FR_BUFFER_SIZE=2000\n" + RUN, [("DDP701", 3)]),
     # no finding:
     ("export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_FR_DUMP_TEMP_FILE=$HOME/fr/$SLURM_JOB_ID/t_\n" + RUN, []),
     ("export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_FR_DUMP_TEMP_FILE=/shared/fr/t_\n" + RUN, []),
@@ -32,14 +32,14 @@ def codes(text):
     # a comment or a string never decides
     ("# export TORCH_FR_BUFFER_SIZE=2000\n" + RUN, []),
     ("echo 'export TORCH_FR_BUFFER_SIZE=2000'\n" + RUN, []),
-    ("export TORCH_FR_BUFFER_SIZE=2000\n# export TORCH_FR_DUMP_TEMP_FILE=/shared/t_\n" + RUN, [("DDP501", 3)]),
+    ("export TORCH_FR_BUFFER_SIZE=2000\n# export TORCH_FR_DUMP_TEMP_FILE=/shared/t_\n" + RUN, [("DDP701", 3)]),
 ])
 def test_rule(body, expected):
     assert codes(HEAD + body) == expected
 
 
 def test_unclosed_quote_and_garbage_do_not_raise():
-    assert codes(HEAD + "export TORCH_FR_BUFFER_SIZE=2000 'oops\n" + RUN) == [("DDP501", 3)]
+    assert codes(HEAD + "export TORCH_FR_BUFFER_SIZE=2000 'oops\n" + RUN) == [("DDP701", 3)]
     assert codes("\x00\x01 not a script") == []
 
 
@@ -53,7 +53,7 @@ def test_explain_reports_the_launch_script_among_its_inputs(tmp_path):
     (tmp_path / "job.sbatch").write_text(HEAD + "export TORCH_FR_BUFFER_SIZE=2000\n" + RUN)
     res = explain([str(tmp_path)], root=str(tmp_path))
     assert [(f.code, f.filename, f.range.start.line + 1) for f in res.findings] == [
-        ("DDP501", str(tmp_path / "job.sbatch"), 3)]
+        ("DDP701", str(tmp_path / "job.sbatch"), 3)]
     assert res.exit_code == 1
 
 
@@ -72,11 +72,11 @@ def test_check_reads_a_named_launch_script(tmp_path):
     job = tmp_path / "job.sbatch"
     job.write_text(HEAD + "export TORCH_FR_BUFFER_SIZE=2000\n" + RUN)
     p = _check(job, "--no-cache", cwd=tmp_path)
-    assert p.returncode == 1 and f"{job}:3:8: DDP501" in p.stdout
-    p = _check(job, "--ignore", "DDP501", cwd=tmp_path)
+    assert p.returncode == 1 and f"{job}:3:8: DDP701" in p.stdout
+    p = _check(job, "--ignore", "DDP701", cwd=tmp_path)
     assert p.returncode == 0
     script = tmp_path / "tool"  # an extensionless Python script is still checked as Python
     script.write_text("#!/usr/bin/env python\nimport torch.distributed as dist\nimport torch\n"
                       "dist.init_process_group('nccl')\nx = torch.ones(1).cuda()\n")
-    p = _check(script, "--select", "DDP501", cwd=tmp_path)
-    assert p.returncode == 0 and "DDP501" not in p.stdout
+    p = _check(script, "--select", "DDP701", cwd=tmp_path)
+    assert p.returncode == 0 and "DDP701" not in p.stdout

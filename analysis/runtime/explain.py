@@ -130,7 +130,7 @@ class Artefacts:
     error_ranks: dict[str, int] = field(default_factory=dict)  # error file path -> rank, from the summary
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # files that looked like artefacts but were not usable
-    launch: list = field(default_factory=list)  # DDP501 findings of the launch scripts among the inputs
+    launch: list = field(default_factory=list)  # DDP701 findings of the launch scripts among the inputs
     reports: list[str] = field(default_factory=list)  # `ddp-lint run --report` files (merged with merge.py)
     launch_scripts: int = 0
 

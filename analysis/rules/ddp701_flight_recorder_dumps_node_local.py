@@ -43,7 +43,7 @@ class FlightRecorderDumpsNodeLocal(Rule):
     No fix: which shared folder to use is the user's choice.
     """
 
-    code = "DDP501"
+    code = "DDP701"
     name = "flight-recorder-dumps-node-local"
     severity = Severity.WARNING
     static = False  # not a Python rule: analysis/launch_scripts.py reads the launch scripts
