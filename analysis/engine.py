@@ -123,9 +123,40 @@ def admitted_codes(text: str, codes: frozenset[str]) -> list[str]:
     return out
 
 
-def passes_gate(text: str, codes: frozenset[str]) -> bool:
-    """True when at least one rule among ``codes`` may fire on ``text`` (the file is worth parsing)."""
-    return bool(admitted_codes(text, codes))
+def passes_gate(text: str, codes: frozenset[str], filename: str | None = None) -> bool:
+    """True when at least one rule among ``codes`` may fire on ``text`` (the file is worth parsing).
+    With ``filename``, the reach gate of the flow rules counts too (``admitted_for``)."""
+    if filename is None:
+        return bool(admitted_codes(text, codes))
+    return bool(admitted_for(text, codes, filename)[0])
+
+
+def admitted_for(text: str, codes: frozenset[str], filename: str | None) -> tuple[list[str], dict[str, str]]:
+    """The codes whose text gate admits ``text`` and, for a rule that ``requires_reach``, whose
+    collective site may be reached from the file (``flow.reach``); with the other files that
+    answer read, {path: content hash}, for the cache."""
+    out = admitted_codes(text, codes)
+    if not out:
+        return out, {}
+    rules = all_rules()
+    keep: list[str] = []
+    deps: dict[str, str] = {}
+    collective = None
+    for c in out:
+        r = rules[c]
+        if r.requires_reach:
+            if collective is None:
+                from .flow.reach import reaches  # lazy: only files a flow rule's text gate admits
+
+                collective = reaches(filename, text)
+            got = collective
+        else:
+            got = r.reach(text, filename)
+        if got is None or got[0]:
+            keep.append(c)
+        else:
+            deps.update(got[1])
+    return keep, (deps if len(keep) < len(out) else {})
 
 
 def parse(text: str, filename: str = "<unknown>"):
@@ -225,18 +256,22 @@ def check_source(
     settings = settings or _DEFAULT_SETTINGS
     if codes is None:
         codes = settings.enabled_codes(filename)
+    deps = None
     if gate:
-        admitted = admitted_codes(text, codes)
+        admitted, deps = admitted_for(text, codes, filename)
         if not admitted:
-            return CheckResult([], gated_out=True)
+            return CheckResult([], gated_out=True, dependencies=sorted(deps.items()))
     else:
         rules = all_rules()
         admitted = [c for c in sorted(codes) if c in rules and rules[c].static]
     _gc_pause()
     try:
-        return _check_source(text, filename, settings, admitted, apply_noqa, tree)
+        result = _check_source(text, filename, settings, admitted, apply_noqa, tree)
     finally:
         _gc_resume()
+    if deps:  # the flow rules were gated out by what the imported modules hold
+        result.dependencies = sorted({**dict(deps), **dict(result.dependencies)}.items())
+    return result
 
 
 def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> CheckResult:

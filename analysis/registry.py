@@ -47,6 +47,10 @@ class Rule:
     # the last component of every qualified name it resolves.
     requires_text: ClassVar[tuple[str, ...]] = ()
     requires_text_all: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    # A second gate, for the rules that need a collective site (the flow rules): the file holds one
+    # of ``flow.reach.REACH_TEXT``, or a project module it imports, transitively, does (decided on
+    # the text of the files, through a text-level import graph: ``engine.admitted_for``).
+    requires_reach: ClassVar[bool] = False
     # False for codes the engine emits itself (DDP000) and runtime findings (DDP9xx): they exist for
     # docs, selection and hover; the static rule loop never runs them.
     static: ClassVar[bool] = True
@@ -61,6 +65,13 @@ class Rule:
         if cls.requires_text:
             groups.append(tuple(cls.requires_text))
         return tuple(groups)
+
+    @classmethod
+    def reach(cls, text: str, filename: str | None):
+        """A rule's own second gate, on text alone, for a finding that needs another file of the
+        project (a caller elsewhere): None (no such gate), or (may fire, {path: content hash} of the
+        files read). Called only when the text gate admits ``text``."""
+        return None
 
     def visit(self, node: ast.AST, ctx: "Context") -> None:  # pragma: no cover - overridden
         pass
