@@ -17,6 +17,7 @@ import ast
 import gc
 import re
 import threading
+import time
 import unicodedata
 import warnings
 from dataclasses import dataclass, field
@@ -26,7 +27,6 @@ from .context import Context
 from .model import Finding, Position, Range, Severity
 from .noqa import parse_noqa
 from .registry import DOCS_BASE_URL, NoCase, all_rules
-from . import semantic as _semantic  # its optional C module (``_semantic._speedups``)
 from .semantic import Semantic
 from .source import SourceText
 
@@ -76,9 +76,6 @@ def _gates(codes: frozenset[str]) -> tuple:
 
 
 def _admitted(text: str, gates) -> list[str]:
-    sp = _semantic._speedups
-    if sp is not None:  # the loop below, in C (tests/test_gate.py runs both)
-        return sp.admitted(text, gates, NoCase)
     memo: dict[str, bool] = {}
     lower = None
     out = []
@@ -295,7 +292,16 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
         f = _syntax_finding(src, filename, ("syntax error: the file is nested too deeply to analyse", 1, 1, None, None))
         return CheckResult([f], syntax_error=f, source=src)
     ctx = Context(src, sem, filename)
+    start = time.thread_time()
+    skipped: list[str] = []
+    big = len(sem._nodes or ()) > MAX_NODES
     for r in rules:
+        # the work cap: past ``MAX_NODES`` the rules that follow collectives through the program
+        # (the flow rules) are not run, and past ``WORK_BUDGET_S`` of CPU no further rule starts;
+        # either way the file gets one finding that says so, never an endless check
+        if (big and r.requires_reach) or time.thread_time() - start > WORK_BUDGET_S:
+            skipped.append(r.code)
+            continue
         ctx._rule = r
         try:
             for t in r.node_types:
@@ -307,6 +313,8 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
 
             result.errors.append(f"{r.code}: {traceback.format_exc()}")
             ctx.findings = [f for f in ctx.findings if f.code != r.code]
+    if skipped:
+        ctx.findings.append(_too_large(src, filename, len(sem._nodes or ()), big, skipped))
     an = ctx._memo.get("flow.analysis")
     if an is not None:
         result.dependencies = list(an.dependencies())
@@ -329,6 +337,26 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
     findings.sort(key=Finding.sort_key)
     result.findings = findings
     return result
+
+
+# The per-file work cap (issue 31): every rule is linear in the file's size, so these only stop a
+# file far outside what a person writes (generated code) from holding the editor or a CI run.
+MAX_NODES = 3_000_000  # syntax-tree nodes (about 300,000 lines of code)
+WORK_BUDGET_S = 30.0  # CPU seconds of rules for one file
+
+
+def _too_large(src: SourceText, filename: str, nodes: int, big: bool, skipped: list[str]) -> Finding:
+    why = (f"{nodes:,} syntax-tree nodes, over the cap of {MAX_NODES:,}" if big
+           else f"the rules took over {WORK_BUDGET_S:g} s of CPU")
+    return Finding(
+        code=SYNTAX_CODE,
+        name=SYNTAX_NAME,
+        message=f"file too large to analyse fully ({why}): {', '.join(skipped)} not run on it",
+        severity=Severity.WARNING,
+        range=Range(Position(0, 0), Position(0, min(1, len(src.line(0))))),
+        filename=filename,
+        url=f"{DOCS_BASE_URL}{SYNTAX_CODE}.md",
+    )
 
 
 def _suppressed(f: Finding, src: SourceText) -> bool:
