@@ -193,12 +193,12 @@ def load_settings(start: Path | str | None = None, config_file: Path | str | Non
 def settings_from_mapping(table, source: str = "settings", base: Settings | None = None) -> Settings:
     """Validate a mapping (pyproject table or editor settings) into Settings; ConfigError names
     the offending key."""
-    from .registry import all_rules
+    from .registry import rule_index
 
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: expected a table of settings, got {type(table).__name__}")
     s = Settings() if base is None else Settings(**{k: v for k, v in vars(base).items() if k != "_codes_cache"})
-    codes = set(all_rules())
+    codes = set(rule_index())  # every code, without importing the rules
 
     def check_codes(key, values):
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):

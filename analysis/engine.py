@@ -26,7 +26,7 @@ from .config import Settings
 from .context import Context
 from .model import Finding, Position, Range, Severity
 from .noqa import parse_noqa
-from .registry import DOCS_BASE_URL, NoCase, all_rules
+from .registry import DOCS_BASE_URL, NoCase, load_rule, rule_index
 from .semantic import Semantic
 from .source import SourceText
 
@@ -55,7 +55,7 @@ class CheckResult:
 def _rule_instance(code: str):
     inst = _instances.get(code)
     if inst is None:
-        inst = _instances[code] = all_rules()[code]()
+        inst = _instances[code] = load_rule(code)()  # imports this rule's module only
     return inst
 
 
@@ -67,8 +67,8 @@ def _gates(codes: frozenset[str]) -> tuple:
     """((code, groups), ...) for the static rules among ``codes``, cached per selection."""
     got = _gate_cache.get(codes)
     if got is None:
-        rules = all_rules()
-        got = tuple((c, rules[c].gate_of()) for c in sorted(codes) if c in rules and rules[c].static)
+        idx = rule_index()  # no rule module imported to gate a file
+        got = tuple((c, idx[c][3]) for c in sorted(codes) if c in idx and idx[c][2])
         if len(_gate_cache) > 256:
             _gate_cache.clear()
         _gate_cache[codes] = got
@@ -135,20 +135,22 @@ def admitted_for(text: str, codes: frozenset[str], filename: str | None) -> tupl
     out = admitted_codes(text, codes)
     if not out:
         return out, {}
-    rules = all_rules()
+    idx = rule_index()
     keep: list[str] = []
     deps: dict[str, str] = {}
     collective = None
     for c in out:
-        r = rules[c]
-        if r.requires_reach:
+        _m, _on, _static, _groups, requires_reach, own = idx[c]
+        if requires_reach:
             if collective is None:
                 from .flow.reach import reaches  # lazy: only files a flow rule's text gate admits
 
                 collective = reaches(filename, text)
             got = collective
+        elif own:
+            got = load_rule(c).reach(text, filename)
         else:
-            got = r.reach(text, filename)
+            got = None
         if got is None or got[0]:
             keep.append(c)
         else:
@@ -259,8 +261,8 @@ def check_source(
         if not admitted:
             return CheckResult([], gated_out=True, dependencies=sorted(deps.items()))
     else:
-        rules = all_rules()
-        admitted = [c for c in sorted(codes) if c in rules and rules[c].static]
+        idx = rule_index()
+        admitted = [c for c in sorted(codes) if c in idx and idx[c][2]]
     _gc_pause()
     try:
         result = _check_source(text, filename, settings, admitted, apply_noqa, tree)
