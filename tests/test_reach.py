@@ -174,3 +174,16 @@ def test_model_file_parsed_only_with_a_trainer_elsewhere(tmp_path, parses):
     assert [f.code for f in res.findings] == ["DDP209"]
     # the cross-file layer parsed the trainer, never user.py (it holds no DDP, no backward)
     assert str(tmp_path / "user.py") not in parses and str(tmp_path / "train.py") in parses
+
+
+def test_an_open_document_is_seen_at_once(tmp_path, parses):
+    """The editor's unsaved text of the helper decides (no stale cached answer)."""
+    main = _project(tmp_path, HELPER_PLAIN)
+    assert not reach.reaches(str(main), MAIN)[0]
+    helper = str(tmp_path / "helpers.py")
+    project.set_overlay(helper, HELPER_COLLECTIVE)
+    try:
+        assert reach.reaches(str(main), MAIN)[0]
+    finally:
+        project.set_overlay(helper, None)
+    assert not reach.reaches(str(main), MAIN)[0]

@@ -17,8 +17,9 @@ The files consulted are returned, with their content hashes, as dependencies of 
 CLI cache re-checks the file when one of them changes).
 
 Facts per file (its needles, its import candidates, its hash) are cached by modification time and
-size; resolutions and negative answers for ``_TTL`` seconds (a batch run shares them; the editor
-sees a change made in another file after at most that long).
+size (an open editor document's are read from its text on every query); resolutions and negative
+answers for ``_TTL`` seconds and, for the negative ones, until an open document changes (a batch
+run shares them; the editor sees a file created or saved outside it after at most ``_TTL``).
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)*")
 _lock = threading.Lock()
 _facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, holds, candidates, digest)
 _resolved: dict[tuple, tuple] = {}  # (folder, module, level) -> (checked_at, path or None)
-_negative: dict[str, tuple] = {}  # path -> (checked_at, closure {path: digest})
+_negative: dict[str, tuple] = {}  # path -> (checked_at, closure {path: digest}, overlay generation)
 
 
 def holds(text: str) -> bool:
@@ -112,11 +113,11 @@ def _read(path: str):
 
 def _file_facts(path: str, now: float):
     """(holds, candidates, digest) of ``path``, or None when it cannot be read."""
-    got = _facts.get(path)
-    if got is not None and now - got[2] < _TTL:
-        return got[3:]
     with project._lock:
         overlaid = path in project._overlays
+    got = _facts.get(path)
+    if not overlaid and got is not None and got[0] != -1 and now - got[2] < _TTL:
+        return got[3:]
     if not overlaid:
         try:
             st = os.stat(path)
@@ -126,7 +127,7 @@ def _file_facts(path: str, now: float):
             _facts[path] = (*got[:2], now, *got[3:])
             return got[3:]
         stamp = (st.st_mtime_ns, st.st_size)
-    else:
+    else:  # an open document: its text is read again on every query (overlays are few)
         stamp = (-1, -1)
     r = _read(path)
     if r is None:
@@ -176,7 +177,7 @@ def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str]]:
                 continue
             visited.add(p)
             neg = _negative.get(p)
-            if neg is not None and now - neg[0] < _TTL:
+            if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
                 deps.update(neg[1])
                 continue
             facts = _file_facts(p, now)
@@ -193,5 +194,5 @@ def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str]]:
         _negative.clear()
     closure = dict(deps)
     for p in deps:
-        _negative[p] = (now, closure)
+        _negative[p] = (now, closure, project.generation)
     return False, deps
