@@ -124,9 +124,10 @@ def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None =
     from .engine import _rule_instance
     from .registry import all_rules
 
-    for code, rule in all_rules().items():  # load and instantiate before forking: shared by all
-        if rule.static:
-            _rule_instance(code)
+    if len(files) > 1:
+        for code, rule in all_rules().items():  # load and instantiate before forking: shared by all
+            if rule.static:
+                _rule_instance(code)
     _init(settings, cache)
     n = jobs or os.cpu_count() or 1
     indexed = list(enumerate(files))

@@ -14,11 +14,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".hg", ".mypy_cache", ".nox", ".pants.d", ".pytype",
     ".ruff_cache", ".svn", ".tox", ".venv", "__pypackages__", "_build", "buck-out", "build", "dist",
@@ -113,6 +108,10 @@ def _read_toml(path: Path) -> dict:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise ConfigError(f"{path}:{line}: invalid TOML: not valid UTF-8") from None
+    if sys.version_info >= (3, 11):  # imported here: a run without a pyproject.toml never needs it
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -193,12 +192,12 @@ def load_settings(start: Path | str | None = None, config_file: Path | str | Non
 def settings_from_mapping(table, source: str = "settings", base: Settings | None = None) -> Settings:
     """Validate a mapping (pyproject table or editor settings) into Settings; ConfigError names
     the offending key."""
-    from .registry import all_rules
+    from .registry import rule_index
 
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: expected a table of settings, got {type(table).__name__}")
     s = Settings() if base is None else Settings(**{k: v for k, v in vars(base).items() if k != "_codes_cache"})
-    codes = set(all_rules())
+    codes = set(rule_index())  # every code, without importing the rules
 
     def check_codes(key, values):
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):

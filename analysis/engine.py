@@ -17,6 +17,7 @@ import ast
 import gc
 import re
 import threading
+import time
 import unicodedata
 import warnings
 from dataclasses import dataclass, field
@@ -25,8 +26,7 @@ from .config import Settings
 from .context import Context
 from .model import Finding, Position, Range, Severity
 from .noqa import parse_noqa
-from .registry import DOCS_BASE_URL, NoCase, all_rules
-from . import semantic as _semantic  # its optional C module (``_semantic._speedups``)
+from .registry import DOCS_BASE_URL, NoCase, load_rule, rule_index
 from .semantic import Semantic
 from .source import SourceText
 
@@ -55,7 +55,7 @@ class CheckResult:
 def _rule_instance(code: str):
     inst = _instances.get(code)
     if inst is None:
-        inst = _instances[code] = all_rules()[code]()
+        inst = _instances[code] = load_rule(code)()  # imports this rule's module only
     return inst
 
 
@@ -67,8 +67,8 @@ def _gates(codes: frozenset[str]) -> tuple:
     """((code, groups), ...) for the static rules among ``codes``, cached per selection."""
     got = _gate_cache.get(codes)
     if got is None:
-        rules = all_rules()
-        got = tuple((c, rules[c].gate_of()) for c in sorted(codes) if c in rules and rules[c].static)
+        idx = rule_index()  # no rule module imported to gate a file
+        got = tuple((c, idx[c][3]) for c in sorted(codes) if c in idx and idx[c][2])
         if len(_gate_cache) > 256:
             _gate_cache.clear()
         _gate_cache[codes] = got
@@ -76,9 +76,6 @@ def _gates(codes: frozenset[str]) -> tuple:
 
 
 def _admitted(text: str, gates) -> list[str]:
-    sp = _semantic._speedups
-    if sp is not None:  # the loop below, in C (tests/test_gate.py runs both)
-        return sp.admitted(text, gates, NoCase)
     memo: dict[str, bool] = {}
     lower = None
     out = []
@@ -123,9 +120,42 @@ def admitted_codes(text: str, codes: frozenset[str]) -> list[str]:
     return out
 
 
-def passes_gate(text: str, codes: frozenset[str]) -> bool:
-    """True when at least one rule among ``codes`` may fire on ``text`` (the file is worth parsing)."""
-    return bool(admitted_codes(text, codes))
+def passes_gate(text: str, codes: frozenset[str], filename: str | None = None) -> bool:
+    """True when at least one rule among ``codes`` may fire on ``text`` (the file is worth parsing).
+    With ``filename``, the reach gate of the flow rules counts too (``admitted_for``)."""
+    if filename is None:
+        return bool(admitted_codes(text, codes))
+    return bool(admitted_for(text, codes, filename)[0])
+
+
+def admitted_for(text: str, codes: frozenset[str], filename: str | None) -> tuple[list[str], dict[str, str]]:
+    """The codes whose text gate admits ``text`` and, for a rule that ``requires_reach``, whose
+    collective site may be reached from the file (``flow.reach``); with the other files that
+    answer read, {path: content hash}, for the cache."""
+    out = admitted_codes(text, codes)
+    if not out:
+        return out, {}
+    idx = rule_index()
+    keep: list[str] = []
+    deps: dict[str, str] = {}
+    collective = None
+    for c in out:
+        _m, _on, _static, _groups, requires_reach, own = idx[c]
+        if requires_reach:
+            if collective is None:
+                from .flow.reach import reaches  # lazy: only files a flow rule's text gate admits
+
+                collective = reaches(filename, text)
+            got = collective
+        elif own:
+            got = load_rule(c).reach(text, filename)
+        else:
+            got = None
+        if got is None or got[0]:
+            keep.append(c)
+        else:
+            deps.update(got[1])
+    return keep, (deps if len(keep) < len(out) else {})
 
 
 def parse(text: str, filename: str = "<unknown>"):
@@ -225,18 +255,22 @@ def check_source(
     settings = settings or _DEFAULT_SETTINGS
     if codes is None:
         codes = settings.enabled_codes(filename)
+    deps = None
     if gate:
-        admitted = admitted_codes(text, codes)
+        admitted, deps = admitted_for(text, codes, filename)
         if not admitted:
-            return CheckResult([], gated_out=True)
+            return CheckResult([], gated_out=True, dependencies=sorted(deps.items()))
     else:
-        rules = all_rules()
-        admitted = [c for c in sorted(codes) if c in rules and rules[c].static]
+        idx = rule_index()
+        admitted = [c for c in sorted(codes) if c in idx and idx[c][2]]
     _gc_pause()
     try:
-        return _check_source(text, filename, settings, admitted, apply_noqa, tree)
+        result = _check_source(text, filename, settings, admitted, apply_noqa, tree)
     finally:
         _gc_resume()
+    if deps:  # the flow rules were gated out by what the imported modules hold
+        result.dependencies = sorted({**dict(deps), **dict(result.dependencies)}.items())
+    return result
 
 
 def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> CheckResult:
@@ -260,7 +294,16 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
         f = _syntax_finding(src, filename, ("syntax error: the file is nested too deeply to analyse", 1, 1, None, None))
         return CheckResult([f], syntax_error=f, source=src)
     ctx = Context(src, sem, filename)
+    start = time.thread_time()
+    skipped: list[str] = []
+    big = len(sem._nodes or ()) > MAX_NODES
     for r in rules:
+        # the work cap: past ``MAX_NODES`` the rules that follow collectives through the program
+        # (the flow rules) are not run, and past ``WORK_BUDGET_S`` of CPU no further rule starts;
+        # either way the file gets one finding that says so, never an endless check
+        if (big and r.requires_reach) or time.thread_time() - start > WORK_BUDGET_S:
+            skipped.append(r.code)
+            continue
         ctx._rule = r
         try:
             for t in r.node_types:
@@ -272,6 +315,8 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
 
             result.errors.append(f"{r.code}: {traceback.format_exc()}")
             ctx.findings = [f for f in ctx.findings if f.code != r.code]
+    if skipped:
+        ctx.findings.append(_too_large(src, filename, len(sem._nodes or ()), big, skipped))
     an = ctx._memo.get("flow.analysis")
     if an is not None:
         result.dependencies = list(an.dependencies())
@@ -294,6 +339,26 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
     findings.sort(key=Finding.sort_key)
     result.findings = findings
     return result
+
+
+# The per-file work cap (issue 31): every rule is linear in the file's size, so these only stop a
+# file far outside what a person writes (generated code) from holding the editor or a CI run.
+MAX_NODES = 3_000_000  # syntax-tree nodes (about 300,000 lines of code)
+WORK_BUDGET_S = 30.0  # CPU seconds of rules for one file
+
+
+def _too_large(src: SourceText, filename: str, nodes: int, big: bool, skipped: list[str]) -> Finding:
+    why = (f"{nodes:,} syntax-tree nodes, over the cap of {MAX_NODES:,}" if big
+           else f"the rules took over {WORK_BUDGET_S:g} s of CPU")
+    return Finding(
+        code=SYNTAX_CODE,
+        name=SYNTAX_NAME,
+        message=f"file too large to analyse fully ({why}): {', '.join(skipped)} not run on it",
+        severity=Severity.WARNING,
+        range=Range(Position(0, 0), Position(0, min(1, len(src.line(0))))),
+        filename=filename,
+        url=f"{DOCS_BASE_URL}{SYNTAX_CODE}.md",
+    )
 
 
 def _suppressed(f: Finding, src: SourceText) -> bool:

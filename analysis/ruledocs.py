@@ -1,5 +1,6 @@
 """Write ``docs/rules/<CODE>.md`` (the pages the findings' URLs point at) and ``docs/rules/README.md``
-from the rules' docstrings: ``python -m ddp_lint.analysis.ruledocs [FOLDER]``. A test keeps them in sync."""
+from the rules' docstrings: ``python -m ddp_lint.analysis.ruledocs [FOLDER]``, and the rule index
+``analysis/rules/_index.py`` (``registry.index_source``). Tests keep them in sync."""
 from __future__ import annotations
 
 import sys
@@ -29,7 +30,11 @@ def main(argv=None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in expected_files().items():
         atomic_write(str(folder / name), text.encode("utf-8"), mode=0o644)
-    print(f"wrote {len(expected_files())} files to {folder}")
+    from .registry import index_source
+
+    index = Path(__file__).resolve().parent / "rules" / "_index.py"
+    atomic_write(str(index), index_source().encode("utf-8"), mode=0o644)
+    print(f"wrote {len(expected_files())} files to {folder} and analysis/rules/_index.py")
     return 0
 
 

@@ -6,7 +6,6 @@ overflow the C stack here) and every rule queries the indexes built here.
 from __future__ import annotations
 
 import ast
-import os
 from collections import defaultdict, deque
 from functools import partial
 from itertools import repeat
@@ -89,21 +88,9 @@ def _walk_entry(table: dict, t: type, wanted: frozenset) -> tuple:
     return got
 
 
-# The traversal, the call indexes and the small tree queries (``scope_of``, ``get_arg``...) in C
-# when the optional extension was built (setup.py); DDP_LINT_PURE_PYTHON=1 keeps the Python ones
-# (tests/test_traversal.py compares both).
-_c_walk = _c_index_calls = _speedups = None
-if not os.environ.get("DDP_LINT_PURE_PYTHON"):
-    try:
-        from . import _speedups
-        from ._speedups import index_calls as _c_index_calls, walk as _c_walk
-    except ImportError:  # not built (no C compiler where it was installed): the Python traversal
-        _c_walk = _c_index_calls = _speedups = None
-
 _drain = partial(deque, maxlen=0)  # consumes an iterator in C
 _DICT_OF = attrgetter("__dict__")
 _CANON_CACHE: dict[str, str] = {}
-_PAIR_CACHE: dict[tuple[str, str], str] = {}  # (alias, attribute) -> qualified name, for the C call index
 
 
 def _canonical_cached(qn: str) -> str:
@@ -152,25 +139,6 @@ class Semantic:
 
     # -- the traversal -----------------------------------------------------------------------
     def _walk(self, tree: ast.Module, wanted: frozenset) -> None:
-        if _c_walk is None:
-            self._py_walk(tree, wanted)
-            return
-        # the same traversal in C (analysis/_speedups.c): identical indexes, parents and order
-        table = _walk_table(wanted)
-        by_scope: dict[ast.AST, list] = {}
-        self._scope_calls = by_scope
-        nodes = self._nodes = []
-        leaf = _LEAF_TYPES - wanted if self._owned else frozenset()
-        if _c_walk(tree, table, partial(_walk_entry, table, wanted=wanted), leaf, self.calls, self.imports,
-                   self.functions, self.by_type, by_scope, nodes):
-            self._walrus = True
-        self.calls.reverse()
-        for lst in self.by_type.values():
-            lst.reverse()
-        for lst in by_scope.values():
-            lst.reverse()
-
-    def _py_walk(self, tree: ast.Module, wanted: frozenset) -> None:
         calls = self.calls
         imports = self.imports
         functions = self.functions
@@ -276,10 +244,7 @@ class Semantic:
             return
         self._nodes = None
         if self._owned:
-            if _speedups is not None:
-                _speedups.take_apart(nodes)  # the same loop in C
-            else:
-                _drain(map(dict.clear, map(_DICT_OF, nodes)))
+            _drain(map(dict.clear, map(_DICT_OF, nodes)))
             return
         try:
             _drain(map(delattr, nodes, repeat("_p")))  # the loop runs in C
@@ -363,14 +328,6 @@ class Semantic:
         attrs: dict[str, list[int]] = {}
         recv: dict[str, list[int]] = {}
         base_of: dict[str, list[int]] = {}
-        if _c_index_calls is not None:  # the same loop in C (analysis/_speedups.c)
-            if len(_PAIR_CACHE) > 20000:  # bounded like _CANON_CACHE
-                _PAIR_CACHE.clear()
-            _c_index_calls(self.calls, self.aliases, _CANON_CACHE, _canonical_cached, ast.Attribute, ast.Name,
-                           by_qn, names, attrs, recv, base_of, _PAIR_CACHE)
-            self._calls_by_qn = by_qn
-            self._callee_index = (names, attrs, recv, base_of)
-            return
         aliases = self.aliases
         Attribute, Name = ast.Attribute, ast.Name
         for i, c in enumerate(self.calls):
@@ -503,9 +460,6 @@ class Semantic:
             if got:
                 stmts.extend(got)
         stmts.sort(key=_POSITION)
-        if _speedups is not None:  # the loop below, in C
-            return _speedups.assignment_index(stmts, _SCOPE_SET, _NEW_TABLE, _add_bindings, ast.Assign, ast.AnnAssign,
-                                              ast.AugAssign, ast.Name, _NO_NAMES)
         index: dict[ast.AST, dict[str, list[ast.AST]]] = {}
         owner = None
         Assign, AnnAssign, AugAssign, Name = ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Name
@@ -557,7 +511,6 @@ class Semantic:
 
 
 _POSITION = attrgetter("lineno", "col_offset")
-_NEW_TABLE = partial(defaultdict, list)
 _NO_NAMES = frozenset((ast.Attribute, ast.Subscript))  # assignment targets that bind no name
 
 
@@ -745,17 +698,3 @@ def has_kwarg(call: ast.Call, kw: str) -> bool:
 
 def has_star(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
-
-
-# -- the C versions of the small queries (see ``_speedups``), same answers ---------------------
-_py_get_arg, _py_has_param, _py_parent = get_arg, has_param, parent
-_py_scope_of, _py_enclosing_function, _py_statement_of = (
-    Semantic.scope_of, Semantic.enclosing_function, Semantic.statement_of)
-if _speedups is not None:
-    _speedups.configure(ast.Starred)
-    get_arg = _speedups.get_arg  # noqa: F811
-    has_param = _speedups.has_param  # noqa: F811
-    parent = _speedups.parent  # noqa: F811
-    Semantic.scope_of = staticmethod(partial(_speedups.first_in, _SCOPE_SET, False, ...))
-    Semantic.enclosing_function = staticmethod(partial(_speedups.first_in, _FUNC_SET, False, None))
-    Semantic.statement_of = staticmethod(partial(_speedups.first_in, _STMT_SET, True, None))

@@ -33,6 +33,8 @@ MODULES = [
     ("emulation", "bench.emulation_bench", "7 CUDA emulation"),
     ("load", "bench.load_bench", "8 load"),
     ("repo", "bench.repo_bench", "9 repository check"),
+    ("growth", "bench.growth_bench", "10 linear rules"),
+    ("startup", "bench.startup_bench", "11 start-up"),
 ]
 
 COLUMNS = ("figure", "value", "comparison", "ratio", "target", "pass")
@@ -101,14 +103,8 @@ def machine() -> str:
         load = f", load average {os.getloadavg()[0]:.1f} at the start"
     except OSError:  # pragma: no cover
         load = ""
-    try:
-        from ddp_lint.analysis import semantic
-
-        walk = ", C traversal" if semantic._c_walk is not None else ", Python traversal (extension not built)"
-    except ImportError:  # pragma: no cover
-        walk = ""
     return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores{load}, "
-            f"Python {platform.python_version()}{walk}")
+            f"Python {platform.python_version()}")
 
 
 def run_module(key: str, modname: str, title: str, quick: bool) -> list[dict]:

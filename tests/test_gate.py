@@ -136,3 +136,31 @@ def test_launch_text_covers_is_distributed_script():
     from ddp_lint.analysis.flow.models import _LAUNCH, LAUNCH_TEXT
 
     assert all(any(t in q.rsplit(".", 1)[1] for t in LAUNCH_TEXT) for q in _LAUNCH)
+
+
+def test_rule_index_is_generated_from_the_rules():
+    """analysis/rules/_index.py (what the check path gates with, before importing any rule) equals
+    what the rule classes declare: regenerate with `python -m ddp_lint.analysis.ruledocs`."""
+    from ddp_lint.analysis.registry import index_source
+
+    path = Path(__file__).resolve().parent.parent / "analysis" / "rules" / "_index.py"
+    assert path.read_text(encoding="utf-8") == index_source()
+
+
+def test_a_gated_out_file_imports_no_rule(tmp_path):
+    """Start-up (issue 31): checking a file no gate admits imports no rule or flow module."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom ddp_lint.cli import main\n"
+            "sys.argv = ['ddp-lint', 'check', '--no-cache', '--isolated', sys.argv[1]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(m for m in sys.modules if m.startswith(('ddp_lint.analysis.rules.',"
+            " 'ddp_lint.analysis.flow'))))\n")
+    root = Path(__file__).resolve().parent.parent
+    one = tmp_path / "one.py"
+    one.write_text("print('hello')\n")
+    out = subprocess.run([sys.executable, "-c", code, str(one)], capture_output=True, text=True, cwd=root,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1].split() == ["ddp_lint.analysis.rules._index"]

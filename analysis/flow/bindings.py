@@ -17,7 +17,6 @@ import ast
 from operator import attrgetter
 
 from ..torch_api import D
-from .. import semantic as _semantic  # its optional C module (``_semantic._speedups``)
 from ..semantic import FUNC_TYPES
 from ..semantic import get_arg
 from .assignments import _is_param
@@ -114,20 +113,16 @@ _INTERLEAVED = (ast.Match, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") 
 def _reaching(view, name: str, at: ast.AST):
     sem = view.sem
     # one walk up from the use: its innermost statement and its scope (``binding_scope``)
-    sp = _semantic._speedups
-    if sp is not None:
-        stmt, scope = sp.use_site(at, ast.stmt, _SCOPE_CLASSES)  # the loop below, in C
-    else:
-        stmt = at if isinstance(at, ast.stmt) else None
-        n = getattr(at, "_p", None)
-        scope = at
-        while n is not None:
-            if stmt is None and isinstance(n, ast.stmt):
-                stmt = n
-            if n.__class__ in _SCOPE_CLASSES:
-                scope = n
-                break
-            n = getattr(n, "_p", None)
+    stmt = at if isinstance(at, ast.stmt) else None
+    n = getattr(at, "_p", None)
+    scope = at
+    while n is not None:
+        if stmt is None and isinstance(n, ast.stmt):
+            stmt = n
+        if n.__class__ in _SCOPE_CLASSES:
+            scope = n
+            break
+        n = getattr(n, "_p", None)
     if scope.__class__ is ast.ClassDef:
         scope = sem.tree
     evs = sem.assignments(scope).get(name, ())
@@ -170,13 +165,6 @@ def _unbound(view, name: str, scope: ast.AST):
 def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
     if not evs:
         return _unbound(view, name, scope)
-    sp = _semantic._speedups
-    if sp is not None:  # the filter below, in C (same answers: tests/test_traversal.py)
-        cands, later, dominated = sp.reaching_events(at, scope, evs, ast.stmt, _LOOP_CLASSES, _FOR, _ASYNC_FOR,
-                                                            _WITH, _ASYNC_WITH)
-        if not dominated and scope.__class__ in _FUNC_CLASSES and _is_param(scope, name):
-            return ("events+param", cands + later) if (cands or later) else ("param", scope)
-        return "events", cands + later
     ap = (at.lineno, at.col_offset)
     aend = (at.end_lineno, at.end_col_offset)
     before = []

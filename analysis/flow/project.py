@@ -35,10 +35,15 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+generation = 0  # bumped by every overlay change (flow/reach.py's caches are keyed by it)
+
+
 def set_overlay(path: str, text: str | None) -> None:
     """The text of an open (maybe unsaved) document; None removes it."""
+    global generation
     path = os.path.abspath(path)
     with _lock:
+        generation += 1
         if text is None:
             _overlays.pop(path, None)
         else:

@@ -51,7 +51,9 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
     p = parent(node)
     while p is not None:
         if isinstance(p, ast.If) and child is not p.test:
-            in_body = child in p.body
+            # the body comes before the ``else`` in the source (no scan of the body)
+            o = p.orelse
+            in_body = not o or (child.lineno, child.col_offset) < (o[0].lineno, o[0].col_offset)
             t = rank_test(ctx, p.test, scope)
             if t is not None:
                 if in_body and t.body:
@@ -60,16 +62,9 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
                     return Guard(p, "orelse", t)
         # early exits before ``child`` in the same block: ``if not is_main: return``
         if id(p) in owners:
-            for field in ("body", "orelse", "finalbody"):
-                block = getattr(p, field, None)
-                if isinstance(block, list) and child in block:
-                    idx = block.index(child)
-                    for prev in reversed(block[:idx]):
-                        if isinstance(prev, ast.If) and terminates(prev.body) and not prev.orelse:
-                            t = rank_test(ctx, prev.test, scope)
-                            if t is not None and t.orelse:
-                                return Guard(prev, "after", t)
-                    break
+            g = _after_exit(ctx, p, child, scope)
+            if g is not None:
+                return g
         if isinstance(p, _GUARD_SCOPES):
             break
         child = p
@@ -78,6 +73,35 @@ def rank_guard(ctx, node: ast.AST) -> Guard | None:
 
 
 _GUARD_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef)  # where ``rank_guard`` stops
+
+
+def _after_exit(ctx, owner: ast.AST, child: ast.AST, scope) -> Guard | None:
+    """The closest early exit ``if <rank test>: return`` before ``child`` in its block of
+    ``owner``. Each block is scanned once per check (a prefix of guards by position), so asking
+    for every statement of a long block stays linear."""
+    memo = ctx.memo("flow.rank.after_exit", dict)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(owner, field, None)
+        if not isinstance(block, list) or not block:
+            continue
+        key = (id(owner), field, id(scope))
+        got = memo.get(key)
+        if got is None:
+            pos: dict[int, int] = {}
+            guards: list[Guard | None] = []
+            cur = None
+            for i, st in enumerate(block):
+                pos[id(st)] = i
+                guards.append(cur)
+                if st.__class__ is ast.If and terminates(st.body) and not st.orelse:
+                    t = rank_test(ctx, st.test, scope)
+                    if t is not None and t.orelse:
+                        cur = Guard(st, "after", t)
+            got = memo[key] = (pos, guards)
+        i = got[0].get(id(child))
+        if i is not None:
+            return got[1][i]
+    return None
 
 
 def _exit_if_owners(ctx) -> frozenset:

@@ -264,9 +264,67 @@ def _text_of(path: str) -> str | None:
     return text
 
 
-def project_callers(ctx, names) -> list:
+def _admits(text: str, needs) -> bool:
+    """Every group of ``needs`` has one of its needles in ``text``."""
+    return all(any(n in text for n in g) for g in needs)
+
+
+# a module-level ``def``/``class`` starts a line (decorators are lines of their own)
+_TOP_DEFS = re.compile(r"^\f*(?:async[ \t]+def|def|class)(?:[ \t]|\\\r?\n)+([^\W\d]\w*)", re.M)
+_TOP_CLASSES = re.compile(r"^\f*class(?:[ \t]|\\\r?\n)+([^\W\d]\w*)", re.M)
+_candidates: dict[tuple, tuple] = {}  # (project folder, needs) -> (when, ((path, text), ...))
+_CANDIDATES_TTL = 5.0
+
+
+def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool = False):
+    """The text-level gate of a rule whose finding needs ``project_callers(ctx, names, needs)``:
+    False when no other file of the project holds a needle of each group of ``needs`` and one of
+    the module-level function or class names (``classes_only``: class names) that ``text`` defines,
+    so the file need not be parsed for it. Returns (may exist, {path: content hash} of the
+    candidate callers read)."""
+    import hashlib
+    import os
+    import time
+    import unicodedata
+
+    from ..flow import project
+
+    if not filename or filename.startswith("<") or not os.path.isfile(filename):
+        return False, {}
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    names = set((_TOP_CLASSES if classes_only else _TOP_DEFS).findall(text))
+    if not names:
+        return False, {}
+    here = os.path.abspath(filename)
+    roots = project.roots_for(here)
+    top = roots[1] if len(roots) > 1 else roots[0]
+    key = (top, needs)
+    now = time.monotonic()
+    got = _candidates.get(key)
+    if got is None or now - got[0] > _CANDIDATES_TTL:
+        found = []
+        for path in _py_files(top):
+            t = _text_of(path)
+            if t is not None and _admits(t, needs):
+                found.append((path, t))
+        if len(_candidates) > 64:
+            _candidates.clear()
+        got = _candidates[key] = (now, tuple(found))
+    deps = {}
+    for path, t in got[1]:
+        if path != here:
+            deps[path] = hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
+            if any(n in t for n in names):
+                return True, deps
+    return False, deps
+
+
+def project_callers(ctx, names, needs=()) -> list:
     """Calls, in the other files of this project, of this file's module-level functions or classes
     named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
+    ``needs``: groups of needles, one of each the caller's text must hold (what the rule requires
+    of a caller; a file without them is not parsed).
 
     The project is the folder above this file's topmost package (as ``flow.project`` finds it);
     only files whose text names one of ``names`` are parsed (a package may re-export them), through the
@@ -292,7 +350,7 @@ def project_callers(ctx, names) -> list:
             if path == here:
                 continue
             text = _text_of(path)
-            if text is None or not any(n in text for n in names):
+            if text is None or not any(n in text for n in names) or (needs and not _admits(text, needs)):
                 continue
             rel = os.path.relpath(path, top)
             if rel.startswith(".."):
@@ -323,7 +381,7 @@ def project_callers(ctx, names) -> list:
                 out.append((caller, call, node))
         return out
 
-    return ctx.memo(("common.project_callers", names), build)
+    return ctx.memo(("common.project_callers", names, needs), build)
 
 
 def helper_returns(ctx, call: ast.Call, pred, depth: int = 0):

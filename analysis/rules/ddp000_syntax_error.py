@@ -26,6 +26,11 @@ class SyntaxErrorRule(Rule):
     ## Fix safety
     There is no fix.
 
+    The same code, as a warning at the top of the file, says that a file was too large to analyse
+    fully: over 3,000,000 syntax-tree nodes (about 300,000 lines: generated code) the rules that
+    follow collectives through the program are not run, and once the rules have spent 30 s of CPU
+    on one file no further rule starts. The message names the rules that were not run.
+
     In the language server, the findings of the last file version that parsed are kept (not
     re-published) while the file has a syntax error, so that typing a line does not make every
     other diagnostic flicker away.

@@ -107,6 +107,7 @@ class CollectiveUnderRankGuard(Rule):
     # project helper module (spelled here by the usual "dist"/"comm" module names)
     requires_text = ("reduce", "gather", "broadcast", "barrier", "scatter", "all_to_all", "new_group",
                      NoCase("dist"), "comm", "backward", "Parallel")
+    requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
         self._direct(ctx)
@@ -170,22 +171,37 @@ class CollectiveUnderRankGuard(Rule):
         for c in calls:
             g = rank_guard(ctx, c) if may_guard(c.lineno) else None
             guarded.append((c, g))
-        by_qn: dict[str, list] = {}
+        # the same collective by function: how many calls, and how many under each guard (an
+        # index built once: each guarded call then asks in constant time)
+        tree = ctx.sem.tree
+        enclosing = ctx.sem.enclosing_function
+        groups: dict[tuple, list] = {}
+        keys: dict[int, tuple] = {}
         for c, g in guarded:
-            by_qn.setdefault(ctx.qn(c), []).append((c, g))
+            k = (ctx.qn(c), enclosing(c) or tree)
+            got = groups.get(k)
+            if got is None:
+                got = groups[k] = [0, {}]
+            got[0] += 1
+            if g is not None:
+                gk = keys[id(c)] = g.key(ctx)
+                got[1][gk] = got[1].get(gk, 0) + 1
+        helpers = _HelperIndex(ctx)
         for c, g in guarded:
             if g is None:
                 continue
-            op = ctx.qn(c)[len(D):]
+            qn = ctx.qn(c)
+            op = qn[len(D):]
             if _on_subgroup(c, op) or expects_error(c):
                 continue
-            scope = ctx.sem.enclosing_function(c) or ctx.sem.tree
-            key = g.key(ctx)
-            # the other ranks make the same collective elsewhere in this function: stay silent
-            if any(o is not c and (ctx.sem.enclosing_function(o) or ctx.sem.tree) is scope
-                   and (og is None or og.key(ctx) != key) for o, og in by_qn[ctx.qn(c)]):
+            scope = enclosing(c) or tree
+            key = keys[id(c)]
+            # the other ranks make the same collective elsewhere in this function (a call not
+            # under this same guard): stay silent
+            n, by_key = groups[(qn, scope)]
+            if n > by_key[key]:
                 continue
-            if _helper_elsewhere(ctx, c, op, scope, key):
+            if helpers.elsewhere(c, op, scope, key):
                 continue
             cond = ctx.text(g.if_node.test)
             if g.branch == "body":
@@ -205,22 +221,56 @@ class CollectiveUnderRankGuard(Rule):
 _SYNC_NAMES = ("synchronize", "wait_for_everyone", "barrier", "sync")
 
 
-def _helper_elsewhere(ctx, call, op, scope, key) -> bool:
+class _HelperIndex:
     """The other ranks may make the collective through a helper: a function of this file that
-    wraps a collective, or one named after it (``comm.synchronize()``, ``all_reduce_mean(x)``)."""
-    wrappers = wrapper_functions(ctx, _COLLECTIVE_QNS, "collectives")
-    for k in ctx.sem.calls:
-        if k is call or (ctx.sem.enclosing_function(k) or ctx.sem.tree) is not scope:
-            continue
-        n = terminal_name(k.func)
-        if not n or (ctx.qn(k) or "").startswith(D):
-            continue
-        low = n.lower()
-        if n in wrappers or op in low or (op in ("barrier", "monitored_barrier") and any(s in low for s in _SYNC_NAMES)):
-            og = rank_guard(ctx, k)
-            if og is None or og.key(ctx) != key:
-                return True
-    return False
+    wraps a collective, or one named after it (``comm.synchronize()``, ``all_reduce_mean(x)``).
+
+    The candidate calls of a function and an op are found once (the calls of the file grouped by
+    function once, each call's name and guard computed once), with how many there are and how
+    many sit under each guard: ``elsewhere`` is then a lookup, not a pass over every call."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._by_scope: dict | None = None
+        self._per_op: dict = {}
+        self._guards: dict[int, tuple | None] = {}
+
+    def _scopes(self) -> dict:
+        if self._by_scope is None:
+            ctx = self.ctx
+            wrappers = wrapper_functions(ctx, _COLLECTIVE_QNS, "collectives")
+            tree, enclosing = ctx.sem.tree, ctx.sem.enclosing_function
+            out: dict = {}
+            for k in ctx.sem.calls:
+                n = terminal_name(k.func)
+                if not n or (ctx.qn(k) or "").startswith(D):
+                    continue
+                out.setdefault(enclosing(k) or tree, []).append((k, n in wrappers, n.lower()))
+            self._by_scope = out
+        return self._by_scope
+
+    def _key(self, k):
+        got = self._guards.get(id(k), False)
+        if got is False:
+            og = rank_guard(self.ctx, k)
+            got = self._guards[id(k)] = None if og is None else og.key(self.ctx)
+        return got
+
+    def elsewhere(self, call, op, scope, key) -> bool:
+        got = self._per_op.get((scope, op))
+        if got is None:
+            n, by_key = 0, {}
+            sync = op in ("barrier", "monitored_barrier")
+            for k, wraps, low in self._scopes().get(scope, ()):
+                if wraps or op in low or (sync and any(s in low for s in _SYNC_NAMES)):
+                    n += 1
+                    gk = self._key(k)
+                    if gk is not None:
+                        by_key[gk] = by_key.get(gk, 0) + 1
+            got = self._per_op[(scope, op)] = (n, by_key)
+        # ``call`` itself is a torch.distributed call: never among the candidates
+        n, by_key = got
+        return n > by_key.get(key, 0)
 
 
 def _guardable(ctx):

@@ -55,6 +55,7 @@ class RankVaryingRoot(Rule):
     severity = Severity.ERROR
     fix_availability = "never"
     requires_text = ("src", "dst", "broadcast", "reduce", "gather", "scatter", *FLOW_TEXT)
+    requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
         an = for_context(ctx)

@@ -76,6 +76,7 @@ class RankVaryingShape(Rule):
     fix_availability = "never"
     # the collective's name, or a project helper that makes it (``comm.sync(x)``, ``dist_utils``)
     requires_text = ("gather", "reduce", NoCase("dist"), "comm", "sync")
+    requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
         an = for_context(ctx)

@@ -70,6 +70,7 @@ class UnevenCollectiveLoop(Rule):
     severity = Severity.ERROR
     fix_availability = "never"
     requires_text = FLOW_TEXT
+    requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
         seen = set()

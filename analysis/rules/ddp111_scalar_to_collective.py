@@ -92,6 +92,7 @@ class ScalarToCollective(Rule):
     # the direct case needs torch.distributed; the helper case a project helper, usually named
     # after what it does (``reduce_mean``, ``comm.all_reduce``, ``dist_utils.sync``)
     requires_text = (NoCase("dist"), "comm", "reduce", "gather", "sync", "broadcast")
+    requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
         by_qn = ctx.sem.calls_by_qualname

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import ast
+import unicodedata
 
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..flow.devices import device_in_scope
-from ..flow.models import is_distributed_script
+from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
-from ._common import D, gloo_only
+from ._common import D, callers_may_exist, gloo_only
 from .ddp202_save_on_every_rank import rank_specific_path
 from ._spawn import runs_in_ranks
 from ..semantic import parent
@@ -79,6 +80,14 @@ class LoadWithoutMapLocation(Rule):
     fix_availability = "always"
     requires_text = ("load",)
 
+    @classmethod
+    def reach(cls, text, filename):
+        # a distributed script itself, or a helper that one of the project calls (``_helper_loads``)
+        t = text if text.isascii() else unicodedata.normalize("NFKC", text)
+        if any(n in t for n in LAUNCH_TEXT):
+            return True, {}
+        return callers_may_exist(text, filename, _CALLER_NEEDS)
+
     def finish(self, ctx) -> None:
         loads = ctx.calls_to("torch.load")
         if not loads:
@@ -102,6 +111,7 @@ class LoadWithoutMapLocation(Rule):
             _report(ctx, call, device_in_scope(ctx, call) or _class_device(ctx, call))
 
 
+_CALLER_NEEDS = (LAUNCH_TEXT,)  # a caller that matters is a distributed script (is_distributed_script)
 _MESSAGE = ("`torch.load` without `map_location` restores tensors to the device they were saved "
             "from (usually cuda:0) on every rank; pass `map_location`")
 
@@ -165,7 +175,7 @@ def _helper_loads(ctx, loads) -> None:
     from ._common import project_callers
 
     for name, items in cands.items():
-        for caller, site, target in project_callers(ctx, {name}):
+        for caller, site, target in project_callers(ctx, {name}, _CALLER_NEEDS):
             if not is_distributed_script(caller) or _cpu_only(caller) or runs_in_ranks(caller, site) is False:
                 continue
             if rank0_guarded(caller, site) is not False:

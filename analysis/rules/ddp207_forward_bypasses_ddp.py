@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import ast
+import unicodedata
 
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.helper_calls import calls_named_or_on_attr
 from ..flow.models import is_ddp_wrapper
+from ._common import callers_may_exist
 from ._training import _NO_GRAD, backward_calls, ddp_holder, enclosing_function, flows_to, grad_disabled
 from .ddp209_unused_parameters import wrapped_class
 
@@ -87,6 +89,14 @@ class ForwardBypassesDdp(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     requires_text = (".module",)
+
+    @classmethod
+    def reach(cls, text, filename):
+        # ``ddp_holder``: a wrapper built in this file, or passed by a caller of the project
+        if "DistributedDataParallel" in text or (
+                not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)):
+            return True, {}
+        return callers_may_exist(text, filename, (("DistributedDataParallel",),))
 
     def finish(self, ctx) -> None:
         # ``x.module(...)`` and ``x.module.m(...)``, in the file's order (an index, not a pass over

@@ -162,7 +162,7 @@ class NoSyncMisuse(Rule):
                 and ast.dump(c.func.value) == key)
         if any(is_forward(n) for n in body_nodes):
             return
-        before = [c for c in ctx.sem.calls if enclosing_function(c) is fn and is_forward(c) and c.lineno < w.lineno]
+        before = [c for c in _calls_by_function(ctx).get(id(fn), ()) if is_forward(c) and c.lineno < w.lineno]
         if not before:
             return
         h = ctx.text(holder)
@@ -178,15 +178,20 @@ class NoSyncMisuse(Rule):
         reported: set[int] = set()
         loops = [n for n in _all_nodes(ctx) if isinstance(n, _LOOPS)]
         fns = [f for fl in ctx.sem.functions.values() for f in fl if "no_sync" in ctx.text(f)]
+        by_fn = _calls_by_function(ctx)
         for loop in [*loops, *fns]:
             is_fn = isinstance(loop, _FUNCS)
             fn = loop if is_fn else enclosing_function(loop)
             if fn is None or _manual_allreduce(ctx, fn):
                 continue
+            fn_backs = backward_calls(ctx, fn)
+            if not fn_backs:
+                continue  # no backward in the function: none in the loop either
             in_loop = {id(n) for st in loop.body for n in ast.walk(st)}
-            backs = [b for b in backward_calls(ctx, fn) if id(b) in in_loop]
-            steps = [c for c in ctx.sem.calls if id(c) in in_loop and isinstance(c.func, ast.Attribute)
-                     and c.func.attr == "step" and _optimizer_step(c) and enclosing_function(c) is fn]
+            backs = [b for b in fn_backs if id(b) in in_loop]
+            # the function's own calls (an index built once), not every call of the file per loop
+            steps = [c for c in by_fn.get(id(fn), ()) if id(c) in in_loop and isinstance(c.func, ast.Attribute)
+                     and c.func.attr == "step" and _optimizer_step(c)]
             if is_fn and backs:
                 # a function (one training step): the optimizer steps after its last backward
                 steps = [c for c in steps if c.lineno > max(b.end_lineno for b in backs)]
@@ -420,8 +425,26 @@ def _is_optimizer(expr) -> bool:
 
 
 def _manual_allreduce(ctx, fn) -> bool:
-    for c in ctx.sem.calls:
-        qn = ctx.qn(c) or ""
-        if qn.startswith("torch.distributed.") and "reduce" in qn and enclosing_function(c) is fn:
-            return True
-    return False
+    """``fn`` calls a torch.distributed reduction itself (one pass over the file's calls per check)."""
+    def build():
+        out = set()
+        for c in ctx.sem.calls:
+            qn = ctx.qn(c) or ""
+            if qn.startswith("torch.distributed.") and "reduce" in qn:
+                f = enclosing_function(c)
+                if f is not None:
+                    out.add(id(f))
+        return out
+    return id(fn) in ctx.memo("ddp208.manual_allreduce", build)
+
+
+def _calls_by_function(ctx) -> dict[int, list[ast.Call]]:
+    """id(function) -> the calls whose enclosing function it is, in the file's order."""
+    def build():
+        out: dict[int, list[ast.Call]] = {}
+        for c in ctx.sem.calls:
+            f = enclosing_function(c)
+            if f is not None:
+                out.setdefault(id(f), []).append(c)
+        return out
+    return ctx.memo("ddp208.calls_by_function", build)

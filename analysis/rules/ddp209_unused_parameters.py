@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import ast
 import os
+import unicodedata
 
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.assignments import reaching_assignment
-from ._common import DDP_CLASS
+from ._common import DDP_CLASS, callers_may_exist
 from ..flow import for_context
 
 
@@ -109,6 +110,14 @@ class UnusedParameters(Rule):
     fix_availability = "sometimes"
     requires_text = ("backward", "Module")  # "Module": a model file whose training loop is elsewhere
 
+    @classmethod
+    def reach(cls, text, filename):
+        # wrapped here (a DDP call in this file), or a class of this file trained elsewhere
+        if "DistributedDataParallel" in text or (
+                not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)):
+            return True, {}
+        return callers_may_exist(text, filename, _CALLER_NEEDS, classes_only=True)
+
     def finish(self, ctx) -> None:
         if _freezes(ctx):
             return
@@ -139,6 +148,10 @@ class UnusedParameters(Rule):
             _report_unused(ctx, reported, cls, unused, outside or set(), "wrapped in DDP",
                            (call, "wrapped here without `find_unused_parameters=True`"), _make_fix(ctx, call, fup))
         _wrapped_elsewhere(ctx, classes, subclassed, reported)
+
+
+# what a file that wraps and trains a class of another file holds (``_wrapped_elsewhere``)
+_CALLER_NEEDS = (("backward",), ("DistributedDataParallel",))
 
 
 def _strict_ddp(call):
@@ -172,7 +185,7 @@ def _wrapped_elsewhere(ctx, classes, subclassed, reported) -> None:
     from ._common import project_callers
 
     here_outside = _attrs_read_outside(ctx, classes)
-    for caller, site, _init in project_callers(ctx, set(cands)):
+    for caller, site, _init in project_callers(ctx, set(cands), _CALLER_NEEDS):
         if "backward" not in caller.src.text or "_set_static_graph" in caller.src.text or _freezes(caller):
             continue
         cls, unused = cands[parent(_init).name]

@@ -1,0 +1,198 @@
+"""Can a file reach a collective? A text-level import graph, read without parsing.
+
+The flow rules (DDP104, DDP107-DDP111) need a collective site: one in the checked file, or one in a
+project module the file imports, directly or through the project's other modules (the flow layer
+follows calls only through import statements: ``Analysis.module_view`` resolves them with
+``project.resolve``). A site needs one of ``REACH_TEXT`` spelled in the module that holds it:
+every explicit collective's qualified name is ``torch.distributed.*`` (a file's qualified names
+come from its own imports), an implicit one needs a DDP/FSDP wrapper (``...Parallel``) or a
+``ZeroRedundancyOptimizer``.
+
+So ``reaches(path, text)`` is a necessary condition, decided on text alone: the text holds a
+needle, or one of the modules its import statements may name (every ``import``/``from`` statement,
+anywhere in the text, a superset of what the parser sees: comments and strings only add
+candidates) resolves, with ``project.resolve``, to a file that holds one or reaches one. The
+engine drops the flow rules from a file whose answer is no, so that file is not parsed for them.
+The files consulted are returned, with their content hashes, as dependencies of the result (the
+CLI cache re-checks the file when one of them changes).
+
+Facts per file (its needles, its import candidates, its hash) are cached by modification time and
+size (an open editor document's are read from its text on every query); resolutions and negative
+answers for ``_TTL`` seconds and, for the negative ones, until an open document changes (a batch
+run shares them; the editor sees a file created or saved outside it after at most ``_TTL``).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import threading
+import time
+import unicodedata
+
+from . import project
+
+REACH_TEXT = ("distributed", "Parallel", "ZeroRedundancy")
+_TTL = 5.0
+_MAX_NODES = 4096  # files visited by one query; past it the answer is yes (never a lost finding)
+
+# ``from ..pkg.mod import (a, b)``: dots, module, and the imported names (a parenthesised list may
+# span lines and hold comments; a plain one ends at the line's end unless continued with "\")
+_FROM = re.compile(
+    r"\bfrom((?:\s*\.)*)\s*((?:[\w. \t]|\\\r?\n)*?)\s*\bimport\b\s*(\((?:[^)#]|#[^\n]*)*\)|(?:[^\n\\;]|\\\r?\n)*)")
+_IMPORT = re.compile(r"\bimport\b\s*((?:[^\n\\;]|\\\r?\n)*)")
+_DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)*")
+
+_lock = threading.Lock()
+_facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, holds, candidates, digest)
+_resolved: dict[tuple, tuple] = {}  # (folder, module, level) -> (checked_at, path or None)
+_negative: dict[str, tuple] = {}  # path -> (checked_at, closure {path: digest}, overlay generation)
+
+
+def holds(text: str) -> bool:
+    """The text may hold a collective site itself."""
+    if any(n in text for n in REACH_TEXT):
+        return True
+    if not text.isascii():  # identifiers are NFKC-normalised by the parser
+        t = unicodedata.normalize("NFKC", text)
+        return any(n in t for n in REACH_TEXT)
+    return False
+
+
+def candidates(text: str) -> tuple[tuple[str, int], ...]:
+    """(module, level) of every module an import statement of ``text`` may name (a superset)."""
+    if "import" not in text:
+        return ()
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    out: dict[tuple[str, int], None] = {}
+    inside: set[int] = set()
+    for m in _FROM.finditer(text):
+        level = m.group(1).count(".")
+        mod = re.sub(r"\s|\\", "", m.group(2))
+        inside.add(m.start(3) - 1)
+        out[(mod, level)] = None
+        for n in _DOTTED.findall(m.group(3)):
+            n = re.sub(r"\s", "", n)
+            out[(f"{mod}.{n}" if mod else n, level)] = None
+        inside.update(range(m.start(2), m.end(3)))
+    for m in _IMPORT.finditer(text):
+        if m.start() in inside:
+            continue  # the ``import`` of a from-statement
+        for n in _DOTTED.findall(m.group(1)):
+            parts = re.sub(r"\s", "", n).split(".")
+            for i in range(1, len(parts) + 1):
+                out[(".".join(parts[:i]), 0)] = None
+    return tuple(out)
+
+
+def _read(path: str):
+    """(text, sha256 of the bytes) of a regular file of at most ``project.MAX_BYTES`` (larger files
+    are not followed by the flow layer either), the editor's overlay when one is set; else None."""
+    with project._lock:
+        text = project._overlays.get(path)
+    if text is not None:
+        return text, project.content_hash(text)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > project.MAX_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(project.MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "surrogateescape"), hashlib.sha256(data).hexdigest()
+
+
+def _file_facts(path: str, now: float):
+    """(holds, candidates, digest) of ``path``, or None when it cannot be read."""
+    with project._lock:
+        overlaid = path in project._overlays
+    got = _facts.get(path)
+    if not overlaid and got is not None and got[0] != -1 and now - got[2] < _TTL:
+        return got[3:]
+    if not overlaid:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+            _facts[path] = (*got[:2], now, *got[3:])
+            return got[3:]
+        stamp = (st.st_mtime_ns, st.st_size)
+    else:  # an open document: its text is read again on every query (overlays are few)
+        stamp = (-1, -1)
+    r = _read(path)
+    if r is None:
+        return None
+    text, digest = r
+    facts = (holds(text), candidates(text), digest)
+    if len(_facts) > 65536:
+        _facts.clear()
+    _facts[path] = (*stamp, now, *facts)
+    return facts
+
+
+def _resolve(path: str, module: str, level: int, now: float):
+    key = (os.path.dirname(path), module, level)
+    got = _resolved.get(key)
+    if got is not None and now - got[0] < _TTL:
+        return got[1]
+    found = project.resolve(path, module, level)
+    if len(_resolved) > 262144:
+        _resolved.clear()
+    _resolved[key] = (now, found)
+    return found
+
+
+def reaches(path: str | None, text: str) -> tuple[bool, dict[str, str]]:
+    """(may a collective site be reached from this file, {path: content hash} of the other files
+    the answer read). ``path`` None (an unsaved document): only the text counts, as in the flow
+    layer, which follows no import without a path."""
+    if holds(text):
+        return True, {}
+    if not path or path.startswith("<"):
+        return False, {}
+    path = os.path.abspath(path)
+    with _lock:
+        return _walk(path, text, time.monotonic())
+
+
+def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str]]:
+    deps: dict[str, str] = {}
+    visited = {path}
+    work = [(path, candidates(text))]
+    while work:
+        frm, cands = work.pop()
+        for mod, level in cands:
+            p = _resolve(frm, mod, level, now)
+            if p is None or p in visited:
+                continue
+            visited.add(p)
+            neg = _negative.get(p)
+            if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
+                deps.update(neg[1])
+                continue
+            facts = _file_facts(p, now)
+            if facts is None:
+                continue
+            holds_it, more, digest = facts
+            deps[p] = digest
+            if holds_it or len(visited) > _MAX_NODES:
+                return True, deps
+            if more:
+                work.append((p, more))
+    # nothing reachable holds a site: neither does anything this walk visited
+    if len(_negative) > 65536:
+        _negative.clear()
+    closure = dict(deps)
+    for p in deps:
+        _negative[p] = (now, closure, project.generation)
+    return False, deps
