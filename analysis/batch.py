@@ -9,10 +9,9 @@ them, stores misses in the cache and saves it once.
 from __future__ import annotations
 
 import os
-import stat
 
 from .cache import Cache, content_tag, decode_findings, encode_findings
-from .io import SourceError, decode_bytes
+from .io import SourceError, decode_bytes, read_regular_file
 
 _MAX_SOURCE_BYTES = 256 * 1024 * 1024
 
@@ -24,17 +23,7 @@ _cache: Cache | None = None
 def _read(path: str) -> bytes:
     """The file's bytes; SourceError with the same messages as ``io.read_source_file``."""
     try:
-        # O_NONBLOCK: opening a FIFO (or a device) must not block; only regular files are read
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError
-            if not stat.S_ISREG(st.st_mode):
-                raise SourceError(f"{path}: not a regular file")
-            if st.st_size > _MAX_SOURCE_BYTES:
-                raise SourceError(f"{path}: too large to check ({st.st_size} bytes)")
-            return fh.read()
+        return read_regular_file(path, limit=_MAX_SOURCE_BYTES)[0]
     except IsADirectoryError:
         raise SourceError(f"{path}: is a directory") from None
     except OSError as e:

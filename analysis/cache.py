@@ -34,6 +34,7 @@ import stat
 import sys
 import time
 
+from .io import SourceError, read_regular_file
 from .model import Applicability, Edit, Finding, Fix, Position, Range, Related, Severity
 
 CACHE_DIR_NAME = ".ddp-lint-cache"
@@ -97,30 +98,10 @@ def content_tag(data: bytes, key: bytes) -> str:
 # -- low-level file helpers ----------------------------------------------------------------------
 def _read_regular(path: str, limit: int, nofollow: bool = True) -> bytes | None:
     """The bytes of a regular file no larger than ``limit``; None for anything else."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (getattr(os, "O_NOFOLLOW", 0) if nofollow else 0)
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
+        return read_regular_file(path, limit=limit, nofollow=nofollow)[0]
+    except (OSError, SourceError):
         return None
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        chunks = []
-        total = 0
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            total += len(b)
-            if total > limit:
-                return None
-            chunks.append(b)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _write_temp(folder: str, data: bytes) -> str:

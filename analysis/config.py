@@ -23,6 +23,7 @@ DEFAULT_EXCLUDE = (
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
 _KNOWN = set(_LIST_KEYS) | {"per-file-ignores", "severity", "respect-gitignore"}
 _SEVERITIES = ("error", "warning", "info", "hint")
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a larger pyproject.toml / --config file is refused, not read
 
 
 class ConfigError(Exception):
@@ -39,6 +40,9 @@ class Settings:
     severity: dict[str, str] = field(default_factory=dict)  # code -> error|warning|info|hint
     root: Path | None = None  # folder of the pyproject.toml, for per-file-ignores
     respect_gitignore: bool = True  # folder walks skip what git ignores (analysis/walk.py)
+    # cross-file analysis may read the project's files from disk; False (not a configuration key: the
+    # language server of an untrusted TCP client): only the open documents (flow.project.documents_only)
+    read_project_files: bool = True
     _codes_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def enabled_codes(self, filename: str | None = None) -> frozenset[str]:
@@ -95,12 +99,12 @@ def _read_toml(path: Path) -> dict:
     from .io import SourceError, read_regular_file
 
     try:
-        raw, _ = read_regular_file(path, what="file")
+        raw, _ = read_regular_file(path, what="file", limit=MAX_CONFIG_BYTES)
     except IsADirectoryError:
         raise ConfigError(f"{path}: cannot read configuration: is a directory") from None
-    except SourceError:
-        raise ConfigError(f"{path}: cannot read configuration: not a regular file "
-                          "(a FIFO, socket or device is never read)") from None
+    except SourceError as e:
+        why = str(e).split(": ", 1)[-1].removeprefix("not read: ")
+        raise ConfigError(f"{path}: cannot read configuration: {why}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read configuration: {e.strerror or e}") from None
     try:

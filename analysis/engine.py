@@ -48,7 +48,7 @@ class CheckResult:
     # ``cache.content_digest``): a cross-file analysis that reads an imported project module reports
     # it here, and the CLI cache (analysis/cache.py) stores the list with the findings and re-checks
     # this file when any of them changed or is gone. Empty for per-file rules.
-    dependencies: list[tuple[str, str]] = field(default_factory=list)
+    dependencies: list[tuple[str, str | None]] = field(default_factory=list)  # None: probed, absent
     gated_out: bool = False  # no enabled rule's text gate admitted the file: it was not parsed
 
 
@@ -253,6 +253,16 @@ def check_source(
     """``gate=False`` parses every file and runs every enabled rule whatever the text (the
     reference run the gate tests compare against)."""
     settings = settings or _DEFAULT_SETTINGS
+    if not settings.read_project_files:
+        from .flow import project
+
+        # the gate's reach and the flow layer see only the open documents (untrusted server)
+        with project.documents_only():
+            return _check(text, filename, settings, codes, apply_noqa, tree, gate)
+    return _check(text, filename, settings, codes, apply_noqa, tree, gate)
+
+
+def _check(text, filename, settings, codes, apply_noqa, tree, gate) -> CheckResult:
     if codes is None:
         codes = settings.enabled_codes(filename)
     deps = None

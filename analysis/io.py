@@ -5,7 +5,9 @@ same encoding with the same line endings. Undecodable input raises ``SourceError
 message instead of a traceback.
 
 Reading never blocks: a path is opened with ``O_NONBLOCK`` and only a regular file is read (a FIFO,
-a socket or a device such as ``/dev/zero`` is refused), for sources and configuration files alike.
+a socket or a device such as ``/dev/zero`` is refused, and so is a file of /proc or /sys), with a
+size cap, for sources, imported modules and configuration files alike (``read_regular_file``, the
+one reader of every file the checker reads).
 
 Every file ddp-lint writes (a fix, a ``run --report``, the cache, a run's ``sitecustomize.py``)
 goes through ``write_temp`` / ``atomic_write``: a new temporary file created with
@@ -59,19 +61,64 @@ def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=32).digest()
 
 
-def read_regular_file(path, what: str = "file") -> tuple[bytes, os.stat_result]:
-    """The bytes of a regular file, never blocking on a FIFO or reading a device.
+# the largest file any reader of the checker takes (a source, an imported module, a configuration
+# file); callers pass a smaller ``limit`` where they want one
+MAX_FILE_BYTES = 256 * 1024 * 1024
+_kernel_devs: frozenset | None = None
 
-    Raises ``IsADirectoryError``, ``SourceError`` (not a regular file) or ``OSError``."""
+
+def _kernel_fs(st: os.stat_result) -> bool:
+    """The file lives on /proc or /sys: kernel interfaces that look like regular files (``st_size``
+    0) but may block (``/proc/kmsg``), never end, or be consumed by reading."""
+    global _kernel_devs
+    if _kernel_devs is None:
+        devs = set()
+        for d in ("/proc", "/sys"):
+            try:
+                devs.add(os.stat(d).st_dev)
+            except OSError:
+                pass
+        _kernel_devs = frozenset(devs)
+    return st.st_dev in _kernel_devs
+
+
+def read_regular_file(path, what: str = "file", limit: int = MAX_FILE_BYTES,
+                      nofollow: bool = False) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most ``limit`` bytes, never blocking on a FIFO, reading a
+    device, a /proc or /sys file, or more than ``limit + 1`` bytes (a file that grows while read).
+
+    Raises ``IsADirectoryError``, ``SourceError`` (why the file is not read: not a regular file, a
+    kernel file, too large) or ``OSError``. ``nofollow``: a symbolic link is refused (``ELOOP``)."""
     # O_NONBLOCK: opening a FIFO (or a device) must not block; only regular files are read
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(21, "Is a directory")
         if not stat.S_ISREG(st.st_mode):
             raise SourceError(f"{path}: not a regular {what} (a FIFO, socket or device is never read)")
-        return fh.read(), st
+        if _kernel_fs(st):
+            raise SourceError(f"{path}: not read: a /proc or /sys file (a kernel interface, never read)")
+        if st.st_size > limit:
+            raise SourceError(f"{path}: too large to read ({st.st_size} bytes; the limit is {limit})")
+        chunks, total = [], 0
+        while True:
+            try:
+                b = os.read(fd, min(1 << 20, limit + 1 - total))
+            except BlockingIOError:
+                raise SourceError(f"{path}: not read: reading it would block") from None
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+            if total > limit:
+                raise SourceError(f"{path}: too large to read (over {limit} bytes)")
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
 
 
 def read_source_file(path: str, keep_digest: bool = False) -> SourceFile:

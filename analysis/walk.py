@@ -5,8 +5,9 @@
   hidden folders, the ``exclude`` globs, and, with ``respect-gitignore`` (the default, as in Ruff),
   what git ignores: ``.gitignore`` files of the repository (from its root down to each folder),
   ``.git/info/exclude``, and ``.ignore`` files (those also outside a repository).
-- A walked ``*.py`` that is a dangling symlink, a symlink loop or not a regular file (FIFO, socket)
-  is skipped; a symlink loop gets a warning, and the rest of the tree is still checked.
+- A walked ``*.py`` that is a dangling symlink, a symlink loop or not a regular file (FIFO, socket,
+  device) is skipped; a symlink loop or a file that is not regular gets a warning saying so, and the
+  rest of the tree is still checked.
 - A walked ``*.py`` that is a symlink to a file outside the walked folder is checked, but ``--fix``
   does not rewrite it (``WalkResult.tree``): it is reported instead.
 
@@ -124,22 +125,12 @@ def parse_ignore_lines(lines) -> list[_Pattern]:
 
 
 def _read_ignore_file(path: str) -> list[_Pattern]:
+    from .io import SourceError, read_regular_file
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+        data = read_regular_file(path, limit=4 * 1024 * 1024)[0]
+    except (OSError, SourceError):
         return []
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * 1024 * 1024:
-            return []
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            data = fh.read()
-    except OSError:
-        return []
-    finally:
-        if fd >= 0:
-            os.close(fd)
     return parse_ignore_lines(data.decode("utf-8", "replace").splitlines())
 
 
@@ -331,5 +322,7 @@ def _walk_dir(top: str, settings, respect_gitignore: bool, root_abs: str | None,
             if stat.S_ISREG(st.st_mode):  # never open a FIFO, socket or device found in a walk
                 out.files.append(path)
                 out.tree[path] = top_abs
+            else:
+                out.warnings.append(f"{path}: not a regular file (a FIFO, socket or device), skipped")
         for d in reversed(subdirs):
             todo.append((d[0], d[1], stack))

@@ -15,6 +15,7 @@ This module creates the server (``DdpServer``: settings, logging, the handler ta
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -57,7 +58,8 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
                          text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
         # False on a TCP port without --allow-run: any local user may be the client, so the server
         # runs no code (no ddp-lint.run, no run.* settings) and reads no file a client names
-        # (no pyproject.toml lookup); it lints the text it is sent. SECURITY.md, "TCP mode".
+        # (no pyproject.toml lookup, no imported module from disk: cross-file analysis sees only the
+        # open documents); it lints the text it is sent. SECURITY.md, "TCP mode".
         self.trusted = trusted
         self.untrusted_reason = UNTRUSTED
         self.docs: dict[str, DocState] = {}
@@ -231,6 +233,9 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
         if not self.trusted:
             folder = None  # no pyproject.toml lookup under a path an untrusted client names
         s, err = self.projects.for_folder(folder, self.settings)
+        if not self.trusted:
+            # cross-file analysis sees the documents the client sent, never a file on disk (R2)
+            s = dataclasses.replace(s, read_project_files=False)
         if err and err not in self.reported_config_errors:
             self.reported_config_errors.add(err)
             log.error("%s (using the default settings)", err)
@@ -338,6 +343,9 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
         ls.share_text(st)
         if not ls.pull:
             ls.schedule(st, 0.0)
+        # a document whose path an open file's import probed (absent before, or shadowed): that file
+        # now resolves to it (its text, never the disk's, in untrusted mode)
+        ls.refresh_dependents(st.doc.path, 0.0)
 
     @server.feature(t.TEXT_DOCUMENT_DID_CHANGE)
     @notification(t.TEXT_DOCUMENT_DID_CHANGE)

@@ -59,7 +59,7 @@ class Analysis(Summaries):
         self._provisional: dict = {}
         self._cycle = False
         self._view_stack: list = []
-        self._deps: dict[str, str] = {}
+        self._deps: dict[str, str | None] = {}  # path -> content hash; None: probed and absent
         self._validated: set[int] = set()
         self._loaded = 0
         self.contexts: dict = {}  # call-site contexts (see ``context``), by callee and bindings
@@ -88,8 +88,9 @@ class Analysis(Summaries):
         self.__dict__.clear()
         self._deps = deps
 
-    def dependencies(self) -> tuple[tuple[str, str], ...]:
-        """(path, content hash) of every project file this analysis read."""
+    def dependencies(self) -> tuple[tuple[str, str | None], ...]:
+        """(path, content hash) of every project file this analysis read, and (path, None) of every
+        file an import probed and found absent (a module created there later changes the result)."""
         return tuple(sorted(self._deps.items()))
 
     def _load(self, path: str):
@@ -98,7 +99,8 @@ class Analysis(Summaries):
         if self._loaded >= _MAX_MODULES and path not in self._deps:
             return None
         v = project.load(path)
-        if v is None:
+        if v is None:  # unreadable or unparseable: the result depends on it all the same
+            self._deps.setdefault(path, project.current_hash(path))
             return None
         self._loaded += 1
         if id(v) not in self._validated:
@@ -122,7 +124,13 @@ class Analysis(Summaries):
         key = (view.path, module, level)
         if key in self._modules:
             return self._modules[key]
-        path = project.resolve(view.path, module, level)
+        absent: list[str] = []
+        path = project.resolve(view.path, module, level, absent)
+        for p in absent:  # negative dependencies: a module appearing there changes the answer
+            self._deps.setdefault(p, None)
+            for outer in (view, *self._view_stack):
+                if outer is not self.main:
+                    outer.dep_hashes.setdefault(p, None)
         got = self._modules[key] = self._load(path) if path else None
         return got
 

@@ -8,17 +8,31 @@ holding ``pyproject.toml``, ``setup.py`` or ``.git``). Nothing outside those roo
 third-party import stays unresolved (unknown).
 
 Open editor documents can shadow the file on disk (``set_overlay``), so that an unsaved helper is
-what its dependents see.
+what its dependents see, and count as files of the project even before they are saved.
+
+``documents_only()``: while a check runs inside it (the language server of an untrusted TCP client),
+nothing is read from disk at all: imports resolve to the open documents only (the text the client
+sent), and no file's existence is probed.
+
+A relative import never climbs above the project root (the outermost of ``roots_for``): ``from
+..........etc import f`` stays unresolved, as Python's "beyond top-level package" error.
+
+``resolve(..., absent=list)`` lists every candidate file it probed and found absent before its answer:
+the check's *negative* dependencies (``Analysis.dependencies`` reports them with the hash None), so that
+a module created later, or one that shadows the module found before, invalidates a cached result.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import hashlib
 import os
 import threading
 import warnings
 from collections import OrderedDict
 
+from ..io import SourceError, read_regular_file
 from ..semantic import Semantic
 
 MAX_BYTES = 1_000_000  # larger files are not followed (generated code, vendored blobs)
@@ -28,6 +42,42 @@ _views: OrderedDict[tuple[str, str], "ModuleView"] = OrderedDict()
 _stat_hash: dict[str, tuple[int, int, str]] = {}
 _overlays: dict[str, str] = {}
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_disk = contextvars.ContextVar("ddp_lint_project_disk", default=True)
+
+
+@contextlib.contextmanager
+def documents_only():
+    """Within it (in this thread), the project is the open documents only: nothing is read or
+    probed on disk (the language server with an untrusted client)."""
+    token = _disk.set(False)
+    try:
+        yield
+    finally:
+        _disk.reset(token)
+
+
+def disk_allowed() -> bool:
+    return _disk.get()
+
+
+def is_file(path: str) -> bool:
+    """``path`` is an open document, or (when the disk may be read) a regular file."""
+    with _lock:
+        if path in _overlays:
+            return True
+    return _disk.get() and os.path.isfile(path)
+
+
+def overlay_text(path: str) -> str | None:
+    with _lock:
+        return _overlays.get(path)
+
+
+def documents_under(folder: str) -> list[str]:
+    """The open documents at or below ``folder``, sorted."""
+    prefix = os.path.join(folder, "")
+    with _lock:
+        return sorted(p for p in _overlays if p.startswith(prefix))
 
 
 def content_hash(text: str) -> str:
@@ -56,14 +106,13 @@ def read(path: str) -> tuple[str, str] | None:
         text = _overlays.get(path)
     if text is not None:
         return text, content_hash(text)
+    if not _disk.get():
+        return None
     try:
-        st = os.stat(path)
-        if st.st_size > MAX_BYTES:
-            return None
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        # a regular file only (never a FIFO, a device, /proc/kmsg), at most MAX_BYTES
+        data, st = read_regular_file(path, limit=MAX_BYTES)
         text = data.decode("utf-8", "surrogateescape")
-    except (OSError, ValueError):
+    except (OSError, SourceError, ValueError):
         return None
     digest = hashlib.sha256(data).hexdigest()  # the bytes, as the CLI cache validates them
     with _lock:
@@ -79,6 +128,8 @@ def current_hash(path: str) -> str | None:
         if text is not None:
             return content_hash(text)
         got = _stat_hash.get(path)
+    if not _disk.get():
+        return None
     try:
         st = os.stat(path)
     except OSError:
@@ -105,7 +156,7 @@ class ModuleView:
         self.imports: dict[str, tuple[str, int, str | None]] = {}
         self.seeded = "seed" in text
         self.memo: dict = {}  # per-view analysis results (summaries, values); cleared when stale
-        self.dep_hashes: dict[str, str] = {}  # files whose content the memo depends on
+        self.dep_hashes: dict[str, str | None] = {}  # files whose content (None: absence) the memo depends on
         for st in _top_statements(tree):
             t = st.__class__
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
@@ -154,7 +205,7 @@ def roots_for(path: str) -> list[str]:
     here = os.path.dirname(os.path.abspath(path))
     roots = [here]
     d = here
-    while os.path.isfile(os.path.join(d, "__init__.py")):
+    while is_file(os.path.join(d, "__init__.py")):
         up = os.path.dirname(d)
         if up == d:
             break
@@ -162,7 +213,7 @@ def roots_for(path: str) -> list[str]:
     if d not in roots:
         roots.append(d)
     d = here
-    for _ in range(8):
+    for _ in range(8 if _disk.get() else 0):
         if any(os.path.exists(os.path.join(d, m)) for m in _PROJECT_MARKERS):
             if d not in roots:
                 roots.append(d)
@@ -174,8 +225,13 @@ def roots_for(path: str) -> list[str]:
     return roots
 
 
-def resolve(from_path: str, module: str, level: int) -> str | None:
-    """The file of ``module`` as imported from ``from_path`` (``level`` dots), or None."""
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(os.path.join(folder, ""))
+
+
+def resolve(from_path: str, module: str, level: int, absent: list | None = None) -> str | None:
+    """The file of ``module`` as imported from ``from_path`` (``level`` dots), or None. Every
+    candidate probed and found absent before the answer is appended to ``absent``."""
     if not from_path or from_path.startswith("<"):
         return None
     parts = [p for p in module.split(".") if p] if module else []
@@ -183,16 +239,25 @@ def resolve(from_path: str, module: str, level: int) -> str | None:
         base = os.path.dirname(os.path.abspath(from_path))
         for _ in range(level - 1):
             base = os.path.dirname(base)
+        top = min(roots_for(from_path), key=len)  # the project root: the outermost root
+        if not _within(base, top):
+            return None  # above the project root (Python: "beyond top-level package")
         bases = [base]
     else:
         if not parts or parts[0] in ("torch", "os", "sys", "numpy", "typing"):
             return None
         bases = roots_for(from_path)
     for b in bases:
-        stem = os.path.join(b, *parts) if parts else b
-        for cand in (stem + ".py", os.path.join(stem, "__init__.py")):
-            if os.path.isfile(cand):
+        if parts:
+            stem = os.path.join(b, *parts)
+            cands = (stem + ".py", os.path.join(stem, "__init__.py"))
+        else:
+            cands = (os.path.join(b, "__init__.py"),)  # ``from . import x``: the package itself
+        for cand in cands:
+            if is_file(cand):
                 return os.path.abspath(cand)
+            if absent is not None:
+                absent.append(os.path.abspath(cand))
     return None
 
 
@@ -200,7 +265,7 @@ def load(path: str) -> ModuleView | None:
     """The view of ``path`` at its current content (cached by content hash; an unchanged file,
     by modification time and size, is not read again)."""
     with _lock:
-        fast = None if path in _overlays else _stat_hash.get(path)
+        fast = None if path in _overlays or not _disk.get() else _stat_hash.get(path)
     if fast is not None:
         try:
             st = os.stat(path)

@@ -238,12 +238,16 @@ _texts: dict[str, tuple[int, int, str]] = {}
 
 
 def _text_of(path: str) -> str | None:
-    """The text of a project file, for the name prefilter (cached by modification time and size;
-    files over ``flow.project.MAX_BYTES`` are not read)."""
+    """The text of a project file, for the name prefilter: an open document's, else the file's
+    (cached by modification time and size; only regular files up to ``flow.project.MAX_BYTES``)."""
     import os
 
     from ..flow import project
+    from ..io import SourceError, read_regular_file
 
+    got = project.overlay_text(path)
+    if got is not None or not project.disk_allowed():
+        return got
     try:
         st = os.stat(path)
     except OSError:
@@ -251,12 +255,10 @@ def _text_of(path: str) -> str | None:
     got = _texts.get(path)
     if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
         return got[2]
-    if st.st_size > project.MAX_BYTES:
-        return None
     try:
-        with open(path, "rb") as fh:
-            text = fh.read(project.MAX_BYTES + 1).decode("utf-8", "surrogateescape")
-    except OSError:
+        data, st = read_regular_file(path, limit=project.MAX_BYTES)
+        text = data.decode("utf-8", "surrogateescape")
+    except (OSError, SourceError):
         return None
     if len(_texts) > 1024:
         _texts.clear()
@@ -337,7 +339,8 @@ def project_callers(ctx, names, needs=()) -> list:
     from ..source import SourceText
 
     names = frozenset(names)
-    if not names or not ctx.filename or ctx.filename.startswith("<") or not os.path.isfile(ctx.filename):
+    if not names or not ctx.filename or ctx.filename.startswith("<") \
+            or not project.is_file(os.path.abspath(ctx.filename)):
         return []
 
     def build():
@@ -346,7 +349,9 @@ def project_callers(ctx, names, needs=()) -> list:
         top = roots[1] if len(roots) > 1 else roots[0]
         an = for_context(ctx)
         out = []
-        for path in _py_files(top):
+        # the files of the project on disk; only the open documents when the disk may not be read
+        files = _py_files(top) if project.disk_allowed() else project.documents_under(top)
+        for path in files:
             if path == here:
                 continue
             text = _text_of(path)

@@ -171,8 +171,8 @@ def _wrapped_elsewhere(ctx, classes, subclassed, reported) -> None:
     """A class of this file built by another file of the project (``from models.seg import
     SegNet``) whose instance that file wraps in DDP without ``find_unused_parameters=True`` and
     trains (it calls ``backward()``)."""
-    if not ctx.filename or ctx.filename.startswith("<") or not os.path.isfile(ctx.filename):
-        return  # no file on disk, no project around it (``project_callers`` finds none)
+    if not ctx.filename or ctx.filename.startswith("<"):
+        return  # no file, no project around it (``project_callers`` finds none; it checks the rest)
     cands = {}
     for name, cls in classes.items():
         if name in subclassed or cls.decorator_list or not _plain_module(ctx, cls):
