@@ -57,8 +57,10 @@ def test_collective_in_a_helper_of_another_file(tmp_path):
     (f,) = [f for f in res.findings if f.code == "DDP104"]
     assert "all_gather_object" in f.message and "gather_metrics" in f.message
     assert any(r.filename == str(tmp_path / "utils" / "dist.py") for r in f.related)
-    assert [p for p, _ in res.dependencies] == [str(tmp_path / "utils" / "dist.py")]
-    digest = res.dependencies[0][1]
+    read = [(p, h) for p, h in res.dependencies if h is not None]  # None: probed and absent (R3)
+    assert [p for p, _ in read] == [str(tmp_path / "utils" / "dist.py")]
+    assert (str(tmp_path / "tools" / "utils" / "dist.py"), None) in res.dependencies  # beside the script
+    digest = read[0][1]
     from ddp_lint.analysis.cache import file_digest
 
     assert digest == file_digest(str(tmp_path / "utils" / "dist.py"))
