@@ -10,7 +10,9 @@ settings, user key). A pack maps a file's absolute path to
   bytes just read matches;
 * ``dependencies`` is the list of (path, sha256 hex) that the engine reported in
   ``CheckResult.dependencies`` (cross-file analyses): every one is re-hashed on lookup, and a change
-  or a missing file is a miss;
+  or a missing file is a miss; (path, None) is a *negative* dependency, a file an import probed and
+  found absent: it must still be absent (a module created there, or shadowing the one found, is a
+  miss);
 * findings are stored as plain JSON lists (never pickle: the folder is in the user's project).
 
 Safety:
