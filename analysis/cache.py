@@ -10,9 +10,9 @@ settings, user key). A pack maps a file's absolute path to
   bytes just read matches;
 * ``dependencies`` is the list of (path, sha256 hex) that the engine reported in
   ``CheckResult.dependencies`` (cross-file analyses): every one is re-hashed on lookup, and a change
-  or a missing file is a miss; (path, None) is a *negative* dependency, a file an import probed and
-  found absent: it must still be absent (a module created there, or shadowing the one found, is a
-  miss);
+  or a missing file is a miss; (path, None) is a *negative* dependency, a file (or folder) an import
+  probed and found absent: a file or folder there now (a module created, or one shadowing the module
+  found) is a miss;
 * findings are stored as plain JSON lists (never pickle: the folder is in the user's project).
 
 Safety:
@@ -321,7 +321,12 @@ class Cache:
             if not isinstance(e, list) or len(e) != 4 or e[0] != tag:
                 return None
             for dep_path, digest in e[3] or ():
-                if not isinstance(dep_path, str) or file_digest(dep_path) != digest:
+                if not isinstance(dep_path, str):
+                    return None
+                if digest is None:  # a negative dependency: still nothing importable there
+                    if _importable(dep_path):
+                        return None
+                elif file_digest(dep_path) != digest:
                     return None
             return decode_findings(e[2], shown)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
@@ -412,6 +417,15 @@ class Cache:
                 continue
             _unlink(p)
             total -= size
+
+
+def _importable(path: str) -> bool:
+    """A regular file or a folder is at ``path`` (what breaks a negative dependency)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)
 
 
 def _newer(a, b) -> bool:

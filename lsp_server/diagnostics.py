@@ -46,13 +46,19 @@ class DiagnosticsMixin:
 
     def refresh_dependents(self, path: str | None, delay: float) -> None:
         """Analyse again the open documents whose last analysis read ``path`` (a helper that
-        changed in the editor or on disk)."""
+        changed in the editor or on disk), or looked for it and found it absent (a module created
+        or opened since)."""
         if not path:
             return
         p = os.path.abspath(path)
+        # ``p`` itself, or a folder above it that an import found missing (a negative dependency)
+        keys = [p]
+        while os.path.dirname(keys[-1]) != keys[-1]:
+            keys.append(os.path.dirname(keys[-1]))
         hit = False
         for other in list(self.docs.values()):
-            if p in other.deps and not other.closed and os.path.abspath(other.doc.path or "") != p:
+            if any(k in other.deps for k in keys) and not other.closed \
+                    and os.path.abspath(other.doc.path or "") != p:
                 other.analyzed_version = None
                 hit = True
                 if not self.pull:

@@ -59,7 +59,7 @@ def test_collective_in_a_helper_of_another_file(tmp_path):
     assert any(r.filename == str(tmp_path / "utils" / "dist.py") for r in f.related)
     read = [(p, h) for p, h in res.dependencies if h is not None]  # None: probed and absent (R3)
     assert [p for p, _ in read] == [str(tmp_path / "utils" / "dist.py")]
-    assert (str(tmp_path / "tools" / "utils" / "dist.py"), None) in res.dependencies  # beside the script
+    assert (str(tmp_path / "tools" / "utils"), None) in res.dependencies  # beside the script: no utils/
     digest = read[0][1]
     from ddp_lint.analysis.cache import file_digest
 

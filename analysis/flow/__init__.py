@@ -106,7 +106,7 @@ class Analysis(Summaries):
         if id(v) not in self._validated:
             self._validated.add(id(v))
             for p, h in list(v.dep_hashes.items()):
-                if project.current_hash(p) != h:
+                if not project.still_absent(p) if h is None else project.current_hash(p) != h:
                     v.memo.clear()
                     v.dep_hashes.clear()
                     break

@@ -17,9 +17,10 @@ sent), and no file's existence is probed.
 A relative import never climbs above the project root (the outermost of ``roots_for``): ``from
 ..........etc import f`` stays unresolved, as Python's "beyond top-level package" error.
 
-``resolve(..., absent=list)`` lists every candidate file it probed and found absent before its answer:
-the check's *negative* dependencies (``Analysis.dependencies`` reports them with the hash None), so that
-a module created later, or one that shadows the module found before, invalidates a cached result.
+``resolve(..., absent=list)`` lists what it probed and found absent before its answer (every candidate
+file, or the first missing folder on the way to them): the check's *negative* dependencies
+(``Analysis.dependencies`` reports them with the hash None; ``still_absent`` tests one), so that a
+module created later, or one that shadows the module found before, invalidates a cached result.
 """
 from __future__ import annotations
 
@@ -256,9 +257,41 @@ def resolve(from_path: str, module: str, level: int, absent: list | None = None)
         for cand in cands:
             if is_file(cand):
                 return os.path.abspath(cand)
-            if absent is not None:
-                absent.append(os.path.abspath(cand))
+        if absent is not None:
+            absent.extend(_absent_marks(b, parts, cands))
     return None
+
+
+def _is_dir(path: str) -> bool:
+    """A folder on disk (when the disk may be read), or one holding an open document."""
+    prefix = os.path.join(path, "")
+    with _lock:
+        if any(p.startswith(prefix) for p in _overlays):
+            return True
+    return _disk.get() and os.path.isdir(path)
+
+
+def _absent_marks(base: str, parts: list, cands) -> list[str]:
+    """What must stay absent for the candidates ``cands`` under ``base`` to stay absent: the first
+    missing folder of the dotted path when there is one (``a/b`` for ``a.b.c`` when ``a`` has no
+    ``b``: nothing below it can appear without it), else the candidates themselves (a missing
+    ``stem/`` stands for its ``__init__.py``)."""
+    d = base
+    for p in parts[:-1]:
+        d = os.path.join(d, p)
+        if not _is_dir(d):
+            return [d] if not (_disk.get() and os.path.lexists(d)) else list(cands)
+    if parts:
+        stem = os.path.join(d, parts[-1])
+        if not _is_dir(stem) and not (_disk.get() and os.path.lexists(stem)):
+            return [stem + ".py", stem]
+    return list(cands)
+
+
+def still_absent(path: str) -> bool:
+    """A negative dependency holds: nothing importable is at ``path`` (no regular file, no folder,
+    no open document at or below it)."""
+    return not is_file(path) and not _is_dir(path)
 
 
 def load(path: str) -> ModuleView | None:

@@ -119,7 +119,10 @@ def test_negative_dependencies_are_reported(tmp_path):
     res = check_source(TRAIN.format(mod="helper"), str(here))
     deps = dict(res.dependencies)
     assert deps.get(str(tmp_path / "helper.py"), "x") is None
-    assert deps.get(str(tmp_path / "helper" / "__init__.py"), "x") is None
+    assert deps.get(str(tmp_path / "helper"), "x") is None  # the folder of helper/__init__.py
+    # a dotted path under a missing folder: the folder stands for everything below it
+    res = check_source(TRAIN.format(mod="pkg.sub.helper"), str(here))
+    assert [p for p, h in res.dependencies if h is None and "pkg" in p] == [str(tmp_path / "pkg")]
 
 
 def test_cache_sees_a_module_created_after_a_clean_check(tmp_path):
@@ -132,6 +135,17 @@ def test_cache_sees_a_module_created_after_a_clean_check(tmp_path):
     r = _cli(tmp_path, "train.py")
     assert r.returncode == 1 and "DDP104" in r.stdout, r.stdout + r.stderr
     assert _cli(tmp_path, "--no-cache", "train.py").stdout == r.stdout
+
+
+def test_cache_sees_a_package_created_after_a_clean_check(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(TRAIN.format(mod="pkg.helper"))
+    assert _cli(tmp_path, "train.py").returncode == 0
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "helper.py").write_text(HELPER)
+    r = _cli(tmp_path, "train.py")
+    assert r.returncode == 1 and "DDP104" in r.stdout, r.stdout + r.stderr
 
 
 def test_cache_sees_a_module_that_shadows_the_one_found(tmp_path):
