@@ -103,7 +103,7 @@ def _read_toml(path: Path) -> dict:
     except IsADirectoryError:
         raise ConfigError(f"{path}: cannot read configuration: is a directory") from None
     except SourceError as e:
-        why = str(e).split(": ", 1)[-1].removeprefix("not read: ")
+        why = str(e).removeprefix(f"{path}: ").removeprefix("not read: ")
         raise ConfigError(f"{path}: cannot read configuration: {why}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read configuration: {e.strerror or e}") from None

@@ -246,6 +246,8 @@ def test_pyproject_that_is_a_kernel_file_or_too_large_is_one_config_error(tmp_pa
     os.symlink("/proc/self/status", tmp_path / "pyproject.toml")
     with pytest.raises(ConfigError, match=r"/proc or /sys file"):
         load_settings(tmp_path, tmp_path / "pyproject.toml")
+    with pytest.raises(ConfigError, match=r"pyproject.toml: cannot read configuration: a /proc or /sys file"):
+        load_settings(tmp_path)  # found by discovery, as `check` and the server look for it
     big = tmp_path / "big.toml"
     with open(big, "wb") as fh:
         fh.truncate(64 * 1024 * 1024)
