@@ -202,7 +202,10 @@ def _top_statements(tree: ast.Module):
 _NESTING = frozenset({ast.If, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ())})
 
 
-def roots_for(path: str) -> list[str]:
+def roots_for(path: str, absent: list | None = None) -> list[str]:
+    """The folders an absolute import is looked up in (see the module's docstring). ``absent``
+    gets the ``__init__.py`` whose absence ended the package climb (one appearing there adds a
+    root)."""
     here = os.path.dirname(os.path.abspath(path))
     roots = [here]
     d = here
@@ -211,6 +214,9 @@ def roots_for(path: str) -> list[str]:
         if up == d:
             break
         d = up
+    else:
+        if absent is not None:
+            absent.append(os.path.join(d, "__init__.py"))
     if d not in roots:
         roots.append(d)
     d = here
@@ -240,14 +246,14 @@ def resolve(from_path: str, module: str, level: int, absent: list | None = None)
         base = os.path.dirname(os.path.abspath(from_path))
         for _ in range(level - 1):
             base = os.path.dirname(base)
-        top = min(roots_for(from_path), key=len)  # the project root: the outermost root
+        top = min(roots_for(from_path, absent), key=len)  # the project root: the outermost root
         if not _within(base, top):
             return None  # above the project root (Python: "beyond top-level package")
         bases = [base]
     else:
         if not parts or parts[0] in ("torch", "os", "sys", "numpy", "typing"):
             return None
-        bases = roots_for(from_path)
+        bases = roots_for(from_path, absent)
     for b in bases:
         if parts:
             stem = os.path.join(b, *parts)

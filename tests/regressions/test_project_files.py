@@ -161,6 +161,19 @@ def test_cache_sees_a_module_that_shadows_the_one_found(tmp_path):
     assert r.returncode == 1 and "DDP104" in r.stdout, r.stdout + r.stderr
 
 
+def test_cache_sees_a_folder_becoming_a_package(tmp_path):
+    """An ``__init__.py`` added beside the script makes the folder above it a search root."""
+    (tmp_path / ".git").mkdir()
+    app = tmp_path / "tools" / "app"
+    app.mkdir(parents=True)
+    (app / "train.py").write_text(TRAIN.format(mod="helper"))
+    (tmp_path / "tools" / "helper.py").write_text(HELPER)
+    assert _cli(tmp_path, "tools/app/train.py").returncode == 0
+    (app / "__init__.py").write_text("")
+    r = _cli(tmp_path, "tools/app/train.py")
+    assert r.returncode == 1 and "DDP104" in r.stdout, r.stdout + r.stderr
+
+
 def test_cache_sees_an_unparseable_module_fixed(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "train.py").write_text(TRAIN.format(mod="helper"))
