@@ -99,8 +99,10 @@ class Analysis(Summaries):
         if self._loaded >= _MAX_MODULES and path not in self._deps:
             return None
         v = project.load(path)
-        if v is None:  # unreadable or unparseable: the result depends on it all the same
-            self._deps.setdefault(path, project.current_hash(path))
+        if v is None:  # unparseable (or unreadable): the result depends on its content all the same
+            h = project.current_hash(path)
+            if h is not None:  # (None would mean "absent": a file that cannot be read is not)
+                self._deps.setdefault(path, h)
             return None
         self._loaded += 1
         if id(v) not in self._validated:

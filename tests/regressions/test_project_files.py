@@ -196,11 +196,13 @@ def _finishes(fn, *args, timeout=10):
 
 @pytest.fixture
 def specials(tmp_path):
-    """A FIFO, a link to /dev/zero and a link to a /proc file, all named like modules."""
+    """A FIFO, a link to /dev/zero, a link to a /proc file and a link to the FIFO, all named like
+    modules."""
     os.mkfifo(tmp_path / "fifo_mod.py")
     os.symlink("/dev/zero", tmp_path / "zero_mod.py")
     os.symlink("/proc/self/status", tmp_path / "proc_mod.py")
-    return [tmp_path / n for n in ("fifo_mod.py", "zero_mod.py", "proc_mod.py")]
+    os.symlink(tmp_path / "fifo_mod.py", tmp_path / "fifo_link.py")
+    return [tmp_path / n for n in ("fifo_mod.py", "zero_mod.py", "proc_mod.py", "fifo_link.py")]
 
 
 @pytest.mark.timeout(60)
@@ -249,7 +251,7 @@ def test_check_walk_skips_special_files_with_a_reason_and_goes_on(tmp_path, spec
     out = r.stdout + r.stderr
     assert "Traceback" not in out
     assert "ok.py" in out and "DDP101" in out, out  # the rest of the walk is checked
-    for name in ("fifo_mod.py", "zero_mod.py"):
+    for name in ("fifo_mod.py", "zero_mod.py", "fifo_link.py"):
         assert f"{name}: not a regular file" in out, out
     assert "proc_mod.py: not read: a /proc or /sys file" in out, out
 
