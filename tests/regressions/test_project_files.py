@@ -125,6 +125,17 @@ def test_negative_dependencies_are_reported(tmp_path):
     assert [p for p, h in res.dependencies if h is None and "pkg" in p] == [str(tmp_path / "pkg")]
 
 
+def test_a_long_lived_process_sees_a_module_created_under_a_helper(tmp_path):
+    """The language server keeps the summaries of the helpers it analysed (by content): a module
+    that a helper imports, created later, must clear them."""
+    (tmp_path / "helper.py").write_text("from inner import sync_value\n\n\ndef outer(t):\n    sync_value(t)\n")
+    here = tmp_path / "train.py"
+    text = TRAIN.format(mod="helper").replace("sync_value", "outer")
+    assert _codes(text, here) == []
+    (tmp_path / "inner.py").write_text(HELPER)
+    assert _codes(text, here) == ["DDP104"]
+
+
 def test_cache_sees_a_module_created_after_a_clean_check(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "train.py").write_text(TRAIN.format(mod="helper"))
