@@ -121,6 +121,15 @@ def read_regular_file(path, what: str = "file", limit: int = MAX_FILE_BYTES,
         os.close(fd)
 
 
+def read_text_lenient(path, limit: int = MAX_FILE_BYTES) -> str | None:
+    """The text of a regular file (UTF-8, undecodable bytes replaced), None when it is not read
+    (not a regular file, too large, unreadable): for reading source lines into a report."""
+    try:
+        return read_regular_file(path, limit=limit)[0].decode("utf-8", "replace")
+    except (OSError, SourceError, ValueError):
+        return None
+
+
 def read_source_file(path: str, keep_digest: bool = False) -> SourceFile:
     try:
         data, st = read_regular_file(path)

@@ -118,13 +118,16 @@ def uses_object_collectives(path: str) -> int | None:
     """The first line calling a pickling collective (they need numpy in torch 2.13), or None."""
     import ast
 
+    from ..io import read_text_lenient
     from ..torch_api import OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE
 
     names = set(OBJECT_COLLECTIVES) | set(OBJECT_COLLECTIVES_WITH_DEVICE)
+    text = read_text_lenient(path)  # a regular file only: a FIFO or a device never blocks the run
+    if text is None:
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError, RecursionError):
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -141,11 +144,14 @@ def self_spawning(path: str) -> int | None:
     MASTER_ADDR itself. Such a script runs as one plain process (it makes its own world)."""
     import ast
 
+    from ..io import read_text_lenient
+
+    text = read_text_lenient(path)  # a regular file only: a FIFO or a device never blocks the run
+    if text is None:
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
         tree = ast.parse(text)
-    except (OSError, SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError):
         return None
     alias: dict[str, str] = {}  # local name -> qualified module or function
     for node in ast.walk(tree):

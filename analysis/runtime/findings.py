@@ -116,11 +116,11 @@ class Sources:
 
     def lines(self, path: str) -> list[str] | None:
         if path not in self._cache:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    self._cache[path] = f.read().splitlines()
-            except OSError:
-                self._cache[path] = None
+            from ..io import read_text_lenient
+
+            # a path from the ranks' logs (or a merged report): only a regular file is read
+            text = read_text_lenient(path)
+            self._cache[path] = text.splitlines() if text is not None else None
         return self._cache[path]
 
     def range_of(self, fr: Frame) -> Range:

@@ -281,3 +281,17 @@ def test_pyproject_that_is_a_kernel_file_or_too_large_is_one_config_error(tmp_pa
         load_settings(tmp_path, big)
     r = _cli(tmp_path, "--no-cache", "--config", str(big), ".")
     assert r.returncode == 2 and "too large" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_run_side_source_readers_never_block(specials):
+    """``ddp-lint run`` reads the script (is it self-spawning, does it use object collectives) and
+    the files named in the ranks' stacks or a merged report (their lines): a FIFO, a device or a
+    /proc file there is not read."""
+    from ddp_lint.analysis.runtime.api import self_spawning, uses_object_collectives
+    from ddp_lint.analysis.runtime.findings import Sources
+
+    for p in specials:
+        assert _finishes(self_spawning, str(p)) is None, p
+        assert _finishes(uses_object_collectives, str(p)) is None, p
+        assert _finishes(Sources().lines, str(p)) is None, p
