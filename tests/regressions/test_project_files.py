@@ -15,12 +15,12 @@ import sys
 import threading
 
 import pytest
+
 from ddp_lint.analysis import cache as cache_mod
 from ddp_lint.analysis.config import ConfigError, Settings, load_settings
 from ddp_lint.analysis.engine import check_source
 from ddp_lint.analysis.flow import project
 from ddp_lint.analysis.io import SourceError, read_regular_file
-
 from tests.conftest import ROOT
 
 HELPER = ("import torch.distributed as dist\n"
