@@ -14,7 +14,9 @@ anywhere in the text, a superset of what the parser sees: comments and strings o
 candidates) resolves, with ``project.resolve``, to a file that holds one or reaches one. The
 engine drops the flow rules from a file whose answer is no, so that file is not parsed for them.
 The files consulted are returned, with their content hashes, as dependencies of the result (the
-CLI cache re-checks the file when one of them changes).
+CLI cache re-checks the file when one of them changes), and so is every file an import looked for
+and did not find, with the hash None (a module created there later may hold a site). Inside
+``project.documents_only()`` only open documents are consulted.
 
 Facts per file (its needles, its import candidates, its hash) are cached by modification time and
 size (an open editor document's are read from its text on every query); resolutions and negative
@@ -23,10 +25,8 @@ run shares them; the editor sees a file created or saved outside it after at mos
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import stat
 import threading
 import time
 import unicodedata
@@ -46,8 +46,8 @@ _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)*")
 
 _lock = threading.Lock()
 _facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, holds, candidates, digest)
-_resolved: dict[tuple, tuple] = {}  # (folder, module, level) -> (checked_at, path or None)
-_negative: dict[str, tuple] = {}  # path -> (checked_at, closure {path: digest}, overlay generation)
+_resolved: dict[tuple, tuple] = {}  # (folder, module, level, disk) -> (checked_at, path or None, absent)
+_negative: dict[tuple, tuple] = {}  # (path, disk) -> (checked_at, closure {path: digest}, overlay generation)
 
 
 def holds(text: str) -> bool:
@@ -89,26 +89,10 @@ def candidates(text: str) -> tuple[tuple[str, int], ...]:
 
 def _read(path: str):
     """(text, sha256 of the bytes) of a regular file of at most ``project.MAX_BYTES`` (larger files
-    are not followed by the flow layer either), the editor's overlay when one is set; else None."""
-    with project._lock:
-        text = project._overlays.get(path)
-    if text is not None:
-        return text, project.content_hash(text)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > project.MAX_BYTES:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(project.MAX_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", "surrogateescape"), hashlib.sha256(data).hexdigest()
+    are not followed by the flow layer either), the editor's overlay when one is set; else None
+    (``project.read``: the flow layer's own reader, which reads nothing from disk in
+    ``project.documents_only``)."""
+    return project.read(path)
 
 
 def _file_facts(path: str, now: float):
@@ -119,6 +103,8 @@ def _file_facts(path: str, now: float):
     if not overlaid and got is not None and got[0] != -1 and now - got[2] < _TTL:
         return got[3:]
     if not overlaid:
+        if not project.disk_allowed():
+            return None  # only the open documents (the untrusted language server)
         try:
             st = os.stat(path)
         except OSError:
@@ -141,15 +127,18 @@ def _file_facts(path: str, now: float):
 
 
 def _resolve(path: str, module: str, level: int, now: float):
-    key = (os.path.dirname(path), module, level)
+    """(the file ``module`` resolves to or None, what the resolution found absent: the negative
+    dependencies of the answer, as ``project.resolve`` lists them)."""
+    key = (os.path.dirname(path), module, level, project.disk_allowed())
     got = _resolved.get(key)
     if got is not None and now - got[0] < _TTL:
-        return got[1]
-    found = project.resolve(path, module, level)
+        return got[1], got[2]
+    absent: list[str] = []
+    found = project.resolve(path, module, level, absent)
     if len(_resolved) > 262144:
         _resolved.clear()
-    _resolved[key] = (now, found)
-    return found
+    _resolved[key] = (now, found, tuple(absent))
+    return found, absent
 
 
 def reaches(path: str | None, text: str) -> tuple[bool, dict[str, str]]:
@@ -165,18 +154,21 @@ def reaches(path: str | None, text: str) -> tuple[bool, dict[str, str]]:
         return _walk(path, text, time.monotonic())
 
 
-def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str]]:
-    deps: dict[str, str] = {}
+def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str | None]]:
+    deps: dict[str, str | None] = {}  # None: a file an import looked for and did not find
     visited = {path}
     work = [(path, candidates(text))]
+    disk = project.disk_allowed()
     while work:
         frm, cands = work.pop()
         for mod, level in cands:
-            p = _resolve(frm, mod, level, now)
+            p, absent = _resolve(frm, mod, level, now)
+            for a in absent:
+                deps.setdefault(a, None)
             if p is None or p in visited:
                 continue
             visited.add(p)
-            neg = _negative.get(p)
+            neg = _negative.get((p, disk))
             if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
                 deps.update(neg[1])
                 continue
@@ -193,6 +185,7 @@ def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str]]:
     if len(_negative) > 65536:
         _negative.clear()
     closure = dict(deps)
-    for p in deps:
-        _negative[p] = (now, closure, project.generation)
+    for p, h in deps.items():
+        if h is not None:
+            _negative[(p, disk)] = (now, closure, project.generation)
     return False, deps

@@ -234,6 +234,14 @@ def _py_files(root: str) -> tuple[str, ...]:
     return got
 
 
+def _project_files(top: str):
+    """The ``.py`` files of the project under ``top`` on disk; only the open documents when the
+    disk may not be read (``flow.project.documents_only``: the untrusted language server)."""
+    from ..flow import project
+
+    return _py_files(top) if project.disk_allowed() else tuple(project.documents_under(top))
+
+
 _texts: dict[str, tuple[int, int, str]] = {}
 
 
@@ -291,7 +299,7 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
 
     from ..flow import project
 
-    if not filename or filename.startswith("<") or not os.path.isfile(filename):
+    if not filename or filename.startswith("<") or not project.is_file(os.path.abspath(filename)):
         return False, {}
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text)
@@ -301,18 +309,21 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
     here = os.path.abspath(filename)
     roots = project.roots_for(here)
     top = roots[1] if len(roots) > 1 else roots[0]
+    disk = project.disk_allowed()
     key = (top, needs)
     now = time.monotonic()
-    got = _candidates.get(key)
+    got = _candidates.get(key) if disk else None
     if got is None or now - got[0] > _CANDIDATES_TTL:
         found = []
-        for path in _py_files(top):
+        for path in _project_files(top):
             t = _text_of(path)
             if t is not None and _admits(t, needs):
                 found.append((path, t))
-        if len(_candidates) > 64:
-            _candidates.clear()
-        got = _candidates[key] = (now, tuple(found))
+        got = (now, tuple(found))
+        if disk:  # (only the open documents otherwise: few, and they change)
+            if len(_candidates) > 64:
+                _candidates.clear()
+            _candidates[key] = got
     deps = {}
     for path, t in got[1]:
         if path != here:
@@ -349,9 +360,7 @@ def project_callers(ctx, names, needs=()) -> list:
         top = roots[1] if len(roots) > 1 else roots[0]
         an = for_context(ctx)
         out = []
-        # the files of the project on disk; only the open documents when the disk may not be read
-        files = _py_files(top) if project.disk_allowed() else project.documents_under(top)
-        for path in files:
+        for path in _project_files(top):
             if path == here:
                 continue
             text = _text_of(path)

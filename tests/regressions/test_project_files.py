@@ -159,6 +159,46 @@ def test_cache_sees_a_package_created_after_a_clean_check(tmp_path):
     assert r.returncode == 1 and "DDP104" in r.stdout, r.stdout + r.stderr
 
 
+# a script without a collective site's needle ("distributed"...): the flow rules run on it only
+# when a module it imports may hold one (``flow.reach``, the second text gate)
+GATED = ("import os\n"
+         "import torch\n"
+         "from helper_comm import sync_value\n"
+         "\n"
+         "\n"
+         "def main(t):\n"
+         "    if int(os.environ['RANK']) == 0:\n"
+         "        sync_value(t)\n")
+
+
+def test_cache_sees_a_module_created_after_the_gate_dropped_the_flow_rules(tmp_path):
+    """The text gate (``flow.reach``) follows the imports too: a result it gated out while the
+    module was missing must not outlive the module's creation."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(GATED)
+    res = check_source(GATED, str(tmp_path / "train.py"))
+    assert (str(tmp_path / "helper_comm.py"), None) in res.dependencies, res.dependencies  # (flow rules gated out)
+    assert _cli(tmp_path, "train.py").returncode == 0
+    (tmp_path / "helper_comm.py").write_text(HELPER)
+    r = _cli(tmp_path, "train.py")
+    assert r.returncode == 1 and "DDP104" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_gate_reads_nothing_from_disk_for_an_untrusted_client(tmp_path):
+    (tmp_path / "helper_comm.py").write_text(HELPER)
+    here = str(tmp_path / "train.py")
+    assert _codes(GATED, here) == ["DDP104"]
+    reads = []
+    real = project.read_regular_file
+    project.read_regular_file = lambda *a, **k: reads.append(a) or real(*a, **k)
+    try:
+        res = check_source(GATED, here, Settings(read_project_files=False))
+        assert not res.findings and not [p for p, h in res.dependencies if h is not None]
+        assert not reads, reads
+    finally:
+        project.read_regular_file = real
+
+
 def test_cache_sees_a_module_that_shadows_the_one_found(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "helper.py").write_text(CLEAN_HELPER)  # found through the project root
