@@ -53,7 +53,7 @@ def add_noqa_edit(line_text: str, lineno0: int, code: str) -> Edit | None:
 
 # -- comments, file-level directives -------------------------------------------------------------
 # ``# ddp-lint: noqa`` (every finding in the file) or ``# ddp-lint: noqa: DDP001, DDP101`` (those
-# codes), as Ruff's ``# ruff: noqa``; only in a real comment, never in a string.
+# codes), like the file-level directive of Ruff; only in a real comment, never in a string.
 FILE_NOQA_RE = re.compile(
     r"#\s*ddp-lint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?",
     re.IGNORECASE,

@@ -29,7 +29,7 @@ def test_file_level_noqa_only_in_real_comments():
     # in a string it is text, not a directive (a word in a string never decides a finding)
     assert found('NOTE = """\n# ddp-lint: noqa\n"""\n' + SEED2) == {"DDP001", "DDP101", "DDP103", "DDP004"}
     assert found("x = '# ddp-lint: noqa: DDP001'\n" + SEED2) == {"DDP001", "DDP101", "DDP103", "DDP004"}
-    # a line-level `# noqa` is not a file-level one
+    # a line-level noqa comment is not a file-level one
     assert file_exemption("import torch  # noqa\n") is None
     assert file_exemption("import torch\n# ddp-lint: noqa: DDP001\n") == {"DDP001"}
 

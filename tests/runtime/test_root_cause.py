@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_torch
-from tests.runtime.test_run import by_code, line, marks, rel
+from tests.runtime.test_run import line, marks, rel
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts16"
 TIMEOUT = 20.0  # an upper bound only: every case below ends by torch's own error or a rank's exit
