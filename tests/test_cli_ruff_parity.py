@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -234,6 +235,16 @@ def test_unknown_check_flag_prints_check_usage(work):
     assert r.stderr.startswith("usage: ddp-lint check ") and "unrecognized arguments: --bogus" in r.stderr
     r = run("rule", "--bogus", cwd=work)
     assert r.returncode == 2 and r.stderr.startswith("usage: ddp-lint rule ")
+
+
+# -- 6. pre-commit: the README's rev exists (tests/test_pre_commit.py runs the snippet, with --long) --
+def test_readme_pre_commit_rev_is_a_ref_upstream_has():
+    """The README's rev names the branch upstream has (the old `v0.1.0` named a tag that never
+    existed, so pre-commit could not check the hook out)."""
+    from tests.test_pre_commit import readme_snippet
+
+    rev = re.search(r"^\s*rev:\s*(\S+)", readme_snippet(), re.M).group(1)
+    assert rev == "main", f"README's rev {rev!r}: pre-commit could not check it out"
 
 
 # -- 8. --version names the traversal ------------------------------------------------------------

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT, require
+from tests.conftest import EXAMPLES, ROOT, require, scaled
 
 TOOLS = Path(os.environ.get("DDP_LINT_VSCODE_TOOLS", Path.home() / ".cache" / "ddp-lint-ci" / "vscode"))
 NVMRC_MAJOR = int((ROOT / ".nvmrc").read_text().strip().lstrip("v").split(".")[0])
@@ -298,7 +298,7 @@ def test_packaged_server_runs_without_ddp_lint_installed(vsix, tmp_path):
                                       "logLevel": "info", "run": {"nproc": None, "timeoutSeconds": 60,
                                                                   "emulate": "auto", "args": []}}}}))
         p.stdin.flush()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         init = None
         while init is None and time.monotonic() < deadline:
             msg = _read_lsp(p.stdout)
@@ -395,7 +395,7 @@ def code_server(vsix: Path, tmp_path: Path, trusted: bool):
          "--disable-update-check", *flags, "--disable-getting-started-override", str(ws)],
         cwd=tmp_path, env=node_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()
