@@ -228,6 +228,11 @@ def test_empty_selection_warns(work):
     assert r.returncode == 0 and "warning: no Python files found" in r.stderr
 
 
+def test_exit_zero_and_quiet(work):
+    r = run("check", "--no-cache", "--exit-zero", "-q", P2, cwd=work)
+    assert r.returncode == 0 and "DDP001" in r.stdout and "Found" not in r.stdout, r.stdout
+
+
 # -- 5. an unknown flag of check prints check's usage --------------------------------------------
 def test_unknown_check_flag_prints_check_usage(work):
     r = run("check", "--bogus", ".", cwd=work)
