@@ -413,9 +413,15 @@ def _err(msg: str) -> None:
     print(printable(f"ddp-lint: error: {msg}"), file=sys.stderr)
 
 
+def _warn(msg: str) -> None:
+    from .analysis.output import printable  # a file name's control characters are escaped
+
+    print(printable(f"ddp-lint: warning: {msg}"), file=sys.stderr)
+
+
 def _warn_settings(settings) -> None:
     for w in getattr(settings, "warnings", ()):
-        print(f"ddp-lint: warning: {w}", file=sys.stderr)
+        _warn(w)
 
 
 def cmd_check(args) -> int:
@@ -434,27 +440,15 @@ def cmd_check(args) -> int:
 
 
 def _write_output_file(path: str, data: bytes) -> None:
-    """Atomically (mkstemp in the target folder, then os.replace); never through a symlink."""
-    import tempfile
+    """Atomically, through ``io.atomic_write`` (the one writer); never through a symlink."""
+    from .analysis.io import SymlinkRefused, atomic_write
 
-    if os.path.islink(path):
-        raise UsageError(f"--output-file {path}: is a symbolic link; refusing to write through it")
-    d = os.path.dirname(os.path.abspath(path))
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=d)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-        tmp = None
+        atomic_write(path, data)
+    except SymlinkRefused:
+        raise UsageError(f"--output-file {path}: is a symbolic link; refusing to write through it") from None
     except OSError as e:
         raise UsageError(f"--output-file {path}: cannot write: {e.strerror or e}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def _show_settings(settings, first: str) -> None:
@@ -472,10 +466,10 @@ def _show_settings(settings, first: str) -> None:
     print(f"  enabled rules: {', '.join(sorted(settings.enabled_codes(first if first != '.' else None)))}")
 
 
-def _add_noqa(files, settings) -> int:
+def _add_noqa(files, settings, tree=None) -> int:
     """--add-noqa: a ``# noqa: CODE`` on the reported line of every finding; -> directives added."""
     from .analysis.engine import check_source
-    from .analysis.io import SourceError, read_source_file, write_source
+    from .analysis.io import OutsideTree, SourceError, read_source_file, write_source
     from .analysis.noqa import add_noqa_edit
 
     added = 0
@@ -506,7 +500,9 @@ def _add_noqa(files, settings) -> int:
         new = "".join(lines)
         if new != sf.text:
             try:
-                write_source(sf, new)
+                write_source(sf, new, inside=(tree or {}).get(path))
+            except OutsideTree as e:  # a repository's symlink out of the folder: reported, not written
+                _warn(str(e))
             except SourceError as e:
                 _err(str(e))
     return added
@@ -591,7 +587,7 @@ def _cmd_check(args) -> int:
                 print(f)
             return EXIT_ERROR if errors else EXIT_CLEAN
         if args.add_noqa:
-            n = _add_noqa(files, settings)
+            n = _add_noqa(files, settings, tree)
             print(f"Added {n} noqa directive{'s' if n != 1 else ''}.", file=sys.stderr)
             return EXIT_ERROR if errors else EXIT_CLEAN
         write = args.fix and not args.diff
