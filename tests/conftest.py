@@ -5,6 +5,7 @@ FAILS it when ``DDP_LINT_REQUIRE_ALL=1`` (set by .ci/run), so nothing is silentl
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -27,6 +28,23 @@ def require(condition: bool, reason: str) -> None:
     if REQUIRE_ALL:
         pytest.fail(f"required in CI but missing: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def exclusive(name: str):
+    """Hold a lock shared by every pytest-xdist worker (and every test run of this user) while a
+    fixture sets up something in the checkout that two processes must not build at once (`npm ci`,
+    the bundled Python dependencies). The lock file is opened without following a symlink."""
+    import fcntl
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"ddp-lint-tests-{name}-{os.getuid()}.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def time_scale() -> float:
@@ -101,14 +119,21 @@ def run_long(config) -> bool:
     return bool(config.getoption("--long")) or REQUIRE_ALL
 
 
+def pytest_itemcollected(item):
+    """The long tests' marks, by path, as each item is collected."""
+    try:
+        rel = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return
+    for prefix, marks in _LONG_PATHS.items():
+        if rel.startswith(prefix):
+            for m in marks:
+                item.add_marker(m)
+
+
 def pytest_collection_modifyitems(config, items):
     keep, left = [], []
     for item in items:
-        rel = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix() if str(item.fspath).startswith(str(ROOT)) else ""
-        for prefix, marks in _LONG_PATHS.items():
-            if rel.startswith(prefix):
-                for m in marks:
-                    item.add_marker(m)
         if not run_long(config) and any(item.get_closest_marker(m) for m in LONG_MARKS):
             left.append(item)
         else:

@@ -7,12 +7,7 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import ROOT
-
-# one worker under pytest-xdist: the runs share the bench cache (~/.cache/ddp-lint-bench)
-pytestmark = pytest.mark.xdist_group("bench-cache")
 
 
 def _run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
