@@ -1,4 +1,12 @@
-"""Configuration: ``[tool.ddp-lint]`` in the nearest ``pyproject.toml``, plus overrides.
+"""Configuration: the nearest ``.ddp-lint.toml`` / ``ddp-lint.toml`` (keys at top level) or
+``pyproject.toml`` with a ``[tool.ddp-lint]`` table, plus overrides.
+
+Discovery (``find_config``) follows Ruff's: in each folder from the checked path up,
+``.ddp-lint.toml`` wins over ``ddp-lint.toml``, which wins over ``pyproject.toml`` (used only when it
+has a ``[tool.ddp-lint]`` table); the first folder with one of them decides. The climb stops below a
+folder that is world-writable and owned by another user (``/tmp``, a shared scratch space): a
+configuration there could silence every rule, so it is ignored with a warning (git's
+``safe.directory`` reasoning).
 
 Keys (Ruff's spelling, kebab-case; snake_case accepted too):
   select, ignore, extend-select : list of codes or prefixes ("DDP1", "ALL")
@@ -21,7 +29,17 @@ DEFAULT_EXCLUDE = (
 )
 
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
-_KNOWN = set(_LIST_KEYS) | {"per-file-ignores", "severity", "respect-gitignore"}
+_KNOWN = set(_LIST_KEYS) | {"per-file-ignores", "severity", "respect-gitignore", "output-format"}
+OUTPUT_FORMAT_NAMES = ("concise", "full", "json", "sarif", "github", "junit", "text")
+# the file names discovery looks for in each folder, highest precedence first (Ruff's order)
+CONFIG_FILE_NAMES = (".ddp-lint.toml", "ddp-lint.toml", "pyproject.toml")
+
+
+def is_config_file(name: str) -> bool:
+    """A path (or URI) that names a configuration file discovery reads."""
+    return name.replace("\\", "/").rsplit("/", 1)[-1] in CONFIG_FILE_NAMES
+
+
 _SEVERITIES = ("error", "warning", "info", "hint")
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a larger pyproject.toml / --config file is refused, not read
 
@@ -43,6 +61,10 @@ class Settings:
     # cross-file analysis may read the project's files from disk; False (not a configuration key: the
     # language server of an untrusted TCP client): only the open documents (flow.project.documents_only)
     read_project_files: bool = True
+    output_format: str | None = None  # ``output-format``: the CLI's default format
+    config_path: Path | None = None  # the file these settings came from (--show-settings)
+    # discovery stopped below an unsafe folder, or similar: the CLI prints these, the server logs them
+    warnings: list[str] = field(default_factory=list, compare=False)
     _codes_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def enabled_codes(self, filename: str | None = None) -> frozenset[str]:
@@ -155,41 +177,77 @@ def _kind(v) -> str:
     return names.get(type(v), type(v).__name__)
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above ``start`` with a ``[tool.ddp-lint]`` table.
+def unsafe_folder(folder: Path) -> bool:
+    """True for a folder that is world-writable and owned by another user (``/tmp``): anyone can
+    plant a configuration file there, so discovery never reads one from it."""
+    if os.name != "posix":  # pragma: no cover - no POSIX ownership
+        return False
+    try:
+        st = folder.stat()
+    except OSError:
+        return False
+    return bool(st.st_mode & 0o002) and st.st_uid != os.geteuid()
+
+
+def find_config(start: Path, warnings: list[str] | None = None) -> Path | None:
+    """The nearest configuration file at or above ``start`` (see the module docstring).
 
     A pyproject.toml on the way that is not valid TOML, or whose ``tool`` is not a table, raises
-    ConfigError naming the file (and line) instead of being skipped silently."""
+    ConfigError naming the file (and line) instead of being skipped silently. The climb stops at a
+    world-writable folder owned by another user; a configuration file found there is ignored and
+    named in ``warnings``."""
     try:
         start = start.resolve()
     except (OSError, RuntimeError):  # a symlink loop (RuntimeError on 3.11): look from its folder
         start = Path(os.path.abspath(start)).parent
     d = start if start.is_dir() else start.parent
     for folder in (d, *d.parents):
-        cand = folder / "pyproject.toml"
-        if cand.is_file():
-            if _tool_table(_read_toml(cand), cand) is not None:
+        if unsafe_folder(folder):
+            planted = [folder / n for n in CONFIG_FILE_NAMES if (folder / n).is_file()]
+            if planted and warnings is not None:
+                warnings.append(f"ignoring {planted[0]}: {folder} is world-writable and owned by another "
+                                "user, so configuration discovery stops below it")
+            return None
+        for name in CONFIG_FILE_NAMES:
+            cand = folder / name
+            if not cand.is_file():
+                continue
+            if name != "pyproject.toml" or _tool_table(_read_toml(cand), cand) is not None:
                 return cand
     return None
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """Kept for callers of the older name: ``find_config``."""
+    return find_config(start)
 
 
 def load_settings(start: Path | str | None = None, config_file: Path | str | None = None) -> Settings:
     """Settings from ``config_file`` or the nearest pyproject.toml with a ``[tool.ddp-lint]``
     table at or above ``start``; defaults when there is none. Every problem is a ConfigError that
     names the file."""
+    warns: list[str] = []
     if config_file is not None:
         path = Path(config_file)
     else:
-        path = find_pyproject(Path(start or os.getcwd()))
+        path = find_config(Path(start or os.getcwd()), warns)
         if path is None:
-            return Settings()
+            s = Settings()
+            s.warnings = warns
+            return s
     data = _read_toml(path)
-    table = _tool_table(data, path)
+    standalone = path.name != "pyproject.toml"
+    table = None if standalone and "tool" not in data else _tool_table(data, path)
     if table is None:
-        # --config: a standalone ddp-lint.toml holds the keys at top level
-        table = data if config_file is not None and "tool" not in data else {}
-    s = settings_from_mapping(table, source=f"{path} [tool.ddp-lint]")
+        # a ddp-lint.toml (discovered or --config) holds the keys at top level
+        table = data if (standalone or config_file is not None) and "tool" not in data else {}
+        where = str(path)
+    else:
+        where = f"{path} [tool.ddp-lint]"
+    s = settings_from_mapping(table, source=where)
     s.root = path.parent.resolve()
+    s.config_path = path
+    s.warnings = warns
     return s
 
 
@@ -230,6 +288,11 @@ def settings_from_mapping(table, source: str = "settings", base: Settings | None
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: `{raw_key}` must be a table of glob = [codes]")
             s.per_file_ignores = {str(k): check_codes(f"{raw_key}.{k}", v) for k, v in value.items()}
+        elif key == "output-format":
+            if value not in OUTPUT_FORMAT_NAMES:
+                raise ConfigError(f"{source}: `{raw_key}` must be one of {', '.join(OUTPUT_FORMAT_NAMES)}, "
+                                  f"got {value!r}")
+            s.output_format = value
         elif key == "respect-gitignore":
             if not isinstance(value, bool):
                 raise ConfigError(f"{source}: `{raw_key}` must be true or false, got {value!r}")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from .config import Settings
 from .context import Context
 from .model import Finding, Position, Range, Severity
-from .noqa import parse_noqa
+from .noqa import file_exemption, parse_noqa
 from .registry import DOCS_BASE_URL, NoCase, load_rule, rule_index
 from .semantic import Semantic
 from .source import SourceText
@@ -275,7 +275,7 @@ def _check(text, filename, settings, codes, apply_noqa, tree, gate) -> CheckResu
         admitted = [c for c in sorted(codes) if c in idx and idx[c][2]]
     _gc_pause()
     try:
-        result = _check_source(text, filename, settings, admitted, apply_noqa, tree)
+        result = _check_source(text, filename, settings, admitted, apply_noqa, tree, codes)
     finally:
         _gc_resume()
     if deps:  # the flow rules were gated out by what the imported modules hold
@@ -283,7 +283,10 @@ def _check(text, filename, settings, codes, apply_noqa, tree, gate) -> CheckResu
     return result
 
 
-def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> CheckResult:
+UNUSED_NOQA = "DDP005"  # judges the other rules' findings against the noqa comments, after them
+
+
+def _check_source(text, filename, settings, admitted, apply_noqa, tree, codes=frozenset()) -> CheckResult:
     src = SourceText(text)
     owned = tree is None  # parsed here: nobody else can hold the tree once the rules are done
     if tree is None:
@@ -339,8 +342,18 @@ def _check_source(text, filename, settings, admitted, apply_noqa, tree) -> Check
         ctx._memo.clear()
         sem.release()
     findings = ctx.findings
+    if UNUSED_NOQA in admitted:
+        try:
+            findings = findings + _rule_instance(UNUSED_NOQA).directive_findings(src, filename, findings, codes)
+        except Exception:  # a rule bug must never take the others down
+            import traceback
+
+            result.errors.append(f"{UNUSED_NOQA}: {traceback.format_exc()}")
     if apply_noqa and findings:
         findings = [f for f in findings if not _suppressed(f, src)]
+        exempt = file_exemption(text)  # `# ddp-lint: noqa` (every code) or `# ddp-lint: noqa: CODES`
+        if exempt is not None:
+            findings = [f for f in findings if not (exempt == "all" or f.code in exempt)]
     if settings.severity:
         for f in findings:
             lvl = settings.severity.get(f.code)

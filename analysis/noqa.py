@@ -49,3 +49,70 @@ def add_noqa_edit(line_text: str, lineno0: int, code: str) -> Edit | None:
     s, e = m.span("codes")
     new = ", ".join(existing + [code])
     return Edit(Range(Position(lineno0, s), Position(lineno0, e)), new)
+
+
+# -- comments, file-level directives -------------------------------------------------------------
+# ``# ddp-lint: noqa`` (every finding in the file) or ``# ddp-lint: noqa: DDP001, DDP101`` (those
+# codes), like the file-level directive of Ruff; only in a real comment, never in a string.
+FILE_NOQA_RE = re.compile(
+    r"#\s*ddp-lint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?",
+    re.IGNORECASE,
+)
+
+
+def comments(text: str) -> list[tuple[int, int, str]]:
+    """The comments of ``text`` as (0-based line, column in code points, text from ``#``), from the
+    tokenizer, so a ``#`` inside a string is not a comment. Text the tokenizer rejects falls back to
+    lines whose first non-blank character is ``#``."""
+    import io
+    import tokenize
+
+    bom = text.startswith("\ufeff")
+    body = text[1:] if bom else text
+    out = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+            if tok.type == tokenize.COMMENT:
+                row, col = tok.start[0] - 1, tok.start[1]
+                out.append((row, col + (1 if bom and row == 0 else 0), tok.string))
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        out = []
+        for row, line in enumerate(body.split("\n")):
+            stripped = line.lstrip()
+            if stripped.startswith("#"):
+                col = len(line) - len(stripped)
+                out.append((row, col + (1 if bom and row == 0 else 0), stripped.rstrip("\r")))
+    return out
+
+
+def file_exemption(text: str):
+    """None (no file-level directive), "all" (``# ddp-lint: noqa``) or the set of exempted codes."""
+    if "ddp-lint" not in text.lower():
+        return None
+    got: set[str] | None = None
+    for _, _, c in comments(text):
+        m = FILE_NOQA_RE.match(c)
+        if m is None:
+            continue
+        if not m.group("codes"):
+            return "all"
+        got = (got or set()) | {x.upper() for x in _CODE_RE.findall(m.group("codes"))}
+    return got
+
+
+def line_directives(text: str):
+    """Every ``# noqa: CODES`` in a real comment: (0-based line, column of ``#``, column where the
+    directive ends, [(code, start column, end column), ...]); bare ``# noqa`` is left out (it may
+    be meant for another tool). File-level ``# ddp-lint: noqa`` comments are not line directives."""
+    out = []
+    for row, col, c in comments(text):
+        if FILE_NOQA_RE.match(c):
+            continue
+        m = NOQA_RE.search(c)
+        if m is None or not m.group("codes"):
+            continue
+        base = col + m.start("codes")
+        codes = [(cm.group(0).upper(), base + cm.start(), base + cm.end())
+                 for cm in _CODE_RE.finditer(m.group("codes"))]
+        out.append((row, col + m.start(), col + m.end(), codes))
+    return out

@@ -128,9 +128,11 @@ def format_text_line(f: Finding) -> str:
 
 
 def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quiet: bool = False,
-                   unsafe_hint: bool = True, out=None, sources: dict | None = None) -> None:
+                   unsafe_hint: bool = True, out=None, sources: dict | None = None,
+                   fixed_findings: int | None = None) -> None:
     """Write ``findings`` in format ``fmt``. ``sources`` (filename -> text) feeds the ``full``
-    format's source lines; a file missing from it gets the concise line only."""
+    format's source lines; a file missing from it gets the concise line only. ``fixed_findings``
+    (``--fix``): the summary counts the fixed and the remaining findings, as Ruff's does."""
     out = out or sys.stdout
     if fmt == "json":
         out.write(json.dumps([finding_to_json(f) for f in findings], indent=2, ensure_ascii=False) + "\n")
@@ -157,10 +159,16 @@ def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quie
     unsafe = sum(1 for f in findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
     if fixed_files:
         out.write(f"Fixed {fixed_files} file{'s' if fixed_files != 1 else ''}.\n")
-    if n == 0:
+    if fixed_findings:
+        total = n + fixed_findings
+        out.write(f"Found {total} error{'s' if total != 1 else ''} ({fixed_findings} fixed, {n} remaining).\n")
+        if n == 0:
+            return
+    elif n == 0:
         out.write("All checks passed!\n")
         return
-    out.write(f"Found {n} error{'s' if n != 1 else ''}.\n")
+    else:
+        out.write(f"Found {n} error{'s' if n != 1 else ''}.\n")
     if safe:
         out.write(f"[*] {safe} fixable with the `--fix` option")
         if unsafe and unsafe_hint:

@@ -183,7 +183,9 @@ def get_rule(code: str) -> type[Rule] | None:
 
 
 def matches(code: str, selectors) -> bool:
-    return any(code.startswith(s) for s in selectors)
+    """``code`` is one of ``selectors`` (codes or prefixes); ``ALL`` matches every code, in
+    ``select``, ``ignore``, ``extend-select`` and ``per-file-ignores`` alike (as in Ruff)."""
+    return any(s == "ALL" or code.startswith(s) for s in selectors)
 
 
 def resolve_selection(select=None, ignore=(), extend_select=()) -> list[str]:
@@ -193,7 +195,7 @@ def resolve_selection(select=None, ignore=(), extend_select=()) -> list[str]:
     if select is None:
         enabled = {c for c, on in rules.items() if on}
     else:
-        sel = ["DDP" if s.upper() == "ALL" else s.upper() for s in select]
+        sel = [s.upper() for s in select]
         enabled = {c for c in rules if matches(c, sel)}
     ext = [s.upper() for s in extend_select]
     enabled |= {c for c in rules if matches(c, ext)}

@@ -30,8 +30,11 @@ output formats (--output-format):
 
 rule selection, lowest to highest precedence:
   1. the defaults (every rule that is on by default);
-  2. [tool.ddp-lint] in the nearest pyproject.toml at or above the first PATH
-     (or the file given with --config; --isolated ignores every configuration file);
+  2. the nearest .ddp-lint.toml, ddp-lint.toml or pyproject.toml with [tool.ddp-lint]
+     at or above the first PATH, in that order of precedence within a folder (or the file
+     given with --config; --isolated ignores every configuration file); discovery stops
+     below a world-writable folder owned by another user (/tmp), with a warning;
+     then --config KEY=VALUE overrides;
   3. the command line: --select replaces the whole selection, including the configuration's
      select and ignore; --extend-select adds codes even when the configuration ignores them;
      --ignore drops codes. per-file-ignores from the configuration and `# noqa` comments
@@ -56,19 +59,34 @@ def _parser() -> argparse.ArgumentParser:
                        epilog=CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("paths", nargs="*", help="files or folders ('-' for stdin); default: .")
     c.add_argument("--stdin-filename", metavar="NAME", help="file name to report for stdin input")
-    c.add_argument("--output-format", choices=OUTPUT_FORMATS, default="concise", metavar="FORMAT",
-                   help="concise (default), full, json, sarif, github or junit; see below")
+    c.add_argument("--output-format", choices=OUTPUT_FORMATS, default=None, metavar="FORMAT",
+                   help="concise (default, or the configuration's output-format), full, json, sarif, "
+                        "github or junit; see below")
+    c.add_argument("-o", "--output-file", metavar="PATH", help="write the findings to PATH instead of stdout")
+    c.add_argument("--statistics", action="store_true", help="print the number of findings per rule")
     c.add_argument("--fix", action="store_true", help="apply safe fixes")
     c.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (with --fix/--diff)")
     c.add_argument("--diff", action="store_true", help="print the fixes as a diff; write nothing")
-    c.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes; replaces the default set and "
+    c.add_argument("--select", metavar="CODES", action="append", help="comma-separated codes or prefixes; replaces the default set and "
                                     "the configuration's select and ignore")
-    c.add_argument("--extend-select", metavar="CODES", help="comma-separated codes or prefixes to add (wins over the "
+    c.add_argument("--extend-select", metavar="CODES", action="append", help="comma-separated codes or prefixes to add (wins over the "
                                            "configuration's ignore)")
-    c.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes to drop")
-    c.add_argument("--config", metavar="PATH",
+    c.add_argument("--ignore", metavar="CODES", action="append", help="comma-separated codes or prefixes to drop")
+    c.add_argument("--config", metavar="PATH|KEY=VALUE", action="append",
                    help="use this pyproject.toml (or a ddp-lint.toml with the keys at top level) "
-                        "instead of discovery")
+                        "instead of discovery; or KEY = VALUE (TOML) to override one setting "
+                        "(repeatable; as Ruff's --config)")
+    c.add_argument("--exclude", metavar="GLOBS", action="append",
+                   help="comma-separated globs to exclude from folder walks (replaces the configuration's)")
+    c.add_argument("--extend-exclude", metavar="GLOBS", action="append",
+                   help="comma-separated globs to exclude in addition to the configured ones")
+    c.add_argument("--show-settings", action="store_true",
+                   help="print the settings that apply to the first PATH and exit")
+    c.add_argument("--show-files", action="store_true", help="print the files that would be checked and exit")
+    c.add_argument("--add-noqa", action="store_true",
+                   help="add `# noqa: CODE` to every line with a finding (adopting ddp-lint on a large codebase)")
+    c.add_argument("--cache-dir", metavar="PATH",
+                   help="the findings cache's folder (default: .ddp-lint-cache/ in the project root)")
     c.add_argument("--isolated", action="store_true",
                    help="ignore every configuration file (defaults plus the command line)")
     c.add_argument("--force-exclude", action="store_true",
@@ -150,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--socket", metavar="PATH",
                    help="listen on a Unix socket created at PATH with mode 0600 (only you can connect)")
     s.add_argument("--log-level", default=None, help="error, warning, info or debug (default: the client's setting)")
+    p._ddp_subparsers = {"check": c, "rule": r, "run": run, "merge": m, "server": s}  # type: ignore[attr-defined]
     return p
 
 
@@ -163,13 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "run" and "--" in argv:
         i = argv.index("--")
         argv, after_dashdash = argv[:i], argv[i + 1:]
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # an unknown flag of a subcommand: that subcommand's usage, not the top-level one
+        sub = getattr(parser, "_ddp_subparsers", {}).get(args.command, parser)
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}")
     if after_dashdash is not None:
         args.script_args = list(args.script_args or []) + ["--", *after_dashdash]
     if args.version:
         from .analysis import __version__
 
-        print(f"ddp-lint {__version__}")
+        print(f"ddp-lint {__version__} ({traversal_name()} traversal)")
         return EXIT_CLEAN
     try:
         if args.command == "check":
@@ -205,11 +228,24 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+def traversal_name() -> str:
+    """Which traversal ``analysis.semantic`` runs: "C extension" when its optional compiled module
+    loaded, "pure Python" otherwise (the extension absent, not built, or removed)."""
+    try:
+        from .analysis import semantic
+    except Exception:  # pragma: no cover - the package itself is broken
+        return "unknown"
+    return "C extension" if getattr(semantic, "_speedups", None) is not None else "pure Python"
+
+
 # -- check -------------------------------------------------------------------------------------
-def _codes(s: str | None) -> list[str] | None:
+def _codes(s) -> list[str] | None:
+    """A flag's codes; a repeated flag (``--select A --select B``) accumulates, as in Ruff."""
     if s is None:
         return None
-    return [c.strip().upper() for c in s.split(",") if c.strip()]
+    if isinstance(s, str):
+        s = [s]
+    return [c.strip().upper() for part in s for c in part.split(",") if c.strip()]
 
 
 def _settings_for(args, start: Path):
@@ -218,10 +254,23 @@ def _settings_for(args, start: Path):
     ``--extend-select`` adds codes even when the configuration ignores them, ``--ignore`` drops."""
     from .analysis.config import ConfigError, Settings, load_settings, settings_from_mapping
 
-    if args.isolated and args.config:
+    files, inline = _config_args(args.config)
+    if args.isolated and files:
         raise UsageError("--isolated and --config cannot be used together")
+    if len(files) > 1:
+        raise UsageError("--config names more than one configuration file")
     try:
-        settings = Settings() if args.isolated else load_settings(start, args.config)
+        settings = Settings() if args.isolated else load_settings(start, files[0] if files else None)
+        for text in inline:
+            settings = _inline_override(settings, text)
+        exclude, extend_exclude = _globs(args.exclude), _globs(args.extend_exclude)
+        if exclude is not None or extend_exclude is not None:
+            over: dict = {}
+            if exclude is not None:
+                over["exclude"] = exclude
+            if extend_exclude is not None:
+                over["extend-exclude"] = extend_exclude
+            settings = _keep_origin(settings_from_mapping(over, source="command line", base=settings), settings)
         select, extend, ignore = _codes(args.select), _codes(args.extend_select), _codes(args.ignore)
         if select is None and extend is None and ignore is None:
             return settings
@@ -234,12 +283,45 @@ def _settings_for(args, start: Path):
             overrides["select"] = sorted(settings.enabled_codes())
         overrides["ignore"] = ignore or []
         overrides["extend-select"] = extend or []
-        root = settings.root
-        settings = settings_from_mapping(overrides, source="command line", base=settings)
-        settings.root = root
-        return settings
+        return _keep_origin(settings_from_mapping(overrides, source="command line", base=settings), settings)
     except ConfigError as e:
         raise UsageError(str(e)) from None
+
+
+def _keep_origin(new, old):
+    new.root, new.config_path, new.warnings = old.root, old.config_path, old.warnings
+    return new
+
+
+def _globs(values) -> list[str] | None:
+    if values is None:
+        return None
+    return [g.strip() for v in values for g in v.split(",") if g.strip()]
+
+
+def _config_args(values) -> tuple[list[str], list[str]]:
+    """--config values -> (configuration files, inline ``KEY = VALUE`` overrides). As in Ruff, a
+    value that names an existing file is a file; one with ``=`` that does not is TOML."""
+    files, inline = [], []
+    for v in values or ():
+        if "=" in v and not os.path.isfile(v):
+            inline.append(v)
+        else:
+            files.append(v)
+    return files, inline
+
+
+def _inline_override(settings, text: str):
+    """``--config 'select = ["DDP001"]'``: one TOML setting on top of the configuration file's."""
+    import tomllib
+
+    from .analysis.config import ConfigError, settings_from_mapping
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"--config {text!r}: neither a file nor a valid `KEY = VALUE` TOML setting ({e})") from None
+    return _keep_origin(settings_from_mapping(data, source=f"--config {text!r}", base=settings), settings)
 
 
 def _force_excluded(path: str, settings) -> bool:
@@ -331,7 +413,125 @@ def _err(msg: str) -> None:
     print(printable(f"ddp-lint: error: {msg}"), file=sys.stderr)
 
 
+def _warn(msg: str) -> None:
+    from .analysis.output import printable  # a file name's control characters are escaped
+
+    print(printable(f"ddp-lint: warning: {msg}"), file=sys.stderr)
+
+
+def _warn_settings(settings) -> None:
+    for w in getattr(settings, "warnings", ()):
+        _warn(w)
+
+
 def cmd_check(args) -> int:
+    """``check``; with ``--output-file`` what it prints to stdout goes to that file instead."""
+    if not args.output_file:
+        return _cmd_check(args)
+    import contextlib
+    import io
+
+    buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
+    with contextlib.redirect_stdout(buf):
+        rc = _cmd_check(args)
+    buf.flush()
+    _write_output_file(args.output_file, buf.buffer.getvalue())
+    return rc
+
+
+def _write_output_file(path: str, data: bytes) -> None:
+    """Atomically, through ``io.atomic_write`` (the one writer); never through a symlink."""
+    from .analysis.io import SymlinkRefused, atomic_write
+
+    try:
+        atomic_write(path, data)
+    except SymlinkRefused:
+        raise UsageError(f"--output-file {path}: is a symbolic link; refusing to write through it") from None
+    except OSError as e:
+        raise UsageError(f"--output-file {path}: cannot write: {e.strerror or e}") from None
+
+
+def _show_settings(settings, first: str) -> None:
+    print(f"Settings for {first}:")
+    print(f"  configuration file: {settings.config_path or '(none: the defaults)'}")
+    print(f"  project root: {settings.root or '(the current folder)'}")
+    print(f"  select: {settings.select if settings.select is not None else '(the defaults)'}")
+    print(f"  extend-select: {settings.extend_select}")
+    print(f"  ignore: {settings.ignore}")
+    print(f"  per-file-ignores: {settings.per_file_ignores}")
+    print(f"  exclude: {settings.exclude}")
+    print(f"  respect-gitignore: {str(settings.respect_gitignore).lower()}")
+    print(f"  output-format: {settings.output_format or 'concise'}")
+    print(f"  severity: {settings.severity}")
+    print(f"  enabled rules: {', '.join(sorted(settings.enabled_codes(first if first != '.' else None)))}")
+
+
+def _add_noqa(files, settings, tree=None) -> int:
+    """--add-noqa: a ``# noqa: CODE`` on the reported line of every finding; -> directives added."""
+    from .analysis.engine import check_source
+    from .analysis.io import OutsideTree, SourceError, read_source_file, write_source
+    from .analysis.noqa import add_noqa_edit
+
+    added = 0
+    for path in files:
+        try:
+            sf = read_source_file(path, keep_digest=True)
+        except SourceError as e:
+            _err(str(e))
+            continue
+        findings = [f for f in check_source(sf.text, path, settings).findings if f.code != "DDP000"]
+        if not findings:
+            continue
+        lines = sf.text.splitlines(True)
+        by_row: dict[int, list[str]] = {}
+        for f in findings:
+            if f.noqa_row < len(lines) and f.code not in by_row.setdefault(f.noqa_row, []):
+                by_row[f.noqa_row].append(f.code)
+        for row, codes in by_row.items():
+            line = lines[row]
+            body = line.rstrip("\r\n")
+            eol = line[len(body):]
+            for code in codes:
+                e = add_noqa_edit(body, row, code)
+                if e is not None:
+                    body = body[:e.range.start.column] + e.content + body[e.range.end.column:]
+                    added += 1
+            lines[row] = body + eol
+        new = "".join(lines)
+        if new != sf.text:
+            try:
+                write_source(sf, new, inside=(tree or {}).get(path))
+            except OutsideTree as e:  # a repository's symlink out of the folder: reported, not written
+                _warn(str(e))
+            except SourceError as e:
+                _err(str(e))
+    return added
+
+
+def _print_statistics(findings, fmt: str) -> None:
+    """--statistics, as Ruff prints it: count, code, [*] when fixable, the rule's name."""
+    from .analysis.model import Applicability
+
+    stats: dict[str, list] = {}
+    for f in findings:
+        row = stats.setdefault(f.code, [0, f.name, False])
+        row[0] += 1
+        row[2] = row[2] or (f.fix is not None and f.fix.applicability is Applicability.SAFE)
+    ordered = sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    if fmt == "json":
+        import json
+
+        print(json.dumps([{"code": c, "name": n, "count": k, "fixable": fx} for c, (k, n, fx) in ordered], indent=2))
+        return
+    if not ordered:
+        return
+    cw = max(len(str(k)) for _, (k, _, _) in ordered)
+    kw = max(len(c) for c in stats)
+    for c, (k, n, fx) in ordered:
+        print(f"{k:>{cw}}\t{c:<{kw}}\t{'[*] ' if fx else ''}{n}")
+
+
+def _cmd_check(args) -> int:
     from .analysis.output import print_findings, printable
 
     paths = args.paths or ["."]
@@ -341,6 +541,10 @@ def cmd_check(args) -> int:
     tree: dict[str, str] = {}  # walked file -> the real folder of its walk (a fix never leaves it)
     if paths == ["-"]:
         settings = _settings_for(args, Path(args.stdin_filename or ".").parent if args.stdin_filename else Path.cwd())
+        _warn_settings(settings)
+        if args.show_settings:
+            _show_settings(settings, args.stdin_filename or "-")
+            return EXIT_CLEAN
         from .analysis.io import SourceError, decode_bytes
 
         name = args.stdin_filename or "-"
@@ -361,6 +565,10 @@ def cmd_check(args) -> int:
             raise UsageError("'-' (stdin) cannot be combined with other paths")
         stdin_fix_output = False
         settings = _settings_for(args, Path(paths[0]))
+        _warn_settings(settings)
+        if args.show_settings:
+            _show_settings(settings, paths[0])
+            return EXIT_CLEAN
         from .analysis.walk import collect_files
 
         walked = collect_files(paths, settings, args.respect_gitignore)
@@ -371,6 +579,17 @@ def cmd_check(args) -> int:
             print(printable(f"ddp-lint: warning: {w}"), file=sys.stderr)
         for e in errors:
             _err(e)
+        if not files and not errors and not (args.force_exclude and args.paths):
+            # as Ruff: an empty selection is worth a word (a typo in a path, an over-wide exclude)
+            print("ddp-lint: warning: no Python files found under the given path(s)", file=sys.stderr)
+        if args.show_files:
+            for f in sorted(files):
+                print(f)
+            return EXIT_ERROR if errors else EXIT_CLEAN
+        if args.add_noqa:
+            n = _add_noqa(files, settings, tree)
+            print(f"Added {n} noqa directive{'s' if n != 1 else ''}.", file=sys.stderr)
+            return EXIT_ERROR if errors else EXIT_CLEAN
         write = args.fix and not args.diff
         # launch scripts named on the command line (sbatch, shell): DDP701, read here, never fixed
         scripts = [f for f in files if not f.endswith((".py", ".pyi", ".pyw"))]
@@ -389,6 +608,7 @@ def cmd_check(args) -> int:
         if r[2]:
             _err(r[2])
     n_fixed = 0
+    n_fixed_findings = 0
     if args.diff:
         import difflib
 
@@ -396,6 +616,9 @@ def cmd_check(args) -> int:
             if new is not None:
                 sys.stdout.writelines(difflib.unified_diff(
                     old.splitlines(True), new.splitlines(True), f"a/{printable(path)}", f"b/{printable(path)}"))
+        would = sum(max(0, len(r[5]) - len(r[1])) for r in results if r[3] is not None)
+        if would and not args.quiet:
+            print(f"Would fix {would} error{'s' if would != 1 else ''}.", file=sys.stderr)
         if not any(r[3] is not None for r in results) and not args.quiet:
             n_unsafe = 0 if args.unsafe_fixes else sum(
                 1 for r in results for f in r[1] if f.fix and f.fix.applicability.value == "unsafe")
@@ -415,6 +638,7 @@ def cmd_check(args) -> int:
             try:
                 write_source(sf, new, inside=tree.get(path))
                 n_fixed += 1
+                n_fixed_findings += max(0, len(before) - len(findings))
             except OutsideTree as e:  # a repository's symlink out of the folder: reported, not fixed
                 print(printable(f"ddp-lint: warning: {e}"), file=sys.stderr)
                 results[i] = (path, before, None, None, old, before, sf)
@@ -433,13 +657,17 @@ def cmd_check(args) -> int:
                   file=sys.stderr)
     else:
         all_findings = [f for r in results for f in r[1]] if not args.diff else []
-        if not args.diff:
+        fmt = _fmt(args.output_format or settings.output_format or "concise")
+        if not args.diff and args.statistics:
+            _print_statistics(all_findings, fmt)
+        elif not args.diff:
             sources = {r[0]: (r[3] if r[3] is not None and r[2] is None else r[4])
                        for r in results if r[4] is not None}
             # never "All checks passed!" next to a file that could not be read
-            print_findings(all_findings, _fmt(args.output_format), fixed_files=n_fixed,
+            print_findings(all_findings, fmt, fixed_files=n_fixed,
                            quiet=args.quiet or (had_error and not all_findings),
-                           unsafe_hint=not args.unsafe_fixes, sources=sources)
+                           unsafe_hint=not args.unsafe_fixes, sources=sources,
+                           fixed_findings=n_fixed_findings if args.fix else None)
     remaining = [f for r in results for f in r[1]]
     if args.diff:
         changed = any(r[3] is not None for r in results)
@@ -460,8 +688,8 @@ def _check_batch(files, settings, args):
     if not args.no_cache and files:
         from .analysis.cache import Cache, cache_folder
 
-        cache = Cache(cache_folder(settings), settings)
-    full = _fmt(args.output_format) == "full"
+        cache = Cache(args.cache_dir or cache_folder(settings), settings)
+    full = _fmt(args.output_format or settings.output_format or "concise") == "full"
     out = []
     for path, findings, err in check_files(files, settings, args.jobs, cache):
         old = None

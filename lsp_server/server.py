@@ -30,6 +30,7 @@ from pygls.io_ import StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 
 from ..analysis import __version__
+from ..analysis.config import is_config_file
 
 from . import settings as cfg
 from .code_actions import FIX_ALL_KIND, RUN_KIND, CodeActionsMixin
@@ -279,6 +280,8 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
                     t.Registration(id="ddp-lint-files", method=t.WORKSPACE_DID_CHANGE_WATCHED_FILES,
                                    register_options=t.DidChangeWatchedFilesRegistrationOptions(
                                        watchers=[t.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+                                                 t.FileSystemWatcher(glob_pattern="**/ddp-lint.toml"),
+                                                 t.FileSystemWatcher(glob_pattern="**/.ddp-lint.toml"),
                                                  t.FileSystemWatcher(glob_pattern="**/*.py")]))]))
         except Exception as e:
             log.debug("no file watching for pyproject.toml and helpers: %s", e)
@@ -322,7 +325,7 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
     @server.feature(t.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     @notification(t.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched(ls: DdpServer, params: t.DidChangeWatchedFilesParams):
-        if any(c.uri.endswith("pyproject.toml") for c in params.changes):
+        if any(is_config_file(c.uri) for c in params.changes):
             ls.projects.clear()
             ls.settings_gen += 1
             ls.relint_all()
@@ -379,7 +382,7 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
     @notification(t.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: DdpServer, params: t.DidSaveTextDocumentParams):
         uri = params.text_document.uri
-        if uri.endswith("pyproject.toml"):
+        if is_config_file(uri):
             ls.projects.clear()
             ls.settings_gen += 1
             ls.relint_all()

@@ -242,7 +242,8 @@ def _parse_run(v: dict, run: RunSettings, bad) -> None:
 
 
 class ProjectSettings:
-    """``[tool.ddp-lint]`` from the nearest pyproject.toml, cached per folder, overlaid with the
+    """The nearest .ddp-lint.toml / ddp-lint.toml / pyproject.toml ``[tool.ddp-lint]`` (the CLI's
+    discovery, ``analysis.config.find_config``), cached per folder, overlaid with the
     editor's select/ignore/severity. A broken pyproject is reported once and defaults apply."""
 
     def __init__(self):
@@ -267,6 +268,8 @@ class ProjectSettings:
                 # itself): no pyproject.toml can be found there; lint with the defaults
                 base = Settings()
                 log.warning("%s: %s; no pyproject.toml looked up, using the default settings", folder, e)
+            for w in base.warnings:  # e.g. discovery stopped below a world-writable folder
+                log.warning("%s", w)
             hit = self._cache[key] = (base, err)
         base, err = hit
         return _overlay(base, editor), err

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT, require
+from tests.conftest import EXAMPLES, ROOT, exclusive, require, scaled
 
 TOOLS = Path(os.environ.get("DDP_LINT_VSCODE_TOOLS", Path.home() / ".cache" / "ddp-lint-ci" / "vscode"))
 NVMRC_MAJOR = int((ROOT / ".nvmrc").read_text().strip().lstrip("v").split(".")[0])
@@ -134,9 +134,10 @@ def node() -> Path:
             f"Node {NVMRC_MAJOR} (.nvmrc) not found: not $DDP_LINT_NODE, not `node` on PATH, not {NODE} "
             "(`nvm install`, or run .ci/setup.d/vscode.sh)")
     require(shutil.which("npm") is not None, "`npm` is not on PATH")
-    if not (ROOT / "node_modules" / "vscode-languageclient").exists() or not VSCE.exists():
-        p = run(["npm", "ci", "--no-audit", "--no-fund"], timeout=600)
-        require(p.returncode == 0, f"`npm ci` failed (no npm registry?): {(p.stdout + p.stderr)[-500:]}")
+    with exclusive("npm"):  # pytest-xdist: one worker installs, the others wait and reuse it
+        if not (ROOT / "node_modules" / "vscode-languageclient").exists() or not VSCE.exists():
+            p = run(["npm", "ci", "--no-audit", "--no-fund"], timeout=600)
+            require(p.returncode == 0, f"`npm ci` failed (no npm registry?): {(p.stdout + p.stderr)[-500:]}")
     return NODE
 
 
@@ -159,7 +160,8 @@ def test_node_matches_nvmrc_and_engines(node):
 def test_typescript_unit_tests(node):
     """settings mapping, interpreter resolution order, restart coalescing, crash-loop bound, the
     isolated launch."""
-    out = check(run(["npm", "test"], timeout=300), "npm test")
+    with exclusive("vsix"):  # npm test compiles into the checkout, as packaging does
+        out = check(run(["npm", "test"], timeout=300), "npm test")
     assert "# fail 0" in out or "ℹ fail 0" in out, out[-3000:]
     assert "restart" in out and "interpreter" in out and "launcher" in out
     tests = [int(x) for x in re.findall(r"(?:#|ℹ) tests (\d+)", out)]
@@ -175,9 +177,10 @@ def vsix(node, tmp_path_factory) -> Path:
     """Bundle, build and package: the .vsix every later test uses (in a private folder, so that
     concurrent test runs on one checkout never read each other's half-written package)."""
     require(VSCE.exists(), f"@vscode/vsce not found at {VSCE} (run `npm ci`, or .ci/setup.d/vscode.sh)")
-    check(run(["node", "vscode-client/scripts/bundle-python.mjs"], timeout=300), "bundling the Python dependencies")
     out_vsix = tmp_path_factory.mktemp("vsix") / "ddp-lint.vsix"
-    out = check(run([str(VSCE), "package", *VSCE_PACKAGE_ARGS, "-o", str(out_vsix)], timeout=300), "vsce package")
+    with exclusive("vsix"):  # the bundle is written into the checkout: one worker at a time
+        check(run(["node", "vscode-client/scripts/bundle-python.mjs"], timeout=300), "bundling the Python dependencies")
+        out = check(run([str(VSCE), "package", *VSCE_PACKAGE_ARGS, "-o", str(out_vsix)], timeout=300), "vsce package")
     # vsce warns about a missing repository/license/icon/README section etc.: none may remain
     warnings = [line for line in out.splitlines() if "WARNING" in line.upper() and "location" not in line.lower()]
     assert not warnings, "vsce package warnings:\n" + "\n".join(warnings)
@@ -298,7 +301,7 @@ def test_packaged_server_runs_without_ddp_lint_installed(vsix, tmp_path):
                                       "logLevel": "info", "run": {"nproc": None, "timeoutSeconds": 60,
                                                                   "emulate": "auto", "args": []}}}}))
         p.stdin.flush()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         init = None
         while init is None and time.monotonic() < deadline:
             msg = _read_lsp(p.stdout)
@@ -395,7 +398,7 @@ def code_server(vsix: Path, tmp_path: Path, trusted: bool):
          "--disable-update-check", *flags, "--disable-getting-started-override", str(ws)],
         cwd=tmp_path, env=node_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()

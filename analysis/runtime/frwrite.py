@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import tempfile
 
+from ..io import atomic_write
 from .frdump import FrFrame  # noqa: F401  (the format's reader lives beside it)
 
 PREFIX = "ddp_lint_trace_rank_"
@@ -30,19 +30,10 @@ VERSION = "2.10"
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ddp-lint-", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """The dumps go through the one writer (``io.atomic_write``: mkstemp in the folder, mode 0600,
+    ``os.replace``; a final path that is a symbolic link is refused)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, data)
 
 
 def _pg(rec: dict) -> tuple[str, str, list | None]:

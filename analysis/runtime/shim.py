@@ -21,14 +21,11 @@ Hooks between the sections (kept as module globals so both sections can use them
 Collective records are bounded: past DDP_LINT_LOG_BUDGET bytes (default 8 MiB) a collective is
 logged only if it is still running 0.25 s later, or raised; the others are counted ("quiet").
 """
-# ruff: noqa
 from __future__ import annotations
 
 import os
 import sys
 import traceback
-
-_PRE_COLLECTIVE_HOOKS: list = []
 
 # ================================ RECORDING (owned by the runner) ================================
 #
@@ -64,6 +61,8 @@ import json
 import signal
 import threading
 import time
+
+_PRE_COLLECTIVE_HOOKS: list = []
 
 _LOG_FD = None
 _PID = os.getpid()

@@ -11,7 +11,6 @@ Nothing here runs per step beyond one counter in DDP's ``_pre_forward``:
     fingerprinted once: a checksum per parameter, whether any parameter has a gradient, and the
     counter. shim.py logs it as a ``ddp_state`` record; analysis/runtime/findings.py compares ranks.
 """
-# ruff: noqa
 from __future__ import annotations
 
 import functools

@@ -5,7 +5,6 @@ standard library and torch, and imports nothing from ddp-lint. What it uses of t
 (shim.py) is handed over by ``bind`` before ``install`` runs:
   _PRE_COLLECTIVE_HOOKS, _log_event, _caller_site, _is_internal   (see shim.py's header)
 """
-# ruff: noqa
 from __future__ import annotations
 
 import os

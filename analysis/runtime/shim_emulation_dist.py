@@ -5,7 +5,6 @@ Not a module of its own: shim_emulation.bind() compiles this file by path and ru
 shim_emulation's namespace, so names from there (``_EMU``, ``_emu_*``, ``EmulatedNcclError``) are
 used here directly. Stdlib + torch only; imports nothing from ddp-lint.
 """
-# ruff: noqa
 # (names below come from shim_emulation.py's namespace)
 
 # ---- torch.distributed: NCCL process groups on gloo ---------------------------------------------
@@ -36,7 +35,7 @@ def _emu_backend_kind(backend):
     return "mixed" if cpu else "nccl"
 
 
-def _emu_bind(fn, args, kwargs, cache={}):
+def _emu_bind(fn, args, kwargs, cache={}):  # noqa: B006 -- one memo of signatures for every call
     import inspect
 
     sig = cache.get(fn)
@@ -649,7 +648,7 @@ def _emulation_install():
     st.mode.__enter__()
     import atexit
 
-    def _mark_exited(pid=os.getpid()):
+    def _mark_exited(pid=os.getpid()):  # noqa: B008 -- the pid at registration: a forked child skips it
         # the other ranks stop waiting for this one's device entries (see _emu_wait)
         if os.getpid() == pid and st.store is not None:
             try:

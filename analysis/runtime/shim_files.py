@@ -8,7 +8,6 @@ frames}. ``via`` is "torch.save" (a path given to torch.save, which torch writes
 to one log file is a common, mostly harmless, pattern). At most _MAX records per rank.
 frames: the caller's stack outside torch and the shim, innermost first (at most 40).
 """
-# ruff: noqa
 from __future__ import annotations
 
 import builtins

@@ -11,7 +11,6 @@ torchrun's own rendezvous; this file only starts them and waits. It dies with dd
 (PR_SET_PDEATHSIG) and each agent dies with it, so nothing outlives the run. Exit status: the first
 agent's non-zero status, else 0.
 """
-# ruff: noqa
 from __future__ import annotations
 
 import os

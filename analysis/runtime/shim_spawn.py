@@ -8,7 +8,6 @@ only with this run's DDP_LINT_RUN_ID and DDP_LINT_SELF_SPAWN=1), which loads thi
 calls :func:`child`. The child records like a torchrun rank, under the tag ``p<pid>`` until its
 ``init_process_group`` returns; then its files are renamed to its rank. Stdlib + torch only.
 """
-# ruff: noqa
 from __future__ import annotations
 
 import os

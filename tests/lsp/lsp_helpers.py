@@ -26,6 +26,8 @@ from pygls.protocol import default_converter
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
+from tests.conftest import scaled  # every deadline scales with the machine's load
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 HERE = Path(__file__).resolve().parent
@@ -85,6 +87,7 @@ async def wait_publish(client, uri: str, version=None, *, after: int = 0, timeou
                        pred=None) -> t.PublishDiagnosticsParams:
     """The first publish for ``uri`` at index >= ``after`` (with ``version`` if given)."""
     loop = asyncio.get_running_loop()
+    timeout = scaled(timeout)
     deadline = loop.time() + timeout
     while True:
         for p in client.publishes[after:]:
@@ -187,7 +190,7 @@ async def start_session(client_name: str, root: Path, init_options=None, configu
 
 async def stop_session(client) -> None:
     try:
-        await asyncio.wait_for(client.shutdown_session(), 10)
+        await asyncio.wait_for(client.shutdown_session(), scaled(10))
     except Exception:
         pass
     await client.stop()
@@ -200,6 +203,7 @@ def server_alive(client) -> bool:
 
 async def answered(coro, what: str, timeout: float = 15.0):
     """Await a request; a missing answer is a test failure that names the request."""
+    timeout = scaled(timeout)
     try:
         return await asyncio.wait_for(coro, timeout)
     except asyncio.TimeoutError:
@@ -329,7 +333,7 @@ async def lsp_session(tmp_path):
             await c.stop()
             continue
         try:
-            await asyncio.wait_for(c.shutdown_session(), 10)
+            await asyncio.wait_for(c.shutdown_session(), scaled(10))
         except Exception as e:
             problems.append(f"shutdown failed: {e!r}")
             try:
@@ -338,10 +342,10 @@ async def lsp_session(tmp_path):
                 pass
         if srv is not None and srv.returncode is None:
             try:
-                await asyncio.wait_for(srv.wait(), 10)
+                await asyncio.wait_for(srv.wait(), scaled(10))
             except asyncio.TimeoutError:
                 srv.kill()
-                problems.append("the server was still running 10 s after exit; killed")
+                problems.append("the server was still running 10 s (scaled by the load) after exit; killed")
         await c.stop()
     if problems:
         pytest.fail("; ".join(problems))

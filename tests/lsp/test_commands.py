@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from lsp_helpers import HERE, rng, seed_text, wait_publish
+from tests.conftest import scaled
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 
@@ -128,7 +129,7 @@ async def test_run_can_be_cancelled_and_runner_errors_are_lsp_errors(lsp_session
         await execute(s, "ddp-lint.run", uri)
     assert "already running" in ei.value.message
     s.client.window_work_done_progress_cancel(t.WorkDoneProgressCancelParams(token=token))
-    res = await asyncio.wait_for(task, 30)
+    res = await asyncio.wait_for(task, scaled(30))
     assert res["cancelled"] is True
     assert s.client.progress_reports[token][-1].kind == "end"
 

@@ -65,6 +65,24 @@ async def test_pyproject_tool_table_applies(lsp_session, tmp_path):
     assert any("NOPE" in m.message and m.type == t.MessageType.Error for m in s.client.messages)
 
 
+async def test_ddp_lint_toml_discovered_with_ruffs_precedence(lsp_session, tmp_path):
+    """Issue 30, point 2: the server reads .ddp-lint.toml / ddp-lint.toml as the CLI does, ahead of
+    pyproject.toml in the same folder, and a change to one re-lints."""
+    (tmp_path / "pyproject.toml").write_text('[tool.ddp-lint]\nignore = ["DDP101"]\n')
+    (tmp_path / "ddp-lint.toml").write_text('ignore = ["DDP001"]\n')
+    s = await lsp_session("neovim")
+    uri = s.open("seed2.py", seed_text())
+    p = await wait_publish(s.client, uri, 1)
+    assert set(focus(p)) == {"DDP101"}  # ddp-lint.toml wins over pyproject.toml
+    # .ddp-lint.toml wins over ddp-lint.toml; the watched-file change makes the server read it
+    (tmp_path / ".ddp-lint.toml").write_text('ignore = ["DDP101"]\n')
+    n = len(s.client.publishes)
+    s.client.workspace_did_change_watched_files(t.DidChangeWatchedFilesParams(changes=[
+        t.FileEvent(uri=(tmp_path / ".ddp-lint.toml").as_uri(), type=t.FileChangeType.Created)]))
+    p = await wait_publish(s.client, uri, after=n)
+    assert set(focus(p)) == {"DDP001"}
+
+
 async def test_lint_on_save_only(lsp_session):
     s = await lsp_session("vscode", init_options={"lintOnChange": False, "logLevel": "debug"})
     text = seed_text()

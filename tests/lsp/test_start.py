@@ -11,6 +11,8 @@ import time
 import pytest
 from lsp_helpers import ROOT
 
+from tests.conftest import scaled
+
 
 def frame(obj) -> bytes:
     body = json.dumps(obj).encode()
@@ -84,7 +86,7 @@ def test_tcp():
     p = subprocess.Popen([sys.executable, "-m", "ddp_lint", "server", "--tcp", f"127.0.0.1:{port}"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while True:
             try:
                 conn = socket.create_connection(("127.0.0.1", port), timeout=10)

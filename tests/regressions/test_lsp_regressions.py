@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scaled
 
 
 class RawServer:
@@ -28,7 +28,7 @@ class RawServer:
         self.p.stdin.flush()
 
     def response(self, msg_id, timeout: float = 10.0) -> dict:
-        end = time.monotonic() + timeout
+        end = time.monotonic() + scaled(timeout)
         while time.monotonic() < end:
             while b"\r\n\r\n" in self.buf:
                 head, rest = self.buf.split(b"\r\n\r\n", 1)
@@ -113,7 +113,7 @@ def test_notifications_do_not_accumulate(tmp_path):
         s.send({"jsonrpc": "2.0", "id": 1, "method": "shutdown"})
         s.response(1)  # every notification before it has been handled
         p.send_signal(signal.SIGUSR1)
-        end = time.monotonic() + 30
+        end = time.monotonic() + scaled(30)
         err = b""
         while b"FUTURES" not in err and time.monotonic() < end:
             # the kernel may hand the signal to another thread; the handler then runs only once the
@@ -144,7 +144,7 @@ def test_shutdown_while_the_client_has_not_answered_a_request():
         assert "result" in s.response(0)
         s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         # wait until the server's workspace/configuration request is out (and never answer it)
-        end = time.monotonic() + 10
+        end = time.monotonic() + scaled(10)
         while b"workspace/configuration" not in s.buf and time.monotonic() < end:
             r, _, _ = select.select([s.p.stdout], [], [], 0.1)
             if r:
@@ -212,7 +212,7 @@ class RawStdio(RawServer):
 
     def publish(self, uri: str, version=None, timeout: float = 15.0) -> list:
         """The diagnostics of the first publish for ``uri`` (at ``version``) still in the buffer."""
-        end = time.monotonic() + timeout
+        end = time.monotonic() + scaled(timeout)
         while time.monotonic() < end:
             for chunk in self.buf.split(b"Content-Length: ")[1:]:
                 try:
@@ -366,7 +366,7 @@ class SocketClient:
         return True
 
     def response(self, msg_id, timeout: float = 15.0) -> dict:
-        end = time.monotonic() + timeout
+        end = time.monotonic() + scaled(timeout)
         while time.monotonic() < end:
             for m in self.seen:
                 if m.get("id") == msg_id and "method" not in m:
@@ -397,7 +397,7 @@ def _server(*args):
 def _connect(p, address, family=None) -> SocketClient:
     import socket
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while True:
         try:
             if family is None:
@@ -537,7 +537,7 @@ def test_long_settings_key_is_capped(raw):
     raw.send({"jsonrpc": "2.0", "id": 5, "method": "textDocument/hover", "params": HOVER})
     raw.response(5)
     shown = []
-    end = time.monotonic() + 5
+    end = time.monotonic() + scaled(5)
     while time.monotonic() < end and not shown:
         r, _, _ = select.select([raw.p.stdout], [], [], 0.2)
         if r:
@@ -567,7 +567,7 @@ def test_cancel_request_stops_a_run(tmp_path):
         s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         s.send({"jsonrpc": "2.0", "id": "run-1", "method": "workspace/executeCommand", "params": {
             "command": "ddp-lint.run", "arguments": [script.as_uri()]}})
-        end = time.monotonic() + 30
+        end = time.monotonic() + scaled(30)
         while not (log.exists() and log.read_text()) and time.monotonic() < end:
             time.sleep(0.05)
         assert log.exists(), "the run never started"
@@ -610,7 +610,7 @@ def test_document_under_a_symlink_loop_gets_diagnostics_and_code_actions(tmp_pat
         for i, uri in enumerate([(ws / "loop.py").as_uri(), (ws / "loop.py" / "inner.py").as_uri()]):
             s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
                 "uri": uri, "languageId": "python", "version": 1, "text": text}}})
-            end = time.monotonic() + 15
+            end = time.monotonic() + scaled(15)
             diags = None
             while diags is None and time.monotonic() < end:
                 s.pump(0.1)

@@ -7,7 +7,6 @@ import ast
 import json
 import os
 import stat
-from pathlib import Path
 
 import pytest
 

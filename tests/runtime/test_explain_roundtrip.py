@@ -59,7 +59,9 @@ def test_records_to_dumps_and_back(tmp_path):
     src = tmp_path / "train.py"
     src.write_text("import torch.distributed as dist\nimport sys\n\nif rank == 1:\n    sys.exit(2)\ndist.barrier()\n"
                    "dist.all_reduce(t)\ndist.broadcast(t, 0)\n")
-    call = lambda seq, op, line: {"seq": seq, "op": op, "file": str(src), "line": line, "function": "<module>"}
+    def call(seq, op, line):
+        return {"seq": seq, "op": op, "file": str(src), "line": line, "function": "<module>"}
+
     res = RunResult(nproc=3)
     res.raw = _raw({
         0: {"events": [{"kind": "init", "backend": "gloo"}], "pending": {"4": call(4, "all_reduce", 7)},

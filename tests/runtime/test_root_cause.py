@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_torch
-from tests.runtime.test_run import by_code, line, marks, rel
+from tests.runtime.test_run import line, marks, rel
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts16"
 TIMEOUT = 20.0  # an upper bound only: every case below ends by torch's own error or a rank's exit
@@ -367,7 +367,9 @@ def test_a_self_spawning_script_runs_as_one_process_and_its_ranks_are_recorded()
     import os
 
     m = marks(SCRIPTS / "spawn_buggy.py")
-    os.environ["SPAWN_PORT"] = str(29000 + os.getpid() % 500)
+    from ddp_lint.analysis.runtime.nodes import free_port
+
+    os.environ["SPAWN_PORT"] = str(free_port())  # a free port: pytest-xdist runs tests side by side
     try:
         res = run("spawn_buggy.py")
         f = only(res, "DDP901")
@@ -376,7 +378,7 @@ def test_a_self_spawning_script_runs_as_one_process_and_its_ranks_are_recorded()
         assert res.launched == "self-spawning" and res.nproc == 2 and len(res.argv) == 3  # python shim script
         assert "--standalone" not in res.argv
 
-        os.environ["SPAWN_PORT"] = str(29500 + os.getpid() % 500)
+        os.environ["SPAWN_PORT"] = str(free_port())
         res = run("spawn_clean.py")
         assert res.exit_code == 0 and not res.findings, codes(res)
         assert res.output.count("TRAINED") == 2 and [r.status for r in res.ranks] == ["ok", "ok"]

@@ -48,7 +48,9 @@ def main(out: Path) -> None:
                 for si in range(SS):
                     c = shade(i + (si + 0.5) / SS, j + (sj + 0.5) / SS)
                     if c is not None:
-                        acc[0] += c[0]; acc[1] += c[1]; acc[2] += c[2]; acc[3] += 255
+                        for k in range(3):
+                            acc[k] += c[k]
+                        acc[3] += 255
             n = SS * SS
             a = acc[3] // n
             if a:
