@@ -28,6 +28,7 @@ from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     wrapped_names,
 )
 from .roots import Roots
+from .hidden import hidden_sites
 from .unconditional import _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
 
 COLLECTIVES = (
@@ -341,10 +342,11 @@ class Summaries(Roots):
         if pre is None:
             pre = _sites_prelude(view)
         has_zero, instances, methods, cands, plain_wrapped = pre
+        hidden = hidden_sites(self, view)  # the modern stack's hidden collectives (flow/hidden.py)
         if ctx is None:
             wrapped = plain_wrapped
             # only the calls that can pass the rejects below (the rest would ``continue``)
-            calls = [c for c in scope_calls(view, scope) if c in cands]
+            calls = [c for c in scope_calls(view, scope) if c in cands or c in hidden]
         else:
             wrapped = _wrapped(view, ctx)
             calls = scope_calls(view, scope)
@@ -356,7 +358,13 @@ class Summaries(Roots):
                 op = qn[len(D):]
                 if op in COLLECTIVES and not on_subgroup(c, op):
                     out.append(Site(c, [Effect(op, c, view.path)], "explicit"))
+                elif c in hidden:
+                    out.append(hidden[c])
                 continue
+            if c in hidden:
+                out.append(hidden[c])
+                if hidden[c].kind != "helper":
+                    continue
             f = c.func
             # fast rejects: nothing below can apply to these calls
             if f.__class__ is Name:
@@ -413,7 +421,7 @@ class Summaries(Roots):
                 effs = s.must
                 if effs and under_no_grad(view, c):
                     effs = tuple(e for e in effs if not e.grad)
-                if effs:
+                if effs and c not in hidden:
                     name = getattr(target[1], "name", "?")
                     if name == "__init__":
                         name = getattr(parent(target[1]), "name", name)

@@ -1,0 +1,362 @@
+"""Hidden collectives: calls of the modern stack (FSDP2, DTensor, DeviceMesh, the distributed state
+dicts, DCP, FSDP1's full state dicts) that run a collective without spelling one.
+
+The table is ``runtime/shim_vocab.py`` (shared with the runtime shim). This module answers, for a
+call of the user's code, which entry it is and whether its condition holds (``api_of``), which
+values hold a module given to ``fully_shard`` (``is_fsdp2``), and turns those calls into collective
+sites (``hidden_sites``) that ``summaries.Summaries.sites`` adds beside the explicit ones, so that
+DDP104/DDP107/DDP110 and every helper summary see them.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_RANK0, COND_FSDP1_FULL,
+                                  COND_FULL_STATE_DICT, COND_RUN_CHECK, COND_SHARDED_PARAMS, VOCAB)
+from ..semantic import FUNC_TYPES, get_arg, parent
+from .bindings import reaching
+
+FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
+FSDP1 = "torch.distributed.fsdp.FullyShardedDataParallel"
+_DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")
+_BY_METHOD_RECV = {}
+for _a in VOCAB:
+    if _a.method and _a.receiver in ("dtensor", "fsdp2", "fsdp1"):
+        _BY_METHOD_RECV.setdefault(_a.method, []).append(_a)
+del _a
+_OPNAMES = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce",
+            "all_to_all": "all-to-all", "new_group": "group creation"}
+
+
+def op_words(op: str) -> str:
+    return _OPNAMES.get(op, op)
+
+
+# -- what a call is -------------------------------------------------------------------------------
+def api_of(hub, view, call: ast.Call):
+    """The vocabulary entry whose collective ``call`` runs, its condition known to hold; else None."""
+    memo = view.memo.setdefault("hidden.api_of", {})
+    if call in memo:
+        return memo[call]
+    got = memo[call] = _api_of(hub, view, call)
+    return got
+
+
+def entry_of(view, call: ast.Call):
+    """The vocabulary entry ``call`` names (by qualified name or unique method), whatever its
+    condition; None for other calls."""
+    qn = view.sem.call_qualname(call)
+    if qn:
+        got = BY_QUALNAME.get(qn)
+        if got is not None:
+            return got
+    f = call.func
+    if isinstance(f, ast.Attribute) and not qn:
+        return BY_UNIQUE_METHOD.get(f.attr)
+    return None
+
+
+def _api_of(hub, view, call):
+    sem = view.sem
+    qn = sem.call_qualname(call)
+    f = call.func
+    if qn:
+        a = BY_QUALNAME.get(qn)
+        if a is None or not a.runs:
+            return None
+        return a if condition_holds(hub, view, call, a) else None
+    if not isinstance(f, ast.Attribute):
+        return None
+    a = BY_UNIQUE_METHOD.get(f.attr)
+    if a is not None:
+        return a if a.runs else None
+    for a in _BY_METHOD_RECV.get(f.attr, ()):
+        if not a.runs or a.method in ("forward", "backward"):
+            continue
+        if a.receiver == "dtensor" and uses_dtensor(view):
+            return a
+        if a.receiver == "fsdp2" and is_fsdp2(hub, view, f.value, call):
+            return a
+        if a.receiver == "fsdp1" and is_fsdp1(hub, view, f.value, call):
+            if a.when == COND_FSDP1_FULL and not _fsdp1_full(view, call):
+                continue
+            return a
+    return None
+
+
+def uses_dtensor(view) -> bool:
+    """The module imports from ``torch.distributed.tensor`` (the DTensor API)."""
+    got = view.memo.get("hidden.uses_dtensor")
+    if got is None:
+        got = view.memo["hidden.uses_dtensor"] = any(
+            (v or "").startswith(_DTENSOR_MODULES) for v in view.sem.aliases.values())
+    return got
+
+
+def condition_holds(hub, view, call: ast.Call, a) -> bool:
+    w = a.when
+    if w is None:
+        return True
+    if w == COND_FULL_STATE_DICT:
+        return options_flag(view, get_arg(call, None, "options"), call, "full_state_dict") is True
+    if w == COND_BROADCAST_RANK0:
+        return options_flag(view, get_arg(call, None, "options"), call, "broadcast_from_rank0") is True
+    if w == COND_RUN_CHECK:
+        v = get_arg(call, None, "run_check")
+        return isinstance(v, ast.Constant) and v.value is True
+    if w == COND_SHARDED_PARAMS:
+        p = get_arg(call, 0, "parameters")
+        return (isinstance(p, ast.Call) and isinstance(p.func, ast.Attribute) and p.func.attr == "parameters"
+                and is_fsdp2(hub, view, p.func.value, call))
+    if w == COND_FSDP1_FULL:
+        return _fsdp1_full(view, call)
+    return False
+
+
+def options_flag(view, expr, at, field: str, depth: int = 0):
+    """The constant value of ``field`` in the ``StateDictOptions(...)`` that ``expr`` holds, or None."""
+    if expr is None or depth > 3:
+        return None
+    if isinstance(expr, ast.Call) and (view.sem.call_qualname(expr) or "").endswith("StateDictOptions"):
+        v = get_arg(expr, None, field)
+        return v.value if isinstance(v, ast.Constant) else None
+    if isinstance(expr, ast.Name):
+        kind, evs = reaching(view, expr.id, at)
+        if kind in ("events", "global") and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign):
+            return options_flag(view, evs[0].value, evs[0], field, depth + 1)
+    return None
+
+
+def _fsdp1_full(view, call) -> bool:
+    """``call`` runs under ``FSDP.state_dict_type(m, StateDictType.FULL_STATE_DICT)`` (a ``with``
+    around it, or a ``set_state_dict_type`` earlier in the module)."""
+    def full(c):
+        return any(isinstance(x, ast.Attribute) and x.attr == "FULL_STATE_DICT"
+                   for x in (*c.args, *(k.value for k in c.keywords)))
+    p = parent(call)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.ClassDef)):
+        if isinstance(p, (ast.With, ast.AsyncWith)):
+            for it in p.items:
+                e = it.context_expr
+                if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+                        e.func.attr == "state_dict_type" and full(e):
+                    return True
+        p = parent(p)
+    for c in view.sem.calls:
+        if isinstance(c.func, ast.Attribute) and c.func.attr == "set_state_dict_type" and full(c) \
+                and c.lineno < call.lineno:
+            return True
+    return False
+
+
+# -- which values are FSDP2 modules ----------------------------------------------------------------
+def _key(expr):
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return "self." + expr.attr
+    return None
+
+
+def shard_calls(hub, view) -> list:
+    """(call, sharded expression) of the module: ``fully_shard(m)``, and calls of project
+    functions that give their parameter to ``fully_shard`` (``apply_fsdp(model, mesh)``)."""
+    got = view.memo.get("hidden.shard_calls")
+    if got is not None:
+        return got
+    got = view.memo["hidden.shard_calls"] = []
+    sem = view.sem
+    for qn in FULLY_SHARD:
+        for c in sem.calls_to(qn):
+            a = get_arg(c, 0, "module")
+            if a is not None:
+                got.append((c, a))
+    for c in sem.calls:
+        if sem.call_qualname(c) in FULLY_SHARD:
+            continue
+        f = c.func
+        if not isinstance(f, (ast.Name, ast.Attribute)) or not c.args:
+            continue
+        target = hub.resolve_call(view, c)
+        if target is None or not isinstance(target[1], FUNC_TYPES):
+            continue
+        for pname, arg in _call_args(c, target[1]):
+            if pname in shards_params(hub, *target):
+                got.append((c, arg))
+    return got
+
+
+def _call_args(call, fn):
+    from .context import call_args
+    return call_args(call, fn)
+
+
+def shards_params(hub, view, fn) -> frozenset:
+    """The parameters of ``fn`` that its body gives to ``fully_shard`` (directly or through
+    another such function), as names."""
+    memo = view.memo.setdefault("hidden.shards_params", {})
+    if fn in memo:
+        return memo[fn]
+    memo[fn] = frozenset()  # recursion guard
+    names = set()
+    from ..semantic import param_names
+    params = set(param_names(fn))
+    for c, arg in shard_calls_in(hub, view, fn):
+        if isinstance(arg, ast.Name) and arg.id in params:
+            names.add(arg.id)
+    memo[fn] = frozenset(names)
+    return memo[fn]
+
+
+def shard_calls_in(hub, view, fn):
+    return [(c, a) for c, a in shard_calls(hub, view) if view.sem.enclosing_function(c) is fn]
+
+
+def is_fsdp2(hub, view, expr, at) -> bool:
+    """``expr`` holds a module given to ``fully_shard`` before ``at`` (in the same function, or
+    on ``self`` anywhere in the class), or bound from one."""
+    k = _key(expr)
+    if k is None:
+        return False
+    sem = view.sem
+    scope = sem.enclosing_function(at)
+    for c, a in shard_calls(hub, view):
+        if _key(a) != k:
+            continue
+        if k.startswith("self."):
+            return True
+        if sem.enclosing_function(c) is scope and (c.lineno, c.col_offset) < (at.lineno, at.col_offset):
+            return True
+    if isinstance(expr, ast.Name):
+        kind, evs = reaching(view, expr.id, at)
+        if kind == "param":
+            return _param_fsdp2(hub, view, evs, expr.id)
+        if kind in ("events", "global") and evs:
+            for e in evs:
+                if isinstance(e, ast.Assign) and isinstance(e.value, ast.Call) and (
+                        view.sem.call_qualname(e.value) in FULLY_SHARD):
+                    return True
+    return False
+
+
+def _param_fsdp2(hub, view, fn, name) -> bool:
+    """Every call of ``fn`` in its module passes an FSDP2 module as ``name``."""
+    memo = view.memo.setdefault("hidden.param_fsdp2", {})
+    key = (fn, name)
+    if key in memo:
+        return memo[key]
+    memo[key] = False  # recursion guard
+    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
+    ok = bool(sites)
+    for c in sites:
+        a = next((a for p, a in _call_args(c, fn) if p == name), None)
+        if a is None or not is_fsdp2(hub, view, a, c):
+            ok = False
+            break
+    memo[key] = ok
+    return ok
+
+
+def is_fsdp1(hub, view, expr, at) -> bool:
+    try:
+        w = hub.wrapper_ctor(view, expr, at)
+    except Exception:  # pragma: no cover - defensive: a helper of the hub on odd input
+        return False
+    return w is not None and view.sem.call_qualname(w) == FSDP1
+
+
+# -- sites -----------------------------------------------------------------------------------------
+def hidden_sites(hub, view) -> dict:
+    """call -> Site for every call of the module that runs a hidden collective: a vocabulary entry
+    whose condition holds, the forward of an FSDP2 module, ``backward()`` of a value computed from
+    one, and a project helper that calls an FSDP2 module it receives."""
+    got = view.memo.get("hidden.sites")
+    if got is not None:
+        return got
+    from .summaries import Effect, Site
+    got = view.memo["hidden.sites"] = {}
+    sem = view.sem
+    if not _relevant(view):
+        return got
+    for c in sem.calls:
+        a = api_of(hub, view, c)
+        if a is not None:
+            op = a.runs[0]
+            got[c] = Site(c, [Effect(op, c, view.path, what=f"the {op_words(op)} inside `{a.key}()`")], "hidden")
+            continue
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr == "backward":
+            fwd = _from_fsdp2_forward(hub, view, f.value, c, 0)
+            if fwd is not None:
+                got[c] = Site(c, [Effect("reduce_scatter", c, view.path,
+                                         what="FSDP2's gradient reduce-scatter in `backward()`")], "hidden")
+            continue
+        if (isinstance(f, ast.Name) or (isinstance(f, ast.Attribute) and f.attr == "forward")) and \
+                is_fsdp2(hub, view, f if isinstance(f, ast.Name) else f.value, c):
+            got[c] = Site(c, [Effect("all_gather", c, view.path,
+                                     what="FSDP2's parameter all-gather in the forward")], "hidden")
+            continue
+        site = _helper_forward(hub, view, c)
+        if site is not None:
+            got[c] = site
+    return got
+
+
+def _relevant(view) -> bool:
+    """The module names something of the vocabulary (a qualified name or a unique method)."""
+    sem = view.sem
+    if any((v or "").startswith(("torch.distributed.", "torch.nn.utils")) for v in sem.aliases.values()):
+        return True
+    return any(isinstance(c.func, ast.Attribute) and c.func.attr in BY_UNIQUE_METHOD for c in sem.calls)
+
+
+def _from_fsdp2_forward(hub, view, expr, at, depth):
+    """The FSDP2 forward call ``expr`` is computed from (through names bound in this function)."""
+    if depth > 4 or expr is None:
+        return None
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Name) and is_fsdp2(hub, view, f, n):
+                return n
+            if isinstance(f, ast.Attribute) and f.attr == "forward" and is_fsdp2(hub, view, f.value, n):
+                return n
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            kind, evs = reaching(view, n.id, n)
+            if kind == "events":
+                for e in evs or ():
+                    if isinstance(e, (ast.Assign, ast.AugAssign)):
+                        got = _from_fsdp2_forward(hub, view, e.value, e, depth + 1)
+                        if got is not None:
+                            return got
+    return None
+
+
+def _helper_forward(hub, view, call):
+    """``evaluate(model)`` where ``model`` is an FSDP2 module and the project function ``evaluate``
+    calls its parameter on every run: the forward's all-gather, at the call."""
+    if not call.args and not call.keywords:
+        return None
+    args = [a for a in (*call.args, *(k.value for k in call.keywords)) if _key(a) is not None]
+    if not args or not any(is_fsdp2(hub, view, a, call) for a in args):
+        return None
+    target = hub.resolve_call(view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return None
+    tv, fn = target
+    from .summaries import Effect, Site
+    from .unconditional import unconditional
+    for pname, arg in _call_args(call, fn):
+        if not is_fsdp2(hub, view, arg, call):
+            continue
+        for c in tv.sem.calls:
+            if tv.sem.enclosing_function(c) is not fn:
+                continue
+            f = c.func
+            if (isinstance(f, ast.Name) and f.id == pname) or (
+                    isinstance(f, ast.Attribute) and f.attr == "forward" and isinstance(f.value, ast.Name)
+                    and f.value.id == pname):
+                if reaching(tv, pname, c)[0] == "param" and unconditional(tv, c, fn):
+                    e = Effect("all_gather", c, tv.path, what="FSDP2's parameter all-gather in the forward")
+                    return Site(call, [e.through(fn.name)], "helper")
+    return None
