@@ -266,14 +266,14 @@ def is_fsdp1(hub, view, expr, at) -> bool:
 
 
 # -- sites -----------------------------------------------------------------------------------------
-def hidden_sites(hub, view) -> dict:
+def hidden_sites(hub, view, Effect, Site) -> dict:
     """call -> Site for every call of the module that runs a hidden collective: a vocabulary entry
     whose condition holds, the forward of an FSDP2 module, ``backward()`` of a value computed from
-    one, and a project helper that calls an FSDP2 module it receives."""
+    one, and a project helper that calls an FSDP2 module it receives. ``Effect`` and ``Site`` are
+    ``summaries``' classes, passed in (this module sits below ``summaries``)."""
     got = view.memo.get("hidden.sites")
     if got is not None:
         return got
-    from .summaries import Effect, Site
     got = view.memo["hidden.sites"] = {}
     sem = view.sem
     if not _relevant(view):
@@ -296,7 +296,7 @@ def hidden_sites(hub, view) -> dict:
             got[c] = Site(c, [Effect("all_gather", c, view.path,
                                      what="FSDP2's parameter all-gather in the forward")], "hidden")
             continue
-        site = _helper_forward(hub, view, c)
+        site = _helper_forward(hub, view, c, Effect, Site)
         if site is not None:
             got[c] = site
     return got
@@ -332,7 +332,7 @@ def _from_fsdp2_forward(hub, view, expr, at, depth):
     return None
 
 
-def _helper_forward(hub, view, call):
+def _helper_forward(hub, view, call, Effect, Site):
     """``evaluate(model)`` where ``model`` is an FSDP2 module and the project function ``evaluate``
     calls its parameter on every run: the forward's all-gather, at the call."""
     if not call.args and not call.keywords:
@@ -344,7 +344,6 @@ def _helper_forward(hub, view, call):
     if target is None or not isinstance(target[1], FUNC_TYPES):
         return None
     tv, fn = target
-    from .summaries import Effect, Site
     from .unconditional import unconditional
     for pname, arg in _call_args(call, fn):
         if not is_fsdp2(hub, view, arg, call):

@@ -342,7 +342,7 @@ class Summaries(Roots):
         if pre is None:
             pre = _sites_prelude(view)
         has_zero, instances, methods, cands, plain_wrapped = pre
-        hidden = hidden_sites(self, view)  # the modern stack's hidden collectives (flow/hidden.py)
+        hidden = hidden_sites(self, view, Effect, Site)  # the modern stack's hidden collectives (flow/hidden.py)
         if ctx is None:
             wrapped = plain_wrapped
             # only the calls that can pass the rejects below (the rest would ``continue``)
