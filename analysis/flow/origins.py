@@ -1,0 +1,114 @@
+"""Where a value comes from: the expressions (each with its module view) that a use may hold,
+followed through names and their reaching bindings, tuple unpacking, ``self`` attributes, the
+parameters of a function (its calls in the module) and the returns of project functions (in this
+file or another). The DDP5xx rules ask it "is this an optimizer / a DTensor / a DeviceMesh / a
+future of ``async_save``", so that moving the construction into a helper or a method, or returning
+it in a tuple, changes nothing.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from .bindings import reaching, target_path
+
+MAX_DEPTH = 6
+
+
+def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
+    """(view, expression) pairs the value of ``expr`` at ``at`` may come from (leaves: calls,
+    constants, anything not followed further). ``path`` is the index path into a tuple the value
+    is an element of (tuple unpacking on the way)."""
+    if expr is None or depth > MAX_DEPTH:
+        return []
+    if isinstance(expr, ast.Tuple) and path:
+        i = path[0]
+        if i < len(expr.elts) and not any(isinstance(e, ast.Starred) for e in expr.elts):
+            return origins(hub, view, expr.elts[i], at, depth + 1, path[1:])
+        return []
+    if isinstance(expr, ast.Name):
+        kind, evs = reaching(view, expr.id, at)
+        if kind in ("events", "global"):
+            out = []
+            for e in evs or ():
+                if isinstance(e, ast.Assign):
+                    for t in e.targets:
+                        p = target_path(t, expr.id)
+                        if p is not None:
+                            out.extend(origins(hub, view, e.value, e, depth + 1, (*p, *path)))
+                            break
+                elif isinstance(e, (ast.AnnAssign, ast.NamedExpr)) and e.value is not None:
+                    out.extend(origins(hub, view, e.value, e, depth + 1, path))
+                elif isinstance(e, (ast.With, ast.AsyncWith)):
+                    for it in e.items:
+                        if it.optional_vars is not None and target_path(it.optional_vars, expr.id) is not None:
+                            out.append((view, it.context_expr))
+            return out
+        if kind == "param" and isinstance(evs, FUNC_TYPES):
+            from .context import call_args
+            out = []
+            for c in hub.call_sites(view, evs)[:8]:
+                a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
+                if a is not None:
+                    out.extend(origins(hub, view, a, c, depth + 1, path))
+            return out
+        return []
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        out = []
+        for v in hub.self_attr_bindings(view, expr)[:8]:
+            if isinstance(v, ast.expr):
+                out.extend(origins(hub, view, v, v, depth + 1, path))
+        return out
+    if isinstance(expr, ast.Await):
+        return origins(hub, view, expr.value, at, depth + 1, path)
+    if isinstance(expr, ast.Call):
+        target = hub.resolve_call(view, expr)
+        if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":
+            tv, fn = target
+            out = []
+            for n in iter_scope_nodes(fn):
+                if isinstance(n, ast.Return) and n.value is not None:
+                    out.extend(origins(hub, tv, n.value, n, depth + 1, path))
+            return out
+    if path:
+        return []
+    return [(view, expr)]
+
+
+def holds_call(hub, view, expr, at, pred) -> tuple | None:
+    """The first (view, call) origin of ``expr`` for which ``pred(view, call)`` is true, or None."""
+    for v, e in origins(hub, view, expr, at):
+        if isinstance(e, ast.Call) and pred(v, e):
+            return v, e
+    return None
+
+
+def qn_pred(*qns: str):
+    s = frozenset(qns)
+    return lambda v, c: (v.sem.call_qualname(c) or "") in s
+
+
+def qn_suffix_pred(*suffixes: str):
+    return lambda v, c: (v.sem.call_qualname(c) or "").endswith(suffixes)
+
+
+def key_of(expr) -> str | None:
+    """``model`` / ``self.model``: the spelling a module or value is tracked by."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return "self." + expr.attr
+    return None
+
+
+def same_scope_before(sem, a: ast.AST, b: ast.AST) -> bool:
+    """``a`` is in the same function as ``b`` and starts before it."""
+    return sem.enclosing_function(a) is sem.enclosing_function(b) and (a.lineno, a.col_offset) < (
+        b.lineno, b.col_offset)
+
+
+def statement_of(node: ast.AST) -> ast.AST:
+    p = node
+    while p is not None and not isinstance(p, ast.stmt):
+        p = parent(p)
+    return p

@@ -1,0 +1,96 @@
+"""Glue of the DDP5xx rules (FSDP2, DTensor, DeviceMesh, DCP, compile): the hub and its main view,
+and the predicates on the origins of a value (``flow/origins.py``) the rules share."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import parent
+from ..flow import for_context
+from ..flow.hidden import FULLY_SHARD, is_fsdp2, shard_calls  # noqa: F401  (re-exported)
+from ..flow.origins import holds_call, key_of, origins, qn_pred  # noqa: F401  (re-exported)
+
+# the gate of the DDP5xx rules: a module of the modern stack is imported
+MODERN_TEXT = ("fsdp", "tensor", "checkpoint", "device_mesh", "compile", "distributed")
+DCP_SAVE = ("torch.distributed.checkpoint.save", "torch.distributed.checkpoint.state_dict_saver.save",
+            "torch.distributed.checkpoint.async_save", "torch.distributed.checkpoint.state_dict_saver.async_save",
+            "torch.distributed.checkpoint.save_state_dict")
+DCP_LOAD = ("torch.distributed.checkpoint.load", "torch.distributed.checkpoint.state_dict_loader.load",
+            "torch.distributed.checkpoint.load_state_dict")
+ASYNC_SAVE = ("torch.distributed.checkpoint.async_save", "torch.distributed.checkpoint.state_dict_saver.async_save")
+INIT_MESH = ("torch.distributed.device_mesh.init_device_mesh", "torch.distributed._tensor.device_mesh.init_device_mesh")
+PARALLELIZE = ("torch.distributed.tensor.parallel.parallelize_module",)
+DDP = "torch.nn.parallel.DistributedDataParallel"
+FSDP1 = "torch.distributed.fsdp.FullyShardedDataParallel"
+COMPILE = "torch.compile"
+
+
+def hub(ctx):
+    an = for_context(ctx)
+    return an, an.main
+
+
+def is_optimizer_ctor(view, call) -> bool:
+    qn = view.sem.call_qualname(call) or ""
+    if not qn.startswith("torch.optim.") or ".lr_scheduler." in qn or ".swa_utils." in qn:
+        return False
+    last = qn.rsplit(".", 1)[-1]
+    return last[:1].isupper() and last not in ("Optimizer",)
+
+
+def is_optimizer(an, view, expr, at) -> bool:
+    return holds_call(an, view, expr, at, is_optimizer_ctor) is not None
+
+
+def params_root(expr):
+    """``model`` of ``model.parameters()`` / ``model.layers.named_parameters()`` /
+    ``list(model.parameters())`` / ``[p for p in model.parameters() if ...]``, as its key."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "filter") \
+            and expr.args:
+        return params_root(expr.args[-1])
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and expr.generators:
+        return params_root(expr.generators[0].iter)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "parameters", "named_parameters"):
+        base = expr.func.value
+        while isinstance(base, ast.Attribute) and key_of(base) is None:
+            base = base.value
+        return key_of(base)
+    return None
+
+
+def const_strs(node) -> tuple | None:
+    if isinstance(node, (ast.Tuple, ast.List)) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return tuple(e.value for e in node.elts)
+    return None
+
+
+def const_ints(node) -> tuple | None:
+    if isinstance(node, (ast.Tuple, ast.List)) and all(
+            isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts):
+        return tuple(e.value for e in node.elts)
+    return None
+
+
+def uses_after(sem, key: str, node, scope_node=None) -> list:
+    """Uses (loads) of ``key`` (``name`` or ``self.attr``) after ``node``: in its function for a
+    name, anywhere in the class for ``self.attr``."""
+    out = []
+    if key.startswith("self."):
+        fn = sem.enclosing_function(node)
+        cls = parent(fn) if fn is not None else None
+        if not isinstance(cls, ast.ClassDef):
+            return out
+        attr = key[5:]
+        for n in ast.walk(cls):
+            if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and \
+                    n.value.id == "self" and isinstance(n.ctx, ast.Load):
+                out.append(n)
+        return out
+    fn = sem.enclosing_function(node) or sem.tree
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == key and isinstance(n.ctx, ast.Load) and (
+                n.lineno, n.col_offset) > (node.end_lineno, node.end_col_offset) and \
+                (sem.enclosing_function(n) or sem.tree) is fn:
+            out.append(n)
+    return out

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ._modern import (FSDP1, MODERN_TEXT, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, params_root,
+                      shard_calls)
+
+
+class OptimizerBeforeShard(Rule):
+    """
+    ## What it does
+    Checks for an optimizer built from a model's parameters before the model is sharded:
+    before `fully_shard(model)` (FSDP2), `parallelize_module(model, ...)` (tensor parallel) or
+    `FullyShardedDataParallel(model)` (FSDP1), in the same function. The sharding may happen in a
+    project helper that gives its parameter to `fully_shard` (`apply_fsdp(model, mesh)`), and the
+    optimizer may be built by a helper that returns it (`opt = build_optimizer(model)`).
+
+    ## Why is this bad?
+    Sharding replaces the module's parameters: `fully_shard` and `parallelize_module` swap each
+    `nn.Parameter` for a new DTensor parameter, FSDP1 flattens them into new flat parameters. An
+    optimizer built earlier holds the old tensors. `optimizer.step()` updates tensors that the
+    model no longer uses: the loss does not go down, and nothing raises.
+
+    ## Example
+    ```python
+    model = Transformer(cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    fully_shard(model)
+    ```
+
+    ## Use instead
+    ```python
+    model = Transformer(cfg)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    ```
+
+    ## Fix safety
+    There is no automatic fix: the statements between the two may depend on their order.
+    """
+
+    code = "DDP501"
+    name = "optimizer-before-shard"
+    severity = Severity.ERROR
+    requires_text = ("fully_shard", "parallelize_module", "FullyShardedDataParallel", "FSDP")
+
+    def finish(self, ctx) -> None:
+        an, view = hub(ctx)
+        sem = view.sem
+        shards = [(c, a, "fully_shard") for c, a in shard_calls(an, view)]
+        for qn in (*PARALLELIZE, FSDP1):
+            for c in sem.calls_to(qn):
+                a = get_arg(c, 0, "module")
+                if a is not None:
+                    shards.append((c, a, qn.rsplit(".", 1)[-1]))
+        done = set()
+        for c, a, what in shards:
+            k = key_of(a)
+            if k is None:
+                continue
+            scope = sem.enclosing_function(c) or sem.tree
+            for st in _statements_before(sem, scope, c):
+                if not isinstance(st, ast.Assign) or not isinstance(st.value, ast.Call) or id(st) in done:
+                    continue
+                if not _optimizer_over(an, view, st.value, k):
+                    continue
+                tk = key_of(st.targets[0])
+                if tk is not None and _rebuilt_after(an, view, scope, tk, c):
+                    continue
+                done.add(id(st))
+                ctx.report(
+                    st.value,
+                    f"`{ctx.text(st.targets[0])}` is built from `{k}`'s parameters before `{ctx.text(c)}` "
+                    f"(line {c.lineno}); {what} replaces those parameters, so the optimizer updates tensors "
+                    "the model no longer uses and training silently does nothing",
+                    related=[(c, "the parameters are replaced here")],
+                )
+
+
+def _statements_before(sem, scope, call):
+    """The assignments of ``scope`` (not of functions nested in it) that end before ``call``."""
+    return [st for st in sem.by_type.get(ast.Assign, ()) if st.end_lineno < call.lineno
+            and (sem.enclosing_function(st) or sem.tree) is scope]
+
+
+def _optimizer_over(an, view, call, k) -> bool:
+    """``call`` builds an optimizer over ``k``'s parameters (directly, or a helper given ``k``
+    that returns one)."""
+    if is_optimizer_ctor(view, call):
+        p = get_arg(call, 0, "params")
+        return p is not None and params_root(p) == k
+    args = [*call.args, *(kw.value for kw in call.keywords)]
+    if not any(key_of(x) == k for x in args):
+        return False
+    got = holds_call(an, view, call, call, is_optimizer_ctor)
+    return got is not None
+
+
+def _rebuilt_after(an, view, scope, tk, c) -> bool:
+    sem = view.sem
+    for n in ast.walk(scope):
+        if isinstance(n, ast.Assign) and n.lineno > c.lineno and any(key_of(t) == tk for t in n.targets) \
+                and isinstance(n.value, ast.Call) and (sem.enclosing_function(n) or sem.tree) is scope:
+            return True
+    return False

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import FUNC_TYPES
+from ..flow.hidden import is_fsdp2, shard_calls
+from ._modern import hub, key_of, origins
+
+REGISTER = ("torch.distributed.fsdp.register_fsdp_forward_method",
+            "torch.distributed._composable.fsdp.register_fsdp_forward_method")
+
+
+class FsdpMethodWithoutRegistration(Rule):
+    """
+    ## What it does
+    Checks for a call of a method other than `forward` (`model.generate(...)`, `model.encode(...)`)
+    on a module given to `fully_shard`, when the method is defined by the project's model class,
+    does not go through `self(...)` / `self.forward(...)`, and no
+    `register_fsdp_forward_method(model, "<method>")` registers it.
+
+    ## Why is this bad?
+    FSDP2 all-gathers a module's parameters in a pre-forward hook, which only `__call__` runs. A
+    method called directly sees the sharded parameters: the root module's own parameters
+    (embeddings, the output head) are DTensor shards, and the call fails with a shape or
+    "mixed torch.Tensor and DTensor" error, or, on a mesh of one, computes on the wrong tensors.
+
+    ## Example
+    ```python
+    fully_shard(model)
+    tokens = model.generate(prompt, max_new_tokens=32)
+    ```
+
+    ## Use instead
+    ```python
+    fully_shard(model)
+    register_fsdp_forward_method(model, "generate")
+    tokens = model.generate(prompt, max_new_tokens=32)
+    ```
+
+    ## Fix safety
+    The fix inserts `register_fsdp_forward_method(model, "<method>")` after the `fully_shard`
+    call. It is unsafe: the method then all-gathers like `forward`, which every rank must call.
+    """
+
+    code = "DDP502"
+    name = "fsdp-method-without-registration"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    requires_text = ("fully_shard",)
+
+    def finish(self, ctx) -> None:
+        an, view = hub(ctx)
+        sem = view.sem
+        registered = set()
+        for c in sem.calls_to(*REGISTER):
+            if len(c.args) >= 2 and isinstance(c.args[1], ast.Constant):
+                registered.add((key_of(c.args[0]), c.args[1].value))
+        shards = shard_calls(an, view)
+        if not shards:
+            return
+        for c in sem.calls:
+            f = c.func
+            if not isinstance(f, ast.Attribute) or f.attr == "forward" or f.attr.startswith("__"):
+                continue
+            k = key_of(f.value)
+            if k is None or (k, f.attr) in registered or not is_fsdp2(an, view, f.value, c):
+                continue
+            target = an.resolve_call(view, c) or _method_of_origin(an, view, f.value, f.attr, c)
+            if target is None or not isinstance(target[1], FUNC_TYPES) or not _bypasses_call(target[1]):
+                continue
+            shard = next((s for s, a in shards if key_of(a) == k), None)
+            fix = None
+            if shard is not None and sem.enclosing_function(shard) is sem.enclosing_function(c):
+                st = _stmt(sem, shard)
+                name, edits = ctx.ref(REGISTER[0])
+                ins = ctx.insert_after(st, f'{name}({ctx.text(f.value)}, "{f.attr}")') if st is not None else None
+                if ins is not None:
+                    fix = ctx.fix(Applicability.UNSAFE, f"Register `{f.attr}` with `register_fsdp_forward_method`",
+                                  [*edits, ins])
+            ctx.report(
+                c,
+                f"`{ctx.text(c)}` calls `{f.attr}` on a module given to `fully_shard` without "
+                f"`register_fsdp_forward_method({k}, \"{f.attr}\")`: only `forward` all-gathers the sharded "
+                "parameters, so this method computes on DTensor shards",
+                related=[(target[1], f"`{f.attr}` is defined here")] if target[0] is view else [],
+                fix=fix,
+            )
+
+
+def _bypasses_call(fn) -> bool:
+    """The method uses the module's submodules or parameters without ``self(...)`` /
+    ``self.forward(...)``."""
+    uses_self = False
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            g = n.func
+            if isinstance(g, ast.Name) and g.id == "self":
+                return False
+            if isinstance(g, ast.Attribute) and g.attr == "forward" and isinstance(g.value, ast.Name) and \
+                    g.value.id == "self":
+                return False
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            uses_self = True
+    return uses_self
+
+
+def _method_of_origin(an, view, recv, name, at):
+    """(view, method) of the project class whose instance ``recv`` holds (through names,
+    parameters, helpers: ``origins``)."""
+    for v, e in origins(an, view, recv, at):
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in v.classes:
+            for st in v.classes[e.func.id].body:
+                if isinstance(st, FUNC_TYPES) and st.name == name:
+                    return v, st
+    return None
+
+
+def _stmt(sem, node):
+    from ..semantic import parent
+    p = node
+    while p is not None and not isinstance(p, ast.stmt):
+        p = parent(p)
+    return p
