@@ -70,9 +70,9 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
                 if isinstance(n, ast.Return) and n.value is not None:
                     out.extend(origins(hub, tv, n.value, n, depth + 1, path))
             return out
-    if path:
+    if path and not isinstance(expr, ast.Call):
         return []
-    return [(view, expr)]
+    return [(view, expr)]  # a call under a path: one element of what it returns
 
 
 def holds_call(hub, view, expr, at, pred) -> tuple | None:

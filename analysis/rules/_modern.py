@@ -94,3 +94,23 @@ def uses_after(sem, key: str, node, scope_node=None) -> list:
                 (sem.enclosing_function(n) or sem.tree) is fn:
             out.append(n)
     return out
+
+
+def content_calls(an, view, expr, at, depth: int = 0) -> list:
+    """(view, call) of the calls whose results ``expr`` holds or contains: its origins, and the
+    values of the dict literals (``{"model": model.state_dict(), ...}``, ``dict(model=...)``)
+    among them."""
+    out = []
+    if depth > 3:
+        return out
+    for v, e in origins(an, view, expr, at):
+        if isinstance(e, ast.Dict):
+            for x in e.values:
+                if x is not None:
+                    out.extend(content_calls(an, v, x, x, depth + 1))
+        elif isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "dict":
+            for kw in e.keywords:
+                out.extend(content_calls(an, v, kw.value, kw.value, depth + 1))
+        elif isinstance(e, ast.Call):
+            out.append((v, e))
+    return out
