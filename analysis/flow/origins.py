@@ -58,6 +58,12 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
         for v in hub.self_attr_bindings(view, expr)[:8]:
             if isinstance(v, ast.expr):
                 out.extend(origins(hub, view, v, v, depth + 1, path))
+            elif isinstance(v, ast.Assign):  # ``self.model, _ = wrap(model)``
+                for t in v.targets:
+                    p = _attr_path(t, expr.attr)
+                    if p is not None:
+                        out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path)))
+                        break
         return out
     if isinstance(expr, ast.Await):
         return origins(hub, view, expr.value, at, depth + 1, path)
@@ -73,6 +79,19 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
     if path and not isinstance(expr, ast.Call):
         return []
     return [(view, expr)]  # a call under a path: one element of what it returns
+
+
+def _attr_path(target, attr: str):
+    """Index path of ``self.<attr>`` inside a (nested) tuple target."""
+    if isinstance(target, ast.Attribute):
+        return [] if target.attr == attr and isinstance(target.value, ast.Name) and target.value.id == "self" \
+            else None
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for i, e in enumerate(target.elts):
+            got = _attr_path(e, attr)
+            if got is not None:
+                return [i, *got]
+    return None
 
 
 def holds_call(hub, view, expr, at, pred) -> tuple | None:
