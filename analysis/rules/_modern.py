@@ -89,10 +89,12 @@ def uses_after(sem, key: str, node, scope_node=None) -> list:
         return out
     fn = sem.enclosing_function(node) or sem.tree
     for n in ast.walk(fn):
-        if isinstance(n, ast.Name) and n.id == key and isinstance(n.ctx, ast.Load) and (
-                n.lineno, n.col_offset) > (node.end_lineno, node.end_col_offset) and \
-                (sem.enclosing_function(n) or sem.tree) is fn:
-            out.append(n)
+        if isinstance(n, ast.Name) and n.id == key and isinstance(n.ctx, ast.Load):
+            # later in the function, or anywhere in a function nested in it (a closure reads it
+            # when it runs)
+            if (sem.enclosing_function(n) or sem.tree) is not fn or (
+                    n.lineno, n.col_offset) > (node.end_lineno, node.end_col_offset):
+                out.append(n)
     return out
 
 

@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._modern import COMPILE, DDP, PARALLELIZE, holds_call, hub, key_of, qn_pred, shard_calls
+from ._modern import PARALLELIZE, hub, key_of, shard_calls
 
 _AC = ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper.apply_activation_checkpointing",
        "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.checkpoint_wrapper")
@@ -16,22 +16,22 @@ class ParallelismOrder(Rule):
     ## What it does
     Checks the order in which a model goes through the parallelism transforms. The order that
     works is: tensor parallel (`parallelize_module`), activation checkpointing, `torch.compile`,
-    then `fully_shard` (FSDP2); for DDP, the DDP wrap and then `torch.compile`. Flagged:
+    then `fully_shard` (FSDP2). Flagged:
     - `parallelize_module(model, ...)` after `fully_shard(model)`;
     - activation checkpointing (`apply_activation_checkpointing` / `checkpoint_wrapper`) applied
-      to a model after `fully_shard(model)`;
-    - `DistributedDataParallel(m)` where `m` is the result of `torch.compile`.
-    The transforms may run in project helpers (`apply_fsdp(model)`), and the compiled module may
-    reach the wrap through a helper's return or an attribute of `self`.
+      to a model after `fully_shard(model)`.
+    The sharding may run in a project helper that gives its parameter to `fully_shard`
+    (`apply_fsdp(model, mesh)`).
+
+    Not flagged: `DistributedDataParallel(torch.compile(model))`. It is slower than compiling the
+    DDP module (no graph split at the buckets) but correct, and common (nanoGPT).
 
     ## Why is this bad?
     Each transform must see the module the previous one produced. Tensor parallelism after
     `fully_shard` re-distributes parameters that are already FSDP DTensors (an error on a mesh
     mismatch, or parameters that the FSDP group no longer tracks). Checkpoint wrappers inserted
     after `fully_shard` replace submodules that FSDP installed its hooks on: their parameters are
-    no longer all-gathered before use. DDP around a compiled module registers its hooks on the
-    `OptimizedModule` wrapper, and dynamo cannot split the graph at the bucket boundaries: the
-    communication no longer overlaps with backward, or the run fails in the compiled graph.
+    no longer all-gathered before use.
 
     ## Example
     ```python
@@ -52,7 +52,7 @@ class ParallelismOrder(Rule):
     code = "DDP509"
     name = "parallelism-order"
     severity = Severity.ERROR
-    requires_text = ("fully_shard", "compile")
+    requires_text = ("fully_shard",)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -71,13 +71,3 @@ class ParallelismOrder(Rule):
                         ctx.report(c, f"{what} is applied to `{k}` after `{ctx.text(s)}` (line {s.lineno}): "
                                       f"apply it before `fully_shard`",
                                    related=[(s, "sharded here")])
-        pred = qn_pred(COMPILE)
-        for c in ctx.calls_to(DDP):
-            m = get_arg(c, 0, "module")
-            if m is None:
-                continue
-            got = holds_call(an, view, m, c, pred)
-            if got is not None:
-                ctx.report(c, f"`{ctx.text(c)}` wraps a `torch.compile`d module: wrap with DDP first and compile "
-                              "the DDP module, so that DDP's hooks and buckets are on the real module",
-                           related=[(got[1], "compiled here")] if got[0] is view else [])

@@ -84,7 +84,8 @@ VOCAB = (
        runs=(), since="2.6", verified="2.13",
        note="no collective of its own; every forward all-gathers and every backward reduce-scatters"),
     _a("FSDPModule.forward", method="forward", receiver="fsdp2", runs=("all_gather",), when=COND_GRAD,
-       since="2.6", verified="2.13", note="the parameters are all-gathered before each forward"),
+       since="2.6", verified="2.13", runtime="torch.distributed.fsdp._fully_shard._fsdp_state:FSDPState._pre_forward",
+       note="the parameters are all-gathered before each forward"),
     _a("FSDPModule.backward", method="backward", receiver="fsdp2", runs=("reduce_scatter", "all_reduce"),
        when=COND_GRAD, since="2.6", verified="2.13", note="gradients are reduce-scattered in backward"),
     _a("FSDPModule.unshard", method="unshard", receiver="fsdp2", runs=("all_gather",), since="2.6",
@@ -188,6 +189,22 @@ del _api
 def runs_collective(api) -> bool:
     """True when the entry runs a collective (or needs every rank: a group constructor)."""
     return bool(api.runs)
+
+
+def frame_api(file: str, function: str):
+    """The entry whose ``runtime`` target is the frame (file, function) of a Python stack, or None:
+    the function's name, in a file of the target's module (or package)."""
+    f = file.replace("\\", "/")
+    for a in VOCAB:
+        if not a.runtime:
+            continue
+        mod, attr = a.runtime.split(":", 1)
+        if attr.rsplit(".", 1)[-1] != function:
+            continue
+        path = "/" + mod.replace(".", "/")
+        if path + ".py" in f or path + "/" in f:
+            return a
+    return None
 
 
 def runtime_targets():

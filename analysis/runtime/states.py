@@ -10,6 +10,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from .shim_vocab import frame_api
+
 
 # -- frames and stacks -------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -162,6 +164,8 @@ def op_text(op: str | None) -> str:
         return "DistributedDataParallel() (its constructor's broadcast)"
     if op == "DistributedDataParallel.forward":
         return "DDP's forward"
+    if op.endswith(")"):  # already spelled (a hidden collective: "DTensor.full_tensor() (its all_gather)")
+        return op
     return f"{op}()"
 
 
@@ -271,6 +275,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
                 op = _op_from_frames([f for f in frames if f is not None], st.site, user)
                 if op:
                     st.op, st.op_site = op, st.site
+            if st.op is not None and st.site is not None and not st.op.endswith(")"):
+                _name_hidden(st, [f for f in frames if f is not None], user)
             worker = _worker_site(msg, user)
             if worker is not None:
                 st.worker, st.site = worker, worker
@@ -340,6 +346,18 @@ def _worker_site(msg: str, user: UserCode) -> Frame | None:
     return None
 
 
+def _name_hidden(st, frames_outer_first: list[Frame], user) -> None:
+    """The collective a rank raised in was made by an API of the modern stack (DCP's
+    ``gather_object``, FSDP2's pre-forward all-gather): name that API, the way the user called it."""
+    try:
+        below = frames_outer_first[frames_outer_first.index(st.site) + 1:]
+    except ValueError:
+        return
+    api = _hidden_api(list(reversed(below)), user)
+    if api is not None:
+        st.op = f"{api.key}() (its {api.runs[0] if st.op.startswith('_') and api.runs else st.op})"
+
+
 def _op_from_frames(frames_outer_first: list[Frame], site: Frame, user: UserCode) -> str | None:
     """The torch call a rank was in when it raised from library code below ``site``: DDP's gradient
     all-reduce (``backward``), DDP's forward or constructor, or a torch.distributed function."""
@@ -379,7 +397,7 @@ def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
         # the log's unfinished call is not where the rank is now (an async op): trust the stack
         st.op = None
         st.op_site = None
-    if st.op is not None or not frames or st.site is None:
+    if not frames or st.site is None:
         return
     try:
         idx = frames.index(st.site)
@@ -387,10 +405,24 @@ def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
         return
     if idx == 0:
         return
+    if st.op is not None:
+        # a recorded collective that an API of the modern stack made (``dcp.save``'s
+        # ``gather_object``): name the API the user called too
+        api = _hidden_api(frames[:idx], user) if not st.op.endswith(")") else None
+        if api is not None:
+            st.op = f"{api.key}() (its {st.op})"
+        return
     inner, callee = frames[0], frames[idx - 1]
     if any(_is_backward(fr) for fr in frames[:idx]):
         # DDP's gradient all-reduce runs inside backward(), in C++: the Python stack ends in autograd
         st.op, st.op_site = "backward", st.site
+        return
+    api = _hidden_api(frames[:idx], user)
+    if api is not None:
+        # a collective hidden in an API of the modern stack (DTensor, FSDP2, DCP, the state-dict
+        # helpers): the rank waits in a functional collective (``wait_tensor``) or a c10d call
+        # under it; name the API the user called and the collective it runs (runtime/shim_vocab.py)
+        st.op, st.op_site = f"{api.key}() (its {api.runs[0] if api.runs else 'collective'})", st.site
         return
     if not (user.is_torch_distributed(inner.file) or _is_ddp_file(inner.file)):
         return
@@ -403,6 +435,19 @@ def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
         callee = frames[j]
     st.op = "DistributedDataParallel" if _is_ddp_file(callee.file) else callee.function
     st.op_site = st.site
+
+
+def _hidden_api(frames: list[Frame], user):
+    """The outermost frame (nearest the user's line) between the user and the innermost frame
+    that is a vocabulary API, when the rank is inside torch.distributed (a functional
+    collective's ``wait_tensor`` included) under it."""
+    if not any(user.is_torch_distributed(fr.file) for fr in frames):
+        return None
+    for fr in reversed(frames):
+        got = frame_api(fr.file, fr.function)
+        if got is not None:
+            return got
+    return None
 
 
 def _is_backward(fr: Frame) -> bool:
