@@ -98,7 +98,14 @@ def condition_holds(hub, view, call: ast.Call, a) -> bool:
     if w is None:
         return True
     if w == COND_FULL_STATE_DICT:
-        return options_flag(view, get_arg(call, None, "options"), call, "full_state_dict") is True
+        if options_flag(view, get_arg(call, None, "options"), call, "full_state_dict") is not True:
+            return False
+        # a model sharded only later in this function holds plain tensors here: nothing to gather
+        m = get_arg(call, 0, "model")
+        k = _key(m) if m is not None else None
+        sem = view.sem
+        return not any(_key(a) == k and sem.enclosing_function(c) is sem.enclosing_function(call)
+                       and c.lineno > call.lineno for c, a in shard_calls(hub, view))
     if w == COND_BROADCAST_RANK0:
         return options_flag(view, get_arg(call, None, "options"), call, "broadcast_from_rank0") is True
     if w == COND_RUN_CHECK:
@@ -223,9 +230,16 @@ def is_fsdp2(hub, view, expr, at) -> bool:
     for c, a in shard_calls(hub, view):
         if _key(a) != k:
             continue
+        same = sem.enclosing_function(c) is scope
+        if same and (c.lineno, c.col_offset) >= (at.lineno, at.col_offset):
+            continue  # sharded later in this function: not yet
         if k.startswith("self."):
+            # on ``self``: sharded in another method, unless the class also wraps it in DDP/FSDP1
+            # (a class that supports both holds either)
+            if not same and _also_wrapped(hub, view, expr):
+                continue
             return True
-        if sem.enclosing_function(c) is scope and (c.lineno, c.col_offset) < (at.lineno, at.col_offset):
+        if same:
             return True
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
@@ -236,6 +250,14 @@ def is_fsdp2(hub, view, expr, at) -> bool:
                 if isinstance(e, ast.Assign) and isinstance(e.value, ast.Call) and (
                         view.sem.call_qualname(e.value) in FULLY_SHARD):
                     return True
+    return False
+
+
+def _also_wrapped(hub, view, attr) -> bool:
+    from .calls import WRAPPERS
+    for v in hub.self_attr_bindings(view, attr):
+        if isinstance(v, ast.Call) and (view.sem.call_qualname(v) or "") in WRAPPERS:
+            return True
     return False
 
 
@@ -280,6 +302,8 @@ def hidden_sites(hub, view, Effect, Site) -> dict:
         return got
     for c in sem.calls:
         a = api_of(hub, view, c)
+        if a is not None and a.runs == ("new_group",):
+            a = None  # group construction: every rank must make it, but on torch 2.13 it does not block (DDP104 checks ``new_group`` itself)
         if a is not None:
             op = a.runs[0]
             got[c] = Site(c, [Effect(op, c, view.path, what=f"the {op_words(op)} inside `{a.key}()`")], "hidden")

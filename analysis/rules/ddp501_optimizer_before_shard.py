@@ -24,6 +24,9 @@ class OptimizerBeforeShard(Rule):
     optimizer built earlier holds the old tensors. `optimizer.step()` updates tensors that the
     model no longer uses: the loss does not go down, and nothing raises.
 
+    Not flagged: an optimizer rebuilt after the sharding, or given to the helper that shards
+    (`parallelize_model(model, config, optimizer)` re-points its parameter groups).
+
     ## Example
     ```python
     model = Transformer(cfg)
@@ -70,6 +73,8 @@ class OptimizerBeforeShard(Rule):
                 tk = key_of(st.targets[0])
                 if tk is not None and _rebuilt_after(an, view, scope, tk, c):
                     continue
+                if tk is not None and any(key_of(x) == tk for x in (*c.args, *(kw.value for kw in c.keywords))):
+                    continue  # the sharding helper receives the optimizer (and re-points it: composer)
                 done.add(id(st))
                 ctx.report(
                     st.value,

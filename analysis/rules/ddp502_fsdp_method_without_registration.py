@@ -90,9 +90,14 @@ class FsdpMethodWithoutRegistration(Rule):
 
 
 def _bypasses_call(fn) -> bool:
-    """The method uses the module's submodules or parameters without ``self(...)`` /
-    ``self.forward(...)``."""
-    uses_self = False
+    """The method runs the module's submodules (``self.head(x)``, ``self.layers[i](x)``) without
+    ``self(...)`` / ``self.forward(...)``: a computation that needs the gathered parameters. A
+    method that only initialises them in place (``reset_parameters``: ``init.*_`` on the DTensor
+    shards) is fine under FSDP2."""
+    from ..semantic import parent
+    cls = parent(fn)
+    methods = {st.name for st in getattr(cls, "body", ()) if isinstance(st, FUNC_TYPES)}
+    runs_submodule = False
     for n in ast.walk(fn):
         if isinstance(n, ast.Call):
             g = n.func
@@ -101,9 +106,13 @@ def _bypasses_call(fn) -> bool:
             if isinstance(g, ast.Attribute) and g.attr == "forward" and isinstance(g.value, ast.Name) and \
                     g.value.id == "self":
                 return False
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
-            uses_self = True
-    return uses_self
+            if isinstance(g, ast.Attribute) and isinstance(g.value, ast.Name) and g.value.id == "self" \
+                    and g.attr not in methods:
+                runs_submodule = True
+            if isinstance(g, ast.Subscript) and isinstance(g.value, ast.Attribute) and \
+                    isinstance(g.value.value, ast.Name) and g.value.value.id == "self":
+                runs_submodule = True
+    return runs_submodule
 
 
 def _method_of_origin(an, view, recv, name, at):
