@@ -171,25 +171,33 @@ def shard_calls(hub, view) -> list:
     got = view.memo.get("hidden.shard_calls")
     if got is not None:
         return got
-    got = view.memo["hidden.shard_calls"] = []
+    got = view.memo["hidden.shard_calls"] = list(_direct_shards(view))
     sem = view.sem
-    for qn in FULLY_SHARD:
-        for c in sem.calls_to(qn):
-            a = get_arg(c, 0, "module")
-            if a is not None:
-                got.append((c, a))
     for c in sem.calls:
-        if sem.call_qualname(c) in FULLY_SHARD:
-            continue
         f = c.func
-        if not isinstance(f, (ast.Name, ast.Attribute)) or not c.args:
+        if not c.args or not isinstance(f, (ast.Name, ast.Attribute)) or sem.call_qualname(c) in FULLY_SHARD:
             continue
         target = hub.resolve_call(view, c)
         if target is None or not isinstance(target[1], FUNC_TYPES):
             continue
-        for pname, arg in _call_args(c, target[1]):
-            if pname in shards_params(hub, *target):
-                got.append((c, arg))
+        names = shards_params(hub, *target)
+        if names:
+            for pname, arg in _call_args(c, target[1]):
+                if pname in names:
+                    got.append((c, arg))
+    return got
+
+
+def _direct_shards(view):
+    got = view.memo.get("hidden.direct_shards")
+    if got is None:
+        got = view.memo["hidden.direct_shards"] = []
+        if "fully_shard" in (view.text or "fully_shard"):
+            for qn in FULLY_SHARD:
+                for c in view.sem.calls_to(qn):
+                    a = get_arg(c, 0, "module")
+                    if a is not None:
+                        got.append((c, a))
     return got
 
 
@@ -198,25 +206,35 @@ def _call_args(call, fn):
     return call_args(call, fn)
 
 
-def shards_params(hub, view, fn) -> frozenset:
-    """The parameters of ``fn`` that its body gives to ``fully_shard`` (directly or through
-    another such function), as names."""
+def shards_params(hub, view, fn, depth: int = 0) -> frozenset:
+    """The parameters of ``fn`` that its body gives to ``fully_shard``: directly, or through
+    another function of the same module that does (a module that never spells ``fully_shard``
+    shards nothing: no other module is loaded to find out)."""
     memo = view.memo.setdefault("hidden.shards_params", {})
     if fn in memo:
         return memo[fn]
     memo[fn] = frozenset()  # recursion guard
-    names = set()
+    if not _direct_shards(view):
+        return memo[fn]
     from ..semantic import param_names
     params = set(param_names(fn))
-    for c, arg in shard_calls_in(hub, view, fn):
-        if isinstance(arg, ast.Name) and arg.id in params:
-            names.add(arg.id)
+    sem = view.sem
+    names = {a.id for c, a in _direct_shards(view)
+             if isinstance(a, ast.Name) and a.id in params and sem.enclosing_function(c) is fn}
+    if depth < 3:
+        for c in sem.calls:
+            f = c.func
+            if sem.enclosing_function(c) is not fn or not isinstance(f, ast.Name) or f.id not in view.defs:
+                continue
+            callee = view.defs[f.id]
+            if callee is fn:
+                continue
+            inner = shards_params(hub, view, callee, depth + 1)
+            for pname, arg in _call_args(c, callee):
+                if pname in inner and isinstance(arg, ast.Name) and arg.id in params:
+                    names.add(arg.id)
     memo[fn] = frozenset(names)
     return memo[fn]
-
-
-def shard_calls_in(hub, view, fn):
-    return [(c, a) for c, a in shard_calls(hub, view) if view.sem.enclosing_function(c) is fn]
 
 
 def is_fsdp2(hub, view, expr, at) -> bool:
