@@ -620,6 +620,46 @@ def _emu_patch_misc(torch):
     warnings.filterwarnings("ignore", message=".*barrier\\(\\): using the device under current context.*")
 
 
+def _emu_patch_mesh(torch):
+    """DeviceMesh (and so FSDP2 and DTensor) on an emulated GPU: a ``"cuda"`` mesh is a CPU mesh
+    over the emulated NCCL group (gloo), where the emulated CUDA tensors live. Without it
+    ``fully_shard`` raises "Expects the parameter to already be moved to device cuda:N"."""
+    try:
+        from torch.distributed import device_mesh as dm
+    except Exception:
+        return
+    real = dm.DeviceMesh.__init__
+    if getattr(real, "_ddp_lint_emu", False):
+        return
+
+    def __init__(self, device_type, *args, **kwargs):
+        if isinstance(device_type, str) and device_type.split(":")[0] == "cuda":
+            device_type = "cpu"
+        return real(self, device_type, *args, **kwargs)
+
+    __init__._ddp_lint_emu = True
+    __init__.__wrapped__ = real
+    dm.DeviceMesh.__init__ = __init__
+    real_init = dm.init_device_mesh
+
+    def init_device_mesh(device_type, *args, **kwargs):
+        if isinstance(device_type, str) and device_type.split(":")[0] == "cuda":
+            device_type = "cpu"
+        return real_init(device_type, *args, **kwargs)
+
+    init_device_mesh.__wrapped__ = real_init
+    for mod_name in ("torch.distributed.device_mesh", "torch.distributed._tensor.device_mesh"):
+        mod = sys.modules.get(mod_name)
+        if mod is not None and getattr(mod, "init_device_mesh", None) is real_init:
+            mod.init_device_mesh = init_device_mesh
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_init as fi
+        if getattr(fi, "init_device_mesh", None) is real_init:
+            fi.init_device_mesh = init_device_mesh
+    except Exception:
+        pass
+
+
 def _emulation_install():
     """Install the CUDA/NCCL emulation in this rank (the shim calls this before the script runs)."""
     global _EMU
@@ -644,6 +684,7 @@ def _emulation_install():
     _emu_patch_misc(torch)
     if torch.distributed.is_available():
         _emu_wrap_dist(torch)
+        _emu_patch_mesh(torch)
     st.mode = _emu_make_mode(torch)
     st.mode.__enter__()
     import atexit

@@ -96,3 +96,14 @@ def test_errors_land_on_their_line(script, mark, words):
     assert f.range.start.line + 1 == m[mark]
     assert words in f.message
     assert sorted(f.ranks) == [0, 1]
+
+
+def test_fsdp2_on_emulated_gpus():
+    """A "cuda" FSDP2 program on a machine without GPUs: the emulation runs its mesh on the CPU
+    (gloo) and the hidden all-gather of the forward is pinned like on real GPUs."""
+    from ddp_lint.analysis.runtime.api import run_script
+
+    m = marks(SCRIPTS / "emulated_fsdp_forward_hang.py")
+    res = run_script(str(SCRIPTS / "emulated_fsdp_forward_hang.py"), nproc=2, timeout=HANG_TIMEOUT, emulate="on")
+    f = hidden_finding(res, m["forward"], "FSDPModule.forward", "all_gather")
+    assert f.emulated
