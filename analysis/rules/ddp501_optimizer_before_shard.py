@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from ._modern import (FSDP1, MODERN_TEXT, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, params_root,
                       shard_calls)
 
@@ -61,7 +61,7 @@ class OptimizerBeforeShard(Rule):
                     shards.append((c, a, qn.rsplit(".", 1)[-1]))
         done = set()
         for c, a, what in shards:
-            k = key_of(a)
+            k = _root_key(sem, a, c)
             if k is None:
                 continue
             scope = sem.enclosing_function(c) or sem.tree
@@ -83,6 +83,27 @@ class OptimizerBeforeShard(Rule):
                     "the model no longer uses and training silently does nothing",
                     related=[(c, "the parameters are replaced here")],
                 )
+
+
+def _root_key(sem, a, at):
+    """The module whose parameters sharding ``a`` replaces: ``model`` for ``model``,
+    ``model.layers[0]``, ``model.output``, or ``block`` of ``for block in model.layers:``."""
+    while isinstance(a, (ast.Attribute, ast.Subscript)) and key_of(a) is None:
+        a = a.value
+    k = key_of(a)
+    if k is None or not isinstance(a, ast.Name):
+        return k
+    p = parent(at)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(p, ast.For) and isinstance(p.target, ast.Name) and p.target.id == a.id:
+            it = p.iter
+            if isinstance(it, ast.Call) and it.args:  # enumerate(model.layers) / model.layers.values()
+                it = it.args[0] if isinstance(it.func, ast.Name) else it.func.value
+            while isinstance(it, (ast.Attribute, ast.Subscript, ast.Call)) and key_of(it) is None:
+                it = it.func if isinstance(it, ast.Call) else it.value
+            return key_of(it) or k
+        p = parent(p)
+    return k
 
 
 def _statements_before(sem, scope, call):
