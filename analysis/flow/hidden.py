@@ -333,8 +333,10 @@ def hidden_sites(hub, view, Effect, Site) -> dict:
                 got[c] = Site(c, [Effect("reduce_scatter", c, view.path,
                                          what="FSDP2's gradient reduce-scatter in `backward()`")], "hidden")
             continue
-        if (isinstance(f, ast.Name) or (isinstance(f, ast.Attribute) and f.attr == "forward")) and \
-                is_fsdp2(hub, view, f if isinstance(f, ast.Name) else f.value, c):
+        fwd = f if (isinstance(f, ast.Name) or _key(f) is not None and isinstance(f, ast.Attribute)) else None
+        if fwd is None and isinstance(f, ast.Attribute) and f.attr == "forward":
+            fwd = f.value  # ``model.forward(x)``
+        if fwd is not None and is_fsdp2(hub, view, fwd, c):
             got[c] = Site(c, [Effect("all_gather", c, view.path,
                                      what="FSDP2's parameter all-gather in the forward")], "hidden")
             continue
@@ -359,7 +361,7 @@ def _from_fsdp2_forward(hub, view, expr, at, depth):
     for n in ast.walk(expr):
         if isinstance(n, ast.Call):
             f = n.func
-            if isinstance(f, ast.Name) and is_fsdp2(hub, view, f, n):
+            if (isinstance(f, ast.Name) or _key(f) is not None) and is_fsdp2(hub, view, f, n):
                 return n
             if isinstance(f, ast.Attribute) and f.attr == "forward" and is_fsdp2(hub, view, f.value, n):
                 return n
