@@ -65,23 +65,30 @@ class TiedParametersSplit(Rule):
             ch = _chain(a)
             if ch is not None:
                 groups.append((c, ch))
+        sem = view.sem
         for tie, left, right in ties:
             for base in _bases(an, view, left[0], tie, groups):
-                la, ra = (base, *left[1:-1]), (base, *right[1:-1])
-                ga, gb = _group(la, groups), _group(ra, groups)
-                if ga is None and gb is None or ga is gb:
-                    continue
-                split = next(g for g in (ga, gb) if g is not None and len(g[1]) > 1)
-                ctx.report(split[0], f"`{ctx.text(split[0])}` puts `{'.'.join(la[1:]) or base}` and "
-                                     f"`{'.'.join(ra[1:]) or base}` in different FSDP groups, but they share the "
-                                     f"tied parameter `{left[-1]}` (line {tie.lineno}): one parameter sharded by two "
-                                     "groups",
-                           related=[(tie, "the parameters are tied here")] if tie in _stmts(view) else [])
-                break
-
-
-def _stmts(view):
-    return set(view.sem.by_type.get(ast.Assign, ()))
+                # the shard calls of one function: a name means one module only there
+                if left[0] == "self":
+                    scopes = {sem.enclosing_function(c) for c, ch in groups if ch[0] == base}
+                else:
+                    scopes = {sem.enclosing_function(tie)}
+                for scope in scopes:
+                    mine = [(c, ch) for c, ch in groups if sem.enclosing_function(c) is scope
+                            and (left[0] == "self" or c.lineno > tie.lineno)]
+                    la, ra = (base, *left[1:-1]), (base, *right[1:-1])
+                    ga, gb = _group(la, mine), _group(ra, mine)
+                    if ga is None and gb is None or ga is gb:
+                        continue
+                    split = next((g for g in (ga, gb) if g is not None and len(g[1]) > 1), None)
+                    if split is None:
+                        continue
+                    ctx.report(split[0], f"`{ctx.text(split[0])}` puts `{'.'.join(la[1:]) or base}` and "
+                                         f"`{'.'.join(ra[1:]) or base}` in different FSDP groups, but they share "
+                                         f"the tied parameter `{left[-1]}` (line {tie.lineno}): one parameter "
+                                         "sharded by two groups",
+                               related=[(tie, "the parameters are tied here")])
+                    break
 
 
 def _chain(e):
