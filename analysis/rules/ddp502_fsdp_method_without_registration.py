@@ -6,7 +6,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES
 from ..flow.hidden import is_fsdp2, shard_calls
-from ._modern import hub, key_of, origins
+from ..flow.modern import hub, key_of, origins
 
 REGISTER = ("torch.distributed.fsdp.register_fsdp_forward_method",
             "torch.distributed._composable.fsdp.register_fsdp_forward_method")

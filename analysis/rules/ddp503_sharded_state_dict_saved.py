@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2, options_flag
-from ._modern import content_calls, hub
+from ..flow.modern import content_calls, hub
 
 _SD = "torch.distributed.checkpoint.state_dict."
 _GETTERS = (_SD + "get_model_state_dict", _SD + "get_state_dict", _SD + "get_optimizer_state_dict")

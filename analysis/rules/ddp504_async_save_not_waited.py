@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
-from ._modern import ASYNC_SAVE, hub, key_of, uses_after
+from ..flow.modern import ASYNC_SAVE, hub, key_of, uses_after
 
 _WAITS = ("result", "done", "wait", "exception", "add_done_callback")
 

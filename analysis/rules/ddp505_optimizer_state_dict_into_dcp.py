@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._modern import DCP_LOAD, DCP_SAVE, content_calls, hub, is_optimizer
+from ..flow.modern import DCP_LOAD, DCP_SAVE, content_calls, hub, is_optimizer
 
 
 class OptimizerStateDictIntoDcp(Rule):

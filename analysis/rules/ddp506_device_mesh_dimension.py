@@ -8,7 +8,7 @@ from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.testing import expects_error
 from ._common import fixed_world_size
-from ._modern import INIT_MESH, const_ints, const_strs, holds_call, hub, qn_pred
+from ..flow.modern import INIT_MESH, const_ints, const_strs, holds_call, hub, qn_pred
 
 _BY_NAME = ("get_group", "size", "get_local_rank", "get_coordinate")
 

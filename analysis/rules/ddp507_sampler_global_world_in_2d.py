@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._modern import INIT_MESH, PARALLELIZE, holds_call, hub, origins, qn_pred
+from ..flow.modern import INIT_MESH, PARALLELIZE, holds_call, hub, origins, qn_pred
 
 _SAMPLER = "torch.utils.data.DistributedSampler"
 _WORLD = ("torch.distributed.get_world_size",)

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
 from ..flow.hidden import is_fsdp2, shard_calls
-from ._modern import DDP, hub
+from ..flow.modern import DDP, hub
 
 _DDP_ONLY_ATTRS = {"module": "`.module` (FSDP2 modules are the model itself)",
                    "no_sync": "`no_sync()` (use `set_requires_gradient_sync(False)`)"}

@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._modern import PARALLELIZE, hub, key_of, shard_calls
+from ..flow.modern import PARALLELIZE, hub, key_of, shard_calls
 
 _AC = ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper.apply_activation_checkpointing",
        "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.checkpoint_wrapper")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ._modern import DDP, FSDP1, holds_call, hub, qn_pred
+from ..flow.modern import DDP, FSDP1, holds_call, hub, qn_pred
 
 _CONVERT = ("torch.nn.SyncBatchNorm.convert_sync_batchnorm",
             "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm")

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ._modern import hub, origins
+from ..flow.modern import hub, origins
 
 _DT = ("torch.distributed.tensor.distribute_tensor", "torch.distributed._tensor.distribute_tensor",
        "torch.distributed.tensor.DTensor.from_local", "torch.distributed._tensor.DTensor.from_local")

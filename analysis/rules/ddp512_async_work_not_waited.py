@@ -6,7 +6,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ._common import ALL_COLLECTIVES, D
-from ._modern import hub, key_of, uses_after
+from ..flow.modern import hub, key_of, uses_after
 
 _P2P = ("isend", "irecv")
 

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ._common import D
-from ._modern import const_ints, holds_call, hub, origins, qn_pred
+from ..flow.modern import const_ints, holds_call, hub, origins, qn_pred
 
 # rooted collective -> (position, keyword) of its global root rank, position of ``group``
 _ROOTED = {

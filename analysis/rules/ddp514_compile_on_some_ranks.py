@@ -3,7 +3,7 @@ from __future__ import annotations
 from ..model import Severity
 from ..registry import Rule
 from ..flow.rank import rank_guard
-from ._modern import COMPILE, hub
+from ..flow.modern import COMPILE, hub
 
 
 class CompileOnSomeRanks(Rule):

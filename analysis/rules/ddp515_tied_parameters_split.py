@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
-from ._modern import hub, origins, shard_calls
+from ..flow.modern import hub, origins, shard_calls
 
 
 class TiedParametersSplit(Rule):

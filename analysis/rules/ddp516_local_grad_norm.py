@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import parent
 from ..flow.hidden import is_fsdp2
 from ._common import D
-from ._modern import hub
+from ..flow.modern import hub
 
 _NORMS = ("torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm")
 

@@ -1,13 +1,14 @@
-"""Glue of the DDP5xx rules (FSDP2, DTensor, DeviceMesh, DCP, compile): the hub and its main view,
-and the predicates on the origins of a value (``flow/origins.py``) the rules share."""
+"""What the DDP5xx rules (FSDP2, DTensor, DeviceMesh, DCP, compile) ask of a value: the API
+names they share, the hub and its main view, and predicates on the origins of a value
+(``origins.py``): is it an optimizer, which module's parameters, which calls a state dict holds,
+where a name is read again."""
 from __future__ import annotations
 
 import ast
 
 from ..semantic import parent
-from ..flow import for_context
-from ..flow.hidden import FULLY_SHARD, is_fsdp2, shard_calls  # noqa: F401  (re-exported)
-from ..flow.origins import holds_call, key_of, origins, qn_pred  # noqa: F401  (re-exported)
+from .hidden import FULLY_SHARD, is_fsdp2, shard_calls  # noqa: F401  (re-exported)
+from .origins import holds_call, key_of, origins, qn_pred  # noqa: F401  (re-exported)
 
 # the gate of the DDP5xx rules: a module of the modern stack is imported
 MODERN_TEXT = ("fsdp", "tensor", "checkpoint", "device_mesh", "compile", "distributed")
@@ -25,6 +26,7 @@ COMPILE = "torch.compile"
 
 
 def hub(ctx):
+    from . import for_context  # lazy: the package imports this module's neighbours
     an = for_context(ctx)
     return an, an.main
 
