@@ -340,7 +340,7 @@ def hidden_sites(hub, view, Effect, Site) -> dict:
             got[c] = Site(c, [Effect("all_gather", c, view.path,
                                      what="FSDP2's parameter all-gather in the forward")], "hidden")
             continue
-        site = _helper_forward(hub, view, c, Effect, Site)
+        site = _helper_forward(hub, view, c, Effect, Site) or _compiled_call(hub, view, c, Site)
         if site is not None:
             got[c] = site
     return got
@@ -403,3 +403,24 @@ def _helper_forward(hub, view, call, Effect, Site):
                     e = Effect("all_gather", c, tv.path, what="FSDP2's parameter all-gather in the forward")
                     return Site(call, [e.through(fn.name)], "helper")
     return None
+
+
+def _compiled_call(hub, view, call, Site):
+    """``step(x)`` where ``step = torch.compile(train_step)`` (or a module attribute bound so) and
+    ``train_step`` is a function of this module: the collectives every call of it makes (a
+    compiled function runs them as functional collectives)."""
+    f = call.func
+    if not isinstance(f, ast.Name) or f.id in view.defs:
+        return None
+    kind, evs = reaching(view, f.id, call)
+    if kind not in ("events", "global") or not evs or len(evs) != 1 or not isinstance(evs[0], ast.Assign):
+        return None
+    v = evs[0].value
+    if not (isinstance(v, ast.Call) and view.sem.call_qualname(v) == "torch.compile" and v.args
+            and isinstance(v.args[0], ast.Name) and v.args[0].id in view.defs):
+        return None
+    fn = view.defs[v.args[0].id]
+    effs = hub.summary(view, fn).must
+    if not effs:
+        return None
+    return Site(call, [e.through(f"torch.compile({fn.name})") for e in effs], "helper")

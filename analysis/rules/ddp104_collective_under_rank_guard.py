@@ -63,6 +63,15 @@ class CollectiveUnderRankGuard(Rule):
     or `if is_main: export()` (which ends in `synchronize()`) before a `synchronize()` on every
     rank, leaves rank 0 with one collective more than the others.
 
+    Collectives hidden in the modern stack count the same way (the table is
+    `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
+    backward of a `fully_shard` module (FSDP2's all-gather and reduce-scatter), `DTensor.full_tensor()`
+    / `redistribute()` / `distribute_tensor()`, `get_model_state_dict` / `get_optimizer_state_dict` /
+    `get_state_dict` with `full_state_dict=True`, `set_*state_dict` with `broadcast_from_rank0=True`,
+    `dcp.save` / `dcp.load` / `dcp.async_save`, `clip_grad_norm_` over FSDP2 parameters, FSDP1's
+    `summon_full_params` and full optimizer state dicts, and a `torch.compile`d function that makes
+    a collective.
+
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose
     counterpart the other ranks make elsewhere in the same function (the staggered

@@ -28,6 +28,15 @@ class EarlyExitSkipsCollective(Rule):
     forward, and calls to functions (in this file or imported from the project) that make a
     collective.
 
+    Collectives hidden in the modern stack count the same way (the table is
+    `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
+    backward of a `fully_shard` module (FSDP2's all-gather and reduce-scatter), `DTensor.full_tensor()`
+    / `redistribute()` / `distribute_tensor()`, `get_model_state_dict` / `get_optimizer_state_dict` /
+    `get_state_dict` with `full_state_dict=True`, `set_*state_dict` with `broadcast_from_rank0=True`,
+    `dcp.save` / `dcp.load` / `dcp.async_save`, `clip_grad_norm_` over FSDP2 parameters, FSDP1's
+    `summon_full_params` and full optimizer state dicts, and a `torch.compile`d function that makes
+    a collective.
+
     Helpers are analysed as each call runs them: a step function that receives the DDP-wrapped
     model and this rank's batch (`train_step(ddp_model, batch, opt)`, a `Trainer` method using
     `self.model`) and returns early on the batch (`if keep.sum() == 0: return None`) skips DDP's

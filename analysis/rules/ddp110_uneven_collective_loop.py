@@ -21,6 +21,15 @@ class UnevenCollectiveLoop(Rule):
     implicit (DDP's gradient all-reduce in `loss.backward()`, its buffer broadcast in the forward)
     or inside a helper function.
 
+    Collectives hidden in the modern stack count the same way (the table is
+    `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
+    backward of a `fully_shard` module (FSDP2's all-gather and reduce-scatter), `DTensor.full_tensor()`
+    / `redistribute()` / `distribute_tensor()`, `get_model_state_dict` / `get_optimizer_state_dict` /
+    `get_state_dict` with `full_state_dict=True`, `set_*state_dict` with `broadcast_from_rank0=True`,
+    `dcp.save` / `dcp.load` / `dcp.async_save`, `clip_grad_norm_` over FSDP2 parameters, FSDP1's
+    `summon_full_params` and full optimizer state dicts, and a `torch.compile`d function that makes
+    a collective.
+
     A rank's shard is recognised when it is built by custom code, in this file or another file of
     the project:
     - a slice with rank-varying bounds (`files[rank::world_size]`, `islice(lines, rank, None, world)`),
