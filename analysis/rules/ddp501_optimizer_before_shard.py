@@ -59,6 +59,17 @@ class OptimizerBeforeShard(Rule):
                 a = get_arg(c, 0, "module")
                 if a is not None:
                     shards.append((c, a, qn.rsplit(".", 1)[-1]))
+        # ``self.setup_fsdp()``: a method of the class that shards an attribute of ``self``
+        base = list(shards)
+        for c in sem.calls:
+            f = c.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                target = an.resolve_call(view, c)
+                if target is None or target[0] is not view:
+                    continue
+                for s2, a2, what2 in base:
+                    if sem.enclosing_function(s2) is target[1] and (_root_key(sem, a2, s2) or "").startswith("self."):
+                        shards.append((c, a2, what2))
         done = set()
         for c, a, what in shards:
             k = _root_key(sem, a, c)
@@ -86,6 +97,14 @@ class OptimizerBeforeShard(Rule):
 
 
 def _root_key(sem, a, at):
+    if at is not None and isinstance(at, ast.Call) and isinstance(at.func, ast.Attribute) and \
+            isinstance(at.func.value, ast.Name) and at.func.value.id == "self" and at.func.attr not in (
+            "fully_shard",) and key_of(a) is not None and key_of(a).startswith("self."):
+        return key_of(a)  # a sharding method of the class, called as ``self.setup_fsdp()``
+    return _root_key_of(sem, a, at)
+
+
+def _root_key_of(sem, a, at):
     """The module whose parameters sharding ``a`` replaces: ``model`` for ``model``,
     ``model.layers[0]``, ``model.output``, or ``block`` of ``for block in model.layers:``."""
     while isinstance(a, (ast.Attribute, ast.Subscript)) and key_of(a) is None:
