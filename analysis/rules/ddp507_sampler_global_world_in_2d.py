@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ..flow.modern import INIT_MESH, PARALLELIZE, holds_call, hub, origins, qn_pred
+from ..flow.modern import FULLY_SHARD, INIT_MESH, PARALLELIZE, holds_call, hub, origins, qn_pred
 
 _SAMPLER = "torch.utils.data.DistributedSampler"
 _WORLD = ("torch.distributed.get_world_size",)
@@ -18,8 +18,10 @@ class SamplerGlobalWorldIn2d(Rule):
     Checks for a `DistributedSampler` that splits the data over the global world
     (`num_replicas` left out or `dist.get_world_size()`, `rank` left out or `dist.get_rank()`) in a
     file that also runs tensor parallelism over one dimension of a 2-D (or larger) `DeviceMesh`
-    (`parallelize_module(model, mesh["tp"], plan)`). The mesh may be built in a helper or kept on
-    `self`.
+    (`parallelize_module(model, mesh["tp"], plan)`), or shards with FSDP2 over one named
+    dimension of such a mesh (`fully_shard(model, mesh=mesh["dp"])`: the other dimensions are
+    not data parallel; HSDP, which gives `fully_shard` the whole 2-D mesh, is not flagged). The
+    mesh may be built in a helper or kept on `self`.
 
     ## Why is this bad?
     In 2-D parallelism the ranks of one tensor-parallel group compute on the *same* batch: their
@@ -49,7 +51,7 @@ class SamplerGlobalWorldIn2d(Rule):
     name = "sampler-global-world-in-2d"
     severity = Severity.ERROR
     requires_text = ("DistributedSampler",)
-    requires_text_all = (("parallelize_module",),)
+    requires_text_all = (("parallelize_module", "fully_shard"),)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -72,13 +74,22 @@ class SamplerGlobalWorldIn2d(Rule):
                               f"parallelism on one dimension of a {tp[1]}-D mesh: the ranks of a tensor-parallel "
                               "group get different batches; use the data-parallel mesh dimension's `size()` "
                               "and `get_local_rank()`",
-                           related=[(tp[0], "tensor parallelism on a mesh dimension")])
+                           related=[(tp[0], "parallelism on one dimension of the mesh")])
 
     def _tp_on_2d_mesh(self, ctx, an, view):
         """([(parallelize call, mesh rank)] on a dimension of a mesh of 2 or more dimensions,
         whether the file also parallelizes otherwise)."""
         pred = qn_pred(*INIT_MESH)
         out, other = [], False
+        # FSDP2 over one named dimension of a larger mesh (``fully_shard(m, mesh=mesh["dp"])``):
+        # the other dimensions are not data parallel (HSDP gives the whole 2-D mesh)
+        for c in ctx.calls_to(*FULLY_SHARD):
+            m = get_arg(c, None, "mesh")
+            if isinstance(m, ast.Subscript) and isinstance(m.slice, ast.Constant) and isinstance(m.slice.value, str):
+                got = holds_call(an, view, m.value, c, pred)
+                shape = get_arg(got[1], 1, "mesh_shape") if got is not None else None
+                if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) >= 2:
+                    out.append((c, len(shape.elts)))
         for c in ctx.calls_to(*PARALLELIZE):
             m = get_arg(c, 1, "device_mesh")
             got = holds_call(an, view, m.value, c, pred) if isinstance(m, ast.Subscript) else None
