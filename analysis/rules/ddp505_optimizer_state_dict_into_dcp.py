@@ -13,7 +13,8 @@ class OptimizerStateDictIntoDcp(Rule):
     ## What it does
     Checks for `optimizer.state_dict()` given to `torch.distributed.checkpoint` (`dcp.save`,
     `dcp.async_save`, `dcp.load`), directly, in a dict, or through a helper that builds the
-    state, and for `optimizer.load_state_dict(...)` of a state that `dcp.load` filled.
+    state, and for `optimizer.load_state_dict(...)` of a state that `dcp.load` filled (in the same
+    function).
 
     ## Why is this bad?
     `Optimizer.state_dict()` keys the state by parameter *index* (0, 1, 2...) and holds the local
@@ -67,3 +68,22 @@ class OptimizerStateDictIntoDcp(Rule):
                         related=[(call, "the optimizer's own state dict")] if v is view else [],
                     )
                     break
+            if (ctx.qn(c) or "") in DCP_LOAD and isinstance(sd, ast.Name):
+                self._loaded_back(ctx, an, view, c, sd.id)
+
+    def _loaded_back(self, ctx, an, view, load, name):
+        """``optimizer.load_state_dict(state["optim"])`` after ``dcp.load(state, ...)``."""
+        sem = view.sem
+        fn = sem.enclosing_function(load)
+        for c in sem.calls:
+            f = c.func
+            if not (isinstance(f, ast.Attribute) and f.attr == "load_state_dict" and c.args
+                    and sem.enclosing_function(c) is fn and c.lineno > load.lineno):
+                continue
+            if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(c.args[0])):
+                continue
+            if is_optimizer(an, view, f.value, c):
+                ctx.report(c, f"`{ctx.text(c)}` loads optimizer state that `dcp.load` (line {load.lineno}) filled: "
+                              "DCP restores the state keyed by parameter name, which `Optimizer.load_state_dict` "
+                              "does not read; use `set_optimizer_state_dict` / `set_state_dict`",
+                           related=[(load, "loaded here")])
