@@ -115,7 +115,8 @@ class CollectiveUnderRankGuard(Rule):
     # collectives) needs a collective site: a torch.distributed import, a DDP/FSDP wrapper, or a
     # project helper module (spelled here by the usual "dist"/"comm" module names)
     requires_text = ("reduce", "gather", "broadcast", "barrier", "scatter", "all_to_all", "new_group",
-                     NoCase("dist"), "comm", "backward", "Parallel")
+                     NoCase("dist"), "comm", "backward", "Parallel",
+                     "full_tensor", "summon_full_params", "full_optim_state_dict")  # hidden collectives (flow/hidden.py)
     requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
