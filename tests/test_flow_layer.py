@@ -17,7 +17,8 @@ from ddp_lint.analysis.semantic import terminal_name
 ROOT = Path(__file__).resolve().parent.parent
 ANALYSIS = ROOT / "analysis"
 # rule glue that stays beside the rules; flow questions live in analysis/flow/
-RULE_HELPERS = {"__init__.py", "_common.py", "_flow.py", "_loader.py", "_spawn.py", "_training.py"}
+RULE_HELPERS = {"__init__.py", "_common.py", "_flow.py", "_loader.py", "_spawn.py", "_training.py",
+                "_index.py"}  # _index.py: the generated rule index (no flow code)
 
 
 def _defs(name: str) -> list[str]:

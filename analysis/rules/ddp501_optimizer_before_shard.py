@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.modern import (FSDP1, MODERN_TEXT, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, params_root,
+from ..flow.modern import (FSDP1, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, params_root,
                       shard_calls)
 
 

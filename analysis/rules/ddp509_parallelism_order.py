@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import ast
 
 from ..model import Severity
 from ..registry import Rule

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg, parent
+from ..semantic import parent
 from ._common import ALL_COLLECTIVES, D
 from ..flow.modern import hub, key_of, uses_after
 
@@ -79,7 +79,7 @@ def _remove_keyword(ctx, call, kw):
     src = ctx.src
     items = [*call.args, *call.keywords]
     i = next(j for j, x in enumerate(items) if x is kw)
-    from ..model import Edit, Position, Range
+    from ..model import Edit, Range
     kr = src.node_range(kw)
     if i > 0:
         prev = src.node_range(items[i - 1])

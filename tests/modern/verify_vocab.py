@@ -4,9 +4,7 @@ with the c10d / functional-collective operators the profiler saw. Loads the voca
 as the shim does (no ddp_lint import)."""
 import importlib.util
 import json
-import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
