@@ -24,7 +24,7 @@ def worker_collect(rank, world_size, ref_rank, filename):
     dist.destroy_process_group()
 
 
-def test_collect():
+def run_collect():
     world_size = 2
     filename = tempfile.mkstemp()[1]
     mp.spawn(worker_collect, args=(world_size, 0, filename), nprocs=world_size, join=True)
