@@ -10,13 +10,13 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=5)
 parser.add_argument("--world-size", type=int, default=1)
 parser.add_argument("--rank", type=int, default=0)
-parser.add_argument("--dist-backend", default="nccl")
-parser.add_argument("--dist-url", default="env://")
+parser.add_argument("--backend", default="nccl")
+parser.add_argument("--init-url", default="env://")
 args = parser.parse_args()
 use_dist = args.world_size > 1
 if use_dist:
     torch.cuda.set_device(args.rank % torch.cuda.device_count())
-    dist.init_process_group(args.dist_backend, init_method=args.dist_url,
+    dist.init_process_group(args.backend, init_method=args.init_url,
                             world_size=args.world_size, rank=args.rank)
 
 data = TensorDataset(torch.randn(512, 10), torch.randint(0, 2, (512,)))

@@ -7,7 +7,7 @@ import torch
 def build_indices(prefix, n_docs, seed):
     doc_file = prefix + "_doc_idx.npy"
     shuf_file = prefix + "_shuffle_idx.npy"
-    if torch.distributed.get_rank() == 0 or int(os.environ["LOCAL_RANK"]) == 0:
+    if torch.distributed.get_rank() == 0 or os.environ["LOCAL_RANK"] == "0":
         if not os.path.isfile(doc_file) or not os.path.isfile(shuf_file):
             rng = np.random.RandomState(seed)
             np.save(doc_file, np.arange(n_docs), allow_pickle=True)

@@ -12,11 +12,11 @@ class UserDDP(DistributedDataParallel):
 
 class FitLoop:
     def ddp_worker(self, gpu_nb, model):
-        self.proc_rank = int(os.environ.get("NODE_RANK", 0)) * self.gpus_per_node + gpu_nb
+        self.global_idx = int(os.environ.get("NODE_RANK", 0)) * self.gpus_per_node + gpu_nb
         torch.cuda.set_device(gpu_nb)
-        dist.init_process_group("nccl", rank=self.proc_rank, world_size=self.world_size)
+        dist.init_process_group("nccl", rank=self.global_idx, world_size=self.world_size)
         model.cuda(gpu_nb)
-        self.optimizers = model.configure_optimizers()
+        self.opts = model.configure_optimizers()
         model = UserDDP(model, device_ids=[gpu_nb], find_unused_parameters=True)
         self._pretrain(model)
 

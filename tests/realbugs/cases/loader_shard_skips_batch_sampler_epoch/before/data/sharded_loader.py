@@ -9,7 +9,8 @@ class ShardedLoader(DataLoader):
     def set_epoch(self, epoch):
         if self.iteration != epoch:
             self.iteration = epoch
-        if hasattr(self.batch_sampler, "sampler") and hasattr(self.batch_sampler.sampler, "set_epoch"):
-            self.batch_sampler.sampler.set_epoch(epoch)
+        inner = getattr(self.batch_sampler, "sampler", None)
+        if inner is not None and hasattr(inner, "set_epoch"):
+            inner.set_epoch(epoch)
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)

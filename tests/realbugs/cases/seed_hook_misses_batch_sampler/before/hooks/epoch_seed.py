@@ -5,4 +5,4 @@ class Hook:
 
 class ShuffleSeedHook(Hook):
     def before_epoch(self, runner):
-        runner.data_loader.sampler.set_epoch(runner.epoch)
+        runner.loader.sampler.set_epoch(runner.epoch)

@@ -19,4 +19,4 @@ class RunState:
             self.mode = "single"
             self.n_procs = 1
             self.proc_index = self.local_proc_index = 0
-            self.device = torch.device("cuda" if torch.cuda.is_available() and not cpu else "cpu")
+            self.device = torch.device("cpu" if cpu or not torch.cuda.is_available() else "cuda")

@@ -7,11 +7,11 @@ class LoopTrainer:
         self.model = model
         self.optimizer = optimizer
         self.loader = loader
-        self.cuda_device = cuda_device
+        self.gpu_index = cuda_device
         self._distributed = distributed
         if self._distributed:
             self._net = DistributedDataParallel(
-                self.model, device_ids=[self.cuda_device], find_unused_parameters=True
+                self.model, device_ids=[self.gpu_index], find_unused_parameters=True
             )
         else:
             self._net = self.model

@@ -6,19 +6,19 @@ from accelerate import Accelerator
 
 class DiffusionTrainer:
     def __init__(self, model, results_dir="./results"):
-        self.accelerator = Accelerator()
-        self.model = self.accelerator.prepare(model)
+        self.acc = Accelerator()
+        self.model = self.acc.prepare(model)
         self.step = 0
         self.results_dir = Path(results_dir)
 
     def save(self, tag):
-        if not self.accelerator.is_local_main_process:
+        if not self.acc.is_local_main_process:
             return
-        blob = {"step": self.step, "model": self.accelerator.get_state_dict(self.model)}
+        blob = {"step": self.step, "model": self.acc.get_state_dict(self.model)}
         torch.save(blob, str(self.results_dir / f"ckpt-{tag}.pt"))
 
     def load(self, tag):
         blob = torch.load(str(self.results_dir / f"ckpt-{tag}.pt"))
-        net = self.accelerator.unwrap_model(self.model)
+        net = self.acc.unwrap_model(self.model)
         net.load_state_dict(blob["model"])
         self.step = blob["step"]
