@@ -1,0 +1,3 @@
+class EpochAware:
+    def set_epoch(self, epoch):
+        self.epoch = epoch

@@ -1,0 +1,11 @@
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DistOptions:
+    world_size: int = field(default=1, metadata={"help": "number of processes"})
+    backend: str = field(default="nccl", metadata={"help": "process group backend"})
+    device_id: int = field(
+        default=0,
+        metadata={"help": "GPU of this process", "argparse_alias": "--local_rank"},
+    )
