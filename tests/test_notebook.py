@@ -40,7 +40,8 @@ OUTPUT = {"output_type": "stream", "name": "stdout", "text": ["héllo\n"]}
 CELLS = [
     {"cell_type": "markdown", "id": "m0", "metadata": {}, "source": ["# Training\n"]},
     code(["%matplotlib inline\n", "!pip install tqdm\n", "import os\n", "import torch\n",
-          "import torch.distributed as dist"], id="c1", outputs=[OUTPUT]),
+          "import torch.distributed as dist\n", "os.environ.setdefault('WORLD_SIZE', '1')"], id="c1",
+         outputs=[OUTPUT]),
     code(["dist.init_process_group('nccl')\n", "model = torch.nn.Linear(2, 2).cuda()\n",
           "x = torch.zeros(2).cuda()\n", "dist.all_reduce(x)"], id="c2"),
     code("dist.barrier()\n", id="c3"),
@@ -83,12 +84,12 @@ def test_plain_files_have_null_cell(tmp_path):
 def test_noqa_in_a_cell(tmp_path):
     p = tmp_path / "n.ipynb"
     cells = [code(["import torch\n", "import torch.distributed as dist\n",
-                   "dist.init_process_group('nccl')  # noqa: DDP001, DDP004\n"]),
+                   "dist.init_process_group('nccl')  # noqa: DDP001, DDP004, DDP503\n"]),
              code(["x = torch.zeros(1).cuda()\n", "dist.all_reduce(x)\n"])]
     write_nb(p, cells)
     r = run("check", "--no-cache", str(p))
     assert r.returncode == 0, r.stdout
-    write_nb(p, [code(cells[0]["source"][:2] + ["dist.init_process_group('nccl')  # noqa: DDP004\n"]), cells[1]])
+    write_nb(p, [code(cells[0]["source"][:2] + ["dist.init_process_group('nccl')  # noqa: DDP004, DDP503\n"]), cells[1]])
     assert "DDP001" in run("check", "--no-cache", str(p)).stdout
 
 
@@ -97,7 +98,7 @@ def test_magics_are_masked_not_errors(tmp_path):
     write_nb(p, [code(["%%bash\n", "echo hi\n"]),
                  code(["%%time\n", "import torch\n", "files = !ls\n", "torch.zeros?\n",
                        "for i in range(2):\n", "    %time print(i)\n", "import torch.distributed as dist\n",
-                       "dist.init_process_group('gloo')\n", "dist.destroy_process_group()\n"])])
+                       "dist.init_process_group('gloo', rank=0, world_size=1)\n", "dist.destroy_process_group()\n"])])
     r = run("check", "--no-cache", str(p))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "DDP000" not in r.stdout
@@ -218,3 +219,58 @@ def test_non_python_kernel_has_no_code():
 def test_not_a_notebook_error_type():
     with pytest.raises(NotebookError):
         Notebook.parse("[]", "x.ipynb")
+
+
+# -- the notebook rules' fixtures as real notebooks ------------------------------------------------
+def _notebook_fixtures():
+    from tests.test_fixtures import FIXTURES
+
+    return [pytest.param(p.parent.name, p, id=f"{p.parent.name}/{p.name}")
+            for p in sorted(FIXTURES.glob("*/*.ipynb.py"))]
+
+
+@pytest.mark.parametrize("code_,path", _notebook_fixtures())
+def test_notebook_fixture_as_a_real_notebook(tmp_path, code_, path):
+    """Each ``*.ipynb.py`` fixture, its ``# %%`` lines as cell breaks, written as a notebook (a
+    markdown cell first): the same findings, each in its cell at its line there."""
+    from tests.test_fixtures import EXPECT_RE
+
+    from ddp_lint.analysis.config import Settings
+    from ddp_lint.analysis.notebook import check_notebook
+
+    cells: list[list[str]] = [[]]
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if line.startswith("# %%"):
+            cells.append([])
+        else:
+            cells[-1].append(line)
+    expected = sorted((k + 2, i + 1) for k, lines in enumerate(cells) for i, line in enumerate(lines)
+                      if (m := EXPECT_RE.search(line)) and code_ in m.group(1).replace(" ", "").split(","))
+    nb_cells = [{"cell_type": "markdown", "id": "md", "metadata": {}, "source": "# fixture"}]
+    nb_cells += [code("\n".join(lines).rstrip("\n"), id=f"c{k}") for k, lines in enumerate(cells)]
+    target = tmp_path / path.name[:-3]
+    text = write_nb(target, nb_cells)
+    findings, _, _, _ = check_notebook(text, str(target), Settings(select=[code_]))
+    got = sorted((f.cell, f.range.start.line + 1) for f in findings if f.code == code_)
+    if path.name.startswith("bad_"):
+        assert expected and got == expected
+    else:
+        assert got == []
+
+
+def test_rule_docs_print_for_notebook_rules():
+    for c in ("DDP501", "DDP502", "DDP503"):
+        r = run("rule", c)
+        assert r.returncode == 0 and "## Why is this bad?" in r.stdout and f"({c})" in r.stdout
+
+
+def test_notebook_rules_silent_in_scripts(tmp_path):
+    from ddp_lint.analysis.config import Settings
+    from ddp_lint.analysis.engine import check_source
+
+    text = (FIXTURE_DIR / "DDP502" / "bad_spawn_notebook_target.ipynb.py").read_text()
+    assert not check_source(text, str(tmp_path / "x.py"), Settings(select=["DDP502"])).findings
+    assert check_source(text, str(tmp_path / "x.ipynb"), Settings(select=["DDP502"])).findings
+
+
+from tests.test_fixtures import FIXTURES as FIXTURE_DIR  # noqa: E402
