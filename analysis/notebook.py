@@ -224,36 +224,85 @@ class Notebook:
             end = Position(last + s, len(_split_keep(self.masked[k])[last][0]) if self.masked[k] else 0)
         return Range(Position(r.start.line - s, r.start.column), Position(end.line - s, end.column))
 
+    def _lines_in(self, k: int) -> int:
+        end = self.starts[k + 1] if k + 1 < len(self.starts) else len(_split_keep(self.source))
+        return end - self.starts[k]
+
+    def cell_edit(self, e: Edit) -> tuple[int, Range, str]:
+        """A module edit as (code cell index, range in the cell's own text, content), as
+        ``cell_edits`` splits them for ``--fix``: an insertion at a cell boundary ends the cell
+        before it; the newline the module added after a cell's last line is not the cell's, so
+        an insertion after it becomes one before it (``"X\n"`` at the start of the next line ->
+        ``"\nX"`` at the end of the last line)."""
+        r = e.range
+        k = self.index_of_line(r.start.line)
+        if r.start == r.end and r.start.column == 0 and k > 0 and r.start.line == self.starts[k]:
+            k -= 1
+            while k > 0 and self._lines_in(k) == 0:
+                k -= 1
+        n = self._lines_in(k)
+        rel = lambda p: Position(p.line - self.starts[k], p.column)  # noqa: E731
+        start, end, content = rel(r.start), rel(r.end), e.content
+        if self.added_newline[k] and n:
+            last = _split_keep(self.masked[k] + "\n")[n - 1][0]
+            if start.line >= n:  # after the added newline
+                start = end = Position(n - 1, len(last))
+                content = "\n" + (content[:-1] if content.endswith("\n") else content)
+            elif end.line >= n:  # a range running through the added newline stops before it
+                end = Position(n - 1, len(last))
+                if content.endswith("\n"):
+                    content = content[:-1]
+        return k, Range(start, end), content
+
     def module_position(self, k: int, pos: Position) -> Position:
         return Position(self.starts[k] + pos.line, pos.column)
 
     # -- findings --------------------------------------------------------------------------------
-    def to_cells(self, findings: list[Finding]) -> list[Finding]:
+    def to_cells(self, findings: list[Finding], module_file: str | None = None,
+                 filename: str | None = None) -> list[Finding]:
         """Findings in cell coordinates (``cell`` set; ranges, related locations and fix edits
-        relative to their cells). Findings of another file are left alone."""
+        relative to their cells). With ``module_file`` (the file a run executed the module as),
+        only its findings and locations are moved, and they are renamed ``filename``; the
+        other files' are left alone."""
+        import os
+
+        def ours(name):
+            if module_file is None:
+                return True
+            return name is not None and os.path.abspath(name) == os.path.abspath(module_file)
+
         out = []
         for f in findings:
-            k = self.index_of_line(f.range.start.line)
+            k = self.index_of_line(f.range.start.line) if ours(f.filename) else None
             if k is None:
+                if module_file is not None and f.related:
+                    f = dataclasses.replace(f, related=tuple(
+                        dataclasses.replace(r, filename=filename, range=self._rel_range(rk, r.range),
+                                            cell=self.numbers[rk])
+                        if ours(r.filename) and (rk := self.index_of_line(r.range.start.line)) is not None else r
+                        for r in f.related))
                 out.append(f)
                 continue
             related = []
             for r in f.related:
-                rk = self.index_of_line(r.range.start.line) if r.filename in (None, f.filename) else None
+                same = r.filename is None or r.filename == f.filename or ours(r.filename) and module_file is not None
+                rk = self.index_of_line(r.range.start.line) if same else None
                 if rk is None:
                     related.append(r)
                 else:
-                    related.append(dataclasses.replace(r, range=self._rel_range(rk, r.range),
-                                                       cell=self.numbers[rk]))
+                    related.append(dataclasses.replace(
+                        r, range=self._rel_range(rk, r.range), cell=self.numbers[rk],
+                        filename=filename if module_file is not None and r.filename is not None else r.filename))
             fix = f.fix
             if fix is not None:
                 edits = []
                 for e in fix.edits:
-                    ek = self.index_of_line(e.range.start.line)
-                    edits.append(Edit(self._rel_range(ek, e.range), e.content, self.numbers[ek]))
+                    ek, er, content = self.cell_edit(e)
+                    edits.append(Edit(er, content, self.numbers[ek]))
                 fix = Fix(fix.applicability, fix.message, tuple(edits))
             out.append(dataclasses.replace(f, message=self.cell_lines(f.message), range=self._rel_range(k, f.range),
-                                           related=tuple(related), fix=fix, cell=self.numbers[k]))
+                                           related=tuple(related), fix=fix, cell=self.numbers[k],
+                                           filename=filename if module_file is not None else f.filename))
         return out
 
     def cell_lines(self, message: str) -> str:
