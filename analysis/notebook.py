@@ -69,12 +69,20 @@ def _split_keep(text: str) -> list[tuple[str, str]]:
     return out
 
 
+# IPython's automagics and shell aliases that run without a ``%`` (``pip install x``): in a cell
+# that does not parse, a line made of one of these names, a space and a word is a command (as
+# Python, two names in a row are a syntax error anyway)
+_AUTOMAGIC = re.compile(r"^(?:pip|conda|mamba|cd|ls|pwd|env|cat|mkdir|rmdir|rm|mv|cp|ll|less|man|"
+                        r"alias|unalias|pushd|popd|dhist|bookmark|load_ext|reload_ext|time|timeit|"
+                        r"matplotlib|autoreload|run|debug|who|whos|history)\s+[-\w./~'\"]")
+
+
 def _is_magic(stripped: str) -> bool:
     if not stripped or stripped.startswith("#"):
         return False
     if stripped[0] in "%!?":
         return True
-    if _ASSIGN_ESCAPE.match(stripped):
+    if _ASSIGN_ESCAPE.match(stripped) or _AUTOMAGIC.match(stripped):
         return True
     return stripped.rstrip().endswith("?")
 
@@ -82,8 +90,6 @@ def _is_magic(stripped: str) -> bool:
 def mask_cell(text: str) -> str:
     """The cell's text with IPython syntax masked; the same number of lines, and every line that
     is not masked unchanged. A cell that parses as Python is returned as it is."""
-    if "%" not in text and "!" not in text and "?" not in text:
-        return text
     if _parses(text):
         return text
     lines = _split_keep(text)

@@ -111,6 +111,10 @@ def test_mask_keeps_lines_and_columns():
     assert len(m.splitlines()) == 4 and m.splitlines()[2] == "  pass"
     assert mask_cell("%%bash\necho 1\n") == "\n\n"
     assert mask_cell("a = '%d' % 3\n") == "a = '%d' % 3\n"  # Python as it is: untouched
+    # automagics without their % (``pip install``), only in a cell that does not parse
+    assert mask_cell("pip install torch\nimport torch") == "pass\nimport torch"
+    assert mask_cell("cd data\nx = 1\n") == "pass\nx = 1\n"
+    assert mask_cell("pip = 3\nls = pip - 1\n") == "pip = 3\nls = pip - 1\n"
 
 
 def test_syntax_error_in_a_cell_is_placed_in_it(tmp_path):
