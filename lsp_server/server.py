@@ -40,6 +40,7 @@ from .diagnostics import DiagnosticsMixin
 from .documents import UTF16, Document
 from .framing import FrameReader, stdin_source, stream_source
 from .hover import HoverMixin
+from .lenses import CodeLensMixin
 from .notebooks import NotebookMixin
 from .notebooks import sync_options as notebook_sync_options
 from .protocol import DdpProtocol, LspLogHandler, QuietRefusals
@@ -55,7 +56,7 @@ UNTRUSTED = ("this server listens on a TCP port, where any local user can connec
              "start it with --allow-run to trust every local user, or use stdio or --socket PATH")
 
 
-class DdpServer(NotebookMixin, DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
+class DdpServer(NotebookMixin, CodeLensMixin, DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
     def __init__(self, log_level: str | None = None, trusted: bool = True):
         super().__init__("ddp-lint", __version__, protocol_cls=DdpProtocol,
                          text_document_sync_kind=t.TextDocumentSyncKind.Incremental,
@@ -466,6 +467,11 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
             action.data["drop_empty"] = False
             return await ls.resolve_fix_all(action)
         return action
+
+    @server.feature(t.TEXT_DOCUMENT_CODE_LENS, t.CodeLensOptions(resolve_provider=False))
+    @guarded(t.TEXT_DOCUMENT_CODE_LENS)
+    async def code_lens(ls: DdpServer, params: t.CodeLensParams):
+        return await ls.code_lenses(params)
 
     @server.feature(t.TEXT_DOCUMENT_HOVER)
     @guarded(t.TEXT_DOCUMENT_HOVER)
