@@ -84,12 +84,12 @@ def test_plain_files_have_null_cell(tmp_path):
 def test_noqa_in_a_cell(tmp_path):
     p = tmp_path / "n.ipynb"
     cells = [code(["import torch\n", "import torch.distributed as dist\n",
-                   "dist.init_process_group('nccl')  # noqa: DDP001, DDP004, DDP503\n"]),
+                   "dist.init_process_group('nccl')  # noqa: DDP001, DDP004, DDP603\n"]),
              code(["x = torch.zeros(1).cuda()\n", "dist.all_reduce(x)\n"])]
     write_nb(p, cells)
     r = run("check", "--no-cache", str(p))
     assert r.returncode == 0, r.stdout
-    write_nb(p, [code(cells[0]["source"][:2] + ["dist.init_process_group('nccl')  # noqa: DDP004, DDP503\n"]), cells[1]])
+    write_nb(p, [code(cells[0]["source"][:2] + ["dist.init_process_group('nccl')  # noqa: DDP004, DDP603\n"]), cells[1]])
     assert "DDP001" in run("check", "--no-cache", str(p)).stdout
 
 
@@ -263,7 +263,7 @@ def test_notebook_fixture_as_a_real_notebook(tmp_path, code_, path):
 
 
 def test_rule_docs_print_for_notebook_rules():
-    for c in ("DDP501", "DDP502", "DDP503"):
+    for c in ("DDP601", "DDP602", "DDP603"):
         r = run("rule", c)
         assert r.returncode == 0 and "## Why is this bad?" in r.stdout and f"({c})" in r.stdout
 
@@ -272,9 +272,9 @@ def test_notebook_rules_silent_in_scripts(tmp_path):
     from ddp_lint.analysis.config import Settings
     from ddp_lint.analysis.engine import check_source
 
-    text = (FIXTURE_DIR / "DDP502" / "bad_spawn_notebook_target.ipynb.py").read_text()
-    assert not check_source(text, str(tmp_path / "x.py"), Settings(select=["DDP502"])).findings
-    assert check_source(text, str(tmp_path / "x.ipynb"), Settings(select=["DDP502"])).findings
+    text = (FIXTURE_DIR / "DDP602" / "bad_spawn_notebook_target.ipynb.py").read_text()
+    assert not check_source(text, str(tmp_path / "x.py"), Settings(select=["DDP602"])).findings
+    assert check_source(text, str(tmp_path / "x.ipynb"), Settings(select=["DDP602"])).findings
 
 
 from tests.test_fixtures import FIXTURES as FIXTURE_DIR  # noqa: E402

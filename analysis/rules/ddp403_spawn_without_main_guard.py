@@ -58,7 +58,7 @@ class SpawnWithoutMainGuard(Rule):
     ```
 
     In a notebook the kernel's `__main__` has no file, so nothing re-imports it: this rule is
-    silent there (DDP502 covers what does go wrong).
+    silent there (DDP602 covers what does go wrong).
 
     ## Fix safety
     There is no fix: what belongs under the guard (argument parsing, set-up) is the author's call.
@@ -72,7 +72,7 @@ class SpawnWithoutMainGuard(Rule):
 
     def finish(self, ctx) -> None:
         if in_notebook(ctx):
-            return  # a kernel's __main__ has no file: children never re-import it (DDP502's matter)
+            return  # a kernel's __main__ has no file: children never re-import it (DDP602's matter)
         for call in spawn_calls(ctx):
             sm = const_str(get_arg(call, 5, "start_method"))
             if sm == "fork":

@@ -128,8 +128,8 @@ async def test_notebook_rule_in_its_cell(lsp_session):
     cells = [("code", "import torch\nimport torch.distributed as dist"),
              ("code", "x = 1\ndist.init_process_group('gloo')")]
     nb = NotebookSession(s, NB_URI_NAME, cells)
-    p = await wait_publish(s.client, nb.cell_uri(1), pred=lambda p: any(d.code == "DDP503" for d in p.diagnostics))
-    assert next(d for d in p.diagnostics if d.code == "DDP503").range.start.line == 1
+    p = await wait_publish(s.client, nb.cell_uri(1), pred=lambda p: any(d.code == "DDP603" for d in p.diagnostics))
+    assert next(d for d in p.diagnostics if d.code == "DDP603").range.start.line == 1
 
 
 async def test_fix_all_edits_the_notebook(lsp_session):

@@ -39,7 +39,7 @@ class InitInUnlaunchedNotebook(Rule):
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
         ...
 
-    mp.spawn(train, args=(2,), nprocs=2)  # from a module: see DDP502
+    mp.spawn(train, args=(2,), nprocs=2)  # from a module: see DDP602
     ```
 
     or, to try the API in one process, a one-rank group:
@@ -53,7 +53,7 @@ class InitInUnlaunchedNotebook(Rule):
     There is no fix: whether the notebook should start ranks or run as one is the author's call.
     """
 
-    code = "DDP503"
+    code = "DDP603"
     name = "init-in-unlaunched-notebook"
     severity = Severity.ERROR
     requires_text = ("init_process_group",)

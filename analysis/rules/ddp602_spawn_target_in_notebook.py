@@ -60,7 +60,7 @@ class SpawnTargetInNotebook(Rule):
     There is no fix: moving code into a new module is the author's call.
     """
 
-    code = "DDP502"
+    code = "DDP602"
     name = "spawn-target-in-notebook"
     severity = Severity.ERROR
     requires_text = ("spawn", "start_processes")

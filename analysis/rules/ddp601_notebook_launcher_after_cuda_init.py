@@ -65,7 +65,7 @@ class NotebookLauncherAfterCudaInit(Rule):
     There is no fix: which cells' GPU work moves into the training function is the author's call.
     """
 
-    code = "DDP501"
+    code = "DDP601"
     name = "notebook-launcher-after-cuda-init"
     severity = Severity.ERROR
     requires_text = ("notebook_launcher",)
