@@ -159,3 +159,27 @@ async def test_closing_clears_cells(lsp_session):
         cell_text_documents=[t.TextDocumentIdentifier(uri=c[0]) for c in nb.cells]))
     p = await wait_publish(s.client, nb.cell_uri(2), after=n)
     assert not p.diagnostics
+
+
+async def test_pull_diagnostics_per_cell(lsp_session):
+    """A pull client (Neovim 0.11's capabilities, with notebook sync): each cell's report holds its
+    own findings, computed over the whole notebook; an edit in one cell changes another's report."""
+    s = await lsp_session(nb_caps("neovim-0.11"))
+    assert s.init.capabilities.diagnostic_provider is not None
+    nb = NotebookSession(s, NB_URI_NAME, CELLS)
+
+    async def pull(i):
+        r = await s.client.text_document_diagnostic_async(t.DocumentDiagnosticParams(
+            text_document=t.TextDocumentIdentifier(uri=nb.cell_uri(i))))
+        return [(d.code, d.range.start.line) for d in r.items]
+
+    assert ("DDP001", 0) in await pull(2)
+    assert await pull(4) == []  # its all_reduce is related information of cell 3's DDP001
+    # set_device added in cell 2 (before the init in cell 3, after imports): DDP001 goes from cell 3
+    nb.edit(1, rng(3, 34), "\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))")
+    for _ in range(50):
+        got = await pull(2)
+        if not any(c == "DDP001" for c, _ in got):
+            break
+    assert not any(c == "DDP001" for c, _ in got), got
+    assert s.client.publishes == []  # a pull client never gets pushed diagnostics
