@@ -181,7 +181,7 @@ class Notebook:
     @classmethod
     def parse(cls, text: str, path: str = "<notebook>") -> "Notebook":
         try:
-            raw = json.loads(text)
+            raw = json.loads(text[1:] if text.startswith("\ufeff") else text)  # a BOM: kept on writing
         except json.JSONDecodeError as e:
             raise NotebookError(f"{path}: not a valid notebook: invalid JSON ({e.msg} at line {e.lineno}, "
                                 f"column {e.colno})") from None
@@ -435,6 +435,8 @@ def _indent_of(text: str):
 def _dump_like(raw: dict, text: str) -> str:
     ascii_only = text.isascii() and "\\u" in text
     out = json.dumps(raw, indent=_indent_of(text), ensure_ascii=ascii_only)
+    if text.startswith("\ufeff"):
+        out = "\ufeff" + out
     if "\r\n" in text:
         out = out.replace("\n", "\r\n")
     m = re.search(r"(\r?\n)*\Z", text)

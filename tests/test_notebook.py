@@ -278,3 +278,14 @@ def test_notebook_rules_silent_in_scripts(tmp_path):
 
 
 from tests.test_fixtures import FIXTURES as FIXTURE_DIR  # noqa: E402
+
+
+def test_bom_and_crlf_notebook_round_trip(tmp_path):
+    p = tmp_path / "bom.ipynb"
+    text = write_nb(p, CELLS)
+    p.write_bytes(("\ufeff" + text.replace("\n", "\r\n")).encode("utf-8"))
+    r = run("check", "--no-cache", "--fix", str(p))
+    assert "Fixed 1 file." in r.stdout, r.stdout + r.stderr
+    data = p.read_bytes().decode("utf-8")
+    assert data.startswith("\ufeff{\r\n") and data.endswith("}\r\n") and "\n" not in data.replace("\r\n", "")
+    assert "destroy_process_group" in data
