@@ -232,7 +232,18 @@ async function notebook() {
     const name = env('NOTEBOOK');
     await page.locator('.explorer-folders-view .monaco-list-row', { hasText: name }).first().click({ timeout: 60000 });
     await page.locator('.tabs-container .tab.active', { hasText: name }).waitFor({ timeout: 30000 });
-    await page.locator('.notebook-editor .cell-editor-container .monaco-editor').first().waitFor({ timeout: 60000 });
+    const cellEditor = page.locator('.notebook-editor .cell-editor-container .monaco-editor').first();
+    try {
+        await cellEditor.waitFor({ timeout: 15000 });
+    } catch {
+        // opened as JSON text (the notebook serializer was not there yet): reopen it as a notebook
+        log('opened as text; reopening with the Jupyter Notebook editor');
+        await runFromPalette('View: Reopen Editor With...');
+        const pick = page.locator('.quick-input-widget .monaco-list-row', { hasText: 'Jupyter Notebook' });
+        await pick.first().waitFor({ timeout: 15000 });
+        await pick.first().click();
+        await cellEditor.waitFor({ timeout: 60000 });
+    }
     log('notebook editor open');
     await page.keyboard.press('Control+Shift+M');
     await staticRow('DDP101').first().waitFor({ timeout: 90000 });
@@ -241,10 +252,14 @@ async function notebook() {
     const r101 = rows.find((r) => /DDP101/.test(r) && /\[Ln/.test(r));
     // line 1 of its cell (the cell's own coordinates), column 14: `[None for _ in gather_objects]`
     if (!/\[Ln 1, Col 10\]/.test(r101)) fail(`DDP101 not at line 1, col 10 of its cell: ${r101}`);
-    // the finding's cell: the Problems panel reveals it in the notebook
+    // the finding's cell: the Problems panel reveals it in the notebook; a double click puts the
+    // cursor in the cell, at the finding, for the quick fix menu (Ctrl+.)
     await staticRow('DDP101').first().click();
     await page.waitForTimeout(1000);
     await shot('vscode-notebook-diagnostics.png');
+    await staticRow('DDP101').first().dblclick();
+    await page.locator('.notebook-editor .monaco-editor.focused').first().waitFor({ timeout: 10000 });
+    await page.waitForTimeout(500);
     await page.keyboard.press('Control+.');
     const fixItem = page.locator('.action-widget .monaco-list-row', { hasText: 'Size the list to the world size' });
     await fixItem.first().waitFor({ timeout: 20000 });
