@@ -512,16 +512,18 @@ def test_vscode_notebook_cell_diagnostic_and_quick_fix(vsix, tmp_path):
     """A notebook in VS Code's own notebook editor (issue 32): the server gets it through LSP 3.17
     notebook sync, DDP101 shows for its cell at the cell's own line, the quick fix applied from
     the cell with Ctrl+. lands in that cell's source on disk, outputs and ids untouched. The
-    screenshot of the cell diagnostic goes to docs/img/vscode-notebook.png."""
+    screenshot of the cell diagnostic goes to docs/img/vscode-notebook.png. Then the run code
+    lenses above the seed's __main__ block (ddp-lint.codeLens is on by default in VS Code)."""
     _require_e2e()
     OUT.mkdir(parents=True, exist_ok=True)
-    for name in ("vscode-notebook-diagnostics.png", "vscode-notebook-fixed.png", "failure.png"):
+    for name in ("vscode-notebook-diagnostics.png", "vscode-notebook-fixed.png", "vscode-codelens.png", "failure.png"):
         (OUT / name).unlink(missing_ok=True)
     with code_server(vsix, tmp_path, trusted=True) as (url, ws, data):
         nb = ws / "gather.ipynb"
         nb.write_text(json.dumps(GATHER_NOTEBOOK, indent=1) + "\n")
         out = drive(url, ws, data, MODE="notebook", NOTEBOOK=nb.name, RUN_CODE="-")
         assert "quick fix applied in the cell" in out
+        assert "code lenses: " in out and "Run with torchrun" in out
     saved = json.loads(nb.read_text())
     cell = saved["cells"][3]
     assert "".join(cell["source"]).startswith("output = [None for _ in range(dist.get_world_size())]")
@@ -532,3 +534,5 @@ def test_vscode_notebook_cell_diagnostic_and_quick_fix(vsix, tmp_path):
     img = ROOT / "docs" / "img"
     img.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shot, img / "vscode-notebook.png")
+    assert (OUT / "vscode-codelens.png").stat().st_size > 10_000
+    shutil.copyfile(OUT / "vscode-codelens.png", img / "vscode-codelens.png")

@@ -279,6 +279,17 @@ async function notebook() {
     await staticRow('DDP101').first().waitFor({ state: 'detached', timeout: 30000 });
     await page.waitForTimeout(500);
     await shot('vscode-notebook-fixed.png');
+
+    // code lenses (ddp-lint.codeLens, on by default in VS Code) above the seed's __main__ block
+    await openFile(SEED);
+    await gotoLine('30:1');  // (lenses render only in the visible lines: the __main__ block is line 25)
+    const lens = page.locator('.monaco-editor .codelens-decoration', { hasText: 'Run with 2 ranks (emulated)' });
+    await lens.first().waitFor({ timeout: 30000 });
+    const lensTexts = (await page.locator('.monaco-editor .codelens-decoration').allInnerTexts())
+        .map((x) => x.replace(/\s+/g, ' ').trim());
+    log(`code lenses: ${lensTexts.join(' || ')}`);
+    if (!lensTexts.some((x) => x.includes('Run with torchrun'))) fail(`no "Run with torchrun" lens: ${lensTexts}`);
+    await shot('vscode-codelens.png');
 }
 
 try {
