@@ -600,7 +600,7 @@ def _cmd_check(args) -> int:
             return EXIT_ERROR if errors else EXIT_CLEAN
         write = args.fix and not args.diff
         # launch scripts named on the command line (sbatch, shell): DDP701, read here, never fixed
-        scripts = [f for f in files if not f.endswith((".py", ".pyi", ".pyw"))]
+        scripts = [f for f in files if not f.endswith((".py", ".pyi", ".pyw")) and not f.lower().endswith(".ipynb")]
         if scripts:
             files = [f for f in files if f not in scripts]
             results.extend(_check_one((f, settings, False, False, False)) for f in scripts)
