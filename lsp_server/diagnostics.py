@@ -222,7 +222,10 @@ class DiagnosticsMixin:
         if st is None:  # not open: runtime findings only
             diags = [] if self.runtime_side_push else self.runtime_diagnostics(uri, None)
             return t.RelatedFullDocumentDiagnosticReport(items=diags, result_id=None)
-        for _ in range(50):
+        nb = self.notebook_of(st)
+        if nb is not None:  # a cell: up to date when the whole notebook is (another cell may have changed)
+            await self.analyse_notebook(nb)
+        for _ in range(50 if nb is None else 0):
             if st.closed:
                 break
             needs = st.analyzed_version != st.doc.version or st.settings_gen != self.settings_gen

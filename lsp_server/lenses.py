@@ -12,10 +12,8 @@ from lsprotocol import types as t
 from ..analysis.entry_points import entry_points
 
 from .code_actions import _IMPORTS_DIST
-from .commands import RUN_COMMAND
+from .commands import EXPLAIN_COMMAND, RUN_COMMAND
 from .state import is_python
-
-EXPLAIN_COMMAND = "ddp-lint.explain"
 
 
 class CodeLensMixin:
@@ -52,6 +50,8 @@ class CodeLensMixin:
                 arguments=[{"uri": uri, "emulate": self.settings.run.emulate}])))
         if eps and EXPLAIN_COMMAND in self.command_names():
             top = t.Range(start=t.Position(line=0, character=0), end=t.Position(line=0, character=0))
+            # no argument: the client asks for the folder of the job's artefacts (VS Code's
+            # ddp-lint.explain opens a folder picker), which only the user can name
             out.append(t.CodeLens(range=top, command=t.Command(
-                title="Explain a failed job…", command=EXPLAIN_COMMAND, arguments=[uri])))
+                title="Explain a failed job…", command=EXPLAIN_COMMAND)))
         return out

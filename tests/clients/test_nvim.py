@@ -157,6 +157,8 @@ def test_neovim_code_lenses(tmp_path):
     assert proc.returncode == 0, f"nvim failed ({proc.returncode}):\n{log}\nstderr:\n{proc.stderr[-3000:]}"
     # (N: the local GPUs when there are 2 or more, else 2)
     lenses = sorted(re.sub(r"with \d+ ranks", "with N ranks", line).split(" ", 2)[1:]
-                    for line in log.splitlines() if line.startswith("lens "))
+                    for line in log.splitlines() if line.startswith("lens ") and "ddp-lint.run" in line)
+    assert ["0", "Explain a failed job… | ddp-lint.explain"] in [line.split(" ", 2)[1:] for line in log.splitlines()
+                                                              if line.startswith("lens ")], log
     assert lenses == [["4", "▶ Run with N ranks (emulated) | ddp-lint.run"], ["4", "▶ Run with torchrun | ddp-lint.run"],
                       ["8", "▶ Run with N ranks (emulated) | ddp-lint.run"], ["8", "▶ Run with torchrun | ddp-lint.run"]], log
