@@ -12,6 +12,7 @@ import os
 
 from .cache import Cache, content_tag, decode_findings, encode_findings
 from .io import SourceError, decode_bytes, read_regular_file
+from .notebook import NotebookError, check_notebook, is_notebook
 
 _MAX_SOURCE_BYTES = 256 * 1024 * 1024
 
@@ -53,9 +54,16 @@ def check_one(path: str):
         sf = decode_bytes(data, path)
     except SourceError as e:
         return ("err", str(e))
-    res = check_source(sf.text, path, _settings)
-    enc = encode_findings(res.findings)
-    return ("ok", tag, enc, None if enc is not None else res.findings, list(res.dependencies))
+    if is_notebook(path):  # the code cells as one module, findings in cells
+        try:
+            findings, _, _, deps = check_notebook(sf.text, path, _settings)
+        except NotebookError as e:
+            return ("err", str(e))
+    else:
+        res = check_source(sf.text, path, _settings)
+        findings, deps = res.findings, list(res.dependencies)
+    enc = encode_findings(findings)
+    return ("ok", tag, enc, None if enc is not None else findings, deps)
 
 
 def _probe(path: str):

@@ -160,39 +160,51 @@ def encode_findings(findings: list[Finding]) -> list | None:
             return None  # runtime findings are never cached
         fix = None
         if f.fix is not None:
-            fix = [f.fix.applicability.value, f.fix.message, [[_r(e.range), e.content] for e in f.fix.edits]]
-        related = [[_r(x.range), x.message, x.filename, list(x.ranks)] for x in f.related]
-        out.append([f.code, f.name, f.message, f.severity.value, _r(f.range), related, fix, f.url])
+            fix = [f.fix.applicability.value, f.fix.message, [[_r(e.range), e.content] + ([e.cell] if e.cell is not None else [])
+                                                             for e in f.fix.edits]]
+        related = [[_r(x.range), x.message, x.filename, list(x.ranks)] + ([x.cell] if x.cell is not None else [])
+                   for x in f.related]
+        # a notebook finding's cell rides as a ninth item (the eight-item form is the other files')
+        out.append([f.code, f.name, f.message, f.severity.value, _r(f.range), related, fix, f.url]
+                   + ([f.cell] if f.cell is not None else []))
     return out
 
 
 def decode_findings(data, filename: str) -> list[Finding]:
     """Findings from ``encode_findings``' lists; raises (ValueError, TypeError...) on bad data."""
     out = []
-    for code, name, message, severity, rng, related, fix, url in data:
+    for code, name, message, severity, rng, related, fix, url, *cell in data:
         if not (isinstance(code, str) and isinstance(name, str) and isinstance(message, str)):
             raise ValueError("finding")
         rel = []
-        for rr, msg, fn, ranks in related:
+        for rr, msg, fn, ranks, *rcell in related:
             if not isinstance(msg, str) or (fn is not None and not isinstance(fn, str)):
                 raise ValueError("related")
-            rel.append(Related(_range(rr), msg, fn, tuple(int(x) for x in ranks)))
+            rel.append(Related(_range(rr), msg, fn, tuple(int(x) for x in ranks), _cell(rcell)))
         fx = None
         if fix is not None:
             app, fmsg, edits = fix
             if not isinstance(fmsg, str):
                 raise ValueError("fix")
             eds = []
-            for er, content in edits:
+            for er, content, *ecell in edits:
                 if not isinstance(content, str):
                     raise ValueError("edit")
-                eds.append(Edit(_range(er), content))
+                eds.append(Edit(_range(er), content, _cell(ecell)))
             fx = Fix(Applicability(app), fmsg, tuple(eds))
         if url is not None and not isinstance(url, str):
             raise ValueError("url")
         out.append(Finding(code=code, name=name, message=message, severity=Severity(severity), range=_range(rng),
-                           filename=filename, related=tuple(rel), fix=fx, url=url))
+                           filename=filename, related=tuple(rel), fix=fx, url=url, cell=_cell(cell)))
     return out
+
+
+def _cell(extra: list) -> int | None:
+    if not extra:
+        return None
+    if len(extra) != 1 or type(extra[0]) is not int:
+        raise ValueError("cell")
+    return extra[0]
 
 
 # -- keys ----------------------------------------------------------------------------------------

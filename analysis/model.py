@@ -48,6 +48,7 @@ class Edit:
 
     range: Range
     content: str
+    cell: int | None = None  # a notebook finding's edit: the cell its range is relative to
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,7 @@ class Related:
     message: str
     filename: str | None = None  # None: same file as the finding
     ranks: tuple[int, ...] = ()
+    cell: int | None = None  # a notebook's cell (1-based, as Ruff counts); the range is inside it
 
 
 @dataclass(slots=True)
@@ -80,6 +82,9 @@ class Finding:
     ranks: tuple[int, ...] = ()
     emulated: bool = False
     details: dict[str, Any] = field(default_factory=dict)
+    # A notebook finding (analysis/notebook.py): the cell (1-based over all cells, as Ruff counts);
+    # the range, related locations and fix edits are then relative to their cells.
+    cell: int | None = None
 
     @property
     def noqa_row(self) -> int:
@@ -87,4 +92,4 @@ class Finding:
         return self.range.start.line
 
     def sort_key(self):
-        return (self.filename, self.range.start, self.code)
+        return (self.filename, self.cell or 0, self.range.start, self.code)

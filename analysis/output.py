@@ -87,6 +87,24 @@ def related_message(r) -> str:
     return r.message
 
 
+def where(f: Finding) -> str:
+    """``FILE:LINE:COL``, or ``FILE:cell N:LINE:COL`` in a notebook (as Ruff writes it)."""
+    cell = f"cell {f.cell}:" if f.cell is not None else ""
+    return f"{f.filename}:{cell}{f.range.start.line + 1}:{f.range.start.column + 1}"
+
+
+def _cell_text(text: str | None, f: Finding) -> str | None:
+    """The source lines a finding's range refers to: its cell's, in a notebook."""
+    if text is None or f.cell is None:
+        return text
+    from .notebook import Notebook, NotebookError
+
+    try:
+        return Notebook.parse(text).cell_text(f.cell)
+    except NotebookError:
+        return None
+
+
 def finding_to_json(f: Finding) -> dict:
     fix = None
     if f.fix is not None:
@@ -94,7 +112,8 @@ def finding_to_json(f: Finding) -> dict:
             "applicability": f.fix.applicability.value,
             "message": f.fix.message,
             "edits": [
-                {"content": e.content, "location": _loc(e.range.start), "end_location": _loc(e.range.end)}
+                {"content": e.content, "location": _loc(e.range.start), "end_location": _loc(e.range.end),
+                 **({"cell": e.cell} if e.cell is not None else {})}
                 for e in f.fix.edits
             ],
         }
@@ -102,6 +121,7 @@ def finding_to_json(f: Finding) -> dict:
         "code": f.code,
         "message": display_message(f, ranks=False),
         "filename": f.filename,
+        "cell": f.cell,
         "location": _loc(f.range.start),
         "end_location": _loc(f.range.end),
         "fix": fix,
@@ -110,7 +130,8 @@ def finding_to_json(f: Finding) -> dict:
         "severity": f.severity.value,
         "related": [
             {"filename": r.filename or f.filename, "location": _loc(r.range.start),
-             "end_location": _loc(r.range.end), "message": r.message}
+             "end_location": _loc(r.range.end), "message": r.message,
+             **({"cell": r.cell} if r.cell is not None else {})}
             for r in f.related
         ],
     }
@@ -123,8 +144,7 @@ def finding_to_json(f: Finding) -> dict:
 
 def format_text_line(f: Finding) -> str:
     mark = " [*]" if f.fix is not None and f.fix.applicability is not Applicability.DISPLAY_ONLY else ""
-    return printable(f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: "
-                     f"{f.code}{mark} {display_message(f)}")
+    return printable(f"{where(f)}: {f.code}{mark} {display_message(f)}")
 
 
 def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quiet: bool = False,
@@ -149,7 +169,7 @@ def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quie
         return
     for f in findings:
         if fmt == "full":
-            out.write(format_full(f, (sources or {}).get(f.filename)) + "\n")
+            out.write(format_full(f, _cell_text((sources or {}).get(f.filename), f)) + "\n")
         else:
             out.write(format_text_line(f) + "\n")
     if quiet:
@@ -216,8 +236,8 @@ def format_full(f: Finding, text: str | None) -> str:
     elif f.fix is not None:
         out.append(printable(f"  = help: {f.fix.message}"))
     for r in f.related:
-        where = r.filename or f.filename
-        out.append(printable(f"  = note: {where}:{r.range.start.line + 1}:{r.range.start.column + 1}: {r.message}"))
+        at = (r.filename or f.filename) + (f":cell {r.cell}" if r.cell is not None else "")
+        out.append(printable(f"  = note: {at}:{r.range.start.line + 1}:{r.range.start.column + 1}: {r.message}"))
     return "\n".join(out) + "\n"
 
 
@@ -226,8 +246,13 @@ def _fix_preview(f: Finding, text: str, pad: str) -> list[str]:
 
     kind = {"safe": "Safe fix", "unsafe": "Unsafe fix", "display-only": "Suggested fix (not applied)"}
     out = [printable(f"{pad} = help: {f.fix.message}"), "", f"  {kind.get(f.fix.applicability.value, 'Fix')}:"]
+    edits = f.fix.edits
+    if f.cell is not None:  # a notebook: the preview shows the finding's cell
+        edits = [e for e in edits if e.cell in (None, f.cell)]
+        if not edits:
+            return out[:1]
     try:
-        new = apply_edits(text, f.fix.edits)
+        new = apply_edits(text, edits)
     except (ValueError, IndexError):
         return out[:1]
     import difflib
@@ -262,8 +287,7 @@ def format_github(f: Finding) -> str:
         f"line={f.range.start.line + 1}", f"col={f.range.start.column + 1}",
         f"endLine={f.range.end.line + 1}", f"endColumn={f.range.end.column + 1}",
     ])
-    where = f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}"
-    return f"::{level} {props}::{_gh_data(printable(f'{where}: {f.code} {f.message}'))}"
+    return f"::{level} {props}::{_gh_data(printable(f'{where(f)}: {f.code} {f.message}'))}"
 
 
 # -- junit ---------------------------------------------------------------------------------------

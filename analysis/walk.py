@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-PY_SUFFIXES = (".py", ".pyi")
+PY_SUFFIXES = (".py", ".pyi", ".ipynb")  # notebooks too, as Ruff's default include since 0.6
 
 
 @dataclass

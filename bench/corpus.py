@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ddp_lint.analysis.config import Settings  # noqa: E402
 from ddp_lint.analysis.engine import check_source  # noqa: E402
 from ddp_lint.analysis.io import read_source  # noqa: E402
+from ddp_lint.analysis.notebook import NotebookError, check_notebook  # noqa: E402
 
 _DIST = re.compile(r"torch\.distributed|from\s+torch\s+import\s+[^\n]*\bdistributed\b")
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "build", "dist", ".tox"}
@@ -38,7 +39,7 @@ def py_files(root: Path):
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         for f in sorted(filenames):
-            if f.endswith(".py"):
+            if f.endswith((".py", ".ipynb")):  # notebooks too, as `ddp-lint check` walks them
                 yield Path(dirpath) / f
 
 
@@ -59,16 +60,26 @@ def run(roots, settings: Settings, listing: bool):
             touches = bool(_DIST.search(text))
             dist_files += touches
             t0 = time.perf_counter()
-            res = check_source(text, str(path), settings)
+            if path.suffix == ".ipynb":  # the code cells as one module (analysis/notebook.py)
+                try:
+                    found, _, _, _ = check_notebook(text, str(path), settings)
+                except NotebookError as e:
+                    errors.append(str(e))
+                    continue
+                res = None
+            else:
+                res = check_source(text, str(path), settings)
+                found = res.findings
             total_time += time.perf_counter() - t0
-            for e in res.errors:
+            for e in res.errors if res is not None else ():
                 errors.append(f"{path}: {e}")
-            for f in res.findings:
+            for f in found:
                 if f.code == "DDP000":
                     continue
                 counts[f.code] += 1
                 if listing:
-                    print(f"{path}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}")
+                    cell = f"cell {f.cell}:" if f.cell is not None else ""
+                    print(f"{path}:{cell}{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}")
         per_root[root] = (files, dist_files, counts)
     return per_root, errors, total_time
 

@@ -377,6 +377,14 @@ def _analyse_text(text, path, settings, fix_mode, unsafe):
 def _analyse(text, path, settings, fix_mode, unsafe):
     """-> (path, findings after the fixes, error, new text or None, old text, findings before)."""
     from .analysis.engine import check_source
+    from .analysis.notebook import NotebookError, check_notebook, is_notebook
+
+    if is_notebook(path):  # the code cells as one module; fixes edit cell sources only
+        try:
+            findings, new_text, before, _ = check_notebook(text, path, settings, fix_mode, unsafe)
+        except NotebookError as e:
+            return path, [], str(e), None, None, []
+        return path, findings, None, new_text, text, before
 
     if not str(path).endswith((".py", ".pyi", ".pyw")):  # a launch script named on the command line (DDP701)
         from .analysis.launch_scripts import check_launch_script, looks_like_launch_script
@@ -592,7 +600,7 @@ def _cmd_check(args) -> int:
             return EXIT_ERROR if errors else EXIT_CLEAN
         write = args.fix and not args.diff
         # launch scripts named on the command line (sbatch, shell): DDP701, read here, never fixed
-        scripts = [f for f in files if not f.endswith((".py", ".pyi", ".pyw"))]
+        scripts = [f for f in files if not f.endswith((".py", ".pyi", ".pyw")) and not f.lower().endswith(".ipynb")]
         if scripts:
             files = [f for f in files if f not in scripts]
             results.extend(_check_one((f, settings, False, False, False)) for f in scripts)
@@ -613,7 +621,11 @@ def _cmd_check(args) -> int:
         import difflib
 
         for path, findings, err, new, old, *_ in results:
-            if new is not None:
+            if new is not None and path.lower().endswith(".ipynb"):
+                from .analysis.notebook import cell_diff
+
+                sys.stdout.writelines(cell_diff(old, new, path))  # per cell, as Ruff shows them
+            elif new is not None:
                 sys.stdout.writelines(difflib.unified_diff(
                     old.splitlines(True), new.splitlines(True), f"a/{printable(path)}", f"b/{printable(path)}"))
         would = sum(max(0, len(r[5]) - len(r[1])) for r in results if r[3] is not None)
@@ -652,9 +664,10 @@ def _cmd_check(args) -> int:
         if not any(r[3] is not None for r in results):
             sys.stdout.write(results[0][4] or "")
         remaining = [f for r in results for f in r[1]]
+        from .analysis.output import where
+
         for f in remaining:
-            print(printable(f"{f.filename}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {f.message}"),
-                  file=sys.stderr)
+            print(printable(f"{where(f)}: {f.code} {f.message}"), file=sys.stderr)
     else:
         all_findings = [f for r in results for f in r[1]] if not args.diff else []
         fmt = _fmt(args.output_format or settings.output_format or "concise")

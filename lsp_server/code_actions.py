@@ -108,9 +108,10 @@ class CodeActionsMixin:
             title = f"{fix['title']} ({code}, unsafe fix: review the change)"
         else:
             title = f"{fix['title']} ({code})"
+        edit = self.multi_edit(fix["changes"]) if fix.get("changes") else \
+            self.workspace_edit(doc, fix["edits"], fix["version"])
         return t.CodeAction(title=title, kind=t.CodeActionKind.QuickFix, diagnostics=[d],
-                            is_preferred=app is Applicability.SAFE,
-                            edit=self.workspace_edit(doc, fix["edits"], fix["version"]))
+                            is_preferred=app is Applicability.SAFE, edit=edit)
 
     async def current_fix(self, st: DocState, d: t.Diagnostic) -> dict | None:
         """The fix of the current version's finding with ``d``'s code on ``d``'s line."""
@@ -120,10 +121,21 @@ class CodeActionsMixin:
             return None
         for f in st.static:
             if f.code == d.code and f.range.start.line == d.range.start.line and f.fix is not None:
-                return fix_of(f, st.doc, self.encoding)
+                got = fix_of(f, st.doc, self.encoding)
+                if got is not None and f.cell is not None:  # a notebook: the edits may reach other cells
+                    got["changes"] = self.cell_fix_changes(st, f)
+                    if got["changes"] is None:
+                        return None
+                return got
         return None
 
     def has_safe_fix(self, st: DocState) -> bool:
+        nb = self.notebook_of(st)
+        if nb is not None:  # fix-all fixes the whole notebook
+            return any(self.has_safe_fix_here(c) for _, c in self.notebook_cells(nb))
+        return self.has_safe_fix_here(st)
+
+    def has_safe_fix_here(self, st: DocState) -> bool:
         return any(f.fix is not None and f.fix.applicability is Applicability.SAFE for f in st.static)
 
     async def resolve_fix_all(self, action: t.CodeAction) -> t.CodeAction | None:
@@ -138,6 +150,9 @@ class CodeActionsMixin:
         return action
 
     async def fix_all_edit(self, st: DocState) -> t.WorkspaceEdit | None:
+        nb = self.notebook_of(st)
+        if nb is not None:  # a notebook cell: fix the whole notebook
+            return await self.notebook_fix_all_edit(nb)
         doc = st.doc
         text, version = doc.text, doc.version
         settings = self.analysis_settings(st)

@@ -61,9 +61,10 @@ def runtime_message(f: Finding) -> str:
 
 
 def to_diagnostic(f: Finding, doc: Document, enc, *, runtime: bool = False, with_fix: bool = False,
-                  related_support: bool = True, lines_of=None) -> t.Diagnostic:
+                  related_support: bool = True, lines_of=None, cell_doc=None) -> t.Diagnostic:
     """``lines_of(filename) -> Document | None`` gives the text of other files (for related
-    locations in other files, which runtime findings have)."""
+    locations in other files, which runtime findings have); ``cell_doc(number) -> Document |
+    None`` the other cells of a notebook (for related locations in them)."""
     data: dict = {}
     if with_fix and f.fix is not None and f.fix.edits:
         data["fix"] = {
@@ -79,7 +80,10 @@ def to_diagnostic(f: Finding, doc: Document, enc, *, runtime: bool = False, with
     if related_support and f.related:
         related = []
         for rel in f.related:
-            if rel.filename is None or rel.filename == f.filename:
+            other_cell = cell_doc(rel.cell) if cell_doc is not None and rel.cell not in (None, f.cell) else None
+            if other_cell is not None:
+                rdoc, ruri = other_cell, other_cell.uri
+            elif rel.filename is None or rel.filename == f.filename:
                 rdoc, ruri = doc, doc.uri
             else:
                 rdoc = lines_of(rel.filename) if lines_of else None

@@ -96,6 +96,10 @@ class DiagnosticsMixin:
     async def analyse(self, st: DocState) -> bool:
         """Bring ``st`` up to date with its document's current version. Returns True when this
         call applied a new result; False when there was nothing to do or the result went stale."""
+        nb = self.notebook_of(st)
+        if nb is not None:  # a notebook cell: the notebook is analysed as one module
+            await self.analyse_notebook(nb)
+            return False  # analyse_notebook published (push) or asked for a pull of every cell
         while st.inflight is not None:
             await asyncio.wait([st.inflight])
         doc = st.doc
@@ -147,7 +151,10 @@ class DiagnosticsMixin:
             for f in st.static:
                 if f.code == SYNTAX_CODE:
                     continue
-                out.append(to_diagnostic(f, doc, enc, with_fix=exact, related_support=related))
+                # a notebook fix that edits other cells is built when asked (code_actions.current_fix)
+                in_doc = f.fix is None or all(e.cell in (None, f.cell) for e in f.fix.edits)
+                out.append(to_diagnostic(f, doc, enc, with_fix=exact and in_doc, related_support=related,
+                                         cell_doc=self.cell_doc_of(st)))
         else:
             out.clear()
         if not self.runtime_side_push:
@@ -215,7 +222,10 @@ class DiagnosticsMixin:
         if st is None:  # not open: runtime findings only
             diags = [] if self.runtime_side_push else self.runtime_diagnostics(uri, None)
             return t.RelatedFullDocumentDiagnosticReport(items=diags, result_id=None)
-        for _ in range(50):
+        nb = self.notebook_of(st)
+        if nb is not None:  # a cell: up to date when the whole notebook is (another cell may have changed)
+            await self.analyse_notebook(nb)
+        for _ in range(50 if nb is None else 0):
             if st.closed:
                 break
             needs = st.analyzed_version != st.doc.version or st.settings_gen != self.settings_gen

@@ -152,6 +152,22 @@ class DdpProtocol(LanguageServerProtocol):
         if (h := self.fm.features.get(t.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             yield h, (params,), None
 
+    # notebooks: their cells live in the server's own store too (lsp_server/notebooks.py)
+    @lsp_method(t.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def lsp_notebook_document__did_open(self, params):
+        if (h := self.fm.features.get(t.NOTEBOOK_DOCUMENT_DID_OPEN)) is not None:
+            yield h, (params,), None
+
+    @lsp_method(t.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(self, params):
+        if (h := self.fm.features.get(t.NOTEBOOK_DOCUMENT_DID_CHANGE)) is not None:
+            yield h, (params,), None
+
+    @lsp_method(t.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def lsp_notebook_document__did_close(self, params):
+        if (h := self.fm.features.get(t.NOTEBOOK_DOCUMENT_DID_CLOSE)) is not None:
+            yield h, (params,), None
+
 
 class LspLogHandler(logging.Handler):
     """Forwards log records to the client as ``window/logMessage`` (from any thread)."""

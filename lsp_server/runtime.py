@@ -192,10 +192,33 @@ def _folder_of(ls, path: str) -> str:
     return best or os.path.dirname(path)
 
 
+def run_options(args) -> dict:
+    """``nproc`` and ``emulate`` given with the URI (``{"uri": ..., "nproc": 2, "emulate": "on"}``,
+    as the code lenses send them); they win over the ``run.*`` settings for this run."""
+    a = args[0] if len(args) == 1 else None
+    if isinstance(a, list) and len(a) == 1:
+        a = a[0]
+    if not isinstance(a, dict):
+        return {}
+    out = {}
+    n = a.get("nproc")
+    if n is not None:
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
+            raise JsonRpcInvalidParams(f"ddp-lint.run: nproc must be a number of ranks from 1 to 64, got {n!r}")
+        out["nproc"] = n
+    e = a.get("emulate")
+    if e is not None:
+        if e not in ("auto", "on", "off"):
+            raise JsonRpcInvalidParams(f"ddp-lint.run: emulate must be auto, on or off, got {e!r}")
+        out["emulate"] = e
+    return out
+
+
 async def run_command(ls, args) -> dict:
     if not ls.trusted:  # checked before the argument is even looked at (no file probing)
         raise RunRefused(f"ddp-lint.run is disabled: {ls.untrusted_reason}")
     uri = uri_argument(args)
+    opts = run_options(args)  # a code lens's "Run with N ranks (emulated)": nproc / emulate
     path = validate_target(ls, uri)
     script_uri = path_to_uri(path)
     key = os.path.realpath(path)
@@ -251,8 +274,8 @@ async def run_command(ls, args) -> dict:
         loop.call_soon_threadsafe(report, message, percent)
 
     job = functools.partial(
-        run_script, path, nproc=rs.nproc, timeout=rs.timeout_seconds, backend=rs.backend,
-        emulate=rs.emulate, python=rs.python, script_args=tuple(rs.args), cwd=_folder_of(ls, path),
+        run_script, path, nproc=opts.get("nproc", rs.nproc), timeout=rs.timeout_seconds, backend=rs.backend,
+        emulate=opts.get("emulate", rs.emulate), python=rs.python, script_args=tuple(rs.args), cwd=_folder_of(ls, path),
         progress=on_progress, cancel=cancel)
     log.info("running %s (nproc=%s, timeout=%ss, emulate=%s)", path, rs.nproc or "auto",
              rs.timeout_seconds, rs.emulate)

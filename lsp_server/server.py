@@ -40,6 +40,9 @@ from .diagnostics import DiagnosticsMixin
 from .documents import UTF16, Document
 from .framing import FrameReader, stdin_source, stream_source
 from .hover import HoverMixin
+from .lenses import CodeLensMixin
+from .notebooks import NotebookMixin
+from .notebooks import sync_options as notebook_sync_options
 from .protocol import DdpProtocol, LspLogHandler, QuietRefusals
 from .runtime import RuntimeResults, probe_gpus
 from .runtime import explain_command as explain_impl
@@ -53,10 +56,11 @@ UNTRUSTED = ("this server listens on a TCP port, where any local user can connec
              "start it with --allow-run to trust every local user, or use stdio or --socket PATH")
 
 
-class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
+class DdpServer(NotebookMixin, CodeLensMixin, DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
     def __init__(self, log_level: str | None = None, trusted: bool = True):
         super().__init__("ddp-lint", __version__, protocol_cls=DdpProtocol,
-                         text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
+                         text_document_sync_kind=t.TextDocumentSyncKind.Incremental,
+                         notebook_document_sync=notebook_sync_options())
         # False on a TCP port without --allow-run: any local user may be the client, so the server
         # runs no code (no ddp-lint.run, no run.* settings) and reads no file a client names
         # (no pyproject.toml lookup, no imported module from disk: cross-file analysis sees only the
@@ -64,6 +68,8 @@ class DdpServer(DiagnosticsMixin, CodeActionsMixin, HoverMixin, LanguageServer):
         self.trusted = trusted
         self.untrusted_reason = UNTRUSTED
         self.docs: dict[str, DocState] = {}
+        self.notebooks: dict = {}  # notebook URI -> notebooks.NotebookDoc (its cells are in ``docs``)
+        self.cell_notebook: dict[str, str] = {}  # cell URI -> notebook URI
         self.encoding = UTF16
         self.pull = False
         self.caps: t.ClientCapabilities | None = None
@@ -420,6 +426,27 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
             ls.text_document_publish_diagnostics(t.PublishDiagnosticsParams(
                 uri=uri, diagnostics=ls.runtime_diagnostics(uri, None)))
 
+    # notebooks (LSP 3.17 notebook sync): the cells are one module (lsp_server/notebooks.py)
+    @server.feature(t.NOTEBOOK_DOCUMENT_DID_OPEN)
+    @notification(t.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def notebook_did_open(ls: DdpServer, params: t.DidOpenNotebookDocumentParams):
+        ls.notebook_did_open(params)
+
+    @server.feature(t.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    @notification(t.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_did_change(ls: DdpServer, params: t.DidChangeNotebookDocumentParams):
+        ls.notebook_did_change(params)
+
+    @server.feature(t.NOTEBOOK_DOCUMENT_DID_SAVE)
+    @notification(t.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def notebook_did_save(ls: DdpServer, params: t.DidSaveNotebookDocumentParams):
+        ls.notebook_did_save(params)
+
+    @server.feature(t.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    @notification(t.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def notebook_did_close(ls: DdpServer, params: t.DidCloseNotebookDocumentParams):
+        ls.notebook_did_close(params)
+
     @server.feature(t.TEXT_DOCUMENT_DIAGNOSTIC,
                     t.DiagnosticOptions(identifier="ddp-lint", inter_file_dependencies=True,
                                         workspace_diagnostics=False))
@@ -440,6 +467,11 @@ def create_server(log_level: str | None = None, trusted: bool = True) -> DdpServ
             action.data["drop_empty"] = False
             return await ls.resolve_fix_all(action)
         return action
+
+    @server.feature(t.TEXT_DOCUMENT_CODE_LENS, t.CodeLensOptions(resolve_provider=False))
+    @guarded(t.TEXT_DOCUMENT_CODE_LENS)
+    async def code_lens(ls: DdpServer, params: t.CodeLensParams):
+        return await ls.code_lenses(params)
 
     @server.feature(t.TEXT_DOCUMENT_HOVER)
     @guarded(t.TEXT_DOCUMENT_HOVER)

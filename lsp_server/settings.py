@@ -45,6 +45,7 @@ class ServerSettings:
     lint_on_change: bool = True
     log_level: str = "info"
     run: RunSettings = field(default_factory=RunSettings)
+    code_lens: bool = False  # "Run with N ranks" / "Run with torchrun" lenses (lsp_server/lenses.py)
 
     @property
     def log_level_no(self) -> int:
@@ -171,6 +172,11 @@ def parse(raw: dict) -> tuple[ServerSettings, list[str]]:
                 s.lint_on_change = False
             else:
                 bad(key, f"expected \"change\" or \"save\", got {v!r}")
+        elif k in ("code_lens", "code_lenses"):
+            if isinstance(v, bool):
+                s.code_lens = v
+            else:
+                bad(key, f"expected true or false, got {v!r}")
         elif k == "log_level":
             if isinstance(v, str) and v.lower() in LOG_LEVELS:
                 s.log_level = v.lower()

@@ -7,6 +7,10 @@
   ``.fixed`` text; the result parses, re-checks silent for CODE, and a second application is a no-op.
 
 Each fixture is checked with only its own code selected, so other rules cannot interfere.
+
+A ``*.ipynb.py`` fixture is a notebook's module (its code cells joined, ``# %%`` between cells):
+it is checked under the notebook's name (``bad_x.ipynb``), as the notebook itself is
+(tests/test_notebook.py runs each one as a real notebook too).
 """
 from __future__ import annotations
 
@@ -33,8 +37,13 @@ def _cases(prefix: str, suffix: str = ".py"):
     return out
 
 
+def checked_name(path: Path) -> str:
+    """The file name a fixture is checked under: ``x.ipynb.py`` is the module of ``x.ipynb``."""
+    return str(path)[:-3] if path.name.endswith(".ipynb.py") else str(path)
+
+
 def _check(code: str, text: str, path: Path):
-    return [f for f in check_source(text, str(path), Settings(select=[code])).findings if f.code == code]
+    return [f for f in check_source(text, checked_name(path), Settings(select=[code])).findings if f.code == code]
 
 
 @pytest.mark.parametrize("code,path", _cases("bad_"))
@@ -65,7 +74,7 @@ def test_fix_fixture(code, path):
     expected_path = path.with_name(path.name + ".fixed")
     assert expected_path.exists(), f"missing {expected_path.name}"
     settings = Settings(select=[code])
-    check = lambda t: [f for f in check_source(t, str(path), settings).findings if f.code == code]  # noqa: E731
+    check = lambda t: [f for f in check_source(t, checked_name(path), settings).findings if f.code == code]  # noqa: E731
     before = check(text)
     assert before and any(f.fix for f in before), f"{path}: expected a fixable {code} finding"
     fixed, applied = fix_all(text, check, unsafe=True)

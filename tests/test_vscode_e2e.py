@@ -486,3 +486,53 @@ def test_vscode_untrusted_workspace_lints_but_never_runs(vsix, tmp_path):
         assert "launch.py (in " in logs and " -I -u " in logs, logs[-5000:]  # isolated, by script path
     marker = tmp_path / "MARKER"
     assert not marker.exists(), "workspace code ran in Restricted Mode:\n" + marker.read_text()
+
+
+GATHER_NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
+         "source": ["import os\n", "import torch.distributed as dist\n", "os.environ.setdefault(\"WORLD_SIZE\", \"2\")"]},
+        {"cell_type": "markdown", "id": "m2", "metadata": {}, "source": ["Gather one object per rank."]},
+        {"cell_type": "code", "execution_count": None, "id": "c3", "metadata": {}, "outputs": [],
+         "source": ["dist.init_process_group(\"gloo\")\n", "gather_objects = [\"a\", \"b\", \"c\"]"]},
+        {"cell_type": "code", "execution_count": 4, "id": "c4", "metadata": {},
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": ["['a', 'b']\n"]}],
+         "source": ["output = [None for _ in gather_objects]\n",
+                    "dist.all_gather_object(output, gather_objects[dist.get_rank()])\n", "print(output)\n",
+                    "dist.destroy_process_group()"]},
+    ],
+    "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                 "language_info": {"name": "python"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+@pytest.mark.timeout(300)
+def test_vscode_notebook_cell_diagnostic_and_quick_fix(vsix, tmp_path):
+    """A notebook in VS Code's own notebook editor (issue 32): the server gets it through LSP 3.17
+    notebook sync, DDP101 shows for its cell at the cell's own line, the quick fix applied from
+    the cell with Ctrl+. lands in that cell's source on disk, outputs and ids untouched. The
+    screenshot of the cell diagnostic goes to docs/img/vscode-notebook.png. Then the run code
+    lenses above the seed's __main__ block (ddp-lint.codeLens is on by default in VS Code)."""
+    _require_e2e()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in ("vscode-notebook-diagnostics.png", "vscode-notebook-fixed.png", "vscode-codelens.png", "failure.png"):
+        (OUT / name).unlink(missing_ok=True)
+    with code_server(vsix, tmp_path, trusted=True) as (url, ws, data):
+        nb = ws / "gather.ipynb"
+        nb.write_text(json.dumps(GATHER_NOTEBOOK, indent=1) + "\n")
+        out = drive(url, ws, data, MODE="notebook", NOTEBOOK=nb.name, RUN_CODE="-")
+        assert "quick fix applied in the cell" in out
+        assert "code lenses: " in out and "Run with torchrun" in out
+    saved = json.loads(nb.read_text())
+    cell = saved["cells"][3]
+    assert "".join(cell["source"]).startswith("output = [None for _ in range(dist.get_world_size())]")
+    assert cell["outputs"] == GATHER_NOTEBOOK["cells"][3]["outputs"] and cell["id"] == "c4"
+    assert [c["source"] for c in saved["cells"][:3]] == [c["source"] for c in GATHER_NOTEBOOK["cells"][:3]]
+    shot = OUT / "vscode-notebook-diagnostics.png"
+    assert shot.stat().st_size > 10_000
+    img = ROOT / "docs" / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, img / "vscode-notebook.png")
+    assert (OUT / "vscode-codelens.png").stat().st_size > 10_000
+    shutil.copyfile(OUT / "vscode-codelens.png", img / "vscode-codelens.png")

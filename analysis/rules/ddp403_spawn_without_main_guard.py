@@ -6,6 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ._common import const_str
+from ._notebook import in_notebook
 from ._spawn import spawn_calls, under_main_guard
 
 _START_METHOD = ("torch.multiprocessing.set_start_method", "multiprocessing.set_start_method",
@@ -56,6 +57,9 @@ class SpawnWithoutMainGuard(Rule):
         mp.spawn(main, args=(2,), nprocs=2)
     ```
 
+    In a notebook the kernel's `__main__` has no file, so nothing re-imports it: this rule is
+    silent there (DDP602 covers what does go wrong).
+
     ## Fix safety
     There is no fix: what belongs under the guard (argument parsing, set-up) is the author's call.
     """
@@ -67,6 +71,8 @@ class SpawnWithoutMainGuard(Rule):
     requires_text_all = (("multiprocessing", "distributed"),)  # torch.multiprocessing.* or torch.distributed.*
 
     def finish(self, ctx) -> None:
+        if in_notebook(ctx):
+            return  # a kernel's __main__ has no file: children never re-import it (DDP602's matter)
         for call in spawn_calls(ctx):
             sm = const_str(get_arg(call, 5, "start_method"))
             if sm == "fork":

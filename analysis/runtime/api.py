@@ -37,11 +37,15 @@ class RankSummary:
     pid: int | None = None
     node: int | None = None  # GROUP_RANK: the torchrun agent (node) the rank ran on
     local_rank: int | None = None
+    cell: int | None = None  # a notebook run: the cell (1-based); ``line`` is then inside it
 
     def to_json(self) -> dict:
-        return {"rank": self.rank, "status": self.status, "text": self.text, "filename": self.filename,
-                "line": self.line, "op": self.op, "exit_code": self.exit_code, "node": self.node,
-                "local_rank": self.local_rank}
+        out = {"rank": self.rank, "status": self.status, "text": self.text, "filename": self.filename,
+               "line": self.line, "op": self.op, "exit_code": self.exit_code, "node": self.node,
+               "local_rank": self.local_rank}
+        if self.cell is not None:
+            out["cell"] = self.cell
+        return out
 
 
 @dataclass
@@ -258,7 +262,17 @@ def run_script(
     ``nodes`` (nodes.NodeOptions): ``nnodes`` alone simulates that many nodes of ``nproc`` ranks
     on this machine; with ``rdzv_endpoint`` this is one node of a real job (torchrun's rendezvous
     options pass through unchanged). Under SLURM (srun) they are derived from its environment.
-    On a real job the start-up bound counts from the rendezvous, which may take ``rdzv_timeout``."""
+    On a real job the start-up bound counts from the rendezvous, which may take ``rdzv_timeout``.
+
+    A notebook (``.ipynb``) runs as its code cells exported to a script (``notebook_run.py``);
+    its findings name the cell and the line in it."""
+    if module is None and str(script).lower().endswith(".ipynb"):
+        from .notebook_run import run_notebook
+
+        kw = dict(nproc=nproc, timeout=timeout, backend=backend, emulate=emulate, python=python,
+                  script_args=script_args, cwd=cwd, progress=progress, cancel=cancel, sink=sink,
+                  startup_timeout=startup_timeout, nodes=nodes, rdzv_timeout=rdzv_timeout, rank_prefix=rank_prefix)
+        return run_notebook(script, cwd, lambda exported: run_script(exported, **kw), RunResult)
     res = RunResult(timeout=float(timeout))
 
     def fail(msg: str) -> RunResult:

@@ -68,6 +68,11 @@ def _rank_line(rs) -> str:
     return place + rs.text[len(head):] if rs.text.startswith(head) else rs.text
 
 
+def _cell(x) -> str:
+    """``:cell N`` for a location in a notebook (as ``ddp-lint check`` writes it)."""
+    return f":cell {x.cell}" if getattr(x, "cell", None) is not None else ""
+
+
 def format_text(res: RunResult) -> str:
     out = []
     multi = getattr(res, "multinode", "single") != "single"
@@ -99,9 +104,11 @@ def format_text(res: RunResult) -> str:
     if res.findings:
         out.append("")
     for f in res.findings:
-        out.append(f"{_rel(f.filename)}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} {display_message(f)}")
+        out.append(f"{_rel(f.filename)}{_cell(f)}:{f.range.start.line + 1}:{f.range.start.column + 1}: {f.code} "
+                   f"{display_message(f)}")
         for r in f.related:
-            out.append(f"    {_rel(r.filename or f.filename)}:{r.range.start.line + 1}:{r.range.start.column + 1}: {related_message(r)}")
+            out.append(f"    {_rel(r.filename or f.filename)}{_cell(r)}:{r.range.start.line + 1}:"
+                       f"{r.range.start.column + 1}: {related_message(r)}")
         hint = f.details.get("hint") if isinstance(f.details, dict) else None
         if hint:
             out.append(f"    hint: {hint}")

@@ -136,3 +136,29 @@ def test_newer_neovim_snippets(name, tmp_path):
             ran += 1
     require(ran > 0, f"no Neovim >= {'.'.join(map(str, NVIM_SNIPPETS[name]))} (bash .ci/setup.d/nvim-extra.sh "
                      "installs one; DDP_LINT_NVIM_EXTRA adds more)")
+
+
+def test_neovim_code_lenses(tmp_path):
+    """Neovim's own ``vim.lsp.codelens`` gets the run lenses above the entry points (issue 32)."""
+    nvim = require_executable("nvim")
+    work = tmp_path / "ws"
+    work.mkdir()
+    target = work / "train.py"
+    target.write_text("import torch.distributed as dist\nimport torch.multiprocessing as mp\n\n\n"
+                      "def train(rank):\n    dist.init_process_group('gloo')\n\n\n"
+                      "if __name__ == '__main__':\n    mp.spawn(train, nprocs=2)\n", encoding="utf-8")
+    result = tmp_path / "result.txt"
+    env = editor_env(tmp_path)
+    env.update(DDP_FILE=str(target), DDP_RESULT=str(result), DDP_PYTHON=sys.executable)
+    proc = subprocess.run([nvim, "--headless", "--clean", "-u", "NONE", "-n", "-c",
+                           f"luafile {HERE / 'nvim_codelens.lua'}"],
+                          env=env, cwd=work, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    log = result.read_text() if result.exists() else ""
+    assert proc.returncode == 0, f"nvim failed ({proc.returncode}):\n{log}\nstderr:\n{proc.stderr[-3000:]}"
+    # (N: the local GPUs when there are 2 or more, else 2)
+    lenses = sorted(re.sub(r"with \d+ ranks", "with N ranks", line).split(" ", 2)[1:]
+                    for line in log.splitlines() if line.startswith("lens ") and "ddp-lint.run" in line)
+    assert ["0", "Explain a failed job… | ddp-lint.explain"] in [line.split(" ", 2)[1:] for line in log.splitlines()
+                                                              if line.startswith("lens ")], log
+    assert lenses == [["4", "▶ Run with N ranks (emulated) | ddp-lint.run"], ["4", "▶ Run with torchrun | ddp-lint.run"],
+                      ["8", "▶ Run with N ranks (emulated) | ddp-lint.run"], ["8", "▶ Run with torchrun | ddp-lint.run"]], log

@@ -161,6 +161,8 @@ export class ServerManager implements vscode.Disposable {
             documentSelector: [
                 { scheme: 'file', language: 'python' },
                 { scheme: 'untitled', language: 'python' },
+                // notebook cells (the server syncs notebooks as a whole: LSP 3.17 notebook sync)
+                { notebook: '*', language: 'python' },
             ],
             outputChannel: this.log,
             revealOutputChannelOn: RevealOutputChannelOn.Never,

@@ -28,6 +28,7 @@ export interface ServerSettings {
     interpreter: string[];
     logLevel: LogLevel;
     run: RunSettings;
+    codeLens: boolean;
 }
 
 export const DEFAULTS: ServerSettings = {
@@ -40,6 +41,7 @@ export const DEFAULTS: ServerSettings = {
     interpreter: [],
     logLevel: 'info',
     run: { nproc: null, timeoutSeconds: 60, emulate: 'auto', args: [] },
+    codeLens: true,
 };
 
 /** The subset of `vscode.WorkspaceConfiguration` that we use. */
@@ -142,6 +144,7 @@ export function readSettings(config: ConfigLike): { settings: ServerSettings; pr
             emulate: oneOf<Emulate>(config.get('run.emulate'), 'run.emulate', p, EMULATE) ?? d.run.emulate,
             args: stringList(config.get('run.args'), 'run.args', p) ?? [...d.run.args],
         },
+        codeLens: bool(config.get('codeLens'), 'codeLens', p) ?? d.codeLens,
     };
     return { settings, problems: p };
 }
@@ -167,6 +170,7 @@ export function toServerSettings(s: ServerSettings): Record<string, unknown> {
             emulate: s.run.emulate,
             args: [...s.run.args],
         },
+        codeLens: s.codeLens,
     };
 }
 

@@ -13,7 +13,7 @@ test('defaults when nothing is set', () => {
     assert.deepEqual(toServerSettings(settings), {
         enable: true, select: null, ignore: [], severity: {}, lintOnChange: true, debounceMs: 150,
         interpreter: [], logLevel: 'info',
-        run: { nproc: null, timeoutSeconds: 60, emulate: 'auto', args: [] },
+        run: { nproc: null, timeoutSeconds: 60, emulate: 'auto', args: [] }, codeLens: true,
     });
 });
 
@@ -22,13 +22,14 @@ test('every setting is mapped, codes upper-cased, run.* nested', () => {
         enable: false, select: ['ddp1', ' DDP001 '], ignore: ['ddp101'], severity: { ddp101: 'Warning' },
         lintOnChange: false, debounceMs: 400, interpreter: ['/venv/bin/python', '-X', 'utf8'],
         logLevel: 'debug', 'run.nproc': 4, 'run.timeoutSeconds': 12.5, 'run.emulate': 'on',
-        'run.args': ['--epochs', '1'],
+        'run.args': ['--epochs', '1'], codeLens: false,
     }));
     assert.deepEqual(problems, []);
     assert.deepEqual(toServerSettings(settings), {
         enable: false, select: ['DDP1', 'DDP001'], ignore: ['DDP101'], severity: { DDP101: 'warning' },
         lintOnChange: false, debounceMs: 400, interpreter: ['/venv/bin/python', '-X', 'utf8'],
         logLevel: 'debug', run: { nproc: 4, timeoutSeconds: 12.5, emulate: 'on', args: ['--epochs', '1'] },
+        codeLens: false,
     });
 });
 
