@@ -29,7 +29,7 @@ import json
 import re
 import warnings
 
-from .model import Edit, Finding, Fix, Position, Range, Related
+from .model import Edit, Finding, Fix, Position, Range
 from .source import SourceText
 
 NOTEBOOK_SUFFIX = ".ipynb"

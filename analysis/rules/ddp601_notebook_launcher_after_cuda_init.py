@@ -108,7 +108,7 @@ def _cuda_inits(ctx) -> list[tuple[ast.AST, ast.stmt, str]]:
         f = c.func
         if isinstance(f, ast.Attribute) and id(c) not in out:
             if f.attr == "cuda" and ctx.qn(f.value) not in ("torch", "torch.cuda"):
-                out[id(c)] = (c, f"`.cuda(...)` moves to a GPU")
+                out[id(c)] = (c, "`.cuda(...)` moves to a GPU")
             elif f.attr == "to" and c.args and (const_str(c.args[0]) or "").startswith("cuda"):
                 out[id(c)] = (c, f"`.to({c.args[0].value!r})` moves to a GPU")
         dev = const_str(get_arg(c, None, "device"))
