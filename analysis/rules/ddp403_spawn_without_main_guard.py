@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ._common import const_str
-from ._notebook import in_notebook
+from ..flow.kernel import in_notebook
 from ._spawn import spawn_calls, under_main_guard
 
 _START_METHOD = ("torch.multiprocessing.set_start_method", "multiprocessing.set_start_method",

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ._common import const_int, const_str
-from ._notebook import kernel_statement
+from ..flow.kernel import kernel_statement
 from .ddp001_nccl_without_set_device import current_device_uses
 
 LAUNCHERS = ("accelerate.notebook_launcher", "accelerate.launchers.notebook_launcher")

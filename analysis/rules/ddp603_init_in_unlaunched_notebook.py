@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ._common import const_int, const_str
-from ._notebook import in_notebook, kernel_statement
+from ..flow.kernel import in_notebook, kernel_statement
 
 _LAUNCH_KEYS = frozenset({"RANK", "WORLD_SIZE"})
 

@@ -1,4 +1,4 @@
-"""Notebook glue for the DDP5xx rules: is the file a notebook, and what runs in the kernel's own
+"""Notebook glue for the DDP6xx rules: is the file a notebook, and what runs in the kernel's own
 process (module-level code, and the functions of the file it calls, transitively), in which
 module-level statement (a notebook's cells run top to bottom)."""
 from __future__ import annotations
