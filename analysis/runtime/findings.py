@@ -445,7 +445,8 @@ def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
                     sig = f", killed by {_signal.Signals(-s.exit_code).name}"
                 except ValueError:
                     pass
-            groups.setdefault(("killed", f"ended without a Python traceback (exit code {s.exit_code}{sig})", s.site), []).append(r)
+            groups.setdefault(("killed", f"ended without a Python traceback (exit code {s.exit_code}{sig}); "
+                                         f"{_last_seen_text(s)}", s.site), []).append(r)
     return groups
 
 
@@ -523,7 +524,7 @@ def early_exits(b: Builder) -> None:
         if not texts and not signal_death:
             continue
         if s.status == "killed":
-            message = f"{rank_list([r])} {_killed_text(s.exit_code)}; last seen here" + (
+            message = f"{rank_list([r])} {_killed_text(s.exit_code)}; {_last_seen_text(s)}" + (
                 ", while " + "; ".join(texts) if texts else "")
         else:
             how = {"return": "finished the script", "SystemExit": "called sys.exit",
@@ -540,6 +541,7 @@ def early_exits(b: Builder) -> None:
                 rel_list.append(b.rel(s.site, f"{rank_list([r])} {last}", [r]))
                 s.site = site
         details = {"exit_code": s.exit_code, "via": s.via or s.status,
+                   **({"last_seen": {**s.last_seen, "age": s.last_seen_age}} if s.last_seen else {}),
                    "hint": "every rank must take part in every collective; a rank that leaves early "
                            "makes the others wait until the timeout"}
         b.add(s.t, b.finding("DDP904", s.site, message, [r], rel_list, details))
@@ -667,6 +669,19 @@ def silent_divergences(b: Builder) -> None:
                            "the same all-reduced gradients: look for rank-dependent updates (an optimizer step or "
                            "a parameter change outside the DDP forward/backward, a buffer, no_sync())"}
         b.add(None, b.finding("DDP906", site, msg, ranks_sorted, (), details, severity=Severity.WARNING))
+
+
+def _last_seen_text(s: RankState) -> str:
+    """``last seen here, in all_reduce(), 0.4 s before it was killed``: where the freshest evidence
+    (the collective log or the 0.2 s sampler, states._freshest) put a rank that died without a
+    traceback, and how old that evidence is."""
+    ls = s.last_seen or {}
+    what = ""
+    if ls.get("source") in ("call", "return") and ls.get("op"):
+        what = f", {'entering' if ls['source'] == 'call' else 'returning from'} {op_text(ls['op'])}"
+    died = "it was killed" if (s.exit_code or 0) < 0 else "it ended"
+    age = f", {s.last_seen_age:.1f} s before {died}" if s.last_seen_age is not None else ""
+    return f"last seen here{what}{age}"
 
 
 def _killed_text(code: int | None) -> str:

@@ -384,6 +384,7 @@ def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failu
         if cancel is not None and cancel.is_set():
             result.cancelled = True
             return
+        reader.note_gone(alive)  # before torchrun's exit: when a rank killed outright died
         if proc.poll() is not None:
             return
         for ev in reader.poll():

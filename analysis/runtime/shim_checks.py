@@ -77,9 +77,9 @@ _SEEN_S = 0.2  # how often the "last seen" sampler looks at the main thread
 
 def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
     """Every _SEEN_S, the main thread's innermost frame outside the stdlib, the installed packages,
-    torch and this shim is written (only when it changed) over the fixed-size file seen-<RANK>: a
+    torch and this shim is written over the fixed-size file seen-<RANK>: a
     rank killed outright (SIGKILL, the OOM killer) leaves no traceback and no stack, but this says
-    where it was last seen. One pwrite(2) per change; nothing in the rank's own thread."""
+    where it was last seen. One pwrite(2) per sample; nothing in the rank's own thread."""
     libs = tuple(os.path.join(p, "") for p in lib_dirs)
     fd = os.open(os.path.join(log_dir, f"seen-{tag}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
     main_id = threading.main_thread().ident
@@ -93,7 +93,7 @@ def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
         return None
 
     def run():
-        last = None
+        last, since = None, 0.0
         while True:
             time.sleep(_SEEN_S)
             try:
@@ -101,10 +101,13 @@ def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
                 if f is None:
                     continue
                 key = (f.f_code.co_filename, f.f_lineno)
-                if key == last:
-                    continue
-                last = key
-                data = json.dumps({"file": key[0], "line": key[1], "function": f.f_code.co_name, "t": time.time()})
+                now = time.time()
+                if key != last:
+                    last, since = key, now
+                # rewritten on every sample (t: seen there now; since: there since), so that a rank
+                # killed after a long time on one line is not reported as last seen long ago
+                data = json.dumps({"file": key[0], "line": key[1], "function": f.f_code.co_name, "t": now,
+                                   "since": since})
                 data = data.encode("utf-8", "replace")[:4000].ljust(4096) + b"\n"
                 os.pwrite(fd, data, 0)
             except Exception:
