@@ -225,6 +225,7 @@ class Builder:
         self.end_t = max((rd.last_t for rd in ranks.values()), default=0.0) + 1.0
         self.waiting = {r: s for r, s in states.items() if s.waiting and s.op_site is not None}
         self.user: UserCode | None = None
+        self.deadlock: dict | None = None  # rank -> why its collective cannot complete
 
     def t_of(self, rs) -> float:
         return min(self.states[r].t or self.end_t for r in rs)
@@ -270,10 +271,13 @@ class Builder:
 
 
 def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emulated: bool,
-            output: str = "") -> Analysis:
+            output: str = "", deadlock: dict | None = None) -> Analysis:
+    """``deadlock``: the launcher stopped the run before the timeout because no rank's collective
+    could complete (launcher.deadlock says why): a hang all the same."""
     b = Builder(ranks, build_states(ranks, user, output), emulated=emulated, timed_out=timed_out,
                 timeout=timeout)
     b.user = user
+    b.deadlock = deadlock
     for kind in (device_clashes, mismatches, failures, early_exits, hangs, silent_divergences):
         kind(b)
     from .writes import same_file_writes  # DDP908, from the files the ranks wrote
@@ -557,7 +561,7 @@ def hangs(b: Builder) -> None:
     hung = {r: s for r, s in states.items() if r not in b.explained and s.status == "hung"}
     hung.update({r: s for r, s in states.items() if r not in b.explained and s.consequential
                  and _TIMEOUT_RE.search((s.exception or {}).get("message") or "")})
-    if not (hung and (b.timed_out or any(s.consequential for s in hung.values()))):
+    if not (hung and (b.timed_out or b.deadlock or any(s.consequential for s in hung.values()))):
         return
     if any(s.consequential for s in hung.values()):
         # torch's own timeout fired on a waiting rank: a rank torchrun then stopped while it was busy
@@ -595,6 +599,11 @@ def hangs(b: Builder) -> None:
                       if states[r2].consequential and states[r2].exception]
             if not b.timed_out and waited:
                 message += f" ({condense(waited[0].get('type', 'Exception'), waited[0].get('message', ''), 160)})"
+        elif b.deadlock and not b.timed_out:
+            why = [] if root_clash(states, rs) else sorted({b.deadlock[r] for r in rs if r in b.deadlock})
+            message = (f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op_text(op)} here: the call cannot "
+                       f"complete{' (' + '; '.join(why) + ')' if why else ''}, found without waiting for the "
+                       f"{timeout:g} s timeout")
         elif b.timed_out:
             message = f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op_text(op)} here: no progress within the {timeout:g} s timeout"
         else:  # torch gave up first (its own timeout or monitoredBarrier): say what it said, not ours

@@ -35,3 +35,14 @@ def test_a_killed_rank_is_reported_at_its_freshest_position_with_its_age():
     assert "killed (SIGKILL; likely the OOM killer)" in f.message
     age = re.search(r"(\d+\.\d) s before it was killed", f.message)
     assert age is not None and float(age.group(1)) < 5.0, f.message
+
+
+def test_a_mismatch_hang_is_reported_without_waiting_for_the_timeout():
+    m = marks(SCRIPTS / "group_mismatch.py")
+    res = run("group_mismatch.py")  # the 60 s default
+    assert [f.code for f in res.findings] == ["DDP902"], [(f.code, f.message) for f in res.findings]
+    f = res.findings[0]
+    assert f.ranks == (0, 1) and line(f) == m["reduce"]
+    assert [(r.range.start.line + 1, r.ranks) for r in f.related] == [(m["barrier"], (1,))]
+    assert not res.timed_out
+    assert any("without waiting for the 60 s timeout" in n for n in res.notes), res.notes

@@ -92,3 +92,85 @@ def test_the_evidence_survives_a_report_round_trip(tmp_path):
     reader.ranks[0].gone_at = 2.5
     back = load_ranks(json.loads(json.dumps(raw_ranks(reader.ranks, roots=[], lib_dirs=[]))))
     assert back[0].gone_at == 2.5 and back[0].last_coll["line"] == 1 and back[0].last_coll["phase"] == "call"
+
+
+# -- early hang verdicts (launcher.deadlock) ------------------------------------------------------
+def _reader(tmp_path, calls: dict, *, world=2, ended=()):
+    """A LogReader over synthetic logs: ``calls`` maps a rank to its pending call (or None)."""
+    import os
+
+    for r in range(world):
+        with open(tmp_path / f"rank-{r}.jsonl", "w") as f:
+            f.write(json.dumps({"kind": "start", "rank": r, "t": 1.0, "pid": os.getpid(), "main_thread": 7,
+                                "world_size": str(world), "script": "x.py"}) + "\n")
+            f.write(json.dumps({"kind": "ready", "rank": r, "t": 1.1, "pid": os.getpid()}) + "\n")
+            if calls.get(r) is not None:
+                f.write(json.dumps({"kind": "call", "rank": r, "seq": 5, "file": "x.py", "line": 10 + r,
+                                    "function": "<module>", "async": False, **calls[r]}) + "\n")
+            if r in ended:
+                f.write(json.dumps({"kind": "exit", "rank": r, "t": 2.0, "code": 0, "via": "return"}) + "\n")
+    reader = LogReader(str(tmp_path), world)
+    reader.poll()
+    return reader
+
+
+def test_ranks_in_different_collectives_on_different_groups_are_a_hang_at_once(tmp_path):
+    from ddp_lint.analysis.runtime.launcher import deadlock
+
+    g01 = {"ranks": [0, 1], "name": "1"}
+    reader = _reader(tmp_path, {0: {"op": "all_reduce", "t": 2.0, "group": g01}, 1: {"op": "barrier", "t": 2.0}})
+    why = deadlock(reader, 1.0, now=3.5)
+    assert why == {0: "rank 1 is in barrier() at line 11",
+                   1: "rank 0 is in all_reduce() on the group of ranks 0, 1 at line 10"}
+    assert deadlock(reader, 1.0, now=2.5) is None  # not yet blocked for longer than the grace
+
+
+def test_the_same_op_on_two_groups_and_different_roots_cannot_complete(tmp_path):
+    from ddp_lint.analysis.runtime.launcher import deadlock
+
+    reader = _reader(tmp_path, {0: {"op": "broadcast", "t": 2.0, "root": 0, "root_arg": "src"},
+                                1: {"op": "broadcast", "t": 2.0, "root": 1, "root_arg": "src"}})
+    assert deadlock(reader, 1.0, now=4.0) == {0: "rank 1 is in broadcast() (src=1) at line 11",
+                                             1: "rank 0 is in broadcast() (src=0) at line 10"}
+    a, b = {"ranks": [0, 1], "name": "1"}, {"ranks": [0, 1], "name": "2"}
+    reader = _reader(tmp_path, {0: {"op": "all_reduce", "t": 2.0, "group": a},
+                                1: {"op": "all_reduce", "t": 2.0, "group": b}})
+    assert set(deadlock(reader, 1.0, now=4.0)) == {0, 1}
+
+
+def test_no_early_verdict_while_a_collective_can_still_complete_or_nothing_is_known(tmp_path):
+    from ddp_lint.analysis.runtime.launcher import deadlock
+
+    def verdict(calls, **kw):
+        return deadlock(_reader(tmp_path, calls, **kw), 1.0, now=9.0)
+
+    # the same collective on both ranks: it is running (a slow one, or an NCCL device clash)
+    assert verdict({0: {"op": "all_reduce", "t": 2.0}, 1: {"op": "all_reduce", "t": 2.0}}) is None
+    # aliases of one collective
+    assert verdict({0: {"op": "_all_gather_base", "t": 2.0}, 1: {"op": "all_gather_into_tensor", "t": 2.0}}) is None
+    # a rank outside any recorded collective (busy, or in something the shim does not record)
+    assert verdict({0: {"op": "barrier", "t": 2.0}, 1: None}) is None
+    # point-to-point calls pair different ops by design
+    assert verdict({0: {"op": "recv", "t": 2.0}, 1: {"op": "barrier", "t": 2.0}}) is None
+    # an asynchronous call does not block its rank
+    assert verdict({0: {"op": "all_reduce", "t": 2.0, "async": True}, 1: {"op": "barrier", "t": 2.0}}) is None
+    # ranks 0 and 1 can finish their subgroup's all_reduce, rank 2 waits for them: not yet a deadlock
+    g01 = {"ranks": [0, 1], "name": "1"}
+    assert verdict({0: {"op": "all_reduce", "t": 2.0, "group": g01}, 1: {"op": "all_reduce", "t": 2.0, "group": g01},
+                    2: {"op": "barrier", "t": 2.0}}, world=3) is None
+    # a rank of another node is not visible here (its WORLD_SIZE is larger than the ranks seen)
+    r = _reader(tmp_path, {0: {"op": "all_reduce", "t": 2.0}, 1: {"op": "barrier", "t": 2.0}})
+    for rd in r.ranks.values():
+        rd.events[0]["world_size"] = "4"
+    assert deadlock(r, 1.0, now=9.0) is None
+    # a self-spawning script's ranks do not know WORLD_SIZE at start: no verdict either
+    for rd in r.ranks.values():
+        rd.events[0]["world_size"] = None
+    assert deadlock(r, 1.0, now=9.0) is None
+
+
+def test_a_rank_that_ended_blocks_its_peers_collective(tmp_path):
+    from ddp_lint.analysis.runtime.launcher import deadlock
+
+    reader = _reader(tmp_path, {0: {"op": "barrier", "t": 2.0}}, ended=(1,))
+    assert deadlock(reader, 1.0, now=4.0) == {0: "rank 1 has ended"}
