@@ -70,7 +70,10 @@ class LogReader:
         self.discover = False  # a self-spawning script: ranks are found as their logs appear
 
     def all_ready(self) -> bool:
-        """Every rank runs the script (its ``ready`` record is in)."""
+        """Every rank runs the script (its ``ready`` record is in). A self-spawning script's ranks
+        are known only once init_process_group named them: none yet is still start-up."""
+        if self.discover and not self.ranks:
+            return False
         return all(rd.first("ready") is not None for rd in self.ranks.values())
 
     def poll(self) -> list[dict]:

@@ -46,3 +46,30 @@ def test_a_mismatch_hang_is_reported_without_waiting_for_the_timeout():
     assert [(r.range.start.line + 1, r.ranks) for r in f.related] == [(m["barrier"], (1,))]
     assert not res.timed_out
     assert any("without waiting for the 60 s timeout" in n for n in res.notes), res.notes
+
+
+def test_a_self_spawning_scripts_slow_start_up_is_not_counted_as_a_hang(monkeypatch):
+    """The timeout counts from the moment the ranks run (init_process_group named them), as under
+    torchrun: 30 s of start-up against a 25 s timeout is a clean run, not "did not start" or DDP903
+    (the timeout is generous for what follows init: the machine may be loaded)."""
+    import os
+
+    monkeypatch.setenv("SPAWN_PORT", str(29000 + os.getpid() % 400))
+    monkeypatch.setenv("SLOW_START", "30")
+    res = run("spawn_slow_start.py", timeout=25.0)
+    assert res.launched == "self-spawning"
+    assert res.exit_code == 0 and not res.findings and not res.timed_out, (
+        [(f.code, f.message) for f in res.findings], res.notes, res.error)
+    assert res.output.count("REDUCED") == 2 and [r.status for r in res.ranks] == ["ok", "ok"]
+
+
+def test_a_self_spawning_script_has_no_ranks_up_before_they_are_named(tmp_path):
+    from ddp_lint.analysis.runtime.logs import LogReader
+
+    reader = LogReader(str(tmp_path), 0)
+    reader.discover = True
+    assert not reader.all_ready()  # nothing named yet: start-up, under the start-up bound
+    (tmp_path / "rank-0.jsonl").write_text('{"kind": "start", "rank": 0, "t": 1.0, "pid": 5}\n'
+                                           '{"kind": "ready", "rank": 0, "t": 1.1, "pid": 5}\n')
+    reader.poll()
+    assert reader.all_ready()
