@@ -516,6 +516,7 @@ def early_exits(b: Builder) -> None:
             exited[r] = s
     found = False
     for r, s in sorted(exited.items()):
+        static = None
         rel_list, texts = b.waiting_related({r}, s.site)
         signal_death = s.status == "killed" and (s.exit_code or 0) < 0
         if not texts and signal_death:
@@ -543,11 +544,18 @@ def early_exits(b: Builder) -> None:
                 last = ("made its last collective call here, then finished the script" if s.collectives
                         else "finished the script here")
                 rel_list.append(b.rel(s.site, f"{rank_list([r])} {last}", [r]))
+                # the peers' wait at the finding's own line is the finding itself, not a related line
+                rel_list = [x for x in rel_list if not (x.filename == os.path.abspath(site.file)
+                                                        and x.range.start.line == site.line - 1
+                                                        and r not in x.ranks)]
                 s.site = site
+                static = _exit_rule(message)
         details = {"exit_code": s.exit_code, "via": s.via or s.status,
                    **({"last_seen": {**s.last_seen, "age": s.last_seen_age}} if s.last_seen else {}),
                    "hint": "every rank must take part in every collective; a rank that leaves early "
                            "makes the others wait until the timeout"}
+        if static is not None:
+            details["hint"], details["static_rule"] = static
         b.add(s.t, b.finding("DDP904", s.site, message, [r], rel_list, details))
         b.explained.add(r)
         found = True
@@ -678,6 +686,20 @@ def silent_divergences(b: Builder) -> None:
                            "the same all-reduced gradients: look for rank-dependent updates (an optimizer step or "
                            "a parameter change outside the DDP forward/backward, a buffer, no_sync())"}
         b.add(None, b.finding("DDP906", site, msg, ranks_sorted, (), details, severity=Severity.WARNING))
+
+
+def _exit_rule(message: str) -> tuple[str, str]:
+    """(hint, static rule) for a rank that finished while its peers wait, placed by placement.py:
+    a collective under a rank condition (DDP104), or an early exit under a condition that differs
+    between ranks (DDP107); ``ddp-lint check`` finds both without running the script."""
+    if " runs only on the ranks where " in message:
+        return ("a collective under a rank condition is called by some ranks only, and the others never "
+                "join it: call it on every rank (take only the rank-0 work, printing or saving, under the "
+                "condition) (static rule DDP104, which `ddp-lint check` reports without running)", "DDP104")
+    return ("an early exit (`return`, `continue`, `break`, a loop that runs out) under a condition that "
+            "differs between ranks skips a collective the other ranks make: decide on every rank together "
+            "(all_reduce the flag), or give every rank the same number of steps (static rule DDP107, which "
+            "`ddp-lint check` reports without running)", "DDP107")
 
 
 def _last_seen_text(s: RankState) -> str:
