@@ -659,13 +659,29 @@ def silent_divergences(b: Builder) -> None:
             continue
         never = sorted(r for r, ev in per_rank.items() if ev.get("grads") and not ev.get("synced"))
         if never:
-            msg = (f"{rank_list(never)}: the DDP model wrapped here never synchronised its gradients: backward ran, "
-                   "but no forward through the DDP wrapper had gradient sync on (no_sync() throughout, or the "
-                   "wrapped module was called directly), so each rank trained on its own gradients")
+            held = [Frame.of(per_rank[r].get("no_sync")) for r in never if per_rank[r].get("no_sync_n")]
+            held = [fr for fr in held if fr is not None and (b.user is None or b.user.is_user(fr.file))]
             details = {"model": idx, "synced_forwards": {str(r): per_rank[r].get("synced") for r in sorted(per_rank)},
                        "hint": "call the DDP object itself (ddp_model(x), not ddp_model.module(x)), and leave no_sync() "
                                "for the accumulation steps only"}
-            b.add(None, b.finding("DDP907", site, msg, never, (), details, severity=Severity.WARNING))
+            if held and len(set(held)) == 1:
+                # no_sync() was entered around every forward: the finding goes on that no_sync()
+                n = max(per_rank[r].get("no_sync_n") or 0 for r in never)
+                msg = (f"{rank_list(never)}: no_sync() here was held around every forward of the DDP model wrapped "
+                       f"{_where(site, held[0])} ({count(n, 'time')}, and never left for a synchronising step), so "
+                       "DDP never all-reduced its gradients and each rank trained on its own")
+                details["no_sync_entered"] = n
+                details["hint"] = ("no_sync() is for the accumulation steps only: run the last micro-batch of each step "
+                                   "(the one before optimizer.step()) outside it, so that its backward all-reduces the "
+                                   "accumulated gradients")
+                rel = (b.rel(site, "the DDP model was wrapped here", never),)
+                b.add(None, b.finding("DDP907", held[0], msg, never, rel, details, severity=Severity.WARNING))
+            else:
+                msg = (f"{rank_list(never)}: the DDP model wrapped here never synchronised its gradients: backward "
+                       "ran, but no forward through the DDP wrapper had gradient sync on (no_sync() throughout, or "
+                       "the wrapped module was called directly), so each rank trained on its own gradients")
+                b.add(None, b.finding("DDP907", site, msg, never, (), details, severity=Severity.WARNING))
+            continue  # its replicas diverging (DDP906) is this finding's consequence, not a second one
         if len(per_rank) < 2 or len({ev.get("when") for ev in per_rank.values()}) > 1:
             continue
         ranks_sorted = sorted(per_rank)

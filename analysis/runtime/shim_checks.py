@@ -6,7 +6,8 @@ Loaded by path by shim.py (``_patch_torch``); stdlib + torch only, imports nothi
 Nothing here runs per step beyond one counter in DDP's ``_pre_forward``:
   * DistributedDataParallel.__init__ remembers each DDP model (weakly) and where it was wrapped;
   * DistributedDataParallel._pre_forward counts the forwards after which backward all-reduces the
-    gradients (gradient sync on, grad enabled);
+    gradients (gradient sync on, grad enabled); DistributedDataParallel.no_sync remembers where it
+    was first entered and counts its entries (once per ``with``);
   * at destroy_process_group (before it) and at the script's normal end, each live DDP model is
     fingerprinted once: a checksum per parameter, whether any parameter has a gradient, and the
     counter. shim.py logs it as a ``ddp_state`` record; analysis/runtime/findings.py compares ranks.
@@ -67,8 +68,21 @@ def install(torch, c10d, caller_site, log_event):
             self._ddp_lint_synced = getattr(self, "_ddp_lint_synced", 0) + 1
         return real_pre(self, *inputs, **kwargs)
 
+    real_no_sync = DDP.no_sync
+
+    @functools.wraps(real_no_sync)
+    def no_sync(self, *args, **kwargs):
+        try:  # where no_sync() was first entered, and how often (DDP907 goes there when nothing synced)
+            if getattr(self, "_ddp_lint_no_sync", None) is None:
+                self._ddp_lint_no_sync = caller_site(2)
+            self._ddp_lint_no_sync_n = getattr(self, "_ddp_lint_no_sync_n", 0) + 1
+        except Exception:
+            pass
+        return real_no_sync(self, *args, **kwargs)
+
     DDP.__init__ = __init__
     DDP._pre_forward = _pre_forward
+    DDP.no_sync = no_sync
     DDP._ddp_lint_checks = True
 
 
@@ -164,7 +178,9 @@ def fingerprint(torch, when):
                     params.append([name, _checksum(torch, p)])
                     grads = grads or p.grad is not None
             out.append({"model": idx, "site": site, "when": when, "params": params,
-                        "synced": getattr(m, "_ddp_lint_synced", 0), "grads": grads})
+                        "synced": getattr(m, "_ddp_lint_synced", 0), "grads": grads,
+                        "no_sync": getattr(m, "_ddp_lint_no_sync", None),
+                        "no_sync_n": getattr(m, "_ddp_lint_no_sync_n", 0)})
         except Exception as e:  # never fail the user's script for a check
             out.append({"model": idx, "site": site, "when": when, "error": repr(e)[:300]})
     return out

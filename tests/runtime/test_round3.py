@@ -73,3 +73,15 @@ def test_a_self_spawning_script_has_no_ranks_up_before_they_are_named(tmp_path):
                                            '{"kind": "ready", "rank": 0, "t": 1.1, "pid": 5}\n')
     reader.poll()
     assert reader.all_ready()
+
+
+def test_no_sync_held_on_every_step_is_ddp907_at_the_no_sync_line():
+    m = marks(SCRIPTS / "no_sync_every_step.py")
+    res = run("no_sync_every_step.py")
+    # one finding: the replicas' divergence (DDP906) is its consequence
+    assert [f.code for f in res.findings] == ["DDP907"], [(f.code, f.message) for f in res.findings]
+    f = res.findings[0]
+    assert line(f) == m["nosync"] and f.ranks == (0, 1)
+    assert f"no_sync() here was held around every forward of the DDP model wrapped at line {m['ddp']}" in f.message
+    assert [(r.range.start.line + 1, r.ranks) for r in f.related] == [(m["ddp"], (0, 1))]
+    assert f.details["no_sync_entered"] == 3
