@@ -52,9 +52,9 @@ def test_a_self_spawning_scripts_slow_start_up_is_not_counted_as_a_hang(monkeypa
     """The timeout counts from the moment the ranks run (init_process_group named them), as under
     torchrun: 30 s of start-up against a 25 s timeout is a clean run, not "did not start" or DDP903
     (the timeout is generous for what follows init: the machine may be loaded)."""
-    import os
+    from ddp_lint.analysis.runtime.nodes import free_port
 
-    monkeypatch.setenv("SPAWN_PORT", str(29000 + os.getpid() % 400))
+    monkeypatch.setenv("SPAWN_PORT", str(free_port()))
     monkeypatch.setenv("SLOW_START", "30")
     res = run("spawn_slow_start.py", timeout=25.0)
     assert res.launched == "self-spawning"
