@@ -10,6 +10,9 @@
    asking the ranks for their stacks, killing them, mapping).
 3. Early exit to finding: rank 1 calls ``sys.exit(0)`` while rank 0 waits; ddp-lint stops the run
    as soon as it sees that (no timeout involved).
+4. Mismatch hang to finding (early verdict): rank 0 all-reduces on a new group while rank 1 waits in
+   the default group's barrier (nothing raises: DETAIL's fingerprints never meet); with the 60 s
+   default timeout, the DDP902 finding must come within 3 s of the hang's start (issue 28).
 """
 from __future__ import annotations
 
@@ -60,6 +63,23 @@ if dist.get_rank() == 1:
         f.write(repr(time.time()))
     sys.exit(0)
 dist.barrier()
+"""
+
+MISMATCH = """\
+import sys, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+pair = dist.new_group([0, 1])
+t = torch.ones(4)
+dist.barrier()
+if dist.get_rank() == 0:
+    dist.all_reduce(t, group=pair)
+else:
+    with open(sys.argv[1], "w") as f:
+        f.write(repr(time.time()))
+    dist.barrier()
 """
 
 
@@ -140,6 +160,13 @@ def run(quick: bool = False) -> list[dict]:
             "figure": "rank exits early -> DDP904 finding (no timeout needed)",
             "value": f"{early:.2f} s", "comparison": f"{timeout:g} s timeout", "ratio": early / timeout,
             "target": "< timeout", "pass": early < timeout,
+            "note": f"whole run {total:.1f} s",
+        })
+        early_hang, total = to_finding(tmp, MISMATCH, 60.0, "DDP902")
+        rows.append({
+            "figure": "mismatch hang (two groups) start -> DDP902 finding, early verdict (timeout 60 s)",
+            "value": f"{early_hang:.2f} s", "comparison": "60 s timeout", "ratio": early_hang / 60.0,
+            "target": "<= 3 s", "pass": early_hang <= 3.0,
             "note": f"whole run {total:.1f} s",
         })
     for r in rows:  # the keys other consumers use for the same figures

@@ -387,6 +387,10 @@ def run_script(
     except OSError as e:
         return fail(f"cannot run: {e}")
     res.argv, res.duration, res.timed_out = lr.argv, lr.duration, lr.timed_out
+    if lr.deadlock:
+        res.notes.append(f"stopped without waiting for the {timeout:g} s timeout: no rank's collective could "
+                         "complete ("
+                         + "; ".join(f"rank {r}'s, as {why}" for r, why in sorted(lr.deadlock.items())) + ")")
     if spawn_line is not None:
         res.nproc = len(lr.ranks)
     res.output, res.output_bytes = lr.output, lr.output_bytes
@@ -413,7 +417,7 @@ def run_script(
     user = UserCode(roots, lib_dirs, launcher.SHIM_PATH)
     try:
         an = analyse(lr.ranks, user=user, timed_out=lr.timed_out, timeout=timeout, emulated=emulated,
-                     output=lr.output)
+                     output=lr.output, deadlock=lr.deadlock)
     except Exception as e:  # a bug in the mapping must not lose the run (or crash the server)
         import traceback
 

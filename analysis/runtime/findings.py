@@ -225,6 +225,7 @@ class Builder:
         self.end_t = max((rd.last_t for rd in ranks.values()), default=0.0) + 1.0
         self.waiting = {r: s for r, s in states.items() if s.waiting and s.op_site is not None}
         self.user: UserCode | None = None
+        self.deadlock: dict | None = None  # rank -> why its collective cannot complete
 
     def t_of(self, rs) -> float:
         return min(self.states[r].t or self.end_t for r in rs)
@@ -270,10 +271,13 @@ class Builder:
 
 
 def analyse(ranks: dict, *, user: UserCode, timed_out: bool, timeout: float, emulated: bool,
-            output: str = "") -> Analysis:
+            output: str = "", deadlock: dict | None = None) -> Analysis:
+    """``deadlock``: the launcher stopped the run before the timeout because no rank's collective
+    could complete (launcher.deadlock says why): a hang all the same."""
     b = Builder(ranks, build_states(ranks, user, output), emulated=emulated, timed_out=timed_out,
                 timeout=timeout)
     b.user = user
+    b.deadlock = deadlock
     for kind in (device_clashes, mismatches, failures, early_exits, hangs, silent_divergences):
         kind(b)
     from .writes import same_file_writes  # DDP908, from the files the ranks wrote
@@ -445,7 +449,8 @@ def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
                     sig = f", killed by {_signal.Signals(-s.exit_code).name}"
                 except ValueError:
                     pass
-            groups.setdefault(("killed", f"ended without a Python traceback (exit code {s.exit_code}{sig})", s.site), []).append(r)
+            groups.setdefault(("killed", f"ended without a Python traceback (exit code {s.exit_code}{sig}); "
+                                         f"{_last_seen_text(s)}", s.site), []).append(r)
     return groups
 
 
@@ -511,6 +516,7 @@ def early_exits(b: Builder) -> None:
             exited[r] = s
     found = False
     for r, s in sorted(exited.items()):
+        static = None
         rel_list, texts = b.waiting_related({r}, s.site)
         signal_death = s.status == "killed" and (s.exit_code or 0) < 0
         if not texts and signal_death:
@@ -523,7 +529,7 @@ def early_exits(b: Builder) -> None:
         if not texts and not signal_death:
             continue
         if s.status == "killed":
-            message = f"{rank_list([r])} {_killed_text(s.exit_code)}; last seen here" + (
+            message = f"{rank_list([r])} {_killed_text(s.exit_code)}; {_last_seen_text(s)}" + (
                 ", while " + "; ".join(texts) if texts else "")
         else:
             how = {"return": "finished the script", "SystemExit": "called sys.exit",
@@ -538,10 +544,18 @@ def early_exits(b: Builder) -> None:
                 last = ("made its last collective call here, then finished the script" if s.collectives
                         else "finished the script here")
                 rel_list.append(b.rel(s.site, f"{rank_list([r])} {last}", [r]))
+                # the peers' wait at the finding's own line is the finding itself, not a related line
+                rel_list = [x for x in rel_list if not (x.filename == os.path.abspath(site.file)
+                                                        and x.range.start.line == site.line - 1
+                                                        and r not in x.ranks)]
                 s.site = site
+                static = _exit_rule(message)
         details = {"exit_code": s.exit_code, "via": s.via or s.status,
+                   **({"last_seen": {**s.last_seen, "age": s.last_seen_age}} if s.last_seen else {}),
                    "hint": "every rank must take part in every collective; a rank that leaves early "
                            "makes the others wait until the timeout"}
+        if static is not None:
+            details["hint"], details["static_rule"] = static
         b.add(s.t, b.finding("DDP904", s.site, message, [r], rel_list, details))
         b.explained.add(r)
         found = True
@@ -555,7 +569,7 @@ def hangs(b: Builder) -> None:
     hung = {r: s for r, s in states.items() if r not in b.explained and s.status == "hung"}
     hung.update({r: s for r, s in states.items() if r not in b.explained and s.consequential
                  and _TIMEOUT_RE.search((s.exception or {}).get("message") or "")})
-    if not (hung and (b.timed_out or any(s.consequential for s in hung.values()))):
+    if not (hung and (b.timed_out or b.deadlock or any(s.consequential for s in hung.values()))):
         return
     if any(s.consequential for s in hung.values()):
         # torch's own timeout fired on a waiting rank: a rank torchrun then stopped while it was busy
@@ -593,6 +607,11 @@ def hangs(b: Builder) -> None:
                       if states[r2].consequential and states[r2].exception]
             if not b.timed_out and waited:
                 message += f" ({condense(waited[0].get('type', 'Exception'), waited[0].get('message', ''), 160)})"
+        elif b.deadlock and not b.timed_out:
+            why = [] if root_clash(states, rs) else sorted({b.deadlock[r] for r in rs if r in b.deadlock})
+            message = (f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op_text(op)} here: the call cannot "
+                       f"complete{' (' + '; '.join(why) + ')' if why else ''}, found without waiting for the "
+                       f"{timeout:g} s timeout")
         elif b.timed_out:
             message = f"{rank_list(rs)} {'hangs' if len(rs) == 1 else 'hang'} in {op_text(op)} here: no progress within the {timeout:g} s timeout"
         else:  # torch gave up first (its own timeout or monitoredBarrier): say what it said, not ours
@@ -640,13 +659,29 @@ def silent_divergences(b: Builder) -> None:
             continue
         never = sorted(r for r, ev in per_rank.items() if ev.get("grads") and not ev.get("synced"))
         if never:
-            msg = (f"{rank_list(never)}: the DDP model wrapped here never synchronised its gradients: backward ran, "
-                   "but no forward through the DDP wrapper had gradient sync on (no_sync() throughout, or the "
-                   "wrapped module was called directly), so each rank trained on its own gradients")
+            held = [Frame.of(per_rank[r].get("no_sync")) for r in never if per_rank[r].get("no_sync_n")]
+            held = [fr for fr in held if fr is not None and (b.user is None or b.user.is_user(fr.file))]
             details = {"model": idx, "synced_forwards": {str(r): per_rank[r].get("synced") for r in sorted(per_rank)},
                        "hint": "call the DDP object itself (ddp_model(x), not ddp_model.module(x)), and leave no_sync() "
                                "for the accumulation steps only"}
-            b.add(None, b.finding("DDP907", site, msg, never, (), details, severity=Severity.WARNING))
+            if held and len(set(held)) == 1:
+                # no_sync() was entered around every forward: the finding goes on that no_sync()
+                n = max(per_rank[r].get("no_sync_n") or 0 for r in never)
+                msg = (f"{rank_list(never)}: no_sync() here was held around every forward of the DDP model wrapped "
+                       f"{_where(site, held[0])} ({count(n, 'time')}, and never left for a synchronising step), so "
+                       "DDP never all-reduced its gradients and each rank trained on its own")
+                details["no_sync_entered"] = n
+                details["hint"] = ("no_sync() is for the accumulation steps only: run the last micro-batch of each step "
+                                   "(the one before optimizer.step()) outside it, so that its backward all-reduces the "
+                                   "accumulated gradients")
+                rel = (b.rel(site, "the DDP model was wrapped here", never),)
+                b.add(None, b.finding("DDP907", held[0], msg, never, rel, details, severity=Severity.WARNING))
+            else:
+                msg = (f"{rank_list(never)}: the DDP model wrapped here never synchronised its gradients: backward "
+                       "ran, but no forward through the DDP wrapper had gradient sync on (no_sync() throughout, or "
+                       "the wrapped module was called directly), so each rank trained on its own gradients")
+                b.add(None, b.finding("DDP907", site, msg, never, (), details, severity=Severity.WARNING))
+            continue  # its replicas diverging (DDP906) is this finding's consequence, not a second one
         if len(per_rank) < 2 or len({ev.get("when") for ev in per_rank.values()}) > 1:
             continue
         ranks_sorted = sorted(per_rank)
@@ -667,6 +702,33 @@ def silent_divergences(b: Builder) -> None:
                            "the same all-reduced gradients: look for rank-dependent updates (an optimizer step or "
                            "a parameter change outside the DDP forward/backward, a buffer, no_sync())"}
         b.add(None, b.finding("DDP906", site, msg, ranks_sorted, (), details, severity=Severity.WARNING))
+
+
+def _exit_rule(message: str) -> tuple[str, str]:
+    """(hint, static rule) for a rank that finished while its peers wait, placed by placement.py:
+    a collective under a rank condition (DDP104), or an early exit under a condition that differs
+    between ranks (DDP107); ``ddp-lint check`` finds both without running the script."""
+    if " runs only on the ranks where " in message:
+        return ("a collective under a rank condition is called by some ranks only, and the others never "
+                "join it: call it on every rank (take only the rank-0 work, printing or saving, under the "
+                "condition) (static rule DDP104, which `ddp-lint check` reports without running)", "DDP104")
+    return ("an early exit (`return`, `continue`, `break`, a loop that runs out) under a condition that "
+            "differs between ranks skips a collective the other ranks make: decide on every rank together "
+            "(all_reduce the flag), or give every rank the same number of steps (static rule DDP107, which "
+            "`ddp-lint check` reports without running)", "DDP107")
+
+
+def _last_seen_text(s: RankState) -> str:
+    """``last seen here, in all_reduce(), 0.4 s before it was killed``: where the freshest evidence
+    (the collective log or the 0.2 s sampler, states._freshest) put a rank that died without a
+    traceback, and how old that evidence is."""
+    ls = s.last_seen or {}
+    what = ""
+    if ls.get("source") in ("call", "return") and ls.get("op"):
+        what = f", {'entering' if ls['source'] == 'call' else 'returning from'} {op_text(ls['op'])}"
+    died = "it was killed" if (s.exit_code or 0) < 0 else "it ended"
+    age = f", {s.last_seen_age:.1f} s before {died}" if s.last_seen_age is not None else ""
+    return f"last seen here{what}{age}"
 
 
 def _killed_text(code: int | None) -> str:

@@ -193,6 +193,7 @@ class LaunchResult:
     failure_seen_at: float | None = None
     log_dir: str = ""
     killed: int = 0
+    deadlock: dict | None = None  # why the ranks' pending collectives cannot complete (deadlock())
 
 
 Progress = Callable[[str, "int | None"], None]
@@ -384,6 +385,7 @@ def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failu
         if cancel is not None and cancel.is_set():
             result.cancelled = True
             return
+        reader.note_gone(alive)  # before torchrun's exit: when a rank killed outright died
         if proc.poll() is not None:
             return
         for ev in reader.poll():
@@ -419,6 +421,15 @@ def _watch(proc, reader, tracker, result, nproc, timeout, startup_timeout, failu
                 result.failure_seen_at = now - t0
             _collect_stacks(reader)
             return
+        # every rank is blocked in a collective that cannot complete (another op, another group,
+        # another root on a peer it needs): a hang now, not after the timeout
+        if up_at is not None and failure_at is None:
+            stuck = deadlock(reader, min(failure_grace, 0.5))
+            if stuck is not None:
+                result.deadlock = stuck
+                result.failure_seen_at = now - t0
+                _collect_stacks(reader)
+                return
         if now >= deadline:
             result.timed_out = True
             result.startup_failed = up_at is None
@@ -447,6 +458,117 @@ def _doomed_wait(reader: LogReader, grace: float) -> bool:
             if (members is None or gone.intersection(members)) and now - call.get("t", now) > grace:
                 return True
     return False
+
+
+# point-to-point calls pair different ops by design (send with recv), and an earlier isend may
+# satisfy a recv: nothing is concluded while a rank is in one
+_P2P_OPS = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"}
+_OP_ALIASES = {"_all_gather_base": "all_gather_into_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
+
+
+def deadlock(reader: LogReader, grace: float, now: float | None = None) -> dict[int, str] | None:
+    """Why the run can no longer make progress ({blocked rank: what its collective waits for in
+    vain, "rank 1 is in barrier() at line 9"}), or None. Every rank of the job is known here and
+    each live one has waited longer than ``grace`` in a blocking collective (or has ended), and no
+    pending collective can complete: for each one, a rank of its group is gone or is in another
+    collective (another op, another group, another root). Conservative: a rank outside any recorded
+    collective (busy, or in a call the shim does not record), a point-to-point call, an asynchronous
+    one, or a job whose ranks are not all visible (another node) means no verdict."""
+    now = time.time() if now is None else now
+    ranks = reader.ranks
+    try:
+        world = {int((rd.first("start") or {}).get("world_size")) for rd in ranks.values()}
+    except (TypeError, ValueError):
+        return None
+    if len(world) != 1 or set(ranks) != set(range(next(iter(world)))) or len(ranks) < 2:
+        return None
+    blocked: dict[int, dict] = {}
+    gone: set[int] = set()
+    for r, rd in ranks.items():
+        if rd.end_event is not None:
+            gone.add(r)
+            continue
+        if rd.pid is None or not alive(rd.pid):
+            return None  # not started, or died without a word: the other checks' business
+        calls = [c for c in rd.pending.values() if not c.get("async")]
+        if len(calls) != 1:
+            return None
+        call = calls[0]
+        if call.get("op") in _P2P_OPS or now - float(call.get("t") or now) <= grace:
+            return None
+        blocked[r] = call
+    if not blocked:
+        return None
+    world_ranks = sorted(ranks)
+
+    def members(call):
+        g = call.get("group")
+        if g is None:
+            return world_ranks
+        got = g.get("ranks") if isinstance(g, dict) else None
+        return sorted(got) if isinstance(got, list) and all(isinstance(x, int) for x in got) else None
+
+    def same(a, b) -> bool | None:
+        """Can these two pending calls be one collective? None: cannot tell."""
+        if _OP_ALIASES.get(a.get("op"), a.get("op")) != _OP_ALIASES.get(b.get("op"), b.get("op")):
+            return False
+        ma, mb = members(a), members(b)
+        if ma is None or mb is None:
+            return None
+        if ma != mb:
+            return False
+        ga, gb = a.get("group"), b.get("group")
+        na = ga.get("name") if isinstance(ga, dict) else None
+        nb = gb.get("name") if isinstance(gb, dict) else None
+        if na is not None and nb is not None and na != nb:
+            return False
+        if isinstance(a.get("root"), int) and isinstance(b.get("root"), int) and a["root"] != b["root"]:
+            return False
+        return True
+
+    why: dict[int, str] = {}
+    for r, call in sorted(blocked.items()):
+        mem = members(call)
+        if mem is None:
+            return None
+        blocker = None
+        for m in mem:
+            if m == r:
+                continue
+            if m in gone:
+                blocker = f"rank {m} has ended"
+                break
+            ok = same(call, blocked[m])
+            if ok is None:
+                return None
+            if not ok:
+                other = blocked[m]
+                blocker = f"rank {m} is in {_call_text(other)}"
+                break
+        if blocker is None:
+            return None  # this one can still complete
+        why[r] = blocker
+    return why
+
+
+def _call_text(call: dict) -> str:
+    g = call.get("group")
+    grp = ""
+    if isinstance(g, dict) and isinstance(g.get("ranks"), list):
+        grp = f" on the group of ranks {', '.join(str(x) for x in g['ranks'])}"
+    root = f" ({call.get('root_arg') or 'src'}={call['root']})" if isinstance(call.get("root"), int) else ""
+    where = f" at line {call['line']}" if isinstance(call.get("line"), int) else ""
+    return f"{call.get('op')}(){root}{grp}{where}"
+
+
+def _cut(log_dir: str, rank: int) -> bool:
+    """faulthandler's dump of this rank stopped at its frame limit (or cannot be read)."""
+    try:
+        with open(os.path.join(log_dir, f"stack-{rank}.usr1"), "rb") as f:
+            data = f.read(4 * 1024 * 1024)
+    except OSError:
+        return True
+    return not data.strip() or b"\n  ...\n" in data or data.rstrip().endswith(b"\n  ...")
 
 
 def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:
@@ -484,7 +606,9 @@ def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:
         time.sleep(0.03)
     # then the full Python stacks (SIGUSR2; sent only now: a SIGUSR2 that arrives together with
     # faulthandler's SIGUSR1 is lost). Only a rank that executes bytecode answers: a short wait
-    py_asked = [rd for rd in asked if (rd.first("ready") or {}).get("py_stacks")]
+    # only where faulthandler's dump was cut at its 100 frames ("  ..."): an uncut dump holds the
+    # whole stack already, and a rank blocked in C would keep us waiting the full 0.5 s for nothing
+    py_asked = [rd for rd in asked if (rd.first("ready") or {}).get("py_stacks") and _cut(reader.dir, rd.rank)]
     for rd in py_asked:
         try:
             os.kill(rd.pid, signal.SIGUSR2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 
@@ -22,6 +23,10 @@ class RankData:
     raised: dict = field(default_factory=dict)  # seq -> (call event, error) of collectives that raised
     last_site: dict | None = None  # call site of the latest collective seen (logged or "quiet")
     last_t: float = 0.0  # time of the latest record
+    # the freshest collective evidence: {file, line, function, op, t, phase: call|return} of the latest
+    # collective entered or returned from (a rank killed outright is placed at this or ``seen``)
+    last_coll: dict | None = None
+    gone_at: float | None = None  # wall time the launcher first saw the rank's process gone
     end_event: dict | None = None  # the rank's exception or exit record
     dropped: int = 0  # records not kept (past MAX_EVENTS)
     _logged_returns: int = 0
@@ -65,7 +70,10 @@ class LogReader:
         self.discover = False  # a self-spawning script: ranks are found as their logs appear
 
     def all_ready(self) -> bool:
-        """Every rank runs the script (its ``ready`` record is in)."""
+        """Every rank runs the script (its ``ready`` record is in). A self-spawning script's ranks
+        are known only once init_process_group named them: none yet is still start-up."""
+        if self.discover and not self.ranks:
+            return False
         return all(rd.first("ready") is not None for rd in self.ranks.values())
 
     def poll(self) -> list[dict]:
@@ -111,10 +119,13 @@ class LogReader:
         if k == "call":
             rd.pending[ev.get("seq")] = ev
             rd.last_site = ev
+            _evidence(rd, ev, t, "call")
             return
         if k == "return":
-            if rd.pending.pop(ev.get("seq"), None) is not None:
+            call = rd.pending.pop(ev.get("seq"), None)
+            if call is not None:
                 rd._logged_returns += 1
+                _evidence(rd, call, t, "return")
             return
         if k == "raise":
             call = rd.pending.pop(ev.get("seq"), None)
@@ -137,6 +148,13 @@ class LogReader:
             return
         rd._kinds.add(k)
         rd.events.append(ev)
+
+    def note_gone(self, alive) -> None:
+        """Remember when each started, unfinished rank's process was first seen gone (``alive(pid)``
+        false): how long before its death a rank killed outright was last seen."""
+        for rd in self.ranks.values():
+            if rd.gone_at is None and rd.end_event is None and rd.pid is not None and not alive(rd.pid):
+                rd.gone_at = time.time()
 
     def read_stacks(self) -> None:
         for r, rd in self.ranks.items():
@@ -161,6 +179,13 @@ class LogReader:
                 rd.stack_py = None
 
 
+def _evidence(rd: RankData, site: dict, t, phase: str) -> None:
+    if isinstance(site, dict) and site.get("file") and isinstance(site.get("line"), int) \
+            and isinstance(t, (int, float)) and (rd.last_coll is None or t >= rd.last_coll["t"]):
+        rd.last_coll = {"file": site["file"], "line": site["line"], "function": site.get("function") or "",
+                        "op": site.get("op"), "t": float(t), "phase": phase}
+
+
 _STACK_CAP = 256 * 1024  # bytes of each stack dump kept in a per-node report
 
 
@@ -175,7 +200,8 @@ def raw_ranks(ranks: dict, *, roots, lib_dirs) -> dict:
             "raised": {str(k): [c, e] for k, (c, e) in rd.raised.items()},
             "stack_usr1": rd.stack_usr1[-_STACK_CAP:], "stack_term": rd.stack_term[-_STACK_CAP:],
             "stack_fatal": rd.stack_fatal[-_STACK_CAP:], "stack_py": rd.stack_py, "hung": rd.hung,
-            "last_site": rd.last_site, "last_t": rd.last_t, "end_event": rd.end_event, "dropped": rd.dropped,
+            "last_site": rd.last_site, "last_t": rd.last_t, "last_coll": rd.last_coll, "gone_at": rd.gone_at,
+            "end_event": rd.end_event, "dropped": rd.dropped,
             "logged_returns": rd._logged_returns, "quiet": rd._quiet,
         }
     return {"roots": list(roots), "lib_dirs": list(lib_dirs), "ranks": out}

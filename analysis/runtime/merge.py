@@ -215,6 +215,8 @@ def load_ranks(raw: dict) -> dict[int, RankData]:
         rd.hung = bool(d.get("hung"))
         rd.last_site = d.get("last_site")
         rd.last_t = float(d.get("last_t") or 0.0)
+        rd.last_coll = d.get("last_coll") if isinstance(d.get("last_coll"), dict) else None
+        rd.gone_at = float(d["gone_at"]) if isinstance(d.get("gone_at"), (int, float)) else None
         rd.end_event = d.get("end_event")
         rd.dropped = int(d.get("dropped") or 0)
         rd._logged_returns = int(d.get("logged_returns") or 0)

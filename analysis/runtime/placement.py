@@ -124,7 +124,7 @@ def finished_past(b, r: int, s: RankState, rel_list: list) -> tuple[str, Frame] 
     """A rank that finished the script went past the collective its peer waits in: when the source
     names the one way past it, an early return (or loop exit) of its own, the finding goes there.
     An ``if`` it did not enter (the collective is in code only some ranks run) becomes a related
-    location: the rank itself did nothing early."""
+    location, and the finding goes on the collective itself (its peers wait there)."""
     peers = [(rr, w) for rr, w in sorted(b.waiting.items()) if rr != r and w.op_site is not None]
     if len({w.op_site for _, w in peers}) != 1 or b.user is None or not s.script:
         return None
@@ -138,9 +138,17 @@ def finished_past(b, r: int, s: RankState, rel_list: list) -> tuple[str, Frame] 
     at = Frame(x.file, x.line, x.function)
     who = rank_list([r])
     if x.kind == "if":
+        # the collective runs only under this condition: the finding goes on the collective the
+        # others wait in, the guard the rank did not enter is related (static rule DDP104)
+        waiters = rank_list([rr for rr, _ in peers])
         rel_list.append(b.rel(at, f"{who} did not enter this if (`{x.condition}` was false), so it never called "
-                                  f"the {op_text(w.op)} that {rank_list([rr for rr, _ in peers])} waits in", [r]))
-        return None
+                                  f"the {op_text(w.op)} that {waiters} waits in", [r]))
+        around = (f" around the call of {w.op_site.function}()" if (at.file, at.function) !=
+                  (w.op_site.file, w.op_site.function) and w.op_site.function != "<module>" else "")
+        return (f"{op_text(w.op)} runs only on the ranks where `{x.condition}` holds: {waiters} "
+                f"{'waits' if len(peers) == 1 else 'wait'} in it here, and {who} finished the script "
+                f"(status {s.exit_code}) without calling it: it did not enter the if {where(at, w.op_site)}{around}",
+                w.op_site)
     waits = "; ".join(b.waiting_related({r}, at)[1])
     how = {"return": f"returned early from {x.function}() here (under `{x.condition}`)",
            "continue": f"skipped the rest of a loop iteration here (under `{x.condition}`)",

@@ -6,7 +6,8 @@ Loaded by path by shim.py (``_patch_torch``); stdlib + torch only, imports nothi
 Nothing here runs per step beyond one counter in DDP's ``_pre_forward``:
   * DistributedDataParallel.__init__ remembers each DDP model (weakly) and where it was wrapped;
   * DistributedDataParallel._pre_forward counts the forwards after which backward all-reduces the
-    gradients (gradient sync on, grad enabled);
+    gradients (gradient sync on, grad enabled); DistributedDataParallel.no_sync remembers where it
+    was first entered and counts its entries (once per ``with``);
   * at destroy_process_group (before it) and at the script's normal end, each live DDP model is
     fingerprinted once: a checksum per parameter, whether any parameter has a gradient, and the
     counter. shim.py logs it as a ``ddp_state`` record; analysis/runtime/findings.py compares ranks.
@@ -67,8 +68,21 @@ def install(torch, c10d, caller_site, log_event):
             self._ddp_lint_synced = getattr(self, "_ddp_lint_synced", 0) + 1
         return real_pre(self, *inputs, **kwargs)
 
+    real_no_sync = DDP.no_sync
+
+    @functools.wraps(real_no_sync)
+    def no_sync(self, *args, **kwargs):
+        try:  # where no_sync() was first entered, and how often (DDP907 goes there when nothing synced)
+            if getattr(self, "_ddp_lint_no_sync", None) is None:
+                self._ddp_lint_no_sync = caller_site(2)
+            self._ddp_lint_no_sync_n = getattr(self, "_ddp_lint_no_sync_n", 0) + 1
+        except Exception:
+            pass
+        return real_no_sync(self, *args, **kwargs)
+
     DDP.__init__ = __init__
     DDP._pre_forward = _pre_forward
+    DDP.no_sync = no_sync
     DDP._ddp_lint_checks = True
 
 
@@ -77,9 +91,9 @@ _SEEN_S = 0.2  # how often the "last seen" sampler looks at the main thread
 
 def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
     """Every _SEEN_S, the main thread's innermost frame outside the stdlib, the installed packages,
-    torch and this shim is written (only when it changed) over the fixed-size file seen-<RANK>: a
+    torch and this shim is written over the fixed-size file seen-<RANK>: a
     rank killed outright (SIGKILL, the OOM killer) leaves no traceback and no stack, but this says
-    where it was last seen. One pwrite(2) per change; nothing in the rank's own thread."""
+    where it was last seen. One pwrite(2) per sample; nothing in the rank's own thread."""
     libs = tuple(os.path.join(p, "") for p in lib_dirs)
     fd = os.open(os.path.join(log_dir, f"seen-{tag}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
     main_id = threading.main_thread().ident
@@ -93,7 +107,7 @@ def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
         return None
 
     def run():
-        last = None
+        last, since = None, 0.0
         while True:
             time.sleep(_SEEN_S)
             try:
@@ -101,10 +115,13 @@ def start_seen_sampler(log_dir, tag, lib_dirs, _is_internal):
                 if f is None:
                     continue
                 key = (f.f_code.co_filename, f.f_lineno)
-                if key == last:
-                    continue
-                last = key
-                data = json.dumps({"file": key[0], "line": key[1], "function": f.f_code.co_name, "t": time.time()})
+                now = time.time()
+                if key != last:
+                    last, since = key, now
+                # rewritten on every sample (t: seen there now; since: there since), so that a rank
+                # killed after a long time on one line is not reported as last seen long ago
+                data = json.dumps({"file": key[0], "line": key[1], "function": f.f_code.co_name, "t": now,
+                                   "since": since})
                 data = data.encode("utf-8", "replace")[:4000].ljust(4096) + b"\n"
                 os.pwrite(fd, data, 0)
             except Exception:
@@ -161,7 +178,9 @@ def fingerprint(torch, when):
                     params.append([name, _checksum(torch, p)])
                     grads = grads or p.grad is not None
             out.append({"model": idx, "site": site, "when": when, "params": params,
-                        "synced": getattr(m, "_ddp_lint_synced", 0), "grads": grads})
+                        "synced": getattr(m, "_ddp_lint_synced", 0), "grads": grads,
+                        "no_sync": getattr(m, "_ddp_lint_no_sync", None),
+                        "no_sync_n": getattr(m, "_ddp_lint_no_sync_n", 0)})
         except Exception as e:  # never fail the user's script for a check
             out.append({"model": idx, "site": site, "when": when, "error": repr(e)[:300]})
     return out

@@ -116,6 +116,10 @@ class RankState:
     collectives: int = 0
     consequential: bool = False  # its error came from a peer going away / a timeout
     seen: Frame | None = None  # where the shim's sampler last saw it (a rank killed outright)
+    # a rank killed outright: the freshest evidence of where it was ({source: sample|call|return, op,
+    # t}) and how long before its death (seconds, when the launcher saw it die)
+    last_seen: dict | None = None
+    last_seen_age: float | None = None
     argparse: dict | None = None  # argparse's error, when the script's argument parser exited
     worker: Frame | None = None  # a DataLoader worker's raising line (then also the site)
     script: str | None = None
@@ -150,9 +154,11 @@ class RankState:
             where = f" while in {op_text(self.op)}" if self.op else ""
             return f"rank {self.rank}: stopped by torchrun after another rank failed{where}, at {loc}"
         if self.status == "killed":
+            age = f" {self.last_seen_age:.1f} s before it died" if self.last_seen_age is not None else ""
             if self.exit_code == -9:
-                return f"rank {self.rank}: killed (SIGKILL; likely the OOM killer), last seen at {loc}"
-            return f"rank {self.rank}: ended without a Python traceback (exit code {self.exit_code}), last seen at {loc}"
+                return f"rank {self.rank}: killed (SIGKILL; likely the OOM killer), last seen at {loc}{age}"
+            return (f"rank {self.rank}: ended without a Python traceback (exit code {self.exit_code}), "
+                    f"last seen at {loc}{age}")
         return f"rank {self.rank}: never started"
 
 
@@ -307,6 +313,7 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.status = "killed"
             st.exit_code = exitcodes.get(r, st.exit_code)
             st.site = st.seen or st.op_site
+            _freshest(st, rd, user)
         if st.site is None and st.op_site is not None:
             st.site = st.op_site
         if st.site is None and st.status == "hung":
@@ -315,6 +322,27 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             # there is; a hung rank is never left out of the findings
             st.site = Frame.of(rd.last_site)
     return states
+
+
+def _freshest(st: RankState, rd, user: UserCode) -> None:
+    """A rank killed outright leaves no traceback: place it at the freshest evidence, the collective
+    log's last entry or exit, or the sampler's last sample (every 0.2 s), whichever is later."""
+    cands = []
+    seen = rd.seen if isinstance(rd.seen, dict) else None
+    if st.seen is not None and isinstance(seen.get("t"), (int, float)):
+        cands.append((float(seen["t"]), st.seen, {"source": "sample"}))
+    coll = rd.last_coll if isinstance(getattr(rd, "last_coll", None), dict) else None
+    fr = Frame.of(coll)
+    if fr is not None and user.is_user(fr.file) and isinstance(coll.get("t"), (int, float)):
+        cands.append((float(coll["t"]), fr, {"source": coll.get("phase") or "call", "op": coll.get("op")}))
+    if not cands:
+        return
+    t, fr, info = max(cands, key=lambda c: c[0])
+    st.site = fr
+    st.last_seen = {**info, "t": t}
+    gone = getattr(rd, "gone_at", None)
+    if isinstance(gone, (int, float)) and gone >= t - 0.05:
+        st.last_seen_age = max(0.0, gone - t)
 
 
 def _peer_error_in_chain(st: RankState) -> bool:

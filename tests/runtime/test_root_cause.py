@@ -54,6 +54,7 @@ def test_a_rank_local_break_is_the_root_cause():
     assert f.ranks == (0,) and line(f) == m["brk"], codes(res)
     assert rel(f) == [(m["wait"], (1,)), (m["end"], (0,))]
     assert "`rank == 0 and step == 3` held on rank 0 only" in f.message, f.message
+    assert f.details["static_rule"] == "DDP107" and "DDP107" in f.details["hint"]  # issue 28: the static rule
 
 
 def test_a_conditional_continue_that_skips_a_helpers_collective_is_the_root_cause():
@@ -217,10 +218,13 @@ def test_rank0_helper_with_a_barrier():
     m = marks(SCRIPTS / "rank0_helper_barrier.py")
     res = run("rank0_helper_barrier.py")
     f = only(res, "DDP904")
-    assert f.ranks == (1,) and line(f) == m["last"], codes(res)
-    # the rank condition rank 1 did not enter is related (rank 1 did nothing early of its own)
-    assert rel(f) == [(m["wait"], (0,)), (m["guard"], (1,))] and "barrier()" in f.message
+    # issue 28: on the guarded collective rank 0 waits in; the rank condition rank 1 did not enter
+    # and where rank 1 finished are related (rank 1 did nothing early of its own)
+    assert f.ranks == (1,) and line(f) == m["wait"], codes(res)
+    assert rel(f) == [(m["guard"], (1,)), (m["last"], (1,))] and "barrier()" in f.message
     assert "did not enter this if (`rank == 0` was false)" in [x.message for x in f.related if x.ranks == (1,)][0]
+    assert f"did not enter the if at line {m['guard']} around the call of save()" in f.message, f.message
+    assert f.details["static_rule"] == "DDP104" and "DDP104" in f.details["hint"]
     assert "timeout" not in f.message  # no timing claim: nobody waited for ddp-lint's timeout
 
 
