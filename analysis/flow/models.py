@@ -6,12 +6,11 @@ Local dataflow in one scope (plus module level), over the semantic indexes.
 from __future__ import annotations
 
 import ast
-import re
-from collections import Counter
 
 from ..semantic import param_names, parent
 from ..torch_api import DDP_CLASS, SPAWNS
 from .assignments import reaching_assignment
+from .mentions import word_counts
 from .wrappers import _by_callee
 
 _LAUNCH = ("torch.distributed.init_process_group", DDP_CLASS, *SPAWNS,
@@ -104,7 +103,6 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
     return found
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _call_sites(ctx, fn, owner):
@@ -125,8 +123,8 @@ def _call_sites(ctx, fn, owner):
     expected = len(sites) + len(ctx.sem.functions.get(name, ()))
     if ctx.src.text.count(name) == expected:
         return sites, False  # every mention of the text (a superset of the words) is accounted for
-    words = ctx.memo("models.word_counts", lambda: Counter(_WORD.findall(ctx.src.text)))
-    return sites, words.get(name, 0) != expected
+    # the code's own mentions (names, attributes, definitions, imports); comments and strings do not count
+    return sites, word_counts(ctx.sem).get(name, 0) != expected
 
 
 def _other_self_assigns(ctx, cls: ast.ClassDef, attr: str, keep: ast.stmt) -> bool:

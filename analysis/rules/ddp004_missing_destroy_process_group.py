@@ -6,6 +6,7 @@ import re
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..flow.wrappers import callee_name
+from ..flow.mentions import code_words, mentions
 from ._common import D, gloo_only
 from ..semantic import parent
 
@@ -73,7 +74,7 @@ class MissingDestroyProcessGroup(Rule):
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
-        if "destroy_process_group" in ctx.src.text:
+        if mentions(ctx.sem, "destroy_process_group", text=ctx.src.text):  # the code names it (a comment does not count)
             return
         sem = ctx.sem
         # PyTorch's exit warning and the exit hang belong to ProcessGroupNCCL: a group that is Gloo
@@ -86,8 +87,8 @@ class MissingDestroyProcessGroup(Rule):
         module_level = any(sem.enclosing_function(i) is None for i in inits)
         if main_block is None and not spawns and not module_level:
             return  # a library helper: the caller tears down
-        for m in _TEARDOWN_IDENT.finditer(ctx.src.text):
-            if m.group(0) not in sem.functions:
+        for word in (code_words(sem) if _TEARDOWN_IDENT.search(ctx.src.text) else ()):
+            if _TEARDOWN_IDENT.fullmatch(word) and word not in sem.functions:
                 return  # a teardown helper from another module (called, or registered with atexit)
         for init in inits:
             fix = _make_fix(ctx, init, main_block)

@@ -8,6 +8,7 @@ from ..semantic import get_arg, parent
 from ..flow.devices import device_var_in_scope
 from ..flow.tensors import NO_DEVICE_KW, cpu_tensor_ctor
 from ..flow.testing import expects_error
+from ..flow.mentions import mentions
 from ._common import D, const_str
 
 # op -> the (position, keyword) pairs of its tensor arguments, and the group position;
@@ -85,8 +86,7 @@ class CpuTensorWithNccl(Rule):
         inits = ctx.calls_to(D + "init_process_group")
         if not inits or not all(_nccl_only(ctx, get_arg(i, 0, "backend"), ctx.sem.scope_of(i)) for i in inits):
             return
-        text = ctx.src.text
-        if "set_default_device" in text or "set_default_tensor_type" in text:
+        if mentions(ctx.sem, "set_default_device", "set_default_tensor_type", text=ctx.src.text):
             return
         sem = ctx.sem
         by_qn = sem.calls_by_qualname

@@ -7,6 +7,7 @@ from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..flow.devices import device_in_scope
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.mentions import mentions_anywhere
 from ..flow.rank import rank0_guarded
 from ._common import D, callers_may_exist, gloo_only
 from .ddp202_save_on_every_rank import rank_specific_path
@@ -127,7 +128,7 @@ def _report(ctx, call, dev, extra: str = "", related=()) -> None:
 
 def _cpu_only(ctx) -> bool:
     inits = ctx.calls_to(D + "init_process_group")
-    return bool(inits) and all(gloo_only(ctx, i) for i in inits) and "cuda" not in ctx.src.text
+    return bool(inits) and all(gloo_only(ctx, i) for i in inits) and not mentions_anywhere(ctx.sem, "cuda", text=ctx.src.text)
 
 
 def _unmapped_path(ctx, call, loads):
