@@ -109,6 +109,32 @@ def dict_item_value(sem, expr: ast.Subscript, scope) -> ast.AST | None:
     return None
 
 
+def constant_of(sem, expr: ast.AST | None, scope=None, depth: int = 0) -> ast.Constant | None:
+    """The literal ``expr`` evaluates to, followed through a name bound once (in ``scope`` or the
+    module), ``args.x`` (its argparse default or the one ``args.x = ...`` store), ``cfg["x"]`` of a
+    config dict literal; None when unknown. The shared answer for "which constant is this"."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Constant):
+        return expr
+    if scope is None:
+        scope = sem.scope_of(expr)
+    val = None
+    if isinstance(expr, ast.Name):
+        val = sem.single_value(expr.id, scope)
+        if val is None and scope is not sem.tree:
+            val = sem.single_value(expr.id, sem.tree)
+    elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and sem.qualname(expr) is None:
+        val = argparse_default(sem, expr.attr)
+        if val is None:
+            val = attribute_store_value(sem, expr.value.id, expr.attr)
+    elif isinstance(expr, ast.Subscript):
+        val = dict_item_value(sem, expr, scope)
+    if val is None:
+        return None
+    return constant_of(sem, val, sem.scope_of(val), depth + 1)
+
+
 def argparse_default(sem, dest: str) -> ast.AST | None:
     """The ``default=`` of the one ``add_argument`` call of the module whose destination is
     ``dest`` (``"--dist-backend"`` -> ``dist_backend``, or ``dest=``); None when there is none, or

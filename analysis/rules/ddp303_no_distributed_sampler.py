@@ -98,7 +98,7 @@ class NoDistributedSampler(Rule):
             return
         for call in dataloaders(ctx):
             kw = next((k for k in call.keywords if k.arg == "shuffle"), None)
-            if kw is None or not is_true(kw.value) or sampler_args(call) or has_kwargs(call):
+            if kw is None or not is_true(kw.value, ctx.sem) or sampler_args(call) or has_kwargs(call):
                 continue
             ds = get_arg(call, 0, "dataset")
             if ds is None:
@@ -166,7 +166,7 @@ def _shuffling_loader(view, fn):
         if view.sem.enclosing_function(c) is not fn or view.sem.call_qualname(c) != "torch.utils.data.DataLoader":
             continue
         kw = next((k for k in c.keywords if k.arg == "shuffle"), None)
-        if kw is None or not is_true(kw.value) or sampler_args(c) or has_kwargs(c):
+        if kw is None or not is_true(kw.value, view.sem) or sampler_args(c) or has_kwargs(c):
             continue
         ds = get_arg(c, 0, "dataset")
         ds_name = ds.id if isinstance(ds, ast.Name) else (ds.attr if isinstance(ds, ast.Attribute) else None)
