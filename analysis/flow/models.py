@@ -37,6 +37,8 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
         st = reaching_assignment(ctx, expr.id, at)
         if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_CLASS:
             return st
+        if st is not None and isinstance(st.value, ast.Call) and returns_ddp(ctx, st.value):
+            return st  # ``model = wrap(model, gpu)``: a project helper that returns the wrapper
         if st is None and depth < 2:
             return _param_wrapper(ctx, expr.id, at, depth)
         return None
@@ -55,6 +57,41 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
         if len(found) == 1 and not _other_self_assigns(ctx, cls, expr.attr, found[0]):
             return found[0]
     return None
+
+
+def returns_ddp(ctx, call: ast.Call) -> bool:
+    """``call`` runs a function of the project (this file or another module) every ``return`` of
+    which gives a new DDP wrapper: ``return DDP(model, ...)``, or a name bound once to one."""
+    qn = ctx.qn(call) or ""
+    if qn.startswith("torch."):
+        return False
+    memo = ctx.memo("models.returns_ddp", dict)
+    if id(call) in memo:
+        return memo[id(call)]
+    memo[id(call)] = False
+    from . import for_context  # lazy: the package imports this module
+
+    ana = for_context(ctx)
+    got = ana.resolve_call(ana.main, call)
+    ok = False
+    if got is not None:
+        view, fn = got
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            rets = [n for n in _own_nodes(fn) if isinstance(n, ast.Return)]
+            ok = bool(rets) and all(_is_ddp_value(view, fn, r.value) for r in rets)
+    memo[id(call)] = ok
+    return ok
+
+
+def _own_nodes(fn):
+    from ..semantic import iter_scope_nodes
+    return iter_scope_nodes(fn)
+
+
+def _is_ddp_value(view, fn, e) -> bool:
+    if isinstance(e, ast.Name):
+        e = view.sem.single_value(e.id, fn)
+    return isinstance(e, ast.Call) and (view.sem.call_qualname(e) or "") == DDP_CLASS
 
 
 def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
