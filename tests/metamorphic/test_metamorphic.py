@@ -14,8 +14,8 @@ import pytest
 from .run import run_all
 from .transforms import TRANSFORMS, tag_markers, variants
 
-OVERALL_FLOOR = 0.90
-RULE_FLOOR = 0.75
+OVERALL_FLOOR = 0.92
+RULE_FLOOR = 0.80
 
 
 @pytest.fixture(scope="module")
