@@ -8,7 +8,8 @@ from ..registry import Rule
 from ..flow.wrappers import callee_name
 from ..flow.mentions import code_words, mentions
 from ._common import D, gloo_only
-from ..semantic import parent
+from ..semantic import get_arg, parent
+from ..torch_api import constant_of
 
 # a helper that only brings the group up: its caller owns the group's lifetime
 _SETUP_NAME = re.compile(r"(^|_)(setup|init|initialize|initialise|bootstrap|prepare)(_|$)", re.I)
@@ -79,7 +80,7 @@ class MissingDestroyProcessGroup(Rule):
         sem = ctx.sem
         # PyTorch's exit warning and the exit hang belong to ProcessGroupNCCL: a group that is Gloo
         # alone (a literal "gloo" backend) is left alone
-        inits = [i for i in ctx.calls_to(D + "init_process_group") if not gloo_only(ctx, i)]
+        inits = [i for i in ctx.calls_to(D + "init_process_group") if not gloo_only(ctx, i) and not _other_backend(ctx, i)]
         if not inits:
             return
         main_block = _main_block(sem.tree)
@@ -98,6 +99,15 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
+
+
+def _other_backend(ctx, init: ast.Call) -> bool:
+    """The backend is a literal (or a value that resolves to one) naming no NCCL part: ``"xccl"``,
+    ``"mpi"``, ``"fake"``, ``"cpu:gloo"``; the exit warning and hang are NCCL's."""
+    c = constant_of(ctx.sem, get_arg(init, 0, "backend"))
+    if c is None or not isinstance(c.value, str):
+        return False
+    return "nccl" not in [p.split(":")[-1].strip().lower() for p in c.value.split(",")]
 
 
 def _main_block(tree: ast.Module) -> ast.If | None:
