@@ -23,9 +23,11 @@ class MissingDestroyProcessGroup(Rule):
     a module-level `init_process_group`) that creates the default process group and never calls
     `dist.destroy_process_group()` (nor a `cleanup()`-style helper from elsewhere). Library helpers
     that only initialise (a `utils.init_distributed_mode(args)`) are left alone: tearing down is their
-    caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`) is not
-    flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`) and the exit hang below are
-    ProcessGroupNCCL's.
+    caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`), or any
+    literal with no NCCL part (`"xccl"`, `"mpi"`, `"fake"`, also through a constant, an argparse
+    default or a config dict), is not flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`)
+    and the exit hang below are ProcessGroupNCCL's. A teardown named only in a comment or a string
+    does not count: the code must call it.
 
     ## Why is this bad?
     Since PyTorch 2.4 every rank prints at exit:
