@@ -60,12 +60,79 @@ def backend_mentions_nccl(expr: ast.AST | None, ctx, scope: ast.AST, depth: int 
         # in the same file: NCCL unless the command line says otherwise
         if isinstance(expr.value, ast.Name) and qn is None:
             default = argparse_default(ctx.sem, expr.attr)
+            if default is None:  # ``args.dist_backend = "nccl"`` (one store in the module)
+                default = attribute_store_value(ctx.sem, expr.value.id, expr.attr)
             return default is not None and backend_mentions_nccl(default, ctx, scope, depth + 1)
         return False
+    if isinstance(expr, ast.Subscript):  # ``cfg["backend"]`` with ``cfg = {"backend": "nccl", ...}``
+        val = dict_item_value(ctx.sem, expr, scope)
+        return val is not None and backend_mentions_nccl(val, ctx, scope, depth + 1)
     if isinstance(expr, ast.Name):
         val = ctx.sem.single_value(expr.id, scope)
         return backend_mentions_nccl(val, ctx, ctx.sem.tree if val is not None and ctx.sem.scope_of(val) is ctx.sem.tree else scope, depth + 1)
     return False
+
+
+def attribute_store_value(sem, base: str, attr: str) -> ast.AST | None:
+    """The value of the one store ``base.attr = value`` of the module (any function); None when
+    there is none or several (a value set in two places is not one value)."""
+    found = []
+    for st in sem.by_type.get(ast.Assign, ()):
+        for tg in st.targets:
+            if tg.__class__ is ast.Attribute and tg.attr == attr and tg.value.__class__ is ast.Name \
+                    and tg.value.id == base:
+                found.append(st.value)
+    return found[0] if len(found) == 1 else None
+
+
+def dict_item_value(sem, expr: ast.Subscript, scope) -> ast.AST | None:
+    """``d["key"]`` where ``d`` is bound once to a dict literal with that key and never stored into
+    by subscript; None otherwise."""
+    key = const_str(expr.slice)
+    if key is None or expr.value.__class__ is not ast.Name:
+        return None
+    name = expr.value.id
+    d = sem.single_value(name, scope)
+    if d is None and scope is not sem.tree:
+        d = sem.single_value(name, sem.tree)
+    if not isinstance(d, ast.Dict):
+        return None
+    for st in sem.by_type.get(ast.Assign, ()):
+        for tg in st.targets:
+            if tg.__class__ is ast.Subscript and tg.value.__class__ is ast.Name and tg.value.id == name:
+                return None
+    for k, v in zip(d.keys, d.values):
+        if k is None:
+            return None  # ``{**other}``: the key may come from elsewhere
+        if const_str(k) == key:
+            return v
+    return None
+
+
+def constant_of(sem, expr: ast.AST | None, scope=None, depth: int = 0) -> ast.Constant | None:
+    """The literal ``expr`` evaluates to, followed through a name bound once (in ``scope`` or the
+    module), ``args.x`` (its argparse default or the one ``args.x = ...`` store), ``cfg["x"]`` of a
+    config dict literal; None when unknown. The shared answer for "which constant is this"."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Constant):
+        return expr
+    if scope is None:
+        scope = sem.scope_of(expr)
+    val = None
+    if isinstance(expr, ast.Name):
+        val = sem.single_value(expr.id, scope)
+        if val is None and scope is not sem.tree:
+            val = sem.single_value(expr.id, sem.tree)
+    elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and sem.qualname(expr) is None:
+        val = argparse_default(sem, expr.attr)
+        if val is None:
+            val = attribute_store_value(sem, expr.value.id, expr.attr)
+    elif isinstance(expr, ast.Subscript):
+        val = dict_item_value(sem, expr, scope)
+    if val is None:
+        return None
+    return constant_of(sem, val, sem.scope_of(val), depth + 1)
 
 
 def argparse_default(sem, dest: str) -> ast.AST | None:

@@ -6,12 +6,11 @@ Local dataflow in one scope (plus module level), over the semantic indexes.
 from __future__ import annotations
 
 import ast
-import re
-from collections import Counter
 
 from ..semantic import param_names, parent
 from ..torch_api import DDP_CLASS, SPAWNS
 from .assignments import reaching_assignment
+from .mentions import word_counts
 from .wrappers import _by_callee
 
 _LAUNCH = ("torch.distributed.init_process_group", DDP_CLASS, *SPAWNS,
@@ -38,6 +37,8 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
         st = reaching_assignment(ctx, expr.id, at)
         if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_CLASS:
             return st
+        if st is not None and isinstance(st.value, ast.Call) and returns_ddp(ctx, st.value):
+            return st  # ``model = wrap(model, gpu)``: a project helper that returns the wrapper
         if st is None and depth < 2:
             return _param_wrapper(ctx, expr.id, at, depth)
         return None
@@ -56,6 +57,41 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
         if len(found) == 1 and not _other_self_assigns(ctx, cls, expr.attr, found[0]):
             return found[0]
     return None
+
+
+def returns_ddp(ctx, call: ast.Call) -> bool:
+    """``call`` runs a function of the project (this file or another module) every ``return`` of
+    which gives a new DDP wrapper: ``return DDP(model, ...)``, or a name bound once to one."""
+    qn = ctx.qn(call) or ""
+    if qn.startswith("torch."):
+        return False
+    memo = ctx.memo("models.returns_ddp", dict)
+    if id(call) in memo:
+        return memo[id(call)]
+    memo[id(call)] = False
+    from . import for_context  # lazy: the package imports this module
+
+    ana = for_context(ctx)
+    got = ana.resolve_call(ana.main, call)
+    ok = False
+    if got is not None:
+        view, fn = got
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            rets = [n for n in _own_nodes(fn) if isinstance(n, ast.Return)]
+            ok = bool(rets) and all(_is_ddp_value(view, fn, r.value) for r in rets)
+    memo[id(call)] = ok
+    return ok
+
+
+def _own_nodes(fn):
+    from ..semantic import iter_scope_nodes
+    return iter_scope_nodes(fn)
+
+
+def _is_ddp_value(view, fn, e) -> bool:
+    if isinstance(e, ast.Name):
+        e = view.sem.single_value(e.id, fn)
+    return isinstance(e, ast.Call) and (view.sem.call_qualname(e) or "") == DDP_CLASS
 
 
 def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
@@ -104,7 +140,6 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
     return found
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _call_sites(ctx, fn, owner):
@@ -125,8 +160,8 @@ def _call_sites(ctx, fn, owner):
     expected = len(sites) + len(ctx.sem.functions.get(name, ()))
     if ctx.src.text.count(name) == expected:
         return sites, False  # every mention of the text (a superset of the words) is accounted for
-    words = ctx.memo("models.word_counts", lambda: Counter(_WORD.findall(ctx.src.text)))
-    return sites, words.get(name, 0) != expected
+    # the code's own mentions (names, attributes, definitions, imports); comments and strings do not count
+    return sites, word_counts(ctx.sem).get(name, 0) != expected
 
 
 def _other_self_assigns(ctx, cls: ast.ClassDef, attr: str, keep: ast.stmt) -> bool:

@@ -155,7 +155,7 @@ class ModuleView:
         self.classes: dict[str, ast.ClassDef] = {}
         # local name -> (module, level, attribute or None)
         self.imports: dict[str, tuple[str, int, str | None]] = {}
-        self.seeded = "seed" in text
+        self._seeded: bool | None = None
         self.memo: dict = {}  # per-view analysis results (summaries, values); cleared when stale
         self.dep_hashes: dict[str, str | None] = {}  # files whose content (None: absence) the memo depends on
         for st in _top_statements(tree):
@@ -175,6 +175,17 @@ class ModuleView:
                 for a in st.names:
                     if a.name != "*":
                         self.imports[a.asname or a.name] = (st.module or "", st.level, a.name)
+
+    @property
+    def seeded(self) -> bool:
+        """The module's code names a seed (``torch.manual_seed``, ``set_seed``, ``args.seed``); a
+        comment or a string does not count (``flow.mentions``)."""
+        got = self._seeded
+        if got is None:
+            from .mentions import code_words
+            got = self._seeded = ("seed" in self.text.lower() or not self.text) and any(
+                "seed" in w.lower() for w in code_words(self.sem))
+        return got
 
     def release(self) -> None:
         self.memo.clear()

@@ -6,6 +6,7 @@ import re
 
 from ..model import Edit, Position, Range
 from ..semantic import get_arg, parent
+from ..torch_api import constant_of
 
 DATALOADER = "torch.utils.data.DataLoader"
 DIST_SAMPLER = "torch.utils.data.DistributedSampler"
@@ -16,7 +17,11 @@ def dataloaders(ctx) -> list[ast.Call]:
     return ctx.sem.calls_to(DATALOADER)
 
 
-def is_true(node: ast.AST | None) -> bool:
+def is_true(node: ast.AST | None, sem=None) -> bool:
+    """``node`` is ``True``: the literal, or (given the module's ``sem``) a value that resolves to it:
+    a name bound once, an argparse default, one attribute store, a config dict's item."""
+    if sem is not None and node is not None and not isinstance(node, ast.Constant):
+        node = constant_of(sem, node)
     return isinstance(node, ast.Constant) and node.value is True
 
 

@@ -4,6 +4,7 @@ import ast
 import re
 
 from ..model import Applicability, Severity
+from ..flow.mentions import code_strings, code_words, mentions
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
@@ -602,21 +603,38 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
         # distributed-setup helper whose body is not here may well pin the device
         if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
             return True
-    text = ctx.src.text
-    if "CUDA_VISIBLE_DEVICES" in text:
-        for line in ctx.src.lines:
-            if "CUDA_VISIBLE_DEVICES" in line and _SETS_CVD.search(line) and not line.lstrip().startswith("#"):
+    return sets_visible_devices(sem, ctx.src.text)
+
+
+def sets_visible_devices(sem, text: str | None = None) -> bool:
+    """The code sets ``CUDA_VISIBLE_DEVICES``: ``os.environ["CUDA_VISIBLE_DEVICES"] = ...``,
+    ``os.putenv(...)``, ``os.environ.setdefault(...)``, ``os.environ.update(CUDA_VISIBLE_DEVICES=...)``
+    or with a dict; a comment or a string saying so does not count."""
+    if text is not None and "CUDA_VISIBLE_DEVICES" not in text:
+        return False
+    if "CUDA_VISIBLE_DEVICES" not in code_strings(sem) and "CUDA_VISIBLE_DEVICES" not in code_words(sem):
+        return False
+    for n in ast.walk(sem.tree):
+        t = n.__class__
+        if t is ast.Assign or t is ast.AugAssign or t is ast.AnnAssign:
+            for tg in (n.targets if t is ast.Assign else [n.target]):
+                if tg.__class__ is ast.Subscript and _is_cvd(tg.slice):
+                    return True
+        elif t is ast.Call and n.func.__class__ is ast.Attribute:
+            a = n.func.attr
+            if a in ("putenv", "setdefault") and n.args and _is_cvd(n.args[0]):
+                return True
+            if a == "update" and (any(k.arg == "CUDA_VISIBLE_DEVICES" for k in n.keywords) or any(
+                    d.__class__ is ast.Dict and any(_is_cvd(k) for k in d.keys if k is not None) for d in n.args)):
                 return True
     return False
 
 
+def _is_cvd(e) -> bool:
+    return e.__class__ is ast.Constant and e.value == "CUDA_VISIBLE_DEVICES"
 
-# os.environ["CUDA_VISIBLE_DEVICES"] = ..., os.putenv("CUDA_VISIBLE_DEVICES", ...),
-# os.environ.update(CUDA_VISIBLE_DEVICES=...), os.environ.setdefault("CUDA_VISIBLE_DEVICES", ...)
-_SETS_CVD = re.compile(
-    r"""CUDA_VISIBLE_DEVICES['"]\s*\]\s*=(?!=)|putenv\(\s*['"]CUDA_VISIBLE_DEVICES|"""
-    r"""update\(.*CUDA_VISIBLE_DEVICES|setdefault\(\s*['"]CUDA_VISIBLE_DEVICES"""
-)
+
+
 
 
 def _device_var(ctx, init: ast.Call, affected: list[ast.Call]) -> str | None:
@@ -730,7 +748,11 @@ def _merge_inserts(edits):
 
 # -- the group made by a helper of another project file ---------------------------------------------
 # a module that mentions any of these may pin the device (or leave it to the launcher): not judged
-_PIN_WORDS = ("set_device", "CUDA_VISIBLE_DEVICES", "device_mesh", "cuda.device(", "device_id")
+# (``flow.mentions``: identifiers of the code, never a comment or a string)
+
+
+def terminal_cuda(e) -> bool:
+    return (e.__class__ is ast.Attribute and e.attr == "cuda") or (e.__class__ is ast.Name and e.id == "cuda")
 
 
 def _short_path(path: str) -> str:
@@ -778,8 +800,12 @@ def _nccl_init_in(ana, view, fn, call, depth: int):
     # (a module's text is searched once, not once per call of one of its functions)
     pinned = view.memo.get("ddp001.pin_words")
     if pinned is None:
-        text = view.text or ""
-        pinned = view.memo["ddp001.pin_words"] = any(w in text for w in _PIN_WORDS)
+        vs, text = view.sem, view.text or ""
+        pinned = view.memo["ddp001.pin_words"] = mentions(vs, "set_device", "device_id", text=text) or (
+            "device_mesh" in text and any("device_mesh" in w for w in code_words(vs))) or sets_visible_devices(
+            vs, text) or ("device" in text and any(
+            c.func.__class__ is ast.Attribute and c.func.attr == "device" and terminal_cuda(c.func.value)
+            for c in vs.calls))
     if pinned:
         return None
     memo = view.memo.setdefault("ddp001.helper_init", {})

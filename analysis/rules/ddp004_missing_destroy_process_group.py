@@ -6,8 +6,10 @@ import re
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..flow.wrappers import callee_name
+from ..flow.mentions import code_words, mentions
 from ._common import D, gloo_only
-from ..semantic import parent
+from ..semantic import get_arg, parent
+from ..torch_api import constant_of
 
 # a helper that only brings the group up: its caller owns the group's lifetime
 _SETUP_NAME = re.compile(r"(^|_)(setup|init|initialize|initialise|bootstrap|prepare)(_|$)", re.I)
@@ -21,9 +23,11 @@ class MissingDestroyProcessGroup(Rule):
     a module-level `init_process_group`) that creates the default process group and never calls
     `dist.destroy_process_group()` (nor a `cleanup()`-style helper from elsewhere). Library helpers
     that only initialise (a `utils.init_distributed_mode(args)`) are left alone: tearing down is their
-    caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`) is not
-    flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`) and the exit hang below are
-    ProcessGroupNCCL's.
+    caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`), or any
+    literal with no NCCL part (`"xccl"`, `"mpi"`, `"fake"`, also through a constant, an argparse
+    default or a config dict), is not flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`)
+    and the exit hang below are ProcessGroupNCCL's. A teardown named only in a comment or a string
+    does not count: the code must call it.
 
     ## Why is this bad?
     Since PyTorch 2.4 every rank prints at exit:
@@ -73,12 +77,12 @@ class MissingDestroyProcessGroup(Rule):
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
-        if "destroy_process_group" in ctx.src.text:
+        if mentions(ctx.sem, "destroy_process_group", text=ctx.src.text):  # the code names it (a comment does not count)
             return
         sem = ctx.sem
         # PyTorch's exit warning and the exit hang belong to ProcessGroupNCCL: a group that is Gloo
         # alone (a literal "gloo" backend) is left alone
-        inits = [i for i in ctx.calls_to(D + "init_process_group") if not gloo_only(ctx, i)]
+        inits = [i for i in ctx.calls_to(D + "init_process_group") if not gloo_only(ctx, i) and not _other_backend(ctx, i)]
         if not inits:
             return
         main_block = _main_block(sem.tree)
@@ -86,8 +90,8 @@ class MissingDestroyProcessGroup(Rule):
         module_level = any(sem.enclosing_function(i) is None for i in inits)
         if main_block is None and not spawns and not module_level:
             return  # a library helper: the caller tears down
-        for m in _TEARDOWN_IDENT.finditer(ctx.src.text):
-            if m.group(0) not in sem.functions:
+        for word in (code_words(sem) if _TEARDOWN_IDENT.search(ctx.src.text) else ()):
+            if _TEARDOWN_IDENT.fullmatch(word) and word not in sem.functions:
                 return  # a teardown helper from another module (called, or registered with atexit)
         for init in inits:
             fix = _make_fix(ctx, init, main_block)
@@ -97,6 +101,15 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
+
+
+def _other_backend(ctx, init: ast.Call) -> bool:
+    """The backend is a literal (or a value that resolves to one) naming no NCCL part: ``"xccl"``,
+    ``"mpi"``, ``"fake"``, ``"cpu:gloo"``; the exit warning and hang are NCCL's."""
+    c = constant_of(ctx.sem, get_arg(init, 0, "backend"))
+    if c is None or not isinstance(c.value, str):
+        return False
+    return "nccl" not in [p.split(":")[-1].strip().lower() for p in c.value.split(",")]
 
 
 def _main_block(tree: ast.Module) -> ast.If | None:

@@ -8,7 +8,12 @@ from ..semantic import get_arg, parent
 from ..flow.devices import device_var_in_scope
 from ..flow.tensors import NO_DEVICE_KW, cpu_tensor_ctor
 from ..flow.testing import expects_error
+from ..flow.mentions import mentions
 from ._common import D, const_str
+from ..flow import for_context
+from ..torch_api import argparse_default, attribute_store_value, dict_item_value
+from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
+from ..flow.sinks import param_sinks
 
 # op -> the (position, keyword) pairs of its tensor arguments, and the group position;
 # keywords ending in ``_list`` name a list of tensors
@@ -85,8 +90,7 @@ class CpuTensorWithNccl(Rule):
         inits = ctx.calls_to(D + "init_process_group")
         if not inits or not all(_nccl_only(ctx, get_arg(i, 0, "backend"), ctx.sem.scope_of(i)) for i in inits):
             return
-        text = ctx.src.text
-        if "set_default_device" in text or "set_default_tensor_type" in text:
+        if mentions(ctx.sem, "set_default_device", "set_default_tensor_type", text=ctx.src.text):
             return
         sem = ctx.sem
         by_qn = sem.calls_by_qualname
@@ -116,6 +120,43 @@ class CpuTensorWithNccl(Rule):
                         fix=_make_fix(ctx, ctor),
                     )
                     break
+        self._through_helpers(ctx)
+
+    def _through_helpers(self, ctx) -> None:
+        """``reduce_sum(torch.tensor([1.0]))`` where the helper (this file or another module of the
+        project) passes that parameter as it is to a collective's tensor (``flow.sinks``)."""
+        an = for_context(ctx)
+        view = an.main
+        by_qn = ctx.sem.calls_by_qualname
+        local = any(by_qn.get(qn) for _op, qn, _spec in _OP_QNS) or may_import_project(view)
+        for call in helper_calls(view, ctx.sem.calls, local, an, _SINK_OPS, ctx=ctx):
+            target = resolved(an, view, call)
+            if target is None:
+                continue
+            sinks = param_sinks(an, *target, _SINK_OPS, "ddp105")
+            if not sinks:
+                continue
+            args = bind_args(call, target[1])
+            scope = ctx.sem.scope_of(call)
+            name = callee_name(target)
+            for s in sinks:
+                arg = args.get(s.param)
+                if arg is None or s.method is not None:
+                    continue
+                ctor = _cpu_tensor(ctx, arg, scope)
+                if ctor is None or expects_error(call):
+                    continue
+                ctx.report(
+                    call,
+                    f"`{name}()` passes its parameter `{s.param}` to a collective on an NCCL-only process group, "
+                    "and it gets a CPU tensor: RuntimeError: No backend type associated with device type cpu",
+                    related=[(ctor, "the tensor is created on the CPU here")] if ctor is not arg else [],
+                )
+                break
+
+
+# the tensor argument a helper's parameter may reach, per collective (``flow.sinks``)
+_SINK_OPS = {op: next(s for s in specs if not s[1].endswith("_list")) for op, (specs, _g) in _OPS.items()}
 
 
 def _nccl_only(ctx, expr, scope, depth: int = 0) -> bool:
@@ -127,9 +168,20 @@ def _nccl_only(ctx, expr, scope, depth: int = 0) -> bool:
         return bool(parts) and all(p == "nccl" or p == "cuda:nccl" for p in parts)
     if isinstance(expr, ast.Attribute):
         qn = ctx.qn(expr)
+        if qn is None and isinstance(expr.value, ast.Name):
+            # ``args.backend``: its argparse default, or the one ``args.backend = ...`` of the module
+            val = argparse_default(ctx.sem, expr.attr)
+            if val is None:
+                val = attribute_store_value(ctx.sem, expr.value.id, expr.attr)
+            return val is not None and _nccl_only(ctx, val, scope, depth + 1)
         return bool(qn) and qn.lower() == "torch.distributed.backend.nccl"
+    if isinstance(expr, ast.Subscript):  # ``cfg["backend"]`` of a config dict literal
+        val = dict_item_value(ctx.sem, expr, scope)
+        return val is not None and _nccl_only(ctx, val, scope, depth + 1)
     if isinstance(expr, ast.Name):
         val = ctx.sem.single_value(expr.id, scope)
+        if val is None and scope is not ctx.sem.tree:
+            val = ctx.sem.single_value(expr.id, ctx.sem.tree)  # a module-level constant
         return val is not None and _nccl_only(ctx, val, ctx.sem.scope_of(val), depth + 1)
     return False
 

@@ -7,6 +7,7 @@ from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..flow.devices import device_in_scope
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.mentions import mentions, names_string
 from ..flow.rank import rank0_guarded
 from ._common import D, callers_may_exist, gloo_only
 from .ddp202_save_on_every_rank import rank_specific_path
@@ -125,9 +126,16 @@ def _report(ctx, call, dev, extra: str = "", related=()) -> None:
     ctx.report(call, _MESSAGE + extra, fix=fix, related=related)
 
 
+def _names_cuda(ctx) -> bool:
+    """The code names CUDA: an identifier (``.cuda()``, ``torch.cuda``) or a device string
+    (``"cuda"``, ``"cuda:0"``); comments, docstrings and other strings do not count."""
+    return mentions(ctx.sem, "cuda", text=ctx.src.text) or names_string(
+        ctx.sem, lambda s: s == "cuda" or s.startswith("cuda:"), text=ctx.src.text, needle="cuda")
+
+
 def _cpu_only(ctx) -> bool:
     inits = ctx.calls_to(D + "init_process_group")
-    return bool(inits) and all(gloo_only(ctx, i) for i in inits) and "cuda" not in ctx.src.text
+    return bool(inits) and all(gloo_only(ctx, i) for i in inits) and not _names_cuda(ctx)
 
 
 def _unmapped_path(ctx, call, loads):

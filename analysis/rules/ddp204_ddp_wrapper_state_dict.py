@@ -7,14 +7,16 @@ from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.assignments import dominates, reaching_assignment
 from ..flow.models import is_ddp_wrapper
+from ..flow.mentions import mentions, names_string
 
 
 # the file strips or adds the prefix itself: ``k.replace("module.", "")``, ``consume_prefix_...``
-def _handles_prefix(text: str) -> bool:
-    """The file strips or adds the ``module.`` prefix itself (a ``"module.`` string, or
-    ``consume_prefix_in_state_dict_if_present``). Plain substring tests: a regex with the same
-    alternatives scans the whole file ten times slower."""
-    return "'module." in text or '"module.' in text or "consume_prefix_in_state_dict_if_present" in text
+def _handles_prefix(sem, text: str | None = None) -> bool:
+    """The file's code strips or adds the ``module.`` prefix itself (a string value starting with
+    ``module.``, or ``consume_prefix_in_state_dict_if_present``); comments, docstrings and messages
+    do not count (``flow.mentions``)."""
+    return mentions(sem, "consume_prefix_in_state_dict_if_present", text=text) or names_string(
+        sem, lambda s: s.startswith("module."), text=text, needle="module.")
 
 
 class DdpWrapperStateDict(Rule):
@@ -70,7 +72,7 @@ class DdpWrapperStateDict(Rule):
     requires_text_all = (("save", "ckpt", "checkpoint"),)  # torch.save, or a checkpoint helper of the project
 
     def finish(self, ctx) -> None:
-        if _handles_prefix(ctx.src.text):
+        if _handles_prefix(ctx.sem, ctx.src.text):
             return
         self._project_savers(ctx)
         saves = ctx.calls_to("torch.save")
@@ -140,7 +142,7 @@ class DdpWrapperStateDict(Rule):
             if got is None or got[0] is ana.main or got[0].path is None:
                 continue
             view, fn = got
-            if _handles_prefix(view.text) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if _handles_prefix(view.sem, view.text) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             names = [x.arg for x in (*fn.args.posonlyargs, *fn.args.args)]
             if isinstance(getattr(fn, "_p", None), ast.ClassDef) and names and names[0] in ("self", "cls"):

@@ -7,6 +7,7 @@ from ..registry import Rule
 from ..flow.assignments import stmt_list_of
 from ..flow.helper_calls import calls_named
 from ..flow.models import ddp_calls
+from ..flow.mentions import mentions
 from ..semantic import parent
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -62,8 +63,7 @@ class AccumulationWithoutNoSync(Rule):
     requires_text_all = (("DistributedDataParallel",),)  # ddp_calls
 
     def finish(self, ctx) -> None:
-        text = ctx.src.text
-        if "no_sync" in text or "require_backward_grad_sync" in text or not ddp_calls(ctx):
+        if mentions(ctx.sem, "no_sync", "require_backward_grad_sync", text=ctx.src.text) or not ddp_calls(ctx):
             return
         steps_by_loop: dict[int, tuple[ast.AST, ast.If]] = {}
         backwards: list[tuple[ast.Call, ast.AST]] = []

@@ -3,6 +3,7 @@ from __future__ import annotations
 from ..model import Severity
 from ..registry import Rule
 from ..flow.models import ddp_calls
+from ..flow.mentions import mentions
 
 _BN = ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
        "torch.nn.LazyBatchNorm1d", "torch.nn.LazyBatchNorm2d", "torch.nn.LazyBatchNorm3d")
@@ -55,7 +56,7 @@ class BatchNormWithoutSyncBn(Rule):
 
     def finish(self, ctx) -> None:
         calls = ddp_calls(ctx)
-        if not calls or "SyncBatchNorm" in ctx.src.text or "convert_sync_batchnorm" in ctx.src.text:
+        if not calls or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
             return
         bn = ctx.calls_to(*_BN)
         if not bn:

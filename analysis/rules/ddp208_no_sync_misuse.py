@@ -5,6 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import Semantic, parent
+from ..flow.mentions import mentions
 from ._training import backward_calls, ddp_holder, enclosing_function
 
 
@@ -89,7 +90,7 @@ class NoSyncMisuse(Rule):
     requires_text = ("no_sync",)
 
     def finish(self, ctx) -> None:
-        if "require_backward_grad_sync" in ctx.src.text:
+        if mentions(ctx.sem, "require_backward_grad_sync", text=ctx.src.text):
             return
         for w in _withs(ctx):
             holder = _no_sync_holder(w)

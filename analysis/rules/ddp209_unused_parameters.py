@@ -10,6 +10,7 @@ from ..semantic import get_arg, parent
 from ..flow.assignments import reaching_assignment
 from ._common import DDP_CLASS, callers_may_exist
 from ..flow import for_context
+from ..flow.mentions import mentions
 
 
 # torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)
@@ -126,7 +127,7 @@ class UnusedParameters(Rule):
             return
         subclassed = {b.id for st in classes.values() for b in st.bases if isinstance(b, ast.Name)}
         reported: set[int] = set()
-        if "_set_static_graph" in ctx.src.text:
+        if mentions(ctx.sem, "_set_static_graph", text=ctx.src.text):
             return
         outside: set[str] | None = None
         for call in ctx.calls_to(DDP_CLASS):
@@ -186,7 +187,7 @@ def _wrapped_elsewhere(ctx, classes, subclassed, reported) -> None:
 
     here_outside = _attrs_read_outside(ctx, classes)
     for caller, site, _init in project_callers(ctx, set(cands), _CALLER_NEEDS):
-        if "backward" not in caller.src.text or "_set_static_graph" in caller.src.text or _freezes(caller):
+        if not mentions(caller.sem, "backward", text=caller.src.text) or mentions(caller.sem, "_set_static_graph", text=caller.src.text) or _freezes(caller):
             continue
         cls, unused = cands[parent(_init).name]
         for call in caller.calls_to(DDP_CLASS):
@@ -218,7 +219,7 @@ def _report_unused(ctx, reported: set, cls, unused, outside: set, where: str, re
 def _freezes(ctx) -> bool:
     """The file turns gradients off somewhere (``requires_grad_(False)``, ``p.requires_grad = ...``):
     a frozen layer needs no gradient, and which one is frozen is not followed here."""
-    if "requires_grad" not in ctx.src.text:
+    if not mentions(ctx.sem, "requires_grad", "requires_grad_", text=ctx.src.text):
         return False
     from ..flow.helper_calls import calls_named
 

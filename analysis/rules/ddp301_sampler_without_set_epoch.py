@@ -86,7 +86,7 @@ class SamplerWithoutSetEpoch(Rule):
         loaders = dataloaders(ctx)
         for s in samplers:
             shuffle = get_arg(s, 3, "shuffle")
-            if shuffle is not None and not is_true(shuffle):
+            if shuffle is not None and not is_true(shuffle, ctx.sem):
                 continue
             s_name = _sampler_name(s)
             for ld in loaders:
@@ -299,20 +299,20 @@ def _kind(fake, sem, e: ast.AST, fn) -> tuple[str | None, ast.AST | None]:
         return None, None
     qn = sem.call_qualname(val) or ""
     if qn in (DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler"):
-        return ("sampler", val) if _shuffles(val) else (None, None)
+        return ("sampler", val) if _shuffles(val, sem) else (None, None)
     if qn != DATALOADER:
         return None, None
     arg = loader_sampler(fake, val)
     s = sem.single_value(arg.id, fn) if isinstance(arg, ast.Name) else arg
     if isinstance(s, ast.Call) and (sem.call_qualname(s) or "") in (
-            DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler") and _shuffles(s):
+            DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler") and _shuffles(s, sem):
         return "loader", s
     return None, None
 
 
-def _shuffles(call: ast.Call) -> bool:
+def _shuffles(call: ast.Call, sem=None) -> bool:
     shuffle = get_arg(call, 3, "shuffle")
-    return shuffle is None or is_true(shuffle)
+    return shuffle is None or is_true(shuffle, sem)
 
 
 def _calls_set_epoch(sem, text: str | None) -> bool:

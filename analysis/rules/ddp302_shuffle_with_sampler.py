@@ -59,7 +59,7 @@ class ShuffleWithSampler(Rule):
             if kw is None:
                 self._through_kwargs(ctx, call)
                 continue
-            if not is_true(kw.value):
+            if not is_true(kw.value, ctx.sem):
                 continue
             samplers = sampler_args(call)
             if not samplers:
@@ -88,7 +88,7 @@ class ShuffleWithSampler(Rule):
             if k.arg is not None or not isinstance(k.value, ast.Name):
                 continue
             entries = _dict_entries(ctx, k.value.id, call)
-            if entries is None or not is_true(entries.get("shuffle")):
+            if entries is None or not is_true(entries.get("shuffle"), ctx.sem):
                 continue
             samplers = sampler_args(call) or [v for n, v in entries.items()
                                              if n in ("sampler", "batch_sampler") and not is_none(v)]

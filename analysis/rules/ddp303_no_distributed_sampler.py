@@ -6,16 +6,40 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.models import ddp_calls
+from ..flow.mentions import code_words
 from ._common import is_simple_ref
 from ._loader import DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
 
-# anything that hints the data is already split per rank
+# anything in the code (identifiers, imported modules) that hints the data is already split per rank
 _SPLIT_HINTS = ("DistributedSampler", "sampler", "shard", "split_dataset_by_node", "num_replicas",
                 "IterableDataset", "DistributedBatchSampler",
-                # frameworks that shard a plain DataLoader themselves
-                "accelerate", "lightning", ".prepare(", "deepspeed", "fabric", "horovod", "torch_xla",
-                # a dataset split by hand: ``indices[rank::world_size]``
-                "rank::", "rank :: ", "::world", "::self.world", "num_shards")
+                # frameworks that shard a plain DataLoader themselves (``accelerator.prepare(...)``)
+                "accelerate", "lightning", "prepare", "deepspeed", "fabric", "horovod", "torch_xla",
+                "num_shards")
+
+
+def _split_hint(sem, text: str | None = None) -> bool:
+    """The module's code (never a comment or a string: ``flow.mentions``) names something that
+    splits the data per rank, or slices by rank: ``indices[rank::world_size]``."""
+    if text is not None and not any(h in text for h in _SPLIT_HINTS) and "::" not in text:
+        return False
+    words = code_words(sem)
+    if any(h in w for w in words for h in _SPLIT_HINTS):
+        return True
+    for s in sem.by_type.get(ast.Slice, ()) if ast.Slice in sem.wanted else ast.walk(sem.tree):
+        if s.__class__ is ast.Slice and s.step is not None and any(
+                ("rank" in n or "world" in n) for e in (s.lower, s.step) if e is not None
+                for n in _names(e)):
+            return True
+    return False
+
+
+def _names(e):
+    for n in ast.walk(e):
+        if n.__class__ is ast.Name:
+            yield n.id.lower()
+        elif n.__class__ is ast.Attribute:
+            yield n.attr.lower()
 
 
 class NoDistributedSampler(Rule):
@@ -70,12 +94,11 @@ class NoDistributedSampler(Rule):
     requires_text_all = (("DataLoader", "oader"),)  # DataLoader calls, or a project `build_loader` helper
 
     def finish(self, ctx) -> None:
-        text = ctx.src.text
-        if any(h in text for h in _SPLIT_HINTS) or not ddp_calls(ctx):
+        if _split_hint(ctx.sem, ctx.src.text) or not ddp_calls(ctx):
             return
         for call in dataloaders(ctx):
             kw = next((k for k in call.keywords if k.arg == "shuffle"), None)
-            if kw is None or not is_true(kw.value) or sampler_args(call) or has_kwargs(call):
+            if kw is None or not is_true(kw.value, ctx.sem) or sampler_args(call) or has_kwargs(call):
                 continue
             ds = get_arg(call, 0, "dataset")
             if ds is None:
@@ -118,7 +141,7 @@ class NoDistributedSampler(Rule):
             if got is None or got[0] is ana.main or id(got[1]) in done:
                 continue
             view, fn = got
-            if view.path is None or any(h in view.text for h in _SPLIT_HINTS):
+            if view.path is None or _split_hint(view.sem, view.text):
                 continue
             loader = _shuffling_loader(view, fn)
             if loader is None:
@@ -143,7 +166,7 @@ def _shuffling_loader(view, fn):
         if view.sem.enclosing_function(c) is not fn or view.sem.call_qualname(c) != "torch.utils.data.DataLoader":
             continue
         kw = next((k for k in c.keywords if k.arg == "shuffle"), None)
-        if kw is None or not is_true(kw.value) or sampler_args(c) or has_kwargs(c):
+        if kw is None or not is_true(kw.value, view.sem) or sampler_args(c) or has_kwargs(c):
             continue
         ds = get_arg(c, 0, "dataset")
         ds_name = ds.id if isinstance(ds, ast.Name) else (ds.attr if isinstance(ds, ast.Attribute) else None)

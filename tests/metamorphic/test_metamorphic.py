@@ -1,0 +1,59 @@
+"""The fixtures survive semantics-preserving transformations (issue 25, point 3).
+
+Floors below the measured survival (bench/RESULTS.md, `python -m tests.metamorphic.report`), so
+that a regression of the analysis fails here; raise them as the analysis improves. The full run
+takes about two minutes.
+"""
+from __future__ import annotations
+
+import ast
+from collections import Counter
+
+import pytest
+
+from .run import run_all
+from .transforms import TRANSFORMS, tag_markers, variants
+
+OVERALL_FLOOR = 0.92
+RULE_FLOOR = 0.80
+# rules merged after the floors were measured (FSDP2/DCP DDP5xx, notebook DDP6xx): their survival is
+# reported but held lower until the analysis is brought to them
+FAMILY_FLOORS = {"DDP5": 0.65, "DDP6": 0.55}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_all()
+
+
+def test_at_least_twelve_transformations():
+    assert len(TRANSFORMS) >= 12
+
+
+def test_variants_parse_and_differ():
+    src = tag_markers(
+        "import os\nimport torch.distributed as dist\n\n\ndef main():\n    rank, world = dist.get_rank(), 2\n"
+        "    x = 1 if rank else 0\n    dist.init_process_group(backend='nccl')  # expect: DDP001\n\n\n"
+        "if __name__ == '__main__':\n    main()\n")
+    names = set()
+    for v in variants(src):
+        ast.parse(v.text)
+        assert v.text != src, v.name
+        names.add(v.name)
+    assert {"rename", "tuple_assign", "ifexp_to_if", "argparse_default", "extract_helper", "class_method"} <= names
+
+
+def test_survival_floor(results):
+    ok = sum(o.survived for o in results)
+    assert ok / len(results) >= OVERALL_FLOOR, f"{ok}/{len(results)}"
+    tot, good = Counter(), Counter()
+    for o in results:
+        tot[o.code] += 1
+        good[o.code] += o.survived
+    low = {c: f"{good[c]}/{tot[c]}" for c in tot if good[c] / tot[c] < FAMILY_FLOORS.get(c[:4], RULE_FLOOR)}
+    assert not low, low
+
+
+def test_both_kinds_measured(results):
+    kinds = Counter(o.kind for o in results)
+    assert kinds["bad"] > 500 and kinds["good"] > 500
