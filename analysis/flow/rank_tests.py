@@ -25,6 +25,7 @@ import re
 from ..semantic import FUNC_TYPES, iter_scope_nodes, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind
+from .world import WORLD_SIZE_ENV, world_size_call
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
 # uniformity's rank variables, split by what they count (node ranks and group ranks are neither)
@@ -69,9 +70,6 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
     return None
 
 
-WORLD_SIZE_ENV = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-
-
 def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST | None:
     """The ``dist.get_world_size()`` / ``os.environ["WORLD_SIZE"]`` expression that ``expr``
     provably is (through ``int(...)`` and names assigned exactly once), else None. By value flow,
@@ -80,9 +78,7 @@ def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast
         return None
     expr = _unwrap_int(expr)
     if isinstance(expr, ast.Call):
-        if ctx.qn(expr) == D + "get_world_size" and not expr.args and not expr.keywords:
-            return expr
-        return None
+        return expr if world_size_call(ctx.sem, expr) else None
     key = env_key(ctx, expr)
     if key is not None:
         return expr if key in WORLD_SIZE_ENV else None

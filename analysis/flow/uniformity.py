@@ -10,7 +10,10 @@ opened with per-rank names), clocks, and random numbers when the file seeds noth
 
 Uniform: constants, parsed arguments and config (``parse_args()``, parameters named ``args``,
 ``cfg``, ...), ``get_world_size()``, other environment variables, loop counters over uniform
-ranges, and values a collective made equal (see ``bindings.EQUALISERS``).
+ranges, and values a collective made equal (see ``bindings.EQUALISERS``), also when the value
+before the collective still reaches a use only in a world of one process (``flag = ... if rank
+== 0 else False; if world_size > 1: flag = <broadcast>``: ``world.world_size_side``) or is
+overwritten in its block before the use.
 
 Values propagate through expressions, assignments, augmented assignments, tuples, containers,
 ``self.`` attributes and function returns (``summaries``), and by control dependence: a binding
@@ -240,6 +243,15 @@ class Evaluator:
                 return _V(self.view, RANK, f"the process rank from `{e.id}`", e)
             return X
         vals = [self.binding_value(ev, e.id, d) for ev in got]
+        if kind in ("events", "events+param") and any(v.varying for v in vals):
+            # a binding that reaches the use only in a world of one process cannot differ between
+            # ranks: there is one (``flag = ... if rank == 0 else False`` then
+            # ``if world_size > 1: flag = <broadcast>``), nor one a later assignment of its own
+            # block overwrites before the use (``reaching`` keeps every binding after the last
+            # dominating one)
+            from .world import alone_only, overwritten  # lazy: world asks this evaluator back
+            vals = [U if v.varying and (overwritten(ev, e) or alone_only(self, ev, e)) else v
+                    for ev, v in zip(got, vals)]
         if kind == "events+param":
             vals.append(X)
         if kind == "global" and not vals:
