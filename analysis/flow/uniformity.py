@@ -30,7 +30,7 @@ from ..torch_api import D
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
-from .bindings import binding_scope, reaching, target_path
+from .bindings import binding_scope, comp_binder, reaching, target_path
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -235,6 +235,9 @@ class Evaluator:
         return join(self.value(p, d) for p in parts)
 
     def _name(self, e: ast.Name, d: int) -> Value:
+        g = comp_binder(e)
+        if g is not None:  # a comprehension's own variable (its own scope): an element of its iterable
+            return self.element(g.iter, d)
         kind, got = reaching(self.view, e.id, e)
         if kind == "param":
             return self.param_value(got, e.id, e)
