@@ -75,10 +75,19 @@ def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
             return False  # the use is inside: no test stands between
         if st.__class__ is ast.If:
             side = world_size_side(evaluator, st.test)
-            if side is not None and any(
-                    b.__class__ is ast.Assign and any(t.__class__ is ast.Name and t.id == use.id for t in b.targets)
-                    for b in getattr(st, side)):
+            if side is not None and _rebinds(getattr(st, side), use.id):
                 return (st.end_lineno, st.end_col_offset) <= (use.lineno, use.col_offset)
+    return False
+
+
+def _rebinds(block: list, name: str) -> bool:
+    """A plain assignment of ``name`` at the top of ``block``, with nothing before it that can
+    leave the block (a ``break`` would carry the old value past the overwrite)."""
+    for b in block:
+        if b.__class__ is ast.Assign and any(t.__class__ is ast.Name and t.id == name for t in b.targets):
+            return True
+        if any(n.__class__ in _LEAVES for n in ast.walk(b)):
+            return False
     return False
 
 
