@@ -17,7 +17,7 @@ import ast
 from operator import attrgetter
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, parent
 from ..semantic import get_arg
 from .assignments import _is_param
 
@@ -221,4 +221,27 @@ def target_path(target: ast.AST, name: str) -> list[int] | None:
             got = target_path(e, name)
             if got is not None:
                 return [i, *got]
+    return None
+
+
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def comp_binder(use: ast.Name):
+    """The ``for`` clause (an ``ast.comprehension``) of an enclosing comprehension that binds
+    ``use``'s name, else None. A clause sees the targets of the clauses before it (and its own in
+    its ``if`` tests, not in its iterable); the element sees them all."""
+    child, p = use, parent(use)
+    while p is not None and not isinstance(p, _SCOPES):
+        if p.__class__ in _COMPS:
+            gens = p.generators
+            if child in gens:
+                k = gens.index(child)
+                usable = gens[:k] if _contains(child.iter, use) else gens[:k + 1]
+            else:
+                usable = gens
+            for g in reversed(usable):
+                if target_path(g.target, use.id) is not None:
+                    return g
+        child, p = p, parent(p)
     return None

@@ -22,7 +22,7 @@ from ..semantic import BRANCHING, FUNC_TYPES, parent
 from .bindings import LOOPS
 from .context import call_context
 from .calls import _wrapped, calls_by_name, instance_names
-from .summaries import dist_mode_test
+from .summaries import INIT, _calls_in, dist_mode_test
 from .unconditional import _holders_of_returns, holders_of
 
 _EXIT_QNS = frozenset({"sys.exit", "os._exit"})
@@ -370,13 +370,54 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
         if not conditioned and p in holders and isinstance(child, ast.stmt):
             for ex, st in _skipping_exits(view, p, child):
                 got = _exit_condition(hub, view, ex, st, site.node, ctx)
-                if got is not None and not _exit_mirrors(sites, site, got[0], ex):
+                if got is not None and not _exit_mirrors(sites, site, got[0], ex) and not _group_starts_between(
+                        hub, view, p, st, child):
                     return Divergence("exit", site, got[0], got[1], ex)
         if p is scope or t in _SCOPE_CLASSES:
             break
         child = p
         p = getattr(p, "_p", None)
     return None
+
+
+def _group_starts_between(hub, view, p: ast.AST, st: ast.stmt, child: ast.stmt) -> bool:
+    """A statement after ``st`` (the one holding the exit) and before ``child`` (the one holding the
+    site), in the same block of ``p``, starts the process group on every run: the ranks that leave
+    at the exit never join the group, so the collective the others make there does not wait for
+    them (``if rank % tp: sys.exit(0)`` ... ``init_process_group(...)`` ... ``barrier()``). A later
+    exit of a loop's body (it skips the next iterations) is not one of these."""
+    for f in ("body", "orelse", "finalbody"):
+        blk = getattr(p, f, None)
+        if isinstance(blk, list) and child in blk:
+            if st not in blk:
+                return False
+            j, i = blk.index(st), blk.index(child)
+            return j < i and any(_starts_group(hub, view, s) for s in blk[j + 1:i])
+    return False
+
+
+def _starts_group(hub, view, st: ast.stmt) -> bool:
+    """``st`` (a simple statement or a ``with``) surely calls ``init_process_group``: directly, or
+    through a project function whose body calls it at its top level before any ``return`` or
+    ``raise`` (not under ``if not dist.is_initialized():``: that may start nothing)."""
+    if not isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.With)):
+        return False
+    calls = [c for it in st.items for c in _calls_in(it.context_expr)] if isinstance(st, ast.With) else _calls_in(st)
+    for c in calls:
+        if (view.sem.call_qualname(c) or "") == INIT:
+            return True
+        target = hub.resolve_call(view, c)
+        if target is not None:
+            tv, fn = target
+            body = getattr(fn, "body", None)
+            if isinstance(body, list):
+                for top in body:
+                    if isinstance(top, (ast.Expr, ast.Assign, ast.AnnAssign)) and any(
+                            (tv.sem.call_qualname(k) or "") == INIT for k in _calls_in(top)):
+                        return True
+                    if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(top)):
+                        break  # may leave before the init
+    return False
 
 
 # the node classes ``_site_divergence`` tells apart (by class: the walk runs for every site)

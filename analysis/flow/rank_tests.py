@@ -25,6 +25,7 @@ import re
 from ..semantic import FUNC_TYPES, iter_scope_nodes, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind
+from .world import WORLD_SIZE_ENV, world_size_call
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
 # uniformity's rank variables, split by what they count (node ranks and group ranks are neither)
@@ -66,6 +67,43 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
     if isinstance(expr, ast.Name):
         kind, val = name_binding_kind(ctx, expr.id, scope)
         return bound_global_rank(ctx, kind, val, depth)
+    return None
+
+
+def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST | None:
+    """The ``dist.get_world_size()`` / ``os.environ["WORLD_SIZE"]`` expression that ``expr``
+    provably is (through ``int(...)`` and names assigned exactly once), else None. By value flow,
+    never by name: ``get_world_size(group)`` is a group's size, not the world's."""
+    if depth > 5:
+        return None
+    expr = _unwrap_int(expr)
+    if isinstance(expr, ast.Call):
+        return expr if world_size_call(ctx.sem, expr) else None
+    key = env_key(ctx, expr)
+    if key is not None:
+        return expr if key in WORLD_SIZE_ENV else None
+    if isinstance(expr, ast.Name):
+        kind, val = name_binding_kind(ctx, expr.id, scope)
+        if kind == "single" and val is not None:
+            return world_size_source(ctx, val, ctx.sem.scope_of(val), depth + 1)
+    return None
+
+
+def _single_world_test(ctx, test: ast.Compare, scope: ast.AST) -> bool | None:
+    """``world_size == 1`` / ``<= 1`` / ``< 2``: True (when it holds there is one process, the main
+    rank); ``!= 1`` / ``> 1`` / ``>= 2``: False (when it fails there is one process); else None."""
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if _int_const(left) is not None and _int_const(right) is None:
+        left, right = right, left
+        op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
+    k = _int_const(right)
+    if k is None or world_size_source(ctx, left, scope) is None:
+        return None
+    t = type(op)
+    if (t is ast.Eq and k == 1) or (t is ast.LtE and k == 1) or (t is ast.Lt and k == 2):
+        return True
+    if (t is ast.NotEq and k == 1) or (t is ast.Gt and k == 1) or (t is ast.GtE and k == 2):
+        return False
     return None
 
 
@@ -315,6 +353,9 @@ def _int_const(e: ast.AST) -> int | None:
 def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     """True: when ``test`` holds, only the main rank (or one chosen rank) runs on.
     False: when ``test`` holds, the non-main ranks run on (``rank != 0``, ``not is_main``).
+    A test on the world size (by value flow: ``world_size_source``) reads the same way: when
+    ``dist.get_world_size() == 1`` holds, the only process is the main rank (True); when
+    ``dist.get_world_size() != 1`` fails, likewise (False).
     None: unrelated to the rank."""
     if depth > 6:
         return None
@@ -338,6 +379,9 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             return False
         return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        single = _single_world_test(ctx, test, scope)
+        if single is not None:
+            return single  # a world of one process: its only rank is the main one
         left, op, right = test.left, test.ops[0], test.comparators[0]
         if is_rank_like(right) and not is_rank_like(left):
             left, right = right, left

@@ -10,7 +10,10 @@ opened with per-rank names), clocks, and random numbers when the file seeds noth
 
 Uniform: constants, parsed arguments and config (``parse_args()``, parameters named ``args``,
 ``cfg``, ...), ``get_world_size()``, other environment variables, loop counters over uniform
-ranges, and values a collective made equal (see ``bindings.EQUALISERS``).
+ranges, and values a collective made equal (see ``bindings.EQUALISERS``), also when the value
+before the collective still reaches a use only in a world of one process (``flag = ... if rank
+== 0 else False; if world_size > 1: flag = <broadcast>``: ``world.world_size_side``) or is
+overwritten in its block before the use.
 
 Values propagate through expressions, assignments, augmented assignments, tuples, containers,
 ``self.`` attributes and function returns (``summaries``), and by control dependence: a binding
@@ -27,7 +30,7 @@ from ..torch_api import D
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
-from .bindings import binding_scope, reaching, target_path
+from .bindings import binding_scope, comp_binder, reaching, target_path
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -232,6 +235,9 @@ class Evaluator:
         return join(self.value(p, d) for p in parts)
 
     def _name(self, e: ast.Name, d: int) -> Value:
+        g = comp_binder(e)
+        if g is not None:  # a comprehension's own variable (its own scope): an element of its iterable
+            return self.element(g.iter, d)
         kind, got = reaching(self.view, e.id, e)
         if kind == "param":
             return self.param_value(got, e.id, e)
@@ -240,6 +246,15 @@ class Evaluator:
                 return _V(self.view, RANK, f"the process rank from `{e.id}`", e)
             return X
         vals = [self.binding_value(ev, e.id, d) for ev in got]
+        if kind in ("events", "events+param") and any(v.varying for v in vals):
+            # a binding that reaches the use only in a world of one process cannot differ between
+            # ranks: there is one (``flag = ... if rank == 0 else False`` then
+            # ``if world_size > 1: flag = <broadcast>``), nor one a later assignment of its own
+            # block overwrites before the use (``reaching`` keeps every binding after the last
+            # dominating one)
+            from .world import alone_only, overwritten  # lazy: world asks this evaluator back
+            vals = [U if v.varying and (overwritten(ev, e) or alone_only(self, ev, e)) else v
+                    for ev, v in zip(got, vals)]
         if kind == "events+param":
             vals.append(X)
         if kind == "global" and not vals:

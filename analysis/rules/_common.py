@@ -175,6 +175,16 @@ def _fixed_world_size(ctx) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
+def single_process_init(ctx, init: ast.Call) -> bool:
+    """``init_process_group(..., world_size=1)``: the group's world is one process (a literal, or
+    a name bound once to one in the init's scope). Its only rank cannot share a GPU with another,
+    nor race another on a file."""
+    expr = get_arg(init, None, "world_size")
+    if isinstance(expr, ast.Name):
+        expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
+    return const_int(expr) == 1
+
+
 def gloo_only(ctx, init: ast.Call) -> bool:
     """The group's backend is the literal "gloo" (every device part) or ``dist.Backend.GLOO``."""
     expr = get_arg(init, 0, "backend")

@@ -8,7 +8,8 @@ from ..flow.mentions import code_strings, code_words, mentions
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
-                      TENSOR_COLLECTIVES, device_call_index, init_backend_is_nccl, is_simple_ref)
+                      TENSOR_COLLECTIVES, device_call_index, init_backend_is_nccl, is_simple_ref,
+                      single_process_init)
 
 _DEVICE_NAME = re.compile(r"(^|_)(local_?rank|device|dev|gpu|cuda)(_|$)|^(device_id|gpu_id|dev_id)$", re.I)
 _PREFERRED_NAMES = ("local_rank", "device_id", "gpu_id", "gpu", "device", "local_device", "dev_id", "dev")
@@ -45,6 +46,9 @@ class NcclWithoutSetDevice(Rule):
     the helper call, with the helper's `init_process_group` as a related location. There, only the
     object collectives and the current-device uses count, not a bare `barrier()`: torch versions
     before 2.x ran it on the device of the group's earlier collectives.
+
+    A group of one process (`init_process_group(..., world_size=1)`, a literal or a name bound
+    once to one) is not flagged: its only rank has cuda:0 to itself.
 
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
     usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a
@@ -118,7 +122,9 @@ class NcclWithoutSetDevice(Rule):
         inits = ctx.dist_calls("init_process_group")
         # ``if not dist.is_initialized(): init_process_group(...)`` is a fallback: the group (and the
         # device) normally come from elsewhere, so this file cannot tell whether a device is pinned
-        nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)]
+        # ``init_process_group(..., world_size=1)``: one process, no second rank to share cuda:0
+        nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)
+                      and not single_process_init(ctx, c)]
         made_by: dict[int, tuple] = {}  # a helper call of this file -> (path, init line) in its module
         if not nccl_inits and not inits:
             made_by = _helper_inits(ctx)

@@ -27,7 +27,9 @@ class SaveOnEveryRank(Rule):
     Guards are recognised as `if rank == 0:`, `if dist.get_rank() == 0:`,
     `if args.local_rank in [-1, 0]:`, `if master_process:`, `if is_main_process():` (and
     helpers of the file that return such a test), `if not distributed or rank == 0:`, the `else`
-    of `if rank != 0:`, an early `if rank != 0: return`, decorators such as `@rank_zero_only`, and a
+    of `if rank != 0:`, an early `if rank != 0: return`, a test that the world has one process
+    (`if dist.get_world_size() != 1: raise ...`, `WORLD_SIZE` from the environment, read by value
+    flow, not by name), decorators such as `@rank_zero_only`, and a
     function whose every call in the file is guarded. A save in a function this file never calls,
     or in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
     whose path comes from a loop over this rank's share of the work (`for p in

@@ -1,0 +1,136 @@
+"""A world of one process: which tests say how many processes the job has, and which bindings
+reach a use only where there is one (so they cannot differ between ranks), for the uniformity
+evaluator (``uniformity.Evaluator._name``) and the main-rank tests (``rank_tests.polarity``).
+
+The world size is read by value flow (``dist.get_world_size()``, ``WORLD_SIZE`` from the
+environment, a name bound once to one of them); a name that counts processes (``num_gpus``,
+``world_size``) counts too, but only for a value the evaluator already found uniform: the name
+follows the value-flow answer, never replaces it.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from ..semantic import parent
+from ..semantic import terminal_name as _terminal
+from ..torch_api import D
+from .bindings import reaching
+from .uniformity import _FLIP, _int_vals, env_key
+
+WORLD_SIZE_ENV = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+_LEAVES = (ast.Break, ast.Continue, ast.Return, ast.Raise, ast.Try, ast.Yield, ast.YieldFrom, ast.Await)
+# names that count the processes of the job (only after the value flow found the value uniform)
+_WORLD_NAME = re.compile(r"^_?(?:world_?size|num_?gpus|n_?gpus|num_?procs|nprocs|num_?processes|num_?replicas"
+                         r"|num_?ranks|n_?ranks)$", re.I)
+
+
+def world_size_call(sem, e: ast.AST) -> bool:
+    """``dist.get_world_size()`` of the default group (``get_world_size(group)`` is a group's)."""
+    return isinstance(e, ast.Call) and sem.call_qualname(e) == D + "get_world_size" and not e.args and not e.keywords
+
+
+def overwritten(ev: ast.AST, use: ast.Name) -> bool:
+    """A later plain assignment of ``use``'s name in ``ev``'s own block overwrites ``ev`` before
+    the use: nothing between them can leave the block (``break``/``continue``/``return``/
+    ``raise``/``try``) and the use lies after the overwrite."""
+    if not isinstance(ev, ast.stmt) or ev.__class__ in (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith):
+        return False
+    p = parent(ev)
+    for f in ("body", "orelse", "finalbody"):
+        blk = getattr(p, f, None)
+        if isinstance(blk, list) and ev in blk:
+            break
+    else:
+        return False
+    for st in blk[blk.index(ev) + 1:]:
+        if (st.lineno, st.col_offset) <= (use.lineno, use.col_offset):
+            if (use.lineno, use.col_offset) <= (st.end_lineno, st.end_col_offset):
+                return False  # the use is inside this statement
+        else:
+            return False  # the use comes before: not after this block's later statements
+        if st.__class__ is ast.Assign and any(t.__class__ is ast.Name and t.id == use.id for t in st.targets):
+            return True
+        if any(n.__class__ in _LEAVES for n in ast.walk(st)):
+            return False
+    return False
+
+
+def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
+    """``ev`` (a binding statement) reaches ``use`` only where the world has one process: a
+    later ``if`` of its block, before the statement holding the use, tests the world size
+    against 1 (``world_size_side``) and rebinds the name at the top of its multi-process
+    branch."""
+    if not isinstance(ev, ast.stmt):
+        return False
+    p = parent(ev)
+    for f in ("body", "orelse", "finalbody"):
+        blk = getattr(p, f, None)
+        if isinstance(blk, list) and ev in blk:
+            break
+    else:
+        return False
+    for st in blk[blk.index(ev) + 1:]:
+        if (st.lineno, st.col_offset) <= (use.lineno, use.col_offset) <= (st.end_lineno, st.end_col_offset):
+            return False  # the use is inside: no test stands between
+        if st.__class__ is ast.If:
+            side = world_size_side(evaluator, st.test)
+            if side is not None and _rebinds(getattr(st, side), use.id):
+                return (st.end_lineno, st.end_col_offset) <= (use.lineno, use.col_offset)
+    return False
+
+
+def _rebinds(block: list, name: str) -> bool:
+    """A plain assignment of ``name`` at the top of ``block``, with nothing before it that can
+    leave the block (a ``break`` would carry the old value past the overwrite)."""
+    for b in block:
+        if b.__class__ is ast.Assign and any(t.__class__ is ast.Name and t.id == name for t in b.targets):
+            return True
+        if any(n.__class__ in _LEAVES for n in ast.walk(b)):
+            return False
+    return False
+
+
+def world_size_side(evaluator, test: ast.AST) -> str | None:
+    """``"body"`` when ``test`` holds exactly in a world of several processes
+    (``world_size > 1``, ``!= 1``, ``>= 2``), ``"orelse"`` for the converse (``== 1``, ``<= 1``,
+    ``< 2``), else None. The operand is the world size by value flow
+    (``dist.get_world_size()``, ``WORLD_SIZE``, a name bound to one), or a value the analysis
+    finds uniform whose name counts processes (``num_gpus``, ``world_size``: the name only
+    follows the value-flow answer)."""
+    if not (test.__class__ is ast.Compare and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, test.ops[0].__class__, test.comparators[0]
+    k = _int_vals(right)
+    if k is None:
+        k = _int_vals(left)
+        if k is None:
+            return None
+        left, op = right, _FLIP.get(op, op)
+    if len(k) != 1 or not _world_size(evaluator, left):
+        return None
+    k = k[0]
+    if (op is ast.Gt and k == 1) or (op is ast.NotEq and k == 1) or (op is ast.GtE and k == 2):
+        return "body"
+    if (op is ast.Eq and k == 1) or (op is ast.LtE and k == 1) or (op is ast.Lt and k == 2):
+        return "orelse"
+    return None
+
+
+def _world_size(evaluator, e: ast.AST, depth: int = 0) -> bool:
+    while isinstance(e, ast.Call) and _terminal(e.func) == "int" and len(e.args) == 1:
+        e = e.args[0]
+    if isinstance(e, ast.Call):
+        return world_size_call(evaluator.sem, e)
+    key = env_key(evaluator.view, e)
+    if key is not None:
+        return key in WORLD_SIZE_ENV
+    name = e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else None
+    if name is None:
+        return False
+    if isinstance(e, ast.Name) and depth < 4:
+        kind, got = reaching(evaluator.view, e.id, e)
+        if kind == "events" and len(got) == 1 and got[0].__class__ is ast.Assign and len(got[0].targets) == 1 \
+                and _world_size(evaluator, got[0].value, depth + 1):
+            return True
+    return _WORLD_NAME.match(name) is not None and evaluator.value(e).uniform
