@@ -71,13 +71,14 @@ def comments(text: str) -> list[tuple[int, int, str]]:
     body = text[1:] if bom else text
     out = []
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+        # universal newlines: rows split on \r, \n and \r\n, as SourceText and ast split them
+        for tok in tokenize.generate_tokens(io.StringIO(body, newline=None).readline):
             if tok.type == tokenize.COMMENT:
                 row, col = tok.start[0] - 1, tok.start[1]
                 out.append((row, col + (1 if bom and row == 0 else 0), tok.string))
     except (tokenize.TokenError, SyntaxError, ValueError):
         out = []
-        for row, line in enumerate(body.split("\n")):
+        for row, line in enumerate(re.split(r"\r\n|\r|\n", body)):
             stripped = line.lstrip()
             if stripped.startswith("#"):
                 col = len(line) - len(stripped)

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT, require_torch
+from tests.conftest import ROOT, require_torch
 
 from ddp_lint.analysis.runtime import shim_vocab as V
 

@@ -110,7 +110,7 @@ class UnusedNoqa(Rule):
         if tail.strip() and not tail.lstrip().startswith("#"):
             # `# noqa: DDP999 a reason` -> `# a reason`: the rest of the comment stays a comment
             return Edit(Range(Position(row, start), Position(row, end + (len(tail) - len(tail.lstrip())))), "# ")
-        s = start
+        s = min(start, len(line))  # never past the line, whatever the positions say
         while s > 0 and line[s - 1] in " \t":
             s -= 1
         return Edit(Range(Position(row, s), Position(row, end)), "")

@@ -200,6 +200,9 @@ VARIANTS = {
 }
 
 
+COMMENT_FINDINGS = {"DDP005"}  # rules whose findings sit on a comment
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("path", [p for p in corpus_files() if p.suffix == ".py" and "bad_" in p.name or
                                   p.name.startswith(("seed_problem", "fix_"))],
@@ -213,7 +216,12 @@ def test_variants_find_the_same_code(path, variant):
     got = check_invariants(new)
     assert _spans(new, got) == _spans(text, base), f"{variant} changes what is found"
     if variant in ("crlf", "lone-cr", "mixed-eol", "form-feed", "unicode-separators-in-comments"):
-        assert [(f.code, f.range) for f in got] == [(f.code, f.range) for f in base]
+        # a finding ON a comment (DDP005, the noqa directive itself) moves when the variant writes into
+        # that comment; its line must not, and every other finding must keep its exact range
+        def spans(fs):
+            return [(f.code, f.range.start.line) if variant == "unicode-separators-in-comments" and
+                    f.code in COMMENT_FINDINGS else (f.code, f.range) for f in fs]
+        assert spans(got) == spans(base)
     elif variant != "cjk-comments":  # same lines; tabs and a BOM shift columns
         lines = lambda fs: [(f.code, f.range.start.line, f.range.end.line) for f in fs]  # noqa: E731
         assert lines(got) == lines(base)

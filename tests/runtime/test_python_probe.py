@@ -10,7 +10,7 @@ import sys
 import venv
 from pathlib import Path
 
-from conftest import require_torch
+from tests.conftest import require_torch
 from ddp_lint.analysis.runtime.api import _probe_modules
 
 ROOT = Path(__file__).resolve().parents[2]
