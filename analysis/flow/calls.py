@@ -240,3 +240,26 @@ def root_arg(call: ast.Call, op: str):
     for gk in _GROUP_ROOTS:
         root = root if root is not None else get_arg(call, None, gk)
     return root
+
+
+def call_args(call: ast.Call, fn: ast.AST):
+    """(parameter name, argument expression) pairs of ``call`` to ``fn`` (defaults excluded)."""
+    if not isinstance(fn, FUNC_TYPES):
+        return []
+    a = fn.args
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)][self_offset(fn):]
+    out = []
+    star = False
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            star = True
+            break
+        if i < len(pos):
+            out.append((pos[i], arg))
+    names = set(param_names(fn))
+    for k in call.keywords:
+        if k.arg is None:
+            continue
+        if k.arg in names and not (star and k.arg in pos):
+            out.append((k.arg, k.value))
+    return out

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, param_names, parent
+from ..semantic import FUNC_TYPES, parent
 from .bindings import reaching
 from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance_names
-from .calls import self_offset  # noqa: F401  (the callers' name for it)
+from .calls import call_args, self_offset  # noqa: F401  (the callers' names for them)
 from .uniformity import _DATA_SRC_NAME
 
 MAX_DEPTH = 2
@@ -55,29 +55,6 @@ def memo(view, ctx, name: str) -> dict:
     if got is None:
         got = m[name] = {}
     return got
-
-
-def call_args(call: ast.Call, fn: ast.AST):
-    """(parameter name, argument expression) pairs of ``call`` to ``fn`` (defaults excluded)."""
-    if not isinstance(fn, FUNC_TYPES):
-        return []
-    a = fn.args
-    pos = [x.arg for x in (*a.posonlyargs, *a.args)][self_offset(fn):]
-    out = []
-    star = False
-    for i, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            star = True
-            break
-        if i < len(pos):
-            out.append((pos[i], arg))
-    names = set(param_names(fn))
-    for k in call.keywords:
-        if k.arg is None:
-            continue
-        if k.arg in names and not (star and k.arg in pos):
-            out.append((k.arg, k.value))
-    return out
 
 
 def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = True, want_wraps: bool = True):

@@ -31,6 +31,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, comp_binder, reaching, target_path
+from .params import constant_at_every_call
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -64,42 +65,7 @@ _PARSE_METHODS = frozenset({"parse_args", "parse_known_args", "parse_args_into_d
 _SAMPLER_QN = "torch.utils.data.DistributedSampler"
 
 
-def env_key(view, expr: ast.AST) -> str | None:
-    """``"RANK"`` for ``os.environ["RANK"]``, ``os.environ.get("RANK", ...)``, ``os.getenv("RANK")``;
-    ``""`` when the key is not a constant; None for anything else. ``view``: anything with a
-    ``sem`` (a module view, a rule's context)."""
-    sem = view.sem
-    if isinstance(expr, ast.Subscript):
-        if sem.qualname(expr.value) == "os.environ":
-            s = expr.slice
-            if isinstance(s, ast.Constant) and isinstance(s.value, str):
-                return s.value
-            return ""
-        return None
-    if isinstance(expr, ast.Call):
-        qn = sem.call_qualname(expr)
-        if qn in ("os.environ.get", "os.getenv", "os.environ.__getitem__"):
-            if expr.args and isinstance(expr.args[0], ast.Constant) and isinstance(expr.args[0].value, str):
-                return expr.args[0].value
-            return ""
-    return None
-
-
-def _int_vals(e: ast.AST):
-    """The int constants of ``e`` (``0``, ``-1``, ``[-1, 0]``), or None."""
-    def one(x):
-        if isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.USub) and isinstance(x.operand, ast.Constant):
-            x = x.operand
-            return -x.value if type(x.value) is int else None
-        return x.value if isinstance(x, ast.Constant) and type(x.value) is int else None
-    if isinstance(e, (ast.List, ast.Tuple, ast.Set)):
-        vals = [one(x) for x in e.elts]
-        return None if any(v is None for v in vals) else vals
-    v = one(e)
-    return None if v is None else [v]
-
-
-_FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+from .vocab import _FLIP, _int_vals, env_key  # noqa: E402,F401  (re-exported; they live in vocab)
 
 
 def _rank_compare_uniform(op: ast.cmpop, consts: list[int]) -> bool:
@@ -268,7 +234,9 @@ class Evaluator:
             v = ctx.binds[name]
             src = v.src
             return Value("V", src.step(ctx.passed(name), ctx.call, ctx.call_path))
-        if RANK_NAME.match(name) or name in MAIN_NAMES:
+        if (RANK_NAME.match(name) or name in MAIN_NAMES) and not constant_at_every_call(self.view, self.hub, fn, name):
+            # a name heuristic only where value flow has no answer: known callers that all pass a
+            # constant (``load(..., rank0=False)``) make the parameter uniform, whatever its name
             return _V(self.view, RANK, f"the process rank from parameter `{name}`", node)
         if name in _CONFIG_PARAMS:
             return U
@@ -676,4 +644,5 @@ def function_of(sem, node: ast.AST):
 
 
 __all__ = ["Value", "Src", "U", "X", "join", "Evaluator", "RANK", "DATA", "CLOCK", "RNG", "parent"]
+
 

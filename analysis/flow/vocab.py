@@ -2,6 +2,8 @@
 rank-varying or shape-only values (tables only; ``uniformity`` re-exports them)."""
 from __future__ import annotations
 
+import ast
+
 from ..torch_api import D
 
 _UNIFORM_QNS = frozenset({
@@ -39,3 +41,41 @@ _PURE_METHODS = frozenset({"format", "join", "split", "strip", "lower", "upper",
 _CONFIG_PARAMS = frozenset({"args", "cfg", "config", "conf", "opt", "opts", "hparams", "hps", "flags",
                             "options", "params", "hp", "settings", "configs", "cfgs"})
 _SYNC_WORDS = ("gather", "reduce", "sync", "broadcast", "all_", "allreduce", "mean_across", "across", "dist")
+
+
+def env_key(view, expr: ast.AST) -> str | None:
+    """``"RANK"`` for ``os.environ["RANK"]``, ``os.environ.get("RANK", ...)``, ``os.getenv("RANK")``;
+    ``""`` when the key is not a constant; None for anything else. ``view``: anything with a
+    ``sem`` (a module view, a rule's context)."""
+    sem = view.sem
+    if isinstance(expr, ast.Subscript):
+        if sem.qualname(expr.value) == "os.environ":
+            s = expr.slice
+            if isinstance(s, ast.Constant) and isinstance(s.value, str):
+                return s.value
+            return ""
+        return None
+    if isinstance(expr, ast.Call):
+        qn = sem.call_qualname(expr)
+        if qn in ("os.environ.get", "os.getenv", "os.environ.__getitem__"):
+            if expr.args and isinstance(expr.args[0], ast.Constant) and isinstance(expr.args[0].value, str):
+                return expr.args[0].value
+            return ""
+    return None
+
+
+def _int_vals(e: ast.AST):
+    """The int constants of ``e`` (``0``, ``-1``, ``[-1, 0]``), or None."""
+    def one(x):
+        if isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.USub) and isinstance(x.operand, ast.Constant):
+            x = x.operand
+            return -x.value if type(x.value) is int else None
+        return x.value if isinstance(x, ast.Constant) and type(x.value) is int else None
+    if isinstance(e, (ast.List, ast.Tuple, ast.Set)):
+        vals = [one(x) for x in e.elts]
+        return None if any(v is None for v in vals) else vals
+    v = one(e)
+    return None if v is None else [v]
+
+
+_FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}

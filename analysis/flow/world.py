@@ -16,7 +16,7 @@ from ..semantic import parent
 from ..semantic import terminal_name as _terminal
 from ..torch_api import D
 from .bindings import reaching
-from .uniformity import _FLIP, _int_vals, env_key
+from .vocab import _FLIP, _int_vals, env_key
 
 WORLD_SIZE_ENV = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
 _LEAVES = (ast.Break, ast.Continue, ast.Return, ast.Raise, ast.Try, ast.Yield, ast.YieldFrom, ast.Await)

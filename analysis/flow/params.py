@@ -1,0 +1,96 @@
+"""What a function's parameter holds when value flow can tell from its callers.
+
+A parameter's *name* (``rank``, ``rank0``, ``is_main``) is only a guess at what it holds; the
+callers know. When every call of the function in its module passes a literal constant (or leaves a
+constant default), the parameter is the same on every rank, whatever it is called (issue 25: a name
+heuristic may only follow the value-flow answer)."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES
+from .calls import call_args
+
+
+def constant_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) -> bool:
+    """Every call of ``fn`` in its module passes a literal constant as ``name`` (or leaves a
+    constant default), there is at least one, and ``fn`` is used nowhere else in the module (not
+    passed as a value: ``mp.spawn(fn)``, a callback...). Callers in other modules are not seen, so
+    a function its module never calls keeps the name's answer. An argument that is itself a
+    parameter of the calling function, never rebound there, counts when that parameter is constant
+    at every call in turn (``def load(rank0=False): return _inner(rank0)``), a few levels deep."""
+    memo = view.memo.setdefault("constant_param", {})
+    key = (id(fn), name)
+    got = memo.get(key)
+    if got is not None:
+        return got
+    got = False
+    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
+    if sites and not hub.is_spawn_target(view, fn) and not _used_as_value(view, fn, sites):
+        default = _default_of(fn, name)
+        got = True
+        for c in sites:
+            a = next((a for p, a in call_args(c, fn) if p == name), None)
+            if a is None:
+                if any(isinstance(x, ast.Starred) for x in c.args) or any(k.arg is None for k in c.keywords):
+                    got = False  # ``*args`` / ``**kwargs`` may carry it
+                    break
+                a = default
+            if isinstance(a, ast.Constant):
+                continue
+            caller = _enclosing_function(c)
+            if not (depth < 3 and isinstance(a, ast.Name) and caller is not None and caller is not fn
+                    and _is_unbound_param(caller, a.id)
+                    and constant_at_every_call(view, hub, caller, a.id, depth + 1)):
+                got = False
+                break
+    memo[key] = got
+    return got
+
+
+def _default_of(fn: ast.AST, name: str):
+    """The default expression of parameter ``name`` of ``fn``, or None."""
+    a = fn.args
+    pos = [*a.posonlyargs, *a.args]
+    for arg, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
+        if arg.arg == name:
+            return d
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        if arg.arg == name:
+            return d
+    return None
+
+
+def _used_as_value(view, fn: ast.AST, sites) -> bool:
+    """``fn``'s name is read in its module other than as the callee of ``sites``."""
+    loads = view.memo.get("name_loads")
+    if loads is None:
+        loads = {}
+        for n in ast.walk(view.tree):  # once per module, and only for a rank-named parameter
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                loads[n.id] = loads.get(n.id, 0) + 1
+        view.memo["name_loads"] = loads
+    callees = sum(1 for c in sites if isinstance(c.func, ast.Name) and c.func.id == fn.name)
+    return loads.get(fn.name, 0) > callees
+
+
+def _enclosing_function(node: ast.AST):
+    from ..semantic import parent
+
+    p = parent(node)
+    while p is not None and not isinstance(p, FUNC_TYPES):
+        p = parent(p)
+    return p
+
+
+def _is_unbound_param(fn: ast.AST, name: str) -> bool:
+    """``name`` is a parameter of ``fn`` that no statement of ``fn`` rebinds."""
+    a = fn.args
+    if name not in {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}:
+        return False
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            return False
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return False
+    return True
