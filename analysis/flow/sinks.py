@@ -20,7 +20,7 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from .bindings import reaching
 from .shape_facts import Sh
 from .shapes import Shapes, shapes_of
-from .helper_calls import bind_args, callee_name, may_resolve, resolved
+from .helper_calls import bind_args, callee_name, helper_calls, may_import_project, may_resolve, resolved
 from .summaries import Effect, on_subgroup, scope_calls
 
 _CHECKS = frozenset({"isinstance", "is_tensor", "as_tensor", "tensor", "from_numpy", "Tensor", "FloatTensor",
@@ -119,6 +119,31 @@ def param_sinks(hub, view, fn, table: dict, key: str, depth: int = 0) -> tuple[S
         hub._view_stack.pop()
     memo[id(fn)] = out
     return out
+
+
+def helper_sink_args(ctx, an, table: dict, op_qns, key: str):
+    """The arguments of this file's calls of project helpers that pass a parameter on to a
+    collective (``param_sinks``): ``(call, callee name, sink, argument, scope of the call)`` for every
+    sink the call binds an argument to. ``op_qns``: the collectives' qualified names, to know whether
+    the file makes any itself. One walk that the rules asking "what reaches a collective's tensor
+    through a helper" (DDP105, DDP111) share."""
+    view = an.main
+    by_qn = ctx.sem.calls_by_qualname
+    local = any(by_qn.get(qn) for qn in op_qns) or may_import_project(view)
+    for call in helper_calls(view, ctx.sem.calls, local, an, table, ctx=ctx):
+        target = resolved(an, view, call)
+        if target is None:
+            continue
+        sinks = param_sinks(an, *target, table, key)
+        if not sinks:
+            continue
+        args = bind_args(call, target[1])
+        scope = ctx.sem.scope_of(call)
+        name = callee_name(target)
+        for sink in sinks:
+            arg = args.get(sink.param)
+            if arg is not None:
+                yield call, name, sink, arg, scope
 
 
 def _compute(hub, view, fn, table, key, depth):

@@ -12,8 +12,7 @@ from ..flow.mentions import mentions
 from ._common import D, const_str
 from ..flow import for_context
 from ..torch_api import argparse_default, attribute_store_value, dict_item_value
-from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
-from ..flow.sinks import param_sinks
+from ..flow.sinks import helper_sink_args
 
 # op -> the (position, keyword) pairs of its tensor arguments, and the group position;
 # keywords ending in ``_list`` name a list of tensors
@@ -126,33 +125,21 @@ class CpuTensorWithNccl(Rule):
         """``reduce_sum(torch.tensor([1.0]))`` where the helper (this file or another module of the
         project) passes that parameter as it is to a collective's tensor (``flow.sinks``)."""
         an = for_context(ctx)
-        view = an.main
-        by_qn = ctx.sem.calls_by_qualname
-        local = any(by_qn.get(qn) for _op, qn, _spec in _OP_QNS) or may_import_project(view)
-        for call in helper_calls(view, ctx.sem.calls, local, an, _SINK_OPS, ctx=ctx):
-            target = resolved(an, view, call)
-            if target is None:
+        reported: set = set()  # one finding per call, at its first CPU-tensor sink
+        for call, name, s, arg, scope in helper_sink_args(ctx, an, _SINK_OPS, (qn for _op, qn, _spec in _OP_QNS),
+                                                           "ddp105"):
+            if s.method is not None or call in reported:
                 continue
-            sinks = param_sinks(an, *target, _SINK_OPS, "ddp105")
-            if not sinks:
+            ctor = _cpu_tensor(ctx, arg, scope)
+            if ctor is None or expects_error(call):
                 continue
-            args = bind_args(call, target[1])
-            scope = ctx.sem.scope_of(call)
-            name = callee_name(target)
-            for s in sinks:
-                arg = args.get(s.param)
-                if arg is None or s.method is not None:
-                    continue
-                ctor = _cpu_tensor(ctx, arg, scope)
-                if ctor is None or expects_error(call):
-                    continue
-                ctx.report(
-                    call,
-                    f"`{name}()` passes its parameter `{s.param}` to a collective on an NCCL-only process group, "
-                    "and it gets a CPU tensor: RuntimeError: No backend type associated with device type cpu",
-                    related=[(ctor, "the tensor is created on the CPU here")] if ctor is not arg else [],
-                )
-                break
+            reported.add(call)
+            ctx.report(
+                call,
+                f"`{name}()` passes its parameter `{s.param}` to a collective on an NCCL-only process group, "
+                "and it gets a CPU tensor: RuntimeError: No backend type associated with device type cpu",
+                related=[(ctor, "the tensor is created on the CPU here")] if ctor is not arg else [],
+            )
 
 
 # the tensor argument a helper's parameter may reach, per collective (``flow.sinks``)

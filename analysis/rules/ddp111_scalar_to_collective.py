@@ -10,8 +10,7 @@ from ..flow.devices import device_in_scope
 from ._common import D
 from ._flow import effect_related, effect_words
 from ..flow import for_context
-from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
-from ..flow.sinks import param_sinks
+from ..flow.sinks import helper_sink_args
 
 
 # op -> (position, keyword) of the tensor it reduces / sends in place
@@ -119,39 +118,24 @@ class ScalarToCollective(Rule):
         """``reduce_mean(loss.item())`` where the helper (this file or another one of the
         project) passes that parameter to ``dist.all_reduce``."""
         an = for_context(ctx)
-        view = an.main
-        by_qn = ctx.sem.calls_by_qualname
-        local = any(by_qn.get(qn) for _op, qn, _spec in _OP_QNS) or may_import_project(view)
-        for call in helper_calls(view, ctx.sem.calls, local, an, _OPS, ctx=ctx):
-            target = resolved(an, view, call)
-            if target is None:
+        for _call, name, s, arg, scope in helper_sink_args(ctx, an, _OPS, (qn for _op, qn, _spec in _OP_QNS),
+                                                           "ddp111"):
+            what = _scalar(ctx, arg, scope, 0)
+            if what is None:
                 continue
-            sinks = param_sinks(an, *target, _OPS, "ddp111")
-            if not sinks:
-                continue
-            args = bind_args(call, target[1])
-            scope = ctx.sem.scope_of(call)
-            name = callee_name(target)
-            for s in sinks:
-                arg = args.get(s.param)
-                if arg is None:
-                    continue
-                what = _scalar(ctx, arg, scope, 0)
-                if what is None:
-                    continue
-                eff = s.effect.through(name)
-                if s.method is None:
-                    words = (f"passes its parameter `{s.param}` to {effect_words(ctx, _Site(eff))}, which needs a "
-                             "tensor: every rank raises TypeError ('Invalid function argument. Expected parameter "
-                             "`tensor` of type torch.Tensor')")
-                else:
-                    words = (f"calls `{s.param}.{s.method}()` to feed {effect_words(ctx, _Site(eff))}: every rank "
-                             f"raises AttributeError (a Python number has no `{s.method}`)")
-                ctx.report(
-                    arg,
-                    f"`{_short(ctx.text(arg))}` is {what}, but `{name}()` {words}. Pass a tensor on the group's device",
-                    related=effect_related(ctx, _Site(eff)),
-                )
+            eff = s.effect.through(name)
+            if s.method is None:
+                words = (f"passes its parameter `{s.param}` to {effect_words(ctx, _Site(eff))}, which needs a "
+                         "tensor: every rank raises TypeError ('Invalid function argument. Expected parameter "
+                         "`tensor` of type torch.Tensor')")
+            else:
+                words = (f"calls `{s.param}.{s.method}()` to feed {effect_words(ctx, _Site(eff))}: every rank "
+                         f"raises AttributeError (a Python number has no `{s.method}`)")
+            ctx.report(
+                arg,
+                f"`{_short(ctx.text(arg))}` is {what}, but `{name}()` {words}. Pass a tensor on the group's device",
+                related=effect_related(ctx, _Site(eff)),
+            )
 
 
 class _Site:
