@@ -4,7 +4,6 @@ caller's own never-rebound parameter), it is uniform. Found on Megatron-LM's che
 (`rank0=False` passed down three helpers) and Megatron-DeepSpeed's `broadcast(tensor, rank)`."""
 from __future__ import annotations
 
-from pathlib import Path
 
 from ddp_lint.analysis.config import Settings
 from ddp_lint.analysis.engine import check_source
