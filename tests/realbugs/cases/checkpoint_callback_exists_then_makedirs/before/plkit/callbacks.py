@@ -1,0 +1,20 @@
+import os
+
+
+class Callback:
+    def on_epoch_end(self, trainer):
+        pass
+
+
+class CheckpointCallback(Callback):
+    def __init__(self, dirpath, monitor="val_loss", save_top_k=1):
+        super().__init__()
+        self.monitor = monitor
+        self.dirpath = dirpath
+        if not os.path.exists(dirpath):
+            os.makedirs(dirpath)
+        self.save_top_k = save_top_k
+        self.best = None
+
+    def on_epoch_end(self, trainer):
+        trainer.save_checkpoint(os.path.join(self.dirpath, f"epoch{trainer.epoch}.ckpt"))

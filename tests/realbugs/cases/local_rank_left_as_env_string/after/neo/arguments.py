@@ -1,0 +1,13 @@
+import os
+
+
+def configure_distributed(args):
+    if args.launcher == "mpi":
+        assert os.environ.get("OMPI_COMM_WORLD_NODE_RANK") is not None, "mpi variables missing"
+        os.environ["LOCAL_RANK"] = os.environ["OMPI_COMM_WORLD_NODE_RANK"]
+        os.environ["RANK"] = os.environ["PMIX_RANK"]
+
+    args.local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    args.rank = int(os.getenv("RANK", "0"))
+    args.world_size = int(os.getenv("WORLD_SIZE", "1"))
+    return args

@@ -1,0 +1,13 @@
+from plkit.core import Module
+
+
+class GPUBackend:
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def setup(self, model: Module):
+        self.trainer.call_setup_hook(model)
+        model.cuda(self.trainer.root_gpu)
+        optimizers = model.configure_optimizers()
+        self.trainer.optimizers = optimizers
+        return model

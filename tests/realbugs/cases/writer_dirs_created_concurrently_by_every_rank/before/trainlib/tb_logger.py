@@ -1,0 +1,17 @@
+import os
+
+from torch.utils.tensorboard import SummaryWriter
+
+
+class BoardLogger:
+    def __init__(self, run_dir=None, log_lr=False):
+        if run_dir is not None:
+            self._train = SummaryWriter(os.path.join(run_dir, "board", "train"))
+            self._valid = SummaryWriter(os.path.join(run_dir, "board", "valid"))
+        else:
+            self._train = self._valid = None
+        self.log_lr = log_lr
+
+    def scalar(self, name, value, step):
+        if self._train is not None:
+            self._train.add_scalar(name, value, step)
