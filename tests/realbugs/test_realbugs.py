@@ -18,7 +18,7 @@ from bench.realbugs.manifest import load_manifest
 from bench.realbugs.score import score
 
 CASES = Path(__file__).resolve().parent / "cases"
-RECALL_FLOOR = 0.035  # 4 of 113 reproductions hit today (3 of the first 68); raised as the rules learn (measured value: bench/RESULTS.md)
+RECALL_FLOOR = 0.035  # 4 of 114 reproductions hit today (3 of the first 68); raised as the rules learn (measured value: bench/RESULTS.md)
 
 
 def _cases():
