@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import ast
+
 from ..model import Severity
 from ..registry import Rule
 from ..flow.models import ddp_calls
 from ..flow.mentions import mentions
+from ..flow.modern import hub, origins
 
 _BN = ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
        "torch.nn.LazyBatchNorm1d", "torch.nn.LazyBatchNorm2d", "torch.nn.LazyBatchNorm3d")
@@ -19,6 +22,12 @@ class BatchNormWithoutSyncBn(Rule):
     Checks for a file that builds a model with BatchNorm layers (`nn.BatchNorm1d/2d/3d`, or a
     torchvision ResNet/DenseNet/MobileNet/EfficientNet/... builder) and wraps it in DDP without
     ever calling `nn.SyncBatchNorm.convert_sync_batchnorm`.
+
+    The model is the value DDP wraps, followed through names, tuple unpacking, `self` attributes,
+    helper returns and `.cuda()` / `.to(...)` calls: a wrap of a module that is known to hold no
+    BatchNorm (a `torch.nn` layer such as the `nn.Linear` head of a linear probe, or a class of the
+    project whose body builds none) is not reported because another model of the file has
+    BatchNorm. When what DDP wraps cannot be told, the file's own BatchNorm layers decide.
 
     It is informational and off by default: per-rank batch statistics are a legitimate choice
     (and the usual one when the per-GPU batch is large).
@@ -67,10 +76,71 @@ class BatchNormWithoutSyncBn(Rule):
                     break
         if not bn:
             return
+        an, view = hub(ctx)
         for call in calls:
+            if call.args and _holds_bn(an, view, call.args[0], call) is False:
+                continue
             ctx.report(
                 call,
                 "the model has BatchNorm layers but is wrapped in DDP without SyncBatchNorm: each rank "
                 "normalises with its own batch statistics",
                 related=[(bn[0], "BatchNorm comes from here")],
             )
+
+
+_MOVES = frozenset({"cuda", "to", "train", "eval", "float", "half", "bfloat16", "double", "cpu",
+                    "requires_grad_", "to_empty"})
+
+
+def _holds_bn(an, view, expr, at, depth: int = 0):
+    """True / False when what ``expr`` holds at ``at`` is known to have (not to have) BatchNorm
+    layers; None when it cannot be told."""
+    if depth > 3:
+        return None
+    got = origins(an, view, expr, at)
+    if not got:
+        return None
+    answers = set()
+    for v, e in got:
+        if not isinstance(e, ast.Call):
+            return None
+        f = e.func
+        qn = v.sem.call_qualname(e) or ""
+        if isinstance(f, ast.Attribute) and f.attr in _MOVES and not qn.startswith("torch.nn."):
+            answers.add(_holds_bn(an, v, f.value, e, depth + 1))
+        elif qn in _BN or (qn.startswith("torchvision.models.")
+                           and qn.rsplit(".", 1)[-1].startswith(_BN_MODELS)):
+            answers.add(True)
+        elif qn.startswith("torch.nn.") and qn.count(".") == 2 and qn.rsplit(".", 1)[-1] not in _CONTAINERS:
+            answers.add(False)  # a torch.nn layer: BatchNorm only if it is one (above)
+        elif isinstance(f, ast.Name) and f.id in v.classes:
+            answers.add(_class_builds_bn(v, v.classes[f.id]))
+        else:
+            return None
+    if True in answers:
+        return True
+    return False if answers == {False} else None
+
+
+_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
+
+
+def _class_builds_bn(view, cls) -> bool | None:
+    """A project class whose body builds a BatchNorm layer (True), builds only other ``torch.nn``
+    layers (False), or builds anything else (None: a submodule class of unknown content)."""
+    if any(not (isinstance(b, ast.Attribute) and b.attr == "Module") for b in cls.bases):
+        return None  # a base class of its own may add BatchNorm
+    seen_other = False
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Call):
+            qn = view.sem.call_qualname(n) or ""
+            if qn in _BN or (qn.startswith("torchvision.models.")
+                             and qn.rsplit(".", 1)[-1].startswith(_BN_MODELS)):
+                return True
+            if not qn.startswith(("torch.", "math.", "super")) and not (
+                    isinstance(n.func, ast.Name) and n.func.id in ("super", "len", "range", "int", "float",
+                                                                  "list", "dict", "tuple", "isinstance",
+                                                                  "getattr", "setattr", "hasattr", "zip",
+                                                                  "enumerate", "min", "max", "print")):
+                seen_other = True
+    return None if seen_other else False
