@@ -111,13 +111,13 @@ class LocalRankOnlyFromArgv(Rule):
                 f"{os.path.relpath(uv.path, here) if here and uv.path else uv.path}:{node.lineno}"
             related = [(node, "the option's value is used here")] if uv is view else \
                 [("file", uv.path, _range(uv, node), "the option's value is used here")]
+            launch = "" if "--local-rank" in option_strings(c) else (
+                "; and since torch 2.0 `torch.distributed.launch` passes `--local-rank`, which this parser rejects")
             ctx.report(
                 c,
-                f"the local rank comes only from `{spell}` (default `{dtext}`), and nothing reads `LOCAL_RANK`: "
-                f"torchrun never passes `--local-rank`, so every process keeps `{dtext}` (used as {how}, {where}); "
-                f"since torch 2.0 `torch.distributed.launch` passes `--local-rank`, which "
-                f"{'this parser rejects' if '--local-rank' not in option_strings(c) else 'sets it'}. "
-                f"Default it to the environment's `LOCAL_RANK`",
+                f"the local rank comes only from `{spell}` (default `{dtext}`) and nothing reads `LOCAL_RANK`: "
+                f"torchrun never passes `--local-rank`, so every process keeps `{dtext}` (used as {how}, {where})"
+                f"{launch}. Default it to the environment's `LOCAL_RANK`",
                 related=related,
                 fix=_make_fix(ctx, c, default),
             )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import os
 
 from ..model import Severity
@@ -7,7 +8,8 @@ from ..registry import NoCase, Rule
 from ..flow.calls import call_args
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
-    LOCAL, global_rank_sinks, loopback_rendezvous, program_views, rank_kind, rank_param_sinks, self_launched,
+    LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind, rank_param_sinks, self_launched,
+    option_strings,
 )
 from ..flow.testing import is_test_file
 
@@ -126,8 +128,10 @@ def _where(ctx, view, here, v, node, text: bool = True) -> str:
     seg = ""
     if text:
         src = ctx.src if v is view else SourceText(v.text)
-        seg = src.segment(node)
-        seg = f"`{seg}`, " if len(seg) <= 60 and "\n" not in seg else ""
+        opt = next((o for o in option_strings(node) if o in LOCAL_RANK_OPTIONS), None) \
+            if isinstance(node, ast.Call) else None
+        seg = f"the `{opt}` option" if opt else src.segment(node)
+        seg = f"{seg}, " if opt else (f"`{seg}`, " if len(seg) <= 60 and "\n" not in seg else "")
     if v is view:
         return f"{seg}line {node.lineno}"
     rel = os.path.relpath(v.path, here) if here and v.path else v.path
