@@ -37,7 +37,7 @@ _CONST = "const"
 _MAX_DEPTH = 4
 
 
-def rank_kind(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0):
+def rank_kind_of(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0):
     """(kind, (view, witness)) for ``expr`` at ``at``: ``GLOBAL`` or ``LOCAL`` when every
     non-constant origin is of that kind (the witness is one such origin), else (None, None)."""
     if expr is None or depth > _MAX_DEPTH:
@@ -69,7 +69,7 @@ def _leaf_kind(hub, view, e: ast.AST, depth: int):
         for side in (e.body, e.orelse):
             if _const_expr(side):
                 continue
-            k, w = rank_kind(hub, view, side, e, depth + 1)
+            k, w = rank_kind_of(hub, view, side, e, depth + 1)
             if k is None:
                 return None, None
             ks.add(k)
@@ -87,7 +87,7 @@ def _leaf_kind(hub, view, e: ast.AST, depth: int):
     if isinstance(e, ast.Call):
         f = e.func
         if isinstance(f, ast.Name) and f.id in ("int", "str") and len(e.args) == 1 and not e.keywords:
-            k, w = rank_kind(hub, view, e.args[0], e, depth + 1)
+            k, w = rank_kind_of(hub, view, e.args[0], e, depth + 1)
             if k is None and _const_expr(e.args[0]):
                 return _CONST, None
             return k, w
@@ -124,7 +124,7 @@ def _namespace_kind(hub, view, base: str, attr: str, depth: int):
                 vals.append((st.value, st))
     kinds: set = set()
     witness = None
-    opts = [c for c in argparse_options(view.sem) if option_dest(c) == attr]
+    opts = [c for c in argparse_options(view.sem) if option_dest(c, view.sem) == attr]
     for c in opts:
         if LOCAL_RANK_OPTIONS & set(option_strings(c)):
             kinds.add(LOCAL)
@@ -133,7 +133,7 @@ def _namespace_kind(hub, view, base: str, attr: str, depth: int):
             d = get_arg(c, None, "default")
             if d is None or _const_expr(d):
                 continue
-            k, w = rank_kind(hub, view, d, c, depth + 1)
+            k, w = rank_kind_of(hub, view, d, c, depth + 1)
             if k is None:
                 memo[key] = (None, None)
                 return None, None
@@ -144,7 +144,7 @@ def _namespace_kind(hub, view, base: str, attr: str, depth: int):
     for v, st in vals:
         if _const_expr(v):
             continue
-        k, w = rank_kind(hub, view, v, st, depth + 1)
+        k, w = rank_kind_of(hub, view, v, st, depth + 1)
         if k is None:
             memo[key] = (None, None)
             return None, None
@@ -166,9 +166,15 @@ def option_strings(call: ast.Call) -> list[str]:
     return [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
 
 
-def option_dest(call: ast.Call) -> str | None:
-    """``dest=``, else the first long option (dashes as underscores), else the first name."""
+def option_dest(call: ast.Call, sem=None) -> str | None:
+    """``dest=`` (a literal, or with ``sem`` what ``torch_api.constant_of`` finds it is), else the
+    first long option (dashes as underscores), else the first name."""
     d = get_arg(call, None, "dest")
+    if d is not None and sem is not None and not isinstance(d, ast.Constant):
+        from ..torch_api import constant_of
+        d = constant_of(sem, d)
+        if d is None:
+            return None
     if isinstance(d, ast.Constant) and isinstance(d.value, str):
         return d.value
     opts = option_strings(call)

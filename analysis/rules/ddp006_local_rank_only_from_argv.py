@@ -91,7 +91,7 @@ class LocalRankOnlyFromArgv(Rule):
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None
         for c in opts:
-            dest = option_dest(c)
+            dest = option_dest(c, ctx.sem)
             if not dest:
                 continue
             use = None

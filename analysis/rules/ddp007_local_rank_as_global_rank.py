@@ -8,7 +8,7 @@ from ..registry import NoCase, Rule
 from ..flow.calls import call_args
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
-    LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind, rank_param_sinks, self_launched,
+    LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
     option_strings,
 )
 from ..flow.testing import is_test_file
@@ -76,7 +76,7 @@ class LocalRankAsGlobalRank(Rule):
         an, view = hub(ctx)
         found = []
         for val, node, what in global_rank_sinks(view):
-            kind, w = rank_kind(an, view, val, node)
+            kind, w = rank_kind_of(an, view, val, node)
             if kind == LOCAL:
                 found.append((node, what, w, None))
         for c in ctx.sem.calls:
@@ -89,7 +89,7 @@ class LocalRankAsGlobalRank(Rule):
                 continue
             for pname, a in call_args(c, tfn):
                 if pname in sinks:
-                    kind, w = rank_kind(an, view, a, c)
+                    kind, w = rank_kind_of(an, view, a, c)
                     if kind == LOCAL:
                         found.append((c, sinks[pname][2], w, (pname, sinks[pname])))
                         break
