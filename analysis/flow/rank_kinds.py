@@ -201,10 +201,10 @@ def local_rank_env_reads(view) -> list[ast.AST]:
     got = []
     sem = view.sem
     for c in sem.calls:
-        if env_key(view, c) in LOCAL_RANK_ENV or sem.call_qualname(c) == D + "get_node_local_rank":
+        if _reads_local(view, c) or sem.call_qualname(c) == D + "get_node_local_rank":
             got.append(c)
     for s in ast.walk(view.tree):  # once per module, and only for a module with a --local_rank option
-        if s.__class__ is ast.Subscript and isinstance(s.ctx, ast.Load) and env_key(view, s) in LOCAL_RANK_ENV:
+        if s.__class__ is ast.Subscript and isinstance(s.ctx, ast.Load) and _reads_local(view, s):
             got.append(s)
     memo["rank_kinds.env_reads"] = got
     return got
@@ -405,3 +405,44 @@ def rank_param_sinks(hub, view, fn, depth: int = 0) -> dict:
                         out.setdefault(p, inner[pname])
     memo[key] = out
     return out
+
+
+def _reads_local(view, e) -> bool:
+    """``e`` reads the environment with a local-rank key, or with a key it cannot tell (in doubt,
+    a read): a constant, a name bound to one, or the variable of a loop over constant keys
+    (``for v in ("LOCAL_RANK", "SLURM_LOCALID"): os.environ[v]``)."""
+    key = env_key(view, e)
+    if key is None:
+        return False
+    if key:
+        return key in LOCAL_RANK_ENV
+    k = e.slice if isinstance(e, ast.Subscript) else (e.args[0] if e.args else None)
+    keys = _key_values(view, k)
+    return keys is None or bool(keys & LOCAL_RANK_ENV)
+
+
+def _key_values(view, k) -> set | None:
+    from ..semantic import parent
+    from ..torch_api import constant_of
+
+    if k is None:
+        return None
+    c = constant_of(view.sem, k)
+    if c is not None:
+        return {c.value} if isinstance(c.value, str) else set()
+    if isinstance(k, ast.Name):
+        p = parent(k)
+        while p is not None:
+            if isinstance(p, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(p.target, ast.Name) \
+                    and p.target.id == k.id and isinstance(p.iter, (ast.Tuple, ast.List, ast.Set)):
+                vals = {x.value for x in p.iter.elts if isinstance(x, ast.Constant) and isinstance(x.value, str)}
+                return vals if len(vals) == len(p.iter.elts) else None
+            for g in getattr(p, "generators", ()) if isinstance(p, (ast.ListComp, ast.SetComp, ast.GeneratorExp,
+                                                                    ast.DictComp)) else ():
+                if isinstance(g.target, ast.Name) and g.target.id == k.id:
+                    if isinstance(g.iter, (ast.Tuple, ast.List, ast.Set)):
+                        vals = {x.value for x in g.iter.elts if isinstance(x, ast.Constant) and isinstance(x.value, str)}
+                        return vals if len(vals) == len(g.iter.elts) else None
+                    return None
+            p = parent(p)
+    return None
