@@ -281,6 +281,7 @@ _DEVICE_QNS = {"torch.cuda.set_device": "a CUDA device", "torch.device": "a devi
                "torch.cuda.device": "a CUDA device",
                "torch.nn.parallel.DistributedDataParallel": "the DDP device",
                D + "init_process_group": "`init_process_group`"}
+_DDP = "torch.nn.parallel.DistributedDataParallel"
 _THROUGH = (ast.List, ast.Tuple, ast.keyword, ast.FormattedValue, ast.JoinedStr, ast.BinOp)
 
 
@@ -371,19 +372,43 @@ def _bare_param(view, fn, expr) -> str | None:
     return expr.id if kind == "param" and isinstance(evs, FUNC_TYPES) and evs is fn else None
 
 
+def device_sinks(view) -> list:
+    """(value, call, what) for each expression of the module used as a CUDA device index
+    (``device_index_sites``)."""
+    memo = view.memo.get("rank_kinds.device_sinks")
+    if memo is not None:
+        return memo
+    sem = view.sem
+    out = [(site, c, "a CUDA device index") for c in sem.calls for site in device_index_sites(sem, c)]
+    view.memo["rank_kinds.device_sinks"] = out
+    return out
+
+
 def rank_param_sinks(hub, view, fn, depth: int = 0) -> dict:
     """parameter name -> (view, node, what) for each parameter of ``fn`` that reaches, as it
     stands, a place that takes the global rank (``global_rank_sinks``), in ``fn`` itself or through
     a project helper it passes the parameter to (a few calls deep, across modules)."""
+    return param_sinks(hub, view, fn, global_rank_sinks, depth)
+
+
+def device_param_sinks(hub, view, fn, depth: int = 0) -> dict:
+    """``rank_param_sinks`` for the places that take a CUDA device index (``device_sinks``)."""
+    return param_sinks(hub, view, fn, device_sinks, depth)
+
+
+def param_sinks(hub, view, fn, sinks_of, depth: int = 0) -> dict:
+    """parameter name -> (view, node, what) for each parameter of ``fn`` that reaches, as it
+    stands (through ``int()`` / ``str()``), one of ``sinks_of(view)`` in ``fn`` itself or through a
+    project helper it passes the parameter to (a few calls deep, across modules)."""
     # per check (on the hub): the answer names nodes of other modules
     memo = hub.__dict__.setdefault("_rank_param_sinks", {})
-    key = (id(view), id(fn), depth)
+    key = (id(view), id(fn), sinks_of.__name__, depth)
     if key in memo:
         return memo[key]
     memo[key] = {}
     out: dict = {}
     sem = view.sem
-    for val, node, what in global_rank_sinks(view):
+    for val, node, what in sinks_of(view):
         if sem.enclosing_function(node) is fn:
             p = _bare_param(view, fn, val)
             if p is not None:
@@ -395,7 +420,7 @@ def rank_param_sinks(hub, view, fn, depth: int = 0) -> dict:
             if target is None:
                 continue
             tv, tfn = target
-            inner = rank_param_sinks(hub, tv, tfn, depth + 1)
+            inner = param_sinks(hub, tv, tfn, sinks_of, depth + 1)
             if not inner:
                 continue
             for pname, a in call_args(c, tfn):
@@ -446,3 +471,64 @@ def _key_values(view, k) -> set | None:
                     return None
             p = parent(p)
     return None
+
+
+# -- where a value is used as a CUDA device index -----------------------------------------------------
+
+def device_index_sites(sem, call: ast.Call) -> list:
+    """The expressions ``call`` uses as a CUDA device index: ``set_device(i)``,
+    ``torch.cuda.device(i)``, ``torch.device("cuda", i)`` / ``torch.device(f"cuda:{i}")`` /
+    ``index=i``, DDP's ``device_ids=[i]`` / ``output_device=i``, ``.to(i)`` / ``.cuda(i)`` (also
+    ``"cuda:" + str(i)``)."""
+    f = call.func
+    qn = sem.call_qualname(call)
+    sites: list[ast.AST] = []
+    if qn in ("torch.cuda.set_device", "torch.cuda.device"):
+        a = get_arg(call, 0, "device")
+        if a is not None:
+            sites.append(a)
+    elif qn == "torch.device":
+        if len(call.args) >= 2:
+            if _is_cuda_str(call.args[0]):
+                sites.append(call.args[1])
+        elif call.args:
+            sites.extend(_device_string_sites(call.args[0]))
+            if not sites and not isinstance(call.args[0], (ast.Constant, ast.JoinedStr, ast.BinOp)):
+                sites.append(call.args[0])
+        idx = get_arg(call, None, "index")
+        if idx is not None:
+            sites.append(idx)
+    elif qn == _DDP:
+        ids = get_arg(call, 1, "device_ids")
+        if isinstance(ids, (ast.List, ast.Tuple)):
+            sites.extend(ids.elts)
+        od = get_arg(call, 2, "output_device")
+        if od is not None:
+            sites.append(od)
+    elif f.__class__ is ast.Attribute and f.attr in ("to", "cuda") and qn is None:
+        a = call.args[0] if call.args else get_arg(call, None, "device")
+        if a is not None:
+            if a.__class__ is ast.JoinedStr or a.__class__ is ast.BinOp:
+                sites.extend(_device_string_sites(a))
+            else:
+                sites.append(a)
+    return sites
+
+
+def _is_cuda_str(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "cuda"
+
+
+def _device_string_sites(node) -> list[ast.AST]:
+    """The index part of ``f"cuda:{r}"`` or ``"cuda:" + str(r)``."""
+    if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
+        head, val = node.values
+        if isinstance(head, ast.Constant) and head.value == "cuda:" and isinstance(val, ast.FormattedValue) \
+                and val.format_spec is None and val.conversion == -1:
+            return [val.value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Constant) \
+            and node.left.value == "cuda:":
+        r = node.right
+        if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == "str" and len(r.args) == 1:
+            return [r.args[0]]
+    return []
