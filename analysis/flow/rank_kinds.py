@@ -282,6 +282,10 @@ _DEVICE_QNS = {"torch.cuda.set_device": "a CUDA device", "torch.device": "a devi
                "torch.nn.parallel.DistributedDataParallel": "the DDP device",
                D + "init_process_group": "`init_process_group`"}
 _DDP = "torch.nn.parallel.DistributedDataParallel"
+# the accelerators whose device index counts the devices of one node (``torch_npu``, ``torch_mlu``
+# register ``torch.npu`` / ``torch.mlu``)
+_SET_DEVICE = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.xpu.set_device", "torch.npu.set_device",
+                         "torch.mlu.set_device", "torch.musa.set_device"})
 _THROUGH = (ast.List, ast.Tuple, ast.keyword, ast.FormattedValue, ast.JoinedStr, ast.BinOp)
 
 
@@ -476,14 +480,14 @@ def _key_values(view, k) -> set | None:
 # -- where a value is used as a CUDA device index -----------------------------------------------------
 
 def device_index_sites(sem, call: ast.Call) -> list:
-    """The expressions ``call`` uses as a CUDA device index: ``set_device(i)``,
+    """The expressions ``call`` uses as a device index: ``set_device(i)`` (CUDA, XPU, NPU, MLU, MUSA),
     ``torch.cuda.device(i)``, ``torch.device("cuda", i)`` / ``torch.device(f"cuda:{i}")`` /
     ``index=i``, DDP's ``device_ids=[i]`` / ``output_device=i``, ``.to(i)`` / ``.cuda(i)`` (also
     ``"cuda:" + str(i)``)."""
     f = call.func
     qn = sem.call_qualname(call)
     sites: list[ast.AST] = []
-    if qn in ("torch.cuda.set_device", "torch.cuda.device"):
+    if qn in _SET_DEVICE:
         a = get_arg(call, 0, "device")
         if a is not None:
             sites.append(a)
