@@ -52,6 +52,14 @@ class GlobalRankAsDevice(Rule):
     `parse_args()`, the `default=` of the one `add_argument("--rank", ...)` that defines it
     (`default=int(os.environ.get("RANK", 0))`).
 
+    A helper of another module of the project whose parameter is used, as it stands, as the device
+    (`def pin(local_rank): torch.cuda.set_device(local_rank)`, also a few helpers deep) is flagged at
+    the call that passes it the global rank (`pin(dist.get_rank())`, `build(self.rank)` with
+    `self.rank = int(os.environ["RANK"])`): the argument's kind and the parameter's use are value
+    flow (`flow/rank_kinds.py`), whatever the parameter is called. `set_device` of the other
+    accelerators whose index counts one node's devices (`torch.xpu`, `torch.npu`, `torch.mlu`,
+    `torch.musa`) counts like CUDA's.
+
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
     tests run on one node, where the global rank is the local rank.
