@@ -130,6 +130,8 @@ def _range(view, node):
 
 
 def _make_fix(ctx, call: ast.Call, default):
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return None  # ``**kwargs`` / ``*opts`` may hold a default or the other spelling already
     environ, imp = ctx.ref("os.environ")
     if default is None or (isinstance(default, ast.Constant) and default.value is None):
         new = f'int({environ}["LOCAL_RANK"]) if "LOCAL_RANK" in {environ} else None'
