@@ -28,7 +28,9 @@ class LocalRankOnlyFromArgv(Rule):
     The program is the file and the project modules it imports, transitively: an environment read
     in any of them (an `args.local_rank = int(os.environ["LOCAL_RANK"])` in a setup helper of
     another module) clears the option; a read of the option's value in any of them counts as a
-    use. Reads are found by value (the `os.environ` expressions of the code), never by a word in a
+    use. A module that imports this one is not part of what one check sees: a `LOCAL_RANK` read
+    only there leaves the finding (the option is usually declared where the script starts, with
+    the reads below it). Reads are found by value (the `os.environ` expressions of the code), never by a word in a
     comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
     launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
     launcher passes `--local_rank=N` itself. Test files are skipped.
