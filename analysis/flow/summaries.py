@@ -178,7 +178,8 @@ class Summaries(Roots):
 
     def call_sites(self, view, fn: ast.AST) -> list:
         """The calls of ``fn`` in its own module: by name for a module-level function, as
-        ``self.f(...)`` inside its class for a method, ``Cls(...)`` for ``__init__``."""
+        ``self.f(...)`` inside its class or ``Cls(...).f(...)`` for a method, ``Cls(...)`` for
+        ``__init__``."""
         memo = view.memo.setdefault("call_sites", {})
         got = memo.get(id(fn))
         if got is None:
@@ -194,6 +195,12 @@ class Summaries(Roots):
                         f = c.func
                         if isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Name) \
                                 and f.value.id == "self":
+                            got.append(c)
+                    # ``Cls(...).method(...)`` anywhere in the module: a fresh instance, this method
+                    for c in view.sem.calls:
+                        f = c.func
+                        if isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Call) \
+                                and isinstance(f.value.func, ast.Name) and f.value.func.id == p.name:
                             got.append(c)
             memo[id(fn)] = got
         return got

@@ -5,12 +5,15 @@ import os
 
 from ..model import Applicability, Severity
 from ..registry import NoCase, Rule
+from ..source import SourceText
 from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
 from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import bound_global_rank, global_rank_source, is_local_rank_expr
+from ..flow.calls import call_args
+from ..flow.rank_kinds import GLOBAL, device_index_sites, device_param_sinks, rank_kind_of
 from ..flow.testing import is_test_file
 from ..flow.wrappers import _by_callee
-from ._common import DDP_CLASS, D, _helper_context, device_call_index, resolve_helper
+from ._common import D, _helper_context, device_call_index, resolve_helper
 
 
 _MESSAGE = ("the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
@@ -48,6 +51,14 @@ class GlobalRankAsDevice(Rule):
     the function does not set it and `args` comes from
     `parse_args()`, the `default=` of the one `add_argument("--rank", ...)` that defines it
     (`default=int(os.environ.get("RANK", 0))`).
+
+    A helper of another module of the project whose parameter is used, as it stands, as the device
+    (`def pin(local_rank): torch.cuda.set_device(local_rank)`, also a few helpers deep) is flagged at
+    the call that passes it the global rank (`pin(dist.get_rank())`, `build(self.rank)` with
+    `self.rank = int(os.environ["RANK"])`): the argument's kind and the parameter's use are value
+    flow (`flow/rank_kinds.py`), whatever the parameter is called. `set_device` of the other
+    accelerators whose index counts one node's devices (`torch.xpu`, `torch.npu`, `torch.mlu`,
+    `torch.musa`) counts like CUDA's.
 
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
@@ -103,38 +114,7 @@ class GlobalRankAsDevice(Rule):
         # (the calls of the file that may take a device, found once per check for the device
         # rules; the rest of the file's calls hold no device argument read here)
         for call in device_call_index(ctx).device:
-            f = call.func
-            qn = ctx.qn(call)
-            sites: list[ast.AST] = []
-            if qn in ("torch.cuda.set_device", "torch.cuda.device"):
-                a = get_arg(call, 0, "device")
-                if a is not None:
-                    sites.append(a)
-            elif qn == "torch.device":
-                if len(call.args) >= 2:
-                    if _is_cuda_str(call.args[0]):
-                        sites.append(call.args[1])
-                elif call.args:
-                    sites.extend(_device_string_sites(call.args[0]))
-                    if not sites and not isinstance(call.args[0], (ast.Constant, ast.JoinedStr, ast.BinOp)):
-                        sites.append(call.args[0])
-                idx = get_arg(call, None, "index")
-                if idx is not None:
-                    sites.append(idx)
-            elif qn == DDP_CLASS:
-                ids = get_arg(call, 1, "device_ids")
-                if isinstance(ids, (ast.List, ast.Tuple)):
-                    sites.extend(ids.elts)
-                od = get_arg(call, 2, "output_device")
-                if od is not None:
-                    sites.append(od)
-            elif f.__class__ is ast.Attribute and f.attr in ("to", "cuda") and qn is None:
-                a = call.args[0] if call.args else get_arg(call, None, "device")
-                if a is not None:
-                    if a.__class__ is ast.JoinedStr or a.__class__ is ast.BinOp:
-                        sites.extend(_device_string_sites(a))
-                    else:
-                        sites.append(a)
+            sites = device_index_sites(sem, call)
             if not sites:
                 continue
             scope = sem.scope_of(call)
@@ -173,6 +153,46 @@ class GlobalRankAsDevice(Rule):
                     fix=_make_fix(ctx, site),
                 )
                 break
+        _helper_device_params(ctx)
+
+
+def _helper_device_params(ctx) -> None:
+    """The global rank passed to a helper of another module whose parameter is used there, as it
+    stands, as a CUDA device index (``def pin(local_rank): torch.cuda.set_device(local_rank)``,
+    ``pin(dist.get_rank())``): reported at the call. The argument's kind comes from
+    ``rank_kinds.rank_kind_of`` (its origins), the parameter's use from
+    ``rank_kinds.device_param_sinks`` (a few helpers deep)."""
+    from ..flow.modern import hub
+
+    an, view = hub(ctx)
+    for c in ctx.sem.calls:
+        if not c.args and not c.keywords:
+            continue
+        target = an.resolve_call(view, c)
+        if target is None or target[0] is view:
+            continue  # a helper of this file: its own device use follows the parameter back here
+        tv, tfn = target
+        sinks = device_param_sinks(an, tv, tfn)
+        if not sinks:
+            continue
+        for pname, a in call_args(c, tfn):
+            if pname not in sinks:
+                continue
+            kind, w = rank_kind_of(an, view, a, c)
+            if kind != GLOBAL:
+                continue
+            sv, snode, _what = sinks[pname]
+            here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
+                else None
+            rel = os.path.relpath(sv.path, here) if here and sv.path else sv.path
+            how = (f"`{ctx.text(a)}`, passed to `{tfn.name}()` as `{pname}`, which uses it as the device at "
+                   f"{rel}:{snode.lineno}")
+            related = [("file", sv.path, SourceText(sv.text).node_range(snode), "the parameter is the device here")]
+            wv, wnode = w
+            if wv is view and wnode is not a:
+                related.insert(0, (wnode, "the global rank comes from here"))
+            ctx.report(c, _MESSAGE.format(how=how), related=related, fix=_make_fix(ctx, a))
+            break
 
 
 def _global_rank(ctx, site, scope, depth: int):
@@ -699,25 +719,6 @@ def _param_filled_with_rank(ctx, fn, param: str, depth: int):
 
 def _is_env(ctx, node) -> bool:
     return isinstance(node, ast.Call) and ctx.qn(node) in ("os.environ.get", "os.getenv")
-
-
-def _is_cuda_str(node) -> bool:
-    return isinstance(node, ast.Constant) and node.value == "cuda"
-
-
-def _device_string_sites(node) -> list[ast.AST]:
-    """The index part of ``f"cuda:{r}"`` or ``"cuda:" + str(r)``."""
-    if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
-        head, val = node.values
-        if isinstance(head, ast.Constant) and head.value == "cuda:" and isinstance(val, ast.FormattedValue) \
-                and val.format_spec is None and val.conversion == -1:
-            return [val.value]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Constant) \
-            and node.left.value == "cuda:":
-        r = node.right
-        if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == "str" and len(r.args) == 1:
-            return [r.args[0]]
-    return []
 
 
 def _local_rank_name(ctx, site: ast.AST) -> str | None:

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import ast
+import os
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ..flow.modern import hub
+from ..flow.rank_kinds import (
+    local_rank_env_reads, local_rank_options, option_dest, option_strings, option_uses, program_views,
+    self_launched,
+)
+from ..flow.testing import is_test_file
+
+
+class LocalRankOnlyFromArgv(Rule):
+    """
+    ## What it does
+    Checks for a script whose local rank comes only from a `--local_rank` / `--local-rank`
+    command-line option (any `dest` spelling) whose default is not read from the environment, when
+    nothing in the program reads the `LOCAL_RANK` environment variable (`os.environ["LOCAL_RANK"]`,
+    `os.getenv("LOCAL_RANK")`, `SLURM_LOCALID`, `OMPI_COMM_WORLD_LOCAL_RANK`,
+    `dist.get_node_local_rank()`), and the option's value is used: as a device (`set_device`,
+    `torch.device`, `.to` / `.cuda`, DDP's `device_ids`), in `init_process_group`, or in a rank
+    test (`args.local_rank == 0`, `!= -1`).
+
+    The program is the file and the project modules it imports, transitively: an environment read
+    in any of them (an `args.local_rank = int(os.environ["LOCAL_RANK"])` in a setup helper of
+    another module) clears the option; a read of the option's value in any of them counts as a
+    use. A module that imports this one is not part of what one check sees: a `LOCAL_RANK` read
+    only there leaves the finding (the option is usually declared where the script starts, with
+    the reads below it). Reads are found by value (the `os.environ` expressions of the code), never by a word in a
+    comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
+    launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
+    launcher passes `--local_rank=N` itself. Test files are skipped.
+
+    ## Why is this bad?
+    `torchrun` (and `torch.distributed.run`, SLURM, mpirun) never pass `--local-rank`: they set
+    `LOCAL_RANK` in the environment. Every process keeps the option's default, so with `0` every
+    rank pins GPU 0 (all ranks on one GPU: out of memory, or NCCL's "Duplicate GPU detected"), and
+    with `-1` / `None` the script silently trains without `DistributedDataParallel` on each rank.
+    The deprecated `torch.distributed.launch` passes the option, but since torch 2.0 it spells it
+    `--local-rank`, which a parser that declares only `--local_rank` rejects:
+
+    ```
+    error: unrecognized arguments: --local-rank=0
+    ```
+
+    ## Example
+    ```python
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    ```
+
+    ## Use instead
+    ```python
+    parser.add_argument("--local_rank", "--local-rank", type=int,
+                        default=int(os.environ.get("LOCAL_RANK", 0)))
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    ```
+
+    ## Fix safety
+    The fix makes the default `int(os.environ.get("LOCAL_RANK", <old default>))` (for a `None`
+    default: `LOCAL_RANK` when it is set, else `None`), adding `import os` if needed, and adds the
+    other spelling (`--local-rank` or `--local_rank`) as a second option string when it is
+    missing. It is **unsafe**: under a launcher the script now uses the launcher's local rank
+    where it used the default, so a script that ran non-distributed with `-1` now joins the process
+    group (which is the intent, but changes what runs). Adding the second spelling alone would be
+    safe; it is part of the same edit.
+    """
+
+    code = "DDP006"
+    name = "local-rank-only-from-argv"
+    severity = Severity.ERROR
+    fix_availability = "always"
+    requires_text = ("--local_rank", "--local-rank")
+
+    def finish(self, ctx) -> None:
+        if is_test_file(ctx.filename):
+            return
+        opts = local_rank_options(ctx.sem)
+        if not opts:
+            return
+        an, view = hub(ctx)
+        program = program_views(an, view)
+        if any(local_rank_env_reads(v) for v in program) or self_launched(program):
+            return
+        if any(m.split(".", 1)[0] == "deepspeed" for v in program for m, _lvl, _a in v.imports.values()):
+            return  # the DeepSpeed launcher passes --local_rank=N
+        here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
+            else None
+        for c in opts:
+            dest = option_dest(c, ctx.sem)
+            if not dest:
+                continue
+            use = None
+            for v in program:  # the first use in the file itself, else in the first module that has one
+                got = option_uses(v, dest)
+                if got:
+                    n, how = min(got, key=lambda u: (u[0].lineno, u[0].col_offset))
+                    use = (v, n, how)
+                    break
+            if use is None:
+                continue
+            uv, node, how = use
+            spell = next(o for o in option_strings(c) if o in ("--local_rank", "--local-rank"))
+            default = get_arg(c, None, "default")
+            dtext = ctx.text(default) if default is not None else "None"
+            where = f"line {node.lineno}" if uv is view else \
+                f"{os.path.relpath(uv.path, here) if here and uv.path else uv.path}:{node.lineno}"
+            related = [(node, "the option's value is used here")] if uv is view else \
+                [("file", uv.path, _range(uv, node), "the option's value is used here")]
+            launch = "" if "--local-rank" in option_strings(c) else (
+                "; and since torch 2.0 `torch.distributed.launch` passes `--local-rank`, which this parser rejects")
+            ctx.report(
+                c,
+                f"the local rank comes only from `{spell}` (default `{dtext}`) and nothing reads `LOCAL_RANK`: "
+                f"torchrun never passes `--local-rank`, so every process keeps `{dtext}` (used as {how}, {where})"
+                f"{launch}. Default it to the environment's `LOCAL_RANK`",
+                related=related,
+                fix=_make_fix(ctx, c, default),
+            )
+
+
+def _range(view, node):
+    from ..source import SourceText
+
+    return SourceText(view.text).node_range(node)
+
+
+def _make_fix(ctx, call: ast.Call, default):
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return None  # ``**kwargs`` / ``*opts`` may hold a default or the other spelling already
+    environ, imp = ctx.ref("os.environ")
+    if default is None or (isinstance(default, ast.Constant) and default.value is None):
+        new = f'int({environ}["LOCAL_RANK"]) if "LOCAL_RANK" in {environ} else None'
+    else:
+        new = f'int({environ}.get("LOCAL_RANK", {ctx.text(default)}))'
+    edits = []
+    if default is not None:
+        edits.append(ctx.replace(default, new))
+    else:
+        last = call.keywords[-1] if call.keywords else call.args[-1]
+        edits.append(_insert_after_node(ctx, last, f", default={new}"))
+    opts = option_strings(call)
+    strs = [a for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if "--local-rank" not in opts:
+        edits.append(_insert_after_node(ctx, strs[-1], ', "--local-rank"'))
+    elif "--local_rank" not in opts:
+        edits.append(_insert_after_node(ctx, strs[-1], ', "--local_rank"'))
+    return ctx.fix(Applicability.UNSAFE, "Default the local rank to the environment's `LOCAL_RANK` "
+                   "and accept both spellings of the option", [*edits, *imp])
+
+
+def _insert_after_node(ctx, node, text: str):
+    from ..model import Edit, Range
+
+    end = ctx.src.node_range(node).end
+    return Edit(Range(end, end), text)

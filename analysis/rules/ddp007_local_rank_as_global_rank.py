@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import ast
+import os
+
+from ..model import Severity
+from ..registry import NoCase, Rule
+from ..flow.calls import call_args
+from ..flow.modern import hub
+from ..flow.rank_kinds import (
+    LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
+    option_strings,
+)
+from ..flow.testing import is_test_file
+
+
+class LocalRankAsGlobalRank(Rule):
+    """
+    ## What it does
+    Checks for the *local* rank (a process's place on its node) given where the *global* rank (its
+    place in the whole job) is required: `init_process_group(rank=...)`, `os.environ["RANK"] =
+    ...` (or `setdefault`), and a parameter of a project helper, in this module or another one,
+    that the helper passes on to one of those (`setup(rank=local_rank)` with `def setup(rank):
+    dist.init_process_group(..., rank=rank)`).
+
+    The kind of a value is read from where it comes from, never from its name: the local rank is
+    the environment's `LOCAL_RANK` / `SLURM_LOCALID` / `OMPI_COMM_WORLD_LOCAL_RANK`,
+    `dist.get_node_local_rank()`, or a `--local_rank` / `--local-rank` command-line option,
+    followed through assignments, tuple unpacking, `int(...)`, conditional expressions,
+    `args.<attr>` stores and argparse defaults, `self` attributes, parameters filled at their
+    calls and returns of project helpers. A value that may also be something else (arithmetic
+    such as `node_rank * gpus + local_rank`, the index `mp.spawn` passes) is not flagged; constant
+    fallbacks (`0` when not distributed) are neutral.
+
+    Only programs that can span nodes are checked. A program (the file and the project modules
+    it imports) that starts its own processes with `mp.spawn` (the spawn index is the global rank
+    on its one node), or that fixes its rendezvous on the loopback address
+    (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method="tcp://127.0.0.1:..."`) has one node by
+    construction and is not flagged. Test files are skipped.
+
+    ## Why is this bad?
+    On one node the local rank equals the global rank, so the script works. On two nodes every
+    node's processes claim ranks `0..nproc-1`: two processes join as rank 0, the rendezvous
+    rejects or hangs (`RuntimeError: ... rank 0 already joined`, or a timeout), or the ranks of the
+    second node silently duplicate the first node's shards.
+
+    ## Example
+    ```python
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl", rank=local_rank, world_size=int(os.environ["WORLD_SIZE"]))
+    ```
+
+    ## Use instead
+    ```python
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl", rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]))
+    torch.cuda.set_device(local_rank)
+    ```
+
+    ## Fix safety
+    No fix is offered: the global rank has to come from the launcher (`RANK`, `SLURM_PROCID`) or be
+    computed (`node_rank * gpus_per_node + local_rank`), and which one the script's launch uses is
+    not visible in the code.
+    """
+
+    code = "DDP007"
+    name = "local-rank-as-global-rank"
+    severity = Severity.ERROR
+    # any spelling of a rank (the value, the sink, a helper's parameter), SLURM's local id
+    requires_text = (NoCase("rank"), "SLURM_LOCALID")
+
+    def finish(self, ctx) -> None:
+        if is_test_file(ctx.filename):
+            return  # multi-process tests run on one node: the local rank is the global rank
+        an, view = hub(ctx)
+        found = []
+        for val, node, what in global_rank_sinks(view):
+            kind, w = rank_kind_of(an, view, val, node)
+            if kind == LOCAL:
+                found.append((node, what, w, None))
+        for c in ctx.sem.calls:
+            target = an.resolve_call(view, c)
+            if target is None or target[0] is view:
+                continue  # a helper of this module: its own sink follows the argument back here
+            tv, tfn = target
+            sinks = rank_param_sinks(an, tv, tfn)
+            if not sinks:
+                continue
+            for pname, a in call_args(c, tfn):
+                if pname in sinks:
+                    kind, w = rank_kind_of(an, view, a, c)
+                    if kind == LOCAL:
+                        found.append((c, sinks[pname][2], w, (pname, sinks[pname])))
+                        break
+        if not found:
+            return
+        program = program_views(an, view)
+        if self_launched(program) is not None or loopback_rendezvous(program) is not None:
+            return
+        here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
+            else None
+        for node, what, (wv, wnode), through in found:
+            src = _where(ctx, view, here, wv, wnode)
+            via = ""
+            related = []
+            if wv is view and wnode is not node:
+                related.append((wnode, "the local rank comes from here"))
+            elif wv is not view:
+                related.append(("file", wv.path, _range(wv, wnode), "the local rank comes from here"))
+            if through is not None:
+                pname, (sv, snode, _what) = through
+                via = f" through the helper's parameter `{pname}` ({_where(ctx, view, here, sv, snode, text=False)})"
+                related.append(("file", sv.path, _range(sv, snode), "the helper passes it on here"))
+            ctx.report(
+                node,
+                f"the local rank ({src}) is given as the global rank to {what}{via}: on a second node its "
+                f"processes claim the same ranks as the first node's (two rank 0s: the rendezvous fails or "
+                f"hangs). Use the global rank (`RANK`, `dist.get_rank()`, or `node_rank * gpus_per_node + "
+                f"local_rank`)",
+                related=related,
+            )
+
+
+def _where(ctx, view, here, v, node, text: bool = True) -> str:
+    from ..source import SourceText
+
+    seg = ""
+    if text:
+        src = ctx.src if v is view else SourceText(v.text)
+        opt = next((o for o in option_strings(node) if o in LOCAL_RANK_OPTIONS), None) \
+            if isinstance(node, ast.Call) else None
+        seg = f"the `{opt}` option" if opt else src.segment(node)
+        seg = f"{seg}, " if opt else (f"`{seg}`, " if len(seg) <= 60 and "\n" not in seg else "")
+    if v is view:
+        return f"{seg}line {node.lineno}"
+    rel = os.path.relpath(v.path, here) if here and v.path else v.path
+    return f"{seg}{rel}:{node.lineno}"
+
+
+def _range(v, node):
+    from ..source import SourceText
+
+    return SourceText(v.text).node_range(node)
