@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
-from .placement import bypass_texts, finished_past, left_loop
+from .placement import bypass_texts, finished_past, left_loop, subset_new_group
 from .placement import went_past as _went_past
 from .placement import where as _where
 from .states import (
@@ -375,9 +375,13 @@ def mismatches(b: Builder) -> None:
         text, rels = bypass_texts(b, bys, past_rs, pop, pfr)
         parts.append(text)
         related.extend(rels)
+    all_rs = [r for _, rs in ordered for r in rs]
+    ng = subset_new_group(b) if any(states[r].op == "new_group" for r in all_rs) else None
+    if ng is not None:
+        parts.append(ng[0])
+        related.extend(ng[1])
     if others and fps:
         parts.append(f"torch saw {mismatch_facts(fps)}")
-    all_rs = [r for _, rs in ordered for r in rs]
     hint = None
     guard = b.src.rank_guard(pfr)
     if guard is None and went_past is not None:
@@ -417,12 +421,17 @@ def mismatches(b: Builder) -> None:
         details["hint"] = ("one side is DDP's own gradient all-reduce in backward(): a collective that only "
                            "some ranks run between forward and backward (logging a metric under a rank "
                            "condition) meets it; run it on every rank, or after the optimizer step")
+    if ng is not None:
+        details["hint"], details["static_rule"] = NEW_GROUP_HINT, "DDP104"
     t = min((states[r].t for r in all_rs if states[r].t), default=None)
     b.add(t, b.finding("DDP902", pfr, ", ".join(parts), all_rs, related, details))
     b.explained.update(all_rs)
 
 
 _P2P = {"send", "recv", "isend", "irecv"}
+NEW_GROUP_HINT = ("call new_group() on every rank, in the same order and outside any rank condition, even on "
+                  "the ranks left out of the new group (they get a non-member handle), and use the group under "
+                  "the condition instead (static rule DDP104, which `ddp-lint check` reports without running)")
 
 
 def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
@@ -536,8 +545,13 @@ def early_exits(b: Builder) -> None:
                    "os._exit": "called os._exit"}.get(s.via or "", "exited")
             where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
             message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
-            left = left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
-            if left is None and s.via == "return":
+            ng = subset_new_group(b) if s.via == "return" else None
+            if ng is not None:
+                message += ": " + ng[0]
+                rel_list.extend(ng[1])
+                static = (NEW_GROUP_HINT, "DDP104")
+            left = left_loop(b, r, s, texts, rel_list) if s.via == "return" and ng is None else None
+            if left is None and s.via == "return" and ng is None:
                 left = finished_past(b, r, s, rel_list)
             if left is not None:
                 message, site = left
@@ -623,13 +637,19 @@ def hangs(b: Builder) -> None:
             message += f"; {roots[0]}"
         if texts:
             message += "; " + "; ".join(texts)
+        ng = subset_new_group(b) if op == "new_group" else None
+        if ng is not None:
+            message += ": " + ng[0]
+            related.extend(ng[1])
         details = {"timeout": timeout,
                    "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term
                               for r in sorted(rs + ([r2 for (oop, _), ors in others if oop is not None for r2 in ors]
                                                     if running else []))},
                    "state": "running" if op is None else "in-collective"}
         ws = world_size_hint(fr, b.src, len(states))
-        if ws:
+        if ng is not None:
+            details["hint"], details["static_rule"] = NEW_GROUP_HINT, "DDP104"
+        elif ws:
             details["hint"] = ws
         elif roots:
             details["hint"], details["static_rule"] = roots[1], "DDP108"
