@@ -704,6 +704,9 @@ def silent_divergences(b: Builder) -> None:
             continue  # its replicas diverging (DDP906) is this finding's consequence, not a second one
         if len(per_rank) < 2 or len({ev.get("when") for ev in per_rank.values()}) > 1:
             continue
+        if any(ev.get("manual") for ev in per_rank.values()):
+            _manual_divergence(b, idx, site, per_rank)
+            continue
         ranks_sorted = sorted(per_rank)
         first, differ = None, []
         for name, h in per_rank[ranks_sorted[0]]["params"]:
@@ -722,6 +725,50 @@ def silent_divergences(b: Builder) -> None:
                            "the same all-reduced gradients: look for rank-dependent updates (an optimizer step or "
                            "a parameter change outside the DDP forward/backward, a buffer, no_sync())"}
         b.add(None, b.finding("DDP906", site, msg, ranks_sorted, (), details, severity=Severity.WARNING))
+
+
+def _manual_divergence(b: Builder, idx: int, site: Frame, per_rank: dict[int, dict]) -> None:
+    """A module the script keeps in step by all-reducing its gradients by hand (shim_checks.py): its
+    parameters whose gradients were all-reduced must be equal on the ranks of the group they were
+    reduced over, as a DDP model's replicas are (DDP906). Parameters never reduced (a model-parallel
+    shard) were not recorded."""
+    buckets: dict[tuple, dict[int, str]] = {}  # (parameter, its group's ranks or None) -> rank -> checksum
+    order: list[str] = []
+    for r, ev in sorted(per_rank.items()):
+        groups = ev.get("groups") if isinstance(ev.get("groups"), dict) else {}
+        for item in ev.get("params") or []:
+            if not (isinstance(item, list) and len(item) == 2):
+                continue
+            name, h = item
+            g = groups.get(name)
+            if g == "?":
+                continue  # a group this rank could not name: not compared
+            key = (name, tuple(g) if isinstance(g, list) else None)
+            if key[1] is not None and r not in key[1]:
+                continue
+            buckets.setdefault(key, {})[r] = h
+            if name not in order:
+                order.append(name)
+    for name in order:
+        for (n, g), per in buckets.items():
+            if n != name or len(per) < 2 or len(set(per.values())) < 2:
+                continue
+            rs = sorted(per)
+            ref = per[rs[0]]
+            differ = [r for r in rs[1:] if per[r] != ref]
+            when = {"end": "at the end of the script", "destroy_process_group": "at destroy_process_group()"}.get(
+                per_rank[rs[0]].get("when"), "at the end")
+            msg = (f"the script all-reduces this module's gradients by hand (manual data parallelism, no DDP), but "
+                   f"its parameters diverged: {name!r} differs between {rank_list([rs[0]])} and {rank_list(differ)} "
+                   f"{when}; averaged gradients keep replicas equal only if they start equal")
+            details = {"model": idx, "parameter": name, "manual": True, "when": per_rank[rs[0]].get("when"),
+                       "group": list(g) if g else None,
+                       "hint": "start every rank from the same weights: seed every rank the same before building "
+                               "the model, or broadcast the parameters from rank 0 once "
+                               "(`for p in model.parameters(): dist.broadcast(p.data, src=0)`); or wrap the model in "
+                               "DistributedDataParallel, which broadcasts them and averages the gradients"}
+            b.add(None, b.finding("DDP906", site, msg, rs, (), details, severity=Severity.WARNING))
+            return
 
 
 def _exit_rule(message: str) -> tuple[str, str]:

@@ -456,7 +456,7 @@ def _load_checks():
 
 
 def _install_checks(torch, c10d):
-    _load_checks().install(torch, c10d, _caller_site, _log_event)
+    _load_checks().install(torch, c10d, _caller_site, _log_event, _PRE_COLLECTIVE_HOOKS)
 
 
 def _patch_ddp_logger(dist):
