@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
+from .hints import missing_file_hint, with_rule
 from .placement import bypass_texts, finished_past, left_loop, subset_new_group
 from .placement import went_past as _went_past
 from .placement import where as _where
@@ -499,7 +500,11 @@ def failures(b: Builder) -> None:
         elif kind == "crash":
             details["stacks"] = {str(r): b.ranks[r].stack_fatal for r in rs}
         hint = _hint("DDP901", s0, b.src)
-        if hint:
+        missing = missing_file_hint(b, rs) if not hint else None
+        if missing is not None:
+            details["hint"] = missing[0]
+            rel_list.extend(missing[1])
+        elif hint:
             details["hint"] = hint[0]
             if hint[1]:
                 details["static_rule"] = hint[1]
@@ -856,9 +861,10 @@ def _hint(code: str, st: RankState, src: Sources):
     ex0 = st.exception or {}
     if (ex0.get("extra") or {}).get("kind") == "invalid-device-ordinal" or \
             "invalid device ordinal" in (ex0.get("message") or ""):
-        return ("a device index past this node's GPUs: index devices with the rank on this node, "
-                "int(os.environ['LOCAL_RANK']), not the global rank (dist.get_rank() / RANK), "
-                "which goes past torch.cuda.device_count() from the second node on", None)
+        return with_rule(("a device index past this node's GPUs: index devices with the rank on this node, "
+                          "int(os.environ['LOCAL_RANK']), not the global rank (dist.get_rank() / RANK), "
+                          "which goes past torch.cuda.device_count() from the second node on", None),
+                         [st.script, st.site.file if st.site else None], "DDP003")
     script_lines = src.lines(st.script) if st.script else None
     if code == "DDP905" and script_lines and _LOCAL_RANK_DEFAULT_RE.search("\n".join(script_lines)):
         return ("--local_rank defaults to 0 on every rank: torchrun sets LOCAL_RANK in the environment and does "
@@ -873,8 +879,9 @@ def _hint(code: str, st: RankState, src: Sources):
         return ("torchrun does not pass --local_rank (only the old torch.distributed.launch did): read the "
                 "local rank from the environment, int(os.environ['LOCAL_RANK'])", None)
     if _UNUSED_RE.search(msg):
-        return ("every parameter of a DDP model must get a gradient in every iteration: use them all in "
-                "forward() and in the loss, or pass find_unused_parameters=True to DistributedDataParallel", None)
+        return with_rule(("every parameter of a DDP model must get a gradient in every iteration: use them all in "
+                          "forward() and in the loss, or pass find_unused_parameters=True to DistributedDataParallel",
+                          None), [st.script, st.site.file if st.site else None], "DDP209")
     if re.search(r"No backend type associated with device type cpu", msg):
         return ("an NCCL process group only takes CUDA tensors: move the tensor to the rank's GPU first, or "
                 "use a gloo group for CPU tensors (static rule DDP105)", "DDP105")
