@@ -89,7 +89,8 @@ def test_diff_writes_nothing(work):
 
 def test_unsafe_fixes_only_on_request(tmp_path):
     f = tmp_path / "s.py"
-    f.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\ndist.barrier()\n")
+    f.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+                 "out = [None, None]\ndist.all_gather_object(out, 1)\n")
     r = run("check", "--fix", str(f))
     assert r.returncode == 1 and "hidden fix" in r.stdout
     assert "set_device" not in f.read_text()

@@ -24,7 +24,6 @@ class NcclWithoutSetDevice(Rule):
 
     - the object collectives (`all_gather_object`, `gather_object`, `scatter_object_list`, and
       `broadcast_object_list` / `send_object_list` / `recv_object_list` without `device=`);
-    - `barrier()` without `device_ids` when `init_process_group` got no `device_id`;
     - `.cuda()` without an index, `.to("cuda")`, `device="cuda"`, `torch.device("cuda")`,
       `torch.cuda.current_device()` used as a value;
     - tensor collectives on such tensors, and `DistributedDataParallel(model)` on such a module,
@@ -32,7 +31,13 @@ class NcclWithoutSetDevice(Rule):
 
     It also checks the order when the file does pin the device: a call of the kinds above that runs
     after the NCCL `init_process_group` and before `torch.cuda.set_device(...)` in the same function
-    (the dataset-download `barrier()` placed above the pin) is reported at that call.
+    (the dataset-download `all_gather_object` placed above the pin) is reported at that call.
+
+    A `barrier()` is not one of these calls. In torch 2.13, ProcessGroupNCCL runs it on
+    `device_ids[0]` if given, else on the `device_id` bound by `init_process_group`, else on the
+    first device the group's earlier collectives used, else on GPU `global rank % device count`
+    (one GPU per rank of a node). It lands on cuda:0 on every rank only after collectives that
+    already ran there, and those collectives are reported.
 
     The backend is NCCL when it is spelled `"nccl"` (also in a `"cpu:gloo,cuda:nccl"` string or an
     if-expression), `dist.Backend.NCCL`, a name bound to one, or an argparse option of the file
@@ -43,9 +48,7 @@ class NcclWithoutSetDevice(Rule):
     (`rank, world = init_distributed()` from `utils/dist.py`): when that helper (or one it calls)
     runs `init_process_group` with an NCCL backend and its module never mentions pinning a device
     (`set_device`, `CUDA_VISIBLE_DEVICES`, `device_id`, a device mesh), the finding is reported at
-    the helper call, with the helper's `init_process_group` as a related location. There, only the
-    object collectives and the current-device uses count, not a bare `barrier()`: torch versions
-    before 2.x ran it on the device of the group's earlier collectives.
+    the helper call, with the helper's `init_process_group` as a related location.
 
     A group of one process (`init_process_group(..., world_size=1)`, a literal or a name bound
     once to one) is not flagged: its only rank has cuda:0 to itself.
@@ -69,10 +72,6 @@ class NcclWithoutSetDevice(Rule):
     RuntimeError: NCCL error ... invalid usage ... ncclInvalidUsage: This usually reflects invalid
     usage of NCCL library ... (Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...)
     ```
-
-    A `barrier()` before any pin and before any other collective guesses its GPU from the global
-    rank, and PyTorch warns: "using GPU 0 to perform barrier as devices used by this process are
-    currently unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect."
 
     `init_process_group(device_id=...)` alone does not help the object collectives or `.cuda()`:
     they still use `torch.cuda.current_device()`. `torch.cuda.synchronize()` does not help either.
@@ -140,12 +139,10 @@ class NcclWithoutSetDevice(Rule):
         for c in ctx.dist_calls(*OBJECT_COLLECTIVES_WITH_DEVICE):
             if not has_kwarg(c, "device"):
                 affected.append((c, f"`{_short(ctx, c)}` without `device=` uses the current CUDA device"))
-        # a group made by a helper: only the calls that use the current device whatever torch
-        # version runs them (older versions ran a barrier on the device of earlier collectives)
-        if not made_by and not any(has_kwarg(i, "device_id") for i in nccl_inits):
-            for c in ctx.dist_calls("barrier"):
-                if not has_kwarg(c, "device_ids"):
-                    affected.append((c, "`barrier()` without `device_ids` uses the current CUDA device"))
+        # no `barrier()`: torch 2.13's ProcessGroupNCCL runs it on device_ids[0], else the bound
+        # device_id, else the first device this group's collectives used, else global rank %
+        # device count (a GPU of its own per rank of a node); on cuda:0 only after collectives
+        # that used cuda:0, and those are reported themselves (docs/emulation.md, same order)
         uses = current_device_uses(ctx, eager_only=False)
         # a collective or DDP(...) fed by a device use comes after that use in the message
         derived = {id(n) for n, _ in uses if isinstance(n, ast.Call) and (ctx.qn(n) or "").startswith(
@@ -412,7 +409,7 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 def _report_before_pin(ctx, nccl_inits) -> None:
     """The file pins the device, but a call that uses the current device runs after the NCCL init
-    and before the pin, in the same function (the dataset-download ``barrier()`` placed above
+    and before the pin, in the same function (the ``all_gather_object`` placed above
     ``torch.cuda.set_device(local_rank)``)."""
     sem = ctx.sem
     pins = [c for c in sem.calls_to("torch.cuda.set_device")]
@@ -431,11 +428,7 @@ def _report_before_pin(ctx, nccl_inits) -> None:
         for c in ctx.dist_calls(*OBJECT_COLLECTIVES_WITH_DEVICE):
             if not has_kwarg(c, "device"):
                 cands.append((c, "uses the current CUDA device"))
-        if not has_kwarg(init, "device_id"):
-            for c in ctx.dist_calls("barrier"):
-                if not has_kwarg(c, "device_ids"):
-                    cands.append((c, "guesses its GPU from the global rank (torch warns: 'using GPU N to "
-                                     "perform barrier as devices used by this process are currently unknown')"))
+        # (a `barrier()` before the pin is not one: it picks its GPU as in `finish`)
         for node, _ in current_device_uses(ctx, eager_only=True):
             if isinstance(node, ast.Call) and ctx.qn(node) in (DDP_CLASS,) or \
                     isinstance(node, ast.Call) and (ctx.qn(node) or "").startswith(D):

@@ -61,7 +61,11 @@ class CollectiveUnderRankGuard(Rule):
     collective under a condition of its own elsewhere in the function. A collective that every
     rank makes is no counterpart: `if rank == 0: validate(ddp_model)` beside the training forward,
     or `if is_main: export()` (which ends in `synchronize()`) before a `synchronize()` on every
-    rank, leaves rank 0 with one collective more than the others.
+    rank, leaves rank 0 with one collective more than the others. The same holds for `new_group`
+    (paired by call order on every rank): `if rank == 0: new_group([0])` followed by a
+    `new_group([0, 1])` on every rank leaves rank 0 with one more, and it then waits in its second
+    one forever. A `new_group(..., use_local_synchronization=True)` is made by its members only and
+    is not reported.
 
     Collectives hidden in the modern stack count the same way (the table is
     `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
@@ -209,7 +213,12 @@ class CollectiveUnderRankGuard(Rule):
             # the other ranks make the same collective elsewhere in this function (a call not
             # under this same guard): stay silent
             n, by_key = groups[(qn, scope)]
-            if n > by_key[key]:
+            others = n - by_key[key]
+            if op == "new_group":
+                # new_group pairs by call order: an unguarded one runs on the guarded ranks too, so
+                # they still make one more; only a call under another guard can balance this one
+                others = sum(v for k2, v in by_key.items() if k2 != key)
+            if others > 0:
                 continue
             if helpers.elsewhere(c, op, scope, key):
                 continue

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ..model import Finding, Range, Related, Severity
 from ..registry import get_rule
-from .placement import bypass_texts, finished_past, left_loop
+from .hints import missing_file_hint, with_rule
+from .placement import bypass_texts, finished_past, left_loop, subset_new_group
 from .placement import went_past as _went_past
 from .placement import where as _where
 from .states import (
@@ -375,9 +376,13 @@ def mismatches(b: Builder) -> None:
         text, rels = bypass_texts(b, bys, past_rs, pop, pfr)
         parts.append(text)
         related.extend(rels)
+    all_rs = [r for _, rs in ordered for r in rs]
+    ng = subset_new_group(b) if any(states[r].op == "new_group" for r in all_rs) else None
+    if ng is not None:
+        parts.append(ng[0])
+        related.extend(ng[1])
     if others and fps:
         parts.append(f"torch saw {mismatch_facts(fps)}")
-    all_rs = [r for _, rs in ordered for r in rs]
     hint = None
     guard = b.src.rank_guard(pfr)
     if guard is None and went_past is not None:
@@ -417,12 +422,17 @@ def mismatches(b: Builder) -> None:
         details["hint"] = ("one side is DDP's own gradient all-reduce in backward(): a collective that only "
                            "some ranks run between forward and backward (logging a metric under a rank "
                            "condition) meets it; run it on every rank, or after the optimizer step")
+    if ng is not None:
+        details["hint"], details["static_rule"] = NEW_GROUP_HINT, "DDP104"
     t = min((states[r].t for r in all_rs if states[r].t), default=None)
     b.add(t, b.finding("DDP902", pfr, ", ".join(parts), all_rs, related, details))
     b.explained.update(all_rs)
 
 
 _P2P = {"send", "recv", "isend", "irecv"}
+NEW_GROUP_HINT = ("call new_group() on every rank, in the same order and outside any rank condition, even on "
+                  "the ranks left out of the new group (they get a non-member handle), and use the group under "
+                  "the condition instead (static rule DDP104, which `ddp-lint check` reports without running)")
 
 
 def _failure_groups(b: Builder) -> dict[tuple, list[int]]:
@@ -490,7 +500,11 @@ def failures(b: Builder) -> None:
         elif kind == "crash":
             details["stacks"] = {str(r): b.ranks[r].stack_fatal for r in rs}
         hint = _hint("DDP901", s0, b.src)
-        if hint:
+        missing = missing_file_hint(b, rs) if not hint else None
+        if missing is not None:
+            details["hint"] = missing[0]
+            rel_list.extend(missing[1])
+        elif hint:
             details["hint"] = hint[0]
             if hint[1]:
                 details["static_rule"] = hint[1]
@@ -536,8 +550,13 @@ def early_exits(b: Builder) -> None:
                    "os._exit": "called os._exit"}.get(s.via or "", "exited")
             where = "here" if s.via != "return" else ("after its last collective here" if s.collectives else "here")
             message = f"{rank_list([r])} {how} (status {s.exit_code}) {where} while " + "; ".join(texts)
-            left = left_loop(b, r, s, texts, rel_list) if s.via == "return" else None
-            if left is None and s.via == "return":
+            ng = subset_new_group(b) if s.via == "return" else None
+            if ng is not None:
+                message += ": " + ng[0]
+                rel_list.extend(ng[1])
+                static = (NEW_GROUP_HINT, "DDP104")
+            left = left_loop(b, r, s, texts, rel_list) if s.via == "return" and ng is None else None
+            if left is None and s.via == "return" and ng is None:
                 left = finished_past(b, r, s, rel_list)
             if left is not None:
                 message, site = left
@@ -623,13 +642,19 @@ def hangs(b: Builder) -> None:
             message += f"; {roots[0]}"
         if texts:
             message += "; " + "; ".join(texts)
+        ng = subset_new_group(b) if op == "new_group" else None
+        if ng is not None:
+            message += ": " + ng[0]
+            related.extend(ng[1])
         details = {"timeout": timeout,
                    "stacks": {str(r): b.ranks[r].stack_usr1 or b.ranks[r].stack_term
                               for r in sorted(rs + ([r2 for (oop, _), ors in others if oop is not None for r2 in ors]
                                                     if running else []))},
                    "state": "running" if op is None else "in-collective"}
         ws = world_size_hint(fr, b.src, len(states))
-        if ws:
+        if ng is not None:
+            details["hint"], details["static_rule"] = NEW_GROUP_HINT, "DDP104"
+        elif ws:
             details["hint"] = ws
         elif roots:
             details["hint"], details["static_rule"] = roots[1], "DDP108"
@@ -684,6 +709,9 @@ def silent_divergences(b: Builder) -> None:
             continue  # its replicas diverging (DDP906) is this finding's consequence, not a second one
         if len(per_rank) < 2 or len({ev.get("when") for ev in per_rank.values()}) > 1:
             continue
+        if any(ev.get("manual") for ev in per_rank.values()):
+            _manual_divergence(b, idx, site, per_rank)
+            continue
         ranks_sorted = sorted(per_rank)
         first, differ = None, []
         for name, h in per_rank[ranks_sorted[0]]["params"]:
@@ -702,6 +730,50 @@ def silent_divergences(b: Builder) -> None:
                            "the same all-reduced gradients: look for rank-dependent updates (an optimizer step or "
                            "a parameter change outside the DDP forward/backward, a buffer, no_sync())"}
         b.add(None, b.finding("DDP906", site, msg, ranks_sorted, (), details, severity=Severity.WARNING))
+
+
+def _manual_divergence(b: Builder, idx: int, site: Frame, per_rank: dict[int, dict]) -> None:
+    """A module the script keeps in step by all-reducing its gradients by hand (shim_checks.py): its
+    parameters whose gradients were all-reduced must be equal on the ranks of the group they were
+    reduced over, as a DDP model's replicas are (DDP906). Parameters never reduced (a model-parallel
+    shard) were not recorded."""
+    buckets: dict[tuple, dict[int, str]] = {}  # (parameter, its group's ranks or None) -> rank -> checksum
+    order: list[str] = []
+    for r, ev in sorted(per_rank.items()):
+        groups = ev.get("groups") if isinstance(ev.get("groups"), dict) else {}
+        for item in ev.get("params") or []:
+            if not (isinstance(item, list) and len(item) == 2):
+                continue
+            name, h = item
+            g = groups.get(name)
+            if g == "?":
+                continue  # a group this rank could not name: not compared
+            key = (name, tuple(g) if isinstance(g, list) else None)
+            if key[1] is not None and r not in key[1]:
+                continue
+            buckets.setdefault(key, {})[r] = h
+            if name not in order:
+                order.append(name)
+    for name in order:
+        for (n, g), per in buckets.items():
+            if n != name or len(per) < 2 or len(set(per.values())) < 2:
+                continue
+            rs = sorted(per)
+            ref = per[rs[0]]
+            differ = [r for r in rs[1:] if per[r] != ref]
+            when = {"end": "at the end of the script", "destroy_process_group": "at destroy_process_group()"}.get(
+                per_rank[rs[0]].get("when"), "at the end")
+            msg = (f"the script all-reduces this module's gradients by hand (manual data parallelism, no DDP), but "
+                   f"its parameters diverged: {name!r} differs between {rank_list([rs[0]])} and {rank_list(differ)} "
+                   f"{when}; averaged gradients keep replicas equal only if they start equal")
+            details = {"model": idx, "parameter": name, "manual": True, "when": per_rank[rs[0]].get("when"),
+                       "group": list(g) if g else None,
+                       "hint": "start every rank from the same weights: seed every rank the same before building "
+                               "the model, or broadcast the parameters from rank 0 once "
+                               "(`for p in model.parameters(): dist.broadcast(p.data, src=0)`); or wrap the model in "
+                               "DistributedDataParallel, which broadcasts them and averages the gradients"}
+            b.add(None, b.finding("DDP906", site, msg, rs, (), details, severity=Severity.WARNING))
+            return
 
 
 def _exit_rule(message: str) -> tuple[str, str]:
@@ -789,9 +861,10 @@ def _hint(code: str, st: RankState, src: Sources):
     ex0 = st.exception or {}
     if (ex0.get("extra") or {}).get("kind") == "invalid-device-ordinal" or \
             "invalid device ordinal" in (ex0.get("message") or ""):
-        return ("a device index past this node's GPUs: index devices with the rank on this node, "
-                "int(os.environ['LOCAL_RANK']), not the global rank (dist.get_rank() / RANK), "
-                "which goes past torch.cuda.device_count() from the second node on", None)
+        return with_rule(("a device index past this node's GPUs: index devices with the rank on this node, "
+                          "int(os.environ['LOCAL_RANK']), not the global rank (dist.get_rank() / RANK), "
+                          "which goes past torch.cuda.device_count() from the second node on", None),
+                         [st.script, st.site.file if st.site else None], "DDP003")
     script_lines = src.lines(st.script) if st.script else None
     if code == "DDP905" and script_lines and _LOCAL_RANK_DEFAULT_RE.search("\n".join(script_lines)):
         return ("--local_rank defaults to 0 on every rank: torchrun sets LOCAL_RANK in the environment and does "
@@ -806,8 +879,9 @@ def _hint(code: str, st: RankState, src: Sources):
         return ("torchrun does not pass --local_rank (only the old torch.distributed.launch did): read the "
                 "local rank from the environment, int(os.environ['LOCAL_RANK'])", None)
     if _UNUSED_RE.search(msg):
-        return ("every parameter of a DDP model must get a gradient in every iteration: use them all in "
-                "forward() and in the loss, or pass find_unused_parameters=True to DistributedDataParallel", None)
+        return with_rule(("every parameter of a DDP model must get a gradient in every iteration: use them all in "
+                          "forward() and in the loss, or pass find_unused_parameters=True to DistributedDataParallel",
+                          None), [st.script, st.site.file if st.site else None], "DDP209")
     if re.search(r"No backend type associated with device type cpu", msg):
         return ("an NCCL process group only takes CUDA tensors: move the tensor to the rank's GPU first, or "
                 "use a gloo group for CPU tensors (static rule DDP105)", "DDP105")

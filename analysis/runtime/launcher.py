@@ -496,7 +496,10 @@ def deadlock(reader: LogReader, grace: float, now: float | None = None) -> dict[
         call = calls[0]
         if call.get("op") in _P2P_OPS or now - float(call.get("t") or now) <= grace:
             return None
-        blocked[r] = call
+        # new_group() pairs by call order: ranks that made different numbers of them (every return
+        # logged, none only counted) are in different calls, whatever their lines say
+        made = None if rd._quiet or call.get("local_sync") else sum(not c.get("local_sync") for c in rd.groups_made)
+        blocked[r] = {**call, "_groups_made": made}
     if not blocked:
         return None
     world_ranks = sorted(ranks)
@@ -523,6 +526,9 @@ def deadlock(reader: LogReader, grace: float, now: float | None = None) -> dict[
         if na is not None and nb is not None and na != nb:
             return False
         if isinstance(a.get("root"), int) and isinstance(b.get("root"), int) and a["root"] != b["root"]:
+            return False
+        na, nb = a.get("_groups_made"), b.get("_groups_made")
+        if a.get("op") == "new_group" and na is not None and nb is not None and na != nb:
             return False
         return True
 
@@ -558,7 +564,10 @@ def _call_text(call: dict) -> str:
         grp = f" on the group of ranks {', '.join(str(x) for x in g['ranks'])}"
     root = f" ({call.get('root_arg') or 'src'}={call['root']})" if isinstance(call.get("root"), int) else ""
     where = f" at line {call['line']}" if isinstance(call.get("line"), int) else ""
-    return f"{call.get('op')}(){root}{grp}{where}"
+    nth = ""
+    if call.get("op") == "new_group" and isinstance(call.get("_groups_made"), int):
+        nth = f" (its new_group() call number {call['_groups_made'] + 1})"
+    return f"{call.get('op')}(){root}{grp}{where}{nth}"
 
 
 def _cut(log_dir: str, rank: int) -> bool:

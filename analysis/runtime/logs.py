@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 
 # -- rank logs ---------------------------------------------------------------------------------
+MAX_GROUPS_MADE = 256  # new_group() calls remembered per rank
 @dataclass
 class RankData:
     rank: int
@@ -29,6 +30,9 @@ class RankData:
     gone_at: float | None = None  # wall time the launcher first saw the rank's process gone
     end_event: dict | None = None  # the rank's exception or exit record
     dropped: int = 0  # records not kept (past MAX_EVENTS)
+    # call records of the new_group() calls that returned, in order (capped): a rank that made one
+    # more than its peers, under a rank condition, pairs the next ones wrongly (findings.py)
+    groups_made: list = field(default_factory=list)
     _logged_returns: int = 0
     _quiet: int = 0
     _kinds: set = field(default_factory=set)
@@ -126,6 +130,8 @@ class LogReader:
             if call is not None:
                 rd._logged_returns += 1
                 _evidence(rd, call, t, "return")
+                if call.get("op") == "new_group" and len(rd.groups_made) < MAX_GROUPS_MADE:
+                    rd.groups_made.append(call)
             return
         if k == "raise":
             call = rd.pending.pop(ev.get("seq"), None)
@@ -202,6 +208,6 @@ def raw_ranks(ranks: dict, *, roots, lib_dirs) -> dict:
             "stack_fatal": rd.stack_fatal[-_STACK_CAP:], "stack_py": rd.stack_py, "hung": rd.hung,
             "last_site": rd.last_site, "last_t": rd.last_t, "last_coll": rd.last_coll, "gone_at": rd.gone_at,
             "end_event": rd.end_event, "dropped": rd.dropped,
-            "logged_returns": rd._logged_returns, "quiet": rd._quiet,
+            "logged_returns": rd._logged_returns, "quiet": rd._quiet, "groups_made": rd.groups_made,
         }
     return {"roots": list(roots), "lib_dirs": list(lib_dirs), "ranks": out}

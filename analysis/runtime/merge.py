@@ -16,7 +16,7 @@ import os
 import re
 
 from ..model import Finding, Position, Range, Related, Severity
-from .logs import RankData
+from .logs import MAX_GROUPS_MADE, RankData
 
 REPORT_VERSION = 1
 
@@ -131,6 +131,8 @@ class _Checker:
             self.event(ev, f"{where}.events[{i}]")
         for k, ev in self.items(d.get("pending"), f"{where}.pending", dict):
             self.event(ev, f"{where}.pending[{k!r}]")
+        for i, ev in self.items(d.get("groups_made"), f"{where}.groups_made"):
+            self.event(ev, f"{where}.groups_made[{i}]")
         for k, v in self.items(d.get("raised"), f"{where}.raised", dict):
             if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], dict) and isinstance(v[1], str)):
                 self.fail(f"{where}.raised[{k!r}]", "expected [call, error]")
@@ -221,6 +223,7 @@ def load_ranks(raw: dict) -> dict[int, RankData]:
         rd.dropped = int(d.get("dropped") or 0)
         rd._logged_returns = int(d.get("logged_returns") or 0)
         rd._quiet = int(d.get("quiet") or 0)
+        rd.groups_made = [e for e in d.get("groups_made") or [] if isinstance(e, dict)][:MAX_GROUPS_MADE]
         out[r] = rd
     return out
 

@@ -179,3 +179,63 @@ def _loops_of_wait(b, w: RankState) -> list[tuple[Frame, LoopExits]]:
             break
         out.extend((fr, lp) for lp in loops_around("\n".join(lines), fr.line))
     return out
+
+
+def subset_new_group(b) -> tuple[str, list, str | None] | None:
+    """A rank waits in ``new_group()`` because an earlier ``new_group()`` ran on some ranks only.
+    ``new_group`` is a collective of the whole default group, paired by call order: a rank that made
+    one more (under ``if rank == 0:``) pairs its next one with its peers' earlier one, and then waits
+    in its last one for a partner that never comes. From the ranks' logged ``new_group`` calls
+    (states.groups_made): the call made more often on some ranks, the ``if`` around it that the
+    others did not enter (the static control flow of skips.bypass, else the rank condition around
+    it). Returns (text, related locations, the condition), or None."""
+    states = b.states
+    if not any(s.op == "new_group" for s in states.values()):
+        return None
+    ranks = {r: s for r, s in states.items() if s.started}
+    if len(ranks) < 2:
+        return None
+    counts: dict[tuple, dict[int, int]] = {}
+    order: dict[tuple, tuple[int, int]] = {}  # site -> (its first index on a rank that made it, rank)
+    for r, s in sorted(ranks.items()):
+        for i, fr in enumerate(s.groups_made):
+            key = (fr.file, fr.line)
+            counts.setdefault(key, {}).setdefault(r, 0)
+            counts[key][r] += 1
+            order.setdefault(key, (i, r))
+    uneven = [k for k, c in counts.items() if len({c.get(r, 0) for r in ranks}) > 1]
+    if not uneven:
+        return None
+    key = min(uneven, key=lambda k: order[k])
+    c = counts[key]
+    most = max(c.values())
+    callers = sorted(r for r in ranks if c.get(r, 0) == most)
+    skipped = sorted(r for r in ranks if c.get(r, 0) < most)
+    site = next(fr for fr in ranks[callers[0]].groups_made if (fr.file, fr.line) == key)
+    # the call of a skipping rank that paired with it: its first new_group() elsewhere
+    q = ranks[skipped[0]]
+    paired = next((fr for fr in q.groups_made if (fr.file, fr.line) != key), None)
+    if paired is None and q.op == "new_group":
+        paired = q.op_site
+    cond, guard_line = None, None
+    if paired is not None:
+        bys = bypass([site], [paired], b.src.lines) or []
+        ifs = [x for x in bys if x.kind == "if"]
+        if ifs:
+            cond, guard_line = ifs[-1].condition, Frame(ifs[-1].file, ifs[-1].line, ifs[-1].function)
+    if cond is None:
+        cond = b.src.rank_guard(site)
+    who, others = rank_list(callers), rank_list(skipped)
+    rels = [b.rel(site, f"only {who} called new_group() here" + (f" (under `{cond}`)" if cond else ""), callers)]
+    if guard_line is not None:
+        rels.append(b.rel(guard_line, f"`{cond}` was false on {others}, so it never called the new_group() below",
+                          skipped))
+    waiters = [r for r, s in ranks.items() if s.op == "new_group"]
+    text = (f"new_group() is a collective of every rank, paired by call order (also on the ranks left out of "
+            f"the new group): {who} also called new_group() {where(site, ranks[waiters[0]].op_site)}"
+            + (f" under `{cond}`, which {others} did not enter" if cond else f", which {others} never called")
+            + (f", so {others}'s new_group() {where(paired, ranks[waiters[0]].op_site)} paired with that one"
+               if paired is not None else "")
+            + f", and {rank_list(waiters)} {'waits' if len(waiters) == 1 else 'wait'} in new_group() for a "
+            f"partner that never comes")
+    return text, rels, cond

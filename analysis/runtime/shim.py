@@ -323,6 +323,7 @@ def _wrap_collective(op, fn):
             root = _root_of(op, fn, args, kwargs)
             if root is not None:
                 rec["root_arg"], rec["root"] = root
+            rec.update({"local_sync": True} if op == "new_group" and kwargs.get("use_local_synchronization", args[4:5] == (True,)) else {})
         except Exception:
             pass
         written = _collective_begin(seq, rec)
@@ -455,7 +456,7 @@ def _load_checks():
 
 
 def _install_checks(torch, c10d):
-    _load_checks().install(torch, c10d, _caller_site, _log_event)
+    _load_checks().install(torch, c10d, _caller_site, _log_event, _PRE_COLLECTIVE_HOOKS)
 
 
 def _patch_ddp_logger(dist):

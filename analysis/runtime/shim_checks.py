@@ -11,6 +11,12 @@ Nothing here runs per step beyond one counter in DDP's ``_pre_forward``:
   * at destroy_process_group (before it) and at the script's normal end, each live DDP model is
     fingerprinted once: a checksum per parameter, whether any parameter has a gradient, and the
     counter. shim.py logs it as a ``ddp_state`` record; analysis/runtime/findings.py compares ranks.
+  * manual data parallelism: a module never wrapped in DDP whose parameters' gradients the script
+    all-reduces by hand (``for p in model.parameters(): dist.all_reduce(p.grad)``). A pre-collective
+    hook on the first all-reduces (at most _MAX_LOOKS) looks for a ``Parameter`` among the caller's
+    locals whose ``.grad`` is the reduced tensor, and the module that owns it; the module is then
+    fingerprinted as a DDP model is, on the parameters whose gradients were all-reduced only
+    (model-parallel shards, never reduced, are not compared), with the group each was reduced over.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import types
 import weakref
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # files in the run's private folder: never through a link
@@ -32,10 +39,12 @@ _LOG = None
 _TORCH = None
 
 
-def install(torch, c10d, caller_site, log_event):
-    """Patch DDP and destroy_process_group (once)."""
+def install(torch, c10d, caller_site, log_event, hooks=None):
+    """Patch DDP and destroy_process_group (once); ``hooks``: the shim's pre-collective hooks."""
     global _LOG, _TORCH
     _LOG, _TORCH = log_event, torch
+    if hooks is not None and _manual_grad_hook not in hooks:
+        hooks.append(_manual_grad_hook)
     orig_destroy = c10d.destroy_process_group
 
     @functools.wraps(orig_destroy)
@@ -163,9 +172,115 @@ def _checksum(torch, t):
     return f"{int((bits * w).sum()) & 0xFFFFFFFFFFFF:012x}{int(bits.sum()) & 0xFFFF:04x}"
 
 
-def fingerprint(torch, when):
-    """One record per live DDP model not fingerprinted yet: [{model, site, when, params, synced, grads}]."""
+# -- manual data parallelism ------------------------------------------------------------------------
+_MANUAL = []  # [weakref to the module, index, site of its first gradient all-reduce, {param name: group}]
+_MANUAL_OPS = ("all_reduce", "reduce", "all_reduce_coalesced")
+_MAX_LOOKS = 512  # all-reduces looked at; none after (a long run pays nothing once past them)
+_LOOKS = 0
+_NAMES = {}  # id(module) -> (weakref, {id(param): name}): each module's parameters named once
+MANUAL_BASE = 1 << 20  # their ``model`` indexes, apart from the DDP models'
+
+
+def _grad_of(p, t):
+    g = getattr(p, "grad", None)
+    try:
+        return g is not None and (g is t or (g.data_ptr() == t.data_ptr() and g.numel() == t.numel()))
+    except Exception:
+        return False
+
+
+def _manual_grad_hook(op, args, kwargs, site):
+    """Before an all-reduce: is its tensor the gradient of a parameter of a module no DDP wraps?"""
+    global _LOOKS
+    if op not in _MANUAL_OPS or _LOOKS >= _MAX_LOOKS or _TORCH is None:
+        return
+    _LOOKS += 1
+    try:
+        t = args[0] if args else kwargs.get("tensor", kwargs.get("tensors"))
+        ts = list(t) if isinstance(t, (list, tuple)) else [t]
+        ts = [x for x in ts if isinstance(x, _TORCH.Tensor) and not x.requires_grad]
+        if not ts:
+            return
+        f = sys._getframe(1)
+        while f is not None and not (f.f_code.co_filename == (site or {}).get("file")
+                                     and f.f_lineno == (site or {}).get("line")):
+            f = f.f_back
+        Param, Module = _TORCH.nn.Parameter, _TORCH.nn.Module
+        DDP = _TORCH.nn.parallel.DistributedDataParallel
+        skip = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)
+        for _ in range(3):  # the all-reduce's own frame and two callers
+            if f is None:
+                return
+            loc = list(f.f_locals.values())[:256]
+            params = [v for v in loc if isinstance(v, Param)]
+            mods = [v for v in loc if isinstance(v, Module)]
+            for v in loc:  # ``self.model``, ``trainer.net``: one attribute level
+                if hasattr(v, "__dict__") and not isinstance(v, skip):
+                    mods.extend(a for a in list(vars(v).values())[:64] if isinstance(a, Module))
+            mods = [m for m in {id(m): m for m in mods}.values() if not isinstance(m, DDP)
+                    and not any(r() is not None and getattr(r(), "module", None) is m for r, _, _ in _MODELS)]
+            named = sorted((_names_of(m) + (m,) for m in mods), key=lambda e: -len(e[0]))  # the root module first
+            for x in ts:
+                hit = [p for p in params if _grad_of(p, x)]
+                for names, pmap, m in named:
+                    found = [pmap[id(p)] for p in hit if id(p) in pmap]
+                    if not found and not hit and len(names) <= 2048:
+                        found = [n for n, p in names if _grad_of(p, x)][:1]
+                    if found:
+                        _remember(m, found[0], site, args, kwargs)
+                        break
+            f = f.f_back
+    except Exception:
+        pass
+
+
+def _names_of(m):
+    got = _NAMES.get(id(m))
+    if got is None or got[0]() is not m:
+        names = list(m.named_parameters())
+        got = _NAMES[id(m)] = (weakref.ref(m), names, {id(p): n for n, p in names})
+    return got[1], got[2]
+
+
+def _remember(m, name, site, args, kwargs):
+    entry = next((e for e in _MANUAL if e[0]() is m), None)
+    if entry is None:
+        entry = (weakref.ref(m), MANUAL_BASE + len(_MANUAL), site, {})
+        _MANUAL.append(entry)
+    group = kwargs.get("group", args[2] if len(args) > 2 else None)
+    ranks = None
+    if group is not None:
+        try:
+            ranks = sorted(_TORCH.distributed.get_process_group_ranks(group))
+            if ranks == list(range(_TORCH.distributed.get_world_size())):
+                ranks = None
+        except Exception:
+            ranks = "?"
+    entry[3].setdefault(name, ranks)
+
+
+def _fingerprint_manual(torch, when):
     out = []
+    for ref, idx, site, reduced in list(_MANUAL):
+        m = ref()
+        if m is None or idx in _DONE or not reduced:
+            continue
+        _DONE.add(idx)
+        try:
+            with torch.no_grad():
+                params = [[n, _checksum(torch, p)] for n, p in list(m.named_parameters())[:_MAX_PARAMS] if n in reduced]
+            out.append({"model": idx, "manual": True, "site": site, "when": when, "params": params,
+                        "groups": {n: g for n, g in reduced.items() if g is not None}})
+        except Exception as e:
+            out.append({"model": idx, "manual": True, "site": site, "when": when, "error": repr(e)[:300]})
+    return out
+
+
+def fingerprint(torch, when):
+    """One record per live DDP model not fingerprinted yet: [{model, site, when, params, synced, grads}],
+    then one per module whose gradients were all-reduced by hand ({model, manual, site, when, params,
+    groups})."""
+    out = _fingerprint_manual(torch, when)
     for ref, idx, site in list(_MODELS):
         m = ref()
         if m is None or idx in _DONE:

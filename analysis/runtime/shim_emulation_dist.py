@@ -236,8 +236,9 @@ def _emu_pre_collective(op, args, kwargs, site):
             dev = min(g.used)
             why = "NCCL's barrier runs on the first device this group used"
         else:
-            dev = pg.rank() % st.ngpus
-            why = "NCCL's barrier guesses the device rank % device_count"
+            # ProcessGroupNCCL::barrier: the *global* rank (a subgroup's rank 0 is not GPU 0)
+            dev = dist.get_rank() % st.ngpus
+            why = "NCCL's barrier guesses the device global rank % device_count"
     else:
         names = _EMU_TENSOR_ARGS.get(op)
         if names is None:

@@ -125,6 +125,7 @@ class RankState:
     script: str | None = None
     ddp_states: list[dict] = field(default_factory=list)  # DDP models' fingerprints (shim_checks.py)
     stack: list[Frame] = field(default_factory=list)  # its main thread's frames at the end, innermost first
+    groups_made: list[Frame] = field(default_factory=list)  # call sites of its new_group() calls that returned
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -235,6 +236,8 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             elif k == "note" and ev.get("message"):
                 st.notes.append(str(ev["message"]))
         st.collectives = rd.completed
+        st.groups_made = [f for f in (Frame.of(c) for c in getattr(rd, "groups_made", ()) if not c.get("local_sync"))
+                          if f is not None]
         pending = list(calls.values())
         last_pending = max(pending, key=lambda c: c.get("seq", 0)) if pending else None
         if last_pending is not None:

@@ -12,6 +12,7 @@ import os
 import tempfile
 
 from ..model import Severity
+from .hints import with_rule
 from .nodes import place_text, rank_places
 from .states import Frame, UserCode, rank_list
 
@@ -93,12 +94,16 @@ def _finding(b, path: str, g: dict, places: dict, multi: bool) -> None:
                     guard_text = ast.unparse(node.test)
         except (SyntaxError, ValueError, RecursionError):
             pass
-    hint = ("let one rank write it (`if dist.get_rank() == 0:`), or put the rank in the file name")
+    hint, static = ("let one rank write it (`if dist.get_rank() == 0:`), or put the rank in the file name"), None
     if "local_rank" in guard_text.lower() or "local" in guard_text.lower():
         hint = (f"`{guard_text}` is true once per node, not once per job: use the global rank "
                 "(`dist.get_rank() == 0`) for files on a shared filesystem")
+    elif via == "torch.save":
+        hint, static = with_rule((hint, None), [site.file], "DDP202")
     details = {"path": path, "hint": hint,
                "writers": {str(r): {"node": places.get(r, (None, None))[0], "local_rank": places.get(r, (None, None))[1],
                                     "via": g[r][1], "line": g[r][0].line} for r in ranks}}
+    if static:
+        details["static_rule"] = static
     f = b.finding("DDP908", site, message, ranks, related, details, severity=Severity.WARNING)
     b.add(min(w[2] for w in g.values()) or None, f)
