@@ -36,6 +36,8 @@ _TABLE: dict[str, tuple] = {
     "torch.utils.model_zoo.load_url": (DOWNLOAD, (1, "model_dir"), _HUB, True),
     "torch.hub.download_url_to_file": (DOWNLOAD, (1, "dst"), None, False),
     "torch.hub.load": (DOWNLOAD, None, _HUB, True),
+    "torch.hub.list": (DOWNLOAD, None, _HUB, True),
+    "torch.hub.help": (DOWNLOAD, None, _HUB, True),
     "urllib.request.urlretrieve": (DOWNLOAD, (1, "filename"), None, False),
     "nltk.download": (DOWNLOAD, (1, "download_dir"), "the NLTK data folder (~/nltk_data)", True),
     "wget.download": (DOWNLOAD, (1, "out"), None, False),
@@ -66,6 +68,10 @@ _TABLE: dict[str, tuple] = {
     "os.scandir": (LIST, (0, "path"), None, True),
     "glob.glob": (LIST, (0, "pathname"), None, True),
 }
+# downloads that land atomically (a uniquely named ``.partial`` file moved into place, torch/hub.py):
+# concurrent ranks download it N times but never leave a torn file (pytorch/pytorch#68320)
+ATOMIC_DOWNLOADS = frozenset({"torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url",
+                              "torch.hub.download_url_to_file"})
 _TAR_OPEN = frozenset({"tarfile.open", "tarfile.TarFile", "zipfile.ZipFile", "tarfile.TarFile.open"})
 _PATH_CALLS = frozenset({"os.path.join", "os.path.expanduser", "os.path.abspath", "os.path.realpath",
                          "os.fspath", "str", "pathlib.Path", "os.path.normpath"})

@@ -33,6 +33,20 @@ class Event:
         self.call, self.kind, self.sure, self.conds, self.where = call, kind, sure, conds, where
 
 
+def mode_test(sem, test: ast.AST) -> bool:
+    """A test on whether the job runs distributed at all (``unconditional.dist_mode_test``:
+    ``args.distributed``, ``world_size > 1``), or on the launcher's variables
+    (``"RANK" in os.environ``): the path where it fails is the single-process run."""
+    from .rank_tests import GLOBAL_RANK_ENV, LOCAL_RANK_ENV
+    from .unconditional import dist_mode_test
+    from .world import WORLD_SIZE_ENV
+
+    if dist_mode_test(test):
+        return True
+    keys = GLOBAL_RANK_ENV | LOCAL_RANK_ENV | WORLD_SIZE_ENV
+    return any(isinstance(n, ast.Constant) and n.value in keys for n in ast.walk(test))
+
+
 def harmless(sem, test: ast.AST) -> bool:
     """``test`` asks whether the group exists (or can): ``dist.is_initialized()``."""
     for n in ast.walk(test):
@@ -55,8 +69,9 @@ def _ends(sem, body) -> bool:
 
 def conditions(sem, node: ast.AST, scope: ast.AST) -> list | None:
     """The path conditions of ``node`` in ``scope``: (if, branch) for each ``if`` around it and
-    each ``if ...: return`` before it in an enclosing block, leaving out the tests on the group
-    itself and the ``if`` whose other branch leaves (``else: raise``). None when ``node`` sits in a
+    each ``if ...: return`` before it in an enclosing block, when the test is on the distributed
+    mode (``mode_test``; other tests are not the single-process run and are left out), leaving out
+    the tests on the group itself and the ``if`` whose other branch leaves (``else: raise``). None when ``node`` sits in a
     handler, a nested definition, a ``match`` or a conditional expression (not followed)."""
     out = []
     child, p = node, parent(node)
@@ -70,7 +85,7 @@ def conditions(sem, node: ast.AST, scope: ast.AST) -> list | None:
         if isinstance(p, ast.If) and child is not p.test:
             branch = "body" if child in p.body else "orelse"
             other = p.orelse if branch == "body" else p.body
-            if not harmless(sem, p.test) and not _ends(sem, other):
+            if _counts(sem, p.test) and not _ends(sem, other):
                 out.append((p, branch))
         _exits_before(sem, p, child, out)
         child, p = p, parent(p)
@@ -83,9 +98,15 @@ def _exits_before(sem, p, child, out) -> None:
         block = getattr(p, field, None)
         if isinstance(block, list) and child in block:
             for st in block[: block.index(child)]:
-                if isinstance(st, ast.If) and not harmless(sem, st.test) and _ends(sem, st.body) and not st.orelse:
+                if isinstance(st, ast.If) and _counts(sem, st.test) and not st.orelse and st.body \
+                        and isinstance(st.body[-1], (ast.Return, ast.Continue, ast.Break)):
                     out.append((st, "after"))
             return
+
+
+def _counts(sem, test) -> bool:
+    """A condition that matters here: a test on the distributed mode, not on the group itself."""
+    return mode_test(sem, test) and not harmless(sem, test)
 
 
 def _same(sem, a, b) -> bool:

@@ -5,7 +5,7 @@ import os
 
 from ..model import Severity
 from ..registry import Rule
-from ..flow.fs_effects import DOWNLOAD, EXTRACT, effects_at
+from ..flow.fs_effects import ATOMIC_DOWNLOADS, DOWNLOAD, EXTRACT, effects_at
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
 from ._spawn import runs_in_ranks
@@ -23,9 +23,9 @@ class DownloadOnEveryRank(Rule):
     - `torchvision.datasets.X(root, download=True)` (the literal `True`, also through a constant,
       an argparse default or a config dict), `torchvision.datasets.utils.download_url` /
       `download_and_extract_archive` / `extract_archive`;
-    - `torch.hub.load_state_dict_from_url`, `torch.utils.model_zoo.load_url`, `torch.hub.load`
-      (into the shared torch hub cache unless a per-rank `model_dir` is given),
-      `torch.hub.download_url_to_file`;
+    - `torch.hub.load` / `torch.hub.list` / `torch.hub.help` of a GitHub repository (into the
+      shared torch hub cache: each rank removes, downloads, extracts and renames `<hub>/main.zip`
+      and the repository folder);
     - `urllib.request.urlretrieve`, `nltk.download`, `wget.download`, `gdown.download`;
     - `tarfile.open(...)` / `zipfile.ZipFile(...)` `.extractall(path)`, `shutil.unpack_archive`.
 
@@ -40,6 +40,11 @@ class DownloadOnEveryRank(Rule):
     Not flagged, because they lock: Hugging Face `from_pretrained`, `hf_hub_download`,
     `snapshot_download` (`huggingface_hub` holds a file lock on the blob while it downloads to a
     temporary file) and `datasets.load_dataset` (a `FileLock` on the builder's cache folder).
+    Not flagged either, because the file lands atomically: `torch.hub.load_state_dict_from_url`,
+    `torch.utils.model_zoo.load_url` and `torch.hub.download_url_to_file` download into a uniquely
+    named `.partial` file and move it into place, so concurrent ranks waste bandwidth (N downloads
+    on the first run) but never read a torn file. (DDP216 still counts them as the main rank's
+    effect that the others must wait for.)
 
     ## Why is this bad?
     Every rank (8 per node, on every node sharing the folder) opens the same destination at once.
@@ -52,9 +57,10 @@ class DownloadOnEveryRank(Rule):
     RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory
     ```
 
-    Even where the final write is atomic (`torch.hub` downloads into a `.partial` file and moves it),
-    every rank still downloads the whole file: N-fold traffic, servers that throttle (HTTP 429) and
-    ranks that reach the first collective minutes apart.
+    `torch.hub.load` on every rank fails on the first run with
+    `FileNotFoundError: ... .cache/torch/hub/main.zip` when one rank removes the archive another
+    is extracting. Every rank also downloads the whole file: N-fold traffic, servers that throttle
+    (HTTP 429) and ranks that reach the first collective minutes apart.
 
     ## Example
     ```python
@@ -93,7 +99,8 @@ class DownloadOnEveryRank(Rule):
             if an is None:
                 an = for_context(ctx)
             # a helper of this file is not followed: its own call of the API is checked where it is
-            effs = [e for e in effects_at(ctx, an, call, local=False) if e.kind in _FETCHES]
+            effs = [e for e in effects_at(ctx, an, call, local=False)
+                    if e.kind in _FETCHES and e.api not in ATOMIC_DOWNLOADS]
             if not effs:
                 continue
             e = effs[0]

@@ -26,9 +26,11 @@ class Rank0EffectWithoutBarrier(Rule):
       `shutil.move`/`shutil.copy*` to the path, `Path.write_text`), a folder made (`os.makedirs`,
       `os.mkdir`, `Path.mkdir`), a download or an extraction (the vocabulary of DDP215);
     - the use, on every rank after the guarded block: a read of the same path (`torch.load`,
-      `np.load`, `open(path)`, a `torchvision` dataset on the folder), a read or write inside the
-      folder made (`open(os.path.join(folder, ...))`), or a listing of the folder the file went
-      into (`os.listdir`, `glob.glob`, `Path.iterdir`).
+      `np.load`, `open(path)`, a `torchvision` dataset on the folder), a read or a listing
+      (`os.listdir`, `glob.glob`, `Path.iterdir`) of the folder downloaded or extracted into (or of
+      a file in it), a write into the folder made (`torch.save(x, os.path.join(folder, ...))`).
+      Reading or listing a folder the main rank only made (`os.makedirs(out, exist_ok=True)`)
+      is not a use: what is read there was not made by that call.
 
     The same path is decided by value flow (`flow.fs_effects.path_key`): the same variable, the same
     expression, a name bound once (also in a tuple assignment), `args.x`, `os.path.join` /
@@ -161,14 +163,12 @@ def _use(ctx, an, r, w, wk) -> str | None:
         if u.path is None or u.node is w.node:
             continue
         uctx = _vctx(ctx, an, u)
-        if u.kind in (READ, LIST):
+        if u.kind in (READ, LIST) and w.kind != MKDIR:
             uk = path_key(uctx, u.path)
-            if uk is not None and uk == wk and not (w.kind == MKDIR and u.kind == READ):
+            if uk is not None and uk == wk:
                 return "lists" if u.kind == LIST else "reads"
-            if w.folder and w.kind != MKDIR and folder_key(uctx, u.path) == wk:
+            if w.folder and folder_key(uctx, u.path) == wk:
                 return "reads inside the folder"
-            if u.kind == LIST and uk is not None and folder_key(_vctx(ctx, an, w), w.path) == uk:
-                return "lists the folder of"
         elif w.kind == MKDIR and u.kind == WRITE and folder_key(uctx, u.path) == wk:
             return "writes inside the folder"
     return None
