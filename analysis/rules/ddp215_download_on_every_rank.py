@@ -36,6 +36,8 @@ class DownloadOnEveryRank(Rule):
     function of another module of the project (`build_dataset(args)` in `data.py` that constructs
     `CIFAR10(args.data, download=True)`) is followed through the call (`flow.fs_effects`) and
     reported at the call that every rank makes. A call under a `with FileLock(...)` is not flagged.
+    A shared cache (the torch hub's) is reported once a file, at its first call: the later calls
+    of the same process find it filled.
 
     Not flagged, because they lock: Hugging Face `from_pretrained`, `hf_hub_download`,
     `snapshot_download` (`huggingface_hub` holds a file lock on the blob while it downloads to a
@@ -95,6 +97,7 @@ class DownloadOnEveryRank(Rule):
         from ..flow import for_context
 
         an = None
+        caches = set()  # a shared cache is reported once a file: its first call fills it
         for call in ctx.sem.calls:
             if an is None:
                 an = for_context(ctx)
@@ -111,6 +114,10 @@ class DownloadOnEveryRank(Rule):
                 continue
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False:
                 continue
+            if e.path is None:
+                if e.cache in caches:
+                    continue
+                caches.add(e.cache)
             self._report(ctx, call, e, other)
 
     def _report(self, ctx, call, e, other) -> None:
