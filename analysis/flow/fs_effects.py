@@ -21,6 +21,7 @@ and ``datasets.load_dataset`` take a file lock around their downloads (``hugging
 from __future__ import annotations
 
 import ast
+import re
 
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
@@ -85,11 +86,21 @@ class FsEffect:
     names a folder (a download root, an extraction target, a made directory); ``via``: the helpers
     it was reached through."""
 
-    __slots__ = ("kind", "api", "node", "path", "cache", "folder", "view", "via", "home")
+    __slots__ = ("kind", "api", "node", "path", "cache", "folder", "view", "via", "home", "key", "args",
+                 "per_rank")
 
     def __init__(self, kind, api, node, path, cache, folder, view=None, via=(), home=None):
         self.kind, self.api, self.node, self.path, self.cache, self.folder = kind, api, node, path, cache, folder
         self.view, self.via, self.home = view, tuple(via), home  # home: the module of ``node``
+        self.key = None  # the path's key in the terms of the module that called (``call_site_effects``)
+        self.args = ()  # the arguments of that call the path is made of
+        self.per_rank = False  # the path depends on the rank inside the function (``rank_specific``)
+
+    def path_key(self) -> str | None:
+        """The key of the path in the terms of the outermost call (``path_key``)."""
+        if self.key is None and self.path is not None and self.view is not None:
+            self.key = path_key(view_ctx(self.view), self.path)
+        return self.key
 
 
 class ViewCtx:
@@ -318,7 +329,11 @@ def _binding_kind(vctx, expr: ast.Name) -> str | None:
 def folder_key(vctx, expr: ast.AST) -> str | None:
     """The key of the folder a path is in: ``os.path.join(d, ...)``, ``Path(d) / "x"``,
     ``f"{d}/x"`` (through names bound once); None when the path does not show its folder."""
-    k = path_key(vctx, expr)
+    return folder_of(path_key(vctx, expr))
+
+
+def folder_of(k: str | None) -> str | None:
+    """``folder_key`` of a path key."""
     if k is None:
         return None
     if k.startswith("join("):
@@ -371,15 +386,14 @@ def function_effects(hub, view, fn: ast.AST, depth: int = 0) -> tuple[FsEffect, 
 
 def _function_effects(hub, view, fn, depth):
     from .calls import scope_calls
-    from .helper_calls import may_resolve
     from .rank import rank0_guarded
 
     vctx = view_ctx(view)
     out = []
     for c in scope_calls(view, fn):
         effs = call_effects(vctx, c)
-        if not effs and may_resolve(view, c):
-            target = hub.resolve_call(view, c)
+        if not effs and may_resolve_any(view, c):
+            target = resolve(hub, view, c)
             if target is not None and target[1] is not fn:
                 effs = call_site_effects(hub, view, c, target, depth + 1)
         if not effs:
@@ -390,7 +404,7 @@ def _function_effects(hub, view, fn, depth):
             if e.view is None:
                 e.view = e.home = view
             if e.path is not None and e.view is view and rank_specific(vctx, e.path, c):
-                continue
+                e.per_rank = True
             out.append(e)
             if len(out) >= 12:
                 return out
@@ -423,10 +437,45 @@ def rank_specific(vctx, expr, at) -> bool:
     return False
 
 
+def resolve(hub, view, call: ast.Call):
+    """``hub.resolve_call``, and ``Cls(...).method(...)`` of a project class (view, method)."""
+    got = hub.resolve_call(view, call)
+    if got is not None:
+        return got
+    f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call):
+        ctor = f.value
+        cls = None
+        if isinstance(ctor.func, ast.Name) and ctor.func.id in view.classes:
+            cls, cview = view.classes[ctor.func.id], view
+        else:
+            init = hub.resolve_call(view, ctor)
+            if init is not None and isinstance(parent(init[1]), ast.ClassDef):
+                cls, cview = parent(init[1]), init[0]
+        if cls is not None:
+            for st in cls.body:
+                if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                    return cview, st
+    return None
+
+
+def may_resolve_any(view, call: ast.Call) -> bool:
+    from .helper_calls import may_resolve
+
+    f = call.func
+    return may_resolve(view, call) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
+                                       and may_resolve(view, f.value))
+
+
+_PARAM = re.compile(r"param:([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
+
+
 def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0) -> list[FsEffect]:
-    """The effects of ``call`` of the project function ``target`` (view, fn), with the paths that
-    come from its parameters bound to this call's arguments (expressions of ``view``); effects on
-    other paths of another module keep only a literal path or a shared cache."""
+    """The effects of ``call`` of the project function ``target`` (view, fn), their path keys
+    rewritten in this call's terms: each parameter of ``fn`` the path is made of is replaced by the
+    key of the argument given for it (``key``, ``args``); a path that is exactly one parameter (or
+    an attribute of one) becomes the argument expression itself (``path``, ``view``). A path of
+    another module made of anything else keeps no key (it cannot be compared with this one's)."""
     from .helper_calls import bind_args
 
     tview, fn = target
@@ -437,36 +486,53 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0) -> list
     name = getattr(fn, "name", "?")
     if name == "__init__":
         name = getattr(parent(fn), "name", name)
+    vctx = view_ctx(view)
     out = []
     for e in effs:
         path, pview = e.path, e.view
-        if path is not None:
-            tctx = view_ctx(pview)
-            k = path_key(tctx, path)
-            if k is not None and k.startswith("param:") and pview is tview:
-                p = k[6:]
-                if p in args:
-                    path, pview = args[p], view
-                else:
-                    continue  # a default: not known here
-            elif pview is not view and not (k is not None and k.startswith("'")):
-                continue  # another module's own path: cannot be compared with this one's
-        out.append(FsEffect(e.kind, e.api, e.node, path, e.cache, e.folder, pview, (name, *e.via), e.home))
+        k = e.path_key()
+        key, used, ok = None, [], True
+        if k is not None and "param:" in k:
+            def sub(m):
+                nonlocal ok
+                a = args.get(m.group(1))
+                ak = path_key(vctx, a) if a is not None else None
+                if ak is None:
+                    ok = False
+                    return "?"
+                used.append(a)
+                if m.group(2):
+                    if not ak.startswith(("param:", "name:", "attr:")):
+                        ok = False
+                    return ak + m.group(2)
+                return ak
+            key = _PARAM.sub(sub, k)
+            if not ok:
+                key = None
+            full = _PARAM.fullmatch(k)
+            if full and used:  # exactly one parameter: the argument is the path
+                path, pview = used[0], view
+                for a in full.group(2).split(".")[1:]:
+                    path = ast.copy_location(ast.Attribute(value=path, attr=a, ctx=ast.Load()), path)
+                    path.end_lineno, path.end_col_offset = path.value.end_lineno, path.value.end_col_offset
+        elif k is not None and k.startswith("'"):
+            key = k  # a literal path: the same in every module
+        f = FsEffect(e.kind, e.api, e.node, path, e.cache, e.folder, pview, (name, *e.via), e.home)
+        f.key, f.args, f.per_rank = key, tuple(used) or e.args, e.per_rank
+        out.append(f)
     return out
 
 
 def effects_at(ctx, an, call: ast.Call, local: bool = True) -> list[FsEffect]:
     """The effects of ``call`` in the checked file: a library call of the vocabulary, or a call
     of a project function (of this file too when ``local``), bound to this call's arguments."""
-    from .helper_calls import may_resolve
-
     effs = call_effects(ctx, call)
     if effs:
         for e in effs:
             e.view = e.home = an.main
         return effs
-    if may_resolve(an.main, call):
-        target = an.resolve_call(an.main, call)
+    if may_resolve_any(an.main, call):
+        target = resolve(an, an.main, call)
         if target is not None and (local or target[0] is not an.main):
             if target[1] is not an.main.sem.enclosing_function(call):
                 return call_site_effects(an, an.main, call, target)

@@ -150,7 +150,7 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
     make them), in source order. A destroy under a test on the group itself is no event; an init
     or a destroy whose path is not followed (``conditions`` None) is an init "may" / no event."""
     from .calls import scope_calls
-    from .helper_calls import may_resolve
+    from .fs_effects import may_resolve_any, resolve
 
     memo = view.memo.setdefault("lifecycle.events", {})
     if id(scope) in memo:
@@ -166,8 +166,8 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
             kind, sure = "init", "must"
         elif qn == DESTROY:
             kind, sure = "destroy", "must"
-        elif not qn.startswith("torch.") and may_resolve(view, c):
-            target = hub.resolve_call(view, c)
+        elif not qn.startswith("torch.") and may_resolve_any(view, c):
+            target = resolve(hub, view, c)
             if target is not None and target[1] is not scope:
                 i, d = lifecycle_of(hub, *target, depth=depth)
                 if i is not None:

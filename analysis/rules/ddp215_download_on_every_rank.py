@@ -8,7 +8,7 @@ from ..registry import Rule
 from ..flow.fs_effects import ATOMIC_DOWNLOADS, DOWNLOAD, EXTRACT, effects_at
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
-from ._spawn import runs_in_ranks
+from ._spawn import runs_in_ranks, spawn_calls
 from .ddp202_save_on_every_rank import rank_specific_path
 
 _FETCHES = (DOWNLOAD, EXTRACT)
@@ -32,7 +32,7 @@ class DownloadOnEveryRank(Rule):
     The call is flagged when no main-rank test keeps the other ranks out (`if rank == 0:`,
     `if local_rank == 0:`, an early `if rank != 0: return`, `@rank_zero_only`, a helper every call
     of which is guarded: `rank.rank0_guarded`), when it does not run only in the launching process
-    of an `mp.spawn` script, and when its destination does not depend on the rank. A download in a
+    of an `mp.spawn` script (nor in the function that calls `mp.spawn`), and when its destination does not depend on the rank. A download in a
     function of another module of the project (`build_dataset(args)` in `data.py` that constructs
     `CIFAR10(args.data, download=True)`) is followed through the call (`flow.fs_effects`) and
     reported at the call that every rank makes. A call under a `with FileLock(...)` is not flagged.
@@ -110,9 +110,11 @@ class DownloadOnEveryRank(Rule):
             other = bool(e.via)
             if _locked(ctx, call) or _local_hub(ctx, call, e):
                 continue
-            if e.path is not None and e.view is an.main and rank_specific_path(ctx, e.path, call):
+            if e.per_rank or (e.path is not None and e.view is an.main and rank_specific_path(ctx, e.path, call)) \
+                    or any(rank_specific_path(ctx, a, call) for a in e.args):
                 continue
-            if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False:
+            if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
+                    or _launcher(ctx, call):
                 continue
             if e.path is None:
                 if e.cache in caches:
@@ -145,6 +147,12 @@ class DownloadOnEveryRank(Rule):
             f"`{ctx.text(call.func)}(...)` runs on every rank and {what} into {where} at once: "
             f"partial, interleaved files and N-fold downloads; {fix}",
         )
+
+
+def _launcher(ctx, call) -> bool:
+    """``call`` is in a function that spawns the ranks (``mp.spawn``): the launching process."""
+    fn = ctx.sem.enclosing_function(call)
+    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))
 
 
 def _where(ctx, e) -> str:

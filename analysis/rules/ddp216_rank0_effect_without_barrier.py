@@ -5,8 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
-from ..flow.fs_effects import (DOWNLOAD, EXTRACT, LIST, MKDIR, PRODUCES, READ, WRITE, effects_at, folder_key,
-                               path_key, view_ctx)
+from ..flow.fs_effects import DOWNLOAD, EXTRACT, LIST, MKDIR, PRODUCES, READ, WRITE, effects_at, folder_of
 from ..flow.rank import rank0_guarded, rank_guard
 from ..flow.rank_tests import polarity
 from ..flow.sync import synchronised_between
@@ -101,7 +100,7 @@ class Rank0EffectWithoutBarrier(Rule):
                 continue
             done = set()
             for c, e, g in guarded:
-                wk = _key(ctx, an, e)
+                wk = e.path_key()
                 if wk is None or id(g) in done:
                     continue
                 for r in calls:
@@ -147,28 +146,19 @@ def _main_guard(ctx, node, scope):
     return found
 
 
-def _vctx(ctx, an, e):
-    return ctx if e.view is None or e.view is an.main else view_ctx(e.view)
-
-
-def _key(ctx, an, e):
-    if e.path is None:
-        return None
-    return path_key(_vctx(ctx, an, e), e.path)
-
-
 def _use(ctx, an, r, w, wk) -> str | None:
     """How the call ``r`` uses what the effect ``w`` (path key ``wk``) produced, or None."""
     for u in effects_at(ctx, an, r):
         if u.path is None or u.node is w.node:
             continue
-        uctx = _vctx(ctx, an, u)
+        uk = u.path_key()
+        if uk is None:
+            continue
         if u.kind in (READ, LIST) and w.kind != MKDIR:
-            uk = path_key(uctx, u.path)
-            if uk is not None and uk == wk:
+            if uk == wk:
                 return "lists" if u.kind == LIST else "reads"
-            if w.folder and folder_key(uctx, u.path) == wk:
+            if w.folder and folder_of(uk) == wk:
                 return "reads inside the folder"
-        elif w.kind == MKDIR and u.kind == WRITE and folder_key(uctx, u.path) == wk:
+        elif w.kind == MKDIR and u.kind == WRITE and folder_of(uk) == wk:
             return "writes inside the folder"
     return None
