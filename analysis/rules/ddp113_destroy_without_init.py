@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import parent
-from ..flow.lifecycle import DESTROY, both_branches, covered, events
+from ..flow.lifecycle import DESTROY, INIT, both_branches, covered, events
 from ._common import D
 from ._flow import scopes
 
@@ -24,7 +24,11 @@ class DestroyWithoutInit(Rule):
     Inits and destroys are followed through project functions, in this file or another module of
     the project (`flow.lifecycle`): `setup(args)` that initialises only when `RANK` is set (an early
     `return` otherwise) is a conditional init at its call, and `cleanup()` whose body destroys
-    unconditionally is a destroy at its call.
+    unconditionally is a destroy at its call. The file itself must call `init_process_group` or
+    `destroy_process_group` (the other may come through a helper). Only conditions on the
+    distributed mode count (`args.distributed`, `world_size > 1`, `"RANK" in os.environ`: the
+    path where they fail is the single-process run); an init under any other test (a rank, a mode
+    of the program) is taken as the program's business.
 
     ## Why is this bad?
     The single-process run (no launcher, one GPU, a debugging session) takes the branch without the
@@ -64,13 +68,16 @@ class DestroyWithoutInit(Rule):
     name = "destroy-without-init"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    # a destroy reached through a helper of another module is found at its call: no narrower gate
+    # the file calls one of them itself (the other may come through a helper): checked in ``finish``
+    requires_text = ("init_process_group", "destroy_process_group")
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
 
-        an = None
         sem = ctx.sem
+        if not ctx.calls_to(INIT, DESTROY):
+            return
+        an = None
         for scope in scopes(ctx):
             if an is None:
                 an = for_context(ctx)

@@ -89,7 +89,7 @@ class DownloadOnEveryRank(Rule):
     code = "DDP215"
     name = "download-on-every-rank"
     severity = Severity.WARNING
-    requires_text_all = (LAUNCH_TEXT,)  # is_distributed_script: a launch call is spelled in the file
+    requires_text = LAUNCH_TEXT  # is_distributed_script: a launch call is spelled in the file
 
     def finish(self, ctx) -> None:
         if not is_distributed_script(ctx):

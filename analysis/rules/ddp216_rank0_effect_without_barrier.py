@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import parent
 from ..flow.fs_effects import DOWNLOAD, EXTRACT, LIST, MKDIR, PRODUCES, READ, WRITE, effects_at, folder_of
 from ..flow.rank import rank0_guarded, rank_guard
@@ -78,6 +78,15 @@ class Rank0EffectWithoutBarrier(Rule):
     code = "DDP216"
     name = "rank0-effect-without-barrier"
     severity = Severity.WARNING
+    # a main-rank test (``rank_tests.polarity``): its vocabulary's words, rank variables, world-size
+    # tests and ``@..._only`` decorators ("zero" counts beside "is", "global", "process", "local", "world",
+    # "rank" or "gpu" only: ``is_node_zero``)
+    requires_text = (NoCase("rank"), NoCase("gpu"), NoCase("ordinal"), NoCase("procid"), NoCase("localid"),
+                     NoCase("master"), NoCase("main"), NoCase("is"),
+                     NoCase("global"), NoCase("process"), NoCase("local"), NoCase("chief"), NoCase("lead"),
+                     NoCase("primary"), NoCase("root"), NoCase("world"), NoCase("ntasks"), NoCase("pmi_size"),
+                     NoCase("only"), "should_save", "should_log", "logging_process", "process_index", "device_id",
+                     "device_index", "dev_id", "local_device", "proc_id", "process_id")
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
