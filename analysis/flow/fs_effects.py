@@ -87,7 +87,7 @@ class FsEffect:
     it was reached through."""
 
     __slots__ = ("kind", "api", "node", "path", "cache", "folder", "view", "via", "home", "key", "args",
-                 "per_rank")
+                 "per_rank", "guards")
 
     def __init__(self, kind, api, node, path, cache, folder, view=None, via=(), home=None):
         self.kind, self.api, self.node, self.path, self.cache, self.folder = kind, api, node, path, cache, folder
@@ -95,6 +95,7 @@ class FsEffect:
         self.key = None  # the path's key in the terms of the module that called (``call_site_effects``)
         self.args = ()  # the arguments of that call the path is made of
         self.per_rank = False  # the path depends on the rank inside the function (``rank_specific``)
+        self.guards = ()  # (test, holds) of the ``if``s of the function around it (``call_site_effects``)
 
     def path_key(self) -> str | None:
         """The key of the path in the terms of the outermost call (``path_key``)."""
@@ -400,15 +401,58 @@ def _function_effects(hub, view, fn, depth):
             continue
         if _nested(c, fn) or rank0_guarded(vctx, c, callers=False) is True:
             continue
+        guards = _guards(c, fn)
         for e in effs:
             if e.view is None:
                 e.view = e.home = view
+            e.guards = guards
             if e.path is not None and e.view is view and rank_specific(vctx, e.path, c):
                 e.per_rank = True
             out.append(e)
-            if len(out) >= 12:
+            if len(out) >= 48:
                 return out
     return out
+
+
+def _guards(node, fn) -> tuple:
+    """(test, holds) for each ``if`` of ``fn`` around ``node`` (``holds``: False in its ``else``)."""
+    out = []
+    child, p = node, parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, ast.If) and child is not p.test:
+            out.append((p.test, child in p.body))
+        child, p = p, parent(p)
+    return tuple(out)
+
+
+def _refuted(sem, guards, args) -> bool:
+    """A guard on a parameter that this call gives a literal (``if dataset == "coco":`` at
+    ``create_dataset("pretrain", ...)``) does not hold: the effect does not run at this call."""
+    for test, holds in guards:
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
+            continue
+        a = args.get(test.left.id)
+        c = constant_of(sem, a) if a is not None else None
+        if c is None:
+            continue
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(right, ast.Constant):
+            vals = [right.value]
+        elif isinstance(right, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(x, ast.Constant) for x in right.elts):
+            vals = [x.value for x in right.elts]
+        else:
+            continue
+        if isinstance(op, (ast.Eq, ast.In)):
+            got = c.value in vals
+        elif isinstance(op, (ast.NotEq, ast.NotIn)):
+            got = c.value not in vals
+        else:
+            continue
+        if isinstance(op, (ast.Eq, ast.NotEq)) and len(vals) != 1:
+            continue
+        if got != holds:
+            return True
+    return False
 
 
 def _nested(node, fn) -> bool:
@@ -489,6 +533,8 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0) -> list
     vctx = view_ctx(view)
     out = []
     for e in effs:
+        if e.guards and _refuted(view.sem, e.guards, args):
+            continue
         path, pview = e.path, e.view
         k = e.path_key()
         key, used, ok = None, [], True
