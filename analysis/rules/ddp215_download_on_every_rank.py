@@ -36,8 +36,9 @@ class DownloadOnEveryRank(Rule):
     function of another module of the project (`build_dataset(args)` in `data.py` that constructs
     `CIFAR10(args.data, download=True)`) is followed through the call (`flow.fs_effects`) and
     reported at the call that every rank makes. A call under a `with FileLock(...)` is not flagged.
-    A shared cache (the torch hub's) is reported once a file, at its first call: the later calls
-    of the same process find it filled.
+    A shared cache (the torch hub's), or the same download of a helper reached again with the same
+    destination, is reported once a file, at its first call: the later calls of the same process
+    find it filled.
 
     Not flagged, because they lock: Hugging Face `from_pretrained`, `hf_hub_download`,
     `snapshot_download` (`huggingface_hub` holds a file lock on the blob while it downloads to a
@@ -116,10 +117,12 @@ class DownloadOnEveryRank(Rule):
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
                     or _launcher(ctx, call):
                 continue
-            if e.path is None:
-                if e.cache in caches:
-                    continue
-                caches.add(e.cache)
+            # the same destination is reported once a file: the first call fills it (a shared cache; the
+            # same API reached again through a helper with the same path)
+            seen = e.cache if e.path is None else (id(e.node), e.path_key() or id(call))
+            if seen in caches:
+                continue
+            caches.add(seen)
             self._report(ctx, call, e, other)
 
     def _report(self, ctx, call, e, other) -> None:
