@@ -128,9 +128,10 @@ def _ends_in_exit(body: list[ast.stmt]) -> bool:
     return False
 
 
-def rank0_guarded(ctx, node: ast.AST, depth: int = 0) -> bool | None:
+def rank0_guarded(ctx, node: ast.AST, depth: int = 0, callers: bool = True) -> bool | None:
     """True when ``node`` runs only on the main rank; False when every rank runs it; None when the
-    function holding it is never called in this file (cannot tell)."""
+    function holding it is never called in this file (cannot tell). ``callers=False``: the tests
+    inside the function holding ``node`` only (None at its top: its callers decide)."""
     sem = ctx.sem
     child = node
     p = parent(node)
@@ -166,7 +167,7 @@ def rank0_guarded(ctx, node: ast.AST, depth: int = 0) -> bool | None:
         if isinstance(p, FUNC_TYPES):
             if is_main_decorated(p):
                 return True
-            return _callers_guarded(ctx, p, depth)
+            return _callers_guarded(ctx, p, depth) if callers else None
         if isinstance(p, (ast.Lambda, ast.ClassDef)):
             return None
         child = p

@@ -335,7 +335,12 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
                 _candidates.clear()
             _candidates[key] = got
     deps = {}
-    for path, t in got[1]:
+    near = []  # the file's own folder first: the scan of ``top`` stops at ``_MAX_SCAN_FILES``
+    for path in _project_files(os.path.dirname(here)):
+        t = _text_of(path)
+        if t is not None and _admits(t, needs):
+            near.append((path, t))
+    for path, t in dict(near + list(got[1])).items():
         if path != here:
             deps[path] = hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
             if any(n in t for n in names):
@@ -370,7 +375,8 @@ def project_callers(ctx, names, needs=()) -> list:
         top = roots[1] if len(roots) > 1 else roots[0]
         an = for_context(ctx)
         out = []
-        for path in _project_files(top):
+        # the file's own folder first: the scan of ``top`` stops at ``_MAX_SCAN_FILES``
+        for path in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top))):
             if path == here:
                 continue
             text = _text_of(path)

@@ -1,0 +1,585 @@
+"""Filesystem effects: which calls download, extract, write, create or read a path, and which
+functions of the project do so (followed through helpers, methods and other modules), on which
+path.
+
+- ``call_effects(vctx, call)``: the effects of one library call (the vocabulary below);
+- ``function_effects(hub, view, fn)``: the effects every call of a project function makes on
+  every rank that runs it (not under a main-rank test inside it), their paths bound to the
+  function's parameters where they come from them; a call of it binds them to its arguments
+  (``call_site_effects``);
+- ``path_key`` / ``folder_key``: one canonical key per path expression (through names bound once,
+  tuple assignments, ``os.path.join``, ``Path(...) / "x"``, ``args.x`` attributes), so that a write
+  and a later read of the same path (or of a file in the folder made) are recognised as such.
+
+An effect's ``path`` is an expression of the module in ``view``; ``cache`` names the shared folder
+an API uses when no path is given (the torch hub cache, the NLTK data folder).
+
+Not filesystem races: Hugging Face ``from_pretrained`` / ``hf_hub_download`` / ``snapshot_download``
+and ``datasets.load_dataset`` take a file lock around their downloads (``huggingface_hub``'s
+``WeakFileLock``, ``datasets``' ``FileLock`` on the builder's cache): they are not in the table.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..torch_api import constant_of
+
+DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
+PRODUCES = frozenset({DOWNLOAD, EXTRACT, WRITE, MKDIR})  # kinds that create what a reader needs
+
+_HUB = "the torch hub cache (~/.cache/torch/hub)"
+# qualified name -> (kind, (position, keyword) of the destination or None, the shared cache used
+# when no destination is given, a folder destination?)
+_TABLE: dict[str, tuple] = {
+    "torch.hub.load_state_dict_from_url": (DOWNLOAD, (1, "model_dir"), _HUB, True),
+    "torch.utils.model_zoo.load_url": (DOWNLOAD, (1, "model_dir"), _HUB, True),
+    "torch.hub.download_url_to_file": (DOWNLOAD, (1, "dst"), None, False),
+    "torch.hub.load": (DOWNLOAD, None, _HUB, True),
+    "torch.hub.list": (DOWNLOAD, None, _HUB, True),
+    "torch.hub.help": (DOWNLOAD, None, _HUB, True),
+    "urllib.request.urlretrieve": (DOWNLOAD, (1, "filename"), None, False),
+    "nltk.download": (DOWNLOAD, (1, "download_dir"), "the NLTK data folder (~/nltk_data)", True),
+    "wget.download": (DOWNLOAD, (1, "out"), None, False),
+    "gdown.download": (DOWNLOAD, (1, "output"), None, False),
+    "torchvision.datasets.utils.download_url": (DOWNLOAD, (1, "root"), None, True),
+    "torchvision.datasets.utils.download_and_extract_archive": (DOWNLOAD, (1, "download_root"), None, True),
+    "torchvision.datasets.utils.download_file_from_google_drive": (DOWNLOAD, (1, "root"), None, True),
+    "torchvision.datasets.utils.extract_archive": (EXTRACT, (1, "to_path"), None, True),
+    "shutil.unpack_archive": (EXTRACT, (1, "extract_dir"), None, True),
+    # writes and folders (DDP216)
+    "torch.save": (WRITE, (1, "f"), None, False),
+    "numpy.save": (WRITE, (0, "file"), None, False),
+    "numpy.savez": (WRITE, (0, "file"), None, False),
+    "numpy.savez_compressed": (WRITE, (0, "file"), None, False),
+    "os.replace": (WRITE, (1, "dst"), None, False),
+    "os.rename": (WRITE, (1, "dst"), None, False),
+    "shutil.move": (WRITE, (1, "dst"), None, False),
+    "shutil.copy": (WRITE, (1, "dst"), None, False),
+    "shutil.copy2": (WRITE, (1, "dst"), None, False),
+    "shutil.copyfile": (WRITE, (1, "dst"), None, False),
+    "shutil.copytree": (WRITE, (1, "dst"), None, True),
+    "os.makedirs": (MKDIR, (0, "name"), None, True),
+    "os.mkdir": (MKDIR, (0, "path"), None, True),
+    # reads
+    "torch.load": (READ, (0, "f"), None, False),
+    "numpy.load": (READ, (0, "file"), None, False),
+    "os.listdir": (LIST, (0, "path"), None, True),
+    "os.scandir": (LIST, (0, "path"), None, True),
+    "glob.glob": (LIST, (0, "pathname"), None, True),
+}
+# downloads that land atomically (a uniquely named ``.partial`` file moved into place, torch/hub.py):
+# concurrent ranks download it N times but never leave a torn file (pytorch/pytorch#68320)
+ATOMIC_DOWNLOADS = frozenset({"torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url",
+                              "torch.hub.download_url_to_file"})
+_TAR_OPEN = frozenset({"tarfile.open", "tarfile.TarFile", "zipfile.ZipFile", "tarfile.TarFile.open"})
+_PATH_CALLS = frozenset({"os.path.join", "os.path.expanduser", "os.path.abspath", "os.path.realpath",
+                         "os.fspath", "str", "pathlib.Path", "os.path.normpath"})
+_READ_METHODS = frozenset({"read_text", "read_bytes", "iterdir", "glob", "rglob"})
+_MAX_DEPTH = 3
+
+
+class FsEffect:
+    """``kind`` of ``api`` at ``node`` (in ``view``'s module); ``path`` the destination (or source,
+    for a read) expression, or None with ``cache`` the shared folder it uses; ``folder``: the path
+    names a folder (a download root, an extraction target, a made directory); ``via``: the helpers
+    it was reached through."""
+
+    __slots__ = ("kind", "api", "node", "path", "cache", "folder", "view", "via", "home", "key", "args",
+                 "per_rank", "guards")
+
+    def __init__(self, kind, api, node, path, cache, folder, view=None, via=(), home=None):
+        self.kind, self.api, self.node, self.path, self.cache, self.folder = kind, api, node, path, cache, folder
+        self.view, self.via, self.home = view, tuple(via), home  # home: the module of ``node``
+        self.key = None  # the path's key in the terms of the module that called (``call_site_effects``)
+        self.args = ()  # the arguments of that call the path is made of
+        self.per_rank = False  # the path depends on the rank inside the function (``rank_specific``)
+        self.guards = ()  # (test, holds) of the ``if``s of the function around it (``call_site_effects``)
+
+    def path_key(self) -> str | None:
+        """The key of the path in the terms of the outermost call (``path_key``)."""
+        if self.key is None and self.path is not None and self.view is not None:
+            self.key = path_key(view_ctx(self.view), self.path)
+        return self.key
+
+
+class ViewCtx:
+    """The little of a rule context the per-file flow queries read (``sem``, ``memo``, ``qn``,
+    ``text``), for any module of the project."""
+
+    def __init__(self, view):
+        self.view, self.sem = view, view.sem
+
+    def memo(self, key, fn):
+        m = self.view.memo.setdefault("fs.viewctx", {})
+        try:
+            return m[key]
+        except KeyError:
+            got = m[key] = fn()
+            return got
+
+    def qn(self, node):
+        return self.sem.call_qualname(node) if node.__class__ is ast.Call else self.sem.qualname(node)
+
+    def text(self, node):
+        return ast.unparse(node)
+
+
+def view_ctx(view) -> ViewCtx:
+    got = view.memo.get("fs.ctx")
+    if got is None:
+        got = view.memo["fs.ctx"] = ViewCtx(view)
+    return got
+
+
+def _true(sem, e) -> bool:
+    c = constant_of(sem, e)
+    return c is not None and c.value is True
+
+
+def call_effects(vctx, call: ast.Call) -> list[FsEffect]:
+    """The filesystem effects of one call of a library API (nothing for a project function)."""
+    qn = vctx.qn(call) or ""
+    got = _TABLE.get(qn)
+    if got is not None:
+        kind, where, cache, folder = got
+        path = get_arg(call, *where) if where else None
+        if path is None and cache is None:
+            return []
+        if qn == "torch.load" and isinstance(path, ast.Call):
+            return []  # torch.load(io.BytesIO(...)), torch.load(open(...)): not a path
+        return [FsEffect(kind, qn, call, path, cache if path is None else None, folder)]
+    if qn.startswith("torchvision.datasets.") and qn.count(".") == 2:
+        # ``CIFAR10(root, download=True)``: downloads and extracts into ``root``
+        root = get_arg(call, 0, "root")
+        if root is not None:
+            if _true(vctx.sem, get_arg(call, None, "download")):
+                return [FsEffect(DOWNLOAD, qn, call, root, None, True)]
+            return [FsEffect(READ, qn, call, root, None, True)]
+        return []
+    if qn in ("open", "io.open", "builtins.open") or (qn == "" and isinstance(call.func, ast.Name)
+                                                      and call.func.id == "open"):
+        path = get_arg(call, 0, "file")
+        mode = constant_of(vctx.sem, get_arg(call, 1, "mode"))
+        if path is None:
+            return []
+        if get_arg(call, 1, "mode") is None:
+            return [FsEffect(READ, "open", call, path, None, False)]
+        if mode is None or not isinstance(mode.value, str):
+            return []
+        kind = WRITE if set(mode.value) & set("wax+") else READ
+        return [FsEffect(kind, "open", call, path, None, False)]
+    f = call.func
+    if f.__class__ is ast.Attribute:
+        if f.attr == "extractall":
+            if _tar_object(vctx, f.value, call):
+                path = get_arg(call, 0, "path")
+                if path is None:
+                    return [FsEffect(EXTRACT, "extractall", call, None, "the current directory", True)]
+                return [FsEffect(EXTRACT, "extractall", call, path, None, True)]
+            return []
+        if f.attr == "mkdir" and _is_path_obj(vctx, f.value):
+            return [FsEffect(MKDIR, "Path.mkdir", call, f.value, None, True)]
+        if f.attr in _READ_METHODS and _is_path_obj(vctx, f.value):
+            return [FsEffect(LIST if f.attr in ("iterdir", "glob", "rglob") else READ, "Path." + f.attr, call,
+                             f.value, None, f.attr in ("iterdir", "glob", "rglob"))]
+        if f.attr in ("write_text", "write_bytes") and _is_path_obj(vctx, f.value):
+            return [FsEffect(WRITE, "Path." + f.attr, call, f.value, None, False)]
+    return []
+
+
+def _is_path_obj(vctx, e) -> bool:
+    """``e`` is a ``pathlib.Path``: a ``Path(...)`` call, ``Path(...) / x``, or a name bound to one."""
+    for _ in range(3):
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Div):
+            e = e.left
+            continue
+        if isinstance(e, ast.Call):
+            return (vctx.qn(e) or "") in ("pathlib.Path", "pathlib.PosixPath")
+        if isinstance(e, ast.Name):
+            v = bound_value(vctx, e.id, e)
+            if v is None:
+                return False
+            e = v
+            continue
+        return False
+    return False
+
+
+def _tar_object(vctx, e, at) -> bool:
+    if isinstance(e, ast.Call):
+        return (vctx.qn(e) or "") in _TAR_OPEN
+    if isinstance(e, ast.Name):
+        v = bound_value(vctx, e.id, at)
+        if isinstance(v, ast.Call):
+            return (vctx.qn(v) or "") in _TAR_OPEN
+    return False
+
+
+# -- values of names ---------------------------------------------------------------------------------
+
+def bound_value(vctx, name: str, at: ast.AST):
+    """The expression ``name`` holds at ``at``: the last binding before it in its scope (module level
+    when the function does not bind it) when that is ``name = value``, an element of a tuple
+    assignment ``a, b = x, y``, or ``with f(...) as name``; None otherwise (a parameter, a loop)."""
+    sem = vctx.sem
+    scope = sem.scope_of(at)
+    binds = sem.assignments(scope).get(name)
+    if not binds:
+        if isinstance(scope, ast.Module) or name in param_names(scope):
+            return None
+        binds = sem.assignments(sem.tree).get(name)
+        if not binds:
+            return None
+        before = binds
+    else:
+        before = [b for b in binds if b.lineno < at.lineno or (b.lineno == at.lineno and b is not at)]
+        before = [b for b in before if isinstance(b, (ast.With, ast.AsyncWith)) or not _contains(b, at)]
+    if not before:
+        return None
+    last = before[-1]
+    if isinstance(last, ast.Assign) and len(last.targets) == 1:
+        t, v = last.targets[0], last.value
+        if isinstance(t, ast.Name):
+            return v
+        if isinstance(t, (ast.Tuple, ast.List)) and isinstance(v, (ast.Tuple, ast.List)) \
+                and len(t.elts) == len(v.elts) and not any(isinstance(x, ast.Starred) for x in (*t.elts, *v.elts)):
+            for x, y in zip(t.elts, v.elts):
+                if isinstance(x, ast.Name) and x.id == name:
+                    return y
+        return None
+    if isinstance(last, ast.AnnAssign):
+        return last.value
+    if isinstance(last, (ast.With, ast.AsyncWith)):
+        for it in last.items:
+            if isinstance(it.optional_vars, ast.Name) and it.optional_vars.id == name:
+                return it.context_expr
+    return None
+
+
+def _contains(outer, inner) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
+        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def path_key(vctx, expr: ast.AST, depth: int = 0) -> str | None:
+    """One canonical key for a path expression: names are followed to the value they hold
+    (``bound_value``), ``os.path.join``/``Path``/``/`` are normalised; a parameter keys as itself.
+    None for what cannot be keyed (a call of something else, a loop variable)."""
+    if expr is None or depth > 6:
+        return None
+    if isinstance(expr, ast.Constant):
+        return repr(expr.value) if isinstance(expr.value, str) else None
+    if isinstance(expr, ast.Name):
+        v = bound_value(vctx, expr.id, expr)
+        if v is not None:
+            return path_key(vctx, v, depth + 1)
+        fn = vctx.sem.scope_of(expr)
+        if isinstance(fn, FUNC_TYPES) and expr.id in param_names(fn):
+            return "param:" + expr.id
+        kind = _binding_kind(vctx, expr)
+        return None if kind else "name:" + expr.id
+    if isinstance(expr, ast.Attribute):
+        base = expr
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        if isinstance(base, ast.Name) and base.id != "self":
+            inner = path_key(vctx, expr.value, depth + 1) if isinstance(expr.value, ast.Name) else None
+            if inner is not None and inner.startswith(("param:", "name:")):
+                return inner + "." + expr.attr
+            return "attr:" + ast.unparse(expr)
+        if isinstance(base, ast.Name):
+            return "attr:" + ast.unparse(expr)
+        return None
+    if isinstance(expr, ast.Call):
+        qn = vctx.qn(expr) or ""
+        if qn in _PATH_CALLS and expr.args and not expr.keywords:
+            parts = [path_key(vctx, a, depth + 1) for a in expr.args]
+            if any(p is None for p in parts):
+                return None
+            return parts[0] if len(parts) == 1 else "join(" + ",".join(parts) + ")"
+        return None
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):
+        a, b = path_key(vctx, expr.left, depth + 1), path_key(vctx, expr.right, depth + 1)
+        return None if a is None or b is None else f"join({a},{b})"
+    if isinstance(expr, (ast.JoinedStr, ast.BinOp)):
+        parts = []
+        for n in (expr.values if isinstance(expr, ast.JoinedStr) else (expr.left, expr.right)):
+            if isinstance(expr, ast.BinOp) and not isinstance(expr.op, ast.Add):
+                return None
+            v = n.value if isinstance(n, ast.FormattedValue) else n
+            k = path_key(vctx, v, depth + 1)
+            if k is None:
+                return None
+            parts.append(k)
+        return "cat(" + ",".join(parts) + ")"
+    return None
+
+
+def _binding_kind(vctx, expr: ast.Name) -> str | None:
+    """"bound" when ``expr`` has bindings in its scope that ``bound_value`` could not read (a loop,
+    a call result, several paths), else None (a free module-level or global name)."""
+    sem = vctx.sem
+    scope = sem.scope_of(expr)
+    if sem.assignments(scope).get(expr.id) or sem.assignments(sem.tree).get(expr.id):
+        return "bound"
+    return None
+
+
+def folder_key(vctx, expr: ast.AST) -> str | None:
+    """The key of the folder a path is in: ``os.path.join(d, ...)``, ``Path(d) / "x"``,
+    ``f"{d}/x"`` (through names bound once); None when the path does not show its folder."""
+    return folder_of(path_key(vctx, expr))
+
+
+def folder_of(k: str | None) -> str | None:
+    """``folder_key`` of a path key."""
+    if k is None:
+        return None
+    if k.startswith("join("):
+        return _first_part(k[5:-1])
+    if k.startswith("cat("):
+        first, rest = _split_first(k[4:-1])
+        if rest.startswith("'/") or rest.startswith("'\\\\"):
+            return first
+    return None
+
+
+def _split_first(inner: str) -> tuple[str, str]:
+    depth = 0
+    for i, ch in enumerate(inner):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return inner[:i], inner[i + 1:]
+    return inner, ""
+
+
+def _first_part(inner: str) -> str:
+    return _split_first(inner)[0]
+
+
+# -- project functions -------------------------------------------------------------------------------
+
+def function_effects(hub, view, fn: ast.AST, depth: int = 0) -> tuple[FsEffect, ...]:
+    """The filesystem effects a call of ``fn`` makes on every rank that runs it: its own calls of the
+    vocabulary and those of the project functions it calls (followed to a small depth, across
+    files), leaving out those under a main-rank test inside ``fn`` (``rank.rank0_guarded``) and
+    those on a rank-specific path. An effect whose path comes from a parameter of ``fn`` keeps the
+    parameter (``path`` a ``Name`` of ``fn``): ``call_site_effects`` binds it at a call."""
+    if not isinstance(fn, FUNC_TYPES) or depth > _MAX_DEPTH:
+        return ()
+    memo = view.memo.setdefault("fs.effects", {})
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    memo[id(fn)] = ()  # recursion guard
+    hub._view_stack.append(view)
+    try:
+        got = memo[id(fn)] = tuple(_function_effects(hub, view, fn, depth))
+    finally:
+        hub._view_stack.pop()
+    return got
+
+
+def _function_effects(hub, view, fn, depth):
+    from .calls import scope_calls
+    from .rank import rank0_guarded
+
+    vctx = view_ctx(view)
+    out = []
+    for c in scope_calls(view, fn):
+        effs = call_effects(vctx, c)
+        if not effs and may_resolve_any(view, c):
+            target = resolve(hub, view, c)
+            if target is not None and target[1] is not fn:
+                effs = call_site_effects(hub, view, c, target, depth + 1)
+        if not effs:
+            continue
+        if _nested(c, fn) or rank0_guarded(vctx, c, callers=False) is True:
+            continue
+        guards = _guards(c, fn)
+        for e in effs:
+            if e.view is None:
+                e.view = e.home = view
+            e.guards = guards
+            if e.path is not None and e.view is view and rank_specific(vctx, e.path, c):
+                e.per_rank = True
+            out.append(e)
+            if len(out) >= 48:
+                return out
+    return out
+
+
+def _guards(node, fn) -> tuple:
+    """(test, holds) for each ``if`` of ``fn`` around ``node`` (``holds``: False in its ``else``)."""
+    out = []
+    child, p = node, parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, ast.If) and child is not p.test:
+            out.append((p.test, child in p.body))
+        child, p = p, parent(p)
+    return tuple(out)
+
+
+def _refuted(sem, guards, args) -> bool:
+    """A guard on a parameter that this call gives a literal (``if dataset == "coco":`` at
+    ``create_dataset("pretrain", ...)``) does not hold: the effect does not run at this call."""
+    for test, holds in guards:
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
+            continue
+        a = args.get(test.left.id)
+        c = constant_of(sem, a) if a is not None else None
+        if c is None:
+            continue
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(right, ast.Constant):
+            vals = [right.value]
+        elif isinstance(right, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(x, ast.Constant) for x in right.elts):
+            vals = [x.value for x in right.elts]
+        else:
+            continue
+        if isinstance(op, (ast.Eq, ast.In)):
+            got = c.value in vals
+        elif isinstance(op, (ast.NotEq, ast.NotIn)):
+            got = c.value not in vals
+        else:
+            continue
+        if isinstance(op, (ast.Eq, ast.NotEq)) and len(vals) != 1:
+            continue
+        if got != holds:
+            return True
+    return False
+
+
+def _nested(node, fn) -> bool:
+    """``node`` sits in a function or class nested in ``fn``: not run by a call of ``fn``."""
+    p = parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            return True
+        p = parent(p)
+    return False
+
+
+def rank_specific(vctx, expr, at) -> bool:
+    """The path depends on the rank (``f"out_{rank}.pt"``): each rank has its own."""
+    from .rank_tests import is_rank_like
+
+    for n in ast.walk(expr):
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and is_rank_like(n):
+            return True
+        if isinstance(n, ast.Call) and (vctx.qn(n) or "").startswith(("tempfile.", "uuid.", "io.")):
+            return True
+    if isinstance(expr, ast.Name):
+        v = bound_value(vctx, expr.id, at)
+        if v is not None and v is not expr:
+            return rank_specific(vctx, v, at)
+    return False
+
+
+def resolve(hub, view, call: ast.Call):
+    """``hub.resolve_call``, and ``Cls(...).method(...)`` of a project class (view, method)."""
+    got = hub.resolve_call(view, call)
+    if got is not None:
+        return got
+    f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call):
+        ctor = f.value
+        cls = None
+        if isinstance(ctor.func, ast.Name) and ctor.func.id in view.classes:
+            cls, cview = view.classes[ctor.func.id], view
+        else:
+            init = hub.resolve_call(view, ctor)
+            if init is not None and isinstance(parent(init[1]), ast.ClassDef):
+                cls, cview = parent(init[1]), init[0]
+        if cls is not None:
+            for st in cls.body:
+                if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                    return cview, st
+    return None
+
+
+def may_resolve_any(view, call: ast.Call) -> bool:
+    from .helper_calls import may_resolve
+
+    f = call.func
+    return may_resolve(view, call) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
+                                       and may_resolve(view, f.value))
+
+
+_PARAM = re.compile(r"param:([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
+
+
+def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0) -> list[FsEffect]:
+    """The effects of ``call`` of the project function ``target`` (view, fn), their path keys
+    rewritten in this call's terms: each parameter of ``fn`` the path is made of is replaced by the
+    key of the argument given for it (``key``, ``args``); a path that is exactly one parameter (or
+    an attribute of one) becomes the argument expression itself (``path``, ``view``). A path of
+    another module made of anything else keeps no key (it cannot be compared with this one's)."""
+    from .helper_calls import bind_args
+
+    tview, fn = target
+    effs = function_effects(hub, tview, fn, depth)
+    if not effs:
+        return []
+    args = bind_args(call, fn)
+    name = getattr(fn, "name", "?")
+    if name == "__init__":
+        name = getattr(parent(fn), "name", name)
+    vctx = view_ctx(view)
+    out = []
+    for e in effs:
+        if e.guards and _refuted(view.sem, e.guards, args):
+            continue
+        path, pview = e.path, e.view
+        k = e.path_key()
+        key, used, ok = None, [], True
+        if k is not None and "param:" in k:
+            def sub(m):
+                nonlocal ok
+                a = args.get(m.group(1))
+                ak = path_key(vctx, a) if a is not None else None
+                if ak is None:
+                    ok = False
+                    return "?"
+                used.append(a)
+                if m.group(2):
+                    if not ak.startswith(("param:", "name:", "attr:")):
+                        ok = False
+                    return ak + m.group(2)
+                return ak
+            key = _PARAM.sub(sub, k)
+            if not ok:
+                key = None
+            full = _PARAM.fullmatch(k)
+            if full and used:  # exactly one parameter: the argument is the path
+                path, pview = used[0], view
+                for a in full.group(2).split(".")[1:]:
+                    path = ast.copy_location(ast.Attribute(value=path, attr=a, ctx=ast.Load()), path)
+                    path.end_lineno, path.end_col_offset = path.value.end_lineno, path.value.end_col_offset
+        elif k is not None and k.startswith("'"):
+            key = k  # a literal path: the same in every module
+        f = FsEffect(e.kind, e.api, e.node, path, e.cache, e.folder, pview, (name, *e.via), e.home)
+        f.key, f.args, f.per_rank = key, tuple(used) or e.args, e.per_rank
+        out.append(f)
+    return out
+
+
+def effects_at(ctx, an, call: ast.Call, local: bool = True) -> list[FsEffect]:
+    """The effects of ``call`` in the checked file: a library call of the vocabulary, or a call
+    of a project function (of this file too when ``local``), bound to this call's arguments."""
+    effs = call_effects(ctx, call)
+    if effs:
+        for e in effs:
+            e.view = e.home = an.main
+        return effs
+    if may_resolve_any(an.main, call):
+        target = resolve(an, an.main, call)
+        if target is not None and (local or target[0] is not an.main):
+            if target[1] is not an.main.sem.enclosing_function(call):
+                return call_site_effects(an, an.main, call, target)
+    return []

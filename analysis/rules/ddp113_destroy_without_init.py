@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import parent
+from ..flow.lifecycle import DESTROY, INIT, both_branches, covered, events
+from ._common import D
+from ._flow import scopes
+
+
+class DestroyWithoutInit(Rule):
+    """
+    ## What it does
+    Checks for `dist.destroy_process_group()` on a path where the `init_process_group` of the same
+    function did not run: the init sits under a condition (`if args.distributed:`,
+    `if world_size > 1:`, after `if not distributed: return`) and the destroy does not. Path
+    conditions are compared, not names: a destroy under the same condition (the same `if`, or an
+    `if` with the same test), under `if dist.is_initialized():`, or after an init made on both
+    branches (`if use_nccl: init("nccl") else: init("gloo")`) is fine; an init whose other branch
+    leaves (`else: raise`) runs on every path that goes on.
+
+    Inits and destroys are followed through project functions, in this file or another module of
+    the project (`flow.lifecycle`): `setup(args)` that initialises only when `RANK` is set (an early
+    `return` otherwise) is a conditional init at its call, and `cleanup()` whose body destroys
+    unconditionally is a destroy at its call. The file itself must call `init_process_group` or
+    `destroy_process_group` (the other may come through a helper). Only conditions on the
+    distributed mode count (`args.distributed`, `world_size > 1`, `"RANK" in os.environ`: the
+    path where they fail is the single-process run); an init under any other test (a rank, a mode
+    of the program) is taken as the program's business.
+
+    ## Why is this bad?
+    The single-process run (no launcher, one GPU, a debugging session) takes the branch without the
+    init and then fails at the very end, after the whole training ran, instead of exiting:
+
+    ```
+    AssertionError: Process group cannot be None
+    ```
+
+    (`ValueError: Default process group has not been initialized, please make sure to call
+    init_process_group.` on older PyTorch versions.)
+
+    ## Example
+    ```python
+    if args.distributed:
+        dist.init_process_group("nccl")
+    train(args)
+    dist.destroy_process_group()
+    ```
+
+    ## Use instead
+    ```python
+    if args.distributed:
+        dist.init_process_group("nccl")
+    train(args)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    ```
+
+    ## Fix safety
+    The fix wraps a direct `destroy_process_group()` statement in `if dist.is_initialized():`.
+    It is **safe**: where the group exists the destroy runs as before; where it does not, the call
+    could only fail. No fix is offered for a destroy through a helper.
+    """
+
+    code = "DDP113"
+    name = "destroy-without-init"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    # the file calls one of them itself (the other may come through a helper): checked in ``finish``
+    requires_text = ("init_process_group", "destroy_process_group")
+
+    def finish(self, ctx) -> None:
+        from ..flow import for_context
+
+        sem = ctx.sem
+        if not ctx.calls_to(INIT, DESTROY):
+            return
+        an = None
+        for scope in scopes(ctx):
+            if an is None:
+                an = for_context(ctx)
+            evs = events(an, an.main, scope)
+            if not any(e.kind == "destroy" for e in evs) or not any(e.kind == "init" for e in evs):
+                continue
+            inits = [e for e in evs if e.kind == "init"]
+            both = both_branches(inits)
+            for d in evs:
+                if d.kind != "destroy" or d.sure != "must":
+                    continue
+                key = (d.call.lineno, d.call.col_offset)
+                prior = [i for i in inits if (i.call.lineno, i.call.col_offset) < key]
+                if not prior:
+                    continue
+                conds = {i: [c for c in i.conds if id(c[0]) not in both] for i in prior}
+                if any(i.sure == "must" and covered(sem, conds[i], d.conds) for i in prior):
+                    continue
+                self._report(ctx, d, prior[-1], conds[prior[-1]])
+
+    def _report(self, ctx, d, init, conds) -> None:
+        if conds:
+            node, branch = conds[-1]
+            test = ctx.text(node.test)
+            when = (f"when `{test}` is false" if branch == "body" else
+                    f"when `{test}` is true" if branch == "orelse" else f"when `{test}` returns early")
+            why = f"{when}, the init (line {init.call.lineno}) did not run"
+        else:
+            name = getattr(init.where[1], "name", "?") if init.where else "?"
+            why = f"`{name}()` (line {init.call.lineno}) initialises the group only on some of its paths"
+        what = "`destroy_process_group()`" if (ctx.qn(d.call) or "") == DESTROY else f"`{ctx.text(d.call.func)}()`, which destroys the group,"
+        ctx.report(
+            d.call,
+            f"{what} runs on every path, but {why}: it fails with `AssertionError: Process group "
+            "cannot be None` in a single-process run; guard it with the init's condition or "
+            "`if dist.is_initialized():`",
+            related=[(init.call, "the conditional init")],
+            fix=_fix(ctx, d),
+        )
+
+
+def _fix(ctx, d):
+    if (ctx.qn(d.call) or "") != DESTROY:
+        return None
+    st = parent(d.call)
+    if not isinstance(st, ast.Expr) or st.lineno != st.end_lineno or not ctx.stmt_starts_line(st):
+        return None
+    p = parent(st)
+    if isinstance(p, ast.If) and st in p.body and len(p.body) == 1 and p.lineno == st.lineno:
+        return None  # ``if x: destroy()`` on one line
+    is_init, imp = ctx.ref(D + "is_initialized")
+    indent = ctx.src.indent_of(st.lineno - 1)
+    unit = "\t" if "\t" in indent else "    "
+    code = f"if {is_init}():{ctx.src.newline}{indent}{unit}{ctx.text(st)}"
+    return ctx.fix(Applicability.SAFE, f"Guard with `if {is_init}():`", [ctx.replace(st, code), *imp])

@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import NoCase, Rule
+from ..semantic import parent
+from ..flow.fs_effects import DOWNLOAD, EXTRACT, LIST, MKDIR, PRODUCES, READ, WRITE, effects_at, folder_of
+from ..flow.rank import rank0_guarded, rank_guard
+from ..flow.rank_tests import polarity
+from ..flow.sync import synchronised_between
+from ._flow import scopes
+
+_WORDS = {DOWNLOAD: "downloads", EXTRACT: "extracts", WRITE: "writes", MKDIR: "creates"}
+
+
+class Rank0EffectWithoutBarrier(Rule):
+    """
+    ## What it does
+    Checks for a filesystem effect made only under a main-rank test (`if rank == 0:`,
+    `if is_main_process():`, `if local_rank in [-1, 0]:`...) whose result every rank then uses
+    in the same function, with no synchronising collective in between:
+
+    - the effect: a write (`torch.save`, `np.save`, `open(path, "w")`, `os.replace`/`os.rename`/
+      `shutil.move`/`shutil.copy*` to the path, `Path.write_text`), a folder made (`os.makedirs`,
+      `os.mkdir`, `Path.mkdir`), a download or an extraction (the vocabulary of DDP215);
+    - the use, on every rank after the guarded block: a read of the same path (`torch.load`,
+      `np.load`, `open(path)`, a `torchvision` dataset on the folder), a read or a listing
+      (`os.listdir`, `glob.glob`, `Path.iterdir`) of the folder downloaded or extracted into (or of
+      a file in it), a write into the folder made (`torch.save(x, os.path.join(folder, ...))`).
+      Reading or listing a folder the main rank only made (`os.makedirs(out, exist_ok=True)`)
+      is not a use: what is read there was not made by that call.
+
+    The same path is decided by value flow (`flow.fs_effects.path_key`): the same variable, the same
+    expression, a name bound once (also in a tuple assignment), `args.x`, `os.path.join` /
+    `Path(...) / "x"` / f-strings over them. Effects and reads inside project functions (this file
+    or another module) are followed through their calls, their paths bound to the call's arguments
+    (`if is_main: save_checkpoint(state, path)` then `load_checkpoint(path)` on every rank).
+
+    Anything that may synchronise the ranks between the two silences the rule: a collective
+    (`dist.barrier()`, an all-reduce, DDP's gradient all-reduce in a backward, hidden collectives
+    such as `dcp.save`), a call of a project function that may make one, and a call the analysis
+    cannot follow whose name says it waits (`accelerator.wait_for_everyone()`, `comm.synchronize()`).
+    Only the order in the source of one function is read: a use in an earlier statement reached by
+    a loop's next iteration is not flagged.
+
+    ## Why is this bad?
+    The other ranks do not wait for the main rank: they reach the read while it is still writing
+    (or before it started), and read a missing, empty or half-written file:
+
+    ```
+    FileNotFoundError: [Errno 2] No such file or directory: 'out/vocab.json'
+    RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory
+    ```
+
+    It depends on timing, so it passes on one machine and fails on a loaded cluster.
+
+    ## Example
+    ```python
+    if dist.get_rank() == 0:
+        build_vocab(corpus, "out/vocab.json")
+    vocab = json.load(open("out/vocab.json"))
+    ```
+
+    ## Use instead
+    ```python
+    if dist.get_rank() == 0:
+        build_vocab(corpus, "out/vocab.json")
+    dist.barrier()
+    vocab = json.load(open("out/vocab.json"))
+    ```
+
+    ## Fix safety
+    There is no fix: a `barrier()` is only valid where every rank reaches it and the process
+    group exists (a single-process run has none), which depends on the program.
+    """
+
+    code = "DDP216"
+    name = "rank0-effect-without-barrier"
+    severity = Severity.WARNING
+    # a main-rank test (``rank_tests.polarity``): its vocabulary's words, rank variables, world-size
+    # tests and ``@..._only`` decorators ("zero" counts beside "is", "global", "process", "local", "world",
+    # "rank" or "gpu" only: ``is_node_zero``)
+    requires_text = (NoCase("rank"), NoCase("gpu"), NoCase("ordinal"), NoCase("procid"), NoCase("localid"),
+                     NoCase("master"), NoCase("main"), NoCase("is"),
+                     NoCase("global"), NoCase("process"), NoCase("local"), NoCase("chief"), NoCase("lead"),
+                     NoCase("primary"), NoCase("root"), NoCase("world"), NoCase("ntasks"), NoCase("pmi_size"),
+                     NoCase("only"), "should_save", "should_log", "logging_process", "process_index", "device_id",
+                     "device_index", "dev_id", "local_device", "proc_id", "process_id")
+
+    def finish(self, ctx) -> None:
+        from ..flow import for_context
+
+        an = None
+        sem = ctx.sem
+        for scope in scopes(ctx):
+            calls = sem.scope_calls(scope)
+            guarded = []  # (call, effect, guard if)
+            for c in calls:
+                g = _main_guard(ctx, c, scope)
+                if g is None:
+                    continue
+                if an is None:
+                    an = for_context(ctx)
+                for e in effects_at(ctx, an, c):
+                    if e.kind in PRODUCES:
+                        guarded.append((c, e, g))
+            if not guarded:
+                continue
+            done = set()
+            for c, e, g in guarded:
+                wk = e.path_key()
+                if wk is None or id(g) in done:
+                    continue
+                for r in calls:
+                    if _pos(r) <= (g.end_lineno, g.end_col_offset) or rank_guard(ctx, r) is not None \
+                            or rank0_guarded(ctx, r, callers=False) is True:
+                        continue
+                    use = _use(ctx, an, r, e, wk)
+                    if use is None:
+                        continue
+                    if synchronised_between(an, an.main, scope, g, r) is not None:
+                        break
+                    done.add(id(g))
+                    self._report(ctx, c, e, g, r, use)
+                    break
+
+    def _report(self, ctx, c, e, g, r, use) -> None:
+        test = ctx.text(g.test)
+        what = _WORDS.get(e.kind, "writes")
+        ctx.report(
+            r,
+            f"`{ctx.text(r.func)}(...)` runs on every rank and {use} {'that' if 'folder' in use else 'what'} "
+            f"only the main rank {what} at line "
+            f"{c.lineno} (under `if {test}:`), with no barrier in between: the other ranks get a missing or "
+            "half-written file; call `dist.barrier()` after the guarded block",
+            related=[(c, f"the main rank {what} it here"), (g.test, "main-rank test")],
+        )
+
+
+def _pos(n):
+    return n.lineno, n.col_offset
+
+
+def _main_guard(ctx, node, scope):
+    """The outermost ``if`` of ``scope`` around ``node`` that lets only the main rank in."""
+    found = None
+    child, p = node, parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, ast.If) and child is not p.test:
+            pol = polarity(ctx, p.test, scope)
+            if (pol is True and child in p.body) or (pol is False and child in p.orelse):
+                found = p
+        child, p = p, parent(p)
+    return found
+
+
+def _use(ctx, an, r, w, wk) -> str | None:
+    """How the call ``r`` uses what the effect ``w`` (path key ``wk``) produced, or None."""
+    for u in effects_at(ctx, an, r):
+        if u.path is None or u.node is w.node:
+            continue
+        uk = u.path_key()
+        if uk is None:
+            continue
+        if u.kind in (READ, LIST) and w.kind != MKDIR:
+            if uk == wk:
+                return "lists" if u.kind == LIST else "reads"
+            if w.folder and folder_of(uk) == wk:
+                return "reads inside the folder"
+        elif w.kind == MKDIR and u.kind == WRITE and folder_of(uk) == wk:
+            return "writes inside the folder"
+    return None

@@ -1,0 +1,100 @@
+"""flow.fs_effects (paths and filesystem effects), flow.lifecycle (init/destroy with path
+conditions) and flow.sync: the queries DDP113, DDP115, DDP215 and DDP216 are built on."""
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from ddp_lint.analysis.flow import Analysis
+from ddp_lint.analysis.flow.fs_effects import (DOWNLOAD, EXTRACT, MKDIR, READ, WRITE, call_effects, folder_key,
+                                               path_key, view_ctx)
+from ddp_lint.analysis.flow.lifecycle import events
+from ddp_lint.analysis.flow.sync import synchronised_between
+from ddp_lint.analysis.semantic import Semantic
+
+
+def _analysis(src: str) -> Analysis:
+    src = textwrap.dedent(src)
+    sem = Semantic(ast.parse(src))
+    return Analysis("<test>", sem, src)
+
+
+def _calls(an, name):
+    return [c for c in an.main.sem.calls if ast.unparse(c.func).endswith(name)]
+
+
+def test_path_keys_follow_names_tuples_and_joins():
+    an = _analysis("""
+        import os
+        def f(args):
+            root, other = args.out, "x"
+            p = os.path.join(root, "vocab.json")
+            open(p, "w")
+            open(os.path.join(args.out, "vocab.json"))
+            open(f"{root}/vocab.json")
+    """)
+    v = view_ctx(an.main)
+    w, r1, r2 = _calls(an, "open")
+    k = path_key(v, w.args[0])
+    assert k == path_key(v, r1.args[0]) == "join(param:args.out,'vocab.json')"
+    assert folder_key(v, w.args[0]) == "param:args.out" == folder_key(v, r2.args[0])
+
+
+def test_call_effects_vocabulary():
+    an = _analysis("""
+        import tarfile, torch, torchvision, os
+        from torch.hub import load_state_dict_from_url
+        def f(root, a):
+            torchvision.datasets.CIFAR10(root, download=True)
+            torchvision.datasets.CIFAR10(root, download=False)
+            with tarfile.open(a) as t:
+                t.extractall(root)
+            os.makedirs(root, exist_ok=True)
+            torch.save({}, a)
+            load_state_dict_from_url("u")
+            x = {}
+            x.extractall(root)
+    """)
+    v = view_ctx(an.main)
+    kinds = [[e.kind for e in call_effects(v, c)] for c in an.main.sem.calls]
+    flat = [k for ks in kinds for k in ks]
+    assert flat == [DOWNLOAD, READ, EXTRACT, MKDIR, WRITE, DOWNLOAD]
+
+
+def test_lifecycle_conditions_and_helpers():
+    an = _analysis("""
+        import os
+        import torch.distributed as dist
+        def setup():
+            if "RANK" not in os.environ:
+                return
+            dist.init_process_group("nccl")
+        def main(args):
+            if args.distributed:
+                dist.init_process_group("nccl")
+            setup()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            dist.destroy_process_group()
+    """)
+    main = an.main.defs["main"]
+    evs = events(an, an.main, main)
+    assert [(e.kind, e.sure, len(e.conds)) for e in evs] == [("init", "must", 1), ("init", "may", 0),
+                                                            ("destroy", "must", 0)]
+
+
+def test_sync_between():
+    an = _analysis("""
+        import torch.distributed as dist
+        def f(rank, t, p):
+            if rank == 0:
+                open(p, "w")
+            dist.all_reduce(t)
+            open(p)
+            open(p)
+    """)
+    fn = an.main.defs["f"]
+    guard = fn.body[0]
+    first, second = _calls(an, "open")[1:]
+    assert synchronised_between(an, an.main, fn, guard, first) is not None
+    assert synchronised_between(an, an.main, fn, first, second) is None
