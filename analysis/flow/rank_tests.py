@@ -319,7 +319,7 @@ def is_main_like(expr: ast.AST) -> bool:
     if not toks or set(toks) & _NOT_MAIN_TOKENS:
         return False
     s = set(toks)
-    if "zero" in s and not (s & {"rank", "global", "process", "local", "is", "world", "gpu"}):
+    if "zero" in s and not (s & {"rank", "global", "process", "local", "world", "gpu"}):
         return False
     if "root" in s and len(toks) == 1:
         return False
@@ -334,7 +334,7 @@ def is_main_decorated(fn: ast.AST) -> bool:
         name = _last_name(d)
         if name and is_main_like(ast.Name(id=name)):
             return True
-        if name and set(_tokens(name)) & {"rank0", "zero", "master", "main", "0"} and "only" in _tokens(name):
+        if name and set(_tokens(name)) & {"rank0", "master", "main"} and "only" in _tokens(name):
             return True
     return False
 

@@ -101,7 +101,7 @@ RULES = {
                 ((('torch', False),), (('init_process_group', False), ('DistributedDataParallel', False), ('spawn', False), ('start_processes', False), ('FullyShardedDataParallel', False), ('fully_shard', False), ('init_device_mesh', False))),
                 False, False),
     'DDP216': ('ddp216_rank0_effect_without_barrier', True, True,
-                ((('torch', False),), (('rank', True), ('gpu', True), ('ordinal', True), ('procid', True), ('localid', True), ('master', True), ('main', True), ('is', True), ('global', True), ('process', True), ('local', True), ('chief', True), ('lead', True), ('primary', True), ('root', True), ('world', True), ('ntasks', True), ('pmi_size', True), ('only', True), ('should_save', False), ('should_log', False), ('logging_process', False), ('process_index', False), ('device_id', False), ('device_index', False), ('dev_id', False), ('local_device', False), ('proc_id', False), ('process_id', False))),
+                ((('torch', False),), (('rank', True), ('gpu', True), ('ordinal', True), ('procid', True), ('localid', True), ('master', True), ('main', True), ('global', True), ('process', True), ('local', True), ('chief', True), ('lead', True), ('primary', True), ('root', True), ('world', True), ('ntasks', True), ('pmi_size', True), ('should_save', False), ('should_log', False), ('logging_process', False), ('process_index', False), ('device_id', False), ('device_index', False), ('dev_id', False), ('local_device', False), ('proc_id', False), ('process_id', False))),
                 False, False),
     'DDP301': ('ddp301_sampler_without_set_epoch', True, True,
                 ((('torch', False),), (('DistributedSampler', False), ('loader', True), ('sampler', True))),
