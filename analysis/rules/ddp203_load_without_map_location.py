@@ -9,9 +9,12 @@ from ..flow.devices import device_in_scope
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.mentions import mentions, names_string
 from ..flow.rank import rank0_guarded
-from ._common import D, callers_may_exist, gloo_only
+from ..flow.rank_tests import RANK_NEEDLES
+from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE, TENSOR_COLLECTIVES,
+                      callers_may_exist, gloo_only)
+from ..flow.testing import is_test_file
 from .ddp202_save_on_every_rank import rank_specific_path
-from ._spawn import runs_in_ranks
+from ._spawn import is_main_guard, runs_in_ranks
 from ..semantic import parent
 
 
@@ -87,17 +90,24 @@ class LoadWithoutMapLocation(Rule):
         t = text if text.isascii() else unicodedata.normalize("NFKC", text)
         if any(n in t for n in LAUNCH_TEXT):
             return True, {}
+        # library code that says by itself that it runs on every rank (``_library_loads``)
+        low = t.lower()
+        if any(n in low for n in _LIBRARY_NEEDLES):
+            return True, {}
         return callers_may_exist(text, filename, _CALLER_NEEDS)
 
     def finish(self, ctx) -> None:
         loads = ctx.calls_to("torch.load")
-        if not loads:
+        urls = ctx.calls_to(*_URL_LOADS)
+        if not loads and not urls:
             return
         if not is_distributed_script(ctx):
-            _helper_loads(ctx, loads)
+            done = _helper_loads(ctx, loads) if loads else set()
+            _library_loads(ctx, loads, urls, done)
             return
         if _cpu_only(ctx):
             return  # a CPU-only gloo program: whatever it saved is on the CPU
+        done = set()
         for call in loads:
             path = _unmapped_path(ctx, call, loads)
             if path is None or runs_in_ranks(ctx, call) is False:
@@ -109,9 +119,24 @@ class LoadWithoutMapLocation(Rule):
                 guarded = _method_guarded(ctx, call, 0)
             if guarded is not False:
                 continue
+            done.add(id(call))
             _report(ctx, call, device_in_scope(ctx, call) or _class_device(ctx, call))
+        # what the load's own code says, whatever its callers: a dropped ``map_location``
+        # parameter, or loads next to it that map
+        _library_loads(ctx, loads, urls, done, aware=False)
 
 
+_URL_LOADS = ("torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url",
+              "torchvision.models.utils.load_state_dict_from_url")
+_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+# what makes a class distributed (``_distributed_class``): the torch.distributed calls that only a
+# member of a process group makes (not ``is_initialized``/``is_available``), and the wraps
+_DIST_WORK = frozenset({*TENSOR_COLLECTIVES, *OBJECT_COLLECTIVES, *OBJECT_COLLECTIVES_WITH_DEVICE, "barrier",
+                        "get_rank", "get_world_size", "monitored_barrier"})
+_WRAPS = frozenset({DDP_CLASS, "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard"})
+# the text a library reason needs: a ``map_location`` (a dropped parameter, a mapping sibling), a
+# distributed-aware call, or a rank (a per-rank file loaded next to it); lower case
+_LIBRARY_NEEDLES = ("map_location", "distributed", "accelerator", *RANK_NEEDLES)
 _CALLER_NEEDS = (LAUNCH_TEXT,)  # a caller that matters is a distributed script (is_distributed_script)
 _MESSAGE = ("`torch.load` without `map_location` restores tensors to the device they were saved "
             "from (usually cuda:0) on every rank; pass `map_location`")
@@ -123,7 +148,10 @@ def _report(ctx, call, dev, extra: str = "", related=()) -> None:
     pos = ctx.src.node_end(last)
     fix = ctx.fix(Applicability.UNSAFE, f"Add `map_location={value}`",
                   [Edit(Range(pos, pos), f", map_location={value}")])
-    ctx.report(call, _MESSAGE + extra, fix=fix, related=related)
+    msg = _MESSAGE
+    if ctx.qn(call) in _URL_LOADS:
+        msg = msg.replace("`torch.load`", f"`{ctx.qn(call).rsplit('.', 1)[1]}`", 1)
+    ctx.report(call, msg + extra, fix=fix, related=related)
 
 
 def _names_cuda(ctx) -> bool:
@@ -169,7 +197,9 @@ def _helper_loads(ctx, loads) -> None:
     (``utils/checkpoint.py: def load_checkpoint(path): return torch.load(path)``), or in a method of
     one of its classes that ``__init__`` reaches through ``self.<method>(...)`` calls (a trainer
     that restores its snapshot when built), reported when a distributed file of the same project
-    calls that function (builds that class) where every rank runs it."""
+    calls that function (builds that class) where every rank runs it. Returns the ids of the loads
+    reported."""
+    done: set[int] = set()
     cands: dict[str, list] = {}
     for call in loads:
         path = _unmapped_path(ctx, call, loads)
@@ -179,7 +209,7 @@ def _helper_loads(ctx, loads) -> None:
         if entry is not None:
             cands.setdefault(entry[0], []).append((call, path, entry[1]))
     if not cands:
-        return
+        return done
     from ._common import project_callers
 
     for name, items in cands.items():
@@ -199,9 +229,11 @@ def _helper_loads(ctx, loads) -> None:
                 _report(ctx, call, None,
                         f" ({what} on every rank in {_shown(ctx, caller)}, line {rng.start.line + 1})",
                         related=[("file", caller.filename, rng, f"{what} here on every rank")])
+                done.add(id(call))
                 reported = True
             if reported:
                 break  # one caller is enough
+    return done
 
 
 def _entry_point(ctx, call):
@@ -233,6 +265,204 @@ def _entry_point(ctx, call):
             return None
         current = nxt
     return None
+
+
+def _library_loads(ctx, loads, urls, done: set, aware: bool = True) -> None:
+    """Loads that the code around them shows to run on every rank of a distributed job, whoever
+    calls them (library code: a trainer class, a checkpointing module). ``loads``: the
+    ``torch.load`` calls, ``urls``: the ``load_state_dict_from_url`` ones; ``done``: ids already
+    reported; ``aware``: the file is not a distributed script itself. The reasons, first that holds:
+
+    1. the function takes a ``map_location`` parameter and never reads it (it meant to map);
+    2. another load of the same function or class passes ``map_location`` (the author maps the
+       checkpoint loads here; this one was forgotten), not as the other branch of an ``if``;
+    3. (``aware``) another load of the same function reads a per-rank file (``f"rng_{rank}.pkl"``,
+       not an in-memory buffer): the function runs on every rank, each with its own rank;
+    4. (``aware``) the class holding it, or the module, builds an ``accelerate.Accelerator``:
+       Accelerate runs that code in every process;
+    5. (``aware``) the class holding it calls a collective or a rank query of ``torch.distributed``
+       or wraps a model in DDP/FSDP, and calls the method holding the load from its own code,
+       unguarded (a trainer restoring its best weights at the end of ``train()``).
+
+    Beyond the first: the load must be a checkpoint load (``_checkpoint_like``), the file must not
+    be a test file (one process, a harness-fixed world), for 3 and 5 it must name CUDA (an XLA or
+    CPU library saves no CUDA tensors), and the project's own
+    callers, when they show where the function runs, must not all run it on one rank. Loads that
+    only the main rank runs are left alone, as are CPU-only gloo modules."""
+    everything = [*loads, *urls]
+    if len(done) == len(everything) or _cpu_only(ctx):
+        return
+    mapped = [c for c in everything if _maps(ctx, c)]
+    test_file = None  # computed once, when needed
+    for call in everything:
+        if id(call) in done:
+            continue
+        path = _unmapped_url(ctx, call, everything) if call in urls else _unmapped_path(ctx, call, everything)
+        if path is None or runs_in_ranks(ctx, call) is False:
+            continue
+        fn = ctx.sem.enclosing_function(call)
+        if fn is None:
+            continue  # module level: what runs at import is not library code
+        why = _dropped_map_location(fn)
+        own = why is not None
+        if why is None:
+            if test_file is None:
+                test_file = is_test_file(ctx.filename)
+            if test_file or not _checkpoint_like(ctx, call, path):
+                continue
+            why = _mapping_sibling(ctx, call, fn, mapped)
+            if why is None and aware:
+                why = _accelerate_owner(ctx, fn)
+                if why is None and _names_cuda(ctx):
+                    why = _per_rank_sibling(ctx, call, fn, loads) or _distributed_class(ctx, fn, call)
+            if why is None or _callers_say_one_rank(ctx, call):
+                continue
+        if rank0_guarded(ctx, call) is True or _method_guarded(ctx, call, 0) is True:
+            continue
+        done.add(id(call))
+        dev = "map_location" if own else device_in_scope(ctx, call) or _class_device(ctx, call)
+        _report(ctx, call, dev, f" ({why})")
+
+
+def _callers_say_one_rank(ctx, call) -> bool:
+    """The project's own calls of the function holding ``call`` (or of the class that runs it when
+    built) show where it runs, and none runs it on every rank of a distributed job: each is behind
+    a main-rank test, in the launching process of an ``mp.spawn`` script, in a CPU-only program, or
+    in a script (``if __name__ == "__main__":``) that never starts a process group. Library
+    functions that only other library code calls say nothing."""
+    entry = _entry_point(ctx, call)
+    if entry is None:
+        return False
+    from ._common import project_callers
+
+    one_rank = False
+    for caller, site, _target in project_callers(ctx, {entry[0]}):
+        if is_distributed_script(caller):
+            if _cpu_only(caller) or runs_in_ranks(caller, site) is False or rank0_guarded(caller, site) is True:
+                one_rank = True
+                continue
+            return False
+        if any(is_main_guard(n.test) for n in caller.sem.tree.body if isinstance(n, ast.If)):
+            one_rank = True
+    return one_rank
+
+
+def _unmapped_url(ctx, call: ast.Call, loads):
+    """The url of a ``load_state_dict_from_url(url, model_dir, map_location, ...)`` call that does not
+    map (its third parameter), nor is one branch of an ``if`` whose other branch maps; None
+    otherwise."""
+    if len(call.args) >= 3 or any(k.arg in ("map_location", None) for k in call.keywords):
+        return None
+    if any(isinstance(a, ast.Starred) for a in call.args) or _other_branch_maps(ctx, call, loads):
+        return None
+    if call.args:
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == "url"), None)
+
+
+def _maps(ctx, call: ast.Call) -> bool:
+    """The load passes a ``map_location`` that is not ``None``."""
+    pos = 2 if ctx.qn(call) in _URL_LOADS else 1
+    got = call.args[pos] if len(call.args) > pos else next(
+        (k.value for k in call.keywords if k.arg == "map_location"), None)
+    return got is not None and not (isinstance(got, ast.Constant) and got.value is None) \
+        and not isinstance(got, ast.Starred)
+
+
+def _dropped_map_location(fn) -> str | None:
+    """``def pt_load(path, map_location=None): return torch.load(path)``: the function's own
+    ``map_location`` parameter is never read."""
+    from ..semantic import param_names
+
+    if "map_location" not in param_names(fn):
+        return None
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == "map_location" and isinstance(n.ctx, ast.Load):
+            return None
+    return f"`{fn.name}` takes a `map_location` parameter and never passes it on"
+
+
+def _owner_class(fn):
+    """The class whose method holds ``fn`` (``fn`` itself or a function nested in one)."""
+    p = parent(fn)
+    while p is not None and not isinstance(p, ast.Module):
+        if isinstance(p, ast.ClassDef):
+            return p
+        p = parent(p)
+    return None
+
+
+def _within(node: ast.AST, outer: ast.AST) -> bool:
+    return outer.lineno <= node.lineno and node.end_lineno <= outer.end_lineno
+
+
+def _mapping_sibling(ctx, call, fn, mapped) -> str | None:
+    """Another load of the same function, else of the same class, that maps."""
+    others = [m for m in mapped if m is not call]
+    cls = _owner_class(fn)
+    for scope, what in ((fn, f"`{fn.name}`"), (cls, f"class `{cls.name}`" if cls is not None else "")):
+        near = [m for m in others if scope is not None and _within(m, scope)]
+        if near:
+            line = ctx.src.node_range(near[0]).start.line + 1
+            return f"another load of {what} maps its tensors (line {line})"
+    return None
+
+
+def _per_rank_sibling(ctx, call, fn, loads) -> str | None:
+    """Another load of the same function reads this rank's own file (``f"rng_{process_index}.pkl"``,
+    not an in-memory buffer): the function runs on every rank."""
+    for other in loads:
+        if other is call or not _within(other, fn) or not (other.args or other.keywords):
+            continue
+        p = other.args[0] if other.args else next((k.value for k in other.keywords if k.arg == "f"), None)
+        if p is not None and rank_specific_path(ctx, p, other, buffers=False):
+            line = ctx.src.node_range(other).start.line + 1
+            return f"`{fn.name}` also loads a per-rank file (line {line}), so every rank runs it"
+    return None
+
+
+def _first_call(ctx, scope, pred):
+    for c in ctx.sem.calls:
+        if (scope is None or _within(c, scope)) and pred(ctx.qn(c) or ""):
+            return c
+    return None
+
+
+def _accelerate_owner(ctx, fn) -> str | None:
+    """The class holding ``fn``, else the module, builds an ``accelerate.Accelerator``."""
+    cls = _owner_class(fn)
+    for scope, what in ((cls, f"class `{cls.name}`" if cls is not None else ""), (None, "this module")):
+        if scope is None and what != "this module":
+            continue
+        c = _first_call(ctx, scope, lambda q: q in _ACCELERATORS)
+        if c is not None:
+            line = ctx.src.node_range(c).start.line + 1
+            return f"{what} builds an `Accelerator` (line {line}): every process of the job loads"
+    return None
+
+
+def _distributed_class(ctx, fn, call) -> str | None:
+    """The class holding ``fn`` runs a collective or a rank query, or wraps a model in DDP/FSDP, and
+    runs the method holding ``call`` from its own code on every rank."""
+    cls = _owner_class(fn)
+    if cls is None:
+        return None
+    c = _first_call(ctx, cls, lambda q: q.startswith(D) and q[len(D):] in _DIST_WORK or q in _WRAPS)
+    if c is None:
+        return None
+    # ``self.<method>(...)`` in the class, with no main-rank test around it in its own function
+    sites = [s for s in ctx.sem.calls if isinstance(s.func, ast.Attribute) and s.func.attr == fn.name
+             and isinstance(s.func.value, ast.Name) and s.func.value.id == "self" and _within(s, cls)]
+    if not any(rank0_guarded(ctx, s) is not True for s in sites):
+        return None
+    line = ctx.src.node_range(c).start.line + 1
+    return (f"class `{cls.name}` runs under torch.distributed (`{_short_call(ctx, c)}` at line {line}) and "
+            f"calls this on every rank")
+
+
+def _short_call(ctx, c) -> str:
+    t = ctx.text(c.func)
+    return t if len(t) <= 40 and "\n" not in t else c.func.attr if isinstance(c.func, ast.Attribute) else t[:40]
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
