@@ -303,18 +303,19 @@ def _library_loads(ctx, loads, urls, done: set, aware: bool = True) -> None:
         fn = ctx.sem.enclosing_function(call)
         if fn is None:
             continue  # module level: what runs at import is not library code
-        why = _dropped_map_location(fn)
-        own = why is not None
+        chain = _caller_chain(ctx, fn)
+        why = next((w for w in map(_dropped_map_location, chain) if w is not None), None)
+        own = why is not None and chain[0] is fn
         if why is None:
             if test_file is None:
                 test_file = is_test_file(ctx.filename)
             if test_file or not _checkpoint_like(ctx, call, path):
                 continue
-            why = _mapping_sibling(ctx, call, fn, mapped)
+            why = _mapping_sibling(ctx, call, chain, mapped)
             if why is None and aware:
                 why = _accelerate_owner(ctx, fn)
                 if why is None and _names_cuda(ctx):
-                    why = _per_rank_sibling(ctx, call, fn, loads) or _distributed_class(ctx, fn, call)
+                    why = _per_rank_sibling(ctx, call, chain, loads) or _distributed_class(ctx, fn, call)
             if why is None or _callers_say_one_rank(ctx, call):
                 continue
         if rank0_guarded(ctx, call) is True or _method_guarded(ctx, call, 0) is True:
@@ -396,28 +397,78 @@ def _within(node: ast.AST, outer: ast.AST) -> bool:
     return outer.lineno <= node.lineno and node.end_lineno <= outer.end_lineno
 
 
-def _mapping_sibling(ctx, call, fn, mapped) -> str | None:
-    """Another load of the same function, else of the same class, that maps."""
+def _caller_chain(ctx, fn) -> list:
+    """``fn``, then the functions of this file that call it (``helper(...)`` for a module-level
+    function, ``self.helper(...)`` in its class for a method), and theirs, two levels up: a load
+    extracted into a helper still belongs to the function it was written for."""
+    out, frontier = [fn], [fn]
+    for _ in range(2):
+        nxt = []
+        for f in frontier:
+            owner = parent(f)
+            for c in ctx.sem.calls:
+                g = c.func
+                if isinstance(owner, ast.Module):
+                    ok = isinstance(g, ast.Name) and g.id == f.name
+                elif isinstance(owner, ast.ClassDef):
+                    ok = isinstance(g, ast.Attribute) and g.attr == f.name and isinstance(g.value, ast.Name) \
+                        and g.value.id == "self" and _within(c, owner)
+                else:
+                    ok = False
+                if not ok:
+                    continue
+                h = ctx.sem.enclosing_function(c)
+                if h is not None and all(h is not o for o in out):
+                    out.append(h)
+                    nxt.append(h)
+        frontier = nxt
+    return out
+
+
+def _mapping_sibling(ctx, call, chain, mapped) -> str | None:
+    """Another load of the same function (or of a function of ``chain`` that calls it), else of the
+    same class, that maps."""
     others = [m for m in mapped if m is not call]
-    cls = _owner_class(fn)
-    for scope, what in ((fn, f"`{fn.name}`"), (cls, f"class `{cls.name}`" if cls is not None else "")):
-        near = [m for m in others if scope is not None and _within(m, scope)]
+    cls = _owner_class(chain[0])
+    scopes = [(f, f"`{f.name}`") for f in chain]
+    if cls is not None:
+        scopes.append((cls, f"class `{cls.name}`"))
+    for scope, what in scopes:
+        near = [m for m in others if _within(m, scope)]
         if near:
             line = ctx.src.node_range(near[0]).start.line + 1
             return f"another load of {what} maps its tensors (line {line})"
     return None
 
 
-def _per_rank_sibling(ctx, call, fn, loads) -> str | None:
-    """Another load of the same function reads this rank's own file (``f"rng_{process_index}.pkl"``,
-    not an in-memory buffer): the function runs on every rank."""
-    for other in loads:
-        if other is call or not _within(other, fn) or not (other.args or other.keywords):
-            continue
-        p = other.args[0] if other.args else next((k.value for k in other.keywords if k.arg == "f"), None)
-        if p is not None and rank_specific_path(ctx, p, other, buffers=False):
-            line = ctx.src.node_range(other).start.line + 1
-            return f"`{fn.name}` also loads a per-rank file (line {line}), so every rank runs it"
+def _per_rank_sibling(ctx, call, chain, loads) -> str | None:
+    """Another load of the same function (or of a function of ``chain`` that calls it) reads this
+    rank's own file (``f"rng_{process_index}.pkl"``, not an in-memory buffer): it runs on every rank."""
+    scopes = list(chain)
+    for fn in chain:  # and the helpers they call (``states = _load_rng(input_dir, process_index)``)
+        owner = parent(fn)
+        for c in ctx.sem.calls:
+            if not _within(c, fn):
+                continue
+            g = c.func
+            if isinstance(g, ast.Name):
+                h = ctx.sem.functions.get(g.id)
+                h = h[0] if h and len(h) == 1 and isinstance(parent(h[0]), ast.Module) else None
+            elif isinstance(owner, ast.ClassDef) and isinstance(g, ast.Attribute) and isinstance(g.value, ast.Name) \
+                    and g.value.id == "self":
+                h = next((m for m in owner.body if isinstance(m, _DEFS) and m.name == g.attr), None)
+            else:
+                h = None
+            if h is not None and all(h is not x for x in scopes):
+                scopes.append(h)
+    for fn in scopes:
+        for other in loads:
+            if other is call or not _within(other, fn) or not (other.args or other.keywords):
+                continue
+            p = other.args[0] if other.args else next((k.value for k in other.keywords if k.arg == "f"), None)
+            if p is not None and rank_specific_path(ctx, p, other, buffers=False):
+                line = ctx.src.node_range(other).start.line + 1
+                return f"`{fn.name}` also loads a per-rank file (line {line}), so every rank runs it"
     return None
 
 
@@ -562,11 +613,11 @@ _CKPT_WORDS = ("ckpt", "checkpoint", "resume", "weight", "model", "pretrain", "s
 def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
     text = ctx.text(path).lower()
     if isinstance(path, ast.Name):
-        from ..flow.assignments import reaching_assignment
+        from ..flow.assignments import reaching_value
 
-        st = reaching_assignment(ctx, path.id, call)
-        if st is not None:
-            text += " " + ctx.text(st.value).lower()
+        val = reaching_value(ctx, path.id, call)
+        if val is not None:
+            text += " " + ctx.text(val).lower()
     if any(w in text for w in _CKPT_WORDS):
         return True
     # the result is loaded into a module or an optimizer
