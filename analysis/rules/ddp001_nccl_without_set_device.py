@@ -48,6 +48,20 @@ class NcclWithoutSetDevice(Rule):
     object collectives and the current-device uses count, not a bare `barrier()`: torch versions
     before 2.x ran it on the device of the group's earlier collectives.
 
+    A per-rank device alone is also reported, under precise conditions: an NCCL group made in the
+    file, no pin anywhere in the file (nor a call of a setup helper that may pin), and a per-rank
+    CUDA device (`f"cuda:{local_rank}"`, `"cuda:%d" % rank`, `torch.device("cuda", local_rank)`,
+    `.cuda(local_rank)`, `.to(rank)`, `device_ids=[local_rank]`; per rank by value flow, not by
+    name) that places tensors or the model, when the file also uses the *current* device without
+    naming one (`x.pin_memory()`, a `DataLoader(..., pin_memory=True)`, `torch.cuda.synchronize()`,
+    `torch.cuda.empty_cache()`, streams, memory statistics, `torch.cuda.manual_seed(...)`), or
+    stores the device as an object's own (`self.device = torch.device("cuda", local_rank)`: library
+    state that hands the device out). Test files (`test_*.py`) are not judged on this alone. Here an
+    `init_process_group` behind `if not dist.is_initialized():` counts: when it runs, nobody made
+    the group, nor pinned the device. `init_device_mesh("cuda", ...)` counts as a pin: in torch
+    2.13 it makes `LOCAL_RANK` (else `rank % device_count`) the current device when CUDA is not
+    initialized yet.
+
     A group of one process (`init_process_group(..., world_size=1)`, a literal or a name bound
     once to one) is not flagged: its only rank has cuda:0 to itself.
 
@@ -70,6 +84,11 @@ class NcclWithoutSetDevice(Rule):
     RuntimeError: NCCL error ... invalid usage ... ncclInvalidUsage: This usually reflects invalid
     usage of NCCL library ... (Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...)
     ```
+
+    With every tensor placed on `cuda:{local_rank}` explicitly, the current device is still cuda:0:
+    pinned memory, synchronisation, streams, memory statistics, `torch.cuda.manual_seed` (it seeds
+    cuda:0 only) and compiled or third-party kernels use it, so every process creates a CUDA
+    context (hundreds of MiB) and allocates on GPU 0, which runs out of memory first.
 
     A `barrier()` before any pin and before any other collective guesses its GPU from the global
     rank, and PyTorch warns: "using GPU 0 to perform barrier as devices used by this process are
@@ -104,6 +123,10 @@ class NcclWithoutSetDevice(Rule):
     makes explicit the device the script already uses. Otherwise the fix inserts
     `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` after `init_process_group`, adding
     `import os` if needed: this is **unsafe**, since it assumes the script is launched by torchrun.
+
+    For a per-rank device alone, the fix inserts `torch.cuda.set_device(<the device>)` right after
+    the device is bound (`device = f"cuda:{local_rank}"`, `self.device = ...`): **safe**, it makes
+    current the device the code already uses.
 
     For a call before the pin, the fix repeats the script's own `torch.cuda.set_device(<name>)`
     right after `init_process_group` when `<name>` is already bound there, or right after
@@ -226,7 +249,8 @@ def _report_per_rank_device(ctx, inits) -> None:
                 and (sem.scope_of(p[0]) is sem.scope_of(init) or len(inits) == 1)]
         if not mine:
             continue
-        node, binding = mine[0]
+        node = mine[0][0]
+        binding = next((b for _, b in mine if b is not None), None)
         fix = None
         if binding is not None:
             target = binding.targets[0]
@@ -341,7 +365,7 @@ def _per_rank_placements_of(ctx):
     seen: set[int] = set()
     # direct placements: ``.cuda(r)``, ``device_ids=[r]``
     for c in device_call_index(ctx).moves:
-        if c.func.attr == "cuda" and len(c.args) == 1 and per_rank(c.args[0]):
+        if len(c.args) == 1 and not isinstance(c.args[0], ast.Constant) and per_rank(c.args[0]):
             out.append((c, None))
             seen.add(id(c))
     for c in sem.calls_to(DDP_CLASS):

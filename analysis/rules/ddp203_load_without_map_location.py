@@ -44,7 +44,38 @@ class LoadWithoutMapLocation(Rule):
     reaches through `self.<method>(...)` calls (a trainer that restores its snapshot when built),
     when the distributed file builds the class on every rank; a method called from outside the
     class is not followed. The checkpoint test then also accepts the caller's side: its result
-    going to `load_state_dict(...)`, or a checkpoint-like argument for the path parameter.
+    going to `load_state_dict(...)`, or a checkpoint-like argument for the path parameter. Names
+    that a distributed file star-imports (`from lib.utils import *`) are followed too.
+
+    Library code (a trainer class, a checkpointing module) is often called by no file of its own
+    project. A load there, or one whose callers in a distributed script do not show where it runs,
+    is reported when the code around it says that it runs on every rank of a distributed job,
+    whoever calls it (the first reason that holds is named in the message):
+
+    1. the function (or a function of the same file that calls it) takes a `map_location`
+       parameter and never reads it (`def pt_load(path, map_location=None): return torch.load(f)`);
+    2. another load of the same function (or of its callers in the file), else of the same class,
+       passes a `map_location`: the author maps checkpoint loads there and forgot this one
+       (`model_state = torch.load(p, map_location=...)`, `training_state = torch.load(q)`);
+    3. another load of the same function (or of the helpers it calls, or of its callers) reads
+       this rank's own file (`f"random_states_{process_index}.pkl"`): the function runs on every
+       rank, each with its own rank;
+    4. the class holding the load, or the module, builds an `accelerate.Accelerator`: Accelerate
+       runs that code in every process;
+    5. the class holding the load runs a collective or a rank query of `torch.distributed`
+       (`all_reduce`, `barrier`, `get_rank`..., not `is_initialized`) or wraps a model in DDP/FSDP,
+       and calls the method holding the load from its own code with no main-rank test around
+       the call (a trainer restoring its best weights at the end of `train()`).
+
+    Beyond the first reason, the load must be a checkpoint load (as above); test files
+    (`test_*.py`: one process, a world fixed by the harness) are left alone; reasons 3 and 5 also
+    need the file to name CUDA (an XLA or CPU library saves no CUDA tensors); and when the
+    project's own calls of the function show where it runs and none of them runs it on every rank
+    (each behind a main-rank test, or in a script that never starts a process group), it is not
+    reported. A mapped load in *another* function of the module is not a reason, nor is a module
+    that merely calls `torch.distributed`. `torch.hub.load_state_dict_from_url` and
+    `torch.utils.model_zoo.load_url` without `map_location` are reported on reasons 1 and 2 only
+    (weights published on a hub are usually saved from the CPU).
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
@@ -74,8 +105,10 @@ class LoadWithoutMapLocation(Rule):
     ## Fix safety
     The fix adds `map_location=<device>` with the `torch.device` (or device string) variable in
     scope, `f"cuda:{self.gpu_id}"` in a class that wraps its model with `device_ids=[self.gpu_id]`,
-    else `map_location="cpu"`. It is **unsafe**: code that relied on the loaded tensors
-    being on a GPU (rather than copying them into a module) now gets them on the given device.
+    else `map_location="cpu"`; for a function that dropped its own `map_location` parameter, it
+    passes that parameter on (`map_location=map_location`). It is **unsafe**: code that relied on
+    the loaded tensors being on a GPU (rather than copying them into a module) now gets them on
+    the given device.
     """
 
     code = "DDP203"
@@ -121,9 +154,9 @@ class LoadWithoutMapLocation(Rule):
                 continue
             done.add(id(call))
             _report(ctx, call, device_in_scope(ctx, call) or _class_device(ctx, call))
-        # what the load's own code says, whatever its callers: a dropped ``map_location``
-        # parameter, or loads next to it that map
-        _library_loads(ctx, loads, urls, done, aware=False)
+        # what the code around a load says when its callers cannot tell (a method whose in-class
+        # callers are never called here): the same reasons as for library code
+        _library_loads(ctx, loads, urls, done)
 
 
 _URL_LOADS = ("torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url",
@@ -267,20 +300,20 @@ def _entry_point(ctx, call):
     return None
 
 
-def _library_loads(ctx, loads, urls, done: set, aware: bool = True) -> None:
+def _library_loads(ctx, loads, urls, done: set) -> None:
     """Loads that the code around them shows to run on every rank of a distributed job, whoever
     calls them (library code: a trainer class, a checkpointing module). ``loads``: the
     ``torch.load`` calls, ``urls``: the ``load_state_dict_from_url`` ones; ``done``: ids already
-    reported; ``aware``: the file is not a distributed script itself. The reasons, first that holds:
+    reported. The reasons, first that holds:
 
     1. the function takes a ``map_location`` parameter and never reads it (it meant to map);
     2. another load of the same function or class passes ``map_location`` (the author maps the
        checkpoint loads here; this one was forgotten), not as the other branch of an ``if``;
-    3. (``aware``) another load of the same function reads a per-rank file (``f"rng_{rank}.pkl"``,
+    3. another load of the same function reads a per-rank file (``f"rng_{rank}.pkl"``,
        not an in-memory buffer): the function runs on every rank, each with its own rank;
-    4. (``aware``) the class holding it, or the module, builds an ``accelerate.Accelerator``:
+    4. the class holding it, or the module, builds an ``accelerate.Accelerator``:
        Accelerate runs that code in every process;
-    5. (``aware``) the class holding it calls a collective or a rank query of ``torch.distributed``
+    5. the class holding it calls a collective or a rank query of ``torch.distributed``
        or wraps a model in DDP/FSDP, and calls the method holding the load from its own code,
        unguarded (a trainer restoring its best weights at the end of ``train()``).
 
@@ -312,7 +345,7 @@ def _library_loads(ctx, loads, urls, done: set, aware: bool = True) -> None:
             if test_file or not _checkpoint_like(ctx, call, path):
                 continue
             why = _mapping_sibling(ctx, call, chain, mapped)
-            if why is None and aware:
+            if why is None:
                 why = _accelerate_owner(ctx, fn)
                 if why is None and _names_cuda(ctx):
                     why = _per_rank_sibling(ctx, call, chain, loads) or _distributed_class(ctx, fn, call)
