@@ -50,7 +50,7 @@ class LoadWithoutMapLocation(Rule):
     Library code (a trainer class, a checkpointing module) is often called by no file of its own
     project. A load there, or one whose callers in a distributed script do not show where it runs,
     is reported when the code around it says that it runs on every rank of a distributed job,
-    whoever calls it (the first reason that holds is named in the message):
+    whoever calls it (the message names the reason found):
 
     1. the function (or a function of the same file that calls it) takes a `map_location`
        parameter and never reads it (`def pt_load(path, map_location=None): return torch.load(f)`);
@@ -68,7 +68,9 @@ class LoadWithoutMapLocation(Rule):
        the call (a trainer restoring its best weights at the end of `train()`).
 
     Beyond the first reason, the load must be a checkpoint load (as above); test files
-    (`test_*.py`: one process, a world fixed by the harness) are left alone; reasons 3 and 5 also
+    (`test_*.py`: one process, a world fixed by the harness) are left alone, and so is a script of
+    its own (`if __name__ == "__main__":`) that starts no process group, except on reason 4
+    (`accelerate launch` runs it in every process); reasons 3 and 5 also
     need the file to name CUDA (an XLA or CPU library saves no CUDA tensors); and when the
     project's own calls of the function show where it runs and none of them runs it on every rank
     (each behind a main-rank test, or in a script that never starts a process group), it is not
@@ -304,7 +306,7 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
     """Loads that the code around them shows to run on every rank of a distributed job, whoever
     calls them (library code: a trainer class, a checkpointing module). ``loads``: the
     ``torch.load`` calls, ``urls``: the ``load_state_dict_from_url`` ones; ``done``: ids already
-    reported. The reasons, first that holds:
+    reported. The reasons (the message names the one found):
 
     1. the function takes a ``map_location`` parameter and never reads it (it meant to map);
     2. another load of the same function or class passes ``map_location`` (the author maps the
@@ -318,15 +320,16 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
        unguarded (a trainer restoring its best weights at the end of ``train()``).
 
     Beyond the first: the load must be a checkpoint load (``_checkpoint_like``), the file must not
-    be a test file (one process, a harness-fixed world), for 3 and 5 it must name CUDA (an XLA or
-    CPU library saves no CUDA tensors), and the project's own
-    callers, when they show where the function runs, must not all run it on one rank. Loads that
+    be a test file (one process, a harness-fixed world), nor (except for 4) a script that starts no
+    process group, for 3 and 5 it must name CUDA (an XLA or CPU library saves no CUDA tensors), and
+    the project's own callers, when they show where the function runs, must not all run it on one
+    rank. Loads that
     only the main rank runs are left alone, as are CPU-only gloo modules."""
     everything = [*loads, *urls]
     if len(done) == len(everything) or _cpu_only(ctx):
         return
     mapped = [c for c in everything if _maps(ctx, c)]
-    test_file = None  # computed once, when needed
+    test_file = lone_script = None  # computed once, when needed
     for call in everything:
         if id(call) in done:
             continue
@@ -342,11 +345,13 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
         if why is None:
             if test_file is None:
                 test_file = is_test_file(ctx.filename)
+                lone_script = not is_distributed_script(ctx) and any(
+                    isinstance(n, ast.If) and is_main_guard(n.test) for n in ctx.sem.tree.body)
             if test_file or not _checkpoint_like(ctx, call, path):
                 continue
-            why = _mapping_sibling(ctx, call, chain, mapped)
-            if why is None:
-                why = _accelerate_owner(ctx, fn)
+            why = _accelerate_owner(ctx, fn)
+            if why is None and not lone_script:
+                why = _mapping_sibling(ctx, call, chain, mapped)
                 if why is None and _names_cuda(ctx):
                     why = _per_rank_sibling(ctx, call, chain, loads) or _distributed_class(ctx, fn, call)
             if why is None or _callers_say_one_rank(ctx, call):
