@@ -500,37 +500,13 @@ def _per_rank_sibling(ctx, call, chain, loads) -> str | None:
             if h is not None and all(h is not x for x in scopes):
                 scopes.append(h)
     for fn in scopes:
-        other = _per_rank_load(ctx, fn, loads, call)
-        if other is not None:
-            line = ctx.src.node_range(other).start.line + 1
-            return f"`{fn.name}` also loads a per-rank file (line {line}), so every rank runs it"
-    # a helper of another module of the project (``from .rng import load_rng_state``)
-    from ._common import _helper_context, resolve_helper
-
-    for fn in chain:
-        for c in ctx.sem.calls:
-            if not _within(c, fn) or not isinstance(c.func, (ast.Name, ast.Attribute)):
+        for other in loads:
+            if other is call or not _within(other, fn) or not (other.args or other.keywords):
                 continue
-            got = resolve_helper(ctx, c)
-            if got is None or got[3] is got[2]:
-                continue
-            main, _ana, _view, view2, fn2 = got
-            hctx = _helper_context(main, view2)
-            if _per_rank_load(hctx, fn2, hctx.calls_to("torch.load"), None) is not None:
-                line = ctx.src.node_range(c).start.line + 1
-                return (f"`{fn.name}` also loads a per-rank file (through `{ctx.text(c.func)}`, line {line}), "
-                        "so every rank runs it")
-    return None
-
-
-def _per_rank_load(ctx, fn, loads, call):
-    """A load of ``fn`` (other than ``call``) whose path is this rank's own file."""
-    for other in loads:
-        if other is call or not _within(other, fn) or not (other.args or other.keywords):
-            continue
-        p = other.args[0] if other.args else next((k.value for k in other.keywords if k.arg == "f"), None)
-        if p is not None and rank_specific_path(ctx, p, other, buffers=False):
-            return other
+            p = other.args[0] if other.args else next((k.value for k in other.keywords if k.arg == "f"), None)
+            if p is not None and rank_specific_path(ctx, p, other, buffers=False):
+                line = ctx.src.node_range(other).start.line + 1
+                return f"`{fn.name}` also loads a per-rank file (line {line}), so every rank runs it"
     return None
 
 
