@@ -186,7 +186,11 @@ class Analysis(Summaries):
     def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
         if name not in view.defs and name not in view.classes:
             imp = view.imports.get(name)
-            if imp is None or imp[0].split(".", 1)[0] in _NOT_PROJECT:
+            if imp is None:
+                if view.star_imports and depth <= 3 and not _local_binding(view, name, at):
+                    return self._resolve_star(view, name, depth)
+                return None
+            if imp[0].split(".", 1)[0] in _NOT_PROJECT:
                 return None
         if _local_binding(view, name, at):
             return None
@@ -207,6 +211,25 @@ class Analysis(Summaries):
         if got is None and attr in v2.imports:  # re-exported from a package's __init__
             return self._resolve_name(v2, attr, v2.tree, depth + 1)
         return got
+
+    def _resolve_star(self, view, name: str, depth: int):
+        """``name`` from one of the project modules that ``view`` star-imports (``from timm.utils
+        import *``), the last such import winning as at run time; a name bound at the module's top
+        level, or private (``_x``, which ``*`` does not export), is not one of them."""
+        if name.startswith("_") or name in view.sem.assignments(view.tree):
+            return None
+        for mod, level in reversed(view.star_imports):
+            if not level and mod.split(".", 1)[0] in _NOT_PROJECT:
+                continue
+            v2 = self.module_view(view, mod, level)
+            if v2 is None or v2 is view:
+                continue
+            got = _lookup(v2, name)
+            if got is None and (name in v2.imports or v2.star_imports):
+                got = self._resolve_name(v2, name, v2.tree, depth + 1)
+            if got is not None:
+                return got
+        return None
 
     def is_spawn_target(self, view, fn: ast.AST) -> bool:
         if not isinstance(parent(fn), ast.Module):

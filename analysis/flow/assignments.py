@@ -79,6 +79,42 @@ def reaching_assignment(ctx, name: str, node: ast.AST):
     return None
 
 
+def reaching_value(ctx, name: str, node: ast.AST) -> ast.AST | None:
+    """The value the textually last assignment of ``name`` before ``node`` gives it: the right-hand
+    side of ``name = value`` (``reaching_assignment``), or the matching element of a tuple
+    assignment (``a, name = x, value``, nested tuples and lists too, no starred targets)."""
+    st = reaching_assignment(ctx, name, node)
+    if st is not None:
+        return st.value
+    sem = ctx.sem
+    scope = sem.scope_of(node)
+    assigns = sem.assignments(scope).get(name)
+    if not assigns:
+        if isinstance(scope, ast.Module) or name in param_names(scope):
+            return None
+        assigns = sem.assignments(sem.tree).get(name) or []
+        before = assigns
+    else:
+        before = [a for a in assigns if a.lineno < node.lineno]
+    if not before:
+        return None
+    last = before[-1]
+    if not (isinstance(last, ast.Assign) and len(last.targets) == 1):
+        return None
+    target, value = last.targets[0], last.value
+    while isinstance(target, (ast.Tuple, ast.List)):
+        if not isinstance(value, (ast.Tuple, ast.List)) or len(value.elts) != len(target.elts) \
+                or any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts)):
+            return None
+        for t, v in zip(target.elts, value.elts):
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(t)):
+                target, value = t, v
+                break
+        else:
+            return None
+    return value if isinstance(target, ast.Name) and target.id == name else None
+
+
 def stmt_list_of(node: ast.stmt) -> tuple[ast.AST, list[ast.stmt]] | None:
     """(the parent, the statement list holding ``node``), or None."""
     p = parent(node)

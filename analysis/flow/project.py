@@ -155,6 +155,9 @@ class ModuleView:
         self.classes: dict[str, ast.ClassDef] = {}
         # local name -> (module, level, attribute or None)
         self.imports: dict[str, tuple[str, int, str | None]] = {}
+        # ``from pkg.mod import *``: (module, level), in order; a name found nowhere else may come
+        # from one of them
+        self.star_imports: list[tuple[str, int]] = []
         self._seeded: bool | None = None
         self.memo: dict = {}  # per-view analysis results (summaries, values); cleared when stale
         self.dep_hashes: dict[str, str | None] = {}  # files whose content (None: absence) the memo depends on
@@ -175,6 +178,8 @@ class ModuleView:
                 for a in st.names:
                     if a.name != "*":
                         self.imports[a.asname or a.name] = (st.module or "", st.level, a.name)
+                    else:
+                        self.star_imports.append((st.module or "", st.level))
 
     @property
     def seeded(self) -> bool:

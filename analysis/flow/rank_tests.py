@@ -267,6 +267,9 @@ _NOT_MAIN_TOKENS = frozenset({"addr", "address", "port", "ip", "host", "worker",
 _RANK_NAMES = frozenset({"process_index", "local_process_index", "get_process_index", "get_local_process_index",
                          "device_id", "device_index", "dev_id", "local_device", "local_device_id", "proc_id",
                          "process_id", "gpu_idx", "local_gpu"})
+# lower-case text that every rank-like name (``is_rank_like``) contains: a file without any of them
+# holds no rank-like name (a necessary-condition text gate)
+RANK_NEEDLES = tuple(sorted(_RANK_TOKENS | {n.lower() for n in _RANK_NAMES} | {"rank", "localid"}))
 # uniformity's main-rank names, plus flags that hold on the main rank only (``args.should_save``)
 _MAIN_FLAGS = MAIN_NAMES | {"should_save", "should_log"}
 

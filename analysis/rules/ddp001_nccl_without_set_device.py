@@ -7,6 +7,7 @@ from ..model import Applicability, Severity
 from ..flow.mentions import code_strings, code_words, mentions
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
+from ..flow.testing import is_test_file
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
                       TENSOR_COLLECTIVES, device_call_index, init_backend_is_nccl, is_simple_ref,
                       single_process_init)
@@ -50,6 +51,20 @@ class NcclWithoutSetDevice(Rule):
     (`set_device`, `CUDA_VISIBLE_DEVICES`, `device_id`, a device mesh), the finding is reported at
     the helper call, with the helper's `init_process_group` as a related location.
 
+    A per-rank device alone is also reported, under precise conditions: an NCCL group made in the
+    file, no pin anywhere in the file (nor a call of a setup helper that may pin), and a per-rank
+    CUDA device (`f"cuda:{local_rank}"`, `"cuda:%d" % rank`, `torch.device("cuda", local_rank)`,
+    `.cuda(local_rank)`, `.to(rank)`, `device_ids=[local_rank]`; per rank by value flow, not by
+    name) that places tensors or the model, when the file also uses the *current* device without
+    naming one (`x.pin_memory()`, a `DataLoader(..., pin_memory=True)`, `torch.cuda.synchronize()`,
+    `torch.cuda.empty_cache()`, streams, memory statistics, `torch.cuda.manual_seed(...)`), or
+    stores the device as an object's own (`self.device = torch.device("cuda", local_rank)`: library
+    state that hands the device out). Test files (`test_*.py`) are not judged on this alone. Here an
+    `init_process_group` behind `if not dist.is_initialized():` counts: when it runs, nobody made
+    the group, nor pinned the device. `init_device_mesh("cuda", ...)` counts as a pin: in torch
+    2.13 it makes `LOCAL_RANK` (else `rank % device_count`) the current device when CUDA is not
+    initialized yet.
+
     A group of one process (`init_process_group(..., world_size=1)`, a literal or a name bound
     once to one) is not flagged: its only rank has cuda:0 to itself.
 
@@ -72,6 +87,11 @@ class NcclWithoutSetDevice(Rule):
     RuntimeError: NCCL error ... invalid usage ... ncclInvalidUsage: This usually reflects invalid
     usage of NCCL library ... (Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...)
     ```
+
+    With every tensor placed on `cuda:{local_rank}` explicitly, the current device is still cuda:0:
+    pinned memory, synchronisation, streams, memory statistics, `torch.cuda.manual_seed` (it seeds
+    cuda:0 only) and compiled or third-party kernels use it, so every process creates a CUDA
+    context (hundreds of MiB) and allocates on GPU 0, which runs out of memory first.
 
     `init_process_group(device_id=...)` alone does not help the object collectives or `.cuda()`:
     they still use `torch.cuda.current_device()`. `torch.cuda.synchronize()` does not help either.
@@ -103,6 +123,10 @@ class NcclWithoutSetDevice(Rule):
     `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` after `init_process_group`, adding
     `import os` if needed: this is **unsafe**, since it assumes the script is launched by torchrun.
 
+    For a per-rank device alone, the fix inserts `torch.cuda.set_device(<the device>)` right after
+    the device is bound (`device = f"cuda:{local_rank}"`, `self.device = ...`): **safe**, it makes
+    current the device the code already uses.
+
     For a call before the pin, the fix repeats the script's own `torch.cuda.set_device(<name>)`
     right after `init_process_group` when `<name>` is already bound there, or right after
     `<name> = ...` when that assignment sits between the init and the call (**safe**: the device is
@@ -129,6 +153,12 @@ class NcclWithoutSetDevice(Rule):
             made_by = _helper_inits(ctx)
             nccl_inits = [c for c in ctx.sem.calls if id(c) in made_by]
         if not nccl_inits:
+            # ``if not dist.is_initialized(): init_process_group("nccl")`` followed by a per-rank
+            # device: when the fallback runs, nobody set the group up, nor pinned the device
+            fallbacks = [c for c in inits if _fallback_init(c) and init_backend_is_nccl(c, ctx)
+                         and not single_process_init(ctx, c)]
+            if fallbacks and not _pins_device(ctx):
+                _report_per_rank_device(ctx, fallbacks)
             return
         if _pins_device(ctx, skip={i for i in made_by}):
             _report_before_pin(ctx, nccl_inits)
@@ -149,6 +179,8 @@ class NcclWithoutSetDevice(Rule):
             (D, DDP_CLASS))}
         affected.extend(uses)
         if not affected:
+            if not made_by:
+                _report_per_rank_device(ctx, nccl_inits)
             return
         seen: set[tuple[int, int]] = set()
         uniq = []
@@ -190,6 +222,176 @@ class NcclWithoutSetDevice(Rule):
                 related=related,
                 fix=fix,
             )
+
+
+def _report_per_rank_device(ctx, inits) -> None:
+    """An NCCL group, no pin anywhere, and a per-rank CUDA device (``f"cuda:{local_rank}"``,
+    ``torch.device("cuda", local_rank)``, ``.cuda(local_rank)``, ``device_ids=[local_rank]``) that
+    places tensors or the model, or that the object stores as its device (``self.device = ...``):
+    every use of the *current* device (pinned memory, ``torch.cuda.synchronize()``, streams,
+    compiled and third-party kernels, NCCL's own bookkeeping) still runs on cuda:0 in every rank.
+    Reported at the init, with the device as the related location."""
+    if is_test_file(ctx.filename):
+        return  # a harness-launched test on one node: not judged on this alone
+    placed = _per_rank_placements(ctx)
+    if not placed:
+        return
+    implicit = _implicit_device_uses(ctx)
+    if not implicit and not any(b is not None and isinstance(b.targets[0], ast.Attribute) for _, b in placed):
+        return  # nothing here uses the current device, nor hands the device out as an object's own
+    sem = ctx.sem
+    for init in inits:
+        path = _child_toward(init)
+        mine = [p for p in placed if not _exclusive_branches(init, p[0], path)
+                and (sem.scope_of(p[0]) is sem.scope_of(init) or len(inits) == 1)]
+        if not mine:
+            continue
+        node = mine[0][0]
+        binding = next((b for _, b in mine if b is not None), None)
+        fix = None
+        if binding is not None:
+            target = binding.targets[0]
+            set_device, imp = ctx.ref("torch.cuda.set_device")
+            edit = ctx.insert_after(binding, f"{set_device}({ctx.text(target)})")
+            if edit is not None and sem.statement_of(init).lineno <= binding.lineno:
+                fix = ctx.fix(Applicability.SAFE, f"Insert `{set_device}({ctx.text(target)})`", [edit, *imp])
+        if implicit:
+            use = implicit[0]
+            what = f"`{_label(ctx, use)}` (line {use.lineno}) uses the current device"
+        else:
+            what = "whoever uses this object's device relies on the current one"
+        ctx.report(
+            init,
+            f"NCCL process group but no `torch.cuda.set_device(...)`: this rank's device `{_label(ctx, node)}` "
+            f"(line {node.lineno}) is never made current, so the current CUDA device stays cuda:0 on every rank; "
+            f"{what}: every process makes a CUDA context and allocates on GPU 0",
+            related=[(node, "the per-rank device, never made current"),
+                     *((u, "uses the current CUDA device") for u in implicit[:5])],
+            fix=fix,
+        )
+
+
+# calls that use the *current* CUDA device when given no device (pinned memory, synchronisation,
+# streams, memory statistics, the CUDA generator of the current device)
+_IMPLICIT_DEVICE_QNS = frozenset({
+    "torch.cuda.synchronize", "torch.cuda.empty_cache", "torch.cuda.Stream", "torch.cuda.current_stream",
+    "torch.cuda.default_stream", "torch.cuda.memory_allocated", "torch.cuda.max_memory_allocated",
+    "torch.cuda.memory_reserved", "torch.cuda.max_memory_reserved", "torch.cuda.reset_peak_memory_stats",
+    "torch.cuda.mem_get_info", "torch.cuda.manual_seed", "torch.cuda.get_rng_state", "torch.cuda.set_rng_state",
+})
+
+
+def _implicit_device_uses(ctx) -> list[ast.Call]:
+    """The calls of the file that use the current CUDA device without naming one: the
+    ``_IMPLICIT_DEVICE_QNS`` without a device argument, ``x.pin_memory()``, a ``DataLoader`` with
+    ``pin_memory=True`` (its pinning thread takes the current device)."""
+    sem = ctx.sem
+    out = []
+    for c in sem.calls_to(*_IMPLICIT_DEVICE_QNS):
+        qn = ctx.qn(c)
+        n_dev = 1 if qn in ("torch.cuda.manual_seed", "torch.cuda.set_rng_state") else 0
+        if len(c.args) <= n_dev and not any(k.arg in ("device", None) for k in c.keywords):
+            out.append(c)
+    for c in sem.calls:
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr == "pin_memory" and not c.args and not c.keywords \
+                and ctx.qn(c) is None:
+            out.append(c)
+    for c in sem.calls_to("torch.utils.data.DataLoader"):
+        pm = get_arg(c, None, "pin_memory")
+        if isinstance(pm, ast.Constant) and pm.value is True \
+                and get_arg(c, None, "pin_memory_device") is None:
+            out.append(c)
+    out.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out
+
+
+def _per_rank_placements(ctx) -> list[tuple[ast.AST, ast.Assign | None]]:
+    """(expression, the ``name = <it>`` / ``self.x = <it>`` statement binding it or None) for each
+    per-rank CUDA device of the file that places something: in a device position itself
+    (``.to(f"cuda:{rank}")``, ``.cuda(local_rank)``, ``device_ids=[local_rank]``), or bound to a
+    name used in one (``device = f"cuda:{local_rank}"``; ``x.to(device)``), or stored as an
+    attribute of ``self`` (the object hands it out as its device)."""
+    return ctx.memo("ddp001.per_rank_placements", lambda: _per_rank_placements_of(ctx))
+
+
+def _per_rank_placements_of(ctx):
+    from ..flow import for_context
+    from ..flow.values import RANK
+
+    sem = ctx.sem
+    an = for_context(ctx)
+    ev = an.evaluator(an.main)
+
+    def per_rank(e) -> bool:
+        try:
+            v = ev.value(e)
+        except RecursionError:  # pragma: no cover - defensive
+            return False
+        return v.varying and v.src is not None and v.src.cat == RANK
+
+    def cuda_index(e) -> bool:
+        """``e`` names a per-rank CUDA device: ``f"cuda:{r}"``, ``"cuda:%d" % r``, ``"cuda:" + str(r)``,
+        ``"cuda:{}".format(r)``, ``torch.device("cuda", r)``, ``torch.device(<one of those>)``."""
+        if isinstance(e, ast.JoinedStr) and len(e.values) == 2:
+            a, b = e.values
+            return isinstance(a, ast.Constant) and a.value == "cuda:" and isinstance(b, ast.FormattedValue) \
+                and per_rank(b.value)
+        if isinstance(e, ast.BinOp) and isinstance(e.left, ast.Constant) and isinstance(e.left.value, str):
+            if isinstance(e.op, ast.Mod) and e.left.value in ("cuda:%d", "cuda:%s", "cuda:%i"):
+                return per_rank(e.right)
+            if isinstance(e.op, ast.Add) and e.left.value == "cuda:":
+                r = e.right
+                if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == "str" and len(r.args) == 1:
+                    r = r.args[0]
+                return per_rank(r)
+        if isinstance(e, ast.Call):
+            f = e.func
+            if isinstance(f, ast.Attribute) and f.attr == "format" and isinstance(f.value, ast.Constant) \
+                    and f.value.value == "cuda:{}" and len(e.args) == 1:
+                return per_rank(e.args[0])
+            if ctx.qn(e) == "torch.device":
+                idx = get_arg(e, 1, "index")
+                if e.args and _const_cuda(e.args[0]) and idx is not None:
+                    return per_rank(idx)
+                if len(e.args) == 1 and not e.keywords:
+                    return cuda_index(e.args[0])
+        return False
+
+    out: list[tuple[ast.AST, ast.Assign | None]] = []
+    seen: set[int] = set()
+    # direct placements: ``.cuda(r)``, ``device_ids=[r]``
+    for c in device_call_index(ctx).moves:
+        if len(c.args) == 1 and not isinstance(c.args[0], ast.Constant) and per_rank(c.args[0]):
+            out.append((c, None))
+            seen.add(id(c))
+    for c in sem.calls_to(DDP_CLASS):
+        ids = get_arg(c, None, "device_ids")
+        if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1 and per_rank(ids.elts[0]):
+            out.append((ids.elts[0], None))
+    # device expressions
+    for node in ast.walk(sem.tree):
+        if not isinstance(node, (ast.JoinedStr, ast.BinOp, ast.Call)) or id(node) in seen:
+            continue
+        if isinstance(parent(node), ast.Call) and ctx.qn(parent(node)) == "torch.device":
+            continue  # judged as the torch.device(...) around it
+        if not cuda_index(node):
+            continue
+        if _device_position(ctx, node):
+            out.append((node, None))
+            continue
+        st = parent(node)
+        if not (isinstance(st, ast.Assign) and len(st.targets) == 1):
+            continue
+        t = st.targets[0]
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            out.append((node, st))
+        elif isinstance(t, ast.Name) and any(
+                isinstance(n, ast.Name) and n.id == t.id and isinstance(n.ctx, ast.Load) and _device_position(ctx, n)
+                for n in ast.walk(sem.tree)):
+            out.append((node, st))
+    out.sort(key=lambda a: (a[0].lineno, a[0].col_offset))
+    return out
 
 
 def _child_toward(a: ast.AST) -> dict[int, ast.AST]:

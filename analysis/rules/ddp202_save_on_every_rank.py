@@ -215,28 +215,30 @@ def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
     return False
 
 
-def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers: bool = True) -> bool:
+    """The path (or file object) ``expr`` is this rank's own: it is made of the rank
+    (``f"ckpt_{rank}.pt"``), or (``buffers``) it is an in-memory buffer (``io.BytesIO()``)."""
     if depth > 3:
-        return True
+        return buffers
     for n in ast.walk(expr):
         if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and is_rank_like(n):
             return True
-        if isinstance(n, ast.Call) and (ctx.qn(n) or "") in _BUFFERS:
+        if buffers and isinstance(n, ast.Call) and (ctx.qn(n) or "") in _BUFFERS:
             return True
         if isinstance(n, ast.Name) and n is not expr and depth < 3:
             st = reaching_assignment(ctx, n.id, at)
-            if st is not None and rank_specific_path(ctx, st.value, st, depth + 1):
+            if st is not None and rank_specific_path(ctx, st.value, st, depth + 1, buffers):
                 return True
     if isinstance(expr, ast.Name):
         st = reaching_assignment(ctx, expr.id, at)
         if st is not None:
-            return rank_specific_path(ctx, st.value, st, depth + 1)
+            return rank_specific_path(ctx, st.value, st, depth + 1, buffers)
         # bound by `with open(...) as f` / `with io.BytesIO() as f` / a loop: look at the binding
         scope = ctx.sem.scope_of(at)
         for b in ctx.sem.assignments(scope).get(expr.id, ()):
             if isinstance(b, (ast.With, ast.AsyncWith)):
                 for item in b.items:
-                    if rank_specific_path(ctx, item.context_expr, b, depth + 1):
+                    if rank_specific_path(ctx, item.context_expr, b, depth + 1, buffers):
                         return True
     return False
 

@@ -9,9 +9,12 @@ from ..flow.devices import device_in_scope
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.mentions import mentions, names_string
 from ..flow.rank import rank0_guarded
-from ._common import D, callers_may_exist, gloo_only
+from ..flow.rank_tests import RANK_NEEDLES
+from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE, TENSOR_COLLECTIVES,
+                      callers_may_exist, gloo_only)
+from ..flow.testing import is_test_file
 from .ddp202_save_on_every_rank import rank_specific_path
-from ._spawn import runs_in_ranks
+from ._spawn import is_main_guard, runs_in_ranks
 from ..semantic import parent
 
 
@@ -41,7 +44,40 @@ class LoadWithoutMapLocation(Rule):
     reaches through `self.<method>(...)` calls (a trainer that restores its snapshot when built),
     when the distributed file builds the class on every rank; a method called from outside the
     class is not followed. The checkpoint test then also accepts the caller's side: its result
-    going to `load_state_dict(...)`, or a checkpoint-like argument for the path parameter.
+    going to `load_state_dict(...)`, or a checkpoint-like argument for the path parameter. Names
+    that a distributed file star-imports (`from lib.utils import *`) are followed too.
+
+    Library code (a trainer class, a checkpointing module) is often called by no file of its own
+    project. A load there, or one whose callers in a distributed script do not show where it runs,
+    is reported when the code around it says that it runs on every rank of a distributed job,
+    whoever calls it (the message names the reason found):
+
+    1. the function (or a function of the same file that calls it) takes a `map_location`
+       parameter and never reads it (`def pt_load(path, map_location=None): return torch.load(f)`);
+    2. another load of the same function (or of its callers in the file), else of the same class,
+       passes a `map_location`: the author maps checkpoint loads there and forgot this one
+       (`model_state = torch.load(p, map_location=...)`, `training_state = torch.load(q)`);
+    3. another load of the same function (or of the helpers it calls, or of its callers) reads
+       this rank's own file (`f"random_states_{process_index}.pkl"`): the function runs on every
+       rank, each with its own rank;
+    4. the class holding the load, or the module, builds an `accelerate.Accelerator`: Accelerate
+       runs that code in every process;
+    5. the class holding the load runs a collective or a rank query of `torch.distributed`
+       (`all_reduce`, `barrier`, `get_rank`..., not `is_initialized`) or wraps a model in DDP/FSDP,
+       and calls the method holding the load from its own code with no main-rank test around
+       the call (a trainer restoring its best weights at the end of `train()`).
+
+    Beyond the first reason, the load must be a checkpoint load (as above); test files
+    (`test_*.py`: one process, a world fixed by the harness) are left alone, and so is a script of
+    its own (`if __name__ == "__main__":`) that starts no process group, except on reason 4
+    (`accelerate launch` runs it in every process); reasons 3 and 5 also
+    need the file to name CUDA (an XLA or CPU library saves no CUDA tensors); and when the
+    project's own calls of the function show where it runs and none of them runs it on every rank
+    (each behind a main-rank test, or in a script that never starts a process group), it is not
+    reported. A mapped load in *another* function of the module is not a reason, nor is a module
+    that merely calls `torch.distributed`. `torch.hub.load_state_dict_from_url` and
+    `torch.utils.model_zoo.load_url` without `map_location` are reported on reasons 1 and 2 only
+    (weights published on a hub are usually saved from the CPU).
 
     ## Why is this bad?
     `torch.load` puts every tensor back on the device it was saved from. A checkpoint written by
@@ -71,8 +107,10 @@ class LoadWithoutMapLocation(Rule):
     ## Fix safety
     The fix adds `map_location=<device>` with the `torch.device` (or device string) variable in
     scope, `f"cuda:{self.gpu_id}"` in a class that wraps its model with `device_ids=[self.gpu_id]`,
-    else `map_location="cpu"`. It is **unsafe**: code that relied on the loaded tensors
-    being on a GPU (rather than copying them into a module) now gets them on the given device.
+    else `map_location="cpu"`; for a function that dropped its own `map_location` parameter, it
+    passes that parameter on (`map_location=map_location`). It is **unsafe**: code that relied on
+    the loaded tensors being on a GPU (rather than copying them into a module) now gets them on
+    the given device.
     """
 
     code = "DDP203"
@@ -87,17 +125,24 @@ class LoadWithoutMapLocation(Rule):
         t = text if text.isascii() else unicodedata.normalize("NFKC", text)
         if any(n in t for n in LAUNCH_TEXT):
             return True, {}
+        # library code that says by itself that it runs on every rank (``_library_loads``)
+        low = t.lower()
+        if any(n in low for n in _LIBRARY_NEEDLES):
+            return True, {}
         return callers_may_exist(text, filename, _CALLER_NEEDS)
 
     def finish(self, ctx) -> None:
         loads = ctx.calls_to("torch.load")
-        if not loads:
+        urls = ctx.calls_to(*_URL_LOADS)
+        if not loads and not urls:
             return
         if not is_distributed_script(ctx):
-            _helper_loads(ctx, loads)
+            done = _helper_loads(ctx, loads) if loads else set()
+            _library_loads(ctx, loads, urls, done)
             return
         if _cpu_only(ctx):
             return  # a CPU-only gloo program: whatever it saved is on the CPU
+        done = set()
         for call in loads:
             path = _unmapped_path(ctx, call, loads)
             if path is None or runs_in_ranks(ctx, call) is False:
@@ -109,9 +154,24 @@ class LoadWithoutMapLocation(Rule):
                 guarded = _method_guarded(ctx, call, 0)
             if guarded is not False:
                 continue
+            done.add(id(call))
             _report(ctx, call, device_in_scope(ctx, call) or _class_device(ctx, call))
+        # what the code around a load says when its callers cannot tell (a method whose in-class
+        # callers are never called here): the same reasons as for library code
+        _library_loads(ctx, loads, urls, done)
 
 
+_URL_LOADS = ("torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url",
+              "torchvision.models.utils.load_state_dict_from_url")
+_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+# what makes a class distributed (``_distributed_class``): the torch.distributed calls that only a
+# member of a process group makes (not ``is_initialized``/``is_available``), and the wraps
+_DIST_WORK = frozenset({*TENSOR_COLLECTIVES, *OBJECT_COLLECTIVES, *OBJECT_COLLECTIVES_WITH_DEVICE, "barrier",
+                        "get_rank", "get_world_size", "monitored_barrier"})
+_WRAPS = frozenset({DDP_CLASS, "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard"})
+# the text a library reason needs: a ``map_location`` (a dropped parameter, a mapping sibling), a
+# distributed-aware call, or a rank (a per-rank file loaded next to it); lower case
+_LIBRARY_NEEDLES = ("map_location", "distributed", "accelerator", *RANK_NEEDLES)
 _CALLER_NEEDS = (LAUNCH_TEXT,)  # a caller that matters is a distributed script (is_distributed_script)
 _MESSAGE = ("`torch.load` without `map_location` restores tensors to the device they were saved "
             "from (usually cuda:0) on every rank; pass `map_location`")
@@ -123,7 +183,10 @@ def _report(ctx, call, dev, extra: str = "", related=()) -> None:
     pos = ctx.src.node_end(last)
     fix = ctx.fix(Applicability.UNSAFE, f"Add `map_location={value}`",
                   [Edit(Range(pos, pos), f", map_location={value}")])
-    ctx.report(call, _MESSAGE + extra, fix=fix, related=related)
+    msg = _MESSAGE
+    if ctx.qn(call) in _URL_LOADS:
+        msg = msg.replace("`torch.load`", f"`{ctx.qn(call).rsplit('.', 1)[1]}`", 1)
+    ctx.report(call, msg + extra, fix=fix, related=related)
 
 
 def _names_cuda(ctx) -> bool:
@@ -169,7 +232,9 @@ def _helper_loads(ctx, loads) -> None:
     (``utils/checkpoint.py: def load_checkpoint(path): return torch.load(path)``), or in a method of
     one of its classes that ``__init__`` reaches through ``self.<method>(...)`` calls (a trainer
     that restores its snapshot when built), reported when a distributed file of the same project
-    calls that function (builds that class) where every rank runs it."""
+    calls that function (builds that class) where every rank runs it. Returns the ids of the loads
+    reported."""
+    done: set[int] = set()
     cands: dict[str, list] = {}
     for call in loads:
         path = _unmapped_path(ctx, call, loads)
@@ -179,7 +244,7 @@ def _helper_loads(ctx, loads) -> None:
         if entry is not None:
             cands.setdefault(entry[0], []).append((call, path, entry[1]))
     if not cands:
-        return
+        return done
     from ._common import project_callers
 
     for name, items in cands.items():
@@ -199,9 +264,11 @@ def _helper_loads(ctx, loads) -> None:
                 _report(ctx, call, None,
                         f" ({what} on every rank in {_shown(ctx, caller)}, line {rng.start.line + 1})",
                         related=[("file", caller.filename, rng, f"{what} here on every rank")])
+                done.add(id(call))
                 reported = True
             if reported:
                 break  # one caller is enough
+    return done
 
 
 def _entry_point(ctx, call):
@@ -233,6 +300,258 @@ def _entry_point(ctx, call):
             return None
         current = nxt
     return None
+
+
+def _library_loads(ctx, loads, urls, done: set) -> None:
+    """Loads that the code around them shows to run on every rank of a distributed job, whoever
+    calls them (library code: a trainer class, a checkpointing module). ``loads``: the
+    ``torch.load`` calls, ``urls``: the ``load_state_dict_from_url`` ones; ``done``: ids already
+    reported. The reasons (the message names the one found):
+
+    1. the function takes a ``map_location`` parameter and never reads it (it meant to map);
+    2. another load of the same function or class passes ``map_location`` (the author maps the
+       checkpoint loads here; this one was forgotten), not as the other branch of an ``if``;
+    3. another load of the same function reads a per-rank file (``f"rng_{rank}.pkl"``,
+       not an in-memory buffer): the function runs on every rank, each with its own rank;
+    4. the class holding it, or the module, builds an ``accelerate.Accelerator``:
+       Accelerate runs that code in every process;
+    5. the class holding it calls a collective or a rank query of ``torch.distributed``
+       or wraps a model in DDP/FSDP, and calls the method holding the load from its own code,
+       unguarded (a trainer restoring its best weights at the end of ``train()``).
+
+    Beyond the first: the load must be a checkpoint load (``_checkpoint_like``), the file must not
+    be a test file (one process, a harness-fixed world), nor (except for 4) a script that starts no
+    process group, for 3 and 5 it must name CUDA (an XLA or CPU library saves no CUDA tensors), and
+    the project's own callers, when they show where the function runs, must not all run it on one
+    rank. Loads that
+    only the main rank runs are left alone, as are CPU-only gloo modules."""
+    everything = [*loads, *urls]
+    if len(done) == len(everything) or _cpu_only(ctx):
+        return
+    mapped = [c for c in everything if _maps(ctx, c)]
+    test_file = lone_script = None  # computed once, when needed
+    for call in everything:
+        if id(call) in done:
+            continue
+        path = _unmapped_url(ctx, call, everything) if call in urls else _unmapped_path(ctx, call, everything)
+        if path is None or runs_in_ranks(ctx, call) is False:
+            continue
+        fn = ctx.sem.enclosing_function(call)
+        if fn is None:
+            continue  # module level: what runs at import is not library code
+        chain = _caller_chain(ctx, fn)
+        why = next((w for w in map(_dropped_map_location, chain) if w is not None), None)
+        own = why is not None and chain[0] is fn
+        if why is None:
+            if test_file is None:
+                test_file = is_test_file(ctx.filename)
+                lone_script = not is_distributed_script(ctx) and any(
+                    isinstance(n, ast.If) and is_main_guard(n.test) for n in ctx.sem.tree.body)
+            if test_file or not _checkpoint_like(ctx, call, path):
+                continue
+            why = _accelerate_owner(ctx, fn)
+            if why is None and not lone_script:
+                why = _mapping_sibling(ctx, call, chain, mapped)
+                if why is None and _names_cuda(ctx):
+                    why = _per_rank_sibling(ctx, call, chain, loads) or _distributed_class(ctx, fn, call)
+            if why is None or _callers_say_one_rank(ctx, call):
+                continue
+        if rank0_guarded(ctx, call) is True or _method_guarded(ctx, call, 0) is True:
+            continue
+        done.add(id(call))
+        dev = "map_location" if own else device_in_scope(ctx, call) or _class_device(ctx, call)
+        _report(ctx, call, dev, f" ({why})")
+
+
+def _callers_say_one_rank(ctx, call) -> bool:
+    """The project's own calls of the function holding ``call`` (or of the class that runs it when
+    built) show where it runs, and none runs it on every rank of a distributed job: each is behind
+    a main-rank test, in the launching process of an ``mp.spawn`` script, in a CPU-only program, or
+    in a script (``if __name__ == "__main__":``) that never starts a process group. Library
+    functions that only other library code calls say nothing."""
+    entry = _entry_point(ctx, call)
+    if entry is None:
+        return False
+    from ._common import project_callers
+
+    one_rank = False
+    for caller, site, _target in project_callers(ctx, {entry[0]}):
+        if is_distributed_script(caller):
+            if _cpu_only(caller) or runs_in_ranks(caller, site) is False or rank0_guarded(caller, site) is True:
+                one_rank = True
+                continue
+            return False
+        if any(is_main_guard(n.test) for n in caller.sem.tree.body if isinstance(n, ast.If)):
+            one_rank = True
+    return one_rank
+
+
+def _unmapped_url(ctx, call: ast.Call, loads):
+    """The url of a ``load_state_dict_from_url(url, model_dir, map_location, ...)`` call that does not
+    map (its third parameter), nor is one branch of an ``if`` whose other branch maps; None
+    otherwise."""
+    if len(call.args) >= 3 or any(k.arg in ("map_location", None) for k in call.keywords):
+        return None
+    if any(isinstance(a, ast.Starred) for a in call.args) or _other_branch_maps(ctx, call, loads):
+        return None
+    if call.args:
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == "url"), None)
+
+
+def _maps(ctx, call: ast.Call) -> bool:
+    """The load passes a ``map_location`` that is not ``None``."""
+    pos = 2 if ctx.qn(call) in _URL_LOADS else 1
+    got = call.args[pos] if len(call.args) > pos else next(
+        (k.value for k in call.keywords if k.arg == "map_location"), None)
+    return got is not None and not (isinstance(got, ast.Constant) and got.value is None) \
+        and not isinstance(got, ast.Starred)
+
+
+def _dropped_map_location(fn) -> str | None:
+    """``def pt_load(path, map_location=None): return torch.load(path)``: the function's own
+    ``map_location`` parameter is never read."""
+    from ..semantic import param_names
+
+    if "map_location" not in param_names(fn):
+        return None
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == "map_location" and isinstance(n.ctx, ast.Load):
+            return None
+    return f"`{fn.name}` takes a `map_location` parameter and never passes it on"
+
+
+def _owner_class(fn):
+    """The class whose method holds ``fn`` (``fn`` itself or a function nested in one)."""
+    p = parent(fn)
+    while p is not None and not isinstance(p, ast.Module):
+        if isinstance(p, ast.ClassDef):
+            return p
+        p = parent(p)
+    return None
+
+
+def _within(node: ast.AST, outer: ast.AST) -> bool:
+    return outer.lineno <= node.lineno and node.end_lineno <= outer.end_lineno
+
+
+def _caller_chain(ctx, fn) -> list:
+    """``fn``, then the functions of this file that call it (``helper(...)`` for a module-level
+    function, ``self.helper(...)`` in its class for a method), and theirs, two levels up: a load
+    extracted into a helper still belongs to the function it was written for."""
+    out, frontier = [fn], [fn]
+    for _ in range(2):
+        nxt = []
+        for f in frontier:
+            owner = parent(f)
+            for c in ctx.sem.calls:
+                g = c.func
+                if isinstance(owner, ast.Module):
+                    ok = isinstance(g, ast.Name) and g.id == f.name
+                elif isinstance(owner, ast.ClassDef):
+                    ok = isinstance(g, ast.Attribute) and g.attr == f.name and isinstance(g.value, ast.Name) \
+                        and g.value.id == "self" and _within(c, owner)
+                else:
+                    ok = False
+                if not ok:
+                    continue
+                h = ctx.sem.enclosing_function(c)
+                if h is not None and all(h is not o for o in out):
+                    out.append(h)
+                    nxt.append(h)
+        frontier = nxt
+    return out
+
+
+def _mapping_sibling(ctx, call, chain, mapped) -> str | None:
+    """Another load of the same function (or of a function of ``chain`` that calls it), else of the
+    same class, that maps."""
+    others = [m for m in mapped if m is not call]
+    cls = _owner_class(chain[0])
+    scopes = [(f, f"`{f.name}`") for f in chain]
+    if cls is not None:
+        scopes.append((cls, f"class `{cls.name}`"))
+    for scope, what in scopes:
+        near = [m for m in others if _within(m, scope)]
+        if near:
+            line = ctx.src.node_range(near[0]).start.line + 1
+            return f"another load of {what} maps its tensors (line {line})"
+    return None
+
+
+def _per_rank_sibling(ctx, call, chain, loads) -> str | None:
+    """Another load of the same function (or of a function of ``chain`` that calls it) reads this
+    rank's own file (``f"rng_{process_index}.pkl"``, not an in-memory buffer): it runs on every rank."""
+    scopes = list(chain)
+    for fn in chain:  # and the helpers they call (``states = _load_rng(input_dir, process_index)``)
+        owner = parent(fn)
+        for c in ctx.sem.calls:
+            if not _within(c, fn):
+                continue
+            g = c.func
+            if isinstance(g, ast.Name):
+                h = ctx.sem.functions.get(g.id)
+                h = h[0] if h and len(h) == 1 and isinstance(parent(h[0]), ast.Module) else None
+            elif isinstance(owner, ast.ClassDef) and isinstance(g, ast.Attribute) and isinstance(g.value, ast.Name) \
+                    and g.value.id == "self":
+                h = next((m for m in owner.body if isinstance(m, _DEFS) and m.name == g.attr), None)
+            else:
+                h = None
+            if h is not None and all(h is not x for x in scopes):
+                scopes.append(h)
+    for fn in scopes:
+        for other in loads:
+            if other is call or not _within(other, fn) or not (other.args or other.keywords):
+                continue
+            p = other.args[0] if other.args else next((k.value for k in other.keywords if k.arg == "f"), None)
+            if p is not None and rank_specific_path(ctx, p, other, buffers=False):
+                line = ctx.src.node_range(other).start.line + 1
+                return f"`{fn.name}` also loads a per-rank file (line {line}), so every rank runs it"
+    return None
+
+
+def _first_call(ctx, scope, pred):
+    for c in ctx.sem.calls:
+        if (scope is None or _within(c, scope)) and pred(ctx.qn(c) or ""):
+            return c
+    return None
+
+
+def _accelerate_owner(ctx, fn) -> str | None:
+    """The class holding ``fn``, else the module, builds an ``accelerate.Accelerator``."""
+    cls = _owner_class(fn)
+    for scope, what in ((cls, f"class `{cls.name}`" if cls is not None else ""), (None, "this module")):
+        if scope is None and what != "this module":
+            continue
+        c = _first_call(ctx, scope, lambda q: q in _ACCELERATORS)
+        if c is not None:
+            line = ctx.src.node_range(c).start.line + 1
+            return f"{what} builds an `Accelerator` (line {line}): every process of the job loads"
+    return None
+
+
+def _distributed_class(ctx, fn, call) -> str | None:
+    """The class holding ``fn`` runs a collective or a rank query, or wraps a model in DDP/FSDP, and
+    runs the method holding ``call`` from its own code on every rank."""
+    cls = _owner_class(fn)
+    if cls is None:
+        return None
+    c = _first_call(ctx, cls, lambda q: q.startswith(D) and q[len(D):] in _DIST_WORK or q in _WRAPS)
+    if c is None:
+        return None
+    # ``self.<method>(...)`` in the class, with no main-rank test around it in its own function
+    sites = [s for s in ctx.sem.calls if isinstance(s.func, ast.Attribute) and s.func.attr == fn.name
+             and isinstance(s.func.value, ast.Name) and s.func.value.id == "self" and _within(s, cls)]
+    if not any(rank0_guarded(ctx, s) is not True for s in sites):
+        return None
+    line = ctx.src.node_range(c).start.line + 1
+    return (f"class `{cls.name}` runs under torch.distributed (`{_short_call(ctx, c)}` at line {line}) and "
+            f"calls this on every rank")
+
+
+def _short_call(ctx, c) -> str:
+    t = ctx.text(c.func)
+    return t if len(t) <= 40 and "\n" not in t else c.func.attr if isinstance(c.func, ast.Attribute) else t[:40]
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -332,11 +651,11 @@ _CKPT_WORDS = ("ckpt", "checkpoint", "resume", "weight", "model", "pretrain", "s
 def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
     text = ctx.text(path).lower()
     if isinstance(path, ast.Name):
-        from ..flow.assignments import reaching_assignment
+        from ..flow.assignments import reaching_value
 
-        st = reaching_assignment(ctx, path.id, call)
-        if st is not None:
-            text += " " + ctx.text(st.value).lower()
+        val = reaching_value(ctx, path.id, call)
+        if val is not None:
+            text += " " + ctx.text(val).lower()
     if any(w in text for w in _CKPT_WORDS):
         return True
     # the result is loaded into a module or an optimizer
