@@ -102,7 +102,7 @@ RULES = {
                 False, False),
     'DDP216': ('ddp216_rank0_effect_without_barrier', True, True,
                 ((('torch', False),), (('rank', True), ('gpu', True), ('ordinal', True), ('procid', True), ('localid', True), ('master', True), ('main', True), ('global', True), ('process', True), ('local', True), ('chief', True), ('lead', True), ('primary', True), ('root', True), ('world', True), ('ntasks', True), ('pmi_size', True), ('should_save', False), ('should_log', False), ('logging_process', False), ('process_index', False), ('device_id', False), ('device_index', False), ('dev_id', False), ('local_device', False), ('proc_id', False), ('process_id', False))),
-                False, False),
+                False, True),
     'DDP301': ('ddp301_sampler_without_set_epoch', True, True,
                 ((('torch', False),), (('DistributedSampler', False), ('loader', True), ('sampler', True))),
                 False, False),

@@ -88,6 +88,21 @@ class Rank0EffectWithoutBarrier(Rule):
                      "should_save", "should_log", "logging_process", "process_index", "device_id",
                      "device_index", "dev_id", "local_device", "proc_id", "process_id")
 
+    @classmethod
+    def reach(cls, text, filename):
+        # ranks wait for each other only in a distributed program: this file or a module it imports
+        # can reach a collective (flow.reach), or a distributed file of the project may call this
+        # one's functions (a data module's ``if rank == 0: download`` helper)
+        from ..flow.reach import reaches
+        from ..flow.models import LAUNCH_TEXT
+        from ._common import callers_may_exist
+
+        got = reaches(filename, text)
+        if got[0]:
+            return got
+        more = callers_may_exist(text, filename, (LAUNCH_TEXT,))
+        return more[0], {**got[1], **more[1]}
+
     def finish(self, ctx) -> None:
         from ..flow import for_context
 
