@@ -296,15 +296,45 @@ _candidates: dict[tuple, tuple] = {}  # (project folder, needs) -> (when, ((path
 _CANDIDATES_TTL = 5.0
 
 
+def _admitting_files(folder: str, needs, disk: bool) -> tuple:
+    """(files, index, deps) for the project files under ``folder`` whose text holds a needle of
+    each group of ``needs``: ``files`` is ((path, text), ...), ``index`` maps every identifier of
+    their texts to the paths that spell it, ``deps`` is {path: content hash}. Memoised for
+    ``_CANDIDATES_TTL`` seconds per (folder, needs) when the disk may be read: a batch run reads
+    and indexes a folder once, not once per file of it."""
+    import hashlib
+    import time
+
+    key = (folder, needs)
+    now = time.monotonic()
+    got = _candidates.get(key) if disk else None
+    if got is None or now - got[0] > _CANDIDATES_TTL:
+        found, index, deps = [], {}, {}
+        for path in _project_files(folder):
+            t = _text_of(path)
+            if t is not None and _admits(t, needs):
+                found.append((path, t))
+                deps[path] = hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
+                for w in set(_WORD.findall(t)):
+                    index.setdefault(w, []).append(path)
+        got = (now, (tuple(found), index, deps))
+        if disk:  # (only the open documents otherwise: few, and they change)
+            if len(_candidates) > 256:
+                _candidates.clear()
+            _candidates[key] = got
+    return got[1]
+
+
+_WORD = re.compile(r"\w+")
+
+
 def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool = False):
     """The text-level gate of a rule whose finding needs ``project_callers(ctx, names, needs)``:
     False when no other file of the project holds a needle of each group of ``needs`` and one of
     the module-level function or class names (``classes_only``: class names) that ``text`` defines,
     so the file need not be parsed for it. Returns (may exist, {path: content hash} of the
-    candidate callers read)."""
-    import hashlib
+    candidate callers read: every one, so that a change in any of them re-checks the file)."""
     import os
-    import time
     import unicodedata
 
     from ..flow import project
@@ -320,32 +350,16 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
     roots = project.roots_for(here)
     top = roots[1] if len(roots) > 1 else roots[0]
     disk = project.disk_allowed()
-    key = (top, needs)
-    now = time.monotonic()
-    got = _candidates.get(key) if disk else None
-    if got is None or now - got[0] > _CANDIDATES_TTL:
-        found = []
-        for path in _project_files(top):
-            t = _text_of(path)
-            if t is not None and _admits(t, needs):
-                found.append((path, t))
-        got = (now, tuple(found))
-        if disk:  # (only the open documents otherwise: few, and they change)
-            if len(_candidates) > 64:
-                _candidates.clear()
-            _candidates[key] = got
-    deps = {}
-    near = []  # the file's own folder first: the scan of ``top`` stops at ``_MAX_SCAN_FILES``
-    for path in _project_files(os.path.dirname(here)):
-        t = _text_of(path)
-        if t is not None and _admits(t, needs):
-            near.append((path, t))
-    for path, t in dict(near + list(got[1])).items():
-        if path != here:
-            deps[path] = hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
-            if any(n in t for n in names):
-                return True, deps
-    return False, deps
+    # the file's own folder too: the scan of ``top`` stops at ``_MAX_SCAN_FILES``
+    deps: dict[str, str] = {}
+    hit = False
+    for folder in (os.path.dirname(here), top):
+        _files, index, fdeps = _admitting_files(folder, needs, disk)
+        deps.update(fdeps)
+        if not hit and any(p != here for n in names for p in index.get(n, ())):
+            hit = True
+    deps.pop(here, None)
+    return hit, deps
 
 
 def project_callers(ctx, names, needs=()) -> list:

@@ -165,8 +165,20 @@ def _helper_device_params(ctx) -> None:
     from ..flow.modern import hub
 
     an, view = hub(ctx)
+    kinds: dict = {}  # argument node -> (kind, witness)
+
+    def kind_of(a, c):
+        got = kinds.get(a)
+        if got is None:
+            got = kinds[a] = (None, None) if isinstance(a, (ast.Constant, ast.Starred)) else \
+                rank_kind_of(an, view, a, c)
+        return got
+
     for c in ctx.sem.calls:
         if not c.args and not c.keywords:
+            continue
+        # the argument's kind first (cheap where no origin is a rank), the helper's module after
+        if not any(kind_of(a, c)[0] == GLOBAL for a in (*c.args, *(k.value for k in c.keywords))):
             continue
         target = an.resolve_call(view, c)
         if target is None or target[0] is view:
@@ -178,7 +190,7 @@ def _helper_device_params(ctx) -> None:
         for pname, a in call_args(c, tfn):
             if pname not in sinks:
                 continue
-            kind, w = rank_kind_of(an, view, a, c)
+            kind, w = kind_of(a, c)
             if kind != GLOBAL:
                 continue
             sv, snode, _what = sinks[pname]

@@ -111,8 +111,9 @@ class Rank0EffectWithoutBarrier(Rule):
         for scope in scopes(ctx):
             calls = sem.scope_calls(scope)
             guarded = []  # (call, effect, guard if)
+            polarities: dict = {}
             for c in calls:
-                g = _main_guard(ctx, c, scope)
+                g = _main_guard(ctx, c, scope, polarities)
                 if g is None:
                     continue
                 if an is None:
@@ -157,13 +158,16 @@ def _pos(n):
     return n.lineno, n.col_offset
 
 
-def _main_guard(ctx, node, scope):
-    """The outermost ``if`` of ``scope`` around ``node`` that lets only the main rank in."""
+def _main_guard(ctx, node, scope, polarities: dict):
+    """The outermost ``if`` of ``scope`` around ``node`` that lets only the main rank in
+    (``polarities``: the tests already classified in this scope, by node)."""
     found = None
     child, p = node, parent(node)
     while p is not None and p is not scope:
         if isinstance(p, ast.If) and child is not p.test:
-            pol = polarity(ctx, p.test, scope)
+            pol = polarities.get(p, polarities)
+            if pol is polarities:
+                pol = polarities[p] = polarity(ctx, p.test, scope)
             if (pol is True and child in p.body) or (pol is False and child in p.orelse):
                 found = p
         child, p = p, parent(p)
