@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..torch_api import constant_of
 from .bindings import reaching, target_path
 
 MAX_DEPTH = 6
@@ -67,6 +68,11 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
         return out
     if isinstance(expr, ast.Await):
         return origins(hub, view, expr.value, at, depth + 1, path)
+    if isinstance(expr, (ast.Attribute, ast.Subscript)) and not path:
+        # ``args.x`` (argparse default or its one store), ``cfg["x"]`` of a config dict literal
+        c = constant_of(view.sem, expr)
+        if c is not None:
+            return [(view, c)]
     if isinstance(expr, ast.Call):
         target = hub.resolve_call(view, expr)
         if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":

@@ -382,7 +382,7 @@ class Summaries(Roots):
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
                     if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
-                                                     or b.id in instances)):
+                                                     or b.id in instances)) and not _on_fresh_instance(f, view):
                         continue
                 if a == "step" and not has_zero and not (f.value.__class__ is Name and (
                         f.value.id == "self" or f.value.id in instances)):
@@ -641,6 +641,13 @@ def _sites_prelude(view) -> tuple:
         c = calls[i]
         if not (c._qn or "").startswith(_NOT_PROJECT_QN):
             cands.add(c)
+            # ``Cls(...).m(...)``: the method call on the fresh instance is a candidate too
+            p = parent(c)
+            if p.__class__ is ast.Attribute and p.value is c:
+                outer = parent(p)
+                if outer.__class__ is ast.Call and outer.func is p and c.func.__class__ is ast.Name \
+                        and (c.func.id in classes or c.func.id in imports):
+                    cands.add(outer)
     for k in base.keys() & (imports.keys() | instances):
         a = aliases.get(k)
         if a is not None and (a + ".").startswith(_NOT_PROJECT_QN):
@@ -653,6 +660,13 @@ def _sites_prelude(view) -> tuple:
             cands.update(lst)
     got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
     return got
+
+
+def _on_fresh_instance(f: ast.Attribute, view) -> bool:
+    """``f`` is ``Cls(...).m``, ``Cls`` a class of this file or an import (maybe of the project)."""
+    b = f.value
+    return b.__class__ is ast.Call and b.func.__class__ is ast.Name and (b.func.id in view.classes
+                                                                          or b.func.id in view.imports)
 
 
 def _inits(hub, target) -> bool:

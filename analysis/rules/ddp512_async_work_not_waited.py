@@ -5,6 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import parent
+from ..torch_api import constant_of
 from ._common import ALL_COLLECTIVES, D
 from ..flow.modern import hub, key_of, uses_after
 
@@ -55,7 +56,7 @@ class AsyncWorkNotWaited(Rule):
         for c in calls:
             op = ctx.qn(c)[len(D):]
             kw = next((k for k in c.keywords if k.arg == "async_op"), None)
-            if op not in _P2P and not (kw is not None and isinstance(kw.value, ast.Constant) and kw.value.value is True):
+            if op not in _P2P and not (kw is not None and _is_true(constant_of(ctx.sem, kw.value))):
                 continue
             p = parent(c)
             if isinstance(p, ast.Expr):
@@ -72,6 +73,10 @@ class AsyncWorkNotWaited(Rule):
             ctx.report(c, f"the work handle of `{ctx.text(c)}` {dropped}: nothing waits for the "
                           f"{'transfer' if op in _P2P else 'collective'}, so the tensor is used before it ends",
                        fix=fix)
+
+
+def _is_true(c) -> bool:
+    return isinstance(c, ast.Constant) and c.value is True
 
 
 def _remove_keyword(ctx, call, kw):
