@@ -67,6 +67,30 @@ def wrapped_names(view) -> frozenset:
                     elif isinstance(t, ast.Attribute):
                         names.add(t.attr)
         if ctors:
+            # ``net = build(...)`` where ``build``, a function of this file, returns the wrapper
+            # (``return DDP(...)``, or a name bound to it there): ``wrapper_ctor`` follows the return
+            returning = set()
+            for c in ctors:
+                fn = sem.enclosing_function(c)
+                if fn is None or getattr(fn, "name", None) not in view.defs or view.defs[fn.name] is not fn:
+                    continue
+                st = parent(c)
+                held = {t.id for t in st.targets if isinstance(t, ast.Name)} if isinstance(st, ast.Assign) else set()
+                if isinstance(st, ast.Return) or any(
+                        isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in held
+                        for n in ast.walk(fn)):
+                    returning.add(fn.name)
+            if returning:
+                by_name, _, _, _ = sem.callee_index()
+                for k in returning:
+                    for j in by_name.get(k, ()):
+                        st = parent(sem.calls[j])
+                        if isinstance(st, ast.Assign) and st.value is sem.calls[j]:
+                            for t in st.targets:
+                                if isinstance(t, ast.Name):
+                                    names.add(t.id)
+                                elif isinstance(t, ast.Attribute):
+                                    names.add(t.attr)
             methods: dict[str, list] = {}
             for cls in view.classes.values():
                 for st in cls.body:
@@ -115,6 +139,13 @@ def wrapped_names(view) -> frozenset:
                     break
         got = view.memo["wrapped_names"] = frozenset(names)
     return got
+
+
+def on_fresh_instance(f: ast.Attribute, view) -> bool:
+    """``f`` is ``Cls(...).m``, ``Cls`` a class of this file or an import (maybe of the project)."""
+    b = f.value
+    return b.__class__ is ast.Call and b.func.__class__ is ast.Name and (b.func.id in view.classes
+                                                                          or b.func.id in view.imports)
 
 
 def _is_ctor(sem, e: ast.AST) -> bool:

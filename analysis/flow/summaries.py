@@ -24,7 +24,8 @@ from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _wrapped, calls_by_name,
-    instance_names, method_names, on_subgroup, root_arg, scope_calls, scope_calls_in_class, self_offset,
+    instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
+    self_offset,
     wrapped_names,
 )
 from .roots import Roots
@@ -129,7 +130,9 @@ class Summaries(Roots):
             return None
         sem = view.sem
         if isinstance(expr, ast.Call):
-            return expr if (sem.call_qualname(expr) or "") in WRAPPERS else None
+            if (sem.call_qualname(expr) or "") in WRAPPERS:
+                return expr
+            return self._returned_wrapper(view, expr, depth, ctx)
         if isinstance(expr, ast.Name):
             kind, evs = reaching(view, expr.id, at)
             if kind in ("events", "global") and evs:
@@ -148,6 +151,21 @@ class Summaries(Roots):
             got = [self.wrapper_ctor(view, v, v, depth + 1) for v in vals]
             return got[0] if got and all(got) else None
         return None
+
+    def _returned_wrapper(self, view, call: ast.Call, depth: int, ctx=None):
+        """The wrapper that a function of this module called by ``call`` returns (every ``return``
+        holds one), or None."""
+        f = call.func
+        target = self.resolve_call(view, call) if f.__class__ is ast.Name and f.id in view.defs else None
+        if target is None or target[0] is not view or getattr(target[1], "name", "__init__") == "__init__":
+            return None
+        fn, got = target[1], None
+        for r in iter_scope_nodes(fn):
+            if isinstance(r, ast.Return):
+                got = self.wrapper_ctor(view, r.value, r, depth + 1) if r.value is not None else None
+                if got is None:
+                    return None
+        return got
 
     def param_wrapper(self, view, fn: ast.AST, name: str):
         return self._param_wrapper(view, fn, name, 0)
@@ -382,7 +400,7 @@ class Summaries(Roots):
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
                     if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
-                                                     or b.id in instances)) and not _on_fresh_instance(f, view):
+                                                     or b.id in instances)) and not on_fresh_instance(f, view):
                         continue
                 if a == "step" and not has_zero and not (f.value.__class__ is Name and (
                         f.value.id == "self" or f.value.id in instances)):
@@ -660,13 +678,6 @@ def _sites_prelude(view) -> tuple:
             cands.update(lst)
     got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
     return got
-
-
-def _on_fresh_instance(f: ast.Attribute, view) -> bool:
-    """``f`` is ``Cls(...).m``, ``Cls`` a class of this file or an import (maybe of the project)."""
-    b = f.value
-    return b.__class__ is ast.Call and b.func.__class__ is ast.Name and (b.func.id in view.classes
-                                                                          or b.func.id in view.imports)
 
 
 def _inits(hub, target) -> bool:
