@@ -154,11 +154,11 @@ def fixed_world_size(ctx) -> int | None:
 def _fixed_world_size(ctx) -> int | None:
     sizes = set()
     for c in ctx.calls_to(D + "init_process_group"):
-        n = const_int(get_arg(c, None, "world_size"))
+        n = const_int(get_arg(c, None, "world_size"), ctx.sem)
         if n is not None:
             sizes.add(n)
     for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
-        n = const_int(get_arg(c, None, "nprocs"))
+        n = const_int(get_arg(c, None, "nprocs"), ctx.sem)
         if n is not None:
             sizes.add(n)
     # ``def world_size(self): return 2`` (a multi-process test case) or ``WORLD_SIZE = 2``
@@ -182,7 +182,7 @@ def single_process_init(ctx, init: ast.Call) -> bool:
     expr = get_arg(init, None, "world_size")
     if isinstance(expr, ast.Name):
         expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
-    return const_int(expr) == 1
+    return const_int(expr, ctx.sem) == 1
 
 
 def gloo_only(ctx, init: ast.Call) -> bool:
