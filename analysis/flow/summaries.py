@@ -153,10 +153,8 @@ class Summaries(Roots):
         return None
 
     def _returned_wrapper(self, view, call: ast.Call, depth: int, ctx=None):
-        """The wrapper that a function of this module called by ``call`` returns (every ``return``
-        holds one), or None."""
-        f = call.func
-        target = self.resolve_call(view, call) if f.__class__ is ast.Name and f.id in view.defs else None
+        """The wrapper that a function of this module called by ``call`` returns (every return holds one)."""
+        target = self.resolve_call(view, call) if call.func.__class__ is ast.Name and call.func.id in view.defs else None
         if target is None or target[0] is not view or getattr(target[1], "name", "__init__") == "__init__":
             return None
         fn, got = target[1], None
