@@ -108,6 +108,26 @@ def holds_call(hub, view, expr, at, pred) -> tuple | None:
     return None
 
 
+def helper_results(hub, view, pred) -> list:
+    """(call, (view, inner call)) for the calls of project functions (this module or another) whose
+    returned value is the result of a call for which ``pred(view, call)`` is true: ``h = save(s)``
+    where ``def save(s): return dcp.async_save(s, ...)``. The inner call's own ``return`` is the
+    helper's business; what the caller does with the result is the question."""
+    from .helper_calls import may_resolve
+
+    out = []
+    for c in view.sem.calls:
+        if not may_resolve(view, c) or pred(view, c):
+            continue
+        target = hub.resolve_call(view, c)
+        if target is None or not isinstance(target[1], FUNC_TYPES) or target[1].name == "__init__":
+            continue
+        got = holds_call(hub, view, c, c, pred)
+        if got is not None:
+            out.append((c, got))
+    return out
+
+
 def qn_pred(*qns: str):
     s = frozenset(qns)
     return lambda v, c: (v.sem.call_qualname(c) or "") in s
