@@ -148,6 +148,20 @@ def on_fresh_instance(f: ast.Attribute, view) -> bool:
                                                                           or b.func.id in view.imports)
 
 
+def may_resolve(view, call: ast.Call) -> bool:
+    """``call`` names something that may be a project function (``f(...)`` with ``f`` a function,
+    class or import of the file, ``self.m(...)``, ``mod.f(...)``): otherwise ``resolved`` is None
+    without asking."""
+    f = call.func
+    if f.__class__ is ast.Name:
+        return f.id in view.defs or f.id in view.classes or f.id in view.imports
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+        return f.value.id == "self" or f.value.id in view.imports
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Call and f.value.func.__class__ is ast.Name:
+        return f.value.func.id in view.classes or f.value.func.id in view.imports  # ``Cls(...).m(...)``
+    return False
+
+
 def _is_ctor(sem, e: ast.AST) -> bool:
     return isinstance(e, ast.Call) and (sem.call_qualname(e) or "") in WRAPPERS
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, param_names, parent
+from .calls import may_resolve
 
 
 def is_method(fn: ast.AST) -> bool:
@@ -218,20 +219,6 @@ def resolved(hub, view, call: ast.Call):
     if got is _MISS:
         got = memo[key] = hub.resolve_call(view, call) if may_resolve(view, call) else None
     return got
-
-
-def may_resolve(view, call: ast.Call) -> bool:
-    """``call`` names something that may be a project function (``f(...)`` with ``f`` a function,
-    class or import of the file, ``self.m(...)``, ``mod.f(...)``): otherwise ``resolved`` is None
-    without asking."""
-    f = call.func
-    if f.__class__ is ast.Name:
-        return f.id in view.defs or f.id in view.classes or f.id in view.imports
-    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
-        return f.value.id == "self" or f.value.id in view.imports
-    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Call and f.value.func.__class__ is ast.Name:
-        return f.value.func.id in view.classes or f.value.func.id in view.imports  # ``Cls(...).m(...)``
-    return False
 
 
 def callee_name(target) -> str:

@@ -113,7 +113,7 @@ def helper_results(hub, view, pred) -> list:
     returned value is the result of a call for which ``pred(view, call)`` is true: ``h = save(s)``
     where ``def save(s): return dcp.async_save(s, ...)``. The inner call's own ``return`` is the
     helper's business; what the caller does with the result is the question."""
-    from .helper_calls import may_resolve
+    from .calls import may_resolve
 
     out = []
     for c in view.sem.calls:

@@ -212,12 +212,9 @@ class Summaries(Roots):
                         if isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Name) \
                                 and f.value.id == "self":
                             got.append(c)
-                    # ``Cls(...).method(...)`` anywhere in the module: a fresh instance, this method
-                    for c in view.sem.calls:
-                        f = c.func
-                        if isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Call) \
-                                and isinstance(f.value.func, ast.Name) and f.value.func.id == p.name:
-                            got.append(c)
+                    for c in calls_by_name(view).get(p.name, ()):  # ``Cls(...).method(...)`` anywhere in the module
+                        if (a := parent(c)).__class__ is ast.Attribute and a.attr == fn.name and getattr(parent(a), "func", 0) is a:
+                            got.append(parent(a))
             memo[id(fn)] = got
         return got
 
