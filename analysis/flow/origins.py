@@ -110,7 +110,7 @@ def holds_call(hub, view, expr, at, pred) -> tuple | None:
 
 def helper_results(hub, view, pred) -> list:
     """(call, (view, inner call)) for the calls of project functions (this module or another) whose
-    returned value is the result of a call for which ``pred(view, call)`` is true: ``h = save(s)``
+    every returned value is the result of a call for which ``pred(view, call)`` is true: ``h = save(s)``
     where ``def save(s): return dcp.async_save(s, ...)``. The inner call's own ``return`` is the
     helper's business; what the caller does with the result is the question."""
     from .calls import may_resolve
@@ -122,9 +122,11 @@ def helper_results(hub, view, pred) -> list:
         target = hub.resolve_call(view, c)
         if target is None or not isinstance(target[1], FUNC_TYPES) or target[1].name == "__init__":
             continue
-        got = holds_call(hub, view, c, c, pred)
-        if got is not None:
-            out.append((c, got))
+        # every value it may return must be such a result (a helper that saves synchronously on
+        # another path, ``return None`` or a plain value, is not one)
+        got = origins(hub, view, c, c)
+        if got and all(isinstance(e, ast.Call) and pred(v, e) for v, e in got):
+            out.append((c, got[0]))
     return out
 
 
