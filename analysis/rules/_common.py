@@ -17,6 +17,7 @@ from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the 
     backend_mentions_nccl,
     const_int,
     const_str,
+    constant_of,
     qualify,
 )
 
@@ -193,8 +194,11 @@ def gloo_only(ctx, init: ast.Call) -> bool:
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
         parts = [p.split(":")[-1].strip().lower() for p in expr.value.split(",")]
         return all(p == "gloo" for p in parts)
-    if isinstance(expr, ast.Attribute):
-        return (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo"
+    if isinstance(expr, ast.Attribute) and (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo":
+        return True
+    c = constant_of(ctx.sem, expr) if expr is not None and not isinstance(expr, ast.Constant) else None
+    if c is not None and isinstance(c.value, str):  # ``args.backend``, ``cfg["backend"]``
+        return all(p.split(":")[-1].strip().lower() == "gloo" for p in c.value.split(","))
     return False
 
 
