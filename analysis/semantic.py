@@ -500,14 +500,42 @@ class Semantic:
             if getattr(scope, "args", None) is not None and has_param(scope, name):
                 return None
             return self.single_value(name, self.tree)
+        if assigns is None and scope is self.tree:
+            assigns = self._global_stores().get(name)  # bound only in functions that declare it global
         if not assigns or len(assigns) != 1:
             return None
         st = assigns[0]
-        if st.__class__ is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is ast.Name:
-            return st.value
+        if st.__class__ is ast.Assign and len(st.targets) == 1:
+            t = st.targets[0]
+            if t.__class__ is ast.Name:
+                return st.value
+            # ``a, b = x, y``: the element at the name's place
+            v = st.value
+            if t.__class__ is ast.Tuple and v.__class__ is ast.Tuple and len(t.elts) == len(v.elts) \
+                    and not any(e.__class__ is ast.Starred for e in (*t.elts, *v.elts)):
+                for te, ve in zip(t.elts, v.elts):
+                    if te.__class__ is ast.Name and te.id == name:
+                        return ve
+            return None
         if st.__class__ is ast.AnnAssign and st.value is not None:
             return st.value
         return None
+
+    def _global_stores(self) -> dict[str, list[ast.AST]]:
+        """name -> the assignments of the module-level name made in functions that declare it
+        ``global`` (``def main(): global CFG; CFG = {...}``), computed once."""
+        got = self.__dict__.get("_globals")
+        if got is None:
+            got = self.__dict__["_globals"] = {}
+            for fns in self.functions.values():
+                for fn in fns:
+                    declared = {n for st in _iter_scope_statements(fn) if st.__class__ is ast.Global
+                                for n in st.names}
+                    if declared:
+                        for n, sts in self.assignments(fn).items():
+                            if n in declared:
+                                got.setdefault(n, []).extend(sts)
+        return got
 
 
 _POSITION = attrgetter("lineno", "col_offset")

@@ -28,13 +28,20 @@ def qualify(*short: str) -> tuple[str, ...]:
     return tuple(D + s for s in short)
 
 
-def const_str(node: ast.AST | None) -> str | None:
+def const_str(node: ast.AST | None, sem=None) -> str | None:
+    """The string literal ``node`` is; with ``sem``, the one it evaluates to (``constant_of``: a
+    name bound once, an argparse default, an ``args.x = ...`` store, a config dict's item)."""
+    if sem is not None and node is not None and not isinstance(node, ast.Constant):
+        node = constant_of(sem, node)
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     return None
 
 
-def const_int(node: ast.AST | None) -> int | None:
+def const_int(node: ast.AST | None, sem=None) -> int | None:
+    """The int literal ``node`` is; with ``sem``, the one it evaluates to (as ``const_str``)."""
+    if sem is not None and node is not None and not isinstance(node, ast.Constant):
+        node = constant_of(sem, node)
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     return None

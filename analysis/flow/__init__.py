@@ -38,7 +38,7 @@ from ..torch_api import SPAWNS
 from . import project
 from .assignments import _is_param
 from .calls import instance_names
-from .instances import instance_class
+from .instances import ctor_class, instance_class
 from .summaries import Summaries
 from .uniformity import X, Evaluator, join
 
@@ -176,6 +176,15 @@ class Analysis(Summaries):
                     for st in cls.body:
                         if isinstance(st, FUNC_TYPES) and st.name == f.attr:
                             return cv, st
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name) \
+                and not _local_binding(view, f.value.func.id, call):
+            # ``Cls(...).m(...)``: the method ``m`` of a class of the project, on a fresh instance
+            got = ctor_class(self, view, f.value, _NOT_PROJECT)
+            if got is not None:
+                cv, cls = got
+                for st in cls.body:
+                    if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                        return cv, st
         return None
 
     def _instance_class(self, view, name: ast.Name, at: ast.AST):

@@ -87,7 +87,7 @@ def module_buffers(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> boo
             return module_buffers(hub, view, f.value, at, depth + 1)
         if isinstance(f, ast.Name) and f.id in view.classes:
             return class_buffers(hub, view, view.classes[f.id], depth + 1)
-        return None
+        return _returned_buffers(hub, view, expr, depth)
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind in ("events", "global") and evs and len(evs) <= 4:
@@ -102,6 +102,28 @@ def module_buffers(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> boo
             return False if all(v is False for v in vals) else None
         return None
     return None
+
+
+def _returned_buffers(hub, view, call: ast.Call, depth: int) -> bool | None:
+    """A call of a project function (this module or another): whether the module it returns has
+    buffers (every ``return`` agreeing, as for several bindings); a project class's constructor:
+    whether the class has."""
+    if hub is None or depth > 4:
+        return None
+    target = hub.resolve_call(view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return None
+    tv, fn = target
+    if fn.name == "__init__":
+        cls = next((c for c in tv.classes.values() if fn in c.body), None)
+        return class_buffers(hub, tv, cls, depth + 1) if isinstance(cls, ast.ClassDef) else None
+    vals = [module_buffers(hub, tv, n.value, n, depth + 1) for n in iter_scope_nodes(fn)
+            if isinstance(n, ast.Return) and n.value is not None]
+    if not vals or len(vals) > 4:
+        return None
+    if any(v is True for v in vals):
+        return True
+    return False if all(v is False for v in vals) else None
 
 
 def class_buffers(hub, view, cls: ast.ClassDef, depth: int = 0) -> bool | None:

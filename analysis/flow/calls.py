@@ -67,6 +67,30 @@ def wrapped_names(view) -> frozenset:
                     elif isinstance(t, ast.Attribute):
                         names.add(t.attr)
         if ctors:
+            # ``net = build(...)`` where ``build``, a function of this file, returns the wrapper
+            # (``return DDP(...)``, or a name bound to it there): ``wrapper_ctor`` follows the return
+            returning = set()
+            for c in ctors:
+                fn = sem.enclosing_function(c)
+                if fn is None or getattr(fn, "name", None) not in view.defs or view.defs[fn.name] is not fn:
+                    continue
+                st = parent(c)
+                held = {t.id for t in st.targets if isinstance(t, ast.Name)} if isinstance(st, ast.Assign) else set()
+                if isinstance(st, ast.Return) or any(
+                        isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in held
+                        for n in ast.walk(fn)):
+                    returning.add(fn.name)
+            if returning:
+                by_name, _, _, _ = sem.callee_index()
+                for k in returning:
+                    for j in by_name.get(k, ()):
+                        st = parent(sem.calls[j])
+                        if isinstance(st, ast.Assign) and st.value is sem.calls[j]:
+                            for t in st.targets:
+                                if isinstance(t, ast.Name):
+                                    names.add(t.id)
+                                elif isinstance(t, ast.Attribute):
+                                    names.add(t.attr)
             methods: dict[str, list] = {}
             for cls in view.classes.values():
                 for st in cls.body:
@@ -115,6 +139,27 @@ def wrapped_names(view) -> frozenset:
                     break
         got = view.memo["wrapped_names"] = frozenset(names)
     return got
+
+
+def on_fresh_instance(f: ast.Attribute, view) -> bool:
+    """``f`` is ``Cls(...).m``, ``Cls`` a class of this file or an import (maybe of the project)."""
+    b = f.value
+    return b.__class__ is ast.Call and b.func.__class__ is ast.Name and (b.func.id in view.classes
+                                                                          or b.func.id in view.imports)
+
+
+def may_resolve(view, call: ast.Call) -> bool:
+    """``call`` names something that may be a project function (``f(...)`` with ``f`` a function,
+    class or import of the file, ``self.m(...)``, ``mod.f(...)``): otherwise ``resolved`` is None
+    without asking."""
+    f = call.func
+    if f.__class__ is ast.Name:
+        return f.id in view.defs or f.id in view.classes or f.id in view.imports
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+        return f.value.id == "self" or f.value.id in view.imports
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Call and f.value.func.__class__ is ast.Name:
+        return f.value.func.id in view.classes or f.value.func.id in view.imports  # ``Cls(...).m(...)``
+    return False
 
 
 def _is_ctor(sem, e: ast.AST) -> bool:

@@ -396,24 +396,27 @@ def _group_starts_between(hub, view, p: ast.AST, st: ast.stmt, child: ast.stmt) 
     return False
 
 
-def _starts_group(hub, view, st: ast.stmt) -> bool:
-    """``st`` (a simple statement or a ``with``) surely calls ``init_process_group``: directly, or
-    through a project function whose body calls it at its top level before any ``return`` or
-    ``raise`` (not under ``if not dist.is_initialized():``: that may start nothing)."""
-    if not isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.With)):
+def _starts_group(hub, view, st: ast.stmt, depth: int = 0) -> bool:
+    """``st`` (a simple statement, a ``with`` or a ``return``) surely calls ``init_process_group``:
+    directly, or through project functions whose body calls it (or such a function) at its top
+    level before any other ``return`` or ``raise`` (not under ``if not dist.is_initialized():``:
+    that may start nothing)."""
+    if isinstance(st, ast.Return) and st.value is not None:
+        calls = _calls_in(st.value)
+    elif isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.With)):
+        calls = [c for it in st.items for c in _calls_in(it.context_expr)] if isinstance(st, ast.With) else _calls_in(st)
+    else:
         return False
-    calls = [c for it in st.items for c in _calls_in(it.context_expr)] if isinstance(st, ast.With) else _calls_in(st)
     for c in calls:
         if (view.sem.call_qualname(c) or "") == INIT:
             return True
-        target = hub.resolve_call(view, c)
+        target = hub.resolve_call(view, c) if depth < 3 else None
         if target is not None:
             tv, fn = target
             body = getattr(fn, "body", None)
             if isinstance(body, list):
                 for top in body:
-                    if isinstance(top, (ast.Expr, ast.Assign, ast.AnnAssign)) and any(
-                            (tv.sem.call_qualname(k) or "") == INIT for k in _calls_in(top)):
+                    if _starts_group(hub, tv, top, depth + 1):
                         return True
                     if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(top)):
                         break  # may leave before the init

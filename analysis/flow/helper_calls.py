@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, param_names, parent
+from .calls import may_resolve
 
 
 def is_method(fn: ast.AST) -> bool:
@@ -139,8 +140,12 @@ def _candidates(view, calls, local: bool, ctx=None) -> list:
         names = (project | defs.keys() | classes.keys()) if local else project
         pos = [i for k in names for i in by_name.get(k, ())]
         pos += [i for k in project | {"self"} for i in by_base.get(k, ())]  # disjoint: ``b.f(...)``
+        fresh = [o for k in ((project | classes.keys()) if local else project) for i in by_name.get(k, ())
+                 if (o := _fresh_instance_call(calls[i])) is not None]
         pos.sort()
         calls = [calls[i] for i in pos]
+        if fresh:
+            calls = sorted(calls + fresh, key=lambda c: (c.lineno, c.col_offset))
     functions = view.sem.functions
     Name, Attribute = ast.Name, ast.Attribute
     for c in calls:
@@ -163,7 +168,21 @@ def _candidates(view, calls, local: bool, ctx=None) -> list:
             elif local and b == "self":
                 # no function of that name anywhere in the file: no method to find (a layer, ``self.fc1(x)``)
                 add((c, "self", _method(view, c, f.attr) if f.attr in functions else None))
+        elif f.__class__ is Attribute and f.value.__class__ is ast.Call and f.value.func.__class__ is Name:
+            k = f.value.func.id  # ``Cls(...).m(...)``: a method of a class of the file or of the project
+            if k in project or (local and k in classes):
+                add((c, None, None))
     return got
+
+
+def _fresh_instance_call(c: ast.Call):
+    """The call ``Cls(...).m(...)`` whose receiver is the call ``c``, else None."""
+    p = parent(c)
+    if p.__class__ is ast.Attribute and p.value is c:
+        outer = parent(p)
+        if outer.__class__ is ast.Call and outer.func is p:
+            return outer
+    return None
 
 
 _NOT_PROJECT_MODS: frozenset | None = None
@@ -200,18 +219,6 @@ def resolved(hub, view, call: ast.Call):
     if got is _MISS:
         got = memo[key] = hub.resolve_call(view, call) if may_resolve(view, call) else None
     return got
-
-
-def may_resolve(view, call: ast.Call) -> bool:
-    """``call`` names something that may be a project function (``f(...)`` with ``f`` a function,
-    class or import of the file, ``self.m(...)``, ``mod.f(...)``): otherwise ``resolved`` is None
-    without asking."""
-    f = call.func
-    if f.__class__ is ast.Name:
-        return f.id in view.defs or f.id in view.classes or f.id in view.imports
-    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
-        return f.value.id == "self" or f.value.id in view.imports
-    return False
 
 
 def callee_name(target) -> str:

@@ -14,6 +14,7 @@ import ast
 from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_RANK0, COND_FSDP1_FULL,
                                   COND_FULL_STATE_DICT, COND_RUN_CHECK, COND_SHARDED_PARAMS, VOCAB)
 from ..semantic import FUNC_TYPES, get_arg, parent
+from ..torch_api import constant_of
 from .bindings import reaching
 
 FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
@@ -98,7 +99,7 @@ def condition_holds(hub, view, call: ast.Call, a) -> bool:
     if w is None:
         return True
     if w == COND_FULL_STATE_DICT:
-        if options_flag(view, get_arg(call, None, "options"), call, "full_state_dict") is not True:
+        if options_flag(view, get_arg(call, None, "options"), call, "full_state_dict", hub=hub) is not True:
             return False
         # a model sharded only later in this function holds plain tensors here: nothing to gather
         m = get_arg(call, 0, "model")
@@ -107,7 +108,7 @@ def condition_holds(hub, view, call: ast.Call, a) -> bool:
         return not any(_key(a) == k and sem.enclosing_function(c) is sem.enclosing_function(call)
                        and c.lineno > call.lineno for c, a in shard_calls(hub, view))
     if w == COND_BROADCAST_RANK0:
-        return options_flag(view, get_arg(call, None, "options"), call, "broadcast_from_rank0") is True
+        return options_flag(view, get_arg(call, None, "options"), call, "broadcast_from_rank0", hub=hub) is True
     if w == COND_RUN_CHECK:
         v = get_arg(call, None, "run_check")
         return isinstance(v, ast.Constant) and v.value is True
@@ -120,13 +121,23 @@ def condition_holds(hub, view, call: ast.Call, a) -> bool:
     return False
 
 
-def options_flag(view, expr, at, field: str, depth: int = 0):
-    """The constant value of ``field`` in the ``StateDictOptions(...)`` that ``expr`` holds, or None."""
+def options_flag(view, expr, at, field: str, depth: int = 0, hub=None):
+    """The constant value of ``field`` in the ``StateDictOptions(...)`` that ``expr`` holds, or None.
+    The field's value may come from a name bound once, an argparse default or a config dict
+    (``constant_of``); with ``hub``, the options may come from a helper's return, a parameter or
+    another module (``origins``), every origin agreeing."""
     if expr is None or depth > 3:
         return None
     if isinstance(expr, ast.Call) and (view.sem.call_qualname(expr) or "").endswith("StateDictOptions"):
         v = get_arg(expr, None, field)
+        if v is not None and not isinstance(v, ast.Constant):
+            v = constant_of(view.sem, v)
         return v.value if isinstance(v, ast.Constant) else None
+    if hub is not None:
+        from .origins import origins
+        vals = {options_flag(v, e, e, field, depth + 1) if isinstance(e, ast.Call) else None
+                for v, e in origins(hub, view, expr, at)}
+        return vals.pop() if len(vals) == 1 else None
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind in ("events", "global") and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign):
@@ -168,19 +179,28 @@ def _key(expr):
 def shard_calls(hub, view) -> list:
     """(call, sharded expression) of the module: ``fully_shard(m)``, and calls of project
     functions that give their parameter to ``fully_shard`` (``apply_fsdp(model, mesh)``)."""
-    got = view.memo.get("hidden.shard_calls")
+    return arg_calls(hub, view, FULLY_SHARD, 0, "module", "fully_shard")
+
+
+def arg_calls(hub, view, qns: tuple, pos: int, kw: str, needle: str) -> list:
+    """(call, expression) of the module for the argument (``pos``/``kw``) of the calls to ``qns``,
+    and of the calls of project functions (this module or another) that give their parameter to
+    such an argument (``params_to``), with the argument bound to that parameter. ``needle``: a
+    word every module that calls ``qns`` spells (a module without it calls none)."""
+    key = ("hidden.arg_calls", qns, pos, kw)
+    got = view.memo.get(key)
     if got is not None:
         return got
-    got = view.memo["hidden.shard_calls"] = list(_direct_shards(view))
+    got = view.memo[key] = list(_direct_args(view, qns, pos, kw, needle))
     sem = view.sem
     for c in sem.calls:
         f = c.func
-        if not c.args or not isinstance(f, (ast.Name, ast.Attribute)) or sem.call_qualname(c) in FULLY_SHARD:
+        if not c.args or not isinstance(f, (ast.Name, ast.Attribute)) or sem.call_qualname(c) in qns:
             continue
         target = hub.resolve_call(view, c)
         if target is None or not isinstance(target[1], FUNC_TYPES):
             continue
-        names = shards_params(hub, *target)
+        names = params_to(hub, *target, qns, pos, kw, needle)
         if names:
             for pname, arg in _call_args(c, target[1]):
                 if pname in names:
@@ -188,14 +208,15 @@ def shard_calls(hub, view) -> list:
     return got
 
 
-def _direct_shards(view):
-    got = view.memo.get("hidden.direct_shards")
+def _direct_args(view, qns, pos, kw, needle):
+    key = ("hidden.direct_args", qns, pos, kw)
+    got = view.memo.get(key)
     if got is None:
-        got = view.memo["hidden.direct_shards"] = []
-        if "fully_shard" in (view.text or "fully_shard"):
-            for qn in FULLY_SHARD:
+        got = view.memo[key] = []
+        if needle in (view.text or needle):
+            for qn in qns:
                 for c in view.sem.calls_to(qn):
-                    a = get_arg(c, 0, "module")
+                    a = get_arg(c, pos, kw)
                     if a is not None:
                         got.append((c, a))
     return got
@@ -206,20 +227,21 @@ def _call_args(call, fn):
     return call_args(call, fn)
 
 
-def shards_params(hub, view, fn, depth: int = 0) -> frozenset:
-    """The parameters of ``fn`` that its body gives to ``fully_shard``: directly, or through
-    another function of the same module that does (a module that never spells ``fully_shard``
-    shards nothing: no other module is loaded to find out)."""
-    memo = view.memo.setdefault("hidden.shards_params", {})
+def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
+    """The parameters of ``fn`` that its body gives as the argument ``pos``/``kw`` of a call to
+    ``qns``: directly, or through another function of the same module that does (a module that
+    never spells ``needle`` makes no such call: no other module is loaded to find out)."""
+    memo = view.memo.setdefault(("hidden.params_to", qns, pos, kw), {})
     if fn in memo:
         return memo[fn]
     memo[fn] = frozenset()  # recursion guard
-    if not _direct_shards(view):
+    direct = _direct_args(view, qns, pos, kw, needle)
+    if not direct:
         return memo[fn]
     from ..semantic import param_names
     params = set(param_names(fn))
     sem = view.sem
-    names = {a.id for c, a in _direct_shards(view)
+    names = {a.id for c, a in direct
              if isinstance(a, ast.Name) and a.id in params and sem.enclosing_function(c) is fn}
     if depth < 3:
         for c in sem.calls:
@@ -229,7 +251,7 @@ def shards_params(hub, view, fn, depth: int = 0) -> frozenset:
             callee = view.defs[f.id]
             if callee is fn:
                 continue
-            inner = shards_params(hub, view, callee, depth + 1)
+            inner = params_to(hub, view, callee, qns, pos, kw, needle, depth + 1)
             for pname, arg in _call_args(c, callee):
                 if pname in inner and isinstance(arg, ast.Name) and arg.id in params:
                     names.add(arg.id)

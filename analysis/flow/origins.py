@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..torch_api import constant_of
 from .bindings import reaching, target_path
 
 MAX_DEPTH = 6
@@ -67,6 +68,11 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
         return out
     if isinstance(expr, ast.Await):
         return origins(hub, view, expr.value, at, depth + 1, path)
+    if isinstance(expr, (ast.Attribute, ast.Subscript)) and not path:
+        # ``args.x`` (argparse default or its one store), ``cfg["x"]`` of a config dict literal
+        c = constant_of(view.sem, expr)
+        if c is not None:
+            return [(view, c)]
     if isinstance(expr, ast.Call):
         target = hub.resolve_call(view, expr)
         if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":
@@ -100,6 +106,28 @@ def holds_call(hub, view, expr, at, pred) -> tuple | None:
         if isinstance(e, ast.Call) and pred(v, e):
             return v, e
     return None
+
+
+def helper_results(hub, view, pred) -> list:
+    """(call, (view, inner call)) for the calls of project functions (this module or another) whose
+    every returned value is the result of a call for which ``pred(view, call)`` is true: ``h = save(s)``
+    where ``def save(s): return dcp.async_save(s, ...)``. The inner call's own ``return`` is the
+    helper's business; what the caller does with the result is the question."""
+    from .calls import may_resolve
+
+    out = []
+    for c in view.sem.calls:
+        if not may_resolve(view, c) or pred(view, c):
+            continue
+        target = hub.resolve_call(view, c)
+        if target is None or not isinstance(target[1], FUNC_TYPES) or target[1].name == "__init__":
+            continue
+        # every value it may return must be such a result (a helper that saves synchronously on
+        # another path, ``return None`` or a plain value, is not one)
+        got = origins(hub, view, c, c)
+        if got and all(isinstance(e, ast.Call) and pred(v, e) for v, e in got):
+            out.append((c, got[0]))
+    return out
 
 
 def qn_pred(*qns: str):

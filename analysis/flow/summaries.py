@@ -24,7 +24,8 @@ from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _wrapped, calls_by_name,
-    instance_names, method_names, on_subgroup, root_arg, scope_calls, scope_calls_in_class, self_offset,
+    instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
+    self_offset,
     wrapped_names,
 )
 from .roots import Roots
@@ -129,7 +130,9 @@ class Summaries(Roots):
             return None
         sem = view.sem
         if isinstance(expr, ast.Call):
-            return expr if (sem.call_qualname(expr) or "") in WRAPPERS else None
+            if (sem.call_qualname(expr) or "") in WRAPPERS:
+                return expr
+            return self._returned_wrapper(view, expr, depth, ctx)
         if isinstance(expr, ast.Name):
             kind, evs = reaching(view, expr.id, at)
             if kind in ("events", "global") and evs:
@@ -148,6 +151,19 @@ class Summaries(Roots):
             got = [self.wrapper_ctor(view, v, v, depth + 1) for v in vals]
             return got[0] if got and all(got) else None
         return None
+
+    def _returned_wrapper(self, view, call: ast.Call, depth: int, ctx=None):
+        """The wrapper that a function of this module called by ``call`` returns (every return holds one)."""
+        target = self.resolve_call(view, call) if call.func.__class__ is ast.Name and call.func.id in view.defs else None
+        if target is None or target[0] is not view or getattr(target[1], "name", "__init__") == "__init__":
+            return None
+        fn, got = target[1], None
+        for r in iter_scope_nodes(fn):
+            if isinstance(r, ast.Return):
+                got = self.wrapper_ctor(view, r.value, r, depth + 1) if r.value is not None else None
+                if got is None:
+                    return None
+        return got
 
     def param_wrapper(self, view, fn: ast.AST, name: str):
         return self._param_wrapper(view, fn, name, 0)
@@ -196,12 +212,9 @@ class Summaries(Roots):
                         if isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Name) \
                                 and f.value.id == "self":
                             got.append(c)
-                    # ``Cls(...).method(...)`` anywhere in the module: a fresh instance, this method
-                    for c in view.sem.calls:
-                        f = c.func
-                        if isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Call) \
-                                and isinstance(f.value.func, ast.Name) and f.value.func.id == p.name:
-                            got.append(c)
+                    for c in calls_by_name(view).get(p.name, ()):  # ``Cls(...).method(...)`` anywhere in the module
+                        if (a := parent(c)).__class__ is ast.Attribute and a.attr == fn.name and getattr(parent(a), "func", 0) is a:
+                            got.append(parent(a))
             memo[id(fn)] = got
         return got
 
@@ -382,7 +395,7 @@ class Summaries(Roots):
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
                     if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
-                                                     or b.id in instances)):
+                                                     or b.id in instances)) and not on_fresh_instance(f, view):
                         continue
                 if a == "step" and not has_zero and not (f.value.__class__ is Name and (
                         f.value.id == "self" or f.value.id in instances)):
@@ -641,6 +654,13 @@ def _sites_prelude(view) -> tuple:
         c = calls[i]
         if not (c._qn or "").startswith(_NOT_PROJECT_QN):
             cands.add(c)
+            # ``Cls(...).m(...)``: the method call on the fresh instance is a candidate too
+            p = parent(c)
+            if p.__class__ is ast.Attribute and p.value is c:
+                outer = parent(p)
+                if outer.__class__ is ast.Call and outer.func is p and c.func.__class__ is ast.Name \
+                        and (c.func.id in classes or c.func.id in imports):
+                    cands.add(outer)
     for k in base.keys() & (imports.keys() | instances):
         a = aliases.get(k)
         if a is not None and (a + ".").startswith(_NOT_PROJECT_QN):

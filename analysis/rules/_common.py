@@ -17,6 +17,7 @@ from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the 
     backend_mentions_nccl,
     const_int,
     const_str,
+    constant_of,
     qualify,
 )
 
@@ -154,11 +155,11 @@ def fixed_world_size(ctx) -> int | None:
 def _fixed_world_size(ctx) -> int | None:
     sizes = set()
     for c in ctx.calls_to(D + "init_process_group"):
-        n = const_int(get_arg(c, None, "world_size"))
+        n = const_int(get_arg(c, None, "world_size"), ctx.sem)
         if n is not None:
             sizes.add(n)
     for c in ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
-        n = const_int(get_arg(c, None, "nprocs"))
+        n = const_int(get_arg(c, None, "nprocs"), ctx.sem)
         if n is not None:
             sizes.add(n)
     # ``def world_size(self): return 2`` (a multi-process test case) or ``WORLD_SIZE = 2``
@@ -182,7 +183,7 @@ def single_process_init(ctx, init: ast.Call) -> bool:
     expr = get_arg(init, None, "world_size")
     if isinstance(expr, ast.Name):
         expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
-    return const_int(expr) == 1
+    return const_int(expr, ctx.sem) == 1
 
 
 def gloo_only(ctx, init: ast.Call) -> bool:
@@ -193,8 +194,11 @@ def gloo_only(ctx, init: ast.Call) -> bool:
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
         parts = [p.split(":")[-1].strip().lower() for p in expr.value.split(",")]
         return all(p == "gloo" for p in parts)
-    if isinstance(expr, ast.Attribute):
-        return (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo"
+    if isinstance(expr, ast.Attribute) and (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo":
+        return True
+    c = constant_of(ctx.sem, expr) if expr is not None and not isinstance(expr, ast.Constant) else None
+    if c is not None and isinstance(c.value, str):  # ``args.backend``, ``cfg["backend"]``
+        return all(p.split(":")[-1].strip().lower() == "gloo" for p in c.value.split(","))
     return False
 
 

@@ -81,9 +81,11 @@ class SamplerWithoutSetEpoch(Rule):
         if fors:
             self._from_builders(ctx, fors, reported)
         samplers = ctx.calls_to(DIST_SAMPLER)
+        loaders = dataloaders(ctx)
+        if fors and loaders:
+            self._through_values(ctx, loaders, fors, reported)
         if not samplers:
             return
-        loaders = dataloaders(ctx)
         for s in samplers:
             shuffle = get_arg(s, 3, "shuffle")
             if shuffle is not None and not is_true(shuffle, ctx.sem):
@@ -96,8 +98,8 @@ class SamplerWithoutSetEpoch(Rule):
                     continue
                 if not inline and ctx.sem.scope_of(ld) is not ctx.sem.scope_of(s):
                     continue
-                l_name = target_name(ld)
-                if l_name is None or not isinstance(parent(ld).targets[0], ast.Name):
+                l_name = _loader_name(ld)
+                if l_name is None:
                     continue
                 ds = get_arg(ld, 0, "dataset")
                 if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None):
@@ -110,6 +112,50 @@ class SamplerWithoutSetEpoch(Rule):
                     ref = s_name if s_name else f"{l_name}.sampler"
                     maybe_none = s_name is not None and may_be_none(ctx, ast.Name(id=s_name), s)
                     self._report(ctx, loop, s, ref, maybe_none)
+
+    def _through_values(self, ctx, loaders, fors, reported: set[int]) -> None:
+        """A DataLoader whose ``sampler=`` is not the sampler call itself nor a name bound to it in
+        the same scope, but a value that comes from a shuffling DistributedSampler: through a
+        helper's return (of this module or another), tuple unpacking, a parameter (the flow
+        layer's ``origins``)."""
+        from ..flow import for_context  # lazy: only files whose loaders take a sampler from elsewhere
+        from ..flow.findings import node_span
+        from ..flow.origins import origins
+
+        ana = None
+        for ld in loaders:
+            arg = loader_sampler(ctx, ld)
+            if arg is None or (isinstance(arg, ast.Call) and ctx.qn(arg) == DIST_SAMPLER):
+                continue
+            if isinstance(arg, ast.Name):
+                v = ctx.sem.single_value(arg.id, ctx.sem.scope_of(ld))
+                if isinstance(v, ast.Call) and ctx.qn(v) == DIST_SAMPLER:
+                    continue  # the direct case (``finish``)
+            l_name = _loader_name(ld)
+            if l_name is None:
+                continue
+            if ana is None:
+                ana = for_context(ctx)
+            found = [(v, e) for v, e in origins(ana, ana.main, arg, ld)]
+            samp = [(v, e) for v, e in found if isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in (
+                DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler")]
+            if not samp or any(not _shuffles(e, v.sem) for v, e in samp):
+                continue
+            maybe_none = any(isinstance(e, ast.Constant) and e.value is None for _, e in found)
+            if len(samp) + maybe_none != len(found):
+                continue  # some value of another kind
+            s_name = arg.id if isinstance(arg, ast.Name) else None
+            ds = get_arg(ld, 0, "dataset")
+            if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None):
+                continue
+            sv, sc = samp[0]
+            where = ("file", sv.path, node_span(ctx, sv.path, sc), "the shuffling DistributedSampler") \
+                if sv.path and sv is not ana.main else (sc, "the DistributedSampler")
+            for loop, use in _epoch_loops(ctx, l_name, ctx.sem.scope_of(ld), ld, fors):
+                if id(loop) in reported or _handed_off(ctx, use, loop):
+                    continue
+                reported.add(id(loop))
+                self._report(ctx, loop, where, s_name or f"{l_name}.sampler", maybe_none and s_name is not None)
 
     def _from_builders(self, ctx, fors, reported: set[int]) -> None:
         """``loader, sampler = build(...)`` where ``build`` is a project function that returns a
@@ -187,6 +233,21 @@ class SamplerWithoutSetEpoch(Rule):
         )
 
 
+def _loader_name(ld: ast.Call) -> str | None:
+    """``loader`` for ``loader = DataLoader(...)`` and ``loader, x = DataLoader(...), y``."""
+    st = parent(ld)
+    if isinstance(st, ast.Tuple):
+        tup, st = st, parent(st)
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Tuple) \
+                and len(st.targets[0].elts) == len(tup.elts) and st.value is tup:
+            t = st.targets[0].elts[tup.elts.index(ld)]
+            return t.id if isinstance(t, ast.Name) else None
+        return None
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+        return target_name(ld)
+    return None
+
+
 def _epoch_loops(ctx, name: str, scope, after: ast.AST, fors):
     """(loop, use) for each use of ``name`` inside the body of a loop of ``scope``."""
     uses: list[ast.AST] = []
@@ -236,6 +297,10 @@ def _handed_off(ctx, use: ast.AST, loop) -> bool:
     f = call.func
     if isinstance(f, ast.Name) and f.id in ctx.sem.functions:
         return False  # defined here, and the file never calls set_epoch
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name) \
+            and any(isinstance(parent(fn), ast.ClassDef) and parent(fn).name == f.value.func.id
+                    for fn in ctx.sem.functions.get(f.attr, ())):
+        return False  # ``Cls(...).m(...)``, a method of a class defined here
     if isinstance(f, ast.Name) and f.id in ("enumerate", "iter", "zip", "tqdm", "len", "list"):
         return False
     if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name):
@@ -270,6 +335,14 @@ def _built_loader(ana, view, fn):
                and sem.enclosing_function(n) is fn]
     if not returns or any(r.value is None for r in returns):
         return None
+    if len(returns) == 1 and isinstance(returns[0].value, ast.Call):
+        # ``return make_loader(32)``: what the project function it returns the result of builds
+        got = ana.resolve_call(view, returns[0].value)
+        if got is not None and got[1] is not fn and getattr(got[1], "name", "") != "__init__":
+            inner = _built_loader(ana, *got)
+            if inner is not None:
+                memo[id(fn)] = inner
+                return inner
     shapes = set()
     found = None
     for r in returns:
@@ -277,7 +350,7 @@ def _built_loader(ana, view, fn):
         single = not isinstance(r.value, ast.Tuple)
         kinds: dict = {}
         for i, e in enumerate(elts):
-            kind, sampler = _kind(fake, sem, e, fn)
+            kind, sampler = _kind(fake, sem, e, fn, ana, view)
             if kind is not None:
                 kinds[None if single else i] = kind
                 found = sampler if kind == "loader" or found is None else found
@@ -291,7 +364,7 @@ def _built_loader(ana, view, fn):
     return memo[id(fn)]
 
 
-def _kind(fake, sem, e: ast.AST, fn) -> tuple[str | None, ast.AST | None]:
+def _kind(fake, sem, e: ast.AST, fn, ana=None, view=None) -> tuple[str | None, ast.AST | None]:
     """("loader", sampler call) for a DataLoader fed by a shuffling DistributedSampler made in
     ``fn``; ("sampler", call) for that sampler; (None, None) otherwise."""
     val = sem.single_value(e.id, fn) if isinstance(e, ast.Name) else e
@@ -307,6 +380,15 @@ def _kind(fake, sem, e: ast.AST, fn) -> tuple[str | None, ast.AST | None]:
     if isinstance(s, ast.Call) and (sem.call_qualname(s) or "") in (
             DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler") and _shuffles(s, sem):
         return "loader", s
+    if ana is not None and arg is not None and not (isinstance(s, ast.Call) and (sem.call_qualname(s) or "") in (
+            DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler")):
+        # the sampler from a helper's return (``sampler=make_sampler(ds)``), a tuple, a parameter
+        from ..flow.origins import origins
+        found = origins(ana, view, arg, val)
+        if found and all(v is view and isinstance(x, ast.Call) and (v.sem.call_qualname(x) or "") in (
+                DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler") and _shuffles(x, v.sem)
+                for v, x in found):
+            return "loader", found[0][1]
     return None, None
 
 

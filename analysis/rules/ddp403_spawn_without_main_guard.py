@@ -93,22 +93,39 @@ class SpawnWithoutMainGuard(Rule):
             return
         if not isinstance(parent(fn), ast.Module):
             return  # a nested function or a method: leave it
-        for c in ctx.sem.calls:
-            if isinstance(c.func, ast.Name) and c.func.id == fn.name and isinstance(ctx.sem.scope_of(c), ast.Module) \
-                    and not under_main_guard(c) and ctx.sem.enclosing_function(c) is None:
-                ctx.report(call, f"{what} runs at import time through `{fn.name}()`, called at module level outside "
-                                 "`if __name__ == \"__main__\":`; every spawned child re-imports this module and runs "
-                                 "it again (RuntimeError: bootstrapping phase)",
-                           related=[(c, f"`{fn.name}()` called at module level")])
+        # the module-level functions that run ``fn`` (directly or through others of this file),
+        # up to one called at module level outside the guard
+        seen, todo = {fn.name}, [fn.name]
+        for _ in range(4):
+            nxt = []
+            for name in todo:
+                for c in ctx.sem.calls:
+                    if not (isinstance(c.func, ast.Name) and c.func.id == name):
+                        continue
+                    outer = ctx.sem.enclosing_function(c)
+                    if outer is None:
+                        if isinstance(ctx.sem.scope_of(c), ast.Module) and not under_main_guard(c):
+                            ctx.report(call, f"{what} runs at import time through `{name}()`, called at module "
+                                             "level outside `if __name__ == \"__main__\":`; every spawned child "
+                                             "re-imports this module and runs it again (RuntimeError: bootstrapping "
+                                             "phase)",
+                                       related=[(c, f"`{name}()` called at module level")])
+                            return
+                    elif isinstance(parent(outer), ast.Module) and outer.name not in seen \
+                            and not under_main_guard(c):
+                        seen.add(outer.name)
+                        nxt.append(outer.name)
+            todo = nxt
+            if not todo:
                 return
 
 
 def _spawns_fresh_interpreters(ctx) -> bool:
     for c in ctx.calls_to(*_START_METHOD):
-        if const_str(get_arg(c, 0, "method")) in ("spawn", "forkserver"):
+        if const_str(get_arg(c, 0, "method"), ctx.sem) in ("spawn", "forkserver"):
             return True
     for c in ctx.calls_to("torch.utils.data.DataLoader"):
-        if const_str(get_arg(c, None, "multiprocessing_context")) in ("spawn", "forkserver"):
+        if const_str(get_arg(c, None, "multiprocessing_context"), ctx.sem) in ("spawn", "forkserver"):
             return True  # every worker re-imports the main module
     # a plain ``multiprocessing.Process`` forks on Linux (no re-import): only explicit spawn counts
     return bool(spawn_calls(ctx))

@@ -6,6 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
 from ..flow.modern import ASYNC_SAVE, hub, key_of, uses_after
+from ..flow.origins import helper_results, qn_pred
 
 _WAITS = ("result", "done", "wait", "exception", "add_done_callback")
 
@@ -58,7 +59,9 @@ class AsyncSaveNotWaited(Rule):
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         sem = view.sem
-        for c in ctx.calls_to(*ASYNC_SAVE):
+        # the ``async_save`` calls, and the calls of project helpers that return their future
+        helpers = [c for c, _ in helper_results(an, view, qn_pred(*ASYNC_SAVE))]
+        for c in [*ctx.calls_to(*ASYNC_SAVE), *helpers]:
             p = parent(c)
             if isinstance(p, ast.Await):
                 p = parent(p)

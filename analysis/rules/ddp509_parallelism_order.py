@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..flow.hidden import arg_calls
 from ..flow.modern import PARALLELIZE, hub, key_of, shard_calls
 
 _AC = ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper.apply_activation_checkpointing",
@@ -58,9 +58,10 @@ class ParallelismOrder(Rule):
         sem = view.sem
         shards = shard_calls(an, view)
         if shards:
-            for qn, what in ((PARALLELIZE, "tensor parallelism"), (_AC, "activation checkpointing")):
-                for c in ctx.calls_to(*qn):
-                    a = get_arg(c, 0, "module" if qn is PARALLELIZE else "model")
+            for qn, what, needle in ((PARALLELIZE, "tensor parallelism", "parallelize_module"),
+                                     (_AC, "activation checkpointing", "checkpoint")):
+                # the transform's call, or a project helper's that gives it its parameter
+                for c, a in arg_calls(an, view, qn, 0, "module" if qn is PARALLELIZE else "model", needle):
                     k = key_of(a) if a is not None else None
                     if k is None:
                         continue

@@ -5,10 +5,13 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import parent
+from ..torch_api import constant_of
 from ._common import ALL_COLLECTIVES, D
 from ..flow.modern import hub, key_of, uses_after
+from ..flow.origins import helper_results
 
 _P2P = ("isend", "irecv")
+_ASYNC_OPS = frozenset((*ALL_COLLECTIVES, *_P2P))
 
 
 class AsyncWorkNotWaited(Rule):
@@ -52,11 +55,15 @@ class AsyncWorkNotWaited(Rule):
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         calls = ctx.calls_to(*(D + n for n in (*ALL_COLLECTIVES, *_P2P)))
-        for c in calls:
-            op = ctx.qn(c)[len(D):]
-            kw = next((k for k in c.keywords if k.arg == "async_op"), None)
-            if op not in _P2P and not (kw is not None and isinstance(kw.value, ast.Constant) and kw.value.value is True):
+        # and the calls of project helpers that return such a work handle (``return dist.isend(...)``)
+        found = helper_results(an, view, _is_async)
+        helpers = {id(c): got for c, got in found}  # -> (the helper's view, its async call)
+        for c in [*calls, *(h for h, _ in found)]:
+            inner = helpers.get(id(c))
+            if inner is None and not _is_async(view, c):
                 continue
+            op = ((inner[0].sem.call_qualname(inner[1]) or D) if inner is not None else ctx.qn(c))[len(D):]
+            kw = next((k for k in c.keywords if k.arg == "async_op"), None) if inner is None else None
             p = parent(c)
             if isinstance(p, ast.Expr):
                 dropped = "is dropped"
@@ -72,6 +79,22 @@ class AsyncWorkNotWaited(Rule):
             ctx.report(c, f"the work handle of `{ctx.text(c)}` {dropped}: nothing waits for the "
                           f"{'transfer' if op in _P2P else 'collective'}, so the tensor is used before it ends",
                        fix=fix)
+
+
+def _is_async(view, c) -> bool:
+    """``c`` returns a work handle: a point-to-point ``isend``/``irecv``, or a collective with
+    ``async_op=True`` (a literal, or a value that resolves to it)."""
+    qn = view.sem.call_qualname(c) or ""
+    if not qn.startswith(D) or qn[len(D):] not in _ASYNC_OPS:
+        return False
+    if qn[len(D):] in _P2P:
+        return True
+    kw = next((k for k in c.keywords if k.arg == "async_op"), None)
+    return kw is not None and _is_true(constant_of(view.sem, kw.value))
+
+
+def _is_true(c) -> bool:
+    return isinstance(c, ast.Constant) and c.value is True
 
 
 def _remove_keyword(ctx, call, kw):

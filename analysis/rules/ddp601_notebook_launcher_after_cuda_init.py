@@ -76,7 +76,7 @@ class NotebookLauncherAfterCudaInit(Rule):
             return
         sites = None
         for call in launchers:
-            nproc = const_int(get_arg(call, 2, "num_processes"))
+            nproc = const_int(get_arg(call, 2, "num_processes"), ctx.sem)
             if nproc is not None and nproc <= 1:
                 continue  # one process: the launcher runs the function in the kernel itself
             at = kernel_statement(ctx, call)

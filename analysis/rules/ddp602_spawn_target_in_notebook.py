@@ -70,7 +70,7 @@ class SpawnTargetInNotebook(Rule):
         if not in_notebook(ctx):
             return
         for call in spawn_calls(ctx):
-            if const_str(get_arg(call, 5, "start_method")) == "fork":
+            if const_str(get_arg(call, 5, "start_method"), ctx.sem) == "fork":
                 continue  # forked children inherit the kernel's functions
             fn = get_arg(call, 0, "fn")
             if fn is None:

@@ -68,7 +68,7 @@ class InitInUnlaunchedNotebook(Rule):
             if kernel_statement(ctx, call) is None or _guarded(ctx, call):
                 continue
             ws = get_arg(call, 3, "world_size")
-            n = const_int(ws)
+            n = const_int(ws, ctx.sem)
             if ws is not None and n is None:
                 continue  # a world size from elsewhere: cannot tell
             if n is not None and n == 1:
@@ -79,7 +79,7 @@ class InitInUnlaunchedNotebook(Rule):
                                  "come (hangs until the timeout); start the ranks from the notebook (`mp.spawn`, "
                                  "`notebook_launcher`) and initialise inside each")
                 continue
-            method = const_str(get_arg(call, 1, "init_method"))
+            method = const_str(get_arg(call, 1, "init_method"), ctx.sem)
             if get_arg(call, 5, "store") is not None or (method is not None and not method.startswith("env://")):
                 continue
             ctx.report(call, "`init_process_group` in the notebook's own process, which no launcher started: "

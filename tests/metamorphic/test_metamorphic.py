@@ -14,11 +14,11 @@ import pytest
 from .run import run_all
 from .transforms import TRANSFORMS, tag_markers, variants
 
-OVERALL_FLOOR = 0.92
-RULE_FLOOR = 0.80
-# rules merged after the floors were measured (FSDP2/DCP DDP5xx, notebook DDP6xx): their survival is
-# reported but held lower until the analysis is brought to them
-FAMILY_FLOORS = {"DDP5": 0.65, "DDP6": 0.55}
+# measured 96.8% overall, every rule at least 92.3% (bench/RESULTS.md); the acceptance point of
+# issue 25 is 95% overall and 85% for every rule, bad and good fixtures alike
+OVERALL_FLOOR = 0.955
+RULE_FLOOR = 0.88
+FAMILY_FLOORS: dict[str, float] = {}  # none held lower any more
 
 
 @pytest.fixture(scope="module")
