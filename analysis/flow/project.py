@@ -218,11 +218,34 @@ def _top_statements(tree: ast.Module):
 _NESTING = frozenset({ast.If, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ())})
 
 
+_ROOTS_TTL = 2.0
+_roots_memo: dict[tuple, tuple] = {}  # (folder, disk, overlay generation) -> (when, roots, absent)
+
+
 def roots_for(path: str, absent: list | None = None) -> list[str]:
     """The folders an absolute import is looked up in (see the module's docstring). ``absent``
     gets the ``__init__.py`` whose absence ended the package climb (one appearing there adds a
-    root)."""
+    root). Memoised per folder for ``_ROOTS_TTL`` seconds (a batch run asks for every import of
+    every file; the open documents' generation is part of the key)."""
+    import time
+
     here = os.path.dirname(os.path.abspath(path))
+    with _lock:
+        key = (here, _disk.get(), generation)
+    now = time.monotonic()
+    got = _roots_memo.get(key)
+    if got is None or now - got[0] > _ROOTS_TTL:
+        gone: list[str] = []
+        got = (now, _roots_for(here, gone), tuple(gone))
+        if len(_roots_memo) > 4096:
+            _roots_memo.clear()
+        _roots_memo[key] = got
+    if absent is not None:
+        absent.extend(got[2])
+    return list(got[1])
+
+
+def _roots_for(here: str, absent: list) -> list[str]:
     roots = [here]
     d = here
     while is_file(os.path.join(d, "__init__.py")):

@@ -177,9 +177,6 @@ def _helper_device_params(ctx) -> None:
     for c in ctx.sem.calls:
         if not c.args and not c.keywords:
             continue
-        # the argument's kind first (cheap where no origin is a rank), the helper's module after
-        if not any(kind_of(a, c)[0] == GLOBAL for a in (*c.args, *(k.value for k in c.keywords))):
-            continue
         target = an.resolve_call(view, c)
         if target is None or target[0] is view:
             continue  # a helper of this file: its own device use follows the parameter back here
