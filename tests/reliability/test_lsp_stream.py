@@ -80,8 +80,19 @@ def random_offset(rng: random.Random, text: str, near: int | None = None) -> int
     return 0
 
 
-def expected(model: Model, path: str):
-    return check_source(model.text, path, Settings())
+def expected(model: Model, path: str, open_docs: dict | None = None):
+    """The engine's answer on the model text, seeing the other open documents as the server does
+    (their texts, not the disk's: a rule's cross-file gate may read them)."""
+    from ddp_lint.analysis.flow import project
+
+    docs = {os.path.abspath(p): m.text for p, m in (open_docs or {}).items()}
+    for p, text in docs.items():
+        project.set_overlay(p, text)
+    try:
+        return check_source(model.text, path, Settings())
+    finally:
+        for p in docs:
+            project.set_overlay(p, None)
 
 
 def diag_key(d: t.Diagnostic):
@@ -110,6 +121,10 @@ class Stream:
         self.history: list[str] = []
         self.good: dict[str, str] = {}  # uri -> the last text that parsed
         self.checked = {"diagnostics": 0, "quickfix": 0, "fixall": 0, "probe": 0, "parsed": 0}
+
+    def open_models(self) -> dict:
+        """{path: model} of every open document."""
+        return {self.paths[u]: m for u, m in self.models.items()}
 
     def note(self, s: str) -> None:
         self.history.append(s)
@@ -257,7 +272,7 @@ class Stream:
             for rel in d.related_information or []:
                 if rel.location.uri == uri and not model.valid_range(rel.location.range):
                     self.fail(f"related location {rel.location.range} of {d.code} is outside the document")
-        res = expected(model, self.paths[uri])
+        res = expected(model, self.paths[uri], self.open_models())
         if res.syntax_error is None:
             self.good[uri] = model.text
             got = sorted(diag_key(d) for d in diags)
@@ -278,7 +293,7 @@ class Stream:
         if action.edit is None:
             return
         new = model.apply(self.edits_of(action.edit, uri))
-        res = expected(model, self.paths[uri])
+        res = expected(model, self.paths[uri], self.open_models())
         cands = []
         for f in res.findings:
             if f.fix is None or f.fix.applicability is Applicability.DISPLAY_ONLY:
