@@ -21,7 +21,25 @@ def ctor_class(hub, view, e: ast.AST, not_project):
     """(view, class) when ``e`` is ``Cls(...)`` for a class of this file or of a project module."""
     if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)):
         return None
-    cname = e.func.id
+    return class_named(hub, view, e.func, not_project)
+
+
+def class_named(hub, view, e: ast.AST, not_project=None):
+    """(view, class) of the project class a name (``Cls``, a base class) or ``module.Cls`` of an
+    imported project module refers to, else None (``not_project``: top-level modules never read;
+    the flow layer's own list by default)."""
+    if not_project is None:
+        from . import _NOT_PROJECT as not_project  # lazy: the package imports this module
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name):
+        imp = view.imports.get(e.value.id)
+        if imp is None or imp[0].split(".", 1)[0] in not_project:
+            return None
+        mod, level, attr = imp
+        v2 = hub.module_view(view, f"{mod}.{attr}" if (attr and mod) else (attr or mod), level)
+        return (v2, v2.classes[e.attr]) if v2 is not None and e.attr in v2.classes else None
+    if not isinstance(e, ast.Name):
+        return None
+    cname = e.id
     if cname in view.classes:
         return view, view.classes[cname]
     imp = view.imports.get(cname)

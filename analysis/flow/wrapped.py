@@ -1,0 +1,202 @@
+"""Is a value the ``DistributedDataParallel`` wrapper (rather than the module it wraps)?
+
+A question on the origins of a value (``origins.py``: names and their reaching bindings, tuple
+unpacking, ``self`` attributes across the methods of a class, parameters filled by the calls of
+their module, the returns of project functions in this file or another), with "may" semantics:
+the answer lists the ``DDP(...)`` constructions the value may hold on some path. A conditional
+expression is followed into both branches (``DDP(m) if distributed else m`` may be the wrapper),
+unless its test asks about the wrapping itself (``m.module if hasattr(m, "module") else m``).
+
+A value one of whose origins unwraps (``x.module``, ``getattr(x, "module", x)``) is taken as the
+unwrapped module: ``if isinstance(model, DDP): model = model.module`` makes every later read
+safe, and the answer is empty.
+
+``wrap_guards`` / ``contradicts`` compare the conditions a construction and a use sit under
+(``if args.distributed: model = DDP(model)`` and ``if not args.distributed: model.generate()``),
+spelled the same: a use on the other branch of the same test never sees the wrapper.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..torch_api import DDP_CLASS
+from .instances import class_named
+from .origins import _attr_path, origins
+
+# calls whose first argument is the value a test asks about (``hasattr(m, "module")``)
+_TYPE_TESTS = frozenset({"hasattr", "isinstance", "getattr", "type"})
+
+
+def wrap_origins(hub, view, expr, at) -> tuple[list, bool]:
+    """(the (view, ``DDP(...)`` call) origins ``expr`` may hold at ``at``, whether every origin is
+    one). Empty when none is, or when some origin unwraps (``x.module``)."""
+    found: list = []
+    others = [False]
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        ok = _self_attr(hub, view, expr, at, found, others)
+    else:
+        ok = _collect(hub, view, expr, at, found, others, 0)
+    if ok is False:
+        return [], False
+    return found, not others[0]
+
+
+def _self_attr(hub, view, expr, at, found, others):
+    """``self.<attr>``: its bindings in the methods of the class and of its project base classes
+    (``self.model = DDP(...)`` in a trainer base class of another module). A binding counts for a
+    read in another method only when it runs first: in ``__init__``, or in a method ``__init__``
+    calls (``self.setup()``); a method the class's users call in some order (``compile()`` then
+    ``prepare_distributed()``) is not assumed to run before the read. Any binding that unwraps, in
+    any method, makes the answer "unwrapped"."""
+    fn = view.sem.enclosing_function(at)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return True
+    for v, c in class_chain(hub, view, cls):
+        early = _runs_first(c)
+        for m, val, path in self_bindings(c, expr.attr):
+            if m is not fn and m.name not in early:
+                # still an unwrap anywhere makes the attribute unwrapped on some path
+                if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
+                    return False
+                continue
+            if _collect(hub, v, val, val, found, others, 0, path) is False:
+                return False
+    return True
+
+
+def self_bindings(cls: ast.ClassDef, attr: str) -> list:
+    """(method, value, index path) of each ``self.<attr> = value`` of the class's methods (a tuple
+    target gives the whole value and the element's path)."""
+    out = []
+    for m in cls.body:
+        if not isinstance(m, FUNC_TYPES):
+            continue
+        for n in iter_scope_nodes(m):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    path = _attr_path(t, attr)
+                    if path is not None:
+                        out.append((m, n.value, tuple(path)))
+                        break
+    return out
+
+
+def _runs_first(cls: ast.ClassDef) -> frozenset:
+    """``__init__`` and the methods it calls as ``self.m(...)``."""
+    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
+    names = {"__init__"}
+    if init is not None:
+        for n in iter_scope_nodes(init):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                    and n.func.value.id == "self":
+                names.add(n.func.attr)
+    return frozenset(names)
+
+
+def class_chain(hub, view, cls: ast.ClassDef, depth: int = 0, seen=None) -> list:
+    """(view, class) of ``cls`` and its base classes of the project (this module or an imported
+    one), depth first, each once."""
+    seen = set() if seen is None else seen
+    if id(cls) in seen or depth > 5 or len(seen) > 24:
+        return []
+    seen.add(id(cls))
+    out = [(view, cls)]
+    for b in cls.bases:
+        got = class_named(hub, view, b)
+        if got is not None:
+            out.extend(class_chain(hub, got[0], got[1], depth + 1, seen))
+    return out
+
+
+def _collect(hub, view, expr, at, found, others, depth, path=()):
+    """Fill ``found`` with the DDP constructions among the origins; False when one unwraps."""
+    for v, e in origins(hub, view, expr, at, 0, path):
+        if isinstance(e, ast.IfExp) and depth < 3:
+            if tests_wrapping(e.test):
+                return False  # ``m.module if hasattr(m, "module") else m``: an unwrap
+            for branch in (e.body, e.orelse):
+                if _collect(hub, v, branch, e, found, others, depth + 1) is False:
+                    return False
+            continue
+        if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or) and depth < 3:
+            for x in e.values:
+                if _collect(hub, v, x, e, found, others, depth + 1) is False:
+                    return False
+            continue
+        if is_unwrap(e):
+            return False
+        if isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") == DDP_CLASS:
+            if not any(c is e for _, c in found):
+                found.append((v, e))
+            continue
+        others[0] = True
+    return True
+
+
+def is_unwrap(e) -> bool:
+    """``x.module`` / ``getattr(x, "module", ...)``: the wrapped module, read out of a wrapper."""
+    if isinstance(e, ast.Attribute) and e.attr == "module":
+        return True
+    return (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr"
+            and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant) and e.args[1].value == "module")
+
+
+def tests_wrapping(test) -> bool:
+    """A test that asks what a value is: ``hasattr``/``isinstance``/``getattr``/``type`` on it."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _TYPE_TESTS
+               for n in ast.walk(test))
+
+
+def tested_values(test) -> list:
+    """The first arguments of the ``hasattr``/``isinstance``/``getattr``/``type`` calls of a test."""
+    return [n.args[0] for n in ast.walk(test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            and n.func.id in _TYPE_TESTS and n.args]
+
+
+def guards(node) -> list[tuple[ast.AST, bool]]:
+    """(test, branch) of each ``if`` statement / conditional expression around ``node`` in its
+    function (``True``: in the body, ``False``: in the ``else``)."""
+    out = []
+    child, p = node, parent(node)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+        if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
+            body = p.body if isinstance(p.body, list) else [p.body]
+            out.append((p.test, any(child is b for b in body)))
+        child, p = p, parent(p)
+    return out
+
+
+def _norm(test, branch: bool):
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _norm(test.operand, not branch)
+    return ast.dump(test), branch
+
+
+def contradicts(a: list, b: list) -> bool:
+    """Two lists of ``guards`` hold the same test on opposite branches."""
+    na = dict(_norm(t, br) for t, br in a)
+    return any(na.get(k, br) != br for k, br in (_norm(t, br) for t, br in b))
+
+
+def implied(a: list, b: list) -> bool:
+    """Every ``if`` test of the ``guards`` list ``a`` is one of ``b`` on the same branch (a use
+    that runs no more conditionally than the wrap it sees)."""
+    nb = {_norm(t, br) for t, br in b}
+    return all(_norm(t, br) in nb for t, br in a)
+
+
+def handles_attribute_error(node) -> bool:
+    """``node`` runs inside a ``try`` whose handler catches AttributeError (or everything)."""
+    child, p = node, parent(node)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+        if isinstance(p, ast.Try) and any(child is s for s in p.body):
+            for h in p.handlers:
+                names = [] if h.type is None else (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])
+                if h.type is None or any(isinstance(n, (ast.Name, ast.Attribute)) and (
+                        n.id if isinstance(n, ast.Name) else n.attr) in (
+                        "AttributeError", "Exception", "BaseException") for n in names):
+                    return True
+        child, p = p, parent(p)
+    return False

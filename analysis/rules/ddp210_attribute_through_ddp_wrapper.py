@@ -1,0 +1,301 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import parent
+from ..flow.assignments import stmt_list_of
+from ..flow.modern import hub
+from ..flow.testing import is_test_file
+from ..flow.wrapped import contradicts, guards, handles_attribute_error, implied, tested_values, wrap_origins
+
+
+class AttributeThroughDdpWrapper(Rule):
+    """
+    ## What it does
+    Checks for an attribute read through a `DistributedDataParallel` wrapper that the wrapper does
+    not have: `model.generate(...)`, `self.model.tokenize(...)`, `model.config` where `model` may
+    hold `DDP(...)`.
+
+    The value is followed through the program model (`flow.origins`): assignments, tuple unpacking
+    (`model, opt = build(cfg)`), `self.<attr>` across the methods of a class, parameters filled by
+    the calls of their module, and helper functions of this file or another module of the project
+    that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
+    distributed else m` fails on the distributed path, which is the one a single-GPU test never
+    ran.
+
+    Not flagged: an attribute that `DistributedDataParallel` or `nn.Module` has (`parameters`,
+    `state_dict`, `train`, `eval`, `to`, `no_sync`, `module`, `register_forward_hook`, ...); an
+    attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`);
+    a value that was unwrapped on some path (`model = model.module`, `getattr(model, "module",
+    model)`, `model.module if hasattr(model, "module") else model`); a read under a test of the
+    same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`), inside a `try` that
+    catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
+    args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`); a
+    subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
+    in a method other than `__init__` (or a method `__init__` calls) is not assumed to be wrapped
+    when another method reads it: the class's users call its methods in an order the rule does not
+    see (`task.compile()` before `task.prepare_distributed()`). In a test file (`test_*.py`), where
+    a harness runs a function's modes in fixed combinations, a conditional wrap and a read under an
+    `if` count only when the wrap sits under the same tests (`if with_fsdp: ... else: model =
+    DDP(model)` and `if method == "grad_to_none": model.trunk` may never hold together).
+
+    The attributes the wrapper has are frozen from torch 2.13: `dir(DistributedDataParallel)` (its
+    methods and `nn.Module`'s) plus the instance attributes its `__init__` sets (`vars()` of a
+    wrapper built on a one-process gloo group), plus `module`. `nn.Module.__getattr__` looks only
+    in the wrapper's own `_parameters`, `_buffers` and `_modules`, which hold nothing but `module`.
+
+    ## Why is this bad?
+    `DistributedDataParallel` does not forward attribute lookups to the module it wraps. Code that
+    works on one GPU, where the model is not wrapped, fails as soon as it runs distributed:
+
+    ```
+    AttributeError: 'DistributedDataParallel' object has no attribute 'generate'
+    ```
+
+    ## Example
+    ```python
+    model = DDP(model, device_ids=[local_rank])
+    ...
+    tokens = model.generate(prompt)
+    ```
+
+    ## Use instead
+    ```python
+    model = DDP(model, device_ids=[local_rank])
+    ...
+    tokens = model.module.generate(prompt)
+    ```
+
+    Where the wrap is conditional, unwrap first: `getattr(model, "module", model).generate(prompt)`.
+
+    ## Fix safety
+    Where every value the expression may hold is the wrapper, the fix reads through `.module`
+    (`model.module.generate`). It is **unsafe**: a custom method that runs the model's forward
+    (`self(x)`) then bypasses DDP's forward, so it no longer synchronises gradients when its result
+    is trained on (see DDP207). Where the wrap is conditional, `.module` would fail on the other
+    path, so no fix is offered.
+    """
+
+    code = "DDP210"
+    name = "attribute-through-ddp-wrapper"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    node_types = (ast.Attribute,)
+    requires_reach = True  # the wrap: in this file, or in a project module it imports
+
+    def visit(self, node: ast.Attribute, ctx) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            if isinstance(node.ctx, ast.Store):
+                ctx.memo("ddp210.stores", list).append(node)
+            return
+        if node.attr in DDP_ATTRIBUTES:
+            return
+        holder = node.value
+        if not _holder(holder):
+            return
+        ctx.memo("ddp210.reads", list).append(node)
+
+    def finish(self, ctx) -> None:
+        reads = ctx.memo("ddp210.reads", list)
+        getattrs = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == "getattr"
+                    and len(c.args) == 2 and not c.keywords and isinstance(c.args[1], ast.Constant)
+                    and isinstance(c.args[1].value, str) and c.args[1].value not in DDP_ATTRIBUTES
+                    and _holder(c.args[0])]
+        if not reads and not getattrs:
+            return
+        an, view = hub(ctx)
+        stored = _stored(ctx)
+        test_file = is_test_file(ctx.filename)
+        if stored is None:
+            return  # the file patches DistributedDataParallel itself
+        for node, holder, attr in [*((n, n.value, n.attr) for n in reads),
+                                   *((c, c.args[0], c.args[1].value) for c in getattrs)]:
+            h = ctx.text(holder)
+            if (_store_scope(ctx, node), h, attr) in stored or _tested(ctx, node, h) or handles_attribute_error(node):
+                continue
+            wraps, always = wrap_origins(an, view, holder, node)
+            if not wraps:
+                continue
+            at = guards(node)
+            # in a test file, a conditional wrap seen by a conditional read only under the same
+            # tests: its harness runs the modes in fixed combinations (``if with_fsdp: ... else:
+            # DDP(...)`` and ``if method == "grad_to_none": model.trunk`` never hold together)
+            wraps = [(v, c) for v, c in wraps if not contradicts(guards(c), at)
+                     and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)]
+            if not wraps:
+                continue
+            v, call = wraps[0]
+            fix = None
+            if always and isinstance(node, ast.Attribute):
+                end = ctx.src.node_end(holder)
+                fix = ctx.fix(Applicability.UNSAFE, f"Read it from the wrapped module: `{h}.module.{attr}`",
+                              [_insert(end)])
+            if v is view:
+                related = [(call, "wrapped in DistributedDataParallel here")]
+                where = f"line {call.lineno}"
+            else:
+                from ..source import SourceText  # noqa: PLC0415  (only for the other file's range)
+
+                related = [("file", v.path, SourceText(v.text).node_range(call),
+                            "wrapped in DistributedDataParallel here")]
+                where = f"{_shown(ctx, v.path)} line {call.lineno}"
+            may = "is" if always else "may be"
+            ctx.report(
+                node,
+                f"`{h}` {may} the DistributedDataParallel wrapper (built on {where}), which has no attribute "
+                f"`{attr}`: this raises AttributeError under DDP; read it from the wrapped module, "
+                f"`{h}.module.{attr}`" + ("" if always else f" (or `getattr({h}, \"module\", {h})`)"),
+                related=related,
+                fix=fix,
+            )
+
+
+def _insert(pos):
+    from ..model import Edit, Range
+
+    return Edit(Range(pos, pos), ".module")
+
+
+def _holder(e) -> bool:
+    """A value the program model follows: a name, ``self.<attr>``, or a call (a helper's return)."""
+    return isinstance(e, (ast.Name, ast.Call)) or (
+        isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self")
+
+
+def _tested(ctx, node, h: str) -> bool:
+    """The read sits under a test of the same value (``hasattr(h, ...)``, ``isinstance(h, ...)``)."""
+    for test, _branch in guards(node):
+        if any(ctx.text(v) == h for v in tested_values(test)):
+            return True
+    # ``if hasattr(x, "module"): return x.module.a`` before the read: an early exit on the test
+    st = ctx.sem.statement_of(node)
+    while st is not None and not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+        got = stmt_list_of(st)
+        if got is not None:
+            for prev in got[1][:got[1].index(st)]:
+                if isinstance(prev, ast.If) and prev.body and isinstance(
+                        prev.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)) \
+                        and any(ctx.text(v) == h for v in tested_values(prev.test)):
+                    return True
+        st = parent(st)
+    # ``x.a if hasattr(x, "a") else ...`` / ``hasattr(x, "a") and x.a``
+    p = getattr(node, "_p", None)
+    while p is not None and not isinstance(p, ast.stmt):
+        if isinstance(p, ast.BoolOp) and any(ctx.text(v) == h for x in p.values if x is not node
+                                              for v in tested_values(x)):
+            return True
+        p = getattr(p, "_p", None)
+    return False
+
+
+def _store_scope(ctx, node):
+    """Where a store on a holder is seen: the class for ``self.x.foo``, else the function."""
+    h = node.value if isinstance(node, ast.Attribute) else node.args[0]
+    while isinstance(h, ast.Attribute):
+        h = h.value
+    fn = ctx.sem.enclosing_function(node)
+    if isinstance(h, ast.Name) and h.id == "self" and fn is not None:
+        return parent(fn)
+    return fn
+
+
+def _stored(ctx):
+    """(scope, holder text, attribute) of every attribute the file stores (``model.foo = ...``,
+    ``setattr(model, "foo", ...)``); None when it stores one on DistributedDataParallel itself."""
+    def build():
+        out = set()
+        for n in ctx.memo("ddp210.stores", list):
+            if ctx.qn(n.value) == "torch.nn.parallel.DistributedDataParallel":
+                return None
+            out.add((_store_scope(ctx, n), ctx.text(n.value), n.attr))
+        for c in ctx.sem.calls:
+            if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 2 \
+                    and isinstance(c.args[1], ast.Constant) and isinstance(c.args[1].value, str):
+                if ctx.qn(c.args[0]) == "torch.nn.parallel.DistributedDataParallel":
+                    return None
+                out.add((_store_scope(ctx, c), ctx.text(c.args[0]), c.args[1].value))
+        return out
+    return ctx.memo("ddp210.stored", build)
+
+
+def _sets_attr(view, call, attr: str) -> bool:
+    """The function (the class, for ``self.x``) that binds the wrapper to a name stores ``attr`` on
+    that name (``model = DDP(m); model.generate = m.generate``)."""
+    st = getattr(call, "_p", None)
+    if not isinstance(st, ast.Assign):
+        return False
+    memo = view.memo.setdefault("ddp210.stores", {})
+    for t in st.targets:
+        if not isinstance(t, (ast.Name, ast.Attribute)):
+            continue
+        fn = view.sem.enclosing_function(st)
+        scope = parent(fn) if isinstance(t, ast.Attribute) and fn is not None else fn
+        if scope is None:
+            scope = view.tree
+        got = memo.get(id(scope))
+        if got is None:
+            got = memo[id(scope)] = {(ast.unparse(n.value), n.attr) for n in ast.walk(scope)
+                                      if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+        if (ast.unparse(t), attr) in got:
+            return True
+    return False
+
+
+def _shown(ctx, path: str) -> str:
+    import os
+
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
+    except ValueError:
+        return path
+
+
+# The attributes a DistributedDataParallel wrapper has, frozen from torch 2.13.0:
+# dir(DistributedDataParallel) | vars(DDP(nn.Linear(2, 2))) on a one-process gloo group | {"module"}.
+DDP_ATTRIBUTES = frozenset("""
+    T_destination __abstractmethods__ __annotations__ __call__ __class__ __delattr__ __dict__ __dir__
+    __doc__ __eq__ __format__ __ge__ __getattr__ __getattribute__ __getstate__ __gt__ __hash__ __init__
+    __init_subclass__ __le__ __lt__ __module__ __ne__ __new__ __reduce__ __reduce_ex__ __repr__
+    __setattr__ __setstate__ __sizeof__ __slots__ __str__ __subclasshook__ __weakref__ _abc_impl
+    _accum_grad_hooks _active_ddp_module _apply _assign_modules_buffers _backward_hooks
+    _backward_pre_hooks _bucket_config _buffers _build_debug_param_to_name_mapping
+    _build_params_for_reducer _call_impl _check_and_sync_module_buffers _check_comm_hook
+    _check_default_group _check_global_requires_backward_grad_sync _check_reducer_finalized
+    _check_sync_bufs_post_fwd _check_sync_bufs_pre_fwd _clear_grad_buffer _comm_hooks
+    _compiled_call_impl _ddp_init_helper _ddp_sink_clone _default_broadcast_coalesced
+    _delay_all_reduce_all_params _delay_all_reduce_params _delay_grad_buffer _delay_grad_views
+    _delayed_all_reduce_hook _distributed_broadcast_coalesced _distributed_rank _find_common_rank
+    _fire_reducer_autograd_hook _forward_hooks _forward_hooks_always_called _forward_hooks_with_kwargs
+    _forward_pre_hooks _forward_pre_hooks_with_kwargs _get_active_ddp_module _get_backward_hooks
+    _get_backward_pre_hooks _get_data_parallel_params _get_ddp_logging_data _get_name _get_parameters
+    _has_rebuilt_buckets _inside_ddp_forward _is_full_backward_hook _join_config _lazy_init
+    _lazy_init_ran _load_from_state_dict _load_state_dict_post_hooks _load_state_dict_pre_hooks
+    _log_and_throw _match_all_reduce_for_bwd_pass _match_unused_params_allreduce
+    _maybe_warn_non_full_backward_hook _module_parameters _module_wait_for_copy_hook _modules
+    _named_members _non_persistent_buffers_set _parameters _passing_sync_batchnorm_handle _post_forward
+    _pre_forward _register_accum_grad_hook _register_buffer_comm_hook _register_builtin_comm_hook
+    _register_delay_all_reduce_hook _register_fused_optim _register_load_state_dict_pre_hook
+    _register_state_dict_hook _remove_autograd_hooks _replicate_for_data_parallel _root_copy_hook
+    _run_ddp_forward _save_to_state_dict _set_ddp_runtime_logging_sample_rate _set_ddp_sink_clone
+    _set_params_and_buffers_to_ignore_for_model _set_sparse_metadata _set_static_graph
+    _setup_in_backward_optimizers _slow_forward _state_dict_hooks _state_dict_pre_hooks _sync_buffers
+    _sync_final_model _sync_module_buffers _update_process_group _use_python_reducer _version
+    _wrapped_call_impl add_module apply batched_grad_copy bfloat16 broadcast_bucket_size
+    broadcast_buffers bucket_bytes_cap bucket_bytes_cap_default bucket_bytes_cap_list buffers
+    call_super_init children compile cpu cuda device device_ids device_type dim double dump_patches eval
+    extra_repr find_unused_parameters float forward forward_sync_buffers gather get_buffer
+    get_extra_state get_parameter get_submodule gradient_as_bucket_view half ipu is_multi_device_module
+    join join_device join_hook join_process_group load_state_dict logger mixed_precision module modules
+    modules_buffers mtia named_buffers named_children named_module_buffers named_modules
+    named_parameters no_sync output_device parameters parameters_to_ignore process_group reducer
+    register_backward_hook register_buffer register_comm_hook register_forward_hook
+    register_forward_pre_hook register_full_backward_hook register_full_backward_pre_hook
+    register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module
+    register_parameter register_state_dict_post_hook register_state_dict_pre_hook
+    require_backward_grad_sync require_forward_param_sync requires_grad_ scatter set_extra_state
+    set_submodule share_memory skip_all_reduce_unused_params state_dict static_graph to to_empty
+    to_kwargs train training type use_side_stream_for_tensor_copies will_sync_module_buffers xpu
+    zero_grad
+""".split())
