@@ -125,6 +125,12 @@ def _collect(hub, view, expr, at, found, others, depth, path=()):
                 if _collect(hub, v, x, e, found, others, depth + 1) is False:
                     return False
             continue
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in SELF_RETURNING \
+                and depth < 3 and not is_unwrap(e.func.value):
+            # ``model.to(device)``, ``model.cuda()``: nn.Module's methods that return the module
+            if _collect(hub, v, e.func.value, e, found, others, depth + 1) is False:
+                return False
+            continue
         if is_unwrap(e):
             return False
         if isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") == DDP_CLASS:
@@ -133,6 +139,29 @@ def _collect(hub, view, expr, at, found, others, depth, path=()):
             continue
         others[0] = True
     return True
+
+
+def leaves(hub, view, expr, at, depth: int = 0) -> list:
+    """The (view, expression) origins of ``expr``, with conditional expressions, ``or`` and the
+    module methods that return the module itself (``.to(device)``) followed."""
+    out = []
+    for v, e in origins(hub, view, expr, at):
+        if depth < 3 and isinstance(e, ast.IfExp):
+            out += leaves(hub, v, e.body, e, depth + 1) + leaves(hub, v, e.orelse, e, depth + 1)
+        elif depth < 3 and isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or):
+            for x in e.values:
+                out += leaves(hub, v, x, e, depth + 1)
+        elif depth < 3 and isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) \
+                and e.func.attr in SELF_RETURNING:
+            out += leaves(hub, v, e.func.value, e, depth + 1)
+        else:
+            out.append((v, e))
+    return out
+
+
+# nn.Module methods that return the module itself
+SELF_RETURNING = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval",
+                            "requires_grad_", "share_memory", "to_empty", "apply", "xpu", "ipu", "mtia"})
 
 
 def is_unwrap(e) -> bool:

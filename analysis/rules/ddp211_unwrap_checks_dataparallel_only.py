@@ -1,0 +1,211 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import iter_scope_nodes, parent
+from ..torch_api import DDP_CLASS
+from ..flow.modern import hub
+from ..flow.wrapped import leaves, wrap_origins
+
+_DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                 "torch.nn.parallel.data_parallel.DataParallel"})
+_DDP = frozenset({DDP_CLASS, "torch.nn.parallel.distributed.DistributedDataParallel"})
+
+
+class UnwrapChecksDataParallelOnly(Rule):
+    """
+    ## What it does
+    Checks for a test that decides whether to read a model's `.module` by asking only whether it
+    is a `DataParallel` (`isinstance(model, nn.DataParallel)`, `type(model) is DataParallel`), in
+    code whose model may be a `DistributedDataParallel` wrapper: the program model says the tested
+    value may hold `DDP(...)` (through names, `self` attributes, helpers and base classes), or,
+    where it cannot tell (a parameter of a helper the project calls from another file), the
+    project itself wraps models in `DistributedDataParallel` (a `DistributedDataParallel(...)` call
+    in one of its files).
+
+    The test counts when the branch it guards reads `<value>.module` (directly, or through a flag:
+    `is_parallel = isinstance(model, nn.DataParallel)` then `if is_parallel: ... model.module`).
+    A test that also checks `DistributedDataParallel` (in a tuple, or with `or`), or a value the
+    program model shows to be only a `DataParallel(...)` or a plain module (single-GPU
+    `DataParallel` code) is not flagged.
+
+    ## Why is this bad?
+    `DistributedDataParallel` is not a subclass of `DataParallel`. Under DDP the test is false, so
+    the model is not unwrapped: the code then reads its own hooks on the wrapper (which has none,
+    an `AttributeError`, or a silently skipped branch: `hasattr(model, "get_optimizer_parameters")`
+    is false on the wrapper and the model's parameter groups are dropped), or saves the wrapper's
+    `module.`-prefixed state dict.
+
+    ## Example
+    ```python
+    def param_groups(model, cfg):
+        if isinstance(model, nn.DataParallel):
+            model = model.module
+        return model.param_groups_for(cfg)
+    ```
+
+    ## Use instead
+    ```python
+    def param_groups(model, cfg):
+        if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        return model.param_groups_for(cfg)
+    ```
+
+    ## Fix safety
+    No fix is offered: adding `DistributedDataParallel` to the test changes which branch runs
+    under DDP, which is the point, but the unwrapped branch may then need other changes.
+    """
+
+    code = "DDP211"
+    name = "unwrap-checks-dataparallel-only"
+    severity = Severity.WARNING
+    requires_text = ("DataParallel",)
+
+    def finish(self, ctx) -> None:
+        tests = []
+        for c in ctx.sem.calls:
+            f = c.func
+            if isinstance(f, ast.Name) and f.id == "isinstance" and len(c.args) == 2:
+                kinds = _kinds(ctx, c.args[1])
+                if kinds and kinds <= {"dp"}:
+                    tests.append((c, c.args[0]))
+            elif isinstance(f, ast.Name) and f.id == "type" and len(c.args) == 1:
+                cmp = parent(c)
+                if isinstance(cmp, ast.Compare) and cmp.left is c and len(cmp.ops) == 1 \
+                        and isinstance(cmp.ops[0], (ast.Is, ast.Eq, ast.In)):
+                    kinds = _kinds(ctx, cmp.comparators[0])
+                    if kinds and kinds <= {"dp"}:
+                        tests.append((cmp, c.args[0]))
+        if not tests:
+            return
+        an, view = hub(ctx)
+        for test, value in tests:
+            h = ctx.text(value)
+            top = _test_root(test)
+            if _checks_ddp_too(ctx, top, h):
+                continue
+            guarded = _guarded_module_read(ctx, top, h)
+            if guarded is None:
+                continue
+            wraps, _always = wrap_origins(an, view, value, test)
+            if wraps:
+                why = f"`{h}` may be the DistributedDataParallel wrapper (built on line {wraps[0][1].lineno}" + (
+                    "" if wraps[0][0] is view else f" of {wraps[0][0].path}") + ")"
+            else:
+                if _only_plain(an, view, value, test) or not _project_wraps(ctx):
+                    continue
+                why = "this project wraps its models in DistributedDataParallel"
+            ctx.report(
+                test,
+                f"only `DataParallel` is checked before reading `{h}.module`, but {why}: a DDP wrapper is not a "
+                f"DataParallel, so it is not unwrapped here; test "
+                f"`isinstance({h}, (nn.DataParallel, nn.parallel.DistributedDataParallel))` or `hasattr({h}, \"module\")`",
+                related=[(guarded, "the unwrapped module is read here")],
+            )
+
+
+def _kinds(ctx, t) -> set:
+    """{"dp", "ddp", "other"} of the classes a type test names (a tuple of them, or one)."""
+    elts = t.elts if isinstance(t, ast.Tuple) else [t]
+    out = set()
+    for e in elts:
+        qn = ctx.qn(e) or ""
+        out.add("dp" if qn in _DP else "ddp" if qn in _DDP else "other")
+    return out
+
+
+def _test_root(node):
+    """The whole condition ``node`` is part of (up through ``and``/``or``/``not``)."""
+    p = parent(node)
+    while isinstance(p, (ast.BoolOp, ast.UnaryOp)):
+        node, p = p, parent(p)
+    return node
+
+
+def _checks_ddp_too(ctx, top, h: str) -> bool:
+    """The condition also names DistributedDataParallel, or asks ``hasattr(h, "module")``."""
+    for n in ast.walk(top):
+        if isinstance(n, (ast.Name, ast.Attribute)) and (ctx.qn(n) or "") in _DDP:
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "hasattr" and n.args \
+                and ctx.text(n.args[0]) == h and len(n.args) > 1 and isinstance(n.args[1], ast.Constant) \
+                and n.args[1].value == "module":
+            return True
+    return False
+
+
+def _reads_module(ctx, nodes, h: str):
+    for body in nodes:
+        for n in ast.walk(body):
+            if isinstance(n, ast.Attribute) and n.attr == "module" and isinstance(n.ctx, ast.Load) \
+                    and ctx.text(n.value) == h:
+                return n
+    return None
+
+
+def _guarded_module_read(ctx, top, h: str):
+    """The ``h.module`` read of the branch the condition guards (an ``if``/``elif``, a conditional
+    expression, or a flag assigned the condition and tested later in the same function)."""
+    p = parent(top)
+    if isinstance(p, (ast.If, ast.IfExp, ast.While)) and p.test is top:
+        return _reads_module(ctx, p.body if isinstance(p.body, list) else [p.body], h)
+    if isinstance(p, ast.Assign) and p.value is top and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name):
+        flag = p.targets[0].id
+        fn = ctx.sem.enclosing_function(p) or ctx.sem.tree
+        for n in iter_scope_nodes(fn):
+            if isinstance(n, (ast.If, ast.IfExp)) and n.lineno > p.lineno and any(
+                    isinstance(x, ast.Name) and x.id == flag for x in ast.walk(n.test)):
+                got = _reads_module(ctx, n.body if isinstance(n.body, list) else [n.body], h)
+                if got is not None:
+                    return got
+    return None
+
+
+def _only_plain(an, view, value, at) -> bool:
+    """The program model knows every value ``value`` may hold, and none is a DDP wrapper: a
+    ``DataParallel(...)``/module construction (single-GPU code)."""
+    got = leaves(an, view, value, at)
+    return bool(got) and all(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") not in _DDP
+                             and (v.sem.call_qualname(e) or "").startswith(("torch.nn.", "torch.jit."))
+                             or isinstance(e, ast.Call) and an.resolve_call(v, e) is not None
+                             and an.resolve_call(v, e)[1].name == "__init__"
+                             for v, e in got)
+
+
+def _project_wraps(ctx) -> bool:
+    """A file of this project (this one, or one under the folder above its topmost package)
+    constructs ``DistributedDataParallel(...)``: parsed, not read as text (a comment does not count)."""
+    def build():
+        import os
+
+        from ..flow import for_context, project
+        from ._common import _project_files, _text_of
+
+        if ctx.sem.calls_to(*_DDP):
+            return True
+        if not ctx.filename or ctx.filename.startswith("<") or not project.is_file(os.path.abspath(ctx.filename)):
+            return False
+        here = os.path.abspath(ctx.filename)
+        roots = project.roots_for(here)
+        top = roots[1] if len(roots) > 1 else roots[0]
+        an = for_context(ctx)
+        for path in _project_files(top):
+            if path == here:
+                continue
+            text = _text_of(path)
+            if text is None or "DistributedDataParallel" not in text:
+                continue
+            rel = os.path.relpath(path, top)
+            if rel.startswith(".."):
+                continue
+            mod = rel[:-3].replace(os.sep, ".")
+            if mod.endswith(".__init__"):
+                mod = mod[: -len(".__init__")]
+            view = an.module_view(an.main, mod, 0)
+            if view is not None and view.path == path and view.sem.calls_to(*_DDP):
+                return True
+        return False
+    return ctx.memo("ddp211.project_wraps", build)
