@@ -16,16 +16,18 @@ from .bindings import reaching, target_path
 MAX_DEPTH = 6
 
 
-def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
+def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = False) -> list:
     """(view, expression) pairs the value of ``expr`` at ``at`` may come from (leaves: calls,
     constants, anything not followed further). ``path`` is the index path into a tuple the value
-    is an element of (tuple unpacking on the way)."""
+    is an element of (tuple unpacking on the way). ``keep_path``: (view, expression, path) triples,
+    the path into what a leaf call returns (``model, opt = accelerator.prepare(model, opt)``: the
+    call, element 0)."""
     if expr is None or depth > MAX_DEPTH:
         return []
     if isinstance(expr, ast.Tuple) and path:
         i = path[0]
         if i < len(expr.elts) and not any(isinstance(e, ast.Starred) for e in expr.elts):
-            return origins(hub, view, expr.elts[i], at, depth + 1, path[1:])
+            return origins(hub, view, expr.elts[i], at, depth + 1, path[1:], keep_path)
         return []
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
@@ -36,14 +38,14 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
                     for t in e.targets:
                         p = target_path(t, expr.id)
                         if p is not None:
-                            out.extend(origins(hub, view, e.value, e, depth + 1, (*p, *path)))
+                            out.extend(origins(hub, view, e.value, e, depth + 1, (*p, *path), keep_path))
                             break
                 elif isinstance(e, (ast.AnnAssign, ast.NamedExpr)) and e.value is not None:
-                    out.extend(origins(hub, view, e.value, e, depth + 1, path))
+                    out.extend(origins(hub, view, e.value, e, depth + 1, path, keep_path))
                 elif isinstance(e, (ast.With, ast.AsyncWith)):
                     for it in e.items:
                         if it.optional_vars is not None and target_path(it.optional_vars, expr.id) is not None:
-                            out.append((view, it.context_expr))
+                            out.append((view, it.context_expr, tuple(path)) if keep_path else (view, it.context_expr))
             return out
         if kind == "param" and isinstance(evs, FUNC_TYPES):
             from .context import call_args
@@ -51,28 +53,28 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
             for c in hub.call_sites(view, evs)[:8]:
                 a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
                 if a is not None:
-                    out.extend(origins(hub, view, a, c, depth + 1, path))
+                    out.extend(origins(hub, view, a, c, depth + 1, path, keep_path))
             return out
         return []
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         out = []
         for v in hub.self_attr_bindings(view, expr)[:8]:
             if isinstance(v, ast.expr):
-                out.extend(origins(hub, view, v, v, depth + 1, path))
+                out.extend(origins(hub, view, v, v, depth + 1, path, keep_path))
             elif isinstance(v, ast.Assign):  # ``self.model, _ = wrap(model)``
                 for t in v.targets:
                     p = _attr_path(t, expr.attr)
                     if p is not None:
-                        out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path)))
+                        out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path), keep_path))
                         break
         return out
     if isinstance(expr, ast.Await):
-        return origins(hub, view, expr.value, at, depth + 1, path)
+        return origins(hub, view, expr.value, at, depth + 1, path, keep_path)
     if isinstance(expr, (ast.Attribute, ast.Subscript)) and not path:
         # ``args.x`` (argparse default or its one store), ``cfg["x"]`` of a config dict literal
         c = constant_of(view.sem, expr)
         if c is not None:
-            return [(view, c)]
+            return [(view, c, ()) if keep_path else (view, c)]
     if isinstance(expr, ast.Call):
         target = hub.resolve_call(view, expr)
         if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":
@@ -80,11 +82,11 @@ def origins(hub, view, expr, at, depth: int = 0, path=()) -> list:
             out = []
             for n in iter_scope_nodes(fn):
                 if isinstance(n, ast.Return) and n.value is not None:
-                    out.extend(origins(hub, tv, n.value, n, depth + 1, path))
+                    out.extend(origins(hub, tv, n.value, n, depth + 1, path, keep_path))
             return out
     if path and not isinstance(expr, ast.Call):
         return []
-    return [(view, expr)]  # a call under a path: one element of what it returns
+    return [(view, expr, tuple(path)) if keep_path else (view, expr)]  # a call under a path: one element of what it returns
 
 
 def _attr_path(target, attr: str):

@@ -112,7 +112,7 @@ def class_chain(hub, view, cls: ast.ClassDef, depth: int = 0, seen=None) -> list
 
 def _collect(hub, view, expr, at, found, others, depth, path=()):
     """Fill ``found`` with the DDP constructions among the origins; False when one unwraps."""
-    for v, e in origins(hub, view, expr, at, 0, path):
+    for v, e, p in origins(hub, view, expr, at, 0, path, keep_path=True):
         if isinstance(e, ast.IfExp) and depth < 3:
             if tests_wrapping(e.test):
                 return False  # ``m.module if hasattr(m, "module") else m``: an unwrap
@@ -137,8 +137,52 @@ def _collect(hub, view, expr, at, found, others, depth, path=()):
             if not any(c is e for _, c in found):
                 found.append((v, e))
             continue
-        others[0] = True
+        others[0] = True  # (a prepared model is the plain module on one process)
+        if isinstance(e, ast.Call) and prepares_model(hub, v, e, p) and not any(c is e for _, c in found):
+            found.append((v, e))
     return True
+
+
+ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+
+
+def prepares_model(hub, view, call, path=()) -> bool:
+    """``accelerator.prepare(model, ...)``, element ``path[0]`` of its result: an ``nn.Module``
+    that Accelerate wraps in DistributedDataParallel when it runs on several processes (the
+    receiver is an ``accelerate.Accelerator(...)``; the argument is built by a ``torch.nn`` layer,
+    a project class deriving from ``nn.Module``, a ``from_pretrained`` of a model class of
+    ``transformers``/``diffusers``, or ``peft.get_peft_model``)."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr == "prepare") or any(
+            isinstance(a, ast.Starred) for a in call.args) or call.keywords:
+        return False
+    i = path[0] if path else 0
+    if (not path and len(call.args) != 1) or i >= len(call.args):
+        return False
+    if not any(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in ACCELERATOR
+               for v, e in leaves(hub, view, f.value, call)):
+        return False
+    return any(_is_module_ctor(hub, v, e) for v, e in leaves(hub, view, call.args[i], call))
+
+
+def _is_module_ctor(hub, view, e) -> bool:
+    if not isinstance(e, ast.Call):
+        return False
+    qn = view.sem.call_qualname(e) or ""
+    last = qn.rsplit(".", 1)[-1]
+    if qn.startswith("torch.nn.") and last[:1].isupper() and ".functional." not in qn:
+        return True
+    if qn in ("peft.get_peft_model", "peft.mapping.get_peft_model"):
+        return True
+    if qn.startswith(("transformers.", "diffusers.")) and last == "from_pretrained":
+        cls = qn.rsplit(".", 2)[-2]
+        return "Model" in cls or "For" in cls
+    if isinstance(e.func, ast.Name):
+        got = class_named(hub, view, e.func)
+        if got is not None:
+            return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
+                       for v, c in class_chain(hub, got[0], got[1]))
+    return False
 
 
 def leaves(hub, view, expr, at, depth: int = 0) -> list:

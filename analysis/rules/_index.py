@@ -99,7 +99,7 @@ RULES = {
                 False, True),
     'DDP210': ('ddp210_attribute_through_ddp_wrapper', True, True,
                 ((('torch', False),),),
-                True, False),
+                False, True),
     'DDP211': ('ddp211_unwrap_checks_dataparallel_only', True, True,
                 ((('torch', False),), (('DataParallel', False),)),
                 False, False),

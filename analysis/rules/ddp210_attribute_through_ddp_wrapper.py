@@ -7,6 +7,7 @@ from ..registry import Rule
 from ..semantic import parent
 from ..flow.assignments import stmt_list_of
 from ..flow.modern import hub
+from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
 from ..flow.wrapped import contradicts, guards, handles_attribute_error, implied, tested_values, wrap_origins
 
@@ -83,7 +84,17 @@ class AttributeThroughDdpWrapper(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     node_types = (ast.Attribute,)
-    requires_reach = True  # the wrap: in this file, or in a project module it imports
+
+    @classmethod
+    def reach(cls, text, filename):
+        # the wrap: an Accelerate ``prepare`` (``accelerator.prepare(model)``, an ``Accelerator`` of a
+        # base class), or a DDP wrapper in this file or a project module it imports (the flow rules'
+        # text-level import graph: ``DistributedDataParallel`` holds "Parallel")
+        if "prepare" in text or "ccelerat" in text:
+            return True, {}
+        from ..flow.reach import reaches  # lazy: only files the text gate admits
+
+        return reaches(filename, text)
 
     def visit(self, node: ast.Attribute, ctx) -> None:
         if not isinstance(node.ctx, ast.Load):
@@ -127,6 +138,10 @@ class AttributeThroughDdpWrapper(Rule):
             if not wraps:
                 continue
             v, call = wraps[0]
+            if (v.sem.call_qualname(call) or "") != DDP_CLASS:  # ``accelerator.prepare(model)``
+                acc = ast.unparse(call.func.value)
+                self._report_prepared(ctx, node, h, attr, v, view, call, acc)
+                continue
             fix = None
             if always and isinstance(node, ast.Attribute):
                 end = ctx.src.node_end(holder)
@@ -150,6 +165,25 @@ class AttributeThroughDdpWrapper(Rule):
                 related=related,
                 fix=fix,
             )
+
+
+    @staticmethod
+    def _report_prepared(ctx, node, h, attr, v, view, call, acc) -> None:
+        where = f"line {call.lineno}" if v is view else f"{_shown(ctx, v.path)} line {call.lineno}"
+        if v is view:
+            related = [(call, "Accelerate wraps the model in DistributedDataParallel here")]
+        else:
+            from ..source import SourceText  # noqa: PLC0415  (only for the other file's range)
+
+            related = [("file", v.path, SourceText(v.text).node_range(call),
+                        "Accelerate wraps the model in DistributedDataParallel here")]
+        ctx.report(
+            node,
+            f"`{h}` comes from `{acc}.prepare(...)` ({where}), which returns a DistributedDataParallel wrapper "
+            f"when it runs on several processes; the wrapper has no attribute `{attr}`, so this raises "
+            f"AttributeError under multi-GPU; read it through `{acc}.unwrap_model({h}).{attr}`",
+            related=related,
+        )
 
 
 def _insert(pos):
