@@ -24,12 +24,9 @@ def ctor_class(hub, view, e: ast.AST, not_project):
     return class_named(hub, view, e.func, not_project)
 
 
-def class_named(hub, view, e: ast.AST, not_project=None):
+def class_named(hub, view, e: ast.AST, not_project):
     """(view, class) of the project class a name (``Cls``, a base class) or ``module.Cls`` of an
-    imported project module refers to, else None (``not_project``: top-level modules never read;
-    the flow layer's own list by default)."""
-    if not_project is None:
-        from . import _NOT_PROJECT as not_project  # lazy: the package imports this module
+    imported project module refers to, else None (``not_project``: top-level modules never read)."""
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name):
         imp = view.imports.get(e.value.id)
         if imp is None or imp[0].split(".", 1)[0] in not_project:

@@ -21,6 +21,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import DDP_CLASS
+from . import _NOT_PROJECT
 from .instances import class_named
 from .origins import _attr_path, origins
 
@@ -104,7 +105,7 @@ def class_chain(hub, view, cls: ast.ClassDef, depth: int = 0, seen=None) -> list
     seen.add(id(cls))
     out = [(view, cls)]
     for b in cls.bases:
-        got = class_named(hub, view, b)
+        got = class_named(hub, view, b, _NOT_PROJECT)
         if got is not None:
             out.extend(class_chain(hub, got[0], got[1], depth + 1, seen))
     return out
@@ -178,7 +179,7 @@ def _is_module_ctor(hub, view, e) -> bool:
         cls = qn.rsplit(".", 2)[-2]
         return "Model" in cls or "For" in cls
     if isinstance(e.func, ast.Name):
-        got = class_named(hub, view, e.func)
+        got = class_named(hub, view, e.func, _NOT_PROJECT)
         if got is not None:
             return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
                        for v, c in class_chain(hub, got[0], got[1]))

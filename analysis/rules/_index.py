@@ -98,7 +98,7 @@ RULES = {
                 ((('torch', False),), (('backward', False), ('Module', False))),
                 False, True),
     'DDP210': ('ddp210_attribute_through_ddp_wrapper', True, True,
-                ((('torch', False),),),
+                ((('torch', False),), (('.', False), ('getattr', False))),
                 False, True),
     'DDP211': ('ddp211_unwrap_checks_dataparallel_only', True, True,
                 ((('torch', False),), (('DataParallel', False),)),

@@ -84,6 +84,9 @@ class AttributeThroughDdpWrapper(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     node_types = (ast.Attribute,)
+    # every finding is an attribute read (``x.attr``, ``getattr(x, "attr")``); what narrows the
+    # files is the reach gate below (the wrap may be in another module, or a base class)
+    requires_text = (".", "getattr")
 
     @classmethod
     def reach(cls, text, filename):
