@@ -152,6 +152,14 @@ class Analysis(Summaries):
         f = call.func
         if isinstance(f, ast.Name):
             return self._resolve_name(view, f.id, call)
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name):
+            got = ctor_class(self, view, f.value, _NOT_PROJECT)  # ``Cls(...).m(...)``
+            if got is not None:
+                cv, cls = got
+                for st in cls.body:
+                    if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                        return cv, st
+            return None
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
             base = f.value.id
             if base == "self":

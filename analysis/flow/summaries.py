@@ -215,8 +215,25 @@ class Summaries(Roots):
                     for c in calls_by_name(view).get(p.name, ()):  # ``Cls(...).method(...)`` anywhere in the module
                         if (a := parent(c)).__class__ is ast.Attribute and a.attr == fn.name and getattr(parent(a), "func", 0) is a:
                             got.append(parent(a))
+                    got.extend(self._instance_method_calls(view, fn, p))
             memo[id(fn)] = got
         return got
+
+    def _instance_method_calls(self, view, fn, cls) -> list:
+        """``obj.m(...)`` where ``obj`` holds an instance of ``cls`` (the module's calls of method
+        ``fn`` from outside its class; ``Cls(...).m(...)`` is found beside)."""
+        sem = view.sem
+        out = []
+        for i in sem.callee_index()[1].get(fn.name, ()):
+            c = sem.calls[i]
+            recv = c.func.value
+            if cls.lineno <= c.lineno <= cls.end_lineno:
+                continue
+            if isinstance(recv, ast.Name) and recv.id in instance_names(view):
+                got = self._instance_class(view, recv, c)
+                if got is not None and got[1] is cls:
+                    out.append(c)
+        return out
 
     def from_wrapped_forward(self, view, expr: ast.AST, at: ast.AST, depth: int = 0, ctx=None) -> ast.Call | None:
         """The forward call of a wrapped module that ``expr`` is computed from, or None."""

@@ -4,7 +4,8 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import iter_scope_nodes, parent
+from ..semantic import iter_scope_nodes, param_names, parent
+from ..flow.calls import call_args
 from ..torch_api import DDP_CLASS
 from ..flow.modern import hub
 from ..flow.wrapped import leaves, wrap_origins
@@ -82,20 +83,21 @@ class UnwrapChecksDataParallelOnly(Rule):
         if not tests:
             return
         an, view = hub(ctx)
-        for test, value in tests:
+        for test, value0 in tests:
+            top0 = _test_root(test)
+            if _checks_ddp_too(ctx, top0, ctx.text(value0)):
+                continue
+            found = _decides_module_read(ctx, an, view, top0, value0)
+            if found is None:
+                continue
+            guarded, value, at = found
             h = ctx.text(value)
-            top = _test_root(test)
-            if _checks_ddp_too(ctx, top, h):
-                continue
-            guarded = _guarded_module_read(ctx, top, h)
-            if guarded is None:
-                continue
-            wraps, _always = wrap_origins(an, view, value, test)
+            wraps, _always = wrap_origins(an, view, value, at)
             if wraps:
                 why = f"`{h}` may be the DistributedDataParallel wrapper (built on line {wraps[0][1].lineno}" + (
                     "" if wraps[0][0] is view else f" of {wraps[0][0].path}") + ")"
             else:
-                if _only_plain(an, view, value, test) or not _project_wraps(ctx):
+                if _only_plain(an, view, value, at) or not _project_wraps(ctx):
                     continue
                 why = "this project wraps its models in DistributedDataParallel"
             ctx.report(
@@ -105,6 +107,31 @@ class UnwrapChecksDataParallelOnly(Rule):
                 f"`isinstance({h}, (nn.DataParallel, nn.parallel.DistributedDataParallel))` or `hasattr({h}, \"module\")`",
                 related=[(guarded, "the unwrapped module is read here")],
             )
+
+
+def _decides_module_read(ctx, an, view, top, value):
+    """(the ``.module`` read, the tested value, where) when the condition ``top`` decides a read of
+    ``value.module``: in the branch it guards, or, for a predicate helper (``def is_parallel(m):
+    return isinstance(m, nn.DataParallel)``), in the branch its callers' ``is_parallel(model)``
+    guards (the module's calls of it, the argument for the parameter)."""
+    guarded = _guarded_module_read(ctx, top, ctx.text(value))
+    if guarded is not None:
+        return guarded, value, top
+    ret = parent(top)
+    fn = ctx.sem.enclosing_function(top)
+    if not (isinstance(ret, ast.Return) and ret.value is top and isinstance(value, ast.Name) and fn is not None
+            and value.id in param_names(fn) and not ctx.sem.assignments(fn).get(value.id)):
+        return None
+    for c in an.call_sites(view, fn)[:8]:
+        arg = next((a for p, a in call_args(c, fn) if p == value.id), None)
+        if isinstance(arg, (ast.Name, ast.Attribute)):
+            root = _test_root(c)
+            if _checks_ddp_too(ctx, root, ctx.text(arg)):
+                continue
+            guarded = _guarded_module_read(ctx, root, ctx.text(arg))
+            if guarded is not None:
+                return guarded, arg, c
+    return None
 
 
 def _kinds(ctx, t) -> set:
