@@ -29,13 +29,14 @@ from .origins import _attr_path, origins
 _TYPE_TESTS = frozenset({"hasattr", "isinstance", "getattr", "type"})
 
 
-def wrap_origins(hub, view, expr, at) -> tuple[list, bool]:
+def wrap_origins(hub, view, expr, at, ordered: bool = True) -> tuple[list, bool]:
     """(the (view, ``DDP(...)`` call) origins ``expr`` may hold at ``at``, whether every origin is
-    one). Empty when none is, or when some origin unwraps (``x.module``)."""
+    one). Empty when none is, or when some origin unwraps (``x.module``). ``ordered=False``: a
+    ``self.<attr>`` binding of any method counts, whatever order the methods run in."""
     found: list = []
     others = [False]
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
-        ok = _self_attr(hub, view, expr, at, found, others)
+        ok = _self_attr(hub, view, expr, at, found, others, ordered)
     else:
         ok = _collect(hub, view, expr, at, found, others, 0)
     if ok is False:
@@ -43,7 +44,7 @@ def wrap_origins(hub, view, expr, at) -> tuple[list, bool]:
     return found, not others[0]
 
 
-def _self_attr(hub, view, expr, at, found, others):
+def _self_attr(hub, view, expr, at, found, others, ordered=True):
     """``self.<attr>``: its bindings in the methods of the class and of its project base classes
     (``self.model = DDP(...)`` in a trainer base class of another module). A binding counts for a
     read in another method only when it runs first: in ``__init__``, or in a method ``__init__``
@@ -57,7 +58,7 @@ def _self_attr(hub, view, expr, at, found, others):
     for v, c in class_chain(hub, view, cls):
         early = _runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
-            if m is not fn and m.name not in early:
+            if ordered and m is not fn and m.name not in early:
                 # still an unwrap anywhere makes the attribute unwrapped on some path
                 if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
                     return False

@@ -8,7 +8,7 @@ from ..semantic import iter_scope_nodes, param_names, parent
 from ..flow.calls import call_args
 from ..torch_api import DDP_CLASS
 from ..flow.modern import hub
-from ..flow.wrapped import leaves, wrap_origins
+from ..flow.wrapped import wrap_origins
 
 _DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                  "torch.nn.parallel.data_parallel.DataParallel"})
@@ -19,18 +19,21 @@ class UnwrapChecksDataParallelOnly(Rule):
     """
     ## What it does
     Checks for a test that decides whether to read a model's `.module` by asking only whether it
-    is a `DataParallel` (`isinstance(model, nn.DataParallel)`, `type(model) is DataParallel`), in
-    code whose model may be a `DistributedDataParallel` wrapper: the program model says the tested
-    value may hold `DDP(...)` (through names, `self` attributes, helpers and base classes), or,
-    where it cannot tell (a parameter of a helper the project calls from another file), the
-    project itself wraps models in `DistributedDataParallel` (a `DistributedDataParallel(...)` call
-    in one of its files).
+    is a `DataParallel` (`isinstance(model, nn.DataParallel)`, `type(model) is DataParallel`), where
+    the program model says the tested value may hold a `DistributedDataParallel(...)` wrapper:
+    through names, `self` attributes (of any method, in any order) and base classes, helpers'
+    returns, and the parameters of a helper, filled by the calls of its own module or, for a
+    module-level helper, by a caller in another file of the project (two files up:
+    `trainer.py` passes `self.model` to `build_optimizer(model, cfg)` of `build.py`, which passes it
+    to `param_groups(model, cfg)` of `optim.py`).
 
     The test counts when the branch it guards reads `<value>.module` (directly, or through a flag:
     `is_parallel = isinstance(model, nn.DataParallel)` then `if is_parallel: ... model.module`).
-    A test that also checks `DistributedDataParallel` (in a tuple, or with `or`), or a value the
-    program model shows to be only a `DataParallel(...)` or a plain module (single-GPU
-    `DataParallel` code) is not flagged.
+    A predicate helper counts at its callers: `def is_parallel(m): return isinstance(m,
+    nn.DataParallel)` and `model.module if is_parallel(model) else model`. A test that also checks
+    `DistributedDataParallel` (in a tuple, or with `or`) or `hasattr(m, "module")`, and a value the
+    program model never sees wrapped in DDP (single-GPU `DataParallel` code; a DataParallel
+    strategy class of a framework that also has a DDP one) are not flagged.
 
     ## Why is this bad?
     `DistributedDataParallel` is not a subclass of `DataParallel`. Under DDP the test is false, so
@@ -92,14 +95,13 @@ class UnwrapChecksDataParallelOnly(Rule):
                 continue
             guarded, value, at = found
             h = ctx.text(value)
-            wraps, _always = wrap_origins(an, view, value, at)
-            if wraps:
-                why = f"`{h}` may be the DistributedDataParallel wrapper (built on line {wraps[0][1].lineno}" + (
-                    "" if wraps[0][0] is view else f" of {wraps[0][0].path}") + ")"
-            else:
-                if _only_plain(an, view, value, at) or not _project_wraps(ctx):
-                    continue
-                why = "this project wraps its models in DistributedDataParallel"
+            wraps, _always = wrap_origins(an, view, value, at, ordered=False)
+            if not wraps:
+                wraps = _callers_pass_wrapper(ctx, value, at)
+            if not wraps:
+                continue
+            why = f"`{h}` may be the DistributedDataParallel wrapper (built on line {wraps[0][1].lineno}" + (
+                "" if wraps[0][0] is view else f" of {_shown(ctx, wraps[0][0].path)}") + ")"
             ctx.report(
                 test,
                 f"only `DataParallel` is checked before reading `{h}.module`, but {why}: a DDP wrapper is not a "
@@ -191,48 +193,37 @@ def _guarded_module_read(ctx, top, h: str):
     return None
 
 
-def _only_plain(an, view, value, at) -> bool:
-    """The program model knows every value ``value`` may hold, and none is a DDP wrapper: a
-    ``DataParallel(...)``/module construction (single-GPU code)."""
-    got = leaves(an, view, value, at)
-    return bool(got) and all(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") not in _DDP
-                             and (v.sem.call_qualname(e) or "").startswith(("torch.nn.", "torch.jit."))
-                             or isinstance(e, ast.Call) and an.resolve_call(v, e) is not None
-                             and an.resolve_call(v, e)[1].name == "__init__"
-                             for v, e in got)
+def _callers_pass_wrapper(ctx, value, at, depth: int = 0) -> list:
+    """[(view, ``DDP(...)`` call)] when ``value`` is a parameter of a module-level function that a
+    caller in another file of the project calls with a value that may be the wrapper (directly, or
+    through the caller's own parameter, one file further)."""
+    fn = ctx.sem.enclosing_function(at)
+    if not isinstance(value, ast.Name) or fn is None or not isinstance(parent(fn), ast.Module) \
+            or value.id not in param_names(fn) or ctx.sem.assignments(fn).get(value.id):
+        return []
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    for caller, call, node in project_callers(ctx, {fn.name}):
+        if node is not fn:
+            continue
+        arg = next((a for p, a in call_args(call, fn) if p == value.id), None)
+        if not isinstance(arg, (ast.Name, ast.Attribute)):
+            continue
+        an2, view2 = hub(caller)
+        wraps, _always = wrap_origins(an2, view2, arg, call, ordered=False)
+        if wraps:
+            return wraps
+        if depth < 1:
+            got = _callers_pass_wrapper(caller, arg, call, depth + 1)
+            if got:
+                return got
+    return []
 
 
-def _project_wraps(ctx) -> bool:
-    """A file of this project (this one, or one under the folder above its topmost package)
-    constructs ``DistributedDataParallel(...)``: parsed, not read as text (a comment does not count)."""
-    def build():
-        import os
+def _shown(ctx, path: str) -> str:
+    import os
 
-        from ..flow import for_context, project
-        from ._common import _project_files, _text_of
-
-        if ctx.sem.calls_to(*_DDP):
-            return True
-        if not ctx.filename or ctx.filename.startswith("<") or not project.is_file(os.path.abspath(ctx.filename)):
-            return False
-        here = os.path.abspath(ctx.filename)
-        roots = project.roots_for(here)
-        top = roots[1] if len(roots) > 1 else roots[0]
-        an = for_context(ctx)
-        for path in _project_files(top):
-            if path == here:
-                continue
-            text = _text_of(path)
-            if text is None or "DistributedDataParallel" not in text:
-                continue
-            rel = os.path.relpath(path, top)
-            if rel.startswith(".."):
-                continue
-            mod = rel[:-3].replace(os.sep, ".")
-            if mod.endswith(".__init__"):
-                mod = mod[: -len(".__init__")]
-            view = an.module_view(an.main, mod, 0)
-            if view is not None and view.path == path and view.sem.calls_to(*_DDP):
-                return True
-        return False
-    return ctx.memo("ddp211.project_wraps", build)
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
+    except ValueError:
+        return path
