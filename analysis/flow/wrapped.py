@@ -146,12 +146,17 @@ def _collect(hub, view, expr, at, found, others, depth, path=()):
 
 
 ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+# an Accelerator built with one of these prepares a DeepSpeed engine, an FSDP or Megatron module, a
+# tensor-parallel model: they forward attribute reads to the model (not DDP)
+NOT_DDP_PLUGINS = frozenset({"deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin", "parallelism_config",
+                             "torch_tp_plugin"})
 
 
 def prepares_model(hub, view, call, path=()) -> bool:
     """``accelerator.prepare(model, ...)``, element ``path[0]`` of its result: an ``nn.Module``
     that Accelerate wraps in DistributedDataParallel when it runs on several processes (the
-    receiver is an ``accelerate.Accelerator(...)``; the argument is built by a ``torch.nn`` layer,
+    receiver is an ``accelerate.Accelerator(...)`` built without a DeepSpeed/FSDP/Megatron/TP
+    plugin; the argument is built by a ``torch.nn`` layer,
     a project class deriving from ``nn.Module``, a ``from_pretrained`` of a model class of
     ``transformers``/``diffusers``, or ``peft.get_peft_model``)."""
     f = call.func
@@ -162,6 +167,7 @@ def prepares_model(hub, view, call, path=()) -> bool:
     if (not path and len(call.args) != 1) or i >= len(call.args):
         return False
     if not any(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in ACCELERATOR
+               and not any(k.arg in NOT_DDP_PLUGINS for k in e.keywords)
                for v, e in leaves(hub, view, f.value, call)):
         return False
     return any(_is_module_ctor(hub, v, e) for v, e in leaves(hub, view, call.args[i], call))

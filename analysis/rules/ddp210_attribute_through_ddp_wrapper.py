@@ -42,6 +42,17 @@ class AttributeThroughDdpWrapper(Rule):
     `if` count only when the wrap sits under the same tests (`if with_fsdp: ... else: model =
     DDP(model)` and `if method == "grad_to_none": model.trunk` may never hold together).
 
+    Accelerate's `accelerator.prepare(model, ...)` returns a `DistributedDataParallel` wrapper when
+    it runs on several processes (the default multi-GPU configuration), so a read of the model's
+    own attributes on its result (`model.generate`, `model.save_pretrained`, `model.config`) is the
+    same bug; the element of a tuple result is matched to its argument (`model, opt, dl =
+    accelerator.prepare(model, opt, dl)`), which must be built as a module (a `torch.nn` layer, a
+    project `nn.Module` class, a `transformers`/`diffusers` model's `from_pretrained`,
+    `peft.get_peft_model`). An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
+    tensor-parallel plugin (whose engines forward attribute reads), a test file (its harness runs
+    one process), or a read under a test of the accelerator's mode (`if accelerator.distributed_type
+    == DistributedType.XLA:`) is not flagged.
+
     The attributes the wrapper has are frozen from torch 2.13: `dir(DistributedDataParallel)` (its
     methods and `nn.Module`'s) plus the instance attributes its `__init__` sets (`vars()` of a
     wrapper built on a one-process gloo group), plus `module`. `nn.Module.__getattr__` looks only
@@ -70,6 +81,7 @@ class AttributeThroughDdpWrapper(Rule):
     ```
 
     Where the wrap is conditional, unwrap first: `getattr(model, "module", model).generate(prompt)`.
+    With Accelerate: `accelerator.unwrap_model(model).generate(prompt)`.
 
     ## Fix safety
     Where every value the expression may hold is the wrapper, the fix reads through `.module`
@@ -142,6 +154,11 @@ class AttributeThroughDdpWrapper(Rule):
                 continue
             v, call = wraps[0]
             if (v.sem.call_qualname(call) or "") != DDP_CLASS:  # ``accelerator.prepare(model)``
+                # a wrapper only on several processes: not in a test file (its harness fixes the
+                # world, one process), nor under a test of the accelerator's mode
+                if test_file or any(isinstance(n, ast.Attribute) and n.attr in _MODE_ATTRS
+                                    for t, _b in at for n in ast.walk(t)):
+                    continue
                 acc = ast.unparse(call.func.value)
                 self._report_prepared(ctx, node, h, attr, v, view, call, acc)
                 continue
@@ -187,6 +204,10 @@ class AttributeThroughDdpWrapper(Rule):
             f"AttributeError under multi-GPU; read it through `{acc}.unwrap_model({h}).{attr}`",
             related=related,
         )
+
+
+# an Accelerator's (or its state's) distributed mode: a read under a test of it is left alone
+_MODE_ATTRS = frozenset({"distributed_type", "num_processes", "use_distributed"})
 
 
 def _insert(pos):
