@@ -9,7 +9,7 @@ from ..flow.assignments import stmt_list_of
 from ..flow.modern import hub
 from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
-from ..flow.wrapped import contradicts, guards, handles_attribute_error, implied, tested_values, wrap_origins
+from ..flow.wrapped import NOT_DDP_PLUGINS, contradicts, guards, handles_attribute_error, implied, tested_values, wrap_origins
 
 
 class AttributeThroughDdpWrapper(Rule):
@@ -49,9 +49,10 @@ class AttributeThroughDdpWrapper(Rule):
     accelerator.prepare(model, opt, dl)`), which must be built as a module (a `torch.nn` layer, a
     project `nn.Module` class, a `transformers`/`diffusers` model's `from_pretrained`,
     `peft.get_peft_model`). An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
-    tensor-parallel plugin (whose engines forward attribute reads), a test file (its harness runs
-    one process), or a read under a test of the accelerator's mode (`if accelerator.distributed_type
-    == DistributedType.XLA:`) is not flagged.
+    tensor-parallel plugin, or code that reads that plugin from the accelerator's state
+    (`getattr(accelerator.state, "deepspeed_plugin", None)`: written for engines that forward
+    attribute reads), a test file (its harness runs one process), or a read under a test of the
+    accelerator's mode (`if accelerator.distributed_type == DistributedType.XLA:`) is not flagged.
 
     The attributes the wrapper has are frozen from torch 2.13: `dir(DistributedDataParallel)` (its
     methods and `nn.Module`'s) plus the instance attributes its `__init__` sets (`vars()` of a
@@ -156,10 +157,10 @@ class AttributeThroughDdpWrapper(Rule):
             if (v.sem.call_qualname(call) or "") != DDP_CLASS:  # ``accelerator.prepare(model)``
                 # a wrapper only on several processes: not in a test file (its harness fixes the
                 # world, one process), nor under a test of the accelerator's mode
-                if test_file or any(isinstance(n, ast.Attribute) and n.attr in _MODE_ATTRS
-                                    for t, _b in at for n in ast.walk(t)):
-                    continue
                 acc = ast.unparse(call.func.value)
+                if test_file or any(isinstance(n, ast.Attribute) and n.attr in _MODE_ATTRS
+                                    for t, _b in at for n in ast.walk(t)) or _reads_plugin(v, acc):
+                    continue
                 self._report_prepared(ctx, node, h, attr, v, view, call, acc)
                 continue
             fix = None
@@ -208,6 +209,29 @@ class AttributeThroughDdpWrapper(Rule):
 
 # an Accelerator's (or its state's) distributed mode: a read under a test of it is left alone
 _MODE_ATTRS = frozenset({"distributed_type", "num_processes", "use_distributed"})
+
+
+def _reads_plugin(view, acc: str) -> bool:
+    """The module reads the accelerator's DeepSpeed/FSDP/Megatron plugin (``acc.state.deepspeed_plugin``,
+    ``getattr(acc.state, "fsdp_plugin", None)``): written for an engine that forwards attribute reads."""
+    memo = view.memo.setdefault("ddp210.plugin_reads", {})
+    if acc not in memo:
+        found = False
+        for n in ast.walk(view.tree):
+            if isinstance(n, ast.Attribute) and n.attr in NOT_DDP_PLUGINS:
+                base = n.value
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") \
+                    and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and n.args[1].value in NOT_DDP_PLUGINS:
+                base = n.args[0]
+            else:
+                continue
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if ast.unparse(base) == acc.split(".", 1)[0] or ast.unparse(base) == acc:
+                found = True
+                break
+        memo[acc] = found
+    return memo[acc]
 
 
 def _insert(pos):
