@@ -159,7 +159,7 @@ class AttributeThroughDdpWrapper(Rule):
                 # world, one process), nor under a test of the accelerator's mode
                 acc = ast.unparse(call.func.value)
                 if test_file or any(isinstance(n, ast.Attribute) and n.attr in _MODE_ATTRS
-                                    for t, _b in at for n in ast.walk(t)) or _reads_plugin(v, acc):
+                                    for t, _b in at for n in ast.walk(t)) or _reads_plugin(v):
                     continue
                 self._report_prepared(ctx, node, h, attr, v, view, call, acc)
                 continue
@@ -211,12 +211,13 @@ class AttributeThroughDdpWrapper(Rule):
 _MODE_ATTRS = frozenset({"distributed_type", "num_processes", "use_distributed"})
 
 
-def _reads_plugin(view, acc: str) -> bool:
-    """The module reads the accelerator's DeepSpeed/FSDP/Megatron plugin (``acc.state.deepspeed_plugin``,
-    ``getattr(acc.state, "fsdp_plugin", None)``): written for an engine that forwards attribute reads."""
-    memo = view.memo.setdefault("ddp210.plugin_reads", {})
-    if acc not in memo:
-        found = False
+def _reads_plugin(view) -> bool:
+    """The module reads an Accelerate state's DeepSpeed/FSDP/Megatron plugin (``accelerator.state.
+    deepspeed_plugin``, ``getattr(self.accelerator.state, "fsdp_plugin", None)``): it is written for
+    engines that forward attribute reads to the model."""
+    got = view.memo.get("ddp210.plugin_reads")
+    if got is None:
+        got = False
         for n in ast.walk(view.tree):
             if isinstance(n, ast.Attribute) and n.attr in NOT_DDP_PLUGINS:
                 base = n.value
@@ -225,13 +226,11 @@ def _reads_plugin(view, acc: str) -> bool:
                 base = n.args[0]
             else:
                 continue
-            while isinstance(base, ast.Attribute):
-                base = base.value
-            if ast.unparse(base) == acc.split(".", 1)[0] or ast.unparse(base) == acc:
-                found = True
+            if isinstance(base, ast.Attribute) and base.attr == "state":
+                got = True
                 break
-        memo[acc] = found
-    return memo[acc]
+        view.memo["ddp210.plugin_reads"] = got
+    return got
 
 
 def _insert(pos):
