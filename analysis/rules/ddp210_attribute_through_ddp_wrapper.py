@@ -120,8 +120,9 @@ class AttributeThroughDdpWrapper(Rule):
         if node.attr in DDP_ATTRIBUTES:
             return
         holder = node.value
-        if not _holder(holder):
-            return
+        if not _holder(holder) or (isinstance(holder, ast.Name) and (
+                holder.id in ("self", "cls") or ctx.qn(holder) is not None)):
+            return  # ``self.x`` of a method, ``torch.x``/``np.x`` of an imported module: not a wrapper
         ctx.memo("ddp210.reads", list).append(node)
 
     def finish(self, ctx) -> None:
