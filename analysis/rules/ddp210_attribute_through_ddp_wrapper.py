@@ -141,7 +141,7 @@ class AttributeThroughDdpWrapper(Rule):
         for node, holder, attr in [*((n, n.value, n.attr) for n in reads),
                                    *((c, c.args[0], c.args[1].value) for c in getattrs)]:
             h = ctx.text(holder)
-            if (_store_scope(ctx, node), h, attr) in stored or _tested(ctx, node, h) or handles_attribute_error(node):
+            if (_store_scope(ctx, node), h, attr) in stored or _tested(ctx, node, h, attr) or handles_attribute_error(node):
                 continue
             wraps, always = wrap_origins(an, view, holder, node)
             if not wraps:
@@ -246,7 +246,20 @@ def _holder(e) -> bool:
         isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self")
 
 
-def _tested(ctx, node, h: str) -> bool:
+def _asks_wrapping(ctx, test, h: str, attr: str) -> bool:
+    """``hasattr(h, "module")`` / ``hasattr(h, attr)`` / ``isinstance(h, ...)`` / ``type(h)``: a test of
+    the wrapping itself (an unrelated ``hasattr(h, "hf_device_map")`` before the wrap is not)."""
+    for n in ast.walk(test):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.args and ctx.text(n.args[0]) == h:
+            if n.func.id in ("isinstance", "type"):
+                return True
+            if n.func.id in ("hasattr", "getattr") and len(n.args) > 1 and isinstance(n.args[1], ast.Constant) \
+                    and n.args[1].value in ("module", attr):
+                return True
+    return False
+
+
+def _tested(ctx, node, h: str, attr: str = "") -> bool:
     """The read sits under a test of the same value (``hasattr(h, ...)``, ``isinstance(h, ...)``)."""
     for test, _branch in guards(node):
         if any(ctx.text(v) == h for v in tested_values(test)):
@@ -259,7 +272,7 @@ def _tested(ctx, node, h: str) -> bool:
             for prev in got[1][:got[1].index(st)]:
                 if isinstance(prev, ast.If) and prev.body and isinstance(
                         prev.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)) \
-                        and any(ctx.text(v) == h for v in tested_values(prev.test)):
+                        and _asks_wrapping(ctx, prev.test, h, attr):
                     return True
         st = parent(st)
     # ``x.a if hasattr(x, "a") else ...`` / ``hasattr(x, "a") and x.a``
