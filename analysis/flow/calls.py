@@ -308,3 +308,20 @@ def call_args(call: ast.Call, fn: ast.AST):
         if k.arg in names and not (star and k.arg in pos):
             out.append((k.arg, k.value))
     return out
+
+
+def instance_method_calls(hub, view, fn, cls) -> list:
+    """``obj.m(...)`` where ``obj`` holds an instance of ``cls`` (the module's calls of method ``fn``
+    from outside its class; ``Cls(...).m(...)`` is found beside, in ``Summaries.call_sites``)."""
+    sem = view.sem
+    out = []
+    for i in sem.callee_index()[1].get(fn.name, ()):
+        c = sem.calls[i]
+        recv = c.func.value
+        if cls.lineno <= c.lineno <= cls.end_lineno:
+            continue
+        if isinstance(recv, ast.Name) and recv.id in instance_names(view):
+            got = hub._instance_class(view, recv, c)
+            if got is not None and got[1] is cls:
+                out.append(c)
+    return out

@@ -130,3 +130,4 @@ def _param_elements(hub, view, fn, name: str, not_project, depth: int):
         if found is None:
             return None
     return found
+

@@ -25,8 +25,7 @@ from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _wrapped, calls_by_name,
     instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
-    self_offset,
-    wrapped_names,
+    self_offset, wrapped_names, instance_method_calls,
 )
 from .roots import Roots
 from .hidden import hidden_sites
@@ -215,25 +214,9 @@ class Summaries(Roots):
                     for c in calls_by_name(view).get(p.name, ()):  # ``Cls(...).method(...)`` anywhere in the module
                         if (a := parent(c)).__class__ is ast.Attribute and a.attr == fn.name and getattr(parent(a), "func", 0) is a:
                             got.append(parent(a))
-                    got.extend(self._instance_method_calls(view, fn, p))
+                    got.extend(instance_method_calls(self, view, fn, p))
             memo[id(fn)] = got
         return got
-
-    def _instance_method_calls(self, view, fn, cls) -> list:
-        """``obj.m(...)`` where ``obj`` holds an instance of ``cls`` (the module's calls of method
-        ``fn`` from outside its class; ``Cls(...).m(...)`` is found beside)."""
-        sem = view.sem
-        out = []
-        for i in sem.callee_index()[1].get(fn.name, ()):
-            c = sem.calls[i]
-            recv = c.func.value
-            if cls.lineno <= c.lineno <= cls.end_lineno:
-                continue
-            if isinstance(recv, ast.Name) and recv.id in instance_names(view):
-                got = self._instance_class(view, recv, c)
-                if got is not None and got[1] is cls:
-                    out.append(c)
-        return out
 
     def from_wrapped_forward(self, view, expr: ast.AST, at: ast.AST, depth: int = 0, ctx=None) -> ast.Call | None:
         """The forward call of a wrapped module that ``expr`` is computed from, or None."""
