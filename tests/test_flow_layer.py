@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ANALYSIS = ROOT / "analysis"
 # rule glue that stays beside the rules; flow questions live in analysis/flow/
 RULE_HELPERS = {"__init__.py", "_common.py", "_flow.py", "_loader.py", "_spawn.py", "_training.py",
-                "_index.py"}  # _index.py: the generated rule index (no flow code)
+                "_index.py",  # _index.py: the generated rule index (no flow code)
+                "_per_rank_device.py"}  # DDP001's own per-rank device query, split to keep the rule's file small
 
 
 def _defs(name: str) -> list[str]:
