@@ -72,17 +72,35 @@ def self_bindings(cls: ast.ClassDef, attr: str) -> list:
     """(method, value, index path) of each ``self.<attr> = value`` of the class's methods (a tuple
     target gives the whole value and the element's path)."""
     out = []
+    for m, n in _class_assignments(cls):
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+            path = _attr_path(t, attr)
+            if path is not None:
+                out.append((m, n.value, tuple(path)))
+                break
+    return out
+
+
+_assignments: dict[int, tuple] = {}  # id(class) -> (class, ((method, assignment), ...))
+
+
+def _class_assignments(cls: ast.ClassDef) -> tuple:
+    """(method, assignment) of every assignment with a value in the class's methods, read once per
+    class (the class node is kept beside its id, so a reused id is never mistaken for it)."""
+    got = _assignments.get(id(cls))
+    if got is not None and got[0] is cls:
+        return got[1]
+    out = []
     for m in cls.body:
         if not isinstance(m, FUNC_TYPES):
             continue
         for n in iter_scope_nodes(m):
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                    path = _attr_path(t, attr)
-                    if path is not None:
-                        out.append((m, n.value, tuple(path)))
-                        break
-    return out
+                out.append((m, n))
+    if len(_assignments) > 2048:
+        _assignments.clear()
+    _assignments[id(cls)] = (cls, tuple(out))
+    return _assignments[id(cls)][1]
 
 
 def _runs_first(cls: ast.ClassDef) -> frozenset:

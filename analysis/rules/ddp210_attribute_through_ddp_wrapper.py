@@ -138,12 +138,13 @@ class AttributeThroughDdpWrapper(Rule):
         test_file = is_test_file(ctx.filename)
         if stored is None:
             return  # the file patches DistributedDataParallel itself
+        memo: dict = {}
         for node, holder, attr in [*((n, n.value, n.attr) for n in reads),
                                    *((c, c.args[0], c.args[1].value) for c in getattrs)]:
             h = ctx.text(holder)
             if (_store_scope(ctx, node), h, attr) in stored or _tested(ctx, node, h, attr) or handles_attribute_error(node):
                 continue
-            wraps, always = wrap_origins(an, view, holder, node)
+            wraps, always = _wrap_origins(an, view, holder, node, memo)
             if not wraps:
                 continue
             at = guards(node)
@@ -394,3 +395,24 @@ DDP_ATTRIBUTES = frozenset("""
     to_kwargs train training type use_side_stream_for_tensor_copies will_sync_module_buffers xpu
     zero_grad
 """.split())
+
+
+def _wrap_origins(an, view, holder, node, memo: dict):
+    """``wrap_origins`` of ``holder`` at ``node``, once per value: a name's answer depends only on
+    the bindings that reach it (every read of ``model`` after the same assignment shares it), a
+    ``self.<attr>``'s only on the method it is read in."""
+    from ..flow.bindings import reaching
+
+    key = None
+    if isinstance(holder, ast.Name):
+        kind, evs = reaching(view, holder.id, node)
+        ids = tuple(id(e) for e in evs) if isinstance(evs, (list, tuple)) else id(evs)
+        key = ("name", holder.id, kind, ids)
+    elif isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
+        key = ("self", id(view.sem.enclosing_function(node)), holder.attr)
+    if key is None:
+        return wrap_origins(an, view, holder, node)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = wrap_origins(an, view, holder, node)
+    return got
