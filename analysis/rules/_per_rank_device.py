@@ -58,7 +58,7 @@ def _report_per_rank_device(ctx, inits) -> None:
         if not mine:
             continue
         node = mine[0][0]
-        binding = next((b for _, b in mine if b is not None), None)
+        binding = next((b for _, b in mine if b is not None), None) or _device_name_binding(ctx, mine, init)
         fix = None
         if binding is not None:
             target = binding.targets[0]
@@ -250,3 +250,21 @@ def _label(ctx, node: ast.AST) -> str:
         return text + "(...)"
     text = ctx.text(node)
     return text if len(text) <= 40 and "\n" not in text else text[:37] + "..."
+
+
+def _device_name_binding(ctx, mine, init):
+    """``device = <per-rank value>`` bound in the init's scope after it, whose name a placement
+    passes (``model.to(device)``): where the fix pins it."""
+    from ..flow.assignments import reaching_assignment
+
+    sem = ctx.sem
+    for node, _b in mine:
+        args = node.args if isinstance(node, ast.Call) else [node]
+        for a in args:
+            if not isinstance(a, ast.Name):
+                continue
+            st = reaching_assignment(ctx, a.id, node)
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                    and sem.scope_of(st) is sem.scope_of(init) and st.lineno >= init.lineno:
+                return st
+    return None
