@@ -98,3 +98,15 @@ def test_sync_between():
     first, second = _calls(an, "open")[1:]
     assert synchronised_between(an, an.main, fn, guard, first) is not None
     assert synchronised_between(an, an.main, fn, first, second) is None
+
+
+def test_bound_value_of_a_node_outside_the_tree_is_unknown():
+    # a path expression rewritten in a caller's terms has no parent in the module: no binding is
+    # known for it (a crash in DDP215 on Megatron-LM's tests before)
+    from types import SimpleNamespace
+
+    from ddp_lint.analysis.flow.fs_effects import bound_value
+
+    sem = Semantic(ast.parse("root = '/data'\ndef f():\n    return root\n"))
+    detached = ast.Name(id="root", ctx=ast.Load(), lineno=3, col_offset=11)
+    assert bound_value(SimpleNamespace(sem=sem), "root", detached) is None

@@ -225,6 +225,8 @@ def bound_value(vctx, name: str, at: ast.AST):
     assignment ``a, b = x, y``, or ``with f(...) as name``; None otherwise (a parameter, a loop)."""
     sem = vctx.sem
     scope = sem.scope_of(at)
+    if scope is at and not isinstance(at, ast.Module):
+        return None  # a node outside this module's tree (a path rewritten in a caller's terms)
     binds = sem.assignments(scope).get(name)
     if not binds:
         if isinstance(scope, ast.Module) or name in param_names(scope):
