@@ -43,15 +43,22 @@ def test_new_group_after_a_guarded_new_group_names_the_earlier_call_and_its_guar
 
 
 def test_both_ranks_in_new_group_with_different_call_counts_is_an_early_verdict():
-    """Both ranks wait at the same line, in calls of different order: not one collective."""
+    """Both ranks wait at the same line, in calls of different order: not one collective. Rank 1's
+    new_group() pairs with rank 0's first one (the store barrier counts calls), so rank 1 may also
+    get through it and finish before the monitor looks: then the verdict is DDP904 (rank 1 left
+    while rank 0 waits) at the same line, naming the same earlier call. Which one a run sees is a
+    matter of scheduling; neither waits for the timeout."""
     m = marks(SCRIPTS / "new_group_subset_then_exit.py")
     res = run("new_group_subset_then_exit.py")
     assert not res.timed_out, res.notes
     (f,) = res.findings
-    assert f.code == "DDP903" and line(f) == m["hang"] and f.ranks == (0, 1), f.message
-    assert "found without waiting for the 60 s timeout" in f.message
-    assert f"at line {m['early']} under `rank == 0`" in f.message, f.message
-    assert (m["guard"], (1,)) in _rel_lines(f)
+    assert f.code in ("DDP903", "DDP904") and line(f) == m["hang"], f.message
+    if f.code == "DDP903":
+        assert f.ranks == (0, 1), f.message
+        assert "found without waiting for the 60 s timeout" in f.message
+        assert f"line {m['early']} under `rank == 0`" in f.message, f.message
+    assert "new_group" in f.message and "rank == 0" in f.message, f.message
+    assert (m["early"], (0,)) in _rel_lines(f) and (m["guard"], (1,)) in _rel_lines(f), f.related
     assert f.details["static_rule"] == "DDP104"
 
 
