@@ -30,6 +30,7 @@ import contextvars
 import hashlib
 import os
 import threading
+import time
 import warnings
 from collections import OrderedDict
 
@@ -227,8 +228,6 @@ def roots_for(path: str, absent: list | None = None) -> list[str]:
     gets the ``__init__.py`` whose absence ended the package climb (one appearing there adds a
     root). Memoised per folder for ``_ROOTS_TTL`` seconds (a batch run asks for every import of
     every file; the open documents' generation is part of the key)."""
-    import time
-
     here = os.path.dirname(os.path.abspath(path))
     with _lock:
         key = (here, _disk.get(), generation)

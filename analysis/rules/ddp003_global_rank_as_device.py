@@ -165,15 +165,6 @@ def _helper_device_params(ctx) -> None:
     from ..flow.modern import hub
 
     an, view = hub(ctx)
-    kinds: dict = {}  # argument node -> (kind, witness)
-
-    def kind_of(a, c):
-        got = kinds.get(a)
-        if got is None:
-            got = kinds[a] = (None, None) if isinstance(a, (ast.Constant, ast.Starred)) else \
-                rank_kind_of(an, view, a, c)
-        return got
-
     for c in ctx.sem.calls:
         if not c.args and not c.keywords:
             continue
@@ -187,7 +178,7 @@ def _helper_device_params(ctx) -> None:
         for pname, a in call_args(c, tfn):
             if pname not in sinks:
                 continue
-            kind, w = kind_of(a, c)
+            kind, w = rank_kind_of(an, view, a, c)
             if kind != GLOBAL:
                 continue
             sv, snode, _what = sinks[pname]
