@@ -29,10 +29,15 @@ class GatherListSize(Rule):
     provably not the world size: a literal list, `[x] * k`, `range(k)`, or a comprehension over a
     fixed-length literal, with a constant `k`.
 
-    A length computed from `get_world_size(...)`, `WORLD_SIZE`, or any variable or parameter is
-    never flagged, nor is a call on a subgroup of unknown size (`group=`: the list then needs the
+    A length that is a form in the world size is followed through the program model
+    (`flow.counts`: names, tuple unpacking, `self` attributes set in another method, parameters
+    through every call of the function, helpers' returns, in this file or another): it is flagged
+    when it is provably not the world size (`[None] * (self.world_size + 1)`,
+    `range(world_size - 1)`, `2 * get_world_size()`) and never when it may be (`world_size`, an
+    unknown variable or parameter, an argparse default or a configuration entry, which the user can
+    change). Not flagged either: a call on a subgroup of unknown size (`group=`: the list then needs the
     group's size; `new_group([0, 1])` has a known one), nor an empty list on the non-destination
-    ranks (`out if rank == dst else []`), nor a constant that equals the world size the file fixes itself
+    ranks (`out if rank == dst else []`), or a constant that equals the world size the file fixes itself
     (`mp.spawn(..., nprocs=2)`, `init_process_group(..., world_size=2)`).
 
     It also checks two shapes reported again and again:
@@ -142,13 +147,67 @@ class GatherListSize(Rule):
                     if size is None:
                         continue
                 target, n = _fixed_length(ctx, out, scope, call)
-                if target is None or n is None or n == size or id(target) in seen:
+                if target is None:
+                    target, count = _counted_length(ctx, out, scope, call)
+                    if target is not None and id(target) not in seen:
+                        _report_size(ctx, seen, op, call, out, target, in_spec, group_pos, tensors,
+                                     f"{_what(op)} of `{op}` has {count.describe()} slots; it needs exactly "
+                                     "one slot per rank (the world size): " + _CONSEQUENCE[op in _INPUT_LISTS])
+                    continue
+                if n is None or n == size or id(target) in seen:
                     continue
                 _report_size(ctx, seen, op, call, out, target, in_spec, group_pos, tensors,
                              f"{_what(op)} of `{op}` has a fixed length of {n}; it needs one slot per rank "
                              "(the world size): " + _CONSEQUENCE[op in _INPUT_LISTS])
         _check_non_root_lists(ctx, seen)
         _check_per_node_size(ctx, seen)
+        _check_through_helpers(ctx, seen, fixed_world)
+
+
+# the output list a helper's parameter may reach (``flow.sinks``): the collectives whose every rank
+# passes a list of one slot per rank (the rooted ones pass it on the destination only)
+_SINK_OPS = {"all_gather_object": (0, "object_list"), "all_gather": (0, "tensor_list")}
+_SINK_QNS = tuple(D + op for op in _SINK_OPS)
+
+
+def _check_through_helpers(ctx, seen: set, fixed_world) -> None:
+    """``collect(buf)`` where the helper (this file or another module of the project) passes its
+    parameter as it is to ``all_gather_object`` / ``all_gather`` as the output list, and ``buf``'s
+    length is provably not the world size."""
+    from ..flow.modern import hub
+    from ..flow.sinks import helper_sink_args
+
+    an, _view = hub(ctx)
+    for call, name, sink, arg, scope in helper_sink_args(ctx, an, _SINK_OPS, _SINK_QNS, "ddp101"):
+        if sink.method is not None:
+            continue
+        target, n = _fixed_length(ctx, arg, scope, call)
+        if target is not None and n is not None:
+            if n == fixed_world:
+                continue
+            what = f"a fixed length of {n}"
+        else:
+            target, count = _counted_length(ctx, arg, scope, call)
+            if target is not None:
+                what = f"{count.describe()} slots"
+            else:
+                target = _list_expr(ctx, arg, scope, call)
+                node = _counted_per_node(ctx, target, None, call) if target is not None else None
+                if node is None or _world_is_node(ctx):
+                    continue
+                what = "one slot per GPU of one node, too few on more than one node"
+        if id(target) in seen:
+            continue
+        seen.add(id(target))
+        fix = None
+        if sink.effect.op == "all_gather_object":
+            gws, imp = ctx.ref(D + "get_world_size")
+            new = f"[None for _ in range({gws}())]"
+            fix = ctx.fix(Applicability.SAFE, f"Size the list to the world size: `{new}`", [ctx.replace(target, new), *imp])
+        via = " -> ".join((name, *sink.effect.via)) if sink.effect.via else name
+        ctx.report(target, f"output list of `{sink.effect.op}` (through `{via}`, parameter `{sink.param}`) has {what}; "
+                   "it needs exactly one slot per rank (the world size): " + _CONSEQUENCE[False],
+                   related=[(call, f"passed to `{name}` here")] if target is not arg else [], fix=fix)
 
 
 # op -> (list position, keyword), (root position, keyword), group-root keyword, torch's message
@@ -331,6 +390,20 @@ def _per_node(ctx, e, scope, depth: int = 0) -> str | None:
     return None
 
 
+def _counted_per_node(ctx, target, size_expr, call) -> str | None:
+    """``target``'s length is exactly the GPUs of one node, its integers followed through the
+    program model (a parameter every caller passes ``torch.cuda.device_count()``, a ``self``
+    attribute): the description for the message, else None."""
+    from ..flow.counts import length_of
+    from ..flow.modern import hub
+
+    an, view = hub(ctx)
+    c = length_of(an, view, target, call)
+    if c is None or c.unit != "N" or (c.a, c.b) != (1, 0):
+        return None
+    return f"`{ctx.text(size_expr if size_expr is not None else target)}`"
+
+
 def _world_is_node(ctx) -> bool:
     """The file itself makes the world one node's GPUs (``mp.spawn(..., nprocs=n)``, a
     ``world_size`` computed from ``device_count()``): then a per-node size is the world size."""
@@ -377,6 +450,8 @@ def _check_per_node_size(ctx, seen: set) -> None:
             elif isinstance(target, ast.BinOp) and isinstance(target.op, ast.Mult):
                 size_expr = target.right if isinstance(target.left, ast.List) else target.left
             what = _per_node(ctx, size_expr, scope)
+            if what is None:
+                what = _counted_per_node(ctx, target, size_expr, call)
             if what is None or id(target) in seen:
                 continue
             if world_is_node is None:
@@ -457,6 +532,34 @@ def _fixed_length(ctx, expr, scope, call, depth: int = 0):
     if n is None:
         return None, None
     return expr, n
+
+
+def _list_expr(ctx, expr, scope, call):
+    """The list expression ``expr`` stands for at ``call``: itself, or the one value of a local name
+    that nothing changes before the call; None otherwise."""
+    if isinstance(expr, ast.Name):
+        val = ctx.sem.single_value(expr.id, scope)
+        if val is None or _mutated(ctx, expr.id, scope, call):
+            return None
+        return val
+    return expr
+
+
+def _counted_length(ctx, expr, scope, call):
+    """(list expression, ``Count``) when the list's length is a form in the world size that is
+    provably not the world size (``[None] * (world_size + 1)``, ``range(2 * world)``), its integers
+    followed through the program model (``flow.counts``); else (None, None)."""
+    target = _list_expr(ctx, expr, scope, call)
+    if target is None or isinstance(target, ast.IfExp):
+        return None, None
+    from ..flow.counts import length_of
+    from ..flow.modern import hub
+
+    an, view = hub(ctx)
+    c = length_of(an, view, target, call)
+    if c is None or c.unit != "W" or (c.a, c.b) == (1, 0) or c.a < 1:
+        return None, None
+    return target, c
 
 
 def _literal_len(ctx, expr, scope, depth: int = 0) -> int | None:

@@ -262,8 +262,9 @@ def t_rename(text, tree):
             continue
         if nxt == "=" and prev in ("(", ","):
             # maybe a keyword argument: only when inside brackets; a tuple target at line start is not
+            # (``rank, size = ...``: every token before it on the line is a name or a comma)
             line = tk.line
-            if not line.lstrip().startswith(tk.string) or "(" in line[: tk.start[1]]:
+            if not re.fullmatch(r"[\w\s,]*", line[: tk.start[1]]):
                 continue
         edits.append((tk.start, tk.end, mapping[tk.string]))
     for (r, c0), (_, c1), new in reversed(edits):
