@@ -16,7 +16,11 @@ class OptimizerBeforeShard(Rule):
     before `fully_shard(model)` (FSDP2), `parallelize_module(model, ...)` (tensor parallel) or
     `FullyShardedDataParallel(model)` (FSDP1), in the same function. The sharding may happen in a
     project helper that gives its parameter to `fully_shard` (`apply_fsdp(model, mesh)`), and the
-    optimizer may be built by a helper that returns it (`opt = build_optimizer(model)`).
+    optimizer may be built by a helper that returns it (`opt = build_optimizer(model)`). A class
+    that builds `self.opt` from `self.model` in `__init__` and shards `self.model` in another
+    method is flagged too: the sharding method can only run on a constructed object, so the
+    optimizer always comes first (unless `__init__` calls the sharding method before it, or a
+    method builds the optimizer again).
 
     ## Why is this bad?
     Sharding replaces the module's parameters: `fully_shard` and `parallelize_module` swap each
@@ -87,13 +91,58 @@ class OptimizerBeforeShard(Rule):
                 if tk is not None and any(key_of(x) == tk for x in (*c.args, *(kw.value for kw in c.keywords))):
                     continue  # the sharding helper receives the optimizer (and re-points it: composer)
                 done.add(id(st))
-                ctx.report(
-                    st.value,
-                    f"`{ctx.text(st.targets[0])}` is built from `{k}`'s parameters before `{ctx.text(c)}` "
-                    f"(line {c.lineno}); {what} replaces those parameters, so the optimizer updates tensors "
-                    "the model no longer uses and training silently does nothing",
-                    related=[(c, "the parameters are replaced here")],
-                )
+                _report(ctx, st, k, c, what)
+        for c, a, what in shards:
+            st = _built_at_construction(an, view, c, _root_key(sem, a, c))
+            if st is not None and id(st) not in done:
+                done.add(id(st))
+                _report(ctx, st, _root_key(sem, a, c), c, what)
+
+
+def _report(ctx, st, k, c, what) -> None:
+    ctx.report(
+        st.value,
+        f"`{ctx.text(st.targets[0])}` is built from `{k}`'s parameters before `{ctx.text(c)}` "
+        f"(line {c.lineno}); {what} replaces those parameters, so the optimizer updates tensors "
+        "the model no longer uses and training silently does nothing",
+        related=[(c, "the parameters are replaced here")],
+    )
+
+
+def _built_at_construction(an, view, c, k):
+    """``self.opt = AdamW(self.model.parameters())`` in the class's ``__init__`` while another
+    method of the class shards ``self.model`` (``c``): every instance builds the optimizer first,
+    since the sharding method can only run on a constructed object. None when ``__init__`` runs
+    the sharding method before that assignment, or another method of the class rebuilds the
+    optimizer."""
+    sem = view.sem
+    if not k or not k.startswith("self."):
+        return None
+    fn = sem.enclosing_function(c)
+    cls = parent(fn) if fn is not None else None
+    if fn is None or fn.name == "__init__" or not isinstance(cls, ast.ClassDef):
+        return None
+    methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    init = methods.get("__init__")
+    if init is None:
+        return None
+    for st in ast.walk(init):
+        if not isinstance(st, ast.Assign) or len(st.targets) != 1 or not isinstance(st.value, ast.Call):
+            continue
+        tk = key_of(st.targets[0])
+        if not tk or not tk.startswith("self.") or not _optimizer_over(an, view, st.value, k):
+            continue
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and key_of(n.func.value) == "self"
+               and n.func.attr == fn.name and n.lineno < st.lineno for n in ast.walk(init)):
+            return None  # __init__ shards first
+        if any(isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n is not st
+               and any(key_of(t) == tk for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+               for m in methods.values() for n in ast.walk(m)):
+            return None  # rebuilt somewhere
+        if any(key_of(x) == tk for x in (*c.args, *(kw.value for kw in c.keywords))):
+            return None  # the sharding call receives the optimizer
+        return st
+    return None
 
 
 def _root_key(sem, a, at):
