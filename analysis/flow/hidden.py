@@ -146,25 +146,29 @@ def options_flag(view, expr, at, field: str, depth: int = 0, hub=None):
 
 
 def _fsdp1_full(view, call) -> bool:
-    """``call`` runs under ``FSDP.state_dict_type(m, StateDictType.FULL_STATE_DICT)`` (a ``with``
-    around it, or a ``set_state_dict_type`` earlier in the module)."""
-    def full(c):
-        return any(isinstance(x, ast.Attribute) and x.attr == "FULL_STATE_DICT"
-                   for x in (*c.args, *(k.value for k in c.keywords)))
+    """``call`` runs with FSDP1's state-dict type ``FULL_STATE_DICT``: under
+    ``FSDP.state_dict_type(m, StateDictType.FULL_STATE_DICT)`` (a ``with`` around it, or a
+    ``set_state_dict_type`` earlier in the module), or with none set at all, since
+    ``FULL_STATE_DICT`` is FSDP1's default. A ``with`` of another type around the call, or any
+    other type set anywhere in the module (it may be in force), is not."""
+    def kind(c):
+        for x in (*c.args, *(k.value for k in c.keywords)):
+            if isinstance(x, ast.Attribute) and x.attr.endswith("_STATE_DICT"):
+                return x.attr
+        return None
+
+    def sets_type(c):
+        return isinstance(c.func, ast.Attribute) and c.func.attr in ("state_dict_type", "set_state_dict_type")
     p = parent(call)
     while p is not None and not isinstance(p, (*FUNC_TYPES, ast.ClassDef)):
         if isinstance(p, (ast.With, ast.AsyncWith)):
             for it in p.items:
                 e = it.context_expr
-                if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
-                        e.func.attr == "state_dict_type" and full(e):
-                    return True
+                if isinstance(e, ast.Call) and sets_type(e):
+                    return kind(e) == "FULL_STATE_DICT"
         p = parent(p)
-    for c in view.sem.calls:
-        if isinstance(c.func, ast.Attribute) and c.func.attr == "set_state_dict_type" and full(c) \
-                and c.lineno < call.lineno:
-            return True
-    return False
+    types = {kind(c) for c in view.sem.calls if sets_type(c)}
+    return types <= {"FULL_STATE_DICT"}
 
 
 # -- which values are FSDP2 modules ----------------------------------------------------------------
@@ -229,29 +233,33 @@ def _call_args(call, fn):
 
 def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
     """The parameters of ``fn`` that its body gives as the argument ``pos``/``kw`` of a call to
-    ``qns``: directly, or through another function of the same module that does (a module that
-    never spells ``needle`` makes no such call: no other module is loaded to find out)."""
+    ``qns``: directly, or through another function that does (of this module, or of a project
+    module this one imports; a module that never spells ``needle`` makes no such call itself)."""
     memo = view.memo.setdefault(("hidden.params_to", qns, pos, kw), {})
     if fn in memo:
         return memo[fn]
     memo[fn] = frozenset()  # recursion guard
-    direct = _direct_args(view, qns, pos, kw, needle)
-    if not direct:
-        return memo[fn]
     from ..semantic import param_names
     params = set(param_names(fn))
     sem = view.sem
-    names = {a.id for c, a in direct
+    names = {a.id for c, a in _direct_args(view, qns, pos, kw, needle)
              if isinstance(a, ast.Name) and a.id in params and sem.enclosing_function(c) is fn}
-    if depth < 3:
-        for c in sem.calls:
+    if depth < 3 and params:
+        for c in sem.scope_calls(fn):
             f = c.func
-            if sem.enclosing_function(c) is not fn or not isinstance(f, ast.Name) or f.id not in view.defs:
+            if not isinstance(f, (ast.Name, ast.Attribute)) or not any(
+                    isinstance(a, ast.Name) and a.id in params for a in (*c.args, *(k.value for k in c.keywords))):
                 continue
-            callee = view.defs[f.id]
+            if isinstance(f, ast.Name) and f.id in view.defs:
+                cv, callee = view, view.defs[f.id]
+            else:
+                target = hub.resolve_call(view, c)
+                if target is None or not isinstance(target[1], FUNC_TYPES):
+                    continue
+                cv, callee = target
             if callee is fn:
                 continue
-            inner = params_to(hub, view, callee, qns, pos, kw, needle, depth + 1)
+            inner = params_to(hub, cv, callee, qns, pos, kw, needle, depth + 1)
             for pname, arg in _call_args(c, callee):
                 if pname in inner and isinstance(arg, ast.Name) and arg.id in params:
                     names.add(arg.id)
@@ -281,15 +289,25 @@ def is_fsdp2(hub, view, expr, at) -> bool:
             return True
         if same:
             return True
+    # bound from what a sharding call returns: ``fully_shard(m)``, or a project helper that gives
+    # its parameter to ``fully_shard`` (``self.model = apply_fsdp(model, mesh)``)
+    sharding = {id(c) for c, _a in shard_calls(hub, view)}
+
+    def sharded(v) -> bool:
+        return isinstance(v, ast.Call) and (id(v) in sharding or view.sem.call_qualname(v) in FULLY_SHARD)
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind == "param":
             return _param_fsdp2(hub, view, evs, expr.id)
         if kind in ("events", "global") and evs:
             for e in evs:
-                if isinstance(e, ast.Assign) and isinstance(e.value, ast.Call) and (
-                        view.sem.call_qualname(e.value) in FULLY_SHARD):
+                if isinstance(e, ast.Assign) and sharded(e.value):
                     return True
+    elif k.startswith("self."):
+        for v in hub.self_attr_bindings(view, expr):
+            if sharded(v if isinstance(v, ast.expr) else getattr(v, "value", None)) \
+                    and not _also_wrapped(hub, view, expr):
+                return True
     return False
 
 

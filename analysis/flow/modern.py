@@ -118,3 +118,13 @@ def content_calls(an, view, expr, at, depth: int = 0) -> list:
         elif isinstance(e, ast.Call):
             out.append((v, e))
     return out
+
+
+def shard_reach(cls, text, filename):
+    """A modern-stack rule's second gate (``Rule.reach``): the file, or a project module it imports
+    (transitively, the text-level import graph of ``flow.reach``), spells a sharding call or a
+    state-dict getter (``SHARD_TEXT``): ``self.model = apply_fsdp(model)`` with ``fully_shard``
+    in ``parallelize.py``."""
+    from .reach import SHARD_TEXT, reaches  # lazy: only files the text gate admits
+
+    return reaches(filename, text, SHARD_TEXT)

@@ -37,6 +37,13 @@ from . import project
 # e.g. ``w.full_tensor()`` in a helper that never imports torch.distributed; flow/hidden.py)
 REACH_TEXT = ("distributed", "Parallel", "ZeroRedundancy", "full_tensor", "summon_full_params",
               "full_optim_state_dict")
+# What the modern-stack rules (DDP501, DDP503, DDP507, DDP508) need in the file or in a project module
+# it imports: a sharding call (``fully_shard`` in ``apply_fsdp(model, mesh)`` of ``parallelize.py``)
+# or a state-dict getter of ``torch.distributed.checkpoint``.
+SHARD_TEXT = ("fully_shard", "parallelize_module", "FullyShardedDataParallel", "FSDP",
+              "get_model_state_dict", "get_state_dict", "get_optimizer_state_dict")
+# every needle a file's facts record (``found``): a query asks about one of the sets above
+_NEEDLES = tuple(dict.fromkeys(REACH_TEXT + SHARD_TEXT))
 _TTL = 5.0
 _MAX_NODES = 4096  # files visited by one query; past it the answer is yes (never a lost finding)
 
@@ -48,19 +55,26 @@ _IMPORT = re.compile(r"\bimport\b\s*((?:[^\n\\;]|\\\r?\n)*)")
 _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)*")
 
 _lock = threading.Lock()
-_facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, holds, candidates, digest)
+_facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, found, candidates, digest)
 _resolved: dict[tuple, tuple] = {}  # (folder, module, level, disk) -> (checked_at, path or None, absent)
-_negative: dict[tuple, tuple] = {}  # (path, disk) -> (checked_at, closure {path: digest}, overlay generation)
+_negative: dict[tuple, tuple] = {}  # (path, disk, needles) -> (checked_at, closure {path: digest}, overlay generation)
 
 
-def holds(text: str) -> bool:
-    """The text may hold a collective site itself."""
-    if any(n in text for n in REACH_TEXT):
+def holds(text: str, needles: tuple = REACH_TEXT) -> bool:
+    """The text may hold a collective site itself (with ``needles``: one of those words)."""
+    if any(n in text for n in needles):
         return True
     if not text.isascii():  # identifiers are NFKC-normalised by the parser
         t = unicodedata.normalize("NFKC", text)
-        return any(n in t for n in REACH_TEXT)
+        return any(n in t for n in needles)
     return False
+
+
+def found(text: str) -> frozenset:
+    """The needles of every set above that the text holds."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    return frozenset(n for n in _NEEDLES if n in text)
 
 
 def candidates(text: str) -> tuple[tuple[str, int], ...]:
@@ -99,7 +113,7 @@ def _read(path: str):
 
 
 def _file_facts(path: str, now: float):
-    """(holds, candidates, digest) of ``path``, or None when it cannot be read."""
+    """(found needles, candidates, digest) of ``path``, or None when it cannot be read."""
     with project._lock:
         overlaid = path in project._overlays
     got = _facts.get(path)
@@ -122,7 +136,7 @@ def _file_facts(path: str, now: float):
     if r is None:
         return None
     text, digest = r
-    facts = (holds(text), candidates(text), digest)
+    facts = (found(text), candidates(text), digest)
     if len(_facts) > 65536:
         _facts.clear()
     _facts[path] = (*stamp, now, *facts)
@@ -144,20 +158,22 @@ def _resolve(path: str, module: str, level: int, now: float):
     return found, absent
 
 
-def reaches(path: str | None, text: str) -> tuple[bool, dict[str, str]]:
+def reaches(path: str | None, text: str, needles: tuple = REACH_TEXT) -> tuple[bool, dict[str, str]]:
     """(may a collective site be reached from this file, {path: content hash} of the other files
     the answer read). ``path`` None (an unsaved document): only the text counts, as in the flow
-    layer, which follows no import without a path."""
-    if holds(text):
+    layer, which follows no import without a path. ``needles``: ``REACH_TEXT`` (a collective
+    site) or ``SHARD_TEXT`` (a sharding call or a state-dict getter)."""
+    if holds(text, needles):
         return True, {}
     if not path or path.startswith("<"):
         return False, {}
     path = os.path.abspath(path)
     with _lock:
-        return _walk(path, text, time.monotonic())
+        return _walk(path, text, time.monotonic(), needles)
 
 
-def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str | None]]:
+def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT) -> tuple[bool, dict[str, str | None]]:
+    wanted = frozenset(needles)
     deps: dict[str, str | None] = {}  # None: a file an import looked for and did not find
     visited = {path}
     work = [(path, candidates(text))]
@@ -171,16 +187,16 @@ def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str | None]
             if p is None or p in visited:
                 continue
             visited.add(p)
-            neg = _negative.get((p, disk))
+            neg = _negative.get((p, disk, needles))
             if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
                 deps.update(neg[1])
                 continue
             facts = _file_facts(p, now)
             if facts is None:
                 continue
-            holds_it, more, digest = facts
+            has, more, digest = facts
             deps[p] = digest
-            if holds_it or len(visited) > _MAX_NODES:
+            if has & wanted or len(visited) > _MAX_NODES:
                 return True, deps
             if more:
                 work.append((p, more))
@@ -190,5 +206,5 @@ def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str | None]
     closure = dict(deps)
     for p, h in deps.items():
         if h is not None:
-            _negative[(p, disk)] = (now, closure, project.generation)
+            _negative[(p, disk, needles)] = (now, closure, project.generation)
     return False, deps

@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.modern import (FSDP1, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, params_root,
+from ..flow.modern import (FSDP1, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, params_root, shard_reach,
                       shard_calls)
 
 
@@ -52,7 +52,8 @@ class OptimizerBeforeShard(Rule):
     code = "DDP501"
     name = "optimizer-before-shard"
     severity = Severity.ERROR
-    requires_text = ("fully_shard", "parallelize_module", "FullyShardedDataParallel", "FSDP")
+    # the sharding and the optimizer may both be built by helpers of other modules: only the reach gate
+    reach = classmethod(shard_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2, options_flag
-from ..flow.modern import content_calls, hub
+from ..flow.modern import content_calls, hub, shard_reach
 
 _SD = "torch.distributed.checkpoint.state_dict."
 _GETTERS = (_SD + "get_model_state_dict", _SD + "get_state_dict", _SD + "get_optimizer_state_dict")
@@ -52,7 +52,8 @@ class ShardedStateDictSaved(Rule):
     code = "DDP503"
     name = "sharded-state-dict-saved"
     severity = Severity.ERROR
-    requires_text = ("fully_shard", "get_model_state_dict", "get_state_dict", "get_optimizer_state_dict")
+    requires_text = ("save",)  # the torch.save is in the file; the sharding may be in a module it imports
+    reach = classmethod(shard_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -72,8 +73,8 @@ class ShardedStateDictSaved(Rule):
             ctx.report(
                 c,
                 f"`{ctx.text(c)}` saves a sharded state dict (`{_seg(sv, sc)}`) "
-                "to one path from every rank: each rank holds only its own shards, so the file keeps one "
-                "rank's shards; use `dcp.save`, or a full state dict (`full_state_dict=True`) written by one rank",
+                "to a path that is the same on every rank: each rank holds only its own shards, so the file "
+                "keeps one rank's shards (the only rank that writes it, or the last); use `dcp.save`, or a full state dict (`full_state_dict=True`) written by one rank",
                 related=rel,
             )
 

@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ..flow.modern import FULLY_SHARD, INIT_MESH, PARALLELIZE, holds_call, hub, origins, qn_pred
+from ..flow.modern import FULLY_SHARD, INIT_MESH, PARALLELIZE, holds_call, hub, origins, qn_pred, shard_reach
 
 _SAMPLER = "torch.utils.data.DistributedSampler"
 _WORLD = ("torch.distributed.get_world_size",)
@@ -51,7 +51,7 @@ class SamplerGlobalWorldIn2d(Rule):
     name = "sampler-global-world-in-2d"
     severity = Severity.ERROR
     requires_text = ("DistributedSampler",)
-    requires_text_all = (("parallelize_module", "fully_shard"),)
+    reach = classmethod(shard_reach)  # the parallelism may be applied by a helper of another module
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
 from ..flow.hidden import is_fsdp2, shard_calls
-from ..flow.modern import DDP, hub
+from ..flow.modern import DDP, hub, shard_reach
 
 _DDP_ONLY_ATTRS = {"module": "`.module` (FSDP2 modules are the model itself)",
                    "no_sync": "`no_sync()` (use `set_requires_gradient_sync(False)`)"}
@@ -48,7 +48,10 @@ class DdpIdiomUnderFsdp2(Rule):
     code = "DDP508"
     name = "ddp-idiom-under-fsdp2"
     severity = Severity.ERROR
-    requires_text = ("fully_shard",)
+    # the idiom is in the file (`.module`, `no_sync`, `isinstance(m, DistributedDataParallel)`); the
+    # sharding may be in a module it imports
+    requires_text = ("module", "no_sync", "DistributedDataParallel")
+    reach = classmethod(shard_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
