@@ -622,6 +622,10 @@ class Evaluator:
                 if recv.src.cat == DATA and f.attr in _SHAPE_METHODS:
                     return X
                 return recv
+            if f.attr in _MOVES:
+                # ``model.cuda(local_rank)``, ``t.to(device)``: the device differs between ranks, the
+                # contents are the receiver's
+                return recv
             av = join(self.value(a, d) for a in args)
             if av.varying:
                 return av
@@ -629,6 +633,10 @@ class Evaluator:
                 return U
             return X
         return X
+
+
+# methods that move a module or a tensor to a device (or a dtype) and keep its contents
+_MOVES = frozenset({"cuda", "to", "cpu"})
 
 
 def _text(e: ast.AST) -> str:
