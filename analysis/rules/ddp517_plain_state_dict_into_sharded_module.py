@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import get_arg
+from ..flow.hidden import is_fsdp2, shard_calls
+from ..flow.modern import hub, origins, shard_reach
+
+# what reads a checkpoint file into plain tensors
+_LOADS = frozenset({"torch.load", "safetensors.torch.load_file", "safetensors.torch.load",
+                    "torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url"})
+
+
+class PlainStateDictIntoShardedModule(Rule):
+    """
+    ## What it does
+    Checks for `model.load_state_dict(sd)` on a module already given to `fully_shard` (FSDP2),
+    where every value `sd` may hold is read from a file with `torch.load` (or safetensors'
+    `load_file`, `load_state_dict_from_url`), directly or as an entry of the loaded checkpoint
+    (`ckpt["model"]`). The module and the state dict are followed through the program model:
+    helpers that shard their parameter (`apply_fsdp(model)`, in this file or an imported one),
+    `self` attributes, tuple unpacking and helpers that return the loaded dict.
+
+    ## Why is this bad?
+    After `fully_shard`, every parameter is a DTensor that holds this rank's shard. A checkpoint
+    read with `torch.load` holds plain, full tensors, and `load_state_dict` copies each one into
+    the DTensor parameter, which raises on every rank:
+
+    ```
+    RuntimeError: Error(s) in loading state_dict for FSDPTransformer:
+        While copying the parameter named "tok_embeddings.weight", ... an exception occurred :
+        ('aten.copy_.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor before calling distributed operators!',)
+    ```
+
+    ## Example
+    ```python
+    model = Transformer(cfg)
+    fully_shard(model)
+    model.load_state_dict(torch.load("pretrained.pt", map_location="cpu"))
+    ```
+
+    ## Use instead
+    Load the full state dict before sharding, or let DCP's state-dict API shard it:
+    ```python
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model = Transformer(cfg)
+    fully_shard(model)
+    full_sd = torch.load("pretrained.pt", map_location="cpu", mmap=True)
+    set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True))
+    ```
+    (`broadcast_from_rank0=True` lets only rank 0 read the file.)
+
+    ## Fix safety
+    There is no automatic fix: whether to load before sharding or through `set_model_state_dict`
+    depends on memory and on where the file is readable.
+    """
+
+    code = "DDP517"
+    name = "plain-state-dict-into-sharded-module"
+    severity = Severity.ERROR
+    # the load_state_dict call is in the file; the sharding may be in a module it imports
+    requires_text = ("load_state_dict",)
+    reach = classmethod(shard_reach)
+
+    def finish(self, ctx) -> None:
+        an, view = hub(ctx)
+        if not shard_calls(an, view):
+            return
+        for c in view.sem.calls:
+            f = c.func
+            if not (isinstance(f, ast.Attribute) and f.attr == "load_state_dict") or len(c.args) + len(c.keywords) < 1:
+                continue
+            sd = get_arg(c, 0, "state_dict")
+            if sd is None or not is_fsdp2(an, view, f.value, c):
+                continue
+            load = _plain_load(an, view, sd, c)
+            if load is None:
+                continue
+            lv, lc = load
+            ctx.report(
+                c,
+                f"`{ctx.text(f.value)}` is a `fully_shard` module (its parameters are DTensor shards), and "
+                f"`{ctx.text(sd)}` holds the plain tensors `{_text(lc)}` reads from the file: "
+                "`load_state_dict` raises 'got mixed torch.Tensor and DTensor' on every rank; load it before "
+                "`fully_shard`, or use `set_model_state_dict(..., options=StateDictOptions(full_state_dict=True))`",
+                related=[(lc, "the checkpoint is read here")] if lv is view else [],
+            )
+
+
+def _plain_load(an, view, expr, at, depth: int = 0):
+    """(view, call) of the file read when every value ``expr`` may hold is a checkpoint loaded into
+    plain tensors (or one entry of it); else None."""
+    if depth > 3:
+        return None
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    got = origins(an, view, expr, at)
+    if not got:
+        return None
+    first = None
+    for v, e in got:
+        while isinstance(e, ast.Subscript):
+            inner = _plain_load(an, v, e.value, e, depth + 1)
+            if inner is None:
+                return None
+            e = None
+            first = first or inner
+            break
+        if e is None:
+            continue
+        if not isinstance(e, ast.Call) or (v.sem.call_qualname(e) or "") not in _LOADS:
+            return None
+        first = first or (v, e)
+    return first
+
+
+def _text(node) -> str:
+    try:
+        s = ast.unparse(node)
+    except Exception:  # pragma: no cover
+        return "torch.load(...)"
+    return s if len(s) <= 60 else s[:57] + "..."
