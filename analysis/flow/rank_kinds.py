@@ -644,3 +644,46 @@ def int_options(views, attr: str) -> list:
                     and option_dest(c, v.sem) == attr:
                 out.append((v, c))
     return out
+
+
+# the global rank of the launchers that place ranks on nodes by a distribution the job chooses
+# (SLURM ``--distribution=cyclic``, ``mpirun --map-by node``): consecutive ranks need not share a node
+PLACED_RANK_ENV = frozenset({"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+# the node-local rank each of those launchers sets beside it
+PLACED_LOCAL_ENV = {"SLURM_PROCID": "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK": "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "PMI_RANK": "MPI_LOCALRANKID", "PMIX_RANK": "OMPI_COMM_WORLD_LOCAL_RANK"}
+DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.xpu.device_count", "torch.npu.device_count",
+                           "torch.mlu.device_count", "torch.musa.device_count"})
+
+
+def env_keys_of(hub, view, expr, at, depth: int = 0) -> set | None:
+    """The environment keys every non-constant origin of ``expr`` reads (through ``int()``), or
+    None when one origin is something else."""
+    if depth > _MAX_DEPTH:
+        return None
+    keys: set = set()
+    leaves = origins(hub, view, expr, at)
+    if not leaves:
+        return None
+    for v, e in leaves[:16]:
+        if _const_expr(e):
+            continue
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1 \
+                and not e.keywords:
+            got = env_keys_of(hub, v, e.args[0], e, depth + 1)
+            if got is None:
+                return None
+            keys |= got
+            continue
+        k = env_key(v, e)
+        if not k:
+            return None
+        keys.add(k)
+    return keys or None
+
+
+def is_device_count(hub, view, expr, at) -> bool:
+    """Every origin of ``expr`` is ``torch.cuda.device_count()`` (or another accelerator's)."""
+    leaves = origins(hub, view, expr, at)
+    return bool(leaves) and all(isinstance(e, ast.Call) and v.sem.call_qualname(e) in DEVICE_COUNTS
+                                for v, e in leaves[:16])
