@@ -61,11 +61,13 @@ def _write(tmp_path, files: dict):
         p.write_text(textwrap.dedent(text))
 
 
-def test_caller_in_another_module_without_torch_in_the_helper(tmp_path):
+def test_caller_in_another_module(tmp_path):
     _write(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/arguments.py": '''
             import os
+
+            import torch
 
 
             def configure(args):
@@ -85,13 +87,48 @@ def test_caller_in_another_module_without_torch_in_the_helper(tmp_path):
             ''',
     })
     found = check_file(str(tmp_path / "pkg" / "arguments.py"), SEL).findings
-    assert [f.range.start.line + 1 for f in found] == [7]
+    assert [f.range.start.line + 1 for f in found] == [9]
     f = found[0]
     assert f.fix is None  # the same statement stores the value into the environment
     assert any((r.filename or "").endswith("setup.py") for r in f.related)
 
 
 def test_torch_free_module_alone_reports_nothing(tmp_path):
-    # no caller uses it: a module that never imports torch reports no local use
-    _write(tmp_path, {"tool.py": 'import os\nr = os.environ["RANK"]\nif r == 0:\n    pass\n'})
+    # no caller uses it: a module that imports no torch (it only names it) reports no local use
+    _write(tmp_path, {"tool.py": 'import os  # for torch jobs\nr = os.environ["RANK"]\nif r == 0:\n    pass\n'})
     assert check_file(str(tmp_path / "tool.py"), SEL).findings == []
+
+
+def test_returned_read_used_by_a_caller_in_another_module(tmp_path):
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/env.py": '''
+            import os
+
+            import torch
+
+
+            def env_rank():
+                return os.environ.get("RANK", 0)
+            ''',
+        "pkg/main.py": '''
+            import torch
+
+            from pkg.env import env_rank
+
+
+            def main():
+                rank = env_rank()
+                if rank == 0:
+                    torch.save({}, "ckpt.pt")
+
+
+            def other():
+                rank = env_rank()
+                rank = int(rank)
+                return rank == 0
+            ''',
+    })
+    found = check_file(str(tmp_path / "pkg" / "env.py"), SEL).findings
+    assert [f.range.start.line + 1 for f in found] == [8]
+    assert len([r for r in found[0].related if (r.filename or "").endswith("main.py")]) == 1

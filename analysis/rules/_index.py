@@ -29,7 +29,7 @@ RULES = {
                 ((('torch', False),), (('rank', True), ('SLURM_LOCALID', False))),
                 False, False),
     'DDP009': ('ddp009_rank_env_string_not_int', True, True,
-                ((('environ', False), ('getenv', False)),),
+                ((('torch', False),), (('environ', False), ('getenv', False))),
                 False, False),
     'DDP010': ('ddp010_placed_rank_modulo_device_count', True, True,
                 ((('torch', False),), (('device_count', False),), (('SLURM_PROCID', False), ('OMPI_COMM_WORLD_RANK', False), ('PMI_RANK', False), ('PMIX_RANK', False))),

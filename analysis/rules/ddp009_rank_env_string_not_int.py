@@ -32,7 +32,9 @@ class RankEnvStringNotInt(Rule):
     - in a namespace attribute (`args.local_rank = os.environ["LOCAL_RANK"]`) that the program's
       argparse option for it declares `type=int`, or that a caller of the function setting it (in
       this file or another file of the project) uses as a number (`args = configure(args)`, then
-      `torch.cuda.set_device(args.local_rank)`).
+      `torch.cuda.set_device(args.local_rank)`);
+    - returned by a function whose caller in another file of the project binds the result and uses
+      it as a number (`rank = env_rank()`, then `if rank == 0:`).
 
     The value is followed by value flow (`flow/origins.py`): assignments, tuple unpacking,
     conditional expressions, and the stores of a namespace attribute in the module (only when every
@@ -40,7 +42,8 @@ class RankEnvStringNotInt(Rule):
     to `str()`, an f-string (`f"cuda:{local_rank}"`), another environment variable or a log message
     is not a use as a number; `== -1` / `!= -1` (the "unset" sentinel) and `is None` mean the same
     for a string and are not flagged. The read must be in the checked file; the use may be in a
-    caller of another file.
+    caller of another file. In a module that imports nothing from torch (a settings helper) only a
+    use in a caller of another module counts.
 
     ## Why is this bad?
     Environment variables are strings. `"0" == 0` is `False`, so a `local_rank == 0` test
@@ -77,12 +80,6 @@ class RankEnvStringNotInt(Rule):
     fix_availability = "sometimes"
     requires_text = ("environ", "getenv")
 
-    @classmethod
-    def gate_of(cls):
-        # not the shared "torch" group: the read is often in a settings helper that imports only
-        # ``os``, and the use in its caller (see ``finish``: such a module reports only those)
-        return (tuple(cls.requires_text),)
-
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         torch_free = not any((m or "").split(".", 1)[0] == "torch" for m, _lvl, _a in view.imports.values())
@@ -90,7 +87,7 @@ class RankEnvStringNotInt(Rule):
 
         def record(read, where, how):
             if torch_free and where[0] is view:
-                return  # a module without torch: only a use in a caller of another module counts
+                return  # a module that imports no torch: only a use in a caller of another module counts
             found.setdefault(id(read), (read, []))[1].append((where, how))
 
         for n, how in int_uses(view):
@@ -113,6 +110,13 @@ class RankEnvStringNotInt(Rule):
                 for cv, use, how in _caller_uses(ctx, an, view, st, base, attr):
                     for read in reads:
                         record(read, (cv, use), how)
+        for ret in ctx.sem.by_type.get(ast.Return, ()):
+            reads = _raw_reads(an, view, ret.value, ret) if ret.value is not None else []
+            if not reads:
+                continue
+            for cv, use, how in _result_uses(ctx, an, ctx.sem.enclosing_function(ret)):
+                for read in reads:
+                    record(read, (cv, use), how)
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None
         for read, uses in sorted(found.values(), key=lambda x: (x[0].lineno, x[0].col_offset)):
@@ -241,6 +245,36 @@ def _caller_uses(ctx, an, view, st, base: str, attr: str) -> list:
                    for s in cv.sem.by_type.get(ast.Assign, ()) if cv.sem.enclosing_function(s) is cfn
                    for t in s.targets):
                 continue  # converted (or replaced) in between
+            out.append((cv, n, how))
+    return out
+
+
+def _result_uses(ctx, an, fn) -> list:
+    """(view, read, how) for each use as a number, in a caller in another file of the project, of
+    what ``fn`` returns: ``r = fn(...)`` and then ``r`` used as a number in the same function with
+    no other store of ``r`` in between (a caller in this file: ``origins`` follows the return)."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(parent(fn), ast.Module):
+        return []
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    out = []
+    for caller, call, node in project_callers(ctx, {fn.name}):
+        if node is not fn:
+            continue
+        ps = parent(call)
+        if not (isinstance(ps, ast.Assign) and len(ps.targets) == 1 and isinstance(ps.targets[0], ast.Name)):
+            continue
+        name = ps.targets[0].id
+        cv = _shim(an, caller)
+        cfn = cv.sem.enclosing_function(call)
+        for n, how in _module_int_uses(cv):
+            if not (isinstance(n, ast.Name) and n.id == name) or cv.sem.enclosing_function(n) is not cfn \
+                    or (n.lineno, n.col_offset) <= (call.lineno, call.col_offset):
+                continue
+            if any(isinstance(t, ast.Name) and t.id == name and s is not ps and call.lineno <= s.lineno <= n.lineno
+                   for s in cv.sem.by_type.get(ast.Assign, ()) if cv.sem.enclosing_function(s) is cfn
+                   for t in s.targets):
+                continue  # rebound in between
             out.append((cv, n, how))
     return out
 
