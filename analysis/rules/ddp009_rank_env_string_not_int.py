@@ -11,6 +11,7 @@ from ..flow.modern import hub
 from ..flow.origins import origins
 from ..flow.rank_kinds import int_options, int_uses, program_views, raw_rank_env_read
 from ..flow.vocab import env_key
+from ._rank_callers import caller_view
 
 _MAX_DEPTH = 3
 
@@ -221,7 +222,7 @@ def _caller_uses(ctx, an, view, st, base: str, attr: str) -> list:
 
         for caller, call, node in project_callers(ctx, {fn.name}):
             if node is fn:
-                sites.append((_shim(an, caller), call))
+                sites.append((caller_view(an, caller), call))
     out = []
     for cv, call in sites:
         arg = next((a for p, a in call_args(call, fn) if p == base), None)
@@ -265,7 +266,7 @@ def _result_uses(ctx, an, fn) -> list:
         if not (isinstance(ps, ast.Assign) and len(ps.targets) == 1 and isinstance(ps.targets[0], ast.Name)):
             continue
         name = ps.targets[0].id
-        cv = _shim(an, caller)
+        cv = caller_view(an, caller)
         cfn = cv.sem.enclosing_function(call)
         for n, how in _module_int_uses(cv):
             if not (isinstance(n, ast.Name) and n.id == name) or cv.sem.enclosing_function(n) is not cfn \
@@ -281,25 +282,6 @@ def _result_uses(ctx, an, fn) -> list:
 
 def _module_int_uses(cv) -> list:
     return int_uses(cv)
-
-
-class _Shim:
-    """What ``int_uses`` and the report read of a module, over a caller's read-only rule context."""
-
-    def __init__(self, caller):
-        self.sem = caller.sem
-        self.tree = caller.sem.tree
-        self.memo: dict = {}
-        self.path = caller.filename
-        self.text = caller.src.text
-
-
-def _shim(an, caller):
-    memo = an.__dict__.setdefault("_ddp009_shims", {})
-    got = memo.get(id(caller.sem))
-    if got is None or got.sem is not caller.sem:
-        got = memo[id(caller.sem)] = _Shim(caller)
-    return got
 
 
 def _make_fix(ctx, read):
