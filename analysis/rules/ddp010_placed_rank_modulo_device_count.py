@@ -30,8 +30,8 @@ class PlacedRankModuloDeviceCount(Rule):
     ## Why is this bad?
     `rank % num_gpus` is the process's place on its node only when the launcher puts consecutive
     ranks on the same node. SLURM and MPI choose the placement per job: with `srun
-    --distribution=cyclic`, `mpirun --map-by node`, or a different number of tasks on some nodes,
-    two processes of one node get the same GPU (NCCL: "Duplicate GPU detected", or both train on
+    --distribution=cyclic` (or `plane`, `arbitrary`), `mpirun --map-by node` or a rank file, two
+    processes of one node get the same GPU (NCCL: "Duplicate GPU detected", or both train on
     one GPU and run out of memory) while another GPU stays idle. The launcher already tells each
     process its node-local rank: `SLURM_LOCALID`, `OMPI_COMM_WORLD_LOCAL_RANK`.
 
@@ -82,8 +82,8 @@ class PlacedRankModuloDeviceCount(Rule):
                 ctx.report(
                     e,
                     f"the device index is `{key}` modulo the device count: that is this process's place on its "
-                    f"node only when the launcher puts consecutive ranks on one node; with a cyclic distribution "
-                    f"(`srun --distribution=cyclic`, `mpirun --map-by node`) or uneven tasks per node two processes "
-                    f"of a node pick the same GPU. Use the launcher's node-local rank (`{local}`)",
+                    f"node only when the launcher puts consecutive ranks on one node; with another placement "
+                    f"(`srun --distribution=cyclic`, `mpirun --map-by node`) two processes of a node pick the "
+                    f"same GPU. Use the launcher's node-local rank (`{local}`)",
                     related=related,
                 )
