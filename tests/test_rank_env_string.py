@@ -34,6 +34,10 @@ def _lines(body: str) -> list[int]:
     ('r = os.environ.get("LOCAL_RANK", -1)\nif r != -1:\n    pass\n', []),
     ('r = os.environ["LOCAL_RANK"]\nr = int(r)\ntorch.cuda.set_device(r)\n', []),
     ('r = os.environ["LOCAL_RANK"]\nos.environ["X"] = r\nprint("rank " + r)\n', []),
+    # the read used in place
+    ('torch.cuda.set_device(os.environ["LOCAL_RANK"])\n', [1]),
+    ('if os.environ.get("RANK", "0") == 0:\n    pass\n', [1]),
+    ('torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))\n', []),
     # a variable that is not a launcher's number
     ('r = os.environ["MASTER_PORT"]\nif r == 0:\n    pass\n', []),
 ])

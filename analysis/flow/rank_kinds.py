@@ -615,8 +615,8 @@ def int_use_of(view, node: ast.AST, _sites=None) -> str | None:
 
 
 def int_uses(view) -> list:
-    """(read, how) for each name or non-``self`` attribute read of the module that ``int_use_of``
-    says is used as a number (once per module)."""
+    """(read, how) for each name, attribute or raw environment read (``raw_rank_env_read``) of the
+    module that ``int_use_of`` says is used as a number (once per module)."""
     memo = view.memo.get("rank_kinds.int_uses")
     if memo is not None:
         return memo
@@ -626,9 +626,12 @@ def int_uses(view) -> list:
         if n.__class__ is ast.Name or n.__class__ is ast.Attribute:
             if not isinstance(n.ctx, ast.Load):
                 continue
-            how = int_use_of(view, n, sites)
-            if how is not None:
-                out.append((n, how))
+        elif not ((n.__class__ is ast.Subscript and isinstance(n.ctx, ast.Load)) or n.__class__ is ast.Call) \
+                or not raw_rank_env_read(view, n):
+            continue  # a read used in place: ``set_device(os.environ["LOCAL_RANK"])``
+        how = int_use_of(view, n, sites)
+        if how is not None:
+            out.append((n, how))
     view.memo["rank_kinds.int_uses"] = out
     return out
 
