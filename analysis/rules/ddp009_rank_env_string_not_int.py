@@ -80,8 +80,15 @@ class RankEnvStringNotInt(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     requires_text = ("environ", "getenv")
+    node_types = (ast.Subscript,)  # indexed for the cheap first test of ``finish`` (no visit)
+
+    def visit(self, node, ctx) -> None:
+        pass
 
     def finish(self, ctx) -> None:
+        sem = ctx.sem
+        if not any(raw_rank_env_read(ctx, n) for n in (*sem.by_type.get(ast.Subscript, ()), *sem.calls)):
+            return  # no launcher variable read here (the finding is always at such a read)
         an, view = hub(ctx)
         torch_free = not any((m or "").split(".", 1)[0] == "torch" for m, _lvl, _a in view.imports.values())
         found: dict = {}  # id(read) -> (read, [(where, how)])
@@ -95,6 +102,9 @@ class RankEnvStringNotInt(Rule):
             for read in _raw_reads(an, view, n, n):
                 record(read, (view, n), how)
         for st in ctx.sem.by_type.get(ast.Assign, ()):
+            if not any(isinstance(tg, ast.Attribute) and isinstance(tg.value, ast.Name) and tg.value.id != "self"
+                       for tg in st.targets):
+                continue
             reads = _raw_reads(an, view, st.value, st)
             if not reads:
                 continue
