@@ -536,3 +536,157 @@ def _device_string_sites(node) -> list[ast.AST]:
         if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == "str" and len(r.args) == 1:
             return [r.args[0]]
     return []
+
+
+# -- a rank read from the environment and left a string ------------------------------------------
+
+# the environment variables launchers set to a rank, a node's rank or a count of processes: each
+# holds a number written as text
+NUMERIC_RANK_ENV = GLOBAL_RANK_ENV | LOCAL_RANK_ENV | frozenset({
+    "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "OMPI_COMM_WORLD_NODE_RANK",
+    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_RANK", "PMI_SIZE", "SLURM_NODEID",
+    "SLURM_NTASKS", "SLURM_NPROCS",
+})
+_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Mod, ast.FloorDiv, ast.Div)
+
+
+def raw_rank_env_read(view, e) -> str | None:
+    """The key when ``e`` is itself a read of a numeric launcher variable (``NUMERIC_RANK_ENV``):
+    ``os.environ["LOCAL_RANK"]``, ``os.environ.get("RANK", 0)``, ``os.getenv("WORLD_SIZE")``. Such
+    a read is a string (the default only when the variable is unset): the caller asks this of an
+    origin, so a read inside ``int(...)`` (whose origin is the ``int`` call) never gets here."""
+    key = env_key(view, e)
+    return key if key and key in NUMERIC_RANK_ENV else None
+
+
+def _int_const(e) -> int | None:
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        v = _int_const(e.operand)
+        return -v if v is not None else None
+    return e.value if isinstance(e, ast.Constant) and type(e.value) is int else None
+
+
+def int_use_of(view, node: ast.AST, _sites=None) -> str | None:
+    """How ``node`` (a name or attribute read) is used as a number, where a string breaks: a device
+    index (``device_index_sites``, not inside an f-string or ``str()``), ``init_process_group``'s
+    ``rank=`` / ``world_size=``, an order comparison or arithmetic with an int (``TypeError``, or
+    ``"2" * 4 == "2222"``), an equality test against a rank ``>= 0`` (always unequal: the test
+    silently says no); else None. ``== -1`` / ``!= -1`` (the "unset" sentinel) and ``is None`` are
+    not uses: they mean the same for a string."""
+    from ..semantic import parent
+
+    p = parent(node)
+    if p is None:
+        return None
+    if p.__class__ is ast.Compare:
+        parts = [p.left, *p.comparators]
+        i = next((k for k, x in enumerate(parts) if x is node), None)
+        if i is None:
+            return None
+        for k, op in enumerate(p.ops):
+            if i not in (k, k + 1):
+                continue
+            other = parts[k + 1] if i == k else parts[k]
+            c = _int_const(other)
+            if c is None:
+                continue
+            if isinstance(op, _ORDER):
+                return "compared with an int (`TypeError`)"
+            if isinstance(op, (ast.Eq, ast.NotEq)) and c >= 0:
+                return f"compared with `{c}` (a string never equals an int: the test is always {'False' if isinstance(op, ast.Eq) else 'True'})"
+        return None
+    if p.__class__ is ast.BinOp and isinstance(p.op, _ARITH):
+        other = p.right if p.left is node else p.left
+        if _int_const(other) is not None:
+            return "in arithmetic with an int (`TypeError`, or `\"2\" * 4 == \"2222\"`)"
+        return None
+    if p.__class__ is ast.keyword and p.arg in ("rank", "world_size"):
+        call = parent(p)
+        if isinstance(call, ast.Call) and view.sem.call_qualname(call) == D + "init_process_group":
+            return f"`init_process_group({p.arg}=...)`"
+        return None
+    sites = _sites if _sites is not None else {id(s) for s, _c, _w in device_sinks(view)}
+    if id(node) in sites:
+        if isinstance(p, ast.FormattedValue):
+            return None  # ``f"cuda:{r}"``: a string is what the f-string wants
+        return "a device index"
+    return None
+
+
+def int_uses(view) -> list:
+    """(read, how) for each name, attribute or raw environment read (``raw_rank_env_read``) of the
+    module that ``int_use_of`` says is used as a number (once per module)."""
+    memo = view.memo.get("rank_kinds.int_uses")
+    if memo is not None:
+        return memo
+    sites = {id(s) for s, _c, _w in device_sinks(view)}
+    out = []
+    for n in ast.walk(view.tree):
+        if n.__class__ is ast.Name or n.__class__ is ast.Attribute:
+            if not isinstance(n.ctx, ast.Load):
+                continue
+        elif not ((n.__class__ is ast.Subscript and isinstance(n.ctx, ast.Load)) or n.__class__ is ast.Call) \
+                or not raw_rank_env_read(view, n):
+            continue  # a read used in place: ``set_device(os.environ["LOCAL_RANK"])``
+        how = int_use_of(view, n, sites)
+        if how is not None:
+            out.append((n, how))
+    view.memo["rank_kinds.int_uses"] = out
+    return out
+
+
+def int_options(views, attr: str) -> list:
+    """(view, call) for each argparse option of ``views`` whose destination is ``attr`` and whose
+    ``type=`` is ``int``: the program declares that attribute a number."""
+    out = []
+    for v in views:
+        for c in argparse_options(v.sem):
+            t = get_arg(c, None, "type")
+            if isinstance(t, ast.Name) and t.id == "int" and v.sem.qualname(t) is None \
+                    and option_dest(c, v.sem) == attr:
+                out.append((v, c))
+    return out
+
+
+# the global rank of the launchers that place ranks on nodes by a distribution the job chooses
+# (SLURM ``--distribution=cyclic``, ``mpirun --map-by node``): consecutive ranks need not share a node
+PLACED_RANK_ENV = frozenset({"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+# the node-local rank each of those launchers sets beside it
+PLACED_LOCAL_ENV = {"SLURM_PROCID": "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK": "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "PMI_RANK": "MPI_LOCALRANKID", "PMIX_RANK": "OMPI_COMM_WORLD_LOCAL_RANK"}
+DEVICE_COUNTS = frozenset({"torch.cuda.device_count", "torch.xpu.device_count", "torch.npu.device_count",
+                           "torch.mlu.device_count", "torch.musa.device_count"})
+
+
+def env_keys_of(hub, view, expr, at, depth: int = 0) -> set | None:
+    """The environment keys every non-constant origin of ``expr`` reads (through ``int()``), or
+    None when one origin is something else."""
+    if depth > _MAX_DEPTH:
+        return None
+    keys: set = set()
+    leaves = origins(hub, view, expr, at)
+    if not leaves:
+        return None
+    for v, e in leaves[:16]:
+        if _const_expr(e):
+            continue
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" and len(e.args) == 1 \
+                and not e.keywords:
+            got = env_keys_of(hub, v, e.args[0], e, depth + 1)
+            if got is None:
+                return None
+            keys |= got
+            continue
+        k = env_key(v, e)
+        if not k:
+            return None
+        keys.add(k)
+    return keys or None
+
+
+def is_device_count(hub, view, expr, at) -> bool:
+    """Every origin of ``expr`` is ``torch.cuda.device_count()`` (or another accelerator's)."""
+    leaves = origins(hub, view, expr, at)
+    return bool(leaves) and all(isinstance(e, ast.Call) and v.sem.call_qualname(e) in DEVICE_COUNTS
+                                for v, e in leaves[:16])

@@ -12,6 +12,7 @@ from ..flow.rank_kinds import (
     self_launched,
 )
 from ..flow.testing import is_test_file
+from ._rank_callers import importer_views
 
 
 class LocalRankOnlyFromArgv(Rule):
@@ -28,10 +29,11 @@ class LocalRankOnlyFromArgv(Rule):
     The program is the file and the project modules it imports, transitively: an environment read
     in any of them (an `args.local_rank = int(os.environ["LOCAL_RANK"])` in a setup helper of
     another module) clears the option; a read of the option's value in any of them counts as a
-    use. A module that imports this one is not part of what one check sees: a `LOCAL_RANK` read
-    only there leaves the finding (the option is usually declared where the script starts, with
-    the reads below it). Reads are found by value (the `os.environ` expressions of the code), never by a word in a
-    comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
+    use. A module that imports this one counts only when no module of the program uses the option:
+    then the modules of the project that call the function declaring it (`args = parse_args()` in
+    `initialize.py`, the options added by a helper of `arguments.py`) are where it is used, and a
+    `LOCAL_RANK` read in one of them clears the option. Reads are found by value (the `os.environ`
+    expressions of the code), never by a word in a comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
     launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
     launcher passes `--local_rank=N` itself. Test files are skipped.
 
@@ -96,13 +98,14 @@ class LocalRankOnlyFromArgv(Rule):
             dest = option_dest(c, ctx.sem)
             if not dest:
                 continue
-            use = None
-            for v in program:  # the first use in the file itself, else in the first module that has one
-                got = option_uses(v, dest)
-                if got:
-                    n, how = min(got, key=lambda u: (u[0].lineno, u[0].col_offset))
-                    use = (v, n, how)
-                    break
+            use = _first_use(program, dest)
+            if use is None:
+                # the modules that call the function declaring the option (``parse_args()`` in
+                # ``initialize.py``) read what it parses; their environment reads clear it too
+                importers = importer_views(ctx, an, c)
+                if any(local_rank_env_reads(v) for v in importers):
+                    continue
+                use = _first_use(importers, dest)
             if use is None:
                 continue
             uv, node, how = use
@@ -123,6 +126,16 @@ class LocalRankOnlyFromArgv(Rule):
                 related=related,
                 fix=_make_fix(ctx, c, default),
             )
+
+
+def _first_use(views, dest: str):
+    """(view, read, how) of the first use of the option's value in the first of ``views`` that has one."""
+    for v in views:
+        got = option_uses(v, dest)
+        if got:
+            n, how = min(got, key=lambda u: (u[0].lineno, u[0].col_offset))
+            return v, n, how
+    return None
 
 
 def _range(view, node):
