@@ -20,7 +20,10 @@ _EXISTS_QNS = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir", "o
 # wrappers whose module is replicated on every rank (the device they sit on is not the value)
 _REPLICATED = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel"})
 _CLOCKS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.process_time",
-                     "time.perf_counter_ns", "time.monotonic_ns", "datetime.datetime.now", "datetime.datetime.utcnow"})
+                     "time.perf_counter_ns", "time.monotonic_ns", "datetime.datetime.now", "datetime.datetime.utcnow",
+                     # the current time, formatted (``time.strftime(fmt)`` reads the clock)
+                     "time.localtime", "time.gmtime", "time.ctime", "time.asctime", "time.strftime",
+                     "datetime.datetime.today", "datetime.date.today"})
 _RNG_PREFIXES = ("random.", "numpy.random.", "np.random.")
 _RNG_TORCH = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli",
                         "torch.multinomial", "torch.normal", "torch.rand_like", "torch.randn_like"})
