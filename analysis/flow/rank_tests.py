@@ -77,11 +77,12 @@ def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast
     if depth > 5:
         return None
     expr = _unwrap_int(expr)
-    if isinstance(expr, ast.Call):
-        return expr if world_size_call(ctx.sem, expr) else None
+    # ``os.environ["WORLD_SIZE"]``, ``os.environ.get("WORLD_SIZE", 1)``, ``os.getenv("WORLD_SIZE")``
     key = env_key(ctx, expr)
     if key is not None:
         return expr if key in WORLD_SIZE_ENV else None
+    if isinstance(expr, ast.Call):
+        return expr if world_size_call(ctx.sem, expr) else None
     if isinstance(expr, ast.Name):
         kind, val = name_binding_kind(ctx, expr.id, scope)
         if kind == "single" and val is not None:
@@ -473,3 +474,65 @@ def _helper_polarity(ctx, name: str, depth: int) -> bool | None:
 
 def _small(fn: ast.AST) -> bool:
     return (getattr(fn, "end_lineno", fn.lineno) - fn.lineno) < 40
+
+
+# -- a world of one process: which branch runs only when the job has one process ------------------
+
+def single_process_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> str | None:
+    """``"body"`` when ``test`` holding implies a world of one process (``world_size == 1``, ``not
+    ddp`` with ``ddp = world_size != 1``, ``a and world_size == 1``), ``"orelse"`` when ``test``
+    failing implies it (``world_size > 1``), else None. The world size by value flow
+    (``world_size_source``), never by name."""
+    if depth > 6:
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        s = single_process_side(ctx, test.operand, scope, depth + 1)
+        return None if s is None else ("orelse" if s == "body" else "body")
+    if isinstance(test, ast.BoolOp):
+        sides = [single_process_side(ctx, v, scope, depth + 1) for v in test.values]
+        if isinstance(test.op, ast.And):
+            # the body needs every conjunct: one that implies a single process is enough; the
+            # else-branch is reached when any conjunct fails: all must imply it
+            if "body" in sides:
+                return "body"
+            return "orelse" if all(s == "orelse" for s in sides) else None
+        if all(s == "body" for s in sides):
+            return "body"
+        return "orelse" if "orelse" in sides else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        single = _single_world_test(ctx, test, scope)
+        if single is None:
+            return None
+        return "body" if single else "orelse"
+    if isinstance(test, ast.Name):
+        kind, val = name_binding_kind(ctx, test.id, scope)
+        if kind == "single" and val is not None:
+            return single_process_side(ctx, val, ctx.sem.scope_of(val), depth + 1)
+    return None
+
+
+def only_single_process(ctx, node: ast.AST) -> bool:
+    """``node`` runs only in a world of one process: a branch of an enclosing ``if`` (or
+    if-expression) of its function that ``single_process_side`` says is taken only then."""
+    from ..semantic import parent
+
+    scope = ctx.sem.scope_of(node)
+    child, p = node, parent(node)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Module, ast.ClassDef, ast.Lambda)):
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
+            side = single_process_side(ctx, p.test, scope)
+            in_body = child in p.body if isinstance(p.body, list) else child is p.body
+            if side is not None and (side == "body") == in_body:
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+def world_size_tests(ctx, scope: ast.AST) -> list[ast.AST]:
+    """The tests of ``scope`` (its own nodes) that compare the world size with one process
+    (``single_process_side`` is not None): the code there knows it may run as several ranks."""
+    out = []
+    for n in iter_scope_nodes(scope):
+        if isinstance(n, (ast.If, ast.IfExp, ast.While)) and single_process_side(ctx, n.test, scope) is not None:
+            out.append(n.test)
+    return out
