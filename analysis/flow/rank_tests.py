@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, terminal_name
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind
 from .world import WORLD_SIZE_ENV, world_size_call
@@ -82,7 +82,17 @@ def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast
     if key is not None:
         return expr if key in WORLD_SIZE_ENV else None
     if isinstance(expr, ast.Call):
-        return expr if world_size_call(ctx.sem, expr) else None
+        if world_size_call(ctx.sem, expr):
+            return expr
+        # ``world_size = get_world()`` with ``def get_world(): return int(os.environ["WORLD_SIZE"])``
+        # in this module (one definition, one final ``return``, no parameters)
+        f = expr.func
+        defs = ctx.sem.functions.get(f.id) if isinstance(f, ast.Name) and not expr.args else None
+        if defs and len(defs) == 1 and defs[0].body and isinstance(defs[0].body[-1], ast.Return) \
+                and defs[0].body[-1].value is not None and not param_names(defs[0]) \
+                and sum(isinstance(n, ast.Return) for n in iter_scope_nodes(defs[0])) == 1:
+            return world_size_source(ctx, defs[0].body[-1].value, defs[0], depth + 1)
+        return None
     if isinstance(expr, ast.Name):
         kind, val = name_binding_kind(ctx, expr.id, scope)
         if kind == "single" and val is not None:

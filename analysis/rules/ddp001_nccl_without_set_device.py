@@ -6,6 +6,7 @@ import re
 from ..model import Applicability, Severity
 from ..flow.mentions import code_strings, code_words, mentions
 from ..registry import Rule
+from ..torch_api import argparse_default, attribute_store_value, dict_item_value
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._per_rank_device import (_child_toward, _const_cuda, _device_position, _exclusive_branches,
                                _label, _report_per_rank_device)
@@ -153,6 +154,10 @@ class NcclWithoutSetDevice(Rule):
         if not nccl_inits and not inits:
             made_by = _helper_inits(ctx)
             nccl_inits = [c for c in ctx.sem.calls if id(c) in made_by]
+        # inits whose group is NCCL only on some paths: a fallback (``if not is_initialized():``)
+        # or a backend from the config, NCCL where a test says so (``if cfg.backend == "nccl":``)
+        nccl_ids = {id(c) for c in nccl_inits}
+        guarded = [c for c in inits if id(c) not in nccl_ids and not single_process_init(ctx, c)]
         if not nccl_inits:
             # ``if not dist.is_initialized(): init_process_group("nccl")`` followed by a per-rank
             # device: when the fallback runs, nobody set the group up, nor pinned the device
@@ -160,9 +165,11 @@ class NcclWithoutSetDevice(Rule):
                          and not single_process_init(ctx, c)]
             if fallbacks and not _pins_device(ctx):
                 _report_per_rank_device(ctx, fallbacks)
+            elif guarded and _pins_device(ctx):
+                _report_before_pin(ctx, [], guarded)
             return
         if _pins_device(ctx, skip={i for i in made_by}):
-            _report_before_pin(ctx, nccl_inits)
+            _report_before_pin(ctx, nccl_inits, guarded)
             return
         affected: list[tuple[ast.AST, str]] = []
         for c in ctx.dist_calls(*OBJECT_COLLECTIVES):
@@ -349,6 +356,28 @@ def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 
             val = ctx.sem.single_value(node.id, scope)
             got = memo[key] = _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1, scope)
         return got
+    if node.__class__ is ast.Attribute and node.value.__class__ is ast.Name and ctx.qn(node) is None:
+        # ``args.device`` with ``add_argument("--device", default="cuda")`` and no store of its
+        # own in the module, or the one store ``args.device = "cuda"``
+        if _attr_stored(ctx.sem, node.value.id, node.attr):
+            val = attribute_store_value(ctx.sem, node.value.id, node.attr)
+        else:
+            val = argparse_default(ctx.sem, node.attr)
+        return val is not None and _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1, scope)
+    if node.__class__ is ast.Subscript:  # ``cfg["device"]`` of a config dict literal
+        val = dict_item_value(ctx.sem, node, scope if scope is not None else ctx.sem.scope_of(at))
+        return val is not None and _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1, scope)
+    return False
+
+
+def _attr_stored(sem, base: str, attr: str) -> bool:
+    """Some statement of the module stores ``base.attr`` (an assignment, augmented or annotated)."""
+    for t in (ast.Assign, ast.AugAssign, ast.AnnAssign):
+        for st in sem.by_type.get(t, ()):
+            for tg in (st.targets if t is ast.Assign else [st.target]):
+                if tg.__class__ is ast.Attribute and tg.attr == attr and tg.value.__class__ is ast.Name \
+                        and tg.value.id == base:
+                    return True
     return False
 
 
@@ -369,15 +398,22 @@ def _only_printed(node: ast.AST) -> bool:
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
-def _report_before_pin(ctx, nccl_inits) -> None:
+def _report_before_pin(ctx, nccl_inits, guarded=()) -> None:
     """The file pins the device, but a call that uses the current device runs after the NCCL init
     and before the pin, in the same function (the ``all_gather_object`` placed above
-    ``torch.cuda.set_device(local_rank)``)."""
+    ``torch.cuda.set_device(local_rank)``). The pin may be made by a helper (``_helper_pins``).
+    ``guarded``: inits whose group is NCCL only where the call's own test says so
+    (``if cfg.backend == "nccl":`` around the call, with ``backend=cfg.backend`` at the init), or
+    that run only when no group exists yet (``if not is_initialized():``)."""
     sem = ctx.sem
     pins = [c for c in sem.calls_to("torch.cuda.set_device")]
+    direct = {id(c) for c in pins}
+    pins += _helper_pins(ctx)
     if not pins:
         return
-    for init in nccl_inits:
+    _report_before_init_and_pin(ctx, nccl_inits, [p for p in pins if id(p) in direct])
+    guarded_ids = {id(c) for c in guarded}
+    for init in [*nccl_inits, *guarded]:
         scope = sem.scope_of(init)
         pin_lines = [c.lineno for c in _pin_like_calls(ctx) if sem.scope_of(c) is scope]
         later = [p for p in pins if sem.scope_of(p) is scope and p.lineno > init.lineno]
@@ -400,6 +436,9 @@ def _report_before_pin(ctx, nccl_inits) -> None:
         for node, why in sorted(cands, key=lambda a: (a[0].lineno, a[0].col_offset)):
             if sem.scope_of(node) is not scope or not (init.lineno < node.lineno < pin.lineno):
                 continue
+            if id(init) in guarded_ids and not (
+                    (_fallback_init(init) and init_backend_is_nccl(init, ctx)) or _nccl_by_test(ctx, init, node)):
+                continue
             if any(ln <= node.lineno for ln in pin_lines if ln != pin.lineno) or _pinned_before(pin_lines, node, pin):
                 continue
             if not _runs_after(sem, init, node) or _shares_loop(sem, node, pin):
@@ -416,6 +455,148 @@ def _report_before_pin(ctx, nccl_inits) -> None:
                 related=[(init, "NCCL process group created here"), (pin, "the device is pinned only here")],
                 fix=fix or None,
             )
+
+
+def _report_before_init_and_pin(ctx, nccl_inits, pins) -> None:
+    """``torch.empty(1, device="cuda")`` at the top of the script, before both the NCCL init and
+    ``torch.cuda.set_device(...)``: every rank allocates on (and makes a CUDA context on) cuda:0."""
+    sem = ctx.sem
+    seen: set[int] = set()
+    uses = None
+    for init in nccl_inits:
+        scope = sem.scope_of(init)
+        mine = [p for p in pins if sem.scope_of(p) is scope]
+        if not mine:
+            continue
+        pin_lines = [c.lineno for c in _pin_like_calls(ctx) if sem.scope_of(c) is scope]
+        if uses is None:
+            uses = [(n, why) for n, why in current_device_uses(ctx, eager_only=True)
+                    if not (isinstance(n, ast.Call) and ((ctx.qn(n) or "").startswith(D) or ctx.qn(n) == DDP_CLASS))]
+        for node, why in uses:
+            if id(node) in seen:
+                continue
+            pin = min((p for p in mine if p.lineno > node.lineno), key=lambda p: p.lineno, default=None)
+            if pin is None or not _runs_before_init_and_pin(ctx, node, init, pin, scope, pin_lines):
+                continue
+            seen.add(id(node))
+            ctx.report(
+                node,
+                f"{why}, cuda:0 on every rank: it runs before `{_label(ctx, pin)}` (line {pin.lineno}), so "
+                f"each process makes a CUDA context and allocates on GPU 0; name the rank's device or move "
+                f"it after the pin",
+                related=[(pin, "the device is pinned only here"), (init, "NCCL process group created here")],
+            )
+
+
+def _runs_before_init_and_pin(ctx, node, init, pin, scope, pin_lines) -> bool:
+    """``node`` (a use of the current device) runs in the init's own function before both the NCCL
+    init and the pin, on the straight-line path to them: no pin-like call before it, no branch
+    or loop of its own between."""
+    sem = ctx.sem
+    if sem.scope_of(node) is not scope or not (node.lineno < init.lineno and node.lineno < pin.lineno):
+        return False
+    if any(ln <= node.lineno for ln in pin_lines):
+        return False
+    if any(sem.scope_of(c) is scope and c.lineno < node.lineno for c in _calls_to_pinning_functions(ctx)):
+        return False
+    st = sem.statement_of(node)
+    return parent(st) is parent(sem.statement_of(init)) and _runs_after(sem, node, init) \
+        and _runs_after(sem, node, pin)
+
+
+def _nccl_by_test(ctx, init: ast.Call, node: ast.AST) -> bool:
+    """``node`` runs only where the init's own backend expression equals ``"nccl"``: an enclosing
+    ``if`` (its body) whose test is, or has as a conjunct, ``<backend> == "nccl"`` with the same
+    attribute or subscript path as ``backend=`` of the init, and nothing stores to that path in
+    the function between them."""
+    backend = get_arg(init, 0, "backend")
+    if backend is None or not isinstance(backend, (ast.Attribute, ast.Subscript, ast.Name)):
+        return False
+    if isinstance(backend, ast.Attribute) and not is_simple_ref(backend):
+        return False
+    key = ctx.text(backend)
+    scope = ctx.sem.scope_of(init)
+    for n in ast.walk(scope):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and init.lineno <= n.lineno <= node.lineno:
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                if ctx.text(t) == key:
+                    return False
+    child, p = node, parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, ast.If) and child in p.body:
+            tests = p.test.values if isinstance(p.test, ast.BoolOp) and isinstance(p.test.op, ast.And) else [p.test]
+            for t in tests:
+                if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq):
+                    a, b = t.left, t.comparators[0]
+                    for x, y in ((a, b), (b, a)):
+                        if ctx.text(x) == key and isinstance(y, ast.Constant) and isinstance(y.value, str) \
+                                and y.value.lower() == "nccl":
+                            return True
+        child, p = p, parent(p)
+    return False
+
+
+def _helper_pins(ctx) -> list[ast.Call]:
+    """Calls (as statements) that pin the device through a helper: a function of another project
+    module that calls ``torch.cuda.set_device`` (itself or one it calls, two levels down), or a
+    function of a library outside the project named like a device setter
+    (``set_cuda_device_index(self.local_rank)``) whose argument is a rank by value flow (the name
+    follows that answer). Once per check."""
+    return ctx.memo("ddp001.helper_pins", lambda: _helper_pins_of(ctx))
+
+
+def _helper_pins_of(ctx) -> list[ast.Call]:
+    from ..flow.rank_tests import rank_kind
+    from ._common import pin_name_kind
+
+    sem = ctx.sem
+    out: list[ast.Call] = []
+    ana = None
+    for c in sem.calls:
+        f = c.func
+        if not isinstance(f, (ast.Name, ast.Attribute)) or not isinstance(parent(c), ast.Expr):
+            continue
+        qn = ctx.qn(c) or ""
+        if qn.startswith("torch."):
+            continue
+        name = f.id if isinstance(f, ast.Name) else f.attr
+        if name in sem.functions:
+            continue  # a function of this file: ``_calls_to_pinning_functions`` reads it
+        if ana is None:
+            from ..flow import for_context
+
+            ana = for_context(ctx)
+        got = ana.resolve_call(ana.main, c)
+        if got is not None and got[0] is not ana.main:
+            if _pins_in(ana, got[0], got[1], 0):
+                out.append(c)
+            continue
+        if got is None and pin_name_kind(name) == 2 and len(c.args) == 1 and not c.keywords \
+                and rank_kind(ctx, c.args[0], sem.scope_of(c)) is not None:
+            out.append(c)
+    return out
+
+
+def _pins_in(ana, view, fn, depth: int) -> bool:
+    if depth > 2 or not isinstance(fn, FUNC_TYPES):
+        return False
+    memo = view.memo.setdefault("ddp001.pins_in", {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    memo[id(fn)] = False
+    vsem = view.sem
+    for c in vsem.calls:
+        if vsem.enclosing_function(c) is not fn:
+            continue
+        if vsem.call_qualname(c) == "torch.cuda.set_device":
+            memo[id(fn)] = True
+            break
+        if depth < 2 and isinstance(parent(c), ast.Expr):
+            got = ana.resolve_call(view, c)
+            if got is not None and _pins_in(ana, got[0], got[1], depth + 1):
+                memo[id(fn)] = True
+                break
+    return memo[id(fn)]
 
 
 def _calls_to_pinning_functions(ctx) -> list[ast.Call]:
@@ -564,7 +745,10 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
         # distributed-setup helper whose body is not here may well pin the device
         if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
             return True
-    return sets_visible_devices(sem, ctx.src.text)
+    if sets_visible_devices(sem, ctx.src.text):
+        return True
+    # a helper of another project module that calls ``torch.cuda.set_device``
+    return any(id(c) not in skip for c in _helper_pins(ctx))
 
 
 def sets_visible_devices(sem, text: str | None = None) -> bool:

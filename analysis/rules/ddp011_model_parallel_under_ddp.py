@@ -8,7 +8,8 @@ from ..semantic import FUNC_TYPES, parent
 from ..flow.rank_tests import LOCAL_RANK_ENV, only_single_process, rank_test, world_size_tests
 from ..flow.vocab import env_key
 from ..flow.world import WORLD_SIZE_ENV
-from ._common import D, DDP_CLASS
+from ..torch_api import constant_of
+from ._common import D, DDP_CLASS, project_callers
 
 # ``device_map`` strategies that spread one model over every visible GPU (Accelerate's
 # ``infer_auto_device_map``): ``"auto"``, ``"balanced"``, ``"balanced_low_0"``, ``"sequential"``
@@ -100,22 +101,32 @@ class ModelParallelUnderDdp(Rule):
         for node, what in cands:
             if only_single_process(ctx, node) or _rank_subset(ctx, node):
                 continue
-            ev = _evidence_here_or_at_caller(ctx, sem.scope_of(node))
-            if ev is None:
+            got = _evidence_here_or_at_caller(ctx, sem.scope_of(node))
+            if got is None:
                 continue
+            ev, where = got
+            note = "the code knows it may run as several processes here"
+            if where is None:
+                at, related = f"line {ev.lineno}", [(ev, note)]
+            else:
+                from ..flow.findings import node_span
+
+                at = f"line {ev.lineno} of {_short_path(where.filename)}, a caller"
+                related = [("file", where.filename, node_span(ctx, where.filename, ev), note)]
             ctx.report(
                 node,
-                f"{what}, but this code also runs as one of several data-parallel ranks (line {ev.lineno}): "
+                f"{what}, but this code also runs as one of several data-parallel ranks ({at}): "
                 f"each rank needs its own whole replica on its own GPU; do this only when the world size is 1",
-                related=[(ev, "the code knows it may run as several processes here")],
+                related=related,
             )
 
 
 def _spread_value(ctx, e: ast.AST, scope: ast.AST) -> str | None:
-    if isinstance(e, ast.Name):
-        e = ctx.sem.single_value(e.id, scope)
-    if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in _SPREAD:
-        return e.value
+    """The spreading strategy ``e`` is: a literal, or (``constant_of``) a name bound once to one,
+    an argparse default, the one store of ``args.x``, a config dict item."""
+    c = constant_of(ctx.sem, e, scope)
+    if c is not None and isinstance(c.value, str) and c.value in _SPREAD:
+        return c.value
     return None
 
 
@@ -133,22 +144,39 @@ def _rank_subset(ctx, node: ast.AST) -> bool:
     return False
 
 
-def _evidence_here_or_at_caller(ctx, scope: ast.AST) -> ast.AST | None:
-    """Evidence of several ranks in ``scope``, or (for a function of the module) in a function of
-    the same module that calls it by name, where the call itself is not single-process only."""
+def _short_path(path: str) -> str:
+    return "/".join(path.replace("\\", "/").split("/")[-2:])
+
+
+def _evidence_here_or_at_caller(ctx, scope: ast.AST):
+    """(node, None) for evidence of several ranks in ``scope`` or, for a function, in a function of
+    the same module that calls it where the call itself is not single-process only; (node, the
+    caller's context) for a module-level helper called from another file of the project."""
     ev = _multi_process_evidence(ctx, scope)
     if ev is not None or not isinstance(scope, FUNC_TYPES):
-        return ev
+        return None if ev is None else (ev, None)
     sem = ctx.sem
+    if len(sem.functions.get(scope.name, ())) != 1:
+        return None
     for c in sem.calls:
         f = c.func
-        if f.__class__ is ast.Name and f.id == scope.name and len(sem.functions.get(f.id, ())) == 1:
+        # ``load(name)``, or ``Loader().load(name)`` / ``self.load(name)`` of a method
+        if (f.__class__ is ast.Name or f.__class__ is ast.Attribute) and (
+                f.id if f.__class__ is ast.Name else f.attr) == scope.name:
             caller = sem.scope_of(c)
             if caller is scope or only_single_process(ctx, c) or _rank_subset(ctx, c):
                 continue
             ev = _multi_process_evidence(ctx, caller)
             if ev is not None:
-                return ev
+                return ev, None
+    if isinstance(parent(scope), ast.Module):
+        # a module-level helper called from another file of the project
+        for cctx, call, _def in project_callers(ctx, (scope.name,)):
+            if only_single_process(cctx, call) or _rank_subset(cctx, call):
+                continue
+            ev = _multi_process_evidence(cctx, cctx.sem.scope_of(call))
+            if ev is not None:
+                return ev, cctx
     return None
 
 
