@@ -35,6 +35,18 @@ class NcclWithoutSetDevice(Rule):
     It also checks the order when the file does pin the device: a call of the kinds above that runs
     after the NCCL `init_process_group` and before `torch.cuda.set_device(...)` in the same function
     (the dataset-download `all_gather_object` placed above the pin) is reported at that call.
+    The pin may be made by a helper: a function of another project module that calls
+    `torch.cuda.set_device` (two calls down), or a library function named like a device setter
+    (`set_cuda_device_index(self.local_rank)`) whose one argument is a rank (the name only
+    follows that answer). An init whose backend comes from the config (`backend=cfg.backend`)
+    counts for a call that runs only where `cfg.backend == "nccl"` holds, and a fallback init
+    (`if not dist.is_initialized():`) counts for the calls placed right after it.
+    A use of the current device that allocates (`torch.empty(1, device="cuda")`, `.cuda()`) on
+    the straight-line path before both the NCCL init and `torch.cuda.set_device(...)` (the warm-up
+    at the top of a script) is reported too: it runs on cuda:0 on every rank.
+    `device=args.device` counts as `"cuda"` when the argparse default of `--device` is `"cuda"`
+    and the module never stores `args.device` itself (else the one store decides), and likewise
+    `cfg["device"]` of a config dict literal.
 
     A `barrier()` is not one of these calls. In torch 2.13, ProcessGroupNCCL runs it on
     `device_ids[0]` if given, else on the `device_id` bound by `init_process_group`, else on the
