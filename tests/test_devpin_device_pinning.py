@@ -228,3 +228,38 @@ def test_world_size_source_reads_environ_get_and_helpers():
     fn = ctx.sem.functions["f"][0]
     tests = [s.test for s in fn.body if isinstance(s, ast.If)]
     assert [single_process_side(ctx, t, fn) for t in tests] == ["orelse", "body", "body", "orelse"]
+
+
+# -- DDP001: a spawned worker that joins through a helper and never pins ----------------------------
+
+WORKER = """
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def setup(rank, world, backend="nccl"):
+    dist.init_process_group(backend, rank=rank, world_size=world)
+
+
+def worker(rank, world):
+    setup(rank, world{backend})
+{pin}    out = [None] * world
+    dist.all_gather_object(out, rank)
+
+
+def main():
+    mp.spawn(worker, args=(2,), nprocs=2)
+"""
+
+
+def test_spawned_worker_without_pin_is_reported_at_its_join():
+    assert _lines("DDP001", WORKER.format(backend="", pin="")) == [12]
+
+
+def test_spawned_worker_that_pins_or_uses_gloo_is_not_reported():
+    assert _lines("DDP001", WORKER.format(backend="", pin="    torch.cuda.set_device(rank)\n")) == []
+    assert _lines("DDP001", WORKER.format(backend=', backend="gloo"', pin="")) == []
+    # not a spawn target: its caller may have pinned
+    assert _lines("DDP001", WORKER.format(backend="", pin="").replace("mp.spawn(worker, args=(2,), nprocs=2)",
+                                                                      "worker(0, 1)")) == []

@@ -48,6 +48,14 @@ class NcclWithoutSetDevice(Rule):
     and the module never stores `args.device` itself (else the one store decides), and likewise
     `cfg["device"]` of a config dict literal.
 
+    A function started by `mp.spawn` (a fresh process, nothing pinned yet) that joins an NCCL
+    group through a helper of the file (`dist_init(rank, world)` whose `init_process_group` uses a
+    literal NCCL backend, or a backend parameter left at an NCCL default such as
+    `BACKEND = NCCL if torch.cuda.is_available() else GLOO`), never pins, and then uses the
+    current device (an object collective without `device=`, also inside a helper of the file it
+    calls; `.cuda()`; `device="cuda"`) is reported at its helper call, even when other workers
+    of the file pin theirs.
+
     A `barrier()` is not one of these calls. In torch 2.13, ProcessGroupNCCL runs it on
     `device_ids[0]` if given, else on the `device_id` bound by `init_process_group`, else on the
     first device the group's earlier collectives used, else on GPU `global rank % device count`
@@ -162,6 +170,12 @@ class NcclWithoutSetDevice(Rule):
         # ``init_process_group(..., world_size=1)``: one process, no second rank to share cuda:0
         nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)
                       and not single_process_init(ctx, c)]
+        # spawned workers that join an NCCL group through a helper of this file and never pin:
+        # reported at the worker's helper call (the pin belongs right after it)
+        by_worker = _report_unpinned_workers(ctx, inits)
+        if by_worker:
+            nccl_inits = [c for c in nccl_inits if id(c) not in by_worker]
+            inits = [c for c in inits if id(c) not in by_worker]
         made_by: dict[int, tuple] = {}  # a helper call of this file -> (path, init line) in its module
         if not nccl_inits and not inits:
             made_by = _helper_inits(ctx)
@@ -609,6 +623,132 @@ def _pins_in(ana, view, fn, depth: int) -> bool:
                 memo[id(fn)] = True
                 break
     return memo[id(fn)]
+
+
+def _report_unpinned_workers(ctx, inits) -> set[int]:
+    """A function that ``mp.spawn`` starts (a fresh process: nothing is pinned yet) joins an NCCL
+    group through a helper of this file (``setup(rank, world_size)`` whose body runs
+    ``init_process_group`` with an NCCL backend, also a parameter whose default is one), never
+    pins its device, and then uses the current device: an object collective without ``device=``
+    (in the worker, or in a helper of this file it calls), ``.cuda()``, ``device="cuda"``. Reported
+    at the worker's helper call. Returns the ids of the helpers' inits reported this way."""
+    from ._spawn import spawn_calls, target_def
+
+    sem = ctx.sem
+    if not inits:
+        return set()
+    init_fns: dict[str, ast.Call] = {}  # helper name -> its NCCL init
+    for c in inits:
+        fn = sem.enclosing_function(c)
+        if fn is None or isinstance(parent(fn), ast.ClassDef) or len(sem.functions.get(fn.name, ())) != 1:
+            continue
+        if single_process_init(ctx, c) or not (init_backend_is_nccl(c, ctx) or _nccl_param_default(ctx, c, fn)):
+            continue
+        init_fns[fn.name] = c
+    if not init_fns:
+        return set()
+    targets = []
+    for sc in spawn_calls(ctx):
+        t = target_def(ctx, sc)
+        if t is not None and t not in targets:
+            targets.append(t)
+    reported: set[int] = set()
+    uses = None
+    for w in targets:
+        calls = [c for c in sem.calls if sem.enclosing_function(c) is w]
+        joins = [c for c in calls if isinstance(c.func, ast.Name) and c.func.id in init_fns
+                 and isinstance(parent(c), ast.Expr) and parent(parent(c)) is w]
+        if not joins:
+            continue
+        join = joins[0]
+        init = init_fns[join.func.id]
+        if not init_backend_is_nccl(init, ctx) and not _default_backend_kept(init, sem.enclosing_function(init), join):
+            continue  # ``dist_init(rank, world, backend="gloo")``
+        pin_ids = {id(c) for c in _pin_like_calls(ctx)} | {id(c) for c in _calls_to_pinning_functions(ctx)} \
+            | {id(c) for c in _helper_pins(ctx)}
+        if any(id(c) in pin_ids for c in calls):
+            continue  # the worker pins (where: ``_report_before_pin`` judges the order)
+        if uses is None:
+            uses = current_device_uses(ctx, eager_only=False)
+        found: list[tuple[ast.AST, str]] = []
+        for c in calls:
+            if c.lineno <= join.lineno:
+                continue
+            qn = ctx.qn(c) or ""
+            short = qn[len(D):] if qn.startswith(D) else ""
+            if short in OBJECT_COLLECTIVES or (short in OBJECT_COLLECTIVES_WITH_DEVICE and not has_kwarg(c, "device")):
+                found.append((c, "pickles through the current CUDA device"))
+            elif isinstance(c.func, ast.Name) and c.func.id not in init_fns \
+                    and len(sem.functions.get(c.func.id, ())) == 1:
+                inner = _object_collective_in(ctx, sem.functions[c.func.id][0])
+                if inner is not None:
+                    found.append((c, f"runs `{_label(ctx, inner)}` (line {inner.lineno}), which pickles through "
+                                     f"the current CUDA device"))
+        for n, why in uses:
+            if sem.enclosing_function(n) is w and n.lineno > join.lineno:
+                found.append((n, why[why.find("` ") + 2:] if why.startswith("`") else why))
+        if not found:
+            continue
+        first, why = min(found, key=lambda a: (a[0].lineno, a[0].col_offset))
+        reported.add(id(init))
+        ctx.report(
+            join,
+            f"`{w.name}` is started by `mp.spawn` and joins an NCCL group here (`init_process_group` on line "
+            f"{init.lineno}) but never pins its device: `{_label(ctx, first)}` on line {first.lineno} {why}, "
+            f"cuda:0 on every rank (hang or NCCL 'invalid usage')",
+            related=[(init, "the NCCL init_process_group, with no set_device"), (first, "uses the current device")],
+        )
+    return reported
+
+
+def _nccl_param_default(ctx, init: ast.Call, fn) -> bool:
+    """``backend=backend`` with ``def dist_init(rank, world, backend=BACKEND)`` and ``BACKEND`` NCCL
+    (or NCCL on a GPU node: ``NCCL if torch.cuda.is_available() else GLOO``)."""
+    from ..torch_api import backend_mentions_nccl
+
+    b = get_arg(init, 0, "backend")
+    if not isinstance(b, ast.Name) or b.id not in param_names(fn):
+        return False
+    if any(b.id in (t.id for t in ast.walk(st) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store))
+           for st in fn.body if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign))):
+        return False
+    a = fn.args
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+    defaults = dict(zip(pos[len(pos) - len(a.defaults):], a.defaults)) if a.defaults else {}
+    defaults.update({k.arg: d for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    d = defaults.get(b.id)
+    return d is not None and backend_mentions_nccl(d, ctx, ctx.sem.tree)
+
+
+def _default_backend_kept(init: ast.Call, fn, call: ast.Call) -> bool:
+    """``call`` of ``fn`` leaves the backend parameter that ``init`` uses at its default (or sets
+    it to a literal NCCL)."""
+    b = get_arg(init, 0, "backend")
+    if not isinstance(b, ast.Name):
+        return False
+    for k in call.keywords:
+        if k.arg == b.id:
+            return isinstance(k.value, ast.Constant) and isinstance(k.value.value, str) \
+                and "nccl" in k.value.value.lower()
+        if k.arg is None:
+            return False  # ``**kwargs``: unknown
+    pos = [x.arg for x in (*fn.args.posonlyargs, *fn.args.args)]
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    return b.id not in pos or pos.index(b.id) >= len(call.args)
+
+
+def _object_collective_in(ctx, fn) -> ast.Call | None:
+    """An object collective that pickles through the current device, in ``fn``'s own body."""
+    sem = ctx.sem
+    for c in sem.calls:
+        if sem.enclosing_function(c) is not fn:
+            continue
+        qn = ctx.qn(c) or ""
+        short = qn[len(D):] if qn.startswith(D) else ""
+        if short in OBJECT_COLLECTIVES or (short in OBJECT_COLLECTIVES_WITH_DEVICE and not has_kwarg(c, "device")):
+            return c
+    return None
 
 
 def _calls_to_pinning_functions(ctx) -> list[ast.Call]:
