@@ -263,3 +263,30 @@ def test_spawned_worker_that_pins_or_uses_gloo_is_not_reported():
     # not a spawn target: its caller may have pinned
     assert _lines("DDP001", WORKER.format(backend="", pin="").replace("mp.spawn(worker, args=(2,), nprocs=2)",
                                                                       "worker(0, 1)")) == []
+
+
+def test_helper_group_is_reported_where_the_rank_device_is_bound(tmp_path):
+    project.clear()
+    (tmp_path / "dutils.py").write_text(
+        "import torch.distributed as dist\n\n\ndef init_distributed():\n    dist.init_process_group('nccl')\n")
+    main = tmp_path / "shard.py"
+    src = textwrap.dedent("""
+        import os
+        import torch
+        import torch.distributed as dist
+        from dutils import init_distributed
+
+
+        class Sharder:
+            def __init__(self):
+                init_distributed()
+                self.rank = dist.get_rank()
+                self.dev = torch.device("cuda:{}".format(os.environ["LOCAL_RANK"]))
+
+            def gather(self, x):
+                out = [torch.empty_like(x).cuda() for _ in range(2)]
+                dist.all_gather(out, x.cuda())
+    """)
+    main.write_text(src)
+    # at the binding of the rank's device (where the pin belongs), not at the helper call (line 10)
+    assert _lines("DDP001", src, str(main)) == [12]

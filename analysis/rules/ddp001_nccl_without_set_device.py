@@ -9,7 +9,7 @@ from ..registry import Rule
 from ..torch_api import argparse_default, attribute_store_value, dict_item_value
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._per_rank_device import (_child_toward, _const_cuda, _device_position, _exclusive_branches,
-                               _label, _report_per_rank_device)
+                               _label, _per_rank_placements, _report_per_rank_device)
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
                       TENSOR_COLLECTIVES, device_call_index, init_backend_is_nccl, is_simple_ref,
                       single_process_init)
@@ -71,7 +71,10 @@ class NcclWithoutSetDevice(Rule):
     (`rank, world = init_distributed()` from `utils/dist.py`): when that helper (or one it calls)
     runs `init_process_group` with an NCCL backend and its module never mentions pinning a device
     (`set_device`, `CUDA_VISIBLE_DEVICES`, `device_id`, a device mesh), the finding is reported at
-    the helper call, with the helper's `init_process_group` as a related location.
+    the helper call, with the helper's `init_process_group` as a related location; when the
+    function that calls the helper then binds this rank's own device (per rank by value flow:
+    `self.local_device = torch.device("cuda:{}".format(os.environ["LOCAL_RANK"]))`), it is
+    reported at that binding instead, where the pin belongs (the fix inserts it there: safe).
 
     A per-rank device alone is also reported, under precise conditions: an NCCL group made in the
     file, no pin anywhere in the file (nor a call of a setup helper that may pin), and a per-rank
@@ -249,13 +252,38 @@ class NcclWithoutSetDevice(Rule):
                 group = (f"NCCL process group (made by `{_label(ctx, init)}`: `init_process_group` in "
                          f"{_short_path(path)} line {line})")
                 related.insert(0, ("file", path, rng, "the NCCL init_process_group, with no set_device"))
+            at, where = init, ""
+            if id(init) in made_by:
+                # the helper's group, then this rank's own device bound in the same function
+                # (``self.local_device = torch.device(f"cuda:{LOCAL_RANK}")``): the pin belongs
+                # right after that binding, so the finding is reported there
+                binding = _per_rank_binding_after(ctx, init)
+                if binding is not None:
+                    at = binding
+                    target = ctx.text(binding.targets[0])
+                    where = f"; `{target}` (this rank's device) is never made current"
+                    related.insert(0, (init, "the NCCL group is made here"))
+                    set_device, imp = ctx.ref("torch.cuda.set_device")
+                    edit = ctx.insert_after(binding, f"{set_device}({target})")
+                    fix = None if edit is None else ctx.fix(
+                        Applicability.SAFE, f"Insert `{set_device}({target})`", [edit, *imp])
             ctx.report(
-                init,
-                f"{group} but no `torch.cuda.set_device(...)`: `{_label(ctx, first)}` on line "
+                at,
+                f"{group} but no `torch.cuda.set_device(...)`{where}: `{_label(ctx, first)}` on line "
                 f"{first.lineno}{more} {'run' if n > 1 else 'runs'} on cuda:0 on every rank (hang or NCCL 'invalid usage')",
                 related=related,
                 fix=fix,
             )
+
+
+def _per_rank_binding_after(ctx, call: ast.AST):
+    """The first ``name = <per-rank CUDA device>`` / ``self.x = ...`` statement of ``call``'s own
+    function after it (``_per_rank_placements``: per rank by value flow)."""
+    sem = ctx.sem
+    scope = sem.scope_of(call)
+    found = [b for _n, b in _per_rank_placements(ctx) if b is not None and sem.scope_of(b) is scope
+             and b.lineno > call.lineno and len(b.targets) == 1]
+    return min(found, key=lambda b: b.lineno) if found else None
 
 
 def current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
