@@ -290,3 +290,32 @@ def test_helper_group_is_reported_where_the_rank_device_is_bound(tmp_path):
     main.write_text(src)
     # at the binding of the rank's device (where the pin belongs), not at the helper call (line 10)
     assert _lines("DDP001", src, str(main)) == [12]
+
+
+def test_init_in_a_helper_with_the_backend_passed_in(tmp_path):
+    project.clear()
+    (tmp_path / "devs.py").write_text("import torch\n\n\ndef pin_gpu(i):\n    torch.cuda.set_device(i)\n")
+    main = tmp_path / "runner.py"
+    src = textwrap.dedent("""
+        import os
+        import torch
+        import torch.distributed as dist
+        from devs import pin_gpu
+
+
+        def join(backend):
+            dist.init_process_group(backend=backend)
+
+
+        def run(backend):
+            join(backend)
+            if backend == "nccl":
+                dist.all_reduce(torch.ones(1).cuda())
+            pin_gpu(int(os.environ["LOCAL_RANK"]))
+    """)
+    main.write_text(src)
+    assert _lines("DDP001", src, str(main)) == [15]
+    gloo = src.replace('if backend == "nccl":', 'if backend == "gloo":')
+    main.write_text(gloo)
+    project.clear()
+    assert _lines("DDP001", gloo, str(main)) == []

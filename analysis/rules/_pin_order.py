@@ -31,6 +31,11 @@ def _report_before_pin(ctx, nccl_inits, guarded=()) -> None:
     if not pins:
         return
     _report_before_init_and_pin(ctx, nccl_inits, [p for p in pins if id(p) in direct])
+    # ``setup(backend)`` with ``def setup(backend): init_process_group(backend=backend)``: the
+    # call is the init of its own function, with the argument as its backend
+    joins = _helper_joins(ctx, guarded)
+    backend_of = {k: v[1] for k, v in joins.items()}
+    guarded = [*guarded, *(v[0] for v in joins.values())]
     guarded_ids = {id(c) for c in guarded}
     for init in [*nccl_inits, *guarded]:
         scope = sem.scope_of(init)
@@ -56,7 +61,8 @@ def _report_before_pin(ctx, nccl_inits, guarded=()) -> None:
             if sem.scope_of(node) is not scope or not (init.lineno < node.lineno < pin.lineno):
                 continue
             if id(init) in guarded_ids and not (
-                    (_fallback_init(init) and init_backend_is_nccl(init, ctx)) or _nccl_by_test(ctx, init, node)):
+                    (_fallback_init(init) and id(init) not in backend_of and init_backend_is_nccl(init, ctx))
+                    or _nccl_by_test(ctx, init, node, backend_of.get(id(init)))):
                 continue
             if any(ln <= node.lineno for ln in pin_lines if ln != pin.lineno) or _pinned_before(pin_lines, node, pin):
                 continue
@@ -123,12 +129,47 @@ def _runs_before_init_and_pin(ctx, node, init, pin, scope, pin_lines) -> bool:
         and _runs_after(sem, node, pin)
 
 
-def _nccl_by_test(ctx, init: ast.Call, node: ast.AST) -> bool:
+def _helper_joins(ctx, guarded) -> dict[int, tuple[ast.Call, ast.AST]]:
+    """id(call) -> (call, the backend it passes) for the statement calls of a function of this file
+    (defined once) whose body runs one of ``guarded`` with ``backend=<its own parameter>``, the
+    parameter passed by the call (by position or keyword)."""
+    sem = ctx.sem
+    helpers: dict[str, tuple[ast.AST, str]] = {}
+    for init in guarded:
+        fn = sem.enclosing_function(init)
+        b = get_arg(init, 0, "backend")
+        if fn is None or not isinstance(b, ast.Name) or b.id not in param_names(fn) \
+                or len(sem.functions.get(fn.name, ())) != 1:
+            continue
+        helpers[fn.name] = (fn, b.id)
+    out: dict[int, tuple[ast.Call, ast.AST]] = {}
+    if not helpers:
+        return out
+    for c in sem.calls:
+        f = c.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) and isinstance(
+            f.value, ast.Name) and f.value.id == "self" else None
+        if name not in helpers or not isinstance(parent(c), (ast.Expr, ast.Assign, ast.Return)):
+            continue
+        fn, pname = helpers[name]
+        pos = [x.arg for x in (*fn.args.posonlyargs, *fn.args.args)]
+        if isinstance(f, ast.Attribute) and pos and pos[0] == "self":
+            pos = pos[1:]
+        arg = next((k.value for k in c.keywords if k.arg == pname), None)
+        if arg is None and pname in pos and pos.index(pname) < len(c.args):
+            arg = c.args[pos.index(pname)]
+        if arg is not None and not isinstance(arg, ast.Starred):
+            out[id(c)] = (c, arg)
+    return out
+
+
+def _nccl_by_test(ctx, init: ast.Call, node: ast.AST, backend: ast.AST | None = None) -> bool:
     """``node`` runs only where the init's own backend expression equals ``"nccl"``: an enclosing
     ``if`` (its body) whose test is, or has as a conjunct, ``<backend> == "nccl"`` with the same
     attribute or subscript path as ``backend=`` of the init, and nothing stores to that path in
     the function between them."""
-    backend = get_arg(init, 0, "backend")
+    if backend is None:
+        backend = get_arg(init, 0, "backend")
     if backend is None or not isinstance(backend, (ast.Attribute, ast.Subscript, ast.Name)):
         return False
     if isinstance(backend, ast.Attribute) and not is_simple_ref(backend):
