@@ -41,7 +41,9 @@ class NcclWithoutSetDevice(Rule):
     (`set_cuda_device_index(self.local_rank)`) whose one argument is a rank (the name only
     follows that answer). An init whose backend comes from the config (`backend=cfg.backend`)
     counts for a call that runs only where `cfg.backend == "nccl"` holds, and a fallback init
-    (`if not dist.is_initialized():`) counts for the calls placed right after it.
+    (`if not dist.is_initialized():`) counts for the calls placed right after it. An init in a
+    helper of the file whose backend is its parameter (`def join(backend): init_process_group(
+    backend=backend)`) counts at each call of the helper, with the argument as the backend.
     A use of the current device that allocates (`torch.empty(1, device="cuda")`, `.cuda()`) on
     the straight-line path before both the NCCL init and `torch.cuda.set_device(...)` (the warm-up
     at the top of a script) is reported too: it runs on cuda:0 on every rank.
