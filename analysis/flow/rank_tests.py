@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, terminal_name
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind
 from .world import WORLD_SIZE_ENV, world_size_call
@@ -77,11 +77,22 @@ def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast
     if depth > 5:
         return None
     expr = _unwrap_int(expr)
-    if isinstance(expr, ast.Call):
-        return expr if world_size_call(ctx.sem, expr) else None
+    # ``os.environ["WORLD_SIZE"]``, ``os.environ.get("WORLD_SIZE", 1)``, ``os.getenv("WORLD_SIZE")``
     key = env_key(ctx, expr)
     if key is not None:
         return expr if key in WORLD_SIZE_ENV else None
+    if isinstance(expr, ast.Call):
+        if world_size_call(ctx.sem, expr):
+            return expr
+        # ``world_size = get_world()`` with ``def get_world(): return int(os.environ["WORLD_SIZE"])``
+        # in this module (one definition, one final ``return``, no parameters)
+        f = expr.func
+        defs = ctx.sem.functions.get(f.id) if isinstance(f, ast.Name) and not expr.args else None
+        if defs and len(defs) == 1 and defs[0].body and isinstance(defs[0].body[-1], ast.Return) \
+                and defs[0].body[-1].value is not None and not param_names(defs[0]) \
+                and sum(isinstance(n, ast.Return) for n in iter_scope_nodes(defs[0])) == 1:
+            return world_size_source(ctx, defs[0].body[-1].value, defs[0], depth + 1)
+        return None
     if isinstance(expr, ast.Name):
         kind, val = name_binding_kind(ctx, expr.id, scope)
         if kind == "single" and val is not None:
@@ -473,3 +484,65 @@ def _helper_polarity(ctx, name: str, depth: int) -> bool | None:
 
 def _small(fn: ast.AST) -> bool:
     return (getattr(fn, "end_lineno", fn.lineno) - fn.lineno) < 40
+
+
+# -- a world of one process: which branch runs only when the job has one process ------------------
+
+def single_process_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> str | None:
+    """``"body"`` when ``test`` holding implies a world of one process (``world_size == 1``, ``not
+    ddp`` with ``ddp = world_size != 1``, ``a and world_size == 1``), ``"orelse"`` when ``test``
+    failing implies it (``world_size > 1``), else None. The world size by value flow
+    (``world_size_source``), never by name."""
+    if depth > 6:
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        s = single_process_side(ctx, test.operand, scope, depth + 1)
+        return None if s is None else ("orelse" if s == "body" else "body")
+    if isinstance(test, ast.BoolOp):
+        sides = [single_process_side(ctx, v, scope, depth + 1) for v in test.values]
+        if isinstance(test.op, ast.And):
+            # the body needs every conjunct: one that implies a single process is enough; the
+            # else-branch is reached when any conjunct fails: all must imply it
+            if "body" in sides:
+                return "body"
+            return "orelse" if all(s == "orelse" for s in sides) else None
+        if all(s == "body" for s in sides):
+            return "body"
+        return "orelse" if "orelse" in sides else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        single = _single_world_test(ctx, test, scope)
+        if single is None:
+            return None
+        return "body" if single else "orelse"
+    if isinstance(test, ast.Name):
+        kind, val = name_binding_kind(ctx, test.id, scope)
+        if kind == "single" and val is not None:
+            return single_process_side(ctx, val, ctx.sem.scope_of(val), depth + 1)
+    return None
+
+
+def only_single_process(ctx, node: ast.AST) -> bool:
+    """``node`` runs only in a world of one process: a branch of an enclosing ``if`` (or
+    if-expression) of its function that ``single_process_side`` says is taken only then."""
+    from ..semantic import parent
+
+    scope = ctx.sem.scope_of(node)
+    child, p = node, parent(node)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Module, ast.ClassDef, ast.Lambda)):
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
+            side = single_process_side(ctx, p.test, scope)
+            in_body = child in p.body if isinstance(p.body, list) else child is p.body
+            if side is not None and (side == "body") == in_body:
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+def world_size_tests(ctx, scope: ast.AST) -> list[ast.AST]:
+    """The tests of ``scope`` (its own nodes) that compare the world size with one process
+    (``single_process_side`` is not None): the code there knows it may run as several ranks."""
+    out = []
+    for n in iter_scope_nodes(scope):
+        if isinstance(n, (ast.If, ast.IfExp, ast.While)) and single_process_side(ctx, n.test, scope) is not None:
+            out.append(n.test)
+    return out

@@ -7,10 +7,12 @@ from ..model import Applicability, Severity
 from ..flow.mentions import code_strings, code_words, mentions
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
-from ._per_rank_device import (_child_toward, _const_cuda, _device_position, _exclusive_branches,
-                               _label, _report_per_rank_device)
+from ._current_device import _is_cuda_literal, _short, current_device_uses
+from ._pin_order import _fallback_init, _helper_pins, _report_before_pin, _report_unpinned_workers
+from ._per_rank_device import (_child_toward, _exclusive_branches,
+                               _label, _per_rank_placements, _report_per_rank_device)
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
-                      TENSOR_COLLECTIVES, device_call_index, init_backend_is_nccl, is_simple_ref,
+                      device_call_index, init_backend_is_nccl, is_simple_ref,
                       single_process_init)
 
 _DEVICE_NAME = re.compile(r"(^|_)(local_?rank|device|dev|gpu|cuda)(_|$)|^(device_id|gpu_id|dev_id)$", re.I)
@@ -34,6 +36,28 @@ class NcclWithoutSetDevice(Rule):
     It also checks the order when the file does pin the device: a call of the kinds above that runs
     after the NCCL `init_process_group` and before `torch.cuda.set_device(...)` in the same function
     (the dataset-download `all_gather_object` placed above the pin) is reported at that call.
+    The pin may be made by a helper: a function of another project module that calls
+    `torch.cuda.set_device` (two calls down), or a library function named like a device setter
+    (`set_cuda_device_index(self.local_rank)`) whose one argument is a rank (the name only
+    follows that answer). An init whose backend comes from the config (`backend=cfg.backend`)
+    counts for a call that runs only where `cfg.backend == "nccl"` holds, and a fallback init
+    (`if not dist.is_initialized():`) counts for the calls placed right after it. An init in a
+    helper of the file whose backend is its parameter (`def join(backend): init_process_group(
+    backend=backend)`) counts at each call of the helper, with the argument as the backend.
+    A use of the current device that allocates (`torch.empty(1, device="cuda")`, `.cuda()`) on
+    the straight-line path before both the NCCL init and `torch.cuda.set_device(...)` (the warm-up
+    at the top of a script) is reported too: it runs on cuda:0 on every rank.
+    `device=args.device` counts as `"cuda"` when the argparse default of `--device` is `"cuda"`
+    and the module never stores `args.device` itself (else the one store decides), and likewise
+    `cfg["device"]` of a config dict literal.
+
+    A function started by `mp.spawn` (a fresh process, nothing pinned yet) that joins an NCCL
+    group through a helper of the file (`dist_init(rank, world)` whose `init_process_group` uses a
+    literal NCCL backend, or a backend parameter left at an NCCL default such as
+    `BACKEND = NCCL if torch.cuda.is_available() else GLOO`), never pins, and then uses the
+    current device (an object collective without `device=`, also inside a helper of the file it
+    calls; `.cuda()`; `device="cuda"`) is reported at its helper call, even when other workers
+    of the file pin theirs.
 
     A `barrier()` is not one of these calls. In torch 2.13, ProcessGroupNCCL runs it on
     `device_ids[0]` if given, else on the `device_id` bound by `init_process_group`, else on the
@@ -50,7 +74,10 @@ class NcclWithoutSetDevice(Rule):
     (`rank, world = init_distributed()` from `utils/dist.py`): when that helper (or one it calls)
     runs `init_process_group` with an NCCL backend and its module never mentions pinning a device
     (`set_device`, `CUDA_VISIBLE_DEVICES`, `device_id`, a device mesh), the finding is reported at
-    the helper call, with the helper's `init_process_group` as a related location.
+    the helper call, with the helper's `init_process_group` as a related location; when the
+    function that calls the helper then binds this rank's own device (per rank by value flow:
+    `self.local_device = torch.device("cuda:{}".format(os.environ["LOCAL_RANK"]))`), it is
+    reported at that binding instead, where the pin belongs (the fix inserts it there: safe).
 
     A per-rank device alone is also reported, under precise conditions: an NCCL group made in the
     file, no pin anywhere in the file (nor a call of a setup helper that may pin), and a per-rank
@@ -149,10 +176,20 @@ class NcclWithoutSetDevice(Rule):
         # ``init_process_group(..., world_size=1)``: one process, no second rank to share cuda:0
         nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)
                       and not single_process_init(ctx, c)]
+        # spawned workers that join an NCCL group through a helper of this file and never pin:
+        # reported at the worker's helper call (the pin belongs right after it)
+        by_worker = _report_unpinned_workers(ctx, inits)
+        if by_worker:
+            nccl_inits = [c for c in nccl_inits if id(c) not in by_worker]
+            inits = [c for c in inits if id(c) not in by_worker]
         made_by: dict[int, tuple] = {}  # a helper call of this file -> (path, init line) in its module
         if not nccl_inits and not inits:
             made_by = _helper_inits(ctx)
             nccl_inits = [c for c in ctx.sem.calls if id(c) in made_by]
+        # inits whose group is NCCL only on some paths: a fallback (``if not is_initialized():``)
+        # or a backend from the config, NCCL where a test says so (``if cfg.backend == "nccl":``)
+        nccl_ids = {id(c) for c in nccl_inits}
+        guarded = [c for c in inits if id(c) not in nccl_ids and not single_process_init(ctx, c)]
         if not nccl_inits:
             # ``if not dist.is_initialized(): init_process_group("nccl")`` followed by a per-rank
             # device: when the fallback runs, nobody set the group up, nor pinned the device
@@ -160,9 +197,11 @@ class NcclWithoutSetDevice(Rule):
                          and not single_process_init(ctx, c)]
             if fallbacks and not _pins_device(ctx):
                 _report_per_rank_device(ctx, fallbacks)
+            elif guarded and _pins_device(ctx):
+                _report_before_pin(ctx, [], guarded)
             return
         if _pins_device(ctx, skip={i for i in made_by}):
-            _report_before_pin(ctx, nccl_inits)
+            _report_before_pin(ctx, nccl_inits, guarded)
             return
         affected: list[tuple[ast.AST, str]] = []
         for c in ctx.dist_calls(*OBJECT_COLLECTIVES):
@@ -216,331 +255,38 @@ class NcclWithoutSetDevice(Rule):
                 group = (f"NCCL process group (made by `{_label(ctx, init)}`: `init_process_group` in "
                          f"{_short_path(path)} line {line})")
                 related.insert(0, ("file", path, rng, "the NCCL init_process_group, with no set_device"))
+            at, where = init, ""
+            if id(init) in made_by:
+                # the helper's group, then this rank's own device bound in the same function
+                # (``self.local_device = torch.device(f"cuda:{LOCAL_RANK}")``): the pin belongs
+                # right after that binding, so the finding is reported there
+                binding = _per_rank_binding_after(ctx, init)
+                if binding is not None:
+                    at = binding
+                    target = ctx.text(binding.targets[0])
+                    where = f"; `{target}` (this rank's device) is never made current"
+                    related.insert(0, (init, "the NCCL group is made here"))
+                    set_device, imp = ctx.ref("torch.cuda.set_device")
+                    edit = ctx.insert_after(binding, f"{set_device}({target})")
+                    fix = None if edit is None else ctx.fix(
+                        Applicability.SAFE, f"Insert `{set_device}({target})`", [edit, *imp])
             ctx.report(
-                init,
-                f"{group} but no `torch.cuda.set_device(...)`: `{_label(ctx, first)}` on line "
+                at,
+                f"{group} but no `torch.cuda.set_device(...)`{where}: `{_label(ctx, first)}` on line "
                 f"{first.lineno}{more} {'run' if n > 1 else 'runs'} on cuda:0 on every rank (hang or NCCL 'invalid usage')",
                 related=related,
                 fix=fix,
             )
 
 
-def current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
-    """Expressions that put tensors (or a communicator) on the *current* CUDA device: ``x.cuda()``
-    without an index, ``.to("cuda")``, ``device="cuda"``, ``torch.device("cuda")`` (unless
-    ``eager_only``: that object only picks its device when a tensor is made on it),
-    ``torch.cuda.current_device()`` used as a value, and tensor collectives / DDP constructors fed
-    with such tensors or modules."""
-    return ctx.memo(("ddp001.current_device_uses", eager_only), lambda: _current_device_uses(ctx, eager_only))
-
-
-def _current_device_uses(ctx, eager_only: bool) -> list[tuple[ast.AST, str]]:
+def _per_rank_binding_after(ctx, call: ast.AST):
+    """The first ``name = <per-rank CUDA device>`` / ``self.x = ...`` statement of ``call``'s own
+    function after it (``_per_rank_placements``: per rank by value flow)."""
     sem = ctx.sem
-    nodes: set[int] = set()  # ids of the affected expressions
-    # the moves (``.cuda()``, ``.to("cuda")``) first in the list, then the allocations
-    # (``device="cuda"``) of the other calls
-    idx = device_call_index(ctx)
-    out: list[tuple[ast.AST, str]] = []
-    # a name (``.to(device)``, ``device=device``) is judged once per scope: look the answer up
-    # here before calling ``_is_cuda_literal`` (which fills the same memo)
-    names = ctx.memo("ddp001.cuda_names", dict)
-    scope_of = sem.scope_of
-    Name = ast.Name
-    for c in idx.moves:
-        f = c.func
-        if f.attr == "cuda":
-            if not c.args and all(k.arg == "non_blocking" for k in c.keywords) \
-                    and ctx.qn(f.value) not in ("torch", "torch.cuda"):
-                out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
-                nodes.add(id(c))
-        elif c.args:
-            a = c.args[0]
-            got = sc = None
-            if a.__class__ is Name:
-                sc = scope_of(c)
-                got = names.get((a.id, id(sc), True, 0))
-            if got is None:
-                got = _is_cuda_literal(ctx, a, c, scope=sc)
-            if got:
-                out.append((c, f"`{_label(ctx, c)}` moves to the current CUDA device"))
-                nodes.add(id(c))
-    allow = not eager_only
-    for c, value in idx.device_kw:
-        if id(c) in nodes:
-            continue
-        got = sc = None
-        if value.__class__ is Name:
-            sc = scope_of(c)
-            got = names.get((value.id, id(sc), allow, 0))
-        if got is None:
-            got = _is_cuda_literal(ctx, value, c, allow_device_obj=allow, scope=sc)
-        if got:
-            out.append((c, f"`{_label(ctx, c)}` allocates on the current CUDA device"))
-            nodes.add(id(c))
-    if not eager_only:
-        for c in sem.calls_to("torch.device"):
-            if len(c.args) == 1 and not c.keywords and _const_cuda(c.args[0]) and _used_as_device(ctx, c):
-                out.append((c, '`torch.device("cuda")` is the current CUDA device'))
-                nodes.add(id(c))
-    for c in sem.calls_to("torch.cuda.current_device"):
-        if _only_printed(c) or not _used_as_device(ctx, c):
-            continue
-        out.append((c, "`torch.cuda.current_device()` is 0 on every rank"))
-        nodes.add(id(c))
-    if not nodes:
-        return out
-    # a collective or DDP(...) fed with one of them (directly or through a name bound once)
-    def fed(arg: ast.AST | None, scope) -> bool:
-        if arg is None:
-            return False
-        if id(arg) in nodes:
-            return True
-        if isinstance(arg, ast.Name):
-            val = sem.single_value(arg.id, scope)
-            return val is not None and any(id(n) in nodes for n in ast.walk(val))
-        return False
-    for c in ctx.dist_calls(*TENSOR_COLLECTIVES):
-        if fed(get_arg(c, 0, "tensor"), sem.scope_of(c)):
-            out.append((c, f"`{_short(ctx, c)}` on a tensor on the current CUDA device"))
-    for c in sem.calls_to(DDP_CLASS):
-        if fed(get_arg(c, 0, "module"), sem.scope_of(c)):
-            out.append((c, "`DistributedDataParallel(...)` broadcasts the parameters from their device, "
-                           "cuda:0 on every rank, whatever `device_ids` says"))
-    return out
-
-
-def _used_as_device(ctx, call: ast.Call) -> bool:
-    """``torch.cuda.current_device()`` placing something (directly, or through a name bound to it
-    once); reading it in a test or a log line is not a use."""
-    if _device_position(ctx, call):
-        return True
-    st = parent(call)
-    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
-        name = st.targets[0].id
-        scope = ctx.sem.scope_of(call)
-        for n in ast.walk(scope):
-            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) \
-                    and ctx.sem.scope_of(n) is scope and _device_position(ctx, n):
-                return True
-    return False
-
-
-def _is_cuda_literal(ctx, node, at, allow_device_obj: bool = True, depth: int = 0, scope=None) -> bool:
-    """``"cuda"``, ``torch.device("cuda")`` or a name bound once to one of them (an if-expression
-    ``"cuda" if torch.cuda.is_available() else "cpu"`` counts: on a GPU node it is "cuda").
-    ``scope``: ``scope_of(at)`` when the caller has it already."""
-    if depth > 3 or node is None:
-        return False
-    if _const_cuda(node):
-        return True
-    if isinstance(node, ast.IfExp):
-        return _const_cuda(node.body) or _const_cuda(node.orelse)
-    if allow_device_obj and isinstance(node, ast.Call) and ctx.qn(node) == "torch.device":
-        return len(node.args) == 1 and not node.keywords and _const_cuda(node.args[0])
-    if isinstance(node, ast.Name):
-        # the answer for a name depends on its scope only (``device`` in ``x.to(device)``,
-        # ``torch.zeros(1, device=device)``... of one function): once per check
-        if scope is None:
-            scope = ctx.sem.scope_of(at)
-        memo = ctx.memo("ddp001.cuda_names", dict)
-        key = (node.id, id(scope), allow_device_obj, depth)
-        got = memo.get(key)
-        if got is None:
-            val = ctx.sem.single_value(node.id, scope)
-            got = memo[key] = _is_cuda_literal(ctx, val, at, allow_device_obj, depth + 1, scope)
-        return got
-    return False
-
-
-def _only_printed(node: ast.AST) -> bool:
-    p = parent(node)
-    while p is not None and not isinstance(p, ast.stmt):
-        if isinstance(p, ast.JoinedStr):
-            return True
-        if isinstance(p, ast.Call):
-            f = p.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            if name in ("print", "info", "debug", "warning", "log", "format"):
-                return True
-        p = parent(p)
-    return False
-
-
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
-
-
-def _report_before_pin(ctx, nccl_inits) -> None:
-    """The file pins the device, but a call that uses the current device runs after the NCCL init
-    and before the pin, in the same function (the ``all_gather_object`` placed above
-    ``torch.cuda.set_device(local_rank)``)."""
-    sem = ctx.sem
-    pins = [c for c in sem.calls_to("torch.cuda.set_device")]
-    if not pins:
-        return
-    for init in nccl_inits:
-        scope = sem.scope_of(init)
-        pin_lines = [c.lineno for c in _pin_like_calls(ctx) if sem.scope_of(c) is scope]
-        later = [p for p in pins if sem.scope_of(p) is scope and p.lineno > init.lineno]
-        if not later:
-            continue
-        pin = min(later, key=lambda p: p.lineno)
-        cands: list[tuple[ast.AST, str]] = []
-        for c in ctx.dist_calls(*OBJECT_COLLECTIVES):
-            cands.append((c, "pickles through the current CUDA device"))
-        for c in ctx.dist_calls(*OBJECT_COLLECTIVES_WITH_DEVICE):
-            if not has_kwarg(c, "device"):
-                cands.append((c, "uses the current CUDA device"))
-        # (a `barrier()` before the pin is not one: it picks its GPU as in `finish`)
-        for node, _ in current_device_uses(ctx, eager_only=True):
-            if isinstance(node, ast.Call) and ctx.qn(node) in (DDP_CLASS,) or \
-                    isinstance(node, ast.Call) and (ctx.qn(node) or "").startswith(D):
-                continue  # the collectives themselves are judged above
-            cands.append((node, "uses the current CUDA device, still cuda:0 on every rank"))
-        fix = None
-        for node, why in sorted(cands, key=lambda a: (a[0].lineno, a[0].col_offset)):
-            if sem.scope_of(node) is not scope or not (init.lineno < node.lineno < pin.lineno):
-                continue
-            if any(ln <= node.lineno for ln in pin_lines if ln != pin.lineno) or _pinned_before(pin_lines, node, pin):
-                continue
-            if not _runs_after(sem, init, node) or _shares_loop(sem, node, pin):
-                continue
-            if any(sem.scope_of(c) is scope and init.lineno < c.lineno < node.lineno
-                   for c in _calls_to_pinning_functions(ctx)):
-                continue  # ``setup(args)`` of this file pins before the call
-            if fix is None:
-                fix = _early_pin_fix(ctx, init, pin, node)
-            ctx.report(
-                node,
-                f"`{_label(ctx, node)}` runs after the NCCL `init_process_group` (line {init.lineno}) but before "
-                f"`{_label(ctx, pin)}` (line {pin.lineno}): it {why}",
-                related=[(init, "NCCL process group created here"), (pin, "the device is pinned only here")],
-                fix=fix or None,
-            )
-
-
-def _calls_to_pinning_functions(ctx) -> list[ast.Call]:
-    """Calls of functions of this file that pin the device, directly or through another one
-    (once per check)."""
-    return ctx.memo("ddp001.calls_to_pinning", lambda: _calls_to_pinning_functions_of(ctx))
-
-
-def _calls_to_pinning_functions_of(ctx) -> list[ast.Call]:
-    sem = ctx.sem
-    pinning: set[str] = set()
-    for c in _pin_like_calls(ctx):
-        fn = sem.enclosing_function(c)
-        if fn is not None:
-            pinning.add(fn.name)
-    for _ in range(3):
-        grew = False
-        for c in sem.calls:
-            f = c.func
-            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-            if name in pinning and name in sem.functions:
-                fn = sem.enclosing_function(c)
-                if fn is not None and fn.name not in pinning:
-                    pinning.add(fn.name)
-                    grew = True
-        if not grew:
-            break
-    out = []
-    for c in sem.calls:
-        f = c.func
-        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-        if name in pinning and name in sem.functions:
-            out.append(c)
-    return out
-
-
-def _pinned_before(pin_lines, node, pin) -> bool:
-    return any(ln < node.lineno for ln in pin_lines)
-
-
-def _pin_like_calls(ctx) -> list[ast.Call]:
-    """The calls that pin (or may pin) the device; once per check."""
-    return ctx.memo("ddp001.pin_like_calls", lambda: _pin_like_calls_of(ctx))
-
-
-def _pin_like_calls_of(ctx) -> list[ast.Call]:
-    sem = ctx.sem
-    out = list(sem.calls_to("torch.cuda.set_device"))
-    for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
-        if isinstance(parent(c), ast.withitem):
-            out.append(c)
-    for c, n, kind in device_call_index(ctx).named:
-        if kind == 2 or (n not in sem.functions and not (ctx.qn(c) or "").startswith("torch.")):
-            out.append(c)
-    return out
-
-
-def _runs_after(sem, first: ast.AST, node: ast.AST) -> bool:
-    """``first``'s statement is followed, in its own statement list, by a statement holding
-    ``node`` (straight-line order, ignoring early exits)."""
-    st = sem.statement_of(first)
-    block = parent(st)
-    for field in ("body", "orelse", "finalbody", "handlers"):
-        lst = getattr(block, field, None)
-        if isinstance(lst, list) and st in lst:
-            idx = lst.index(st)
-            later = lst[idx + 1:]
-            n = sem.statement_of(node)
-            while n is not None and n is not block:
-                if n in later:
-                    return True
-                n = parent(n)
-            return False
-    return False
-
-
-def _shares_loop(sem, node: ast.AST, pin: ast.AST) -> bool:
-    """Both in one loop: from the second iteration on, the device is pinned."""
-    loops = {id(a) for a in sem.ancestors(node) if isinstance(a, _LOOPS)}
-    return any(id(a) in loops for a in sem.ancestors(pin) if isinstance(a, _LOOPS))
-
-
-def _early_pin_fix(ctx, init: ast.Call, pin: ast.Call, first: ast.AST):
-    """Pin right after the init (or right after the pinned name is bound, when that happens between
-    the init and the first call that needs the pin)."""
-    sem = ctx.sem
-    if len(pin.args) != 1 or pin.keywords or not isinstance(pin.args[0], ast.Name):
-        return False
-    name = pin.args[0].id
-    scope = sem.scope_of(init)
-    init_stmt = sem.statement_of(init)
-    params = set(param_names(scope)) if isinstance(scope, FUNC_TYPES) else set()
-    binds = sem.assignments(scope).get(name, [])
-    anchor = None
-    if name in params or any(b.end_lineno < init_stmt.lineno for b in binds):
-        if any(init_stmt.lineno <= b.lineno < pin.lineno for b in binds):
-            return False  # rebound in between: the value at the init is not the pinned one
-        anchor = init_stmt
-    elif len(binds) == 1 and isinstance(binds[0], ast.Assign) and binds[0].end_lineno < first.lineno \
-            and _runs_after(sem, init, binds[0]) and _runs_after(sem, binds[0], first):
-        anchor = binds[0]  # ``local_rank = int(os.environ["LOCAL_RANK"])`` just after the init
-    if anchor is None:
-        return False
-    edit = ctx.insert_after(anchor, f"{ctx.text(pin.func)}({name})")
-    if edit is None:
-        return False
-    where = "`init_process_group`" if anchor is init_stmt else f"`{name}` is known"
-    return ctx.fix(Applicability.SAFE, f"Pin the device as soon as {where}: "
-                                       f"`{ctx.text(pin.func)}({name})`", [edit])
-
-
-def _fallback_init(call: ast.Call) -> bool:
-    p = parent(call)
-    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        if isinstance(p, ast.If) and any(
-                (n.__class__ is ast.Name and n.id == "is_initialized")
-                or (n.__class__ is ast.Attribute and n.attr == "is_initialized") for n in ast.walk(p.test)):
-            return True
-        p = parent(p)
-    return False
-
-
-def _short(ctx, call: ast.Call) -> str:
-    qn = ctx.qn(call) or ""
-    return qn[len(D):] if qn.startswith(D) else qn
+    scope = sem.scope_of(call)
+    found = [b for _n, b in _per_rank_placements(ctx) if b is not None and sem.scope_of(b) is scope
+             and b.lineno > call.lineno and len(b.targets) == 1]
+    return min(found, key=lambda b: b.lineno) if found else None
 
 
 def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
@@ -564,7 +310,10 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
         # distributed-setup helper whose body is not here may well pin the device
         if n not in sem.functions and not (ctx.qn(c) or "").startswith("torch."):
             return True
-    return sets_visible_devices(sem, ctx.src.text)
+    if sets_visible_devices(sem, ctx.src.text):
+        return True
+    # a helper of another project module that calls ``torch.cuda.set_device``
+    return any(id(c) not in skip for c in _helper_pins(ctx))
 
 
 def sets_visible_devices(sem, text: str | None = None) -> bool:
