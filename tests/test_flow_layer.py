@@ -19,7 +19,8 @@ ANALYSIS = ROOT / "analysis"
 # rule glue that stays beside the rules; flow questions live in analysis/flow/
 RULE_HELPERS = {"__init__.py", "_common.py", "_flow.py", "_loader.py", "_spawn.py", "_training.py",
                 "_index.py",  # _index.py: the generated rule index (no flow code)
-                "_per_rank_device.py"}  # DDP001's own per-rank device query, split to keep the rule's file small
+                "_per_rank_device.py", "_current_device.py", "_pin_order.py",  # DDP001's own device queries, split to keep the rule's file small
+                "_rank_callers.py"}  # DDP006/DDP009's caller views over _common.project_callers (rule glue)
 
 
 def _defs(name: str) -> list[str]:

@@ -245,17 +245,22 @@ def _pins_in(ana, view, fn, depth: int) -> bool:
         return memo[id(fn)]
     memo[id(fn)] = False
     vsem = view.sem
-    for c in vsem.calls:
-        if vsem.enclosing_function(c) is not fn:
-            continue
-        if vsem.call_qualname(c) == "torch.cuda.set_device":
-            memo[id(fn)] = True
-            break
-        if depth < 2 and isinstance(parent(c), ast.Expr):
-            got = ana.resolve_call(view, c)
-            if got is not None and _pins_in(ana, got[0], got[1], depth + 1):
+    # the answer read other modules: they join this view's dependencies (a stale memo is dropped)
+    ana._view_stack.append(view)
+    try:
+        for c in vsem.calls:
+            if vsem.enclosing_function(c) is not fn:
+                continue
+            if vsem.call_qualname(c) == "torch.cuda.set_device":
                 memo[id(fn)] = True
                 break
+            if depth < 2 and isinstance(parent(c), ast.Expr):
+                got = ana.resolve_call(view, c)
+                if got is not None and _pins_in(ana, got[0], got[1], depth + 1):
+                    memo[id(fn)] = True
+                    break
+    finally:
+        ana._view_stack.pop()
     return memo[id(fn)]
 
 
