@@ -27,6 +27,7 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
+TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217
 PRODUCES = frozenset({DOWNLOAD, EXTRACT, WRITE, MKDIR})  # kinds that create what a reader needs
 
 _HUB = "the torch hub cache (~/.cache/torch/hub)"
@@ -62,6 +63,18 @@ _TABLE: dict[str, tuple] = {
     "shutil.copytree": (WRITE, (1, "dst"), None, True),
     "os.makedirs": (MKDIR, (0, "name"), None, True),
     "os.mkdir": (MKDIR, (0, "path"), None, True),
+    # experiment trackers (DDP217): each call opens a new run (a remote run, an event file, a folder)
+    "wandb.init": (TRACK, None, "a new Weights & Biases run", False),
+    "comet_ml.Experiment": (TRACK, None, "a new Comet experiment", False),
+    "comet_ml.OfflineExperiment": (TRACK, None, "a new Comet experiment", False),
+    "comet_ml.start": (TRACK, None, "a new Comet experiment", False),
+    "mlflow.start_run": (TRACK, None, "a new MLflow run", False),
+    "neptune.init": (TRACK, None, "a new Neptune run", False),
+    "neptune.init_run": (TRACK, None, "a new Neptune run", False),
+    "clearml.Task.init": (TRACK, None, "a new ClearML task", False),
+    "aim.Run": (TRACK, None, "a new Aim run", False),
+    "torch.utils.tensorboard.SummaryWriter": (TRACK, (0, "log_dir"), "a new ./runs/<date>_<host> folder", True),
+    "tensorboardX.SummaryWriter": (TRACK, (0, "logdir"), "a new ./runs/<date>_<host> folder", True),
     # reads
     "torch.load": (READ, (0, "f"), None, False),
     "numpy.load": (READ, (0, "file"), None, False),
