@@ -72,7 +72,7 @@ class CheckThenCreateOnEveryRank(Rule):
     def finish(self, ctx) -> None:
         from ..flow import for_context
         from ..flow.fs_races import check_then_create
-        from ..flow.sync import synchronised_between
+        from ..flow.sync import main_rank_first, synchronised_between
 
         sem = ctx.sem
         an = None
@@ -84,7 +84,7 @@ class CheckThenCreateOnEveryRank(Rule):
             for race in check_then_create(ctx, an, scope):
                 if distributed is None:
                     distributed = is_distributed_script(ctx)
-                if not _every_rank(ctx, an, race.call, distributed):
+                if not _every_rank(ctx, an, race.call, distributed) or main_rank_first(ctx, an, race.call):
                     continue
                 if race.kind == "fail-if-present" and \
                         synchronised_between(an, an.main, scope, race.test, race.call) is not None:
@@ -132,10 +132,10 @@ def _every_rank(ctx, an, node, distributed: bool) -> bool:
 
 def _rank_aware(ctx, an, fn) -> bool:
     """``fn``, or another method of its class, tests whether it runs on the main rank
-    (``rank_tests.polarity`` of an ``if``/``assert`` test) or synchronises the ranks
-    (``sync.sync_points``: a collective, a barrier, also in a helper): it is written to run on
-    every rank."""
-    from ..flow.sync import sync_points
+    (``rank_tests.polarity`` of an ``if``/``assert`` test) or makes a collective
+    (``sync.collective_points``, by value flow, also in a helper): it is written to run on every
+    rank."""
+    from ..flow.sync import collective_points
 
     cls = parent(fn)
     fns = [st for st in cls.body if isinstance(st, FUNC_TYPES)] if isinstance(cls, ast.ClassDef) else [fn]
@@ -145,7 +145,7 @@ def _rank_aware(ctx, an, fn) -> bool:
             for n in ast.walk(f):
                 if isinstance(n, (ast.If, ast.IfExp, ast.Assert)) and polarity(ctx, n.test, f) is not None:
                     return True
-            if sync_points(an, an.main, f):
+            if collective_points(an, an.main, f):
                 return True
         return False
 
