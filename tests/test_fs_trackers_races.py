@@ -202,3 +202,46 @@ def test_ddp218_in_a_module_a_distributed_file_calls(tmp_path):
     project.clear()
     assert _lines(opts.read_text(encoding="utf-8"), "DDP218", str(opts)) == []
     project.clear()
+
+
+def test_ddp218_caller_that_starts_the_group_through_a_trainer(tmp_path):
+    # ClassyVision's shape: the entry script launches nothing itself; its ``main`` builds a trainer
+    # (another module) whose constructor calls ``init_process_group``; it parses the options (a
+    # third module, with the check-then-create) at module level, on every process
+    project.clear()
+    (tmp_path / "trainer.py").write_text(textwrap.dedent("""
+        import torch.distributed as dist
+
+        class DistTrainer:
+            def __init__(self):
+                dist.init_process_group("nccl", init_method="env://")
+    """), encoding="utf-8")
+    opts = tmp_path / "opts.py"
+    opts.write_text(textwrap.dedent("""
+        import os
+        import torch
+
+        def parse(folder):
+            if folder and not os.path.exists(folder):
+                os.makedirs(folder)
+            return torch.device("cpu")
+    """), encoding="utf-8")
+    entry = tmp_path / "run.py"
+    src = textwrap.dedent("""
+        from opts import parse
+        from trainer import DistTrainer
+
+        def main():
+            return DistTrainer()
+
+        if __name__ == "__main__":
+            parse("ckpt")
+            main()
+    """)
+    entry.write_text(src, encoding="utf-8")
+    assert _lines(opts.read_text(encoding="utf-8"), "DDP218", str(opts)) == [7]
+    # the same entry without the trainer: one process, no race
+    entry.write_text(src.replace("return DistTrainer()", "return None"), encoding="utf-8")
+    project.clear()
+    assert _lines(opts.read_text(encoding="utf-8"), "DDP218", str(opts)) == []
+    project.clear()

@@ -130,6 +130,10 @@ class Analysis(Summaries):
                     outer.dep_hashes[v.path] = v.digest
                 outer.depends_on(v)
 
+    def view_of(self, path: str):
+        """The view of the project file at ``path`` (a dependency of this check), or None."""
+        return self._load(os.path.abspath(path)) if path and not path.startswith("<") else None
+
     def module_view(self, view, module: str, level: int):
         if view.path is None:
             return None

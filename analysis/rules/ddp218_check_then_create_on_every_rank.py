@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
-from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.models import is_distributed_script
 from ..flow.rank import rank0_guarded
 from ..flow.rank_tests import polarity
 from ._spawn import runs_in_ranks, spawn_calls
@@ -127,7 +127,7 @@ def _every_rank(ctx, an, node, distributed: bool) -> bool:
     if g is False:
         return distributed
     fn = ctx.sem.enclosing_function(node)
-    return fn is not None and (_rank_aware(ctx, an, fn) or _called_on_every_rank(ctx, fn))
+    return fn is not None and (_rank_aware(ctx, an, fn) or _called_on_every_rank(ctx, an, fn))
 
 
 def _rank_aware(ctx, an, fn) -> bool:
@@ -152,7 +152,7 @@ def _rank_aware(ctx, an, fn) -> bool:
     return ctx.memo(("ddp218.rank_aware", id(cls if isinstance(cls, ast.ClassDef) else fn)), build)
 
 
-def _called_on_every_rank(ctx, fn) -> bool:
+def _called_on_every_rank(ctx, an, fn) -> bool:
     """A module-level function of this file (or one of this file's functions that call it, two
     calls up) is called from a distributed file of the project, not under a main-rank test there."""
     from ._common import project_callers
@@ -171,10 +171,31 @@ def _called_on_every_rank(ctx, fn) -> bool:
                     more.add(outer.name)
         names |= more
         frontier = more
-    for caller, call, _node in project_callers(ctx, names, (LAUNCH_TEXT,)):
-        if is_distributed_script(caller) and rank0_guarded(caller, call) is False \
-                and runs_in_ranks(caller, call) is not False:
+    for caller, call, _node in project_callers(ctx, names):
+        if rank0_guarded(caller, call) is False and runs_in_ranks(caller, call) is not False \
+                and _distributed_program(an, caller):
             return True
+    return False
+
+
+def _distributed_program(an, caller) -> bool:
+    """The caller's file is a distributed program: it launches itself (``is_distributed_script``),
+    or one of its functions starts the process group through the project's functions
+    (``lifecycle.lifecycle_of``: ``main()`` -> ``DistributedTrainer(...)`` -> ``init_process_group``),
+    and does not spawn its ranks (then its own code runs once, in the launching process)."""
+    from ..flow.lifecycle import lifecycle_of
+
+    if is_distributed_script(caller):
+        return True
+    if spawn_calls(caller):
+        return False
+    view = an.view_of(caller.filename)
+    if view is None:
+        return False
+    for fns in view.sem.functions.values():
+        for fn in fns:
+            if isinstance(parent(fn), ast.Module) and lifecycle_of(an, view, fn)[0] is not None:
+                return True
     return False
 
 
