@@ -245,3 +245,52 @@ def test_ddp218_caller_that_starts_the_group_through_a_trainer(tmp_path):
     project.clear()
     assert _lines(opts.read_text(encoding="utf-8"), "DDP218", str(opts)) == []
     project.clear()
+
+
+def test_ddp218_existence_tested_outside_the_file_lock_only():
+    # allennlp's extraction cache: the fast path tests the folder, the lock is taken, the folder is
+    # removed and extracted again without a second test; a project class derived from filelock's
+    bad = """
+        import os
+        import shutil
+        import torch
+        from filelock import FileLock as _Lock
+
+        class Lock(_Lock):
+            pass
+
+        def cached(archive, target):
+            if os.path.isdir(target):
+                return target
+            with Lock(target + ".lock"):
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.unpack_archive(archive, target)
+            return target
+    """
+    assert _lines(bad, "DDP218") == [13]
+    good = bad.replace("                shutil.rmtree(target, ignore_errors=True)",
+                       "                if os.path.isdir(target):\n                    return target\n"
+                       "                shutil.rmtree(target, ignore_errors=True)")
+    assert _lines(good, "DDP218") == []
+    # an ordinary context manager is no inter-process lock
+    assert _lines(bad.replace("with Lock(target", "with open(target"), "DDP218") == []
+
+
+def test_ddp218_a_rank_name_alone_does_not_make_code_run_on_every_rank():
+    src = """
+        import os
+        import torch
+
+        class Exporter:
+            def save(self, folder, is_main_process=True):
+                if is_main_process:
+                    torch.save({}, os.path.join(folder, "x.pt"))
+
+            def offload(self, folder):
+                if not os.path.exists(folder):
+                    os.makedirs(folder)
+    """
+    assert _lines(src, "DDP218") == []
+    synced = src.replace("class Exporter:", "class Exporter:\n            def wait(self):\n"
+                         "                torch.distributed.barrier()\n")
+    assert _lines(synced, "DDP218") == [15]

@@ -12,29 +12,39 @@ process may create the path between the test and the creation.
     ``Path(p).mkdir()``) with a creation that raises when the folder exists (no ``exist_ok=True``),
     not inside a ``try`` that catches the error; the creation may be in a helper of the project
     (``flow.fs_effects``, its ``exist_ok`` known there);
+  - ``"checked-outside-lock"``: ``if exists(p): return p`` (the fast path), then ``with FileLock(...):``
+    that removes, extracts, writes or creates ``p`` with no existence test of ``p`` inside the lock:
+    two processes both miss the fast path, the second to take the lock redoes the first one's work
+    over it (removing what the first may already be reading). The lock (a ``filelock`` class, or a
+    project class derived from one) says that several processes run it;
   - ``"fail-if-present"``: ``if exists(p): raise ...`` (or ``assert not exists(p)``), then, later in
     the same scope, a creation of ``p`` (any ``os.makedirs``/``mkdir``/write of it): a process that
     creates it first makes the others' test fail. A synchronising call between the test and the
     creation (``flow.sync``) removes the race (every process tests before any creates).
 
-Paths are the same when their keys are (``fs_effects.path_key``: names followed to their values,
-joins normalised). Whether several processes run the scope is the caller's question.
+Paths are the same when their keys are (``race_key``: ``fs_effects.path_key``, names followed to
+their values, joins normalised; else the same variable, not assigned in between). Whether several processes run the scope is the caller's question.
 """
 from __future__ import annotations
 
 import ast
 
 from ..semantic import FUNC_TYPES, parent
-from .fs_effects import MKDIR, WRITE, effects_at, is_path_obj, path_key
+from .fs_effects import EXTRACT, MKDIR, WRITE, effects_at, is_path_obj, path_key
 
 _EXISTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists"})
 _PATH_TESTS = frozenset({"exists", "is_dir"})
+_LOCKS = frozenset({"filelock.FileLock", "filelock.SoftFileLock", "filelock.UnixFileLock",
+                    "filelock.WindowsFileLock", "filelock.BaseFileLock"})
+_REMOVES = frozenset({"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"})
 _CATCHES = frozenset({"FileExistsError", "OSError", "IOError", "Exception", "BaseException", "EnvironmentError"})
 
 
 class Race:
     """``kind`` (see the module), the ``test`` (the ``if``/``assert``), the existence ``check`` call,
-    the creating ``call`` of this scope and its ``effect`` (``fs_effects.FsEffect``)."""
+    the creating ``call`` of this scope and its ``effect`` (``fs_effects.FsEffect``); for
+    ``"checked-outside-lock"``, ``call`` is the lock's construction and ``effect`` the effect on
+    the path under it (None for a removal)."""
 
     __slots__ = ("kind", "test", "check", "call", "effect")
 
@@ -86,7 +96,7 @@ def _tested_paths(vctx, test, holds: bool):
         p = exists_tested(vctx, e)
         if p is None:
             continue
-        k = path_key(vctx, p)
+        k = race_key(vctx, p)
         if k is not None:
             out.append((e, k, not neg))
     return out
@@ -128,6 +138,16 @@ def _caught(node, stop) -> bool:
     return False
 
 
+def _alone(node, chk) -> bool:
+    """The existence test is the whole test of ``node`` (``if exists(p):``, ``assert not
+    exists(p)``): whether it fails depends on the path alone, not on other conditions that a
+    later creation may exclude."""
+    t = node.test
+    while isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+        t = t.operand
+    return t is chk
+
+
 def _in_block(node, block) -> bool:
     for st in block:
         if st is node:
@@ -143,10 +163,93 @@ def _creations(ctx, an, calls, kinds):
     out = []
     for c in calls:
         for e in effects_at(ctx, an, c):
-            if e.kind in kinds and e.path_key() is not None:
+            if e.kind in kinds and effect_key(ctx, an, e) is not None:
                 out.append((c, e))
                 break
     return out
+
+
+def is_file_lock(ctx, an, expr) -> bool:
+    """``expr`` makes an inter-process file lock: ``filelock.FileLock(...)`` (and its siblings), or
+    a class of the project derived from one (by the qualified names of its bases)."""
+    from .fs_effects import resolve
+
+    if not isinstance(expr, ast.Call):
+        return False
+    if (ctx.qn(expr) or "") in _LOCKS:
+        return True
+    cls, sem = None, ctx.sem
+    if isinstance(expr.func, ast.Name) and expr.func.id in an.main.classes:
+        cls = an.main.classes[expr.func.id]
+    else:
+        got = resolve(an, an.main, expr)
+        if got is not None and isinstance(parent(got[1]), ast.ClassDef):
+            cls, sem = parent(got[1]), got[0].sem
+    if cls is None:
+        return False
+    return any((sem.qualname(b) or "") in _LOCKS for b in cls.bases)
+
+
+def _checked_outside_lock(ctx, an, scope, calls, tests) -> list[Race]:
+    out = []
+    withs = [w for w in ast.walk(scope) if isinstance(w, ast.With)
+             and (sem_scope(ctx, w) is scope) and any(is_file_lock(ctx, an, it.context_expr) for it in w.items)]
+    if not withs:
+        return out
+    for w in withs:
+        inside = [c for c in calls if _in_block(c, w.body)]
+        for node, chk, k, ex, block in tests:
+            if not ex or block is None or not isinstance(node, ast.If) or not block or \
+                    not isinstance(block[-1], ast.Return) or (node.end_lineno, node.end_col_offset) > (w.lineno, w.col_offset):
+                continue
+            if any((p := exists_tested(ctx, c)) is not None and race_key(ctx, p) == k for c in inside):
+                continue  # tested again under the lock
+            hit = None
+            for c in inside:
+                qn = ctx.qn(c) or ""
+                if qn in _REMOVES and c.args and race_key(ctx, c.args[0]) == k:
+                    hit = c
+                    break
+                effs = [e for e in effects_at(ctx, an, c) if e.kind in (MKDIR, WRITE, EXTRACT) and effect_key(ctx, an, e) == k]
+                if effs:
+                    hit = c
+                    break
+            if hit is not None and not _rebound(ctx, scope, k, node, hit):
+                effs = effects_at(ctx, an, hit)
+                out.append(Race("checked-outside-lock", node, chk, w.items[0].context_expr,
+                                effs[0] if effs else None))
+                break
+    return out
+
+
+def race_key(vctx, expr) -> str | None:
+    """``fs_effects.path_key``, or for a variable whose value it cannot key (assigned in several
+    branches, from a call), the variable itself (``local:name``): the same path as long as the
+    variable is not assigned again in between (``_rebound``)."""
+    k = path_key(vctx, expr)
+    if k is None and isinstance(expr, ast.Name):
+        return "local:" + expr.id
+    return k
+
+
+def effect_key(vctx, an, e) -> str | None:
+    """``race_key`` of an effect's path (a variable only for an effect of this file's own call)."""
+    k = e.path_key()
+    if k is None and e.view is an.main and isinstance(e.path, ast.Name) and not e.via:
+        return "local:" + e.path.id
+    return k
+
+
+def _rebound(ctx, scope, key, a, b) -> bool:
+    """The variable of a ``local:`` key is assigned between ``a`` and ``b``."""
+    if not key.startswith("local:"):
+        return False
+    lo, hi = a.end_lineno, b.lineno
+    return any(lo < st.lineno <= hi for st in ctx.sem.assignments(scope).get(key[6:], ()))
+
+
+def sem_scope(ctx, node):
+    return ctx.sem.enclosing_function(node) or ctx.sem.tree
 
 
 def check_then_create(ctx, an, scope) -> list[Race]:
@@ -172,7 +275,7 @@ def check_then_create(ctx, an, scope) -> list[Race]:
     if not tests:
         return []
     creates = None
-    out = []
+    out = _checked_outside_lock(ctx, an, scope, calls, tests)
     done = set()
     for node, chk, k, ex, block in tests:
         if creates is None:
@@ -180,16 +283,17 @@ def check_then_create(ctx, an, scope) -> list[Race]:
         if not ex and block is not None:
             # the path is missing in ``block``: a creation there that raises on an existing folder
             for c, e in creates:
-                if e.kind != MKDIR or e.exist_ok is not False or e.path_key() != k or id(c) in done:
+                if e.kind != MKDIR or e.exist_ok is not False or effect_key(ctx, an, e) != k or id(c) in done:
                     continue
-                if _in_block(c, block) and not _caught(c, node):
+                if _in_block(c, block) and not _caught(c, node) and not _rebound(ctx, scope, k, node, c):
                     done.add(id(c))
                     out.append(Race("create-if-missing", node, chk, c, e))
-        elif ex and (block is None or _terminates(ctx, block)):
+        elif ex and (block is None or _terminates(ctx, block)) and _alone(node, chk):
             # the path must be absent past ``node``: a later creation of it by another process fails this test
             end = (node.end_lineno, node.end_col_offset)
             for c, e in creates:
-                if e.path_key() != k or id(c) in done or (c.lineno, c.col_offset) < end:
+                if effect_key(ctx, an, e) != k or id(c) in done or (c.lineno, c.col_offset) < end \
+                        or _rebound(ctx, scope, k, node, c):
                     continue
                 if parent_chain_contains(c, node):
                     continue

@@ -7,7 +7,6 @@ from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
 from ..flow.models import is_distributed_script
 from ..flow.rank import rank0_guarded
-from ..flow.rank_tests import polarity
 from ._spawn import runs_in_ranks, spawn_calls
 
 
@@ -22,12 +21,19 @@ class CheckThenCreateOnEveryRank(Rule):
       existing folder: no `exist_ok=True`, no `try` that catches `FileExistsError`/`OSError`;
     - `if os.path.exists(d): raise ...` (or `assert not os.path.exists(d)`) and then a creation of
       `d` later in the same function with no synchronising call (`barrier()`,
-      `wait_for_everyone()`, a collective) between the test and the creation.
+      `wait_for_everyone()`, a collective) between the test and the creation;
+    - `if os.path.isdir(d): return d` and then `with FileLock(...):` that removes, extracts,
+      writes or creates `d` without testing `d` again under the lock (the missing second check of
+      double-checked locking). The file lock (a `filelock` class, or a project class derived
+      from one) is what says that several processes run this code, so this form needs no
+      distributed program.
 
     Every rank runs it when the file is a distributed program (it calls `init_process_group`,
     wraps in DDP/FSDP or spawns) and no main-rank test keeps the other ranks out
-    (`rank.rank0_guarded`), or, for a function this file never calls, when the function (or
-    another method of its class) itself tests the rank: code written to run on every rank. The
+    (`rank.rank0_guarded`); for a function this file never calls, when the function (or another
+    method of its class) makes a collective itself (code written to run on every rank), or when a
+    file of the project that is a distributed program (it launches, or starts the process group
+    through the project's functions) calls it on every rank. The
     same path is decided by value flow (`fs_effects.path_key`), not by the names used.
 
     ## Why is this bad?
@@ -48,6 +54,15 @@ class CheckThenCreateOnEveryRank(Rule):
     ```python
     dist.init_process_group("nccl")
     os.makedirs(args.checkpoint_dir, exist_ok=True)
+    ```
+    under a file lock, test again once it is held:
+    ```python
+    if os.path.isdir(out):
+        return out
+    with FileLock(out + ".lock"):
+        if os.path.isdir(out):
+            return out
+        extract(archive, out)
     ```
     and for a test that must fail on an existing folder, test on every rank, then synchronise,
     then create:
@@ -77,13 +92,16 @@ class CheckThenCreateOnEveryRank(Rule):
         sem = ctx.sem
         an = None
         distributed = None
-        scopes = [sem.tree, *(f for fs in sem.functions.values() for f in fs)]
+        scopes = list({id(f): f for f in (sem.tree, *(f for fs in sem.functions.values() for f in fs))}.values())
         for scope in scopes:
             if an is None:
                 an = for_context(ctx)
             for race in check_then_create(ctx, an, scope):
                 if distributed is None:
                     distributed = is_distributed_script(ctx)
+                if race.kind == "checked-outside-lock":
+                    self._report(ctx, race)  # the lock says that several processes run it
+                    continue
                 if not _every_rank(ctx, an, race.call, distributed) or main_rank_first(ctx, an, race.call):
                     continue
                 if race.kind == "fail-if-present" and \
@@ -93,6 +111,15 @@ class CheckThenCreateOnEveryRank(Rule):
 
     def _report(self, ctx, race) -> None:
         e = race.effect
+        if race.kind == "checked-outside-lock":
+            ctx.report(
+                race.call,
+                f"`{ctx.text(race.check)}` (line {race.check.lineno}) is tested before this lock is "
+                f"taken and not again under it: two processes both miss it, and the second to get the "
+                f"lock redoes the first one's work over the same path (removing or overwriting what "
+                f"the first may already be reading); test again once the lock is held",
+            )
+            return
         what = f"`{ctx.text(race.call.func)}(...)`"
         if e.via:
             what += f" (through `{' -> '.join(e.via)}`: `{e.api}`)"
@@ -131,23 +158,17 @@ def _every_rank(ctx, an, node, distributed: bool) -> bool:
 
 
 def _rank_aware(ctx, an, fn) -> bool:
-    """``fn``, or another method of its class, tests whether it runs on the main rank
-    (``rank_tests.polarity`` of an ``if``/``assert`` test) or makes a collective
-    (``sync.collective_points``, by value flow, also in a helper): it is written to run on every
-    rank."""
+    """``fn``, or another method of its class, makes a collective (``sync.collective_points``, by
+    value flow, also in a helper): it is written to run on every rank. (A test that reads like a
+    rank test, ``if is_main_process:``, is not enough: ``rank_tests.polarity`` reads names, and a
+    name may only silence a finding.)"""
     from ..flow.sync import collective_points
 
     cls = parent(fn)
     fns = [st for st in cls.body if isinstance(st, FUNC_TYPES)] if isinstance(cls, ast.ClassDef) else [fn]
 
     def build():
-        for f in fns:
-            for n in ast.walk(f):
-                if isinstance(n, (ast.If, ast.IfExp, ast.Assert)) and polarity(ctx, n.test, f) is not None:
-                    return True
-            if collective_points(an, an.main, f):
-                return True
-        return False
+        return any(collective_points(an, an.main, f) for f in fns)
 
     return ctx.memo(("ddp218.rank_aware", id(cls if isinstance(cls, ast.ClassDef) else fn)), build)
 
