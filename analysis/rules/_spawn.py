@@ -128,3 +128,10 @@ def under_main_guard(node: ast.AST) -> bool:
         child = p
         p = parent(p)
     return False
+
+
+def in_launcher(ctx, node: ast.AST) -> bool:
+    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``): it runs in the
+    launching process only."""
+    fn = ctx.sem.enclosing_function(node)
+    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))

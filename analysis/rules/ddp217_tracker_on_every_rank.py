@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..flow.fs_effects import TRACK, effects_at, rank_specific, view_ctx
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
-from ._spawn import runs_in_ranks, spawn_calls
+from ._spawn import in_launcher, runs_in_ranks
 from .ddp202_save_on_every_rank import rank_specific_path
 
 
@@ -82,7 +82,7 @@ class TrackerOnEveryRank(Rule):
             if e.per_rank or _per_rank_run(ctx, call, e):
                 continue
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
-                    or _launcher(ctx, call):
+                    or in_launcher(ctx, call):
                 continue
             if id(e.node) in seen and e.via:
                 continue  # the same helper's tracker reached again: reported at its first call
@@ -132,9 +132,3 @@ def _per_rank_run(ctx, call, e) -> bool:
         if e.api == "wandb.init" and any(k.arg == "group" for k in node.keywords):
             return True
     return any(rank_specific_path(ctx, a, call) for a in e.args)
-
-
-def _launcher(ctx, call) -> bool:
-    """``call`` is in a function that spawns the ranks (``mp.spawn``): the launching process."""
-    fn = ctx.sem.enclosing_function(call)
-    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))

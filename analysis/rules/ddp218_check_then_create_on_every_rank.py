@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
 from ..flow.models import is_distributed_script
 from ..flow.rank import rank0_guarded
-from ._spawn import runs_in_ranks, spawn_calls
+from ._spawn import in_launcher, runs_in_ranks, spawn_calls
 
 
 class CheckThenCreateOnEveryRank(Rule):
@@ -146,7 +146,7 @@ def _every_rank(ctx, an, node, distributed: bool) -> bool:
     for a function never called here, one that makes rank decisions or synchronises the ranks
     itself (``_rank_aware``), or one that a distributed file of the project calls on every rank
     (``_called_on_every_rank``)."""
-    if runs_in_ranks(ctx, node) is False or _launcher(ctx, node):
+    if runs_in_ranks(ctx, node) is False or in_launcher(ctx, node):
         return False
     g = rank0_guarded(ctx, node)
     if g is True:
@@ -218,9 +218,3 @@ def _distributed_program(an, caller) -> bool:
             if isinstance(parent(fn), ast.Module) and lifecycle_of(an, view, fn)[0] is not None:
                 return True
     return False
-
-
-def _launcher(ctx, call) -> bool:
-    """``call`` is in a function that spawns the ranks (``mp.spawn``): the launching process."""
-    fn = ctx.sem.enclosing_function(call)
-    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))
