@@ -16,9 +16,10 @@ class TrackerOnEveryRank(Rule):
     ## What it does
     Checks a distributed program (one that calls `init_process_group`, wraps in DDP/FSDP or spawns
     its ranks) for an experiment tracker that every rank opens: `wandb.init`,
-    `comet_ml.Experiment` / `OfflineExperiment` / `comet_ml.start`, `mlflow.start_run`,
-    `neptune.init` / `init_run`, `clearml.Task.init`, `aim.Run`, and a TensorBoard
-    `SummaryWriter` (`torch.utils.tensorboard`, `tensorboardX`).
+    `comet_ml.Experiment` / `OfflineExperiment` / `ExistingExperiment` / `comet_ml.start`,
+    `mlflow.start_run`, `neptune.init` / `init_run`, `clearml.Task.init`, `aim.Run`,
+    `swanlab.init`, and a TensorBoard `SummaryWriter` (`torch.utils.tensorboard`, `tensorboardX`).
+    The APIs are recognised by their qualified names (through imports and aliases).
 
     The call is flagged when no main-rank test keeps the other ranks out (`if rank == 0:`, an
     early `if rank != 0: return`, `@rank_zero_only`, a helper every call of which is guarded:
