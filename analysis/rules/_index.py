@@ -110,7 +110,7 @@ RULES = {
                 ((('torch', False),), (('rank', True), ('gpu', True), ('ordinal', True), ('procid', True), ('localid', True), ('master', True), ('main', True), ('global', True), ('process', True), ('local', True), ('chief', True), ('lead', True), ('primary', True), ('root', True), ('world', True), ('ntasks', True), ('pmi_size', True), ('should_save', False), ('should_log', False), ('logging_process', False), ('process_index', False), ('device_id', False), ('device_index', False), ('dev_id', False), ('local_device', False), ('proc_id', False), ('process_id', False))),
                 False, True),
     'DDP217': ('ddp217_tracker_on_every_rank', True, True,
-                ((('torch', False),), (('init_process_group', False), ('DistributedDataParallel', False), ('spawn', False), ('start_processes', False), ('FullyShardedDataParallel', False), ('fully_shard', False), ('init_device_mesh', False))),
+                ((('torch', False),), (('init_process_group', False), ('DistributedDataParallel', False), ('spawn', False), ('start_processes', False), ('FullyShardedDataParallel', False), ('fully_shard', False), ('init_device_mesh', False), ('Accelerator', False))),
                 False, False),
     'DDP218': ('ddp218_check_then_create_on_every_rank', True, True,
                 ((('torch', False),), (('exists', False), ('isdir', False), ('is_dir', False))),

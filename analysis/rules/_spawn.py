@@ -135,3 +135,30 @@ def in_launcher(ctx, node: ast.AST) -> bool:
     launching process only."""
     fn = ctx.sem.enclosing_function(node)
     return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))
+
+
+ACCELERATOR = "accelerate.Accelerator"
+
+
+def distributed_program(an, ctx) -> bool:
+    """The file of ``ctx`` is a program that runs as several processes: it launches itself
+    (``models.is_distributed_script``: ``init_process_group``, a DDP/FSDP wrap, a spawn), builds an
+    Accelerate ``Accelerator`` (``accelerate launch`` runs it once per process), or one of its
+    module-level functions starts the process group through the project's functions
+    (``lifecycle.lifecycle_of``: ``main()`` -> ``DistributedTrainer(...)`` -> ``init_process_group``)
+    without spawning (a file that spawns runs its own code once, in the launching process)."""
+    from ..flow.lifecycle import lifecycle_of
+    from ..flow.models import is_distributed_script
+
+    if is_distributed_script(ctx) or ctx.sem.calls_to(ACCELERATOR):
+        return True
+    if spawn_calls(ctx):
+        return False
+    view = an.main if ctx.filename == an.main.path or ctx.sem is an.main.sem else an.view_of(ctx.filename)
+    if view is None:
+        return False
+    for fns in view.sem.functions.values():
+        for fn in fns:
+            if isinstance(parent(fn), ast.Module) and lifecycle_of(an, view, fn)[0] is not None:
+                return True
+    return False

@@ -5,17 +5,18 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..flow.fs_effects import TRACK, effects_at, rank_specific, view_ctx
-from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
-from ._spawn import in_launcher, runs_in_ranks
+from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ._spawn import ACCELERATOR, in_launcher, runs_in_ranks
 from .ddp202_save_on_every_rank import rank_specific_path
 
 
 class TrackerOnEveryRank(Rule):
     """
     ## What it does
-    Checks a distributed program (one that calls `init_process_group`, wraps in DDP/FSDP or spawns
-    its ranks) for an experiment tracker that every rank opens: `wandb.init`,
+    Checks a distributed program (one that calls `init_process_group`, wraps in DDP/FSDP, spawns
+    its ranks, or builds an Accelerate `Accelerator`, which `accelerate launch` runs once per
+    process) for an experiment tracker that every rank opens: `wandb.init`,
     `comet_ml.Experiment` / `OfflineExperiment` / `ExistingExperiment` / `comet_ml.start`,
     `mlflow.start_run`, `neptune.init` / `init_run`, `clearml.Task.init`, `aim.Run`,
     `swanlab.init`, and a TensorBoard `SummaryWriter` (`torch.utils.tensorboard`, `tensorboardX`).
@@ -64,10 +65,11 @@ class TrackerOnEveryRank(Rule):
     code = "DDP217"
     name = "tracker-on-every-rank"
     severity = Severity.WARNING
-    requires_text = LAUNCH_TEXT  # is_distributed_script: a launch call is spelled in the file
+    # a distributed program that says so itself: a launch call, or an Accelerate ``Accelerator``
+    requires_text = (*LAUNCH_TEXT, "Accelerator")
 
     def finish(self, ctx) -> None:
-        if not is_distributed_script(ctx):
+        if not (is_distributed_script(ctx) or ctx.sem.calls_to(ACCELERATOR)):
             return
         from ..flow import for_context
 

@@ -5,9 +5,8 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
-from ..flow.models import is_distributed_script
 from ..flow.rank import rank0_guarded
-from ._spawn import in_launcher, runs_in_ranks, spawn_calls
+from ._spawn import distributed_program, in_launcher, runs_in_ranks
 
 
 class CheckThenCreateOnEveryRank(Rule):
@@ -29,7 +28,9 @@ class CheckThenCreateOnEveryRank(Rule):
       distributed program.
 
     Every rank runs it when the file is a distributed program (it calls `init_process_group`,
-    wraps in DDP/FSDP or spawns) and no main-rank test keeps the other ranks out
+    wraps in DDP/FSDP, spawns, builds an Accelerate `Accelerator`, or starts the process group
+    through the project's functions: `rules._spawn.distributed_program`) and no main-rank test
+    keeps the other ranks out
     (`rank.rank0_guarded`); for a function this file never calls, when the function (or another
     method of its class) makes a collective itself (code written to run on every rank), or when a
     file of the project that is a distributed program (it launches, or starts the process group
@@ -98,7 +99,7 @@ class CheckThenCreateOnEveryRank(Rule):
                 an = for_context(ctx)
             for race in check_then_create(ctx, an, scope):
                 if distributed is None:
-                    distributed = is_distributed_script(ctx)
+                    distributed = distributed_program(an, ctx)
                 if race.kind == "checked-outside-lock":
                     self._report(ctx, race)  # the lock says that several processes run it
                     continue
@@ -194,27 +195,8 @@ def _called_on_every_rank(ctx, an, fn) -> bool:
         frontier = more
     for caller, call, _node in project_callers(ctx, names):
         if rank0_guarded(caller, call) is False and runs_in_ranks(caller, call) is not False \
-                and _distributed_program(an, caller):
+                and distributed_program(an, caller):
             return True
     return False
 
 
-def _distributed_program(an, caller) -> bool:
-    """The caller's file is a distributed program: it launches itself (``is_distributed_script``),
-    or one of its functions starts the process group through the project's functions
-    (``lifecycle.lifecycle_of``: ``main()`` -> ``DistributedTrainer(...)`` -> ``init_process_group``),
-    and does not spawn its ranks (then its own code runs once, in the launching process)."""
-    from ..flow.lifecycle import lifecycle_of
-
-    if is_distributed_script(caller):
-        return True
-    if spawn_calls(caller):
-        return False
-    view = an.view_of(caller.filename)
-    if view is None:
-        return False
-    for fns in view.sem.functions.values():
-        for fn in fns:
-            if isinstance(parent(fn), ast.Module) and lifecycle_of(an, view, fn)[0] is not None:
-                return True
-    return False
