@@ -294,3 +294,34 @@ def test_ddp218_a_rank_name_alone_does_not_make_code_run_on_every_rank():
     synced = src.replace("class Exporter:", "class Exporter:\n            def wait(self):\n"
                          "                torch.distributed.barrier()\n")
     assert _lines(synced, "DDP218") == [15]
+
+
+def test_module_level_code_of_a_notebook_launcher_file_runs_once():
+    src = """
+        import os
+        import torch
+        import wandb
+        from accelerate import Accelerator, notebook_launcher
+
+        save_path = "./concept"
+        if not os.path.exists(save_path):
+            os.mkdir(save_path)
+        wandb.init(project="once")
+
+        def training_function():
+            accelerator = Accelerator()
+            if not os.path.exists("out"):
+                os.makedirs("out")
+            return accelerator
+
+        notebook_launcher(training_function, num_processes=2)
+    """
+    # (the launched function itself is not known to run on every rank: no call of it in the file)
+    assert _lines(src, "DDP218") == []
+    assert _lines(src, "DDP217") == []
+    # without the launcher, the same module-level code runs in every process of the Accelerate job
+    once = src.replace("notebook_launcher(training_function, num_processes=2)", "training_function()")
+    once = once.replace("from accelerate import Accelerator, notebook_launcher",
+                        "from accelerate import Accelerator\n        acc = Accelerator()")
+    assert _lines(once, "DDP218") == [10, 16]
+    assert _lines(once, "DDP217") == [11]

@@ -162,3 +162,15 @@ def distributed_program(an, ctx) -> bool:
             if isinstance(parent(fn), ast.Module) and lifecycle_of(an, view, fn)[0] is not None:
                 return True
     return False
+
+
+NOTEBOOK_LAUNCHERS = ("accelerate.notebook_launcher", "accelerate.debug_launcher",
+                      "accelerate.launchers.notebook_launcher", "accelerate.launchers.debug_launcher")
+
+
+def outside_launched(ctx, node: ast.AST) -> bool:
+    """The file starts its processes with Accelerate's ``notebook_launcher(fn, ...)`` and ``node``
+    is module-level code: it runs once, in the notebook's own process, not in the launched ones."""
+    if not ctx.sem.calls_to(*NOTEBOOK_LAUNCHERS):
+        return False
+    return ctx.sem.enclosing_function(node) is None

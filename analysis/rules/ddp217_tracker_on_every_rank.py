@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..flow.fs_effects import TRACK, effects_at, rank_specific, view_ctx
 from ..flow.rank import rank0_guarded
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
-from ._spawn import ACCELERATOR, in_launcher, runs_in_ranks
+from ._spawn import ACCELERATOR, in_launcher, outside_launched, runs_in_ranks
 from .ddp202_save_on_every_rank import rank_specific_path
 
 
@@ -85,7 +85,7 @@ class TrackerOnEveryRank(Rule):
             if e.per_rank or _per_rank_run(ctx, call, e):
                 continue
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
-                    or in_launcher(ctx, call):
+                    or in_launcher(ctx, call) or outside_launched(ctx, call):
                 continue
             if id(e.node) in seen and e.via:
                 continue  # the same helper's tracker reached again: reported at its first call

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
 from ..flow.rank import rank0_guarded
-from ._spawn import distributed_program, in_launcher, runs_in_ranks
+from ._spawn import distributed_program, in_launcher, outside_launched, runs_in_ranks
 
 
 class CheckThenCreateOnEveryRank(Rule):
@@ -147,7 +147,7 @@ def _every_rank(ctx, an, node, distributed: bool) -> bool:
     for a function never called here, one that makes rank decisions or synchronises the ranks
     itself (``_rank_aware``), or one that a distributed file of the project calls on every rank
     (``_called_on_every_rank``)."""
-    if runs_in_ranks(ctx, node) is False or in_launcher(ctx, node):
+    if runs_in_ranks(ctx, node) is False or in_launcher(ctx, node) or outside_launched(ctx, node):
         return False
     g = rank0_guarded(ctx, node)
     if g is True:
