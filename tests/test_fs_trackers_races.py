@@ -151,7 +151,7 @@ def test_ddp218_exists_then_raise_needs_no_barrier_to_be_flagged():
             raise SystemExit(f"{out} exists")
         os.makedirs(out, exist_ok=True)
     """)
-    assert _lines(bad, "DDP218") == [12]
+    assert _lines(bad, "DDP218") == [11]
     good = bad.replace("        os.makedirs(out, exist_ok=True)", "        dist.barrier()\n        os.makedirs(out, exist_ok=True)")
     assert _lines(good, "DDP218") == []
 
@@ -325,3 +325,16 @@ def test_module_level_code_of_a_notebook_launcher_file_runs_once():
                         "from accelerate import Accelerator\n        acc = Accelerator()")
     assert _lines(once, "DDP218") == [10, 16]
     assert _lines(once, "DDP217") == [11]
+
+
+def test_main_rank_test_on_a_variable_read_by_value_flow():
+    # ``v4_`` holds the rank (one assignment from ``dist.get_rank()``): ``v4_ == 0`` is a main-rank
+    # test whatever the name (rank_tests.polarity)
+    src = _dist("""
+        dist.init_process_group("nccl")
+        v4_ = dist.get_rank()
+        if v4_ == 0 and not os.path.exists("out"):
+            os.makedirs("out")
+    """)
+    assert _lines(src, "DDP218") == []
+    assert _lines(src.replace("v4_ = dist.get_rank()", "v4_ = len(os.listdir('.'))"), "DDP218") == [11]
