@@ -151,7 +151,7 @@ def test_ddp218_exists_then_raise_needs_no_barrier_to_be_flagged():
             raise SystemExit(f"{out} exists")
         os.makedirs(out, exist_ok=True)
     """)
-    assert _lines(bad, "DDP218") == [11]
+    assert _lines(bad, "DDP218") == [12]
     good = bad.replace("        os.makedirs(out, exist_ok=True)", "        dist.barrier()\n        os.makedirs(out, exist_ok=True)")
     assert _lines(good, "DDP218") == []
 
