@@ -84,6 +84,7 @@ class Analysis(Summaries):
         evaluators, contexts and caches that point back at this object, and the checked file's
         own memo. The project's other modules keep theirs (they are shared across checks)."""
         self.main.memo.clear()
+        self.main.life.alive = False  # a shared view whose memo holds the checked file's nodes is stale
         deps = self._deps
         self.__dict__.clear()
         self._deps = deps
@@ -95,6 +96,7 @@ class Analysis(Summaries):
 
     def _load(self, path: str):
         if path == self.main.path:
+            self._depend(self.main)
             return self.main
         if self._loaded >= _MAX_MODULES and path not in self._deps:
             return None
@@ -107,25 +109,40 @@ class Analysis(Summaries):
         self._loaded += 1
         if id(v) not in self._validated:
             self._validated.add(id(v))
+            if v.stale():
+                v.forget()
             for p, h in list(v.dep_hashes.items()):
                 if not project.still_absent(p) if h is None else project.current_hash(p) != h:
-                    v.memo.clear()
-                    v.dep_hashes.clear()
+                    v.forget()
                     break
         self._deps[path] = v.digest
         for dep in v.dep_hashes.items():
             self._deps.setdefault(*dep)
+        self._depend(v)
+        return v
+
+    def _depend(self, v) -> None:
+        """The views being analysed (``_view_stack``) now depend on ``v``: on its content, and on
+        its nodes staying alive (their memos may keep what was computed from them)."""
         for outer in self._view_stack:
             if outer is not v and outer is not self.main:
-                outer.dep_hashes[path] = v.digest
-        return v
+                if v is not self.main:
+                    outer.dep_hashes[v.path] = v.digest
+                outer.depends_on(v)
+
+    def view_of(self, path: str):
+        """The view of the project file at ``path`` (a dependency of this check), or None."""
+        return self._load(os.path.abspath(path)) if path and not path.startswith("<") else None
 
     def module_view(self, view, module: str, level: int):
         if view.path is None:
             return None
         key = (view.path, module, level)
         if key in self._modules:
-            return self._modules[key]
+            got = self._modules[key]
+            if got is not None:
+                self._depend(got)  # resolved earlier in this check, for another view perhaps
+            return got
         absent: list[str] = []
         path = project.resolve(view.path, module, level, absent)
         for p in absent:  # negative dependencies: a module appearing there changes the answer

@@ -27,6 +27,7 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
+TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217
 PRODUCES = frozenset({DOWNLOAD, EXTRACT, WRITE, MKDIR})  # kinds that create what a reader needs
 
 _HUB = "the torch hub cache (~/.cache/torch/hub)"
@@ -62,6 +63,24 @@ _TABLE: dict[str, tuple] = {
     "shutil.copytree": (WRITE, (1, "dst"), None, True),
     "os.makedirs": (MKDIR, (0, "name"), None, True),
     "os.mkdir": (MKDIR, (0, "path"), None, True),
+    # experiment trackers (DDP217): each call opens a new run (a remote run, an event file, a folder)
+    "wandb.init": (TRACK, None, "a new Weights & Biases run", False),
+    "comet_ml.Experiment": (TRACK, None, "a new Comet experiment", False),
+    "comet_ml.OfflineExperiment": (TRACK, None, "a new Comet experiment", False),
+    "comet_ml.start": (TRACK, None, "a new Comet experiment", False),
+    "comet_ml.ExistingExperiment": (TRACK, None, "a Comet experiment session", False),
+    "mlflow.start_run": (TRACK, None, "a new MLflow run", False),
+    "neptune.init": (TRACK, None, "a new Neptune run", False),
+    "neptune.init_run": (TRACK, None, "a new Neptune run", False),
+    "neptune.new.init": (TRACK, None, "a new Neptune run", False),
+    "neptune.new.init_run": (TRACK, None, "a new Neptune run", False),
+    "swanlab.init": (TRACK, None, "a new SwanLab run", False),
+    "clearml.Task.init": (TRACK, None, "a new ClearML task", False),
+    "aim.Run": (TRACK, None, "a new Aim run", False),
+    "torch.utils.tensorboard.SummaryWriter": (TRACK, (0, "log_dir"), "a new ./runs/<date>_<host> folder", True),
+    "tensorboardX.SummaryWriter": (TRACK, (0, "logdir"), "a new ./runs/<date>_<host> folder", True),
+    "torch.utils.tensorboard.writer.SummaryWriter": (TRACK, (0, "log_dir"), "a new ./runs/<date>_<host> folder", True),
+    "tensorboardX.writer.SummaryWriter": (TRACK, (0, "logdir"), "a new ./runs/<date>_<host> folder", True),
     # reads
     "torch.load": (READ, (0, "f"), None, False),
     "numpy.load": (READ, (0, "file"), None, False),
@@ -87,7 +106,7 @@ class FsEffect:
     it was reached through."""
 
     __slots__ = ("kind", "api", "node", "path", "cache", "folder", "view", "via", "home", "key", "args",
-                 "per_rank", "guards")
+                 "per_rank", "guards", "exist_ok")
 
     def __init__(self, kind, api, node, path, cache, folder, view=None, via=(), home=None):
         self.kind, self.api, self.node, self.path, self.cache, self.folder = kind, api, node, path, cache, folder
@@ -96,6 +115,9 @@ class FsEffect:
         self.args = ()  # the arguments of that call the path is made of
         self.per_rank = False  # the path depends on the rank inside the function (``rank_specific``)
         self.guards = ()  # (test, holds) of the ``if``s of the function around it (``call_site_effects``)
+        # a folder creation that tolerates an existing folder (``exist_ok=True``): True, False (it
+        # raises FileExistsError), None (cannot tell: ``exist_ok=flag``); None for other kinds
+        self.exist_ok = None
 
     def path_key(self) -> str | None:
         """The key of the path in the terms of the outermost call (``path_key``)."""
@@ -149,7 +171,10 @@ def call_effects(vctx, call: ast.Call) -> list[FsEffect]:
             return []
         if qn == "torch.load" and isinstance(path, ast.Call):
             return []  # torch.load(io.BytesIO(...)), torch.load(open(...)): not a path
-        return [FsEffect(kind, qn, call, path, cache if path is None else None, folder)]
+        eff = FsEffect(kind, qn, call, path, cache if path is None else None, folder)
+        if kind == MKDIR:
+            eff.exist_ok = False if qn == "os.mkdir" else _exist_ok(vctx, call, 2)
+        return [eff]
     if qn.startswith("torchvision.datasets.") and qn.count(".") == 2:
         # ``CIFAR10(root, download=True)``: downloads and extracts into ``root``
         root = get_arg(call, 0, "root")
@@ -180,13 +205,32 @@ def call_effects(vctx, call: ast.Call) -> list[FsEffect]:
                 return [FsEffect(EXTRACT, "extractall", call, path, None, True)]
             return []
         if f.attr == "mkdir" and _is_path_obj(vctx, f.value):
-            return [FsEffect(MKDIR, "Path.mkdir", call, f.value, None, True)]
+            eff = FsEffect(MKDIR, "Path.mkdir", call, f.value, None, True)
+            eff.exist_ok = _exist_ok(vctx, call, 2)
+            return [eff]
         if f.attr in _READ_METHODS and _is_path_obj(vctx, f.value):
             return [FsEffect(LIST if f.attr in ("iterdir", "glob", "rglob") else READ, "Path." + f.attr, call,
                              f.value, None, f.attr in ("iterdir", "glob", "rglob"))]
         if f.attr in ("write_text", "write_bytes") and _is_path_obj(vctx, f.value):
             return [FsEffect(WRITE, "Path." + f.attr, call, f.value, None, False)]
     return []
+
+
+def _exist_ok(vctx, call: ast.Call, pos: int) -> bool | None:
+    """``exist_ok`` of ``os.makedirs(p, mode, exist_ok)`` / ``Path.mkdir(mode, parents, exist_ok)``
+    (its position ``pos``): True / False when known (absent: False), None when it is not a constant."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    a = get_arg(call, pos, "exist_ok")
+    if a is None:
+        return False
+    c = constant_of(vctx.sem, a)
+    return None if c is None else bool(c.value)
+
+
+def is_path_obj(vctx, e) -> bool:
+    """``e`` is a ``pathlib.Path`` (``_is_path_obj``)."""
+    return _is_path_obj(vctx, e)
 
 
 def _is_path_obj(vctx, e) -> bool:
@@ -566,7 +610,7 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0) -> list
         elif k is not None and k.startswith("'"):
             key = k  # a literal path: the same in every module
         f = FsEffect(e.kind, e.api, e.node, path, e.cache, e.folder, pview, (name, *e.via), e.home)
-        f.key, f.args, f.per_rank = key, tuple(used) or e.args, e.per_rank
+        f.key, f.args, f.per_rank, f.exist_ok = key, tuple(used) or e.args, e.per_rank, e.exist_ok
         out.append(f)
     return out
 

@@ -162,6 +162,10 @@ class ModuleView:
         self._seeded: bool | None = None
         self.memo: dict = {}  # per-view analysis results (summaries, values); cleared when stale
         self.dep_hashes: dict[str, str | None] = {}  # files whose content (None: absence) the memo depends on
+        # this view's life, and those of the other views whose nodes the memo may hold: a memo that
+        # outlives one of them holds nodes of a taken-apart tree, so it is stale (``stale``)
+        self.life = Life()
+        self.dep_lives: set[Life] = set()
         for st in _top_statements(tree):
             t = st.__class__
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
@@ -193,9 +197,35 @@ class ModuleView:
                 "seed" in w.lower() for w in code_words(self.sem))
         return got
 
-    def release(self) -> None:
+    def depends_on(self, other: "ModuleView") -> None:
+        """This view's memo may hold nodes of ``other`` (a result computed through a call into it)."""
+        if other is not self:
+            self.dep_lives.add(other.life)
+
+    def stale(self) -> bool:
+        """A view whose nodes the memo may hold has been released since (evicted from the project
+        cache, or the checked file's own view at the end of its check)."""
+        return any(not life.alive for life in self.dep_lives)
+
+    def forget(self) -> None:
+        """Drop the memo and what it depended on."""
         self.memo.clear()
+        self.dep_hashes.clear()
+        self.dep_lives.clear()
+
+    def release(self) -> None:
+        self.life.alive = False
+        self.forget()
         self.sem.release()
+
+
+class Life:
+    """Whether a view is still in use (its tree's parent pointers and fields intact)."""
+
+    __slots__ = ("alive",)
+
+    def __init__(self):
+        self.alive = True
 
 
 def _top_statements(tree: ast.Module):

@@ -397,6 +397,9 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         if single is not None:
             return single  # a world of one process: its only rank is the main one
         left, op, right = test.left, test.ops[0], test.comparators[0]
+        # a variable that holds the rank by value flow (``r = dist.get_rank()``; ``r == 0``), whatever
+        # its name: compare its value
+        left, right = _rank_value(ctx, left, scope), _rank_value(ctx, right, scope)
         if is_rank_like(right) and not is_rank_like(left):
             left, right = right, left
             op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
@@ -443,6 +446,16 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
     return None
+
+
+def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
+    """``e``'s single value when ``e`` is a name not read as a rank whose one assignment in
+    ``scope`` is a rank call (``dist.get_rank()``): the value flow answers before the name."""
+    if isinstance(e, ast.Name) and not is_rank_like(e):
+        v = ctx.sem.single_value(e.id, scope)
+        if isinstance(v, ast.Call) and is_rank_like(v):
+            return v
+    return e
 
 
 def _attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:

@@ -50,3 +50,52 @@ def synchronised_between(hub, view, scope, after: ast.AST, before: ast.AST) -> a
         if lo <= _pos(c) and _end(c) <= hi:
             return c
     return None
+
+
+def collective_points(hub, view, scope) -> list[ast.Call]:
+    """The calls of ``scope`` that make a collective (explicit, implicit, hidden, or in a project
+    function whose summary has one), by value flow alone: no name of ``_WAITS`` counts, so the
+    answer may decide that code runs on every rank."""
+    memo = view.memo.setdefault("sync.collectives", {})
+    got = memo.get(id(scope))
+    if got is not None:
+        return got
+    nodes = {id(s.node): s.node for s in hub.sites(view, scope)}
+    for c, target in hub.helper_calls(view, scope):
+        if hub.summary(*target).collectives:
+            nodes[id(c)] = c
+    got = memo[id(scope)] = sorted(nodes.values(), key=_pos)
+    return got
+
+
+def main_rank_first(ctx, hub, node: ast.AST) -> ast.If | None:
+    """The ``if`` that makes the other ranks wait before ``node`` until the main rank has passed it:
+    an earlier ``if <not the main rank>: <synchronising call>`` in a block around ``node`` in its
+    function (the barrier sandwich of ``torch_distributed_zero_first``: the main rank runs on, does
+    the work, then reaches its own barrier and releases the others). None when there is none."""
+    from ..semantic import parent
+    from .rank_tests import polarity
+
+    sem = ctx.sem
+    scope = sem.enclosing_function(node) or sem.tree
+    view = hub.main
+    points = sync_points(hub, view, scope)
+    if not points:
+        return None
+    child, p = node, parent(node)
+    while p is not None:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if not isinstance(block, list) or child not in block:
+                continue
+            for s in block:
+                if s is child:
+                    break
+                if isinstance(s, ast.If) and polarity(ctx, s.test, scope) is False and any(
+                        (s.body[0].lineno, s.body[0].col_offset) <= _pos(c) and _end(c) <= _end(s.body[-1])
+                        for c in points):
+                    return s
+        if p is scope:
+            break
+        child, p = p, parent(p)
+    return None

@@ -128,3 +128,49 @@ def under_main_guard(node: ast.AST) -> bool:
         child = p
         p = parent(p)
     return False
+
+
+def in_launcher(ctx, node: ast.AST) -> bool:
+    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``): it runs in the
+    launching process only."""
+    fn = ctx.sem.enclosing_function(node)
+    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))
+
+
+ACCELERATOR = "accelerate.Accelerator"
+
+
+def distributed_program(an, ctx) -> bool:
+    """The file of ``ctx`` is a program that runs as several processes: it launches itself
+    (``models.is_distributed_script``: ``init_process_group``, a DDP/FSDP wrap, a spawn), builds an
+    Accelerate ``Accelerator`` (``accelerate launch`` runs it once per process), or one of its
+    module-level functions starts the process group through the project's functions
+    (``lifecycle.lifecycle_of``: ``main()`` -> ``DistributedTrainer(...)`` -> ``init_process_group``)
+    without spawning (a file that spawns runs its own code once, in the launching process)."""
+    from ..flow.lifecycle import lifecycle_of
+    from ..flow.models import is_distributed_script
+
+    if is_distributed_script(ctx) or ctx.sem.calls_to(ACCELERATOR):
+        return True
+    if spawn_calls(ctx):
+        return False
+    view = an.main if ctx.filename == an.main.path or ctx.sem is an.main.sem else an.view_of(ctx.filename)
+    if view is None:
+        return False
+    for fns in view.sem.functions.values():
+        for fn in fns:
+            if isinstance(parent(fn), ast.Module) and lifecycle_of(an, view, fn)[0] is not None:
+                return True
+    return False
+
+
+NOTEBOOK_LAUNCHERS = ("accelerate.notebook_launcher", "accelerate.debug_launcher",
+                      "accelerate.launchers.notebook_launcher", "accelerate.launchers.debug_launcher")
+
+
+def outside_launched(ctx, node: ast.AST) -> bool:
+    """The file starts its processes with Accelerate's ``notebook_launcher(fn, ...)`` and ``node``
+    is module-level code: it runs once, in the notebook's own process, not in the launched ones."""
+    if not ctx.sem.calls_to(*NOTEBOOK_LAUNCHERS):
+        return False
+    return ctx.sem.enclosing_function(node) is None

@@ -8,7 +8,7 @@ from ..registry import Rule
 from ..flow.fs_effects import ATOMIC_DOWNLOADS, DOWNLOAD, EXTRACT, effects_at
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
-from ._spawn import runs_in_ranks, spawn_calls
+from ._spawn import in_launcher, runs_in_ranks
 from .ddp202_save_on_every_rank import rank_specific_path
 
 _FETCHES = (DOWNLOAD, EXTRACT)
@@ -115,7 +115,7 @@ class DownloadOnEveryRank(Rule):
                     or any(rank_specific_path(ctx, a, call) for a in e.args):
                 continue
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
-                    or _launcher(ctx, call):
+                    or in_launcher(ctx, call):
                 continue
             # the same destination is reported once a file: the first call fills it (a shared cache; the
             # same API reached again through a helper with the same path)
@@ -150,12 +150,6 @@ class DownloadOnEveryRank(Rule):
             f"`{ctx.text(call.func)}(...)` runs on every rank and {what} into {where} at once: "
             f"partial, interleaved files and N-fold downloads; {fix}",
         )
-
-
-def _launcher(ctx, call) -> bool:
-    """``call`` is in a function that spawns the ranks (``mp.spawn``): the launching process."""
-    fn = ctx.sem.enclosing_function(call)
-    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))
 
 
 def _where(ctx, e) -> str:

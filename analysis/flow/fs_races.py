@@ -1,0 +1,312 @@
+"""Check-then-create races on a path: a test of whether a path exists, then a creation of the same
+path that depends on the test's answer still holding. Run by several processes at once, another
+process may create the path between the test and the creation.
+
+- ``exists_tested(vctx, expr)``: the path expression an existence test tests
+  (``os.path.exists(p)``, ``os.path.isdir(p)``, ``os.path.lexists(p)``, ``Path(p).exists()``,
+  ``p.is_dir()``), else None;
+- ``check_then_create(ctx, an, scope)``: the races of one scope (a function, or the module):
+  ``Race`` objects of two kinds:
+
+  - ``"create-if-missing"``: ``if not exists(p): os.makedirs(p)`` (``os.mkdir(p)``,
+    ``Path(p).mkdir()``) with a creation that raises when the folder exists (no ``exist_ok=True``),
+    not inside a ``try`` that catches the error; the creation may be in a helper of the project
+    (``flow.fs_effects``, its ``exist_ok`` known there);
+  - ``"checked-outside-lock"``: ``if exists(p): return p`` (the fast path), then ``with FileLock(...):``
+    that removes, extracts, writes or creates ``p`` with no existence test of ``p`` inside the lock:
+    two processes both miss the fast path, the second to take the lock redoes the first one's work
+    over it (removing what the first may already be reading). The lock (a ``filelock`` class, or a
+    project class derived from one) says that several processes run it;
+  - ``"fail-if-present"``: ``if exists(p): raise ...`` (or ``assert not exists(p)``), then, later in
+    the same scope, a creation of ``p`` (any ``os.makedirs``/``mkdir``/write of it): a process that
+    creates it first makes the others' test fail. A synchronising call between the test and the
+    creation (``flow.sync``) removes the race (every process tests before any creates).
+
+Paths are the same when their keys are (``race_key``: ``fs_effects.path_key``, names followed to
+their values, joins normalised; else the same variable, not assigned in between). Whether several processes run the scope is the caller's question.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+from .fs_effects import EXTRACT, MKDIR, WRITE, effects_at, is_path_obj, path_key
+
+_EXISTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists"})
+_PATH_TESTS = frozenset({"exists", "is_dir"})
+_LOCKS = frozenset({"filelock.FileLock", "filelock.SoftFileLock", "filelock.UnixFileLock",
+                    "filelock.WindowsFileLock", "filelock.BaseFileLock"})
+_REMOVES = frozenset({"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"})
+_CATCHES = frozenset({"FileExistsError", "OSError", "IOError", "Exception", "BaseException", "EnvironmentError"})
+
+
+class Race:
+    """``kind`` (see the module), the ``test`` (the ``if``/``assert``), the existence ``check`` call,
+    the creating ``call`` of this scope and its ``effect`` (``fs_effects.FsEffect``); for
+    ``"checked-outside-lock"``, ``call`` is the lock's construction and ``effect`` the effect on
+    the path under it (None for a removal)."""
+
+    __slots__ = ("kind", "test", "check", "call", "effect")
+
+    def __init__(self, kind, test, check, call, effect):
+        self.kind, self.test, self.check, self.call, self.effect = kind, test, check, call, effect
+
+
+def exists_tested(vctx, expr: ast.AST):
+    """The path that ``expr`` tests for existence, else None."""
+    if not isinstance(expr, ast.Call):
+        return None
+    qn = vctx.qn(expr) or ""
+    if qn in _EXISTS and len(expr.args) == 1 and not expr.keywords:
+        return expr.args[0]
+    f = expr.func
+    if isinstance(f, ast.Attribute) and f.attr in _PATH_TESTS and not expr.args and not expr.keywords \
+            and is_path_obj(vctx, f.value):
+        return f.value
+    return None
+
+
+def _conjuncts(test: ast.AST, negated: bool = False):
+    """(expression, negated) of what holds in the body of ``if test:`` (``and`` operands, ``not``)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from _conjuncts(test.operand, not negated)
+        return
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
+        for v in test.values:
+            yield from _conjuncts(v, False)
+        return
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and negated:
+        for v in test.values:  # not (a or b): neither holds
+            yield from _conjuncts(v, True)
+        return
+    yield test, negated
+
+
+def _tested_paths(vctx, test, holds: bool):
+    """(check call, key, exists?) for each existence test whose answer is known where ``test``
+    evaluated to ``holds`` (the ``if`` body: True; its ``else``: False, only for a single test)."""
+    out = []
+    if holds:
+        parts = list(_conjuncts(test))
+    else:
+        parts = [(e, not neg) for e, neg in _conjuncts(test)]
+        if len(parts) != 1:
+            return []
+    for e, neg in parts:
+        p = exists_tested(vctx, e)
+        if p is None:
+            continue
+        k = race_key(vctx, p)
+        if k is not None:
+            out.append((e, k, not neg))
+    return out
+
+
+_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit", "builtins.exit"})
+
+
+def _terminates(vctx, body) -> bool:
+    """The block ends the process's way through: ``raise``, ``sys.exit(...)``."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return True
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+        qn = vctx.qn(last.value) or (last.value.func.id if isinstance(last.value.func, ast.Name) else "")
+        return qn in _EXITS
+    return False
+
+
+def _caught(node, stop) -> bool:
+    """``node`` sits in the body of a ``try`` (below ``stop``) one of whose handlers catches the
+    error of an existing folder (bare ``except``, ``FileExistsError``, ``OSError``, ``Exception``)."""
+    child, p = node, parent(node)
+    while p is not None and p is not stop:
+        if isinstance(p, ast.Try) and child in p.body:
+            for h in p.handlers:
+                if h.type is None:
+                    return True
+                types = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+                for t in types:
+                    name = t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", "")
+                    if name in _CATCHES:
+                        return True
+        if isinstance(p, FUNC_TYPES):
+            return False
+        child, p = p, parent(p)
+    return False
+
+
+def _alone(node, chk) -> bool:
+    """The existence test is the whole test of ``node`` (``if exists(p):``, ``assert not
+    exists(p)``): whether it fails depends on the path alone, not on other conditions that a
+    later creation may exclude."""
+    t = node.test
+    while isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+        t = t.operand
+    return t is chk
+
+
+def _in_block(node, block) -> bool:
+    for st in block:
+        if st is node:
+            return True
+        for n in ast.walk(st):
+            if n is node:
+                return True
+    return False
+
+
+def _creations(ctx, an, calls, kinds):
+    """(call, effect) for the calls among ``calls`` that create a path (``kinds``), with its key."""
+    out = []
+    for c in calls:
+        for e in effects_at(ctx, an, c):
+            if e.kind in kinds and effect_key(ctx, an, e) is not None:
+                out.append((c, e))
+                break
+    return out
+
+
+def is_file_lock(ctx, an, expr) -> bool:
+    """``expr`` makes an inter-process file lock: ``filelock.FileLock(...)`` (and its siblings), or
+    a class of the project derived from one (by the qualified names of its bases)."""
+    from .fs_effects import resolve
+
+    if not isinstance(expr, ast.Call):
+        return False
+    if (ctx.qn(expr) or "") in _LOCKS:
+        return True
+    cls, sem = None, ctx.sem
+    if isinstance(expr.func, ast.Name) and expr.func.id in an.main.classes:
+        cls = an.main.classes[expr.func.id]
+    else:
+        got = resolve(an, an.main, expr)
+        if got is not None and isinstance(parent(got[1]), ast.ClassDef):
+            cls, sem = parent(got[1]), got[0].sem
+    if cls is None:
+        return False
+    return any((sem.qualname(b) or "") in _LOCKS for b in cls.bases)
+
+
+def _checked_outside_lock(ctx, an, scope, calls, tests) -> list[Race]:
+    out = []
+    withs = [w for w in ast.walk(scope) if isinstance(w, ast.With)
+             and (sem_scope(ctx, w) is scope) and any(is_file_lock(ctx, an, it.context_expr) for it in w.items)]
+    if not withs:
+        return out
+    for w in withs:
+        inside = [c for c in calls if _in_block(c, w.body)]
+        for node, chk, k, ex, block in tests:
+            if not ex or block is None or not isinstance(node, ast.If) or not block or \
+                    not isinstance(block[-1], ast.Return) or (node.end_lineno, node.end_col_offset) > (w.lineno, w.col_offset):
+                continue
+            if any((p := exists_tested(ctx, c)) is not None and race_key(ctx, p) == k for c in inside):
+                continue  # tested again under the lock
+            hit = None
+            for c in inside:
+                qn = ctx.qn(c) or ""
+                if qn in _REMOVES and c.args and race_key(ctx, c.args[0]) == k:
+                    hit = c
+                    break
+                effs = [e for e in effects_at(ctx, an, c) if e.kind in (MKDIR, WRITE, EXTRACT) and effect_key(ctx, an, e) == k]
+                if effs:
+                    hit = c
+                    break
+            if hit is not None and not _rebound(ctx, scope, k, node, hit):
+                effs = effects_at(ctx, an, hit)
+                out.append(Race("checked-outside-lock", node, chk, w.items[0].context_expr,
+                                effs[0] if effs else None))
+                break
+    return out
+
+
+def race_key(vctx, expr) -> str | None:
+    """``fs_effects.path_key``, or for a variable whose value it cannot key (assigned in several
+    branches, from a call), the variable itself (``local:name``): the same path as long as the
+    variable is not assigned again in between (``_rebound``)."""
+    k = path_key(vctx, expr)
+    if k is None and isinstance(expr, ast.Name):
+        return "local:" + expr.id
+    return k
+
+
+def effect_key(vctx, an, e) -> str | None:
+    """``race_key`` of an effect's path (a variable only for an effect of this file's own call)."""
+    k = e.path_key()
+    if k is None and e.view is an.main and isinstance(e.path, ast.Name) and not e.via:
+        return "local:" + e.path.id
+    return k
+
+
+def _rebound(ctx, scope, key, a, b) -> bool:
+    """The variable of a ``local:`` key is assigned between ``a`` and ``b``."""
+    if not key.startswith("local:"):
+        return False
+    lo, hi = a.end_lineno, b.lineno
+    return any(lo < st.lineno <= hi for st in ctx.sem.assignments(scope).get(key[6:], ()))
+
+
+def sem_scope(ctx, node):
+    return ctx.sem.enclosing_function(node) or ctx.sem.tree
+
+
+def check_then_create(ctx, an, scope) -> list[Race]:
+    """The check-then-create races of ``scope`` (module or function) of the checked file."""
+    sem = ctx.sem
+    calls = sem.scope_calls(scope)
+    tests = []  # (if/assert node, check call, key, exists?, block where it holds or None)
+    for c in calls:
+        p = parent(c)
+        while p is not None and not isinstance(p, (ast.If, ast.Assert, ast.stmt)):
+            p = parent(p)
+        if isinstance(p, ast.If):
+            for chk, k, ex in _tested_paths(ctx, p.test, True):
+                if chk is c:
+                    tests.append((p, chk, k, ex, p.body))
+            for chk, k, ex in _tested_paths(ctx, p.test, False):
+                if chk is c:
+                    tests.append((p, chk, k, ex, p.orelse))
+        elif isinstance(p, ast.Assert):
+            for chk, k, ex in _tested_paths(ctx, p.test, True):
+                if chk is c and not ex:  # ``assert not exists(p)``: fails when present
+                    tests.append((p, chk, k, True, None))
+    if not tests:
+        return []
+    creates = None
+    out = _checked_outside_lock(ctx, an, scope, calls, tests)
+    done = set()
+    for node, chk, k, ex, block in tests:
+        if creates is None:
+            creates = _creations(ctx, an, calls, (MKDIR, WRITE))
+        if not ex and block is not None:
+            # the path is missing in ``block``: a creation there that raises on an existing folder
+            for c, e in creates:
+                if e.kind != MKDIR or e.exist_ok is not False or effect_key(ctx, an, e) != k or id(c) in done:
+                    continue
+                if _in_block(c, block) and not _caught(c, node) and not _rebound(ctx, scope, k, node, c):
+                    done.add(id(c))
+                    out.append(Race("create-if-missing", node, chk, c, e))
+        elif ex and (block is None or _terminates(ctx, block)) and _alone(node, chk):
+            # the path must be absent past ``node``: a later creation of it by another process fails this test
+            end = (node.end_lineno, node.end_col_offset)
+            for c, e in creates:
+                if effect_key(ctx, an, e) != k or id(c) in done or (c.lineno, c.col_offset) < end \
+                        or _rebound(ctx, scope, k, node, c):
+                    continue
+                if parent_chain_contains(c, node):
+                    continue
+                done.add(id(c))
+                out.append(Race("fail-if-present", node, chk, c, e))
+                break
+    return out
+
+
+def parent_chain_contains(node, anc) -> bool:
+    p = parent(node)
+    while p is not None:
+        if p is anc:
+            return True
+        p = parent(p)
+    return False

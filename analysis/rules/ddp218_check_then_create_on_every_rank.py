@@ -1,0 +1,202 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import Rule
+from ..semantic import FUNC_TYPES, parent
+from ..flow.rank import rank0_guarded
+from ._spawn import distributed_program, in_launcher, outside_launched, runs_in_ranks
+
+
+class CheckThenCreateOnEveryRank(Rule):
+    """
+    ## What it does
+    Checks code that every rank runs for a test of whether a path exists followed by a creation
+    of the same path that relies on the answer (`flow.fs_races`):
+
+    - `if not os.path.exists(d): os.makedirs(d)` (also `os.mkdir`, `Path(d).mkdir()`, `isdir`,
+      `Path.exists()`, the creation in a helper of the project) where the creation raises on an
+      existing folder: no `exist_ok=True`, no `try` that catches `FileExistsError`/`OSError`;
+    - `if os.path.exists(d): raise ...` (or `assert not os.path.exists(d)`) and then a creation of
+      `d` later in the same function with no synchronising call (`barrier()`,
+      `wait_for_everyone()`, a collective) between the test and the creation;
+    - `if os.path.isdir(d): return d` and then `with FileLock(...):` that removes, extracts,
+      writes or creates `d` without testing `d` again under the lock (the missing second check of
+      double-checked locking). The file lock (a `filelock` class, or a project class derived
+      from one) is what says that several processes run this code, so this form needs no
+      distributed program.
+
+    Every rank runs it when the file is a distributed program (it calls `init_process_group`,
+    wraps in DDP/FSDP, spawns, builds an Accelerate `Accelerator`, or starts the process group
+    through the project's functions: `rules._spawn.distributed_program`) and no main-rank test
+    keeps the other ranks out
+    (`rank.rank0_guarded`); for a function this file never calls, when the function (or another
+    method of its class) makes a collective itself (code written to run on every rank), or when a
+    file of the project that is a distributed program (it launches, or starts the process group
+    through the project's functions) calls it on every rank. The
+    same path is decided by value flow (`fs_effects.path_key`), not by the names used.
+
+    ## Why is this bad?
+    The ranks run the test at about the same time. With `if not exists: makedirs`, several ranks
+    see the folder missing, the first creates it and the others crash with
+    `FileExistsError: [Errno 17] File exists`. With `if exists: raise`, a fast rank creates the
+    folder before a slow rank has tested it, and the slow rank raises about a folder that this very
+    job has just made. Both fail only sometimes, and more often with more ranks.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    if not os.path.exists(args.checkpoint_dir):
+        os.makedirs(args.checkpoint_dir)
+    ```
+
+    ## Use instead
+    ```python
+    dist.init_process_group("nccl")
+    os.makedirs(args.checkpoint_dir, exist_ok=True)
+    ```
+    under a file lock, test again once it is held:
+    ```python
+    if os.path.isdir(out):
+        return out
+    with FileLock(out + ".lock"):
+        if os.path.isdir(out):
+            return out
+        extract(archive, out)
+    ```
+    and for a test that must fail on an existing folder, test on every rank, then synchronise,
+    then create:
+    ```python
+    if os.path.exists(out):
+        raise ValueError(f"{out} already exists")
+    dist.barrier()
+    os.makedirs(out, exist_ok=True)
+    ```
+
+    ## Fix safety
+    There is no fix: `exist_ok=True` is the usual answer for the first form but changes nothing
+    for a path that exists as a file, and where the barrier belongs in the second depends on the
+    program.
+    """
+
+    code = "DDP218"
+    name = "check-then-create-on-every-rank"
+    severity = Severity.WARNING
+    requires_text = ("exists", "isdir", "is_dir")  # an existence test is spelled in the file
+
+    def finish(self, ctx) -> None:
+        from ..flow import for_context
+        from ..flow.fs_races import check_then_create
+        from ..flow.sync import main_rank_first, synchronised_between
+
+        sem = ctx.sem
+        an = None
+        distributed = None
+        scopes = list({id(f): f for f in (sem.tree, *(f for fs in sem.functions.values() for f in fs))}.values())
+        for scope in scopes:
+            if an is None:
+                an = for_context(ctx)
+            for race in check_then_create(ctx, an, scope):
+                if distributed is None:
+                    distributed = distributed_program(an, ctx)
+                if race.kind == "checked-outside-lock":
+                    self._report(ctx, race)  # the lock says that several processes run it
+                    continue
+                if not _every_rank(ctx, an, race.call, distributed) or main_rank_first(ctx, an, race.call):
+                    continue
+                if race.kind == "fail-if-present" and \
+                        synchronised_between(an, an.main, scope, race.test, race.call) is not None:
+                    continue
+                self._report(ctx, race)
+
+    def _report(self, ctx, race) -> None:
+        e = race.effect
+        if race.kind == "checked-outside-lock":
+            ctx.report(
+                race.call,
+                f"`{ctx.text(race.check)}` (line {race.check.lineno}) is tested before this lock is "
+                f"taken and not again under it: two processes both miss it, and the second to get the "
+                f"lock redoes the first one's work over the same path (removing or overwriting what "
+                f"the first may already be reading); test again once the lock is held",
+            )
+            return
+        what = f"`{ctx.text(race.call.func)}(...)`"
+        if e.via:
+            what += f" (through `{' -> '.join(e.via)}`: `{e.api}`)"
+        check = ctx.text(race.check)
+        if race.kind == "create-if-missing":
+            ctx.report(
+                race.call,
+                f"every rank tests `{check}` (line {race.check.lineno}) and then {what} creates the "
+                f"folder without `exist_ok=True`: the ranks that lose the race crash with "
+                f"FileExistsError; use `os.makedirs(..., exist_ok=True)`",
+            )
+            return
+        ctx.report(
+            race.call,
+            f"every rank fails when `{check}` (line {race.check.lineno}) holds, and {what} creates "
+            f"that path with no synchronisation in between: a faster rank creates it before a slower "
+            f"one tests it, which then fails on the job's own folder; synchronise (`barrier()`) "
+            f"after the test, before creating",
+        )
+
+
+def _every_rank(ctx, an, node, distributed: bool) -> bool:
+    """Every rank runs ``node``: a distributed file where no main-rank test keeps the others out;
+    for a function never called here, one that makes rank decisions or synchronises the ranks
+    itself (``_rank_aware``), or one that a distributed file of the project calls on every rank
+    (``_called_on_every_rank``)."""
+    if runs_in_ranks(ctx, node) is False or in_launcher(ctx, node) or outside_launched(ctx, node):
+        return False
+    g = rank0_guarded(ctx, node)
+    if g is True:
+        return False
+    if g is False:
+        return distributed
+    fn = ctx.sem.enclosing_function(node)
+    return fn is not None and (_rank_aware(ctx, an, fn) or _called_on_every_rank(ctx, an, fn))
+
+
+def _rank_aware(ctx, an, fn) -> bool:
+    """``fn``, or another method of its class, makes a collective (``sync.collective_points``, by
+    value flow, also in a helper): it is written to run on every rank. (A test that reads like a
+    rank test, ``if is_main_process:``, is not enough: ``rank_tests.polarity`` reads names, and a
+    name may only silence a finding.)"""
+    from ..flow.sync import collective_points
+
+    cls = parent(fn)
+    fns = [st for st in cls.body if isinstance(st, FUNC_TYPES)] if isinstance(cls, ast.ClassDef) else [fn]
+
+    def build():
+        return any(collective_points(an, an.main, f) for f in fns)
+
+    return ctx.memo(("ddp218.rank_aware", id(cls if isinstance(cls, ast.ClassDef) else fn)), build)
+
+
+def _called_on_every_rank(ctx, an, fn) -> bool:
+    """A module-level function of this file (or one of this file's functions that call it, two
+    calls up) is called from a distributed file of the project, not under a main-rank test there."""
+    from ._common import project_callers
+
+    if isinstance(parent(fn), ast.ClassDef) or not isinstance(parent(fn), ast.Module):
+        return False
+    names = {fn.name}
+    frontier = {fn.name}
+    for _ in range(2):
+        more = set()
+        for c in ctx.sem.calls:
+            if isinstance(c.func, ast.Name) and c.func.id in frontier:
+                outer = ctx.sem.enclosing_function(c)
+                if outer is not None and isinstance(parent(outer), ast.Module) and outer.name not in names \
+                        and rank0_guarded(ctx, c, callers=False) is not True:
+                    more.add(outer.name)
+        names |= more
+        frontier = more
+    for caller, call, _node in project_callers(ctx, names):
+        if rank0_guarded(caller, call) is False and runs_in_ranks(caller, call) is not False \
+                and distributed_program(an, caller):
+            return True
+    return False
+
+
