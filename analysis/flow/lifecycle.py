@@ -349,25 +349,34 @@ def group_state_path(hub, view, node: ast.AST, scope: ast.AST, present: bool, at
     else:
         return None
     chain.reverse()
-    kill_kind = "destroy" if present else "init"
     kill_qns = frozenset({DESTROY}) if present else LIBRARY_INITS | {INIT}
-    helper_kills = {id(e.call) for e in events(hub, view, scope) if e.kind == kill_kind}
+
+    def kill_call(c) -> bool:
+        """``c`` changes the state: directly, or through a project function (``lifecycle_of``)."""
+        qn = sem.call_qualname(c) or ""
+        if qn in kill_qns:
+            return True
+        if qn.startswith("torch.") or hub is None:
+            return False
+        target = project_target(hub, view, c)
+        if target is None or target[1] is scope:
+            return False
+        i, d = lifecycle_of(hub, *target)
+        return (d if present else i) is not None
+
     at = (node.lineno, node.col_offset)
     if not present:
         for c in sem.scope_calls(scope) or ():
             if (c.lineno, c.col_offset) >= at:
                 break
-            qn = sem.call_qualname(c) or ""
-            if qn in kill_qns or id(c) in helper_kills:
+            if kill_call(c):
                 return None  # initialised before: what follows is the program's own business
-            if qn in GROUP_USES and _straight(c, scope):
+            qn = sem.call_qualname(c) or ""
+            if _straight(c, scope) and (qn in GROUP_USES or _needs_group(hub, view, c, qn)):
                 return None  # the function uses the group on every call before: it assumes one
 
     def kills(st) -> bool:
-        for n in ast.walk(st):
-            if n.__class__ is ast.Call and ((sem.call_qualname(n) or "") in kill_qns or id(n) in helper_kills):
-                return True
-        return False
+        return any(n.__class__ is ast.Call and kill_call(n) for n in ast.walk(st))
 
     est = _ENTRY if at_entry else None
     for p, child in chain:
@@ -400,6 +409,14 @@ def group_state_path(hub, view, node: ast.AST, scope: ast.AST, present: bool, at
 
 # the calls that need the default group (``ValueError: Default process group has not been initialized``)
 GROUP_USES = frozenset(D + n for n in ("get_rank", "get_world_size", "new_group", "new_subgroups", *ALL_COLLECTIVES))
+
+
+def _needs_group(hub, view, c, qn) -> bool:
+    """``c`` calls a project function whose unconditional path uses the group."""
+    if qn.startswith("torch.") or not hasattr(hub, "requires_pg_of"):
+        return False
+    target = project_target(hub, view, c)
+    return target is not None and hub.requires_pg_of(*target) is not None
 
 
 def _straight(node, scope) -> bool:
@@ -441,7 +458,19 @@ def _step(hub, view, st, est, present, kills):
             return None
     if est is not None and kills(st):
         return None
+    if st.__class__ in (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr) and not kills(st):
+        # ``rank = dist.get_rank() if dist.is_initialized() else 0``: the conditional expression
+        # of a pure test has a branch for this state, and the statement goes on either way
+        for n in ast.walk(st):
+            if n.__class__ is ast.IfExp and _pure(hub, view, n.test):
+                return n
     return est
+
+
+def _pure(hub, view, test) -> bool:
+    """The group's state alone decides ``test`` (``dist.is_initialized()``, ``not`` of it)."""
+    a, b = group_value(hub, view, test, True), group_value(hub, view, test, False)
+    return a is not None and b is not None and a != b
 
 
 def init_when_present(hub, view, fn, depth: int = 0):
@@ -455,6 +484,8 @@ def init_when_present(hub, view, fn, depth: int = 0):
     if id(fn) in memo:
         return memo[id(fn)]
     memo[id(fn)] = None  # recursion guard
+    if not init_sites(hub, view, fn):
+        return None
     sem = view.sem
     got = None
     for c in sem.scope_calls(fn) or ():
