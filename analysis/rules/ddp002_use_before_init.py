@@ -52,9 +52,10 @@ class UseBeforeInit(Rule):
     says that a run without a process group is supported, and then needs one. The `else` of a
     mixed test (`if dist.is_initialized() and rank == 0:`), a use under a test on the
     distributed mode (`if world_size > 1:`), in a `try` with handlers, or in a function that uses
-    the group unconditionally before the test is left alone. The test may be a project helper that
-    returns `dist.is_initialized()`; the use may be a project function whose unconditional path
-    needs the group.
+    the group unconditionally before the test is left alone. The function must call
+    `dist.is_initialized()` itself; its other tests may go through a project helper that returns
+    it (`is_distributed()`), and the use may be a project function whose unconditional path needs
+    the group.
 
     Code that runs at import time counts too. A script (it has an `if __name__ == "__main__":`
     entry point, or initialises at its top level) whose top level imports a module of the project
