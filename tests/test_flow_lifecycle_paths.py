@@ -171,3 +171,23 @@ def test_a_comment_naming_the_guard_changes_nothing():
             dist.init_process_group("nccl")  # if not dist.is_initialized(): ...
     """
     assert _codes(src, "DDP008") == [("DDP008", 6)]
+
+
+def test_destroy_on_the_no_group_path_directly_and_through_a_helper():
+    src = """
+        import torch.distributed as dist
+        def cleanup():
+            dist.destroy_process_group()
+        def a():
+            if not dist.is_initialized():
+                print("single")
+            dist.destroy_process_group()
+        def b():
+            if not dist.is_initialized():
+                print("single")
+            cleanup()
+        def c():
+            if dist.is_initialized():
+                cleanup()
+    """
+    assert _codes(src, "DDP113") == [("DDP113", 8), ("DDP113", 12)]
