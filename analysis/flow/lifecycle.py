@@ -9,16 +9,35 @@ and under which conditions of the function that makes them.
 - ``harmless(view, test)``: a test on the group itself (``dist.is_initialized()``,
   ``dist.is_available()``): an init under ``if not dist.is_initialized():`` leaves a group either way,
   a destroy under ``if dist.is_initialized():`` never fails.
+- ``group_value(hub, view, test, present)``: what a test on the group itself evaluates to when the
+  default group exists (``present``) or not: True / False when that alone decides it, else None
+  (``not dist.is_initialized() or rank == 0``, a project helper ``is_distributed()`` that returns
+  ``dist.is_available() and dist.is_initialized()``, a name bound once to such a test);
+- ``group_state_path(hub, view, node, scope, present)``: is there a path of ``scope`` on which
+  ``node`` runs while the group is known to exist (``present``) or known not to: the code took the
+  branch of a test on the group that says so (``if dist.is_initialized(): ...`` that falls through,
+  ``if not dist.is_initialized() or ...:`` around ``node``), and nothing on the way inits (for
+  "absent") or destroys (for "present") the group or leaves. It answers the ``if`` (or
+  conditional expression) that took that branch, or None.
 """
 from __future__ import annotations
 
 import ast
 
 from ..semantic import FUNC_TYPES, parent
-from ..torch_api import D
+from ..torch_api import ALL_COLLECTIVES, D
 
 INIT, DESTROY = D + "init_process_group", D + "destroy_process_group"
 _GROUP_TESTS = frozenset({D + "is_initialized", D + "is_available", D + "is_torchelastic_launched"})
+# library calls that create the default group (when none exists yet): DeepSpeed's
+# ``init_distributed`` (also run by ``deepspeed.initialize``), Accelerate's state objects, ColossalAI's
+# launchers, ``init_device_mesh``
+LIBRARY_INITS = frozenset({
+    "deepspeed.init_distributed", "deepspeed.comm.init_distributed", "deepspeed.comm.comm.init_distributed",
+    "deepspeed.initialize", "accelerate.Accelerator", "accelerate.PartialState", "accelerate.state.PartialState",
+    "accelerate.accelerator.Accelerator", "colossalai.launch", "colossalai.launch_from_torch",
+    "torch.distributed.device_mesh.init_device_mesh", D + "init_device_mesh",
+})
 _TERMINAL = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _EXIT_QNS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
 
@@ -55,15 +74,29 @@ def harmless(sem, test: ast.AST) -> bool:
     return False
 
 
+# calls that never return: the process leaves, or the test is skipped / failed (an exception)
+_NO_RETURN_QNS = frozenset({"pytest.skip", "pytest.fail", "pytest.exit", "pytest.xfail"})
+_NO_RETURN_METHODS = frozenset({"skipTest", "fail"})  # ``self.skipTest(...)`` of a unittest case
+
+
 def _ends(sem, body) -> bool:
+    """The block never falls through: it ends in ``return`` / ``raise`` / ``continue`` / ``break``,
+    a call that never returns (``sys.exit``, ``pytest.skip``, ``self.skipTest``), or an ``if``
+    both of whose branches end."""
     if not body:
         return False
     last = body[-1]
     if isinstance(last, _TERMINAL):
         return True
+    if isinstance(last, ast.If):
+        return bool(last.orelse) and _ends(sem, last.body) and _ends(sem, last.orelse)
     if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
-        qn = sem.call_qualname(last.value) or (last.value.func.id if isinstance(last.value.func, ast.Name) else "")
-        return qn in _EXIT_QNS
+        f = last.value.func
+        qn = sem.call_qualname(last.value) or (f.id if isinstance(f, ast.Name) else "")
+        if qn in _EXIT_QNS or qn in _NO_RETURN_QNS:
+            return True
+        return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" \
+            and f.attr in _NO_RETURN_METHODS
     return False
 
 
@@ -150,7 +183,6 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
     make them), in source order. A destroy under a test on the group itself is no event; an init
     or a destroy whose path is not followed (``conditions`` None) is an init "may" / no event."""
     from .calls import scope_calls
-    from .fs_effects import may_resolve_any, resolve
 
     memo = view.memo.setdefault("lifecycle.events", {})
     if id(scope) in memo:
@@ -166,8 +198,8 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
             kind, sure = "init", "must"
         elif qn == DESTROY:
             kind, sure = "destroy", "must"
-        elif not qn.startswith("torch.") and may_resolve_any(view, c):
-            target = resolve(hub, view, c)
+        elif not qn.startswith("torch."):
+            target = project_target(hub, view, c)
             if target is not None and target[1] is not scope:
                 i, d = lifecycle_of(hub, *target, depth=depth)
                 if i is not None:
@@ -189,6 +221,31 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
     return out
 
 
+def project_target(hub, view, c: ast.Call):
+    """(view, function) of a call of a project function (``fs_effects.resolve``), or of a static or
+    class method called through its class (``Utils.initialize_distributed()``); else None."""
+    from .fs_effects import may_resolve_any, resolve
+
+    if may_resolve_any(view, c):
+        got = resolve(hub, view, c)
+        if got is not None:
+            return got
+    f = c.func
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name and hub is not None:
+        base = f.value.id
+        cview, cls = view, view.classes.get(base)
+        if cls is None and base in view.imports and base not in view.sem.assignments(view.sem.scope_of(c)):
+            mod, level, attr = view.imports[base]
+            v2 = hub.module_view(view, mod, level) if attr else None
+            if v2 is not None:
+                cview, cls = v2, v2.classes.get(attr)
+        if cls is not None:
+            for st in cls.body:
+                if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                    return cview, st
+    return None
+
+
 def _under_group_test(sem, node, scope) -> bool:
     p = parent(node)
     while p is not None and p is not scope:
@@ -208,3 +265,278 @@ def both_branches(events_: list[Event]) -> set:
             for n, b in e.conds:
                 seen.setdefault(id(n), set()).add(b)
     return {k for k, v in seen.items() if {"body", "orelse"} <= v}
+
+
+_IS_INIT, _IS_AVAIL = D + "is_initialized", D + "is_available"
+_ENTRY = "entry"
+
+
+def group_value(hub, view, test: ast.AST, present: bool, depth: int = 0):
+    """``test``'s value when the default group exists (``present``) or does not: True / False when
+    the group's state alone decides it (``dist.is_initialized()``, ``not``, ``and`` / ``or``, a name
+    bound once to such a test, a project function that returns one), else None."""
+    if test is None or depth > 3:
+        return None
+    t = test.__class__
+    if t is ast.UnaryOp and isinstance(test.op, ast.Not):
+        v = group_value(hub, view, test.operand, present, depth)
+        return None if v is None else not v
+    if t is ast.BoolOp:
+        vals = [group_value(hub, view, x, present, depth) for x in test.values]
+        stop = isinstance(test.op, ast.Or)  # the value that decides the whole test
+        if stop in vals:
+            return stop
+        return (not stop) if all(v is (not stop) for v in vals) else None
+    sem = view.sem
+    if t is ast.Call:
+        qn = sem.call_qualname(test) or ""
+        if qn == _IS_INIT:
+            return present
+        if qn == _IS_AVAIL:
+            return True if present else None
+        if qn.startswith("torch.") or hub is None:
+            return None
+        target = project_target(hub, view, test)
+        if target is None or not isinstance(target[1], FUNC_TYPES):
+            return None
+        tview, fn = target
+        rets = [n for n in _own_nodes(fn) if isinstance(n, ast.Return)]
+        if len(rets) != 1 or rets[0].value is None:
+            return None
+        return group_value(hub, tview, rets[0].value, present, depth + 1)
+    if t is ast.Name:
+        v = sem.single_value(test.id, sem.scope_of(test))
+        if v is not None and v is not test:
+            return group_value(hub, view, v, present, depth + 1)
+    return None
+
+
+def _own_nodes(fn):
+    """The nodes of ``fn``'s body, not of the functions, lambdas and classes defined in it."""
+    work = list(fn.body)
+    while work:
+        n = work.pop()
+        yield n
+        for c in ast.iter_child_nodes(n):
+            if not isinstance(c, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+                work.append(c)
+
+
+def group_state_path(hub, view, node: ast.AST, scope: ast.AST, present: bool, at_entry: bool = False):
+    """The ``if`` (or conditional expression) of ``scope`` whose branch for the group's state
+    (``present``: it exists; else: it does not) leads to ``node``, or None when no such path is
+    known (the last one on the way). ``at_entry``: the state holds when ``scope`` starts (answered
+    as ``"entry"`` when no ``if`` says so again).
+
+    On the way from that branch to ``node`` nothing may change the state (an init when "absent",
+    a destroy when "present", directly or through a project function, even a conditional one),
+    leave on that state's path (``if not dist.is_initialized(): return``), or contradict it (an
+    ``if`` / ``and`` / ``or`` on the group whose other branch holds ``node``); ``node`` must not sit
+    in a ``try`` with handlers (the error may be the program's business), and for "absent" not
+    under a test on the distributed mode (``if world_size > 1:``, which a run without a group fails
+    when it is set up consistently). For "absent", an init anywhere before ``node`` in ``scope``
+    also ends the question (the path is then the program's own business)."""
+    sem = view.sem
+    chain = []
+    child, p = node, parent(node)
+    while p is not None:
+        chain.append((p, child))
+        if p is scope:
+            break
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            return None
+        child, p = p, parent(p)
+    else:
+        return None
+    chain.reverse()
+    kill_qns = frozenset({DESTROY}) if present else LIBRARY_INITS | {INIT}
+
+    def kill_call(c) -> bool:
+        """``c`` changes the state: directly, or through a project function (``lifecycle_of``)."""
+        qn = sem.call_qualname(c) or ""
+        if qn in kill_qns:
+            return True
+        if qn.startswith("torch.") or hub is None:
+            return False
+        target = project_target(hub, view, c)
+        if target is None or target[1] is scope:
+            return False
+        i, d = lifecycle_of(hub, *target)
+        return (d if present else i) is not None
+
+    at = (node.lineno, node.col_offset)
+    if not present:
+        for c in sem.scope_calls(scope) or ():
+            if (c.lineno, c.col_offset) >= at:
+                break
+            if kill_call(c):
+                return None  # initialised before: what follows is the program's own business
+            qn = sem.call_qualname(c) or ""
+            if _straight(c, scope) and (qn in GROUP_USES or _needs_group(hub, view, c, qn)):
+                return None  # the function uses the group on every call before: it assumes one
+
+    def kills(st) -> bool:
+        return any(n.__class__ is ast.Call and kill_call(n) for n in ast.walk(st))
+
+    est = _ENTRY if at_entry else None
+    for p, child in chain:
+        cls = p.__class__
+        if cls in (ast.If, ast.IfExp, ast.While) and child is not p.test:
+            v = group_value(hub, view, p.test, present)
+            in_body = (child in p.body) if cls is not ast.IfExp else (child is p.body)
+            if v is not None:
+                if v != in_body:
+                    return None
+                if in_body or group_value(hub, view, p.test, not present) is True:
+                    est = p  # the branch the test names for this state (an ``else`` only of a pure test)
+            elif not present and cls is not ast.While and mode_test(sem, p.test):
+                return None
+        elif cls is ast.BoolOp:
+            stop = isinstance(p.op, ast.Or)
+            for x in p.values[: p.values.index(child)]:
+                if group_value(hub, view, x, present) is stop:
+                    return None  # short-circuits before ``node`` in this state
+        elif cls in _TRY_TYPES and child in p.body and p.handlers:
+            return None
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if block.__class__ is list and child in block:
+                for st in block[: block.index(child)]:
+                    est = _step(hub, view, st, est, present, kills)
+                break
+    return est
+
+
+# the calls that need the default group (``ValueError: Default process group has not been initialized``)
+GROUP_USES = frozenset(D + n for n in ("get_rank", "get_world_size", "new_group", "new_subgroups", *ALL_COLLECTIVES))
+
+
+def _needs_group(hub, view, c, qn) -> bool:
+    """``c`` calls a project function whose unconditional path uses the group."""
+    if qn.startswith("torch.") or not hasattr(hub, "requires_pg_of"):
+        return False
+    target = project_target(hub, view, c)
+    return target is not None and hub.requires_pg_of(*target) is not None
+
+
+def _straight(node, scope) -> bool:
+    """``node`` runs on every call of ``scope`` that gets that far: no ``if``, loop, ``try``,
+    boolean operator or conditional expression around it."""
+    p = parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, (ast.If, ast.IfExp, ast.BoolOp, ast.While, ast.For, ast.AsyncFor, *_TRY_TYPES,
+                          ast.ExceptHandler, ast.With, ast.AsyncWith, ast.comprehension)):
+            return isinstance(p, (ast.With, ast.AsyncWith))
+        p = parent(p)
+    return p is scope
+
+
+try:  # Python 3.11+
+    _TRY_TYPES = (ast.Try, ast.TryStar)
+except AttributeError:  # pragma: no cover
+    _TRY_TYPES = (ast.Try,)
+
+
+def scope_calls_of(view, scope):
+    return view.sem.scope_calls(scope) or []
+
+
+def _step(hub, view, st, est, present, kills):
+    """The state after the statement ``st`` on the path that keeps it (see ``group_state_path``)."""
+    sem = view.sem
+    if st.__class__ is ast.If:
+        v = group_value(hub, view, st.test, present)
+        if v is not None:
+            branch = st.body if v else st.orelse
+            if _ends(sem, branch) or kills(ast.Module(body=branch, type_ignores=[])):
+                return None
+            if v or group_value(hub, view, st.test, not present) is True:
+                return st  # the branch the test names for this state (an ``else`` only of a pure test)
+            return est
+    elif st.__class__ is ast.Assert:
+        if group_value(hub, view, st.test, present) is False:
+            return None
+    if est is not None and kills(st):
+        return None
+    if st.__class__ in (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr) and not kills(st):
+        # ``rank = dist.get_rank() if dist.is_initialized() else 0``: the conditional expression
+        # of a pure test has a branch for this state, and the statement goes on either way
+        for n in ast.walk(st):
+            if n.__class__ is ast.IfExp and _pure(hub, view, n.test):
+                return n
+    return est
+
+
+def _pure(hub, view, test) -> bool:
+    """The group's state alone decides ``test`` (``dist.is_initialized()``, ``not`` of it)."""
+    a, b = group_value(hub, view, test, True), group_value(hub, view, test, False)
+    return a is not None and b is not None and a != b
+
+
+def init_when_present(hub, view, fn, depth: int = 0):
+    """The ``init_process_group`` call that ``fn`` (a project function) makes even when the default
+    group already exists on entry, directly or through the project functions it calls
+    (``group_state_path`` with the state "present" at entry: no ``dist.is_initialized()`` test and
+    no destroy on the way): (view, call), or None."""
+    if not isinstance(fn, FUNC_TYPES) or depth > 3:
+        return None
+    memo = view.memo.setdefault("lifecycle.init_when_present", {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    memo[id(fn)] = None  # recursion guard
+    if not init_sites(hub, view, fn):
+        return None
+    sem = view.sem
+    got = None
+    for c in sem.scope_calls(fn) or ():
+        qn = sem.call_qualname(c) or ""
+        if qn == INIT:
+            hit = (view, c)
+        elif qn.startswith("torch.") or depth >= 3:
+            continue
+        else:
+            target = project_target(hub, view, c)
+            if target is None or target[1] is fn:
+                continue
+            hit = init_when_present(hub, *target, depth=depth + 1)
+            if hit is None:
+                continue
+        if group_state_path(hub, view, c, fn, present=True, at_entry=True) is not None:
+            got = hit
+            break
+    memo[id(fn)] = got
+    return got
+
+
+def init_sites(hub, view, fn, depth: int = 0, seen=None) -> list:
+    """The ``init_process_group`` calls (view, call) that ``fn`` makes, directly or through the
+    project functions it calls (any path, up to 3 calls deep)."""
+    return _sites(hub, view, fn, INIT, depth, seen)
+
+
+def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
+    """``fn`` calls ``destroy_process_group`` on some path, directly or through project functions
+    (up to 3 calls deep)."""
+    return bool(_sites(hub, view, fn, DESTROY, depth, None))
+
+
+def _sites(hub, view, fn, qn_wanted, depth, seen) -> list:
+    seen = set() if seen is None else seen
+    if id(fn) in seen or depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
+        return []
+    seen.add(id(fn))
+    memo = view.memo.setdefault("lifecycle.sites." + qn_wanted, {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    sem = view.sem
+    out = []
+    for c in sem.scope_calls(fn) or ():
+        qn = sem.call_qualname(c) or ""
+        if qn == qn_wanted:
+            out.append((view, c))
+        elif not qn.startswith("torch.") and depth < 3:
+            target = project_target(hub, view, c)
+            if target is not None and target[1] is not fn:
+                out.extend(_sites(hub, *target, qn_wanted, depth + 1, seen))
+    memo[id(fn)] = out
+    return out

@@ -44,6 +44,19 @@ class UseBeforeInit(Rule):
     `rank`), when that use is on the helper's unconditional path (not behind an
     `is_initialized()` test or any other condition).
 
+    A use also runs before any init on the path a test on the group keeps for a run without one
+    (`flow.lifecycle.group_state_path`): inside `if not dist.is_initialized() or ...:`, in the
+    `else` of `if dist.is_initialized():`, or after such a branch that falls through, when nothing
+    on the way initialises the group (`init_process_group`, `deepspeed.init_distributed()`, a
+    project helper that does) or leaves (`return`, `raise`, `sys.exit`, `pytest.skip`). The code
+    says that a run without a process group is supported, and then needs one. The `else` of a
+    mixed test (`if dist.is_initialized() and rank == 0:`), a use under a test on the
+    distributed mode (`if world_size > 1:`), in a `try` with handlers, or in a function that uses
+    the group unconditionally before the test is left alone. The function must call
+    `dist.is_initialized()` itself; its other tests may go through a project helper that returns
+    it (`is_distributed()`), and the use may be a project function whose unconditional path needs
+    the group.
+
     Code that runs at import time counts too. A script (it has an `if __name__ == "__main__":`
     entry point, or initialises at its top level) whose top level imports a module of the project
     whose own top level needs the group (a `config.py` computing `LR = base * dist.get_world_size()`,
@@ -76,6 +89,12 @@ class UseBeforeInit(Rule):
         rank = dist.get_rank()
     ```
 
+    On the path without a group, use the fallback value:
+
+    ```python
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    ```
+
     For an import-time use, compute the value after the init (in a function, or a lazy
     `get_world_size()` helper), or import the module inside `main()` after `init_process_group`.
 
@@ -87,10 +106,11 @@ class UseBeforeInit(Rule):
     name = "use-before-init"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("init_process_group",)
+    requires_text = ("init_process_group", "is_initialized")
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
+        reported = _no_group_path(ctx)
         inits = calls_or_wrappers(ctx, _INITS, "init")
         if not inits:
             return
@@ -100,10 +120,9 @@ class UseBeforeInit(Rule):
             by_scope.setdefault(id(sem.scope_of(i)), []).append(i)
         direct = sem.calls_to(*_USES)
         helpers = _helper_uses(ctx, inits, set(map(id, direct)) | set(map(id, inits)))
-        reported = set()
         for use in [*direct, *(c for c, _ in helpers.values())]:
             scope_inits = by_scope.get(id(sem.scope_of(use)))
-            if not scope_inits or expects_error(use):
+            if not scope_inits or expects_error(use) or id(use) in reported:
                 continue
             if any(_before(i, use) or _contains(i, use) for i in scope_inits):
                 continue  # initialised earlier in this body (or an init call wraps the use)
@@ -127,6 +146,71 @@ class UseBeforeInit(Rule):
                 related=related,
             )
         _import_time(ctx, inits, reported)
+
+
+def _no_group_path(ctx) -> set:
+    """Uses on the path that a test on the group keeps for a run without one: inside
+    ``if not dist.is_initialized() or ...:``, in the ``else`` of ``if dist.is_initialized():``, or
+    after such a branch that falls through (``flow.lifecycle.group_state_path``). Direct uses, and
+    calls of project functions whose unconditional path uses the group. {id(use)} reported."""
+    from ..flow.lifecycle import group_state_path, group_value
+
+    sem = ctx.sem
+    reported: set = set()
+    tests = sem.calls_to(D + "is_initialized")
+    if not tests:
+        return reported
+    an = for_context(ctx)
+    view = an.main
+    scopes_ = {}
+    found = []
+    for t in tests:
+        s = sem.scope_of(t)
+        scopes_.setdefault(id(s), s)
+    for scope in scopes_.values():
+        for use in scope_calls(view, scope):
+            qn = ctx.qn(use) or ""
+            eff = None
+            if qn in _USES:
+                what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
+            elif qn.startswith("torch.") or use.func.__class__ not in (ast.Name, ast.Attribute):
+                continue
+            else:
+                target = an.resolve_call(view, use)
+                if target is None:
+                    continue
+                eff = an.requires_pg_of(*target)
+                if eff is None:
+                    continue
+                name = getattr(target[1], "name", "?")
+                if name == "__init__":
+                    name = getattr(parent(target[1]), "name", name)
+                eff = eff.through(name)
+                what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
+            if expects_error(use):
+                continue
+            est = group_state_path(an, view, use, scope, present=False)
+            if est is None or est == "entry":
+                continue
+            found.append((use, what, eff, est))
+    # one finding per failure: the innermost use raises first (``new_group([get_rank()])``)
+    for use, what, eff, est in found:
+        if any(u is not use and _contains(use, u) for u, *_ in found):
+            continue
+        branch = "the `else` branch of" if group_value(an, view, est.test, False) is False else "the branch of"
+        related = [(est, "the branch taken when no process group exists")]
+        if eff is not None:
+            related += effect_related(ctx, _Site(eff))
+        reported.add(id(use))
+        ctx.report(
+            use,
+            f"{what} runs where no process group exists: {branch} `{text(ctx, est.test)}` "
+            f"(line {est.lineno}) that a run without one takes "
+            + ("leads here" if _contains(est, use) else "falls through to it")
+            + ": ValueError: Default process group has not been initialized",
+            related=related,
+        )
+    return reported
 
 
 def _import_time(ctx, inits, reported) -> None:

@@ -29,6 +29,14 @@ class MissingDestroyProcessGroup(Rule):
     and the exit hang below are ProcessGroupNCCL's. A teardown named only in a comment or a string
     does not count: the code must call it.
 
+    A script that creates the group through a project helper in another module
+    (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
+    `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
+    finding is at the helper's call, unless the program destroys the group on some path (here, or
+    in a project function it calls) or the helper's backend is a literal without NCCL. The
+    name of a teardown helper from a library (`cleanup()`, `shutdown()`) is only consulted after
+    that value-flow answer, for calls that cannot be followed.
+
     ## Why is this bad?
     Since PyTorch 2.4 every rank prints at exit:
 
@@ -73,8 +81,10 @@ class MissingDestroyProcessGroup(Rule):
     name = "missing-destroy-process-group"
     severity = Severity.WARNING
     fix_availability = "sometimes"
-    requires_text = ("init_process_group",)
-    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
+    # the file initialises itself, or is a script (``__main__``) whose helpers may: then the file
+    # or a project module it imports spells "distributed" (every init's qualified name does)
+    requires_text = ("init_process_group", "__main__")
+    requires_reach = True
 
     def finish(self, ctx) -> None:
         if mentions(ctx.sem, "destroy_process_group", text=ctx.src.text):  # the code names it (a comment does not count)
@@ -82,7 +92,11 @@ class MissingDestroyProcessGroup(Rule):
         sem = ctx.sem
         # PyTorch's exit warning and the exit hang belong to ProcessGroupNCCL: a group that is Gloo
         # alone (a literal "gloo" backend) is left alone
-        inits = [i for i in ctx.calls_to(D + "init_process_group") if not gloo_only(ctx, i) and not _other_backend(ctx, i)]
+        direct = ctx.calls_to(D + "init_process_group")
+        inits = [i for i in direct if not gloo_only(ctx, i) and not _other_backend(ctx, i)]
+        if not direct:
+            _through_helpers(ctx)
+            return
         if not inits:
             return
         main_block = _main_block(sem.tree)
@@ -101,6 +115,71 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
+
+
+def _through_helpers(ctx) -> None:
+    """A script (``if __name__ == "__main__":``) whose functions create the group through a project
+    helper (``init_distributed(cfg)`` in another module that calls ``init_process_group("nccl")``)
+    and whose program never destroys it: no ``destroy_process_group`` in this file (checked
+    before), none in the project functions it calls (``flow.lifecycle.destroys_anywhere``).
+    Reported at the helper's call, with the fix at the end of the function that owns the group."""
+    from ..flow import for_context
+    from ..flow.lifecycle import destroys_anywhere, events, init_sites
+    from ._flow import scopes
+
+    sem = ctx.sem
+    main_block = _main_block(sem.tree)
+    if main_block is None:
+        return
+    an = for_context(ctx)
+    view = an.main
+    found = []
+    for scope in scopes(ctx):
+        for e in events(an, view, scope):
+            if e.where is not None and e.kind == "destroy":
+                return
+            if e.where is not None and e.kind == "init" and e.where[0] is not view:
+                found.append(e)  # (a function of this file that calls it is reported at that call)
+    if not found:
+        return
+    for scope in scopes(ctx):
+        for c in sem.scope_calls(scope) or ():
+            if not (ctx.qn(c) or "").startswith("torch."):
+                target = _target(an, view, c)
+                if target is not None and destroys_anywhere(an, *target):
+                    return  # a teardown in the project, on some path
+    for word in (code_words(sem) if _TEARDOWN_IDENT.search(ctx.src.text) else ()):
+        if _TEARDOWN_IDENT.fullmatch(word) and word not in sem.functions:
+            return  # a teardown helper of a library (called, or registered with atexit)
+    done = set()
+    for e in found:
+        sites = init_sites(an, *e.where)
+        if not sites or all(_gloo_or_other(v, i) for v, i in sites) or id(e.call) in done:
+            continue
+        done.add(id(e.call))
+        name = getattr(e.where[1], "name", "?")
+        ctx.report(
+            e.call,
+            f"`{ctx.text(e.call.func)}(...)` creates the default process group (`{name}` calls "
+            "`init_process_group`) and the program never calls `destroy_process_group()`: resources "
+            "leak at exit (PyTorch warns), and exit can hang with several groups",
+            related=[(sites[0][1], "the init")] if sites[0][0].sem is sem else [],
+            fix=_make_fix(ctx, e.call, main_block, e.sure != "must"),
+        )
+
+
+def _target(an, view, c):
+    from ..flow.lifecycle import project_target
+
+    return project_target(an, view, c)
+
+
+def _gloo_or_other(view, init: ast.Call) -> bool:
+    """The init's backend is a literal with no NCCL part (in the helper's own module)."""
+    c = constant_of(view.sem, get_arg(init, 0, "backend"))
+    if c is None or not isinstance(c.value, str):
+        return False
+    return "nccl" not in [p.split(":")[-1].strip().lower() for p in c.value.split(",")]
 
 
 def _other_backend(ctx, init: ast.Call) -> bool:
@@ -181,8 +260,9 @@ def _inside(node, outer) -> bool:
     return False
 
 
-def _make_fix(ctx, init: ast.Call, main_block):
+def _make_fix(ctx, init: ast.Call, main_block, maybe: bool = False):
     body, conditional = _owner(ctx, init, main_block)
+    conditional = conditional or maybe
     if not body:
         return None
     destroy, imp = ctx.ref(D + "destroy_process_group")

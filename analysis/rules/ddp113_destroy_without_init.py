@@ -30,6 +30,10 @@ class DestroyWithoutInit(Rule):
     path where they fail is the single-process run); an init under any other test (a rank, a mode
     of the program) is taken as the program's business.
 
+    A destroy is also flagged on the path that a test on the group itself keeps for a run without
+    one (`flow.lifecycle.group_state_path`): after `if not dist.is_initialized(): ...` that falls
+    through, or in the `else` of `if dist.is_initialized():`, with no init on the way.
+
     ## Why is this bad?
     The single-process run (no launcher, one GPU, a debugging session) takes the branch without the
     init and then fails at the very end, after the whole training ran, instead of exiting:
@@ -78,6 +82,7 @@ class DestroyWithoutInit(Rule):
         if not ctx.calls_to(INIT, DESTROY):
             return
         an = None
+        done: set = set()
         for scope in scopes(ctx):
             if an is None:
                 an = for_context(ctx)
@@ -97,6 +102,46 @@ class DestroyWithoutInit(Rule):
                 if any(i.sure == "must" and covered(sem, conds[i], d.conds) for i in prior):
                     continue
                 self._report(ctx, d, prior[-1], conds[prior[-1]])
+                done.add(id(d.call))
+        self._no_group_path(ctx, done)
+
+    def _no_group_path(self, ctx, done) -> None:
+        """A destroy on the path that a test on the group keeps for a run without one
+        (``flow.lifecycle.group_state_path``): ``if not dist.is_initialized(): ...`` that falls
+        through to ``destroy_process_group()``."""
+        from ..flow import for_context
+
+        sem = ctx.sem
+        tests = ctx.calls_to(D + "is_initialized")
+        if not tests:
+            return
+        an = for_context(ctx)
+        seen_scopes = set()
+        for t in tests:
+            scope = sem.scope_of(t)
+            if id(scope) in seen_scopes:
+                continue
+            seen_scopes.add(id(scope))
+            for e in events(an, an.main, scope):
+                if e.kind == "destroy" and e.sure == "must" and id(e.call) not in done:
+                    self._no_group_destroy(ctx, an, e.call, scope)
+
+    def _no_group_destroy(self, ctx, an, d, scope) -> None:
+        from ..flow.lifecycle import group_state_path
+
+        est = group_state_path(an, an.main, d, scope, present=False)
+        if est is None or est == "entry":
+            return
+        what = "`destroy_process_group()`" if (ctx.qn(d) or "") == DESTROY else \
+            f"`{ctx.text(d.func)}()`, which destroys the group,"
+        ctx.report(
+            d,
+            f"{what} runs where no process group exists: `{ctx.text(est.test)}` (line {est.lineno}) "
+            "keeps a path for a run without one, and it leads here: it fails with `AssertionError: "
+            "Process group cannot be None`; guard it with `if dist.is_initialized():`",
+            related=[(est, "the branch taken when no process group exists")],
+            fix=_fix(ctx, _Ev(d)),
+        )
 
     def _report(self, ctx, d, init, conds) -> None:
         if conds:
@@ -117,6 +162,13 @@ class DestroyWithoutInit(Rule):
             related=[(init.call, "the conditional init")],
             fix=_fix(ctx, d),
         )
+
+
+class _Ev:
+    __slots__ = ("call",)
+
+    def __init__(self, call):
+        self.call = call
 
 
 def _fix(ctx, d):

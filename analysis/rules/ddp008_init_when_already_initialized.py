@@ -1,0 +1,216 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Applicability, Severity
+from ..registry import Rule
+from ..semantic import parent
+from ._common import D
+from ._flow import scopes
+
+IS_INIT = D + "is_initialized"
+
+
+class InitWhenAlreadyInitialized(Rule):
+    """
+    ## What it does
+    Checks for `init_process_group` on a path where the default process group already exists:
+    the code tested `dist.is_initialized()`, took the branch for an existing group (`if
+    dist.is_initialized(): ...` that falls through, without a `return`), and then reaches an
+    `init_process_group` that no `if not dist.is_initialized():` guards. The init may sit in a
+    project function, in this file or another module, that initialises unconditionally
+    (`setup_distributed()` called after the test); the test may be a project helper that returns
+    `dist.is_initialized()` (`is_distributed()`). Paths are read from the program model
+    (`flow.lifecycle.group_state_path`): a `destroy_process_group()` on the way, an `else:
+    return`, or a test that excludes the init's branch ends the path. The function itself must
+    call `init_process_group`, or test `dist.is_initialized()` before the helper that initialises.
+
+    The same holds for the constructor of a public class of a library module (a file without an
+    `if __name__ == "__main__":` block) that creates the default group on every call, directly or
+    through its methods and project helpers, with no test on the group on the way
+    (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
+    one process (a second runner, a test that builds two) meets a group that exists. A script's
+    class, a private class (`_Engine`) and methods other than `__init__` are left alone.
+
+    ## Why is this bad?
+    The default group can be created once per process. The second call raises:
+
+    ```
+    RuntimeError: trying to initialize the default process group twice!
+    ```
+
+    This is what happens when a launcher, a framework (DeepSpeed, Accelerate) or an earlier part
+    of the program already initialised the group: the code noticed (it logs "already
+    initialized") but goes on to initialise again.
+
+    ## Example
+    ```python
+    def initialize(args):
+        if dist.is_initialized():
+            print("torch.distributed is already initialized")
+            args.rank = dist.get_rank()
+        else:
+            torch.cuda.set_device(args.local_rank)
+        dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+    ```
+
+    ## Use instead
+    ```python
+    def initialize(args):
+        if dist.is_initialized():
+            print("torch.distributed is already initialized")
+            args.rank = dist.get_rank()
+        else:
+            torch.cuda.set_device(args.local_rank)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+    ```
+
+    ## Fix safety
+    The fix wraps a direct `init_process_group(...)` statement in `if not dist.is_initialized():`.
+    It is **unsafe**: where the group exists the program now goes on with that group, whose
+    backend, timeout or world may differ from the arguments of the skipped call.
+    """
+
+    code = "DDP008"
+    name = "init-when-already-initialized"
+    severity = Severity.ERROR
+    fix_availability = "sometimes"
+    # the file calls one of them itself (checked in ``finish``; the other may come through a
+    # helper), or defines a constructor; the file or a project module it imports spells
+    # "distributed" (every init's and every test's qualified name does)
+    requires_text = ("init_process_group", "is_initialized", "__init__")
+    requires_reach = True
+
+    def finish(self, ctx) -> None:
+        from ..flow import for_context
+        from ..flow.lifecycle import INIT, group_state_path, init_when_present, project_target
+
+        sem = ctx.sem
+        if not sem.calls_to(INIT, IS_INIT):
+            if _library(sem):
+                _constructors(self, ctx)
+            return
+        an = None
+        for scope in scopes(ctx):
+            calls = sem.scope_calls(scope) or ()
+            qns = [ctx.qn(c) or "" for c in calls]
+            if INIT not in qns and IS_INIT not in qns:
+                continue  # the function tests the group or initialises it itself
+            # a helper's init counts after a test on the group spelled here (the paths start there)
+            first_test = next((c for c, q in zip(calls, qns) if q == IS_INIT), None)
+            if an is None:
+                an = for_context(ctx)
+            view = an.main
+            for c, qn in zip(calls, qns):
+                via = None
+                if qn != INIT:
+                    if qn.startswith("torch.") or first_test is None or c.lineno < first_test.lineno:
+                        continue
+                    target = project_target(an, view, c)
+                    if target is None or target[1] is scope:
+                        continue
+                    via = init_when_present(an, *target)
+                    if via is None:
+                        continue
+                est = group_state_path(an, view, c, scope, present=True)
+                if est is None or est == "entry":
+                    continue
+                self._report(ctx, c, est, via)
+        if _library(sem):
+            _constructors(self, ctx)
+
+    def _report_ctor(self, ctx, call, cls, via) -> None:
+        what = "`init_process_group(...)`" if via is None else f"`{ctx.text(call.func)}(...)`, which calls `init_process_group`,"
+        ctx.report(
+            call,
+            f"{what} runs each time `{cls.name}(...)` is built, with no `dist.is_initialized()` test on "
+            f"the way: a second `{cls.name}` in one process raises RuntimeError: trying to initialize the "
+            "default process group twice; guard it with `if not dist.is_initialized():`",
+            related=[(cls, "the class whose constructor creates the group")],
+            fix=None if via is not None else _fix(ctx, call),
+        )
+
+    def _report(self, ctx, call, est, via) -> None:
+        test = ctx.text(est.test)
+        if len(test) > 60:
+            test = test[:57] + "..."
+        what = "`init_process_group(...)`" if via is None else f"`{ctx.text(call.func)}(...)`, which calls `init_process_group`,"
+        related = [(est, "the branch taken when the group already exists")]
+        if via is not None:
+            vview, vcall = via
+            if vview.sem is ctx.sem:
+                related.append((vcall, "the unguarded init"))
+        ctx.report(
+            call,
+            f"{what} runs where the default process group already exists: the branch of `{test}` "
+            f"(line {est.lineno}) for an existing group goes on to it: RuntimeError: trying to "
+            "initialize the default process group twice; guard it with `if not dist.is_initialized():`",
+            related=related,
+            fix=None if via is not None else _fix(ctx, call),
+        )
+
+
+def _fix(ctx, call):
+    st = parent(call)
+    if not isinstance(st, ast.Expr) or not ctx.stmt_starts_line(st):
+        return None
+    is_init, imp = ctx.ref(D + "is_initialized")
+    indent = ctx.src.indent_of(st.lineno - 1)
+    unit = "\t" if "\t" in indent else "    "
+    body = ctx.text(st).replace(ctx.src.newline, ctx.src.newline + unit)
+    code = f"if not {is_init}():{ctx.src.newline}{indent}{unit}{body}"
+    return ctx.fix(Applicability.UNSAFE, f"Guard with `if not {is_init}():`", [ctx.replace(st, code), *imp])
+
+
+def _library(sem) -> bool:
+    """A module of a library: no ``if __name__ == "__main__":`` block."""
+    from ..flow.imports import is_main_guard
+
+    return not any(is_main_guard(st) for st in sem.tree.body)
+
+
+def _constructors(rule, ctx) -> None:
+    """A public class of a library module whose constructor creates the default group on every
+    call, with no test on the group on the way (``Runner.__init__`` -> ``self.setup_env()`` ->
+    ``init_dist(...)``): the second instance in one process raises."""
+    from ..flow import for_context
+    from ..flow.lifecycle import INIT, group_state_path, init_sites, init_when_present, project_target
+
+    sem = ctx.sem
+    an = None
+    for cls in sem.tree.body:
+        if cls.__class__ is not ast.ClassDef or cls.name.startswith("_"):
+            continue
+        init = next((st for st in cls.body if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and st.name == "__init__"), None)
+        if init is None:
+            continue
+        if an is None:
+            an = for_context(ctx)
+        view = an.main
+        if not init_sites(an, view, init):
+            continue  # the constructor creates no group on any path
+        work, seen = [init], {id(init)}
+        while work:
+            fn = work.pop()
+            for c in sem.scope_calls(fn) or ():
+                qn = ctx.qn(c) or ""
+                if qn.startswith("torch.") and qn != INIT:
+                    continue
+                if group_state_path(an, view, c, fn, present=True, at_entry=True) is None:
+                    continue
+                if qn == INIT:
+                    rule._report_ctor(ctx, c, cls, None)
+                    continue
+                target = project_target(an, view, c)
+                if target is None:
+                    continue
+                tview, tfn = target
+                if tview is view and parent(tfn) is cls and id(tfn) not in seen:
+                    seen.add(id(tfn))
+                    work.append(tfn)  # a method of the class: follow it as the constructor runs it
+                    continue
+                via = init_when_present(an, tview, tfn)
+                if via is not None:
+                    rule._report_ctor(ctx, c, cls, via)
