@@ -225,8 +225,30 @@ class Evaluator:
             vals.append(X)
         if kind == "global" and not vals:
             return X
+        if vals and not any(v.varying for v in vals):
+            vals.extend(self._written_into(e, got, d))
         # the last candidate (in source order) an equaliser: the value was made uniform
         return join(vals) if vals else X
+
+    def _written_into(self, e: ast.Name, bindings, d: int) -> list:
+        """The values put into the container ``e`` names after its bindings (``flow/mutations``):
+        what ``x[k] = v`` / ``x.append(v)`` store; unknown for a fresh container handed to a call
+        that may fill it (``rec(nested, "", flat)``)."""
+        from .mutations import is_container_binding, mutations
+        muts = mutations(self.view, e.id, e, bindings)
+        if not muts:
+            return []
+        out = []
+        fresh = None
+        for node, values in muts:
+            if values is None:
+                if fresh is None:
+                    fresh = any(is_container_binding(self.sem, b) for b in bindings)
+                if fresh:
+                    out.append(X)
+            else:
+                out.extend(self.value(x, d) for x in values)
+        return out
 
     def param_value(self, fn: ast.AST, name: str, node: ast.AST) -> Value:
         ctx = self.ctx
