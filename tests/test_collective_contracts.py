@@ -14,7 +14,7 @@ from ddp_lint.analysis.flow.hidden import hidden_sites
 from ddp_lint.analysis.flow.summaries import Effect, Site
 from ddp_lint.analysis.semantic import Semantic
 
-SEL = Settings(select=["DDP104", "DDP107", "DDP109", "DDP110"])
+SEL = Settings(select=["DDP104", "DDP107", "DDP108", "DDP109", "DDP110"])
 
 
 def _write(root, rel, text):
@@ -197,3 +197,70 @@ def test_early_exit_skips_accelerate_backward():
 def test_accelerate_not_a_site_on_another_receiver():
     codes, _ = _codes(ACCEL.replace("self.accelerator.backward(loss)", "self.helper.backward(loss)"))
     assert codes == []
+
+
+def test_loop_binding_that_dominates_the_use_kills_later_bindings_of_the_loop():
+    from ddp_lint.analysis.flow.bindings import reaching
+    src = textwrap.dedent("""
+    def f(items, stats):
+        value = 0
+        while True:
+            for key, value in items:
+                use(value)
+            for name, value in stats:
+                pass
+            total = value
+    """)
+    an, sem = _sem(src)
+    uses = [n for n in ast.walk(sem.tree) if isinstance(n, ast.Name) and n.id == "value"
+            and isinstance(n.ctx, ast.Load)]
+    first, last = sorted(uses, key=lambda n: n.lineno)
+    kind, evs = reaching(an.main, "value", first)
+    assert kind == "events" and [e.lineno for e in evs] == [5]  # only its own ``for`` target
+    kind, evs = reaching(an.main, "value", last)
+    assert [e.lineno for e in evs] == [7]  # the second loop's target (as before)
+
+
+def test_equal_shard_slice_has_a_uniform_length():
+    from ddp_lint.analysis.flow.symbolic import slice_width
+    sl = ast.parse("x[r * c:(r + 1) * c]", mode="eval").body.slice
+    assert slice_width(sl) == {("c",): 1}
+    sl = ast.parse("x[r * 4:(r + 1) * 5]", mode="eval").body.slice
+    assert slice_width(sl) == {("r",): 1, (): 5}
+    codes, _ = _codes("""
+    import torch.distributed as dist
+
+    def gather(param, cfg):
+        rank = dist.get_rank()
+        shard = param[rank * cfg.chunk:(rank + 1) * cfg.chunk]
+        dist.all_gather_into_tensor(param, shard)
+        grown = param[rank * cfg.chunk:(rank + 1) * (cfg.chunk + rank)]
+        dist.all_gather_into_tensor(param, grown)
+    """)
+    assert codes == [("DDP109", 9)]
+
+
+def test_parameter_compared_with_the_own_rank_designates_a_rank():
+    codes, _ = _codes("""
+    import torch
+    import torch.distributed as dist
+
+    def send(t, rank=0):
+        if dist.get_rank() != rank:
+            t = torch.empty_like(t)
+        dist.broadcast(t, rank)
+        return t
+
+    def send_ints(t, rank=0):
+        return send(t, rank=rank)
+
+    def bad(t, rank):
+        dist.broadcast(t, rank)
+
+    def caller(t):
+        send_ints(t, rank=dist.get_rank())
+    """)
+    # the plain parameter ``rank`` of ``bad`` keeps the name's answer; a caller that passes its own
+    # rank into the designated parameter is still found through the call
+    assert ("DDP108", 15) in codes and ("DDP108", 18) in codes
+    assert not any(line in (8, 12) for _, line in codes)

@@ -31,7 +31,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, comp_binder, reaching, target_path
-from .params import constant_at_every_call
+from .params import compared_with_own_rank, constant_at_every_call
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -256,9 +256,12 @@ class Evaluator:
             v = ctx.binds[name]
             src = v.src
             return Value("V", src.step(ctx.passed(name), ctx.call, ctx.call_path))
-        if (RANK_NAME.match(name) or name in MAIN_NAMES) and not constant_at_every_call(self.view, self.hub, fn, name):
+        if (RANK_NAME.match(name) or name in MAIN_NAMES) and not constant_at_every_call(self.view, self.hub, fn, name) \
+                and not compared_with_own_rank(self.view, fn, name, self.hub):
             # a name heuristic only where value flow has no answer: known callers that all pass a
-            # constant (``load(..., rank0=False)``) make the parameter uniform, whatever its name
+            # constant (``load(..., rank0=False)``) make the parameter uniform, whatever its name,
+            # and so does a comparison with the process's own rank (``if get_rank() == rank:``: the
+            # parameter designates a rank)
             return _V(self.view, RANK, f"the process rank from parameter `{name}`", node)
         if name in _CONFIG_PARAMS:
             return U
