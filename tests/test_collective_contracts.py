@@ -264,3 +264,22 @@ def test_parameter_compared_with_the_own_rank_designates_a_rank():
     # rank into the designated parameter is still found through the call
     assert ("DDP108", 15) in codes and ("DDP108", 18) in codes
     assert not any(line in (8, 12) for _, line in codes)
+
+
+def test_strided_shard_of_chunks_padded_to_a_multiple_has_a_uniform_trip_count():
+    base = """
+    import torch
+    import torch.distributed as dist
+
+    def distances(feats, num_gpus, rank, bs):
+        n = feats.shape[0]
+        num_batches = ((n - 1) // bs // num_gpus + 1) * num_gpus
+        batches = torch.nn.functional.pad(feats, [0, 0, 0, -n % num_batches]).chunk(num_batches)
+        for b in batches[rank::num_gpus]:
+            dist.broadcast(b.clone(), src=0)
+    """
+    assert _codes(base)[0] == []
+    # not a multiple of the stride: the first ranks get one more piece
+    assert _codes(base.replace("+ 1) * num_gpus", "+ 1) * 3"))[0] == [("DDP110", 9)]
+    # padded by another amount: ``chunk`` may give fewer pieces
+    assert _codes(base.replace("-n % num_batches", "-n % 7"))[0] == [("DDP110", 9)]

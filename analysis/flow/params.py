@@ -125,9 +125,24 @@ def compared_with_own_rank(view, fn: ast.AST, name: str, hub=None, depth: int = 
             if got:
                 break
         if not got and hub is not None and depth < 3:
-            got = _passed_to_designated(view, fn, name, hub, depth)
+            got = _passed_to_designated(view, fn, name, hub, depth) or _given_designated(view, fn, name, hub, depth)
     memo[key] = got
     return got
+
+
+def _given_designated(view, fn, name, hub, depth) -> bool:
+    """Every call of ``fn`` in its module (at least one, ``fn`` used nowhere else) passes, as
+    ``name``, a parameter of the calling function that designates a rank."""
+    sites = hub.call_sites(view, fn)
+    if not sites or hub.is_spawn_target(view, fn) or _used_as_value(view, fn, sites):
+        return False
+    for c in sites:
+        a = next((a for p, a in call_args(c, fn) if p == name), None)
+        caller = _enclosing_function(c)
+        if not (isinstance(a, ast.Name) and caller is not None and caller is not fn
+                and compared_with_own_rank(view, caller, a.id, hub, depth + 1)):
+            return False
+    return True
 
 
 def _passed_to_designated(view, fn, name, hub, depth) -> bool:

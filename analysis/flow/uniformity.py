@@ -337,11 +337,14 @@ class Evaluator:
                 if path[0] < len(ev.iter.args) and not any(isinstance(a, ast.Starred) for a in ev.iter.args):
                     return self.element(ev.iter.args[path[0]], d)
                 return X
-            if path and isinstance(ev.iter, ast.Call) and _terminal(ev.iter.func) == "enumerate" \
-                    and self.sem.qualname(ev.iter.func) is None:
+            it = ev.iter
+            while isinstance(it, ast.Call) and it.args and _progress_wrapper(self.sem, it):
+                it = it.args[0]  # ``tqdm(enumerate(loader))``: the same items, in order
+            if path and isinstance(it, ast.Call) and _terminal(it.func) == "enumerate" \
+                    and self.sem.qualname(it.func) is None:
                 if path[0] == 0:
                     return U  # the index of this iteration: the same on every rank that runs it
-                inner = ev.iter.args[0] if ev.iter.args else None
+                inner = it.args[0] if it.args else None
                 return self.element(inner, d) if inner is not None else X
             return elem
         if t in (ast.With, ast.AsyncWith):
@@ -489,6 +492,13 @@ class Evaluator:
             return self.loader_trip_count(loader, d)
         if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
             sl = it.slice
+            from .symbolic import strided_even, width_atoms  # lazy: symbolic asks ``bindings`` only
+            parts = width_atoms(sl)
+            if parts is None and strided_even(self.view, it.value, sl, self.hub):
+                parts = []  # ``pieces[rank::world]`` of a multiple of ``world`` pieces
+            if parts is not None:
+                v = join(self.value(x, d) for x in parts)
+                return v if v.varying and v.src.cat != DATA else (U if v.kind == "U" else X)
             v = join(self.value(x, d) for x in (sl.lower, sl.upper, sl.step) if x is not None)
             if v.varying and v.src.cat != DATA:
                 return v
@@ -654,6 +664,14 @@ class Evaluator:
                 return U
             return X
         return X
+
+
+def _progress_wrapper(sem, call: ast.Call) -> bool:
+    """``tqdm(x)`` (any ``tqdm`` module's) or the builtin ``iter(x)``: yields the items of ``x``."""
+    qn = sem.call_qualname(call)
+    if qn is None:
+        return _terminal(call.func) == "iter" and isinstance(call.func, ast.Name)
+    return qn.split(".")[0] == "tqdm" and qn.rsplit(".", 1)[-1] in ("tqdm", "trange")
 
 
 def _text(e: ast.AST) -> str:
