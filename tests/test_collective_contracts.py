@@ -283,3 +283,27 @@ def test_strided_shard_of_chunks_padded_to_a_multiple_has_a_uniform_trip_count()
     assert _codes(base.replace("+ 1) * num_gpus", "+ 1) * 3"))[0] == [("DDP110", 9)]
     # padded by another amount: ``chunk`` may give fewer pieces
     assert _codes(base.replace("-n % num_batches", "-n % 7"))[0] == [("DDP110", 9)]
+
+
+def test_partial_list_broadcast_against_a_fixed_receive_size():
+    src = """
+    import torch
+    import deepspeed.comm as dist
+
+    def next_batch(clusters, size, take):
+        if dist.get_rank() == 0:
+            batch = []
+            for c in clusters:
+                batch += take(c)
+            batch = torch.tensor(batch).view(-1)
+        else:
+            batch = torch.empty(size, dtype=torch.long)
+        dist.broadcast(batch, 0)
+        return batch
+    """
+    codes, res = _codes(src)
+    assert codes == [("DDP109", 13)]
+    assert "grown in a" in res.findings[0].message
+    padded = src.replace("            batch = torch.tensor(batch)",
+                         "            batch += [-1] * (size - len(batch))\n            batch = torch.tensor(batch)")
+    assert _codes(padded)[0] == []

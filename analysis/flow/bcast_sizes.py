@@ -35,6 +35,8 @@ _FROM_LIST = frozenset({"torch.tensor", "torch.as_tensor", "torch.Tensor", "torc
                         "torch.LongTensor", "torch.IntTensor", "torch.cuda.FloatTensor",
                         "torch.cuda.LongTensor"})
 _MAX_DEPTH = 4
+# ``torch.distributed.broadcast`` and DeepSpeed's mirror of it (``import deepspeed.comm as dist``)
+BROADCASTS = frozenset({D + "broadcast", "deepspeed.comm.broadcast", "deepspeed.comm.comm.broadcast"})
 
 
 def contract(hub, view, fn, depth: int = 0):
@@ -116,9 +118,8 @@ def _contract(hub, view, fn, depth):
     if not params:
         return None
     fn_calls = _calls_of(view, fn)
-    bqn = D + "broadcast"
     for c in fn_calls if len(params) > 1 else ():
-        if sem.call_qualname(c) != bqn:
+        if sem.call_qualname(c) not in BROADCASTS:
             continue
         t = get_arg(c, 0, "tensor")
         if not isinstance(t, ast.Name):
@@ -223,4 +224,101 @@ def broken_contracts(hub, view):
         if n is None or n == size:
             continue
         got.append((c, target, size, n, s_arg, p_arg))
+    return got
+
+
+_SELF_SHAPED = frozenset({"view", "reshape", "to", "long", "int", "float", "cuda", "contiguous", "flatten"})
+
+
+def _strip(v):
+    """``torch.tensor(x).view(-1).to(dev)`` -> ``torch.tensor(x)`` (methods that keep the count)."""
+    while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in _SELF_SHAPED:
+        v = v.func.value
+    return v
+
+
+def _in_loop(node, fn) -> bool:
+    from ..semantic import parent
+    p = parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, (ast.For, ast.AsyncFor, ast.While)):
+            return True
+        p = parent(p)
+    return False
+
+
+def _grown_in_loop(view, fn, name: ast.Name):
+    """The ``name += piece`` / ``name.extend(piece)`` in a loop of ``fn`` that gives the list
+    ``name`` holds at its use a length only the data decides (pieces of unknown length), with no
+    growth outside a loop (a padding to a size: ``name += [-1] * (n - len(name))``); else None."""
+    from .mutations import mutations
+    kind, evs = reaching(view, name.id, name)
+    if kind != "events" or not evs:
+        return None
+    grows = [e for e in evs if isinstance(e, ast.AugAssign) and isinstance(e.op, ast.Add)]
+    grows += [n for n, vals in mutations(view, name.id, name, evs)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("extend", "append")]
+    inits = [e for e in evs if isinstance(e, ast.Assign)]
+    if not grows or not inits or not all(
+            isinstance(e.value, ast.List) and not e.value.elts for e in inits):
+        return None  # not a list started empty here
+    for g in grows:
+        if not _in_loop(g, fn):
+            return None  # grown (padded) outside the loop too
+        piece = g.value if isinstance(g, ast.AugAssign) else (g.args[0] if g.args else None)
+        if isinstance(g, ast.Call) and g.func.attr == "append":
+            return None  # one item per iteration: the count is the loop's (not judged here)
+        if piece is None or isinstance(piece, (ast.List, ast.Tuple)):
+            return None  # pieces of a known length
+    return grows[0]
+
+
+def _killed_by(e, st) -> bool:
+    """``e`` lies in an earlier statement of the block that holds ``st`` (``st`` rebinds after it)."""
+    from ..semantic import parent
+    p = parent(st)
+    for f in ("body", "orelse", "finalbody"):
+        blk = getattr(p, f, None)
+        if isinstance(blk, list) and st in blk:
+            for x in blk[:blk.index(st)]:
+                if (x.lineno, x.col_offset) <= (e.lineno, e.col_offset) and (
+                        e.end_lineno, e.end_col_offset) <= (x.end_lineno, x.end_col_offset):
+                    return True
+    return False
+
+
+def partial_broadcasts(hub, view):
+    """(broadcast call, tensor argument, receivers' allocation, growth) where the source rank
+    broadcasts ``torch.tensor(lst)`` of a list grown in a loop by pieces of unknown length
+    (``_grown_in_loop``) and the other ranks receive into ``torch.empty(n)`` of a size that the
+    list is never padded or truncated to."""
+    got = view.memo.get("bcast_sizes.partial")
+    if got is not None:
+        return got
+    got = view.memo["bcast_sizes.partial"] = []
+    sem = view.sem
+    for c in [c for qn in sorted(BROADCASTS) for c in sem.calls_to(qn)]:
+        t = get_arg(c, 0, "tensor")
+        fn = sem.enclosing_function(c)
+        if not isinstance(t, ast.Name) or fn is None:
+            continue
+        kind, evs = reaching(view, t.id, c)
+        if kind != "events" or not evs:
+            continue
+        alloc = src = src_st = None
+        rest = []
+        for e in evs:
+            v = _strip(e.value) if isinstance(e, ast.Assign) and len(e.targets) == 1 else None
+            qn = (sem.call_qualname(v) or "") if isinstance(v, ast.Call) else ""
+            if qn in _ALLOC and v.args and len(v.args) <= (2 if qn == "torch.full" else 1) and alloc is None:
+                alloc = v
+            elif qn in _FROM_LIST and len(v.args) == 1 and isinstance(v.args[0], ast.Name) and src is None:
+                src, src_st = v, e
+            else:
+                rest.append(e)
+        if alloc is None or src is None or not all(_killed_by(e, src_st) for e in rest):
+            continue
+        grow = _grown_in_loop(view, fn, src.args[0])
+        if grow is not None:
+            got.append((c, t, alloc, src, grow))
     return got

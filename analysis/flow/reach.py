@@ -37,7 +37,8 @@ from . import project
 # e.g. ``w.full_tensor()`` in a helper that never imports torch.distributed; flow/hidden.py)
 REACH_TEXT = ("distributed", "Parallel", "ZeroRedundancy", "full_tensor", "summon_full_params",
               "full_optim_state_dict",
-              "ccelerat")  # Accelerate's collectives (``accelerator.gather``/``backward``..., flow/hidden.py)
+              "ccelerat",  # Accelerate's collectives (``accelerator.gather``/``backward``..., flow/hidden.py)
+              "deepspeed")  # ``deepspeed.comm``, torch.distributed's mirror (flow/bcast_sizes.py)
 _TTL = 5.0
 _MAX_NODES = 4096  # files visited by one query; past it the answer is yes (never a lost finding)
 

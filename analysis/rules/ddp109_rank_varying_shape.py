@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..flow import for_context
-from ..flow.bcast_sizes import broken_contracts
+from ..flow.bcast_sizes import broken_contracts, partial_broadcasts
 from ..flow.bindings import reaching
 from ..flow.shapes import shapes_of
 from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
@@ -48,6 +48,10 @@ class RankVaryingShape(Rule):
     (`broadcast_float_list(3, float_list=values)` with six values) is flagged at the size: the source
     sends six elements, the others receive three.
 
+    And: a source rank that broadcasts `torch.tensor(lst)` of a list grown in a loop by pieces of
+    unknown length (`lst += take(cluster, k)`), while the other ranks receive into
+    `torch.empty(n)`, with no padding or truncation of the list to `n`.
+
     Not flagged: sizes made uniform by a collective first (`dist.all_reduce(n, op=MAX)`, an
     `all_gather` of the sizes), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
     with a padding piece sized `max_len - x.size(0)`), truncation to an agreed size, a dimension
@@ -91,6 +95,7 @@ class RankVaryingShape(Rule):
         an = for_context(ctx)
         view = an.main
         self._contracts(ctx, an, view)
+        self._partial(ctx, an, view)
         sh = shapes_of(an, view)
         reported = set()
         direct = ctx.calls_to(*_SHAPED_QNS)
@@ -142,6 +147,19 @@ class RankVaryingShape(Rule):
                     related=[*source_related(ctx, v), *_binding_related(ctx, view, a), *effect_related(ctx, site)],
                 )
 
+
+    def _partial(self, ctx, an, view) -> None:
+        """The source broadcasts a list grown in a loop; the others receive a fixed size."""
+        for c, t, alloc, src, grow in partial_broadcasts(an, view):
+            lst = src.args[0].id
+            ctx.report(
+                t,
+                f"the source rank broadcasts `{text(ctx, src)}`, whose length is that of `{lst}` grown in a "
+                f"loop by pieces of unknown length (line {grow.lineno}), but the other ranks receive into "
+                f"`{text(ctx, alloc)}`: when `{lst}` falls short, `broadcast` gets different sizes (hang, or "
+                f"garbage in the receivers' tail); pad `{lst}` to that size first",
+                related=[(grow, f"`{lst}` grows here"), (alloc, "the receivers' size")],
+            )
 
     def _contracts(self, ctx, an, view) -> None:
         """Calls that declare a broadcast size other than the length of the list they send
