@@ -307,3 +307,27 @@ def test_partial_list_broadcast_against_a_fixed_receive_size():
     padded = src.replace("            batch = torch.tensor(batch)",
                          "            batch += [-1] * (size - len(batch))\n            batch = torch.tensor(batch)")
     assert _codes(padded)[0] == []
+
+
+def test_list_padded_to_an_agreed_length_has_a_uniform_emptiness():
+    src = """
+    import torch
+    import torch.distributed as dist
+
+    def share(items):
+        mine = items[dist.get_rank()::dist.get_world_size()]
+        n = torch.tensor([len(mine)])
+        dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        mine += [None] * (n.item() - len(mine))
+        return len(items), mine
+
+    def run(items):
+        total, mine = share(items)
+        if not mine:
+            return
+        dist.barrier()
+    """
+    assert _codes(src)[0] == []
+    # padded to this rank's own count: still rank-varying
+    assert _codes(src.replace("(n.item() - len(mine))", "(len(mine) * dist.get_rank() - len(mine))"))[0] \
+        == [("DDP107", 15)]

@@ -204,3 +204,55 @@ def strided_even(view, base: ast.AST, sl: ast.Slice, hub=None) -> bool:
                 return False
             rest.remove(a)
     return True
+
+
+def padding_target(view, name: ast.Name):
+    """The size ``M`` that the list ``name`` holds at its use after a padding
+    ``name += [fill] * (M - len(name))`` (the binding that reaches the use: a statement of the same
+    block, so it always runs): its length is ``M`` whatever it was. Followed through a helper's
+    returned tuple (``n, lst = helper(...)``) to the padding in the helper. Returns (view, M) or
+    None."""
+    from .bindings import reaching
+    if not isinstance(name, ast.Name):
+        return None
+    kind, evs = reaching(view, name.id, name)
+    if kind != "events" or not evs or len(evs) != 1:
+        return None
+    e = evs[0]
+    if isinstance(e, ast.AugAssign) and isinstance(e.op, ast.Add) and isinstance(e.target, ast.Name):
+        v = e.value
+        for lst, m in ((v.left, v.right), (v.right, v.left)) if isinstance(v, ast.BinOp) and isinstance(
+                v.op, ast.Mult) else ():
+            if isinstance(lst, ast.List) and len(lst.elts) == 1 and isinstance(m, ast.BinOp) \
+                    and isinstance(m.op, ast.Sub) and _is_len_of(m.right, e.target.id):
+                return view, m.left
+        return None
+    return None
+
+
+def _is_len_of(n, name: str) -> bool:
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1
+            and isinstance(n.args[0], ast.Name) and n.args[0].id == name)
+
+
+def returned_padding(hub, view, name: ast.Name):
+    """``padding_target`` of ``name``, or, when ``name`` is bound by unpacking the tuple a project
+    helper returns (``n, lst = helper(...)``), of the returned element in the helper."""
+    got = padding_target(view, name)
+    if got is not None:
+        return got
+    from .bindings import reaching, target_path
+    kind, evs = reaching(view, name.id, name)
+    if kind != "events" or not evs or len(evs) != 1 or not isinstance(evs[0], ast.Assign) \
+            or len(evs[0].targets) != 1:
+        return None
+    path = target_path(evs[0].targets[0], name.id)
+    inner = _helper_return(hub, view, evs[0].value)
+    if inner is None or path is None:
+        return None
+    tv, ret, _args = inner
+    while path:
+        if not isinstance(ret, ast.Tuple) or path[0] >= len(ret.elts):
+            return None
+        ret, path = ret.elts[path[0]], path[1:]
+    return padding_target(tv, ret) if isinstance(ret, ast.Name) else None

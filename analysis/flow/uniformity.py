@@ -144,6 +144,10 @@ class Evaluator:
         if t is ast.BinOp:
             return join((self.value(e.left, d), self.value(e.right, d)))
         if t is ast.UnaryOp:
+            if isinstance(e.op, ast.Not) and isinstance(e.operand, ast.Name):
+                got = self._padded_length(e.operand, d)
+                if got is not None:
+                    return got  # ``not lst``: its length decides
             return self.value(e.operand, d)
         if t is ast.IfExp:
             return join((self.value(e.test, d), self.value(e.body, d), self.value(e.orelse, d)))
@@ -249,6 +253,18 @@ class Evaluator:
             else:
                 out.extend(self.value(x, d) for x in values)
         return out
+
+    def _padded_length(self, e: ast.Name, d: int) -> Value | None:
+        """The uniformity of the length of the list ``e`` after a padding to a size ``M``
+        (``lst += [None] * (M - len(lst))``, here or in the helper that returns it:
+        ``symbolic.returned_padding``): that of ``M``; None when no padding decides it."""
+        from .symbolic import returned_padding  # lazy: symbolic asks ``bindings`` only
+        got = returned_padding(self.hub, self.view, e)
+        if got is None:
+            return None
+        tv, m = got
+        ev = self if tv is self.view else self.hub.evaluator(tv)
+        return ev.value(m, d + 1)
 
     def param_value(self, fn: ast.AST, name: str, node: ast.AST) -> Value:
         ctx = self.ctx
@@ -631,6 +647,10 @@ class Evaluator:
             if qn is None and f.id in _BUILTIN_JOIN:
                 return join(self.value(a, d) for a in args)
             if qn is None and f.id == "len" and e.args:
+                if isinstance(e.args[0], ast.Name):
+                    got = self._padded_length(e.args[0], d)
+                    if got is not None:
+                        return got
                 # the length of values that vary by their contents (this rank's data, random
                 # numbers, clocks) is a shape question, which ``shapes`` answers: unknown here
                 v = self.value(e.args[0], d)
