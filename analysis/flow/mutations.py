@@ -139,3 +139,24 @@ def is_container_binding(sem, ev: ast.AST) -> bool:
             qn = v.func.id
         return qn in _CONTAINER_CTORS
     return False
+
+
+def written_values(ev, e: ast.Name, bindings, d: int) -> list:
+    """For the evaluator ``ev``: the values put into the container ``e`` names after its
+    bindings: what ``x[k] = v`` / ``x.append(v)`` store; unknown for a fresh container handed to
+    a call that may fill it (``rec(nested, "", flat)``)."""
+    from .values import X
+    muts = mutations(ev.view, e.id, e, bindings)
+    if not muts:
+        return []
+    out = []
+    fresh = None
+    for node, values in muts:
+        if values is None:
+            if fresh is None:
+                fresh = any(is_container_binding(ev.sem, b) for b in bindings)
+            if fresh:
+                out.append(X)
+        else:
+            out.extend(ev.value(x, d) for x in values)
+    return out

@@ -116,14 +116,14 @@ def _helper_return(hub, view, call):
     if hub is None or not isinstance(call, ast.Call):
         return None
     from ..semantic import FUNC_TYPES, iter_scope_nodes
-    from .helper_calls import bind_args, resolved
-    target = resolved(hub, view, call)
+    from .calls import call_args
+    target = hub.resolve_call(view, call)
     if target is None or not isinstance(target[1], FUNC_TYPES):
         return None
     rets = [n for n in iter_scope_nodes(target[1]) if isinstance(n, ast.Return)]
     if len(rets) != 1 or rets[0].value is None:
         return None
-    return target[0], rets[0].value, bind_args(call, target[1])
+    return target[0], rets[0].value, dict(call_args(call, target[1]))
 
 
 def chunk_count(view, seq: ast.AST, hub=None):
@@ -256,3 +256,14 @@ def returned_padding(hub, view, name: ast.Name):
             return None
         ret, path = ret.elts[path[0]], path[1:]
     return padding_target(tv, ret) if isinstance(ret, ast.Name) else None
+
+
+def padded_length(ev, e: ast.Name, d: int):
+    """For the evaluator ``ev``: the uniformity of the length of the list ``e`` after a padding
+    to a size ``M`` (``returned_padding``): that of ``M``; None when no padding decides it."""
+    got = returned_padding(ev.hub, ev.view, e)
+    if got is None:
+        return None
+    tv, m = got
+    other = ev if tv is ev.view else ev.hub.evaluator(tv)
+    return other.value(m, d + 1)

@@ -145,7 +145,8 @@ class Evaluator:
             return join((self.value(e.left, d), self.value(e.right, d)))
         if t is ast.UnaryOp:
             if isinstance(e.op, ast.Not) and isinstance(e.operand, ast.Name):
-                got = self._padded_length(e.operand, d)
+                from .symbolic import padded_length  # lazy: symbolic follows helpers
+                got = padded_length(self, e.operand, d)
                 if got is not None:
                     return got  # ``not lst``: its length decides
             return self.value(e.operand, d)
@@ -230,41 +231,10 @@ class Evaluator:
         if kind == "global" and not vals:
             return X
         if vals and not any(v.varying for v in vals):
-            vals.extend(self._written_into(e, got, d))
+            from .mutations import written_values  # lazy: mutations sits above bindings only
+            vals.extend(written_values(self, e, got, d))
         # the last candidate (in source order) an equaliser: the value was made uniform
         return join(vals) if vals else X
-
-    def _written_into(self, e: ast.Name, bindings, d: int) -> list:
-        """The values put into the container ``e`` names after its bindings (``flow/mutations``):
-        what ``x[k] = v`` / ``x.append(v)`` store; unknown for a fresh container handed to a call
-        that may fill it (``rec(nested, "", flat)``)."""
-        from .mutations import is_container_binding, mutations
-        muts = mutations(self.view, e.id, e, bindings)
-        if not muts:
-            return []
-        out = []
-        fresh = None
-        for node, values in muts:
-            if values is None:
-                if fresh is None:
-                    fresh = any(is_container_binding(self.sem, b) for b in bindings)
-                if fresh:
-                    out.append(X)
-            else:
-                out.extend(self.value(x, d) for x in values)
-        return out
-
-    def _padded_length(self, e: ast.Name, d: int) -> Value | None:
-        """The uniformity of the length of the list ``e`` after a padding to a size ``M``
-        (``lst += [None] * (M - len(lst))``, here or in the helper that returns it:
-        ``symbolic.returned_padding``): that of ``M``; None when no padding decides it."""
-        from .symbolic import returned_padding  # lazy: symbolic asks ``bindings`` only
-        got = returned_padding(self.hub, self.view, e)
-        if got is None:
-            return None
-        tv, m = got
-        ev = self if tv is self.view else self.hub.evaluator(tv)
-        return ev.value(m, d + 1)
 
     def param_value(self, fn: ast.AST, name: str, node: ast.AST) -> Value:
         ctx = self.ctx
@@ -648,7 +618,8 @@ class Evaluator:
                 return join(self.value(a, d) for a in args)
             if qn is None and f.id == "len" and e.args:
                 if isinstance(e.args[0], ast.Name):
-                    got = self._padded_length(e.args[0], d)
+                    from .symbolic import padded_length  # lazy: symbolic follows helpers
+                    got = padded_length(self, e.args[0], d)
                     if got is not None:
                         return got
                 # the length of values that vary by their contents (this rank's data, random
