@@ -502,4 +502,8 @@ def is_accelerator(hub, view, expr, at) -> bool:
         found = origins(hub, view, expr, at)
     except RecursionError:  # pragma: no cover - defensive
         return False
+    if not found and isinstance(expr, ast.Name) and reaching(view, expr.id, at)[0] == "none":
+        # a module name set by a function that declares it ``global``
+        v = view.sem.single_value(expr.id, view.sem.tree)
+        found = [(view, v)] if v is not None else []
     return any(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in ACCELERATOR_QNS for v, e in found)
