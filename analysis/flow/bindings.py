@@ -186,13 +186,12 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
     # on the way up, id(ancestor) -> its child towards ``at`` (for ``_dominates_up``)
     later = []
     up = {}
+    loops = []
     child, n = at, getattr(at, "_p", None)
     while n is not None and n is not scope:
         up[id(n)] = child
         if n.__class__ in _LOOP_CLASSES:
-            for e in evs:
-                if (e.lineno, e.col_offset) > ap and _contains(n, e) and e not in later:
-                    later.append(e)
+            loops.append(n)
         child, n = n, getattr(n, "_p", None)
     if n is not None:
         up[id(n)] = child  # the scope: its child holding ``at``
@@ -201,6 +200,15 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
         if _dominates_up(before[i], up, scope):
             dom = i
             break
+    for n in loops:
+        # a binding inside the loop that dominates the use (a ``for`` target, an assignment
+        # earlier in the body) rebinds the name on every iteration before the use: the loop's
+        # later bindings never reach it
+        if dom is not None and _contains(n, before[dom]):
+            continue
+        for e in evs:
+            if (e.lineno, e.col_offset) > ap and _contains(n, e) and e not in later:
+                later.append(e)
     if dom is not None:
         cands = before[dom:]
     else:

@@ -366,6 +366,10 @@ def hidden_sites(hub, view, Effect, Site) -> dict:
             op = a.runs[0]
             got[c] = Site(c, [Effect(op, c, view.path, what=f"the {op_words(op)} inside `{a.key}()`")], "hidden")
             continue
+        site = _accelerate_call(hub, view, c, Effect, Site)
+        if site is not None:
+            got[c] = site
+            continue
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr == "backward":
             fwd = _from_fsdp2_forward(hub, view, f.value, c, 0)
@@ -387,9 +391,10 @@ def hidden_sites(hub, view, Effect, Site) -> dict:
 
 
 def _relevant(view) -> bool:
-    """The module names something of the vocabulary (a qualified name or a unique method)."""
+    """The module names something of the vocabulary (a qualified name or a unique method), or
+    imports Accelerate (its collectives, ``_accelerate_call``)."""
     sem = view.sem
-    if any((v or "").startswith(("torch.distributed.", "torch.nn.utils")) for v in sem.aliases.values()):
+    if any((v or "").startswith(("torch.distributed.", "torch.nn.utils", "accelerate")) for v in sem.aliases.values()):
         return True
     return any(isinstance(c.func, ast.Attribute) and c.func.attr in BY_UNIQUE_METHOD for c in sem.calls)
 
@@ -464,3 +469,59 @@ def _compiled_call(hub, view, call, Site):
     if not effs:
         return None
     return Site(call, [e.through(f"torch.compile({fn.name})") for e in effs], "helper")
+
+
+# -- Accelerate ------------------------------------------------------------------------------------
+# methods of an ``accelerate.Accelerator`` that run a collective on every process of a multi-process
+# run (a no-op on one process, like every collective): op, and what runs it
+ACCELERATOR_QNS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+ACCELERATE_METHODS = {
+    "gather": ("all_gather", "the all-gather inside `accelerator.gather()`"),
+    "gather_for_metrics": ("all_gather", "the all-gather inside `accelerator.gather_for_metrics()`"),
+    "reduce": ("all_reduce", "the all-reduce inside `accelerator.reduce()`"),
+    "pad_across_processes": ("all_gather", "the size all-gather inside `accelerator.pad_across_processes()`"),
+    "wait_for_everyone": ("barrier", "the barrier inside `accelerator.wait_for_everyone()`"),
+    "backward": ("all_reduce", "the prepared model's gradient all-reduce inside `accelerator.backward()`"),
+}
+# the same operations as functions of ``accelerate.utils``
+_ACCELERATE_FUNCS = {}
+for _m in ("accelerate.utils.", "accelerate.utils.operations."):
+    for _n in ("gather", "gather_object", "reduce", "broadcast", "broadcast_object_list", "pad_across_processes"):
+        _ACCELERATE_FUNCS[_m + _n] = ({"gather_object": "all_gather_object", "reduce": "all_reduce",
+                                        "broadcast": "broadcast", "broadcast_object_list": "broadcast_object_list"}
+                                       .get(_n, "all_gather"), f"the collective inside `{_n}()` of Accelerate")
+del _m, _n
+
+
+def _accelerate_call(hub, view, call, Effect, Site):
+    """A call of Accelerate that runs a collective: ``accelerator.gather(x)`` /
+    ``reduce`` / ``pad_across_processes`` / ``wait_for_everyone`` / ``backward`` on a value whose
+    origin is an ``Accelerator(...)`` (through names, ``self`` attributes, parameters, helpers:
+    ``origins``), or ``accelerate.utils.gather(x)`` and its kin."""
+    qn = view.sem.call_qualname(call)
+    if qn:
+        got = _ACCELERATE_FUNCS.get(qn)
+        if got is None:
+            return None
+        return Site(call, [Effect(got[0], call, view.path, what=got[1])], "hidden")
+    f = call.func
+    if not isinstance(f, ast.Attribute) or f.attr not in ACCELERATE_METHODS:
+        return None
+    if not is_accelerator(hub, view, f.value, call):
+        return None
+    op, what = ACCELERATE_METHODS[f.attr]
+    return Site(call, [Effect(op, call, view.path, what=what)], "hidden")
+
+
+def is_accelerator(hub, view, expr, at) -> bool:
+    """Some origin of ``expr`` is an ``accelerate.Accelerator(...)`` call."""
+    from .origins import origins
+    try:
+        found = origins(hub, view, expr, at)
+    except RecursionError:  # pragma: no cover - defensive
+        return False
+    if not found and isinstance(expr, ast.Name) and reaching(view, expr.id, at)[0] == "none":
+        # a module name set by a function that declares it ``global``
+        v = view.sem.single_value(expr.id, view.sem.tree)
+        found = [(view, v)] if v is not None else []
+    return any(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in ACCELERATOR_QNS for v, e in found)

@@ -94,3 +94,70 @@ def _is_unbound_param(fn: ast.AST, name: str) -> bool:
         if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
             return False
     return True
+
+
+_OWN_RANK_QNS = frozenset({"torch.distributed.get_rank", "torch.distributed.distributed_c10d.get_rank"})
+
+
+def compared_with_own_rank(view, fn: ast.AST, name: str, hub=None, depth: int = 0) -> bool:
+    """``fn`` compares its parameter ``name`` with this process's own rank (``if dist.get_rank()
+    == name:``, ``!=``), with ``name`` never rebound: the parameter designates a rank (a source, a
+    root), the same on every rank; were it the process's own rank, the test would always hold.
+    With ``hub``, also when ``fn`` hands the parameter as it is to a project function (this module
+    or another) whose parameter is such a designated rank, a few calls deep."""
+    memo = view.memo.setdefault("params.compared_with_own_rank", {})
+    key = (fn, name)
+    got = memo.get(key)
+    if got is not None:
+        return got
+    memo[key] = False  # recursion guard
+    got = False
+    if _is_unbound_param(fn, name):
+        sem = view.sem
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Eq, ast.NotEq))):
+                continue
+            a, b = n.left, n.comparators[0]
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, ast.Name) and x.id == name and isinstance(y, ast.Call) and not y.args \
+                        and (sem.call_qualname(y) or "") in _OWN_RANK_QNS:
+                    got = True
+            if got:
+                break
+        if not got and hub is not None and depth < 3:
+            got = _passed_to_designated(view, fn, name, hub, depth) or _given_designated(view, fn, name, hub, depth)
+    memo[key] = got
+    return got
+
+
+def _given_designated(view, fn, name, hub, depth) -> bool:
+    """Every call of ``fn`` in its module (at least one, ``fn`` used nowhere else) passes, as
+    ``name``, a parameter of the calling function that designates a rank."""
+    sites = hub.call_sites(view, fn)
+    if not sites or hub.is_spawn_target(view, fn) or _used_as_value(view, fn, sites):
+        return False
+    for c in sites:
+        a = next((a for p, a in call_args(c, fn) if p == name), None)
+        caller = _enclosing_function(c)
+        if not (isinstance(a, ast.Name) and caller is not None and caller is not fn
+                and compared_with_own_rank(view, caller, a.id, hub, depth + 1)):
+            return False
+    return True
+
+
+def _passed_to_designated(view, fn, name, hub, depth) -> bool:
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Call) or not any(
+                isinstance(a, ast.Name) and a.id == name for a in (*n.args, *(k.value for k in n.keywords))):
+            continue
+        try:
+            target = hub.resolve_call(view, n)
+        except Exception:  # pragma: no cover - defensive: a helper of the hub on odd input
+            target = None
+        if target is None or not isinstance(target[1], FUNC_TYPES) or target[1] is fn:
+            continue
+        for p, a in call_args(n, target[1]):
+            if isinstance(a, ast.Name) and a.id == name and compared_with_own_rank(
+                    target[0], target[1], p, hub, depth + 1):
+                return True
+    return False

@@ -36,7 +36,9 @@ from . import project
 # (+ the methods whose name alone makes a hidden collective: runtime/shim_vocab.BY_UNIQUE_METHOD,
 # e.g. ``w.full_tensor()`` in a helper that never imports torch.distributed; flow/hidden.py)
 REACH_TEXT = ("distributed", "Parallel", "ZeroRedundancy", "full_tensor", "summon_full_params",
-              "full_optim_state_dict")
+              "full_optim_state_dict",
+              "ccelerat",  # Accelerate's collectives (``accelerator.gather``/``backward``..., flow/hidden.py)
+              "deepspeed")  # ``deepspeed.comm``, torch.distributed's mirror (flow/bcast_sizes.py)
 # What the modern-stack rules (DDP501, DDP503, DDP507, DDP508) need in the file or in a project module
 # it imports: a sharding call (``fully_shard`` in ``apply_fsdp(model, mesh)`` of ``parallelize.py``)
 # or a state-dict getter of ``torch.distributed.checkpoint``.

@@ -41,6 +41,7 @@ from ..semantic import get_arg, param_names
 from .bindings import reaching, target_path
 from .extents import Extents
 from .helper_calls import bind_args, resolved
+from .symbolic import strided_even, width_atoms
 from .uniformity import RANK, Src
 from .shape_facts import (
     SU,
@@ -374,7 +375,12 @@ class Shapes(Extents):
                 pos_known = False
                 continue
             if isinstance(p, ast.Slice):
-                bounds = [x for x in (p.lower, p.upper, p.step) if x is not None]
+                # ``x[rank * chunk:(rank + 1) * chunk]``: the width, not the bounds, is the length
+                bounds = width_atoms(p)
+                if bounds is None and strided_even(self.view, base, p, self.hub):
+                    bounds = []  # ``pieces[rank::world]`` of a multiple of ``world`` pieces
+                if bounds is None:
+                    bounds = [x for x in (p.lower, p.upper, p.step) if x is not None]
                 s = join_any(self.size(b, d) for b in bounds) if bounds else SU
                 if s.kind == "V":
                     src = src or s.src

@@ -31,7 +31,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, comp_binder, reaching, target_path
-from .params import constant_at_every_call
+from .params import compared_with_own_rank, constant_at_every_call
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -144,6 +144,11 @@ class Evaluator:
         if t is ast.BinOp:
             return join((self.value(e.left, d), self.value(e.right, d)))
         if t is ast.UnaryOp:
+            if isinstance(e.op, ast.Not) and isinstance(e.operand, ast.Name):
+                from .symbolic import padded_length  # lazy: symbolic follows helpers
+                got = padded_length(self, e.operand, d)
+                if got is not None:
+                    return got  # ``not lst``: its length decides
             return self.value(e.operand, d)
         if t is ast.IfExp:
             return join((self.value(e.test, d), self.value(e.body, d), self.value(e.orelse, d)))
@@ -225,6 +230,9 @@ class Evaluator:
             vals.append(X)
         if kind == "global" and not vals:
             return X
+        if vals and not any(v.varying for v in vals):
+            from .mutations import written_values  # lazy: mutations sits above bindings only
+            vals.extend(written_values(self, e, got, d))
         # the last candidate (in source order) an equaliser: the value was made uniform
         return join(vals) if vals else X
 
@@ -234,9 +242,12 @@ class Evaluator:
             v = ctx.binds[name]
             src = v.src
             return Value("V", src.step(ctx.passed(name), ctx.call, ctx.call_path))
-        if (RANK_NAME.match(name) or name in MAIN_NAMES) and not constant_at_every_call(self.view, self.hub, fn, name):
+        if (RANK_NAME.match(name) or name in MAIN_NAMES) and not constant_at_every_call(self.view, self.hub, fn, name) \
+                and not compared_with_own_rank(self.view, fn, name, self.hub):
             # a name heuristic only where value flow has no answer: known callers that all pass a
-            # constant (``load(..., rank0=False)``) make the parameter uniform, whatever its name
+            # constant (``load(..., rank0=False)``) make the parameter uniform, whatever its name,
+            # and so does a comparison with the process's own rank (``if get_rank() == rank:``: the
+            # parameter designates a rank)
             return _V(self.view, RANK, f"the process rank from parameter `{name}`", node)
         if name in _CONFIG_PARAMS:
             return U
@@ -312,11 +323,14 @@ class Evaluator:
                 if path[0] < len(ev.iter.args) and not any(isinstance(a, ast.Starred) for a in ev.iter.args):
                     return self.element(ev.iter.args[path[0]], d)
                 return X
-            if path and isinstance(ev.iter, ast.Call) and _terminal(ev.iter.func) == "enumerate" \
-                    and self.sem.qualname(ev.iter.func) is None:
+            it = ev.iter
+            while isinstance(it, ast.Call) and it.args and _progress_wrapper(self.sem, it):
+                it = it.args[0]  # ``tqdm(enumerate(loader))``: the same items, in order
+            if path and isinstance(it, ast.Call) and _terminal(it.func) == "enumerate" \
+                    and self.sem.qualname(it.func) is None:
                 if path[0] == 0:
                     return U  # the index of this iteration: the same on every rank that runs it
-                inner = ev.iter.args[0] if ev.iter.args else None
+                inner = it.args[0] if it.args else None
                 return self.element(inner, d) if inner is not None else X
             return elem
         if t in (ast.With, ast.AsyncWith):
@@ -464,6 +478,13 @@ class Evaluator:
             return self.loader_trip_count(loader, d)
         if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
             sl = it.slice
+            from .symbolic import strided_even, width_atoms  # lazy: symbolic asks ``bindings`` only
+            parts = width_atoms(sl)
+            if parts is None and strided_even(self.view, it.value, sl, self.hub):
+                parts = []  # ``pieces[rank::world]`` of a multiple of ``world`` pieces
+            if parts is not None:
+                v = join(self.value(x, d) for x in parts)
+                return v if v.varying and v.src.cat != DATA else (U if v.kind == "U" else X)
             v = join(self.value(x, d) for x in (sl.lower, sl.upper, sl.step) if x is not None)
             if v.varying and v.src.cat != DATA:
                 return v
@@ -596,6 +617,11 @@ class Evaluator:
             if qn is None and f.id in _BUILTIN_JOIN:
                 return join(self.value(a, d) for a in args)
             if qn is None and f.id == "len" and e.args:
+                if isinstance(e.args[0], ast.Name):
+                    from .symbolic import padded_length  # lazy: symbolic follows helpers
+                    got = padded_length(self, e.args[0], d)
+                    if got is not None:
+                        return got
                 # the length of values that vary by their contents (this rank's data, random
                 # numbers, clocks) is a shape question, which ``shapes`` answers: unknown here
                 v = self.value(e.args[0], d)
@@ -637,6 +663,14 @@ class Evaluator:
 
 # methods that move a module or a tensor to a device (or a dtype) and keep its contents
 _MOVES = frozenset({"cuda", "to", "cpu"})
+
+
+def _progress_wrapper(sem, call: ast.Call) -> bool:
+    """``tqdm(x)`` (any ``tqdm`` module's) or the builtin ``iter(x)``: yields the items of ``x``."""
+    qn = sem.call_qualname(call)
+    if qn is None:
+        return _terminal(call.func) == "iter" and isinstance(call.func, ast.Name)
+    return qn.split(".")[0] == "tqdm" and qn.rsplit(".", 1)[-1] in ("tqdm", "trange")
 
 
 def _text(e: ast.AST) -> str:

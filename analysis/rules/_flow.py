@@ -25,7 +25,8 @@ from ..registry import NoCase
 # the flow rules need a collective site: a torch.distributed import ("distributed"), a DDP/FSDP
 # wrapper ("...Parallel"), a ZeroRedundancyOptimizer, or a project helper module ("dist", "comm")
 FLOW_TEXT = (NoCase("dist"), "comm", "Parallel", "ZeroRedundancy",
-             "full_tensor", "summon_full_params", "full_optim_state_dict")  # hidden collectives (flow/hidden.py)
+             "full_tensor", "summon_full_params", "full_optim_state_dict",  # hidden collectives (flow/hidden.py)
+             "ccelerat")  # Accelerate's collectives (``accelerator.gather``/``backward``..., flow/hidden.py)
 
 
 def scopes(ctx) -> list[ast.AST]:

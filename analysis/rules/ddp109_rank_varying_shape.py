@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..flow import for_context
+from ..flow.bcast_sizes import broken_contracts, partial_broadcasts
 from ..flow.bindings import reaching
 from ..flow.shapes import shapes_of
 from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
@@ -38,6 +39,18 @@ class RankVaryingShape(Rule):
       `masked_select`, one-argument `torch.where`;
     - `torch.tensor(list)` of such a list, `torch.cat` of a varying number of pieces, this rank's
       piece of an uneven split (`np.array_split(x, world)[rank]`).
+
+    Also checked: a helper that broadcasts a buffer sized by one parameter on the receiving ranks
+    and made from another on the source rank (`buf = torch.tensor(values)` on the source,
+    `torch.empty(size)` on the others, then `dist.broadcast(buf, src)`), directly or through helpers
+    that pass both parameters on, in this file or another one (`flow/bcast_sizes.py`). A call that
+    declares a constant size and passes a list or tuple display of another length
+    (`broadcast_float_list(3, float_list=values)` with six values) is flagged at the size: the source
+    sends six elements, the others receive three.
+
+    And: a source rank that broadcasts `torch.tensor(lst)` of a list grown in a loop by pieces of
+    unknown length (`lst += take(cluster, k)`), while the other ranks receive into
+    `torch.empty(n)`, with no padding or truncation of the list to `n`.
 
     Not flagged: sizes made uniform by a collective first (`dist.all_reduce(n, op=MAX)`, an
     `all_gather` of the sizes), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
@@ -81,6 +94,8 @@ class RankVaryingShape(Rule):
     def finish(self, ctx) -> None:
         an = for_context(ctx)
         view = an.main
+        self._contracts(ctx, an, view)
+        self._partial(ctx, an, view)
         sh = shapes_of(an, view)
         reported = set()
         direct = ctx.calls_to(*_SHAPED_QNS)
@@ -131,6 +146,39 @@ class RankVaryingShape(Rule):
                     "(all_reduce with MAX) and pad to it",
                     related=[*source_related(ctx, v), *_binding_related(ctx, view, a), *effect_related(ctx, site)],
                 )
+
+
+    def _partial(self, ctx, an, view) -> None:
+        """The source broadcasts a list grown in a loop; the others receive a fixed size."""
+        for c, t, alloc, src, grow in partial_broadcasts(an, view):
+            lst = src.args[0].id
+            ctx.report(
+                t,
+                f"the source rank broadcasts `{text(ctx, src)}`, whose length is that of `{lst}` grown in a "
+                f"loop by pieces of unknown length (line {grow.lineno}), but the other ranks receive into "
+                f"`{text(ctx, alloc)}`: when `{lst}` falls short, `broadcast` gets different sizes (hang, or "
+                f"garbage in the receivers' tail); pad `{lst}` to that size first",
+                related=[(grow, f"`{lst}` grows here"), (alloc, "the receivers' size")],
+            )
+
+    def _contracts(self, ctx, an, view) -> None:
+        """Calls that declare a broadcast size other than the length of the list they send
+        (``flow/bcast_sizes.py``)."""
+        for c, target, size, n, s_arg, p_arg in broken_contracts(an, view):
+            name = callee_name(target)
+            k = target[0].path == view.path
+            where = "" if k else " (in another file)"
+            declared = f"`{text(ctx, c)}` declares" if s_arg is not None else \
+                f"`{name}()` hands its parameter on to a broadcast that declares"
+            ctx.report(
+                s_arg if s_arg is not None else p_arg,
+                f"{declared} {size} elements, but `{text(ctx, p_arg)}` holds {n}: "
+                f"`{name}()`{where} broadcasts the list as it is from the source rank and receives "
+                f"into a buffer of the declared size on the others; `broadcast` needs the same size on "
+                f"every rank (the receivers get {'truncated' if size < n else 'garbage'} values or the job "
+                "hangs): pass the list's length",
+                related=[(p_arg, f"{n} elements")],
+            )
 
 
 def _binding_related(ctx, view, e):

@@ -1,0 +1,162 @@
+"""Containers filled after their binding: ``flat = {}`` then ``flat[k] = v``, ``out.append(x)``,
+``stats.update(d)``, or ``fill(flat)`` (a call that may write into what it receives).
+
+A name's binding says what the container held when it was made; what a use sees also depends on
+what was put into it since. ``mutations(view, name, use)`` gives the writes into ``name`` that may
+come between the bindings reaching ``use`` and ``use`` (in the same scope: earlier in source order,
+or anywhere in a loop that holds the use, which reaches the next iteration): for each, the
+expressions stored (``None``: the write is a call whose effect is unknown).
+``uniformity.Evaluator`` joins their values into the name's value, so that a container filled with
+this rank's data is rank-varying and one filled by an unknown call is unknown, never uniform
+because its literal was.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES
+from .bindings import EQUALISERS, LOOPS, binding_scope
+
+# methods that put their arguments into the receiver
+MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__",
+                      "appendleft", "extendleft", "put", "put_nowait", "copy_", "fill_", "add_",
+                      "mul_", "sub_", "div_", "index_put_", "scatter_", "masked_fill_"})
+# plain functions that read their argument and never write into it
+_READERS = frozenset({"len", "print", "isinstance", "str", "repr", "bool", "int", "float", "list", "tuple",
+                      "dict", "set", "sorted", "sum", "min", "max", "any", "all", "enumerate", "zip", "iter",
+                      "id", "hash", "type", "range", "reversed", "format", "getattr", "hasattr", "abs",
+                      "round", "next", "map", "filter", "vars", "frozenset", "issubclass", "callable"})
+
+
+def _base_name(e: ast.AST) -> str | None:
+    """``x`` of ``x[k]``, ``x[k][j]``, ``x.attr[k]``: the container written into (a plain name)."""
+    while isinstance(e, (ast.Subscript, ast.Attribute)):
+        e = e.value
+    return e.id if isinstance(e, ast.Name) else None
+
+
+def index(view) -> dict:
+    """(scope, name) -> [(node, stored expressions or None)] for the writes of the module, in
+    source order (one walk of the tree per module view)."""
+    got = view.memo.get("mutations.index")
+    if got is not None:
+        return got
+    got = view.memo["mutations.index"] = {}
+    sem = view.sem
+    eq = frozenset(EQUALISERS)
+
+    def add(node, name, values):
+        got.setdefault((binding_scope(sem, node), name), []).append((node, values))
+
+    for n in ast.walk(sem.tree):
+        t = n.__class__
+        if t is ast.Assign or t is ast.AugAssign or t is ast.AnnAssign:
+            for tgt in (n.targets if t is ast.Assign else (n.target,)):
+                for x in ast.walk(tgt) if isinstance(tgt, (ast.Tuple, ast.List)) else (tgt,):
+                    if isinstance(x, ast.Subscript):
+                        b = _base_name(x)
+                        if b is not None and n.value is not None:
+                            add(n, b, (n.value,))
+        elif t is ast.Call:
+            f = n.func
+            if isinstance(f, ast.Attribute) and f.attr in MUTATORS:
+                b = _base_name(f.value)
+                if b is not None:
+                    add(n, b, tuple(a.value if isinstance(a, ast.Starred) else a
+                                    for a in (*n.args, *(k.value for k in n.keywords))))
+                continue
+            if isinstance(f, ast.Name) and f.id in _READERS and sem.qualname(f) is None:
+                continue
+            if (sem.call_qualname(n) or "") in eq:
+                continue  # an equalising collective: a binding event of its own (``bindings``)
+            for a in (*n.args, *(k.value for k in n.keywords)):
+                if isinstance(a, ast.Starred):
+                    a = a.value
+                if isinstance(a, ast.Name):
+                    add(n, a.id, None)
+    for lst in got.values():
+        lst.sort(key=lambda p: (p[0].lineno, p[0].col_offset))
+    return got
+
+
+def _pos(n):
+    return (n.lineno, n.col_offset)
+
+
+def _in_loop_with(node, use, scope) -> bool:
+    """``node`` and ``use`` share a loop of ``scope`` (the write reaches the next iteration)."""
+    p = getattr(use, "_p", None)
+    while p is not None and p is not scope and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+        if isinstance(p, LOOPS) and _pos(p) <= _pos(node) and (node.end_lineno, node.end_col_offset) <= (
+                p.end_lineno, p.end_col_offset):
+            return True
+        p = getattr(p, "_p", None)
+    return False
+
+
+def mutations(view, name: str, use: ast.AST, bindings) -> list:
+    """The writes into ``name`` (see ``index``) that may reach ``use`` after one of ``bindings``
+    (the binding nodes ``reaching`` gave for it)."""
+    sem = view.sem
+    scope = binding_scope(sem, use)
+    writes = index(view).get((scope, name))
+    if not writes:
+        return []
+    starts = [_pos(b) for b in bindings if hasattr(b, "lineno")]
+    if not starts:
+        return []
+    first, at = min(starts), _pos(use)
+    out = []
+    for node, values in writes:
+        if _contains(node, use):
+            continue  # the use is part of the write itself (``x.append(x[0])``)
+        p = _pos(node)
+        if (first < p < at) or (p > first and _in_loop_with(node, use, scope)):
+            out.append((node, values))
+    return out
+
+
+def _contains(outer, inner) -> bool:
+    return _pos(outer) <= _pos(inner) and (inner.end_lineno, inner.end_col_offset) <= (
+        outer.end_lineno, outer.end_col_offset)
+
+
+_CONTAINER_CTORS = frozenset({"dict", "list", "set", "collections.defaultdict", "collections.OrderedDict",
+                              "collections.deque", "defaultdict", "OrderedDict", "deque"})
+
+
+def is_container_binding(sem, ev: ast.AST) -> bool:
+    """``ev`` binds a fresh mutable container: a list, dict or set display or comprehension, or a
+    call of ``dict``/``list``/``set``/``collections.defaultdict``/``OrderedDict``/``deque``."""
+    v = getattr(ev, "value", None)
+    if not isinstance(ev, (ast.Assign, ast.AnnAssign)) or v is None:
+        return False
+    if isinstance(v, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
+        return True
+    if isinstance(v, ast.Call):
+        qn = sem.call_qualname(v)
+        if qn is None and isinstance(v.func, ast.Name):
+            qn = v.func.id
+        return qn in _CONTAINER_CTORS
+    return False
+
+
+def written_values(ev, e: ast.Name, bindings, d: int) -> list:
+    """For the evaluator ``ev``: the values put into the container ``e`` names after its
+    bindings: what ``x[k] = v`` / ``x.append(v)`` store; unknown for a fresh container handed to
+    a call that may fill it (``rec(nested, "", flat)``)."""
+    from .values import X
+    muts = mutations(ev.view, e.id, e, bindings)
+    if not muts:
+        return []
+    out = []
+    fresh = None
+    for node, values in muts:
+        if values is None:
+            if fresh is None:
+                fresh = any(is_container_binding(ev.sem, b) for b in bindings)
+            if fresh:
+                out.append(X)
+        else:
+            out.extend(ev.value(x, d) for x in values)
+    return out
