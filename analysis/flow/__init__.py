@@ -201,6 +201,18 @@ class Analysis(Summaries):
         return instance_class(self, view, name, at, _NOT_PROJECT)
 
     def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
+        loc = _local_import(view, name, at)
+        if loc is not None:  # ``from pkg.mod import f`` inside the calling function
+            mod, level, attr = loc
+            if (not level and mod.split(".", 1)[0] in _NOT_PROJECT) or depth > 3:
+                return None
+            v2 = self.module_view(view, mod, level)
+            if v2 is None:
+                return None
+            got = _lookup(v2, attr)
+            if got is None and attr in v2.imports:
+                return self._resolve_name(v2, attr, v2.tree, depth + 1)
+            return got
         if name not in view.defs and name not in view.classes:
             imp = view.imports.get(name)
             if imp is None:
@@ -309,6 +321,26 @@ def _local_binding(view, name: str, at: ast.AST) -> bool:
             return True
         fn = view.sem.enclosing_function(fn)
     return False
+
+
+def _local_import(view, name: str, at: ast.AST):
+    """(module, level, attribute) of a ``from module import attribute [as name]`` in a function
+    holding ``at`` (the innermost first), else None."""
+    fn = view.sem.enclosing_function(at)
+    while fn is not None:
+        memo = view.memo.setdefault("local_imports", {})
+        got = memo.get(id(fn))
+        if got is None:
+            got = memo[id(fn)] = {}
+            for n in iter_scope_nodes(fn):
+                if isinstance(n, ast.ImportFrom):
+                    for a in n.names:
+                        if a.name != "*":
+                            got[a.asname or a.name] = (n.module or "", n.level, a.name)
+        if name in got:
+            return got[name]
+        fn = view.sem.enclosing_function(fn)
+    return None
 
 
 def _ctor(view, cls: ast.ClassDef):
