@@ -223,3 +223,44 @@ def test_evaluation_function_is_skipped_after_the_flow_answer(tmp_path):
                     model(b)
     """})
     assert _ddp301(tmp_path / "main.py") == [15]
+
+
+def _ddp304(tmp_path, text: str) -> list[int]:
+    _write(tmp_path, {"w.py": text})
+    path = tmp_path / "w.py"
+    res = check_source(path.read_text(encoding="utf-8"), str(path), Settings(select=["DDP304"]))
+    return sorted(f.range.start.line + 1 for f in res.findings if f.code == "DDP304")
+
+
+WRAPPER = """
+    import torch
+    from torch.utils.data import BatchSampler
+
+
+    class Wrapper{base}:
+        def __init__(self, sampler{ann}):
+            self._sampler = sampler
+
+        def __iter__(self):
+            yield from self._sampler
+
+        @property
+        def sampler(self):
+            return self._sampler.sampler
+{extra}
+"""
+
+
+def test_ddp304_wrapper_forwarding_the_sampler_but_not_set_epoch(tmp_path):
+    assert _ddp304(tmp_path, WRAPPER.format(base="", ann=": BatchSampler", extra="")) == [6]
+    assert _ddp304(tmp_path, WRAPPER.format(base="(BatchSampler)", ann="", extra="")) == [6]
+
+
+def test_ddp304_near_misses(tmp_path):
+    # nothing says the wrapped value is a sampler
+    assert _ddp304(tmp_path, WRAPPER.format(base="", ann="", extra="")) == []
+    # an unknown base class may define set_epoch
+    assert _ddp304(tmp_path, WRAPPER.format(base="(torch.nn.Module)", ann=": BatchSampler", extra="")) == []
+    # set_epoch bound in __init__
+    extra = "\n        def reset(self):\n            self.set_epoch = self._sampler.set_epoch\n"
+    assert _ddp304(tmp_path, WRAPPER.format(base="", ann=": BatchSampler", extra=extra)) == []

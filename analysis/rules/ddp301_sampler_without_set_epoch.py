@@ -80,7 +80,7 @@ class SamplerWithoutSetEpoch(Rule):
     fix_availability = "sometimes"
     # a loader built by a project function arrives under a name: the script names a loader or sampler
     requires_text = ("DistributedSampler", NoCase("loader"), NoCase("sampler"))
-    node_types = (ast.For, ast.AsyncFor)
+    node_types = (ast.For, ast.AsyncFor, ast.While)
 
     def finish(self, ctx) -> None:
         # ``_calls_set_epoch(ctx.sem, ctx.src.text)``, from the check's calls-by-name index
