@@ -264,3 +264,26 @@ def test_ddp304_near_misses(tmp_path):
     # set_epoch bound in __init__
     extra = "\n        def reset(self):\n            self.set_epoch = self._sampler.set_epoch\n"
     assert _ddp304(tmp_path, WRAPPER.format(base="", ann=": BatchSampler", extra=extra)) == []
+
+
+def test_type_guards_read_assert_raise_and_warn_not_log(tmp_path):
+    from ddp_lint.analysis.flow.type_guards import required_types
+
+    _write(tmp_path, {"t.py": """
+        import warnings
+        from torch.utils.data.distributed import DistributedSampler
+
+
+        class T:
+            def a(self, x, y, z):
+                assert isinstance(self.loader.sampler, DistributedSampler)
+                if ddp and not isinstance(x.sampler, DistributedSampler):
+                    raise ValueError("no")
+                if not isinstance(y, DistributedSampler):
+                    warnings.warn("no")
+                if not isinstance(z, DistributedSampler):
+                    print("no")
+    """})
+    ana, sem = _analysis(tmp_path / "t.py")
+    got = sorted(k for _, k in required_types(ana.main))
+    assert got == ["self.loader.sampler", "x.sampler", "y"]

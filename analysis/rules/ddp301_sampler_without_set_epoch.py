@@ -30,8 +30,11 @@ class SamplerWithoutSetEpoch(Rule):
     calls (up to three calls deep, in any module: `train(epoch)` walking a module-level loader,
     `run_one_epoch(data_loader=train_loader)`), and `origins` follows that loader back to its
     `DataLoader(...)` through builders, tuples and helpers' returns, reading a builder's parameters
-    in the context of the call that built it (`shuffle=training` with `training=True`). Then no
-    module on the way may call `set_epoch`. Once the value flow has found the shuffling sampler, a
+    in the context of the call that built it (`shuffle=training` with `training=True`). A loader
+    the code does not build (a framework's trainer walking the user's loader) counts when the
+    module walking it insists that its `sampler` is a DistributedSampler in some mode
+    (`flow.type_guards`: `assert isinstance(...)`, or `if ... not isinstance(...)` that raises
+    or warns); no fix is offered then. Then no module on the way may call `set_epoch`. Once the value flow has found the shuffling sampler, a
     name heuristic skips evaluation: loaders named like evaluation loaders (`val_loader`,
     `test_sampler`...) and loops in functions whose name starts with an evaluation word
     (`evaluate`, `test_...`), as are loops that hand the loader and the epoch to a function from
@@ -206,15 +209,19 @@ class SamplerWithoutSetEpoch(Rule):
                     continue
                 got = _distributed_loader(ana, p.view, p.expr, p.at)
                 if got is None:
-                    continue
+                    got = _required_distributed(ana, p)
+                    if got is None:
+                        continue
                 lv, ld, sv, sc, s_arg, maybe_none = got
                 if any(_calls_set_epoch(v.sem, v.text) for v in {id(v): v for v in (*p.chain, lv, sv)}.values()):
                     continue
                 reported.add(id(loop))
-                ref, guard = _pass_ref(ana, main, loop, p, lv, ld, s_arg, maybe_none)
-                where = ("file", sv.path, node_span(ctx, sv.path, sc), "the shuffling DistributedSampler") \
-                    if sv.path and sv is not main else (sc, "the DistributedSampler")
-                self._report(ctx, loop, where, ref or f"{name}.sampler", guard, fixable=ref is not None)
+                ref, guard = _pass_ref(ana, main, loop, p, lv, ld, s_arg, maybe_none) if ld is not None else (None, False)
+                what = "the shuffling DistributedSampler" if ld is not None else \
+                    "this loader's sampler, which distributed runs require to be a DistributedSampler"
+                where = ("file", sv.path, node_span(ctx, sv.path, sc), what) \
+                    if sv.path and sv is not main else (sc, what)
+                self._report(ctx, loop, where, ref or f"{ast.unparse(p.expr)}.sampler", guard, fixable=ref is not None)
                 break
 
     def _from_builders(self, ctx, fors, reported: set[int]) -> None:
@@ -498,6 +505,20 @@ def _distributed_loader(ana, view, expr, at):
         sv, sc, _ = samp[0]
         return lv, ld, sv, sc, s_arg, bool(nones)
     return None
+
+
+def _required_distributed(ana, p):
+    """The loader comes from outside (a user's ``model.train_dataloader``), but the module that
+    walks it refuses, in distributed runs, a loader whose ``sampler`` is not a DistributedSampler
+    (``if use_ddp and not isinstance(self.loader.sampler, DistributedSampler): raise ...``,
+    ``flow.type_guards``). Its shuffle is the sampler's default. The same result shape as
+    ``_distributed_loader``, with no DataLoader call: (view, None, view, the guarded expression,
+    None, True)."""
+    from ..flow.type_guards import requires
+
+    if not requires(p.view, p.expr, _SAMPLER_QNS, "sampler"):
+        return None
+    return p.view, None, p.view, p.expr, None, True
 
 
 def _shuffles_here(ana, view, call, frames) -> bool:
