@@ -287,3 +287,43 @@ def test_type_guards_read_assert_raise_and_warn_not_log(tmp_path):
     ana, sem = _analysis(tmp_path / "t.py")
     got = sorted(k for _, k in required_types(ana.main))
     assert got == ["self.loader.sampler", "x.sampler", "y"]
+
+
+def test_ddp304_composite_inheriting_a_no_op_set_epoch_from_another_module(tmp_path):
+    _write(tmp_path, {"pkg/__init__.py": "from .base import Base\n", "pkg/base.py": """
+        import torch
+
+
+        class Base(torch.utils.data.Dataset):
+            def set_epoch(self, epoch):
+                pass
+    """, "pkg/concat.py": """
+        import torch
+        from . import Base
+
+
+        class Concat(Base):
+            def __init__(self, *parts):
+                self.parts = parts
+
+            def size(self, i):
+                return max(p.size(i) for p in self.parts)
+
+            def prefetch(self, idx):
+                for p in self.parts:
+                    p.prefetch(idx)
+    """})
+    path = tmp_path / "pkg" / "concat.py"
+    project.clear()
+    res = check_source(path.read_text(encoding="utf-8"), str(path), Settings(select=["DDP304"]))
+    (f,) = [f for f in res.findings if f.code == "DDP304"]
+    assert f.range.start.line + 1 == 6
+    (edit,) = f.fix.edits
+    assert "super().set_epoch(epoch)" in edit.content and "for ds in self.parts:" in edit.content
+    # the text-level reach: the base's module spells set_epoch, through the package's __init__
+    from ddp_lint.analysis.flow.reach import imports_hold
+
+    assert imports_hold(str(path), path.read_text(encoding="utf-8"), "set_epoch")[0]
+    (tmp_path / "pkg" / "base.py").write_text("class Base:\n    pass\n", encoding="utf-8")
+    (tmp_path / "pkg" / "other.py").write_text("import torch\n", encoding="utf-8")
+    assert not imports_hold(str(tmp_path / "pkg" / "other.py"), "import torch\n", "set_epoch")[0]

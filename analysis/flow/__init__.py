@@ -241,6 +241,34 @@ class Analysis(Summaries):
             return self._resolve_name(v2, attr, v2.tree, depth + 1)
         return got
 
+    def resolve_class(self, view, expr, depth: int = 0):
+        """(view, ClassDef) of the project class ``expr`` names (a base class, a name or
+        ``mod.Cls``): defined in the module, imported from a project module, or re-exported by a
+        package's ``__init__``; else None."""
+        if depth > 3:
+            return None
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            imp = view.imports.get(expr.value.id)
+            if imp is None or imp[0].split(".", 1)[0] in _NOT_PROJECT:
+                return None
+            mod, level, attr = imp
+            v2 = self.module_view(view, f"{mod}.{attr}" if (attr and mod) else (attr or mod), level)
+            return None if v2 is None else self.resolve_class(v2, ast.Name(id=expr.attr, ctx=ast.Load()), depth + 1)
+        if not isinstance(expr, ast.Name):
+            return None
+        if expr.id in view.classes:
+            return view, view.classes[expr.id]
+        imp = view.imports.get(expr.id)
+        if imp is None or imp[2] is None or (not imp[1] and imp[0].split(".", 1)[0] in _NOT_PROJECT):
+            return None
+        mod, level, attr = imp
+        v2 = self.module_view(view, mod, level)
+        if v2 is None and not mod and level:  # ``from . import Cls``: the package's __init__
+            return None
+        if v2 is None:
+            return None
+        return self.resolve_class(v2, ast.Name(id=attr, ctx=ast.Load()), depth + 1)
+
     def _resolve_star(self, view, name: str, depth: int):
         """``name`` from one of the project modules that ``view`` star-imports (``from timm.utils
         import *``), the last such import winning as at run time; a name bound at the module's top

@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Applicability, Edit, Position, Range, Severity
-from ..registry import NoCase, Rule
+from ..registry import Rule
 from ..semantic import FUNC_TYPES, iter_scope_nodes
 from ._loader import DATALOADER
 
@@ -35,6 +35,13 @@ class SamplerWrapperHidesSetEpoch(Rule):
     instance of the class is given to a `DataLoader` as `sampler=` / `batch_sampler=` in the same
     module. Its base classes must be known not to define `set_epoch` (none, `object`, torch's
     `Sampler` / `BatchSampler`, or classes of the same module that qualify themselves).
+
+    The same loss happens one level up, in a composite: a class whose base (in this module or
+    another, followed through imports) defines `set_epoch` as a no-op (`pass`), that stores the
+    objects it wraps from `__init__` (`self.datasets = list(datasets)`) and forwards at least two
+    of its public methods or properties to them under their own names (`def prefetch(...)`:
+    `ds.prefetch(...)` for each `ds` in `self.datasets`), but does not override `set_epoch`:
+    the inherited no-op swallows the epoch meant for the children.
 
     ## Why is this bad?
     Training loops and frameworks set the epoch through whatever sampler the loader holds, most
@@ -77,7 +84,8 @@ class SamplerWrapperHidesSetEpoch(Rule):
     ```
 
     ## Fix safety
-    The fix appends that `set_epoch` method to the class. It is **unsafe**: code that tested
+    The fix appends that `set_epoch` method to the class (for a composite, one that calls
+    `super().set_epoch(epoch)` and then each wrapped object's `set_epoch`, where it has one). It is **unsafe**: code that tested
     `hasattr(wrapper, "set_epoch")` now takes the other branch, and the order of the samples
     changes from the next epoch on (which is the point).
     """
@@ -86,9 +94,20 @@ class SamplerWrapperHidesSetEpoch(Rule):
     name = "sampler-wrapper-hides-set-epoch"
     severity = Severity.WARNING
     fix_availability = "always"
-    # a wrapper defines ``__iter__``; the sampler evidence is a torch sampler class or ``sampler=``
-    requires_text_all = (("__iter__",),)
-    requires_text = (NoCase("sampler"),)
+    # every finding is about a class (a sampler wrapper, or a composite whose base's set_epoch
+    # lives in another file)
+    requires_text = ("class",)
+
+    @classmethod
+    def reach(cls, text, filename):
+        # a sampler wrapper defines ``__iter__`` and names a sampler (a torch sampler class, a
+        # ``sampler=`` keyword); a composite inherits a ``set_epoch`` defined in this file or in a
+        # module its imports reach
+        if "__iter__" in text and "sampler" in text.lower():
+            return True, {}
+        from ..flow.reach import imports_hold
+
+        return imports_hold(filename, text, "set_epoch")
     node_types = (ast.ClassDef,)
 
     def finish(self, ctx) -> None:
@@ -102,6 +121,7 @@ class SamplerWrapperHidesSetEpoch(Rule):
     def _check(self, ctx, cls: ast.ClassDef, classes: dict) -> None:
         got = _wrapped(cls)
         if got is None:
+            self._composite(ctx, cls)
             return
         attr, param = got
         if not _forwards(cls, attr):
@@ -118,7 +138,45 @@ class SamplerWrapperHidesSetEpoch(Rule):
             fix=self._fix(ctx, cls, attr),
         )
 
-    def _fix(self, ctx, cls: ast.ClassDef, attr: str):
+    def _composite(self, ctx, cls: ast.ClassDef) -> None:
+        """A class that overrides its base's protocol by forwarding each method to the object(s) it
+        wraps, where the base's ``set_epoch`` does nothing and the class does not forward it."""
+        if not cls.bases or _defines_epoch(cls):
+            return
+        got = _forwarded(cls)
+        if got is None:
+            return
+        attr, many = got
+        from ..flow import for_context
+
+        ana = for_context(ctx)
+        view, seen = ana.main, 0
+        bases = list(cls.bases)
+        while bases and seen < 4:
+            seen += 1
+            found = ana.resolve_class(view, bases[0])
+            if found is None:
+                return
+            view, base = found
+            st = _method(base, "set_epoch")
+            if st is not None:
+                if not _no_op(st):
+                    return
+                break
+            if any(isinstance(x, FUNC_TYPES) and x.name in ("__getattr__", "__getattribute__") for x in base.body):
+                return
+            bases = list(base.bases)
+        else:
+            return
+        ctx.report(
+            _name_range(ctx, cls),
+            f"`{cls.name}` forwards its base's protocol to `self.{attr}` but not `set_epoch`: the "
+            f"inherited `set_epoch` does nothing, so the wrapped dataset{'s never hear' if many else ' never hears'} "
+            "of the epoch",
+            fix=self._fix(ctx, cls, attr, many),
+        )
+
+    def _fix(self, ctx, cls: ast.ClassDef, attr: str, many: bool | None = None):
         last = cls.body[-1]
         end = (last.end_lineno or last.lineno) - 1
         first = cls.body[0]
@@ -130,9 +188,21 @@ class SamplerWrapperHidesSetEpoch(Rule):
         indent = ctx.src.indent_of(first.lineno - 1)
         step = indent[len(ctx.src.indent_of(cls.lineno - 1)):] or "    "
         nl = ctx.src.newline
-        code = (f"{nl}{indent}def set_epoch(self, epoch: int) -> None:{nl}"
-                f"{indent}{step}if hasattr(self.{attr}, \"set_epoch\"):{nl}"
-                f"{indent}{step}{step}self.{attr}.set_epoch(epoch){nl}")
+        if many is None:
+            code = (f"{nl}{indent}def set_epoch(self, epoch: int) -> None:{nl}"
+                    f"{indent}{step}if hasattr(self.{attr}, \"set_epoch\"):{nl}"
+                    f"{indent}{step}{step}self.{attr}.set_epoch(epoch){nl}")
+        elif many:
+            code = (f"{nl}{indent}def set_epoch(self, epoch):{nl}"
+                    f"{indent}{step}super().set_epoch(epoch){nl}"
+                    f"{indent}{step}for ds in self.{attr}:{nl}"
+                    f"{indent}{step}{step}if hasattr(ds, \"set_epoch\"):{nl}"
+                    f"{indent}{step}{step}{step}ds.set_epoch(epoch){nl}")
+        else:
+            code = (f"{nl}{indent}def set_epoch(self, epoch):{nl}"
+                    f"{indent}{step}super().set_epoch(epoch){nl}"
+                    f"{indent}{step}if hasattr(self.{attr}, \"set_epoch\"):{nl}"
+                    f"{indent}{step}{step}self.{attr}.set_epoch(epoch){nl}")
         if end + 1 < len(ctx.src.lines):
             pos = Position(end + 1, 0)
             edit = Edit(Range(pos, pos), code)
@@ -140,6 +210,94 @@ class SamplerWrapperHidesSetEpoch(Rule):
             eol = Position(end, len(ctx.src.line(end)))
             edit = Edit(Range(eol, eol), nl + code.rstrip("\r\n"))
         return ctx.fix(Applicability.UNSAFE, f"Add `{cls.name}.set_epoch` forwarding to `self.{attr}`", [edit])
+
+
+def _defines_epoch(cls: ast.ClassDef) -> bool:
+    for st in cls.body:
+        if isinstance(st, FUNC_TYPES) and st.name in _DELEGATES:
+            return True
+        if isinstance(st, (ast.Assign, ast.AnnAssign)):
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            if any(isinstance(t, ast.Name) and t.id in _DELEGATES for t in targets):
+                return True
+    for fn in (st for st in cls.body if isinstance(st, FUNC_TYPES)):
+        for n in iter_scope_nodes(fn):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if any(_self_attr(t) in _DELEGATES for t in targets):
+                    return True
+    return False
+
+
+def _no_op(fn) -> bool:
+    """The body does nothing: ``pass``, a docstring, ``...``, a bare ``return``."""
+    for st in fn.body:
+        if isinstance(st, ast.Pass) or (isinstance(st, ast.Return) and st.value is None):
+            continue
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant):
+            continue
+        return False
+    return True
+
+
+def _forwarded(cls: ast.ClassDef):
+    """(attribute, is it a collection) when ``__init__`` stores a parameter (or ``list(param)`` /
+    ``tuple(param)``) in ``self.<attribute>`` and at least two public methods or properties of
+    the class forward to it under their own name (``def prefetch(...): ds.prefetch(...)`` for
+    ``ds`` in ``self.datasets``, ``return self.datasets[0].collater(...)``); else None."""
+    init = _method(cls, "__init__")
+    if init is None:
+        return None
+    a = init.args
+    params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)[1:]}
+    star = a.vararg.arg if a.vararg else None
+    stored: dict[str, bool] = {}
+    for n in iter_scope_nodes(init):
+        if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+            continue
+        attr = _self_attr(n.targets[0])
+        v = n.value
+        many = False
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("list", "tuple") \
+                and len(v.args) == 1 and not v.keywords:
+            v, many = v.args[0], True
+        if attr and isinstance(v, ast.Name) and (v.id in params or v.id == star):
+            stored[attr] = many or v.id == star
+    best = None
+    for attr, many in stored.items():
+        count = 0
+        for fn in cls.body:
+            if not isinstance(fn, FUNC_TYPES) or fn.name.startswith("_"):
+                continue
+            if _forwards_own_name(fn, attr):
+                count += 1
+        if count >= 2:
+            walked = any(isinstance(n, (ast.For, ast.comprehension)) and _mentions_attr(n.iter, attr)
+                         for fn in cls.body if isinstance(fn, FUNC_TYPES) for n in ast.walk(fn))
+            best = (attr, many or walked)
+            break
+    return best
+
+
+def _mentions_attr(expr, attr: str) -> bool:
+    return any(_self_attr(n) == attr for n in ast.walk(expr))
+
+
+def _forwards_own_name(fn, attr: str) -> bool:
+    """``fn`` reads its own name off the wrapped object(s): ``self.<attr>``, ``self.<attr>[i]``
+    or a loop variable over ``self.<attr>``."""
+    loop_vars: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.For, ast.comprehension)) and _mentions_attr(n.iter, attr):
+            loop_vars.update(t.id for t in ast.walk(n.target) if isinstance(t, ast.Name))
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Attribute) and n.attr == fn.name:
+            base = n.value
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if _self_attr(base) == attr or (isinstance(base, ast.Name) and base.id in loop_vars):
+                return True
+    return False
 
 
 def _name_range(ctx, cls: ast.ClassDef) -> Range:
