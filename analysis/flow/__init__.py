@@ -218,6 +218,18 @@ class Analysis(Summaries):
         return instance_class(self, view, name, at, _NOT_PROJECT)
 
     def _resolve_name(self, view, name: str, at: ast.AST, depth: int = 0):
+        loc = _local_import(view, name, at)
+        if loc is not None:  # ``from pkg.mod import f`` inside the calling function
+            mod, level, attr = loc
+            if (not level and mod.split(".", 1)[0] in _NOT_PROJECT) or depth > 3:
+                return None
+            v2 = self.module_view(view, mod, level)
+            if v2 is None:
+                return None
+            got = _lookup(v2, attr)
+            if got is None and attr in v2.imports:
+                return self._resolve_name(v2, attr, v2.tree, depth + 1)
+            return got
         if name not in view.defs and name not in view.classes:
             imp = view.imports.get(name)
             if imp is None:
@@ -245,6 +257,34 @@ class Analysis(Summaries):
         if got is None and attr in v2.imports:  # re-exported from a package's __init__
             return self._resolve_name(v2, attr, v2.tree, depth + 1)
         return got
+
+    def resolve_class(self, view, expr, depth: int = 0):
+        """(view, ClassDef) of the project class ``expr`` names (a base class, a name or
+        ``mod.Cls``): defined in the module, imported from a project module, or re-exported by a
+        package's ``__init__``; else None."""
+        if depth > 3:
+            return None
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            imp = view.imports.get(expr.value.id)
+            if imp is None or imp[0].split(".", 1)[0] in _NOT_PROJECT:
+                return None
+            mod, level, attr = imp
+            v2 = self.module_view(view, f"{mod}.{attr}" if (attr and mod) else (attr or mod), level)
+            return None if v2 is None else self.resolve_class(v2, ast.Name(id=expr.attr, ctx=ast.Load()), depth + 1)
+        if not isinstance(expr, ast.Name):
+            return None
+        if expr.id in view.classes:
+            return view, view.classes[expr.id]
+        imp = view.imports.get(expr.id)
+        if imp is None or imp[2] is None or (not imp[1] and imp[0].split(".", 1)[0] in _NOT_PROJECT):
+            return None
+        mod, level, attr = imp
+        v2 = self.module_view(view, mod, level)
+        if v2 is None and not mod and level:  # ``from . import Cls``: the package's __init__
+            return None
+        if v2 is None:
+            return None
+        return self.resolve_class(v2, ast.Name(id=attr, ctx=ast.Load()), depth + 1)
 
     def _resolve_star(self, view, name: str, depth: int):
         """``name`` from one of the project modules that ``view`` star-imports (``from timm.utils
@@ -326,6 +366,26 @@ def _local_binding(view, name: str, at: ast.AST) -> bool:
             return True
         fn = view.sem.enclosing_function(fn)
     return False
+
+
+def _local_import(view, name: str, at: ast.AST):
+    """(module, level, attribute) of a ``from module import attribute [as name]`` in a function
+    holding ``at`` (the innermost first), else None."""
+    fn = view.sem.enclosing_function(at)
+    while fn is not None:
+        memo = view.memo.setdefault("local_imports", {})
+        got = memo.get(id(fn))
+        if got is None:
+            got = memo[id(fn)] = {}
+            for n in iter_scope_nodes(fn):
+                if isinstance(n, ast.ImportFrom):
+                    for a in n.names:
+                        if a.name != "*":
+                            got[a.asname or a.name] = (n.module or "", n.level, a.name)
+        if name in got:
+            return got[name]
+        fn = view.sem.enclosing_function(fn)
+    return None
 
 
 def _ctor(view, cls: ast.ClassDef):

@@ -16,18 +16,22 @@ from .bindings import reaching, target_path
 MAX_DEPTH = 6
 
 
-def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = False) -> list:
+def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = False, frames=None,
+            limit: int = MAX_DEPTH) -> list:
     """(view, expression) pairs the value of ``expr`` at ``at`` may come from (leaves: calls,
     constants, anything not followed further). ``path`` is the index path into a tuple the value
     is an element of (tuple unpacking on the way). ``keep_path``: (view, expression, path) triples,
     the path into what a leaf call returns (``model, opt = accelerator.prepare(model, opt)``: the
-    call, element 0)."""
-    if expr is None or depth > MAX_DEPTH:
+    call, element 0). ``frames`` (a tuple, ``()`` to start): follow a helper's parameter to the
+    argument of the very call whose return led there (context-sensitive), and give each leaf the
+    frames it was reached through as a last element (pass them back in to ask about another
+    value of that leaf's function in the same context). ``limit``: how many steps to follow."""
+    if expr is None or depth > limit:
         return []
     if isinstance(expr, ast.Tuple) and path:
         i = path[0]
         if i < len(expr.elts) and not any(isinstance(e, ast.Starred) for e in expr.elts):
-            return origins(hub, view, expr.elts[i], at, depth + 1, path[1:], keep_path)
+            return origins(hub, view, expr.elts[i], at, depth + 1, path[1:], keep_path, frames, limit=limit)
         return []
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
@@ -38,55 +42,94 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                     for t in e.targets:
                         p = target_path(t, expr.id)
                         if p is not None:
-                            out.extend(origins(hub, view, e.value, e, depth + 1, (*p, *path), keep_path))
+                            out.extend(origins(hub, view, e.value, e, depth + 1, (*p, *path), keep_path, frames, limit=limit))
                             break
                 elif isinstance(e, (ast.AnnAssign, ast.NamedExpr)) and e.value is not None:
-                    out.extend(origins(hub, view, e.value, e, depth + 1, path, keep_path))
+                    out.extend(origins(hub, view, e.value, e, depth + 1, path, keep_path, frames, limit=limit))
                 elif isinstance(e, (ast.With, ast.AsyncWith)):
                     for it in e.items:
                         if it.optional_vars is not None and target_path(it.optional_vars, expr.id) is not None:
-                            out.append((view, it.context_expr, tuple(path)) if keep_path else (view, it.context_expr))
+                            out.append(_leaf(view, it.context_expr, path, keep_path, frames))
             return out
         if kind == "param" and isinstance(evs, FUNC_TYPES):
             from .context import call_args
             out = []
+            if frames and frames[-1][0] is evs:  # the call whose return we are in
+                _, c, cv = frames[-1]
+                a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
+                if a is None:  # the default: a value of the callee's module
+                    d = _default_of(evs, expr.id)
+                    return [] if d is None else origins(hub, view, d, evs, depth + 1, path, keep_path, frames[:-1], limit=limit)
+                return origins(hub, cv, a, c, depth + 1, path, keep_path, frames[:-1], limit=limit)
             for c in hub.call_sites(view, evs)[:8]:
                 a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
                 if a is not None:
-                    out.extend(origins(hub, view, a, c, depth + 1, path, keep_path))
+                    out.extend(origins(hub, view, a, c, depth + 1, path, keep_path, () if frames is not None else None, limit=limit))
             return out
         return []
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         out = []
         for v in hub.self_attr_bindings(view, expr)[:8]:
             if isinstance(v, ast.expr):
-                out.extend(origins(hub, view, v, v, depth + 1, path, keep_path))
+                out.extend(origins(hub, view, v, v, depth + 1, path, keep_path, frames, limit=limit))
             elif isinstance(v, ast.Assign):  # ``self.model, _ = wrap(model)``
                 for t in v.targets:
                     p = _attr_path(t, expr.attr)
                     if p is not None:
-                        out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path), keep_path))
+                        out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path), keep_path, frames, limit=limit))
                         break
         return out
     if isinstance(expr, ast.Await):
-        return origins(hub, view, expr.value, at, depth + 1, path, keep_path)
+        return origins(hub, view, expr.value, at, depth + 1, path, keep_path, frames, limit=limit)
     if isinstance(expr, (ast.Attribute, ast.Subscript)) and not path:
         # ``args.x`` (argparse default or its one store), ``cfg["x"]`` of a config dict literal
         c = constant_of(view.sem, expr)
         if c is not None:
-            return [(view, c, ()) if keep_path else (view, c)]
+            return [_leaf(view, c, (), keep_path, frames)]
     if isinstance(expr, ast.Call):
         target = hub.resolve_call(view, expr)
         if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":
             tv, fn = target
+            inner = None if frames is None else (*frames, (fn, expr, view))
             out = []
             for n in iter_scope_nodes(fn):
                 if isinstance(n, ast.Return) and n.value is not None:
-                    out.extend(origins(hub, tv, n.value, n, depth + 1, path, keep_path))
+                    out.extend(origins(hub, tv, n.value, n, depth + 1, path, keep_path, inner, limit=limit))
             return out
     if path and not isinstance(expr, ast.Call):
         return []
-    return [(view, expr, tuple(path)) if keep_path else (view, expr)]  # a call under a path: one element of what it returns
+    return [_leaf(view, expr, path, keep_path, frames)]  # a call under a path: one element of what it returns
+
+
+def branch_origins(hub, view, expr, at, frames=(), limit: int = MAX_DEPTH, depth: int = 0) -> list:
+    """``origins`` in context (``frames``: (view, expression, frames) triples), with a conditional
+    expression leaf (``DistributedSampler(ds) if distributed else None``) split into the origins of
+    its two branches, as an if/else statement assigning each would be."""
+    out = []
+    for v, e, fr in origins(hub, view, expr, at, frames=frames, limit=limit):
+        if isinstance(e, ast.IfExp) and depth < 4:
+            for b in (e.body, e.orelse):
+                out.extend(branch_origins(hub, v, b, e, fr, limit, depth + 1))
+        else:
+            out.append((v, e, fr))
+    return out
+
+
+def _default_of(fn, name: str):
+    a = fn.args
+    pos = [*a.posonlyargs, *a.args]
+    for p, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
+        if p.arg == name:
+            return d
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        if p.arg == name:
+            return d
+    return None
+
+
+def _leaf(view, expr, path, keep_path: bool, frames):
+    out = (view, expr, tuple(path)) if keep_path else (view, expr)
+    return out if frames is None else (*out, frames)
 
 
 def _attr_path(target, attr: str):

@@ -210,3 +210,86 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT) -> tupl
         if h is not None:
             _negative[(p, disk, needles)] = (now, closure, project.generation)
     return False, deps
+
+
+_needle_facts: dict[tuple, tuple] = {}  # (path, needle) -> (mtime_ns, size, checked_at, holds, candidates, digest)
+_needle_negative: dict[tuple, tuple] = {}  # (path, needle, disk) -> (checked_at, closure, overlay generation)
+
+
+def _needle_file_facts(path: str, needle: str, now: float):
+    """(holds ``needle``, candidates, digest) of ``path`` (cached like ``_file_facts``), or None."""
+    key = (path, needle)
+    with project._lock:
+        overlaid = path in project._overlays
+    got = _needle_facts.get(key)
+    if not overlaid and got is not None and now - got[2] < _TTL:
+        return got[3:]
+    if not overlaid:
+        if not project.disk_allowed():
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+            _needle_facts[key] = (*got[:2], now, *got[3:])
+            return got[3:]
+        stamp = (st.st_mtime_ns, st.st_size)
+    else:
+        stamp = (-1, -1)
+    r = _read(path)
+    if r is None:
+        return None
+    text, digest = r
+    facts = (needle in text, candidates(text), digest)
+    if len(_needle_facts) > 65536:
+        _needle_facts.clear()
+    _needle_facts[key] = (*stamp, now, *facts)
+    return facts
+
+
+def imports_hold(path: str | None, text: str, needle: str) -> tuple[bool, dict[str, str | None]]:
+    """(may ``needle`` be spelled in this text or in a project module its imports reach, directly
+    or transitively; {path: content hash or None} of the files consulted): the same necessary
+    condition as ``reaches``, for another needle (a base class's method a rule needs to see)."""
+    if needle in text:
+        return True, {}
+    if not path or path.startswith("<"):
+        return False, {}
+    path = os.path.abspath(path)
+    now = time.monotonic()
+    deps: dict[str, str | None] = {}
+    visited = {path}
+    work = [(path, candidates(text))]
+    disk = project.disk_allowed()
+    with _lock:
+        while work:
+            frm, cands = work.pop()
+            for mod, level in cands:
+                p, absent = _resolve(frm, mod, level, now)
+                for a in absent:
+                    deps.setdefault(a, None)
+                if p is None or p in visited:
+                    continue
+                visited.add(p)
+                neg = _needle_negative.get((p, needle, disk))
+                if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
+                    deps.update(neg[1])
+                    continue
+                facts = _needle_file_facts(p, needle, now)
+                if facts is None:
+                    continue
+                holds_it, more, digest = facts
+                deps[p] = digest
+                if holds_it or len(visited) > _MAX_NODES:
+                    return True, deps
+                if more:
+                    work.append((p, more))
+        # nothing reachable spells it: neither does anything this walk visited
+        if len(_needle_negative) > 65536:
+            _needle_negative.clear()
+        closure = dict(deps)
+        for p, h in deps.items():
+            if h is not None:
+                _needle_negative[(p, needle, disk)] = (now, closure, project.generation)
+    return False, deps

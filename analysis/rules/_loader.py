@@ -85,6 +85,18 @@ def is_eval_name(*names: str | None) -> bool:
     return any(n and _EVAL_NAME.search(n) for n in names)
 
 
+_EVAL_FUNCTION = re.compile(r"^_*(val|valid|validate|validation|test|eval|evaluate|evaluation|predict|inference)(_|$)",
+                            re.I)
+
+
+def in_eval_function(sem, node: ast.AST) -> bool:
+    """``node`` is in a function whose name starts with an evaluation word (``evaluate``,
+    ``eval_loader``, ``test_model``; not ``train_and_eval``). A name heuristic, asked only after the
+    value flow found the shuffling sampler."""
+    fn = sem.enclosing_function(node)
+    return fn is not None and bool(_EVAL_FUNCTION.search(fn.name))
+
+
 def target_name(call: ast.Call) -> str | None:
     """``loader`` for ``loader = DataLoader(...)`` / ``self.loader = ...``."""
     st = parent(call)

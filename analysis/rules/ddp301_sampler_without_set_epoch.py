@@ -8,7 +8,8 @@ from ..model import Applicability, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..flow.helper_calls import calls_named
-from ._loader import DATALOADER, DIST_SAMPLER, dataloaders, is_eval_name, is_true, loader_sampler, may_be_none, target_name
+from ._loader import (DATALOADER, DIST_SAMPLER, dataloaders, in_eval_function, is_eval_name, is_true, loader_sampler,
+                      may_be_none, target_name)
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -24,9 +25,20 @@ class SamplerWithoutSetEpoch(Rule):
     constructing them there or by unpacking what a builder function of the project returns
     (`loader, sampler = build_train_loader(cfg)`, in this file or another one) when that function
     returns a `DataLoader` over a shuffling `DistributedSampler` and its module never calls
-    `set_epoch` either. Loaders named like evaluation loaders (`val_loader`, `test_sampler`...) are
-    skipped, as are loops that hand the loader and the epoch to a function from another module,
-    which may call `set_epoch` itself.
+    `set_epoch` either. The batch loop may also live elsewhere: the flow layer's `passes` finds
+    every DataLoader one round of a loop walks again, in its body or in the project functions it
+    calls (up to three calls deep, in any module: `train(epoch)` walking a module-level loader,
+    `run_one_epoch(data_loader=train_loader)`), and `origins` follows that loader back to its
+    `DataLoader(...)` through builders, tuples and helpers' returns, reading a builder's parameters
+    in the context of the call that built it (`shuffle=training` with `training=True`). A loader
+    the code does not build (a framework's trainer walking the user's loader) counts when the
+    module walking it insists that its `sampler` is a DistributedSampler in some mode
+    (`flow.type_guards`: `assert isinstance(...)`, or `if ... not isinstance(...)` that raises
+    or warns); no fix is offered then. Then no module on the way may call `set_epoch`. Once the value flow has found the shuffling sampler, a
+    name heuristic skips evaluation: loaders named like evaluation loaders (`val_loader`,
+    `test_sampler`...) and loops in functions whose name starts with an evaluation word
+    (`evaluate`, `test_...`), as are loops that hand the loader and the epoch to a function from
+    another module, which may call `set_epoch` itself.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`. Without
@@ -58,7 +70,9 @@ class SamplerWithoutSetEpoch(Rule):
     ## Fix safety
     For a `for` loop with a plain loop variable, the fix inserts `sampler.set_epoch(epoch)` (or
     `loader.sampler.set_epoch(epoch)` for an inline sampler) as the loop's first statement, under
-    `if sampler is not None:` when the sampler exists only in distributed runs. It is
+    `if sampler is not None:` when the sampler exists only in distributed runs (no fix is offered
+    when no name at the loop is known to hold the sampler, or when only `loader.sampler` could
+    name a sampler that may be absent). It is
     **safe**: it only changes the order of the samples between epochs, which is what the sampler
     is for.
     """
@@ -69,7 +83,7 @@ class SamplerWithoutSetEpoch(Rule):
     fix_availability = "sometimes"
     # a loader built by a project function arrives under a name: the script names a loader or sampler
     requires_text = ("DistributedSampler", NoCase("loader"), NoCase("sampler"))
-    node_types = (ast.For, ast.AsyncFor)
+    node_types = (ast.For, ast.AsyncFor, ast.While)
 
     def finish(self, ctx) -> None:
         # ``_calls_set_epoch(ctx.sem, ctx.src.text)``, from the check's calls-by-name index
@@ -84,6 +98,7 @@ class SamplerWithoutSetEpoch(Rule):
         loaders = dataloaders(ctx)
         if fors and loaders:
             self._through_values(ctx, loaders, fors, reported)
+        self._through_passes(ctx, reported)
         if not samplers:
             return
         for s in samplers:
@@ -102,7 +117,8 @@ class SamplerWithoutSetEpoch(Rule):
                 if l_name is None:
                     continue
                 ds = get_arg(ld, 0, "dataset")
-                if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None):
+                if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None) \
+                        or in_eval_function(ctx.sem, ld):
                     continue
                 scope = ctx.sem.scope_of(ld)
                 for loop, use in _epoch_loops(ctx, l_name, scope, ld, fors):
@@ -146,7 +162,8 @@ class SamplerWithoutSetEpoch(Rule):
                 continue  # some value of another kind
             s_name = arg.id if isinstance(arg, ast.Name) else None
             ds = get_arg(ld, 0, "dataset")
-            if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None):
+            if is_eval_name(s_name, l_name, ds.id if isinstance(ds, ast.Name) else None) \
+                    or in_eval_function(ctx.sem, ld):
                 continue
             sv, sc = samp[0]
             where = ("file", sv.path, node_span(ctx, sv.path, sc), "the shuffling DistributedSampler") \
@@ -156,6 +173,56 @@ class SamplerWithoutSetEpoch(Rule):
                     continue
                 reported.add(id(loop))
                 self._report(ctx, loop, where, s_name or f"{l_name}.sampler", maybe_none and s_name is not None)
+
+    def _through_passes(self, ctx, reported: set[int]) -> None:
+        """An epoch loop whose rounds walk a DataLoader again wherever that happens (the flow
+        layer's ``passes``: its body, or a project function it calls, with the loader as an
+        argument, a global or a ``self`` attribute), when the loader's sampler is a shuffling
+        DistributedSampler (``origins``: built here, in a builder of another module, returned in a
+        tuple) and no module on the way calls ``set_epoch``."""
+        loops = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ()),
+                 *ctx.sem.by_type.get(ast.While, ())]
+        if not loops or not ctx.sem.calls:
+            return
+        from ..flow import for_context  # lazy: only files with loops
+        from ..flow.findings import node_span
+        from ..flow.passes import iterated_leaves, loop_passes
+
+        ana = for_context(ctx)
+        main = ana.main
+        for loop in sorted(loops, key=lambda n: (n.lineno, n.col_offset)):
+            if id(loop) in reported or in_eval_function(ctx.sem, loop):
+                continue
+            passes = loop_passes(ana, main, loop)
+            if not passes:
+                continue
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
+                    _distributed_loader(ana, main, e, loop) for e in iterated_leaves(loop.iter)):
+                continue  # a batch loop that walks another loader per batch is no epoch loop
+            seen: set[int] = set()
+            for p in passes:
+                if id(p.expr) in seen:
+                    continue
+                seen.add(id(p.expr))
+                name = p.expr.id if isinstance(p.expr, ast.Name) else p.expr.attr
+                if is_eval_name(name):
+                    continue
+                got = _distributed_loader(ana, p.view, p.expr, p.at)
+                if got is None:
+                    got = _required_distributed(ana, p)
+                    if got is None:
+                        continue
+                lv, ld, sv, sc, s_arg, maybe_none = got
+                if any(_calls_set_epoch(v.sem, v.text) for v in {id(v): v for v in (*p.chain, lv, sv)}.values()):
+                    continue
+                reported.add(id(loop))
+                ref, guard = _pass_ref(ana, main, loop, p, lv, ld, s_arg, maybe_none) if ld is not None else (None, False)
+                what = "the shuffling DistributedSampler" if ld is not None else \
+                    "this loader's sampler, which distributed runs require to be a DistributedSampler"
+                where = ("file", sv.path, node_span(ctx, sv.path, sc), what) \
+                    if sv.path and sv is not main else (sc, what)
+                self._report(ctx, loop, where, ref or f"{ast.unparse(p.expr)}.sampler", guard, fixable=ref is not None)
+                break
 
     def _from_builders(self, ctx, fors, reported: set[int]) -> None:
         """``loader, sampler = build(...)`` where ``build`` is a project function that returns a
@@ -210,9 +277,9 @@ class SamplerWithoutSetEpoch(Rule):
                     if view.path and view is not ana.main else (helper_sampler, "the DistributedSampler")
                 self._report(ctx, loop, where, ref, False)
 
-    def _report(self, ctx, loop, sampler, ref: str, maybe_none: bool) -> None:
+    def _report(self, ctx, loop, sampler, ref: str, maybe_none: bool, fixable: bool = True) -> None:
         fix = None
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.body:
+        if fixable and isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.body:
             code = f"{ref}.set_epoch({loop.target.id})"
             if maybe_none:  # `sampler = DistributedSampler(ds) if distributed else None`
                 first = loop.body[0]
@@ -403,3 +470,90 @@ def _calls_set_epoch(sem, text: str | None) -> bool:
     if text is not None and "set_epoch" not in text:
         return False
     return text is None or any(isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch" for c in sem.calls)
+
+
+# builders nest: a loop's loader through a builder, a data-manager and a dataset factory is ~8 steps
+_LOADER_STEPS = 10
+_SAMPLER_QNS = (DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler")
+
+
+def _distributed_loader(ana, view, expr, at):
+    """(loader view, DataLoader call, sampler view, sampler call, the loader's ``sampler=``
+    argument, may the sampler be None) when ``expr`` at ``at`` may hold a DataLoader whose sampler
+    is a DistributedSampler that shuffles on that path (or None on some path, nothing else); else
+    None. Helpers' parameters are read in the context of the calls that lead there (``origins``'
+    frames): ``shuffle=training`` shuffles when the builder was called with ``training=True``."""
+    from ..flow.origins import branch_origins
+
+    for lv, ld, fr in branch_origins(ana, view, expr, at, frames=(), limit=_LOADER_STEPS):
+        if not isinstance(ld, ast.Call) or (lv.sem.call_qualname(ld) or "") != DATALOADER:
+            continue
+        s_arg = loader_sampler(SimpleNamespace(sem=lv.sem), ld)
+        if s_arg is None:
+            continue
+        found = branch_origins(ana, lv, s_arg, ld, frames=fr) if not isinstance(s_arg, ast.Call) or \
+            (lv.sem.call_qualname(s_arg) or "") not in _SAMPLER_QNS else [(lv, s_arg, fr)]
+        samp = [(sv, sc, sf) for sv, sc, sf in found if isinstance(sc, ast.Call)
+                and (sv.sem.call_qualname(sc) or "") in _SAMPLER_QNS]
+        nones = [sc for _, sc, _ in found if isinstance(sc, ast.Constant) and sc.value is None]
+        if not samp or len(samp) + len(nones) != len(found) \
+                or not all(_shuffles_here(ana, sv, sc, sf) for sv, sc, sf in samp):
+            continue
+        s_name = s_arg.id if isinstance(s_arg, ast.Name) else None
+        if is_eval_name(s_name, target_name(ld)):
+            continue
+        sv, sc, _ = samp[0]
+        return lv, ld, sv, sc, s_arg, bool(nones)
+    return None
+
+
+def _required_distributed(ana, p):
+    """The loader comes from outside (a user's ``model.train_dataloader``), but the module that
+    walks it refuses, in distributed runs, a loader whose ``sampler`` is not a DistributedSampler
+    (``if use_ddp and not isinstance(self.loader.sampler, DistributedSampler): raise ...``,
+    ``flow.type_guards``). Its shuffle is the sampler's default. The same result shape as
+    ``_distributed_loader``, with no DataLoader call: (view, None, view, the guarded expression,
+    None, True)."""
+    from ..flow.type_guards import requires
+
+    if not requires(p.view, p.expr, _SAMPLER_QNS, "sampler"):
+        return None
+    return p.view, None, p.view, p.expr, None, True
+
+
+def _shuffles_here(ana, view, call, frames) -> bool:
+    """The sampler shuffles on some path of this context: no ``shuffle=``, or one whose value may
+    be ``True`` (a literal, or through the frames' arguments, argparse defaults, config items)."""
+    from ..flow.origins import branch_origins
+
+    shuffle = get_arg(call, 3, "shuffle")
+    if shuffle is None or is_true(shuffle, view.sem):
+        return True
+    return any(isinstance(e, ast.Constant) and e.value is True
+               for _, e, _ in branch_origins(ana, view, shuffle, call, frames=frames))
+
+
+def _pass_ref(ana, main, loop, p, lv, ld, s_arg, maybe_none):
+    """(spelling of the sampler at the top of ``loop``'s body, needs a None guard) for the fix, or
+    (None, False) when no name there is known to hold it: the loader's ``sampler=`` name, or the
+    iterated loader's name, with the same bindings reaching the loop's first statement."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not loop.body:
+        return None, False
+    first = loop.body[0]
+    if isinstance(s_arg, ast.Name) and lv is main and _same_binding(main, s_arg.id, ld, first):
+        return s_arg.id, maybe_none
+    if maybe_none or p.view is not main or not isinstance(p.expr, ast.Name):
+        return None, False
+    if _same_binding(main, p.expr.id, p.at, first):
+        return f"{p.expr.id}.sampler", False
+    return None, False
+
+
+def _same_binding(view, name: str, a: ast.AST, b: ast.AST) -> bool:
+    from ..flow.bindings import reaching
+
+    ka, ea = reaching(view, name, a)
+    kb, eb = reaching(view, name, b)
+    if ka not in ("events", "global") or ka != kb or not ea:
+        return False
+    return [id(x) for x in ea] == [id(x) for x in eb or ()]
