@@ -34,7 +34,7 @@ def test_every_static_rule_declares_a_gate():
         if not rule.static:
             continue
         groups = rule.gate_of()
-        assert groups[0] == ("torch",)
+        assert "torch" in groups[0]  # a rule may widen it (DDP210: Accelerate builds its wrapper)
         assert rule.requires_text, f"{code} declares no requires_text: its gate would be 'torch' alone"
         assert all(g and all(isinstance(n, str) and n for n in g) for g in groups), code
 

@@ -188,7 +188,94 @@ def prepares_model(hub, view, call, path=()) -> bool:
                and not any(k.arg in NOT_DDP_PLUGINS for k in e.keywords)
                for v, e in leaves(hub, view, f.value, call)):
         return False
-    return any(_is_module_ctor(hub, v, e) for v, e in leaves(hub, view, call.args[i], call))
+    if any(_is_module_ctor(hub, v, e) for v, e in leaves(hub, view, call.args[i], call)):
+        return True
+    return trained_as_model(view, call, path)
+
+
+def trained_as_model(view, call, path=()) -> bool:
+    """The element ``path[0]`` of ``call``'s result (``model, opt = accelerator.prepare(model, opt)``),
+    bound to a name or a ``self.<attr>``, is used as a trained ``nn.Module`` where it is bound (its
+    function, or the methods of its class for ``self.<attr>``): it is called and that call's result
+    reaches a ``backward`` (``loss = model(**batch).loss; accelerator.backward(loss)``), or it is
+    handed to ``accelerator.accumulate(...)``. An optimizer, a loader or a scheduler is neither."""
+    st = parent(call)
+    if not isinstance(st, ast.Assign) or len(st.targets) != 1:
+        return False
+    t = st.targets[0]
+    if path:
+        if not isinstance(t, (ast.Tuple, ast.List)) or path[0] >= len(t.elts) or any(
+                isinstance(x, ast.Starred) for x in t.elts):
+            return False
+        t = t.elts[path[0]]
+    elif isinstance(t, (ast.Tuple, ast.List)):
+        return False
+    fn = view.sem.enclosing_function(st)
+    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+        cls = parent(fn) if fn is not None else None
+        if not isinstance(cls, ast.ClassDef):
+            return False
+        scopes = [m for m in cls.body if isinstance(m, FUNC_TYPES)]
+    elif isinstance(t, ast.Name):
+        scopes = [fn if fn is not None else view.tree]
+    else:
+        return False
+    key = _ref(t)
+    for scope in scopes:
+        for n in iter_scope_nodes(scope):
+            if not isinstance(n, ast.Call):
+                continue
+            if _ref(n.func) == key and _reaches_backward(view, n, scope):
+                return True
+            if isinstance(n.func, ast.Attribute) and n.func.attr in ("accumulate", "unwrap_model") and n.args \
+                    and _ref(n.args[0]) == key:
+                return True
+    return False
+
+
+def _ref(e):
+    """A name or ``self.<attr>``, whatever its context (load or store)."""
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return ("self", e.attr)
+    return None
+
+
+def _is_backward(n) -> bool:
+    return isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+
+
+def _reaches_backward(view, call, scope) -> bool:
+    """The value of ``call`` reaches a ``backward`` call of ``scope``: inside its receiver or
+    arguments, or through the names later plain assignments bind (in source order)."""
+    p = parent(call)
+    while p is not None and not isinstance(p, ast.stmt):
+        if _is_backward(p):
+            return True
+        p = parent(p)
+    st = p
+    if st is None:
+        return False
+    if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        return False
+
+    def targets(s):
+        tg = s.targets if isinstance(s, ast.Assign) else [s.target]
+        return {n.id for x in tg for n in ast.walk(x) if isinstance(n, ast.Name)}
+
+    tainted = targets(st)
+    later = sorted((s for s in iter_scope_nodes(scope) if isinstance(s, ast.stmt) and s.lineno > st.lineno),
+                   key=lambda s: s.lineno)
+    for s in later:
+        if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None \
+                and any(isinstance(n, ast.Name) and n.id in tainted for n in ast.walk(s.value)):
+            tainted |= targets(s)
+        elif isinstance(s, ast.Expr) and any(
+                _is_backward(b) and any(isinstance(n, ast.Name) and n.id in tainted for n in ast.walk(b))
+                for b in ast.walk(s.value)):
+            return True
+    return False
 
 
 def _is_module_ctor(hub, view, e) -> bool:
@@ -198,8 +285,11 @@ def _is_module_ctor(hub, view, e) -> bool:
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn.") and last[:1].isupper() and ".functional." not in qn:
         return True
-    if qn in ("peft.get_peft_model", "peft.mapping.get_peft_model"):
+    if qn in ("peft.get_peft_model", "peft.mapping.get_peft_model", "timm.create_model"):
         return True
+    if qn.startswith("torchvision.models.") and last[:1].islower() and (last == "get_model" or not last.startswith(
+            ("get_", "list_"))):
+        return True  # a model builder: ``torchvision.models.resnet50()`` (not ``get_weight``)
     if qn.startswith(("transformers.", "diffusers.")) and last == "from_pretrained":
         cls = qn.rsplit(".", 2)[-2]
         return "Model" in cls or "For" in cls
@@ -209,6 +299,24 @@ def _is_module_ctor(hub, view, e) -> bool:
             return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
                        for v, c in class_chain(hub, got[0], got[1]))
     return False
+
+
+def is_model_class(hub, view, e) -> bool:
+    """``e`` names a model class: a project class deriving from ``torch.nn.Module`` (through its
+    project base classes), a ``torch.nn`` layer class (not a parallel wrapper), or a
+    ``transformers``/``diffusers`` model class (``...Model``, ``...For...``)."""
+    qn = view.sem.qualname(e) or ""
+    last = qn.rsplit(".", 1)[-1]
+    if qn.startswith("torch.nn.") and not qn.startswith("torch.nn.parallel.") and last[:1].isupper() \
+            and last not in ("DataParallel", "Module", "DistributedDataParallel"):
+        return True
+    if qn.startswith(("transformers.", "diffusers.")) and ("Model" in last or "For" in last):
+        return True
+    got = class_named(hub, view, e, _NOT_PROJECT)
+    if got is None:
+        return False
+    return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
+               for v, c in class_chain(hub, got[0], got[1]))
 
 
 def leaves(hub, view, expr, at, depth: int = 0) -> list:
