@@ -37,6 +37,18 @@ class ForwardBypassesDdp(Rule):
     (`ddp_model.module.criterion(ddp_model(x), y)`), a class that cannot be seen (third-party,
     inherited method), or a result that never reaches a `backward()`, is not flagged.
 
+    Two more forms skip the wrapper in the same way, where a `DDP(...)` of this file is known:
+    - the very module it wraps, called directly while the wrapper is bound to another name
+      (`self.model_ddp = DDP(self.model, ...)`, then `loss = self.model(x); loss.backward()` in a
+      method of the same class, or `ddp_net = DDP(net)` then `net(x)` later in the same
+      function), when the step does not call the wrapper itself;
+    - a module trained beside a DDP-wrapped one but never wrapped: built in the function as a
+      module (a `torch.nn` layer, a torchvision or timm model, a project `nn.Module`), its forward
+      reaches the `backward()`, its parameters (`m.parameters()`) reach the step's optimizer
+      (directly, through a list of parameter groups, or `add_param_group`), the step also calls
+      the wrapper, and no `DDP(...)` of the file takes it (`DDP(nn.Sequential(backbone, head))`
+      does). A module whose parameters never reach an optimizer (a frozen encoder) is not flagged.
+
     ## Why is this bad?
     `DistributedDataParallel.forward` is where DDP arms its reducer
     (`reducer.prepare_for_backward(...)`) and, with `broadcast_buffers=True`, syncs the buffers.
