@@ -174,9 +174,10 @@ def prepares_model(hub, view, call, path=()) -> bool:
     """``accelerator.prepare(model, ...)``, element ``path[0]`` of its result: an ``nn.Module``
     that Accelerate wraps in DistributedDataParallel when it runs on several processes (the
     receiver is an ``accelerate.Accelerator(...)`` built without a DeepSpeed/FSDP/Megatron/TP
-    plugin; the argument is built by a ``torch.nn`` layer,
-    a project class deriving from ``nn.Module``, a ``from_pretrained`` of a model class of
-    ``transformers``/``diffusers``, or ``peft.get_peft_model``)."""
+    plugin; the argument is built by a ``torch.nn`` layer, a project class deriving from
+    ``nn.Module``, a model class of ``transformers``/``diffusers`` (built, or its
+    ``from_pretrained``), a torchvision or timm model builder, or ``peft.get_peft_model``; or it
+    is used as a trained model where it is bound: ``trained_as_model``)."""
     f = call.func
     if not (isinstance(f, ast.Attribute) and f.attr == "prepare") or any(
             isinstance(a, ast.Starred) for a in call.args) or call.keywords:
@@ -290,6 +291,8 @@ def _is_module_ctor(hub, view, e) -> bool:
     if qn.startswith("torchvision.models.") and last[:1].islower() and (last == "get_model" or not last.startswith(
             ("get_", "list_"))):
         return True  # a model builder: ``torchvision.models.resnet50()`` (not ``get_weight``)
+    if qn.startswith(("transformers.", "diffusers.")) and last[:1].isupper() and ("Model" in last or "For" in last):
+        return True  # ``InformerForPrediction(config)``, ``UNet2DModel(...)``
     if qn.startswith(("transformers.", "diffusers.")) and last == "from_pretrained":
         cls = qn.rsplit(".", 2)[-2]
         return "Model" in cls or "For" in cls

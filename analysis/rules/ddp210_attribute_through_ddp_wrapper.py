@@ -23,8 +23,9 @@ class AttributeThroughDdpWrapper(Rule):
 
     The value is followed through the program model (`flow.origins`): assignments, tuple unpacking
     (`model, opt = build(cfg)`), `self.<attr>` across the methods of a class, parameters filled by
-    the calls of their module, and helper functions of this file or another module of the project
-    that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
+    the calls of their module (and, for a module-level function, a caller in another file of the
+    project, `main.py` passing `model = DDP(model)` to `train_one_epoch(model, ...)`), and helper
+    functions of this file or another module of the project that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
     distributed else m` fails on the distributed path, which is the one a single-GPU test never
     ran.
 
@@ -44,7 +45,8 @@ class AttributeThroughDdpWrapper(Rule):
     attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`);
     a value that was unwrapped on some path (`model = model.module`, `getattr(model, "module",
     model)`, `model.module if hasattr(model, "module") else model`); a read under a test of the
-    same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`), inside a `try` that
+    same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`, or a predicate asked
+    about it first: `is_clip(model) and model.output_dict`), inside a `try` that
     catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
     args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`); a
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
@@ -60,8 +62,8 @@ class AttributeThroughDdpWrapper(Rule):
     own attributes on its result (`model.generate`, `model.save_pretrained`, `model.config`) is the
     same bug; the element of a tuple result is matched to its argument (`model, opt, dl =
     accelerator.prepare(model, opt, dl)`), which must be built as a module (a `torch.nn` layer, a
-    project `nn.Module` class, a `transformers`/`diffusers` model's `from_pretrained`,
-    `peft.get_peft_model`), or be used as the trained model where the result is bound (its
+    project `nn.Module` class, a `transformers`/`diffusers` model class, built or
+    `from_pretrained`, a torchvision or timm model, `peft.get_peft_model`), or be used as the trained model where the result is bound (its
     function, or the methods of its class for `self.model`): called, with that call's result
     reaching a `backward` (`loss = model(**batch).loss; accelerator.backward(loss)`), or handed to
     `accelerator.accumulate(model)` or, elsewhere, to `accelerator.unwrap_model(model)` (the code
@@ -70,7 +72,8 @@ class AttributeThroughDdpWrapper(Rule):
     An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
     tensor-parallel plugin, or code that reads that plugin from the accelerator's state
     (`getattr(accelerator.state, "deepspeed_plugin", None)`: written for engines that forward
-    attribute reads), a test file (its harness runs one process), or a read under a test of the
+    attribute reads), a test file (its harness runs one process), a notebook that never calls
+    `notebook_launcher` (its kernel is one process), or a read under a test of the
     accelerator's mode (`if accelerator.distributed_type == DistributedType.XLA:`) is not flagged.
 
     The attributes the wrapper has are frozen from torch 2.13: `dir(DistributedDataParallel)` (its
@@ -175,6 +178,9 @@ class AttributeThroughDdpWrapper(Rule):
                 continue
             wraps, always = _wrap_origins(an, view, holder, node, memo)
             if not wraps:
+                # a module-level function's parameter that a caller in another file fills with it
+                wraps, always = _from_callers(ctx, holder, node, memo), False
+            if not wraps:
                 continue
             at = guards(node)
             # in a test file, a conditional wrap seen by a conditional read only under the same
@@ -190,7 +196,8 @@ class AttributeThroughDdpWrapper(Rule):
                 # world, one process), nor under a test of the accelerator's mode
                 acc = ast.unparse(call.func.value)
                 if test_file or any(isinstance(n, ast.Attribute) and n.attr in _MODE_ATTRS
-                                    for t, _b in at for n in ast.walk(t)) or _reads_plugin(v):
+                                    for t, _b in at for n in ast.walk(t)) or _reads_plugin(v) \
+                        or _one_process_notebook(ctx):
                     continue
                 self._report_prepared(ctx, node, h, attr, v, view, call, acc)
                 continue
@@ -276,6 +283,16 @@ class AttributeThroughDdpWrapper(Rule):
             f"AttributeError under multi-GPU; read it through `{acc}.unwrap_model({h}).{attr}`",
             related=related,
         )
+
+
+def _one_process_notebook(ctx) -> bool:
+    """A notebook that never starts ``notebook_launcher``: its kernel is one process, where
+    ``accelerator.prepare`` returns the model itself."""
+    if not (ctx.filename or "").endswith(".ipynb"):
+        return False
+    from .ddp601_notebook_launcher_after_cuda_init import LAUNCHERS
+
+    return not ctx.sem.calls_to(*LAUNCHERS)
 
 
 # an Accelerator's (or its state's) distributed mode: a read under a test of it is left alone
@@ -395,11 +412,17 @@ def _tested(ctx, node, h: str, attr: str = "") -> bool:
                         and _asks_wrapping(ctx, prev.test, h, attr):
                     return True
         st = parent(st)
-    # ``x.a if hasattr(x, "a") else ...`` / ``hasattr(x, "a") and x.a``
+    # ``x.a if hasattr(x, "a") else ...`` / ``hasattr(x, "a") and x.a`` / ``is_clip(x) and x.a`` (a
+    # predicate asked about the same value first)
     p = getattr(node, "_p", None)
     while p is not None and not isinstance(p, ast.stmt):
         if isinstance(p, ast.BoolOp) and any(ctx.text(v) == h for x in p.values if x is not node
                                               for v in tested_values(x)):
+            return True
+        if isinstance(p, ast.BoolOp) and any(
+                isinstance(c, ast.Call) and any(ctx.text(a) == h for a in c.args)
+                for x in p.values if x is not node and not any(n is node for n in ast.walk(x))
+                for c in ast.walk(x)):
             return True
         p = getattr(p, "_p", None)
     return False
@@ -514,6 +537,19 @@ DDP_ATTRIBUTES = frozenset("""
     to_kwargs train training type use_side_stream_for_tensor_copies will_sync_module_buffers xpu
     zero_grad
 """.split())
+
+
+def _from_callers(ctx, holder, node, memo: dict) -> list:
+    """``callers_pass_wrapper`` for a name, once per (function, name)."""
+    if not isinstance(holder, ast.Name):
+        return []
+    from ._training import callers_pass_wrapper
+
+    key = ("callers", id(ctx.sem.enclosing_function(node)), holder.id)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = callers_pass_wrapper(ctx, holder, node)
+    return got
 
 
 def _wrap_origins(an, view, holder, node, memo: dict):
