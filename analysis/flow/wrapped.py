@@ -199,7 +199,18 @@ def trained_as_model(view, call, path=()) -> bool:
     bound to a name or a ``self.<attr>``, is used as a trained ``nn.Module`` where it is bound (its
     function, or the methods of its class for ``self.<attr>``): it is called and that call's result
     reaches a ``backward`` (``loss = model(**batch).loss; accelerator.backward(loss)``), or it is
-    handed to ``accelerator.accumulate(...)``. An optimizer, a loader or a scheduler is neither."""
+    handed to ``accelerator.accumulate(...)`` or ``accelerator.unwrap_model(...)`` (the code itself
+    takes it for a model that Accelerate wraps). An optimizer, a loader or a scheduler is none of
+    these."""
+    memo = view.memo.setdefault("wrapped.trained_as_model", {})
+    key = (id(call), tuple(path))
+    got = memo.get(key)
+    if got is None or got[0] is not call:
+        got = memo[key] = (call, _trained_as_model(view, call, path))
+    return got[1]
+
+
+def _trained_as_model(view, call, path) -> bool:
     st = parent(call)
     if not isinstance(st, ast.Assign) or len(st.targets) != 1:
         return False
@@ -249,7 +260,7 @@ def _is_backward(n) -> bool:
 
 def _reaches_backward(view, call, scope) -> bool:
     """The value of ``call`` reaches a ``backward`` call of ``scope``: inside its receiver or
-    arguments, or through the names later plain assignments bind (in source order)."""
+    arguments, or bound to a name of ``_backward_names`` (a superset: order is ignored)."""
     p = parent(call)
     while p is not None and not isinstance(p, ast.stmt):
         if _is_backward(p):
@@ -265,18 +276,30 @@ def _reaches_backward(view, call, scope) -> bool:
         tg = s.targets if isinstance(s, ast.Assign) else [s.target]
         return {n.id for x in tg for n in ast.walk(x) if isinstance(n, ast.Name)}
 
-    tainted = targets(st)
-    later = sorted((s for s in iter_scope_nodes(scope) if isinstance(s, ast.stmt) and s.lineno > st.lineno),
-                   key=lambda s: s.lineno)
-    for s in later:
-        if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None \
-                and any(isinstance(n, ast.Name) and n.id in tainted for n in ast.walk(s.value)):
-            tainted |= targets(s)
-        elif isinstance(s, ast.Expr) and any(
-                _is_backward(b) and any(isinstance(n, ast.Name) and n.id in tainted for n in ast.walk(b))
-                for b in ast.walk(s.value)):
-            return True
-    return False
+    return bool(targets(st) & _backward_names(view, scope, targets))
+
+
+def _backward_names(view, scope, targets) -> frozenset:
+    """The names whose values reach a ``backward`` call of ``scope`` (its receiver or arguments,
+    then backwards through plain assignments; order and kills ignored), once per scope."""
+    memo = view.memo.setdefault("wrapped.backward_names", {})
+    got = memo.get(id(scope))
+    if got is not None and got[0] is scope:
+        return got[1]
+    nodes = list(iter_scope_nodes(scope))
+    names = {n.id for b in nodes if _is_backward(b) for n in ast.walk(b) if isinstance(n, ast.Name)}
+    stmts = [s for s in nodes if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None]
+    changed = bool(names)
+    while changed:
+        changed = False
+        for s in stmts:
+            if targets(s) & names:
+                more = {n.id for n in ast.walk(s.value) if isinstance(n, ast.Name)} - names
+                if more:
+                    names |= more
+                    changed = True
+    memo[id(scope)] = (scope, frozenset(names))
+    return memo[id(scope)][1]
 
 
 def _is_module_ctor(hub, view, e) -> bool:

@@ -140,6 +140,48 @@ def _backward_index(ctx) -> dict[int, list[ast.Call]]:
     return out
 
 
+def backward_names(ctx, fn: ast.AST) -> frozenset:
+    """The names whose values reach a ``backward`` call of ``fn``: those its receiver or arguments
+    read, and, backwards through the plain assignments of ``fn``, the names their values read (a
+    superset: order and kills are ignored, as ``flows_to``). One pass per function."""
+    memo = ctx.memo("training.backward_names", dict)
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    names: set[str] = set()
+    for b in backward_calls(ctx, fn):
+        names |= _names_in(b)
+    if names:
+        stmts = [st for st in ast.walk(fn) if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                 and st.value is not None and enclosing_function(st) is fn]
+        changed = True
+        while changed:
+            changed = False
+            for st in stmts:
+                if _targets(st) & names:
+                    more = _names_in(st.value) - names
+                    if more:
+                        names |= more
+                        changed = True
+    memo[id(fn)] = got = frozenset(names)
+    return got
+
+
+def reaches_backward(ctx, node: ast.AST, fn: ast.AST) -> bool:
+    """The value of ``node`` (an expression of ``fn``) reaches one of its ``backward`` calls: inside
+    it, or bound by its statement to a name of ``backward_names``."""
+    ids = ctx.memo("training.backward_ids", dict)
+    back = ids.get(id(fn))
+    if back is None:
+        back = ids[id(fn)] = frozenset(id(b) for b in backward_calls(ctx, fn))
+    p = parent(node)
+    while p is not None and not isinstance(p, ast.stmt):
+        if id(p) in back:
+            return True
+        p = parent(p)
+    return isinstance(p, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and bool(_targets(p) & backward_names(ctx, fn))
+
+
 def _names_in(expr: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
 

@@ -6,11 +6,11 @@ import unicodedata
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.helper_calls import calls_named_or_on_attr
+from ..flow.helper_calls import calls_named, calls_named_or_on_attr
 from ..flow.models import is_ddp_wrapper
 from ._common import callers_may_exist
 from ._training import (_NO_GRAD, backward_calls, ddp_holder, ddp_wraps, enclosing_function, flows_to, grad_disabled,
-                        module_ref, params_reach_optimizer)
+                        module_ref, params_reach_optimizer, reaches_backward)
 from .ddp209_unused_parameters import wrapped_class
 
 
@@ -166,15 +166,21 @@ class ForwardBypassesDdp(Rule):
         if not wraps:
             return
         wrapped = {w for _c, w, _b in wraps if w is not None}
+        # the candidates: a wrapped module, or one whose parameters the file reads (an optimizer's)
+        trained = {module_ref(p.func.value) for name in ("parameters", "named_parameters")
+                   for p in calls_named(ctx, name) if isinstance(p.func, ast.Attribute)}
+        candidates = (wrapped | trained) - {None}
         seen: set = set()
         for c in ctx.sem.calls:
             ref = module_ref(c.func) if isinstance(c.func, (ast.Name, ast.Attribute)) else None
-            if ref is None or ref in seen:
+            if ref is None or ref in seen or ref not in candidates:
                 continue
             fn = enclosing_function(c)
-            if fn is None or grad_disabled(ctx, c) or not backward_calls(ctx, fn):
+            if fn is None or (ref, id(fn)) in seen or not backward_calls(ctx, fn) or grad_disabled(ctx, c) \
+                    or not reaches_backward(ctx, c, fn):
                 continue
-            back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)), None)
+            seen.add((ref, id(fn)))  # judged once per module and function (the first such call)
+            back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno), None)
             if back is None:
                 continue
             if ref in wrapped:
