@@ -45,8 +45,9 @@ class AttributeThroughDdpWrapper(Rule):
     attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`);
     a value that was unwrapped on some path (`model = model.module`, `getattr(model, "module",
     model)`, `model.module if hasattr(model, "module") else model`); a read under a test of the
-    same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`, or a predicate asked
-    about it first: `is_clip(model) and model.output_dict`), inside a `try` that
+    same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`, a flag bound to one,
+    `has_custom = hasattr(model, "f")` then `if has_custom:`, or a predicate asked about it first:
+    `is_clip(model) and model.output_dict`), inside a `try` that
     catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
     args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`); a
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
@@ -398,9 +399,18 @@ def _asks_wrapping(ctx, test, h: str, attr: str) -> bool:
 
 def _tested(ctx, node, h: str, attr: str = "") -> bool:
     """The read sits under a test of the same value (``hasattr(h, ...)``, ``isinstance(h, ...)``)."""
+    fn = ctx.sem.enclosing_function(node)
     for test, _branch in guards(node):
         if any(ctx.text(v) == h for v in tested_values(test)):
             return True
+        # a flag bound to such a test: ``has_custom = hasattr(model, "f")`` ... ``if has_custom:``
+        for n in ast.walk(test):
+            if isinstance(n, ast.Name) and fn is not None:
+                for st in ctx.sem.assignments(fn).get(n.id, ()):
+                    value = getattr(st, "value", None)
+                    if isinstance(st, (ast.Assign, ast.AnnAssign)) and value is not None \
+                            and any(ctx.text(v) == h for v in tested_values(value)):
+                        return True
     # ``if hasattr(x, "module"): return x.module.a`` before the read: an early exit on the test
     st = ctx.sem.statement_of(node)
     while st is not None and not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
