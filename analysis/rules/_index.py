@@ -86,7 +86,7 @@ RULES = {
                 ((('torch', False),), (('DistributedDataParallel', False),), (('backward', False),)),
                 False, False),
     'DDP206': ('ddp206_batchnorm_without_syncbn', False, True,
-                ((('torch', False),), (('DistributedDataParallel', False),)),
+                ((('torch', False),), (('DistributedDataParallel', False), ('prepare', False))),
                 False, False),
     'DDP207': ('ddp207_forward_bypasses_ddp', True, True,
                 ((('torch', False),), (('.module', False), ('DistributedDataParallel', False))),
