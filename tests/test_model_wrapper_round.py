@@ -163,3 +163,45 @@ def test_module_outside_ddp_needs_its_parameters_in_the_optimizer():
                 opt.step()
     """
     assert _lines("DDP207", src) == [15]
+
+
+_BN_PREPARE = """
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
+
+
+    def main(loader):
+        accelerator = Accelerator()
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = accelerator.prepare(model, opt)
+        for x in loader:
+            accelerator.backward(model(x).mean())
+"""
+
+
+def test_batchnorm_model_prepared_by_accelerate():
+    assert _lines("DDP206", _BN_PREPARE) == [11]
+
+
+def test_batchnorm_model_prepared_in_a_test_file_runs_one_process():
+    assert _lines("DDP206", _BN_PREPARE, name="tests/test_prepare.py") == []
+
+
+def test_sequential_without_batchnorm_beside_one_elsewhere_in_the_file():
+    src = """
+        import torch
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel
+
+
+        def other():
+            return nn.BatchNorm2d(4)
+
+
+        def run(gpu):
+            model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 10)).cuda(gpu)
+            return DistributedDataParallel(model, device_ids=[gpu])
+    """
+    assert _lines("DDP206", src) == []

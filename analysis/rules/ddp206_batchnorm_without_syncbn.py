@@ -32,7 +32,8 @@ class BatchNormWithoutSyncBn(Rule):
 
     Accelerate's `accelerator.prepare(model, ...)` counts as the wrap: it returns a DDP wrapper
     when it runs on several processes (the models it prepares are those of
-    `flow.wrapped.prepares_model`, as in DDP210).
+    `flow.wrapped.prepares_model`, as in DDP210), except in a test file or a notebook that never
+    calls `notebook_launcher`, which run one process.
 
     It is informational and off by default: per-rank batch statistics are a legitimate choice
     (and the usual one when the per-GPU batch is large).
@@ -108,8 +109,12 @@ def _prepared_models(ctx) -> list:
     """(``accelerator.prepare(...)`` call, its arguments that are models Accelerate wraps in DDP on
     several processes: ``flow.wrapped.prepares_model``)."""
     from ..flow.helper_calls import calls_named
+    from ..flow.testing import is_test_file
     from ..flow.wrapped import prepares_model
+    from .ddp210_attribute_through_ddp_wrapper import _one_process_notebook
 
+    if is_test_file(ctx.filename) or _one_process_notebook(ctx):
+        return []  # one process (a test harness, a kernel without notebook_launcher): nothing is wrapped
     out = []
     an = None
     for c in calls_named(ctx, "prepare"):
