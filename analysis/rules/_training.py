@@ -295,19 +295,27 @@ def _binders(ctx, name: str, fn) -> list:
 
 
 def callers_pass_wrapper(ctx, value, at, depth: int = 0) -> list:
-    """[(view, ``DDP(...)`` call)] when ``value`` is a parameter of a module-level function that a
-    caller in another file of the project calls with a value that may be the wrapper (directly, or
-    through the caller's own parameter, one file further)."""
+    """[(view, ``DDP(...)`` call)] when ``value`` is a parameter of a module-level function (or of
+    the ``__init__`` of a module-level class, called as ``Cls(...)``) that a caller in another file
+    of the project calls with a value that may be the wrapper (directly, or through the caller's
+    own parameter, one file further)."""
     fn = ctx.sem.enclosing_function(at)
-    if not isinstance(value, ast.Name) or fn is None or not isinstance(parent(fn), ast.Module) \
-            or value.id not in param_names(fn) or ctx.sem.assignments(fn).get(value.id):
+    if not isinstance(value, ast.Name) or fn is None or value.id not in param_names(fn) \
+            or ctx.sem.assignments(fn).get(value.id):
+        return []
+    owner = parent(fn)
+    if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(parent(owner), ast.Module):
+        name = owner.name
+    elif isinstance(owner, ast.Module):
+        name = fn.name
+    else:
         return []
     from ..flow.calls import call_args
     from ..flow.modern import hub
     from ..flow.wrapped import wrap_origins
     from ._common import project_callers  # lazy: reads the project's other files
 
-    for caller, call, node in project_callers(ctx, {fn.name}):
+    for caller, call, node in project_callers(ctx, {name}):
         if node is not fn:
             continue
         arg = next((a for p, a in call_args(call, fn) if p == value.id), None)

@@ -34,9 +34,10 @@ class AttributeThroughDdpWrapper(Rule):
     is a model class (a project `nn.Module` subclass, a `torch.nn` layer, a `transformers` /
     `diffusers` model class). The wrapper is none of them, so the test is false under DDP and the
     code silently takes the other branch (or an `assert` fails). A predicate helper (`def
-    is_clip(m): return type(m) in [...]`) is judged at its calls, and a module-level function's
-    parameter counts as the wrapper when a caller in another file of the project passes it
-    (`main.py` calls `train_one_epoch(model, ...)` with `model = DDP(model)`). A test that also
+    is_clip(m): return type(m) in [...]`) is judged at its calls, and a parameter of a
+    module-level function (or of a module-level class's `__init__`) counts as the wrapper when a
+    caller in another file of the project passes it (`main.py` calls `train_one_epoch(model, ...)`
+    or `WithAugment(model)` with `model = DDP(model)`). A test that also
     names a DDP class or asks `hasattr(model, "module")`, or that decides an unwrap (`model if
     isinstance(model, Net) else model.module`), is not flagged.
 
