@@ -26,7 +26,8 @@ class NoCase(str):
     __slots__ = ()
 
 
-# Every static rule is about torch: a file that never spells "torch" has no finding.
+# Every static rule is about torch: a file that never spells "torch" has no finding (a rule about
+# a library that builds the torch wrapper for the file, Accelerate, widens it with ``base_text``).
 BASE_TEXT = ("torch",)
 
 
@@ -46,6 +47,8 @@ class Rule:
     # spelling the rule can see: an identifier it matches case-insensitively, an environment key,
     # the last component of every qualified name it resolves.
     requires_text: ClassVar[tuple[str, ...]] = ()
+    # the first group, "torch" unless a rule names what else can build its torch object
+    base_text: ClassVar[tuple[str, ...]] = BASE_TEXT
     requires_text_all: ClassVar[tuple[tuple[str, ...], ...]] = ()
     # A second gate, for the rules that need a collective site (the flow rules): the file holds one
     # of ``flow.reach.REACH_TEXT``, or a project module it imports, transitively, does (decided on
@@ -60,7 +63,7 @@ class Rule:
         """The rule's text gate in conjunctive form: every group needs one of its needles."""
         # order: the shared context groups ("distributed", "DataLoader"...) reject most files and
         # are memoised across rules, so they are tried before the rule's own needles
-        groups: list[tuple[str, ...]] = [BASE_TEXT]
+        groups: list[tuple[str, ...]] = [tuple(cls.base_text)]
         groups.extend(tuple(g) for g in cls.requires_text_all)
         if cls.requires_text:
             groups.append(tuple(cls.requires_text))

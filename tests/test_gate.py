@@ -34,7 +34,7 @@ def test_every_static_rule_declares_a_gate():
         if not rule.static:
             continue
         groups = rule.gate_of()
-        assert groups[0] == ("torch",)
+        assert "torch" in groups[0]  # a rule may widen it (DDP210: Accelerate builds its wrapper)
         # a rule whose findings need nothing spelled in the file itself (DDP501: the optimizer and the
         # sharding may both come from helpers of other modules) has a reach gate instead
         own_reach = rule.reach.__func__ is not Rule.reach.__func__

@@ -37,15 +37,17 @@ def class_named(hub, view, e: ast.AST, not_project):
     if not isinstance(e, ast.Name):
         return None
     cname = e.id
-    if cname in view.classes:
-        return view, view.classes[cname]
-    imp = view.imports.get(cname)
-    if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in not_project:
-        return None
-    v2 = hub.module_view(view, imp[0], imp[1])
-    if v2 is None or imp[2] not in v2.classes:
-        return None
-    return v2, v2.classes[imp[2]]
+    for _ in range(4):  # a package's ``__init__`` may re-export it (``from .model import CLIP``)
+        if cname in view.classes:
+            return view, view.classes[cname]
+        imp = view.imports.get(cname)
+        if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in not_project:
+            return None
+        v2 = hub.module_view(view, imp[0], imp[1])
+        if v2 is None or v2 is view:
+            return None
+        view, cname = v2, imp[2]
+    return None
 
 
 def _same(found, got):

@@ -174,9 +174,10 @@ def prepares_model(hub, view, call, path=()) -> bool:
     """``accelerator.prepare(model, ...)``, element ``path[0]`` of its result: an ``nn.Module``
     that Accelerate wraps in DistributedDataParallel when it runs on several processes (the
     receiver is an ``accelerate.Accelerator(...)`` built without a DeepSpeed/FSDP/Megatron/TP
-    plugin; the argument is built by a ``torch.nn`` layer,
-    a project class deriving from ``nn.Module``, a ``from_pretrained`` of a model class of
-    ``transformers``/``diffusers``, or ``peft.get_peft_model``)."""
+    plugin; the argument is built by a ``torch.nn`` layer, a project class deriving from
+    ``nn.Module``, a model class of ``transformers``/``diffusers`` (built, or its
+    ``from_pretrained``), a torchvision or timm model builder, or ``peft.get_peft_model``; or it
+    is used as a trained model where it is bound: ``trained_as_model``)."""
     f = call.func
     if not (isinstance(f, ast.Attribute) and f.attr == "prepare") or any(
             isinstance(a, ast.Starred) for a in call.args) or call.keywords:
@@ -188,7 +189,117 @@ def prepares_model(hub, view, call, path=()) -> bool:
                and not any(k.arg in NOT_DDP_PLUGINS for k in e.keywords)
                for v, e in leaves(hub, view, f.value, call)):
         return False
-    return any(_is_module_ctor(hub, v, e) for v, e in leaves(hub, view, call.args[i], call))
+    if any(_is_module_ctor(hub, v, e) for v, e in leaves(hub, view, call.args[i], call)):
+        return True
+    return trained_as_model(view, call, path)
+
+
+def trained_as_model(view, call, path=()) -> bool:
+    """The element ``path[0]`` of ``call``'s result (``model, opt = accelerator.prepare(model, opt)``),
+    bound to a name or a ``self.<attr>``, is used as a trained ``nn.Module`` where it is bound (its
+    function, or the methods of its class for ``self.<attr>``): it is called and that call's result
+    reaches a ``backward`` (``loss = model(**batch).loss; accelerator.backward(loss)``), or it is
+    handed to ``accelerator.accumulate(...)`` or ``accelerator.unwrap_model(...)`` (the code itself
+    takes it for a model that Accelerate wraps). An optimizer, a loader or a scheduler is none of
+    these."""
+    memo = view.memo.setdefault("wrapped.trained_as_model", {})
+    key = (id(call), tuple(path))
+    got = memo.get(key)
+    if got is None or got[0] is not call:
+        got = memo[key] = (call, _trained_as_model(view, call, path))
+    return got[1]
+
+
+def _trained_as_model(view, call, path) -> bool:
+    st = parent(call)
+    if not isinstance(st, ast.Assign) or len(st.targets) != 1:
+        return False
+    t = st.targets[0]
+    if path:
+        if not isinstance(t, (ast.Tuple, ast.List)) or path[0] >= len(t.elts) or any(
+                isinstance(x, ast.Starred) for x in t.elts):
+            return False
+        t = t.elts[path[0]]
+    elif isinstance(t, (ast.Tuple, ast.List)):
+        return False
+    fn = view.sem.enclosing_function(st)
+    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+        cls = parent(fn) if fn is not None else None
+        if not isinstance(cls, ast.ClassDef):
+            return False
+        scopes = [m for m in cls.body if isinstance(m, FUNC_TYPES)]
+    elif isinstance(t, ast.Name):
+        scopes = [fn if fn is not None else view.tree]
+    else:
+        return False
+    key = _ref(t)
+    for scope in scopes:
+        for n in iter_scope_nodes(scope):
+            if not isinstance(n, ast.Call):
+                continue
+            if _ref(n.func) == key and _reaches_backward(view, n, scope):
+                return True
+            if isinstance(n.func, ast.Attribute) and n.func.attr in ("accumulate", "unwrap_model") and n.args \
+                    and _ref(n.args[0]) == key:
+                return True
+    return False
+
+
+def _ref(e):
+    """A name or ``self.<attr>``, whatever its context (load or store)."""
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return ("self", e.attr)
+    return None
+
+
+def _is_backward(n) -> bool:
+    return isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+
+
+def _reaches_backward(view, call, scope) -> bool:
+    """The value of ``call`` reaches a ``backward`` call of ``scope``: inside its receiver or
+    arguments, or bound to a name of ``_backward_names`` (a superset: order is ignored)."""
+    p = parent(call)
+    while p is not None and not isinstance(p, ast.stmt):
+        if _is_backward(p):
+            return True
+        p = parent(p)
+    st = p
+    if st is None:
+        return False
+    if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        return False
+
+    def targets(s):
+        tg = s.targets if isinstance(s, ast.Assign) else [s.target]
+        return {n.id for x in tg for n in ast.walk(x) if isinstance(n, ast.Name)}
+
+    return bool(targets(st) & _backward_names(view, scope, targets))
+
+
+def _backward_names(view, scope, targets) -> frozenset:
+    """The names whose values reach a ``backward`` call of ``scope`` (its receiver or arguments,
+    then backwards through plain assignments; order and kills ignored), once per scope."""
+    memo = view.memo.setdefault("wrapped.backward_names", {})
+    got = memo.get(id(scope))
+    if got is not None and got[0] is scope:
+        return got[1]
+    nodes = list(iter_scope_nodes(scope))
+    names = {n.id for b in nodes if _is_backward(b) for n in ast.walk(b) if isinstance(n, ast.Name)}
+    stmts = [s for s in nodes if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None]
+    changed = bool(names)
+    while changed:
+        changed = False
+        for s in stmts:
+            if targets(s) & names:
+                more = {n.id for n in ast.walk(s.value) if isinstance(n, ast.Name)} - names
+                if more:
+                    names |= more
+                    changed = True
+    memo[id(scope)] = (scope, frozenset(names))
+    return memo[id(scope)][1]
 
 
 def _is_module_ctor(hub, view, e) -> bool:
@@ -198,8 +309,13 @@ def _is_module_ctor(hub, view, e) -> bool:
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn.") and last[:1].isupper() and ".functional." not in qn:
         return True
-    if qn in ("peft.get_peft_model", "peft.mapping.get_peft_model"):
+    if qn in ("peft.get_peft_model", "peft.mapping.get_peft_model", "timm.create_model"):
         return True
+    if qn.startswith("torchvision.models.") and last[:1].islower() and (last == "get_model" or not last.startswith(
+            ("get_", "list_"))):
+        return True  # a model builder: ``torchvision.models.resnet50()`` (not ``get_weight``)
+    if qn.startswith(("transformers.", "diffusers.")) and last[:1].isupper() and ("Model" in last or "For" in last):
+        return True  # ``InformerForPrediction(config)``, ``UNet2DModel(...)``
     if qn.startswith(("transformers.", "diffusers.")) and last == "from_pretrained":
         cls = qn.rsplit(".", 2)[-2]
         return "Model" in cls or "For" in cls
@@ -209,6 +325,24 @@ def _is_module_ctor(hub, view, e) -> bool:
             return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
                        for v, c in class_chain(hub, got[0], got[1]))
     return False
+
+
+def is_model_class(hub, view, e) -> bool:
+    """``e`` names a model class: a project class deriving from ``torch.nn.Module`` (through its
+    project base classes), a ``torch.nn`` layer class (not a parallel wrapper), or a
+    ``transformers``/``diffusers`` model class (``...Model``, ``...For...``)."""
+    qn = view.sem.qualname(e) or ""
+    last = qn.rsplit(".", 1)[-1]
+    if qn.startswith("torch.nn.") and not qn.startswith("torch.nn.parallel.") and last[:1].isupper() \
+            and last not in ("DataParallel", "Module", "DistributedDataParallel"):
+        return True
+    if qn.startswith(("transformers.", "diffusers.")) and ("Model" in last or "For" in last):
+        return True
+    got = class_named(hub, view, e, _NOT_PROJECT)
+    if got is None:
+        return False
+    return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
+               for v, c in class_chain(hub, got[0], got[1]))
 
 
 def leaves(hub, view, expr, at, depth: int = 0) -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..flow.models import is_ddp_wrapper
-from ..semantic import parent
+from ..semantic import param_names, parent
 
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
@@ -140,6 +140,48 @@ def _backward_index(ctx) -> dict[int, list[ast.Call]]:
     return out
 
 
+def backward_names(ctx, fn: ast.AST) -> frozenset:
+    """The names whose values reach a ``backward`` call of ``fn``: those its receiver or arguments
+    read, and, backwards through the plain assignments of ``fn``, the names their values read (a
+    superset: order and kills are ignored, as ``flows_to``). One pass per function."""
+    memo = ctx.memo("training.backward_names", dict)
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    names: set[str] = set()
+    for b in backward_calls(ctx, fn):
+        names |= _names_in(b)
+    if names:
+        stmts = [st for st in ast.walk(fn) if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                 and st.value is not None and enclosing_function(st) is fn]
+        changed = True
+        while changed:
+            changed = False
+            for st in stmts:
+                if _targets(st) & names:
+                    more = _names_in(st.value) - names
+                    if more:
+                        names |= more
+                        changed = True
+    memo[id(fn)] = got = frozenset(names)
+    return got
+
+
+def reaches_backward(ctx, node: ast.AST, fn: ast.AST) -> bool:
+    """The value of ``node`` (an expression of ``fn``) reaches one of its ``backward`` calls: inside
+    it, or bound by its statement to a name of ``backward_names``."""
+    ids = ctx.memo("training.backward_ids", dict)
+    back = ids.get(id(fn))
+    if back is None:
+        back = ids[id(fn)] = frozenset(id(b) for b in backward_calls(ctx, fn))
+    p = parent(node)
+    while p is not None and not isinstance(p, ast.stmt):
+        if id(p) in back:
+            return True
+        p = parent(p)
+    return isinstance(p, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and bool(_targets(p) & backward_names(ctx, fn))
+
+
 def _names_in(expr: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
 
@@ -168,3 +210,123 @@ def flows_to(ctx, source: ast.AST, sink: ast.AST, fn: ast.AST) -> bool:
         if s.value is not None and _names_in(s.value) & tainted:
             tainted |= _targets(s)
     return bool(_names_in(sink) & tainted)
+
+
+def module_ref(e):
+    """The name or ``self.<attr>`` a module expression reads, through the ``nn.Module`` methods that
+    return the module itself (``model.cuda(gpu)``, ``self.net.to(device)``): ``"model"`` or
+    ``("self", "net")``; None for anything else."""
+    from ..flow.wrapped import SELF_RETURNING
+
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in SELF_RETURNING:
+        e = e.func.value
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return ("self", e.attr)
+    return None
+
+
+def ddp_wraps(ctx) -> list[tuple]:
+    """(``DDP(...)`` call, ref of the module it wraps, ref of what it is bound to) of the file's
+    wraps: ``self.model_ddp = DDP(self.model, ...)`` gives (call, ("self", "model"), ("self",
+    "model_ddp")); the bound ref is None when the wrapper is not assigned to a name or attribute."""
+    def build():
+        from ..flow.models import ddp_calls
+        from ..semantic import get_arg
+
+        out = []
+        for c in ddp_calls(ctx):
+            arg = get_arg(c, 0, "module")
+            st = parent(c)
+            while isinstance(st, (ast.IfExp, ast.BoolOp)):  # ``DDP(m) if distributed else None``
+                st = parent(st)
+            bound = module_ref(st.targets[0]) if isinstance(st, ast.Assign) and len(st.targets) == 1 else None
+            out.append((c, module_ref(arg) if arg is not None else None, bound))
+        return out
+    return ctx.memo("training.ddp_wraps", build)
+
+
+_OPTIM_PREFIX = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "transformers.AdamW")
+
+
+def params_reach_optimizer(ctx, ref, fn) -> ast.Call | None:
+    """The optimizer built in ``fn`` (a ``torch.optim`` class, ...) that ``ref``'s parameters
+    (``ref.parameters()`` / ``ref.named_parameters()``) reach: inside its arguments, through plain
+    assignments (``groups = [dict(params=m.parameters())]``) or a list that receives them
+    (``groups.append(dict(params=m.parameters()))``), or ``opt.add_param_group(...)``."""
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and enclosing_function(n) is fn]
+    opts = [c for c in calls if (ctx.qn(c) or "").startswith(_OPTIM_PREFIX)]
+    if not opts:
+        return None
+    for p in calls:
+        f = p.func
+        if not (isinstance(f, ast.Attribute) and f.attr in ("parameters", "named_parameters")
+                and module_ref(f.value) == ref):
+            continue
+        src = p
+        st = ctx.sem.statement_of(p)
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Attribute):
+            m = st.value.func
+            if m.attr == "add_param_group":
+                return st.value
+            if m.attr in ("append", "extend", "insert") and isinstance(m.value, ast.Name):
+                src = m.value  # the list that receives them
+        for o in opts:
+            if o.lineno < st.lineno:
+                continue
+            if isinstance(src, ast.Name):
+                if any(isinstance(n, ast.Name) and n.id == src.id for n in ast.walk(o)) or any(
+                        flows_to(ctx, a, o, fn) for a in _binders(ctx, src.id, fn)):
+                    return o
+            elif flows_to(ctx, src, o, fn):
+                return o
+    return None
+
+
+def _binders(ctx, name: str, fn) -> list:
+    """The values bound to ``name`` by plain assignments of ``fn``."""
+    out = []
+    for s in ast.walk(fn):
+        if isinstance(s, ast.Assign) and enclosing_function(s) is fn and any(
+                isinstance(t, ast.Name) and t.id == name for t in s.targets):
+            out.append(s.value)
+    return out
+
+
+def callers_pass_wrapper(ctx, value, at, depth: int = 0) -> list:
+    """[(view, ``DDP(...)`` call)] when ``value`` is a parameter of a module-level function (or of
+    the ``__init__`` of a module-level class, called as ``Cls(...)``) that a caller in another file
+    of the project calls with a value that may be the wrapper (directly, or through the caller's
+    own parameter, one file further)."""
+    fn = ctx.sem.enclosing_function(at)
+    if not isinstance(value, ast.Name) or fn is None or value.id not in param_names(fn) \
+            or ctx.sem.assignments(fn).get(value.id):
+        return []
+    owner = parent(fn)
+    if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(parent(owner), ast.Module):
+        name = owner.name
+    elif isinstance(owner, ast.Module):
+        name = fn.name
+    else:
+        return []
+    from ..flow.calls import call_args
+    from ..flow.modern import hub
+    from ..flow.wrapped import wrap_origins
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    for caller, call, node in project_callers(ctx, {name}):
+        if node is not fn:
+            continue
+        arg = next((a for p, a in call_args(call, fn) if p == value.id), None)
+        if not isinstance(arg, (ast.Name, ast.Attribute)):
+            continue
+        an2, view2 = hub(caller)
+        wraps, _always = wrap_origins(an2, view2, arg, call, ordered=False)
+        if wraps:
+            return wraps
+        if depth < 1:
+            got = callers_pass_wrapper(caller, arg, call, depth + 1)
+            if got:
+                return got
+    return []

@@ -27,7 +27,13 @@ class BatchNormWithoutSyncBn(Rule):
     helper returns and `.cuda()` / `.to(...)` calls: a wrap of a module that is known to hold no
     BatchNorm (a `torch.nn` layer such as the `nn.Linear` head of a linear probe, or a class of the
     project whose body builds none) is not reported because another model of the file has
-    BatchNorm. When what DDP wraps cannot be told, the file's own BatchNorm layers decide.
+    BatchNorm. When what DDP wraps cannot be told, the file's own BatchNorm layers decide. The
+    layers of an `nn.Sequential(...)` are looked into.
+
+    Accelerate's `accelerator.prepare(model, ...)` counts as the wrap: it returns a DDP wrapper
+    when it runs on several processes (the models it prepares are those of
+    `flow.wrapped.prepares_model`, as in DDP210), except in a test file or a notebook that never
+    calls `notebook_launcher`, which run one process.
 
     It is informational and off by default: per-rank batch statistics are a legitimate choice
     (and the usual one when the per-GPU batch is large).
@@ -61,11 +67,13 @@ class BatchNormWithoutSyncBn(Rule):
     name = "batchnorm-without-syncbn"
     severity = Severity.INFO
     default_enabled = False
-    requires_text = ("DistributedDataParallel",)
+    # a DDP wrap, or Accelerate's ``accelerator.prepare(model, ...)`` (a DDP wrap on several processes)
+    requires_text = ("DistributedDataParallel", "prepare")
 
     def finish(self, ctx) -> None:
         calls = ddp_calls(ctx)
-        if not calls or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
+        prepared = _prepared_models(ctx)
+        if not (calls or prepared) or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
             return
         bn = ctx.calls_to(*_BN)
         if not bn:
@@ -86,6 +94,39 @@ class BatchNormWithoutSyncBn(Rule):
                 "normalises with its own batch statistics",
                 related=[(bn[0], "BatchNorm comes from here")],
             )
+        for call, args in prepared:
+            if all(_holds_bn(an, view, a, call) is False for a in args):
+                continue
+            ctx.report(
+                call,
+                "the model has BatchNorm layers but `prepare` wraps it in DDP (on several processes) without "
+                "SyncBatchNorm: each rank normalises with its own batch statistics",
+                related=[(bn[0], "BatchNorm comes from here")],
+            )
+
+
+def _prepared_models(ctx) -> list:
+    """(``accelerator.prepare(...)`` call, its arguments that are models Accelerate wraps in DDP on
+    several processes: ``flow.wrapped.prepares_model``)."""
+    from ..flow.helper_calls import calls_named
+    from ..flow.testing import is_test_file
+    from ..flow.wrapped import prepares_model
+    from .ddp210_attribute_through_ddp_wrapper import _one_process_notebook
+
+    if is_test_file(ctx.filename) or _one_process_notebook(ctx):
+        return []  # one process (a test harness, a kernel without notebook_launcher): nothing is wrapped
+    out = []
+    an = None
+    for c in calls_named(ctx, "prepare"):
+        if not isinstance(c.func, ast.Attribute) or not c.args:
+            continue
+        if an is None:
+            an, view = hub(ctx)
+        paths = [()] if len(c.args) == 1 else [(i,) for i in range(len(c.args))]
+        args = [c.args[p[0] if p else 0] for p in paths if prepares_model(an, view, c, p)]
+        if args:
+            out.append((c, args))
+    return out
 
 
 _MOVES = frozenset({"cuda", "to", "train", "eval", "float", "half", "bfloat16", "double", "cpu",
@@ -113,6 +154,11 @@ def _holds_bn(an, view, expr, at, depth: int = 0):
             answers.add(True)
         elif qn.startswith("torch.nn.") and qn.count(".") == 2 and qn.rsplit(".", 1)[-1] not in _CONTAINERS:
             answers.add(False)  # a torch.nn layer: BatchNorm only if it is one (above)
+        elif qn.startswith("torch.nn.") and qn.rsplit(".", 1)[-1] in _CONTAINERS and e.args and not e.keywords \
+                and not any(isinstance(a, ast.Starred) for a in e.args):
+            # ``nn.Sequential(conv, nn.BatchNorm2d(c), ...)``: what its layers hold
+            inner = {_holds_bn(an, v, a, e, depth + 1) for a in e.args}
+            answers.add(True if True in inner else False if inner == {False} else None)
         elif isinstance(f, ast.Name) and f.id in v.classes:
             answers.add(_class_builds_bn(v, v.classes[f.id]))
         else:

@@ -5,11 +5,12 @@ import unicodedata
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg
-from ..flow.helper_calls import calls_named_or_on_attr
+from ..semantic import get_arg, parent
+from ..flow.helper_calls import calls_named, calls_named_or_on_attr
 from ..flow.models import is_ddp_wrapper
 from ._common import callers_may_exist
-from ._training import _NO_GRAD, backward_calls, ddp_holder, enclosing_function, flows_to, grad_disabled
+from ._training import (_NO_GRAD, backward_calls, ddp_holder, ddp_wraps, enclosing_function, flows_to, grad_disabled,
+                        module_ref, params_reach_optimizer, reaches_backward)
 from .ddp209_unused_parameters import wrapped_class
 
 
@@ -35,6 +36,18 @@ class ForwardBypassesDdp(Rule):
     method decorated with them, a method that only computes a loss from outputs the wrapper made
     (`ddp_model.module.criterion(ddp_model(x), y)`), a class that cannot be seen (third-party,
     inherited method), or a result that never reaches a `backward()`, is not flagged.
+
+    Two more forms skip the wrapper in the same way, where a `DDP(...)` of this file is known:
+    - the very module it wraps, called directly while the wrapper is bound to another name
+      (`self.model_ddp = DDP(self.model, ...)`, then `loss = self.model(x); loss.backward()` in a
+      method of the same class, or `ddp_net = DDP(net)` then `net(x)` later in the same
+      function), when the step does not call the wrapper itself;
+    - a module trained beside a DDP-wrapped one but never wrapped: built in the function as a
+      module (a `torch.nn` layer, a torchvision or timm model, a project `nn.Module`), its forward
+      reaches the `backward()`, its parameters (`m.parameters()`) reach the step's optimizer
+      (directly, through a list of parameter groups, or `add_param_group`), the step also calls
+      the wrapper, and no `DDP(...)` of the file takes it (`DDP(nn.Sequential(backbone, head))`
+      does). A module whose parameters never reach an optimizer (a frozen encoder) is not flagged.
 
     ## Why is this bad?
     `DistributedDataParallel.forward` is where DDP arms its reducer
@@ -88,7 +101,9 @@ class ForwardBypassesDdp(Rule):
     name = "forward-bypasses-ddp"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = (".module",)
+    # ``x.module(...)``; the module a ``DistributedDataParallel(...)`` of this file wraps, or another
+    # one trained beside it
+    requires_text = (".module", "DistributedDataParallel")
 
     @classmethod
     def reach(cls, text, filename):
@@ -138,6 +153,104 @@ class ForwardBypassesDdp(Rule):
                 fix=fix,
             )
 
+        self._original_or_outside(ctx)
+
+    def _original_or_outside(self, ctx) -> None:
+        """A training step that runs a module without its DDP wrapper: the very module a
+        ``DDP(...)`` of this file wraps, called directly (``self.model_ddp = DDP(self.model)``, then
+        ``loss = self.model(x); loss.backward()``), or a module built beside a DDP-wrapped one,
+        whose parameters the step's optimizer trains, and that no ``DDP(...)`` wraps
+        (``head = DDP(head)``; ``out = head(backbone(x))``, ``backbone.parameters()`` in the
+        optimizer)."""
+        wraps = ddp_wraps(ctx)
+        if not wraps:
+            return
+        wrapped = {w for _c, w, _b in wraps if w is not None}
+        # the candidates: a wrapped module, or one whose parameters the file reads (an optimizer's)
+        trained = {module_ref(p.func.value) for name in ("parameters", "named_parameters")
+                   for p in calls_named(ctx, name) if isinstance(p.func, ast.Attribute)}
+        candidates = (wrapped | trained) - {None}
+        seen: set = set()
+        for c in ctx.sem.calls:
+            ref = module_ref(c.func) if isinstance(c.func, (ast.Name, ast.Attribute)) else None
+            if ref is None or ref in seen or ref not in candidates:
+                continue
+            fn = enclosing_function(c)
+            if fn is None or (ref, id(fn)) in seen or not backward_calls(ctx, fn) or grad_disabled(ctx, c) \
+                    or not reaches_backward(ctx, c, fn):
+                continue
+            seen.add((ref, id(fn)))  # judged once per module and function (the first such call)
+            back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno), None)
+            if back is None:
+                continue
+            if ref in wrapped:
+                got = self._original(ctx, c, ref, fn, wraps)
+            else:
+                got = self._outside(ctx, c, ref, fn, wraps)
+            if got is None:
+                continue
+            seen.add(ref)
+            msg, related = got
+            ctx.report(c, msg, related=[*related, (back, "this backward does not synchronise its gradients")])
+
+    @staticmethod
+    def _same_scope(ctx, ref, fn, at_fn) -> bool:
+        """A name is one variable only inside one function; a ``self.<attr>`` is shared by the
+        methods of one class."""
+        if isinstance(ref, str):
+            return fn is at_fn
+        return fn is not None and at_fn is not None and parent(fn) is parent(at_fn) and isinstance(parent(fn), ast.ClassDef)
+
+    def _original(self, ctx, c, ref, fn, wraps):
+        """``ref`` is the module a ``DDP(...)`` wraps (bound to another name): calling it bypasses
+        the wrapper, unless the step calls the wrapper too (then it is not judged)."""
+        for d, w, bound in wraps:
+            if w != ref or bound is None or bound == ref or not self._same_scope(ctx, ref, enclosing_function(d), fn):
+                continue
+            if isinstance(ref, str) and d.lineno > c.lineno:
+                continue
+            if _calls_ref(ctx, bound, fn) or _rebound_between(ctx, ref, d, c, fn):
+                continue
+            b = _ref_text(bound)
+            return (f"`{ctx.text(c.func)}(...)` runs the module that `{b}` wraps in DistributedDataParallel (line "
+                    f"{d.lineno}) without the wrapper: its backward never all-reduces the gradients, so the ranks "
+                    f"drift apart; run the step through `{b}(...)`",
+                    [(d, "wrapped in DistributedDataParallel here")])
+        return None
+
+    def _outside(self, ctx, c, ref, fn, wraps):
+        """``ref`` is a module (a ``torch.nn`` layer, a torchvision/timm model, a project
+        ``nn.Module``) that no ``DDP(...)`` of the file wraps, trained in a step that also runs a
+        DDP wrapper, with its parameters in that step's optimizer."""
+        from ..flow.wrapped import _is_module_ctor, leaves
+        from ..flow.modern import hub
+
+        if not isinstance(ref, str):
+            return None  # a name of this function (its builds are visible here)
+        if any(ref == bound for _d, _w, bound in wraps):
+            return None  # the wrapper itself
+        own = [(d, bound) for d, _w, bound in wraps if enclosing_function(d) is fn and bound is not None]
+        if not own or any(ref in _names(get_arg(d, 0, "module")) for d, _b in own if get_arg(d, 0, "module") is not None):
+            return None
+        if not any(_calls_ref(ctx, bound, fn) for _d, bound in own):
+            return None  # no DDP forward in this step
+        if any(ref in _names(get_arg(d, 0, "module") or d) for d, _w, _b in wraps):
+            return None  # wrapped somewhere (``DDP(nn.Sequential(backbone, head))``)
+        opt = params_reach_optimizer(ctx, ref, fn)
+        if opt is None:
+            return None
+        an, view = hub(ctx)
+        lv = leaves(an, view, c.func, c)
+        if not lv or not all(_is_module_ctor(an, v, e) and not (v.sem.call_qualname(e) or "").startswith(
+                ("torch.nn.parallel.", "torch.distributed.")) for v, e in lv):
+            return None
+        d = own[0][0]
+        return (f"`{ref}` is trained (its parameters are in the optimizer on line {opt.lineno}) but runs outside "
+                f"DistributedDataParallel (only `{_ref_text(own[0][1])}` is wrapped, line {d.lineno}): its "
+                f"gradients are never all-reduced, so its replicas drift apart; wrap it with the other module "
+                f"(`DDP(nn.Sequential({ref}, ...))`) or in its own DDP",
+                [(opt, "its parameters are trained here"), (d, "the only DistributedDataParallel of this step")])
+
     @staticmethod
     def _custom_method(ctx, c, holder, method, fn, back) -> None:
         """``ddp_model.module.<method>(...)`` whose result reaches a backward: a bypass when the
@@ -175,6 +288,30 @@ class ForwardBypassesDdp(Rule):
             f"never all-reduces the gradients, so the ranks drift apart; run the step through `{h}(...)`",
             related=related,
         )
+
+
+def _ref_text(ref) -> str:
+    return ref if isinstance(ref, str) else f"self.{ref[1]}"
+
+
+def _names(e) -> set[str]:
+    return {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}
+
+
+def _calls_ref(ctx, ref, fn) -> bool:
+    """``fn`` calls the module ``ref`` holds (``ddp_model(x)``, ``self.model(x)``) with gradients on."""
+    return any(isinstance(n, ast.Call) and module_ref(n.func) == ref and not grad_disabled(ctx, n)
+               for n in ast.walk(fn))
+
+
+def _rebound_between(ctx, ref, d, c, fn) -> bool:
+    """A name rebound in ``fn`` between the wrap and the call (``model = ddp_model``)."""
+    if not isinstance(ref, str):
+        return False
+    return any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and d.lineno < s.lineno <= c.lineno
+               and any(isinstance(t, ast.Name) and t.id == ref for x in (s.targets if isinstance(s, ast.Assign)
+                                                                          else [s.target]) for t in ast.walk(x))
+               for s in ast.walk(fn))
 
 
 def _short(call: ast.Call) -> str:

@@ -4,12 +4,14 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import parent
+from ..semantic import param_names, parent
 from ..flow.assignments import stmt_list_of
 from ..flow.modern import hub
 from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
-from ..flow.wrapped import NOT_DDP_PLUGINS, contradicts, guards, handles_attribute_error, implied, tested_values, wrap_origins
+from ..flow.calls import call_args
+from ..flow.wrapped import (NOT_DDP_PLUGINS, contradicts, guards, handles_attribute_error, implied, is_model_class,
+                            tested_values, wrap_origins)
 
 
 class AttributeThroughDdpWrapper(Rule):
@@ -21,17 +23,32 @@ class AttributeThroughDdpWrapper(Rule):
 
     The value is followed through the program model (`flow.origins`): assignments, tuple unpacking
     (`model, opt = build(cfg)`), `self.<attr>` across the methods of a class, parameters filled by
-    the calls of their module, and helper functions of this file or another module of the project
-    that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
+    the calls of their module (and, for a module-level function, a caller in another file of the
+    project, `main.py` passing `model = DDP(model)` to `train_one_epoch(model, ...)`), and helper
+    functions of this file or another module of the project that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
     distributed else m` fails on the distributed path, which is the one a single-GPU test never
     ran.
+
+    It also checks a type test of a model class on a value that may be the wrapper:
+    `isinstance(model, Detector)`, `type(model) in [CLIP, CustomTextCLIP]`, where every class named
+    is a model class (a project `nn.Module` subclass, a `torch.nn` layer, a `transformers` /
+    `diffusers` model class). The wrapper is none of them, so the test is false under DDP and the
+    code silently takes the other branch (or an `assert` fails). A predicate helper (`def
+    is_clip(m): return type(m) in [...]`) is judged at its calls, and a parameter of a
+    module-level function (or of a module-level class's `__init__`) counts as the wrapper when a
+    caller in another file of the project passes it (`main.py` calls `train_one_epoch(model, ...)`
+    or `WithAugment(model)` with `model = DDP(model)`). A test that also
+    names a DDP class or asks `hasattr(model, "module")`, or that decides an unwrap (`model if
+    isinstance(model, Net) else model.module`), is not flagged.
 
     Not flagged: an attribute that `DistributedDataParallel` or `nn.Module` has (`parameters`,
     `state_dict`, `train`, `eval`, `to`, `no_sync`, `module`, `register_forward_hook`, ...); an
     attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`);
     a value that was unwrapped on some path (`model = model.module`, `getattr(model, "module",
     model)`, `model.module if hasattr(model, "module") else model`); a read under a test of the
-    same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`), inside a `try` that
+    same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`, a flag bound to one,
+    `has_custom = hasattr(model, "f")` then `if has_custom:`, or a predicate asked about it first:
+    `is_clip(model) and model.output_dict`), inside a `try` that
     catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
     args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`); a
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
@@ -47,11 +64,18 @@ class AttributeThroughDdpWrapper(Rule):
     own attributes on its result (`model.generate`, `model.save_pretrained`, `model.config`) is the
     same bug; the element of a tuple result is matched to its argument (`model, opt, dl =
     accelerator.prepare(model, opt, dl)`), which must be built as a module (a `torch.nn` layer, a
-    project `nn.Module` class, a `transformers`/`diffusers` model's `from_pretrained`,
-    `peft.get_peft_model`). An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
+    project `nn.Module` class, a `transformers`/`diffusers` model class, built or
+    `from_pretrained`, a torchvision or timm model, `peft.get_peft_model`), or be used as the trained model where the result is bound (its
+    function, or the methods of its class for `self.model`): called, with that call's result
+    reaching a `backward` (`loss = model(**batch).loss; accelerator.backward(loss)`), or handed to
+    `accelerator.accumulate(model)` or, elsewhere, to `accelerator.unwrap_model(model)` (the code
+    itself takes it for a model Accelerate wraps; `flow.wrapped.trained_as_model`: an optimizer, a
+    loader or a scheduler is none of these). A file that uses Accelerate need not spell "torch" for this rule.
+    An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
     tensor-parallel plugin, or code that reads that plugin from the accelerator's state
     (`getattr(accelerator.state, "deepspeed_plugin", None)`: written for engines that forward
-    attribute reads), a test file (its harness runs one process), or a read under a test of the
+    attribute reads), a test file (its harness runs one process), a notebook that never calls
+    `notebook_launcher` (its kernel is one process), or a read under a test of the
     accelerator's mode (`if accelerator.distributed_type == DistributedType.XLA:`) is not flagged.
 
     The attributes the wrapper has are frozen from torch 2.13: `dir(DistributedDataParallel)` (its
@@ -100,6 +124,8 @@ class AttributeThroughDdpWrapper(Rule):
     # every finding is an attribute read (``x.attr``, ``getattr(x, "attr")``); what narrows the
     # files is the reach gate below (the wrap may be in another module, or a base class)
     requires_text = (".", "getattr")
+    # ``accelerator.prepare(model)`` builds the wrapper in a file that need not spell "torch"
+    base_text = ("torch", "ccelerat")
 
     @classmethod
     def reach(cls, text, filename):
@@ -110,7 +136,14 @@ class AttributeThroughDdpWrapper(Rule):
             return True, {}
         from ..flow.reach import reaches  # lazy: only files the text gate admits
 
-        return reaches(filename, text)
+        got = reaches(filename, text)
+        if got[0]:
+            return got
+        # a type test of a helper's parameter that a caller in another file fills with the wrapper
+        from ._common import callers_may_exist
+
+        more = callers_may_exist(text, filename, (("DistributedDataParallel",),))
+        return more[0], {**got[1], **more[1]}
 
     def visit(self, node: ast.Attribute, ctx) -> None:
         if not isinstance(node.ctx, ast.Load):
@@ -126,6 +159,7 @@ class AttributeThroughDdpWrapper(Rule):
         ctx.memo("ddp210.reads", list).append(node)
 
     def finish(self, ctx) -> None:
+        self._type_tests(ctx)
         reads = ctx.memo("ddp210.reads", list)
         getattrs = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == "getattr"
                     and len(c.args) == 2 and not c.keywords and isinstance(c.args[1], ast.Constant)
@@ -146,6 +180,9 @@ class AttributeThroughDdpWrapper(Rule):
                 continue
             wraps, always = _wrap_origins(an, view, holder, node, memo)
             if not wraps:
+                # a module-level function's parameter that a caller in another file fills with it
+                wraps, always = _from_callers(ctx, holder, node, memo), False
+            if not wraps:
                 continue
             at = guards(node)
             # in a test file, a conditional wrap seen by a conditional read only under the same
@@ -161,7 +198,8 @@ class AttributeThroughDdpWrapper(Rule):
                 # world, one process), nor under a test of the accelerator's mode
                 acc = ast.unparse(call.func.value)
                 if test_file or any(isinstance(n, ast.Attribute) and n.attr in _MODE_ATTRS
-                                    for t, _b in at for n in ast.walk(t)) or _reads_plugin(v):
+                                    for t, _b in at for n in ast.walk(t)) or _reads_plugin(v) \
+                        or _one_process_notebook(ctx):
                     continue
                 self._report_prepared(ctx, node, h, attr, v, view, call, acc)
                 continue
@@ -190,6 +228,46 @@ class AttributeThroughDdpWrapper(Rule):
             )
 
 
+    def _type_tests(self, ctx) -> None:
+        """``isinstance(model, Net)`` / ``type(model) in [Net, ...]`` of model classes, where
+        ``model`` may be the DDP wrapper: false under DDP. A predicate helper (``def is_net(m):
+        return isinstance(m, Net)``) is judged at its calls of this module."""
+        tests = [t for t in (_model_type_test(ctx, c) for c in ctx.sem.calls) if t is not None]
+        if not tests:
+            return
+        from ._training import callers_pass_wrapper
+
+        an, view = hub(ctx)
+        for test, value, classes in tests:
+            sites = [(test, value)]
+            ret = parent(test)
+            fn = ctx.sem.enclosing_function(test)
+            if isinstance(ret, ast.Return) and ret.value is test and fn is not None and isinstance(value, ast.Name) \
+                    and value.id in param_names(fn) and not ctx.sem.assignments(fn).get(value.id):
+                sites = [(c, a) for c in an.call_sites(view, fn)[:8]
+                         for p, a in call_args(c, fn) if p == value.id and _holder(a) and not isinstance(a, ast.Call)]
+            for at, v in sites:
+                if _tests_wrapper_too(ctx, at, ctx.text(v)) or handles_attribute_error(at):
+                    continue
+                wraps, _always = wrap_origins(an, view, v, at, ordered=False)
+                wraps = [(w, c) for w, c in wraps if (w.sem.call_qualname(c) or "") == DDP_CLASS
+                         and not contradicts(guards(c), guards(at))]
+                if not wraps:
+                    wraps = callers_pass_wrapper(ctx, v, at)
+                if not wraps:
+                    continue
+                w, call = wraps[0]
+                h = ctx.text(v)
+                where = f"line {call.lineno}" if w is view else f"{_shown(ctx, w.path)} line {call.lineno}"
+                how = "" if at is test else f" (`{ctx.text(at.func)}` tests `{ctx.text(test)}`)"
+                ctx.report(
+                    at,
+                    f"`{h}` may be the DistributedDataParallel wrapper (built on {where}), which is not a "
+                    f"{' or '.join(classes)}: this type test{how} is false under DDP, so the code takes the other "
+                    f"branch; test the wrapped module, `getattr({h}, \"module\", {h})`",
+                    related=[(call, "wrapped in DistributedDataParallel here")] if w is view else [],
+                )
+
     @staticmethod
     def _report_prepared(ctx, node, h, attr, v, view, call, acc) -> None:
         where = f"line {call.lineno}" if v is view else f"{_shown(ctx, v.path)} line {call.lineno}"
@@ -207,6 +285,16 @@ class AttributeThroughDdpWrapper(Rule):
             f"AttributeError under multi-GPU; read it through `{acc}.unwrap_model({h}).{attr}`",
             related=related,
         )
+
+
+def _one_process_notebook(ctx) -> bool:
+    """A notebook that never starts ``notebook_launcher``: its kernel is one process, where
+    ``accelerator.prepare`` returns the model itself."""
+    if not (ctx.filename or "").endswith(".ipynb"):
+        return False
+    from .ddp601_notebook_launcher_after_cuda_init import LAUNCHERS
+
+    return not ctx.sem.calls_to(*LAUNCHERS)
 
 
 # an Accelerator's (or its state's) distributed mode: a read under a test of it is left alone
@@ -233,6 +321,56 @@ def _reads_plugin(view) -> bool:
                 break
         view.memo["ddp210.plugin_reads"] = got
     return got
+
+
+def _model_type_test(ctx, c):
+    """(test, tested value, class names) for ``isinstance(x, C)`` / ``type(x) is C`` / ``type(x) in
+    [C, D]`` where every class named is a model class (``flow.wrapped.is_model_class``) and ``x``
+    is a name or ``self.<attr>``; else None."""
+    f = c.func
+    if not isinstance(f, ast.Name):
+        return None
+    if f.id == "isinstance" and len(c.args) == 2 and not c.keywords:
+        test, value, spec = c, c.args[0], c.args[1]
+    elif f.id == "type" and len(c.args) == 1:
+        cmp = parent(c)
+        if not (isinstance(cmp, ast.Compare) and cmp.left is c and len(cmp.ops) == 1
+                and isinstance(cmp.ops[0], (ast.Is, ast.Eq, ast.In))):
+            return None
+        test, value, spec = cmp, c.args[0], cmp.comparators[0]
+    else:
+        return None
+    if not (isinstance(value, ast.Name) or (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
+                                            and value.value.id == "self")):
+        return None
+    elts = spec.elts if isinstance(spec, (ast.Tuple, ast.List, ast.Set)) else [spec]
+    if not elts or not all(isinstance(e, (ast.Name, ast.Attribute)) for e in elts):
+        return None
+    an, view = hub(ctx)
+    if not all(is_model_class(an, view, e) for e in elts):
+        return None
+    return test, value, [ctx.text(e) for e in elts]
+
+
+def _tests_wrapper_too(ctx, at, h: str) -> bool:
+    """The condition ``at`` is part of also asks about the wrapping (``hasattr(h, "module")``, a
+    DDP class), or the statement it decides reads ``h.module`` (an unwrap on the other branch)."""
+    top = at
+    p = parent(top)
+    while isinstance(p, (ast.BoolOp, ast.UnaryOp)):
+        top, p = p, parent(p)
+    if isinstance(p, (ast.If, ast.IfExp, ast.While)) and p.test is top:
+        # ``model if isinstance(model, Net) else model.module``: the other branch unwraps
+        for n in ast.walk(p):
+            if isinstance(n, ast.Attribute) and n.attr == "module" and ctx.text(n.value) == h:
+                return True
+    for n in ast.walk(top):
+        if isinstance(n, (ast.Name, ast.Attribute)) and (ctx.qn(n) or "").startswith("torch.nn.parallel."):
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("hasattr", "getattr") \
+                and len(n.args) > 1 and isinstance(n.args[1], ast.Constant) and n.args[1].value == "module":
+            return True
+    return False
 
 
 def _insert(pos):
@@ -262,9 +400,18 @@ def _asks_wrapping(ctx, test, h: str, attr: str) -> bool:
 
 def _tested(ctx, node, h: str, attr: str = "") -> bool:
     """The read sits under a test of the same value (``hasattr(h, ...)``, ``isinstance(h, ...)``)."""
+    fn = ctx.sem.enclosing_function(node)
     for test, _branch in guards(node):
         if any(ctx.text(v) == h for v in tested_values(test)):
             return True
+        # a flag bound to such a test: ``has_custom = hasattr(model, "f")`` ... ``if has_custom:``
+        for n in ast.walk(test):
+            if isinstance(n, ast.Name) and fn is not None:
+                for st in ctx.sem.assignments(fn).get(n.id, ()):
+                    value = getattr(st, "value", None)
+                    if isinstance(st, (ast.Assign, ast.AnnAssign)) and value is not None \
+                            and any(ctx.text(v) == h for v in tested_values(value)):
+                        return True
     # ``if hasattr(x, "module"): return x.module.a`` before the read: an early exit on the test
     st = ctx.sem.statement_of(node)
     while st is not None and not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
@@ -276,11 +423,17 @@ def _tested(ctx, node, h: str, attr: str = "") -> bool:
                         and _asks_wrapping(ctx, prev.test, h, attr):
                     return True
         st = parent(st)
-    # ``x.a if hasattr(x, "a") else ...`` / ``hasattr(x, "a") and x.a``
+    # ``x.a if hasattr(x, "a") else ...`` / ``hasattr(x, "a") and x.a`` / ``is_clip(x) and x.a`` (a
+    # predicate asked about the same value first)
     p = getattr(node, "_p", None)
     while p is not None and not isinstance(p, ast.stmt):
         if isinstance(p, ast.BoolOp) and any(ctx.text(v) == h for x in p.values if x is not node
                                               for v in tested_values(x)):
+            return True
+        if isinstance(p, ast.BoolOp) and any(
+                isinstance(c, ast.Call) and any(ctx.text(a) == h for a in c.args)
+                for x in p.values if x is not node and not any(n is node for n in ast.walk(x))
+                for c in ast.walk(x)):
             return True
         p = getattr(p, "_p", None)
     return False
@@ -395,6 +548,19 @@ DDP_ATTRIBUTES = frozenset("""
     to_kwargs train training type use_side_stream_for_tensor_copies will_sync_module_buffers xpu
     zero_grad
 """.split())
+
+
+def _from_callers(ctx, holder, node, memo: dict) -> list:
+    """``callers_pass_wrapper`` for a name, once per (function, name)."""
+    if not isinstance(holder, ast.Name):
+        return []
+    from ._training import callers_pass_wrapper
+
+    key = ("callers", id(ctx.sem.enclosing_function(node)), holder.id)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = callers_pass_wrapper(ctx, holder, node)
+    return got
 
 
 def _wrap_origins(an, view, holder, node, memo: dict):

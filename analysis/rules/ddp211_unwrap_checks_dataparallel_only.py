@@ -9,6 +9,7 @@ from ..flow.calls import call_args
 from ..torch_api import DDP_CLASS
 from ..flow.modern import hub
 from ..flow.wrapped import wrap_origins
+from ._training import callers_pass_wrapper
 
 _DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                  "torch.nn.parallel.data_parallel.DataParallel"})
@@ -97,7 +98,7 @@ class UnwrapChecksDataParallelOnly(Rule):
             h = ctx.text(value)
             wraps, _always = wrap_origins(an, view, value, at, ordered=False)
             if not wraps:
-                wraps = _callers_pass_wrapper(ctx, value, at)
+                wraps = callers_pass_wrapper(ctx, value, at)
             if not wraps:
                 continue
             why = f"`{h}` may be the DistributedDataParallel wrapper (built on line {wraps[0][1].lineno}" + (
@@ -191,33 +192,6 @@ def _guarded_module_read(ctx, top, h: str):
                 if got is not None:
                     return got
     return None
-
-
-def _callers_pass_wrapper(ctx, value, at, depth: int = 0) -> list:
-    """[(view, ``DDP(...)`` call)] when ``value`` is a parameter of a module-level function that a
-    caller in another file of the project calls with a value that may be the wrapper (directly, or
-    through the caller's own parameter, one file further)."""
-    fn = ctx.sem.enclosing_function(at)
-    if not isinstance(value, ast.Name) or fn is None or not isinstance(parent(fn), ast.Module) \
-            or value.id not in param_names(fn) or ctx.sem.assignments(fn).get(value.id):
-        return []
-    from ._common import project_callers  # lazy: reads the project's other files
-
-    for caller, call, node in project_callers(ctx, {fn.name}):
-        if node is not fn:
-            continue
-        arg = next((a for p, a in call_args(call, fn) if p == value.id), None)
-        if not isinstance(arg, (ast.Name, ast.Attribute)):
-            continue
-        an2, view2 = hub(caller)
-        wraps, _always = wrap_origins(an2, view2, arg, call, ordered=False)
-        if wraps:
-            return wraps
-        if depth < 1:
-            got = _callers_pass_wrapper(caller, arg, call, depth + 1)
-            if got:
-                return got
-    return []
 
 
 def _shown(ctx, path: str) -> str:
