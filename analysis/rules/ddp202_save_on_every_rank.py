@@ -49,6 +49,34 @@ class SaveOnEveryRank(Rule):
     on a path made only of its parameters, and none of the arguments given for them is
     rank-specific. Helpers that guard themselves (`save_on_master`) stay silent.
 
+    The writers are `torch.save`, `torch.jit.save`, safetensors `save_file`/`save_model`, the
+    `.save(path)` of a scripted module (`torch.jit.script(m).save(p)`) and a profiler's trace
+    export (`prof.export_chrome_trace(p)`); the receiver of a method is known by value flow (the
+    call that made it, a `with ... as` binding, a declared type such as
+    `prof: torch.profiler.profile = ...`), never by its name. A script that builds an
+    `accelerate.Accelerator` is a distributed script too (`accelerate launch` runs it in every
+    process; `accelerator.save` writes from the main process only and is not a writer here).
+
+    Three more findings need no launch call in the file:
+
+    1. a guard meant for the main rank that lets a few ranks through: `if not (dist.is_initialized()
+       and dist.get_rank() > 1):` or `if rank < 2:` (ranks 0 and 1 both write). It is reported at
+       the comparison, once per test, unless the function's calls in the file are all main-rank
+       only or the path is rank-specific (`flow.rank_tests.ranks_admitted` reads the test:
+       comparisons of a rank with integer constants, through `not`, `and`/`or` and names bound
+       once; `rank % 8 == 0` and comparisons with variables say nothing);
+    2. a write in a method of a class whose other method guards its own write with a main-rank
+       test that asks the process (`if not is_master(): return`, `if self.rank != 0:`), not a flag
+       its caller passes in (`is_main_process=True` parameter): the class runs on every rank and
+       this write was missed;
+    3. a write in a method of a class that tells its main rank apart (a method or property whose
+       only `return` is a main-rank test: `return self.rank == 0`) and does not test it there.
+
+    For 2 and 3 the write must not be behind a main-rank test itself, every call of its method in
+    the file must not be main-rank only, and test files (`test_*.py`) are left alone. The name of a
+    main-rank test (`is_master`, `is_main_process`) is read only where the value flow gives no
+    answer (the guard is a call of another module's function, an attribute).
+
     ## Why is this bad?
     Every rank runs the line, so N processes open, truncate and write the same file at the same
     time. The result is a corrupt or truncated checkpoint that fails to load later:
