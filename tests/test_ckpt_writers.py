@@ -176,3 +176,47 @@ if __name__ == "__main__":
 """
     assert [ln for ln, _ in _lines(text, "train.py")] == [8]
     assert _lines(text.replace("accelerator = Accelerator()", "accelerator = make()"), "train.py") == []
+
+
+def test_a_helper_of_another_module_is_followed_whatever_its_name(tmp_path):
+    (tmp_path / "setup.cfg").write_text("")
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "__init__.py").write_text("")
+    (tmp_path / "util" / "export.py").write_text(
+        "import torch\n\n\ndef finish_run(model, out_dir):\n"
+        "    torch.jit.save(torch.jit.script(model), out_dir + '/model.pt')\n")
+    train = tmp_path / "train.py"
+    train.write_text("import torch\nimport torch.distributed as dist\nfrom util.export import finish_run\n\n\n"
+                     "def main():\n    dist.init_process_group('nccl')\n    model = torch.nn.Linear(2, 2)\n"
+                     "    finish_run(model, 'out')\n    if dist.get_rank() == 0:\n        finish_run(model, 'out2')\n\n\n"
+                     "if __name__ == '__main__':\n    main()\n")
+    res = check_source(train.read_text(), str(train), Settings(select=["DDP202"]))
+    got = [(f.range.start.line + 1, f.message) for f in res.findings if f.code == "DDP202"]
+    assert [ln for ln, _ in got] == [9]
+    assert "`finish_run()`" in got[0][1] and "`torch.jit.save`" in got[0][1]
+
+
+def test_the_gate_asks_the_imported_modules_for_a_writer(tmp_path):
+    from ddp_lint.analysis.flow.reach import imports_hold
+
+    (tmp_path / "setup.cfg").write_text("")
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "__init__.py").write_text("from .export import finish_run\n")
+    (tmp_path / "util" / "export.py").write_text("import torch\n\n\ndef finish_run(m, d):\n    torch.save(m, d)\n")
+    (tmp_path / "util" / "plain.py").write_text("def finish_run(m, d):\n    print(m, d)\n")
+    train = tmp_path / "train.py"
+    text = "from util import finish_run\n"  # through the package's re-export
+    train.write_text(text)
+    assert imports_hold(str(train), text, ("save",))[0] is True
+    other = "from util.plain import finish_run\n"
+    assert imports_hold(str(train), other, ("save",))[0] is False
+    assert imports_hold(None, text, ("save",)) == (False, {})
+    # the gated and ungated runs agree on a script that spells no writer itself
+    script = ("import torch\nimport torch.distributed as dist\nfrom util import finish_run\n\n\n"
+              "def main():\n    dist.init_process_group('nccl')\n    finish_run(torch.nn.Linear(2, 2), 'out')\n\n\n"
+              "if __name__ == '__main__':\n    main()\n")
+    train.write_text(script)
+    gated = check_source(script, str(train), Settings(select=["DDP202"]))
+    ungated = check_source(script, str(train), Settings(select=["DDP202"]), gate=False)
+    assert [f.range for f in gated.findings] == [f.range for f in ungated.findings]
+    assert len(gated.findings) == 1

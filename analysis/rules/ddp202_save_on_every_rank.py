@@ -24,6 +24,11 @@ _RANK_TEST_TEXT = tuple(NoCase(n) for n in sorted({*RANK_NEEDLES, *MAIN_NAMES, "
                                                     "leader", "primary", "root", "lead", "world", "should_"}))
 
 
+# what a writer spells (lower case): ``torch.save``, ``jit.save``, ``save_file``, ``.save(...)``,
+# ``export_chrome_trace``...
+_WRITER_TEXT = ("save", "export_")
+
+
 class SaveOnEveryRank(Rule):
     """
     ## What it does
@@ -43,10 +48,12 @@ class SaveOnEveryRank(Rule):
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
     batches): each rank writes different files.
 
-    A call, on every rank, of a save helper from another file of the project
-    (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`) is flagged at the call
-    when the helper runs its `torch.save` unconditionally (no `if`, no early `return`, no decorator)
-    on a path made only of its parameters, and none of the arguments given for them is
+    A call, on every rank, of a helper from another file of the project
+    (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`, whatever its name: the
+    import that binds it says where it lives; a method only when its name says it saves) is
+    flagged at the call when the helper runs its `torch.save` (or another writer) unconditionally
+    (no `if`, no early `return`, no decorator) on a path made only of its parameters, and none of
+    the arguments given for them is
     rank-specific. Helpers that guard themselves (`save_on_master`) stay silent.
 
     The writers are `torch.save`, `torch.jit.save`, safetensors `save_file`/`save_model`, the
@@ -109,11 +116,22 @@ class SaveOnEveryRank(Rule):
     code = "DDP202"
     name = "save-on-every-rank"
     severity = Severity.WARNING
-    # torch.save and the other writers, a save helper, or a profiler's trace export
-    requires_text = (NoCase("save"), NoCase("checkpoint"), NoCase("ckpt"), "export_")
+    # (the writers' own needles, ``_WRITER_TEXT``, are asked in ``reach``: in this file, or in a
+    # project module it imports, where a helper it calls may write)
     # is_distributed_script: a launch call is spelled in the file; an ``Accelerator``; else (a
     # library) a rank or main-rank test (``polarity``: a rank-like or main-like name, a world size)
-    requires_text_all = ((*LAUNCH_TEXT, "Accelerator", *_RANK_TEST_TEXT),)
+    requires_text = (*LAUNCH_TEXT, "Accelerator", *_RANK_TEST_TEXT)
+
+    @classmethod
+    def reach(cls, text, filename):
+        # torch.save and the other writers, a save helper, or a profiler's trace export: in this
+        # file, or in a project module it imports (``_through_helpers``)
+        low = text.lower()
+        if any(n in low for n in _WRITER_TEXT):
+            return True, {}
+        from ..flow.reach import imports_hold
+
+        return imports_hold(filename, text, _WRITER_TEXT)
 
     def finish(self, ctx) -> None:
         distributed = is_distributed_script(ctx) or _builds_accelerator(ctx)
@@ -166,9 +184,20 @@ class SaveOnEveryRank(Rule):
 
         from ..flow.helper_calls import calls_named_if
 
+        from ..flow.imports import _NOT_PROJECT
+
         ana = None
-        # the gate of this rule: a helper that saves says so in its name (asked once per name)
-        for call in calls_named_if(ctx, _save_like):
+        # the helpers asked: a function imported from a module that may be the project's (by value
+        # flow: the import that binds the name), or a method whose name says it saves
+        seen: set[int] = set()
+        cands = []
+        for call in ctx.sem.calls:
+            q = ctx.qn(call) if call.func.__class__ is ast.Name else None
+            if q and "." in q and q.split(".", 1)[0] not in _NOT_PROJECT:
+                cands.append(call)
+                seen.add(id(call))
+        cands += [c for c in calls_named_if(ctx, _save_like) if id(c) not in seen]
+        for call in cands:
             f = call.func
             name = f.id if f.__class__ is ast.Name else f.attr
             if (ctx.qn(call) or "").startswith("torch."):
@@ -196,12 +225,13 @@ class SaveOnEveryRank(Rule):
             from ..flow.findings import node_span
 
             rng = node_span(ctx, view.path, save)
+            writer = (view.sem.call_qualname(save) or "torch.save").replace("safetensors.torch.", "")
             ctx.report(
                 call,
-                f"`{name}()` runs on every rank, and its `torch.save` ({os.path.basename(view.path or '')} "
+                f"`{name}()` runs on every rank, and its `{writer}` ({os.path.basename(view.path or '')} "
                 f"line {save.lineno}) writes the same path from every rank: concurrent writers corrupt the "
                 "checkpoint; call it under `if rank == 0:`",
-                related=[("file", view.path, rng, "the torch.save every rank runs")] if view.path else (),
+                related=[("file", view.path, rng, f"the {writer} every rank runs")] if view.path else (),
             )
 
 
@@ -486,7 +516,7 @@ def _unguarded_save(view, fn):
     memo[id(fn)] = None
     sem = view.sem
     params = set(param_names(fn))
-    for save in sem.calls_to("torch.save"):
+    for save in sem.calls_to(*_CKPT_WRITERS):
         if sem.enclosing_function(save) is not fn:
             continue
         top, child, p = None, save, parent(save)
@@ -503,7 +533,8 @@ def _unguarded_save(view, fn):
         before = fn.body[: fn.body.index(top)]
         if any(isinstance(n, (ast.Return, ast.Raise)) for st in before for n in ast.walk(st)):
             continue  # `if not is_main_process(): return` and the like
-        path = get_arg(save, 1, "f")
+        pos, kw = _WRITERS.get(sem.call_qualname(save) or "", (1, "f"))
+        path = get_arg(save, pos, kw)
         used = _path_params(sem, path, fn, params, 0)
         if used is None:
             continue
