@@ -194,7 +194,8 @@ def _walk(path: str, text: str, now: float) -> tuple[bool, dict[str, str | None]
     return False, deps
 
 
-_held: dict[tuple, tuple] = {}  # (path, needles, disk) -> (checked_at, holds, candidates, digest)
+# (path, needles, disk) -> ((mtime_ns, size) or None: read again, holds, candidates, digest)
+_held: dict[tuple, tuple] = {}
 
 
 def imports_hold(path: str | None, text: str, needles: tuple[str, ...]) -> tuple[bool, dict[str, str | None]]:
@@ -224,13 +225,22 @@ def imports_hold(path: str | None, text: str, needles: tuple[str, ...]) -> tuple
                 visited.add(p)
                 key = (p, low, disk)
                 got = _held.get(key)
-                if got is None or now - got[0] >= _TTL:
+                with project._lock:
+                    overlaid = p in project._overlays
+                stamp = None
+                if not overlaid and disk:
+                    try:
+                        st = os.stat(p)
+                        stamp = (st.st_mtime_ns, st.st_size)
+                    except OSError:
+                        stamp = None
+                if got is None or stamp is None or got[0] != stamp:
                     r = _read(p)
                     if r is None:
                         continue
                     t, digest = r
                     tl = t.lower()
-                    got = (now, any(n in tl for n in low), candidates(t), digest)
+                    got = (stamp, any(n in tl for n in low), candidates(t), digest)
                     if len(_held) > 65536:
                         _held.clear()
                     _held[key] = got

@@ -129,6 +129,12 @@ class SaveOnEveryRank(Rule):
         low = text.lower()
         if any(n in low for n in _WRITER_TEXT):
             return True, {}
+        if not text.isascii():  # identifiers are NFKC-normalised by the parser
+            import unicodedata
+
+            text = unicodedata.normalize("NFKC", text)
+        if not any(n in text for n in LAUNCH_TEXT):
+            return False, {}  # a helper's write is only followed from a distributed script
         from ..flow.reach import imports_hold
 
         return imports_hold(filename, text, _WRITER_TEXT)
