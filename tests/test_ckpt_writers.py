@@ -220,3 +220,12 @@ def test_the_gate_asks_the_imported_modules_for_a_writer(tmp_path):
     ungated = check_source(script, str(train), Settings(select=["DDP202"]), gate=False)
     assert [f.range for f in gated.findings] == [f.range for f in ungated.findings]
     assert len(gated.findings) == 1
+
+
+def test_a_path_unique_to_the_process_is_not_shared():
+    base = ("import os\nimport time\nimport uuid\nimport torch\nimport torch.distributed as dist\n\n\n"
+            "def main(m):\n    dist.init_process_group('nccl')\n    tag = {tag}\n"
+            "    torch.save(m, os.path.join('out', f'ckpt_{{tag}}.pt'))\n\n\nmain(None)\n")
+    assert _lines(base.format(tag="uuid.uuid4().hex"), "train.py") == []
+    assert _lines(base.format(tag="int(time.time())"), "train.py") == []
+    assert [ln for ln, _ in _lines(base.format(tag="'last'"), "train.py")] == [11]

@@ -46,7 +46,9 @@ class SaveOnEveryRank(Rule):
     or in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
     whose path comes from a loop over this rank's share of the work (`for p in
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
-    batches): each rank writes different files.
+    batches): each rank writes different files. Nor is a path made of a value unique to the
+    process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
+    through names bound before the save).
 
     A call, on every rank, of a helper from another file of the project
     (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`, whatever its name: the
@@ -152,7 +154,8 @@ class SaveOnEveryRank(Rule):
             guarded = rank0_guarded(ctx, call)
             loose = _loose_guard(ctx, call)
             if loose is not None:
-                if not rank_specific_path(ctx, path, call) and runs_in_ranks(ctx, call) is not False:
+                if not rank_specific_path(ctx, path, call) and not unique_path(ctx, path, call) \
+                        and runs_in_ranks(ctx, call) is not False:
                     test, ranks = loose
                     if id(test) in loose_done:
                         continue  # one finding per test: the first write behind it
@@ -165,7 +168,7 @@ class SaveOnEveryRank(Rule):
                 continue
             if guarded is True:
                 continue
-            if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call):
+            if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call) or unique_path(ctx, path, call):
                 continue
             if runs_in_ranks(ctx, call) is False:
                 continue
@@ -224,7 +227,8 @@ class SaveOnEveryRank(Rule):
             if any(p not in args and p not in _defaults(fn) for p in params):
                 continue
             used = [args[p] for p in params if p in args]
-            if any(rank_specific_path(ctx, a, call) or per_item_path(ctx, a, call) for a in used):
+            if any(rank_specific_path(ctx, a, call) or per_item_path(ctx, a, call) or unique_path(ctx, a, call)
+                   for a in used):
                 continue
             if runs_in_ranks(ctx, call) is False or rank0_guarded(ctx, call) is not False:
                 continue
@@ -504,6 +508,28 @@ def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers:
                 for item in b.items:
                     if rank_specific_path(ctx, item.context_expr, b, depth + 1, buffers):
                         return True
+    return False
+
+
+# calls whose value differs between processes (and between calls): a path made of one is unique
+_UNIQUE_CALLS = frozenset({"uuid.uuid1", "uuid.uuid4", "os.getpid", "tempfile.mkdtemp", "tempfile.mkstemp",
+                           "time.time", "time.time_ns", "time.perf_counter", "time.monotonic",
+                           "datetime.datetime.now", "datetime.datetime.utcnow", "secrets.token_hex"})
+
+
+def unique_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """The path is made of a value that differs between processes and calls (``uuid.uuid4()``,
+    ``os.getpid()``, ``tempfile.mkdtemp()``, ``time.time()``), through names bound before ``at``:
+    no two ranks write the same file."""
+    if depth > 3 or expr is None:
+        return False
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call) and (ctx.qn(n) or "") in _UNIQUE_CALLS:
+            return True
+        if isinstance(n, ast.Name) and depth < 3:
+            st = reaching_assignment(ctx, n.id, at)
+            if st is not None and unique_path(ctx, st.value, st, depth + 1):
+                return True
     return False
 
 
