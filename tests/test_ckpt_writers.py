@@ -229,3 +229,14 @@ def test_a_path_unique_to_the_process_is_not_shared():
     assert _lines(base.format(tag="uuid.uuid4().hex"), "train.py") == []
     assert _lines(base.format(tag="int(time.time())"), "train.py") == []
     assert [ln for ln, _ in _lines(base.format(tag="'last'"), "train.py")] == [11]
+
+
+def test_a_save_after_the_function_starts_the_group_runs_on_every_rank():
+    text = ("import torch\nimport torch.distributed as dist\n\n\nclass Job:\n    def worker(self, rank):\n"
+            "        dist.init_process_group('gloo', rank=rank, world_size=2)\n"
+            "        torch.save({}, 'model.pt')\n")
+    # no call of `worker` in the file: the function that starts the group runs on every rank
+    assert [ln for ln, _ in _lines(text, "job.py")] == [8]
+    guarded = text.replace("        torch.save({}, 'model.pt')\n",
+                           "        if dist.get_rank() == 0:\n            torch.save({}, 'model.pt')\n")
+    assert _lines(guarded, "job.py") == []

@@ -42,8 +42,9 @@ class SaveOnEveryRank(Rule):
     of `if rank != 0:`, an early `if rank != 0: return`, a test that the world has one process
     (`if dist.get_world_size() != 1: raise ...`, `WORLD_SIZE` from the environment, read by value
     flow, not by name), decorators such as `@rank_zero_only`, and a
-    function whose every call in the file is guarded. A save in a function this file never calls,
-    or in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
+    function whose every call in the file is guarded. A save in a function this file never calls
+    (unless that function starts the process group itself, outside any `if`, before the save), or
+    in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
     whose path comes from a loop over this rank's share of the work (`for p in
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
     batches): each rank writes different files. Nor is a path made of a value unique to the
@@ -168,6 +169,8 @@ class SaveOnEveryRank(Rule):
                 continue
             if guarded is True:
                 continue
+            if guarded is None and _joins_group_before(ctx, call):
+                guarded = False  # the function that starts the process group runs on every rank
             if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call) or unique_path(ctx, path, call):
                 continue
             if runs_in_ranks(ctx, call) is False:
@@ -414,6 +417,23 @@ def _main_predicate(ctx, cls: ast.ClassDef):
         if len(rets) == 1 and rets[0].value is not None and polarity(ctx, rets[0].value, m) is True:
             return m
     return None
+
+
+def _joins_group_before(ctx, call: ast.Call) -> bool:
+    """The function holding ``call`` starts the process group itself (``init_process_group``)
+    before it, outside any ``if``: whoever calls the function, every rank runs it, and so the write."""
+    fn = ctx.sem.enclosing_function(call)
+    if fn is None:
+        return False
+    for init in ctx.calls_to("torch.distributed.init_process_group"):
+        if ctx.sem.enclosing_function(init) is not fn or (init.lineno, init.col_offset) >= (call.lineno, call.col_offset):
+            continue
+        p = parent(init)
+        while p is not None and p is not fn and not isinstance(p, (ast.If, ast.IfExp, ast.Try, ast.While, ast.For)):
+            p = parent(p)
+        if p is fn:
+            return True
+    return False
 
 
 def _save_like(name: str) -> bool:
