@@ -246,3 +246,46 @@ def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
 
 def _spawn_like(ctx, call: ast.Call) -> bool:
     return (ctx.qn(call) or "") in SPAWNS
+
+
+def main_guards(ctx, node: ast.AST, main_only: bool = True) -> list[tuple[ast.AST, bool]]:
+    """The main-rank tests that ``node`` sits behind in its function (or module), innermost first:
+    (test, the value it has when ``node`` runs), for each ``if``/``while``/conditional expression,
+    early exit and ``assert`` that ``rank0_guarded`` reads as a main-rank test (``polarity``).
+    ``main_only=False``: every such test, whatever it tests (the caller reads them)."""
+    sem = ctx.sem
+    out: list[tuple[ast.AST, bool]] = []
+    child = node
+    p = parent(node)
+    while p is not None:
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
+            pol = polarity(ctx, p.test, sem.scope_of(p)) if main_only else None
+            in_body = child is p.body if isinstance(p, ast.IfExp) else child in p.body
+            if (pol is not None and in_body == pol) or not main_only:
+                out.append((p.test, in_body))
+        if isinstance(child, ast.stmt):
+            block = _block_of(p, child)
+            if block is not None:
+                scope = sem.scope_of(child)
+                for s in block:
+                    if s is child:
+                        break
+                    if isinstance(s, ast.If):
+                        pol = polarity(ctx, s.test, scope) if main_only else None
+                        if (pol is False or not main_only) and _ends_in_exit(s.body):
+                            out.append((s.test, False))
+                        elif (pol is True or not main_only) and s.orelse and _ends_in_exit(s.orelse):
+                            out.append((s.test, True))
+                    elif isinstance(s, ast.Assert) and (not main_only or polarity(ctx, s.test, scope) is True):
+                        out.append((s.test, True))
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            break
+        child = p
+        p = parent(p)
+    return out
+
+
+def callers_guarded(ctx, fn: ast.AST) -> bool | None:
+    """Every call of ``fn`` in this file runs on the main rank only (True), one runs on every rank
+    (False), or there is none to tell (None)."""
+    return _callers_guarded(ctx, fn, 0)

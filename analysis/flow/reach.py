@@ -293,3 +293,61 @@ def imports_hold(path: str | None, text: str, needle: str) -> tuple[bool, dict[s
             if h is not None:
                 _needle_negative[(p, needle, disk)] = (now, closure, project.generation)
     return False, deps
+
+
+# (path, needles, disk) -> ((mtime_ns, size) or None: read again, holds, candidates, digest)
+_held: dict[tuple, tuple] = {}
+
+
+def imports_hold(path: str | None, text: str, needles: tuple[str, ...]) -> tuple[bool, dict[str, str | None]]:
+    """(may a module that this file imports, directly or through the project's other modules, spell
+    one of ``needles`` (case-insensitively), {path: content hash} of the files read, None for an
+    import looked for and not found). The same text-level import graph as ``reaches``, for a rule
+    whose finding needs a helper of another module (a writer in a save helper): a necessary
+    condition, so comments and strings only add candidates."""
+    if not path or path.startswith("<"):
+        return False, {}
+    low = tuple(n.lower() for n in needles)
+    here = os.path.abspath(path)
+    now = time.monotonic()
+    disk = project.disk_allowed()
+    deps: dict[str, str | None] = {}
+    visited = {here}
+    work = [(here, candidates(text))]
+    with _lock:
+        while work:
+            frm, cands = work.pop()
+            for mod, level in cands:
+                p, absent = _resolve(frm, mod, level, now)
+                for a in absent:
+                    deps.setdefault(a, None)
+                if p is None or p in visited:
+                    continue
+                visited.add(p)
+                key = (p, low, disk)
+                got = _held.get(key)
+                with project._lock:
+                    overlaid = p in project._overlays
+                stamp = None
+                if not overlaid and disk:
+                    try:
+                        st = os.stat(p)
+                        stamp = (st.st_mtime_ns, st.st_size)
+                    except OSError:
+                        stamp = None
+                if got is None or stamp is None or got[0] != stamp:
+                    r = _read(p)
+                    if r is None:
+                        continue
+                    t, digest = r
+                    tl = t.lower()
+                    got = (stamp, any(n in tl for n in low), candidates(t), digest)
+                    if len(_held) > 65536:
+                        _held.clear()
+                    _held[key] = got
+                deps[p] = got[3]
+                if got[1] or len(visited) > _MAX_NODES:
+                    return True, deps
+                if got[2]:
+                    work.append((p, got[2]))
+    return False, deps

@@ -10,11 +10,23 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.assignments import reaching_assignment
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
-from ..flow.rank_tests import is_rank_like
+from ..flow.rank_tests import RANK_NEEDLES, is_rank_like
+from ..flow.uniformity import MAIN_NAMES
 from ._spawn import runs_in_ranks
 
 _BUFFERS = ("io.BytesIO", "io.StringIO", "tempfile.TemporaryFile", "tempfile.NamedTemporaryFile",
             "tempfile.SpooledTemporaryFile")
+
+
+# what a file must spell to hold a main-rank test (``rank_tests.polarity``): a rank-like name, a
+# main-like one (its tokens, the known names), or a world size
+_RANK_TEST_TEXT = tuple(NoCase(n) for n in sorted({*RANK_NEEDLES, *MAIN_NAMES, "main", "master", "zero", "chief",
+                                                    "leader", "primary", "root", "lead", "world", "should_"}))
+
+
+# what a writer spells (lower case): ``torch.save``, ``jit.save``, ``save_file``, ``.save(...)``,
+# ``export_chrome_trace``...
+_WRITER_TEXT = ("save", "export_")
 
 
 class SaveOnEveryRank(Rule):
@@ -30,17 +42,50 @@ class SaveOnEveryRank(Rule):
     of `if rank != 0:`, an early `if rank != 0: return`, a test that the world has one process
     (`if dist.get_world_size() != 1: raise ...`, `WORLD_SIZE` from the environment, read by value
     flow, not by name), decorators such as `@rank_zero_only`, and a
-    function whose every call in the file is guarded. A save in a function this file never calls,
-    or in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
+    function whose every call in the file is guarded. A save in a function this file never calls
+    (unless that function starts the process group itself, outside any `if`, before the save), or
+    in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
     whose path comes from a loop over this rank's share of the work (`for p in
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
-    batches): each rank writes different files.
+    batches): each rank writes different files. Nor is a path made of a value unique to the
+    process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
+    through names bound before the save).
 
-    A call, on every rank, of a save helper from another file of the project
-    (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`) is flagged at the call
-    when the helper runs its `torch.save` unconditionally (no `if`, no early `return`, no decorator)
-    on a path made only of its parameters, and none of the arguments given for them is
+    A call, on every rank, of a helper from another file of the project
+    (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`, whatever its name: the
+    import that binds it says where it lives; a method only when its name says it saves) is
+    flagged at the call when the helper runs its `torch.save` (or another writer) unconditionally
+    (no `if`, no early `return`, no decorator) on a path made only of its parameters, and none of
+    the arguments given for them is
     rank-specific. Helpers that guard themselves (`save_on_master`) stay silent.
+
+    The writers are `torch.save`, `torch.jit.save`, safetensors `save_file`/`save_model`, the
+    `.save(path)` of a scripted module (`torch.jit.script(m).save(p)`) and a profiler's trace
+    export (`prof.export_chrome_trace(p)`); the receiver of a method is known by value flow (the
+    call that made it, a `with ... as` binding, a declared type such as
+    `prof: torch.profiler.profile = ...`), never by its name. A script that builds an
+    `accelerate.Accelerator` is a distributed script too (`accelerate launch` runs it in every
+    process; `accelerator.save` writes from the main process only and is not a writer here).
+
+    Three more findings need no launch call in the file:
+
+    1. a guard meant for the main rank that lets a few ranks through: `if not (dist.is_initialized()
+       and dist.get_rank() > 1):` or `if rank < 2:` (ranks 0 and 1 both write). It is reported at
+       the comparison, once per test, unless the function's calls in the file are all main-rank
+       only or the path is rank-specific (`flow.rank_tests.ranks_admitted` reads the test:
+       comparisons of a rank with integer constants, through `not`, `and`/`or` and names bound
+       once; `rank % 8 == 0` and comparisons with variables say nothing);
+    2. a write in a method of a class whose other method guards its own write with a main-rank
+       test that asks the process (`if not is_master(): return`, `if self.rank != 0:`), not a flag
+       its caller passes in (`is_main_process=True` parameter): the class runs on every rank and
+       this write was missed;
+    3. a write in a method of a class that tells its main rank apart (a method or property whose
+       only `return` is a main-rank test: `return self.rank == 0`) and does not test it there.
+
+    For 2 and 3 the write must not be behind a main-rank test itself, every call of its method in
+    the file must not be main-rank only, and test files (`test_*.py`) are left alone. The name of a
+    main-rank test (`is_master`, `is_main_process`) is read only where the value flow gives no
+    answer (the guard is a call of another module's function, an attribute).
 
     ## Why is this bad?
     Every rank runs the line, so N processes open, truncate and write the same file at the same
@@ -74,31 +119,73 @@ class SaveOnEveryRank(Rule):
     code = "DDP202"
     name = "save-on-every-rank"
     severity = Severity.WARNING
-    requires_text = (NoCase("save"), NoCase("checkpoint"), NoCase("ckpt"))  # torch.save, or a save helper
-    requires_text_all = (LAUNCH_TEXT,)  # is_distributed_script: a launch call is spelled in the file
+    # (the writers' own needles, ``_WRITER_TEXT``, are asked in ``reach``: in this file, or in a
+    # project module it imports, where a helper it calls may write)
+    # is_distributed_script: a launch call is spelled in the file; an ``Accelerator``; else (a
+    # library) a rank or main-rank test (``polarity``: a rank-like or main-like name, a world size)
+    requires_text = (*LAUNCH_TEXT, "Accelerator", *_RANK_TEST_TEXT)
+
+    @classmethod
+    def reach(cls, text, filename):
+        # torch.save and the other writers, a save helper, or a profiler's trace export: in this
+        # file, or in a project module it imports (``_through_helpers``)
+        low = text.lower()
+        if any(n in low for n in _WRITER_TEXT):
+            return True, {}
+        if not text.isascii():  # identifiers are NFKC-normalised by the parser
+            import unicodedata
+
+            text = unicodedata.normalize("NFKC", text)
+        if not any(n in text for n in LAUNCH_TEXT):
+            return False, {}  # a helper's write is only followed from a distributed script
+        from ..flow.reach import imports_hold
+
+        return imports_hold(filename, text, _WRITER_TEXT)
 
     def finish(self, ctx) -> None:
-        if not is_distributed_script(ctx):
-            return
-        self._through_helpers(ctx)
-        saves = ctx.calls_to("torch.save")
-        for call in saves:
-            path = get_arg(call, 1, "f")
+        distributed = is_distributed_script(ctx) or _builds_accelerator(ctx)
+        if distributed and is_distributed_script(ctx):
+            self._through_helpers(ctx)
+        loose_done: set[int] = set()
+        for call, path, what, noun in write_calls(ctx):
             if path is None:
                 continue
             # every test must let the save through: the usual deciding one (a save under a rank-0
             # guard) first, the walks over the path's bindings after
-            if rank0_guarded(ctx, call) is not False:
+            guarded = rank0_guarded(ctx, call)
+            loose = _loose_guard(ctx, call)
+            if loose is not None:
+                if not rank_specific_path(ctx, path, call) and not unique_path(ctx, path, call) \
+                        and runs_in_ranks(ctx, call) is not False:
+                    test, ranks = loose
+                    if id(test) in loose_done:
+                        continue  # one finding per test: the first write behind it
+                    loose_done.add(id(test))
+                    line = ctx.src.node_range(call).start.line + 1
+                    ctx.report(test, f"this main-rank test lets {ranks} through to the {what} at line {line}: "
+                                     f"they write the same path at the same time and corrupt the {noun}; test "
+                                     "for one rank (`rank == 0`)",
+                               related=[(call, f"the {what} that several ranks run")])
                 continue
-            if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call):
+            if guarded is True:
+                continue
+            if guarded is None and _joins_group_before(ctx, call):
+                guarded = False  # the function that starts the process group runs on every rank
+            if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call) or unique_path(ctx, path, call):
                 continue
             if runs_in_ranks(ctx, call) is False:
                 continue
-            ctx.report(
-                call,
-                "`torch.save` runs on every rank and writes the same path: concurrent writers corrupt "
-                "the checkpoint; guard it with `if rank == 0:` (or make the path rank-specific)",
-            )
+            if guarded is False and distributed:
+                ctx.report(
+                    call,
+                    f"{what} runs on every rank and writes the same path: concurrent writers corrupt "
+                    f"the {noun}; guard it with `if rank == 0:` (or make the path rank-specific)",
+                )
+                continue
+            sibling = _guarded_sibling(ctx, call)
+            if sibling is not None:
+                ctx.report(call, f"{what} runs on every rank that calls it, while {sibling}: concurrent "
+                                 f"writers corrupt the {noun}; guard it with a main-rank test")
 
     def _through_helpers(self, ctx) -> None:
         """A call, on every rank, of a save helper of another project file (``save_checkpoint(state,
@@ -109,9 +196,20 @@ class SaveOnEveryRank(Rule):
 
         from ..flow.helper_calls import calls_named_if
 
+        from ..flow.imports import _NOT_PROJECT
+
         ana = None
-        # the gate of this rule: a helper that saves says so in its name (asked once per name)
-        for call in calls_named_if(ctx, _save_like):
+        # the helpers asked: a function imported from a module that may be the project's (by value
+        # flow: the import that binds the name), or a method whose name says it saves
+        seen: set[int] = set()
+        cands = []
+        for call in ctx.sem.calls:
+            q = ctx.qn(call) if call.func.__class__ is ast.Name else None
+            if q and "." in q and q.split(".", 1)[0] not in _NOT_PROJECT:
+                cands.append(call)
+                seen.add(id(call))
+        cands += [c for c in calls_named_if(ctx, _save_like) if id(c) not in seen]
+        for call in cands:
             f = call.func
             name = f.id if f.__class__ is ast.Name else f.attr
             if (ctx.qn(call) or "").startswith("torch."):
@@ -132,20 +230,210 @@ class SaveOnEveryRank(Rule):
             if any(p not in args and p not in _defaults(fn) for p in params):
                 continue
             used = [args[p] for p in params if p in args]
-            if any(rank_specific_path(ctx, a, call) or per_item_path(ctx, a, call) for a in used):
+            if any(rank_specific_path(ctx, a, call) or per_item_path(ctx, a, call) or unique_path(ctx, a, call)
+                   for a in used):
                 continue
             if runs_in_ranks(ctx, call) is False or rank0_guarded(ctx, call) is not False:
                 continue
             from ..flow.findings import node_span
 
             rng = node_span(ctx, view.path, save)
+            writer = (view.sem.call_qualname(save) or "torch.save").replace("safetensors.torch.", "")
             ctx.report(
                 call,
-                f"`{name}()` runs on every rank, and its `torch.save` ({os.path.basename(view.path or '')} "
+                f"`{name}()` runs on every rank, and its `{writer}` ({os.path.basename(view.path or '')} "
                 f"line {save.lineno}) writes the same path from every rank: concurrent writers corrupt the "
                 "checkpoint; call it under `if rank == 0:`",
-                related=[("file", view.path, rng, "the torch.save every rank runs")] if view.path else (),
+                related=[("file", view.path, rng, f"the {writer} every rank runs")] if view.path else (),
             )
+
+
+# writers of a whole file at a path: qualified name -> (position, keyword) of the path
+_WRITERS = {"torch.save": (1, "f"), "torch.jit.save": (1, "f"),
+            "safetensors.torch.save_file": (1, "filename"), "safetensors.torch.save_model": (1, "filename")}
+# methods that write a file, on a receiver made by one of these calls (``torch.jit.script(m).save(p)``,
+# ``scripted = torch.jit.trace(m, x); scripted.save(p)``, ``with torch.profiler.profile() as prof:
+# ... prof.export_chrome_trace(p)``): method -> (receiver makers, (position, keyword) of the path)
+_METHOD_WRITERS = {
+    "save": (("torch.jit.script", "torch.jit.trace", "torch.jit.freeze", "torch.jit.trace_module"), (0, "f")),
+    "export_chrome_trace": (("torch.profiler.profile", "torch.autograd.profiler.profile",
+                             "torch.autograd.profiler_legacy.profile"), (0, "path")),
+    "export_stacks": (("torch.profiler.profile",), (0, "path")),
+    "export_memory_timeline": (("torch.profiler.profile",), (0, "path")),
+}
+_CKPT_WRITERS = ("torch.save", "torch.jit.save", "safetensors.torch.save_file", "safetensors.torch.save_model")
+
+
+def write_calls(ctx) -> list[tuple[ast.Call, ast.AST | None, str, str]]:
+    """(call, path, what it is called in a message, what it writes) for each call of the file that
+    writes a whole file at a path: ``torch.save``, ``torch.jit.save``, safetensors ``save_file``, a
+    scripted module's ``.save(path)``, a profiler's trace export. The receiver of a method is
+    followed by value flow (a name bound once, or by ``with ... as``), never by its name."""
+    def build():
+        out = []
+        for call in ctx.calls_to(*_WRITERS):
+            pos, kw = _WRITERS[ctx.qn(call)]
+            short = ctx.qn(call).rsplit(".", 1)[1] if ctx.qn(call).startswith("safetensors") else ctx.qn(call)
+            out.append((call, get_arg(call, pos, kw), f"`{short}`", "checkpoint"))
+        for call in ctx.sem.calls:
+            f = call.func
+            if f.__class__ is not ast.Attribute or f.attr not in _METHOD_WRITERS or ctx.qn(call):
+                continue
+            makers, (pos, kw) = _METHOD_WRITERS[f.attr]
+            maker = _receiver_maker(ctx, f.value, call, makers)
+            if maker is None:
+                continue
+            noun = "trace" if "profile" in maker else "checkpoint"
+            out.append((call, get_arg(call, pos, kw), f"`{maker.rsplit('.', 1)[1]}(...).{f.attr}`", noun))
+        out.sort(key=lambda t: (t[0].lineno, t[0].col_offset))
+        return out
+    return ctx.memo("ddp202.write_calls", build)
+
+
+def _receiver_maker(ctx, recv: ast.AST, at: ast.AST, makers) -> str | None:
+    """The qualified name of the call in ``makers`` whose result ``recv`` is."""
+    if isinstance(recv, ast.Call):
+        q = ctx.qn(recv) or ""
+        return q if q in makers else None
+    if not isinstance(recv, ast.Name):
+        return None
+    from ..flow.assignments import reaching_value
+
+    val = reaching_value(ctx, recv.id, at)
+    if isinstance(val, ast.Call) and (ctx.qn(val) or "") in makers:
+        return ctx.qn(val)
+    for b in ctx.sem.assignments(ctx.sem.scope_of(at)).get(recv.id, ()):
+        if isinstance(b, ast.AnnAssign) and b.lineno <= at.lineno:
+            # ``profiler: torch.profiler.profile = handler.build()``: the declared type
+            q = ctx.qn(b.annotation) or ""
+            if q in makers:
+                return q
+        if isinstance(b, (ast.With, ast.AsyncWith)):
+            for item in b.items:
+                v = item.optional_vars
+                if isinstance(v, ast.Name) and v.id == recv.id and isinstance(item.context_expr, ast.Call):
+                    q = ctx.qn(item.context_expr) or ""
+                    if q in makers:
+                        return q
+    return None
+
+
+_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+
+
+def _builds_accelerator(ctx) -> bool:
+    """The module builds an ``accelerate.Accelerator``: ``accelerate launch`` runs it in every
+    process of the job (a distributed context like ``init_process_group``)."""
+    return ctx.memo("ddp202.accelerator", lambda: bool(ctx.calls_to(*_ACCELERATORS)))
+
+
+def _short(ctx, node: ast.AST) -> str:
+    t = " ".join(ctx.text(node).split())
+    return t if len(t) <= 60 else t[:57] + "..."
+
+
+def _loose_guard(ctx, call: ast.Call):
+    """(the comparison, the ranks it lets through) when the rank tests around ``call`` in its
+    function (``if``, early exits, ``assert``; read by ``rank_tests.ranks_admitted``) let a few
+    ranks through but not one (``if not rank > 1:``, ``if rank < 2:``), and nothing outside narrows
+    it further (the function's calls in the file are not all main-rank only, it has no
+    ``@rank_zero_only``-style decorator)."""
+    from ..flow.rank import callers_guarded, main_guards
+    from ..flow.rank_tests import ONE, SEVERAL, is_main_decorated, ranks_admitted
+
+    found = None
+    for test, holds in main_guards(ctx, call, main_only=False):
+        got = ranks_admitted(ctx, test, ctx.sem.scope_of(test), holds)
+        if got is None:
+            continue
+        if got[0] == ONE:
+            return None
+        if got[0] == SEVERAL and found is None:
+            found = (got[2], got[1])
+    if found is None:
+        return None
+    fn = ctx.sem.enclosing_function(call)
+    if fn is not None and (is_main_decorated(fn) or callers_guarded(ctx, fn) is True):
+        return None
+    return found
+
+
+def _guarded_sibling(ctx, call: ast.Call) -> str | None:
+    """A write in a method of a class whose other method guards its own write with a main-rank
+    test (``if not is_master(): return``): the class runs on every rank and this write was missed.
+    None when the write is guarded itself, or when every call of its method in the file is."""
+    from ..flow.rank import callers_guarded, main_guards
+    from ..flow.testing import is_test_file
+
+    fn = ctx.sem.enclosing_function(call)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef) or is_test_file(ctx.filename) or main_guards(ctx, call):
+        return None
+    if callers_guarded(ctx, fn) is True:
+        return None
+    for other, _path, what, _noun in write_calls(ctx):
+        if other is call or not (cls.lineno <= other.lineno <= cls.end_lineno):
+            continue
+        ofn = ctx.sem.enclosing_function(other)
+        if ofn is None or ofn is fn or parent(ofn) is not cls:
+            continue
+        guards = main_guards(ctx, other)
+        if guards and rank0_guarded(ctx, other, callers=False) is True \
+                and any(_asks_rank(ctx, t, ofn) for t, _holds in guards):
+            line = ctx.src.node_range(other).start.line + 1
+            return f"`{cls.name}.{ofn.name}` guards its {what} (line {line}) with a main-rank test"
+    pred = _main_predicate(ctx, cls)
+    if pred is not None:
+        line = ctx.src.node_range(pred).start.line + 1
+        return f"class `{cls.name}` tells its main rank apart (`{pred.name}`, line {line}) and does not test it here"
+    return None
+
+
+def _asks_rank(ctx, test: ast.AST, fn) -> bool:
+    """The main-rank test asks the process itself (a call such as ``is_master()``, an attribute of
+    ``self``, a name bound in the function), rather than reading a flag its caller passes in (a
+    parameter: the caller decides which process writes)."""
+    params = set(param_names(fn))
+    for n in ast.walk(test):
+        if isinstance(n, ast.Call):
+            return True
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            return True
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in params:
+            return True
+    return False
+
+
+def _main_predicate(ctx, cls: ast.ClassDef):
+    """A method (or property) of ``cls`` that returns a main-rank test (``return self.rank == 0``),
+    read by ``polarity`` on its only ``return``: the class runs on every rank, and knows which is
+    the main one."""
+    from ..flow.rank_tests import polarity
+
+    for m in cls.body:
+        if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) or len(m.body) > 3:
+            continue
+        rets = [st for st in m.body if isinstance(st, ast.Return)]
+        if len(rets) == 1 and rets[0].value is not None and polarity(ctx, rets[0].value, m) is True:
+            return m
+    return None
+
+
+def _joins_group_before(ctx, call: ast.Call) -> bool:
+    """The function holding ``call`` starts the process group itself (``init_process_group``)
+    before it, outside any ``if``: whoever calls the function, every rank runs it, and so the write."""
+    fn = ctx.sem.enclosing_function(call)
+    if fn is None:
+        return False
+    for init in ctx.calls_to("torch.distributed.init_process_group"):
+        if ctx.sem.enclosing_function(init) is not fn or (init.lineno, init.col_offset) >= (call.lineno, call.col_offset):
+            continue
+        p = parent(init)
+        while p is not None and p is not fn and not isinstance(p, (ast.If, ast.IfExp, ast.Try, ast.While, ast.For)):
+            p = parent(p)
+        if p is fn:
+            return True
+    return False
 
 
 def _save_like(name: str) -> bool:
@@ -243,6 +531,28 @@ def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers:
     return False
 
 
+# calls whose value differs between processes (and between calls): a path made of one is unique
+_UNIQUE_CALLS = frozenset({"uuid.uuid1", "uuid.uuid4", "os.getpid", "tempfile.mkdtemp", "tempfile.mkstemp",
+                           "time.time", "time.time_ns", "time.perf_counter", "time.monotonic",
+                           "datetime.datetime.now", "datetime.datetime.utcnow", "secrets.token_hex"})
+
+
+def unique_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """The path is made of a value that differs between processes and calls (``uuid.uuid4()``,
+    ``os.getpid()``, ``tempfile.mkdtemp()``, ``time.time()``), through names bound before ``at``:
+    no two ranks write the same file."""
+    if depth > 3 or expr is None:
+        return False
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call) and (ctx.qn(n) or "") in _UNIQUE_CALLS:
+            return True
+        if isinstance(n, ast.Name) and depth < 3:
+            st = reaching_assignment(ctx, n.id, at)
+            if st is not None and unique_path(ctx, st.value, st, depth + 1):
+                return True
+    return False
+
+
 _PATH_CALLS = frozenset({"os.path.join", "str", "os.fspath", "pathlib.Path", "Path", "format"})
 
 
@@ -258,7 +568,7 @@ def _unguarded_save(view, fn):
     memo[id(fn)] = None
     sem = view.sem
     params = set(param_names(fn))
-    for save in sem.calls_to("torch.save"):
+    for save in sem.calls_to(*_CKPT_WRITERS):
         if sem.enclosing_function(save) is not fn:
             continue
         top, child, p = None, save, parent(save)
@@ -275,7 +585,8 @@ def _unguarded_save(view, fn):
         before = fn.body[: fn.body.index(top)]
         if any(isinstance(n, (ast.Return, ast.Raise)) for st in before for n in ast.walk(st)):
             continue  # `if not is_main_process(): return` and the like
-        path = get_arg(save, 1, "f")
+        pos, kw = _WRITERS.get(sem.call_qualname(save) or "", (1, "f"))
+        path = get_arg(save, pos, kw)
         used = _path_params(sem, path, fn, params, 0)
         if used is None:
             continue

@@ -43,7 +43,10 @@ class LoadWithoutMapLocation(Rule):
     CPU-only gloo program). The same holds for a method of a class of that file that `__init__`
     reaches through `self.<method>(...)` calls (a trainer that restores its snapshot when built),
     when the distributed file builds the class on every rank; a method called from outside the
-    class is not followed. The checkpoint test then also accepts the caller's side: its result
+    class is not followed. A call in a method of a class of the distributed file that no code of
+    that file calls (`Accelerator.load_state` calling `load_custom_state`) counts as run on every
+    rank when nothing in that method tests for the main rank and the class runs under
+    torch.distributed itself (a collective or a rank query of `torch.distributed`, a DDP/FSDP wrap). The checkpoint test then also accepts the caller's side: its result
     going to `load_state_dict(...)`, or a checkpoint-like argument for the path parameter. Names
     that a distributed file star-imports (`from lib.utils import *`) are followed too.
 
@@ -65,12 +68,16 @@ class LoadWithoutMapLocation(Rule):
     5. the class holding the load runs a collective or a rank query of `torch.distributed`
        (`all_reduce`, `barrier`, `get_rank`..., not `is_initialized`) or wraps a model in DDP/FSDP,
        and calls the method holding the load from its own code with no main-rank test around
-       the call (a trainer restoring its best weights at the end of `train()`).
+       the call (a trainer restoring its best weights at the end of `train()`);
+    6. the class holding the load moves its state to a device its user chooses: `x.cuda(self.<attr>)`
+       or `x.to(self.<attr>)` where `__init__` binds `self.<attr>` to one of its parameters
+       (`self._cuda_device = cuda_device`): one process per GPU gives each its own device there,
+       while the unmapped checkpoint comes back on the GPU it was saved from.
 
     Beyond the first reason, the load must be a checkpoint load (as above); test files
     (`test_*.py`: one process, a world fixed by the harness) are left alone, and so is a script of
     its own (`if __name__ == "__main__":`) that starts no process group, except on reason 4
-    (`accelerate launch` runs it in every process); reasons 3 and 5 also
+    (`accelerate launch` runs it in every process); reasons 3, 5 and 6 also
     need the file to name CUDA (an XLA or CPU library saves no CUDA tensors); and when the
     project's own calls of the function show where it runs and none of them runs it on every rank
     (each behind a main-rank test, or in a script that never starts a process group), it is not
@@ -171,7 +178,8 @@ _DIST_WORK = frozenset({*TENSOR_COLLECTIVES, *OBJECT_COLLECTIVES, *OBJECT_COLLEC
 _WRAPS = frozenset({DDP_CLASS, "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard"})
 # the text a library reason needs: a ``map_location`` (a dropped parameter, a mapping sibling), a
 # distributed-aware call, or a rank (a per-rank file loaded next to it); lower case
-_LIBRARY_NEEDLES = ("map_location", "distributed", "accelerator", *RANK_NEEDLES)
+# (reason 6: a device the class is given, on a file that names CUDA)
+_LIBRARY_NEEDLES = ("map_location", "distributed", "accelerator", "cuda", *RANK_NEEDLES)
 _CALLER_NEEDS = (LAUNCH_TEXT,)  # a caller that matters is a distributed script (is_distributed_script)
 _MESSAGE = ("`torch.load` without `map_location` restores tensors to the device they were saved "
             "from (usually cuda:0) on every rank; pass `map_location`")
@@ -251,7 +259,13 @@ def _helper_loads(ctx, loads) -> None:
         for caller, site, target in project_callers(ctx, {name}, _CALLER_NEEDS):
             if not is_distributed_script(caller) or _cpu_only(caller) or runs_in_ranks(caller, site) is False:
                 continue
-            if rank0_guarded(caller, site) is not False:
+            guarded = rank0_guarded(caller, site)
+            if guarded is None and rank0_guarded(caller, site, callers=False) is None:
+                # a method nobody in its file calls: its class says whether every rank runs it
+                where = _caller_class_runs_everywhere(caller, site)
+            else:
+                where = None
+            if guarded is not False and where is None:
                 continue  # only the main rank loads (or it cannot tell)
             reported = False
             for call, path, fn in items:
@@ -261,6 +275,8 @@ def _helper_loads(ctx, loads) -> None:
                         continue
                 rng = caller.src.node_range(site)
                 what = f"`{name}`" + (" is built" if isinstance(parent(target), ast.ClassDef) else " is called")
+                if where is not None:
+                    what += f" by {where}"
                 _report(ctx, call, None,
                         f" ({what} on every rank in {_shown(ctx, caller)}, line {rng.start.line + 1})",
                         related=[("file", caller.filename, rng, f"{what} here on every rank")])
@@ -269,6 +285,21 @@ def _helper_loads(ctx, loads) -> None:
             if reported:
                 break  # one caller is enough
     return done
+
+
+def _caller_class_runs_everywhere(ctx, site) -> str | None:
+    """The call ``site`` sits, with no main-rank test around it, in a method of a class that runs
+    under torch.distributed (a collective or a rank query of ``torch.distributed``, a DDP/FSDP
+    wrap, in its own code): every rank that uses the class runs it. A description, else None."""
+    fn = ctx.sem.enclosing_function(site)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef) or is_test_file(ctx.filename):
+        return None
+    c = _first_call(ctx, cls, lambda q: q.startswith(D) and q[len(D):] in _DIST_WORK or q in _WRAPS)
+    if c is None:
+        return None
+    line = ctx.src.node_range(c).start.line + 1
+    return f"`{cls.name}.{fn.name}` (its class runs `{_short_call(ctx, c)}` at line {line})"
 
 
 def _entry_point(ctx, call):
@@ -317,11 +348,12 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
        Accelerate runs that code in every process;
     5. the class holding it calls a collective or a rank query of ``torch.distributed``
        or wraps a model in DDP/FSDP, and calls the method holding the load from its own code,
-       unguarded (a trainer restoring its best weights at the end of ``train()``).
+       unguarded (a trainer restoring its best weights at the end of ``train()``);
+    6. the class holding it moves its state to a device its user gives it (``_class_picks_device``).
 
     Beyond the first: the load must be a checkpoint load (``_checkpoint_like``), the file must not
     be a test file (one process, a harness-fixed world), nor (except for 4) a script that starts no
-    process group, for 3 and 5 it must name CUDA (an XLA or CPU library saves no CUDA tensors), and
+    process group, for 3, 5 and 6 it must name CUDA (an XLA or CPU library saves no CUDA tensors), and
     the project's own callers, when they show where the function runs, must not all run it on one
     rank. Loads that
     only the main rank runs are left alone, as are CPU-only gloo modules."""
@@ -354,6 +386,8 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
                 why = _mapping_sibling(ctx, call, chain, mapped)
                 if why is None and _names_cuda(ctx):
                     why = _per_rank_sibling(ctx, call, chain, loads) or _distributed_class(ctx, fn, call)
+                    if why is None and call not in urls:
+                        why = _class_picks_device(ctx, fn)
             if why is None or _callers_say_one_rank(ctx, call):
                 continue
         if rank0_guarded(ctx, call) is True or _method_guarded(ctx, call, 0) is True:
@@ -361,6 +395,41 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
         done.add(id(call))
         dev = "map_location" if own else device_in_scope(ctx, call) or _class_device(ctx, call)
         _report(ctx, call, dev, f" ({why})")
+
+
+def _class_picks_device(ctx, fn) -> str | None:
+    """The class holding ``fn`` moves what it holds to a device its user chooses:
+    ``x.cuda(self.<attr>)`` / ``x.to(self.<attr>)`` where ``__init__`` binds ``self.<attr>`` to one
+    of its parameters (``self._cuda_device = cuda_device``), read by value flow. One process per
+    GPU gives each its own device there, while an unmapped checkpoint comes back on the GPU it was
+    saved from."""
+    from ..semantic import param_names
+
+    cls = _owner_class(fn)
+    if cls is None:
+        return None
+    init = next((m for m in cls.body if isinstance(m, _DEFS) and m.name == "__init__"), None)
+    if init is None:
+        return None
+    params = set(param_names(init)) - {"self"}
+    given: set[str] = set()
+    for st in ast.walk(init):
+        if isinstance(st, ast.Assign) and isinstance(st.value, ast.Name) and st.value.id in params:
+            for t in st.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    given.add(t.attr)
+    if not given:
+        return None
+    for c in ctx.sem.calls:
+        f = c.func
+        if not (isinstance(f, ast.Attribute) and f.attr in ("cuda", "to") and len(c.args) == 1 and _within(c, cls)):
+            continue
+        a = c.args[0]
+        if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self" and a.attr in given:
+            line = ctx.src.node_range(c).start.line + 1
+            return (f"class `{cls.name}` moves its state to the device it is given (`{_short_call(ctx, c)}(self."
+                    f"{a.attr})` at line {line}), while the checkpoint comes back on the GPU it was saved from")
+    return None
 
 
 def _callers_say_one_rank(ctx, call) -> bool:
