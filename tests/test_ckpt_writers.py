@@ -197,7 +197,7 @@ def test_a_helper_of_another_module_is_followed_whatever_its_name(tmp_path):
 
 
 def test_the_gate_asks_the_imported_modules_for_a_writer(tmp_path):
-    from ddp_lint.analysis.flow.reach import imports_hold
+    from ddp_lint.analysis.flow.reach import reaches
 
     (tmp_path / "setup.cfg").write_text("")
     (tmp_path / "util").mkdir()
@@ -207,10 +207,10 @@ def test_the_gate_asks_the_imported_modules_for_a_writer(tmp_path):
     train = tmp_path / "train.py"
     text = "from util import finish_run\n"  # through the package's re-export
     train.write_text(text)
-    assert imports_hold(str(train), text, ("save",))[0] is True
+    assert reaches(str(train), text, ("save",), fold=True)[0] is True
     other = "from util.plain import finish_run\n"
-    assert imports_hold(str(train), other, ("save",))[0] is False
-    assert imports_hold(None, text, ("save",)) == (False, {})
+    assert reaches(str(train), other, ("save",), fold=True)[0] is False
+    assert reaches(None, text, ("save",), fold=True) == (False, {})
     # the gated and ungated runs agree on a script that spells no writer itself
     script = ("import torch\nimport torch.distributed as dist\nfrom util import finish_run\n\n\n"
               "def main():\n    dist.init_process_group('nccl')\n    finish_run(torch.nn.Linear(2, 2), 'out')\n\n\n"

@@ -321,9 +321,9 @@ def test_ddp304_composite_inheriting_a_no_op_set_epoch_from_another_module(tmp_p
     (edit,) = f.fix.edits
     assert "super().set_epoch(epoch)" in edit.content and "for ds in self.parts:" in edit.content
     # the text-level reach: the base's module spells set_epoch, through the package's __init__
-    from ddp_lint.analysis.flow.reach import imports_hold
+    from ddp_lint.analysis.flow.reach import reaches
 
-    assert imports_hold(str(path), path.read_text(encoding="utf-8"), "set_epoch")[0]
+    assert reaches(str(path), path.read_text(encoding="utf-8"), ("set_epoch",))[0]
     (tmp_path / "pkg" / "base.py").write_text("class Base:\n    pass\n", encoding="utf-8")
     (tmp_path / "pkg" / "other.py").write_text("import torch\n", encoding="utf-8")
-    assert not imports_hold(str(tmp_path / "pkg" / "other.py"), "import torch\n", "set_epoch")[0]
+    assert not reaches(str(tmp_path / "pkg" / "other.py"), "import torch\n", ("set_epoch",))[0]

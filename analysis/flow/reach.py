@@ -57,9 +57,9 @@ _IMPORT = re.compile(r"\bimport\b\s*((?:[^\n\\;]|\\\r?\n)*)")
 _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)*")
 
 _lock = threading.Lock()
-_facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, found, candidates, digest)
+_facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, found, candidates, digest, {(needles, fold): holds})
 _resolved: dict[tuple, tuple] = {}  # (folder, module, level, disk) -> (checked_at, path or None, absent)
-_negative: dict[tuple, tuple] = {}  # (path, disk, needles) -> (checked_at, closure {path: digest}, overlay generation)
+_negative: dict[tuple, tuple] = {}  # (path, disk, needles, fold) -> (checked_at, closure {path: digest}, overlay generation)
 
 
 def holds(text: str, needles: tuple = REACH_TEXT) -> bool:
@@ -114,14 +114,17 @@ def _read(path: str):
     return project.read(path)
 
 
-def _file_facts(path: str, now: float):
-    """(found needles, candidates, digest) of ``path``, or None when it cannot be read."""
+def _file_facts(path: str, now: float, needles: tuple = REACH_TEXT, fold: bool = False):
+    """(does ``path`` hold one of ``needles`` (lower-cased with ``fold``), candidates, digest), or
+    None when it cannot be read. The needles of ``found`` are recorded on the first read; another
+    set is answered once per file content and remembered beside them."""
     with project._lock:
         overlaid = path in project._overlays
     got = _facts.get(path)
+    fresh = False
     if not overlaid and got is not None and got[0] != -1 and now - got[2] < _TTL:
-        return got[3:]
-    if not overlaid:
+        fresh = True
+    elif not overlaid:
         if not project.disk_allowed():
             return None  # only the open documents (the untrusted language server)
         try:
@@ -129,20 +132,32 @@ def _file_facts(path: str, now: float):
         except OSError:
             return None
         if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
-            _facts[path] = (*got[:2], now, *got[3:])
-            return got[3:]
+            got = _facts[path] = (*got[:2], now, *got[3:])
+            fresh = True
         stamp = (st.st_mtime_ns, st.st_size)
     else:  # an open document: its text is read again on every query (overlays are few)
         stamp = (-1, -1)
-    r = _read(path)
-    if r is None:
-        return None
-    text, digest = r
-    facts = (found(text), candidates(text), digest)
-    if len(_facts) > 65536:
-        _facts.clear()
-    _facts[path] = (*stamp, now, *facts)
-    return facts
+    text = None
+    if not fresh:
+        r = _read(path)
+        if r is None:
+            return None
+        text, digest = r
+        if len(_facts) > 65536:
+            _facts.clear()
+        got = _facts[path] = (*stamp, now, found(text), candidates(text), digest, {})
+    has, cands, digest, extra = got[3:]
+    if not fold and all(n in _NEEDLES for n in needles):
+        return bool(has & frozenset(needles)), cands, digest
+    key = (needles, fold)
+    if key not in extra:
+        if text is None:
+            r = _read(path)
+            if r is None or r[1] != digest:  # changed under us: the next query reads it again
+                return None if r is None else (True, cands, digest)
+            text = r[0]
+        extra[key] = holds(text.lower() if fold else text, needles)
+    return extra[key], cands, digest
 
 
 def _resolve(path: str, module: str, level: int, now: float):
@@ -160,22 +175,26 @@ def _resolve(path: str, module: str, level: int, now: float):
     return found, absent
 
 
-def reaches(path: str | None, text: str, needles: tuple = REACH_TEXT) -> tuple[bool, dict[str, str]]:
-    """(may a collective site be reached from this file, {path: content hash} of the other files
-    the answer read). ``path`` None (an unsaved document): only the text counts, as in the flow
-    layer, which follows no import without a path. ``needles``: ``REACH_TEXT`` (a collective
-    site) or ``SHARD_TEXT`` (a sharding call or a state-dict getter)."""
-    if holds(text, needles):
+def reaches(path: str | None, text: str, needles: tuple = REACH_TEXT,
+            fold: bool = False) -> tuple[bool, dict[str, str | None]]:
+    """(may one of ``needles`` be spelled in this file or in a project module its imports reach,
+    directly or transitively; {path: content hash, None for an import looked for and not found} of
+    the other files the answer read). ``path`` None (an unsaved document): only the text counts, as
+    in the flow layer, which follows no import without a path. ``needles``: ``REACH_TEXT`` (a
+    collective site), ``SHARD_TEXT`` (a sharding call or a state-dict getter), or a rule's own (a
+    writer a save helper calls, a base class's ``set_epoch``); ``fold``: lower-case needles matched
+    case-insensitively. A necessary condition: comments and strings only add candidates."""
+    if holds(text.lower() if fold else text, needles):
         return True, {}
     if not path or path.startswith("<"):
         return False, {}
     path = os.path.abspath(path)
     with _lock:
-        return _walk(path, text, time.monotonic(), needles)
+        return _walk(path, text, time.monotonic(), needles, fold)
 
 
-def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT) -> tuple[bool, dict[str, str | None]]:
-    wanted = frozenset(needles)
+def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
+          fold: bool = False) -> tuple[bool, dict[str, str | None]]:
     deps: dict[str, str | None] = {}  # None: a file an import looked for and did not find
     visited = {path}
     work = [(path, candidates(text))]
@@ -189,16 +208,16 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT) -> tupl
             if p is None or p in visited:
                 continue
             visited.add(p)
-            neg = _negative.get((p, disk, needles))
+            neg = _negative.get((p, disk, needles, fold))
             if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
                 deps.update(neg[1])
                 continue
-            facts = _file_facts(p, now)
+            facts = _file_facts(p, now, needles, fold)
             if facts is None:
                 continue
             has, more, digest = facts
             deps[p] = digest
-            if has & wanted or len(visited) > _MAX_NODES:
+            if has or len(visited) > _MAX_NODES:
                 return True, deps
             if more:
                 work.append((p, more))
@@ -208,146 +227,5 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT) -> tupl
     closure = dict(deps)
     for p, h in deps.items():
         if h is not None:
-            _negative[(p, disk, needles)] = (now, closure, project.generation)
-    return False, deps
-
-
-_needle_facts: dict[tuple, tuple] = {}  # (path, needle) -> (mtime_ns, size, checked_at, holds, candidates, digest)
-_needle_negative: dict[tuple, tuple] = {}  # (path, needle, disk) -> (checked_at, closure, overlay generation)
-
-
-def _needle_file_facts(path: str, needle: str, now: float):
-    """(holds ``needle``, candidates, digest) of ``path`` (cached like ``_file_facts``), or None."""
-    key = (path, needle)
-    with project._lock:
-        overlaid = path in project._overlays
-    got = _needle_facts.get(key)
-    if not overlaid and got is not None and now - got[2] < _TTL:
-        return got[3:]
-    if not overlaid:
-        if not project.disk_allowed():
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
-            _needle_facts[key] = (*got[:2], now, *got[3:])
-            return got[3:]
-        stamp = (st.st_mtime_ns, st.st_size)
-    else:
-        stamp = (-1, -1)
-    r = _read(path)
-    if r is None:
-        return None
-    text, digest = r
-    facts = (needle in text, candidates(text), digest)
-    if len(_needle_facts) > 65536:
-        _needle_facts.clear()
-    _needle_facts[key] = (*stamp, now, *facts)
-    return facts
-
-
-def imports_hold(path: str | None, text: str, needle: str) -> tuple[bool, dict[str, str | None]]:
-    """(may ``needle`` be spelled in this text or in a project module its imports reach, directly
-    or transitively; {path: content hash or None} of the files consulted): the same necessary
-    condition as ``reaches``, for another needle (a base class's method a rule needs to see)."""
-    if needle in text:
-        return True, {}
-    if not path or path.startswith("<"):
-        return False, {}
-    path = os.path.abspath(path)
-    now = time.monotonic()
-    deps: dict[str, str | None] = {}
-    visited = {path}
-    work = [(path, candidates(text))]
-    disk = project.disk_allowed()
-    with _lock:
-        while work:
-            frm, cands = work.pop()
-            for mod, level in cands:
-                p, absent = _resolve(frm, mod, level, now)
-                for a in absent:
-                    deps.setdefault(a, None)
-                if p is None or p in visited:
-                    continue
-                visited.add(p)
-                neg = _needle_negative.get((p, needle, disk))
-                if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
-                    deps.update(neg[1])
-                    continue
-                facts = _needle_file_facts(p, needle, now)
-                if facts is None:
-                    continue
-                holds_it, more, digest = facts
-                deps[p] = digest
-                if holds_it or len(visited) > _MAX_NODES:
-                    return True, deps
-                if more:
-                    work.append((p, more))
-        # nothing reachable spells it: neither does anything this walk visited
-        if len(_needle_negative) > 65536:
-            _needle_negative.clear()
-        closure = dict(deps)
-        for p, h in deps.items():
-            if h is not None:
-                _needle_negative[(p, needle, disk)] = (now, closure, project.generation)
-    return False, deps
-
-
-# (path, needles, disk) -> ((mtime_ns, size) or None: read again, holds, candidates, digest)
-_held: dict[tuple, tuple] = {}
-
-
-def imports_hold(path: str | None, text: str, needles: tuple[str, ...]) -> tuple[bool, dict[str, str | None]]:
-    """(may a module that this file imports, directly or through the project's other modules, spell
-    one of ``needles`` (case-insensitively), {path: content hash} of the files read, None for an
-    import looked for and not found). The same text-level import graph as ``reaches``, for a rule
-    whose finding needs a helper of another module (a writer in a save helper): a necessary
-    condition, so comments and strings only add candidates."""
-    if not path or path.startswith("<"):
-        return False, {}
-    low = tuple(n.lower() for n in needles)
-    here = os.path.abspath(path)
-    now = time.monotonic()
-    disk = project.disk_allowed()
-    deps: dict[str, str | None] = {}
-    visited = {here}
-    work = [(here, candidates(text))]
-    with _lock:
-        while work:
-            frm, cands = work.pop()
-            for mod, level in cands:
-                p, absent = _resolve(frm, mod, level, now)
-                for a in absent:
-                    deps.setdefault(a, None)
-                if p is None or p in visited:
-                    continue
-                visited.add(p)
-                key = (p, low, disk)
-                got = _held.get(key)
-                with project._lock:
-                    overlaid = p in project._overlays
-                stamp = None
-                if not overlaid and disk:
-                    try:
-                        st = os.stat(p)
-                        stamp = (st.st_mtime_ns, st.st_size)
-                    except OSError:
-                        stamp = None
-                if got is None or stamp is None or got[0] != stamp:
-                    r = _read(p)
-                    if r is None:
-                        continue
-                    t, digest = r
-                    tl = t.lower()
-                    got = (stamp, any(n in tl for n in low), candidates(t), digest)
-                    if len(_held) > 65536:
-                        _held.clear()
-                    _held[key] = got
-                deps[p] = got[3]
-                if got[1] or len(visited) > _MAX_NODES:
-                    return True, deps
-                if got[2]:
-                    work.append((p, got[2]))
+            _negative[(p, disk, needles, fold)] = (now, closure, project.generation)
     return False, deps

@@ -138,9 +138,9 @@ class SaveOnEveryRank(Rule):
             text = unicodedata.normalize("NFKC", text)
         if not any(n in text for n in LAUNCH_TEXT):
             return False, {}  # a helper's write is only followed from a distributed script
-        from ..flow.reach import imports_hold
+        from ..flow.reach import reaches
 
-        return imports_hold(filename, text, _WRITER_TEXT)
+        return reaches(filename, text, _WRITER_TEXT, fold=True)
 
     def finish(self, ctx) -> None:
         distributed = is_distributed_script(ctx) or _builds_accelerator(ctx)

@@ -105,9 +105,9 @@ class SamplerWrapperHidesSetEpoch(Rule):
         # module its imports reach
         if "__iter__" in text and "sampler" in text.lower():
             return True, {}
-        from ..flow.reach import imports_hold
+        from ..flow.reach import reaches
 
-        return imports_hold(filename, text, "set_epoch")
+        return reaches(filename, text, ("set_epoch",))
     node_types = (ast.ClassDef,)
 
     def finish(self, ctx) -> None:
