@@ -23,6 +23,7 @@ from ..semantic import FUNC_TYPES, parent
 from .bindings import reaching
 from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance_names
 from .calls import call_args, self_offset  # noqa: F401  (the callers' names for them)
+from .params import by_name_only, designates_by_default
 from .uniformity import _DATA_SRC_NAME
 
 MAX_DEPTH = 2
@@ -82,8 +83,12 @@ def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = Tru
                 hub.ctor_views[id(w)] = view
         if want_binds:
             v = ev.value(arg)
-            if v.varying and not base_ev.param_value(fn, name, fn).varying:
-                binds[name] = v
+            if v.varying:
+                b = base_ev.param_value(fn, name, fn)
+                # a parameter rank-varying by its name alone, with a constant default, designates
+                # a rank (``def sync(obj, rank=0)``): what this call passes decides
+                if not b.varying or (by_name_only(b) and designates_by_default(fn, name)):
+                    binds[name] = v
             elif not v.varying and ev.is_loader(arg) is not None and not _DATA_SRC_NAME.search(name):
                 loaders.append(name)
     if not binds and not wraps and not loaders and not self_wraps:

@@ -161,3 +161,24 @@ def _passed_to_designated(view, fn, name, hub, depth) -> bool:
                     target[0], target[1], p, hub, depth + 1):
                 return True
     return False
+
+
+def designates_by_default(fn: ast.AST, expr) -> bool:
+    """``expr`` (a name or its string) is a parameter of ``fn`` with an integer-constant default, never rebound in ``fn``
+    (``def sync(obj, rank: int = 0)``): as a collective's root it designates the rank the callers
+    choose, whatever its name; what a call passes decides (``roots.varying_roots``)."""
+    name = expr.id if isinstance(expr, ast.Name) else expr
+    if not isinstance(fn, FUNC_TYPES) or not isinstance(name, str):
+        return False
+    d = _default_of(fn, name)
+    if not (isinstance(d, ast.Constant) and type(d.value) is int):
+        return False
+    return not any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+                   for n in ast.walk(fn))
+
+
+def by_name_only(value) -> bool:
+    """The value is rank-varying only because a parameter's name says rank (``param_value``'s
+    fallback), not by any flow."""
+    src = value.src
+    return src is not None and not src.via and src.desc.startswith("the process rank from parameter `")

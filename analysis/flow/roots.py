@@ -9,6 +9,7 @@ import ast
 from ..torch_api import D
 from .calls import ROOTS, on_subgroup, root_arg, scope_calls
 from .context import call_context
+from .params import by_name_only, designates_by_default
 
 
 class Roots:
@@ -48,7 +49,12 @@ class Roots:
         out = []
         for c, op, root in rooted:
             v = ev.value(root)
-            if v.varying and not base.value(root).varying:
+            if not v.varying:
+                continue
+            b = base.value(root)
+            # varying on its own, unless only by its name as a parameter with a constant default
+            # (``def sync(obj, rank=0)``): that parameter designates the root the call chooses
+            if not b.varying or (by_name_only(b) and designates_by_default(tv.sem.enclosing_function(c), root)):
                 out.append((tv, c, op, root, v))
         for c, t2 in inner:
             out.extend(self.varying_roots(tv, c, t2, ctx))

@@ -387,6 +387,8 @@ def project_callers(ctx, names, needs=()) -> list:
             or not project.is_file(os.path.abspath(ctx.filename)):
         return []
 
+    called = re.compile(r"\b(?:%s)\b\s*(?:\(|as\b)" % "|".join(map(re.escape, sorted(names))))
+
     def build():
         here = os.path.abspath(ctx.filename)
         roots = project.roots_for(here)
@@ -399,6 +401,10 @@ def project_callers(ctx, names, needs=()) -> list:
                 continue
             text = _text_of(path)
             if text is None or not any(n in text for n in names) or (needs and not _admits(text, needs)):
+                continue
+            # a call of one of the names, or an import renaming one: a file that only spells the
+            # word (``init`` in ``__init__``) is not parsed, nor counted against the module budget
+            if not called.search(text):
                 continue
             rel = os.path.relpath(path, top)
             if rel.startswith(".."):

@@ -542,3 +542,29 @@ def _fallback_init(call: ast.Call) -> bool:
             return True
         p = parent(p)
     return False
+
+
+def callers_pin_after(ctx, init: ast.Call) -> bool:
+    """``init`` is in a module-level function of this file that no code of this file calls, and
+    every call of it in the project's other files is followed, in the caller's function, by a
+    ``torch.cuda.set_device(...)`` (VILA's ``dist.init()`` then ``torch.cuda.set_device(
+    devices[0])``): the group's users pin the device before any collective of theirs."""
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    fn = ctx.sem.enclosing_function(init)
+    if fn is None or not isinstance(parent(fn), ast.Module):
+        return False
+    if any(c.func.__class__ is ast.Name and c.func.id == fn.name for c in ctx.sem.calls):
+        return False
+    callers = project_callers(ctx, {fn.name})
+    if not callers:
+        return False
+    for cctx, call, node in callers:
+        if node is not fn:
+            return False
+        csem = cctx.sem
+        scope = csem.enclosing_function(call)
+        if not any(c.lineno > call.end_lineno and csem.enclosing_function(c) is scope
+                   and csem.call_qualname(c) == "torch.cuda.set_device" for c in csem.calls):
+            return False
+    return True

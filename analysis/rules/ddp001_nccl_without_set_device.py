@@ -8,7 +8,8 @@ from ..flow.mentions import code_strings, code_words, mentions
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._current_device import _is_cuda_literal, _short, current_device_uses
-from ._pin_order import _fallback_init, _helper_pins, _report_before_pin, _report_unpinned_workers
+from ._pin_order import (_fallback_init, _helper_pins, _report_before_pin, _report_unpinned_workers,
+                         callers_pin_after)
 from ._per_rank_device import (_child_toward, _exclusive_branches,
                                _label, _per_rank_placements, _report_per_rank_device)
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
@@ -49,7 +50,10 @@ class NcclWithoutSetDevice(Rule):
     at the top of a script) is reported too: it runs on cuda:0 on every rank.
     `device=args.device` counts as `"cuda"` when the argparse default of `--device` is `"cuda"`
     and the module never stores `args.device` itself (else the one store decides), and likewise
-    `cfg["device"]` of a config dict literal.
+    `cfg["device"]` of a config dict literal. An init in a module-level helper that this file
+    never calls is not reported when every call of it in the project's other files is followed,
+    in the calling function, by `torch.cuda.set_device(...)` (`dist.init()` then
+    `torch.cuda.set_device(local_rank)`): the helper's users pin the device themselves.
 
     A function started by `mp.spawn` (a fresh process, nothing pinned yet) that joins an NCCL
     group through a helper of the file (`dist_init(rank, world)` whose `init_process_group` uses a
@@ -176,6 +180,8 @@ class NcclWithoutSetDevice(Rule):
         # ``init_process_group(..., world_size=1)``: one process, no second rank to share cuda:0
         nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)
                       and not single_process_init(ctx, c)]
+        # an init helper whose callers (in other files) all pin the device right after calling it
+        nccl_inits = [c for c in nccl_inits if not callers_pin_after(ctx, c)]
         # spawned workers that join an NCCL group through a helper of this file and never pin:
         # reported at the worker's helper call (the pin belongs right after it)
         by_worker = _report_unpinned_workers(ctx, inits)

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import ast
 
+
 from ..torch_api import D
 from ..flow import for_context
+from ..flow.params import by_name_only, designates_by_default
 from ..flow.summaries import ROOTS, on_subgroup, root_arg
 from ..model import Severity
 from ..registry import Rule
@@ -70,6 +72,12 @@ class RankVaryingRoot(Rule):
             v = ev.value(root)
             if not v.varying:
                 continue
+            if by_name_only(v) and designates_by_default(ctx.sem.enclosing_function(c), root):
+                # the root is the function's own parameter, rank-like by its name alone, with a
+                # constant default (``def sync(obj, rank: int = 0): broadcast_object_list(...,
+                # src=rank)``): it designates the root its callers choose; a caller passing its own
+                # rank is reported at that call (``_through_helpers``)
+                continue
             ctx.report(
                 root,
                 f"the root `{text(ctx, root)}` of `{op}` is rank-varying ({source_words(ctx, v)}); every rank "
@@ -101,3 +109,4 @@ class RankVaryingRoot(Rule):
                                  *[r for r in source_related(ctx, v)
                                    if not (isinstance(r[0], ast.AST) and r[0] is c)]],
                     )
+
