@@ -62,6 +62,8 @@ class Analysis(Summaries):
         self._deps: dict[str, str | None] = {}  # path -> content hash; None: probed and absent
         self._validated: set[int] = set()
         self._loaded = 0
+        self._truncated = False  # a module was refused for the budget (``_MAX_MODULES``)
+        self._views_used: list = []  # the project's views this check loaded
         self.contexts: dict = {}  # call-site contexts (see ``context``), by callee and bindings
         self.ctor_views: dict[int, object] = {}  # id(DDP(...) call bound in a context) -> its view
         self._resolved: dict = {}  # (view, call) -> resolve_call's answer, once per check
@@ -85,6 +87,13 @@ class Analysis(Summaries):
         own memo. The project's other modules keep theirs (they are shared across checks)."""
         self.main.memo.clear()
         self.main.life.alive = False  # a shared view whose memo holds the checked file's nodes is stale
+        if self._truncated:
+            # memos made while a module was refused may be partial (a helper left unresolved):
+            # computed again by the next check that needs them, within its own budget
+            for v in self._views_used:
+                if v is not self.main:
+                    v.memo.clear()
+                    v.dep_hashes.clear()
         deps = self._deps
         self.__dict__.clear()
         self._deps = deps
@@ -99,6 +108,9 @@ class Analysis(Summaries):
             self._depend(self.main)
             return self.main
         if self._loaded >= _MAX_MODULES and path not in self._deps:
+            # the answers computed from now on may miss this module: the other modules' memos of
+            # this check are dropped when it ends (``release``), not kept for the next check
+            self._truncated = True
             return None
         v = project.load(path)
         if v is None:  # unparseable (or unreadable): the result depends on its content all the same
@@ -107,6 +119,7 @@ class Analysis(Summaries):
                 self._deps.setdefault(path, h)
             return None
         self._loaded += 1
+        self._views_used.append(v)
         if id(v) not in self._validated:
             self._validated.add(id(v))
             if v.stale():

@@ -197,18 +197,22 @@ def arg_calls(hub, view, qns: tuple, pos: int, kw: str, needle: str) -> list:
         return got
     got = view.memo[key] = list(_direct_args(view, qns, pos, kw, needle))
     sem = view.sem
-    for c in sem.calls:
-        f = c.func
-        if not c.args or not isinstance(f, (ast.Name, ast.Attribute)) or sem.call_qualname(c) in qns:
-            continue
-        target = hub.resolve_call(view, c)
-        if target is None or not isinstance(target[1], FUNC_TYPES):
-            continue
-        names = params_to(hub, *target, qns, pos, kw, needle)
-        if names:
-            for pname, arg in _call_args(c, target[1]):
-                if pname in names:
-                    got.append((c, arg))
+    hub._view_stack.append(view)  # the modules read become this view's dependencies
+    try:
+        for c in sem.calls:
+            f = c.func
+            if not c.args or not isinstance(f, (ast.Name, ast.Attribute)) or sem.call_qualname(c) in qns:
+                continue
+            target = hub.resolve_call(view, c)
+            if target is None or not isinstance(target[1], FUNC_TYPES):
+                continue
+            names = params_to(hub, *target, qns, pos, kw, needle)
+            if names:
+                for pname, arg in _call_args(c, target[1]):
+                    if pname in names:
+                        got.append((c, arg))
+    finally:
+        hub._view_stack.pop()
     return got
 
 
@@ -245,26 +249,38 @@ def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
     names = {a.id for c, a in _direct_args(view, qns, pos, kw, needle)
              if isinstance(a, ast.Name) and a.id in params and sem.enclosing_function(c) is fn}
     if depth < 3 and params:
-        for c in sem.scope_calls(fn):
-            f = c.func
-            if not isinstance(f, (ast.Name, ast.Attribute)) or not any(
-                    isinstance(a, ast.Name) and a.id in params for a in (*c.args, *(k.value for k in c.keywords))):
-                continue
-            if isinstance(f, ast.Name) and f.id in view.defs:
-                cv, callee = view, view.defs[f.id]
-            else:
-                target = hub.resolve_call(view, c)
-                if target is None or not isinstance(target[1], FUNC_TYPES):
-                    continue
-                cv, callee = target
-            if callee is fn:
-                continue
-            inner = params_to(hub, cv, callee, qns, pos, kw, needle, depth + 1)
-            for pname, arg in _call_args(c, callee):
-                if pname in inner and isinstance(arg, ast.Name) and arg.id in params:
-                    names.add(arg.id)
+        hub._view_stack.append(view)
+        try:
+            names |= _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth)
+        finally:
+            hub._view_stack.pop()
     memo[fn] = frozenset(names)
     return memo[fn]
+
+
+def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth) -> set:
+    """``params_to``'s parameters that ``fn`` hands to a function that gives them on."""
+    names = set()
+    sem = view.sem
+    for c in sem.scope_calls(fn):
+        f = c.func
+        if not isinstance(f, (ast.Name, ast.Attribute)) or not any(
+                isinstance(a, ast.Name) and a.id in params for a in (*c.args, *(k.value for k in c.keywords))):
+            continue
+        if isinstance(f, ast.Name) and f.id in view.defs:
+            cv, callee = view, view.defs[f.id]
+        else:
+            target = hub.resolve_call(view, c)
+            if target is None or not isinstance(target[1], FUNC_TYPES):
+                continue
+            cv, callee = target
+        if callee is fn:
+            continue
+        inner = params_to(hub, cv, callee, qns, pos, kw, needle, depth + 1)
+        for pname, arg in _call_args(c, callee):
+            if pname in inner and isinstance(arg, ast.Name) and arg.id in params:
+                names.add(arg.id)
+    return names
 
 
 def is_fsdp2(hub, view, expr, at) -> bool:
