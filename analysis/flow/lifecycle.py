@@ -158,10 +158,12 @@ def lifecycle_of(hub, view, fn, depth: int = 0):
     """(init, destroy) of a project function: "must" / "may" / None each (destroy: "must" only)."""
     if not isinstance(fn, FUNC_TYPES) or depth > 3:
         return None, None
+    # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     memo = view.memo.setdefault("lifecycle", {})
-    if id(fn) in memo:
-        return memo[id(fn)]
-    memo[id(fn)] = (None, None)  # recursion guard
+    key = (id(fn), depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = (None, None)  # recursion guard
     init = destroy = None
     evs = events(hub, view, fn, depth + 1)
     both = both_branches(evs)
@@ -174,7 +176,7 @@ def lifecycle_of(hub, view, fn, depth: int = 0):
                 init = "may"
         elif unconditional:
             destroy = "must"
-    memo[id(fn)] = (init, destroy)
+    memo[key] = (init, destroy)
     return init, destroy
 
 
@@ -185,9 +187,10 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
     from .calls import scope_calls
 
     memo = view.memo.setdefault("lifecycle.events", {})
-    if id(scope) in memo:
-        return memo[id(scope)]
-    memo[id(scope)] = []
+    key = (id(scope), depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = []
     sem = view.sem
     out = []
     for c in scope_calls(view, scope):
@@ -217,11 +220,11 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
             continue
         out.append(Event(c, kind, sure, conds, where))
     out.sort(key=lambda e: (e.call.lineno, e.call.col_offset))
-    memo[id(scope)] = out
+    memo[key] = out
     return out
 
 
-def project_target(hub, view, c: ast.Call):
+def project_target(hub, view, c: ast.Call, instances: bool = False):
     """(view, function) of a call of a project function (``fs_effects.resolve``), or of a static or
     class method called through its class (``Utils.initialize_distributed()``); else None."""
     from .fs_effects import may_resolve_any, resolve
@@ -243,8 +246,34 @@ def project_target(hub, view, c: ast.Call):
             for st in cls.body:
                 if isinstance(st, FUNC_TYPES) and st.name == f.attr:
                     return cview, st
-    return None
+    if hub is None or f.__class__ is not ast.Attribute or not instances:
+        return None
+    # (``instances``: where a teardown is looked for) a method of an instance of a project class
+    # (``accelerator.end_training()``), of a fresh one (``PartialState().destroy_process_group()``),
+    # of ``self``
+    got = hub.resolve_call(view, c)
+    if got is not None:
+        return got
+    # ``self.state.destroy_process_group()``, ``accelerator.end_training()``: every origin of the
+    # receiver (through names, tuple unpacking, ``self`` attributes, helpers' returns) is a
+    # constructor of one project class (as ``resolve`` follows the constructor)
+    from .origins import origins
 
+    leaves = origins(hub, view, f.value, c)
+    found = None
+    for lv, e in leaves[:8]:
+        if not isinstance(e, ast.Call):
+            return None
+        ctor = hub.resolve_call(lv, e) or resolve(hub, lv, e)
+        cls = parent(ctor[1]) if ctor is not None and getattr(ctor[1], "name", "") == "__init__" else None
+        if not isinstance(cls, ast.ClassDef) or (found is not None and found[1] is not cls):
+            return None
+        found = (ctor[0], cls)
+    if found is not None:
+        for st in found[1].body:
+            if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                return found[0], st
+    return None
 
 def _under_group_test(sem, node, scope) -> bool:
     p = parent(node)
@@ -481,9 +510,10 @@ def init_when_present(hub, view, fn, depth: int = 0):
     if not isinstance(fn, FUNC_TYPES) or depth > 3:
         return None
     memo = view.memo.setdefault("lifecycle.init_when_present", {})
-    if id(fn) in memo:
-        return memo[id(fn)]
-    memo[id(fn)] = None  # recursion guard
+    key = (id(fn), depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # recursion guard
     if not init_sites(hub, view, fn):
         return None
     sem = view.sem
@@ -504,7 +534,7 @@ def init_when_present(hub, view, fn, depth: int = 0):
         if group_state_path(hub, view, c, fn, present=True, at_entry=True) is not None:
             got = hit
             break
-    memo[id(fn)] = got
+    memo[key] = got
     return got
 
 
@@ -526,8 +556,9 @@ def _sites(hub, view, fn, qn_wanted, depth, seen) -> list:
         return []
     seen.add(id(fn))
     memo = view.memo.setdefault("lifecycle.sites." + qn_wanted, {})
-    if id(fn) in memo:
-        return memo[id(fn)]
+    key = (id(fn), depth)
+    if key in memo:
+        return memo[key]
     sem = view.sem
     out = []
     for c in sem.scope_calls(fn) or ():
@@ -535,8 +566,8 @@ def _sites(hub, view, fn, qn_wanted, depth, seen) -> list:
         if qn == qn_wanted:
             out.append((view, c))
         elif not qn.startswith("torch.") and depth < 3:
-            target = project_target(hub, view, c)
+            target = project_target(hub, view, c, instances=qn_wanted == DESTROY)
             if target is not None and target[1] is not fn:
                 out.extend(_sites(hub, *target, qn_wanted, depth + 1, seen))
-    memo[id(fn)] = out
+    memo[key] = out
     return out

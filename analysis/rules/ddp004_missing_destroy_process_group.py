@@ -171,7 +171,7 @@ def _through_helpers(ctx) -> None:
 def _target(an, view, c):
     from ..flow.lifecycle import project_target
 
-    return project_target(an, view, c)
+    return project_target(an, view, c, instances=True)  # a teardown through an instance's method
 
 
 def _gloo_or_other(view, init: ast.Call) -> bool:
