@@ -62,6 +62,8 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                     return [] if d is None else origins(hub, view, d, evs, depth + 1, path, keep_path, frames[:-1], limit=limit)
                 return origins(hub, cv, a, c, depth + 1, path, keep_path, frames[:-1], limit=limit)
             for c in hub.call_sites(view, evs)[:8]:
+                if _inside(c, evs):
+                    continue  # a recursive call passes a value made from the parameter: the outer calls give its origins
                 a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
                 if a is not None:
                     out.extend(origins(hub, view, a, c, depth + 1, path, keep_path, () if frames is not None else None, limit=limit))
@@ -204,3 +206,9 @@ def statement_of(node: ast.AST) -> ast.AST:
     while p is not None and not isinstance(p, ast.stmt):
         p = parent(p)
     return p
+
+
+def _inside(node, fn) -> bool:
+    """``node`` lies in the body of ``fn`` (a recursive call of it; following those multiplied the
+    work by the call sites at every level: torch's recursive ``default_collate`` never finished)."""
+    return fn.lineno <= getattr(node, "lineno", 0) <= getattr(fn, "end_lineno", fn.lineno)
