@@ -326,19 +326,8 @@ def _wrapped(cls: ast.ClassDef):
     init, it = _method(cls, "__init__"), _method(cls, "__iter__")
     if init is None or it is None:
         return None
-    for s in cls.body:
-        if isinstance(s, FUNC_TYPES) and s.name in _DELEGATES:
-            return None
-        if isinstance(s, (ast.Assign, ast.AnnAssign)):
-            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
-            if any(isinstance(t, ast.Name) and t.id in _DELEGATES for t in targets):
-                return None
-    for fn in (s for s in cls.body if isinstance(s, FUNC_TYPES)):
-        for n in iter_scope_nodes(fn):
-            if isinstance(n, (ast.Assign, ast.AnnAssign)):
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                if any(_self_attr(t) in _DELEGATES for t in targets):
-                    return None
+    if _defines_epoch(cls):
+        return None
     walked: set[str] = set()
     for n in iter_scope_nodes(it):
         if isinstance(n, (ast.For, ast.AsyncFor)):
