@@ -126,6 +126,13 @@ def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None =
             if rule.static:
                 _rule_instance(code)
     _init(settings, cache)
+    from .snapshot import snapshot
+
+    with snapshot():  # one run reads the disk once (before forking: the workers inherit it)
+        return _check_files(files, settings, jobs, cache)
+
+
+def _check_files(files: list[str], settings, jobs: int, cache: Cache | None):
     n = jobs or os.cpu_count() or 1
     indexed = list(enumerate(files))
     raw: dict[int, tuple] = {}

@@ -36,6 +36,7 @@ from collections import OrderedDict
 
 from ..io import SourceError, read_regular_file
 from ..semantic import Semantic
+from ..snapshot import fresh, snapshot  # noqa: F401 (the text-level memos, one flag for a batch run)
 
 MAX_BYTES = 1_000_000  # larger files are not followed (generated code, vendored blobs)
 _LRU_SIZE = 256
@@ -263,7 +264,7 @@ def roots_for(path: str, absent: list | None = None) -> list[str]:
         key = (here, _disk.get(), generation)
     now = time.monotonic()
     got = _roots_memo.get(key)
-    if got is None or now - got[0] > _ROOTS_TTL:
+    if got is None or not fresh(got[0], now, _ROOTS_TTL):
         gone: list[str] = []
         got = (now, _roots_for(here, gone), tuple(gone))
         if len(_roots_memo) > 4096:

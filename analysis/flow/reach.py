@@ -59,7 +59,7 @@ _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)*")
 _lock = threading.Lock()
 _facts: dict[str, tuple] = {}  # path -> (mtime_ns, size, checked_at, found, candidates, digest, {(needles, fold): holds})
 _resolved: dict[tuple, tuple] = {}  # (folder, module, level, disk) -> (checked_at, path or None, absent)
-_negative: dict[tuple, tuple] = {}  # (path, disk, needles, fold) -> (checked_at, closure {path: digest}, overlay generation)
+_negative: dict[tuple, tuple] = {}  # (disk, needles, fold) -> (made_at, overlay generation, {path: answer}) (``_table``)
 
 
 def holds(text: str, needles: tuple = REACH_TEXT) -> bool:
@@ -122,7 +122,7 @@ def _file_facts(path: str, now: float, needles: tuple = REACH_TEXT, fold: bool =
         overlaid = path in project._overlays
     got = _facts.get(path)
     fresh = False
-    if not overlaid and got is not None and got[0] != -1 and now - got[2] < _TTL:
+    if not overlaid and got is not None and got[0] != -1 and project.fresh(got[2], now, _TTL):
         fresh = True
     elif not overlaid:
         if not project.disk_allowed():
@@ -165,7 +165,7 @@ def _resolve(path: str, module: str, level: int, now: float):
     dependencies of the answer, as ``project.resolve`` lists them)."""
     key = (os.path.dirname(path), module, level, project.disk_allowed())
     got = _resolved.get(key)
-    if got is not None and now - got[0] < _TTL:
+    if got is not None and project.fresh(got[0], now, _TTL):
         return got[1], got[2]
     absent: list[str] = []
     found = project.resolve(path, module, level, absent)
@@ -178,12 +178,14 @@ def _resolve(path: str, module: str, level: int, now: float):
 def reaches(path: str | None, text: str, needles: tuple = REACH_TEXT,
             fold: bool = False) -> tuple[bool, dict[str, str | None]]:
     """(may one of ``needles`` be spelled in this file or in a project module its imports reach,
-    directly or transitively; {path: content hash, None for an import looked for and not found} of
-    the other files the answer read). ``path`` None (an unsaved document): only the text counts, as
-    in the flow layer, which follows no import without a path. ``needles``: ``REACH_TEXT`` (a
-    collective site), ``SHARD_TEXT`` (a sharding call or a state-dict getter), or a rule's own (a
-    writer a save helper calls, a base class's ``set_epoch``); ``fold``: lower-case needles matched
-    case-insensitively. A necessary condition: comments and strings only add candidates."""
+    directly or transitively; for a no, {path: content hash, None for an import looked for and not
+    found} of every other file the answer rests on). ``path`` None (an unsaved document): only the
+    text counts, as in the flow layer, which follows no import without a path. ``needles``:
+    ``REACH_TEXT`` (a collective site), ``SHARD_TEXT`` (a sharding call or a state-dict getter), or a
+    rule's own (a writer a save helper calls, a base class's ``set_epoch``); ``fold``: lower-case
+    needles matched case-insensitively. A necessary condition: comments and strings only add
+    candidates. A yes carries no dependencies: its file is parsed, and the flow layer records what
+    it reads."""
     if holds(text.lower() if fold else text, needles):
         return True, {}
     if not path or path.startswith("<"):
@@ -193,39 +195,142 @@ def reaches(path: str | None, text: str, needles: tuple = REACH_TEXT,
         return _walk(path, text, time.monotonic(), needles, fold)
 
 
+def _table(now: float, disk: bool, needles: tuple, fold: bool) -> dict:
+    """The answers of one needle set: {path: ``_YES`` | (digest, successors, absent) | None}, kept
+    for ``_TTL`` seconds and while no open document changes (a batch run shares it)."""
+    key = (disk, needles, fold)
+    got = _negative.get(key)
+    if got is None or not project.fresh(got[0], now, _TTL) or got[1] != project.generation or len(got[2]) > 65536:
+        if len(_negative) > 64:
+            _negative.clear()
+        got = _negative[key] = (now, project.generation, {})
+    return got[2]
+
+
+_YES = ("yes",)
+
+
+def _edges(p: str, cands, now: float) -> tuple:
+    """((file or None, absent marks), ...): where each import candidate of ``p`` resolves."""
+    return tuple(_resolve(p, mod, level, now) for mod, level in cands)
+
+
+_starts: dict[str, tuple] = {}  # text -> candidates: the checked file, once for every rule that asks
+
+
+def _start_candidates(text: str) -> tuple:
+    got = _starts.get(text)
+    if got is None:
+        if len(_starts) > 8:
+            _starts.clear()
+        got = _starts[text] = candidates(text)
+    return got
+
+
 def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
           fold: bool = False) -> tuple[bool, dict[str, str | None]]:
-    deps: dict[str, str | None] = {}  # None: a file an import looked for and did not find
-    visited = {path}
-    work = [(path, candidates(text))]
+    """Reachability on the import graph, each file answered once per table (``_table``): the
+    strongly connected components of the graph (Tarjan, iteratively) are decided as they close,
+    a component holding a needle or importing one that does answers yes, the others no. Linear in
+    the files and imports a batch run reaches, where a walk per file was quadratic on a package
+    whose every module imports the package (torch). Past ``_MAX_NODES`` new files in one query
+    the answer is yes (never a lost finding)."""
     disk = project.disk_allowed()
+    table = _table(now, disk, needles, fold)
+    first = _edges(path, _start_candidates(text), now)
+    absent: dict[str, None] = {}
+    for succ, marks in first:
+        absent.update(dict.fromkeys(marks))
+        if succ is not None and succ != path and not _solve(succ, table, now, needles, fold):
+            return True, {}  # past the budget
+    if any(succ is not None and table.get(succ) is _YES for succ, _m in first):
+        return True, {}
+    # no: every file reachable answered no; the answer rests on all of them
+    deps: dict[str, str | None] = dict(absent)
+    seen = {path}
+    work = [s for s, _m in first if s is not None]
     while work:
-        frm, cands = work.pop()
-        for mod, level in cands:
-            p, absent = _resolve(frm, mod, level, now)
-            for a in absent:
-                deps.setdefault(a, None)
-            if p is None or p in visited:
-                continue
-            visited.add(p)
-            neg = _negative.get((p, disk, needles, fold))
-            if neg is not None and now - neg[0] < _TTL and neg[2] == project.generation:
-                deps.update(neg[1])
-                continue
-            facts = _file_facts(p, now, needles, fold)
-            if facts is None:
-                continue
-            has, more, digest = facts
-            deps[p] = digest
-            if has or len(visited) > _MAX_NODES:
-                return True, deps
-            if more:
-                work.append((p, more))
-    # nothing reachable holds a site: neither does anything this walk visited
-    if len(_negative) > 65536:
-        _negative.clear()
-    closure = dict(deps)
-    for p, h in deps.items():
-        if h is not None:
-            _negative[(p, disk, needles, fold)] = (now, closure, project.generation)
+        p = work.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        got = table.get(p)
+        if got is None or got is _YES:
+            continue
+        own, succs = got
+        deps.update(own)
+        work.extend(succs)
+    for p in seen:  # a file read is a file, whatever import also looked for it absent
+        if p in deps and deps[p] is None and isinstance(table.get(p), tuple):
+            deps[p] = table[p][0][p]
     return False, deps
+
+
+def _solve(start: str, table: dict, now: float, needles: tuple, fold: bool) -> bool:
+    """Decide ``start`` and every file it reaches that ``table`` lacks; False past the budget
+    (the components closed so far stay decided)."""
+    if start in table:
+        return True
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    info: dict[str, tuple] = {}  # path -> (digest, edges)
+    frames: list[list] = []
+
+    def enter(p: str) -> bool:
+        facts = _file_facts(p, now, needles, fold)
+        if facts is None:
+            table[p] = None  # unreadable: not followed (as the flow layer)
+            return False
+        has, cands, digest = facts
+        if has:
+            table[p] = _YES
+            return False
+        index[p] = low[p] = len(index)
+        stack.append(p)
+        on.add(p)
+        edges = _edges(p, cands, now)
+        info[p] = (digest, edges)
+        frames.append([p, iter(edges)])
+        return True
+
+    if not enter(start):
+        return True
+    while frames:
+        if len(index) > _MAX_NODES:
+            return False
+        frame = frames[-1]
+        v = frame[0]
+        for succ, _marks in frame[1]:
+            if succ is None or succ in table:
+                continue
+            if succ in index:
+                if succ in on:
+                    low[v] = min(low[v], index[succ])
+                continue
+            if enter(succ):
+                break
+        else:
+            frames.pop()
+            if frames:
+                u = frames[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                members = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    members.append(w)
+                    if w == v:
+                        break
+                yes = any(s is not None and table.get(s) is _YES for m in members for s, _m in info[m][1])
+                for m in members:
+                    if yes:
+                        table[m] = _YES
+                    else:  # (its own dependencies, ready to merge: the file and its absent marks)
+                        digest, edges = info[m]
+                        own = {a: None for _s, marks in edges for a in marks}
+                        own[m] = digest
+                        table[m] = (own, tuple(dict.fromkeys(s for s, _m in edges if s is not None)))
+    return True

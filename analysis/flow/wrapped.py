@@ -55,9 +55,12 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     cls = parent(fn) if fn is not None else None
     if not isinstance(cls, ast.ClassDef):
         return True
+    last = _dominating_binding(fn, expr.attr, at) if ordered else None
     for v, c in class_chain(hub, view, cls):
         early = _runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
+            if last is not None and not _after(parent(val), last, at):
+                continue  # overwritten by the read's own method before the read, on every path
             if ordered and m is not fn and m.name not in early:
                 # still an unwrap anywhere makes the attribute unwrapped on some path
                 if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
@@ -66,6 +69,63 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
             if _collect(hub, v, val, val, found, others, 0, path) is False:
                 return False
     return True
+
+
+def _dominating_binding(fn, attr: str, at):
+    """The last ``self.<attr> = ...`` statement of ``fn`` that runs before ``at`` on every path
+    through it: in the statement list of ``at`` or of one of its enclosing statements, before
+    them (``self.m = Net()`` two lines above ``self.m.layers``); None when no binding does."""
+    if fn is None:
+        return None
+    best = None
+    node = at
+    while node is not None and node is not fn:
+        up = parent(node)
+        if up is None:
+            return best
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(up, field, None)
+            if isinstance(block, list) and node in block:
+                for st in reversed(block[:block.index(node)]):
+                    if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None and any(
+                            _attr_path(t, attr) is not None
+                            for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
+                        if best is None or st.lineno > best.lineno:
+                            best = st
+                        break
+        if isinstance(up, FUNC_TYPES + (ast.Lambda, ast.ClassDef)):
+            return best
+        node = up
+    return best
+
+
+def _after(st, last, at) -> bool:
+    """``st`` (a binding statement) may still give the value read at ``at`` once ``last`` ran:
+    it is ``last``, it runs between the two, or it is in a loop around ``at`` that ``last`` is
+    outside of (the next iteration reads it)."""
+    if st is last:
+        return True
+    if st is None:
+        return False
+    if (last.lineno, last.col_offset) < (st.lineno, st.col_offset) < (at.lineno, at.col_offset):
+        return True
+    node = parent(at)
+    while node is not None and not isinstance(node, FUNC_TYPES + (ast.Lambda, ast.ClassDef)):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            if _inside(last, node):
+                return False
+            if _inside(st, node):
+                return True
+        node = parent(node)
+    return False
+
+
+def _inside(node, anc) -> bool:
+    while node is not None:
+        if node is anc:
+            return True
+        node = parent(node)
+    return False
 
 
 def self_bindings(cls: ast.ClassDef, attr: str) -> list:

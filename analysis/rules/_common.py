@@ -309,10 +309,12 @@ def _admitting_files(folder: str, needs, disk: bool) -> tuple:
     import hashlib
     import time
 
+    from ..flow import project
+
     key = (folder, needs)
     now = time.monotonic()
     got = _candidates.get(key) if disk else None
-    if got is None or now - got[0] > _CANDIDATES_TTL:
+    if got is None or not project.fresh(got[0], now, _CANDIDATES_TTL):
         found, index, deps = [], {}, {}
         for path in _project_files(folder):
             t = _text_of(path)

@@ -502,7 +502,9 @@ def _shown(ctx, path: str) -> str:
 
 
 # The attributes a DistributedDataParallel wrapper has, frozen from torch 2.13.0:
-# dir(DistributedDataParallel) | vars(DDP(nn.Linear(2, 2))) on a one-process gloo group | {"module"}.
+# dir(DistributedDataParallel) | vars(DDP(nn.Linear(2, 2))) on a one-process gloo group | {"module"}, and
+# every ``self.x = ...`` of DistributedDataParallel's source (those set only on some paths, such as
+# ``_authoritative_rank`` after a join and ``device_mesh`` when one is given).
 DDP_ATTRIBUTES = frozenset("""
     T_destination __abstractmethods__ __annotations__ __call__ __class__ __delattr__ __dict__ __dir__
     __doc__ __eq__ __format__ __ge__ __getattr__ __getattribute__ __getstate__ __gt__ __hash__ __init__
@@ -546,7 +548,8 @@ DDP_ATTRIBUTES = frozenset("""
     require_backward_grad_sync require_forward_param_sync requires_grad_ scatter set_extra_state
     set_submodule share_memory skip_all_reduce_unused_params state_dict static_graph to to_empty
     to_kwargs train training type use_side_stream_for_tensor_copies will_sync_module_buffers xpu
-    zero_grad
+    zero_grad _authoritative_rank _mp_stream _static_graph_delay_allreduce_enqueued _submodule_to_event
+    buffer_hook device_mesh
 """.split())
 
 

@@ -1,0 +1,30 @@
+"""One batch run reads the disk as one snapshot.
+
+The text-level layer keeps memos that a long-lived process (the language server) lets expire after
+a few seconds, so that a file saved outside the editor is seen: flow/reach.py's import graph and
+answers, rules/_common.py's caller candidates, flow/project.py's import roots. A batch run
+(``batch.check_files``) takes the disk as unchanging while it runs, so those memos hold for the
+whole run: each file is read, resolved and indexed once, not once every few seconds. Imports
+nothing, so that a gated-out file still loads no rule or flow module.
+"""
+from __future__ import annotations
+
+import contextlib
+
+_on = False
+
+
+def fresh(at: float, now: float, ttl: float) -> bool:
+    """A memo made at ``at`` still holds at ``now``: within ``ttl`` seconds, or in a snapshot."""
+    return _on or now - at < ttl
+
+
+@contextlib.contextmanager
+def snapshot():
+    """The disk is taken as unchanging while the block runs (forked workers inherit it)."""
+    global _on
+    before, _on = _on, True
+    try:
+        yield
+    finally:
+        _on = before
