@@ -257,35 +257,88 @@ def _project_files(top: str):
 
 
 _texts: dict[str, tuple[int, int, str]] = {}
+_texts_bytes = [0]
+_MAX_TEXT_BYTES = 64 * 1024 * 1024  # the texts kept (a large package's files are read once, not per rule)
+_words: dict[str, tuple[int, int, frozenset]] = {}
+
+
+def _stamp(path: str):
+    """(mtime, size) of the file; in a batch run's snapshot (``analysis/snapshot.py``) the one
+    already recorded is taken without asking the disk again. None when it cannot be read."""
+    import os
+
+    from .. import snapshot
+
+    if snapshot._on:
+        got = _texts.get(path) or _words.get(path)
+        if got is not None:
+            return got[0], got[1]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _text_of(path: str) -> str | None:
     """The text of a project file, for the name prefilter: an open document's, else the file's
     (cached by modification time and size; only regular files up to ``flow.project.MAX_BYTES``)."""
-    import os
-
     from ..flow import project
     from ..io import SourceError, read_regular_file
 
     got = project.overlay_text(path)
     if got is not None or not project.disk_allowed():
         return got
-    try:
-        st = os.stat(path)
-    except OSError:
+    stamp = _stamp(path)
+    if stamp is None:
         return None
     got = _texts.get(path)
-    if got is not None and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+    if got is not None and got[:2] == stamp:
         return got[2]
     try:
         data, st = read_regular_file(path, limit=project.MAX_BYTES)
         text = data.decode("utf-8", "surrogateescape")
     except (OSError, SourceError):
         return None
-    if len(_texts) > 1024:
+    if _texts_bytes[0] + len(text) > _MAX_TEXT_BYTES:
         _texts.clear()
+        _texts_bytes[0] = 0
+    old = _texts.get(path)
+    if old is not None:
+        _texts_bytes[0] -= len(old[2])
     _texts[path] = (st.st_mtime_ns, st.st_size, text)
+    _texts_bytes[0] += len(text)
     return text
+
+
+# a word followed by a call's parenthesis or by ``as`` (``from m import f as g``): the names a file
+# may call (a superset: comments and strings add words, ``Alias`` adds ``Ali``)
+_CALLED = re.compile(r"\b(\w+)(?=\s*(?:\(|as\b))")
+
+
+def _called_words(path: str) -> frozenset | None:
+    """The words a project file may call (``_CALLED``), cached by modification time and size: a
+    file none of whose words is one of the names holds no call of them and is not read further."""
+    from ..flow import project
+
+    text = project.overlay_text(path)
+    if text is not None or not project.disk_allowed():
+        return None if text is None else frozenset(_CALLED.findall(text))
+    stamp = _stamp(path)
+    if stamp is None:
+        return None
+    got = _words.get(path)
+    if got is not None and got[:2] == stamp:
+        return got[2]
+    text = _text_of(path)
+    if text is None:
+        return None
+    got = _texts.get(path)
+    words = frozenset(_CALLED.findall(text))
+    if len(_words) > 65536:
+        _words.clear()
+    _words[path] = (*(got[:2] if got is not None else stamp), words)
+    return words
 
 
 def _admits(text: str, needs) -> bool:
@@ -389,8 +442,6 @@ def project_callers(ctx, names, needs=()) -> list:
             or not project.is_file(os.path.abspath(ctx.filename)):
         return []
 
-    called = re.compile(r"\b(?:%s)\b\s*(?:\(|as\b)" % "|".join(map(re.escape, sorted(names))))
-
     def build():
         here = os.path.abspath(ctx.filename)
         roots = project.roots_for(here)
@@ -401,12 +452,13 @@ def project_callers(ctx, names, needs=()) -> list:
         for path in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top))):
             if path == here:
                 continue
-            text = _text_of(path)
-            if text is None or not any(n in text for n in names) or (needs and not _admits(text, needs)):
-                continue
             # a call of one of the names, or an import renaming one: a file that only spells the
             # word (``init`` in ``__init__``) is not parsed, nor counted against the module budget
-            if not called.search(text):
+            words = _called_words(path)
+            if words is None or names.isdisjoint(words):
+                continue
+            text = _text_of(path)
+            if text is None or (needs and not _admits(text, needs)):
                 continue
             rel = os.path.relpath(path, top)
             if rel.startswith(".."):
