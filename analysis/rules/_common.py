@@ -433,6 +433,7 @@ def project_callers(ctx, names, needs=()) -> list:
     context of the caller's file: rule helpers can query it; nothing is reported on it."""
     import os
 
+    from .. import snapshot
     from ..context import Context
     from ..flow import for_context, project
     from ..source import SourceText
@@ -448,13 +449,15 @@ def project_callers(ctx, names, needs=()) -> list:
         top = roots[1] if len(roots) > 1 else roots[0]
         an = for_context(ctx)
         out = []
+        known = _words if snapshot._on else {}  # (in a batch run's snapshot: no stat, no call)
         # the file's own folder first: the scan of ``top`` stops at ``_MAX_SCAN_FILES``
         for path in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top))):
             if path == here:
                 continue
             # a call of one of the names, or an import renaming one: a file that only spells the
             # word (``init`` in ``__init__``) is not parsed, nor counted against the module budget
-            words = _called_words(path)
+            got = known.get(path)
+            words = got[2] if got is not None else _called_words(path)
             if words is None or names.isdisjoint(words):
                 continue
             text = _text_of(path)

@@ -176,13 +176,14 @@ class AttributeThroughDdpWrapper(Rule):
         for node, holder, attr in [*((n, n.value, n.attr) for n in reads),
                                    *((c, c.args[0], c.args[1].value) for c in getattrs)]:
             h = ctx.text(holder)
-            if (_store_scope(ctx, node), h, attr) in stored or _tested(ctx, node, h, attr) or handles_attribute_error(node):
+            if (_store_scope(ctx, node), h, attr) in stored:
                 continue
             wraps, always = _wrap_origins(an, view, holder, node, memo)
             if not wraps:
                 # a module-level function's parameter that a caller in another file fills with it
                 wraps, always = _from_callers(ctx, holder, node, memo), False
-            if not wraps:
+            # (the tests of the read itself only once a wrapper may reach it: most reads meet none)
+            if not wraps or _tested(ctx, node, h, attr) or handles_attribute_error(node):
                 continue
             at = guards(node)
             # in a test file, a conditional wrap seen by a conditional read only under the same
