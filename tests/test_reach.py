@@ -66,10 +66,10 @@ def parses(monkeypatch):
 
     monkeypatch.setattr(ast, "parse", counting)
     project.clear()
-    reach._facts.clear(), reach._resolved.clear(), reach._negative.clear()
+    reach._facts.clear(), reach._resolved.clear(), reach._negative.clear(), reach._edge_memo.clear()
     yield seen
     project.clear()
-    reach._facts.clear(), reach._resolved.clear(), reach._negative.clear()
+    reach._facts.clear(), reach._resolved.clear(), reach._negative.clear(), reach._edge_memo.clear()
 
 
 def _project(tmp_path: Path, helper: str, chain: int = 0) -> Path:

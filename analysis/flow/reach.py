@@ -210,9 +210,23 @@ def _table(now: float, disk: bool, needles: tuple, fold: bool) -> dict:
 _YES = ("yes",)
 
 
-def _edges(p: str, cands, now: float) -> tuple:
-    """((file or None, absent marks), ...): where each import candidate of ``p`` resolves."""
-    return tuple(_resolve(p, mod, level, now) for mod, level in cands)
+_edge_memo: dict[tuple, tuple] = {}  # (path, disk, generation) -> (made_at, digest, edges): every needle set's
+
+
+def _edges(p: str, cands, now: float, digest: str | None = None) -> tuple:
+    """((file or None, absent marks), ...): where each import candidate of ``p`` resolves (with
+    ``digest``, the content it was read with: shared by the tables of every needle set)."""
+    key = (p, project.disk_allowed(), project.generation)
+    if digest is not None:
+        got = _edge_memo.get(key)
+        if got is not None and got[1] == digest and project.fresh(got[0], now, _TTL):
+            return got[2]
+    edges = tuple(_resolve(p, mod, level, now) for mod, level in cands)
+    if digest is not None:
+        if len(_edge_memo) > 65536:
+            _edge_memo.clear()
+        _edge_memo[key] = (now, digest, edges)
+    return edges
 
 
 _starts: dict[str, tuple] = {}  # text -> candidates: the checked file, once for every rule that asks
@@ -290,7 +304,7 @@ def _solve(start: str, table: dict, now: float, needles: tuple, fold: bool) -> b
         index[p] = low[p] = len(index)
         stack.append(p)
         on.add(p)
-        edges = _edges(p, cands, now)
+        edges = _edges(p, cands, now, digest)
         info[p] = (digest, edges)
         frames.append([p, iter(edges)])
         return True
