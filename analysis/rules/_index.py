@@ -137,7 +137,7 @@ RULES = {
                 ((('torch', False),), (('DataLoader', False), ('oader', False)), (('DistributedDataParallel', False),)),
                 False, False),
     'DDP304': ('ddp304_sampler_wrapper_hides_set_epoch', True, True,
-                ((('torch', False),), (('class', False),)),
+                ((('torch', False),), (('__init__', False),)),
                 False, True),
     'DDP401': ('ddp401_spawn_args_not_tuple', True, True,
                 ((('torch', False),), (('multiprocessing', False),), (('spawn', False), ('start_processes', False))),

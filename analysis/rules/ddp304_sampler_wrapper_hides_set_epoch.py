@@ -94,9 +94,9 @@ class SamplerWrapperHidesSetEpoch(Rule):
     name = "sampler-wrapper-hides-set-epoch"
     severity = Severity.WARNING
     fix_availability = "always"
-    # every finding is about a class (a sampler wrapper, or a composite whose base's set_epoch
-    # lives in another file)
-    requires_text = ("class",)
+    # every finding is about a class that defines ``__init__`` (a sampler wrapper stores the sampler
+    # there; a composite stores what it forwards to)
+    requires_text = ("__init__",)
 
     @classmethod
     def reach(cls, text, filename):
