@@ -117,6 +117,8 @@ class DownloadOnEveryRank(Rule):
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
                     or in_launcher(ctx, call):
                 continue
+            if _filled_first(ctx, an, call, e):
+                continue
             # the same destination is reported once a file: the first call fills it (a shared cache; the
             # same API reached again through a helper with the same path)
             seen = e.cache if e.path is None else (id(e.node), e.path_key() or id(call))
@@ -172,6 +174,30 @@ def _locked(ctx, call) -> bool:
                 name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
                 if qn.startswith("filelock.") or name.endswith("Lock"):
                     return True
+    return False
+
+
+def _filled_first(ctx, an, call, e) -> bool:
+    """An earlier call of the same function downloads the same thing (same API, same destination or
+    shared cache) on the main rank only, and a synchronising call lies between the two: the other
+    ranks find it filled (``if local_rank == 0: GloVe(...)``, ``dist.barrier()``, ``GloVe(...)``)."""
+    from ..flow.sync import synchronised_between
+
+    scope = ctx.sem.enclosing_function(call) or ctx.sem.tree
+    key = e.path_key() if e.path is not None else None
+    if e.path is not None and key is None:
+        return False
+    for other in ctx.sem.scope_calls(scope):
+        if other is call or (other.lineno, other.col_offset) >= (call.lineno, call.col_offset):
+            continue
+        if rank0_guarded(ctx, other) is not True:
+            continue
+        same = [f for f in effects_at(ctx, an, other, local=False)
+                if f.kind == e.kind and f.api == e.api and f.via == e.via
+                and ((f.path is None and e.path is None and f.cache == e.cache)
+                     or (f.path is not None and key is not None and f.path_key() == key))]
+        if same and synchronised_between(an, an.main, scope, other, call) is not None:
+            return True
     return False
 
 
