@@ -92,6 +92,11 @@ _TABLE: dict[str, tuple] = {
 # concurrent ranks download it N times but never leave a torn file (pytorch/pytorch#68320)
 ATOMIC_DOWNLOADS = frozenset({"torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url",
                               "torch.hub.download_url_to_file"})
+# torchtext's pretrained word vectors: the constructor downloads the archive into ``cache`` with a
+# plain ``urlretrieve`` (no lock, no temporary name), extracts it there and saves a ``.pt`` copy
+_VECTOR_MODULES = frozenset({"torchtext.vocab", "torchtext.vocab.vectors"})
+_VECTORS = frozenset({"GloVe", "FastText", "CharNGram"})
+_VECTOR_CACHE = "the torchtext vector cache (./.vector_cache)"
 _TAR_OPEN = frozenset({"tarfile.open", "tarfile.TarFile", "zipfile.ZipFile", "tarfile.TarFile.open"})
 _PATH_CALLS = frozenset({"os.path.join", "os.path.expanduser", "os.path.abspath", "os.path.realpath",
                          "os.fspath", "str", "pathlib.Path", "os.path.normpath"})
@@ -196,6 +201,11 @@ def call_effects(vctx, call: ast.Call) -> list[FsEffect]:
         kind = WRITE if set(mode.value) & set("wax+") else READ
         return [FsEffect(kind, "open", call, path, None, False)]
     f = call.func
+    vectors = _vectors_class(vctx, call)
+    if vectors is not None:
+        # ``GloVe(name, dim, cache=...)``: downloads the archive into ``cache`` and extracts it there
+        cache = get_arg(call, None, "cache")
+        return [FsEffect(DOWNLOAD, vectors, call, cache, _VECTOR_CACHE if cache is None else None, True)]
     if f.__class__ is ast.Attribute:
         if f.attr == "extractall":
             if _tar_object(vctx, f.value, call):
@@ -214,6 +224,55 @@ def call_effects(vctx, call: ast.Call) -> list[FsEffect]:
         if f.attr in ("write_text", "write_bytes") and _is_path_obj(vctx, f.value):
             return [FsEffect(WRITE, "Path." + f.attr, call, f.value, None, False)]
     return []
+
+
+def _vectors_class(vctx, call: ast.Call) -> str | None:
+    """The qualified name of the torchtext pretrained-vectors class that ``call`` constructs, when it
+    downloads (``_VECTORS``; ``Vectors`` itself only with a ``url``): called by name, as an entry of
+    ``torchtext.vocab.pretrained_aliases`` (each one a ``partial`` of such a class), or as
+    ``getattr(torchtext.vocab, name)`` where every value ``name`` can hold names one of them."""
+    f = call.func
+    if f.__class__ is ast.Subscript:
+        qn = vctx.sem.qualname(f.value) or ""
+        return qn if qn.rpartition(".")[0] in _VECTOR_MODULES and qn.endswith(".pretrained_aliases") else None
+    if f.__class__ is ast.Call and isinstance(f.func, ast.Name) and f.func.id == "getattr" and len(f.args) >= 2:
+        mod = vctx.sem.qualname(f.args[0]) or ""
+        if mod not in _VECTOR_MODULES:
+            return None
+        names = _string_values(vctx.sem, f.args[1])
+        if names and all(n in _VECTORS for n in names):
+            return f"{mod}.{'/'.join(sorted(names))}"
+        return None
+    qn = vctx.qn(call) or ""
+    mod, _, name = qn.rpartition(".")
+    if mod not in _VECTOR_MODULES:
+        return None
+    if name in _VECTORS:
+        return qn
+    if name == "Vectors" and get_arg(call, 2, "url") is not None:
+        return qn
+    return None
+
+
+def _string_values(sem, expr) -> frozenset[str]:
+    """The strings ``expr`` can hold: a literal (``constant_of``), or an item of a dict literal bound
+    once whose values are all strings (``MAPPING[key]``, also through a name bound once to it)."""
+    c = constant_of(sem, expr)
+    if c is not None:
+        return frozenset({c.value}) if isinstance(c.value, str) else frozenset()
+    scope = sem.scope_of(expr)
+    if isinstance(expr, ast.Name):
+        expr = sem.single_value(expr.id, scope)
+    if not isinstance(expr, ast.Subscript) or not isinstance(expr.value, ast.Name):
+        return frozenset()
+    table = sem.single_value(expr.value.id, sem.scope_of(expr))
+    if table is None:
+        table = sem.single_value(expr.value.id, sem.tree)
+    if not isinstance(table, ast.Dict) or not table.values:
+        return frozenset()
+    if not all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in table.values):
+        return frozenset()
+    return frozenset(v.value for v in table.values)
 
 
 def _exist_ok(vctx, call: ast.Call, pos: int) -> bool | None:

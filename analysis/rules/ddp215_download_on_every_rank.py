@@ -27,6 +27,11 @@ class DownloadOnEveryRank(Rule):
       shared torch hub cache: each rank removes, downloads, extracts and renames `<hub>/main.zip`
       and the repository folder);
     - `urllib.request.urlretrieve`, `nltk.download`, `wget.download`, `gdown.download`;
+    - torchtext's pretrained word vectors, which download into their `cache` folder (by default
+      `./.vector_cache`) with a plain `urlretrieve` and extract there: `GloVe(...)`,
+      `FastText(...)`, `CharNGram(...)`, `Vectors(name, cache, url)` (with a `url`), an entry of
+      `torchtext.vocab.pretrained_aliases`, and `getattr(torchtext.vocab, name)(...)` when every
+      value `name` can hold (a literal, an item of a dict literal of class names) is one of them;
     - `tarfile.open(...)` / `zipfile.ZipFile(...)` `.extractall(path)`, `shutil.unpack_archive`.
 
     The call is flagged when no main-rank test keeps the other ranks out (`if rank == 0:`,
@@ -38,7 +43,9 @@ class DownloadOnEveryRank(Rule):
     reported at the call that every rank makes. A call under a `with FileLock(...)` is not flagged.
     A shared cache (the torch hub's), or the same download of a helper reached again with the same
     destination, is reported once a file, at its first call: the later calls of the same process
-    find it filled.
+    find it filled. So is a download that the main rank made earlier in the same function (same API,
+    same destination) with a synchronising call (`dist.barrier()`) in between: the other ranks find
+    it in place (`if local_rank == 0: GloVe(...)`, `dist.barrier()`, `GloVe(...)` on every rank).
 
     Not flagged, because they lock: Hugging Face `from_pretrained`, `hf_hub_download`,
     `snapshot_download` (`huggingface_hub` holds a file lock on the blob while it downloads to a
@@ -117,6 +124,8 @@ class DownloadOnEveryRank(Rule):
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
                     or in_launcher(ctx, call):
                 continue
+            if _filled_first(ctx, an, call, e):
+                continue
             # the same destination is reported once a file: the first call fills it (a shared cache; the
             # same API reached again through a helper with the same path)
             seen = e.cache if e.path is None else (id(e.node), e.path_key() or id(call))
@@ -173,6 +182,38 @@ def _locked(ctx, call) -> bool:
                 if qn.startswith("filelock.") or name.endswith("Lock"):
                     return True
     return False
+
+
+def _filled_first(ctx, an, call, e) -> bool:
+    """An earlier call of the same function downloads the same thing (same API, same destination or
+    shared cache) on the main rank only, and a synchronising call lies between the two: the other
+    ranks find it filled (``if local_rank == 0: GloVe(...)``, ``dist.barrier()``, ``GloVe(...)``)."""
+    from ..flow.sync import synchronised_between
+
+    scope = ctx.sem.enclosing_function(call) or ctx.sem.tree
+    key = e.path_key() if e.path is not None else None
+    if e.path is not None and key is None:
+        return False
+    for other in ctx.sem.scope_calls(scope):
+        if other is call or (other.lineno, other.col_offset) >= (call.lineno, call.col_offset):
+            continue
+        if rank0_guarded(ctx, other) is not True:
+            continue
+        same = [f for f in effects_at(ctx, an, other, local=False)
+                if f.kind == e.kind and f.api == e.api and f.via == e.via
+                and ((f.path is None and e.path is None and f.cache == e.cache and _same_args(other, call))
+                     or (f.path is not None and key is not None and f.path_key() == key))]
+        if same and synchronised_between(an, an.main, scope, other, call) is not None:
+            return True
+    return False
+
+
+def _same_args(a: ast.Call, b: ast.Call) -> bool:
+    """The two calls pass the same arguments: in a shared cache, the same entry (``nltk.download("punkt")``
+    twice; not ``torch.hub.load`` of two repositories)."""
+    return [ast.dump(x) for x in a.args] == [ast.dump(x) for x in b.args] and \
+        sorted((k.arg or "", ast.dump(k.value)) for k in a.keywords) == \
+        sorted((k.arg or "", ast.dump(k.value)) for k in b.keywords)
 
 
 def _local_hub(ctx, call, e) -> bool:
