@@ -1,6 +1,6 @@
 """The persistent findings cache of ``ddp-lint check``: ``.ddp-lint-cache/`` in the project root.
 
-Layout: ``.ddp-lint-cache/v1/<key>.json``, one *pack* per (ddp-lint version and code, Python version,
+Layout: ``.ddp-lint-cache/v<FORMAT>/<key>.json``, one *pack* per (ddp-lint version and code, Python version,
 settings, user key). A pack maps a file's absolute path to
 ``[content tag, last used (epoch s), findings, dependencies]``:
 
@@ -13,6 +13,10 @@ settings, user key). A pack maps a file's absolute path to
   or a missing file is a miss; (path, None) is a *negative* dependency, a file (or folder) an import
   probed and found absent: a file or folder there now (a module created, or one shadowing the module
   found) is a miss;
+* a pack stores each distinct dependency once (``deps``: [path, digest]) and an entry refers to
+  them by id: a list of ids, or, for a long list, the hex of a bit mask of ids (a package whose
+  every module imports the package gives thousands of files the same closure of imports); each
+  dependency is checked at most once a run;
 * findings are stored as plain JSON lists (never pickle: the folder is in the user's project).
 
 Safety:
@@ -40,7 +44,7 @@ from .io import SourceError, read_regular_file
 from .model import Applicability, Edit, Finding, Fix, Position, Range, Related, Severity
 
 CACHE_DIR_NAME = ".ddp-lint-cache"
-FORMAT = 1
+FORMAT = 2  # 2: dependencies interned in one table per pack (ids, or a bit mask of ids)
 MAX_AGE_S = 30 * 24 * 3600
 MAX_ENTRIES = 100_000
 MAX_PACK_BYTES = 64 * 1024 * 1024
@@ -269,6 +273,9 @@ class Cache:
         self.enabled = self.key is not None and _safe_dir(folder, create=True)
         self.entries: dict[str, list] = {}
         self.updated: dict[str, list] = {}
+        self.table: list = []  # the pack's dependencies, [path, digest]: entries refer to them by id
+        self._ok: dict[int, bool] = {}  # id -> the dependency still holds (checked once a run)
+        self._bad_mask: int | None = None
         self.hits = self.misses = 0
         self.pack_path = None
         if not self.enabled:
@@ -281,7 +288,7 @@ class Cache:
         ident = hashlib.blake2b(f"{code_fingerprint()}|{settings_fingerprint(settings)}".encode(),
                                 key=self.key[:64], digest_size=16).hexdigest()
         self.pack_path = os.path.join(vdir, f"{ident}.json")
-        self.entries = self._load()
+        self.entries, self.table = self._load()
 
     def _mark_folder(self) -> None:
         # git ignores the folder (as Ruff does for .ruff_cache); CACHEDIR.TAG tells backup tools
@@ -302,20 +309,56 @@ class Cache:
             except OSError:
                 pass
 
-    def _load(self) -> dict[str, list]:
+    def _load(self) -> tuple[dict[str, list], list]:
         raw = _read_regular(self.pack_path, MAX_PACK_BYTES)
         if raw is None:
-            return {}
+            return {}, []
         try:
             data = json.loads(raw)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
-                return {}
-            entries = data.get("entries")
-            if not isinstance(entries, dict):
-                return {}
-            return entries
+                return {}, []
+            entries, table = data.get("entries"), data.get("deps")
+            if not isinstance(entries, dict) or not isinstance(table, list):
+                return {}, []
+            return entries, table
         except (ValueError, UnicodeDecodeError, RecursionError):
-            return {}
+            return {}, []
+
+    # dependencies ------------------------------------------------------------------------------
+    def _holds(self, i: int) -> bool:
+        """Dependency ``i`` of the table still holds: the file has the same content, or nothing
+        importable appeared where an import found nothing."""
+        got = self._ok.get(i)
+        if got is None:
+            dep = self.table[i]
+            if not (isinstance(dep, list) and len(dep) == 2 and isinstance(dep[0], str)):
+                raise ValueError("malformed dependency")
+            path, digest = dep
+            got = self._ok[i] = (not _importable(path)) if digest is None else file_digest(path) == digest
+        return got
+
+    def _deps_hold(self, ref) -> bool:
+        if isinstance(ref, str):  # a bit mask of ids: every dependency of the table is checked once
+            if self._bad_mask is None:
+                bad = 0
+                for i in range(len(self.table)):
+                    if not self._holds(i):
+                        bad |= 1 << i
+                self._bad_mask = bad
+            return not (int(ref, 16) & self._bad_mask)
+        for i in ref or ():
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.table):
+                raise ValueError("malformed dependency id")
+            if not self._holds(i):
+                return False
+        return True
+
+    def _refs_to_deps(self, ref, table: list) -> list:
+        """The [path, digest] pairs an entry's reference names in ``table``."""
+        if isinstance(ref, str):
+            bits = bin(int(ref, 16))[:1:-1]  # lowest bit first
+            return [table[i] for i, b in enumerate(bits) if b == "1"]
+        return [table[i] for i in ref or ()]
 
     # lookups -----------------------------------------------------------------------------------
     def expected(self, path: str) -> str | None:
@@ -332,14 +375,13 @@ class Cache:
         try:
             if not isinstance(e, list) or len(e) != 4 or e[0] != tag:
                 return None
-            for dep_path, digest in e[3] or ():
-                if not isinstance(dep_path, str):
+            if abspath in self.updated:  # stored by this run: its dependencies are [path, digest]
+                for dep_path, digest in e[3] or ():
+                    if (not _importable(dep_path)) if digest is None else file_digest(dep_path) == digest:
+                        continue
                     return None
-                if digest is None:  # a negative dependency: still nothing importable there
-                    if _importable(dep_path):
-                        return None
-                elif file_digest(dep_path) != digest:
-                    return None
+            elif not self._deps_hold(e[3]):
+                return None
             return decode_findings(e[2], shown)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
             return None  # a corrupted entry is a miss
@@ -348,8 +390,13 @@ class Cache:
         """A hit: refresh its "last used" at most daily, so a warm run writes nothing."""
         e = self.entries.get(abspath)
         now = int(time.time())
-        if isinstance(e, list) and len(e) == 4 and (not isinstance(e[1], int) or now - e[1] > 86400):
-            self.updated[abspath] = [e[0], now, e[2], e[3]]
+        if isinstance(e, list) and len(e) == 4 and (not isinstance(e[1], int) or now - e[1] > 86400) \
+                and abspath not in self.updated:
+            try:
+                deps = self._refs_to_deps(e[3], self.table)
+            except (ValueError, TypeError, IndexError):
+                return
+            self.updated[abspath] = [e[0], now, e[2], deps]
 
     def store(self, abspath: str, tag: str, encoded: list | None, deps) -> None:
         if encoded is None:
@@ -361,15 +408,25 @@ class Cache:
         if not self.enabled or not self.updated:
             return
         try:
-            on_disk = self._load()  # merge what a concurrent run wrote meanwhile
+            on_disk, disk_table = self._load()  # merge what a concurrent run wrote meanwhile
+            table = list(self.table)  # ids of the loaded entries stay valid: the table only grows
+            same = disk_table == self.table
+            ids = {(d[0], d[1]): i for i, d in enumerate(table) if isinstance(d, list) and len(d) == 2}
             merged = dict(self.entries)
             for k, v in on_disk.items():
                 cur = merged.get(k)
                 if not _newer(cur, v):
+                    if not same:  # another run's table: its ids are re-interned in ours
+                        try:
+                            v = [*v[:3], self._intern(self._refs_to_deps(v[3], disk_table), table, ids)]
+                        except (ValueError, TypeError, IndexError, KeyError):
+                            continue
                     merged[k] = v
-            merged.update(self.updated)
+            for k, v in self.updated.items():
+                merged[k] = [*v[:3], self._intern(v[3], table, ids)]
             merged = self._prune(merged)
-            data = json.dumps({"format": FORMAT, "entries": merged}, separators=(",", ":")).encode()
+            data = json.dumps({"format": FORMAT, "deps": table, "entries": merged},
+                              separators=(",", ":")).encode()
             if len(data) > MAX_PACK_BYTES:
                 return
             folder = os.path.dirname(self.pack_path)
@@ -382,6 +439,25 @@ class Cache:
             self._prune_folder()
         except OSError:
             pass  # a read-only or full disk: the run's result stands, only the cache is not kept
+
+    @staticmethod
+    def _intern(deps, table: list, ids: dict):
+        """An entry's reference to ``deps`` ([path, digest] pairs) in ``table`` (added as needed):
+        the ids, or the hex of their bit mask when that is shorter."""
+        out = []
+        for d in deps or ():
+            key = (d[0], d[1])
+            i = ids.get(key)
+            if i is None:
+                i = ids[key] = len(table)
+                table.append([d[0], d[1]])
+            out.append(i)
+        if len(out) > 64:
+            mask = 0
+            for i in out:
+                mask |= 1 << i
+            return format(mask, "x")
+        return out
 
     def _prune(self, entries: dict) -> dict:
         now = time.time()

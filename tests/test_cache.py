@@ -127,10 +127,41 @@ def test_dependencies_are_validated(tmp_path):
     c.save()
     c2 = Cache(str(tmp_path / ".ddp-lint-cache"), s)
     assert c2.lookup(str(src), tag, str(src)) == findings
+    # each run (a Cache) checks a dependency once: the next run sees the change
     dep.write_text("def f(): return 1\n")
-    assert c2.lookup(str(src), tag, str(src)) is None
+    assert Cache(str(tmp_path / ".ddp-lint-cache"), s).lookup(str(src), tag, str(src)) is None
     dep.unlink()
-    assert c2.lookup(str(src), tag, str(src)) is None
+    assert Cache(str(tmp_path / ".ddp-lint-cache"), s).lookup(str(src), tag, str(src)) is None
+
+
+def test_a_long_dependency_list_is_a_mask_of_one_table(tmp_path):
+    """Thousands of files share one closure of imports: a pack stores each dependency once, and an
+    entry with many refers to them by a bit mask; a change in any one of them is still a miss."""
+    deps = []
+    for i in range(100):
+        p = tmp_path / f"m{i}.py"
+        p.write_text(f"X = {i}\n")
+        deps.append((str(p), content_digest(p.read_bytes())))
+    deps.append((str(tmp_path / "absent.py"), None))
+    s = Settings()
+    c = Cache(str(tmp_path / ".ddp-lint-cache"), s)
+    srcs = []
+    for k in range(3):
+        src = tmp_path / f"s{k}.py"
+        src.write_text(BAD)
+        tag = cache_mod.content_tag(src.read_bytes(), c.key)
+        c.store(str(src), tag, cache_mod.encode_findings(check_source(BAD, str(src), s).findings), deps)
+        srcs.append((src, tag))
+    c.save()
+    data = json.loads(open(c.pack_path, "rb").read())
+    assert len(data["deps"]) == len(deps) and all(isinstance(e[3], str) for e in data["entries"].values())
+    for src, tag in srcs:
+        assert Cache(str(tmp_path / ".ddp-lint-cache"), s).lookup(str(src), tag, str(src)) is not None
+    (tmp_path / "m57.py").write_text("X = -1\n")
+    assert Cache(str(tmp_path / ".ddp-lint-cache"), s).lookup(str(srcs[0][0]), srcs[0][1], "x") is None
+    (tmp_path / "m57.py").write_text("X = 57\n")
+    (tmp_path / "absent.py").write_text("")
+    assert Cache(str(tmp_path / ".ddp-lint-cache"), s).lookup(str(srcs[1][0]), srcs[1][1], "x") is None
 
 
 def test_engine_result_has_empty_dependencies_by_default():
@@ -206,7 +237,7 @@ def test_concurrent_runs_agree_and_leave_a_valid_cache(tree):
     assert all(p.returncode == 1 for p in procs)
     assert all(o[0] == ref[0] for o in outs), "a concurrent run printed other findings"
     assert all("Traceback" not in o[1] for o in outs)
-    packs = list((tree / ".ddp-lint-cache" / "v1").iterdir())
+    packs = list((tree / ".ddp-lint-cache" / f"v{cache_mod.FORMAT}").iterdir())
     assert [p.name for p in packs if p.name.startswith(".tmp-")] == []
     for p in packs:
         json.loads(p.read_bytes())
