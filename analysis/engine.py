@@ -273,9 +273,12 @@ def _check(text, filename, settings, codes, apply_noqa, tree, gate) -> CheckResu
     else:
         idx = rule_index()
         admitted = [c for c in sorted(codes) if c in idx and idx[c][2]]
+    from .flow import project
+
     _gc_pause()
     try:
-        result = _check_source(text, filename, settings, admitted, apply_noqa, tree, codes)
+        with project.in_use():  # another thread's check must not release a view this one reads
+            result = _check_source(text, filename, settings, admitted, apply_noqa, tree, codes)
     finally:
         _gc_resume()
     if deps:  # the flow rules were gated out by what the imported modules hold

@@ -91,3 +91,70 @@ def test_memo_holding_the_checked_file_is_dropped_after_its_check(tmp_path):
     assert _check(f["data.py"]) == [("DDP215", 12)]
     assert _check(f["train.py"]) == [("DDP215", 6)]
     project.clear()
+
+
+def _whole(view) -> bool:
+    """Every statement and expression of ``view``'s tree still has its parent pointer."""
+    import ast
+
+    return all(hasattr(n, "_p") for n in ast.walk(view.tree) if isinstance(n, (ast.stmt, ast.expr)))
+
+
+def test_a_view_evicted_while_another_check_reads_it_stays_whole_until_that_check_ends(tmp_path):
+    # the language server checks two documents at once: typing in ``helpers.py`` replaces its
+    # view while the other thread's check is still walking the old one (CI: DDP210's
+    # ``'Assign' object has no attribute '_p'`` in the load smoke test)
+    project.clear()
+    f = _write(tmp_path, {"helpers.py": _HELPERS})
+    path = str(f["helpers.py"])
+    with project.in_use():  # the other thread's check
+        old = project.load(path)
+        assert old is not None and _whole(old)
+        with project.in_use():  # this thread's check, after an edit of helpers.py
+            project.set_overlay(path, textwrap.dedent(_HELPERS) + "\nX = 1\n")
+            new = project.load(path)
+            assert new is not old
+        assert _whole(old) and old.life.alive  # the reader's check still runs
+    assert not old.life.alive and old.sem._nodes is None  # released once it ended
+    assert _whole(new)
+    project.set_overlay(path, None)
+    project.clear()
+
+
+def test_a_view_evicted_with_no_check_running_is_released_at_once(tmp_path):
+    project.clear()
+    f = _write(tmp_path, {"helpers.py": _HELPERS})
+    path = str(f["helpers.py"])
+    old = project.load(path)
+    project.set_overlay(path, textwrap.dedent(_HELPERS) + "\nX = 1\n")
+    assert project.load(path) is not old
+    assert not old.life.alive
+    project.set_overlay(path, None)
+    project.clear()
+    assert not project._retired
+
+
+def test_two_threads_reading_the_same_content_share_one_view(tmp_path, monkeypatch):
+    # both threads parse the module before either caches it; the second to finish must take the
+    # first one's view, not release it (the first thread's check holds it)
+    project.clear()
+    f = _write(tmp_path, {"helpers.py": _HELPERS})
+    path = str(f["helpers.py"])
+    first = project.load(path)
+    key = next(k for k in project._views if k[0] == path)
+    with project._lock:
+        project._views.pop(key)  # as if the first thread had not inserted it yet ...
+    real_parse = project.ast.parse
+
+    def parse_then_insert(*a, **kw):
+        tree = real_parse(*a, **kw)
+        with project._lock:
+            project._views[key] = first  # ... and inserted it while this one was parsing
+        return tree
+
+    monkeypatch.setattr(project.ast, "parse", parse_then_insert)
+    with project._lock:
+        project._stat_hash.clear()
+    assert project.load(path) is first
+    assert first.life.alive and _whole(first)
+    project.clear()

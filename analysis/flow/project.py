@@ -46,6 +46,13 @@ _stat_hash: dict[str, tuple[int, int, str]] = {}
 _overlays: dict[str, str] = {}
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _disk = contextvars.ContextVar("ddp_lint_project_disk", default=True)
+# Views in use. A check running in one thread (the language server checks on two) may be walking
+# a view's tree when another check evicts it (the file's text changed, or the cache is full); the
+# eviction must not take the tree apart under it. So a view is retired, not released: it is
+# released once every check that was running when it was retired has ended (``in_use``).
+_active: set[int] = set()
+_retired: list[tuple["ModuleView", frozenset]] = []
+_tokens = iter(range(1 << 62))
 
 
 @contextlib.contextmanager
@@ -404,19 +411,51 @@ def load(path: str) -> ModuleView | None:
         return None
     v = ModuleView(path, tree, sem, digest, text)
     with _lock:
+        got = _views.get(key)
+        if got is not None:  # another thread read the same content meanwhile: one view of it
+            _views.move_to_end(key)
+            sem.release()  # (ours was never handed out)
+            return got
         old = [k for k in _views if k[0] == path]
         for k in old:
-            _views.pop(k).release()
+            _retire(_views.pop(k))
         _views[key] = v
         while len(_views) > _LRU_SIZE:
-            _, dead = _views.popitem(last=False)
-            dead.release()
+            _retire(_views.popitem(last=False)[1])
     return v
+
+
+def _retire(v: ModuleView) -> None:
+    """Release ``v`` now when no check is running, else once the checks running now have ended
+    (under ``_lock``)."""
+    if _active:
+        _retired.append((v, frozenset(_active)))
+    else:
+        v.release()
+
+
+@contextlib.contextmanager
+def in_use():
+    """The views loaded while this runs stay whole (their trees' parent pointers and fields) until
+    it ends, whatever other threads evict meanwhile."""
+    with _lock:
+        token = next(_tokens)
+        _active.add(token)
+    try:
+        yield
+    finally:
+        with _lock:
+            _active.discard(token)
+            ready = [v for v, seen in _retired if seen.isdisjoint(_active)]
+            if ready:
+                _retired[:] = [(v, seen) for v, seen in _retired if not seen.isdisjoint(_active)]
+        for v in ready:
+            v.release()
 
 
 def clear() -> None:
     with _lock:
         for v in _views.values():
-            v.release()
+            _retire(v)
         _views.clear()
         _stat_hash.clear()
