@@ -22,6 +22,7 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
+from .fs_races import parent_chain_contains
 from .instances import class_named
 from .origins import _attr_path, origins
 
@@ -112,18 +113,10 @@ def _after(st, last, at) -> bool:
     node = parent(at)
     while node is not None and not isinstance(node, FUNC_TYPES + (ast.Lambda, ast.ClassDef)):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            if _inside(last, node):
+            if parent_chain_contains(last, node):
                 return False
-            if _inside(st, node):
+            if parent_chain_contains(st, node):
                 return True
-        node = parent(node)
-    return False
-
-
-def _inside(node, anc) -> bool:
-    while node is not None:
-        if node is anc:
-            return True
         node = parent(node)
     return False
 
