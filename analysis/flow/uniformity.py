@@ -32,6 +32,7 @@ from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope, comp_binder, reaching, target_path
 from .params import compared_with_own_rank, constant_at_every_call
+from .return_deps import reaching_args
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -604,7 +605,7 @@ class Evaluator:
             if ret.kind == "U":
                 return U
             if not self.hub.summary(*target).collectives:
-                v = join(self.value(a, d) for a in args)
+                v = join(self.value(a, d) for a in reaching_args(e, target))
                 if v.varying:
                     return v
         if name in MAIN_NAMES and not args:
