@@ -612,6 +612,8 @@ def may_resolve_any(view, call: ast.Call) -> bool:
     from .helper_calls import may_resolve
 
     f = call.func
+    if f.__class__ is ast.Name and view.star_imports:
+        return True  # ``from pkg.utils import *``: the hub looks the name up in those modules
     return may_resolve(view, call) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
                                        and may_resolve(view, f.value))
 
@@ -661,6 +663,8 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0) -> list
             if not ok:
                 key = None
             full = _PARAM.fullmatch(k)
+            if full and not used and args.get(full.group(1)) is not None:
+                used.append(args[full.group(1)])  # an argument with no key is still the path
             if full and used:  # exactly one parameter: the argument is the path
                 path, pview = used[0], view
                 for a in full.group(2).split(".")[1:]:

@@ -118,9 +118,10 @@ def _terminates(vctx, body) -> bool:
     return False
 
 
-def _caught(node, stop) -> bool:
+def _caught(node, stop, catches=_CATCHES) -> bool:
     """``node`` sits in the body of a ``try`` (below ``stop``) one of whose handlers catches the
-    error of an existing folder (bare ``except``, ``FileExistsError``, ``OSError``, ``Exception``)."""
+    error of an existing folder (bare ``except``, ``FileExistsError``, ``OSError``, ``Exception``;
+    ``catches``: the names that count)."""
     child, p = node, parent(node)
     while p is not None and p is not stop:
         if isinstance(p, ast.Try) and child in p.body:
@@ -130,10 +131,54 @@ def _caught(node, stop) -> bool:
                 types = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
                 for t in types:
                     name = t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", "")
-                    if name in _CATCHES:
+                    if name in catches:
                         return True
         if isinstance(p, FUNC_TYPES):
             return False
+        child, p = p, parent(p)
+    return False
+
+
+_MISSING_CATCHES = (_CATCHES - {"FileExistsError"}) | {"FileNotFoundError"}
+_TOLERANT = {"shutil.rmtree": (1, "ignore_errors"), "Path.unlink": (0, "missing_ok")}
+
+
+def strict_removal(vctx, call: ast.Call):
+    """The path ``call`` removes when it fails on a missing one (``os.remove``, ``os.unlink``,
+    ``os.rmdir``, ``shutil.rmtree`` without ``ignore_errors=True``, ``Path(p).unlink()`` without
+    ``missing_ok=True``), not inside a ``try`` that catches ``FileNotFoundError``/``OSError``;
+    else None."""
+    from ..semantic import get_arg
+    from ..torch_api import constant_of
+
+    qn = vctx.qn(call) or ""
+    f = call.func
+    if qn in _REMOVES:
+        path = get_arg(call, 0, "path")
+    elif isinstance(f, ast.Attribute) and f.attr == "unlink" and is_path_obj(vctx, f.value):
+        qn, path = "Path.unlink", f.value
+    else:
+        return None
+    if path is None or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    if qn in _TOLERANT:
+        flag = get_arg(call, *_TOLERANT[qn])
+        c = constant_of(vctx.sem, flag) if flag is not None else None
+        if flag is not None and (c is None or c.value):
+            return None
+    stop = vctx.sem.enclosing_function(call) or vctx.sem.tree
+    return None if _caught(call, stop, _MISSING_CATCHES) else path
+
+
+def exists_tested_around(vctx, node, key) -> bool:
+    """``node`` sits under an ``if`` whose test checks that the path of ``key`` exists."""
+    child, p = node, parent(node)
+    while p is not None and not isinstance(p, FUNC_TYPES):
+        if isinstance(p, ast.If) and child is not p.test:
+            for e in ast.walk(p.test):
+                got = exists_tested(vctx, e)
+                if got is not None and race_key(vctx, got) == key:
+                    return True
         child, p = p, parent(p)
     return False
 

@@ -25,8 +25,8 @@ _RANK_TEST_TEXT = tuple(NoCase(n) for n in sorted({*RANK_NEEDLES, *MAIN_NAMES, "
 
 
 # what a writer spells (lower case): ``torch.save``, ``jit.save``, ``save_file``, ``.save(...)``,
-# ``export_chrome_trace``...
-_WRITER_TEXT = ("save", "export_")
+# ``export_chrome_trace``..., and ``open(path, "w")`` (``_main_only_writes``)
+_WRITER_TEXT = ("save", "export_", "open(")
 
 
 class SaveOnEveryRank(Rule):
@@ -67,7 +67,7 @@ class SaveOnEveryRank(Rule):
     `accelerate.Accelerator` is a distributed script too (`accelerate launch` runs it in every
     process; `accelerator.save` writes from the main process only and is not a writer here).
 
-    Three more findings need no launch call in the file:
+    Three more findings need no launch call in the file (the fourth needs one):
 
     1. a guard meant for the main rank that lets a few ranks through: `if not (dist.is_initialized()
        and dist.get_rank() > 1):` or `if rank < 2:` (ranks 0 and 1 both write). It is reported at
@@ -81,6 +81,13 @@ class SaveOnEveryRank(Rule):
        this write was missed;
     3. a write in a method of a class that tells its main rank apart (a method or property whose
        only `return` is a main-rank test: `return self.rank == 0`) and does not test it there.
+
+    4. a write on every rank (any writer of `flow.fs_effects`: `torch.save`, `np.save`,
+       `open(path, "w"/"a")`, also inside a project helper the path is passed to) whose path is
+       made of a name that only the main rank sets, the other ranks keeping a literal default
+       (`out_dir = ""` then `if rank == 0: out_dir = make_run_dir()`, `flow.fs_ranks`): every
+       other rank writes to the default, the same file (in the working directory for `""`). A
+       test of that name around the write (`if out_dir:`, `if out_dir is not None:`) silences it.
 
     For 2 and 3 the write must not be behind a main-rank test itself, every call of its method in
     the file must not be main-rank only, and test files (`test_*.py`) are left alone. The name of a
@@ -147,6 +154,7 @@ class SaveOnEveryRank(Rule):
         if distributed and is_distributed_script(ctx):
             self._through_helpers(ctx)
         loose_done: set[int] = set()
+        reported: set[int] = set()
         for call, path, what, noun in write_calls(ctx):
             if path is None:
                 continue
@@ -176,6 +184,7 @@ class SaveOnEveryRank(Rule):
             if runs_in_ranks(ctx, call) is False:
                 continue
             if guarded is False and distributed:
+                reported.add(id(call))
                 ctx.report(
                     call,
                     f"{what} runs on every rank and writes the same path: concurrent writers corrupt "
@@ -186,6 +195,8 @@ class SaveOnEveryRank(Rule):
             if sibling is not None:
                 ctx.report(call, f"{what} runs on every rank that calls it, while {sibling}: concurrent "
                                  f"writers corrupt the {noun}; guard it with a main-rank test")
+        if distributed:
+            _main_only_writes(ctx, reported)
 
     def _through_helpers(self, ctx) -> None:
         """A call, on every rank, of a save helper of another project file (``save_checkpoint(state,
@@ -325,6 +336,83 @@ def _builds_accelerator(ctx) -> bool:
     """The module builds an ``accelerate.Accelerator``: ``accelerate launch`` runs it in every
     process of the job (a distributed context like ``init_process_group``)."""
     return ctx.memo("ddp202.accelerator", lambda: bool(ctx.calls_to(*_ACCELERATORS)))
+
+
+def _main_only_writes(ctx, reported: set[int]) -> None:
+    """A write on every rank (``flow.fs_effects``: a writer of the vocabulary, ``open(p, "w"/"a")``,
+    or a project helper that makes one, its path bound to this call's arguments) whose path is made
+    of a name that only the main rank sets (``flow.fs_ranks.main_only_part``: ``out = ""`` then
+    ``if rank == 0: out = run_dir()``): every other rank writes to the fallback, the same file."""
+    from ..flow import for_context
+    from ..flow.fs_effects import WRITE, effects_at
+    from ..flow.fs_ranks import main_only_part
+
+    sem = ctx.sem
+    cands = [c for c in sem.calls if id(c) not in reported and _has_literal_fallback(ctx, c)]
+    if not cands:
+        return
+    an = for_context(ctx)
+    for call in cands:
+        if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False:
+            continue
+        for e in effects_at(ctx, an, call):
+            if e.kind != WRITE or e.path is None or e.view is not an.main or e.per_rank:
+                continue
+            path = e.path
+            part = main_only_part(ctx, an.main, path, call)
+            if part is None:
+                continue
+            # what the other ranks write: the path with the fallback in place of the name
+            if any(rank_specific_path(ctx, x, call) or per_item_path(ctx, x, call) or unique_path(ctx, x, call)
+                   for x in _parts_besides(path, part.name)):
+                continue
+            test = _guard_text(ctx, part.main)
+            what = f"`{e.api}`" + (f" (through `{' -> '.join(e.via)}`)" if e.via else "")
+            where = ", the working directory," if part.value in ("", ".", "./") else ""
+            ctx.report(
+                call,
+                f"{what} runs on every rank and writes `{_short(ctx, path)}`, but `{part.name.id}` gets its "
+                f"value only on the main rank (line {part.main.lineno}{test}): every other rank keeps "
+                f"`{part.value!r}` (line {part.fallback.lineno}){where} and they all write that same file at "
+                f"once; make the write main-rank only as well",
+                related=[(part.main, "set only on the main rank"), (part.fallback, "what the other ranks keep")],
+            )
+            break
+
+
+def _parts_besides(expr: ast.AST, node: ast.AST) -> list[ast.AST]:
+    """The largest subexpressions of ``expr`` that do not hold ``node``."""
+    if expr is node:
+        return []
+    if not any(n is node for n in ast.walk(expr)):
+        return [expr]
+    out = []
+    for child in ast.iter_child_nodes(expr):
+        if isinstance(child, ast.expr):
+            out += _parts_besides(child, node)
+    return out
+
+
+def _has_literal_fallback(ctx, call: ast.Call) -> bool:
+    """A name among ``call``'s arguments that its scope binds to a literal string once and to
+    something else elsewhere (a cheap filter before ``main_only_part``)."""
+    scope = ctx.sem.scope_of(call)
+    binds = ctx.sem.assignments(scope)
+    for a in (*call.args, *(k.value for k in call.keywords)):
+        for n in ast.walk(a):
+            if n.__class__ is ast.Name and len(binds.get(n.id, ())) >= 2 and any(
+                    isinstance(b, ast.Assign) and any(isinstance(v, ast.Constant) and isinstance(v.value, str)
+                                                      for v in ast.walk(b.value))
+                    for b in binds[n.id]):
+                return True
+    return False
+
+
+def _guard_text(ctx, node: ast.AST) -> str:
+    from ..flow.rank import main_guards
+
+    guards = main_guards(ctx, node)
+    return f", behind the main-rank test `{_short(ctx, guards[0][0])}`" if guards else ""
 
 
 def _short(ctx, node: ast.AST) -> str:

@@ -6,6 +6,7 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import parent
 from ..flow.fs_effects import DOWNLOAD, EXTRACT, LIST, MKDIR, PRODUCES, READ, WRITE, effects_at, folder_of
+from ..flow.fs_ranks import main_only_part
 from ..flow.rank import rank0_guarded, rank_guard
 from ..flow.rank_tests import polarity
 from ..flow.sync import synchronised_between
@@ -36,6 +37,10 @@ class Rank0EffectWithoutBarrier(Rule):
     `Path(...) / "x"` / f-strings over them. Effects and reads inside project functions (this file
     or another module) are followed through their calls, their paths bound to the call's arguments
     (`if is_main: save_checkpoint(state, path)` then `load_checkpoint(path)` on every rank).
+
+    A use whose path is made of a name that only the main rank sets (`out = None` then
+    `if rank == 0: out = run_dir`, `flow.fs_ranks`) is not one: the other ranks do not use that
+    path there (DDP202 reports a write they make to the default instead).
 
     Anything that may synchronise the ranks between the two silences the rule: a collective
     (`dist.barrier()`, an all-reduce, DDP's gradient all-reduce in a backward, hidden collectives
@@ -182,6 +187,8 @@ def _use(ctx, an, r, w, wk) -> str | None:
         uk = u.path_key()
         if uk is None:
             continue
+        if u.view is an.main and main_only_part(ctx, an.main, u.path, r, literal=False) is not None:
+            continue  # a name only the main rank sets: the other ranks' path is another one
         if u.kind in (READ, LIST) and w.kind != MKDIR:
             if uk == wk:
                 return "lists" if u.kind == LIST else "reads"

@@ -1,0 +1,101 @@
+"""Which ranks a filesystem path is the same on, beside ``fs_effects`` (what the calls do to paths):
+
+- ``main_only_part(ctx, view, path, at)``: a name of a path expression that holds its real value
+  only on the main rank (set under a main-rank test) and a literal fallback on every other rank
+  (``out_dir = ""`` before ``if rank == 0: out_dir = make_run_dir()``): the other ranks all use
+  the fallback, the same path.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+class MainOnlyPart:
+    """A name of a path expression that holds the real value only on the main rank: ``name``
+    (the use), ``main`` (its binding under a main-rank test), ``fallback`` (a binding that reaches
+    the use on the other ranks, ``name = "<literal string>"``) and its ``value``."""
+
+    __slots__ = ("name", "main", "fallback", "value")
+
+    def __init__(self, name, main, fallback, value):
+        self.name, self.main, self.fallback, self.value = name, main, fallback, value
+
+
+def main_only_part(ctx, view, path: ast.AST, at: ast.AST, literal: bool = True) -> MainOnlyPart | None:
+    """A name used in ``path`` (an expression of ``view``'s module, evaluated at ``at``) whose
+    bindings that reach ``at`` (``bindings.reaching``) are some made under a main-rank test of its
+    own function (``rank.rank0_guarded``, callers not asked) and the others all ``name = "<str>"``
+    outside one: a rank that is not the main one reaches ``at`` with the literal, the same on every
+    such rank. None when no such name, or when ``at`` sits under a test of that name (``if out:``,
+    ``if out is not None:``, an early exit on it): that test may keep the fallback away.
+    ``literal=False``: any fallback (``out = None``; ``value`` None), tested or not: the other
+    ranks do not see the main rank's path there (whether they reach ``at`` at all or not)."""
+    from .bindings import reaching
+    from .rank import rank0_guarded
+
+    for n in ast.walk(path):
+        if n.__class__ is not ast.Name or not isinstance(n.ctx, ast.Load):
+            continue
+        kind, evs = reaching(view, n.id, n)
+        if kind != "events" or len(evs) < 2:
+            continue
+        main, rest = [], []
+        for e in evs:
+            (main if rank0_guarded(ctx, e, callers=False) is True else rest).append(e)
+        if not main or not rest:
+            continue
+        if not literal:
+            return MainOnlyPart(n, main[0], rest[0], None)
+        vals = [_literal_fallback(e, n.id) for e in rest]
+        if any(v is None for v in vals) or _tested(n.id, at):
+            continue
+        return MainOnlyPart(n, main[0], rest[0], vals[0])
+    return None
+
+
+def _literal_fallback(e, name: str) -> str | None:
+    """``name = "<str>"`` (also ``name: str = "<str>"``, ``a, name = x, "<str>"``): the string, else
+    None."""
+    if isinstance(e, ast.Assign) and len(e.targets) == 1 and isinstance(e.targets[0], ast.Name):
+        v = e.value
+    elif isinstance(e, ast.Assign) and len(e.targets) == 1 and isinstance(e.targets[0], (ast.Tuple, ast.List)) \
+            and isinstance(e.value, (ast.Tuple, ast.List)) and len(e.targets[0].elts) == len(e.value.elts):
+        got = [y for x, y in zip(e.targets[0].elts, e.value.elts) if isinstance(x, ast.Name) and x.id == name]
+        if len(got) != 1:
+            return None
+        v = got[0]
+    elif isinstance(e, ast.AnnAssign) and isinstance(e.target, ast.Name):
+        v = e.value
+    else:
+        return None
+    if isinstance(v, ast.Constant) and isinstance(v.value, str):
+        return v.value
+    return None
+
+
+def _mentions(node, name: str) -> bool:
+    return any(x.__class__ is ast.Name and x.id == name for x in ast.walk(node))
+
+
+def _tested(name: str, at: ast.AST) -> bool:
+    """``at`` sits under a test that reads ``name`` (an ``if``/``while``/conditional expression
+    around it, a test before it in an enclosing block whose body leaves the block), up to its
+    function."""
+    child, p = at, parent(at)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test and _mentions(p.test, name):
+            return True
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if isinstance(block, list) and child in block:
+                for s in block[:block.index(child)]:
+                    if isinstance(s, (ast.If, ast.Assert)) and _mentions(s.test, name):
+                        return True
+        child, p = p, parent(p)
+    if p is not None:
+        for s in getattr(p, "body", ())[:]:
+            if s is child:
+                break
+            if isinstance(s, (ast.If, ast.Assert)) and _mentions(s.test, name):
+                return True
+    return False

@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+from ..model import Severity
+from ..registry import Rule
+from ..flow.fs_effects import PRODUCES, effects_at, rank_specific
+from ..flow.rank import rank0_guarded, rank_guard
+from ._flow import scopes
+
+_WORDS = {"download": "downloads", "extract": "extracts", "write": "writes", "mkdir": "creates"}
+
+
+class RemoveOnEveryRank(Rule):
+    """
+    ## What it does
+    Checks for a file or folder that only the main rank makes and that every rank then removes:
+
+    - the making: a write, a download, an extraction or a folder made (the vocabulary of
+      `flow.fs_effects`, also inside a project helper the path is passed to) under a main-rank
+      test (`if rank == 0:`, `if is_main_process():`...);
+    - then, past a synchronising call (`dist.barrier()`, a collective, a project function that
+      makes one: the other ranks waited for it, so they all run on from there), a removal of the
+      same path that no rank test keeps to one rank: `os.remove`, `os.unlink`, `os.rmdir`,
+      `shutil.rmtree` without `ignore_errors=True`, `Path(p).unlink()` without `missing_ok=True`.
+
+    A removal inside a `try` that catches `FileNotFoundError` (or `OSError`), under a test that the
+    path exists, or on a path that depends on the rank or the process (`f"tmp_{rank}"`,
+    `uuid.uuid4()`, `tempfile`) is not reported. The same path is decided by value flow
+    (`flow.fs_races.race_key`), in one function.
+
+    ## Why is this bad?
+    There is one file and N removals. The first rank to get there deletes it; every other rank's
+    `os.remove` raises
+    ```
+    FileNotFoundError: [Errno 2] No such file or directory: 'data/eval.jsonl'
+    ```
+    and a rank that is still reading the file (a slower loader, a lazily read dataset) loses it
+    under its feet.
+
+    ## Example
+    ```python
+    if dist.get_rank() == 0:
+        download(url, "data/eval.jsonl")
+    dist.barrier()
+    rows = load_rows("data/eval.jsonl")
+    os.remove("data/eval.jsonl")
+    ```
+
+    ## Use instead
+    ```python
+    if dist.get_rank() == 0:
+        download(url, "data/eval.jsonl")
+    dist.barrier()
+    rows = load_rows("data/eval.jsonl")
+    dist.barrier()  # every rank is done with it
+    if dist.get_rank() == 0:
+        os.remove("data/eval.jsonl")
+    ```
+
+    ## Fix safety
+    There is no fix: where the last reader is done with the file depends on the program.
+    """
+
+    code = "DDP219"
+    name = "remove-on-every-rank"
+    severity = Severity.WARNING
+    requires_text = ("remove", "unlink", "rmtree", "rmdir")  # a removal is spelled in the file
+
+    def finish(self, ctx) -> None:
+        from ..flow import for_context
+        from ..flow.fs_races import exists_tested_around, race_key, strict_removal
+        from ..flow.sync import synchronised_between
+
+        sem = ctx.sem
+        an = None
+        for scope in scopes(ctx):
+            calls = sem.scope_calls(scope)
+            removals = []
+            for c in calls:
+                path = strict_removal(ctx, c)
+                if path is None or rank_guard(ctx, c) is not None or rank0_guarded(ctx, c, callers=False) is True:
+                    continue
+                key = race_key(ctx, path)
+                if key is None or rank_specific(ctx, path, c) or exists_tested_around(ctx, c, key):
+                    continue
+                removals.append((c, path, key))
+            if not removals:
+                continue
+            if an is None:
+                an = for_context(ctx)
+            for r, path, key in removals:
+                made = self._made_by_main(ctx, an, calls, r, key)
+                if made is None:
+                    continue
+                p, e = made
+                if synchronised_between(an, an.main, scope, p, r) is None:
+                    continue
+                what = _WORDS.get(e.kind, "makes")
+                ctx.report(
+                    r,
+                    f"every rank runs `{ctx.text(r)}` on what only the main rank "
+                    f"{what} at line {p.lineno}: the first rank to get there removes it, the others raise "
+                    f"FileNotFoundError (or lose it while still reading it); remove it on the main rank "
+                    f"only, after a barrier",
+                    related=[(p, f"the main rank {what} it here")],
+                )
+
+    @staticmethod
+    def _made_by_main(ctx, an, calls, r, key):
+        """(call, effect) of a call before ``r`` that only the main rank runs and that makes the
+        path of ``key``."""
+        from ..flow.fs_races import effect_key
+
+        for p in calls:
+            if (p.lineno, p.col_offset) >= (r.lineno, r.col_offset) or rank0_guarded(ctx, p, callers=False) is not True:
+                continue
+            for e in effects_at(ctx, an, p):
+                if e.kind in PRODUCES and effect_key(ctx, an, e) == key:
+                    return p, e
+        return None
