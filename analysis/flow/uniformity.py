@@ -195,7 +195,8 @@ class Evaluator:
             if isinstance(op, (ast.Is, ast.IsNot)) and (_is_none(b) or _is_none(a)):
                 # ``x is None``: whether a value exists, not what it is; rank-varying only where a
                 # rank-varying test chooses between None and a value that is never None
-                return self.none_ness(a if _is_none(b) else b, d)
+                from .nones import none_ness  # lazy: nones asks this evaluator back
+                return none_ness(self, a if _is_none(b) else b, d)
             for x, y, o in ((a, b, op), (b, a, _FLIP.get(type(op), type(op))())):
                 consts = _int_vals(y)
                 if consts is not None:
@@ -205,84 +206,6 @@ class Evaluator:
                     if vx.varying:
                         return vx
         return join(self.value(p, d) for p in parts)
-
-    def none_ness(self, x: ast.AST, d: int) -> Value:
-        """Whether ``x`` is None, for a name: rank-varying when the binding that reaches is
-        ``v if test else None`` (or the reverse) with a rank-varying ``test``, or when the bindings
-        that may reach are ``None`` and values never None (a literal list, dict, string, number, a
-        comprehension) and one of them is made only under a test on this rank's data (``images =
-        None`` ... ``if has_image: images = []``). Unknown otherwise: a call may return None, a
-        parameter may be None on every rank."""
-        if not isinstance(x, ast.Name) or d > 30:
-            return X
-        kind, got = reaching(self.view, x.id, x)
-        if kind == "param":
-            return self._param_none_ness(got, x.id, d)
-        if kind != "events" or not got:
-            return X
-        nones, somes = [], []
-        for ev in got:
-            e = _assigned(ev, x.id)
-            if e is None:
-                return X
-            if _is_none(e):
-                nones.append(ev)
-                continue
-            if isinstance(e, ast.IfExp) and (_is_none(e.body) != _is_none(e.orelse)):
-                other = e.orelse if _is_none(e.body) else e.body
-                if self._never_none(other, d + 1):
-                    tv = self.value(e.test, d + 1)
-                    if tv.varying:
-                        return Value("V", tv.src.step(f"which decides whether line {ev.lineno} sets `{x.id}` "
-                                                      "to None"))
-                return X
-            if not self._never_none(e, d + 1):
-                return X
-            somes.append(ev)
-        if not nones or not somes:
-            return X  # always None, or never None: the same everywhere, but nothing to report
-        for ev in (*somes, *nones):
-            v = self._control_dependent(ev, d + 1, x.id)
-            if v is not None:
-                return v
-        return X
-
-    def _param_none_ness(self, fn: ast.AST, name: str, d: int) -> Value:
-        """A parameter under a call context that binds it: whether the argument the call passes is
-        None, asked in the caller's module (``gather_images(pics)`` with ``pics = {} if
-        batch["n"] else None``)."""
-        ctx = self.ctx
-        if ctx is None or fn is not ctx.fn or name not in ctx.binds:
-            return X
-        from .calls import call_args  # lazy: calls sits above this module
-        arg = next((a for p, a in call_args(ctx.call, fn) if p == name), None)
-        caller = self.hub.view_of(ctx.call_path)
-        if arg is None or caller is None:
-            return X
-        v = self.hub.evaluator(caller).none_ness(arg, d + 1)
-        return Value("V", v.src.step(ctx.passed(name), ctx.call, ctx.call_path)) if v.varying else X
-
-    def _never_none(self, e: ast.AST, d: int) -> bool:
-        """``e`` is never None: a literal other than None, a display, a comprehension, an
-        f-string, arithmetic, or a name every reaching binding of which is such a value."""
-        if isinstance(e, ast.Constant):
-            return e.value is not None
-        if isinstance(e, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp,
-                          ast.GeneratorExp, ast.JoinedStr, ast.BinOp, ast.Compare)):
-            return True
-        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _NEVER_NONE_BUILTINS \
-                and self.sem.qualname(e.func) is None:
-            return True
-        if isinstance(e, ast.Name) and d < 30:
-            kind, got = reaching(self.view, e.id, e)
-            if kind != "events" or not got:
-                return False
-            for ev in got:
-                v = _assigned(ev, e.id)
-                if v is None or not self._never_none(v, d + 1):
-                    return False
-            return True
-        return False
 
     def _name(self, e: ast.Name, d: int) -> Value:
         g = comp_binder(e)
@@ -740,22 +663,8 @@ class Evaluator:
         return X
 
 
-_NEVER_NONE_BUILTINS = frozenset({"list", "dict", "set", "tuple", "str", "int", "float", "bool", "len", "sorted"})
-
-
 def _is_none(e: ast.AST) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
-
-
-def _assigned(ev: ast.AST, name: str):
-    """The expression a plain ``name = <expr>`` (or ``name: T = <expr>``) binding gives ``name``;
-    None for any other binding (tuple unpacking, a loop variable, an augmented assignment...)."""
-    if isinstance(ev, ast.Assign) and len(ev.targets) == 1 and isinstance(ev.targets[0], ast.Name) \
-            and ev.targets[0].id == name:
-        return ev.value
-    if isinstance(ev, ast.AnnAssign) and isinstance(ev.target, ast.Name) and ev.target.id == name:
-        return ev.value
-    return None
 
 
 # methods that move a module or a tensor to a device (or a dtype) and keep its contents
