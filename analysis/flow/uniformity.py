@@ -193,9 +193,11 @@ class Evaluator:
         if len(e.ops) == 1:
             op = e.ops[0]
             a, b = e.left, e.comparators[0]
-            if isinstance(op, (ast.Is, ast.IsNot)) and (
-                    (isinstance(b, ast.Constant) and b.value is None) or (isinstance(a, ast.Constant) and a.value is None)):
-                return X  # ``x is None``: whether a value exists, not what it is
+            if isinstance(op, (ast.Is, ast.IsNot)) and (_is_none(b) or _is_none(a)):
+                # ``x is None``: whether a value exists, not what it is; rank-varying only where a
+                # rank-varying test chooses between None and a value that is never None
+                from .nones import none_ness  # lazy: nones asks this evaluator back
+                return none_ness(self, a if _is_none(b) else b, d)
             for x, y, o in ((a, b, op), (b, a, _FLIP.get(type(op), type(op))())):
                 consts = _int_vals(y)
                 if consts is not None:
@@ -660,6 +662,10 @@ class Evaluator:
                 return U
             return X
         return X
+
+
+def _is_none(e: ast.AST) -> bool:
+    return isinstance(e, ast.Constant) and e.value is None
 
 
 # methods that move a module or a tensor to a device (or a dtype) and keep its contents

@@ -40,7 +40,11 @@ class CollectiveUnderRankGuard(Rule):
     Beyond the rank itself, any condition whose value differs between ranks counts: one computed
     from this rank's data (`if preds.any():`, a loss, a metric over the local shard), the wall
     clock, unseeded random numbers, or a helper that returns such a value (`is_main_process()`
-    defined in this file or imported from the project). And beyond direct calls, the collective
+    defined in this file or imported from the project). So does `x is not None` where such a
+    condition chooses between None and a value that is never None (`images = images if found else
+    None`, with `found` set from this rank's batch; `extra = None` then `if batch_has_mask: extra =
+    {}`), also when `x` reaches a helper as its parameter; a value that may be None on every rank
+    (a call's result, a parameter) is not judged. And beyond direct calls, the collective
     may be implicit or inside a helper: `evaluate(model)` whose body (in this file or another file
     of the project) ends in `all_gather_object`, DDP's buffer broadcast in the forward of a wrapped
     model with gradients enabled, DDP's gradient all-reduce in `loss.backward()`. The finding names

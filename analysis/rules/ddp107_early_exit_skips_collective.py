@@ -23,7 +23,9 @@ class EarlyExitSkipsCollective(Rule):
     A condition differs between ranks when it depends on the rank itself, or on this rank's own
     data: a batch, a loss computed from it (`if not torch.isfinite(loss): continue`), a metric
     accumulated over the rank's shard, the wall clock (`if time.time() - start > budget: break`),
-    unseeded random numbers. Collectives include the implicit ones: DDP's gradient all-reduce in
+    unseeded random numbers; or whether a value is None, when such a condition chooses between None
+    and a value never None (`extra = None` then `if batch_has_mask: extra = {}`, then `if extra is
+    None: continue`). Collectives include the implicit ones: DDP's gradient all-reduce in
     `loss.backward()` (for a loss computed from a DDP-wrapped model), DDP's buffer broadcast in the
     forward, and calls to functions (in this file or imported from the project) that make a
     collective.

@@ -1,0 +1,110 @@
+"""Whether a value is None, as a uniformity question (``x is None`` / ``x is not None``).
+
+Whether a value exists is usually the same on every rank (an optional argument, a configured
+feature), so the evaluator answers unknown for ``x is None`` unless value flow shows a choice: a
+rank-varying test that picks between None and a value that is never None. That test may be the
+``test`` of ``x = v if test else None`` (or the reverse), or one that decides which of the
+bindings ``x = None`` / ``x = <never None>`` reaches the use (``images = None`` ... ``if
+has_image: images = []``: the evaluator's control dependence, on this rank's data, the clock or
+random numbers). A parameter analysed under a call context that binds it asks the same of the
+argument in the caller's module. A value that may be None on every rank (a call's result, a
+parameter of unknown callers) is never judged.
+"""
+from __future__ import annotations
+
+import ast
+
+from .bindings import reaching
+from .values import X, Value
+
+_NEVER_NONE_BUILTINS = frozenset({"list", "dict", "set", "tuple", "str", "int", "float", "bool", "len", "sorted"})
+_NEVER_NONE_NODES = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp,
+                     ast.GeneratorExp, ast.JoinedStr, ast.BinOp, ast.Compare)
+
+
+def none_ness(ev, x: ast.AST, d: int) -> Value:
+    """Uniformity of ``x is None`` for the evaluator ``ev``: rank-varying, or unknown."""
+    if not isinstance(x, ast.Name) or d > 30:
+        return X
+    kind, got = reaching(ev.view, x.id, x)
+    if kind == "param":
+        return _param_none_ness(ev, got, x.id, d)
+    if kind != "events" or not got:
+        return X
+    nones, somes = [], []
+    for b in got:
+        e = _assigned(b, x.id)
+        if e is None:
+            return X
+        if _is_none(e):
+            nones.append(b)
+            continue
+        if isinstance(e, ast.IfExp) and (_is_none(e.body) != _is_none(e.orelse)):
+            other = e.orelse if _is_none(e.body) else e.body
+            if never_none(ev, other, d + 1):
+                tv = ev.value(e.test, d + 1)
+                if tv.varying:
+                    return Value("V", tv.src.step(f"which decides whether line {b.lineno} sets `{x.id}` to None"))
+            return X
+        if not never_none(ev, e, d + 1):
+            return X
+        somes.append(b)
+    if not nones or not somes:
+        return X  # always None, or never None: the same everywhere, but nothing to report
+    for b in (*somes, *nones):
+        v = ev._control_dependent(b, d + 1, x.id)
+        if v is not None:
+            return v
+    return X
+
+
+def _param_none_ness(ev, fn: ast.AST, name: str, d: int) -> Value:
+    """A parameter under a call context that binds it: whether the argument the call passes is
+    None, asked in the caller's module (``share(pics)`` with ``pics = {} if batch["n"] else None``)."""
+    ctx = ev.ctx
+    if ctx is None or fn is not ctx.fn or name not in ctx.binds:
+        return X
+    from .calls import call_args  # lazy: calls sits above uniformity
+    arg = next((a for p, a in call_args(ctx.call, fn) if p == name), None)
+    caller = ev.hub.view_of(ctx.call_path)
+    if arg is None or caller is None:
+        return X
+    v = none_ness(ev.hub.evaluator(caller), arg, d + 1)
+    return Value("V", v.src.step(ctx.passed(name), ctx.call, ctx.call_path)) if v.varying else X
+
+
+def never_none(ev, e: ast.AST, d: int) -> bool:
+    """``e`` is never None: a literal other than None, a display, a comprehension, an f-string,
+    arithmetic, a builtin constructor, or a name every reaching binding of which is such a value."""
+    if isinstance(e, ast.Constant):
+        return e.value is not None
+    if isinstance(e, _NEVER_NONE_NODES):
+        return True
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _NEVER_NONE_BUILTINS \
+            and ev.sem.qualname(e.func) is None:
+        return True
+    if isinstance(e, ast.Name) and d < 30:
+        kind, got = reaching(ev.view, e.id, e)
+        if kind != "events" or not got:
+            return False
+        for b in got:
+            v = _assigned(b, e.id)
+            if v is None or not never_none(ev, v, d + 1):
+                return False
+        return True
+    return False
+
+
+def _is_none(e: ast.AST) -> bool:
+    return isinstance(e, ast.Constant) and e.value is None
+
+
+def _assigned(b: ast.AST, name: str):
+    """The expression a plain ``name = <expr>`` (or ``name: T = <expr>``) binding gives ``name``;
+    None for any other binding (tuple unpacking, a loop variable, an augmented assignment...)."""
+    if isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name) \
+            and b.targets[0].id == name:
+        return b.value
+    if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name) and b.target.id == name:
+        return b.value
+    return None
