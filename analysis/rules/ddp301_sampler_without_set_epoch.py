@@ -40,6 +40,16 @@ class SamplerWithoutSetEpoch(Rule):
     (`evaluate`, `test_...`), as are loops that hand the loader and the epoch to a function from
     another module, which may call `set_epoch` itself.
 
+    The same loss one level up, in an epoch iterator: a class method that advances the class's own
+    epoch counter by one (`self.epoch += 1`) and builds a new `DataLoader(self.dataset, ...)` for
+    that epoch (there, or in a method it hands the counter to), while the project's datasets take
+    the epoch (a dataset class whose `set_epoch(self, epoch)` stores it in an attribute that
+    `__getitem__` or another method reads: masking, cropping or resampling seeded by the epoch) and
+    no file of the project calls `set_epoch` except inside other `set_epoch` methods that pass it
+    on. Nothing ever tells those datasets the epoch, so they replay epoch 0's randomness every epoch.
+    The finding is on the counter's step; no fix is offered (the iterator's author decides where
+    the dataset hears the epoch).
+
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`. Without
     `set_epoch(epoch)` the epoch stays 0, so every epoch visits the data in exactly the same order
@@ -85,6 +95,15 @@ class SamplerWithoutSetEpoch(Rule):
     requires_text = ("DistributedSampler", NoCase("loader"), NoCase("sampler"))
     node_types = (ast.For, ast.AsyncFor, ast.While)
 
+    @classmethod
+    def reach(cls, text, filename):
+        # every shape but the epoch iterator needs only this file; the epoch iterator's finding
+        # depends on the project's files that spell ``set_epoch`` (``_epochs.gate``)
+        from ._epochs import gate
+
+        may, deps = gate(text, filename)
+        return True, deps if may else {}
+
     def finish(self, ctx) -> None:
         # ``_calls_set_epoch(ctx.sem, ctx.src.text)``, from the check's calls-by-name index
         if "set_epoch" in ctx.src.text and any(c.func.__class__ is ast.Attribute
@@ -99,6 +118,7 @@ class SamplerWithoutSetEpoch(Rule):
         if fors and loaders:
             self._through_values(ctx, loaders, fors, reported)
         self._through_passes(ctx, reported)
+        self._epoch_iterators(ctx)
         if not samplers:
             return
         for s in samplers:
@@ -128,6 +148,37 @@ class SamplerWithoutSetEpoch(Rule):
                     ref = s_name if s_name else f"{l_name}.sampler"
                     maybe_none = s_name is not None and may_be_none(ctx, ast.Name(id=s_name), s)
                     self._report(ctx, loop, s, ref, maybe_none)
+
+    def _epoch_iterators(self, ctx) -> None:
+        """A class that advances its epoch counter and walks ``self.<dataset>`` in a new DataLoader
+        for the new epoch, while the project's datasets take the epoch through ``set_epoch`` and
+        no file of the project ever calls it (``_epochs``): every epoch replays epoch 0's
+        randomness (masking, cropping, resampling) of those datasets."""
+        if ctx.filename is None or "+=" not in ctx.src.text:
+            return
+        from ._epochs import epoch_advances, unfed_epoch_datasets
+
+        found = epoch_advances(ctx)
+        if not found:
+            return
+        takers = unfed_epoch_datasets(ctx)
+        if not takers:
+            return
+        from ..flow.findings import node_related
+
+        tv, tc = takers[0]
+        st = next(f for f in tc.body if isinstance(f, FUNC_TYPES) and f.name == "set_epoch")
+        names = ", ".join(f"`{c.name}`" for _, c in takers[:3]) + (", ..." if len(takers) > 3 else "")
+        for cls, m, step, ds in found:
+            epoch = ast.unparse(step.target)
+            where = node_related(ctx, tv.path, st, f"`{tc.name}.set_epoch`, never called")
+            ctx.report(
+                step,
+                f"`{cls.name}.{m.name}` advances `{epoch}` and walks `self.{ds}` again without "
+                f"`self.{ds}.set_epoch({epoch})`, and nothing in this project calls `set_epoch`: the "
+                f"datasets that take the epoch ({names}) replay epoch 0 every epoch",
+                related=[where],
+            )
 
     def _through_values(self, ctx, loaders, fors, reported: set[int]) -> None:
         """A DataLoader whose ``sampler=`` is not the sampler call itself nor a name bound to it in
