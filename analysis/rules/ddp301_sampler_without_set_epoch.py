@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from types import SimpleNamespace
 
@@ -98,10 +99,8 @@ class SamplerWithoutSetEpoch(Rule):
     @classmethod
     def reach(cls, text, filename):
         # every shape but the epoch iterator needs only this file; the epoch iterator's finding
-        # depends on the project's files that spell ``set_epoch`` (``_epochs.gate``)
-        from ._epochs import gate
-
-        may, deps = gate(text, filename)
+        # depends on the project's files that spell ``set_epoch`` (``_epoch_gate``)
+        may, deps = _epoch_gate(text, filename)
         return True, deps if may else {}
 
     def finish(self, ctx) -> None:
@@ -152,16 +151,16 @@ class SamplerWithoutSetEpoch(Rule):
     def _epoch_iterators(self, ctx) -> None:
         """A class that advances its epoch counter and walks ``self.<dataset>`` in a new DataLoader
         for the new epoch, while the project's datasets take the epoch through ``set_epoch`` and
-        no file of the project ever calls it (``_epochs``): every epoch replays epoch 0's
+        no file of the project ever calls it (``flow.passes``, ``_unfed_epoch_datasets``): every epoch replays epoch 0's
         randomness (masking, cropping, resampling) of those datasets."""
         if ctx.filename is None or "+=" not in ctx.src.text:
             return
-        from ._epochs import epoch_advances, unfed_epoch_datasets
+        from ..flow.passes import epoch_advances
 
         found = epoch_advances(ctx)
         if not found:
             return
-        takers = unfed_epoch_datasets(ctx)
+        takers = _unfed_epoch_datasets(ctx)
         if not takers:
             return
         from ..flow.findings import node_related
@@ -608,3 +607,63 @@ def _same_binding(view, name: str, a: ast.AST, b: ast.AST) -> bool:
     if ka not in ("events", "global") or ka != kb or not ea:
         return False
     return [id(x) for x in ea] == [id(x) for x in eb or ()]
+
+
+# -- the epoch iterator's project-wide facts ---------------------------------------------------
+_EPOCH_NEEDS = (("set_epoch",),)
+
+
+def _project_root(filename: str | None) -> str | None:
+    from ..flow import project
+
+    if not filename or filename.startswith("<") or not project.is_file(os.path.abspath(filename)):
+        return None
+    roots = project.roots_for(os.path.abspath(filename))
+    return roots[1] if len(roots) > 1 else roots[0]
+
+
+def _epoch_gate(text: str, filename: str | None):
+    """(may fire, deps): the project's files that spell ``set_epoch``, when this file may hold an
+    epoch iterator (an augmented assignment and a DataLoader)."""
+    from ._common import _admitting_files
+    from ..flow import project
+
+    if "+=" not in text or "DataLoader" not in text:
+        return False, {}
+    top = _project_root(filename)
+    if top is None:
+        return False, {}
+    files, _index, deps = _admitting_files(top, _EPOCH_NEEDS, project.disk_allowed())
+    here = os.path.abspath(filename)
+    deps = {p: h for p, h in deps.items() if p != here}
+    return bool(files), deps
+
+
+def _unfed_epoch_datasets(ctx) -> list:
+    """[(view, class)] of the project's dataset classes that take the epoch, when no file of the
+    project calls ``set_epoch`` outside a ``set_epoch`` forwarder; [] otherwise."""
+    def build():
+        from ._common import _admitting_files
+        from ..flow import for_context, project
+        from ..flow.passes import calls_set_epoch_outside_forwarders, classes_of, takes_epoch
+
+        top = _project_root(ctx.filename)
+        if top is None:
+            return []
+        files, _index, _deps = _admitting_files(top, _EPOCH_NEEDS, project.disk_allowed())
+        if len(files) > 64:
+            return []  # a large package: too many files to read for one check
+        an = for_context(ctx)
+        found = []
+        for path, _text in files:
+            view = an.main if os.path.abspath(path) == os.path.abspath(ctx.filename) else an.view_of(path)
+            if view is None:
+                return []  # unreadable: it may call set_epoch
+            if calls_set_epoch_outside_forwarders(view.sem):
+                return []
+            for cls in classes_of(view.sem):
+                if takes_epoch(cls):
+                    found.append((view, cls))
+        return found
+
+    return ctx.memo("ddp301.unfed_epoch_datasets", build)
