@@ -9,12 +9,19 @@ DDP301 asks which DataLoaders an epoch loop walks again on each round, wherever 
 lives: ``for epoch in ...: train(epoch)`` where ``train`` iterates a module-level loader, or
 ``run_one_epoch(data_loader=train_loader)``. What a pass's value *is* (a DataLoader over which
 sampler) is ``origins``'s answer, not this module's.
+
+The epoch one level up: an *epoch iterator* is a class whose method advances its own epoch
+counter (``self.epoch += 1``) and starts a new pass over a dataset it holds by building
+``DataLoader(self.dataset, ...)`` (in that method or in a method it hands the counter to,
+``epoch_advances``). A dataset class *takes the epoch* (``takes_epoch``) when its
+``set_epoch(self, epoch)`` stores the epoch in ``self.<x>`` and another of its methods
+(``__getitem__``, ``__iter__``, ...) reads ``self.<x>``: what it yields depends on the epoch.
 """
 from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, terminal_name
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, terminal_name
 from .bindings import reaching
 from .calls import call_args
 
@@ -112,3 +119,82 @@ def _scan(hub, view, stmts, depth: int, chain: tuple, active: frozenset) -> list
                         continue
                 out.append(p)
     return out
+
+
+def _self_attr_name(e) -> str | None:
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return e.attr
+    return None
+
+
+def classes_of(sem) -> list:
+    if ast.ClassDef in sem.wanted:
+        return sem.by_type.get(ast.ClassDef, [])
+    return [n for n in ast.walk(sem.tree) if isinstance(n, ast.ClassDef)]
+
+
+def epoch_advances(ctx):
+    """[(class, method, the ``self.<e> += ...`` statement, dataset attribute)] for each method of
+    a class of this module that advances ``self.<e>`` by one and builds ``DataLoader(self.<d>, ...)``
+    itself or through a method of the class it hands ``self.<e>`` to (``self.<m>(self.<e>)``)."""
+    out = []
+    for cls in classes_of(ctx.sem):
+        methods = {f.name: f for f in cls.body if isinstance(f, FUNC_TYPES)}
+        if not methods:
+            continue
+        for m in methods.values():
+            steps = [n for n in iter_scope_nodes(m) if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+                     and _self_attr_name(n.target) and isinstance(n.value, ast.Constant) and n.value.value == 1]
+            if not steps:
+                continue
+            e = _self_attr_name(steps[0].target)
+            # the pass for the new epoch: a DataLoader over ``self.<d>`` built in ``m`` or in a
+            # method ``m`` hands the advanced epoch to (``self._iter_for(self.epoch, ...)``)
+            walked = [m, *(methods[c.func.attr] for c in iter_scope_nodes(m) if isinstance(c, ast.Call)
+                           and _self_attr_name(c.func) in methods and methods[c.func.attr] is not m
+                           and any(_self_attr_name(n) == e for a in (*c.args, *(k.value for k in c.keywords))
+                                   for n in ast.walk(a)))]
+            ds = None
+            for fn in walked:
+                for c in iter_scope_nodes(fn):
+                    if isinstance(c, ast.Call) and ctx.sem.call_qualname(c) == "torch.utils.data.DataLoader":
+                        ds = _self_attr_name(get_arg(c, 0, "dataset")) or ds
+            if ds is not None:
+                out.append((cls, m, steps[0], ds))
+    return out
+
+
+def calls_set_epoch_outside_forwarders(sem) -> bool:
+    """The module calls ``<x>.set_epoch(...)`` other than inside a function named ``set_epoch``
+    (a forwarder passes on an epoch it was given; it does not start one)."""
+    for c in sem.calls:
+        if isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch":
+            fn = sem.enclosing_function(c)
+            if fn is None or fn.name != "set_epoch":
+                return True
+    return False
+
+
+def takes_epoch(cls: ast.ClassDef) -> bool:
+    """``cls`` is a dataset (it defines ``__getitem__`` or ``__iter__`` and no base of it is named
+    like a sampler) and defines ``set_epoch(self, epoch)`` storing the epoch in ``self.<x>``, and another of
+    its methods (not ``__init__``) reads ``self.<x>``."""
+    names = {f.name for f in cls.body if isinstance(f, FUNC_TYPES)}
+    if not names & {"__getitem__", "__iter__"} or any(
+            (b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "").endswith("Sampler")
+            for b in cls.bases):
+        return False  # a dataset (map-style or iterable), not a sampler
+    st = next((f for f in cls.body if isinstance(f, FUNC_TYPES) and f.name == "set_epoch"), None)
+    if st is None or len(st.args.args) < 2:
+        return False
+    ep = st.args.args[1].arg
+    stored = {_self_attr_name(t) for n in iter_scope_nodes(st) if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.Name) and n.value.id == ep for t in n.targets} - {None}
+    if not stored:
+        return False
+    for f in cls.body:
+        if isinstance(f, FUNC_TYPES) and f.name not in ("set_epoch", "__init__"):
+            if any(isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and _self_attr_name(n) in stored
+                   for n in iter_scope_nodes(f)):
+                return True
+    return False

@@ -132,7 +132,7 @@ RULES = {
                 False, False),
     'DDP301': ('ddp301_sampler_without_set_epoch', True, True,
                 ((('torch', False),), (('DistributedSampler', False), ('loader', True), ('sampler', True))),
-                False, False),
+                False, True),
     'DDP302': ('ddp302_shuffle_with_sampler', True, True,
                 ((('torch', False),), (('DataLoader', False),), (('shuffle', False),)),
                 False, False),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from types import SimpleNamespace
 
@@ -39,6 +40,16 @@ class SamplerWithoutSetEpoch(Rule):
     `test_sampler`...) and loops in functions whose name starts with an evaluation word
     (`evaluate`, `test_...`), as are loops that hand the loader and the epoch to a function from
     another module, which may call `set_epoch` itself.
+
+    The same loss one level up, in an epoch iterator: a class method that advances the class's own
+    epoch counter by one (`self.epoch += 1`) and builds a new `DataLoader(self.dataset, ...)` for
+    that epoch (there, or in a method it hands the counter to), while the project's datasets take
+    the epoch (a dataset class whose `set_epoch(self, epoch)` stores it in an attribute that
+    `__getitem__` or another method reads: masking, cropping or resampling seeded by the epoch) and
+    no file of the project calls `set_epoch` except inside other `set_epoch` methods that pass it
+    on. Nothing ever tells those datasets the epoch, so they replay epoch 0's randomness every epoch.
+    The finding is on the counter's step; no fix is offered (the iterator's author decides where
+    the dataset hears the epoch).
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`. Without
@@ -85,6 +96,13 @@ class SamplerWithoutSetEpoch(Rule):
     requires_text = ("DistributedSampler", NoCase("loader"), NoCase("sampler"))
     node_types = (ast.For, ast.AsyncFor, ast.While)
 
+    @classmethod
+    def reach(cls, text, filename):
+        # every shape but the epoch iterator needs only this file; the epoch iterator's finding
+        # depends on the project's files that spell ``set_epoch`` (``_epoch_gate``)
+        may, deps = _epoch_gate(text, filename)
+        return True, deps if may else {}
+
     def finish(self, ctx) -> None:
         # ``_calls_set_epoch(ctx.sem, ctx.src.text)``, from the check's calls-by-name index
         if "set_epoch" in ctx.src.text and any(c.func.__class__ is ast.Attribute
@@ -99,6 +117,7 @@ class SamplerWithoutSetEpoch(Rule):
         if fors and loaders:
             self._through_values(ctx, loaders, fors, reported)
         self._through_passes(ctx, reported)
+        self._epoch_iterators(ctx)
         if not samplers:
             return
         for s in samplers:
@@ -128,6 +147,37 @@ class SamplerWithoutSetEpoch(Rule):
                     ref = s_name if s_name else f"{l_name}.sampler"
                     maybe_none = s_name is not None and may_be_none(ctx, ast.Name(id=s_name), s)
                     self._report(ctx, loop, s, ref, maybe_none)
+
+    def _epoch_iterators(self, ctx) -> None:
+        """A class that advances its epoch counter and walks ``self.<dataset>`` in a new DataLoader
+        for the new epoch, while the project's datasets take the epoch through ``set_epoch`` and
+        no file of the project ever calls it (``flow.passes``, ``_unfed_epoch_datasets``): every epoch replays epoch 0's
+        randomness (masking, cropping, resampling) of those datasets."""
+        if ctx.filename is None or "+=" not in ctx.src.text:
+            return
+        from ..flow.passes import epoch_advances
+
+        found = epoch_advances(ctx)
+        if not found:
+            return
+        takers = _unfed_epoch_datasets(ctx)
+        if not takers:
+            return
+        from ..flow.findings import node_related
+
+        tv, tc = takers[0]
+        st = next(f for f in tc.body if isinstance(f, FUNC_TYPES) and f.name == "set_epoch")
+        names = ", ".join(f"`{c.name}`" for _, c in takers[:3]) + (", ..." if len(takers) > 3 else "")
+        for cls, m, step, ds in found:
+            epoch = ast.unparse(step.target)
+            where = node_related(ctx, tv.path, st, f"`{tc.name}.set_epoch`, never called")
+            ctx.report(
+                step,
+                f"`{cls.name}.{m.name}` advances `{epoch}` and walks `self.{ds}` again without "
+                f"`self.{ds}.set_epoch({epoch})`, and nothing in this project calls `set_epoch`: the "
+                f"datasets that take the epoch ({names}) replay epoch 0 every epoch",
+                related=[where],
+            )
 
     def _through_values(self, ctx, loaders, fors, reported: set[int]) -> None:
         """A DataLoader whose ``sampler=`` is not the sampler call itself nor a name bound to it in
@@ -557,3 +607,63 @@ def _same_binding(view, name: str, a: ast.AST, b: ast.AST) -> bool:
     if ka not in ("events", "global") or ka != kb or not ea:
         return False
     return [id(x) for x in ea] == [id(x) for x in eb or ()]
+
+
+# -- the epoch iterator's project-wide facts ---------------------------------------------------
+_EPOCH_NEEDS = (("set_epoch",),)
+
+
+def _project_root(filename: str | None) -> str | None:
+    from ..flow import project
+
+    if not filename or filename.startswith("<") or not project.is_file(os.path.abspath(filename)):
+        return None
+    roots = project.roots_for(os.path.abspath(filename))
+    return roots[1] if len(roots) > 1 else roots[0]
+
+
+def _epoch_gate(text: str, filename: str | None):
+    """(may fire, deps): the project's files that spell ``set_epoch``, when this file may hold an
+    epoch iterator (an augmented assignment and a DataLoader)."""
+    from ._common import _admitting_files
+    from ..flow import project
+
+    if "+=" not in text or "DataLoader" not in text:
+        return False, {}
+    top = _project_root(filename)
+    if top is None:
+        return False, {}
+    files, _index, deps = _admitting_files(top, _EPOCH_NEEDS, project.disk_allowed())
+    here = os.path.abspath(filename)
+    deps = {p: h for p, h in deps.items() if p != here}
+    return bool(files), deps
+
+
+def _unfed_epoch_datasets(ctx) -> list:
+    """[(view, class)] of the project's dataset classes that take the epoch, when no file of the
+    project calls ``set_epoch`` outside a ``set_epoch`` forwarder; [] otherwise."""
+    def build():
+        from ._common import _admitting_files
+        from ..flow import for_context, project
+        from ..flow.passes import calls_set_epoch_outside_forwarders, classes_of, takes_epoch
+
+        top = _project_root(ctx.filename)
+        if top is None:
+            return []
+        files, _index, _deps = _admitting_files(top, _EPOCH_NEEDS, project.disk_allowed())
+        if len(files) > 64:
+            return []  # a large package: too many files to read for one check
+        an = for_context(ctx)
+        found = []
+        for path, _text in files:
+            view = an.main if os.path.abspath(path) == os.path.abspath(ctx.filename) else an.view_of(path)
+            if view is None:
+                return []  # unreadable: it may call set_epoch
+            if calls_set_epoch_outside_forwarders(view.sem):
+                return []
+            for cls in classes_of(view.sem):
+                if takes_epoch(cls):
+                    found.append((view, cls))
+        return found
+
+    return ctx.memo("ddp301.unfed_epoch_datasets", build)

@@ -1,3 +1,6 @@
+import torch
+
+
 class EpochBatchIter:
     def __init__(self, dataset, batch_sampler, seed=1, num_shards=1, shard_id=0, epoch=0):
         self.dataset = dataset
@@ -24,4 +27,5 @@ class EpochBatchIter:
         batches = list(self.batch_sampler)
         if shuffle:
             random.Random(self.seed + epoch).shuffle(batches)
-        return iter(batches[self.shard_id::self.num_shards])
+        mine = batches[self.shard_id::self.num_shards]
+        return iter(torch.utils.data.DataLoader(self.dataset, batch_sampler=mine))
