@@ -118,13 +118,6 @@ def _chunks(items: list[tuple[int, str]], n_workers: int) -> list[list]:
 
 def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None = None):
     """[(path, findings, error)] in the order of ``files``."""
-    from .engine import _rule_instance
-    from .registry import all_rules
-
-    if len(files) > 1:
-        for code, rule in all_rules().items():  # load and instantiate before forking: shared by all
-            if rule.static:
-                _rule_instance(code)
     _init(settings, cache)
     from .snapshot import snapshot
 
@@ -156,6 +149,15 @@ def _check_files(files: list[str], settings, jobs: int, cache: Cache | None):
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
+
+        from .engine import _rule_instance
+        from .registry import all_rules
+
+        # load and instantiate every rule before forking, so the workers share them (only here:
+        # a run the cache answers, or a serial one, loads just the rules its files' gates admit)
+        for code, rule in all_rules().items():
+            if rule.static:
+                _rule_instance(code)
 
         try:
             ctx = mp.get_context("fork")
