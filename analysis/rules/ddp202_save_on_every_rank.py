@@ -191,6 +191,9 @@ class SaveOnEveryRank(Rule):
                     f"the {noun}; guard it with `if rank == 0:` (or make the path rank-specific)",
                 )
                 continue
+            if guarded is None and not distributed and _entry_report(ctx, call, what, noun):
+                reported.add(id(call))
+                continue
             sibling = _guarded_sibling(ctx, call)
             if sibling is not None:
                 ctx.report(call, f"{what} runs on every rank that calls it, while {sibling}: concurrent "
@@ -257,6 +260,29 @@ class SaveOnEveryRank(Rule):
                 "checkpoint; call it under `if rank == 0:`",
                 related=[("file", view.path, rng, f"the {writer} every rank runs")] if view.path else (),
             )
+
+
+def _entry_report(ctx, call, what: str, noun: str) -> bool:
+    """A write in a module that starts no process group, run on every rank by a distributed script
+    of the project (``_rank_callers.every_rank_entry``: ``trainer.train()`` in ``main.py``, whose
+    ``self._save_checkpoint(...)`` writes unguarded); reported at the write, the entry related."""
+    from ._rank_callers import every_rank_entry
+
+    entry = every_rank_entry(ctx, call)
+    if entry is None:
+        return False
+    caller, site, callee = entry
+    if callee is ctx.sem.enclosing_function(call) and isinstance(parent(callee), ast.Module):
+        return False  # a save helper called directly: ``_through_helpers`` reports it at the call
+    from ..flow.findings import node_span
+
+    where = os.path.basename(caller.filename or "")
+    ctx.report(call, f"{what} runs on every rank: {where} line {site.lineno} calls it on every rank, and "
+                     f"every rank writes the same path: concurrent writers corrupt the {noun}; guard it "
+                     "with a main-rank test (or make the path rank-specific)",
+               related=[("file", caller.filename, node_span(ctx, caller.filename, site),
+                         "the call every rank makes")])
+    return True
 
 
 # writers of a whole file at a path: qualified name -> (position, keyword) of the path
