@@ -67,6 +67,13 @@ class SaveOnEveryRank(Rule):
     `accelerate.Accelerator` is a distributed script too (`accelerate launch` runs it in every
     process; `accelerator.save` writes from the main process only and is not a writer here).
 
+    A write in a module that starts no process group itself (a trainer class, a checkpoint
+    module) is flagged when a distributed script of the project runs it on every rank: the
+    write is behind no main-rank test in its function, and that function, or one of its module
+    that runs it unguarded (`self._save_checkpoint("best")` from `fit()`, transitively), is called
+    from the script with no main-rank test around the call (`trainer = Trainer(...);
+    trainer.fit()` in `main.py`). A save helper called directly is reported at the call instead
+    (above).
     Three more findings need no launch call in the file (the fourth needs one):
 
     1. a guard meant for the main rank that lets a few ranks through: `if not (dist.is_initialized()
