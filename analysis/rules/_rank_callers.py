@@ -66,3 +66,67 @@ def importer_views(ctx, an, node: ast.AST) -> list:
             seen.add(id(v))
             out.append(v)
     return out
+
+
+def _in_module_runners(ctx, an, fn, limit: int = 24) -> list:
+    """``fn`` and the functions of this module that run it where every rank that runs them does:
+    callers by name or through ``self.<method>(...)`` (as ``resolve_call`` resolves them), whose
+    call is behind no main-rank test of their own (``rank0_guarded(callers=False)``), transitively."""
+    from ..flow.rank import rank0_guarded
+
+    out, seen, i = [fn], {id(fn)}, 0
+    while i < len(out) and len(out) < limit:
+        g = out[i]
+        i += 1
+        for call in ctx.sem.calls:
+            f = call.func
+            tail = f.id if f.__class__ is ast.Name else f.attr if f.__class__ is ast.Attribute else None
+            want = parent(g).name if g.name == "__init__" and isinstance(parent(g), ast.ClassDef) else g.name
+            if tail != want:
+                continue
+            res = an.resolve_call(an.main, call)
+            if res is None or res[0] is not an.main or res[1] is not g:
+                continue
+            if rank0_guarded(ctx, call, callers=False) is True:
+                continue
+            h = ctx.sem.enclosing_function(call)
+            if h is not None and id(h) not in seen:
+                seen.add(id(h))
+                out.append(h)
+    return out
+
+
+def every_rank_entry(ctx, node: ast.AST):
+    """``(caller_ctx, call, callee)`` for a call, in a distributed script of the project (another file: it
+    starts or joins the process group, wraps in DDP/FSDP or spawns its ranks), that runs ``node``
+    on every rank: ``node`` is behind no main-rank test in its function; that function, or one of
+    this module that runs it unguarded (``self.<method>(...)`` and calls by name, transitively), is
+    called there (a module function, a class through its constructor, a method through an
+    instance: ``t = Trainer(...); t.fit()``) with no main-rank test around the call, not in the
+    launching process of an ``mp.spawn`` script. None when no such call is found: a library
+    module's code then says nothing of where it runs."""
+    from ..flow import for_context
+    from ..flow.models import is_distributed_script
+    from ..flow.rank import rank0_guarded
+    from ._common import project_callers
+    from ._spawn import runs_in_ranks
+
+    fn = ctx.sem.enclosing_function(node)
+    if fn is None or rank0_guarded(ctx, node, callers=False) is True:
+        return None
+
+    def build():
+        an = for_context(ctx)
+        funcs = _in_module_runners(ctx, an, fn)
+        ids = {id(g) for g in funcs}
+        names = {parent(g).name if g.name == "__init__" and isinstance(parent(g), ast.ClassDef) else g.name
+                 for g in funcs}
+        for caller, call, defn in project_callers(ctx, names):
+            if id(defn) not in ids or not is_distributed_script(caller):
+                continue
+            if rank0_guarded(caller, call) is not False or runs_in_ranks(caller, call) is False:
+                continue
+            return caller, call, defn
+        return None
+
+    return ctx.memo(("rank_callers.every_rank_entry", id(fn)), build)

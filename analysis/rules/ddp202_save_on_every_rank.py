@@ -67,6 +67,13 @@ class SaveOnEveryRank(Rule):
     `accelerate.Accelerator` is a distributed script too (`accelerate launch` runs it in every
     process; `accelerator.save` writes from the main process only and is not a writer here).
 
+    A write in a module that starts no process group itself (a trainer class, a checkpoint
+    module) is flagged when a distributed script of the project runs it on every rank: the
+    write is behind no main-rank test in its function, and that function, or one of its module
+    that runs it unguarded (`self._save_checkpoint("best")` from `fit()`, transitively), is called
+    from the script with no main-rank test around the call (`trainer = Trainer(...);
+    trainer.fit()` in `main.py`). A save helper called directly is reported at the call instead
+    (above).
     Three more findings need no launch call in the file (the fourth needs one):
 
     1. a guard meant for the main rank that lets a few ranks through: `if not (dist.is_initialized()
@@ -191,6 +198,9 @@ class SaveOnEveryRank(Rule):
                     f"the {noun}; guard it with `if rank == 0:` (or make the path rank-specific)",
                 )
                 continue
+            if guarded is None and not distributed and _entry_report(ctx, call, what, noun):
+                reported.add(id(call))
+                continue
             sibling = _guarded_sibling(ctx, call)
             if sibling is not None:
                 ctx.report(call, f"{what} runs on every rank that calls it, while {sibling}: concurrent "
@@ -257,6 +267,29 @@ class SaveOnEveryRank(Rule):
                 "checkpoint; call it under `if rank == 0:`",
                 related=[("file", view.path, rng, f"the {writer} every rank runs")] if view.path else (),
             )
+
+
+def _entry_report(ctx, call, what: str, noun: str) -> bool:
+    """A write in a module that starts no process group, run on every rank by a distributed script
+    of the project (``_rank_callers.every_rank_entry``: ``trainer.train()`` in ``main.py``, whose
+    ``self._save_checkpoint(...)`` writes unguarded); reported at the write, the entry related."""
+    from ._rank_callers import every_rank_entry
+
+    entry = every_rank_entry(ctx, call)
+    if entry is None:
+        return False
+    caller, site, callee = entry
+    if callee is ctx.sem.enclosing_function(call) and isinstance(parent(callee), ast.Module):
+        return False  # a save helper called directly: ``_through_helpers`` reports it at the call
+    from ..flow.findings import node_span
+
+    where = os.path.basename(caller.filename or "")
+    ctx.report(call, f"{what} runs on every rank: {where} line {site.lineno} calls it on every rank, and "
+                     f"every rank writes the same path: concurrent writers corrupt the {noun}; guard it "
+                     "with a main-rank test (or make the path rank-specific)",
+               related=[("file", caller.filename, node_span(ctx, caller.filename, site),
+                         "the call every rank makes")])
+    return True
 
 
 # writers of a whole file at a path: qualified name -> (position, keyword) of the path
