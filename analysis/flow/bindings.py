@@ -4,7 +4,10 @@ For a use of ``name`` at ``node`` in one scope, the candidates are:
 - the textually last binding before the use that dominates it (it sits in a block enclosing the use),
   and every binding between that one and the use (conditional re-bindings);
 - without a dominating binding, every binding before the use;
-- bindings later in an enclosing loop's body (they reach the next iteration).
+- bindings later in an enclosing loop's body (they reach the next iteration);
+- but not a binding in the other branch of an ``if`` than the use (unless a loop around the use
+  holds that ``if``), nor one after which a ``return`` (or, carried round a loop, a ``break`` of
+  that loop) always leaves before the use.
 
 Besides assignments, the in-place collectives that make a tensor equal on every rank
 (``dist.all_reduce(t)``, ``dist.broadcast(t, src)``, ``dist.all_gather(out, t)``,
