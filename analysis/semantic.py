@@ -136,6 +136,8 @@ class Semantic:
         self.wanted = frozenset(wanted_types).union(BRANCHING)  # the types ``by_type`` indexes, completely
         self._walk(tree, self.wanted.union(EXITS, _BINDING_STMTS))
         self._resolve_imports()
+        self.value_aliases: frozenset[str] = frozenset()  # names in ``aliases`` bound by ``x = torch.a.b``
+        self._resolve_value_aliases()
 
     # -- the traversal -----------------------------------------------------------------------
     def _walk(self, tree: ast.Module, wanted: frozenset) -> None:
@@ -273,6 +275,84 @@ class Semantic:
                         continue
                     aliases[a.asname or a.name] = canonical(f"{node.module}.{a.name}")
 
+    def _resolve_value_aliases(self) -> None:
+        """``DDP = torch.nn.parallel.DistributedDataParallel`` (in the module or in one function),
+        ``convert = nn.SyncBatchNorm.convert_sync_batchnorm``: a name bound once in the whole file,
+        to a dotted attribute of ``torch`` (through an import, or through another such name),
+        resolves as that attribute, like an import alias. Only a name the file calls (or calls an
+        attribute of) is looked at; any other binding of it anywhere in the file (a parameter, a
+        loop target, ``global``, an import, a ``def``), a binding in a class body, or a use outside
+        the function that binds it, and it stays unresolved."""
+        aliases = self.aliases
+        cands = []
+        roots = None
+        for st in self.by_type.get(ast.Assign, ()):
+            if len(st.targets) != 1 or st.targets[0].__class__ is not ast.Name \
+                    or st.value.__class__ is not ast.Attribute or st.targets[0].id in aliases:
+                continue
+            if roots is None:
+                roots = set()
+                for c in self.calls:
+                    f = c.func
+                    while f.__class__ is ast.Attribute:
+                        f = f.value
+                    if f.__class__ is ast.Name:
+                        roots.add(f.id)
+            if st.targets[0].id in roots:
+                cands.append(st)
+        if not cands:
+            return
+        binds: dict[str, int] = defaultdict(int)
+        uses: dict[str, list[ast.Name]] = defaultdict(list)
+        wanted = {st.targets[0].id for st in cands}
+        for n in ast.walk(self.tree):
+            t = n.__class__
+            if t is ast.Name:
+                if n.id in wanted:
+                    if n.ctx.__class__ is ast.Load:
+                        uses[n.id].append(n)
+                    else:
+                        binds[n.id] += 1
+            elif t is ast.arg or t in _FUNC_SET or t is ast.ClassDef or t is ast.ExceptHandler:
+                k = n.arg if t is ast.arg else n.name
+                if k in wanted:
+                    binds[k] += 1
+            elif t is ast.Import or t is ast.ImportFrom:
+                for a in n.names:
+                    k = a.asname or a.name.split(".", 1)[0]
+                    if k in wanted:
+                        binds[k] += 2
+            elif t is ast.Global or t is ast.Nonlocal:
+                for k in n.names:
+                    if k in wanted:
+                        binds[k] += 2
+            elif t is ast.MatchAs or t is ast.MatchStar or t is ast.MatchMapping:
+                k = n.rest if t is ast.MatchMapping else n.name
+                if k in wanted:
+                    binds[k] += 1
+        got = set()
+        changed = True
+        while changed:  # ``A = torch.nn`` then ``B = A.parallel.DistributedDataParallel``
+            changed = False
+            for st in cands:
+                k = st.targets[0].id
+                if k in got or binds[k] != 1:
+                    continue
+                qn = self.qualname(st.value)
+                if qn is None or not qn.startswith("torch."):
+                    continue
+                scope = self.scope_of(st)
+                if scope.__class__ is ast.ClassDef:
+                    continue
+                if scope.__class__ is not ast.Module and not all(
+                        any(a is scope for a in self.ancestors(u)) for u in uses[k]):
+                    continue  # the same name elsewhere is another object (a builtin, a star import)
+                aliases[k] = qn
+                got.add(k)
+                changed = True
+        if got:
+            self.value_aliases = frozenset(got)
+
     # -- queries -----------------------------------------------------------------------------
     def qualname(self, expr: ast.AST) -> str | None:
         """Canonical qualified name of a Name/Attribute chain rooted in an import, else None."""
@@ -386,6 +466,8 @@ class Semantic:
         torch.distributed), or None when the file binds nothing that reaches it."""
         best = None
         for local, target in self.aliases.items():
+            if local in self.value_aliases:
+                continue  # a binding of the file's code, maybe local to one function
             if qualname == target:
                 return local
             if qualname.startswith(target + "."):

@@ -4,7 +4,10 @@ For a use of ``name`` at ``node`` in one scope, the candidates are:
 - the textually last binding before the use that dominates it (it sits in a block enclosing the use),
   and every binding between that one and the use (conditional re-bindings);
 - without a dominating binding, every binding before the use;
-- bindings later in an enclosing loop's body (they reach the next iteration).
+- bindings later in an enclosing loop's body (they reach the next iteration);
+- but not a binding in the other branch of an ``if`` than the use (unless a loop around the use
+  holds that ``if``), nor one after which a ``return`` (or, carried round a loop, a ``break`` of
+  that loop) always leaves before the use.
 
 Besides assignments, the in-place collectives that make a tensor equal on every rank
 (``dist.all_reduce(t)``, ``dist.broadcast(t, src)``, ``dist.all_gather(out, t)``,
@@ -107,7 +110,8 @@ _FOR, _ASYNC_FOR, _WITH, _ASYNC_WITH = ast.For, ast.AsyncFor, ast.With, ast.Asyn
 _LOOP_CLASSES = frozenset(LOOPS)
 # statements whose parts are not all before their nested statements (a later ``case`` pattern or
 # ``except`` clause comes after an earlier one's body): a use there has no statement-wide answer
-_INTERLEAVED = (ast.Match, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+_TRY_CLASSES = frozenset((ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ())))
+_INTERLEAVED = (ast.Match, *_TRY_CLASSES)
 
 
 def _reaching(view, name: str, at: ast.AST):
@@ -213,9 +217,75 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
         cands = before[dom:]
     else:
         cands = before
-        if scope.__class__ in _FUNC_CLASSES and _is_param(scope, name):
-            return ("events+param", cands + later) if (cands or later) else ("param", scope)
+    # a binding in the other branch of an ``if`` than the use (outside any loop that holds both),
+    # or one that an unconditional ``return``/``raise`` ends the path of, does not reach it
+    cands = [e for e in cands if not _cut_off(e, up, loops, scope)]
+    later = [e for e in later if not _cut_off(e, up, loops, scope, carried=True)]
+    if dom is None and scope.__class__ in _FUNC_CLASSES and _is_param(scope, name):
+        return ("events+param", cands + later) if (cands or later) else ("param", scope)
     return "events", cands + later
+
+
+def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool = False) -> bool:
+    """No feasible path takes the binding ``ev`` to the use (``up``: the use's ancestors, as in
+    ``_dominates_up``; ``loops``: the loops around the use, inside its scope):
+    - ``ev`` is in one branch of an ``if`` and the use in the other, and no loop around the use
+      holds that ``if`` (a later iteration could take the other branch);
+    - after ``ev``'s statement, in its block or an enclosing one on the way to the use, a
+      ``return`` always leaves first (unless a ``try`` holds both: its ``finally`` runs);
+    - ``carried`` (``ev`` reaches the use in the next iteration of the loops around both): after
+      it, on the way up to the outermost of those loops, a ``return``, or a ``break`` of that loop
+      (not of one nested in it), always leaves first."""
+    chain = []  # (ancestor, its child towards ``ev``), up to the first ancestor of the use
+    child, n = ev, getattr(ev, "_p", None)
+    while n is not None and id(n) not in up:
+        chain.append((n, child))
+        child, n = n, getattr(n, "_p", None)
+    if n is None:
+        return False
+    lca, lca_child = n, child
+    if carried:
+        outer = next((lp for lp in reversed(loops) if _contains(lp, ev)), None)
+        if outer is None:
+            return False
+        # from the common ancestor on, up to the loop that carries: the rest of each block runs too
+        while n is not outer and n is not scope and n is not None:
+            chain.append((n, child))
+            child, n = n, getattr(n, "_p", None)
+        chain.append((outer, child))
+    elif lca.__class__ is ast.If and lca_child is not lca.test and up[id(lca)] is not lca.test \
+            and (lca_child in lca.body) != (up[id(lca)] in lca.body) \
+            and not any(lp is not lca and _contains(lp, lca) for lp in loops):
+        return True
+    if lca.__class__ in _TRY_CLASSES:
+        return False
+    # a ``break`` at level i leaves the carrying loop when no loop lies between (chain[i:-1])
+    inner = [n.__class__ in _LOOP_CLASSES for n, _ in chain[:-1]] + [False]
+    for i in range(len(inner) - 2, -1, -1):
+        inner[i] = inner[i] or inner[i + 1]
+    for i, (n, child) in enumerate(chain):
+        if isinstance(child, ast.stmt):
+            for f in ("body", "orelse"):
+                blk = getattr(n, f, None)
+                if isinstance(blk, list) and child in blk:
+                    if n.__class__ in _TRY_CLASSES:
+                        break
+                    if f == "orelse" and n.__class__ in _LOOP_CLASSES:
+                        break  # a loop's ``else``: its ``break`` is not the loop's
+                    breaks = carried and not inner[i]
+                    for st in blk[blk.index(child) + 1:]:
+                        if st.__class__ is ast.Return or (breaks and st.__class__ is ast.Break):
+                            return True
+                    break
+    if not carried:
+        # the common ancestor's block: a ``return`` between ``ev`` and the use
+        for f in ("body", "orelse"):
+            blk = getattr(lca, f, None)
+            if isinstance(blk, list) and lca_child in blk and up[id(lca)] in blk:
+                a, b = blk.index(lca_child), blk.index(up[id(lca)])
+                if any(st.__class__ is ast.Return for st in blk[a + 1:b]):
+                    return True
+    return False
 
 
 def target_path(target: ast.AST, name: str) -> list[int] | None:

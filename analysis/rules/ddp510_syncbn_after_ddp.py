@@ -14,7 +14,10 @@ class SyncBnAfterDdp(Rule):
     ## What it does
     Checks for `nn.SyncBatchNorm.convert_sync_batchnorm(m)` where `m` is already wrapped in
     `DistributedDataParallel` (or FSDP1): the wrap may be in a helper, on `self`, or returned in a
-    tuple.
+    tuple, and either call may go through a name bound once to it
+    (`convert = nn.SyncBatchNorm.convert_sync_batchnorm`). Only a wrap that reaches the conversion
+    on some path counts: not one in the other branch of an `if`, nor one later in a loop whose
+    iteration leaves (`return`, `break`) after wrapping.
 
     ## Why is this bad?
     `convert_sync_batchnorm` returns a *new* module tree with `SyncBatchNorm` layers in place of
