@@ -455,6 +455,7 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
     ``train`` runs in a world of one process). None when ``fn`` is used as a value (a callback,
     an ``mp.spawn`` target: callers not seen here), has no call, or the callers disagree."""
     from .helper_calls import bind_args
+    from .params import call_sites_here
 
     if depth > 6 or not isinstance(fn, FUNC_TYPES) or name not in param_names(fn):
         return None
@@ -466,7 +467,7 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
     if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
            for n in iter_scope_nodes(fn)):
         return None
-    sites = _call_sites_here(ctx, fn)
+    sites = call_sites_here(ctx, fn)
     if not sites:
         return None
     got: set = set()
@@ -479,42 +480,6 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
             return None
     memo[key] = got.pop()
     return memo[key]
-
-
-def _call_sites_here(ctx, fn: ast.AST) -> list[ast.Call]:
-    """The calls of ``fn`` in this module when they are all its uses: ``f(...)`` of a module-level
-    function, ``self.f(...)`` of a method of a module-level class. Empty when the name is also
-    read as a value (``mp.spawn(f)``, a callback, ``getattr``): callers not seen here."""
-    from ..semantic import parent
-
-    p = parent(fn)
-    method = isinstance(p, ast.ClassDef) and isinstance(parent(p), ast.Module)
-    if not (isinstance(p, ast.Module) or method) or fn.name == "__init__":
-        return []
-
-    def loads():
-        names: dict = {}
-        for n in ast.walk(ctx.sem.tree):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                k = ("n", n.id)
-            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
-                k = ("a", n.attr)
-            else:
-                continue
-            names[k] = names.get(k, 0) + 1
-        return names
-    uses = ctx.memo("rank_tests.name_loads", loads)
-    sites = []
-    for c in ctx.sem.calls:
-        f = c.func
-        if not method and isinstance(f, ast.Name) and f.id == fn.name:
-            sites.append(c)
-        elif method and isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Name) \
-                and f.value.id == "self":
-            sites.append(c)
-    if uses.get(("a" if method else "n", fn.name), 0) != len(sites):
-        return []
-    return sites
 
 
 def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
