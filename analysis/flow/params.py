@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, parent
 from .calls import call_args
 
 
@@ -182,3 +182,37 @@ def by_name_only(value) -> bool:
     fallback), not by any flow."""
     src = value.src
     return src is not None and not src.via and src.desc.startswith("the process rank from parameter `")
+
+
+def call_sites_here(ctx, fn: ast.AST) -> list[ast.Call]:
+    """The calls of ``fn`` in this module when they are all its uses: ``f(...)`` of a module-level
+    function, ``self.f(...)`` of a method of a module-level class. Empty when the name is also
+    read as a value (``mp.spawn(f)``, a callback, ``getattr``): callers not seen here."""
+    p = parent(fn)
+    method = isinstance(p, ast.ClassDef) and isinstance(parent(p), ast.Module)
+    if not (isinstance(p, ast.Module) or method) or fn.name == "__init__":
+        return []
+
+    def loads():
+        names: dict = {}
+        for n in ast.walk(ctx.sem.tree):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                k = ("n", n.id)
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+                k = ("a", n.attr)
+            else:
+                continue
+            names[k] = names.get(k, 0) + 1
+        return names
+    uses = ctx.memo("rank_tests.name_loads", loads)
+    sites = []
+    for c in ctx.sem.calls:
+        f = c.func
+        if not method and isinstance(f, ast.Name) and f.id == fn.name:
+            sites.append(c)
+        elif method and isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Name) \
+                and f.value.id == "self":
+            sites.append(c)
+    if uses.get(("a" if method else "n", fn.name), 0) != len(sites):
+        return []
+    return sites

@@ -9,7 +9,7 @@ helpers in this or another module), never from its name:
   ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK``;
 - local: the environment's ``LOCAL_RANK`` / ``SLURM_LOCALID`` / ``OMPI_COMM_WORLD_LOCAL_RANK``,
   ``dist.get_node_local_rank()``, and a ``--local_rank`` / ``--local-rank`` command-line option
-  (what the launchers that pass one pass is the local rank);
+  (what the launchers that pass one pass is the local rank; also its plain argparse default);
 - a namespace attribute (``args.local_rank``) has the kind of every store to it in its module and
   of the argparse option that defines it; ``int(...)`` / ``str(...)`` and a conditional
   expression keep the kind; a constant (the single-process fallback ``0`` / ``-1``) is neutral.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from ..torch_api import D
 from .origins import origins
 from .rank_tests import GLOBAL_RANK_ENV, LOCAL_RANK_ENV
@@ -61,6 +61,8 @@ def rank_kind_of(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0):
 
 
 def _leaf_kind(hub, view, e: ast.AST, depth: int):
+    if (opt := _local_rank_option_of_default(e)) is not None:  # ``--local_rank`` when no launcher passes it
+        return LOCAL, (view, opt)
     if isinstance(e, ast.Constant) or (isinstance(e, ast.UnaryOp) and isinstance(e.operand, ast.Constant)):
         return _CONST, None
     if isinstance(e, ast.IfExp):
@@ -101,6 +103,12 @@ def _leaf_kind(hub, view, e: ast.AST, depth: int):
             and view.sem.qualname(e) is None:
         return _namespace_kind(hub, view, e.value.id, e.attr, depth)
     return None, None
+
+
+def _local_rank_option_of_default(e: ast.AST) -> ast.Call | None:  # add_argument("--local_rank", default=e)
+    c = parent(parent(e)) if isinstance(parent(e), ast.keyword) and parent(e).arg == "default" else None
+    ok = isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"
+    return c if ok and LOCAL_RANK_OPTIONS & set(option_strings(c)) else None
 
 
 def _const_expr(e) -> bool:

@@ -436,7 +436,7 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         val = ctx.sem.single_value(test.id, scope)
         if val is not None:
             return polarity(ctx, val, scope, depth + 1)
-        return None
+        return _param_polarity(ctx, test.id, scope, depth + 1)
     if isinstance(test, ast.Attribute):
         # a flag set once in this function: ``args.save_logs = args.logs and is_master(args)``
         vals = _attr_assignments(ctx, scope).get(ctx.text(test))
@@ -446,6 +446,40 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
     return None
+
+
+def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
+    """The polarity of a parameter ``name`` of ``fn`` (never rebound in it) that every call of
+    ``fn`` in this module fills with a test of one polarity in the caller's terms
+    (``train(model, ddp)`` with ``ddp = int(os.environ.get("RANK", -1)) != -1``: ``not ddp`` in
+    ``train`` runs in a world of one process). None when ``fn`` is used as a value (a callback,
+    an ``mp.spawn`` target: callers not seen here), has no call, or the callers disagree."""
+    from .helper_calls import bind_args
+    from .params import call_sites_here
+
+    if depth > 6 or not isinstance(fn, FUNC_TYPES) or name not in param_names(fn):
+        return None
+    memo = ctx.memo("rank_tests.param_polarity", dict)
+    key = (id(fn), name)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # recursion guard
+    if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+           for n in iter_scope_nodes(fn)):
+        return None
+    sites = call_sites_here(ctx, fn)
+    if not sites:
+        return None
+    got: set = set()
+    for c in sites:
+        a = bind_args(c, fn).get(name)
+        if a is None:
+            return None
+        got.add(polarity(ctx, a, ctx.sem.scope_of(c), depth + 1))
+        if None in got or len(got) > 1:
+            return None
+    memo[key] = got.pop()
+    return memo[key]
 
 
 def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:

@@ -38,3 +38,20 @@ def is_test_file(filename: str) -> bool:
     world size fixed by their harness (``MultiProcessTestCase``, a pytest fixture)."""
     base = os.path.basename(filename or "")
     return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
+
+
+def in_test_suite(filename: str) -> bool:
+    """A script of a project's test suite: under a ``tests`` / ``test`` folder, beside test modules
+    (``tests/distributed/two_gpu_check.py`` next to ``test_groups.py``). Such scripts run on one
+    node like the ``test_*.py`` files they sit with."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.normpath(os.path.abspath(filename))
+    folder = os.path.dirname(path)
+    if not any(p in ("tests", "test") for p in folder.split(os.sep)):
+        return False
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return any(is_test_file(n) and n.endswith(".py") for n in names if n != os.path.basename(path))

@@ -41,8 +41,10 @@ class SaveOnEveryRank(Rule):
     helpers of the file that return such a test), `if not distributed or rank == 0:`, the `else`
     of `if rank != 0:`, an early `if rank != 0: return`, a test that the world has one process
     (`if dist.get_world_size() != 1: raise ...`, `WORLD_SIZE` from the environment, read by value
-    flow, not by name), decorators such as `@rank_zero_only`, and a
-    function whose every call in the file is guarded. A save in a function this file never calls
+    flow, not by name), decorators such as `@rank_zero_only`, a
+    function whose every call in the file is guarded, and a test of a helper's parameter that
+    every call of the helper in the file fills with one such test (`elif not ddp:` in
+    `train(model, ddp)` with `ddp = int(os.environ.get("RANK", -1)) != -1`). A save in a function this file never calls
     (unless that function starts the process group itself, outside any `if`, before the save), or
     in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
     whose path comes from a loop over this rank's share of the work (`for p in
