@@ -40,7 +40,10 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
         if st is not None and isinstance(st.value, ast.Call) and returns_ddp(ctx, st.value):
             return st  # ``model = wrap(model, gpu)``: a project helper that returns the wrapper
         if st is None and depth < 2:
-            return _param_wrapper(ctx, expr.id, at, depth)
+            got = _param_wrapper(ctx, expr.id, at, depth)
+            if got is not None and _excluded_by_flag(ctx, at, depth):
+                return None
+            return got
         return None
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         cls = next((a for a in ctx.sem.ancestors(expr) if isinstance(a, ast.ClassDef)), None)
@@ -140,6 +143,63 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
     return found
 
 
+
+
+def _excluded_by_flag(ctx, at: ast.AST, depth: int) -> bool:
+    """``at`` runs under a test of a bare parameter of its function (``elif not ddp:``) that, read
+    at every call as the caller's argument (``train(model, ddp)``), contradicts the test the
+    caller's wrap sits under (``if ddp: model = DDP(model)``): the wrapper never reaches ``at``."""
+    from .wrapped import guards  # lazy: wrapped imports the flow package
+
+    fn = ctx.sem.enclosing_function(at)
+    flags = [(t.operand if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) else t,
+              br != (isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)))
+             for t, br in guards(at)]
+    flags = [(t.id, br) for t, br in flags if isinstance(t, ast.Name) and t.id in param_names(fn)
+             and not ctx.sem.assignments(fn).get(t.id)]
+    if not flags:
+        return False
+    owner = parent(fn)
+    a = fn.args
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+    if isinstance(owner, ast.ClassDef):
+        pos = pos[1:]
+    sites, _refs = _call_sites(ctx, fn, owner)
+    if not sites:
+        return False
+    for c in sites:
+        translated = []
+        for p, br in flags:
+            i = pos.index(p) if p in pos else None
+            arg = c.args[i] if i is not None and i < len(c.args) else next(
+                (k.value for k in c.keywords if k.arg == p), None)
+            if isinstance(arg, ast.Name):
+                translated.append((arg, br))
+        if not translated:
+            return False
+        excluded = False
+        for arg in (*c.args, *(k.value for k in c.keywords)):
+            if not isinstance(arg, (ast.Name, ast.Attribute)):
+                continue
+            st = is_ddp_wrapper(ctx, arg, c, depth + 1)
+            if st is not None and ctx.sem.enclosing_function(st) is ctx.sem.enclosing_function(c) \
+                    and _contradicts_flags(guards(st), translated):
+                excluded = True
+        if not excluded:
+            return False
+    return True
+
+
+def _contradicts_flags(wrap_guards: list, flags: list) -> bool:
+    """A test of ``wrap_guards`` is one of the flag names on the other branch."""
+    for t, br in wrap_guards:
+        neg = isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)
+        name = t.operand if neg else t
+        if isinstance(name, ast.Name):
+            for arg, fbr in flags:
+                if arg.id == name.id and (br != neg) != fbr:
+                    return True
+    return False
 
 
 def _call_sites(ctx, fn, owner):

@@ -364,6 +364,11 @@ def _int_const(e: ast.AST) -> int | None:
     return None
 
 
+# what torchrun (and torch.distributed.launch) set in every process it starts
+LAUNCHER_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                          "TORCHELASTIC_RUN_ID"})
+
+
 def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     """True: when ``test`` holds, only the main rank (or one chosen rank) runs on.
     False: when ``test`` holds, the non-main ranks run on (``rank != 0``, ``not is_main``).
@@ -397,6 +402,11 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         if single is not None:
             return single  # a world of one process: its only rank is the main one
         left, op, right = test.left, test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Constant) \
+                and left.value in LAUNCHER_ENV and ctx.sem.qualname(right) == "os.environ":
+            # ``"WORLD_SIZE" in os.environ``: a launcher started this process, so the other ranks may
+            # run on when it holds; when it fails there is one process, the main rank
+            return isinstance(op, ast.NotIn)
         # a variable that holds the rank by value flow (``r = dist.get_rank()``; ``r == 0``), whatever
         # its name: compare its value
         left, right = _rank_value(ctx, left, scope), _rank_value(ctx, right, scope)
