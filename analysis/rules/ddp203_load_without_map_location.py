@@ -274,7 +274,13 @@ def _helper_loads(ctx, loads) -> None:
                     if arg is None or not _checkpoint_like(caller, site, arg):
                         continue
                 rng = caller.src.node_range(site)
-                what = f"`{name}`" + (" is built" if isinstance(parent(target), ast.ClassDef) else " is called")
+                owner = parent(target)
+                if isinstance(owner, ast.ClassDef) and target.name == "__init__":
+                    what = f"`{name}` is built"
+                elif isinstance(owner, ast.ClassDef):
+                    what = f"`{owner.name}.{name}` is called"
+                else:
+                    what = f"`{name}` is called"
                 if where is not None:
                     what += f" by {where}"
                 _report(ctx, call, None,
@@ -324,6 +330,10 @@ def _entry_point(ctx, call):
         sites = [c for m in owner.body if isinstance(m, _DEFS) for c in ast.walk(m)
                  if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == current.name
                  and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+        if not sites and not current.name.startswith("__"):
+            # a method called from outside its class (``self.ckpt.load(path)`` in a launcher
+            # whose ``self.ckpt = CheckPoint(...)``): its callers in other files resolve to it
+            return current.name, fn
         if len(sites) != 1 or rank0_guarded(ctx, sites[0]) is True:
             return None
         nxt = next((a for a in ctx.sem.ancestors(sites[0]) if isinstance(a, _DEFS)), None)

@@ -555,12 +555,17 @@ DDP_ATTRIBUTES = frozenset("""
 
 
 def _from_callers(ctx, holder, node, memo: dict) -> list:
-    """``callers_pass_wrapper`` for a name, once per (function, name)."""
-    if not isinstance(holder, ast.Name):
+    """``callers_pass_wrapper`` for a name, once per (function, name), or for ``self.<attr>`` that
+    ``__init__`` binds to a parameter, once per (method, attribute)."""
+    if isinstance(holder, ast.Name):
+        name = holder.id
+    elif isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
+        name = "self." + holder.attr
+    else:
         return []
     from ._training import callers_pass_wrapper
 
-    key = ("callers", id(ctx.sem.enclosing_function(node)), holder.id)
+    key = ("callers", id(ctx.sem.enclosing_function(node)), name)
     got = memo.get(key)
     if got is None:
         got = memo[key] = callers_pass_wrapper(ctx, holder, node)
