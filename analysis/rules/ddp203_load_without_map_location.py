@@ -42,8 +42,10 @@ class LoadWithoutMapLocation(Rule):
     it (not behind a main-rank test, not in the launching process of an `mp.spawn` script, not in a
     CPU-only gloo program). The same holds for a method of a class of that file that `__init__`
     reaches through `self.<method>(...)` calls (a trainer that restores its snapshot when built),
-    when the distributed file builds the class on every rank; a method called from outside the
-    class is not followed. A call in a method of a class of the distributed file that no code of
+    when the distributed file builds the class on every rank, and for a method that the class's own
+    code never calls and a distributed file calls on an instance (`runner.resume_from(path)`, or
+    `self.ckpt.load(path)` where every binding of `self.ckpt` in the calling class is
+    `CheckPoint(...)`) where every rank runs it. A call in a method of a class of the distributed file that no code of
     that file calls (`Accelerator.load_state` calling `load_custom_state`) counts as run on every
     rank when nothing in that method tests for the main rank and the class runs under
     torch.distributed itself (a collective or a rank query of `torch.distributed`, a DDP/FSDP wrap). The checkpoint test then also accepts the caller's side: its result

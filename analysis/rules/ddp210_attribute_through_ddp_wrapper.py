@@ -24,7 +24,9 @@ class AttributeThroughDdpWrapper(Rule):
     The value is followed through the program model (`flow.origins`): assignments, tuple unpacking
     (`model, opt = build(cfg)`), `self.<attr>` across the methods of a class, parameters filled by
     the calls of their module (and, for a module-level function, a caller in another file of the
-    project, `main.py` passing `model = DDP(model)` to `train_one_epoch(model, ...)`), and helper
+    project, `main.py` passing `model = DDP(model)` to `train_one_epoch(model, ...)`; for a
+    `self.<attr>` that `__init__` binds to one of its parameters, `self.autoencoder = autoencoder`,
+    a constructor call in another file, `Trainer(autoencoder=model)`), and helper
     functions of this file or another module of the project that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
     distributed else m` fails on the distributed path, which is the one a single-GPU test never
     ran.
