@@ -671,6 +671,13 @@ def _method_guarded(ctx, node: ast.AST, depth: int) -> bool | None:
         sites = [c for c in sem.calls if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name
                  and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"
                  and cls.lineno <= c.lineno <= cls.end_lineno]
+        if isinstance(parent(cls), ast.Module):
+            # and its calls on an instance from outside the class (``self.ckpt.load(p)`` in another
+            # class whose ``self.ckpt`` is always ``CheckPoint(...)``, ``trainer.resume(p)``)
+            from ..flow.modern import hub
+
+            an, view = hub(ctx)
+            sites += [c for c in an.call_sites(view, fn) if not (cls.lineno <= c.lineno <= cls.end_lineno)]
     if not sites:
         return None
     results = []
@@ -760,10 +767,21 @@ def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
 
 def _callers_say_checkpoint(ctx, call: ast.Call, path: ast.AST) -> bool:
     """A load in a module-level function of this file that returns it
-    (``def load_ckpt(p): return torch.load(p)``) whose every call in the file is a checkpoint
-    load: the result goes to ``load_state_dict(...)`` or the path argument names a checkpoint."""
+    (``def load_ckpt(p): return torch.load(p)``), or in a method of a module-level class (its calls:
+    ``flow`` ``call_sites``), whose every call in the file is a checkpoint load: the result goes to
+    ``load_state_dict(...)`` or the path argument names a checkpoint."""
     fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda, ast.ClassDef))), None)
-    if not isinstance(fn, _DEFS) or not isinstance(parent(fn), ast.Module):
+    if not isinstance(fn, _DEFS):
+        return False
+    owner = parent(fn)
+    if isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module) and fn.name != "__init__":
+        from ..flow.modern import hub
+
+        an, view = hub(ctx)
+        sites = an.call_sites(view, fn)  # ``self.m(...)``, ``Cls(...).m(...)``, ``obj.m(...)``, ``self.x.m(...)``
+    elif isinstance(owner, ast.Module):
+        sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    else:
         return False
     st = parent(call)
     if not isinstance(st, ast.Return):
@@ -773,7 +791,6 @@ def _callers_say_checkpoint(ctx, call: ast.Call, path: ast.AST) -> bool:
         if not any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == name
                    for n in ast.walk(fn)):
             return False
-    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
     if not sites:
         return False
     for site in sites:
