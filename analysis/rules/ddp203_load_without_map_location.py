@@ -250,7 +250,7 @@ def _helper_loads(ctx, loads) -> None:
         path = _unmapped_path(ctx, call, loads)
         if path is None or rank0_guarded(ctx, call) is True:
             continue
-        entry = _entry_point(ctx, call)
+        entry = _entry_point(ctx, call, outside=True)
         if entry is not None:
             cands.setdefault(entry[0], []).append((call, path, entry[1]))
     if not cands:
@@ -310,10 +310,14 @@ def _caller_class_runs_everywhere(ctx, site) -> str | None:
     return f"`{cls.name}.{fn.name}` (its class runs `{_short_call(ctx, c)}` at line {line})"
 
 
-def _entry_point(ctx, call):
+def _entry_point(ctx, call, outside: bool = False):
     """(name other files call, the function holding the load) for a load in a module-level
     function, or in a method of a module-level class that its ``__init__`` reaches through
-    unguarded ``self.<method>(...)`` calls (the class name then); None otherwise."""
+    unguarded ``self.<method>(...)`` calls (the class name then); None otherwise. ``outside``:
+    also a method that no code of its class calls (its name then: other files call it on an
+    instance), to find where it runs on every rank; not to conclude from its callers that it
+    never does (a launcher outside torch, colossalai's, starts the group of a script that seems
+    to start none)."""
     fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda, ast.ClassDef))), None)
     if not isinstance(fn, _DEFS):
         return None
@@ -332,7 +336,7 @@ def _entry_point(ctx, call):
         sites = [c for m in owner.body if isinstance(m, _DEFS) for c in ast.walk(m)
                  if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == current.name
                  and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
-        if not sites and not current.name.startswith("__"):
+        if outside and not sites and not current.name.startswith("__"):
             # a method called from outside its class (``self.ckpt.load(path)`` in a launcher
             # whose ``self.ckpt = CheckPoint(...)``): its callers in other files resolve to it
             return current.name, fn
