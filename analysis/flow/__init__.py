@@ -38,7 +38,7 @@ from ..torch_api import SPAWNS
 from . import project
 from .assignments import _is_param
 from .calls import instance_names
-from .instances import ctor_class, instance_class
+from .instances import ctor_class, instance_class, self_attr_class
 from .summaries import Summaries
 from .uniformity import X, Evaluator, join
 
@@ -214,6 +214,16 @@ class Analysis(Summaries):
                     for st in cls.body:
                         if isinstance(st, FUNC_TYPES) and st.name == f.attr:
                             return cv, st
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and isinstance(f.value.value, ast.Name) \
+                and f.value.value.id == "self":
+            # ``self.ckpt.load(...)`` where every binding of ``self.ckpt`` in the class (and its
+            # project base classes) constructs one project class: its method ``load``
+            got = self_attr_class(self, view, f.value, _NOT_PROJECT)
+            if got is not None:
+                cv, cls = got
+                for st in cls.body:
+                    if isinstance(st, FUNC_TYPES) and st.name == f.attr:
+                        return cv, st
         elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name) \
                 and not _local_binding(view, f.value.func.id, call):
             # ``Cls(...).m(...)``: the method ``m`` of a class of the project, on a fresh instance

@@ -311,8 +311,9 @@ def call_args(call: ast.Call, fn: ast.AST):
 
 
 def instance_method_calls(hub, view, fn, cls) -> list:
-    """``obj.m(...)`` where ``obj`` holds an instance of ``cls`` (the module's calls of method ``fn``
-    from outside its class; ``Cls(...).m(...)`` is found beside, in ``Summaries.call_sites``)."""
+    """``obj.m(...)`` / ``self.<attr>.m(...)`` where ``obj`` (every binding of ``self.<attr>`` in
+    the calling class) holds an instance of ``cls`` (the module's calls of method ``fn`` from
+    outside its class; ``Cls(...).m(...)`` is found beside, in ``Summaries.call_sites``)."""
     sem = view.sem
     out = []
     for i in sem.callee_index()[1].get(fn.name, ()):
@@ -323,5 +324,10 @@ def instance_method_calls(hub, view, fn, cls) -> list:
         if isinstance(recv, ast.Name) and recv.id in instance_names(view):
             got = hub._instance_class(view, recv, c)
             if got is not None and got[1] is cls:
+                out.append(c)
+        elif isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) and recv.value.id == "self":
+            # ``self.ckpt.load(...)`` in another class whose ``self.ckpt`` is always built as ``cls``
+            got = hub.resolve_call(view, c)
+            if got is not None and got[1] is fn:
                 out.append(c)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from .bindings import reaching
 from .context import call_args
 
@@ -48,6 +48,61 @@ def class_named(hub, view, e: ast.AST, not_project):
             return None
         view, cname = v2, imp[2]
     return None
+
+
+def self_attr_class(hub, view, attr: ast.Attribute, not_project):
+    """(view, class) when ``attr`` is ``self.<name>`` read in a method and every binding of
+    ``self.<name>`` in the methods of its class and of its project base classes constructs the
+    same project class (``self.ckpt = CheckPoint(model_dir)`` in ``__init__``); None when one
+    binding is anything else (a parameter, a tuple target, an augmented assignment) or none is
+    seen."""
+    fn = view.sem.enclosing_function(attr)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    # once per check (the answer names views of this check: a shared view's memo must not keep it)
+    memo = hub.__dict__.setdefault("_self_attr_classes", {})
+    key = (id(cls), attr.attr)
+    got = memo.get(key)
+    if got is None or got[0] is not cls:
+        got = memo[key] = (cls, _self_attr_class(hub, view, cls, attr.attr, not_project))
+    return got[1]
+
+
+def _self_attr_class(hub, view, cls, name: str, not_project):
+    found = None
+    chain, seen = [(view, cls)], {id(cls)}
+    i = 0
+    while i < len(chain) and i < 8:
+        v, c = chain[i]
+        i += 1
+        for b in c.bases:
+            got = class_named(hub, v, b, not_project)
+            if got is not None and id(got[1]) not in seen:
+                seen.add(id(got[1]))
+                chain.append(got)
+        for m in c.body:
+            if not isinstance(m, FUNC_TYPES):
+                continue
+            for n in iter_scope_nodes(m):
+                if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                elif isinstance(n, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                    targets = [n.target] if isinstance(n, (ast.For, ast.AsyncFor)) else \
+                        [it.optional_vars for it in n.items if it.optional_vars is not None]
+                else:
+                    continue
+                for t in targets:
+                    if not any(isinstance(x, ast.Attribute) and x.attr == name and isinstance(x.ctx, ast.Store)
+                               and isinstance(x.value, ast.Name) and x.value.id == "self" for x in ast.walk(t)):
+                        continue
+                    if not (isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(t, ast.Attribute)
+                            and n.value is not None):
+                        return None  # a tuple target, ``+=``, a loop or ``with`` target: unknown
+                    found = _same(found, ctor_class(hub, v, n.value, not_project))
+                    if found is None:
+                        return None
+    return found
 
 
 def _same(found, got):

@@ -74,6 +74,8 @@ def _rank_compare_uniform(op: ast.cmpop, consts: list[int]) -> bool:
     ``local_rank != -1``, ``rank == -1`` ("distributed or not" tests)."""
     if isinstance(op, (ast.In, ast.NotIn)):
         return not any(c >= 0 for c in consts)
+    if len(consts) != 1:
+        return False  # ``rank == []``: not a comparison with one number
     c = consts[0]
     if isinstance(op, (ast.Eq, ast.NotEq, ast.Gt, ast.LtE)):
         return c < 0

@@ -72,6 +72,40 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     return True
 
 
+def init_param_bindings(hub, view, expr, at) -> list:
+    """The ``<param>`` (a name read in ``__init__``) of each ``self.<attr> = <param>`` in the ``__init__`` of the class
+    (or of a base class in the same module) of the method that reads ``expr`` (``self.<attr>``) at
+    ``at``, where ``<param>`` is a parameter that ``__init__`` never rebinds: the value is what
+    the class's constructor calls pass (``Trainer(autoencoder=model)``), which the callers of
+    another module may show (``rules._training.callers_pass_wrapper``). Empty when a binding of
+    ``self.<attr>`` in the class or its project base classes unwraps (``self.model =
+    model.module``), or when the reading method rebinds it before the read on every path."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return []
+    fn = view.sem.enclosing_function(at)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return []
+    last = _dominating_binding(fn, expr.attr, at)
+    out = []
+    for v, c in class_chain(hub, view, cls):
+        for m, val, path in self_bindings(c, expr.attr):
+            if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
+                return []
+            if v is not view or m.name != "__init__" or path or not isinstance(val, ast.Name) \
+                    or val.id not in _param_names(m) or view.sem.assignments(m).get(val.id):
+                continue
+            if last is not None and parent(val) is not last:
+                continue  # the reading method binds it itself first
+            out.append(val)
+    return out
+
+
+def _param_names(fn) -> set:
+    a = fn.args
+    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)} - {"self"}
+
+
 def _dominating_binding(fn, attr: str, at):
     """The last ``self.<attr> = ...`` statement of ``fn`` that runs before ``at`` on every path
     through it: in the statement list of ``at`` or of one of its enclosing statements, before

@@ -298,7 +298,19 @@ def callers_pass_wrapper(ctx, value, at, depth: int = 0) -> list:
     """[(view, ``DDP(...)`` call)] when ``value`` is a parameter of a module-level function (or of
     the ``__init__`` of a module-level class, called as ``Cls(...)``) that a caller in another file
     of the project calls with a value that may be the wrapper (directly, or through the caller's
-    own parameter, one file further)."""
+    own parameter, one file further). ``value`` may also be ``self.<attr>`` that the class's
+    ``__init__`` binds to one of its parameters (``self.autoencoder = autoencoder``,
+    ``flow.wrapped.init_param_bindings``): the class's constructor calls are asked about it."""
+    if isinstance(value, ast.Attribute):
+        from ..flow.modern import hub
+        from ..flow.wrapped import init_param_bindings
+
+        an, view = hub(ctx)
+        for name in init_param_bindings(an, view, value, at):
+            got = callers_pass_wrapper(ctx, name, name, depth)
+            if got:
+                return got
+        return []
     fn = ctx.sem.enclosing_function(at)
     if not isinstance(value, ast.Name) or fn is None or value.id not in param_names(fn) \
             or ctx.sem.assignments(fn).get(value.id):

@@ -42,8 +42,10 @@ class LoadWithoutMapLocation(Rule):
     it (not behind a main-rank test, not in the launching process of an `mp.spawn` script, not in a
     CPU-only gloo program). The same holds for a method of a class of that file that `__init__`
     reaches through `self.<method>(...)` calls (a trainer that restores its snapshot when built),
-    when the distributed file builds the class on every rank; a method called from outside the
-    class is not followed. A call in a method of a class of the distributed file that no code of
+    when the distributed file builds the class on every rank, and for a method that the class's own
+    code never calls and a distributed file calls on an instance (`runner.resume_from(path)`, or
+    `self.ckpt.load(path)` where every binding of `self.ckpt` in the calling class is
+    `CheckPoint(...)`) where every rank runs it. A call in a method of a class of the distributed file that no code of
     that file calls (`Accelerator.load_state` calling `load_custom_state`) counts as run on every
     rank when nothing in that method tests for the main rank and the class runs under
     torch.distributed itself (a collective or a rank query of `torch.distributed`, a DDP/FSDP wrap). The checkpoint test then also accepts the caller's side: its result
@@ -248,7 +250,7 @@ def _helper_loads(ctx, loads) -> None:
         path = _unmapped_path(ctx, call, loads)
         if path is None or rank0_guarded(ctx, call) is True:
             continue
-        entry = _entry_point(ctx, call)
+        entry = _entry_point(ctx, call, outside=True)
         if entry is not None:
             cands.setdefault(entry[0], []).append((call, path, entry[1]))
     if not cands:
@@ -274,7 +276,13 @@ def _helper_loads(ctx, loads) -> None:
                     if arg is None or not _checkpoint_like(caller, site, arg):
                         continue
                 rng = caller.src.node_range(site)
-                what = f"`{name}`" + (" is built" if isinstance(parent(target), ast.ClassDef) else " is called")
+                owner = parent(target)
+                if isinstance(owner, ast.ClassDef) and target.name == "__init__":
+                    what = f"`{name}` is built"
+                elif isinstance(owner, ast.ClassDef):
+                    what = f"`{owner.name}.{name}` is called"
+                else:
+                    what = f"`{name}` is called"
                 if where is not None:
                     what += f" by {where}"
                 _report(ctx, call, None,
@@ -302,10 +310,14 @@ def _caller_class_runs_everywhere(ctx, site) -> str | None:
     return f"`{cls.name}.{fn.name}` (its class runs `{_short_call(ctx, c)}` at line {line})"
 
 
-def _entry_point(ctx, call):
+def _entry_point(ctx, call, outside: bool = False):
     """(name other files call, the function holding the load) for a load in a module-level
     function, or in a method of a module-level class that its ``__init__`` reaches through
-    unguarded ``self.<method>(...)`` calls (the class name then); None otherwise."""
+    unguarded ``self.<method>(...)`` calls (the class name then); None otherwise. ``outside``:
+    also a method that no code of its class calls (its name then: other files call it on an
+    instance), to find where it runs on every rank; not to conclude from its callers that it
+    never does (a launcher outside torch, colossalai's, starts the group of a script that seems
+    to start none)."""
     fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda, ast.ClassDef))), None)
     if not isinstance(fn, _DEFS):
         return None
@@ -324,6 +336,10 @@ def _entry_point(ctx, call):
         sites = [c for m in owner.body if isinstance(m, _DEFS) for c in ast.walk(m)
                  if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == current.name
                  and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+        if outside and not sites and not current.name.startswith("__"):
+            # a method called from outside its class (``self.ckpt.load(path)`` in a launcher
+            # whose ``self.ckpt = CheckPoint(...)``): its callers in other files resolve to it
+            return current.name, fn
         if len(sites) != 1 or rank0_guarded(ctx, sites[0]) is True:
             return None
         nxt = next((a for a in ctx.sem.ancestors(sites[0]) if isinstance(a, _DEFS)), None)
@@ -659,6 +675,13 @@ def _method_guarded(ctx, node: ast.AST, depth: int) -> bool | None:
         sites = [c for c in sem.calls if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name
                  and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"
                  and cls.lineno <= c.lineno <= cls.end_lineno]
+        if isinstance(parent(cls), ast.Module):
+            # and its calls on an instance from outside the class (``self.ckpt.load(p)`` in another
+            # class whose ``self.ckpt`` is always ``CheckPoint(...)``, ``trainer.resume(p)``)
+            from ..flow.modern import hub
+
+            an, view = hub(ctx)
+            sites += [c for c in an.call_sites(view, fn) if not (cls.lineno <= c.lineno <= cls.end_lineno)]
     if not sites:
         return None
     results = []
@@ -748,10 +771,21 @@ def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
 
 def _callers_say_checkpoint(ctx, call: ast.Call, path: ast.AST) -> bool:
     """A load in a module-level function of this file that returns it
-    (``def load_ckpt(p): return torch.load(p)``) whose every call in the file is a checkpoint
-    load: the result goes to ``load_state_dict(...)`` or the path argument names a checkpoint."""
+    (``def load_ckpt(p): return torch.load(p)``), or in a method of a module-level class (its calls:
+    ``flow`` ``call_sites``), whose every call in the file is a checkpoint load: the result goes to
+    ``load_state_dict(...)`` or the path argument names a checkpoint."""
     fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda, ast.ClassDef))), None)
-    if not isinstance(fn, _DEFS) or not isinstance(parent(fn), ast.Module):
+    if not isinstance(fn, _DEFS):
+        return False
+    owner = parent(fn)
+    if isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module) and fn.name != "__init__":
+        from ..flow.modern import hub
+
+        an, view = hub(ctx)
+        sites = an.call_sites(view, fn)  # ``self.m(...)``, ``Cls(...).m(...)``, ``obj.m(...)``, ``self.x.m(...)``
+    elif isinstance(owner, ast.Module):
+        sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    else:
         return False
     st = parent(call)
     if not isinstance(st, ast.Return):
@@ -761,7 +795,6 @@ def _callers_say_checkpoint(ctx, call: ast.Call, path: ast.AST) -> bool:
         if not any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == name
                    for n in ast.walk(fn)):
             return False
-    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
     if not sites:
         return False
     for site in sites:

@@ -24,7 +24,9 @@ class AttributeThroughDdpWrapper(Rule):
     The value is followed through the program model (`flow.origins`): assignments, tuple unpacking
     (`model, opt = build(cfg)`), `self.<attr>` across the methods of a class, parameters filled by
     the calls of their module (and, for a module-level function, a caller in another file of the
-    project, `main.py` passing `model = DDP(model)` to `train_one_epoch(model, ...)`), and helper
+    project, `main.py` passing `model = DDP(model)` to `train_one_epoch(model, ...)`; for a
+    `self.<attr>` that `__init__` binds to one of its parameters, `self.autoencoder = autoencoder`,
+    a constructor call in another file, `Trainer(autoencoder=model)`), and helper
     functions of this file or another module of the project that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
     distributed else m` fails on the distributed path, which is the one a single-GPU test never
     ran.
@@ -555,12 +557,17 @@ DDP_ATTRIBUTES = frozenset("""
 
 
 def _from_callers(ctx, holder, node, memo: dict) -> list:
-    """``callers_pass_wrapper`` for a name, once per (function, name)."""
-    if not isinstance(holder, ast.Name):
+    """``callers_pass_wrapper`` for a name, once per (function, name), or for ``self.<attr>`` that
+    ``__init__`` binds to a parameter, once per (method, attribute)."""
+    if isinstance(holder, ast.Name):
+        name = holder.id
+    elif isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
+        name = "self." + holder.attr
+    else:
         return []
     from ._training import callers_pass_wrapper
 
-    key = ("callers", id(ctx.sem.enclosing_function(node)), holder.id)
+    key = ("callers", id(ctx.sem.enclosing_function(node)), name)
     got = memo.get(key)
     if got is None:
         got = memo[key] = callers_pass_wrapper(ctx, holder, node)
