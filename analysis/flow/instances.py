@@ -81,28 +81,49 @@ def _self_attr_class(hub, view, cls, name: str, not_project):
             if got is not None and id(got[1]) not in seen:
                 seen.add(id(got[1]))
                 chain.append(got)
-        for m in c.body:
-            if not isinstance(m, FUNC_TYPES):
-                continue
-            for n in iter_scope_nodes(m):
-                if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                elif isinstance(n, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
-                    targets = [n.target] if isinstance(n, (ast.For, ast.AsyncFor)) else \
-                        [it.optional_vars for it in n.items if it.optional_vars is not None]
-                else:
-                    continue
-                for t in targets:
-                    if not any(isinstance(x, ast.Attribute) and x.attr == name and isinstance(x.ctx, ast.Store)
-                               and isinstance(x.value, ast.Name) and x.value.id == "self" for x in ast.walk(t)):
-                        continue
-                    if not (isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(t, ast.Attribute)
-                            and n.value is not None):
-                        return None  # a tuple target, ``+=``, a loop or ``with`` target: unknown
-                    found = _same(found, ctor_class(hub, v, n.value, not_project))
-                    if found is None:
-                        return None
+        for value in _self_bindings(c).get(name, ()):
+            if value is None:
+                return None  # a tuple target, ``+=``, a loop or ``with`` target: unknown
+            found = _same(found, ctor_class(hub, v, value, not_project))
+            if found is None:
+                return None
     return found
+
+
+_bindings: dict[int, tuple] = {}  # id(class) -> (class, {attr: [value or None, ...]})
+
+
+def _self_bindings(cls: ast.ClassDef) -> dict:
+    """``self.<attr>`` bindings in the methods of ``cls``, read once per class: the assigned value
+    of a plain ``self.<attr> = value``, None for any other binding (a tuple or loop target, ``+=``,
+    a ``with`` target). The class node is kept beside its id, so a reused id is never mistaken."""
+    got = _bindings.get(id(cls))
+    if got is not None and got[0] is cls:
+        return got[1]
+    idx: dict[str, list] = {}
+    for m in cls.body:
+        if not isinstance(m, FUNC_TYPES):
+            continue
+        for n in iter_scope_nodes(m):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            elif isinstance(n, (ast.For, ast.AsyncFor)):
+                targets = [n.target]
+            elif isinstance(n, (ast.With, ast.AsyncWith)):
+                targets = [it.optional_vars for it in n.items if it.optional_vars is not None]
+            else:
+                continue
+            for t in targets:
+                names = {x.attr for x in ast.walk(t) if isinstance(x, ast.Attribute) and isinstance(x.ctx, ast.Store)
+                         and isinstance(x.value, ast.Name) and x.value.id == "self"}
+                plain = isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(t, ast.Attribute) \
+                    and n.value is not None
+                for a in names:
+                    idx.setdefault(a, []).append(n.value if plain else None)
+    if len(_bindings) > 2048:
+        _bindings.clear()
+    _bindings[id(cls)] = (cls, idx)
+    return idx
 
 
 def _same(found, got):

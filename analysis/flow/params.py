@@ -7,6 +7,7 @@ heuristic may only follow the value-flow answer)."""
 from __future__ import annotations
 
 import ast
+import re
 
 from ..semantic import FUNC_TYPES, parent
 from .calls import call_args
@@ -204,15 +205,23 @@ def call_sites_here(ctx, fn: ast.AST) -> list[ast.Call]:
                 continue
             names[k] = names.get(k, 0) + 1
         return names
-    uses = ctx.memo("rank_tests.name_loads", loads)
+    from .wrappers import _by_callee  # the per-check index of ``f(...)`` / ``self.f(...)`` calls
+
     sites = []
-    for c in ctx.sem.calls:
+    for c in _by_callee(ctx).get(fn.name, ()):
         f = c.func
-        if not method and isinstance(f, ast.Name) and f.id == fn.name:
+        if not method and isinstance(f, ast.Name):
             sites.append(c)
-        elif method and isinstance(f, ast.Attribute) and f.attr == fn.name and isinstance(f.value, ast.Name) \
-                and f.value.id == "self":
+        elif method and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
             sites.append(c)
+    text = ctx.src.text
+    # every occurrence of the word in the text (a superset of the code's identifiers: comments and
+    # strings only add) is a call site or a definition: no other use
+    seen = len(re.findall(r"(?<!\w)" + re.escape(fn.name) + r"(?!\w)", text)) if text.isascii() \
+        else text.count(fn.name)
+    if seen == len(sites) + len(ctx.sem.functions.get(fn.name, ())):
+        return sites
+    uses = ctx.memo("rank_tests.name_loads", loads)
     if uses.get(("a" if method else "n", fn.name), 0) != len(sites):
         return []
     return sites
