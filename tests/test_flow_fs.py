@@ -110,3 +110,25 @@ def test_bound_value_of_a_node_outside_the_tree_is_unknown():
     sem = Semantic(ast.parse("root = '/data'\ndef f():\n    return root\n"))
     detached = ast.Name(id="root", ctx=ast.Load(), lineno=3, col_offset=11)
     assert bound_value(SimpleNamespace(sem=sem), "root", detached) is None
+
+
+def test_parameter_polarity_in_a_project_module_context():
+    # a project module's context (``view_ctx``) has no ``src``: the polarity of a parameter test
+    # lists the function's call sites from the view's text (it crashed rules on diffusers)
+    from ddp_lint.analysis.flow.params import call_sites_here
+    from ddp_lint.analysis.flow.rank_tests import polarity
+
+    an = _analysis("""
+        import torch
+        import torch.distributed as dist
+        def save(state, main):
+            if main:
+                torch.save(state, "ckpt.pt")
+        def train(state):
+            save(state, dist.get_rank() == 0)
+    """)
+    v = view_ctx(an.main)
+    fn = v.sem.functions["save"][0]
+    assert len(call_sites_here(v, fn)) == 1
+    test = fn.body[0].test
+    assert polarity(v, test, fn) is True

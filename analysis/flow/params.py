@@ -214,13 +214,16 @@ def call_sites_here(ctx, fn: ast.AST) -> list[ast.Call]:
             sites.append(c)
         elif method and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
             sites.append(c)
-    text = ctx.src.text
-    # every occurrence of the word in the text (a superset of the code's identifiers: comments and
-    # strings only add) is a call site or a definition: no other use
-    seen = len(re.findall(r"(?<!\w)" + re.escape(fn.name) + r"(?!\w)", text)) if text.isascii() \
-        else text.count(fn.name)
-    if seen == len(sites) + len(ctx.sem.functions.get(fn.name, ())):
-        return sites
+    # (a rule's context has the file's text; a project module's context, its view's)
+    src = getattr(ctx, "src", None)
+    text = src.text if src is not None else getattr(getattr(ctx, "view", None), "text", None)
+    if isinstance(text, str):
+        # every occurrence of the word in the text (a superset of the code's identifiers: comments
+        # and strings only add) is a call site or a definition: no other use
+        seen = len(re.findall(r"(?<!\w)" + re.escape(fn.name) + r"(?!\w)", text)) if text.isascii() \
+            else text.count(fn.name)
+        if seen == len(sites) + len(ctx.sem.functions.get(fn.name, ())):
+            return sites
     uses = ctx.memo("rank_tests.name_loads", loads)
     if uses.get(("a" if method else "n", fn.name), 0) != len(sites):
         return []
