@@ -302,6 +302,22 @@ class Semantic:
                 cands.append(st)
         if not cands:
             return
+        # only a value rooted in an import of torch, or in another candidate, can resolve to
+        # ``torch.*``: the rest never needs the walk below
+        targets = {st.targets[0].id for st in cands}
+        keep = []
+        for st in cands:
+            f = st.value
+            while f.__class__ is ast.Attribute:
+                f = f.value
+            if f.__class__ is not ast.Name:
+                continue
+            base = aliases.get(f.id)
+            if f.id in targets or (base is not None and (base == "torch" or base.startswith("torch."))):
+                keep.append(st)
+        cands = keep
+        if not cands:
+            return
         binds: dict[str, int] = defaultdict(int)
         uses: dict[str, list[ast.Name]] = defaultdict(list)
         wanted = {st.targets[0].id for st in cands}

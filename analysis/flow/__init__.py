@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import os
+from operator import attrgetter
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import SPAWNS
@@ -391,21 +392,33 @@ def _local_binding(view, name: str, at: ast.AST) -> bool:
     return False
 
 
+_POSITION = attrgetter("lineno", "col_offset")
+_FUNCS = frozenset((ast.FunctionDef, ast.AsyncFunctionDef))
+
+
 def _local_import(view, name: str, at: ast.AST):
     """(module, level, attribute) of a ``from module import attribute [as name]`` in a function
     holding ``at`` (the innermost first), else None."""
     fn = view.sem.enclosing_function(at)
+    if fn is None:
+        return None
+    memo = view.memo.get("local_imports")
+    if memo is None:  # {id(function): {name: (module, level, attribute)}}, from the file's imports
+        memo = view.memo["local_imports"] = {}
+        scope_of = view.sem.scope_of
+        for n in sorted(view.sem.imports, key=_POSITION):  # the later binding wins
+            if n.__class__ is not ast.ImportFrom:
+                continue
+            s = scope_of(n)
+            if s.__class__ not in _FUNCS:
+                continue
+            got = memo.setdefault(id(s), {})
+            for a in n.names:
+                if a.name != "*":
+                    got[a.asname or a.name] = (n.module or "", n.level, a.name)
     while fn is not None:
-        memo = view.memo.setdefault("local_imports", {})
         got = memo.get(id(fn))
-        if got is None:
-            got = memo[id(fn)] = {}
-            for n in iter_scope_nodes(fn):
-                if isinstance(n, ast.ImportFrom):
-                    for a in n.names:
-                        if a.name != "*":
-                            got[a.asname or a.name] = (n.module or "", n.level, a.name)
-        if name in got:
+        if got is not None and name in got:
             return got[name]
         fn = view.sem.enclosing_function(fn)
     return None
