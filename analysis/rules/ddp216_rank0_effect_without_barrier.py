@@ -40,7 +40,7 @@ class Rank0EffectWithoutBarrier(Rule):
 
     The effect may also sit in a project function that returns its path: a helper (of this file or
     another module, or a method) that downloads or writes under a main-rank test and returns the
-    path with no synchronising call before its `return` (`flow.fs_effects.main_only_returns`, also
+    path with no synchronising call before its `return` (`flow.fs_returns.main_only_returns`, also
     through `return other_helper(...)`), when this function reads the returned value (the call's
     result bound to a name, also in a tuple assignment) on every rank with no barrier in between.
 
@@ -155,11 +155,12 @@ class Rank0EffectWithoutBarrier(Rule):
 
     def _returned(self, ctx, an, scope, calls, polarities):
         """A path that a project function returns after only the main rank produced it inside
-        (``flow.fs_effects.main_only_returns``: ``download_file`` fetching on rank 0 and returning
+        (``flow.fs_returns.main_only_returns``: ``download_file`` fetching on rank 0 and returning
         the local path at once), read here on every rank with no barrier in between. Returns the
         check's flow analysis (made on demand)."""
         from ..flow.bindings import reaching
-        from ..flow.fs_effects import main_only_returns, may_resolve_any, resolve, result_of
+        from ..flow.fs_effects import may_resolve_any, resolve
+        from ..flow.fs_returns import main_only_returns, result_of
 
         sem = ctx.sem
         tried: dict = {}
