@@ -692,3 +692,4 @@ def effects_at(ctx, an, call: ast.Call, local: bool = True) -> list[FsEffect]:
             if target[1] is not an.main.sem.enclosing_function(call):
                 return call_site_effects(an, an.main, call, target)
     return []
+

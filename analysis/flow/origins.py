@@ -17,7 +17,7 @@ MAX_DEPTH = 6
 
 
 def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = False, frames=None,
-            limit: int = MAX_DEPTH) -> list:
+            limit: int = MAX_DEPTH, callers=None) -> list:
     """(view, expression) pairs the value of ``expr`` at ``at`` may come from (leaves: calls,
     constants, anything not followed further). ``path`` is the index path into a tuple the value
     is an element of (tuple unpacking on the way). ``keep_path``: (view, expression, path) triples,
@@ -25,27 +25,40 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
     call, element 0). ``frames`` (a tuple, ``()`` to start): follow a helper's parameter to the
     argument of the very call whose return led there (context-sensitive), and give each leaf the
     frames it was reached through as a last element (pass them back in to ask about another
-    value of that leaf's function in the same context). ``limit``: how many steps to follow."""
+    value of that leaf's function in the same context). ``limit``: how many steps to follow.
+    ``callers``: ``callers(view, fn)`` gives (view, call) pairs of calls of ``fn`` in other modules
+    of the project (the caller's choice: reading other files costs), asked for a parameter of a
+    function that its own module never calls (a class built by a script: ``Trainer(loader)``)."""
     if expr is None or depth > limit:
         return []
     if isinstance(expr, ast.Tuple) and path:
         i = path[0]
-        if i < len(expr.elts) and not any(isinstance(e, ast.Starred) for e in expr.elts):
-            return origins(hub, view, expr.elts[i], at, depth + 1, path[1:], keep_path, frames, limit=limit)
+        if isinstance(i, int) and i < len(expr.elts) and not any(isinstance(e, ast.Starred) for e in expr.elts):
+            return origins(hub, view, expr.elts[i], at, depth + 1, path[1:], keep_path, frames, limit=limit, callers=callers)
         return []
+    if path and isinstance(path[0], str):
+        # an entry of a dict: ``{"train": loader}["train"]``, ``dict(train=loader)["train"]``
+        item = dict_item(view.sem, expr, path[0])
+        if item is not None:
+            return origins(hub, view, item, at, depth + 1, path[1:], keep_path, frames, limit=limit, callers=callers)
+        if isinstance(expr, (ast.Dict, ast.Tuple, ast.List)) or (isinstance(expr, ast.Call) and _is_dict_call(view.sem, expr)):
+            return []  # a display without that key (or with ``**rest``): not followed
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind in ("events", "global"):
             out = []
+            if path and isinstance(path[0], str) and evs:
+                # ``d = {...}`` then ``d["k"] = v``: the stores into the entry since the binding
+                out.extend(_entry_stores(hub, view, expr, evs, path, keep_path, frames, depth, limit, callers))
             for e in evs or ():
                 if isinstance(e, ast.Assign):
                     for t in e.targets:
                         p = target_path(t, expr.id)
                         if p is not None:
-                            out.extend(origins(hub, view, e.value, e, depth + 1, (*p, *path), keep_path, frames, limit=limit))
+                            out.extend(origins(hub, view, e.value, e, depth + 1, (*p, *path), keep_path, frames, limit=limit, callers=callers))
                             break
                 elif isinstance(e, (ast.AnnAssign, ast.NamedExpr)) and e.value is not None:
-                    out.extend(origins(hub, view, e.value, e, depth + 1, path, keep_path, frames, limit=limit))
+                    out.extend(origins(hub, view, e.value, e, depth + 1, path, keep_path, frames, limit=limit, callers=callers))
                 elif isinstance(e, (ast.With, ast.AsyncWith)):
                     for it in e.items:
                         if it.optional_vars is not None and target_path(it.optional_vars, expr.id) is not None:
@@ -59,35 +72,56 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                 a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
                 if a is None:  # the default: a value of the callee's module
                     d = _default_of(evs, expr.id)
-                    return [] if d is None else origins(hub, view, d, evs, depth + 1, path, keep_path, frames[:-1], limit=limit)
-                return origins(hub, cv, a, c, depth + 1, path, keep_path, frames[:-1], limit=limit)
-            for c in hub.call_sites(view, evs)[:8]:
-                if _inside(c, evs):
+                    return [] if d is None else origins(hub, view, d, evs, depth + 1, path, keep_path, frames[:-1], limit=limit, callers=callers)
+                return origins(hub, cv, a, c, depth + 1, path, keep_path, frames[:-1], limit=limit, callers=callers)
+            sites = [(view, c) for c in hub.call_sites(view, evs)[:8]]
+            if not sites and callers is not None:
+                sites = callers(view, evs)[:8]
+            for cv, c in sites:
+                if cv is view and _inside(c, evs):
                     continue  # a recursive call passes a value made from the parameter: the outer calls give its origins
                 a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
                 if a is not None:
-                    out.extend(origins(hub, view, a, c, depth + 1, path, keep_path, () if frames is not None else None, limit=limit))
+                    out.extend(origins(hub, cv, a, c, depth + 1, path, keep_path, () if frames is not None else None,
+                                       limit=limit, callers=callers))
             return out
         return []
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         out = []
         for v in hub.self_attr_bindings(view, expr)[:8]:
             if isinstance(v, ast.expr):
-                out.extend(origins(hub, view, v, v, depth + 1, path, keep_path, frames, limit=limit))
+                out.extend(origins(hub, view, v, v, depth + 1, path, keep_path, frames, limit=limit, callers=callers))
             elif isinstance(v, ast.Assign):  # ``self.model, _ = wrap(model)``
+                if path and isinstance(path[0], str) and any(_subscript_of(t) is not None for t in v.targets):
+                    # ``self.samplers["train"] = make(...)``: the entry this store sets
+                    for t in v.targets:
+                        k = _subscript_of(t)
+                        if k is _UNKNOWN_KEY:
+                            out.append(_leaf(view, v.value, (), keep_path, frames))
+                        elif k == path[0]:
+                            out.extend(origins(hub, view, v.value, v, depth + 1, path[1:], keep_path, frames,
+                                               limit=limit, callers=callers))
+                    continue
                 for t in v.targets:
                     p = _attr_path(t, expr.attr)
                     if p is not None:
-                        out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path), keep_path, frames, limit=limit))
+                        out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path), keep_path, frames, limit=limit, callers=callers))
                         break
         return out
     if isinstance(expr, ast.Await):
-        return origins(hub, view, expr.value, at, depth + 1, path, keep_path, frames, limit=limit)
+        return origins(hub, view, expr.value, at, depth + 1, path, keep_path, frames, limit=limit, callers=callers)
     if isinstance(expr, (ast.Attribute, ast.Subscript)) and not path:
         # ``args.x`` (argparse default or its one store), ``cfg["x"]`` of a config dict literal
         c = constant_of(view.sem, expr)
         if c is not None:
             return [_leaf(view, c, (), keep_path, frames)]
+    if isinstance(expr, ast.Subscript) and isinstance(expr.ctx, ast.Load):
+        # ``loaders["train"]``, ``pair[0]``: the entry of the container the value comes from
+        k = const_key(expr.slice)
+        if k is not None:
+            got = origins(hub, view, expr.value, at, depth + 1, (k, *path), keep_path, frames, limit=limit, callers=callers)
+            if got:
+                return got
     if isinstance(expr, ast.Call):
         target = hub.resolve_call(view, expr)
         if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":
@@ -96,24 +130,93 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
             out = []
             for n in iter_scope_nodes(fn):
                 if isinstance(n, ast.Return) and n.value is not None:
-                    out.extend(origins(hub, tv, n.value, n, depth + 1, path, keep_path, inner, limit=limit))
+                    out.extend(origins(hub, tv, n.value, n, depth + 1, path, keep_path, inner, limit=limit, callers=callers))
             return out
-    if path and not isinstance(expr, ast.Call):
-        return []
+    if path and (not isinstance(expr, ast.Call) or any(isinstance(p, str) for p in path)):
+        return []  # an entry of something not followed (a call's result, a loop variable)
     return [_leaf(view, expr, path, keep_path, frames)]  # a call under a path: one element of what it returns
 
 
-def branch_origins(hub, view, expr, at, frames=(), limit: int = MAX_DEPTH, depth: int = 0) -> list:
+def branch_origins(hub, view, expr, at, frames=(), limit: int = MAX_DEPTH, depth: int = 0, callers=None) -> list:
     """``origins`` in context (``frames``: (view, expression, frames) triples), with a conditional
     expression leaf (``DistributedSampler(ds) if distributed else None``) split into the origins of
     its two branches, as an if/else statement assigning each would be."""
     out = []
-    for v, e, fr in origins(hub, view, expr, at, frames=frames, limit=limit):
+    for v, e, fr in origins(hub, view, expr, at, frames=frames, limit=limit, callers=callers):
         if isinstance(e, ast.IfExp) and depth < 4:
             for b in (e.body, e.orelse):
-                out.extend(branch_origins(hub, v, b, e, fr, limit, depth + 1))
+                out.extend(branch_origins(hub, v, b, e, fr, limit, depth + 1, callers))
         else:
             out.append((v, e, fr))
+    return out
+
+
+def const_key(node) -> str | int | None:
+    """The key of a subscript: a string literal, or a non-negative integer literal."""
+    if isinstance(node, ast.Constant) and (isinstance(node.value, str) or (
+            isinstance(node.value, int) and not isinstance(node.value, bool) and node.value >= 0)):
+        return node.value
+    return None
+
+
+def _is_dict_call(sem, call) -> bool:
+    return isinstance(call.func, ast.Name) and call.func.id == "dict" and sem.qualname(call.func) in (None, "dict")
+
+
+def dict_item(sem, expr, key: str):
+    """The value ``expr`` (a dict display or a ``dict(k=v)`` call) holds under ``key``, or None
+    (no such entry, or a ``**rest`` / positional argument after which it may be another)."""
+    if isinstance(expr, ast.Dict):
+        for k, v in zip(reversed(expr.keys), reversed(expr.values)):
+            if k is None:
+                return None  # ``{**rest}``: may set it last
+            if isinstance(k, ast.Constant) and k.value == key:
+                return v
+        return None
+    if isinstance(expr, ast.Call) and _is_dict_call(sem, expr) and not expr.args:
+        got = None
+        for kw in expr.keywords:
+            if kw.arg is None:
+                return None
+            if kw.arg == key:
+                got = kw.value
+        return got
+    return None
+
+
+_UNKNOWN_KEY = object()
+
+
+def _subscript_of(target):
+    """The key a store ``x[k] = v`` / ``self.x[k] = v`` writes (``_UNKNOWN_KEY`` when not a
+    literal), or None when ``target`` is no one-level subscript."""
+    if not isinstance(target, ast.Subscript) or isinstance(target.value, ast.Subscript):
+        return None
+    k = const_key(target.slice)
+    return _UNKNOWN_KEY if k is None else k
+
+
+def _entry_stores(hub, view, name: ast.Name, evs, path, keep_path, frames, depth, limit, callers) -> list:
+    """Origins of entry ``path[0]`` of ``name`` stored after its bindings ``evs`` reach ``name``
+    (``mutations``): ``d[key] = v`` gives ``v``; a store under another literal key, nothing; a store
+    under an unknown key or a call that may fill ``d`` (``d.update(x)``), its value or the call as
+    a leaf (an unknown origin, not a missing one)."""
+    from .mutations import mutations
+
+    out = []
+    for node, values in mutations(view, name.id, name, evs):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name.id):
+                    continue
+                k = _subscript_of(t)
+                if k is _UNKNOWN_KEY:
+                    out.append(_leaf(view, node.value, (), keep_path, frames))
+                elif k == path[0]:
+                    out.extend(origins(hub, view, node.value, node, depth + 1, path[1:], keep_path, frames,
+                                       limit=limit, callers=callers))
+        elif isinstance(node, ast.Call):
+            out.append(_leaf(view, node, (), keep_path, frames))
     return out
 
 

@@ -24,6 +24,7 @@ import ast
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, terminal_name
 from .bindings import reaching
 from .calls import call_args
+from .origins import const_key
 
 MAX_CALLS = 3
 MAX_PASSES = 32
@@ -54,8 +55,9 @@ def loop_passes(hub, view, loop) -> list[Pass]:
 
 
 def iterated_leaves(it: ast.AST) -> list[ast.AST]:
-    """The names / ``self`` attributes an iteration header walks: ``loader``,
-    ``enumerate(loader)``, ``zip(a, b)``, ``tqdm(loader, ...)``."""
+    """The names / ``self`` attributes (or their entries under a literal key) an iteration
+    header walks: ``loader``, ``enumerate(loader)``, ``zip(a, b)``, ``tqdm(loader, ...)``,
+    ``self.loaders["train"]``."""
     out: list[ast.AST] = []
     stack = [it]
     while stack:
@@ -64,6 +66,9 @@ def iterated_leaves(it: ast.AST) -> list[ast.AST]:
             out.append(e)
         elif isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
             out.append(e)
+        elif isinstance(e, ast.Subscript) and const_key(e.slice) is not None and (
+                isinstance(e.value, ast.Name) or _self_attr_name(e.value)):
+            out.append(e)  # an entry of a container of loaders: ``loaders["train"]``, ``self.loaders["train"]``
         elif isinstance(e, ast.Call) and terminal_name(e.func) in _ITERATING:
             stack.extend(a for a in e.args if not isinstance(a, ast.Starred))
     return out

@@ -495,6 +495,30 @@ def project_callers(ctx, names, needs=()) -> list:
     return ctx.memo(("common.project_callers", names, needs), build)
 
 
+def other_call_sites(ctx, an):
+    """``origins``' ``callers``: for a module-level function or class of the checked file (its
+    ``__init__``), the (view, call) pairs of its calls in the project's other files
+    (``project_callers``, memoised per check); nothing for other modules' functions."""
+    def get(view, fn):
+        if view is not an.main or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return []
+        owner = getattr(fn, "_p", None)
+        if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(getattr(owner, "_p", None), ast.Module):
+            name = owner.name
+        elif isinstance(owner, ast.Module):
+            name = fn.name
+        else:
+            return []
+        out = []
+        for cctx, call, node in project_callers(ctx, (name,)):
+            cv = an.view_of(cctx.filename) if node is fn else None
+            if cv is not None and cv.sem is cctx.sem:
+                out.append((cv, call))
+        return out
+
+    return get
+
+
 def helper_returns(ctx, call: ast.Call, pred, depth: int = 0):
     """For ``call`` (no arguments) of a function of this file or of another file of the project
     (``from utils.comm import num_gpus``; a method of the class through ``self.``): the value of

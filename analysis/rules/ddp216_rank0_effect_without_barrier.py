@@ -38,6 +38,12 @@ class Rank0EffectWithoutBarrier(Rule):
     or another module) are followed through their calls, their paths bound to the call's arguments
     (`if is_main: save_checkpoint(state, path)` then `load_checkpoint(path)` on every rank).
 
+    The effect may also sit in a project function that returns its path: a helper (of this file or
+    another module, or a method) that downloads or writes under a main-rank test and returns the
+    path with no synchronising call before its `return` (`flow.fs_returns.main_only_returns`, also
+    through `return other_helper(...)`), when this function reads the returned value (the call's
+    result bound to a name, also in a tuple assignment) on every rank with no barrier in between.
+
     A use whose path is made of a name that only the main rank sets (`out = None` then
     `if rank == 0: out = run_dir`, `flow.fs_ranks`) is not one: the other ranks do not use that
     path there (DDP202 reports a write they make to the default instead).
@@ -126,6 +132,7 @@ class Rank0EffectWithoutBarrier(Rule):
                 for e in effects_at(ctx, an, c):
                     if e.kind in PRODUCES:
                         guarded.append((c, e, g))
+            an = self._returned(ctx, an, scope, calls, polarities)
             if not guarded:
                 continue
             done = set()
@@ -145,6 +152,81 @@ class Rank0EffectWithoutBarrier(Rule):
                     done.add(id(g))
                     self._report(ctx, c, e, g, r, use)
                     break
+
+    def _returned(self, ctx, an, scope, calls, polarities):
+        """A path that a project function returns after only the main rank produced it inside
+        (``flow.fs_returns.main_only_returns``: ``download_file`` fetching on rank 0 and returning
+        the local path at once), read here on every rank with no barrier in between. Returns the
+        check's flow analysis (made on demand)."""
+        from ..flow.bindings import reaching
+        from ..flow.fs_effects import may_resolve_any, resolve
+        from ..flow.fs_returns import main_only_returns, result_of
+
+        sem = ctx.sem
+        tried: dict = {}
+        for r in calls:
+            # a call handed a value some call of this scope returned: ``torch.load(ckpt)`` after
+            # ``ckpt = fetch(url)``, ``load_weights(fetch(url))``
+            made = []
+            made_inline = [a for a in (*r.args, *(k.value for k in r.keywords)) if isinstance(a, ast.Call)]
+            made.extend(made_inline)
+            for a in (*r.args, *(k.value for k in r.keywords)):
+                if isinstance(a, ast.Call):
+                    continue
+                elif isinstance(a, ast.Name):
+                    if an is None:
+                        from ..flow import for_context
+                        an = for_context(ctx)
+                    kind, evs = reaching(an.main, a.id, r)
+                    if kind == "events" and len(evs or ()) == 1 and isinstance(evs[0], ast.Assign) \
+                            and sem.scope_of(evs[0]) is scope:
+                        v = evs[0].value
+                        made.extend(x for x in (v.elts if isinstance(v, ast.Tuple) else (v,))
+                                    if isinstance(x, ast.Call))
+            if made and an is None:
+                from ..flow import for_context
+                an = for_context(ctx)
+            for c in made:
+                if id(c) not in tried:
+                    got = []
+                    if may_resolve_any(an.main, c) and _main_guard(ctx, c, scope, polarities) is None \
+                            and rank_guard(ctx, c) is None:
+                        target = resolve(an, an.main, c)
+                        if target is not None and target[1] is not sem.enclosing_function(c):
+                            got = main_only_returns(an, *target)
+                    tried[id(c)] = got
+                got = tried[id(c)]
+                if not got or (_pos(r) <= (c.end_lineno, c.end_col_offset) and c not in made_inline) \
+                        or rank_guard(ctx, r) is not None \
+                        or rank0_guarded(ctx, r, callers=False) is True:
+                    continue
+                use = None
+                for u in effects_at(ctx, an, r):
+                    if u.view is an.main and u.path is not None and u.kind in (READ, LIST) \
+                            and result_of(an.main, u.path, c, r):
+                        use = "lists" if u.kind == LIST else "reads"
+                        break
+                if use is None or synchronised_between(an, an.main, scope, c, r) is not None:
+                    continue
+                e, g, _ret, gview = got[0]
+                self._report_returned(ctx, c, e, g, r, use, gview)
+                tried[id(c)] = []  # once per producing call
+        return an
+
+    def _report_returned(self, ctx, c, e, g, r, use, gview) -> None:
+        from ..flow.findings import node_related
+
+        what = _WORDS.get(e.kind, "writes")
+        name = ctx.text(c.func)
+        ctx.report(
+            r,
+            f"`{ctx.text(r.func)}(...)` runs on every rank and {use} the path that `{name}(...)` returns, "
+            f"which only the main rank {what} inside it (under `if {ast.unparse(g.test)}:`), with no barrier "
+            "before it returns: the other ranks get a missing or half-written file; call `dist.barrier()` "
+            "after the guarded block",
+            related=[(c, "the path comes from here"),
+                     node_related(ctx, gview.path, g.test, "main-rank test in the helper")],
+        )
 
     def _report(self, ctx, c, e, g, r, use) -> None:
         test = ctx.text(g.test)

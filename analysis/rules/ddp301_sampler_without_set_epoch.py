@@ -9,6 +9,7 @@ from ..model import Applicability, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..flow.helper_calls import calls_named
+from ._common import other_call_sites
 from ._loader import (DATALOADER, DIST_SAMPLER, dataloaders, in_eval_function, is_eval_name, is_true, loader_sampler,
                       may_be_none, target_name)
 
@@ -254,10 +255,9 @@ class SamplerWithoutSetEpoch(Rule):
                 if id(p.expr) in seen:
                     continue
                 seen.add(id(p.expr))
-                name = p.expr.id if isinstance(p.expr, ast.Name) else p.expr.attr
-                if is_eval_name(name):
+                if is_eval_name(*_pass_names(p.expr)):
                     continue
-                got = _distributed_loader(ana, p.view, p.expr, p.at)
+                got = _distributed_loader(ana, p.view, p.expr, p.at, other_call_sites(ctx, ana))
                 if got is None:
                     got = _required_distributed(ana, p)
                     if got is None:
@@ -348,6 +348,15 @@ class SamplerWithoutSetEpoch(Rule):
             related=[sampler if isinstance(sampler, tuple) else (sampler, "the DistributedSampler")],
             fix=fix,
         )
+
+
+def _pass_names(e) -> tuple:
+    """The names a pass's value is known by: ``loader``, ``self.loader`` (``loader``),
+    ``loaders["val"]`` (``loaders`` and the key ``val``)."""
+    if isinstance(e, ast.Subscript):
+        k = e.slice.value if isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str) else None
+        return (*_pass_names(e.value), k)
+    return (e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else None,)
 
 
 def _loader_name(ld: ast.Call) -> str | None:
@@ -527,7 +536,7 @@ _LOADER_STEPS = 10
 _SAMPLER_QNS = (DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler")
 
 
-def _distributed_loader(ana, view, expr, at):
+def _distributed_loader(ana, view, expr, at, callers=None):
     """(loader view, DataLoader call, sampler view, sampler call, the loader's ``sampler=``
     argument, may the sampler be None) when ``expr`` at ``at`` may hold a DataLoader whose sampler
     is a DistributedSampler that shuffles on that path (or None on some path, nothing else); else
@@ -535,7 +544,7 @@ def _distributed_loader(ana, view, expr, at):
     frames): ``shuffle=training`` shuffles when the builder was called with ``training=True``."""
     from ..flow.origins import branch_origins
 
-    for lv, ld, fr in branch_origins(ana, view, expr, at, frames=(), limit=_LOADER_STEPS):
+    for lv, ld, fr in branch_origins(ana, view, expr, at, frames=(), limit=_LOADER_STEPS, callers=callers):
         if not isinstance(ld, ast.Call) or (lv.sem.call_qualname(ld) or "") != DATALOADER:
             continue
         s_arg = loader_sampler(SimpleNamespace(sem=lv.sem), ld)

@@ -1,0 +1,114 @@
+"""Paths a project function returns after only the main rank produced them inside it
+(``main_only_returns``), and whether a use is the value a call returned (``result_of``): DDP216's
+"every rank reads what a helper fetched on rank 0 and returned at once" (``download_file`` that
+downloads under ``if rank == 0`` and returns the local path with no barrier before its ``return``).
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+from .fs_effects import (PRODUCES, _nested, call_effects, call_site_effects, may_resolve_any, path_key, resolve,
+                         view_ctx)
+
+
+def main_only_returns(hub, view, fn) -> list:
+    """[(effect, guard ``if``, ``return``, the guard's view)] for each path ``fn`` returns that only the main rank
+    produced inside it: a download, extraction, write or folder made under a main-rank test of
+    ``fn`` (directly or in a project function it calls there), whose path is the returned value
+    (the same key, or the same name with the same bindings reaching both), with no synchronising
+    call of ``fn`` between the end of that test's block and the ``return``. A caller that reads the
+    returned path on every rank reads what may not exist yet (``download_file`` that fetches on
+    rank 0 and returns the local path at once); also through ``return helper(...)`` of such a
+    helper. Memoised per function."""
+    if not isinstance(fn, FUNC_TYPES):
+        return []
+    memo = view.memo.setdefault("fs.main_only_returns", {})
+    got = memo.get(id(fn))
+    if got is None:
+        memo[id(fn)] = []  # recursion guard
+        hub._view_stack.append(view)
+        try:
+            got = memo[id(fn)] = _main_only_returns(hub, view, fn)
+        finally:
+            hub._view_stack.pop()
+    return got
+
+
+def _main_only_returns(hub, view, fn) -> list:
+    from ..semantic import iter_scope_nodes
+    from .bindings import reaching
+    from .calls import scope_calls
+    from .rank_tests import polarity
+    from .sync import synchronised_between
+
+    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
+    if not rets:
+        return []
+    vctx = view_ctx(view)
+    out = []
+    for c in scope_calls(view, fn):
+        if _nested(c, fn):
+            continue
+        guard = None
+        child, p = c, parent(c)
+        while p is not None and p is not fn:
+            if isinstance(p, ast.If) and child is not p.test:
+                pol = polarity(vctx, p.test, fn)
+                if (pol is True and child in p.body) or (pol is False and child in p.orelse):
+                    guard = p
+            child, p = p, parent(p)
+        if guard is None:
+            continue
+        effs = call_effects(vctx, c)
+        if not effs and may_resolve_any(view, c):
+            target = resolve(hub, view, c)
+            if target is not None and target[1] is not fn:
+                effs = call_site_effects(hub, view, c, target, 1)
+        for e in effs:
+            if e.kind not in PRODUCES or e.path is None or e.per_rank:
+                continue
+            if e.view is None:
+                e.view = e.home = view
+            k = e.path_key()
+            for r in rets:
+                if (r.lineno, r.col_offset) < (guard.end_lineno, guard.end_col_offset):
+                    continue
+                same = k is not None and k == path_key(vctx, r.value)
+                if not same and e.view is view and isinstance(e.path, ast.Name) and isinstance(r.value, ast.Name) \
+                        and e.path.id == r.value.id:
+                    ka, ea = reaching(view, e.path.id, e.path)
+                    kb, eb = reaching(view, r.value.id, r.value)
+                    same = ka == kb and ka in ("events", "param") and (
+                        ea is eb if ka == "param" else [id(x) for x in ea or ()] == [id(x) for x in eb or ()])
+                if same and synchronised_between(hub, view, fn, guard, r) is None:
+                    out.append((e, guard, r, view))
+                    break
+    for r in rets:
+        # ``return fetch(url)``: what the helper it returns the result of hands back
+        if isinstance(r.value, ast.Call) and may_resolve_any(view, r.value):
+            target = resolve(hub, view, r.value)
+            if target is not None and target[1] is not fn:
+                out.extend((e, g, r, gv) for e, g, _r, gv in main_only_returns(hub, *target)[:1])
+    return out
+
+
+def result_of(view, expr, call, at) -> bool:
+    """``expr`` (a path used at ``at``) is the value ``call`` returned: the call itself, or a name
+    whose only binding reaching ``at`` is ``name = call``."""
+    from .bindings import reaching
+
+    if expr is call:
+        return True
+    if not isinstance(expr, ast.Name):
+        return False
+    kind, evs = reaching(view, expr.id, at)
+    if kind != "events" or len(evs or ()) != 1 or not isinstance(evs[0], ast.Assign) or len(evs[0].targets) != 1:
+        return False
+    t, v = evs[0].targets[0], evs[0].value
+    if isinstance(t, ast.Name):
+        return v is call
+    # ``ckpt, cfg = fetch(url), load_cfg()``: the element in the same place
+    if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
+        return any(isinstance(x, ast.Name) and x.id == expr.id and y is call for x, y in zip(t.elts, v.elts))
+    return False
