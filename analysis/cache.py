@@ -12,7 +12,8 @@ settings, user key). A pack maps a file's absolute path to
   ``CheckResult.dependencies`` (cross-file analyses): every one is re-hashed on lookup, and a change
   or a missing file is a miss; (path, None) is a *negative* dependency, a file (or folder) an import
   probed and found absent: a file or folder there now (a module created, or one shadowing the module
-  found) is a miss;
+  found) is a miss; a digest ``ls:...`` is a folder's listing (``listing_digest``: a file added,
+  removed or renamed there is a miss);
 * a pack stores each distinct dependency once (``deps``: [path, digest]) and an entry refers to
   them by id: a list of ids, or, for a long list, the hex of a bit mask of ids (a package whose
   every module imports the package gives thousands of files the same closure of imports); each
@@ -63,6 +64,28 @@ def file_digest(path: str) -> str | None:
     except OSError:
         return None
     return None if data is None else content_digest(data)
+
+
+LISTING = "ls:"  # the prefix of a folder listing's digest
+
+
+def listing_digest(names) -> str:
+    """The digest of a folder's listing (``os.listdir``'s names, in any order)."""
+    data = "\0".join(sorted(names)).encode("utf-8", "surrogateescape")
+    return LISTING + content_digest(data)
+
+
+def dependency_holds(path: str, digest: str | None) -> bool:
+    """A dependency still holds: the file has the same content, the folder the same listing, or
+    nothing importable appeared where an import found nothing (``digest`` None)."""
+    if digest is None:
+        return not _importable(path)
+    if digest.startswith(LISTING):
+        try:
+            return listing_digest(os.listdir(path)) == digest
+        except (OSError, ValueError):
+            return False
+    return file_digest(path) == digest
 
 
 _user_key: bytes | None = None
@@ -334,7 +357,7 @@ class Cache:
             if not (isinstance(dep, list) and len(dep) == 2 and isinstance(dep[0], str)):
                 raise ValueError("malformed dependency")
             path, digest = dep
-            got = self._ok[i] = (not _importable(path)) if digest is None else file_digest(path) == digest
+            got = self._ok[i] = dependency_holds(path, digest)
         return got
 
     def _deps_hold(self, ref) -> bool:
@@ -377,7 +400,7 @@ class Cache:
                 return None
             if abspath in self.updated:  # stored by this run: its dependencies are [path, digest]
                 for dep_path, digest in e[3] or ():
-                    if (not _importable(dep_path)) if digest is None else file_digest(dep_path) == digest:
+                    if dependency_holds(dep_path, digest):
                         continue
                     return None
             elif not self._deps_hold(e[3]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 
 _on = False
+_runs = 0  # the snapshots entered so far (outermost ones)
 
 
 def fresh(at: float, now: float, ttl: float) -> bool:
@@ -19,11 +20,19 @@ def fresh(at: float, now: float, ttl: float) -> bool:
     return _on or now - at < ttl
 
 
+def current() -> int | None:
+    """The number of the snapshot in force (a memo of an earlier run is not of this one), None
+    outside one."""
+    return _runs if _on else None
+
+
 @contextlib.contextmanager
 def snapshot():
     """The disk is taken as unchanging while the block runs (forked workers inherit it)."""
-    global _on
+    global _on, _runs
     before, _on = _on, True
+    if not before:
+        _runs += 1
     try:
         yield
     finally:

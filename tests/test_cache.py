@@ -134,6 +134,27 @@ def test_dependencies_are_validated(tmp_path):
     assert Cache(str(tmp_path / ".ddp-lint-cache"), s).lookup(str(src), tag, str(src)) is None
 
 
+def test_a_test_module_added_beside_a_script_is_a_miss(tmp_path):
+    # DDP007 leaves a script of a test suite alone (a ``tests`` folder with test modules): the answer
+    # reads the folder's listing, a dependency of the cached result
+    folder = tmp_path / "proj" / "tests"
+    folder.mkdir(parents=True)
+    script = folder / "two_gpu_check.py"
+    script.write_text("import os\nimport torch.distributed as dist\n"
+                      "dist.init_process_group('nccl', rank=int(os.environ['LOCAL_RANK']), world_size=2)\n")
+    s = Settings(select=["DDP007"])
+    res, _ = run_cached(tmp_path / "proj", s)
+    assert [f.code for _, fs, _ in res for f in fs] == ["DDP007"]
+    (folder / "test_groups.py").write_text("def test_x():\n    pass\n")
+    res, c = run_cached(tmp_path / "proj", s, [str(script)])
+    assert c.misses == 1 and [f.code for _, fs, _ in res for f in fs] == []
+    res, c = run_cached(tmp_path / "proj", s, [str(script)])
+    assert c.hits == 1 and [f.code for _, fs, _ in res for f in fs] == []
+    (folder / "test_groups.py").unlink()
+    res, c = run_cached(tmp_path / "proj", s, [str(script)])
+    assert c.misses == 1 and [f.code for _, fs, _ in res for f in fs] == ["DDP007"]
+
+
 def test_a_long_dependency_list_is_a_mask_of_one_table(tmp_path):
     """Thousands of files share one closure of imports: a pack stores each dependency once, and an
     entry with many refers to them by a bit mask; a change in any one of them is still a miss."""

@@ -115,7 +115,7 @@ def test_bound_value_of_a_node_outside_the_tree_is_unknown():
 def test_parameter_polarity_in_a_project_module_context():
     # a project module's context (``view_ctx``) has no ``src``: the polarity of a parameter test
     # lists the function's call sites from the view's text (it crashed rules on diffusers)
-    from ddp_lint.analysis.flow.params import call_sites_here
+    from ddp_lint.analysis.flow.calls import call_sites_here
     from ddp_lint.analysis.flow.rank_tests import polarity
 
     an = _analysis("""

@@ -104,6 +104,11 @@ class Analysis(Summaries):
         file an import probed and found absent (a module created there later changes the result)."""
         return tuple(sorted(self._deps.items()))
 
+    def depend_on_listing(self, folder: str, digest: str | None) -> None:
+        """This check read ``folder``'s listing (``digest``: ``cache.listing_digest``; None: it
+        could not be listed, then a folder appearing there changes the result)."""
+        self._deps.setdefault(folder, digest)
+
     def _load(self, path: str):
         if path == self.main.path:
             self._depend(self.main)

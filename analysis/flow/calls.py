@@ -6,8 +6,11 @@ calls (subgroups, roots of rooted collectives). No analysis here: ``summaries``,
 from __future__ import annotations
 
 import ast
+import re
 
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from .mentions import word_counts
+from .wrappers import _by_callee
 
 GROUP_POS = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
              "gather": 3, "scatter": 3, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "all_to_all": 2,
@@ -32,6 +35,64 @@ def self_offset(fn: ast.AST) -> int:
         if isinstance(d, ast.Name) and d.id == "staticmethod":
             return 0
     return 1
+
+
+def call_sites_here(ctx, fn: ast.AST, *, strict: bool = False) -> list[ast.Call]:
+    """The calls of ``fn`` in this module when they are all its uses: ``f(...)`` of a module-level
+    function, ``self.f(...)`` of a method. Empty when the name is also used otherwise
+    (``mp.spawn(f)``, a callback, ``getattr``): callers not seen here.
+
+    Every whole-word occurrence of the name in the text (a superset of the code's identifiers:
+    comments and strings only add) being a call site or a definition settles it without a walk of
+    the tree. Else the code decides: by default (a method of a module-level class, not
+    ``__init__``), another read of the name (``f``; ``x.f`` for a method) is another use;
+    ``strict`` (a method of any class, called inside its class), any other mention of the name in
+    the code (a store, an import, an attribute, a class of that name) is."""
+    owner = parent(fn)
+    method = isinstance(owner, ast.ClassDef)
+    if not (method or isinstance(owner, ast.Module)):
+        return []
+    name = fn.name
+    if not strict and (name == "__init__" or method and not isinstance(parent(owner), ast.Module)):
+        return []
+    sites = []
+    for c in _by_callee(ctx).get(name, ()):  # the per-check index of ``f(...)`` / ``self.f(...)`` calls
+        f = c.func
+        if not method:
+            if isinstance(f, ast.Name):
+                sites.append(c)
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" \
+                and (not strict or owner.lineno <= c.lineno <= owner.end_lineno):
+            sites.append(c)
+    if not sites:
+        return sites
+    expected = len(sites) + len(ctx.sem.functions.get(name, ()))
+    # (a rule's context has the file's text; a project module's context, its view's)
+    src = getattr(ctx, "src", None)
+    text = src.text if src is not None else getattr(getattr(ctx, "view", None), "text", None)
+    if isinstance(text, str):
+        seen = len(re.findall(r"(?<!\w)" + re.escape(name) + r"(?!\w)", text)) if text.isascii() \
+            else text.count(name)
+        if seen == expected:
+            return sites
+    if strict:
+        return sites if word_counts(ctx.sem).get(name, 0) == expected else []
+    uses = ctx.memo("calls.name_loads", lambda: _name_loads(ctx.sem.tree))
+    return sites if uses.get(("a" if method else "n", name), 0) == len(sites) else []
+
+
+def _name_loads(tree: ast.AST) -> dict:
+    """How many times each name (``("n", id)``) and attribute (``("a", attr)``) is read."""
+    names: dict = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            k = ("n", n.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+            k = ("a", n.attr)
+        else:
+            continue
+        names[k] = names.get(k, 0) + 1
+    return names
 
 
 def on_subgroup(call: ast.Call, op: str) -> bool:

@@ -10,8 +10,8 @@ import ast
 from ..semantic import param_names, parent
 from ..torch_api import DDP_CLASS, SPAWNS
 from .assignments import reaching_assignment
-from .mentions import word_counts
-from .wrappers import _by_callee
+from .calls import call_sites_here
+from .helper_calls import bind_args
 
 _LAUNCH = ("torch.distributed.init_process_group", DDP_CLASS, *SPAWNS,
            "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
@@ -122,8 +122,8 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
     elif not isinstance(owner, ast.Module):
         return None
     idx = pos.index(name) if name in pos else None
-    sites, refs = _call_sites(ctx, fn, owner)
-    if not sites or refs:
+    sites = call_sites_here(ctx, fn, strict=True)
+    if not sites:
         return None
     found = None
     for c in sites:
@@ -143,8 +143,6 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
     return found
 
 
-
-
 def _excluded_by_flag(ctx, at: ast.AST, depth: int) -> bool:
     """``at`` runs under a test of a bare parameter of its function (``elif not ddp:``) that, read
     at every call as the caller's argument (``train(model, ddp)``), contradicts the test the
@@ -159,22 +157,12 @@ def _excluded_by_flag(ctx, at: ast.AST, depth: int) -> bool:
              and not ctx.sem.assignments(fn).get(t.id)]
     if not flags:
         return False
-    owner = parent(fn)
-    a = fn.args
-    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
-    if isinstance(owner, ast.ClassDef):
-        pos = pos[1:]
-    sites, _refs = _call_sites(ctx, fn, owner)
+    sites = call_sites_here(ctx, fn, strict=True)
     if not sites:
         return False
     for c in sites:
-        translated = []
-        for p, br in flags:
-            i = pos.index(p) if p in pos else None
-            arg = c.args[i] if i is not None and i < len(c.args) else next(
-                (k.value for k in c.keywords if k.arg == p), None)
-            if isinstance(arg, ast.Name):
-                translated.append((arg, br))
+        bound = bind_args(c, fn)
+        translated = [(bound[p], br) for p, br in flags if isinstance(bound.get(p), ast.Name)]
         if not translated:
             return False
         excluded = False
@@ -200,28 +188,6 @@ def _contradicts_flags(wrap_guards: list, flags: list) -> bool:
                 if arg.id == name.id and (br != neg) != fbr:
                     return True
     return False
-
-
-def _call_sites(ctx, fn, owner):
-    """(calls of ``fn`` in the file, whether the file may also name it other than by calling it:
-    more mentions of the name in the text than calls plus the definition, a conservative test)."""
-    name = fn.name
-    by_callee = _by_callee(ctx)  # shared per-check index: ``f(...)`` / ``self.f(...)`` by name
-    sites = []
-    for c in by_callee.get(name, ()):
-        f = c.func
-        if isinstance(owner, ast.Module) and isinstance(f, ast.Name):
-            sites.append(c)
-        elif isinstance(owner, ast.ClassDef) and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
-                and f.value.id == "self" and owner.lineno <= c.lineno <= owner.end_lineno:
-            sites.append(c)
-    if not sites:
-        return sites, False
-    expected = len(sites) + len(ctx.sem.functions.get(name, ()))
-    if ctx.src.text.count(name) == expected:
-        return sites, False  # every mention of the text (a superset of the words) is accounted for
-    # the code's own mentions (names, attributes, definitions, imports); comments and strings do not count
-    return sites, word_counts(ctx.sem).get(name, 0) != expected
 
 
 def _other_self_assigns(ctx, cls: ast.ClassDef, attr: str, keep: ast.stmt) -> bool:

@@ -7,9 +7,8 @@ heuristic may only follow the value-flow answer)."""
 from __future__ import annotations
 
 import ast
-import re
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES
 from .calls import call_args
 
 
@@ -183,48 +182,3 @@ def by_name_only(value) -> bool:
     fallback), not by any flow."""
     src = value.src
     return src is not None and not src.via and src.desc.startswith("the process rank from parameter `")
-
-
-def call_sites_here(ctx, fn: ast.AST) -> list[ast.Call]:
-    """The calls of ``fn`` in this module when they are all its uses: ``f(...)`` of a module-level
-    function, ``self.f(...)`` of a method of a module-level class. Empty when the name is also
-    read as a value (``mp.spawn(f)``, a callback, ``getattr``): callers not seen here."""
-    p = parent(fn)
-    method = isinstance(p, ast.ClassDef) and isinstance(parent(p), ast.Module)
-    if not (isinstance(p, ast.Module) or method) or fn.name == "__init__":
-        return []
-
-    def loads():
-        names: dict = {}
-        for n in ast.walk(ctx.sem.tree):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                k = ("n", n.id)
-            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
-                k = ("a", n.attr)
-            else:
-                continue
-            names[k] = names.get(k, 0) + 1
-        return names
-    from .wrappers import _by_callee  # the per-check index of ``f(...)`` / ``self.f(...)`` calls
-
-    sites = []
-    for c in _by_callee(ctx).get(fn.name, ()):
-        f = c.func
-        if not method and isinstance(f, ast.Name):
-            sites.append(c)
-        elif method and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-            sites.append(c)
-    # (a rule's context has the file's text; a project module's context, its view's)
-    src = getattr(ctx, "src", None)
-    text = src.text if src is not None else getattr(getattr(ctx, "view", None), "text", None)
-    if isinstance(text, str):
-        # every occurrence of the word in the text (a superset of the code's identifiers: comments
-        # and strings only add) is a call site or a definition: no other use
-        seen = len(re.findall(r"(?<!\w)" + re.escape(fn.name) + r"(?!\w)", text)) if text.isascii() \
-            else text.count(fn.name)
-        if seen == len(sites) + len(ctx.sem.functions.get(fn.name, ())):
-            return sites
-    uses = ctx.memo("rank_tests.name_loads", loads)
-    if uses.get(("a" if method else "n", fn.name), 0) != len(sites):
-        return []
-    return sites

@@ -465,7 +465,7 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
     ``train`` runs in a world of one process). None when ``fn`` is used as a value (a callback,
     an ``mp.spawn`` target: callers not seen here), has no call, or the callers disagree."""
     from .helper_calls import bind_args
-    from .params import call_sites_here
+    from .calls import call_sites_here
 
     if depth > 6 or not isinstance(fn, FUNC_TYPES) or name not in param_names(fn):
         return None

@@ -23,6 +23,10 @@ ignored (a nested helper's names count as the function's own), so the slice can 
 
 A ``global``/``nonlocal`` statement, a ``yield`` or a function too large to slice gives None:
 unknown, and the caller keeps the conservative join.
+
+The same fixpoint, over plain assignments alone, is ``names_reaching``: the names whose values reach
+given expressions (a ``backward`` call's receiver and arguments, for ``wrapped`` and the training
+rules).
 """
 from __future__ import annotations
 
@@ -61,7 +65,8 @@ def reaching_args(call: ast.Call, target) -> list[ast.AST]:
     return [a for name, a in pairs if name in deps] + [a for a in args if id(a) not in passed]
 
 
-def _names(node: ast.AST | None) -> set[str]:
+def names_in(node: ast.AST | None) -> set[str]:
+    """The names ``node`` holds (read or stored)."""
     if node is None:
         return set()
     return {n.id for n in ast.walk(node) if n.__class__ is ast.Name}
@@ -89,6 +94,38 @@ def _holds_store_of(node: ast.AST, live: set[str]) -> bool:
     return False
 
 
+def target_names(stmt: ast.AST) -> set[str]:
+    """The names in the targets of an assignment statement (``a[i] = v``: ``a`` and ``i``)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return {n.id for t in targets for n in ast.walk(t) if n.__class__ is ast.Name}
+
+
+def names_reaching(seeds, stmts) -> frozenset:
+    """The names whose values reach one of the expressions ``seeds``: the names they hold, and,
+    backwards through the assignments ``stmts`` (``=``, ``+=``, annotated; one without a value
+    is skipped) whose targets hold one of them, the names their values hold (a superset: order and
+    kills are ignored)."""
+    live: set[str] = set()
+    for e in seeds:
+        live |= names_in(e)
+    if not live:
+        return frozenset()
+    return frozenset(_grow(live, [(target_names(s), names_in(s.value)) for s in stmts if s.value is not None]))
+
+
+def _grow(live: set[str], edges: list) -> set[str]:
+    """``live`` grown, to a fixpoint, by the names of each ``(triggers, names)`` edge one of whose
+    triggers it holds (a store: its targets' names, its value's names)."""
+    changed = True
+    while changed:
+        changed = False
+        for triggers, names in edges:
+            if not names <= live and any(t in live for t in triggers):
+                live |= names
+                changed = True
+    return live
+
+
 def _slice(fn: ast.AST) -> frozenset | None:
     nodes = []
     for n in ast.walk(fn):
@@ -101,7 +138,7 @@ def _slice(fn: ast.AST) -> frozenset | None:
     live: set[str] = set()
     for n in nodes:
         if n.__class__ is ast.Return:
-            live |= _names(n.value)
+            live |= names_in(n.value)
     # (targets, value names) of every store; calls; conditional nodes
     stores: list[tuple[list[str], set[str]]] = []
     calls: list[tuple[bool, set[str], set[str]]] = []  # (method call, receiver root names, all names)
@@ -110,36 +147,31 @@ def _slice(fn: ast.AST) -> frozenset | None:
         t = n.__class__
         if t is ast.Assign:
             stores.append(([r for x in n.targets for r in _root(x)],
-                           _names(n.value) | {m for x in n.targets for m in _names(x)}))
+                           names_in(n.value) | {m for x in n.targets for m in names_in(x)}))
         elif t is ast.AugAssign or (t is ast.AnnAssign and n.value is not None):
-            stores.append((_root(n.target), _names(n.value) | _names(n.target)))
+            stores.append((_root(n.target), names_in(n.value) | names_in(n.target)))
         elif t is ast.NamedExpr:
-            stores.append((_root(n.target), _names(n.value)))
+            stores.append((_root(n.target), names_in(n.value)))
         elif t in (ast.For, ast.AsyncFor, ast.comprehension):
-            stores.append((_root(n.target), _names(n.iter)))
+            stores.append((_root(n.target), names_in(n.iter)))
         elif t in (ast.With, ast.AsyncWith):
             for it in n.items:
                 if it.optional_vars is not None:
-                    stores.append((_root(it.optional_vars), _names(it.context_expr)))
+                    stores.append((_root(it.optional_vars), names_in(it.context_expr)))
         elif t is ast.Call:
             f = n.func
             method = isinstance(f, ast.Attribute)
-            calls.append((method, set(_root(f.value)) if method else set(), _names(n)))
+            calls.append((method, set(_root(f.value)) if method else set(), names_in(n)))
         elif t in (ast.If, ast.While, ast.IfExp):
             tests.append(n)
-    changed = True
-    while changed:
-        changed = False
+    edges = stores + [(recv if method else names, names) for method, recv, names in calls]
+    while True:
         before = len(live)
-        for targets, names in stores:
-            if any(r in live for r in targets):
-                live |= names
-        for method, recv, names in calls:
-            if (recv & live) if method else (names & live):
-                live |= names
+        _grow(live, edges)
         for n in tests:
-            if n.test is not None and not _names(n.test) <= live and (
-                    isinstance(n, ast.IfExp) and _names(n) & live or _holds_store_of(n, live)):
-                live |= _names(n.test)
-        changed = len(live) != before
+            if n.test is not None and not names_in(n.test) <= live and (
+                    isinstance(n, ast.IfExp) and names_in(n) & live or _holds_store_of(n, live)):
+                live |= names_in(n.test)
+        if len(live) == before:
+            break
     return frozenset(p for p in param_names(fn) if p in live)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import os
+import time
 
 from ..semantic import FUNC_TYPES, parent, terminal_name
+from .. import snapshot
 
 _RAISES = frozenset({"assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises", "assertWarns",
                      "assertWarnsRegex", "warns"})
@@ -40,18 +42,47 @@ def is_test_file(filename: str) -> bool:
     return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
 
 
-def in_test_suite(filename: str) -> bool:
+def in_test_suite(filename: str, an=None) -> bool:
     """A script of a project's test suite: under a ``tests`` / ``test`` folder, beside test modules
     (``tests/distributed/two_gpu_check.py`` next to ``test_groups.py``). Such scripts run on one
-    node like the ``test_*.py`` files they sit with."""
+    node like the ``test_*.py`` files they sit with. The answer reads the folder's listing: it
+    becomes a dependency of the check's analysis ``an`` (a file added or removed there is a miss of
+    the result cache)."""
     if not filename or filename.startswith("<"):
         return False
     path = os.path.normpath(os.path.abspath(filename))
     folder = os.path.dirname(path)
     if not any(p in ("tests", "test") for p in folder.split(os.sep)):
         return False
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return False
-    return any(is_test_file(n) and n.endswith(".py") for n in names if n != os.path.basename(path))
+    got = _listing(folder)
+    if an is not None:
+        an.depend_on_listing(folder, got[2])
+    base = os.path.basename(path)
+    return got[1] is not None and any(n != base for n in got[1])
+
+
+_LISTING_TTL = 2.0
+_listings: dict[str, tuple] = {}  # folder -> (when, its test modules or None, its listing's digest, run)
+
+
+def _listing(folder: str) -> tuple:
+    """``(when, test modules, digest, run)`` of ``folder``: the names of its test modules (None when it
+    cannot be listed) and ``cache.listing_digest`` of all its names (None likewise). Listed once a
+    batch run (the disk is one snapshot) and at most every ``_LISTING_TTL`` seconds in the
+    language server."""
+    now, run = time.monotonic(), snapshot.current()
+    got = _listings.get(folder)
+    if got is None or got[3] != run or run is None and now - got[0] >= _LISTING_TTL:
+        from ..cache import listing_digest  # lazy: only a script under a tests folder needs it
+
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            got = (now, None, None, run)
+        else:
+            tests = tuple(n for n in names if is_test_file(n) and n.endswith(".py"))
+            got = (now, tests, listing_digest(names), run)
+        if len(_listings) > 4096:
+            _listings.clear()
+        _listings[folder] = got
+    return got

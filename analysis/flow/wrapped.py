@@ -25,6 +25,7 @@ from . import _NOT_PROJECT
 from .fs_races import parent_chain_contains
 from .instances import class_named
 from .origins import _attr_path, origins
+from .return_deps import names_reaching, target_names
 
 # calls whose first argument is the value a test asks about (``hasattr(m, "module")``)
 _TYPE_TESTS = frozenset({"hasattr", "isinstance", "getattr", "type"})
@@ -358,35 +359,21 @@ def _reaches_backward(view, call, scope) -> bool:
         return False
     if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         return False
-
-    def targets(s):
-        tg = s.targets if isinstance(s, ast.Assign) else [s.target]
-        return {n.id for x in tg for n in ast.walk(x) if isinstance(n, ast.Name)}
-
-    return bool(targets(st) & _backward_names(view, scope, targets))
+    return bool(target_names(st) & _backward_names(view, scope))
 
 
-def _backward_names(view, scope, targets) -> frozenset:
-    """The names whose values reach a ``backward`` call of ``scope`` (its receiver or arguments,
-    then backwards through plain assignments; order and kills ignored), once per scope."""
+def _backward_names(view, scope) -> frozenset:
+    """The names whose values reach a ``backward`` call of ``scope`` (``return_deps.names_reaching``
+    from its receiver and arguments), once per scope."""
     memo = view.memo.setdefault("wrapped.backward_names", {})
     got = memo.get(id(scope))
     if got is not None and got[0] is scope:
         return got[1]
     nodes = list(iter_scope_nodes(scope))
-    names = {n.id for b in nodes if _is_backward(b) for n in ast.walk(b) if isinstance(n, ast.Name)}
-    stmts = [s for s in nodes if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None]
-    changed = bool(names)
-    while changed:
-        changed = False
-        for s in stmts:
-            if targets(s) & names:
-                more = {n.id for n in ast.walk(s.value) if isinstance(n, ast.Name)} - names
-                if more:
-                    names |= more
-                    changed = True
-    memo[id(scope)] = (scope, frozenset(names))
-    return memo[id(scope)][1]
+    names = names_reaching([b for b in nodes if _is_backward(b)],
+                           [s for s in nodes if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))])
+    memo[id(scope)] = (scope, names)
+    return names
 
 
 def _is_module_ctor(hub, view, e) -> bool:

@@ -68,22 +68,23 @@ def importer_views(ctx, an, node: ast.AST) -> list:
     return out
 
 
+def _called_as(fn) -> str:
+    """The name a call of ``fn`` spells: its class's for ``__init__`` (``Trainer(...)``)."""
+    return parent(fn).name if fn.name == "__init__" and isinstance(parent(fn), ast.ClassDef) else fn.name
+
+
 def _in_module_runners(ctx, an, fn, limit: int = 24) -> list:
     """``fn`` and the functions of this module that run it where every rank that runs them does:
     callers by name or through ``self.<method>(...)`` (as ``resolve_call`` resolves them), whose
     call is behind no main-rank test of their own (``rank0_guarded(callers=False)``), transitively."""
+    from ..flow.helper_calls import calls_named
     from ..flow.rank import rank0_guarded
 
     out, seen, i = [fn], {id(fn)}, 0
     while i < len(out) and len(out) < limit:
         g = out[i]
         i += 1
-        for call in ctx.sem.calls:
-            f = call.func
-            tail = f.id if f.__class__ is ast.Name else f.attr if f.__class__ is ast.Attribute else None
-            want = parent(g).name if g.name == "__init__" and isinstance(parent(g), ast.ClassDef) else g.name
-            if tail != want:
-                continue
+        for call in calls_named(ctx, _called_as(g)):  # ``f(...)``, ``x.f(...)``: the callee index
             res = an.resolve_call(an.main, call)
             if res is None or res[0] is not an.main or res[1] is not g:
                 continue
@@ -119,8 +120,7 @@ def every_rank_entry(ctx, node: ast.AST):
         an = for_context(ctx)
         funcs = _in_module_runners(ctx, an, fn)
         ids = {id(g) for g in funcs}
-        names = {parent(g).name if g.name == "__init__" and isinstance(parent(g), ast.ClassDef) else g.name
-                 for g in funcs}
+        names = {_called_as(g) for g in funcs}
         for caller, call, defn in project_callers(ctx, names):
             if id(defn) not in ids or not is_distributed_script(caller):
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from ..flow.models import is_ddp_wrapper
+from ..flow.return_deps import names_in, names_reaching, target_names
 from ..semantic import param_names, parent
 
 
@@ -148,22 +149,9 @@ def backward_names(ctx, fn: ast.AST) -> frozenset:
     got = memo.get(id(fn))
     if got is not None:
         return got
-    names: set[str] = set()
-    for b in backward_calls(ctx, fn):
-        names |= _names_in(b)
-    if names:
-        stmts = [st for st in ast.walk(fn) if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-                 and st.value is not None and enclosing_function(st) is fn]
-        changed = True
-        while changed:
-            changed = False
-            for st in stmts:
-                if _targets(st) & names:
-                    more = _names_in(st.value) - names
-                    if more:
-                        names |= more
-                        changed = True
-    memo[id(fn)] = got = frozenset(names)
+    stmts = (st for st in ast.walk(fn) if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+             and enclosing_function(st) is fn)
+    memo[id(fn)] = got = names_reaching(backward_calls(ctx, fn), stmts)
     return got
 
 
@@ -179,20 +167,7 @@ def reaches_backward(ctx, node: ast.AST, fn: ast.AST) -> bool:
         if id(p) in back:
             return True
         p = parent(p)
-    return isinstance(p, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and bool(_targets(p) & backward_names(ctx, fn))
-
-
-def _names_in(expr: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-
-
-def _targets(stmt: ast.AST) -> set[str]:
-    out: set[str] = set()
-    tgts = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
-    for t in tgts:
-        if t is not None:
-            out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return out
+    return isinstance(p, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and bool(target_names(p) & backward_names(ctx, fn))
 
 
 def flows_to(ctx, source: ast.AST, sink: ast.AST, fn: ast.AST) -> bool:
@@ -203,13 +178,13 @@ def flows_to(ctx, source: ast.AST, sink: ast.AST, fn: ast.AST) -> bool:
     st = ctx.sem.statement_of(source)
     if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         return False
-    tainted = _targets(st)
+    tainted = target_names(st)
     stmts = sorted((s for s in ast.walk(fn) if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))
                     and s.lineno > st.lineno and enclosing_function(s) is fn), key=lambda s: s.lineno)
     for s in stmts:
-        if s.value is not None and _names_in(s.value) & tainted:
-            tainted |= _targets(s)
-    return bool(_names_in(sink) & tainted)
+        if s.value is not None and names_in(s.value) & tainted:
+            tainted |= target_names(s)
+    return bool(names_in(sink) & tainted)
 
 
 def module_ref(e):

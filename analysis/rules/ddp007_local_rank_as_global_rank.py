@@ -71,9 +71,11 @@ class LocalRankAsGlobalRank(Rule):
     requires_text = (NoCase("rank"), "SLURM_LOCALID")
 
     def finish(self, ctx) -> None:
-        if is_test_file(ctx.filename) or in_test_suite(ctx.filename):
+        if is_test_file(ctx.filename):
             return  # multi-process tests run on one node: the local rank is the global rank
         an, view = hub(ctx)
+        if in_test_suite(ctx.filename, an):
+            return  # (a script beside them, likewise)
         found = []
         for val, node, what in global_rank_sinks(view):
             kind, w = rank_kind_of(an, view, val, node)
