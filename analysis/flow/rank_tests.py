@@ -397,6 +397,13 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         if False in ps and True not in ps:
             return False
         return None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None:
+        # ``writer is not None`` where only the main rank builds a writer, the others keep None
+        if main_only_value(ctx, test.left.id, scope, depth + 1):
+            return isinstance(test.ops[0], ast.IsNot)
+        return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         single = _single_world_test(ctx, test, scope)
         if single is not None:
@@ -445,8 +452,13 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     if isinstance(test, ast.Name):
         val = ctx.sem.single_value(test.id, scope)
         if val is not None:
-            return polarity(ctx, val, scope, depth + 1)
-        return _param_polarity(ctx, test.id, scope, depth + 1)
+            got = polarity(ctx, val, scope, depth + 1)
+            if got is not None or not isinstance(val, ast.IfExp):
+                return got
+        got = _param_polarity(ctx, test.id, scope, depth + 1)
+        if got is None and main_only_value(ctx, test.id, scope, depth + 1):
+            return True  # ``if writer:``: None (false) on every rank but the main one
+        return got
     if isinstance(test, ast.Attribute):
         # a flag set once in this function: ``args.save_logs = args.logs and is_master(args)``
         vals = _attr_assignments(ctx, scope).get(ctx.text(test))
@@ -456,6 +468,65 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
     return None
+
+
+def main_only_value(ctx, name: str, scope: ast.AST, depth: int = 0) -> bool:
+    """``name`` holds something other than None only on the main rank: every binding of it in
+    ``scope`` is ``None``, a value only the main rank binds (under a main-rank test:
+    ``if rank == 0: writer = SummaryWriter() else: writer = None``), or a conditional expression
+    whose main-rank side is the only one not None (``w = Writer() if is_main else None``); at least
+    one binding is not None. A parameter never rebound asks the same of the argument of every call
+    of its function in this module. So ``name is not None`` holds on the main rank only."""
+    if depth > 6:
+        return False
+    memo = ctx.memo("rank_tests.main_only_value", dict)
+    key = (name, id(scope))
+    if key in memo:
+        return memo[key]
+    memo[key] = False  # recursion guard
+    memo[key] = got = _main_only_value(ctx, name, scope, depth)
+    return got
+
+
+def _main_only_value(ctx, name: str, scope: ast.AST, depth: int) -> bool:
+    from .helper_calls import bind_args
+    from .params import call_sites_here
+    from .rank import rank0_guarded  # lazy: rank sits above this module
+
+    sem = ctx.sem
+    binds = sem.assignments(scope).get(name)
+    if not binds:
+        if not isinstance(scope, FUNC_TYPES) or name not in param_names(scope):
+            return False
+        sites = call_sites_here(ctx, scope)
+        if not sites:
+            return False
+        for c in sites:
+            a = bind_args(c, scope).get(name)
+            if not isinstance(a, ast.Name) or not main_only_value(ctx, a.id, sem.scope_of(c), depth + 1):
+                return False
+        return True
+    if isinstance(scope, FUNC_TYPES) and name in param_names(scope):
+        return False  # the callers' value reaches too
+    some = False
+    for b in binds:
+        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
+            return False
+        v = b.value
+        if isinstance(v, ast.Constant) and v.value is None:
+            continue
+        if isinstance(v, ast.IfExp) and _is_none_const(v.body) != _is_none_const(v.orelse):
+            pol = polarity(ctx, v.test, scope, depth + 1)
+            if pol is None or pol != _is_none_const(v.orelse):
+                return False
+        elif rank0_guarded(ctx, b, callers=False) is not True:
+            return False
+        some = True
+    return some
+
+
+def _is_none_const(e: ast.AST) -> bool:
+    return isinstance(e, ast.Constant) and e.value is None
 
 
 def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
@@ -566,6 +637,13 @@ def single_process_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> s
         if all(s == "body" for s in sides):
             return "body"
         return "orelse" if "orelse" in sides else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None:
+        # ``writer is not None`` where only the main rank builds a writer, the others keep None
+        if main_only_value(ctx, test.left.id, scope, depth + 1):
+            return isinstance(test.ops[0], ast.IsNot)
+        return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         single = _single_world_test(ctx, test, scope)
         if single is None:
