@@ -494,10 +494,26 @@ def _norm(test, branch: bool):
     return ast.dump(test), branch
 
 
+def _atoms(guards_: list):
+    """The tests a list of ``guards`` makes hold (``True``) or fail (``False``): an ``and`` that
+    holds holds each of its operands, an ``or`` that fails fails each; ``not`` flips."""
+    out, todo = [], list(guards_)
+    while todo:
+        t, br = todo.pop()
+        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+            todo.append((t.operand, not br))
+        elif isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And if br else ast.Or):
+            todo.extend((v, br) for v in t.values)
+        else:
+            out.append(_norm(t, br))
+    return out
+
+
 def contradicts(a: list, b: list) -> bool:
-    """Two lists of ``guards`` hold the same test on opposite branches."""
-    na = dict(_norm(t, br) for t, br in a)
-    return any(na.get(k, br) != br for k, br in (_norm(t, br) for t, br in b))
+    """Two lists of ``guards`` hold the same test on opposite branches (also an operand of an
+    ``and`` that holds, or of an ``or`` that fails)."""
+    na = dict(_atoms(a))
+    return any(na.get(k, br) != br for k, br in _atoms(b))
 
 
 def implied(a: list, b: list) -> bool:
