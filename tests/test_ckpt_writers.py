@@ -1,5 +1,5 @@
 """Issue 25 (DDP202 on code nobody here wrote): how many ranks a main-rank test lets through
-(``rank_tests.ranks_admitted``), the tests a node sits behind (``rank.main_guards``), the writers
+(``rank_sets.ranks_admitted``), the tests a node sits behind (``rank.main_guards``), the writers
 beyond ``torch.save`` and the library reasons (a class that guards one write and not another, a
 class that tells its main rank apart, an ``Accelerator`` script)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from ddp_lint.analysis.config import Settings
 from ddp_lint.analysis.context import Context
 from ddp_lint.analysis.engine import check_source
 from ddp_lint.analysis.flow.rank import main_guards
-from ddp_lint.analysis.flow.rank_tests import ONE, SEVERAL, ranks_admitted
+from ddp_lint.analysis.flow.rank_sets import ONE, SEVERAL, ranks_admitted
 from ddp_lint.analysis.semantic import Semantic
 from ddp_lint.analysis.source import SourceText
 

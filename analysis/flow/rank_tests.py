@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, terminal_name
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind
 from .world import WORLD_SIZE_ENV, world_size_call
@@ -397,6 +397,13 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         if False in ps and True not in ps:
             return False
         return None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None:
+        # ``writer is not None`` where only the main rank builds a writer, the others keep None
+        if main_only_value(ctx, test.left.id, scope, depth + 1):
+            return isinstance(test.ops[0], ast.IsNot)
+        return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         single = _single_world_test(ctx, test, scope)
         if single is not None:
@@ -445,8 +452,13 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     if isinstance(test, ast.Name):
         val = ctx.sem.single_value(test.id, scope)
         if val is not None:
-            return polarity(ctx, val, scope, depth + 1)
-        return _param_polarity(ctx, test.id, scope, depth + 1)
+            got = polarity(ctx, val, scope, depth + 1)
+            if got is not None or not isinstance(val, ast.IfExp):
+                return got
+        got = _param_polarity(ctx, test.id, scope, depth + 1)
+        if got is None and main_only_value(ctx, test.id, scope, depth + 1):
+            return True  # ``if writer:``: None (false) on every rank but the main one
+        return got
     if isinstance(test, ast.Attribute):
         # a flag set once in this function: ``args.save_logs = args.logs and is_master(args)``
         vals = _attr_assignments(ctx, scope).get(ctx.text(test))
@@ -456,6 +468,77 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
     return None
+
+
+def main_only_value(ctx, name: str, scope: ast.AST, depth: int = 0) -> bool:
+    """``name`` holds something other than None only on the main rank: every binding of it in
+    ``scope`` is ``None``, a value only the main rank binds (under a main-rank test:
+    ``if rank == 0: writer = SummaryWriter() else: writer = None``), or a conditional expression
+    whose main-rank side is the only one not None (``w = Writer() if is_main else None``); at least
+    one binding is not None. A parameter never rebound asks the same of the argument of every call
+    of its function in this module. So ``name is not None`` holds on the main rank only."""
+    if depth > 6:
+        return False
+    memo = ctx.memo("rank_tests.main_only_value", dict)
+    key = (name, id(scope))
+    if key in memo:
+        return memo[key]
+    memo[key] = False  # recursion guard
+    memo[key] = got = _main_only_value(ctx, name, scope, depth)
+    return got
+
+
+def _main_only_value(ctx, name: str, scope: ast.AST, depth: int) -> bool:
+    from .helper_calls import bind_args
+    from .params import call_sites_here
+
+    sem = ctx.sem
+    binds = sem.assignments(scope).get(name)
+    if not binds:
+        if not isinstance(scope, FUNC_TYPES) or name not in param_names(scope):
+            return False
+        sites = call_sites_here(ctx, scope)
+        if not sites:
+            return False
+        for c in sites:
+            a = bind_args(c, scope).get(name)
+            if not isinstance(a, ast.Name) or not main_only_value(ctx, a.id, sem.scope_of(c), depth + 1):
+                return False
+        return True
+    if isinstance(scope, FUNC_TYPES) and name in param_names(scope):
+        return False  # the callers' value reaches too
+    some = False
+    for b in binds:
+        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
+            return False
+        v = b.value
+        if isinstance(v, ast.Constant) and v.value is None:
+            continue
+        if isinstance(v, ast.IfExp) and _is_none_const(v.body) != _is_none_const(v.orelse):
+            pol = polarity(ctx, v.test, scope, depth + 1)
+            if pol is None or pol != _is_none_const(v.orelse):
+                return False
+        elif not _under_main_test(ctx, b, scope, depth):
+            return False
+        some = True
+    return some
+
+
+def _under_main_test(ctx, node: ast.AST, scope: ast.AST, depth: int) -> bool:
+    """``node`` sits in the body of an ``if`` of ``scope`` that lets only the main rank in (or the
+    ``else`` of one that lets the others in)."""
+    child, p = node, parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, ast.If) and child is not p.test:
+            pol = polarity(ctx, p.test, scope, depth + 1)
+            if (pol is True and child in p.body) or (pol is False and child in p.orelse):
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+def _is_none_const(e: ast.AST) -> bool:
+    return isinstance(e, ast.Constant) and e.value is None
 
 
 def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
@@ -566,6 +649,13 @@ def single_process_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> s
         if all(s == "body" for s in sides):
             return "body"
         return "orelse" if "orelse" in sides else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None:
+        # ``writer is not None`` where only the main rank builds a writer, the others keep None
+        if main_only_value(ctx, test.left.id, scope, depth + 1):
+            return isinstance(test.ops[0], ast.IsNot)
+        return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         single = _single_world_test(ctx, test, scope)
         if single is None:
@@ -603,76 +693,3 @@ def world_size_tests(ctx, scope: ast.AST) -> list[ast.AST]:
         if isinstance(n, (ast.If, ast.IfExp, ast.While)) and single_process_side(ctx, n.test, scope) is not None:
             out.append(n.test)
     return out
-
-
-# -- how many ranks a main-rank test lets through ---------------------------------------------------
-
-_NEGATED = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.Eq: ast.NotEq,
-            ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In}
-_MIRROR = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
-ONE, SEVERAL = "one", "several"
-
-
-def ranks_admitted(ctx, test: ast.AST, scope: ast.AST, holds: bool = True, depth: int = 0):
-    """How many ranks get through ``test`` when it evaluates to ``holds``, read from its comparisons
-    of a rank (``is_rank_like``, by value flow through names bound once) with integer constants:
-    (``ONE`` or ``SEVERAL``, the ranks that pass, e.g. ``"ranks 0 and 1"``, the comparison that
-    decides), or None when the test does not say (no rank comparison, a rank compared with a variable).
-
-    ``not (rank > 1)`` and ``rank < 2`` let ranks 0 and 1 through; ``rank in (0, 1)`` too;
-    ``rank == 0``, ``rank < 1`` and ``rank <= 0`` one rank. A conjunction lets through what its
-    tightest rank comparison does, a disjunction what its loosest does; tests on anything else
-    (``dist.is_initialized()``, a flag) are left out of both (``not dist.is_initialized() or
-    rank <= 1`` still lets ranks 0 and 1 of a distributed job through)."""
-    if depth > 6:
-        return None
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return ranks_admitted(ctx, test.operand, scope, not holds, depth + 1)
-    if isinstance(test, ast.BoolOp):
-        subs = [r for r in (ranks_admitted(ctx, v, scope, holds, depth + 1) for v in test.values) if r is not None]
-        if not subs:
-            return None
-        conj = isinstance(test.op, ast.And) == holds  # De Morgan
-        pick = ONE if conj else SEVERAL
-        return next((r for r in subs if r[0] == pick), subs[0])
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        left, op, right = test.left, type(test.ops[0]), test.comparators[0]
-
-        def ranky(e):  # the value flow's answer first (``rank_kind``), the name after
-            return not isinstance(e, ast.BinOp) and (rank_kind(ctx, e, scope) is not None or is_rank_like(e))
-        if not ranky(left) and ranky(right):
-            left, right, op = right, left, _MIRROR.get(op, op)
-        if not ranky(left):
-            return None
-        if not holds:
-            op = _NEGATED.get(op)
-        if op in (ast.In, ast.NotIn):
-            if op is ast.NotIn or not isinstance(right, (ast.List, ast.Tuple, ast.Set)):
-                return None
-            consts = [_int_const(e) for e in right.elts]
-            vals = sorted({v for v in consts if v is not None and v >= 0})  # -1: "not distributed"
-            if not vals or None in consts:
-                return None
-            return (ONE, f"rank {vals[0]}", test) if len(vals) == 1 else (SEVERAL, "ranks " + _listed(vals), test)
-        k = _int_const(right)
-        if k is None:
-            return None
-        if op is ast.Eq:
-            return (ONE, f"rank {k}", test) if k >= 0 else None
-        top = {ast.Lt: k - 1, ast.LtE: k}.get(op)
-        if top is None:
-            return None  # ``rank != k``, ``rank > k``: not a test for the main rank
-        if top <= 0:
-            return (ONE, "rank 0", test) if top == 0 else None
-        return SEVERAL, "ranks " + _listed(list(range(top + 1))), test
-    if isinstance(test, ast.Name):
-        val = ctx.sem.single_value(test.id, scope)
-        if val is not None and val is not test:
-            return ranks_admitted(ctx, val, ctx.sem.scope_of(val), holds, depth + 1)
-    return None
-
-
-def _listed(vals: list[int]) -> str:
-    if len(vals) > 3:
-        return f"{vals[0]} to {vals[-1]}"
-    return ", ".join(map(str, vals[:-1])) + f" and {vals[-1]}"

@@ -481,10 +481,26 @@ def _norm(test, branch: bool):
     return ast.dump(test), branch
 
 
+def _atoms(guards_: list):
+    """The tests a list of ``guards`` makes hold (``True``) or fail (``False``): an ``and`` that
+    holds holds each of its operands, an ``or`` that fails fails each; ``not`` flips."""
+    out, todo = [], list(guards_)
+    while todo:
+        t, br = todo.pop()
+        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+            todo.append((t.operand, not br))
+        elif isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And if br else ast.Or):
+            todo.extend((v, br) for v in t.values)
+        else:
+            out.append(_norm(t, br))
+    return out
+
+
 def contradicts(a: list, b: list) -> bool:
-    """Two lists of ``guards`` hold the same test on opposite branches."""
-    na = dict(_norm(t, br) for t, br in a)
-    return any(na.get(k, br) != br for k, br in (_norm(t, br) for t, br in b))
+    """Two lists of ``guards`` hold the same test on opposite branches (also an operand of an
+    ``and`` that holds, or of an ``or`` that fails)."""
+    na = dict(_atoms(a))
+    return any(na.get(k, br) != br for k, br in _atoms(b))
 
 
 def implied(a: list, b: list) -> bool:
@@ -506,4 +522,98 @@ def handles_attribute_error(node) -> bool:
                         "AttributeError", "Exception", "BaseException") for n in names):
                     return True
         child, p = p, parent(p)
+    return False
+
+
+# -- a use whose None test rules out the branch the wrap was built on --------------------------------
+
+def _none_test(test, branch: bool):
+    """(name, whether the use needs it None) for a guard ``(test, branch)`` that tests a plain name
+    against None (``x is None``, ``x is not None``), else None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _none_test(test.operand, not branch)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None:
+        return test.left.id, branch == isinstance(test.ops[0], ast.Is)
+    return None
+
+
+def _never_none(hub, view, e) -> bool:
+    """``e`` is never None: a literal other than None, a display, arithmetic, or the construction
+    of a project class."""
+    if isinstance(e, ast.Constant):
+        return e.value is not None
+    if isinstance(e, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp,
+                      ast.JoinedStr, ast.BinOp)):
+        return True
+    return isinstance(e, ast.Call) and class_named(hub, view, e.func, _NOT_PROJECT) is not None
+
+
+def _arm_binding(caller_fn, wrap, name: str, site):
+    """The value of the last plain ``name = <value>`` in the innermost ``if`` branch around ``wrap``
+    (in ``caller_fn``) that binds ``name`` and that ``site`` runs after (or within, after the
+    binding), with no other binding of ``name`` between that branch and ``site``; else None."""
+    child, p = wrap, parent(wrap)
+    while p is not None and p is not caller_fn:
+        if isinstance(p, ast.If) and child is not p.test:
+            arm = p.body if any(child is s for s in p.body) else p.orelse
+            got = [s for s in arm if isinstance(s, ast.Assign) and len(s.targets) == 1
+                   and isinstance(s.targets[0], ast.Name) and s.targets[0].id == name
+                   and (s.lineno, s.col_offset) < (site.lineno, site.col_offset)]
+            if got:
+                last = got[-1]
+                inside = p.lineno <= site.lineno <= p.end_lineno
+                start = last.end_lineno if inside else p.end_lineno
+                for n in iter_scope_nodes(caller_fn):
+                    if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) \
+                            and start < n.lineno <= site.lineno and n is not last.targets[0]:
+                        return None  # rebound between the branch and the use
+                return last.value
+        child, p = p, parent(p)
+    return None
+
+
+def branch_excludes_wrap(hub, use_view, node, wrap_view, wrap) -> bool:
+    """A use ``node`` sits behind a None test that the branch of the wrap ``wrap`` makes fail:
+    ``if use_amp: scaler = Scaler(); model = DDP(model) else: scaler = None; model = engine`` and
+    ``if scaler is None: model.backward(loss)`` (here, or in a helper the caller passes ``scaler``
+    to): the wrapper never reaches that read. Every call of the use's function from the wrap's
+    function must pass a name that the wrap's branch binds to the failing kind of value."""
+    caller_fn = wrap_view.sem.enclosing_function(wrap)
+    fn = use_view.sem.enclosing_function(node)
+    if caller_fn is None or fn is None:
+        return False
+    from .helper_calls import bind_args
+
+    for test, branch in guards(node):
+        t = _none_test(test, branch)
+        if t is None:
+            continue
+        name, need_none = t
+        if fn is caller_fn:
+            sites = [(node, name)]
+        else:
+            if name not in _param_names(fn) or any(
+                    isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+                    for n in iter_scope_nodes(fn)):
+                continue
+            sites = []
+            for c in wrap_view.sem.scope_calls(caller_fn):
+                f = c.func
+                if (f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)) != fn.name:
+                    continue
+                a = bind_args(c, fn).get(name)
+                sites.append((c, a.id if isinstance(a, ast.Name) else None))
+        if not sites:
+            continue
+        ok = True
+        for site, q in sites:
+            val = None if q is None else _arm_binding(caller_fn, wrap, q, site)
+            if val is None or not (_never_none(hub, wrap_view, val) if need_none
+                                   else isinstance(val, ast.Constant) and val.value is None):
+                ok = False
+                break
+        if ok:
+            return True
     return False

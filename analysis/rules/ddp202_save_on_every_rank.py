@@ -81,7 +81,7 @@ class SaveOnEveryRank(Rule):
     1. a guard meant for the main rank that lets a few ranks through: `if not (dist.is_initialized()
        and dist.get_rank() > 1):` or `if rank < 2:` (ranks 0 and 1 both write). It is reported at
        the comparison, once per test, unless the function's calls in the file are all main-rank
-       only or the path is rank-specific (`flow.rank_tests.ranks_admitted` reads the test:
+       only or the path is rank-specific (`flow.rank_sets.ranks_admitted` reads the test:
        comparisons of a rank with integer constants, through `not`, `and`/`or` and names bound
        once; `rank % 8 == 0` and comparisons with variables say nothing);
     2. a write in a method of a class whose other method guards its own write with a main-rank
@@ -457,12 +457,13 @@ def _short(ctx, node: ast.AST) -> str:
 
 def _loose_guard(ctx, call: ast.Call):
     """(the comparison, the ranks it lets through) when the rank tests around ``call`` in its
-    function (``if``, early exits, ``assert``; read by ``rank_tests.ranks_admitted``) let a few
+    function (``if``, early exits, ``assert``; read by ``rank_sets.ranks_admitted``) let a few
     ranks through but not one (``if not rank > 1:``, ``if rank < 2:``), and nothing outside narrows
     it further (the function's calls in the file are not all main-rank only, it has no
     ``@rank_zero_only``-style decorator)."""
     from ..flow.rank import callers_guarded, main_guards
-    from ..flow.rank_tests import ONE, SEVERAL, is_main_decorated, ranks_admitted
+    from ..flow.rank_sets import ONE, SEVERAL, ranks_admitted
+    from ..flow.rank_tests import is_main_decorated
 
     found = None
     for test, holds in main_guards(ctx, call, main_only=False):

@@ -10,8 +10,8 @@ from ..flow.modern import hub
 from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
 from ..flow.calls import call_args
-from ..flow.wrapped import (NOT_DDP_PLUGINS, contradicts, guards, handles_attribute_error, implied, is_model_class,
-                            tested_values, wrap_origins)
+from ..flow.wrapped import (NOT_DDP_PLUGINS, branch_excludes_wrap, contradicts, guards, handles_attribute_error,
+                            implied, is_model_class, tested_values, wrap_origins)
 
 
 class AttributeThroughDdpWrapper(Rule):
@@ -192,7 +192,8 @@ class AttributeThroughDdpWrapper(Rule):
             # tests: its harness runs the modes in fixed combinations (``if with_fsdp: ... else:
             # DDP(...)`` and ``if method == "grad_to_none": model.trunk`` never hold together)
             wraps = [(v, c) for v, c in wraps if not contradicts(guards(c), at)
-                     and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)]
+                     and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)
+                     and not branch_excludes_wrap(an, view, node, v, c)]
             if not wraps:
                 continue
             v, call = wraps[0]

@@ -272,6 +272,8 @@ def _use(ctx, an, r, w, wk) -> str | None:
         if u.view is an.main and main_only_part(ctx, an.main, u.path, r, literal=False) is not None:
             continue  # a name only the main rank sets: the other ranks' path is another one
         if u.kind in (READ, LIST) and w.kind != MKDIR:
+            if u.kind == LIST and w.kind == WRITE:
+                continue  # a file written into the listed folder (``shutil.copy(cfg, out)``): the folder was there
             if uk == wk:
                 return "lists" if u.kind == LIST else "reads"
             if w.folder and folder_of(uk) == wk:

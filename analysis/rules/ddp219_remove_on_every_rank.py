@@ -77,7 +77,8 @@ class RemoveOnEveryRank(Rule):
             removals = []
             for c in calls:
                 path = strict_removal(ctx, c)
-                if path is None or rank_guard(ctx, c) is not None or rank0_guarded(ctx, c, callers=False) is True:
+                if path is None or rank_guard(ctx, c) is not None or rank0_guarded(ctx, c, callers=False) is True \
+                        or _main_only_by_callers(ctx, c):
                     continue
                 key = race_key(ctx, path)
                 if key is None or rank_specific(ctx, path, c) or exists_tested_around(ctx, c, key):
@@ -117,3 +118,44 @@ class RemoveOnEveryRank(Rule):
                 if e.kind in PRODUCES and effect_key(ctx, an, e) == key:
                     return p, e
         return None
+
+
+def _main_only_by_callers(ctx, node) -> bool:
+    """``node`` sits behind ``if <param> is not None:`` (or the ``else`` of ``is None``) of its
+    module-level function, and every call of that function in the project's other files passes a
+    name that only the main rank sets to something other than None
+    (``flow.rank_tests.main_only_value``: ``writer = SummaryWriter() if rank == 0 else None``)."""
+    import ast
+
+    from ..flow.helper_calls import bind_args
+    from ..flow.rank_tests import main_only_value
+    from ..flow.wrapped import guards
+    from ..semantic import param_names, parent
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    fn = ctx.sem.enclosing_function(node)
+    if fn is None or not isinstance(parent(fn), ast.Module):
+        return False
+    names = set()
+    for test, branch in guards(node):
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+                and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value is None and branch == isinstance(test.ops[0], ast.IsNot) \
+                and test.left.id in param_names(fn) and not ctx.sem.assignments(fn).get(test.left.id):
+            names.add(test.left.id)
+    if not names:
+        return False
+    calls = [(caller, call) for caller, call, d in project_callers(ctx, {fn.name}) if d is fn]
+    if not calls:
+        return False
+    for name in names:
+        ok = True
+        for caller, call in calls:
+            a = bind_args(call, fn).get(name)
+            if not isinstance(a, ast.Name) or not main_only_value(caller, a.id, caller.sem.scope_of(call)):
+                ok = False
+                break
+        if ok:
+            return True
+    return False
+
