@@ -62,7 +62,7 @@ RULES = {
                 ((('torch', False),), (('dist', True), ('comm', False), ('Parallel', False), ('ZeroRedundancy', False), ('full_tensor', False), ('summon_full_params', False), ('full_optim_state_dict', False), ('ccelerat', False))),
                 True, False),
     'DDP108': ('ddp108_rank_varying_root', True, True,
-                ((('torch', False),), (('src', False), ('dst', False), ('broadcast', False), ('reduce', False), ('gather', False), ('scatter', False), ('dist', True), ('comm', False), ('Parallel', False), ('ZeroRedundancy', False), ('full_tensor', False), ('summon_full_params', False), ('full_optim_state_dict', False), ('ccelerat', False))),
+                ((('torch', False),), (('src', False), ('dst', False), ('broadcast', False), ('reduce', False), ('gather', False), ('scatter', False), ('new_group', False), ('dist', True), ('comm', False), ('Parallel', False), ('ZeroRedundancy', False), ('full_tensor', False), ('summon_full_params', False), ('full_optim_state_dict', False), ('ccelerat', False))),
                 True, False),
     'DDP109': ('ddp109_rank_varying_shape', True, True,
                 ((('torch', False),), (('gather', False), ('reduce', False), ('dist', True), ('comm', False), ('sync', False))),
