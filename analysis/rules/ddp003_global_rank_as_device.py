@@ -167,7 +167,7 @@ def _carried_rank(ctx, call, site) -> bool:
     CPU on another path: the index belongs in the helper)."""
     from ..flow.modern import hub
     from ..flow.origins import origins
-    from ..flow.rank_kinds import device_index_kind
+    from ..flow.device_kinds import device_index_kind
 
     an, view = hub(ctx)
     kind, w = device_index_kind(an, view, site, call)

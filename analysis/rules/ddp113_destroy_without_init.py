@@ -5,7 +5,8 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import parent
-from ..flow.lifecycle import DESTROY, INIT, both_branches, covered, events, skipped_without_init
+from ..flow.lifecycle import DESTROY, INIT, both_branches, covered, events
+from ..flow.lifecycle_returns import skipped_without_init
 from ._common import D
 from ._flow import scopes
 
