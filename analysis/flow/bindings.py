@@ -323,3 +323,11 @@ def comp_binder(use: ast.Name):
                     return g
         child, p = p, parent(p)
     return None
+
+
+def searches_rank(loop: ast.AST, ev: ast.stmt, name: str) -> bool:
+    """``while rank not in perm[start:start + k]: start += k``: a counter the loop advances while a
+    test on the rank holds ends at a place that depends on the rank, as ``rank // k`` does (a value
+    set once under ``if rank == 0:`` is left to the broadcast that may follow it, unseen)."""
+    return isinstance(loop, ast.While) and isinstance(ev, ast.AugAssign) and isinstance(ev.target, ast.Name) \
+        and ev.target.id == name and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(loop.test))

@@ -571,3 +571,4 @@ def _sites(hub, view, fn, qn_wanted, depth, seen) -> list:
                 out.extend(_sites(hub, *target, qn_wanted, depth + 1, seen))
     memo[key] = out
     return out
+

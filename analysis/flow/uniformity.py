@@ -30,7 +30,7 @@ from ..torch_api import D
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
-from .bindings import binding_scope, comp_binder, reaching, target_path
+from .bindings import binding_scope, comp_binder, reaching, searches_rank, target_path
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .vocab import (  # noqa: F401  (the tables, re-exported)
@@ -291,7 +291,7 @@ class Evaluator:
                 v = self.value(p.test, d + 1)
                 # data, clocks and random numbers only: a value set under a rank test is usually
                 # shared by a broadcast the analysis may not see (a helper of another package)
-                if v.varying and v.src.cat != RANK:
+                if v.varying and (v.src.cat != RANK or searches_rank(p, ev, name)):
                     src = v.src
                     return Value("V", src.step(f"which decides whether line {ev.lineno} assigns `{name}`"))
             child = p

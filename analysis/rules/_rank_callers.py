@@ -97,15 +97,18 @@ def _in_module_runners(ctx, an, fn, limit: int = 24) -> list:
     return out
 
 
-def every_rank_entry(ctx, node: ast.AST):
+def every_rank_entry(ctx, node: ast.AST, depth: int = 0):
     """``(caller_ctx, call, callee)`` for a call, in a distributed script of the project (another file: it
     starts or joins the process group, wraps in DDP/FSDP or spawns its ranks), that runs ``node``
     on every rank: ``node`` is behind no main-rank test in its function; that function, or one of
     this module that runs it unguarded (``self.<method>(...)`` and calls by name, transitively), is
     called there (a module function, a class through its constructor, a method through an
     instance: ``t = Trainer(...); t.fit()``) with no main-rank test around the call, not in the
-    launching process of an ``mp.spawn`` script. None when no such call is found: a library
-    module's code then says nothing of where it runs."""
+    launching process of an ``mp.spawn`` script. A caller in a library module of the project
+    counts when that module's calling function is itself run so, a few modules deep
+    (``save_checkpoint`` of ``utils/checkpoint.py``, called unguarded by ``Trainer.fit`` of
+    ``engine/trainer.py``, which the script runs: ``Trainer(...).fit()``). None when no such call is
+    found: a library module's code then says nothing of where it runs."""
     from ..flow import for_context
     from ..flow.models import is_distributed_script
     from ..flow.rank import rank0_guarded
@@ -121,12 +124,25 @@ def every_rank_entry(ctx, node: ast.AST):
         funcs = _in_module_runners(ctx, an, fn)
         ids = {id(g) for g in funcs}
         names = {_called_as(g) for g in funcs}
+        later = []
         for caller, call, defn in project_callers(ctx, names):
-            if id(defn) not in ids or not is_distributed_script(caller):
+            if id(defn) not in ids:
+                continue
+            if not is_distributed_script(caller):
+                later.append((caller, call))
                 continue
             if rank0_guarded(caller, call) is not False or runs_in_ranks(caller, call) is False:
                 continue
             return caller, call, defn
+        if depth >= 2:
+            return None
+        for caller, call in later:  # a library module's function that runs it: who runs that one
+            got = every_rank_entry(caller, call, depth + 1)
+            # what the caller's check read is read by this check too (its cache entry depends on it)
+            for dep in for_context(caller).dependencies():
+                an._deps.setdefault(*dep)
+            if got is not None:
+                return got
         return None
 
-    return ctx.memo(("rank_callers.every_rank_entry", id(fn)), build)
+    return ctx.memo(("rank_callers.every_rank_entry", id(fn), depth), build)

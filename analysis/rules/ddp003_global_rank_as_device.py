@@ -12,6 +12,7 @@ from ..flow.rank_tests import bound_global_rank, global_rank_source, is_local_ra
 from ..flow.calls import call_args
 from ..flow.rank_kinds import GLOBAL, device_index_sites, device_param_sinks, rank_kind_of
 from ..flow.testing import is_test_file
+from ..flow.vocab import env_key
 from ..flow.wrappers import _by_callee
 from ._common import D, _helper_context, device_call_index, resolve_helper
 
@@ -139,6 +140,8 @@ class GlobalRankAsDevice(Rule):
                 else:
                     src = _init_rank(ctx, site, scope, rank_inits) if rank_inits else None
                     if src is None:
+                        if _carried_rank(ctx, call, site):
+                            break
                         continue
                     how = f"`{ctx.text(src)}`, the `rank=` given to `init_process_group`"
                     if _local_rank_name(ctx, site) is None and ctx.calls_to(
@@ -154,6 +157,38 @@ class GlobalRankAsDevice(Rule):
                 )
                 break
         _helper_device_params(ctx)
+
+
+def _carried_rank(ctx, call, site) -> bool:
+    """The global rank carried to ``site`` by value flow (``rank_kinds.device_index_kind``): a
+    ``torch.device("cuda", rank)`` a helper returns, kept on ``self.device``, used as it is
+    (``set_device(self.device)``) or by its ``.index`` (``device_ids=[self.device.index]``), with
+    the CPU / single-process fallbacks neutral. Reported at the call, no fix (the device may be the
+    CPU on another path: the index belongs in the helper)."""
+    from ..flow.modern import hub
+    from ..flow.origins import origins
+    from ..flow.device_kinds import device_index_kind
+
+    an, view = hub(ctx)
+    kind, w = device_index_kind(an, view, site, call)
+    if kind != GLOBAL or w is None:
+        return False
+    f = call.func
+    if isinstance(f, ast.Attribute) and f.attr in ("to", "cuda") and any(
+            isinstance(e, ast.Call) and v.sem.call_qualname(e) == "torch.device" for v, e in origins(an, view, site, call)):
+        return False  # a tensor moved to a device object: the device's construction is the finding
+    wv, wnode = w
+    how = "`RANK`" if env_key(wv, wnode) is not None else "`dist.get_rank()`"
+    if wv is view:
+        related = [(wnode, "the global rank comes from here")]
+    else:
+        here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
+            else None
+        rel = os.path.relpath(wv.path, here) if here and wv.path else wv.path
+        how = f"{how}, {rel}:{wnode.lineno}"
+        related = [("file", wv.path, SourceText(wv.text).node_range(wnode), "the global rank comes from here")]
+    ctx.report(call, _MESSAGE.format(how=f"{how} carried by `{ctx.text(site)}`"), related=related)
+    return True
 
 
 def _helper_device_params(ctx) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import ast
 
-
+from ..semantic import get_arg
 from ..torch_api import D
 from ..flow import for_context
 from ..flow.params import by_name_only, designates_by_default
@@ -12,6 +12,7 @@ from ..registry import Rule
 from ._flow import FLOW_TEXT, node_related, scopes, source_related, source_words, text, vtext, where
 
 _ROOT_QNS = tuple(D + n for n in ROOTS)  # (spelled once, asked every check)
+_GROUP_QNS = (D + "new_group",)
 
 
 class RankVaryingRoot(Rule):
@@ -21,6 +22,13 @@ class RankVaryingRoot(Rule):
     variants `broadcast_object_list`, `gather_object`, `scatter_object_list`) whose `src` / `dst`
     differs between ranks: the rank itself (`dst=local_rank`, `src=dist.get_rank()`), or something
     computed from it or from this rank's data.
+
+    The same holds for the member list of `dist.new_group(ranks)`, which every rank of the default
+    group must call for every group, with the same members, in the same order: a list computed from
+    this rank (`new_group(list(range(rank - rank % k, rank - rank % k + k)))`, a `while rank not in
+    perm[i:i + k]: i += k` search) means each rank makes only the group it belongs to. A group of one
+    (`new_group([dist.get_rank()])`) and `use_local_synchronization=True` (made by its members only)
+    are not flagged.
 
     Collectives on an explicit subgroup (`group=`) are not checked: a root computed from the rank
     is often the same for every member of that subgroup.
@@ -41,6 +49,11 @@ class RankVaryingRoot(Rule):
     dist.reduce(loss, dst=local_rank)
     ```
 
+    ```python
+    first = rank - rank % 2
+    pair = dist.new_group([first, first + 1])  # rank 2 makes [2, 3] while rank 0 makes [0, 1]
+    ```
+
     ## Use instead
     ```python
     dist.reduce(loss, dst=0)
@@ -48,15 +61,23 @@ class RankVaryingRoot(Rule):
         print(loss / dist.get_world_size())
     ```
 
+    ```python
+    for first in range(0, world_size, 2):  # every rank makes every group, in order
+        g = dist.new_group([first, first + 1])
+        if rank in (first, first + 1):
+            pair = g
+    ```
+
     ## Fix safety
-    There is no automatic fix: which rank should be the root is the program's decision.
+    There is no automatic fix: which rank should be the root, and how the groups are laid out, is
+    the program's decision.
     """
 
     code = "DDP108"
     name = "rank-varying-root"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("src", "dst", "broadcast", "reduce", "gather", "scatter", *FLOW_TEXT)
+    requires_text = ("src", "dst", "broadcast", "reduce", "gather", "scatter", "new_group", *FLOW_TEXT)
     requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
@@ -84,7 +105,35 @@ class RankVaryingRoot(Rule):
                 "must name the same root, or the ranks wait for different peers",
                 related=source_related(ctx, v),
             )
+        self._group_members(ctx, ev)
         self._through_helpers(ctx, an)
+
+    def _group_members(self, ctx, ev) -> None:
+        """``new_group(ranks)`` whose member list differs between ranks (each rank builds only the
+        group it belongs to): every rank of the default group must make every group, with the same
+        members, in the same order. A group of one (``new_group([dist.get_rank()])``) needs no
+        exchange between its members and is left alone."""
+        for c in ctx.calls_to(*_GROUP_QNS):
+            op = ctx.qn(c)[len(D):]
+            v_local = get_arg(c, None, "use_local_synchronization")
+            if v_local is not None and not (isinstance(v_local, ast.Constant) and v_local.value is False):
+                continue  # made by its members only: each member passes its own group's list
+            members = get_arg(c, 0, "ranks")
+            if members is None or isinstance(members, (ast.List, ast.Tuple)) and len(members.elts) == 1:
+                continue
+            v = ev.value(members)
+            if not v.varying:
+                continue
+            if by_name_only(v) and designates_by_default(ctx.sem.enclosing_function(c), members):
+                continue
+            ctx.report(
+                members,
+                f"the members `{text(ctx, members)}` of `{op}` are rank-varying ({source_words(ctx, v)}); every "
+                "rank must make every group with the same members in the same order, or the groups are "
+                "mismatched and their first collective hangs. Loop over all the groups on every rank and "
+                "keep the one this rank is in",
+                related=source_related(ctx, v),
+            )
 
     def _through_helpers(self, ctx, an) -> None:
         """A helper (this file or another of the project) whose rooted collective takes its root

@@ -6,6 +6,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import parent
 from ..flow.lifecycle import DESTROY, INIT, both_branches, covered, events
+from ..flow.lifecycle_returns import skipped_without_init
 from ._common import D
 from ._flow import scopes
 
@@ -24,7 +25,11 @@ class DestroyWithoutInit(Rule):
     Inits and destroys are followed through project functions, in this file or another module of
     the project (`flow.lifecycle`): `setup(args)` that initialises only when `RANK` is set (an early
     `return` otherwise) is a conditional init at its call, and `cleanup()` whose body destroys
-    unconditionally is a destroy at its call. The file itself must call `init_process_group` or
+    unconditionally is a destroy at its call. Such a helper's returns are read too: when every
+    `return` that no init comes before gives values that switch the destroy's guard off
+    (`return 0, 1, device` before the init, `rank, world, device = setup()`, then `distributed =
+    world > 1` ... `if distributed: destroy_process_group()`; a `False` returned and tested), the
+    destroy never runs without the group and is not flagged. The file itself must call `init_process_group` or
     `destroy_process_group` (the other may come through a helper). Only conditions on the
     distributed mode count (`args.distributed`, `world_size > 1`, `"RANK" in os.environ`: the
     path where they fail is the single-process run); an init under any other test (a rank, a mode
@@ -101,6 +106,8 @@ class DestroyWithoutInit(Rule):
                 conds = {i: [c for c in i.conds if id(c[0]) not in both] for i in prior}
                 if any(i.sure == "must" and covered(sem, conds[i], d.conds) for i in prior):
                     continue
+                if all(not conds[i] and skipped_without_init(an, an.main, i, d) for i in prior):
+                    continue  # every path of a helper that does not init switches the destroy off
                 self._report(ctx, d, prior[-1], conds[prior[-1]])
                 done.add(id(d.call))
         self._no_group_path(ctx, done)

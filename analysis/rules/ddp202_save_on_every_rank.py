@@ -139,7 +139,9 @@ class SaveOnEveryRank(Rule):
     # project module it imports, where a helper it calls may write)
     # is_distributed_script: a launch call is spelled in the file; an ``Accelerator``; else (a
     # library) a rank or main-rank test (``polarity``: a rank-like or main-like name, a world size)
-    requires_text = (*LAUNCH_TEXT, "Accelerator", *_RANK_TEST_TEXT)
+    # (``torch.save``: a library's save helper that a distributed script runs on every rank,
+    # through modules that start nothing: ``_entry_report``)
+    requires_text = (*LAUNCH_TEXT, "Accelerator", *_RANK_TEST_TEXT, "torch.save")
 
     @classmethod
     def reach(cls, text, filename):
@@ -286,7 +288,7 @@ def _entry_report(ctx, call, what: str, noun: str) -> bool:
     from ..flow.findings import node_span
 
     where = os.path.basename(caller.filename or "")
-    ctx.report(call, f"{what} runs on every rank: {where} line {site.lineno} calls it on every rank, and "
+    ctx.report(call, f"{what} runs on every rank: {where} line {site.lineno} runs it on every rank, and "
                      f"every rank writes the same path: concurrent writers corrupt the {noun}; guard it "
                      "with a main-rank test (or make the path rank-specific)",
                related=[("file", caller.filename, node_span(ctx, caller.filename, site),
