@@ -490,7 +490,7 @@ def main_only_value(ctx, name: str, scope: ast.AST, depth: int = 0) -> bool:
 
 def _main_only_value(ctx, name: str, scope: ast.AST, depth: int) -> bool:
     from .helper_calls import bind_args
-    from .params import call_sites_here
+    from .calls import call_sites_here
 
     sem = ctx.sem
     binds = sem.assignments(scope).get(name)
