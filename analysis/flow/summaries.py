@@ -433,7 +433,8 @@ class Summaries(Roots):
                                     for a in (*c.args, *(k.value for k in c.keywords)))
                                 or (f.__class__ is Attribute and f.value.__class__ is Name
                                     and (f.value.id in instances or (f.value.id == "self" and ctx is not None
-                                                                     and ctx.self_wraps)))):
+                                                                     and ctx.self_wraps)))
+                                or (f.__class__ is Attribute and on_fresh_instance(f, view))):
                     sub = call_context(self, view, c, target, ctx, want_binds=False)
                 if ctx is None:
                     _memo(view, None, "wrap_contexts")[id(c)] = sub  # for ``control.context_divergences``
