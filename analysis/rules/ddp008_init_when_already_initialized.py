@@ -31,7 +31,12 @@ class InitWhenAlreadyInitialized(Rule):
     through its methods and project helpers, with no test on the group on the way
     (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
     one process (a second runner, a test that builds two) meets a group that exists. A script's
-    class, a private class (`_Engine`) and methods other than `__init__` are left alone.
+    class, a private class (`_Engine`) and methods other than `__init__` are left alone, and so is
+    a class the project builds (itself or a subclass) at exactly one call that runs at most once per
+    process: on a script's top level, or in an undecorated function whose only call is there and
+    that no other module imports (`if __name__ == "__main__": main()` -> `Trainer(cfg)`), where
+    no decorator, string, factory or other use of the class names may build another instance. A
+    class the project never builds (a library's public API) is still reported.
 
     ## Why is this bad?
     The default group can be created once per process. The second call raises:
