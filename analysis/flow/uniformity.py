@@ -402,8 +402,7 @@ class Evaluator:
         n = _terminal(it) if isinstance(it, (ast.Name, ast.Attribute)) else None
         if n and _DATA_SRC_NAME.search(n):
             return it
-        from .origins import sharded_loader  # lazy: origins follows helpers' returns
-        if isinstance(it, ast.Name) and sharded_loader(self.hub, self.view, it):
+        if isinstance(it, ast.Name) and self.hub.sharded_loader(self.view, it):  # ``flow.origins``
             return it
         if self.ctx is not None and isinstance(it, ast.Name) and it.id in self.ctx.loaders:
             kind, fn = reaching(self.view, it.id, it)
