@@ -371,6 +371,11 @@ class Analysis(Summaries):
                                         idx.setdefault(sub.attr, []).append(n)
         return idx.get(attr.attr, [])
 
+    def sharded_loader(self, view, name: ast.Name) -> bool:
+        from .origins import sharded_loader  # lazy: origins follows helpers' returns
+
+        return sharded_loader(self, view, name)
+
     def self_attr_value(self, view, attr: ast.Attribute, d: int):
         vals = self.self_attr_bindings(view, attr)
         if not vals or len(vals) > 8:

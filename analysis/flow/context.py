@@ -21,7 +21,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from .bindings import reaching
-from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance_names
+from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance_names, on_fresh_instance
 from .calls import call_args, self_offset  # noqa: F401  (the callers' names for them)
 from .params import by_name_only, designates_by_default
 from .uniformity import _DATA_SRC_NAME
@@ -105,22 +105,27 @@ def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = Tru
 
 def _self_wraps(hub, view, call: ast.Call, tv, fn, pctx) -> dict:
     """Attributes of ``self`` that hold a DDP-wrapped module when ``fn`` (a method) runs for this
-    call: ``trainer.fit()`` on ``trainer = Trainer(ddp_model)`` whose ``__init__`` stores the
-    parameter (``self.model = model``), or ``self.step()`` inside a method analysed with them."""
+    call: ``trainer.fit()`` on ``trainer = Trainer(ddp_model)`` (or ``Trainer(ddp_model).fit()``)
+    whose ``__init__`` stores the parameter (``self.model = model``), or ``self.step()`` inside a method analysed with them."""
     f = call.func
     cls = parent(fn)
-    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and isinstance(cls, ast.ClassDef)):
+    if not (isinstance(f, ast.Attribute) and isinstance(cls, ast.ClassDef)):
         return {}
-    if f.value.id == "self":
+    if on_fresh_instance(f, view):
+        ctor = f.value  # ``Trainer(ddp_model).fit()``: the instance this call builds
+    elif not isinstance(f.value, ast.Name):
+        return {}
+    elif f.value.id == "self":
         if pctx is not None and pctx.self_wraps and parent(pctx.fn) is cls:
             return pctx.self_wraps
         return {}
-    if f.value.id not in instance_names(view):
+    elif f.value.id not in instance_names(view):
         return {}
-    kind, evs = reaching(view, f.value.id, call)
-    if kind not in ("events", "global") or len(evs or ()) != 1 or not isinstance(evs[0], ast.Assign):
-        return {}
-    ctor = evs[0].value
+    else:
+        kind, evs = reaching(view, f.value.id, call)
+        if kind not in ("events", "global") or len(evs or ()) != 1 or not isinstance(evs[0], ast.Assign):
+            return {}
+        ctor = evs[0].value
     init = next((st for st in cls.body if isinstance(st, FUNC_TYPES) and st.name == "__init__"), None)
     if init is None or not isinstance(ctor, ast.Call):
         return {}

@@ -21,7 +21,7 @@ import ast
 from ..semantic import BRANCHING, FUNC_TYPES, parent
 from .bindings import LOOPS
 from .context import call_context
-from .calls import _wrapped, calls_by_name, instance_names
+from .calls import _wrapped, calls_by_name, instance_names, on_fresh_instance
 from .summaries import INIT, _calls_in, dist_mode_test
 from .unconditional import _holders_of_returns, holders_of
 
@@ -450,8 +450,9 @@ def context_divergences(hub, view, scopes) -> list[Divergence]:
             tv, fn = target
             if not hub.summary(tv, fn).collectives and not any(
                     _arg_name(a) in wrapped for a in (*c.args, *(k.value for k in c.keywords))) and not (
-                    wrapped and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                    and c.func.value.id in instances):
+                    wrapped and isinstance(c.func, ast.Attribute) and (
+                        isinstance(c.func.value, ast.Name) and c.func.value.id in instances
+                        or on_fresh_instance(c.func, view))):
                 continue
             wctx = view.memo.get("wrap_contexts", {})
             if not _may_diverge(hub, tv, fn) and (

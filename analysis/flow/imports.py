@@ -214,3 +214,47 @@ def _import_use(hub, view, depth):
             if eff is not None:
                 return ImportUse(eff, ())
     return None
+
+
+_ONCE_STOP = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+              ast.Lambda, ast.ClassDef)
+
+
+def _outside_loops(node: ast.AST) -> ast.AST | None:
+    """The function (or module) whose every run runs ``node`` at most once: no loop, comprehension,
+    lambda or class body between them; None when there is one."""
+    p = parent(node)
+    while p is not None:
+        if isinstance(p, _ONCE_STOP):
+            return None
+        if isinstance(p, (*FUNC_TYPES, ast.Module)):
+            return p
+        p = parent(p)
+    return None
+
+
+def once_per_run(ctx, call: ast.Call) -> list[str] | None:
+    """``call`` runs at most once each time its module runs (as a script or an import, which
+    Python does once per process): in no loop, comprehension or lambda, on the module's top level
+    or in an undecorated module-level function whose only uses in the module are one call made
+    that way from the top level (``if __name__ == "__main__": main()``). Returns the names of
+    those functions (``[]`` on the top level): another module that names one may call it again,
+    which the caller judges. None when it cannot tell."""
+    from .params import call_sites_here  # lazy: params sits above uniformity
+
+    names: list[str] = []
+    node = call
+    for _ in range(4):
+        holder = _outside_loops(node)
+        if holder is None:
+            return None
+        if isinstance(holder, ast.Module):
+            return names
+        if holder.decorator_list or not isinstance(parent(holder), ast.Module):
+            return None  # a decorator may run it again (``@hydra.main`` in a multirun); a method
+        sites = call_sites_here(ctx, holder)
+        if len(sites) != 1 or len(ctx.sem.functions.get(holder.name, ())) != 1:
+            return None
+        names.append(holder.name)
+        node = sites[0]
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from ..torch_api import constant_of
 from .bindings import reaching, target_path
 
@@ -278,6 +278,25 @@ def helper_results(hub, view, pred) -> list:
         if got and all(isinstance(e, ast.Call) and pred(v, e) for v, e in got):
             out.append((c, got[0]))
     return out
+
+
+def sharded_loader(hub, view, name: ast.Name) -> bool:
+    """``name`` holds a DataLoader over a ``DistributedSampler`` that a project function built and
+    returned (``train_dl, val_dl, sampler = make_loaders(cfg)``): this rank's shard, whatever the
+    name. Only for a name bound to a project call's result, and only when every origin is such a
+    loader (a sampler chosen by a condition, or none, is not known to shard)."""
+    from .uniformity import _LOADER_QNS  # lazy: uniformity asks this module
+
+    kind, evs = reaching(view, name.id, name)
+    if kind not in ("events", "global") or not evs or not all(
+            isinstance(e, ast.Assign) and isinstance(e.value, ast.Call) for e in evs):
+        return False
+    if not any(hub.resolve_call(view, e.value) is not None for e in evs):
+        return False
+    got = origins(hub, view, name, name, keep_path=True)
+    return bool(got) and all(
+        isinstance(e, ast.Call) and not rest and v.sem.call_qualname(e) in _LOADER_QNS
+        and hub.evaluator(v)._is_dist_sampler(get_arg(e, None, "sampler")) for v, e, rest in got)
 
 
 def qn_pred(*qns: str):

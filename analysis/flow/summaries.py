@@ -431,9 +431,9 @@ class Summaries(Roots):
                 sub = None
                 if wrapped and (any(_name_of_any(a) in wrapped or _is_ctor(sem, a)
                                     for a in (*c.args, *(k.value for k in c.keywords)))
-                                or (f.__class__ is Attribute and f.value.__class__ is Name
+                                or (f.__class__ is Attribute and (on_fresh_instance(f, view) or f.value.__class__ is Name
                                     and (f.value.id in instances or (f.value.id == "self" and ctx is not None
-                                                                     and ctx.self_wraps)))):
+                                                                     and ctx.self_wraps))))):
                     sub = call_context(self, view, c, target, ctx, want_binds=False)
                 if ctx is None:
                     _memo(view, None, "wrap_contexts")[id(c)] = sub  # for ``control.context_divergences``

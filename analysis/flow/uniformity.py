@@ -402,6 +402,8 @@ class Evaluator:
         n = _terminal(it) if isinstance(it, (ast.Name, ast.Attribute)) else None
         if n and _DATA_SRC_NAME.search(n):
             return it
+        if isinstance(it, ast.Name) and self.hub.sharded_loader(self.view, it):  # ``flow.origins``
+            return it
         if self.ctx is not None and isinstance(it, ast.Name) and it.id in self.ctx.loaders:
             kind, fn = reaching(self.view, it.id, it)
             if kind == "param" and fn is self.ctx.fn:
@@ -669,7 +671,6 @@ class Evaluator:
 def _is_none(e: ast.AST) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
 
-
 # methods that move a module or a tensor to a device (or a dtype) and keep its contents
 _MOVES = frozenset({"cuda", "to", "cpu"})
 
@@ -692,7 +693,6 @@ def _text(e: ast.AST) -> str:
 def function_of(sem, node: ast.AST):
     s = binding_scope(sem, node)
     return s if isinstance(s, FUNC_TYPES) else None
-
 
 __all__ = ["Value", "Src", "U", "X", "join", "Evaluator", "RANK", "DATA", "CLOCK", "RNG", "parent"]
 

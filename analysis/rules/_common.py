@@ -573,3 +573,72 @@ def _helper_context(main, view):
         c._helper_view = view
         return c
     return main.memo(("common.helper_ctx", view.path), build)
+
+
+_MAX_ALL_FILES = 4000
+
+
+def _every_py_file(top: str) -> tuple | None:
+    """Every ``.py`` file under ``top`` (any depth, skipping ``_SKIP_DIRS`` and hidden folders), or
+    None when there are more than ``_MAX_ALL_FILES``: a complete listing or none."""
+    import os
+
+    out: list[str] = []
+    for d, dirs, files in os.walk(top):
+        dirs[:] = sorted(x for x in dirs if not x.startswith(".") and x not in _SKIP_DIRS)
+        for f in sorted(files):
+            if f.endswith(".py"):
+                p = os.path.join(d, f)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    out.append(os.path.abspath(p))
+        if len(out) > _MAX_ALL_FILES:
+            return None
+    return tuple(out)
+
+
+def project_files_naming(ctx, words, also=()) -> list | None:
+    """Every file of this project (this one included, first) whose text holds one of ``words`` as
+    a whole word (and each of ``also``): ``[(context, view)]``, the others loaded through the flow layer (so they count as
+    dependencies of this check). None when the answer may be incomplete: the file is not on disk,
+    the project has more than ``_MAX_ALL_FILES`` files, or a file holding a word could not be
+    loaded as a module of the project (its uses of the word are unknown)."""
+    import os
+
+    from ..context import Context
+    from ..flow import for_context, project
+    from ..source import SourceText
+
+    if not ctx.filename or ctx.filename.startswith("<") or not project.is_file(os.path.abspath(ctx.filename)):
+        return None
+    here = os.path.abspath(ctx.filename)
+    roots = project.roots_for(here)
+    top = roots[1] if len(roots) > 1 else roots[0]
+    listing = _every_py_file(top) if project.disk_allowed() else tuple(project.documents_under(top))
+    if listing is None:
+        return None
+    an = for_context(ctx)
+    pat = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(words)) + r")(?!\w)")
+    out = [(ctx, an.main)]
+    for path in listing:
+        if path == here:
+            continue
+        text = _text_of(path)
+        if text is None or not pat.search(text):
+            continue
+        if any(not re.search(r"(?<!\w)" + re.escape(w) + r"(?!\w)", text) for w in also):
+            continue
+        view = None
+        for root in roots:  # the module name it has under the innermost root that holds it
+            rel = os.path.relpath(path, root)
+            if rel.startswith(".."):
+                continue
+            mod = rel[:-3].replace(os.sep, ".")
+            if mod.endswith(".__init__"):
+                mod = mod[: -len(".__init__")]
+            view = an.module_view(an.main, mod, 0)
+            if view is not None and view.path == path:
+                break
+        if view is None or view is an.main or view.path != path:
+            return None
+        out.append((Context(SourceText(view.text), view.sem, path), view))
+    return out

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from ..model import Applicability, Severity
 from ..registry import Rule
@@ -30,7 +31,12 @@ class InitWhenAlreadyInitialized(Rule):
     through its methods and project helpers, with no test on the group on the way
     (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
     one process (a second runner, a test that builds two) meets a group that exists. A script's
-    class, a private class (`_Engine`) and methods other than `__init__` are left alone.
+    class, a private class (`_Engine`) and methods other than `__init__` are left alone, and so is
+    a class the project builds (itself or a subclass) at exactly one call that runs at most once per
+    process: on a script's top level, or in an undecorated function whose only call is there and
+    that no other module imports (`if __name__ == "__main__": main()` -> `Trainer(cfg)`), where
+    no decorator, string, factory or other use of the class names may build another instance. A
+    class the project never builds (a library's public API) is still reported.
 
     ## Why is this bad?
     The default group can be created once per process. The second call raises:
@@ -121,6 +127,8 @@ class InitWhenAlreadyInitialized(Rule):
             _constructors(self, ctx)
 
     def _report_ctor(self, ctx, call, cls, via) -> None:
+        if ctx.memo(("ddp008.built_once", id(cls)), lambda: _built_once(ctx, cls)):
+            return  # the project's only construction runs once per process: no second instance
         what = "`init_process_group(...)`" if via is None else f"`{ctx.text(call.func)}(...)`, which calls `init_process_group`,"
         ctx.report(
             call,
@@ -214,3 +222,95 @@ def _constructors(rule, ctx) -> None:
                 via = init_when_present(an, tview, tfn)
                 if via is not None:
                     rule._report_ctor(ctx, c, cls, via)
+
+
+def _built_once(ctx, cls: ast.ClassDef) -> bool:
+    """The project builds ``cls`` (or a project subclass) at exactly one place, which runs at most
+    once per process (``flow.imports.once_per_run``), and names those classes nowhere else but in
+    imports, base-class lists, ``isinstance`` tests and annotations: no decorator (a registry), no
+    string (a config's target), no use as a value (a factory) may build another instance.
+    False whenever in doubt, and for a class the project never builds (a library's)."""
+    from ._common import project_files_naming
+    from ..flow.imports import once_per_run
+
+    names, calls, done = {cls.name}, [], False
+    while not done:
+        files = project_files_naming(ctx, names)
+        if files is None:
+            return False
+        done, calls = True, []
+        for fctx, view in files:
+            for n in ast.walk(view.sem.tree):
+                t = n.__class__
+                if t is ast.ClassDef:
+                    if n.name in names and n.decorator_list:
+                        return False
+                    continue
+                if t is ast.Constant:
+                    if isinstance(n.value, str) and any(w in names for w in re.findall(r"\w+", n.value)):
+                        return False  # a config or registry may name it: built where we cannot see
+                    continue
+                if t is ast.Name:
+                    word = n.id
+                elif t is ast.Attribute:
+                    word = n.attr
+                else:
+                    continue
+                if word not in names:
+                    continue
+                p = parent(n)
+                if p.__class__ is ast.Call and p.func is n:
+                    calls.append((fctx, p))
+                elif p.__class__ is ast.ClassDef and n in p.bases:
+                    if p.name not in names:
+                        names.add(p.name)
+                        done = False  # a subclass: its constructions and uses count too
+                elif not _harmless_use(n, p):
+                    return False
+    if len(calls) != 1:
+        return False
+    fctx, call = calls[0]
+    via = once_per_run(fctx, call)
+    if via is None:
+        return False
+    if via:
+        # another module that imports the one holding the function may call it again
+        import os
+
+        stem = os.path.splitext(os.path.basename(fctx.filename))[0]
+        others = project_files_naming(ctx, set(via), also=(stem,))
+        if others is None:
+            return False
+        for octx, oview in others:
+            if octx.filename != fctx.filename and _names_any(oview, via) and _imports_module(oview, stem):
+                return False
+    return True
+
+
+def _names_any(view, words) -> bool:
+    return any((n.__class__ is ast.Name and n.id in words) or (n.__class__ is ast.Attribute and n.attr in words)
+               for n in ast.walk(view.sem.tree))
+
+
+def _imports_module(view, stem: str) -> bool:
+    for n in view.sem.imports:
+        if n.__class__ is ast.ImportFrom:
+            if stem in (n.module or "").split(".") or any(a.name == stem for a in n.names):
+                return True
+        elif any(stem in a.name.split(".") for a in n.names):
+            return True
+    return False
+
+
+def _harmless_use(n: ast.AST, p: ast.AST) -> bool:
+    """A use of a class name that builds nothing: a test of a value's type (``isinstance(x, C)``,
+    ``issubclass``), an annotation, an ``except`` clause."""
+    while p.__class__ in (ast.Tuple, ast.Subscript, ast.BinOp, ast.Attribute) and p is not None:
+        n, p = p, parent(p)
+    if p.__class__ is ast.Call and p.func.__class__ is ast.Name and p.func.id in ("isinstance", "issubclass") \
+            and n in p.args[1:]:
+        return True
+    if p.__class__ in (ast.arg, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef) and (
+            getattr(p, "annotation", None) is n or getattr(p, "returns", None) is n):
+        return True
+    return p.__class__ is ast.ExceptHandler and p.type is n

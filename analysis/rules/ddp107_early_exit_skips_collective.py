@@ -41,7 +41,7 @@ class EarlyExitSkipsCollective(Rule):
 
     Helpers are analysed as each call runs them: a step function that receives the DDP-wrapped
     model and this rank's batch (`train_step(ddp_model, batch, opt)`, a `Trainer` method using
-    `self.model`) and returns early on the batch (`if keep.sum() == 0: return None`) skips DDP's
+    `self.model`, also called on the instance it builds: `Trainer(ddp_model).fit(...)`) and returns early on the batch (`if keep.sum() == 0: return None`) skips DDP's
     gradient all-reduce in its `loss.backward()`; a helper of another file that trains the model it
     receives makes that all-reduce at the call, and a value it returns from this rank's data
     (`val_loss = validate(model, val_loader)`) is rank-varying. When the exit lives in a helper of
