@@ -394,9 +394,13 @@ def path_key(vctx, expr: ast.AST, depth: int = 0) -> str | None:
             if inner is not None and inner.startswith(("param:", "name:")):
                 return inner + "." + expr.attr
             return "attr:" + ast.unparse(expr)
-        if isinstance(base, ast.Name):
-            return "attr:" + ast.unparse(expr)
-        return None
+        return "attr:" + ast.unparse(expr) if isinstance(base, ast.Name) else None
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and type(expr.slice.value) in (str, int):
+        # ``cfg["root"]``: an entry under a literal key keys like an attribute
+        inner = path_key(vctx, expr.value, depth + 1) if isinstance(expr.value, (ast.Name, ast.Attribute)) else None
+        if isinstance(expr.value, ast.Name) and (inner is None or not inner.startswith(("param:", "name:"))):
+            return None if expr.value.id == "self" else "attr:" + ast.unparse(expr)
+        return None if inner is None else f"{inner}[{expr.slice.value!r}]"
     if isinstance(expr, ast.Call):
         qn = vctx.qn(expr) or ""
         if qn in _PATH_CALLS and expr.args and not expr.keywords:
@@ -621,16 +625,17 @@ def may_resolve_any(view, call: ast.Call) -> bool:
 _PARAM = re.compile(r"param:([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
 
 
-def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0) -> list[FsEffect]:
+def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=None) -> list[FsEffect]:
     """The effects of ``call`` of the project function ``target`` (view, fn), their path keys
     rewritten in this call's terms: each parameter of ``fn`` the path is made of is replaced by the
     key of the argument given for it (``key``, ``args``); a path that is exactly one parameter (or
     an attribute of one) becomes the argument expression itself (``path``, ``view``). A path of
-    another module made of anything else keeps no key (it cannot be compared with this one's)."""
+    another module made of anything else keeps no key (it cannot be compared with this one's).
+    ``effs``: those of ``fn``'s effects instead (``fs_returns.main_only_effects``)."""
     from .helper_calls import bind_args
 
     tview, fn = target
-    effs = function_effects(hub, tview, fn, depth)
+    effs = function_effects(hub, tview, fn, depth) if effs is None else effs
     if not effs:
         return []
     args = bind_args(call, fn)

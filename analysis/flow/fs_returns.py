@@ -35,16 +35,19 @@ def main_only_returns(hub, view, fn) -> list:
     return got
 
 
-def _main_only_returns(hub, view, fn) -> list:
-    from ..semantic import iter_scope_nodes
-    from .bindings import reaching
+def _guarded_effects(hub, view, fn) -> list:
+    """[(call, guard ``if``, effects)] for each call of ``fn`` (not in a nested function) under a
+    main-rank test of ``fn`` (the outermost such ``if``) that produces a file or folder (a
+    download, extraction, write, folder made; directly or in a project function it calls there),
+    on a path shared by the ranks. Memoised per function."""
+    memo = view.memo.setdefault("fs.guarded_effects", {})
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    memo[id(fn)] = []  # recursion guard
     from .calls import scope_calls
     from .rank_tests import polarity
-    from .sync import synchronised_between
 
-    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
-    if not rets:
-        return []
     vctx = view_ctx(view)
     out = []
     for c in scope_calls(view, fn):
@@ -65,11 +68,55 @@ def _main_only_returns(hub, view, fn) -> list:
             target = resolve(hub, view, c)
             if target is not None and target[1] is not fn:
                 effs = call_site_effects(hub, view, c, target, 1)
+        kept = []
         for e in effs:
             if e.kind not in PRODUCES or e.path is None or e.per_rank:
                 continue
             if e.view is None:
                 e.view = e.home = view
+            kept.append(e)
+        if kept:
+            out.append((c, guard, kept))
+    memo[id(fn)] = out
+    return out
+
+
+def main_only_effects(hub, view, fn) -> list:
+    """[(effect, guard ``if``)] for each file or folder only the main rank produces inside ``fn``
+    (``_guarded_effects``) with no synchronising call of ``fn`` after that test's block: a caller
+    that runs ``fn`` on every rank and then reads the path on every rank, with no barrier after the
+    call, reads what may not exist yet (``prepare_data(root)`` downloading under ``if rank == 0``,
+    then every rank building the dataset from ``root``). The effects keep ``fn``'s parameters in
+    their paths (``bind_effects`` puts a call's arguments in)."""
+    from .sync import sync_points
+
+    if not isinstance(fn, FUNC_TYPES):
+        return []
+    got = _guarded_effects(hub, view, fn)
+    if not got:
+        return []
+    points = sync_points(hub, view, fn)
+    out = []
+    for _c, guard, effs in got:
+        end = (guard.end_lineno, guard.end_col_offset)
+        if any((p.lineno, p.col_offset) >= end for p in points):
+            continue
+        out.extend((e, guard) for e in effs)
+    return out
+
+
+def _main_only_returns(hub, view, fn) -> list:
+    from ..semantic import iter_scope_nodes
+    from .bindings import reaching
+    from .sync import synchronised_between
+
+    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
+    if not rets:
+        return []
+    vctx = view_ctx(view)
+    out = []
+    for _c, guard, effs in _guarded_effects(hub, view, fn):
+        for e in effs:
             k = e.path_key()
             for r in rets:
                 if (r.lineno, r.col_offset) < (guard.end_lineno, guard.end_col_offset):

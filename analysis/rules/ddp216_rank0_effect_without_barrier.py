@@ -43,6 +43,11 @@ class Rank0EffectWithoutBarrier(Rule):
     path with no synchronising call before its `return` (`flow.fs_returns.main_only_returns`, also
     through `return other_helper(...)`), when this function reads the returned value (the call's
     result bound to a name, also in a tuple assignment) on every rank with no barrier in between.
+    Or it sits in a project function this function runs on every rank and that returns with no
+    synchronising call after its main-rank block (`flow.fs_returns.main_only_effects`:
+    `prepare_data(cfg["root"])` that downloads under `if is_main_process():`), when this function
+    then uses the same path (bound to the call's arguments; `cfg["root"]`, an entry under a literal
+    key, keys like an attribute) after the call, with no barrier in between.
 
     A use whose path is made of a name that only the main rank sets (`out = None` then
     `if rank == 0: out = run_dir`, `flow.fs_ranks`) is not one: the other ranks do not use that
@@ -123,9 +128,17 @@ class Rank0EffectWithoutBarrier(Rule):
             calls = sem.scope_calls(scope)
             guarded = []  # (call, effect, guard if)
             polarities: dict = {}
+            inside = {}  # id(effect) -> (the helper's main-rank test, its view): made inside a helper
             for c in calls:
                 g = _main_guard(ctx, c, scope, polarities)
                 if g is None:
+                    # a project function run here on every rank that produces the path only on the
+                    # main rank and returns with no barrier (``prepare_data(root)``)
+                    if an is None and isinstance(c.func, (ast.Name, ast.Attribute)):
+                        an = for_context(ctx)
+                    for e, hg, hv in _made_inside(ctx, an, c) if an is not None else ():
+                        inside[id(e)] = (hg, hv)
+                        guarded.append((c, e, c))
                     continue
                 if an is None:
                     an = for_context(ctx)
@@ -150,7 +163,10 @@ class Rank0EffectWithoutBarrier(Rule):
                     if synchronised_between(an, an.main, scope, g, r) is not None:
                         break
                     done.add(id(g))
-                    self._report(ctx, c, e, g, r, use)
+                    if id(e) in inside:
+                        self._report_inside(ctx, c, e, *inside[id(e)], r, use)
+                    else:
+                        self._report(ctx, c, e, g, r, use)
                     break
 
     def _returned(self, ctx, an, scope, calls, polarities):
@@ -228,6 +244,20 @@ class Rank0EffectWithoutBarrier(Rule):
                      node_related(ctx, gview.path, g.test, "main-rank test in the helper")],
         )
 
+    def _report_inside(self, ctx, c, e, g, gview, r, use) -> None:
+        from ..flow.findings import node_related
+
+        what = _WORDS.get(e.kind, "writes")
+        ctx.report(
+            r,
+            f"`{ctx.text(r.func)}(...)` runs on every rank and {use} {'that' if 'folder' in use else 'what'} "
+            f"`{ctx.text(c.func)}(...)` (line {c.lineno}) {what} only on the main rank (under "
+            f"`if {ast.unparse(g.test)}:` inside it), with no barrier after it: the other ranks get a missing "
+            "or half-written file; call `dist.barrier()` after the call",
+            related=[(c, f"the main rank {what} it in this call"),
+                     node_related(ctx, gview.path, g.test, "main-rank test in the helper")],
+        )
+
     def _report(self, ctx, c, e, g, r, use) -> None:
         test = ctx.text(g.test)
         what = _WORDS.get(e.kind, "writes")
@@ -243,6 +273,30 @@ class Rank0EffectWithoutBarrier(Rule):
 
 def _pos(n):
     return n.lineno, n.col_offset
+
+
+def _made_inside(ctx, an, c) -> list:
+    """[(effect bound to ``c``'s arguments, the helper's main-rank test, its view)] for a call of
+    a project function that produces a path only on the main rank with no barrier after
+    (``flow.fs_returns.main_only_effects``)."""
+    from ..flow.fs_effects import call_site_effects, may_resolve_any, resolve
+    from ..flow.fs_returns import main_only_effects
+
+    if not may_resolve_any(an.main, c):
+        return []
+    target = resolve(an, an.main, c)
+    if target is None or target[1] is ctx.sem.enclosing_function(c):
+        return []
+    made = main_only_effects(an, *target)
+    if not made:
+        return []
+    by_node = {id(e.node): g for e, g in made}
+    out = []
+    for b in call_site_effects(an, an.main, c, target, effs=[e for e, _g in made]):
+        g = by_node.get(id(b.node))
+        if g is not None:
+            out.append((b, g, target[0]))
+    return out
 
 
 def _main_guard(ctx, node, scope, polarities: dict):
