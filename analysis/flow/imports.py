@@ -240,7 +240,7 @@ def once_per_run(ctx, call: ast.Call) -> list[str] | None:
     that way from the top level (``if __name__ == "__main__": main()``). Returns the names of
     those functions (``[]`` on the top level): another module that names one may call it again,
     which the caller judges. None when it cannot tell."""
-    from .params import call_sites_here  # lazy: params sits above uniformity
+    from .calls import call_sites_here  # lazy
 
     names: list[str] = []
     node = call
