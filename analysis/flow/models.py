@@ -29,10 +29,15 @@ def ddp_calls(ctx) -> list[ast.Call]:
     return ctx.sem.calls_to(DDP_CLASS)
 
 
-def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
+def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, may: bool = False):
     """The ``X = DDP(...)`` assignment when ``expr`` (a name or ``self.attr``) holds the DDP wrapper
     at ``at``; else None. A parameter holds it when every call of its function in the file passes
-    the wrapper (``train_one_epoch(ddp_model, ...)``, two calls deep at most)."""
+    the wrapper (``train_one_epoch(ddp_model, ...)``, two calls deep at most).
+
+    ``may=True`` also answers for a ``self.<attr>`` that holds the wrapper on some path only: the
+    class (or a project base class) binds it to the plain model and then, maybe under a condition,
+    to ``DDP(self.<attr>)`` in ``__init__`` or a method ``__init__`` calls, with no binding that
+    unwraps (``wrapped.wrap_origins``); the wrap of this file is the answer."""
     if isinstance(expr, ast.Name):
         st = reaching_assignment(ctx, expr.id, at)
         if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_CLASS:
@@ -40,7 +45,7 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
         if st is not None and isinstance(st.value, ast.Call) and returns_ddp(ctx, st.value):
             return st  # ``model = wrap(model, gpu)``: a project helper that returns the wrapper
         if st is None and depth < 2:
-            got = _param_wrapper(ctx, expr.id, at, depth)
+            got = _param_wrapper(ctx, expr.id, at, depth, may)
             if got is not None and _excluded_by_flag(ctx, at, depth):
                 return None
             return got
@@ -59,7 +64,32 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0):
                         found.append(st)
         if len(found) == 1 and not _other_self_assigns(ctx, cls, expr.attr, found[0]):
             return found[0]
+        if may:
+            return _may_self_wrap(ctx, expr, at)
     return None
+
+
+def _may_self_wrap(ctx, expr: ast.Attribute, at: ast.AST):
+    """The ``self.<attr> = DDP(...)`` of this file that ``self.<attr>`` may hold at ``at``, by its
+    origins across the methods that run first and the project base classes (``wrapped``)."""
+    memo = ctx.memo("models.may_self_wrap", dict)
+    key = (id(expr), id(at))
+    if key not in memo:
+        from .modern import hub  # lazy: the flow package imports this module
+        from .wrapped import wrap_origins
+
+        an, view = hub(ctx)
+        wraps, _always = wrap_origins(an, view, expr, at)
+        here = [_statement_of(c) for v, c in wraps if v is view and isinstance(c, ast.Call)]
+        memo[key] = next((st for st in here if isinstance(st, ast.Assign)), None)
+    return memo[key]
+
+
+def _statement_of(node: ast.AST):
+    """The statement holding ``node`` (``self.m, self.g = DDP(m), g``: the tuple assignment)."""
+    while node is not None and not isinstance(node, ast.stmt):
+        node = parent(node)
+    return node
 
 
 def returns_ddp(ctx, call: ast.Call) -> bool:
@@ -97,7 +127,7 @@ def _is_ddp_value(view, fn, e) -> bool:
     return isinstance(e, ast.Call) and (view.sem.call_qualname(e) or "") == DDP_CLASS
 
 
-def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
+def _param_wrapper(ctx, name: str, at: ast.AST, depth: int, may: bool = False):
     """The caller's ``X = DDP(...)`` when ``name`` is a parameter of the function holding ``at``,
     never rebound there, and every call of that function in the file passes the DDP wrapper for it
     (a module-level function called by name, or a method called as ``self.method(...)``). A
@@ -107,7 +137,7 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
     if fn is None or name not in param_names(fn) or sem.assignments(fn).get(name):
         return None
     memo = ctx.memo("models.param_wrapper", dict)
-    key = (id(fn), name)
+    key = (id(fn), name, may)
     if key in memo:
         return memo[key]
     memo[key] = None  # recursion guard
@@ -135,7 +165,7 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int):
         if arg is None or any(isinstance(x, ast.Starred) for x in c.args[: (idx or 0) + 1]) \
                 or any(k.arg is None for k in c.keywords):
             return None
-        st = is_ddp_wrapper(ctx, arg, c, depth + 1) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        st = is_ddp_wrapper(ctx, arg, c, depth + 1, may) if isinstance(arg, (ast.Name, ast.Attribute)) else None
         if st is None:
             return None
         found = found or st

@@ -30,6 +30,14 @@ class DdpWrapperStateDict(Rule):
     the call that passes it the wrapper (`save_checkpoint(ddp_model, ...)`), unless its module
     handles the prefix or the script loads the checkpoint back into the same wrapper.
 
+    A `self.<attr>` counts when it holds the wrapper on some path: a trainer that builds
+    `self.model = Net()` and then, maybe only when a process group is up, `self.model =
+    DDP(self.model)` in `__init__` or a setup method `__init__` calls (a tuple assignment too), with
+    no binding that unwraps it (`self.model.module`, `getattr(self.model, "module", ...)`), and saves
+    `self.model.state_dict()` in another method, directly or through a helper it passes
+    `self.model`. The distributed run writes `module.` keys that its own unwrapped load (resume, or
+    a single-process `--mode predict`) cannot read.
+
     A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`,
     or hands the wrapper to a restore helper such as `restart_from_checkpoint(path, model=ddp_model)`)
     or handles the prefix itself (mentions `"module."` or calls
@@ -61,7 +69,8 @@ class DdpWrapperStateDict(Rule):
     The fix saves `ddp_model.module.state_dict()`. It is **safe** where the wrapping always
     happens before the save: the checkpoint then holds the plain model's keys, loadable anywhere.
     Where the wrap is conditional (`if args.distributed: model = DDP(model)`), `.module` would
-    not exist on the other path, so no fix is offered.
+    not exist on the other path, so no fix is offered
+    (save `getattr(model, "module", model).state_dict()` by hand).
     """
 
     code = "DDP204"
@@ -90,11 +99,15 @@ class DdpWrapperStateDict(Rule):
                     end = ctx.src.node_end(holder)
                     fix = ctx.fix(Applicability.SAFE, "Save the wrapped module's state: `.module.state_dict()`",
                                   [Edit(Range(end, end), ".module")])
+                h = ctx.text(holder)
                 ctx.report(
                     save,
-                    f"`{ctx.text(holder)}` is the DDP wrapper: its state_dict keys carry a `module.` prefix "
+                    f"`{h}` {'is' if fix is not None else 'holds'} the DDP wrapper"
+                    f"{'' if fix is not None else ' where it is wrapped'}: its state_dict keys carry a `module.` prefix "
                     "and will not load into the plain model; save "
-                    f"`{ctx.text(holder)}.module.state_dict()`",
+                    + (f"`{h}.module.state_dict()`" if fix is not None else
+                       f"the wrapped module's state (`{h}.module` where it is wrapped, e.g. "
+                       f"`getattr({h}, \"module\", {h}).state_dict()`)"),
                     related=[(ddp_assign, "wrapped in DistributedDataParallel here")],
                     fix=fix,
                 )
@@ -177,7 +190,7 @@ def _bound_wrapper(ctx, a, call):
         if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_QN:
             return st
         return None
-    return is_ddp_wrapper(ctx, a, call)
+    return is_ddp_wrapper(ctx, a, call, may=True)
 
 
 DDP_QN = "torch.nn.parallel.DistributedDataParallel"
@@ -253,7 +266,7 @@ def _wrapper_state_dicts(ctx, obj: ast.AST, save: ast.Call, depth: int = 0):
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "state_dict" \
                 and not e.args and not e.keywords:
             holder = e.func.value
-            st = is_ddp_wrapper(ctx, holder, save)
+            st = is_ddp_wrapper(ctx, holder, save, may=True)
             if st is not None:
                 yield e, holder, st
         elif isinstance(e, ast.Name) and depth < 2 and e is not obj:
