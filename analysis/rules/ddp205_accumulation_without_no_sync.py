@@ -164,10 +164,21 @@ def _step_after(loop: ast.AST, steps: list[ast.Call]):
         if got is not None:
             later = got[1][got[1].index(node) + 1:]
             for s in steps:
-                if any(_inside(s, st) for st in later):
+                # (a step in a later loop of its own steps per iteration: not this accumulation)
+                if any(_inside(s, st) for st in later) and _loop_of(s) in (None, *_enclosing_loops(loop)):
                     return s
         node = parent(node)
     return None
+
+
+def _enclosing_loops(node: ast.AST) -> list:
+    out = []
+    for a in _ancestors(node):
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            break
+        if isinstance(a, _LOOPS):
+            out.append(a)
+    return out
 
 
 def _ddp_forward(ctx, loop: ast.AST, backward: ast.Call) -> list:
