@@ -18,9 +18,21 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 class AccumulationWithoutNoSync(Rule):
     """
     ## What it does
-    Checks for gradient accumulation in a file that wraps its model in DDP without ever using
-    `no_sync()` (or `require_backward_grad_sync`): a loop that calls `backward()` on every
-    iteration but `optimizer.step()` only under a `% accum_steps` test.
+    Checks for gradient accumulation through a DDP model in a file that never uses `no_sync()` (or
+    `require_backward_grad_sync`), in two shapes:
+
+    - a loop that calls `backward()` on every iteration but `optimizer.step()` only under a
+      `% accum_steps` test, in a file that wraps its model in DDP, or through a model that may be
+      the DDP wrapper;
+    - a `for` loop over micro-batches whose forward pass goes through a model that may be the DDP
+      wrapper and reaches `backward()`, with no optimizer step inside it and one after it
+      (`for _ in range(accum): model(x).backward()`, then `optimizer.step()`).
+
+    The wrapper may be built in this file (also under `if distributed:`: the distributed path sees
+    it), held on `self` by a trainer class, unpacked from a tuple, or passed by a caller in another
+    module of the project to a helper's parameter or a class's constructor (the finding is on the
+    helper's `backward()`, with the caller's wrap as related information). A helper that every
+    caller gives an unwrapped model stays clean.
 
     Only an optimizer's step counts (`optimizer.step()`, `opt.step()`, `scaler.step(optimizer)`), not
     a scheduler's or a logger's, and a loop that also steps an optimizer without the `%` test is not
