@@ -317,3 +317,25 @@ def callers_pass_wrapper(ctx, value, at, depth: int = 0) -> list:
             if got:
                 return got
     return []
+
+
+def ddp_wraps_of(ctx, holder, at) -> list:
+    """[(view, ``DDP(...)`` call)] of the ``DistributedDataParallel`` wrappers that ``holder`` (a
+    name or ``self.<attr>``) may hold at ``at``: through its origins in this module (a conditional
+    wrap, ``if distributed: model = DDP(model)``, counts: the distributed path sees it), or, for a
+    parameter (or a ``self.<attr>`` that ``__init__`` binds to one), through the calls of a caller
+    in another module of the project (``callers_pass_wrapper``). A wrap of this module on the other
+    branch of a test that ``at`` sits under does not count; nor does Accelerate's ``prepare``."""
+    from ..flow.modern import hub
+    from ..flow.wrapped import contradicts, guards, wrap_origins
+    from ..torch_api import DDP_CLASS
+
+    if not (isinstance(holder, ast.Name) or module_ref(holder) is not None) or isinstance(holder, ast.Call):
+        return []
+    an, view = hub(ctx)
+    wraps, _always = wrap_origins(an, view, holder, at, ordered=False)
+    wraps = [(w, c) for w, c in wraps if (w.sem.call_qualname(c) or "") == DDP_CLASS
+             and not (w is view and contradicts(guards(c), guards(at)))]
+    if wraps:
+        return wraps
+    return [(w, c) for w, c in callers_pass_wrapper(ctx, holder, at) if (w.sem.call_qualname(c) or "") == DDP_CLASS]

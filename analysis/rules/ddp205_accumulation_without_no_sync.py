@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import unicodedata
 
 from ..model import Severity
 from ..registry import Rule
@@ -9,6 +10,7 @@ from ..flow.helper_calls import calls_named
 from ..flow.models import ddp_calls
 from ..flow.mentions import mentions
 from ..semantic import parent
+from ._common import callers_may_exist
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -16,9 +18,21 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 class AccumulationWithoutNoSync(Rule):
     """
     ## What it does
-    Checks for gradient accumulation in a file that wraps its model in DDP without ever using
-    `no_sync()` (or `require_backward_grad_sync`): a loop that calls `backward()` on every
-    iteration but `optimizer.step()` only under a `% accum_steps` test.
+    Checks for gradient accumulation through a DDP model in a file that never uses `no_sync()` (or
+    `require_backward_grad_sync`), in two shapes:
+
+    - a loop that calls `backward()` on every iteration but `optimizer.step()` only under a
+      `% accum_steps` test, in a file that wraps its model in DDP, or through a model that may be
+      the DDP wrapper;
+    - a `for` loop over micro-batches whose forward pass goes through a model that may be the DDP
+      wrapper and reaches `backward()`, with no optimizer step inside it and one after it
+      (`for _ in range(accum): model(x).backward()`, then `optimizer.step()`).
+
+    The wrapper may be built in this file (also under `if distributed:`: the distributed path sees
+    it), held on `self` by a trainer class, unpacked from a tuple, or passed by a caller in another
+    module of the project to a helper's parameter or a class's constructor (the finding is on the
+    helper's `backward()`, with the caller's wrap as related information). A helper that every
+    caller gives an unwrapped model stays clean.
 
     Only an optimizer's step counts (`optimizer.step()`, `opt.step()`, `scaler.step(optimizer)`), not
     a scheduler's or a logger's, and a loop that also steps an optimizer without the `%` test is not
@@ -60,23 +74,36 @@ class AccumulationWithoutNoSync(Rule):
     name = "accumulation-without-no-sync"
     severity = Severity.INFO
     requires_text = ("backward",)
-    requires_text_all = (("DistributedDataParallel",),)  # ddp_calls
+
+    @classmethod
+    def reach(cls, text, filename):
+        # the wrap: in this file, or in a caller of the project that passes the wrapper to a helper
+        # or a class of this file (``_training.ddp_wraps_of``)
+        if "DistributedDataParallel" in text or (
+                not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)):
+            return True, {}
+        return callers_may_exist(text, filename, (("DistributedDataParallel",),))
 
     def finish(self, ctx) -> None:
-        if mentions(ctx.sem, "no_sync", "require_backward_grad_sync", text=ctx.src.text) or not ddp_calls(ctx):
+        if mentions(ctx.sem, "no_sync", "require_backward_grad_sync", text=ctx.src.text):
             return
+        local = bool(ddp_calls(ctx))
         steps_by_loop: dict[int, tuple[ast.AST, ast.If]] = {}
         backwards: list[tuple[ast.Call, ast.AST]] = []
         unguarded: dict[int, list] = {}  # loop -> optimizer steps without the `%` test
+        steps: list[ast.Call] = []
         # the ``.step`` calls, then the ``.backward`` calls, each in the file's order (what one
         # pass over all calls collected, without visiting the others)
         for c in calls_named(ctx, "step"):
             if c.func.__class__ is ast.Attribute and _optimizer_step(c):
+                steps.append(c)
                 guard, loop = _mod_guard_and_loop(c)
                 if guard is not None and loop is not None:
                     steps_by_loop.setdefault(id(loop), (loop, guard))
                 elif loop is not None:
                     unguarded.setdefault(id(loop), []).append(c)
+        if not steps:
+            return
         for c in calls_named(ctx, "backward"):
             if c.func.__class__ is ast.Attribute:
                 loop = _loop_of(c)
@@ -84,18 +111,113 @@ class AccumulationWithoutNoSync(Rule):
                     backwards.append((c, loop))
         for c, loop in backwards:
             got = steps_by_loop.get(id(loop))
-            if got is None or any(not _exclusive(c, s) for s in unguarded.get(id(loop), ())):
+            if got is None:
+                # the micro-batch shape: a ``for`` loop of forward/backward that steps no optimizer,
+                # followed in its function by the step (``for _ in range(accum): ...; opt.step()``)
+                if not isinstance(loop, ast.For) or any(_inside(s, loop) for s in steps):
+                    continue
+                step = _step_after(loop, steps)
+                if step is None:
+                    continue
+                wraps = _ddp_forward(ctx, loop, c)
+                if wraps:
+                    self._report(ctx, c, wraps, (step, "the optimizer steps once, after the loop"))
+                continue
+            if any(not _exclusive(c, s) for s in unguarded.get(id(loop), ())):
                 continue
             _, guard = got
             if _inside(c, guard) or _mod_guard_and_loop(c)[0] is not None or not _same_block(c, guard):
                 continue
-            ctx.report(
-                c,
-                "gradient accumulation on a DDP model without `no_sync()`: every `backward()` all-reduces, "
-                "but the optimizer steps only every few iterations; wrap the non-stepping iterations in "
-                "`model.no_sync()`",
-                related=[(guard.test, "the optimizer steps only under this test")],
-            )
+            # a wrap of this file (the file's own contract), or a forward in the loop through a
+            # value that may be the wrapper, also one a caller in another module passes
+            wraps = [] if local else _ddp_forward(ctx, loop, c)
+            if local or wraps:
+                self._report(ctx, c, wraps, (guard.test, "the optimizer steps only under this test"))
+
+    @staticmethod
+    def _report(ctx, c, wraps, step_related) -> None:
+        related = [step_related]
+        where = ""
+        if wraps:
+            from ..flow.findings import node_related
+            from ..flow.modern import hub
+
+            w, call = wraps[0]
+            if w is not hub(ctx)[1]:
+                where = f" (wrapped in DistributedDataParallel in {_shown(ctx, w.path)} line {call.lineno})"
+            related.append(node_related(ctx, w.path, call, "wrapped in DistributedDataParallel here"))
+        ctx.report(
+            c,
+            f"gradient accumulation on a DDP model{where} without `no_sync()`: every `backward()` "
+            "all-reduces, but the optimizer steps only every few iterations; wrap the non-stepping "
+            "iterations in `model.no_sync()`",
+            related=related,
+        )
+
+
+def _shown(ctx, path) -> str:
+    import os
+
+    if not path or not ctx.filename:
+        return str(path)
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
+    except ValueError:
+        return path
+
+
+def _step_after(loop: ast.AST, steps: list[ast.Call]):
+    """An optimizer step that runs after ``loop`` in its function: in a statement that follows the
+    loop, or one of the statements around it, in the same block."""
+    node = loop
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                                     ast.ClassDef, ast.Module)):
+        got = stmt_list_of(node) if isinstance(node, ast.stmt) else None
+        if got is not None:
+            later = got[1][got[1].index(node) + 1:]
+            for s in steps:
+                # (a step in a later loop of its own steps per iteration: not this accumulation)
+                if any(_inside(s, st) for st in later) and _loop_of(s) in (None, *_enclosing_loops(loop)):
+                    return s
+        node = parent(node)
+    return None
+
+
+def _enclosing_loops(node: ast.AST) -> list:
+    out = []
+    for a in _ancestors(node):
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            break
+        if isinstance(a, _LOOPS):
+            out.append(a)
+    return out
+
+
+def _ddp_forward(ctx, loop: ast.AST, backward: ast.Call) -> list:
+    """The wraps (``_training.ddp_wraps_of``) of a model called in ``loop`` (``model(x)``,
+    ``self.model(x)``, ``model.forward(x)``) whose result reaches a ``backward`` of its function."""
+    from ._training import ddp_wraps_of, enclosing_function, module_ref, reaches_backward
+
+    fn = enclosing_function(backward)
+    if fn is None:
+        return []
+    memo = ctx.memo("ddp205.wraps", dict)
+    for n in ast.walk(loop):
+        if not isinstance(n, ast.Call) or enclosing_function(n) is not fn:
+            continue
+        f = n.func
+        holder = f.value if isinstance(f, ast.Attribute) and f.attr == "forward" else f
+        ref = module_ref(holder) if isinstance(holder, (ast.Name, ast.Attribute)) else None
+        if ref is None or ref == ("self", "forward") or ctx.qn(holder) is not None:
+            continue
+        if not reaches_backward(ctx, n, fn):
+            continue
+        key = (id(fn), ref)
+        if key not in memo:
+            memo[key] = ddp_wraps_of(ctx, holder, n)
+        if memo[key]:
+            return memo[key]
+    return []
 
 
 def _exclusive(a: ast.AST, b: ast.AST) -> bool:
