@@ -40,7 +40,10 @@ class CpuTensorWithNccl(Rule):
     (`[torch.zeros(n) for _ in range(world_size)]` for `all_gather`). A tensor attribute of a class
     counts too (`self.stats = torch.zeros(2)` assigned once in the class and all-reduced in a
     method): a plain tensor attribute does not follow `module.cuda()`; one the class moves, rebinds
-    or registers (`register_buffer("stats", ...)`) is left alone.
+    or registers (`register_buffer("stats", ...)`) is left alone. A name bound on several paths
+    (`if rank == 0: n = torch.tensor([len(x)])` / `else: n = torch.empty(1)`) counts when every
+    binding that reaches the collective (`flow.bindings.reaching`) builds a CPU tensor; the fix
+    then adds the device to each.
 
     Files that set a default device (`torch.set_default_device`), tensors created under
     `with torch.device(...)`, calls with an explicit `group=` (it may be a gloo group), and
@@ -103,10 +106,11 @@ class CpuTensorWithNccl(Rule):
                     arg = get_arg(call, *spec)
                     if arg is None:
                         continue
+                    others: list = []
                     if spec[1].endswith("_list"):
                         ctor = _cpu_tensor_list(ctx, arg, scope)
                     else:
-                        ctor = _cpu_tensor(ctx, arg, scope)
+                        ctor = _cpu_tensor(ctx, arg, scope, others)
                     if ctor is None:
                         continue
                     if expects_error(call):
@@ -115,8 +119,9 @@ class CpuTensorWithNccl(Rule):
                         call,
                         f"`{op}` on an NCCL-only process group gets a CPU tensor: "
                         "RuntimeError: No backend type associated with device type cpu",
-                        related=[(ctor, "the tensor is created on the CPU here")] if ctor is not arg else [],
-                        fix=_make_fix(ctx, ctor),
+                        related=[(c, "the tensor is created on the CPU here") for c in (ctor, *others)]
+                        if ctor is not arg else [],
+                        fix=_make_fix(ctx, ctor, others),
                     )
                     break
         self._through_helpers(ctx)
@@ -185,12 +190,19 @@ def _under_device_context(ctx, node) -> bool:
     return False
 
 
-def _cpu_tensor(ctx, arg, scope):
+def _cpu_tensor(ctx, arg, scope, others: list | None = None):
+    """The CPU constructor of the tensor ``arg`` (``others``, when given, gets the constructors of
+    the other bindings that reach it: an ``if``/``else`` that builds it on each branch)."""
     if isinstance(arg, ast.Call):
         ctor = cpu_tensor_ctor(ctx, arg)
     elif isinstance(arg, ast.Name):
         val = ctx.sem.single_value(arg.id, scope)
-        if val is None or ctx.sem.scope_of(val) is not scope:
+        if val is None:
+            ctors = _cpu_on_every_binding(ctx, arg, scope)
+            if ctors and others is not None:
+                others.extend(ctors[1:])
+            return ctors[0] if ctors else None
+        if ctx.sem.scope_of(val) is not scope:
             return None
         ctor = cpu_tensor_ctor(ctx, val)
         if ctor is not None and _moved_in_place(ctx, arg.id, scope):
@@ -202,6 +214,27 @@ def _cpu_tensor(ctx, arg, scope):
     if ctor is None or _under_device_context(ctx, ctor):
         return None
     return ctor
+
+
+def _cpu_on_every_binding(ctx, arg: ast.Name, scope) -> list:
+    """The constructors, when every binding of ``arg`` that reaches it (``flow.bindings.reaching``)
+    is a plain assignment in ``scope`` of a CPU tensor (``t = torch.tensor([n])`` on rank 0,
+    ``t = torch.zeros(1)`` on the others) and nothing moves it in place; else []."""
+    from ..flow.bindings import reaching
+
+    kind, evs = reaching(for_context(ctx).main, arg.id, arg)
+    if kind != "events" or not evs or len(evs) > 8:
+        return []
+    ctors = []
+    for e in evs:
+        if not isinstance(e, ast.Assign) or len(e.targets) != 1 or not isinstance(e.targets[0], ast.Name) \
+                or ctx.sem.scope_of(e) is not scope:
+            return []
+        c = cpu_tensor_ctor(ctx, e.value)
+        if c is None or _under_device_context(ctx, c):
+            return []
+        ctors.append(c)
+    return [] if _moved_in_place(ctx, arg.id, scope) else ctors
 
 
 def _self_cpu_tensor(ctx, attr: ast.Attribute):
@@ -268,8 +301,8 @@ def _moved_in_place(ctx, name: str, scope) -> bool:
     return False
 
 
-def _make_fix(ctx, ctor: ast.Call):
-    if ctx.qn(ctor) in NO_DEVICE_KW:
+def _make_fix(ctx, ctor: ast.Call, others=()):
+    if ctx.qn(ctor) in NO_DEVICE_KW or any(ctx.qn(c) in NO_DEVICE_KW for c in others):
         return None
     sem = ctx.sem
     scope = sem.scope_of(ctor)
@@ -280,14 +313,15 @@ def _make_fix(ctx, ctor: ast.Call):
             return None
         cur, imp = ctx.ref("torch.cuda.current_device")
         dev = f"{cur}()"
-    parts = [*ctor.args, *ctor.keywords]
-    if parts:
-        last = parts[-1]
-        end = ctx.src.node_end(last)
-        edit = Edit(Range(end, end), f", device={dev}")
-    else:
-        # ``torch.zeros()``: insert inside the parentheses
-        end = ctx.src.node_end(ctor)
-        pos = type(end)(end.line, end.column - 1)
-        edit = Edit(Range(pos, pos), f"device={dev}")
-    return ctx.fix(Applicability.UNSAFE, f"Create the tensor on `{dev}`", [edit, *imp])
+    edits = []
+    for c in (ctor, *others):  # every constructor that reaches the collective
+        parts = [*c.args, *c.keywords]
+        if parts:
+            end = ctx.src.node_end(parts[-1])
+            edits.append(Edit(Range(end, end), f", device={dev}"))
+        else:
+            # ``torch.zeros()``: insert inside the parentheses
+            end = ctx.src.node_end(c)
+            pos = type(end)(end.line, end.column - 1)
+            edits.append(Edit(Range(pos, pos), f"device={dev}"))
+    return ctx.fix(Applicability.UNSAFE, f"Create the tensor on `{dev}`", [*edits, *imp])
