@@ -25,6 +25,7 @@ import re
 
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
+from .fs_guards import effect_guards, main_only_by_args, refuted
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
 TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217
@@ -510,7 +511,7 @@ def _function_effects(hub, view, fn, depth):
             continue
         if _nested(c, fn) or rank0_guarded(vctx, c, callers=False) is True:
             continue
-        guards = _guards(c, fn)
+        guards = effect_guards(c, fn)
         for e in effs:
             if e.view is None:
                 e.view = e.home = view
@@ -521,47 +522,6 @@ def _function_effects(hub, view, fn, depth):
             if len(out) >= 48:
                 return out
     return out
-
-
-def _guards(node, fn) -> tuple:
-    """(test, holds) for each ``if`` of ``fn`` around ``node`` (``holds``: False in its ``else``)."""
-    out = []
-    child, p = node, parent(node)
-    while p is not None and p is not fn:
-        if isinstance(p, ast.If) and child is not p.test:
-            out.append((p.test, child in p.body))
-        child, p = p, parent(p)
-    return tuple(out)
-
-
-def _refuted(sem, guards, args) -> bool:
-    """A guard on a parameter that this call gives a literal (``if dataset == "coco":`` at
-    ``create_dataset("pretrain", ...)``) does not hold: the effect does not run at this call."""
-    for test, holds in guards:
-        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
-            continue
-        a = args.get(test.left.id)
-        c = constant_of(sem, a) if a is not None else None
-        if c is None:
-            continue
-        op, right = test.ops[0], test.comparators[0]
-        if isinstance(right, ast.Constant):
-            vals = [right.value]
-        elif isinstance(right, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(x, ast.Constant) for x in right.elts):
-            vals = [x.value for x in right.elts]
-        else:
-            continue
-        if isinstance(op, (ast.Eq, ast.In)):
-            got = c.value in vals
-        elif isinstance(op, (ast.NotEq, ast.NotIn)):
-            got = c.value not in vals
-        else:
-            continue
-        if isinstance(op, (ast.Eq, ast.NotEq)) and len(vals) != 1:
-            continue
-        if got != holds:
-            return True
-    return False
 
 
 def _nested(node, fn) -> bool:
@@ -645,7 +605,7 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=No
     vctx = view_ctx(view)
     out = []
     for e in effs:
-        if e.guards and _refuted(view.sem, e.guards, args):
+        if e.guards and (refuted(view.sem, e.guards, args) or main_only_by_args(vctx, e.guards, args, call)):
             continue
         path, pview = e.path, e.view
         k = e.path_key()
