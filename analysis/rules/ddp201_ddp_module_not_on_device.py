@@ -7,6 +7,7 @@ from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.devices import first_device_id, on_device
 from ..flow.models import ddp_calls
+from ..torch_api import DDP_CLASS
 from ._common import is_simple_ref
 
 
@@ -23,6 +24,12 @@ class DdpModuleNotOnDevice(Rule):
 
     A module that comes from a function this file does not show (`build_model(cfg)`), a parameter,
     or code that gets the module handed to it before the wrap, is never flagged.
+
+    The wrap may also be in a project helper (this file or another module, a method): a function
+    that hands one of its parameters as it is (not rebound on the way) to
+    `DistributedDataParallel(param, device_ids=[...])`. A call of it given, by name, a module that
+    was built on the CPU and never moved (`model = env.wrap(model)` before `model.to(device)`) is
+    reported at the call.
 
     ## Why is this bad?
     `device_ids` tells DDP which GPU the module lives on; a CPU module makes the constructor fail:
@@ -56,7 +63,15 @@ class DdpModuleNotOnDevice(Rule):
     name = "ddp-module-not-on-device"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("DistributedDataParallel",)
+    # the wrap: in this file, or in a project helper it calls (``model = env.wrap(model)``, ``reach``)
+    requires_text = ("DistributedDataParallel", "import")
+
+    @classmethod
+    def reach(cls, text, filename):
+        # the constructor's name in this file or in a module its imports reach
+        from ..flow.reach import reaches
+
+        return reaches(filename, text, ("DistributedDataParallel",))
 
     def finish(self, ctx) -> None:
         for call in ddp_calls(ctx):
@@ -84,3 +99,68 @@ class DdpModuleNotOnDevice(Rule):
                 "ValueError (device_ids only work with GPU modules); move it with `.to(device)` first",
                 fix=fix,
             )
+        self._through_helpers(ctx)
+
+    def _through_helpers(self, ctx) -> None:
+        """``model = wrap(model)`` where the project helper ``wrap`` (this file or another module)
+        hands its parameter as it is to ``DistributedDataParallel(..., device_ids=[...])``, and the
+        module given here was built on the CPU and never moved: reported at the call."""
+        from ..flow import for_context
+        from ..flow.helper_calls import bind_args
+
+        an = None
+        for call in ctx.sem.calls:
+            # the module is handed over by name (``wrap(model)``, ``wrap(module=net)``)
+            if not any(isinstance(a, ast.Name) for a in (*call.args, *(k.value for k in call.keywords))):
+                continue
+            if an is None:
+                an = for_context(ctx)
+            target = an.resolve_call(an.main, call)
+            if target is None or target[1] is ctx.sem.enclosing_function(call):
+                continue
+            param = _wrapped_param(target[0], target[1])
+            if param is None:
+                continue
+            arg = bind_args(call, target[1]).get(param)
+            if arg is None or on_device(ctx, arg, call) is not False:
+                continue
+            name = getattr(target[1], "name", "?")
+            ctx.report(
+                call,
+                f"`{ctx.text(arg)}` is still on the CPU when `{name}(...)` wraps it with `device_ids` (line "
+                f"{_wrap_line(target[0], target[1], param)} of its module): DDP raises ValueError (device_ids "
+                "only work with GPU modules); move it with `.to(device)` before the call",
+            )
+
+
+def _wrapped_param(view, fn) -> str | None:
+    """The parameter of ``fn`` it hands as it is (not rebound on the way) to
+    ``DistributedDataParallel(param, device_ids=[...])``; memoised per function."""
+    from ..semantic import FUNC_TYPES
+    from ..flow.bindings import reaching
+    from ..flow.calls import scope_calls
+
+    if not isinstance(fn, FUNC_TYPES):
+        return None
+    memo = view.memo.setdefault("ddp201.wrapped_param", {})
+    if id(fn) in memo:
+        return memo[id(fn)][0]
+    got = (None, None)
+    for c in scope_calls(view, fn):
+        if view.sem.call_qualname(c) != DDP_CLASS:
+            continue
+        ids = get_arg(c, 1, "device_ids")
+        mod = get_arg(c, 0, "module")
+        if not isinstance(ids, (ast.List, ast.Tuple)) or not ids.elts or not isinstance(mod, ast.Name):
+            continue
+        kind, where = reaching(view, mod.id, c)
+        if kind == "param" and where is fn:
+            got = (mod.id, c.lineno)
+            break
+    memo[id(fn)] = got
+    return got[0]
+
+
+def _wrap_line(view, fn, param) -> int:
+    _wrapped_param(view, fn)
+    return view.memo["ddp201.wrapped_param"][id(fn)][1]
