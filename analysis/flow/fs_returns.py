@@ -53,6 +53,16 @@ def _guarded_effects(hub, view, fn) -> list:
     for c in scope_calls(view, fn):
         if _nested(c, fn):
             continue
+        # what the call produces first (a vocabulary lookup; a project helper's summary is memoised),
+        # the main-rank test around it only for a call that produces something
+        effs = call_effects(vctx, c)
+        if not effs and may_resolve_any(view, c):
+            target = resolve(hub, view, c)
+            if target is not None and target[1] is not fn:
+                effs = call_site_effects(hub, view, c, target, 1)
+        effs = [e for e in effs if e.kind in PRODUCES and e.path is not None and not e.per_rank]
+        if not effs:
+            continue
         guard = None
         child, p = c, parent(c)
         while p is not None and p is not fn:
@@ -63,15 +73,8 @@ def _guarded_effects(hub, view, fn) -> list:
             child, p = p, parent(p)
         if guard is None:
             continue
-        effs = call_effects(vctx, c)
-        if not effs and may_resolve_any(view, c):
-            target = resolve(hub, view, c)
-            if target is not None and target[1] is not fn:
-                effs = call_site_effects(hub, view, c, target, 1)
         kept = []
         for e in effs:
-            if e.kind not in PRODUCES or e.path is None or e.per_rank:
-                continue
             if e.view is None:
                 e.view = e.home = view
             kept.append(e)
@@ -87,7 +90,7 @@ def main_only_effects(hub, view, fn) -> list:
     that runs ``fn`` on every rank and then reads the path on every rank, with no barrier after the
     call, reads what may not exist yet (``prepare_data(root)`` downloading under ``if rank == 0``,
     then every rank building the dataset from ``root``). The effects keep ``fn``'s parameters in
-    their paths (``bind_effects`` puts a call's arguments in)."""
+    their paths (``call_site_effects(..., effs=...)`` puts a call's arguments in)."""
     from .sync import sync_points
 
     if not isinstance(fn, FUNC_TYPES):
