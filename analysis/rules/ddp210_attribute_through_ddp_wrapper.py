@@ -305,14 +305,21 @@ def _one_process_notebook(ctx) -> bool:
 _MODE_ATTRS = frozenset({"distributed_type", "num_processes", "use_distributed"})
 
 
+# DeepSpeed ZeRO's parameter partitioning APIs: a module that gathers or partitions parameters
+# with them is written for the DeepSpeed engine that Accelerate's ``prepare`` then returns
+_ZERO_APIS = ("deepspeed.zero.GatheredParameters", "deepspeed.zero.Init",
+              "deepspeed.runtime.zero.GatheredParameters", "deepspeed.runtime.zero.Init")
+
+
 def _reads_plugin(view) -> bool:
     """The module reads an Accelerate state's DeepSpeed/FSDP/Megatron plugin (``accelerator.state.
-    deepspeed_plugin``, ``getattr(self.accelerator.state, "fsdp_plugin", None)``): it is written for
+    deepspeed_plugin``, ``getattr(self.accelerator.state, "fsdp_plugin", None)``) or gathers
+    parameters with DeepSpeed ZeRO (``deepspeed.zero.GatheredParameters``): it is written for
     engines that forward attribute reads to the model."""
     got = view.memo.get("ddp210.plugin_reads")
     if got is None:
-        got = False
-        for n in ast.walk(view.tree):
+        got = bool(view.sem.calls_to(*_ZERO_APIS))
+        for n in () if got else ast.walk(view.tree):
             if isinstance(n, ast.Attribute) and n.attr in NOT_DDP_PLUGINS:
                 base = n.value
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") \
