@@ -462,15 +462,16 @@ def tested_values(test) -> list:
             and n.func.id in _TYPE_TESTS and n.args]
 
 
-def guards(node) -> list[tuple[ast.AST, bool]]:
+def guards(node, settled: bool = False) -> list[tuple[ast.AST, bool]]:
     """(test, branch) of each ``if`` statement / conditional expression around ``node`` in its
-    function (``True``: in the body, ``False``: in the ``else``), and of each test that an earlier
-    statement of an enclosing block settles: ``assert t`` (``True``), ``if t: raise``/``return``
-    with no ``else`` (``False``)."""
+    function (``True``: in the body, ``False``: in the ``else``); with ``settled``, also of each
+    test that an earlier statement of an enclosing block settles on the way to ``node``: ``assert
+    t`` (``True``), ``if t: raise``/``return`` with no ``else`` (``False``). Those are facts, not
+    guards: a ``hasattr(model, ...)`` among them does not handle a read of ``model``."""
     out = []
     child, p = node, parent(node)
     while p is not None and not isinstance(p, ast.Lambda):
-        for block in _blocks(p):
+        for block in _blocks(p) if settled else ():
             if any(child is b for b in block):
                 out.extend(_settled(block, child))
         if isinstance(p, (*FUNC_TYPES, ast.ClassDef, ast.Module)):
