@@ -631,10 +631,9 @@ class Evaluator:
                         return got
                 # a loader's length is its batches; a DistributedSampler's, any rank's padded share
                 loader = self.is_loader(e.args[0], d)
-                if isinstance(loader, ast.Call):
-                    return self.loader_trip_count(loader, d)
-                if self._is_dist_sampler(e.args[0]):
-                    return U
+                got = self.loader_trip_count(loader, d) if isinstance(loader, ast.Call) else X
+                if got.kind != "X" or self._is_dist_sampler(e.args[0]):
+                    return got if got.kind != "X" else U
                 # the length of values that vary by their contents (this rank's data, random
                 # numbers, clocks) is a shape question, which ``shapes`` answers: unknown here
                 v = self.value(e.args[0], d)
