@@ -30,7 +30,7 @@ from ..torch_api import D
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
-from .bindings import binding_scope, comp_binder, reaching, searches_rank, target_path
+from .bindings import comp_binder, reaching, searches_rank, target_path
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .vocab import (  # noqa: F401  (the tables, re-exported)
@@ -629,6 +629,11 @@ class Evaluator:
                     got = padded_length(self, e.args[0], d)
                     if got is not None:
                         return got
+                # a loader's length is its batches; a DistributedSampler's, any rank's padded share
+                loader = self.is_loader(e.args[0], d)
+                got = self.loader_trip_count(loader, d) if isinstance(loader, ast.Call) else X
+                if got.kind != "X" or self._is_dist_sampler(e.args[0]):
+                    return got if got.kind != "X" else U
                 # the length of values that vary by their contents (this rank's data, random
                 # numbers, clocks) is a shape question, which ``shapes`` answers: unknown here
                 v = self.value(e.args[0], d)
@@ -688,11 +693,6 @@ def _text(e: ast.AST) -> str:
         return ast.unparse(e)
     except Exception:  # pragma: no cover
         return "?"
-
-
-def function_of(sem, node: ast.AST):
-    s = binding_scope(sem, node)
-    return s if isinstance(s, FUNC_TYPES) else None
 
 __all__ = ["Value", "Src", "U", "X", "join", "Evaluator", "RANK", "DATA", "CLOCK", "RNG", "parent"]
 

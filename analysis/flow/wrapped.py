@@ -462,16 +462,43 @@ def tested_values(test) -> list:
             and n.func.id in _TYPE_TESTS and n.args]
 
 
-def guards(node) -> list[tuple[ast.AST, bool]]:
+def guards(node, settled: bool = False) -> list[tuple[ast.AST, bool]]:
     """(test, branch) of each ``if`` statement / conditional expression around ``node`` in its
-    function (``True``: in the body, ``False``: in the ``else``)."""
+    function (``True``: in the body, ``False``: in the ``else``); with ``settled``, also of each
+    test that an earlier statement of an enclosing block settles on the way to ``node``: ``assert
+    t`` (``True``), ``if t: raise``/``return`` with no ``else`` (``False``). Those are facts, not
+    guards: a ``hasattr(model, ...)`` among them does not handle a read of ``model``."""
     out = []
     child, p = node, parent(node)
-    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+    while p is not None and not isinstance(p, ast.Lambda):
+        for block in _blocks(p) if settled else ():
+            if any(child is b for b in block):
+                out.extend(_settled(block, child))
+        if isinstance(p, (*FUNC_TYPES, ast.ClassDef, ast.Module)):
+            break
         if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
             body = p.body if isinstance(p.body, list) else [p.body]
             out.append((p.test, any(child is b for b in body)))
         child, p = p, parent(p)
+    return out
+
+
+def _blocks(p) -> list:
+    return [b for b in (getattr(p, f, None) for f in ("body", "orelse", "finalbody"))
+            if isinstance(b, list)]
+
+
+def _settled(block: list, child) -> list:
+    """The tests the statements before ``child`` in ``block`` settle on every path that reaches it."""
+    out = []
+    for st in block:
+        if st is child:
+            break
+        if isinstance(st, ast.Assert):
+            out.append((st.test, True))
+        elif isinstance(st, ast.If) and not st.orelse and st.body \
+                and isinstance(st.body[-1], (ast.Raise, ast.Return)):
+            out.append((st.test, False))
     return out
 
 

@@ -52,7 +52,8 @@ class AttributeThroughDdpWrapper(Rule):
     `has_custom = hasattr(model, "f")` then `if has_custom:`, or a predicate asked about it first:
     `is_clip(model) and model.output_dict`), inside a `try` that
     catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
-    args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`); a
+    args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`, also
+    after an `assert not distributed` or an `if distributed: raise` in an enclosing block); a
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
     in a method other than `__init__` (or a method `__init__` calls) is not assumed to be wrapped
     when another method reads it: the class's users call its methods in an order the rule does not
@@ -75,8 +76,9 @@ class AttributeThroughDdpWrapper(Rule):
     loader or a scheduler is none of these). A file that uses Accelerate need not spell "torch" for this rule.
     An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
     tensor-parallel plugin, or code that reads that plugin from the accelerator's state
-    (`getattr(accelerator.state, "deepspeed_plugin", None)`: written for engines that forward
-    attribute reads), a test file (its harness runs one process), a notebook that never calls
+    (`getattr(accelerator.state, "deepspeed_plugin", None)`) or gathers or partitions parameters
+    with DeepSpeed ZeRO (`deepspeed.zero.GatheredParameters`, `deepspeed.zero.Init`): written for
+    engines that forward attribute reads, a test file (its harness runs one process), a notebook that never calls
     `notebook_launcher` (its kernel is one process), or a read under a test of the
     accelerator's mode (`if accelerator.distributed_type == DistributedType.XLA:`) is not flagged.
 
@@ -187,11 +189,11 @@ class AttributeThroughDdpWrapper(Rule):
             # (the tests of the read itself only once a wrapper may reach it: most reads meet none)
             if not wraps or _tested(ctx, node, h, attr) or handles_attribute_error(node):
                 continue
-            at = guards(node)
+            at, facts = guards(node), guards(node, settled=True)
             # in a test file, a conditional wrap seen by a conditional read only under the same
             # tests: its harness runs the modes in fixed combinations (``if with_fsdp: ... else:
             # DDP(...)`` and ``if method == "grad_to_none": model.trunk`` never hold together)
-            wraps = [(v, c) for v, c in wraps if not contradicts(guards(c), at)
+            wraps = [(v, c) for v, c in wraps if not contradicts(guards(c, settled=True), facts)
                      and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)
                      and not branch_excludes_wrap(an, view, node, v, c)]
             if not wraps:
@@ -305,14 +307,21 @@ def _one_process_notebook(ctx) -> bool:
 _MODE_ATTRS = frozenset({"distributed_type", "num_processes", "use_distributed"})
 
 
+# DeepSpeed ZeRO's parameter partitioning APIs: a module that gathers or partitions parameters
+# with them is written for the DeepSpeed engine that Accelerate's ``prepare`` then returns
+_ZERO_APIS = ("deepspeed.zero.GatheredParameters", "deepspeed.zero.Init",
+              "deepspeed.runtime.zero.GatheredParameters", "deepspeed.runtime.zero.Init")
+
+
 def _reads_plugin(view) -> bool:
     """The module reads an Accelerate state's DeepSpeed/FSDP/Megatron plugin (``accelerator.state.
-    deepspeed_plugin``, ``getattr(self.accelerator.state, "fsdp_plugin", None)``): it is written for
+    deepspeed_plugin``, ``getattr(self.accelerator.state, "fsdp_plugin", None)``) or gathers
+    parameters with DeepSpeed ZeRO (``deepspeed.zero.GatheredParameters``): it is written for
     engines that forward attribute reads to the model."""
     got = view.memo.get("ddp210.plugin_reads")
     if got is None:
-        got = False
-        for n in ast.walk(view.tree):
+        got = bool(view.sem.calls_to(*_ZERO_APIS))
+        for n in () if got else ast.walk(view.tree):
             if isinstance(n, ast.Attribute) and n.attr in NOT_DDP_PLUGINS:
                 base = n.value
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr") \
