@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+# tests/fixtures holds the rules' example files (data read by the tests), never test modules: a
+# fixture named like one (``*_test.py``) must not be imported by the collection
+collect_ignore_glob = ["fixtures/*"]
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
