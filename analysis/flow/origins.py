@@ -94,13 +94,8 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
             elif isinstance(v, ast.Assign):  # ``self.model, _ = wrap(model)``
                 if path and isinstance(path[0], str) and any(_subscript_of(t) is not None for t in v.targets):
                     # ``self.samplers["train"] = make(...)``: the entry this store sets
-                    for t in v.targets:
-                        k = _subscript_of(t)
-                        if k is _UNKNOWN_KEY:
-                            out.append(_leaf(view, v.value, (), keep_path, frames))
-                        elif k == path[0]:
-                            out.extend(origins(hub, view, v.value, v, depth + 1, path[1:], keep_path, frames,
-                                               limit=limit, callers=callers))
+                    out.extend(_stored_entry(hub, view, v, v.targets, depth, path, keep_path, frames, limit,
+                                             callers))
                     continue
                 for t in v.targets:
                     p = _attr_path(t, expr.attr)
@@ -187,6 +182,20 @@ def dict_item(sem, expr, key: str):
 _UNKNOWN_KEY = object()
 
 
+def _stored_entry(hub, view, st, targets, depth, path, keep_path, frames, limit, callers) -> list:
+    """What the store ``st`` (``d["k"] = v``) puts under the entry ``path[0]`` through ``targets``:
+    the value's origins for that key, an unknown origin for a key that cannot be read."""
+    out = []
+    for t in targets:
+        k = _subscript_of(t)
+        if k is _UNKNOWN_KEY:
+            out.append(_leaf(view, st.value, (), keep_path, frames))
+        elif k == path[0]:
+            out.extend(origins(hub, view, st.value, st, depth + 1, path[1:], keep_path, frames, limit=limit,
+                               callers=callers))
+    return out
+
+
 def _subscript_of(target):
     """The key a store ``x[k] = v`` / ``self.x[k] = v`` writes (``_UNKNOWN_KEY`` when not a
     literal), or None when ``target`` is no one-level subscript."""
@@ -206,15 +215,9 @@ def _entry_stores(hub, view, name: ast.Name, evs, path, keep_path, frames, depth
     out = []
     for node, values in mutations(view, name.id, name, evs):
         if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name.id):
-                    continue
-                k = _subscript_of(t)
-                if k is _UNKNOWN_KEY:
-                    out.append(_leaf(view, node.value, (), keep_path, frames))
-                elif k == path[0]:
-                    out.extend(origins(hub, view, node.value, node, depth + 1, path[1:], keep_path, frames,
-                                       limit=limit, callers=callers))
+            mine = [t for t in node.targets
+                    if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name.id]
+            out.extend(_stored_entry(hub, view, node, mine, depth, path, keep_path, frames, limit, callers))
         elif isinstance(node, ast.Call):
             out.append(_leaf(view, node, (), keep_path, frames))
     return out

@@ -44,8 +44,10 @@ REACH_TEXT = ("distributed", "Parallel", "ZeroRedundancy", "full_tensor", "summo
 # or a state-dict getter of ``torch.distributed.checkpoint``.
 SHARD_TEXT = ("fully_shard", "parallelize_module", "FullyShardedDataParallel", "FSDP",
               "get_model_state_dict", "get_state_dict", "get_optimizer_state_dict")
+# What DDP201 needs in the file or a module it imports: the DDP constructor a project helper may call
+WRAP_TEXT = ("DistributedDataParallel",)
 # every needle a file's facts record (``found``): a query asks about one of the sets above
-_NEEDLES = tuple(dict.fromkeys(REACH_TEXT + SHARD_TEXT))
+_NEEDLES = tuple(dict.fromkeys(REACH_TEXT + SHARD_TEXT + WRAP_TEXT))
 _TTL = 5.0
 _MAX_NODES = 4096  # files visited by one query; past it the answer is yes (never a lost finding)
 

@@ -69,9 +69,9 @@ class DdpModuleNotOnDevice(Rule):
     @classmethod
     def reach(cls, text, filename):
         # the constructor's name in this file or in a module its imports reach
-        from ..flow.reach import reaches
+        from ..flow.reach import WRAP_TEXT, reaches
 
-        return reaches(filename, text, ("DistributedDataParallel",))
+        return reaches(filename, text, WRAP_TEXT)
 
     def finish(self, ctx) -> None:
         for call in ddp_calls(ctx):
@@ -118,7 +118,7 @@ class DdpModuleNotOnDevice(Rule):
             target = an.resolve_call(an.main, call)
             if target is None or target[1] is ctx.sem.enclosing_function(call):
                 continue
-            param = _wrapped_param(target[0], target[1])
+            param, line = _wrapped_param(target[0], target[1])
             if param is None:
                 continue
             arg = bind_args(call, target[1]).get(param)
@@ -128,23 +128,24 @@ class DdpModuleNotOnDevice(Rule):
             ctx.report(
                 call,
                 f"`{ctx.text(arg)}` is still on the CPU when `{name}(...)` wraps it with `device_ids` (line "
-                f"{_wrap_line(target[0], target[1], param)} of its module): DDP raises ValueError (device_ids "
+                f"{line} of its module): DDP raises ValueError (device_ids "
                 "only work with GPU modules); move it with `.to(device)` before the call",
             )
 
 
-def _wrapped_param(view, fn) -> str | None:
-    """The parameter of ``fn`` it hands as it is (not rebound on the way) to
-    ``DistributedDataParallel(param, device_ids=[...])``; memoised per function."""
+def _wrapped_param(view, fn) -> tuple:
+    """(the parameter of ``fn`` it hands as it is, not rebound on the way, to
+    ``DistributedDataParallel(param, device_ids=[...])``, the line of that wrap), or (None, None);
+    memoised per function."""
     from ..semantic import FUNC_TYPES
     from ..flow.bindings import reaching
     from ..flow.calls import scope_calls
 
     if not isinstance(fn, FUNC_TYPES):
-        return None
+        return None, None
     memo = view.memo.setdefault("ddp201.wrapped_param", {})
     if id(fn) in memo:
-        return memo[id(fn)][0]
+        return memo[id(fn)]
     got = (None, None)
     for c in scope_calls(view, fn):
         if view.sem.call_qualname(c) != DDP_CLASS:
@@ -158,9 +159,4 @@ def _wrapped_param(view, fn) -> str | None:
             got = (mod.id, c.lineno)
             break
     memo[id(fn)] = got
-    return got[0]
-
-
-def _wrap_line(view, fn, param) -> int:
-    _wrapped_param(view, fn)
-    return view.memo["ddp201.wrapped_param"][id(fn)][1]
+    return got
