@@ -174,3 +174,65 @@ def test_shape_facts():
     # d: the other dimension; e: rank size; g: the parameter's value (symbolic); m: one element
     assert kinds == [("V", False), ("X", False), ("U", True), ("X", False), ("V", False), ("U", True),
                      ("U", False)]
+
+
+def test_loop_over_a_stored_loader_judged_at_the_constructor_of_another_file(tmp_path):
+    """DDP110: a class of one module walks the loader its ``__init__`` stored, with a collective
+    per batch; the script that builds it passes a loader over this rank's uneven block (a bug), or
+    one with a DistributedSampler (clean)."""
+    project.clear()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
+    _write(tmp_path, "evalkit/__init__.py", "")
+    scorer = _write(tmp_path, "evalkit/scorer.py", """
+        import torch.distributed as dist
+
+        class Scorer:
+            def __init__(self, net, batches):
+                self.net = net
+                self.batches = batches
+
+            def score(self):
+                for rows in self.batches:
+                    part = self.net(rows).sum()
+                    dist.all_reduce(part)
+    """)
+    _write(tmp_path, "evalkit/blocks.py", """
+        from torch.utils.data import Dataset
+
+        class Block(Dataset):
+            def __init__(self, table, rank, world):
+                step = (len(table) + world - 1) // world
+                first = rank * step
+                self.rows = table[first:min(first + step, len(table))]
+
+            def __len__(self):
+                return len(self.rows)
+
+            def __getitem__(self, i):
+                return self.rows[i]
+    """)
+    script = _write(tmp_path, "run_eval.py", """
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader
+        from evalkit.blocks import Block
+        from evalkit.scorer import Scorer
+
+        def main(net, table):
+            rank, world = dist.get_rank(), dist.get_world_size()
+            Scorer(net, DataLoader(Block(table, rank, world), batch_size=8)).score()
+    """)
+    res = _check(scorer)
+    assert _codes(res) == [("DDP110", 10)]
+    assert "Scorer()" in res.findings[0].message and str(script) in res.findings[0].message
+    assert str(script) in [p for p, _ in res.dependencies]
+    project.clear()
+    _write(tmp_path, "run_eval.py", """
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+        from evalkit.scorer import Scorer
+
+        def main(net, table):
+            Scorer(net, DataLoader(table, batch_size=8, sampler=DistributedSampler(table))).score()
+    """)
+    assert _codes(_check(scorer)) == []

@@ -8,7 +8,7 @@ from ..flow import for_context
 from ..flow.control import Divergence, under_join
 from ..flow.shapes import shapes_of
 from ..semantic import FUNC_TYPES, parent
-from ._common import lines_within
+from ._common import lines_within, other_call_sites
 from ._flow import FLOW_TEXT, all_divergences, report_divergence, scopes
 
 
@@ -42,6 +42,11 @@ class UnevenCollectiveLoop(Rule):
     - a generator that loops over such a source (`for rec in stream(f"part-{rank}.jsonl")`);
     - a project `Dataset` / `IterableDataset` whose `__len__` / `__iter__` reads such a source,
       given to a `DataLoader` without a `DistributedSampler`.
+
+    The loop may walk a parameter (`def evaluate(loader): for batch in loader:`) or an attribute
+    that `__init__` stores from one (`self.loader = loader`): it is judged at the calls of that
+    function or constructor, in this file or another file of the project, and reported when one of
+    them passes such a shard (`evaluate(shard_loader)`, `Evaluator(model, shard_loader)`).
 
     Not flagged: loops under DDP's `join()` context manager (`with model.join():`), which exists for
     exactly this case, a `DataLoader` with a `DistributedSampler` (it pads every rank to the same
@@ -105,6 +110,7 @@ def _shard_loops(ctx):
     an = for_context(ctx)
     view = an.main
     sh = None
+    more_sites = other_call_sites(ctx, an)  # callers in the project's other files, asked lazily
     out = []
     done = set()
     # the lines inside a ``for``: a site on no such line has no loop around it (every ``for`` of
@@ -121,7 +127,7 @@ def _shard_loops(ctx):
                     done.add(id(p))
                     if sh is None:
                         sh = shapes_of(an, view)
-                    v = sh.trip_count(p.iter)
+                    v = sh.trip_count(p.iter, more_sites)
                     if v.varying:
                         out.append(Divergence("loop", site, p, v))
                         break
