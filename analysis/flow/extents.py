@@ -344,6 +344,15 @@ class Extents:
             memo[id(init)] = got
         return got
 
+    @classmethod
+    def of(cls, hub, view):
+        """The analyser of ``view`` for this analysis, built once (facts are memoised on it)."""
+        cache = hub.__dict__.setdefault("_shapes", {})
+        got = cache.get(id(view))
+        if got is None:
+            got = cache[id(view)] = cls(hub, view)
+        return got
+
     def trip_count(self, it, more_sites=None) -> Sh:
         """The trip count of ``for x in it`` from the rank's own shard (rank-varying, category
         RANK) or unknown: values computed from this rank's batches do not count here.
@@ -358,7 +367,38 @@ class Extents:
         if sh.kind == "V" and sh.src.cat == RANK:
             return sh
         if sh.kind == "U" and sh.deps:
-            return self._at_callers(sh, it, more_sites)  # (``Shapes``, which mixes this in)
+            return self._at_callers(sh, it, more_sites)
+        return SX
+
+    def _at_callers(self, fact: Sh, at, more_sites) -> Sh:
+        """``fact``, symbolic in the parameters of one function (the function around ``at``, or
+        the ``__init__`` of its class), as a call of that function binds them: the first binding
+        that is rank-varying by the rank, else unknown."""
+        fids = {f for f, _p, _m in fact.deps}
+        fn = _dep_function(at, fids.pop()) if len(fids) == 1 else None
+        if fn is None:
+            return SX
+        owner = parent(fn)
+        if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(parent(owner), ast.Module):
+            name = owner.name
+        elif isinstance(owner, ast.Module):
+            name = fn.name
+        else:
+            return SX
+        from .calls import calls_by_name
+
+        sites = [(self.view, c) for c in calls_by_name(self.view).get(name, ())]
+        if more_sites is not None:
+            sites.extend(more_sites(self.view, fn))
+        for cv, call in sites[:16]:
+            target = self.hub.resolve_call(cv, call)
+            if target is None or target[1] is not fn:
+                continue
+            other = self if cv is self.view else type(self).of(self.hub, cv)
+            here = "" if cv is self.view else f" of `{cv.path}`"
+            got = other.bind(fact, call, fn, 0, f"`{name}()` at line {call.lineno}{here}")
+            if got.kind == "V" and got.src.cat == RANK:
+                return got
         return SX
 
 
@@ -374,3 +414,20 @@ def _symmetric_rank_test(cond, comp) -> bool:
                         and _terminal(g.iter.func) == "range":
                     return True
     return False
+
+def _dep_function(at, fid):
+    """The function whose ``id`` is ``fid``: the function around ``at``, or, for a method, the
+    ``__init__`` of its class (where ``self`` attributes are bound from parameters)."""
+    fn = at
+    while fn is not None and not isinstance(fn, FUNC_TYPES):
+        fn = parent(fn)
+    if fn is None:
+        return None
+    if id(fn) == fid:
+        return fn
+    cls = parent(fn)
+    if isinstance(cls, ast.ClassDef):
+        for st in cls.body:
+            if isinstance(st, FUNC_TYPES) and st.name == "__init__" and id(st) == fid:
+                return st
+    return None

@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..semantic import get_arg, param_names
 from .bindings import reaching, target_path
-from .calls import calls_by_name
 from .extents import Extents
 from .helper_calls import bind_args, resolved
 from .symbolic import strided_even, width_atoms
@@ -654,55 +653,6 @@ class Shapes(Extents):
         return SX if s.kind != "U" else SU
 
 
-    # -- queries for the rules -----------------------------------------------------------------
-    def _at_callers(self, fact: Sh, at, more_sites) -> Sh:
-        """``fact``, symbolic in the parameters of one function (the function around ``at``, or
-        the ``__init__`` of its class), as a call of that function binds them: the first binding
-        that is rank-varying by the rank, else unknown."""
-        fids = {f for f, _p, _m in fact.deps}
-        fn = _dep_function(at, fids.pop()) if len(fids) == 1 else None
-        if fn is None:
-            return SX
-        owner = parent(fn)
-        if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(parent(owner), ast.Module):
-            name = owner.name
-        elif isinstance(owner, ast.Module):
-            name = fn.name
-        else:
-            return SX
-        sites = [(self.view, c) for c in calls_by_name(self.view).get(name, ())]
-        if more_sites is not None:
-            sites.extend(more_sites(self.view, fn))
-        for cv, call in sites[:16]:
-            target = self.hub.resolve_call(cv, call)
-            if target is None or target[1] is not fn:
-                continue
-            other = self if cv is self.view else shapes_of(self.hub, cv)
-            here = "" if cv is self.view else f" of `{cv.path}`"
-            got = other.bind(fact, call, fn, 0, f"`{name}()` at line {call.lineno}{here}")
-            if got.kind == "V" and got.src.cat == RANK:
-                return got
-        return SX
-
-
-def _dep_function(at, fid):
-    """The function whose ``id`` is ``fid``: the function around ``at``, or, for a method, the
-    ``__init__`` of its class (where ``self`` attributes are bound from parameters)."""
-    fn = at
-    while fn is not None and not isinstance(fn, FUNC_TYPES):
-        fn = parent(fn)
-    if fn is None:
-        return None
-    if id(fn) == fid:
-        return fn
-    cls = parent(fn)
-    if isinstance(cls, ast.ClassDef):
-        for st in cls.body:
-            if isinstance(st, FUNC_TYPES) and st.name == "__init__" and id(st) == fid:
-                return st
-    return None
-
-
 def _resolved(hub, view, call):
     return resolved(hub, view, call)
 
@@ -720,11 +670,7 @@ def _has_default(fn, p) -> bool:
 
 def shapes_of(hub, view) -> Shapes:
     """The shape analyser of ``view`` for this analysis (facts are memoised on the view)."""
-    cache = hub.__dict__.setdefault("_shapes", {})
-    got = cache.get(id(view))
-    if got is None:
-        got = cache[id(view)] = Shapes(hub, view)
-    return got
+    return Shapes.of(hub, view)
 
 
 __all__ = ["Sh", "SU", "SX", "Shapes", "shapes_of", "join_any", "join_paths"]
