@@ -6,6 +6,7 @@ import math
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ..torch_api import constant_of
 from ..flow.testing import expects_error
 from ._common import fixed_world_size
 from ..flow.modern import INIT_MESH, const_ints, const_strs, holds_call, hub, qn_pred
@@ -96,7 +97,8 @@ class DeviceMeshDimension(Rule):
         if names is None and any(k.arg is None for k in init.keywords):
             return  # `init_device_mesh(..., **kwargs)`: the names may come in the mapping
         have = const_strs(names) if names is not None else ()
-        if have is None or dim.value in have or dim.value in self._flattened(an, mv, init, pred):
+        if have is None or dim.value in have or dim.value in self._flattened(an, view, init, pred) \
+                or (mv is not view and dim.value in self._flattened(an, mv, init, pred)):
             return
         what = f"its dimensions are named {', '.join(f'`{n}`' for n in have)}" if have else \
             "it was made without `mesh_dim_names`"
@@ -113,8 +115,8 @@ class DeviceMeshDimension(Rule):
             f = c.func
             if not (isinstance(f, ast.Attribute) and f.attr == "_flatten"):
                 continue
-            name = get_arg(c, 0, "mesh_dim_name")
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            name = constant_of(view.sem, get_arg(c, 0, "mesh_dim_name"))
+            if not (name is not None and isinstance(name.value, str)):
                 continue
             base = f.value.value if isinstance(f.value, ast.Subscript) else f.value
             if not isinstance(base, (ast.Name, ast.Attribute)):
