@@ -31,7 +31,8 @@ class InitWhenAlreadyInitialized(Rule):
     through its methods and project helpers, with no test on the group on the way
     (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
     one process (a second runner, a test that builds two) meets a group that exists. A script's
-    class, a private class (`_Engine`) and methods other than `__init__` are left alone, and so is
+    class, a private class (`_Engine`), a Ray actor class (`@ray.remote`: each instance is a
+    process of its own) and methods other than `__init__` are left alone, and so is
     a class the project builds (itself or a subclass) at exactly one call that runs at most once per
     process: on a script's top level, or in an undecorated function whose only call is there and
     that no other module imports (`if __name__ == "__main__": main()` -> `Trainer(cfg)`), where
@@ -190,6 +191,8 @@ def _constructors(rule, ctx) -> None:
     for cls in sem.tree.body:
         if cls.__class__ is not ast.ClassDef or cls.name.startswith("_"):
             continue
+        if _actor_class(ctx, cls):
+            continue  # each instance is an actor: a process of its own, built once there
         init = next((st for st in cls.body if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and st.name == "__init__"), None)
         if init is None:
@@ -222,6 +225,19 @@ def _constructors(rule, ctx) -> None:
                 via = init_when_present(an, tview, tfn)
                 if via is not None:
                     rule._report_ctor(ctx, c, cls, via)
+
+
+_ACTOR_DECORATORS = frozenset({"ray.remote"})
+
+
+def _actor_class(ctx, cls: ast.ClassDef) -> bool:
+    """``@ray.remote`` (or ``@ray.remote(num_gpus=1)``) on the class: every instance is an actor
+    that Ray starts in a worker process of its own, and the class cannot be built directly."""
+    for dec in cls.decorator_list:
+        f = dec.func if isinstance(dec, ast.Call) else dec
+        if ctx.qn(f) in _ACTOR_DECORATORS:
+            return True
+    return False
 
 
 def _built_once(ctx, cls: ast.ClassDef) -> bool:

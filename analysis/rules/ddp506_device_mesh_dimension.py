@@ -6,6 +6,7 @@ import math
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ..torch_api import constant_of
 from ..flow.testing import expects_error
 from ._common import fixed_world_size
 from ..flow.modern import INIT_MESH, const_ints, const_strs, holds_call, hub, qn_pred
@@ -23,7 +24,9 @@ class DeviceMeshDimension(Rule):
       or `WORLD_SIZE` the file sets);
     - a dimension used by a name the mesh does not have: `mesh["dp"]`, `mesh.get_group("tp")`,
       `mesh.size("cp")`, `mesh.get_local_rank("pp")`, including on a mesh made without names.
-    The mesh may be built in a helper, kept on `self`, or returned in a tuple.
+    The mesh may be built in a helper, kept on `self`, or returned in a tuple. A name that
+    `mesh[dims]._flatten(mesh_dim_name=...)` adds to the mesh counts as one of its names, and a mesh
+    whose keywords come from a mapping (`init_device_mesh("cpu", **kwargs)`) has unknown names.
 
     ## Why is this bad?
     Each of these raises when the program reaches it, typically after minutes of model set-up, and
@@ -91,11 +94,34 @@ class DeviceMeshDimension(Rule):
             return
         mv, init = got
         names = get_arg(init, None, "mesh_dim_names")
+        if names is None and any(k.arg is None for k in init.keywords):
+            return  # `init_device_mesh(..., **kwargs)`: the names may come in the mapping
         have = const_strs(names) if names is not None else ()
-        if have is None or dim.value in have:
+        if have is None or dim.value in have or dim.value in self._flattened(an, view, init, pred) \
+                or (mv is not view and dim.value in self._flattened(an, mv, init, pred)):
             return
         what = f"its dimensions are named {', '.join(f'`{n}`' for n in have)}" if have else \
             "it was made without `mesh_dim_names`"
         ctx.report(node, f"`{ctx.text(node)}` uses the mesh dimension `{dim.value}`, but {what}: this raises "
                          "on every rank",
                    related=[(init, "the mesh is made here")] if mv is view else [])
+
+    @staticmethod
+    def _flattened(an, view, init, pred) -> set[str]:
+        """The names that ``mesh[dims]._flatten(mesh_dim_name=...)`` adds to the mesh ``init`` makes
+        (a flattened dimension is looked up by name on the root mesh afterwards)."""
+        out = set()
+        for c in view.sem.calls:
+            f = c.func
+            if not (isinstance(f, ast.Attribute) and f.attr == "_flatten"):
+                continue
+            name = constant_of(view.sem, get_arg(c, 0, "mesh_dim_name"))
+            if not (name is not None and isinstance(name.value, str)):
+                continue
+            base = f.value.value if isinstance(f.value, ast.Subscript) else f.value
+            if not isinstance(base, (ast.Name, ast.Attribute)):
+                continue
+            got = holds_call(an, view, base, c, pred)
+            if got is not None and got[1] is init:
+                out.add(name.value)
+        return out
