@@ -39,8 +39,10 @@ def is_optimizer_ctor(view, call) -> bool:
     return last[:1].isupper() and last not in ("Optimizer",)
 
 
-def is_optimizer(an, view, expr, at) -> bool:
-    return holds_call(an, view, expr, at, is_optimizer_ctor) is not None
+def is_optimizer(an, view, expr, at, callers=None) -> bool:
+    """``expr`` may hold a ``torch.optim`` optimizer (``callers``: as ``origins`` takes it, for a
+    parameter that only other modules pass: ``Checkpointer(model, optimizer)`` of a script)."""
+    return holds_call(an, view, expr, at, is_optimizer_ctor, callers=callers) is not None
 
 
 def params_root(expr):

@@ -253,9 +253,10 @@ def _attr_path(target, attr: str):
     return None
 
 
-def holds_call(hub, view, expr, at, pred) -> tuple | None:
-    """The first (view, call) origin of ``expr`` for which ``pred(view, call)`` is true, or None."""
-    for v, e in origins(hub, view, expr, at):
+def holds_call(hub, view, expr, at, pred, callers=None) -> tuple | None:
+    """The first (view, call) origin of ``expr`` for which ``pred(view, call)`` is true, or None
+    (``callers``: as ``origins`` takes it)."""
+    for v, e in origins(hub, view, expr, at, callers=callers):
         if isinstance(e, ast.Call) and pred(v, e):
             return v, e
     return None

@@ -5,10 +5,11 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
+from ._common import project_callers
 from ..flow.modern import ASYNC_SAVE, hub, key_of, uses_after
 from ..flow.origins import helper_results, qn_pred
 
-_WAITS = ("result", "done", "wait", "exception", "add_done_callback")
+_WAITS = ("result", "done", "wait", "exception", "add_done_callback", "upload_completion")
 
 
 class AsyncSaveNotWaited(Rule):
@@ -17,7 +18,10 @@ class AsyncSaveNotWaited(Rule):
     Checks for a `torch.distributed.checkpoint.async_save(...)` whose future is dropped (the call
     is a statement of its own, or its result is bound to a name nobody reads), and for an
     `async_save` in a loop whose previous future is not waited (`.result()`) before the next one
-    starts. A future kept on `self` and waited in any method of the class counts as waited.
+    starts. A future kept on `self` (`self.pending = dcp.async_save(...)`) is flagged when the
+    method that stores it neither waits the previous one nor calls a method of its class that
+    does, and a loop calls that method (in its module, or on an instance in another module)
+    without waiting between the calls.
 
     ## Why is this bad?
     `async_save` stages the state dict and returns at once; the write, and the collectives that
@@ -79,8 +83,11 @@ class AsyncSaveNotWaited(Rule):
                 ctx.report(c, f"the future of `{ctx.text(c)}` is bound to `{k}`, which nothing reads: the save's "
                               "errors are never seen, and nothing waits for it")
                 continue
+            if k.startswith("self."):
+                self._kept_on_self(ctx, an, view, c, p, k[5:])
+                continue
             loop = _loop_of(p)
-            if loop is None or k.startswith("self."):
+            if loop is None:
                 continue
             waited = [u for u in uses if _waited(u)]
             if not any(_inside(loop, u) for u in waited) and not any(
@@ -88,6 +95,90 @@ class AsyncSaveNotWaited(Rule):
                 ctx.report(c, f"`{ctx.text(c)}` runs in a loop and `{k}` is not waited in it: the next "
                               "iteration starts a second `async_save` while this one is in flight",
                            related=[(loop, "the loop")])
+
+
+    def _kept_on_self(self, ctx, an, view, c, store, attr: str) -> None:
+        """``self.<attr> = async_save(...)`` in a method that neither waits ``self.<attr>`` nor
+        calls a method of its class that does, where a loop calls that method (in this module, or
+        on an instance of the class in another) and waits nothing of it between two calls: the
+        store drops the future of the save still in flight."""
+        fn = view.sem.enclosing_function(store)
+        cls = parent(fn) if fn is not None else None
+        if not isinstance(cls, ast.ClassDef) or not isinstance(parent(cls), ast.Module):
+            return
+        waiters = _waiting_methods(cls, attr)
+        if fn.name in waiters:
+            return
+        for sv, site in _method_sites(ctx, an, view, cls, fn):
+            loop = _loop_of(site)
+            if loop is None or _waits_in(loop, waiters, attr):
+                continue
+            where = "" if sv is view else f" of `{sv.path.rsplit('/', 1)[-1]}`"
+            ctx.report(c, f"`{ctx.text(c)}` replaces the future in `self.{attr}` without waiting for the "
+                          f"previous one, and `{fn.name}` is called in a loop (line {site.lineno}{where}): the next "
+                          "call starts a second `async_save` while the last one may still be in flight",
+                       related=[(site, "called in a loop")] if sv is view else [])
+            return
+
+
+def _waiting_methods(cls: ast.ClassDef, attr: str) -> set:
+    """Names of the methods of ``cls`` that wait ``self.<attr>`` (``.result()``, ``.done()``...),
+    directly or through a ``self.<method>()`` call of one that does."""
+    calls, out = {}, set()
+    for st in cls.body:
+        if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        called = set()
+        for n in ast.walk(st):
+            if _is_self_attr(n, attr) and _waited(n):
+                out.add(st.name)
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_self(n.func.value):
+                called.add(n.func.attr)
+        calls[st.name] = called
+    changed = True
+    while changed:
+        changed = False
+        for name, called in calls.items():
+            if name not in out and called & out:
+                out.add(name)
+                changed = True
+    return out
+
+
+def _waits_in(loop, waiters: set, attr: str) -> bool:
+    """The loop calls a method named as one of ``waiters``, or waits an attribute ``attr``."""
+    for n in ast.walk(loop):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in waiters:
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == attr and _waited(n):
+            return True
+    return False
+
+
+def _method_sites(ctx, an, view, cls, fn) -> list:
+    """(view, call) of the calls of method ``fn`` of ``cls``: in this module, then on instances of
+    ``cls`` in the project's other files that build one."""
+    out = [(view, c) for c in an.call_sites(view, fn)]
+    if any(_loop_of(c) is not None for _, c in out):
+        return out
+    for cctx, _, _ in project_callers(ctx, (cls.name,)):
+        cv = an.view_of(cctx.filename)
+        if cv is None or cv.sem is not cctx.sem:
+            continue
+        for c in cv.sem.calls:
+            if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
+                got = an.resolve_call(cv, c)
+                if got is not None and got[1] is fn:
+                    out.append((cv, c))
+    return out
+
+
+def _is_self(n) -> bool:
+    return isinstance(n, ast.Name) and n.id == "self"
+
+
+def _is_self_attr(n, attr: str) -> bool:
+    return isinstance(n, ast.Attribute) and n.attr == attr and _is_self(n.value)
 
 
 def _waited(use) -> bool:

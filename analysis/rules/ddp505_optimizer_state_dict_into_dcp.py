@@ -5,6 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
+from ._common import other_call_sites
 from ..flow.modern import DCP_LOAD, DCP_SAVE, content_calls, hub, is_optimizer
 
 
@@ -14,13 +15,17 @@ class OptimizerStateDictIntoDcp(Rule):
     Checks for `optimizer.state_dict()` given to `torch.distributed.checkpoint` (`dcp.save`,
     `dcp.async_save`, `dcp.load`), directly, in a dict, or through a helper that builds the
     state, and for `optimizer.load_state_dict(...)` of a state that `dcp.load` filled (in the same
-    function).
+    function). The optimizer is followed through helpers, `self` attributes and the arguments of
+    a class's constructor in other modules (a checkpoint manager built by the training script).
 
     ## Why is this bad?
     `Optimizer.state_dict()` keys the state by parameter *index* (0, 1, 2...) and holds the local
     shards without their placement. DCP matches entries by fully qualified name across ranks and
     world sizes: indices of different ranks collide, and the optimizer state cannot be resharded
-    on load (a different world size loads the wrong moments, or fails). `get_optimizer_state_dict`
+    on load (a different world size loads the wrong moments, or fails). On resume, a fresh
+    optimizer's `state_dict()` has no state yet (Adam creates its moments at the first `step()`),
+    so `dcp.load` has no entries to fill and the moments silently restart from zero.
+    `get_optimizer_state_dict`
     / `get_state_dict` key it by parameter name, and `set_optimizer_state_dict` / `set_state_dict`
     load it back.
 
@@ -50,6 +55,7 @@ class OptimizerStateDictIntoDcp(Rule):
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
+        callers = other_call_sites(ctx, an)
         for c in ctx.calls_to(*DCP_SAVE, *DCP_LOAD):
             sd = get_arg(c, 0, "state_dict")
             if sd is None:
@@ -57,7 +63,7 @@ class OptimizerStateDictIntoDcp(Rule):
             for v, call in content_calls(an, view, sd, c):
                 f = call.func
                 if isinstance(f, ast.Attribute) and f.attr == "state_dict" and not call.args and \
-                        is_optimizer(an, v, f.value, call):
+                        is_optimizer(an, v, f.value, call, callers):
                     what = "saves" if (ctx.qn(c) or "") in DCP_SAVE else "loads into"
                     ctx.report(
                         c,
@@ -69,9 +75,9 @@ class OptimizerStateDictIntoDcp(Rule):
                     )
                     break
             if (ctx.qn(c) or "") in DCP_LOAD and isinstance(sd, ast.Name):
-                self._loaded_back(ctx, an, view, c, sd.id)
+                self._loaded_back(ctx, an, view, c, sd.id, callers)
 
-    def _loaded_back(self, ctx, an, view, load, name):
+    def _loaded_back(self, ctx, an, view, load, name, callers):
         """``optimizer.load_state_dict(state["optim"])`` after ``dcp.load(state, ...)``."""
         sem = view.sem
         fn = sem.enclosing_function(load)
@@ -82,7 +88,7 @@ class OptimizerStateDictIntoDcp(Rule):
                 continue
             if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(c.args[0])):
                 continue
-            if is_optimizer(an, view, f.value, c):
+            if is_optimizer(an, view, f.value, c, callers):
                 ctx.report(c, f"`{ctx.text(c)}` loads optimizer state that `dcp.load` (line {load.lineno}) filled: "
                               "DCP restores the state keyed by parameter name, which `Optimizer.load_state_dict` "
                               "does not read; use `set_optimizer_state_dict` / `set_state_dict`",
