@@ -361,6 +361,44 @@ def is_fsdp1(hub, view, expr, at) -> bool:
     return w is not None and view.sem.call_qualname(w) == FSDP1
 
 
+# sharding strategies of FSDP1 under which each rank holds a shard of every (flat) parameter
+_SHARDING = frozenset({"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"})
+
+
+def fsdp1_sharded(hub, view, expr, at):
+    """(view, ``FullyShardedDataParallel(...)`` call) that ``expr`` holds at ``at`` when it shards
+    the parameters: no ``sharding_strategy`` (``FULL_SHARD`` by default), or every value that
+    reaches it is a sharding member of ``ShardingStrategy`` (``NO_SHARD`` keeps whole
+    parameters, as DDP does); None otherwise or when not known. The wrap is found by
+    ``wrapper_ctor``, else when every origin of ``expr`` (tuple unpacking, helpers' returns in
+    any module) is one."""
+    from .origins import branch_origins, origins
+
+    try:
+        w = hub.wrapper_ctor(view, expr, at)
+    except Exception:  # pragma: no cover - defensive: a helper of the hub on odd input
+        w = None
+    wraps = [(view, w)] if w is not None else origins(hub, view, expr, at)
+    if not wraps:
+        return None
+    for wv, w in wraps:
+        if not isinstance(w, ast.Call) or wv.sem.call_qualname(w) != FSDP1:
+            return None
+        s = get_arg(w, 2, "sharding_strategy")
+        if s is None:
+            continue
+        got = branch_origins(hub, wv, s, w)
+        if not got:
+            return None
+        for v, e, _fr in got:
+            if isinstance(e, ast.Constant) and e.value is None:
+                continue  # ``sharding_strategy=None``: the default
+            if not (isinstance(e, ast.Attribute) and e.attr in _SHARDING and
+                    (v.sem.qualname(e.value) or "").endswith("ShardingStrategy")):
+                return None
+    return wraps[0]
+
+
 # -- sites -----------------------------------------------------------------------------------------
 def hidden_sites(hub, view, Effect, Site) -> dict:
     """call -> Site for every call of the module that runs a hidden collective: a vocabulary entry

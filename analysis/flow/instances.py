@@ -209,3 +209,39 @@ def _param_elements(hub, view, fn, name: str, not_project, depth: int):
             return None
     return found
 
+
+
+# ``nn.Module`` methods that return the module itself (``Model(cfg).cuda()`` is still a ``Model``)
+_SELF_RETURNING = frozenset({"cuda", "to", "cpu", "float", "half", "bfloat16", "double", "train", "eval",
+                             "to_empty", "requires_grad_", "xpu"})
+
+
+def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=None):
+    """(view, class) of the project class ``name`` holds at ``at``: every origin (``origins``:
+    names, tuple unpacking, helpers' returns, a parameter's arguments in its module) constructs
+    it, possibly through a module method that returns the module (``Model(cfg).cuda()``); or,
+    for a parameter no call of its module gives, the project class its annotation names
+    (``def shard(model: Model)``). None when unknown or mixed."""
+    from .imports import _NOT_PROJECT
+    from .origins import origins
+
+    not_project = _NOT_PROJECT if not_project is None else not_project
+    kind, evs = reaching(view, name.id, at)
+    found = None
+    got_any = False
+    for v, e in origins(hub, view, name, at):
+        got_any = True
+        while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING \
+                and isinstance(e.func.value, ast.Call):
+            e = e.func.value
+        found = _same(found, ctor_class(hub, v, e, not_project))
+        if found is None:
+            return None
+    if got_any:
+        return found
+    if kind == "param" and isinstance(evs, FUNC_TYPES):
+        a = evs.args
+        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+            if p.arg == name.id and p.annotation is not None:
+                return class_named(hub, view, p.annotation, not_project)
+    return None

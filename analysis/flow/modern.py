@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import parent
+from ..semantic import get_arg, parent
 from .hidden import FULLY_SHARD, is_fsdp2, shard_calls  # noqa: F401  (re-exported)
 from .origins import holds_call, key_of, origins, qn_pred  # noqa: F401  (re-exported)
 
@@ -59,6 +59,21 @@ def params_root(expr):
         while isinstance(base, ast.Attribute) and key_of(base) is None:
             base = base.value
         return key_of(base)
+    return None
+
+
+def named_mesh_dims(an, view, expr, at) -> int | None:
+    """How many dimensions the mesh has of which ``expr`` holds one named dimension
+    (``mesh["tp"]`` of ``mesh = init_device_mesh(..., (dp, tp), ...)``), followed through names,
+    tuple unpacking (``tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]``), helpers' parameters and
+    returns; None when no origin is such a dimension of a mesh of literal shape."""
+    pred = qn_pred(*INIT_MESH)
+    for v, e in origins(an, view, expr, at):
+        if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
+            got = holds_call(an, v, e.value, e, pred)
+            shape = get_arg(got[1], 1, "mesh_shape") if got is not None else None
+            if isinstance(shape, (ast.Tuple, ast.List)):
+                return len(shape.elts)
     return None
 
 

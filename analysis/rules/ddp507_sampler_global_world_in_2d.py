@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ..flow.modern import FULLY_SHARD, INIT_MESH, PARALLELIZE, holds_call, hub, origins, qn_pred, shard_reach
+from ..flow.modern import FULLY_SHARD, PARALLELIZE, hub, named_mesh_dims, origins, shard_reach
 
 _SAMPLER = "torch.utils.data.DistributedSampler"
 _WORLD = ("torch.distributed.get_world_size",)
@@ -21,7 +21,8 @@ class SamplerGlobalWorldIn2d(Rule):
     (`parallelize_module(model, mesh["tp"], plan)`), or shards with FSDP2 over one named
     dimension of such a mesh (`fully_shard(model, mesh=mesh["dp"])`: the other dimensions are
     not data parallel; HSDP, which gives `fully_shard` the whole 2-D mesh, is not flagged). The
-    mesh may be built in a helper or kept on `self`.
+    mesh may be built in a helper or kept on `self`, and its dimension may be unpacked into a name
+    (`tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]`) or reach the parallelizing helper as a parameter.
 
     ## Why is this bad?
     In 2-D parallelism the ranks of one tensor-parallel group compute on the *same* batch: their
@@ -79,23 +80,19 @@ class SamplerGlobalWorldIn2d(Rule):
     def _tp_on_2d_mesh(self, ctx, an, view):
         """([(parallelize call, mesh rank)] on a dimension of a mesh of 2 or more dimensions,
         whether the file also parallelizes otherwise)."""
-        pred = qn_pred(*INIT_MESH)
         out, other = [], False
         # FSDP2 over one named dimension of a larger mesh (``fully_shard(m, mesh=mesh["dp"])``):
         # the other dimensions are not data parallel (HSDP gives the whole 2-D mesh)
         for c in ctx.calls_to(*FULLY_SHARD):
             m = get_arg(c, None, "mesh")
-            if isinstance(m, ast.Subscript) and isinstance(m.slice, ast.Constant) and isinstance(m.slice.value, str):
-                got = holds_call(an, view, m.value, c, pred)
-                shape = get_arg(got[1], 1, "mesh_shape") if got is not None else None
-                if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) >= 2:
-                    out.append((c, len(shape.elts)))
+            dims = named_mesh_dims(an, view, m, c) if m is not None else None
+            if dims is not None and dims >= 2:
+                out.append((c, dims))
         for c in ctx.calls_to(*PARALLELIZE):
             m = get_arg(c, 1, "device_mesh")
-            got = holds_call(an, view, m.value, c, pred) if isinstance(m, ast.Subscript) else None
-            shape = get_arg(got[1], 1, "mesh_shape") if got is not None else None
-            if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) >= 2:
-                out.append((c, len(shape.elts)))
+            dims = named_mesh_dims(an, view, m, c) if m is not None else None
+            if dims is not None and dims >= 2:
+                out.append((c, dims))
             else:
                 other = True
         return out, other

@@ -4,38 +4,60 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import parent
-from ..flow.hidden import is_fsdp2
+from ..semantic import get_arg, parent
+from ..flow.hidden import fsdp1_sharded, is_fsdp2
+from ..flow.origins import origins
 from ._common import D
 from ..flow.modern import hub
 
 _NORMS = ("torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm")
+_CLIP = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_",
+         "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm")
 
 
 class LocalGradNorm(Rule):
     """
     ## What it does
-    Checks for a gradient norm computed from the *local shards* of a `fully_shard` module's
-    gradients (`p.grad.to_local()`, `p.grad._local_tensor`, for `p` in `model.parameters()`) in a
-    function that never reduces it across ranks (no `all_reduce`, no `full_tensor()`). The model
-    may reach the function as a parameter or an attribute of `self`.
+    Checks for a gradient norm computed from the *local shards* of a sharded module's gradients:
+
+    - under FSDP2 (`fully_shard`), from `p.grad.to_local()` / `p.grad._local_tensor` for `p` in
+      `model.parameters()`, in a function that never reduces it across ranks (no `all_reduce`,
+      no `full_tensor()`); the model may reach the function as a parameter or an attribute of
+      `self`;
+    - under FSDP1 (`FullyShardedDataParallel` with a sharding strategy: the default
+      `FULL_SHARD`, `SHARD_GRAD_OP`, `HYBRID_SHARD`), from
+      `torch.nn.utils.clip_grad_norm_(model.parameters(), ...)` (or a list or filtered
+      comprehension of them) instead of the wrapper's own `model.clip_grad_norm_(...)`. The wrap
+      may be made in a helper (of another module), kept on `self`, or unpacked from a tuple.
+      `NO_SHARD`, a strategy not known, or an infinite `max_norm` whose result the function
+      all-reduces is not flagged. (Under FSDP2 the parameters are DTensors and torch's
+      `clip_grad_norm_` reduces the norm itself.)
 
     ## Why is this bad?
-    Under FSDP2 each rank holds 1/N of every gradient. The norm of the local shards is this rank's
-    part of the global norm, and differs between ranks: logged as "grad norm" it is wrong by about
-    a factor of sqrt(N), and used to clip or to skip a step it makes the ranks decide differently
-    (a skipped step on some ranks is a hang at the next reduce-scatter).
+    Each rank holds 1/N of every gradient. The norm of the local shards is this rank's part of
+    the global norm, and differs between ranks: logged as "grad norm" it is wrong by about a
+    factor of sqrt(N), and used to clip or to skip a step it makes the ranks decide differently
+    (a skipped step on some ranks is a hang at the next reduce-scatter). FSDP1's parameters
+    (flat parameters, or with `use_orig_params=True` views into them) are plain tensors holding
+    this rank's shard: `torch.nn.utils.clip_grad_norm_` scales each rank's shard by its own
+    coefficient, so the update is no longer a uniformly clipped gradient.
 
     ## Example
     ```python
     sq = sum(p.grad.to_local().norm() ** 2 for p in model.parameters() if p.grad is not None)
     logger.log({"grad_norm": sq.sqrt().item()})
+
+    model = FullyShardedDataParallel(net)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     ```
 
     ## Use instead
     ```python
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=float("inf"))
     logger.log({"grad_norm": grad_norm.full_tensor().item()})
+
+    model = FullyShardedDataParallel(net)
+    model.clip_grad_norm_(1.0)  # all-reduces the norm over the shards
     ```
 
     ## Fix safety
@@ -45,7 +67,7 @@ class LocalGradNorm(Rule):
     code = "DDP516"
     name = "local-grad-norm"
     severity = Severity.WARNING
-    requires_text = ("to_local", "_local_tensor")
+    requires_text = ("to_local", "_local_tensor", "clip_grad_norm")
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -53,6 +75,7 @@ class LocalGradNorm(Rule):
         reduced = {sem.enclosing_function(c) for c in ctx.calls_to(D + "all_reduce", D + "reduce")}
         reduced |= {sem.enclosing_function(c) for c in sem.calls
                     if isinstance(c.func, ast.Attribute) and c.func.attr in ("full_tensor", "redistribute")}
+        self._fsdp1_clips(ctx, an, view, reduced)
         done = set()
         cands = list(sem.calls)
         if "_local_tensor" in ctx.src.text:
@@ -74,6 +97,56 @@ class LocalGradNorm(Rule):
             ctx.report(norm, f"`{ctx.text(norm)}` is the norm of this rank's gradient shards "
                              f"(`{ctx.text(local)}`) and is never reduced across ranks: it is not the global "
                              "gradient norm, and differs between ranks")
+
+
+    def _fsdp1_clips(self, ctx, an, view, reduced) -> None:
+        """``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)`` of an FSDP1 module that
+        shards its parameters: the norm of this rank's shards."""
+        for c in ctx.calls_to(*_CLIP):
+            mod = _params_module(an, view, get_arg(c, 0, "parameters"), c)
+            if mod is None:
+                continue
+            got = fsdp1_sharded(an, view, mod, c)
+            if got is None:
+                continue
+            wv, w = got
+            m = get_arg(c, 1, "max_norm")
+            if _infinite(m) and view.sem.enclosing_function(c) in reduced:
+                continue  # only the norm, reduced across ranks afterwards
+            here = wv is view
+            ctx.report(c, f"`{ctx.text(c.func)}` over the parameters of `{ctx.text(mod)}`, an FSDP1 module that "
+                          f"shards them{f' (line {w.lineno})' if here else ''}: each rank computes the norm of its own shards and "
+                          "scales them by its own coefficient, and the norm returned is not the global one; "
+                          f"use `{ctx.text(mod)}.clip_grad_norm_(max_norm)`",
+                       related=[(w, "the FSDP1 wrap that shards the parameters")] if here else [])
+
+def _params_module(an, view, expr, at):
+    """The module whose parameters ``expr`` is: ``m.parameters()``, ``list(...)``/``filter(...)``
+    of it or a comprehension over it, or a name bound to one of those; else None."""
+    if isinstance(expr, ast.Name):
+        got = origins(an, view, expr, at)
+        if len(got) != 1 or got[0][0] is not view:
+            return None
+        expr = got[0][1]
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "filter", "tuple") \
+            and expr.args and not expr.keywords:
+        return _params_module(an, view, expr.args[-1], at)
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and len(expr.generators) == 1:
+        g = expr.generators[0]
+        if isinstance(expr.elt, ast.Name) and isinstance(g.target, ast.Name) and expr.elt.id == g.target.id:
+            return _params_module(an, view, g.iter, at)
+        return None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
+        return expr.func.value
+    return None
+
+
+def _infinite(e) -> bool:
+    """``float("inf")``, ``math.inf``, ``torch.inf``."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "float" and e.args and \
+            isinstance(e.args[0], ast.Constant) and str(e.args[0].value).lower() in ("inf", "infinity"):
+        return True
+    return isinstance(e, ast.Attribute) and e.attr == "inf"
 
 
 def _local_grad(node):
