@@ -129,6 +129,7 @@ class Semantic:
         self.functions: dict[str, list[ast.AST]] = defaultdict(list)
         self.by_type: dict[type, list[ast.AST]] = defaultdict(list)
         self._calls_by_qn: dict[str, list[ast.Call]] | None = None
+        self._calls_by_fn: dict[ast.AST | None, list[ast.Call]] | None = None  # function_calls
         self._callee_index: tuple | None = None
         self._assigns: dict[ast.AST, dict[str, list[ast.AST]]] | None = None
         self._nodes: list[ast.AST] | None = None
@@ -231,6 +232,24 @@ class Semantic:
         """The calls directly in function ``scope`` (or the module), not in nested functions, in
         the order of ``calls``."""
         return self._scope_calls.get(scope, ())
+
+    def function_calls(self, fn: ast.AST | None) -> list[ast.Call]:
+        """The calls whose ``enclosing_function`` is ``fn`` (None: outside every function), in the
+        order of ``calls``: unlike ``scope_calls``, a function's decorators count as its own and a
+        nested function's as the nested function's. Grouped once per tree, on the first question
+        (asking each call for its function per helper was quadratic)."""
+        idx = self._calls_by_fn
+        if idx is None:
+            idx = self._calls_by_fn = {}
+            ef = self.enclosing_function
+            for c in self.calls:
+                f = ef(c)
+                got = idx.get(f)
+                if got is None:
+                    idx[f] = [c]
+                else:
+                    got.append(c)
+        return idx.get(fn, ())
 
     def release(self) -> None:
         """Drop the parent pointers (the cycles node -> parent -> node), so that the tree is freed
@@ -742,12 +761,24 @@ def _rev_node_fields(t: type) -> tuple[str, ...]:
     return tuple(f for f in reversed(t._fields) if f not in _NEVER_NODES)
 
 
-def iter_scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+def iter_scope_nodes(scope: ast.AST) -> tuple[ast.AST, ...]:
     """All nodes under ``scope`` that belong to it (nested function/class bodies excluded).
 
     Pre-order, children in ``ast.iter_child_nodes`` order (expression contexts and operators
     included): for any tree from ``ast.parse``, exactly what a walk with ``ast.iter_child_nodes``
-    gives, without its per-node generators and without looking into identifier fields."""
+    gives, without its per-node generators and without looking into identifier fields.
+
+    Walked once per scope: the tuple is kept on the scope node (``_sn``), since the flow layer and
+    the rules ask for the nodes of the same functions again and again (a class's methods for each
+    ``self.<attr>``, a helper's returns for each call of it). It points only down the tree (no
+    cycle); ``Semantic.release`` empties an owned tree's nodes, this attribute with them."""
+    got = scope.__dict__.get("_sn")
+    if got is None:
+        got = scope._sn = tuple(_scope_walk(scope))
+    return got
+
+
+def _scope_walk(scope: ast.AST) -> Iterator[ast.AST]:
     body = scope.body if isinstance(scope.body, list) else [scope.body]
     stack = list(reversed(body))
     pop = stack.pop

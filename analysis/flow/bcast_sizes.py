@@ -58,14 +58,8 @@ def contract(hub, view, fn, depth: int = 0):
 
 
 def _calls_of(view, fn) -> list:
-    """The calls made in ``fn``'s own body (one pass over the module's calls per view)."""
-    idx = view.memo.get("bcast_sizes.calls_by_fn")
-    if idx is None:
-        idx = view.memo["bcast_sizes.calls_by_fn"] = {}
-        sem = view.sem
-        for c in sem.calls:
-            idx.setdefault(sem.enclosing_function(c), []).append(c)
-    return idx.get(fn, ())
+    """The calls made in ``fn``'s own body."""
+    return view.sem.function_calls(fn)
 
 
 def _size_param(sem, call, params):

@@ -491,9 +491,7 @@ def _helper_forward(hub, view, call, Effect, Site):
     for pname, arg in _call_args(call, fn):
         if not is_fsdp2(hub, view, arg, call):
             continue
-        for c in tv.sem.calls:
-            if tv.sem.enclosing_function(c) is not fn:
-                continue
+        for c in tv.sem.function_calls(fn):
             f = c.func
             if (isinstance(f, ast.Name) and f.id == pname) or (
                     isinstance(f, ast.Attribute) and f.attr == "forward" and isinstance(f.value, ast.Name)

@@ -37,7 +37,9 @@ def _base_name(e: ast.AST) -> str | None:
 
 def index(view) -> dict:
     """(scope, name) -> [(node, stored expressions or None)] for the writes of the module, in
-    source order (one walk of the tree per module view)."""
+    source order (once per module view, from the traversal's indexes: its assignments by type and
+    its calls; no walk of the tree). Two writes at one position are nested calls
+    (``g(x).h(x)``): the outer one, which ends later, comes first."""
     got = view.memo.get("mutations.index")
     if got is not None:
         return got
@@ -48,35 +50,40 @@ def index(view) -> dict:
     def add(node, name, values):
         got.setdefault((binding_scope(sem, node), name), []).append((node, values))
 
-    for n in ast.walk(sem.tree):
-        t = n.__class__
-        if t is ast.Assign or t is ast.AugAssign or t is ast.AnnAssign:
+    by_type = sem.by_type
+    for t in (ast.Assign, ast.AugAssign, ast.AnnAssign):  # always indexed (semantic._BINDING_STMTS)
+        for n in by_type.get(t, ()):
             for tgt in (n.targets if t is ast.Assign else (n.target,)):
                 for x in ast.walk(tgt) if isinstance(tgt, (ast.Tuple, ast.List)) else (tgt,):
                     if isinstance(x, ast.Subscript):
                         b = _base_name(x)
                         if b is not None and n.value is not None:
                             add(n, b, (n.value,))
-        elif t is ast.Call:
-            f = n.func
-            if isinstance(f, ast.Attribute) and f.attr in MUTATORS:
-                b = _base_name(f.value)
-                if b is not None:
-                    add(n, b, tuple(a.value if isinstance(a, ast.Starred) else a
-                                    for a in (*n.args, *(k.value for k in n.keywords))))
-                continue
-            if isinstance(f, ast.Name) and f.id in _READERS and sem.qualname(f) is None:
-                continue
-            if (sem.call_qualname(n) or "") in eq:
-                continue  # an equalising collective: a binding event of its own (``bindings``)
-            for a in (*n.args, *(k.value for k in n.keywords)):
-                if isinstance(a, ast.Starred):
-                    a = a.value
-                if isinstance(a, ast.Name):
-                    add(n, a.id, None)
+    for n in sem.calls:
+        f = n.func
+        if isinstance(f, ast.Attribute) and f.attr in MUTATORS:
+            b = _base_name(f.value)
+            if b is not None:
+                add(n, b, tuple(a.value if isinstance(a, ast.Starred) else a
+                                for a in (*n.args, *(k.value for k in n.keywords))))
+            continue
+        if isinstance(f, ast.Name) and f.id in _READERS and sem.qualname(f) is None:
+            continue
+        if (sem.call_qualname(n) or "") in eq:
+            continue  # an equalising collective: a binding event of its own (``bindings``)
+        for a in (*n.args, *(k.value for k in n.keywords)):
+            if isinstance(a, ast.Starred):
+                a = a.value
+            if isinstance(a, ast.Name):
+                add(n, a.id, None)
     for lst in got.values():
-        lst.sort(key=lambda p: (p[0].lineno, p[0].col_offset))
+        lst.sort(key=_write_order)
     return got
+
+
+def _write_order(p):
+    n = p[0]
+    return (n.lineno, n.col_offset, -(n.end_lineno or 0), -(n.end_col_offset or 0))
 
 
 def _pos(n):

@@ -25,6 +25,7 @@ run shares them; the editor sees a file created or saved outside it after at mos
 """
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import threading
@@ -88,24 +89,49 @@ def candidates(text: str) -> tuple[tuple[str, int], ...]:
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text)
     out: dict[tuple[str, int], None] = {}
-    inside: set[int] = set()
-    for m in _FROM.finditer(text):
+    starts: list[int] = []  # the spans (module to names) of the from-statements, in text order
+    ends: list[int] = []
+    for m in _keyword_matches(_FROM, "from", text):
         level = m.group(1).count(".")
-        mod = re.sub(r"\s|\\", "", m.group(2))
-        inside.add(m.start(3) - 1)
+        mod = _SPACE_OR_CONT.sub("", m.group(2))
         out[(mod, level)] = None
         for n in _DOTTED.findall(m.group(3)):
-            n = re.sub(r"\s", "", n)
+            n = _SPACE.sub("", n)
             out[(f"{mod}.{n}" if mod else n, level)] = None
-        inside.update(range(m.start(2), m.end(3)))
-    for m in _IMPORT.finditer(text):
-        if m.start() in inside:
+        starts.append(m.start(2))
+        ends.append(m.end(3))
+    for m in _keyword_matches(_IMPORT, "import", text):
+        i = bisect.bisect_right(starts, m.start()) - 1
+        if i >= 0 and m.start() < ends[i]:
             continue  # the ``import`` of a from-statement
         for n in _DOTTED.findall(m.group(1)):
-            parts = re.sub(r"\s", "", n).split(".")
+            parts = _SPACE.sub("", n).split(".")
             for i in range(1, len(parts) + 1):
                 out[(".".join(parts[:i]), 0)] = None
     return tuple(out)
+
+
+_SPACE = re.compile(r"\s")
+_SPACE_OR_CONT = re.compile(r"\s|\\")
+
+
+def _keyword_matches(pattern: re.Pattern, word: str, text: str):
+    """``pattern.finditer(text)`` for a pattern that starts with ``\\b`` + ``word``: a match can only
+    start where ``word`` is spelled, so ``str.find`` jumps there (the regex engine would try every
+    position: a pattern that starts with ``\\b`` has no literal prefix to search for)."""
+    pos = 0
+    find = text.find
+    match = pattern.match
+    while True:
+        p = find(word, pos)
+        if p < 0:
+            return
+        m = match(text, p)  # ``\\b`` looks at the character before ``p``
+        if m is None:
+            pos = p + 1
+        else:
+            yield m
+            pos = m.end() if m.end() > p else p + 1
 
 
 def _read(path: str):

@@ -248,9 +248,7 @@ def _pins_in(ana, view, fn, depth: int) -> bool:
     # the answer read other modules: they join this view's dependencies (a stale memo is dropped)
     ana._view_stack.append(view)
     try:
-        for c in vsem.calls:
-            if vsem.enclosing_function(c) is not fn:
-                continue
+        for c in vsem.function_calls(fn):
             if vsem.call_qualname(c) == "torch.cuda.set_device":
                 memo[id(fn)] = True
                 break
@@ -307,7 +305,7 @@ def _report_unpinned_workers(ctx, inits) -> set[int]:
     reported: set[int] = set()
     uses = None
     for w in targets:
-        calls = [c for c in sem.calls if sem.enclosing_function(c) is w]
+        calls = list(sem.function_calls(w))
         # ``setup(rank, world)`` / ``Helper().setup(...)`` as a statement of the worker's own body
         joins = [c for c in calls if _callee_name(c) in init_fns
                  and isinstance(parent(c), ast.Expr) and parent(parent(c)) is w]
@@ -414,9 +412,7 @@ def _default_backend_kept(init: ast.Call, fn, call: ast.Call) -> bool:
 def _object_collective_in(ctx, fn) -> ast.Call | None:
     """An object collective that pickles through the current device, in ``fn``'s own body."""
     sem = ctx.sem
-    for c in sem.calls:
-        if sem.enclosing_function(c) is not fn:
-            continue
+    for c in sem.function_calls(fn):
         qn = ctx.qn(c) or ""
         short = qn[len(D):] if qn.startswith(D) else ""
         if short in OBJECT_COLLECTIVES or (short in OBJECT_COLLECTIVES_WITH_DEVICE and not has_kwarg(c, "device")):

@@ -531,9 +531,7 @@ def _nccl_init_in(ana, view, fn, call, depth: int):
     memo[key] = None
     vsem = view.sem
     adapter = _ViewCtx(vsem)
-    for c in vsem.calls:
-        if vsem.enclosing_function(c) is not fn:
-            continue
+    for c in vsem.function_calls(fn):
         qn = vsem.call_qualname(c) or ""
         if qn == D + "init_process_group":
             backend = get_arg(c, 0, "backend")

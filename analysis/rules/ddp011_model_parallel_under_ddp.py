@@ -90,8 +90,8 @@ class ModelParallelUnderDdp(Rule):
                     spread = _spread_value(ctx, k.value, sem.scope_of(c))
                     if spread is not None:
                         cands.append((k, f'`device_map="{spread}"` spreads one model over every GPU of the node'))
-        for n in ast.walk(sem.tree):
-            if n.__class__ is ast.Assign and n.value.__class__ is ast.Constant and n.value.value is True:
+        for n in sem.by_type.get(ast.Assign, ()):  # every assignment (the traversal's index)
+            if n.value.__class__ is ast.Constant and n.value.value is True:
                 for t in n.targets:
                     if t.__class__ is ast.Attribute and t.attr in _MP_FLAGS:
                         cands.append((n, f"`{ctx.text(t)} = True` tells the Trainer the model is split "

@@ -162,8 +162,8 @@ class NoDistributedSampler(Rule):
 def _shuffling_loader(view, fn):
     """The ``DataLoader(..., shuffle=True)`` without a sampler or ``**kwargs`` that ``fn`` builds
     (its own body, not under a condition naming evaluation), else None."""
-    for c in view.sem.calls:
-        if view.sem.enclosing_function(c) is not fn or view.sem.call_qualname(c) != "torch.utils.data.DataLoader":
+    for c in view.sem.function_calls(fn):
+        if view.sem.call_qualname(c) != "torch.utils.data.DataLoader":
             continue
         kw = next((k for k in c.keywords if k.arg == "shuffle"), None)
         if kw is None or not is_true(kw.value, view.sem) or sampler_args(c) or has_kwargs(c):

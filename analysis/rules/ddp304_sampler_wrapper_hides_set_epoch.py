@@ -264,12 +264,13 @@ def _forwarded(cls: ast.ClassDef):
         if attr and isinstance(v, ast.Name) and (v.id in params or v.id == star):
             stored[attr] = many or v.id == star
     best = None
+    # each public method read once, not once per stored attribute
+    public = [_own_name_reads(fn) for fn in cls.body if isinstance(fn, FUNC_TYPES) and not fn.name.startswith("_")]
+    public = [r for r in public if r[1]]  # a method that never reads its own name forwards nothing
     for attr, many in stored.items():
         count = 0
-        for fn in cls.body:
-            if not isinstance(fn, FUNC_TYPES) or fn.name.startswith("_"):
-                continue
-            if _forwards_own_name(fn, attr):
+        for reads in public:
+            if _forwards_own_name(reads, attr):
                 count += 1
         if count >= 2:
             walked = any(isinstance(n, (ast.For, ast.comprehension)) and _mentions_attr(n.iter, attr)
@@ -283,20 +284,33 @@ def _mentions_attr(expr, attr: str) -> bool:
     return any(_self_attr(n) == attr for n in ast.walk(expr))
 
 
-def _forwards_own_name(fn, attr: str) -> bool:
-    """``fn`` reads its own name off the wrapped object(s): ``self.<attr>``, ``self.<attr>[i]``
-    or a loop variable over ``self.<attr>``."""
-    loop_vars: set[str] = set()
+def _own_name_reads(fn) -> tuple[list, list]:
+    """(the loops of ``fn`` as (iterable, target) pairs, the bases ``b`` of every ``b.<fn's own
+    name>``, subscripts stripped), in one walk of ``fn``."""
+    loops: list = []
+    bases: list = []
     for n in ast.walk(fn):
-        if isinstance(n, (ast.For, ast.comprehension)) and _mentions_attr(n.iter, attr):
-            loop_vars.update(t.id for t in ast.walk(n.target) if isinstance(t, ast.Name))
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Attribute) and n.attr == fn.name:
+        if isinstance(n, (ast.For, ast.comprehension)):
+            loops.append((n.iter, n.target))
+        elif isinstance(n, ast.Attribute) and n.attr == fn.name:
             base = n.value
             while isinstance(base, ast.Subscript):
                 base = base.value
-            if _self_attr(base) == attr or (isinstance(base, ast.Name) and base.id in loop_vars):
-                return True
+            bases.append(base)
+    return loops, bases
+
+
+def _forwards_own_name(reads: tuple[list, list], attr: str) -> bool:
+    """The method (``_own_name_reads``) reads its own name off the wrapped object(s):
+    ``self.<attr>``, ``self.<attr>[i]`` or a loop variable over ``self.<attr>``."""
+    loops, bases = reads
+    loop_vars: set[str] = set()
+    for it, target in loops:
+        if _mentions_attr(it, attr):
+            loop_vars.update(t.id for t in ast.walk(target) if isinstance(t, ast.Name))
+    for base in bases:
+        if _self_attr(base) == attr or (isinstance(base, ast.Name) and base.id in loop_vars):
+            return True
     return False
 
 
