@@ -370,18 +370,33 @@ def _skip_before(ctx, st: ast.stmt):
 
 
 def _has_mod(ctx, test: ast.AST) -> bool:
-    """``test`` computes a ``%``, itself or through a name bound to one before it (``last = (i + 1)
-    % k == 0`` ... ``if last:``)."""
+    """``test`` computes a ``%``, itself or through a name bound to one before it in the same
+    iteration of its loop (``last = (i + 1) % k == 0`` ... ``if last:``; not a counter set before
+    the loop, as a resume's ``skip = step % n_batches``)."""
     for n in ast.walk(test):
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
             return True
+    loop = _loop_of(test)
+    if loop is None:
+        return False
     for n in ast.walk(test):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            from ..flow.assignments import reaching_value
+            from ..flow.assignments import reaching_assignment
 
-            v = reaching_value(ctx, n.id, test)
-            if v is not None and any(isinstance(m, ast.BinOp) and isinstance(m.op, ast.Mod) for m in ast.walk(v)):
+            st = reaching_assignment(ctx, n.id, test)
+            if st is not None and _loop_of(st) is loop and not _in_loop_elsewhere(ctx, n.id, loop, st) \
+                    and any(isinstance(m, ast.BinOp) and isinstance(m.op, ast.Mod) for m in ast.walk(st.value)):
                 return True
+    return False
+
+
+def _in_loop_elsewhere(ctx, name: str, loop: ast.AST, st: ast.stmt) -> bool:
+    """``name`` is bound in ``loop`` by another statement than ``st`` (``x -= 1``, a second
+    assignment): its value at the test is not the one ``st`` gives."""
+    for n in ast.walk(loop):
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) \
+                and ctx.sem.statement_of(n) is not st:
+            return True
     return False
 
 

@@ -4,8 +4,8 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, parent
-from ..flow.helper_calls import calls_named
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..torch_api import constant_of
 from ._training import enclosing_function, module_ref
 
 _CONTEXT_MANAGERS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
@@ -22,6 +22,10 @@ class GradientSyncNotRestored(Rule):
       other `set_requires_gradient_sync` call and nothing else with the module;
     - a class whose `__enter__` makes the call and whose `__exit__` makes no
       `set_requires_gradient_sync` call and nothing else with the module.
+
+    The call may be in a helper of the project (this module or another) that the context manager
+    calls with the module, and `False` may come through a name, an argparse default, a config
+    attribute or a config dict entry.
 
     The usual origin is a port of DDP's `with model.no_sync():` to FSDP2, which has no `no_sync()`.
 
@@ -61,30 +65,40 @@ class GradientSyncNotRestored(Rule):
     code = "DDP519"
     name = "gradient-sync-not-restored"
     severity = Severity.ERROR
-    requires_text = ("set_requires_gradient_sync",)
+    # a context manager; the ``set_requires_gradient_sync`` call may be in a project helper it calls
+    requires_text = ("contextmanager", "__enter__")
+
+    @classmethod
+    def reach(cls, text, filename):
+        from ..flow.reach import reaches
+
+        return reaches(filename, text, ("set_requires_gradient_sync",))
 
     def finish(self, ctx) -> None:
-        for call in calls_named(ctx, "set_requires_gradient_sync"):
-            if not isinstance(call.func, ast.Attribute) or not _turns_off(call):
+        from ..flow.modern import hub
+
+        an, view = hub(ctx)
+        for fn in ast.walk(ctx.sem.tree):
+            if not isinstance(fn, FUNC_TYPES):
                 continue
-            fn = enclosing_function(call)
-            if fn is None:
-                continue
-            ref = module_ref(call.func.value)
             if _is_generator_cm(ctx, fn):
-                later = [y for y in _own(fn, (ast.Yield, ast.YieldFrom)) if _after(y, call)]
-                if not later:
-                    continue
-                exit_ = min(later, key=lambda y: (y.lineno, y.col_offset))
-                if _restores(ctx, fn, ref, lambda n, e=exit_: _after(n, e)):
-                    continue
-                self._report(ctx, call, exit_, "the context manager's `yield`: nothing after it turns it back on")
-            elif getattr(fn, "name", "") in ("__enter__", "__aenter__") and isinstance(parent(fn), ast.ClassDef):
+                yields = _own(fn, (ast.Yield, ast.YieldFrom))
+                for call, ref in _turn_offs(ctx, an, view, fn):
+                    later = [y for y in yields if _after(y, call)]
+                    if not later:
+                        continue
+                    exit_ = min(later, key=lambda y: (y.lineno, y.col_offset))
+                    if _restores(ctx, fn, ref, lambda n, e=exit_: _after(n, e)):
+                        continue
+                    self._report(ctx, call, exit_, "the context manager's `yield`: nothing after it turns it back on")
+            elif fn.name in ("__enter__", "__aenter__") and isinstance(parent(fn), ast.ClassDef):
                 name = "__exit__" if fn.name == "__enter__" else "__aexit__"
                 exit_ = next((st for st in parent(fn).body if isinstance(st, FUNC_TYPES) and st.name == name), None)
-                if exit_ is None or _restores(ctx, exit_, ref, lambda n: True, self_too=True):
+                if exit_ is None:
                     continue
-                self._report(ctx, call, exit_, f"`{name}` does not turn it back on")
+                for call, ref in _turn_offs(ctx, an, view, fn):
+                    if not _restores(ctx, exit_, ref, lambda n: True, self_too=True):
+                        self._report(ctx, call, exit_, f"`{name}` does not turn it back on")
 
     @staticmethod
     def _report(ctx, call, exit_, why) -> None:
@@ -98,9 +112,40 @@ class GradientSyncNotRestored(Rule):
         )
 
 
-def _turns_off(call: ast.Call) -> bool:
-    arg = get_arg(call, 0, "requires_gradient_sync")
-    return isinstance(arg, ast.Constant) and arg.value is False
+def _turns_off(sem, call: ast.Call) -> bool:
+    """``m.set_requires_gradient_sync(False)``: the literal, or a name, argparse default, ``cfg.x``
+    store or config-dict entry that holds it (``torch_api.constant_of``)."""
+    c = constant_of(sem, get_arg(call, 0, "requires_gradient_sync"))
+    return c is not None and c.value is False
+
+
+def _turn_offs(ctx, an, view, fn) -> list:
+    """(call of ``fn``, ref of the module) for each call that turns a module's synchronisation off:
+    ``m.set_requires_gradient_sync(False)`` itself, or a call of a project function (this file or
+    another module) that makes it on one of its parameters (the module is the argument)."""
+    from ..flow.helper_calls import bind_args, resolved
+
+    out = []
+    for call in _own(fn, ast.Call):
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr == "set_requires_gradient_sync":
+            if _turns_off(ctx.sem, call):
+                out.append((call, module_ref(f.value)))
+            continue
+        target = resolved(an, view, call)
+        if target is None or target[1] is fn:
+            continue
+        hview, helper = target
+        params = set(param_names(helper))
+        for c in _own(helper, ast.Call):
+            g = c.func
+            if isinstance(g, ast.Attribute) and g.attr == "set_requires_gradient_sync" \
+                    and isinstance(g.value, ast.Name) and g.value.id in params and _turns_off(hview.sem, c):
+                arg = bind_args(call, helper).get(g.value.id)
+                if arg is not None:
+                    out.append((call, module_ref(arg)))
+                    break
+    return out
 
 
 def _is_generator_cm(ctx, fn) -> bool:
@@ -129,7 +174,7 @@ def _restores(ctx, fn, ref, where, self_too: bool = False) -> bool:
             continue
         f = n.func
         if isinstance(f, ast.Attribute) and f.attr == "set_requires_gradient_sync":
-            if not _turns_off(n):
+            if not _turns_off(ctx.sem, n):
                 return True
             continue
         if ref is None:
