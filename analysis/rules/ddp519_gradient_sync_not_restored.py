@@ -136,6 +136,8 @@ def _turn_offs(ctx, an, view, fn) -> list:
         if target is None or target[1] is fn:
             continue
         hview, helper = target
+        if _own(helper, (ast.Yield, ast.YieldFrom)):
+            continue  # a generator (another context manager): calling it runs none of its body
         params = set(param_names(helper))
         for c in _own(helper, ast.Call):
             g = c.func
