@@ -26,7 +26,17 @@ class AccumulationWithoutNoSync(Rule):
       the DDP wrapper;
     - a `for` loop over micro-batches whose forward pass goes through a model that may be the DDP
       wrapper and reaches `backward()`, with no optimizer step inside it and one after it
-      (`for _ in range(accum): model(x).backward()`, then `optimizer.step()`).
+      (`for _ in range(accum): model(x).backward()`, then `optimizer.step()`);
+    - an accumulation loop of the first shape that hands each micro-batch to a function or method
+      of the same file (`self.micro_step(batch, is_last)`) whose forward pass goes through a
+      model that may be the DDP wrapper and reaches its `backward()` (outside a loop of its own,
+      with no optimizer step of its own). The finding is on that forward call, where the
+      `no_sync()` block has to start, with the loop's call as related information. A flag the
+      method is given and ignores (`ctx = nullcontext()` whatever `is_last` says) changes nothing.
+
+    The `%` test may be the step's own `if`, or an earlier `if <test>: continue` of the loop that
+    skips to the next micro-batch (`if not last: continue`, then the step), and it may read a
+    name bound to the `%` expression (`last = (i + 1) % accum == 0`).
 
     The wrapper may be built in this file (also under `if distributed:`: the distributed path sees
     it), held on `self` by a trainer class, unpacked from a tuple, or passed by a caller in another
@@ -97,13 +107,14 @@ class AccumulationWithoutNoSync(Rule):
         for c in calls_named(ctx, "step"):
             if c.func.__class__ is ast.Attribute and _optimizer_step(c):
                 steps.append(c)
-                guard, loop = _mod_guard_and_loop(c)
+                guard, loop = _mod_guard_and_loop(ctx, c)
                 if guard is not None and loop is not None:
                     steps_by_loop.setdefault(id(loop), (loop, guard))
                 elif loop is not None:
                     unguarded.setdefault(id(loop), []).append(c)
         if not steps:
             return
+        self._through_callee(ctx, steps_by_loop, unguarded, local)
         for c in calls_named(ctx, "backward"):
             if c.func.__class__ is ast.Attribute:
                 loop = _loop_of(c)
@@ -126,7 +137,7 @@ class AccumulationWithoutNoSync(Rule):
             if any(not _exclusive(c, s) for s in unguarded.get(id(loop), ())):
                 continue
             _, guard = got
-            if _inside(c, guard) or _mod_guard_and_loop(c)[0] is not None or not _same_block(c, guard):
+            if _inside(c, guard) or _mod_guard_and_loop(ctx, c)[0] is not None or not _same_block(c, guard):
                 continue
             # a wrap of this file (the file's own contract), or a forward in the loop through a
             # value that may be the wrapper, also one a caller in another module passes
@@ -134,9 +145,49 @@ class AccumulationWithoutNoSync(Rule):
             if local or wraps:
                 self._report(ctx, c, wraps, (guard.test, "the optimizer steps only under this test"))
 
+    def _through_callee(self, ctx, steps_by_loop, unguarded, local) -> None:
+        """The accumulation loop calls a function or method of this file once per micro-batch
+        (``self.micro_step(batch, sync)``), and that callee runs the forward through a model that
+        may be the DDP wrapper and its ``backward()``, outside any loop of its own and without
+        stepping an optimizer. The finding is on the callee's forward call, where the
+        ``no_sync()`` block has to start, with the call in the loop as related information."""
+        from ..flow.helper_calls import resolved
+        from ..flow.modern import hub
+        from ._training import backward_calls, enclosing_function
+
+        an, view = hub(ctx)
+        done: set[int] = set()
+        for loop, guard in steps_by_loop.values():
+            fn = enclosing_function(loop)
+            for call in ast.walk(loop):
+                if not isinstance(call, ast.Call) or enclosing_function(call) is not fn \
+                        or _loop_of(call) is not loop or _inside(call, guard) \
+                        or _mod_guard_and_loop(ctx, call)[0] is not None or not _same_block(call, guard):
+                    continue
+                if any(not _exclusive(call, s) for s in unguarded.get(id(loop), ())):
+                    continue
+                target = resolved(an, view, call)
+                if target is None or target[0] is not view or target[1] is fn or id(target[1]) in done:
+                    continue
+                callee = target[1]
+                if any(enclosing_function(s) is callee for s in calls_named(ctx, "step") if _optimizer_step(s)):
+                    continue  # a training step of its own: the loop's ``%`` test is about something else
+                for b in backward_calls(ctx, callee):
+                    if _loop_of(b) is not None:
+                        continue  # a micro-batch loop of the callee's own (the other shape)
+                    got = _ddp_forward_call(ctx, callee, b)
+                    if got is None:
+                        continue
+                    fwd, wraps = got
+                    done.add(id(callee))
+                    related = [(call, "called once per micro-batch here"),
+                               (guard.test, "the optimizer steps only under this test")]
+                    self._report(ctx, fwd, wraps, *related)
+                    break
+
     @staticmethod
-    def _report(ctx, c, wraps, step_related) -> None:
-        related = [step_related]
+    def _report(ctx, c, wraps, step_related, *more) -> None:
+        related = [step_related, *more]
         where = ""
         if wraps:
             from ..flow.findings import node_related
@@ -220,6 +271,30 @@ def _ddp_forward(ctx, loop: ast.AST, backward: ast.Call) -> list:
     return []
 
 
+def _ddp_forward_call(ctx, fn: ast.AST, backward: ast.Call):
+    """(forward call, wraps) of the first call in ``fn`` of a model that may be the DDP wrapper
+    (``_training.ddp_wraps_of``) whose result reaches ``backward``'s function, else None."""
+    from ._training import ddp_wraps_of, enclosing_function, module_ref, reaches_backward
+
+    memo = ctx.memo("ddp205.wraps", dict)
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Call) or enclosing_function(n) is not fn or n.lineno > backward.lineno:
+            continue
+        f = n.func
+        holder = f.value if isinstance(f, ast.Attribute) and f.attr == "forward" else f
+        ref = module_ref(holder) if isinstance(holder, (ast.Name, ast.Attribute)) else None
+        if ref is None or ref == ("self", "forward") or ctx.qn(holder) is not None:
+            continue
+        if not reaches_backward(ctx, n, fn):
+            continue
+        key = (id(fn), ref)
+        if key not in memo:
+            memo[key] = ddp_wraps_of(ctx, holder, n)
+        if memo[key]:
+            return n, memo[key]
+    return None
+
+
 def _exclusive(a: ast.AST, b: ast.AST) -> bool:
     """``a`` and ``b`` sit in different branches of one ``if``."""
     anc_a = {id(x): x for x in _ancestors(a)}
@@ -261,20 +336,68 @@ def _loop_of(node: ast.AST):
     return None
 
 
-def _mod_guard_and_loop(node: ast.AST):
+def _mod_guard_and_loop(ctx, node: ast.AST):
+    """(the ``if`` with a ``%`` test that ``node`` runs under, the loop around it): an ``if`` that
+    holds ``node``, or an earlier ``if <test>: continue`` of the loop's body that skips the
+    iterations before ``node`` is reached (``if not last: continue``, then the step)."""
     guard = None
+    child = node
     for a in _ancestors(node):
-        if isinstance(a, ast.If) and guard is None and _has_mod(a.test):
+        if isinstance(a, ast.If) and guard is None and _has_mod(ctx, a.test):
             guard = a
         elif isinstance(a, _LOOPS):
+            if guard is None and isinstance(child, ast.stmt):
+                guard = _skip_before(ctx, child)
             return guard, a
         elif isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             return guard, None
+        if guard is None and isinstance(child, ast.stmt) and isinstance(a, (ast.If, ast.With, ast.AsyncWith, ast.Try)):
+            guard = _skip_before(ctx, child)
+        child = a
     return guard, None
 
 
-def _has_mod(test: ast.AST) -> bool:
-    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test))
+def _skip_before(ctx, st: ast.stmt):
+    """An ``if <test with %>: continue`` (no ``else``) before ``st`` in its statement list."""
+    got = stmt_list_of(st)
+    if got is None or st not in got[1]:
+        return None
+    for prev in got[1][:got[1].index(st)]:
+        if isinstance(prev, ast.If) and not prev.orelse and prev.body \
+                and isinstance(prev.body[-1], ast.Continue) and _has_mod(ctx, prev.test):
+            return prev
+    return None
+
+
+def _has_mod(ctx, test: ast.AST) -> bool:
+    """``test`` computes a ``%``, itself or through a name bound to one before it in the same
+    iteration of its loop (``last = (i + 1) % k == 0`` ... ``if last:``; not a counter set before
+    the loop, as a resume's ``skip = step % n_batches``)."""
+    for n in ast.walk(test):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+            return True
+    loop = _loop_of(test)
+    if loop is None:
+        return False
+    for n in ast.walk(test):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            from ..flow.assignments import reaching_assignment
+
+            st = reaching_assignment(ctx, n.id, test)
+            if st is not None and _loop_of(st) is loop and not _in_loop_elsewhere(ctx, n.id, loop, st) \
+                    and any(isinstance(m, ast.BinOp) and isinstance(m.op, ast.Mod) for m in ast.walk(st.value)):
+                return True
+    return False
+
+
+def _in_loop_elsewhere(ctx, name: str, loop: ast.AST, st: ast.stmt) -> bool:
+    """``name`` is bound in ``loop`` by another statement than ``st`` (``x -= 1``, a second
+    assignment): its value at the test is not the one ``st`` gives."""
+    for n in ast.walk(loop):
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) \
+                and ctx.sem.statement_of(n) is not st:
+            return True
+    return False
 
 
 def _inside(node: ast.AST, outer: ast.AST) -> bool:
