@@ -107,7 +107,7 @@ RULES = {
                 ((('torch', False),), (('no_sync', False),)),
                 False, False),
     'DDP209': ('ddp209_unused_parameters', True, True,
-                ((('torch', False),), (('backward', False), ('Module', False))),
+                ((('torch', False),), (('backward', False), ('Module', False), ('DistributedDataParallel', False))),
                 False, True),
     'DDP210': ('ddp210_attribute_through_ddp_wrapper', True, True,
                 ((('torch', False), ('ccelerat', False)), (('.', False), ('getattr', False))),

@@ -55,6 +55,20 @@ class UnusedParameters(Rule):
     not reported, and a DDP call with `find_unused_parameters=True`, `static_graph` or `**kwargs`
     in the script keeps it silent.
 
+    It also checks a parameterised submodule that `forward` (or a method it calls on `self`) runs
+    only on some steps: under a test on this step's tensor data (`if keep.any():`,
+    `if x[mask].numel() == 0: return ...`, `if loss.item() > t:`), or on a `forward` argument that
+    the training loop computes from its step counter (`model(x, with_aux=it < warmup_iters)`).
+    Here the wrapper must be built with `find_unused_parameters` off for sure: the keyword absent,
+    `False`, or a value followed to one through config dicts (`**cfg["ddp"]`,
+    `cfg.get("find_unused_parameters", False)` of a dict that never holds the key), helpers and
+    other modules of the project. The finding is on what turns it off (the `False` of the config
+    entry, the default of `.get`) when that is in the wrapping file, else on the DDP call. A test
+    that is the same on every step (a config flag passed to `forward`, `self.training`, a
+    constructor option, `self.head is not None`), a layer that both branches run, a wrapper with
+    `find_unused_parameters=True`, `static_graph`, or a value that is not followed
+    (`args.find_unused`) is not reported.
+
     ## Why is this bad?
     DDP's reducer waits, after every backward, for a gradient of **every** parameter. One that
     took no part in the loss never gets one, the reduction never finishes, and the next forward
@@ -84,6 +98,21 @@ class UnusedParameters(Rule):
     model = DDP(Net().to(local_rank), device_ids=[local_rank])
     ```
 
+    A head that only some steps run:
+    ```python
+    class Seg(nn.Module):
+        def forward(self, img, with_aux=True):
+            out = {"main": self.decode(self.backbone(img))}
+            if with_aux:
+                out["aux"] = self.aux_head(img)
+            return out
+
+    CFG = dict(warmup=2000, ddp=dict(find_unused_parameters=False))
+    model = DDP(Seg().cuda(), device_ids=[rank], **CFG["ddp"])
+    for it, (img, mask) in enumerate(loader):
+        loss(model(img, with_aux=it < CFG["warmup"]), mask).backward()
+    ```
+
     ## Use instead
     ```python
     class Net(nn.Module):
@@ -97,6 +126,9 @@ class UnusedParameters(Rule):
     model = DDP(Net().to(local_rank), device_ids=[local_rank])
     ```
 
+    For a head that only some steps run, pass `find_unused_parameters=True` (or give the skipped
+    head a zero-weighted term in the loss on every step).
+
     ## Fix safety
     The fix adds `find_unused_parameters=True` to the `DistributedDataParallel(...)` call (only when
     that call is in the same file as the class). It is
@@ -109,7 +141,9 @@ class UnusedParameters(Rule):
     name = "unused-parameters"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("backward", "Module")  # "Module": a model file whose training loop is elsewhere
+    # "Module": a model file whose training loop is elsewhere; "DistributedDataParallel": a helper
+    # that builds the wrapper for a model and a loop of other files
+    requires_text = ("backward", "Module", "DistributedDataParallel")
 
     @classmethod
     def reach(cls, text, filename):
@@ -122,6 +156,8 @@ class UnusedParameters(Rule):
     def finish(self, ctx) -> None:
         if _freezes(ctx):
             return
+        if not mentions(ctx.sem, "_set_static_graph", text=ctx.src.text):
+            _step_skipped_heads(ctx)
         classes = {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)}
         if not classes:
             return
@@ -149,6 +185,102 @@ class UnusedParameters(Rule):
             _report_unused(ctx, reported, cls, unused, outside or set(), "wrapped in DDP",
                            (call, "wrapped here without `find_unused_parameters=True`"), _make_fix(ctx, call, fup))
         _wrapped_elsewhere(ctx, classes, subclassed, reported)
+
+
+def _step_skipped_heads(ctx) -> None:
+    """A DDP call whose ``find_unused_parameters`` value flow resolves to off, wrapping a class
+    whose forward runs a parameterised submodule only under a per-step test
+    (``flow.step_branches``): reported at what turns the option off (the literal ``False`` of a
+    config dict, the default of ``cfg.get(...)``) when it is in this file, else at the call."""
+    from ..flow import step_branches as sb
+    from ..flow.ddp_options import strict_ddp_off
+    from ._common import other_call_sites
+
+    calls = ctx.calls_to(DDP_CLASS)
+    if not calls:
+        return
+    an = for_context(ctx)
+    here = an.main
+    callers = other_call_sites(ctx, an)
+    done: set = set()
+    for call in calls:
+        decider = strict_ddp_off(an, here, call, callers)
+        if decider is None:
+            continue
+        for cv, cls in sb.wrapped_classes(an, here, get_arg(call, 0, "module"), call, callers):
+            if id(cls) in done or cls.decorator_list or len(cls.bases) != 1 \
+                    or (cv.sem.qualname(cls.bases[0]) or "") != "torch.nn.Module" or _view_freezes(cv):
+                continue
+            done.add(id(cls))
+            wcalls = None
+
+            def arg_varies(name, idx, cls=cls, call=call):
+                nonlocal wcalls
+                if wcalls is None:
+                    wcalls = sb.wrapper_calls(an, _loop_views(ctx, an, call), here, call)
+                fwd = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+                for v, c in wcalls:
+                    a = sb.passed_arg(c, fwd, name, idx)
+                    if a is not None and sb.step_value(v, a, c):
+                        return True
+                return False
+
+            found = sb.step_skipped(an, cv, cls, arg_varies)
+            if not found:
+                continue
+            outside = _attrs_read_outside(ctx, {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
+            if cv is not here:
+                outside |= _view_attrs_outside(cv, cls)
+            for st, attr, kind, test in found:
+                if attr in outside:
+                    continue
+                dv, dnode = decider
+                at = dnode if dv is here else call
+                cls_where = "" if cv is here else f" ({os.path.basename(cv.path)})"
+                t_where = f"line {test.lineno}" if cv is here else f"{os.path.basename(cv.path)}:{test.lineno}"
+                crng = ctx.src.node_range(call)
+                ctx.report(
+                    at,
+                    f"`{cls.name}`{cls_where} runs `self.{attr}` ({kind}) on some steps only: whether it runs "
+                    f"depends on `{ast.unparse(test)}` ({t_where}), which changes from step to step, but the DDP wrapper "
+                    f"(line {crng.start.line + 1}) is built with `find_unused_parameters` off: on a step that skips "
+                    f"it, its parameters get no gradient and the next iteration fails with 'Expected to have "
+                    "finished reduction in the prior iteration before starting a new one'",
+                    related=[(call, "wrapped here")] if at is not call else [],
+                )
+
+
+def _loop_views(ctx, an, call) -> list:
+    """The views whose calls of the wrapper may be the training loop: this file, and the files
+    that call the function building the wrapper."""
+    from ._common import project_callers
+
+    views = [an.main]
+    fn = parent(call)
+    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        fn = parent(fn)
+    if fn is not None and isinstance(parent(fn), ast.Module):
+        for cctx, _c, _node in project_callers(ctx, (fn.name,)):
+            v = an.view_of(cctx.filename)
+            if v is not None and v not in views:
+                views.append(v)
+    return views
+
+
+def _view_freezes(view) -> bool:
+    for n in ast.walk(view.sem.tree):
+        if isinstance(n, ast.Attribute) and n.attr in ("requires_grad_", "requires_grad", "_set_static_graph"):
+            return True
+    return False
+
+
+def _view_attrs_outside(view, cls) -> set[str]:
+    out: set[str] = set()
+    for n in ast.walk(view.sem.tree):
+        if isinstance(n, ast.Attribute) and not (cls.lineno <= n.lineno <= cls.end_lineno) \
+                and not (isinstance(n.value, ast.Name) and n.value.id == "self"):
+            out.add(n.attr)
+    return out
 
 
 # what a file that wraps and trains a class of another file holds (``_wrapped_elsewhere``)

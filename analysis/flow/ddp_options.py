@@ -1,0 +1,270 @@
+"""Does a ``DistributedDataParallel(...)`` call run with ``find_unused_parameters`` off for sure?
+
+``strict_ddp_off(hub, view, call, callers)``: the keyword may be absent, a literal ``False``, or a
+value that value flow follows to one (``cfg.get("find_unused_parameters", False)`` of a config dict
+that never holds the key, ``**cfg["ddp"]`` of a dict literal whose entry is ``False``), through
+names, dict displays and ``dict(...)`` calls, stores into the dict (``cfg["rank"] = r``, also inside
+a project function the dict is handed to), parameters filled by their callers in this module or
+another (``callers``, as ``origins`` takes it). Anything not followed (an unknown key store,
+``args.x``, a call's result) is unknown, never off; ``static_graph`` in any form is never off.
+``entry_values`` is the dict-entry query underneath (issue 25, DDP209).
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, get_arg, parent
+from .bindings import reaching, target_path
+
+FUP = "find_unused_parameters"
+ABSENT = object()  # a dict without the key
+MAX_DEPTH = 6
+
+# -- find_unused_parameters ----------------------------------------------------------------------
+
+def strict_ddp_off(hub, view, call: ast.Call, callers=None):
+    """(view, node) that makes ``find_unused_parameters`` off for this DDP call (the literal
+    ``False``, the ``.get`` default, or the call itself when the keyword is absent), or None when
+    it may be on (``True``, unknown, ``static_graph``, ``*args``)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > 4:
+        return None  # positional find_unused_parameters (6th) or unknown spread
+    if get_arg(call, None, "static_graph") is not None:
+        return None
+    decider = None
+    explicit = next((k for k in call.keywords if k.arg == FUP), None)
+    if explicit is not None:
+        decider = _off_value(hub, view, explicit.value, call, callers)
+        if decider is None:
+            return None
+    for k in call.keywords:
+        if k.arg is not None:
+            continue
+        vals = entry_values(hub, view, k.value, call, FUP, callers)
+        if vals is None:
+            return None
+        for v in vals:
+            if v is ABSENT:
+                continue
+            got = _off_value(hub, v[0], v[1], v[1], callers)
+            if got is None:
+                return None
+            decider = decider or got
+        sg = entry_values(hub, view, k.value, call, "static_graph", callers)
+        if sg is None or any(v is not ABSENT for v in sg):
+            return None
+    return decider or (view, call)
+
+
+def _off_value(hub, view, e, at, callers, depth: int = 0):
+    """(view, node) deciding that ``e`` is ``False``/``None`` for sure, else None."""
+    if depth > MAX_DEPTH or e is None:
+        return None
+    if isinstance(e, ast.Constant):
+        return (view, e) if e.value is False or e.value is None else None
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "get" and e.args:
+        key = e.args[0]
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)) or len(e.args) > 2 or e.keywords:
+            return None
+        vals = entry_values(hub, view, e.func.value, e, key.value, callers)
+        if not vals:
+            return None
+        got = None
+        for v in vals:
+            if v is ABSENT:
+                d = e.args[1] if len(e.args) > 1 else ast.Constant(value=None)
+                r = _off_value(hub, view, d, e, callers, depth + 1)
+                if r is not None and not hasattr(r[1], "lineno"):
+                    r = (view, e)
+            else:
+                r = _off_value(hub, v[0], v[1], v[1], callers, depth + 1)
+            if r is None:
+                return None
+            got = got or r
+        return got
+    if isinstance(e, (ast.Name, ast.Subscript, ast.Attribute)):
+        from .origins import origins
+
+        if isinstance(e, ast.Subscript) and not isinstance(e.slice, ast.Constant):
+            return None
+        if isinstance(e, ast.Subscript):
+            vals = entry_values(hub, view, e.value, at, e.slice.value, callers, depth + 1)
+            if not vals or ABSENT in vals:
+                return None
+            got = None
+            for v in vals:
+                r = _off_value(hub, v[0], v[1], v[1], callers, depth + 1)
+                if r is None:
+                    return None
+                got = got or r
+            return got
+        if isinstance(e, ast.Attribute):
+            return None  # ``args.find_unused``: parsed options are not followed
+        leaves = origins(hub, view, e, at, callers=callers)
+        if not leaves:
+            return None
+        got = None
+        for lv, le in leaves:
+            r = None if isinstance(le, ast.Name) else _off_value(hub, lv, le, le, callers, depth + 1)
+            if r is None:
+                return None
+            got = got or r
+        return got
+    return None
+
+
+def entry_values(hub, view, expr, at, key: str, callers=None, depth: int = 0):
+    """What the dict ``expr`` holds under ``key`` at ``at``: a list of (view, value expression),
+    with ``ABSENT`` for a dict that surely lacks it; None when unknown."""
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(expr, ast.Dict):
+        for k, v in zip(reversed(expr.keys), reversed(expr.values)):
+            if k is None:
+                inner = entry_values(hub, view, v, at, key, callers, depth + 1)
+                if inner is None or inner != [ABSENT]:
+                    return inner
+                continue
+            if not isinstance(k, ast.Constant):
+                return None
+            if k.value == key:
+                return [(view, v)]
+        return [ABSENT]
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "dict" \
+            and view.sem.qualname(expr.func) in (None, "dict"):
+        for kw in reversed(expr.keywords):
+            if kw.arg == key:
+                return [(view, kw.value)]
+            if kw.arg is None:
+                inner = entry_values(hub, view, kw.value, at, key, callers, depth + 1)
+                if inner != [ABSENT]:
+                    return inner
+        if len(expr.args) > 1:
+            return None
+        if expr.args:
+            return entry_values(hub, view, expr.args[0], at, key, callers, depth + 1)
+        return [ABSENT]
+    if isinstance(expr, ast.Name):
+        return _name_entry(hub, view, expr, at, key, callers, depth)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
+        outer = entry_values(hub, view, expr.value, at, expr.slice.value, callers, depth + 1)
+        if not outer or ABSENT in outer:
+            return None
+        out = []
+        for v in outer:
+            got = entry_values(hub, v[0], v[1], v[1], key, callers, depth + 1)
+            if got is None:
+                return None
+            out.extend(got)
+        return out
+    return None
+
+
+def _name_entry(hub, view, expr: ast.Name, at, key, callers, depth):
+    kind, evs = reaching(view, expr.id, at)
+    if kind in ("events", "global"):
+        if not evs:
+            return None
+        out = []
+        for e in evs:
+            if not isinstance(e, ast.Assign) or len(e.targets) != 1 or target_path(e.targets[0], expr.id) != []:
+                return None
+            got = entry_values(hub, view, e.value, e, key, callers, depth + 1)
+            if got is None:
+                return None
+            out.extend(got)
+        return _after_stores(hub, view, expr.id, at, evs, key, out, depth)
+    if kind == "param" and isinstance(evs, FUNC_TYPES):
+        got = _param_entry(hub, view, expr, evs, key, callers, depth)
+        return None if got is None else _after_stores(hub, view, expr.id, at, [evs], key, got, depth)
+    return None
+
+
+def _after_stores(hub, view, name: str, at, bindings, key, out, depth):
+    """``out`` (the entry as bound) updated by the stores into ``name`` between ``bindings`` and
+    ``at``: one under ``key`` replaces it, one under another literal key or a project call that
+    never stores ``key`` leaves it; anything else makes it unknown (None)."""
+    from .mutations import mutations
+
+    for node, _values in mutations(view, name, at, bindings):
+        st = _store_key(node, name)
+        if st is not _NOT_STORE:
+            if st is None:
+                return None
+            if st == key:
+                out = [v for v in out if v is not ABSENT] + [(view, node.value)]
+            continue
+        if not _harmless_call(hub, view, node, name, key, depth):
+            return None
+    return out
+
+
+def _param_entry(hub, view, expr, fn, key, callers, depth):
+    """The entry of a parameter: what every call (of this module, else of the project) passes."""
+    from .context import call_args
+
+    sites = [(view, c) for c in hub.call_sites(view, fn)[:8]]
+    if not sites and callers is not None:
+        sites = callers(view, fn)[:8]
+    if not sites:
+        return None
+    out = []
+    for cv, c in sites:
+        a = next((a for p, a in call_args(c, fn) if p == expr.id), None)
+        if a is None:
+            return None
+        got = entry_values(hub, cv, a, c, key, callers, depth + 1)
+        if got is None:
+            return None
+        out.extend(got)
+    return out
+
+
+_NOT_STORE = object()
+
+
+def _store_key(node, name: str):
+    """The literal key ``node`` (``name[k] = v``) stores under; None for an unknown key;
+    ``_NOT_STORE`` when ``node`` is not such a store."""
+    if not isinstance(node, ast.Assign):
+        return _NOT_STORE
+    for t in node.targets:
+        if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name:
+            k = t.slice
+            return k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
+    return None  # a store deeper in (``d["a"]["b"] = v``): unknown
+
+
+def _harmless_call(hub, view, call, name: str, key: str, depth: int) -> bool:
+    """A call handed the dict ``name`` that surely does not store ``key`` in it: a project
+    function whose parameter only receives stores under other literal keys and reads."""
+    if not isinstance(call, ast.Call) or depth > 3:
+        return False
+    target = hub.resolve_call(view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return False
+    from .context import call_args
+
+    tv, fn = target
+    params = [p for p, a in call_args(call, fn) if isinstance(a, ast.Name) and a.id == name]
+    if len(params) != 1:
+        return False
+    p = params[0]
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == p:
+            up = parent(n)
+            if isinstance(up, ast.Subscript) and up.value is n:
+                if isinstance(up.ctx, ast.Load):
+                    continue
+                k = up.slice
+                if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value != key \
+                        and isinstance(parent(up), ast.Assign):
+                    continue
+                return False
+            if isinstance(up, ast.Attribute) and up.value is n and up.attr in ("get", "keys", "items", "values"):
+                continue
+            if isinstance(n.ctx, ast.Load) and isinstance(up, ast.Compare):
+                continue
+            if isinstance(up, ast.arguments) or isinstance(up, ast.arg):
+                continue
+            return False
+    return True
