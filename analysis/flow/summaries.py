@@ -135,8 +135,8 @@ class Summaries(Roots):
         if isinstance(expr, ast.Name):
             kind, evs = reaching(view, expr.id, at)
             if kind in ("events", "global") and evs:
-                got = [self.wrapper_ctor(view, e.value, e, depth + 1, ctx) if isinstance(e, ast.Assign) else None
-                       for e in evs]
+                got = [self.wrapper_ctor(view, _bound(e, expr.id), e, depth + 1, ctx) if isinstance(e, ast.Assign)
+                       else None for e in evs]
                 return got[-1] if all(got) else None
             if kind == "param":
                 if ctx is not None and evs is ctx.fn and expr.id in ctx.wraps:
@@ -366,7 +366,7 @@ class Summaries(Roots):
         if ctx is None:
             wrapped = plain_wrapped
             # only the calls that can pass the rejects below (the rest would ``continue``)
-            calls = [c for c in scope_calls(view, scope) if c in cands or c in hidden]
+            calls = [c for c in scope_calls(view, scope) if c in cands or c in hidden or _on_self_attr(c.func)]
         else:
             wrapped = _wrapped(view, ctx)
             calls = scope_calls(view, scope)
@@ -395,7 +395,8 @@ class Summaries(Roots):
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
                     if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
-                                                     or b.id in instances)) and not on_fresh_instance(f, view):
+                                                     or b.id in instances)) and not on_fresh_instance(f, view) \
+                            and not _on_self_attr(f):
                         continue
                 if a == "step" and not has_zero and not (f.value.__class__ is Name and (
                         f.value.id == "self" or f.value.id in instances)):
@@ -673,6 +674,30 @@ def _sites_prelude(view) -> tuple:
             cands.update(lst)
     got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
     return got
+
+
+def _bound(st: ast.Assign, name: str) -> ast.AST | None:
+    """What ``st`` binds ``name`` to: its value, or the element at the name's place of a
+    parallel tuple assignment (``net, data = self.net, self.data``)."""
+    t = st.targets[0] if len(st.targets) == 1 else None
+    if t is None or t.__class__ is ast.Name:
+        return st.value
+    v = st.value
+    if t.__class__ is ast.Tuple and v.__class__ is ast.Tuple and len(t.elts) == len(v.elts) \
+            and not any(e.__class__ is ast.Starred for e in (*t.elts, *v.elts)):
+        for te, ve in zip(t.elts, v.elts):
+            if te.__class__ is ast.Name and te.id == name:
+                return ve
+    return None
+
+
+def _on_self_attr(f: ast.AST) -> bool:
+    """``f`` is ``self.<attr>.<m>``: a method of the project class ``self.<attr>`` may hold
+    (``resolve_call`` asks ``instances.self_attr_class``)."""
+    if f.__class__ is not ast.Attribute:
+        return False
+    b = f.value
+    return b.__class__ is ast.Attribute and b.value.__class__ is ast.Name and b.value.id == "self"
 
 
 def _inits(hub, target) -> bool:
