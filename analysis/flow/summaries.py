@@ -23,7 +23,7 @@ from .bindings import reaching
 from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
-    GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _wrapped, calls_by_name,
+    GROUP_POS, ROOTS, WRAPPERS, _bound, _is_ctor, _memo, _name_of, _name_of_any, _on_self_attr, _wrapped, calls_by_name,
     instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
     self_offset, wrapped_names, instance_method_calls,
 )
@@ -395,8 +395,7 @@ class Summaries(Roots):
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
                     if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
-                                                     or b.id in instances)) and not on_fresh_instance(f, view) \
-                            and not _on_self_attr(f):
+                            or b.id in instances)) and not on_fresh_instance(f, view) and not _on_self_attr(f):
                         continue
                 if a == "step" and not has_zero and not (f.value.__class__ is Name and (
                         f.value.id == "self" or f.value.id in instances)):
@@ -674,30 +673,6 @@ def _sites_prelude(view) -> tuple:
             cands.update(lst)
     got = view.memo["sites_prelude"] = (bool(sem.calls_to(ZERO)), instances, methods, cands, wrapped)
     return got
-
-
-def _bound(st: ast.Assign, name: str) -> ast.AST | None:
-    """What ``st`` binds ``name`` to: its value, or the element at the name's place of a
-    parallel tuple assignment (``net, data = self.net, self.data``)."""
-    t = st.targets[0] if len(st.targets) == 1 else None
-    if t is None or t.__class__ is ast.Name:
-        return st.value
-    v = st.value
-    if t.__class__ is ast.Tuple and v.__class__ is ast.Tuple and len(t.elts) == len(v.elts) \
-            and not any(e.__class__ is ast.Starred for e in (*t.elts, *v.elts)):
-        for te, ve in zip(t.elts, v.elts):
-            if te.__class__ is ast.Name and te.id == name:
-                return ve
-    return None
-
-
-def _on_self_attr(f: ast.AST) -> bool:
-    """``f`` is ``self.<attr>.<m>``: a method of the project class ``self.<attr>`` may hold
-    (``resolve_call`` asks ``instances.self_attr_class``)."""
-    if f.__class__ is not ast.Attribute:
-        return False
-    b = f.value
-    return b.__class__ is ast.Attribute and b.value.__class__ is ast.Name and b.value.id == "self"
 
 
 def _inits(hub, target) -> bool:
