@@ -324,6 +324,12 @@ def is_fsdp2(hub, view, expr, at) -> bool:
             if sharded(v if isinstance(v, ast.expr) else getattr(v, "value", None)) \
                     and not _also_wrapped(hub, view, expr):
                 return True
+            if isinstance(v, ast.Name) and not _also_wrapped(hub, view, expr):
+                # ``self.model = model`` of a parameter that every call passes an FSDP2 module
+                # (``Trainer(model, ...)`` after ``fully_shard(model)``)
+                kind, fn = reaching(view, v.id, v)
+                if kind == "param" and _param_fsdp2(hub, view, fn, v.id):
+                    return True
     return False
 
 

@@ -55,7 +55,8 @@ def self_attr_class(hub, view, attr: ast.Attribute, not_project):
     ``self.<name>`` in the methods of its class and of its project base classes constructs the
     same project class (``self.ckpt = CheckPoint(model_dir)`` in ``__init__``); None when one
     binding is anything else (a parameter, a tuple target, an augmented assignment) or none is
-    seen."""
+    seen. A binding to None (``self.ev = None``, ``Ev(...) if is_main else None``) leaves the
+    answer as it is: a method called on ``self.<name>`` never runs on None."""
     fn = view.sem.enclosing_function(attr)
     cls = parent(fn) if fn is not None else None
     if not isinstance(cls, ast.ClassDef):
@@ -84,10 +85,30 @@ def _self_attr_class(hub, view, cls, name: str, not_project):
         for value in _self_bindings(c).get(name, ()):
             if value is None:
                 return None  # a tuple target, ``+=``, a loop or ``with`` target: unknown
+            value = _not_none(value)
+            if value is _NONE:
+                continue  # ``self.x = None``: a method called on ``self.x`` never runs on it
             found = _same(found, ctor_class(hub, v, value, not_project))
             if found is None:
                 return None
     return found
+
+
+_NONE = object()
+
+
+def _not_none(value: ast.AST):
+    """What a binding gives a method called on it: ``_NONE`` for ``None``, the other branch of
+    ``Cls(...) if cond else None`` (the call fails on None, so it runs only on the instance)."""
+    if value.__class__ is ast.Constant and value.value is None:
+        return _NONE
+    if value.__class__ is ast.IfExp:
+        body, orelse = _not_none(value.body), _not_none(value.orelse)
+        if orelse is _NONE:
+            return body
+        if body is _NONE:
+            return orelse
+    return value
 
 
 _bindings: dict[int, tuple] = {}  # id(class) -> (class, {attr: [value or None, ...]})

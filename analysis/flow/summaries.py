@@ -23,7 +23,7 @@ from .bindings import reaching
 from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
-    GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _wrapped, calls_by_name,
+    GROUP_POS, ROOTS, WRAPPERS, _bound, _is_ctor, _memo, _name_of, _name_of_any, _on_self_attr, _wrapped, calls_by_name,
     instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
     self_offset, wrapped_names, instance_method_calls,
 )
@@ -135,8 +135,8 @@ class Summaries(Roots):
         if isinstance(expr, ast.Name):
             kind, evs = reaching(view, expr.id, at)
             if kind in ("events", "global") and evs:
-                got = [self.wrapper_ctor(view, e.value, e, depth + 1, ctx) if isinstance(e, ast.Assign) else None
-                       for e in evs]
+                got = [self.wrapper_ctor(view, _bound(e, expr.id), e, depth + 1, ctx) if isinstance(e, ast.Assign)
+                       else None for e in evs]
                 return got[-1] if all(got) else None
             if kind == "param":
                 if ctx is not None and evs is ctx.fn and expr.id in ctx.wraps:
@@ -366,7 +366,7 @@ class Summaries(Roots):
         if ctx is None:
             wrapped = plain_wrapped
             # only the calls that can pass the rejects below (the rest would ``continue``)
-            calls = [c for c in scope_calls(view, scope) if c in cands or c in hidden]
+            calls = [c for c in scope_calls(view, scope) if c in cands or c in hidden or _on_self_attr(c.func)]
         else:
             wrapped = _wrapped(view, ctx)
             calls = scope_calls(view, scope)
@@ -395,7 +395,7 @@ class Summaries(Roots):
                 if a != "backward" and a != "step" and a not in wrapped:
                     b = f.value
                     if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
-                                                     or b.id in instances)) and not on_fresh_instance(f, view):
+                            or b.id in instances)) and not on_fresh_instance(f, view) and not _on_self_attr(f):
                         continue
                 if a == "step" and not has_zero and not (f.value.__class__ is Name and (
                         f.value.id == "self" or f.value.id in instances)):

@@ -128,7 +128,7 @@ def every_rank_entry(ctx, node: ast.AST, depth: int = 0):
         for caller, call, defn in project_callers(ctx, names):
             if id(defn) not in ids:
                 continue
-            if not is_distributed_script(caller):
+            if not is_distributed_script(caller) and not joins_group_before(caller, call):
                 later.append((caller, call))
                 continue
             if rank0_guarded(caller, call) is not False or runs_in_ranks(caller, call) is False:
@@ -146,3 +146,19 @@ def every_rank_entry(ctx, node: ast.AST, depth: int = 0):
         return None
 
     return ctx.memo(("rank_callers.every_rank_entry", id(fn), depth), build)
+
+
+def joins_group_before(ctx, call: ast.Call) -> bool:
+    """The function holding ``call`` starts (or joins) the default process group before it, itself
+    or through a project function (``ddp, rank = setup_ddp()`` in ``main()`` of a script whose
+    ``init_process_group`` lives in ``utils/dist.py``; ``flow.lifecycle.events``), on some path: when
+    that run is distributed, every rank makes the call."""
+    from ..flow import for_context
+    from ..flow.lifecycle import events
+
+    fn = ctx.sem.enclosing_function(call)
+    if fn is None:
+        return False
+    an = for_context(ctx)
+    at = (call.lineno, call.col_offset)
+    return any(ev.kind == "init" and (ev.call.lineno, ev.call.col_offset) < at for ev in events(an, an.main, fn))

@@ -52,8 +52,10 @@ class CollectiveUnderRankGuard(Rule):
     analysis cannot judge never produce a finding.
 
     Helpers are analysed as each call runs them. A helper that receives the DDP-wrapped model as a
-    parameter (`validate(ddp_model, loader)`, `Trainer(DDP(net)).fit()`, in this file or another)
-    makes the collectives of that model: its forward broadcasts the module's buffers when the
+    parameter (`validate(ddp_model, loader)`, `Trainer(DDP(net)).fit()`, a method of a project
+    object held on `self` such as `self.evaluator.run(self.model)`, where every binding of
+    `self.evaluator` builds one project class or None, in this file or another) makes the
+    collectives of that model: its forward broadcasts the module's buffers when the
     module has any (BatchNorm running statistics, registered buffers), with or without gradients,
     since DDP skips the broadcast only after a forward without gradients has run; a module known to
     have no buffers makes no collective in its forward. A condition inside a helper on a parameter
@@ -73,7 +75,9 @@ class CollectiveUnderRankGuard(Rule):
 
     Collectives hidden in the modern stack count the same way (the table is
     `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
-    backward of a `fully_shard` module (FSDP2's all-gather and reduce-scatter), `DTensor.full_tensor()`
+    backward of a `fully_shard` module (FSDP2's all-gather and reduce-scatter, with or without
+    gradients; also a `self.model` that `__init__` copies from a parameter every construction in
+    the file fills with a sharded module), `DTensor.full_tensor()`
     / `redistribute()` / `distribute_tensor()`, `get_model_state_dict` / `get_optimizer_state_dict` /
     `get_state_dict` with `full_state_dict=True`, `set_*state_dict` with `broadcast_from_rank0=True`,
     `dcp.save` / `dcp.load` / `dcp.async_save`, `clip_grad_norm_` over FSDP2 parameters, FSDP1's

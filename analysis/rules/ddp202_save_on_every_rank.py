@@ -59,7 +59,10 @@ class SaveOnEveryRank(Rule):
     flagged at the call when the helper runs its `torch.save` (or another writer) unconditionally
     (no `if`, no early `return`, no decorator) on a path made only of its parameters, and none of
     the arguments given for them is
-    rank-specific. Helpers that guard themselves (`save_on_master`) stay silent.
+    rank-specific. Helpers that guard themselves (`save_on_master`) stay silent. When the call sits
+    in a method that no function of its file runs (`self._save(tag)` from `fit()`), the project's
+    entry decides: a script that runs `fit()` on every rank after joining the process group, itself
+    or through a project helper (`ddp, rank = setup_ddp()`), with no main-rank test around the call.
 
     The writers are `torch.save`, `torch.jit.save`, safetensors `save_file`/`save_model`, the
     `.save(path)` of a scripted module (`torch.jit.script(m).save(p)`) and a profiler's trace
@@ -70,7 +73,8 @@ class SaveOnEveryRank(Rule):
     process; `accelerator.save` writes from the main process only and is not a writer here).
 
     A write in a module that starts no process group itself (a trainer class, a checkpoint
-    module) is flagged when a distributed script of the project runs it on every rank: the
+    module) is flagged when a distributed script of the project (one that joins the process group,
+    itself or through a project helper, before the call) runs it on every rank: the
     write is behind no main-rank test in its function, and that function, or one of its module
     that runs it unguarded (`self._save_checkpoint("best")` from `fit()`, transitively), is called
     from the script with no main-rank test around the call (`trainer = Trainer(...);
@@ -258,18 +262,35 @@ class SaveOnEveryRank(Rule):
             if any(rank_specific_path(ctx, a, call) or per_item_path(ctx, a, call) or unique_path(ctx, a, call)
                    for a in used):
                 continue
-            if runs_in_ranks(ctx, call) is False or rank0_guarded(ctx, call) is not False:
+            if runs_in_ranks(ctx, call) is False:
+                continue
+            guarded, entry = rank0_guarded(ctx, call), None
+            if guarded is None:
+                # the calls of this file do not tell (a method no function here calls): a script
+                # of the project that runs it on every rank does (``Trainer(...).fit()``)
+                from ._rank_callers import every_rank_entry
+
+                entry = every_rank_entry(ctx, call)
+                guarded = None if entry is None else False
+            if guarded is not False:
                 continue
             from ..flow.findings import node_span
 
             rng = node_span(ctx, view.path, save)
             writer = (view.sem.call_qualname(save) or "torch.save").replace("safetensors.torch.", "")
+            related = [("file", view.path, rng, f"the {writer} every rank runs")] if view.path else []
+            by = ""
+            if entry is not None:
+                caller, site, _callee = entry
+                by = f" ({os.path.basename(caller.filename or '')} line {site.lineno} runs it so)"
+                related.append(("file", caller.filename, node_span(ctx, caller.filename, site),
+                                "the call every rank makes"))
             ctx.report(
                 call,
-                f"`{name}()` runs on every rank, and its `{writer}` ({os.path.basename(view.path or '')} "
+                f"`{name}()` runs on every rank{by}, and its `{writer}` ({os.path.basename(view.path or '')} "
                 f"line {save.lineno}) writes the same path from every rank: concurrent writers corrupt the "
                 "checkpoint; call it under `if rank == 0:`",
-                related=[("file", view.path, rng, f"the {writer} every rank runs")] if view.path else (),
+                related=related,
             )
 
 
