@@ -61,6 +61,11 @@ class GlobalRankAsDevice(Rule):
     accelerators whose index counts one node's devices (`torch.xpu`, `torch.npu`, `torch.mlu`,
     `torch.musa`) counts like CUDA's.
 
+    A record of the launch environment is followed too: a `@dataclass` or `NamedTuple` field
+    filled with the global rank by its constructor (`Env(rank=int(os.environ["RANK"]), ...)`) and
+    used as the index (`torch.device("cuda", self.rank)` in a `@property device`, `set_device(env.rank)`),
+    and the device such a property returns where it is used (`torch.cuda.set_device(env.device)`).
+
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
     tests run on one node, where the global rank is the local rank.

@@ -27,7 +27,11 @@ class RankVaryingShape(Rule):
     assignments and helpers, in this file and in the other files of the project: a helper that
     builds the tensor from its arguments (`make_buffer(len(hits), 8)`), or one that hands its
     parameter to the collective (`concat_all_gather(x[:, :local_len])`), is flagged at the
-    call, naming the helper chain and the collective inside it.
+    call, naming the helper chain and the collective inside it. A helper of the same file that
+    makes the collective itself and is given a rank-varying shape at every one of its calls
+    (`def gather_index(embs): bufs = [torch.zeros_like(embs) ...]; dist.all_gather(bufs, embs)`)
+    is flagged at its collective instead, where the padding goes. A tensor that a helper returns as
+    one element of a tuple (`embs, ids = encode_shard(...)`) keeps its shape.
 
     Sources of a rank-varying size or shape:
     - a size computed from the rank or from this rank's data (`lengths.max()`, `lengths[rank]`,
