@@ -335,21 +335,3 @@ def searches_rank(loop: ast.AST, ev: ast.stmt, name: str) -> bool:
     return isinstance(loop, ast.While) and isinstance(ev, ast.AugAssign) and isinstance(ev.target, ast.Name) \
         and ev.target.id == name and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(loop.test))
 
-
-def picks_element(test_stmt: ast.AST, ev: ast.stmt) -> bool:
-    """``for p in layout: if rank in p: mine = p``: an assignment under an ``if`` whose test reads
-    the variable of an enclosing ``for`` (of the same scope), of a value that reads it too, keeps
-    the element the test picks (a value set under a test of the rank alone, ``if rank == 0: x =
-    5``, is left to the broadcast that may follow it, unseen)."""
-    if not isinstance(test_stmt, ast.If) or not isinstance(ev, (ast.Assign, ast.AnnAssign)) or ev.value is None:
-        return False
-    value_names = {n.id for n in ast.walk(ev.value) if isinstance(n, ast.Name)}
-    test_names = {n.id for n in ast.walk(test_stmt.test) if isinstance(n, ast.Name)}
-    p = parent(test_stmt)
-    while p is not None and not isinstance(p, _SCOPES):
-        if isinstance(p, (ast.For, ast.AsyncFor)):
-            bound = {n.id for n in ast.walk(p.target) if isinstance(n, ast.Name)}
-            if bound & test_names and bound & value_names:
-                return True
-        p = parent(p)
-    return False

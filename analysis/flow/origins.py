@@ -11,7 +11,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from ..torch_api import constant_of
-from . import records
+from .records import field_argument, property_of, self_field
 from .bindings import reaching, target_path
 
 MAX_DEPTH = 6
@@ -260,10 +260,10 @@ def _self_record(hub, view, expr, depth, path, keep_path, frames, limit, callers
     cls = parent(fn) if fn is not None else None
     if not isinstance(cls, ast.ClassDef):
         return []
-    prop = records.property_of(view, cls, expr.attr)
+    prop = property_of(view, cls, expr.attr)
     if prop is not None and prop is not fn:
         return _returns(hub, view, prop, depth, path, keep_path, frames, limit, callers)
-    sites = records.self_field(view, cls, expr.attr)
+    sites = self_field(view, cls, expr.attr)
     out = []
     for c, a in sites or ():
         out.extend(origins(hub, view, a, c, depth + 1, path, keep_path, frames, limit=limit, callers=callers))
@@ -287,11 +287,11 @@ def _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, c
         if got is None:
             return None
         cv, cls = got
-        prop = records.property_of(cv, cls, expr.attr)
+        prop = property_of(cv, cls, expr.attr)
         if prop is not None:
             out.extend(_returns(hub, cv, prop, depth, path, keep_path, frames, limit, callers))
             continue
-        a = records.field_argument(cv, cls, b, expr.attr)
+        a = field_argument(cv, cls, b, expr.attr)
         if a is None:
             return None
         out.extend(origins(hub, bv if a in b.args or any(k.value is a for k in b.keywords) else cv, a, b,

@@ -30,7 +30,8 @@ from ..torch_api import D
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
-from .bindings import comp_binder, picks_element, reaching, searches_rank, target_path
+from .bindings import comp_binder, reaching, searches_rank, target_path
+from .selections import comprehension_value, filtered, picks_element
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .vocab import (  # noqa: F401  (the tables, re-exported)
@@ -177,23 +178,11 @@ class Evaluator:
         if t is ast.Await:
             return self.value(e.value, d)
         if t in (ast.ListComp, ast.SetComp, ast.GeneratorExp):
-            # the elements (names the comprehension binds are unknown: it is not a scope here)
-            v = self.value(e.elt, d)
-            return v if v.varying else (self._rank_selected(e, d) or X)
+            return comprehension_value(self, e, d)  # its elements, or the rank's test that keeps them
         if t is ast.DictComp:
             v = join((self.value(e.key, d), self.value(e.value, d)))
             return v if v.varying else X
         return X
-
-    def _rank_selected(self, comp: ast.AST, d: int) -> Value | None:
-        """A comprehension whose ``if`` tests read the rank (``[p for p in layout if rank in p]``)
-        keeps different elements on each rank."""
-        for g in comp.generators:
-            for test in g.ifs:
-                v = self.value(test, d)
-                if v.varying and v.src.cat == RANK:
-                    return Value("V", v.src.step(f"which selects the elements at line {comp.lineno}"))
-        return None
 
     def _env(self, key: str, node: ast.AST) -> Value:
         if key in RANK_ENV:
@@ -649,14 +638,7 @@ class Evaluator:
                 v = self.value(e.args[0], d)
                 return X if v.varying and v.src.cat in (DATA, RNG, CLOCK) else v
             if qn is None and f.id == "filter" and len(e.args) == 2 and isinstance(e.args[0], ast.Lambda):
-                # ``filter(lambda p: rank in p, layout)``: the rank's test selects the elements
-                v = self.value(e.args[1], d)
-                if v.varying:
-                    return v
-                t = self.value(e.args[0].body, d)
-                if t.varying and t.src.cat == RANK:
-                    return Value("V", t.src.step(f"which selects the elements at line {e.lineno}"))
-                return X
+                return filtered(self, e, d)  # ``filter(lambda p: rank in p, layout)``
             if qn is None and f.id in ("isinstance", "hasattr", "callable", "type", "id"):
                 return X
             if qn is None and f.id == "open":
