@@ -158,6 +158,9 @@ def _unbound(view, name: str, scope: ast.AST):
     if scope.__class__ in _FUNC_CLASSES:
         if _is_param(scope, name):
             return "param", scope
+        if scope.__class__ is ast.Lambda and getattr(scope, "_p", None) is not None:
+            # a free name of a lambda: the enclosing scope's binding where the lambda is made
+            return reaching(view, name, scope)
         sem = view.sem
         mod = list(sem.assignments(sem.tree).get(name, ()))
         mod += equaliser_index(view).get((sem.tree, name), ())
@@ -331,3 +334,4 @@ def searches_rank(loop: ast.AST, ev: ast.stmt, name: str) -> bool:
     set once under ``if rank == 0:`` is left to the broadcast that may follow it, unseen)."""
     return isinstance(loop, ast.While) and isinstance(ev, ast.AugAssign) and isinstance(ev.target, ast.Name) \
         and ev.target.id == name and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(loop.test))
+

@@ -250,20 +250,22 @@ class Extents:
                 isinstance(x, ast.Assign) and self._dist_sampler(x.value) for x in evs)
         return False
 
-    def returns(self, fn, mode) -> Sh:
+    def returns(self, fn, mode, index: int | None = None) -> Sh:
+        """The size or shape of what ``fn`` returns (element ``index`` of the tuple every
+        ``return`` spells, when given)."""
         memo = self.view.memo.setdefault("shapes.returns", {})
-        key = (id(fn), mode)
+        key = (id(fn), mode, index)
         got = memo.get(key)
         if got is None:
             memo[key] = SX  # recursion guard
             self.hub._view_stack.append(self.view)
             try:
-                got = memo[key] = self._returns(fn, mode)
+                got = memo[key] = self._returns(fn, mode, index)
             finally:
                 self.hub._view_stack.pop()
         return got
 
-    def _returns(self, fn, mode) -> Sh:
+    def _returns(self, fn, mode, index: int | None = None) -> Sh:
         if isinstance(fn, ast.Lambda):
             return SX
         rets, yields = [], []
@@ -273,9 +275,15 @@ class Extents:
             elif n.__class__ in (ast.Yield, ast.YieldFrom):
                 yields.append(n)
         if yields:
-            return self._generator_extent(fn, yields) if mode == "shape" else SX
+            return self._generator_extent(fn, yields) if mode == "shape" and index is None else SX
         if not rets or len(rets) > 12:
             return SX
+        if index is not None:
+            # ``return torch.cat(embs), torch.cat(ids)``: that element of each tuple returned
+            if not all(isinstance(r, ast.Tuple) and index < len(r.elts)
+                       and not any(isinstance(x, ast.Starred) for x in r.elts) for r in rets):
+                return SX
+            rets = [r.elts[index] for r in rets]
         fn_ = self.size if mode == "size" else self.shape
         return join_paths(fn_(r) if r is not None else SX for r in rets)
 

@@ -11,6 +11,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from ..torch_api import constant_of
+from .records import field_argument, property_of, self_field
 from .bindings import reaching, target_path
 
 MAX_DEPTH = 6
@@ -102,6 +103,8 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                     if p is not None:
                         out.extend(origins(hub, view, v.value, v, depth + 1, (*p, *path), keep_path, frames, limit=limit, callers=callers))
                         break
+        if not out and isinstance(expr.ctx, ast.Load):
+            out = _self_record(hub, view, expr, depth, path, keep_path, frames, limit, callers)
         return out
     if isinstance(expr, ast.Await):
         return origins(hub, view, expr.value, at, depth + 1, path, keep_path, frames, limit=limit, callers=callers)
@@ -110,6 +113,11 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
         c = constant_of(view.sem, expr)
         if c is not None:
             return [_leaf(view, c, (), keep_path, frames)]
+    if isinstance(expr, ast.Attribute) and isinstance(expr.ctx, ast.Load) and _instance_ref(view, expr.value):
+        # ``env.device`` / ``env.rank`` of ``env = Env(rank=r)``: a property's returns, a record's field
+        got = _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, callers)
+        if got is not None:
+            return got
     if isinstance(expr, ast.Subscript) and isinstance(expr.ctx, ast.Load):
         # ``loaders["train"]``, ``pair[0]``: the entry of the container the value comes from
         k = const_key(expr.slice)
@@ -220,6 +228,74 @@ def _entry_stores(hub, view, name: ast.Name, evs, path, keep_path, frames, depth
             out.extend(_stored_entry(hub, view, node, mine, depth, path, keep_path, frames, limit, callers))
         elif isinstance(node, ast.Call):
             out.append(_leaf(view, node, (), keep_path, frames))
+    return out
+
+
+def record_attr(hub, view, expr, at) -> bool:
+    """``x.<attr>`` is read as a property or a record field of the project class every origin of
+    ``x`` constructs (``env.rank`` of ``env = Env(rank=r)``)."""
+    return isinstance(expr, ast.Attribute) and _instance_ref(view, expr.value) \
+        and _instance_attr(hub, view, expr, at, 0, (), False, None, MAX_DEPTH, None) is not None
+
+
+def _instance_ref(view, e) -> bool:
+    """A name (not an imported module) or ``self.<attr>``: what may hold an instance."""
+    if isinstance(e, ast.Name):
+        return e.id not in view.imports
+    return isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"
+
+
+def _returns(hub, view, fn, depth, path, keep_path, frames, limit, callers) -> list:
+    out = []
+    for n in iter_scope_nodes(fn):
+        if isinstance(n, ast.Return) and n.value is not None:
+            out.extend(origins(hub, view, n.value, n, depth + 1, path, keep_path, frames, limit=limit, callers=callers))
+    return out
+
+
+def _self_record(hub, view, expr, depth, path, keep_path, frames, limit, callers) -> list:
+    """``self.<attr>`` with no binding in the class's methods: a property of the class (its
+    returns), or a field of a record class (what each construction of the module binds to it)."""
+    fn = view.sem.enclosing_function(expr)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return []
+    prop = property_of(view, cls, expr.attr)
+    if prop is not None and prop is not fn:
+        return _returns(hub, view, prop, depth, path, keep_path, frames, limit, callers)
+    sites = self_field(view, cls, expr.attr)
+    out = []
+    for c, a in sites or ():
+        out.extend(origins(hub, view, a, c, depth + 1, path, keep_path, frames, limit=limit, callers=callers))
+    return out
+
+
+def _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, callers) -> list | None:
+    """``x.<attr>`` where every origin of ``x`` constructs a project class with a property or a
+    record field ``attr``: the property's returns, the field's argument at that construction;
+    None (not followed) when one origin is anything else."""
+    if depth + 1 > limit:
+        return None
+    base = origins(hub, view, expr.value, at, depth + 1, limit=limit)
+    if not base or len(base) > 8:
+        return None
+    out = []
+    for bv, b in base:
+        if not isinstance(b, ast.Call):
+            return None
+        got = hub.resolve_class(bv, b.func)
+        if got is None:
+            return None
+        cv, cls = got
+        prop = property_of(cv, cls, expr.attr)
+        if prop is not None:
+            out.extend(_returns(hub, cv, prop, depth, path, keep_path, frames, limit, callers))
+            continue
+        a = field_argument(cv, cls, b, expr.attr)
+        if a is None:
+            return None
+        out.extend(origins(hub, bv if a in b.args or any(k.value is a for k in b.keywords) else cv, a, b,
+                           depth + 1, path, keep_path, frames, limit=limit, callers=callers))
     return out
 
 

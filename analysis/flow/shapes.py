@@ -279,6 +279,14 @@ class Shapes(Extents):
         if fn == self.size and len(path) == 1 and isinstance(value, ast.Call) and _terminal(value.func) == "size" \
                 and not value.args and isinstance(value.func, ast.Attribute):
             return self._dim_of(self.shape(value.func.value, d), ast.Constant(path[0]))
+        if len(path) == 1 and isinstance(value, ast.Call):
+            # ``embs, ids = encode(...)``: that element of what the project function returns
+            target = _resolved(self.hub, self.view, value)
+            if target is not None and getattr(target[1], "name", "") != "__init__" \
+                    and isinstance(target[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                tv, tfn = target
+                summary = shapes_of(self.hub, tv).returns(tfn, "size" if fn == self.size else "shape", path[0])
+                return self.bind(summary, value, tfn, d, f"`{_terminal(value.func)}()`")
         return SX
 
     def _self_attr(self, e, d, fn) -> Sh:

@@ -31,6 +31,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import comp_binder, reaching, searches_rank, target_path
+from .selections import comprehension_value, filtered, picks_element
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .vocab import (  # noqa: F401  (the tables, re-exported)
@@ -177,9 +178,7 @@ class Evaluator:
         if t is ast.Await:
             return self.value(e.value, d)
         if t in (ast.ListComp, ast.SetComp, ast.GeneratorExp):
-            # the elements (names the comprehension binds are unknown: it is not a scope here)
-            v = self.value(e.elt, d)
-            return v if v.varying else X
+            return comprehension_value(self, e, d)  # its elements, or the rank's test that keeps them
         if t is ast.DictComp:
             v = join((self.value(e.key, d), self.value(e.value, d)))
             return v if v.varying else X
@@ -291,7 +290,7 @@ class Evaluator:
                 v = self.value(p.test, d + 1)
                 # data, clocks and random numbers only: a value set under a rank test is usually
                 # shared by a broadcast the analysis may not see (a helper of another package)
-                if v.varying and (v.src.cat != RANK or searches_rank(p, ev, name)):
+                if v.varying and (v.src.cat != RANK or searches_rank(p, ev, name) or picks_element(p, ev)):
                     src = v.src
                     return Value("V", src.step(f"which decides whether line {ev.lineno} assigns `{name}`"))
             child = p
@@ -638,6 +637,8 @@ class Evaluator:
                 # numbers, clocks) is a shape question, which ``shapes`` answers: unknown here
                 v = self.value(e.args[0], d)
                 return X if v.varying and v.src.cat in (DATA, RNG, CLOCK) else v
+            if qn is None and f.id == "filter" and len(e.args) == 2 and isinstance(e.args[0], ast.Lambda):
+                return filtered(self, e, d)  # ``filter(lambda p: rank in p, layout)``
             if qn is None and f.id in ("isinstance", "hasattr", "callable", "type", "id"):
                 return X
             if qn is None and f.id == "open":

@@ -61,6 +61,11 @@ class GlobalRankAsDevice(Rule):
     accelerators whose index counts one node's devices (`torch.xpu`, `torch.npu`, `torch.mlu`,
     `torch.musa`) counts like CUDA's.
 
+    A record of the launch environment is followed too: a `@dataclass` or `NamedTuple` field
+    filled with the global rank by its constructor (`Env(rank=int(os.environ["RANK"]), ...)`) and
+    used as the index (`torch.device("cuda", self.rank)` in a `@property device`, `set_device(env.rank)`),
+    and the device such a property returns where it is used (`torch.cuda.set_device(env.device)`).
+
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
     tests run on one node, where the global rank is the local rank.
@@ -283,10 +288,31 @@ def _global_rank_of(ctx, site, scope, depth: int):
         vals = ctx.memo(("ddp003.self_assigns", id(cls)), lambda: _self_assigns(cls)).get(e.attr, [])
         if len(vals) == 1 and isinstance(vals[0], ast.Assign) and len(vals[0].targets) == 1:
             return _global_rank(ctx, vals[0].value, sem.scope_of(vals[0]), depth + 1)
-        return None
+        return _record_field_rank(ctx, e) if not vals else None
     if isinstance(e, ast.Attribute) and _ref_path(e) and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return _namespace_rank(ctx, e, scope, depth)
+        got = _namespace_rank(ctx, e, scope, depth)
+        if got is None:
+            got = _record_field_rank(ctx, e)  # ``env.rank`` of ``env = Env(rank=...)``
+        return got
     return None
+
+
+def _record_field_rank(ctx, e):
+    """``self.rank`` never assigned in its class's methods: a field of a dataclass / NamedTuple (or
+    a property) whose every construction in the module binds the global rank
+    (``Env(rank=int(os.environ["RANK"]))``), by value flow (``rank_kinds.rank_kind_of``). The
+    witness when it is in this file, else None."""
+    from ..flow.modern import hub
+    from ..flow.origins import record_attr
+
+    an, view = hub(ctx)
+    if not isinstance(e.value, ast.Name) or e.value.id != "self":
+        if not record_attr(an, view, e, e):
+            return None  # only a field or property of a project record: ``args.rank`` is read above
+    kind, w = rank_kind_of(an, view, e, e)
+    if kind != GLOBAL or w is None or w[0] is not view:
+        return None
+    return w[1]
 
 
 def _is_zero(e) -> bool:

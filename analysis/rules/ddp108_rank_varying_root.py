@@ -26,7 +26,10 @@ class RankVaryingRoot(Rule):
     The same holds for the member list of `dist.new_group(ranks)`, which every rank of the default
     group must call for every group, with the same members, in the same order: a list computed from
     this rank (`new_group(list(range(rank - rank % k, rank - rank % k + k)))`, a `while rank not in
-    perm[i:i + k]: i += k` search) means each rank makes only the group it belongs to. A group of one
+    perm[i:i + k]: i += k` search), or a list picked from a shared layout by a test on the rank
+    (`next(p for p in layout if rank in p)`, `[p for p in layout if rank in p][0]`,
+    `filter(lambda p: rank in p, layout)`, `for p in layout: if rank in p: mine = p`) means each
+    rank makes only the group it belongs to. A group of one
     (`new_group([dist.get_rank()])`) and `use_local_synchronization=True` (made by its members only)
     are not flagged.
 

@@ -7,7 +7,7 @@ from ..flow.bcast_sizes import broken_contracts, partial_broadcasts
 from ..flow.bindings import reaching
 from ..flow.shapes import shapes_of
 from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
-from ..flow.sinks import SHAPED, arg_fact, shape_sinks
+from ..flow.sinks import SHAPED, arg_fact, shape_sinks, shaped_calls
 from ..flow.summaries import on_subgroup
 from ..semantic import get_arg
 from ..torch_api import D
@@ -27,7 +27,11 @@ class RankVaryingShape(Rule):
     assignments and helpers, in this file and in the other files of the project: a helper that
     builds the tensor from its arguments (`make_buffer(len(hits), 8)`), or one that hands its
     parameter to the collective (`concat_all_gather(x[:, :local_len])`), is flagged at the
-    call, naming the helper chain and the collective inside it.
+    call, naming the helper chain and the collective inside it. A helper of the same file that
+    makes the collective itself and is given a rank-varying shape at every one of its calls
+    (`def gather_index(embs): bufs = [torch.zeros_like(embs) ...]; dist.all_gather(bufs, embs)`)
+    is flagged at its collective instead, where the padding goes. A tensor that a helper returns as
+    one element of a tuple (`embs, ids = encode_shard(...)`) keeps its shape.
 
     Sources of a rank-varying size or shape:
     - a size computed from the rank or from this rank's data (`lengths.max()`, `lengths[rank]`,
@@ -135,6 +139,22 @@ class RankVaryingShape(Rule):
                 if not v.varying:
                     continue
                 reported.add(id(a))
+                inside = _inside_helper(an, view, target, s, sh)
+                if inside is not None:
+                    # the helper of this file that makes the collective is given a rank-varying
+                    # shape at every call: the receive buffers it sizes from its parameter are the bug
+                    coll, t = inside
+                    if id(t) not in reported:
+                        reported.add(id(t))
+                        ctx.report(
+                            t,
+                            f"the shape of `{text(ctx, t)}` is rank-varying at every call of `{name}()` "
+                            f"(`{text(ctx, a)}`, line {a.lineno}: {source_words(ctx, v)}); `{s.effect.op}` needs "
+                            "the same shape on every rank: agree on the size first (all_reduce with MAX), pad "
+                            "to it, and trim what comes back",
+                            related=[(a, "the call that passes a rank-varying shape"), *source_related(ctx, v)],
+                        )
+                    continue
                 eff = s.effect.through(name)
                 site = _Site(eff)
                 what = "shape" if s.mode == "shape" else "value"
@@ -179,6 +199,29 @@ class RankVaryingShape(Rule):
                 "hangs): pass the list's length",
                 related=[(p_arg, f"{n} elements")],
             )
+
+
+def _inside_helper(an, view, target, sink, sh):
+    """(collective, tensor argument) when ``sink``'s collective sits directly in ``target``, a
+    function of this file whose every call here passes a rank-varying shape (or size) for the
+    sink's parameter: the helper is never given what its collective needs, so the finding goes
+    where the fix goes (a helper of another file, or one with a call that passes a uniform shape,
+    is reported at the call)."""
+    tv, fn = target
+    eff = sink.effect
+    if tv is not view or eff.via or eff.path != view.path:
+        return None
+    calls = an.call_sites(view, fn)
+    if not calls or len(calls) > 8:
+        return None
+    for c in calls:
+        a = bind_args(c, fn).get(sink.param)
+        if a is None or not arg_fact(sh, a, sink.mode).varying:
+            return None
+    for c, _op, t in shaped_calls(view, fn):
+        if (c.lineno, c.col_offset) == (eff.line, eff.col):
+            return c, t
+    return None
 
 
 def _binding_related(ctx, view, e):

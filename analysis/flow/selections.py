@@ -1,0 +1,58 @@
+"""Selections by the rank: the elements of a shared sequence that a test on the rank keeps are
+different on each rank (``next(p for p in layout if rank in p)``, ``[p for p in layout if rank in
+p]``, ``filter(lambda p: rank in p, layout)``, ``for p in layout: if rank in p: mine = p``), even
+when every element, and the sequence, is the same everywhere. A test on this rank's data is not
+read here (what it keeps is a shape question, ``shapes.py``)."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+from .values import RANK, Value, X
+
+_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
+
+
+def comprehension_value(ev, comp: ast.AST, d: int) -> Value:
+    """A list / set comprehension or a generator: its elements' variance (the names it binds are
+    elements of its iterables), else rank-varying when an ``if`` test reads the rank (it keeps
+    different elements on each rank), else unknown."""
+    v = ev.value(comp.elt, d)
+    if v.varying:
+        return v
+    for g in comp.generators:
+        for test in g.ifs:
+            v = ev.value(test, d)
+            if v.varying and v.src.cat == RANK:
+                return Value("V", v.src.step(f"which selects the elements at line {comp.lineno}"))
+    return X
+
+
+def filtered(ev, call: ast.Call, d: int) -> Value:
+    """``filter(lambda p: <test>, seq)``: the sequence's own variance, else the test's on the rank."""
+    v = ev.value(call.args[1], d)
+    if v.varying:
+        return v
+    t = ev.value(call.args[0].body, d)
+    if t.varying and t.src.cat == RANK:
+        return Value("V", t.src.step(f"which selects the elements at line {call.lineno}"))
+    return X
+
+
+def picks_element(test_stmt: ast.AST, ev: ast.stmt) -> bool:
+    """``for p in layout: if rank in p: mine = p``: an assignment under an ``if`` whose test reads
+    the variable of an enclosing ``for`` (of the same scope), of a value that reads it too, keeps
+    the element the test picks (a value set under a test of the rank alone, ``if rank == 0: x =
+    5``, is left to the broadcast that may follow it, unseen)."""
+    if not isinstance(test_stmt, ast.If) or not isinstance(ev, (ast.Assign, ast.AnnAssign)) or ev.value is None:
+        return False
+    value_names = {n.id for n in ast.walk(ev.value) if isinstance(n, ast.Name)}
+    test_names = {n.id for n in ast.walk(test_stmt.test) if isinstance(n, ast.Name)}
+    p = parent(test_stmt)
+    while p is not None and not isinstance(p, _SCOPES):
+        if isinstance(p, (ast.For, ast.AsyncFor)):
+            bound = {n.id for n in ast.walk(p.target) if isinstance(n, ast.Name)}
+            if bound & test_names and bound & value_names:
+                return True
+        p = parent(p)
+    return False
