@@ -120,9 +120,14 @@ class LocalGradNorm(Rule):
                           f"use `{ctx.text(mod)}.clip_grad_norm_(max_norm)`",
                        related=[(w, "the FSDP1 wrap that shards the parameters")] if here else [])
 
-def _params_module(an, view, expr, at):
+def _params_module(an, view, expr, at, seen=None):
     """The module whose parameters ``expr`` is: ``m.parameters()``, ``list(...)``/``filter(...)``
-    of it or a comprehension over it, or a name bound to one of those; else None."""
+    of it or a comprehension over it, or a name bound to one of those; else None (also for a
+    name bound from itself, ``params = list(params)``: each binding is followed once)."""
+    seen = set() if seen is None else seen
+    if id(expr) in seen:
+        return None
+    seen.add(id(expr))
     if isinstance(expr, ast.Name):
         got = origins(an, view, expr, at)
         if len(got) != 1 or got[0][0] is not view:
@@ -130,11 +135,11 @@ def _params_module(an, view, expr, at):
         expr = got[0][1]
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "filter", "tuple") \
             and expr.args and not expr.keywords:
-        return _params_module(an, view, expr.args[-1], at)
+        return _params_module(an, view, expr.args[-1], at, seen)
     if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and len(expr.generators) == 1:
         g = expr.generators[0]
         if isinstance(expr.elt, ast.Name) and isinstance(g.target, ast.Name) and expr.elt.id == g.target.id:
-            return _params_module(an, view, g.iter, at)
+            return _params_module(an, view, g.iter, at, seen)
         return None
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
         return expr.func.value
