@@ -62,8 +62,22 @@ def check_one(path: str):
     else:
         res = check_source(sf.text, path, _settings)
         findings, deps = res.findings, list(res.dependencies)
+        if res.errors:
+            _warn_internal(path, res.errors)
     enc = encode_findings(findings)
     return ("ok", tag, enc, None if enc is not None else findings, deps)
+
+
+def _warn_internal(path: str, errors: list[str]) -> None:
+    """A rule that failed on this file (a bug of ours) is said on stderr, with the rule's code and
+    the exception, rather than passed over in silence: the other rules' findings still print."""
+    import sys
+
+    for e in errors:
+        code, _, tb = e.partition(": ")
+        last = tb.strip().splitlines()[-1] if tb.strip() else "unknown error"
+        sys.stderr.write(f"ddp-lint: warning: internal error in {code} on {path} ({last}); its findings "
+                         "for this file are missing: please report this bug\n")
 
 
 def _probe(path: str):
