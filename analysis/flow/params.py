@@ -266,3 +266,38 @@ def dead_for_callers(view, hub, node: ast.AST) -> bool:
                 return True
         child, p = p, parent(p)
     return False
+
+
+def constant_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, name: str):
+    """The literal parameter ``name`` of ``fn`` holds at ``call``: the argument ``call`` passes
+    (``torch_api.constant_of`` in the calling module: a literal, a name bound once, ``args.x``...),
+    or, when ``call`` omits it, the parameter's default (read in ``fn``'s module:
+    ``def start(backend="gloo")`` called as ``start(rank)`` runs with ``"gloo"``). None when
+    unknown: a ``*args`` / ``**kwargs`` that may carry it, no default, a value not constant."""
+    from ..torch_api import constant_of  # lazy
+
+    if not isinstance(fn, FUNC_TYPES) or not _is_unbound_param(fn, name):
+        return None
+    a = next((a for p, a in call_args(call, fn) if p == name), None)
+    if a is not None:
+        return constant_of(call_view.sem, a)
+    if any(isinstance(x, ast.Starred) for x in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    d = _default_of(fn, name)
+    return None if d is None else constant_of(fn_view.sem, d, fn_view.sem.tree)
+
+
+def constants_at_calls(view, hub, fn: ast.AST, name: str) -> list | None:
+    """The literal parameter ``name`` of ``fn`` holds at each call of ``fn`` in its module
+    (``constant_at_call``: passed, or the default left), when every call gives one, there is at
+    least one, and ``fn`` is neither spawned nor used as a value in the module; else None."""
+    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
+    if not sites or hub.is_spawn_target(view, fn) or _used_as_value(view, fn, sites):
+        return None
+    out = []
+    for c in sites:
+        v = constant_at_call(view, c, view, fn, name)
+        if v is None:
+            return None
+        out.append(v)
+    return out
