@@ -8,6 +8,7 @@ from ..registry import Rule
 from ..flow.wrappers import callee_name
 from ..flow.mentions import code_words, mentions
 from ._common import D, gloo_only
+from ._spawn import in_ray_actor
 from ..semantic import get_arg, parent
 from ..torch_api import constant_of
 
@@ -29,7 +30,10 @@ class MissingDestroyProcessGroup(Rule):
     such a literal or leaves a default that is one: `def connect(rank, backend="gloo")` called as
     `connect(rank)`), is not flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`)
     and the exit hang below are ProcessGroupNCCL's. A teardown named only in a comment or a string
-    does not count: the code must call it.
+    does not count: the code must call it. An init in a Ray actor class (`@ray.remote class
+    Worker:`) runs in the actor's worker process, not in the script's: Ray ends that process
+    (`ray.kill`, the job's end) without running its exit path, so neither the exit warning nor the
+    exit hang happens there, and the script has no exit of the actor's to put a teardown in.
 
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
@@ -97,7 +101,7 @@ class MissingDestroyProcessGroup(Rule):
         # alone (a literal "gloo" backend) is left alone
         direct = ctx.calls_to(D + "init_process_group")
         inits = [i for i in direct if not gloo_only(ctx, i) and not _other_backend(ctx, i)
-                 and not _backend_from_callers(ctx, i)]
+                 and not _backend_from_callers(ctx, i) and not in_ray_actor(ctx, i)]
         if not direct:
             _through_helpers(ctx)
             return
@@ -142,7 +146,8 @@ def _through_helpers(ctx) -> None:
         for e in events(an, view, scope):
             if e.where is not None and e.kind == "destroy":
                 return
-            if e.where is not None and e.kind == "init" and e.where[0] is not view:
+            if e.where is not None and e.kind == "init" and e.where[0] is not view \
+                    and not in_ray_actor(ctx, e.call):  # (an actor's process is Ray's to end)
                 found.append(e)  # (a function of this file that calls it is reported at that call)
     if not found:
         return
