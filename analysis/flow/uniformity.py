@@ -61,7 +61,10 @@ _RANK_QNS = frozenset({D + "get_rank", D + "get_node_local_rank", "torch.cuda.cu
                        D + "get_global_rank_DUMMY"})
 _DATA_SRC_NAME = re.compile(r"(^|_)(data)?loader(s)?$|^(train|val|valid|eval|test|dev)_?(data)?(loader|dl|iter)$",
                             re.I)
-_LOADER_QNS = frozenset({"torch.utils.data.DataLoader"})
+# torchdata's StatefulDataLoader is a DataLoader subclass with the same constructor (it adds
+# state_dict/load_state_dict): its length and its batches are the DataLoader's
+_LOADER_QNS = frozenset({"torch.utils.data.DataLoader", "torchdata.stateful_dataloader.StatefulDataLoader",
+                         "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader"})
 _PARSE_METHODS = frozenset({"parse_args", "parse_known_args", "parse_args_into_dataclasses"})
 _SAMPLER_QN = "torch.utils.data.DistributedSampler"
 
@@ -509,6 +512,13 @@ class Evaluator:
         return X
 
     def loader_trip_count(self, loader: ast.AST, d: int) -> Value:
+        if isinstance(loader, ast.Attribute) and isinstance(loader.value, ast.Name) and loader.value.id == "self" \
+                and d < 12:
+            # ``self.train_loader``: the loaders the class's methods bind to it, each judged as built
+            vals = self.hub.self_attr_bindings(self.view, loader)
+            if vals and all(isinstance(v, ast.Call) and self.sem.call_qualname(v) in _LOADER_QNS for v in vals):
+                return join(self.loader_trip_count(v, d + 1) for v in vals)
+            return X
         if not isinstance(loader, ast.Call) or self.sem.call_qualname(loader) not in _LOADER_QNS:
             return X
         for kw in ("sampler", "batch_sampler"):
@@ -547,6 +557,9 @@ class Evaluator:
             kind, evs = reaching(self.view, s.id, s)
             if kind in ("events", "global") and evs:
                 return all(isinstance(e, ast.Assign) and self._is_dist_sampler(e.value) for e in evs)
+        if isinstance(s, ast.Attribute) and isinstance(s.value, ast.Name) and s.value.id == "self":
+            vals = self.hub.self_attr_bindings(self.view, s)  # ``self.train_sampler``, as the class binds it
+            return bool(vals) and all(isinstance(v, ast.Call) and self._is_dist_sampler(v) for v in vals)
         return False
 
     # -- attributes and calls ----------------------------------------------------------------
@@ -631,7 +644,8 @@ class Evaluator:
                         return got
                 # a loader's length is its batches; a DistributedSampler's, any rank's padded share
                 loader = self.is_loader(e.args[0], d)
-                got = self.loader_trip_count(loader, d) if isinstance(loader, ast.Call) else X
+                # (a ``self.`` attribute the class binds to loaders only, whatever its name)
+                got = self.loader_trip_count(e.args[0] if loader is None else loader, d)
                 if got.kind != "X" or self._is_dist_sampler(e.args[0]):
                     return got if got.kind != "X" else U
                 # the length of values that vary by their contents (this rank's data, random
