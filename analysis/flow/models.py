@@ -21,8 +21,28 @@ LAUNCH_TEXT = tuple(dict.fromkeys(q.rsplit(".", 1)[1] for q in _LAUNCH))
 
 
 def is_distributed_script(ctx) -> bool:
-    """The file starts or joins a process group, wraps in DDP/FSDP or spawns ranks itself."""
-    return ctx.memo("models.distributed_script", lambda: bool(ctx.sem.calls_to(*_LAUNCH)))
+    """The file starts or joins a process group, wraps in DDP/FSDP or spawns ranks itself, in code
+    that may run: a launch call in a branch that no call of its function takes (``if distributed:
+    model = DDP(model)`` in a notebook whose every ``train(...)`` passes ``distributed=False``,
+    ``params.dead_for_callers``) does not count."""
+    return ctx.memo("models.distributed_script", lambda: _launches(ctx))
+
+
+def _launches(ctx) -> bool:
+    calls = ctx.sem.calls_to(*_LAUNCH)
+    if not calls:
+        return False
+    from . import for_context  # lazy: only a file with a launch call under a test asks
+    from .params import dead_for_callers
+
+    an = None
+    for c in calls:
+        if not any(isinstance(a, (ast.If, ast.IfExp)) for a in ctx.sem.ancestors(c)):
+            return True
+        an = an or for_context(ctx)
+        if not dead_for_callers(an.main, an, c):
+            return True
+    return False
 
 
 def ddp_calls(ctx) -> list[ast.Call]:

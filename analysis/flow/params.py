@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, parent
 from .calls import call_args
 
 
@@ -182,3 +182,120 @@ def by_name_only(value) -> bool:
     fallback), not by any flow."""
     src = value.src
     return src is not None and not src.via and src.desc.startswith("the process rank from parameter `")
+
+
+# -- branches no caller takes -----------------------------------------------------------------------
+
+def truth_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) -> bool | None:
+    """The truth value parameter ``name`` of ``fn`` holds at every call: each call of ``fn`` in its
+    module passes a literal (or leaves a literal default, or passes a parameter of its own caller
+    that holds one truth at every call in turn), all of one truth, there is at least one, and
+    ``fn`` is used nowhere else in the module. None when unknown. Only the module's own calls are
+    seen: a caller judges whether another module may call ``fn`` (``dead_for_callers``)."""
+    memo = view.memo.setdefault("param_truth", {})
+    key = (id(fn), name)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # (a recursion through the same parameter answers unknown)
+    got: bool | None = None
+    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) and _is_unbound_param(fn, name) else []
+    if sites and not hub.is_spawn_target(view, fn) and not _used_as_value(view, fn, sites):
+        default = _default_of(fn, name)
+        seen: set[bool] = set()
+        for c in sites:
+            a = next((a for p, a in call_args(c, fn) if p == name), None)
+            if a is None:
+                if any(isinstance(x, ast.Starred) for x in c.args) or any(k.arg is None for k in c.keywords):
+                    seen = {True, False}  # ``*args`` / ``**kwargs`` may carry it
+                    break
+                a = default
+            if isinstance(a, ast.Constant):
+                seen.add(bool(a.value))
+                continue
+            caller = _enclosing_function(c)
+            t = None
+            if depth < 3 and isinstance(a, ast.Name) and caller is not None and caller is not fn:
+                t = truth_at_every_call(view, hub, caller, a.id, depth + 1)
+            if t is None:
+                seen = {True, False}
+                break
+            seen.add(t)
+        if len(seen) == 1:
+            got = next(iter(seen))
+    memo[key] = got
+    return got
+
+
+def _test_truth(view, hub, fn, test, depth: int = 0) -> bool | None:
+    """What ``test`` (in ``fn``) evaluates to on every call, when it is made of parameters that
+    hold one truth at every call (``distributed``, ``not distributed``, ``a and b``)."""
+    if depth > 4:
+        return None
+    if isinstance(test, ast.Name):
+        return truth_at_every_call(view, hub, fn, test.id)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        t = _test_truth(view, hub, fn, test.operand, depth + 1)
+        return None if t is None else not t
+    if isinstance(test, ast.BoolOp):
+        ts = [_test_truth(view, hub, fn, v, depth + 1) for v in test.values]
+        stop = isinstance(test.op, ast.Or)  # ``or`` is settled by one true operand, ``and`` by one false
+        if stop in ts:
+            return stop
+        return (not stop) if all(t is not None for t in ts) else None
+    return None
+
+
+def dead_for_callers(view, hub, node: ast.AST) -> bool:
+    """``node`` sits in a branch that no call of its function takes: in the body of ``if flag:``
+    (or of ``x if flag else y``) where ``flag`` holds a false value at every call
+    (``truth_at_every_call``: ``train(cfg, distributed=False)``), or in the ``else`` of a test
+    that is true at every call. Only where the module's calls are all the calls: a function of a
+    notebook (no module imports a notebook); a function of a ``.py`` file may be called from
+    another module with a true flag."""
+    fn = _enclosing_function(node)
+    if fn is None or not (getattr(view, "path", "") or "").lower().endswith(".ipynb"):
+        return False  # (``notebook.is_notebook``'s test: that module imports the engine)
+    child, p = node, parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
+            body = child in p.body if isinstance(p, ast.If) else child is p.body
+            t = _test_truth(view, hub, fn, p.test)
+            if t is not None and t is not body:
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+def constant_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, name: str):
+    """The literal parameter ``name`` of ``fn`` holds at ``call``: the argument ``call`` passes
+    (``torch_api.constant_of`` in the calling module: a literal, a name bound once, ``args.x``...),
+    or, when ``call`` omits it, the parameter's default (read in ``fn``'s module:
+    ``def start(backend="gloo")`` called as ``start(rank)`` runs with ``"gloo"``). None when
+    unknown: a ``*args`` / ``**kwargs`` that may carry it, no default, a value not constant."""
+    from ..torch_api import constant_of  # lazy
+
+    if not isinstance(fn, FUNC_TYPES) or not _is_unbound_param(fn, name):
+        return None
+    a = next((a for p, a in call_args(call, fn) if p == name), None)
+    if a is not None:
+        return constant_of(call_view.sem, a)
+    if any(isinstance(x, ast.Starred) for x in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    d = _default_of(fn, name)
+    return None if d is None else constant_of(fn_view.sem, d, fn_view.sem.tree)
+
+
+def constants_at_calls(view, hub, fn: ast.AST, name: str) -> list | None:
+    """The literal parameter ``name`` of ``fn`` holds at each call of ``fn`` in its module
+    (``constant_at_call``: passed, or the default left), when every call gives one, there is at
+    least one, and ``fn`` is neither spawned nor used as a value in the module; else None."""
+    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
+    if not sites or hub.is_spawn_target(view, fn) or _used_as_value(view, fn, sites):
+        return None
+    out = []
+    for c in sites:
+        v = constant_at_call(view, c, view, fn, name)
+        if v is None:
+            return None
+        out.append(v)
+    return out

@@ -62,12 +62,12 @@ _RANK_QNS = frozenset({D + "get_rank", D + "get_node_local_rank", "torch.cuda.cu
                        D + "get_global_rank_DUMMY"})
 _DATA_SRC_NAME = re.compile(r"(^|_)(data)?loader(s)?$|^(train|val|valid|eval|test|dev)_?(data)?(loader|dl|iter)$",
                             re.I)
-_LOADER_QNS = frozenset({"torch.utils.data.DataLoader"})
+_LOADER_QNS = frozenset({"torch.utils.data.DataLoader", "torchdata.stateful_dataloader.StatefulDataLoader"})
 _PARSE_METHODS = frozenset({"parse_args", "parse_known_args", "parse_args_into_dataclasses"})
 _SAMPLER_QN = "torch.utils.data.DistributedSampler"
 
 
-from .vocab import _FLIP, _int_vals, env_key  # noqa: E402,F401  (re-exported; they live in vocab)
+from .vocab import _FLIP, _int_vals, _progress_wrapper, env_key  # noqa: E402,F401  (re-exported; they live in vocab)
 
 
 def _rank_compare_uniform(op: ast.cmpop, consts: list[int]) -> bool:
@@ -508,6 +508,8 @@ class Evaluator:
         return X
 
     def loader_trip_count(self, loader: ast.AST, d: int) -> Value:
+        if (vals := self._self_bound(loader)) and d < 12 and all(self.sem.call_qualname(v) in _LOADER_QNS for v in vals):
+            return join(self.loader_trip_count(v, d + 1) for v in vals)
         if not isinstance(loader, ast.Call) or self.sem.call_qualname(loader) not in _LOADER_QNS:
             return X
         for kw in ("sampler", "batch_sampler"):
@@ -546,7 +548,14 @@ class Evaluator:
             kind, evs = reaching(self.view, s.id, s)
             if kind in ("events", "global") and evs:
                 return all(isinstance(e, ast.Assign) and self._is_dist_sampler(e.value) for e in evs)
-        return False
+        return bool(vals := self._self_bound(s)) and all(self._is_dist_sampler(v) for v in vals)  # ``self.x``
+
+    def _self_bound(self, e: ast.AST) -> list | None:
+        """The calls the class binds ``self.<attr>`` to, when every binding is one; else None."""
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+            vals = self.hub.self_attr_bindings(self.view, e)
+            return vals if vals and all(isinstance(v, ast.Call) for v in vals) else None
+        return None
 
     # -- attributes and calls ----------------------------------------------------------------
     def _attribute(self, e: ast.Attribute, d: int) -> Value:
@@ -629,8 +638,8 @@ class Evaluator:
                     if got is not None:
                         return got
                 # a loader's length is its batches; a DistributedSampler's, any rank's padded share
-                loader = self.is_loader(e.args[0], d)
-                got = self.loader_trip_count(loader, d) if isinstance(loader, ast.Call) else X
+                loader = self.is_loader(e.args[0], d)  # (or a ``self.`` attribute bound to loaders)
+                got = self.loader_trip_count(e.args[0] if loader is None else loader, d)
                 if got.kind != "X" or self._is_dist_sampler(e.args[0]):
                     return got if got.kind != "X" else U
                 # the length of values that vary by their contents (this rank's data, random
@@ -679,14 +688,6 @@ def _is_none(e: ast.AST) -> bool:
 
 # methods that move a module or a tensor to a device (or a dtype) and keep its contents
 _MOVES = frozenset({"cuda", "to", "cpu"})
-
-
-def _progress_wrapper(sem, call: ast.Call) -> bool:
-    """``tqdm(x)`` (any ``tqdm`` module's) or the builtin ``iter(x)``: yields the items of ``x``."""
-    qn = sem.call_qualname(call)
-    if qn is None:
-        return _terminal(call.func) == "iter" and isinstance(call.func, ast.Name)
-    return qn.split(".")[0] == "tqdm" and qn.rsplit(".", 1)[-1] in ("tqdm", "trange")
 
 
 def _text(e: ast.AST) -> str:

@@ -82,3 +82,13 @@ def _int_vals(e: ast.AST):
 
 
 _FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+
+
+def _progress_wrapper(sem, call: ast.Call) -> bool:
+    """``tqdm(x)`` (any ``tqdm`` module's) or the builtin ``iter(x)``: yields the items of ``x``."""
+    from ..semantic import terminal_name  # lazy
+
+    qn = sem.call_qualname(call)
+    if qn is None:
+        return terminal_name(call.func) == "iter" and isinstance(call.func, ast.Name)
+    return qn.split(".")[0] == "tqdm" and qn.rsplit(".", 1)[-1] in ("tqdm", "trange")

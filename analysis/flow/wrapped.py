@@ -25,6 +25,7 @@ from . import _NOT_PROJECT
 from .fs_races import parent_chain_contains
 from .instances import class_named
 from .origins import _attr_path, origins
+from .params import dead_for_callers
 from .return_deps import names_reaching, target_names
 
 # calls whose first argument is the value a test asks about (``hasattr(m, "module")``)
@@ -242,6 +243,8 @@ def _collect(hub, view, expr, at, found, others, depth, path=()):
         if is_unwrap(e):
             return False
         if isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") == DDP_CLASS:
+            if dead_for_callers(v, hub, e):
+                continue  # ``if distributed: m = DDP(m)`` where every call passes a false flag
             if not any(c is e for _, c in found):
                 found.append((v, e))
             continue

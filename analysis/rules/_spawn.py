@@ -174,3 +174,23 @@ def outside_launched(ctx, node: ast.AST) -> bool:
     if not ctx.sem.calls_to(*NOTEBOOK_LAUNCHERS):
         return False
     return ctx.sem.enclosing_function(node) is None
+
+
+RAY_ACTOR_DECORATORS = frozenset({"ray.remote"})
+
+
+def ray_actor_class(ctx, cls: ast.ClassDef) -> bool:
+    """``@ray.remote`` (or ``@ray.remote(num_gpus=1)``) on the class: every instance is an actor
+    that Ray starts in a worker process of its own (the class cannot be built directly), and Ray,
+    not the code that names the class, ends that process."""
+    for dec in cls.decorator_list:
+        f = dec.func if isinstance(dec, ast.Call) else dec
+        if ctx.qn(f) in RAY_ACTOR_DECORATORS:
+            return True
+    return False
+
+
+def in_ray_actor(ctx, node: ast.AST) -> bool:
+    """``node`` is code of a Ray actor class (``ray_actor_class``): it runs in the actor's worker
+    process, not in the process of the script that defines or starts the actor."""
+    return any(isinstance(a, ast.ClassDef) and ray_actor_class(ctx, a) for a in ctx.sem.ancestors(node))

@@ -8,6 +8,7 @@ from ..registry import Rule
 from ..flow.wrappers import callee_name
 from ..flow.mentions import code_words, mentions
 from ._common import D, gloo_only
+from ._spawn import in_ray_actor
 from ..semantic import get_arg, parent
 from ..torch_api import constant_of
 
@@ -25,15 +26,21 @@ class MissingDestroyProcessGroup(Rule):
     that only initialise (a `utils.init_distributed_mode(args)`) are left alone: tearing down is their
     caller's job. A group whose backend is the literal `"gloo"` (or `dist.Backend.GLOO`), or any
     literal with no NCCL part (`"xccl"`, `"mpi"`, `"fake"`, also through a constant, an argparse
-    default or a config dict), is not flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`)
+    default or a config dict; or a parameter of the function that inits, when every call passes
+    such a literal or leaves a default that is one: `def connect(rank, backend="gloo")` called as
+    `connect(rank)`), is not flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`)
     and the exit hang below are ProcessGroupNCCL's. A teardown named only in a comment or a string
-    does not count: the code must call it.
+    does not count: the code must call it. An init in a Ray actor class (`@ray.remote class
+    Worker:`) runs in the actor's worker process, not in the script's: Ray ends that process
+    (`ray.kill`, the job's end) without running its exit path, so neither the exit warning nor the
+    exit hang happens there, and the script has no exit of the actor's to put a teardown in.
 
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
     `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
-    in a project function it calls) or the helper's backend is a literal without NCCL. The
+    in a project function it calls) or the helper's backend is a literal without NCCL (or its
+    backend parameter, as this call passes it or leaves its default). The
     name of a teardown helper from a library (`cleanup()`, `shutdown()`) is only consulted after
     that value-flow answer, for calls that cannot be followed.
 
@@ -93,7 +100,8 @@ class MissingDestroyProcessGroup(Rule):
         # PyTorch's exit warning and the exit hang belong to ProcessGroupNCCL: a group that is Gloo
         # alone (a literal "gloo" backend) is left alone
         direct = ctx.calls_to(D + "init_process_group")
-        inits = [i for i in direct if not gloo_only(ctx, i) and not _other_backend(ctx, i)]
+        inits = [i for i in direct if not gloo_only(ctx, i) and not _other_backend(ctx, i)
+                 and not _backend_from_callers(ctx, i) and not in_ray_actor(ctx, i)]
         if not direct:
             _through_helpers(ctx)
             return
@@ -138,7 +146,8 @@ def _through_helpers(ctx) -> None:
         for e in events(an, view, scope):
             if e.where is not None and e.kind == "destroy":
                 return
-            if e.where is not None and e.kind == "init" and e.where[0] is not view:
+            if e.where is not None and e.kind == "init" and e.where[0] is not view \
+                    and not in_ray_actor(ctx, e.call):  # (an actor's process is Ray's to end)
                 found.append(e)  # (a function of this file that calls it is reported at that call)
     if not found:
         return
@@ -154,7 +163,8 @@ def _through_helpers(ctx) -> None:
     done = set()
     for e in found:
         sites = init_sites(an, *e.where)
-        if not sites or all(_gloo_or_other(v, i) for v, i in sites) or id(e.call) in done:
+        if not sites or all(_gloo_or_other(v, i, (view, e.call, *e.where)) for v, i in sites) \
+                or id(e.call) in done:
             continue
         done.add(id(e.call))
         name = getattr(e.where[1], "name", "?")
@@ -174,12 +184,39 @@ def _target(an, view, c):
     return project_target(an, view, c, instances=True)  # a teardown through an instance's method
 
 
-def _gloo_or_other(view, init: ast.Call) -> bool:
-    """The init's backend is a literal with no NCCL part (in the helper's own module)."""
-    c = constant_of(view.sem, get_arg(init, 0, "backend"))
+def _gloo_or_other(view, init: ast.Call, at=None) -> bool:
+    """The init's backend is a literal with no NCCL part (in the helper's own module), or, when it
+    is a parameter of the helper that ``at`` (call view, call, helper view, helper) calls, the
+    literal that call passes or the parameter's default it leaves (``flow.params.constant_at_call``:
+    ``def start(rank, backend="gloo")`` called as ``start(rank)``)."""
+    from ..flow.params import constant_at_call
+
+    expr = get_arg(init, 0, "backend")
+    c = constant_of(view.sem, expr)
+    if c is None and at is not None and isinstance(expr, ast.Name) and view is at[2] \
+            and view.sem.enclosing_function(init) is at[3]:
+        c = constant_at_call(at[0], at[1], at[2], at[3], expr.id)
     if c is None or not isinstance(c.value, str):
         return False
     return "nccl" not in [p.split(":")[-1].strip().lower() for p in c.value.split(",")]
+
+
+def _backend_from_callers(ctx, init: ast.Call) -> bool:
+    """The backend is a parameter of the function that inits (never rebound there), and every call
+    of that function in this file passes, or leaves as the default, a backend with no NCCL part
+    (``def setup(rank, backend="gloo")`` called as ``setup(rank)``): ``flow.params.constant_at_call``
+    at each call. A function spawned or used as a value has callers not seen here."""
+    from ..flow import for_context
+    from ..flow.params import constants_at_calls
+
+    expr = get_arg(init, 0, "backend")
+    fn = ctx.sem.enclosing_function(init)
+    if not isinstance(expr, ast.Name) or fn is None:
+        return False
+    an = for_context(ctx)
+    vals = constants_at_calls(an.main, an, fn, expr.id)
+    return bool(vals) and all(isinstance(v.value, str) and "nccl" not in
+                              [p.split(":")[-1].strip().lower() for p in v.value.split(",")] for v in vals)
 
 
 def _other_backend(ctx, init: ast.Call) -> bool:

@@ -8,6 +8,7 @@ from ..registry import Rule
 from ..semantic import parent
 from ._common import D
 from ._flow import scopes
+from ._spawn import ray_actor_class
 
 IS_INIT = D + "is_initialized"
 
@@ -191,7 +192,7 @@ def _constructors(rule, ctx) -> None:
     for cls in sem.tree.body:
         if cls.__class__ is not ast.ClassDef or cls.name.startswith("_"):
             continue
-        if _actor_class(ctx, cls):
+        if ray_actor_class(ctx, cls):
             continue  # each instance is an actor: a process of its own, built once there
         init = next((st for st in cls.body if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and st.name == "__init__"), None)
@@ -225,19 +226,6 @@ def _constructors(rule, ctx) -> None:
                 via = init_when_present(an, tview, tfn)
                 if via is not None:
                     rule._report_ctor(ctx, c, cls, via)
-
-
-_ACTOR_DECORATORS = frozenset({"ray.remote"})
-
-
-def _actor_class(ctx, cls: ast.ClassDef) -> bool:
-    """``@ray.remote`` (or ``@ray.remote(num_gpus=1)``) on the class: every instance is an actor
-    that Ray starts in a worker process of its own, and the class cannot be built directly."""
-    for dec in cls.decorator_list:
-        f = dec.func if isinstance(dec, ast.Call) else dec
-        if ctx.qn(f) in _ACTOR_DECORATORS:
-            return True
-    return False
 
 
 def _built_once(ctx, cls: ast.ClassDef) -> bool:
