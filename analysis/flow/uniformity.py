@@ -638,8 +638,7 @@ class Evaluator:
                     if got is not None:
                         return got
                 # a loader's length is its batches; a DistributedSampler's, any rank's padded share
-                loader = self.is_loader(e.args[0], d)  # (or a ``self.`` attribute bound to loaders)
-                got = self.loader_trip_count(e.args[0] if loader is None else loader, d)
+                got = self.loader_trip_count(self.is_loader(e.args[0], d) or e.args[0], d)  # or ``self.x``
                 if got.kind != "X" or self._is_dist_sampler(e.args[0]):
                     return got if got.kind != "X" else U
                 # the length of values that vary by their contents (this rank's data, random
