@@ -24,7 +24,7 @@ from ..launch_scripts import check_launch_script, looks_like_launch_script
 from ..model import Finding, Related, Severity
 from .findings import Sources, condense, rule_meta
 from .frdump import Dump, DumpError, Entry, FrFrame, looks_like_pickle, read_dump
-from .states import Frame, count, rank_list
+from .states import Frame, count, peer_loss, rank_list
 
 MAX_FILES = 20_000
 MAX_TEXT = 8 * 1024 * 1024
@@ -703,30 +703,48 @@ class Explainer:
 
     def error_files(self) -> None:
         by_rank = {r: f for f in self.findings for r in [*f.details.get("waiting", ()), *f.ranks]}
-        for ef in self.a.errors:
-            if ef.exc_type == "SystemExit" and ef.rank in by_rank:
-                continue
-            fr, caller = self._frames(ef.frames, ef.timestamp * 10**9 if ef.timestamp else None)
-            if ef.rank in by_rank:  # raised in the collective a finding already explains: its consequence
-                f = by_rank[ef.rank]
-                f.details.setdefault("exceptions", {})[str(ef.rank)] = condense(ef.exc_type, ef.message)
-                continue
-            if fr is None:
-                self.notes.append(f"{ef.path}: {condense(ef.exc_type, ef.message)} (no frame of this checkout)")
-                continue
-            ranks = [ef.rank] if ef.rank is not None else []
-            who = rank_list(ranks) if ranks else "a rank"
-            rel = [self.rel(caller, "called from here", ranks)] if caller else []
-            if ef.exc_type == "SystemExit":
-                code = ef.message.strip() or "0"
-                self.findings.append(self.finding("DDP904", fr, f"{who} exited (exit code {code}) here", ranks, rel,
-                                                  {"exit_code": code, "error_file": ef.path}))
-                continue
-            self.findings.append(self.finding(
-                "DDP901", fr, f"{who} raised {condense(ef.exc_type, ef.message)}", ranks, rel,
-                {"exception": ef.exc_type, "error_file": ef.path}))
-            if ef.rank is not None:
-                self.views.setdefault(ef.rank, RankView(ef.rank))
+        # a rank whose torch call lost its peer (Gloo's connectFullMesh, a closed connection) while
+        # another rank exited or raised on its own: that rank's finding explains it (as ``run`` reads
+        # it, states.peer_loss), so it is kept as its consequence, not reported as a second cause
+        lost = [ef for ef in self.a.errors if ef.exc_type != "SystemExit" and peer_loss(ef.message)
+                and ef.frames and is_framework(ef.frames[0].file)]
+        causes = [ef for ef in self.a.errors if ef not in lost]
+        deferred = [ef for ef in lost if any(c.rank != ef.rank for c in causes)]
+        for ef in [*causes, *(ef for ef in lost if ef not in deferred)]:
+            self._error_file(ef, by_rank)
+        for ef in deferred:
+            cause = next((f for f in self.findings if f.code in ("DDP901", "DDP904") and ef.rank not in f.ranks), None)
+            if cause is None:
+                self._error_file(ef, by_rank)  # the other rank's file gave no finding: this one stands alone
+            else:
+                cause.details.setdefault("exceptions", {})[str(ef.rank)] = condense(ef.exc_type, ef.message)
+
+    def _error_file(self, ef: ErrorFile, by_rank: dict) -> None:
+        """One rank's error file: a DDP901 / DDP904 finding, the consequence of a finding that already
+        explains its rank, or a note when no frame of it is in this checkout."""
+        if ef.exc_type == "SystemExit" and ef.rank in by_rank:
+            return
+        fr, caller = self._frames(ef.frames, ef.timestamp * 10**9 if ef.timestamp else None)
+        if ef.rank in by_rank:  # raised in the collective a finding already explains: its consequence
+            f = by_rank[ef.rank]
+            f.details.setdefault("exceptions", {})[str(ef.rank)] = condense(ef.exc_type, ef.message)
+            return
+        if fr is None:
+            self.notes.append(f"{ef.path}: {condense(ef.exc_type, ef.message)} (no frame of this checkout)")
+            return
+        ranks = [ef.rank] if ef.rank is not None else []
+        who = rank_list(ranks) if ranks else "a rank"
+        rel = [self.rel(caller, "called from here", ranks)] if caller else []
+        if ef.exc_type == "SystemExit":
+            code = ef.message.strip() or "0"
+            self.findings.append(self.finding("DDP904", fr, f"{who} exited (exit code {code}) here", ranks, rel,
+                                              {"exit_code": code, "error_file": ef.path}))
+            return
+        self.findings.append(self.finding(
+            "DDP901", fr, f"{who} raised {condense(ef.exc_type, ef.message)}", ranks, rel,
+            {"exception": ef.exc_type, "error_file": ef.path}))
+        if ef.rank is not None:
+            self.views.setdefault(ef.rank, RankView(ef.rank))
 
     def rank_text(self, v: RankView) -> tuple[str, Frame | None, str | None]:
         def at(e):

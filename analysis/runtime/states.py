@@ -275,7 +275,7 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             # wrapper's monitoredBarrier), not by the user's own code
             in_lib = st.op_raised is not None or (bool(frames) and frames[-1] is not None
                                                   and not user.is_user(frames[-1].file))
-            if in_lib and not _MISMATCH_RE.search(msg) and _PEER_RE.search(msg) and not _is_emulated(st.exception):
+            if in_lib and peer_loss(msg) and not _is_emulated(st.exception):
                 st.consequential = True
             elif _peer_error_in_chain(st):
                 # the user's code caught the collective's peer error and raised its own from it
@@ -346,6 +346,13 @@ def _freshest(st: RankState, rd, user: UserCode) -> None:
     gone = getattr(rd, "gone_at", None)
     if isinstance(gone, (int, float)) and gone >= t - 0.05:
         st.last_seen_age = max(0.0, gone - t)
+
+
+def peer_loss(msg: str) -> bool:
+    """A torch error that says a peer went away or timed out (a closed connection, Gloo's
+    connectFullMesh, a watchdog timeout), not a mismatch of collectives: the consequence of what
+    another rank did, when another rank's exit or exception explains it."""
+    return bool(_PEER_RE.search(msg or "")) and not _MISMATCH_RE.search(msg or "")
 
 
 def _peer_error_in_chain(st: RankState) -> bool:

@@ -160,6 +160,37 @@ def test_error_file_ddp901(tmp_path, checkout):
     assert [r.range.start.line + 1 for r in f.related] == [10]
 
 
+def _error_json(root, rank, text, tb_lines):
+    d = root / "job" / "attempt_0" / str(rank)
+    d.mkdir(parents=True)
+    tb = "Traceback (most recent call last):\n" + "".join(tb_lines) + text + "\n"
+    (d / "error.json").write_text(json.dumps({"message": {"message": text,
+                                                          "extraInfo": {"py_callstack": tb, "timestamp": "1700000000"}}}))
+
+
+def test_peer_loss_after_another_ranks_exit_is_its_consequence(tmp_path, checkout):
+    """Rank 1 exits in user code; rank 0's torch call then fails because its peer is gone (Gloo's
+    connectFullMesh): one finding, rank 1's exit, with rank 0's error as its consequence (as ``run``
+    reads it). Alone, the same peer error is still a DDP901."""
+    _error_json(tmp_path, 1, "SystemExit: 0", [f'  File "{W}/train.py", line 10, in step\n    sync(x)\n'])
+    _error_json(tmp_path, 0, "RuntimeError: Gloo connectFullMesh failed with peer 1",
+                [f'  File "{W}/train.py", line 10, in step\n    sync(x)\n',
+                 f'  File "{W}/utils.py", line 5, in sync\n    dist.barrier()\n',
+                 '  File "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", line 9, in barrier\n'])
+    res = explain([str(tmp_path / "job")], root=str(checkout))
+    [f] = res.findings
+    assert f.code == "DDP904" and f.ranks == (1,)
+    assert "connectFullMesh" in f.details["exceptions"]["0"]
+
+
+def test_a_peer_loss_alone_is_still_reported(tmp_path, checkout):
+    _error_json(tmp_path, 0, "RuntimeError: Gloo connectFullMesh failed with peer 1",
+                [f'  File "{W}/utils.py", line 5, in sync\n    dist.barrier()\n',
+                 '  File "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", line 9, in barrier\n'])
+    [f] = explain([str(tmp_path / "job")], root=str(checkout)).findings
+    assert f.code == "DDP901" and f.ranks == (0,)
+
+
 def test_path_mapper_longest_suffix_and_override(tmp_path, checkout):
     m = PathMapper(str(checkout))
     assert m.map(f"{W}/train.py") == str(checkout / "src" / "train.py")
