@@ -39,7 +39,8 @@ PARAM_LAYERS = {
     "TransformerEncoderLayer": None, "TransformerDecoderLayer": None, "Transformer": None,
 }
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
-_REFLECTIVE = frozenset({"children", "named_children", "modules", "named_modules", "parameters",
+# touching these on self reaches every parameter (or hides which are used)
+REFLECTIVE = frozenset({"children", "named_children", "modules", "named_modules", "parameters",
                          "named_parameters", "_modules", "_parameters", "__dict__", "apply", "state_dict",
                          "__getattr__", "__getattribute__", "buffers", "named_buffers"})
 _SELF_HANDLERS = frozenset({"getattr", "setattr", "vars", "delattr", "hasattr"})
@@ -169,7 +170,7 @@ def step_skipped(hub, view, cls: ast.ClassDef, arg_varies) -> list:
                     if run:
                         return []  # self handed over whole
                     continue
-                if p.attr in _REFLECTIVE and run:
+                if p.attr in REFLECTIVE and run:
                     return []
                 if p.attr in created and name != "__init__":
                     uses.setdefault(p.attr, []).append((name, p))

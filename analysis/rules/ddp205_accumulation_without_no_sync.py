@@ -247,38 +247,27 @@ def _enclosing_loops(node: ast.AST) -> list:
 def _ddp_forward(ctx, loop: ast.AST, backward: ast.Call) -> list:
     """The wraps (``_training.ddp_wraps_of``) of a model called in ``loop`` (``model(x)``,
     ``self.model(x)``, ``model.forward(x)``) whose result reaches a ``backward`` of its function."""
-    from ._training import ddp_wraps_of, enclosing_function, module_ref, reaches_backward
+    from ._training import enclosing_function
 
     fn = enclosing_function(backward)
-    if fn is None:
-        return []
-    memo = ctx.memo("ddp205.wraps", dict)
-    for n in ast.walk(loop):
-        if not isinstance(n, ast.Call) or enclosing_function(n) is not fn:
-            continue
-        f = n.func
-        holder = f.value if isinstance(f, ast.Attribute) and f.attr == "forward" else f
-        ref = module_ref(holder) if isinstance(holder, (ast.Name, ast.Attribute)) else None
-        if ref is None or ref == ("self", "forward") or ctx.qn(holder) is not None:
-            continue
-        if not reaches_backward(ctx, n, fn):
-            continue
-        key = (id(fn), ref)
-        if key not in memo:
-            memo[key] = ddp_wraps_of(ctx, holder, n)
-        if memo[key]:
-            return memo[key]
-    return []
+    got = _forward_in(ctx, loop, fn) if fn is not None else None
+    return got[1] if got else []
 
 
 def _ddp_forward_call(ctx, fn: ast.AST, backward: ast.Call):
     """(forward call, wraps) of the first call in ``fn`` of a model that may be the DDP wrapper
     (``_training.ddp_wraps_of``) whose result reaches ``backward``'s function, else None."""
+    return _forward_in(ctx, fn, fn, before=backward.lineno)
+
+
+def _forward_in(ctx, scope: ast.AST, fn: ast.AST, before: int | None = None):
+    """(call, wraps) of the first call of function ``fn`` inside ``scope`` (up to line ``before``)
+    of a model that may be the DDP wrapper and whose result reaches a ``backward`` of ``fn``."""
     from ._training import ddp_wraps_of, enclosing_function, module_ref, reaches_backward
 
     memo = ctx.memo("ddp205.wraps", dict)
-    for n in ast.walk(fn):
-        if not isinstance(n, ast.Call) or enclosing_function(n) is not fn or n.lineno > backward.lineno:
+    for n in ast.walk(scope):
+        if not isinstance(n, ast.Call) or enclosing_function(n) is not fn or (before is not None and n.lineno > before):
             continue
         f = n.func
         holder = f.value if isinstance(f, ast.Attribute) and f.attr == "forward" else f

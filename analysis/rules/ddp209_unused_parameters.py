@@ -11,24 +11,8 @@ from ..flow.assignments import reaching_assignment
 from ._common import DDP_CLASS, callers_may_exist
 from ..flow import for_context
 from ..flow.mentions import mentions
+from ..flow.step_branches import PARAM_LAYERS as _PARAM_LAYERS, REFLECTIVE as _REFLECTIVE
 
-
-# torch.nn layers that own trainable parameters unless told otherwise (kw -> the value that drops them)
-_PARAM_LAYERS = {
-    "Linear": None, "Bilinear": None, "LazyLinear": None,
-    "Conv1d": None, "Conv2d": None, "Conv3d": None,
-    "ConvTranspose1d": None, "ConvTranspose2d": None, "ConvTranspose3d": None,
-    "Embedding": None, "EmbeddingBag": None,
-    "LayerNorm": "elementwise_affine", "GroupNorm": "affine",
-    "BatchNorm1d": "affine", "BatchNorm2d": "affine", "BatchNorm3d": "affine", "SyncBatchNorm": "affine",
-    "LSTM": None, "GRU": None, "RNN": None, "LSTMCell": None, "GRUCell": None, "RNNCell": None,
-    "MultiheadAttention": None, "PReLU": None,
-    "TransformerEncoderLayer": None, "TransformerDecoderLayer": None, "Transformer": None,
-}
-# touching these on self reaches every parameter (or hides which are used)
-_REFLECTIVE = frozenset({"children", "named_children", "modules", "named_modules", "parameters",
-                         "named_parameters", "_modules", "_parameters", "__dict__", "apply", "state_dict",
-                         "__getattr__", "__getattribute__", "buffers", "named_buffers"})
 _CHAIN = frozenset({"to", "cuda", "float", "half", "double", "bfloat16", "train", "cpu", "to_empty"})
 
 
