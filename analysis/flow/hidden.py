@@ -283,9 +283,12 @@ def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth) -> se
     return names
 
 
-def is_fsdp2(hub, view, expr, at) -> bool:
+def is_fsdp2(hub, view, expr, at, callers=None) -> bool:
     """``expr`` holds a module given to ``fully_shard`` before ``at`` (in the same function, or
-    on ``self`` anywhere in the class), or bound from one."""
+    on ``self`` anywhere in the class), or bound from one. A parameter holds one when every call
+    of its function passes one: the calls of this module, else (``callers``, as ``origins`` takes
+    it) those of the project's other modules (``load_pretrained(model, path)`` of a loader module,
+    called by a trainer after ``apply_fsdp(model)``)."""
     k = _key(expr)
     if k is None:
         return False
@@ -314,7 +317,7 @@ def is_fsdp2(hub, view, expr, at) -> bool:
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind == "param":
-            return _param_fsdp2(hub, view, evs, expr.id)
+            return _param_fsdp2(hub, view, evs, expr.id, callers)
         if kind in ("events", "global") and evs:
             for e in evs:
                 if isinstance(e, ast.Assign) and sharded(e.value):
@@ -328,7 +331,7 @@ def is_fsdp2(hub, view, expr, at) -> bool:
                 # ``self.model = model`` of a parameter that every call passes an FSDP2 module
                 # (``Trainer(model, ...)`` after ``fully_shard(model)``)
                 kind, fn = reaching(view, v.id, v)
-                if kind == "param" and _param_fsdp2(hub, view, fn, v.id):
+                if kind == "param" and _param_fsdp2(hub, view, fn, v.id, callers):
                     return True
     return False
 
@@ -341,18 +344,21 @@ def _also_wrapped(hub, view, attr) -> bool:
     return False
 
 
-def _param_fsdp2(hub, view, fn, name) -> bool:
-    """Every call of ``fn`` in its module passes an FSDP2 module as ``name``."""
+def _param_fsdp2(hub, view, fn, name, callers=None) -> bool:
+    """Every call of ``fn`` in its module passes an FSDP2 module as ``name``; with ``callers``,
+    for a function this module never calls, every call of it in the project's other modules."""
     memo = view.memo.setdefault("hidden.param_fsdp2", {})
-    key = (fn, name)
+    key = (fn, name, callers is not None)
     if key in memo:
         return memo[key]
     memo[key] = False  # recursion guard
-    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
+    sites = [(view, c) for c in hub.call_sites(view, fn)] if isinstance(fn, FUNC_TYPES) else []
+    if not sites and callers is not None and isinstance(fn, FUNC_TYPES):
+        sites = callers(view, fn)[:8]
     ok = bool(sites)
-    for c in sites:
+    for cv, c in sites:
         a = next((a for p, a in _call_args(c, fn) if p == name), None)
-        if a is None or not is_fsdp2(hub, view, a, c):
+        if a is None or not is_fsdp2(hub, cv, a, c):
             ok = False
             break
     memo[key] = ok

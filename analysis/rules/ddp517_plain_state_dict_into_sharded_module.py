@@ -5,8 +5,9 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
-from ..flow.hidden import is_fsdp2, shard_calls
+from ..flow.hidden import is_fsdp2
 from ..flow.modern import hub, origins, shard_reach
+from ._common import callers_may_exist, other_call_sites
 
 # what reads a checkpoint file into plain tensors
 _LOADS = frozenset({"torch.load", "safetensors.torch.load_file", "safetensors.torch.load",
@@ -21,7 +22,11 @@ class PlainStateDictIntoShardedModule(Rule):
     `load_file`, `load_state_dict_from_url`), directly or as an entry of the loaded checkpoint
     (`ckpt["model"]`). The module and the state dict are followed through the program model:
     helpers that shard their parameter (`apply_fsdp(model)`, in this file or an imported one),
-    `self` attributes, tuple unpacking and helpers that return the loaded dict.
+    `self` attributes, tuple unpacking and helpers that return the loaded dict. The module may be
+    a parameter of a loader function (or of a class's constructor, kept on `self`) of this file
+    whose every call, in the project's other files when this file makes none, passes a module
+    already sharded there (`load_pretrained(model, path)` of `checkpoint/loader.py`, called by the
+    trainer after `model, mesh = parallelize(model)`).
 
     ## Why is this bad?
     After `fully_shard`, every parameter is a DTensor that holds this rank's shard. A checkpoint
@@ -61,23 +66,34 @@ class PlainStateDictIntoShardedModule(Rule):
     code = "DDP517"
     name = "plain-state-dict-into-sharded-module"
     severity = Severity.ERROR
-    # the load_state_dict call is in the file; the sharding may be in a module it imports
+    # the load_state_dict call is in the file; the sharding may be in a module it imports, or in
+    # a module that calls the file's loader with a sharded module
     requires_text = ("load_state_dict",)
-    reach = classmethod(shard_reach)
+
+    @classmethod
+    def reach(cls, text, filename):
+        may, deps = shard_reach(cls, text, filename)
+        if may:
+            return True, {}
+        more, more_deps = callers_may_exist(text, filename, ())
+        return more, {} if more else {**deps, **more_deps}
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
-        if not shard_calls(an, view):
-            return
+        callers = None
         for c in view.sem.calls:
             f = c.func
             if not (isinstance(f, ast.Attribute) and f.attr == "load_state_dict") or len(c.args) + len(c.keywords) < 1:
                 continue
             sd = get_arg(c, 0, "state_dict")
-            if sd is None or not is_fsdp2(an, view, f.value, c):
+            if sd is None:
                 continue
             load = _plain_load(an, view, sd, c)
             if load is None:
+                continue
+            if callers is None:
+                callers = other_call_sites(ctx, an)
+            if not is_fsdp2(an, view, f.value, c, callers):
                 continue
             lv, lc = load
             ctx.report(
