@@ -5,8 +5,9 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.modern import (FSDP1, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, params_root, shard_reach,
-                      shard_calls)
+from ..flow.hidden import arg_calls
+from ..flow.modern import (FSDP1, PARALLELIZE, holds_call, hub, is_optimizer_ctor, key_of, origins, params_root,
+                           shard_reach, shard_calls)
 
 
 class OptimizerBeforeShard(Rule):
@@ -20,7 +21,11 @@ class OptimizerBeforeShard(Rule):
     that builds `self.opt` from `self.model` in `__init__` and shards `self.model` in another
     method is flagged too: the sharding method can only run on a constructed object, so the
     optimizer always comes first (unless `__init__` calls the sharding method before it, or a
-    method builds the optimizer again).
+    method builds the optimizer again). The sharding may also be done by a project function or
+    class constructor of another module that gives its parameter to `fully_shard`,
+    `parallelize_module` or `FullyShardedDataParallel` (`trainer = FSDPTrainer(cfg, model,
+    optimizer)` whose `__init__` wraps `model`), and the optimizer may be one element of what a
+    builder returns (`optimizer, scheduler = build_optimizer(cfg, model)`).
 
     ## Why is this bad?
     Sharding replaces the module's parameters: `fully_shard` and `parallelize_module` swap each
@@ -29,7 +34,9 @@ class OptimizerBeforeShard(Rule):
     model no longer uses: the loss does not go down, and nothing raises.
 
     Not flagged: an optimizer rebuilt after the sharding, or given to the helper that shards
-    (`parallelize_model(model, config, optimizer)` re-points its parameter groups).
+    (`parallelize_model(model, config, optimizer)` re-points its parameter groups), unless that
+    helper is a constructor that only stores it (`self.optimizer = optimizer`) in a class (with
+    no base class) that only calls its methods (`self.optimizer.step()`).
 
     ## Example
     ```python
@@ -59,11 +66,11 @@ class OptimizerBeforeShard(Rule):
         an, view = hub(ctx)
         sem = view.sem
         shards = [(c, a, "fully_shard") for c, a in shard_calls(an, view)]
-        for qn in (*PARALLELIZE, FSDP1):
-            for c in sem.calls_to(qn):
-                a = get_arg(c, 0, "module")
-                if a is not None:
-                    shards.append((c, a, qn.rsplit(".", 1)[-1]))
+        # direct calls, and project helpers or constructors (this module or another) that give
+        # their parameter to them: ``FSDPTrainer(cfg, model, ...)`` whose ``__init__`` wraps it
+        for qn, needle in ((PARALLELIZE, "parallelize_module"), ((FSDP1,), "FullyShardedDataParallel")):
+            for c, a in arg_calls(an, view, qn, 0, "module", needle):
+                shards.append((c, a, qn[0].rsplit(".", 1)[-1]))
         # ``self.setup_fsdp()``: a method of the class that shards an attribute of ``self``
         base = list(shards)
         for c in sem.calls:
@@ -84,15 +91,17 @@ class OptimizerBeforeShard(Rule):
             for st in _statements_before(sem, scope, c):
                 if not isinstance(st, ast.Assign) or not isinstance(st.value, ast.Call) or id(st) in done:
                     continue
-                if not _optimizer_over(an, view, st.value, k):
+                tks = _optimizer_keys(an, view, st, k)
+                if not tks:
                     continue
-                tk = key_of(st.targets[0])
-                if tk is not None and _rebuilt_after(an, view, scope, tk, c):
+                if any(tk is not None and _rebuilt_after(an, view, scope, tk, c) for tk in tks):
                     continue
-                if tk is not None and any(key_of(x) == tk for x in (*c.args, *(kw.value for kw in c.keywords))):
+                given = [x for x in (*c.args, *(kw.value for kw in c.keywords)) if key_of(x) is not None
+                         and key_of(x) in tks]
+                if given and _may_repoint(an, view, c, given):
                     continue  # the sharding helper receives the optimizer (and re-points it: composer)
                 done.add(id(st))
-                _report(ctx, st, k, c, what)
+                _report(ctx, st, k, c, what, tks[0] if isinstance(st.targets[0], ast.Tuple) else None)
         for c, a, what in shards:
             st = _built_at_construction(an, view, c, _root_key(sem, a, c))
             if st is not None and id(st) not in done:
@@ -100,10 +109,10 @@ class OptimizerBeforeShard(Rule):
                 _report(ctx, st, _root_key(sem, a, c), c, what)
 
 
-def _report(ctx, st, k, c, what) -> None:
+def _report(ctx, st, k, c, what, name=None) -> None:
     ctx.report(
         st.value,
-        f"`{ctx.text(st.targets[0])}` is built from `{k}`'s parameters before `{ctx.text(c)}` "
+        f"`{name or ctx.text(st.targets[0])}` is built from `{k}`'s parameters before `{ctx.text(c)}` "
         f"(line {c.lineno}); {what} replaces those parameters, so the optimizer updates tensors "
         "the model no longer uses and training silently does nothing",
         related=[(c, "the parameters are replaced here")],
@@ -179,6 +188,73 @@ def _statements_before(sem, scope, call):
     """The assignments of ``scope`` (not of functions nested in it) that end before ``call``."""
     return [st for st in sem.by_type.get(ast.Assign, ()) if st.end_lineno < call.lineno
             and (sem.enclosing_function(st) or sem.tree) is scope]
+
+
+def _optimizer_keys(an, view, st, k) -> list:
+    """The keys that ``st`` binds to an optimizer over ``k``'s parameters: its target, or the names
+    of a tuple target that hold one (``optimizer, scheduler = build_optimizer(cfg, model)``)."""
+    t = st.targets[0]
+    if isinstance(t, ast.Tuple):
+        if is_optimizer_ctor(view, st.value) or not any(
+                key_of(x) == k for x in (*st.value.args, *(kw.value for kw in st.value.keywords))):
+            return []
+        if any(isinstance(e, ast.Starred) for e in t.elts):
+            return []
+        return [e.id for i, e in enumerate(t.elts) if isinstance(e, ast.Name) and any(
+            isinstance(x, ast.Call) and is_optimizer_ctor(v, x) for v, x in origins(an, view, st.value, st, path=(i,)))]
+    if not _optimizer_over(an, view, st.value, k):
+        return []
+    tk = key_of(t)
+    return [tk] if tk is not None else [None]
+
+
+# what re-points an optimizer at other parameters
+_REPOINT = frozenset({"param_groups", "add_param_group"})
+
+
+def _may_repoint(an, view, call, given) -> bool:
+    """The sharding helper or constructor ``call`` receives the optimizer (``given``: its argument
+    expressions) and may re-point it at the sharded parameters: unless the callee (resolved in the
+    project) only stores it on ``self`` (``self.optimizer = optimizer``) and its class uses that
+    attribute only through its own methods (``self.optimizer.step()``), never its parameter groups
+    and never handing it on."""
+    from ..semantic import FUNC_TYPES
+    from ..flow.context import call_args
+
+    target = an.resolve_call(view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return True
+    fn = target[1]
+    names = {p for p, a in call_args(call, fn) if any(a is g for g in given)}
+    if not names:
+        return True
+    attrs = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id in names:
+            st = parent(n)
+            if isinstance(n.ctx, ast.Store):
+                return True
+            if not (isinstance(st, ast.Assign) and st.value is n and len(st.targets) == 1
+                    and (key_of(st.targets[0]) or "").startswith("self.")):
+                return True  # used otherwise: given on, or its groups read
+            attrs.add(st.targets[0].attr)
+    cls = parent(fn)
+    if not attrs or not isinstance(cls, ast.ClassDef) or any(
+            not (isinstance(b, ast.Name) and b.id == "object") for b in cls.bases):
+        return True  # (a base class's methods are not read)
+    for n in ast.walk(cls):
+        if not (isinstance(n, ast.Attribute) and n.attr in attrs and key_of(n.value) == "self"):
+            continue
+        up = parent(n)
+        if isinstance(up, ast.Assign) and n in up.targets:
+            if not (isinstance(up.value, ast.Name) and up.value.id in names and any(up is s for s in ast.walk(fn))):
+                return True  # bound again elsewhere
+            continue
+        # ``self.optimizer.step()``: a method call on it; anything else (its groups, handing it on) may re-point
+        if not (isinstance(up, ast.Attribute) and up.attr not in _REPOINT and isinstance(parent(up), ast.Call)
+                and parent(up).func is up):
+            return True
+    return False
 
 
 def _optimizer_over(an, view, call, k) -> bool:
