@@ -162,3 +162,61 @@ def result_of(view, expr, call, at) -> bool:
     if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
         return any(isinstance(x, ast.Name) and x.id == expr.id and y is call for x, y in zip(t.elts, v.elts))
     return False
+
+
+def main_only_made(hub, view, fn, depth: int = 0) -> list:
+    """[(effect, synced)] for each file or folder that only the main rank produces when every rank
+    runs ``fn``: under a main-rank test of ``fn`` (``_guarded_effects``), or inside a project
+    function ``fn`` calls on every rank (a constructor, a method, a few calls deep), its path in
+    ``fn``'s terms (``call_site_effects``). ``synced``: the other ranks wait for it before ``fn``
+    returns (a synchronising call after the test's block or after that call, or a
+    ``sync.main_first_with`` block around the production): once ``fn`` returned on every rank, the
+    path exists for all of them. Memoised per function."""
+    if not isinstance(fn, FUNC_TYPES):
+        return []
+    memo = view.memo.setdefault("fs.main_only_made", {})
+    got = memo.get(id(fn))
+    if got is None:
+        memo[id(fn)] = []  # recursion guard
+        hub._view_stack.append(view)
+        try:
+            got = memo[id(fn)] = _main_only_made(hub, view, fn, depth)
+        finally:
+            hub._view_stack.pop()
+    return got
+
+
+def _main_only_made(hub, view, fn, depth: int) -> list:
+    from .calls import scope_calls
+    from .rank import rank0_guarded
+    from .sync import main_first_with, sync_points
+
+    points = sync_points(hub, view, fn)
+
+    def after(node) -> bool:
+        end = (node.end_lineno, node.end_col_offset)
+        return any((p.lineno, p.col_offset) >= end for p in points)
+
+    out = []
+    for c, guard, effs in _guarded_effects(hub, view, fn):
+        synced = after(guard) or main_first_with(view.sem, c, fn) is not None
+        out.extend((e, synced) for e in effs)
+    if depth >= 4:
+        return out
+    vctx = view_ctx(view)
+    for c in scope_calls(view, fn):
+        if _nested(c, fn) or not may_resolve_any(view, c) or rank0_guarded(vctx, c, callers=False) is True:
+            continue
+        target = resolve(hub, view, c)
+        if target is None or target[1] is fn:
+            continue
+        inner = main_only_made(hub, *target, depth=depth + 1)
+        if not inner:
+            continue
+        waited = after(c)
+        for e, synced in inner:
+            for b in call_site_effects(hub, view, c, target, depth + 1, effs=[e]):
+                out.append((b, synced or waited))
+        if len(out) >= 24:
+            break
+    return out

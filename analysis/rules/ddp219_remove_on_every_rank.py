@@ -92,10 +92,13 @@ class RemoveOnEveryRank(Rule):
                 made = self._made_by_main(ctx, an, calls, r, key)
                 if made is None:
                     continue
-                p, e = made
-                if synchronised_between(an, an.main, scope, p, r) is None:
+                p, e, synced = made
+                if not synced and synchronised_between(an, an.main, scope, p, r) is None:
                     continue
                 what = _WORDS.get(e.kind, "makes")
+                if e.via and e.home is not None:
+                    self._report_via(ctx, r, p, e, what)
+                    continue
                 ctx.report(
                     r,
                     f"every rank runs `{ctx.text(r)}` on what only the main rank "
@@ -106,18 +109,68 @@ class RemoveOnEveryRank(Rule):
                 )
 
     @staticmethod
-    def _made_by_main(ctx, an, calls, r, key):
-        """(call, effect) of a call before ``r`` that only the main rank runs and that makes the
-        path of ``key``."""
-        from ..flow.fs_races import effect_key
+    def _report_via(ctx, r, p, e, what) -> None:
+        import os
 
+        from ..flow.findings import node_span
+
+        home = e.home.path or ""
+        rng = node_span(ctx, home, e.node) if home else None
+        chain = " -> ".join(e.via)
+        ctx.report(
+            r,
+            f"every rank runs `{ctx.text(r)}` on what only the main rank {what} inside `{ctx.text(p.func)}()` "
+            f"(line {p.lineno}; through `{chain}`, `{e.api}` at {os.path.basename(home)} line {e.node.lineno}), "
+            f"which every rank has waited for: the first rank to get there removes it, the others raise "
+            f"FileNotFoundError (or lose it while still reading it); remove it on the main rank only, after a "
+            f"barrier",
+            related=[("file", home, rng, f"the main rank {what} it here")] if home and rng else [(p, "made here")],
+        )
+
+    @staticmethod
+    def _made_by_main(ctx, an, calls, r, key):
+        """(call, effect, synced) of a call before ``r`` that makes the path of ``key`` on the main
+        rank only: a call that only the main rank runs (``synced`` False: the caller must wait), or
+        a call of a project function that every rank runs and inside which only the main rank makes
+        it (``flow.fs_returns.main_only_made``; ``synced``: the others wait for it in there)."""
+        from ..flow.fs_effects import call_site_effects, may_resolve_any, resolve
+        from ..flow.fs_races import effect_key
+        from ..flow.fs_returns import main_only_made
+
+        helpers = []
         for p in calls:
-            if (p.lineno, p.col_offset) >= (r.lineno, r.col_offset) or rank0_guarded(ctx, p, callers=False) is not True:
+            if (p.lineno, p.col_offset) >= (r.lineno, r.col_offset):
+                continue
+            if rank0_guarded(ctx, p, callers=False) is not True:
+                helpers.append(p)
                 continue
             for e in effects_at(ctx, an, p):
                 if e.kind in PRODUCES and effect_key(ctx, an, e) == key:
-                    return p, e
+                    return p, e, False
+        for p in helpers:
+            if not may_resolve_any(an.main, p):
+                continue
+            target = resolve(an, an.main, p)
+            if target is None or target[1] is ctx.sem.enclosing_function(p):
+                continue
+            for e, synced in main_only_made(an, *target):
+                for b in call_site_effects(an, an.main, p, target, 1, effs=[e]):
+                    if b.kind in PRODUCES and _made_key(ctx, an, b) == key:
+                        return p, b, synced
         return None
+
+
+def _made_key(ctx, an, e) -> str | None:
+    """``effect_key``, or the variable itself when the path is exactly an argument of the call
+    that is a name (``build(dest=tmp)``: the helper makes what ``tmp`` holds)."""
+    import ast
+
+    from ..flow.fs_races import effect_key
+
+    k = effect_key(ctx, an, e)
+    if k is None and e.view is an.main and isinstance(e.path, ast.Name):
+        return "local:" + e.path.id
+    return k
 
 
 def _main_only_by_callers(ctx, node) -> bool:
