@@ -22,10 +22,18 @@ class RemoveOnEveryRank(Rule):
       same path that no rank test keeps to one rank: `os.remove`, `os.unlink`, `os.rmdir`,
       `shutil.rmtree` without `ignore_errors=True`, `Path(p).unlink()` without `missing_ok=True`.
 
+    The making may also sit inside a project function that every rank calls with the path (a
+    dataset's constructor that fetches its file in a method of a base class, through
+    `super().__init__(...)`, in another module): only the main rank makes it in there, and the
+    others wait for it before the call returns (a synchronising call after the main-rank block, or
+    composer's `local_rank_zero_download_and_wait(path)` / `run_local_rank_zero_first()` around it;
+    `flow.fs_returns.main_only_made`). Composer's `get_file(uri, destination)` counts as a download.
+
     A removal inside a `try` that catches `FileNotFoundError` (or `OSError`), under a test that the
-    path exists, or on a path that depends on the rank or the process (`f"tmp_{rank}"`,
-    `uuid.uuid4()`, `tempfile`) is not reported. The same path is decided by value flow
-    (`flow.fs_races.race_key`), in one function.
+    path exists or that the job is one process (`if dist.get_world_size() == 1:`), or on a path that
+    depends on the rank or the process (`f"tmp_{rank}"`, `uuid.uuid4()`, `tempfile`; of
+    `unique() if world_size == 1 else shared`, the branch that several ranks take) is not reported.
+    The same path is decided by value flow (`flow.fs_races.race_key`), in one function.
 
     ## Why is this bad?
     There is one file and N removals. The first rank to get there deletes it; every other rank's
