@@ -26,6 +26,7 @@ import re
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 from .fs_guards import effect_guards, main_only_by_args, refuted
+from .instances import is_super, super_method
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
 TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217
@@ -570,8 +571,8 @@ def resolve(hub, view, call: ast.Call):
     if got is not None:
         return got
     f = call.func
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and _is_super(f.value):
-        return _super_method(hub, view, call, f.attr)
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and is_super(f.value):
+        return super_method(hub, view, call, f.attr)
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call):
         ctor = f.value
         cls = None
@@ -588,29 +589,6 @@ def resolve(hub, view, call: ast.Call):
     return None
 
 
-def _super_method(hub, view, call: ast.Call, name: str):
-    """The method ``name`` that ``super().name(...)`` in a method of a project class runs: the first
-    project base class (depth first, as the method resolution order of single inheritance) that
-    defines it; None when a base on the way is not the project's (its method is unknown)."""
-    fn = view.sem.enclosing_function(call)
-    cls = parent(fn) if fn is not None else None
-    if not isinstance(cls, ast.ClassDef) or "super" in view.defs or "super" in view.imports:
-        return None
-    cview = view
-    for _ in range(4):
-        bases = [b for b in cls.bases if not (isinstance(b, ast.Name) and b.id == "object")]
-        if not bases:
-            return None
-        got = hub.resolve_class(cview, bases[0])
-        if got is None:
-            return None
-        cview, cls = got
-        for st in cls.body:
-            if isinstance(st, FUNC_TYPES) and st.name == name:
-                return cview, st
-    return None
-
-
 def may_resolve_any(view, call: ast.Call) -> bool:
     from .helper_calls import may_resolve
 
@@ -618,12 +596,7 @@ def may_resolve_any(view, call: ast.Call) -> bool:
     if f.__class__ is ast.Name and view.star_imports:
         return True  # ``from pkg.utils import *``: the hub looks the name up in those modules
     return may_resolve(view, call) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
-                                       and (may_resolve(view, f.value) or _is_super(f.value)))
-
-
-def _is_super(e: ast.Call) -> bool:
-    """``super()`` (no arguments)."""
-    return isinstance(e.func, ast.Name) and e.func.id == "super" and not e.args and not e.keywords
+                                       and (may_resolve(view, f.value) or is_super(f.value)))
 
 
 _PARAM = re.compile(r"param:([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)")

@@ -91,7 +91,7 @@ def main_only_effects(hub, view, fn) -> list:
     call, reads what may not exist yet (``prepare_data(root)`` downloading under ``if rank == 0``,
     then every rank building the dataset from ``root``). The effects keep ``fn``'s parameters in
     their paths (``call_site_effects(..., effs=...)`` puts a call's arguments in)."""
-    from .sync import sync_points
+    from .sync import main_first_with, sync_points
 
     if not isinstance(fn, FUNC_TYPES):
         return []
@@ -100,9 +100,9 @@ def main_only_effects(hub, view, fn) -> list:
         return []
     points = sync_points(hub, view, fn)
     out = []
-    for _c, guard, effs in got:
+    for c, guard, effs in got:
         end = (guard.end_lineno, guard.end_col_offset)
-        if any((p.lineno, p.col_offset) >= end for p in points):
+        if any((p.lineno, p.col_offset) >= end for p in points) or main_first_with(view.sem, c, fn) is not None:
             continue
         out.extend((e, guard) for e in effs)
     return out
@@ -111,14 +111,16 @@ def main_only_effects(hub, view, fn) -> list:
 def _main_only_returns(hub, view, fn) -> list:
     from ..semantic import iter_scope_nodes
     from .bindings import reaching
-    from .sync import synchronised_between
+    from .sync import main_first_with, synchronised_between
 
     rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
     if not rets:
         return []
     vctx = view_ctx(view)
     out = []
-    for _c, guard, effs in _guarded_effects(hub, view, fn):
+    for c, guard, effs in _guarded_effects(hub, view, fn):
+        if main_first_with(view.sem, c, fn) is not None:
+            continue  # the other ranks wait for it at the ``with``
         for e in effs:
             k = e.path_key()
             for r in rets:
