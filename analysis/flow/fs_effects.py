@@ -26,6 +26,7 @@ import re
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 from .fs_guards import effect_guards, main_only_by_args, refuted
+from .instances import is_super, super_method
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
 TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217
@@ -50,6 +51,10 @@ _TABLE: dict[str, tuple] = {
     "torchvision.datasets.utils.download_file_from_google_drive": (DOWNLOAD, (1, "root"), None, True),
     "torchvision.datasets.utils.extract_archive": (EXTRACT, (1, "to_path"), None, True),
     "shutil.unpack_archive": (EXTRACT, (1, "extract_dir"), None, True),
+    # composer's ``get_file(path, destination)``: a URL, an object store's object or a local file
+    # (symlinked) into ``destination``
+    "composer.utils.get_file": (DOWNLOAD, (1, "destination"), None, False),
+    "composer.utils.file_helpers.get_file": (DOWNLOAD, (1, "destination"), None, False),
     # writes and folders (DDP216)
     "torch.save": (WRITE, (1, "f"), None, False),
     "numpy.save": (WRITE, (0, "file"), None, False),
@@ -91,8 +96,11 @@ _TABLE: dict[str, tuple] = {
 }
 # downloads that land atomically (a uniquely named ``.partial`` file moved into place, torch/hub.py):
 # concurrent ranks download it N times but never leave a torn file (pytorch/pytorch#68320)
+# composer's ``get_file`` of a URL does the same (``<dst>.<uuid>.tmp``, ``os.rename``); its object
+# stores download to a temporary name too
 ATOMIC_DOWNLOADS = frozenset({"torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url",
-                              "torch.hub.download_url_to_file"})
+                              "torch.hub.download_url_to_file", "composer.utils.get_file",
+                              "composer.utils.file_helpers.get_file"})
 # torchtext's pretrained word vectors: the constructor downloads the archive into ``cache`` with a
 # plain ``urlretrieve`` (no lock, no temporary name), extracts it there and saves a ``.pt`` copy
 _VECTOR_MODULES = frozenset({"torchtext.vocab", "torchtext.vocab.vectors"})
@@ -535,9 +543,15 @@ def _nested(node, fn) -> bool:
 
 
 def rank_specific(vctx, expr, at) -> bool:
-    """The path depends on the rank (``f"out_{rank}.pt"``): each rank has its own."""
-    from .rank_tests import is_rank_like
+    """The path depends on the rank (``f"out_{rank}.pt"``): each rank has its own. Of an
+    if-expression on the number of processes (``unique_name() if world_size == 1 else shared``),
+    only the branch a job of several processes takes."""
+    from .rank_tests import is_rank_like, single_process_side
 
+    if isinstance(expr, ast.IfExp):
+        side = single_process_side(vctx, expr.test, vctx.sem.scope_of(expr))
+        if side is not None:
+            return rank_specific(vctx, expr.orelse if side == "body" else expr.body, at)
     for n in ast.walk(expr):
         if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and is_rank_like(n):
             return True
@@ -551,11 +565,14 @@ def rank_specific(vctx, expr, at) -> bool:
 
 
 def resolve(hub, view, call: ast.Call):
-    """``hub.resolve_call``, and ``Cls(...).method(...)`` of a project class (view, method)."""
+    """``hub.resolve_call``, ``Cls(...).method(...)`` of a project class and ``super().method(...)``
+    in a method of a project class (view, method)."""
     got = hub.resolve_call(view, call)
     if got is not None:
         return got
     f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and is_super(f.value):
+        return super_method(hub, view, call, f.attr)
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call):
         ctor = f.value
         cls = None
@@ -579,7 +596,7 @@ def may_resolve_any(view, call: ast.Call) -> bool:
     if f.__class__ is ast.Name and view.star_imports:
         return True  # ``from pkg.utils import *``: the hub looks the name up in those modules
     return may_resolve(view, call) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
-                                       and may_resolve(view, f.value))
+                                       and (may_resolve(view, f.value) or is_super(f.value)))
 
 
 _PARAM = re.compile(r"param:([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)")

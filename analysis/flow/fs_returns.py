@@ -91,7 +91,7 @@ def main_only_effects(hub, view, fn) -> list:
     call, reads what may not exist yet (``prepare_data(root)`` downloading under ``if rank == 0``,
     then every rank building the dataset from ``root``). The effects keep ``fn``'s parameters in
     their paths (``call_site_effects(..., effs=...)`` puts a call's arguments in)."""
-    from .sync import sync_points
+    from .sync import main_first_with, sync_points
 
     if not isinstance(fn, FUNC_TYPES):
         return []
@@ -100,9 +100,9 @@ def main_only_effects(hub, view, fn) -> list:
         return []
     points = sync_points(hub, view, fn)
     out = []
-    for _c, guard, effs in got:
+    for c, guard, effs in got:
         end = (guard.end_lineno, guard.end_col_offset)
-        if any((p.lineno, p.col_offset) >= end for p in points):
+        if any((p.lineno, p.col_offset) >= end for p in points) or main_first_with(view.sem, c, fn) is not None:
             continue
         out.extend((e, guard) for e in effs)
     return out
@@ -111,14 +111,16 @@ def main_only_effects(hub, view, fn) -> list:
 def _main_only_returns(hub, view, fn) -> list:
     from ..semantic import iter_scope_nodes
     from .bindings import reaching
-    from .sync import synchronised_between
+    from .sync import main_first_with, synchronised_between
 
     rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return) and n.value is not None]
     if not rets:
         return []
     vctx = view_ctx(view)
     out = []
-    for _c, guard, effs in _guarded_effects(hub, view, fn):
+    for c, guard, effs in _guarded_effects(hub, view, fn):
+        if main_first_with(view.sem, c, fn) is not None:
+            continue  # the other ranks wait for it at the ``with``
         for e in effs:
             k = e.path_key()
             for r in rets:
@@ -162,3 +164,61 @@ def result_of(view, expr, call, at) -> bool:
     if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
         return any(isinstance(x, ast.Name) and x.id == expr.id and y is call for x, y in zip(t.elts, v.elts))
     return False
+
+
+def main_only_made(hub, view, fn, depth: int = 0) -> list:
+    """[(effect, synced)] for each file or folder that only the main rank produces when every rank
+    runs ``fn``: under a main-rank test of ``fn`` (``_guarded_effects``), or inside a project
+    function ``fn`` calls on every rank (a constructor, a method, a few calls deep), its path in
+    ``fn``'s terms (``call_site_effects``). ``synced``: the other ranks wait for it before ``fn``
+    returns (a synchronising call after the test's block or after that call, or a
+    ``sync.main_first_with`` block around the production): once ``fn`` returned on every rank, the
+    path exists for all of them. Memoised per function."""
+    if not isinstance(fn, FUNC_TYPES):
+        return []
+    memo = view.memo.setdefault("fs.main_only_made", {})
+    got = memo.get(id(fn))
+    if got is None:
+        memo[id(fn)] = []  # recursion guard
+        hub._view_stack.append(view)
+        try:
+            got = memo[id(fn)] = _main_only_made(hub, view, fn, depth)
+        finally:
+            hub._view_stack.pop()
+    return got
+
+
+def _main_only_made(hub, view, fn, depth: int) -> list:
+    from .calls import scope_calls
+    from .rank import rank0_guarded
+    from .sync import main_first_with, sync_points
+
+    points = sync_points(hub, view, fn)
+
+    def after(node) -> bool:
+        end = (node.end_lineno, node.end_col_offset)
+        return any((p.lineno, p.col_offset) >= end for p in points)
+
+    out = []
+    for c, guard, effs in _guarded_effects(hub, view, fn):
+        synced = after(guard) or main_first_with(view.sem, c, fn) is not None
+        out.extend((e, synced) for e in effs)
+    if depth >= 4:
+        return out
+    vctx = view_ctx(view)
+    for c in scope_calls(view, fn):
+        if _nested(c, fn) or not may_resolve_any(view, c) or rank0_guarded(vctx, c, callers=False) is True:
+            continue
+        target = resolve(hub, view, c)
+        if target is None or target[1] is fn:
+            continue
+        inner = main_only_made(hub, *target, depth=depth + 1)
+        if not inner:
+            continue
+        waited = after(c)
+        for e, synced in inner:
+            for b in call_site_effects(hub, view, c, target, depth + 1, effs=[e]):
+                out.append((b, synced or waited))
+        if len(out) >= 24:
+            break
+    return out

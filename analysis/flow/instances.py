@@ -266,3 +266,31 @@ def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=No
             if p.arg == name.id and p.annotation is not None:
                 return class_named(hub, view, p.annotation, not_project)
     return None
+
+
+def is_super(e: ast.Call) -> bool:
+    """``super()`` (no arguments)."""
+    return isinstance(e.func, ast.Name) and e.func.id == "super" and not e.args and not e.keywords
+
+
+def super_method(hub, view, call: ast.Call, name: str):
+    """(view, method) that ``super().name(...)`` in a method of a project class runs: the first
+    project base class (depth first, as the method resolution order of single inheritance) that
+    defines it; None when a base on the way is not the project's (its method is unknown)."""
+    fn = view.sem.enclosing_function(call)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef) or "super" in view.defs or "super" in view.imports:
+        return None
+    cview = view
+    for _ in range(4):
+        bases = [b for b in cls.bases if not (isinstance(b, ast.Name) and b.id == "object")]
+        if not bases:
+            return None
+        got = hub.resolve_class(cview, bases[0])
+        if got is None:
+            return None
+        cview, cls = got
+        for st in cls.body:
+            if isinstance(st, FUNC_TYPES) and st.name == name:
+                return cview, st
+    return None

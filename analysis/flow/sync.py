@@ -17,6 +17,28 @@ _WAITS = frozenset({"barrier", "monitored_barrier", "synchronize", "wait_for_eve
                     "broadcast_object_list", "all_gather_object"})
 
 
+# context managers that hold the other ranks (of the node) at their entry until the main rank has
+# run their body: composer's ``run_local_rank_zero_first()`` (a barrier on each side) and
+# ``local_rank_zero_download_and_wait(path)`` (the others poll until ``path`` exists)
+MAIN_FIRST_CONTEXTS = frozenset({"composer.utils.dist.run_local_rank_zero_first",
+                                 "composer.utils.dist.local_rank_zero_download_and_wait"})
+
+
+def main_first_with(sem, node: ast.AST, stop: ast.AST):
+    """The ``with`` of a ``MAIN_FIRST_CONTEXTS`` context manager around ``node`` (inside ``stop``):
+    when its block ends, every rank has waited for what the main rank did in it; None when none."""
+    from ..semantic import parent
+
+    p = parent(node)
+    while p is not None and p is not stop:
+        if isinstance(p, (ast.With, ast.AsyncWith)) and any(
+                isinstance(it.context_expr, ast.Call) and sem.call_qualname(it.context_expr) in MAIN_FIRST_CONTEXTS
+                for it in p.items):
+            return p
+        p = parent(p)
+    return None
+
+
 def _pos(node) -> tuple[int, int]:
     return node.lineno, node.col_offset
 

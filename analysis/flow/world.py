@@ -25,9 +25,14 @@ _WORLD_NAME = re.compile(r"^_?(?:world_?size|num_?gpus|n_?gpus|num_?procs|nprocs
                          r"|num_?ranks|n_?ranks)$", re.I)
 
 
+# the world size of the job: torch's (default group), and the launchers' wrappers of it (composer's
+# ``composer.utils.dist.get_world_size()`` reads ``WORLD_SIZE`` or the default group's size)
+_WORLD_SIZE_QNS = frozenset({D + "get_world_size", "composer.utils.dist.get_world_size"})
+
+
 def world_size_call(sem, e: ast.AST) -> bool:
     """``dist.get_world_size()`` of the default group (``get_world_size(group)`` is a group's)."""
-    return isinstance(e, ast.Call) and sem.call_qualname(e) == D + "get_world_size" and not e.args and not e.keywords
+    return isinstance(e, ast.Call) and sem.call_qualname(e) in _WORLD_SIZE_QNS and not e.args and not e.keywords
 
 
 def overwritten(ev: ast.AST, use: ast.Name) -> bool:

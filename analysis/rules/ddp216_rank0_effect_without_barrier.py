@@ -57,6 +57,10 @@ class Rank0EffectWithoutBarrier(Rule):
     (`dist.barrier()`, an all-reduce, DDP's gradient all-reduce in a backward, hidden collectives
     such as `dcp.save`), a call of a project function that may make one, and a call the analysis
     cannot follow whose name says it waits (`accelerator.wait_for_everyone()`, `comm.synchronize()`).
+    So does a `with` block that holds the other ranks at its entry until the main rank has run it
+    (composer's `local_rank_zero_download_and_wait(path)` and `run_local_rank_zero_first()`,
+    `flow.sync.main_first_with`) around the main rank's effect. Composer's `get_file(uri,
+    destination)` is a download.
     Only the order in the source of one function is read: a use in an earlier statement reached by
     a loop's next iteration is not flagged.
 
@@ -121,6 +125,7 @@ class Rank0EffectWithoutBarrier(Rule):
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
+        from ..flow.sync import main_first_with
 
         an = None
         sem = ctx.sem
@@ -142,6 +147,8 @@ class Rank0EffectWithoutBarrier(Rule):
                     continue
                 if an is None:
                     an = for_context(ctx)
+                if main_first_with(sem, c, scope) is not None:
+                    continue  # the other ranks wait at the ``with`` until the main rank ran its block
                 for e in effects_at(ctx, an, c):
                     if e.kind in PRODUCES:
                         guarded.append((c, e, g))

@@ -22,10 +22,18 @@ class RemoveOnEveryRank(Rule):
       same path that no rank test keeps to one rank: `os.remove`, `os.unlink`, `os.rmdir`,
       `shutil.rmtree` without `ignore_errors=True`, `Path(p).unlink()` without `missing_ok=True`.
 
+    The making may also sit inside a project function that every rank calls with the path (a
+    dataset's constructor that fetches its file in a method of a base class, through
+    `super().__init__(...)`, in another module): only the main rank makes it in there, and the
+    others wait for it before the call returns (a synchronising call after the main-rank block, or
+    composer's `local_rank_zero_download_and_wait(path)` / `run_local_rank_zero_first()` around it;
+    `flow.fs_returns.main_only_made`). Composer's `get_file(uri, destination)` counts as a download.
+
     A removal inside a `try` that catches `FileNotFoundError` (or `OSError`), under a test that the
-    path exists, or on a path that depends on the rank or the process (`f"tmp_{rank}"`,
-    `uuid.uuid4()`, `tempfile`) is not reported. The same path is decided by value flow
-    (`flow.fs_races.race_key`), in one function.
+    path exists or that the job is one process (`if dist.get_world_size() == 1:`), or on a path that
+    depends on the rank or the process (`f"tmp_{rank}"`, `uuid.uuid4()`, `tempfile`; of
+    `unique() if world_size == 1 else shared`, the branch that several ranks take) is not reported.
+    The same path is decided by value flow (`flow.fs_races.race_key`), in one function.
 
     ## Why is this bad?
     There is one file and N removals. The first rank to get there deletes it; every other rank's
@@ -92,10 +100,13 @@ class RemoveOnEveryRank(Rule):
                 made = self._made_by_main(ctx, an, calls, r, key)
                 if made is None:
                     continue
-                p, e = made
-                if synchronised_between(an, an.main, scope, p, r) is None:
+                p, e, synced = made
+                if not synced and synchronised_between(an, an.main, scope, p, r) is None:
                     continue
                 what = _WORDS.get(e.kind, "makes")
+                if e.via and e.home is not None:
+                    self._report_via(ctx, r, p, e, what)
+                    continue
                 ctx.report(
                     r,
                     f"every rank runs `{ctx.text(r)}` on what only the main rank "
@@ -106,18 +117,68 @@ class RemoveOnEveryRank(Rule):
                 )
 
     @staticmethod
-    def _made_by_main(ctx, an, calls, r, key):
-        """(call, effect) of a call before ``r`` that only the main rank runs and that makes the
-        path of ``key``."""
-        from ..flow.fs_races import effect_key
+    def _report_via(ctx, r, p, e, what) -> None:
+        import os
 
+        from ..flow.findings import node_span
+
+        home = e.home.path or ""
+        rng = node_span(ctx, home, e.node) if home else None
+        chain = " -> ".join(e.via)
+        ctx.report(
+            r,
+            f"every rank runs `{ctx.text(r)}` on what only the main rank {what} inside `{ctx.text(p.func)}()` "
+            f"(line {p.lineno}; through `{chain}`, `{e.api}` at {os.path.basename(home)} line {e.node.lineno}), "
+            f"which every rank has waited for: the first rank to get there removes it, the others raise "
+            f"FileNotFoundError (or lose it while still reading it); remove it on the main rank only, after a "
+            f"barrier",
+            related=[("file", home, rng, f"the main rank {what} it here")] if home and rng else [(p, "made here")],
+        )
+
+    @staticmethod
+    def _made_by_main(ctx, an, calls, r, key):
+        """(call, effect, synced) of a call before ``r`` that makes the path of ``key`` on the main
+        rank only: a call that only the main rank runs (``synced`` False: the caller must wait), or
+        a call of a project function that every rank runs and inside which only the main rank makes
+        it (``flow.fs_returns.main_only_made``; ``synced``: the others wait for it in there)."""
+        from ..flow.fs_effects import call_site_effects, may_resolve_any, resolve
+        from ..flow.fs_races import effect_key
+        from ..flow.fs_returns import main_only_made
+
+        helpers = []
         for p in calls:
-            if (p.lineno, p.col_offset) >= (r.lineno, r.col_offset) or rank0_guarded(ctx, p, callers=False) is not True:
+            if (p.lineno, p.col_offset) >= (r.lineno, r.col_offset):
+                continue
+            if rank0_guarded(ctx, p, callers=False) is not True:
+                helpers.append(p)
                 continue
             for e in effects_at(ctx, an, p):
                 if e.kind in PRODUCES and effect_key(ctx, an, e) == key:
-                    return p, e
+                    return p, e, False
+        for p in helpers:
+            if not may_resolve_any(an.main, p):
+                continue
+            target = resolve(an, an.main, p)
+            if target is None or target[1] is ctx.sem.enclosing_function(p):
+                continue
+            for e, synced in main_only_made(an, *target):
+                for b in call_site_effects(an, an.main, p, target, 1, effs=[e]):
+                    if b.kind in PRODUCES and _made_key(ctx, an, b) == key:
+                        return p, b, synced
         return None
+
+
+def _made_key(ctx, an, e) -> str | None:
+    """``effect_key``, or the variable itself when the path is exactly an argument of the call
+    that is a name (``build(dest=tmp)``: the helper makes what ``tmp`` holds)."""
+    import ast
+
+    from ..flow.fs_races import effect_key
+
+    k = effect_key(ctx, an, e)
+    if k is None and e.view is an.main and isinstance(e.path, ast.Name):
+        return "local:" + e.path.id
+    return k
 
 
 def _main_only_by_callers(ctx, node) -> bool:
