@@ -464,6 +464,8 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         vals = _attr_assignments(ctx, scope).get(ctx.text(test))
         if vals and len(vals) == 1:
             return polarity(ctx, vals[0], scope, depth + 1)
+        if not vals:
+            return _param_attr_polarity(ctx, test, scope, depth + 1)
         return None
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
@@ -573,6 +575,40 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
             return None
     memo[key] = got.pop()
     return memo[key]
+
+
+def _param_attr_polarity(ctx, test: ast.Attribute, fn: ast.AST, depth: int) -> bool | None:
+    """The polarity of ``args.flag`` in ``fn`` where ``args`` is a parameter (never rebound) that
+    every call of ``fn`` in this module fills with a name its caller set that flag on once
+    (``args.save_logs = args.logs and is_master(args)`` in ``main``, then ``save(args, ...)``
+    whose body tests ``if args.save_logs:``): the polarity of that value in the caller's terms.
+    None when ``fn`` has no call here, a call passes something else, or the callers disagree."""
+    from .helper_calls import bind_args
+    from .calls import call_sites_here
+
+    base = test.value
+    if depth > 6 or not isinstance(fn, FUNC_TYPES) or not isinstance(base, ast.Name) \
+            or base.id not in param_names(fn):
+        return None
+    if any(isinstance(n, ast.Name) and n.id == base.id and not isinstance(n.ctx, ast.Load)
+           for n in iter_scope_nodes(fn)):
+        return None
+    sites = call_sites_here(ctx, fn)
+    if not sites:
+        return None
+    got: set = set()
+    for c in sites:
+        a = bind_args(c, fn).get(base.id)
+        caller = ctx.sem.scope_of(c)
+        if not isinstance(a, ast.Name) or caller is fn:
+            return None
+        vals = _attr_assignments(ctx, caller).get(f"{a.id}.{test.attr}")
+        if not vals or len(vals) != 1:
+            return None
+        got.add(polarity(ctx, vals[0], caller, depth + 1))
+        if None in got or len(got) > 1:
+            return None
+    return got.pop()
 
 
 def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
