@@ -461,11 +461,21 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         return got
     if isinstance(test, ast.Attribute):
         # a flag set once in this function: ``args.save_logs = args.logs and is_master(args)``
-        vals = _attr_assignments(ctx, scope).get(ctx.text(test))
+        from .helper_calls import attr_assignments  # lazy, as above
+
+        vals = attr_assignments(ctx, scope).get(ctx.text(test))
         if vals and len(vals) == 1:
             return polarity(ctx, vals[0], scope, depth + 1)
         if not vals:
-            return _param_attr_polarity(ctx, test, scope, depth + 1)
+            # set by every caller on the object it passes (``args.save_logs = ... is_master(args)``
+            # in ``main``, tested in ``save(args)``): the callers' values must agree
+            from .helper_calls import caller_flag_values  # lazy: helper_calls sits above calls
+
+            got = caller_flag_values(ctx, test, scope)
+            if any(v is None for v, _ in got):
+                return None
+            ps = {polarity(ctx, v, at, depth + 1) for v, at in got}
+            return ps.pop() if len(ps) == 1 else None
         return None
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
@@ -577,40 +587,6 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
     return memo[key]
 
 
-def _param_attr_polarity(ctx, test: ast.Attribute, fn: ast.AST, depth: int) -> bool | None:
-    """The polarity of ``args.flag`` in ``fn`` where ``args`` is a parameter (never rebound) that
-    every call of ``fn`` in this module fills with a name its caller set that flag on once
-    (``args.save_logs = args.logs and is_master(args)`` in ``main``, then ``save(args, ...)``
-    whose body tests ``if args.save_logs:``): the polarity of that value in the caller's terms.
-    None when ``fn`` has no call here, a call passes something else, or the callers disagree."""
-    from .helper_calls import bind_args
-    from .calls import call_sites_here
-
-    base = test.value
-    if depth > 6 or not isinstance(fn, FUNC_TYPES) or not isinstance(base, ast.Name) \
-            or base.id not in param_names(fn):
-        return None
-    if any(isinstance(n, ast.Name) and n.id == base.id and not isinstance(n.ctx, ast.Load)
-           for n in iter_scope_nodes(fn)):
-        return None
-    sites = call_sites_here(ctx, fn)
-    if not sites:
-        return None
-    got: set = set()
-    for c in sites:
-        a = bind_args(c, fn).get(base.id)
-        caller = ctx.sem.scope_of(c)
-        if not isinstance(a, ast.Name) or caller is fn:
-            return None
-        vals = _attr_assignments(ctx, caller).get(f"{a.id}.{test.attr}")
-        if not vals or len(vals) != 1:
-            return None
-        got.add(polarity(ctx, vals[0], caller, depth + 1))
-        if None in got or len(got) > 1:
-            return None
-    return got.pop()
-
-
 def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
     """``e``'s single value when ``e`` is a name not read as a rank whose one assignment in
     ``scope`` is a rank call (``dist.get_rank()``): the value flow answers before the name."""
@@ -619,24 +595,6 @@ def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
         if isinstance(v, ast.Call) and is_rank_like(v):
             return v
     return e
-
-
-def _attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:
-    """``"args.flag"`` -> values assigned to it in ``scope`` (one walk per scope, cached)."""
-    cache = ctx.memo("rank_tests.attr_assignments", dict)
-    got = cache.get(id(scope))
-    if got is None:
-        got = {}
-        if isinstance(scope, FUNC_TYPES):
-            for n in iter_scope_nodes(scope):
-                if isinstance(n, ast.Assign):
-                    for t in n.targets:
-                        if isinstance(t, ast.Attribute):
-                            got.setdefault(ctx.text(t), []).append(n.value)
-                elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Attribute):
-                    got.setdefault(ctx.text(n.target), []).extend([n.value, n.value])  # not a single binding
-        cache[id(scope)] = got
-    return got
 
 
 def _helper_polarity(ctx, name: str, depth: int) -> bool | None:
