@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, param_names, parent
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from .calls import may_resolve
 
 
@@ -226,3 +226,48 @@ def callee_name(target) -> str:
     if name == "__init__":
         name = getattr(parent(target[1]), "name", name)
     return name
+
+
+def attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:
+    """``"args.flag"`` -> values assigned to it in ``scope`` (one walk per scope, cached)."""
+    cache = ctx.memo("rank_tests.attr_assignments", dict)
+    got = cache.get(id(scope))
+    if got is None:
+        got = {}
+        if isinstance(scope, FUNC_TYPES):
+            for n in iter_scope_nodes(scope):
+                if isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        if isinstance(t, ast.Attribute):
+                            got.setdefault(ctx.text(t), []).append(n.value)
+                elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Attribute):
+                    got.setdefault(ctx.text(n.target), []).extend([n.value, n.value])  # not a single binding
+        cache[id(scope)] = got
+    return got
+
+
+def caller_flag_values(ctx, test: ast.Attribute, fn: ast.AST) -> list:
+    """(value, caller's scope) of ``args.flag`` in ``fn`` where ``args`` is a parameter (never
+    rebound) that every call of ``fn`` in this module fills with a name its caller set that flag
+    on once (``args.save_logs = args.logs and is_master(args)`` in ``main``, then
+    ``save(args, ...)`` whose body tests ``if args.save_logs:``); [None] when some call does not
+    (a call passes something else, or its caller sets the flag more than once or never), [] when
+    ``fn`` has no call here."""
+    from .calls import call_sites_here
+
+    base = test.value
+    if not isinstance(fn, FUNC_TYPES) or not isinstance(base, ast.Name) or base.id not in param_names(fn):
+        return []
+    if any(isinstance(n, ast.Name) and n.id == base.id and not isinstance(n.ctx, ast.Load)
+           for n in iter_scope_nodes(fn)):
+        return []
+    out = []
+    for c in call_sites_here(ctx, fn):
+        a = bind_args(c, fn).get(base.id)
+        caller = ctx.sem.scope_of(c)
+        vals = attr_assignments(ctx, caller).get(f"{a.id}.{test.attr}") if isinstance(a, ast.Name) \
+            and caller is not fn else None
+        if not vals or len(vals) != 1:
+            return [(None, fn)]
+        out.append((vals[0], caller))
+    return out

@@ -216,7 +216,7 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
             if kind == "destroy":
                 continue
             sure, conds = "may", []
-        if kind == "destroy" and _under_group_test(sem, c, scope):
+        if kind == "destroy" and _under_group_test(sem, c, scope, hub, view):
             continue
         out.append(Event(c, kind, sure, conds, where))
     out.sort(key=lambda e: (e.call.lineno, e.call.col_offset))
@@ -275,14 +275,23 @@ def project_target(hub, view, c: ast.Call, instances: bool = False):
                 return found[0], st
     return None
 
-def _under_group_test(sem, node, scope) -> bool:
-    p = parent(node)
+def _under_group_test(sem, node, scope, hub=None, view=None) -> bool:
+    """``node`` sits under a test on the group itself: a direct ``dist.is_initialized()`` test
+    (``harmless``), or a branch that only a run with the group takes (``if is_dist():`` with a
+    project helper that returns ``dist.is_available() and dist.is_initialized()``, its ``else``
+    when the test is negated: ``group_value``)."""
+    child, p = node, parent(node)
     while p is not None and p is not scope:
         if isinstance(p, (ast.If, ast.IfExp, ast.While)) and harmless(sem, p.test):
             return True
         if isinstance(p, ast.BoolOp) and any(harmless(sem, v) for v in p.values):
             return True
-        p = parent(p)
+        if view is not None and isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
+            body = child in p.body if isinstance(p, ast.If) else child is p.body
+            # the value the test takes without a group: the branch holding ``node`` is not taken
+            if group_value(hub, view, p.test, present=False) is (not body):
+                return True
+        child, p = p, parent(p)
     return False
 
 

@@ -461,9 +461,21 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         return got
     if isinstance(test, ast.Attribute):
         # a flag set once in this function: ``args.save_logs = args.logs and is_master(args)``
-        vals = _attr_assignments(ctx, scope).get(ctx.text(test))
+        from .helper_calls import attr_assignments  # lazy, as above
+
+        vals = attr_assignments(ctx, scope).get(ctx.text(test))
         if vals and len(vals) == 1:
             return polarity(ctx, vals[0], scope, depth + 1)
+        if not vals:
+            # set by every caller on the object it passes (``args.save_logs = ... is_master(args)``
+            # in ``main``, tested in ``save(args)``): the callers' values must agree
+            from .helper_calls import caller_flag_values  # lazy: helper_calls sits above calls
+
+            got = caller_flag_values(ctx, test, scope)
+            if any(v is None for v, _ in got):
+                return None
+            ps = {polarity(ctx, v, at, depth + 1) for v, at in got}
+            return ps.pop() if len(ps) == 1 else None
         return None
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
         return _helper_polarity(ctx, test.func.id, depth + 1)
@@ -583,24 +595,6 @@ def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
         if isinstance(v, ast.Call) and is_rank_like(v):
             return v
     return e
-
-
-def _attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:
-    """``"args.flag"`` -> values assigned to it in ``scope`` (one walk per scope, cached)."""
-    cache = ctx.memo("rank_tests.attr_assignments", dict)
-    got = cache.get(id(scope))
-    if got is None:
-        got = {}
-        if isinstance(scope, FUNC_TYPES):
-            for n in iter_scope_nodes(scope):
-                if isinstance(n, ast.Assign):
-                    for t in n.targets:
-                        if isinstance(t, ast.Attribute):
-                            got.setdefault(ctx.text(t), []).append(n.value)
-                elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Attribute):
-                    got.setdefault(ctx.text(n.target), []).extend([n.value, n.value])  # not a single binding
-        cache[id(scope)] = got
-    return got
 
 
 def _helper_polarity(ctx, name: str, depth: int) -> bool | None:

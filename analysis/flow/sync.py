@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import terminal_name
+from ..semantic import parent, terminal_name
 
 _WAITS = frozenset({"barrier", "monitored_barrier", "synchronize", "wait_for_everyone", "rendezvous", "join",
                     "sync", "all_reduce", "broadcast", "all_gather", "allreduce", "broadcast_object",
@@ -121,3 +121,110 @@ def main_rank_first(ctx, hub, node: ast.AST) -> ast.If | None:
             break
         child, p = p, parent(p)
     return None
+
+
+# arguments of a collective that are no tensor (the rest are the tensors or lists it reads/writes)
+_NOT_TENSOR_KW = frozenset({"group", "async_op", "src", "dst", "op", "group_src", "group_dst"})
+# the most positional arguments of a collective before ``group`` (its tensors and its root / op):
+# more, and the group may be among them
+_POSITIONAL_BEFORE_GROUP = {"broadcast": 2, "all_reduce": 2, "reduce": 3, "all_gather": 2,
+                            "all_gather_into_tensor": 2, "reduce_scatter": 3,
+                            "reduce_scatter_tensor": 3, "all_to_all": 2, "all_to_all_single": 2,
+                            "gather": 3, "scatter": 3}
+# methods that keep a reference in a container: the tensor's data is not read
+_KEEPERS = frozenset({"append", "extend", "insert", "appendleft"})
+
+
+def completed_by_barrier(sem, call: ast.Call, op: str):
+    """The blocking ``dist.barrier()`` of the same process group that every path from ``call`` (a
+    collective made with ``async_op=True`` whose handle is dropped) reaches before anything reads
+    the tensors it was given; None when there is none.
+
+    A process group runs its collectives in the order they were issued (NCCL: one stream per
+    communicator, and a blocking barrier synchronises the device after its all-reduce; Gloo: the
+    barrier waits for all pending work), so the barrier returns only after the earlier collective
+    ended. The barrier sits in a block that holds (a statement around) ``call``, after it, with no
+    ``return`` / ``raise`` on the way; between the two the tensors are only put in containers
+    (``out.append(t)``) or handed to other async collectives. Point-to-point transfers are not
+    ordered this way (NCCL runs them on streams of their own) and never qualify."""
+    from ..torch_api import D
+
+    group = _group_text(call, _POSITIONAL_BEFORE_GROUP.get(op))
+    if group is False:
+        return None
+    names = {a.id for a in (*call.args, *(k.value for k in call.keywords if k.arg not in _NOT_TENSOR_KW))
+             if isinstance(a, ast.Name)}
+    child = parent(call)
+    if not isinstance(child, ast.Expr):
+        return None
+    p = parent(child)
+    while p is not None:
+        if isinstance(p, ast.Try) and child in p.body:
+            return None  # an exception on the way may skip the barrier
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if not isinstance(block, list) or child not in block:
+                continue
+            at = block.index(child)
+            for i in range(at + 1, len(block)):
+                st = block[i]
+                bar = _blocking_barrier(sem, st, D)
+                if bar is not None and _group_text(bar, 0) == group:
+                    return bar if _only_kept(block[at:i], call, names) else None
+                if any(isinstance(n, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for n in ast.walk(st)):
+                    return None
+            break
+        if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            return None
+        if isinstance(p, (ast.For, ast.AsyncFor, ast.While)) and child in p.body:
+            # the barrier after the loop: its ``break`` / ``continue`` stay inside, a ``return`` not
+            if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(p)):
+                return None
+        elif not isinstance(p, (ast.If, ast.With, ast.AsyncWith)):
+            return None  # a ``try`` handler, a ``match``: not followed
+        child, p = p, parent(p)
+    return None
+
+
+def _group_text(call: ast.Call, before):
+    """The text of the group a collective or barrier names ("" for the default one); False when it
+    cannot be told (more positional arguments than ``before``)."""
+    kw = next((k for k in call.keywords if k.arg == "group"), None)
+    if kw is not None:
+        return "" if isinstance(kw.value, ast.Constant) and kw.value.value is None else ast.unparse(kw.value)
+    if before is None:
+        return False
+    if len(call.args) > before:
+        return ast.unparse(call.args[before])
+    return ""
+
+
+def _blocking_barrier(sem, st, D):
+    """``dist.barrier(...)`` as the statement ``st``, not asynchronous."""
+    if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)):
+        return None
+    c = st.value
+    if (sem.call_qualname(c) or "") != D + "barrier":
+        return None
+    if any(k.arg == "async_op" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+           for k in c.keywords):
+        return None
+    return c
+
+
+def _only_kept(region, call, names) -> bool:
+    """In the statements ``region``, the names ``names`` are read only as ``call``'s own arguments,
+    as arguments of another ``async_op=True`` call, or put in a container (``out.append(t)``)."""
+    for st in region:
+        for n in ast.walk(st):
+            if not (isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)):
+                continue
+            p = parent(n)
+            if isinstance(p, ast.keyword):
+                p = parent(p)
+            if p is call or (isinstance(p, ast.Call) and n in p.args and (
+                    isinstance(p.func, ast.Attribute) and p.func.attr in _KEEPERS
+                    or any(k.arg == "async_op" for k in p.keywords))):
+                continue
+            return False
+    return True

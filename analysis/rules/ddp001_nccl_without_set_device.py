@@ -98,7 +98,10 @@ class NcclWithoutSetDevice(Rule):
     initialized yet.
 
     A group of one process (`init_process_group(..., world_size=1)`, a literal or a name bound
-    once to one) is not flagged: its only rank has cuda:0 to itself.
+    once to one) is not flagged: its only rank has cuda:0 to itself. So is a world size that is a
+    parameter holding 1 wherever its function starts: a worker that `mp.spawn(worker,
+    args=(1, ...), nprocs=1)` alone starts, or a setup helper that such a worker alone calls with
+    its parameter.
 
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
     usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a

@@ -9,6 +9,7 @@ from ..torch_api import constant_of
 from ._common import ALL_COLLECTIVES, D
 from ..flow.modern import hub, key_of, uses_after
 from ..flow.origins import helper_results
+from ..flow.sync import completed_by_barrier
 
 _P2P = ("isend", "irecv")
 _ASYNC_OPS = frozenset((*ALL_COLLECTIVES, *_P2P))
@@ -20,6 +21,11 @@ class AsyncWorkNotWaited(Rule):
     Checks for a collective called with `async_op=True` whose work handle is dropped: the call is
     a statement of its own, or the handle is bound to a name that nothing reads (no `.wait()`,
     not returned, stored or passed on). Also `dist.isend` / `dist.irecv` handles.
+
+    A dropped collective handle followed by a blocking `dist.barrier()` of the same group, before
+    anything reads its tensors (they may be put in a list), is not flagged: a group runs its
+    collectives in order and the barrier returns after the earlier ones ended. Point-to-point
+    handles are not ordered that way and are always flagged.
 
     ## Why is this bad?
     With `async_op=True` the call returns before the collective has finished. Reading or writing
@@ -66,6 +72,8 @@ class AsyncWorkNotWaited(Rule):
             kw = next((k for k in c.keywords if k.arg == "async_op"), None) if inner is None else None
             p = parent(c)
             if isinstance(p, ast.Expr):
+                if inner is None and op not in _P2P and completed_by_barrier(view.sem, c, op) is not None:
+                    continue  # a blocking barrier of the same group ends it before the tensor is read
                 dropped = "is dropped"
             elif isinstance(p, ast.Assign) and len(p.targets) == 1 and key_of(p.targets[0]) is not None \
                     and not uses_after(view.sem, key_of(p.targets[0]), p):
