@@ -28,6 +28,7 @@ from ..semantic import FUNC_TYPES, parent
 from .origins import branch_origins
 from .rank_kinds import GLOBAL, LOCAL, global_rank_sinks, rank_kind_of
 from .rank_tests import GLOBAL_RANK_ENV, LOCAL_RANK_ENV
+from .records import class_chain
 from .vocab import env_key
 
 NODE_RANK_ENV = frozenset({"NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK"})
@@ -216,8 +217,6 @@ def _sink_accessor(hub, view, at, v, e):
         root = root.value
     if not (isinstance(root, ast.Name) and root.id == "self"):
         return None
-    from .wrapped import class_chain  # lazy: wrapped reads origins
-
     fn = view.sem.enclosing_function(at)
     cls = parent(fn) if fn is not None else None
     if not isinstance(cls, ast.ClassDef):

@@ -11,7 +11,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from ..torch_api import constant_of
-from .records import field_argument, property_of, self_field
+from .records import class_chain, field_argument, property_of, self_field
 from .bindings import reaching, target_path
 
 MAX_DEPTH = 6
@@ -301,8 +301,6 @@ def _base_property(hub, view, cls: ast.ClassDef, name: str):
     """(view, property) of the first project base class of ``cls`` (depth first) that defines
     ``name``, when that definition is a ``@property``; None when it is anything else, or when no
     project base defines it."""
-    from .wrapped import class_chain  # lazy: wrapped reads origins
-
     for v, c in class_chain(hub, view, cls)[1:]:
         if _defines(hub, c, name):
             prop = property_of(v, c, name)
