@@ -94,8 +94,9 @@ class GlobalRankAsDevice(Rule):
     ```
 
     A node launcher picked by the global rank runs on the first node only: no process of the
-    other nodes has global rank 0, so their workers are never started and every rank waits in the
-    rendezvous until it times out.
+    other nodes has global rank 0, so the `assert` fails there (or the `if` skips the launch) and
+    their workers are never started; the ranks that did start wait in the rendezvous until it
+    times out.
 
     ## Example
     ```python
@@ -213,8 +214,9 @@ def _node_launcher_guards(ctx) -> None:
             ctx.report(
                 test,
                 f"the global rank (`{ctx.text(value)}`) picks the process that starts the other processes of its "
-                f"node (line {start.lineno}): on every node but the first no process has global rank 0, so that "
-                f"node's workers never start and the job hangs at the rendezvous. Test the local rank",
+                f"node (line {start.lineno}): on every node but the first no process has global rank 0, so the "
+                f"test fails there and that node's workers are never started (an error, or a hang at the "
+                f"rendezvous). Test the local rank",
                 related=related,
             )
 
