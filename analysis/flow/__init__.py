@@ -41,14 +41,10 @@ from .assignments import _is_param
 from .calls import instance_names
 from .instances import ctor_class, instance_class, self_attr_class
 from .summaries import Summaries
+from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
 from .uniformity import X, Evaluator, join
 
 _MAX_MODULES = 64
-# top-level modules that are never part of the user's project
-_NOT_PROJECT = frozenset({"torch", "os", "sys", "math", "time", "json", "logging", "numpy", "np", "random",
-                          "argparse", "re", "collections", "functools", "itertools", "typing", "pathlib",
-                          "shutil", "subprocess", "datetime", "copy", "pickle", "warnings", "dataclasses",
-                          "torchvision", "transformers", "tqdm", "yaml", "wandb"})  # project modules one check may load
 
 
 class Analysis(Summaries):

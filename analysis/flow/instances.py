@@ -13,6 +13,7 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from .bindings import reaching
 from .context import call_args
+from .records import class_named
 
 _MAX_DEPTH = 5
 
@@ -22,32 +23,6 @@ def ctor_class(hub, view, e: ast.AST, not_project):
     if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)):
         return None
     return class_named(hub, view, e.func, not_project)
-
-
-def class_named(hub, view, e: ast.AST, not_project):
-    """(view, class) of the project class a name (``Cls``, a base class) or ``module.Cls`` of an
-    imported project module refers to, else None (``not_project``: top-level modules never read)."""
-    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name):
-        imp = view.imports.get(e.value.id)
-        if imp is None or imp[0].split(".", 1)[0] in not_project:
-            return None
-        mod, level, attr = imp
-        v2 = hub.module_view(view, f"{mod}.{attr}" if (attr and mod) else (attr or mod), level)
-        return (v2, v2.classes[e.attr]) if v2 is not None and e.attr in v2.classes else None
-    if not isinstance(e, ast.Name):
-        return None
-    cname = e.id
-    for _ in range(4):  # a package's ``__init__`` may re-export it (``from .model import CLIP``)
-        if cname in view.classes:
-            return view, view.classes[cname]
-        imp = view.imports.get(cname)
-        if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in not_project:
-            return None
-        v2 = hub.module_view(view, imp[0], imp[1])
-        if v2 is None or v2 is view:
-            return None
-        view, cname = v2, imp[2]
-    return None
 
 
 def self_attr_class(hub, view, attr: ast.Attribute, not_project):

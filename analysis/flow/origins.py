@@ -11,7 +11,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from ..torch_api import constant_of
-from .records import field_argument, property_of, self_field
+from .records import class_chain, field_argument, property_of, self_field
 from .bindings import reaching, target_path
 
 MAX_DEPTH = 6
@@ -263,11 +263,49 @@ def _self_record(hub, view, expr, depth, path, keep_path, frames, limit, callers
     prop = property_of(view, cls, expr.attr)
     if prop is not None and prop is not fn:
         return _returns(hub, view, prop, depth, path, keep_path, frames, limit, callers)
+    if not _defines(hub, cls, expr.attr):
+        # a property of a project base class (``self.global_rank`` of a plugin whose base, in
+        # another module, defines it), when no class before it in the chain binds or defines it
+        got = _base_property(hub, view, cls, expr.attr)
+        if got is not None:
+            return _returns(hub, got[0], got[1], depth, path, keep_path, frames, limit, callers)
     sites = self_field(view, cls, expr.attr)
     out = []
     for c, a in sites or ():
         out.extend(origins(hub, view, a, c, depth + 1, path, keep_path, frames, limit=limit, callers=callers))
     return out
+
+
+def _defines(hub, cls: ast.ClassDef, name: str) -> bool:
+    """``cls`` defines ``name`` in its body (a method, a class attribute) or binds ``self.<name>``
+    in a method."""
+    memo = hub.__dict__.setdefault("_class_defines", {})  # per check: id(class) -> (class, names)
+    got = memo.get(id(cls))
+    if got is None or got[0] is not cls:
+        names = set()
+        for st in cls.body:
+            if isinstance(st, (*FUNC_TYPES, ast.ClassDef)):
+                names.add(st.name)
+            elif isinstance(st, (ast.Assign, ast.AnnAssign)):
+                names.update(t.id for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
+                             if isinstance(t, ast.Name))
+        for n in ast.walk(cls):
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name) \
+                    and n.value.id == "self":
+                names.add(n.attr)
+        got = memo[id(cls)] = (cls, frozenset(names))
+    return name in got[1]
+
+
+def _base_property(hub, view, cls: ast.ClassDef, name: str):
+    """(view, property) of the first project base class of ``cls`` (depth first) that defines
+    ``name``, when that definition is a ``@property``; None when it is anything else, or when no
+    project base defines it."""
+    for v, c in class_chain(hub, view, cls)[1:]:
+        if _defines(hub, c, name):
+            prop = property_of(v, c, name)
+            return (v, prop) if prop is not None else None
+    return None
 
 
 def _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, callers) -> list | None:

@@ -2,13 +2,20 @@
 ``@dataclass`` / ``NamedTuple`` holds (the argument a construction ``Env(rank=r)`` binds to it, or
 the field's default), and what a ``@property`` returns (``env.device`` where ``device`` is a
 property of ``Env``). Only plain fields are read: a ``field(...)`` default, ``*args`` /
-``**kwargs`` at a construction, or a base class with fields of its own leave a field unknown."""
+``**kwargs`` at a construction, or a base class with fields of its own leave a field unknown.
+Also the project class a name refers to (``class_named``) and a class's chain of project base
+classes (``class_chain``), which ``origins`` reads for a property a base class defines."""
 from __future__ import annotations
 
 import ast
 
 from ..semantic import FUNC_TYPES, parent
 
+# top-level modules that are never part of the user's project
+_NOT_PROJECT = frozenset({"torch", "os", "sys", "math", "time", "json", "logging", "numpy", "np", "random",
+                          "argparse", "re", "collections", "functools", "itertools", "typing", "pathlib",
+                          "shutil", "subprocess", "datetime", "copy", "pickle", "warnings", "dataclasses",
+                          "torchvision", "transformers", "tqdm", "yaml", "wandb"})  # project modules one check may load
 _PROPERTY = frozenset({"property", "cached_property", "functools.cached_property"})
 
 
@@ -88,3 +95,45 @@ def property_of(view, cls: ast.ClassDef, name: str):
                 return st
             return None
     return None
+
+
+def class_named(hub, view, e: ast.AST, not_project):
+    """(view, class) of the project class a name (``Cls``, a base class) or ``module.Cls`` of an
+    imported project module refers to, else None (``not_project``: top-level modules never read)."""
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name):
+        imp = view.imports.get(e.value.id)
+        if imp is None or imp[0].split(".", 1)[0] in not_project:
+            return None
+        mod, level, attr = imp
+        v2 = hub.module_view(view, f"{mod}.{attr}" if (attr and mod) else (attr or mod), level)
+        return (v2, v2.classes[e.attr]) if v2 is not None and e.attr in v2.classes else None
+    if not isinstance(e, ast.Name):
+        return None
+    cname = e.id
+    for _ in range(4):  # a package's ``__init__`` may re-export it (``from .model import CLIP``)
+        if cname in view.classes:
+            return view, view.classes[cname]
+        imp = view.imports.get(cname)
+        if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in not_project:
+            return None
+        v2 = hub.module_view(view, imp[0], imp[1])
+        if v2 is None or v2 is view:
+            return None
+        view, cname = v2, imp[2]
+    return None
+
+
+def class_chain(hub, view, cls: ast.ClassDef, not_project=None, depth: int = 0, seen=None) -> list:
+    """(view, class) of ``cls`` and its base classes of the project (this module or an imported
+    one), depth first, each once (``not_project``: top-level modules never read, by default
+    ``_NOT_PROJECT``)."""
+    seen = set() if seen is None else seen
+    if id(cls) in seen or depth > 5 or len(seen) > 24:
+        return []
+    seen.add(id(cls))
+    out = [(view, cls)]
+    for b in cls.bases:
+        got = class_named(hub, view, b, _NOT_PROJECT if not_project is None else not_project)
+        if got is not None:
+            out.extend(class_chain(hub, got[0], got[1], not_project, depth + 1, seen))
+    return out

@@ -24,6 +24,7 @@ from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
 from .fs_races import parent_chain_contains
 from .instances import class_named
+from .records import class_chain
 from .origins import _attr_path, origins
 from .params import dead_for_callers
 from .return_deps import names_reaching, target_names
@@ -59,7 +60,7 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     if not isinstance(cls, ast.ClassDef):
         return True
     last = _dominating_binding(fn, expr.attr, at) if ordered else None
-    for v, c in class_chain(hub, view, cls):
+    for v, c in class_chain(hub, view, cls, _NOT_PROJECT):
         early = _runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
             if last is not None and not _after(parent(val), last, at):
@@ -90,7 +91,7 @@ def init_param_bindings(hub, view, expr, at) -> list:
         return []
     last = _dominating_binding(fn, expr.attr, at)
     out = []
-    for v, c in class_chain(hub, view, cls):
+    for v, c in class_chain(hub, view, cls, _NOT_PROJECT):
         for m, val, path in self_bindings(c, expr.attr):
             if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
                 return []
@@ -202,21 +203,6 @@ def _runs_first(cls: ast.ClassDef) -> frozenset:
                     and n.func.value.id == "self":
                 names.add(n.func.attr)
     return frozenset(names)
-
-
-def class_chain(hub, view, cls: ast.ClassDef, depth: int = 0, seen=None) -> list:
-    """(view, class) of ``cls`` and its base classes of the project (this module or an imported
-    one), depth first, each once."""
-    seen = set() if seen is None else seen
-    if id(cls) in seen or depth > 5 or len(seen) > 24:
-        return []
-    seen.add(id(cls))
-    out = [(view, cls)]
-    for b in cls.bases:
-        got = class_named(hub, view, b, _NOT_PROJECT)
-        if got is not None:
-            out.extend(class_chain(hub, got[0], got[1], depth + 1, seen))
-    return out
 
 
 def _collect(hub, view, expr, at, found, others, depth, path=()):
@@ -400,7 +386,7 @@ def _is_module_ctor(hub, view, e) -> bool:
         got = class_named(hub, view, e.func, _NOT_PROJECT)
         if got is not None:
             return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
-                       for v, c in class_chain(hub, got[0], got[1]))
+                       for v, c in class_chain(hub, got[0], got[1], _NOT_PROJECT))
     return False
 
 
@@ -419,7 +405,7 @@ def is_model_class(hub, view, e) -> bool:
     if got is None:
         return False
     return any(any((v.sem.qualname(b) or "") == "torch.nn.Module" for b in c.bases)
-               for v, c in class_chain(hub, got[0], got[1]))
+               for v, c in class_chain(hub, got[0], got[1], _NOT_PROJECT))
 
 
 def leaves(hub, view, expr, at, depth: int = 0) -> list:

@@ -66,6 +66,21 @@ class GlobalRankAsDevice(Rule):
     used as the index (`torch.device("cuda", self.rank)` in a `@property device`, `set_device(env.rank)`),
     and the device such a property returns where it is used (`torch.cuda.set_device(env.device)`).
 
+    The same mix-up is checked where a program starts the processes of its node itself (a script
+    that re-launches itself, a hand-written launcher): a loop that starts one process per local
+    index, storing the loop variable under the environment's `LOCAL_RANK` (`env["LOCAL_RANK"] =
+    str(i)`, `{**os.environ, "LOCAL_RANK": f"{i}"}`) and starting it with `subprocess.Popen` /
+    `run` / `call` / `check_call` / `check_output`, must run in the first process of *each* node.
+    A test of the global rank against 0 that decides whether the loop runs (`assert
+    self.global_rank == 0` before it, an enclosing `if rank == 0:`, `if rank != 0: return`, in the
+    loop's function or around a call of that function in its module) is reported at the test. The
+    value is the global rank by value flow (`flow/node_launch.py`): `RANK`, `dist.get_rank()`,
+    `node_rank * n + local_rank` with the node's rank from `NODE_RANK` / `GROUP_RANK` /
+    `SLURM_NODEID`, a property of the class or of a project base class in another module, or an
+    accessor of `self` (`self.cluster.global_rank()`) that the class chain also passes to
+    `init_process_group(rank=...)`. A loop that also gives each child its index as `RANK`, and a
+    module whose rendezvous is on the loopback address, make a world of one node: not flagged.
+
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
     tests run on one node, where the global rank is the local rank.
@@ -77,6 +92,11 @@ class GlobalRankAsDevice(Rule):
     ```
     RuntimeError: CUDA error: invalid device ordinal
     ```
+
+    A node launcher picked by the global rank runs on the first node only: no process of the
+    other nodes has global rank 0, so the `assert` fails there (or the `if` skips the launch) and
+    their workers are never started; the ranks that did start wait in the rendezvous until it
+    times out.
 
     ## Example
     ```python
@@ -162,6 +182,43 @@ class GlobalRankAsDevice(Rule):
                 )
                 break
         _helper_device_params(ctx)
+        _node_launcher_guards(ctx)
+
+
+def _node_launcher_guards(ctx) -> None:
+    """A loop that starts this node's other processes (``flow.node_launch``), run only where the
+    *global* rank is 0: on every other node nothing starts them. Reported at the test."""
+    from ..flow.modern import hub
+    from ..flow.node_launch import global_rank_value, launch_guards, node_launch_loops
+    from ..flow.rank_kinds import loopback_rendezvous
+
+    an, view = hub(ctx)
+    loops = node_launch_loops(view)
+    if not loops or loopback_rendezvous([view]) is not None:
+        return  # a rendezvous on this machine: one node
+    seen = set()
+    for fn, loop, start in loops:
+        for value, test in launch_guards(view, fn, loop):
+            if id(test) in seen:
+                continue
+            seen.add(id(test))
+            w = global_rank_value(an, view, value, test)
+            if w is None:
+                continue
+            wv, wnode = w
+            if wv is view:
+                related = [(wnode, "the global rank comes from here")] if wnode is not value else []
+            else:
+                related = [("file", wv.path, SourceText(wv.text).node_range(wnode), "the global rank comes from here")]
+            related.append((start, "the node's other processes are started here"))
+            ctx.report(
+                test,
+                f"the global rank (`{ctx.text(value)}`) picks the process that starts the other processes of its "
+                f"node (line {start.lineno}): on every node but the first no process has global rank 0, so the "
+                f"test fails there and that node's workers are never started (an error, or a hang at the "
+                f"rendezvous). Test the local rank",
+                related=related,
+            )
 
 
 def _carried_rank(ctx, call, site) -> bool:

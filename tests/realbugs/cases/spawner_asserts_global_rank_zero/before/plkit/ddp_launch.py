@@ -2,6 +2,8 @@ import os
 import subprocess
 import sys
 
+import torch.distributed as dist
+
 
 class DDPLauncher:
     def __init__(self, num_nodes, devices_per_node):
@@ -19,3 +21,8 @@ class DDPLauncher:
         for local in range(1, self.devices):
             env["LOCAL_RANK"] = str(local)
             self.children.append(subprocess.Popen([sys.executable] + sys.argv, env=env))
+
+    def join_group(self):
+        dist.init_process_group(
+            "nccl", rank=self.global_rank, world_size=self.num_nodes * self.devices
+        )
