@@ -59,6 +59,8 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     if not isinstance(cls, ast.ClassDef):
         return True
     last = _dominating_binding(fn, expr.attr, at) if ordered else None
+    # a base class's ``__init__`` parameter: the argument its subclass passes to ``super().__init__``
+    ctx_of = {id(c): f for _v, c, f in ctor_chain(hub, view, cls)}
     for v, c in class_chain(hub, view, cls):
         early = _runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
@@ -69,9 +71,83 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
                 if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
                     return False
                 continue
-            if _collect(hub, v, val, val, found, others, 0, path) is False:
+            fr = ctx_of.get(id(c)) if m.name == "__init__" else None
+            if _collect(hub, v, val, val, found, others, 0, path, frames=fr or None) is False:
                 return False
     return True
+
+
+def ctor_chain(hub, view, cls: ast.ClassDef, ctor=None, ctor_view=None, frames=(), depth: int = 0,
+               seen=None) -> list:
+    """(view, class, frames) of ``cls`` and the project base classes whose ``__init__`` a
+    construction of ``cls`` runs, each with the ``origins`` frames that give the parameters of its
+    ``__init__`` their arguments: ``ctor`` (``Trainer(cfg)``, when known) for the first ``__init__``
+    found, and, for a base class, the ``super().__init__(model, loader)`` call of its subclass's
+    ``__init__`` (in another module too). A class whose ``__init__`` never calls
+    ``super().__init__`` runs no base ``__init__`` through it: its bases are not listed."""
+    seen = set() if seen is None else seen
+    if id(cls) in seen or depth > 5 or len(seen) > 24:
+        return []
+    seen.add(id(cls))
+    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
+    if init is not None and ctor is not None:
+        frames = (*frames, (init, ctor, ctor_view))
+    out = [(view, cls, frames)]
+    sup = None
+    if init is not None:
+        sup = next((n for n in iter_scope_nodes(init) if isinstance(n, ast.Call) and _is_super_init(n)), None)
+        if sup is None:
+            return out
+    for b in cls.bases:
+        got = class_named(hub, view, b, _NOT_PROJECT)
+        if got is None:
+            continue
+        if init is None:
+            out.extend(ctor_chain(hub, got[0], got[1], ctor, ctor_view, frames, depth + 1, seen))
+        else:
+            out.extend(ctor_chain(hub, got[0], got[1], sup, view, frames, depth + 1, seen))
+        break  # ``super()`` is the first base (the others: not followed)
+    return out
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    """``super().__init__(...)`` / ``super(Cls, self).__init__(...)``."""
+    f = call.func
+    return isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
+        and isinstance(f.value.func, ast.Name) and f.value.func.id == "super"
+
+
+def _instance_field(hub, view, expr, at, found, others, depth):
+    """``x.<attr>`` where every origin of ``x`` constructs a project class (``trainer =
+    Trainer(cfg)``): the ``self.<attr>`` bindings its construction runs (the ``__init__`` of the
+    class and of its project base classes, and the methods they call on ``self``), each followed
+    in the context of that construction (``ctor_chain``: a parameter of ``__init__`` is the
+    construction's argument; of a base class's, what the subclass passes to
+    ``super().__init__``). None when not followed (an origin that constructs nothing known, or a
+    class that binds no such attribute); False when a binding unwraps."""
+    base = origins(hub, view, expr.value, at)
+    if not base or len(base) > 4:
+        return None
+    todo = []
+    for bv, b in base:
+        got = hub.resolve_class(bv, b.func) if isinstance(b, ast.Call) else None
+        if got is None:
+            return None
+        todo.append((bv, b, got))
+    any_binding = False
+    for bv, b, (cv, cls) in todo:
+        for v, c, fr in ctor_chain(hub, cv, cls, b, bv):
+            early = _runs_first(c)
+            for m, val, path in self_bindings(c, expr.attr):
+                if m.name not in early:
+                    if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
+                        return False
+                    continue
+                any_binding = True
+                if _collect(hub, v, val, val, found, others, depth, path,
+                            frames=(fr or None) if m.name == "__init__" else None) is False:
+                    return False
+    return True if any_binding else None
 
 
 def init_param_bindings(hub, view, expr, at) -> list:
@@ -219,29 +295,39 @@ def class_chain(hub, view, cls: ast.ClassDef, depth: int = 0, seen=None) -> list
     return out
 
 
-def _collect(hub, view, expr, at, found, others, depth, path=()):
-    """Fill ``found`` with the DDP constructions among the origins; False when one unwraps."""
-    for v, e, p in origins(hub, view, expr, at, 0, path, keep_path=True):
+def _collect(hub, view, expr, at, found, others, depth, path=(), frames=None):
+    """Fill ``found`` with the DDP constructions among the origins; False when one unwraps.
+    ``frames``: the constructor calls the value is read in the context of (``origins``)."""
+    for v, e, p, *fr in origins(hub, view, expr, at, 0, path, keep_path=True, frames=frames):
+        fr = fr[0] if fr else None
         if isinstance(e, ast.IfExp) and depth < 3:
             if tests_wrapping(e.test):
                 return False  # ``m.module if hasattr(m, "module") else m``: an unwrap
             for branch in (e.body, e.orelse):
-                if _collect(hub, v, branch, e, found, others, depth + 1) is False:
+                if _collect(hub, v, branch, e, found, others, depth + 1, frames=fr) is False:
                     return False
             continue
         if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or) and depth < 3:
             for x in e.values:
-                if _collect(hub, v, x, e, found, others, depth + 1) is False:
+                if _collect(hub, v, x, e, found, others, depth + 1, frames=fr) is False:
                     return False
             continue
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in SELF_RETURNING \
                 and depth < 3 and not is_unwrap(e.func.value):
             # ``model.to(device)``, ``model.cuda()``: nn.Module's methods that return the module
-            if _collect(hub, v, e.func.value, e, found, others, depth + 1) is False:
+            if _collect(hub, v, e.func.value, e, found, others, depth + 1, frames=fr) is False:
                 return False
             continue
         if is_unwrap(e):
             return False
+        if isinstance(e, ast.Attribute) and isinstance(e.ctx, ast.Load) and isinstance(e.value, ast.Name) \
+                and e.value.id not in ("self", "cls") and e.value.id not in v.imports and depth < 3:
+            # ``trainer.model`` of ``trainer = Trainer(cfg)``: what its construction binds
+            got = _instance_field(hub, v, e, e, found, others, depth + 1)
+            if got is False:
+                return False
+            if got:
+                continue
         if isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") == DDP_CLASS:
             if dead_for_callers(v, hub, e):
                 continue  # ``if distributed: m = DDP(m)`` where every call passes a false flag
