@@ -23,6 +23,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
 from .fs_races import parent_chain_contains
+from .class_chains import class_chain, ctor_chain, runs_first, self_bindings
 from .instances import class_named
 from .origins import _attr_path, origins
 from .params import dead_for_callers
@@ -62,7 +63,7 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     # a base class's ``__init__`` parameter: the argument its subclass passes to ``super().__init__``
     ctx_of = {id(c): f for _v, c, f in ctor_chain(hub, view, cls)}
     for v, c in class_chain(hub, view, cls):
-        early = _runs_first(c)
+        early = runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
             if last is not None and not _after(parent(val), last, at):
                 continue  # overwritten by the read's own method before the read, on every path
@@ -77,46 +78,6 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     return True
 
 
-def ctor_chain(hub, view, cls: ast.ClassDef, ctor=None, ctor_view=None, frames=(), depth: int = 0,
-               seen=None) -> list:
-    """(view, class, frames) of ``cls`` and the project base classes whose ``__init__`` a
-    construction of ``cls`` runs, each with the ``origins`` frames that give the parameters of its
-    ``__init__`` their arguments: ``ctor`` (``Trainer(cfg)``, when known) for the first ``__init__``
-    found, and, for a base class, the ``super().__init__(model, loader)`` call of its subclass's
-    ``__init__`` (in another module too). A class whose ``__init__`` never calls
-    ``super().__init__`` runs no base ``__init__`` through it: its bases are not listed."""
-    seen = set() if seen is None else seen
-    if id(cls) in seen or depth > 5 or len(seen) > 24:
-        return []
-    seen.add(id(cls))
-    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
-    if init is not None and ctor is not None:
-        frames = (*frames, (init, ctor, ctor_view))
-    out = [(view, cls, frames)]
-    sup = None
-    if init is not None:
-        sup = next((n for n in iter_scope_nodes(init) if isinstance(n, ast.Call) and _is_super_init(n)), None)
-        if sup is None:
-            return out
-    for b in cls.bases:
-        got = class_named(hub, view, b, _NOT_PROJECT)
-        if got is None:
-            continue
-        if init is None:
-            out.extend(ctor_chain(hub, got[0], got[1], ctor, ctor_view, frames, depth + 1, seen))
-        else:
-            out.extend(ctor_chain(hub, got[0], got[1], sup, view, frames, depth + 1, seen))
-        break  # ``super()`` is the first base (the others: not followed)
-    return out
-
-
-def _is_super_init(call: ast.Call) -> bool:
-    """``super().__init__(...)`` / ``super(Cls, self).__init__(...)``."""
-    f = call.func
-    return isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
-        and isinstance(f.value.func, ast.Name) and f.value.func.id == "super"
-
-
 def _instance_field(hub, view, expr, at, found, others, depth):
     """``x.<attr>`` where every origin of ``x`` constructs a project class (``trainer =
     Trainer(cfg)``): the ``self.<attr>`` bindings its construction runs (the ``__init__`` of the
@@ -125,6 +86,18 @@ def _instance_field(hub, view, expr, at, found, others, depth):
     construction's argument; of a base class's, what the subclass passes to
     ``super().__init__``). None when not followed (an origin that constructs nothing known, or a
     class that binds no such attribute); False when a binding unwraps."""
+    scope = view.sem.enclosing_function(at) or view.tree
+    while isinstance(scope, ast.Lambda):  # a closure reads the enclosing function's instance
+        scope = view.sem.enclosing_function(scope) or view.tree
+    name = expr.value.id
+    for n in ast.walk(scope):
+        # ``trainer.model = trainer.model.module`` in the reading scope: not what the class binds
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.attr == expr.attr \
+                and isinstance(n.value, ast.Name) and n.value.id == name:
+            return None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") \
+                and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == name:
+            return None
     base = origins(hub, view, expr.value, at)
     if not base or len(base) > 4:
         return None
@@ -137,7 +110,7 @@ def _instance_field(hub, view, expr, at, found, others, depth):
     any_binding = False
     for bv, b, (cv, cls) in todo:
         for v, c, fr in ctor_chain(hub, cv, cls, b, bv):
-            early = _runs_first(c)
+            early = runs_first(c)
             for m, val, path in self_bindings(c, expr.attr):
                 if m.name not in early:
                     if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
@@ -231,68 +204,6 @@ def _after(st, last, at) -> bool:
                 return True
         node = parent(node)
     return False
-
-
-def self_bindings(cls: ast.ClassDef, attr: str) -> list:
-    """(method, value, index path) of each ``self.<attr> = value`` of the class's methods (a tuple
-    target gives the whole value and the element's path)."""
-    out = []
-    for m, n in _class_assignments(cls):
-        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-            path = _attr_path(t, attr)
-            if path is not None:
-                out.append((m, n.value, tuple(path)))
-                break
-    return out
-
-
-_assignments: dict[int, tuple] = {}  # id(class) -> (class, ((method, assignment), ...))
-
-
-def _class_assignments(cls: ast.ClassDef) -> tuple:
-    """(method, assignment) of every assignment with a value in the class's methods, read once per
-    class (the class node is kept beside its id, so a reused id is never mistaken for it)."""
-    got = _assignments.get(id(cls))
-    if got is not None and got[0] is cls:
-        return got[1]
-    out = []
-    for m in cls.body:
-        if not isinstance(m, FUNC_TYPES):
-            continue
-        for n in iter_scope_nodes(m):
-            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
-                out.append((m, n))
-    if len(_assignments) > 2048:
-        _assignments.clear()
-    _assignments[id(cls)] = (cls, tuple(out))
-    return _assignments[id(cls)][1]
-
-
-def _runs_first(cls: ast.ClassDef) -> frozenset:
-    """``__init__`` and the methods it calls as ``self.m(...)``."""
-    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
-    names = {"__init__"}
-    if init is not None:
-        for n in iter_scope_nodes(init):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
-                    and n.func.value.id == "self":
-                names.add(n.func.attr)
-    return frozenset(names)
-
-
-def class_chain(hub, view, cls: ast.ClassDef, depth: int = 0, seen=None) -> list:
-    """(view, class) of ``cls`` and its base classes of the project (this module or an imported
-    one), depth first, each once."""
-    seen = set() if seen is None else seen
-    if id(cls) in seen or depth > 5 or len(seen) > 24:
-        return []
-    seen.add(id(cls))
-    out = [(view, cls)]
-    for b in cls.bases:
-        got = class_named(hub, view, b, _NOT_PROJECT)
-        if got is not None:
-            out.extend(class_chain(hub, got[0], got[1], depth + 1, seen))
-    return out
 
 
 def _collect(hub, view, expr, at, found, others, depth, path=(), frames=None):
