@@ -114,12 +114,35 @@ def class_named(hub, view, e: ast.AST, not_project):
         if cname in view.classes:
             return view, view.classes[cname]
         imp = view.imports.get(cname)
-        if imp is None or imp[2] is None or imp[0].split(".", 1)[0] in not_project:
+        if imp is None:
+            # ``from .defaults import *`` in a package's ``__init__``: the last star import of a
+            # project module that defines or imports the name wins, as at run time
+            v2 = _star_source(hub, view, cname, not_project)
+            if v2 is None:
+                return None
+            view = v2
+            continue
+        if imp[2] is None or imp[0].split(".", 1)[0] in not_project:
             return None
         v2 = hub.module_view(view, imp[0], imp[1])
         if v2 is None or v2 is view:
             return None
         view, cname = v2, imp[2]
+    return None
+
+
+def _star_source(hub, view, name: str, not_project):
+    """The project module that ``view`` star-imports ``name`` from (it defines the class or
+    imports the name itself), the last such import winning; None for a private name or one the
+    module binds itself."""
+    if name.startswith("_") or not getattr(view, "star_imports", None) or name in view.sem.assignments(view.tree):
+        return None
+    for mod, level in reversed(view.star_imports):
+        if not level and mod.split(".", 1)[0] in not_project:
+            continue
+        v2 = hub.module_view(view, mod, level)
+        if v2 is not None and v2 is not view and (name in v2.classes or name in v2.imports):
+            return v2
     return None
 
 

@@ -23,6 +23,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
 from .fs_races import parent_chain_contains
+from .class_chains import ctor_chain, runs_first, self_bindings
 from .instances import class_named
 from .records import class_chain
 from .origins import _attr_path, origins
@@ -60,8 +61,10 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     if not isinstance(cls, ast.ClassDef):
         return True
     last = _dominating_binding(fn, expr.attr, at) if ordered else None
-    for v, c in class_chain(hub, view, cls, _NOT_PROJECT):
-        early = _runs_first(c)
+    # a base class's ``__init__`` parameter: the argument its subclass passes to ``super().__init__``
+    ctx_of = {id(c): f for _v, c, f in ctor_chain(hub, view, cls)}
+    for v, c in class_chain(hub, view, cls):
+        early = runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
             if last is not None and not _after(parent(val), last, at):
                 continue  # overwritten by the read's own method before the read, on every path
@@ -70,9 +73,55 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
                 if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
                     return False
                 continue
-            if _collect(hub, v, val, val, found, others, 0, path) is False:
+            fr = ctx_of.get(id(c)) if m.name == "__init__" else None
+            if _collect(hub, v, val, val, found, others, 0, path, frames=fr or None) is False:
                 return False
     return True
+
+
+def _instance_field(hub, view, expr, at, found, others, depth):
+    """``x.<attr>`` where every origin of ``x`` constructs a project class (``trainer =
+    Trainer(cfg)``): the ``self.<attr>`` bindings its construction runs (the ``__init__`` of the
+    class and of its project base classes, and the methods they call on ``self``), each followed
+    in the context of that construction (``ctor_chain``: a parameter of ``__init__`` is the
+    construction's argument; of a base class's, what the subclass passes to
+    ``super().__init__``). None when not followed (an origin that constructs nothing known, or a
+    class that binds no such attribute); False when a binding unwraps."""
+    scope = view.sem.enclosing_function(at) or view.tree
+    while isinstance(scope, ast.Lambda):  # a closure reads the enclosing function's instance
+        scope = view.sem.enclosing_function(scope) or view.tree
+    name = expr.value.id
+    for n in ast.walk(scope):
+        # ``trainer.model = trainer.model.module`` in the reading scope: not what the class binds
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.attr == expr.attr \
+                and isinstance(n.value, ast.Name) and n.value.id == name:
+            return None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") \
+                and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == name:
+            return None
+    base = origins(hub, view, expr.value, at)
+    if not base or len(base) > 4:
+        return None
+    todo = []
+    for bv, b in base:
+        got = hub.resolve_class(bv, b.func) if isinstance(b, ast.Call) else None
+        if got is None:
+            return None
+        todo.append((bv, b, got))
+    any_binding = False
+    for bv, b, (cv, cls) in todo:
+        for v, c, fr in ctor_chain(hub, cv, cls, b, bv):
+            early = runs_first(c)
+            for m, val, path in self_bindings(c, expr.attr):
+                if m.name not in early:
+                    if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
+                        return False
+                    continue
+                any_binding = True
+                if _collect(hub, v, val, val, found, others, depth, path,
+                            frames=(fr or None) if m.name == "__init__" else None) is False:
+                    return False
+    return True if any_binding else None
 
 
 def init_param_bindings(hub, view, expr, at) -> list:
@@ -158,76 +207,39 @@ def _after(st, last, at) -> bool:
     return False
 
 
-def self_bindings(cls: ast.ClassDef, attr: str) -> list:
-    """(method, value, index path) of each ``self.<attr> = value`` of the class's methods (a tuple
-    target gives the whole value and the element's path)."""
-    out = []
-    for m, n in _class_assignments(cls):
-        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-            path = _attr_path(t, attr)
-            if path is not None:
-                out.append((m, n.value, tuple(path)))
-                break
-    return out
-
-
-_assignments: dict[int, tuple] = {}  # id(class) -> (class, ((method, assignment), ...))
-
-
-def _class_assignments(cls: ast.ClassDef) -> tuple:
-    """(method, assignment) of every assignment with a value in the class's methods, read once per
-    class (the class node is kept beside its id, so a reused id is never mistaken for it)."""
-    got = _assignments.get(id(cls))
-    if got is not None and got[0] is cls:
-        return got[1]
-    out = []
-    for m in cls.body:
-        if not isinstance(m, FUNC_TYPES):
-            continue
-        for n in iter_scope_nodes(m):
-            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
-                out.append((m, n))
-    if len(_assignments) > 2048:
-        _assignments.clear()
-    _assignments[id(cls)] = (cls, tuple(out))
-    return _assignments[id(cls)][1]
-
-
-def _runs_first(cls: ast.ClassDef) -> frozenset:
-    """``__init__`` and the methods it calls as ``self.m(...)``."""
-    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
-    names = {"__init__"}
-    if init is not None:
-        for n in iter_scope_nodes(init):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
-                    and n.func.value.id == "self":
-                names.add(n.func.attr)
-    return frozenset(names)
-
-
-def _collect(hub, view, expr, at, found, others, depth, path=()):
-    """Fill ``found`` with the DDP constructions among the origins; False when one unwraps."""
-    for v, e, p in origins(hub, view, expr, at, 0, path, keep_path=True):
+def _collect(hub, view, expr, at, found, others, depth, path=(), frames=None):
+    """Fill ``found`` with the DDP constructions among the origins; False when one unwraps.
+    ``frames``: the constructor calls the value is read in the context of (``origins``)."""
+    for v, e, p, *fr in origins(hub, view, expr, at, 0, path, keep_path=True, frames=frames):
+        fr = fr[0] if fr else None
         if isinstance(e, ast.IfExp) and depth < 3:
             if tests_wrapping(e.test):
                 return False  # ``m.module if hasattr(m, "module") else m``: an unwrap
             for branch in (e.body, e.orelse):
-                if _collect(hub, v, branch, e, found, others, depth + 1) is False:
+                if _collect(hub, v, branch, e, found, others, depth + 1, frames=fr) is False:
                     return False
             continue
         if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or) and depth < 3:
             for x in e.values:
-                if _collect(hub, v, x, e, found, others, depth + 1) is False:
+                if _collect(hub, v, x, e, found, others, depth + 1, frames=fr) is False:
                     return False
             continue
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in SELF_RETURNING \
                 and depth < 3 and not is_unwrap(e.func.value):
             # ``model.to(device)``, ``model.cuda()``: nn.Module's methods that return the module
-            if _collect(hub, v, e.func.value, e, found, others, depth + 1) is False:
+            if _collect(hub, v, e.func.value, e, found, others, depth + 1, frames=fr) is False:
                 return False
             continue
         if is_unwrap(e):
             return False
+        if isinstance(e, ast.Attribute) and isinstance(e.ctx, ast.Load) and isinstance(e.value, ast.Name) \
+                and e.value.id not in ("self", "cls") and e.value.id not in v.imports and depth < 3:
+            # ``trainer.model`` of ``trainer = Trainer(cfg)``: what its construction binds
+            got = _instance_field(hub, v, e, e, found, others, depth + 1)
+            if got is False:
+                return False
+            if got:
+                continue
         if isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") == DDP_CLASS:
             if dead_for_callers(v, hub, e):
                 continue  # ``if distributed: m = DDP(m)`` where every call passes a false flag

@@ -26,7 +26,11 @@ class AttributeThroughDdpWrapper(Rule):
     the calls of their module (and, for a module-level function, a caller in another file of the
     project, `main.py` passing `model = DDP(model)` to `train_one_epoch(model, ...)`; for a
     `self.<attr>` that `__init__` binds to one of its parameters, `self.autoencoder = autoencoder`,
-    a constructor call in another file, `Trainer(autoencoder=model)`), and helper
+    a constructor call in another file, `Trainer(autoencoder=model)`), the field of an instance
+    its construction binds (`trainer.model` of `trainer = Trainer(cfg)`, where a base class in
+    another module keeps `self.model = model` and the subclass passes the wrapper to
+    `super().__init__(model, ...)`; a package's `from .defaults import *` re-export is followed),
+    and helper
     functions of this file or another module of the project that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
     distributed else m` fails on the distributed path, which is the one a single-GPU test never
     ran.

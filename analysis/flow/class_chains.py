@@ -1,0 +1,100 @@
+"""The classes a construction runs: a class and its project base classes (``class_chain``),
+the ``__init__`` calls that a construction of it runs with their arguments (``ctor_chain``:
+``Trainer(cfg)``, then each ``super().__init__(model, loader)``, as ``origins`` frames), and the
+``self.<attr> = value`` bindings of their methods (``self_bindings``; ``runs_first``: ``__init__``
+and the methods it calls on ``self``)."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, iter_scope_nodes
+from . import _NOT_PROJECT
+from .records import class_named
+from .origins import _attr_path
+
+
+def self_bindings(cls: ast.ClassDef, attr: str) -> list:
+    """(method, value, index path) of each ``self.<attr> = value`` of the class's methods (a tuple
+    target gives the whole value and the element's path)."""
+    out = []
+    for m, n in _class_assignments(cls):
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+            path = _attr_path(t, attr)
+            if path is not None:
+                out.append((m, n.value, tuple(path)))
+                break
+    return out
+
+
+_assignments: dict[int, tuple] = {}  # id(class) -> (class, ((method, assignment), ...))
+
+
+def _class_assignments(cls: ast.ClassDef) -> tuple:
+    """(method, assignment) of every assignment with a value in the class's methods, read once per
+    class (the class node is kept beside its id, so a reused id is never mistaken for it)."""
+    got = _assignments.get(id(cls))
+    if got is not None and got[0] is cls:
+        return got[1]
+    out = []
+    for m in cls.body:
+        if not isinstance(m, FUNC_TYPES):
+            continue
+        for n in iter_scope_nodes(m):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                out.append((m, n))
+    if len(_assignments) > 2048:
+        _assignments.clear()
+    _assignments[id(cls)] = (cls, tuple(out))
+    return _assignments[id(cls)][1]
+
+
+def runs_first(cls: ast.ClassDef) -> frozenset:
+    """``__init__`` and the methods it calls as ``self.m(...)``."""
+    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
+    names = {"__init__"}
+    if init is not None:
+        for n in iter_scope_nodes(init):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                    and n.func.value.id == "self":
+                names.add(n.func.attr)
+    return frozenset(names)
+
+
+def ctor_chain(hub, view, cls: ast.ClassDef, ctor=None, ctor_view=None, frames=(), depth: int = 0,
+               seen=None) -> list:
+    """(view, class, frames) of ``cls`` and the project base classes whose ``__init__`` a
+    construction of ``cls`` runs, each with the ``origins`` frames that give the parameters of its
+    ``__init__`` their arguments: ``ctor`` (``Trainer(cfg)``, when known) for the first ``__init__``
+    found, and, for a base class, the ``super().__init__(model, loader)`` call of its subclass's
+    ``__init__`` (in another module too). A class whose ``__init__`` never calls
+    ``super().__init__`` runs no base ``__init__`` through it: its bases are not listed."""
+    seen = set() if seen is None else seen
+    if id(cls) in seen or depth > 5 or len(seen) > 24:
+        return []
+    seen.add(id(cls))
+    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
+    if init is not None and ctor is not None:
+        frames = (*frames, (init, ctor, ctor_view))
+    out = [(view, cls, frames)]
+    sup = None
+    if init is not None:
+        sup = next((n for n in iter_scope_nodes(init) if isinstance(n, ast.Call) and _is_super_init(n)), None)
+        if sup is None:
+            return out
+    for b in cls.bases:
+        got = class_named(hub, view, b, _NOT_PROJECT)
+        if got is None:
+            continue
+        if init is None:
+            out.extend(ctor_chain(hub, got[0], got[1], ctor, ctor_view, frames, depth + 1, seen))
+        else:
+            out.extend(ctor_chain(hub, got[0], got[1], sup, view, frames, depth + 1, seen))
+        break  # ``super()`` is the first base (the others: not followed)
+    return out
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    """``super().__init__(...)`` / ``super(Cls, self).__init__(...)``."""
+    f = call.func
+    return isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
+        and isinstance(f.value.func, ast.Name) and f.value.func.id == "super"

@@ -1,0 +1,2 @@
+from .loop import *
+from .defaults import *

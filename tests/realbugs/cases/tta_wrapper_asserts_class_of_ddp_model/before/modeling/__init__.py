@@ -1,0 +1,1 @@
+from .tta import DetectorWithAugment, TwoStageDetector
