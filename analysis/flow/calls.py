@@ -269,6 +269,7 @@ def instance_names(view) -> frozenset:
     if got is None:
         names = set()
         displays = False
+        builders: set[int] = set()  # functions of this file that return an instance
         for cname, calls in calls_by_name(view).items():
             if cname in view.classes:
                 pass
@@ -284,6 +285,21 @@ def instance_names(view) -> frozenset:
                     names.add(st.targets[0].id)
                 elif st.__class__ in _DISPLAYS:
                     displays = True
+                    if parent(st).__class__ is ast.Return:
+                        builders.add(id(view.sem.enclosing_function(st)))
+                elif st.__class__ is ast.Return:
+                    builders.add(id(view.sem.enclosing_function(st)))
+        # what a builder of this file returns (``a, b = build(cfg)`` where ``build`` returns
+        # ``Cls(x), Cls(y)``): ``instances.instance_class`` reads it through ``origins``
+        for cname, calls in calls_by_name(view).items():
+            fns = view.sem.functions.get(cname) if cname in view.defs else None
+            if not fns or not any(id(f) in builders for f in fns):
+                continue
+            for c in calls:
+                st = parent(c)
+                if st.__class__ is ast.Assign and len(st.targets) == 1:
+                    t = st.targets[0]
+                    names.update(x.id for x in (t.elts if t.__class__ is ast.Tuple else (t,)) if x.__class__ is ast.Name)
         if displays:
             # a container of instances (``hooks=[EvalHook(...)]``): a loop over one may bind them
             for t in (ast.For, ast.AsyncFor):

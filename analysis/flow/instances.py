@@ -3,8 +3,9 @@ elements of a container of instances iterated by a loop (``for hook in self.hook
 hook.after_epoch(self)`` where ``Runner(model, hooks=[EvalHook(loader)])`` filled ``self.hooks``).
 
 A value gets a class only when every binding that reaches it, followed through plain assignments,
-``self.`` attributes and the parameters of functions whose every call in the module passes one,
-constructs the same class of the project; anything else is unknown (None).
+``self.`` attributes and the parameters of functions whose every call in the module passes one
+(or, for a binding of another kind, every origin ``origins`` finds: a helper's return, an element
+of a returned tuple), constructs the same class of the project; anything else is unknown (None).
 """
 from __future__ import annotations
 
@@ -137,16 +138,42 @@ def instance_class(hub, view, name: ast.Name, at: ast.AST, not_project, depth: i
         return None
     found = None
     for e in evs:
-        if isinstance(e, ast.Assign) and isinstance(e.value, ast.Call):
+        if isinstance(e, ast.Assign) and isinstance(e.value, ast.Call) and len(e.targets) == 1 \
+                and isinstance(e.targets[0], ast.Name):
             got = ctor_class(hub, view, e.value, not_project)
         elif isinstance(e, (ast.For, ast.AsyncFor)) and isinstance(e.target, ast.Name) and e.target.id == name.id:
             got = element_class(hub, view, e.iter, e, not_project, depth + 1)
         else:
-            return None
+            got = None
+        if got is None and isinstance(e, ast.Assign):
+            # a helper's return, an element of a returned tuple (``a, b = build(cfg)`` where
+            # ``build`` returns ``Cls(x), Cls(y)``): where the value comes from (``origins``)
+            return _origin_class(hub, view, name, at, not_project)
         found = _same(found, got)
         if found is None:
             return None
     return found
+
+
+def _origin_class(hub, view, name: ast.Name, at: ast.AST, not_project):
+    """(view, class) when every origin of ``name`` at ``at`` (``origins``: tuple unpacking,
+    helpers' returns) constructs the same project class; None when one does not or none is seen."""
+    from .origins import origins
+
+    active = hub.__dict__.setdefault("_instance_origins", set())
+    key = (id(view), id(name), id(at))
+    if key in active:
+        return None  # asked again while answering: unknown
+    active.add(key)
+    try:
+        found = None
+        for v, e in origins(hub, view, name, at, limit=4):
+            found = _same(found, ctor_class(hub, v, e, not_project))
+            if found is None:
+                return None
+        return found
+    finally:
+        active.discard(key)
 
 
 def element_class(hub, view, it: ast.AST, at: ast.AST, not_project, depth: int = 0):

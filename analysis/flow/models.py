@@ -52,7 +52,9 @@ def ddp_calls(ctx) -> list[ast.Call]:
 def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, may: bool = False):
     """The ``X = DDP(...)`` assignment when ``expr`` (a name or ``self.attr``) holds the DDP wrapper
     at ``at``; else None. A parameter holds it when every call of its function in the file passes
-    the wrapper (``train_one_epoch(ddp_model, ...)``, two calls deep at most).
+    the wrapper (``train_one_epoch(ddp_model, ...)``, two calls deep at most); a ``self.<attr>``
+    that ``__init__`` copies from its parameter holds it when every construction of the class in
+    the file passes the wrapper (``Trainer(ddp_model, ...)``).
 
     ``may=True`` also answers for a ``self.<attr>`` that holds the wrapper on some path only: the
     class (or a project base class) binds it to the plain model and then, maybe under a condition,
@@ -84,9 +86,54 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, may: bool = 
                         found.append(st)
         if len(found) == 1 and not _other_self_assigns(ctx, cls, expr.attr, found[0]):
             return found[0]
+        if not found and depth < 2:
+            got = _ctor_param_wrapper(ctx, cls, expr.attr, depth, may)
+            if got is not None:
+                return got
         if may:
             return _may_self_wrap(ctx, expr, at)
     return None
+
+
+def _ctor_param_wrapper(ctx, cls: ast.ClassDef, attr: str, depth: int, may: bool):
+    """The caller's ``X = DDP(...)`` when the class's only binding of ``self.<attr>`` is
+    ``self.<attr> = <param>`` at the top of ``__init__`` (the parameter never rebound there) and
+    every construction of the module-level class in this file (``Trainer(model, ...)``, its only
+    uses: no subclass, no other reference) passes the DDP wrapper for that parameter."""
+    from .mentions import word_counts
+
+    if not isinstance(parent(cls), ast.Module):
+        return None
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return None
+    binds = [st for st in _class_assign_stmts(cls)
+             if any(isinstance(x, ast.Attribute) and x.attr == attr and isinstance(x.value, ast.Name)
+                    and x.value.id == "self" for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
+                    for x in ast.walk(t))]
+    if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or binds[0] not in init.body:
+        return None
+    st = binds[0]
+    if not (len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute) and isinstance(st.value, ast.Name)):
+        return None
+    name = st.value.id
+    if name == "self" or name not in param_names(init) or ctx.sem.assignments(init).get(name):
+        return None
+    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == cls.name]
+    if not sites or word_counts(ctx.sem).get(cls.name, 0) != len(sites) + 1:
+        return None  # the class is used otherwise too (a subclass, a factory, an export)
+    found = None
+    for c in sites:
+        if any(isinstance(x, ast.Starred) for x in c.args) or any(k.arg is None for k in c.keywords):
+            return None
+        arg = bind_args(c, init).get(name)
+        if not isinstance(arg, (ast.Name, ast.Attribute)):
+            return None
+        got = is_ddp_wrapper(ctx, arg, c, depth + 1, may)
+        if got is None:
+            return None
+        found = found or got
+    return found
 
 
 def _may_self_wrap(ctx, expr: ast.Attribute, at: ast.AST):

@@ -6,8 +6,9 @@
 - ``rank0_guarded(ctx, node)``: True when only the main rank (or one chosen rank) gets to ``node``
   (``rank_tests.polarity``: an ``if``, the ``else`` of a negated test, an early exit, an
   ``assert``, a ``@rank_zero_only``-style decorator, or a helper whose every call site in the file
-  is guarded), False when every rank gets there, None when it cannot tell (a function this file
-  never calls). Callers stay silent on None.
+  is guarded; an ``__init__`` is called where its module-level class is built), False when every
+  rank gets there, None when it cannot tell (a function this file never calls). Callers stay
+  silent on None.
 
 Both are walks up parent pointers plus the semantic indexes: no tree walk.
 """
@@ -228,6 +229,8 @@ def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
         for c in as_arg.get(name, ()):
             return False if _spawn_like(ctx, c) else None
     sites = by_attr.get(name, ()) if is_method else by_name.get(name, ())
+    if is_method and name == "__init__" and isinstance(parent(parent(fn)), ast.Module):
+        sites = by_name.get(parent(fn).name, ())  # a constructor runs where its class is built
     if not sites:
         return None
     results = []

@@ -30,7 +30,9 @@ class LoadWithoutMapLocation(Rule):
     the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
     `snapshot`, `state`...). A load in a method (the trainer-class shape: `_load_snapshot` called
     from `__init__`, its result going to `self.model.load_state_dict(...)`) is followed through the
-    `self.<method>(...)` calls to where the class is built. A load returned by a module-level
+    `self.<method>(...)` calls to where the class is built; so is a load in a module-level
+    function that such a method calls (`restore(path, self.net)` from `_resume`, which `__init__`
+    runs: the class is built on every rank). A load returned by a module-level
     function of the same file (`def read(p): return torch.load(p)`) counts as a checkpoint load
     when every call of that function in the file is one (its result goes to `load_state_dict(...)`,
     or the path argument or the function's name names a checkpoint). A data file (`torch.load("data/train.pt")`) saved from CPU tensors

@@ -28,7 +28,11 @@ class NoSyncMisuse(Rule):
       window synchronises) with `if (i + 1) % accum == 0: optimizer.step()` (the last one steps).
       The split may also be an `if` whose one branch runs the micro-batch inside
       `with model.no_sync():` and whose other branch runs a backward outside it (either order, any
-      number of statements). Only plain modular tests on the loop variable are compared
+      number of statements), or a choice of the factory itself, called later
+      (`ctx = model.no_sync if i % accum != 0 else nullcontext`, then `with ctx():`). The step
+      may sit deeper under the modular test (`if torch.isfinite(norm): optimizer.step()`). The
+      wrapper may reach a class through its constructor (`self.model = model` where every
+      `Trainer(ddp_model, ...)` of the file passes it). Only plain modular tests on the loop variable are compared
       (`(i + c) % k == r`, `!=`, `not`, a name bound once to one); with a constant `k` the residues
       are compared modulo `k` (`i % 4 == 3` is `(i + 1) % 4 == 0`), with a named `k` only tests one
       micro-batch apart are reported;
@@ -105,9 +109,9 @@ class NoSyncMisuse(Rule):
 
     def _wrong_micro_batch(self, ctx) -> None:
         """The micro-batch that synchronises is not the one after which the optimizer steps."""
-        for call in ctx.sem.calls:
-            f = call.func
-            if not (isinstance(f, ast.Attribute) and f.attr == "no_sync" and not call.args
+        for call in [*ctx.sem.calls, *_no_sync_choices(ctx)]:
+            f = call.func if isinstance(call, ast.Call) else call
+            if not (isinstance(f, ast.Attribute) and f.attr == "no_sync" and not getattr(call, "args", None)
                     and isinstance(f.value, (ast.Name, ast.Attribute))):
                 continue
             holder = f.value
@@ -125,14 +129,20 @@ class NoSyncMisuse(Rule):
                      and isinstance(c.func, ast.Attribute) and c.func.attr == "step" and _optimizer_step(c)]
             guards = []
             for c in steps:
-                g = next((a for a in ctx.sem.ancestors(c) if isinstance(a, (ast.If, *_LOOPS))), None)
-                if not isinstance(g, ast.If) or not _inside(g, loop):
+                # the innermost modular test the step sits under in the loop (another ``if``
+                # inside it, ``if torch.isfinite(norm):``, only narrows where it steps)
+                g = t = None
+                for a in ctx.sem.ancestors(c):
+                    if a is loop or isinstance(a, (*_LOOPS, *_FUNCS)):
+                        break
+                    if isinstance(a, ast.If) and not any(x is c for x in ast.walk(a.test)):
+                        t = _mod_test(ctx, a.test, loop, 0)
+                        if t is not None:
+                            g = a
+                            break
+                if g is None:
                     guards = []
-                    break  # an unguarded step: not an accumulation loop
-                t = _mod_test(ctx, g.test, loop, 0)
-                if t is None:
-                    guards = []
-                    break
+                    break  # a step under no modular test: not an accumulation loop
                 guards.append((g, t if _in_body(c, g) else (t[0], t[1], t[2], not t[3])))
             if not guards:
                 continue
@@ -218,6 +228,34 @@ class NoSyncMisuse(Rule):
                     "ever happens and the ranks drift apart",
                     related=[(w.items[0].context_expr, "every backward is inside this block")],
                 )
+
+
+def _no_sync_choices(ctx):
+    """``X.no_sync`` uncalled, as one branch of a conditional expression whose other branch is a
+    plain context-manager factory (``nullcontext``) and whose value is then called: directly
+    (``with (X.no_sync if c else nullcontext)():``), or bound once, in the same function, to a
+    name that a ``with name():`` of that function calls."""
+    if "no_sync" not in ctx.src.text:
+        return []
+    out = []
+    for e in ctx.sem.by_type.get(ast.IfExp, ()):
+        for branch, other in ((e.body, e.orelse), (e.orelse, e.body)):
+            if not (isinstance(branch, ast.Attribute) and branch.attr == "no_sync"
+                    and isinstance(other, (ast.Name, ast.Attribute))):
+                continue
+            p = parent(e)
+            if isinstance(p, ast.Call) and p.func is e and not p.args and not p.keywords:
+                out.append(branch)
+            elif isinstance(p, ast.Assign) and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name):
+                name, fn = p.targets[0].id, enclosing_function(e)
+                if fn is None or len(ctx.sem.assignments(fn).get(name, ())) != 1:
+                    continue
+                if any(isinstance(w, ast.With) and enclosing_function(w) is fn and any(
+                        isinstance(i.context_expr, ast.Call) and isinstance(i.context_expr.func, ast.Name)
+                        and i.context_expr.func.id == name and not i.context_expr.args for i in w.items)
+                       for w in ctx.sem.by_type.get(ast.With, ())):
+                    out.append(branch)
+    return out
 
 
 def _optimizer_step(c: ast.Call) -> bool:

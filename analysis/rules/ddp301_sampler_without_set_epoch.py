@@ -42,6 +42,13 @@ class SamplerWithoutSetEpoch(Rule):
     (`evaluate`, `test_...`), as are loops that hand the loader and the epoch to a function from
     another module, which may call `set_epoch` itself.
 
+    A loop counted in steps rather than epochs loses the same way when its rounds restart the
+    loader's iterator: `except StopIteration: it = iter(loader)` in its body, or an endless-loader
+    wrapper whose method the loop calls (`batch = feeder.next()`, the wrapper built in the loop's
+    function or returned by a builder, alone or in a tuple) and which re-creates `iter(self.loader)`
+    when a pass ends. The finding is then on that `iter(...)` when it is in this file (no fix: the
+    pass count to hand the sampler is the author's), else on the loop.
+
     The same loss one level up, in an epoch iterator: a class method that advances the class's own
     epoch counter by one (`self.epoch += 1`) and builds a new `DataLoader(self.dataset, ...)` for
     that epoch (there, or in a method it hands the counter to), while the project's datasets take
@@ -271,6 +278,10 @@ class SamplerWithoutSetEpoch(Rule):
                     "this loader's sampler, which distributed runs require to be a DistributedSampler"
                 where = ("file", sv.path, node_span(ctx, sv.path, sc), what) \
                     if sv.path and sv is not main else (sc, what)
+                refill = _refill(main, loop, p)
+                if refill is not None:
+                    self._report_refill(ctx, loop, refill, p, where)
+                    break
                 self._report(ctx, loop, where, ref or f"{ast.unparse(p.expr)}.sampler", guard, fixable=ref is not None)
                 break
 
@@ -327,6 +338,18 @@ class SamplerWithoutSetEpoch(Rule):
                     if view.path and view is not ana.main else (helper_sampler, "the DistributedSampler")
                 self._report(ctx, loop, where, ref, False)
 
+    def _report_refill(self, ctx, loop, refill, p, sampler) -> None:
+        """A step-driven loop whose rounds re-create the iterator over the loader (``_refill``):
+        the finding is on that ``iter(...)``; no fix (the epoch to pass is the author's count)."""
+        line = ctx.src.node_range(loop).start.line + 1
+        ctx.report(
+            refill,
+            f"`iter({ast.unparse(p.expr)})` starts a new pass over a DataLoader (for the loop at line {line}) "
+            "without `sampler.set_epoch(...)`: the DistributedSampler shuffles every pass in the same order",
+            related=[sampler if isinstance(sampler, tuple) else (sampler, "the DistributedSampler"),
+                     (loop, "the loop whose rounds re-create the iterator")],
+        )
+
     def _report(self, ctx, loop, sampler, ref: str, maybe_none: bool, fixable: bool = True) -> None:
         fix = None
         if fixable and isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.body:
@@ -348,6 +371,24 @@ class SamplerWithoutSetEpoch(Rule):
             related=[sampler if isinstance(sampler, tuple) else (sampler, "the DistributedSampler")],
             fix=fix,
         )
+
+
+def _refill(main, loop, p):
+    """The ``iter(loader)`` call of this file that starts the pass ``p`` when it re-creates an
+    iterator away from the loop's own statements: in a function the loop calls (an endless-loader
+    wrapper's ``next()``) or in an ``except`` handler (``except StopIteration: it = iter(loader)``),
+    the shape of a loop driven by steps rather than by epochs; None otherwise."""
+    at = p.at
+    if p.view is not main or not (isinstance(at, ast.Call) and isinstance(at.func, ast.Name) and at.func.id == "iter"):
+        return None
+    if len(p.chain) > 1:
+        return at
+    node = parent(at)
+    while node is not None and node is not loop:
+        if isinstance(node, ast.ExceptHandler):
+            return at
+        node = parent(node)
+    return None
 
 
 def _pass_names(e) -> tuple:
