@@ -131,7 +131,7 @@ RULES = {
                 ((('torch', False),), (('init_process_group', False), ('DistributedDataParallel', False), ('spawn', False), ('start_processes', False), ('FullyShardedDataParallel', False), ('fully_shard', False), ('init_device_mesh', False), ('Accelerator', False))),
                 False, False),
     'DDP218': ('ddp218_check_then_create_on_every_rank', True, True,
-                ((('torch', False),), (('exists', False), ('isdir', False), ('is_dir', False))),
+                ((('torch', False),), (('exists', False), ('isdir', False), ('is_dir', False), ('SummaryWriter', False), ('FileWriter', False))),
                 False, False),
     'DDP219': ('ddp219_remove_on_every_rank', True, True,
                 ((('torch', False),), (('remove', False), ('unlink', False), ('rmtree', False), ('rmdir', False))),
