@@ -17,6 +17,13 @@ process may create the path between the test and the creation.
     two processes both miss the fast path, the second to take the lock redoes the first one's work
     over it (removing what the first may already be reading). The lock (a ``filelock`` class, or a
     project class derived from one) says that several processes run it;
+  - ``"library-check-then-create"`` (``library_check_then_create``): a library call that tests and
+    creates its folder itself, without ``exist_ok`` (tensorboardX's ``SummaryWriter(logdir)`` and
+    ``FileWriter(logdir)`` run ``if not os.path.exists(logdir): os.makedirs(logdir)`` in
+    ``record_writer.directory_check``), on a path that this scope has not created before the call
+    (an earlier ``os.makedirs(p, exist_ok=True)`` of the same path leaves the library's test
+    nothing to race on), whose name does not depend on the rank, not in a ``try`` that catches the
+    error;
   - ``"fail-if-present"``: ``if exists(p): raise ...`` (or ``assert not exists(p)``), then, later in
     the same scope, a creation of ``p`` (any ``os.makedirs``/``mkdir``/write of it): a process that
     creates it first makes the others' test fail. A synchronising call between the test and the
@@ -38,6 +45,13 @@ _LOCKS = frozenset({"filelock.FileLock", "filelock.SoftFileLock", "filelock.Unix
                     "filelock.WindowsFileLock", "filelock.BaseFileLock"})
 _REMOVES = frozenset({"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"})
 _CATCHES = frozenset({"FileExistsError", "OSError", "IOError", "Exception", "BaseException", "EnvironmentError"})
+# library calls that create their folder with ``if not os.path.exists(d): os.makedirs(d)`` -> the
+# folder's argument (tensorboardX ``record_writer.directory_check``, still so in its 2026 sources;
+# ``torch.utils.tensorboard`` creates it with ``exist_ok=True`` and is not listed)
+_RACY_CREATORS = {
+    "tensorboardX.SummaryWriter": (0, "logdir"), "tensorboardX.writer.SummaryWriter": (0, "logdir"),
+    "tensorboardX.FileWriter": (0, "logdir"), "tensorboardX.writer.FileWriter": (0, "logdir"),
+}
 
 
 class Race:
@@ -345,6 +359,33 @@ def check_then_create(ctx, an, scope) -> list[Race]:
                 done.add(id(c))
                 out.append(Race("fail-if-present", node, chk, c, e))
                 break
+    return out
+
+
+def library_check_then_create(ctx, an, scope) -> list[Race]:
+    """The ``"library-check-then-create"`` races of ``scope`` (see the module): ``Race`` with no
+    test or check of this file (the library makes them), ``call`` the library call."""
+    from ..semantic import get_arg
+    from .fs_effects import rank_specific
+
+    calls = ctx.sem.scope_calls(scope)
+    out, made = [], None
+    for c in calls:
+        spec = _RACY_CREATORS.get(ctx.qn(c) or "")
+        if spec is None:
+            continue
+        arg = get_arg(c, *spec)
+        if arg is None or isinstance(arg, ast.Constant) and arg.value is None:
+            continue  # the default folder: ``runs/<date>_<host>``, one per host and second
+        k = race_key(ctx, arg)
+        if k is None or rank_specific(ctx, arg, c) or _caught(c, scope):
+            continue
+        if made is None:
+            made = _creations(ctx, an, calls, (MKDIR,))
+        here = (c.lineno, c.col_offset)
+        if any((m.lineno, m.col_offset) < here and effect_key(ctx, an, e) == k for m, e in made):
+            continue  # created before: the library finds it
+        out.append(Race("library-check-then-create", None, None, c, None))
     return out
 
 

@@ -21,6 +21,12 @@ class CheckThenCreateOnEveryRank(Rule):
     - `if os.path.exists(d): raise ...` (or `assert not os.path.exists(d)`) and then a creation of
       `d` later in the same function with no synchronising call (`barrier()`,
       `wait_for_everyone()`, a collective) between the test and the creation;
+    - a library call that makes the same test and creation inside itself: tensorboardX's
+      `SummaryWriter(logdir)` / `FileWriter(logdir)` (its `record_writer.directory_check` runs
+      `if not os.path.exists(logdir): os.makedirs(logdir)`), on a folder whose name does not
+      depend on the rank and that the function has not created before the call
+      (`torch.utils.tensorboard`'s writer creates its folder with `exist_ok=True` and is not
+      flagged);
     - `if os.path.isdir(d): return d` and then `with FileLock(...):` that removes, extracts,
       writes or creates `d` without testing `d` again under the lock (the missing second check of
       double-checked locking). The file lock (a `filelock` class, or a project class derived
@@ -34,7 +40,10 @@ class CheckThenCreateOnEveryRank(Rule):
     (`rank.rank0_guarded`); for a function this file never calls, when the function (or another
     method of its class) makes a collective itself (code written to run on every rank), or when a
     file of the project that is a distributed program (it launches, or starts the process group
-    through the project's functions) calls it on every rank. The
+    through the project's functions) calls it, or builds its class, on every rank, or when a
+    function of the project written to run on every rank (it or its class makes a collective)
+    calls it or builds its class with no main-rank test around the call (`self.log =
+    RunLogger(root)` in the `__init__` of a trainer whose `step` all-reduces). The
     same path is decided by value flow (`fs_effects.path_key`), not by the names used.
 
     ## Why is this bad?
@@ -55,6 +64,11 @@ class CheckThenCreateOnEveryRank(Rule):
     ```python
     dist.init_process_group("nccl")
     os.makedirs(args.checkpoint_dir, exist_ok=True)
+    ```
+    before a tensorboardX writer that every rank builds:
+    ```python
+    os.makedirs(log_dir, exist_ok=True)
+    writer = tensorboardX.SummaryWriter(log_dir)
     ```
     under a file lock, test again once it is held:
     ```python
@@ -83,11 +97,12 @@ class CheckThenCreateOnEveryRank(Rule):
     code = "DDP218"
     name = "check-then-create-on-every-rank"
     severity = Severity.WARNING
-    requires_text = ("exists", "isdir", "is_dir")  # an existence test is spelled in the file
+    # an existence test is spelled in the file, or a library call that makes one
+    requires_text = ("exists", "isdir", "is_dir", "SummaryWriter", "FileWriter")
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
-        from ..flow.fs_races import check_then_create
+        from ..flow.fs_races import check_then_create, library_check_then_create
         from ..flow.sync import main_rank_first, synchronised_between
 
         sem = ctx.sem
@@ -97,7 +112,7 @@ class CheckThenCreateOnEveryRank(Rule):
         for scope in scopes:
             if an is None:
                 an = for_context(ctx)
-            for race in check_then_create(ctx, an, scope):
+            for race in (*check_then_create(ctx, an, scope), *library_check_then_create(ctx, an, scope)):
                 if distributed is None:
                     distributed = distributed_program(an, ctx)
                 if race.kind == "checked-outside-lock":
@@ -122,8 +137,17 @@ class CheckThenCreateOnEveryRank(Rule):
             )
             return
         what = f"`{ctx.text(race.call.func)}(...)`"
-        if e.via:
+        if e is not None and e.via:
             what += f" (through `{' -> '.join(e.via)}`: `{e.api}`)"
+        if race.kind == "library-check-then-create":
+            ctx.report(
+                race.call,
+                f"every rank runs {what}, which tests whether its folder exists and then creates it "
+                f"without `exist_ok` (tensorboardX: `if not os.path.exists(logdir): os.makedirs(logdir)`): "
+                f"the ranks that lose the race crash with FileExistsError; create the folder first "
+                f"with `os.makedirs(..., exist_ok=True)`",
+            )
+            return
         check = ctx.text(race.check)
         if race.kind == "create-if-missing":
             ctx.report(
@@ -176,14 +200,20 @@ def _rank_aware(ctx, an, fn) -> bool:
 
 def _called_on_every_rank(ctx, an, fn) -> bool:
     """A module-level function of this file (or one of this file's functions that call it, two
-    calls up) is called from a distributed file of the project, not under a main-rank test there."""
+    calls up), or the constructor of a module-level class, is called from a distributed file of
+    the project, not under a main-rank test there; or by a function of the project written to run
+    on every rank (``_built_by_rank_aware_code``)."""
     from ._common import project_callers
 
-    if isinstance(parent(fn), ast.ClassDef) or not isinstance(parent(fn), ast.Module):
+    owner = parent(fn)
+    if fn.name == "__init__" and isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module):
+        names, frontier = {owner.name}, set()  # the class's constructor calls
+    elif isinstance(owner, ast.ClassDef) or not isinstance(owner, ast.Module):
         return False
-    names = {fn.name}
-    frontier = {fn.name}
-    for _ in range(2):
+    else:
+        names = {fn.name}
+        frontier = {fn.name}
+    for _ in range(2 if frontier else 0):
         more = set()
         for c in ctx.sem.calls:
             if isinstance(c.func, ast.Name) and c.func.id in frontier:
@@ -196,6 +226,25 @@ def _called_on_every_rank(ctx, an, fn) -> bool:
     for caller, call, _node in project_callers(ctx, names):
         if rank0_guarded(caller, call) is False and runs_in_ranks(caller, call) is not False \
                 and distributed_program(an, caller):
+            return True
+    return _built_by_rank_aware_code(ctx, names)
+
+
+def _built_by_rank_aware_code(ctx, names) -> bool:
+    """A function or class of this file named in ``names`` is called, behind no main-rank test of
+    the calling function, by a function of another module of the project that is itself written
+    to run on every rank (``_rank_aware``: it, or another method of its class, makes a
+    collective): ``self.writer = Writer(log_dir)`` in the ``__init__`` of a trainer whose methods
+    all-reduce."""
+    from ..flow import for_context
+    from ._common import project_callers
+
+    for caller, call, _node in project_callers(ctx, names):
+        outer = caller.sem.enclosing_function(call)
+        if outer is None or rank0_guarded(caller, call, callers=False) is True \
+                or runs_in_ranks(caller, call) is False:
+            continue
+        if _rank_aware(caller, for_context(caller), outer):
             return True
     return False
 

@@ -19,5 +19,6 @@ class ShardedOptimizer:
         total = torch.zeros(1, device=grads[0].device)
         for g in grads:
             total += g.float().norm(2) ** 2
+        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.SUM, group=self.dp_group)
         self._model_parallel_all_reduce(total, torch.distributed.ReduceOp.SUM)
         return total.sqrt().item()

@@ -1,6 +1,7 @@
 import os
 
-from torch.utils.tensorboard import SummaryWriter
+import torch
+from tensorboardX import SummaryWriter
 
 
 class BoardLogger:
@@ -18,4 +19,4 @@ class BoardLogger:
 
     def scalar(self, name, value, step):
         if self._train is not None:
-            self._train.add_scalar(name, value, step)
+            self._train.add_scalar(name, value.item() if torch.is_tensor(value) else value, step)

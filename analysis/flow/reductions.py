@@ -1,0 +1,219 @@
+"""Sum reductions of one tensor: which calls of a function all-reduce a local tensor with ``SUM``
+(over which group), and which helpers of the project all-reduce a parameter with ``SUM`` over the
+whole world.
+
+``sum_reductions(hub, view, scope)`` lists, in source order, the ``SumReduce`` facts of ``scope``:
+
+- ``dist.all_reduce(t)`` / ``dist.all_reduce(t, op=ReduceOp.SUM, group=g)`` directly in ``scope``
+  (``t`` a local name; no ``op`` is ``SUM``); ``world`` when no group is passed (or ``None``,
+  ``group.WORLD``);
+- ``helper(t, ...)``: a function or method of the project (this file or another module, as
+  ``resolve_call`` resolves it) whose body all-reduces its parameter over the world with ``SUM``
+  (``world_sum_params``): the op is no argument, ``ReduceOp.SUM``, or a parameter that this call
+  binds to ``ReduceOp.SUM`` (or leaves at a ``SUM`` default). The collective may sit behind a test
+  in the helper (``if self.mp_group is None:``) as long as the test reads no parameter of the
+  helper other than ``self``: a test of a parameter (``if group is None:``) is the caller's choice.
+
+A reduction under a ``try`` is left out (a failure may be expected and handled). No finding comes
+from here; DDP116 pairs the facts.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..torch_api import D
+from .bindings import reaching
+from .calls import on_subgroup, scope_calls
+from .helper_calls import bind_args, callee_name, may_resolve, resolved
+
+_OP_POS = (1, "op")
+
+
+class SumReduce:
+    """``call`` (in the scope) sums the local tensor ``name``; ``world``: over the default group.
+    ``at`` is the ``all_reduce`` itself (in the helper, of module ``path``, for a helper call;
+    ``via`` its name), ``group`` the group expression of a direct call (None for the world)."""
+
+    __slots__ = ("call", "name", "world", "at", "path", "via", "group")
+
+    def __init__(self, call, name, world, at, path, via=None, group=None):
+        self.call, self.name, self.world, self.at = call, name, world, at
+        self.path, self.via, self.group = path, via, group
+
+
+def _is_sum(op) -> bool:
+    """``op`` (an argument, or None when none is passed) is ``ReduceOp.SUM`` (any spelling of the
+    attribute path: ``dist.ReduceOp.SUM``, ``ReduceOp.SUM``)."""
+    return op is None or (isinstance(op, ast.Attribute) and op.attr == "SUM"
+                          and isinstance(op.value, (ast.Name, ast.Attribute)))
+
+
+def _under_try(node, fn) -> bool:
+    p = parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, ast.Try) or p.__class__.__name__ == "TryStar":
+            return True
+        p = parent(p)
+    return False
+
+
+def _tests_read_params(node, fn) -> bool:
+    """A test above ``node`` in ``fn`` (``if``, ``while``, a conditional expression) reads a
+    parameter of ``fn`` other than ``self``/``cls``."""
+    params = set(param_names(fn)) - {"self", "cls"}
+    child, p = node, parent(node)
+    while p is not None and p is not fn:
+        test = getattr(p, "test", None) if isinstance(p, (ast.If, ast.While, ast.IfExp)) else None
+        if test is not None and child is not test:
+            if any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(test)):
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+def _param(view, fn, expr) -> str | None:
+    """``expr`` is a parameter of ``fn`` that nothing rebinds before it is read."""
+    if not isinstance(expr, ast.Name):
+        return None
+    kind, got = reaching(view, expr.id, expr)
+    return expr.id if kind == "param" and got is fn else None
+
+
+def world_sum_params(view, fn) -> tuple:
+    """``(tensor parameter, op parameter or None, all_reduce call)`` for each ``all_reduce`` over
+    the world that ``fn`` makes directly on one of its parameters with ``SUM`` (or with an op
+    that is itself a parameter), not under a ``try`` and not under a test of a parameter."""
+    memo = view.memo.setdefault("reductions.world_sum", {})
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    out = []
+    for c in scope_calls(view, fn):
+        if (view.sem.call_qualname(c) or "") != D + "all_reduce" or on_subgroup(c, "all_reduce"):
+            continue
+        t = _param(view, fn, get_arg(c, 0, "tensor"))
+        if t is None or _under_try(c, fn) or _tests_read_params(c, fn):
+            continue
+        op = get_arg(c, *_OP_POS)
+        op_param = _param(view, fn, op) if op is not None else None
+        if op_param is None and not _is_sum(op):
+            continue
+        out.append((t, op_param, c))
+    got = memo[id(fn)] = tuple(out)
+    return got
+
+
+def _default_of(fn, name: str):
+    """The default expression of parameter ``name`` of ``fn``; ``False`` when it has none."""
+    a = fn.args
+    pos = [*a.posonlyargs, *a.args]
+    for p, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
+        if p.arg == name:
+            return d
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        if p.arg == name:
+            return d if d is not None else False
+    return False
+
+
+def sum_reductions(hub, view, scope) -> list:
+    """The ``SumReduce`` facts of ``scope``, in source order (see the module's docstring)."""
+    memo = view.memo.setdefault("reductions.sums", {})
+    got = memo.get(id(scope))
+    if got is not None:
+        return got
+    out = []
+    for c in scope_calls(view, scope):
+        qn = view.sem.call_qualname(c) or ""
+        if qn == D + "all_reduce":
+            t = get_arg(c, 0, "tensor")
+            if isinstance(t, ast.Name) and _is_sum(get_arg(c, *_OP_POS)) and not _under_try(c, scope):
+                world = not on_subgroup(c, "all_reduce")
+                grp = None if world else get_arg(c, 2, "group")
+                out.append(SumReduce(c, t.id, world, c, view.path, group=grp))
+            continue
+        if qn.startswith(("torch.", "numpy.", "math.")) or not may_resolve(view, c):
+            continue
+        target = resolved(hub, view, c)
+        if target is None or target[1] is scope or not isinstance(target[1], FUNC_TYPES):
+            continue
+        sinks = world_sum_params(target[0], target[1])
+        if not sinks:
+            continue
+        args = bind_args(c, target[1])
+        for t_param, op_param, at in sinks:
+            t = args.get(t_param)
+            if not isinstance(t, ast.Name):
+                continue
+            if op_param is not None:
+                op = args.get(op_param)
+                if op is None:
+                    op = _default_of(target[1], op_param)
+                    if op is False or op is None or isinstance(op, ast.Constant):
+                        continue
+                if not _is_sum(op):
+                    continue
+            out.append(SumReduce(c, t.id, True, at, target[0].path, via=callee_name(target)))
+            break
+    memo[id(scope)] = out
+    return out
+
+
+def summed_again(hub, view, scope) -> list:
+    """``(first, second)`` pairs of ``sum_reductions``: ``second`` sums over the world the tensor
+    that ``first`` summed (over any group) just before, on every path from ``first``: ``first``'s
+    statement is an earlier statement of a block that holds ``second``, and no code between the
+    two reads or writes the name (no rescaling, no reset, no rebinding)."""
+    facts = sum_reductions(hub, view, scope)
+    out = []
+    for i, second in enumerate(facts):
+        if not second.world:
+            continue
+        for first in reversed(facts[:i]):
+            if first.name != second.name:
+                continue
+            if _dominates(first.call, second.call) and not _touched_between(view, scope, first.call, second.call,
+                                                                               first.name):
+                out.append((first, second))
+            break
+    return out
+
+
+def _stmt_of(node):
+    while node is not None and not isinstance(node, ast.stmt):
+        node = parent(node)
+    return node
+
+
+def _dominates(a: ast.AST, b: ast.AST) -> bool:
+    """The statement holding ``a`` comes before, in the same block, a statement that holds (or
+    is) the one holding ``b``."""
+    sa = _stmt_of(a)
+    blk_owner = parent(sa)
+    if blk_owner is None:
+        return False
+    for field in ("body", "orelse", "finalbody"):
+        blk = getattr(blk_owner, field, None)
+        if isinstance(blk, list) and sa in blk:
+            break
+    else:
+        return False
+    i = blk.index(sa)
+    later = {id(s) for s in blk[i + 1:]}
+    n = _stmt_of(b)
+    while n is not None and n is not blk_owner:
+        if id(n) in later:
+            return True
+        n = parent(n)
+    return False
+
+
+def _touched_between(view, scope, a: ast.Call, b: ast.Call, name: str) -> bool:
+    """Some mention of ``name`` in ``scope`` lies after ``a`` ends and before ``b`` starts."""
+    lo = (a.end_lineno, a.end_col_offset)
+    hi = (b.lineno, b.col_offset)
+    for n in ast.walk(scope):
+        if isinstance(n, ast.Name) and n.id == name and lo <= (n.lineno, n.col_offset) < hi:
+            return True
+    return False
