@@ -15,7 +15,7 @@ from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_
                                   COND_FULL_STATE_DICT, COND_RUN_CHECK, COND_SHARDED_PARAMS, VOCAB)
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import constant_of
-from .bindings import reaching
+from .bindings import _COMPS, comp_binder, reaching
 
 FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
 FSDP1 = "torch.distributed.fsdp.FullyShardedDataParallel"
@@ -554,15 +554,27 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
     def dtensor(expr, at) -> bool:
         if not isinstance(expr, ast.Name):
             return False
+        g = comp_binder(expr)
+        if g is not None:
+            return _sharded_target(view, g.iter, g.target, mods) == expr.id
         kind, evs = reaching(view, expr.id, at)
         if kind == "param":
             return expr.id in dts
         return kind == "events" and bool(evs) and all(e in loops.get(expr.id, ()) for e in evs)
 
     def holds(p, child) -> bool:  # ``if isinstance(v, DTensor):`` of a DTensor value, around its body
+        if p.__class__ in _COMPS:  # the element of ``{k: v.full_tensor() for k, v in net.state_dict().items()}``
+            g = p.generators
+            return (child is not g[0] and len(g) == 1 and not g[0].ifs
+                    and _sharded_target(view, g[0].iter, g[0].target, mods) is not None)
+        if isinstance(p, ast.If):
+            if child not in p.body:
+                return False
+        elif not (isinstance(p, ast.IfExp) and child is p.body):
+            return False
         t = p.test
-        if child not in p.body or not (isinstance(t, ast.Call) and isinstance(t.func, ast.Name)
-                                        and t.func.id == "isinstance" and len(t.args) == 2):
+        if not (isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "isinstance"
+                and len(t.args) == 2):
             return False
         types = t.args[1].elts if isinstance(t.args[1], ast.Tuple) else [t.args[1]]
         return (any(view.sem.qualname(x) in _DTENSOR_CLASSES for x in types)
@@ -604,28 +616,32 @@ def _sharded_loops(view, fn, mods) -> dict:
     if not mods:
         return got
     for st in ast.walk(fn):
-        if not isinstance(st, ast.For) or view.sem.enclosing_function(st) is not fn:
-            continue
-        it, pair = st.iter, False
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "values") \
-                and not it.args:
-            pair = it.func.attr == "items"
-            it = it.func.value
-            if not (isinstance(it, ast.Call) and it.func.__class__ is ast.Attribute and it.func.attr == "state_dict"):
-                continue
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _SHARDED_ITERS
-                and isinstance(it.func.value, ast.Name) and it.func.value.id in mods
-                and reaching(view, it.func.value.id, it)[0] == "param"):
-            continue
-        pair = pair or it.func.attr == "named_parameters"
-        if it.func.attr == "state_dict" and not pair and st.iter is it:
-            continue  # ``for k in model.state_dict()``: the keys
-        t = st.target
-        if pair:
-            t = t.elts[1] if isinstance(t, ast.Tuple) and len(t.elts) == 2 else None
-        if isinstance(t, ast.Name):
-            got.setdefault(t.id, []).append(st)
+        if isinstance(st, ast.For) and view.sem.enclosing_function(st) is fn:
+            t = _sharded_target(view, st.iter, st.target, mods)
+            if t is not None:
+                got.setdefault(t, []).append(st)
     return got
+
+
+def _sharded_target(view, it, target, mods):
+    """The name ``target`` (of a ``for`` over ``it``) binds to a value of the state dict or the
+    parameters of a parameter in ``mods``, else None."""
+    pair = False
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "values") \
+            and not it.args:
+        pair = it.func.attr == "items"
+        it = it.func.value
+        if not (isinstance(it, ast.Call) and it.func.__class__ is ast.Attribute and it.func.attr == "state_dict"):
+            return None
+    elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "state_dict":
+        return None  # ``for k in model.state_dict()``: the keys
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _SHARDED_ITERS
+            and isinstance(it.func.value, ast.Name) and it.func.value.id in mods
+            and reaching(view, it.func.value.id, it)[0] == "param"):
+        return None
+    if pair or it.func.attr == "named_parameters":
+        target = target.elts[1] if isinstance(target, ast.Tuple) and len(target.elts) == 2 else None
+    return target.id if isinstance(target, ast.Name) else None
 
 
 def _compiled_call(hub, view, call, Site):
