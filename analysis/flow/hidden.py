@@ -412,11 +412,12 @@ def fsdp1_sharded(hub, view, expr, at):
 
 
 # -- sites -----------------------------------------------------------------------------------------
-def hidden_sites(hub, view, Effect, Site) -> dict:
+def hidden_sites(hub, view, Effect, Site, gather=None) -> dict:
     """call -> Site for every call of the module that runs a hidden collective: a vocabulary entry
     whose condition holds, the forward of an FSDP2 module, ``backward()`` of a value computed from
-    one, and a project helper that calls an FSDP2 module it receives. ``Effect`` and ``Site`` are
-    ``summaries``' classes, passed in (this module sits below ``summaries``)."""
+    one, and a project helper that calls an FSDP2 module it receives (or, through ``gather``,
+    ``gathers.helper_gather``, gathers its DTensors). ``Effect`` and ``Site`` are ``summaries``'
+    classes, passed in (this module sits below ``summaries``)."""
     got = view.memo.get("hidden.sites")
     if got is not None:
         return got
@@ -450,7 +451,8 @@ def hidden_sites(hub, view, Effect, Site) -> dict:
             got[c] = Site(c, [Effect("all_gather", c, view.path,
                                      what="FSDP2's parameter all-gather in the forward")], "hidden")
             continue
-        site = _helper_forward(hub, view, c, Effect, Site) or _compiled_call(hub, view, c, Site)
+        site = (_helper_forward(hub, view, c, Effect, Site) or (gather and gather(hub, view, c, Effect, Site))
+                or _compiled_call(hub, view, c, Site))
         if site is not None:
             got[c] = site
     return got
@@ -458,9 +460,10 @@ def hidden_sites(hub, view, Effect, Site) -> dict:
 
 def _relevant(view) -> bool:
     """The module names something of the vocabulary (a qualified name or a unique method), or
-    imports Accelerate (its collectives, ``_accelerate_call``)."""
+    imports ``torch.distributed`` itself (``dist``: a sharded module it receives from a helper,
+    ``gathers.helper_gather``), or imports Accelerate (its collectives, ``_accelerate_call``)."""
     sem = view.sem
-    if any((v or "").startswith(("torch.distributed.", "torch.nn.utils", "accelerate")) for v in sem.aliases.values()):
+    if any((v or "").startswith(("torch.distributed", "torch.nn.utils", "accelerate")) for v in sem.aliases.values()):
         return True
     return any(isinstance(c.func, ast.Attribute) and c.func.attr in BY_UNIQUE_METHOD for c in sem.calls)
 

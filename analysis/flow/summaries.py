@@ -25,10 +25,10 @@ from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     GROUP_POS, ROOTS, WRAPPERS, _bound, _is_ctor, _memo, _name_of, _name_of_any, _on_self_attr, _wrapped, calls_by_name,
     instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
-    self_offset, wrapped_names, instance_method_calls,
-)
+    self_offset, wrapped_names, instance_method_calls,)
 from .roots import Roots
 from .hidden import hidden_sites
+from .gathers import helper_gather
 from .unconditional import _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
 
 COLLECTIVES = (
@@ -362,7 +362,7 @@ class Summaries(Roots):
         if pre is None:
             pre = _sites_prelude(view)
         has_zero, instances, methods, cands, plain_wrapped = pre
-        hidden = hidden_sites(self, view, Effect, Site)  # the modern stack's hidden collectives (flow/hidden.py)
+        hidden = hidden_sites(self, view, Effect, Site, helper_gather)  # the modern stack's hidden collectives (flow/hidden.py)
         if ctx is None:
             wrapped = plain_wrapped
             # only the calls that can pass the rejects below (the rest would ``continue``)

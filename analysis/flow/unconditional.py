@@ -52,16 +52,19 @@ def _holders_of_returns(view) -> set:
     return got
 
 
-def unconditional(view, node: ast.AST, fn: ast.AST) -> bool:
+def unconditional(view, node: ast.AST, fn: ast.AST, allow=None) -> bool:
     """``node`` runs on every call of ``fn`` that reaches the end of the statements before it: no
     ``if`` / handler / conditional expression between them, and no early exit earlier in the
-    body. (Loops are taken to run at least once.)"""
+    body. (Loops are taken to run at least once.) ``allow(node, child)``: a condition around
+    ``node`` (an ``if`` or a conditional expression) that the caller knows to hold (``child``: the
+    part of it that holds ``node``)."""
     holders = _return_holders(view)
     child = node
     p = parent(node)
     while p is not None and p is not fn:
         if isinstance(p, _BRANCHING) or p.__class__.__name__ in ("match_case", "Match"):
-            if not (isinstance(p, ast.If) and (child is p.test or dist_mode_test(p.test))):
+            if not ((isinstance(p, ast.If) and (child is p.test or dist_mode_test(p.test)))
+                    or (allow is not None and allow(p, child))):
                 return False
         child = p
         p = parent(p)

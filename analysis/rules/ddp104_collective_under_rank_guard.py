@@ -82,7 +82,10 @@ class CollectiveUnderRankGuard(Rule):
     `get_state_dict` with `full_state_dict=True`, `set_*state_dict` with `broadcast_from_rank0=True`,
     `dcp.save` / `dcp.load` / `dcp.async_save`, `clip_grad_norm_` over FSDP2 parameters, FSDP1's
     `summon_full_params` and full optimizer state dicts, and a `torch.compile`d function that makes
-    a collective.
+    a collective. A helper that gathers the DTensors of a module it receives only behind
+    `if isinstance(t, DTensor):` (`for k, t in net.state_dict().items(): full = t.full_tensor()`,
+    also through a helper that receives `t`) makes the all-gather when the call passes a
+    `fully_shard` module; given a module that was never sharded, it makes none.
 
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose
