@@ -27,8 +27,6 @@ MAIN_FIRST_CONTEXTS = frozenset({"composer.utils.dist.run_local_rank_zero_first"
 def main_first_with(sem, node: ast.AST, stop: ast.AST):
     """The ``with`` of a ``MAIN_FIRST_CONTEXTS`` context manager around ``node`` (inside ``stop``):
     when its block ends, every rank has waited for what the main rank did in it; None when none."""
-    from ..semantic import parent
-
     p = parent(node)
     while p is not None and p is not stop:
         if isinstance(p, (ast.With, ast.AsyncWith)) and any(
@@ -95,7 +93,6 @@ def main_rank_first(ctx, hub, node: ast.AST) -> ast.If | None:
     an earlier ``if <not the main rank>: <synchronising call>`` in a block around ``node`` in its
     function (the barrier sandwich of ``torch_distributed_zero_first``: the main rank runs on, does
     the work, then reaches its own barrier and releases the others). None when there is none."""
-    from ..semantic import parent
     from .rank_tests import polarity
 
     sem = ctx.sem
