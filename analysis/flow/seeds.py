@@ -1,0 +1,222 @@
+"""The seed in force for torch's random numbers at a place of the program, and whether it differs
+between ranks.
+
+A seeding event is a call of torch's own seeding functions, of a library's (`transformers`'
+`set_seed`, Lightning's `seed_everything`, Accelerate's `set_seed`, which adds the process index
+with `device_specific=True`), or of a project function that seeds inside: its last seeding event
+decides what a call of it leaves in force, with a seed given as its parameter read at each call
+(`seed_everything(args.seed + rank)`). Events are taken in source order, in the function of the
+place before it, then before each call of that function in its module (the ``main`` that seeds and
+then calls ``train``), then at the module's top level. The seed's value is a uniformity question
+(``uniformity.py``): rank-varying only where its value flow reaches the rank.
+
+What a module built under a per-rank seed holds differs between ranks; the modern stack's
+wrappers that keep each rank's own values over a replicated dimension (FSDP2 on a 2-D mesh,
+FSDP1's hybrid and no-shard strategies without ``sync_module_states``) never reconcile them
+(DDP521). Nothing here reads the text beyond the calls' qualified names.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from .context import call_args
+from .values import RANK
+from .vocab import _SEEDS
+
+# library calls that seed torch's generators from their first argument
+LIB_SEEDERS = ("transformers.set_seed", "transformers.trainer_utils.set_seed",
+               "lightning.seed_everything", "lightning.pytorch.seed_everything",
+               "lightning.fabric.seed_everything", "lightning_fabric.seed_everything",
+               "lightning_fabric.utilities.seed.seed_everything", "pytorch_lightning.seed_everything",
+               "pytorch_lightning.utilities.seed.seed_everything", "accelerate.utils.set_seed",
+               "accelerate.utils.random.set_seed")
+TORCH_SEEDERS = _SEEDS["torch"] + LIB_SEEDERS
+_DEVICE_SPECIFIC = ("accelerate.utils.set_seed", "accelerate.utils.random.set_seed")
+_MAX_DEPTH = 3
+# methods of a module that return it, moved or cast, with the same values
+_MOVES = frozenset({"to", "cuda", "float", "half", "bfloat16", "double", "train", "eval", "requires_grad_"})
+
+
+class Seed:
+    """A seeding event: ``kind`` "V" (rank-varying), "U" (uniform or not known to vary) or "P"
+    (the seed is the parameter ``param`` of the function it is in); ``call`` is the call that
+    seeds, as the outermost call of the chain in the function asked about; ``src``: the variance's
+    source for "V"."""
+
+    __slots__ = ("kind", "call", "view", "param", "src")
+
+    def __init__(self, kind, call, view, param=None, src=None):
+        self.kind, self.call, self.view, self.param, self.src = kind, call, view, param, src
+
+
+def _calls_in(view, fn) -> list:
+    """The calls whose innermost function is ``fn`` (the module for None), in source order."""
+    sem = view.sem
+    key = ("seeds.calls_in", id(fn))
+    got = view.memo.get(key)
+    if got is None:
+        scope = fn if fn is not None else sem.tree
+        got = [c for c in sem.calls if sem.enclosing_function(c) is fn and _inside(scope, c)]
+        got.sort(key=lambda c: (c.lineno, c.col_offset))
+        view.memo[key] = got
+    return got
+
+
+def _inside(outer, node) -> bool:
+    if isinstance(outer, ast.Module):
+        return True
+    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) and (
+        node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _judge(hub, view, call, expr, fn) -> Seed:
+    """The event of a seeding call whose seed is ``expr`` (in ``fn``)."""
+    qn = view.sem.call_qualname(call) or ""
+    if qn in _DEVICE_SPECIFIC:
+        flag = get_arg(call, 1, "device_specific")
+        if isinstance(flag, ast.Constant) and flag.value is True:
+            return Seed("V", call, view, src=None)
+    if expr is None:
+        return Seed("U", call, view)
+    if isinstance(expr, ast.Name) and fn is not None and expr.id in param_names(fn) and not _rebound(view, fn, expr.id):
+        return Seed("P", call, view, param=expr.id)
+    v = hub.evaluator(view).value(expr)
+    if v.varying and v.src is not None and v.src.cat == RANK:
+        return Seed("V", call, view, src=v.src)
+    return Seed("U", call, view)
+
+
+def _rebound(view, fn, name: str) -> bool:
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store):
+            return True
+    return False
+
+
+def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
+    """The last seeding event of ``fn`` (the module's top level for None) that runs before the
+    node ``before`` (all of them when None), through the project functions it calls."""
+    memo = view.memo.setdefault("seeds.last", {})
+    key = (id(fn), id(before))
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # a recursive call adds nothing
+    out = None
+    limit = (before.lineno, before.col_offset) if before is not None else None
+    for c in _calls_in(view, fn):
+        if limit is not None and (c.lineno, c.col_offset) >= limit:
+            break
+        got = _event(hub, view, fn, c, depth)
+        if got is not None:
+            out = got
+    memo[key] = out
+    return out
+
+
+def _event(hub, view, fn, c, depth) -> Seed | None:
+    qn = view.sem.call_qualname(c) or ""
+    if qn in TORCH_SEEDERS:
+        return _judge(hub, view, c, get_arg(c, 0, "seed"), fn)
+    if depth >= _MAX_DEPTH or not isinstance(c.func, (ast.Name, ast.Attribute)):
+        return None
+    target = hub.resolve_call(view, c)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return None
+    tv, tfn = target
+    inner = last_seed(hub, tv, tfn, None, depth + 1)
+    if inner is None:
+        return None
+    if inner.kind == "P":
+        arg = dict(call_args(c, tfn)).get(inner.param)
+        got = _judge(hub, view, c, arg, fn)
+        return got
+    # the callee decides by itself: the event is this call
+    return Seed(inner.kind, c if inner.kind == "U" else inner.call, view if inner.kind == "U" else inner.view,
+                src=inner.src)
+
+
+def seed_in_force(hub, view, at) -> Seed | None:
+    """The seeding event in force at the node ``at``: the last one before it in its function,
+    else the last one before a call of that function in its module (for each caller, one must
+    be found and all must agree), else the module's top level before the function is called."""
+    fn = view.sem.enclosing_function(at)
+    got = last_seed(hub, view, fn, at)
+    if got is not None or fn is None:
+        return got
+    sites = hub.call_sites(view, fn)
+    found = []
+    for s in sites:
+        e = seed_in_force(hub, view, s) if view.sem.enclosing_function(s) is not fn else None
+        if e is None:
+            return None
+        found.append(e)
+    if found and all(e.kind == "V" for e in found):
+        return found[0]
+    if found:
+        return Seed("U", found[0].call, view)
+    return None
+
+
+def constructions(hub, view, expr, at, depth: int = 0) -> list:
+    """(view, call) of the constructions of the module ``expr`` holds at ``at``: a project
+    ``nn.Module`` class or a ``torch.nn`` class called (moved or cast after: ``Net().cuda()``,
+    also when a helper builds and returns it); empty when any origin is something else (a
+    pretrained load, an element of a container, a parameter no caller is seen for)."""
+    from .origins import origins
+
+    out = []
+    for v, e in origins(hub, view, expr, at):
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _MOVES:
+            if depth >= _MAX_DEPTH:
+                return []
+            got = constructions(hub, v, e.func.value, e, depth + 1)  # ``Net().cuda()``: the module built
+            if not got:
+                return []
+            out.extend(got)
+            continue
+        if not isinstance(e, ast.Call):
+            return []
+        qn = v.sem.call_qualname(e) or ""
+        if qn.startswith("torch.nn.") and qn.rsplit(".", 1)[-1][:1].isupper():
+            out.append((v, e))
+            continue
+        cls = hub.resolve_class(v, e.func)
+        if cls is None:
+            return []
+        out.append((v, e))
+    return out
+
+
+def on_meta(hub, view, call) -> bool:
+    """The module is built on the ``meta`` device (or with no storage): a ``device="meta"``
+    argument, or a ``with`` around it of ``torch.device(...)`` holding ``"meta"``, Accelerate's
+    ``init_empty_weights`` or torchdistx's ``deferred_init``."""
+    from .origins import origins
+
+    def meta(v, e, at) -> bool:
+        for ov, o in origins(hub, v, e, at):
+            if isinstance(o, ast.Constant) and o.value == "meta":
+                return True
+            if isinstance(o, ast.Call) and (ov.sem.call_qualname(o) or "") == "torch.device" and o.args and \
+                    meta(ov, o.args[0], o):
+                return True
+        return False
+
+    dev = get_arg(call, None, "device")
+    if dev is not None and meta(view, dev, call):
+        return True
+    p = parent(call)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.ClassDef, ast.Module)):
+        if isinstance(p, (ast.With, ast.AsyncWith)):
+            for it in p.items:
+                ce = it.context_expr
+                if not isinstance(ce, ast.Call):
+                    continue
+                qn = view.sem.call_qualname(ce) or ""
+                if qn.endswith(("init_empty_weights", "deferred_init", "init_on_device")):
+                    return True
+                if qn == "torch.device" and ce.args and meta(view, ce.args[0], ce):
+                    return True
+        p = parent(p)
+    return False
