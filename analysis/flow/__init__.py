@@ -145,6 +145,13 @@ class Analysis(Summaries):
                     outer.dep_hashes[v.path] = v.digest
                 outer.depends_on(v)
 
+    def summary_context(self, view, fn, binds: dict, call: ast.Call):
+        """A context of ``fn`` binding what one call of it passes (``nones.caller_context``), as deep
+        as contexts go: what ``fn`` calls is read from the plain summaries."""
+        from .context import MAX_DEPTH, Ctx  # lazy: context sits above uniformity
+
+        return Ctx(view, fn, binds, {}, call, view.path, MAX_DEPTH)
+
     def view_of(self, path: str):
         """The view of the project file at ``path`` (a dependency of this check), or None."""
         return self._load(os.path.abspath(path)) if path and not path.startswith("<") else None

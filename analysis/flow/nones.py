@@ -7,13 +7,16 @@ rank-varying test that picks between None and a value that is never None. That t
 bindings ``x = None`` / ``x = <never None>`` reaches the use (``images = None`` ... ``if
 has_image: images = []``: the evaluator's control dependence, on this rank's data, the clock or
 random numbers). A parameter analysed under a call context that binds it asks the same of the
-argument in the caller's module. A value that may be None on every rank (a call's result, a
-parameter of unknown callers) is never judged.
+argument in the caller's module; without one, the function's summary over its calls in its
+module answers (``callers_none_ness``), each caller read as its own callers run it
+(``caller_context``), so a choice made several calls up a chain of helpers is still seen. A value
+that may be None on every rank (a call's result, a parameter no known call chooses) is never judged.
 """
 from __future__ import annotations
 
 import ast
 
+from ..semantic import FUNC_TYPES
 from .bindings import reaching
 from .values import X, Value
 
@@ -60,17 +63,85 @@ def none_ness(ev, x: ast.AST, d: int) -> Value:
 
 def _param_none_ness(ev, fn: ast.AST, name: str, d: int) -> Value:
     """A parameter under a call context that binds it: whether the argument the call passes is
-    None, asked in the caller's module (``share(pics)`` with ``pics = {} if batch["n"] else None``)."""
+    None, asked in the caller's module (``share(pics)`` with ``pics = {} if batch["n"] else None``).
+    Otherwise the function's summary over its calls in its module (``callers_none_ness``)."""
     ctx = ev.ctx
-    if ctx is None or fn is not ctx.fn or name not in ctx.binds:
+    if ctx is not None and fn is ctx.fn and name in ctx.binds:
+        from .calls import call_args  # lazy: calls sits above uniformity
+        arg = next((a for p, a in call_args(ctx.call, fn) if p == name), None)
+        caller = ev.hub.view_of(ctx.call_path)
+        if arg is not None and caller is not None:
+            v = none_ness(ev.hub.evaluator(caller), arg, d + 1)
+            if v.varying:
+                return Value("V", v.src.step(ctx.passed(name), ctx.call, ctx.call_path))
+    return callers_none_ness(ev.hub, ev.view, fn, name, d)
+
+
+_MAX_SITES = 16  # the calls of one function a summary reads
+
+
+def callers_none_ness(hub, view, fn: ast.AST, name: str, d: int = 0) -> Value:
+    """Summary: whether some call of ``fn`` in its module (by name, ``self.m(...)``, a method on
+    an instance of its class: ``hub.call_sites``) passes ``name`` an argument whose None-ness is
+    rank-varying, with the caller analysed as its own callers run it (``caller_context``). A chain
+    of helpers that hand the value on (``collect -> run -> share``) is followed to the call that
+    makes the choice, however many calls deep; one such call is enough (on that call the ranks
+    disagree). Memoised per function and parameter; a cycle of calls reads as unknown."""
+    if not isinstance(fn, FUNC_TYPES) or d > 30:
         return X
+    memo = view.memo.setdefault("callers_none_ness", {})
+    key = (id(fn), name)
+    got = memo.get(key)
+    if got is not None:
+        return got
+    memo[key] = X  # recursion guard
     from .calls import call_args  # lazy: calls sits above uniformity
-    arg = next((a for p, a in call_args(ctx.call, fn) if p == name), None)
-    caller = ev.hub.view_of(ctx.call_path)
-    if arg is None or caller is None:
-        return X
-    v = none_ness(ev.hub.evaluator(caller), arg, d + 1)
-    return Value("V", v.src.step(ctx.passed(name), ctx.call, ctx.call_path)) if v.varying else X
+    out = X
+    for c in hub.call_sites(view, fn)[:_MAX_SITES]:
+        arg = next((a for p, a in call_args(c, fn) if p == name), None)
+        if arg is None:
+            continue
+        g = view.sem.enclosing_function(c)
+        if g is fn:
+            continue
+        cev = hub.evaluator(view, caller_context(hub, view, g, d + 1) if g is not None else None)
+        v = none_ness(cev, arg, d + 1)
+        if v.varying:
+            fname = getattr(fn, "name", "?")
+            out = Value("V", v.src.step(f"passed to `{fname}` as `{name}` at line {c.lineno}", c, view.path))
+            break
+    memo[key] = out
+    return out
+
+
+def caller_context(hub, view, g: ast.AST, d: int = 0):
+    """Summary context of ``g``: its parameters bound to the rank-varying values one call of
+    ``g`` in its module passes (that caller itself analysed so, up the chain), for the None-ness
+    questions of ``callers_none_ness``; None when no call passes one."""
+    if not isinstance(g, FUNC_TYPES) or d > 30:
+        return None
+    memo = view.memo.setdefault("none_caller_context", {})
+    if id(g) in memo:
+        return memo[id(g)]
+    memo[id(g)] = None  # recursion guard
+    from .calls import call_args  # lazy: calls sits above uniformity
+    base = hub.evaluator(view)
+    got = None
+    for c in hub.call_sites(view, g)[:_MAX_SITES]:
+        h = view.sem.enclosing_function(c)
+        if h is g:
+            continue
+        ev = hub.evaluator(view, caller_context(hub, view, h, d + 1) if h is not None else None)
+        binds = {}
+        for p, a in call_args(c, g):
+            v = ev.value(a)
+            if v.varying and not base.param_value(g, p, g).varying:
+                binds[p] = v
+        if binds:
+            got = hub.summary_context(view, g, binds, c)
+            break
+    memo[id(g)] = got
+    return got
 
 
 def never_none(ev, e: ast.AST, d: int) -> bool:

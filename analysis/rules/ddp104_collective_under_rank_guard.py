@@ -43,8 +43,11 @@ class CollectiveUnderRankGuard(Rule):
     defined in this file or imported from the project). So does `x is not None` where such a
     condition chooses between None and a value that is never None (`images = images if found else
     None`, with `found` set from this rank's batch; `extra = None` then `if batch_has_mask: extra =
-    {}`), also when `x` reaches a helper as its parameter; a value that may be None on every rank
-    (a call's result, a parameter) is not judged. And beyond direct calls, the collective
+    {}`), also when `x` reaches a helper as its parameter, through any number of calls of the
+    same file (functions, `self.<method>(...)`, a method of an object held on `self`): the helper's
+    summary says whether one of its calls passes such a choice, with each caller read as its own
+    callers run it, and the finding is at the helper's collective. A value that may be None on
+    every rank (a call's result, a parameter no call of the file chooses) is not judged. And beyond direct calls, the collective
     may be implicit or inside a helper: `evaluate(model)` whose body (in this file or another file
     of the project) ends in `all_gather_object`, DDP's buffer broadcast in the forward of a wrapped
     model with gradients enabled, DDP's gradient all-reduce in `loss.backward()`. The finding names
