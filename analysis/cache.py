@@ -34,7 +34,6 @@ Safety:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -55,6 +54,8 @@ MAX_TOTAL_BYTES = 256 * 1024 * 1024
 # -- digests -------------------------------------------------------------------------------------
 def content_digest(data: bytes) -> str:
     """sha256 hex of a file's bytes: what engines report in ``CheckResult.dependencies``."""
+    import hashlib  # lazy, as below: a --no-cache run of gated-out files never hashes (start-up)
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -121,6 +122,8 @@ def user_key() -> bytes | None:
 
 
 def content_tag(data: bytes, key: bytes) -> str:
+    import hashlib
+
     return hashlib.blake2b(data, key=key[:64], digest_size=20).hexdigest()
 
 
@@ -243,6 +246,8 @@ def code_fingerprint() -> str:
     changed rule (a development tree, an upgrade without a version bump) never reuses findings."""
     global _code_fp
     if _code_fp is None:
+        import hashlib
+
         from . import __version__
 
         h = hashlib.sha256(f"{__version__}|{sys.version_info[:2]}|{FORMAT}".encode())
@@ -308,6 +313,8 @@ class Cache:
             self.enabled = False
             return
         self._mark_folder()
+        import hashlib
+
         ident = hashlib.blake2b(f"{code_fingerprint()}|{settings_fingerprint(settings)}".encode(),
                                 key=self.key[:64], digest_size=16).hexdigest()
         self.pack_path = os.path.join(vdir, f"{ident}.json")
