@@ -34,7 +34,6 @@ Safety:
 """
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -288,6 +287,8 @@ def settings_fingerprint(settings) -> str:
     for f in dataclasses.fields(settings):
         if not f.name.startswith("_"):
             data[f.name] = getattr(settings, f.name)
+    import json  # lazy, as below: a --no-cache run never reads or writes a pack (start-up)
+
     return json.dumps(data, sort_keys=True, default=str)
 
 
@@ -343,6 +344,8 @@ class Cache:
         raw = _read_regular(self.pack_path, MAX_PACK_BYTES)
         if raw is None:
             return {}, []
+        import json
+
         try:
             data = json.loads(raw)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -455,6 +458,8 @@ class Cache:
             for k, v in self.updated.items():
                 merged[k] = [*v[:3], self._intern(v[3], table, ids)]
             merged = self._prune(merged)
+            import json
+
             data = json.dumps({"format": FORMAT, "deps": table, "entries": merged},
                               separators=(",", ":")).encode()
             if len(data) > MAX_PACK_BYTES:
