@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 
 from .cache import Cache, content_tag, decode_findings, encode_findings
-from .io import SourceError, decode_bytes, read_regular_file
-from .notebook import NotebookError, check_notebook, is_notebook
+from .io import SourceError, decode_bytes, is_notebook, read_regular_file
 
 _MAX_SOURCE_BYTES = 256 * 1024 * 1024
 
@@ -55,6 +54,8 @@ def check_one(path: str):
     except SourceError as e:
         return ("err", str(e))
     if is_notebook(path):  # the code cells as one module, findings in cells
+        from .notebook import NotebookError, check_notebook  # lazy: most runs have no notebook
+
         try:
             findings, _, _, deps = check_notebook(sf.text, path, _settings)
         except NotebookError as e:

@@ -34,8 +34,6 @@ Safety:
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import stat
 import sys
@@ -55,6 +53,8 @@ MAX_TOTAL_BYTES = 256 * 1024 * 1024
 # -- digests -------------------------------------------------------------------------------------
 def content_digest(data: bytes) -> str:
     """sha256 hex of a file's bytes: what engines report in ``CheckResult.dependencies``."""
+    import hashlib  # lazy, as below: a --no-cache run of gated-out files never hashes (start-up)
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -121,6 +121,8 @@ def user_key() -> bytes | None:
 
 
 def content_tag(data: bytes, key: bytes) -> str:
+    import hashlib
+
     return hashlib.blake2b(data, key=key[:64], digest_size=20).hexdigest()
 
 
@@ -243,6 +245,8 @@ def code_fingerprint() -> str:
     changed rule (a development tree, an upgrade without a version bump) never reuses findings."""
     global _code_fp
     if _code_fp is None:
+        import hashlib
+
         from . import __version__
 
         h = hashlib.sha256(f"{__version__}|{sys.version_info[:2]}|{FORMAT}".encode())
@@ -283,6 +287,8 @@ def settings_fingerprint(settings) -> str:
     for f in dataclasses.fields(settings):
         if not f.name.startswith("_"):
             data[f.name] = getattr(settings, f.name)
+    import json  # lazy, as below: a --no-cache run never reads or writes a pack (start-up)
+
     return json.dumps(data, sort_keys=True, default=str)
 
 
@@ -308,6 +314,8 @@ class Cache:
             self.enabled = False
             return
         self._mark_folder()
+        import hashlib
+
         ident = hashlib.blake2b(f"{code_fingerprint()}|{settings_fingerprint(settings)}".encode(),
                                 key=self.key[:64], digest_size=16).hexdigest()
         self.pack_path = os.path.join(vdir, f"{ident}.json")
@@ -336,6 +344,8 @@ class Cache:
         raw = _read_regular(self.pack_path, MAX_PACK_BYTES)
         if raw is None:
             return {}, []
+        import json
+
         try:
             data = json.loads(raw)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -448,6 +458,8 @@ class Cache:
             for k, v in self.updated.items():
                 merged[k] = [*v[:3], self._intern(v[3], table, ids)]
             merged = self._prune(merged)
+            import json
+
             data = json.dumps({"format": FORMAT, "deps": table, "entries": merged},
                               separators=(",", ":")).encode()
             if len(data) > MAX_PACK_BYTES:

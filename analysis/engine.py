@@ -16,19 +16,22 @@ from __future__ import annotations
 import ast
 import gc
 import re
-import threading
 import time
 import unicodedata
 import warnings
 from dataclasses import dataclass, field
 
+from _thread import allocate_lock  # `threading` costs start-up; a lock is all the pause needs
+
 from .config import Settings
-from .context import Context
 from .model import Finding, Position, Range, Severity
-from .noqa import file_exemption, parse_noqa
 from .registry import DOCS_BASE_URL, NoCase, load_rule, rule_index
-from .semantic import Semantic
-from .source import SourceText
+
+# The analysis modules (context, semantic, source, noqa) are imported by the first file that passes
+# the text gate: a run whose files are all gated out never loads them (start-up, issue 31).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from .source import SourceText
 
 SYNTAX_CODE = "DDP000"
 SYNTAX_NAME = "syntax-error"
@@ -218,7 +221,7 @@ def _syntax_finding(src: SourceText, filename: str, info) -> Finding:
 # The nodes carry parent pointers (cycles); when this check parsed the tree itself it unlinks them
 # before returning (Semantic.release), so the dead tree is freed by reference counting right here
 # instead of lingering as cyclic garbage that full collections must find later.
-_gc_lock = threading.Lock()
+_gc_lock = allocate_lock()
 _gc_depth = 0
 _gc_was_enabled = False
 
@@ -290,6 +293,11 @@ UNUSED_NOQA = "DDP005"  # judges the other rules' findings against the noqa comm
 
 
 def _check_source(text, filename, settings, admitted, apply_noqa, tree, codes=frozenset()) -> CheckResult:
+    from .context import Context
+    from .noqa import file_exemption
+    from .semantic import Semantic
+    from .source import SourceText
+
     src = SourceText(text)
     owned = tree is None  # parsed here: nobody else can hold the tree once the rules are done
     if tree is None:
@@ -388,6 +396,8 @@ def _too_large(src: SourceText, filename: str, nodes: int, big: bool, skipped: l
 
 
 def _suppressed(f: Finding, src: SourceText) -> bool:
+    from .noqa import parse_noqa
+
     got = parse_noqa(src.line(f.noqa_row))
     return got is not None and (got == "all" or f.code in got)
 

@@ -27,6 +27,15 @@ import stat
 import tokenize
 
 
+NOTEBOOK_SUFFIX = ".ipynb"
+
+
+def is_notebook(path) -> bool:
+    """A Jupyter notebook, by its name (here, not in ``notebook``, so a run without notebooks never
+    imports that module)."""
+    return str(path).lower().endswith(NOTEBOOK_SUFFIX)
+
+
 class SourceError(Exception):
     pass
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+
+TYPE_CHECKING = False  # no `typing` import at start-up (annotations are strings here)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 
 class Severity(str, enum.Enum):

@@ -29,10 +29,10 @@ import json
 import re
 import warnings
 
+from .io import NOTEBOOK_SUFFIX, is_notebook  # noqa: F401  # re-exported: the notebook API
 from .model import Edit, Finding, Fix, Position, Range
 from .source import SourceText
 
-NOTEBOOK_SUFFIX = ".ipynb"
 
 # Cell magics whose body is Python (as in Ruff): only their first line is masked.
 PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"})
@@ -43,10 +43,6 @@ _ASSIGN_ESCAPE = re.compile(r"^[\w.,\s()\[\]*]+=\s*[!%]")
 
 class NotebookError(ValueError):
     """The file is not a notebook ddp-lint can read; the message is one line, with the path."""
-
-
-def is_notebook(path) -> bool:
-    return str(path).lower().endswith(NOTEBOOK_SUFFIX)
 
 
 def _parses(text: str) -> bool:

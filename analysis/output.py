@@ -3,7 +3,6 @@
 (2.1.0), ``github`` (workflow-command annotations) and ``junit`` (XML)."""
 from __future__ import annotations
 
-import json
 import sys
 
 import re
@@ -154,6 +153,8 @@ def print_findings(findings: list[Finding], fmt: str, fixed_files: int = 0, quie
     format's source lines; a file missing from it gets the concise line only. ``fixed_findings``
     (``--fix``): the summary counts the fixed and the remaining findings, as Ruff's does."""
     out = out or sys.stdout
+    if fmt == "json" or fmt == "sarif":
+        import json  # lazy: the text formats never need it (start-up)
     if fmt == "json":
         out.write(json.dumps([finding_to_json(f) for f in findings], indent=2, ensure_ascii=False) + "\n")
         return

@@ -8,15 +8,15 @@ engine's single traversal, and/or implement ``finish(ctx)`` and query the semant
 from __future__ import annotations
 
 import ast
-import importlib
-import pkgutil
-from typing import TYPE_CHECKING, ClassVar
 
 from .model import Severity
 from .urls import RULE_DOCS_BASE_URL as DOCS_BASE_URL  # noqa: F401  # re-exported: the engine's DDP000 url
 from .urls import rule_docs_url
 
+TYPE_CHECKING = False  # no `typing` import at start-up: a gated-out file never needs it
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import ClassVar
+
     from .context import Context
 
 
@@ -112,6 +112,9 @@ def all_rules() -> dict[str, type[Rule]]:
     """code -> rule class, discovered once from ``analysis.rules`` (one module per rule)."""
     global _RULES
     if _RULES is None:
+        import importlib
+        import pkgutil
+
         from . import rules as pkg
 
         found: dict[str, type[Rule]] = {}
@@ -174,6 +177,8 @@ def load_rule(code: str) -> type[Rule]:
     """The class of one rule, importing its module only."""
     if _RULES is not None:
         return _RULES[code]
+    import importlib
+
     module = importlib.import_module(f"{__package__}.rules.{rule_index()[code][0]}")
     for obj in vars(module).values():
         if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and getattr(obj, "code", None) == code:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent, subtree
 from .mentions import word_counts
 from .wrappers import _by_callee
 
@@ -84,7 +84,7 @@ def call_sites_here(ctx, fn: ast.AST, *, strict: bool = False) -> list[ast.Call]
 def _name_loads(tree: ast.AST) -> dict:
     """How many times each name (``("n", id)``) and attribute (``("a", attr)``) is read."""
     names: dict = {}
-    for n in ast.walk(tree):
+    for n in subtree(tree):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             k = ("n", n.id)
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):

@@ -30,7 +30,9 @@ def _index(sem) -> tuple[frozenset, tuple]:
     strings: list[str] = []
     skip: set[int] = set()  # ids of Constant nodes that are docstrings or messages
     add = words.add
-    for node in ast.walk(sem.tree):
+    from ..semantic import subtree  # (preorder: a call is seen before the strings it marks)
+
+    for node in subtree(sem.tree):
         t = node.__class__
         if t is ast.Name:
             add(node.id)
@@ -138,8 +140,10 @@ def word_counts(sem):
     if got is not None:
         return got
     from collections import Counter
+    from ..semantic import subtree
+
     got = Counter()
-    for n in ast.walk(sem.tree):
+    for n in subtree(sem.tree):
         t = n.__class__
         if t is ast.Name:
             got[n.id] += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent, subtree
 from ..torch_api import constant_of
 from .records import class_chain, field_argument, property_of, self_field
 from .bindings import reaching, target_path
@@ -289,7 +289,7 @@ def _defines(hub, cls: ast.ClassDef, name: str) -> bool:
             elif isinstance(st, (ast.Assign, ast.AnnAssign)):
                 names.update(t.id for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
                              if isinstance(t, ast.Name))
-        for n in ast.walk(cls):
+        for n in subtree(cls):
             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name) \
                     and n.value.id == "self":
                 names.add(n.attr)

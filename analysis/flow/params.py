@@ -66,7 +66,9 @@ def _used_as_value(view, fn: ast.AST, sites) -> bool:
     loads = view.memo.get("name_loads")
     if loads is None:
         loads = {}
-        for n in ast.walk(view.tree):  # once per module, and only for a rank-named parameter
+        from ..semantic import subtree
+
+        for n in subtree(view.tree):  # once per module, and only for a rank-named parameter
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                 loads[n.id] = loads.get(n.id, 0) + 1
         view.memo["name_loads"] = loads
@@ -252,9 +254,11 @@ def dead_for_callers(view, hub, node: ast.AST) -> bool:
     that is true at every call. Only where the module's calls are all the calls: a function of a
     notebook (no module imports a notebook); a function of a ``.py`` file may be called from
     another module with a true flag."""
+    from ..io import is_notebook
+
     fn = _enclosing_function(node)
-    if fn is None or not (getattr(view, "path", "") or "").lower().endswith(".ipynb"):
-        return False  # (``notebook.is_notebook``'s test: that module imports the engine)
+    if fn is None or not is_notebook(getattr(view, "path", "") or ""):
+        return False
     child, p = node, parent(node)
     while p is not None and p is not fn:
         if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..semantic import FUNC_TYPES, iter_scope_nodes, parent, subtree
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
 from .fs_races import parent_chain_contains
@@ -79,6 +79,28 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     return True
 
 
+def _rebound_attrs(sem, scope) -> tuple[frozenset, frozenset]:
+    """(every ``(name, attr)`` of a ``name.attr`` stored or deleted anywhere in ``scope``, every
+    ``name`` handed first to ``setattr``/``delattr`` there): one scan per scope and module view,
+    kept on its semantic model, instead of one per query."""
+    memo = getattr(sem, "_rebound_attrs", None)
+    if memo is None:
+        memo = sem._rebound_attrs = {}
+    got = memo.get(scope)
+    if got is None:
+        stored = set()
+        reflected = set()
+        for n in subtree(scope):
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) \
+                    and isinstance(n.value, ast.Name):
+                stored.add((n.value.id, n.attr))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") \
+                    and n.args and isinstance(n.args[0], ast.Name):
+                reflected.add(n.args[0].id)
+        got = memo[scope] = (frozenset(stored), frozenset(reflected))
+    return got
+
+
 def _instance_field(hub, view, expr, at, found, others, depth):
     """``x.<attr>`` where every origin of ``x`` constructs a project class (``trainer =
     Trainer(cfg)``): the ``self.<attr>`` bindings its construction runs (the ``__init__`` of the
@@ -91,14 +113,10 @@ def _instance_field(hub, view, expr, at, found, others, depth):
     while isinstance(scope, ast.Lambda):  # a closure reads the enclosing function's instance
         scope = view.sem.enclosing_function(scope) or view.tree
     name = expr.value.id
-    for n in ast.walk(scope):
+    stored, reflected = _rebound_attrs(view.sem, scope)
+    if (name, expr.attr) in stored or name in reflected:
         # ``trainer.model = trainer.model.module`` in the reading scope: not what the class binds
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.attr == expr.attr \
-                and isinstance(n.value, ast.Name) and n.value.id == name:
-            return None
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") \
-                and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == name:
-            return None
+        return None
     base = origins(hub, view, expr.value, at)
     if not base or len(base) > 4:
         return None

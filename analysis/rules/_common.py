@@ -430,7 +430,7 @@ def _admitting_files(folder: str, needs, disk: bool) -> tuple:
             if t is not None and _admits(t, needs):
                 found.append((path, t))
                 deps[path] = hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
-                for w in set(_WORD.findall(t)):
+                for w in _words_of(path, t):
                     index.setdefault(w, []).append(path)
         got = (now, (tuple(found), index, deps))
         if disk:  # (only the open documents otherwise: few, and they change)
@@ -441,6 +441,24 @@ def _admitting_files(folder: str, needs, disk: bool) -> tuple:
 
 
 _WORD = re.compile(r"\w+")
+_word_sets: dict[str, tuple[int, int, frozenset]] = {}  # path -> (mtime, size, its identifiers)
+
+
+def _words_of(path: str, text: str) -> frozenset:
+    """The identifiers of a project file's text, cached by modification time and size like
+    ``_called_words`` (an open document's text is scanned every time): the indexes of every folder
+    and needle set that hold the file share them, instead of scanning the text again for each."""
+    entry = _texts.get(path)
+    if entry is None or entry[2] is not text:  # not the text read from disk (an open document)
+        return frozenset(_WORD.findall(text))
+    got = _word_sets.get(path)
+    if got is not None and got[:2] == entry[:2]:
+        return got[2]
+    words = frozenset(_WORD.findall(text))
+    if len(_word_sets) > 65536:
+        _word_sets.clear()
+    _word_sets[path] = (entry[0], entry[1], words)
+    return words
 
 
 def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool = False):
