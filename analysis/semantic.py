@@ -30,6 +30,9 @@ BRANCHING = (ast.If, ast.IfExp, ast.While, ast.For, ast.AsyncFor)
 # the statements that leave a block or a function early; always indexed in ``by_type`` too (the
 # flow layer finds the statements that hold one), though not part of ``wanted``
 EXITS = (ast.Return, ast.Break, ast.Continue, ast.Raise)
+# ``try`` statements; always indexed in ``by_type`` too (an exception handler may skip the rest of
+# a ``try`` body on one rank: flow.control)
+TRIES = (ast.Try, ast.TryStar)
 # the statements that bind names (``assignments``); always indexed in ``by_type`` as well
 _BINDING_STMTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
@@ -168,7 +171,7 @@ class Semantic:
         self._nodes: list[ast.AST] | None = None
         self._walrus = False  # any NamedExpr in the tree (assignments() must then enter expressions)
         self.wanted = frozenset(wanted_types).union(BRANCHING)  # the types ``by_type`` indexes, completely
-        self._walk(tree, self.wanted.union(EXITS, _BINDING_STMTS))
+        self._walk(tree, self.wanted.union(EXITS, TRIES, _BINDING_STMTS))
         self._resolve_imports()
         self.value_aliases: frozenset[str] = frozenset()  # names in ``aliases`` bound by ``x = torch.a.b``
         self._resolve_value_aliases()

@@ -7,7 +7,14 @@ A site is *divergent* when
   success status) under a rank-varying condition skips it: later in the same block, or, for
   ``break``/``return`` inside a loop, in the loop's later iterations;
 - ``loop``: it sits in a loop whose trip count is rank-varying (a per-rank shard, a loader over a
-  per-rank dataset without a DistributedSampler, a ``while`` on a rank-varying test).
+  per-rank dataset without a DistributedSampler, a ``while`` on a rank-varying test);
+- ``except``: it sits in a ``try`` body after a statement that computes on this rank's data (a
+  forward on this rank's batch: where a CUDA out-of-memory error is raised on one rank only), and a
+  handler that catches that error (``RuntimeError``, ``torch.cuda.OutOfMemoryError``,
+  ``Exception``, ``BaseException``, a bare ``except``) can finish without raising again: the rank
+  that raised leaves the ``try`` body before the collective and goes on as if nothing happened.
+  Not when the handler makes the same collectives itself, nor when it may finish only where the
+  job is not distributed (``if world_size == 1: return None`` else ``raise``).
 
 Not divergent: under DDP's ``join()`` context (``with model.join():`` / ``with Join([...]):``),
 which shadows the collectives of ranks that ran out of inputs; conditions on values a collective
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import BRANCHING, FUNC_TYPES, parent
+from ..semantic import BRANCHING, FUNC_TYPES, TRIES, parent
 from .bindings import LOOPS
 from .context import call_context
 from .calls import _wrapped, calls_by_name, instance_names, on_fresh_instance
@@ -221,15 +228,18 @@ def _skipping_exits(view, p: ast.AST, child: ast.stmt):
 
 def branching_scopes(view) -> frozenset:
     """The scopes (nodes: they hash by identity) that hold a node of ``semantic.BRANCHING`` (a
-    condition, a loop; an early exit matters only under an ``if``/``while``) directly, a class body
+    condition, a loop; an early exit matters only under an ``if``/``while``) or a ``try`` with
+    handlers directly, a class body
     counting as its enclosing scope: in any other scope, every statement runs whenever the scope
     runs."""
     got = view.memo.get("branching_scopes")
     if got is None:
         sem = view.sem
         found = set()
-        for t in BRANCHING:
+        for t in (*BRANCHING, *TRIES):
             for n in sem.by_type.get(t, ()):
+                if t in TRIES and not n.handlers:
+                    continue
                 s = sem.scope_of(n)
                 found.add(s)
                 while isinstance(s, ast.ClassDef):
@@ -258,6 +268,8 @@ def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
         if join and under_join(view, site.node):
             continue
         d = _site_divergence(hub, view, scope, site, sites, ev, ctx)
+        if d is None:
+            d = _except_divergence(view, scope, site, sites, ev)
         if d is not None:
             d.ctx, d.view = ctx, view
             out.append(d)
@@ -467,7 +479,7 @@ def context_divergences(hub, view, scopes) -> list[Divergence]:
             base = divergences(hub, tv, fn) if tv is view else []
             known = {(d.kind, id(d.site.node), id(d.exit)) for d in base}
             for d in divergences(hub, tv, fn, ctx):
-                if d.kind not in ("cond", "exit"):
+                if d.kind not in ("cond", "exit", "except"):
                     continue
                 k = (d.kind, id(d.site.node), id(d.exit), id(c) if tv is not view else 0)
                 if k[:3] in known or k in seen:
@@ -495,12 +507,92 @@ def _site_may_diverge(view, scope, node) -> bool:
     while p is not None:
         if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
             return True
+        if p.__class__ in _TRY and isinstance(child, ast.stmt) and child in p.body and p.body[0] is not child \
+                and p.handlers:
+            return True  # an exception raised before it may leave the ``try`` body (``_except_divergence``)
         if isinstance(child, ast.stmt) and any(
                 _deciding_test(ex, st, node, _ANY_TEST) is not None for ex, st in _skipping_exits(view, p, child)):
             return True
         if p is scope or isinstance(p, _SCOPES):
             break
         child, p = p, parent(p)
+    return False
+
+
+_TRY = TRIES
+# the exceptions a computation on this rank's data raises on this rank only (a CUDA out-of-memory
+# error is a ``RuntimeError``), and the handlers that catch them
+_LOCAL_ERRORS = frozenset({"RuntimeError", "Exception", "BaseException", "OutOfMemoryError",
+                           "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError"})
+
+
+def _except_divergence(view, scope, site, sites, ev):
+    """Divergence ``except`` (see the module's docstring) of ``site``, or None."""
+    child, p = site.node, parent(site.node)
+    while p is not None and not isinstance(p, _SCOPES):
+        if p.__class__ in _TRY and isinstance(child, ast.stmt) and child in p.body and p.handlers:
+            i = p.body.index(child)
+            v = None
+            for st in p.body[:i]:
+                v = _local_compute(ev, st)
+                if v is not None:
+                    break
+            if v is not None:
+                for h in p.handlers:
+                    if not _catches_local_error(view, h):
+                        continue
+                    if not _always_raises(view, h.body) and not _mirrored(sites, site, h.body):
+                        return Divergence("except", site, h, v, h)
+                    break  # the first handler that catches the error decides
+        if p is scope:
+            break
+        child, p = p, parent(p)
+    return None
+
+
+def _local_compute(ev, st: ast.stmt):
+    """The value ``st`` computes when it is computed from this rank's data (so an error it raises,
+    such as running out of memory, may be raised on this rank only), else None."""
+    from .values import DATA
+
+    if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)) and st.value is not None:
+        v = ev.value(st.value)
+        if v.varying and v.src is not None and v.src.cat == DATA:
+            return v
+    return None
+
+
+def _catches_local_error(view, h: ast.ExceptHandler) -> bool:
+    t = h.type
+    if t is None:
+        return True
+    types = t.elts if isinstance(t, ast.Tuple) else [t]
+    for e in types:
+        qn = view.sem.qualname(e)
+        name = e.attr if isinstance(e, ast.Attribute) else getattr(e, "id", None)
+        if name in _LOCAL_ERRORS or (qn or "") in _LOCAL_ERRORS:
+            return True
+    return False
+
+
+def _always_raises(view, body: list) -> bool:
+    """Every path through ``body`` ends in a ``raise`` or a failing exit, or finishes only where
+    the job is not distributed (an ``if`` on the distributed mode whose other branch raises)."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return True
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and (
+            view.sem.call_qualname(last.value) or "") in _EXIT_QNS and not clean_exit_call(view, last):
+        return True
+    for st in body:
+        if isinstance(st, ast.If):
+            a, b = _always_raises(view, st.body), _always_raises(view, st.orelse)
+            if a and b:
+                return True
+            if (a or b) and dist_mode_test(st.test):
+                return True
     return False
 
 

@@ -39,6 +39,15 @@ class EarlyExitSkipsCollective(Rule):
     `summon_full_params` and full optimizer state dicts, and a `torch.compile`d function that makes
     a collective.
 
+    An exception handler is such an exit too: a `try` body that computes on this rank's data (a
+    forward on this rank's batch, which may run out of CUDA memory on this rank only) before a
+    collective (`loss.backward()` under DDP), with a handler that catches the error
+    (`RuntimeError`, `torch.cuda.OutOfMemoryError`, `Exception`, a bare `except`) and may finish
+    without raising it again (`return None`, `continue`, or falling through): the rank that raised
+    skips the collective. The finding is at the handler. Not flagged: a handler that re-raises on
+    every path, or finishes only where the job is not distributed (`if world_size > 1: raise`), or
+    makes the same collectives itself; a `try` body whose collective comes first.
+
     Helpers are analysed as each call runs them: a step function that receives the DDP-wrapped
     model and this rank's batch (`train_step(ddp_model, batch, opt)`, a `Trainer` method using
     `self.model`, also called on the instance it builds: `Trainer(ddp_model).fit(...)`) and returns early on the batch (`if keep.sum() == 0: return None`) skips DDP's
@@ -68,6 +77,12 @@ class EarlyExitSkipsCollective(Rule):
         if not torch.isfinite(loss):
             continue  # only this rank skips the gradient all-reduce below
         loss.backward()
+
+    for x, y in loader:
+        try:
+            criterion(ddp_model(x), y).backward()
+        except torch.cuda.OutOfMemoryError:
+            continue  # only the rank that ran out of memory skips the all-reduce
     ```
 
     ## Use instead
@@ -81,6 +96,8 @@ class EarlyExitSkipsCollective(Rule):
             continue  # every rank skips
         loss.backward()
     ```
+    After an out-of-memory error, share a flag (`dist.all_reduce(oom, op=dist.ReduceOp.MAX)`)
+    before anyone runs the backward, and let every rank skip the batch, or re-raise.
 
     ## Fix safety
     There is no automatic fix: which collective makes the decision uniform depends on the program.
@@ -96,6 +113,9 @@ class EarlyExitSkipsCollective(Rule):
     def finish(self, ctx) -> None:
         seen = set()
         for d in all_divergences(ctx):
+            if d.kind == "except":
+                self._handler(ctx, d, seen)
+                continue
             if d.kind != "exit" or id(d.exit) in seen:
                 continue
             site = d.site
@@ -119,6 +139,32 @@ class EarlyExitSkipsCollective(Rule):
                 f"{where}, which the other ranks make: they wait for this rank until the watchdog timeout",
                 "skipped collective", related=[(d.node.test, "rank-varying condition")],
             )
+
+    def _handler(self, ctx, d, seen) -> None:
+        """An exception handler that swallows an error raised on this rank only (out of memory in
+        a forward on this rank's batch) before a collective of the ``try`` body."""
+        h = d.exit
+        there = elsewhere(ctx, d)
+        key = (id(d.ctx.call) if there else 0, id(h))
+        if key in seen:
+            return
+        seen.add(key)
+        view, path = d.view, d.view.path
+        caught = vtext(view, h.type) if h.type is not None else "every exception"
+        body = (f"`except {caught}` ({loc(ctx, path, h)}) catches an error that the `try` body may raise "
+                f"on this rank only before the collective (a computation on this rank's data, "
+                f"{source_words(ctx, d.value)}, may run out of memory where the others do not) and does not raise it again, so this rank skips "
+                f"{effect_words(ctx, d.site)} in `{vtext(view, d.site.node)}` ({loc(ctx, path, d.site.node)}), "
+                "which the other ranks make: the collectives pair up wrongly or wait until the watchdog "
+                "timeout; decide together (all-reduce a flag) or re-raise")
+        if there:
+            ctx.report(d.ctx.call, f"`{text(ctx, d.ctx.call)}` passes {call_words(ctx, d)} to `{d.ctx.fname}`; there "
+                       + body, related=[node_related(ctx, path, h, "exception handler"),
+                                        node_related(ctx, path, d.site.node, "skipped collective"),
+                                        *source_related(ctx, d.value)])
+            return
+        ctx.report(h, body[0].upper() + body[1:],
+                   related=[(d.site.node, "skipped collective"), *source_related(ctx, d.value)])
 
     def _in_callee(self, ctx, d, seen) -> None:
         """An early exit inside a function of another file, on a condition rank-varying because of
