@@ -43,7 +43,10 @@ class CheckThenCreateOnEveryRank(Rule):
     through the project's functions) calls it, or builds its class, on every rank, or when a
     function of the project written to run on every rank (it or its class makes a collective)
     calls it or builds its class with no main-rank test around the call (`self.log =
-    RunLogger(root)` in the `__init__` of a trainer whose `step` all-reduces). The
+    RunLogger(root)` in the `__init__` of a trainer whose `step` all-reduces), also through a
+    method that such code calls on `self`: a mixin's `configure_checkpoint(self)`, defined in
+    another module, that a trainer class built on the mixin calls from its every-rank setup
+    (`self.m()` follows the class's method resolution order). The
     same path is decided by value flow (`fs_effects.path_key`), not by the names used.
 
     ## Why is this bad?
