@@ -41,6 +41,7 @@ from .assignments import _is_param
 from .calls import instance_names
 from .instances import ctor_class, instance_class, self_attr_class
 from .summaries import Summaries
+from .records import inherited_method
 from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
 from .uniformity import X, Evaluator, join
 
@@ -208,6 +209,10 @@ class Analysis(Summaries):
                     for st in cls.body:
                         if isinstance(st, FUNC_TYPES) and st.name == f.attr:
                             return view, st
+                    if cls.bases:
+                        # a method the class inherits: the first class of its method resolution
+                        # order that defines it, a project base class in another module included
+                        return inherited_method(self, view, cls, f.attr, _NOT_PROJECT)
                 return None
             imp = view.imports.get(base)
             if imp is not None and imp[0] not in _NOT_PROJECT and _local_binding(view, base, call) is False:

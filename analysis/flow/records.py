@@ -160,3 +160,83 @@ def class_chain(hub, view, cls: ast.ClassDef, not_project=None, depth: int = 0, 
         if got is not None:
             out.extend(class_chain(hub, got[0], got[1], not_project, depth + 1, seen))
     return out
+
+
+# bases that define no method a subclass could call through ``self``
+_EMPTY_BASES = frozenset({"object", "abc.ABC", "typing.Generic", "typing.Protocol", "typing_extensions.Protocol"})
+
+
+def method_order(hub, view, cls: ast.ClassDef, not_project=None) -> list | None:
+    """The method resolution order of ``cls`` as Python computes it (C3 linearisation), as
+    ``(view, class)`` pairs; a base that is not a class of the project (a library class) stands as
+    ``(None, name)``: its methods are unknown. Bases that define nothing (``object``, ``ABC``,
+    ``Generic[...]``) are left out. None when the order cannot be computed (an inconsistent
+    hierarchy, or one deeper than a few levels)."""
+    np = _NOT_PROJECT if not_project is None else not_project
+    return _linearise(hub, view, cls, np, 0, set())
+
+
+def _linearise(hub, view, cls, np, depth: int, stack: set):
+    if depth > 6 or id(cls) in stack:
+        return None
+    stack = stack | {id(cls)}
+    seqs = []
+    heads = []
+    for b in cls.bases:
+        e = b.value if isinstance(b, ast.Subscript) else b  # ``Base[T]``
+        got = class_named(hub, view, e, np)
+        if got is not None:
+            lin = _linearise(hub, got[0], got[1], np, depth + 1, stack)
+            if lin is None:
+                return None
+            seqs.append(lin)
+            heads.append(lin[0])
+            continue
+        qn = view.sem.qualname(e) or (e.id if isinstance(e, ast.Name) else None) or ast.unparse(e)
+        if qn in _EMPTY_BASES or (isinstance(e, ast.Name) and e.id == "object"):
+            continue
+        entry = (None, qn)
+        seqs.append([entry])
+        heads.append(entry)
+    if heads:
+        seqs.append(list(heads))
+    out = [(view, cls)]
+
+    def key(entry):
+        return id(entry[1]) if entry[0] is not None else ("lib", entry[1])
+
+    seqs = [list(s) for s in seqs if s]
+    while seqs:
+        for s in seqs:
+            k = key(s[0])
+            if not any(k in {key(x) for x in t[1:]} for t in seqs):
+                head = s[0]
+                break
+        else:
+            return None  # no consistent order: Python raises TypeError at the class statement
+        out.append(head)
+        k = key(head)
+        seqs = [t for t in ([x for x in s if key(x) != k] for s in seqs) if t]
+    return out
+
+
+def inherited_method(hub, view, cls: ast.ClassDef, name: str, not_project=None):
+    """``(view, function)`` that ``self.name`` finds for an instance of ``cls``: the first class of
+    its method resolution order (``method_order``) that defines ``name``, also a project base
+    class in another module (a mixin's method). None when a library base class comes first (it
+    may define the name), when a class on the way binds the name otherwise (``name = other``), or
+    when no class of the order defines it."""
+    order = method_order(hub, view, cls, not_project)
+    if order is None:
+        return None
+    for v, c in order:
+        if v is None:
+            return None
+        for st in c.body:
+            if isinstance(st, FUNC_TYPES) and st.name == name:
+                return v, st
+            if isinstance(st, (ast.Assign, ast.AnnAssign)) and any(
+                    isinstance(t, ast.Name) and t.id == name
+                    for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
+                return None
+    return None

@@ -43,7 +43,10 @@ class CheckThenCreateOnEveryRank(Rule):
     through the project's functions) calls it, or builds its class, on every rank, or when a
     function of the project written to run on every rank (it or its class makes a collective)
     calls it or builds its class with no main-rank test around the call (`self.log =
-    RunLogger(root)` in the `__init__` of a trainer whose `step` all-reduces). The
+    RunLogger(root)` in the `__init__` of a trainer whose `step` all-reduces), also through a
+    method that such code calls on `self`: a mixin's `configure_checkpoint(self)`, defined in
+    another module, that a trainer class built on the mixin calls from its every-rank setup
+    (`self.m()` follows the class's method resolution order). The
     same path is decided by value flow (`fs_effects.path_key`), not by the names used.
 
     ## Why is this bad?
@@ -169,8 +172,9 @@ class CheckThenCreateOnEveryRank(Rule):
 def _every_rank(ctx, an, node, distributed: bool) -> bool:
     """Every rank runs ``node``: a distributed file where no main-rank test keeps the others out;
     for a function never called here, one that makes rank decisions or synchronises the ranks
-    itself (``_rank_aware``), or one that a distributed file of the project calls on every rank
-    (``_called_on_every_rank``)."""
+    itself (``_rank_aware``), one that a distributed file of the project calls on every rank
+    (``_called_on_every_rank``), or a method that such code calls through ``self``, also from a
+    subclass in another module (``_run_by_rank_aware_method``)."""
     if runs_in_ranks(ctx, node) is False or in_launcher(ctx, node) or outside_launched(ctx, node):
         return False
     g = rank0_guarded(ctx, node)
@@ -179,7 +183,8 @@ def _every_rank(ctx, an, node, distributed: bool) -> bool:
     if g is False:
         return distributed
     fn = ctx.sem.enclosing_function(node)
-    return fn is not None and (_rank_aware(ctx, an, fn) or _called_on_every_rank(ctx, an, fn))
+    return fn is not None and (_rank_aware(ctx, an, fn) or _called_on_every_rank(ctx, an, fn)
+                               or _run_by_rank_aware_method(ctx, fn))
 
 
 def _rank_aware(ctx, an, fn) -> bool:
@@ -244,7 +249,36 @@ def _built_by_rank_aware_code(ctx, names) -> bool:
         if outer is None or rank0_guarded(caller, call, callers=False) is True \
                 or runs_in_ranks(caller, call) is False:
             continue
-        if _rank_aware(caller, for_context(caller), outer):
+        if _rank_aware(caller, for_context(caller), outer) or _run_by_rank_aware_method(caller, outer):
+            return True
+    return False
+
+
+def _run_by_rank_aware_method(ctx, fn, depth: int = 0) -> bool:
+    """The method ``fn`` is called through ``self.<fn>(...)``, behind no main-rank test, by a
+    method written to run on every rank (``_rank_aware``), a call or two up: a mixin's
+    ``configure_checkpoint(self)`` that a trainer class, built on the mixin in another module,
+    calls from its every-rank setup (``hub.resolve_call`` follows ``self.m()`` through the
+    class's method resolution order)."""
+    from ..flow import for_context
+    from ._common import project_callers
+
+    if depth > 1 or not isinstance(parent(fn), ast.ClassDef) or fn.name.startswith("__"):
+        return False
+    an = for_context(ctx)
+    sites = [(ctx, c) for c in ctx.sem.calls
+             if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name
+             and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"
+             and (an.resolve_call(an.main, c) or (None, None))[1] is fn]
+    sites += [(caller, call) for caller, call, node in project_callers(ctx, (fn.name,)) if node is fn
+              and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+              and call.func.value.id == "self"]
+    for caller, call in sites:
+        outer = caller.sem.enclosing_function(call)
+        if outer is None or outer is fn or rank0_guarded(caller, call, callers=False) is True \
+                or runs_in_ranks(caller, call) is False:
+            continue
+        if _rank_aware(caller, for_context(caller), outer) or _run_by_rank_aware_method(caller, outer, depth + 1):
             return True
     return False
 

@@ -1,5 +1,7 @@
 import os
 
+import torch
+
 
 class Callback:
     def on_epoch_end(self, trainer):
@@ -17,4 +19,5 @@ class CheckpointCallback(Callback):
         self.best = None
 
     def on_epoch_end(self, trainer):
-        trainer.save_checkpoint(os.path.join(self.dirpath, f"epoch{trainer.epoch}.ckpt"))
+        path = os.path.join(self.dirpath, f"epoch{trainer.epoch}.ckpt")
+        torch.save(trainer.model.state_dict(), path)
