@@ -368,7 +368,8 @@ def group_state_path(hub, view, node: ast.AST, scope: ast.AST, present: bool, at
 
     On the way from that branch to ``node`` nothing may change the state (an init when "absent",
     a destroy when "present", directly or through a project function, even a conditional one),
-    leave on that state's path (``if not dist.is_initialized(): return``), or contradict it (an
+    leave on that state's path (``if not dist.is_initialized(): return``; for "absent" also a test
+on the distributed mode that leaves on one side, ``if world_size == 1: return``), or contradict it (an
     ``if`` / ``and`` / ``or`` on the group whose other branch holds ``node``); ``node`` must not sit
     in a ``try`` with handlers (the error may be the program's business), and for "absent" not
     under a test on the distributed mode (``if world_size > 1:``, which a run without a group fails
@@ -491,6 +492,12 @@ def _step(hub, view, st, est, present, kills):
             if v or group_value(hub, view, st.test, not present) is True:
                 return st  # the branch the test names for this state (an ``else`` only of a pure test)
             return est
+        elif not present and est is not None and mode_test(sem, st.test) \
+                and (_ends(sem, st.body) or (st.orelse and _ends(sem, st.orelse))):
+            # ``if world_size == 1: return``: a test on the distributed mode that leaves on one
+            # side; a run without a group, set up consistently, takes the single-process side
+            # (as for a use under such a test, see ``group_state_path``)
+            return None
     elif st.__class__ is ast.Assert:
         if group_value(hub, view, st.test, present) is False:
             return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent
-from .values import RANK, Value, X
+from .values import RANK, Value, X, join
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
 
@@ -56,3 +56,15 @@ def picks_element(test_stmt: ast.AST, ev: ast.stmt) -> bool:
                 return True
         p = parent(p)
     return False
+
+
+def subscript_value(ev, e: ast.Subscript, d: int):
+    """Uniformity of ``e`` (a subscript) for the evaluator ``ev``: with a constant index into a
+    call, a tuple or a list (``get_sizes()[2]``), the element at that place (``ev._unpack``, as
+    ``_, _, world = get_sizes()`` would bind it), not the whole tuple; else the join of the
+    container and the index."""
+    sl = e.slice
+    if sl.__class__ is ast.Constant and sl.value.__class__ is int and sl.value >= 0 \
+            and e.value.__class__ in (ast.Call, ast.Tuple, ast.List):
+        return ev._unpack(e.value, [sl.value], d)
+    return join((ev.value(e.value, d), ev.value(sl, d)))

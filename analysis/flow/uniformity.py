@@ -16,7 +16,7 @@ before the collective still reaches a use only in a world of one process (``flag
 overwritten in its block before the use.
 
 Values propagate through expressions, assignments, augmented assignments, tuples, containers,
-``self.`` attributes and function returns (``summaries``), and by control dependence: a binding
+``self.`` attributes and function returns (``summaries``, a tuple's element by its place), and by control dependence: a binding
 made only under a test on this rank's data or the clock is rank-varying (an early-stopping
 ``patience`` counter). Unknown is the answer whenever in doubt;
 rules report only rank-varying values.
@@ -31,7 +31,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import comp_binder, reaching, searches_rank, target_path
-from .selections import comprehension_value, filtered, picks_element
+from .selections import comprehension_value, filtered, picks_element, subscript_value
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .vocab import (  # noqa: F401  (the tables, re-exported)
@@ -168,7 +168,7 @@ class Evaluator:
             env = env_key(self.view, e)
             if env is not None:
                 return self._env(env, e)
-            return join((self.value(e.value, d), self.value(e.slice, d)))
+            return subscript_value(self, e, d)  # ``get_sizes()[2]``: that element of a returned tuple
         if t is ast.Slice:
             return join((self.value(e.lower, d), self.value(e.upper, d), self.value(e.step, d)))
         if t is ast.Starred:

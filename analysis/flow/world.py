@@ -12,10 +12,10 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import parent
+from ..semantic import get_arg, parent
 from ..semantic import terminal_name as _terminal
 from ..torch_api import D
-from .bindings import reaching
+from .bindings import EQUALISERS, reaching
 from .vocab import _FLIP, _int_vals, env_key
 
 WORLD_SIZE_ENV = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
@@ -64,8 +64,9 @@ def overwritten(ev: ast.AST, use: ast.Name) -> bool:
 def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
     """``ev`` (a binding statement) reaches ``use`` only where the world has one process: a
     later ``if`` of its block, before the statement holding the use, tests the world size
-    against 1 (``world_size_side``) and rebinds the name at the top of its multi-process
-    branch."""
+    against 1 (``world_size_side``) or whether the default group exists (``group_side``: without
+    one no other rank takes part) and, at the top of its multi-process branch, rebinds the name
+    or makes it equal on every rank in place (``dist.all_reduce(name)``)."""
     if not isinstance(ev, ast.stmt):
         return False
     p = parent(ev)
@@ -79,21 +80,44 @@ def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
         if (st.lineno, st.col_offset) <= (use.lineno, use.col_offset) <= (st.end_lineno, st.end_col_offset):
             return False  # the use is inside: no test stands between
         if st.__class__ is ast.If:
-            side = world_size_side(evaluator, st.test)
-            if side is not None and _rebinds(getattr(st, side), use.id):
+            side = world_size_side(evaluator, st.test) or group_side(evaluator.sem, st.test)
+            if side is not None and _rebinds(getattr(st, side), use.id, evaluator.sem):
                 return (st.end_lineno, st.end_col_offset) <= (use.lineno, use.col_offset)
     return False
 
 
-def _rebinds(block: list, name: str) -> bool:
-    """A plain assignment of ``name`` at the top of ``block``, with nothing before it that can
-    leave the block (a ``break`` would carry the old value past the overwrite)."""
+def _rebinds(block: list, name: str, sem=None) -> bool:
+    """A plain assignment of ``name`` at the top of ``block``, or a collective that makes the
+    object ``name`` holds equal on every rank in place (``bindings.EQUALISERS``:
+    ``dist.all_reduce(name)``), with nothing before it that can leave the block (a ``break``
+    would carry the old value past the overwrite)."""
     for b in block:
         if b.__class__ is ast.Assign and any(t.__class__ is ast.Name and t.id == name for t in b.targets):
             return True
+        if sem is not None and b.__class__ is ast.Expr and b.value.__class__ is ast.Call:
+            spec = EQUALISERS.get(sem.call_qualname(b.value) or "")
+            if spec is not None:
+                a = get_arg(b.value, *spec)
+                if a.__class__ is ast.Name and a.id == name:
+                    return True
         if any(n.__class__ in _LEAVES for n in ast.walk(b)):
             return False
     return False
+
+
+def group_side(sem, test: ast.AST) -> str | None:
+    """``"body"`` when ``test`` holds only where the default group exists
+    (``dist.is_initialized()``, also ``and``-ed with ``dist.is_available()``), ``"orelse"`` for
+    ``not dist.is_initialized()``, else None. Without a group no other rank takes part in
+    anything: the run is, for what the ranks share, a world of one process."""
+    if test.__class__ is ast.UnaryOp and isinstance(test.op, ast.Not):
+        return "orelse" if group_side(sem, test.operand) == "body" else None
+    if test.__class__ is ast.BoolOp and isinstance(test.op, ast.And):
+        plain = [v for v in test.values if not (v.__class__ is ast.Call and sem.call_qualname(v) == D + "is_available")]
+        return "body" if plain and all(group_side(sem, v) == "body" for v in plain) else None
+    if test.__class__ is ast.Call and sem.call_qualname(test) == D + "is_initialized" and not test.args:
+        return "body"
+    return None
 
 
 def world_size_side(evaluator, test: ast.AST) -> str | None:

@@ -469,6 +469,35 @@ def is_unwrap(e) -> bool:
             and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant) and e.args[1].value == "module")
 
 
+def unwrap_reads(hub, view, expr, at) -> list | None:
+    """The ``x.module`` / ``getattr(x, "module", ...)`` reads that every origin of ``expr`` at
+    ``at`` is: a plain unwrap, or a conditional expression that asks about the wrapping and
+    unwraps on one side (``m.module if isinstance(m, DDP) else m``: the other side is taken only
+    when ``m`` is no wrapper). None when some origin is anything else, or none is known."""
+    got = origins(hub, view, expr, at)
+    if not got:
+        return None
+    out = []
+    for _v, e in got:
+        if is_unwrap(e):
+            out.append(e)
+        elif isinstance(e, ast.IfExp) and tests_wrapping(e.test) and (is_unwrap(e.body) or is_unwrap(e.orelse)):
+            out.append(e.body if is_unwrap(e.body) else e.orelse)
+        else:
+            return None
+    return out
+
+
+def unwrapped_only(hub, view, expr, at) -> bool:
+    """Every origin of ``expr`` at ``at`` reads the module out of its wrapper (``unwrap_reads``)."""
+    return unwrap_reads(hub, view, expr, at) is not None
+
+
+def unwrapped_base(e):
+    """The wrapper an unwrap read reads from: ``x`` of ``x.module`` / ``getattr(x, "module")``."""
+    return e.value if isinstance(e, ast.Attribute) else e.args[0]
+
+
 def tests_wrapping(test) -> bool:
     """A test that asks what a value is: ``hasattr``/``isinstance``/``getattr``/``type`` on it."""
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _TYPE_TESTS

@@ -42,7 +42,10 @@ class AccumulationWithoutNoSync(Rule):
     it), held on `self` by a trainer class, unpacked from a tuple, or passed by a caller in another
     module of the project to a helper's parameter or a class's constructor (the finding is on the
     helper's `backward()`, with the caller's wrap as related information). A helper that every
-    caller gives an unwrapped model stays clean.
+    caller gives an unwrapped model stays clean, and so does a loop whose forward passes reaching
+    the `backward()` all go through the module read out of the wrapper (`net = model.module if
+    isinstance(model, DDP) else model; net(x)`) with none through a value that may be the wrapper:
+    DDP's forward never arms its reducer there, so nothing is all-reduced (DDP207 reports that).
 
     Only an optimizer's step counts (`optimizer.step()`, `opt.step()`, `scaler.step(optimizer)`), not
     a scheduler's or a logger's, and a loop that also steps an optimizer without the `%` test is not
@@ -142,6 +145,8 @@ class AccumulationWithoutNoSync(Rule):
             # a wrap of this file (the file's own contract), or a forward in the loop through a
             # value that may be the wrapper, also one a caller in another module passes
             wraps = [] if local else _ddp_forward(ctx, loop, c)
+            if local and _bypasses_wrapper(ctx, loop, c):
+                continue  # no forward of this loop arms the reducer: nothing is all-reduced
             if local or wraps:
                 self._report(ctx, c, wraps, (guard.test, "the optimizer steps only under this test"))
 
@@ -282,6 +287,35 @@ def _forward_in(ctx, scope: ast.AST, fn: ast.AST, before: int | None = None):
         if memo[key]:
             return n, memo[key]
     return None
+
+
+def _bypasses_wrapper(ctx, loop: ast.AST, backward: ast.Call) -> bool:
+    """The forward in ``loop`` whose result reaches ``backward``'s function goes through the module
+    read out of its wrapper (``net = model.module if isinstance(model, DDP) else model; net(x)``,
+    ``flow.wrapped.unwrapped_only``), and no call there reaching it may be the wrapper
+    (``_training.ddp_wraps_of``): DDP's forward never runs, so its backward hooks reduce nothing
+    and ``no_sync()`` has nothing to skip."""
+    from ..flow.modern import hub
+    from ..flow.wrapped import is_unwrap, unwrapped_only
+    from ._training import ddp_wraps_of, enclosing_function, module_ref, reaches_backward
+
+    fn = enclosing_function(backward)
+    if fn is None:
+        return False
+    an, view = hub(ctx)
+    seen = False
+    for n in ast.walk(loop):
+        if not isinstance(n, ast.Call) or enclosing_function(n) is not fn:
+            continue
+        f = n.func
+        holder = f.value if isinstance(f, ast.Attribute) and f.attr == "forward" else f
+        if not isinstance(holder, (ast.Name, ast.Attribute)) or ctx.qn(holder) is not None:
+            continue
+        if is_unwrap(holder) or unwrapped_only(an, view, holder, n):
+            seen = seen or reaches_backward(ctx, n, fn)
+        elif module_ref(holder) is not None and ddp_wraps_of(ctx, holder, n):
+            return False
+    return seen
 
 
 def _exclusive(a: ast.AST, b: ast.AST) -> bool:

@@ -37,6 +37,11 @@ class ForwardBypassesDdp(Rule):
     (`ddp_model.module.criterion(ddp_model(x), y)`), a class that cannot be seen (third-party,
     inherited method), or a result that never reaches a `backward()`, is not flagged.
 
+    The module may also be read out of the wrapper into a name of the same function first,
+    `net = ddp_model.module`, `net = ddp_model.module if isinstance(ddp_model, DDP) else ddp_model`
+    or `net = getattr(ddp_model, "module", ddp_model)`, then run as `net(x)` / `net.forward(x)`:
+    every binding of the name must be such a read of a provable wrapper.
+
     Two more forms skip the wrapper in the same way, where a `DDP(...)` of this file is known:
     - the very module it wraps, called directly while the wrapper is bound to another name
       (`self.model_ddp = DDP(self.model, ...)`, then `loss = self.model(x); loss.backward()` in a
@@ -153,7 +158,46 @@ class ForwardBypassesDdp(Rule):
                 fix=fix,
             )
 
+        self._through_alias(ctx)
         self._original_or_outside(ctx)
+
+    @staticmethod
+    def _through_alias(ctx) -> None:
+        """``net = ddp_model.module`` (or ``ddp_model.module if isinstance(ddp_model, DDP) else
+        ddp_model``, ``getattr(ddp_model, "module", ddp_model)``), then ``net(x)`` reaching a
+        backward: every binding of the name reads the module out of a provable wrapper
+        (``flow.wrapped.unwrap_reads``)."""
+        from ..flow.modern import hub
+        from ..flow.wrapped import unwrap_reads, unwrapped_base
+
+        an, view = hub(ctx)
+        for c in ctx.sem.calls:
+            f = c.func
+            holder = f.value if isinstance(f, ast.Attribute) and f.attr == "forward" else f
+            if not isinstance(holder, ast.Name) or ctx.qn(holder) is not None or grad_disabled(ctx, c):
+                continue
+            fn = enclosing_function(c)
+            if fn is None or not backward_calls(ctx, fn) or not reaches_backward(ctx, c, fn):
+                continue
+            back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)), None)
+            if back is None:
+                continue
+            reads = unwrap_reads(an, view, holder, c)
+            if not reads or not all(enclosing_function(r) is fn for r in reads):
+                continue
+            bases = [unwrapped_base(r) for r in reads]
+            if not all(isinstance(b, (ast.Name, ast.Attribute)) and ddp_holder(ctx, b, r) for b, r in zip(bases, reads)):
+                continue
+            r = reads[0]
+            w = ctx.text(bases[0])
+            ctx.report(
+                c,
+                f"forward through `{holder.id}(...)` bypasses DistributedDataParallel: `{holder.id}` is the module "
+                f"read out of the wrapper (`{ctx.text(r)}`, line {r.lineno}), so the `backward()` on line "
+                f"{back.lineno} never all-reduces the gradients and the ranks drift apart; call `{w}(...)`",
+                related=[(r, "the module read out of its DDP wrapper here"),
+                         (back, "this backward does not synchronise gradients")],
+            )
 
     def _original_or_outside(self, ctx) -> None:
         """A training step that runs a module without its DDP wrapper: the very module a
