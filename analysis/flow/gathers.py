@@ -196,7 +196,7 @@ def _bound(e, name):
 def _fsdp2_optimizer(hub, view, expr, at) -> bool:
     """``expr`` holds a ``torch.optim`` optimizer built over the parameters of an FSDP2 module
     (``torch.optim.AdamW(model.parameters())`` after ``fully_shard(model)``)."""
-    from .modern import is_optimizer_ctor, holds_call
+    from .origins import holds_call, is_optimizer_ctor
     got = holds_call(hub, view, expr, at, is_optimizer_ctor)
     if got is None:
         return False
