@@ -236,3 +236,64 @@ def test_loop_over_a_stored_loader_judged_at_the_constructor_of_another_file(tmp
             Scorer(net, DataLoader(table, batch_size=8, sampler=DistributedSampler(table))).score()
     """)
     assert _codes(_check(scorer)) == []
+
+
+def test_loop_in_a_method_judged_at_a_script_of_another_file_two_calls_up(tmp_path):
+    """DDP110: a method walks the loader it receives from another method of its class
+    (``fit(loader)`` -> ``self.one_epoch(loader)``); a script of another file calls ``fit`` on a
+    loader over whole files per rank (an IterableDataset: a bug), or over a DistributedSampler
+    (clean)."""
+    project.clear()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
+    _write(tmp_path, "kit/__init__.py", "")
+    loop = _write(tmp_path, "kit/loop.py", """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class Loop:
+            def __init__(self, net):
+                self.net = DDP(net)
+
+            def one_epoch(self, batches):
+                for rows in batches:
+                    self.net(rows).sum().backward()
+
+            def fit(self, batches, epochs):
+                for _ in range(epochs):
+                    self.one_epoch(batches)
+    """)
+    _write(tmp_path, "kit/files.py", """
+        from torch.utils.data import IterableDataset
+
+        class Files(IterableDataset):
+            def __init__(self, manifest, rank, world):
+                self.mine = list(manifest)[rank::world]
+
+            def __iter__(self):
+                for path, count in self.mine:
+                    for k in range(count):
+                        yield path, k
+    """)
+    script = _write(tmp_path, "run.py", """
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader
+        from kit.files import Files
+        from kit.loop import Loop
+
+        def main(net, manifest):
+            rank, world = dist.get_rank(), dist.get_world_size()
+            Loop(net).fit(DataLoader(Files(manifest, rank, world), batch_size=8), 2)
+    """)
+    res = _check(loop)
+    assert _codes(res) == [("DDP110", 9)]
+    assert "fit()" in res.findings[0].message and str(script) in res.findings[0].message
+    project.clear()
+    _write(tmp_path, "run.py", """
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+        from kit.loop import Loop
+
+        def main(net, rows):
+            Loop(net).fit(DataLoader(rows, batch_size=8, sampler=DistributedSampler(rows)), 2)
+    """)
+    assert _codes(_check(loop)) == []
+    project.clear()

@@ -15,7 +15,7 @@ import ast
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from .bindings import LOOPS, reaching, target_path
 from .calls import scope_calls
-from .helper_calls import resolved
+from .helper_calls import is_method, resolved
 from .uniformity import RANK, Src, X as VX, join
 from .shape_facts import (
     SU,
@@ -378,24 +378,34 @@ class Extents:
             return self._at_callers(sh, it, more_sites)
         return SX
 
-    def _at_callers(self, fact: Sh, at, more_sites) -> Sh:
+    def _at_callers(self, fact: Sh, at, more_sites, depth: int = 0) -> Sh:
         """``fact``, symbolic in the parameters of one function (the function around ``at``, or
         the ``__init__`` of its class), as a call of that function binds them: the first binding
-        that is rank-varying by the rank, else unknown."""
+        that is rank-varying by the rank, else unknown. A method is judged at the calls that
+        resolve to it (``self.train_epoch(loader)``, ``Trainer(cfg).fit(loader)``); a binding that
+        is itself symbolic in the caller's parameters (``def fit(self, loader):
+        self.train_epoch(loader)``) is judged at that caller's calls in turn (two steps up)."""
         fids = {f for f, _p, _m in fact.deps}
         fn = _dep_function(at, fids.pop()) if len(fids) == 1 else None
         if fn is None:
             return SX
         owner = parent(fn)
+        method = False
         if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(parent(owner), ast.Module):
             name = owner.name
         elif isinstance(owner, ast.Module):
             name = fn.name
+        elif isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module) and is_method(fn):
+            name, method = fn.name, True
         else:
             return SX
         from .calls import calls_by_name
 
-        sites = [(self.view, c) for c in calls_by_name(self.view).get(name, ())]
+        if method:
+            sites = [(self.view, c) for c in self.view.sem.calls
+                     if isinstance(c.func, ast.Attribute) and c.func.attr == name]
+        else:
+            sites = [(self.view, c) for c in calls_by_name(self.view).get(name, ())]
         if more_sites is not None:
             sites.extend(more_sites(self.view, fn))
         for cv, call in sites[:16]:
@@ -405,6 +415,8 @@ class Extents:
             other = self if cv is self.view else type(self).of(self.hub, cv)
             here = "" if cv is self.view else f" of `{cv.path}`"
             got = other.bind(fact, call, fn, 0, f"`{name}()` at line {call.lineno}{here}")
+            if got.kind == "U" and got.deps and depth < 2:
+                got = other._at_callers(got, call, more_sites if cv is self.view else None, depth + 1)
             if got.kind == "V" and got.src.cat == RANK:
                 return got
         return SX

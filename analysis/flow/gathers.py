@@ -1,17 +1,24 @@
 """Gathers a helper makes of the sharded module it receives: ``export(model)`` where ``model`` holds
 a ``fully_shard`` module and ``export`` turns the DTensors of its state dict or parameters into
 whole tensors (``DTensor.full_tensor()``) behind ``if isinstance(t, DTensor):``, also through the
-helpers it gives them to. ``hidden.hidden_sites`` makes such a call a collective site (``summaries`` hands it this module's ``helper_gather``)."""
+helpers it gives them to; and the same of the per-parameter state (Adam's moments) of an optimizer
+over such a module's parameters, which torch builds like the parameter (``zeros_like``: a DTensor
+sharded the same way): ``optimizer.state[p]["exp_avg_sq"]`` of a sharded ``p``, or an entry of
+``optimizer.state.values()`` of an optimizer built over ``model.parameters()`` of an FSDP2 module. ``hidden.hidden_sites`` makes such a call a collective site (``summaries`` hands it this module's ``helper_gather``)."""
 from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, get_arg
 from .bindings import _COMPS, comp_binder, reaching
 from .hidden import _DTENSOR_MODULES, _call_args, _key, entry_of, is_fsdp2, op_words
 
 _DTENSOR_CLASSES = frozenset(m + ".DTensor" for m in (*_DTENSOR_MODULES, "torch.distributed.tensor._api"))
 _SHARDED_ITERS = ("state_dict", "parameters", "named_parameters")
+# the per-parameter state tensors torch's optimizers make with ``torch.zeros_like(p)`` (shaped, and
+# for a DTensor parameter sharded, like it); ``step`` (a scalar tensor) is none of them
+_MOMENTS = frozenset(("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg",
+                      "acc_delta", "grad_avg", "sum", "ax", "prev", "step_size", "mu_product"))
 
 
 def helper_gather(hub, view, call, Effect, Site):
@@ -19,18 +26,26 @@ def helper_gather(hub, view, call, Effect, Site):
     every call, gathers the DTensors of its parameter's state dict or parameters (``for k, v in
     model.state_dict().items(): v.full_tensor()``, also through helpers that receive ``v``), an
     ``if isinstance(v, DTensor):`` around the gather holding for them: the gather's collective, at
-    the call. (A helper that gathers unconditionally is a plain summary's; this is for the guarded
-    one, whose guard only the sharded argument decides.)"""
+    the call. The same for the moments an optimizer keeps of those parameters
+    (``opt.state[p]["exp_avg_sq"].full_tensor()`` of a sharded ``p``), and of an optimizer argument
+    built over an FSDP2 module's parameters (``for st in opt.state.values(): st["exp_avg"]``).
+    (A helper that gathers unconditionally is a plain summary's; this is for the guarded one, whose
+    guard only the sharded argument decides.)"""
     if not call.args and not call.keywords:
         return None
-    if not any(_key(a) is not None and is_fsdp2(hub, view, a, call)
-               for a in (*call.args, *(k.value for k in call.keywords))):
+    args = [a for a in (*call.args, *(k.value for k in call.keywords)) if _key(a) is not None]
+    mod_args = [a for a in args if is_fsdp2(hub, view, a, call)]
+    if not mod_args and not args:
         return None
     target = hub.resolve_call(view, call)
     if target is None or not isinstance(target[1], FUNC_TYPES):
         return None
     tv, fn = target
-    mods = {p for p, a in _call_args(call, fn) if _key(a) is not None and is_fsdp2(hub, view, a, call)}
+    # an optimizer over an FSDP2 module's parameters, given to a parameter whose ``.state`` the
+    # helper reads (``for st in opt.state.values()``); asked only there (following a value costs)
+    states = _state_params(tv, fn)
+    mods = {p for p, a in _call_args(call, fn)
+            if any(a is m for m in mod_args) or (p in states and a in args and _fsdp2_optimizer(hub, view, a, call))}
     if not mods or hub.summary(tv, fn).must:
         return None
     hub._view_stack.append(tv)  # the modules read become the checked view's dependencies
@@ -50,17 +65,59 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
         return memo[key]
     memo[key] = None  # recursion guard
     loops = _sharded_loops(view, fn, mods)
+    busy = set()
 
     def dtensor(expr, at) -> bool:
         if not isinstance(expr, ast.Name):
-            return False
+            return moment(expr, at)  # ``opt.state[p]["exp_avg"]`` itself
         g = comp_binder(expr)
         if g is not None:
             return _sharded_target(view, g.iter, g.target, mods) == expr.id
         kind, evs = reaching(view, expr.id, at)
         if kind == "param":
             return expr.id in dts
-        return kind == "events" and bool(evs) and all(e in loops.get(expr.id, ()) for e in evs)
+        if kind != "events" or not evs or (expr.id, at) in busy:
+            return False
+        busy.add((expr.id, at))  # ``v = opt.state[v]["exp_avg"]`` in a loop reaches itself
+        try:
+            return all(e in loops.get(expr.id, ()) or moment(_bound(e, expr.id), e) for e in evs)
+        finally:
+            busy.discard((expr.id, at))
+
+    def param_state(expr, at) -> bool:
+        """``expr`` is the state the optimizer keeps for a sharded parameter: ``opt.state[p]``,
+        ``opt.state.get(p, {})`` of a DTensor ``p``, an entry of ``opt.state.values()`` of an
+        optimizer in ``mods``, or a name bound to one."""
+        if isinstance(expr, ast.Name):
+            g = comp_binder(expr)
+            if g is not None:
+                return _sharded_target(view, g.iter, g.target, mods) == ("state", expr.id)
+            kind, evs = reaching(view, expr.id, at)
+            if kind != "events" or not evs or (expr.id, at) in busy:
+                return False
+            busy.add((expr.id, at))
+            try:
+                return all(e in loops.get(("state", expr.id), ()) or param_state(_bound(e, expr.id), e) for e in evs)
+            finally:
+                busy.discard((expr.id, at))
+        if isinstance(expr, ast.Subscript):
+            base, p = expr.value, expr.slice
+        elif (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get"
+              and expr.args and not expr.keywords and len(expr.args) <= 2):
+            base, p = expr.func.value, expr.args[0]
+        else:
+            return False
+        return isinstance(base, ast.Attribute) and base.attr == "state" and dtensor(p, at)
+
+    def moment(expr, at) -> bool:  # ``state["exp_avg_sq"]`` / ``state.get("exp_avg")`` of a sharded parameter's state
+        if isinstance(expr, ast.Subscript):
+            base, k = expr.value, expr.slice
+        elif (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get"
+              and len(expr.args) == 1 and not expr.keywords):
+            base, k = expr.func.value, expr.args[0]
+        else:
+            return False
+        return isinstance(k, ast.Constant) and k.value in _MOMENTS and param_state(base, at)
 
     def holds(p, child) -> bool:  # ``if isinstance(v, DTensor):`` of a DTensor value, around its body
         if p.__class__ in _COMPS:  # the element of ``{k: v.full_tensor() for k, v in net.state_dict().items()}``
@@ -108,10 +165,56 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
     return got
 
 
+def _state_params(view, fn) -> frozenset:
+    """The parameters of ``fn`` whose ``.state`` it reads (``opt.state.values()``)."""
+    memo = view.memo.setdefault("gathers.state_params", {})
+    got = memo.get(fn)
+    if got is None:
+        names = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+        got = memo[fn] = frozenset(
+            n.value.id for n in ast.walk(fn)
+            if isinstance(n, ast.Attribute) and n.attr == "state" and isinstance(n.value, ast.Name)
+            and n.value.id in names)
+    return got
+
+
+def _bound(e, name):
+    """The expression ``e`` (an assignment) binds to ``name``: ``v = expr``, or its element of
+    ``m, v = a, b``; else None."""
+    if not isinstance(e, ast.Assign) or len(e.targets) != 1:
+        return None
+    t, v = e.targets[0], e.value
+    if isinstance(t, ast.Name):
+        return v if t.id == name else None
+    if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
+        for te, ve in zip(t.elts, v.elts):
+            if isinstance(te, ast.Name) and te.id == name:
+                return ve
+    return None
+
+
+def _fsdp2_optimizer(hub, view, expr, at) -> bool:
+    """``expr`` holds a ``torch.optim`` optimizer built over the parameters of an FSDP2 module
+    (``torch.optim.AdamW(model.parameters())`` after ``fully_shard(model)``)."""
+    from .origins import holds_call, is_optimizer_ctor
+    got = holds_call(hub, view, expr, at, is_optimizer_ctor)
+    if got is None:
+        return False
+    cv, ctor = got
+    it = get_arg(ctor, 0, "params")
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "list" and len(it.args) == 1:
+        it = it.args[0]
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute)
+            and it.func.attr in ("parameters", "named_parameters") and not it.args):
+        return False
+    return _key(it.func.value) is not None and is_fsdp2(hub, cv, it.func.value, ctor)
+
+
 def _sharded_loops(view, fn, mods) -> dict:
     """name -> the ``for`` statements of ``fn`` that bind it to an entry of the state dict or the
     parameters of a parameter in ``mods`` (``for k, v in model.state_dict().items()``, ``for p in
-    model.parameters()``, ``for n, p in model.named_parameters()``)."""
+    model.parameters()``, ``for n, p in model.named_parameters()``); ``("state", name)`` -> those
+    that bind it to a parameter's state of an optimizer in ``mods`` (``for st in opt.state.values()``)."""
     got = {}
     if not mods:
         return got
@@ -125,12 +228,19 @@ def _sharded_loops(view, fn, mods) -> dict:
 
 def _sharded_target(view, it, target, mods):
     """The name ``target`` (of a ``for`` over ``it``) binds to a value of the state dict or the
-    parameters of a parameter in ``mods``, else None."""
+    parameters of a parameter in ``mods``; ``("state", name)`` where it binds to a parameter's
+    state of an optimizer in ``mods``; else None."""
     pair = False
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "values") \
             and not it.args:
         pair = it.func.attr == "items"
         it = it.func.value
+        if (isinstance(it, ast.Attribute) and it.attr == "state" and isinstance(it.value, ast.Name)
+                and it.value.id in mods and reaching(view, it.value.id, it)[0] == "param"):
+            # ``for p, st in opt.state.items()``: the state of each parameter of the optimizer
+            if pair:
+                target = target.elts[1] if isinstance(target, ast.Tuple) and len(target.elts) == 2 else None
+            return ("state", target.id) if isinstance(target, ast.Name) else None
         if not (isinstance(it, ast.Call) and it.func.__class__ is ast.Attribute and it.func.attr == "state_dict"):
             return None
     elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "state_dict":

@@ -8,7 +8,7 @@ import ast
 
 from ..semantic import get_arg, parent
 from .hidden import FULLY_SHARD, is_fsdp2, shard_calls  # noqa: F401  (re-exported)
-from .origins import holds_call, key_of, origins, qn_pred  # noqa: F401  (re-exported)
+from .origins import holds_call, is_optimizer_ctor, key_of, origins, qn_pred  # noqa: F401  (re-exported)
 
 # the gate of the DDP5xx rules: a module of the modern stack is imported
 MODERN_TEXT = ("fsdp", "tensor", "checkpoint", "device_mesh", "compile", "distributed")
@@ -29,14 +29,6 @@ def hub(ctx):
     from . import for_context  # lazy: the package imports this module's neighbours
     an = for_context(ctx)
     return an, an.main
-
-
-def is_optimizer_ctor(view, call) -> bool:
-    qn = view.sem.call_qualname(call) or ""
-    if not qn.startswith("torch.optim.") or ".lr_scheduler." in qn or ".swa_utils." in qn:
-        return False
-    last = qn.rsplit(".", 1)[-1]
-    return last[:1].isupper() and last not in ("Optimizer",)
 
 
 def is_optimizer(an, view, expr, at, callers=None) -> bool:

@@ -367,6 +367,15 @@ def _attr_path(target, attr: str):
     return None
 
 
+def is_optimizer_ctor(view, call) -> bool:
+    """``call`` builds a ``torch.optim`` optimizer (``torch.optim.AdamW(...)``; not a scheduler)."""
+    qn = view.sem.call_qualname(call) or ""
+    if not qn.startswith("torch.optim.") or ".lr_scheduler." in qn or ".swa_utils." in qn:
+        return False
+    last = qn.rsplit(".", 1)[-1]
+    return last[:1].isupper() and last not in ("Optimizer",)
+
+
 def holds_call(hub, view, expr, at, pred, callers=None) -> tuple | None:
     """The first (view, call) origin of ``expr`` for which ``pred(view, call)`` is true, or None
     (``callers``: as ``origins`` takes it)."""

@@ -569,10 +569,11 @@ def project_callers(ctx, names, needs=()) -> list:
     return ctx.memo(("common.project_callers", names, needs), build)
 
 
-def other_call_sites(ctx, an):
+def other_call_sites(ctx, an, methods: bool = False):
     """``origins``' ``callers``: for a module-level function or class of the checked file (its
     ``__init__``), the (view, call) pairs of its calls in the project's other files
-    (``project_callers``, memoised per check); nothing for other modules' functions."""
+    (``project_callers``, memoised per check); nothing for other modules' functions. ``methods``:
+    also for a method of a module-level class (``Trainer(cfg).fit(loader)`` of a script)."""
     def get(view, fn):
         if view is not an.main or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return []
@@ -580,6 +581,8 @@ def other_call_sites(ctx, an):
         if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(getattr(owner, "_p", None), ast.Module):
             name = owner.name
         elif isinstance(owner, ast.Module):
+            name = fn.name
+        elif methods and isinstance(owner, ast.ClassDef) and isinstance(getattr(owner, "_p", None), ast.Module):
             name = fn.name
         else:
             return []

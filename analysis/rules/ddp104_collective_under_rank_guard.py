@@ -88,7 +88,12 @@ class CollectiveUnderRankGuard(Rule):
     a collective. A helper that gathers the DTensors of a module it receives only behind
     `if isinstance(t, DTensor):` (`for k, t in net.state_dict().items(): full = t.full_tensor()`,
     also through a helper that receives `t`) makes the all-gather when the call passes a
-    `fully_shard` module; given a module that was never sharded, it makes none.
+    `fully_shard` module; given a module that was never sharded, it makes none. The same holds for
+    the moments an optimizer keeps of those parameters, which torch builds like the parameter (a
+    DTensor sharded the same way): `v = opt.state[p]["exp_avg_sq"]` of a `p` of the sharded
+    module's `parameters()`, or an entry of `opt.state.values()` of an optimizer built over
+    them, gathered behind `if isinstance(v, DTensor): v = v.full_tensor()` (the `step` count is a
+    plain tensor and is not counted).
 
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose

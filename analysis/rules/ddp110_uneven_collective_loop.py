@@ -45,8 +45,10 @@ class UnevenCollectiveLoop(Rule):
 
     The loop may walk a parameter (`def evaluate(loader): for batch in loader:`) or an attribute
     that `__init__` stores from one (`self.loader = loader`): it is judged at the calls of that
-    function or constructor, in this file or another file of the project, and reported when one of
-    them passes such a shard (`evaluate(shard_loader)`, `Evaluator(model, shard_loader)`).
+    function, method or constructor, in this file or another file of the project, and reported
+    when one of them passes such a shard (`evaluate(shard_loader)`, `Evaluator(model,
+    shard_loader)`, `Trainer(cfg).fit(shard_loader)`), also when that call passes its own caller's
+    argument on (`def fit(self, loader): self.train_epoch(loader)`).
 
     Not flagged: loops under DDP's `join()` context manager (`with model.join():`), which exists for
     exactly this case, a `DataLoader` with a `DistributedSampler` (it pads every rank to the same
@@ -110,7 +112,7 @@ def _shard_loops(ctx):
     an = for_context(ctx)
     view = an.main
     sh = None
-    more_sites = other_call_sites(ctx, an)  # callers in the project's other files, asked lazily
+    more_sites = other_call_sites(ctx, an, methods=True)  # callers in the project's other files, asked lazily
     out = []
     done = set()
     # the lines inside a ``for``: a site on no such line has no loop around it (every ``for`` of
