@@ -240,9 +240,12 @@ def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
     ``qns``: directly, or through another function that does (of this module, or of a project
     module this one imports; a module that never spells ``needle`` makes no such call itself)."""
     memo = view.memo.setdefault(("hidden.params_to", qns, pos, kw), {})
-    if fn in memo:
-        return memo[fn]
-    memo[fn] = frozenset()  # recursion guard
+    got = memo.get(fn)
+    # an answer found deeper saw fewer calls through (``depth`` limits them): it is reused only at
+    # that depth or deeper, so the answer never depends on which query came first
+    if got is not None and (got[1] is None or got[1] <= depth):
+        return got[0]
+    memo[fn] = (frozenset(), None)  # recursion guard: a cycle adds nothing
     from ..semantic import param_names
     params = set(param_names(fn))
     sem = view.sem
@@ -254,8 +257,8 @@ def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
             names |= _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth)
         finally:
             hub._view_stack.pop()
-    memo[fn] = frozenset(names)
-    return memo[fn]
+    memo[fn] = (frozenset(names), depth)
+    return memo[fn][0]
 
 
 def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth) -> set:

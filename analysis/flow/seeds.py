@@ -99,9 +99,12 @@ def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
     node ``before`` (all of them when None), through the project functions it calls."""
     memo = view.memo.setdefault("seeds.last", {})
     key = (id(fn), id(before))
-    if key in memo:
-        return memo[key]
-    memo[key] = None  # a recursive call adds nothing
+    got = memo.get(key)
+    # an answer found deeper followed fewer calls: reused only at its depth or deeper, so the
+    # answer never depends on which query came first
+    if got is not None and (got[1] is None or got[1] <= depth):
+        return got[0]
+    memo[key] = (None, None)  # a recursive call adds nothing
     out = None
     limit = (before.lineno, before.col_offset) if before is not None else None
     for c in _calls_in(view, fn):
@@ -110,7 +113,7 @@ def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
         got = _event(hub, view, fn, c, depth)
         if got is not None:
             out = got
-    memo[key] = out
+    memo[key] = (out, depth)
     return out
 
 
