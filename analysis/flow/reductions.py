@@ -394,3 +394,12 @@ def reads_world_size(view, scope) -> bool:
         if isinstance(n, ast.Constant) and n.value == "WORLD_SIZE":
             return True
     return False
+
+
+def sum_reach(cls, text, filename):
+    """A second gate (``Rule.reach``) for a rule about a helper's reduction: the file, or a project
+    module it imports (transitively), spells ``all_reduce``: ``reduce_tensor`` in ``utils/dist.py``
+    called from the trainer."""
+    from .reach import reaches  # lazy: only files the text gate admits
+
+    return reaches(filename, text, ("all_reduce",))

@@ -90,7 +90,7 @@ RULES = {
                 False, False),
     'DDP118': ('ddp118_sum_of_means_used_as_mean', True, True,
                 ((('torch', False),),),
-                False, False),
+                False, True),
     'DDP201': ('ddp201_ddp_module_not_on_device', True, True,
                 ((('torch', False),), (('DistributedDataParallel', False), ('import', False))),
                 False, True),

@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
 from ..flow.calls import scope_calls
 from ..flow.helper_calls import bind_args, callee_name, resolved
-from ..flow.reductions import mean_valued, reads_world_size, world_sum_return
+from ..flow.reductions import mean_valued, reads_world_size, sum_reach, world_sum_return
 
 # how a value is read without changing it: ``r.item()``, ``float(r)``, ``r.cpu()``
 _READS = frozenset({"item", "cpu", "detach", "tolist", "float", "double", "numpy"})
@@ -64,6 +64,9 @@ class SumOfMeansUsedAsMean(Rule):
     code = "DDP118"
     name = "sum-of-means-used-as-mean"
     severity = Severity.WARNING
+    # the reducing helper may be in another module: the file or a module it imports spells
+    # ``all_reduce``
+    reach = classmethod(sum_reach)
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
