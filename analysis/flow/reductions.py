@@ -26,6 +26,7 @@ from ..torch_api import D
 from .bindings import reaching
 from .calls import on_subgroup, scope_calls
 from .helper_calls import bind_args, callee_name, may_resolve, resolved
+from .world import world_size_call
 
 _OP_POS = (1, "op")
 
@@ -217,3 +218,188 @@ def _touched_between(view, scope, a: ast.Call, b: ast.Call, name: str) -> bool:
         if isinstance(n, ast.Name) and n.id == name and lo <= (n.lineno, n.col_offset) < hi:
             return True
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# A helper that returns the world's SUM of its parameter, and values that are means
+#
+# ``world_sum_return(view, fn)``: the parameter whose world ``SUM`` ``fn`` returns unscaled:
+# ``rt = t.clone(); dist.all_reduce(rt); return rt`` (or the parameter itself reduced in place),
+# every return giving that name (or the parameter untouched, for a world of one process), nothing
+# reading or writing it between the reduction and the final return.
+# ``mean_valued(hub, view, expr, at)``: every origin of ``expr`` is a mean: ``x.mean()``,
+# ``torch.mean(x)``, a ``torch.nn.functional`` loss or a ``torch.nn`` loss module called with the
+# default ``reduction="mean"`` (through ``.detach()``, ``.clone()``, ``.data``, a cast).
+
+_COPIES = frozenset({"clone", "detach", "float", "double", "contiguous"})
+_MEAN_LOSSES = frozenset({"cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+                          "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
+                          "soft_margin_loss", "multilabel_soft_margin_loss", "poisson_nll_loss",
+                          "gaussian_nll_loss", "hinge_embedding_loss", "cosine_embedding_loss",
+                          "margin_ranking_loss", "multi_margin_loss", "triplet_margin_loss"})
+_MEAN_LOSS_MODULES = frozenset({"CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+                                "BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "SoftMarginLoss",
+                                "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss",
+                                "HingeEmbeddingLoss", "CosineEmbeddingLoss", "MarginRankingLoss",
+                                "MultiMarginLoss", "TripletMarginLoss"})
+
+
+def _copy_of(view, e, param: str) -> bool:
+    """``e`` is the parameter ``param`` or a copy of it (``param.clone()``, ``.detach()``, chains,
+    ``torch.clone(param)``)."""
+    while True:
+        if isinstance(e, ast.Name):
+            return e.id == param
+        if isinstance(e, ast.Attribute) and e.attr == "data":
+            e = e.value
+            continue
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _COPIES and not e.args:
+            e = e.func.value
+            continue
+        if isinstance(e, ast.Call) and (view.sem.call_qualname(e) or "") == "torch.clone" and len(e.args) == 1:
+            e = e.args[0]
+            continue
+        return False
+
+
+def world_sum_return(view, fn) -> str | None:
+    """The parameter of ``fn`` whose world ``SUM`` it returns unscaled (see above), else None."""
+    memo = view.memo.setdefault("reductions.sum_return", {})
+    if id(fn) in memo:
+        return memo[id(fn)]
+    memo[id(fn)] = out = _world_sum_return(view, fn)
+    return out
+
+
+def _world_sum_return(view, fn) -> str | None:
+    params = [p for p in param_names(fn) if p not in ("self", "cls")]
+    if not params or not fn.body or not isinstance(fn.body[-1], ast.Return):
+        return None
+    last = fn.body[-1]
+    if not isinstance(last.value, ast.Name):
+        return None
+    name = last.value.id
+    red = None
+    for c in scope_calls(view, fn):
+        if (view.sem.call_qualname(c) or "") != D + "all_reduce":
+            continue
+        t = get_arg(c, 0, "tensor")
+        if red is not None or not isinstance(t, ast.Name) or t.id != name or on_subgroup(c, "all_reduce") \
+                or not _is_sum(get_arg(c, *_OP_POS)) or get_arg(c, 3, "async_op") is not None \
+                or _under_try(c, fn) or _tests_read_params(c, fn) or not _dominates(c, last):
+            return None
+        red = c
+    if red is None or _touched_between(view, fn, red, last, name):
+        return None
+    # what the reduced name holds: the parameter, or one copy of it made before the reduction
+    if name in params:
+        param = name
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)):
+            return None
+    else:
+        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+        if len(stores) != 1 or not isinstance(parent(stores[0]), ast.Assign) or len(parent(stores[0]).targets) != 1:
+            return None
+        value = parent(stores[0]).value
+        param = next((p for p in params if _copy_of(view, value, p)), None)
+        if param is None or not _dominates(stores[0], red):
+            return None
+        if any(isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)):
+            return None
+    for r in ast.walk(fn):
+        if isinstance(r, ast.Return) and r is not last and not (
+                isinstance(r.value, ast.Name) and r.value.id in (name, param)):
+            return None
+    return param
+
+
+def _strip_copies(e):
+    while True:
+        if isinstance(e, ast.Attribute) and e.attr == "data":
+            e = e.value
+        elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _COPIES and not e.args \
+                and not e.keywords:
+            e = e.func.value
+        else:
+            return e
+
+
+def _mean_reduction(call) -> bool:
+    """A loss call or construction leaves ``reduction`` at ``"mean"`` (and passes none of the old
+    ``size_average`` / ``reduce`` flags)."""
+    for kw in call.keywords:
+        if kw.arg is None or kw.arg in ("size_average", "reduce"):
+            return False
+        if kw.arg == "reduction" and not (isinstance(kw.value, ast.Constant) and kw.value.value == "mean"):
+            return False
+    return True
+
+
+def mean_valued(hub, view, expr, at, depth: int = 0) -> bool:
+    """Every origin of ``expr`` at ``at`` is a mean (see above); False when any is not known to be."""
+    from .origins import origins
+
+    expr = _strip_copies(expr)
+    got = origins(hub, view, expr, at)
+    if not got or depth > 2:
+        return False
+    for v, e in got:
+        e = _strip_copies(e)
+        if e is not expr and isinstance(e, (ast.Name, ast.Attribute)) and mean_valued(hub, v, e, e, depth + 1):
+            continue
+        if not isinstance(e, ast.Call) or not _mean_call(hub, v, e):
+            return False
+    return True
+
+
+def _mean_call(hub, view, e: ast.Call) -> bool:
+    from .origins import origins
+
+    qn = view.sem.call_qualname(e) or ""
+    f = e.func
+    if qn == "torch.mean" or (isinstance(f, ast.Attribute) and f.attr == "mean" and not qn.startswith(
+            ("numpy.", "statistics.", "math."))):
+        return True
+    if qn.startswith("torch.nn.functional.") and qn.rsplit(".", 1)[-1] in _MEAN_LOSSES:
+        return _mean_reduction(e)
+    if not isinstance(f, (ast.Name, ast.Attribute)) or qn:
+        return False
+    # ``criterion(out, y)``: every origin of the callee is a ``torch.nn`` loss module built with the
+    # default reduction
+    mods = origins(hub, view, f, e)
+    if not mods:
+        return False
+    for mv, m in mods:
+        mqn = (mv.sem.call_qualname(m) or "") if isinstance(m, ast.Call) else ""
+        if not (mqn.startswith("torch.nn.") and mqn.rsplit(".", 1)[-1] in _MEAN_LOSS_MODULES and _mean_reduction(m)
+                and len(m.args) <= 1):
+            return False
+    return True
+
+
+def reads_world_size(view, scope) -> bool:
+    """``scope`` reads a number of processes anywhere: a ``get_world_size`` call (of any group), or
+    a name or attribute that counts processes (``world_size``, ``num_gpus``): a place where a sum
+    over the ranks may be scaled back to a mean (only ever used to stay silent)."""
+    from .world import _WORLD_NAME
+
+    for n in ast.walk(scope):
+        if isinstance(n, ast.Call):
+            qn = view.sem.call_qualname(n) or ""
+            if qn.endswith("get_world_size") or world_size_call(view.sem, n):
+                return True
+        name = n.id if isinstance(n, ast.Name) else (n.attr if isinstance(n, ast.Attribute) else None)
+        if name is not None and _WORLD_NAME.match(name):
+            return True
+        if isinstance(n, ast.Constant) and n.value == "WORLD_SIZE":
+            return True
+    return False
+
+
+def sum_reach(cls, text, filename):
+    """A second gate (``Rule.reach``) for a rule about a helper's reduction: the file, or a project
+    module it imports (transitively), spells ``all_reduce``: ``reduce_tensor`` in ``utils/dist.py``
+    called from the trainer."""
+    from .reach import reaches  # lazy: only files the text gate admits
+
+    return reaches(filename, text, ("all_reduce",))

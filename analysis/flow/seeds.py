@@ -161,15 +161,19 @@ def seed_in_force(hub, view, at) -> Seed | None:
     return None
 
 
-def constructions(hub, view, expr, at, depth: int = 0) -> list:
+def constructions(hub, view, expr, at, depth: int = 0, wrap=None) -> list:
     """(view, call) of the constructions of the module ``expr`` holds at ``at``: a project
     ``nn.Module`` class or a ``torch.nn`` class called (moved or cast after: ``Net().cuda()``,
     also when a helper builds and returns it); empty when any origin is something else (a
-    pretrained load, an element of a container, a parameter no caller is seen for)."""
+    pretrained load, an element of a container, a parameter no caller is seen for). ``wrap``: the
+    call ``expr`` is given to, whose result stored back (``self.net = FSDP(self.net)``, an
+    attribute's origins being those of the whole class) is no origin of what it is given."""
     from .origins import origins
 
     out = []
     for v, e in origins(hub, view, expr, at):
+        if e is wrap:
+            continue
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _MOVES:
             if depth >= _MAX_DEPTH:
                 return []

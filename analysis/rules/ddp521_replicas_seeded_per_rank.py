@@ -7,8 +7,10 @@ from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..source import SourceText
 from ..flow.context import call_args
+from ..flow.fs_effects import view_ctx
 from ..flow.modern import FSDP1, FULLY_SHARD, INIT_MESH, holds_call, hub, origins, qn_pred, shard_calls, shard_reach
 from ..flow.origins import branch_origins
+from ..flow.rank import rank0_guarded
 from ..flow.seeds import constructions, on_meta, seed_in_force
 
 # FSDP1 strategies that keep whole replicas of the parameters over some ranks
@@ -21,6 +23,9 @@ _SETTERS = frozenset({"load_state_dict", "set_state_dict", "set_model_state_dict
                       "sync_module_states", "from_pretrained", "resume", "restore", "_init_weights",
                       "init_parameters", "initialize"})
 _DEPTH = 3
+# calls that load a state into the module they are given (receiver or first argument)
+_LOADS = frozenset({"load_state_dict", "set_model_state_dict", "set_state_dict"})
+_FN_LOADS = frozenset({"set_model_state_dict", "set_state_dict"})
 
 
 class ReplicasSeededPerRank(Rule):
@@ -44,6 +49,14 @@ class ReplicasSeededPerRank(Rule):
     building function, the project functions it calls after, or the class's methods, is not
     flagged. DDP broadcasts the module's state from rank 0 when it wraps, and is not flagged.
 
+    Also checks for a model whose state is loaded on the main rank only (`model.load_state_dict`
+    or `set_model_state_dict(model, ...)` behind `if rank == 0:`, in the building function, a
+    helper it calls, or the caller after it, across modules), then wrapped by FSDP2
+    `fully_shard` (any mesh) or FSDP1 without `sync_module_states=True` (any strategy). Every
+    later call that may give the model values (a load, a broadcast, an initialisation, as above)
+    must run on the main rank only too; a load on every rank, a broadcast after it, or one after
+    the wrap is not flagged.
+
     ## Why is this bad?
     DDP and FSDP1 with `sync_module_states=True` copy rank 0's parameters to every rank when they
     wrap. FSDP2 and FSDP1's replicating strategies without that flag do not: every rank keeps the
@@ -52,7 +65,18 @@ class ReplicasSeededPerRank(Rule):
     themselves never meet, so the replicas train as different models for the whole run (and a
     checkpoint depends on which replica writes it). Nothing raises.
 
+    A state loaded on rank 0 alone is the same problem for every sharding strategy: each rank
+    keeps the shards of its own copy, so the sharded model holds the loaded values only in rank
+    0's shards and the random initial values everywhere else; fine-tuning starts from a corrupted
+    checkpoint without an error.
+
     ## Example
+    ```python
+    model = Net()
+    if dist.get_rank() == 0:
+        model.load_state_dict(torch.load(path, map_location="cpu"))
+    model = FSDP(model, device_id=local_rank)  # no broadcast: ranks 1.. keep random weights
+    ```
     ```python
     torch.manual_seed(args.seed + dist.get_rank())  # per-rank dropout and noise
     mesh = init_device_mesh("cuda", (2, 4), mesh_dim_names=("replicate", "shard"))
@@ -70,6 +94,14 @@ class ReplicasSeededPerRank(Rule):
     ```
     Or build the model on the `meta` device and initialise it after `fully_shard`, or pass
     `sync_module_states=True` to FSDP1.
+
+    For a state loaded on rank 0 only:
+    ```python
+    model = Net()
+    if dist.get_rank() == 0:
+        model.load_state_dict(torch.load(path, map_location="cpu"))
+    model = FSDP(model, device_id=local_rank, sync_module_states=True)  # rank 0's values everywhere
+    ```
 
     ## Fix safety
     There is no automatic fix: where per-rank randomness should start again is the user's choice.
@@ -97,6 +129,28 @@ class ReplicasSeededPerRank(Rule):
                     continue
                 seen.add(key)
                 self._report(ctx, view, call, why, seed, kv, k)
+        for call, module, why in _broadcastless_wraps(an, view, ctx):
+            for kv, k in constructions(an, view, module, call, wrap=call):
+                if on_meta(an, kv, k):
+                    continue
+                got = _loaded_on_main_only(an, kv, k)
+                if got is None or (id(got[1]), id(call)) in seen:
+                    continue
+                seen.add((id(got[1]), id(call)))
+                self._report_load(ctx, view, call, why, got)
+
+    def _report_load(self, ctx, view, call, why, got) -> None:
+        lv, load = got
+        msg = (f"the model's state is loaded on the main rank only (`{SourceText(lv.text).segment(load.func)}`), "
+               f"then {why}, which keeps each rank's own values without a broadcast: the other ranks "
+               "keep their random initial weights and the sharded model mixes them with the loaded ones; "
+               "pass `sync_module_states=True` (FSDP1), load on every rank, or load after wrapping with "
+               "`set_model_state_dict(..., broadcast_from_rank0=True)`")
+        if lv is view:
+            related = [(load, "loaded on the main rank only")]
+        else:
+            related = [("file", lv.path, SourceText(lv.text).node_range(load), "loaded on the main rank only")]
+        ctx.report(call, msg, related=related)
 
     def _report(self, ctx, view, call, why, seed, kv, k) -> None:
         src = f" ({seed.src.desc})" if seed.src is not None and seed.src.desc else ""
@@ -146,6 +200,93 @@ def _replicating_wraps(an, view, ctx) -> list:
         if got and len(names) == len(got) and names <= _REPLICATING:
             out.append((c, module, f"FSDP wraps it with `{sorted(names)[0]}`"))
     return out
+
+
+def _broadcastless_wraps(an, view, ctx) -> list:
+    """(wrap call, module expression, words) of the file's wraps that shard each rank's own copy
+    of the module without a broadcast, whatever the strategy: FSDP2 ``fully_shard`` (directly or
+    through a sharding helper), FSDP1 without ``sync_module_states``."""
+    out = []
+    for c, module in shard_calls(an, view):
+        if (view.sem.call_qualname(c) or "") in FULLY_SHARD:
+            out.append((c, module, "`fully_shard` shards it"))
+        else:
+            out.append((c, module, f"`{ctx.text(c.func)}` shards it with `fully_shard`"))
+    for c in ctx.calls_to(FSDP1):
+        module = get_arg(c, 0, "module")
+        if module is not None and not _syncs_states(an, view, c):
+            out.append((c, module, "FSDP wraps it without `sync_module_states=True`"))
+    return out
+
+
+def _loaded_on_main_only(an, view, k):
+    """(view, call) of a load of a state into the module built by ``k`` that runs on the main rank
+    only, when every call after ``k`` that may give its parameters values (in its function and the
+    project functions called there, the methods of its class, after the calls of its function)
+    runs on the main rank only too; None otherwise."""
+    sem = view.sem
+    fn = sem.enclosing_function(k)
+    scope = fn if fn is not None else sem.tree
+    found = []
+    seen = set()
+    _setters_in(an, view, scope, (k.end_lineno, k.end_col_offset), 0, False, seen, found)
+    if fn is not None:
+        cls = parent(fn)
+        if isinstance(cls, ast.ClassDef):
+            for st in cls.body:
+                if isinstance(st, FUNC_TYPES) and st is not fn:
+                    _setters_in(an, view, st, None, 0, False, seen, found)
+        for s in an.call_sites(view, fn):
+            g = sem.enclosing_function(s)
+            if g is not fn:
+                _setters_in(an, view, g if g is not None else sem.tree, (s.end_lineno, s.end_col_offset), 1,
+                            rank0_guarded(view_ctx(view), s, callers=False) is True, seen, found)
+    load = None
+    for sv, n, main_only in found:
+        if not main_only:
+            return None
+        if load is None and _loads_into(an, sv, n, view, k):
+            load = (sv, n)
+    return load
+
+
+def _setters_in(an, view, scope, after, depth, main_only, seen, out) -> None:
+    """Collect (view, call, runs on the main rank only) of the setter calls of ``scope`` after
+    ``after``, through the project functions called there."""
+    if (id(scope), main_only) in seen:
+        return
+    seen.add((id(scope), main_only))
+    vctx = view_ctx(view)
+    for n in ast.walk(scope):
+        if not isinstance(n, ast.Call) or (after is not None and (n.lineno, n.col_offset) < after):
+            continue
+        f = n.func
+        name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
+        if name is None:
+            continue
+        if (view.sem.call_qualname(n) or "") == "torch.load":  # reads a file; sets nothing
+            continue
+        here = main_only or rank0_guarded(vctx, n, callers=False) is True
+        target = an.resolve_call(view, n) if depth < _DEPTH else None
+        if target is not None and isinstance(target[1], FUNC_TYPES):  # a project function: what it runs
+            _setters_in(an, target[0], target[1], None, depth + 1, here, seen, out)
+        elif name in _SETTERS:
+            out.append((view, n, here))
+
+
+def _loads_into(an, view, call, kv, k) -> bool:
+    """``call`` loads a state into the module the construction ``k`` builds: its receiver
+    (``model.load_state_dict(sd)``) or first argument (``set_model_state_dict(model, sd)``)."""
+    f = call.func
+    if isinstance(f, ast.Attribute) and f.attr == "load_state_dict":
+        target = f.value
+    elif (isinstance(f, ast.Attribute) and f.attr in _FN_LOADS) or (isinstance(f, ast.Name) and f.id in _FN_LOADS):
+        target = get_arg(call, 0, "model")
+    else:
+        return False
+    if target is None:
+        return False
+    return any(v is kv and e is k for v, e in constructions(an, view, target, call))
 
 
 def _mesh_dims(an, view, mesh, at) -> int | None:
