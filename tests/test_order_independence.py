@@ -52,3 +52,34 @@ def test_findings_do_not_depend_on_file_order(name, which):
     assert _check(files[::-1], select) == forward
     for f in files:
         assert _check([f], select) == {str(f): forward[str(f)]}, f
+
+
+def test_uniformity_does_not_depend_on_the_order_of_questions():
+    """A cycle of bindings is cut where the question started: ``b`` asked first once left ``a``
+    memoised as unknown, where ``a`` asked first finds it rank-varying (``b`` feeds it ``rank``)."""
+    import ast
+    import textwrap
+
+    from ddp_lint.analysis.flow import Analysis
+    from ddp_lint.analysis.semantic import Semantic
+
+    src = textwrap.dedent("""
+        import torch.distributed as dist
+        def main(loader):
+            rank = dist.get_rank()
+            a = 0
+            b = 0
+            for _ in loader:
+                a = b + 1
+                b = a + rank
+            return a, b
+    """)
+
+    def kinds(order):
+        tree = ast.parse(src)
+        an = Analysis("<mem>", Semantic(tree), src)
+        ev = an.evaluator(an.main)
+        elts = next(n for n in ast.walk(tree) if isinstance(n, ast.Return)).value.elts
+        return {i: ev.value(elts[i]).kind for i in order}
+
+    assert kinds([0, 1]) == kinds([1, 0]) == {0: "V", 1: "V"}
