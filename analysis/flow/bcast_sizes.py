@@ -46,14 +46,15 @@ def contract(hub, view, fn, depth: int = 0):
     if not isinstance(fn, FUNC_TYPES):
         return None
     memo = view.memo.setdefault("bcast_sizes.contract", {})
-    if fn in memo:
-        return memo[fn]
-    memo[fn] = None  # recursion guard
+    key = (fn, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # recursion guard
     try:
         got = _contract(hub, view, fn, depth)
     except RecursionError:  # pragma: no cover - defensive
         got = None
-    memo[fn] = got
+    memo[key] = got
     return got
 
 

@@ -128,10 +128,11 @@ def _returned_buffers(hub, view, call: ast.Call, depth: int) -> bool | None:
 
 def class_buffers(hub, view, cls: ast.ClassDef, depth: int = 0) -> bool | None:
     memo = view.memo.setdefault("class_buffers", {})
-    if id(cls) in memo:
-        return memo[id(cls)]
-    memo[id(cls)] = None  # recursion guard
-    got = memo[id(cls)] = _class_buffers(hub, view, cls, depth)
+    key = (id(cls), depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # recursion guard
+    got = memo[key] = _class_buffers(hub, view, cls, depth)
     return got
 
 

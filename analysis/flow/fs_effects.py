@@ -491,13 +491,14 @@ def function_effects(hub, view, fn: ast.AST, depth: int = 0) -> tuple[FsEffect, 
     if not isinstance(fn, FUNC_TYPES) or depth > _MAX_DEPTH:
         return ()
     memo = view.memo.setdefault("fs.effects", {})
-    got = memo.get(id(fn))
+    key = (id(fn), depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    got = memo.get(key)
     if got is not None:
         return got
-    memo[id(fn)] = ()  # recursion guard
+    memo[key] = ()  # recursion guard
     hub._view_stack.append(view)
     try:
-        got = memo[id(fn)] = tuple(_function_effects(hub, view, fn, depth))
+        got = memo[key] = tuple(_function_effects(hub, view, fn, depth))
     finally:
         hub._view_stack.pop()
     return got

@@ -177,12 +177,13 @@ def main_only_made(hub, view, fn, depth: int = 0) -> list:
     if not isinstance(fn, FUNC_TYPES):
         return []
     memo = view.memo.setdefault("fs.main_only_made", {})
-    got = memo.get(id(fn))
+    key = (id(fn), depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    got = memo.get(key)
     if got is None:
-        memo[id(fn)] = []  # recursion guard
+        memo[key] = []  # recursion guard
         hub._view_stack.append(view)
         try:
-            got = memo[id(fn)] = _main_only_made(hub, view, fn, depth)
+            got = memo[key] = _main_only_made(hub, view, fn, depth)
         finally:
             hub._view_stack.pop()
     return got

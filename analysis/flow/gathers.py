@@ -60,7 +60,7 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
     """The DTensor gather every call of ``fn`` makes when its parameters ``mods`` hold FSDP2
     modules and ``dts`` hold DTensors (an ``Effect``), else None."""
     memo = view.memo.setdefault("gathers.gathers", {})
-    key = (fn, mods, dts)
+    key = (fn, mods, dts, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     if key in memo:
         return memo[key]
     memo[key] = None  # recursion guard

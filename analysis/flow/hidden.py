@@ -240,12 +240,13 @@ def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
     ``qns``: directly, or through another function that does (of this module, or of a project
     module this one imports; a module that never spells ``needle`` makes no such call itself)."""
     memo = view.memo.setdefault(("hidden.params_to", qns, pos, kw), {})
-    got = memo.get(fn)
-    # an answer found deeper saw fewer calls through (``depth`` limits them): it is reused only at
-    # that depth or deeper, so the answer never depends on which query came first
-    if got is not None and (got[1] is None or got[1] <= depth):
-        return got[0]
-    memo[fn] = (frozenset(), None)  # recursion guard: a cycle adds nothing
+    # keyed by depth too (``depth`` limits the calls followed): the answer is a function of ``fn``
+    # and ``depth`` alone, whichever query came first (one found deeper saw fewer calls, one found
+    # shallower more)
+    key = (fn, depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = frozenset()  # recursion guard
     from ..semantic import param_names
     params = set(param_names(fn))
     sem = view.sem
@@ -257,8 +258,8 @@ def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
             names |= _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth)
         finally:
             hub._view_stack.pop()
-    memo[fn] = (frozenset(names), depth)
-    return memo[fn][0]
+    memo[key] = frozenset(names)
+    return memo[key]
 
 
 def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth) -> set:

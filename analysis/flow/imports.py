@@ -180,17 +180,18 @@ def use_of_call(hub, view, c: ast.Call):
 def import_use(hub, view, depth: int = 0) -> ImportUse | None:
     """The first use of the process group that importing ``view``'s module runs, or None."""
     memo = view.memo.setdefault("import_use", {})
-    if "v" in memo:
-        return memo["v"]
+    key = ("v", depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    if key in memo:
+        return memo[key]
     if depth > _MAX_DEPTH:
         return None
-    memo["v"] = None  # import cycles: the module is already being imported
+    memo[key] = None  # import cycles: the module is already being imported
     hub._view_stack.append(view)
     try:
         got = _import_use(hub, view, depth)
     finally:
         hub._view_stack.pop()
-    memo["v"] = got
+    memo[key] = got
     return got
 
 

@@ -554,23 +554,23 @@ def init_when_present(hub, view, fn, depth: int = 0):
     return got
 
 
-def init_sites(hub, view, fn, depth: int = 0, seen=None) -> list:
+def init_sites(hub, view, fn, depth: int = 0) -> list:
     """The ``init_process_group`` calls (view, call) that ``fn`` makes, directly or through the
     project functions it calls (any path, up to 3 calls deep)."""
-    return _sites(hub, view, fn, INIT, depth, seen)
+    return _sites(hub, view, fn, INIT, depth)
 
 
 def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
     """``fn`` calls ``destroy_process_group`` on some path, directly or through project functions
     (up to 3 calls deep)."""
-    return bool(_sites(hub, view, fn, DESTROY, depth, None))
+    return bool(_sites(hub, view, fn, DESTROY, depth))
 
 
-def _sites(hub, view, fn, qn_wanted, depth, seen) -> list:
-    seen = set() if seen is None else seen
-    if id(fn) in seen or depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
+def _sites(hub, view, fn, qn_wanted, depth) -> list:
+    # a function of ``fn`` and ``depth`` alone (no set of functions seen elsewhere in the walk, which
+    # would make the memoised answer depend on which walk came first); ``depth`` ends cycles
+    if depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
         return []
-    seen.add(id(fn))
     memo = view.memo.setdefault("lifecycle.sites." + qn_wanted, {})
     key = (id(fn), depth)
     if key in memo:
@@ -584,7 +584,7 @@ def _sites(hub, view, fn, qn_wanted, depth, seen) -> list:
         elif not qn.startswith("torch.") and depth < 3:
             target = project_target(hub, view, c, instances=qn_wanted == DESTROY)
             if target is not None and target[1] is not fn:
-                out.extend(_sites(hub, *target, qn_wanted, depth + 1, seen))
+                out.extend(s for s in _sites(hub, *target, qn_wanted, depth + 1) if s not in out)
     memo[key] = out
     return out
 

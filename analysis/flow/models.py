@@ -204,7 +204,7 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int, may: bool = False):
     if fn is None or name not in param_names(fn) or sem.assignments(fn).get(name):
         return None
     memo = ctx.memo("models.param_wrapper", dict)
-    key = (id(fn), name, may)
+    key = (id(fn), name, may, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     if key in memo:
         return memo[key]
     memo[key] = None  # recursion guard

@@ -20,7 +20,7 @@ def constant_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) ->
     parameter of the calling function, never rebound there, counts when that parameter is constant
     at every call in turn (``def load(rank0=False): return _inner(rank0)``), a few levels deep."""
     memo = view.memo.setdefault("constant_param", {})
-    key = (id(fn), name)
+    key = (id(fn), name, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     got = memo.get(key)
     if got is not None:
         return got
@@ -108,7 +108,7 @@ def compared_with_own_rank(view, fn: ast.AST, name: str, hub=None, depth: int = 
     With ``hub``, also when ``fn`` hands the parameter as it is to a project function (this module
     or another) whose parameter is such a designated rank, a few calls deep."""
     memo = view.memo.setdefault("params.compared_with_own_rank", {})
-    key = (fn, name)
+    key = (fn, name, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     got = memo.get(key)
     if got is not None:
         return got
@@ -195,7 +195,7 @@ def truth_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) -> bo
     ``fn`` is used nowhere else in the module. None when unknown. Only the module's own calls are
     seen: a caller judges whether another module may call ``fn`` (``dead_for_callers``)."""
     memo = view.memo.setdefault("param_truth", {})
-    key = (id(fn), name)
+    key = (id(fn), name, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     if key in memo:
         return memo[key]
     memo[key] = None  # (a recursion through the same parameter answers unknown)

@@ -492,7 +492,7 @@ def main_only_value(ctx, name: str, scope: ast.AST, depth: int = 0) -> bool:
     if depth > 6:
         return False
     memo = ctx.memo("rank_tests.main_only_value", dict)
-    key = (name, id(scope))
+    key = (name, id(scope), depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     if key in memo:
         return memo[key]
     memo[key] = False  # recursion guard
@@ -565,7 +565,7 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
     if depth > 6 or not isinstance(fn, FUNC_TYPES) or name not in param_names(fn):
         return None
     memo = ctx.memo("rank_tests.param_polarity", dict)
-    key = (id(fn), name)
+    key = (id(fn), name, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     if key in memo:
         return memo[key]
     memo[key] = None  # recursion guard

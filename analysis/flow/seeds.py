@@ -98,13 +98,12 @@ def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
     """The last seeding event of ``fn`` (the module's top level for None) that runs before the
     node ``before`` (all of them when None), through the project functions it calls."""
     memo = view.memo.setdefault("seeds.last", {})
-    key = (id(fn), id(before))
-    got = memo.get(key)
-    # an answer found deeper followed fewer calls: reused only at its depth or deeper, so the
-    # answer never depends on which query came first
-    if got is not None and (got[1] is None or got[1] <= depth):
-        return got[0]
-    memo[key] = (None, None)  # a recursive call adds nothing
+    # keyed by depth too: an answer cut at the depth limit is not the answer from the top (nor is
+    # one found shallower the answer deeper), whichever query came first
+    key = (id(fn), id(before), depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # a recursive call adds nothing
     out = None
     limit = (before.lineno, before.col_offset) if before is not None else None
     for c in _calls_in(view, fn):
@@ -113,7 +112,7 @@ def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
         got = _event(hub, view, fn, c, depth)
         if got is not None:
             out = got
-    memo[key] = (out, depth)
+    memo[key] = out
     return out
 
 

@@ -43,6 +43,7 @@ from .extents import Extents
 from .helper_calls import bind_args, resolved
 from .symbolic import strided_even, width_atoms
 from .uniformity import RANK, Src
+from .values import keep
 from .shape_facts import (
     SU,
     SX,
@@ -82,6 +83,7 @@ class Shapes(Extents):
         self.ev = hub.evaluator(view)
         self.memo = view.memo.setdefault("shapes", {})
         self.active: set = set()
+        self.scratch, self.tops, self.cuts = {}, {}, 0  # answers made of a cut (``values.keep``)
 
     # -- plumbing --------------------------------------------------------------------------
     def _cached(self, kind, e, d, fn):
@@ -91,22 +93,25 @@ class Shapes(Extents):
         got = self.memo.get(key)
         if got is not None:
             return got
-        if d > _MAX_DEPTH or key in self.active:
-            return SX
         top = not self.active
+        if top and key in self.tops:
+            return self.tops[key]
+        if (got := self.scratch.get(key)) is not None or d > _MAX_DEPTH or key in self.active:
+            self.cuts += 1  # a cut, or an answer made of one: not memoised for good (``values.keep``)
+            return SX if got is None else got
         self.active.add(key)
+        cuts = self.cuts
         if top:
             self.hub._view_stack.append(self.view)
         try:
             got = fn(e, d + 1)
         except RecursionError:  # pragma: no cover
-            got = SX
+            got, self.cuts = SX, self.cuts + 1
         finally:
             self.active.discard(key)
             if top:
                 self.hub._view_stack.pop()
-        self.memo[key] = got
-        return got
+        return keep(self, key, got, cuts, self.memo)
 
     def size(self, e, d: int = 0) -> Sh:
         return self._cached("size", e, d, self._size)

@@ -106,18 +106,19 @@ def param_sinks(hub, view, fn, table: dict, key: str, depth: int = 0) -> tuple[S
     """The parameters of ``fn`` passed as they are to a collective of ``table``; ``key`` names
     the table in the memo (one memo per rule)."""
     memo = view.memo.setdefault("sinks." + key, {})
-    got = memo.get(id(fn))
+    mkey = (id(fn), depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    got = memo.get(mkey)
     if got is not None:
         return got
     if depth > _MAX_DEPTH or not isinstance(fn, FUNC_TYPES):
         return ()
-    memo[id(fn)] = ()  # recursion guard
+    memo[mkey] = ()  # recursion guard
     hub._view_stack.append(view)
     try:
         out = _compute(hub, view, fn, table, key, depth)
     finally:
         hub._view_stack.pop()
-    memo[id(fn)] = out
+    memo[mkey] = out
     return out
 
 
@@ -235,22 +236,23 @@ def shape_sinks(hub, view, fn, depth: int = 0) -> tuple:
     """The parameters of ``fn`` whose value or shape decides the shape of a tensor that ``fn``
     (or a helper it calls, in this file or another) hands to a shaped collective."""
     memo = view.memo.setdefault("shapes.sinks", {})
-    got = memo.get(id(fn))
+    key = (id(fn), depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    got = memo.get(key)
     if got is not None:
         return got
     if depth > 4 or not isinstance(fn, FUNC_TYPES):
         return ()
     effs = hub.summary(view, fn).collectives  # what it may run, through helpers too (capped)
     if len(effs) < 6 and not any(e.op in SHAPED for e in effs):
-        memo[id(fn)] = ()
+        memo[key] = ()
         return ()
-    memo[id(fn)] = ()  # recursion guard
+    memo[key] = ()  # recursion guard
     hub._view_stack.append(view)
     try:
         out = _shape_sinks(hub, view, fn, depth)
     finally:
         hub._view_stack.pop()
-    memo[id(fn)] = out
+    memo[key] = out
     return out
 
 

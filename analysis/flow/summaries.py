@@ -170,7 +170,7 @@ class Summaries(Roots):
     def _param_wrapper(self, view, fn: ast.AST, name: str, depth: int):
         """Every call of ``fn`` in this module passes a wrapped module as ``name``."""
         memo = view.memo.setdefault("param_wrapper", {})
-        key = (id(fn), name)
+        key = (id(fn), name, depth)  # keyed by depth too: an answer cut at the depth limit is not the top's
         if key not in memo:
             memo[key] = None  # recursion guard
             memo[key] = self._param_wrapper_uncached(view, fn, name, depth)
@@ -223,10 +223,10 @@ class Summaries(Roots):
         if depth > 4 or expr is None:
             return None
         memo = _memo(view, ctx, "wrapped_forward")
-        if id(expr) in memo:
-            return memo[id(expr)]
-        memo[id(expr)] = None  # recursion guard
-        got = memo[id(expr)] = self._from_wrapped_forward(view, expr, at, depth, ctx)
+        if (key := (id(expr), depth)) in memo:  # keyed by depth too: a cut answer is not the top's
+            return memo[key]
+        memo[key] = None  # recursion guard
+        got = memo[key] = self._from_wrapped_forward(view, expr, at, depth, ctx)
         return got
 
     def _from_wrapped_forward(self, view, expr, at, depth, ctx):

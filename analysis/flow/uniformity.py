@@ -38,7 +38,7 @@ from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
-from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join  # noqa: F401  (re-exported)
+from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join, keep  # noqa: F401  (re-exported)
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
 
@@ -102,33 +102,33 @@ class Evaluator:
             self.bmemo = ctx.memo.setdefault("binding_values", {})
             self.base = hub.evaluator(view)
         self.active: set = set()
+        self.scratch, self.tops, self.cuts = {}, {}, 0  # answers made of a cut (see ``keep``)
         self.tmemo: dict[int, Value] = {}  # trip counts asked at the top (``trip_count``)
 
     # -- entry points ----------------------------------------------------------------------
     def value(self, expr: ast.AST | None, depth: int = 0) -> Value:
         if expr is None:
             return U
-        key = id(expr)
-        got = self.memo.get(key)
-        if got is not None:
+        if (got := self.memo.get(key := id(expr))) is not None:
             return got
         if self.base is not None:
             got = self.base.memo.get(key)
             if got is not None and got.kind == "V":
                 return got  # rank-varying whatever the parameters are
-        if depth > 40 or key in self.active:
-            return X
+        if not self.active and key in self.tops:
+            return self.tops[key]
+        if (got := self.scratch.get(key)) is not None or depth > 40 or key in self.active:
+            self.cuts += 1
+            return X if got is None else got
         self.active.add(key)
+        cuts = self.cuts
         try:
             v = self._value(expr, depth + 1)
         except RecursionError:
-            v = X
+            v, self.cuts = X, self.cuts + 1
         finally:
             self.active.discard(key)
-        # memoised even when a cycle was cut below (the answer can only be less definite: unknown
-        # where a full fixpoint might say uniform), so that chains of bindings stay linear
-        self.memo[key] = v
-        return v
+        return keep(self, key, v, cuts, self.memo)
 
     # -- expressions -----------------------------------------------------------------------
     def _value(self, e: ast.AST, d: int) -> Value:
@@ -264,21 +264,20 @@ class Evaluator:
 
     def binding_value(self, ev: ast.AST, name: str, d: int) -> Value:
         key = (id(ev), name)
-        memo = self.bmemo
-        got = memo.get(key)
-        if got is not None:
+        if (got := self.bmemo.get(key)) is not None:
             return got
-        if key in self.active:
-            return X
+        if (got := self.scratch.get(key)) is not None or key in self.active:
+            self.cuts += 1
+            return X if got is None else got
         self.active.add(key)
+        cuts = self.cuts
         try:
             v = self._binding_value(ev, name, d)
             if not v.varying and ev.__class__ in (ast.Assign, ast.AugAssign, ast.AnnAssign):
                 v = self._control_dependent(ev, d, name) or v
         finally:
             self.active.discard(key)
-        memo[key] = v
-        return v
+        return keep(self, key, v, cuts, self.bmemo)
 
     def _control_dependent(self, ev: ast.stmt, d: int, name: str = "it") -> Value | None:
         """A binding made only where a test on this rank's data (or the clock) holds

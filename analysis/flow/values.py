@@ -62,6 +62,25 @@ U = Value("U")
 X = Value("X")
 
 
+def keep(ev, key, v, cuts: int, memo: dict):
+    """Memoise the answer ``v`` of an ``Evaluator`` (``cuts``: its count of cuts when the question
+    began). An answer that met no cut below it (a cycle of bindings read as unknown, the depth cap)
+    is the same whichever question reached it first: ``memo``. One that did depends on where its
+    question started (``b`` in ``a = b + 1; b = a + rank`` asked first leaves ``a`` unknown, ``a``
+    asked first finds it rank-varying): kept only while the question at the top runs (``scratch``,
+    so chains of bindings stay linear; reading it counts as a cut), and the top one's own answer
+    for later questions at the top (``tops``), so no answer depends on the order of questions."""
+    if ev.cuts == cuts:
+        memo[key] = v
+    elif ev.active:
+        ev.scratch[key] = v
+    else:
+        ev.tops[key] = v
+    if not ev.active:
+        ev.scratch.clear()
+    return v
+
+
 def join(vals) -> Value:
     out = U
     for v in vals:

@@ -241,25 +241,26 @@ def _pins_in(ana, view, fn, depth: int) -> bool:
     if depth > 2 or not isinstance(fn, FUNC_TYPES):
         return False
     memo = view.memo.setdefault("ddp001.pins_in", {})
-    if id(fn) in memo:
-        return memo[id(fn)]
-    memo[id(fn)] = False
+    key = (id(fn), depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    if key in memo:
+        return memo[key]
+    memo[key] = False
     vsem = view.sem
     # the answer read other modules: they join this view's dependencies (a stale memo is dropped)
     ana._view_stack.append(view)
     try:
         for c in vsem.function_calls(fn):
             if vsem.call_qualname(c) == "torch.cuda.set_device":
-                memo[id(fn)] = True
+                memo[key] = True
                 break
             if depth < 2 and isinstance(parent(c), ast.Expr):
                 got = ana.resolve_call(view, c)
                 if got is not None and _pins_in(ana, got[0], got[1], depth + 1):
-                    memo[id(fn)] = True
+                    memo[key] = True
                     break
     finally:
         ana._view_stack.pop()
-    return memo[id(fn)]
+    return memo[key]
 
 
 def _report_unpinned_workers(ctx, inits) -> set[int]:
