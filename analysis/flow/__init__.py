@@ -106,6 +106,12 @@ class Analysis(Summaries):
         could not be listed, then a folder appearing there changes the result)."""
         self._deps.setdefault(folder, digest)
 
+    def depend_on_files(self, deps: dict) -> None:
+        """This check's answer rests on these files' text too ({path: content hash, None for one
+        looked for and absent}: a ``reach`` no that let a rule skip a question)."""
+        for p, h in deps.items():
+            self._deps.setdefault(p, h)
+
     def _load(self, path: str):
         if path == self.main.path:
             self._depend(self.main)

@@ -253,6 +253,13 @@ def _carried_rank(ctx, call, site) -> bool:
     return True
 
 
+# arguments ``rank_kinds.rank_kind_of`` never finds ``GLOBAL`` in, whatever the module: ``origins``
+# keeps them as their own leaf and its ``_leaf_kind`` gives them no global kind (a display, a
+# comprehension, an operator, a literal); a call with only these needs no resolving
+_NOT_GLOBAL = (ast.Constant, ast.JoinedStr, ast.Lambda, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp,
+               ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Compare, ast.BinOp, ast.BoolOp, ast.UnaryOp)
+
+
 def _helper_device_params(ctx) -> None:
     """The global rank passed to a helper of another module whose parameter is used there, as it
     stands, as a CUDA device index (``def pin(local_rank): torch.cuda.set_device(local_rank)``,
@@ -263,8 +270,8 @@ def _helper_device_params(ctx) -> None:
 
     an, view = hub(ctx)
     for c in ctx.sem.calls:
-        if not c.args and not c.keywords:
-            continue
+        if all(isinstance(a, _NOT_GLOBAL) for a in (*c.args, *(k.value for k in c.keywords))):
+            continue  # (no argument, or none that may be the global rank: the call need not be resolved)
         target = an.resolve_call(view, c)
         if target is None or target[0] is view:
             continue  # a helper of this file: its own device use follows the parameter back here

@@ -181,12 +181,13 @@ class AttributeThroughDdpWrapper(Rule):
         if stored is None:
             return  # the file patches DistributedDataParallel itself
         memo: dict = {}
+        local = _wrap_reachable(ctx, an)
         for node, holder, attr in [*((n, n.value, n.attr) for n in reads),
                                    *((c, c.args[0], c.args[1].value) for c in getattrs)]:
             h = ctx.text(holder)
             if (_store_scope(ctx, node), h, attr) in stored:
                 continue
-            wraps, always = _wrap_origins(an, view, holder, node, memo)
+            wraps, always = _wrap_origins(an, view, holder, node, memo) if local else ([], False)
             if not wraps:
                 # a module-level function's parameter that a caller in another file fills with it
                 wraps, always = _from_callers(ctx, holder, node, memo), False
@@ -568,6 +569,24 @@ DDP_ATTRIBUTES = frozenset("""
     zero_grad _authoritative_rank _mp_stream _static_graph_delay_allreduce_enqueued _submodule_to_event
     buffer_hook device_mesh
 """.split())
+
+
+# what the module holding a wrap that ``wrap_origins`` finds spells: the constructor's name (its
+# qualified name needs it bound there), or Accelerate's ``prepare`` (``prepares_model``)
+_WRAP_NEEDLES = ("DistributedDataParallel", "prepare")
+
+
+def _wrap_reachable(ctx, an) -> bool:
+    """Whether ``wrap_origins`` may find a wrap for a value of this file: ``wrap_origins`` follows
+    origins only into the project modules the file's imports reach (no callers), so a wrap needs
+    one of ``_WRAP_NEEDLES`` in the file or a module its imports reach (``flow.reach``). On a no,
+    the files that answer rests on become dependencies of the check."""
+    from ..flow.reach import reaches
+
+    got, deps = reaches(ctx.filename, ctx.src.text, _WRAP_NEEDLES)
+    if not got:
+        an.depend_on_files(deps)
+    return got
 
 
 def _from_callers(ctx, holder, node, memo: dict) -> list:

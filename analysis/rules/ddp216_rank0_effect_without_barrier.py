@@ -135,18 +135,18 @@ class Rank0EffectWithoutBarrier(Rule):
             polarities: dict = {}
             inside = {}  # id(effect) -> (the helper's main-rank test, its view): made inside a helper
             for c in calls:
+                if an is None:
+                    an = for_context(ctx)
+                if not _may_produce(ctx, an, c):
+                    continue  # no file effect here nor inside: its guard (``polarity`` of each ``if``) is not needed
                 g = _main_guard(ctx, c, scope, polarities)
                 if g is None:
                     # a project function run here on every rank that produces the path only on the
                     # main rank and returns with no barrier (``prepare_data(root)``)
-                    if an is None and isinstance(c.func, (ast.Name, ast.Attribute)):
-                        an = for_context(ctx)
-                    for e, hg, hv in _made_inside(ctx, an, c) if an is not None else ():
+                    for e, hg, hv in _made_inside(ctx, an, c):
                         inside[id(e)] = (hg, hv)
                         guarded.append((c, e, c))
                     continue
-                if an is None:
-                    an = for_context(ctx)
                 if main_first_with(sem, c, scope) is not None:
                     continue  # the other ranks wait at the ``with`` until the main rank ran its block
                 for e in effects_at(ctx, an, c):
@@ -304,6 +304,22 @@ def _made_inside(ctx, an, c) -> list:
         if g is not None:
             out.append((b, g, target[0]))
     return out
+
+
+def _may_produce(ctx, an, c) -> bool:
+    """Whether ``c`` may produce a path on the main rank, here or inside a project function: a
+    library call of the vocabulary whose effect is in ``PRODUCES`` (what ``effects_at`` returns first),
+    or a call of a project function other than the one it sits in (``effects_at``'s other source,
+    and the only one of ``_made_inside``). False: neither can give the check anything, whatever
+    guards it, so its guard (``polarity`` of each ``if`` around it) is not asked."""
+    from ..flow.fs_effects import call_effects, may_resolve_any, resolve
+
+    if any(e.kind in PRODUCES for e in call_effects(ctx, c)):
+        return True
+    if not may_resolve_any(an.main, c):
+        return False
+    target = resolve(an, an.main, c)
+    return target is not None and target[1] is not ctx.sem.enclosing_function(c)
 
 
 def _main_guard(ctx, node, scope, polarities: dict):
