@@ -63,6 +63,7 @@ class Extents:
                 f = n.func
                 if f.__class__ is ast.Attribute and f.attr in _MUTATORS and f.value.__class__ is ast.Name:
                     per.setdefault(f.value.id, []).append(n)
+        deps = None
         for c in per.get(e.id, ()):
             if (c.lineno, c.col_offset) > (e.lineno, e.col_offset) and not self._in_loop_with(c, e):
                 continue
@@ -70,8 +71,12 @@ class Extents:
                 continue
             why = self._growth(c, d)
             if why is not None:
-                return why
-        return None
+                if why.kind == "V":
+                    return why
+                deps = (deps or frozenset()) | why.deps
+        # grown once per item of a parameter (``for b in loader: outs.append(...)``): as long as
+        # what the caller passes
+        return Sh("U", deps=deps) if deps else None
 
     def _in_loop_with(self, c, e) -> bool:
         p = parent(c)
@@ -86,6 +91,10 @@ class Extents:
         return False
 
     def _growth(self, c, d) -> Sh | None:
+        """Why ``c`` grows its list a rank-varying number of times (a ``V`` fact), or how that
+        number depends on the parameters (``U`` with deps: the innermost loop over a parameter),
+        or None."""
+        deps = None
         if c.func.attr == "extend" and c.args:
             sh = self.shape(c.args[0], d)
             if sh.kind == "V":
@@ -104,8 +113,31 @@ class Extents:
                 sh = self.shape(p.iter, d)
                 if sh.kind == "V":
                     return Sh("V", sh.src, frozenset({0}))
+                if sh.kind == "U" and sh.deps and deps is None:
+                    deps = items_of(sh)
             child, p = p, parent(p)
-        return None
+        return deps
+
+    def _padded_first(self, base, use) -> bool:
+        """The list ``base`` (a name, or a ``self`` attribute) grows in place before ``use``
+        (``ids += ids[:extra]``, ``ids.extend(...)``): a rank's slice of it may be of a list padded
+        to a multiple of the world size, as ``DistributedSampler`` pads."""
+        if isinstance(base, ast.Name):
+            kind, evs = reaching(self.view, base.id, base)
+            if kind != "param" and any(ev.__class__ is ast.AugAssign for ev in evs or ()):
+                return True
+            scope = self.sem.scope_of(base)
+            for c in scope_calls(self.view, scope):
+                f = c.func
+                if f.__class__ is ast.Attribute and f.attr in ("extend", "append", "insert") \
+                        and f.value.__class__ is ast.Name and f.value.id == base.id \
+                        and (c.lineno, c.col_offset) < (use.lineno, use.col_offset):
+                    return True
+            return False
+        if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self":
+            vals = self.hub.self_attr_bindings(self.view, base) or ()
+            return any(isinstance(v, ast.stmt) for v in vals)
+        return False
 
     def _comp_value(self, node, comp, d=0):
         """Uniformity of ``node`` in a comprehension, its targets standing for the elements of
@@ -228,7 +260,7 @@ class Extents:
         for kw, pos in (("sampler", 2), ("batch_sampler", 3)):
             s = get_arg(e, None, kw)
             if s is not None and not (isinstance(s, ast.Constant) and s.value is None):
-                return SU if self._dist_sampler(s) else SX
+                return SU if self._dist_sampler(s) else self._sampler(s, d)
         ds = get_arg(e, 0, "dataset")
         if ds is None:
             return SX
@@ -249,6 +281,38 @@ class Extents:
             return kind in ("events", "global") and bool(evs) and all(
                 isinstance(x, ast.Assign) and self._dist_sampler(x.value) for x in evs)
         return False
+
+    def _sampler(self, s, d) -> Sh:
+        """How many indices a project sampler given to a ``DataLoader`` hands this rank: its
+        ``__iter__`` (``object_extent``), bound to the constructor's arguments.
+        Rank-varying only by the rank (``indices[rank::world]`` with no padding); a sampler whose
+        ``__iter__`` never ends, or one the analysis cannot follow, is unknown."""
+        for _ in range(4):
+            if isinstance(s, ast.Name):
+                kind, evs = reaching(self.view, s.id, s)
+                if kind != "events" or not evs or len(evs) != 1 or not isinstance(evs[0], ast.Assign) \
+                        or len(evs[0].targets) != 1 or not isinstance(evs[0].targets[0], ast.Name):
+                    return SX
+                s = evs[0].value
+                continue
+            break
+        if not isinstance(s, ast.Call):
+            return SX
+        target = resolved(self.hub, self.view, s)
+        if target is None or getattr(target[1], "name", "") != "__init__":
+            return SX
+        tv, init = target
+        other = self if tv is self.view else type(self).of(self.hub, tv)
+        cls = parent(init)
+        for m in getattr(cls, "body", ()):
+            if isinstance(m, FUNC_TYPES) and m.name == "__iter__" and any(
+                    isinstance(n, ast.While) for n in iter_scope_nodes(m)):
+                return SX  # an endless (or self-refilling) index stream
+        got = self.bind(other.object_extent(init, sampler=True), s, init, d, f"`{_terminal(s.func)}()`")
+        if got.kind == "V" and got.src.cat == RANK:
+            return Sh("V", Src(RANK, f"the sampler hands this rank its own indices with no padding ({got.src.desc})",
+                               got.src.line, got.src.path), frozenset({0}))
+        return SX
 
     def returns(self, fn, mode, index: int | None = None) -> Sh:
         """The size or shape of what ``fn`` returns (element ``index`` of the tuple every
@@ -325,23 +389,27 @@ class Extents:
                 return True
         return False
 
-    def object_extent(self, init) -> Sh:
+    def object_extent(self, init, sampler: bool = False) -> Sh:
         """The number of items of an instance of ``init``'s class (a Dataset or an iterable):
         from ``__len__`` and ``__iter__``, with ``self.`` attributes bound to ``__init__``'s
-        parameters."""
+        parameters. A ``Sampler`` subclass only when ``sampler`` (asked by ``loader`` for the
+        indices it hands a ``DataLoader``)."""
         memo = self.view.memo.setdefault("shapes.objects", {})
-        got = memo.get(id(init))
+        key = (id(init), sampler)
+        got = memo.get(key)
         if got is None:
-            memo[id(init)] = SX
+            memo[key] = SX
             cls = parent(init)
             facts = []
-            if any((_terminal(b) or "").endswith("Sampler") for b in getattr(cls, "bases", ())):
-                # a sampler shards by rank by design and answers for the counts it hands out
-                # (DistributedSampler pads; training samplers are often endless)
-                memo[id(init)] = SX
+            if not sampler and any((_terminal(b) or "").endswith("Sampler") for b in getattr(cls, "bases", ())):
+                # as an iterable of its own, a sampler shards by rank by design and answers for
+                # the counts it hands out (DistributedSampler pads; training samplers are often
+                # endless)
                 return SX
+            # a sampler: the indices ``__iter__`` hands out (``__len__`` is only what it reports)
+            wanted = ("__iter__",) if sampler else ("__len__", "__iter__")
             for m in getattr(cls, "body", ()):
-                if isinstance(m, FUNC_TYPES) and m.name in ("__len__", "__iter__"):
+                if isinstance(m, FUNC_TYPES) and m.name in wanted:
                     facts.append(self.returns(m, "size" if m.name == "__len__" else "shape"))
             vary = [s for s in facts if s.kind == "V"]
             if vary:
@@ -349,7 +417,7 @@ class Extents:
             else:
                 known = [s for s in facts if s.kind == "U" and s.deps and all(fid == id(init) for fid, _p, _m in s.deps)]
                 got = join_any(known) if known else SX
-            memo[id(init)] = got
+            memo[key] = got
         return got
 
     @classmethod
@@ -377,6 +445,16 @@ class Extents:
         if sh.kind == "U" and sh.deps:
             return self._at_callers(sh, it, more_sites)
         return SX
+
+    def at_callers(self, fact: Sh, at, more_sites=None) -> Sh:
+        """``fact`` when it is symbolic in the parameters of the function around ``at``: as its
+        calls bind them (``_at_callers``: rank-varying by the rank at one call, else unknown);
+        any other fact as it is. A tensor concatenated from the batches of a ``loader``
+        parameter (``def evaluate(loader)``) is rank-varying where a call passes this rank's own
+        shard."""
+        if fact.kind == "U" and any(m == "items" for _f, _p, m in fact.deps):
+            return self._at_callers(fact, at, more_sites)
+        return fact
 
     def _at_callers(self, fact: Sh, at, more_sites, depth: int = 0) -> Sh:
         """``fact``, symbolic in the parameters of one function (the function around ``at``, or
@@ -420,6 +498,14 @@ class Extents:
             if got.kind == "V" and got.src.cat == RANK:
                 return got
         return SX
+
+
+def items_of(sh: Sh) -> Sh:
+    """``sh`` (symbolic in parameters' shapes) as the number of items those parameters yield:
+    the length of a list grown once per item of a ``loader`` parameter. Bound like a shape at a
+    call (``Shapes.bind``), but no shape sink (``sinks``): the tensor built from the items is
+    judged where it is made, at its function's callers (``at_callers``)."""
+    return Sh("U", deps=frozenset((f, p, "items" if m == "shape" else m) for f, p, m in sh.deps))
 
 
 def _symmetric_rank_test(cond, comp) -> bool:

@@ -3,8 +3,7 @@ iterable yields) the same on every rank?
 
 Two questions, answered per expression with a ``Sh`` fact:
 - ``size(e)``: the integer value of ``e`` used as a size (``torch.zeros(n)``, ``x[:, :n]``);
-- ``shape(e)``: the shape of the tensor ``e`` (for a sequence or an iterable: how many items it
-  has; for a loop: its trip count).
+- ``shape(e)``: the shape of the tensor ``e`` (of a sequence or an iterable: how many items).
 
 A fact is uniform (``U``), rank-varying (``V``, with the source of the variance and, for a tensor,
 the dimensions that vary when known) or unknown (``X``). Inside a function, parameters are
@@ -25,10 +24,14 @@ Sources of a varying size or shape:
   of an uneven split (``np.array_split(x, world)[rank]``), the contents of a file whose name
   depends on the rank (``open(f"shard_{rank}.txt")``, ``torch.load``, ``glob``), a project
   Dataset/iterable built from those (``__len__``/``__iter__``), a DataLoader over such a dataset
-  without a ``DistributedSampler``, a generator that loops over such a source.
+  without a ``DistributedSampler``, a DataLoader whose project sampler hands this rank its own
+  indices with no padding (its ``__iter__``), a generator that loops over such a source;
+- a list grown per batch of a ``loader`` parameter (and ``torch.cat`` of it): symbolic in how many
+  items it yields (``items`` deps, no sink), judged at the callers (``at_callers``).
 
 Made uniform: sizes a collective made equal (``all_reduce(n, op=MAX)``), constants and config,
-a sampler that pads (``DistributedSampler``). Padding is unknown, never varying: ``F.pad``, a
+a sampler that pads (``DistributedSampler``; a stride of a list grown in place first is unknown).
+Padding is unknown, never varying: ``F.pad``, a
 ``torch.cat`` with a piece of unknown shape, a size computed as ``agreed - local``
 (``max_len - x.size(0)``), a slice to an agreed bound. Paths merge pessimistically: when one
 binding that reaches a use is unknown, the use is unknown (``if short: x = pad(x)``).
@@ -39,7 +42,7 @@ import ast
 
 from ..semantic import get_arg, param_names
 from .bindings import reaching, target_path
-from .extents import Extents
+from .extents import Extents, items_of
 from .helper_calls import bind_args, resolved
 from .symbolic import strided_even, width_atoms
 from .uniformity import RANK, Src
@@ -237,7 +240,7 @@ class Shapes(Extents):
         if fn == self.shape and res.kind != "X" and kind != "global":
             grow = self._mutations(e, d)
             if grow is not None:
-                return grow
+                return grow if grow.kind == "V" else join_any((res, grow))
         return res
 
     def _binding(self, ev, name, d, fn) -> Sh:
@@ -395,6 +398,8 @@ class Shapes(Extents):
                 if bounds is None:
                     bounds = [x for x in (p.lower, p.upper, p.step) if x is not None]
                 s = join_any(self.size(b, d) for b in bounds) if bounds else SU
+                if s.kind == "V" and self._padded_first(base, e):
+                    return SX  # ``ids += ids[:pad]`` then ``ids[rank::world]``: padded to a multiple, perhaps
                 if s.kind == "V":
                     src = src or s.src
                     out_dims.add(k if pos_known else None)
@@ -595,6 +600,10 @@ class Shapes(Extents):
                 return SX if count.kind != "V" else Sh("V", count.src, frozenset({k}) if k is not None else None)
         if count.kind == "V" and not isinstance(seq, (ast.List, ast.Tuple)):
             return Sh("V", count.src, frozenset({k}) if k is not None and k >= 0 else None)
+        if count.kind == "U" and count.deps and k == 0 and not isinstance(seq, (ast.List, ast.Tuple)):
+            # ``for b in loader: outs.append(model(b))`` then ``torch.cat(outs)``: as many pieces as
+            # the parameter yields items (rank-varying where a call passes this rank's own shard)
+            return join_any([items_of(count), *(s for s in elems if s.kind != "X")])
         if any(s.kind == "X" for s in elems):
             return SX  # a piece of unknown shape: padding, perhaps
         if count.kind == "V":

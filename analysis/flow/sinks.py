@@ -223,9 +223,68 @@ def shaped_calls(view, scope):
         if spec is None or on_subgroup(c, op):
             continue
         t = get_arg(c, *spec)
-        if t is not None:
+        if t is not None and not per_rank_buffers(view, c, op):
             out.append((c, op, t))
     return out
+
+
+def per_rank_buffers(view, call, op) -> bool:
+    """``all_gather(bufs, t)`` whose receive buffers are built here one per rank, each sized from
+    that rank's item of a sequence (``[t.new_empty(int(n), d) for n in sizes]``, or a loop
+    ``for n in sizes: bufs.append(...)`` with ``n`` in the size): the sizes were exchanged first
+    and the gather is uneven on purpose (torch supports uneven ``all_gather`` output sizes), so the
+    rank-varying shape of ``t`` is no finding. Buffers that copy the local tensor
+    (``torch.zeros_like(t)`` for every rank) are not per rank."""
+    if op != "all_gather":
+        return False
+    out = get_arg(call, 0, "tensor_list")
+    if isinstance(out, ast.Name):
+        kind, evs = reaching(view, out.id, out)
+        if kind != "events" or not evs or len(evs) != 1:
+            return False
+        ev = evs[0]
+        if isinstance(ev, ast.Assign) and len(ev.targets) == 1 and isinstance(ev.targets[0], ast.Name):
+            out = ev.value
+            if isinstance(out, ast.List) and not out.elts:
+                return _appended_per_item(view, ev, ev.targets[0].id)
+        else:
+            return False
+    if isinstance(out, (ast.ListComp, ast.GeneratorExp)):
+        return _per_item(out.elt, [g.target for g in out.generators])
+    return False
+
+
+def _per_item(elt, targets) -> bool:
+    """``elt`` reads a name the loop/comprehension ``targets`` bind (in a size, not as the
+    tensor it copies: ``zeros_like(x)`` for ``x`` in a list of tensors is a copy per rank too)."""
+    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if not names or not isinstance(elt, ast.Call):
+        return False
+    if isinstance(elt.func, ast.Name) or (isinstance(elt.func, ast.Attribute) and elt.func.attr.endswith("_like")):
+        copied = elt.args[0] if elt.args else None
+        if isinstance(copied, ast.Name) and copied.id in names:
+            return False
+    return any(isinstance(n, ast.Name) and n.id in names for a in (*elt.args, *(k.value for k in elt.keywords))
+               for n in ast.walk(a))
+
+
+def _appended_per_item(view, assign, name) -> bool:
+    """``bufs = []`` then ``for n in sizes: bufs.append(<sized by n>)`` in the same function."""
+    scope = view.sem.scope_of(assign)
+    found = False
+    for c in scope_calls(view, scope):
+        f = c.func
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == name):
+            continue
+        if f.attr != "append" or not c.args:
+            return False
+        loop = parent(c)
+        while loop is not None and not isinstance(loop, (ast.For, ast.AsyncFor, *FUNC_TYPES)):
+            loop = parent(loop)
+        if not isinstance(loop, (ast.For, ast.AsyncFor)) or not _per_item(c.args[0], [loop.target]):
+            return False
+        found = True
+    return found
 
 
 def arg_fact(sh: Shapes, arg, mode) -> Sh:

@@ -7,12 +7,13 @@ from ..flow.bcast_sizes import broken_contracts, partial_broadcasts
 from ..flow.bindings import reaching
 from ..flow.shapes import shapes_of
 from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
-from ..flow.sinks import SHAPED, arg_fact, shape_sinks, shaped_calls
+from ..flow.sinks import SHAPED, arg_fact, per_rank_buffers, shape_sinks, shaped_calls
 from ..flow.summaries import on_subgroup
 from ..semantic import get_arg
 from ..torch_api import D
 from ..model import Severity
 from ..registry import NoCase, Rule
+from ._common import other_call_sites
 from ._flow import effect_related, effect_words, source_related, source_words, text
 
 _SHAPED_QNS = tuple(D + op for op in SHAPED)  # (spelled once, asked every check)
@@ -42,7 +43,15 @@ class RankVaryingShape(Rule):
     - rows a boolean mask keeps (`x[labels == 1]`), `nonzero()` / `argwhere`, `unique()`,
       `masked_select`, one-argument `torch.where`;
     - `torch.tensor(list)` of such a list, `torch.cat` of a varying number of pieces, this rank's
-      piece of an uneven split (`np.array_split(x, world)[rank]`).
+      piece of an uneven split (`np.array_split(x, world)[rank]`);
+    - the rows of an evaluation shard: a tensor concatenated from the batches of a loader
+      parameter (`def evaluate(model, loader): for x, y in loader: outs.append(model(x))`, then
+      `torch.cat(outs)`) is judged at the calls of that function, in this file and the project's
+      other files (also a method, or a loader stored by `__init__` from a builder of another file),
+      and flagged where it is handed to the gather when a call passes this rank's own items
+      without padding: a `DataLoader` over a project `Sampler` whose `__iter__` hands out
+      `indices[rank::world]`, over a per-rank `Dataset` / `IterableDataset` without a
+      `DistributedSampler`, or over this rank's piece of an uneven split.
 
     Also checked: a helper that broadcasts a buffer sized by one parameter on the receiving ranks
     and made from another on the source rank (`buf = torch.tensor(values)` on the source,
@@ -60,7 +69,11 @@ class RankVaryingShape(Rule):
     `all_gather` of the sizes), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
     with a padding piece sized `max_len - x.size(0)`), truncation to an agreed size, a dimension
     other than the one that varies (`x[mask].shape[1]`), tensors whose values (not shape) differ
-    (`torch.tensor([count])`), and anything the analysis cannot follow.
+    (`torch.tensor([count])`), an evaluation loader whose sampler pads (`DistributedSampler`, or
+    a project sampler that pads its index list before taking its stride), an `all_gather` whose
+    receive buffers are built one per rank from sizes exchanged first
+    (`[x.new_empty(int(n), dim) for n in sizes]`: uneven output sizes, which torch supports),
+    `all_gather_object`, and anything the analysis cannot follow.
 
     ## Why is this bad?
     These collectives need the same shape on every rank. NCCL does not check: mismatched sizes
@@ -74,6 +87,20 @@ class RankVaryingShape(Rule):
     dist.all_gather(out, x[:, :local_max])
     ```
 
+    An evaluation over an unpadded shard (19877 clips on 8 ranks: 2485 or 2484 rows per rank):
+    ```python
+    class RankStride(Sampler):
+        def __init__(self, dataset):
+            self.ids = list(range(len(dataset)))[rank::world_size]  # no padding
+        def __iter__(self):
+            return iter(self.ids)
+
+    def evaluate(model, loader):
+        logits = torch.cat([model(x) for x, _ in loader])
+        out = [torch.zeros_like(logits) for _ in range(world_size)]
+        dist.all_gather(out, logits)
+    ```
+
     ## Use instead
     ```python
     max_len = lengths.max().clone()
@@ -82,6 +109,9 @@ class RankVaryingShape(Rule):
     out = [torch.empty_like(padded) for _ in range(world_size)]
     dist.all_gather(out, padded)
     ```
+    For an evaluation shard: gather the row counts first, pad to the largest, gather, and trim
+    each rank's block to its count (or use `all_gather_object`, or a `DistributedSampler`, which
+    pads every rank to the same count).
 
     ## Fix safety
     There is no automatic fix.
@@ -101,6 +131,7 @@ class RankVaryingShape(Rule):
         self._contracts(ctx, an, view)
         self._partial(ctx, an, view)
         sh = shapes_of(an, view)
+        more_sites = other_call_sites(ctx, an, methods=True)  # callers in the project's other files, asked lazily
         reported = set()
         direct = ctx.calls_to(*_SHAPED_QNS)
         for c in direct:
@@ -108,9 +139,9 @@ class RankVaryingShape(Rule):
             if on_subgroup(c, op):
                 continue
             t = get_arg(c, *SHAPED[op])
-            if t is None:
+            if t is None or per_rank_buffers(view, c, op):
                 continue
-            v = sh.shape(t)
+            v = sh.at_callers(sh.shape(t), t, more_sites)
             if not v.varying or id(t) in reported:
                 continue
             reported.add(id(t))
@@ -135,7 +166,7 @@ class RankVaryingShape(Rule):
                 a = args.get(s.param)
                 if a is None or id(a) in reported:
                     continue
-                v = arg_fact(sh, a, s.mode)
+                v = sh.at_callers(arg_fact(sh, a, s.mode), a, more_sites)
                 if not v.varying:
                     continue
                 reported.add(id(a))
