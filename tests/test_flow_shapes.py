@@ -297,3 +297,70 @@ def test_loop_in_a_method_judged_at_a_script_of_another_file_two_calls_up(tmp_pa
     """)
     assert _codes(_check(loop)) == []
     project.clear()
+
+
+def test_rows_of_an_unpadded_eval_shard_gathered_through_a_helper_of_another_file(tmp_path):
+    """DDP109: a scoring function concatenates the outputs of the loader it is given and gathers
+    them through a helper of another file whose receive buffers copy the local tensor; a class of
+    a third file stores a loader over a project sampler that gives each rank its own indices with
+    no padding (a bug, flagged at the gather call), or a DistributedSampler (clean)."""
+    project.clear()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
+    _write(tmp_path, "kit/__init__.py", "")
+    _write(tmp_path, "kit/comm.py", """
+        import torch
+        import torch.distributed as dist
+
+        def gather_rows(x):
+            got = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+            dist.all_gather(got, x)
+            return torch.cat(got)
+    """)
+    score = _write(tmp_path, "kit/score.py", """
+        import torch
+        from kit.comm import gather_rows
+
+        def score(net, batches):
+            outs = []
+            for x, _ in batches:
+                outs.append(net(x))
+            return gather_rows(torch.cat(outs))
+    """)
+    _write(tmp_path, "kit/data.py", """
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, Sampler
+
+        class Mine(Sampler):
+            def __init__(self, n):
+                self.ids = list(range(n))[dist.get_rank()::dist.get_world_size()]
+
+            def __iter__(self):
+                return iter(self.ids)
+
+        def holdout(rows):
+            return DataLoader(rows, batch_size=8, sampler=Mine(len(rows)))
+    """)
+    runner = _write(tmp_path, "kit/runner.py", """
+        from kit.data import holdout
+        from kit.score import score
+
+        class Runner:
+            def __init__(self, net, rows):
+                self.net = net
+                self.val = holdout(rows)
+
+            def validate(self):
+                return score(self.net, self.val)
+    """)
+    res = _check(score)
+    assert _codes(res) == [("DDP109", 9)]
+    assert "Mine()" in res.findings[0].message and str(runner) in res.findings[0].message
+    project.clear()
+    _write(tmp_path, "kit/data.py", """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def holdout(rows):
+            return DataLoader(rows, batch_size=8, sampler=DistributedSampler(rows, shuffle=False))
+    """)
+    assert _codes(_check(score)) == []
+    project.clear()
