@@ -196,3 +196,30 @@ def filled_entries(view, leaf) -> list:
                     and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id == name:
                 out.append((it.func.value, n.value, names))
     return out
+
+
+def fsdp1_flat(an, view, expr, at, callers=None):
+    """(view, ``FullyShardedDataParallel(...)`` call) when every origin of ``expr`` is an FSDP1
+    wrap that flattens its parameters: ``use_orig_params`` left at its default (False) or given
+    as a constant False, no ``ignored_modules`` / ``ignored_states`` (those keep their own
+    parameters) and no ``**kwargs``; None otherwise. Its ``named_parameters()`` then yields
+    ``FlatParameter``s, named ``..._flat_param``, 1-D."""
+    from ..torch_api import constant_of
+
+    got = origins(an, view, expr, at, callers=callers)
+    if not got:
+        return None
+    for v, e in got:
+        if not (isinstance(e, ast.Call) and v.sem.call_qualname(e) == FSDP1):
+            return None
+        if any(k.arg is None or k.arg in ("ignored_modules", "ignored_states") for k in e.keywords):
+            return None
+        if len(e.args) > 1:
+            return None  # positional options: not read
+        flag = get_arg(e, None, "use_orig_params")
+        if flag is not None:
+            if not isinstance(flag, ast.Constant):
+                flag = constant_of(v.sem, flag)
+            if not (isinstance(flag, ast.Constant) and flag.value is False):
+                return None
+    return got[0]
