@@ -92,8 +92,9 @@ class RootNotSharded(Rule):
         if not uses:
             return []
         got = module_class(an, view, uses[0], uses[0], callers=callers)
-        if got is None:
-            return []
+        if got is None or any(isinstance(n, ast.Attribute) and n.attr in ("requires_grad", "requires_grad_")
+                              for n in ast.walk(got[1])):
+            return []  # unknown, or a class that freezes some of its parameters itself
         return [a for _st, a in own_parameters(an, *got) if a not in sharded_attrs]
 
     def _never_sharded(self, an, view, fn, root, callers) -> bool:
