@@ -137,3 +137,89 @@ def shard_reach(cls, text, filename):
     from .reach import SHARD_TEXT, reaches  # lazy: only files the text gate admits
 
     return reaches(filename, text, SHARD_TEXT)
+
+
+# a state dict's entries as a loop or comprehension walks them
+_ENTRY_WALKS = frozenset({"items", "values"})
+
+
+def remapped_entries(comp):
+    """(state dict expression, value expression, names the loop binds) of a dict or list
+    comprehension that walks a state dict's entries: ``{k: v.to_local() for k, v in
+    sd.items()}`` gives (``sd``, ``v.to_local()``, {k, v}); None for other comprehensions."""
+    if not isinstance(comp, (ast.DictComp, ast.ListComp)) or len(comp.generators) != 1:
+        return None
+    g = comp.generators[0]
+    it = g.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _ENTRY_WALKS
+            and not it.args):
+        return None
+    names = {n.id for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+    value = comp.value if isinstance(comp, ast.DictComp) else comp.elt
+    return it.func.value, value, names
+
+
+def local_shard_of(value, names) -> ast.Call | None:
+    """The ``x.to_local()`` call in ``value`` whose receiver is one of ``names`` (the entry the
+    loop binds), through ``.detach()`` / ``.cpu()`` chains and conditional expressions."""
+    for n in ast.walk(value):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to_local" \
+                and not n.args and isinstance(n.func.value, ast.Name) and n.func.value.id in names:
+            return n
+    return None
+
+
+def filled_entries(view, leaf) -> list:
+    """For an empty dict ``out = {}`` (``leaf``, bound to a name), the loops of its function that
+    fill it from a state dict's entries: ``for k, v in sd.items(): out[k] = v.to_local()`` gives
+    (``sd``, ``v.to_local()``, {k, v}) for each such store."""
+    st = parent(leaf)
+    if not (isinstance(leaf, ast.Dict) and not leaf.keys) and not (
+            isinstance(leaf, ast.Call) and isinstance(leaf.func, ast.Name) and leaf.func.id == "dict"
+            and not leaf.args and not leaf.keywords):
+        return []
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+        return []
+    name = st.targets[0].id
+    scope = view.sem.enclosing_function(st) or view.sem.tree
+    out = []
+    for loop in ast.walk(scope):
+        if not isinstance(loop, ast.For):
+            continue
+        it = loop.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _ENTRY_WALKS
+                and not it.args):
+            continue
+        names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        for n in ast.walk(loop):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Subscript) \
+                    and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id == name:
+                out.append((it.func.value, n.value, names))
+    return out
+
+
+def fsdp1_flat(an, view, expr, at, callers=None):
+    """(view, ``FullyShardedDataParallel(...)`` call) when every origin of ``expr`` is an FSDP1
+    wrap that flattens its parameters: ``use_orig_params`` left at its default (False) or given
+    as a constant False, no ``ignored_modules`` / ``ignored_states`` (those keep their own
+    parameters) and no ``**kwargs``; None otherwise. Its ``named_parameters()`` then yields
+    ``FlatParameter``s, named ``..._flat_param``, 1-D."""
+    from ..torch_api import constant_of
+
+    got = origins(an, view, expr, at, callers=callers)
+    if not got:
+        return None
+    for v, e in got:
+        if not (isinstance(e, ast.Call) and v.sem.call_qualname(e) == FSDP1):
+            return None
+        if any(k.arg is None or k.arg in ("ignored_modules", "ignored_states") for k in e.keywords):
+            return None
+        if len(e.args) > 1:
+            return None  # positional options: not read
+        flag = get_arg(e, None, "use_orig_params")
+        if flag is not None:
+            if not isinstance(flag, ast.Constant):
+                flag = constant_of(v.sem, flag)
+            if not (isinstance(flag, ast.Constant) and flag.value is False):
+                return None
+    return got[0]

@@ -4,9 +4,9 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES
-from ..flow.hidden import is_fsdp2, shard_calls
-from ..flow.modern import hub, key_of, origins
+from ..semantic import FUNC_TYPES, get_arg
+from ..flow.hidden import arg_calls, is_fsdp2, shard_calls
+from ..flow.modern import hub, key_of, origins, shard_reach
 
 REGISTER = ("torch.distributed.fsdp.register_fsdp_forward_method",
             "torch.distributed._composable.fsdp.register_fsdp_forward_method")
@@ -48,24 +48,23 @@ class FsdpMethodWithoutRegistration(Rule):
     name = "fsdp-method-without-registration"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    requires_text = ("fully_shard",)
+    # the sharding and the registration may be done by a helper of another module: the reach gate
+    reach = classmethod(shard_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         sem = view.sem
-        registered = set()
-        for c in sem.calls_to(*REGISTER):
-            if len(c.args) >= 2 and isinstance(c.args[1], ast.Constant):
-                registered.add((key_of(c.args[0]), c.args[1].value))
         shards = shard_calls(an, view)
         if not shards:
             return
+        registered = _registered(an, view)
         for c in sem.calls:
             f = c.func
             if not isinstance(f, ast.Attribute) or f.attr == "forward" or f.attr.startswith("__"):
                 continue
             k = key_of(f.value)
-            if k is None or (k, f.attr) in registered or not is_fsdp2(an, view, f.value, c):
+            if k is None or (k, f.attr) in registered or (k, None) in registered or \
+                    not is_fsdp2(an, view, f.value, c):
                 continue
             target = an.resolve_call(view, c) or _method_of_origin(an, view, f.value, f.attr, c)
             if target is None or not isinstance(target[1], FUNC_TYPES) or not _bypasses_call(target[1]):
@@ -91,38 +90,62 @@ class FsdpMethodWithoutRegistration(Rule):
 
 def _bypasses_call(fn) -> bool:
     """The method runs the module's submodules (``self.head(x)``, ``self.layers[i](x)``) without
-    ``self(...)`` / ``self.forward(...)``: a computation that needs the gathered parameters. A
+    ``self(...)`` / ``self.forward(...)``: a computation that needs the gathered parameters. The
+    class's own methods it calls (``self._trunk(ids)``) are read as part of it, transitively. A
     method that only initialises them in place (``reset_parameters``: ``init.*_`` on the DTensor
     shards) is fine under FSDP2."""
     from ..semantic import parent
     cls = parent(fn)
-    methods = {st.name for st in getattr(cls, "body", ()) if isinstance(st, FUNC_TYPES)}
+    methods = {st.name: st for st in getattr(cls, "body", ()) if isinstance(st, FUNC_TYPES)}
     runs_submodule = False
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Call):
+    todo, seen = [fn], {id(fn)}
+    while todo:
+        cur = todo.pop()
+        for n in ast.walk(cur):
+            if not isinstance(n, ast.Call):
+                continue
             g = n.func
             if isinstance(g, ast.Name) and g.id == "self":
                 return False
             if isinstance(g, ast.Attribute) and g.attr == "forward" and isinstance(g.value, ast.Name) and \
                     g.value.id == "self":
                 return False
-            if isinstance(g, ast.Attribute) and isinstance(g.value, ast.Name) and g.value.id == "self" \
-                    and g.attr not in methods:
-                runs_submodule = True
+            if isinstance(g, ast.Attribute) and isinstance(g.value, ast.Name) and g.value.id == "self":
+                m = methods.get(g.attr)
+                if m is None:
+                    runs_submodule = True
+                elif id(m) not in seen and len(seen) < 16:
+                    seen.add(id(m))
+                    todo.append(m)
             if isinstance(g, ast.Subscript) and isinstance(g.value, ast.Attribute) and \
                     isinstance(g.value.value, ast.Name) and g.value.value.id == "self":
                 runs_submodule = True
     return runs_submodule
 
 
+def _registered(an, view) -> set:
+    """(key, method) of the modules given to ``register_fsdp_forward_method`` in this module,
+    directly or through a project helper of any module that registers its parameter
+    (``apply_fsdp(model)``); method None (any) where the name is not a literal here (a helper's
+    own, a loop over names)."""
+    out = set()
+    for c, a in arg_calls(an, view, REGISTER, 0, "module", "register_fsdp_forward_method"):
+        name = get_arg(c, 1, "method_name") if view.sem.call_qualname(c) in REGISTER else None
+        out.add((key_of(a), name.value if isinstance(name, ast.Constant) and isinstance(name.value, str)
+                 else None))
+    return out
+
+
 def _method_of_origin(an, view, recv, name, at):
-    """(view, method) of the project class whose instance ``recv`` holds (through names,
-    parameters, helpers: ``origins``)."""
+    """(view, method) of the project class (of this module or another) whose instance ``recv``
+    holds (through names, parameters, helpers: ``origins``), found through its method
+    resolution order."""
+    from ..flow.instances import ctor_class
+    from ..flow.records import _NOT_PROJECT, inherited_method
     for v, e in origins(an, view, recv, at):
-        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in v.classes:
-            for st in v.classes[e.func.id].body:
-                if isinstance(st, FUNC_TYPES) and st.name == name:
-                    return v, st
+        got = ctor_class(an, v, e, _NOT_PROJECT)
+        if got is not None:
+            return inherited_method(an, got[0], got[1], name, _NOT_PROJECT)
     return None
 
 

@@ -6,7 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2, options_flag
-from ..flow.modern import content_calls, hub, shard_reach
+from ..flow.modern import content_calls, filled_entries, hub, local_shard_of, origins, remapped_entries, shard_reach
+from ._common import callers_may_exist, other_call_sites
 
 _SD = "torch.distributed.checkpoint.state_dict."
 _GETTERS = (_SD + "get_model_state_dict", _SD + "get_state_dict", _SD + "get_optimizer_state_dict")
@@ -52,8 +53,17 @@ class ShardedStateDictSaved(Rule):
     code = "DDP503"
     name = "sharded-state-dict-saved"
     severity = Severity.ERROR
-    requires_text = ("save",)  # the torch.save is in the file; the sharding may be in a module it imports
-    reach = classmethod(shard_reach)
+    # the torch.save is in the file; the sharding may be in a module it imports, or in a module
+    # that calls the file's export helper with a sharded module
+    requires_text = ("save",)
+
+    @classmethod
+    def reach(cls, text, filename):
+        may, deps = shard_reach(cls, text, filename)
+        if may:
+            return True, {}
+        more, more_deps = callers_may_exist(text, filename, ())
+        return more, {} if more else {**deps, **more_deps}
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -61,12 +71,23 @@ class ShardedStateDictSaved(Rule):
         if not saves:
             return
         ev = an.evaluator(view)
+        callers = other_call_sites(ctx, an)
         for c in saves:
             obj, path = get_arg(c, 0, "obj"), get_arg(c, 1, "f")
             if obj is None or path is None or ev.value(path).varying:
                 continue
             src = _sharded_source(an, obj, c, view)
             if src is None:
+                local = _local_shards(an, obj, c, view, callers)
+                if local is not None:
+                    lv, lc = local
+                    ctx.report(
+                        c,
+                        f"`{ctx.text(c)}` saves `{_seg(lv, lc)}` of each entry of a sharded state dict: `to_local()` "
+                        "is this rank's shard only, so the file holds 1/N of every parameter; use `full_tensor()` "
+                        "(an all-gather every rank runs) or a full state dict (`full_state_dict=True`)",
+                        related=[(lc, "the local shard is taken here")] if lv is view else [],
+                    )
                 continue
             sv, sc = src
             rel = [(sc, "the sharded state dict comes from here")] if sv is view else []
@@ -79,7 +100,7 @@ class ShardedStateDictSaved(Rule):
             )
 
 
-def _sharded_source(an, obj, at, view):
+def _sharded_source(an, obj, at, view, callers=None):
     for v, call in content_calls(an, view, obj, at):
         qn = v.sem.call_qualname(call) or ""
         if qn in _GETTERS:
@@ -91,8 +112,20 @@ def _sharded_source(an, obj, at, view):
             continue
         f = call.func
         if isinstance(f, ast.Attribute) and f.attr == "state_dict" and not call.args and \
-                is_fsdp2(an, v, f.value, call):
+                is_fsdp2(an, v, f.value, call, callers=callers):
             return v, call
+    return None
+
+
+def _local_shards(an, obj, at, view, callers):
+    """(view, ``v.to_local()`` call) when ``obj`` holds a comprehension over a sharded state
+    dict's entries (``remapped_entries``) that keeps each entry's local shard; None otherwise."""
+    for v, e in origins(an, view, obj, at):
+        got = remapped_entries(e)
+        for sd, value, names in ([got] if got is not None else filled_entries(v, e)):
+            local = local_shard_of(value, names)
+            if local is not None and _sharded_source(an, sd, local, v, callers) is not None:
+                return v, local
     return None
 
 
