@@ -43,6 +43,14 @@ class UnevenCollectiveLoop(Rule):
     - a project `Dataset` / `IterableDataset` whose `__len__` / `__iter__` reads such a source,
       given to a `DataLoader` without a `DistributedSampler`.
 
+    A count a project helper computes from this rank's own data counts too, when the helper makes
+    it equal across ranks (`all_reduce(n, op=MAX)`, `MIN`, or a `broadcast`) only under a test on
+    one of its optional parameters (`if group is not None:`, `if sync:`) and the call leaves that
+    parameter at its default (`None` / `False`: not passed, or passed as that constant): a loop over
+    what the helper returns (`for mb in make_micro_batches(seqs, budget)`, the first element of a
+    returned tuple), or over `range(n)` of the count it returns, in this file or another file of
+    the project, a function or a method. The message names the parameter the call leaves out.
+
     The loop may walk a parameter (`def evaluate(loader): for batch in loader:`) or an attribute
     that `__init__` stores from one (`self.loader = loader`): it is judged at the calls of that
     function, method or constructor, in this file or another file of the project, and reported
@@ -50,7 +58,9 @@ class UnevenCollectiveLoop(Rule):
     shard_loader)`, `Trainer(cfg).fit(shard_loader)`), also when that call passes its own caller's
     argument on (`def fit(self, loader): self.train_epoch(loader)`).
 
-    Not flagged: loops under DDP's `join()` context manager (`with model.join():`), which exists for
+    Not flagged: a call that passes the helper's group (by position or by keyword) or sets its
+    flag, a helper that always equalises the count, a count computed from config alone, a count
+    the caller equalises itself before the loop, loops under DDP's `join()` context manager (`with model.join():`), which exists for
     exactly this case, a `DataLoader` with a `DistributedSampler` (it pads every rank to the same
     count), files every rank reads, loops over a fixed range, loops with no collective inside,
     the keys of a per-rank checkpoint, and loops whose trip count the analysis cannot judge.
@@ -75,7 +85,9 @@ class UnevenCollectiveLoop(Rule):
             loss = ddp_model(load(path)).sum()
             loss.backward()
     ```
-    or give every rank the same number of items (`DistributedSampler` pads the last ones).
+    or give every rank the same number of items (`DistributedSampler` pads the last ones). For a
+    helper that equalises its count only when given the group, pass it:
+    `make_micro_batches(seqs, budget, dp_group=dp_group)`.
 
     ## Fix safety
     There is no automatic fix.
