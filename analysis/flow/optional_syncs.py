@@ -32,7 +32,7 @@ import builtins
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
 from .bindings import comp_binder, reaching, target_path
-from .values import DATA, Src
+from .values import DATA, Src, Value
 
 _D = "torch.distributed."
 _SYNC_OPS = frozenset({"MAX", "MIN", "max", "min"})
@@ -95,6 +95,17 @@ def skipped_sync(hub, view, expr, mode: str = "extent", d: int = 0) -> Src | Non
             return skipped_sync(hub, view, expr.args[0], "extent", d + 1)
         return _at_call(hub, view, expr, None, mode)
     return None
+
+
+def unsynced_trip(ev, it, got):
+    """``uniformity.trip_count``'s answer ``got`` for ``for x in it``, made rank-varying when it is
+    unknown and ``it`` comes from a call that leaves a helper's count unequalised
+    (``make_batches(seqs)`` without its ``group=``)."""
+    if got.kind == "X" and it.__class__ in (ast.Name, ast.Call):
+        src = skipped_sync(ev.hub, ev.view, it, "extent")
+        if src is not None:
+            return Value("V", src)
+    return got
 
 
 def _from_binding(hub, view, ev, name, mode, d):
@@ -258,6 +269,8 @@ class _Slice:
 
     def __init__(self, hub, view, fn, guard, depth):
         self.hub, self.view, self.fn, self.guard, self.depth = hub, view, fn, guard, depth
+        # the guarded collectives of ``fn`` on the same parameter as ``guard``
+        self.same = {x.call for x in guards_of(view, fn) if x.param == guard.param} if guard is not None else set()
         self.seen: set = set()
         self.params: set = set()
         self.hit = False
@@ -324,9 +337,13 @@ class _Slice:
         if kind == "events+param":
             self.params.add((n.id, m))
         g = self.guard
-        if g is not None and m == "value" and n.id == g.name and any(ev is g.call for ev in evs) \
-                and any(ev is not g.call for ev in evs):
-            self.hit = True
+        if g is not None and m == "value" and n.id == g.name and any(ev is g.call for ev in evs):
+            # the value from before the collective reaches the use, and every collective that may
+            # equalise it first runs only when the parameter is given (one in the ``else`` branch
+            # of the same test runs when it is not: no path is left unequalised)
+            if any(ev.__class__ is not ast.Call for ev in evs) and all(
+                    ev.__class__ is not ast.Call or ev in self.same for ev in evs):
+                self.hit = True
             return []
         out = []
         for ev in evs:
@@ -560,4 +577,4 @@ def _params_only(view, fn, exprs) -> bool:
     return True
 
 
-__all__ = ["Guard", "guards_of", "skipped_sync"]
+__all__ = ["Guard", "guards_of", "skipped_sync", "unsynced_trip"]

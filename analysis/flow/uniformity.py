@@ -34,6 +34,7 @@ from .bindings import comp_binder, reaching, searches_rank, target_path
 from .selections import comprehension_value, filtered, picks_element, subscript_value
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
+from .optional_syncs import unsynced_trip  # a count a helper equalises only when given a parameter
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -461,15 +462,7 @@ class Evaluator:
         if d == 0:  # every site of a loop asks about the same loop: once per evaluator
             got = self.tmemo.get(id(it))
             if got is None:
-                got = self._trip_count(it, 0)
-                if got.kind == "X" and it.__class__ in (ast.Name, ast.Call):
-                    # a count a helper equalises only when given an optional parameter this call
-                    # leaves out (``make_batches(seqs)`` without its ``group=``)
-                    from .optional_syncs import skipped_sync  # lazy: it follows project helpers
-                    src = skipped_sync(self.hub, self.view, it, "extent")
-                    if src is not None:
-                        got = Value("V", src)
-                self.tmemo[id(it)] = got
+                got = self.tmemo[id(it)] = unsynced_trip(self, it, self._trip_count(it, 0))
             return got
         return self._trip_count(it, d)
 
