@@ -328,6 +328,7 @@ def is_fsdp2(hub, view, expr, at, callers=None) -> bool:
                     return True
     elif k.startswith("self."):
         for v in hub.self_attr_bindings(view, expr):
+            v = _tuple_element(v, expr.attr)
             if sharded(v if isinstance(v, ast.expr) else getattr(v, "value", None)) \
                     and not _also_wrapped(hub, view, expr):
                 return True
@@ -338,6 +339,19 @@ def is_fsdp2(hub, view, expr, at, callers=None) -> bool:
                 if kind == "param" and _param_fsdp2(hub, view, fn, v.id, callers):
                     return True
     return False
+
+
+def _tuple_element(v, attr: str):
+    """``self.model, self.opt = model, opt``: the element of the value that ``self.<attr>`` takes
+    (a binding ``self_attr_bindings`` gives as its statement); ``v`` itself otherwise."""
+    if isinstance(v, ast.Assign) and len(v.targets) == 1 and isinstance(v.targets[0], ast.Tuple) \
+            and isinstance(v.value, ast.Tuple) and len(v.targets[0].elts) == len(v.value.elts) \
+            and not any(isinstance(x, ast.Starred) for x in (*v.targets[0].elts, *v.value.elts)):
+        for t, e in zip(v.targets[0].elts, v.value.elts):
+            if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) \
+                    and t.value.id == "self":
+                return e
+    return v
 
 
 def _also_wrapped(hub, view, attr) -> bool:
@@ -472,26 +486,52 @@ def _relevant(view) -> bool:
     return any(isinstance(c.func, ast.Attribute) and c.func.attr in BY_UNIQUE_METHOD for c in sem.calls)
 
 
-def _from_fsdp2_forward(hub, view, expr, at, depth):
+def _from_fsdp2_forward(hub, view, expr, at, depth, callers=None):
     """The FSDP2 forward call ``expr`` is computed from (through names bound in this function)."""
     if depth > 4 or expr is None:
         return None
     for n in ast.walk(expr):
         if isinstance(n, ast.Call):
             f = n.func
-            if (isinstance(f, ast.Name) or _key(f) is not None) and is_fsdp2(hub, view, f, n):
+            if (isinstance(f, ast.Name) or _key(f) is not None) and is_fsdp2(hub, view, f, n, callers):
                 return n
-            if isinstance(f, ast.Attribute) and f.attr == "forward" and is_fsdp2(hub, view, f.value, n):
+            if isinstance(f, ast.Attribute) and f.attr == "forward" and is_fsdp2(hub, view, f.value, n, callers):
                 return n
         elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             kind, evs = reaching(view, n.id, n)
             if kind == "events":
                 for e in evs or ():
                     if isinstance(e, (ast.Assign, ast.AugAssign)):
-                        got = _from_fsdp2_forward(hub, view, e.value, e, depth + 1)
+                        got = _from_fsdp2_forward(hub, view, e.value, e, depth + 1, callers)
                         if got is not None:
                             return got
     return None
+
+
+def fsdp2_sites_with_callers(hub, view, stmts, Effect, Site, callers) -> list:
+    """The FSDP2 collectives inside ``stmts`` (a loop's body in ``view``) that only the project's other
+    files show: the forward of a module that a parameter holds, or a ``self`` attribute that
+    ``__init__`` stores from one, when every call of that function or constructor in the other
+    files (``callers``, as ``origins`` takes it: ``Actor(fully_shard_model, ...)`` in the training
+    script) passes a module given to ``fully_shard``; and ``backward()`` of a value computed from
+    such a forward. ``hidden_sites`` (which every rule sees) judges them by this module alone
+    (and only in a module that names the modern stack: this one need not)."""
+    out = []
+    for c in (n for st in stmts for n in ast.walk(st)):
+        if not isinstance(c, ast.Call):
+            continue
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr == "backward":
+            if _from_fsdp2_forward(hub, view, f.value, c, 0, callers) is not None:
+                out.append(Site(c, [Effect("reduce_scatter", c, view.path,
+                                           what="FSDP2's gradient reduce-scatter in `backward()`")], "hidden"))
+            continue
+        fwd = f if (isinstance(f, ast.Name) or _key(f) is not None and isinstance(f, ast.Attribute)) else None
+        if fwd is not None and is_fsdp2(hub, view, fwd, c, callers):
+            out.append(Site(c, [Effect("all_gather", c, view.path,
+                                       what="FSDP2's parameter all-gather in the forward")], "hidden"))
+    out.sort(key=lambda s: (s.node.lineno, s.node.col_offset))
+    return out
 
 
 def _helper_forward(hub, view, call, Effect, Site):

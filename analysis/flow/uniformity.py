@@ -34,6 +34,7 @@ from .bindings import comp_binder, reaching, searches_rank, target_path
 from .selections import comprehension_value, filtered, picks_element, subscript_value
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
+from .optional_syncs import unsynced_trip  # a count a helper equalises only when given a parameter
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
@@ -461,7 +462,7 @@ class Evaluator:
         if d == 0:  # every site of a loop asks about the same loop: once per evaluator
             got = self.tmemo.get(id(it))
             if got is None:
-                got = self.tmemo[id(it)] = self._trip_count(it, 0)
+                got = self.tmemo[id(it)] = unsynced_trip(self, it, self._trip_count(it, 0))
             return got
         return self._trip_count(it, d)
 

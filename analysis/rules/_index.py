@@ -68,7 +68,7 @@ RULES = {
                 ((('torch', False),), (('gather', False), ('reduce', False), ('dist', True), ('comm', False), ('sync', False))),
                 True, False),
     'DDP110': ('ddp110_uneven_collective_loop', True, True,
-                ((('torch', False),), (('dist', True), ('comm', False), ('Parallel', False), ('ZeroRedundancy', False), ('full_tensor', False), ('summon_full_params', False), ('full_optim_state_dict', False), ('ccelerat', False))),
+                ((('torch', False),), (('dist', True), ('comm', False), ('Parallel', False), ('ZeroRedundancy', False), ('full_tensor', False), ('summon_full_params', False), ('full_optim_state_dict', False), ('ccelerat', False), ('backward', False))),
                 True, False),
     'DDP111': ('ddp111_scalar_to_collective', True, True,
                 ((('torch', False),), (('dist', True), ('comm', False), ('reduce', False), ('gather', False), ('sync', False), ('broadcast', False))),

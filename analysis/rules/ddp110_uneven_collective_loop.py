@@ -6,8 +6,10 @@ from ..model import Severity
 from ..registry import Rule
 from ..flow import for_context
 from ..flow.control import Divergence, under_join
+from ..flow.hidden import fsdp2_sites_with_callers
+from ..flow.summaries import Effect, Site
 from ..flow.shapes import shapes_of
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, param_names, parent
 from ._common import lines_within, other_call_sites
 from ._flow import FLOW_TEXT, all_divergences, report_divergence, scopes
 
@@ -28,7 +30,11 @@ class UnevenCollectiveLoop(Rule):
     `get_state_dict` with `full_state_dict=True`, `set_*state_dict` with `broadcast_from_rank0=True`,
     `dcp.save` / `dcp.load` / `dcp.async_save`, `clip_grad_norm_` over FSDP2 parameters, FSDP1's
     `summon_full_params` and full optimizer state dicts, and a `torch.compile`d function that makes
-    a collective.
+    a collective. An FSDP2 module counts also when this file only receives it: a `self` attribute
+    that `__init__` stores from a parameter (`self.model, self.opt = model, opt`), or a parameter,
+    that every call in the project's other files passes a module given to `fully_shard`
+    (`Actor(shard_model(net, mesh), ...)` in the training script), for a loop whose trip count
+    varies; such a file need not name `torch.distributed` at all.
 
     A rank's shard is recognised when it is built by custom code, in this file or another file of
     the project:
@@ -43,6 +49,14 @@ class UnevenCollectiveLoop(Rule):
     - a project `Dataset` / `IterableDataset` whose `__len__` / `__iter__` reads such a source,
       given to a `DataLoader` without a `DistributedSampler`.
 
+    A count a project helper computes from this rank's own data counts too, when the helper makes
+    it equal across ranks (`all_reduce(n, op=MAX)`, `MIN`, or a `broadcast`) only under a test on
+    one of its optional parameters (`if group is not None:`, `if sync:`) and the call leaves that
+    parameter at its default (`None` / `False`: not passed, or passed as that constant): a loop over
+    what the helper returns (`for mb in make_micro_batches(seqs, budget)`, the first element of a
+    returned tuple), or over `range(n)` of the count it returns, in this file or another file of
+    the project, a function or a method. The message names the parameter the call leaves out.
+
     The loop may walk a parameter (`def evaluate(loader): for batch in loader:`) or an attribute
     that `__init__` stores from one (`self.loader = loader`): it is judged at the calls of that
     function, method or constructor, in this file or another file of the project, and reported
@@ -50,7 +64,9 @@ class UnevenCollectiveLoop(Rule):
     shard_loader)`, `Trainer(cfg).fit(shard_loader)`), also when that call passes its own caller's
     argument on (`def fit(self, loader): self.train_epoch(loader)`).
 
-    Not flagged: loops under DDP's `join()` context manager (`with model.join():`), which exists for
+    Not flagged: a call that passes the helper's group (by position or by keyword) or sets its
+    flag, a helper that always equalises the count, a count computed from config alone, a count
+    the caller equalises itself before the loop, loops under DDP's `join()` context manager (`with model.join():`), which exists for
     exactly this case, a `DataLoader` with a `DistributedSampler` (it pads every rank to the same
     count), files every rank reads, loops over a fixed range, loops with no collective inside,
     the keys of a per-rank checkpoint, and loops whose trip count the analysis cannot judge.
@@ -75,7 +91,9 @@ class UnevenCollectiveLoop(Rule):
             loss = ddp_model(load(path)).sum()
             loss.backward()
     ```
-    or give every rank the same number of items (`DistributedSampler` pads the last ones).
+    or give every rank the same number of items (`DistributedSampler` pads the last ones). For a
+    helper that equalises its count only when given the group, pass it:
+    `make_micro_batches(seqs, budget, dp_group=dp_group)`.
 
     ## Fix safety
     There is no automatic fix.
@@ -85,12 +103,14 @@ class UnevenCollectiveLoop(Rule):
     name = "uneven-collective-loop"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = FLOW_TEXT
+    # ``backward``: a loop of a file that spells no collective may still run FSDP2's, through a
+    # module the project's other files shard (``_fsdp2_loops``)
+    requires_text = (*FLOW_TEXT, "backward")
     requires_reach = True  # a collective site in this file or a module it imports (flow.reach)
 
     def finish(self, ctx) -> None:
         seen = set()
-        for d in [*all_divergences(ctx), *_shard_loops(ctx)]:
+        for d in [*all_divergences(ctx), *_shard_loops(ctx), *_fsdp2_loops(ctx)]:
             if d.kind != "loop" or id(d.node) in seen:
                 continue
             seen.add(id(d.node))
@@ -136,4 +156,40 @@ def _shard_loops(ctx):
                 if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
                     break
                 child, p = p, parent(p)
+    return out
+
+
+def _fsdp2_loops(ctx):
+    """Loops with a rank-varying trip count (``uniformity``) around the forward or ``backward()``
+    of an FSDP2 module that this file receives from the project's other files: a ``self``
+    attribute its class's ``__init__`` stores from a parameter, or a parameter, that every call in
+    those files gives a module passed to ``fully_shard`` (``hidden.fsdp2_sites_with_callers``)."""
+    an = for_context(ctx)
+    view = an.main
+    by_type = ctx.sem.by_type
+    loops = [*by_type.get(ast.For, ()), *by_type.get(ast.AsyncFor, ())]
+    out = []
+    callers = None
+    ev = None
+    for loop in loops:
+        # a call that may run such a module: ``backward()``, ``self.<attr>(...)``, or a parameter
+        fn = ctx.sem.enclosing_function(loop)
+        params = set(param_names(fn)) if fn is not None else set()
+        if not any(isinstance(n, ast.Call) and (
+                isinstance(n.func, ast.Attribute) and (n.func.attr == "backward" or (
+                    isinstance(n.func.value, ast.Name) and n.func.value.id == "self"))
+                or isinstance(n.func, ast.Name) and n.func.id in params) for st in loop.body for n in ast.walk(st)):
+            continue
+        if under_join(view, loop):
+            continue
+        if ev is None:
+            ev = an.evaluator(view)
+        v = ev.trip_count(loop.iter)
+        if not v.varying:
+            continue
+        if callers is None:
+            callers = other_call_sites(ctx, an)
+        sites = fsdp2_sites_with_callers(an, view, loop.body, Effect, Site, callers)
+        if sites:
+            out.append(Divergence("loop", sites[0], loop, v))
     return out
