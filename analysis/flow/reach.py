@@ -299,9 +299,9 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
         got = True, {}
     else:  # no: every file reachable answered no; the answer rests on all of them
         got = False, _no_deps(path, first, absent, table, closures)
-    if key is not None:
-        if len(answers) > 16384:
-            answers.clear()
+    if key is not None:  # (the questions about one file come while it is checked: a few kept)
+        while len(answers) >= 16:
+            del answers[next(iter(answers))]
         answers[key] = got
     return got
 
