@@ -101,6 +101,19 @@ def file_exemption(text: str):
     return got
 
 
+def may_list(text: str, prefix: str) -> bool:
+    """False when no ``# noqa: CODES`` of ``text`` can list a code whose upper-case spelling holds
+    ``prefix`` (upper case), so ``line_directives`` need not run the tokenizer for such a code.
+    Decided on the raw text, strings included: a comment's directive is the same match at the same
+    ``#`` (a match holds no other ``#``, so no earlier one overlaps it), and its code list is a
+    prefix of this one's (here the separators may run on past the line's end): a superset."""
+    for m in NOQA_RE.finditer(text):
+        codes = m.group("codes")
+        if codes and prefix in codes.upper():
+            return True
+    return False
+
+
 def line_directives(text: str):
     """Every ``# noqa: CODES`` in a real comment: (0-based line, column of ``#``, column where the
     directive ends, [(code, start column, end column), ...]); bare ``# noqa`` is left out (it may

@@ -4,7 +4,9 @@ The text-level layer keeps memos that a long-lived process (the language server)
 a few seconds, so that a file saved outside the editor is seen: flow/reach.py's import graph and
 answers, rules/_common.py's caller candidates, flow/project.py's import roots. A batch run
 (``batch.check_files``) takes the disk as unchanging while it runs, so those memos hold for the
-whole run: each file is read, resolved and indexed once, not once every few seconds. Imports
+whole run: each file is read, resolved and indexed once, not once every few seconds; some memos
+are made only inside a snapshot (flow/project.py's file probes, flow/reach.py's answer per file,
+rules/_common.py's index of the called words). Imports
 nothing, so that a gated-out file still loads no rule or flow module.
 """
 from __future__ import annotations

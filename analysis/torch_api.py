@@ -147,10 +147,9 @@ def argparse_default(sem, dest: str) -> ast.AST | None:
     ``dest`` (``"--dist-backend"`` -> ``dist_backend``, or ``dest=``); None when there is none, or
     several."""
     found = []
-    for c in sem.calls:
-        f = c.func
-        if f.__class__ is not ast.Attribute or f.attr != "add_argument":
-            continue
+    calls = sem.calls
+    for i in sem.callee_index()[1].get("add_argument", ()):  # the ``x.add_argument(...)`` calls, in order
+        c = calls[i]
         name = None
         for k in c.keywords:
             if k.arg == "dest" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):

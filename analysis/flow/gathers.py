@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, subtree
 from .bindings import _COMPS, comp_binder, reaching
 from .hidden import _DTENSOR_MODULES, _call_args, _key, entry_of, is_fsdp2, op_words
 
@@ -172,7 +172,7 @@ def _state_params(view, fn) -> frozenset:
     if got is None:
         names = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
         got = memo[fn] = frozenset(
-            n.value.id for n in ast.walk(fn)
+            n.value.id for n in subtree(fn)
             if isinstance(n, ast.Attribute) and n.attr == "state" and isinstance(n.value, ast.Name)
             and n.value.id in names)
     return got

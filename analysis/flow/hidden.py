@@ -296,6 +296,8 @@ def is_fsdp2(hub, view, expr, at, callers=None) -> bool:
     k = _key(expr)
     if k is None:
         return False
+    if callers is None and not _shards(hub, view):
+        return False  # nothing below can hold: every answer it asks stays in this module
     sem = view.sem
     scope = sem.enclosing_function(at)
     for c, a in shard_calls(hub, view):
@@ -352,6 +354,18 @@ def _tuple_element(v, attr: str):
                     and t.value.id == "self":
                 return e
     return v
+
+
+def _shards(hub, view) -> bool:
+    """The module makes a sharding call ``is_fsdp2`` can see (``shard_calls``, or a ``fully_shard``
+    call without the module argument, which its ``sharded`` accepts). Without one, ``is_fsdp2``
+    without ``callers`` is False for every expression of the module: its other answers come from
+    this module's own bindings and calls (``_param_fsdp2`` asks the call sites of this module)."""
+    got = view.memo.get("hidden.shards")
+    if got is None:
+        sem = view.sem
+        got = view.memo["hidden.shards"] = bool(shard_calls(hub, view)) or any(sem.calls_to(q) for q in FULLY_SHARD)
+    return got
 
 
 def _also_wrapped(hub, view, attr) -> bool:

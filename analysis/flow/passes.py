@@ -20,6 +20,7 @@ counter (``self.epoch += 1``) and starts a new pass over a dataset it holds by b
 from __future__ import annotations
 
 import ast
+from collections import deque
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, terminal_name
 from .bindings import reaching
@@ -132,10 +133,30 @@ def _self_attr_name(e) -> str | None:
     return None
 
 
+# the fields that hold statements (or the handlers and cases whose bodies do): a class statement
+# sits only under them, never in an expression
+_BLOCK_FIELDS = frozenset(("body", "orelse", "finalbody", "handlers", "cases"))
+
+
 def classes_of(sem) -> list:
+    """The module's class statements: from ``by_type`` when it indexes them, else in the order of
+    ``ast.walk`` (breadth first), found by a breadth-first walk of the blocks alone (the same
+    depths and the same order among the fields followed, without the expressions)."""
     if ast.ClassDef in sem.wanted:
         return sem.by_type.get(ast.ClassDef, [])
-    return [n for n in ast.walk(sem.tree) if isinstance(n, ast.ClassDef)]
+    out = []
+    todo = deque((sem.tree,))
+    pop, extend = todo.popleft, todo.extend
+    while todo:
+        n = pop()
+        if n.__class__ is ast.ClassDef:
+            out.append(n)
+        for f in n._fields:
+            if f in _BLOCK_FIELDS:
+                v = getattr(n, f, None)
+                if v.__class__ is list:
+                    extend(v)
+    return out
 
 
 def epoch_advances(ctx):

@@ -36,7 +36,7 @@ from collections import OrderedDict
 
 from ..io import SourceError, read_regular_file
 from ..semantic import Semantic
-from ..snapshot import fresh, snapshot  # noqa: F401 (the text-level memos, one flag for a batch run)
+from ..snapshot import current, fresh, snapshot  # noqa: F401 (the text-level memos, one flag for a batch run)
 
 MAX_BYTES = 1_000_000  # larger files are not followed (generated code, vendored blobs)
 _LRU_SIZE = 256
@@ -75,7 +75,30 @@ def is_file(path: str) -> bool:
     with _lock:
         if path in _overlays:
             return True
-    return _disk.get() and os.path.isfile(path)
+    return _disk.get() and _probe(os.path.isfile, path)
+
+
+_probes: dict[tuple, bool] = {}  # (test, path) -> answer, within one batch run's snapshot
+_probes_run: list = [None]  # the snapshot those answers were found in
+
+
+def _probe(test, path: str) -> bool:
+    """``test(path)`` (``os.path.isfile``, ``isdir``, ``lexists``); asked once per path in a batch
+    run's snapshot, where the disk is taken as unchanging (every file's imports probe the same
+    package folders), else every time."""
+    run = current()
+    if run is None:
+        return test(path)
+    if _probes_run[0] != run:
+        _probes.clear()
+        _probes_run[0] = run
+    key = (test, path)
+    got = _probes.get(key)
+    if got is None:
+        if len(_probes) > 262144:
+            _probes.clear()
+        got = _probes[key] = test(path)
+    return got
 
 
 def overlay_text(path: str) -> str | None:
@@ -350,7 +373,7 @@ def _is_dir(path: str) -> bool:
     with _lock:
         if any(p.startswith(prefix) for p in _overlays):
             return True
-    return _disk.get() and os.path.isdir(path)
+    return _disk.get() and _probe(os.path.isdir, path)
 
 
 def _absent_marks(base: str, parts: list, cands) -> list[str]:
@@ -362,10 +385,10 @@ def _absent_marks(base: str, parts: list, cands) -> list[str]:
     for p in parts[:-1]:
         d = os.path.join(d, p)
         if not _is_dir(d):
-            return [d] if not (_disk.get() and os.path.lexists(d)) else list(cands)
+            return [d] if not (_disk.get() and _probe(os.path.lexists, d)) else list(cands)
     if parts:
         stem = os.path.join(d, parts[-1])
-        if not _is_dir(stem) and not (_disk.get() and os.path.lexists(stem)):
+        if not _is_dir(stem) and not (_disk.get() and _probe(os.path.lexists, stem)):
             return [stem + ".py", stem]
     return list(cands)
 

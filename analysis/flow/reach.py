@@ -32,6 +32,7 @@ import threading
 import time
 import unicodedata
 
+from .. import snapshot
 from . import project
 
 # (+ the methods whose name alone makes a hidden collective: runtime/shim_vocab.BY_UNIQUE_METHOD,
@@ -223,16 +224,18 @@ def reaches(path: str | None, text: str, needles: tuple = REACH_TEXT,
         return _walk(path, text, time.monotonic(), needles, fold)
 
 
-def _table(now: float, disk: bool, needles: tuple, fold: bool) -> dict:
-    """The answers of one needle set: {path: ``_YES`` | (digest, successors, absent) | None}, kept
-    for ``_TTL`` seconds and while no open document changes (a batch run shares it)."""
+def _table(now: float, disk: bool, needles: tuple, fold: bool) -> tuple[dict, dict, dict]:
+    """The answers of one needle set: {path: ``_YES`` | (own dependencies, successors) | None},
+    with the memos that rest on it: {path: the merged dependencies of every file a "no" file
+    reaches} (``_closure``) and {(path, text): a query's answer} (``_walk``); kept for ``_TTL``
+    seconds and while no open document changes (a batch run shares them)."""
     key = (disk, needles, fold)
     got = _negative.get(key)
     if got is None or not project.fresh(got[0], now, _TTL) or got[1] != project.generation or len(got[2]) > 65536:
         if len(_negative) > 64:
             _negative.clear()
-        got = _negative[key] = (now, project.generation, {})
-    return got[2]
+        got = _negative[key] = (now, project.generation, {}, {}, {})
+    return got[2], got[3], got[4]
 
 
 _YES = ("yes",)
@@ -276,9 +279,16 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
     a component holding a needle or importing one that does answers yes, the others no. Linear in
     the files and imports a batch run reaches, where a walk per file was quadratic on a package
     whose every module imports the package (torch). Past ``_MAX_NODES`` new files in one query
-    the answer is yes (never a lost finding)."""
+    the answer is yes (never a lost finding). The answer is memoised per (path, text) with the
+    table (several rules ask the same question of a file; an answer past the budget is not kept:
+    the next query goes on from the components decided so far) in a batch run's snapshot, where
+    the disk does not change; the returned dependencies are shared, read-only."""
     disk = project.disk_allowed()
-    table = _table(now, disk, needles, fold)
+    table, closures, answers = _table(now, disk, needles, fold)
+    key = (path, text) if snapshot._on else None
+    got = answers.get(key) if key is not None else None
+    if got is not None:
+        return got
     first = _edges(path, _start_candidates(text), now)
     absent: dict[str, None] = {}
     for succ, marks in first:
@@ -286,8 +296,66 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
         if succ is not None and succ != path and not _solve(succ, table, now, needles, fold):
             return True, {}  # past the budget
     if any(succ is not None and table.get(succ) is _YES for succ, _m in first):
-        return True, {}
-    # no: every file reachable answered no; the answer rests on all of them
+        got = True, {}
+    else:  # no: every file reachable answered no; the answer rests on all of them
+        got = False, _no_deps(path, first, absent, table, closures)
+    if key is not None:  # (the questions about one file come while it is checked: a few kept)
+        while len(answers) >= 16:
+            del answers[next(iter(answers))]
+        answers[key] = got
+    return got
+
+
+def _no_deps(path: str, first, absent: dict, table: dict, closures: dict) -> dict:
+    """The dependencies of a "no" from ``path``, whose import candidates resolve to ``first``:
+    ``absent`` (its own imports looked for and not found), then the merged dependencies of each
+    file it imports (``_closure``, memoised per file): every absent mark (None) and every file read
+    (its content hash, which wins over an absent mark of the same path)."""
+    merged = []
+    for s in dict.fromkeys(s for s, _m in first if s is not None and s != path):
+        if not isinstance(table.get(s), tuple):
+            continue  # unreadable: not followed
+        c = _closure(s, table, closures)
+        if path in c[0]:  # the file is reached again through its imports: walk without it
+            return _deps_without(path, first, absent, table)
+        merged.append(c)
+    deps: dict[str, str | None] = dict(absent)
+    for marks, _read in merged:
+        deps.update(marks)
+    for _marks, read in merged:
+        deps.update(read)
+    return deps
+
+
+def _closure(start: str, table: dict, closures: dict) -> tuple[dict, dict]:
+    """({path: None | hash} of every absent mark and file read, {path: hash} of the files read)
+    over the "no" files reachable from ``start`` (a "no" file reaches only "no" or unreadable
+    files, all decided before it, so the memo holds for the table's life)."""
+    got = closures.get(start)
+    if got is None:
+        deps: dict[str, str | None] = {}
+        read: dict[str, str | None] = {}
+        seen = set()
+        work = [start]
+        while work:
+            p = work.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            got = table.get(p)
+            if got is None or got is _YES:
+                continue
+            own, succs = got
+            deps.update(own)
+            read[p] = own[p]
+            work.extend(succs)
+        deps.update(read)
+        got = closures[start] = (deps, read)
+    return got
+
+
+def _deps_without(path: str, first, absent: dict, table: dict) -> dict:
+    """``_no_deps`` by a walk that does not enter ``path`` itself (its own imports are ``first``)."""
     deps: dict[str, str | None] = dict(absent)
     seen = {path}
     work = [s for s, _m in first if s is not None]
@@ -305,7 +373,7 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
     for p in seen:  # a file read is a file, whatever import also looked for it absent
         if p in deps and deps[p] is None and isinstance(table.get(p), tuple):
             deps[p] = table[p][0][p]
-    return False, deps
+    return deps
 
 
 def _solve(start: str, table: dict, now: float, needles: tuple, fold: bool) -> bool:

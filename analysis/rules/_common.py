@@ -278,6 +278,8 @@ def _py_files(root: str) -> tuple[str, ...]:
         return ()
     got = _listings.get(key)
     if got is not None:
+        _listings.pop(key, None)  # the most recently used last (``_remember``)
+        _listings[key] = got
         return got
     out: list[str] = []
     stack = [(root, 0)]
@@ -298,10 +300,22 @@ def _py_files(root: str) -> tuple[str, ...]:
                     out.append(os.path.abspath(e.path))
             except OSError:
                 continue
-    if len(_listings) > 64:
-        _listings.clear()
-    got = _listings[key] = tuple(out)
+    got = _remember(_listings, key, tuple(out), 64)
     return got
+
+
+def _remember(memo: dict, key, value, limit: int):
+    """``memo[key] = value``, dropping the least recently used entries past ``limit`` (a hit moves
+    its key to the end), not the whole memo: a batch run over a tree of many folders keeps the
+    top folder's entries, which every file asks for, instead of rebuilding them."""
+    memo.pop(key, None)
+    while len(memo) >= limit:
+        try:
+            memo.pop(next(iter(memo)), None)
+        except (StopIteration, RuntimeError):  # emptied or changed by another thread
+            break
+    memo[key] = value
+    return value
 
 
 def _project_files(top: str):
@@ -423,6 +437,9 @@ def _admitting_files(folder: str, needs, disk: bool) -> tuple:
     key = (folder, needs)
     now = time.monotonic()
     got = _candidates.get(key) if disk else None
+    if got is not None:
+        _candidates.pop(key, None)  # the most recently used last (``_remember``)
+        _candidates[key] = got
     if got is None or not project.fresh(got[0], now, _CANDIDATES_TTL):
         found, index, deps = [], {}, {}
         for path in _project_files(folder):
@@ -434,9 +451,7 @@ def _admitting_files(folder: str, needs, disk: bool) -> tuple:
                     index.setdefault(w, []).append(path)
         got = (now, (tuple(found), index, deps))
         if disk:  # (only the open documents otherwise: few, and they change)
-            if len(_candidates) > 256:
-                _candidates.clear()
-            _candidates[key] = got
+            _remember(_candidates, key, got, 256)
     return got[1]
 
 
@@ -495,6 +510,29 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
     return hit, deps
 
 
+_call_index: dict[tuple, tuple] = {}  # (folder, snapshot) -> (listing, {called word: [positions]})
+
+
+def _calling(folder: str, names: frozenset) -> list:
+    """The files of ``_project_files(folder)``, in its order, whose ``_called_words`` hold one of
+    ``names``; in a batch run's snapshot (the files do not change), from an index of those words
+    made once per folder, instead of a scan of every file for every question."""
+    from .. import snapshot
+
+    files = _project_files(folder)
+    key = (folder, snapshot.current())
+    got = _call_index.get(key)
+    if got is None or got[0] is not files:
+        index: dict[str, list[int]] = {}
+        for i, p in enumerate(files):
+            w = _words.get(p)  # (in the snapshot: no stat, no call)
+            for word in (w[2] if w is not None else _called_words(p)) or ():
+                index.setdefault(word, []).append(i)
+        got = _remember(_call_index, key, (files, index), 64)
+    index = got[1]
+    return [files[i] for i in sorted({i for n in names for i in index.get(n, ())})]
+
+
 def project_callers(ctx, names, needs=()) -> list:
     """Calls, in the other files of this project, of this file's module-level functions or classes
     named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
@@ -523,16 +561,17 @@ def project_callers(ctx, names, needs=()) -> list:
         top = roots[1] if len(roots) > 1 else roots[0]
         an = for_context(ctx)
         out = []
-        known = _words if snapshot._on else {}  # (in a batch run's snapshot: no stat, no call)
-        # the file's own folder first: the scan of ``top`` stops at ``_MAX_SCAN_FILES``
-        for path in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top))):
+        # the file's own folder first: the scan of ``top`` stops at ``_MAX_SCAN_FILES``; a call of
+        # one of the names, or an import renaming one: a file that only spells the word (``init``
+        # in ``__init__``) is not parsed, nor counted against the module budget
+        if snapshot._on and project.disk_allowed():  # the files are fixed: their words indexed
+            paths = dict.fromkeys((*_calling(os.path.dirname(here), names), *_calling(top, names)))
+        else:
+            known = _words if snapshot._on else {}
+            paths = (p for p in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top)))
+                     if not names.isdisjoint((known[p][2] if p in known else _called_words(p)) or ()))
+        for path in paths:
             if path == here:
-                continue
-            # a call of one of the names, or an import renaming one: a file that only spells the
-            # word (``init`` in ``__init__``) is not parsed, nor counted against the module budget
-            got = known.get(path)
-            words = got[2] if got is not None else _called_words(path)
-            if words is None or names.isdisjoint(words):
                 continue
             text = _text_of(path)
             if text is None or (needs and not _admits(text, needs)):

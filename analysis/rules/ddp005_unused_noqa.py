@@ -56,8 +56,10 @@ class UnusedNoqa(Rule):
     # their findings before the noqa filter); there is nothing to visit.
 
     def directive_findings(self, src, filename: str, findings: list[Finding], enabled) -> list[Finding]:
-        from ..noqa import line_directives
+        from ..noqa import line_directives, may_list
 
+        if not may_list(src.text, "DDP"):  # only ddp-lint's own codes are judged (below)
+            return []
         rules = all_rules()
         used: dict[int, set[str]] = {}
         for f in findings:
