@@ -18,7 +18,7 @@ Sources of a varying size or shape:
 - values that are rank-varying (``uniformity``): the rank, this rank's data, clocks, unseeded RNG
   (``lengths.max()``, ``(preds > 0.5).sum()``, ``lengths[rank]``);
 - shapes that depend on data values: boolean masks (``x[x > 0]``), ``nonzero()``/``argwhere``,
-  ``unique()``, ``masked_select``, one-argument ``torch.where``;
+  ``unique()``, ``masked_select``, one-argument ``torch.where``, ``bincount()`` without ``minlength``;
 - sequences built on a rank-varying path: a list appended to under a rank-varying test or in a
   loop with a rank-varying trip count, a comprehension with a rank-varying filter;
 - per-rank sources: a slice with rank-varying bounds (``files[rank::world]``), this rank's piece
@@ -484,6 +484,8 @@ class Shapes(Extents):
                 return self._data_shaped(src_e, qn.rsplit(".", 1)[1], d)
             if qn == "torch.where" and len(e.args) == 1:
                 return self._data_shaped(e.args[0], "where", d)
+            if qn in ("torch.bincount", "numpy.bincount"):
+                return self._bincount(e, get_arg(e, 0, "input" if qn.startswith("torch.") else "x"), 2, d)
             if qn in ("torch.split", "torch.chunk", "numpy.array_split", "torch.tensor_split", "numpy.split"):
                 if qn == "torch.split":
                     return self._dim_of(self.shape(e.args[0], d), ast.Constant(0)) if e.args else SX
@@ -528,6 +530,8 @@ class Shapes(Extents):
             if a in _REARRANGE:
                 r = self.shape(recv, d)
                 return Sh("V", r.src) if r.kind == "V" else r  # which dimension is no longer known
+            if a == "bincount":
+                return self._bincount(e, recv, 1, d)
             if a in _DATA_SHAPED:
                 if a == "masked_select" and e.args:
                     return self._data_shaped(e.args[0], a, d)
@@ -570,6 +574,15 @@ class Shapes(Extents):
         deps = self._value_deps(src_e) if v.kind == "X" else frozenset()
         return Sh("U", deps=deps) if deps else SX
 
+
+    def _bincount(self, e, src_e, minlength_pos: int, d) -> Sh:
+        """``torch.bincount(x)``: ``max(x) + 1`` entries, as many as the largest value this rank
+        counts, so rank-varying where ``x``'s values are; ``minlength=n`` (at least ``n`` entries,
+        exactly ``n`` for values below it: class counts) is not known to vary."""
+        if get_arg(e, minlength_pos, "minlength") is not None or any(k.arg is None for k in e.keywords) or any(
+                isinstance(a, ast.Starred) for a in e.args):
+            return SX  # a floor on the length (or arguments not seen: ``**opts``)
+        return self._data_shaped(src_e, "bincount", d)
 
     def _cat(self, e, d, stack=False) -> Sh:
         seq = get_arg(e, 0, "tensors")

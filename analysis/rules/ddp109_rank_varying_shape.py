@@ -41,6 +41,8 @@ class RankVaryingShape(Rule):
       such a test, `x.size(0)` / `x.shape[0]` of a tensor whose length varies;
     - rows a boolean mask keeps (`x[labels == 1]`), `nonzero()` / `argwhere`, `unique()`,
       `masked_select`, one-argument `torch.where`;
+    - `torch.bincount(x)` without `minlength` of this rank's values: one entry per value up to the
+      largest this rank saw (with `minlength=num_classes` every rank counts the same classes);
     - `torch.tensor(list)` of such a list, `torch.cat` of a varying number of pieces, this rank's
       piece of an uneven split (`np.array_split(x, world)[rank]`).
 
