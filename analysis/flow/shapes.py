@@ -70,6 +70,7 @@ from .shape_facts import (
     _from_value,
     _int_const,
     _terminal,
+    bincount_length,
     join_any,
     join_paths,
 )
@@ -485,7 +486,7 @@ class Shapes(Extents):
             if qn == "torch.where" and len(e.args) == 1:
                 return self._data_shaped(e.args[0], "where", d)
             if qn in ("torch.bincount", "numpy.bincount"):
-                return self._bincount(e, get_arg(e, 0, "input" if qn.startswith("torch.") else "x"), 2, d)
+                return bincount_length(self, e, get_arg(e, 0, "input" if qn[0] == "t" else "x"), 2, d)
             if qn in ("torch.split", "torch.chunk", "numpy.array_split", "torch.tensor_split", "numpy.split"):
                 if qn == "torch.split":
                     return self._dim_of(self.shape(e.args[0], d), ast.Constant(0)) if e.args else SX
@@ -531,7 +532,7 @@ class Shapes(Extents):
                 r = self.shape(recv, d)
                 return Sh("V", r.src) if r.kind == "V" else r  # which dimension is no longer known
             if a == "bincount":
-                return self._bincount(e, recv, 1, d)
+                return bincount_length(self, e, recv, 1, d)
             if a in _DATA_SHAPED:
                 if a == "masked_select" and e.args:
                     return self._data_shaped(e.args[0], a, d)
@@ -574,15 +575,6 @@ class Shapes(Extents):
         deps = self._value_deps(src_e) if v.kind == "X" else frozenset()
         return Sh("U", deps=deps) if deps else SX
 
-
-    def _bincount(self, e, src_e, minlength_pos: int, d) -> Sh:
-        """``torch.bincount(x)``: ``max(x) + 1`` entries, as many as the largest value this rank
-        counts, so rank-varying where ``x``'s values are; ``minlength=n`` (at least ``n`` entries,
-        exactly ``n`` for values below it: class counts) is not known to vary."""
-        if get_arg(e, minlength_pos, "minlength") is not None or any(k.arg is None for k in e.keywords) or any(
-                isinstance(a, ast.Starred) for a in e.args):
-            return SX  # a floor on the length (or arguments not seen: ``**opts``)
-        return self._data_shaped(src_e, "bincount", d)
 
     def _cat(self, e, d, stack=False) -> Sh:
         seq = get_arg(e, 0, "tensors")
