@@ -376,6 +376,29 @@ def is_optimizer_ctor(view, call) -> bool:
     return last[:1].isupper() and last not in ("Optimizer",)
 
 
+ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
+# its methods that run collectives (every rank must call them): what each one runs
+ZERO_METHODS = {"step": "ZeroRedundancyOptimizer's parameter broadcast",
+                "consolidate_state_dict": "ZeroRedundancyOptimizer's state consolidation (a broadcast from every rank)"}
+
+
+def zero_call(hub, view, f: ast.Attribute, at) -> bool:
+    """``f.value`` (the receiver of ``opt.step`` / ``opt.consolidate_state_dict``) holds a
+    ``ZeroRedundancyOptimizer``: a name bound only to its construction; for the consolidation, also
+    every value it may come from (a helper's return, in another module too, tuple unpacking, a
+    parameter its module's callers bind, a ``self`` attribute)."""
+    expr = f.value
+    if isinstance(expr, ast.Name):
+        kind, evs = reaching(view, expr.id, at)
+        if kind == "events" and evs and all(isinstance(e, ast.Assign) and isinstance(e.value, ast.Call)
+                                            and view.sem.call_qualname(e.value) == ZERO for e in evs):
+            return True
+    if f.attr == "step":
+        return False
+    got = origins(hub, view, expr, at)
+    return bool(got) and all(isinstance(e, ast.Call) and v.sem.call_qualname(e) == ZERO for v, e in got)
+
+
 def holds_call(hub, view, expr, at, pred, callers=None) -> tuple | None:
     """The first (view, call) origin of ``expr`` for which ``pred(view, call)`` is true, or None
     (``callers``: as ``origins`` takes it)."""

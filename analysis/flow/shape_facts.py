@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal  # noqa: F401 (the shape modules' name for it)
 from .uniformity import Src
 
@@ -136,3 +137,14 @@ _SIZE_METHODS = frozenset({"item", "int", "long", "float", "tolist", "max", "min
                            "__int__", "numel_DUMMY"})
 _MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "add", "update", "discard",
                        "popleft", "appendleft"})
+
+
+def bincount_length(shapes, e, src_e, minlength_pos: int, d) -> Sh:
+    """The length of ``torch.bincount(x)`` (``Shapes``' answer): ``max(x) + 1`` entries, as many as
+    the largest value this rank counts, so rank-varying where ``x``'s values are; ``minlength=n``
+    (at least ``n`` entries, exactly ``n`` for values below it: class counts) is not known to vary,
+    nor are arguments hidden behind ``*args`` / ``**opts``."""
+    if get_arg(e, minlength_pos, "minlength") is not None or any(k.arg is None for k in e.keywords) or any(
+            isinstance(a, ast.Starred) for a in e.args):
+        return SX
+    return shapes._data_shaped(src_e, "bincount", d)

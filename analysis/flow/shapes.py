@@ -17,7 +17,7 @@ Sources of a varying size or shape:
 - values that are rank-varying (``uniformity``): the rank, this rank's data, clocks, unseeded RNG
   (``lengths.max()``, ``(preds > 0.5).sum()``, ``lengths[rank]``);
 - shapes that depend on data values: boolean masks (``x[x > 0]``), ``nonzero()``/``argwhere``,
-  ``unique()``, ``masked_select``, one-argument ``torch.where``;
+  ``unique()``, ``masked_select``, one-argument ``torch.where``, ``bincount()`` without ``minlength``;
 - sequences built on a rank-varying path: a list appended to under a rank-varying test or in a
   loop with a rank-varying trip count, a comprehension with a rank-varying filter;
 - per-rank sources: a slice with rank-varying bounds (``files[rank::world]``), this rank's piece
@@ -73,6 +73,7 @@ from .shape_facts import (
     _from_value,
     _int_const,
     _terminal,
+    bincount_length,
     join_any,
     join_paths,
 )
@@ -489,6 +490,8 @@ class Shapes(Extents):
                 return self._data_shaped(src_e, qn.rsplit(".", 1)[1], d)
             if qn == "torch.where" and len(e.args) == 1:
                 return self._data_shaped(e.args[0], "where", d)
+            if qn in ("torch.bincount", "numpy.bincount"):
+                return bincount_length(self, e, get_arg(e, 0, "input" if qn[0] == "t" else "x"), 2, d)
             if qn in ("torch.split", "torch.chunk", "numpy.array_split", "torch.tensor_split", "numpy.split"):
                 if qn == "torch.split":
                     return self._dim_of(self.shape(e.args[0], d), ast.Constant(0)) if e.args else SX
@@ -533,6 +536,8 @@ class Shapes(Extents):
             if a in _REARRANGE:
                 r = self.shape(recv, d)
                 return Sh("V", r.src) if r.kind == "V" else r  # which dimension is no longer known
+            if a == "bincount":
+                return bincount_length(self, e, recv, 1, d)
             if a in _DATA_SHAPED:
                 if a == "masked_select" and e.args:
                     return self._data_shaped(e.args[0], a, d)

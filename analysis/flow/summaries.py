@@ -27,6 +27,7 @@ from .calls import (  # noqa: F401  (re-exported: rules import these from here)
     instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
     self_offset, wrapped_names, instance_method_calls,)
 from .roots import Roots
+from .origins import ZERO, ZERO_METHODS, zero_call  # noqa: F401  (ZERO re-exported)
 from .hidden import hidden_sites
 from .gathers import helper_gather
 from .unconditional import _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
@@ -38,7 +39,6 @@ COLLECTIVES = (
     "scatter_object_list", "broadcast_object_list", "barrier", "monitored_barrier",
 )
 # rooted collective -> (position, keyword) of its root rank
-ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
 INIT = D + "init_process_group"
 _PG_USES = frozenset(D + n for n in (*COLLECTIVES, "get_rank", "get_world_size", "new_group", "new_subgroups"))
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled"})
@@ -392,7 +392,7 @@ class Summaries(Roots):
                     continue
             elif f.__class__ is Attribute:
                 a = f.attr
-                if a != "backward" and a != "step" and a not in wrapped:
+                if a != "backward" and a not in ZERO_METHODS and a not in wrapped:
                     b = f.value
                     if not (b.__class__ is Name and ((b.id == "self" and a in methods) or b.id in imports
                             or b.id in instances)) and not on_fresh_instance(f, view) and not _on_self_attr(f):
@@ -410,11 +410,9 @@ class Summaries(Roots):
                     out.append(Site(c, [Effect("all_reduce", c, view.path,
                                                what="DDP's gradient all-reduce")], "implicit"))
                     continue
-            if isinstance(f, ast.Attribute) and f.attr == "step":
-                if self._is_zero(view, f.value, c):
-                    out.append(Site(c, [Effect("broadcast", c, view.path,
-                                               what="ZeroRedundancyOptimizer's parameter broadcast")], "implicit"))
-                    continue
+            if isinstance(f, ast.Attribute) and f.attr in ZERO_METHODS and zero_call(self, view, f, c):
+                out.append(Site(c, [Effect("broadcast", c, view.path, what=ZERO_METHODS[f.attr])], "implicit"))
+                continue
             w = None
             if wrapped and ((isinstance(f, ast.Name) and f.id in wrapped) or (
                     isinstance(f, ast.Attribute) and f.attr in wrapped and isinstance(f.value, ast.Name)
@@ -458,14 +456,6 @@ class Summaries(Roots):
             self.sites(view, scope)
             got = view.memo.get("helper_calls", {}).get(scope, [])
         return got
-
-    def _is_zero(self, view, expr, at) -> bool:
-        if isinstance(expr, ast.Name):
-            kind, evs = reaching(view, expr.id, at)
-            return kind == "events" and bool(evs) and all(
-                isinstance(e, ast.Assign) and isinstance(e.value, ast.Call)
-                and view.sem.call_qualname(e.value) == ZERO for e in evs)
-        return False
 
     # -- summaries ---------------------------------------------------------------------------
     def summary(self, view, fn: ast.AST, ctx=None) -> Summary:
@@ -646,7 +636,7 @@ def _sites_prelude(view) -> tuple:
     pos: list[int] = []  # positions of calls whose qualified name is yet to be tested
     for k in names.keys() & (wrapped | defs.keys() | classes.keys() | imports.keys()):
         pos += names[k]
-    for k in attrs.keys() & (wrapped | {"backward", "step"}):
+    for k in attrs.keys() & (wrapped | {"backward", *ZERO_METHODS}):
         pos += attrs[k]
     pos += [i for i in base.get("self", ()) if calls[i].func.attr in methods]
     cands = set()

@@ -5,6 +5,7 @@ import ast
 from ..flow import for_context
 from ..flow.bcast_sizes import broken_contracts, partial_broadcasts
 from ..flow.bindings import reaching
+from ..flow.dtypes import branch_dtype_splits
 from ..flow.shapes import shapes_of
 from ..flow.helper_calls import bind_args, callee_name, helper_calls, may_import_project, resolved
 from ..flow.sinks import SHAPED, arg_fact, per_rank_buffers, shape_sinks, shaped_calls
@@ -42,6 +43,8 @@ class RankVaryingShape(Rule):
       such a test, `x.size(0)` / `x.shape[0]` of a tensor whose length varies;
     - rows a boolean mask keeps (`x[labels == 1]`), `nonzero()` / `argwhere`, `unique()`,
       `masked_select`, one-argument `torch.where`;
+    - `torch.bincount(x)` without `minlength` of this rank's values: one entry per value up to the
+      largest this rank saw (with `minlength=num_classes` every rank counts the same classes);
     - `torch.tensor(list)` of such a list, `torch.cat` of a varying number of pieces, this rank's
       piece of an uneven split (`np.array_split(x, world)[rank]`);
     - the rows of an evaluation shard: a tensor concatenated from the batches of a loader
@@ -60,6 +63,14 @@ class RankVaryingShape(Rule):
     declares a constant size and passes a list or tuple display of another length
     (`broadcast_float_list(3, float_list=values)` with six values) is flagged at the size: the source
     sends six elements, the others receive three.
+
+    And: the buffer of a `broadcast`, `all_reduce`, `reduce` or `all_gather` built with one dtype in
+    one arm of a test on the rank and another dtype in the other arm (`buf = torch.tensor([step])`,
+    int64, where `rank == 0`; `buf = torch.zeros(1)`, float32, elsewhere): the ranks disagree on the
+    byte count. The dtype comes from `dtype=`, the constructor's default, the Python values given to
+    `torch.tensor` (followed into helpers' returns and tuple unpacking) and conversions
+    (`.long()`, `.to(torch.float64)`); the default floating dtype is not compared with an explicit
+    floating one (`torch.set_default_dtype` may make them equal) (`flow/dtypes.py`).
 
     And: a source rank that broadcasts `torch.tensor(lst)` of a list grown in a loop by pieces of
     unknown length (`lst += take(cluster, k)`), while the other ranks receive into
@@ -130,6 +141,7 @@ class RankVaryingShape(Rule):
         view = an.main
         self._contracts(ctx, an, view)
         self._partial(ctx, an, view)
+        self._dtype_splits(ctx, an, view)
         sh = shapes_of(an, view)
         more_sites = other_call_sites(ctx, an, methods=True)  # callers in the project's other files, asked lazily
         reported = set()
@@ -210,6 +222,20 @@ class RankVaryingShape(Rule):
                 f"`{text(ctx, alloc)}`: when `{lst}` falls short, `broadcast` gets different sizes (hang, or "
                 f"garbage in the receivers' tail); pad `{lst}` to that size first",
                 related=[(grow, f"`{lst}` grows here"), (alloc, "the receivers' size")],
+            )
+
+    def _dtype_splits(self, ctx, an, view) -> None:
+        """One arm of a rank test builds the collective's buffer with one dtype, the other arm with
+        another (``flow/dtypes.py``)."""
+        for c, t, (a, da), (b, db), test_if in branch_dtype_splits(an, view):
+            op = ctx.qn(c)[len(D):]
+            ctx.report(
+                t,
+                f"`{t.id}` is {da.words()} where `{text(ctx, test_if.test)}` holds (line {a.lineno}) and "
+                f"{db.words()} on the other ranks (line {b.lineno}), and `{text(ctx, test_if.test)}` is "
+                f"rank-varying; `{op}` needs the same dtype on every rank (the ranks disagree on the byte "
+                "count: an error, a hang or reinterpreted values): build both with the same `dtype=`",
+                related=[(a, f"{da.words()} here"), (b, f"{db.words()} here"), (test_if.test, "the rank test")],
             )
 
     def _contracts(self, ctx, an, view) -> None:
