@@ -745,6 +745,18 @@ def param_names(fn: ast.AST) -> tuple[str, ...]:
     return got
 
 
+def param_defaults(fn: ast.AST) -> dict[str, ast.expr]:
+    """The parameters of ``fn`` that have a default, mapped to the default's expression
+    (positional and keyword-only; a keyword-only parameter without a default is left out)."""
+    a = getattr(fn, "args", None)
+    if a is None:
+        return {}
+    pos = [*a.posonlyargs, *a.args]
+    out = {x.arg: d for x, d in zip(pos[len(pos) - len(a.defaults):], a.defaults)}
+    out.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    return out
+
+
 def has_param(fn: ast.AST, name: str) -> bool:
     """``name in param_names(fn)`` for a function or lambda."""
     a = fn.args

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import builtins
 
-from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_defaults, param_names, parent
 from .bindings import comp_binder, reaching, target_path
 from .values import DATA, Src, Value
 
@@ -189,15 +189,7 @@ def guards_of(view, fn) -> list[Guard]:
 
 
 def _defaults(fn) -> dict:
-    a = fn.args
-    pos = [*a.posonlyargs, *a.args]
-    out = {}
-    for x, dflt in zip(pos[len(pos) - len(a.defaults):], a.defaults):
-        out[x.arg] = dflt
-    for x, dflt in zip(a.kwonlyargs, a.kw_defaults):
-        if dflt is not None:
-            out[x.arg] = dflt
-    return {k: v.value for k, v in out.items()
+    return {k: v.value for k, v in param_defaults(fn).items()
             if isinstance(v, ast.Constant) and (v.value is None or v.value is False)}
 
 

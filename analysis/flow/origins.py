@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent, subtree
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_defaults, parent, subtree
 from ..torch_api import constant_of
 from .records import class_chain, field_argument, property_of, self_field
 from .bindings import reaching, target_path
@@ -338,15 +338,7 @@ def _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, c
 
 
 def _default_of(fn, name: str):
-    a = fn.args
-    pos = [*a.posonlyargs, *a.args]
-    for p, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
-        if p.arg == name:
-            return d
-    for p, d in zip(a.kwonlyargs, a.kw_defaults):
-        if p.arg == name:
-            return d
-    return None
+    return param_defaults(fn).get(name)
 
 
 def _leaf(view, expr, path, keep_path: bool, frames):

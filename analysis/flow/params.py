@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, param_defaults, parent
 from .calls import call_args
 
 
@@ -50,15 +50,7 @@ def constant_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) ->
 
 def _default_of(fn: ast.AST, name: str):
     """The default expression of parameter ``name`` of ``fn``, or None."""
-    a = fn.args
-    pos = [*a.posonlyargs, *a.args]
-    for arg, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
-        if arg.arg == name:
-            return d
-    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
-        if arg.arg == name:
-            return d
-    return None
+    return param_defaults(fn).get(name)
 
 
 def _used_as_value(view, fn: ast.AST, sites) -> bool:

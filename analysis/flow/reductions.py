@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, param_defaults, param_names, parent
 from ..torch_api import D
 from .bindings import reaching
 from .calls import on_subgroup, scope_calls
@@ -107,15 +107,7 @@ def world_sum_params(view, fn) -> tuple:
 
 def _default_of(fn, name: str):
     """The default expression of parameter ``name`` of ``fn``; ``False`` when it has none."""
-    a = fn.args
-    pos = [*a.posonlyargs, *a.args]
-    for p, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
-        if p.arg == name:
-            return d
-    for p, d in zip(a.kwonlyargs, a.kw_defaults):
-        if p.arg == name:
-            return d if d is not None else False
-    return False
+    return param_defaults(fn).get(name, False)
 
 
 def sum_reductions(hub, view, scope) -> list:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import get_arg, param_names
+from ..semantic import get_arg, param_defaults, param_names
 from .bindings import reaching, target_path
 from .extents import Extents, items_of
 from .helper_calls import bind_args, resolved
@@ -209,7 +209,7 @@ class Shapes(Extents):
                 return sh
             if f.attr in _SIZE_METHODS:
                 return self.size(f.value, d)
-        target = _resolved(self.hub, self.view, e)
+        target = resolved(self.hub, self.view, e)
         if target is not None:
             return self._call_result(e, target, d, "size")
         return SX
@@ -290,7 +290,7 @@ class Shapes(Extents):
             return self._dim_of(self.shape(value.func.value, d), ast.Constant(path[0]))
         if len(path) == 1 and isinstance(value, ast.Call):
             # ``embs, ids = encode(...)``: that element of what the project function returns
-            target = _resolved(self.hub, self.view, value)
+            target = resolved(self.hub, self.view, value)
             if target is not None and getattr(target[1], "name", "") != "__init__" \
                     and isinstance(target[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
                 tv, tfn = target
@@ -562,7 +562,7 @@ class Shapes(Extents):
                 return self.shape(recv, d) if a not in ("glob", "rglob", "iterdir") else self._per_rank_file(e, d)
             if a == "chunk":
                 return self.size(e.args[0], d) if e.args else SX
-        target = _resolved(self.hub, self.view, e)
+        target = resolved(self.hub, self.view, e)
         if target is not None:
             return self._call_result(e, target, d, "shape")
         return SX
@@ -653,7 +653,7 @@ class Shapes(Extents):
                 return SX
             a = args.get(p)
             if a is None:
-                if p in params and not _has_default(fn, p):
+                if p in params and p not in param_defaults(fn):
                     return SX
                 facts.append(SU)
                 continue
@@ -678,21 +678,6 @@ class Shapes(Extents):
         if s.kind == "U" and s.deps:
             return Sh("U", deps=frozenset((f, p, "file") for f, p, _m in s.deps))
         return SX if s.kind != "U" else SU
-
-
-def _resolved(hub, view, call):
-    return resolved(hub, view, call)
-
-
-def _has_default(fn, p) -> bool:
-    a = fn.args
-    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
-    if p in pos:
-        return pos.index(p) >= len(pos) - len(a.defaults)
-    for x, dflt in zip(a.kwonlyargs, a.kw_defaults):
-        if x.arg == p:
-            return dflt is not None
-    return False
 
 
 def shapes_of(hub, view) -> Shapes:
