@@ -758,18 +758,8 @@ def param_defaults(fn: ast.AST) -> dict[str, ast.expr]:
 
 
 def has_param(fn: ast.AST, name: str) -> bool:
-    """``name in param_names(fn)`` for a function or lambda."""
-    a = fn.args
-    for x in a.args:
-        if x.arg == name:
-            return True
-    for x in a.posonlyargs:
-        if x.arg == name:
-            return True
-    for x in a.kwonlyargs:
-        if x.arg == name:
-            return True
-    return (a.vararg is not None and a.vararg.arg == name) or (a.kwarg is not None and a.kwarg.arg == name)
+    """``name in param_names(fn)`` for a function or lambda (the names are computed once per node)."""
+    return name in param_names(fn)
 
 
 def terminal_name(func: ast.AST) -> str | None:
