@@ -304,7 +304,9 @@ class Evaluator:
             for tgt in ev.targets:
                 path = target_path(tgt, name)
                 if path is not None:
-                    return self._unpack(ev.value, path, d)
+                    arity = len(tgt.elts) if isinstance(tgt, (ast.Tuple, ast.List)) and not any(
+                        isinstance(x, ast.Starred) for x in tgt.elts) else None
+                    return self._unpack(ev.value, path, d, arity)
             return X
         if t is ast.AnnAssign:
             return self.value(ev.value, d) if ev.value is not None else X
@@ -343,17 +345,26 @@ class Evaluator:
             return X
         return X
 
-    def _unpack(self, value: ast.AST, path: list[int], d: int) -> Value:
+    def _unpack(self, value: ast.AST, path: list[int], d: int, arity: int | None = None) -> Value:
+        """The element at ``path`` of ``value``; ``arity``: the length of the tuple target that
+        unpacks ``value`` (``a, b = f()``), None for a subscript (``f()[1]``)."""
         while path and isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) > path[0] \
                 and not any(isinstance(x, ast.Starred) for x in value.elts):
             value = value.elts[path[0]]
             path = path[1:]
+            arity = None
         if path and isinstance(value, ast.Call):
             target = self.hub.resolve_call(self.view, value)
             if target is not None:
                 elts = self._returns(value, target)[1]
                 if elts is not None and path[0] < len(elts):
                     return elts[path[0]]
+                if elts is None and len(path) == 1:
+                    # returns of different lengths (``return rank, world`` / ``return rank, world,
+                    # per_node``): the element of those this unpacking can read
+                    got = self.hub.returns_at(*target, path[0], arity)
+                    if got is not None:
+                        return got
                 return X if elts is not None else self.value(value, d)
         return self.value(value, d)
 
