@@ -401,6 +401,10 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
         if target is None or target[1] is scope:
             return False
         i, d = lifecycle_of(hub, *target)
+        if not present and i is None:
+            # a helper that builds a device mesh (or an Accelerator...): the library creates the
+            # group when none exists
+            return bool(library_init_sites(hub, *target))
         return (d if present else i) is not None
 
     at = (node.lineno, node.col_offset)
@@ -566,12 +570,20 @@ def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
     return bool(_sites(hub, view, fn, DESTROY, depth))
 
 
+def library_init_sites(hub, view, fn, depth: int = 0) -> list:
+    """The calls (view, call) of a library that creates the default group when none exists
+    (``LIBRARY_INITS``: ``init_device_mesh``, an ``Accelerator``, DeepSpeed's init) that ``fn``
+    makes, directly or through the project functions it calls (any path, up to 3 calls deep)."""
+    return _sites(hub, view, fn, LIBRARY_INITS, depth)
+
+
 def _sites(hub, view, fn, qn_wanted, depth) -> list:
     # a function of ``fn`` and ``depth`` alone (no set of functions seen elsewhere in the walk, which
     # would make the memoised answer depend on which walk came first); ``depth`` ends cycles
     if depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
         return []
-    memo = view.memo.setdefault("lifecycle.sites." + qn_wanted, {})
+    wanted = qn_wanted if isinstance(qn_wanted, frozenset) else frozenset((qn_wanted,))
+    memo = view.memo.setdefault("lifecycle.sites." + ",".join(sorted(wanted)), {})
     key = (id(fn), depth)
     if key in memo:
         return memo[key]
@@ -579,7 +591,7 @@ def _sites(hub, view, fn, qn_wanted, depth) -> list:
     out = []
     for c in sem.scope_calls(fn) or ():
         qn = sem.call_qualname(c) or ""
-        if qn == qn_wanted:
+        if qn in wanted:
             out.append((view, c))
         elif not qn.startswith("torch.") and depth < 3:
             target = project_target(hub, view, c, instances=qn_wanted == DESTROY)
