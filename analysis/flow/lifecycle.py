@@ -570,6 +570,29 @@ def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
     return bool(_sites(hub, view, fn, DESTROY, depth))
 
 
+def init_sites_at(hub, call_view, call, view, fn) -> list:
+    """``init_sites`` of ``fn`` for this ``call`` of it: the calls of ``fn`` in a branch that the
+    call does not take (``flow.params.dead_at_call``: ``elif algo == "ring":`` when the call passes
+    ``"zigzag"``) are left out, with what they reach."""
+    from .params import dead_at_call
+
+    if not isinstance(fn, FUNC_TYPES):
+        return init_sites(hub, view, fn)
+    sem = view.sem
+    out = []
+    for c in sem.scope_calls(fn) or ():
+        if dead_at_call(call_view, call, view, fn, c):
+            continue
+        qn = sem.call_qualname(c) or ""
+        if qn == INIT:
+            out.append((view, c))
+        elif not qn.startswith("torch."):
+            target = project_target(hub, view, c)
+            if target is not None and target[1] is not fn:
+                out.extend(s for s in _sites(hub, *target, INIT, 1) if s not in out)
+    return out
+
+
 def library_init_sites(hub, view, fn, depth: int = 0) -> list:
     """The calls (view, call) of a library that creates the default group when none exists
     (``LIBRARY_INITS``: ``init_device_mesh``, an ``Accelerator``, DeepSpeed's init) that ``fn``

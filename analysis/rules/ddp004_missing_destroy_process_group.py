@@ -40,7 +40,9 @@ class MissingDestroyProcessGroup(Rule):
     `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
     in a project function it calls) or the helper's backend is a literal without NCCL (or its
-    backend parameter, as this call passes it or leaves its default). The
+    backend parameter, as this call passes it or leaves its default), or the init sits in a
+    branch of the helper that this call does not take (`apply_patch("ring")` to a helper whose
+    `elif mode == "sharded":` branch creates the group: `flow.params.dead_at_call`). The
     name of a teardown helper from a library (`cleanup()`, `shutdown()`) is only consulted after
     that value-flow answer, for calls that cannot be followed.
 
@@ -132,7 +134,7 @@ def _through_helpers(ctx) -> None:
     before), none in the project functions it calls (``flow.lifecycle.destroys_anywhere``).
     Reported at the helper's call, with the fix at the end of the function that owns the group."""
     from ..flow import for_context
-    from ..flow.lifecycle import destroys_anywhere, events, init_sites
+    from ..flow.lifecycle import destroys_anywhere, events, init_sites_at
     from ._flow import scopes
 
     sem = ctx.sem
@@ -162,7 +164,7 @@ def _through_helpers(ctx) -> None:
             return  # a teardown helper of a library (called, or registered with atexit)
     done = set()
     for e in found:
-        sites = init_sites(an, *e.where)
+        sites = init_sites_at(an, view, e.call, *e.where)
         if not sites or all(_gloo_or_other(v, i, (view, e.call, *e.where)) for v, i in sites) \
                 or id(e.call) in done:
             continue
