@@ -462,6 +462,11 @@ def _needs_group(hub, view, c, qn) -> bool:
     return target is not None and hub.requires_pg_of(*target) is not None
 
 
+def straight(node, scope) -> bool:
+    """``node`` runs on every call of ``scope`` that gets that far (``_straight``)."""
+    return _straight(node, scope)
+
+
 def _straight(node, scope) -> bool:
     """``node`` runs on every call of ``scope`` that gets that far: no ``if``, loop, ``try``,
     boolean operator or conditional expression around it."""
