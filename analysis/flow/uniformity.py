@@ -38,6 +38,7 @@ from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
+from .returns_at import returns_at, arity_of as _arity
 from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join, keep  # noqa: F401  (re-exported)
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
@@ -304,9 +305,7 @@ class Evaluator:
             for tgt in ev.targets:
                 path = target_path(tgt, name)
                 if path is not None:
-                    arity = len(tgt.elts) if isinstance(tgt, (ast.Tuple, ast.List)) and not any(
-                        isinstance(x, ast.Starred) for x in tgt.elts) else None
-                    return self._unpack(ev.value, path, d, arity)
+                    return self._unpack(ev.value, path, d, _arity(tgt))
             return X
         if t is ast.AnnAssign:
             return self.value(ev.value, d) if ev.value is not None else X
@@ -346,26 +345,17 @@ class Evaluator:
         return X
 
     def _unpack(self, value: ast.AST, path: list[int], d: int, arity: int | None = None) -> Value:
-        """The element at ``path`` of ``value``; ``arity``: the length of the tuple target that
-        unpacks ``value`` (``a, b = f()``), None for a subscript (``f()[1]``)."""
         while path and isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) > path[0] \
                 and not any(isinstance(x, ast.Starred) for x in value.elts):
-            value = value.elts[path[0]]
-            path = path[1:]
-            arity = None
+            value, path, arity = value.elts[path[0]], path[1:], None
         if path and isinstance(value, ast.Call):
             target = self.hub.resolve_call(self.view, value)
             if target is not None:
                 elts = self._returns(value, target)[1]
                 if elts is not None and path[0] < len(elts):
                     return elts[path[0]]
-                if elts is None and len(path) == 1:
-                    # returns of different lengths (``return rank, world`` / ``return rank, world,
-                    # per_node``): the element of those this unpacking can read
-                    got = self.hub.returns_at(*target, path[0], arity)
-                    if got is not None:
-                        return got
-                return X if elts is not None else self.value(value, d)
+                got = None if elts is not None or len(path) != 1 else returns_at(self.hub, *target, path[0], arity)
+                return got if got is not None else X if elts is not None else self.value(value, d)
         return self.value(value, d)
 
     def _rank_seed(self, qn: str):
