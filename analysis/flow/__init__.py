@@ -270,7 +270,7 @@ class Analysis(Summaries):
             if v2 is None:
                 return None
             got = _lookup(v2, attr)
-            if got is None and attr in v2.imports:
+            if got is None and (attr in v2.imports or v2.star_imports):
                 return self._resolve_name(v2, attr, v2.tree, depth + 1)
             return got
         if name not in view.defs and name not in view.classes:
@@ -297,7 +297,9 @@ class Analysis(Summaries):
         if v2 is None:
             return None
         got = _lookup(v2, attr)
-        if got is None and attr in v2.imports:  # re-exported from a package's __init__
+        if got is None and (attr in v2.imports or v2.star_imports):
+            # re-exported: imported by name there (a package's __init__), or star-imported from
+            # another project module (``from pkg.mesh import *`` in ``pkg/groups.py``)
             return self._resolve_name(v2, attr, v2.tree, depth + 1)
         return got
 

@@ -401,6 +401,10 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
         if target is None or target[1] is scope:
             return False
         i, d = lifecycle_of(hub, *target)
+        if not present and i is None:
+            # a helper that builds a device mesh (or an Accelerator...): the library creates the
+            # group when none exists
+            return bool(library_init_sites(hub, *target))
         return (d if present else i) is not None
 
     at = (node.lineno, node.col_offset)
@@ -456,6 +460,11 @@ def _needs_group(hub, view, c, qn) -> bool:
         return False
     target = project_target(hub, view, c)
     return target is not None and hub.requires_pg_of(*target) is not None
+
+
+def straight(node, scope) -> bool:
+    """``node`` runs on every call of ``scope`` that gets that far (``_straight``)."""
+    return _straight(node, scope)
 
 
 def _straight(node, scope) -> bool:
@@ -566,12 +575,43 @@ def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
     return bool(_sites(hub, view, fn, DESTROY, depth))
 
 
+def init_sites_at(hub, call_view, call, view, fn) -> list:
+    """``init_sites`` of ``fn`` for this ``call`` of it: the calls of ``fn`` in a branch that the
+    call does not take (``flow.params.dead_at_call``: ``elif algo == "ring":`` when the call passes
+    ``"zigzag"``) are left out, with what they reach."""
+    from .params import dead_at_call
+
+    if not isinstance(fn, FUNC_TYPES):
+        return init_sites(hub, view, fn)
+    sem = view.sem
+    out = []
+    for c in sem.scope_calls(fn) or ():
+        if dead_at_call(call_view, call, view, fn, c):
+            continue
+        qn = sem.call_qualname(c) or ""
+        if qn == INIT:
+            out.append((view, c))
+        elif not qn.startswith("torch."):
+            target = project_target(hub, view, c)
+            if target is not None and target[1] is not fn:
+                out.extend(s for s in _sites(hub, *target, INIT, 1) if s not in out)
+    return out
+
+
+def library_init_sites(hub, view, fn, depth: int = 0) -> list:
+    """The calls (view, call) of a library that creates the default group when none exists
+    (``LIBRARY_INITS``: ``init_device_mesh``, an ``Accelerator``, DeepSpeed's init) that ``fn``
+    makes, directly or through the project functions it calls (any path, up to 3 calls deep)."""
+    return _sites(hub, view, fn, LIBRARY_INITS, depth)
+
+
 def _sites(hub, view, fn, qn_wanted, depth) -> list:
     # a function of ``fn`` and ``depth`` alone (no set of functions seen elsewhere in the walk, which
     # would make the memoised answer depend on which walk came first); ``depth`` ends cycles
     if depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
         return []
-    memo = view.memo.setdefault("lifecycle.sites." + qn_wanted, {})
+    wanted = qn_wanted if isinstance(qn_wanted, frozenset) else frozenset((qn_wanted,))
+    memo = view.memo.setdefault("lifecycle.sites." + ",".join(sorted(wanted)), {})
     key = (id(fn), depth)
     if key in memo:
         return memo[key]
@@ -579,7 +619,7 @@ def _sites(hub, view, fn, qn_wanted, depth) -> list:
     out = []
     for c in sem.scope_calls(fn) or ():
         qn = sem.call_qualname(c) or ""
-        if qn == qn_wanted:
+        if qn in wanted:
             out.append((view, c))
         elif not qn.startswith("torch.") and depth < 3:
             target = project_target(hub, view, c, instances=qn_wanted == DESTROY)

@@ -476,3 +476,62 @@ def _inside(node, fn) -> bool:
     """``node`` lies in the body of ``fn`` (a recursive call of it; following those multiplied the
     work by the call sites at every level: torch's recursive ``default_collate`` never finished)."""
     return fn.lineno <= getattr(node, "lineno", 0) <= getattr(fn, "end_lineno", fn.lineno)
+
+
+# calls whose result is a plain number, string or path: a setting stored from them holds no tensor
+_PLAIN_BUILTINS = frozenset({"int", "float", "str", "bool", "len", "round", "min", "max", "abs", "sorted",
+                             "list", "tuple", "dict", "set"})
+
+
+def settings_only(hub, view, expr, at) -> bool:
+    """Every value ``expr`` may hold at ``at`` (``origins``) is a command line's parsed settings
+    (``parser.parse_args()`` of an ``argparse.ArgumentParser``, an ``argparse.Namespace(...)``) or
+    a literal, and the modules on the way never store a computed value into an attribute of a name
+    that holds it (``args.mean = torch.tensor(...)``; a literal, a name, ``int(...)``... may be):
+    what it holds is settings, no tensor. False when unsure."""
+    if not isinstance(expr, ast.Name):
+        return False
+    leaves = origins(hub, view, expr, at)
+    if not leaves or len(leaves) > 8:
+        return False
+    names = {expr.id}
+    for lv, e, *_ in leaves:
+        st = parent(e)
+        if isinstance(st, ast.Assign):
+            names.update(t.id for t in st.targets if isinstance(t, ast.Name))
+    for lv, e, *_ in leaves:
+        if isinstance(e, ast.Constant):
+            continue
+        if not isinstance(e, ast.Call):
+            return False
+        if (lv.sem.call_qualname(e) or "") != "argparse.Namespace":
+            f = e.func
+            if not (isinstance(f, ast.Attribute) and f.attr in ("parse_args", "parse_known_args")):
+                return False
+            recv = origins(hub, lv, f.value, e)
+            if not recv or not all(isinstance(r, ast.Call) and (rv.sem.call_qualname(r) or "") == "argparse.ArgumentParser"
+                                   for rv, r, *_ in recv):
+                return False
+    for v in {id(view): view, **{id(lv): lv for lv, *_ in leaves}}.values():
+        for n in ast.walk(v.tree):
+            if isinstance(n, (ast.Assign, ast.AugAssign)) and not _plain_setting(n.value, v.sem) and any(
+                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in names
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])):
+                return False  # ``args.mean = torch.tensor(...)``: a computed value among the settings
+    return True
+
+
+def _plain_setting(v, sem) -> bool:
+    """A value a settings attribute may be given and stay tensor-free: a literal, a name, an
+    attribute, arithmetic or a format of those, a plain builtin's result, a path or an
+    environment variable (``os.path.join(...)``, ``os.environ.get(...)``)."""
+    for n in ast.walk(v):
+        if isinstance(n, ast.Call):
+            f = n.func
+            qn = sem.call_qualname(n) or ""
+            if not (isinstance(f, ast.Name) and f.id in _PLAIN_BUILTINS) and not qn.startswith(("os.path.", "os.environ.",
+                                                                                                  "os.getenv")):
+                return False
+        elif isinstance(n, (ast.Lambda, ast.ListComp, ast.DictComp, ast.GeneratorExp, ast.SetComp)):
+            return False
+    return True

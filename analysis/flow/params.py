@@ -295,3 +295,88 @@ def constants_at_calls(view, hub, fn: ast.AST, name: str) -> list | None:
             return None
         out.append(v)
     return out
+
+
+def dead_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, node: ast.AST) -> bool:
+    """``node`` (in ``fn``) sits in a branch that this ``call`` of ``fn`` never takes: on the way
+    from ``node`` up to ``fn``, an ``if`` / ``elif`` / conditional expression whose test is made of
+    parameters of ``fn`` (never rebound there) that ``call`` writes as literals (or leaves a
+    literal default for), and that decides for the other branch
+    (``if backend == "nccl":`` when the call passes ``"gloo"``; ``elif algo == "ring":`` when it
+    passes ``"zigzag"``). Unknown parts leave the branch live."""
+    if not isinstance(fn, FUNC_TYPES):
+        return False
+    child, p = node, parent(node)
+    while p is not None and p is not fn:
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            return False  # a nested definition runs when it is called, not here
+        if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
+            body = child in p.body if isinstance(p, ast.If) else child is p.body
+            t = _test_at_call(call_view, call, fn_view, fn, p.test, 0)
+            if t is not None and t is not body:
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+_NO_VALUE = object()
+
+
+def _literal(e):
+    """The Python value of a literal (a constant, or a tuple / list / set of constants), else
+    ``_NO_VALUE``."""
+    if isinstance(e, ast.Constant):
+        return e.value
+    if isinstance(e, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(x, ast.Constant) for x in e.elts):
+        return [x.value for x in e.elts]
+    return _NO_VALUE
+
+
+def _param_at_call(call_view, call, fn_view, fn, e):
+    """The value the parameter ``e`` (a name, never rebound in ``fn``) holds at ``call`` when the
+    call writes it as a literal, or leaves a literal default; else ``_NO_VALUE``. A value only
+    known as a command-line default (``args.mode``) is not taken: the run may pass another."""
+    if not isinstance(e, ast.Name) or not _is_unbound_param(fn, e.id):
+        return _NO_VALUE
+    a = next((a for p, a in call_args(call, fn) if p == e.id), None)
+    if a is None:
+        if any(isinstance(x, ast.Starred) for x in call.args) or any(k.arg is None for k in call.keywords):
+            return _NO_VALUE
+        a = _default_of(fn, e.id)
+    return a.value if isinstance(a, ast.Constant) else _NO_VALUE
+
+
+def _test_at_call(call_view, call, fn_view, fn, test, depth: int) -> bool | None:
+    """What ``test`` (in ``fn``) evaluates to on ``call``, when it is made of parameters bound to
+    literals there: ``p``, ``not p``, ``p == lit`` / ``!=`` / ``in (lits)`` / ``not in`` / ``is None``,
+    and ``and`` / ``or`` of those; None when unknown."""
+    if depth > 4:
+        return None
+    if isinstance(test, ast.Name):
+        v = _param_at_call(call_view, call, fn_view, fn, test)
+        return None if v is _NO_VALUE else bool(v)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        t = _test_at_call(call_view, call, fn_view, fn, test.operand, depth + 1)
+        return None if t is None else not t
+    if isinstance(test, ast.BoolOp):
+        ts = [_test_at_call(call_view, call, fn_view, fn, v, depth + 1) for v in test.values]
+        stop = isinstance(test.op, ast.Or)  # ``or`` is settled by one true operand, ``and`` by one false
+        if stop in ts:
+            return stop
+        return (not stop) if all(t is not None for t in ts) else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right, op = test.left, test.comparators[0], test.ops[0]
+        lv = _param_at_call(call_view, call, fn_view, fn, left)
+        rv = _literal(right)
+        if lv is _NO_VALUE or rv is _NO_VALUE:
+            lv, rv = _param_at_call(call_view, call, fn_view, fn, right), _literal(left)
+            if lv is _NO_VALUE or rv is _NO_VALUE or isinstance(op, (ast.In, ast.NotIn)):
+                return None
+            lv, rv = rv, lv  # ``"nccl" == backend``: the same test
+        if isinstance(op, (ast.Eq, ast.NotEq)) and not isinstance(rv, list):
+            return (lv == rv) is isinstance(op, ast.Eq)
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(rv, list):
+            return (lv in rv) is isinstance(op, ast.In)
+        if isinstance(op, (ast.Is, ast.IsNot)) and rv is None:
+            return (lv is None) is isinstance(op, ast.Is)
+    return None

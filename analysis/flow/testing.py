@@ -86,3 +86,40 @@ def _listing(folder: str) -> tuple:
             _listings.clear()
         _listings[folder] = got
     return got
+
+
+_MOCK_PATCH = frozenset({"unittest.mock.patch", "mock.patch"})
+_MOCK_PATCH_OBJECT = frozenset({"unittest.mock.patch.object", "mock.patch.object"})
+
+
+def patched_names(sem, node: ast.AST) -> frozenset[str]:
+    """The names a test replaces with mocks where ``node`` runs: ``@patch("pkg.mod.Name")`` /
+    ``@patch.object(mod, "Name")`` on the enclosing functions and classes, and ``with
+    patch(...)`` blocks around ``node``; each as the last part of the patched target (``Name``).
+    ``unittest.mock`` (or the ``mock`` package) only, read from the imports."""
+    out: set[str] = set()
+
+    def target(call) -> None:
+        if not isinstance(call, ast.Call):
+            return
+        qn = sem.call_qualname(call) or ""
+        if qn in _MOCK_PATCH:
+            a = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "target"), None)
+            if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value:
+                out.add(a.value.rsplit(".", 1)[-1])
+        elif qn in _MOCK_PATCH_OBJECT:
+            a = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "attribute"),
+                                                              None)
+            if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                out.add(a.value)
+
+    p = parent(node)
+    while p is not None:
+        if isinstance(p, (*FUNC_TYPES, ast.ClassDef)):
+            for d in p.decorator_list:
+                target(d)
+        elif isinstance(p, (ast.With, ast.AsyncWith)):
+            for item in p.items:
+                target(item.context_expr)
+        p = parent(p)
+    return frozenset(out)

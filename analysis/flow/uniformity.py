@@ -39,6 +39,7 @@ from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
+from .returns_at import returns_at, arity_of as _arity
 from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join, keep  # noqa: F401  (re-exported)
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
@@ -305,7 +306,7 @@ class Evaluator:
             for tgt in ev.targets:
                 path = target_path(tgt, name)
                 if path is not None:
-                    return self._unpack(ev.value, path, d)
+                    return self._unpack(ev.value, path, d, _arity(tgt))
             return X
         if t is ast.AnnAssign:
             return self.value(ev.value, d) if ev.value is not None else X
@@ -344,18 +345,18 @@ class Evaluator:
             return X
         return X
 
-    def _unpack(self, value: ast.AST, path: list[int], d: int) -> Value:
+    def _unpack(self, value: ast.AST, path: list[int], d: int, arity: int | None = None) -> Value:
         while path and isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) > path[0] \
                 and not any(isinstance(x, ast.Starred) for x in value.elts):
-            value = value.elts[path[0]]
-            path = path[1:]
+            value, path, arity = value.elts[path[0]], path[1:], None
         if path and isinstance(value, ast.Call):
             target = self.hub.resolve_call(self.view, value)
             if target is not None:
                 elts = self._returns(value, target)[1]
                 if elts is not None and path[0] < len(elts):
                     return elts[path[0]]
-                return X if elts is not None else self.value(value, d)
+                got = None if elts is not None or len(path) != 1 else returns_at(self.hub, *target, path[0], arity)
+                return got if got is not None else X if elts is not None else self.value(value, d)
         return self.value(value, d)
 
     def _rank_seed(self, qn: str):

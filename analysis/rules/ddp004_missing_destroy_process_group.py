@@ -40,7 +40,12 @@ class MissingDestroyProcessGroup(Rule):
     `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
     in a project function it calls) or the helper's backend is a literal without NCCL (or its
-    backend parameter, as this call passes it or leaves its default). The
+    backend parameter, as this call passes it or leaves its default), or the init sits in a
+    branch of the helper that this call does not take (`apply_patch("ring")` to a helper whose
+    `elif mode == "sharded":` branch creates the group: `flow.params.dead_at_call`), or the helper
+    initialises only when no group exists and the function built a library's group first
+    (`accelerator = Accelerator()` before `setup_sequence_parallel()`: the group is Accelerate's).
+    The
     name of a teardown helper from a library (`cleanup()`, `shutdown()`) is only consulted after
     that value-flow answer, for calls that cannot be followed.
 
@@ -132,7 +137,7 @@ def _through_helpers(ctx) -> None:
     before), none in the project functions it calls (``flow.lifecycle.destroys_anywhere``).
     Reported at the helper's call, with the fix at the end of the function that owns the group."""
     from ..flow import for_context
-    from ..flow.lifecycle import destroys_anywhere, events, init_sites
+    from ..flow.lifecycle import destroys_anywhere, events, init_sites_at
     from ._flow import scopes
 
     sem = ctx.sem
@@ -147,7 +152,8 @@ def _through_helpers(ctx) -> None:
             if e.where is not None and e.kind == "destroy":
                 return
             if e.where is not None and e.kind == "init" and e.where[0] is not view \
-                    and not in_ray_actor(ctx, e.call):  # (an actor's process is Ray's to end)
+                    and not in_ray_actor(ctx, e.call) \
+                    and not _library_group_first(an, view, scope, e):  # (an actor's process is Ray's to end)
                 found.append(e)  # (a function of this file that calls it is reported at that call)
     if not found:
         return
@@ -162,7 +168,7 @@ def _through_helpers(ctx) -> None:
             return  # a teardown helper of a library (called, or registered with atexit)
     done = set()
     for e in found:
-        sites = init_sites(an, *e.where)
+        sites = init_sites_at(an, view, e.call, *e.where)
         if not sites or all(_gloo_or_other(v, i, (view, e.call, *e.where)) for v, i in sites) \
                 or id(e.call) in done:
             continue
@@ -176,6 +182,22 @@ def _through_helpers(ctx) -> None:
             related=[(sites[0][1], "the init")] if sites[0][0].sem is sem else [],
             fix=_make_fix(ctx, e.call, main_block, e.sure != "must"),
         )
+
+
+def _library_group_first(an, view, scope, e) -> bool:
+    """Before the helper's call, on every path of the same function, a library created the group
+    (``Accelerator(...)``, ``deepspeed.initialize``, ``init_device_mesh``: ``LIBRARY_INITS``), and
+    the helper initialises only where no group exists (``flow.lifecycle.init_when_present``: each
+    of its inits sits behind a ``dist.is_initialized()`` test): the helper's init does not run,
+    and the group and its teardown are the library's."""
+    from ..flow.lifecycle import LIBRARY_INITS, init_when_present, straight
+
+    sem = view.sem
+    at = (e.call.lineno, e.call.col_offset)
+    if not any((c.lineno, c.col_offset) < at and (sem.call_qualname(c) or "") in LIBRARY_INITS
+               and straight(c, scope) for c in sem.scope_calls(scope) or ()):
+        return False
+    return init_when_present(an, *e.where) is None
 
 
 def _target(an, view, c):

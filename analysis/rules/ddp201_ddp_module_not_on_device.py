@@ -4,7 +4,8 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import get_arg, terminal_name
+from ..flow.testing import patched_names
 from ..flow.devices import first_device_id, on_device
 from ..flow.models import ddp_calls
 from ..torch_api import DDP_CLASS
@@ -29,7 +30,12 @@ class DdpModuleNotOnDevice(Rule):
     that hands one of its parameters as it is (not rebound on the way) to
     `DistributedDataParallel(param, device_ids=[...])`. A call of it given, by name, a module that
     was built on the CPU and never moved (`model = env.wrap(model)` before `model.to(device)`) is
-    reported at the call.
+    reported at the call, unless the wrap sits in a branch of the helper that this call does not
+    take (`if backend == "nccl": DDP(model, device_ids=[rank])` called with `"gloo"`: the test is
+    made of the helper's parameters and the call writes them as literals).
+
+    A test that replaces the wrapper with a mock (`@patch("pkg.parallel.DDP")`,
+    `patch.object(parallel, "DDP")`, or `with patch(...)` around the call) builds no DDP: left alone.
 
     ## Why is this bad?
     `device_ids` tells DDP which GPU the module lives on; a CPU module makes the constructor fail:
@@ -85,6 +91,8 @@ class DdpModuleNotOnDevice(Rule):
                 continue
             if on_device(ctx, module, call) is not False:
                 continue
+            if terminal_name(call.func) in patched_names(ctx.sem, call):
+                continue  # a test that replaced the wrapper with a mock
             dev = first_device_id(call)
             fix = None
             if dev is not None and (is_simple_ref(dev) or isinstance(dev, ast.Constant)) and isinstance(
@@ -107,6 +115,7 @@ class DdpModuleNotOnDevice(Rule):
         module given here was built on the CPU and never moved: reported at the call."""
         from ..flow import for_context
         from ..flow.helper_calls import bind_args
+        from ..flow.params import dead_at_call
 
         an = None
         for call in ctx.sem.calls:
@@ -118,9 +127,12 @@ class DdpModuleNotOnDevice(Rule):
             target = an.resolve_call(an.main, call)
             if target is None or target[1] is ctx.sem.enclosing_function(call):
                 continue
-            param, line = _wrapped_param(target[0], target[1])
-            if param is None:
-                continue
+            wraps = [w for w in _wrapped_params(target[0], target[1])
+                     if not dead_at_call(an.main, call, target[0], target[1], w[2])
+                     and w[3] not in patched_names(ctx.sem, call)]
+            if not wraps:
+                continue  # the wrap is in a branch this call does not take, or the test mocks it
+            param, line = wraps[0][0], wraps[0][1]
             arg = bind_args(call, target[1]).get(param)
             if arg is None or on_device(ctx, arg, call) is not False:
                 continue
@@ -133,20 +145,20 @@ class DdpModuleNotOnDevice(Rule):
             )
 
 
-def _wrapped_param(view, fn) -> tuple:
-    """(the parameter of ``fn`` it hands as it is, not rebound on the way, to
-    ``DistributedDataParallel(param, device_ids=[...])``, the line of that wrap), or (None, None);
-    memoised per function."""
-    from ..semantic import FUNC_TYPES
+def _wrapped_params(view, fn) -> list:
+    """(parameter, line, wrap call, the wrapper's name there) for each
+    ``DistributedDataParallel(param, device_ids=[...])`` of ``fn`` that hands one of its
+    parameters as it is (not rebound on the way); memoised per function."""
+    from ..semantic import FUNC_TYPES, terminal_name
     from ..flow.bindings import reaching
     from ..flow.calls import scope_calls
 
     if not isinstance(fn, FUNC_TYPES):
-        return None, None
-    memo = view.memo.setdefault("ddp201.wrapped_param", {})
+        return []
+    memo = view.memo.setdefault("ddp201.wrapped_params", {})
     if id(fn) in memo:
         return memo[id(fn)]
-    got = (None, None)
+    got = []
     for c in scope_calls(view, fn):
         if view.sem.call_qualname(c) != DDP_CLASS:
             continue
@@ -156,7 +168,6 @@ def _wrapped_param(view, fn) -> tuple:
             continue
         kind, where = reaching(view, mod.id, c)
         if kind == "param" and where is fn:
-            got = (mod.id, c.lineno)
-            break
+            got.append((mod.id, c.lineno, c, terminal_name(c.func)))
     memo[id(fn)] = got
     return got

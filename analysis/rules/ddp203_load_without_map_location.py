@@ -15,7 +15,7 @@ from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_
 from ..flow.testing import is_test_file
 from .ddp202_save_on_every_rank import rank_specific_path
 from ._spawn import is_main_guard, runs_in_ranks
-from ..semantic import parent
+from ..semantic import get_arg, parent
 
 
 class LoadWithoutMapLocation(Rule):
@@ -24,7 +24,9 @@ class LoadWithoutMapLocation(Rule):
     Checks for `torch.load(...)` without `map_location` in a distributed script (one that calls
     `init_process_group`, wraps in DDP/FSDP or spawns its ranks). Loads that only the main rank
     runs, loads in the launching process of an `mp.spawn` script, loads of a rank-specific file
-    (written by the same rank, so already on its device), and loads whose `if` has a
+    (written by the same rank, so already on its device), loads of a file that the project
+    writes only with command-line settings (every `torch.save(value, <path ending with that file
+    name>)` of the project saves an argparse namespace: `flow.origins.settings_only`), and loads whose `if` has a
     `map_location` load in its other branch (a deliberate choice) are not flagged. To stay
     precise, only checkpoint loads are considered: the result goes to `load_state_dict(...)`, or
     the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
@@ -159,6 +161,8 @@ class LoadWithoutMapLocation(Rule):
             if path is None or runs_in_ranks(ctx, call) is False:
                 continue
             if not _checkpoint_like(ctx, call, path) and not _callers_say_checkpoint(ctx, call, path):
+                continue
+            if _settings_file(ctx, path):
                 continue
             guarded = rank0_guarded(ctx, call)
             if guarded is None:
@@ -409,6 +413,8 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
             if why is None or _callers_say_one_rank(ctx, call):
                 continue
         if rank0_guarded(ctx, call) is True or _method_guarded(ctx, call, 0) is True:
+            continue
+        if call not in urls and _settings_file(ctx, path):
             continue
         done.add(id(call))
         dev = "map_location" if own else device_in_scope(ctx, call) or _class_device(ctx, call)
@@ -740,6 +746,50 @@ def _other_branch_maps(ctx, call: ast.Call, loads) -> bool:
 
 _CKPT_WORDS = ("ckpt", "checkpoint", "resume", "weight", "model", "pretrain", "snapshot", "state", "finetune",
                "teacher", "best", "last", "latest", "epoch", "optim")
+
+
+def _file_name(sem, path) -> str | None:
+    """The file name a path expression ends with, when it is written: ``"args.pt"``,
+    ``os.path.join(folder, "args.pt")``, ``folder / "args.pt"``; else None."""
+    if isinstance(path, ast.Constant) and isinstance(path.value, str):
+        name = path.value.replace("\\", "/").rsplit("/", 1)[-1]
+        return name or None
+    if isinstance(path, ast.Call) and (sem.call_qualname(path) or "") in ("os.path.join", "posixpath.join") \
+            and path.args and not path.keywords:
+        return _file_name(sem, path.args[-1])
+    if isinstance(path, ast.BinOp) and isinstance(path.op, ast.Div):
+        return _file_name(sem, path.right)
+    return None
+
+
+def _settings_file(ctx, path) -> bool:
+    """The file loaded is one that the project writes only with command-line settings: every
+    ``torch.save(value, <path ending with the same file name>)`` of the project (at least one)
+    saves an argparse namespace or a literal (``flow.origins.settings_only``:
+    ``torch.save(args, os.path.join(out, "model_args.pth"))``). Loaded back, it holds no tensor,
+    so no device to restore them to."""
+    from ..flow.modern import hub
+    from ..flow.origins import settings_only
+    from ._common import project_files_naming
+
+    name = _file_name(ctx.sem, path)
+    if not name or "." not in name:
+        return False
+    files = project_files_naming(ctx, {name})
+    if not files:
+        return False
+    an, _view = hub(ctx)
+    saves = 0
+    for fctx, view in files:
+        for c in view.sem.calls_to("torch.save"):
+            where = get_arg(c, 1, "f")
+            if _file_name(view.sem, where) != name:
+                continue
+            value = get_arg(c, 0, "obj")
+            if not settings_only(an, view, value, c):
+                return False
+            saves += 1
+    return saves > 0
 
 
 def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:

@@ -81,7 +81,9 @@ class AttributeThroughDdpWrapper(Rule):
     An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
     tensor-parallel plugin, or code that reads that plugin from the accelerator's state
     (`getattr(accelerator.state, "deepspeed_plugin", None)`) or gathers or partitions parameters
-    with DeepSpeed ZeRO (`deepspeed.zero.GatheredParameters`, `deepspeed.zero.Init`): written for
+    with DeepSpeed ZeRO (`deepspeed.zero.GatheredParameters`, `deepspeed.zero.Init`), or builds
+    Accelerate's DeepSpeed stand-ins (`DummyOptim`, `DummyScheduler`: the optimizer is the DeepSpeed
+    config's, and without that plugin there is none): written for
     engines that forward attribute reads, a test file (its harness runs one process), a notebook that never calls
     `notebook_launcher` (its kernel is one process), or a read under a test of the
     accelerator's mode (`if accelerator.distributed_type == DistributedType.XLA:`) is not flagged.
@@ -315,7 +317,11 @@ _MODE_ATTRS = frozenset({"distributed_type", "num_processes", "use_distributed"}
 # DeepSpeed ZeRO's parameter partitioning APIs: a module that gathers or partitions parameters
 # with them is written for the DeepSpeed engine that Accelerate's ``prepare`` then returns
 _ZERO_APIS = ("deepspeed.zero.GatheredParameters", "deepspeed.zero.Init",
-              "deepspeed.runtime.zero.GatheredParameters", "deepspeed.runtime.zero.Init")
+              "deepspeed.runtime.zero.GatheredParameters", "deepspeed.runtime.zero.Init",
+              # Accelerate's stand-ins for an optimizer / a scheduler that the DeepSpeed config
+              # defines: no optimizer without the DeepSpeed plugin, so the program runs on it
+              "accelerate.utils.DummyOptim", "accelerate.utils.deepspeed.DummyOptim",
+              "accelerate.utils.DummyScheduler", "accelerate.utils.deepspeed.DummyScheduler")
 
 
 def _reads_plugin(view) -> bool:

@@ -60,6 +60,7 @@ class OptimizerStateDictIntoDcp(Rule):
             sd = get_arg(c, 0, "state_dict")
             if sd is None:
                 continue
+            own = False  # the state handed to DCP holds the optimizer's own (index-keyed) state dict
             for v, call in content_calls(an, view, sd, c):
                 f = call.func
                 if isinstance(f, ast.Attribute) and f.attr == "state_dict" and not call.args and \
@@ -73,8 +74,12 @@ class OptimizerStateDictIntoDcp(Rule):
                         "(and `set_state_dict` to load)",
                         related=[(call, "the optimizer's own state dict")] if v is view else [],
                     )
+                    own = True
                     break
-            if (ctx.qn(c) or "") in DCP_LOAD and isinstance(sd, ast.Name):
+            # ``optimizer.load_state_dict(state["optim"])`` after ``dcp.load`` filled the optimizer's
+            # own state dict reads the index-keyed state it gave: the mistake is the one reported at
+            # the load, not a second one
+            if (ctx.qn(c) or "") in DCP_LOAD and isinstance(sd, ast.Name) and not own:
                 self._loaded_back(ctx, an, view, c, sd.id, callers)
 
     def _loaded_back(self, ctx, an, view, load, name, callers):
