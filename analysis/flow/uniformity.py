@@ -224,11 +224,10 @@ class Evaluator:
             return X
         vals = [self.binding_value(ev, e.id, d) for ev in got]
         if kind in ("events", "events+param") and any(v.varying for v in vals):
-            # a binding that reaches the use only in a world of one process cannot differ between
-            # ranks: there is one (``flag = ... if rank == 0 else False`` then
-            # ``if world_size > 1: flag = <broadcast>``), nor one a later assignment of its own
-            # block overwrites before the use (``reaching`` keeps every binding after the last
-            # dominating one)
+            # a binding that reaches the use only in a world of one process cannot differ between ranks
+            # (``flag = ... if rank == 0 else False`` then ``if world_size > 1: flag = <broadcast>``),
+            # nor one a later assignment of its own block overwrites before the use (``reaching``
+            # keeps every binding after the last dominating one)
             from .world import alone_only, overwritten  # lazy: world asks this evaluator back
             vals = [U if v.varying and (overwritten(ev, e) or alone_only(self, ev, e)) else v
                     for ev, v in zip(got, vals)]
