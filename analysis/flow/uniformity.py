@@ -27,18 +27,18 @@ import ast
 import re
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
+from ..semantic import FUNC_TYPES, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import comp_binder, reaching, searches_rank, target_path
-from .selections import comprehension_value, filtered, picks_element, subscript_value
+from .selections import comprehension_value, filtered, picks_element, subscript_value, yielded
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
-from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join, keep, summary  # noqa: F401  (re-exported)
+from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join, keep  # noqa: F401  (re-exported)
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
 
@@ -440,27 +440,7 @@ class Evaluator:
         return v
 
     def _yielded(self, call: ast.Call, d: int) -> Value | None:
-        """The elements of a generator function of the project that ``call`` starts: the join of
-        what its ``yield``s give (``yield from it`` gives the elements of ``it``), as the function
-        runs with unknown parameters; None when ``call`` starts no generator of the project."""
-        target = self.hub.resolve_call(self.view, call)
-        if target is None or not isinstance(target[1], FUNC_TYPES):
-            return None
-        tv, fn = target
-
-        def elements():
-            ys = [n for n in iter_scope_nodes(fn) if n.__class__ is ast.Yield or n.__class__ is ast.YieldFrom]
-            if not ys:
-                return False  # a plain function: its return value is the iterable
-            ev = self.hub.evaluator(tv)
-            v = join(ev.element(y.value, d + 1) if y.__class__ is ast.YieldFrom else ev.value(y.value, d + 1)
-                     for y in ys if y.value is not None)
-            return Value("V", v.src.step(f"yielded by `{fn.name}()`")) if v.varying else v
-
-        # generators that yield from each other: the one met again reads as unknown, and what that
-        # made is not memoised for good (``values.summary``)
-        got = summary(self.cs, tv.memo.setdefault("yielded", {}), id(fn), elements, X)
-        return got if got is not False else None
+        return yielded(self, call, d)  # ``selections.yielded``
 
     def trip_count(self, it: ast.AST, d: int = 0) -> Value:
         """Uniformity of the number of iterations of ``for x in it``: rank-varying only for a
