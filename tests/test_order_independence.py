@@ -161,3 +161,38 @@ def test_yielded_elements_do_not_depend_on_the_order_of_questions():
         return {i: ev.value(elts[i]).kind for i in order}
 
     assert kinds([0, 1]) == kinds([1, 0]) == {0: "V", 1: "V"}
+
+
+def test_returns_do_not_depend_on_the_order_of_questions():
+    """``returns_of`` of two functions that return each other's result (an audit of the memos with
+    a recursion guard and no depth): ``f`` asked first left ``g`` memoised as unknown."""
+    import ast
+    import textwrap
+
+    src = textwrap.dedent("""
+        import torch.distributed as dist
+        def f(n):
+            if n:
+                return g(n - 1)
+            return dist.get_rank()
+        def g(n):
+            if n:
+                return f(n - 1)
+            return 0
+        def main():
+            a = f(3)
+            b = g(3)
+            return a, b
+    """)
+
+    def kinds(order):
+        from ddp_lint.analysis.flow import Analysis
+        from ddp_lint.analysis.semantic import Semantic
+
+        tree = ast.parse(src)
+        an = Analysis("<mem>", Semantic(tree), src)
+        ev = an.evaluator(an.main)
+        elts = next(n for n in ast.walk(tree) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)).value.elts
+        return {i: ev.value(elts[i]).kind for i in order}
+
+    assert kinds([0, 1]) == kinds([1, 0]) == {0: "V", 1: "V"}
