@@ -473,19 +473,17 @@ class Summaries(Roots):
         if ctx is not None and not ctx.wraps and not ctx.self_wraps:
             ctx = None
         if ctx is not None:
-            memo = ctx.memo.setdefault("summaries", {})
-            got = memo.get(id(fn))
-            if got is not None:
-                return got
-            key = (id(view), id(fn), id(ctx))
-            if key in self._in_progress:
-                return EMPTY  # recursion under a context: the plain summary's fixpoint covers it
-            self._in_progress.add(key)
-            try:
-                got = memo[id(fn)] = self._compute(view, fn, ctx)
-            finally:
-                self._in_progress.discard(key)
-            return got
+            # recursion under a context reads as empty (the plain summary's fixpoint covers it), and
+            # what it made is not memoised for good (``values.summary``)
+            def compute():
+                key = (id(view), id(fn), id(ctx))  # in flight: a plain summary below is not at the top
+                self._in_progress.add(key)
+                try:
+                    return self._compute(view, fn, ctx)
+                finally:
+                    self._in_progress.discard(key)
+
+            return summary(self.cut_state, ctx.memo.setdefault("summaries", {}), id(fn), compute, EMPTY)
         memo = view.memo.setdefault("summaries", {})
         got = memo.get(id(fn))
         if got is not None:
