@@ -41,7 +41,10 @@ def test_the_old_rank_and_binding_helpers_are_gone():
 
 
 @pytest.mark.parametrize("name", ["env_key", "terminal_name", "_terminal", "name_binding_kind", "reaching_assignment", "rank_guard", "rank0_guarded",
-                                  "polarity", "rank_test", "rank_kind"])
+                                  "polarity", "rank_test", "rank_kind",
+                                  # issue 25 "one program model, one implementation" (stop 45): the span test, the
+                                  # rebinding test, the mesh readers and DDP521's walk of the calls that set a model
+                                  "contains", "stores_name", "mesh_dims", "named_mesh_dims", "setter_calls"])
 def test_one_definition_of_each_query(name):
     assert len(_defs(name)) <= 1, _defs(name)
 

@@ -83,3 +83,116 @@ def test_uniformity_does_not_depend_on_the_order_of_questions():
         return {i: ev.value(elts[i]).kind for i in order}
 
     assert kinds([0, 1]) == kinds([1, 0]) == {0: "V", 1: "V"}
+
+
+def _kinds_in_order(src: str, order: list[int], node_type) -> dict[int, str]:
+    """Uniformity kinds of the ``node_type`` nodes of ``src`` (in source order), asked in ``order``
+    by one fresh analysis."""
+    import ast
+
+    from ddp_lint.analysis.flow import Analysis
+    from ddp_lint.analysis.semantic import Semantic
+
+    tree = ast.parse(src)
+    an = Analysis("<mem>", Semantic(tree), src)
+    ev = an.evaluator(an.main)
+    nodes = sorted((n for n in ast.walk(tree) if isinstance(n, node_type)), key=lambda n: (n.lineno, n.col_offset))
+    return {i: ev.value(nodes[i]).kind for i in order}
+
+
+def test_none_ness_does_not_depend_on_the_order_of_questions():
+    """``callers_none_ness`` of two functions that call each other: ``f`` asked first reached ``g``
+    through its call in ``f`` and cut the cycle at ``f``, and ``g`` stayed memoised as unknown,
+    where ``g`` asked first finds its None-ness chosen by the rank (through ``f``'s caller)."""
+    import ast
+    import textwrap
+
+    src = textwrap.dedent("""
+        import torch.distributed as dist
+        def f(x, n):
+            if x is None:
+                return 0
+            return g(x, n - 1)
+        def g(y, n):
+            if y is None:
+                return 0
+            return f(y, n - 1)
+        def main():
+            pics = {} if dist.get_rank() == 0 else None
+            f(pics, 3)
+    """)
+    forward = _kinds_in_order(src, [0, 1], ast.Compare)
+    assert forward == _kinds_in_order(src, [1, 0], ast.Compare)
+    assert forward == {0: "V", 1: "V"}
+
+
+def test_yielded_elements_do_not_depend_on_the_order_of_questions():
+    """Two generators that yield from each other: ``gen_a`` asked first cut the cycle at itself and
+    left ``gen_b`` memoised as unknown, where ``gen_b`` asked first finds the rank ``gen_a`` yields."""
+    import ast
+    import textwrap
+
+    src = textwrap.dedent("""
+        import torch.distributed as dist
+        def gen_a(n):
+            if n:
+                yield from gen_b(n - 1)
+            yield dist.get_rank()
+        def gen_b(n):
+            yield 1
+            if n:
+                yield from gen_a(n - 1)
+        def main():
+            for a in gen_a(3):
+                pass
+            for b in gen_b(3):
+                pass
+            return a, b
+    """)
+
+    def kinds(order):
+        tree = ast.parse(src)
+        from ddp_lint.analysis.flow import Analysis
+        from ddp_lint.analysis.semantic import Semantic
+
+        an = Analysis("<mem>", Semantic(tree), src)
+        ev = an.evaluator(an.main)
+        elts = next(n for n in ast.walk(tree) if isinstance(n, ast.Return)).value.elts
+        return {i: ev.value(elts[i]).kind for i in order}
+
+    assert kinds([0, 1]) == kinds([1, 0]) == {0: "V", 1: "V"}
+
+
+def test_returns_do_not_depend_on_the_order_of_questions():
+    """``returns_of`` of two functions that return each other's result (an audit of the memos with
+    a recursion guard and no depth): ``f`` asked first left ``g`` memoised as unknown."""
+    import ast
+    import textwrap
+
+    src = textwrap.dedent("""
+        import torch.distributed as dist
+        def f(n):
+            if n:
+                return g(n - 1)
+            return dist.get_rank()
+        def g(n):
+            if n:
+                return f(n - 1)
+            return 0
+        def main():
+            a = f(3)
+            b = g(3)
+            return a, b
+    """)
+
+    def kinds(order):
+        from ddp_lint.analysis.flow import Analysis
+        from ddp_lint.analysis.semantic import Semantic
+
+        tree = ast.parse(src)
+        an = Analysis("<mem>", Semantic(tree), src)
+        ev = an.evaluator(an.main)
+        elts = next(n for n in ast.walk(tree) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)).value.elts
+        return {i: ev.value(elts[i]).kind for i in order}
+
+    assert kinds([0, 1]) == kinds([1, 0]) == {0: "V", 1: "V"}

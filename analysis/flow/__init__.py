@@ -44,6 +44,7 @@ from .summaries import Summaries
 from .records import inherited_method
 from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
 from .uniformity import X, Evaluator, join
+from .values import Cuts
 
 _MAX_MODULES = 64
 
@@ -53,6 +54,7 @@ class Analysis(Summaries):
         path = os.path.abspath(filename) if filename and not filename.startswith("<") else None
         self.main = project.ModuleView(path, sem.tree, sem, "", text)  # its own digest is not needed
         self._evaluators: dict[int, Evaluator] = {}
+        self.cut_state = Cuts()  # the cuts of this check's questions (``values.keep``)
         self._in_progress: set = set()
         self._provisional: dict = {}
         self._cycle = False

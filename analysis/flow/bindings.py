@@ -46,9 +46,22 @@ def _pos(n: ast.AST) -> tuple[int, int]:
 _POS = attrgetter("lineno", "col_offset")  # ``_pos`` as a sort key, without a Python call
 
 
-def _contains(outer: ast.AST, inner: ast.AST) -> bool:
+def contains(outer: ast.AST, inner: ast.AST) -> bool:
+    """``inner`` lies within the source span of ``outer`` (a module holds everything). The one
+    span test of the flow modules and the rules."""
+    if outer.__class__ is ast.Module:
+        return True
     return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
         inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+_contains = contains  # the module's own spelling
+
+
+def stores_name(scope: ast.AST, name: str) -> bool:
+    """``name`` is assigned somewhere in ``scope`` (a parameter rebound in its function: what it
+    holds is no longer only what a call passes)."""
+    return any(n.__class__ is ast.Name and n.id == name and n.ctx.__class__ is ast.Store for n in ast.walk(scope))
 
 
 def equaliser_index(view) -> dict[tuple[ast.AST, str], list[ast.Call]]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import BRANCHING, FUNC_TYPES, TRIES, parent
-from .bindings import LOOPS
+from .bindings import LOOPS, contains as _contains
 from .context import call_context
 from .calls import _wrapped, calls_by_name, instance_names, on_fresh_instance
 from .summaries import INIT, _calls_in, dist_mode_test
@@ -44,11 +44,6 @@ class Divergence:
         # call-site context the function was analysed under (None: on its own); view: the module
         self.kind, self.site, self.node, self.value, self.exit = kind, site, node, value, exit
         self.ctx, self.view = ctx, view
-
-
-def _contains(outer: ast.AST, inner: ast.AST) -> bool:
-    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
-        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def under_join(view, node: ast.AST) -> bool:

@@ -17,6 +17,7 @@ from .bindings import LOOPS, reaching, target_path
 from .calls import scope_calls
 from .helper_calls import is_method, resolved
 from .uniformity import RANK, Src, X as VX, join
+from .values import summary
 from .shape_facts import (
     SU,
     SX,
@@ -317,17 +318,16 @@ class Extents:
     def returns(self, fn, mode, index: int | None = None) -> Sh:
         """The size or shape of what ``fn`` returns (element ``index`` of the tuple every
         ``return`` spells, when given)."""
-        memo = self.view.memo.setdefault("shapes.returns", {})
-        key = (id(fn), mode, index)
-        got = memo.get(key)
-        if got is None:
-            memo[key] = SX  # recursion guard
+        def compute():
             self.hub._view_stack.append(self.view)
             try:
-                got = memo[key] = self._returns(fn, mode, index)
+                return self._returns(fn, mode, index)
             finally:
                 self.hub._view_stack.pop()
-        return got
+
+        # a recursion reads as unknown, and what it made is not memoised for good (``values.summary``)
+        return summary(self.hub.cut_state, self.view.memo.setdefault("shapes.returns", {}), (id(fn), mode, index),
+                       compute, SX)
 
     def _returns(self, fn, mode, index: int | None = None) -> Sh:
         if isinstance(fn, ast.Lambda):

@@ -25,6 +25,7 @@ import re
 
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
+from .bindings import contains as _contains
 from .fs_guards import effect_guards, main_only_by_args, refuted
 from .instances import is_super, super_method
 
@@ -370,11 +371,6 @@ def bound_value(vctx, name: str, at: ast.AST):
             if isinstance(it.optional_vars, ast.Name) and it.optional_vars.id == name:
                 return it.context_expr
     return None
-
-
-def _contains(outer, inner) -> bool:
-    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
-        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def path_key(vctx, expr: ast.AST, depth: int = 0) -> str | None:

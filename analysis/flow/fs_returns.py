@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent
+from .values import summary
 from .fs_effects import (PRODUCES, _nested, call_effects, call_site_effects, may_resolve_any, path_key, resolve,
                          view_ctx)
 
@@ -23,16 +24,15 @@ def main_only_returns(hub, view, fn) -> list:
     helper. Memoised per function."""
     if not isinstance(fn, FUNC_TYPES):
         return []
-    memo = view.memo.setdefault("fs.main_only_returns", {})
-    got = memo.get(id(fn))
-    if got is None:
-        memo[id(fn)] = []  # recursion guard
+    def compute():
         hub._view_stack.append(view)
         try:
-            got = memo[id(fn)] = _main_only_returns(hub, view, fn)
+            return _main_only_returns(hub, view, fn)
         finally:
             hub._view_stack.pop()
-    return got
+
+    # a recursion reads as nothing, and what it made is not memoised for good (``values.summary``)
+    return summary(hub.cut_state, view.memo.setdefault("fs.main_only_returns", {}), id(fn), compute, [])
 
 
 def _guarded_effects(hub, view, fn) -> list:
@@ -40,11 +40,12 @@ def _guarded_effects(hub, view, fn) -> list:
     main-rank test of ``fn`` (the outermost such ``if``) that produces a file or folder (a
     download, extraction, write, folder made; directly or in a project function it calls there),
     on a path shared by the ranks. Memoised per function."""
-    memo = view.memo.setdefault("fs.guarded_effects", {})
-    got = memo.get(id(fn))
-    if got is not None:
-        return got
-    memo[id(fn)] = []  # recursion guard
+    # a recursion reads as nothing, and what it made is not memoised for good (``values.summary``)
+    return summary(hub.cut_state, view.memo.setdefault("fs.guarded_effects", {}), id(fn),
+                   lambda: _guarded_effects_of(hub, view, fn), [])
+
+
+def _guarded_effects_of(hub, view, fn) -> list:
     from .calls import scope_calls
     from .rank_tests import polarity
 
@@ -80,7 +81,6 @@ def _guarded_effects(hub, view, fn) -> list:
             kept.append(e)
         if kept:
             out.append((c, guard, kept))
-    memo[id(fn)] = out
     return out
 
 

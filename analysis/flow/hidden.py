@@ -16,6 +16,7 @@ from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import constant_of
 from .bindings import reaching
+from .values import summary
 
 FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
 FSDP1 = "torch.distributed.fsdp.FullyShardedDataParallel"
@@ -379,22 +380,19 @@ def _also_wrapped(hub, view, attr) -> bool:
 def _param_fsdp2(hub, view, fn, name, callers=None) -> bool:
     """Every call of ``fn`` in its module passes an FSDP2 module as ``name``; with ``callers``,
     for a function this module never calls, every call of it in the project's other modules."""
-    memo = view.memo.setdefault("hidden.param_fsdp2", {})
-    key = (fn, name, callers is not None)
-    if key in memo:
-        return memo[key]
-    memo[key] = False  # recursion guard
-    sites = [(view, c) for c in hub.call_sites(view, fn)] if isinstance(fn, FUNC_TYPES) else []
-    if not sites and callers is not None and isinstance(fn, FUNC_TYPES):
-        sites = callers(view, fn)[:8]
-    ok = bool(sites)
-    for cv, c in sites:
-        a = next((a for p, a in _call_args(c, fn) if p == name), None)
-        if a is None or not is_fsdp2(hub, cv, a, c):
-            ok = False
-            break
-    memo[key] = ok
-    return ok
+    def compute() -> bool:
+        sites = [(view, c) for c in hub.call_sites(view, fn)] if isinstance(fn, FUNC_TYPES) else []
+        if not sites and callers is not None and isinstance(fn, FUNC_TYPES):
+            sites = callers(view, fn)[:8]
+        for cv, c in sites:
+            a = next((a for p, a in _call_args(c, fn) if p == name), None)
+            if a is None or not is_fsdp2(hub, cv, a, c):
+                return False
+        return bool(sites)
+
+    # a recursion reads as False, and what it made is not memoised for good (``values.summary``)
+    return summary(hub.cut_state, view.memo.setdefault("hidden.param_fsdp2", {}), (fn, name, callers is not None),
+                   compute, False)
 
 
 def is_fsdp1(hub, view, expr, at) -> bool:

@@ -54,18 +54,39 @@ def params_root(expr):
     return None
 
 
+def _init_dims(an, view, expr, at) -> tuple[bool, int | None]:
+    """Whether ``expr`` holds the mesh of an ``init_device_mesh`` call, and its dimensions when
+    the call's shape is a literal tuple or list."""
+    got = holds_call(an, view, expr, at, qn_pred(*INIT_MESH))
+    if got is None:
+        return False, None
+    shape = get_arg(got[1], 1, "mesh_shape")
+    return True, (len(shape.elts) if isinstance(shape, (ast.Tuple, ast.List)) else None)
+
+
+def mesh_dims(an, view, expr, at) -> int | None:
+    """The dimensions of the mesh ``expr`` holds: an ``init_device_mesh`` call of a literal shape,
+    or a slice of several named dimensions of one (``mesh["dp_replicate", "dp_shard"]``)."""
+    found, dims = _init_dims(an, view, expr, at)
+    if found:
+        return dims
+    for _v, e in origins(an, view, expr, at):
+        if isinstance(e, ast.Subscript) and const_strs(e.slice) is not None and isinstance(e.slice, ast.Tuple) \
+                and len(e.slice.elts) >= 2:
+            return len(e.slice.elts)
+    return None
+
+
 def named_mesh_dims(an, view, expr, at) -> int | None:
     """How many dimensions the mesh has of which ``expr`` holds one named dimension
     (``mesh["tp"]`` of ``mesh = init_device_mesh(..., (dp, tp), ...)``), followed through names,
     tuple unpacking (``tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]``), helpers' parameters and
     returns; None when no origin is such a dimension of a mesh of literal shape."""
-    pred = qn_pred(*INIT_MESH)
     for v, e in origins(an, view, expr, at):
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
-            got = holds_call(an, v, e.value, e, pred)
-            shape = get_arg(got[1], 1, "mesh_shape") if got is not None else None
-            if isinstance(shape, (ast.Tuple, ast.List)):
-                return len(shape.elts)
+            dims = _init_dims(an, v, e.value, e)[1]
+            if dims is not None:
+                return dims
     return None
 
 

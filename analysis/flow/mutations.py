@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES
-from .bindings import EQUALISERS, LOOPS, binding_scope
+from .bindings import EQUALISERS, LOOPS, binding_scope, contains as _contains
 
 # methods that put their arguments into the receiver
 MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "__setitem__",
@@ -121,11 +121,6 @@ def mutations(view, name: str, use: ast.AST, bindings) -> list:
         if (first < p < at) or (p > first and _in_loop_with(node, use, scope)):
             out.append((node, values))
     return out
-
-
-def _contains(outer, inner) -> bool:
-    return _pos(outer) <= _pos(inner) and (inner.end_lineno, inner.end_col_offset) <= (
-        outer.end_lineno, outer.end_col_offset)
 
 
 _CONTAINER_CTORS = frozenset({"dict", "list", "set", "collections.defaultdict", "collections.OrderedDict",

@@ -18,7 +18,7 @@ import ast
 
 from ..semantic import FUNC_TYPES
 from .bindings import reaching
-from .values import X, Value
+from .values import X, Value, summary
 
 _NEVER_NONE_BUILTINS = frozenset({"list", "dict", "set", "tuple", "str", "int", "float", "bool", "len", "sorted"})
 _NEVER_NONE_NODES = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp,
@@ -27,7 +27,10 @@ _NEVER_NONE_NODES = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.S
 
 def none_ness(ev, x: ast.AST, d: int) -> Value:
     """Uniformity of ``x is None`` for the evaluator ``ev``: rank-varying, or unknown."""
-    if not isinstance(x, ast.Name) or d > 30:
+    if not isinstance(x, ast.Name):
+        return X
+    if d > 30:
+        ev.cs.n += 1  # a cut: what it makes is not memoised for good (``values.keep``)
         return X
     kind, got = reaching(ev.view, x.id, x)
     if kind == "param":
@@ -86,62 +89,65 @@ def callers_none_ness(hub, view, fn: ast.AST, name: str, d: int = 0) -> Value:
     rank-varying, with the caller analysed as its own callers run it (``caller_context``). A chain
     of helpers that hand the value on (``collect -> run -> share``) is followed to the call that
     makes the choice, however many calls deep; one such call is enough (on that call the ranks
-    disagree). Memoised per function and parameter; a cycle of calls reads as unknown."""
-    if not isinstance(fn, FUNC_TYPES) or d > 30:
+    disagree). Memoised per function and parameter; a cycle of calls reads as unknown where it
+    closes, and what that made is not memoised for good (``values.summary``): the answer is the
+    same whichever function of the cycle was asked first."""
+    if not isinstance(fn, FUNC_TYPES):
         return X
-    memo = view.memo.setdefault("callers_none_ness", {})
-    key = (id(fn), name)
-    got = memo.get(key)
-    if got is not None:
-        return got
-    memo[key] = X  # recursion guard
-    from .calls import call_args  # lazy: calls sits above uniformity
-    out = X
-    for c in hub.call_sites(view, fn)[:_MAX_SITES]:
-        arg = next((a for p, a in call_args(c, fn) if p == name), None)
-        if arg is None:
-            continue
-        g = view.sem.enclosing_function(c)
-        if g is fn:
-            continue
-        cev = hub.evaluator(view, caller_context(hub, view, g, d + 1) if g is not None else None)
-        v = none_ness(cev, arg, d + 1)
-        if v.varying:
-            fname = getattr(fn, "name", "?")
-            out = Value("V", v.src.step(f"passed to `{fname}` as `{name}` at line {c.lineno}", c, view.path))
-            break
-    memo[key] = out
-    return out
+    if d > 30:
+        hub.cut_state.n += 1
+        return X
+
+    def compute() -> Value:
+        from .calls import call_args  # lazy: calls sits above uniformity
+        for c in hub.call_sites(view, fn)[:_MAX_SITES]:
+            arg = next((a for p, a in call_args(c, fn) if p == name), None)
+            if arg is None:
+                continue
+            g = view.sem.enclosing_function(c)
+            if g is fn:
+                continue
+            cev = hub.evaluator(view, caller_context(hub, view, g, d + 1) if g is not None else None)
+            v = none_ness(cev, arg, d + 1)
+            if v.varying:
+                fname = getattr(fn, "name", "?")
+                return Value("V", v.src.step(f"passed to `{fname}` as `{name}` at line {c.lineno}", c, view.path))
+        return X
+
+    return summary(hub.cut_state, view.memo.setdefault("callers_none_ness", {}), (id(fn), name), compute, X)
 
 
 def caller_context(hub, view, g: ast.AST, d: int = 0):
     """Summary context of ``g``: its parameters bound to the rank-varying values one call of
     ``g`` in its module passes (that caller itself analysed so, up the chain), for the None-ness
-    questions of ``callers_none_ness``; None when no call passes one."""
-    if not isinstance(g, FUNC_TYPES) or d > 30:
+    questions of ``callers_none_ness``; None when no call passes one. Memoised for the check (a
+    context holds the check's evaluators); a cycle of calls reads as None where it closes, as
+    ``callers_none_ness`` reads one."""
+    if not isinstance(g, FUNC_TYPES):
         return None
-    memo = view.memo.setdefault("none_caller_context", {})
-    if id(g) in memo:
-        return memo[id(g)]
-    memo[id(g)] = None  # recursion guard
-    from .calls import call_args  # lazy: calls sits above uniformity
-    base = hub.evaluator(view)
-    got = None
-    for c in hub.call_sites(view, g)[:_MAX_SITES]:
-        h = view.sem.enclosing_function(c)
-        if h is g:
-            continue
-        ev = hub.evaluator(view, caller_context(hub, view, h, d + 1) if h is not None else None)
-        binds = {}
-        for p, a in call_args(c, g):
-            v = ev.value(a)
-            if v.varying and not base.param_value(g, p, g).varying:
-                binds[p] = v
-        if binds:
-            got = hub.summary_context(view, g, binds, c)
-            break
-    memo[id(g)] = got
-    return got
+    if d > 30:
+        hub.cut_state.n += 1
+        return None
+
+    def compute():
+        from .calls import call_args  # lazy: calls sits above uniformity
+        base = hub.evaluator(view)
+        for c in hub.call_sites(view, g)[:_MAX_SITES]:
+            h = view.sem.enclosing_function(c)
+            if h is g:
+                continue
+            ev = hub.evaluator(view, caller_context(hub, view, h, d + 1) if h is not None else None)
+            binds = {}
+            for p, a in call_args(c, g):
+                v = ev.value(a)
+                if v.varying and not base.param_value(g, p, g).varying:
+                    binds[p] = v
+            if binds:
+                return hub.summary_context(view, g, binds, c)
+        return None
+
+    return summary(hub.cut_state, hub.contexts.setdefault(("none_caller_context", id(view)), {}), id(g), compute,
+                   None)
 
 
 def never_none(ev, e: ast.AST, d: int) -> bool:
@@ -154,7 +160,10 @@ def never_none(ev, e: ast.AST, d: int) -> bool:
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _NEVER_NONE_BUILTINS \
             and ev.sem.qualname(e.func) is None:
         return True
-    if isinstance(e, ast.Name) and d < 30:
+    if isinstance(e, ast.Name):
+        if d >= 30:
+            ev.cs.n += 1
+            return False
         kind, got = reaching(ev.view, e.id, e)
         if kind != "events" or not got:
             return False

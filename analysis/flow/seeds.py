@@ -20,7 +20,10 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from .bindings import contains, stores_name
 from .context import call_args
+from .fs_effects import view_ctx
+from .rank import rank0_guarded
 from .values import RANK
 from .vocab import _SEEDS
 
@@ -36,6 +39,13 @@ _DEVICE_SPECIFIC = ("accelerate.utils.set_seed", "accelerate.utils.random.set_se
 _MAX_DEPTH = 3
 # methods of a module that return it, moved or cast, with the same values
 _MOVES = frozenset({"to", "cuda", "float", "half", "bfloat16", "double", "train", "eval", "requires_grad_"})
+# calls that may give a module's parameters new values after it is built: a load, a broadcast,
+# an initialisation run again (on FSDP2's DTensors, whose random ops share one RNG state)
+SETTERS = frozenset({"load_state_dict", "set_state_dict", "set_model_state_dict", "load", "load_checkpoint",
+                     "load_model", "load_pretrained", "init_weights", "reset_parameters", "apply", "to_empty",
+                     "copy_", "broadcast", "broadcast_coalesced", "_broadcast_coalesced", "_sync_module_states",
+                     "sync_module_states", "from_pretrained", "resume", "restore", "_init_weights",
+                     "init_parameters", "initialize"})
 
 
 class Seed:
@@ -57,17 +67,10 @@ def _calls_in(view, fn) -> list:
     got = view.memo.get(key)
     if got is None:
         scope = fn if fn is not None else sem.tree
-        got = [c for c in sem.calls if sem.enclosing_function(c) is fn and _inside(scope, c)]
+        got = [c for c in sem.calls if sem.enclosing_function(c) is fn and contains(scope, c)]
         got.sort(key=lambda c: (c.lineno, c.col_offset))
         view.memo[key] = got
     return got
-
-
-def _inside(outer, node) -> bool:
-    if isinstance(outer, ast.Module):
-        return True
-    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) and (
-        node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def _judge(hub, view, call, expr, fn) -> Seed:
@@ -79,19 +82,12 @@ def _judge(hub, view, call, expr, fn) -> Seed:
             return Seed("V", call, view, src=None)
     if expr is None:
         return Seed("U", call, view)
-    if isinstance(expr, ast.Name) and fn is not None and expr.id in param_names(fn) and not _rebound(view, fn, expr.id):
+    if isinstance(expr, ast.Name) and fn is not None and expr.id in param_names(fn) and not stores_name(fn, expr.id):
         return Seed("P", call, view, param=expr.id)
     v = hub.evaluator(view).value(expr)
     if v.varying and v.src is not None and v.src.cat == RANK:
         return Seed("V", call, view, src=v.src)
     return Seed("U", call, view)
-
-
-def _rebound(view, fn, name: str) -> bool:
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store):
-            return True
-    return False
 
 
 def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
@@ -226,3 +222,67 @@ def on_meta(hub, view, call) -> bool:
                     return True
         p = parent(p)
     return False
+
+
+def setter_calls(hub, view, k, by_name: bool, guards: bool = False):
+    """(view, call, runs on the main rank only) of the calls after the construction ``k`` that may
+    give the module's parameters other values (``SETTERS``, by the called name): in its function
+    after it and the project functions called there (``_MAX_DEPTH`` calls deep), in the other
+    methods of its class, and after the calls of its function in its module; lazily, in that order.
+
+    ``by_name``: a call named like a setter counts even where it resolves to a project function
+    (a project's own ``init_weights()`` re-initialises: the per-rank seed question); otherwise a
+    project function is read for what it runs (the main-rank load question: a helper named
+    ``load_checkpoint`` that loads under ``if rank == 0:``). ``guards``: whether each call runs on
+    the main rank only (``rank0_guarded``, or inside a call that does); False everywhere without.
+    ``torch.load`` reads a file and sets nothing."""
+    sem = view.sem
+    fn = sem.enclosing_function(k)
+    seen: dict = {}
+    yield from _setters(hub, view, fn if fn is not None else sem.tree, (k.end_lineno, k.end_col_offset), 0, False,
+                        by_name, guards, seen)
+    if fn is None:
+        return
+    cls = parent(fn)
+    if isinstance(cls, ast.ClassDef):
+        for st in cls.body:
+            if isinstance(st, FUNC_TYPES) and st is not fn:
+                yield from _setters(hub, view, st, None, 0, False, by_name, guards, seen)
+    for s in hub.call_sites(view, fn):
+        g = sem.enclosing_function(s)
+        if g is not fn:
+            main = guards and rank0_guarded(view_ctx(view), s, callers=False) is True
+            yield from _setters(hub, view, g if g is not None else sem.tree, (s.end_lineno, s.end_col_offset), 1,
+                                main, by_name, guards, seen)
+
+
+def _setters(hub, view, scope, after, depth, main_only, by_name, guards, seen):
+    # a region is walked again only from a shallower depth (it then reaches further), whichever
+    # path met it first
+    key = (id(scope), after, main_only)
+    if seen.get(key, _MAX_DEPTH + 1) <= depth:
+        return
+    seen[key] = depth
+    for n in ast.walk(scope):
+        if n.__class__ is not ast.Call or (after is not None and (n.lineno, n.col_offset) < after):
+            continue
+        f = n.func
+        name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
+        if name is None or (view.sem.call_qualname(n) or "") == "torch.load":
+            continue
+        named = name in SETTERS
+        target = hub.resolve_call(view, n) if depth < _MAX_DEPTH and not (by_name and named) else None
+        project = target is not None and isinstance(target[1], FUNC_TYPES)
+        if not project and not named:
+            continue
+        here = main_only or (guards and rank0_guarded(view_ctx(view), n, callers=False) is True)
+        if project:  # a project function: what it runs
+            yield from _setters(hub, target[0], target[1], None, depth + 1, here, by_name, guards, seen)
+        else:
+            yield view, n, here
+
+
+def state_set_after(hub, view, k) -> bool:
+    """A call after the construction ``k`` may give the model's parameters other values
+    (``setter_calls``, a project function named like a setter counted by its name)."""
+    return next(setter_calls(hub, view, k, by_name=True), None) is not None

@@ -2,13 +2,14 @@
 different on each rank (``next(p for p in layout if rank in p)``, ``[p for p in layout if rank in
 p]``, ``filter(lambda p: rank in p, layout)``, ``for p in layout: if rank in p: mine = p``), even
 when every element, and the sequence, is the same everywhere. A test on this rank's data is not
-read here (what it keeps is a shape question, ``shapes.py``)."""
+read here (what it keeps is a shape question, ``shapes.py``). Also the elements a project generator
+yields (``yielded``)."""
 from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
-from .values import RANK, Value, X, join
+from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from .values import RANK, Value, X, join, summary
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
 
@@ -68,3 +69,27 @@ def subscript_value(ev, e: ast.Subscript, d: int):
             and e.value.__class__ in (ast.Call, ast.Tuple, ast.List):
         return ev._unpack(e.value, [sl.value], d)
     return join((ev.value(e.value, d), ev.value(sl, d)))
+
+
+def yielded(ev, call: ast.Call, d: int) -> Value | None:
+    """The elements of a generator function of the project that ``call`` starts: the join of what
+    its ``yield``s give (``yield from it`` gives the elements of ``it``), as the function runs with
+    unknown parameters; None when ``call`` starts no generator of the project. Generators that
+    yield from each other: the one met again reads as unknown, and what that made is not memoised
+    for good (``values.summary``), whichever was asked first."""
+    target = ev.hub.resolve_call(ev.view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return None
+    tv, fn = target
+
+    def elements():
+        ys = [n for n in iter_scope_nodes(fn) if n.__class__ is ast.Yield or n.__class__ is ast.YieldFrom]
+        if not ys:
+            return False  # a plain function: its return value is the iterable
+        tev = ev.hub.evaluator(tv)
+        v = join(tev.element(y.value, d + 1) if y.__class__ is ast.YieldFrom else tev.value(y.value, d + 1)
+                 for y in ys if y.value is not None)
+        return Value("V", v.src.step(f"yielded by `{fn.name}()`")) if v.varying else v
+
+    got = summary(ev.cs, tv.memo.setdefault("yielded", {}), id(fn), elements, X)
+    return got if got is not False else None

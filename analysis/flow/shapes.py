@@ -87,7 +87,7 @@ class Shapes(Extents):
         self.ev = hub.evaluator(view)
         self.memo = view.memo.setdefault("shapes", {})
         self.active: set = set()
-        self.scratch, self.tops, self.cuts = {}, {}, 0  # answers made of a cut (``values.keep``)
+        self.cs = hub.cut_state  # the check's cuts (``values.keep``)
 
     # -- plumbing --------------------------------------------------------------------------
     def _cached(self, kind, e, d, fn):
@@ -98,24 +98,28 @@ class Shapes(Extents):
         if got is not None:
             return got
         top = not self.active
-        if top and key in self.tops:
-            return self.tops[key]
-        if (got := self.scratch.get(key)) is not None or d > _MAX_DEPTH or key in self.active:
-            self.cuts += 1  # a cut, or an answer made of one: not memoised for good (``values.keep``)
+        cs, sk = self.cs, (id(self.memo), key)
+        if not cs.busy and sk in cs.tops:
+            return cs.tops[sk]
+        if (got := cs.scratch.get(sk)) is not None or d > _MAX_DEPTH or key in self.active:
+            cs.n += 1  # a cut, or an answer made of one: not memoised for good (``values.keep``)
             return SX if got is None else got
         self.active.add(key)
-        cuts = self.cuts
+        cs.busy += 1
+        cuts = cs.n
         if top:
             self.hub._view_stack.append(self.view)
         try:
             got = fn(e, d + 1)
         except RecursionError:  # pragma: no cover
-            got, self.cuts = SX, self.cuts + 1
+            got = SX
+            cs.n += 1
         finally:
             self.active.discard(key)
+            cs.busy -= 1
             if top:
                 self.hub._view_stack.pop()
-        return keep(self, key, got, cuts, self.memo)
+        return keep(cs, sk, key, got, cuts, self.memo)
 
     def size(self, e, d: int = 0) -> Sh:
         return self._cached("size", e, d, self._size)

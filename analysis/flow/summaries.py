@@ -19,6 +19,7 @@ import ast
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from .uniformity import U, X, join
+from .values import summary
 from .bindings import reaching
 from .buffers import module_buffers
 from .context import call_args, call_context
@@ -462,19 +463,17 @@ class Summaries(Roots):
         if ctx is not None and not ctx.wraps and not ctx.self_wraps:
             ctx = None
         if ctx is not None:
-            memo = ctx.memo.setdefault("summaries", {})
-            got = memo.get(id(fn))
-            if got is not None:
-                return got
-            key = (id(view), id(fn), id(ctx))
-            if key in self._in_progress:
-                return EMPTY  # recursion under a context: the plain summary's fixpoint covers it
-            self._in_progress.add(key)
-            try:
-                got = memo[id(fn)] = self._compute(view, fn, ctx)
-            finally:
-                self._in_progress.discard(key)
-            return got
+            # recursion under a context reads as empty (the plain summary's fixpoint covers it), and
+            # what it made is not memoised for good (``values.summary``)
+            def compute():
+                key = (id(view), id(fn), id(ctx))  # in flight: a plain summary below is not at the top
+                self._in_progress.add(key)
+                try:
+                    return self._compute(view, fn, ctx)
+                finally:
+                    self._in_progress.discard(key)
+
+            return summary(self.cut_state, ctx.memo.setdefault("summaries", {}), id(fn), compute, EMPTY)
         memo = view.memo.setdefault("summaries", {})
         got = memo.get(id(fn))
         if got is not None:
@@ -521,28 +520,27 @@ class Summaries(Roots):
     def returns_of(self, view, fn: ast.AST, ctx=None):
         """(uniformity of what ``fn`` returns, per-element uniformity of a returned tuple or None),
         computed on demand (recursion: unknown)."""
-        memo = _memo(view, ctx, "returns")
-        got = memo.get(id(fn))
-        if got is None:
-            memo[id(fn)] = (X, None)  # recursion guard
+        def compute():
             self._view_stack.append(view)
             try:
-                got = memo[id(fn)] = self._returns(view, fn, ctx)
+                return self._returns(view, fn, ctx)
             finally:
                 self._view_stack.pop()
-        return got
+
+        # a recursion reads as unknown, and what it made is not memoised for good (``values.summary``)
+        return summary(self.cut_state, _memo(view, ctx, "returns"), id(fn), compute, (X, None))
 
     def requires_pg_of(self, view, fn: ast.AST):
         """The first use of the process group on ``fn``'s unconditional path, or None (on demand)."""
-        memo = view.memo.setdefault("requires_pg", {})
-        if id(fn) not in memo:
-            memo[id(fn)] = None  # recursion guard
+        def compute():
             self._view_stack.append(view)
             try:
-                memo[id(fn)] = self._requires_pg(view, fn)
+                return self._requires_pg(view, fn)
             finally:
                 self._view_stack.pop()
-        return memo[id(fn)]
+
+        # a recursion reads as None, and what it made is not memoised for good (``values.summary``)
+        return summary(self.cut_state, view.memo.setdefault("requires_pg", {}), id(fn), compute, None)
 
     def _returns(self, view, fn: ast.AST, ctx=None):
         if isinstance(fn, ast.Lambda) or getattr(fn, "name", "") == "__init__":

@@ -27,11 +27,11 @@ import ast
 import re
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
+from ..semantic import FUNC_TYPES, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import comp_binder, reaching, searches_rank, target_path
-from .selections import comprehension_value, filtered, picks_element, subscript_value
+from .selections import comprehension_value, filtered, picks_element, subscript_value, yielded
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .optional_syncs import unsynced_trip  # a count a helper equalises only when given a parameter
@@ -104,7 +104,8 @@ class Evaluator:
             self.bmemo = ctx.memo.setdefault("binding_values", {})
             self.base = hub.evaluator(view)
         self.active: set = set()
-        self.scratch, self.tops, self.cuts = {}, {}, 0  # answers made of a cut (see ``keep``)
+        self.cs = hub.cut_state  # the check's cuts, shared with its other evaluators (``values.keep``)
+        self.mid, self.bmid = id(self.memo), id(self.bmemo)
         self.tmemo: dict[int, Value] = {}  # trip counts asked at the top (``trip_count``)
 
     # -- entry points ----------------------------------------------------------------------
@@ -117,20 +118,24 @@ class Evaluator:
             got = self.base.memo.get(key)
             if got is not None and got.kind == "V":
                 return got  # rank-varying whatever the parameters are
-        if not self.active and key in self.tops:
-            return self.tops[key]
-        if (got := self.scratch.get(key)) is not None or depth > 40 or key in self.active:
-            self.cuts += 1
+        cs, sk = self.cs, (self.mid, key)
+        if not cs.busy and sk in cs.tops:
+            return cs.tops[sk]
+        if (got := cs.scratch.get(sk)) is not None or depth > 40 or key in self.active:
+            cs.n += 1
             return X if got is None else got
         self.active.add(key)
-        cuts = self.cuts
+        cs.busy += 1
+        cuts = cs.n
         try:
             v = self._value(expr, depth + 1)
         except RecursionError:
-            v, self.cuts = X, self.cuts + 1
+            v = X
+            cs.n += 1
         finally:
             self.active.discard(key)
-        return keep(self, key, v, cuts, self.memo)
+            cs.busy -= 1
+        return keep(cs, sk, key, v, cuts, self.memo)
 
     # -- expressions -----------------------------------------------------------------------
     def _value(self, e: ast.AST, d: int) -> Value:
@@ -267,18 +272,23 @@ class Evaluator:
         key = (id(ev), name)
         if (got := self.bmemo.get(key)) is not None:
             return got
-        if (got := self.scratch.get(key)) is not None or key in self.active:
-            self.cuts += 1
+        cs, sk = self.cs, (self.bmid, key)
+        if not cs.busy and sk in cs.tops:
+            return cs.tops[sk]
+        if (got := cs.scratch.get(sk)) is not None or key in self.active:
+            cs.n += 1
             return X if got is None else got
         self.active.add(key)
-        cuts = self.cuts
+        cs.busy += 1
+        cuts = cs.n
         try:
             v = self._binding_value(ev, name, d)
             if not v.varying and ev.__class__ in (ast.Assign, ast.AugAssign, ast.AnnAssign):
                 v = self._control_dependent(ev, d, name) or v
         finally:
             self.active.discard(key)
-        return keep(self, key, v, cuts, self.bmemo)
+            cs.busy -= 1
+        return keep(cs, sk, key, v, cuts, self.bmemo)
 
     def _control_dependent(self, ev: ast.stmt, d: int, name: str = "it") -> Value | None:
         """A binding made only where a test on this rank's data (or the clock) holds
@@ -431,28 +441,7 @@ class Evaluator:
         return v
 
     def _yielded(self, call: ast.Call, d: int) -> Value | None:
-        """The elements of a generator function of the project that ``call`` starts: the join of
-        what its ``yield``s give (``yield from it`` gives the elements of ``it``), as the function
-        runs with unknown parameters; None when ``call`` starts no generator of the project."""
-        target = self.hub.resolve_call(self.view, call)
-        if target is None or not isinstance(target[1], FUNC_TYPES):
-            return None
-        tv, fn = target
-        memo = tv.memo.setdefault("yielded", {})
-        got = memo.get(id(fn))
-        if got is None:
-            ys = [n for n in iter_scope_nodes(fn) if n.__class__ is ast.Yield or n.__class__ is ast.YieldFrom]
-            if not ys:
-                got = memo[id(fn)] = False  # a plain function: its return value is the iterable
-                return None
-            memo[id(fn)] = X  # recursion guard
-            ev = self.hub.evaluator(tv)
-            v = join(ev.element(y.value, d + 1) if y.__class__ is ast.YieldFrom else ev.value(y.value, d + 1)
-                     for y in ys if y.value is not None)
-            if v.varying:
-                v = Value("V", v.src.step(f"yielded by `{fn.name}()`"))
-            got = memo[id(fn)] = v
-        return got if got is not False else None
+        return yielded(self, call, d)  # ``selections.yielded``
 
     def trip_count(self, it: ast.AST, d: int = 0) -> Value:
         """Uniformity of the number of iterations of ``for x in it``: rank-varying only for a

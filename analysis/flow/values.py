@@ -62,23 +62,68 @@ U = Value("U")
 X = Value("X")
 
 
-def keep(ev, key, v, cuts: int, memo: dict):
-    """Memoise the answer ``v`` of an ``Evaluator`` (``cuts``: its count of cuts when the question
-    began). An answer that met no cut below it (a cycle of bindings read as unknown, the depth cap)
-    is the same whichever question reached it first: ``memo``. One that did depends on where its
-    question started (``b`` in ``a = b + 1; b = a + rank`` asked first leaves ``a`` unknown, ``a``
-    asked first finds it rank-varying): kept only while the question at the top runs (``scratch``,
-    so chains of bindings stay linear; reading it counts as a cut), and the top one's own answer
-    for later questions at the top (``tops``), so no answer depends on the order of questions."""
-    if ev.cuts == cuts:
+class Cuts:
+    """What one check (one hub) knows of the cuts its questions met, shared by every evaluator,
+    shape analysis and summary of the check, so that an answer made of a cut anywhere below it
+    (in another module's evaluator, in a summary of the callers, in a generator's elements) is not
+    memoised for good (``keep``): ``n`` counts the cuts, ``busy`` the questions in flight (none: a
+    question is at the top), ``scratch`` / ``tops`` the answers made of a cut, by (memo, key)."""
+
+    __slots__ = ("n", "busy", "scratch", "tops", "active")
+
+    def __init__(self):
+        self.n = self.busy = 0
+        self.scratch: dict = {}
+        self.tops: dict = {}
+        self.active: set = set()  # the summaries (``summary``) in flight, by (memo, key)
+
+
+def keep(cs: Cuts, sk, key, v, cuts: int, memo: dict):
+    """Memoise the answer ``v`` of a question (``cuts``: ``cs.n`` when it began; ``sk``: its key in
+    ``cs``, ``(id(memo), key)``). An answer that met no cut below it (a cycle of bindings or of
+    calls read as unknown, a depth cap) is the same whichever question reached it first: ``memo``.
+    One that did depends on where its question started (``b`` in ``a = b + 1; b = a + rank`` asked
+    first leaves ``a`` unknown, ``a`` asked first finds it rank-varying): kept only while the
+    question at the top runs (``scratch``, so chains of bindings stay linear; reading it counts as
+    a cut), and the top one's own answer for later questions at the top (``tops``), so no answer
+    depends on the order of questions. Called once the question is no longer in flight."""
+    if cs.n == cuts:
         memo[key] = v
-    elif ev.active:
-        ev.scratch[key] = v
+    elif cs.busy:
+        cs.scratch[sk] = v
     else:
-        ev.tops[key] = v
-    if not ev.active:
-        ev.scratch.clear()
+        cs.tops[sk] = v
+    if not cs.busy and cs.scratch:
+        cs.scratch.clear()
     return v
+
+
+_NONE = object()
+
+
+def summary(cs: Cuts, memo: dict, key, compute, cut):
+    """A memoised summary that may ask itself again (a cycle of calls, of generators): ``memo[key]``
+    computed by ``compute()``; a question met again while it is in flight reads as ``cut`` (and
+    counts as a cut: what it makes is kept as ``keep`` says)."""
+    got = memo.get(key, _NONE)
+    if got is not _NONE:
+        return got
+    sk = (id(memo), key)
+    if not cs.busy and sk in cs.tops:
+        return cs.tops[sk]
+    got = cs.scratch.get(sk, _NONE)
+    if got is not _NONE or sk in cs.active:
+        cs.n += 1
+        return cut if got is _NONE else got
+    cs.active.add(sk)
+    cs.busy += 1
+    cuts = cs.n
+    try:
+        v = compute()
+    finally:
+        cs.active.discard(sk)
+        cs.busy -= 1
+    return keep(cs, sk, key, v, cuts, memo)
 
 
 def join(vals) -> Value:

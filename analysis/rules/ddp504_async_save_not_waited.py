@@ -6,6 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
 from ._common import project_callers
+from ..flow.bindings import contains
 from ..flow.modern import ASYNC_SAVE, hub, key_of, uses_after
 from ..flow.origins import helper_results, qn_pred
 
@@ -90,8 +91,8 @@ class AsyncSaveNotWaited(Rule):
             if loop is None:
                 continue
             waited = [u for u in uses if _waited(u)]
-            if not any(_inside(loop, u) for u in waited) and not any(
-                    not _inside(loop, u) or u.lineno < p.lineno for u in uses if not _waited(u)):
+            if not any(contains(loop, u) for u in waited) and not any(
+                    not contains(loop, u) or u.lineno < p.lineno for u in uses if not _waited(u)):
                 ctx.report(c, f"`{ctx.text(c)}` runs in a loop and `{k}` is not waited in it: the next "
                               "iteration starts a second `async_save` while this one is in flight",
                            related=[(loop, "the loop")])
@@ -193,8 +194,3 @@ def _loop_of(node):
             return p
         p = parent(p)
     return None
-
-
-def _inside(outer, inner) -> bool:
-    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
-        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)

@@ -4,27 +4,17 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, param_names
 from ..source import SourceText
+from ..flow.bindings import contains, stores_name
 from ..flow.context import call_args
-from ..flow.fs_effects import view_ctx
-from ..flow.modern import FSDP1, FULLY_SHARD, INIT_MESH, holds_call, hub, origins, qn_pred, shard_calls, shard_reach
+from ..flow.modern import FSDP1, FULLY_SHARD, hub, mesh_dims, origins, shard_calls, shard_reach
 from ..flow.origins import branch_origins
-from ..flow.rank import rank0_guarded
-from ..flow.seeds import constructions, on_meta, seed_in_force
+from ..flow.seeds import constructions, on_meta, seed_in_force, setter_calls, state_set_after
 
 # FSDP1 strategies that keep whole replicas of the parameters over some ranks
 _REPLICATING = frozenset({"HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "NO_SHARD"})
-# calls that may give a module's parameters new values after it is built: a load, a broadcast,
-# an initialisation run again (on FSDP2's DTensors, whose random ops share one RNG state)
-_SETTERS = frozenset({"load_state_dict", "set_state_dict", "set_model_state_dict", "load", "load_checkpoint",
-                      "load_model", "load_pretrained", "init_weights", "reset_parameters", "apply", "to_empty",
-                      "copy_", "broadcast", "broadcast_coalesced", "_broadcast_coalesced", "_sync_module_states",
-                      "sync_module_states", "from_pretrained", "resume", "restore", "_init_weights",
-                      "init_parameters", "initialize"})
-_DEPTH = 3
 # calls that load a state into the module they are given (receiver or first argument)
-_LOADS = frozenset({"load_state_dict", "set_model_state_dict", "set_state_dict"})
 _FN_LOADS = frozenset({"set_model_state_dict", "set_state_dict"})
 
 
@@ -122,7 +112,7 @@ class ReplicasSeededPerRank(Rule):
                 if on_meta(an, kv, k):
                     continue
                 seed = seed_in_force(an, kv, k)
-                if seed is None or seed.kind != "V" or _state_set_after(an, kv, k):
+                if seed is None or seed.kind != "V" or state_set_after(an, kv, k):
                     continue
                 key = (id(seed.call), id(k))
                 if key in seen:
@@ -181,7 +171,7 @@ def _replicating_wraps(an, view, ctx) -> list:
         mesh = get_arg(c, None, "mesh")
         if module is None or mesh is None:
             continue
-        dims = _mesh_dims(an, view, mesh, c)
+        dims = mesh_dims(an, view, mesh, c)
         if dims is not None and dims >= 2:
             out.append((c, module, f"`fully_shard` shards it on a {dims}-D mesh (HSDP)"))
     for c, module in shard_calls(an, view):
@@ -221,57 +211,15 @@ def _broadcastless_wraps(an, view, ctx) -> list:
 
 def _loaded_on_main_only(an, view, k):
     """(view, call) of a load of a state into the module built by ``k`` that runs on the main rank
-    only, when every call after ``k`` that may give its parameters values (in its function and the
-    project functions called there, the methods of its class, after the calls of its function)
-    runs on the main rank only too; None otherwise."""
-    sem = view.sem
-    fn = sem.enclosing_function(k)
-    scope = fn if fn is not None else sem.tree
-    found = []
-    seen = set()
-    _setters_in(an, view, scope, (k.end_lineno, k.end_col_offset), 0, False, seen, found)
-    if fn is not None:
-        cls = parent(fn)
-        if isinstance(cls, ast.ClassDef):
-            for st in cls.body:
-                if isinstance(st, FUNC_TYPES) and st is not fn:
-                    _setters_in(an, view, st, None, 0, False, seen, found)
-        for s in an.call_sites(view, fn):
-            g = sem.enclosing_function(s)
-            if g is not fn:
-                _setters_in(an, view, g if g is not None else sem.tree, (s.end_lineno, s.end_col_offset), 1,
-                            rank0_guarded(view_ctx(view), s, callers=False) is True, seen, found)
+    only, when every call after ``k`` that may give its parameters values (``seeds.setter_calls``,
+    a project function read for what it runs) runs on the main rank only too; None otherwise."""
     load = None
-    for sv, n, main_only in found:
+    for sv, n, main_only in setter_calls(an, view, k, by_name=False, guards=True):
         if not main_only:
             return None
         if load is None and _loads_into(an, sv, n, view, k):
             load = (sv, n)
     return load
-
-
-def _setters_in(an, view, scope, after, depth, main_only, seen, out) -> None:
-    """Collect (view, call, runs on the main rank only) of the setter calls of ``scope`` after
-    ``after``, through the project functions called there."""
-    if (id(scope), main_only) in seen:
-        return
-    seen.add((id(scope), main_only))
-    vctx = view_ctx(view)
-    for n in ast.walk(scope):
-        if not isinstance(n, ast.Call) or (after is not None and (n.lineno, n.col_offset) < after):
-            continue
-        f = n.func
-        name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
-        if name is None:
-            continue
-        if (view.sem.call_qualname(n) or "") == "torch.load":  # reads a file; sets nothing
-            continue
-        here = main_only or rank0_guarded(vctx, n, callers=False) is True
-        target = an.resolve_call(view, n) if depth < _DEPTH else None
-        if target is not None and isinstance(target[1], FUNC_TYPES):  # a project function: what it runs
-            _setters_in(an, target[0], target[1], None, depth + 1, here, seen, out)
-        elif name in _SETTERS:
-            out.append((view, n, here))
 
 
 def _loads_into(an, view, call, kv, k) -> bool:
@@ -289,22 +237,6 @@ def _loads_into(an, view, call, kv, k) -> bool:
     return any(v is kv and e is k for v, e in constructions(an, view, target, call))
 
 
-def _mesh_dims(an, view, mesh, at) -> int | None:
-    """The dimensions of the mesh ``mesh`` holds: an ``init_device_mesh`` call of a literal shape,
-    or a slice of several named dimensions of one (``mesh["dp_replicate", "dp_shard"]``)."""
-    got = holds_call(an, view, mesh, at, qn_pred(*INIT_MESH))
-    if got is not None:
-        shape = get_arg(got[1], 1, "mesh_shape")
-        if isinstance(shape, (ast.Tuple, ast.List)):
-            return len(shape.elts)
-        return None
-    for _v, e in origins(an, view, mesh, at):
-        if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Tuple) and len(e.slice.elts) >= 2 and all(
-                isinstance(x, ast.Constant) and isinstance(x.value, str) for x in e.slice.elts):
-            return len(e.slice.elts)
-    return None
-
-
 def _helper_mesh_dims(an, view, call) -> int | None:
     """The mesh dimensions of the ``fully_shard`` calls of the project function ``call`` runs (a
     sharding helper given the module, in this module or another), with a mesh built there or
@@ -317,27 +249,18 @@ def _helper_mesh_dims(an, view, call) -> int | None:
     params = set(param_names(tfn))
     got = set()
     for c in tv.sem.calls_to(*FULLY_SHARD):
-        if not _within(tfn, c):
+        if not contains(tfn, c):
             continue
         mesh = get_arg(c, None, "mesh")
         if mesh is None:
             return None
-        if isinstance(mesh, ast.Name) and mesh.id in params and not _stored(tfn, mesh.id):
+        if isinstance(mesh, ast.Name) and mesh.id in params and not stores_name(tfn, mesh.id):
             if mesh.id not in args:
                 return None
-            got.add(_mesh_dims(an, view, args[mesh.id], call))
+            got.add(mesh_dims(an, view, args[mesh.id], call))
         else:
-            got.add(_mesh_dims(an, tv, mesh, c))
+            got.add(mesh_dims(an, tv, mesh, c))
     return got.pop() if len(got) == 1 else None
-
-
-def _within(outer, node) -> bool:
-    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) and (
-        node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
-
-
-def _stored(fn, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(fn))
 
 
 def _syncs_states(an, view, call) -> bool:
@@ -346,46 +269,3 @@ def _syncs_states(an, view, call) -> bool:
         return False
     got = origins(an, view, flag, call)
     return not (got and all(isinstance(e, ast.Constant) and e.value is False for _v, e in got))
-
-
-def _state_set_after(an, view, k) -> bool:
-    """A call after the construction ``k`` may give the model's parameters other values: in its
-    function after it (and the project functions called there), in the methods of its class, or
-    after the calls of its function in its module."""
-    sem = view.sem
-    fn = sem.enclosing_function(k)
-    scope = fn if fn is not None else sem.tree
-    if _sets_in(an, view, scope, (k.end_lineno, k.end_col_offset), 0, set()):
-        return True
-    if fn is None:
-        return False
-    cls = parent(fn)
-    if isinstance(cls, ast.ClassDef):
-        for st in cls.body:
-            if isinstance(st, FUNC_TYPES) and st is not fn and _sets_in(an, view, st, None, 0, set()):
-                return True
-    for s in an.call_sites(view, fn):
-        g = sem.enclosing_function(s)
-        if g is not fn and _sets_in(an, view, g if g is not None else sem.tree, (s.end_lineno, s.end_col_offset), 1,
-                                    set()):
-            return True
-    return False
-
-
-def _sets_in(an, view, scope, after, depth, seen) -> bool:
-    if id(scope) in seen:
-        return False
-    seen.add(id(scope))
-    for n in ast.walk(scope):
-        if not isinstance(n, ast.Call) or (after is not None and (n.lineno, n.col_offset) < after):
-            continue
-        f = n.func
-        name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
-        if name in _SETTERS:
-            return True
-        if depth < _DEPTH:
-            target = an.resolve_call(view, n)
-            if target is not None and isinstance(target[1], FUNC_TYPES) and _sets_in(
-                    an, target[0], target[1], None, depth + 1, seen):
-                return True
-    return False
