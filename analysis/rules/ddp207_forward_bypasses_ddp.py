@@ -168,7 +168,7 @@ class ForwardBypassesDdp(Rule):
         backward: every binding of the name reads the module out of a provable wrapper
         (``flow.wrapped.unwrap_reads``)."""
         from ..flow.modern import hub
-        from ..flow.wrapped import unwrap_reads, unwrapped_base
+        from ..flow.wrapped import unwrap_sources
 
         an, view = hub(ctx)
         for c in ctx.sem.calls:
@@ -182,14 +182,17 @@ class ForwardBypassesDdp(Rule):
             back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)), None)
             if back is None:
                 continue
-            reads = unwrap_reads(an, view, holder, c)
-            if not reads or not all(enclosing_function(r) is fn for r in reads):
+            srcs = unwrap_sources(an, view, holder, c)
+            # each read in this function, or in a helper whose call in this function returned it
+            if not srcs or not all(enclosing_function(first) is fn for _r, _v, _b, _a, first in srcs):
                 continue
-            bases = [unwrapped_base(r) for r in reads]
-            if not all(isinstance(b, (ast.Name, ast.Attribute)) and ddp_holder(ctx, b, r) for b, r in zip(bases, reads)):
+            if not all(bv is view and isinstance(b, (ast.Name, ast.Attribute)) and ddp_holder(ctx, b, bat)
+                       for _r, bv, b, bat, _f in srcs):
                 continue
-            r = reads[0]
-            w = ctx.text(bases[0])
+            r, _v, base, _a, first = srcs[0]
+            w = ctx.text(base)
+            if first is not c:
+                r = first  # the helper call whose return unwraps (its read may be in another module)
             ctx.report(
                 c,
                 f"forward through `{holder.id}(...)` bypasses DistributedDataParallel: `{holder.id}` is the module "
