@@ -40,7 +40,12 @@ class ForwardBypassesDdp(Rule):
     The module may also be read out of the wrapper into a name of the same function first,
     `net = ddp_model.module`, `net = ddp_model.module if isinstance(ddp_model, DDP) else ddp_model`
     or `net = getattr(ddp_model, "module", ddp_model)`, then run as `net(x)` / `net.forward(x)`:
-    every binding of the name must be such a read of a provable wrapper.
+    every binding of the name must be such a read of a provable wrapper. The read may also be a
+    helper's return, in this module or another, or a method's (`net = unwrap(ddp_model)` with
+    `def unwrap(m): return m.module if hasattr(m, "module") else m`, `net = self.raw()` returning
+    `self.model.module`): the wrapper is then the helper's argument (`ddp_model`) or the
+    attribute it reads. A helper that unwraps with an `if` statement (two `return`s) is not
+    followed.
 
     Two more forms skip the wrapper in the same way, where a `DDP(...)` of this file is known:
     - the very module it wraps, called directly while the wrapper is bound to another name
