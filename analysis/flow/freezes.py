@@ -6,7 +6,7 @@ m.named_parameters()`` (also through ``list(...)``, ``enumerate`` is not followe
 is the module whose parameters it freezes (``m`` above; ``net.backbone`` for
 ``net.backbone.requires_grad_(False)``). ``wrapper_of`` then asks whether that module is read out
 of a ``DistributedDataParallel`` wrapper (``x.module...``, or a name bound to such a read, also
-through a helper's return: ``wrapped.unwrap_sources``) or is the wrapper itself: the expressions
+through a helper's return: ``unwraps.unwrap_sources``) or is the wrapper itself: the expressions
 of the wrapper, for the wrapping question (``wrapped.wrap_origins``) to answer.
 """
 from __future__ import annotations
@@ -74,12 +74,13 @@ def wrapper_of(hub, view, module, at, depth: int = 0) -> list | None:
     """(wrapper expression, the node it is read at, whether ``module`` is a strict submodule of
     the module read out of it) for the module expression ``module`` at ``at``:
     ``w.module.backbone`` -> ``w`` (a submodule); a name every origin of which unwraps (``net =
-    unwrap(model)``: ``wrapped.unwrap_sources``, lifted to the caller's argument) -> those
+    unwrap(model)``: ``unwraps.unwrap_sources``, lifted to the caller's argument) -> those
     wrappers; a name bound to such a submodule read (``enc = ddp.module.encoder``); else the name or ``self.<attr>`` itself when it is the whole module frozen (``for p
     in model.parameters()``: the module may be the wrapper). None when the root is anything else
     or a read is in another module."""
     from .origins import origins
-    from .wrapped import is_unwrap, unwrap_sources, unwrapped_base
+    from .unwraps import unwrap_sources
+    from .wrapped import is_unwrap, unwrapped_base
 
     e = module
     while isinstance(e, (ast.Attribute, ast.Subscript)) and not (

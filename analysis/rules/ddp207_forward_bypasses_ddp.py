@@ -173,7 +173,7 @@ class ForwardBypassesDdp(Rule):
         backward: every binding of the name reads the module out of a provable wrapper
         (``flow.wrapped.unwrap_reads``)."""
         from ..flow.modern import hub
-        from ..flow.wrapped import unwrap_sources
+        from ..flow.unwraps import unwrap_sources
 
         an, view = hub(ctx)
         for c in ctx.sem.calls:
