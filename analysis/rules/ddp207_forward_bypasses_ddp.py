@@ -40,7 +40,12 @@ class ForwardBypassesDdp(Rule):
     The module may also be read out of the wrapper into a name of the same function first,
     `net = ddp_model.module`, `net = ddp_model.module if isinstance(ddp_model, DDP) else ddp_model`
     or `net = getattr(ddp_model, "module", ddp_model)`, then run as `net(x)` / `net.forward(x)`:
-    every binding of the name must be such a read of a provable wrapper.
+    every binding of the name must be such a read of a provable wrapper. The read may also be a
+    helper's return, in this module or another, or a method's (`net = unwrap(ddp_model)` with
+    `def unwrap(m): return m.module if hasattr(m, "module") else m`, `net = self.raw()` returning
+    `self.model.module`): the wrapper is then the helper's argument (`ddp_model`) or the
+    attribute it reads. A helper that unwraps with an `if` statement (two `return`s) is not
+    followed.
 
     Two more forms skip the wrapper in the same way, where a `DDP(...)` of this file is known:
     - the very module it wraps, called directly while the wrapper is bound to another name
@@ -168,7 +173,7 @@ class ForwardBypassesDdp(Rule):
         backward: every binding of the name reads the module out of a provable wrapper
         (``flow.wrapped.unwrap_reads``)."""
         from ..flow.modern import hub
-        from ..flow.wrapped import unwrap_reads, unwrapped_base
+        from ..flow.unwraps import unwrap_sources
 
         an, view = hub(ctx)
         for c in ctx.sem.calls:
@@ -182,14 +187,17 @@ class ForwardBypassesDdp(Rule):
             back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)), None)
             if back is None:
                 continue
-            reads = unwrap_reads(an, view, holder, c)
-            if not reads or not all(enclosing_function(r) is fn for r in reads):
+            srcs = unwrap_sources(an, view, holder, c)
+            # each read in this function, or in a helper whose call in this function returned it
+            if not srcs or not all(enclosing_function(first) is fn for _r, _v, _b, _a, first in srcs):
                 continue
-            bases = [unwrapped_base(r) for r in reads]
-            if not all(isinstance(b, (ast.Name, ast.Attribute)) and ddp_holder(ctx, b, r) for b, r in zip(bases, reads)):
+            if not all(bv is view and isinstance(b, (ast.Name, ast.Attribute)) and ddp_holder(ctx, b, bat)
+                       for _r, bv, b, bat, _f in srcs):
                 continue
-            r = reads[0]
-            w = ctx.text(bases[0])
+            r, _v, base, _a, first = srcs[0]
+            w = ctx.text(base)
+            if first is not c:
+                r = first  # the helper call whose return unwraps (its read may be in another module)
             ctx.report(
                 c,
                 f"forward through `{holder.id}(...)` bypasses DistributedDataParallel: `{holder.id}` is the module "
