@@ -589,6 +589,10 @@ class Evaluator:
                                   f"seeded per rank ({gv.src.desc}, line {gv.src.line})", e)
                 else:
                     seed = self._rank_seed(qn)
+                    if seed is not None and seed.lineno > e.lineno \
+                            and self.sem.enclosing_function(seed) is self.sem.enclosing_function(e):
+                        return _V(self.view, RNG, f"random numbers from `{_text(e.func)}()`, drawn before the "
+                                  f"generator is seeded at line {seed.lineno}: each process draws its own", e)
                     if seed is not None:
                         return _V(self.view, RNG, f"random numbers from `{_text(e.func)}()` (the generator is "
                                   f"seeded per rank at line {seed.lineno})", e)
