@@ -99,7 +99,7 @@ def test_notifications_do_not_accumulate(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)
     s = RawServer.__new__(RawServer)
-    s.p, s.buf = p, b""
+    s.p, s.buf, s.passed = p, b"", []
     try:
         s.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
         s.response(0)
