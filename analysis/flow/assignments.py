@@ -22,6 +22,18 @@ from ..semantic import has_param as _is_param  # the flow modules and rules impo
 _NESTED = (*FUNC_TYPES, ast.Lambda, ast.ClassDef)  # definitions a binding cannot leave
 
 
+def has_ancestor(node: ast.AST, anc: ast.AST) -> bool:
+    """``anc`` is a proper ancestor of ``node`` in the tree (by parent pointers): the one
+    "is this node inside that one" test of the flow modules and the rules (``bindings.contains``
+    is the source-span test)."""
+    p = parent(node)
+    while p is not None:
+        if p is anc:
+            return True
+        p = parent(p)
+    return False
+
+
 def name_binding_kind(ctx, name: str, scope: ast.AST):
     """('param' | 'loop' | 'single' | 'multi' | 'none', value-or-None) for ``name`` seen from
     ``scope`` (falls back to module level for names the function does not bind). For 'multi', the

@@ -25,6 +25,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from ..torch_api import D
+from .assignments import has_ancestor
 from .bindings import reaching
 from .helper_calls import resolved
 from .origins import origins
@@ -295,16 +296,9 @@ def _split(ev, typed, stop):
             arms_b = _arm(b)
             for test_if, arm in arms_a.items():
                 if arms_b.get(test_if, arm) != arm and ev.value(test_if.test).varying:
-                    if _inside(stop, test_if):
+                    if has_ancestor(stop, test_if):
                         continue  # the collective is itself inside one arm
                     return ((a, da), (b, db), test_if) if arm == 0 else ((b, db), (a, da), test_if)
     return None
 
 
-def _inside(node, stmt) -> bool:
-    p = node
-    while p is not None:
-        if p is stmt:
-            return True
-        p = parent(p)
-    return False

@@ -37,6 +37,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent
+from .assignments import has_ancestor
 from .fs_effects import EXTRACT, MKDIR, WRITE, effects_at, is_path_obj, path_key
 
 _EXISTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists"})
@@ -354,7 +355,7 @@ def check_then_create(ctx, an, scope) -> list[Race]:
                 if effect_key(ctx, an, e) != k or id(c) in done or (c.lineno, c.col_offset) < end \
                         or _rebound(ctx, scope, k, node, c):
                     continue
-                if parent_chain_contains(c, node):
+                if has_ancestor(c, node):
                     continue
                 done.add(id(c))
                 out.append(Race("fail-if-present", node, chk, c, e))
@@ -387,12 +388,3 @@ def library_check_then_create(ctx, an, scope) -> list[Race]:
             continue  # created before: the library finds it
         out.append(Race("library-check-then-create", None, None, c, None))
     return out
-
-
-def parent_chain_contains(node, anc) -> bool:
-    p = parent(node)
-    while p is not None:
-        if p is anc:
-            return True
-        p = parent(p)
-    return False

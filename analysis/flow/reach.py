@@ -333,32 +333,28 @@ def _closure(start: str, table: dict, closures: dict) -> tuple[dict, dict]:
     files, all decided before it, so the memo holds for the table's life)."""
     got = closures.get(start)
     if got is None:
-        deps: dict[str, str | None] = {}
-        read: dict[str, str | None] = {}
-        seen = set()
-        work = [start]
-        while work:
-            p = work.pop()
-            if p in seen:
-                continue
-            seen.add(p)
-            got = table.get(p)
-            if got is None or got is _YES:
-                continue
-            own, succs = got
-            deps.update(own)
-            read[p] = own[p]
-            work.extend(succs)
-        deps.update(read)
-        got = closures[start] = (deps, read)
+        got = closures[start] = _reached((start,), table)
     return got
 
 
 def _deps_without(path: str, first, absent: dict, table: dict) -> dict:
     """``_no_deps`` by a walk that does not enter ``path`` itself (its own imports are ``first``)."""
     deps: dict[str, str | None] = dict(absent)
-    seen = {path}
-    work = [s for s, _m in first if s is not None]
+    deps.update(_reached([s for s, _m in first if s is not None], table, exclude=path)[0])
+    if deps.get(path, 0) is None and isinstance(table.get(path), tuple):
+        deps[path] = table[path][0][path]  # (a file read too, though the walk does not enter it)
+    return deps
+
+
+def _reached(starts, table: dict, exclude: str | None = None) -> tuple[dict, dict]:
+    """The one walk of ``_closure`` and ``_deps_without``: ({path: None | hash} of every absent
+    mark and file read, {path: hash} of the files read) over the "no" files reachable from
+    ``starts``, never entering ``exclude``. A file read is a file, whatever import also looked for
+    it absent: its hash wins over an absent mark of the same path."""
+    deps: dict[str, str | None] = {}
+    read: dict[str, str | None] = {}
+    seen = set() if exclude is None else {exclude}
+    work = list(starts)
     while work:
         p = work.pop()
         if p in seen:
@@ -369,11 +365,10 @@ def _deps_without(path: str, first, absent: dict, table: dict) -> dict:
             continue
         own, succs = got
         deps.update(own)
+        read[p] = own[p]
         work.extend(succs)
-    for p in seen:  # a file read is a file, whatever import also looked for it absent
-        if p in deps and deps[p] is None and isinstance(table.get(p), tuple):
-            deps[p] = table[p][0][p]
-    return deps
+    deps.update(read)
+    return deps, read
 
 
 def _solve(start: str, table: dict, now: float, needles: tuple, fold: bool) -> bool:

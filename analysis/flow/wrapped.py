@@ -22,7 +22,7 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent, subtree
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
-from .fs_races import parent_chain_contains
+from .assignments import has_ancestor
 from .class_chains import ctor_chain, runs_first, self_bindings
 from .instances import class_named
 from .records import class_chain
@@ -217,9 +217,9 @@ def _after(st, last, at) -> bool:
     node = parent(at)
     while node is not None and not isinstance(node, FUNC_TYPES + (ast.Lambda, ast.ClassDef)):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            if parent_chain_contains(last, node):
+            if has_ancestor(last, node):
                 return False
-            if parent_chain_contains(st, node):
+            if has_ancestor(st, node):
                 return True
         node = parent(node)
     return False

@@ -510,6 +510,19 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
     return hit, deps
 
 
+def shard_or_callers_reach(cls, text: str, filename: str | None):
+    """``Rule.reach`` of a modern-stack rule whose sharded value may come from an imported module
+    (``flow.modern.shard_reach``) or from a caller in another file (``callers_may_exist``): yes
+    when either may hold; for a no, the dependencies of both answers."""
+    from ..flow.modern import shard_reach  # lazy: only files the text gate admits
+
+    may, deps = shard_reach(cls, text, filename)
+    if may:
+        return True, {}
+    more, more_deps = callers_may_exist(text, filename, ())
+    return more, {} if more else {**deps, **more_deps}
+
+
 _call_index: dict[tuple, tuple] = {}  # (folder, snapshot) -> (listing, {called word: [positions]})
 
 

@@ -5,6 +5,7 @@ import re
 
 from ..model import Applicability, Severity
 from ..registry import Rule
+from ..flow.assignments import has_ancestor
 from ..flow.wrappers import callee_name
 from ..flow.mentions import code_words, mentions
 from ._common import D, gloo_only
@@ -281,7 +282,7 @@ def _owner(ctx, init: ast.Call, main_block):
     for _ in range(4):
         fn = sem.enclosing_function(node)
         if fn is None:
-            if main_block is not None and _inside(node, main_block):
+            if main_block is not None and has_ancestor(node, main_block):
                 return main_block.body, conditional or _conditional(node, main_block)
             if node is init:
                 return sem.tree.body, conditional or _conditional(node, sem.tree)
@@ -305,15 +306,6 @@ def _conditional(node, top) -> bool:
     p = parent(node)
     while p is not None and p is not top:
         if isinstance(p, _COND):
-            return True
-        p = parent(p)
-    return False
-
-
-def _inside(node, outer) -> bool:
-    p = parent(node)
-    while p is not None:
-        if p is outer:
             return True
         p = parent(p)
     return False

@@ -5,11 +5,11 @@ import unicodedata
 
 from ..model import Severity
 from ..registry import Rule
-from ..flow.assignments import stmt_list_of
+from ..flow.assignments import has_ancestor, stmt_list_of
 from ..flow.helper_calls import calls_named
 from ..flow.models import ddp_calls
 from ..flow.mentions import mentions
-from ..semantic import parent
+from ..semantic import Semantic, parent
 from ._common import callers_may_exist
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -128,7 +128,7 @@ class AccumulationWithoutNoSync(Rule):
             if got is None:
                 # the micro-batch shape: a ``for`` loop of forward/backward that steps no optimizer,
                 # followed in its function by the step (``for _ in range(accum): ...; opt.step()``)
-                if not isinstance(loop, ast.For) or any(_inside(s, loop) for s in steps):
+                if not isinstance(loop, ast.For) or any(has_ancestor(s, loop) for s in steps):
                     continue
                 step = _step_after(loop, steps)
                 if step is None:
@@ -140,7 +140,7 @@ class AccumulationWithoutNoSync(Rule):
             if any(not _exclusive(c, s) for s in unguarded.get(id(loop), ())):
                 continue
             _, guard = got
-            if _inside(c, guard) or _mod_guard_and_loop(ctx, c)[0] is not None or not _same_block(c, guard):
+            if has_ancestor(c, guard) or _mod_guard_and_loop(ctx, c)[0] is not None or not _same_block(c, guard):
                 continue
             # a wrap of this file (the file's own contract), or a forward in the loop through a
             # value that may be the wrapper, also one a caller in another module passes
@@ -166,7 +166,7 @@ class AccumulationWithoutNoSync(Rule):
             fn = enclosing_function(loop)
             for call in ast.walk(loop):
                 if not isinstance(call, ast.Call) or enclosing_function(call) is not fn \
-                        or _loop_of(call) is not loop or _inside(call, guard) \
+                        or _loop_of(call) is not loop or has_ancestor(call, guard) \
                         or _mod_guard_and_loop(ctx, call)[0] is not None or not _same_block(call, guard):
                     continue
                 if any(not _exclusive(call, s) for s in unguarded.get(id(loop), ())):
@@ -233,7 +233,7 @@ def _step_after(loop: ast.AST, steps: list[ast.Call]):
             later = got[1][got[1].index(node) + 1:]
             for s in steps:
                 # (a step in a later loop of its own steps per iteration: not this accumulation)
-                if any(_inside(s, st) for st in later) and _loop_of(s) in (None, *_enclosing_loops(loop)):
+                if any(has_ancestor(s, st) for st in later) and _loop_of(s) in (None, *_enclosing_loops(loop)):
                     return s
         node = parent(node)
     return None
@@ -241,7 +241,7 @@ def _step_after(loop: ast.AST, steps: list[ast.Call]):
 
 def _enclosing_loops(node: ast.AST) -> list:
     out = []
-    for a in _ancestors(node):
+    for a in Semantic.ancestors(node):
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             break
         if isinstance(a, _LOOPS):
@@ -320,13 +320,13 @@ def _bypasses_wrapper(ctx, loop: ast.AST, backward: ast.Call) -> bool:
 
 def _exclusive(a: ast.AST, b: ast.AST) -> bool:
     """``a`` and ``b`` sit in different branches of one ``if``."""
-    anc_a = {id(x): x for x in _ancestors(a)}
+    anc_a = {id(x): x for x in Semantic.ancestors(a)}
     child = b
-    for x in _ancestors(b):
+    for x in Semantic.ancestors(b):
         if id(x) in anc_a:
             if isinstance(x, ast.If):
                 a_child = a
-                for y in _ancestors(a):
+                for y in Semantic.ancestors(a):
                     if y is x:
                         break
                     a_child = y
@@ -351,7 +351,7 @@ def _optimizer_step(c: ast.Call) -> bool:
 
 
 def _loop_of(node: ast.AST):
-    for a in _ancestors(node):
+    for a in Semantic.ancestors(node):
         if isinstance(a, _LOOPS):
             return a
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
@@ -365,7 +365,7 @@ def _mod_guard_and_loop(ctx, node: ast.AST):
     iterations before ``node`` is reached (``if not last: continue``, then the step)."""
     guard = None
     child = node
-    for a in _ancestors(node):
+    for a in Semantic.ancestors(node):
         if isinstance(a, ast.If) and guard is None and _has_mod(ctx, a.test):
             guard = a
         elif isinstance(a, _LOOPS):
@@ -421,17 +421,6 @@ def _in_loop_elsewhere(ctx, name: str, loop: ast.AST, st: ast.stmt) -> bool:
                 and ctx.sem.statement_of(n) is not st:
             return True
     return False
-
-
-def _inside(node: ast.AST, outer: ast.AST) -> bool:
-    return any(a is outer for a in _ancestors(node))
-
-
-def _ancestors(node: ast.AST):
-    p = parent(node)
-    while p is not None:
-        yield p
-        p = parent(p)
 
 
 def _same_block(node: ast.AST, guard: ast.If) -> bool:

@@ -5,6 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import Semantic, parent
+from ..flow.assignments import has_ancestor
 from ..flow.mentions import mentions
 from ._training import backward_calls, ddp_holder, enclosing_function
 
@@ -265,10 +266,6 @@ def _optimizer_step(c: ast.Call) -> bool:
     return bool(c.args) and _is_optimizer(c.args[0])
 
 
-def _inside(node, outer) -> bool:
-    return any(a is outer for a in Semantic.ancestors(node))
-
-
 def _in_body(node, if_node) -> bool:
     child = node
     for a in Semantic.ancestors(node):
@@ -294,7 +291,7 @@ def _mod_test(ctx, e, loop, depth):
         return None if t is None else (t[0], t[1], t[2], not t[3])
     if isinstance(e, ast.Name):
         binds = [b for b in ctx.sem.assignments(ctx.sem.scope_of(loop)).get(e.id, [])]
-        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not _inside(binds[0], loop):
+        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not has_ancestor(binds[0], loop):
             return None
         return _mod_test(ctx, binds[0].value, loop, depth + 1)
     if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq))):
@@ -337,7 +334,7 @@ def _sync_condition(ctx, call, holder, loop):
     if isinstance(p, ast.withitem):
         w = parent(p)
         q = parent(w)
-        if isinstance(q, ast.If) and q.orelse and _inside(q, loop) and w in (*q.body, *q.orelse):
+        if isinstance(q, ast.If) and q.orelse and has_ancestor(q, loop) and w in (*q.body, *q.orelse):
             other = q.orelse if w in q.body else q.body
             # the ``if`` splits the micro-batches: a backward inside this ``no_sync()`` block, and
             # one in the other branch that runs outside it (the synchronising micro-batch)

@@ -6,8 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2, options_flag
-from ..flow.modern import content_calls, filled_entries, hub, local_shard_of, origins, remapped_entries, shard_reach
-from ._common import callers_may_exist, other_call_sites
+from ..flow.modern import content_calls, filled_entries, hub, local_shard_of, origins, remapped_entries
+from ._common import other_call_sites, shard_or_callers_reach
 
 _SD = "torch.distributed.checkpoint.state_dict."
 _GETTERS = (_SD + "get_model_state_dict", _SD + "get_state_dict", _SD + "get_optimizer_state_dict")
@@ -57,13 +57,7 @@ class ShardedStateDictSaved(Rule):
     # that calls the file's export helper with a sharded module
     requires_text = ("save",)
 
-    @classmethod
-    def reach(cls, text, filename):
-        may, deps = shard_reach(cls, text, filename)
-        if may:
-            return True, {}
-        more, more_deps = callers_may_exist(text, filename, ())
-        return more, {} if more else {**deps, **more_deps}
+    reach = classmethod(shard_or_callers_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)

@@ -6,8 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2
-from ..flow.modern import hub, origins, shard_reach
-from ._common import callers_may_exist, other_call_sites
+from ..flow.modern import hub, origins
+from ._common import other_call_sites, shard_or_callers_reach
 
 # what reads a checkpoint file into plain tensors
 _LOADS = frozenset({"torch.load", "safetensors.torch.load_file", "safetensors.torch.load",
@@ -70,13 +70,7 @@ class PlainStateDictIntoShardedModule(Rule):
     # a module that calls the file's loader with a sharded module
     requires_text = ("load_state_dict",)
 
-    @classmethod
-    def reach(cls, text, filename):
-        may, deps = shard_reach(cls, text, filename)
-        if may:
-            return True, {}
-        more, more_deps = callers_may_exist(text, filename, ())
-        return more, {} if more else {**deps, **more_deps}
+    reach = classmethod(shard_or_callers_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)

@@ -5,7 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import parent
-from ._common import other_call_sites
+from ._common import other_call_sites, shard_or_callers_reach
 from ..flow.modern import fsdp1_flat, hub
 
 _STR_TESTS = frozenset({"startswith", "endswith", "find", "index", "split", "rsplit", "partition", "count",
@@ -54,15 +54,7 @@ class FlatParameterNames(Rule):
     severity = Severity.WARNING
     requires_text = ("parameters",)
 
-    @classmethod
-    def reach(cls, text, filename):
-        from ..flow.modern import shard_reach
-        from ._common import callers_may_exist
-        may, deps = shard_reach(cls, text, filename)
-        if may:
-            return True, {}
-        more, more_deps = callers_may_exist(text, filename, ())
-        return more, {} if more else {**deps, **more_deps}
+    reach = classmethod(shard_or_callers_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
