@@ -659,17 +659,7 @@ class Semantic:
             return None
         st = assigns[0]
         if st.__class__ is ast.Assign and len(st.targets) == 1:
-            t = st.targets[0]
-            if t.__class__ is ast.Name:
-                return st.value
-            # ``a, b = x, y``: the element at the name's place
-            v = st.value
-            if t.__class__ is ast.Tuple and v.__class__ is ast.Tuple and len(t.elts) == len(v.elts) \
-                    and not any(e.__class__ is ast.Starred for e in (*t.elts, *v.elts)):
-                for te, ve in zip(t.elts, v.elts):
-                    if te.__class__ is ast.Name and te.id == name:
-                        return ve
-            return None
+            return bound_value(st, name)
         if st.__class__ is ast.AnnAssign and st.value is not None:
             return st.value
         return None
@@ -816,14 +806,15 @@ def iter_scope_nodes(scope: ast.AST) -> tuple[ast.AST, ...]:
     return got
 
 
-def _scope_walk(scope: ast.AST) -> Iterator[ast.AST]:
+def _scope_walk(scope: ast.AST, rev_fields: dict = _REV_FIELDS, fields_of=_rev_node_fields) -> Iterator[ast.AST]:
+    """The nodes that belong to ``scope``, pre-order, following the fields ``fields_of`` gives a
+    node type (memoised in ``rev_fields``, last-first): every node field, or the statement lists."""
     body = scope.body if isinstance(scope.body, list) else [scope.body]
     stack = list(reversed(body))
     pop = stack.pop
     push = stack.append
     AST = ast.AST
     nested = _NESTED_SCOPES
-    rev_fields = _REV_FIELDS
     while stack:
         n = pop()
         yield n
@@ -832,7 +823,7 @@ def _scope_walk(scope: ast.AST) -> Iterator[ast.AST]:
         t = n.__class__
         fs = rev_fields.get(t)
         if fs is None:
-            fs = rev_fields[t] = _rev_node_fields(t)
+            fs = rev_fields[t] = fields_of(t)
         # push the children last-first, so that the first child is popped first
         for f in fs:
             try:
@@ -847,31 +838,29 @@ def _scope_walk(scope: ast.AST) -> Iterator[ast.AST]:
                         push(c)
 
 
+def _rev_stmt_fields(t: type) -> tuple[str, ...]:
+    return tuple(f for f in reversed(t._fields) if f in _STMT_LIST_FIELDS)
+
+
 def _iter_scope_statements(scope: ast.AST) -> Iterator[ast.AST]:
     """The statements (and except handlers / match cases) that belong to ``scope``, in the order
     ``iter_scope_nodes`` yields them; expressions are not entered."""
-    body = scope.body if isinstance(scope.body, list) else [scope.body]
-    stack = list(reversed(body))
-    pop = stack.pop
-    push = stack.append
-    AST = ast.AST
-    nested = _NESTED_SCOPES
-    rev_fields = _REV_STMT_FIELDS
-    while stack:
-        n = pop()
-        yield n
-        if isinstance(n, nested):
-            continue
-        t = n.__class__
-        fs = rev_fields.get(t)
-        if fs is None:
-            fs = rev_fields[t] = tuple(f for f in reversed(t._fields) if f in _STMT_LIST_FIELDS)
-        for f in fs:
-            v = getattr(n, f, None)
-            if v.__class__ is list:
-                for c in reversed(v):
-                    if isinstance(c, AST):
-                        push(c)
+    return _scope_walk(scope, _REV_STMT_FIELDS, _rev_stmt_fields)
+
+
+def bound_value(st: ast.Assign, name: str) -> ast.AST | None:
+    """What ``st`` binds ``name`` to: its value, or the element at the name's place of a
+    parallel tuple assignment (``net, data = self.net, self.data``)."""
+    t = st.targets[0] if len(st.targets) == 1 else None
+    if t is None or t.__class__ is ast.Name:
+        return st.value
+    v = st.value
+    if t.__class__ is ast.Tuple and v.__class__ is ast.Tuple and len(t.elts) == len(v.elts) \
+            and not any(e.__class__ is ast.Starred for e in (*t.elts, *v.elts)):
+        for te, ve in zip(t.elts, v.elts):
+            if te.__class__ is ast.Name and te.id == name:
+                return ve
+    return None
 
 
 def get_arg(call: ast.Call, pos: int | None, kw: str) -> ast.expr | None:

@@ -268,13 +268,7 @@ class Analysis(Summaries):
             mod, level, attr = loc
             if (not level and mod.split(".", 1)[0] in _NOT_PROJECT) or depth > 3:
                 return None
-            v2 = self.module_view(view, mod, level)
-            if v2 is None:
-                return None
-            got = _lookup(v2, attr)
-            if got is None and (attr in v2.imports or v2.star_imports):
-                return self._resolve_name(v2, attr, v2.tree, depth + 1)
-            return got
+            return self._resolve_in(view, mod, level, attr, depth)
         if name not in view.defs and name not in view.classes:
             imp = view.imports.get(name)
             if imp is None:
@@ -295,6 +289,10 @@ class Analysis(Summaries):
         mod, level, attr = imp
         if attr is None:
             return None
+        return self._resolve_in(view, mod, level, attr, depth)
+
+    def _resolve_in(self, view, mod: str, level: int, attr: str, depth: int):
+        """``_resolve_name`` of ``attr`` in the project module ``mod`` that ``view`` imports."""
         v2 = self.module_view(view, mod, level)
         if v2 is None:
             return None

@@ -410,21 +410,6 @@ def instance_method_calls(hub, view, fn, cls) -> list:
     return out
 
 
-def _bound(st: ast.Assign, name: str) -> ast.AST | None:
-    """What ``st`` binds ``name`` to: its value, or the element at the name's place of a
-    parallel tuple assignment (``net, data = self.net, self.data``)."""
-    t = st.targets[0] if len(st.targets) == 1 else None
-    if t is None or t.__class__ is ast.Name:
-        return st.value
-    v = st.value
-    if t.__class__ is ast.Tuple and v.__class__ is ast.Tuple and len(t.elts) == len(v.elts) \
-            and not any(e.__class__ is ast.Starred for e in (*t.elts, *v.elts)):
-        for te, ve in zip(t.elts, v.elts):
-            if te.__class__ is ast.Name and te.id == name:
-                return ve
-    return None
-
-
 def _on_self_attr(f: ast.AST) -> bool:
     """``f`` is ``self.<attr>.<m>``: a method of the project class ``self.<attr>`` may hold
     (``resolve_call`` asks ``instances.self_attr_class``)."""

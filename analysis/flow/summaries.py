@@ -18,13 +18,14 @@ import ast
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
+from ..semantic import bound_value as _bound
 from .uniformity import U, X, join
 from .values import summary
 from .bindings import reaching
 from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
-    GROUP_POS, ROOTS, WRAPPERS, _bound, _is_ctor, _memo, _name_of, _name_of_any, _on_self_attr, _wrapped, calls_by_name,
+    GROUP_POS, ROOTS, WRAPPERS, _is_ctor, _memo, _name_of, _name_of_any, _on_self_attr, _wrapped, calls_by_name,
     instance_names, method_names, on_fresh_instance, on_subgroup, root_arg, scope_calls, scope_calls_in_class,
     self_offset, wrapped_names, instance_method_calls,)
 from .roots import Roots

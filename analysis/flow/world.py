@@ -12,9 +12,10 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import get_arg, parent
+from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from ..torch_api import D
+from .assignments import stmt_list_of
 from .bindings import EQUALISERS, reaching
 from .vocab import _FLIP, _int_vals, env_key
 
@@ -41,13 +42,10 @@ def overwritten(ev: ast.AST, use: ast.Name) -> bool:
     ``raise``/``try``) and the use lies after the overwrite."""
     if not isinstance(ev, ast.stmt) or ev.__class__ in (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith):
         return False
-    p = parent(ev)
-    for f in ("body", "orelse", "finalbody"):
-        blk = getattr(p, f, None)
-        if isinstance(blk, list) and ev in blk:
-            break
-    else:
+    got = stmt_list_of(ev)  # (a statement is never in an ``except`` handler list)
+    if got is None:
         return False
+    blk = got[1]
     for st in blk[blk.index(ev) + 1:]:
         if (st.lineno, st.col_offset) <= (use.lineno, use.col_offset):
             if (use.lineno, use.col_offset) <= (st.end_lineno, st.end_col_offset):
@@ -69,13 +67,10 @@ def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
     or makes it equal on every rank in place (``dist.all_reduce(name)``)."""
     if not isinstance(ev, ast.stmt):
         return False
-    p = parent(ev)
-    for f in ("body", "orelse", "finalbody"):
-        blk = getattr(p, f, None)
-        if isinstance(blk, list) and ev in blk:
-            break
-    else:
+    got = stmt_list_of(ev)  # (a statement is never in an ``except`` handler list)
+    if got is None:
         return False
+    blk = got[1]
     for st in blk[blk.index(ev) + 1:]:
         if (st.lineno, st.col_offset) <= (use.lineno, use.col_offset) <= (st.end_lineno, st.end_col_offset):
             return False  # the use is inside: no test stands between
