@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, Semantic, parent
 from .lifecycle import INIT
 
 
@@ -34,7 +34,7 @@ def skipped_without_init(hub, view, init, destroy) -> bool:
     if not isinstance(st, ast.Assign) or st.value is not init.call or len(st.targets) != 1:
         return False
     target = st.targets[0]
-    rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and _own(n, fn)]
+    rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and Semantic.scope_of(n) is fn]
     if not rets or not fn.body or not isinstance(fn.body[-1], (ast.Return, ast.Raise)):
         return False  # it may fall off its end (None) or return from a nested path not read here
     plain = [r for r in rets if not _after_init(tv.sem, r, fn)]
@@ -47,15 +47,6 @@ def skipped_without_init(hub, view, init, destroy) -> bool:
         if not any(_cond_false(view, st, c, env) for c in guards):
             return False
     return True
-
-
-def _own(node, fn) -> bool:
-    p = parent(node)
-    while p is not None and p is not fn:
-        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
-            return False
-        p = parent(p)
-    return p is fn
 
 
 def _after_init(sem, node, fn) -> bool:

@@ -152,19 +152,8 @@ def rank0_guarded(ctx, node: ast.AST, depth: int = 0, callers: bool = True) -> b
                     return True
         if isinstance(child, ast.stmt):
             block = _block_of(p, child)
-            if block is not None:
-                scope = sem.scope_of(child)
-                for s in block:
-                    if s is child:
-                        break
-                    if isinstance(s, ast.If):
-                        pol = polarity(ctx, s.test, scope)
-                        if pol is False and _ends_in_exit(s.body):
-                            return True
-                        if pol is True and s.orelse and _ends_in_exit(s.orelse):
-                            return True
-                    elif isinstance(s, ast.Assert) and polarity(ctx, s.test, scope) is True:
-                        return True
+            if block is not None and any(_exit_tests(ctx, block, child, sem.scope_of(child), True)):
+                return True
         if isinstance(p, FUNC_TYPES):
             if is_main_decorated(p):
                 return True
@@ -269,23 +258,29 @@ def main_guards(ctx, node: ast.AST, main_only: bool = True) -> list[tuple[ast.AS
         if isinstance(child, ast.stmt):
             block = _block_of(p, child)
             if block is not None:
-                scope = sem.scope_of(child)
-                for s in block:
-                    if s is child:
-                        break
-                    if isinstance(s, ast.If):
-                        pol = polarity(ctx, s.test, scope) if main_only else None
-                        if (pol is False or not main_only) and _ends_in_exit(s.body):
-                            out.append((s.test, False))
-                        elif (pol is True or not main_only) and s.orelse and _ends_in_exit(s.orelse):
-                            out.append((s.test, True))
-                    elif isinstance(s, ast.Assert) and (not main_only or polarity(ctx, s.test, scope) is True):
-                        out.append((s.test, True))
+                out.extend(_exit_tests(ctx, block, child, sem.scope_of(child), main_only))
         if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
             break
         child = p
         p = parent(p)
     return out
+
+
+def _exit_tests(ctx, block: list, child: ast.stmt, scope: ast.AST, main_only: bool):
+    """(test, the value it has when ``child`` runs) of each early exit before ``child`` in
+    ``block``: an ``if`` whose branch ends in an exit, an ``assert``; ``main_only``: only those
+    ``polarity`` reads as main-rank tests (the one walk of ``rank0_guarded`` and ``main_guards``)."""
+    for s in block:
+        if s is child:
+            break
+        if isinstance(s, ast.If):
+            pol = polarity(ctx, s.test, scope) if main_only else None
+            if (pol is False or not main_only) and _ends_in_exit(s.body):
+                yield s.test, False
+            elif (pol is True or not main_only) and s.orelse and _ends_in_exit(s.orelse):
+                yield s.test, True
+        elif isinstance(s, ast.Assert) and (not main_only or polarity(ctx, s.test, scope) is True):
+            yield s.test, True
 
 
 def callers_guarded(ctx, fn: ast.AST) -> bool | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, Semantic
 from .bindings import reaching
 from .helper_calls import may_resolve, resolved
 from .rank_tests import rank_test
@@ -124,15 +124,6 @@ def _read_after(view, fn, st, name):
         for n in ast.walk(later):
             if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load):
                 kind, got = reaching(view, name, n)
-                if kind == "param" and got is fn and _same_function(n, fn):
+                if kind == "param" and got is fn and Semantic.scope_of(n) is fn:
                     return n
     return None
-
-
-def _same_function(node, fn) -> bool:
-    p = parent(node)
-    while p is not None and p is not fn:
-        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
-            return False
-        p = parent(p)
-    return p is fn

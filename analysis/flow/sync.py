@@ -46,15 +46,13 @@ def _end(node) -> tuple[int, int]:
 
 
 def sync_points(hub, view, scope) -> list[ast.Call]:
-    """The calls of ``scope`` that may synchronise the ranks, in source order (memoised)."""
+    """The calls of ``scope`` that may synchronise the ranks, in source order (memoised): its
+    ``collective_points`` and the waits of ``_WAITS``."""
     memo = view.memo.setdefault("sync.points", {})
     got = memo.get(id(scope))
     if got is not None:
         return got
-    nodes = {id(s.node): s.node for s in hub.sites(view, scope)}
-    for c, target in hub.helper_calls(view, scope):
-        if hub.summary(*target).collectives:
-            nodes[id(c)] = c
+    nodes = {id(c): c for c in collective_points(hub, view, scope)}  # (a stable sort: same order)
     for c in view.sem.scope_calls(scope):
         if id(c) not in nodes and terminal_name(c.func) in _WAITS:
             nodes[id(c)] = c
