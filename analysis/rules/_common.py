@@ -510,6 +510,34 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
     return hit, deps
 
 
+def shown_path(ctx, path: str) -> str:
+    """``path`` as a finding shows it: relative to the checked file's folder (itself where no
+    relative path exists, another drive)."""
+    import os
+
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
+    except ValueError:
+        return path
+
+
+def spells_ddp(text: str) -> bool:
+    """``text`` spells ``DistributedDataParallel`` (NFKC-normalised, as Python reads names)."""
+    if "DistributedDataParallel" in text:
+        return True
+    import unicodedata
+
+    return not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)
+
+
+def ddp_or_callers_reach(cls, text: str, filename: str | None):
+    """``Rule.reach`` of a rule that needs a DDP wrapper: built in this file (``spells_ddp``), or
+    passed by a caller of the project that spells it (``callers_may_exist``)."""
+    if spells_ddp(text):
+        return True, {}
+    return callers_may_exist(text, filename, (("DistributedDataParallel",),))
+
+
 def shard_or_callers_reach(cls, text: str, filename: str | None):
     """``Rule.reach`` of a modern-stack rule whose sharded value may come from an imported module
     (``flow.modern.shard_reach``) or from a caller in another file (``callers_may_exist``): yes

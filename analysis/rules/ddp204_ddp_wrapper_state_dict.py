@@ -8,6 +8,7 @@ from ..semantic import get_arg, parent
 from ..flow.assignments import dominates, reaching_assignment
 from ..flow.models import is_ddp_wrapper
 from ..flow.mentions import mentions, names_string
+from ._common import shown_path
 
 
 # the file strips or adds the prefix itself: ``k.replace("module.", "")``, ``consume_prefix_...``
@@ -173,7 +174,7 @@ class DdpWrapperStateDict(Rule):
                 ctx.report(
                     arg,
                     f"`{h}` is the DDP wrapper, and `{fn.name}` saves its `{pname}.state_dict()` "
-                    f"({_shown(ctx, view.path)} line {save.lineno}): the keys carry a `module.` prefix and will "
+                    f"({shown_path(ctx, view.path)} line {save.lineno}): the keys carry a `module.` prefix and will "
                     f"not load into the plain model; pass `{h}.module`",
                     related=[("file", view.path, SourceText(view.text).node_range(save),
                               "the checkpoint is written here"),
@@ -242,15 +243,6 @@ def _saved_parts(obj: ast.AST) -> list[ast.AST]:
     if isinstance(obj, ast.Call) and isinstance(obj.func, ast.Name) and obj.func.id == "dict":
         return [k.value for k in obj.keywords]
     return [obj]
-
-
-def _shown(ctx, path: str) -> str:
-    import os
-
-    try:
-        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
-    except ValueError:
-        return path
 
 
 def _wrapper_state_dicts(ctx, obj: ast.AST, save: ast.Call, depth: int = 0):

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import ast
-import unicodedata
 
 from ..model import Severity
 from ..registry import Rule
@@ -10,7 +9,7 @@ from ..flow.helper_calls import calls_named
 from ..flow.models import ddp_calls
 from ..flow.mentions import mentions
 from ..semantic import Semantic, parent
-from ._common import callers_may_exist
+from ._common import ddp_or_callers_reach
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -88,14 +87,9 @@ class AccumulationWithoutNoSync(Rule):
     severity = Severity.INFO
     requires_text = ("backward",)
 
-    @classmethod
-    def reach(cls, text, filename):
-        # the wrap: in this file, or in a caller of the project that passes the wrapper to a helper
-        # or a class of this file (``_training.ddp_wraps_of``)
-        if "DistributedDataParallel" in text or (
-                not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)):
-            return True, {}
-        return callers_may_exist(text, filename, (("DistributedDataParallel",),))
+    # the wrap: in this file, or in a caller of the project that passes the wrapper to a helper
+    # or a class of this file (``_training.ddp_wraps_of``)
+    reach = classmethod(ddp_or_callers_reach)
 
     def finish(self, ctx) -> None:
         if mentions(ctx.sem, "no_sync", "require_backward_grad_sync", text=ctx.src.text):

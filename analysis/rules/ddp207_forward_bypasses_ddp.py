@@ -1,14 +1,13 @@
 from __future__ import annotations
 
 import ast
-import unicodedata
 
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.helper_calls import calls_named, calls_named_or_on_attr
 from ..flow.models import is_ddp_wrapper
-from ._common import callers_may_exist
+from ._common import ddp_or_callers_reach
 from ._training import (_NO_GRAD, backward_calls, ddp_holder, ddp_wraps, enclosing_function, flows_to, grad_disabled,
                         module_ref, params_reach_optimizer, reaches_backward)
 from .ddp209_unused_parameters import wrapped_class
@@ -115,13 +114,8 @@ class ForwardBypassesDdp(Rule):
     # one trained beside it
     requires_text = (".module", "DistributedDataParallel")
 
-    @classmethod
-    def reach(cls, text, filename):
-        # ``ddp_holder``: a wrapper built in this file, or passed by a caller of the project
-        if "DistributedDataParallel" in text or (
-                not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)):
-            return True, {}
-        return callers_may_exist(text, filename, (("DistributedDataParallel",),))
+    # ``ddp_holder``: a wrapper built in this file, or passed by a caller of the project
+    reach = classmethod(ddp_or_callers_reach)
 
     def finish(self, ctx) -> None:
         # ``x.module(...)`` and ``x.module.m(...)``, in the file's order (an index, not a pass over

@@ -2,13 +2,12 @@ from __future__ import annotations
 
 import ast
 import os
-import unicodedata
 
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.assignments import reaching_assignment
-from ._common import DDP_CLASS, callers_may_exist
+from ._common import DDP_CLASS, callers_may_exist, spells_ddp
 from ..flow import for_context
 from ..flow.mentions import mentions
 from ..flow.step_branches import PARAM_LAYERS as _PARAM_LAYERS, REFLECTIVE as _REFLECTIVE
@@ -132,8 +131,7 @@ class UnusedParameters(Rule):
     @classmethod
     def reach(cls, text, filename):
         # wrapped here (a DDP call in this file), or a class of this file trained elsewhere
-        if "DistributedDataParallel" in text or (
-                not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)):
+        if spells_ddp(text):
             return True, {}
         return callers_may_exist(text, filename, _CALLER_NEEDS, classes_only=True)
 

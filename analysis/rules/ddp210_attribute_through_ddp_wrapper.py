@@ -12,6 +12,7 @@ from ..flow.testing import is_test_file
 from ..flow.calls import call_args
 from ..flow.wrapped import (NOT_DDP_PLUGINS, branch_excludes_wrap, contradicts, guards, handles_attribute_error,
                             implied, is_model_class, tested_values, wrap_origins)
+from ._common import shown_path
 
 
 class AttributeThroughDdpWrapper(Rule):
@@ -229,7 +230,7 @@ class AttributeThroughDdpWrapper(Rule):
 
                 related = [("file", v.path, SourceText(v.text).node_range(call),
                             "wrapped in DistributedDataParallel here")]
-                where = f"{_shown(ctx, v.path)} line {call.lineno}"
+                where = f"{shown_path(ctx, v.path)} line {call.lineno}"
             may = "is" if always else "may be"
             ctx.report(
                 node,
@@ -271,7 +272,7 @@ class AttributeThroughDdpWrapper(Rule):
                     continue
                 w, call = wraps[0]
                 h = ctx.text(v)
-                where = f"line {call.lineno}" if w is view else f"{_shown(ctx, w.path)} line {call.lineno}"
+                where = f"line {call.lineno}" if w is view else f"{shown_path(ctx, w.path)} line {call.lineno}"
                 how = "" if at is test else f" (`{ctx.text(at.func)}` tests `{ctx.text(test)}`)"
                 ctx.report(
                     at,
@@ -283,7 +284,7 @@ class AttributeThroughDdpWrapper(Rule):
 
     @staticmethod
     def _report_prepared(ctx, node, h, attr, v, view, call, acc) -> None:
-        where = f"line {call.lineno}" if v is view else f"{_shown(ctx, v.path)} line {call.lineno}"
+        where = f"line {call.lineno}" if v is view else f"{shown_path(ctx, v.path)} line {call.lineno}"
         if v is view:
             related = [(call, "Accelerate wraps the model in DistributedDataParallel here")]
         else:
@@ -514,15 +515,6 @@ def _sets_attr(view, call, attr: str) -> bool:
         if (ast.unparse(t), attr) in got:
             return True
     return False
-
-
-def _shown(ctx, path: str) -> str:
-    import os
-
-    try:
-        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
-    except ValueError:
-        return path
 
 
 # The attributes a DistributedDataParallel wrapper has, frozen from torch 2.13.0:

@@ -10,6 +10,7 @@ from ..torch_api import DDP_CLASS
 from ..flow.modern import hub
 from ..flow.wrapped import wrap_origins
 from ._training import callers_pass_wrapper
+from ._common import shown_path
 
 _DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                  "torch.nn.parallel.data_parallel.DataParallel"})
@@ -102,7 +103,7 @@ class UnwrapChecksDataParallelOnly(Rule):
             if not wraps:
                 continue
             why = f"`{h}` may be the DistributedDataParallel wrapper (built on line {wraps[0][1].lineno}" + (
-                "" if wraps[0][0] is view else f" of {_shown(ctx, wraps[0][0].path)}") + ")"
+                "" if wraps[0][0] is view else f" of {shown_path(ctx, wraps[0][0].path)}") + ")"
             ctx.report(
                 test,
                 f"only `DataParallel` is checked before reading `{h}.module`, but {why}: a DDP wrapper is not a "
@@ -192,12 +193,3 @@ def _guarded_module_read(ctx, top, h: str):
                 if got is not None:
                     return got
     return None
-
-
-def _shown(ctx, path: str) -> str:
-    import os
-
-    try:
-        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
-    except ValueError:
-        return path

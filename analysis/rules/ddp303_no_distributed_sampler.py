@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.models import ddp_calls
 from ..flow.mentions import code_words
-from ._common import is_simple_ref
+from ._common import is_simple_ref, shown_path
 from ._loader import DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
 
 # anything in the code (identifiers, imported modules) that hints the data is already split per rank
@@ -151,7 +151,7 @@ class NoDistributedSampler(Rule):
 
             ctx.report(
                 call,
-                f"DDP script whose DataLoader (built by `{fn.name}`, {_shown(ctx, view.path)} line {loader.lineno}) "
+                f"DDP script whose DataLoader (built by `{fn.name}`, {shown_path(ctx, view.path)} line {loader.lineno}) "
                 "shuffles the whole dataset on every rank: without a DistributedSampler each rank trains on "
                 "all the data",
                 related=[("file", view.path, SourceText(view.text).node_range(loader),
@@ -174,12 +174,3 @@ def _shuffling_loader(view, fn):
             continue
         return c
     return None
-
-
-def _shown(ctx, path: str) -> str:
-    import os
-
-    try:
-        return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
-    except ValueError:
-        return path
