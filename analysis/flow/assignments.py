@@ -34,6 +34,17 @@ def has_ancestor(node: ast.AST, anc: ast.AST) -> bool:
     return False
 
 
+def under_try(node: ast.AST, scope: ast.AST) -> bool:
+    """``node`` sits under a ``try`` (``try``/``except*`` too) inside ``scope``: a failure there
+    may be expected and handled."""
+    p = parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, ast.Try) or p.__class__.__name__ == "TryStar":
+            return True
+        p = parent(p)
+    return False
+
+
 def name_binding_kind(ctx, name: str, scope: ast.AST):
     """('param' | 'loop' | 'single' | 'multi' | 'none', value-or-None) for ``name`` seen from
     ``scope`` (falls back to module level for names the function does not bind). For 'multi', the

@@ -18,7 +18,7 @@ import ast
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, parent
-from .summaries import INIT, WRAPPERS, Effect, _inits
+from .summaries import INIT, WRAPPERS, Effect, _calls_in, _inits
 
 _PG_USES = frozenset(D + n for n in ("get_rank", "get_world_size", "new_group", "new_subgroups", "all_reduce",
                                      "all_gather", "broadcast", "barrier", "reduce", "gather", "scatter",
@@ -89,24 +89,6 @@ def imported_views(hub, view, st: ast.stmt):
     return out
 
 
-def _calls_in(node: ast.AST) -> list[ast.Call]:
-    """Calls that run whenever ``node`` runs (not under a conditional expression, a lambda, a
-    comprehension or a nested definition), in source order."""
-    out = []
-    stack = [node]
-    skip = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
-            *FUNC_TYPES, ast.ClassDef)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, skip) and n is not node:
-            continue
-        if isinstance(n, ast.Call):
-            out.append(n)
-        stack.extend(ast.iter_child_nodes(n))
-    out.sort(key=lambda c: (c.lineno, c.col_offset))
-    return out
-
-
 def _has_init(node: ast.AST, sem) -> bool:
     return any(isinstance(n, ast.Call) and (sem.call_qualname(n) or "") == INIT for n in ast.walk(node))
 
@@ -120,29 +102,29 @@ def top_level_runs(stmts):
             test = st.test
             while isinstance(test, ast.BoolOp):
                 test = test.values[0]  # ``a and b``: only ``a`` surely runs
-            yield st, _calls_in(test)  # the test itself runs
+            yield st, _calls_in(test, enter=True)  # the test itself runs
             yield st, None
             continue
         if isinstance(st, (ast.For, ast.AsyncFor)):
-            yield st, _calls_in(st.iter)
+            yield st, _calls_in(st.iter, enter=True)
             yield st, None
             continue
         if isinstance(st, (ast.If, ast.Try)) or st.__class__.__name__ in ("Match", "TryStar"):
             yield st, None
             continue
         if isinstance(st, FUNC_TYPES):
-            yield st, [c for d in st.decorator_list for c in _calls_in(d)]
+            yield st, [c for d in st.decorator_list for c in _calls_in(d, enter=True)]
             continue
         if isinstance(st, ast.ClassDef):
-            head = [c for x in (*st.decorator_list, *st.bases, *(k.value for k in st.keywords)) for c in _calls_in(x)]
+            head = [c for x in (*st.decorator_list, *st.bases, *(k.value for k in st.keywords)) for c in _calls_in(x, enter=True)]
             yield st, head
             yield from top_level_runs(st.body)
             continue
         if isinstance(st, (ast.With, ast.AsyncWith)):
-            yield st, [c for it in st.items for c in _calls_in(it.context_expr)]
+            yield st, [c for it in st.items for c in _calls_in(it.context_expr, enter=True)]
             yield from top_level_runs(st.body)
             continue
-        yield st, _calls_in(st)
+        yield st, _calls_in(st, enter=True)
 
 
 def initialises(hub, view, c: ast.Call) -> bool:

@@ -23,6 +23,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, param_defaults, param_names, parent
 from ..torch_api import D
+from .assignments import under_try
 from .bindings import reaching
 from .calls import on_subgroup, scope_calls
 from .helper_calls import bind_args, callee_name, may_resolve, resolved
@@ -48,15 +49,6 @@ def _is_sum(op) -> bool:
     attribute path: ``dist.ReduceOp.SUM``, ``ReduceOp.SUM``)."""
     return op is None or (isinstance(op, ast.Attribute) and op.attr == "SUM"
                           and isinstance(op.value, (ast.Name, ast.Attribute)))
-
-
-def _under_try(node, fn) -> bool:
-    p = parent(node)
-    while p is not None and p is not fn:
-        if isinstance(p, ast.Try) or p.__class__.__name__ == "TryStar":
-            return True
-        p = parent(p)
-    return False
 
 
 def _tests_read_params(node, fn) -> bool:
@@ -94,7 +86,7 @@ def world_sum_params(view, fn) -> tuple:
         if (view.sem.call_qualname(c) or "") != D + "all_reduce" or on_subgroup(c, "all_reduce"):
             continue
         t = _param(view, fn, get_arg(c, 0, "tensor"))
-        if t is None or _under_try(c, fn) or _tests_read_params(c, fn):
+        if t is None or under_try(c, fn) or _tests_read_params(c, fn):
             continue
         op = get_arg(c, *_OP_POS)
         op_param = _param(view, fn, op) if op is not None else None
@@ -121,7 +113,7 @@ def sum_reductions(hub, view, scope) -> list:
         qn = view.sem.call_qualname(c) or ""
         if qn == D + "all_reduce":
             t = get_arg(c, 0, "tensor")
-            if isinstance(t, ast.Name) and _is_sum(get_arg(c, *_OP_POS)) and not _under_try(c, scope):
+            if isinstance(t, ast.Name) and _is_sum(get_arg(c, *_OP_POS)) and not under_try(c, scope):
                 world = not on_subgroup(c, "all_reduce")
                 grp = None if world else get_arg(c, 2, "group")
                 out.append(SumReduce(c, t.id, world, c, view.path, group=grp))
@@ -278,7 +270,7 @@ def _world_sum_return(view, fn) -> str | None:
         t = get_arg(c, 0, "tensor")
         if red is not None or not isinstance(t, ast.Name) or t.id != name or on_subgroup(c, "all_reduce") \
                 or not _is_sum(get_arg(c, *_OP_POS)) or get_arg(c, 3, "async_op") is not None \
-                or _under_try(c, fn) or _tests_read_params(c, fn) or not _dominates(c, last):
+                or under_try(c, fn) or _tests_read_params(c, fn) or not _dominates(c, last):
             return None
         red = c
     if red is None or _touched_between(view, fn, red, last, name):

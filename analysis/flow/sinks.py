@@ -17,6 +17,7 @@ import ast
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from .assignments import under_try
 from .bindings import reaching
 from .shape_facts import Sh
 from .shapes import Shapes, shapes_of
@@ -92,16 +93,6 @@ def _through_method(view, fn, expr, depth: int = 0):
     return None
 
 
-def _guarded(view, fn, node) -> bool:
-    """``node`` sits under a ``try`` in ``fn`` (a failure may be expected and handled)."""
-    p = parent(node)
-    while p is not None and p is not fn:
-        if isinstance(p, ast.Try) or p.__class__.__name__ == "TryStar":
-            return True
-        p = parent(p)
-    return False
-
-
 def param_sinks(hub, view, fn, table: dict, key: str, depth: int = 0) -> tuple[Sink, ...]:
     """The parameters of ``fn`` passed as they are to a collective of ``table``; ``key`` names
     the table in the memo (one memo per rule)."""
@@ -160,7 +151,7 @@ def _compute(hub, view, fn, table, key, depth):
         if qn.startswith(D):
             op = qn[len(D):]
             spec = table.get(op)
-            if spec is None or _guarded(view, fn, c) or on_subgroup(c, op):
+            if spec is None or under_try(c, fn) or on_subgroup(c, op):
                 continue
             arg = get_arg(c, *spec)
             p, method = _param_of(view, fn, arg), None
@@ -170,7 +161,7 @@ def _compute(hub, view, fn, table, key, depth):
                 seen.add(p)
                 out.append(Sink(p, Effect(op, c, view.path), method))
             continue
-        if qn.startswith(("torch.", "numpy.", "math.")) or not may_resolve(view, c) or _guarded(view, fn, c):
+        if qn.startswith(("torch.", "numpy.", "math.")) or not may_resolve(view, c) or under_try(c, fn):
             continue
         target = resolved(hub, view, c)
         if target is None or target[1] is fn:

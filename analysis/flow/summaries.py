@@ -669,14 +669,15 @@ def _inits(hub, target) -> bool:
     return any((view.sem.call_qualname(c) or "") == INIT for c in scope_calls(view, fn))
 
 
-def _calls_in(node: ast.AST) -> list[ast.Call]:
-    """Calls in ``node`` that run whenever it runs (not under a conditional expression, a lambda or
-    a comprehension), in evaluation order (roughly)."""
+def _calls_in(node: ast.AST, enter: bool = False) -> list[ast.Call]:
+    """Calls in ``node`` that run whenever it runs (not under a conditional expression, a lambda,
+    a comprehension or a nested definition), in evaluation order (roughly). ``enter``: ``node``
+    itself is entered whatever it is (a test that runs: ``if a() and b():``)."""
     out = []
     stack = [node]
     while stack:
         n = stack.pop()
-        if isinstance(n, _CONDITIONAL_EXPR) or isinstance(n, _DEFS):
+        if (isinstance(n, _CONDITIONAL_EXPR) or isinstance(n, _DEFS)) and (n is not node or not enter):
             continue
         if isinstance(n, ast.Call):
             out.append(n)
