@@ -140,7 +140,7 @@ def call_words(ctx, d) -> str:
     c = d.ctx
     parts = [f"`{name}` (a DDP-wrapped module)" for name in c.wraps]
     parts += [f"`{name}` (rank-varying)" for name in c.binds]
-    parts += [f"`{name}` (this rank's data)" for name in c.loaders]
+    parts += [f"`{name}` (this rank's data)" for name in sorted(c.loaders)]
     parts += [f"the instance whose `{attr}` is a DDP-wrapped module" for attr in c.self_wraps][:1]
     return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else "arguments"
 

@@ -643,13 +643,6 @@ def single_process_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> s
         if all(s == "body" for s in sides):
             return "body"
         return "orelse" if "orelse" in sides else None
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
-            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
-            and test.comparators[0].value is None:
-        # ``writer is not None`` where only the main rank builds a writer, the others keep None
-        if main_only_value(ctx, test.left.id, scope, depth + 1):
-            return isinstance(test.ops[0], ast.IsNot)
-        return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         single = _single_world_test(ctx, test, scope)
         if single is None:
