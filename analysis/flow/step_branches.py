@@ -14,6 +14,9 @@ Asked by DDP209 (issue 25), with ``ddp_options.strict_ddp_off`` for the wrapper 
   the same test, in a method ``forward`` does not reach, or any reflective access in the methods
   ``forward`` runs (``self.parameters()``, ``getattr(self, ...)``, ``self`` handed to a helper)
   leaves it alone.
+- ``guarded_heads(hub, view, cls, skips)``: the walk under ``step_skipped``, with the asker's
+  judgement of a test (``default_branches`` asks it about tests the default configuration
+  decides).
 - ``step_value(view, expr, at)``: the caller side, is an argument computed from a loop counter of
   a loop around the call (``it < warmup`` with ``it += 1`` in the loop, ``step % k == 0`` with
   ``step`` a ``for`` target over ``range``/the index of ``enumerate``)?
@@ -54,9 +57,20 @@ _SELECTORS = frozenset({"nonzero", "masked_select", "argwhere", "unique"})
 
 # -- which class the DDP call wraps ----------------------------------------------------------------
 
-def wrapped_classes(hub, view, expr, at, callers=None, depth: int = 0) -> list:
+def wrapped_classes(hub, view, expr, at, callers=None) -> list:
     """(view, ClassDef) of project classes whose instance ``expr`` may hold: through names,
     parameters filled by callers, ``.to()``/``.cuda()`` chains and ``convert_sync_batchnorm``."""
+    out, seen = [], set()
+    for cv, cls, _v, _c in wrapped_constructions(hub, view, expr, at, callers):
+        if id(cls) not in seen:
+            seen.add(id(cls))
+            out.append((cv, cls))
+    return out
+
+
+def wrapped_constructions(hub, view, expr, at, callers=None, depth: int = 0) -> list:
+    """(class view, ClassDef, view of the call, the constructor call) for each construction of a
+    project class whose instance ``expr`` may hold (see ``wrapped_classes``)."""
     from .origins import origins
 
     if depth > 3 or expr is None:
@@ -68,15 +82,15 @@ def wrapped_classes(hub, view, expr, at, callers=None, depth: int = 0) -> list:
             e = e.func.value
         if not isinstance(e, ast.Call):
             if e is not le:
-                out.extend(wrapped_classes(hub, lv, e, le, callers, depth + 1))
+                out.extend(wrapped_constructions(hub, lv, e, le, callers, depth + 1))
             continue
         qn = lv.sem.call_qualname(e) or ""
         if qn.endswith("convert_sync_batchnorm") and e.args:
-            out.extend(wrapped_classes(hub, lv, e.args[0], e, callers, depth + 1))
+            out.extend(wrapped_constructions(hub, lv, e.args[0], e, callers, depth + 1))
             continue
         got = hub.resolve_call(lv, e)
         if got is not None and got[1].name == "__init__" and isinstance(parent(got[1]), ast.ClassDef):
-            out.append((got[0], parent(got[1])))
+            out.append((got[0], parent(got[1]), lv, e))
     return out
 
 
@@ -124,6 +138,20 @@ def _methods(cls):
 def step_skipped(hub, view, cls: ast.ClassDef, arg_varies) -> list:
     """[(assign statement, attribute, kind, test)] for each parameterised submodule that
     ``forward`` runs only under a per-step test (see the module docstring)."""
+    fwd = _methods(cls).get("forward")
+
+    def skips(fn, test, runs_when):
+        return _varies(view, fn, test, arg_varies if fn is fwd else None)
+    return guarded_heads(hub, view, cls, skips)
+
+
+def guarded_heads(hub, view, cls: ast.ClassDef, skips) -> list:
+    """[(assign statement, attribute, kind, test)] for each parameterised submodule of ``cls``
+    that ``forward`` (or a method it calls on ``self``) runs only under a test for which
+    ``skips(function, test, runs_when)`` holds: the use runs only when ``bool(test)`` is
+    ``runs_when`` (the asker judges whether that may not happen: a per-step test in
+    ``step_skipped``, a test the default configuration decides against in
+    ``default_branches``). Each use of the submodule must sit under such a test."""
     methods = _methods(cls)
     fwd, init = methods.get("forward"), methods.get("__init__")
     if fwd is None or init is None:
@@ -183,7 +211,7 @@ def step_skipped(hub, view, cls: ast.ClassDef, arg_varies) -> list:
             continue  # never used (the other check), or used by a method forward does not reach
         tests = []
         for m, node in us:
-            t = _guard(hub, view, methods, reached, m, node, arg_varies, attr, 0)
+            t = _guard(hub, view, methods, reached, m, node, skips, attr, 0)
             if t is None:
                 tests = None
                 break
@@ -193,11 +221,11 @@ def step_skipped(hub, view, cls: ast.ClassDef, arg_varies) -> list:
     return out
 
 
-def _guard(hub, view, methods, reached, mname, node, arg_varies, attr, depth):
-    """The per-step test that ``node`` (in method ``mname``) runs under, or None when it may run
-    on every step (or on the other branch of the same test too)."""
+def _guard(hub, view, methods, reached, mname, node, skips, attr, depth):
+    """The test that ``node`` (in method ``mname``) runs under and that ``skips`` accepts, or
+    None when it may run on every step (or on the other branch of the same test too)."""
     fn = methods[mname]
-    t = _local_guard(view, fn, node, arg_varies if mname == "forward" else None, attr)
+    t = _local_guard(view, fn, node, skips, attr)
     if t is not None:
         return t
     if mname == "forward" or depth > 3:
@@ -210,7 +238,7 @@ def _guard(hub, view, methods, reached, mname, node, arg_varies, attr, depth):
         owner = _enclosing(c)
         if owner is None or owner.name not in reached:
             return None
-        g = _guard(hub, view, methods, reached, owner.name, c, arg_varies, attr, depth + 1)
+        g = _guard(hub, view, methods, reached, owner.name, c, skips, attr, depth + 1)
         if g is None:
             return None
         got = got or g
@@ -224,24 +252,28 @@ def _enclosing(node):
     return p
 
 
-def _local_guard(view, fn, node, arg_varies, attr):
+def _local_guard(view, fn, node, skips, attr):
     child, p = node, parent(node)
     while p is not None:
         if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
-            if _varies(view, fn, p.test, arg_varies):
-                other = p.orelse if child in _as_list(p.body) or child is p.body else p.body
+            in_body = child in _as_list(p.body) or child is p.body
+            if skips(fn, p.test, in_body):
+                other = p.orelse if in_body else p.body
                 if not _mentions_attr(other, attr):
                     return p.test
         elif isinstance(p, ast.BoolOp) and child is not p.values[0]:
-            if any(_varies(view, fn, v, arg_varies) for v in p.values[:p.values.index(child)]):
-                return p.values[0]
-        # an earlier ``if <per-step test>: return`` in an enclosing block skips it
+            # ``a and head(x)`` runs the head when ``a`` is true, ``a or head(x)`` when it is false
+            runs_when = isinstance(p.op, ast.And)
+            for v in p.values[:p.values.index(child)]:
+                if skips(fn, v, runs_when):
+                    return v
+        # an earlier ``if <test>: return`` in an enclosing block skips it
         for blk in ("body", "orelse", "finalbody"):
             stmts = getattr(p, blk, None)
             if isinstance(stmts, list) and child in stmts:
                 for st in stmts[:stmts.index(child)]:
                     if isinstance(st, ast.If) and st.body and isinstance(st.body[-1], ast.Return) \
-                            and not st.orelse and _varies(view, fn, st.test, arg_varies):
+                            and not st.orelse and skips(fn, st.test, False):
                         return st.test
         if p is fn or isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
             return None

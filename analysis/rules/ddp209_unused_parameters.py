@@ -52,6 +52,17 @@ class UnusedParameters(Rule):
     `find_unused_parameters=True`, `static_graph`, or a value that is not followed
     (`args.find_unused`) is not reported.
 
+    Such a wrapper is also reported when the program's **default configuration** never runs the
+    submodule: `forward` runs it only under a test of a `forward` argument (`with_aux`) that every
+    training call of the wrapper passes (or leaves at its default) as a value that is false by
+    default (`use_aux = args.aux_weight > 0` with the option's default `0.0`, an unset
+    `action="store_true"` flag, a dataclass field or config-dict entry, a literal; through names,
+    tuples, helpers and other modules), or of `self.<attr>` that `__init__` stores once from a
+    constructor argument given such a value. A value that cannot be determined (an environment
+    variable, an option without a default, options merged from a config file or stored into), a
+    default that turns the submodule on, calls under `torch.no_grad()`, or a wrapper handed to code
+    that is not seen (a library's training loop) keeps it silent.
+
     ## Why is this bad?
     DDP's reducer waits, after every backward, for a gradient of **every** parameter. One that
     took no part in the loss never gets one, the reduction never finishes, and the next forward
@@ -96,6 +107,14 @@ class UnusedParameters(Rule):
         loss(model(img, with_aux=it < CFG["warmup"]), mask).backward()
     ```
 
+    A head that the default configuration never runs (`--aux-weight` defaults to 0):
+    ```python
+    use_aux = args.aux_weight > 0
+    model = DDP(Seg().cuda(), device_ids=[rank])
+    for img, mask in loader:
+        loss(model(img, with_aux=use_aux), mask).backward()
+    ```
+
     ## Use instead
     ```python
     class Net(nn.Module):
@@ -109,8 +128,9 @@ class UnusedParameters(Rule):
     model = DDP(Net().to(local_rank), device_ids=[local_rank])
     ```
 
-    For a head that only some steps run, pass `find_unused_parameters=True` (or give the skipped
-    head a zero-weighted term in the loss on every step).
+    For a head that only some steps run, or that the default configuration leaves off, pass
+    `find_unused_parameters=True` (or give the skipped head a zero-weighted term in the loss on
+    every step, or build it only when it is used).
 
     ## Fix safety
     The fix adds `find_unused_parameters=True` to the `DistributedDataParallel(...)` call (only when
@@ -174,7 +194,7 @@ def _step_skipped_heads(ctx) -> None:
     whose forward runs a parameterised submodule only under a per-step test
     (``flow.step_branches``): reported at what turns the option off (the literal ``False`` of a
     config dict, the default of ``cfg.get(...)``) when it is in this file, else at the call."""
-    from ..flow import step_branches as sb
+    from ..flow import default_branches as db, step_branches as sb
     from ..flow.ddp_options import strict_ddp_off
     from ._common import other_call_sites
 
@@ -189,38 +209,55 @@ def _step_skipped_heads(ctx) -> None:
         decider = strict_ddp_off(an, here, call, callers)
         if decider is None:
             continue
-        for cv, cls in sb.wrapped_classes(an, here, get_arg(call, 0, "module"), call, callers):
-            if id(cls) in done or cls.decorator_list or len(cls.bases) != 1 \
+        groups: dict = {}
+        for cv, cls, kv, kc in sb.wrapped_constructions(an, here, get_arg(call, 0, "module"), call, callers):
+            groups.setdefault(id(cls), (cv, cls, []))[2].append((kv, kc))
+        got: dict = {}
+
+        def wrapper_calls(call=call):
+            if "calls" not in got:
+                got["views"] = _loop_views(ctx, an, call)
+                got["calls"] = sb.wrapper_calls(an, got["views"], here, call)
+            return got["calls"]
+
+        def training_calls(call=call):
+            """Every training call of the wrapper, or [] when it is handed to code not seen."""
+            if "seen" not in got:
+                wc = wrapper_calls()
+                got["seen"] = [] if not wc or db.escapes(an, got["views"], here, call, wc) else wc
+            return got["seen"]
+
+        for cv, cls, ctors in groups.values():
+            if cls.decorator_list or len(cls.bases) != 1 \
                     or (cv.sem.qualname(cls.bases[0]) or "") != "torch.nn.Module" or _view_freezes(cv):
                 continue
-            done.add(id(cls))
-            wcalls = None
 
-            def arg_varies(name, idx, cls=cls, call=call):
-                nonlocal wcalls
-                if wcalls is None:
-                    wcalls = sb.wrapper_calls(an, _loop_views(ctx, an, call), here, call)
+            def arg_varies(name, idx, cls=cls):
                 fwd = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
-                for v, c in wcalls:
+                for v, c in wrapper_calls():
                     a = sb.passed_arg(c, fwd, name, idx)
                     if a is not None and sb.step_value(v, a, c):
                         return True
                 return False
 
             found = sb.step_skipped(an, cv, cls, arg_varies)
-            if not found:
+            seen = {attr for _st, attr, _k, _t in found}
+            off = [f for f in db.default_skipped(an, cv, cls, ctors, training_calls, callers) if f[1] not in seen]
+            if not found and not off:
                 continue
             outside = _attrs_read_outside(ctx, {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
             if cv is not here:
                 outside |= _view_attrs_outside(cv, cls)
+            dv, dnode = decider
+            at = dnode if dv is here else call
+            cls_where = "" if cv is here else f" ({os.path.basename(cv.path)})"
+            crng = ctx.src.node_range(call)
+            related = [(call, "wrapped here")] if at is not call else []
             for st, attr, kind, test in found:
-                if attr in outside:
+                if attr in outside or (id(st), id(at)) in done:
                     continue
-                dv, dnode = decider
-                at = dnode if dv is here else call
-                cls_where = "" if cv is here else f" ({os.path.basename(cv.path)})"
+                done.add((id(st), id(at)))  # one finding a head and what turns the option off
                 t_where = f"line {test.lineno}" if cv is here else f"{os.path.basename(cv.path)}:{test.lineno}"
-                crng = ctx.src.node_range(call)
                 ctx.report(
                     at,
                     f"`{cls.name}`{cls_where} runs `self.{attr}` ({kind}) on some steps only: whether it runs "
@@ -228,8 +265,29 @@ def _step_skipped_heads(ctx) -> None:
                     f"(line {crng.start.line + 1}) is built with `find_unused_parameters` off: on a step that skips "
                     f"it, its parameters get no gradient and the next iteration fails with 'Expected to have "
                     "finished reduction in the prior iteration before starting a new one'",
-                    related=[(call, "wrapped here")] if at is not call else [],
+                    related=related,
                 )
+            for st, attr, kind, test, runs_when, (wv, wc) in off:
+                if attr in outside or (id(st), id(at)) in done:
+                    continue
+                done.add((id(st), id(at)))
+                t_where = f"line {test.lineno}" if cv is here else f"{os.path.basename(cv.path)}:{test.lineno}"
+                w_where = f"line {wc.lineno}" if wv is here else f"{os.path.basename(wv.path or '')}:{wc.lineno}"
+                ctx.report(
+                    at,
+                    f"`{cls.name}`{cls_where} runs `self.{attr}` ({kind}) only when `{ast.unparse(test)}` "
+                    f"({t_where}) is {'true' if runs_when else 'false'}, and under the program's default "
+                    f"configuration it is {'false' if runs_when else 'true'} "
+                    f"(`{_short(ast.unparse(wc))}`, {w_where}): the default configuration leaves the submodule "
+                    f"without gradients, but the DDP wrapper (line {crng.start.line + 1}) is built with "
+                    "`find_unused_parameters` off, so the second iteration fails with 'Expected to have finished "
+                    "reduction in the prior iteration before starting a new one'",
+                    related=related + [(wc, "called here")] if wv is here else related,
+                )
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def _loop_views(ctx, an, call) -> list:
