@@ -47,6 +47,12 @@ def const_int(node: ast.AST | None, sem=None) -> int | None:
     return None
 
 
+def backend_parts(s: str) -> list[str]:
+    """The backends a backend string names, lower case: ``"cpu:gloo,cuda:nccl"`` gives
+    ``["gloo", "nccl"]``."""
+    return [p.split(":")[-1].strip().lower() for p in s.split(",")]
+
+
 def backend_mentions_nccl(expr: ast.AST | None, ctx, scope: ast.AST, depth: int = 0) -> bool:
     """True when the backend expression is (or may be, in an if-expression) NCCL: a literal
     "nccl", a "cpu:gloo,cuda:nccl" string, ``dist.Backend.NCCL``, or a name bound once to one."""
@@ -54,8 +60,7 @@ def backend_mentions_nccl(expr: ast.AST | None, ctx, scope: ast.AST, depth: int 
         return False
     s = const_str(expr)
     if s is not None:
-        parts = [p.split(":")[-1].strip().lower() for p in s.split(",")]
-        return "nccl" in parts
+        return "nccl" in backend_parts(s)
     if isinstance(expr, ast.IfExp):
         return backend_mentions_nccl(expr.body, ctx, scope, depth + 1) or backend_mentions_nccl(
             expr.orelse, ctx, scope, depth + 1)

@@ -147,15 +147,40 @@ def completed_by_barrier(sem, call: ast.Call, op: str):
     group = _group_text(call, _POSITIONAL_BEFORE_GROUP.get(op))
     if group is False:
         return None
-    names = {a.id for a in (*call.args, *(k.value for k in call.keywords if k.arg not in _NOT_TENSOR_KW))
-             if isinstance(a, ast.Name)}
+
+    def barrier(st):
+        bar = _blocking_barrier(sem, st, D)
+        return bar if bar is not None and _group_text(bar, 0) == group else None
+
+    return completed_by(call, barrier)
+
+
+def completed_by(call: ast.Call, completer, at_end=None):
+    """The node ``completer(statement)`` answers for the first statement that completes ``call``
+    (an asynchronous call whose handle is dropped, or bound to a name nothing reads), when every
+    path from ``call`` reaches it before anything reads the tensors ``call`` was given; None when
+    there is none. With ``at_end``, a function that falls off its end from ``call`` with no such
+    statement and no read answers ``at_end(function)`` (its callers may complete it).
+
+    The statement sits in a block that holds (a statement around) ``call``, after it, with no
+    ``return`` / ``raise`` on the way (a ``break`` / ``continue`` of a loop it follows stays
+    inside); between the two the tensors (the names ``call`` is given, and the names at the root of
+    ``p.grad`` / ``bufs[i]``) are only put in containers (``out.append(t)``) or handed to other
+    async collectives. A loop around ``call`` may read the name its own target rebinds before
+    ``call`` (the next item, not the pending one)."""
+    names = set()
+    for a in (*call.args, *(k.value for k in call.keywords if k.arg not in _NOT_TENSOR_KW)):
+        while isinstance(a, (ast.Attribute, ast.Subscript, ast.Starred)):
+            a = a.value
+        if isinstance(a, ast.Name):
+            names.add(a.id)
     child = parent(call)
-    if not isinstance(child, ast.Expr):
+    if not isinstance(child, (ast.Expr, ast.Assign)):
         return None
     p = parent(child)
     while p is not None:
         if isinstance(p, ast.Try) and child in p.body:
-            return None  # an exception on the way may skip the barrier
+            return None  # an exception on the way may skip the completing statement
         for field in ("body", "orelse", "finalbody"):
             block = getattr(p, field, None)
             if not isinstance(block, list) or child not in block:
@@ -163,22 +188,36 @@ def completed_by_barrier(sem, call: ast.Call, op: str):
             at = block.index(child)
             for i in range(at + 1, len(block)):
                 st = block[i]
-                bar = _blocking_barrier(sem, st, D)
-                if bar is not None and _group_text(bar, 0) == group:
-                    return bar if _only_kept(block[at:i], call, names) else None
+                done = completer(st)
+                if done is not None:
+                    return done if _only_kept(block[at:i], call, names) else None
                 if any(isinstance(n, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for n in ast.walk(st)):
                     return None
+            if at_end is not None and field == "body" and isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return at_end(p) if _only_kept(block[at:], call, names) else None
             break
         if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
             return None
         if isinstance(p, (ast.For, ast.AsyncFor, ast.While)) and child in p.body:
-            # the barrier after the loop: its ``break`` / ``continue`` stay inside, a ``return`` not
+            # the completion after the loop: its ``break`` / ``continue`` stay inside, a ``return`` not
             if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(p)):
                 return None
         elif not isinstance(p, (ast.If, ast.With, ast.AsyncWith)):
             return None  # a ``try`` handler, a ``match``: not followed
         child, p = p, parent(p)
     return None
+
+
+def group_expr(call: ast.Call, op: str):
+    """The expression of the group a collective ``op`` names (None for the default one); False
+    when it cannot be told (more positional arguments than its tensors and root)."""
+    kw = next((k for k in call.keywords if k.arg == "group"), None)
+    if kw is not None:
+        return None if isinstance(kw.value, ast.Constant) and kw.value.value is None else kw.value
+    before = _POSITIONAL_BEFORE_GROUP.get(op)
+    if before is None:
+        return False
+    return call.args[before] if len(call.args) > before else None
 
 
 def _group_text(call: ast.Call, before):
@@ -209,17 +248,29 @@ def _blocking_barrier(sem, st, D):
 
 def _only_kept(region, call, names) -> bool:
     """In the statements ``region``, the names ``names`` are read only as ``call``'s own arguments,
-    as arguments of another ``async_op=True`` call, or put in a container (``out.append(t)``)."""
+    as arguments of another ``async_op=True`` call, or put in a container (``out.append(t)``); a
+    read before ``call`` of a name that a loop around ``call`` rebinds is the next item's."""
+    rebound = set()
+    p = parent(call)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(p, (ast.For, ast.AsyncFor)):
+            rebound |= {n.id for n in ast.walk(p.target) if isinstance(n, ast.Name)}
+        p = parent(p)
     for st in region:
         for n in ast.walk(st):
             if not (isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)):
                 continue
-            p = parent(n)
-            if isinstance(p, ast.keyword):
-                p = parent(p)
-            if p is call or (isinstance(p, ast.Call) and n in p.args and (
-                    isinstance(p.func, ast.Attribute) and p.func.attr in _KEEPERS
-                    or any(k.arg == "async_op" for k in p.keywords))):
+            if n.id in rebound and _pos(n) < _pos(call):
+                continue
+            x = n  # the argument it is the root of: ``p.grad`` of ``f(p.grad)``
+            while isinstance(parent(x), (ast.Attribute, ast.Subscript)) and parent(x).value is x:
+                x = parent(x)
+            q = parent(x)
+            if isinstance(q, ast.keyword):
+                q = parent(q)
+            if isinstance(q, ast.Call) and x is not q.func and (q is call or (
+                    isinstance(q.func, ast.Attribute) and q.func.attr in _KEEPERS
+                    or any(k.arg == "async_op" for k in q.keywords))):
                 continue
             return False
     return True

@@ -16,6 +16,7 @@ from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the 
     D,
     SPAWNS,
     backend_mentions_nccl,
+    backend_parts,
     const_int,
     const_str,
     constant_of,
@@ -248,13 +249,12 @@ def gloo_only(ctx, init: ast.Call) -> bool:
     if isinstance(expr, ast.Name):
         expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
-        parts = [p.split(":")[-1].strip().lower() for p in expr.value.split(",")]
-        return all(p == "gloo" for p in parts)
+        return all(p == "gloo" for p in backend_parts(expr.value))
     if isinstance(expr, ast.Attribute) and (ctx.qn(expr) or "").lower() == "torch.distributed.backend.gloo":
         return True
     c = constant_of(ctx.sem, expr) if expr is not None and not isinstance(expr, ast.Constant) else None
     if c is not None and isinstance(c.value, str):  # ``args.backend``, ``cfg["backend"]``
-        return all(p.split(":")[-1].strip().lower() == "gloo" for p in c.value.split(","))
+        return all(p == "gloo" for p in backend_parts(c.value))
     return False
 
 

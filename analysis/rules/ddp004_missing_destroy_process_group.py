@@ -9,6 +9,7 @@ from ..flow.assignments import has_ancestor
 from ..flow.wrappers import callee_name
 from ..flow.mentions import code_words, mentions
 from ._common import D, gloo_only
+from ..torch_api import backend_parts
 from ._spawn import in_ray_actor
 from ..semantic import get_arg, parent
 from ..torch_api import constant_of
@@ -221,7 +222,7 @@ def _gloo_or_other(view, init: ast.Call, at=None) -> bool:
         c = constant_at_call(at[0], at[1], at[2], at[3], expr.id)
     if c is None or not isinstance(c.value, str):
         return False
-    return "nccl" not in [p.split(":")[-1].strip().lower() for p in c.value.split(",")]
+    return "nccl" not in backend_parts(c.value)
 
 
 def _backend_from_callers(ctx, init: ast.Call) -> bool:
@@ -239,7 +240,7 @@ def _backend_from_callers(ctx, init: ast.Call) -> bool:
     an = for_context(ctx)
     vals = constants_at_calls(an.main, an, fn, expr.id)
     return bool(vals) and all(isinstance(v.value, str) and "nccl" not in
-                              [p.split(":")[-1].strip().lower() for p in v.value.split(",")] for v in vals)
+                              backend_parts(v.value) for v in vals)
 
 
 def _other_backend(ctx, init: ast.Call) -> bool:
@@ -248,7 +249,7 @@ def _other_backend(ctx, init: ast.Call) -> bool:
     c = constant_of(ctx.sem, get_arg(init, 0, "backend"))
     if c is None or not isinstance(c.value, str):
         return False
-    return "nccl" not in [p.split(":")[-1].strip().lower() for p in c.value.split(",")]
+    return "nccl" not in backend_parts(c.value)
 
 
 def _main_block(tree: ast.Module) -> ast.If | None:
