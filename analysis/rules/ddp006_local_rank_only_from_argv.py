@@ -33,7 +33,12 @@ class LocalRankOnlyFromArgv(Rule):
     use. A module that imports this one counts only when no module of the program uses the option:
     then the modules of the project that call the function declaring it (`args = parse_args()` in
     `initialize.py`, the options added by a helper of `arguments.py`) are where it is used, and a
-    `LOCAL_RANK` read in one of them clears the option. Reads are found by value (the `os.environ`
+    `LOCAL_RANK` read in the program one of them runs (its own imports) clears the option. From
+    there the parsed namespace is followed by value (`flow/namespaces.py`): passed to a project
+    function (`main(get_parser().parse_args())`, whose `main(args)` calls `init_distributed(args)`
+    of a third module), as an argument bound to a parameter, a few calls deep, into constructors and
+    methods (`self.cfg = cfg`); a read of the option there counts as a use. A module that only
+    declares the option need not import torch; some module of the program must. Reads are found by value (the `os.environ`
     expressions of the code), never by a word in a comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
     launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
     launcher passes `--local_rank=N` itself. Test files are skipped.
