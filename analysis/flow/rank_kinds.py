@@ -420,8 +420,8 @@ def param_sinks(hub, view, fn, sinks_of, depth: int = 0) -> dict:
     memo[key] = {}
     out: dict = {}
     sem = view.sem
-    for val, node, what in sinks_of(view):
-        if sem.enclosing_function(node) is fn:
+    for val, node, what in sinks_of(view):  # ``node`` may be in another method (``self.cfg.x``)
+        if sem.enclosing_function(val) is fn:
             p = _bare_param(view, fn, val)
             if p is not None:
                 out.setdefault(p, (view, node, what))

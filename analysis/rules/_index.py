@@ -23,7 +23,7 @@ RULES = {
                 ((('torch', False),), (('noqa', True),)),
                 False, False),
     'DDP006': ('ddp006_local_rank_only_from_argv', True, True,
-                ((('torch', False),), (('--local_rank', False), ('--local-rank', False))),
+                ((('torch', False), ('add_argument', False)), (('--local_rank', False), ('--local-rank', False))),
                 False, False),
     'DDP007': ('ddp007_local_rank_as_global_rank', True, True,
                 ((('torch', False),), (('rank', True), ('SLURM_LOCALID', False))),

@@ -7,6 +7,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.modern import hub
+from ..flow.namespaces import parser_roots, passed_option_use
 from ..flow.rank_kinds import (
     local_rank_env_reads, local_rank_options, option_dest, option_strings, option_uses, program_views,
     self_launched,
@@ -32,7 +33,12 @@ class LocalRankOnlyFromArgv(Rule):
     use. A module that imports this one counts only when no module of the program uses the option:
     then the modules of the project that call the function declaring it (`args = parse_args()` in
     `initialize.py`, the options added by a helper of `arguments.py`) are where it is used, and a
-    `LOCAL_RANK` read in one of them clears the option. Reads are found by value (the `os.environ`
+    `LOCAL_RANK` read in the program one of them runs (its own imports) clears the option. From
+    there the parsed namespace is followed by value (`flow/namespaces.py`): passed to a project
+    function (`main(get_parser().parse_args())`, whose `main(args)` calls `init_distributed(args)`
+    of a third module), as an argument bound to a parameter, a few calls deep, into constructors and
+    methods (`self.cfg = cfg`); a read of the option there counts as a use. A module that only
+    declares the option need not import torch; some module of the program must. Reads are found by value (the `os.environ`
     expressions of the code), never by a word in a comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
     launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
     launcher passes `--local_rank=N` itself. Test files are skipped.
@@ -79,6 +85,9 @@ class LocalRankOnlyFromArgv(Rule):
     severity = Severity.ERROR
     fix_availability = "always"
     requires_text = ("--local_rank", "--local-rank")
+    # a configuration module that only declares the option need not spell "torch"; the finding
+    # then needs a program that imports it (``_imports_torch``)
+    base_text = ("torch", "add_argument")
 
     def finish(self, ctx) -> None:
         if is_test_file(ctx.filename):
@@ -88,25 +97,31 @@ class LocalRankOnlyFromArgv(Rule):
             return
         an, view = hub(ctx)
         program = program_views(an, view)
-        if any(local_rank_env_reads(v) for v in program) or self_launched(program):
+        if _cleared(program):
             return
-        if any(m.split(".", 1)[0] == "deepspeed" for v in program for m, _lvl, _a in v.imports.values()):
-            return  # the DeepSpeed launcher passes --local_rank=N
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None
         for c in opts:
             dest = option_dest(c, ctx.sem)
             if not dest:
                 continue
-            use = _first_use(program, dest)
+            use, runs = _first_use(program, dest), program
             if use is None:
                 # the modules that call the function declaring the option (``parse_args()`` in
-                # ``initialize.py``) read what it parses; their environment reads clear it too
+                # ``initialize.py``) read what it parses; the programs they run (their own
+                # imports) clear it as this one does
                 importers = importer_views(ctx, an, c)
-                if any(local_rank_env_reads(v) for v in importers):
+                mods = [m for m in (an.view_of(v.path) for v in importers) if m is not None]
+                runs = [*program, *{id(x): x for m in mods for x in program_views(an, m)}.values()]
+                if _cleared(runs[len(program):]):
                     continue
                 use = _first_use(importers, dest)
-            if use is None:
+                if use is None and mods:
+                    # the namespace they parse, passed on to a helper of a third module
+                    # (``main(get_parser().parse_args())`` -> ``init_distributed(args)``)
+                    roots = parser_roots(an, view, c)
+                    use = next((u for m in mods if (u := passed_option_use(an, m, dest, roots))), None)
+            if use is None or not _imports_torch(runs):
                 continue
             uv, node, how = use
             spell = next(o for o in option_strings(c) if o in ("--local_rank", "--local-rank"))
@@ -126,6 +141,19 @@ class LocalRankOnlyFromArgv(Rule):
                 related=related,
                 fix=_make_fix(ctx, c, default),
             )
+
+
+def _cleared(program) -> bool:
+    """The program reads ``LOCAL_RANK``, starts its own processes, or imports ``deepspeed``
+    (whose launcher passes ``--local_rank=N``)."""
+    program = list(program)
+    return any(local_rank_env_reads(v) for v in program) or self_launched(program) is not None or any(
+        m.split(".", 1)[0] == "deepspeed" for v in program for m, _lvl, _a in v.imports.values())
+
+
+def _imports_torch(views) -> bool:
+    """A module of the program imports torch, anywhere in it (the option's module need not)."""
+    return any(v.sem.imports_module("torch") for v in views)
 
 
 def _first_use(views, dest: str):
