@@ -122,27 +122,30 @@ def condition_holds(hub, view, call: ast.Call, a) -> bool:
     return False
 
 
-def options_flag(view, expr, at, field: str, depth: int = 0, hub=None):
+def options_flag(view, expr, at, field: str, depth: int = 0, hub=None, missing=None):
     """The constant value of ``field`` in the ``StateDictOptions(...)`` that ``expr`` holds, or None.
     The field's value may come from a name bound once, an argparse default or a config dict
     (``constant_of``); with ``hub``, the options may come from a helper's return, a parameter or
-    another module (``origins``), every origin agreeing."""
+    another module (``origins``), every origin agreeing. ``missing``: the answer for options built
+    without the field (its default), where None means "cannot tell"."""
     if expr is None or depth > 3:
         return None
     if isinstance(expr, ast.Call) and (view.sem.call_qualname(expr) or "").endswith("StateDictOptions"):
         v = get_arg(expr, None, field)
-        if v is not None and not isinstance(v, ast.Constant):
+        if v is None:
+            return None if any(k.arg is None for k in expr.keywords) or expr.args else missing
+        if not isinstance(v, ast.Constant):
             v = constant_of(view.sem, v)
         return v.value if isinstance(v, ast.Constant) else None
     if hub is not None:
         from .origins import origins
-        vals = {options_flag(v, e, e, field, depth + 1) if isinstance(e, ast.Call) else None
+        vals = {options_flag(v, e, e, field, depth + 1, missing=missing) if isinstance(e, ast.Call) else None
                 for v, e in origins(hub, view, expr, at)}
         return vals.pop() if len(vals) == 1 else None
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind in ("events", "global") and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign):
-            return options_flag(view, evs[0].value, evs[0], field, depth + 1)
+            return options_flag(view, evs[0].value, evs[0], field, depth + 1, missing=missing)
     return None
 
 
