@@ -42,7 +42,7 @@ class InitWhenAlreadyInitialized(Rule):
     the class to a project factory that builds it once, `make(worker_class=Learner)` ->
     `worker_class(...)`) is the only one in a function the project names only as the `target=` of
     a `Process(...)`, outside its loops, and so is every construction of its project base classes'
-    families (strings that are statements, such as docstrings, or pieces of f-strings name
+    families (strings that are statements, such as docstrings, or f-string pieces with spaces name
     nothing). A class the project never builds (a library's public API) is still reported.
 
     ## Why is this bad?
@@ -301,9 +301,10 @@ def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
 
 def _prose(n: ast.Constant) -> bool:
     """A string statement (a docstring, a literate script's text cell: its value is dropped, or
-    kept only as ``__doc__``) or a piece of an f-string (a message): text for people, which no
-    registry or config reads to build a class."""
-    return parent(n).__class__ in (ast.Expr, ast.JoinedStr)
+    kept only as ``__doc__``) or a piece of an f-string holding spaces (a sentence: a path a
+    registry imports has none): text for people, which no registry or config reads."""
+    p = parent(n)
+    return p.__class__ is ast.Expr or p.__class__ is ast.JoinedStr and any(c.isspace() for c in n.value)
 
 
 def _factory_call(ctx, view, n: ast.AST, p: ast.AST) -> ast.Call | None:
