@@ -392,6 +392,13 @@ class Analysis(Summaries):
 
         return sharded_loader(self, view, name)
 
+    def dict_has_key(self, view, x: ast.AST, key: str) -> bool:
+        """Whether ``x`` holds a dict that always has ``key`` (``dict_keys``; asked by the
+        evaluator for ``"key" in x``, through the hub: dict_keys reads origins)."""
+        from .dict_keys import has_key  # lazy: it follows helpers, forwards and origins
+
+        return has_key(self, view, x, key)
+
     def self_attr_value(self, view, attr: ast.Attribute, d: int):
         vals = self.self_attr_bindings(view, attr)
         if not vals or len(vals) > 8:

@@ -206,6 +206,9 @@ class Evaluator:
                 # rank-varying test chooses between None and a value that is never None
                 from .nones import none_ness  # lazy: nones asks this evaluator back
                 return none_ness(self, a if _is_none(b) else b, d)
+            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, ast.Constant) and isinstance(a.value, str):
+                if self.hub.dict_has_key(self.view, b, a.value):
+                    return U  # ``"loss" in out``: every dict ``out`` can be holds the key
             for x, y, o in ((a, b, op), (b, a, _FLIP.get(type(op), type(op))())):
                 consts = _int_vals(y)
                 if consts is not None:

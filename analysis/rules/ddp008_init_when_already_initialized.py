@@ -37,8 +37,13 @@ class InitWhenAlreadyInitialized(Rule):
     a class the project builds (itself or a subclass) at exactly one call that runs at most once per
     process: on a script's top level, or in an undecorated function whose only call is there and
     that no other module imports (`if __name__ == "__main__": main()` -> `Trainer(cfg)`), where
-    no decorator, string, factory or other use of the class names may build another instance. A
-    class the project never builds (a library's public API) is still reported.
+    no decorator, string, factory or other use of the class names may build another instance. The
+    same holds for a class built only in worker processes: each construction (or each call handing
+    the class to a project factory that builds it once, `make(worker_class=Learner)` ->
+    `worker_class(...)`) is the only one in a function the project names only as the `target=` of
+    a `Process(...)`, outside its loops, and so is every construction of its project base classes'
+    families (strings that are statements, such as docstrings, or f-string pieces with spaces name
+    nothing). A class the project never builds (a library's public API) is still reported.
 
     ## Why is this bad?
     The default group can be created once per process. The second call raises:
@@ -228,7 +233,7 @@ def _constructors(rule, ctx) -> None:
                     rule._report_ctor(ctx, c, cls, via)
 
 
-def _built_once(ctx, cls: ast.ClassDef) -> bool:
+def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
     """The project builds ``cls`` (or a project subclass) at exactly one place, which runs at most
     once per process (``flow.imports.once_per_run``), and names those classes nowhere else but in
     imports, base-class lists, ``isinstance`` tests and annotations: no decorator (a registry), no
@@ -251,7 +256,8 @@ def _built_once(ctx, cls: ast.ClassDef) -> bool:
                         return False
                     continue
                 if t is ast.Constant:
-                    if isinstance(n.value, str) and any(w in names for w in re.findall(r"\w+", n.value)):
+                    if isinstance(n.value, str) and any(w in names for w in re.findall(r"\w+", n.value)) \
+                            and not _prose(n):
                         return False  # a config or registry may name it: built where we cannot see
                     continue
                 if t is ast.Name:
@@ -265,6 +271,8 @@ def _built_once(ctx, cls: ast.ClassDef) -> bool:
                 p = parent(n)
                 if p.__class__ is ast.Call and p.func is n:
                     calls.append((fctx, p))
+                elif (site := _factory_call(ctx, view, n, p)) is not None:
+                    calls.append((fctx, site))  # handed to a factory that builds it once per call
                 elif p.__class__ is ast.ClassDef and n in p.bases:
                     if p.name not in names:
                         names.add(p.name)
@@ -272,11 +280,11 @@ def _built_once(ctx, cls: ast.ClassDef) -> bool:
                 elif not _harmless_use(n, p):
                     return False
     if len(calls) != 1:
-        return False
+        return _one_per_process(ctx, cls, calls, names, busy | {id(cls)})
     fctx, call = calls[0]
     via = once_per_run(fctx, call)
     if via is None:
-        return False
+        return _one_per_process(ctx, cls, calls, names, busy | {id(cls)})
     if via:
         # another module that imports the one holding the function may call it again
         import os
@@ -288,6 +296,105 @@ def _built_once(ctx, cls: ast.ClassDef) -> bool:
         for octx, oview in others:
             if octx.filename != fctx.filename and _names_any(oview, via) and _imports_module(oview, stem):
                 return False
+    return True
+
+
+def _prose(n: ast.Constant) -> bool:
+    """A string statement (a docstring, a literate script's text cell: its value is dropped, or
+    kept only as ``__doc__``) or a piece of an f-string holding spaces (a sentence: a path a
+    registry imports has none): text for people, which no registry or config reads."""
+    p = parent(n)
+    return p.__class__ is ast.Expr or p.__class__ is ast.JoinedStr and any(c.isspace() for c in n.value)
+
+
+def _factory_call(ctx, view, n: ast.AST, p: ast.AST) -> ast.Call | None:
+    """The call that hands the class ``n`` as an argument to a project function whose parameter
+    is used once, as ``param(...)``, outside any loop of the function (``build(engine_class=C)``
+    -> ``engine_class(*args)``): that call builds one instance each time it runs; else None."""
+    from ..flow import for_context
+    from ..flow.imports import _outside_loops
+
+    kw = None
+    if p.__class__ is ast.keyword:
+        kw, p = p.arg, parent(p)
+        if kw is None:
+            return None
+    if p.__class__ is not ast.Call or p.func is n or (kw is None and n not in p.args):
+        return None
+    an = for_context(ctx)
+    target = an.resolve_call(view, p)
+    if target is None and p.func.__class__ is ast.Attribute:
+        cls = an.resolve_class(view, p.func.value)  # ``Runner.build(...)``: a static method
+        fn = next((st for st in cls[1].body if st.__class__ is ast.FunctionDef and st.name == p.func.attr
+                   and any(d.__class__ is ast.Name and d.id == "staticmethod" for d in st.decorator_list)),
+                  None) if cls is not None else None
+        target = None if fn is None else (cls[0], fn)
+    if target is None or not isinstance(target[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    fn = target[1]
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if kw is not None:
+        name = kw if kw in params or kw in [a.arg for a in fn.args.kwonlyargs] else None
+    else:
+        i = p.args.index(n)
+        if any(a.__class__ is ast.Starred for a in p.args[:i + 1]):
+            return None
+        if params and params[0] in ("self", "cls") and not any(
+                (d.id if d.__class__ is ast.Name else getattr(d, "attr", "")) == "staticmethod"
+                for d in fn.decorator_list):
+            i += 1  # a bound method: the first parameter is the receiver
+        name = params[i] if i < len(params) else None
+    if name is None:
+        return None
+    uses = [u for u in ast.walk(fn) if u.__class__ is ast.Name and u.id == name]
+    if len(uses) != 1:
+        return None
+    u = uses[0]
+    call = parent(u)
+    if call.__class__ is not ast.Call or call.func is not u or _outside_loops(call) is not fn:
+        return None
+    return p
+
+
+def _one_per_process(ctx, cls: ast.ClassDef, calls: list, names: set, busy: frozenset) -> bool:
+    """Several constructions (or one), each the only one in a function that runs once per
+    process: a function the project names only as the ``target=`` of a ``Process(...)`` (each
+    process runs its target once), with the construction outside its loops. A project base class
+    of ``cls`` (whose ``__init__`` it runs through ``super()``) must be built that way too, through
+    all of its subclasses: no process holds an instance of the family before it builds this one,
+    nor hands a group to a child it forks."""
+    from ..flow import for_context
+    from ..flow.imports import _outside_loops
+    from ..flow.records import class_chain
+    from ._common import project_files_naming
+
+    if not calls:
+        return False  # never built by the project: a library's public class
+    entries = {}
+    for _fctx, call in calls:
+        fn = _outside_loops(call)
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name in entries:
+            return False
+        entries[fn.name] = fn
+    files = project_files_naming(ctx, set(entries))
+    if files is None:
+        return False
+    for _fctx, view in files:
+        for n in ast.walk(view.sem.tree):
+            if n.__class__ is ast.Constant and n.value in entries:
+                return False  # ``getattr(runner, "work")()`` may run it in this process
+            if n.__class__ is ast.Name and n.id in entries or n.__class__ is ast.Attribute and n.attr in entries:
+                k = parent(n)
+                c = parent(k)
+                if not (k.__class__ is ast.keyword and k.arg == "target" and c.__class__ is ast.Call
+                        and (c.func.id if c.func.__class__ is ast.Name else getattr(c.func, "attr", "")) == "Process"):
+                    return False
+    if len(busy) > 1:
+        return True  # a base class asked about for the class first asked: that one reads the chain
+    an = for_context(ctx)
+    for _v, base in class_chain(an, an.main, cls)[1:]:  # every project base, depth first
+        if not _built_once(ctx, base, busy):
+            return False
     return True
 
 
