@@ -227,7 +227,7 @@ RULES = {
                 ((('torch', False),), (('checkpoint', False),)),
                 False, False),
     'DDP519': ('ddp519_gradient_sync_not_restored', True, True,
-                ((('torch', False),), (('contextmanager', False), ('__enter__', False))),
+                ((('torch', False), ('contextmanager', False), ('__enter__', False)), (('contextmanager', False), ('__enter__', False))),
                 False, True),
     'DDP520': ('ddp520_to_empty_never_initialised', False, True,
                 ((('torch', False),), (('to_empty', False),)),

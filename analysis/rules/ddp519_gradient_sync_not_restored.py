@@ -25,7 +25,13 @@ class GradientSyncNotRestored(Rule):
 
     The call may be in a helper of the project (this module or another) that the context manager
     calls with the module, and `False` may come through a name, an argparse default, a config
-    attribute or a config dict entry.
+    attribute or a config dict entry. The call may be conditional (`if active:`), and the module
+    that defines the context manager need not import torch: the method is FSDP2's own, and the
+    module being sharded may be known only to the caller in another module.
+
+    A restore after the `yield` that is not in a `finally:` counts as a restore: it is skipped only
+    when the block raises, which ends the training step (and usually the run) anyway, so that
+    alone is not reported.
 
     The usual origin is a port of DDP's `with model.no_sync():` to FSDP2, which has no `no_sync()`.
 
@@ -65,7 +71,11 @@ class GradientSyncNotRestored(Rule):
     code = "DDP519"
     name = "gradient-sync-not-restored"
     severity = Severity.ERROR
-    # a context manager; the ``set_requires_gradient_sync`` call may be in a project helper it calls
+    # a context manager; the ``set_requires_gradient_sync`` call may be in a project helper it calls.
+    # The module that holds it need not spell "torch" (a small ``sync.py`` of a package whose model
+    # is sharded elsewhere): the reach gate (the method spelled here or in a project module this
+    # one imports) stands in for the base gate
+    base_text = ("torch", "contextmanager", "__enter__")
     requires_text = ("contextmanager", "__enter__")
 
     @classmethod
