@@ -4,11 +4,11 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import FUNC_TYPES, get_arg
 from ..flow.models import ddp_calls
 from ..flow.mentions import code_words
 from ._common import is_simple_ref
-from ._loader import DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
+from ._loader import DATALOADER, DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
 
 # anything in the code (identifiers, imported modules) that hints the data is already split per rank
 _SPLIT_HINTS = ("DistributedSampler", "sampler", "shard", "split_dataset_by_node", "num_replicas",
@@ -118,6 +118,55 @@ class NoDistributedSampler(Rule):
                 fix=fix,
             )
         self._project_loaders(ctx)
+        self._training_loaders(ctx)
+
+    @staticmethod
+    def _training_loaders(ctx) -> None:
+        """A DataLoader without a sampler that does not shuffle (``shuffle=False`` or left out),
+        over a map-style dataset, that a training loop walks: a loop whose rounds run
+        ``backward()`` on the DDP model's output (``flow.training_loops``), wherever the loop is
+        (this file, a helper given the loader, a trainer's method: ``flow.passes``) and wherever
+        the loader is built (``flow.origins``)."""
+        from ..flow import for_context  # lazy: only DDP scripts without split hints get here
+        from ..flow.origins import branch_origins
+        from ..flow.passes import scope_passes
+        from ..flow.training_loops import trains, walking_loop
+        from ._common import other_call_sites
+
+        ana = for_context(ctx)
+        main = ana.main
+        callers = other_call_sites(ctx, ana, methods=True)
+        scopes = [ctx.sem.tree, *ctx.sem.by_type.get(ast.FunctionDef, ()), *ctx.sem.by_type.get(ast.AsyncFunctionDef, ())] \
+            if ast.FunctionDef in ctx.sem.wanted else [ctx.sem.tree, *(n for n in ast.walk(ctx.sem.tree)
+                                                                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+        done: set[int] = set()
+        asked: set[int] = set()
+        for scope in scopes:
+            for p in scope_passes(ana, main, scope):
+                if id(p.expr) in asked:
+                    continue
+                asked.add(id(p.expr))
+                leaves = branch_origins(ana, p.view, p.expr, p.at, frames=(), limit=10, callers=callers)
+                loaders = [(lv, ld, fr) for lv, ld, fr in leaves if isinstance(ld, ast.Call)
+                           and (lv.sem.call_qualname(ld) or "") == DATALOADER]
+                if not loaders or any(id(ld) in done for _, ld, _ in loaders) or len(loaders) + sum(
+                        isinstance(e, ast.Constant) and e.value is None for _, e, _ in leaves) != len(leaves):
+                    continue  # something else on some path (a framework's loader, a wrapper)
+                if not all(_plain_loader(ana, lv, ld, fr) for lv, ld, fr in loaders):
+                    continue
+                wv, w = p.walker
+                loop = walking_loop(wv, w)
+                if loop is None:
+                    continue
+                views = {id(v): v for v in (*p.chain, wv, *(lv for lv, _, _ in loaders))}
+                if any(v is not main and _split_hint(v.sem, v.text) for v in views.values()):
+                    continue
+                got = trains(ana, wv, loop, p.frames)
+                if got is None:
+                    continue
+                lv, ld, _fr = loaders[0]
+                done.update(id(x) for _, x, _ in loaders)
+                _report_same_batches(ctx, main, p, lv, ld, wv, loop, got)
 
     @staticmethod
     def _project_loaders(ctx) -> None:
@@ -174,6 +223,126 @@ def _shuffling_loader(view, fn):
             continue
         return c
     return None
+
+
+_MAP_STYLE_QNS = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
+_RNG = ("random.", "numpy.random.", "torch.rand", "torch.randperm", "torch.randint", "torch.multinomial")
+_SEEDERS = ("torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed",
+            "numpy.random.seed", "random.seed")
+
+
+def _plain_loader(ana, lv, ld, fr) -> bool:
+    """``ld`` (a DataLoader of ``lv``) has no sampler nor ``**kwargs``, does not shuffle (``shuffle``
+    left out or false), and walks a map-style dataset built the same on every rank: every origin
+    of its dataset is a construction of a project class with ``__getitem__`` (no ``__iter__``) or
+    of torchvision's datasets, none given a rank-varying argument (a shard of its own), none from a
+    module that names a sharding, and none drawing random numbers in its ``__init__`` under a
+    per-rank seed (its own item order may then differ between ranks)."""
+    from ..flow.origins import branch_origins
+    from ..flow.records import class_chain
+
+    if sampler_args(ld) or has_kwargs(ld):
+        return False
+    kw = next((k for k in ld.keywords if k.arg == "shuffle"), None)
+    if kw is None and len(ld.args) > 2:
+        kw = ld.args[2]
+    elif kw is not None:
+        kw = kw.value
+    if kw is not None and not _is_false(kw, lv.sem):
+        return False
+    ds = get_arg(ld, 0, "dataset")
+    if ds is None:
+        return False
+    ev = ana.evaluator(lv)
+    if any(ev.value(a).varying for a in (*ld.args, *(k.value for k in ld.keywords))):
+        return False
+    got = branch_origins(ana, lv, ds, ld, frames=fr, limit=10)
+    if not got or len(got) > 8:
+        return False
+    for dv, dc, _f in got:
+        if not isinstance(dc, ast.Call) or (dv is not lv and _split_hint(dv.sem, dv.text)):
+            return False
+        dev = ana.evaluator(dv)
+        if any(dev.value(a).varying for a in (*dc.args, *(k.value for k in dc.keywords))):
+            return False  # ``ShardSet(files, rank=rank)``: a dataset of this rank's own
+        qn = dv.sem.call_qualname(dc) or ""
+        if qn.startswith("torchvision.datasets.") or qn in _MAP_STYLE_QNS:
+            continue
+        cls = ana.resolve_class(dv, dc.func)
+        if cls is None:
+            return False
+        chain = class_chain(ana, *cls)
+        methods = {f.name: (v, f) for v, c in reversed(chain) for f in c.body if isinstance(f, FUNC_TYPES)}
+        if "__getitem__" not in methods or "__iter__" in methods or any(_split_hint(v.sem, v.text) for v, _c in chain):
+            return False
+        init = methods.get("__init__")
+        if init is not None and _draws(init[0], init[1]) and _per_rank_seed(ana, (ana.main, lv, dv, init[0])):
+            return False
+    return True
+
+
+def _is_false(node, sem) -> bool:
+    from ..torch_api import constant_of
+
+    if not isinstance(node, ast.Constant):
+        node = constant_of(sem, node)
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def _draws(view, fn) -> bool:
+    """``fn`` draws random numbers (``random.shuffle(self.items)``)."""
+    return any(isinstance(c, ast.Call) and (view.sem.call_qualname(c) or "").startswith(_RNG) for c in ast.walk(fn))
+
+
+def _per_rank_seed(ana, views) -> bool:
+    """One of ``views`` seeds a random generator with a value that differs between ranks."""
+    for v in {id(v): v for v in views}.values():
+        ev = ana.evaluator(v)
+        for c in v.sem.calls:
+            if (v.sem.call_qualname(c) or "") in _SEEDERS and c.args and ev.value(c.args[0]).varying:
+                return True
+    return False
+
+
+def _report_same_batches(ctx, main, p, lv, ld, wv, loop, got) -> None:
+    """The finding: on the DataLoader when this file builds it; else where the loader enters this
+    file (the call that builds it, the loop that walks it, the call that hands it on)."""
+    from ..flow.bindings import reaching
+    from ..flow.findings import node_related
+    bv, back = got
+    related = []
+    fix = None
+    if lv is main:
+        at = ld
+        ds = get_arg(ld, 0, "dataset")
+        kw = next((k for k in ld.keywords if k.arg == "shuffle"), None)
+        if kw is not None and ds is not None and is_simple_ref(ds):
+            sampler, imp = ctx.ref(DIST_SAMPLER)
+            code = f"sampler={sampler}({ctx.text(ds)}, shuffle=False)"
+            fix = ctx.fix(Applicability.UNSAFE, f"Shard the data: `{code}`", [ctx.replace(kw, code), *imp])
+    else:
+        related.append(node_related(ctx, lv.path, ld, "the DataLoader, without a sampler"))
+        at = None
+        if p.view is main:
+            at = p.expr
+            if isinstance(p.expr, ast.Name):
+                kind, evs = reaching(main, p.expr.id, p.at)
+                if kind == "events" and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
+                        and isinstance(evs[0].value, ast.Call):
+                    at = evs[0].value
+        elif p.frames and p.frames[0][2] is main:
+            at = p.frames[0][1]
+        if at is None:
+            return
+    related.append(node_related(ctx, bv.path, back, "the backward of the DDP model's output in the loop that walks it"))
+    ctx.report(
+        at,
+        "DDP training DataLoader without a sampler that does not shuffle: every rank iterates the same "
+        "batches in the same order, so the processes compute the same gradients and adding GPUs adds "
+        "no data (use a DistributedSampler)",
+        related=related,
+        fix=fix,
+    )
 
 
 def _shown(ctx, path: str) -> str:
