@@ -46,7 +46,8 @@ class NoDistributedSampler(Rule):
     """
     ## What it does
     Checks for a script that wraps its model in `DistributedDataParallel` and builds its training
-    `DataLoader` with `shuffle=True` and no `sampler` / `batch_sampler`.
+    `DataLoader` without a `sampler` / `batch_sampler`: with `shuffle=True`, or without shuffling
+    when the loader is the one the model trains on.
 
     To stay precise, a file that mentions a `DistributedSampler`, any other sampler, sharding
     (`shard`, `split_dataset_by_node`, `num_replicas`), an `IterableDataset`, or a framework that
@@ -58,12 +59,27 @@ class NoDistributedSampler(Rule):
     when the helper builds `DataLoader(..., shuffle=True)` without a sampler and its module
     mentions no sharding either.
 
+    A loader that does not shuffle (`shuffle=False`, or left out) and has no sampler is reported
+    when the program shows it is the *training* loader: a loop walks it (directly, through
+    `enumerate`/`tqdm`/`iter`, in a helper that receives it, in a trainer's method, through
+    loaders passed in a tuple or a list) and that loop's rounds run `backward()` on a value
+    computed from the DDP model's forward (in its body or a function it calls). An evaluation loop
+    (no backward in its rounds) stays silent, whatever the loader is called. The dataset must be a
+    map-style one (a project class with `__getitem__` and no `__iter__`, or a torchvision dataset)
+    built the same on every rank: a construction given a rank-varying argument
+    (`Portion(items, rank, world)`) is this rank's own data, and a dataset that draws random
+    numbers in its `__init__` under a per-rank seed may order its items differently per rank.
+
     ## Why is this bad?
     Without a `DistributedSampler`, every rank iterates over the *whole* dataset (each in its own
     random order). N GPUs then do N times the work per epoch, each "epoch" is really N epochs
     of gradient steps with an N times larger effective batch, and the speed-up from adding GPUs
     never shows up. Nothing errors; the symptom is a distributed run that is no faster per epoch
     than one GPU and converges differently.
+
+    Without shuffling it is worse: every rank iterates the same batches in the same order, so
+    (up to random augmentation) the N processes compute the same gradients, the all-reduce
+    averages N copies of one gradient, and the extra GPUs add no data at all.
 
     ## Example
     ```python
@@ -80,7 +96,9 @@ class NoDistributedSampler(Rule):
     ```
 
     ## Fix safety
-    The fix replaces `shuffle=True` with `sampler=DistributedSampler(<dataset>)`. It is
+    The fix replaces `shuffle=True` with `sampler=DistributedSampler(<dataset>)` (and
+    `shuffle=False` with `sampler=DistributedSampler(<dataset>, shuffle=False)`, which keeps each
+    rank's order fixed). It is
     **unsafe**: each rank then sees 1/N of the data per epoch (the intended behaviour, but a change
     to the epoch length, learning-rate schedule and logging), and the loop still needs
     `loader.sampler.set_epoch(epoch)` (DDP301).
