@@ -68,7 +68,8 @@ class NoDistributedSampler(Rule):
     map-style one (a project class with `__getitem__` and no `__iter__`, or a torchvision dataset)
     built the same on every rank: a construction given a rank-varying argument
     (`Portion(items, rank, world)`) is this rank's own data, and a dataset that draws random
-    numbers in its `__init__` under a per-rank seed may order its items differently per rank.
+    numbers (in `__init__`, `__getitem__`, ...) under a per-rank seed may order or pick its items
+    differently per rank.
 
     ## Why is this bad?
     Without a `DistributedSampler`, every rank iterates over the *whole* dataset (each in its own
@@ -245,8 +246,6 @@ def _shuffling_loader(view, fn):
 
 _MAP_STYLE_QNS = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
 _RNG = ("random.", "numpy.random.", "torch.rand", "torch.randperm", "torch.randint", "torch.multinomial")
-_SEEDERS = ("torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.random.manual_seed",
-            "numpy.random.seed", "random.seed")
 
 
 def _plain_loader(ana, lv, ld, fr) -> bool:
@@ -254,8 +253,8 @@ def _plain_loader(ana, lv, ld, fr) -> bool:
     left out or false), and walks a map-style dataset built the same on every rank: every origin
     of its dataset is a construction of a project class with ``__getitem__`` (no ``__iter__``) or
     of torchvision's datasets, none given a rank-varying argument (a shard of its own), none from a
-    module that names a sharding, and none drawing random numbers in its ``__init__`` under a
-    per-rank seed (its own item order may then differ between ranks)."""
+    module that names a sharding, and none drawing random numbers in a method under a per-rank
+    seed (its own item order, or the item an index gives, may then differ between ranks)."""
     from ..flow.origins import branch_origins
     from ..flow.records import class_chain
 
@@ -293,9 +292,9 @@ def _plain_loader(ana, lv, ld, fr) -> bool:
         methods = {f.name: (v, f) for v, c in reversed(chain) for f in c.body if isinstance(f, FUNC_TYPES)}
         if "__getitem__" not in methods or "__iter__" in methods or any(_split_hint(v.sem, v.text) for v, _c in chain):
             return False
-        init = methods.get("__init__")
-        if init is not None and _draws(init[0], init[1]) and _per_rank_seed(ana, (ana.main, lv, dv, init[0])):
-            return False
+        drawing = [v for v, f in methods.values() if _draws(v, f)]
+        if drawing and _per_rank_seed(ana, (ana.main, lv, dv, *drawing)):
+            return False  # its items (or which item an index gives) may come from a per-rank stream
     return True
 
 
@@ -314,12 +313,9 @@ def _draws(view, fn) -> bool:
 
 def _per_rank_seed(ana, views) -> bool:
     """One of ``views`` seeds a random generator with a value that differs between ranks."""
-    for v in {id(v): v for v in views}.values():
-        ev = ana.evaluator(v)
-        for c in v.sem.calls:
-            if (v.sem.call_qualname(c) or "") in _SEEDERS and c.args and ev.value(c.args[0]).varying:
-                return True
-    return False
+    from ..flow.seeds import seeds_per_rank
+
+    return any(seeds_per_rank(ana, v) for v in {id(v): v for v in views}.values())
 
 
 def _report_same_batches(ctx, main, p, lv, ld, wv, loop, got) -> None:
