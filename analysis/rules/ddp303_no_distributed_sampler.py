@@ -159,12 +159,13 @@ class NoDistributedSampler(Rule):
             if ast.FunctionDef in ctx.sem.wanted else [ctx.sem.tree, *(n for n in ast.walk(ctx.sem.tree)
                                                                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
         done: set[int] = set()
-        asked: set[int] = set()
+        asked: set[tuple] = set()
         for scope in scopes:
             for p in scope_passes(ana, main, scope):
-                if id(p.expr) in asked:
+                key = (id(p.expr), id(p.walker[1]), *(id(c) for _f, c, _v in p.frames))
+                if key in asked:
                     continue
-                asked.add(id(p.expr))
+                asked.add(key)
                 leaves = branch_origins(ana, p.view, p.expr, p.at, frames=(), limit=10, callers=callers)
                 loaders = [(lv, ld, fr) for lv, ld, fr in leaves if isinstance(ld, ast.Call)
                            and (lv.sem.call_qualname(ld) or "") == DATALOADER]
