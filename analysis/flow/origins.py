@@ -32,7 +32,8 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
     function that its own module never calls (a class built by a script: ``Trainer(loader)``)."""
     if expr is None or depth > limit:
         return []
-    if isinstance(expr, ast.Tuple) and path:
+    if isinstance(expr, (ast.Tuple, ast.List)) and path:
+        # a tuple or list display unpacked by position: ``a, b = loaders`` of ``[train, val]``
         i = path[0]
         if isinstance(i, int) and i < len(expr.elts) and not any(isinstance(e, ast.Starred) for e in expr.elts):
             return origins(hub, view, expr.elts[i], at, depth + 1, path[1:], keep_path, frames, limit=limit, callers=callers)

@@ -37,11 +37,16 @@ _ITERATING = frozenset({"enumerate", "iter", "zip", "tqdm", "islice", "chain", "
 
 class Pass:
     """One new iteration of ``expr`` (a name or ``self.attr`` in ``view``, evaluated at ``at``);
-    ``chain`` holds the module views of the loop and of every function on the way to it."""
-    __slots__ = ("view", "expr", "at", "chain")
+    ``chain`` holds the module views of the loop and of every function on the way to it; ``walker``
+    is (view, node) of what walks it where the walking happens (a ``for`` loop, a comprehension's
+    clause, an ``iter(...)`` call), in a callee when the pass came through a call; ``frames``, the
+    calls on the way there (``origins``' frames: a callee's parameter read as that call binds it)."""
+    __slots__ = ("view", "expr", "at", "chain", "walker", "frames")
 
-    def __init__(self, view, expr, at, chain):
+    def __init__(self, view, expr, at, chain, walker=None, frames=()):
         self.view, self.expr, self.at, self.chain = view, expr, at, chain
+        self.walker = walker if walker is not None else (view, at)
+        self.frames = frames  # (function, call, caller's view) of each call on the way, outermost first
 
 
 def loop_passes(hub, view, loop) -> list[Pass]:
@@ -75,24 +80,37 @@ def iterated_leaves(it: ast.AST) -> list[ast.AST]:
     return out
 
 
-def _nodes(stmts):
-    """Nodes of ``stmts`` without nested scopes and without nested loops' bodies (their headers
-    stay: ``for batch in loader`` is a pass of the enclosing round)."""
+def scope_passes(hub, view, scope) -> list[Pass]:
+    """Every pass a call of ``scope`` (a function of ``view``, or its module) makes, wherever it
+    happens: at any depth of its loops, and in the project functions it calls (there, at any depth
+    of their loops too), a callee's parameter rewritten as the caller's argument; ``walker`` says
+    which loop (or clause, or ``iter`` call) walks each one."""
+    memo = view.memo.setdefault("passes.scope", {})
+    got = memo.get(id(scope))
+    if got is None:
+        body = scope.body if isinstance(scope, (*FUNC_TYPES, ast.Module)) else [scope]
+        got = memo[id(scope)] = _scan(hub, view, body, 0, (view,), frozenset(), True)
+    return got
+
+
+def _nodes(stmts, into_loops: bool = False):
+    """Nodes of ``stmts`` without nested scopes and (unless ``into_loops``) without nested loops'
+    bodies (their headers stay: ``for batch in loader`` is a pass of the enclosing round)."""
     stack = list(reversed(stmts))
     while stack:
         n = stack.pop()
         yield n
         if isinstance(n, _NESTED_SCOPES):
             continue
-        if isinstance(n, _LOOP_TYPES):
+        if isinstance(n, _LOOP_TYPES) and not into_loops:
             stack.append(n.iter if isinstance(n, (ast.For, ast.AsyncFor)) else n.test)
             continue
         stack.extend(reversed(list(ast.iter_child_nodes(n))))
 
 
-def _scan(hub, view, stmts, depth: int, chain: tuple, active: frozenset) -> list[Pass]:
+def _scan(hub, view, stmts, depth: int, chain: tuple, active: frozenset, into_loops: bool = False) -> list[Pass]:
     out: list[Pass] = []
-    for n in _nodes(stmts):
+    for n in _nodes(stmts, into_loops):
         if len(out) >= MAX_PASSES:
             break
         if isinstance(n, (ast.For, ast.AsyncFor)):
@@ -113,7 +131,7 @@ def _scan(hub, view, stmts, depth: int, chain: tuple, active: frozenset) -> list
                     or id(got[1]) in active:
                 continue
             tv, fn = got
-            inner = _scan(hub, tv, fn.body, depth + 1, (*chain, tv), active | {id(fn)})
+            inner = _scan(hub, tv, fn.body, depth + 1, (*chain, tv), active | {id(fn)}, into_loops)
             bound = dict(call_args(n, fn))
             for p in inner:
                 if isinstance(p.expr, ast.Name) and p.view is tv:
@@ -121,8 +139,10 @@ def _scan(hub, view, stmts, depth: int, chain: tuple, active: frozenset) -> list
                     if kind == "param" and where is fn:
                         arg = bound.get(p.expr.id)
                         if arg is not None:  # the caller's argument, in the caller's terms
-                            out.extend(Pass(view, e, n, p.chain) for e in iterated_leaves(arg))
+                            out.extend(Pass(view, e, n, p.chain, p.walker, ((fn, n, view), *p.frames))
+                                       for e in iterated_leaves(arg))
                         continue
+                p.frames = ((fn, n, view), *p.frames)
                 out.append(p)
     return out
 

@@ -286,3 +286,29 @@ def state_set_after(hub, view, k) -> bool:
     """A call after the construction ``k`` may give the model's parameters other values
     (``setter_calls``, a project function named like a setter counted by its name)."""
     return next(setter_calls(hub, view, k, by_name=True), None) is not None
+
+
+def seeds_per_rank(hub, view) -> bool:
+    """Some call of the module seeds a random generator (torch's, numpy's, Python's, a library's,
+    or through a project function that seeds from its parameter) with a value that differs
+    between ranks."""
+    from .vocab import _SEEDS as _ALL  # noqa: PLC0415
+
+    memo = view.memo.setdefault("seeds.per_rank", [])
+    if memo:
+        return memo[0]
+    others = frozenset(_ALL["numpy"] + _ALL["random"])
+    got = False
+    for c in view.sem.calls:
+        qn = view.sem.call_qualname(c) or ""
+        fn = view.sem.enclosing_function(c)
+        if qn in others:
+            e = get_arg(c, 0, "seed")
+            ev = _judge(hub, view, c, e, fn) if e is not None else None
+        else:
+            ev = _event(hub, view, fn, c, 0)
+        if ev is not None and ev.kind == "V":
+            got = True
+            break
+    memo.append(got)
+    return got

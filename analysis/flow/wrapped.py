@@ -34,16 +34,17 @@ from .return_deps import names_reaching, target_names
 _TYPE_TESTS = frozenset({"hasattr", "isinstance", "getattr", "type"})
 
 
-def wrap_origins(hub, view, expr, at, ordered: bool = True) -> tuple[list, bool]:
+def wrap_origins(hub, view, expr, at, ordered: bool = True, frames=None) -> tuple[list, bool]:
     """(the (view, ``DDP(...)`` call) origins ``expr`` may hold at ``at``, whether every origin is
     one). Empty when none is, or when some origin unwraps (``x.module``). ``ordered=False``: a
-    ``self.<attr>`` binding of any method counts, whatever order the methods run in."""
+    ``self.<attr>`` binding of any method counts, whatever order the methods run in. ``frames``
+    (``origins``'): a parameter is read as the calls that lead to ``at`` bind it."""
     found: list = []
     others = [False]
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         ok = _self_attr(hub, view, expr, at, found, others, ordered)
     else:
-        ok = _collect(hub, view, expr, at, found, others, 0)
+        ok = _collect(hub, view, expr, at, found, others, 0, frames=frames or None)
     if ok is False:
         return [], False
     return found, not others[0]

@@ -4,11 +4,11 @@ import ast
 
 from ..model import Applicability, Severity
 from ..registry import Rule
-from ..semantic import get_arg
+from ..semantic import FUNC_TYPES, get_arg
 from ..flow.models import ddp_calls
 from ..flow.mentions import code_words
 from ._common import is_simple_ref, shown_path
-from ._loader import DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
+from ._loader import DATALOADER, DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
 
 # anything in the code (identifiers, imported modules) that hints the data is already split per rank
 _SPLIT_HINTS = ("DistributedSampler", "sampler", "shard", "split_dataset_by_node", "num_replicas",
@@ -46,7 +46,8 @@ class NoDistributedSampler(Rule):
     """
     ## What it does
     Checks for a script that wraps its model in `DistributedDataParallel` and builds its training
-    `DataLoader` with `shuffle=True` and no `sampler` / `batch_sampler`.
+    `DataLoader` without a `sampler` / `batch_sampler`: with `shuffle=True`, or without shuffling
+    when the loader is the one the model trains on.
 
     To stay precise, a file that mentions a `DistributedSampler`, any other sampler, sharding
     (`shard`, `split_dataset_by_node`, `num_replicas`), an `IterableDataset`, or a framework that
@@ -58,12 +59,28 @@ class NoDistributedSampler(Rule):
     when the helper builds `DataLoader(..., shuffle=True)` without a sampler and its module
     mentions no sharding either.
 
+    A loader that does not shuffle (`shuffle=False`, or left out) and has no sampler is reported
+    when the program shows it is the *training* loader: a loop walks it (directly, through
+    `enumerate`/`tqdm`/`iter`, in a helper that receives it, in a trainer's method, through
+    loaders passed in a tuple or a list) and that loop's rounds run `backward()` on a value
+    computed from the DDP model's forward (in its body or a function it calls). An evaluation loop
+    (no backward in its rounds) stays silent, whatever the loader is called. The dataset must be a
+    map-style one (a project class with `__getitem__` and no `__iter__`, or a torchvision dataset)
+    built the same on every rank: a construction given a rank-varying argument
+    (`Portion(items, rank, world)`) is this rank's own data, and a dataset that draws random
+    numbers (in `__init__`, `__getitem__`, ...) under a per-rank seed may order or pick its items
+    differently per rank.
+
     ## Why is this bad?
     Without a `DistributedSampler`, every rank iterates over the *whole* dataset (each in its own
     random order). N GPUs then do N times the work per epoch, each "epoch" is really N epochs
     of gradient steps with an N times larger effective batch, and the speed-up from adding GPUs
     never shows up. Nothing errors; the symptom is a distributed run that is no faster per epoch
     than one GPU and converges differently.
+
+    Without shuffling it is worse: every rank iterates the same batches in the same order, so
+    (up to random augmentation) the N processes compute the same gradients, the all-reduce
+    averages N copies of one gradient, and the extra GPUs add no data at all.
 
     ## Example
     ```python
@@ -80,7 +97,9 @@ class NoDistributedSampler(Rule):
     ```
 
     ## Fix safety
-    The fix replaces `shuffle=True` with `sampler=DistributedSampler(<dataset>)`. It is
+    The fix replaces `shuffle=True` with `sampler=DistributedSampler(<dataset>)` (and
+    `shuffle=False` with `sampler=DistributedSampler(<dataset>, shuffle=False)`, which keeps each
+    rank's order fixed). It is
     **unsafe**: each rank then sees 1/N of the data per epoch (the intended behaviour, but a change
     to the epoch length, learning-rate schedule and logging), and the loop still needs
     `loader.sampler.set_epoch(epoch)` (DDP301).
@@ -118,6 +137,56 @@ class NoDistributedSampler(Rule):
                 fix=fix,
             )
         self._project_loaders(ctx)
+        self._training_loaders(ctx)
+
+    @staticmethod
+    def _training_loaders(ctx) -> None:
+        """A DataLoader without a sampler that does not shuffle (``shuffle=False`` or left out),
+        over a map-style dataset, that a training loop walks: a loop whose rounds run
+        ``backward()`` on the DDP model's output (``flow.training_loops``), wherever the loop is
+        (this file, a helper given the loader, a trainer's method: ``flow.passes``) and wherever
+        the loader is built (``flow.origins``)."""
+        from ..flow import for_context  # lazy: only DDP scripts without split hints get here
+        from ..flow.origins import branch_origins
+        from ..flow.passes import scope_passes
+        from ..flow.training_loops import trains, walking_loop
+        from ._common import other_call_sites
+
+        ana = for_context(ctx)
+        main = ana.main
+        callers = other_call_sites(ctx, ana, methods=True)
+        scopes = [ctx.sem.tree, *ctx.sem.by_type.get(ast.FunctionDef, ()), *ctx.sem.by_type.get(ast.AsyncFunctionDef, ())] \
+            if ast.FunctionDef in ctx.sem.wanted else [ctx.sem.tree, *(n for n in ast.walk(ctx.sem.tree)
+                                                                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+        done: set[int] = set()
+        asked: set[tuple] = set()
+        for scope in scopes:
+            for p in scope_passes(ana, main, scope):
+                key = (id(p.expr), id(p.walker[1]), *(id(c) for _f, c, _v in p.frames))
+                if key in asked:
+                    continue
+                asked.add(key)
+                leaves = branch_origins(ana, p.view, p.expr, p.at, frames=(), limit=10, callers=callers)
+                loaders = [(lv, ld, fr) for lv, ld, fr in leaves if isinstance(ld, ast.Call)
+                           and (lv.sem.call_qualname(ld) or "") == DATALOADER]
+                if not loaders or any(id(ld) in done for _, ld, _ in loaders) or len(loaders) + sum(
+                        isinstance(e, ast.Constant) and e.value is None for _, e, _ in leaves) != len(leaves):
+                    continue  # something else on some path (a framework's loader, a wrapper)
+                if not all(_plain_loader(ana, lv, ld, fr) for lv, ld, fr in loaders):
+                    continue
+                wv, w = p.walker
+                loop = walking_loop(wv, w)
+                if loop is None:
+                    continue
+                views = {id(v): v for v in (*p.chain, wv, *(lv for lv, _, _ in loaders))}
+                if any(v is not main and _split_hint(v.sem, v.text) for v in views.values()):
+                    continue
+                got = trains(ana, wv, loop, p.frames)
+                if got is None:
+                    continue
+                lv, ld, _fr = loaders[0]
+                done.update(id(x) for _, x, _ in loaders)
+                _report_same_batches(ctx, main, p, lv, ld, wv, loop, got)
 
     @staticmethod
     def _project_loaders(ctx) -> None:
@@ -174,3 +243,118 @@ def _shuffling_loader(view, fn):
             continue
         return c
     return None
+
+
+_MAP_STYLE_QNS = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
+_RNG = ("random.", "numpy.random.", "torch.rand", "torch.randperm", "torch.randint", "torch.multinomial")
+
+
+def _plain_loader(ana, lv, ld, fr) -> bool:
+    """``ld`` (a DataLoader of ``lv``) has no sampler nor ``**kwargs``, does not shuffle (``shuffle``
+    left out or false), and walks a map-style dataset built the same on every rank: every origin
+    of its dataset is a construction of a project class with ``__getitem__`` (no ``__iter__``) or
+    of torchvision's datasets, none given a rank-varying argument (a shard of its own), none from a
+    module that names a sharding, and none drawing random numbers in a method under a per-rank
+    seed (its own item order, or the item an index gives, may then differ between ranks)."""
+    from ..flow.origins import branch_origins
+    from ..flow.records import class_chain
+
+    if sampler_args(ld) or has_kwargs(ld):
+        return False
+    kw = next((k for k in ld.keywords if k.arg == "shuffle"), None)
+    if kw is None and len(ld.args) > 2:
+        kw = ld.args[2]
+    elif kw is not None:
+        kw = kw.value
+    if kw is not None and not _is_false(kw, lv.sem):
+        return False
+    ds = get_arg(ld, 0, "dataset")
+    if ds is None:
+        return False
+    ev = ana.evaluator(lv)
+    if any(ev.value(a).varying for a in (*ld.args, *(k.value for k in ld.keywords))):
+        return False
+    got = branch_origins(ana, lv, ds, ld, frames=fr, limit=10)
+    if not got or len(got) > 8:
+        return False
+    for dv, dc, _f in got:
+        if not isinstance(dc, ast.Call) or (dv is not lv and _split_hint(dv.sem, dv.text)):
+            return False
+        dev = ana.evaluator(dv)
+        if any(dev.value(a).varying for a in (*dc.args, *(k.value for k in dc.keywords))):
+            return False  # ``ShardSet(files, rank=rank)``: a dataset of this rank's own
+        qn = dv.sem.call_qualname(dc) or ""
+        if qn.startswith("torchvision.datasets.") or qn in _MAP_STYLE_QNS:
+            continue
+        cls = ana.resolve_class(dv, dc.func)
+        if cls is None:
+            return False
+        chain = class_chain(ana, *cls)
+        methods = {f.name: (v, f) for v, c in reversed(chain) for f in c.body if isinstance(f, FUNC_TYPES)}
+        if "__getitem__" not in methods or "__iter__" in methods or any(_split_hint(v.sem, v.text) for v, _c in chain):
+            return False
+        drawing = [v for v, f in methods.values() if _draws(v, f)]
+        if drawing and _per_rank_seed(ana, (ana.main, lv, dv, *drawing)):
+            return False  # its items (or which item an index gives) may come from a per-rank stream
+    return True
+
+
+def _is_false(node, sem) -> bool:
+    from ..torch_api import constant_of
+
+    if not isinstance(node, ast.Constant):
+        node = constant_of(sem, node)
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def _draws(view, fn) -> bool:
+    """``fn`` draws random numbers (``random.shuffle(self.items)``)."""
+    return any(isinstance(c, ast.Call) and (view.sem.call_qualname(c) or "").startswith(_RNG) for c in ast.walk(fn))
+
+
+def _per_rank_seed(ana, views) -> bool:
+    """One of ``views`` seeds a random generator with a value that differs between ranks."""
+    from ..flow.seeds import seeds_per_rank
+
+    return any(seeds_per_rank(ana, v) for v in {id(v): v for v in views}.values())
+
+
+def _report_same_batches(ctx, main, p, lv, ld, wv, loop, got) -> None:
+    """The finding: on the DataLoader when this file builds it; else where the loader enters this
+    file (the call that builds it, the loop that walks it, the call that hands it on)."""
+    from ..flow.bindings import reaching
+    from ..flow.findings import node_related
+    bv, back = got
+    related = []
+    fix = None
+    if lv is main:
+        at = ld
+        ds = get_arg(ld, 0, "dataset")
+        kw = next((k for k in ld.keywords if k.arg == "shuffle"), None)
+        if kw is not None and ds is not None and is_simple_ref(ds):
+            sampler, imp = ctx.ref(DIST_SAMPLER)
+            code = f"sampler={sampler}({ctx.text(ds)}, shuffle=False)"
+            fix = ctx.fix(Applicability.UNSAFE, f"Shard the data: `{code}`", [ctx.replace(kw, code), *imp])
+    else:
+        related.append(node_related(ctx, lv.path, ld, "the DataLoader, without a sampler"))
+        at = None
+        if p.view is main:
+            at = p.expr
+            if isinstance(p.expr, ast.Name):
+                kind, evs = reaching(main, p.expr.id, p.at)
+                if kind == "events" and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
+                        and isinstance(evs[0].value, ast.Call):
+                    at = evs[0].value
+        elif p.frames and p.frames[0][2] is main:
+            at = p.frames[0][1]
+        if at is None:
+            return
+    related.append(node_related(ctx, bv.path, back, "the backward of the DDP model's output in the loop that walks it"))
+    ctx.report(
+        at,
+        "DDP training DataLoader without a sampler that does not shuffle: every rank iterates the same "
+        "batches in the same order, so the processes compute the same gradients and adding GPUs adds "
+        "no data (use a DistributedSampler)",
+        related=related,
+        fix=fix,
+    )
