@@ -81,6 +81,7 @@ class LocalGradNorm(Rule):
     name = "local-grad-norm"
     severity = Severity.WARNING
     requires_text = ("to_local", "_local_tensor", "clip_grad_norm", "item", "float")
+    requires_text_all = (("grad",),)  # every finding reads ``.grad`` or calls ``clip_grad_norm_``
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -111,9 +112,15 @@ class LocalGradNorm(Rule):
             ctx.report(norm, f"`{ctx.text(norm)}` is the norm of this rank's gradient shards "
                              f"(`{ctx.text(local)}`) and is never reduced across ranks: it is not the global "
                              "gradient norm, and differs between ranks")
+        reads_grad: dict = {}  # scope -> whether it reads a ``.grad`` (a finding needs one)
         for c in sem.calls:
             fn = sem.enclosing_function(c)
-            if fn in reduced or id(fn) in done:
+            if fn in reduced or id(fn) in done or not _numbers(c):
+                continue
+            if fn not in reads_grad:
+                reads_grad[fn] = any(isinstance(n, ast.Attribute) and n.attr == "grad"
+                                     for n in ast.walk(fn if fn is not None else sem.tree))
+            if not reads_grad[fn]:
                 continue
             grad = _number_of_partial(an, view, c)
             if grad is None or not isinstance(grad.value, ast.Name) or \
@@ -258,6 +265,13 @@ def _sharded_module(an, view, mod, callers) -> bool:
 
 
 _ITEM = frozenset({"item"})
+
+
+def _numbers(call) -> bool:
+    """``x.item()`` / ``float(x)``: a tensor made a Python number (``_number_of_partial``)."""
+    f = call.func
+    return (isinstance(f, ast.Attribute) and f.attr in _ITEM and not call.args and not call.keywords) or (
+        isinstance(f, ast.Name) and f.id == "float" and len(call.args) == 1 and not call.keywords)
 
 
 def _number_of_partial(an, view, call):
