@@ -81,7 +81,8 @@ class LocalGradNorm(Rule):
     name = "local-grad-norm"
     severity = Severity.WARNING
     requires_text = ("to_local", "_local_tensor", "clip_grad_norm", "item", "float")
-    requires_text_all = (("grad",),)  # every finding reads ``.grad`` or calls ``clip_grad_norm_``
+    # every finding reads ``.grad`` (or calls ``clip_grad_norm_``) and takes a norm or a sum
+    requires_text_all = (("grad",), ("norm", "sum"))
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
