@@ -20,6 +20,9 @@ from .values import summary
 
 FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
 FSDP1 = "torch.distributed.fsdp.FullyShardedDataParallel"
+PARALLELIZE = frozenset({"torch.distributed.tensor.parallel.parallelize_module"})
+# the calls that make a module's parameters DTensors: FSDP2 (``Shard(0)``) and tensor parallel
+_SHARDERS = {"fsdp2": (FULLY_SHARD, "fully_shard"), "tp": (PARALLELIZE, "parallelize_module")}
 _DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")
 _BY_METHOD_RECV = {}
 for _a in VOCAB:
@@ -184,10 +187,12 @@ def _key(expr):
     return None
 
 
-def shard_calls(hub, view) -> list:
+def shard_calls(hub, view, kind: str = "fsdp2") -> list:
     """(call, sharded expression) of the module: ``fully_shard(m)``, and calls of project
-    functions that give their parameter to ``fully_shard`` (``apply_fsdp(model, mesh)``)."""
-    return arg_calls(hub, view, FULLY_SHARD, 0, "module", "fully_shard")
+    functions that give their parameter to ``fully_shard`` (``apply_fsdp(model, mesh)``); for
+    ``kind="tp"``, the same of ``parallelize_module(m, mesh, plan)``."""
+    qns, needle = _SHARDERS[kind]
+    return arg_calls(hub, view, qns, 0, "module", needle)
 
 
 def arg_calls(hub, view, qns: tuple, pos: int, kw: str, needle: str) -> list:
@@ -291,20 +296,22 @@ def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth) -> se
     return names
 
 
-def is_fsdp2(hub, view, expr, at, callers=None) -> bool:
+def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
     """``expr`` holds a module given to ``fully_shard`` before ``at`` (in the same function, or
     on ``self`` anywhere in the class), or bound from one. A parameter holds one when every call
     of its function passes one: the calls of this module, else (``callers``, as ``origins`` takes
     it) those of the project's other modules (``load_pretrained(model, path)`` of a loader module,
-    called by a trainer after ``apply_fsdp(model)``)."""
+    called by a trainer after ``apply_fsdp(model)``). ``kind="tp"``: the same question of
+    ``parallelize_module`` (``is_tp``)."""
     k = _key(expr)
     if k is None:
         return False
-    if callers is None and not _shards(hub, view):
+    if callers is None and not _shards(hub, view, kind):
         return False  # nothing below can hold: every answer it asks stays in this module
     sem = view.sem
     scope = sem.enclosing_function(at)
-    for c, a in shard_calls(hub, view):
+    qns = _SHARDERS[kind][0]
+    for c, a in shard_calls(hub, view, kind):
         if _key(a) != k:
             continue
         same = sem.enclosing_function(c) is scope
@@ -320,15 +327,15 @@ def is_fsdp2(hub, view, expr, at, callers=None) -> bool:
             return True
     # bound from what a sharding call returns: ``fully_shard(m)``, or a project helper that gives
     # its parameter to ``fully_shard`` (``self.model = apply_fsdp(model, mesh)``)
-    sharding = {id(c) for c, _a in shard_calls(hub, view)}
+    sharding = {id(c) for c, _a in shard_calls(hub, view, kind)}
 
     def sharded(v) -> bool:
-        return isinstance(v, ast.Call) and (id(v) in sharding or view.sem.call_qualname(v) in FULLY_SHARD)
+        return isinstance(v, ast.Call) and (id(v) in sharding or view.sem.call_qualname(v) in qns)
     if isinstance(expr, ast.Name):
-        kind, evs = reaching(view, expr.id, at)
-        if kind == "param":
-            return _param_fsdp2(hub, view, evs, expr.id, callers)
-        if kind in ("events", "global") and evs:
+        how, evs = reaching(view, expr.id, at)
+        if how == "param":
+            return _param_fsdp2(hub, view, evs, expr.id, callers, kind)
+        if how in ("events", "global") and evs:
             for e in evs:
                 if isinstance(e, ast.Assign) and sharded(e.value):
                     return True
@@ -341,10 +348,17 @@ def is_fsdp2(hub, view, expr, at, callers=None) -> bool:
             if isinstance(v, ast.Name) and not _also_wrapped(hub, view, expr):
                 # ``self.model = model`` of a parameter that every call passes an FSDP2 module
                 # (``Trainer(model, ...)`` after ``fully_shard(model)``)
-                kind, fn = reaching(view, v.id, v)
-                if kind == "param" and _param_fsdp2(hub, view, fn, v.id, callers):
+                how, fn = reaching(view, v.id, v)
+                if how == "param" and _param_fsdp2(hub, view, fn, v.id, callers, kind):
                     return True
     return False
+
+
+def is_tp(hub, view, expr, at, callers=None) -> bool:
+    """``is_fsdp2``'s question of tensor parallel: ``expr`` holds a module given to
+    ``parallelize_module`` (in place, or bound from what it or a project helper that gives it its
+    parameter returns)."""
+    return is_fsdp2(hub, view, expr, at, callers, "tp")
 
 
 def _tuple_element(v, attr: str):
@@ -360,15 +374,16 @@ def _tuple_element(v, attr: str):
     return v
 
 
-def _shards(hub, view) -> bool:
+def _shards(hub, view, kind: str = "fsdp2") -> bool:
     """The module makes a sharding call ``is_fsdp2`` can see (``shard_calls``, or a ``fully_shard``
     call without the module argument, which its ``sharded`` accepts). Without one, ``is_fsdp2``
     without ``callers`` is False for every expression of the module: its other answers come from
     this module's own bindings and calls (``_param_fsdp2`` asks the call sites of this module)."""
-    got = view.memo.get("hidden.shards")
+    got = view.memo.get(("hidden.shards", kind))
     if got is None:
         sem = view.sem
-        got = view.memo["hidden.shards"] = bool(shard_calls(hub, view)) or any(sem.calls_to(q) for q in FULLY_SHARD)
+        got = view.memo[("hidden.shards", kind)] = bool(shard_calls(hub, view, kind)) or any(
+            sem.calls_to(q) for q in _SHARDERS[kind][0])
     return got
 
 
@@ -380,7 +395,7 @@ def _also_wrapped(hub, view, attr) -> bool:
     return False
 
 
-def _param_fsdp2(hub, view, fn, name, callers=None) -> bool:
+def _param_fsdp2(hub, view, fn, name, callers=None, kind: str = "fsdp2") -> bool:
     """Every call of ``fn`` in its module passes an FSDP2 module as ``name``; with ``callers``,
     for a function this module never calls, every call of it in the project's other modules."""
     def compute() -> bool:
@@ -389,13 +404,13 @@ def _param_fsdp2(hub, view, fn, name, callers=None) -> bool:
             sites = callers(view, fn)[:8]
         for cv, c in sites:
             a = next((a for p, a in _call_args(c, fn) if p == name), None)
-            if a is None or not is_fsdp2(hub, cv, a, c):
+            if a is None or not is_fsdp2(hub, cv, a, c, kind=kind):
                 return False
         return bool(sites)
 
     # a recursion reads as False, and what it made is not memoised for good (``values.summary``)
-    return summary(hub.cut_state, view.memo.setdefault("hidden.param_fsdp2", {}), (fn, name, callers is not None),
-                   compute, False)
+    return summary(hub.cut_state, view.memo.setdefault("hidden.param_fsdp2", {}),
+                   (fn, name, callers is not None, kind), compute, False)
 
 
 def is_fsdp1(hub, view, expr, at) -> bool:

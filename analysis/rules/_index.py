@@ -218,7 +218,7 @@ RULES = {
                 ((('torch', False),), (('fully_shard', False),)),
                 False, False),
     'DDP516': ('ddp516_local_grad_norm', True, True,
-                ((('torch', False),), (('to_local', False), ('_local_tensor', False), ('clip_grad_norm', False))),
+                ((('torch', False),), (('grad', False),), (('norm', False), ('sum', False)), (('to_local', False), ('_local_tensor', False), ('clip_grad_norm', False), ('item', False), ('float', False))),
                 False, False),
     'DDP517': ('ddp517_plain_state_dict_into_sharded_module', True, True,
                 ((('torch', False),), (('load_state_dict', False),)),

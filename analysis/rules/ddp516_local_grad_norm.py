@@ -5,9 +5,9 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.hidden import fsdp1_sharded, is_fsdp2
-from ..flow.origins import origins
-from ._common import D
+from ..flow.hidden import PARALLELIZE, fsdp1_sharded, is_fsdp2, is_tp
+from ..flow.origins import holds_call, origins, qn_pred
+from ._common import D, other_call_sites
 from ..flow.modern import hub
 
 _NORMS = ("torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm")
@@ -32,6 +32,13 @@ class LocalGradNorm(Rule):
       `NO_SHARD`, a strategy not known, or an infinite `max_norm` whose result the function
       all-reduces is not flagged. (Under FSDP2 the parameters are DTensors and torch's
       `clip_grad_norm_` reduces the norm itself.)
+    - under FSDP2 or tensor parallel (`parallelize_module` with `ColwiseParallel` /
+      `RowwiseParallel`), a norm of `p.grad` (`p.grad.norm()`, `torch.linalg.vector_norm(p.grad)`,
+      or a sum of its squares) turned into a Python number with `.item()` or `float(...)` in a
+      function that never reduces it. The gradient is a sharded DTensor and its norm a *partial*
+      DTensor: `.item()` reads this rank's part (torch 2.13, verified on gloo). The parameters
+      may come from `model.parameters()` through a list, a helper's parameter (called from
+      another module), a method of a trainer, or a helper that returns the parallelized model.
 
     ## Why is this bad?
     Each rank holds 1/N of every gradient. The norm of the local shards is this rank's part of
@@ -40,12 +47,16 @@ class LocalGradNorm(Rule):
     (a skipped step on some ranks is a hang at the next reduce-scatter). FSDP1's parameters
     (flat parameters, or with `use_orig_params=True` views into them) are plain tensors holding
     this rank's shard: `torch.nn.utils.clip_grad_norm_` scales each rank's shard by its own
-    coefficient, so the update is no longer a uniformly clipped gradient.
+    coefficient, so the update is no longer a uniformly clipped gradient. Under tensor
+    parallelism the clip coefficient then depends on the rank and the TP degree.
 
     ## Example
     ```python
     sq = sum(p.grad.to_local().norm() ** 2 for p in model.parameters() if p.grad is not None)
     logger.log({"grad_norm": sq.sqrt().item()})
+
+    model = parallelize_module(net, tp_mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    total = sum(p.grad.norm().item() ** 2 for p in model.parameters()) ** 0.5
 
     model = FullyShardedDataParallel(net)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -58,6 +69,8 @@ class LocalGradNorm(Rule):
 
     model = FullyShardedDataParallel(net)
     model.clip_grad_norm_(1.0)  # all-reduces the norm over the shards
+
+    total = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).full_tensor().item()
     ```
 
     ## Fix safety
@@ -67,7 +80,9 @@ class LocalGradNorm(Rule):
     code = "DDP516"
     name = "local-grad-norm"
     severity = Severity.WARNING
-    requires_text = ("to_local", "_local_tensor", "clip_grad_norm")
+    requires_text = ("to_local", "_local_tensor", "clip_grad_norm", "item", "float")
+    # every finding reads ``.grad`` (or calls ``clip_grad_norm_``) and takes a norm or a sum
+    requires_text_all = (("grad",), ("norm", "sum"))
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -76,6 +91,7 @@ class LocalGradNorm(Rule):
         reduced |= {sem.enclosing_function(c) for c in sem.calls
                     if isinstance(c.func, ast.Attribute) and c.func.attr in ("full_tensor", "redistribute")}
         self._fsdp1_clips(ctx, an, view, reduced)
+        callers = other_call_sites(ctx, an)
         done = set()
         cands = list(sem.calls)
         if "_local_tensor" in ctx.src.text:
@@ -88,7 +104,7 @@ class LocalGradNorm(Rule):
             if fn in reduced or id(fn) in done:
                 continue
             p = local.value  # ``p`` of ``p.grad``
-            if not isinstance(p, ast.Name) or not _over_fsdp2_params(an, view, p.id, c):
+            if not isinstance(p, ast.Name) or not _over_sharded_params(an, view, p.id, c, callers):
                 continue
             norm = _norm_around(ctx, c)
             if norm is None:
@@ -97,6 +113,26 @@ class LocalGradNorm(Rule):
             ctx.report(norm, f"`{ctx.text(norm)}` is the norm of this rank's gradient shards "
                              f"(`{ctx.text(local)}`) and is never reduced across ranks: it is not the global "
                              "gradient norm, and differs between ranks")
+        reads_grad: dict = {}  # scope -> whether it reads a ``.grad`` (a finding needs one)
+        for c in sem.calls:
+            fn = sem.enclosing_function(c)
+            if fn in reduced or id(fn) in done or not _numbers(c):
+                continue
+            if fn not in reads_grad:
+                reads_grad[fn] = any(isinstance(n, ast.Attribute) and n.attr == "grad"
+                                     for n in ast.walk(fn if fn is not None else sem.tree))
+            if not reads_grad[fn]:
+                continue
+            grad = _number_of_partial(an, view, c)
+            if grad is None or not isinstance(grad.value, ast.Name) or \
+                    not _over_sharded_params(an, view, grad.value.id, c, callers):
+                continue
+            done.add(id(fn))
+            ctx.report(c, f"`{ctx.text(c)}` turns the norm of a sharded DTensor gradient (`{ctx.text(grad)}`) into a "
+                          "Python number without reducing it: the norm is a partial DTensor, and `.item()` / "
+                          "`float()` read this rank's part only, so the total differs between ranks and with the "
+                          "sharding degree; call `.full_tensor()` on the norm first, or use "
+                          "`torch.nn.utils.clip_grad_norm_`")
 
 
     def _fsdp1_clips(self, ctx, an, view, reduced) -> None:
@@ -121,28 +157,42 @@ class LocalGradNorm(Rule):
                        related=[(w, "the FSDP1 wrap that shards the parameters")] if here else [])
 
 def _params_module(an, view, expr, at, seen=None):
-    """The module whose parameters ``expr`` is: ``m.parameters()``, ``list(...)``/``filter(...)``
-    of it or a comprehension over it, or a name bound to one of those; else None (also for a
-    name bound from itself, ``params = list(params)``: each binding is followed once)."""
+    """The module whose parameters ``expr`` is, in this module (``_params_modules``); else None."""
+    got = _params_modules(an, view, expr, at, seen)
+    return got[0][1] if got is not None and len(got) == 1 and got[0][0] is view else None
+
+
+def _params_modules(an, view, expr, at, seen=None, callers=None):
+    """(view, module) pairs whose parameters ``expr`` is: ``m.parameters()`` /
+    ``m.named_parameters()``, ``list(...)``/``filter(...)`` of it or a comprehension over it, or a
+    name bound to one of those (through a parameter, to its callers' arguments; ``callers`` as
+    ``origins`` takes it); None when some origin is not one (also for a name bound from itself,
+    ``params = list(params)``: each binding is followed once)."""
     seen = set() if seen is None else seen
     if id(expr) in seen:
         return None
     seen.add(id(expr))
     if isinstance(expr, ast.Name):
-        got = origins(an, view, expr, at)
-        if len(got) != 1 or got[0][0] is not view:
+        got = origins(an, view, expr, at, callers=callers)
+        if not got or len(got) > 8:
             return None
-        expr = got[0][1]
+        out = []
+        for v, e in got:
+            more = _params_modules(an, v, e, e, seen, callers)
+            if more is None:
+                return None
+            out.extend(more)
+        return out
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "filter", "tuple") \
             and expr.args and not expr.keywords:
-        return _params_module(an, view, expr.args[-1], at, seen)
+        return _params_modules(an, view, expr.args[-1], at, seen, callers)
     if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and len(expr.generators) == 1:
         g = expr.generators[0]
         if isinstance(expr.elt, ast.Name) and isinstance(g.target, ast.Name) and expr.elt.id == g.target.id:
-            return _params_module(an, view, g.iter, at, seen)
+            return _params_modules(an, view, g.iter, at, seen, callers)
         return None
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
-        return expr.func.value
+        return [(view, expr.func.value)]
     return None
 
 
@@ -183,8 +233,10 @@ def _norm_around(ctx, node):
     return None
 
 
-def _over_fsdp2_params(an, view, name, at) -> bool:
-    """``name`` is the target of a ``for`` / comprehension over ``X.parameters()`` of an FSDP2 ``X``."""
+def _over_sharded_params(an, view, name, at, callers) -> bool:
+    """``name`` is the target of a ``for`` / comprehension over the parameters of modules whose
+    parameters are DTensors (given to ``fully_shard`` or ``parallelize_module``):
+    ``X.parameters()`` / ``X.named_parameters()``, or a value made of them (``_params_modules``)."""
     p = parent(at)
     while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
         gens = p.generators if isinstance(p, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) else (
@@ -193,8 +245,84 @@ def _over_fsdp2_params(an, view, name, at) -> bool:
             t, it = g.target, g.iter
             if isinstance(t, ast.Tuple) and t.elts:
                 t = t.elts[-1]
-            if isinstance(t, ast.Name) and t.id == name and isinstance(it, ast.Call) and \
-                    isinstance(it.func, ast.Attribute) and it.func.attr in ("parameters", "named_parameters"):
-                return is_fsdp2(an, view, it.func.value, at)
+            if not (isinstance(t, ast.Name) and t.id == name):
+                continue
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "named_parameters":
+                mods = [(view, it.func.value)]
+            else:
+                mods = _params_modules(an, view, it, at, callers=callers)
+            return bool(mods) and all(_sharded_module(an, v, m, callers) for v, m in mods)
         p = parent(p)
     return False
+
+
+def _sharded_module(an, view, mod, callers) -> bool:
+    """``mod`` holds a module whose parameters are DTensors: given to ``fully_shard`` or
+    ``parallelize_module`` (in place, by a helper, or bound from what either returns, also through
+    a helper's return or a tuple)."""
+    if is_fsdp2(an, view, mod, mod, callers) or is_tp(an, view, mod, mod, callers):
+        return True
+    return holds_call(an, view, mod, mod, qn_pred(*PARALLELIZE), callers=callers) is not None
+
+
+_ITEM = frozenset({"item"})
+
+
+def _numbers(call) -> bool:
+    """``x.item()`` / ``float(x)``: a tensor made a Python number (``_number_of_partial``)."""
+    f = call.func
+    return (isinstance(f, ast.Attribute) and f.attr in _ITEM and not call.args and not call.keywords) or (
+        isinstance(f, ast.Name) and f.id == "float" and len(call.args) == 1 and not call.keywords)
+
+
+def _number_of_partial(an, view, call):
+    """``p.grad`` when ``call`` makes a Python number of a partial reduction of it: ``N.item()`` or
+    ``float(N)``, ``N`` a norm of the gradient (``.norm()``, ``torch.norm``, ``torch.linalg``'s
+    norms) or a sum of its squares (``(g ** 2).sum()``, ``g.pow(2).sum()``, ``g.square().sum()``),
+    directly or a name every binding of which is one. On a sharded DTensor those are partial
+    DTensors, and the number is this rank's part. (Arithmetic on the partial norm first, ``n **
+    2``, makes it replicated: torch reduces it there.)"""
+    f = call.func
+    if isinstance(f, ast.Attribute) and f.attr in _ITEM and not call.args and not call.keywords:
+        x = f.value
+    elif isinstance(f, ast.Name) and f.id == "float" and len(call.args) == 1 and not call.keywords \
+            and view.sem.call_qualname(call) in (None, "float", "builtins.float"):
+        x = call.args[0]
+    else:
+        return None
+    if isinstance(x, ast.Name):
+        got = origins(an, view, x, call, limit=2)
+        grads = [_partial_grad(view, e) if v is view else None for v, e in got]
+        return grads[0] if grads and all(g is not None and g is grads[0] for g in grads) else None
+    return _partial_grad(view, x)
+
+
+def _partial_grad(view, e):
+    """``p.grad`` of a norm or sum of squares ``e`` of it (``_number_of_partial``); else None."""
+    g = None
+    if not isinstance(e, ast.Call) or any(k.arg == "dim" for k in e.keywords):
+        return None
+    if (view.sem.call_qualname(e) or "") in _NORMS:
+        g = e.args[0] if e.args and len(e.args) <= 2 else None
+    elif isinstance(e.func, ast.Attribute):
+        if e.func.attr == "norm" and len(e.args) <= 1:
+            g = e.func.value
+        elif e.func.attr == "sum" and not e.args and not e.keywords:
+            g = _squared(e.func.value)
+    while isinstance(g, ast.Attribute) and g.attr == "data" or (
+            isinstance(g, ast.Call) and isinstance(g.func, ast.Attribute) and g.func.attr == "detach" and not g.args):
+        g = g.value if isinstance(g, ast.Attribute) else g.func.value
+    return g if isinstance(g, ast.Attribute) and g.attr == "grad" else None
+
+
+def _squared(e):
+    """``g`` of ``g ** 2`` / ``g.pow(2)`` / ``g.square()`` / ``g * g``; else None."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Pow) and isinstance(e.right, ast.Constant) and e.right.value == 2:
+        return e.left
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult) and ast.dump(e.left) == ast.dump(e.right):
+        return e.left
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and not e.keywords and (
+            (e.func.attr == "pow" and len(e.args) == 1 and isinstance(e.args[0], ast.Constant) and e.args[0].value == 2)
+            or (e.func.attr == "square" and not e.args)):
+        return e.func.value
+    return None
