@@ -198,23 +198,24 @@ def local_rank_options(sem) -> list[ast.Call]:
 
 # -- where the environment's local rank is read ---------------------------------------------------
 
-def local_rank_env_reads(view) -> list[ast.AST]:
+def local_rank_env_reads(view, known: bool = False) -> list[ast.AST]:
     """The expressions of a module that read the local rank from the environment (by value):
     ``os.environ["LOCAL_RANK"]`` and its ``get`` / ``getenv`` forms (also ``SLURM_LOCALID``,
-    ``OMPI_COMM_WORLD_LOCAL_RANK``), and ``dist.get_node_local_rank()``."""
+    ``OMPI_COMM_WORLD_LOCAL_RANK``), ``dist.get_node_local_rank()``; ``known``: no unknown keys."""
     memo = view.memo
-    got = memo.get("rank_kinds.env_reads")
+    mk = "rank_kinds.env_reads.known" if known else "rank_kinds.env_reads"
+    got = memo.get(mk)
     if got is not None:
         return got
     got = []
     sem = view.sem
     for c in sem.calls:
-        if _reads_local(view, c) or sem.call_qualname(c) == D + "get_node_local_rank":
+        if _reads_local(view, c, known) or sem.call_qualname(c) == D + "get_node_local_rank":
             got.append(c)
     for s in ast.walk(view.tree):  # once per module, and only for a module with a --local_rank option
-        if s.__class__ is ast.Subscript and isinstance(s.ctx, ast.Load) and _reads_local(view, s):
+        if s.__class__ is ast.Subscript and isinstance(s.ctx, ast.Load) and _reads_local(view, s, known):
             got.append(s)
-    memo["rank_kinds.env_reads"] = got
+    memo[mk] = got
     return got
 
 
@@ -444,10 +445,9 @@ def param_sinks(hub, view, fn, sinks_of, depth: int = 0) -> dict:
     return out
 
 
-def _reads_local(view, e) -> bool:
-    """``e`` reads the environment with a local-rank key, or with a key it cannot tell (in doubt,
-    a read): a constant, a name bound to one, or the variable of a loop over constant keys
-    (``for v in ("LOCAL_RANK", "SLURM_LOCALID"): os.environ[v]``)."""
+def _reads_local(view, e, known: bool = False) -> bool:
+    """``e`` reads the environment with a local-rank key (a constant, a name bound to one, a loop
+    variable over constant keys), or, unless ``known``, with a key it cannot tell."""
     key = env_key(view, e)
     if key is None:
         return False
@@ -455,7 +455,7 @@ def _reads_local(view, e) -> bool:
         return key in LOCAL_RANK_ENV
     k = e.slice if isinstance(e, ast.Subscript) else (e.args[0] if e.args else None)
     keys = _key_values(view, k)
-    return keys is None or bool(keys & LOCAL_RANK_ENV)
+    return (keys is None and not known) or bool(keys and keys & LOCAL_RANK_ENV)
 
 
 def _key_values(view, k) -> set | None:

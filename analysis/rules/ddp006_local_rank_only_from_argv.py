@@ -113,7 +113,10 @@ class LocalRankOnlyFromArgv(Rule):
                 importers = importer_views(ctx, an, c)
                 mods = [m for m in (an.view_of(v.path) for v in importers) if m is not None]
                 runs = [*program, *{id(x): x for m in mods for x in program_views(an, m)}.values()]
-                if _cleared(runs[len(program):]):
+                # the importers' own reads count in doubt (a key it cannot tell); in the modules
+                # their programs run, only a read of a known local-rank key does (a YAML loader's
+                # `os.environ.get(name)` for `${NAME}` placeholders is no local-rank read)
+                if any(local_rank_env_reads(v) for v in importers) or _cleared(runs[len(program):], known=True):
                     continue
                 use = _first_use(importers, dest)
                 if use is None and mods:
@@ -143,11 +146,11 @@ class LocalRankOnlyFromArgv(Rule):
             )
 
 
-def _cleared(program) -> bool:
-    """The program reads ``LOCAL_RANK``, starts its own processes, or imports ``deepspeed``
-    (whose launcher passes ``--local_rank=N``)."""
+def _cleared(program, known: bool = False) -> bool:
+    """The program reads ``LOCAL_RANK`` (``known``: with a key it can tell), starts its own
+    processes, or imports ``deepspeed`` (whose launcher passes ``--local_rank=N``)."""
     program = list(program)
-    return any(local_rank_env_reads(v) for v in program) or self_launched(program) is not None or any(
+    return any(local_rank_env_reads(v, known) for v in program) or self_launched(program) is not None or any(
         m.split(".", 1)[0] == "deepspeed" for v in program for m, _lvl, _a in v.imports.values())
 
 
