@@ -31,7 +31,10 @@ class FreezeAfterDdpWrap(Rule):
     function, or returned by a project helper), or, for a parameter of a module-level function,
     the argument of every call of it, in this module or, when it never calls it, in the
     project's other modules (`apply_policy(model, cfg)` in the training script, after `model =
-    wrap_ddp(model)`). A freeze before the wrap, a wrapper built with
+    wrap_ddp(model)`). A call made after `DDP(m)` in the same function is reported too when the
+    function or callback method it runs (`for cb in self.callbacks: cb.on_fit_start(self)`, the
+    callbacks a script passed to the trainer) freezes a submodule of `m` through what the call
+    passes (`trainer.raw_model.backbone` with `self.raw_model` wrapped). A freeze before the wrap, a wrapper built with
     `find_unused_parameters=True` or `static_graph`, or a module that no wrapper is proven to
     hold, is not flagged.
 
