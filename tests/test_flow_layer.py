@@ -115,3 +115,35 @@ def test_no_rule_defines_its_own_terminal_name_helper():
     pat = re.compile(r"^def (_?terminal(_name)?|_last_name)\(", re.M)
     for path in (ANALYSIS / "rules").glob("*.py"):
         assert not pat.search(path.read_text(encoding="utf-8")), path.name
+
+
+def test_a_call_on_a_container_element_resolves_to_each_class_method(tmp_path):
+    """``for cb in cbs: cb.m(x)`` over instances of several project classes: ``resolve_targets``
+    names each class's ``m`` (inherited ones included); ``resolve_call`` the one that is not an
+    empty default; unknown when an element is not a project instance."""
+    from ddp_lint.analysis.context import Context
+    from ddp_lint.analysis.flow import for_context
+    from ddp_lint.analysis.semantic import Semantic
+    from ddp_lint.analysis.source import SourceText
+
+    src = (
+        "class Base:\n    def m(self, x):\n        pass\n"
+        "class A(Base):\n    def m(self, x):\n        print(x)\n"
+        "class B(Base):\n    pass\n"
+        "class C(Base):\n    def m(self, x):\n        return x\n"
+        "def run(x):\n"
+        "    cbs = [A()]\n    cbs.append(B())\n"
+        "    for cb in cbs:\n        cb.m(x)\n"
+        "    for cb in (A(), C()):\n        cb.m(x)\n"
+        "    for cb in [A(), object()]:\n        cb.m(x)\n"
+    )
+    path = tmp_path / "mod.py"
+    path.write_text(src)
+    tree = ast.parse(src)
+    sem = Semantic(tree)
+    an = for_context(Context(SourceText(src), sem, str(path)))
+    calls = [c for c in sem.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "m"]
+    got = [sorted(f.lineno for _v, f in an.resolve_targets(an.main, c)) for c in calls]
+    assert got == [[2, 5], [5, 10], []]
+    one = [an.resolve_call(an.main, c) for c in calls]
+    assert one[0][1].lineno == 5 and one[1] is None and one[2] is None

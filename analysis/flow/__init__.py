@@ -40,6 +40,7 @@ from . import project
 from .assignments import _is_param
 from .calls import instance_names
 from .instances import ctor_class, instance_class, self_attr_class
+from .elements import element_targets, one_target
 from .summaries import Summaries
 from .records import inherited_method
 from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
@@ -196,10 +197,25 @@ class Analysis(Summaries):
         got = self._resolved[key] = self._resolve_call(view, call)
         return got
 
+    def resolve_targets(self, view, call: ast.Call) -> list:
+        """Every (view, function) ``call`` may run: the methods of each class whose instances the
+        container it reads an element of may hold (``for cb in self.callbacks: cb.m(self)``),
+        else ``resolve_call``'s one answer; empty when unknown."""
+        got = element_targets(self, view, call, _NOT_PROJECT)
+        if got is None:
+            one = self.resolve_call(view, call)
+            return [one] if one is not None else []
+        return got
+
     def _resolve_call(self, view, call: ast.Call):
         f = call.func
         if isinstance(f, ast.Name):
-            return self._resolve_name(view, f.id, call)
+            got = self._resolve_name(view, f.id, call)
+            if got is None and f.id not in view.defs and f.id not in view.imports:
+                got = one_target(element_targets(self, view, call, _NOT_PROJECT))  # ``for h in hooks: h(x)``
+            return got
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Subscript):
+            return one_target(element_targets(self, view, call, _NOT_PROJECT))  # ``self.cbs[0].m()``
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name):
             got = ctor_class(self, view, f.value, _NOT_PROJECT)  # ``Cls(...).m(...)``
             if got is not None:
@@ -236,6 +252,8 @@ class Analysis(Summaries):
                     for st in cls.body:
                         if isinstance(st, FUNC_TYPES) and st.name == f.attr:
                             return cv, st
+            # an element of a container of instances: ``for cb in self.callbacks: cb.m(self)``
+            return one_target(element_targets(self, view, call, _NOT_PROJECT))
         elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and isinstance(f.value.value, ast.Name) \
                 and f.value.value.id == "self":
             # ``self.ckpt.load(...)`` where every binding of ``self.ckpt`` in the class (and its
@@ -473,4 +491,17 @@ def _lookup(view, name: str):
 
 
 def for_context(ctx) -> Analysis:
-    return ctx.memo("flow.analysis", lambda: Analysis(ctx.filename, ctx.sem, ctx.src.text))
+    return ctx.memo("flow.analysis", lambda: _new(ctx))
+
+
+def _new(ctx) -> Analysis:
+    an = Analysis(ctx.filename, ctx.sem, ctx.src.text)
+    # the project's other modules' calls of the checked file's functions and classes: what a
+    # parameter holds when its own module never calls it (``instances.element_classes``); the
+    # rules' project scan (``rules._common.other_call_sites``) installs itself here
+    if CALLERS_HOOK is not None:
+        an.other_callers = CALLERS_HOOK(ctx, an)
+    return an
+
+
+CALLERS_HOOK = None

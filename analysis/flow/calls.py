@@ -300,12 +300,14 @@ def instance_names(view) -> frozenset:
                 if st.__class__ is ast.Assign and len(st.targets) == 1:
                     t = st.targets[0]
                     names.update(x.id for x in (t.elts if t.__class__ is ast.Tuple else (t,)) if x.__class__ is ast.Name)
-        if displays:
-            # a container of instances (``hooks=[EvalHook(...)]``): a loop over one may bind them
-            for t in (ast.For, ast.AsyncFor):
-                for loop in view.sem.by_type.get(t, ()):
-                    if loop.target.__class__ is ast.Name:
-                        names.add(loop.target.id)
+        # a container of instances (``hooks=[EvalHook(...)]``, or ``self.callbacks`` that the
+        # project's callers fill): a loop over one may bind them
+        for t in (ast.For, ast.AsyncFor):
+            for loop in view.sem.by_type.get(t, ()):
+                it = loop.iter
+                if loop.target.__class__ is ast.Name and (displays or it.__class__ is ast.Attribute and (
+                        it.value.__class__ is ast.Name and it.value.id == "self")):
+                    names.add(loop.target.id)
         got = view.memo["instance_names"] = frozenset(names)
     return got
 

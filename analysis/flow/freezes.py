@@ -126,3 +126,53 @@ def selective(node, loop) -> bool:
             return True
         p = parent(p)
     return False
+
+
+def callee_freezes(hub, view, call) -> list:
+    """(frozen module in the caller's terms, freeze node, its view, selective) of each freeze that
+    a function ``call`` may run (``resolve_targets``: a helper, a callback's method) makes on
+    what one of its parameters holds (``trainer.raw_model.backbone`` in ``on_fit_start(self,
+    trainer)``, through a name bound once to it): the parameter replaced by the argument the call
+    passes (``self.raw_model.backbone`` for ``cb.on_fit_start(self)``). Direct freezes only."""
+    from .calls import call_args
+
+    out = []
+    for cv, fn in hub.resolve_targets(view, call):
+        args = dict(call_args(call, fn))
+        if not args:
+            continue
+        for node, expr in freeze_sites(fn):
+            module, loop = frozen_module(cv, expr, node)
+            e = _through_names(cv, module, node)
+            if e is None:
+                continue
+            path = []
+            while isinstance(e, ast.Attribute):
+                path.append(e.attr)
+                e = e.value
+            if not (isinstance(e, ast.Name) and e.id in args):
+                continue
+            kind, where = reaching(cv, e.id, node)
+            if kind != "param" or where is not fn:
+                continue
+            got = args[e.id]
+            for a in reversed(path):
+                got = ast.Attribute(value=got, attr=a, ctx=ast.Load())
+            out.append((got, node, cv, loop is not None and selective(node, loop)))
+    return out
+
+
+def _through_names(view, e, at, depth: int = 0):
+    """``e`` with a name bound once (``trunk = trainer.model.backbone``) read as what it holds."""
+    root = e
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or depth > 3:
+        return e
+    kind, evs = reaching(view, root.id, at)
+    if kind != "events" or len(evs) != 1 or not isinstance(evs[0], ast.Assign) or len(evs[0].targets) != 1 \
+            or not isinstance(evs[0].targets[0], ast.Name) or not isinstance(evs[0].value, (ast.Attribute, ast.Name)):
+        return e
+    if e is root:
+        return _through_names(view, evs[0].value, evs[0], depth + 1)
+    return e  # ``trunk.head`` of a bound name: not followed

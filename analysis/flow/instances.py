@@ -178,15 +178,68 @@ def _origin_class(hub, view, name: ast.Name, at: ast.AST, not_project):
 
 def element_class(hub, view, it: ast.AST, at: ast.AST, not_project, depth: int = 0):
     """(view, class) when every element of the iterable ``it`` is an instance of the same project
-    class: a list/tuple/set display of constructor calls, reached through names, ``self.``
-    attributes and parameters."""
+    class (``element_classes`` gives one class)."""
+    got = element_classes(hub, view, it, at, not_project, depth)
+    return got[0] if got is not None and len(got) == 1 else None
+
+
+def _union(found: list, got) -> list | None:
+    if got is None:
+        return None
+    for g in got:
+        if not any(f[1] is g[1] for f in found):
+            found.append(g)
+    return found
+
+
+_ADDS = {"append": 0, "insert": 1}
+
+
+def _added(hub, view, scope, target, not_project, depth: int) -> list | None:
+    """The classes of what ``scope`` adds to the container ``target`` (a name, or ``self.<attr>``
+    in the methods of a class): ``xs.append(Cls())``, ``xs.insert(0, Cls())``, ``xs.extend([..])``,
+    ``xs += [..]``; None when one addition is not a known project instance."""
+    found: list = []
+    for n in iter_scope_nodes(scope):
+        if n.__class__ is ast.Call and n.func.__class__ is ast.Attribute and _same_ref(n.func.value, target):
+            m = n.func.attr
+            if m in _ADDS and len(n.args) == _ADDS[m] + 1:
+                if _union(found, _one(hub, view, n.args[-1], not_project)) is None:
+                    return None
+            elif m == "extend" and len(n.args) == 1:
+                if _union(found, element_classes(hub, view, n.args[0], n, not_project, depth + 1)) is None:
+                    return None
+        elif n.__class__ is ast.AugAssign and _same_ref(n.target, target):
+            if _union(found, element_classes(hub, view, n.value, n, not_project, depth + 1)) is None:
+                return None
+    return found
+
+
+def _same_ref(e, target) -> bool:
+    if isinstance(target, ast.Name):
+        return isinstance(e, ast.Name) and e.id == target.id
+    return isinstance(e, ast.Attribute) and e.attr == target.attr and isinstance(e.value, ast.Name) \
+        and e.value.id == "self"
+
+
+def _one(hub, view, e, not_project) -> list | None:
+    got = ctor_class(hub, view, e, not_project)
+    return None if got is None else [got]
+
+
+def element_classes(hub, view, it: ast.AST, at: ast.AST, not_project, depth: int = 0) -> list | None:
+    """The (view, class) pairs whose instances the iterable ``it`` may hold: a list/tuple/set
+    display of constructor calls, a list filled by ``.append(Cls(...))`` (``extend``, ``+=``),
+    reached through names, ``self.`` attributes and parameters (what every call passes: of this
+    module, and for the checked file's functions of the project's other modules through the hub's
+    ``other_callers``), the union over the bindings and callers. None when any element is not an
+    instance of a known project class."""
     if depth > _MAX_DEPTH:
         return None
     if isinstance(it, (ast.List, ast.Tuple, ast.Set)):
-        found = None
+        found: list = []
         for e in it.elts:
-            found = _same(found, ctor_class(hub, view, e, not_project))
-            if found is None:
+            if _union(found, _one(hub, view, e, not_project)) is None:
                 return None
         return found
     if isinstance(it, ast.Name):
@@ -195,43 +248,69 @@ def element_class(hub, view, it: ast.AST, at: ast.AST, not_project, depth: int =
             return _param_elements(hub, view, evs, it.id, not_project, depth)
         if kind not in ("events", "global") or not evs:
             return None
-        found = None
+        found = []
         for e in evs:
             if not (isinstance(e, ast.Assign) and len(e.targets) == 1 and isinstance(e.targets[0], ast.Name)):
                 return None
-            found = _same(found, element_class(hub, view, e.value, e, not_project, depth + 1))
-            if found is None:
+            if _union(found, element_classes(hub, view, e.value, e, not_project, depth + 1)) is None:
+                return None
+            scope = view.sem.enclosing_function(e) or view.tree
+            if _union(found, _added(hub, view, scope, it, not_project, depth)) is None:
                 return None
         return found
     if isinstance(it, ast.Attribute) and isinstance(it.value, ast.Name) and it.value.id == "self":
         vals = hub.self_attr_bindings(view, it)
-        found = None
-        for v in vals or ():
+        if not vals:
+            return None
+        found = []
+        for v in vals:
             if isinstance(v, ast.stmt):
                 return None
-            found = _same(found, element_class(hub, view, v, v, not_project, depth + 1))
-            if found is None:
+            if _union(found, element_classes(hub, view, v, v, not_project, depth + 1)) is None:
+                return None
+        fn = view.sem.enclosing_function(it)
+        cls = parent(fn) if fn is not None else None
+        for m in cls.body if isinstance(cls, ast.ClassDef) else ():
+            if isinstance(m, FUNC_TYPES) and _union(found, _added(hub, view, m, it, not_project, depth)) is None:
                 return None
         return found
     return None
 
 
+def loop_classes(hub, view, name: ast.Name, at: ast.AST, not_project) -> list | None:
+    """The project classes ``name`` may be an instance of at ``at`` when every binding reaching it
+    is a loop over a container of instances (``for cb in self.callbacks``): ``element_classes``."""
+    kind, evs = reaching(view, name.id, at)
+    if kind != "events" or not evs:
+        return None
+    found: list = []
+    for e in evs:
+        if not (isinstance(e, (ast.For, ast.AsyncFor)) and isinstance(e.target, ast.Name) and e.target.id == name.id):
+            return None
+        if _union(found, element_classes(hub, view, e.iter, e, not_project)) is None:
+            return None
+    return found or None
+
+
 def _param_elements(hub, view, fn, name: str, not_project, depth: int):
-    """The element class of parameter ``name`` of ``fn`` when every call of ``fn`` in its module
-    passes the same kind of container."""
+    """The element classes of parameter ``name`` of ``fn``: the union over what every call of
+    ``fn`` passes (in its module, else in the project's other modules)."""
     if not isinstance(fn, FUNC_TYPES):
         return None
-    sites = hub.call_sites(view, fn)
-    found = None
-    for c in sites:
+    sites = [(view, c) for c in hub.call_sites(view, fn)]
+    if not sites and fn.name == "__init__":  # a constructor's container, filled by another module
+        more = getattr(hub, "other_callers", None)
+        sites = more(view, fn)[:8] if more is not None else []
+    if not sites:
+        return None
+    found: list = []
+    for cv, c in sites:
         a = next((a for p, a in call_args(c, fn) if p == name), None)
         if a is None:
             return None
-        found = _same(found, element_class(hub, view, a, c, not_project, depth + 1))
-        if found is None:
+        if _union(found, element_classes(hub, cv, a, c, not_project, depth + 1)) is None:
             return None
     return found
-
 
 
 # ``nn.Module`` methods that return the module itself (``Model(cfg).cuda()`` is still a ``Model``)

@@ -426,6 +426,15 @@ class Summaries(Roots):
                     out.append(Site(c, [eff], "implicit"))
                 continue
             target = self.resolve_call(view, c)
+            if target is None and f.__class__ is Attribute and f.value.__class__ is Name and f.value.id in instances:
+                # ``for cb in self.callbacks: cb.m(self)`` over instances of several classes: the
+                # method of each may run (``elements``)
+                more = [t for t in self.resolve_targets(view, c) if t[1] is not scope]
+                effs = [e.through(getattr(t[1], "name", "?")) for t in more for e in self.summary(*t).must]
+                calls_out.extend((c, t) for t in more)
+                if effs and c not in hidden:
+                    out.append(Site(c, effs[:6], "helper"))
+                continue
             if target is not None and target[1] is not scope:
                 calls_out.append((c, target))
                 sub = None

@@ -799,3 +799,15 @@ def project_files_naming(ctx, words, also=()) -> list | None:
             return None
         out.append((Context(SourceText(view.text), view.sem, path), view))
     return out
+
+
+def _install_callers_hook() -> None:
+    """The flow layer's hub asks the project's other modules for the calls of the checked file's
+    constructors (``flow.instances.element_classes``: a ``callbacks`` parameter that a script
+    fills) through this scan; the flow layer cannot import the rules (they sit above it)."""
+    from .. import flow
+
+    flow.CALLERS_HOOK = other_call_sites
+
+
+_install_callers_hook()

@@ -4,11 +4,12 @@ import ast
 
 from ..flow import for_context
 from ..flow.ddp_options import strict_ddp_off
-from ..flow.freezes import freeze_sites, frozen_module, selective, wrapper_of
+from ..flow.freezes import callee_freezes, freeze_sites, frozen_module, selective, wrapper_of
 from ..flow.wrapped import wrap_origins
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import parent
+from ..semantic import iter_scope_nodes, parent
+from ..torch_api import DDP_CLASS
 from ._common import callers_may_exist
 from ._flow import scopes
 
@@ -30,7 +31,10 @@ class FreezeAfterDdpWrap(Rule):
     function, or returned by a project helper), or, for a parameter of a module-level function,
     the argument of every call of it, in this module or, when it never calls it, in the
     project's other modules (`apply_policy(model, cfg)` in the training script, after `model =
-    wrap_ddp(model)`). A freeze before the wrap, a wrapper built with
+    wrap_ddp(model)`). A call made after `DDP(m)` in the same function is reported too when the
+    function or callback method it runs (`for cb in self.callbacks: cb.on_fit_start(self)`, the
+    callbacks a script passed to the trainer) freezes a submodule of `m` through what the call
+    passes (`trainer.raw_model.backbone` with `self.raw_model` wrapped). A freeze before the wrap, a wrapper built with
     `find_unused_parameters=True` or `static_graph`, or a module that no wrapper is proven to
     hold, is not flagged.
 
@@ -80,6 +84,7 @@ class FreezeAfterDdpWrap(Rule):
     def finish(self, ctx) -> None:
         an = for_context(ctx)
         view = an.main
+        reported: set = set()
         for sc in scopes(ctx):
             for node, expr in freeze_sites(sc):
                 module, loop = frozen_module(view, expr, node)
@@ -105,6 +110,65 @@ class FreezeAfterDdpWrap(Rule):
                 if not all(strict_ddp_off(h, v, c) is not None for h, v, c in wraps):
                     continue
                 self._report(ctx, view, node, module, wraps, some)
+                reported.add(node)
+        for sc in scopes(ctx):
+            self._callees(ctx, an, view, sc, reported)
+
+    def _callees(self, ctx, an, view, sc, reported) -> None:
+        """A call, after a ``DDP(m)`` of this function, of a function or a callback's method
+        (``for cb in self.callbacks: cb.on_fit_start(self)``) that freezes a strict submodule of
+        what the call passes (``trainer.raw_model.backbone`` with ``self.raw_model`` wrapped): the
+        call is reported, the wrap happened before it."""
+        if not isinstance(sc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return
+        ddps = [c for c in ctx.sem.calls_to(DDP_CLASS) if ctx.sem.enclosing_function(c) is sc and c.args]
+        if not ddps:
+            return
+        for call in iter_scope_nodes(sc):
+            if not isinstance(call, ast.Call) or not any(d.end_lineno < call.lineno for d in ddps):
+                continue
+            for expr, node, fv, some in callee_freezes(an, view, call):
+                if node in reported:
+                    continue  # reported where it freezes
+                hit = self._wrapped_by(ctx, an, view, expr, call, ddps, some)
+                if hit is None:  # read out of the wrapper: ``trainer.model.module.backbone``
+                    ws = wrapper_of(an, view, expr, call)
+                    if ws and all(below or some for _w, _at, below in ws):
+                        wraps = [x for w, at, _b in ws for x in self._wraps(ctx, an, view, w, at)]
+                        if wraps and all(strict_ddp_off(h, v, c) is not None for h, v, c in wraps):
+                            hit = wraps[0][2]
+                if hit is not None:
+                    self._report_call(ctx, call, expr, node, fv, hit)
+                    break
+
+    @staticmethod
+    def _wrapped_by(ctx, an, view, expr, call, ddps, some):
+        """The ``DDP(...)`` before ``call`` whose module ``expr`` is (``some`` freeze) or a strict
+        submodule of, with ``find_unused_parameters`` off for sure; else None."""
+        prefixes = []
+        e = expr
+        while isinstance(e, (ast.Attribute, ast.Name)):
+            prefixes.append((ast.dump(e), e is not expr))
+            e = e.value if isinstance(e, ast.Attribute) else None
+        for d in ddps:
+            if d.end_lineno >= call.lineno:
+                continue
+            key = ast.dump(d.args[0])
+            if any(k == key and (below or some) for k, below in prefixes) \
+                    and strict_ddp_off(an, view, d) is not None:
+                return d
+        return None
+
+    @staticmethod
+    def _report_call(ctx, call, expr, node, fv, ddp) -> None:
+        where = str(fv.path).replace(chr(92), "/").rsplit("/", 1)[-1] + f":{node.lineno}"
+        ctx.report(
+            call,
+            f"this call freezes parameters of `{ast.unparse(expr)}` ({where}) after the model was wrapped in "
+            f"DistributedDataParallel (line {ddp.lineno}) without `find_unused_parameters=True`: the "
+            "reducer still waits for their gradients, so the next forward fails with 'Expected to have "
+            "finished reduction in the prior iteration'; run it before wrapping",
+        )
 
     @staticmethod
     def _wraps(ctx, an, view, w, at) -> list:
