@@ -9,8 +9,10 @@ from ..flow.rank import rank_guard, terminates
 from ..flow.testing import expects_error
 from ..flow.wrappers import wrapper_functions
 from ._common import ALL_COLLECTIVES, D, lines_within
+from ..flow import for_context
+from ..flow.group_ctors import GROUP_QNS, group_divergences
 from ._flow import (all_divergences, call_words, effect_related, effect_words, elsewhere, node_related,
-                    source_related, source_words, text, vtext, where)
+                    scopes, source_related, source_words, text, vtext, where)
 
 # everything every rank of the group must call (point-to-point send/recv are not collectives)
 _COLLECTIVES = tuple(dict.fromkeys(ALL_COLLECTIVES + (
@@ -75,6 +77,16 @@ class CollectiveUnderRankGuard(Rule):
     `new_group([0, 1])` on every rank leaves rank 0 with one more, and it then waits in its second
     one forever. A `new_group(..., use_local_synchronization=True)` is made by its members only and
     is not reported.
+
+    Group construction is judged by any rank-varying condition, as collectives are: every rank of
+    the default group must create every group, in the same order, even the ranks that are not its
+    members. A loop over the layout that makes only this rank's group (`for ranks in layout: if
+    rank in ranks: g = new_group(ranks)`, `if rank // k == i:`, `if rank not in ranks: continue`),
+    in a helper of any module, a method, with the rank unpacked from a tuple, is reported at the
+    `new_group`; so are `new_subgroups*`, `split_group`, `init_device_mesh` and `DeviceMesh(...)`
+    (they call `new_group` for every group) under such a condition. Making every group and keeping
+    only the handle of one's own (`g = new_group(ranks)`, then `if rank in ranks: mine = g`) is
+    correct.
 
     Collectives hidden in the modern stack count the same way (the table is
     `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
@@ -145,6 +157,36 @@ class CollectiveUnderRankGuard(Rule):
     def finish(self, ctx) -> None:
         self._direct(ctx)
         self._flow(ctx)
+        self._groups(ctx)
+
+    def _groups(self, ctx) -> None:
+        """Group constructions (``new_group``, ``new_subgroups*``, ``split_group``, a device mesh)
+        that a rank-varying condition the direct check does not read decides (``rank in ranks``,
+        ``rank // k == i``): the semantic layer's ``group_ctors``."""
+        if not ctx.calls_to(*GROUP_QNS):
+            return
+        an = for_context(ctx)
+        for s in scopes(ctx):
+            for d in group_divergences(an, an.main, s):
+                c = d.site.node
+                if (ctx.qn(c) in _COLLECTIVE_QNS and rank_guard(ctx, c) is not None) or expects_error(c):
+                    continue  # the direct check owns new_group under a rank guard
+                cond = text(ctx, d.node.test)
+                if d.kind == "exit":
+                    where = f"only on the ranks that pass the early exit under `{cond}`"
+                elif isinstance(d.node, ast.If) and c in _walk_block(d.node.body) or \
+                        isinstance(d.node, ast.IfExp) and _inside(d.node.body, c):
+                    where = f"only where `{cond}`"
+                else:
+                    where = f"only where `{cond}` is false"
+                ctx.report(
+                    c,
+                    f"`{text(ctx, c.func)}(...)` creates a process group {where}, and `{cond}` is rank-varying "
+                    f"({source_words(ctx, d.value)}); every rank must create every group, in the same order, even "
+                    "the ranks that are not its members, or the ranks' groups no longer match and the first "
+                    "collective on them hangs: create it on every rank and keep the handle only where it is a member",
+                    related=[(d.node.test, "rank-varying condition"), *source_related(ctx, d.value)],
+                )
 
     def _flow(self, ctx) -> None:
         """Helpers, implicit collectives and data-dependent conditions (the semantic layer)."""
@@ -248,10 +290,12 @@ class CollectiveUnderRankGuard(Rule):
                 where = f"only where `{cond}` is false"
             else:
                 where = f"only on the ranks that pass the early exit `if {cond}:`"
+            tail = ("every rank must create every group, in the same order, even the ranks that are not its "
+                    "members: create it on every rank and keep the handle only where it is a member"
+                    if op == "new_group" else "so it hangs until the watchdog timeout")
             ctx.report(
                 c,
-                f"`{op}` runs {where}; the other ranks never make this collective, so it hangs until "
-                "the watchdog timeout",
+                f"`{op}` runs {where}; the other ranks never make this collective, {tail}",
                 related=[(g.if_node.test, "rank guard")],
             )
 

@@ -146,10 +146,11 @@ VOCAB = (
        since="2.6"),
     # -- DeviceMesh and groups ---------------------------------------------------------------------
     _a("init_device_mesh", ("torch.distributed.device_mesh.init_device_mesh",
-                            "torch.distributed._tensor.device_mesh.init_device_mesh"),
+                            "torch.distributed._tensor.device_mesh.init_device_mesh",
+                            _D + "init_device_mesh"),
        runs=("new_group",), since="2.2", verified="2.13",
        note="creates one group per mesh dimension: every rank must call it with the same shape"),
-    _a("DeviceMesh", ("torch.distributed.device_mesh.DeviceMesh",), runs=("new_group",), since="2.2"),
+    _a("DeviceMesh", ("torch.distributed.device_mesh.DeviceMesh", _D + "DeviceMesh"), runs=("new_group",), since="2.2"),
     _a("new_group", (_D + "new_group",), runs=("new_group",), since="1.0", verified="2.13",
        note="every rank of the default group must call it, in the same order"),
     _a("new_subgroups", (_D + "new_subgroups",), runs=("new_group",), since="1.11", verified="2.13"),
