@@ -18,7 +18,7 @@ from bench.realbugs.manifest import load_manifest
 from bench.realbugs.score import score
 
 CASES = Path(__file__).resolve().parent / "cases"
-# 46 of 114 reproductions hit today (0.40; 3 before issue 25's program-model round, 2 of the first
+# 53 of 114 reproductions hit today (0.46; 3 before issue 25's program-model round, 2 of the first
 # 68); raised as the rules learn (measured value:
 # bench/RESULTS.md). (It was 4: barrier_without_device_ids no longer hits since issue 28 point 7. In
 # torch 2.13 a bare NCCL barrier before any collective runs on GPU `global rank % device count`, and
