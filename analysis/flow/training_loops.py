@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from .passes import _nodes
 from .return_deps import names_reaching, target_names
 
 MAX_CALLS = 3
@@ -70,16 +71,6 @@ def trains(hub, view, loop, frames=()) -> tuple | None:
     return memo[key]
 
 
-def _nodes(stmts):
-    stack = list(reversed(stmts))
-    while stack:
-        n = stack.pop()
-        yield n
-        if isinstance(n, _SCOPES):
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(n))))
-
-
 def is_backward(view, c) -> bool:
     """``x.backward()`` (also ``scaler.scale(loss).backward()``) or ``torch.autograd.backward(x)``."""
     if not isinstance(c, ast.Call):
@@ -92,7 +83,7 @@ def is_backward(view, c) -> bool:
 
 
 def _scan(hub, view, stmts, frames, depth, active):
-    for n in _nodes(stmts):
+    for n in _nodes(stmts, into_loops=True):
         if not isinstance(n, ast.Call):
             continue
         if is_backward(view, n):
