@@ -1,5 +1,8 @@
-"""Near miss of scripts16/unused_param.py: the head is used, but only when a flag says so, which
-the static rule DDP209 cannot prove unused. The run fails the same way; its hint names no rule."""
+"""Near miss of scripts16/unused_param.py: the head is used, but only when a flag from the
+environment says so, which the static rule DDP209 cannot prove unused (a literal or an argparse
+default it can: stop 46). The run fails the same way; its hint names no rule."""
+import os
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -18,7 +21,7 @@ class Net(torch.nn.Module):
 
 
 dist.init_process_group("gloo")
-model = DDP(Net(use_head=False))
+model = DDP(Net(use_head=os.environ.get("WITH_HEAD") == "1"))
 for step in range(3):
     out = model(torch.randn(8, 4))  # [forward]
     out.sum().backward()
