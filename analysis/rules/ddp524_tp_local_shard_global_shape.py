@@ -10,7 +10,8 @@ from ..source import SourceText
 from ..flow.bindings import reaching
 from ..flow.instances import _self_bindings
 from ..flow.modern import PARALLELIZE, hub, origins
-from ..flow.tp_plans import (module_class, plan_styles, style_keeps_local_shard, submodule_owner)
+from ._common import other_call_sites
+from ..flow.tp_plans import (colwise_reach, module_class, plan_styles, style_keeps_local_shard, submodule_owner)
 
 _LINEAR = {"torch.nn.Linear": (1, "out_features"), "torch.nn.modules.linear.Linear": (1, "out_features"),
            "torch.nn.Embedding": (1, "embedding_dim"), "torch.nn.modules.sparse.Embedding": (1, "embedding_dim")}
@@ -82,13 +83,14 @@ class TpLocalShardGlobalShape(Rule):
     name = "tp-local-shard-global-shape"
     severity = Severity.ERROR
     requires_text = ("parallelize_module",)
-    requires_text_all = (("ColwiseParallel",),)
+    reach = classmethod(colwise_reach)  # the plan may be built by a helper of another module
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         calls = ctx.calls_to(*PARALLELIZE)
         if not calls:
             return
+        callers = other_call_sites(ctx, an, methods=True)  # a module only the project's other files pass (asked lazily)
         owners: dict[int, tuple] = {}  # id(class) -> (view, class, {leaf: style call}, parallelize call)
         sharded: dict[int, set] = {}  # id(node) of a module sharded in place -> its local leaves
         for c in calls:
@@ -98,13 +100,13 @@ class TpLocalShardGlobalShape(Rule):
             if isinstance(plan, ast.Call) and isinstance(module, ast.Attribute):
                 if not style_keeps_local_shard(view, plan):
                     continue
-                owner = module_class(an, view, module.value, c)
+                owner = module_class(an, view, module.value, c, callers=callers)
                 if owner is not None:
                     owners.setdefault(id(owner[1]), (*owner, {}, c))[2].setdefault(module.attr, plan)
                     self._instances(an, view, module.value, c, {module.attr}, sharded)
                 continue
             entries = plan_styles(an, view, plan, c)
-            root = module_class(an, view, module, c) if entries else None
+            root = module_class(an, view, module, c, callers=callers) if entries else None
             if root is None:
                 continue
             top = set()
