@@ -67,7 +67,7 @@ def group_sites(hub, view, scope) -> list:
     if got is None:
         got = memo[scope] = []  # a recursion reads as no group (``group_must`` guards the summary)
         out = [Site(c, [Effect("new_group", c, view.path, what=WHAT)], "explicit")
-               for c in scope_calls(view, scope) if group_ctor(view, c) is not None]
+               for c in scope_calls(view, scope) if group_ctor(view, c) is not None] if _has_ctor(view) else []
         by_call: dict = {}
         for c, target in hub.helper_calls(view, scope):
             effs = group_must(hub, *target)
@@ -79,6 +79,14 @@ def group_sites(hub, view, scope) -> list:
         out += [Site(c, effs[:6], "helper") for c, effs in by_call.items()]
         out.sort(key=lambda s: (s.node.lineno, s.node.col_offset))
         memo[scope] = got = out
+    return got
+
+
+def _has_ctor(view) -> bool:
+    """The module calls a group constructor (a cheap test before its scopes' calls are read)."""
+    got = view.memo.get("group_ctors.has")
+    if got is None:
+        got = view.memo["group_ctors.has"] = bool(view.sem.calls_to(*GROUP_QNS))
     return got
 
 

@@ -84,9 +84,14 @@ class CollectiveUnderRankGuard(Rule):
     rank in ranks: g = new_group(ranks)`, `if rank // k == i:`, `if rank not in ranks: continue`),
     in a helper of any module, a method, with the rank unpacked from a tuple, is reported at the
     `new_group`; so are `new_subgroups*`, `split_group`, `init_device_mesh` and `DeviceMesh(...)`
-    (they call `new_group` for every group) under such a condition. Making every group and keeping
-    only the handle of one's own (`g = new_group(ranks)`, then `if rank in ranks: mine = g`) is
-    correct.
+    (they call `new_group` for every group) under such a condition. So is a call of a project
+    function that makes a group on every call, through any number of helpers, in this file or
+    another module, a method or a constructor (`if rank in members: g = make_group(members)` with
+    `def make_group(r): return dist.new_group(r)` in `utils/dist.py`): the finding is at the call and
+    names the constructor inside. A helper that makes its group only behind a condition of its own (a
+    memo, `if _GROUP is None:`) is not counted. Making every group and keeping only the handle of
+    one's own (`g = new_group(ranks)` or `g = make_group(ranks)`, then `if rank in ranks: mine = g`)
+    is correct.
 
     Collectives hidden in the modern stack count the same way (the table is
     `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and

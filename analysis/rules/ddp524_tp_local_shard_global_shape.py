@@ -34,9 +34,13 @@ class TpLocalShardGlobalShape(Rule):
     builds it (`self.n_heads` and `self.head_dim` of `nn.Linear(dim, dim)`, `dim // n_heads`),
     and no `-1` among them.
 
-    The plan may be a dict display, a name filled by `plan[key] = style` stores, a helper's
-    return or a dict comprehension over literal names; the module may be a loop variable over
-    the blocks of a `ModuleList` / `ModuleDict`, and the class may live in another module.
+    The plan may be a dict display, a name filled by `plan[key] = style` stores (also in a loop
+    over literal names: `for n in ("wq", "wk"): plan[f"attn.{n}"] = ColwiseParallel()`), a
+    helper's return (in this module or another) or a dict comprehension over literal names; the
+    module may be a loop variable over the blocks of a `ModuleList` / `ModuleDict`, or a parameter
+    of a helper (`apply_tp(model, mesh)` in `parallel/tp.py`, a method) that only another module's
+    call passes (`apply_tp(Transformer(cfg), mesh)` in `train.py`), and the class may live in
+    another module.
 
     ## Why is this bad?
     `ColwiseParallel` shards the projection's weight by output features: with the default local
