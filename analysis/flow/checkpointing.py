@@ -182,3 +182,62 @@ def helper_sites(hub, view) -> list:
                 out.append((c, arg, why))
                 break
     return out
+
+
+# -- ``torch.utils.checkpoint.checkpoint`` in a model's ``forward`` --------------------------------
+
+UTIL_CHECKPOINT = "torch.utils.checkpoint.checkpoint"
+_CHAIN = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "train"})
+
+
+def _ctor(le):
+    """``Net(...)`` of ``Net(...).to(device)``."""
+    while isinstance(le, ast.Call) and isinstance(le.func, ast.Attribute) and le.func.attr in _CHAIN \
+            and isinstance(le.func.value, ast.Call):
+        le = le.func.value
+    return le
+
+
+def _every_call_runs(fn, call) -> bool:
+    """``call`` runs on every call of ``fn``: under no ``if``/``while``/``try``/conditional
+    expression or boolean operator, and after no ``return``/``raise`` of ``fn``."""
+    n = parent(call)
+    while n is not None and n is not fn:
+        if isinstance(n, (ast.If, ast.IfExp, ast.While, ast.Try, ast.BoolOp, ast.comprehension,
+                          ast.Lambda, *FUNC_TYPES)):
+            return False
+        n = parent(n)
+    if n is not fn:
+        return False
+    return not any(isinstance(x, (ast.Return, ast.Raise))
+                   and (x.end_lineno, x.end_col_offset) <= (call.lineno, call.col_offset) for x in ast.walk(fn))
+
+
+def forward_checkpoints(hub, view, le) -> list:
+    """(view, call) of the reentrant ``torch.utils.checkpoint.checkpoint`` calls (``use_reentrant``
+    left out, the reentrant default, or ``True``) that every ``forward`` of the project class that
+    the constructor call ``le`` builds runs (its own ``forward`` or the nearest base class's)."""
+    from .records import _NOT_PROJECT, class_chain, class_named
+
+    le = _ctor(le)
+    if not isinstance(le, ast.Call):
+        return []
+    got = class_named(hub, view, le.func, _NOT_PROJECT)
+    if got is None:
+        return []
+    for cv, cls in class_chain(hub, *got):
+        fwd = next((n for n in cls.body if isinstance(n, FUNC_TYPES) and n.name == "forward"), None)
+        if fwd is not None:
+            break
+    else:
+        return []
+    out = []
+    for c in cv.sem.scope_calls(fwd):
+        if cv.sem.call_qualname(c) != UTIL_CHECKPOINT:
+            continue
+        flag = get_arg(c, None, "use_reentrant")
+        if flag is not None and not (isinstance(flag, ast.Constant) and flag.value is True):
+            continue
+        if _every_call_runs(fwd, c):
+            out.append((cv, c))
+    return out

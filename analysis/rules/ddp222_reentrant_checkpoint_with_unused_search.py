@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import ast
 
-from ..flow.checkpointing import direct_sites, helper_sites, module_leaves, param_root
+from ..flow.checkpointing import direct_sites, forward_checkpoints, helper_sites, module_leaves, param_root
 from ..flow.ddp_options import strict_ddp_on
 from ..flow.modern import hub
 from ..model import Severity
@@ -24,8 +24,15 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
     of the project that build and return it), whether the checkpointing runs before or after the
     wrap: both fail the same way.
 
+    It also checks a wrapped model (a project class the wrapper's module is built from, here or
+    in another module) whose `forward` (its own or the nearest base class's) calls
+    `torch.utils.checkpoint.checkpoint` with `use_reentrant=True` or without `use_reentrant`
+    (torch then warns and uses the reentrant implementation) on every call: under no `if`,
+    loop-free test or early `return`. A checkpoint behind a flag (`if self.grad_checkpointing:`)
+    is not judged.
+
     Not flagged: `checkpoint_wrapper` without `checkpoint_impl` (it defaults to `NO_REENTRANT`),
-    `CheckpointImpl.NO_REENTRANT`, a wrapper with `find_unused_parameters` off or `static_graph=True`,
+    `CheckpointImpl.NO_REENTRANT`, `use_reentrant=False`, a wrapper with `find_unused_parameters` off or `static_graph=True`,
     or an option the analysis does not follow (`find_unused_parameters=args.unused`).
 
     ## Why is this bad?
@@ -110,6 +117,14 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
                     reported.add(d)
                     self._report_wrap(ctx, d, lv, c)
                     break
+        # a wrapped model whose ``forward`` checkpoints reentrantly (``torch.utils.checkpoint``)
+        for le, (lv, d) in arg_leaves.items():
+            for cv, c in forward_checkpoints(an, lv, le):
+                node = c if cv is view else d
+                if node in reported:
+                    continue
+                reported.add(node)
+                self._report_forward(ctx, view, node, cv, c, d)
 
     @staticmethod
     def _where(ctx, view, v, node) -> str:
@@ -131,6 +146,19 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
             "backward fails with 'Expected to mark a variable ready only once'; use "
             "`CheckpointImpl.NO_REENTRANT` (or `static_graph=True`)",
             related=related,
+        )
+
+    def _report_forward(self, ctx, view, node, cv, c, d) -> None:
+        flag = "use_reentrant=True" if any(k.arg == "use_reentrant" for k in c.keywords) else \
+            "`use_reentrant` left out, which is reentrant"
+        ctx.report(
+            node,
+            f"the model's forward checkpoints reentrantly ({flag}, {self._where(ctx, view, cv, c)}) and "
+            f"DistributedDataParallel wraps it with `find_unused_parameters=True` ({self._where(ctx, view, view, d)}): "
+            "the recomputation in backward fires the checkpointed parameters' hooks after DDP already marked "
+            "them unused, and the first backward fails with 'Expected to mark a variable ready only once'; "
+            "pass `use_reentrant=False` (or `static_graph=True`)",
+            related=[(d, "wrapped with find_unused_parameters=True here")] if node is not d else [],
         )
 
     def _report_wrap(self, ctx, d, lv, c) -> None:
