@@ -28,12 +28,13 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
     in another module) whose `forward` (its own or the nearest base class's) calls
     `torch.utils.checkpoint.checkpoint` with `use_reentrant=True` or without `use_reentrant`
     (torch then warns and uses the reentrant implementation) on every call: under no `if`,
-    loop-free test or early `return`. A checkpoint behind a flag (`if self.grad_checkpointing:`)
-    is not judged.
+    `while`, `try` or conditional expression, and after no early `return`. A checkpoint behind a
+    flag (`if self.grad_checkpointing:`) is not judged.
 
     Not flagged: `checkpoint_wrapper` without `checkpoint_impl` (it defaults to `NO_REENTRANT`),
-    `CheckpointImpl.NO_REENTRANT`, `use_reentrant=False`, a wrapper with `find_unused_parameters` off or `static_graph=True`,
-    or an option the analysis does not follow (`find_unused_parameters=args.unused`).
+    `CheckpointImpl.NO_REENTRANT`, `use_reentrant=False`, a wrapper with `find_unused_parameters`
+    off or `static_graph=True`, or an option the analysis does not follow
+    (`find_unused_parameters=args.unused`).
 
     ## Why is this bad?
     With `find_unused_parameters=True` DDP walks the autograd graph of the forward's output to
