@@ -164,7 +164,7 @@ RULES = {
                 ((('torch', False),), (('random_split', False),)),
                 False, True),
     'DDP307': ('ddp307_rank_shard_of_unseeded_shuffle', True, True,
-                ((('torch', False),),),
+                ((('torch', False),), (('rank', True), ('PROCID', False), ('process_index', False), ('current_device', False), ('spawn', False))),
                 False, False),
     'DDP401': ('ddp401_spawn_args_not_tuple', True, True,
                 ((('torch', False),), (('multiprocessing', False),), (('spawn', False), ('start_processes', False))),

@@ -8,7 +8,7 @@ from ..flow.seeds import project_seeding
 from ..flow.shuffles import random_order, rank_partition
 from ..flow.vocab import _SEEDS
 from ..model import Applicability, Severity
-from ..registry import Rule
+from ..registry import NoCase, Rule
 from ..semantic import get_arg
 from ._common import project_files_naming
 
@@ -32,6 +32,8 @@ class RankShardOfUnseededShuffle(Rule):
     generator start from fresh OS entropy in every process; `torch.manual_seed` seeds neither),
     or when every seeding of it is rank-varying (`random.seed(args.seed + rank)`). The rank, the
     order and the seeds are `analysis/flow` questions (`flow/shuffles.py`, `flow/seeds.py`).
+    Only a file that spells the rank is checked (`rank` in any case, `SLURM_PROCID`,
+    `process_index`, `current_device`, or an `mp.spawn` entry).
 
     A shuffle seeded the same on every rank (`random.seed(args.seed)` anywhere in the project, a
     library's `seed_everything`, a `random.Random(seed + epoch)` or a `torch.Generator` of its own),
@@ -77,6 +79,9 @@ class RankShardOfUnseededShuffle(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     node_types = (ast.Subscript,)
+    # the spellings of the rank the partition reads (``get_rank``, ``self.rank``, ``LOCAL_RANK``,
+    # ``SLURM_PROCID``, accelerate's ``process_index``, the device index, an ``mp.spawn`` index)
+    requires_text = (NoCase("rank"), "PROCID", "process_index", "current_device", "spawn")
 
     def finish(self, ctx) -> None:
         subs = ctx.sem.by_type.get(ast.Subscript, ())
