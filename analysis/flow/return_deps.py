@@ -127,17 +127,33 @@ def _grow(live: set[str], edges: list) -> set[str]:
 
 
 def _slice(fn: ast.AST) -> frozenset | None:
+    live = _live(fn, None, yields=False)
+    return None if live is None else frozenset(p for p in param_names(fn) if p in live)
+
+
+def output_names(fn: ast.AST, seeds=None) -> frozenset | None:
+    """The names of ``fn`` whose values may reach what it returns or yields (or, given ``seeds``,
+    those expressions of its body instead), by the slice ``params_reaching_return`` takes; None
+    when it cannot tell (a ``global``/``nonlocal`` statement, a function too large)."""
+    live = _live(fn, seeds, yields=True)
+    return None if live is None else frozenset(live)
+
+
+def _live(fn: ast.AST, seeds, yields: bool) -> set | None:
     nodes = []
     for n in ast.walk(fn):
         nodes.append(n)
         if len(nodes) > _MAX_NODES:
             return None
-        if isinstance(n, (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom)):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) or not yields and isinstance(n, (ast.Yield, ast.YieldFrom)):
             return None
-    nodes = nodes[1:]  # the function itself: its decorators and defaults are not its body
+    if isinstance(fn, (*FUNC_TYPES, ast.Lambda)):
+        nodes = nodes[1:]  # the function itself: its decorators and defaults are not its body
     live: set[str] = set()
-    for n in nodes:
-        if n.__class__ is ast.Return:
+    for e in seeds or ():
+        live |= names_in(e)
+    for n in nodes if seeds is None else ():
+        if n.__class__ in (ast.Return, ast.Yield, ast.YieldFrom):
             live |= names_in(n.value)
     # (targets, value names) of every store; calls; conditional nodes
     stores: list[tuple[list[str], set[str]]] = []
@@ -174,4 +190,4 @@ def _slice(fn: ast.AST) -> frozenset | None:
                 live |= names_in(n.test)
         if len(live) == before:
             break
-    return frozenset(p for p in param_names(fn) if p in live)
+    return live

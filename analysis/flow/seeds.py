@@ -35,6 +35,9 @@ LIB_SEEDERS = ("transformers.set_seed", "transformers.trainer_utils.set_seed",
                "pytorch_lightning.utilities.seed.seed_everything", "accelerate.utils.set_seed",
                "accelerate.utils.random.set_seed")
 TORCH_SEEDERS = _SEEDS["torch"] + LIB_SEEDERS
+# the calls that seed each global generator: the libraries' helpers seed all three
+FAMILY_SEEDERS = {"torch": TORCH_SEEDERS, "numpy": _SEEDS["numpy"] + LIB_SEEDERS,
+                  "random": _SEEDS["random"] + LIB_SEEDERS}
 _DEVICE_SPECIFIC = ("accelerate.utils.set_seed", "accelerate.utils.random.set_seed")
 _MAX_DEPTH = 3
 # methods of a module that return it, moved or cast, with the same values
@@ -90,13 +93,14 @@ def _judge(hub, view, call, expr, fn) -> Seed:
     return Seed("U", call, view)
 
 
-def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
+def last_seed(hub, view, fn, before=None, depth: int = 0, seeders=TORCH_SEEDERS) -> Seed | None:
     """The last seeding event of ``fn`` (the module's top level for None) that runs before the
-    node ``before`` (all of them when None), through the project functions it calls."""
+    node ``before`` (all of them when None), through the project functions it calls; ``seeders``:
+    the calls that seed the generator asked about (``FAMILY_SEEDERS``)."""
     memo = view.memo.setdefault("seeds.last", {})
     # keyed by depth too: an answer cut at the depth limit is not the answer from the top (nor is
     # one found shallower the answer deeper), whichever query came first
-    key = (id(fn), id(before), depth)
+    key = (id(fn), id(before), depth, seeders)
     if key in memo:
         return memo[key]
     memo[key] = None  # a recursive call adds nothing
@@ -105,16 +109,16 @@ def last_seed(hub, view, fn, before=None, depth: int = 0) -> Seed | None:
     for c in _calls_in(view, fn):
         if limit is not None and (c.lineno, c.col_offset) >= limit:
             break
-        got = _event(hub, view, fn, c, depth)
+        got = _event(hub, view, fn, c, depth, seeders)
         if got is not None:
             out = got
     memo[key] = out
     return out
 
 
-def _event(hub, view, fn, c, depth) -> Seed | None:
+def _event(hub, view, fn, c, depth, seeders=TORCH_SEEDERS) -> Seed | None:
     qn = view.sem.call_qualname(c) or ""
-    if qn in TORCH_SEEDERS:
+    if qn in seeders:
         return _judge(hub, view, c, get_arg(c, 0, "seed"), fn)
     if depth >= _MAX_DEPTH or not isinstance(c.func, (ast.Name, ast.Attribute)):
         return None
@@ -122,7 +126,7 @@ def _event(hub, view, fn, c, depth) -> Seed | None:
     if target is None or not isinstance(target[1], FUNC_TYPES):
         return None
     tv, tfn = target
-    inner = last_seed(hub, tv, tfn, None, depth + 1)
+    inner = last_seed(hub, tv, tfn, None, depth + 1, seeders)
     if inner is None:
         return None
     if inner.kind == "P":
@@ -312,3 +316,36 @@ def seeds_per_rank(hub, view) -> bool:
             break
     memo.append(got)
     return got
+
+
+def project_seeding(hub, views, family: str) -> Seed | None | bool:
+    """How the global generator ``family`` ("random", "numpy", "torch") is seeded across the
+    modules ``views`` (the project's files that may seed): False when no call of them seeds it
+    (directly, through a library's helper, or through a project function that seeds it from its
+    parameter or by itself); the first rank-varying event when every event is rank-varying (a
+    project function's own seeding from its parameter judged at its calls); None otherwise (a
+    uniform seed somewhere, an event judged only inside a helper whose calls are not seen, or a
+    call of an unresolved function that may seed: whatever seeds it may be the one in force)."""
+    seeders = FAMILY_SEEDERS[family]
+    torch_only = frozenset(_SEEDS["torch"])
+    found, inside = [], False
+    for view in views:
+        for c in view.sem.calls:
+            qn = view.sem.call_qualname(c) or ""
+            fn = view.sem.enclosing_function(c)
+            ev = _event(hub, view, fn, c, 0, seeders)
+            if ev is None:
+                name = c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")
+                if "seed" in name.lower() and qn not in torch_only and qn not in seeders and \
+                        hub.resolve_call(view, c) is None:
+                    return None  # a seeding helper the analysis cannot read
+                continue
+            if ev.kind == "P":
+                inside = True  # judged again at each call of its function
+                continue
+            if ev.kind != "V":
+                return None
+            found.append(ev)
+    if found:
+        return found[0]
+    return None if inside else False
