@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 
+from ..semantic import parent
 from .bindings import reaching
 from .origins import origins
 
@@ -125,3 +126,102 @@ def passed_option_use(hub, view, dest: str, roots: frozenset):
             if pname in sinks and parsed_from(hub, view, a, c, roots):
                 return sinks[pname]
     return None
+
+
+# -- an option's value carried by a store into an object's attribute ------------------------------
+
+def _attr_chain(expr):
+    """(base, attrs) of ``base.a1. ... .ak`` (k >= 1), ``base`` a name or a ``self`` attribute:
+    ``cfg.DIST.GPU`` is (``cfg``, ("DIST", "GPU"))."""
+    chain = []
+    while isinstance(expr, ast.Attribute) and not (isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        chain.append(expr.attr)
+        expr = expr.value
+    if not chain:
+        return None
+    if isinstance(expr, ast.Name) and expr.id != "self" or \
+            isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return expr, tuple(reversed(chain))
+    return None
+
+
+def _bare(e):
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("int", "str") and len(e.args) == 1:
+        e = e.args[0]
+    return e
+
+
+class _Callers:
+    """``callers`` for ``origins``: the calls of ``fn`` in the modules of ``views`` (the function
+    that stores into its parameter's attribute may be called only from another module)."""
+
+    def __init__(self, hub, views):
+        self.hub, self.views = hub, list({id(v): v for v in views}.values())
+
+    def __call__(self, view, fn) -> list:
+        name = fn.name if fn.name != "__init__" else getattr(parent(fn), "name", None)
+        out = []
+        for w in self.views:
+            if w is view:
+                continue
+            for c in w.sem.calls:  # ``f(...)``, ``Cls(...)``, ``obj.f(...)``
+                f = c.func
+                if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) != name:
+                    continue
+                got = self.hub.resolve_call(w, c)
+                if got is not None and got[1] is fn:
+                    out.append((w, c))
+        return out
+
+
+def _objects(hub, view, base, at, callers) -> set:
+    """The ids of the calls (constructions: ``CN()``, ``_C.clone()``, ``Config(...)``) the object
+    ``base`` holds at ``at`` may come from, through names, parameters, tuple returns and helpers."""
+    return {id(e) for _v, e in origins(hub, view, base, at, callers=callers) if isinstance(e, ast.Call)}
+
+
+def stored_option_uses(hub, stores_in, reads_in, dest: str) -> list:
+    """(view, read, how) for each use (``rank_kinds.option_uses``' kinds: a device, the init, a
+    rank test) of an attribute that an object holds the option ``dest`` in: a store
+    ``obj.A = <namespace>.<dest>`` in a module of ``stores_in`` (``config.GPU = args.local_rank``
+    in ``update_config(config, args)`` of a configuration module) and a read ``x.A`` in a module of
+    ``reads_in`` where ``x`` may be that same object, by value (``origins``: the construction both
+    come from, through the helper that returns it, a tuple return ``return args, config``, and the
+    parameters the object is passed in). Attribute paths compare whole (``cfg.DIST.GPU``)."""
+    from .rank_kinds import _use_of
+
+    callers = _Callers(hub, [*stores_in, *reads_in])
+    stores = []  # (attribute path, object ids)
+    for v in stores_in:
+        for st in v.sem.by_type.get(ast.Assign, ()):
+            val = _bare(st.value)
+            if not (isinstance(val, ast.Attribute) and val.attr == dest and v.sem.qualname(val) is None):
+                continue
+            for t in st.targets:
+                bc = _attr_chain(t)
+                if bc is not None:
+                    objs = _objects(hub, v, bc[0], st, callers)
+                    if objs:
+                        stores.append((bc[1], objs))
+    if not stores:
+        return []
+    out = []
+    attrs = {a[-1] for a, _o in stores}
+    for w in reads_in:
+        for n in ast.walk(w.tree):
+            if n.__class__ is not ast.Attribute or n.attr not in attrs or not isinstance(n.ctx, ast.Load) \
+                    or w.sem.qualname(n) is not None:
+                continue
+            bc = _attr_chain(n)
+            if bc is None:
+                continue
+            mine = [objs for a, objs in stores if a == bc[1]]
+            if not mine:
+                continue
+            how = _use_of(w, n)
+            if how is None:
+                continue
+            got = _objects(hub, w, bc[0], n, callers)
+            if any(got & objs for objs in mine):
+                out.append((w, n, how))
+    return out

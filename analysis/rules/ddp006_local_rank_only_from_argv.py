@@ -7,7 +7,7 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.modern import hub
-from ..flow.namespaces import parser_roots, passed_option_use
+from ..flow.namespaces import parser_roots, passed_option_use, stored_option_uses
 from ..flow.rank_kinds import (
     local_rank_env_reads, local_rank_options, option_dest, option_strings, option_uses, program_views,
     self_launched,
@@ -37,7 +37,11 @@ class LocalRankOnlyFromArgv(Rule):
     there the parsed namespace is followed by value (`flow/namespaces.py`): passed to a project
     function (`main(get_parser().parse_args())`, whose `main(args)` calls `init_distributed(args)`
     of a third module), as an argument bound to a parameter, a few calls deep, into constructors and
-    methods (`self.cfg = cfg`); a read of the option there counts as a use. A module that only
+    methods (`self.cfg = cfg`); a read of the option there counts as a use. The value also flows
+    through an object's attribute: `config.GPU = args.local_rank` in a helper of a configuration
+    module stores it into the object the helper is given, and a read `cfg.GPU` of that same object
+    (by value: the construction both come from, through the helper that returns it, a tuple return
+    `return args, config`, and the parameters it is passed in) counts as a use. A module that only
     declares the option need not import torch; some module of the program must. Reads are found by value (the `os.environ`
     expressions of the code), never by a word in a comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
     launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
@@ -45,7 +49,8 @@ class LocalRankOnlyFromArgv(Rule):
 
     ## Why is this bad?
     `torchrun` (and `torch.distributed.run`, SLURM, mpirun) never pass `--local-rank`: they set
-    `LOCAL_RANK` in the environment. Every process keeps the option's default, so with `0` every
+    `LOCAL_RANK` in the environment. A required option makes argparse exit at once; otherwise
+    every process keeps the option's default, so with `0` every
     rank pins GPU 0 (all ranks on one GPU: out of memory, or NCCL's "Duplicate GPU detected"), and
     with `-1` / `None` the script silently trains without `DistributedDataParallel` on each rank.
     The deprecated `torch.distributed.launch` passes the option, but since torch 2.0 it spells it
@@ -74,7 +79,8 @@ class LocalRankOnlyFromArgv(Rule):
     The fix makes the default `int(os.environ.get("LOCAL_RANK", <old default>))` (for a `None`
     default: `LOCAL_RANK` when it is set, else `None`), adding `import os` if needed, and adds the
     other spelling (`--local-rank` or `--local_rank`) as a second option string when it is
-    missing. It is **unsafe**: under a launcher the script now uses the launcher's local rank
+    missing; a `required=True` option becomes optional (argparse ignores the default of a required
+    option). It is **unsafe**: under a launcher the script now uses the launcher's local rank
     where it used the default, so a script that ran non-distributed with `-1` now joins the process
     group (which is the intent, but changes what runs). Adding the second spelling alone would be
     safe; it is part of the same edit.
@@ -105,7 +111,7 @@ class LocalRankOnlyFromArgv(Rule):
             dest = option_dest(c, ctx.sem)
             if not dest:
                 continue
-            use, runs = _first_use(program, dest), program
+            use, runs = _first_use(program, dest) or _stored_use(an, program, program, dest), program
             if use is None:
                 # the modules that call the function declaring the option (``parse_args()`` in
                 # ``initialize.py``) read what it parses; the programs they run (their own
@@ -118,7 +124,7 @@ class LocalRankOnlyFromArgv(Rule):
                 # `os.environ.get(name)` for `${NAME}` placeholders is no local-rank read)
                 if any(local_rank_env_reads(v) for v in importers) or _cleared(runs[len(program):], known=True):
                     continue
-                use = _first_use(importers, dest)
+                use = _first_use(importers, dest) or _stored_use(an, runs, importers, dest)
                 if use is None and mods:
                     # the namespace they parse, passed on to a helper of a third module
                     # (``main(get_parser().parse_args())`` -> ``init_distributed(args)``)
@@ -136,10 +142,12 @@ class LocalRankOnlyFromArgv(Rule):
                 [("file", uv.path, _range(uv, node), "the option's value is used here")]
             launch = "" if "--local-rank" in option_strings(c) else (
                 "; and since torch 2.0 `torch.distributed.launch` passes `--local-rank`, which this parser rejects")
+            keeps = f"argparse exits, the option being required (its value is used as {how}, {where})" \
+                if _required(c) is not None else f"every process keeps `{dtext}` (used as {how}, {where})"
             ctx.report(
                 c,
                 f"the local rank comes only from `{spell}` (default `{dtext}`) and nothing reads `LOCAL_RANK`: "
-                f"torchrun never passes `--local-rank`, so every process keeps `{dtext}` (used as {how}, {where})"
+                f"torchrun never passes `--local-rank`, so {keeps}"
                 f"{launch}. Default it to the environment's `LOCAL_RANK`",
                 related=related,
                 fix=_make_fix(ctx, c, default),
@@ -169,6 +177,19 @@ def _first_use(views, dest: str):
     return None
 
 
+def _stored_use(an, stores_in, reads_in, dest: str):
+    """(view, read, how) of the first use of an attribute that an object holds the option in
+    (``config.GPU = args.local_rank`` in a helper, ``config.GPU`` read by its caller;
+    ``flow/namespaces.stored_option_uses``), in the first of ``reads_in`` that has one."""
+    got = stored_option_uses(an, list(stores_in), list(reads_in), dest)
+    for v in reads_in:
+        mine = [(n, how) for w, n, how in got if w is v]
+        if mine:
+            n, how = min(mine, key=lambda u: (u[0].lineno, u[0].col_offset))
+            return v, n, how
+    return None
+
+
 def _range(view, node):
     from ..source import SourceText
 
@@ -184,7 +205,13 @@ def _make_fix(ctx, call: ast.Call, default):
     else:
         new = f'int({environ}.get("LOCAL_RANK", {ctx.text(default)}))'
     edits = []
-    if default is not None:
+    req = _required(call)
+    if req is not None:
+        # ``required=True`` ignores any default: the option must become optional
+        edits.append(ctx.replace(req, f"default={new}" if default is None else "required=False"))
+        if default is not None:
+            edits.append(ctx.replace(default, new))
+    elif default is not None:
         edits.append(ctx.replace(default, new))
     else:
         last = call.keywords[-1] if call.keywords else call.args[-1]
@@ -197,6 +224,12 @@ def _make_fix(ctx, call: ast.Call, default):
         edits.append(_insert_after_node(ctx, strs[-1], ', "--local_rank"'))
     return ctx.fix(Applicability.UNSAFE, "Default the local rank to the environment's `LOCAL_RANK` "
                    "and accept both spellings of the option", [*edits, *imp])
+
+
+def _required(call: ast.Call):
+    """The ``required=True`` keyword of an ``add_argument`` call, else None."""
+    return next((k for k in call.keywords if k.arg == "required" and isinstance(k.value, ast.Constant)
+                 and k.value.value is True), None)
 
 
 def _insert_after_node(ctx, node, text: str):
