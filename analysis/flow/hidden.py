@@ -15,7 +15,7 @@ from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_
                                   COND_FULL_STATE_DICT, COND_RUN_CHECK, COND_SHARDED_PARAMS, VOCAB)
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import constant_of
-from .bindings import reaching
+from .bindings import reaching, target_path
 from .values import summary
 
 FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
@@ -331,19 +331,23 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
 
     def sharded(v) -> bool:
         return isinstance(v, ast.Call) and (id(v) in sharding or view.sem.call_qualname(v) in qns)
+    from .shard_returns import returns_sharded
+
     if isinstance(expr, ast.Name):
         how, evs = reaching(view, expr.id, at)
         if how == "param":
             return _param_fsdp2(hub, view, evs, expr.id, callers, kind)
         if how in ("events", "global") and evs:
             for e in evs:
-                if isinstance(e, ast.Assign) and sharded(e.value):
+                if isinstance(e, ast.Assign) and (sharded(e.value) or any(
+                        p is not None and returns_sharded(hub, view, e.value, p, kind)
+                        for p in (target_path(t, expr.id) for t in e.targets))):
                     return True
     elif k.startswith("self."):
         for v in hub.self_attr_bindings(view, expr):
             v = _tuple_element(v, expr.attr)
-            if sharded(v if isinstance(v, ast.expr) else getattr(v, "value", None)) \
-                    and not _also_wrapped(hub, view, expr):
+            v = v if isinstance(v, ast.expr) else getattr(v, "value", None)
+            if (sharded(v) or returns_sharded(hub, view, v, (), kind)) and not _also_wrapped(hub, view, expr):
                 return True
             if isinstance(v, ast.Name) and not _also_wrapped(hub, view, expr):
                 # ``self.model = model`` of a parameter that every call passes an FSDP2 module
@@ -382,8 +386,11 @@ def _shards(hub, view, kind: str = "fsdp2") -> bool:
     got = view.memo.get(("hidden.shards", kind))
     if got is None:
         sem = view.sem
+        from .shard_returns import returned_modules
+
+        view.memo[("hidden.shards", kind)] = False  # recursion guard
         got = view.memo[("hidden.shards", kind)] = bool(shard_calls(hub, view, kind)) or any(
-            sem.calls_to(q) for q in _SHARDERS[kind][0])
+            sem.calls_to(q) for q in _SHARDERS[kind][0]) or returned_modules(hub, view, kind)
     return got
 
 

@@ -30,7 +30,10 @@ class UnevenCollectiveLoop(Rule):
     `get_state_dict` with `full_state_dict=True`, `set_*state_dict` with `broadcast_from_rank0=True`,
     `dcp.save` / `dcp.load` / `dcp.async_save`, `clip_grad_norm_` over FSDP2 parameters, FSDP1's
     `summon_full_params` and full optimizer state dicts, and a `torch.compile`d function that makes
-    a collective. An FSDP2 module counts also when this file only receives it: a `self` attribute
+    a collective. A module is an FSDP2 module also when a project function (this file or
+    another) gives it to `fully_shard` and returns it: `model = build_model(cfg, mesh)`, or an
+    element of a returned tuple (`model, opt = setup(cfg)`). An FSDP2 module counts also when this
+    file only receives it: a `self` attribute
     that `__init__` stores from a parameter (`self.model, self.opt = model, opt`), or a parameter,
     that every call in the project's other files passes a module given to `fully_shard`
     (`Actor(shard_model(net, mesh), ...)` in the training script), for a loop whose trip count

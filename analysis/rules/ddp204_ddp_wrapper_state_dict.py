@@ -24,7 +24,8 @@ class DdpWrapperStateDict(Rule):
     """
     ## What it does
     Checks for `torch.save(...)` of `ddp_model.state_dict()` where `ddp_model` holds the
-    `DistributedDataParallel` wrapper, directly or inside a dict, through a variable or
+    `DistributedDataParallel` wrapper, directly or inside a dict (also one built lines before the
+    save: the finding is at the `.state_dict()` call, the line to change), through a variable or
     `self.<attr>`, or as the parameter of a checkpoint helper (`def save_checkpoint(net, path)`) that
     every call in the file passes the wrapper. A checkpoint helper of another project file
     (`from utils.checkpoint import save_checkpoint`) that saves `<param>.state_dict()` is reported at
@@ -101,15 +102,18 @@ class DdpWrapperStateDict(Rule):
                     fix = ctx.fix(Applicability.SAFE, "Save the wrapped module's state: `.module.state_dict()`",
                                   [Edit(Range(end, end), ".module")])
                 h = ctx.text(holder)
+                # at the ``.state_dict()`` read through the wrapper: the line a fix edits, also when
+                # the dict holding it is built lines before the save
                 ctx.report(
-                    save,
+                    sd_call,
                     f"`{h}` {'is' if fix is not None else 'holds'} the DDP wrapper"
                     f"{'' if fix is not None else ' where it is wrapped'}: its state_dict keys carry a `module.` prefix "
                     "and will not load into the plain model; save "
                     + (f"`{h}.module.state_dict()`" if fix is not None else
                        f"the wrapped module's state (`{h}.module` where it is wrapped, e.g. "
                        f"`getattr({h}, \"module\", {h}).state_dict()`)"),
-                    related=[(ddp_assign, "wrapped in DistributedDataParallel here")],
+                    related=[(ddp_assign, "wrapped in DistributedDataParallel here"),
+                             *([] if save.lineno == sd_call.lineno else [(save, "saved by `torch.save` here")])],
                     fix=fix,
                 )
 
