@@ -109,8 +109,12 @@ def skipped_init_exits(hub, view, fn) -> list:
             holds = k == first
             if holds and _inits(hub, view, body[first + 1:]):
                 break  # the branch without a group meets a later init
+            seen = []
             for q, branch, is_else in _chain(st):
-                if not mode_test_via(hub, view, q.test) or _inits(hub, view, branch):
+                prior = [x for x in seen if x is not q]
+                if not is_else:
+                    seen.append(q)
+                if not _single_side(view, q, is_else, prior) or _inits(hub, view, branch):
                     continue
                 if holds and not any(_inits(hub, view, b) for _q, b, _e in _chain(st)):
                     continue
@@ -120,6 +124,20 @@ def skipped_init_exits(hub, view, fn) -> list:
                     out.append((body[first + 1] if first + 1 < len(body) else st, q))
     memo[id(fn)] = out
     return out
+
+
+def _single_side(view, q, is_else, earlier) -> bool:
+    """A single-process run takes this branch of ``q`` (``mode_unbound.single_run_side``): the
+    ``else`` of a test it fails, the body of one it passes; it passes no test of the chain before."""
+    from .mode_unbound import single_run_side
+
+    side = "orelse" if is_else else "body"
+    try:
+        if single_run_side(view, q.test, view.sem.scope_of(q)) != side:
+            return False
+        return all(single_run_side(view, p.test, view.sem.scope_of(p)) != "body" for p in earlier)
+    except AttributeError:  # a query that needs more than the module's view: no answer
+        return False
 
 
 def group_needed_after(hub, view, call, uses):
