@@ -39,21 +39,26 @@ except AttributeError:  # pragma: no cover
 _FLIP = {"body": "orelse", "orelse": "body"}
 
 
-def single_run_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> str | None:
+def single_run_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0, hub=None) -> str | None:
+    """(See the module docstring.) ``ctx``: anything with the module's ``sem`` (a rule context, a
+    module view); ``hub``: the flow analysis that resolves a helper of another module."""
     if test is None or depth > 4:
         return None
     t = test.__class__
     if t is ast.UnaryOp and isinstance(test.op, ast.Not):
-        s = single_run_side(ctx, test.operand, scope, depth + 1)
+        s = single_run_side(ctx, test.operand, scope, depth + 1, hub)
         return None if s is None else _FLIP[s]
     if t is ast.BoolOp:
-        sides = [single_run_side(ctx, v, scope, depth + 1) for v in test.values]
+        sides = [single_run_side(ctx, v, scope, depth + 1, hub) for v in test.values]
         if isinstance(test.op, ast.And):
             return "orelse" if "orelse" in sides else ("body" if all(s == "body" for s in sides) else None)
         return "body" if "body" in sides else ("orelse" if all(s == "orelse" for s in sides) else None)
     sem = ctx.sem
     if t is ast.Compare and len(test.ops) == 1:
-        got = single_process_side(ctx, test, scope)
+        try:
+            got = single_process_side(ctx, test, scope)
+        except AttributeError:  # a module view where the query wants a rule context: no answer
+            got = None
         if got is not None:
             return got
         return _named_world_compare(test) or _env_test(test)
@@ -63,11 +68,11 @@ def single_run_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> str |
             return "orelse"
         if qn.startswith("torch."):
             return None
-        fn = _module_function(sem, test.func)
+        fctx, fn = _helper(ctx, test, hub)
         if fn is not None:
             rets = [n.value for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
             if rets and all(r is not None for r in rets):
-                sides = {single_run_side(ctx, r, fn, depth + 1) for r in rets
+                sides = {single_run_side(fctx, r, fn, depth + 1, hub) for r in rets
                          if not (isinstance(r, ast.Constant) and isinstance(r.value, bool))}
                 if len(sides) == 1 and None not in sides:
                     return sides.pop()
@@ -75,7 +80,7 @@ def single_run_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> str |
     if t is ast.Name:
         v = sem.single_value(test.id, sem.scope_of(test))
         if v is not None and v is not test:
-            got = single_run_side(ctx, v, sem.scope_of(v), depth + 1)
+            got = single_run_side(ctx, v, sem.scope_of(v), depth + 1, hub)
             if got is not None:
                 return got
         return "orelse" if _flag(test) else None
@@ -84,14 +89,23 @@ def single_run_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> str |
     return None
 
 
-def _module_function(sem, f):
-    """The module-level function of this file that ``f`` (a call's callee name) names."""
-    if not isinstance(f, ast.Name):
-        return None
-    for st in sem.tree.body:
-        if isinstance(st, FUNC_TYPES) and st.name == f.id:
-            return st
-    return None
+def _helper(ctx, call, hub):
+    """(module, function) of the project function ``call`` calls: of this module by name, or of
+    another through ``hub`` (``lifecycle.project_target``); (None, None) when not known."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        for st in ctx.sem.tree.body:
+            if isinstance(st, FUNC_TYPES) and st.name == f.id:
+                return ctx, st
+    view = ctx if isinstance(getattr(ctx, "memo", None), dict) else getattr(hub, "main", None)
+    if view is None:
+        return None, None
+    from .lifecycle import project_target
+
+    got = project_target(hub, view, call)
+    if got is None or not isinstance(got[1], FUNC_TYPES):
+        return None, None
+    return got
 
 
 _FLAG_WORDS = ("distributed", "ddp", "multi_gpu", "multigpu", "use_dist", "is_dist", "dist_mode", "dist_on",
@@ -145,7 +159,7 @@ def _env_test(test: ast.Compare) -> str | None:
     return "orelse" if isinstance(op, ast.In) else "body"
 
 
-def unbound_reads(ctx, scope: ast.AST) -> list:
+def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
     sem = ctx.sem
     nodes = iter_scope_nodes(scope)
     binds: dict[str, list] = {}
@@ -179,21 +193,21 @@ def unbound_reads(ctx, scope: ast.AST) -> list:
     for name, stores in binds.items():
         if name in skip or name not in reads:
             continue
-        owner = _owner_if(ctx, stores, scope)
+        owner = _owner_if(ctx, stores, scope, hub)
         if owner is None:
             continue
         end = (owner.end_lineno, owner.end_col_offset)
         for r in sorted(reads[name], key=lambda x: (x.lineno, x.col_offset)):
             if (r.lineno, r.col_offset) < end:
                 continue
-            if _guarded(ctx, r, owner, scope):
+            if _guarded(ctx, r, owner, scope, hub):
                 continue
             out.append((name, owner, r))
             break
     return out
 
 
-def _owner_if(ctx, stores, scope):
+def _owner_if(ctx, stores, scope, hub):
     """The ``if`` whose branch that a single-process run does not take holds every binding, or
     None (see the module docstring)."""
     chain = []
@@ -206,7 +220,7 @@ def _owner_if(ctx, stores, scope):
     if p is None:
         return None
     k = next((k for k, (q, c) in enumerate(chain) if isinstance(q, ast.If) and c is not q.test
-              and single_run_side(ctx, q.test, scope) not in (None, "body" if c in q.body else "orelse")), None)
+              and single_run_side(ctx, q.test, scope, 0, hub) not in (None, "body" if c in q.body else "orelse")), None)
     if k is None:
         return None
     owner, c = chain[k]
@@ -232,16 +246,18 @@ def _within(outer, inner) -> bool:
         (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
-def _guarded(ctx, read, owner, scope) -> bool:
+def _guarded(ctx, read, owner, scope, hub) -> bool:
     """A single-process run does not reach ``read`` there (or the program handles the error)."""
     child, p = read, parent(read)
-    while p is not None and p is not scope:
+    while p is not None:
+        if p is scope:
+            return _leaves_before(ctx, scope.body, child, owner, scope, hub)
         if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
             return True
         if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
-            if _any_mode(ctx, p.test, scope):
+            if _any_mode(ctx, p.test, scope, hub):
                 return True
-        if isinstance(p, ast.BoolOp) and any(_any_mode(ctx, v, scope) for v in p.values[: p.values.index(child)]):
+        if isinstance(p, ast.BoolOp) and any(_any_mode(ctx, v, scope, hub) for v in p.values[: p.values.index(child)]):
             return True
         if isinstance(p, _TRY) and p.handlers and child in p.body:
             return True
@@ -250,17 +266,24 @@ def _guarded(ctx, read, owner, scope) -> bool:
         for field in ("body", "orelse", "finalbody"):
             block = getattr(p, field, None)
             if isinstance(block, list) and child in block:
-                for st in block[: block.index(child)]:
-                    if (st.lineno, st.col_offset) > (owner.lineno, owner.col_offset) and _leaves_on_mode(ctx, st, scope):
-                        return True
+                if _leaves_before(ctx, block, child, owner, scope, hub):
+                    return True
                 break
         child, p = p, parent(p)
     return False
 
 
-def _any_mode(ctx, test, scope) -> bool:
+def _leaves_before(ctx, block, child, owner, scope, hub) -> bool:
+    """A statement of ``block`` after ``owner`` and before ``child`` leaves on a mode test."""
+    if child not in block:
+        return False
+    return any((st.lineno, st.col_offset) > (owner.lineno, owner.col_offset) and _leaves_on_mode(ctx, st, scope, hub)
+               for st in block[: block.index(child)])
+
+
+def _any_mode(ctx, test, scope, hub) -> bool:
     """A test on the distributed mode, the group or the rank, in any spelling."""
-    if single_run_side(ctx, test, scope) is not None or harmless(ctx.sem, test) or mode_test(ctx.sem, test):
+    if single_run_side(ctx, test, scope, 0, hub) is not None or harmless(ctx.sem, test) or mode_test(ctx.sem, test):
         return True
     try:
         return rank_test(ctx, test, scope) is not None
@@ -268,7 +291,7 @@ def _any_mode(ctx, test, scope) -> bool:
         return False
 
 
-def _leaves_on_mode(ctx, st, scope) -> bool:
+def _leaves_on_mode(ctx, st, scope, hub) -> bool:
     """``if world_size == 1: return``: a test on the mode (or the rank) with a branch that leaves."""
     return isinstance(st, ast.If) and (_ends(ctx.sem, st.body) or _ends(ctx.sem, st.orelse)) \
-        and _any_mode(ctx, st.test, scope)
+        and _any_mode(ctx, st.test, scope, hub)

@@ -155,7 +155,7 @@ RULES = {
                 ((('torch', False),), (('DataLoader', False),), (('shuffle', False),)),
                 False, False),
     'DDP303': ('ddp303_no_distributed_sampler', True, True,
-                ((('torch', False),), (('DataLoader', False), ('oader', False)), (('DistributedDataParallel', False),)),
+                ((('torch', False),), (('DataLoader', False), ('oader', False)), (('DistributedDataParallel', False), ('DistributedSampler', False))),
                 False, False),
     'DDP304': ('ddp304_sampler_wrapper_hides_set_epoch', True, True,
                 ((('torch', False),), (('__init__', False),)),

@@ -66,10 +66,13 @@ class UnboundOnSingleProcess(Rule):
                      "ngpus", "n_gpus", "num_gpus", "nprocs", "num_processes")
 
     def finish(self, ctx) -> None:
+        from ..flow import for_context
+
         sem = ctx.sem
+        hub = for_context(ctx)
         scopes = [sem.tree, *(n for n in ast.walk(sem.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
         for scope in scopes:
-            for name, owner, read in unbound_reads(ctx, scope):
+            for name, owner, read in unbound_reads(ctx, scope, hub):
                 err = "NameError" if isinstance(scope, ast.Module) else "UnboundLocalError"
                 ctx.report(
                     read,
