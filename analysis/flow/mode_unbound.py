@@ -160,7 +160,6 @@ def _env_test(test: ast.Compare) -> str | None:
 
 
 def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
-    sem = ctx.sem
     nodes = iter_scope_nodes(scope)
     binds: dict[str, list] = {}
     skip = set(param_names(scope)) if isinstance(scope, FUNC_TYPES) else set()

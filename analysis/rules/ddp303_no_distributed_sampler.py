@@ -55,7 +55,6 @@ def _discarded_samplers(ctx) -> None:
     and every rank walks the whole dataset."""
     from ..flow import for_context
     from ..flow.bindings import reaching
-    from ..semantic import parent
 
     sem = ctx.sem
     dists = sem.calls_to(DIST_SAMPLER)
