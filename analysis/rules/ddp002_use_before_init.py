@@ -57,6 +57,16 @@ class UseBeforeInit(Rule):
     it (`is_distributed()`), and the use may be a project function whose unconditional path needs
     the group.
 
+    A setup helper that creates the group only on the distributed side of a test on the run's
+    mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
+    > 1:`, `if "RANK" not in os.environ: return`) and returns normally on the single-process side
+    without one is reported, at the point where that side leaves the test (`flow/mode_inits.py`),
+    when a caller of it (in this file or another file of the project) then needs the group on its
+    straight path: the DDP constructor, a collective, a project function whose unconditional path
+    needs it, with no init, `return` or test on the mode that leaves in between. A helper whose
+    single-process side initialises a one-process group, exits or raises, and callers that use the
+    group only under the same test (`if args.distributed: model = DDP(model)`), are left alone.
+
     Code that runs at import time counts too. A script (it has an `if __name__ == "__main__":`
     entry point, or initialises at its top level) whose top level imports a module of the project
     whose own top level needs the group (a `config.py` computing `LR = base * dist.get_world_size()`,
