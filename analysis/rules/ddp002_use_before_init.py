@@ -57,6 +57,16 @@ class UseBeforeInit(Rule):
     it (`is_distributed()`), and the use may be a project function whose unconditional path needs
     the group.
 
+    A setup helper that creates the group only on the distributed side of a test on the run's
+    mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
+    > 1:`, `if "RANK" not in os.environ: return`) and returns normally on the single-process side
+    without one is reported, at the point where that side leaves the test (`flow/mode_inits.py`),
+    when a caller of it (in this file or another file of the project) then needs the group on its
+    straight path: the DDP constructor, a collective, a project function whose unconditional path
+    needs it, with no init, `return` or test on the mode that leaves in between. A helper whose
+    single-process side initialises a one-process group, exits or raises, and callers that use the
+    group only under the same test (`if args.distributed: model = DDP(model)`), are left alone.
+
     Code that runs at import time counts too. A script (it has an `if __name__ == "__main__":`
     entry point, or initialises at its top level) whose top level imports a module of the project
     whose own top level needs the group (a `config.py` computing `LR = base * dist.get_world_size()`,
@@ -111,6 +121,7 @@ class UseBeforeInit(Rule):
 
     def finish(self, ctx) -> None:
         reported = _no_group_path(ctx)
+        _skipped_init(ctx)
         inits = calls_or_wrappers(ctx, _INITS, "init")
         if not inits:
             return
@@ -211,6 +222,72 @@ def _no_group_path(ctx) -> set:
             related=related,
         )
     return reported
+
+
+def _skipped_init(ctx) -> None:
+    """A function of this file creates the group only on one side of a test on the distributed
+    mode and returns without one on the other (``flow.mode_inits.skipped_init_exits``), and a
+    caller of it (this file or another of the project) needs the group unconditionally after the
+    call (``group_needed_after``): a single-process run fails there. Reported at the point where
+    the helper leaves that test without a group (where the missing init belongs)."""
+    from ..flow.mode_inits import group_needed_after, skipped_init_exits
+    from ._common import project_callers
+
+    sem = ctx.sem
+    an = for_context(ctx)
+    view = an.main
+    funcs = [f for f in ast.walk(sem.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and any(sem.call_qualname(c) == _INITS[0] for c in scope_calls(view, f))]
+    done = set()
+    for fn in funcs:
+        exits = skipped_init_exits(an, view, fn)
+        if not exits:
+            continue
+        callers = [(ctx, view, c) for c in sem.calls if an.resolve_call(view, c) == (view, fn)]
+        if isinstance(parent(fn), ast.Module):
+            for cctx, call, _d in project_callers(ctx, {fn.name}):
+                if _d is fn:
+                    cview = an.view_of(cctx.filename)
+                    if cview is not None:
+                        callers.append((cctx, cview, call))
+        for cctx, cview, call in callers:
+            got = group_needed_after(an, cview, call, _USES)
+            if got is None or expects_error(got[0]):
+                continue
+            use, what = got
+            if isinstance(what, str):
+                words = "the DistributedDataParallel constructor" if what == DDP_CLASS else f"`{what[len(D):]}()`"
+            else:
+                words = f"`{_src(cview, use.func)}(...)` (it reaches {effect_words(ctx, _Site(what))}, which needs it)"
+            where = f"line {use.lineno}" if cctx is ctx else f"{_short(cctx.filename)}:{use.lineno}"
+            for node, test in exits:
+                if id(node) in done:
+                    continue
+                done.add(id(node))
+                related = [(test, "the test on the distributed mode"),
+                           _node_range(ctx, cctx, use, "needs the process group unconditionally")]
+                ctx.report(
+                    node,
+                    f"`{fn.name}()` has not initialised the process group here when "
+                    f"`{text(ctx, test.test)}` (line {test.lineno}) says the run is not distributed, yet its "
+                    f"caller then runs {words} unconditionally ({where}): ValueError: Default process group has not been "
+                    "initialized on a single-process run. Initialise a one-process group on this path "
+                    "(`world_size=1, rank=0`) or guard the use with the same test",
+                    related=related,
+                )
+            break
+
+
+def _src(view, node) -> str:
+    return ast.get_source_segment(view.text, node) or "?"
+
+
+def _node_range(ctx, cctx, node, msg):
+    from ..flow.findings import node_span
+
+    if cctx is ctx:
+        return (node, msg)
+    return ("file", os.path.abspath(cctx.filename), node_span(ctx, os.path.abspath(cctx.filename), node), msg)
 
 
 def _import_time(ctx, inits, reported) -> None:

@@ -42,6 +42,113 @@ def _names(e):
             yield n.attr.lower()
 
 
+_PLAIN_SAMPLERS = ("torch.utils.data.SequentialSampler", "torch.utils.data.RandomSampler",
+                   "torch.utils.data.sampler.SequentialSampler", "torch.utils.data.sampler.RandomSampler")
+
+
+def _discarded_samplers(ctx) -> None:
+    """``sampler = DistributedSampler(ds)`` (on the distributed path) overwritten, before anything
+    reads it, by ``sampler = SequentialSampler(ds)`` (or ``RandomSampler``) of the same dataset on
+    the straight path of the block that holds the first assignment (or an ``if`` around it), and
+    a ``DataLoader(..., sampler=sampler)`` after it that only the overwrite reaches
+    (``flow.bindings.reaching``): the distributed run builds the per-rank sampler, discards it,
+    and every rank walks the whole dataset."""
+    from ..flow import for_context
+    from ..flow.bindings import reaching
+
+    sem = ctx.sem
+    dists = sem.calls_to(DIST_SAMPLER)
+    if not dists:
+        return
+    view = None
+    for d in dists:
+        st, name = _assigned(d)
+        if st is None:
+            continue
+        ds = get_arg(d, 0, "dataset")
+        if ds is None or not is_simple_ref(ds):
+            continue
+        scope = sem.scope_of(st)
+        over = _overwrite(ctx, st, name, ds, scope)
+        if over is None:
+            continue
+        if view is None:
+            view = for_context(ctx).main
+        for call in dataloaders(ctx):
+            arg = next((k.value for k in call.keywords if k.arg == "sampler"), None)
+            if not (isinstance(arg, ast.Name) and arg.id == name) or sem.scope_of(call) is not scope \
+                    or (call.lineno, call.col_offset) < (over.end_lineno, over.end_col_offset):
+                continue
+            kind, binds = reaching(view, name, arg)
+            if kind != "events" or [id(b) for b in binds] != [id(over)]:
+                continue
+            ctx.report(
+                over,
+                f"`{name}` is reassigned to `{ctx.text(over.value)}` before anything reads the "
+                f"`DistributedSampler` assigned to it (line {st.lineno}): the DataLoader (line "
+                f"{call.lineno}) gets the plain sampler on the distributed path too, so every rank "
+                "walks the whole dataset. Drop the reassignment (or keep it for the non-distributed path only)",
+                related=[(d, "the DistributedSampler that is discarded"), (call, "the DataLoader that gets the plain sampler")],
+            )
+            break
+
+
+def _assigned(d):
+    """(statement, name) when ``d`` is assigned to a plain name (``s = d``, ``a, s = x, d``)."""
+    from ..semantic import parent
+
+    st = parent(d)
+    if isinstance(st, ast.Tuple):
+        st, tup = parent(st), st
+        if not (isinstance(st, ast.Assign) and st.value is tup and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Tuple) and len(st.targets[0].elts) == len(tup.elts)):
+            return None, None
+        tgt = st.targets[0].elts[tup.elts.index(d)]
+    elif isinstance(st, ast.Assign) and st.value is d and len(st.targets) == 1:
+        tgt = st.targets[0]
+    else:
+        return None, None
+    return (st, tgt.id) if isinstance(tgt, ast.Name) else (None, None)
+
+
+def _overwrite(ctx, st, name, ds, scope):
+    """The later ``name = <plain sampler>(<ds>)`` that always replaces ``st``'s value before any
+    read of ``name`` (see ``_discarded_samplers``), or None."""
+    from ..semantic import parent
+
+    sem = ctx.sem
+    anc = st
+    while anc is not None and anc is not scope:
+        block_owner = parent(anc)
+        for field in ("body", "orelse"):
+            block = getattr(block_owner, field, None)
+            if isinstance(block, list) and anc in block:
+                for later in block[block.index(anc) + 1:]:
+                    if isinstance(later, ast.Assign) and len(later.targets) == 1 \
+                            and isinstance(later.targets[0], ast.Name) and later.targets[0].id == name:
+                        v = later.value
+                        if isinstance(v, ast.Call) and (sem.call_qualname(v) or "") in _PLAIN_SAMPLERS \
+                                and (a := get_arg(v, 0, "data_source")) is not None and ctx.text(a) == ctx.text(ds) \
+                                and not _read_between(sem, scope, name, st, later):
+                            return later
+                        return None
+                    if any(isinstance(n, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for n in ast.walk(later)):
+                        return None
+                break
+        if isinstance(block_owner, (ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith,
+                                    ast.ExceptHandler, *FUNC_TYPES, ast.ClassDef, ast.Lambda)):
+            return None
+        anc = block_owner
+    return None
+
+
+def _read_between(sem, scope, name, first, later) -> bool:
+    a, b = (first.end_lineno, first.end_col_offset), (later.lineno, later.col_offset)
+    return any(n.__class__ is ast.Name and n.id == name and n.ctx.__class__ is not ast.Store
+               and a <= (n.lineno, n.col_offset) < b
+               for n in ast.walk(scope))
+
+
 class NoDistributedSampler(Rule):
     """
     ## What it does
@@ -70,6 +177,14 @@ class NoDistributedSampler(Rule):
     (`Portion(items, rank, world)`) is this rank's own data, and a dataset that draws random
     numbers (in `__init__`, `__getitem__`, ...) under a per-rank seed may order or pick its items
     differently per rank.
+
+    A `DistributedSampler` that is built and then discarded is reported too, in any file: a
+    name assigned `DistributedSampler(ds)` (on the distributed path, say) and reassigned
+    `SequentialSampler(ds)` or `RandomSampler(ds)` of the same dataset before anything reads it,
+    on the straight path of the block that holds the first assignment (or the `if` around it),
+    with a `DataLoader(..., sampler=<name>)` after it that only the reassignment reaches
+    (`flow.bindings.reaching`). Reported at the reassignment: the distributed run then walks the
+    whole dataset on every rank (an evaluation loader, typically).
 
     ## Why is this bad?
     Without a `DistributedSampler`, every rank iterates over the *whole* dataset (each in its own
@@ -109,10 +224,11 @@ class NoDistributedSampler(Rule):
     name = "no-distributed-sampler"
     severity = Severity.WARNING
     fix_availability = "sometimes"
-    requires_text = ("DistributedDataParallel",)
+    requires_text = ("DistributedDataParallel", "DistributedSampler")
     requires_text_all = (("DataLoader", "oader"),)  # DataLoader calls, or a project `build_loader` helper
 
     def finish(self, ctx) -> None:
+        _discarded_samplers(ctx)
         if _split_hint(ctx.sem, ctx.src.text) or not ddp_calls(ctx):
             return
         for call in dataloaders(ctx):

@@ -1,0 +1,296 @@
+"""Names that only the distributed run binds: a local name of a scope whose every binding sits in
+the branch of an ``if`` that a single-process run does not take (``if world_size > 1:``,
+``if dist.is_initialized() and dist.get_world_size() > 1:``, ``if args.distributed:``), read after
+that ``if`` on a path a single-process run takes: ``UnboundLocalError`` (``NameError`` at module
+level) there.
+
+- ``single_run_side(ctx, test, scope)``: the branch of ``test`` ("body" / "orelse") that a
+  single-process run takes, or None when the test does not say: a world-size comparison with one
+  (``rank_tests.single_process_side``, by value flow; or a distributed-mode name, ``dist_mode_test``),
+  ``dist.is_initialized()`` (a run without a group), a distributed-mode flag (``args.distributed``,
+  ``is_ddp()``), a launcher variable test (``"WORLD_SIZE" in os.environ``), ``not``, ``and``
+  (one conjunct false is enough), ``or`` (every disjunct), a name bound once to such a test;
+- ``unbound_reads(ctx, scope)``: [(name, if, read)] for the first such read of each name.
+
+A name also bound elsewhere in the scope (before the ``if``, in its other branch, by a loop, a
+``with``, an ``except``, an import, a ``def``), declared ``global`` / ``nonlocal``, deleted, or a
+parameter is left alone; so is a scope that uses ``locals()`` / ``vars()`` / ``exec`` /
+``eval``, an ``if`` inside a loop or a ``try`` with handlers, a branch that never falls through,
+a read under a test on the distributed mode or the rank (the same condition, in any spelling), in
+a ``try`` with handlers, in a nested function, or after a test on the distributed mode that leaves.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
+from ..torch_api import D
+from .lifecycle import _ends, harmless, mode_test
+from .rank_tests import rank_test, single_process_side
+from .unconditional import dist_mode_test
+
+_SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
+_DYNAMIC = frozenset({"locals", "vars", "exec", "eval", "globals"})
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+try:  # Python 3.11+
+    _TRY = (ast.Try, ast.TryStar)
+except AttributeError:  # pragma: no cover
+    _TRY = (ast.Try,)
+_FLIP = {"body": "orelse", "orelse": "body"}
+
+
+def single_run_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0, hub=None) -> str | None:
+    """(See the module docstring.) ``ctx``: anything with the module's ``sem`` (a rule context, a
+    module view); ``hub``: the flow analysis that resolves a helper of another module."""
+    if test is None or depth > 4:
+        return None
+    t = test.__class__
+    if t is ast.UnaryOp and isinstance(test.op, ast.Not):
+        s = single_run_side(ctx, test.operand, scope, depth + 1, hub)
+        return None if s is None else _FLIP[s]
+    if t is ast.BoolOp:
+        sides = [single_run_side(ctx, v, scope, depth + 1, hub) for v in test.values]
+        if isinstance(test.op, ast.And):
+            return "orelse" if "orelse" in sides else ("body" if all(s == "body" for s in sides) else None)
+        return "body" if "body" in sides else ("orelse" if all(s == "orelse" for s in sides) else None)
+    sem = ctx.sem
+    if t is ast.Compare and len(test.ops) == 1:
+        try:
+            got = single_process_side(ctx, test, scope)
+        except AttributeError:  # a module view where the query wants a rule context: no answer
+            got = None
+        if got is not None:
+            return got
+        return _named_world_compare(test) or _env_test(test)
+    if t is ast.Call:
+        qn = sem.call_qualname(test) or ""
+        if qn == D + "is_initialized":
+            return "orelse"
+        if qn.startswith("torch."):
+            return None
+        fctx, fn = _helper(ctx, test, hub)
+        if fn is not None:
+            rets = [n.value for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
+            if rets and all(r is not None for r in rets):
+                sides = {single_run_side(fctx, r, fn, depth + 1, hub) for r in rets
+                         if not (isinstance(r, ast.Constant) and isinstance(r.value, bool))}
+                if len(sides) == 1 and None not in sides:
+                    return sides.pop()
+        return "orelse" if _flag(test.func) else None
+    if t is ast.Name:
+        v = sem.single_value(test.id, sem.scope_of(test))
+        if v is not None and v is not test:
+            got = single_run_side(ctx, v, sem.scope_of(v), depth + 1, hub)
+            if got is not None:
+                return got
+        return "orelse" if _flag(test) else None
+    if t is ast.Attribute:
+        return "orelse" if _flag(test) else None
+    return None
+
+
+def _helper(ctx, call, hub):
+    """(module, function) of the project function ``call`` calls: of this module by name, or of
+    another through ``hub`` (``lifecycle.project_target``); (None, None) when not known."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        for st in ctx.sem.tree.body:
+            if isinstance(st, FUNC_TYPES) and st.name == f.id:
+                return ctx, st
+    view = ctx if isinstance(getattr(ctx, "memo", None), dict) else getattr(hub, "main", None)
+    if view is None:
+        return None, None
+    from .lifecycle import project_target
+
+    got = project_target(hub, view, call)
+    if got is None or not isinstance(got[1], FUNC_TYPES):
+        return None, None
+    return got
+
+
+_FLAG_WORDS = ("distributed", "ddp", "multi_gpu", "multigpu", "use_dist", "is_dist", "dist_mode", "dist_on",
+               "dist_enabled", "is_distributed", "using_distributed")
+
+
+def _flag(e) -> bool:
+    """A flag that says the run is distributed (``args.distributed``, ``is_ddp()``, ``use_ddp``):
+    a distributed-mode test (``dist_mode_test``) whose last name says so."""
+    name = e.attr if isinstance(e, ast.Attribute) else e.id if isinstance(e, ast.Name) else None
+    if name is None or not dist_mode_test(e):
+        return False
+    low = name.lower().lstrip("_")
+    return any(low == w or low.endswith("_" + w) or low.startswith(w) for w in _FLAG_WORDS) \
+        and "world" not in low and "avail" not in low
+
+
+def _named_world_compare(test: ast.Compare) -> str | None:
+    """``world_size > 1`` / ``args.world_size == 1`` by a distributed-mode name (``dist_mode_test``
+    with a world-size word), compared with the constant one (or two)."""
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(left, ast.Constant):
+        left, right = right, left
+        op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
+    if not (isinstance(right, ast.Constant) and type(right.value) is int) or not dist_mode_test(test):
+        return None
+    name = left.attr if isinstance(left, ast.Attribute) else left.id if isinstance(left, ast.Name) else ""
+    if isinstance(left, ast.Call):
+        f = left.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if "world" not in name.lower() and name.lower() not in ("ngpus", "n_gpus", "num_gpus", "nprocs", "num_processes"):
+        return None
+    k, t = right.value, type(op)
+    if (t is ast.Eq and k == 1) or (t is ast.LtE and k == 1) or (t is ast.Lt and k == 2):
+        return "body"
+    if (t is ast.NotEq and k == 1) or (t is ast.Gt and k == 1) or (t is ast.GtE and k == 2):
+        return "orelse"
+    return None
+
+
+def _env_test(test: ast.Compare) -> str | None:
+    """``"WORLD_SIZE" in os.environ``: a launcher's variable is there only in a launched run."""
+    from .world import WORLD_SIZE_ENV
+    from .rank_tests import RANK_ENV
+
+    op = test.ops[0]
+    if not isinstance(op, (ast.In, ast.NotIn)) or not isinstance(test.left, ast.Constant):
+        return None
+    if test.left.value not in WORLD_SIZE_ENV | set(RANK_ENV):
+        return None
+    return "orelse" if isinstance(op, ast.In) else "body"
+
+
+def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
+    nodes = iter_scope_nodes(scope)
+    binds: dict[str, list] = {}
+    skip = set(param_names(scope)) if isinstance(scope, FUNC_TYPES) else set()
+    reads: dict[str, list] = {}
+    for n in nodes:
+        c = n.__class__
+        if c is ast.Name:
+            if n.ctx.__class__ is ast.Load:
+                reads.setdefault(n.id, []).append(n)
+                if n.id in _DYNAMIC:
+                    return []
+            elif n.ctx.__class__ is ast.Del:
+                skip.add(n.id)
+            else:
+                binds.setdefault(n.id, []).append(n)
+        elif c in (ast.Global, ast.Nonlocal):
+            skip.update(n.names)
+        elif c in (ast.Import, ast.ImportFrom):
+            for a in n.names:
+                if a.name == "*":
+                    return []
+                skip.add((a.asname or a.name).split(".")[0])
+        elif c in (*FUNC_TYPES, ast.ClassDef) and n is not scope:
+            skip.add(n.name)
+        elif c is ast.ExceptHandler and n.name:
+            skip.add(n.name)
+        elif c.__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
+            skip.update(x for x in (getattr(n, "name", None), getattr(n, "rest", None)) if x)
+    out = []
+    for name, stores in binds.items():
+        if name in skip or name not in reads:
+            continue
+        owner = _owner_if(ctx, stores, scope, hub)
+        if owner is None:
+            continue
+        end = (owner.end_lineno, owner.end_col_offset)
+        for r in sorted(reads[name], key=lambda x: (x.lineno, x.col_offset)):
+            if (r.lineno, r.col_offset) < end:
+                continue
+            if _guarded(ctx, r, owner, scope, hub):
+                continue
+            out.append((name, owner, r))
+            break
+    return out
+
+
+def _owner_if(ctx, stores, scope, hub):
+    """The ``if`` whose branch that a single-process run does not take holds every binding, or
+    None (see the module docstring)."""
+    chain = []
+    child, p = stores[0], parent(stores[0])
+    while p is not None and p is not scope:
+        if isinstance(p, _SCOPES):
+            return None
+        chain.append((p, child))
+        child, p = p, parent(p)
+    if p is None:
+        return None
+    k = next((k for k, (q, c) in enumerate(chain) if isinstance(q, ast.If) and c is not q.test
+              and single_run_side(ctx, q.test, scope, 0, hub) not in (None, "body" if c in q.body else "orelse")), None)
+    if k is None:
+        return None
+    owner, c = chain[k]
+    for q, c2 in chain[k + 1:]:
+        if isinstance(q, (*_LOOPS, ast.ExceptHandler)) or (isinstance(q, _TRY) and q.handlers and c2 in q.body):
+            return None  # another pass (or the handler) may have bound it, or the error is handled
+    block = owner.body if c in owner.body else owner.orelse
+    if _ends(ctx.sem, block):
+        return None
+    for s in stores:
+        if not any(_within(st, s) for st in block):
+            return None
+        q = parent(s)
+        while q is not owner:  # a loop / with / comprehension target, or a ``try``, inside the branch
+            if isinstance(q, (*_LOOPS, ast.With, ast.AsyncWith, ast.comprehension, ast.NamedExpr, *_TRY)):
+                return None
+            q = parent(q)
+    return owner
+
+
+def _within(outer, inner) -> bool:
+    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and \
+        (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _guarded(ctx, read, owner, scope, hub) -> bool:
+    """A single-process run does not reach ``read`` there (or the program handles the error)."""
+    child, p = read, parent(read)
+    while p is not None:
+        if p is scope:
+            return _leaves_before(ctx, scope.body, child, owner, scope, hub)
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            return True
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
+            if _any_mode(ctx, p.test, scope, hub):
+                return True
+        if isinstance(p, ast.BoolOp) and any(_any_mode(ctx, v, scope, hub) for v in p.values[: p.values.index(child)]):
+            return True
+        if isinstance(p, _TRY) and p.handlers and child in p.body:
+            return True
+        if isinstance(p, ast.ExceptHandler):
+            return True
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if isinstance(block, list) and child in block:
+                if _leaves_before(ctx, block, child, owner, scope, hub):
+                    return True
+                break
+        child, p = p, parent(p)
+    return False
+
+
+def _leaves_before(ctx, block, child, owner, scope, hub) -> bool:
+    """A statement of ``block`` after ``owner`` and before ``child`` leaves on a mode test."""
+    if child not in block:
+        return False
+    return any((st.lineno, st.col_offset) > (owner.lineno, owner.col_offset) and _leaves_on_mode(ctx, st, scope, hub)
+               for st in block[: block.index(child)])
+
+
+def _any_mode(ctx, test, scope, hub) -> bool:
+    """A test on the distributed mode, the group or the rank, in any spelling."""
+    if single_run_side(ctx, test, scope, 0, hub) is not None or harmless(ctx.sem, test) or mode_test(ctx.sem, test):
+        return True
+    try:
+        return rank_test(ctx, test, scope) is not None
+    except Exception:  # noqa: BLE001 - a query that cannot answer says nothing
+        return False
+
+
+def _leaves_on_mode(ctx, st, scope, hub) -> bool:
+    """``if world_size == 1: return``: a test on the mode (or the rank) with a branch that leaves."""
+    return isinstance(st, ast.If) and (_ends(ctx.sem, st.body) or _ends(ctx.sem, st.orelse)) \
+        and _any_mode(ctx, st.test, scope, hub)
