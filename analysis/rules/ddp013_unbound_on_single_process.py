@@ -58,7 +58,7 @@ class UnboundOnSingleProcess(Rule):
     is the program's choice.
     """
 
-    code = "DDP012"
+    code = "DDP013"
     name = "unbound-on-single-process"
     severity = Severity.ERROR
     fix_availability = "never"
