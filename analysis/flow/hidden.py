@@ -16,6 +16,7 @@ from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import constant_of
 from .bindings import reaching, target_path
+from .shard_returns import returned_modules, returns_sharded
 from .values import summary
 
 FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
@@ -179,6 +180,11 @@ def _fsdp1_full(view, call) -> bool:
 
 
 # -- which values are FSDP2 modules ----------------------------------------------------------------
+def _ops(kind: str):
+    """What ``shard_returns`` needs of this module (passed in: no import circle)."""
+    return _SHARDERS[kind][0], _key, is_fsdp2
+
+
 def _key(expr):
     if isinstance(expr, ast.Name):
         return expr.id
@@ -331,8 +337,6 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
 
     def sharded(v) -> bool:
         return isinstance(v, ast.Call) and (id(v) in sharding or view.sem.call_qualname(v) in qns)
-    from .shard_returns import returns_sharded
-
     if isinstance(expr, ast.Name):
         how, evs = reaching(view, expr.id, at)
         if how == "param":
@@ -340,14 +344,15 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
         if how in ("events", "global") and evs:
             for e in evs:
                 if isinstance(e, ast.Assign) and (sharded(e.value) or any(
-                        p is not None and returns_sharded(hub, view, e.value, p, kind)
+                        p is not None and returns_sharded(hub, view, e.value, p, kind, _ops(kind))
                         for p in (target_path(t, expr.id) for t in e.targets))):
                     return True
     elif k.startswith("self."):
         for v in hub.self_attr_bindings(view, expr):
             v = _tuple_element(v, expr.attr)
             v = v if isinstance(v, ast.expr) else getattr(v, "value", None)
-            if (sharded(v) or returns_sharded(hub, view, v, (), kind)) and not _also_wrapped(hub, view, expr):
+            if (sharded(v) or returns_sharded(hub, view, v, (), kind, _ops(kind))) \
+                    and not _also_wrapped(hub, view, expr):
                 return True
             if isinstance(v, ast.Name) and not _also_wrapped(hub, view, expr):
                 # ``self.model = model`` of a parameter that every call passes an FSDP2 module
@@ -386,11 +391,9 @@ def _shards(hub, view, kind: str = "fsdp2") -> bool:
     got = view.memo.get(("hidden.shards", kind))
     if got is None:
         sem = view.sem
-        from .shard_returns import returned_modules
-
         view.memo[("hidden.shards", kind)] = False  # recursion guard
         got = view.memo[("hidden.shards", kind)] = bool(shard_calls(hub, view, kind)) or any(
-            sem.calls_to(q) for q in _SHARDERS[kind][0]) or returned_modules(hub, view, kind)
+            sem.calls_to(q) for q in _SHARDERS[kind][0]) or returned_modules(hub, view, kind, _ops(kind))
     return got
 
 

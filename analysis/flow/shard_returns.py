@@ -1,17 +1,18 @@
 """Modules that a project function returns after handing them to ``fully_shard`` (FSDP2) or
 ``parallelize_module``: ``model = build_model(cfg)`` where ``build_model`` shards the module it
 builds and returns it (alone, or as an element of a returned tuple). ``hidden.is_fsdp2`` asks this
-for a name or a ``self`` attribute bound from a call."""
+for a name or a ``self`` attribute bound from a call. (``hidden`` passes in what this module needs of it:
+``ops``, its ``(qualnames of the sharding calls, _key, is_fsdp2)``, so the two stay free of an import
+circle.)"""
 from __future__ import annotations
 
 import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes
-from .hidden import _SHARDERS, _key, is_fsdp2
 from .values import summary
 
 
-def returns_sharded(hub, view, call, path=(), kind: str = "fsdp2") -> bool:
+def returns_sharded(hub, view, call, path, kind, ops) -> bool:
     """``call`` runs a project function (this module or another) every ``return`` of which gives
     a module it handed to ``fully_shard`` before (``model = build(cfg); fully_shard(model);
     return model``), or element ``path`` of such returned tuples (``model, opt = setup(cfg)`` of
@@ -27,7 +28,7 @@ def returns_sharded(hub, view, call, path=(), kind: str = "fsdp2") -> bool:
     if target is None or not isinstance(target[1], FUNC_TYPES) or target[1].name == "__init__":
         return False
     tv, fn = target
-    qns = _SHARDERS[kind][0]
+    qns, _key, is_fsdp2 = ops
 
     def compute() -> bool:
         rets = []
@@ -56,25 +57,25 @@ def returns_sharded(hub, view, call, path=(), kind: str = "fsdp2") -> bool:
                    compute, False)
 
 
-def returned_modules(hub, view, kind: str) -> bool:
+def returned_modules(hub, view, kind: str, ops) -> bool:
     """The module binds what a project function returns (``model = build(cfg)``) to a module that
     function gave to ``fully_shard`` (``returns_sharded``)."""
     for st in view.sem.by_type.get(ast.Assign, ()):
         v = st.value
         if isinstance(v, ast.Call) and any(
-                p is not None and returns_sharded(hub, view, v, p, kind)
-                for t in st.targets for p in _target_paths(t)):
+                p is not None and returns_sharded(hub, view, v, p, kind, ops)
+                for t in st.targets for p in _target_paths(t, ops[1])):
             return True
     return False
 
 
-def _target_paths(t):
+def _target_paths(t, _key):
     """The index path of each name or ``self`` attribute a target binds (``m, (a, b)``)."""
     if isinstance(t, (ast.Tuple, ast.List)):
         for i, e in enumerate(t.elts):
             if isinstance(e, ast.Starred):
                 return
-            for p in _target_paths(e):
+            for p in _target_paths(e, _key):
                 yield (i, *p)
     elif _key(t) is not None:
         yield ()
