@@ -15,13 +15,17 @@ from pathlib import Path
 # Names of earlier releases (or of builds with other backends), from torch's release notes and
 # documentation: kept so that code written for them is never reported.
 HISTORICAL = (
-    # torch 0.4-1.x: the legacy package and the old spelling of ReduceOp
-    "deprecated", "reduce_op",
+    # torch 0.4-1.x: the legacy package, the old spelling of ReduceOp, the 0.4 backend enum
+    "deprecated", "reduce_op", "dist_backend",
     # the *_multigpu collectives (removed in 2.x)
     "all_reduce_multigpu", "all_gather_multigpu", "broadcast_multigpu", "reduce_multigpu",
     "reduce_scatter_multigpu",
     # torch.distributed.pipeline (Pipe, 1.8-2.3)
     "pipeline",
+    # newer than this release (torch nightly, used by torchtitan)
+    "set_timeout",
+    # builds of other vendors: NVIDIA's PyTorch containers (Megatron's ``use_ring_exchange_p2p``)
+    "ring_exchange",
     # backends and process groups of other builds
     "ProcessGroupNCCL", "ProcessGroupMPI", "ProcessGroupUCC", "ProcessGroupXCCL", "ProcessGroupGloo",
     "ProcessGroupRoundRobin", "ProcessGroupCudaP2P", "is_nccl_available", "is_mpi_available",
