@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import parent
+from ..semantic import param_names, parent
 from ..torch_dist_names import DIST_NAMES, TORCH_DIST_TOP
 
 _DIST = "torch.distributed"
@@ -78,7 +78,7 @@ class UnknownDistributedAttribute(Rule):
         if not isinstance(node.ctx, ast.Load) or node.attr.startswith("_"):
             return
         base = ctx.sem.qualname(node.value)
-        if base is None:
+        if base is None or _rebound(ctx.sem, node):
             return
         if base == "torch" and node.attr.startswith("dist") and node.attr not in TORCH_DIST_TOP:
             if self._excused(ctx, node, node.attr):
@@ -119,6 +119,30 @@ class UnknownDistributedAttribute(Rule):
         """The program asks whether the name exists (``hasattr(dist, "name")``, ``getattr(...,
         "name", default)``), assigns it, or the access is in a ``try`` that catches its failure."""
         return _in_try(node) or name in _asked_names(ctx.sem)
+
+
+def _rebound(sem, node: ast.Attribute) -> bool:
+    """The name at the root of ``node`` is bound by the program too (a parameter, an assignment,
+    a loop or ``with`` target in a scope that ``node`` sees): it may not be the import."""
+    root = node.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return True
+    p = parent(node)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        if isinstance(p, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) and any(
+                isinstance(n, ast.Name) and n.id == root.id for g in p.generators for n in ast.walk(g.target)):
+            return True  # a comprehension's own variable
+        p = parent(p)
+    scope = sem.scope_of(node)
+    while scope is not None:
+        if sem.assignments(scope).get(root.id) or (
+                isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                and root.id in param_names(scope)):
+            return True
+        scope = None if isinstance(scope, ast.Module) else sem.scope_of(scope)
+    return False
 
 
 def _asked_names(sem) -> frozenset[str]:
