@@ -7,7 +7,8 @@ names, dict displays and ``dict(...)`` calls, stores into the dict (``cfg["rank"
 a project function the dict is handed to), parameters filled by their callers in this module or
 another (``callers``, as ``origins`` takes it). Anything not followed (an unknown key store,
 ``args.x``, a call's result) is unknown, never off; ``static_graph`` in any form is never off.
-``entry_values`` is the dict-entry query underneath (issue 25, DDP209).
+``entry_values`` is the dict-entry query underneath (issue 25, DDP209). ``strict_ddp_on`` asks
+the converse: ``find_unused_parameters`` on for sure and ``static_graph`` off for sure (DDP222).
 """
 from __future__ import annotations
 
@@ -55,11 +56,47 @@ def strict_ddp_off(hub, view, call: ast.Call, callers=None):
     return decider or (view, call)
 
 
-def _off_value(hub, view, e, at, callers, depth: int = 0):
-    """(view, node) deciding that ``e`` is ``False``/``None`` for sure, else None."""
+def strict_ddp_on(hub, view, call: ast.Call, callers=None):
+    """(view, node) that makes ``find_unused_parameters`` on for sure for this DDP call (the
+    literal ``True``, or a config entry followed to one) while ``static_graph`` is absent or
+    ``False`` for sure; None when anything is not followed (``args.x``, ``*args``, a call)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > 4:
+        return None
+    sg = get_arg(call, None, "static_graph")
+    if sg is not None and _off_value(hub, view, sg, call, callers) is None:
+        return None
+    decider = None
+    explicit = next((k for k in call.keywords if k.arg == FUP), None)
+    if explicit is not None:
+        decider = _off_value(hub, view, explicit.value, call, callers, on=True)
+        if decider is None:
+            return None
+    for k in call.keywords:
+        if k.arg is not None:
+            continue
+        for key, on in ((FUP, True), ("static_graph", False)):
+            vals = entry_values(hub, view, k.value, call, key, callers)
+            if vals is None:
+                return None
+            for v in vals:
+                if v is ABSENT:
+                    continue
+                got = _off_value(hub, v[0], v[1], v[1], callers, on=on)
+                if got is None:
+                    return None
+                if on:
+                    decider = decider or got
+    return decider
+
+
+def _off_value(hub, view, e, at, callers, depth: int = 0, on: bool = False):
+    """(view, node) deciding that ``e`` is ``False``/``None`` for sure (``on``: ``True`` for
+    sure), else None."""
     if depth > MAX_DEPTH or e is None:
         return None
     if isinstance(e, ast.Constant):
+        if on:
+            return (view, e) if e.value is True else None
         return (view, e) if e.value is False or e.value is None else None
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "get" and e.args:
         key = e.args[0]
@@ -72,11 +109,11 @@ def _off_value(hub, view, e, at, callers, depth: int = 0):
         for v in vals:
             if v is ABSENT:
                 d = e.args[1] if len(e.args) > 1 else ast.Constant(value=None)
-                r = _off_value(hub, view, d, e, callers, depth + 1)
+                r = _off_value(hub, view, d, e, callers, depth + 1, on)
                 if r is not None and not hasattr(r[1], "lineno"):
                     r = (view, e)
             else:
-                r = _off_value(hub, v[0], v[1], v[1], callers, depth + 1)
+                r = _off_value(hub, v[0], v[1], v[1], callers, depth + 1, on)
             if r is None:
                 return None
             got = got or r
@@ -92,7 +129,7 @@ def _off_value(hub, view, e, at, callers, depth: int = 0):
                 return None
             got = None
             for v in vals:
-                r = _off_value(hub, v[0], v[1], v[1], callers, depth + 1)
+                r = _off_value(hub, v[0], v[1], v[1], callers, depth + 1, on)
                 if r is None:
                     return None
                 got = got or r
@@ -104,7 +141,7 @@ def _off_value(hub, view, e, at, callers, depth: int = 0):
             return None
         got = None
         for lv, le in leaves:
-            r = None if isinstance(le, ast.Name) else _off_value(hub, lv, le, le, callers, depth + 1)
+            r = None if isinstance(le, ast.Name) else _off_value(hub, lv, le, le, callers, depth + 1, on)
             if r is None:
                 return None
             got = got or r

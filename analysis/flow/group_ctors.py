@@ -14,6 +14,11 @@ control question of it that ``control`` asks of a collective:
   ``new_group(..., use_local_synchronization=True)``: its name is a hash of its ranks and only the
   members call it (torch returns None at once on the others); nor ``DeviceMesh(...,
   _init_backend=False)``, which makes no group.
+- ``group_must(hub, view, fn)``: the group constructions every call of the project function ``fn``
+  makes (a summary, as ``summaries.Summary.must`` is for collectives): its own, not behind a
+  condition or an early exit (``unconditional``), and those of the helpers it calls so, across
+  modules (the calls ``hub.helper_calls`` resolved). A call of such a helper is a group site too:
+  ``if rank in members: g = make_group(members)`` where ``make_group`` returns ``new_group(r)``.
 - ``group_divergences(hub, view, scope)``: ``control``'s divergences of those calls in ``scope`` (a
   rank-varying condition decides whether it runs, ``rank in ranks``, ``rank // k == i``; an early
   exit under one skips it), where the other ranks do not make as many in the other branch.
@@ -22,12 +27,13 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from .calls import scope_calls
-from .control import _site_divergence
+from .control import _site_divergence, branching_scopes
 from ..runtime.shim_vocab import VOCAB
 from .hidden import entry_of
 from .summaries import Effect, Site
+from .unconditional import unconditional
 
 WHAT = "group creation"
 # the qualified names of the group constructors (a cheap test that a module has one)
@@ -53,18 +59,53 @@ def _falsy(v) -> bool:
     return isinstance(v, ast.Constant) and v.value is not None and not v.value
 
 
-def group_sites(view, scope) -> list:
+def group_sites(hub, view, scope) -> list:
+    """The group constructions of ``scope``: its calls of a constructor, and its calls of project
+    functions that make a group on every call (``group_must``), in source order."""
     memo = view.memo.setdefault("group_ctors.sites", {})
     got = memo.get(scope)
     if got is None:
-        got = memo[scope] = [Site(c, [Effect("new_group", c, view.path, what=WHAT)], "explicit")
-                             for c in scope_calls(view, scope) if group_ctor(view, c) is not None]
+        got = memo[scope] = []  # a recursion reads as no group (``group_must`` guards the summary)
+        out = [Site(c, [Effect("new_group", c, view.path, what=WHAT)], "explicit")
+               for c in scope_calls(view, scope) if group_ctor(view, c) is not None] if _has_ctor(view) else []
+        by_call: dict = {}
+        for c, target in hub.helper_calls(view, scope):
+            effs = group_must(hub, *target)
+            if effs:
+                name = getattr(target[1], "name", "?")
+                if name == "__init__":
+                    name = getattr(parent(target[1]), "name", name)
+                by_call.setdefault(c, []).extend(e.through(name) for e in effs)
+        out += [Site(c, effs[:6], "helper") for c, effs in by_call.items()]
+        out.sort(key=lambda s: (s.node.lineno, s.node.col_offset))
+        memo[scope] = got = out
+    return got
+
+
+def _has_ctor(view) -> bool:
+    """The module calls a group constructor (a cheap test before its scopes' calls are read)."""
+    got = view.memo.get("group_ctors.has")
+    if got is None:
+        got = view.memo["group_ctors.has"] = bool(view.sem.calls_to(*GROUP_QNS))
+    return got
+
+
+def group_must(hub, view, fn) -> tuple:
+    """The group constructions every call of ``fn`` makes (at most 6), through its helpers."""
+    memo = view.memo.setdefault("group_ctors.must", {})
+    got = memo.get(fn)
+    if got is None:
+        memo[fn] = ()  # recursion: no group
+        got = memo[fn] = tuple(e for s in group_sites(hub, view, fn) if unconditional(view, s.node, fn)
+                               for e in s.effects)[:6]
     return got
 
 
 def group_divergences(hub, view, scope) -> list:
     """The group constructions of ``scope`` that run on some ranks only (``cond`` / ``exit``)."""
-    mine = group_sites(view, scope)
+    if scope not in branching_scopes(view):
+        return []  # every statement of the scope runs whenever the scope runs
+    mine = group_sites(hub, view, scope)
     if not mine:
         return []
     sites = [*hub.sites(view, scope), *mine]

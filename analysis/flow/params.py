@@ -25,7 +25,7 @@ def constant_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) ->
     if got is not None:
         return got
     got = False
-    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
+    sites = [*hub.call_sites(view, fn), *_subclass_calls(hub, view, fn)] if isinstance(fn, FUNC_TYPES) else []
     if sites and not hub.is_spawn_target(view, fn) and not _used_as_value(view, fn, sites):
         default = _default_of(fn, name)
         got = True
@@ -36,7 +36,7 @@ def constant_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) ->
                     got = False  # ``*args`` / ``**kwargs`` may carry it
                     break
                 a = default
-            if isinstance(a, ast.Constant):
+            if isinstance(a, ast.Constant) or _loop_index(view, a, c):
                 continue
             caller = _enclosing_function(c)
             if not (depth < 3 and isinstance(a, ast.Name) and caller is not None and caller is not fn
@@ -46,6 +46,48 @@ def constant_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) ->
                 break
     memo[key] = got
     return got
+
+
+def _subclass_calls(hub, view, fn: ast.AST) -> list:
+    """``self.m(...)`` in the methods of the module's other classes that run the method ``fn``
+    (``resolve_call``: a subclass that inherits it), which ``call_sites`` (its own class) does not
+    list."""
+    cls = parent(fn)
+    if not isinstance(cls, ast.ClassDef):
+        return []
+    sem = view.sem
+    out = []
+    for i in sem.callee_index()[1].get(fn.name, ()):
+        c = sem.calls[i]
+        recv = c.func.value
+        if isinstance(recv, ast.Name) and recv.id == "self" and not cls.lineno <= c.lineno <= cls.end_lineno:
+            got = hub.resolve_call(view, c)
+            if got is not None and got[1] is fn:
+                out.append(c)
+    return out
+
+
+def _loop_index(view, a: ast.AST, call: ast.Call) -> bool:
+    """``a`` is, at ``call``, only the index of a loop over ``range(...)`` or ``enumerate(...)``
+    (``for r in range(world_size): self.add_peers(r, ...)``): the call passes each index in turn,
+    the same on every rank that makes that round, not the process's own rank."""
+    from .bindings import reaching  # lazy: bindings sits above this module's importers
+
+    if not isinstance(a, ast.Name):
+        return False
+    kind, evs = reaching(view, a.id, call)
+    if kind != "events" or not evs:
+        return False
+    for e in evs:
+        it, t = getattr(e, "iter", None), getattr(e, "target", None)
+        if not (isinstance(e, (ast.For, ast.AsyncFor)) and isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+                and it.func.id in ("range", "enumerate") and it.func.id not in view.defs
+                and it.func.id not in view.imports):
+            return False
+        first = t.elts[0] if it.func.id == "enumerate" and isinstance(t, ast.Tuple) and t.elts else t
+        if not (isinstance(first, ast.Name) and first.id == a.id) or (it.func.id == "enumerate" and first is t):
+            return False
+    return True
 
 
 def _default_of(fn: ast.AST, name: str):

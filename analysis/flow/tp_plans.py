@@ -20,6 +20,7 @@ from .records import class_named
 
 _TP = "torch.distributed.tensor.parallel"
 COLWISE = (f"{_TP}.ColwiseParallel", f"{_TP}.style.ColwiseParallel")
+COLWISE_TEXT = ("ColwiseParallel",)
 _CONTAINERS = ("torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict",
                "torch.nn.modules.container.ModuleList", "torch.nn.modules.container.Sequential",
                "torch.nn.modules.container.ModuleDict")
@@ -127,10 +128,14 @@ def _stores(hub, view, name: str, bound) -> list | None:
         if isinstance(n, ast.Assign):
             for t in n.targets:
                 if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name:
-                    got = _dict_entries(hub, view, ast.Dict(keys=[t.slice], values=[n.value]), n)
-                    if got is None:
+                    envs = _loop_envs(view, n, scope)
+                    if envs is None:
                         return None
-                    out.extend(got)
+                    for env in envs:
+                        got = _dict_entries(hub, view, ast.Dict(keys=[t.slice], values=[n.value]), n, env)
+                        if got is None:
+                            return None
+                        out.extend(got)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
                 and n.func.value.id == name and n.func.attr in ("update", "setdefault", "pop", "__setitem__"):
             if n.func.attr != "update" or len(n.args) != 1 or n.keywords:
@@ -140,6 +145,25 @@ def _stores(hub, view, name: str, bound) -> list | None:
                 return None
             out.extend(more)
     return out
+
+
+def _loop_envs(view, node, scope) -> list | None:
+    """The bindings of the loop variables around ``node`` in ``scope``, one dict per iteration:
+    ``for name in ("wq", "wk"): plan[f"attn.{name}"] = ColwiseParallel()`` runs the store once per
+    literal string; ``[{}]`` outside a loop; None under a loop over anything else."""
+    envs = [{}]
+    p = parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, (ast.For, ast.AsyncFor, ast.While)):
+            it = getattr(p, "iter", None)
+            if not (isinstance(p, ast.For) and isinstance(p.target, ast.Name) and isinstance(it, (ast.Tuple, ast.List))):
+                return None
+            words = [_str_of(view, e, {}) for e in it.elts]
+            if not words or None in words or len(envs) * len(words) > 64:
+                return None
+            envs = [{**env, p.target.id: w} for env in envs for w in words]
+        p = parent(p)
+    return envs
 
 
 def plan_styles(hub, view, plan, at, depth: int = 0) -> list | None:
@@ -185,34 +209,34 @@ def _assign_of(e):
 
 # -- which class a module is -------------------------------------------------------------------
 
-def module_class(hub, view, expr, at, depth: int = 0):
-    """(view, class) of the project ``nn.Module`` class ``expr`` holds at ``at``, else None."""
+def module_class(hub, view, expr, at, depth: int = 0, callers=None):
+    """(view, class) of the project ``nn.Module`` class ``expr`` holds at ``at``, else None.
+    ``callers``: as ``origins`` takes it, for a parameter that only the project's other modules
+    pass (``apply_tp(Model(cfg), mesh)`` in a script, ``parallelize_module`` in ``apply_tp``)."""
     if depth > _MAX:
         return None
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SELF_RETURNING:
         expr = expr.func.value
     if isinstance(expr, ast.Call):
-        return _call_class(hub, view, expr, depth)
+        return _call_class(hub, view, expr, depth, callers)
     if isinstance(expr, ast.Name):
         got = module_instance_class(hub, view, expr, at)
         if got is not None:
             return got
         kind, evs = reaching(view, expr.id, at)
+        if kind == "param":
+            # a parameter of a function its own module never calls: what the calls of the project's
+            # other modules pass
+            return _origins_class(hub, view, expr, at, depth, callers) if callers is not None else None
         if kind != "events" or not evs:
             return None
         if all(isinstance(e, ast.Assign) for e in evs):
-            found = None
-            for v, e in origins(hub, view, expr, at, limit=4):
-                got = module_class(hub, v, e, e, depth + 1) if isinstance(e, ast.Call) else None
-                if got is None or (found is not None and found[1] is not got[1]):
-                    return None
-                found = got
-            return found
+            return _origins_class(hub, view, expr, at, depth, callers)
         found = None
         for e in evs:
             if not isinstance(e, (ast.For, ast.AsyncFor)):
                 return None
-            got = _loop_element(hub, view, e, expr.id, depth)
+            got = _loop_element(hub, view, e, expr.id, depth, callers)
             if got is None or (found is not None and found[1] is not got[1]):
                 return None
             found = got
@@ -222,21 +246,41 @@ def module_class(hub, view, expr, at, depth: int = 0):
             fn = view.sem.enclosing_function(expr)
             cls = parent(fn) if fn is not None else None
             return attr_class(hub, view, cls, expr.attr) if isinstance(cls, ast.ClassDef) else None
-        owner = module_class(hub, view, expr.value, at, depth + 1)
+        owner = module_class(hub, view, expr.value, at, depth + 1, callers)
         return attr_class(hub, *owner, expr.attr) if owner is not None else None
     if isinstance(expr, ast.Subscript):
-        return container_elements(hub, view, expr.value, at, depth + 1)
+        return container_elements(hub, view, expr.value, at, depth + 1, callers)
     return None
 
 
-def _call_class(hub, view, call, depth: int):
+def _origins_class(hub, view, expr, at, depth: int, callers=None):
+    """The one project module class every origin of ``expr`` constructs (``origins``), else None."""
+    found = None
+    for v, e in origins(hub, view, expr, at, limit=4, callers=callers):
+        got = module_class(hub, v, e, e, depth + 1, callers) if isinstance(e, ast.Call) else None
+        if got is None or (found is not None and found[1] is not got[1]):
+            return None
+        found = got
+    return found
+
+
+def colwise_reach(cls, text, filename):
+    """DDP524's second gate (``Rule.reach``): the file, or a project module it imports (the
+    text-level import graph of ``flow.reach``), spells ``ColwiseParallel``: the plan may come from
+    a helper of another module (``parallelize_module(block, mesh, block_plan())``)."""
+    from .reach import reaches  # lazy: only files the text gate admits
+
+    return reaches(filename, text, COLWISE_TEXT)
+
+
+def _call_class(hub, view, call, depth: int, callers=None):
     """``Cls(...)``; ``parallelize_module(m, ...)`` / ``fully_shard(m)`` (they return ``m``);
     ``Cls.build(...)`` of a classmethod that returns ``cls(...)``."""
     got = ctor_class(hub, view, call, _not_project())
     if got is not None:
         return got
     if view.sem.call_qualname(call) in _RETURNS_MODULE and call.args:
-        return module_class(hub, view, call.args[0], call, depth + 1)
+        return module_class(hub, view, call.args[0], call, depth + 1, callers)
     f = call.func
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
         owner = class_named(hub, view, f.value, _not_project())
@@ -258,23 +302,23 @@ def _not_project():
     return _NOT_PROJECT
 
 
-def _loop_element(hub, view, loop, name: str, depth: int):
+def _loop_element(hub, view, loop, name: str, depth: int, callers=None):
     it, t = loop.iter, loop.target
     if isinstance(t, ast.Name) and t.id == name:
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _ELEMENT_WALKS \
                 and not it.args:
             it = it.func.value
-        return container_elements(hub, view, it, loop, depth + 1)
+        return container_elements(hub, view, it, loop, depth + 1, callers)
     if isinstance(t, ast.Tuple) and len(t.elts) == 2 and isinstance(t.elts[1], ast.Name) and t.elts[1].id == name:
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" and it.args:
-            return container_elements(hub, view, it.args[0], loop, depth + 1)
+            return container_elements(hub, view, it.args[0], loop, depth + 1, callers)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _PAIR_WALKS \
                 and not it.args:
-            return container_elements(hub, view, it.func.value, loop, depth + 1)
+            return container_elements(hub, view, it.func.value, loop, depth + 1, callers)
     return None
 
 
-def container_elements(hub, view, expr, at, depth: int = 0):
+def container_elements(hub, view, expr, at, depth: int = 0, callers=None):
     """(view, class) every module of the container ``expr`` (a ``ModuleList`` / ``ModuleDict`` /
     ``Sequential`` attribute of a project class) is an instance of."""
     if depth > _MAX or not isinstance(expr, ast.Attribute):
@@ -284,7 +328,7 @@ def container_elements(hub, view, expr, at, depth: int = 0):
         cls = parent(fn) if fn is not None else None
         owner = (view, cls) if isinstance(cls, ast.ClassDef) else None
     else:
-        owner = module_class(hub, view, expr.value, at, depth + 1)
+        owner = module_class(hub, view, expr.value, at, depth + 1, callers)
     if owner is None:
         return None
     cview, cls = owner

@@ -10,7 +10,7 @@ from ..flow.testing import expects_error
 from ..flow.wrappers import wrapper_functions
 from ._common import ALL_COLLECTIVES, D, lines_within
 from ..flow import for_context
-from ..flow.group_ctors import GROUP_QNS, group_divergences
+from ..flow.group_ctors import WHAT, group_divergences
 from ._flow import (all_divergences, call_words, effect_related, effect_words, elsewhere, node_related,
                     scopes, source_related, source_words, text, vtext, where)
 
@@ -84,9 +84,14 @@ class CollectiveUnderRankGuard(Rule):
     rank in ranks: g = new_group(ranks)`, `if rank // k == i:`, `if rank not in ranks: continue`),
     in a helper of any module, a method, with the rank unpacked from a tuple, is reported at the
     `new_group`; so are `new_subgroups*`, `split_group`, `init_device_mesh` and `DeviceMesh(...)`
-    (they call `new_group` for every group) under such a condition. Making every group and keeping
-    only the handle of one's own (`g = new_group(ranks)`, then `if rank in ranks: mine = g`) is
-    correct.
+    (they call `new_group` for every group) under such a condition. So is a call of a project
+    function that makes a group on every call, through any number of helpers, in this file or
+    another module, a method or a constructor (`if rank in members: g = make_group(members)` with
+    `def make_group(r): return dist.new_group(r)` in `utils/dist.py`): the finding is at the call and
+    names the constructor inside. A helper that makes its group only behind a condition of its own (a
+    memo, `if _GROUP is None:`) is not counted. Making every group and keeping only the handle of
+    one's own (`g = new_group(ranks)` or `g = make_group(ranks)`, then `if rank in ranks: mine = g`)
+    is correct.
 
     Collectives hidden in the modern stack count the same way (the table is
     `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
@@ -156,20 +161,20 @@ class CollectiveUnderRankGuard(Rule):
 
     def finish(self, ctx) -> None:
         self._direct(ctx)
-        self._flow(ctx)
-        self._groups(ctx)
+        self._groups(ctx, self._flow(ctx))
 
-    def _groups(self, ctx) -> None:
-        """Group constructions (``new_group``, ``new_subgroups*``, ``split_group``, a device mesh)
-        that a rank-varying condition the direct check does not read decides (``rank in ranks``,
-        ``rank // k == i``): the semantic layer's ``group_ctors``."""
-        if not ctx.calls_to(*GROUP_QNS):
-            return
+    def _groups(self, ctx, seen) -> None:
+        """Group constructions (``new_group``, ``new_subgroups*``, ``split_group``, a device mesh,
+        or a project helper that makes one on every call) that a rank-varying condition the direct
+        check does not read decides (``rank in ranks``, ``rank // k == i``): the semantic layer's
+        ``group_ctors``. ``seen``: the calls ``_flow`` reported (a helper that makes a collective
+        and a group is reported once)."""
         an = for_context(ctx)
         for s in scopes(ctx):
             for d in group_divergences(an, an.main, s):
                 c = d.site.node
-                if (ctx.qn(c) in _COLLECTIVE_QNS and rank_guard(ctx, c) is not None) or expects_error(c):
+                if (ctx.qn(c) in _COLLECTIVE_QNS and rank_guard(ctx, c) is not None) or expects_error(c) \
+                        or id(c) in seen:
                     continue  # the direct check owns new_group under a rank guard
                 cond = text(ctx, d.node.test)
                 if d.kind == "exit":
@@ -179,16 +184,18 @@ class CollectiveUnderRankGuard(Rule):
                     where = f"only where `{cond}`"
                 else:
                     where = f"only where `{cond}` is false"
+                through = effect_words(ctx, d.site)[len(WHAT):]  # `` (through `make_group`, line 7)``
                 ctx.report(
                     c,
-                    f"`{text(ctx, c.func)}(...)` creates a process group {where}, and `{cond}` is rank-varying "
+                    f"`{text(ctx, c.func)}(...)` creates a process group{through} {where}, and `{cond}` is rank-varying "
                     f"({source_words(ctx, d.value)}); every rank must create every group, in the same order, even "
                     "the ranks that are not its members, or the ranks' groups no longer match and the first "
                     "collective on them hangs: create it on every rank and keep the handle only where it is a member",
-                    related=[(d.node.test, "rank-varying condition"), *source_related(ctx, d.value)],
+                    related=[(d.node.test, "rank-varying condition"), *source_related(ctx, d.value),
+                             *effect_related(ctx, d.site)],
                 )
 
-    def _flow(self, ctx) -> None:
+    def _flow(self, ctx) -> set:
         """Helpers, implicit collectives and data-dependent conditions (the semantic layer)."""
         seen = set()
         for d in all_divergences(ctx):
@@ -215,6 +222,7 @@ class CollectiveUnderRankGuard(Rule):
                 related=[(d.node.test, "rank-varying condition"), *source_related(ctx, d.value),
                          *effect_related(ctx, site)],
             )
+        return seen
 
     def _in_callee(self, ctx, d, seen) -> None:
         """A condition inside a function of another file, rank-varying because of what this

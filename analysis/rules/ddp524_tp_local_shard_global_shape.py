@@ -10,7 +10,8 @@ from ..source import SourceText
 from ..flow.bindings import reaching
 from ..flow.instances import _self_bindings
 from ..flow.modern import PARALLELIZE, hub, origins
-from ..flow.tp_plans import (module_class, plan_styles, style_keeps_local_shard, submodule_owner)
+from ._common import other_call_sites
+from ..flow.tp_plans import (colwise_reach, module_class, plan_styles, style_keeps_local_shard, submodule_owner)
 
 _LINEAR = {"torch.nn.Linear": (1, "out_features"), "torch.nn.modules.linear.Linear": (1, "out_features"),
            "torch.nn.Embedding": (1, "embedding_dim"), "torch.nn.modules.sparse.Embedding": (1, "embedding_dim")}
@@ -33,9 +34,13 @@ class TpLocalShardGlobalShape(Rule):
     builds it (`self.n_heads` and `self.head_dim` of `nn.Linear(dim, dim)`, `dim // n_heads`),
     and no `-1` among them.
 
-    The plan may be a dict display, a name filled by `plan[key] = style` stores, a helper's
-    return or a dict comprehension over literal names; the module may be a loop variable over
-    the blocks of a `ModuleList` / `ModuleDict`, and the class may live in another module.
+    The plan may be a dict display, a name filled by `plan[key] = style` stores (also in a loop
+    over literal names: `for n in ("wq", "wk"): plan[f"attn.{n}"] = ColwiseParallel()`), a
+    helper's return (in this module or another) or a dict comprehension over literal names; the
+    module may be a loop variable over the blocks of a `ModuleList` / `ModuleDict`, or a parameter
+    of a helper (`apply_tp(model, mesh)` in `parallel/tp.py`, a method) that only another module's
+    call passes (`apply_tp(Transformer(cfg), mesh)` in `train.py`), and the class may live in
+    another module.
 
     ## Why is this bad?
     `ColwiseParallel` shards the projection's weight by output features: with the default local
@@ -82,13 +87,14 @@ class TpLocalShardGlobalShape(Rule):
     name = "tp-local-shard-global-shape"
     severity = Severity.ERROR
     requires_text = ("parallelize_module",)
-    requires_text_all = (("ColwiseParallel",),)
+    reach = classmethod(colwise_reach)  # the plan may be built by a helper of another module
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         calls = ctx.calls_to(*PARALLELIZE)
         if not calls:
             return
+        callers = other_call_sites(ctx, an, methods=True)  # a module only the project's other files pass (asked lazily)
         owners: dict[int, tuple] = {}  # id(class) -> (view, class, {leaf: style call}, parallelize call)
         sharded: dict[int, set] = {}  # id(node) of a module sharded in place -> its local leaves
         for c in calls:
@@ -98,13 +104,13 @@ class TpLocalShardGlobalShape(Rule):
             if isinstance(plan, ast.Call) and isinstance(module, ast.Attribute):
                 if not style_keeps_local_shard(view, plan):
                     continue
-                owner = module_class(an, view, module.value, c)
+                owner = module_class(an, view, module.value, c, callers=callers)
                 if owner is not None:
                     owners.setdefault(id(owner[1]), (*owner, {}, c))[2].setdefault(module.attr, plan)
                     self._instances(an, view, module.value, c, {module.attr}, sharded)
                 continue
             entries = plan_styles(an, view, plan, c)
-            root = module_class(an, view, module, c) if entries else None
+            root = module_class(an, view, module, c, callers=callers) if entries else None
             if root is None:
                 continue
             top = set()

@@ -68,7 +68,7 @@ class RankZeroOnlyResult(Rule):
     program.
     """
 
-    code = "DDP222"
+    code = "DDP223"
     name = "rank-zero-only-result"
     severity = Severity.ERROR
     fix_availability = "never"
