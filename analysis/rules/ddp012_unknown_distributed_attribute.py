@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import ast
+import difflib
+import sys
 
 from ..model import Severity
 from ..registry import Rule
@@ -12,6 +14,18 @@ _DIST = "torch.distributed"
 _C10D = "torch.distributed.distributed_c10d"
 # the exceptions that a ``try`` catching an access that may fail names
 _CATCHES = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+# Names that ``torch.distributed`` never had (checked against every release's names that
+# ``bench/gen_torch_dist_names.py`` records, torch 2.13 included) but that code often asks it for:
+# the rank and size of the node, which other libraries (Accelerate, DeepSpeed, Horovod's
+# ``local_rank()``, DeviceMesh's method) spell so; torch gives them as ``LOCAL_RANK`` /
+# ``LOCAL_WORLD_SIZE`` (and ``get_node_local_rank()`` since 2.5).
+_MIXUPS = {
+    "get_local_rank": "`get_node_local_rank()` or the `LOCAL_RANK` environment variable",
+    "get_local_world_size": "the `LOCAL_WORLD_SIZE` environment variable",
+    "get_local_size": "the `LOCAL_WORLD_SIZE` environment variable",
+}
+# the names a typo is measured against: not the standard modules the package imports
+_SUGGESTIBLE = tuple(sorted(n for n in DIST_NAMES if n not in sys.stdlib_module_names))
 
 
 class UnknownDistributedAttribute(Rule):
@@ -22,8 +36,17 @@ class UnknownDistributedAttribute(Rule):
 
     - `torch.dist.is_initialized()`: `torch.dist` is torch's p-norm *distance function*
       (`torch.dist(a, b)`), not a module; any attribute of it fails.
-    - `dist.get_local_rank()` with `import torch.distributed as dist`, `from torch.distributed
-      import get_local_rank`: `torch.distributed` has no such name.
+    - `dist.get_wrold_size()`, `from torch.distributed import all_reduse`: a name that
+      `torch.distributed` lacks and that is a typo of one it has (a close match: `difflib`'s ratio
+      of at least 0.85, or at most two edits, a swap of neighbours counting as one, for a name of
+      six characters or more). A known name with a whole word added (`reduce_scatter_v`) is
+      not a typo.
+    - `dist.get_local_rank()`, `dist.get_local_world_size()`, `dist.get_local_size()`: names no
+      release ever had, which code asks for because other libraries have them.
+
+    Any other name that the recorded releases lack is not reported: it may be a name that a later
+    release of torch adds (the list knows torch 2.13 and earlier), and a name far from every known
+    one is more likely new than a mistake.
 
     `torch.distributed` is recognised through imports and aliases (`import torch.distributed as
     dist`, `from torch import distributed`). The names it knows (`analysis/torch_dist_names.py`,
@@ -35,7 +58,8 @@ class UnknownDistributedAttribute(Rule):
     access inside a `try` that catches `AttributeError`/`ImportError` are not checked.
 
     ## Why is this bad?
-    The access raises `AttributeError` (or `ImportError`) when it runs. In a rank test
+    The access raises `AttributeError` (or `ImportError`) when it runs (`torch.dist.X` on every
+    release; a misspelled or never-existing name on every release up to the recorded one). In a rank test
     (`if torch.dist.is_initialized() and ...:`) that often happens only in a multi-process run,
     or on the code path that logs, long after the single-process tests passed.
 
@@ -53,7 +77,9 @@ class UnknownDistributedAttribute(Rule):
 
     ## Fix safety
     There is no fix: the intended name (`torch.distributed`, `get_rank`, the `LOCAL_RANK`
-    environment variable...) is for the author to choose.
+    environment variable...) is for the author to choose. The message names the closest known
+    name ("did you mean `get_world_size`?") as a hint, not as a fix: a newer torch may have added
+    a name that happens to be close to an old one.
     """
 
     code = "DDP012"
@@ -81,9 +107,8 @@ class UnknownDistributedAttribute(Rule):
         if base is None or _rebound(ctx.sem, node):
             return
         if base == "torch" and node.attr.startswith("dist") and node.attr not in TORCH_DIST_TOP:
-            if self._excused(ctx, node, node.attr):
-                return
-            ctx.report(node, f"`torch` has no `{node.attr}`: the distributed package is `torch.distributed`")
+            if _torch_top_mistake(node.attr) and not self._excused(ctx, node, node.attr):
+                ctx.report(node, f"`torch` has no `{node.attr}`: the distributed package is `torch.distributed`")
             return
         if base.startswith("torch.") and TORCH_DIST_TOP.get(base[6:]) == "function":
             if isinstance(node.value, ast.Attribute) and self._excused(ctx, node, node.attr):
@@ -95,9 +120,11 @@ class UnknownDistributedAttribute(Rule):
                 f"`torch.distributed`",
             )
             return
-        if base in (_DIST, _C10D) and node.attr not in DIST_NAMES and not self._excused(ctx, node, node.attr):
-            ctx.report(node, f"`torch.distributed` has no `{node.attr}` (in any torch release): this access "
-                             f"fails with AttributeError")
+        if base in (_DIST, _C10D) and node.attr not in DIST_NAMES:
+            hint = likely_mistake(node.attr)
+            if hint is not None and not self._excused(ctx, node, node.attr):
+                ctx.report(node, f"`torch.distributed` has no `{node.attr}` (in any release up to torch 2.13): "
+                                 f"this access fails with AttributeError; did you mean {hint}?")
 
     def _import_from(self, node: ast.ImportFrom, ctx) -> None:
         if node.level or not node.module:
@@ -109,9 +136,12 @@ class UnknownDistributedAttribute(Rule):
         if node.module not in (_DIST, _C10D) or _in_try(node):
             return
         for a in node.names:
-            if a.name != "*" and not a.name.startswith("_") and a.name not in DIST_NAMES:
-                ctx.report(node, f"`torch.distributed` has no `{a.name}` (in any torch release): this import "
-                                 f"fails with ImportError")
+            if a.name == "*" or a.name.startswith("_") or a.name in DIST_NAMES:
+                continue
+            hint = likely_mistake(a.name)
+            if hint is not None:
+                ctx.report(node, f"`torch.distributed` has no `{a.name}` (in any release up to torch 2.13): "
+                                 f"this import fails with ImportError; did you mean {hint}?")
                 return
 
     @staticmethod
@@ -119,6 +149,50 @@ class UnknownDistributedAttribute(Rule):
         """The program asks whether the name exists (``hasattr(dist, "name")``, ``getattr(...,
         "name", default)``), assigns it, or the access is in a ``try`` that catches its failure."""
         return _in_try(node) or name in _asked_names(ctx.sem)
+
+
+def likely_mistake(name: str) -> str | None:
+    """The known name (quoted) that ``name``, which ``torch.distributed`` lacks, is likely a
+    mistake for, or None when ``name`` is far from every known one (it may be a newer release's)."""
+    if name in _MIXUPS:
+        return _MIXUPS[name]
+    # a known name with a whole word added (``reduce_scatter_v``, ``async_all_reduce``) reads as a
+    # new variant that a later release may add, not as a typo
+    known = [k for k in _SUGGESTIBLE if not (name.startswith(k + "_") or name.endswith("_" + k))]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+    if close:
+        return f"`{close[0]}`"
+    if len(name) >= 6:
+        best = min(known, key=lambda k: (_edits(name, k, 3), k))
+        if _edits(name, best, 3) <= 2:
+            return f"`{best}`"
+    return None
+
+
+def _torch_top_mistake(name: str) -> bool:
+    """``torch.<name>`` (a name beginning with ``dist`` that torch lacks) is a mistake for
+    ``torch.distributed``: a truncation of it (``torch.distrib``) or a close match."""
+    return any(k.startswith(name) or _edits(name, k, 3) <= 2 for k in ("distributed", "distributions"))
+
+
+def _edits(a: str, b: str, bound: int) -> int:
+    """The optimal-string-alignment distance of ``a`` and ``b`` (insertions, deletions,
+    substitutions, swaps of neighbours), or ``bound`` when it is at least ``bound``."""
+    if abs(len(a) - len(b)) >= bound:
+        return bound
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        if min(row) >= bound:
+            return bound
+        prev2, prev = prev, row
+    return min(prev[-1], bound)
 
 
 def _rebound(sem, node: ast.Attribute) -> bool:
