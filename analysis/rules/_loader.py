@@ -9,12 +9,95 @@ from ..semantic import get_arg, parent
 from ..torch_api import constant_of
 
 DATALOADER = "torch.utils.data.DataLoader"
+# Well-known subclasses of torch's DataLoader that hand ``dataset``, ``shuffle``, ``sampler`` and
+# ``batch_sampler`` to it unchanged (so a ``DistributedSampler`` given to one needs ``set_epoch``, and
+# ``shuffle=True`` with a sampler raises, as with torch's), each with the positions at which it takes
+# ``shuffle``, ``sampler`` and ``batch_sampler`` (None: keyword only, through ``**kwargs``).
+# Checked against each library's documentation:
+# - PyG: ``torch_geometric.loader.DataLoader(dataset, batch_size=1, shuffle=False, follow_batch=None,
+#   exclude_keys=None, **kwargs)``, ``DenseDataLoader`` and ``DataListLoader`` ``(dataset,
+#   batch_size=1, shuffle=False, **kwargs)``; before PyG 2.0 the same classes lived in
+#   ``torch_geometric.data``. (Its graph-sampling loaders, ``NeighborLoader`` and the like, take
+#   node indices rather than a dataset: not listed.)
+# - DGL: ``dgl.dataloading.GraphDataLoader(dataset, collate_fn=None, use_ddp=False, ddp_seed=0,
+#   **kwargs)``; with ``use_ddp=True`` it builds its own DistributedSampler (the caller's
+#   ``set_epoch`` is the loader's): such a call is not treated as a loader here.
+# - MONAI: ``monai.data.DataLoader(dataset, num_workers=0, **kwargs)``.
+# - torchdata: ``torchdata.stateful_dataloader.StatefulDataLoader``, torch's signature.
+_TORCH_POSITIONS = (2, 3, 4)
+LOADER_POSITIONS: dict[str, tuple[int | None, int | None, int | None]] = {
+    DATALOADER: _TORCH_POSITIONS,
+    "torch_geometric.loader.DataLoader": (2, None, None),
+    "torch_geometric.loader.dataloader.DataLoader": (2, None, None),
+    "torch_geometric.loader.DenseDataLoader": (2, None, None),
+    "torch_geometric.loader.DataListLoader": (2, None, None),
+    "torch_geometric.data.DataLoader": (2, None, None),
+    "torch_geometric.data.DenseDataLoader": (2, None, None),
+    "torch_geometric.data.DataListLoader": (2, None, None),
+    "dgl.dataloading.GraphDataLoader": (None, None, None),
+    "monai.data.DataLoader": (None, None, None),
+    "torchdata.stateful_dataloader.StatefulDataLoader": _TORCH_POSITIONS,
+}
+LOADER_QNS = frozenset(LOADER_POSITIONS)
 DIST_SAMPLER = "torch.utils.data.DistributedSampler"
 _EVAL_NAME = re.compile(r"(^|_)(val|valid|validation|test|eval|evaluation|dev|query|gallery|inference|predict)", re.I)
 
 
 def dataloaders(ctx) -> list[ast.Call]:
-    return ctx.sem.calls_to(DATALOADER)
+    """The module's DataLoader constructions: torch's and its well-known subclasses'
+    (``LOADER_POSITIONS``), and those of the module's own subclasses of one of them
+    (``class GraphLoader(DataLoader): ...``, also through one another)."""
+    sem = ctx.sem
+    found = [c for c in sem.calls_to(*LOADER_QNS) if not _shards_itself(c)]
+    local = _local_loader_classes(sem)
+    if local:
+        found.extend(c for c in sem.calls if c.func.__class__ is ast.Name and c.func.id in local)
+        found.sort(key=lambda c: (c.lineno, c.col_offset))
+    return found
+
+
+def is_loader_call(sem, call: ast.AST) -> bool:
+    """``call`` (of ``sem``'s module) builds a DataLoader as ``dataloaders`` counts them."""
+    if not isinstance(call, ast.Call):
+        return False
+    if (sem.call_qualname(call) or "") in LOADER_QNS:
+        return not _shards_itself(call)
+    return call.func.__class__ is ast.Name and call.func.id in _local_loader_classes(sem)
+
+
+def _shards_itself(call: ast.Call) -> bool:
+    # DGL's ``use_ddp=True``: the loader makes (and seeds) its own DistributedSampler
+    return any(k.arg == "use_ddp" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+               for k in call.keywords)
+
+
+def _local_loader_classes(sem) -> frozenset[str]:
+    """The names of the module's top-level classes that subclass one of ``LOADER_QNS`` (directly
+    or through one another) and that no import rebinds."""
+    try:
+        return sem._loader_classes
+    except AttributeError:
+        pass
+    classes = [c for c in sem.tree.body if isinstance(c, ast.ClassDef) and c.bases]
+    names: set[str] = set()
+    grew = bool(classes)
+    while grew:
+        grew = False
+        for c in classes:
+            if c.name not in names and c.name not in sem.aliases and any(
+                    (sem.qualname(b) or "") in LOADER_QNS or (isinstance(b, ast.Name) and b.id in names)
+                    for b in c.bases):
+                names.add(c.name)
+                grew = True
+    sem._loader_classes = frozenset(names)
+    return sem._loader_classes
+
+
+def loader_arg(call: ast.Call, name: str) -> ast.AST | None:
+    """A DataLoader call's ``shuffle`` / ``sampler`` / ``batch_sampler`` argument, by keyword or at
+    the position its class takes it (``LOADER_POSITIONS``; torch's for a project subclass)."""
+    pos = LOADER_POSITIONS.get(getattr(call, "_qn", None) or "", _TORCH_POSITIONS)
+    return get_arg(call, pos[("shuffle", "sampler", "batch_sampler").index(name)], name)
 
 
 def is_true(node: ast.AST | None, sem=None) -> bool:
@@ -30,17 +113,17 @@ def is_none(node: ast.AST | None) -> bool:
 
 
 def shuffle_arg(call: ast.Call) -> ast.AST | None:
-    return get_arg(call, 2, "shuffle")
+    return loader_arg(call, "shuffle")
 
 
 def sampler_args(call: ast.Call) -> list[ast.AST]:
-    return [a for a in (get_arg(call, 3, "sampler"), get_arg(call, 4, "batch_sampler")) if a is not None and not is_none(a)]
+    return [a for a in (loader_arg(call, "sampler"), loader_arg(call, "batch_sampler")) if a is not None and not is_none(a)]
 
 
 def loader_sampler(ctx, call: ast.Call) -> ast.AST | None:
     """The ``sampler=`` of a DataLoader, also through ``**kwargs`` bound once to a dict literal
     (``train_kwargs = {"batch_size": 64, "sampler": sampler}``)."""
-    s = get_arg(call, 3, "sampler")
+    s = loader_arg(call, "sampler")
     if s is not None:
         return s
     for k in call.keywords:

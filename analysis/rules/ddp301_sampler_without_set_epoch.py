@@ -10,7 +10,7 @@ from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..flow.helper_calls import calls_named
 from ._common import other_call_sites
-from ._loader import (DATALOADER, DIST_SAMPLER, dataloaders, in_eval_function, is_eval_name, is_true, loader_sampler,
+from ._loader import (DIST_SAMPLER, dataloaders, is_loader_call, in_eval_function, is_eval_name, is_true, loader_sampler,
                       may_be_none, target_name)
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -540,7 +540,7 @@ def _kind(fake, sem, e: ast.AST, fn, ana=None, view=None) -> tuple[str | None, a
     qn = sem.call_qualname(val) or ""
     if qn in (DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler"):
         return ("sampler", val) if _shuffles(val, sem) else (None, None)
-    if qn != DATALOADER:
+    if not is_loader_call(sem, val):
         return None, None
     arg = loader_sampler(fake, val)
     s = sem.single_value(arg.id, fn) if isinstance(arg, ast.Name) else arg
@@ -586,7 +586,7 @@ def _distributed_loader(ana, view, expr, at, callers=None):
     from ..flow.origins import branch_origins
 
     for lv, ld, fr in branch_origins(ana, view, expr, at, frames=(), limit=_LOADER_STEPS, callers=callers):
-        if not isinstance(ld, ast.Call) or (lv.sem.call_qualname(ld) or "") != DATALOADER:
+        if not is_loader_call(lv.sem, ld):
             continue
         s_arg = loader_sampler(SimpleNamespace(sem=lv.sem), ld)
         if s_arg is None:

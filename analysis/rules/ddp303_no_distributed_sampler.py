@@ -8,7 +8,7 @@ from ..semantic import FUNC_TYPES, get_arg
 from ..flow.models import ddp_calls
 from ..flow.mentions import code_words
 from ._common import is_simple_ref, shown_path
-from ._loader import DATALOADER, DIST_SAMPLER, dataloaders, has_kwargs, is_eval_name, is_true, sampler_args, target_name
+from ._loader import DIST_SAMPLER, dataloaders, is_loader_call, has_kwargs, is_eval_name, is_true, sampler_args, target_name
 
 # anything in the code (identifiers, imported modules) that hints the data is already split per rank
 _SPLIT_HINTS = ("DistributedSampler", "sampler", "shard", "split_dataset_by_node", "num_replicas",
@@ -283,8 +283,7 @@ class NoDistributedSampler(Rule):
                     continue
                 asked.add(key)
                 leaves = branch_origins(ana, p.view, p.expr, p.at, frames=(), limit=10, callers=callers)
-                loaders = [(lv, ld, fr) for lv, ld, fr in leaves if isinstance(ld, ast.Call)
-                           and (lv.sem.call_qualname(ld) or "") == DATALOADER]
+                loaders = [(lv, ld, fr) for lv, ld, fr in leaves if is_loader_call(lv.sem, ld)]
                 if not loaders or any(id(ld) in done for _, ld, _ in loaders) or len(loaders) + sum(
                         isinstance(e, ast.Constant) and e.value is None for _, e, _ in leaves) != len(leaves):
                     continue  # something else on some path (a framework's loader, a wrapper)
@@ -348,7 +347,7 @@ def _shuffling_loader(view, fn):
     """The ``DataLoader(..., shuffle=True)`` without a sampler or ``**kwargs`` that ``fn`` builds
     (its own body, not under a condition naming evaluation), else None."""
     for c in view.sem.function_calls(fn):
-        if view.sem.call_qualname(c) != "torch.utils.data.DataLoader":
+        if not is_loader_call(view.sem, c):
             continue
         kw = next((k for k in c.keywords if k.arg == "shuffle"), None)
         if kw is None or not is_true(kw.value, view.sem) or sampler_args(c) or has_kwargs(c):
