@@ -383,6 +383,11 @@ class Analysis(Summaries):
         cls = parent(fn) if fn is not None else None
         if not isinstance(cls, ast.ClassDef):
             return []
+        return self.class_attr_bindings(view, cls, attr.attr)
+
+    def class_attr_bindings(self, view, cls: ast.ClassDef, name: str) -> list[ast.AST]:
+        """What the methods of ``cls`` bind to ``self.<name>``: the value of a plain binding, the
+        statement of any other (an unpacking assignment, an augmented one)."""
         memo = view.memo.setdefault("self_attrs", {})
         idx = memo.get(id(cls))
         if idx is None:
@@ -403,7 +408,7 @@ class Analysis(Summaries):
                                     if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) \
                                             and sub.value.id == "self":
                                         idx.setdefault(sub.attr, []).append(n)
-        return idx.get(attr.attr, [])
+        return idx.get(name, [])
 
     def sharded_loader(self, view, name: ast.Name) -> bool:
         from .origins import sharded_loader  # lazy: origins follows helpers' returns
