@@ -8,9 +8,12 @@ from ..semantic import FUNC_TYPES, get_arg, param_names
 from ..source import SourceText
 from ..flow.bindings import contains, stores_name
 from ..flow.context import call_args
-from ..flow.modern import FSDP1, FULLY_SHARD, hub, mesh_dims, origins, shard_calls, shard_reach
+from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, hub, mesh_dims, origins, shard_calls, shard_reach
 from ..flow.origins import branch_origins
-from ..flow.seeds import constructions, on_meta, seed_in_force, setter_calls, state_set_after
+from ..flow.params import by_name_only
+from ..flow.passes import iterated_leaves
+from ..flow.seeds import constructions, on_meta, runs_before, seed_in_force, setter_calls, state_set_after
+from ._loader import DATALOADER
 
 # FSDP1 strategies that keep whole replicas of the parameters over some ranks
 _REPLICATING = frozenset({"HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "NO_SHARD"})
@@ -119,6 +122,7 @@ class ReplicasSeededPerRank(Rule):
                     continue
                 seen.add(key)
                 self._report(ctx, view, call, why, seed, kv, k)
+        self._tp_batches(ctx, an, view)
         for call, module, why in _broadcastless_wraps(an, view, ctx):
             for kv, k in constructions(an, view, module, call, wrap=call):
                 if on_meta(an, kv, k):
@@ -128,6 +132,49 @@ class ReplicasSeededPerRank(Rule):
                     continue
                 seen.add((id(got[1]), id(call)))
                 self._report_load(ctx, view, call, why, got)
+
+    def _tp_batches(self, ctx, an, view) -> None:
+        """A loop of this file walks a DataLoader that shuffles with torch's global generator, under
+        a seed that varies over every rank (not only over a mesh dimension or a process group),
+        after the program applied tensor parallelism (``parallelize_module``, here or in a project
+        helper called before the loop): the ranks of one TP group draw different batches."""
+        if not ctx.sem.calls:
+            return
+        loops = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
+        done = set()
+        for loop in sorted(loops, key=lambda n: (n.lineno, n.col_offset)):
+            loaders = [got for e in iterated_leaves(loop.iter) if (got := _global_shuffle(an, view, e, loop))]
+            if not loaders:
+                continue
+            seed = seed_in_force(an, view, loop)
+            if seed is None or seed.kind != "V" or seed.src is None or seed.src.group is not None \
+                    or by_name_only(seed) or id(seed.call) in done:
+                continue
+            tp = runs_before(an, view, loop, PARALLELIZE)
+            if tp is None or _broadcasts_batches(view, loop):
+                continue
+            done.add(id(seed.call))
+            self._report_tp(ctx, view, loop, seed, tp, loaders[0])
+
+    def _report_tp(self, ctx, view, loop, seed, tp, loader) -> None:
+        lv, ld = loader
+        src = f" ({seed.src.desc})" if seed.src.desc else ""
+        msg = (f"the DataLoader shuffles with torch's global generator under a seed that differs between ranks{src}, "
+               "after tensor parallelism (`parallelize_module`) made the ranks of each TP group hold parts of one "
+               "model that expects the same input on all of them: the ranks of a group draw different batches; "
+               "seed with the data-parallel rank (the `dp` dimension's `get_local_rank()`), or give the "
+               "DataLoader a generator seeded alike on the ranks of a group")
+        related = [(tp, "tensor parallelism applied here"), (loop, "the batches drawn here")]
+        if lv is view:
+            related.append((ld, "the shuffling DataLoader"))
+        else:
+            related.append(("file", lv.path, SourceText(lv.text).node_range(ld), "the shuffling DataLoader"))
+        if seed.view is view:
+            ctx.report(seed.call, msg, related=related)
+        else:
+            related.insert(0, ("file", seed.view.path, SourceText(seed.view.text).node_range(seed.call),
+                               "the per-rank seed"))
+            ctx.report(loop, msg, related=related)
 
     def _report_load(self, ctx, view, call, why, got) -> None:
         lv, load = got
@@ -235,6 +282,34 @@ def _loads_into(an, view, call, kv, k) -> bool:
     if target is None:
         return False
     return any(v is kv and e is k for v, e in constructions(an, view, target, call))
+
+
+def _global_shuffle(an, view, expr, at):
+    """(view, DataLoader call) when every origin of ``expr`` at ``at`` is a DataLoader that shuffles
+    with torch's global generator (``shuffle=`` true on some path, no ``sampler``, ``batch_sampler``
+    or ``generator``); None otherwise."""
+    leaves = branch_origins(an, view, expr, at, limit=10)
+    if not leaves:
+        return None
+    for lv, ld, fr in leaves:
+        if not isinstance(ld, ast.Call) or (lv.sem.call_qualname(ld) or "") != DATALOADER:
+            return None
+        if any(get_arg(ld, i, k) is not None for i, k in ((3, "sampler"), (4, "batch_sampler"), (None, "generator"))):
+            return None
+        shuffle = get_arg(ld, 2, "shuffle")
+        if shuffle is None or not any(isinstance(e, ast.Constant) and e.value is True
+                                      for _v, e, _f in branch_origins(an, lv, shuffle, ld, frames=fr)):
+            return None
+    return leaves[0][0], leaves[0][1]
+
+
+def _broadcasts_batches(view, loop) -> bool:
+    """The loop's body broadcasts (a batch sent from one rank of the group to the others)."""
+    return any((view.sem.call_qualname(c) or "") in _BROADCASTS for c in ast.walk(loop) if isinstance(c, ast.Call))
+
+
+_BROADCASTS = ("torch.distributed.broadcast", "torch.distributed.broadcast_object_list",
+               "torch.distributed.scatter", "torch.distributed.scatter_object_list")
 
 
 def _helper_mesh_dims(an, view, call) -> int | None:
