@@ -50,6 +50,15 @@ class ReplicasSeededPerRank(Rule):
     must run on the main rank only too; a load on every rank, a broadcast after it, or one after
     the wrap is not flagged.
 
+    Also checks for the batches of tensor-parallel replicas: a loop that walks a DataLoader
+    shuffling with torch's global generator (`shuffle=True`, no `sampler`, `batch_sampler` or
+    `generator`; built in the loop's header, bound to a name, held by an object or returned by a
+    helper, in any module) under a seed that varies over every rank (the global rank, not only a
+    named dimension of a `DeviceMesh` such as `mesh["dp"].get_local_rank()` or a process group's
+    rank), after the loop's function applied tensor parallelism (`parallelize_module`, there or in
+    a project function it calls before the loop). A loop that broadcasts or scatters in its body
+    (one rank of the group sharing its batch) is not flagged.
+
     ## Why is this bad?
     DDP and FSDP1 with `sync_module_states=True` copy rank 0's parameters to every rank when they
     wrap. FSDP2 and FSDP1's replicating strategies without that flag do not: every rank keeps the
@@ -62,6 +71,12 @@ class ReplicasSeededPerRank(Rule):
     keeps the shards of its own copy, so the sharded model holds the loaded values only in rank
     0's shards and the random initial values everywhere else; fine-tuning starts from a corrupted
     checkpoint without an error.
+
+    Tensor parallelism splits each layer over the ranks of a TP group, and its default input
+    layout (`Replicate()`) assumes every rank of the group feeds the same batch. A DataLoader that
+    shuffles with the global generator draws its order from the seed in force when a pass starts:
+    seeded with the global rank, the ranks of one group draw different batches, so the sharded
+    layers combine halves of different inputs. The activations and the losses are silently wrong.
 
     ## Example
     ```python
@@ -76,6 +91,12 @@ class ReplicasSeededPerRank(Rule):
     model = Net().cuda()
     fully_shard(model, mesh=mesh)
     ```
+    ```python
+    parallelize_module(model, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    torch.manual_seed(args.seed + dist.get_rank())  # differs inside each TP group
+    for batch in DataLoader(shard, batch_size=8, shuffle=True):
+        ...
+    ```
 
     ## Use instead
     ```python
@@ -87,6 +108,11 @@ class ReplicasSeededPerRank(Rule):
     ```
     Or build the model on the `meta` device and initialise it after `fully_shard`, or pass
     `sync_module_states=True` to FSDP1.
+
+    For tensor parallelism, seed with the data-parallel rank, alike on the ranks of a TP group:
+    ```python
+    torch.manual_seed(args.seed + mesh["dp"].get_local_rank())
+    ```
 
     For a state loaded on rank 0 only:
     ```python
@@ -143,15 +169,15 @@ class ReplicasSeededPerRank(Rule):
         loops = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
         done = set()
         for loop in sorted(loops, key=lambda n: (n.lineno, n.col_offset)):
-            loaders = [got for e in iterated_leaves(loop.iter) if (got := _global_shuffle(an, view, e, loop))]
-            if not loaders:
+            tp = runs_before(an, view, loop, PARALLELIZE)
+            if tp is None or _broadcasts_batches(view, loop):
                 continue
             seed = seed_in_force(an, view, loop)
             if seed is None or seed.kind != "V" or seed.src is None or seed.src.group is not None \
                     or by_name_only(seed) or id(seed.call) in done:
                 continue
-            tp = runs_before(an, view, loop, PARALLELIZE)
-            if tp is None or _broadcasts_batches(view, loop):
+            loaders = [got for e in iterated_leaves(loop.iter, calls=True) if (got := _global_shuffle(an, view, e, loop))]
+            if not loaders:
                 continue
             done.add(id(seed.call))
             self._report_tp(ctx, view, loop, seed, tp, loaders[0])
