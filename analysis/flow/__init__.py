@@ -410,6 +410,13 @@ class Analysis(Summaries):
                                         idx.setdefault(sub.attr, []).append(n)
         return idx.get(name, [])
 
+    def rank_group(self, view, call: ast.Call) -> str | None:
+        """The part of the world a rank call counts in: a mesh dimension's name, ``values.GROUP``
+        for a process group's rank, None for the global rank (``mesh_ranks``)."""
+        from .mesh_ranks import rank_group  # lazy: it follows the mesh through origins
+
+        return rank_group(self, view, call)
+
     def sharded_loader(self, view, name: ast.Name) -> bool:
         from .origins import sharded_loader  # lazy: origins follows helpers' returns
 

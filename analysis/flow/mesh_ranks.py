@@ -8,8 +8,18 @@ from __future__ import annotations
 import ast
 
 from ..semantic import get_arg
+from .origins import holds_call, origins, qn_pred
+from .values import GROUP
 
 INIT_MESH = ("torch.distributed.device_mesh.init_device_mesh", "torch.distributed._tensor.device_mesh.init_device_mesh")
+
+
+def rank_group(hub, view, call: ast.Call) -> str | None:
+    """``GROUP`` for ``get_rank(group)``, the dimension's name for ``mesh["dp"].get_local_rank()``,
+    None otherwise."""
+    if group_arg(call) and not (isinstance(call.func, ast.Attribute) and call.func.attr == "get_local_rank"):
+        return GROUP
+    return mesh_dim_rank(hub, view, call.func)
 
 
 def group_arg(call: ast.Call) -> bool:
@@ -24,8 +34,6 @@ def mesh_dim_rank(hub, view, f) -> str | None:
     tuples and helpers' returns); None otherwise (a whole mesh, a value of another kind)."""
     if not (isinstance(f, ast.Attribute) and f.attr == "get_local_rank"):
         return None
-    from .origins import holds_call, origins, qn_pred  # lazy: origins reads values through the evaluator
-
     dims = set()
     for v, x in origins(hub, view, f.value, f):
         if not (isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant) and isinstance(x.slice.value, str)):

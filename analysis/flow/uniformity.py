@@ -40,8 +40,7 @@ from .vocab import (  # noqa: F401  (the tables, re-exported)
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
 from .returns_at import returns_at, arity_of as _arity
-from .mesh_ranks import group_arg, mesh_dim_rank
-from .values import CLOCK, DATA, GROUP, RANK, RNG, U, X, Src, Value, _V, _short, join, keep  # noqa: F401  (re-exported)
+from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join, keep  # noqa: F401  (re-exported)
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
 
@@ -572,7 +571,7 @@ class Evaluator:
         args = [*e.args, *(k.value for k in e.keywords)]
         if qn is not None:
             if qn in _RANK_QNS:
-                group = GROUP if qn == D + "get_rank" and group_arg(e) else None
+                group = self.hub.rank_group(self.view, e) if qn == D + "get_rank" else None
                 return _V(self.view, RANK, f"the process rank from `{_text(e.func)}()`", e, group)
             if qn in _UNIFORM_QNS or qn in _REPLICATED:
                 return U
@@ -623,7 +622,7 @@ class Evaluator:
         if name in MAIN_NAMES and not args:
             return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e)
         if name and name.startswith("get_") and RANK_NAME.match(name[4:]) and not args:
-            return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e, mesh_dim_rank(self.hub, self.view, f))
+            return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e, self.hub.rank_group(self.view, e))
         if target is not None:
             return X
         if isinstance(f, ast.Name):
