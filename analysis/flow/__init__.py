@@ -383,6 +383,11 @@ class Analysis(Summaries):
         cls = parent(fn) if fn is not None else None
         if not isinstance(cls, ast.ClassDef):
             return []
+        return self.class_attr_bindings(view, cls, attr.attr)
+
+    def class_attr_bindings(self, view, cls: ast.ClassDef, name: str) -> list[ast.AST]:
+        """What the methods of ``cls`` bind to ``self.<name>``: the value of a plain binding, the
+        statement of any other (an unpacking assignment, an augmented one)."""
         memo = view.memo.setdefault("self_attrs", {})
         idx = memo.get(id(cls))
         if idx is None:
@@ -403,7 +408,14 @@ class Analysis(Summaries):
                                     if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) \
                                             and sub.value.id == "self":
                                         idx.setdefault(sub.attr, []).append(n)
-        return idx.get(attr.attr, [])
+        return idx.get(name, [])
+
+    def rank_group(self, view, call: ast.Call) -> str | None:
+        """The part of the world a rank call counts in: a mesh dimension's name, ``values.GROUP``
+        for a process group's rank, None for the global rank (``mesh_ranks``)."""
+        from .mesh_ranks import rank_group  # lazy: it follows the mesh through origins
+
+        return rank_group(self, view, call)
 
     def sharded_loader(self, view, name: ast.Name) -> bool:
         from .origins import sharded_loader  # lazy: origins follows helpers' returns

@@ -332,10 +332,56 @@ def _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, c
             continue
         a = field_argument(cv, cls, b, expr.attr)
         if a is None:
-            return None
+            got = _constructed_attr(hub, cv, cls, b, bv, expr, at, depth, path, keep_path, frames, limit, callers)
+            if got is None:
+                return None
+            out.extend(got)
+            continue
         out.extend(origins(hub, bv if a in b.args or any(k.value is a for k in b.keywords) else cv, a, b,
                            depth + 1, path, keep_path, frames, limit=limit, callers=callers))
     return out
+
+
+def _constructed_attr(hub, cv, cls, call, bv, expr, at, depth, path, keep_path, frames, limit, callers) -> list | None:
+    """``x.<attr>`` of ``x = Cls(...)`` (``call``), a plain project class whose own methods bind
+    ``self.<attr>`` (``self.loader = DataLoader(...)`` in ``__init__``): the origins of every value
+    they bind, read in ``__init__`` with the parameters of that construction. None (not followed)
+    when a project base class binds or defines it too, a binding is not a plain one, or the scope
+    that reads ``x.<attr>`` stores into it."""
+    name = expr.attr
+    bindings = hub.class_attr_bindings(cv, cls, name)
+    if not bindings or len(bindings) > 8 or any(_defines(hub, c, name) for _, c in class_chain(hub, cv, cls)[1:]):
+        return None
+    if isinstance(expr.value, ast.Name) and _stores_attr(bv, expr.value.id, name, at):
+        return None  # ``x.loader = other`` beside the construction: not only what the class binds
+    init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
+    out = []
+    for v in bindings:
+        if isinstance(v, ast.expr):
+            p, value = (), v
+        elif isinstance(v, ast.Assign):  # ``self.loader, self.sampler = build(...)``
+            p = next((q for q in (_attr_path(t, name) for t in v.targets) if q is not None), None)
+            if p is None:
+                return None
+            value = v.value
+        else:
+            return None
+        fr = frames
+        if frames is not None and init is not None and cv.sem.enclosing_function(value) is init:
+            fr = (*frames, (init, call, bv))  # ``__init__``'s parameters are this construction's arguments
+        out.extend(origins(hub, cv, value, value, depth + 1, (*p, *path), keep_path, fr, limit=limit,
+                           callers=callers))
+    return out
+
+
+def _stores_attr(view, base: str, name: str, at) -> bool:
+    """The scope of ``at`` assigns ``<base>.<name>`` somewhere."""
+    fn = view.sem.enclosing_function(at)
+    for n in iter_scope_nodes(fn if fn is not None else view.tree):
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == name \
+                and isinstance(n.value, ast.Name) and n.value.id == base:
+            return True
+    return False
 
 
 def _default_of(fn, name: str):

@@ -60,23 +60,26 @@ def loop_passes(hub, view, loop) -> list[Pass]:
     return got
 
 
-def iterated_leaves(it: ast.AST) -> list[ast.AST]:
-    """The names / ``self`` attributes (or their entries under a literal key) an iteration
-    header walks: ``loader``, ``enumerate(loader)``, ``zip(a, b)``, ``tqdm(loader, ...)``,
-    ``self.loaders["train"]``."""
+def iterated_leaves(it: ast.AST, calls: bool = False) -> list[ast.AST]:
+    """The names / attributes of a name or of ``self.<attr>`` (or their entries under a literal
+    key) an iteration header walks: ``loader``, ``enumerate(loader)``, ``zip(a, b)``,
+    ``tqdm(loader, ...)``, ``self.loaders["train"]``, ``data.loader``; with ``calls``, also the
+    other calls it walks the result of (``DataLoader(ds)``, ``make_loader(cfg)``)."""
     out: list[ast.AST] = []
     stack = [it]
     while stack:
         e = stack.pop()
         if isinstance(e, ast.Name):
             out.append(e)
-        elif isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
-            out.append(e)
+        elif isinstance(e, ast.Attribute) and (isinstance(e.value, ast.Name) or _self_attr_name(e.value)):
+            out.append(e)  # ``self.loader``; a loader an object holds: ``data.loader``, ``self.data.loader``
         elif isinstance(e, ast.Subscript) and const_key(e.slice) is not None and (
                 isinstance(e.value, ast.Name) or _self_attr_name(e.value)):
             out.append(e)  # an entry of a container of loaders: ``loaders["train"]``, ``self.loaders["train"]``
         elif isinstance(e, ast.Call) and terminal_name(e.func) in _ITERATING:
             stack.extend(a for a in e.args if not isinstance(a, ast.Starred))
+        elif calls and isinstance(e, ast.Call):
+            out.append(e)  # what a call returns: ``DataLoader(ds, ...)``, ``make_loader(cfg)``
     return out
 
 

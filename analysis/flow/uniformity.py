@@ -571,7 +571,8 @@ class Evaluator:
         args = [*e.args, *(k.value for k in e.keywords)]
         if qn is not None:
             if qn in _RANK_QNS:
-                return _V(self.view, RANK, f"the process rank from `{_text(e.func)}()`", e)
+                group = self.hub.rank_group(self.view, e) if qn == D + "get_rank" else None
+                return _V(self.view, RANK, f"the process rank from `{_text(e.func)}()`", e, group)
             if qn in _UNIFORM_QNS or qn in _REPLICATED:
                 return U
             if qn in _EXISTS_QNS:
@@ -621,7 +622,7 @@ class Evaluator:
         if name in MAIN_NAMES and not args:
             return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e)
         if name and name.startswith("get_") and RANK_NAME.match(name[4:]) and not args:
-            return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e)
+            return _V(self.view, RANK, f"the process rank from `{_text(f)}()`", e, self.hub.rank_group(self.view, e))
         if target is not None:
             return X
         if isinstance(f, ast.Name):

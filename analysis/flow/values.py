@@ -6,25 +6,29 @@ from __future__ import annotations
 import ast
 
 RANK, DATA, CLOCK, RNG = "rank", "data", "clock", "rng"
+GROUP = "<group>"  # ``Src.group`` of a process group's rank
 
 
 class Src:
     """Where rank variance comes from: a category, words for messages, and the node."""
 
-    __slots__ = ("cat", "desc", "line", "path", "via", "call", "call_path")
+    __slots__ = ("cat", "desc", "line", "path", "via", "call", "call_path", "group")
 
     def __init__(self, cat: str, desc: str, line: int, path: str | None, via: str = "", call=None,
-                 call_path: str | None = None):
+                 call_path: str | None = None, group: str | None = None):
         self.cat, self.desc, self.line, self.path = cat, desc, line, path
         # through a call: "passed to `f` as `x` at line 31", and that call (for related locations)
         self.via, self.call, self.call_path = via, call, call_path
+        # a rank within part of the world, not the global one: the mesh dimension's name
+        # (``mesh["dp"].get_local_rank()``), or ``GROUP`` for ``get_rank(group)``
+        self.group = group
 
     def step(self, words: str, call=None, call_path=None) -> "Src":
         """The same source, one step further along the cause chain."""
         via = f"{self.via}, {words}" if self.via else words
         if call is None:
             call, call_path = self.call, self.call_path
-        return Src(self.cat, self.desc, self.line, self.path, via, call, call_path)
+        return Src(self.cat, self.desc, self.line, self.path, via, call, call_path, self.group)
 
     def text(self, here: str | None = None) -> str:
         where = f"line {self.line}" if (self.path is None or self.path == here) else f"{_short(self.path)}:{self.line}"
@@ -136,5 +140,5 @@ def join(vals) -> Value:
     return out
 
 
-def _V(view, cat: str, desc: str, node: ast.AST) -> Value:
-    return Value("V", Src(cat, desc, getattr(node, "lineno", 0), view.path))
+def _V(view, cat: str, desc: str, node: ast.AST, group: str | None = None) -> Value:
+    return Value("V", Src(cat, desc, getattr(node, "lineno", 0), view.path, group=group))

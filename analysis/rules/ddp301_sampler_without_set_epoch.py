@@ -31,8 +31,10 @@ class SamplerWithoutSetEpoch(Rule):
     every DataLoader one round of a loop walks again, in its body or in the project functions it
     calls (up to three calls deep, in any module: `train(epoch)` walking a module-level loader,
     `run_one_epoch(data_loader=train_loader)`), and `origins` follows that loader back to its
-    `DataLoader(...)` through builders, tuples and helpers' returns, reading a builder's parameters
-    in the context of the call that built it (`shuffle=training` with `training=True`). A loader
+    `DataLoader(...)` through builders, tuples, helpers' returns and the attributes of an object
+    that holds it (`data.train_loader` of `data = Holder(ds)`, whose `__init__` binds
+    `self.train_loader`), reading a builder's parameters in the context of the call that built it
+    (`shuffle=training` with `training=True`). A loader
     the code does not build (a framework's trainer walking the user's loader) counts when the
     module walking it insists that its `sampler` is a DistributedSampler in some mode
     (`flow.type_guards`: `assert isinstance(...)`, or `if ... not isinstance(...)` that raises

@@ -8,9 +8,12 @@ from ..semantic import FUNC_TYPES, get_arg, param_names
 from ..source import SourceText
 from ..flow.bindings import contains, stores_name
 from ..flow.context import call_args
-from ..flow.modern import FSDP1, FULLY_SHARD, hub, mesh_dims, origins, shard_calls, shard_reach
+from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, hub, mesh_dims, origins, shard_calls, shard_reach
 from ..flow.origins import branch_origins
-from ..flow.seeds import constructions, on_meta, seed_in_force, setter_calls, state_set_after
+from ..flow.params import by_name_only
+from ..flow.passes import iterated_leaves
+from ..flow.seeds import constructions, on_meta, runs_before, seed_in_force, setter_calls, state_set_after
+from ._loader import DATALOADER
 
 # FSDP1 strategies that keep whole replicas of the parameters over some ranks
 _REPLICATING = frozenset({"HYBRID_SHARD", "_HYBRID_SHARD_ZERO2", "NO_SHARD"})
@@ -47,6 +50,15 @@ class ReplicasSeededPerRank(Rule):
     must run on the main rank only too; a load on every rank, a broadcast after it, or one after
     the wrap is not flagged.
 
+    Also checks for the batches of tensor-parallel replicas: a loop that walks a DataLoader
+    shuffling with torch's global generator (`shuffle=True`, no `sampler`, `batch_sampler` or
+    `generator`; built in the loop's header, bound to a name, held by an object or returned by a
+    helper, in any module) under a seed that varies over every rank (the global rank, not only a
+    named dimension of a `DeviceMesh` such as `mesh["dp"].get_local_rank()` or a process group's
+    rank), after the loop's function applied tensor parallelism (`parallelize_module`, there or in
+    a project function it calls before the loop). A loop that broadcasts or scatters in its body
+    (one rank of the group sharing its batch) is not flagged.
+
     ## Why is this bad?
     DDP and FSDP1 with `sync_module_states=True` copy rank 0's parameters to every rank when they
     wrap. FSDP2 and FSDP1's replicating strategies without that flag do not: every rank keeps the
@@ -59,6 +71,12 @@ class ReplicasSeededPerRank(Rule):
     keeps the shards of its own copy, so the sharded model holds the loaded values only in rank
     0's shards and the random initial values everywhere else; fine-tuning starts from a corrupted
     checkpoint without an error.
+
+    Tensor parallelism splits each layer over the ranks of a TP group, and its default input
+    layout (`Replicate()`) assumes every rank of the group feeds the same batch. A DataLoader that
+    shuffles with the global generator draws its order from the seed in force when a pass starts:
+    seeded with the global rank, the ranks of one group draw different batches, so the sharded
+    layers combine halves of different inputs. The activations and the losses are silently wrong.
 
     ## Example
     ```python
@@ -73,6 +91,12 @@ class ReplicasSeededPerRank(Rule):
     model = Net().cuda()
     fully_shard(model, mesh=mesh)
     ```
+    ```python
+    parallelize_module(model, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    torch.manual_seed(args.seed + dist.get_rank())  # differs inside each TP group
+    for batch in DataLoader(shard, batch_size=8, shuffle=True):
+        ...
+    ```
 
     ## Use instead
     ```python
@@ -84,6 +108,11 @@ class ReplicasSeededPerRank(Rule):
     ```
     Or build the model on the `meta` device and initialise it after `fully_shard`, or pass
     `sync_module_states=True` to FSDP1.
+
+    For tensor parallelism, seed with the data-parallel rank, alike on the ranks of a TP group:
+    ```python
+    torch.manual_seed(args.seed + mesh["dp"].get_local_rank())
+    ```
 
     For a state loaded on rank 0 only:
     ```python
@@ -119,6 +148,7 @@ class ReplicasSeededPerRank(Rule):
                     continue
                 seen.add(key)
                 self._report(ctx, view, call, why, seed, kv, k)
+        self._tp_batches(ctx, an, view)
         for call, module, why in _broadcastless_wraps(an, view, ctx):
             for kv, k in constructions(an, view, module, call, wrap=call):
                 if on_meta(an, kv, k):
@@ -128,6 +158,49 @@ class ReplicasSeededPerRank(Rule):
                     continue
                 seen.add((id(got[1]), id(call)))
                 self._report_load(ctx, view, call, why, got)
+
+    def _tp_batches(self, ctx, an, view) -> None:
+        """A loop of this file walks a DataLoader that shuffles with torch's global generator, under
+        a seed that varies over every rank (not only over a mesh dimension or a process group),
+        after the program applied tensor parallelism (``parallelize_module``, here or in a project
+        helper called before the loop): the ranks of one TP group draw different batches."""
+        if not ctx.sem.calls:
+            return
+        loops = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
+        done = set()
+        for loop in sorted(loops, key=lambda n: (n.lineno, n.col_offset)):
+            tp = runs_before(an, view, loop, PARALLELIZE)
+            if tp is None or _broadcasts_batches(view, loop):
+                continue
+            seed = seed_in_force(an, view, loop)
+            if seed is None or seed.kind != "V" or seed.src is None or seed.src.group is not None \
+                    or by_name_only(seed) or id(seed.call) in done:
+                continue
+            loaders = [got for e in iterated_leaves(loop.iter, calls=True) if (got := _global_shuffle(an, view, e, loop))]
+            if not loaders:
+                continue
+            done.add(id(seed.call))
+            self._report_tp(ctx, view, loop, seed, tp, loaders[0])
+
+    def _report_tp(self, ctx, view, loop, seed, tp, loader) -> None:
+        lv, ld = loader
+        src = f" ({seed.src.desc})" if seed.src.desc else ""
+        msg = (f"the DataLoader shuffles with torch's global generator under a seed that differs between ranks{src}, "
+               "after tensor parallelism (`parallelize_module`) made the ranks of each TP group hold parts of one "
+               "model that expects the same input on all of them: the ranks of a group draw different batches; "
+               "seed with the data-parallel rank (the `dp` dimension's `get_local_rank()`), or give the "
+               "DataLoader a generator seeded alike on the ranks of a group")
+        related = [(tp, "tensor parallelism applied here"), (loop, "the batches drawn here")]
+        if lv is view:
+            related.append((ld, "the shuffling DataLoader"))
+        else:
+            related.append(("file", lv.path, SourceText(lv.text).node_range(ld), "the shuffling DataLoader"))
+        if seed.view is view:
+            ctx.report(seed.call, msg, related=related)
+        else:
+            related.insert(0, ("file", seed.view.path, SourceText(seed.view.text).node_range(seed.call),
+                               "the per-rank seed"))
+            ctx.report(loop, msg, related=related)
 
     def _report_load(self, ctx, view, call, why, got) -> None:
         lv, load = got
@@ -235,6 +308,34 @@ def _loads_into(an, view, call, kv, k) -> bool:
     if target is None:
         return False
     return any(v is kv and e is k for v, e in constructions(an, view, target, call))
+
+
+def _global_shuffle(an, view, expr, at):
+    """(view, DataLoader call) when every origin of ``expr`` at ``at`` is a DataLoader that shuffles
+    with torch's global generator (``shuffle=`` true on some path, no ``sampler``, ``batch_sampler``
+    or ``generator``); None otherwise."""
+    leaves = branch_origins(an, view, expr, at, limit=10)
+    if not leaves:
+        return None
+    for lv, ld, fr in leaves:
+        if not isinstance(ld, ast.Call) or (lv.sem.call_qualname(ld) or "") != DATALOADER:
+            return None
+        if any(get_arg(ld, i, k) is not None for i, k in ((3, "sampler"), (4, "batch_sampler"), (None, "generator"))):
+            return None
+        shuffle = get_arg(ld, 2, "shuffle")
+        if shuffle is None or not any(isinstance(e, ast.Constant) and e.value is True
+                                      for _v, e, _f in branch_origins(an, lv, shuffle, ld, frames=fr)):
+            return None
+    return leaves[0][0], leaves[0][1]
+
+
+def _broadcasts_batches(view, loop) -> bool:
+    """The loop's body broadcasts (a batch sent from one rank of the group to the others)."""
+    return any((view.sem.call_qualname(c) or "") in _BROADCASTS for c in ast.walk(loop) if isinstance(c, ast.Call))
+
+
+_BROADCASTS = ("torch.distributed.broadcast", "torch.distributed.broadcast_object_list",
+               "torch.distributed.scatter", "torch.distributed.scatter_object_list")
 
 
 def _helper_mesh_dims(an, view, call) -> int | None:
