@@ -318,7 +318,6 @@ def seeds_per_rank(hub, view) -> bool:
     return got
 
 
-<<<<<<< HEAD
 def project_seeding(hub, views, family: str) -> Seed | None | bool:
     """How the global generator ``family`` ("random", "numpy", "torch") is seeded across the
     modules ``views`` (the project's files that may seed): False when no call of them seeds it
@@ -350,7 +349,8 @@ def project_seeding(hub, views, family: str) -> Seed | None | bool:
     if found:
         return found[0]
     return None if inside else False
-=======
+
+
 def runs_before(hub, view, at, qns: tuple, depth: int = 0) -> ast.Call | None:
     """A call to ``qns`` that runs before the node ``at`` in its function: there, or in a project
     function called there before it (``apply_tp(model, mesh)`` that calls ``parallelize_module``
@@ -380,4 +380,3 @@ def _runs(hub, view, c, qns, depth) -> ast.Call | None:
         memo[id(tfn)] = None  # a recursive call adds nothing
         memo[id(tfn)] = next((c for c in _calls_in(tv, tfn) if _runs(hub, tv, c, qns, depth + 1) is not None), None)
     return c if memo[id(tfn)] is not None else None
->>>>>>> h_b12a_47

@@ -40,13 +40,11 @@ RULES = {
     'DDP011': ('ddp011_model_parallel_under_ddp', True, True,
                 ((('torch', False),), (('device_map', False), ('model_parallel', False), ('is_parallelizable', False))),
                 False, False),
-<<<<<<< HEAD
-    'DDP013': ('ddp013_unbound_on_single_process', True, True,
-                ((('torch', False),), (('world_size', False), ('WORLD_SIZE', False), ('is_initialized', False), ('distributed', False), ('ddp', False), ('DDP', False), ('multi_gpu', False), ('ngpus', False), ('n_gpus', False), ('num_gpus', False), ('nprocs', False), ('num_processes', False))),
-=======
     'DDP012': ('ddp012_unknown_distributed_attribute', True, True,
                 ((('torch', False),), (('dist', False),)),
->>>>>>> h_rbC_47
+                False, False),
+    'DDP013': ('ddp013_unbound_on_single_process', True, True,
+                ((('torch', False),), (('world_size', False), ('WORLD_SIZE', False), ('is_initialized', False), ('distributed', False), ('ddp', False), ('DDP', False), ('multi_gpu', False), ('ngpus', False), ('n_gpus', False), ('num_gpus', False), ('nprocs', False), ('num_processes', False))),
                 False, False),
     'DDP101': ('ddp101_gather_list_size', True, True,
                 ((('torch', False),), (('distributed', False),), (('gather', False), ('scatter', False))),
