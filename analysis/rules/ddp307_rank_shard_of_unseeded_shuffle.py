@@ -28,14 +28,16 @@ class RankShardOfUnseededShuffle(Rule):
     `random.shuffle` or `np.random.shuffle`, or drawn with `random.sample`, `np.random.permutation`
     or `torch.randperm` (no `generator=`), before the partition in its function or inside the
     project function (a method, a generator of batches) that returns or yields it. The generator
-    counts as not seeded alike when no file of the project seeds it (Python's `random` and numpy's
+    counts as not seeded alike when nothing in the program seeds it (a script: the file and the
+    project modules it imports, transitively; a library module: every file of the project), since
+    Python's `random` and numpy's
     generator start from fresh OS entropy in every process; `torch.manual_seed` seeds neither),
     or when every seeding of it is rank-varying (`random.seed(args.seed + rank)`). The rank, the
     order and the seeds are `analysis/flow` questions (`flow/shuffles.py`, `flow/seeds.py`).
     Only a file that spells the rank is checked (`rank` in any case, `SLURM_PROCID`,
     `process_index`, `current_device`, or an `mp.spawn` entry).
 
-    A shuffle seeded the same on every rank (`random.seed(args.seed)` anywhere in the project, a
+    A shuffle seeded the same on every rank (`random.seed(args.seed)` anywhere in the program, a
     library's `seed_everything`, a `random.Random(seed + epoch)` or a `torch.Generator` of its own),
     a sequence broadcast from one rank before the partition, and a rank's own shard shuffled
     *after* the partition are not flagged. Unseeded torch is not flagged: its default seed is the
@@ -105,7 +107,7 @@ class RankShardOfUnseededShuffle(Rule):
             family, shuffle, sview = got
             if family not in judged:
                 if views is None:
-                    views = _seeding_views(ctx, view)
+                    views = _seeding_views(ctx, an, view)
                     if views is None:
                         return
                 judged[family] = project_seeding(an, views, family)
@@ -137,16 +139,46 @@ class RankShardOfUnseededShuffle(Rule):
         )
 
 
-def _seeding_views(ctx, view):
-    """The modules whose calls decide how the generators are seeded: every file of the project that
-    may seed one; where the project cannot be listed whole, this file alone when it is a program's
-    entry (a ``__main__`` block: the project functions it calls are followed), else None."""
+def _seeding_views(ctx, an, view):
+    """The modules whose calls decide how the generators are seeded. For a program's entry (a
+    ``__main__`` block, or top-level calls: a script), the program itself: this file and the project
+    modules it imports, transitively (another script of the same project that seeds does not run
+    in this one). For a library module, every file of the project that may seed one; where the
+    project cannot be listed whole, None."""
+    if _is_entry(ctx.sem.tree):
+        return _program_views(an, view)
     found = project_files_naming(ctx, _SEED_WORDS)
     if found is not None:
         return [v for _c, v in found]
-    if any(is_main_guard(st) for st in ctx.sem.tree.body):
-        return [view]
     return None
+
+
+def _is_entry(tree) -> bool:
+    return any(is_main_guard(st) or (isinstance(st, ast.Expr) and isinstance(st.value, ast.Call))
+               for st in tree.body)
+
+
+def _program_views(an, view, limit: int = 64):
+    """``view`` and the project modules it imports, transitively (at most ``limit``)."""
+    out, seen, i = [view], {view.path}, 0
+    while i < len(out) and len(out) < limit:
+        v = out[i]
+        i += 1
+        mods = []
+        for node in v.sem.by_type.get(ast.Import, ()):
+            mods.extend((a.name, 0) for a in node.names)
+        for node in v.sem.by_type.get(ast.ImportFrom, ()):
+            base = node.module or ""
+            mods.append((base, node.level))
+            mods.extend((f"{base}.{a.name}" if base else a.name, node.level) for a in node.names if a.name != "*")
+        for mod, level in mods:
+            if not mod and not level:
+                continue
+            w = an.module_view(v, mod, level)
+            if w is not None and w.path is not None and w.path not in seen:
+                seen.add(w.path)
+                out.append(w)
+    return out
 
 
 def _seed_fix(ctx, an, family):
