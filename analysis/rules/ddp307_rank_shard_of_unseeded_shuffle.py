@@ -30,9 +30,9 @@ class RankShardOfUnseededShuffle(Rule):
     project function (a method, a generator of batches) that returns or yields it. The generator
     counts as not seeded alike when nothing in the program seeds it (a script: the file and the
     project modules it imports, transitively; a library module: every file of the project), since
-    Python's `random` and numpy's
-    generator start from fresh OS entropy in every process; `torch.manual_seed` seeds neither),
-    or when every seeding of it is rank-varying (`random.seed(args.seed + rank)`). The rank, the
+    Python's `random` and numpy's generator start from fresh OS entropy in every process and
+    `torch.manual_seed` seeds neither; or when every seeding of it is rank-varying
+    (`random.seed(args.seed + rank)`). The rank, the
     order and the seeds are `analysis/flow` questions (`flow/shuffles.py`, `flow/seeds.py`).
     Only a file that spells the rank is checked (`rank` in any case, `SLURM_PROCID`,
     `process_index`, `current_device`, or an `mp.spawn` entry).
