@@ -536,10 +536,12 @@ def early_exits(b: Builder) -> None:
         if not texts and signal_death:
             # the others may not show what they waited in (torchrun tore them down first): they
             # were stopped because this rank died
+            # (a peer whose stack did not come in time on a loaded machine: the sampler's last sample)
             for r2, s2 in sorted(b.states.items()):
-                if r2 != r and s2.site is not None and (s2.status in ("terminated", "hung") or s2.consequential):
-                    rel_list.append(b.rel(s2.site, f"{rank_list([r2])} was stopped here after {rank_list([r])} died", [r2]))
-                    texts.append(f"{rank_list([r2])} was stopped {_where(s2.site, s.site)}")
+                at = s2.site or s2.seen
+                if r2 != r and at is not None and (s2.status in ("terminated", "hung") or s2.consequential):
+                    rel_list.append(b.rel(at, f"{rank_list([r2])} was stopped here after {rank_list([r])} died", [r2]))
+                    texts.append(f"{rank_list([r2])} was stopped {_where(at, s.site)}")
         if not texts and not signal_death:
             continue
         if s.status == "killed":

@@ -580,8 +580,10 @@ def _cut(log_dir: str, rank: int) -> bool:
     return not data.strip() or b"\n  ...\n" in data or data.rstrip().endswith(b"\n  ...")
 
 
-def _collect_stacks(reader: LogReader, wait: float = 1.5) -> None:
-    """SIGUSR1 every live rank (faulthandler in the shim dumps all threads), wait for the dumps."""
+def _collect_stacks(reader: LogReader, wait: float = 3.0) -> None:
+    """SIGUSR1 every live rank (faulthandler in the shim dumps all threads), wait for the dumps (the
+    wait ends as soon as every dump is written and stable; its bound only matters on a loaded machine,
+    where a rank may not be scheduled to run its handler for a second or more)."""
     asked = []
     for rd in reader.ranks.values():
         pid = rd.pid

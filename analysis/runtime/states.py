@@ -310,8 +310,9 @@ def build_states(ranks: dict, user: UserCode, output: str = "") -> dict[int, Ran
             st.stack = list(frames)
             _op_from_stack(st, frames, user)
         elif rd.hung:
-            st.status = "hung"  # asked for its stack but it did not answer (stuck in C, signals blocked)
-            st.site = st.op_site
+            st.status = "hung"  # asked for its stack but it did not answer (stuck in C, signals blocked,
+            # or not scheduled in time on a loaded machine): its collective, else the sampler's last sample
+            st.site = st.op_site or st.seen
         elif st.started:
             st.status = "killed"
             st.exit_code = exitcodes.get(r, st.exit_code)
