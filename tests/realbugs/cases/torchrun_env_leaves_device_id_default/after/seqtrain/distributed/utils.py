@@ -1,0 +1,49 @@
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def infer_init_method(dcfg, force_distributed=False):
+    if dcfg.init_method is not None:
+        return
+    if all(key in os.environ for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")):
+        # the processes were started by torchrun / torch.distributed.launch
+        _init_from_launcher_env(dcfg)
+    elif dcfg.world_size > 1 or force_distributed:
+        _init_single_node(dcfg)
+
+
+def _init_from_launcher_env(dcfg):
+    dcfg.init_method = "env://"
+    dcfg.world_size = int(os.environ["WORLD_SIZE"])
+    dcfg.rank = int(os.environ["RANK"])
+    dcfg.device_id = int(os.environ["LOCAL_RANK"])
+    # the launcher already created one process per GPU
+    dcfg.no_spawn = True
+
+
+def _init_single_node(dcfg):
+    dcfg.init_method = f"tcp://localhost:{dcfg.port}"
+    dcfg.no_spawn = False
+
+
+def run_worker(device_index, main, cfg):
+    dcfg = cfg.distributed
+    dcfg.device_id = device_index
+    if torch.cuda.is_available():
+        torch.cuda.set_device(dcfg.device_id)
+    dist.init_process_group("nccl", init_method=dcfg.init_method, world_size=dcfg.world_size, rank=dcfg.rank)
+    try:
+        main(cfg)
+    finally:
+        dist.destroy_process_group()
+
+
+def call_main(cfg, main):
+    dcfg = cfg.distributed
+    if dcfg.init_method is None:
+        infer_init_method(dcfg)
+    if dcfg.init_method is not None and dcfg.no_spawn:
+        return run_worker(dcfg.device_id, main, cfg)
+    return main(cfg)
