@@ -1,0 +1,40 @@
+import os
+import time
+
+import torch
+
+EPOCH_NAME = "{}-{:06d}"
+
+
+def save_on_epoch_end(args, save_func, remove_old_func, epoch_no, num_epochs):
+    if epoch_no % args.save_every_n_epochs != 0 or epoch_no >= num_epochs:
+        return False
+    save_func()
+    if args.keep_last_n_epochs is not None:
+        stale = epoch_no - args.save_every_n_epochs * args.keep_last_n_epochs
+        if stale > 0:
+            remove_old_func(stale)
+    return True
+
+
+def save_state_on_epoch_end(args, accelerator, model_name, epoch_no):
+    accelerator.save_state(os.path.join(args.output_dir, EPOCH_NAME.format(model_name, epoch_no) + "-state"))
+
+
+def sample_images(accelerator, args, epoch, step, pipeline):
+    if not args.sample_prompts:
+        return
+    out_dir = os.path.join(args.output_dir, "sample")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(args.sample_prompts, encoding="utf-8") as fh:
+        prompts = fh.readlines()
+    with torch.no_grad():
+        for i, prompt in enumerate(prompts):
+            if not accelerator.is_main_process:
+                continue
+            prompt = prompt.strip()
+            if not prompt or prompt.startswith("#"):
+                continue
+            image = pipeline(prompt, args.sample_steps).images[0]
+            stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
+            image.save(os.path.join(out_dir, f"e{epoch:04d}_{i:02d}_{stamp}.png"))
