@@ -39,10 +39,10 @@ from ..torch_api import SPAWNS
 from . import project
 from .assignments import _is_param
 from .calls import instance_names
-from .instances import ctor_class, instance_class, self_attr_class
+from .instances import ctor_class, instance_class, method_class, self_attr_class
 from .elements import element_targets, one_target
 from .summaries import Summaries
-from .records import inherited_method
+from .records import method_of, own_method
 from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
 from .uniformity import X, Evaluator, join
 from .values import Cuts
@@ -218,26 +218,14 @@ class Analysis(Summaries):
             return one_target(element_targets(self, view, call, _NOT_PROJECT))  # ``self.cbs[0].m()``
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name):
             got = ctor_class(self, view, f.value, _NOT_PROJECT)  # ``Cls(...).m(...)``
-            if got is not None:
-                cv, cls = got
-                for st in cls.body:
-                    if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                        return cv, st
-            return None
+            return own_method(*got, f.attr) if got is not None else None
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
             base = f.value.id
             if base == "self":
-                fn = view.sem.enclosing_function(call)
-                cls = parent(fn) if fn is not None else None
-                if isinstance(cls, ast.ClassDef):
-                    for st in cls.body:
-                        if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                            return view, st
-                    if cls.bases:
-                        # a method the class inherits: the first class of its method resolution
-                        # order that defines it, a project base class in another module included
-                        return inherited_method(self, view, cls, f.attr, _NOT_PROJECT)
-                return None
+                # its own method, or one it inherits: the first class of its method resolution
+                # order that defines it, a project base class in another module included
+                cls = method_class(view, call)
+                return method_of(self, view, cls, f.attr, _NOT_PROJECT) if cls is not None else None
             imp = view.imports.get(base)
             if imp is not None and imp[0] not in _NOT_PROJECT and _local_binding(view, base, call) is False:
                 mod, level, attr = imp
@@ -247,11 +235,9 @@ class Analysis(Summaries):
                     return _lookup(v2, f.attr)
             if base in instance_names(view):
                 got = self._instance_class(view, f.value, call)
+                got = own_method(*got, f.attr) if got is not None else None
                 if got is not None:
-                    cv, cls = got
-                    for st in cls.body:
-                        if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                            return cv, st
+                    return got
             # an element of a container of instances: ``for cb in self.callbacks: cb.m(self)``
             return one_target(element_targets(self, view, call, _NOT_PROJECT))
         elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and isinstance(f.value.value, ast.Name) \
@@ -260,19 +246,7 @@ class Analysis(Summaries):
             # project base classes) constructs one project class: its method ``load``
             got = self_attr_class(self, view, f.value, _NOT_PROJECT)
             if got is not None:
-                cv, cls = got
-                for st in cls.body:
-                    if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                        return cv, st
-        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name) \
-                and not _local_binding(view, f.value.func.id, call):
-            # ``Cls(...).m(...)``: the method ``m`` of a class of the project, on a fresh instance
-            got = ctor_class(self, view, f.value, _NOT_PROJECT)
-            if got is not None:
-                cv, cls = got
-                for st in cls.body:
-                    if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                        return cv, st
+                return own_method(*got, f.attr)
         return None
 
     def _instance_class(self, view, name: ast.Name, at: ast.AST):

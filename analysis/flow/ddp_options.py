@@ -27,66 +27,49 @@ def strict_ddp_off(hub, view, call: ast.Call, callers=None):
     """(view, node) that makes ``find_unused_parameters`` off for this DDP call (the literal
     ``False``, the ``.get`` default, or the call itself when the keyword is absent), or None when
     it may be on (``True``, unknown, ``static_graph``, ``*args``)."""
-    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > 4:
-        return None  # positional find_unused_parameters (6th) or unknown spread
-    if get_arg(call, None, "static_graph") is not None:
-        return None
-    decider = None
-    explicit = next((k for k in call.keywords if k.arg == FUP), None)
-    if explicit is not None:
-        decider = _off_value(hub, view, explicit.value, call, callers)
-        if decider is None:
-            return None
-    for k in call.keywords:
-        if k.arg is not None:
-            continue
-        vals = entry_values(hub, view, k.value, call, FUP, callers)
-        if vals is None:
-            return None
-        for v in vals:
-            if v is ABSENT:
-                continue
-            got = _off_value(hub, v[0], v[1], v[1], callers)
-            if got is None:
-                return None
-            decider = decider or got
-        sg = entry_values(hub, view, k.value, call, "static_graph", callers)
-        if sg is None or any(v is not ABSENT for v in sg):
-            return None
-    return decider or (view, call)
+    return _strict(hub, view, call, callers, on=False)
 
 
 def strict_ddp_on(hub, view, call: ast.Call, callers=None):
     """(view, node) that makes ``find_unused_parameters`` on for sure for this DDP call (the
     literal ``True``, or a config entry followed to one) while ``static_graph`` is absent or
     ``False`` for sure; None when anything is not followed (``args.x``, ``*args``, a call)."""
+    return _strict(hub, view, call, callers, on=True)
+
+
+def _strict(hub, view, call: ast.Call, callers, on: bool):
+    """``strict_ddp_on`` (``on``) or ``strict_ddp_off``: the keyword and the ``**`` entries of
+    ``find_unused_parameters`` all ``on`` for sure; ``static_graph`` off for sure (``on``) or in
+    no form at all (off)."""
     if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > 4:
-        return None
+        return None  # positional find_unused_parameters (6th) or unknown spread
     sg = get_arg(call, None, "static_graph")
-    if sg is not None and _off_value(hub, view, sg, call, callers) is None:
+    if sg is not None and (not on or _off_value(hub, view, sg, call, callers) is None):
         return None
     decider = None
     explicit = next((k for k in call.keywords if k.arg == FUP), None)
     if explicit is not None:
-        decider = _off_value(hub, view, explicit.value, call, callers, on=True)
+        decider = _off_value(hub, view, explicit.value, call, callers, on=on)
         if decider is None:
             return None
     for k in call.keywords:
         if k.arg is not None:
             continue
-        for key, on in ((FUP, True), ("static_graph", False)):
+        for key, want in ((FUP, on), ("static_graph", False)):
             vals = entry_values(hub, view, k.value, call, key, callers)
             if vals is None:
                 return None
             for v in vals:
                 if v is ABSENT:
                     continue
-                got = _off_value(hub, v[0], v[1], v[1], callers, on=on)
+                if key != FUP and not on:
+                    return None  # off: a ``static_graph`` entry in any form may turn the search off
+                got = _off_value(hub, v[0], v[1], v[1], callers, on=want)
                 if got is None:
                     return None
-                if on:
+                if key == FUP:
                     decider = decider or got
-    return decider
+    return decider if on else decider or (view, call)
 
 
 def _off_value(hub, view, e, at, callers, depth: int = 0, on: bool = False):

@@ -28,6 +28,7 @@ from ..torch_api import constant_of
 from .bindings import contains as _contains
 from .fs_guards import effect_guards, main_only_by_args, refuted
 from .instances import is_super, super_method
+from .records import own_method
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
 TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217
@@ -580,9 +581,7 @@ def resolve(hub, view, call: ast.Call):
             if init is not None and isinstance(parent(init[1]), ast.ClassDef):
                 cls, cview = parent(init[1]), init[0]
         if cls is not None:
-            for st in cls.body:
-                if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                    return cview, st
+            return own_method(cview, cls, f.attr)
     return None
 
 

@@ -14,7 +14,7 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from .bindings import reaching
 from .context import call_args
-from .records import class_named
+from .records import class_named, own_method
 
 _MAX_DEPTH = 5
 
@@ -33,9 +33,8 @@ def self_attr_class(hub, view, attr: ast.Attribute, not_project):
     binding is anything else (a parameter, a tuple target, an augmented assignment) or none is
     seen. A binding to None (``self.ev = None``, ``Ev(...) if is_main else None``) leaves the
     answer as it is: a method called on ``self.<name>`` never runs on None."""
-    fn = view.sem.enclosing_function(attr)
-    cls = parent(fn) if fn is not None else None
-    if not isinstance(cls, ast.ClassDef):
+    cls = method_class(view, attr)
+    if cls is None:
         return None
     # once per check (the answer names views of this check: a shared view's memo must not keep it)
     memo = hub.__dict__.setdefault("_self_attr_classes", {})
@@ -44,6 +43,25 @@ def self_attr_class(hub, view, attr: ast.Attribute, not_project):
     if got is None or got[0] is not cls:
         got = memo[key] = (cls, _self_attr_class(hub, view, cls, attr.attr, not_project))
     return got[1]
+
+
+def method_class(view, node: ast.AST):
+    """The class of the method ``node`` is in (the parent of its innermost function), else None."""
+    fn = view.sem.enclosing_function(node)
+    cls = parent(fn) if fn is not None else None
+    return cls if isinstance(cls, ast.ClassDef) else None
+
+
+def param_attr_class(hub, view, attr: ast.Attribute):
+    """(view, class) when ``attr`` is ``self.<name>`` read in a method whose class binds
+    ``self.<name>`` once, to a plain name (``self.plan = plan``, a parameter of the method binding
+    it) that holds an instance of one project class (``module_instance_class``: its arguments at
+    the calls of its module, or its annotation); else None."""
+    cls = method_class(view, attr)
+    values = _self_bindings(cls).get(attr.attr, ()) if cls is not None else ()
+    if len(values) != 1 or not isinstance(values[0], ast.Name):
+        return None
+    return module_instance_class(hub, view, values[0], values[0])
 
 
 def _self_attr_class(hub, view, cls, name: str, not_project):
@@ -268,9 +286,8 @@ def element_classes(hub, view, it: ast.AST, at: ast.AST, not_project, depth: int
                 return None
             if _union(found, element_classes(hub, view, v, v, not_project, depth + 1)) is None:
                 return None
-        fn = view.sem.enclosing_function(it)
-        cls = parent(fn) if fn is not None else None
-        for m in cls.body if isinstance(cls, ast.ClassDef) else ():
+        cls = method_class(view, it)
+        for m in cls.body if cls is not None else ():
             if isinstance(m, FUNC_TYPES) and _union(found, _added(hub, view, m, it, not_project, depth)) is None:
                 return None
         return found
@@ -358,9 +375,8 @@ def super_method(hub, view, call: ast.Call, name: str):
     """(view, method) that ``super().name(...)`` in a method of a project class runs: the first
     project base class (depth first, as the method resolution order of single inheritance) that
     defines it; None when a base on the way is not the project's (its method is unknown)."""
-    fn = view.sem.enclosing_function(call)
-    cls = parent(fn) if fn is not None else None
-    if not isinstance(cls, ast.ClassDef) or "super" in view.defs or "super" in view.imports:
+    cls = method_class(view, call)
+    if cls is None or "super" in view.defs or "super" in view.imports:
         return None
     cview = view
     for _ in range(4):
@@ -371,7 +387,7 @@ def super_method(hub, view, call: ast.Call, name: str):
         if got is None:
             return None
         cview, cls = got
-        for st in cls.body:
-            if isinstance(st, FUNC_TYPES) and st.name == name:
-                return cview, st
+        found = own_method(cview, cls, name)
+        if found is not None:
+            return found
     return None

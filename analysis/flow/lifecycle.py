@@ -26,6 +26,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from ..torch_api import ALL_COLLECTIVES, D
+from .records import own_method
 
 INIT, DESTROY = D + "init_process_group", D + "destroy_process_group"
 _GROUP_TESTS = frozenset({D + "is_initialized", D + "is_available", D + "is_torchelastic_launched"})
@@ -242,10 +243,9 @@ def project_target(hub, view, c: ast.Call, instances: bool = False):
             v2 = hub.module_view(view, mod, level) if attr else None
             if v2 is not None:
                 cview, cls = v2, v2.classes.get(attr)
-        if cls is not None:
-            for st in cls.body:
-                if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                    return cview, st
+        got = own_method(cview, cls, f.attr) if cls is not None else None
+        if got is not None:
+            return got
     if hub is None or f.__class__ is not ast.Attribute or not instances:
         return None
     # (``instances``: where a teardown is looked for) a method of an instance of a project class
@@ -269,11 +269,7 @@ def project_target(hub, view, c: ast.Call, instances: bool = False):
         if not isinstance(cls, ast.ClassDef) or (found is not None and found[1] is not cls):
             return None
         found = (ctor[0], cls)
-    if found is not None:
-        for st in found[1].body:
-            if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-                return found[0], st
-    return None
+    return own_method(*found, f.attr) if found is not None else None
 
 def _under_group_test(sem, node, scope, hub=None, view=None) -> bool:
     """``node`` sits under a test on the group itself: a direct ``dist.is_initialized()`` test

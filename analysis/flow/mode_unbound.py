@@ -25,6 +25,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..torch_api import D
+from .bindings import contains
 from .lifecycle import _ends, harmless, mode_test
 from .rank_tests import rank_test, single_process_side
 from .unconditional import dist_mode_test
@@ -230,7 +231,7 @@ def _owner_if(ctx, stores, scope, hub):
     if _ends(ctx.sem, block):
         return None
     for s in stores:
-        if not any(_within(st, s) for st in block):
+        if not any(contains(st, s) for st in block):
             return None
         q = parent(s)
         while q is not owner:  # a loop / with / comprehension target, or a ``try``, inside the branch
@@ -238,11 +239,6 @@ def _owner_if(ctx, stores, scope, hub):
                 return None
             q = parent(q)
     return owner
-
-
-def _within(outer, inner) -> bool:
-    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and \
-        (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def _guarded(ctx, read, owner, scope, hub) -> bool:

@@ -220,6 +220,23 @@ def _linearise(hub, view, cls, np, depth: int, stack: set):
     return out
 
 
+def own_method(view, cls: ast.ClassDef, name: str):
+    """``(view, function)`` of the method ``name`` that ``cls`` defines in its own body, else None."""
+    for st in cls.body:
+        if isinstance(st, FUNC_TYPES) and st.name == name:
+            return view, st
+    return None
+
+
+def method_of(hub, view, cls: ast.ClassDef, name: str, not_project=None):
+    """``(view, function)`` that ``self.name`` runs on an instance of ``cls``: its own method, else,
+    for a class with bases, ``inherited_method``'s answer."""
+    got = own_method(view, cls, name)
+    if got is None and cls.bases:
+        return inherited_method(hub, view, cls, name, not_project)
+    return got
+
+
 def inherited_method(hub, view, cls: ast.ClassDef, name: str, not_project=None):
     """``(view, function)`` that ``self.name`` finds for an instance of ``cls``: the first class of
     its method resolution order (``method_order``) that defines ``name``, also a project base

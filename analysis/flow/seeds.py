@@ -70,8 +70,7 @@ def _calls_in(view, fn) -> list:
     got = view.memo.get(key)
     if got is None:
         scope = fn if fn is not None else sem.tree
-        got = [c for c in sem.calls if sem.enclosing_function(c) is fn and contains(scope, c)]
-        got.sort(key=lambda c: (c.lineno, c.col_offset))
+        got = sorted((c for c in sem.function_calls(fn) if contains(scope, c)), key=lambda c: (c.lineno, c.col_offset))
         view.memo[key] = got
     return got
 
@@ -116,14 +115,24 @@ def last_seed(hub, view, fn, before=None, depth: int = 0, seeders=TORCH_SEEDERS)
     return out
 
 
-def _event(hub, view, fn, c, depth, seeders=TORCH_SEEDERS) -> Seed | None:
-    qn = view.sem.call_qualname(c) or ""
-    if qn in seeders:
-        return _judge(hub, view, c, get_arg(c, 0, "seed"), fn)
+def _callee(hub, view, c, depth):
+    """(view, function) of the project function the call ``c`` runs, to be read ``depth + 1``
+    calls deep; None past ``_MAX_DEPTH`` or when it is no project function (the walk of
+    ``_event`` and ``_runs``)."""
     if depth >= _MAX_DEPTH or not isinstance(c.func, (ast.Name, ast.Attribute)):
         return None
     target = hub.resolve_call(view, c)
     if target is None or not isinstance(target[1], FUNC_TYPES):
+        return None
+    return target
+
+
+def _event(hub, view, fn, c, depth, seeders=TORCH_SEEDERS) -> Seed | None:
+    qn = view.sem.call_qualname(c) or ""
+    if qn in seeders:
+        return _judge(hub, view, c, get_arg(c, 0, "seed"), fn)
+    target = _callee(hub, view, c, depth)
+    if target is None:
         return None
     tv, tfn = target
     inner = last_seed(hub, tv, tfn, None, depth + 1, seeders)
@@ -369,10 +378,8 @@ def runs_before(hub, view, at, qns: tuple, depth: int = 0) -> ast.Call | None:
 def _runs(hub, view, c, qns, depth) -> ast.Call | None:
     if (view.sem.call_qualname(c) or "") in qns:
         return c
-    if depth >= _MAX_DEPTH or not isinstance(c.func, (ast.Name, ast.Attribute)):
-        return None
-    target = hub.resolve_call(view, c)
-    if target is None or not isinstance(target[1], FUNC_TYPES):
+    target = _callee(hub, view, c, depth)
+    if target is None:
         return None
     tv, tfn = target
     memo = tv.memo.setdefault(("seeds.runs", qns), {})

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, parent
+from ..semantic import FUNC_TYPES, get_arg
+from .assignments import has_ancestor
 from .bindings import EQUALISERS
+from .calls import _on_self_attr
+from .imports import _NOT_PROJECT
 from .origins import statement_of
+from .records import method_of
 from .return_deps import _root, names_in, output_names
 from .values import RANK
 
@@ -113,31 +117,12 @@ def _from_call(hub, view, call, depth):
 
 def _attr_method(hub, view, call):
     """(view, method) for ``self.<attr>.<method>(...)`` where the class binds ``self.<attr>`` once,
-    to a parameter of the method binding it, that holds an instance of one project class (its
-    arguments at the calls of its module, or its annotation: ``instances.module_instance_class``)."""
-    from .imports import _NOT_PROJECT
-    from .instances import _self_bindings, module_instance_class
-    from .records import inherited_method
+    to a parameter holding an instance of one project class (``instances.param_attr_class``)."""
+    from .instances import param_attr_class
 
     f = call.func
-    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
-            and isinstance(f.value.value, ast.Name) and f.value.value.id == "self"):
-        return None
-    fn = view.sem.enclosing_function(call)
-    cls = parent(fn) if fn is not None else None
-    if not isinstance(cls, ast.ClassDef):
-        return None
-    values = _self_bindings(cls).get(f.value.attr, ())
-    if len(values) != 1 or not isinstance(values[0], ast.Name):
-        return None
-    got = module_instance_class(hub, view, values[0], values[0])
-    if got is None:
-        return None
-    cv, k = got
-    for st in k.body:
-        if isinstance(st, FUNC_TYPES) and st.name == f.attr:
-            return cv, st
-    return inherited_method(hub, cv, k, f.attr, _NOT_PROJECT) if k.bases else None
+    got = param_attr_class(hub, view, f.value) if _on_self_attr(f) else None
+    return method_of(hub, *got, f.attr, _NOT_PROJECT) if got is not None else None
 
 
 def _in_scope(hub, view, scope, seeds, before, depth):
@@ -153,7 +138,7 @@ def _in_scope(hub, view, scope, seeds, before, depth):
     for c in sem.calls:
         if sem.enclosing_function(c) is not fn or limit is not None and (c.lineno, c.col_offset) >= limit:
             continue
-        if fn is None and not _within(c, scope):
+        if fn is None and not has_ancestor(c, scope):
             continue
         qn = sem.call_qualname(c) or ""
         if qn in EQUALISERS and any(names_in(a) & live for a in c.args):
@@ -174,13 +159,6 @@ def _in_scope(hub, view, scope, seeds, before, depth):
     return found
 
 
-def _within(node, scope) -> bool:
-    p = parent(node)
-    while p is not None and p is not scope:
-        p = parent(p)
-    return p is scope
-
-
 def _feeds(c, live, outputs: bool) -> bool:
     """The value of the call ``c`` is stored into a name of ``live`` (or, for ``outputs``, is
     returned or yielded)."""
@@ -190,7 +168,7 @@ def _feeds(c, live, outputs: bool) -> bool:
     if isinstance(st, (ast.AugAssign, ast.AnnAssign)):
         return any(r in live for r in _root(st.target))
     if isinstance(st, (ast.For, ast.AsyncFor)):
-        return (c is st.iter or _within(c, st.iter)) and any(r in live for r in _root(st.target))
+        return (c is st.iter or has_ancestor(c, st.iter)) and any(r in live for r in _root(st.target))
     if outputs and isinstance(st, ast.Return):
         return True
     if outputs and isinstance(st, ast.Expr) and isinstance(st.value, (ast.Yield, ast.YieldFrom)):

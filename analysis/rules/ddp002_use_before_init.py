@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 import os
 
+from ..flow.bindings import contains
 from ..model import Severity
 from ..registry import Rule
 from ..flow.testing import expects_error
@@ -135,7 +136,7 @@ class UseBeforeInit(Rule):
             scope_inits = by_scope.get(id(sem.scope_of(use)))
             if not scope_inits or expects_error(use) or id(use) in reported:
                 continue
-            if any(_before(i, use) or _contains(i, use) for i in scope_inits):
+            if any(_before(i, use) or contains(i, use) for i in scope_inits):
                 continue  # initialised earlier in this body (or an init call wraps the use)
             later = [i for i in scope_inits if _same_path_after(use, i)]
             if not later:
@@ -206,7 +207,7 @@ def _no_group_path(ctx) -> set:
             found.append((use, what, eff, est))
     # one finding per failure: the innermost use raises first (``new_group([get_rank()])``)
     for use, what, eff, est in found:
-        if any(u is not use and _contains(use, u) for u, *_ in found):
+        if any(u is not use and contains(use, u) for u, *_ in found):
             continue
         branch = "the `else` branch of" if group_value(an, view, est.test, False) is False else "the branch of"
         related = [(est, "the branch taken when no process group exists")]
@@ -217,7 +218,7 @@ def _no_group_path(ctx) -> set:
             use,
             f"{what} runs where no process group exists: {branch} `{text(ctx, est.test)}` "
             f"(line {est.lineno}) that a run without one takes "
-            + ("leads here" if _contains(est, use) else "falls through to it")
+            + ("leads here" if contains(est, use) else "falls through to it")
             + ": ValueError: Default process group has not been initialized",
             related=related,
         )
@@ -424,11 +425,6 @@ def _helper_uses(ctx, inits, skip) -> dict[int, tuple]:
 
 def _before(a: ast.AST, b: ast.AST) -> bool:
     return (a.end_lineno, a.end_col_offset) <= (b.lineno, b.col_offset)
-
-
-def _contains(outer: ast.AST, inner: ast.AST) -> bool:
-    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
-        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def _chain(node: ast.AST) -> list[ast.AST]:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ast
 
+from ..flow.bindings import contains
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import get_arg, terminal_name
@@ -180,7 +181,7 @@ class CollectiveUnderRankGuard(Rule):
                 if d.kind == "exit":
                     where = f"only on the ranks that pass the early exit under `{cond}`"
                 elif isinstance(d.node, ast.If) and c in _walk_block(d.node.body) or \
-                        isinstance(d.node, ast.IfExp) and _inside(d.node.body, c):
+                        isinstance(d.node, ast.IfExp) and contains(d.node.body, c):
                     where = f"only where `{cond}`"
                 else:
                     where = f"only where `{cond}` is false"
@@ -213,7 +214,7 @@ class CollectiveUnderRankGuard(Rule):
             cond = text(ctx, d.node.test)
             call = text(ctx, site.node)
             branch = "" if (isinstance(d.node, ast.If) and site.node in _walk_block(d.node.body)) or \
-                (isinstance(d.node, ast.IfExp) and _inside(d.node.body, site.node)) else " is false"
+                (isinstance(d.node, ast.IfExp) and contains(d.node.body, site.node)) else " is false"
             ctx.report(
                 site.node,
                 f"`{call}` runs only where `{cond}`{branch}, and `{cond}` is rank-varying "
@@ -394,13 +395,8 @@ def _on_subgroup(call: ast.Call, op: str) -> bool:
     return True
 
 
-def _inside(outer: ast.AST, inner: ast.AST) -> bool:
-    return (outer.lineno, outer.col_offset) <= (inner.lineno, inner.col_offset) and (
-        inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
-
-
 def _walk_block(block: list) -> list:
     class _Any(list):
         def __contains__(self, node):
-            return any(_inside(st, node) for st in block)
+            return any(contains(st, node) for st in block)
     return _Any()

@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 import unicodedata
 
+from ..flow.bindings import contains
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..flow.devices import device_in_scope
@@ -446,7 +447,7 @@ def _class_picks_device(ctx, fn) -> str | None:
         return None
     for c in ctx.sem.calls:
         f = c.func
-        if not (isinstance(f, ast.Attribute) and f.attr in ("cuda", "to") and len(c.args) == 1 and _within(c, cls)):
+        if not (isinstance(f, ast.Attribute) and f.attr in ("cuda", "to") and len(c.args) == 1 and contains(cls, c)):
             continue
         a = c.args[0]
         if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self" and a.attr in given:
@@ -524,10 +525,6 @@ def _owner_class(fn):
     return None
 
 
-def _within(node: ast.AST, outer: ast.AST) -> bool:
-    return outer.lineno <= node.lineno and node.end_lineno <= outer.end_lineno
-
-
 def _caller_chain(ctx, fn) -> list:
     """``fn``, then the functions of this file that call it (``helper(...)`` for a module-level
     function, ``self.helper(...)`` in its class for a method), and theirs, two levels up: a load
@@ -543,7 +540,7 @@ def _caller_chain(ctx, fn) -> list:
                     ok = isinstance(g, ast.Name) and g.id == f.name
                 elif isinstance(owner, ast.ClassDef):
                     ok = isinstance(g, ast.Attribute) and g.attr == f.name and isinstance(g.value, ast.Name) \
-                        and g.value.id == "self" and _within(c, owner)
+                        and g.value.id == "self" and contains(owner, c)
                 else:
                     ok = False
                 if not ok:
@@ -565,7 +562,7 @@ def _mapping_sibling(ctx, call, chain, mapped) -> str | None:
     if cls is not None:
         scopes.append((cls, f"class `{cls.name}`"))
     for scope, what in scopes:
-        near = [m for m in others if _within(m, scope)]
+        near = [m for m in others if contains(scope, m)]
         if near:
             line = ctx.src.node_range(near[0]).start.line + 1
             return f"another load of {what} maps its tensors (line {line})"
@@ -579,7 +576,7 @@ def _per_rank_sibling(ctx, call, chain, loads) -> str | None:
     for fn in chain:  # and the helpers they call (``states = _load_rng(input_dir, process_index)``)
         owner = parent(fn)
         for c in ctx.sem.calls:
-            if not _within(c, fn):
+            if not contains(fn, c):
                 continue
             g = c.func
             if isinstance(g, ast.Name):
@@ -594,7 +591,7 @@ def _per_rank_sibling(ctx, call, chain, loads) -> str | None:
                 scopes.append(h)
     for fn in scopes:
         for other in loads:
-            if other is call or not _within(other, fn) or not (other.args or other.keywords):
+            if other is call or not contains(fn, other) or not (other.args or other.keywords):
                 continue
             p = other.args[0] if other.args else next((k.value for k in other.keywords if k.arg == "f"), None)
             if p is not None and rank_specific_path(ctx, p, other, buffers=False):
@@ -605,7 +602,7 @@ def _per_rank_sibling(ctx, call, chain, loads) -> str | None:
 
 def _first_call(ctx, scope, pred):
     for c in ctx.sem.calls:
-        if (scope is None or _within(c, scope)) and pred(ctx.qn(c) or ""):
+        if (scope is None or contains(scope, c)) and pred(ctx.qn(c) or ""):
             return c
     return None
 
@@ -634,7 +631,7 @@ def _distributed_class(ctx, fn, call) -> str | None:
         return None
     # ``self.<method>(...)`` in the class, with no main-rank test around it in its own function
     sites = [s for s in ctx.sem.calls if isinstance(s.func, ast.Attribute) and s.func.attr == fn.name
-             and isinstance(s.func.value, ast.Name) and s.func.value.id == "self" and _within(s, cls)]
+             and isinstance(s.func.value, ast.Name) and s.func.value.id == "self" and contains(cls, s)]
     if not any(rank0_guarded(ctx, s) is not True for s in sites):
         return None
     line = ctx.src.node_range(c).start.line + 1
