@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, get_arg, parent
+from .defaults import default_value
 from .origins import origins
 
 _MOD = "torch.distributed.algorithms._checkpoint.checkpoint_wrapper."
@@ -66,18 +67,41 @@ def reentrant_wrapper_fn(hub, view, e, at, depth: int = 0):
         return reentrant_impl(hub, view, kw, e)
     if isinstance(e, ast.Lambda):
         return _wrapper_call_impl(hub, view, e.body, e.body)
+    if isinstance(e, ast.Attribute):
+        # a method of a project class (``Recompute().wrap``, ``self.wrap``): what it returns
+        target = hub.resolve_call(view, _call_of(view, e, at))
+        if target is None or not isinstance(target[1], FUNC_TYPES) or target[1].name == "__init__":
+            return None
+        return _returns_wrapper(hub, *target)
     if isinstance(e, ast.Name):
         fn = view.defs.get(e.id) if hasattr(view, "defs") else None
         if isinstance(fn, FUNC_TYPES):
-            rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
-            got = [_wrapper_call_impl(hub, view, r.value, r) for r in rets]
-            return got[0] if got and all(got) else None
+            return _returns_wrapper(hub, view, fn)
         leaves = origins(hub, view, e, at)
         if not leaves or any(le is e for _lv, le in leaves):
             return None
         got = [reentrant_wrapper_fn(hub, lv, le, le, depth + 1) for lv, le in leaves]
         return got[0] if all(got) else None
     return None
+
+
+def _returns_wrapper(hub, view, fn):
+    """The proof that every ``return`` of ``fn`` is a reentrant ``checkpoint_wrapper(...)``."""
+    rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    got = [_wrapper_call_impl(hub, view, r.value, r) for r in rets]
+    return got[0] if got and all(got) else None
+
+
+def _call_of(view, ref, at) -> ast.Call:
+    """A call of the function reference ``ref`` (placed at ``at``), to resolve the reference as
+    the call would be: kept in the module's memo, as the analysis memoises by the call's identity."""
+    memo = view.memo.setdefault("checkpointing.ref_calls", {})
+    got = memo.get(id(ref))
+    if got is None or got[0] is not ref:
+        probe = ast.Call(func=ref, args=[], keywords=[])
+        probe._p = at
+        got = memo[id(ref)] = (ref, probe)
+    return got[1]
 
 
 def _loop_module(view, name: ast.Name, at):
@@ -236,8 +260,8 @@ def forward_checkpoints(hub, view, le) -> list:
         if cv.sem.call_qualname(c) != UTIL_CHECKPOINT:
             continue
         flag = get_arg(c, None, "use_reentrant")
-        if flag is not None and not (isinstance(flag, ast.Constant) and flag.value is True):
-            continue
+        if flag is not None and default_value(hub, cv, flag, c) is not True:
+            continue  # ``use_reentrant=False`` or not known to be ``True`` by default
         if _every_call_runs(fwd, c):
             out.append((cv, c))
     return out

@@ -8,7 +8,9 @@ a project function the dict is handed to), parameters filled by their callers in
 another (``callers``, as ``origins`` takes it). Anything not followed (an unknown key store,
 ``args.x``, a call's result) is unknown, never off; ``static_graph`` in any form is never off.
 ``entry_values`` is the dict-entry query underneath (issue 25, DDP209). ``strict_ddp_on`` asks
-the converse: ``find_unused_parameters`` on for sure and ``static_graph`` off for sure (DDP222).
+the converse: ``find_unused_parameters`` on for sure and ``static_graph`` off for sure (DDP222);
+there an attribute (``args.find_unused``, ``cfg.find_unused``) is on when the default
+configuration makes it ``True`` (``defaults.default_value``: the run without options).
 """
 from __future__ import annotations
 
@@ -118,7 +120,14 @@ def _off_value(hub, view, e, at, callers, depth: int = 0, on: bool = False):
                 got = got or r
             return got
         if isinstance(e, ast.Attribute):
-            return None  # ``args.find_unused``: parsed options are not followed
+            # ``args.find_unused`` / ``cfg.find_unused``: on when the default configuration turns
+            # it on (``defaults.default_value``: an option's default, a namespace's one store), the
+            # run a user gets without options; never off (a user's option may turn it on)
+            if not on:
+                return None
+            from .defaults import default_value
+
+            return (view, e) if default_value(hub, view, e, at, callers) is True else None
         leaves = origins(hub, view, e, at, callers=callers)
         if not leaves:
             return None

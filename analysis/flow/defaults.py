@@ -2,7 +2,7 @@
 
 ``default_value(hub, view, expr, at)`` answers with the Python value (a bool, a number, a string,
 None) or ``UNKNOWN``: literals; a command-line option's default (``args.aux_weight`` of an
-``ap.parse_args()``: its ``default=``, ``False`` for ``action="store_true"``, ``True`` for
+``ap.parse_args()`` or ``ap.parse_args([])``: its ``default=``, ``False`` for ``action="store_true"``, ``True`` for
 ``"store_false"``); a config dict's entry, a dataclass field's default, a name bound once, a
 helper's parameter filled by its callers, a project function's return (all through ``origins``);
 and comparisons, ``not``/``and``/``or``, arithmetic and conditional expressions over those. Every
@@ -158,21 +158,24 @@ _STORE_CONST = {"store_true": False, "store_false": True}
 def option_default(hub, view, expr: ast.Attribute, at, callers=None, depth: int = 0):
     """``args.x`` where every origin of ``args`` is a ``parse_args()`` call: the default value of
     option ``x`` (``UNKNOWN`` when it is unknown: no default, ``required``, several options of
-    that name, ``set_defaults``, stores into the parsed options); ``_NOT_AN_OPTION`` when ``args``
-    is not (only) parsed options."""
+    that name, ``set_defaults``, stores into the parsed options, an ``args`` not followed that has
+    an option's name: its parse is not seen); ``_NOT_AN_OPTION`` when ``args`` is not (only)
+    parsed options."""
     from .rank_kinds import argparse_options, option_dest
 
     base = expr.value
     if not isinstance(base, (ast.Name, ast.Attribute)):
         return _NOT_AN_OPTION
     leaves = origins(hub, view, base, at, callers=callers)
+    if not leaves and any(option_dest(c, view.sem) == expr.attr for c in argparse_options(view.sem)):
+        return UNKNOWN  # an object not followed, named like an option of the module: parsed unseen
     if not leaves or len(leaves) > 4:
         return _NOT_AN_OPTION
     found = {}
     for lv, le in leaves:
         if not (isinstance(le, ast.Call) and isinstance(le.func, ast.Attribute) and le.func.attr == "parse_args"):
             return _NOT_AN_OPTION
-        if le.args or le.keywords:
+        if (le.args or le.keywords) and not _no_options(le):
             return UNKNOWN  # ``parse_args(["--x", ...])``, a namespace given: not the defaults
         # the parser's own module (``get_parser()`` of another file) holds its options
         pvs = {id(pv): pv for pv, pe in origins(hub, lv, le.func.value, le, callers=callers)
@@ -198,6 +201,13 @@ def option_default(hub, view, expr: ast.Attribute, at, callers=None, depth: int 
             return UNKNOWN
         vals.append(v)
     return vals[0] if vals and all(type(x) is type(vals[0]) and x == vals[0] for x in vals) else UNKNOWN
+
+
+def _no_options(call: ast.Call) -> bool:
+    """``parse_args([])`` / ``parse_args(args=())``: an empty command line, the defaults."""
+    given = [*call.args, *(k.value for k in call.keywords if k.arg == "args")]
+    return len(given) == 1 == len(call.args) + len(call.keywords) \
+        and isinstance(given[0], (ast.List, ast.Tuple)) and not given[0].elts
 
 
 def _rewrites_options(hub, view, attr: str) -> bool:

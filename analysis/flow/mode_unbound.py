@@ -13,8 +13,9 @@ level) there.
 - ``unbound_reads(ctx, scope)``: [(name, if, read)] for the first such read of each name.
 
 A name also bound elsewhere in the scope (before the ``if``, in its other branch, by a loop, a
-``with``, an ``except``, an import, a ``def``), declared ``global`` / ``nonlocal``, deleted, or a
-parameter is left alone; so is a scope that uses ``locals()`` / ``vars()`` / ``exec`` /
+``with``, an ``except``, an import, a ``def``), declared ``nonlocal``, deleted, or a parameter is
+left alone, and so is a name a function declares ``global`` that the module also binds outside
+that function (``NameError`` when it binds it nowhere else); so is a scope that uses ``locals()`` / ``vars()`` / ``exec`` /
 ``eval``, an ``if`` inside a loop or a ``try`` with handlers, a branch that never falls through,
 a read under a test on the distributed mode or the rank (the same condition, in any spelling), in
 a ``try`` with handlers, in a nested function, or after a test on the distributed mode that leaves.
@@ -165,6 +166,7 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
     binds: dict[str, list] = {}
     skip = set(param_names(scope)) if isinstance(scope, FUNC_TYPES) else set()
     reads: dict[str, list] = {}
+    globs: set[str] = set()
     for n in nodes:
         c = n.__class__
         if c is ast.Name:
@@ -176,6 +178,8 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
                 skip.add(n.id)
             else:
                 binds.setdefault(n.id, []).append(n)
+        elif c is ast.Global and isinstance(scope, FUNC_TYPES):
+            globs.update(n.names)
         elif c in (ast.Global, ast.Nonlocal):
             skip.update(n.names)
         elif c in (ast.Import, ast.ImportFrom):
@@ -189,6 +193,8 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
             skip.add(n.name)
         elif c.__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
             skip.update(x for x in (getattr(n, "name", None), getattr(n, "rest", None)) if x)
+    if globs:
+        skip |= _bound_elsewhere(ctx.sem.tree, scope, globs)
     out = []
     for name, stores in binds.items():
         if name in skip or name not in reads:
@@ -204,6 +210,38 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
                 continue
             out.append((name, owner, r))
             break
+    return out
+
+
+def global_names(scope) -> set[str]:
+    """The names a function declares ``global``."""
+    return {x for n in iter_scope_nodes(scope) if isinstance(n, ast.Global) for x in n.names}
+
+
+def _bound_elsewhere(tree, scope, names: set[str]) -> set[str]:
+    """Those of ``names`` (declared ``global`` in ``scope``) that the module may bind outside
+    ``scope``: a store or ``del`` of the name anywhere else (a local of another function
+    included), an import, a ``def`` or ``class``, a handler's or pattern's name; all of them when
+    the module binds names it does not spell (``globals()``, ``vars()``, ``setattr``, ``exec``, a
+    star import)."""
+    inside = {id(n) for n in ast.walk(scope)}
+    out = set()
+    for n in ast.walk(tree):
+        if id(n) in inside:
+            continue
+        if isinstance(n, ast.Name):
+            if n.id in names and not isinstance(n.ctx, ast.Load):
+                out.add(n.id)
+            elif n.id in _DYNAMIC or n.id == "setattr":
+                return set(names)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in n.names):
+                return set(names)
+            out.update(x for a in n.names if (x := (a.asname or a.name).split(".")[0]) in names)
+        elif isinstance(n, (*FUNC_TYPES, ast.ClassDef)) or (isinstance(n, ast.ExceptHandler) and n.name):
+            out.update({n.name} & names)
+        elif n.__class__.__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
+            out.update({getattr(n, "name", None), getattr(n, "rest", None)} & names)
     return out
 
 

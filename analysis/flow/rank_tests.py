@@ -72,8 +72,9 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
 
 def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST | None:
     """The ``dist.get_world_size()`` / ``os.environ["WORLD_SIZE"]`` expression that ``expr``
-    provably is (through ``int(...)`` and names assigned exactly once), else None. By value flow,
-    never by name: ``get_world_size(group)`` is a group's size, not the world's."""
+    provably is (through ``int(...)``, names assigned exactly once, ``... if
+    dist.is_initialized() else 1`` or such an ``if``), else None. By value flow, never by name:
+    ``get_world_size(group)`` is a group's size, not the world's."""
     if depth > 5:
         return None
     expr = _unwrap_int(expr)
@@ -93,10 +94,26 @@ def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast
                 and sum(isinstance(n, ast.Return) for n in iter_scope_nodes(defs[0])) == 1:
             return world_size_source(ctx, defs[0].body[-1].value, defs[0], depth + 1)
         return None
+    if isinstance(expr, ast.IfExp):
+        return _group_or_one(ctx, expr.test, expr.body, expr.orelse, scope, depth)
     if isinstance(expr, ast.Name):
         kind, val = name_binding_kind(ctx, expr.id, scope)
         if kind == "single" and val is not None:
             return world_size_source(ctx, val, ctx.sem.scope_of(val), depth + 1)
+        if kind == "multi" and val and len(val) == 2 and isinstance(q := parent(parent(val[0])), ast.If) \
+                and parent(val[0]) in q.body and parent(val[1]) in q.orelse:
+            return _group_or_one(ctx, q.test, val[0], val[1], ctx.sem.scope_of(q), depth)
+    return None
+
+
+def _group_or_one(ctx, test, ws, one, scope, depth):
+    """``dist.get_world_size() if dist.is_initialized() else 1`` (or the two branches of such an
+    ``if``): the world's size, one process without a group."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, ws, one = test.operand, one, ws
+    if _int_const(one) == 1 and isinstance(test, ast.Call) and not test.args \
+            and ctx.sem.call_qualname(test) in (D + "is_initialized", D + "is_available"):
+        return world_size_source(ctx, ws, scope, depth + 1)
     return None
 
 

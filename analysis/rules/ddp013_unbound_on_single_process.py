@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..flow.mode_unbound import unbound_reads
+from ..flow.mode_unbound import global_names, unbound_reads
 from ._flow import text
 
 
@@ -16,14 +16,16 @@ class UnboundOnSingleProcess(Rule):
     `if args.distributed:`, `if "WORLD_SIZE" in os.environ:`, a helper of the file that returns
     such a test), with no `else` that assigns it, and then read after that `if` where a
     single-process run gets (`flow/mode_unbound.py`). The world size is followed by value flow
-    (`dist.get_world_size()`, `WORLD_SIZE` from the environment) or read from a world-size name.
+    (`dist.get_world_size()`, also `... if dist.is_initialized() else 1`, `WORLD_SIZE` from the
+    environment) or read from a world-size name.
 
     A name that is also bound elsewhere in the function (before the `if`, in its other branch,
-    by a loop, a `with`, an `except`, an import), declared `global` or `nonlocal`, deleted, or a
-    parameter is left alone; so is a read under a test on the distributed mode, the process group
-    or the rank (the same condition in any spelling), a read in a `try` with handlers or in a
-    nested function, a read after a test on the distributed mode that leaves
-    (`if world_size == 1: return`), and an `if` inside a loop or a `try`.
+    by a loop, a `with`, an `except`, an import), declared `nonlocal`, deleted, or a parameter is
+    left alone, as is a name declared `global` that the module also binds outside the function
+    (one it binds nowhere else is reported: `NameError`). So is a read under a test on the
+    distributed mode, the process group or the rank (the same condition in any spelling), a read
+    in a `try` with handlers or in a nested function, a read after a test on the distributed mode
+    that leaves (`if world_size == 1: return`), and an `if` inside a loop or a `try`.
 
     ## Why is this bad?
     A single-process run (one GPU, a debugging session, CI) skips the assignment, and the read
@@ -73,7 +75,8 @@ class UnboundOnSingleProcess(Rule):
         scopes = [sem.tree, *(n for n in ast.walk(sem.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
         for scope in scopes:
             for name, owner, read in unbound_reads(ctx, scope, hub):
-                err = "NameError" if isinstance(scope, ast.Module) else "UnboundLocalError"
+                err = "NameError" if isinstance(scope, ast.Module) or name in global_names(scope) \
+                    else "UnboundLocalError"
                 ctx.report(
                     read,
                     f"`{name}` is assigned only when `{text(ctx, owner.test)}` (line {owner.lineno}) holds, which a "

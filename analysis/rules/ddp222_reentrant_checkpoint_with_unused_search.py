@@ -16,8 +16,8 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
     Checks for reentrant activation checkpointing applied to a module that
     `DistributedDataParallel` wraps with `find_unused_parameters=True` (and no `static_graph`):
     `apply_activation_checkpointing(model, checkpoint_wrapper_fn=partial(checkpoint_wrapper,
-    checkpoint_impl=CheckpointImpl.REENTRANT))`, a `lambda` or function that returns such a
-    `checkpoint_wrapper(...)`, or `checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.REENTRANT)`
+    checkpoint_impl=CheckpointImpl.REENTRANT))`, a `lambda`, function or method of a project
+    class (`Recompute().wrap`) that returns such a `checkpoint_wrapper(...)`, or `checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.REENTRANT)`
     assigned into the model. The wrapper and the checkpointed module are matched by value flow
     (the wrapper itself, the module it wraps, or a submodule of either; through names, `self`
     attributes, tuples, helpers that take the model as a parameter and helpers in other modules
@@ -31,10 +31,15 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
     `while`, `try` or conditional expression, and after no early `return`. A checkpoint behind a
     flag (`if self.grad_checkpointing:`) is not judged.
 
+    `find_unused_parameters` (and `use_reentrant`) is followed by value flow: a literal, a config
+    dict's entry, a namespace attribute stored once, or a command-line option's default
+    (`parser.add_argument("--find-unused", default=True)`): the run a user gets without options
+    fails.
+
     Not flagged: `checkpoint_wrapper` without `checkpoint_impl` (it defaults to `NO_REENTRANT`),
     `CheckpointImpl.NO_REENTRANT`, `use_reentrant=False`, a wrapper with `find_unused_parameters`
-    off or `static_graph=True`, or an option the analysis does not follow
-    (`find_unused_parameters=args.unused`).
+    off or `static_graph=True`, or a value the analysis does not follow (an option without a
+    default, one the program stores into or merges a config file over, a call's result).
 
     ## Why is this bad?
     With `find_unused_parameters=True` DDP walks the autograd graph of the forward's output to
