@@ -6,12 +6,15 @@ import os
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..flow.calls import call_args
+from ..flow.counts import node_sized
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
     LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
     option_strings,
 )
 from ..flow.testing import in_test_suite, is_test_file
+from ..semantic import get_arg
+from ..torch_api import D
 
 
 class LocalRankAsGlobalRank(Rule):
@@ -79,7 +82,7 @@ class LocalRankAsGlobalRank(Rule):
         found = []
         for val, node, what in global_rank_sinks(view):
             kind, w = rank_kind_of(an, view, val, node)
-            if kind == LOCAL:
+            if kind == LOCAL and not _one_node_world(an, view, node):
                 found.append((node, what, w, None))
         for c in ctx.sem.calls:
             target = an.resolve_call(view, c)
@@ -92,7 +95,7 @@ class LocalRankAsGlobalRank(Rule):
             for pname, a in call_args(c, tfn):
                 if pname in sinks:
                     kind, w = rank_kind_of(an, view, a, c)
-                    if kind == LOCAL:
+                    if kind == LOCAL and not _one_node_world(an, sinks[pname][0], sinks[pname][1]):
                         found.append((c, sinks[pname][2], w, (pname, sinks[pname])))
                         break
         if not found:
@@ -122,6 +125,15 @@ class LocalRankAsGlobalRank(Rule):
                 f"local_rank`)",
                 related=related,
             )
+
+
+def _one_node_world(an, view, node) -> bool:
+    """``node`` is an ``init_process_group`` call whose ``world_size`` is the process count of one
+    node (``counts.node_sized``: ``LOCAL_WORLD_SIZE``, ``torch.cuda.device_count()``): the world
+    is one node's processes by construction, where the local rank is the global one."""
+    if not isinstance(node, ast.Call) or view.sem.call_qualname(node) != D + "init_process_group":
+        return False
+    return node_sized(an, view, get_arg(node, 3, "world_size"), node)
 
 
 def _where(ctx, view, here, v, node, text: bool = True) -> str:
