@@ -39,7 +39,9 @@ class LocalRankAsGlobalRank(Rule):
     it imports) that starts its own processes with `mp.spawn` (the spawn index is the global rank
     on its one node), or that fixes its rendezvous on the loopback address
     (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method="tcp://127.0.0.1:..."`) has one node by
-    construction and is not flagged. Test files are skipped.
+    construction and is not flagged; so has an `init_process_group` whose `world_size` is the process
+    count of one node (`LOCAL_WORLD_SIZE`, `torch.cuda.device_count()`, by value flow: a tensor-parallel
+    group inside one machine). Test files are skipped.
 
     ## Why is this bad?
     On one node the local rank equals the global rank, so the script works. On two nodes every
