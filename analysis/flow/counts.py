@@ -156,23 +156,3 @@ def _iter_count(an, view, it, at, depth: int) -> Count | None:
         hi = count_of(an, view, it.args[1], at, depth + 1) if lo is not None else None
         return None if hi is None else _add(hi, lo, -1)
     return length_of(an, view, it, at, depth + 1)
-
-
-def node_sized(an, view, e, at, depth: int = 0) -> bool:
-    """Every value ``e`` may hold is the process count of one node: the environment's
-    ``LOCAL_WORLD_SIZE`` (with or without a constant default for a run without a launcher) or
-    ``torch.cuda.device_count()``, through ``int()``, names, tuple unpacking and the returns of
-    project helpers (``origins``). A world of that size never spans two nodes."""
-    if e is None or depth > MAX_DEPTH:
-        return False
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "int" \
-            and len(e.args) == 1 and not e.keywords:
-        return node_sized(an, view, e.args[0], at, depth + 1)
-    if env_key(view, e) in _NODE_ENV or (isinstance(e, ast.Call) and
-                                         view.sem.call_qualname(e) == "torch.cuda.device_count"):
-        return True
-    if isinstance(e, (ast.Name, ast.Call)) or (
-            isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"):
-        got = origins(an, view, e, at)
-        return bool(got) and all(x is not e and node_sized(an, v, x, x, depth + 1) for v, x in got)
-    return False

@@ -6,15 +6,12 @@ import os
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..flow.calls import call_args
-from ..flow.counts import node_sized
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
     LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
     option_strings,
 )
 from ..flow.testing import in_test_suite, is_test_file
-from ..semantic import get_arg
-from ..torch_api import D
 
 
 class LocalRankAsGlobalRank(Rule):
@@ -39,9 +36,7 @@ class LocalRankAsGlobalRank(Rule):
     it imports) that starts its own processes with `mp.spawn` (the spawn index is the global rank
     on its one node), or that fixes its rendezvous on the loopback address
     (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method="tcp://127.0.0.1:..."`) has one node by
-    construction and is not flagged; so has an `init_process_group` whose `world_size` is the process
-    count of one node (`LOCAL_WORLD_SIZE`, `torch.cuda.device_count()`, by value flow: a tensor-parallel
-    group inside one machine). Test files are skipped.
+    construction and is not flagged. Test files are skipped.
 
     ## Why is this bad?
     On one node the local rank equals the global rank, so the script works. On two nodes every
@@ -84,7 +79,7 @@ class LocalRankAsGlobalRank(Rule):
         found = []
         for val, node, what in global_rank_sinks(view):
             kind, w = rank_kind_of(an, view, val, node)
-            if kind == LOCAL and not _one_node_world(an, view, node):
+            if kind == LOCAL:
                 found.append((node, what, w, None))
         for c in ctx.sem.calls:
             target = an.resolve_call(view, c)
@@ -97,7 +92,7 @@ class LocalRankAsGlobalRank(Rule):
             for pname, a in call_args(c, tfn):
                 if pname in sinks:
                     kind, w = rank_kind_of(an, view, a, c)
-                    if kind == LOCAL and not _one_node_world(an, sinks[pname][0], sinks[pname][1]):
+                    if kind == LOCAL:
                         found.append((c, sinks[pname][2], w, (pname, sinks[pname])))
                         break
         if not found:
@@ -127,15 +122,6 @@ class LocalRankAsGlobalRank(Rule):
                 f"local_rank`)",
                 related=related,
             )
-
-
-def _one_node_world(an, view, node) -> bool:
-    """``node`` is an ``init_process_group`` call whose ``world_size`` is the process count of one
-    node (``counts.node_sized``: ``LOCAL_WORLD_SIZE``, ``torch.cuda.device_count()``): the world
-    is one node's processes by construction, where the local rank is the global one."""
-    if not isinstance(node, ast.Call) or view.sem.call_qualname(node) != D + "init_process_group":
-        return False
-    return node_sized(an, view, get_arg(node, 3, "world_size"), node)
 
 
 def _where(ctx, view, here, v, node, text: bool = True) -> str:
