@@ -24,7 +24,7 @@ import re
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent, terminal_name
 from ..torch_api import D
-from .assignments import name_binding_kind
+from .assignments import name_binding_kind, self_attr_value
 from .world import WORLD_SIZE_ENV, world_size_call
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
@@ -488,6 +488,11 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             # in ``main``, tested in ``save(args)``): the callers' values must agree
             from .helper_calls import caller_flag_values  # lazy: helper_calls sits above calls
 
+            # a flag of the object that its class sets once, maybe in another method
+            # (``self.may_write = not distributed or rank == 0`` in ``train``, tested in ``save``)
+            val = self_attr_value(ctx, test)
+            if val is not None:
+                return polarity(ctx, val, ctx.sem.scope_of(val), depth + 1)
             got = caller_flag_values(ctx, test, scope)
             if any(v is None for v, _ in got):
                 return None

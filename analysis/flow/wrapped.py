@@ -651,7 +651,8 @@ def _arm_binding(caller_fn, wrap, name: str, site):
 
 
 def branch_excludes_wrap(hub, use_view, node, wrap_view, wrap) -> bool:
-    """A use ``node`` sits behind a None test that the branch of the wrap ``wrap`` makes fail:
+    """A use ``node`` sits behind a None test that the branch of the wrap ``wrap`` (or the caller's
+    one binding of the name, ``scaler = Scaler()`` on every path) makes fail:
     ``if use_amp: scaler = Scaler(); model = DDP(model) else: scaler = None; model = engine`` and
     ``if scaler is None: model.backward(loss)`` (here, or in a helper the caller passes ``scaler``
     to): the wrapper never reaches that read. Every call of the use's function from the wrap's
@@ -685,7 +686,9 @@ def branch_excludes_wrap(hub, use_view, node, wrap_view, wrap) -> bool:
             continue
         ok = True
         for site, q in sites:
-            val = None if q is None else _arm_binding(caller_fn, wrap, q, site)
+            # bound in the wrap's branch, or once in the whole caller (the use is dead there too)
+            val = None if q is None else (_arm_binding(caller_fn, wrap, q, site)
+                                          or wrap_view.sem.single_value(q, caller_fn))
             if val is None or not (_never_none(hub, wrap_view, val) if need_none
                                    else isinstance(val, ast.Constant) and val.value is None):
                 ok = False
