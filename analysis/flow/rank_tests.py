@@ -1,20 +1,16 @@
 """Rank expressions and rank tests: is this expression the process rank, and does this condition
-select some of the ranks (or the main rank)?
+select some of the ranks (or the main rank)? Built on uniformity's rank sources (``RANK_NAME``,
+``MAIN_NAMES``, ``RANK_ENV``, ``env_key``): one vocabulary for "this is the rank". Two questions:
 
-Built on uniformity's rank sources (``RANK_NAME``, ``MAIN_NAMES``, ``RANK_ENV``, ``env_key``): one
-vocabulary for "this is the rank". Two questions are asked of it:
-
-- ``rank_kind(expr)``: ``"global"`` for ``dist.get_rank()`` and ``os.environ["RANK"]`` (directly or
-  through simple assignments), ``"rank"`` for anything that is a rank by name (``rank``,
-  ``args.local_rank``, ``comm.get_rank()``, ``rank % ngpus``); ``rank_test(test)``: does this
-  condition select a subset of the ranks (``rank == 0``, ``not is_main``, ``utils.is_primary(args)``,
-  ``is_main_process()`` helpers defined in the file, boolean combinations), and on which branch?
-  Used where *any* subset matters (a collective some ranks skip).
-- ``polarity(test)``: does the condition let only the main rank (or one chosen rank) through
-  (True), only the others (False), or is it unrelated (None)? ``is_rank_like`` / ``is_main_like``
-  also read names by their words (``args.gpu``, ``xm.get_ordinal()``, ``should_save``,
-  ``@rank_zero_only``). Used where the main rank's side matters (a save or a load on rank 0).
-
+- ``rank_kind(expr)``: ``"global"`` for ``dist.get_rank()`` and ``os.environ["RANK"]`` (directly or through
+  simple assignments), ``"rank"`` for anything that is a rank by name (``rank``, ``args.local_rank``,
+  ``comm.get_rank()``, ``rank % ngpus``); ``rank_test(test)``: does this condition select a subset of the
+  ranks (``rank == 0``, ``not is_main``, ``utils.is_primary(args)``, ``is_main_process()`` helpers defined
+  in the file, boolean combinations), and on which branch? Used where *any* subset matters.
+- ``polarity(test)``: does the condition let only the main rank (or one chosen rank) through (True),
+  only the others (False), or is it unrelated (None)? ``is_rank_like`` / ``is_main_like`` also read
+  names by their words (``args.gpu``, ``xm.get_ordinal()``, ``should_save``, ``@rank_zero_only``).
+  Used where the main rank's side matters (a save or a load on rank 0).
 Everything is a query on a node plus the semantic indexes; nothing walks the whole tree.
 """
 from __future__ import annotations
