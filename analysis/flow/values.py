@@ -161,8 +161,8 @@ def built(ev, call: ast.Call, name: str | None, v: Value, d: int) -> Value:
     stored from that argument is rank-varying, not every attribute and method of the object.
     Unchanged for anything else, and for an argument that may be the object's contents (this
     rank's data passed by position, ``**extra``)."""
-    if not (v.varying and name and name[:1].isupper()):
-        return v
+    if not (v.varying and name and name[:1].isupper()) or v.src.cat == RANK:
+        return v  # (an object built with the rank: ``Evaluator._attribute`` keeps only its ``device``)
     for a in call.args:
         av = ev.value(a, d)
         if av.varying and (isinstance(a, ast.Starred) or av.src.cat == DATA):
