@@ -40,7 +40,7 @@ from .vocab import (  # noqa: F401  (the tables, re-exported)
     _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
 from .returns_at import returns_at, arity_of as _arity
-from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, join, keep  # noqa: F401  (re-exported)
+from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, built, join, keep  # noqa: F401  (re-exported)
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
 
@@ -559,6 +559,8 @@ class Evaluator:
         if isinstance(e.value, ast.Name) and e.value.id == "self":
             return self.hub.self_attr_value(self.view, e, d)
         base = self.value(e.value, d)
+        if base.varying and base.src.fields is not None:  # an attribute of an object we do not see
+            return Value("V", base.src.built(None)) if e.attr in base.src.fields else X
         if base.varying and base.src.cat == DATA and e.attr in _SHAPE_ATTRS:
             return X
         if base.varying and base.src.cat == RANK and e.attr != "device":
@@ -652,7 +654,7 @@ class Evaluator:
             if any(w in low for w in _SYNC_WORDS):
                 return X
             v = join(self.value(a, d) for a in args)
-            return v if v.varying else X
+            return built(self, e, f.id, v, d) if v.varying else X
         if isinstance(f, ast.Attribute):
             low = f.attr.lower()
             if f.attr in _PARSE_METHODS:
@@ -662,7 +664,7 @@ class Evaluator:
             if any(w in low for w in _SYNC_WORDS):
                 return X
             recv = self.value(f.value, d)
-            if recv.varying:
+            if recv.varying and recv.src.fields is None:  # a method of an object we do not see: its arguments
                 if recv.src.cat == DATA and f.attr in _SHAPE_METHODS:
                     return X
                 return recv
@@ -672,7 +674,7 @@ class Evaluator:
                 return recv
             av = join(self.value(a, d) for a in args)
             if av.varying:
-                return av
+                return built(self, e, f.attr, av, d) if not recv.varying else av
             if recv.uniform and av.uniform and f.attr in _PURE_METHODS:
                 return U
             return X

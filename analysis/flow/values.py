@@ -12,23 +12,33 @@ GROUP = "<group>"  # ``Src.group`` of a process group's rank
 class Src:
     """Where rank variance comes from: a category, words for messages, and the node."""
 
-    __slots__ = ("cat", "desc", "line", "path", "via", "call", "call_path", "group")
+    __slots__ = ("cat", "desc", "line", "path", "via", "call", "call_path", "group", "fields")
 
     def __init__(self, cat: str, desc: str, line: int, path: str | None, via: str = "", call=None,
-                 call_path: str | None = None, group: str | None = None):
+                 call_path: str | None = None, group: str | None = None, fields: frozenset | None = None):
         self.cat, self.desc, self.line, self.path = cat, desc, line, path
-        # through a call: "passed to `f` as `x` at line 31", and that call (for related locations)
+        # an object of a class we do not see, built with this value as an argument
+        # (``Accelerator(project_dir=stamp)``): only the attributes named like the keywords that
+        # received it may hold it (``fields``); the others, and its methods, are unknown. None: a
+        # plain value. Through a call: "passed to `f` as `x` at line 31", and that call (for related locations)
         self.via, self.call, self.call_path = via, call, call_path
         # a rank within part of the world, not the global one: the mesh dimension's name
         # (``mesh["dp"].get_local_rank()``), or ``GROUP`` for ``get_rank(group)``
         self.group = group
+        self.fields = fields
 
     def step(self, words: str, call=None, call_path=None) -> "Src":
         """The same source, one step further along the cause chain."""
         via = f"{self.via}, {words}" if self.via else words
         if call is None:
             call, call_path = self.call, self.call_path
-        return Src(self.cat, self.desc, self.line, self.path, via, call, call_path, self.group)
+        return Src(self.cat, self.desc, self.line, self.path, via, call, call_path, self.group, self.fields)
+
+    def built(self, fields) -> "Src":
+        """The same source, held by an opaque object (``fields``: see ``__init__``; None: read
+        back out of it as a plain value again)."""
+        return Src(self.cat, self.desc, self.line, self.path, self.via, self.call, self.call_path, self.group,
+                   None if fields is None else frozenset(fields))
 
     def text(self, here: str | None = None) -> str:
         where = f"line {self.line}" if (self.path is None or self.path == here) else f"{_short(self.path)}:{self.line}"
@@ -142,3 +152,25 @@ def join(vals) -> Value:
 
 def _V(view, cat: str, desc: str, node: ast.AST, group: str | None = None) -> Value:
     return Value("V", Src(cat, desc, getattr(node, "lineno", 0), view.path, group=group))
+
+
+def built(ev, call: ast.Call, name: str | None, v: Value, d: int) -> Value:
+    """``v``, the value of ``call``, an instance of a class we do not see (``name`` capitalised:
+    ``Accelerator(..., project_dir=stamp)``) built with a rank-varying argument, marked as such
+    (``Src.fields``: the keywords that received a rank-varying value), so that only the attribute
+    stored from that argument is rank-varying, not every attribute and method of the object.
+    Unchanged for anything else, and for an argument that may be the object's contents (this
+    rank's data passed by position, ``**extra``)."""
+    if not (v.varying and name and name[:1].isupper()) or v.src.cat == RANK:
+        return v  # (an object built with the rank: ``Evaluator._attribute`` keeps only its ``device``)
+    for a in call.args:
+        av = ev.value(a, d)
+        if av.varying and (isinstance(a, ast.Starred) or av.src.cat == DATA):
+            return v
+    fields = set()
+    for k in call.keywords:
+        if ev.value(k.value, d).varying:
+            if k.arg is None:
+                return v
+            fields.add(k.arg)
+    return Value("V", v.src.built(fields))

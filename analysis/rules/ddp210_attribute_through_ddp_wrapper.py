@@ -10,6 +10,7 @@ from ..flow.modern import hub
 from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
 from ..flow.calls import call_args
+from ..flow.same_tests import ruled_out_by_same_test
 from ..flow.wrapped import (NOT_DDP_PLUGINS, branch_excludes_wrap, contradicts, guards, handles_attribute_error,
                             implied, is_model_class, tested_values, wrap_origins)
 from ._common import shown_path
@@ -58,7 +59,9 @@ class AttributeThroughDdpWrapper(Rule):
     `is_clip(model) and model.output_dict`), inside a `try` that
     catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
     args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`, also
-    after an `assert not distributed` or an `if distributed: raise` in an enclosing block); a
+    after an `assert not distributed` or an `if distributed: raise` in an enclosing block); a read
+    under the same unchanged test as an earlier rebinding of the name (`if is_main: model =
+    accelerator.unwrap_model(model)` ... `if is_main: model.save_weights(path)`); a
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
     in a method other than `__init__` (or a method `__init__` calls) is not assumed to be wrapped
     when another method reads it: the class's users call its methods in an order the rule does not
@@ -203,7 +206,8 @@ class AttributeThroughDdpWrapper(Rule):
             # DDP(...)`` and ``if method == "grad_to_none": model.trunk`` never hold together)
             wraps = [(v, c) for v, c in wraps if not contradicts(guards(c, settled=True), facts)
                      and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)
-                     and not branch_excludes_wrap(an, view, node, v, c)]
+                     and not branch_excludes_wrap(an, view, node, v, c)
+                     and not (v is view and isinstance(holder, ast.Name) and ruled_out_by_same_test(c, node, holder.id))]
             if not wraps:
                 continue
             v, call = wraps[0]
