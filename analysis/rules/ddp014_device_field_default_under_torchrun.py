@@ -74,7 +74,7 @@ class DeviceFieldDefaultUnderTorchrun(Rule):
             if sv is not view:
                 continue
             related = []
-            for v, node, what in ((cv, decl, f"`{attr}` is declared here, default `{decl.value and _default(decl)}`"),
+            for v, node, what in ((cv, decl, f"`{attr}` is declared here, default `{_default(decl)}`"),
                                   (uv, use, "and pinned as the device here")):
                 if v is view:
                     related.append((node, what))
@@ -84,7 +84,7 @@ class DeviceFieldDefaultUnderTorchrun(Rule):
                 f"{os.path.relpath(uv.path, here) if here and uv.path else uv.path}:{use.lineno}"
             ctx.report(
                 read,
-                f"`{fn.name}` configures the torchrun run from `RANK` but never sets `{attr}`, which keeps its "
+                f"`{fn.name}` configures a torchrun run from the launcher's environment but never sets `{attr}`, which keeps its "
                 f"default on every process and is pinned as the CUDA device ({where}): every rank of a node "
                 f"uses the same GPU. Set it from `LOCAL_RANK`",
                 related=related,
