@@ -243,6 +243,12 @@ def device_default_gaps(hub, views) -> list:
     return out
 
 
+def set_in(hub, views, cls_view, cls, attr: str) -> bool:
+    """An assignment in ``views`` may set field ``attr`` of ``cls`` on the torchrun path (for a
+    rule that also asks the project's modules outside the program, the ones naming the field)."""
+    return _set_elsewhere(hub, views, (cls_view, cls, attr), None)
+
+
 def _set_elsewhere(hub, views, fld, setup) -> bool:
     for v in views:
         for s in ast.walk(v.tree):

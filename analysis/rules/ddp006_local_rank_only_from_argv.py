@@ -163,7 +163,7 @@ def _field_options(rule, ctx) -> None:
     the setup's path only; another launcher's `SLURM_LOCALID` does not clear it)."""
     import ast
 
-    from ..flow.config_devices import dataclass_field, device_default_gaps, is_dataclass
+    from ..flow.config_devices import dataclass_field, device_default_gaps, is_dataclass, set_in
     from ..flow.rank_kinds import LOCAL_RANK_OPTIONS
     from ._common import project_files_naming
 
@@ -190,6 +190,9 @@ def _field_options(rule, ctx) -> None:
             continue
         for (sv, fn, _p, _cls, _st, read), attr, (cv, decl), (uv, use) in device_default_gaps(an, program_views(an, v)):
             if cv is not view or decl not in decls or decl in done:
+                continue
+            # any module of the project that may set the field (a caller storing `LOCAL_RANK`)
+            if set_in(an, [w for _c, w in (project_files_naming(ctx, [attr]) or [])], view, decls[decl][0], attr):
                 continue
             done.add(decl)
             _cls, spell, default = decls[decl]

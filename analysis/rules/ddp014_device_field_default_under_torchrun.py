@@ -4,10 +4,11 @@ import os
 
 from ..model import Severity
 from ..registry import Rule
-from ..flow.config_devices import device_default_gaps
+from ..flow.config_devices import device_default_gaps, set_in
 from ..flow.modern import hub
 from ..flow.rank_kinds import program_views
 from ..flow.testing import is_test_file
+from ._common import project_files_naming
 
 
 class DeviceFieldDefaultUnderTorchrun(Rule):
@@ -70,8 +71,12 @@ class DeviceFieldDefaultUnderTorchrun(Rule):
         gaps = device_default_gaps(an, program_views(an, view))
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None
-        for (sv, fn, _param, _cls, _stores, read), attr, (cv, decl), (uv, use) in gaps:
+        for (sv, fn, _param, (clv, cls), _stores, read), attr, (cv, decl), (uv, use) in gaps:
             if sv is not view:
+                continue
+            # a module outside this file's program (one that imports it) may set the field
+            others = [v for _c, v in (project_files_naming(ctx, [attr]) or [])]
+            if set_in(an, others, clv, cls, attr):
                 continue
             related = []
             for v, node, what in ((cv, decl, f"`{attr}` is declared here, default `{_default(decl)}`"),
