@@ -11,7 +11,10 @@ they store into attributes of a parameter of the class values read from the laun
 environment (``RANK`` / ``WORLD_SIZE``), plain or tuple assignments. The value of the device field on
 that path is its default unless an assignment sets it (a plain ``.device = ...`` in the function, or in
 a project helper the function hands the object to; an unknown callee given the object counts as
-setting it). An assignment elsewhere in the program clears the field too, except one that belongs
+setting it). A construction of the class or a ``dataclasses.replace`` that names the field (or
+passes ``**kwargs``, or enough positional arguments), and a ``setattr`` that may name it (except a
+field-by-field copy ``setattr(cfg, k, getattr(ns, k))`` of a parsed namespace, the same on every
+process), clear it. An assignment elsewhere in the program clears the field too, except one that belongs
 to another launcher's path, so its value is no local rank of ``torchrun``'s processes: inside a
 function that reads another launcher's global rank (``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``: the
 ``SLURM_LOCALID`` it stores there is set on SLURM only), a torch_xla ordinal, or a parameter of a
@@ -243,6 +246,19 @@ def device_default_gaps(hub, views) -> list:
     return out
 
 
+def _copies(c: ast.Call) -> bool:
+    """``setattr(cfg, k, getattr(other, k))``: a field-by-field copy of another object (a parsed
+    namespace), which holds what the command line gave every process alike."""
+    v = c.args[2]
+    return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "getattr" \
+        and len(v.args) >= 2 and ast.dump(v.args[1]) == ast.dump(c.args[1])
+
+
+def _positional_reaches(fld, n: int) -> bool:
+    names = [s.target.id for s in fld[1].body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+    return fld[2] not in names or names.index(fld[2]) < n
+
+
 def set_in(hub, views, cls_view, cls, attr: str) -> bool:
     """An assignment in ``views`` may set field ``attr`` of ``cls`` on the torchrun path (for a
     rule that also asks the project's modules outside the program, the ones naming the field)."""
@@ -251,6 +267,18 @@ def set_in(hub, views, cls_view, cls, attr: str) -> bool:
 
 def _set_elsewhere(hub, views, fld, setup) -> bool:
     for v in views:
+        for c in v.sem.calls:
+            # a construction or ``replace`` naming the field, a ``setattr`` that may name it, a
+            # positional construction of the class that reaches it
+            builds = hub.resolve_class(v, c.func) == (fld[0], fld[1])
+            if (builds or v.sem.call_qualname(c) == "dataclasses.replace") \
+                    and any(k.arg == fld[2] or k.arg is None for k in c.keywords):
+                return True
+            if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 3 and not (
+                    isinstance(c.args[1], ast.Constant) and c.args[1].value != fld[2]) and not _copies(c):
+                return True
+            if builds and (_positional_reaches(fld, len(c.args)) or any(isinstance(a, ast.Starred) for a in c.args)):
+                return True
         for s in ast.walk(v.tree):
             if s.__class__ not in (ast.Assign, ast.AnnAssign, ast.AugAssign):
                 continue

@@ -25,7 +25,10 @@ class DeviceFieldDefaultUnderTorchrun(Rule):
     modules the file imports (`flow/config_devices.py`). On the torchrun path the field keeps its
     default unless an assignment sets it: in the function (plain or tuple assignment), in a project
     helper the function hands the object to (an unknown callee given the object counts as setting
-    it), or anywhere else in the program. An assignment that belongs to another launcher's path does
+    it), or anywhere else in the program or in a project module that names the field; so does a
+    construction of the class or a `dataclasses.replace` naming the field, and a `setattr` that may
+    name it (not a field-by-field copy of a parsed namespace: `setattr(cfg, k, getattr(args, k))`
+    carries what the command line gives every process alike). An assignment that belongs to another launcher's path does
     not count: one inside a function that reads another launcher's global rank (`SLURM_PROCID`,
     `OMPI_COMM_WORLD_RANK`; the `SLURM_LOCALID` stored there exists on SLURM only), a torch_xla
     ordinal, or a parameter that the callers fill with the field itself (`pin(cfg.device)` then
