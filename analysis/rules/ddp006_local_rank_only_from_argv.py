@@ -93,11 +93,12 @@ class LocalRankOnlyFromArgv(Rule):
     requires_text = ("--local_rank", "--local-rank")
     # a configuration module that only declares the option need not spell "torch"; the finding
     # then needs a program that imports it (``_imports_torch``)
-    base_text = ("torch", "add_argument")
+    base_text = ("torch", "add_argument", "dataclass")
 
     def finish(self, ctx) -> None:
         if is_test_file(ctx.filename):
             return
+        _field_options(self, ctx)
         opts = local_rank_options(ctx.sem)
         if not opts:
             return
@@ -151,6 +152,60 @@ class LocalRankOnlyFromArgv(Rule):
                 f"{launch}. Default it to the environment's `LOCAL_RANK`",
                 related=related,
                 fix=_make_fix(ctx, c, default),
+            )
+
+
+def _field_options(rule, ctx) -> None:
+    """A configuration dataclass field that declares the option (a `--local_rank` string in its
+    `field(metadata=...)`, which the project's dataclass-to-argparse code turns into the option)
+    with a constant default, which a torchrun setup of a module naming the class leaves at that
+    default while the program pins it as the device (``flow/config_devices.device_default_gaps``:
+    the setup's path only; another launcher's `SLURM_LOCALID` does not clear it)."""
+    import ast
+
+    from ..flow.config_devices import dataclass_field, device_default_gaps, is_dataclass, set_in
+    from ..flow.rank_kinds import LOCAL_RANK_OPTIONS
+    from ._common import project_files_naming
+
+    an, view = hub(ctx)
+    decls = {}
+    for cls in view.classes.values():
+        if not is_dataclass(view, cls):
+            continue
+        for s in cls.body:
+            if not (isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)):
+                continue
+            got = dataclass_field(view, cls, s.target.id)
+            if got is None or got[2] is None or not (isinstance(got[1], ast.Constant) and type(got[1].value) is int):
+                continue
+            spelled = [v.value for v in got[2].values if isinstance(v, ast.Constant) and v.value in LOCAL_RANK_OPTIONS]
+            if spelled:
+                decls[s] = (cls, spelled[0], got[1])
+    if not decls:
+        return
+    files = project_files_naming(ctx, sorted({c.name for c, _s, _d in decls.values()})) or []
+    done = set()
+    for _c, v in files:
+        if v is view:
+            continue
+        for (sv, fn, _p, _cls, _st, read), attr, (cv, decl), (uv, use) in device_default_gaps(an, program_views(an, v)):
+            if cv is not view or decl not in decls or decl in done:
+                continue
+            # any module of the project that may set the field (a caller storing `LOCAL_RANK`)
+            if set_in(an, [w for _c, w in (project_files_naming(ctx, [attr]) or [])], view, decls[decl][0], attr):
+                continue
+            done.add(decl)
+            _cls, spell, default = decls[decl]
+            here = os.path.dirname(os.path.abspath(ctx.filename))
+            rel = os.path.relpath(sv.path, here) if sv.path else sv.path
+            ctx.report(
+                decl,
+                f"the local rank comes only from `{spell}` (field `{attr}`, default `{ctx.text(default)}`): the "
+                f"torchrun setup `{fn.name}` ({rel}:{read.lineno}) never sets it and torchrun never passes "
+                f"`--local-rank`, so every process keeps `{ctx.text(default)}` as its CUDA device. Default it to the "
+                f"environment's `LOCAL_RANK`",
+                related=[("file", sv.path, _range(sv, read), "the torchrun setup"),
+                         ("file", uv.path, _range(uv, use), "the field pinned as the device")],
             )
 
 

@@ -3,8 +3,10 @@ import os
 import torch
 import torch.distributed as dist
 
+from seqtrain.config import DistSection, SeqTrainConfig
 
-def infer_init_method(dcfg, force_distributed=False):
+
+def infer_init_method(dcfg: DistSection, force_distributed=False):
     if dcfg.init_method is not None:
         return
     if all(key in os.environ for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")):
@@ -14,7 +16,7 @@ def infer_init_method(dcfg, force_distributed=False):
         _init_single_node(dcfg)
 
 
-def _init_from_launcher_env(dcfg):
+def _init_from_launcher_env(dcfg: DistSection):
     dcfg.init_method = "env://"
     dcfg.world_size = int(os.environ["WORLD_SIZE"])
     dcfg.rank = int(os.environ["RANK"])
@@ -22,16 +24,16 @@ def _init_from_launcher_env(dcfg):
     dcfg.no_spawn = True
 
 
-def _init_single_node(dcfg):
+def _init_single_node(dcfg: DistSection):
     dcfg.init_method = f"tcp://localhost:{dcfg.port}"
     dcfg.no_spawn = False
 
 
-def run_worker(device_index, main, cfg):
-    dcfg = cfg.distributed
-    dcfg.device_id = device_index
+def run_worker(device_index, main, cfg: SeqTrainConfig):
+    cfg.distributed.device_id = device_index
     if torch.cuda.is_available():
-        torch.cuda.set_device(dcfg.device_id)
+        torch.cuda.set_device(cfg.distributed.device_id)
+    dcfg = cfg.distributed
     dist.init_process_group("nccl", init_method=dcfg.init_method, world_size=dcfg.world_size, rank=dcfg.rank)
     try:
         main(cfg)
@@ -39,10 +41,9 @@ def run_worker(device_index, main, cfg):
         dist.destroy_process_group()
 
 
-def call_main(cfg, main):
-    dcfg = cfg.distributed
-    if dcfg.init_method is None:
-        infer_init_method(dcfg)
-    if dcfg.init_method is not None and dcfg.no_spawn:
-        return run_worker(dcfg.device_id, main, cfg)
+def call_main(cfg: SeqTrainConfig, main):
+    if cfg.distributed.init_method is None:
+        infer_init_method(cfg.distributed)
+    if cfg.distributed.init_method is not None and cfg.distributed.no_spawn:
+        return run_worker(cfg.distributed.device_id, main, cfg)
     return main(cfg)

@@ -1,0 +1,296 @@
+"""A config object's device field that a launcher path leaves at its dataclass default.
+
+A configuration dataclass declares the CUDA device of a process as a field with a constant default
+(``device: int = 0`` or ``field(default=0, ...)``); code pins ``torch.cuda.set_device(cfg.device)``
+(any device-index use, ``flow/rank_kinds.device_sinks``) on a value of that class. The class of an
+expression is read from annotations: a parameter annotated with a project class, and a dataclass
+field annotated with another (``cfg.train.device`` where ``cfg: Top`` and ``Top.train: TrainCfg``).
+
+``torchrun_setups(hub, views)`` lists the functions that configure such an object for ``torchrun``:
+they store into attributes of a parameter of the class values read from the launcher's global
+environment (``RANK`` / ``WORLD_SIZE``), plain or tuple assignments. The value of the device field on
+that path is its default unless an assignment sets it (a plain ``.device = ...`` in the function, or in
+a project helper the function hands the object to; an unknown callee given the object counts as
+setting it). A construction of the class or a ``dataclasses.replace`` that names the field (or
+passes ``**kwargs``, or enough positional arguments), and a ``setattr`` that may name it (except a
+field-by-field copy ``setattr(cfg, k, getattr(ns, k))`` of a parsed namespace, the same on every
+process), clear it. An assignment elsewhere in the program clears the field too, except one that belongs
+to another launcher's path, so its value is no local rank of ``torchrun``'s processes: inside a
+function that reads another launcher's global rank (``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``: the
+``SLURM_LOCALID`` it stores there is set on SLURM only), a torch_xla ordinal, or a parameter of a
+function whose callers pass the field's own value (``pin(cfg.device)`` -> ``cfg.device = i``).
+``device_default_gaps`` answers with (launcher function, the rank read in it, the field, its
+declaration, the device use) for each field the launcher leaves at a constant default.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES
+from .rank_kinds import PLACED_RANK_ENV, device_sinks, env_keys_of
+
+TORCHRUN_GLOBAL = frozenset({"RANK", "WORLD_SIZE"})
+TORCHRUN_ENV = TORCHRUN_GLOBAL | {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
+_MAX = 4
+
+
+def is_dataclass(view, cls: ast.ClassDef) -> bool:
+    for d in cls.decorator_list:
+        f = d.func if isinstance(d, ast.Call) else d
+        if view.sem.qualname(f) in ("dataclasses.dataclass", "pydantic.dataclasses.dataclass"):
+            return True
+    return False
+
+
+def dataclass_field(view, cls: ast.ClassDef, name: str):
+    """(AnnAssign, default expression or None, metadata dict or None) of field ``name``."""
+    if not is_dataclass(view, cls):
+        return None
+    for s in cls.body:
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id == name:
+            v = s.value
+            if isinstance(v, ast.Call) and view.sem.qualname(v.func) == "dataclasses.field":
+                kw = {k.arg: k.value for k in v.keywords}
+                meta = kw.get("metadata")
+                return s, kw.get("default"), meta if isinstance(meta, ast.Dict) else None
+            return s, v, None
+    return None
+
+
+def _param_annotation(fn, name: str):
+    a = fn.args
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        if p.arg == name:
+            return p.annotation
+    return None
+
+
+def _annotation_expr(ann):
+    """``Cls`` of ``Cls``, ``"Cls"``, ``Optional[Cls]``."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(ann, ast.Subscript) and isinstance(ann.value, (ast.Name, ast.Attribute)) \
+            and getattr(ann.value, "id", getattr(ann.value, "attr", "")) == "Optional":
+        ann = ann.slice
+    return ann if isinstance(ann, (ast.Name, ast.Attribute)) else None
+
+
+def expr_class(hub, view, fn, expr, depth: int = 0):
+    """(view, ClassDef) of the project class ``expr`` holds, by annotations (module docstring)."""
+    if depth > _MAX or fn is None:
+        return None
+    if isinstance(expr, ast.Name):
+        ann = _annotation_expr(_param_annotation(fn, expr.id))
+        return hub.resolve_class(view, ann) if ann is not None else None
+    if isinstance(expr, ast.Attribute):
+        got = expr_class(hub, view, fn, expr.value, depth + 1)
+        if got is None:
+            return None
+        cv, cls = got
+        f = dataclass_field(cv, cls, expr.attr)
+        ann = _annotation_expr(f[0].annotation) if f else None
+        return hub.resolve_class(cv, ann) if ann is not None else None
+    return None
+
+
+def field_of(hub, view, fn, expr):
+    """(class view, ClassDef, field name) when ``expr`` is ``<value of a dataclass>.<field>``."""
+    if not isinstance(expr, ast.Attribute):
+        return None
+    got = expr_class(hub, view, fn, expr.value)
+    if got is None or dataclass_field(got[0], got[1], expr.attr) is None:
+        return None
+    return got[0], got[1], expr.attr
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and a[1] is b[1] and a[2] == b[2]
+
+
+def _targets(stmt):
+    """(target, value or None) pairs of an assignment statement (tuples element by element)."""
+    if isinstance(stmt, ast.Assign):
+        out = []
+        for t in stmt.targets:
+            if isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple) and len(t.elts) == len(stmt.value.elts):
+                out.extend(zip(t.elts, stmt.value.elts))
+            elif isinstance(t, ast.Tuple):
+                out.extend((e, None) for e in t.elts)
+            else:
+                out.append((t, stmt.value))
+        return out
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        return [(stmt.target, stmt.value)]
+    return []
+
+
+def _functions(view):
+    return [n for n in ast.walk(view.tree) if isinstance(n, FUNC_TYPES)]
+
+
+def _reads_placed(hub, view, fn) -> bool:
+    """``fn`` reads another launcher's global rank (its path is that launcher's)."""
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Call, ast.Subscript)):
+            keys = env_keys_of(hub, view, n, n)
+            if keys and keys & PLACED_RANK_ENV:
+                return True
+    return False
+
+
+def torchrun_setups(hub, views) -> list:
+    """[(view, fn, param, (class view, ClassDef), {attr: stmt}, rank read stmt)] (module docstring)."""
+    out = []
+    for v in views:
+        for fn in _functions(v):
+            stores: dict = {}
+            read = None
+            for s in ast.walk(fn):
+                if s.__class__ not in (ast.Assign, ast.AnnAssign) or v.sem.enclosing_function(s) is not fn:
+                    continue
+                for t, val in _targets(s):
+                    if not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)):
+                        continue
+                    stores.setdefault(t.value.id, {})[t.attr] = s
+                    keys = env_keys_of(hub, v, val, s) if val is not None else None
+                    if read is None and keys and keys <= TORCHRUN_ENV and keys & TORCHRUN_GLOBAL:
+                        read = (t.value.id, s)
+            if read is None:
+                continue
+            cls = expr_class(hub, v, fn, ast.Name(id=read[0], ctx=ast.Load()))
+            if cls is not None and is_dataclass(*cls):
+                out.append((v, fn, read[0], cls, stores.get(read[0], {}), read[1]))
+    return out
+
+
+def _hands_object(hub, view, fn, param: str, attr: str, depth: int = 0) -> bool:
+    """``fn`` passes ``param`` to a callee that may set ``.attr`` on it (unknown callees may)."""
+    for c in view.sem.scope_calls(fn):
+        given = [a for a in (*c.args, *(k.value for k in c.keywords)) if isinstance(a, ast.Name) and a.id == param]
+        if not given:
+            continue
+        got = hub.resolve_call(view, c)
+        if got is None or depth >= _MAX:
+            return True
+        v2, f2 = got
+        names = [p.arg for p in (*f2.args.posonlyargs, *f2.args.args, *f2.args.kwonlyargs)]
+        pos = [i for i, a in enumerate(c.args) if isinstance(a, ast.Name) and a.id == param]
+        kws = [k.arg for k in c.keywords if isinstance(k.value, ast.Name) and k.value.id == param]
+        off = 1 if names and names[0] in ("self", "cls") and isinstance(c.func, ast.Attribute) else 0
+        inner = [names[i + off] for i in pos if i + off < len(names)] + [k for k in kws if k]
+        if len(inner) != len(given):
+            return True
+        for p in inner:
+            if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == p and t.attr == attr
+                   for s in ast.walk(f2) for t, _v in _targets(s)):
+                return True
+            if _hands_object(hub, v2, f2, p, attr, depth + 1):
+                return True
+    return False
+
+
+def _flows_from_field(hub, view, fn, val, fld, views) -> bool:
+    """``val`` is a parameter of ``fn`` that some project caller fills with the field itself."""
+    if not (isinstance(val, ast.Name) and _param_annotation(fn, val.id) is None
+            and any(p.arg == val.id for p in (*fn.args.posonlyargs, *fn.args.args))):
+        return False
+    idx = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args)].index(val.id)
+    for v in views:
+        for c in v.sem.calls:
+            if idx < len(c.args) and isinstance(c.args[idx], ast.Attribute):
+                got = hub.resolve_call(v, c)
+                if got is not None and got[1] is fn \
+                        and _same(field_of(hub, v, v.sem.enclosing_function(c), c.args[idx]), fld):
+                    return True
+    return False
+
+
+def _other_path(hub, view, fn, val) -> bool:
+    """An assignment of the field that is no local rank of torchrun's processes (module docstring)."""
+    if val is None:
+        return False
+    if isinstance(val, ast.Call) and (view.sem.qualname(val.func) or "").startswith("torch_xla."):
+        return True
+    return fn is not None and _reads_placed(hub, view, fn)
+
+
+def device_default_gaps(hub, views) -> list:
+    """[(setup, field name, (class view, AnnAssign), (use view, use node))] for each device field a
+    torchrun setup of ``views`` leaves at a constant default while the program pins it."""
+    setups = torchrun_setups(hub, views)
+    if not setups:
+        return []
+    uses = []
+    for v in views:
+        for site, _call, _what in device_sinks(v):
+            fn = v.sem.enclosing_function(site)
+            fld = field_of(hub, v, fn, site)
+            if fld is not None:
+                uses.append((v, fn, site, fld))
+    out = []
+    for setup in setups:
+        v, fn, param, (cv, cls), stores, _read = setup
+        for uv, ufn, site, fld in uses:
+            if fld[1] is not cls or fld[2] in stores:
+                continue
+            decl = dataclass_field(cv, cls, fld[2])
+            if decl is None or not (isinstance(decl[1], ast.Constant) and type(decl[1].value) is int):
+                continue
+            if _hands_object(hub, v, fn, param, fld[2]) or _set_elsewhere(hub, views, fld, setup):
+                continue
+            out.append((setup, fld[2], (cv, decl[0]), (uv, site)))
+            break
+    return out
+
+
+def _copies(c: ast.Call) -> bool:
+    """``setattr(cfg, k, getattr(other, k))``: a field-by-field copy of another object (a parsed
+    namespace), which holds what the command line gave every process alike."""
+    v = c.args[2]
+    return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "getattr" \
+        and len(v.args) >= 2 and ast.dump(v.args[1]) == ast.dump(c.args[1])
+
+
+def _positional_reaches(fld, n: int) -> bool:
+    names = [s.target.id for s in fld[1].body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+    return fld[2] not in names or names.index(fld[2]) < n
+
+
+def set_in(hub, views, cls_view, cls, attr: str) -> bool:
+    """An assignment in ``views`` may set field ``attr`` of ``cls`` on the torchrun path (for a
+    rule that also asks the project's modules outside the program, the ones naming the field)."""
+    return _set_elsewhere(hub, views, (cls_view, cls, attr), None)
+
+
+def _set_elsewhere(hub, views, fld, setup) -> bool:
+    for v in views:
+        for c in v.sem.calls:
+            # a construction or ``replace`` naming the field, a ``setattr`` that may name it, a
+            # positional construction of the class that reaches it
+            builds = hub.resolve_class(v, c.func) == (fld[0], fld[1])
+            if (builds or v.sem.call_qualname(c) == "dataclasses.replace") \
+                    and any(k.arg == fld[2] or k.arg is None for k in c.keywords):
+                return True
+            if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 3 and not (
+                    isinstance(c.args[1], ast.Constant) and c.args[1].value != fld[2]) and not _copies(c):
+                return True
+            if builds and (_positional_reaches(fld, len(c.args)) or any(isinstance(a, ast.Starred) for a in c.args)):
+                return True
+        for s in ast.walk(v.tree):
+            if s.__class__ not in (ast.Assign, ast.AnnAssign, ast.AugAssign):
+                continue
+            for t, val in _targets(s):
+                if not (isinstance(t, ast.Attribute) and t.attr == fld[2]):
+                    continue
+                fn = v.sem.enclosing_function(s)
+                got = field_of(hub, v, fn, t)
+                if got is not None and not _same(got, fld):
+                    continue  # another class's field of that name
+                if isinstance(s, ast.AugAssign) or _other_path(hub, v, fn, val) \
+                        or (fn is not None and _flows_from_field(hub, v, fn, val, fld, views)):
+                    continue
+                return True
+    return False
