@@ -75,7 +75,7 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
                     return False
                 continue
             fr = ctx_of.get(id(c)) if m.name == "__init__" else None
-            if collect_binding(hub, v, val, found, others, 0, path, fr or None) is False:
+            if collect_binding(hub, _collect, v, val, found, others, 0, path, fr or None) is False:
                 return False
     return True
 
@@ -137,7 +137,7 @@ def _instance_field(hub, view, expr, at, found, others, depth):
                         return False
                     continue
                 any_binding = True
-                if collect_binding(hub, v, val, found, others, depth, path,
+                if collect_binding(hub, _collect, v, val, found, others, depth, path,
                                     (fr or None) if m.name == "__init__" else None) is False:
                     return False
     return True if any_binding else None
