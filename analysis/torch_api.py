@@ -88,12 +88,17 @@ def backend_mentions_nccl(expr: ast.AST | None, ctx, scope: ast.AST, depth: int 
 def attribute_store_value(sem, base: str, attr: str) -> ast.AST | None:
     """The value of the one store ``base.attr = value`` of the module (any function); None when
     there is none or several (a value set in two places is not one value)."""
-    found = []
-    for st in sem.by_type.get(ast.Assign, ()):
-        for tg in st.targets:
-            if tg.__class__ is ast.Attribute and tg.attr == attr and tg.value.__class__ is ast.Name \
-                    and tg.value.id == base:
-                found.append(st.value)
+    index = sem.__dict__.get("_attr_stores")
+    if index is None:
+        # every ``name.attr = value`` of the module, indexed once per model instead of one scan of
+        # the module's assignments per question
+        index = {}
+        for st in sem.by_type.get(ast.Assign, ()):
+            for tg in st.targets:
+                if tg.__class__ is ast.Attribute and tg.value.__class__ is ast.Name:
+                    index.setdefault((tg.value.id, tg.attr), []).append(st.value)
+        sem._attr_stores = index
+    found = index.get((base, attr), ())
     return found[0] if len(found) == 1 else None
 
 

@@ -69,6 +69,7 @@ class Analysis(Summaries):
         self.ctor_views: dict[int, object] = {}  # id(DDP(...) call bound in a context) -> its view
         self._resolved: dict = {}  # (view, call) -> resolve_call's answer, once per check
         self._modules: dict = {}  # (importing path, module, level) -> view or None, once per check
+        self._collected: dict = {}  # ``class_chains.collect_binding``'s answers, once per check
 
     # -- plumbing ---------------------------------------------------------------------------
     def evaluator(self, view, ctx=None) -> Evaluator:

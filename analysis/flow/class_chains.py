@@ -98,3 +98,31 @@ def _is_super_init(call: ast.Call) -> bool:
     f = call.func
     return isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
         and isinstance(f.value.func, ast.Name) and f.value.func.id == "super"
+
+
+def collect_binding(hub, collect, view, val, found, others, depth, path, frames):
+    """``collect`` (``wrapped._collect``) of the value of a ``self.<attr>`` binding, read where it is bound: once per
+    check for each (binding, depth, path, frames), since every read of the attribute in the class's
+    methods, and every instance field of the class, asks for the same bindings again. What it
+    found is merged into ``found`` as ``collect`` would have added it (no call twice). Not kept
+    while a summary or another view's walk is in progress (its answers may be provisional, and the
+    modules it reads are that view's dependencies)."""
+    keep = not hub._in_progress and not hub._view_stack
+    memo = hub._collected
+    key = (view, val, depth, path, frames)
+    got = memo.get(key) if keep else None
+    if got is None:
+        sub, sub_others = [], [False]
+        ok = collect(hub, view, val, val, sub, sub_others, depth, path, frames=frames)
+        got = (ok, sub, sub_others[0])
+        if keep:
+            memo[key] = got
+    ok, sub, other = got
+    if ok is False:
+        return False
+    for item in sub:
+        if not any(c is item[1] for _, c in found):
+            found.append(item)
+    if other:
+        others[0] = True
+    return ok

@@ -67,11 +67,10 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                             out.append(_leaf(view, it.context_expr, path, keep_path, frames))
             return out
         if kind == "param" and isinstance(evs, FUNC_TYPES):
-            from .context import call_args
             out = []
             if frames and frames[-1][0] is evs:  # the call whose return we are in
                 _, c, cv = frames[-1]
-                a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
+                a = _argument(c, evs, expr.id)
                 if a is None:  # the default: a value of the callee's module
                     d = _default_of(evs, expr.id)
                     return [] if d is None else origins(hub, view, d, evs, depth + 1, path, keep_path, frames[:-1], limit=limit, callers=callers)
@@ -82,7 +81,7 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
             for cv, c in sites:
                 if cv is view and _inside(c, evs):
                     continue  # a recursive call passes a value made from the parameter: the outer calls give its origins
-                a = next((a for p, a in call_args(c, evs) if p == expr.id), None)
+                a = _argument(c, evs, expr.id)
                 if a is not None:
                     out.extend(origins(hub, cv, a, c, depth + 1, path, keep_path, () if frames is not None else None,
                                        limit=limit, callers=callers))
@@ -377,11 +376,30 @@ def _constructed_attr(hub, cv, cls, call, bv, expr, at, depth, path, keep_path, 
 def _stores_attr(view, base: str, name: str, at) -> bool:
     """The scope of ``at`` assigns ``<base>.<name>`` somewhere."""
     fn = view.sem.enclosing_function(at)
-    for n in iter_scope_nodes(fn if fn is not None else view.tree):
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == name \
-                and isinstance(n.value, ast.Name) and n.value.id == base:
-            return True
-    return False
+    scope = fn if fn is not None else view.tree
+    got = scope.__dict__.get("_as")  # every ``(base, name)`` stored in the scope, found once
+    if got is None:
+        got = scope._as = frozenset(
+            (n.value.id, n.attr) for n in iter_scope_nodes(scope)
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name))
+    return (base, name) in got
+
+
+def _argument(call: ast.Call, fn, name: str):
+    """The argument ``call`` passes to ``fn``'s parameter ``name`` (``call_args``), None for none:
+    the pairs are found once per (call, function) and kept on the call node, since every walk
+    through a parameter asks the same calls again."""
+    memo = call.__dict__.get("_ca")
+    if memo is None:
+        memo = call._ca = {}
+    got = memo.get(fn)
+    if got is None:
+        from .context import call_args
+
+        got = memo[fn] = {}
+        for p, a in call_args(call, fn):
+            got.setdefault(p, a)  # (the first pair of a name, as a scan of the pairs finds it)
+    return got.get(name)
 
 
 def _default_of(fn, name: str):

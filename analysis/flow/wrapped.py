@@ -23,7 +23,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, parent, subtree
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
 from .assignments import has_ancestor
-from .class_chains import ctor_chain, runs_first, self_bindings
+from .class_chains import collect_binding, ctor_chain, runs_first, self_bindings
 from .instances import class_named
 from .records import class_chain
 from .origins import _attr_path, origins
@@ -75,7 +75,7 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
                     return False
                 continue
             fr = ctx_of.get(id(c)) if m.name == "__init__" else None
-            if _collect(hub, v, val, val, found, others, 0, path, frames=fr or None) is False:
+            if collect_binding(hub, _collect, v, val, found, others, 0, path, fr or None) is False:
                 return False
     return True
 
@@ -137,8 +137,8 @@ def _instance_field(hub, view, expr, at, found, others, depth):
                         return False
                     continue
                 any_binding = True
-                if _collect(hub, v, val, val, found, others, depth, path,
-                            frames=(fr or None) if m.name == "__init__" else None) is False:
+                if collect_binding(hub, _collect, v, val, found, others, depth, path,
+                                    (fr or None) if m.name == "__init__" else None) is False:
                     return False
     return True if any_binding else None
 
