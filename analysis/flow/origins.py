@@ -119,10 +119,12 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
         if got is not None:
             return got
     if isinstance(expr, ast.Subscript) and isinstance(expr.ctx, ast.Load):
-        # ``loaders["train"]``, ``pair[0]``: the entry of the container the value comes from
+        # ``loaders["train"]``, ``pair[0]``: the entry of the container the value comes from. The
+        # step is syntactic (the subscripted expression is smaller; the key joins the path), so it
+        # costs no depth: ``cfg["data"]["train"]["shuffle"]`` is as near as ``cfg``
         k = const_key(expr.slice)
         if k is not None:
-            got = origins(hub, view, expr.value, at, depth + 1, (k, *path), keep_path, frames, limit=limit, callers=callers)
+            got = origins(hub, view, expr.value, at, depth, (k, *path), keep_path, frames, limit=limit, callers=callers)
             if got:
                 return got
     if isinstance(expr, ast.Call):

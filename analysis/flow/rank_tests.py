@@ -325,8 +325,11 @@ def is_rank_like(expr: ast.AST) -> bool:
         s = expr.slice
         if isinstance(s, ast.Constant) and isinstance(s.value, str) and s.value in RANK_ENV:
             return True
-        return False
-    name = _last_name(expr)
+        if not (isinstance(s, ast.Constant) and isinstance(s.value, str)) or s.value.isupper():
+            return False
+        name = s.value  # ``opt["rank"]``: an options dict's entry reads like ``args.rank``
+    else:
+        name = _last_name(expr)
     if name is None:
         return False
     toks = set(_tokens(name))

@@ -37,9 +37,10 @@ class SaveOnEveryRank(Rule):
     and writes to a path that does not depend on the rank.
 
     Guards are recognised as `if rank == 0:`, `if dist.get_rank() == 0:`,
-    `if args.local_rank in [-1, 0]:`, `if master_process:`, `if is_main_process():` (and
-    helpers of the file that return such a test), `if not distributed or rank == 0:`, the `else`
-    of `if rank != 0:`, an early `if rank != 0: return`, a test that the world has one process
+    `if args.local_rank in [-1, 0]:`, `if opt["rank"] == 0:` (an options dict's rank entry),
+    `if master_process:`, `if is_main_process():` (and helpers of the file that return such a
+    test), `if not distributed or rank == 0:`, the `else` of `if rank != 0:`, an early
+    `if rank != 0: return`, a test that the world has one process
     (`if dist.get_world_size() != 1: raise ...`, `WORLD_SIZE` from the environment, read by value
     flow, not by name), decorators such as `@rank_zero_only`, a
     function whose every call in the file is guarded, and a test of a helper's parameter that

@@ -34,8 +34,12 @@ def _varying_beyond_entries(an, seed, v):
                     return v  # unpacked from a tuple: judged as a whole
                 values.append(b.value)
     for e in values:
-        while isinstance(e, ast.Subscript) and isinstance(const_key(e.slice), str):
+        if isinstance(e, ast.Subscript) and isinstance(const_key(e.slice), str):
             e = None  # a config entry: not judged
+        elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "get" \
+                and e.args and isinstance(const_key(e.args[0]), str) \
+                and main.sem.qualname(e.func.value) not in ("os.environ", "environ"):
+            e = None  # ``cfg.get("seed", 0)``: the same entry, read with a default
         if e is not None and ev.value(e).varying:
             return ev.value(e) if e is not seed else v
     return None
