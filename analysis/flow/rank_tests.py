@@ -323,13 +323,10 @@ def is_rank_like(expr: ast.AST) -> bool:
         return True
     if isinstance(expr, ast.Subscript):
         s = expr.slice
-        if isinstance(s, ast.Constant) and isinstance(s.value, str) and s.value in RANK_ENV:
-            return True
         if not (isinstance(s, ast.Constant) and isinstance(s.value, str)) or s.value.isupper():
-            return False
-        name = s.value  # ``opt["rank"]``: an options dict's entry reads like ``args.rank``
-    else:
-        name = _last_name(expr)
+            return isinstance(s, ast.Constant) and s.value in RANK_ENV
+    # ``opt["rank"]``: an options dict's entry reads like ``args.rank``
+    name = expr.slice.value if isinstance(expr, ast.Subscript) else _last_name(expr)
     if name is None:
         return False
     toks = set(_tokens(name))
