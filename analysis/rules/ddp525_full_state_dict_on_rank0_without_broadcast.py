@@ -69,13 +69,13 @@ class FullStateDictOnRank0WithoutBroadcast(Rule):
             a = entry_of(view, c)
             if a is None or a.key not in _STATE_ARGS or not a.qualnames:
                 continue
-            opts = get_arg(c, None, "options")
-            if options_flag(view, opts, c, "full_state_dict", hub=an) is not True:
-                continue
-            if options_flag(view, opts, c, "broadcast_from_rank0", hub=an, missing=False) is not False:
-                continue
             if callers is None:
-                callers = other_call_sites(ctx, an)
+                callers = other_call_sites(ctx, an, methods=True)
+            opts = get_arg(c, None, "options")
+            if options_flag(view, opts, c, "full_state_dict", hub=an, callers=callers) is not True:
+                continue
+            if options_flag(view, opts, c, "broadcast_from_rank0", hub=an, missing=False, callers=callers) is not False:
+                continue
             for pos, kw in _STATE_ARGS[a.key]:
                 sd = get_arg(c, pos, kw)
                 if sd is None:
