@@ -41,7 +41,7 @@ def helper_gather(hub, view, call, Effect, Site):
         return None
     target = hub.resolve_call(view, call)
     if target is None and recv is not None and sharded_module(hub, view, recv, call):
-        target = _module_method(hub, view, recv, call)
+        target = hub.module_method(view, recv, call)
     if target is None or not isinstance(target[1], FUNC_TYPES):
         return None
     tv, fn = target
@@ -180,25 +180,6 @@ def sharded_module(hub, view, expr, at) -> bool:
     """``expr`` holds a module whose parameters are DTensors: given to ``fully_shard`` or to
     ``parallelize_module`` (``hidden.is_fsdp2`` / ``is_tp``)."""
     return is_fsdp2(hub, view, expr, at) or is_fsdp2(hub, view, expr, at, kind="tp")
-
-
-def _module_method(hub, view, recv, call):
-    """(view, method) that ``recv.<name>(...)`` runs where ``recv`` holds an instance of one project
-    module class (``Model(cfg).to(dev)`` given on through parameters and helpers' returns)."""
-    from .imports import _NOT_PROJECT
-    from .instances import _SELF_RETURNING, ctor_class, module_instance_class
-    from .origins import origins
-    from .records import inherited_method
-    got = module_instance_class(hub, view, recv, call)
-    if got is None:  # through a helper's parameter in its own module: follow each call in context
-        for v, e, *_ in origins(hub, view, recv, call, frames=()):
-            while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING:
-                e = e.func.value
-            c = ctor_class(hub, v, e, _NOT_PROJECT)
-            if c is None or (got is not None and c[1] is not got[1]):
-                return None
-            got = c
-    return inherited_method(hub, got[0], got[1], call.func.attr) if got is not None else None
 
 
 def _self_param(fn):

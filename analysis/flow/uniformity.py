@@ -558,27 +558,15 @@ class Evaluator:
             return _V(self.view, RANK, f"the process rank from `{_text(e)}`", e)
         if isinstance(e.value, ast.Name) and e.value.id == "self":
             v = self.hub.self_attr_value(self.view, e, d)
-            return v if v.varying else (self._field(e, d) or v)
+            return v if v.varying else (self.hub.field_value(self.view, e, d) or v)
         base = self.value(e.value, d)
-        if (got := self._field(e, d)) is not None:
+        if (got := self.hub.field_value(self.view, e, d)) is not None:
             return got  # a field or property of an object built with the rank: what it reads
         if base.varying and base.src.cat == DATA and e.attr in _SHAPE_ATTRS:
             return X
         if base.varying and base.src.cat == RANK and e.attr != "device":
             return X  # a field of an object built with the rank: not the rank itself
         return base
-
-    def _field(self, e: ast.Attribute, d: int) -> Value | None:
-        """A property or record field of a project class of this module (``args.should_save`` of
-        ``args = Args(process_index=dist.get_rank())``, the property returning
-        ``self.process_index == 0``): rank-varying when one of its origins is; else None."""
-        from .origins import field_origins
-        got = field_origins(self.hub, self.view, e)
-        for leaf in got or ():
-            v = self.hub.evaluator(leaf[0]).value(leaf[1], d + 1)
-            if v.varying:
-                return Value("V", v.src.step(f"read as `{_text(e)}`"))
-        return None
 
     def _call(self, e: ast.Call, d: int) -> Value:
         sem = self.sem

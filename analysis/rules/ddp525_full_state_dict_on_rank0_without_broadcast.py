@@ -26,8 +26,12 @@ class FullStateDictOnRank0WithoutBroadcast(Rule):
     dict that only the main rank fills: the checkpoint is read under a main-rank test and the other
     ranks pass `{}` or None (`sd = torch.load(path) if rank == 0 else {}`, an if/else statement, a
     helper that returns `{}` off the main rank). The state dict is followed through names, tuple
-    unpacking, `self` attributes, helpers' returns and parameters, in this file and the modules it
-    imports; the options through names, helpers that build them and the modules they come from.
+    unpacking, `self` attributes, helpers' returns and parameters (also of methods called from
+    another module), and entries of dicts (`blob["model"]`, `blob.get("model", {})` of
+    `blob = torch.load(f)` on the main rank and `{}` on the others), in this file and the modules it
+    imports; the options through names, helpers that build them and the modules they come from,
+    and a field set by comparing a value with a constant (`full_state_dict=self.mode == "full"`,
+    where every construction of the class passes `mode="full"`).
 
     ## Why is this bad?
     Without `broadcast_from_rank0`, every rank is expected to hold the whole state dict and cut its
