@@ -44,7 +44,7 @@ from .elements import element_targets, one_target
 from .summaries import Summaries
 from .records import method_of, own_method
 from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
-from .uniformity import X, Evaluator, join
+from .uniformity import X, Evaluator, Value, join
 from .values import Cuts
 
 _MAX_MODULES = 64
@@ -403,6 +403,37 @@ class Analysis(Summaries):
         from .dict_keys import has_key  # lazy: it follows helpers, forwards and origins
 
         return has_key(self, view, x, key)
+
+    def field_value(self, view, e: ast.Attribute, d: int):
+        """A property or record field of a project class of this module (``args.should_save`` of
+        ``args = Args(process_index=dist.get_rank())``, the property returning
+        ``self.process_index == 0``): its rank-varying value when one of its origins is; else None
+        (asked by the evaluator, through the hub: ``origins.field_origins``)."""
+        from .origins import field_origins  # lazy: origins follows helpers' returns
+
+        for leaf in field_origins(self, view, e) or ():
+            v = self.evaluator(leaf[0]).value(leaf[1], d + 1)
+            if v.varying:
+                return Value("V", v.src.step(f"read as `{ast.unparse(e)}`"))
+        return None
+
+    def module_method(self, view, recv, call: ast.Call):
+        """(view, method) that ``recv.<name>(...)`` runs where ``recv`` holds an instance of one
+        project module class (``Model(cfg).to(dev)`` given on through parameters and helpers'
+        returns, each helper's call followed in context); else None."""
+        from .instances import _SELF_RETURNING, module_instance_class
+        from .origins import origins  # lazy: origins follows helpers' returns
+
+        got = module_instance_class(self, view, recv, call)
+        if got is None:
+            for v, e, *_ in origins(self, view, recv, call, frames=()):
+                while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING:
+                    e = e.func.value
+                c = ctor_class(self, v, e, _NOT_PROJECT)
+                if c is None or (got is not None and c[1] is not got[1]):
+                    return None
+                got = c
+        return inherited_method(self, got[0], got[1], call.func.attr) if got is not None else None
 
     def self_attr_value(self, view, attr: ast.Attribute, d: int):
         vals = self.self_attr_bindings(view, attr)

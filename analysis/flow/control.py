@@ -28,6 +28,7 @@ import ast
 from ..semantic import BRANCHING, FUNC_TYPES, TRIES, parent
 from .bindings import LOOPS, contains as _contains
 from .context import call_context
+from .gathers import dtensor_test_holds
 from .calls import _wrapped, calls_by_name, instance_names, on_fresh_instance
 from .summaries import INIT, _calls_in, dist_mode_test
 from .unconditional import _holders_of_returns, holders_of
@@ -355,14 +356,14 @@ def _site_divergence(hub, view, scope, site, sites, ev, ctx=None):
                     own, other = (p.body, p.orelse) if child in p.body else (p.orelse, p.body)
                     if not _mirrored(sites, site, other, own) and not _mirrored(sites, site, p, own, ev, scope):
                         return Divergence("cond", site, p, v)
-                if not dist_mode_test(p.test):
+                if not dist_mode_test(p.test) and not (child in p.body and dtensor_test_holds(hub, view, p.test)):
                     conditioned = True  # an outer condition may be correlated with this one
         elif t is _IFEXP:
             if child is not p.test:
                 v = ev.value(p.test)
                 if v.varying and not conditioned:
                     return Divergence("cond", site, p, v)
-                conditioned = True
+                conditioned = conditioned or not (child is p.body and dtensor_test_holds(hub, view, p.test))
         elif t is _WHILE:
             if child is not p.test:
                 v = ev.value(p.test)

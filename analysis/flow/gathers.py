@@ -31,13 +31,17 @@ def helper_gather(hub, view, call, Effect, Site):
     built over an FSDP2 module's parameters (``for st in opt.state.values(): st["exp_avg"]``).
     (A helper that gathers unconditionally is a plain summary's; this is for the guarded one, whose
     guard only the sharded argument decides.)"""
-    if not call.args and not call.keywords:
+    f = call.func
+    recv = f.value if isinstance(f, ast.Attribute) and _key(f.value) is not None else None
+    if not call.args and not call.keywords and recv is None:
         return None
     args = [a for a in (*call.args, *(k.value for k in call.keywords)) if _key(a) is not None]
-    mod_args = [a for a in args if is_fsdp2(hub, view, a, call)]
-    if not mod_args and not args:
+    mod_args = [a for a in args if sharded_module(hub, view, a, call)]
+    if not mod_args and not args and recv is None:
         return None
     target = hub.resolve_call(view, call)
+    if target is None and recv is not None and sharded_module(hub, view, recv, call):
+        target = hub.module_method(view, recv, call)
     if target is None or not isinstance(target[1], FUNC_TYPES):
         return None
     tv, fn = target
@@ -46,6 +50,9 @@ def helper_gather(hub, view, call, Effect, Site):
     states = _state_params(tv, fn)
     mods = {p for p, a in _call_args(call, fn)
             if any(a is m for m in mod_args) or (p in states and a in args and _fsdp2_optimizer(hub, view, a, call))}
+    me = _self_param(fn)
+    if recv is not None and me is not None and sharded_module(hub, view, recv, call):
+        mods.add(me)  # ``model.export(path)``: a method of the sharded module's own class reads ``self``
     if not mods or hub.summary(tv, fn).must:
         return None
     hub._view_stack.append(tv)  # the modules read become the checked view's dependencies
@@ -148,7 +155,7 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
                 got = Effect(op, c, view.path, what=f"the {op_words(op)} inside `{a.key}()`")
                 break
             continue
-        if depth >= 3 or not (c.args or c.keywords):
+        if depth >= 3 or not (c.args or c.keywords or isinstance(f, ast.Attribute)):
             continue
         target = hub.resolve_call(view, c)
         if target is None or not isinstance(target[1], FUNC_TYPES) or target[1] is fn:
@@ -156,6 +163,10 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
         sub_d = frozenset(p for p, x in _call_args(c, target[1]) if dtensor(x, c))
         sub_m = frozenset(p for p, x in _call_args(c, target[1]) if isinstance(x, ast.Name) and x.id in mods
                           and reaching(view, x.id, c)[0] == "param")
+        me = _self_param(target[1])
+        if (me is not None and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in mods
+                and reaching(view, f.value.id, c)[0] == "param"):
+            sub_m |= {me}  # ``self._collect()`` of the sharded ``self``
         if (sub_d or sub_m) and unconditional(view, c, fn, holds):
             e = _gathers(hub, target[0], target[1], sub_m, sub_d, Effect, depth + 1)
             if e is not None:
@@ -163,6 +174,45 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
                 break
     memo[key] = got
     return got
+
+
+def sharded_module(hub, view, expr, at) -> bool:
+    """``expr`` holds a module whose parameters are DTensors: given to ``fully_shard`` or to
+    ``parallelize_module`` (``hidden.is_fsdp2`` / ``is_tp``)."""
+    return is_fsdp2(hub, view, expr, at) or is_fsdp2(hub, view, expr, at, kind="tp")
+
+
+def _self_param(fn):
+    """The name of the instance parameter of a method (``self``), else None."""
+    from .calls import self_offset
+    a = fn.args
+    pos = (*a.posonlyargs, *a.args)
+    return pos[0].arg if pos and self_offset(fn) else None
+
+
+def dtensor_test_holds(hub, view, test) -> bool:
+    """``test`` is ``isinstance(v, DTensor)`` (or a tuple of types with DTensor) where every binding
+    of ``v`` that reaches it is a ``for`` (or comprehension) over the state dict or the parameters of
+    a module whose parameters are DTensors (``for k, v in self.model.state_dict().items()`` after
+    ``fully_shard``/``parallelize_module``): true on every rank, so no condition on the body."""
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+            and len(test.args) == 2 and isinstance(test.args[0], ast.Name)):
+        return False
+    types = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+    if not any(view.sem.qualname(x) in _DTENSOR_CLASSES for x in types):
+        return False
+    name = test.args[0].id
+
+    def sharded(it, target) -> bool:
+        def is_mod(m, at):
+            return _key(m) is not None and sharded_module(hub, view, m, at)
+        return _sharded_target(view, it, target, frozenset(), is_mod) == name
+
+    g = comp_binder(test.args[0])
+    if g is not None:
+        return sharded(g.iter, g.target)
+    kind, evs = reaching(view, name, test)
+    return kind == "events" and bool(evs) and all(isinstance(e, ast.For) and sharded(e.iter, e.target) for e in evs)
 
 
 def _state_params(view, fn) -> frozenset:
@@ -226,10 +276,11 @@ def _sharded_loops(view, fn, mods) -> dict:
     return got
 
 
-def _sharded_target(view, it, target, mods):
+def _sharded_target(view, it, target, mods, is_mod=None):
     """The name ``target`` (of a ``for`` over ``it``) binds to a value of the state dict or the
     parameters of a parameter in ``mods``; ``("state", name)`` where it binds to a parameter's
-    state of an optimizer in ``mods``; else None."""
+    state of an optimizer in ``mods``; else None. ``is_mod(expr, at)``: whether the module
+    ``expr`` (any expression) counts, in place of ``mods``."""
     pair = False
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "values") \
             and not it.args:
@@ -245,9 +296,13 @@ def _sharded_target(view, it, target, mods):
             return None
     elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "state_dict":
         return None  # ``for k in model.state_dict()``: the keys
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _SHARDED_ITERS
-            and isinstance(it.func.value, ast.Name) and it.func.value.id in mods
-            and reaching(view, it.func.value.id, it)[0] == "param"):
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in _SHARDED_ITERS):
+        return None
+    m = it.func.value
+    if is_mod is not None:
+        if not is_mod(m, it):
+            return None
+    elif not (isinstance(m, ast.Name) and m.id in mods and reaching(view, m.id, it)[0] == "param"):
         return None
     if pair or it.func.attr == "named_parameters":
         target = target.elts[1] if isinstance(target, ast.Tuple) and len(target.elts) == 2 else None

@@ -126,12 +126,15 @@ def condition_holds(hub, view, call: ast.Call, a) -> bool:
     return False
 
 
-def options_flag(view, expr, at, field: str, depth: int = 0, hub=None, missing=None):
+def options_flag(view, expr, at, field: str, depth: int = 0, hub=None, missing=None, callers=None):
     """The constant value of ``field`` in the ``StateDictOptions(...)`` that ``expr`` holds, or None.
     The field's value may come from a name bound once, an argparse default or a config dict
     (``constant_of``); with ``hub``, the options may come from a helper's return, a parameter or
     another module (``origins``), every origin agreeing. ``missing``: the answer for options built
-    without the field (its default), where None means "cannot tell"."""
+    without the field (its default), where None means "cannot tell". With ``hub``, a field set by a
+    comparison with a constant is decided where every origin of the other side is a constant
+    (``full_state_dict=self.kind == "full"`` of ``State(model, kind="full")``; ``callers``: as
+    ``origins`` takes it)."""
     if expr is None or depth > 3:
         return None
     if isinstance(expr, ast.Call) and (view.sem.call_qualname(expr) or "").endswith("StateDictOptions"):
@@ -139,12 +142,13 @@ def options_flag(view, expr, at, field: str, depth: int = 0, hub=None, missing=N
         if v is None:
             return None if any(k.arg is None for k in expr.keywords) or expr.args else missing
         if not isinstance(v, ast.Constant):
-            v = constant_of(view.sem, v)
+            from .origins import compared_constant
+            v = constant_of(view.sem, v) or (compared_constant(hub, view, v, callers) if hub is not None else None)
         return v.value if isinstance(v, ast.Constant) else None
-    if hub is not None:
+    if hub is not None and depth == 0:
         from .origins import origins
-        vals = {options_flag(v, e, e, field, depth + 1, missing=missing) if isinstance(e, ast.Call) else None
-                for v, e in origins(hub, view, expr, at)}
+        vals = {options_flag(v, e, e, field, depth + 1, hub, missing, callers) if isinstance(e, ast.Call) else None
+                for v, e in origins(hub, view, expr, at, callers=callers)}
         return vals.pop() if len(vals) == 1 else None
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
@@ -356,9 +360,9 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
                 return True
             if isinstance(v, ast.Name) and not _also_wrapped(hub, view, expr):
                 # ``self.model = model`` of a parameter that every call passes an FSDP2 module
-                # (``Trainer(model, ...)`` after ``fully_shard(model)``)
-                how, fn = reaching(view, v.id, v)
-                if how == "param" and _param_fsdp2(hub, view, fn, v.id, callers, kind):
+                # (``Trainer(model, ...)`` after ``fully_shard(model)``), or a name sharded (or bound
+                # from a sharding call) before the binding in its method (``fully_shard(m); self.model = m``)
+                if is_fsdp2(hub, view, v, v, callers, kind):
                     return True
     return False
 

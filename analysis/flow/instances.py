@@ -345,7 +345,7 @@ def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=No
     from .origins import origins
 
     not_project = _NOT_PROJECT if not_project is None else not_project
-    kind, evs = reaching(view, name.id, at)
+    kind, evs = reaching(view, name.id, at) if isinstance(name, ast.Name) else (None, None)  # or ``self.model``
     found = None
     got_any = False
     for v, e in origins(hub, view, name, at):

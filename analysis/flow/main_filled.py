@@ -4,8 +4,9 @@
 ``main_only_filled(hub, view, expr, at)`` answers where the value of ``expr`` at ``at`` is filled
 on the main rank and empty (None, ``{}``, ``[]``, ``dict()``) on the others: among its origins
 (``origins.origins``: names and their reaching bindings, tuple unpacking, ``self`` attributes,
-helper returns in this module or another, parameters through their calls, a conditional
-expression split into its two arms) one value that is not empty reaches the use only on the main
+helper returns in this module or another, parameters through their calls, entries of dicts
+(``ckpt.get("model", {})`` of ``ckpt = torch.load(f)`` on the main rank and ``{"state": {}}`` on the
+others: the loaded file, and the default), a conditional expression split into its two arms) one value that is not empty reaches the use only on the main
 rank, and one empty value reaches it elsewhere. "Only on the main rank" is ``rank.rank0_guarded``
 of the value in its own function (a main-rank ``if``, the arm of a conditional expression, an
 early exit of the other ranks), or of a call on the way to it (``sd = read(p) if rank == 0 else
@@ -64,7 +65,7 @@ def _leaves(hub, view, expr, at, callers, guarded: bool = False, frames=(), dept
     from .fs_effects import view_ctx
     from .rank import rank0_guarded
 
-    for v, e, fr in origins(hub, view, expr, at, frames=frames, callers=callers):
+    for v, e, _p, fr in origins(hub, view, expr, at, keep_path="entries", frames=frames, callers=callers):
         g = guarded or any(rank0_guarded(view_ctx(cv), c, callers=False) is True for _, c, cv in fr)
         if isinstance(e, ast.IfExp) and depth < 4:
             for arm in (e.body, e.orelse):

@@ -11,7 +11,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_defaults, parent, subtree
 from ..torch_api import constant_of
-from .records import class_chain, field_argument, property_of, self_field
+from .records import class_chain, field_argument, fields, is_record, property_of, self_field
 from .bindings import reaching, target_path
 
 MAX_DEPTH = 6
@@ -23,7 +23,8 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
     constants, anything not followed further). ``path`` is the index path into a tuple the value
     is an element of (tuple unpacking on the way). ``keep_path``: (view, expression, path) triples,
     the path into what a leaf call returns (``model, opt = accelerator.prepare(model, opt)``: the
-    call, element 0). ``frames`` (a tuple, ``()`` to start): follow a helper's parameter to the
+    call, element 0; ``keep_path="entries"``: also a call whose result holds the entry a string
+    path asks for, ``torch.load(f)`` of ``torch.load(f)["model"]``). ``frames`` (a tuple, ``()`` to start): follow a helper's parameter to the
     argument of the very call whose return led there (context-sensitive), and give each leaf the
     frames it was reached through as a last element (pass them back in to ask about another
     value of that leaf's function in the same context). ``limit``: how many steps to follow.
@@ -127,6 +128,15 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
             got = origins(hub, view, expr.value, at, depth, (k, *path), keep_path, frames, limit=limit, callers=callers)
             if got:
                 return got
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get" \
+            and 1 <= len(expr.args) <= 2 and not expr.keywords and (k := const_key(expr.args[0])) is not None:
+        # ``sd.get("model", {})``: the entry of the dict ``sd`` holds, or the default where it lacks it
+        got = origins(hub, view, expr.func.value, at, depth + 1, (k, *path), keep_path, frames, limit=limit,
+                      callers=callers)
+        if got:
+            d = expr.args[1] if len(expr.args) == 2 else None
+            return got + (origins(hub, view, d, at, depth + 1, path, keep_path, frames, limit=limit, callers=callers)
+                          if d is not None else [])
     if isinstance(expr, ast.Call):
         target = hub.resolve_call(view, expr)
         if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":
@@ -137,6 +147,11 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                 if isinstance(n, ast.Return) and n.value is not None:
                     out.extend(origins(hub, tv, n.value, n, depth + 1, path, keep_path, inner, limit=limit, callers=callers))
             return out
+    if path and isinstance(expr, ast.IfExp):  # an entry of ``blob if rank == 0 else {}``: of either arm
+        return [o for arm in (expr.body, expr.orelse)
+                for o in origins(hub, view, arm, at, depth + 1, path, keep_path, frames, limit=limit, callers=callers)]
+    if path and keep_path == "entries" and isinstance(expr, ast.Call):
+        return [_leaf(view, expr, path, keep_path, frames)]  # an entry of what the call returns, asked for
     if path and (not isinstance(expr, ast.Call) or any(isinstance(p, str) for p in path)):
         return []  # an entry of something not followed (a call's result, a loop variable)
     return [_leaf(view, expr, path, keep_path, frames)]  # a call under a path: one element of what it returns
@@ -238,6 +253,48 @@ def record_attr(hub, view, expr, at) -> bool:
     ``x`` constructs (``env.rank`` of ``env = Env(rank=r)``)."""
     return isinstance(expr, ast.Attribute) and _instance_ref(view, expr.value) \
         and _instance_attr(hub, view, expr, at, 0, (), False, None, MAX_DEPTH, None) is not None
+
+
+def compared_constant(hub, view, v, callers):
+    """``x == "full"`` / ``x != "full"`` where every origin of ``x`` is a constant: the answer, as a
+    constant; else None."""
+    if not (isinstance(v, ast.Compare) and len(v.ops) == 1 and isinstance(v.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    a, b = v.left, v.comparators[0]
+    if isinstance(a, ast.Constant):
+        a, b = b, a
+    if not isinstance(b, ast.Constant) or isinstance(a, ast.Constant):
+        return None
+    got = origins(hub, view, a, v, callers=callers)
+    if not got or any(not isinstance(e, ast.Constant) for _v, e in got):
+        return None
+    same = {e.value == b.value for _v, e in got}
+    if len(same) != 1:
+        return None
+    return ast.Constant(same.pop() == isinstance(v.ops[0], ast.Eq))
+
+
+def field_origins(hub, view, expr) -> list | None:
+    """``x.<attr>`` / ``self.<attr>`` read as a property or a record field of a project class of
+    this module (``args.should_save`` of ``args = Args(rank=r)``, whose property returns
+    ``self.rank == 0``): the origins of the property's returns or of the field's argument at each
+    construction; None when ``attr`` is no such name here or an origin is not followed."""
+    names = view.memo.get("origins.field_names")
+    if names is None:
+        names = set()
+        for cls in view.classes.values():  # the module's top-level classes
+            names.update(st.name for st in cls.body if isinstance(st, FUNC_TYPES) and property_of(view, cls, st.name))
+            if is_record(view, cls):
+                names.update(f.target.id for f in fields(cls))
+        names = view.memo["origins.field_names"] = frozenset(names)
+    if not (isinstance(expr, ast.Attribute) and expr.attr in names and isinstance(expr.ctx, ast.Load)
+            and _instance_ref(view, expr.value)):
+        return None
+    if isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        if hub.self_attr_bindings(view, expr):
+            return None
+        return _self_record(hub, view, expr, 0, (), False, None, MAX_DEPTH, None) or None
+    return _instance_attr(hub, view, expr, expr, 0, (), False, None, MAX_DEPTH, None)
 
 
 def _instance_ref(view, e) -> bool:

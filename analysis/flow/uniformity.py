@@ -1,5 +1,4 @@
-"""Uniformity: is a value the same on every rank (uniform), different per rank (rank-varying), or
-unknown?
+"""Uniformity: is a value the same on every rank (uniform), different per rank (rank-varying), or unknown?
 
 Rank-varying sources: the process rank (``get_rank()``, ``RANK``/``LOCAL_RANK``/``SLURM_PROCID``,
 the index an ``mp.spawn`` target receives, the current device index, names and attributes that
@@ -15,11 +14,10 @@ before the collective still reaches a use only in a world of one process (``flag
 == 0 else False; if world_size > 1: flag = <broadcast>``: ``world.world_size_side``) or is
 overwritten in its block before the use.
 
-Values propagate through expressions, assignments, augmented assignments, tuples, containers,
-``self.`` attributes and function returns (``summaries``, a tuple's element by its place), and by control dependence: a binding
-made only under a test on this rank's data or the clock is rank-varying (an early-stopping
-``patience`` counter). Unknown is the answer whenever in doubt;
-rules report only rank-varying values.
+Values propagate through expressions, assignments, augmented assignments, tuples, containers, ``self.``
+attributes and function returns (``summaries``, a tuple's element by its place), and by control dependence:
+a binding made only under a test on this rank's data or the clock is rank-varying (an early-stopping
+``patience`` counter). Unknown is the answer whenever in doubt; rules report only rank-varying values.
 """
 from __future__ import annotations
 
@@ -557,8 +555,11 @@ class Evaluator:
         if RANK_NAME.match(e.attr) or e.attr in MAIN_NAMES:
             return _V(self.view, RANK, f"the process rank from `{_text(e)}`", e)
         if isinstance(e.value, ast.Name) and e.value.id == "self":
-            return self.hub.self_attr_value(self.view, e, d)
+            v = self.hub.self_attr_value(self.view, e, d)
+            return v if v.varying else (self.hub.field_value(self.view, e, d) or v)
         base = self.value(e.value, d)
+        if (got := self.hub.field_value(self.view, e, d)) is not None:
+            return got  # a field or property of an object built with the rank: what it reads
         if base.varying and base.src.fields is not None:  # an attribute of an object we do not see
             return Value("V", base.src.built(None)) if e.attr in base.src.fields else X
         if base.varying and base.src.cat == DATA and e.attr in _SHAPE_ATTRS:

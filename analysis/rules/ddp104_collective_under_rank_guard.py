@@ -111,7 +111,15 @@ class CollectiveUnderRankGuard(Rule):
     DTensor sharded the same way): `v = opt.state[p]["exp_avg_sq"]` of a `p` of the sharded
     module's `parameters()`, or an entry of `opt.state.values()` of an optimizer built over
     them, gathered behind `if isinstance(v, DTensor): v = v.full_tensor()` (the `step` count is a
-    plain tensor and is not counted).
+    plain tensor and is not counted). The same gather written inline under the rank test (`for k, v
+    in self.model.state_dict().items(): if isinstance(v, DTensor): v = v.full_tensor()`, or the
+    conditional expression) counts when the module is sharded by `fully_shard` or split by
+    `parallelize_module` (tensor parallel), also when the class keeps it after sharding a local
+    (`fully_shard(m); self.model = m`); so does a method of the module's own class that gathers
+    `self.state_dict()` that way (`model.export(path)` of a project model class, the model built
+    through helpers and `.to(device)`). The rank test may be a property or a dataclass field of an
+    object built with the rank (`args.should_save` returning `self.process_index == 0` of
+    `Args(process_index=dist.get_rank())`).
 
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose

@@ -26,8 +26,12 @@ class FullStateDictOnRank0WithoutBroadcast(Rule):
     dict that only the main rank fills: the checkpoint is read under a main-rank test and the other
     ranks pass `{}` or None (`sd = torch.load(path) if rank == 0 else {}`, an if/else statement, a
     helper that returns `{}` off the main rank). The state dict is followed through names, tuple
-    unpacking, `self` attributes, helpers' returns and parameters, in this file and the modules it
-    imports; the options through names, helpers that build them and the modules they come from.
+    unpacking, `self` attributes, helpers' returns and parameters (also of methods called from
+    another module), and entries of dicts (`blob["model"]`, `blob.get("model", {})` of
+    `blob = torch.load(f)` on the main rank and `{}` on the others), in this file and the modules it
+    imports; the options through names, helpers that build them and the modules they come from,
+    and a field set by comparing a value with a constant (`full_state_dict=self.mode == "full"`,
+    where every construction of the class passes `mode="full"`).
 
     ## Why is this bad?
     Without `broadcast_from_rank0`, every rank is expected to hold the whole state dict and cut its
@@ -69,13 +73,13 @@ class FullStateDictOnRank0WithoutBroadcast(Rule):
             a = entry_of(view, c)
             if a is None or a.key not in _STATE_ARGS or not a.qualnames:
                 continue
-            opts = get_arg(c, None, "options")
-            if options_flag(view, opts, c, "full_state_dict", hub=an) is not True:
-                continue
-            if options_flag(view, opts, c, "broadcast_from_rank0", hub=an, missing=False) is not False:
-                continue
             if callers is None:
-                callers = other_call_sites(ctx, an)
+                callers = other_call_sites(ctx, an, methods=True)
+            opts = get_arg(c, None, "options")
+            if options_flag(view, opts, c, "full_state_dict", hub=an, callers=callers) is not True:
+                continue
+            if options_flag(view, opts, c, "broadcast_from_rank0", hub=an, missing=False, callers=callers) is not False:
+                continue
             for pos, kw in _STATE_ARGS[a.key]:
                 sd = get_arg(c, pos, kw)
                 if sd is None:
