@@ -42,7 +42,7 @@ from .calls import instance_names
 from .instances import ctor_class, instance_class, method_class, self_attr_class
 from .elements import element_targets, one_target
 from .summaries import Summaries
-from .records import method_of, own_method
+from .records import inherited_method, method_of, own_method
 from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
 from .uniformity import X, Evaluator, Value, join
 from .values import Cuts
