@@ -98,3 +98,9 @@ def _is_super_init(call: ast.Call) -> bool:
     f = call.func
     return isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
         and isinstance(f.value.func, ast.Name) and f.value.func.id == "super"
+
+
+def self_calls(fn, name: str) -> list:
+    """The ``self.<name>(...)`` calls of ``fn``'s own scope (where a method it calls runs)."""
+    return [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == name and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
