@@ -50,7 +50,8 @@ class AttributeThroughDdpWrapper(Rule):
 
     Not flagged: an attribute that `DistributedDataParallel` or `nn.Module` has (`parameters`,
     `state_dict`, `train`, `eval`, `to`, `no_sync`, `module`, `register_forward_hook`, ...); an
-    attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`);
+    attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`)
+    or on its class (`type(model).foo = ...`, `model.__class__.foo = ...`);
     a value that was unwrapped on some path (`model = model.module`, `getattr(model, "module",
     model)`, `model.module if hasattr(model, "module") else model`); a read under a test of the
     same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`, a flag bound to one,
@@ -62,7 +63,10 @@ class AttributeThroughDdpWrapper(Rule):
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
     in a method other than `__init__` (or a method `__init__` calls) is not assumed to be wrapped
     when another method reads it: the class's users call its methods in an order the rule does not
-    see (`task.compile()` before `task.prepare_distributed()`). In a test file (`test_*.py`), where
+    see (`task.compile()` before `task.prepare_distributed()`); and a method that binds the
+    attribute to the plain module and reads it before its own call of the wrapping method (`self.
+    _wrap()`; a callback it hands to a method of the class, `self.on_rank0(lambda: ...)`, counts as
+    run there) does not see the wrap. In a test file (`test_*.py`), where
     a harness runs a function's modes in fixed combinations, a conditional wrap and a read under an
     `if` count only when the wrap sits under the same tests (`if with_fsdp: ... else: model =
     DDP(model)` and `if method == "grad_to_none": model.trunk` may never hold together).
