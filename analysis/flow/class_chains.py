@@ -126,3 +126,9 @@ def collect_binding(hub, collect, view, val, found, others, depth, path, frames)
     if other:
         others[0] = True
     return ok
+
+
+def self_calls(fn, name: str) -> list:
+    """The ``self.<name>(...)`` calls of ``fn``'s own scope (where a method it calls runs)."""
+    return [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == name and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]

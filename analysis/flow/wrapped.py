@@ -23,7 +23,7 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, parent, subtree
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
 from .assignments import has_ancestor
-from .class_chains import collect_binding, ctor_chain, runs_first, self_bindings
+from .class_chains import collect_binding, ctor_chain, runs_first, self_bindings, self_calls
 from .instances import class_named
 from .records import class_chain
 from .origins import _attr_path, origins
@@ -61,14 +61,14 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     cls = parent(fn) if fn is not None else None
     if not isinstance(cls, ast.ClassDef):
         return True
-    last = _dominating_binding(fn, expr.attr, at) if ordered else None
+    last = dominating_binding(fn, expr.attr, at) if ordered else None
     # a base class's ``__init__`` parameter: the argument its subclass passes to ``super().__init__``
     ctx_of = {id(c): f for _v, c, f in ctor_chain(hub, view, cls)}
     for v, c in class_chain(hub, view, cls):
         early = runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
-            if last is not None and not _after(parent(val), last, at):
-                continue  # overwritten by the read's own method before the read, on every path
+            if last is not None and not any(_after(s, last, at) for s in ([parent(val)] if m is fn else self_calls(fn, m.name))):
+                continue  # overwritten by the read's own method before the read (or the call of ``m``), on every path
             if ordered and m is not fn and m.name not in early:
                 # still an unwrap anywhere makes the attribute unwrapped on some path
                 if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
@@ -157,7 +157,7 @@ def init_param_bindings(hub, view, expr, at) -> list:
     cls = parent(fn) if fn is not None else None
     if not isinstance(cls, ast.ClassDef):
         return []
-    last = _dominating_binding(fn, expr.attr, at)
+    last = dominating_binding(fn, expr.attr, at)
     out = []
     for v, c in class_chain(hub, view, cls, _NOT_PROJECT):
         for m, val, path in self_bindings(c, expr.attr):
@@ -177,14 +177,13 @@ def _param_names(fn) -> set:
     return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)} - {"self"}
 
 
-def _dominating_binding(fn, attr: str, at):
+def dominating_binding(fn, attr: str, at):
     """The last ``self.<attr> = ...`` statement of ``fn`` that runs before ``at`` on every path
     through it: in the statement list of ``at`` or of one of its enclosing statements, before
     them (``self.m = Net()`` two lines above ``self.m.layers``); None when no binding does."""
     if fn is None:
         return None
-    best = None
-    node = at
+    best, node = None, at
     while node is not None and node is not fn:
         up = parent(node)
         if up is None:
@@ -196,10 +195,13 @@ def _dominating_binding(fn, attr: str, at):
                     if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None and any(
                             _attr_path(t, attr) is not None
                             for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
-                        if best is None or st.lineno > best.lineno:
-                            best = st
+                        best = st if best is None or st.lineno > best.lineno else best
                         break
-        if isinstance(up, FUNC_TYPES + (ast.Lambda, ast.ClassDef)):
+        # a closure runs when called; a callback handed to a method of the class, ``self.m(lambda: ...)``, there
+        call = parent(up) if isinstance(up, ast.Lambda) else None
+        call = parent(call) if isinstance(call, ast.keyword) else call
+        if isinstance(up, FUNC_TYPES + (ast.ClassDef,)) or call is not None and not (
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and _ref(call.func.value) == "self"):
             return best
         node = up
     return best

@@ -11,8 +11,8 @@ from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
 from ..flow.calls import call_args
 from ..flow.same_tests import ruled_out_by_same_test
-from ..flow.wrapped import (NOT_DDP_PLUGINS, branch_excludes_wrap, contradicts, guards, handles_attribute_error,
-                            implied, is_model_class, tested_values, wrap_origins)
+from ..flow.wrapped import (NOT_DDP_PLUGINS, branch_excludes_wrap, contradicts, dominating_binding, guards,
+                            handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
 from ._common import shown_path
 
 
@@ -51,7 +51,8 @@ class AttributeThroughDdpWrapper(Rule):
 
     Not flagged: an attribute that `DistributedDataParallel` or `nn.Module` has (`parameters`,
     `state_dict`, `train`, `eval`, `to`, `no_sync`, `module`, `register_forward_hook`, ...); an
-    attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`);
+    attribute the code sets on the wrapper itself (`model.foo = ...`, `setattr(model, "foo", ...)`)
+    or on its class (`type(model).foo = ...`, `model.__class__.foo = ...`);
     a value that was unwrapped on some path (`model = model.module`, `getattr(model, "module",
     model)`, `model.module if hasattr(model, "module") else model`); a read under a test of the
     same value (`if hasattr(model, "generate")`, `if isinstance(model, DDP)`, a flag bound to one,
@@ -65,7 +66,10 @@ class AttributeThroughDdpWrapper(Rule):
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
     in a method other than `__init__` (or a method `__init__` calls) is not assumed to be wrapped
     when another method reads it: the class's users call its methods in an order the rule does not
-    see (`task.compile()` before `task.prepare_distributed()`). In a test file (`test_*.py`), where
+    see (`task.compile()` before `task.prepare_distributed()`); and a method that binds the
+    attribute to the plain module and reads it before its own call of the wrapping method (`self.
+    _wrap()`; a callback it hands to a method of the class, `self.on_rank0(lambda: ...)`, counts as
+    run there) does not see the wrap. In a test file (`test_*.py`), where
     a harness runs a function's modes in fixed combinations, a conditional wrap and a read under an
     `if` count only when the wrap sits under the same tests (`if with_fsdp: ... else: model =
     DDP(model)` and `if method == "grad_to_none": model.trunk` may never hold together).
@@ -487,7 +491,7 @@ def _stored(ctx):
         for n in ctx.memo("ddp210.stores", list):
             if ctx.qn(n.value) == "torch.nn.parallel.DistributedDataParallel":
                 return None
-            out.add((_store_scope(ctx, n), ctx.text(n.value), n.attr))
+            out.add((_store_scope(ctx, n), ctx.text(_patched(n.value)), n.attr))
         for c in ctx.sem.calls:
             if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 2 \
                     and isinstance(c.args[1], ast.Constant) and isinstance(c.args[1].value, str):
@@ -496,6 +500,17 @@ def _stored(ctx):
                 out.add((_store_scope(ctx, c), ctx.text(c.args[0]), c.args[1].value))
         return out
     return ctx.memo("ddp210.stored", build)
+
+
+def _patched(e):
+    """The object a store on ``e`` gives the attribute to: ``x`` for ``type(x)`` and ``x.__class__``
+    (``type(model).generate = ...`` patches the wrapper's class, so ``model.generate`` exists)."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "type" and len(e.args) == 1 \
+            and not e.keywords:
+        return e.args[0]
+    if isinstance(e, ast.Attribute) and e.attr == "__class__":
+        return e.value
+    return e
 
 
 def _sets_attr(view, call, attr: str) -> bool:
@@ -514,7 +529,7 @@ def _sets_attr(view, call, attr: str) -> bool:
             scope = view.tree
         got = memo.get(id(scope))
         if got is None:
-            got = memo[id(scope)] = {(ast.unparse(n.value), n.attr) for n in ast.walk(scope)
+            got = memo[id(scope)] = {(ast.unparse(_patched(n.value)), n.attr) for n in ast.walk(scope)
                                       if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
         if (ast.unparse(t), attr) in got:
             return True
@@ -621,7 +636,11 @@ def _wrap_origins(an, view, holder, node, memo: dict):
         ids = tuple(id(e) for e in evs) if isinstance(evs, (list, tuple)) else id(evs)
         key = ("name", holder.id, kind, ids)
     elif isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
-        key = ("self", id(view.sem.enclosing_function(node)), holder.attr)
+        # (and, where that method binds it before the read on every path, on the read's line: what
+        # runs between that binding and the read)
+        fn = view.sem.enclosing_function(node)
+        last = dominating_binding(fn, holder.attr, node)
+        key = ("self", id(fn), holder.attr, id(last), None if last is None else node.lineno)
     if key is None:
         return wrap_origins(an, view, holder, node)
     got = memo.get(key)
