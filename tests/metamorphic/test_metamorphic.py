@@ -19,8 +19,11 @@ from .transforms import TRANSFORMS, tag_markers, variants
 OVERALL_FLOOR = 0.955
 RULE_FLOOR = 0.88
 # A rule (or a family, by its first four characters) held lower, each with the reason, to be raised
-# (none now: stop 48 brought DDP222 and DDP013, held at 0.84 in stop 47, above the rule floor).
-FAMILY_FLOORS: dict[str, float] = {}
+# (stop 48 brought DDP222 and DDP013, held at 0.84 in stop 47, above the rule floor). DDP014 (new in
+# stop 48) measured 56/76 (73.7%): it finds a config object's class by annotations only, so a variant
+# that moves the setup into an unannotated helper (or through argparse/config stores) loses it; below
+# the 85%, reported in bench/RESULTS.md and the closing note of stop 48.
+FAMILY_FLOORS: dict[str, float] = {"DDP014": 0.72}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,7 @@ def test_variants_parse_and_differ():
     assert {"rename", "tuple_assign", "ifexp_to_if", "argparse_default", "extract_helper", "class_method"} <= names
 
 
+@pytest.mark.timeout(1800)  # the module's fixture runs every variant on the first test that asks
 def test_survival_floor(results):
     ok = sum(o.survived for o in results)
     assert ok / len(results) >= OVERALL_FLOOR, f"{ok}/{len(results)}"
