@@ -60,6 +60,7 @@ def test_survival_floor(results):
     assert not low, low
 
 
+@pytest.mark.timeout(1800)
 def test_both_kinds_measured(results):
     kinds = Counter(o.kind for o in results)
     assert kinds["bad"] > 500 and kinds["good"] > 500
