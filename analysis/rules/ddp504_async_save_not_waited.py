@@ -22,13 +22,18 @@ class AsyncSaveNotWaited(Rule):
     starts. A future kept on `self` (`self.pending = dcp.async_save(...)`) is flagged when the
     method that stores it neither waits the previous one nor calls a method of its class that
     does, and a loop calls that method (in its module, or on an instance in another module)
-    without waiting between the calls.
+    without waiting between the calls. Also flagged: a `destroy_process_group()` reached after the
+    last `async_save` with nothing waiting for it in between (a future in a local name, or an
+    instance of such a class whose waiting method is not called after its last save; the save
+    may be in a function that the one destroying the group calls), reported at the destroy (at
+    the save when the class lives in another module).
 
     ## Why is this bad?
     `async_save` stages the state dict and returns at once; the write, and the collectives that
     commit the checkpoint, run in a background thread. A dropped future hides every error of the
     save (the checkpoint is silently missing or partial), and the process may exit before the
-    write ends. Two saves in flight compete for the same staging memory and the same process
+    write ends; destroying the process group under a save in flight takes the group its
+    background write commits with (the ranks' shards overwrite each other or go missing). Two saves in flight compete for the same staging memory and the same process
     group: the second one's collectives can interleave with the first one's, and ranks that see
     them in another order hang.
 
