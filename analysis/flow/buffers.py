@@ -178,3 +178,44 @@ def _class_buffers(hub, view, cls: ast.ClassDef, depth: int) -> bool | None:
                     else:
                         vals.append(None)
     return _and(vals)
+
+
+_BUFFER_SYNCS = frozenset({
+    "torch.distributed.broadcast", "torch.distributed.all_reduce", "torch.distributed.all_reduce_coalesced",
+    "torch.distributed.broadcast_coalesced", "torch.distributed._broadcast_coalesced",
+    "torch.distributed.reduce", "torch.distributed.all_gather", "torch.distributed.all_gather_into_tensor"})
+_STATS = frozenset({"running_mean", "running_var", "num_batches_tracked"})
+_BUFFER_ITERS = frozenset({"buffers", "named_buffers"})
+
+
+def syncs_buffers(hub, view) -> bool:
+    """The module synchronises module buffers itself: a collective on a BatchNorm statistic
+    (``dist.broadcast(m.running_mean, 0)``), or it walks a module's ``buffers()`` /
+    ``named_buffers()`` (the usual loop that broadcasts or all-reduces each one); or it calls a
+    function of another project module that does."""
+    got = view.memo.get("syncs_buffers")
+    if got is not None:
+        return got
+    sem = view.sem
+    got = view.memo["syncs_buffers"] = _syncs_in(sem, sem.calls)
+    if not got:
+        for c in sem.calls:
+            if not (c.args or c.keywords):
+                continue
+            t = hub.resolve_call(view, c)
+            if t is not None and t[0] is not view and _syncs_in(t[0].sem, t[0].sem.function_calls(t[1])):
+                got = view.memo["syncs_buffers"] = True
+                break
+    return got
+
+
+def _syncs_in(sem, calls) -> bool:
+    for c in calls:
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr in _BUFFER_ITERS:
+            return True
+        if (sem.call_qualname(c) or "") in _BUFFER_SYNCS and any(
+                isinstance(n, ast.Attribute) and n.attr in _STATS
+                for a in (*c.args, *(k.value for k in c.keywords)) for n in ast.walk(a)):
+            return True
+    return False

@@ -285,6 +285,13 @@ def instance_names(view) -> frozenset:
                     names.add(st.targets[0].id)
                 elif st.__class__ in _DISPLAYS:
                     displays = True
+                    a = parent(st)
+                    if a.__class__ is ast.Assign and len(a.targets) == 1 and a.value is st:
+                        # a parallel tuple assignment: ``saver, n = Saver(...), 0``
+                        t = a.targets[0]
+                        if t.__class__ is ast.Tuple and len(t.elts) == len(st.elts):
+                            names.update(te.id for te, ve in zip(t.elts, st.elts)
+                                         if ve is c and te.__class__ is ast.Name)
                     if parent(st).__class__ is ast.Return:
                         builders.add(id(view.sem.enclosing_function(st)))
                 elif st.__class__ is ast.Return:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Severity
+from ..semantic import parent
 from ..registry import Rule
 from ..flow.models import ddp_calls
 from ..flow.mentions import mentions
@@ -162,7 +163,12 @@ def _holds_bn(an, view, expr, at, depth: int = 0):
         elif isinstance(f, ast.Name) and f.id in v.classes:
             answers.add(_class_builds_bn(v, v.classes[f.id]))
         else:
-            return None
+            # a project class of another module (``from nets import Backbone``)
+            got = an.resolve_call(v, e) if isinstance(f, (ast.Name, ast.Attribute)) else None
+            owner = parent(got[1]) if got is not None and getattr(got[1], "name", "") == "__init__" else None
+            if not isinstance(owner, ast.ClassDef):
+                return None
+            answers.add(_class_builds_bn(got[0], owner))
     if True in answers:
         return True
     return False if answers == {False} else None

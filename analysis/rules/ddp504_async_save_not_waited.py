@@ -22,13 +22,18 @@ class AsyncSaveNotWaited(Rule):
     starts. A future kept on `self` (`self.pending = dcp.async_save(...)`) is flagged when the
     method that stores it neither waits the previous one nor calls a method of its class that
     does, and a loop calls that method (in its module, or on an instance in another module)
-    without waiting between the calls.
+    without waiting between the calls. Also flagged: a `destroy_process_group()` reached after the
+    last `async_save` with nothing waiting for it in between (a future in a local name, or an
+    instance of such a class whose waiting method is not called after its last save; the save
+    may be in a function that the one destroying the group calls), reported at the destroy (at
+    the save when the class lives in another module).
 
     ## Why is this bad?
     `async_save` stages the state dict and returns at once; the write, and the collectives that
     commit the checkpoint, run in a background thread. A dropped future hides every error of the
     save (the checkpoint is silently missing or partial), and the process may exit before the
-    write ends. Two saves in flight compete for the same staging memory and the same process
+    write ends; destroying the process group under a save in flight takes the group its
+    background write commits with (the ranks' shards overwrite each other or go missing). Two saves in flight compete for the same staging memory and the same process
     group: the second one's collectives can interleave with the first one's, and ranks that see
     them in another order hang.
 
@@ -80,14 +85,20 @@ class AsyncSaveNotWaited(Rule):
             if k is None:
                 continue
             uses = uses_after(sem, k, p)
+            loop = _loop_of(p)
+            if loop is not None and not k.startswith("self."):
+                # read earlier in the loop's body: the next round sees this binding
+                uses += [u for u in ast.walk(loop) if isinstance(u, ast.Name) and u.id == k
+                         and isinstance(u.ctx, ast.Load) and (u.lineno, u.col_offset) < (p.lineno, p.col_offset)]
             if not uses:
                 ctx.report(c, f"the future of `{ctx.text(c)}` is bound to `{k}`, which nothing reads: the save's "
                               "errors are never seen, and nothing waits for it")
                 continue
             if k.startswith("self."):
                 self._kept_on_self(ctx, an, view, c, p, k[5:])
+                self._last_on_self(ctx, an, view, c, p, k[5:])
                 continue
-            loop = _loop_of(p)
+            _report_teardown(ctx, an, view, c, p, k, f"the future of `{ctx.text(c)}` (line {c.lineno})")
             if loop is None:
                 continue
             waited = [u for u in uses if _waited(u)]
@@ -120,6 +131,98 @@ class AsyncSaveNotWaited(Rule):
                           "call starts a second `async_save` while the last one may still be in flight",
                        related=[(site, "called in a loop")] if sv is view else [])
             return
+
+
+    def _last_on_self(self, ctx, an, view, c, store, attr: str) -> None:
+        """``self.<attr> = async_save(...)`` in a method of a class, called on an instance kept in a
+        local name (``ckpt = Checkpointer(...)``; ``ckpt.save(state)``) of a function that then
+        destroys the process group without calling a method of the class that waits ``self.<attr>``
+        (nor using the instance otherwise) after the save: the last save is still in flight."""
+        fn = view.sem.enclosing_function(store)
+        cls = parent(fn) if fn is not None else None
+        if not isinstance(cls, ast.ClassDef) or not isinstance(parent(cls), ast.Module):
+            return
+        if not _waiting_methods(cls, attr):
+            return  # nothing of the class waits the future: not this question
+        for sv, site in _instance_sites(ctx, an, view, cls, fn):
+            recv = site.func.value
+            if not isinstance(recv, ast.Name):
+                continue
+            where = "" if sv is view else f" of `{sv.path.rsplit('/', 1)[-1]}`"
+            what = f"the last `async_save` that `{recv.id}.{fn.name}(...)` starts (line {site.lineno}{where})"
+            if sv is view:
+                if _report_teardown(ctx, an, view, c, site, recv.id, what):
+                    return
+            elif _teardown_after(an, sv, site, recv.id) is not None:
+                ctx.report(c, f"{what} is never waited: the process group is destroyed after it, "
+                              "while its background write still needs the group (the checkpoint is lost or partial)")
+                return
+
+
+def _instance_sites(ctx, an, view, cls, fn) -> list:
+    """(view, call) of ``x.<fn.name>(...)`` calls that resolve to method ``fn`` of ``cls``: in this
+    module, then in the project's other files that name the class."""
+    out = []
+    for c in view.sem.calls:
+        if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
+            got = an.resolve_call(view, c)
+            if got is not None and got[1] is fn:
+                out.append((view, c))
+    for cctx, _, _ in project_callers(ctx, (cls.name,)):
+        cv = an.view_of(cctx.filename)
+        if cv is None or cv.sem is not cctx.sem:
+            continue
+        for c in cv.sem.calls:
+            if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
+                got = an.resolve_call(cv, c)
+                if got is not None and got[1] is fn:
+                    out.append((cv, c))
+    return out
+
+
+_DESTROY = "torch.distributed.destroy_process_group"
+
+
+def _teardown_after(an, view, node, key: str, depth: int = 0):
+    """The first ``destroy_process_group()`` that runs after ``node`` in its function (not in an
+    exception handler) with no use of ``key`` (a local name) between them; when the function has
+    none, ``key`` never leaves it (only ``key.<attr>`` reads, never returned or passed on) and
+    this module calls the function, such a destroy after a call of it. Else None."""
+    sem = view.sem
+    fn = sem.enclosing_function(node)
+    scope = fn or sem.tree
+    end = (node.end_lineno, node.end_col_offset)
+    for d in sem.calls_to(_DESTROY):
+        if (sem.enclosing_function(d) or sem.tree) is not scope or (d.lineno, d.col_offset) <= end:
+            continue
+        if any(isinstance(a, ast.ExceptHandler) for a in sem.ancestors(d)):
+            continue
+        between = [u for u in uses_after(sem, key, node)
+                   if (u.lineno, u.col_offset) < (d.lineno, d.col_offset)
+                   and (sem.enclosing_function(u) or sem.tree) is scope]
+        return None if between else d
+    if fn is None or depth >= 2 or uses_after(sem, key, node):
+        return None  # a use after the node may wait for it
+    if any(isinstance(n, ast.Name) and n.id == key and not isinstance(parent(n), ast.Attribute)
+           and isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+        return None  # the object is passed on or returned somewhere in the function
+    for site in an.call_sites(view, fn):
+        p = parent(site)
+        if isinstance(p, ast.Expr):  # the result is dropped: nothing of the callee survives the call
+            got = _teardown_after(an, view, site, "\0", depth + 1)
+            if got is not None:
+                return got
+    return None
+
+
+def _report_teardown(ctx, an, view, c, node, key: str, what: str) -> bool:
+    d = _teardown_after(an, view, node, key)
+    if d is None:
+        return False
+    ctx.report(d, f"{what} is never waited before `{ctx.text(d)}`: the save's background write still "
+                  "needs the process group (the checkpoint is lost or partial); wait for it (`.result()`) first",
+               related=[(c, "the async save")])
+    return True
 
 
 def _waiting_methods(cls: ast.ClassDef, attr: str) -> set:
