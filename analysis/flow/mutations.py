@@ -162,3 +162,80 @@ def written_values(ev, e: ast.Name, bindings, d: int) -> list:
         else:
             out.extend(ev.value(x, d) for x in values)
     return out
+
+
+# calls that take items out of a container (not in ``index``: they store nothing)
+_SHRINKERS = frozenset({"pop", "popitem", "popleft", "remove", "discard", "clear"})
+_EMPTY_CTORS = frozenset({"dict", "list", "set", "collections.OrderedDict", "OrderedDict", "tuple"})
+
+
+def _shrunk(view, scope, name: str) -> bool:
+    """``name`` loses items somewhere in ``scope`` (``name.pop(k)``, ``del name[k]``)."""
+    memo = view.memo.setdefault("mutations.shrunk", {})
+    got = memo.get(id(scope))
+    if got is None:
+        got = memo[id(scope)] = set()
+        for n in ast.walk(scope):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _SHRINKERS \
+                    and isinstance(n.func.value, ast.Name):
+                got.add(n.func.value.id)
+            elif isinstance(n, ast.Delete):
+                got.update(b for t in n.targets if (b := _base_name(t)) is not None)
+    return name in got
+
+
+def _fixed_extent(ev, value: ast.AST, d: int):
+    """The uniformity of how many items (keys) the container ``value`` builds, and whether it is a
+    dict; None when it is no fresh container of a known extent (a ``defaultdict`` adds the keys
+    it is read with)."""
+    from .values import U, X, join
+    if isinstance(value, (ast.List, ast.Tuple)) and not any(isinstance(x, ast.Starred) for x in value.elts):
+        return U, False
+    if isinstance(value, ast.Dict) and all(k is not None for k in value.keys):
+        v = join(ev.value(k, d) for k in value.keys)
+        return (v if v.uniform else X), True  # rank-varying keys may still be as many
+    if isinstance(value, ast.ListComp) and not any(g.ifs for g in value.generators):
+        return join(ev.trip_count(g.iter, d + 1) for g in value.generators), False
+    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+        qn = ev.sem.call_qualname(value) or (value.func.id if isinstance(value.func, ast.Name) else None)
+        if qn in _EMPTY_CTORS:
+            return U, qn not in ("list", "tuple")
+    return None
+
+
+def container_length(ev, e: ast.Name, d: int):
+    """For the evaluator ``ev``: the uniformity of the number of items (keys) of the container
+    ``e`` names, when its bindings make containers of a uniform extent and what is written into
+    it since never adds an item to it: writes into its elements (``out[i][key] = v``,
+    ``out[i].append(v)``) and stores at an index of a list leave its length (its key set) as it
+    was, whatever values they store. None when anything else may grow or shrink it (``append``,
+    a new key, a call it is handed to): the question is then one of its contents."""
+    from .bindings import reaching
+    kind, evs = reaching(ev.view, e.id, e)
+    if kind != "events" or not evs:
+        return None
+    vals, is_dict = [], False
+    for b in evs:
+        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
+            return None
+        got = _fixed_extent(ev, b.value, d)
+        if got is None:
+            return None
+        vals.append(got[0])
+        is_dict = is_dict or got[1]
+    for node, values in mutations(ev.view, e.id, e, evs):
+        if values is None:
+            return None  # handed to a call that may fill it
+        if isinstance(node, ast.Call):
+            if isinstance(node.func.value, ast.Name):
+                return None  # ``out.append(v)``: an item of its own
+            continue
+        for tgt in (node.targets if isinstance(node, ast.Assign) else (node.target,)):
+            for x in ast.walk(tgt) if isinstance(tgt, (ast.Tuple, ast.List)) else (tgt,):
+                if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name) and x.value.id == e.id \
+                        and (is_dict or isinstance(x.slice, ast.Slice)):
+                    return None  # a new key, or a slice that may change the length
+    if _shrunk(ev.view, binding_scope(ev.sem, e), e.id):
+        return None
+    from .values import join
+    return join(vals)
