@@ -205,7 +205,9 @@ class Evaluator:
     def _name(self, e: ast.Name, d: int) -> Value:
         g = comp_binder(e)
         if g is not None:  # a comprehension's own variable (its own scope): an element of its iterable
-            return self.element(g.iter, d)
+            from .dict_keys import item_keys  # lazy: dict_keys asks this evaluator back
+            got = item_keys(self, g.iter, target_path(g.target, e.id), d)  # or a dict's key
+            return self.element(g.iter, d) if got is None else got
         kind, got = reaching(self.view, e.id, e)
         if kind == "param":
             return self.param_value(got, e.id, e)
@@ -326,6 +328,9 @@ class Evaluator:
             it = ev.iter
             while isinstance(it, ast.Call) and it.args and _progress_wrapper(self.sem, it):
                 it = it.args[0]  # ``tqdm(enumerate(loader))``: the same items, in order
+            from .dict_keys import item_keys  # lazy: dict_keys asks this evaluator back
+            if (got := item_keys(self, it, path, d)) is not None:
+                return got  # ``for k, v in x.items()``: the keys, not the values
             if path and isinstance(it, ast.Call) and _terminal(it.func) == "enumerate" \
                     and self.sem.qualname(it.func) is None:
                 if path[0] == 0:
@@ -654,7 +659,7 @@ class Evaluator:
                 return X
             recv = self.value(f.value, d)
             if recv.varying and recv.src.fields is None:  # a method of an object we do not see: its arguments
-                if recv.src.cat in (DATA, RNG, CLOCK) and f.attr in _SHAPE_METHODS:
+                if f.attr in _SHAPE_METHODS:  # a shape question (the rank's own shard, a random size)
                     return X if recv.src.cat == DATA else _drawn_shape(self, f.value)
                 return recv
             if f.attr in _MOVES:
