@@ -221,7 +221,7 @@ def keys_value(ev, x: ast.AST, d: int):
     a local name bound to dict displays, dict comprehensions (their key expression) or empty dicts,
     with the keys its subscript stores add (writes into its values add none); rank-varying where
     one of those keys is; unknown for anything else (a parameter, a call's result, ``update``)."""
-    from .mutations import mutations
+    from .mutations import bound_part, mutations
     from .values import U, X, join
     if not isinstance(x, ast.Name):
         return X
@@ -230,9 +230,7 @@ def keys_value(ev, x: ast.AST, d: int):
         return X
     vals = []
     for b in evs:
-        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
-            return X
-        v = b.value
+        v = bound_part(b, x.id)
         if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):
             vals.extend(ev.value(k, d) for k in v.keys)
         elif isinstance(v, ast.DictComp):

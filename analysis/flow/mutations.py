@@ -203,6 +203,19 @@ def _fixed_extent(ev, value: ast.AST, d: int):
     return None
 
 
+def bound_part(b: ast.AST, name: str):
+    """The expression the assignment ``b`` binds ``name`` to, also an element of a tuple display
+    (``outs, names = [], ("a", "b")``); None for anything else."""
+    from .bindings import target_path
+    if not (isinstance(b, ast.Assign) and len(b.targets) == 1):
+        return None
+    path, v = target_path(b.targets[0], name), b.value
+    while path and isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) > path[0] \
+            and not any(isinstance(x, ast.Starred) for x in v.elts):
+        v, path = v.elts[path[0]], path[1:]
+    return v if path == [] else None
+
+
 def container_length(ev, e: ast.Name, d: int):
     """For the evaluator ``ev``: the uniformity of the number of items (keys) of the container
     ``e`` names, when its bindings make containers of a uniform extent and what is written into
@@ -216,9 +229,7 @@ def container_length(ev, e: ast.Name, d: int):
         return None
     vals, is_dict = [], False
     for b in evs:
-        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
-            return None
-        got = _fixed_extent(ev, b.value, d)
+        got = _fixed_extent(ev, v, d) if (v := bound_part(b, e.id)) is not None else None
         if got is None:
             return None
         vals.append(got[0])
