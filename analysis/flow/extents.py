@@ -537,13 +537,3 @@ def _dep_function(at, fid):
             if isinstance(st, FUNC_TYPES) and st.name == "__init__" and id(st) == fid:
                 return st
     return None
-
-
-def drawn_shape(ev, e):
-    """For the evaluator ``ev``: the uniformity of the shape of ``e``, whose values are random
-    numbers or clocks: what the shape analysis says (``torch.zeros(random.randint(1, 9))`` varies,
-    ``rng.choice(n, k).reshape(-1, g)`` does not, its values do), unknown where it cannot tell."""
-    from .shapes import shapes_of  # lazy: shapes builds on this module
-    from .values import Value
-    sh = shapes_of(ev.hub, ev.view).shape(e)
-    return Value("V", sh.src) if sh.kind == "V" and sh.src is not None else VX

@@ -250,3 +250,53 @@ def container_length(ev, e: ast.Name, d: int):
         return None
     from .values import join
     return join(vals)
+
+
+_EMPTY_DICTS = frozenset({"dict", "collections.OrderedDict", "OrderedDict"})
+
+
+def item_keys(ev, it: ast.AST, path, d: int):
+    """For the evaluator ``ev``: the value of the key a loop or a comprehension takes from a dict,
+    apart from its values (``for k, v in x.items()``, ``for k in x.keys()``); None for any other
+    iteration."""
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and not it.args and not it.keywords
+            and ev.sem.qualname(it.func) is None):
+        return None
+    if (it.func.attr == "items" and path and path[0] == 0 and len(path) == 1) or (it.func.attr == "keys" and path == []):
+        return keys_value(ev, it.func.value, d)
+    return None
+
+
+def keys_value(ev, x: ast.AST, d: int):
+    """The uniformity of the keys of the dict the name ``x`` holds, apart from its values: a dict
+    that stores this rank's tensors under constant keys has the same keys on every rank. Judged for
+    a local name bound to dict displays, dict comprehensions (their key expression) or empty dicts,
+    with the keys its subscript stores add (writes into its values add none); rank-varying where
+    one of those keys is; unknown for anything else (a parameter, a call's result, ``update``)."""
+    from .values import U, X, join
+    if not isinstance(x, ast.Name):
+        return X
+    from .bindings import reaching
+    kind, evs = reaching(ev.view, x.id, x)
+    if kind != "events" or not evs:
+        return X
+    vals = []
+    for b in evs:
+        v = bound_part(b, x.id)
+        if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):
+            vals.extend(ev.value(k, d) for k in v.keys)
+        elif isinstance(v, ast.DictComp):
+            vals.append(ev.value(v.key, d))
+        elif not (isinstance(v, ast.Call) and not v.args and not v.keywords and (
+                ev.sem.call_qualname(v) or getattr(v.func, "id", None)) in _EMPTY_DICTS):
+            return X
+    for node, stored in mutations(ev.view, x.id, x, evs):
+        if stored is None or isinstance(node, ast.Call) and isinstance(node.func.value, ast.Name):
+            return X  # a call that may add keys (``x.update(y)``, ``fill(x)``)
+        if isinstance(node, ast.Call):
+            continue  # into one of its values (``x[k].append(v)``)
+        for tgt in (node.targets if isinstance(node, ast.Assign) else (node.target,)):
+            for s in ast.walk(tgt) if isinstance(tgt, (ast.Tuple, ast.List)) else (tgt,):
+                if isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name) and s.value.id == x.id:
+                    vals.append(ev.value(s.slice, d))
+    return join(vals) if vals else U

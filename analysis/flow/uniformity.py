@@ -205,7 +205,7 @@ class Evaluator:
     def _name(self, e: ast.Name, d: int) -> Value:
         g = comp_binder(e)
         if g is not None:  # a comprehension's own variable (its own scope): an element of its iterable
-            from .dict_keys import item_keys  # lazy: dict_keys asks this evaluator back
+            from .mutations import item_keys  # lazy: mutations sits above bindings only
             got = item_keys(self, g.iter, target_path(g.target, e.id), d)  # or a dict's key
             return self.element(g.iter, d) if got is None else got
         kind, got = reaching(self.view, e.id, e)
@@ -328,7 +328,7 @@ class Evaluator:
             it = ev.iter
             while isinstance(it, ast.Call) and it.args and _progress_wrapper(self.sem, it):
                 it = it.args[0]  # ``tqdm(enumerate(loader))``: the same items, in order
-            from .dict_keys import item_keys  # lazy: dict_keys asks this evaluator back
+            from .mutations import item_keys  # lazy: mutations sits above bindings only
             if (got := item_keys(self, it, path, d)) is not None:
                 return got  # ``for k, v in x.items()``: the keys, not the values
             if path and isinstance(it, ast.Call) and _terminal(it.func) == "enumerate" \
@@ -553,7 +553,7 @@ class Evaluator:
         if base.varying and base.src.fields is not None:  # an attribute of an object we do not see
             return Value("V", base.src.built(None)) if e.attr in base.src.fields else X
         if base.varying and base.src.cat in (DATA, RNG, CLOCK) and e.attr in _SHAPE_ATTRS:
-            return X if base.src.cat == DATA else _drawn_shape(self, e.value)  # not what values are drawn
+            return X if base.src.cat == DATA else self.hub.drawn_shape(self.view, e.value)  # not what values are drawn
         if base.varying and base.src.cat == RANK and e.attr != "device":
             return X  # a field of an object built with the rank: not the rank itself
         return base
@@ -660,7 +660,7 @@ class Evaluator:
             recv = self.value(f.value, d)
             if recv.varying and recv.src.fields is None:  # a method of an object we do not see: its arguments
                 if f.attr in _SHAPE_METHODS:  # a shape question (the rank's own shard, a random size)
-                    return X if recv.src.cat == DATA else _drawn_shape(self, f.value)
+                    return X if recv.src.cat == DATA else self.hub.drawn_shape(self.view, f.value)
                 return recv
             if f.attr in _MOVES:
                 # ``model.cuda(local_rank)``, ``t.to(device)``: the device differs between ranks, the
@@ -673,11 +673,6 @@ class Evaluator:
                 return U
             return X
         return X
-
-
-def _drawn_shape(ev, e):
-    from .extents import drawn_shape  # lazy: extents builds on this module
-    return drawn_shape(ev, e)
 
 
 def _is_none(e: ast.AST) -> bool:
