@@ -198,4 +198,3 @@ def _local_has(hub, view, fn, x: ast.Name, at, key: str, depth: int):
             return False
         out = out or r
     return out
-
