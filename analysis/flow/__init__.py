@@ -404,6 +404,16 @@ class Analysis(Summaries):
 
         return has_key(self, view, x, key)
 
+    def drawn_shape(self, view, e: ast.AST):
+        """The uniformity of the shape of ``e``, whose values are random or this rank's own, as the
+        shape analysis sees it (``torch.zeros(random.randint(1, 9))`` varies, ``rng.choice(n,
+        k).reshape(-1, g)`` does not, its values do); unknown where it cannot tell. Asked by the
+        evaluator through the hub: the shape analysis builds on the evaluator."""
+        from .shapes import shapes_of  # lazy: shapes imports the evaluator
+
+        sh = shapes_of(self, view).shape(e)
+        return Value("V", sh.src) if sh.kind == "V" and sh.src is not None else X
+
     def field_value(self, view, e: ast.Attribute, d: int):
         """A property or record field of a project class of this module (``args.should_save`` of
         ``args = Args(process_index=dist.get_rank())``, the property returning

@@ -162,3 +162,141 @@ def written_values(ev, e: ast.Name, bindings, d: int) -> list:
         else:
             out.extend(ev.value(x, d) for x in values)
     return out
+
+
+# calls that take items out of a container (not in ``index``: they store nothing)
+_SHRINKERS = frozenset({"pop", "popitem", "popleft", "remove", "discard", "clear"})
+_EMPTY_CTORS = frozenset({"dict", "list", "set", "collections.OrderedDict", "OrderedDict", "tuple"})
+
+
+def _shrunk(view, scope, name: str) -> bool:
+    """``name`` loses items somewhere in ``scope`` (``name.pop(k)``, ``del name[k]``)."""
+    memo = view.memo.setdefault("mutations.shrunk", {})
+    got = memo.get(id(scope))
+    if got is None:
+        got = memo[id(scope)] = set()
+        for n in ast.walk(scope):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _SHRINKERS \
+                    and isinstance(n.func.value, ast.Name):
+                got.add(n.func.value.id)
+            elif isinstance(n, ast.Delete):
+                got.update(b for t in n.targets if (b := _base_name(t)) is not None)
+    return name in got
+
+
+def _fixed_extent(ev, value: ast.AST, d: int):
+    """The uniformity of how many items (keys) the container ``value`` builds, and whether it is a
+    dict; None when it is no fresh container of a known extent (a ``defaultdict`` adds the keys
+    it is read with)."""
+    from .values import U, X, join
+    if isinstance(value, (ast.List, ast.Tuple)) and not any(isinstance(x, ast.Starred) for x in value.elts):
+        return U, False
+    if isinstance(value, ast.Dict) and all(k is not None for k in value.keys):
+        v = join(ev.value(k, d) for k in value.keys)
+        return (v if v.uniform else X), True  # rank-varying keys may still be as many
+    if isinstance(value, ast.ListComp) and not any(g.ifs for g in value.generators):
+        return join(ev.trip_count(g.iter, d + 1) for g in value.generators), False
+    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+        qn = ev.sem.call_qualname(value) or (value.func.id if isinstance(value.func, ast.Name) else None)
+        if qn in _EMPTY_CTORS:
+            return U, qn not in ("list", "tuple")
+    return None
+
+
+def bound_part(b: ast.AST, name: str):
+    """The expression the assignment ``b`` binds ``name`` to, also an element of a tuple display
+    (``outs, names = [], ("a", "b")``); None for anything else."""
+    from .bindings import target_path
+    if not (isinstance(b, ast.Assign) and len(b.targets) == 1):
+        return None
+    path, v = target_path(b.targets[0], name), b.value
+    while path and isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) > path[0] \
+            and not any(isinstance(x, ast.Starred) for x in v.elts):
+        v, path = v.elts[path[0]], path[1:]
+    return v if path == [] else None
+
+
+def container_length(ev, e: ast.Name, d: int):
+    """For the evaluator ``ev``: the uniformity of the number of items (keys) of the container
+    ``e`` names, when its bindings make containers of a uniform extent and what is written into
+    it since never adds an item to it: writes into its elements (``out[i][key] = v``,
+    ``out[i].append(v)``) and stores at an index of a list leave its length (its key set) as it
+    was, whatever values they store. None when anything else may grow or shrink it (``append``,
+    a new key, a call it is handed to): the question is then one of its contents."""
+    from .bindings import reaching
+    kind, evs = reaching(ev.view, e.id, e)
+    if kind != "events" or not evs:
+        return None
+    vals, is_dict = [], False
+    for b in evs:
+        got = _fixed_extent(ev, v, d) if (v := bound_part(b, e.id)) is not None else None
+        if got is None:
+            return None
+        vals.append(got[0])
+        is_dict = is_dict or got[1]
+    for node, values in mutations(ev.view, e.id, e, evs):
+        if values is None:
+            return None  # handed to a call that may fill it
+        if isinstance(node, ast.Call):
+            if isinstance(node.func.value, ast.Name):
+                return None  # ``out.append(v)``: an item of its own
+            continue
+        for tgt in (node.targets if isinstance(node, ast.Assign) else (node.target,)):
+            for x in ast.walk(tgt) if isinstance(tgt, (ast.Tuple, ast.List)) else (tgt,):
+                if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name) and x.value.id == e.id \
+                        and (is_dict or isinstance(x.slice, ast.Slice)):
+                    return None  # a new key, or a slice that may change the length
+    if _shrunk(ev.view, binding_scope(ev.sem, e), e.id):
+        return None
+    from .values import join
+    return join(vals)
+
+
+_EMPTY_DICTS = frozenset({"dict", "collections.OrderedDict", "OrderedDict"})
+
+
+def item_keys(ev, it: ast.AST, path, d: int):
+    """For the evaluator ``ev``: the value of the key a loop or a comprehension takes from a dict,
+    apart from its values (``for k, v in x.items()``, ``for k in x.keys()``); None for any other
+    iteration."""
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and not it.args and not it.keywords
+            and ev.sem.qualname(it.func) is None):
+        return None
+    if (it.func.attr == "items" and path and path[0] == 0 and len(path) == 1) or (it.func.attr == "keys" and path == []):
+        return keys_value(ev, it.func.value, d)
+    return None
+
+
+def keys_value(ev, x: ast.AST, d: int):
+    """The uniformity of the keys of the dict the name ``x`` holds, apart from its values: a dict
+    that stores this rank's tensors under constant keys has the same keys on every rank. Judged for
+    a local name bound to dict displays, dict comprehensions (their key expression) or empty dicts,
+    with the keys its subscript stores add (writes into its values add none); rank-varying where
+    one of those keys is; unknown for anything else (a parameter, a call's result, ``update``)."""
+    from .values import U, X, join
+    if not isinstance(x, ast.Name):
+        return X
+    from .bindings import reaching
+    kind, evs = reaching(ev.view, x.id, x)
+    if kind != "events" or not evs:
+        return X
+    vals = []
+    for b in evs:
+        v = bound_part(b, x.id)
+        if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):
+            vals.extend(ev.value(k, d) for k in v.keys)
+        elif isinstance(v, ast.DictComp):
+            vals.append(ev.value(v.key, d))
+        elif not (isinstance(v, ast.Call) and not v.args and not v.keywords and (
+                ev.sem.call_qualname(v) or getattr(v.func, "id", None)) in _EMPTY_DICTS):
+            return X
+    for node, stored in mutations(ev.view, x.id, x, evs):
+        if stored is None or isinstance(node, ast.Call) and isinstance(node.func.value, ast.Name):
+            return X  # a call that may add keys (``x.update(y)``, ``fill(x)``)
+        if isinstance(node, ast.Call):
+            continue  # into one of its values (``x[k].append(v)``)
+        for tgt in (node.targets if isinstance(node, ast.Assign) else (node.target,)):
+            for s in ast.walk(tgt) if isinstance(tgt, (ast.Tuple, ast.List)) else (tgt,):
+                if isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name) and s.value.id == x.id:
+                    vals.append(ev.value(s.slice, d))
+    return join(vals) if vals else U

@@ -67,22 +67,7 @@ _PARSE_METHODS = frozenset({"parse_args", "parse_known_args", "parse_args_into_d
 _SAMPLER_QN = "torch.utils.data.DistributedSampler"
 
 
-from .vocab import _FLIP, _int_vals, _progress_wrapper, env_key  # noqa: E402,F401  (re-exported; they live in vocab)
-
-
-def _rank_compare_uniform(op: ast.cmpop, consts: list[int]) -> bool:
-    """``rank <op> consts`` has the same truth value for every valid rank (>= 0): ``rank >= 0``,
-    ``local_rank != -1``, ``rank == -1`` ("distributed or not" tests)."""
-    if isinstance(op, (ast.In, ast.NotIn)):
-        return not any(c >= 0 for c in consts)
-    if len(consts) != 1:
-        return False  # ``rank == []``: not a comparison with one number
-    c = consts[0]
-    if isinstance(op, (ast.Eq, ast.NotEq, ast.Gt, ast.LtE)):
-        return c < 0
-    if isinstance(op, (ast.GtE, ast.Lt)):
-        return c < 1
-    return False
+from .vocab import _FLIP, _int_vals, _placed, _progress_wrapper, _rank_compare_uniform, env_key  # noqa: E402,F401,E501
 
 
 class Evaluator:
@@ -220,7 +205,9 @@ class Evaluator:
     def _name(self, e: ast.Name, d: int) -> Value:
         g = comp_binder(e)
         if g is not None:  # a comprehension's own variable (its own scope): an element of its iterable
-            return self.element(g.iter, d)
+            from .mutations import item_keys  # lazy: mutations sits above bindings only
+            got = item_keys(self, g.iter, target_path(g.target, e.id), d)  # or a dict's key
+            return self.element(g.iter, d) if got is None else got
         kind, got = reaching(self.view, e.id, e)
         if kind == "param":
             return self.param_value(got, e.id, e)
@@ -341,6 +328,9 @@ class Evaluator:
             it = ev.iter
             while isinstance(it, ast.Call) and it.args and _progress_wrapper(self.sem, it):
                 it = it.args[0]  # ``tqdm(enumerate(loader))``: the same items, in order
+            from .mutations import item_keys  # lazy: mutations sits above bindings only
+            if (got := item_keys(self, it, path, d)) is not None:
+                return got  # ``for k, v in x.items()``: the keys, not the values
             if path and isinstance(it, ast.Call) and _terminal(it.func) == "enumerate" \
                     and self.sem.qualname(it.func) is None:
                 if path[0] == 0:
@@ -562,8 +552,8 @@ class Evaluator:
             return got  # a field or property of an object built with the rank: what it reads
         if base.varying and base.src.fields is not None:  # an attribute of an object we do not see
             return Value("V", base.src.built(None)) if e.attr in base.src.fields else X
-        if base.varying and base.src.cat == DATA and e.attr in _SHAPE_ATTRS:
-            return X
+        if base.varying and base.src.cat in (DATA, RNG, CLOCK) and e.attr in _SHAPE_ATTRS:
+            return X if base.src.cat == DATA else self.hub.drawn_shape(self.view, e.value)  # not what values are drawn
         if base.varying and base.src.cat == RANK and e.attr != "device":
             return X  # a field of an object built with the rank: not the rank itself
         return base
@@ -605,8 +595,8 @@ class Evaluator:
                                   f"seeded per rank at line {seed.lineno})", e)
             if qn.startswith(D):
                 return X
-            if qn.startswith(_PURE_PREFIXES):
-                v = join(self.value(a, d) for a in args)
+            if qn.startswith(_PURE_PREFIXES):  # where the result is placed is not what it holds:
+                v = join(self.value(a, d) for a in _placed(e, qn, args))  # ``torch.load(f, map_location)``
                 return v if v.varying else (U if v.uniform and qn.startswith(("math.", "operator.")) else v)
         f = e.func
         name = _terminal(f)
@@ -634,7 +624,10 @@ class Evaluator:
             if qn is None and f.id == "len" and e.args:
                 if isinstance(e.args[0], ast.Name):
                     from .symbolic import padded_length  # lazy: symbolic follows helpers
+                    from .mutations import container_length  # writes into its elements only
                     got = padded_length(self, e.args[0], d)
+                    if got is None:
+                        got = container_length(self, e.args[0], d)
                     if got is not None:
                         return got
                 # a loader's length is its batches; a DistributedSampler's, any rank's padded share
@@ -666,8 +659,8 @@ class Evaluator:
                 return X
             recv = self.value(f.value, d)
             if recv.varying and recv.src.fields is None:  # a method of an object we do not see: its arguments
-                if recv.src.cat == DATA and f.attr in _SHAPE_METHODS:
-                    return X
+                if f.attr in _SHAPE_METHODS:  # a shape question (the rank's own shard, a random size)
+                    return X if recv.src.cat == DATA else self.hub.drawn_shape(self.view, f.value)
                 return recv
             if f.attr in _MOVES:
                 # ``model.cuda(local_rank)``, ``t.to(device)``: the device differs between ranks, the

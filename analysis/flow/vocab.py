@@ -92,3 +92,26 @@ def _progress_wrapper(sem, call: ast.Call) -> bool:
     if qn is None:
         return terminal_name(call.func) == "iter" and isinstance(call.func, ast.Name)
     return qn.split(".")[0] == "tqdm" and qn.rsplit(".", 1)[-1] in ("tqdm", "trange")
+
+
+def _placed(call: ast.Call, qn: str, args: list) -> list:
+    """``args`` of ``call`` less its placement (``device=``, ``map_location=``)."""
+    drop = {id(k.value) for k in call.keywords if k.arg in ("device", "map_location")}
+    if qn == "torch.load" and len(call.args) > 1:
+        drop.add(id(call.args[1]))
+    return [a for a in args if id(a) not in drop] if drop else args
+
+
+def _rank_compare_uniform(op: ast.cmpop, consts: list[int]) -> bool:
+    """``rank <op> consts`` has the same truth value for every valid rank (>= 0): ``rank >= 0``,
+    ``local_rank != -1``, ``rank == -1`` ("distributed or not" tests)."""
+    if isinstance(op, (ast.In, ast.NotIn)):
+        return not any(c >= 0 for c in consts)
+    if len(consts) != 1:
+        return False  # ``rank == []``: not a comparison with one number
+    c = consts[0]
+    if isinstance(op, (ast.Eq, ast.NotEq, ast.Gt, ast.LtE)):
+        return c < 0
+    if isinstance(op, (ast.GtE, ast.Lt)):
+        return c < 1
+    return False

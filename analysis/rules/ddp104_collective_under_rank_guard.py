@@ -124,7 +124,9 @@ class CollectiveUnderRankGuard(Rule):
     Point-to-point `send` / `recv` / `isend` / `irecv` are not collectives. Calls with an explicit
     `group=` (a subgroup of the guarded ranks) are not flagged, nor is a guarded collective whose
     counterpart the other ranks make elsewhere in the same function (the staggered
-    `if local_rank != 0: barrier()` ... `if local_rank == 0: barrier()` pattern).
+    `if local_rank != 0: barrier()` ... `if local_rank == 0: barrier()` pattern). A test on the key
+    of a dict that holds this rank's values under names the same on every rank (`for name, v in
+    stats.items(): if name == "loss":`) is not rank-varying; one on keys named after the rank is.
 
     ## Why is this bad?
     Every rank of the group must enter every collective, in the same order. A collective that only

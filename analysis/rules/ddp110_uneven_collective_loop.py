@@ -69,7 +69,11 @@ class UnevenCollectiveLoop(Rule):
 
     Not flagged: a call that passes the helper's group (by position or by keyword) or sets its
     flag, a helper that always equalises the count, a count computed from config alone, a count
-    the caller equalises itself before the loop, loops under DDP's `join()` context manager (`with model.join():`), which exists for
+    the caller equalises itself before the loop, the length of a list or dict whose elements
+    alone are filled with this rank's outputs (`buckets[level][name] = out`: as many buckets on
+    every rank), the shape of random numbers drawn with fixed sizes (`rng.choice(n, k).shape`), a
+    start epoch read from a checkpoint mapped onto this rank's GPU (`map_location`), loops under
+    DDP's `join()` context manager (`with model.join():`), which exists for
     exactly this case, a `DataLoader` with a `DistributedSampler` (it pads every rank to the same
     count), files every rank reads, loops over a fixed range, loops with no collective inside,
     the keys of a per-rank checkpoint, and loops whose trip count the analysis cannot judge.
