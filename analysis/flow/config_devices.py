@@ -26,35 +26,12 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES
 from .rank_kinds import PLACED_RANK_ENV, device_sinks, env_keys_of
+from .records import field_binding, is_record, record_field
 
 TORCHRUN_GLOBAL = frozenset({"RANK", "WORLD_SIZE"})
 TORCHRUN_ENV = TORCHRUN_GLOBAL | {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 _MAX = 4
-
-
-def is_dataclass(view, cls: ast.ClassDef) -> bool:
-    for d in cls.decorator_list:
-        f = d.func if isinstance(d, ast.Call) else d
-        if view.sem.qualname(f) in ("dataclasses.dataclass", "pydantic.dataclasses.dataclass"):
-            return True
-    return False
-
-
-def dataclass_field(view, cls: ast.ClassDef, name: str):
-    """(AnnAssign, default expression or None, metadata dict or None) of field ``name``."""
-    if not is_dataclass(view, cls):
-        return None
-    for s in cls.body:
-        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id == name:
-            v = s.value
-            if isinstance(v, ast.Call) and view.sem.qualname(v.func) == "dataclasses.field":
-                kw = {k.arg: k.value for k in v.keywords}
-                meta = kw.get("metadata")
-                return s, kw.get("default"), meta if isinstance(meta, ast.Dict) else None
-            return s, v, None
-    return None
 
 
 def _param_annotation(fn, name: str):
@@ -90,7 +67,7 @@ def expr_class(hub, view, fn, expr, depth: int = 0):
         if got is None:
             return None
         cv, cls = got
-        f = dataclass_field(cv, cls, expr.attr)
+        f = record_field(cv, cls, expr.attr, bases=True)
         ann = _annotation_expr(f[0].annotation) if f else None
         return hub.resolve_class(cv, ann) if ann is not None else None
     return None
@@ -101,7 +78,7 @@ def field_of(hub, view, fn, expr):
     if not isinstance(expr, ast.Attribute):
         return None
     got = expr_class(hub, view, fn, expr.value)
-    if got is None or dataclass_field(got[0], got[1], expr.attr) is None:
+    if got is None or record_field(got[0], got[1], expr.attr, bases=True) is None:
         return None
     return got[0], got[1], expr.attr
 
@@ -127,10 +104,6 @@ def _targets(stmt):
     return []
 
 
-def _functions(view):
-    return [n for n in ast.walk(view.tree) if isinstance(n, FUNC_TYPES)]
-
-
 def _reads_placed(hub, view, fn) -> bool:
     """``fn`` reads another launcher's global rank (its path is that launcher's)."""
     for n in ast.walk(fn):
@@ -145,7 +118,7 @@ def torchrun_setups(hub, views) -> list:
     """[(view, fn, param, (class view, ClassDef), {attr: stmt}, rank read stmt)] (module docstring)."""
     out = []
     for v in views:
-        for fn in _functions(v):
+        for fn in (f for fs in v.sem.functions.values() for f in fs):
             stores: dict = {}
             read = None
             for s in ast.walk(fn):
@@ -161,7 +134,7 @@ def torchrun_setups(hub, views) -> list:
             if read is None:
                 continue
             cls = expr_class(hub, v, fn, ast.Name(id=read[0], ctx=ast.Load()))
-            if cls is not None and is_dataclass(*cls):
+            if cls is not None and is_record(*cls, bases=True):
                 out.append((v, fn, read[0], cls, stores.get(read[0], {}), read[1]))
     return out
 
@@ -223,6 +196,7 @@ def device_default_gaps(hub, views) -> list:
     setups = torchrun_setups(hub, views)
     if not setups:
         return []
+    index = _store_index(hub, views)
     uses = []
     for v in views:
         for site, _call, _what in device_sinks(v):
@@ -236,10 +210,10 @@ def device_default_gaps(hub, views) -> list:
         for uv, ufn, site, fld in uses:
             if fld[1] is not cls or fld[2] in stores:
                 continue
-            decl = dataclass_field(cv, cls, fld[2])
+            decl = record_field(cv, cls, fld[2], bases=True)
             if decl is None or not (isinstance(decl[1], ast.Constant) and type(decl[1].value) is int):
                 continue
-            if _hands_object(hub, v, fn, param, fld[2]) or _set_elsewhere(hub, views, fld, setup):
+            if _hands_object(hub, v, fn, param, fld[2]) or _set_elsewhere(hub, views, index, fld):
                 continue
             out.append((setup, fld[2], (cv, decl[0]), (uv, site)))
             break
@@ -254,43 +228,61 @@ def _copies(c: ast.Call) -> bool:
         and len(v.args) >= 2 and ast.dump(v.args[1]) == ast.dump(c.args[1])
 
 
-def _positional_reaches(fld, n: int) -> bool:
-    names = [s.target.id for s in fld[1].body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
-    return fld[2] not in names or names.index(fld[2]) < n
-
-
 def set_in(hub, views, cls_view, cls, attr: str) -> bool:
     """An assignment in ``views`` may set field ``attr`` of ``cls`` on the torchrun path (for a
     rule that also asks the project's modules outside the program, the ones naming the field)."""
-    return _set_elsewhere(hub, views, (cls_view, cls, attr), None)
+    return _set_elsewhere(hub, views, _store_index(hub, views), (cls_view, cls, attr))
 
 
-def _set_elsewhere(hub, views, fld, setup) -> bool:
+def _store_index(hub, views) -> tuple:
+    """What of ``views`` may set a field, found in one pass per check (kept on the hub per list of
+    views): the calls that construct a project record, ``dataclasses.replace`` calls and
+    ``setattr`` calls (not field-by-field copies), and the attribute assignments by name."""
+    memo = hub.__dict__.setdefault("_config_stores", {})
+    key = tuple(id(v) for v in views)
+    got = memo.get(key)
+    if got is not None and all(a is b for a, b in zip(got[0], views)):
+        return got[1]
+    calls, assigns = [], {}
     for v in views:
         for c in v.sem.calls:
-            # a construction or ``replace`` naming the field, a ``setattr`` that may name it, a
-            # positional construction of the class that reaches it
-            builds = hub.resolve_class(v, c.func) == (fld[0], fld[1])
-            if (builds or v.sem.call_qualname(c) == "dataclasses.replace") \
-                    and any(k.arg == fld[2] or k.arg is None for k in c.keywords):
-                return True
-            if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 3 and not (
-                    isinstance(c.args[1], ast.Constant) and c.args[1].value != fld[2]) and not _copies(c):
-                return True
-            if builds and (_positional_reaches(fld, len(c.args)) or any(isinstance(a, ast.Starred) for a in c.args)):
-                return True
+            if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 3:
+                if not _copies(c):
+                    calls.append((v, c, "setattr", None))
+            elif v.sem.call_qualname(c) == "dataclasses.replace":
+                calls.append((v, c, "replace", None))
+            elif (built := hub.resolve_class(v, c.func)) is not None:
+                calls.append((v, c, "build", built))
         for s in ast.walk(v.tree):
-            if s.__class__ not in (ast.Assign, ast.AnnAssign, ast.AugAssign):
-                continue
-            for t, val in _targets(s):
-                if not (isinstance(t, ast.Attribute) and t.attr == fld[2]):
-                    continue
-                fn = v.sem.enclosing_function(s)
-                got = field_of(hub, v, fn, t)
-                if got is not None and not _same(got, fld):
-                    continue  # another class's field of that name
-                if isinstance(s, ast.AugAssign) or _other_path(hub, v, fn, val) \
-                        or (fn is not None and _flows_from_field(hub, v, fn, val, fld, views)):
-                    continue
+            if s.__class__ in (ast.Assign, ast.AnnAssign, ast.AugAssign):
+                for t, val in _targets(s):
+                    if isinstance(t, ast.Attribute):
+                        assigns.setdefault(t.attr, []).append((v, s, t, val))
+    index = (calls, assigns)
+    memo[key] = (list(views), index)
+    return index
+
+
+def _set_elsewhere(hub, views, index, fld) -> bool:
+    calls, assigns = index
+    for v, c, kind, built in calls:
+        # a construction or ``replace`` that names the field (or may: ``**kwargs``, positional
+        # arguments that reach it), a ``setattr`` that may name it
+        if kind == "build" and built == (fld[0], fld[1]):
+            got = field_binding(fld[0], fld[1], c, fld[2], bases=True)
+            if got is None or got[0] != "default":
                 return True
+        elif kind == "replace" and any(k.arg == fld[2] or k.arg is None for k in c.keywords):
+            return True
+        elif kind == "setattr" and not (isinstance(c.args[1], ast.Constant) and c.args[1].value != fld[2]):
+            return True
+    for v, s, t, val in assigns.get(fld[2], ()):
+        fn = v.sem.enclosing_function(s)
+        got = field_of(hub, v, fn, t)
+        if got is not None and not _same(got, fld):
+            continue  # another class's field of that name
+        if isinstance(s, ast.AugAssign) or _other_path(hub, v, fn, val) \
+                or (fn is not None and _flows_from_field(hub, v, fn, val, fld, views)):
+            continue
+        return True
     return False
