@@ -3,8 +3,13 @@
 A configuration dataclass declares the CUDA device of a process as a field with a constant default
 (``device: int = 0`` or ``field(default=0, ...)``); code pins ``torch.cuda.set_device(cfg.device)``
 (any device-index use, ``flow/rank_kinds.device_sinks``) on a value of that class. The class of an
-expression is read from annotations: a parameter annotated with a project class, and a dataclass
-field annotated with another (``cfg.train.device`` where ``cfg: Top`` and ``Top.train: TrainCfg``).
+expression is read from annotations (a parameter annotated with a project class, a dataclass field
+annotated with another: ``cfg.train.device`` where ``cfg: Top`` and ``Top.train: TrainCfg``), else
+from its value (``built_class``): every origin (``flow/origins``: ``cfg = Config()``, a factory's
+return, ``self.cfg`` built in ``__init__``, a record field's argument) constructs the same project
+class, or every call of its function passes such a value (``args = Config(); setup(args)``, also
+from another module of the program). A field's default counts as constant when it is an int
+literal or every origin of it is one (a module constant, a config dict entry, an option default).
 
 ``torchrun_setups(hub, views)`` lists the functions that configure such an object for ``torchrun``:
 they store into attributes of a parameter of the class values read from the launcher's global
@@ -55,29 +60,93 @@ def _annotation_expr(ann):
     return ann if isinstance(ann, (ast.Name, ast.Attribute)) else None
 
 
-def expr_class(hub, view, fn, expr, depth: int = 0):
-    """(view, ClassDef) of the project class ``expr`` holds, by annotations (module docstring)."""
-    if depth > _MAX or fn is None:
+def expr_class(hub, view, fn, expr, views=(), depth: int = 0):
+    """(view, ClassDef) of the project class ``expr`` holds (module docstring): by annotations,
+    else by value (``built_class``); ``views``: the program, whose calls fill a parameter."""
+    if depth > _MAX:
         return None
-    if isinstance(expr, ast.Name):
+    got = None
+    if isinstance(expr, ast.Name) and fn is not None:
         ann = _annotation_expr(_param_annotation(fn, expr.id))
-        return hub.resolve_class(view, ann) if ann is not None else None
-    if isinstance(expr, ast.Attribute):
-        got = expr_class(hub, view, fn, expr.value, depth + 1)
-        if got is None:
-            return None
-        cv, cls = got
-        f = record_field(cv, cls, expr.attr, bases=True)
+        got = hub.resolve_class(view, ann) if ann is not None else None
+    elif isinstance(expr, ast.Attribute):
+        base = expr_class(hub, view, fn, expr.value, views, depth + 1)
+        f = record_field(base[0], base[1], expr.attr, bases=True) if base is not None else None
         ann = _annotation_expr(f[0].annotation) if f else None
-        return hub.resolve_class(cv, ann) if ann is not None else None
-    return None
+        got = hub.resolve_class(base[0], ann) if ann is not None else None
+    if got is None:
+        got = built_class(hub, view, expr, views)
+    if got is None and isinstance(expr, ast.Name) and fn is not None and not view.sem.assignments(fn).get(expr.id):
+        got = _param_class(hub, view, fn, expr.id, views, depth)
+    return got
 
 
-def field_of(hub, view, fn, expr):
+def _param_class(hub, view, fn, name: str, views, depth: int):
+    """The class of parameter ``name`` of ``fn`` by what its callers pass (their annotations or
+    values, ``expr_class``), when every call gives it and all agree; else None."""
+    from .calls import call_args
+
+    if name not in [p.arg for p in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]:
+        return None
+    sites = [(view, c) for c in hub.call_sites(view, fn)]
+    sites += [s for s in _callers(hub, views, fn) if not any(s[1] is c for _v, c in sites)]
+    out = None
+    for cv, c in sites[:8]:
+        a = next((a for p, a in call_args(c, fn) if p == name), None)
+        got = expr_class(hub, cv, cv.sem.enclosing_function(c), a, views, depth + 1) if a is not None else None
+        if got is None or (out is not None and got[1] is not out[1]):
+            return None
+        out = got
+    return out
+
+
+def built_class(hub, view, expr, views=()):
+    """(view, ClassDef) when every origin of ``expr`` (``flow/origins``: its bindings, the
+    arguments its function's callers in ``views`` pass, a helper's returns, ``self.<attr>``'s
+    bindings, a record field's argument) is a construction of one project class; else None."""
+    from .origins import origins  # lazy: origins reads records and bindings
+
+    if not isinstance(expr, (ast.Name, ast.Attribute)):
+        return None
+    memo = hub.__dict__.setdefault("_built_classes", {})
+    key = (id(expr), *(id(v) for v in views))
+    hit = memo.get(key)
+    if hit is not None and hit[0] is expr:
+        return hit[1]
+    out = None
+    leaves = origins(hub, view, expr, expr, callers=lambda v, f: _callers(hub, views, f))
+    if leaves and len(leaves) <= 8:
+        for lv, e, *_ in leaves:
+            c = hub.resolve_class(lv, e.func) if isinstance(e, ast.Call) else None
+            if c is None or (out is not None and c[1] is not out[1]):
+                out = None
+                break
+            out = c
+    memo[key] = (expr, out)
+    return out
+
+
+def _callers(hub, views, fn) -> list:
+    """(view, call) of every call of project function ``fn`` in ``views`` (indexed once per check)."""
+    memo = hub.__dict__.setdefault("_config_callers", {})
+    key = tuple(id(v) for v in views)
+    got = memo.get(key)
+    if got is None or not all(a is b for a, b in zip(got[0], views)):
+        index: dict = {}
+        for v in views:
+            for c in v.sem.calls:
+                r = hub.resolve_call(v, c)
+                if r is not None:
+                    index.setdefault(id(r[1]), []).append((v, c))
+        got = memo[key] = (list(views), index)
+    return got[1].get(id(fn), [])
+
+
+def field_of(hub, view, fn, expr, views=()):
     """(class view, ClassDef, field name) when ``expr`` is ``<value of a dataclass>.<field>``."""
     if not isinstance(expr, ast.Attribute):
         return None
-    got = expr_class(hub, view, fn, expr.value)
+    got = expr_class(hub, view, fn, expr.value, views)
     if got is None or record_field(got[0], got[1], expr.attr, bases=True) is None:
         return None
     return got[0], got[1], expr.attr
@@ -130,10 +199,10 @@ def torchrun_setups(hub, views) -> list:
                     stores.setdefault(t.value.id, {})[t.attr] = s
                     keys = env_keys_of(hub, v, val, s) if val is not None else None
                     if read is None and keys and keys <= TORCHRUN_ENV and keys & TORCHRUN_GLOBAL:
-                        read = (t.value.id, s)
+                        read = (t.value.id, s, t.value)
             if read is None:
                 continue
-            cls = expr_class(hub, v, fn, ast.Name(id=read[0], ctx=ast.Load()))
+            cls = expr_class(hub, v, fn, read[2], views)
             if cls is not None and is_record(*cls, bases=True):
                 out.append((v, fn, read[0], cls, stores.get(read[0], {}), read[1]))
     return out
@@ -171,13 +240,10 @@ def _flows_from_field(hub, view, fn, val, fld, views) -> bool:
             and any(p.arg == val.id for p in (*fn.args.posonlyargs, *fn.args.args))):
         return False
     idx = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args)].index(val.id)
-    for v in views:
-        for c in v.sem.calls:
-            if idx < len(c.args) and isinstance(c.args[idx], ast.Attribute):
-                got = hub.resolve_call(v, c)
-                if got is not None and got[1] is fn \
-                        and _same(field_of(hub, v, v.sem.enclosing_function(c), c.args[idx]), fld):
-                    return True
+    for v, c in _callers(hub, views, fn):
+        if idx < len(c.args) and isinstance(c.args[idx], ast.Attribute) \
+                and _same(field_of(hub, v, v.sem.enclosing_function(c), c.args[idx], views), fld):
+            return True
     return False
 
 
@@ -201,7 +267,7 @@ def device_default_gaps(hub, views) -> list:
     for v in views:
         for site, _call, _what in device_sinks(v):
             fn = v.sem.enclosing_function(site)
-            fld = field_of(hub, v, fn, site)
+            fld = field_of(hub, v, fn, site, views)
             if fld is not None:
                 uses.append((v, fn, site, fld))
     out = []
@@ -211,13 +277,24 @@ def device_default_gaps(hub, views) -> list:
             if fld[1] is not cls or fld[2] in stores:
                 continue
             decl = record_field(cv, cls, fld[2], bases=True)
-            if decl is None or not (isinstance(decl[1], ast.Constant) and type(decl[1].value) is int):
+            if decl is None or not _constant_int(hub, cv, decl[1]):
                 continue
             if _hands_object(hub, v, fn, param, fld[2]) or _set_elsewhere(hub, views, index, fld):
                 continue
             out.append((setup, fld[2], (cv, decl[0]), (uv, site)))
             break
     return out
+
+
+def _constant_int(hub, view, expr) -> bool:
+    """``expr`` (a field's default) is an integer constant, written there or held by a module
+    value it reads (``_DEFAULTS["gpu"]``, ``defaults.gpu``: every origin an int literal)."""
+    from .origins import origins  # lazy: origins reads records and bindings
+
+    if expr is None:
+        return False
+    leaves = [expr] if isinstance(expr, ast.Constant) else [e for _v, e, *_ in origins(hub, view, expr, expr)]
+    return bool(leaves) and all(isinstance(e, ast.Constant) and type(e.value) is int for e in leaves)
 
 
 def _copies(c: ast.Call) -> bool:
@@ -275,10 +352,12 @@ def _set_elsewhere(hub, views, index, fld) -> bool:
         elif kind == "replace" and any(k.arg == fld[2] or k.arg is None for k in c.keywords):
             return True
         elif kind == "setattr" and not (isinstance(c.args[1], ast.Constant) and c.args[1].value != fld[2]):
-            return True
+            got = expr_class(hub, v, v.sem.enclosing_function(c), c.args[0], views)
+            if got is None or got[1] is fld[1]:  # (not an object of another class)
+                return True
     for v, s, t, val in assigns.get(fld[2], ()):
         fn = v.sem.enclosing_function(s)
-        got = field_of(hub, v, fn, t)
+        got = field_of(hub, v, fn, t, views)
         if got is not None and not _same(got, fld):
             continue  # another class's field of that name
         if isinstance(s, ast.AugAssign) or _other_path(hub, v, fn, val) \
