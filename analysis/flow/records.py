@@ -1,8 +1,10 @@
 """Record classes and properties of the project, for ``origins.py``: what a field of a
 ``@dataclass`` / ``NamedTuple`` holds (the argument a construction ``Env(rank=r)`` binds to it, or
 the field's default), and what a ``@property`` returns (``env.device`` where ``device`` is a
-property of ``Env``). Only plain fields are read: a ``field(...)`` default, ``*args`` /
-``**kwargs`` at a construction, or a base class with fields of its own leave a field unknown.
+property of ``Env``). A field's declaration, default and metadata (``record_field``, a plain
+default or ``field(default=...)``'s) are read in one place for origins and the config rules;
+``*args`` / ``**kwargs`` at a construction, or a base class with fields of its own, leave a
+field's argument unknown.
 Also the project class a name refers to (``class_named``) and a class's chain of project base
 classes (``class_chain``), which ``origins`` reads for a property a base class defines."""
 from __future__ import annotations
@@ -19,51 +21,102 @@ _NOT_PROJECT = frozenset({"torch", "os", "sys", "math", "time", "json", "logging
 _PROPERTY = frozenset({"property", "cached_property", "functools.cached_property"})
 
 
-def is_record(view, cls: ast.ClassDef) -> bool:
-    """A ``@dataclass`` (any spelling of ``dataclasses.dataclass``, called or not) or a
-    ``typing.NamedTuple`` subclass, with no other base (whose fields would come first)."""
+_DATACLASS = frozenset({"dataclasses.dataclass", "pydantic.dataclasses.dataclass"})
+_FIELD_SPEC = frozenset({"dataclasses.field", "pydantic.Field", "pydantic.fields.Field"})
+
+
+def is_record(view, cls: ast.ClassDef, bases: bool = False) -> bool:
+    """A ``@dataclass`` (any spelling of ``dataclasses.dataclass`` or pydantic's, called or not)
+    or a ``typing.NamedTuple`` subclass, with no other base (whose fields would come first);
+    ``bases``: a dataclass with base classes counts too (its own fields are read, and no
+    positional argument of a construction is known to reach one)."""
     sem = view.sem
     for d in cls.decorator_list:
         f = d.func if isinstance(d, ast.Call) else d
-        if sem.qualname(f) == "dataclasses.dataclass":
-            return not cls.bases
+        if sem.qualname(f) in _DATACLASS:
+            return bases or not cls.bases
     return len(cls.bases) == 1 and sem.qualname(cls.bases[0]) == "typing.NamedTuple"
 
 
-def fields(cls: ast.ClassDef) -> list[ast.AnnAssign]:
-    """The fields in order: the annotated names of the class body (``ClassVar`` ones excluded)."""
+def _annotation_kind(ann) -> str | None:
+    base = ann.value if isinstance(ann, ast.Subscript) else ann
+    name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
+    return name if name in ("ClassVar", "InitVar") else None
+
+
+def fields(cls: ast.ClassDef, init: bool = False) -> list[ast.AnnAssign]:
+    """The fields in order: the annotated names of the class body (``ClassVar`` ones excluded);
+    ``init``: the parameters of the generated ``__init__`` instead, in order (``InitVar``
+    pseudo-fields included, which hold no attribute, and ``field(init=False)`` ones left out)."""
     out = []
     for st in cls.body:
         if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.simple:
-            ann = st.annotation
-            base = ann.value if isinstance(ann, ast.Subscript) else ann
-            if isinstance(base, (ast.Name, ast.Attribute)) and (base.id if isinstance(base, ast.Name) else base.attr) \
-                    in ("ClassVar", "InitVar"):
+            kind = _annotation_kind(st.annotation)
+            if kind == "ClassVar" or (kind == "InitVar" and not init):
+                continue
+            if init and _spec(st.value) is not None and any(
+                    k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False
+                    for k in st.value.keywords):
                 continue
             out.append(st)
     return out
 
 
-def field_argument(view, cls: ast.ClassDef, call: ast.Call, name: str):
-    """The expression construction ``call`` of record ``cls`` gives field ``name``: its keyword,
-    its positional argument, or the field's plain default; None when unknown."""
-    if not is_record(view, cls):
+def _spec(v):
+    """``v`` when it is a ``field(...)`` specification (dataclasses' or pydantic's), else None."""
+    if isinstance(v, ast.Call):
+        f = v.func
+        if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) in ("field", "Field"):
+            return v
+    return None
+
+
+def record_field(view, cls: ast.ClassDef, name: str, bases: bool = False):
+    """(declaration, default, metadata) of field ``name`` of record ``cls`` (``bases`` as for
+    ``is_record``): the default is the plain one or ``field(default=...)``'s, None for none or a
+    ``default_factory``; the metadata the ``field(metadata={...})`` dict literal or None. None when
+    ``cls`` is no record or has no such field. The one answer to "what a record field holds
+    unless a construction gives it", for ``field_argument`` (origins) and the config rules."""
+    if not is_record(view, cls, bases):
         return None
-    fs = fields(cls)
-    i = next((i for i, f in enumerate(fs) if f.target.id == name), None)
-    if i is None:
+    decl = next((f for f in fields(cls) if f.target.id == name), None)
+    if decl is None:
         return None
-    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+    spec = _spec(decl.value)
+    if spec is None:
+        return decl, decl.value, None
+    kw = {k.arg: k.value for k in spec.keywords}
+    meta = kw.get("metadata")
+    return decl, kw.get("default"), meta if isinstance(meta, ast.Dict) else None
+
+
+def field_binding(view, cls: ast.ClassDef, call: ast.Call, name: str, bases: bool = False):
+    """What construction ``call`` of record ``cls`` binds to field ``name``: ("argument", expr)
+    for its keyword or positional argument, ("default", expr or None) when it passes none,
+    ("unknown", None) when ``*args`` / ``**kwargs`` may (or, ``bases``, a positional argument of a
+    class with bases); None when ``cls`` is no record or has no such field."""
+    got = record_field(view, cls, name, bases)
+    if got is None:
         return None
     kw = next((k.value for k in call.keywords if k.arg == name), None)
     if kw is not None:
-        return kw
-    if i < len(call.args):
-        return call.args[i]
-    d = fs[i].value
-    if d is None or isinstance(d, ast.Call):  # no default, or ``field(default_factory=...)``
-        return None
-    return d
+        return "argument", kw
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return "unknown", None
+    if call.args and cls.bases and not (len(cls.bases) == 1 and view.sem.qualname(cls.bases[0]) == "typing.NamedTuple"):
+        return "unknown", None
+    params = fields(cls, init=True)
+    i = next((i for i, f in enumerate(params) if f is got[0]), None)
+    if i is not None and i < len(call.args):
+        return "argument", call.args[i]
+    return "default", got[1]
+
+
+def field_argument(view, cls: ast.ClassDef, call: ast.Call, name: str):
+    """The expression construction ``call`` of record ``cls`` gives field ``name``: its keyword,
+    its positional argument, or the field's default (``record_field``); None when unknown."""
+    got = field_binding(view, cls, call, name)
+    return got[1] if got is not None else None
 
 
 def self_field(view, cls: ast.ClassDef, name: str) -> list | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent
+from .type_guards import spelling
 
 _STABLE = (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Load,
            ast.cmpop, ast.boolop, ast.unaryop)
@@ -27,23 +28,13 @@ def _stable(test) -> bool:
     return all(isinstance(n, _STABLE) for n in ast.walk(test))
 
 
-def _path(n) -> str | None:
-    """``a`` / ``a.b.c`` for a name or an attribute path over a name, else None."""
-    if isinstance(n, ast.Name):
-        return n.id
-    if isinstance(n, ast.Attribute):
-        base = _path(n.value)
-        return None if base is None else f"{base}.{n.attr}"
-    return None
-
-
 def _stored_between(fn, test, start: int, end: int) -> bool:
     """A name or attribute path that ``test`` reads (or a prefix of one) is stored (or deleted)
     on lines ``start`` to ``end`` of ``fn``."""
-    reads = {q for n in ast.walk(test) if (q := _path(n)) is not None}
+    reads = {q for n in ast.walk(test) if (q := spelling(n)) is not None}
     for n in ast.walk(fn):
         if isinstance(n, (ast.Name, ast.Attribute)) and not isinstance(n.ctx, ast.Load) \
-                and start <= n.lineno <= end and (q := _path(n)) is not None:
+                and start <= n.lineno <= end and (q := spelling(n)) is not None:
             if any(r == q or r.startswith(q + ".") for r in reads):
                 return True
     return False

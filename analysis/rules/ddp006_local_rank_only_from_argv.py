@@ -163,19 +163,18 @@ def _field_options(rule, ctx) -> None:
     the setup's path only; another launcher's `SLURM_LOCALID` does not clear it)."""
     import ast
 
-    from ..flow.config_devices import dataclass_field, device_default_gaps, is_dataclass, set_in
+    from ..flow.config_devices import device_default_gaps, set_in
     from ..flow.rank_kinds import LOCAL_RANK_OPTIONS
+    from ..flow.records import fields, is_record, record_field
     from ._common import project_files_naming
 
     an, view = hub(ctx)
     decls = {}
     for cls in view.classes.values():
-        if not is_dataclass(view, cls):
+        if not is_record(view, cls, bases=True):
             continue
-        for s in cls.body:
-            if not (isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)):
-                continue
-            got = dataclass_field(view, cls, s.target.id)
+        for s in fields(cls):
+            got = record_field(view, cls, s.target.id, bases=True)
             if got is None or got[2] is None or not (isinstance(got[1], ast.Constant) and type(got[1].value) is int):
                 continue
             spelled = [v.value for v in got[2].values if isinstance(v, ast.Constant) and v.value in LOCAL_RANK_OPTIONS]

@@ -22,7 +22,11 @@ class DeviceFieldDefaultUnderTorchrun(Rule):
 
     The class of a value is read from annotations: the parameter's (`cfg: TrainConfig`) and the
     dataclass fields' (`cfg.dist.device` where `TrainConfig.dist: DistConfig`), across the project
-    modules the file imports (`flow/config_devices.py`). On the torchrun path the field keeps its
+    modules the file imports (`flow/config_devices.py`); without one, from the value itself: the
+    construction that builds it (`cfg = TrainConfig()`, a factory function's return, `self.cfg`
+    built in `__init__`), followed through assignments and the calls that pass it on
+    (`setup(cfg)`, also into a helper of another module). A default read from a module constant or
+    a config entry that holds an integer counts as a constant default too. On the torchrun path the field keeps its
     default unless an assignment sets it: in the function (plain or tuple assignment), in a project
     helper the function hands the object to (an unknown callee given the object counts as setting
     it), or anywhere else in the program or in a project module that names the field; so does a
