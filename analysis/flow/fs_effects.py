@@ -62,6 +62,7 @@ _TABLE: dict[str, tuple] = {
     "numpy.save": (WRITE, (0, "file"), None, False),
     "numpy.savez": (WRITE, (0, "file"), None, False),
     "numpy.savez_compressed": (WRITE, (0, "file"), None, False),
+    "omegaconf.OmegaConf.save": (WRITE, (1, "f"), None, False),
     "os.replace": (WRITE, (1, "dst"), None, False),
     "os.rename": (WRITE, (1, "dst"), None, False),
     "shutil.move": (WRITE, (1, "dst"), None, False),
