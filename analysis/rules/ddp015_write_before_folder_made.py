@@ -24,7 +24,8 @@ class WriteBeforeFolderMade(Rule):
     is recognised through names, tuple assignments, `args.x` / `cfg.x` attributes, `os.path.join`
     and `Path / x`. Not flagged: a write whose helper makes its folder first (`os.makedirs(dirname(p),
     exist_ok=True)` inside it), a write and a creation in the same loop (a later round finds the
-    folder), a write on every rank (not the set-up step this rule is about).
+    folder) or in the two branches of one `if` (the creation does not follow the write), a write
+    on every rank (not the set-up step this rule is about).
 
     ## Why is this bad?
     The creation after the write says the folder may not exist when the function starts (a new run
@@ -103,7 +104,7 @@ class WriteBeforeFolderMade(Rule):
                 if any(k in keys and (m.lineno, m.col_offset) <= at for m, _e, keys in made):
                     continue  # made before (or by the writing call itself)
                 later = [(m, me) for m, me, keys in made if k in keys and (m.lineno, m.col_offset) > at
-                         and not _same_loop(c, m, scope)]
+                         and not _same_loop(c, m, scope) and not _exclusive(c, m)]
                 if later:
                     self._report(ctx, c, e, *later[0])
 
@@ -146,4 +147,17 @@ def _same_loop(a, b, scope) -> bool:
                     return True
                 q = parent(q)
         p = parent(p)
+    return False
+
+
+def _exclusive(a, b) -> bool:
+    """``a`` and ``b`` sit in the two branches of one ``if``: the creation does not run after the
+    write (``if push: write(...)`` ... ``elif out: os.makedirs(out)``)."""
+    child, p = a, parent(a)
+    while p is not None:
+        if isinstance(p, ast.If) and child is not p.test:
+            other = p.orelse if any(st is child for st in p.body) else p.body
+            if any(n is b for st in other for n in ast.walk(st)):
+                return True
+        child, p = p, parent(p)
     return False
