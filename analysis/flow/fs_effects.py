@@ -62,6 +62,7 @@ _TABLE: dict[str, tuple] = {
     "numpy.save": (WRITE, (0, "file"), None, False),
     "numpy.savez": (WRITE, (0, "file"), None, False),
     "numpy.savez_compressed": (WRITE, (0, "file"), None, False),
+    "omegaconf.OmegaConf.save": (WRITE, (1, "f"), None, False),
     "os.replace": (WRITE, (1, "dst"), None, False),
     "os.rename": (WRITE, (1, "dst"), None, False),
     "shutil.move": (WRITE, (1, "dst"), None, False),
@@ -303,8 +304,9 @@ def is_path_obj(vctx, e) -> bool:
     return _is_path_obj(vctx, e)
 
 
-def _is_path_obj(vctx, e) -> bool:
-    """``e`` is a ``pathlib.Path``: a ``Path(...)`` call, ``Path(...) / x``, or a name bound to one."""
+def _is_path_obj(vctx, e, depth: int = 0) -> bool:
+    """``e`` is a ``pathlib.Path``: a ``Path(...)`` call, ``Path(...) / x``, a name bound to one, or
+    a ``self`` attribute every binding of the class binds to one."""
     for _ in range(3):
         if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Div):
             e = e.left
@@ -317,6 +319,14 @@ def _is_path_obj(vctx, e) -> bool:
                 return False
             e = v
             continue
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self" and depth < 2:
+            # ``self.cache`` where every binding of the class is one (``self.cache = Path(...)``)
+            from .class_chains import self_bindings  # noqa: PLC0415  (class_chains reaches origins)
+
+            fn = vctx.sem.enclosing_function(e)
+            cls = parent(fn) if fn is not None else None
+            got = self_bindings(cls, e.attr) if isinstance(cls, ast.ClassDef) else []
+            return bool(got) and all(not p and _is_path_obj(vctx, v, depth + 1) for _m, v, p in got)
         return False
     return False
 

@@ -24,6 +24,11 @@ process may create the path between the test and the creation.
     (an earlier ``os.makedirs(p, exist_ok=True)`` of the same path leaves the library's test
     nothing to race on), whose name does not depend on the rank, not in a ``try`` that catches the
     error;
+  - ``"write-if-missing"``: ``if os.path.exists(p): x = load(p) else: x = build(); save(x, p)`` (or
+    ``if not exists(p): save(...)`` and a read of ``p`` after it): a file written where the test
+    says it is missing and read where it is present; several processes find it missing and write
+    it at once, and one that tests after another began writing reads a partial file. A write that
+    moves a finished file into place (``os.replace(tmp, p)``) is not one;
   - ``"fail-if-present"``: ``if exists(p): raise ...`` (or ``assert not exists(p)``), then, later in
     the same scope, a creation of ``p`` (any ``os.makedirs``/``mkdir``/write of it): a process that
     creates it first makes the others' test fail. A synchronising call between the test and the
@@ -38,7 +43,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from .assignments import has_ancestor
-from .fs_effects import EXTRACT, MKDIR, WRITE, effects_at, is_path_obj, path_key
+from .fs_effects import EXTRACT, MKDIR, READ, WRITE, effects_at, is_path_obj, path_key, rank_specific
 
 _EXISTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists"})
 _PATH_TESTS = frozenset({"exists", "is_dir"})
@@ -67,16 +72,17 @@ class Race:
         self.kind, self.test, self.check, self.call, self.effect = kind, test, check, call, effect
 
 
-def exists_tested(vctx, expr: ast.AST):
-    """The path that ``expr`` tests for existence, else None."""
+def exists_tested(vctx, expr: ast.AST, files: bool = False):
+    """The path that ``expr`` tests for existence, else None. ``files``: also a test that it is a
+    file (``os.path.isfile(p)``, ``p.is_file()``), which a missing path fails too."""
     if not isinstance(expr, ast.Call):
         return None
     qn = vctx.qn(expr) or ""
-    if qn in _EXISTS and len(expr.args) == 1 and not expr.keywords:
+    if (qn in _EXISTS or files and qn == "os.path.isfile") and len(expr.args) == 1 and not expr.keywords:
         return expr.args[0]
     f = expr.func
-    if isinstance(f, ast.Attribute) and f.attr in _PATH_TESTS and not expr.args and not expr.keywords \
-            and is_path_obj(vctx, f.value):
+    if isinstance(f, ast.Attribute) and (f.attr in _PATH_TESTS or files and f.attr == "is_file") \
+            and not expr.args and not expr.keywords and is_path_obj(vctx, f.value):
         return f.value
     return None
 
@@ -97,9 +103,10 @@ def _conjuncts(test: ast.AST, negated: bool = False):
     yield test, negated
 
 
-def _tested_paths(vctx, test, holds: bool):
+def _tested_paths(vctx, test, holds: bool, files: bool = False):
     """(check call, key, exists?) for each existence test whose answer is known where ``test``
-    evaluated to ``holds`` (the ``if`` body: True; its ``else``: False, only for a single test)."""
+    evaluated to ``holds`` (the ``if`` body: True; its ``else``: False, only for a single test);
+    ``files``: ``exists_tested``'s."""
     out = []
     if holds:
         parts = list(_conjuncts(test))
@@ -108,7 +115,7 @@ def _tested_paths(vctx, test, holds: bool):
         if len(parts) != 1:
             return []
     for e, neg in parts:
-        p = exists_tested(vctx, e)
+        p = exists_tested(vctx, e, files)
         if p is None:
             continue
         k = race_key(vctx, p)
@@ -317,6 +324,7 @@ def check_then_create(ctx, an, scope) -> list[Race]:
     sem = ctx.sem
     calls = sem.scope_calls(scope)
     tests = []  # (if/assert node, check call, key, exists?, block where it holds or None)
+    fills = []  # (if node, check call, key, a block reached whenever the path is missing)
     for c in calls:
         p = parent(c)
         while p is not None and not isinstance(p, (ast.If, ast.Assert, ast.stmt)):
@@ -328,11 +336,14 @@ def check_then_create(ctx, an, scope) -> list[Race]:
             for chk, k, ex in _tested_paths(ctx, p.test, False):
                 if chk is c:
                     tests.append((p, chk, k, ex, p.orelse))
+            for chk, k, ex in _tested_paths(ctx, p.test, True, files=True):
+                if chk is c:  # the body needs ``not exists(p)``; the ``else`` of ``exists(p) and ...``
+                    fills.append((p, chk, k, (p.orelse or _after_return(p)) if ex else p.body))
         elif isinstance(p, ast.Assert):
             for chk, k, ex in _tested_paths(ctx, p.test, True):
                 if chk is c and not ex:  # ``assert not exists(p)``: fails when present
                     tests.append((p, chk, k, True, None))
-    if not tests:
+    if not tests and not fills:
         return []
     creates = None
     out = _checked_outside_lock(ctx, an, scope, calls, tests)
@@ -360,6 +371,52 @@ def check_then_create(ctx, an, scope) -> list[Race]:
                 done.add(id(c))
                 out.append(Race("fail-if-present", node, chk, c, e))
                 break
+    for node, chk, k, block in fills:
+        if creates is None:
+            creates = _creations(ctx, an, calls, (MKDIR, WRITE))
+        out.extend(_write_if_missing(ctx, an, scope, calls, creates, node, chk, k, block, done))
+    return out
+
+
+def _after_return(node: ast.If) -> list:
+    """The statements after ``node`` in its block when its body ends in a ``return``
+    (``if exists(p): return load(p)`` and then the code that runs when it is missing)."""
+    if not node.body or not isinstance(node.body[-1], ast.Return):
+        return []
+    for block in _blocks(parent(node)):
+        for i, st in enumerate(block):
+            if st is node:
+                return block[i + 1:]
+    return []
+
+
+def _blocks(p) -> list:
+    return [getattr(p, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(p, f, None), list)] + \
+        [h.body for h in getattr(p, "handlers", ())]
+
+
+# moves that put a finished file in place at once: a reader sees the old name or the whole file
+_ATOMIC_WRITES = frozenset({"os.replace", "os.rename", "shutil.move"})
+
+
+def _write_if_missing(ctx, an, scope, calls, creates, node, chk, k, block, done) -> list[Race]:
+    """``"write-if-missing"``: a file written in ``block`` (where the test says ``k`` is missing)
+    and read elsewhere in the scope (the other branch, or after the ``if``): the cache that every
+    process builds when it finds none. A process that tests after another has begun writing finds
+    the file and reads what is there so far. Not a write that moves a finished file into place
+    (``os.replace``), nor one inside a folder creation's race (``create-if-missing``)."""
+    out = []
+    for c, e in creates:
+        if e.kind != WRITE or e.folder or e.api in _ATOMIC_WRITES or effect_key(ctx, an, e) != k \
+                or id(c) in done or not _in_block(c, block) or _rebound(ctx, scope, k, node, c) \
+                or e.per_rank or rank_specific(ctx, chk.args[0] if chk.args else chk.func.value, chk):
+            continue  # (a path of this rank's own: nobody else writes or reads it)
+        reads = [r for r in calls if not _in_block(r, block) and r is not c
+                 and any(x.kind == READ and effect_key(ctx, an, x) == k for x in effects_at(ctx, an, r))
+                 and not _rebound(ctx, scope, k, node, r)]
+        if reads:
+            done.add(id(c))
+            out.append(Race("write-if-missing", node, chk, c, e))
     return out
 
 
@@ -367,7 +424,6 @@ def library_check_then_create(ctx, an, scope) -> list[Race]:
     """The ``"library-check-then-create"`` races of ``scope`` (see the module): ``Race`` with no
     test or check of this file (the library makes them), ``call`` the library call."""
     from ..semantic import get_arg
-    from .fs_effects import rank_specific
 
     calls = ctx.sem.scope_calls(scope)
     out, made = [], None

@@ -27,6 +27,11 @@ class CheckThenCreateOnEveryRank(Rule):
       depend on the rank and that the function has not created before the call
       (`torch.utils.tensorboard`'s writer creates its folder with `exist_ok=True` and is not
       flagged);
+    - `if os.path.exists(p): x = np.load(p) else: x = build(); np.save(p, x)` (or `if not
+      os.path.exists(p):` with the write, and a read of `p` after it): a file written where the
+      test finds it missing and read where it finds it present, the cache that every rank builds
+      when it finds none (`torch.save`, `np.save`, `open(p, "w")`, a helper of the project that
+      writes it; a move into place, `os.replace(tmp, p)`, is not such a write);
     - `if os.path.isdir(d): return d` and then `with FileLock(...):` that removes, extracts,
       writes or creates `d` without testing `d` again under the lock (the missing second check of
       double-checked locking). The file lock (a `filelock` class, or a project class derived
@@ -54,7 +59,10 @@ class CheckThenCreateOnEveryRank(Rule):
     see the folder missing, the first creates it and the others crash with
     `FileExistsError: [Errno 17] File exists`. With `if exists: raise`, a fast rank creates the
     folder before a slow rank has tested it, and the slow rank raises about a folder that this very
-    job has just made. Both fail only sometimes, and more often with more ranks.
+    job has just made. With a cache written where it is missing, every rank that finds it missing
+    writes the same file at once, and a rank that tests after the first write began finds the file
+    and loads what is there so far (`ValueError`/`EOFError`/`UnpicklingError` on a truncated
+    file, or silently short data). All fail only sometimes, and more often with more ranks.
 
     ## Example
     ```python
@@ -158,6 +166,16 @@ class CheckThenCreateOnEveryRank(Rule):
                 f"every rank tests `{check}` (line {race.check.lineno}) and then {what} creates the "
                 f"folder without `exist_ok=True`: the ranks that lose the race crash with "
                 f"FileExistsError; use `os.makedirs(..., exist_ok=True)`",
+            )
+            return
+        if race.kind == "write-if-missing":
+            ctx.report(
+                race.call,
+                f"every rank tests `{check}` (line {race.check.lineno}) and then {what} writes that file "
+                f"when it is missing, and it is read where it exists: the ranks that find it missing "
+                f"write it at once, and a rank that tests after another began writing reads a partial "
+                f"file; build it on one rank (`if rank == 0:`) and synchronise (`barrier()`) before "
+                f"the others test, or write to a temporary name and `os.replace` it into place",
             )
             return
         ctx.report(

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import ast
+
+from ..model import Severity
+from ..registry import NoCase, Rule
+from ..semantic import parent
+from ..flow.rank import rank0_guarded
+from ._flow import scopes
+
+
+class WriteBeforeFolderMade(Rule):
+    """
+    ## What it does
+    Checks for a file that the main rank writes into a folder (`if rank == 0:` ...
+    `open(os.path.join(run_dir, "config.json"), "w")`, `torch.save(cfg, run_dir / "args.pt")`,
+    `OmegaConf.save(cfg, f=...)`) before the same function creates that folder
+    (`os.makedirs(run_dir, exist_ok=True)`, `Path(run_dir).mkdir(...)`, or a project helper that does,
+    in this module or another: `prepare_run_dir(cfg.run_dir)`), with no creation of the folder
+    before the write.
+
+    The writes and folder creations are those of `flow.fs_effects`, followed into project helpers,
+    methods and other modules, with their paths rewritten in the caller's terms, so the same folder
+    is recognised through names, tuple assignments, `args.x` / `cfg.x` attributes, `os.path.join`
+    and `Path / x`. Not flagged: a write whose helper makes its folder first (`os.makedirs(dirname(p),
+    exist_ok=True)` inside it), a write and a creation in the same loop (a later round finds the
+    folder) or in the two branches of one `if` (the creation does not follow the write), a write
+    on every rank (not the set-up step this rule is about).
+
+    ## Why is this bad?
+    The creation after the write says the folder may not exist when the function starts (a new run
+    directory). Then the main rank's write fails with
+    ```
+    FileNotFoundError: [Errno 2] No such file or directory: 'runs/exp1/config.json'
+    ```
+    on every fresh run, while the other ranks go on into the collectives and wait for a rank that
+    has died (a hang until the timeout, not a clear error). It never shows when the folder is left
+    over from an earlier run, which is how it survives testing.
+
+    ## Example
+    ```python
+    def main(cfg):
+        if dist.get_rank() == 0:
+            with open(os.path.join(cfg.run_dir, "config.json"), "w") as fh:
+                json.dump(vars(cfg), fh)
+        os.makedirs(cfg.run_dir, exist_ok=True)
+    ```
+
+    ## Use instead
+    ```python
+    def main(cfg):
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        if dist.get_rank() == 0:
+            with open(os.path.join(cfg.run_dir, "config.json"), "w") as fh:
+                json.dump(vars(cfg), fh)
+    ```
+
+    ## Fix safety
+    There is no fix: moving the creation up may move other work it does (a probe file, a check
+    that fails) before code that must run first.
+    """
+
+    code = "DDP015"
+    name = "write-before-folder-made"
+    severity = Severity.WARNING
+    # a main-rank test (``rank_tests.polarity``): the vocabulary DDP216's gate spells
+    requires_text = (NoCase("rank"), NoCase("master"), NoCase("main"), NoCase("global"), NoCase("process"),
+                     NoCase("local"), NoCase("chief"), NoCase("lead"), NoCase("primary"), NoCase("root"),
+                     NoCase("world"), "should_save", "should_log", "logging_process", "process_index")
+
+    def finish(self, ctx) -> None:
+        from ..flow import for_context
+        from ..flow.fs_effects import MKDIR, WRITE, effects_at, folder_of
+        from ..flow.fs_races import effect_key
+
+        an = None
+        for scope in scopes(ctx):
+            calls = sorted(ctx.sem.scope_calls(scope), key=lambda c: (c.lineno, c.col_offset))
+            if len(calls) < 2:
+                continue
+            if an is None:
+                an = for_context(ctx)
+            writes, made = [], []  # (call, effect, folder key) / (call, effect, folder keys it makes)
+            unknown = None  # the first call that makes a folder this cannot key (``dirname(p)``)
+            for c in calls:
+                for e in effects_at(ctx, an, c):
+                    k = effect_key(ctx, an, e)
+                    if e.kind == MKDIR and k is None and unknown is None:
+                        unknown = (c.lineno, c.col_offset)
+                    if k is None:
+                        continue
+                    if e.kind == WRITE and not e.folder and folder_of(k) is not None:
+                        writes.append((c, e, folder_of(k)))
+                    elif e.kind == MKDIR:
+                        made.append((c, e, _made_keys(k, folder_of)))
+            if not writes or not made:
+                continue
+            for c, e, k in writes:
+                if rank0_guarded(ctx, c, callers=False) is not True:
+                    continue
+                at = (c.lineno, c.col_offset)
+                if unknown is not None and unknown <= at:
+                    continue  # a folder made before (or by the writing call) may be this one
+                if any(k in keys and (m.lineno, m.col_offset) <= at for m, _e, keys in made):
+                    continue  # made before (or by the writing call itself)
+                later = [(m, me) for m, me, keys in made if k in keys and (m.lineno, m.col_offset) > at
+                         and not _same_loop(c, m, scope) and not _exclusive(c, m)]
+                if later:
+                    self._report(ctx, c, e, *later[0])
+
+    def _report(self, ctx, c, e, m, me) -> None:
+        what = f"`{ctx.text(c.func)}(...)`"
+        if e.via:
+            what += f" (through `{' -> '.join(e.via)}`: `{e.api}`)"
+        how = f"`{ctx.text(m.func)}(...)`"
+        if me.via:
+            how += f" (through `{' -> '.join(me.via)}`: `{me.api}`)"
+        ctx.report(
+            c,
+            f"the main rank writes into a folder with {what} before {how} on line {m.lineno} creates that "
+            f"folder: on a fresh run the folder does not exist yet, the write raises FileNotFoundError on "
+            f"the main rank and the other ranks wait for it; create the folder first",
+            related=[(m, "the folder is created here")],
+        )
+
+
+def _made_keys(k: str, folder_of) -> frozenset:
+    """The folders a creation of ``k`` makes: ``k`` and the folders above it in its key
+    (``os.makedirs(join(run, "ckpt"))`` makes ``run`` too)."""
+    out = {k}
+    for _ in range(4):
+        k = folder_of(k)
+        if k is None:
+            break
+        out.add(k)
+    return frozenset(out)
+
+
+def _same_loop(a, b, scope) -> bool:
+    """``a`` and ``b`` sit in one loop of ``scope``: a later round finds the folder made."""
+    p = parent(a)
+    while p is not None and p is not scope:
+        if isinstance(p, (ast.For, ast.AsyncFor, ast.While)):
+            q = parent(b)
+            while q is not None and q is not scope:
+                if q is p:
+                    return True
+                q = parent(q)
+        p = parent(p)
+    return False
+
+
+def _exclusive(a, b) -> bool:
+    """``a`` and ``b`` sit in the two branches of one ``if``: the creation does not run after the
+    write (``if push: write(...)`` ... ``elif out: os.makedirs(out)``)."""
+    child, p = a, parent(a)
+    while p is not None:
+        if isinstance(p, ast.If) and child is not p.test:
+            other = p.orelse if any(st is child for st in p.body) else p.body
+            if any(n is b for st in other for n in ast.walk(st)):
+                return True
+        child, p = p, parent(p)
+    return False
