@@ -53,7 +53,14 @@ class SaveOnEveryRank(Rule):
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
     batches): each rank writes different files. Nor is a path made of a value unique to the
     process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
-    through names bound before the save).
+    through names bound before the save), or with a value that a library function returns from no
+    argument formatted into the file's name (`f"{folder}/batch-{make_id()}.pt"`: code the analysis
+    cannot see, from nothing the ranks share, so nothing says the name is shared; in the folder
+    part, `f"{run_dir()}/model.pt"`, it still is). Nor is a save on a program path that never
+    creates the process group (`flow.group_free`): a subcommand of a command-line tool whose
+    dispatch makes the group only in another branch (`if cmd == "train": train()  elif cmd ==
+    "export": export()`), in the save's function and in every function of the file on the way
+    to it, with no loop around that dispatch.
 
     A call, on every rank, of a helper from another file of the project
     (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`, whatever its name: the

@@ -88,7 +88,8 @@ class LoadWithoutMapLocation(Rule):
     need the file to name CUDA (an XLA or CPU library saves no CUDA tensors); and when the
     project's own calls of the function show where it runs and none of them runs it on every rank
     (each behind a main-rank test, or in a script that never starts a process group), it is not
-    reported. A mapped load in *another* function of the module is not a reason, nor is a module
+    reported; for a method, the project's constructions of its class show it too (an instance
+    exists only where the class is built: `gen = Generator(...)` in a one-process sampling script). A mapped load in *another* function of the module is not a reason, nor is a module
     that merely calls `torch.distributed`. `torch.hub.load_state_dict_from_url` and
     `torch.utils.model_zoo.load_url` without `map_location` are reported on reasons 1 and 2 only
     (weights published on a hub are usually saved from the CPU).
