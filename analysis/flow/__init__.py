@@ -34,7 +34,7 @@ import ast
 import os
 from operator import attrgetter
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..torch_api import SPAWNS
 from . import project
 from .assignments import _is_param
@@ -353,8 +353,13 @@ class Analysis(Summaries):
         return False
 
     # -- self attributes -------------------------------------------------------------------------
-    def self_attr_bindings(self, view, attr: ast.Attribute) -> list[ast.AST]:
+    def self_attr_bindings(self, view, attr: ast.Attribute, nested: bool = False) -> list[ast.AST]:
+        """What the methods of the class of ``self.<attr>`` bind to it. ``nested``: also read from
+        a function nested in a method whose ``self`` it closes over (``def step(): self.model``)."""
         fn = view.sem.enclosing_function(attr)
+        while nested and fn is not None and not isinstance(parent(fn), ast.ClassDef) \
+                and "self" not in param_names(fn):
+            fn = view.sem.enclosing_function(fn)
         cls = parent(fn) if fn is not None else None
         if not isinstance(cls, ast.ClassDef):
             return []

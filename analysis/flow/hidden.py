@@ -352,7 +352,7 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
                         for p in (target_path(t, expr.id) for t in e.targets))):
                     return True
     elif k.startswith("self."):
-        for v in hub.self_attr_bindings(view, expr):
+        for v in hub.self_attr_bindings(view, expr, nested=True):
             v = _tuple_element(v, expr.attr)
             v = v if isinstance(v, ast.expr) else getattr(v, "value", None)
             if (sharded(v) or returns_sharded(hub, view, v, (), kind, _ops(kind))) \
@@ -402,8 +402,11 @@ def _shards(hub, view, kind: str = "fsdp2") -> bool:
 
 
 def _also_wrapped(hub, view, attr) -> bool:
+    """The class of ``self.<attr>`` also binds it to a DDP/FSDP1 wrapper: it holds either. Read
+    from a function nested in a method too (``def step(): ... self.model ...`` inside ``run``: the
+    closure's ``self`` is the method's)."""
     from .calls import WRAPPERS
-    for v in hub.self_attr_bindings(view, attr):
+    for v in hub.self_attr_bindings(view, attr, nested=True):
         if isinstance(v, ast.Call) and (view.sem.call_qualname(v) or "") in WRAPPERS:
             return True
     return False

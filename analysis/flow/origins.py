@@ -141,6 +141,12 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
         target = hub.resolve_call(view, expr)
         if target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name != "__init__":
             tv, fn = target
+            cls = parent(fn)
+            if isinstance(cls, ast.ClassDef) and isinstance(expr.func, ast.Attribute) \
+                    and property_of(tv, cls, fn.name) is fn:
+                # ``self.bare(x)`` of a ``@property bare``: it calls what the property returns (a
+                # module's forward), whose result is none of the property's returns
+                return [_leaf(view, expr, path, keep_path, frames)]
             inner = None if frames is None else (*frames, (fn, expr, view))
             out = []
             for n in iter_scope_nodes(fn):

@@ -8,6 +8,7 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.assignments import reaching_assignment
+from ..flow.group_free import without_group
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
 from ..flow.rank_tests import RANK_NEEDLES, is_rank_like
@@ -52,7 +53,14 @@ class SaveOnEveryRank(Rule):
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
     batches): each rank writes different files. Nor is a path made of a value unique to the
     process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
-    through names bound before the save).
+    through names bound before the save), or with a value that a library function returns from no
+    argument formatted into the file's name (`f"{folder}/batch-{make_id()}.pt"`: code the analysis
+    cannot see, from nothing the ranks share, so nothing says the name is shared; in the folder
+    part, `f"{run_dir()}/model.pt"`, it still is). Nor is a save on a program path that never
+    creates the process group (`flow.group_free`): a subcommand of a command-line tool whose
+    dispatch makes the group only in another branch (`if cmd == "train": train()  elif cmd ==
+    "export": export()`), in the save's function and in every function of the file on the way
+    to it, with no loop around that dispatch.
 
     A call, on every rank, of a helper from another file of the project
     (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`, whatever its name: the
@@ -200,6 +208,8 @@ class SaveOnEveryRank(Rule):
             if runs_in_ranks(ctx, call) is False:
                 continue
             if guarded is False and distributed:
+                if without_group(ctx, call):
+                    continue  # a subcommand of the program that never makes the group
                 reported.add(id(call))
                 ctx.report(
                     call,
@@ -273,7 +283,7 @@ class SaveOnEveryRank(Rule):
 
                 entry = every_rank_entry(ctx, call)
                 guarded = None if entry is None else False
-            if guarded is not False:
+            if guarded is not False or (entry is None and without_group(ctx, call)):
                 continue
             from ..flow.findings import node_span
 
@@ -694,11 +704,55 @@ def unique_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
     for n in ast.walk(expr):
         if isinstance(n, ast.Call) and (ctx.qn(n) or "") in _UNIQUE_CALLS:
             return True
+        if isinstance(n, ast.JoinedStr) and any(_opaque_call(ctx, v.value) for v in _name_values(n, expr)):
+            return True
         if isinstance(n, ast.Name) and depth < 3:
             st = reaching_assignment(ctx, n.id, at)
             if st is not None and unique_path(ctx, st.value, st, depth + 1):
                 return True
     return False
+
+
+def _name_values(js: ast.JoinedStr, expr: ast.AST) -> list:
+    """The values an f-string formats into a file's name rather than its folder: those after a
+    literal ``/`` of the f-string, or all of them when the f-string is a later part of a join
+    (``os.path.join(d, f"...")``, ``Path(d) / f"..."``)."""
+    p = parent(js)
+    later = (isinstance(p, ast.Call) and js in p.args[1:]) or (
+        isinstance(p, ast.BinOp) and isinstance(p.op, ast.Div) and js is p.right)
+    out, seen_sep = [], later and js is not expr
+    for v in js.values:
+        if isinstance(v, ast.Constant) and isinstance(v.value, str) and "/" in v.value:
+            seen_sep = True
+        elif isinstance(v, ast.FormattedValue) and seen_sep:
+            out.append(v)
+    return out
+
+
+def _opaque_call(ctx, e: ast.AST) -> bool:
+    """``e`` is a call, with no argument, of a function of a library module (neither the standard
+    library, whose per-call values ``_UNIQUE_CALLS`` names, nor torch, nor the project, which the
+    analysis reads): a value made by code we cannot see, from nothing the ranks share. Nothing says
+    it is the same on every rank, so a name made of it is not known to be shared."""
+    import sys
+
+    if not isinstance(e, ast.Call) or e.args or e.keywords or not isinstance(e.func, (ast.Name, ast.Attribute)):
+        return False
+    q = ctx.qn(e) or ""
+    root = q.split(".", 1)[0]
+    if "." not in q or root in sys.stdlib_module_names or root in ("torch", "numpy", "np"):
+        return False
+    from ..flow import for_context
+    from ..flow.lifecycle import project_target
+
+    hub = for_context(ctx)
+    if project_target(hub, hub.main, e) is not None:
+        return False
+    from ..flow.imports import _NOT_PROJECT
+
+    if root in _NOT_PROJECT:
+        return True
+    return hub.module_view(hub.main, q.rsplit(".", 1)[0], 0) is None  # not a module of the project
 
 
 _PATH_CALLS = frozenset({"os.path.join", "str", "os.fspath", "pathlib.Path", "Path", "format"})

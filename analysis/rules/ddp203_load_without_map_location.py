@@ -88,7 +88,8 @@ class LoadWithoutMapLocation(Rule):
     need the file to name CUDA (an XLA or CPU library saves no CUDA tensors); and when the
     project's own calls of the function show where it runs and none of them runs it on every rank
     (each behind a main-rank test, or in a script that never starts a process group), it is not
-    reported. A mapped load in *another* function of the module is not a reason, nor is a module
+    reported; for a method, the project's constructions of its class show it too (an instance
+    exists only where the class is built: `gen = Generator(...)` in a one-process sampling script). A mapped load in *another* function of the module is not a reason, nor is a module
     that merely calls `torch.distributed`. `torch.hub.load_state_dict_from_url` and
     `torch.utils.model_zoo.load_url` without `map_location` are reported on reasons 1 and 2 only
     (weights published on a hub are usually saved from the CPU).
@@ -463,7 +464,7 @@ def _callers_say_one_rank(ctx, call) -> bool:
     a main-rank test, in the launching process of an ``mp.spawn`` script, in a CPU-only program, or
     in a script (``if __name__ == "__main__":``) that never starts a process group. Library
     functions that only other library code calls say nothing."""
-    entry = _entry_point(ctx, call)
+    entry = _entry_point(ctx, call) or _built_class(ctx, call)
     if entry is None:
         return False
     from ._common import project_callers
@@ -478,6 +479,17 @@ def _callers_say_one_rank(ctx, call) -> bool:
         if any(is_main_guard(n.test) for n in caller.sem.tree.body if isinstance(n, ast.If)):
             one_rank = True
     return one_rank
+
+
+def _built_class(ctx, call):
+    """(class name, method) for a load in a method of a module-level class: an instance exists only
+    where the project builds the class, so its methods run only in the programs that build it
+    (``_callers_say_one_rank`` reads those constructions)."""
+    fn = next((a for a in ctx.sem.ancestors(call) if isinstance(a, (*_DEFS, ast.Lambda))), None)
+    owner = parent(fn) if isinstance(fn, _DEFS) else None
+    if isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module):
+        return owner.name, fn
+    return None
 
 
 def _unmapped_url(ctx, call: ast.Call, loads):

@@ -1,0 +1,119 @@
+"""A program path that never has a process group: ``node`` and every init of the default group
+(``init_process_group``, a library that makes one, directly or through project functions) sit in
+exclusive branches of one ``if``, in the function holding ``node`` and in every function of the
+file that leads to it.
+
+A command-line program that dispatches on its subcommand (``if cmd == "train": train() elif cmd
+== "export": export()``) creates the group only on the ``train`` side; what ``export`` runs is a
+single process's work, whichever launcher ran the program: no init before it, none after it on
+the same run. The answer is ``True`` only when the chain of callers ends at a function no function
+of the file calls, and an init was found on the way (the program makes its own group, so it is not
+handed one by a caller); any doubt (an init on the same path, before or after ``node``; a loop
+around the dispatching ``if``; a call site that is not a plain call by name) answers ``False``.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+from .lifecycle import INIT, LIBRARY_INITS, init_sites, library_init_sites, project_target
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_INITS = LIBRARY_INITS | {INIT}
+
+
+def without_group(ctx, node: ast.AST) -> bool:
+    """``node`` runs only on program paths that never create the default group (see the module)."""
+    from . import for_context
+
+    hub = for_context(ctx)
+    found = [False]
+    memo = ctx.memo("group_free.scopes", dict)
+    return _free(ctx, hub, node, 0, memo, found) and found[0]
+
+
+def _free(ctx, hub, node, depth, memo, found) -> bool:
+    if depth > 4:
+        return False
+    sem = ctx.sem
+    fn = sem.enclosing_function(node)
+    if fn is not None and (isinstance(fn, ast.Lambda) or isinstance(parent(fn), ast.ClassDef)):
+        return False  # a lambda, a method: its callers are not read here
+    scope = fn if fn is not None else sem.tree
+    for c in _init_calls(ctx, hub, scope, memo):
+        if c is node:
+            continue  # the call on the way: its own inits were read inside it
+        if not _exclusive(c, node, scope):
+            return False
+        found[0] = True
+    if fn is None:
+        return True  # the module's top level: where the program starts
+    sites = [c for c in sem.calls if c.func.__class__ is ast.Name and c.func.id == fn.name
+             and sem.scope_of(c) is not fn]
+    if any(a.__class__ is ast.Name and a.id == fn.name
+           for c in sem.calls for a in (*c.args, *(k.value for k in c.keywords))):
+        return False  # passed as a value (``mp.spawn(fn)``, a callback): run who knows where
+    return all(_free(ctx, hub, site, depth + 1, memo, found) for site in sites)
+
+
+def _init_calls(ctx, hub, fn, memo) -> list:
+    """The calls of ``fn``'s own body that create the default group, directly or through project
+    functions (``lifecycle.init_sites`` / ``library_init_sites``)."""
+    if id(fn) in memo:
+        return memo[id(fn)]
+    view = hub.main
+    out = []
+    for c in view.sem.scope_calls(fn) or ():
+        qn = view.sem.call_qualname(c) or ""
+        if qn in _INITS:
+            out.append(c)
+        elif not qn.startswith("torch."):
+            target = project_target(hub, view, c)
+            if target is not None and target[1] is not fn and (
+                    init_sites(hub, *target, depth=1) or library_init_sites(hub, *target, depth=1)):
+                out.append(c)
+    memo[id(fn)] = out
+    return out
+
+
+def _exclusive(a: ast.AST, b: ast.AST, scope: ast.AST) -> bool:
+    """``a`` and ``b`` sit in the two branches of one ``if`` (or conditional expression) of
+    ``scope``, with no loop between that ``if`` and ``scope`` that could run both."""
+    chain_a = _chain(a, scope)
+    chain_b = _chain(b, scope)
+    if chain_a is None or chain_b is None:
+        return False
+    ids_b = {id(p): child for p, child in chain_b}
+    for p, child_a in chain_a:
+        child_b = ids_b.get(id(p))
+        if child_b is None:
+            continue
+        # ``p`` is the lowest common ancestor
+        if isinstance(p, ast.If):
+            sides = (child_a in p.body, child_b in p.body)
+            if child_a is p.test or child_b is p.test or sides[0] == sides[1]:
+                return False
+        elif isinstance(p, ast.IfExp):
+            if child_a is p.test or child_b is p.test or child_a is child_b:
+                return False
+        else:
+            return False
+        up = p
+        while up is not None and up is not scope:
+            if isinstance(up, _LOOPS) or isinstance(up, (*FUNC_TYPES, ast.Lambda)):
+                return False
+            up = parent(up)
+        return True
+    return False
+
+
+def _chain(node: ast.AST, scope: ast.AST):
+    """(ancestor, its child on the way to ``node``) from ``node`` up to ``scope``, innermost first."""
+    out = []
+    child, p = node, parent(node)
+    while p is not None:
+        out.append((p, child))
+        if p is scope:
+            return out
+        child, p = p, parent(p)
+    return None
