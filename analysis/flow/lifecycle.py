@@ -371,6 +371,8 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
     under a test on the distributed mode (``if world_size > 1:``, which a run without a group fails
     when it is set up consistently). For "absent", an init anywhere before ``node`` in ``scope``
     also ends the question (the path is then the program's own business)."""
+    from . import group_absence as gabs  # lazy: it asks this module about the group
+
     sem = view.sem
     chain = []
     child, p = node, parent(node)
@@ -423,17 +425,20 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
         if cls in (ast.If, ast.IfExp, ast.While) and child is not p.test:
             v = group_value(hub, view, p.test, present)
             in_body = (child in p.body) if cls is not ast.IfExp else (child is p.body)
+            if v is None and not present and gabs.absent_truth(hub, view, p.test) is (not in_body):
+                return None  # ``if self.rank == 0:`` with ``self.rank = ... if <group> else 0``: not taken
             if v is not None:
                 if v != in_body:
                     return None
                 if in_body or group_value(hub, view, p.test, not present) is True:
                     est = p  # the branch the test names for this state (an ``else`` only of a pure test)
-            elif not present and cls is not ast.While and mode_test(sem, p.test):
+            elif not present and cls is not ast.While and gabs.guard_test(sem, p.test):
                 return None
         elif cls is ast.BoolOp:
             stop = isinstance(p.op, ast.Or)
             for x in p.values[: p.values.index(child)]:
-                if group_value(hub, view, x, present) is stop:
+                if group_value(hub, view, x, present) is stop \
+                        or (not present and gabs.absent_truth(hub, view, x) is stop):
                     return None  # short-circuits before ``node`` in this state
         elif cls in _TRY_TYPES and child in p.body and p.handlers:
             return None

@@ -131,10 +131,22 @@ def under_main_guard(node: ast.AST) -> bool:
 
 
 def in_launcher(ctx, node: ast.AST) -> bool:
-    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``): it runs in the
-    launching process only."""
+    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``), or that starts
+    them as processes of their own, each given its index as its rank
+    (``node_launch.rank_launch_loops``: ``subprocess.Popen([..., f"--rank={i}"])`` in a loop): it
+    runs in the launching process only."""
     fn = ctx.sem.enclosing_function(node)
-    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))
+    if fn is None:
+        return False
+    if any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx)):
+        return True
+    if not ctx.sem.calls_to("subprocess.Popen", "subprocess.run", "subprocess.call", "subprocess.check_call"):
+        return False
+    from ..flow import for_context
+    from ..flow.node_launch import rank_launch_loops
+
+    view = for_context(ctx).main
+    return view.sem is ctx.sem and any(f is fn for f, _loop, _start in rank_launch_loops(view))
 
 
 ACCELERATOR = "accelerate.Accelerator"

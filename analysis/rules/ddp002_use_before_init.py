@@ -142,6 +142,8 @@ class UseBeforeInit(Rule):
             if not later:
                 continue
             init = later[0]
+            if _destroyed_between(ctx, use, init):
+                continue  # the init re-creates a group the function tears down first: one exists at the use
             qn = ctx.qn(use)
             related = [(init, "the process group is initialised here")]
             if qn is not None and qn.startswith(D) or qn == DDP_CLASS:
@@ -165,7 +167,9 @@ def _no_group_path(ctx) -> set:
     ``if not dist.is_initialized() or ...:``, in the ``else`` of ``if dist.is_initialized():``, or
     after such a branch that falls through (``flow.lifecycle.group_state_path``). Direct uses, and
     calls of project functions whose unconditional path uses the group. {id(use)} reported."""
+    from ..flow.group_absence import held_by_callers
     from ..flow.lifecycle import group_state_path, group_value
+    from ._common import other_call_sites
 
     sem = ctx.sem
     reported: set = set()
@@ -180,6 +184,7 @@ def _no_group_path(ctx) -> set:
         s = sem.scope_of(t)
         scopes_.setdefault(id(s), s)
     for scope in scopes_.values():
+        held = None  # ``held_by_callers`` of the scope, asked once it has a finding
         for use in scope_calls(view, scope):
             qn = ctx.qn(use) or ""
             eff = None
@@ -204,6 +209,10 @@ def _no_group_path(ctx) -> set:
             est = group_state_path(an, view, use, scope, present=False)
             if est is None or est == "entry":
                 continue
+            if held is None:
+                held = held_by_callers(an, view, scope, other_call_sites(ctx, an, methods=True))
+            if held:
+                break  # every caller runs the function where the group exists: the test is defensive
             found.append((use, what, eff, est))
     # one finding per failure: the innermost use raises first (``new_group([get_rank()])``)
     for use, what, eff, est in found:
@@ -421,6 +430,32 @@ def _helper_uses(ctx, inits, skip) -> dict[int, tuple]:
                 name = getattr(parent(target[1]), "name", name)
             out[id(c)] = (c, req.through(name))
     return out
+
+
+def _destroyed_between(ctx, use: ast.Call, init: ast.Call) -> bool:
+    """A call between ``use`` and ``init`` in their scope tears the default group down
+    (``destroy_process_group()``, or a project function that does on some path:
+    ``lifecycle.destroys_anywhere``): the init re-creates a group, and a destroy needs one to
+    exist, so the use before it runs on the live group."""
+    from ..flow.lifecycle import DESTROY, destroys_anywhere, project_target
+
+    an = for_context(ctx)
+    view = an.main
+    sem = ctx.sem
+    lo, hi = (use.end_lineno, use.end_col_offset), (init.lineno, init.col_offset)
+    for c in scope_calls(view, sem.scope_of(use)) or ():
+        at = (c.lineno, c.col_offset)
+        if at < lo or at >= hi:
+            continue
+        qn = sem.call_qualname(c) or ""
+        if qn == DESTROY:
+            return True
+        if qn.startswith("torch."):
+            continue
+        target = project_target(an, view, c)
+        if target is not None and target[1] is not sem.scope_of(use) and destroys_anywhere(an, *target):
+            return True
+    return False
 
 
 def _before(a: ast.AST, b: ast.AST) -> bool:
