@@ -37,7 +37,9 @@ class UseBeforeInit(Rule):
     `DistributedDataParallel` constructor that runs before `init_process_group` on the same
     straight-line path: earlier in the same function body (or at module level), unconditionally,
     with the init call later in that body. A `setup()` helper defined in the file that calls
-    `init_process_group` counts as the init.
+    `init_process_group` counts as the init. An init that a `destroy_process_group()` (or a project
+    function that destroys the group) precedes re-creates a group: a use before the destroy runs
+    on the live one and is left alone.
 
     The use may also sit in a helper along the call graph: a function of this file or of another
     file of the project (`setup_logger()` that calls `dist.get_rank()`), or a class whose
@@ -56,7 +58,15 @@ class UseBeforeInit(Rule):
     the group unconditionally before the test is left alone. The function must call
     `dist.is_initialized()` itself; its other tests may go through a project helper that returns
     it (`is_distributed()`), and the use may be a project function whose unconditional path needs
-    the group.
+    the group. A test on a flag of the distributed mode read from any object
+    (`if Manager().distributed:`) counts as a test on the mode; an operand or branch that a run
+    without a group decides (`self.rank == 0 or dist.get_rank() == 0` with `self.rank =
+    dist.get_rank() if self.in_group else 0`) short-circuits the use; and a function every caller of
+    which holds the group (`flow.group_absence.held_by_callers`: the call sits under a test on the
+    group or on the distributed mode, after a use or an init of the group on the caller's straight
+    path, in a method of a class another method of which uses the group on its straight path, or
+    in a function whose own callers are so, two calls up, across the project's modules) tests the
+    group only defensively and is left alone.
 
     A setup helper that creates the group only on the distributed side of a test on the run's
     mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
