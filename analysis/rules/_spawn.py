@@ -145,8 +145,18 @@ def in_launcher(ctx, node: ast.AST) -> bool:
     from ..flow import for_context
     from ..flow.node_launch import rank_launch_loops
 
-    view = for_context(ctx).main
-    return view.sem is ctx.sem and any(f is fn for f, _loop, _start in rank_launch_loops(view))
+    an = for_context(ctx)
+    view = an.main
+    launchers = {id(f) for f, _loop, _start in rank_launch_loops(view) if f is not None} if view.sem is ctx.sem else ()
+    if not launchers or id(fn) in launchers:
+        return bool(launchers)
+    # a helper of this file that only the launching functions call (and no other module)
+    sites = an.call_sites(view, fn)
+    if not sites or not all(id(ctx.sem.enclosing_function(c)) in launchers for c in sites):
+        return False
+    from ._common import project_callers
+
+    return not isinstance(parent(fn), ast.Module) or not project_callers(ctx, {fn.name})
 
 
 ACCELERATOR = "accelerate.Accelerator"
