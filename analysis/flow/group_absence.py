@@ -14,7 +14,9 @@ is reached only where one exists, for ``lifecycle.group_state_path``'s "absent" 
   an init of the group on the caller's straight path, in a method of a class another method of
   which needs the group on its straight path, or in a function whose own calls are so (two calls
   up). A function that tests ``dist.is_initialized()`` defensively and then needs the group is no
-  bug when no caller runs it without one.
+  bug when no caller runs it without one. ``tested``: only a test at each call counts (what DDP002
+  asks for a use made in the function's own body, next to its own test: a slip its author can see,
+  unless every caller states the contract by testing the mode itself).
 """
 from __future__ import annotations
 
@@ -153,9 +155,10 @@ def _needs_here(hub, view, c, helpers: bool = True) -> bool:
     return target is not None and (hub.requires_pg_of(*target) is not None or lifecycle_of(hub, *target)[0] == "must")
 
 
-def held_at(hub, view, call: ast.Call, callers=None, depth: int = 0, chain=()) -> bool:
+def held_at(hub, view, call: ast.Call, callers=None, depth: int = 0, chain=(), tested: bool = False) -> bool:
     """The call ``call`` runs only where the group exists or the run is distributed (see the
-    module's docstring); ``chain``: the functions judged on the way (their own uses say nothing)."""
+    module's docstring); ``chain``: the functions judged on the way (their own uses say nothing);
+    ``tested``: only a test at the call (or up the chain of calls) counts."""
     sem = view.sem
     scope = sem.enclosing_function(call) or sem.tree
     child, p = call, parent(call)
@@ -166,7 +169,7 @@ def held_at(hub, view, call: ast.Call, callers=None, depth: int = 0, chain=()) -
                 return True
         child, p = p, parent(p)
     at = (call.lineno, call.col_offset)
-    for c in sem.scope_calls(scope) or ():
+    for c in () if tested else sem.scope_calls(scope) or ():
         if (c.lineno, c.col_offset) >= at:
             break
         if straight(c, scope) and _needs_here(hub, view, c):
@@ -174,15 +177,15 @@ def held_at(hub, view, call: ast.Call, callers=None, depth: int = 0, chain=()) -
     if not isinstance(scope, FUNC_TYPES):
         return False
     cls = parent(scope)
-    if isinstance(cls, ast.ClassDef):
+    if isinstance(cls, ast.ClassDef) and not tested:
         for m in cls.body:
             if isinstance(m, FUNC_TYPES) and m is not scope and m not in chain and any(
                     straight(c, m) and _needs_here(hub, view, c, helpers=False) for c in sem.scope_calls(m) or ()):
                 return True  # the class is written for a process that holds the group (its own calls)
-    return depth < 2 and held_by_callers(hub, view, scope, callers, depth + 1, chain)
+    return depth < 2 and held_by_callers(hub, view, scope, callers, depth + 1, chain, tested)
 
 
-def held_by_callers(hub, view, fn, callers=None, depth: int = 0, chain=()) -> bool:
+def held_by_callers(hub, view, fn, callers=None, depth: int = 0, chain=(), tested: bool = False) -> bool:
     """``fn`` has calls (in its module; through ``callers(view, fn)``, ``(view, call)`` pairs, in
     the project's other modules), and every one of them is ``held_at`` (a call that a test makes
     fail on purpose, ``pytest.raises``, is left out)."""
@@ -191,7 +194,7 @@ def held_by_callers(hub, view, fn, callers=None, depth: int = 0, chain=()) -> bo
     if not isinstance(fn, FUNC_TYPES) or not hasattr(hub, "call_sites"):
         return False
     memo = view.memo.setdefault("group_absence.held", {})
-    key = (id(fn), depth, *map(id, chain))
+    key = (id(fn), depth, tested, *map(id, chain))
     if key in memo:
         return memo[key]
     memo[key] = False  # recursion guard
@@ -200,6 +203,6 @@ def held_by_callers(hub, view, fn, callers=None, depth: int = 0, chain=()) -> bo
         sites += [s for s in callers(view, fn) if s not in sites]
     sites = [(v, c) for v, c in sites if not expects_error(c)]
     chain = (*chain, fn)
-    got = bool(sites) and all(held_at(hub, v, c, callers, depth, chain) for v, c in sites)
+    got = bool(sites) and all(held_at(hub, v, c, callers, depth, chain, tested) for v, c in sites)
     memo[key] = got
     return got

@@ -66,7 +66,9 @@ class UseBeforeInit(Rule):
     group or on the distributed mode, after a use or an init of the group on the caller's straight
     path, in a method of a class another method of which uses the group on its straight path, or
     in a function whose own callers are so, two calls up, across the project's modules) tests the
-    group only defensively and is left alone.
+    group only defensively and is left alone. For a use in the function's own body, next to its
+    own test (a slip its author can see), only a test on the group or the mode at each call
+    counts; a need that comes from inside a project helper is judged by any of them.
 
     A setup helper that creates the group only on the distributed side of a test on the run's
     mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
@@ -194,7 +196,7 @@ def _no_group_path(ctx) -> set:
         s = sem.scope_of(t)
         scopes_.setdefault(id(s), s)
     for scope in scopes_.values():
-        held = None  # ``held_by_callers`` of the scope, asked once it has a finding
+        held = {}  # ``held_by_callers`` of the scope, asked once it has a finding
         for use in scope_calls(view, scope):
             qn = ctx.qn(use) or ""
             eff = None
@@ -219,10 +221,14 @@ def _no_group_path(ctx) -> set:
             est = group_state_path(an, view, use, scope, present=False)
             if est is None or est == "entry":
                 continue
-            if held is None:
-                held = held_by_callers(an, view, scope, other_call_sites(ctx, an, methods=True))
-            if held:
-                break  # every caller runs the function where the group exists: the test is defensive
+            # every caller runs the function where the group exists: the test is defensive. A use
+            # in the function's own body needs a test at each call; one through a helper, any hold
+            tested = eff is None
+            if tested not in held:
+                held[tested] = held_by_callers(an, view, scope, other_call_sites(ctx, an, methods=True),
+                                               tested=tested)
+            if held[tested]:
+                continue
             found.append((use, what, eff, est))
     # one finding per failure: the innermost use raises first (``new_group([get_rank()])``)
     for use, what, eff, est in found:
