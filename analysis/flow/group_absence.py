@@ -1,13 +1,9 @@
 """Where a run without a default process group cannot be: the facts that say a use of the group
 is reached only where one exists, for ``lifecycle.group_state_path``'s "absent" question (DDP002).
 
-- ``absent_truth(hub, view, test)`` / ``absent_value``: the value a test or an expression has where
-  no group exists, when the group's absence alone fixes it (``self.rank == 0`` with ``self.rank =
-  dist.get_rank() if self.is_distributed else 0``);
-- ``flag_mode_test(test)``: a test on the distributed mode read as an attribute of any object
-  (``Manager().distributed``, ``trainer.cfg.world_size > 1``): ``lifecycle.mode_test`` asks the
-  names of the whole test (``args.distributed``), this one the flag's own name only, and only a
-  flag that names distribution (not a bare ``enabled`` / ``on``);
+(``lifecycle.absent_truth``: a value the group's absence fixes; ``unconditional.flag_mode_test``: a
+mode flag read from any object; both asked by ``lifecycle.group_state_path`` itself.)
+
 - ``held_by_callers(hub, view, fn, callers)``: every call of ``fn`` (in its module, and through
   ``callers`` in the project's other modules) runs where the group exists or the run is
   distributed (``held_at``): under a test on the group or on the distributed mode, after a use or
@@ -21,112 +17,9 @@ is reached only where one exists, for ``lifecycle.group_state_path``'s "absent" 
 from __future__ import annotations
 
 import ast
-import re
 
 from ..semantic import FUNC_TYPES, parent
-from .lifecycle import GROUP_USES, INIT, group_value, lifecycle_of, mode_test, project_target, straight
-
-_UNKNOWN = object()
-_CMP = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
-        ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
-
-
-def absent_truth(hub, view, test: ast.AST):
-    """The truth of ``test`` where no default group exists, when that alone decides it: what
-    ``group_value`` says, or the value the test compares is one the group's absence fixes
-    (``self.rank == 0`` with ``self.rank = dist.get_rank() if self.is_distributed else 0`` and
-    ``self.is_distributed = dist.is_initialized()``: ``absent_value``). Only ever used to drop a
-    path (a branch or an operand that a run without a group does not reach): a value stored
-    earlier, while no group existed, still says so (no group is destroyed in between)."""
-    v = group_value(hub, view, test, False)
-    if v is not None:
-        return v
-    got = absent_value(hub, view, test)
-    if got is _UNKNOWN:
-        return None
-    try:
-        return bool(got)
-    except Exception:  # noqa: BLE001 -- a constant whose truth raises is no answer
-        return None
-
-
-def absent_value(hub, view, e: ast.AST, depth: int = 0):
-    """The constant ``e`` holds where no default group exists, or ``_UNKNOWN``: a literal, a
-    conditional expression whose test the group's absence decides, a name bound once, a ``self``
-    attribute every binding of its class gives the same such value, a comparison of two such
-    values."""
-    if e is None or depth > 4:
-        return _UNKNOWN
-    t = e.__class__
-    if t is ast.Constant:
-        return e.value
-    if t is ast.IfExp:
-        v = absent_truth(hub, view, e.test) if depth < 4 else None
-        return _UNKNOWN if v is None else absent_value(hub, view, e.body if v else e.orelse, depth + 1)
-    if t in (ast.BoolOp, ast.Call, ast.UnaryOp):
-        v = group_value(hub, view, e, False)
-        return _UNKNOWN if v is None else v
-    if t is ast.Name:
-        v = view.sem.single_value(e.id, view.sem.scope_of(e))
-        return _UNKNOWN if v is None or v is e else absent_value(hub, view, v, depth + 1)
-    if t is ast.Attribute and e.value.__class__ is ast.Name and e.value.id == "self" \
-            and hasattr(hub, "self_attr_bindings"):
-        vals = hub.self_attr_bindings(view, e)
-        if not vals or len(vals) > 4 or any(isinstance(v, ast.stmt) for v in vals):
-            return _UNKNOWN
-        got = [absent_value(hub, view, v, depth + 1) for v in vals]
-        return got[0] if all(g is not _UNKNOWN and g == got[0] for g in got) else _UNKNOWN
-    if t is ast.Compare and len(e.ops) == 1 and e.ops[0].__class__ in _CMP:
-        a = absent_value(hub, view, e.left, depth + 1)
-        b = absent_value(hub, view, e.comparators[0], depth + 1) if a is not _UNKNOWN else _UNKNOWN
-        if a is _UNKNOWN or b is _UNKNOWN:
-            return _UNKNOWN
-        try:
-            return _CMP[e.ops[0].__class__](a, b)
-        except Exception:  # noqa: BLE001 -- ``None < 0``: no answer
-            return _UNKNOWN
-    return _UNKNOWN
-
-
-# a flag's own name that says the run is distributed (``lifecycle.mode_test``'s vocabulary, without
-# its bare words: ``enabled``, ``on``, ``mode``)
-_FLAG = re.compile(r"dist|ddp|world_?size|multi_?gpu|n_?gpus|num_gpus|num_processes|nprocs", re.I)
-
-
-def flag_mode_test(test: ast.AST) -> bool:
-    """``test`` reads only flags and counts that name the distributed mode, whatever object holds
-    them (the receiver of an attribute is not read): ``Manager().distributed``,
-    ``self.env.world_size > 1``, ``not trainer.is_distributed``."""
-    from .unconditional import _DIST_MODE
-
-    flags = []
-
-    def ok(n) -> bool:
-        t = n.__class__
-        if t is ast.Attribute:
-            flags.append(n.attr)
-            return True
-        if t is ast.Name:
-            flags.append(n.id)
-            return True
-        if t is ast.Constant:
-            return isinstance(n.value, (int, type(None)))
-        if t is ast.UnaryOp:
-            return ok(n.operand)
-        if t is ast.BoolOp:
-            return all(ok(v) for v in n.values)
-        if t is ast.Compare:
-            return ok(n.left) and all(ok(v) for v in n.comparators)
-        return False
-
-    return ok(test) and bool(flags) and all(_DIST_MODE.match(f) and _FLAG.search(f) for f in flags)
-
-
-def guard_test(sem, test: ast.AST) -> bool:
-    """A test on the distributed mode, either way it is read (``lifecycle.mode_test``, or
-    ``flag_mode_test``)."""
-    return mode_test(sem, test) or flag_mode_test(test)
-
+from .lifecycle import GROUP_USES, INIT, group_value, guard_test, lifecycle_of, project_target, straight
 
 def _positive(hub, view, test: ast.AST) -> bool:
     """Only a distributed run passes ``test``: a test on the mode that is not negated and not a
