@@ -345,6 +345,76 @@ def group_value(hub, view, test: ast.AST, present: bool, depth: int = 0):
     return None
 
 
+_UNKNOWN = object()
+_CMP = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+        ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
+
+
+def absent_truth(hub, view, test: ast.AST):
+    """The truth of ``test`` where no default group exists, when that alone decides it: what
+    ``group_value`` says, or the value the test compares is one the group's absence fixes
+    (``self.rank == 0`` with ``self.rank = dist.get_rank() if self.is_distributed else 0`` and
+    ``self.is_distributed = dist.is_initialized()``: ``absent_value``). Only ever used to drop a
+    path (a branch or an operand that a run without a group does not reach): a value stored
+    earlier, while no group existed, still says so (no group is destroyed in between)."""
+    v = group_value(hub, view, test, False)
+    if v is not None:
+        return v
+    got = absent_value(hub, view, test)
+    if got is _UNKNOWN:
+        return None
+    try:
+        return bool(got)
+    except Exception:  # noqa: BLE001 -- a constant whose truth raises is no answer
+        return None
+
+
+def absent_value(hub, view, e: ast.AST, depth: int = 0):
+    """The constant ``e`` holds where no default group exists, or ``_UNKNOWN``: a literal, a
+    conditional expression whose test the group's absence decides, a name bound once, a ``self``
+    attribute every binding of its class gives the same such value, a comparison of two such
+    values."""
+    if e is None or depth > 4:
+        return _UNKNOWN
+    t = e.__class__
+    if t is ast.Constant:
+        return e.value
+    if t is ast.IfExp:
+        v = absent_truth(hub, view, e.test) if depth < 4 else None
+        return _UNKNOWN if v is None else absent_value(hub, view, e.body if v else e.orelse, depth + 1)
+    if t in (ast.BoolOp, ast.Call, ast.UnaryOp):
+        v = group_value(hub, view, e, False)
+        return _UNKNOWN if v is None else v
+    if t is ast.Name:
+        v = view.sem.single_value(e.id, view.sem.scope_of(e))
+        return _UNKNOWN if v is None or v is e else absent_value(hub, view, v, depth + 1)
+    if t is ast.Attribute and e.value.__class__ is ast.Name and e.value.id == "self" \
+            and hasattr(hub, "self_attr_bindings"):
+        vals = hub.self_attr_bindings(view, e)
+        if not vals or len(vals) > 4 or any(isinstance(v, ast.stmt) for v in vals):
+            return _UNKNOWN
+        got = [absent_value(hub, view, v, depth + 1) for v in vals]
+        return got[0] if all(g is not _UNKNOWN and g == got[0] for g in got) else _UNKNOWN
+    if t is ast.Compare and len(e.ops) == 1 and e.ops[0].__class__ in _CMP:
+        a = absent_value(hub, view, e.left, depth + 1)
+        b = absent_value(hub, view, e.comparators[0], depth + 1) if a is not _UNKNOWN else _UNKNOWN
+        if a is _UNKNOWN or b is _UNKNOWN:
+            return _UNKNOWN
+        try:
+            return _CMP[e.ops[0].__class__](a, b)
+        except Exception:  # noqa: BLE001 -- ``None < 0``: no answer
+            return _UNKNOWN
+    return _UNKNOWN
+
+
+def guard_test(sem, test: ast.AST) -> bool:
+    """A test on the distributed mode, either way it is read (``mode_test``, or
+    ``unconditional.flag_mode_test``: a mode flag of any object)."""
+    from .unconditional import flag_mode_test
+
+    return mode_test(sem, test) or flag_mode_test(test)
+
+
 def _own_nodes(fn):
     """The nodes of ``fn``'s body, not of the functions, lambdas and classes defined in it."""
     work = list(fn.body)
@@ -423,17 +493,20 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
         if cls in (ast.If, ast.IfExp, ast.While) and child is not p.test:
             v = group_value(hub, view, p.test, present)
             in_body = (child in p.body) if cls is not ast.IfExp else (child is p.body)
+            if v is None and not present and absent_truth(hub, view, p.test) is (not in_body):
+                return None  # ``if self.rank == 0:`` with ``self.rank = ... if <group> else 0``: not taken
             if v is not None:
                 if v != in_body:
                     return None
                 if in_body or group_value(hub, view, p.test, not present) is True:
                     est = p  # the branch the test names for this state (an ``else`` only of a pure test)
-            elif not present and cls is not ast.While and mode_test(sem, p.test):
+            elif not present and cls is not ast.While and guard_test(sem, p.test):
                 return None
         elif cls is ast.BoolOp:
             stop = isinstance(p.op, ast.Or)
             for x in p.values[: p.values.index(child)]:
-                if group_value(hub, view, x, present) is stop:
+                if group_value(hub, view, x, present) is stop \
+                        or (not present and absent_truth(hub, view, x) is stop):
                     return None  # short-circuits before ``node`` in this state
         elif cls in _TRY_TYPES and child in p.body and p.handlers:
             return None

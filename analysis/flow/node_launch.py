@@ -62,6 +62,93 @@ def node_launch_loops(view) -> list:
     return out
 
 
+def rank_launch_loops(view) -> list:
+    """(function, loop, start call) for each loop of the module that starts a process a round and
+    gives it the round's index as its rank: in its environment (a rank key, global or local, as
+    ``node_launch_loops`` reads the local one) or on its command line (an option a rank name
+    spells, ``"--rank={}".format(i)``, ``f"--local_rank={i}"``, ``"--rank", str(i)``, put into what
+    the start call runs). The loop's function runs in the launching process, once: its children
+    are the ranks."""
+    memo = view.memo.get("node_launch.rank_loops")
+    if memo is not None:
+        return memo
+    out = []
+    sem = view.sem
+    for loop in sem.by_type.get(ast.For, ()):
+        names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        if not names:
+            continue
+        body = [n for st in loop.body for n in _walk_here(st)]
+        starts = [n for n in body if isinstance(n, ast.Call) and sem.call_qualname(n) in _STARTS]
+        if not starts:
+            continue
+        keys = GLOBAL_RANK_ENV | LOCAL_RANK_ENV
+        if any(k in keys and _mentions(v, names) for k, v in _env_stores(body)) or _argv_rank(body, names, starts):
+            out.append((sem.enclosing_function(loop), loop, starts[0]))
+    view.memo["node_launch.rank_loops"] = out
+    return out
+
+
+def _argv_rank(body, names, starts) -> bool:
+    """A string of ``body`` that spells a rank option with the loop's index reaches a start call:
+    inside its arguments, or stored into (``x = ...``, ``x[k] = ...``, ``x.append(...)``) a name
+    they read."""
+    used = {n.id for c in starts for a in (*c.args, *(k.value for k in c.keywords))
+            for n in ast.walk(a) if isinstance(n, ast.Name)}
+    inside = {id(n) for c in starts for n in ast.walk(c)}
+    for n in body:
+        if not _rank_option_value(n, names):
+            continue
+        if id(n) in inside:
+            return True
+        p = parent(n)
+        while p is not None and not isinstance(p, ast.stmt):
+            if isinstance(p, ast.Call) and isinstance(p.func, ast.Attribute) and isinstance(p.func.value, ast.Name) \
+                    and p.func.attr in ("append", "extend", "insert") and p.func.value.id in used:
+                return True
+            p = parent(p)
+        if isinstance(p, ast.Assign):
+            for t in p.targets:
+                if isinstance(t, ast.Tuple) and isinstance(p.value, ast.Tuple) and len(t.elts) == len(p.value.elts):
+                    # ``cmd, log = [..., f"--rank={i}"], None``: the target of the item holding it
+                    k = next((k for k, e in enumerate(p.value.elts) if any(x is n for x in ast.walk(e))), None)
+                    t = t.elts[k] if k is not None else t
+                base = t.value if isinstance(t, ast.Subscript) else t
+                if isinstance(base, ast.Name) and base.id in used:
+                    return True
+    return False
+
+
+def _rank_option_value(n, names) -> bool:
+    """``n`` is a rank option given the loop's index: ``"--rank={}".format(i)``, ``"--rank=%d" % i``,
+    ``f"--rank={i}"``, or a display ``[..., "--rank", str(i), ...]``."""
+    if isinstance(n, ast.JoinedStr):
+        head = n.values[0] if n.values else None
+        return isinstance(head, ast.Constant) and _rank_option(str(head.value)) and _mentions(n, names)
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "format" \
+            and isinstance(n.func.value, ast.Constant) and isinstance(n.func.value.value, str):
+        return _rank_option(n.func.value.value.split("{", 1)[0]) and _mentions(n, names)
+    if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.left, ast.Constant) \
+            and isinstance(n.left.value, str):
+        return _rank_option(n.left.value.split("%", 1)[0]) and _mentions(n.right, names)
+    if isinstance(n, (ast.List, ast.Tuple)):
+        return any(isinstance(a, ast.Constant) and isinstance(a.value, str) and _rank_option(a.value)
+                   and _mentions(b, names) for a, b in zip(n.elts, n.elts[1:]))
+    return False
+
+
+def _rank_option(text: str) -> bool:
+    """``text`` is a command-line option (with or without its ``=``) that a rank name spells
+    (``uniformity.RANK_NAME``: ``--rank``, ``--local_rank``, ``--gpu_rank``)."""
+    from .uniformity import RANK_NAME  # lazy: uniformity sits above the launch facts
+
+    t = text.strip()
+    if not t.startswith("-"):
+        return False
+    t = t.lstrip("-").rstrip("=").strip()
+    return bool(t) and bool(RANK_NAME.match(t.replace("-", "_")))
+
+
 def _walk_here(node):
     """The nodes of ``node`` outside nested functions and classes."""
     yield node

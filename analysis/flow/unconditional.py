@@ -114,3 +114,35 @@ def _dist_mode_test(test: ast.AST) -> bool:
             return False
     return bool(names) and all(_DIST_MODE.match(x) for x in names) and any(
         x.lower() not in ("self", "args", "cfg", "config", "opt", "torch", "dist") for x in names)
+
+
+# a flag's own name that says the run is distributed (``lifecycle.mode_test``'s vocabulary, without
+# its bare words: ``enabled``, ``on``, ``mode``)
+_FLAG = re.compile(r"dist|ddp|world_?size|multi_?gpu|n_?gpus|num_gpus|num_processes|nprocs", re.I)
+
+
+def flag_mode_test(test: ast.AST) -> bool:
+    """``test`` reads only flags and counts that name the distributed mode, whatever object holds
+    them (the receiver of an attribute is not read): ``Manager().distributed``,
+    ``self.env.world_size > 1``, ``not trainer.is_distributed``."""
+    flags = []
+
+    def ok(n) -> bool:
+        t = n.__class__
+        if t is ast.Attribute:
+            flags.append(n.attr)
+            return True
+        if t is ast.Name:
+            flags.append(n.id)
+            return True
+        if t is ast.Constant:
+            return isinstance(n.value, (int, type(None)))
+        if t is ast.UnaryOp:
+            return ok(n.operand)
+        if t is ast.BoolOp:
+            return all(ok(v) for v in n.values)
+        if t is ast.Compare:
+            return ok(n.left) and all(ok(v) for v in n.comparators)
+        return False
+
+    return ok(test) and bool(flags) and all(_DIST_MODE.match(f) and _FLAG.search(f) for f in flags)

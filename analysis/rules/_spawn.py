@@ -131,10 +131,32 @@ def under_main_guard(node: ast.AST) -> bool:
 
 
 def in_launcher(ctx, node: ast.AST) -> bool:
-    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``): it runs in the
-    launching process only."""
+    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``), or that starts
+    them as processes of their own, each given its index as its rank
+    (``node_launch.rank_launch_loops``: ``subprocess.Popen([..., f"--rank={i}"])`` in a loop): it
+    runs in the launching process only."""
     fn = ctx.sem.enclosing_function(node)
-    return fn is not None and any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx))
+    if fn is None:
+        return False
+    if any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx)):
+        return True
+    if not ctx.sem.calls_to("subprocess.Popen", "subprocess.run", "subprocess.call", "subprocess.check_call"):
+        return False
+    from ..flow import for_context
+    from ..flow.node_launch import rank_launch_loops
+
+    an = for_context(ctx)
+    view = an.main
+    launchers = {id(f) for f, _loop, _start in rank_launch_loops(view) if f is not None} if view.sem is ctx.sem else ()
+    if not launchers or id(fn) in launchers:
+        return bool(launchers)
+    # a helper of this file that only the launching functions call (and no other module)
+    sites = an.call_sites(view, fn)
+    if not sites or not all(id(ctx.sem.enclosing_function(c)) in launchers for c in sites):
+        return False
+    from ._common import project_callers
+
+    return not isinstance(parent(fn), ast.Module) or not project_callers(ctx, {fn.name})
 
 
 ACCELERATOR = "accelerate.Accelerator"

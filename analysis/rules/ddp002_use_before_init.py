@@ -37,7 +37,9 @@ class UseBeforeInit(Rule):
     `DistributedDataParallel` constructor that runs before `init_process_group` on the same
     straight-line path: earlier in the same function body (or at module level), unconditionally,
     with the init call later in that body. A `setup()` helper defined in the file that calls
-    `init_process_group` counts as the init.
+    `init_process_group` counts as the init. An init that a `destroy_process_group()` (or a project
+    function that destroys the group) precedes re-creates a group: a use before the destroy runs
+    on the live one and is left alone.
 
     The use may also sit in a helper along the call graph: a function of this file or of another
     file of the project (`setup_logger()` that calls `dist.get_rank()`), or a class whose
@@ -56,7 +58,17 @@ class UseBeforeInit(Rule):
     the group unconditionally before the test is left alone. The function must call
     `dist.is_initialized()` itself; its other tests may go through a project helper that returns
     it (`is_distributed()`), and the use may be a project function whose unconditional path needs
-    the group.
+    the group. A test on a flag of the distributed mode read from any object
+    (`if Manager().distributed:`) counts as a test on the mode; an operand or branch that a run
+    without a group decides (`self.rank == 0 or dist.get_rank() == 0` with `self.rank =
+    dist.get_rank() if self.in_group else 0`) short-circuits the use; and a function every caller of
+    which holds the group (`flow.group_absence.held_by_callers`: the call sits under a test on the
+    group or on the distributed mode, after a use or an init of the group on the caller's straight
+    path, in a method of a class another method of which uses the group on its straight path, or
+    in a function whose own callers are so, two calls up, across the project's modules) tests the
+    group only defensively and is left alone. For a use in the function's own body, next to its
+    own test (a slip its author can see), only a test on the group or the mode at each call
+    counts; a need that comes from inside a project helper is judged by any of them.
 
     A setup helper that creates the group only on the distributed side of a test on the run's
     mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
@@ -142,6 +154,8 @@ class UseBeforeInit(Rule):
             if not later:
                 continue
             init = later[0]
+            if _destroyed_between(ctx, use, init):
+                continue  # the init re-creates a group the function tears down first: one exists at the use
             qn = ctx.qn(use)
             related = [(init, "the process group is initialised here")]
             if qn is not None and qn.startswith(D) or qn == DDP_CLASS:
@@ -165,7 +179,9 @@ def _no_group_path(ctx) -> set:
     ``if not dist.is_initialized() or ...:``, in the ``else`` of ``if dist.is_initialized():``, or
     after such a branch that falls through (``flow.lifecycle.group_state_path``). Direct uses, and
     calls of project functions whose unconditional path uses the group. {id(use)} reported."""
+    from ..flow.group_absence import held_by_callers
     from ..flow.lifecycle import group_state_path, group_value
+    from ._common import other_call_sites
 
     sem = ctx.sem
     reported: set = set()
@@ -180,6 +196,7 @@ def _no_group_path(ctx) -> set:
         s = sem.scope_of(t)
         scopes_.setdefault(id(s), s)
     for scope in scopes_.values():
+        held = {}  # ``held_by_callers`` of the scope, asked once it has a finding
         for use in scope_calls(view, scope):
             qn = ctx.qn(use) or ""
             eff = None
@@ -203,6 +220,14 @@ def _no_group_path(ctx) -> set:
                 continue
             est = group_state_path(an, view, use, scope, present=False)
             if est is None or est == "entry":
+                continue
+            # every caller runs the function where the group exists: the test is defensive. A use
+            # in the function's own body needs a test at each call; one through a helper, any hold
+            tested = eff is None
+            if tested not in held:
+                held[tested] = held_by_callers(an, view, scope, other_call_sites(ctx, an, methods=True),
+                                               tested=tested)
+            if held[tested]:
                 continue
             found.append((use, what, eff, est))
     # one finding per failure: the innermost use raises first (``new_group([get_rank()])``)
@@ -421,6 +446,32 @@ def _helper_uses(ctx, inits, skip) -> dict[int, tuple]:
                 name = getattr(parent(target[1]), "name", name)
             out[id(c)] = (c, req.through(name))
     return out
+
+
+def _destroyed_between(ctx, use: ast.Call, init: ast.Call) -> bool:
+    """A call between ``use`` and ``init`` in their scope tears the default group down
+    (``destroy_process_group()``, or a project function that does on some path:
+    ``lifecycle.destroys_anywhere``): the init re-creates a group, and a destroy needs one to
+    exist, so the use before it runs on the live group."""
+    from ..flow.lifecycle import DESTROY, destroys_anywhere, project_target
+
+    an = for_context(ctx)
+    view = an.main
+    sem = ctx.sem
+    lo, hi = (use.end_lineno, use.end_col_offset), (init.lineno, init.col_offset)
+    for c in scope_calls(view, sem.scope_of(use)) or ():
+        at = (c.lineno, c.col_offset)
+        if at < lo or at >= hi:
+            continue
+        qn = sem.call_qualname(c) or ""
+        if qn == DESTROY:
+            return True
+        if qn.startswith("torch."):
+            continue
+        target = project_target(an, view, c)
+        if target is not None and target[1] is not sem.scope_of(use) and destroys_anywhere(an, *target):
+            return True
+    return False
 
 
 def _before(a: ast.AST, b: ast.AST) -> bool:

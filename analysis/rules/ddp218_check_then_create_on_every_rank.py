@@ -51,7 +51,10 @@ class CheckThenCreateOnEveryRank(Rule):
     RunLogger(root)` in the `__init__` of a trainer whose `step` all-reduces), also through a
     method that such code calls on `self`: a mixin's `configure_checkpoint(self)`, defined in
     another module, that a trainer class built on the mixin calls from its every-rank setup
-    (`self.m()` follows the class's method resolution order). The
+    (`self.m()` follows the class's method resolution order). A function that starts the ranks
+    itself runs once, in the launching process, and is left alone: `mp.spawn`, or a loop that
+    starts a process a round and gives it the round's index as its rank on its command line
+    (`"--rank={}".format(i)`) or in its environment (`flow.node_launch.rank_launch_loops`). The
     same path is decided by value flow (`fs_effects.path_key`), not by the names used.
 
     ## Why is this bad?
