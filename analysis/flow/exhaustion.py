@@ -261,13 +261,12 @@ def consumed_twice(an, view, fn, pname: str, depth: int = 0):
 def one_shot_bindings(an, view, name: str, use) -> list:
     """The module-iterator calls among the bindings of ``name`` that reach ``use``."""
     kind, evs = reaching(view, name, use)
-    scope = view.sem.enclosing_function(use) or view.sem.tree
-    if seq_checked(view, scope, name):
-        return []
     out = []
     for e in evs or () if isinstance(evs, list) else ():
         if isinstance(e, ast.Assign):
             got = one_shot(an, view, bound_value(e, name))
             if got is not None:
                 out.append(got)
+    if out and seq_checked(view, view.sem.enclosing_function(use) or view.sem.tree, name):
+        return []
     return out

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import NoCase, Rule
-from ..semantic import parent
+from ..semantic import iter_scope_nodes, parent
 from ..flow.rank import rank0_guarded
 from ._flow import scopes
 
@@ -78,21 +78,26 @@ class WriteBeforeFolderMade(Rule):
             calls = sorted(ctx.sem.scope_calls(scope), key=lambda c: (c.lineno, c.col_offset))
             if len(calls) < 2:
                 continue
+            if not getattr(scope, "decorator_list", None) and not any(
+                    isinstance(n, _TESTS) for n in iter_scope_nodes(scope)):
+                continue  # no test and no decorator: no write of this scope runs on the main rank alone
             if an is None:
                 an = for_context(ctx)
             writes, made = [], []  # (call, effect, folder key) / (call, effect, folder keys it makes)
             unknown = None  # the first call that makes a folder this cannot key (``dirname(p)``)
-            for c in calls:
-                for e in effects_at(ctx, an, c):
-                    k = effect_key(ctx, an, e)
-                    if e.kind == MKDIR and k is None and unknown is None:
-                        unknown = (c.lineno, c.col_offset)
-                    if k is None:
-                        continue
-                    if e.kind == WRITE and not e.folder and folder_of(k) is not None:
-                        writes.append((c, e, folder_of(k)))
-                    elif e.kind == MKDIR:
-                        made.append((c, e, _made_keys(k, folder_of)))
+            found = [(c, e) for c in calls for e in effects_at(ctx, an, c) if e.kind in (MKDIR, WRITE)]
+            if not any(e.kind == MKDIR for _c, e in found) or not any(e.kind == WRITE for _c, e in found):
+                continue
+            for c, e in found:
+                k = effect_key(ctx, an, e)
+                if e.kind == MKDIR and k is None and unknown is None:
+                    unknown = (c.lineno, c.col_offset)
+                if k is None:
+                    continue
+                if e.kind == WRITE and not e.folder and folder_of(k) is not None:
+                    writes.append((c, e, folder_of(k)))
+                elif e.kind == MKDIR:
+                    made.append((c, e, _made_keys(k, folder_of)))
             if not writes or not made:
                 continue
             for c, e, k in writes:
@@ -122,6 +127,10 @@ class WriteBeforeFolderMade(Rule):
             f"the main rank and the other ranks wait for it; create the folder first",
             related=[(m, "the folder is created here")],
         )
+
+
+# what ``rank0_guarded`` reads in a function's own body (with an early exit's ``if`` and a decorator)
+_TESTS = (ast.If, ast.IfExp, ast.While)
 
 
 def _made_keys(k: str, folder_of) -> frozenset:

@@ -66,12 +66,14 @@ class ExhaustedParameterGenerator(Rule):
         an, view = hub(ctx)
         sem = view.sem
         done: set = set()
+        held: set = set()  # the names some assignment of the module binds to a one-shot iterator
         scopes = [sem.tree, *(fn for fns in sem.functions.values() for fn in fns)]
         for scope in scopes:
             for name, evs in sem.assignments(scope).items():
                 srcs = [e for e in evs if isinstance(e, ast.Assign) and one_shot(an, view, _value(e, name)) is not None]
                 if not srcs:
                     continue
+                held.add(name)
                 uses = [u for u in _uses(scope, name) if one_shot_bindings(an, view, name, u)]
                 consumed = [u for u in uses if consumes(an, view, u)]
                 if not consumed:
@@ -101,7 +103,7 @@ class ExhaustedParameterGenerator(Rule):
             cands = []
             for a in (*c.args, *(k.value for k in c.keywords)):
                 src = one_shot(an, view, a)
-                if src is None and isinstance(a, ast.Name):
+                if src is None and isinstance(a, ast.Name) and a.id in held:
                     got = one_shot_bindings(an, view, a.id, a)
                     src = got[0] if got else None
                 if src is not None:
