@@ -36,10 +36,10 @@ _STARTS = frozenset({"subprocess.Popen", "subprocess.run", "subprocess.call", "s
                      "subprocess.check_output"})
 
 
-def node_launch_loops(view) -> list:
-    """(function, loop, start call) for each loop of the module that starts one process per local
-    index (see the module's docstring)."""
-    memo = view.memo.get("node_launch.loops")
+def _start_loops(view) -> list:
+    """(loop, its target's names, the nodes of its body, its process-start calls) for each ``for``
+    loop of the module whose body starts a process: what both launcher queries read."""
+    memo = view.memo.get("node_launch.starts")
     if memo is not None:
         return memo
     out = []
@@ -50,14 +50,26 @@ def node_launch_loops(view) -> list:
             continue
         body = [n for st in loop.body for n in _walk_here(st)]
         starts = [n for n in body if isinstance(n, ast.Call) and sem.call_qualname(n) in _STARTS]
-        if not starts:
-            continue
+        if starts:
+            out.append((loop, names, body, starts))
+    view.memo["node_launch.starts"] = out
+    return out
+
+
+def node_launch_loops(view) -> list:
+    """(function, loop, start call) for each loop of the module that starts one process per local
+    index (see the module's docstring)."""
+    memo = view.memo.get("node_launch.loops")
+    if memo is not None:
+        return memo
+    out = []
+    for loop, names, body, starts in _start_loops(view):
         local = [v for k, v in _env_stores(body) if k in LOCAL_RANK_ENV and _mentions(v, names)]
         if not local:
             continue
         if any(k in GLOBAL_RANK_ENV and _just(v, names) for k, v in _env_stores(body)):
             continue  # each child's global rank is its local index: one node
-        out.append((sem.enclosing_function(loop), loop, starts[0]))
+        out.append((view.sem.enclosing_function(loop), loop, starts[0]))
     view.memo["node_launch.loops"] = out
     return out
 
@@ -72,19 +84,10 @@ def rank_launch_loops(view) -> list:
     memo = view.memo.get("node_launch.rank_loops")
     if memo is not None:
         return memo
-    out = []
-    sem = view.sem
-    for loop in sem.by_type.get(ast.For, ()):
-        names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-        if not names:
-            continue
-        body = [n for st in loop.body for n in _walk_here(st)]
-        starts = [n for n in body if isinstance(n, ast.Call) and sem.call_qualname(n) in _STARTS]
-        if not starts:
-            continue
-        keys = GLOBAL_RANK_ENV | LOCAL_RANK_ENV
-        if any(k in keys and _mentions(v, names) for k, v in _env_stores(body)) or _argv_rank(body, names, starts):
-            out.append((sem.enclosing_function(loop), loop, starts[0]))
+    keys = GLOBAL_RANK_ENV | LOCAL_RANK_ENV
+    out = [(view.sem.enclosing_function(loop), loop, starts[0])
+           for loop, names, body, starts in _start_loops(view)
+           if any(k in keys and _mentions(v, names) for k, v in _env_stores(body)) or _argv_rank(body, names, starts)]
     view.memo["node_launch.rank_loops"] = out
     return out
 

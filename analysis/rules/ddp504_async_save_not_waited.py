@@ -162,21 +162,27 @@ class AsyncSaveNotWaited(Rule):
 def _instance_sites(ctx, an, view, cls, fn) -> list:
     """(view, call) of ``x.<fn.name>(...)`` calls that resolve to method ``fn`` of ``cls``: in this
     module, then in the project's other files that name the class."""
+    return [*_attr_calls(an, view, fn), *_other_files_calls(ctx, an, cls, fn)]
+
+
+def _attr_calls(an, view, fn) -> list:
+    """(view, call) of the ``x.<fn.name>(...)`` calls of ``view`` that resolve to ``fn``."""
     out = []
     for c in view.sem.calls:
         if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
             got = an.resolve_call(view, c)
             if got is not None and got[1] is fn:
                 out.append((view, c))
+    return out
+
+
+def _other_files_calls(ctx, an, cls, fn) -> list:
+    """``_attr_calls`` in the project's other files that name ``cls``."""
+    out = []
     for cctx, _, _ in project_callers(ctx, (cls.name,)):
         cv = an.view_of(cctx.filename)
-        if cv is None or cv.sem is not cctx.sem:
-            continue
-        for c in cv.sem.calls:
-            if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
-                got = an.resolve_call(cv, c)
-                if got is not None and got[1] is fn:
-                    out.append((cv, c))
+        if cv is not None and cv.sem is cctx.sem:
+            out.extend(_attr_calls(an, cv, fn))
     return out
 
 
@@ -265,16 +271,7 @@ def _method_sites(ctx, an, view, cls, fn) -> list:
     out = [(view, c) for c in an.call_sites(view, fn)]
     if any(_loop_of(c) is not None for _, c in out):
         return out
-    for cctx, _, _ in project_callers(ctx, (cls.name,)):
-        cv = an.view_of(cctx.filename)
-        if cv is None or cv.sem is not cctx.sem:
-            continue
-        for c in cv.sem.calls:
-            if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
-                got = an.resolve_call(cv, c)
-                if got is not None and got[1] is fn:
-                    out.append((cv, c))
-    return out
+    return out + _other_files_calls(ctx, an, cls, fn)
 
 
 def _is_self(n) -> bool:
