@@ -114,6 +114,16 @@ def test_every_import_follows_the_documented_layers():
     assert not bad, "imports the layers of docs/architecture.md forbid:\n" + "\n".join(bad)
 
 
+def test_no_rule_imports_another_rule():
+    """A query two rules share lives in ``analysis/flow/`` (or a ``rules/_*.py`` glue module), never
+    in one rule's file that another imports."""
+    rule = re.compile(r"ddp_lint\.analysis\.rules\.ddp\d")
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: imports {i}"
+           for m in MODULES if rule.match(m) for i, line in _imports(m, runtime_only=False)
+           if rule.match(i) and i != m]
+    assert not bad, "a rule imports another rule's file:\n" + "\n".join(bad)
+
+
 def _find_circle(graph: dict[str, list[str]]) -> list[str] | None:
     state: dict[str, int] = {}
     stack: list[str] = []

@@ -1,4 +1,6 @@
-"""Does a DDP-wrapped module have buffers? (True / False / None = unknown.)
+"""Does a DDP-wrapped module have buffers (``module_buffers``, ``class_buffers``), does it hold
+BatchNorm layers (``holds_batchnorm``, DDP206 / DDP225), does the file synchronise buffers itself
+(``syncs_buffers``)? (True / False / None = unknown.)
 
 DDP's forward broadcasts rank 0's buffers (``running_mean``, ``running_var``, registered buffers)
 before it runs the module, whenever ``broadcast_buffers`` is on (the default) and the module has
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, _iter_scope_statements, iter_scope_nodes
+from ..semantic import FUNC_TYPES, _iter_scope_statements, iter_scope_nodes, parent
 from .bindings import reaching
 
 _BUFFERED = frozenset({
@@ -219,3 +221,89 @@ def _syncs_in(sem, calls) -> bool:
                 for a in (*c.args, *(k.value for k in c.keywords)) for n in ast.walk(a)):
             return True
     return False
+
+
+# --- BatchNorm layers (DDP206, DDP225): a narrower question than buffers, asked through ``origins``
+
+BN_LAYERS = ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
+             "torch.nn.LazyBatchNorm1d", "torch.nn.LazyBatchNorm2d", "torch.nn.LazyBatchNorm3d")
+# torchvision builders whose models contain BatchNorm layers
+_BN_MODELS = ("resnet", "resnext", "wide_resnet", "densenet", "inception", "googlenet", "mobilenet",
+              "efficientnet", "regnet", "shufflenet", "mnasnet", "convnext_", "vgg11_bn", "vgg13_bn",
+              "vgg16_bn", "vgg19_bn")
+_BN_MOVES = frozenset({"cuda", "to", "train", "eval", "float", "half", "bfloat16", "double", "cpu",
+                       "requires_grad_", "to_empty"})
+_BN_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
+
+
+def builds_bn_model(qn: str) -> bool:
+    """``qn`` (a call's qualified name) builds a torchvision model with BatchNorm layers."""
+    return qn.startswith("torchvision.models.") and qn.rsplit(".", 1)[-1].startswith(_BN_MODELS)
+
+
+def _builds_bn(qn: str) -> bool:
+    return qn in BN_LAYERS or builds_bn_model(qn)
+
+
+def holds_batchnorm(an, view, expr, at, depth: int = 0):
+    """True / False when what ``expr`` holds at ``at`` is known to have (not to have) BatchNorm
+    layers; None when it cannot be told. The value is followed through ``origins`` (names, tuple
+    unpacking, ``self`` attributes, helper returns), ``.cuda()`` / ``.to(...)``, the layers of an
+    ``nn.Sequential(...)`` and the project classes it builds."""
+    from .origins import origins
+
+    if depth > 3:
+        return None
+    got = origins(an, view, expr, at)
+    if not got:
+        return None
+    answers = set()
+    for v, e in got:
+        if not isinstance(e, ast.Call):
+            return None
+        f = e.func
+        qn = v.sem.call_qualname(e) or ""
+        if isinstance(f, ast.Attribute) and f.attr in _BN_MOVES and not qn.startswith("torch.nn."):
+            answers.add(holds_batchnorm(an, v, f.value, e, depth + 1))
+        elif _builds_bn(qn):
+            answers.add(True)
+        elif qn.startswith("torch.nn.") and qn.count(".") == 2 and qn.rsplit(".", 1)[-1] not in _BN_CONTAINERS:
+            answers.add(False)  # a torch.nn layer: BatchNorm only if it is one (above)
+        elif qn.startswith("torch.nn.") and qn.rsplit(".", 1)[-1] in _BN_CONTAINERS and e.args and not e.keywords \
+                and not any(isinstance(a, ast.Starred) for a in e.args):
+            # ``nn.Sequential(conv, nn.BatchNorm2d(c), ...)``: what its layers hold
+            inner = {holds_batchnorm(an, v, a, e, depth + 1) for a in e.args}
+            answers.add(True if True in inner else False if inner == {False} else None)
+        elif isinstance(f, ast.Name) and f.id in v.classes:
+            answers.add(_class_builds_bn(v, v.classes[f.id]))
+        else:
+            # a project class of another module (``from nets import Backbone``)
+            got = an.resolve_call(v, e) if isinstance(f, (ast.Name, ast.Attribute)) else None
+            owner = parent(got[1]) if got is not None and getattr(got[1], "name", "") == "__init__" else None
+            if not isinstance(owner, ast.ClassDef):
+                return None
+            answers.add(_class_builds_bn(got[0], owner))
+    if True in answers:
+        return True
+    return False if answers == {False} else None
+
+
+_PLAIN_BUILTINS = frozenset({"super", "len", "range", "int", "float", "list", "dict", "tuple", "isinstance",
+                             "getattr", "setattr", "hasattr", "zip", "enumerate", "min", "max", "print"})
+
+
+def _class_builds_bn(view, cls) -> bool | None:
+    """A project class whose body builds a BatchNorm layer (True), builds only other ``torch.nn``
+    layers (False), or builds anything else (None: a submodule class of unknown content)."""
+    if any(not (isinstance(b, ast.Attribute) and b.attr == "Module") for b in cls.bases):
+        return None  # a base class of its own may add BatchNorm
+    seen_other = False
+    for n in ast.walk(cls):
+        if isinstance(n, ast.Call):
+            qn = view.sem.call_qualname(n) or ""
+            if _builds_bn(qn):
+                return True
+            if not qn.startswith(("torch.", "math.", "super")) and not (
+                    isinstance(n.func, ast.Name) and n.func.id in _PLAIN_BUILTINS):
+                seen_other = True
+    return None if seen_other else False

@@ -4,12 +4,17 @@
   only on the main rank (set under a main-rank test) and a literal fallback on every other rank
   (``out_dir = ""`` before ``if rank == 0: out_dir = make_run_dir()``): the other ranks all use
   the fallback, the same path.
+- ``rank_specific_path(ctx, expr, at)``: the path (or file object) is this rank's own: made of
+  the rank (``f"ckpt_{rank}.pt"``), through names bound before ``at`` and ``with ... as f``, or
+  an in-memory buffer (DDP202, DDP203, DDP215, DDP217).
 """
 from __future__ import annotations
 
 import ast
 
 from ..semantic import FUNC_TYPES, parent
+from .assignments import reaching_assignment
+from .rank_tests import is_rank_like
 class MainOnlyPart:
     """A name of a path expression that holds the real value only on the main rank: ``name``
     (the use), ``main`` (its binding under a main-rank test), ``fallback`` (a binding that reaches
@@ -98,4 +103,37 @@ def _tested(name: str, at: ast.AST) -> bool:
                 break
             if isinstance(s, (ast.If, ast.Assert)) and _mentions(s.test, name):
                 return True
+    return False
+
+
+# in-memory file objects: each process writes its own
+_BUFFERS = ("io.BytesIO", "io.StringIO", "tempfile.TemporaryFile", "tempfile.NamedTemporaryFile",
+            "tempfile.SpooledTemporaryFile")
+
+
+def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers: bool = True) -> bool:
+    """The path (or file object) ``expr`` is this rank's own: it is made of the rank
+    (``f"ckpt_{rank}.pt"``), or (``buffers``) it is an in-memory buffer (``io.BytesIO()``)."""
+    if depth > 3:
+        return buffers
+    for n in ast.walk(expr):
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and is_rank_like(n):
+            return True
+        if buffers and isinstance(n, ast.Call) and (ctx.qn(n) or "") in _BUFFERS:
+            return True
+        if isinstance(n, ast.Name) and n is not expr and depth < 3:
+            st = reaching_assignment(ctx, n.id, at)
+            if st is not None and rank_specific_path(ctx, st.value, st, depth + 1, buffers):
+                return True
+    if isinstance(expr, ast.Name):
+        st = reaching_assignment(ctx, expr.id, at)
+        if st is not None:
+            return rank_specific_path(ctx, st.value, st, depth + 1, buffers)
+        # bound by `with open(...) as f` / `with io.BytesIO() as f` / a loop: look at the binding
+        scope = ctx.sem.scope_of(at)
+        for b in ctx.sem.assignments(scope).get(expr.id, ()):
+            if isinstance(b, (ast.With, ast.AsyncWith)):
+                for item in b.items:
+                    if rank_specific_path(ctx, item.context_expr, b, depth + 1, buffers):
+                        return True
     return False

@@ -67,3 +67,15 @@ def kernel_statement(ctx, node: ast.AST) -> ast.stmt | None:
         scope = ctx.sem.scope_of(node)
         return top_statement(node) if isinstance(scope, ast.Module) else None
     return kernel_functions(ctx).get(id(fn))
+
+
+# Accelerate's launcher of the training function's processes from a notebook
+LAUNCHERS = ("accelerate.notebook_launcher", "accelerate.launchers.notebook_launcher")
+
+
+def one_process_notebook(ctx) -> bool:
+    """A notebook that never starts ``notebook_launcher``: its kernel is one process, where
+    ``accelerator.prepare`` returns the model itself."""
+    if not (ctx.filename or "").endswith(".ipynb"):
+        return False
+    return not ctx.sem.calls_to(*LAUNCHERS)

@@ -17,6 +17,10 @@ Asked by DDP209 (issue 25), with ``ddp_options.strict_ddp_off`` for the wrapper 
 - ``guarded_heads(hub, view, cls, skips)``: the walk under ``step_skipped``, with the asker's
   judgement of a test (``default_branches`` asks it about tests the default configuration
   decides).
+- ``wrapped_class(ctx, e, at)`` / ``constructor_call(ctx, e, at)``: the class of this file (or of
+  the project, through a ``from`` import) whose instance a module expression holds, and the call
+  that built it, through ``.to()`` / ``.cuda()`` chains, ``convert_sync_batchnorm`` and names
+  assigned once (DDP207, DDP209); ``wrapped_classes`` asks ``origins`` instead.
 - ``step_value(view, expr, at)``: the caller side, is an argument computed from a loop counter of
   a loop around the call (``it < warmup`` with ``it += 1`` in the loop, ``step % k == 0`` with
   ``step`` a ``for`` target over ``range``/the index of ``enumerate``)?
@@ -26,6 +30,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, get_arg, parent
+from .assignments import reaching_assignment
 from .bindings import LOOPS, reaching, target_path
 
 
@@ -92,6 +97,60 @@ def wrapped_constructions(hub, view, expr, at, callers=None, depth: int = 0) -> 
         if got is not None and got[1].name == "__init__" and isinstance(parent(got[1]), ast.ClassDef):
             out.append((got[0], parent(got[1]), lv, e))
     return out
+
+
+def wrapped_class(ctx, e, at, depth: int = 0):
+    """The class whose instance ``e`` is: ``Net().cuda()``, ``convert_sync_batchnorm(Net())``, or a
+    name bound to one. ``(None, ClassDef)`` for a class of this file, ``(view, ClassDef)`` for one
+    that an import of this project resolves to (``from models.seg import SegNet``); None when unknown."""
+    e = constructor_call(ctx, e, at, depth)
+    if e is not None:
+        if not isinstance(e.func, ast.Name) or e.func.id in ctx.sem.aliases and e.func.id not in _imported_names(ctx):
+            return None
+        local = next((st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef) and st.name == e.func.id), None)
+        if local is not None:
+            return None, local
+        if e.func.id not in _imported_names(ctx):
+            return None
+        from . import for_context
+
+        an = for_context(ctx)
+        got = an.resolve_call(an.main, e)  # a class of another project file resolves to its __init__
+        if got is None or got[0] is an.main:
+            return None
+        cls = parent(got[1])
+        return (got[0], cls) if isinstance(cls, ast.ClassDef) else None
+    return None
+
+
+def constructor_call(ctx, e, at, depth: int = 0):
+    """The call that built the module ``e`` holds: through ``.to()`` / ``.cuda()`` chains,
+    ``convert_sync_batchnorm(...)`` and names assigned once before ``at``; None when unknown."""
+    if e is None or depth > 4:
+        return None
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _CHAIN:
+        e = e.func.value
+    if isinstance(e, ast.Call):
+        qn = ctx.qn(e) or ""
+        if qn.endswith("convert_sync_batchnorm") and e.args:
+            return constructor_call(ctx, e.args[0], at, depth + 1)
+        return e
+    if isinstance(e, ast.Name):
+        st = reaching_assignment(ctx, e.id, at)  # `model = Net().cuda(); model = DDP(model, ...)`
+        if st is None:
+            return None
+        return constructor_call(ctx, st.value, st, depth + 1)
+    return None
+
+
+def _imported_names(ctx) -> frozenset:
+    def build():
+        out = set()
+        for st in ctx.sem.tree.body:
+            if isinstance(st, ast.ImportFrom) and st.module and not st.module.startswith(("torch", "__future__")):
+                out.update(a.asname or a.name for a in st.names)
+        return frozenset(out)
+    return ctx.memo("step_branches.imported_names", build)
 
 
 # -- parameterised submodules ---------------------------------------------------------------------

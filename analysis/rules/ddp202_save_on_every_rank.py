@@ -8,6 +8,7 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.assignments import reaching_assignment
+from ..flow.fs_ranks import rank_specific_path
 from ..flow.group_free import without_group
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
@@ -15,8 +16,6 @@ from ..flow.rank_tests import RANK_NEEDLES, is_rank_like
 from ..flow.uniformity import MAIN_NAMES
 from ._spawn import runs_in_ranks
 
-_BUFFERS = ("io.BytesIO", "io.StringIO", "tempfile.TemporaryFile", "tempfile.NamedTemporaryFile",
-            "tempfile.SpooledTemporaryFile")
 
 
 # what a file must spell to hold a main-rank test (``rank_tests.polarity``): a rank-like name, a
@@ -658,34 +657,6 @@ def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
             st = reaching_assignment(ctx, n.id, at)
             if st is not None and _sharded(ctx, st.value, st, depth + 1):
                 return True
-    return False
-
-
-def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers: bool = True) -> bool:
-    """The path (or file object) ``expr`` is this rank's own: it is made of the rank
-    (``f"ckpt_{rank}.pt"``), or (``buffers``) it is an in-memory buffer (``io.BytesIO()``)."""
-    if depth > 3:
-        return buffers
-    for n in ast.walk(expr):
-        if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) and is_rank_like(n):
-            return True
-        if buffers and isinstance(n, ast.Call) and (ctx.qn(n) or "") in _BUFFERS:
-            return True
-        if isinstance(n, ast.Name) and n is not expr and depth < 3:
-            st = reaching_assignment(ctx, n.id, at)
-            if st is not None and rank_specific_path(ctx, st.value, st, depth + 1, buffers):
-                return True
-    if isinstance(expr, ast.Name):
-        st = reaching_assignment(ctx, expr.id, at)
-        if st is not None:
-            return rank_specific_path(ctx, st.value, st, depth + 1, buffers)
-        # bound by `with open(...) as f` / `with io.BytesIO() as f` / a loop: look at the binding
-        scope = ctx.sem.scope_of(at)
-        for b in ctx.sem.assignments(scope).get(expr.id, ()):
-            if isinstance(b, (ast.With, ast.AsyncWith)):
-                for item in b.items:
-                    if rank_specific_path(ctx, item.context_expr, b, depth + 1, buffers):
-                        return True
     return False
 
 

@@ -14,7 +14,7 @@ from ..flow.rank_tests import RANK_NEEDLES
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE, TENSOR_COLLECTIVES,
                       callers_may_exist, gloo_only)
 from ..flow.testing import is_test_file
-from .ddp202_save_on_every_rank import rank_specific_path
+from ..flow.fs_ranks import rank_specific_path
 from ._spawn import is_main_guard, runs_in_ranks
 from ..semantic import get_arg, parent
 

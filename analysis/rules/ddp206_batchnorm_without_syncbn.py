@@ -3,18 +3,12 @@ from __future__ import annotations
 import ast
 
 from ..model import Severity
-from ..semantic import parent
 from ..registry import Rule
 from ..flow.models import ddp_calls
 from ..flow.mentions import mentions
-from ..flow.modern import hub, origins
+from ..flow.buffers import BN_LAYERS, builds_bn_model, holds_batchnorm
+from ..flow.modern import hub
 
-_BN = ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
-       "torch.nn.LazyBatchNorm1d", "torch.nn.LazyBatchNorm2d", "torch.nn.LazyBatchNorm3d")
-# torchvision builders whose models contain BatchNorm layers
-_BN_MODELS = ("resnet", "resnext", "wide_resnet", "densenet", "inception", "googlenet", "mobilenet",
-              "efficientnet", "regnet", "shufflenet", "mnasnet", "convnext_", "vgg11_bn", "vgg13_bn",
-              "vgg16_bn", "vgg19_bn")
 
 
 class BatchNormWithoutSyncBn(Rule):
@@ -76,18 +70,17 @@ class BatchNormWithoutSyncBn(Rule):
         prepared = _prepared_models(ctx)
         if not (calls or prepared) or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
             return
-        bn = ctx.calls_to(*_BN)
+        bn = ctx.calls_to(*BN_LAYERS)
         if not bn:
             for c in ctx.sem.calls:
-                qn = ctx.qn(c) or ""
-                if qn.startswith("torchvision.models.") and qn.rsplit(".", 1)[-1].startswith(_BN_MODELS):
+                if builds_bn_model(ctx.qn(c) or ""):
                     bn = [c]
                     break
         if not bn:
             return
         an, view = hub(ctx)
         for call in calls:
-            if call.args and _holds_bn(an, view, call.args[0], call) is False:
+            if call.args and holds_batchnorm(an, view, call.args[0], call) is False:
                 continue
             ctx.report(
                 call,
@@ -96,7 +89,7 @@ class BatchNormWithoutSyncBn(Rule):
                 related=[(bn[0], "BatchNorm comes from here")],
             )
         for call, args in prepared:
-            if all(_holds_bn(an, view, a, call) is False for a in args):
+            if all(holds_batchnorm(an, view, a, call) is False for a in args):
                 continue
             ctx.report(
                 call,
@@ -112,9 +105,9 @@ def _prepared_models(ctx) -> list:
     from ..flow.helper_calls import calls_named
     from ..flow.testing import is_test_file
     from ..flow.wrapped import prepares_model
-    from .ddp210_attribute_through_ddp_wrapper import _one_process_notebook
+    from ..flow.kernel import one_process_notebook
 
-    if is_test_file(ctx.filename) or _one_process_notebook(ctx):
+    if is_test_file(ctx.filename) or one_process_notebook(ctx):
         return []  # one process (a test harness, a kernel without notebook_launcher): nothing is wrapped
     out = []
     an = None
@@ -128,71 +121,3 @@ def _prepared_models(ctx) -> list:
         if args:
             out.append((c, args))
     return out
-
-
-_MOVES = frozenset({"cuda", "to", "train", "eval", "float", "half", "bfloat16", "double", "cpu",
-                    "requires_grad_", "to_empty"})
-
-
-def _holds_bn(an, view, expr, at, depth: int = 0):
-    """True / False when what ``expr`` holds at ``at`` is known to have (not to have) BatchNorm
-    layers; None when it cannot be told."""
-    if depth > 3:
-        return None
-    got = origins(an, view, expr, at)
-    if not got:
-        return None
-    answers = set()
-    for v, e in got:
-        if not isinstance(e, ast.Call):
-            return None
-        f = e.func
-        qn = v.sem.call_qualname(e) or ""
-        if isinstance(f, ast.Attribute) and f.attr in _MOVES and not qn.startswith("torch.nn."):
-            answers.add(_holds_bn(an, v, f.value, e, depth + 1))
-        elif qn in _BN or (qn.startswith("torchvision.models.")
-                           and qn.rsplit(".", 1)[-1].startswith(_BN_MODELS)):
-            answers.add(True)
-        elif qn.startswith("torch.nn.") and qn.count(".") == 2 and qn.rsplit(".", 1)[-1] not in _CONTAINERS:
-            answers.add(False)  # a torch.nn layer: BatchNorm only if it is one (above)
-        elif qn.startswith("torch.nn.") and qn.rsplit(".", 1)[-1] in _CONTAINERS and e.args and not e.keywords \
-                and not any(isinstance(a, ast.Starred) for a in e.args):
-            # ``nn.Sequential(conv, nn.BatchNorm2d(c), ...)``: what its layers hold
-            inner = {_holds_bn(an, v, a, e, depth + 1) for a in e.args}
-            answers.add(True if True in inner else False if inner == {False} else None)
-        elif isinstance(f, ast.Name) and f.id in v.classes:
-            answers.add(_class_builds_bn(v, v.classes[f.id]))
-        else:
-            # a project class of another module (``from nets import Backbone``)
-            got = an.resolve_call(v, e) if isinstance(f, (ast.Name, ast.Attribute)) else None
-            owner = parent(got[1]) if got is not None and getattr(got[1], "name", "") == "__init__" else None
-            if not isinstance(owner, ast.ClassDef):
-                return None
-            answers.add(_class_builds_bn(got[0], owner))
-    if True in answers:
-        return True
-    return False if answers == {False} else None
-
-
-_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
-
-
-def _class_builds_bn(view, cls) -> bool | None:
-    """A project class whose body builds a BatchNorm layer (True), builds only other ``torch.nn``
-    layers (False), or builds anything else (None: a submodule class of unknown content)."""
-    if any(not (isinstance(b, ast.Attribute) and b.attr == "Module") for b in cls.bases):
-        return None  # a base class of its own may add BatchNorm
-    seen_other = False
-    for n in ast.walk(cls):
-        if isinstance(n, ast.Call):
-            qn = view.sem.call_qualname(n) or ""
-            if qn in _BN or (qn.startswith("torchvision.models.")
-                             and qn.rsplit(".", 1)[-1].startswith(_BN_MODELS)):
-                return True
-            if not qn.startswith(("torch.", "math.", "super")) and not (
-                    isinstance(n.func, ast.Name) and n.func.id in ("super", "len", "range", "int", "float",
-                                                                  "list", "dict", "tuple", "isinstance",
-                                                                  "getattr", "setattr", "hasattr", "zip",
-                                                                  "enumerate", "min", "max", "print")):
-                seen_other = True
-    return None if seen_other else False

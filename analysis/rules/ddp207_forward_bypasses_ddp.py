@@ -10,7 +10,7 @@ from ..flow.models import is_ddp_wrapper
 from ._common import ddp_or_callers_reach
 from ._training import (_NO_GRAD, backward_calls, ddp_holder, ddp_wraps, enclosing_function, flows_to, grad_disabled,
                         module_ref, params_reach_optimizer, reaches_backward)
-from .ddp209_unused_parameters import wrapped_class
+from ..flow.step_branches import wrapped_class
 
 
 class ForwardBypassesDdp(Rule):

@@ -6,13 +6,10 @@ import os
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.assignments import reaching_assignment
 from ._common import DDP_CLASS, callers_may_exist, spells_ddp
 from ..flow import for_context
 from ..flow.mentions import mentions
-from ..flow.step_branches import PARAM_LAYERS as _PARAM_LAYERS, REFLECTIVE as _REFLECTIVE
-
-_CHAIN = frozenset({"to", "cuda", "float", "half", "double", "bfloat16", "train", "cpu", "to_empty"})
+from ..flow.step_branches import PARAM_LAYERS as _PARAM_LAYERS, REFLECTIVE as _REFLECTIVE, constructor_call, wrapped_class
 
 
 class UnusedParameters(Rule):
@@ -421,58 +418,6 @@ def _attrs_read_outside(ctx, classes) -> set[str]:
 def _module_class(ctx, e, at, classes, depth: int = 0):
     got = wrapped_class(ctx, e, at, depth)
     return got[1] if got is not None and got[0] is None and got[1].name in classes else None
-
-
-def wrapped_class(ctx, e, at, depth: int = 0):
-    """The class whose instance ``e`` is: ``Net().cuda()``, ``convert_sync_batchnorm(Net())``, or a
-    name bound to one. ``(None, ClassDef)`` for a class of this file, ``(view, ClassDef)`` for one
-    that an import of this project resolves to (``from models.seg import SegNet``); None when unknown."""
-    e = constructor_call(ctx, e, at, depth)
-    if e is not None:
-        if not isinstance(e.func, ast.Name) or e.func.id in ctx.sem.aliases and e.func.id not in _imported_names(ctx):
-            return None
-        local = next((st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef) and st.name == e.func.id), None)
-        if local is not None:
-            return None, local
-        if e.func.id not in _imported_names(ctx):
-            return None
-        an = for_context(ctx)
-        got = an.resolve_call(an.main, e)  # a class of another project file resolves to its __init__
-        if got is None or got[0] is an.main:
-            return None
-        cls = parent(got[1])
-        return (got[0], cls) if isinstance(cls, ast.ClassDef) else None
-    return None
-
-
-def constructor_call(ctx, e, at, depth: int = 0):
-    """The call that built the module ``e`` holds: through ``.to()`` / ``.cuda()`` chains,
-    ``convert_sync_batchnorm(...)`` and names assigned once before ``at``; None when unknown."""
-    if e is None or depth > 4:
-        return None
-    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _CHAIN:
-        e = e.func.value
-    if isinstance(e, ast.Call):
-        qn = ctx.qn(e) or ""
-        if qn.endswith("convert_sync_batchnorm") and e.args:
-            return constructor_call(ctx, e.args[0], at, depth + 1)
-        return e
-    if isinstance(e, ast.Name):
-        st = reaching_assignment(ctx, e.id, at)  # `model = Net().cuda(); model = DDP(model, ...)`
-        if st is None:
-            return None
-        return constructor_call(ctx, st.value, st, depth + 1)
-    return None
-
-
-def _imported_names(ctx) -> frozenset:
-    def build():
-        out = set()
-        for st in ctx.sem.tree.body:
-            if isinstance(st, ast.ImportFrom) and st.module and not st.module.startswith(("torch", "__future__")):
-                out.update(a.asname or a.name for a in st.names)
-        return frozenset(out)
-    return ctx.memo("ddp209.imported_names", build)
 
 
 def _plain_module(ctx, cls: ast.ClassDef) -> bool:

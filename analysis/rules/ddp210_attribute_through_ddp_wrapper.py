@@ -13,6 +13,7 @@ from ..flow.calls import call_args
 from ..flow.same_tests import ruled_out_by_same_test
 from ..flow.wrapped import (NOT_DDP_PLUGINS, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
+from ..flow.kernel import one_process_notebook
 from ._common import shown_path
 
 
@@ -221,7 +222,7 @@ class AttributeThroughDdpWrapper(Rule):
                 acc = ast.unparse(call.func.value)
                 if test_file or any(isinstance(n, ast.Attribute) and n.attr in _MODE_ATTRS
                                     for t, _b in at for n in ast.walk(t)) or _reads_plugin(v) \
-                        or _one_process_notebook(ctx):
+                        or one_process_notebook(ctx):
                     continue
                 self._report_prepared(ctx, node, h, attr, v, view, call, acc)
                 continue
@@ -307,16 +308,6 @@ class AttributeThroughDdpWrapper(Rule):
             f"AttributeError under multi-GPU; read it through `{acc}.unwrap_model({h}).{attr}`",
             related=related,
         )
-
-
-def _one_process_notebook(ctx) -> bool:
-    """A notebook that never starts ``notebook_launcher``: its kernel is one process, where
-    ``accelerator.prepare`` returns the model itself."""
-    if not (ctx.filename or "").endswith(".ipynb"):
-        return False
-    from .ddp601_notebook_launcher_after_cuda_init import LAUNCHERS
-
-    return not ctx.sem.calls_to(*LAUNCHERS)
 
 
 # an Accelerator's (or its state's) distributed mode: a read under a test of it is left alone

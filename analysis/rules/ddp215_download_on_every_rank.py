@@ -9,7 +9,7 @@ from ..flow.fs_effects import ATOMIC_DOWNLOADS, DOWNLOAD, EXTRACT, effects_at
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
 from ._spawn import in_launcher, runs_in_ranks
-from .ddp202_save_on_every_rank import rank_specific_path
+from ..flow.fs_ranks import rank_specific_path
 
 _FETCHES = (DOWNLOAD, EXTRACT)
 

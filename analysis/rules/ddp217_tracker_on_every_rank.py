@@ -8,7 +8,7 @@ from ..flow.fs_effects import TRACK, effects_at, rank_specific, view_ctx
 from ..flow.rank import rank0_guarded
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ._spawn import ACCELERATOR, in_launcher, outside_launched, runs_in_ranks
-from .ddp202_save_on_every_rank import rank_specific_path
+from ..flow.fs_ranks import rank_specific_path
 
 
 class TrackerOnEveryRank(Rule):

@@ -4,12 +4,11 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..flow.buffers import syncs_buffers
+from ..flow.buffers import holds_batchnorm, syncs_buffers
 from ..flow.mentions import mentions
 from ..flow.models import ddp_calls
 from ..flow.modern import hub
 from ..torch_api import constant_of
-from .ddp206_batchnorm_without_syncbn import _holds_bn
 
 
 class BuffersNotBroadcastWithBatchNorm(Rule):
@@ -82,7 +81,7 @@ class BuffersNotBroadcastWithBatchNorm(Rule):
         if not evals:
             return
         for call, kw in offs:
-            if _holds_bn(an, view, call.args[0], call) is not True:
+            if holds_batchnorm(an, view, call.args[0], call) is not True:
                 continue
             ctx.report(kw, "`broadcast_buffers=False` on a model with BatchNorm layers, and nothing here "
                            "synchronises its buffers: each rank's running statistics track only its own data, "

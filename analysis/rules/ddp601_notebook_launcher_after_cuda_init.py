@@ -6,10 +6,9 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ._common import const_int, const_str
-from ..flow.kernel import kernel_statement
-from .ddp001_nccl_without_set_device import current_device_uses
+from ..flow.kernel import LAUNCHERS, kernel_statement
+from ._current_device import current_device_uses
 
-LAUNCHERS = ("accelerate.notebook_launcher", "accelerate.launchers.notebook_launcher")
 # torch.cuda calls that initialise CUDA in the calling process (is_available/device_count do not)
 _INITIALISING = tuple(f"torch.cuda.{n}" for n in (
     "set_device", "init", "synchronize", "current_device", "get_device_name", "get_device_properties",
