@@ -26,7 +26,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from ..torch_api import ALL_COLLECTIVES, D
-from .records import own_method
+from .call_sites import project_target, sites  # noqa: F401  (project_target: re-exported)
 
 INIT, DESTROY = D + "init_process_group", D + "destroy_process_group"
 _GROUP_TESTS = frozenset({D + "is_initialized", D + "is_available", D + "is_torchelastic_launched"})
@@ -224,52 +224,6 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
     memo[key] = out
     return out
 
-
-def project_target(hub, view, c: ast.Call, instances: bool = False):
-    """(view, function) of a call of a project function (``fs_effects.resolve``), or of a static or
-    class method called through its class (``Utils.initialize_distributed()``); else None."""
-    from .fs_effects import may_resolve_any, resolve
-
-    if may_resolve_any(view, c):
-        got = resolve(hub, view, c)
-        if got is not None:
-            return got
-    f = c.func
-    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name and hub is not None:
-        base = f.value.id
-        cview, cls = view, view.classes.get(base)
-        if cls is None and base in view.imports and base not in view.sem.assignments(view.sem.scope_of(c)):
-            mod, level, attr = view.imports[base]
-            v2 = hub.module_view(view, mod, level) if attr else None
-            if v2 is not None:
-                cview, cls = v2, v2.classes.get(attr)
-        got = own_method(cview, cls, f.attr) if cls is not None else None
-        if got is not None:
-            return got
-    if hub is None or f.__class__ is not ast.Attribute or not instances:
-        return None
-    # (``instances``: where a teardown is looked for) a method of an instance of a project class
-    # (``accelerator.end_training()``), of a fresh one (``PartialState().destroy_process_group()``),
-    # of ``self``
-    got = hub.resolve_call(view, c)
-    if got is not None:
-        return got
-    # ``self.state.destroy_process_group()``, ``accelerator.end_training()``: every origin of the
-    # receiver (through names, tuple unpacking, ``self`` attributes, helpers' returns) is a
-    # constructor of one project class (as ``resolve`` follows the constructor)
-    from .origins import origins
-
-    leaves = origins(hub, view, f.value, c)
-    found = None
-    for lv, e in leaves[:8]:
-        if not isinstance(e, ast.Call):
-            return None
-        ctor = hub.resolve_call(lv, e) or resolve(hub, lv, e)
-        cls = parent(ctor[1]) if ctor is not None and getattr(ctor[1], "name", "") == "__init__" else None
-        if not isinstance(cls, ast.ClassDef) or (found is not None and found[1] is not cls):
-            return None
-        found = (ctor[0], cls)
-    return own_method(*found, f.attr) if found is not None else None
 
 def _under_group_test(sem, node, scope, hub=None, view=None) -> bool:
     """``node`` sits under a test on the group itself: a direct ``dist.is_initialized()`` test
@@ -635,13 +589,13 @@ def init_when_present(hub, view, fn, depth: int = 0):
 def init_sites(hub, view, fn, depth: int = 0) -> list:
     """The ``init_process_group`` calls (view, call) that ``fn`` makes, directly or through the
     project functions it calls (any path, up to 3 calls deep)."""
-    return _sites(hub, view, fn, INIT, depth)
+    return sites(hub, view, fn, INIT, depth)
 
 
 def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
     """``fn`` calls ``destroy_process_group`` on some path, directly or through project functions
     (up to 3 calls deep)."""
-    return bool(_sites(hub, view, fn, DESTROY, depth))
+    return bool(sites(hub, view, fn, DESTROY, depth, instances=True))
 
 
 def init_sites_at(hub, call_view, call, view, fn) -> list:
@@ -663,7 +617,7 @@ def init_sites_at(hub, call_view, call, view, fn) -> list:
         elif not qn.startswith("torch."):
             target = project_target(hub, view, c)
             if target is not None and target[1] is not fn:
-                out.extend(s for s in _sites(hub, *target, INIT, 1) if s not in out)
+                out.extend(s for s in sites(hub, *target, INIT, 1) if s not in out)
     return out
 
 
@@ -671,29 +625,4 @@ def library_init_sites(hub, view, fn, depth: int = 0) -> list:
     """The calls (view, call) of a library that creates the default group when none exists
     (``LIBRARY_INITS``: ``init_device_mesh``, an ``Accelerator``, DeepSpeed's init) that ``fn``
     makes, directly or through the project functions it calls (any path, up to 3 calls deep)."""
-    return _sites(hub, view, fn, LIBRARY_INITS, depth)
-
-
-def _sites(hub, view, fn, qn_wanted, depth) -> list:
-    # a function of ``fn`` and ``depth`` alone (no set of functions seen elsewhere in the walk, which
-    # would make the memoised answer depend on which walk came first); ``depth`` ends cycles
-    if depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
-        return []
-    wanted = qn_wanted if isinstance(qn_wanted, frozenset) else frozenset((qn_wanted,))
-    memo = view.memo.setdefault("lifecycle.sites." + ",".join(sorted(wanted)), {})
-    key = (id(fn), depth)
-    if key in memo:
-        return memo[key]
-    sem = view.sem
-    out = []
-    for c in sem.scope_calls(fn) or ():
-        qn = sem.call_qualname(c) or ""
-        if qn in wanted:
-            out.append((view, c))
-        elif not qn.startswith("torch.") and depth < 3:
-            target = project_target(hub, view, c, instances=qn_wanted == DESTROY)
-            if target is not None and target[1] is not fn:
-                out.extend(s for s in _sites(hub, *target, qn_wanted, depth + 1) if s not in out)
-    memo[key] = out
-    return out
-
+    return sites(hub, view, fn, LIBRARY_INITS, depth)

@@ -358,32 +358,3 @@ def project_seeding(hub, views, family: str) -> Seed | None | bool:
     if found:
         return found[0]
     return None if inside else False
-
-
-def runs_before(hub, view, at, qns: tuple, depth: int = 0) -> ast.Call | None:
-    """A call to ``qns`` that runs before the node ``at`` in its function: there, or in a project
-    function called there before it (``apply_tp(model, mesh)`` that calls ``parallelize_module``
-    inside, across modules, up to ``_MAX_DEPTH`` calls deep)."""
-    fn = view.sem.enclosing_function(at)
-    limit = (at.lineno, at.col_offset)
-    for c in _calls_in(view, fn):
-        if (c.lineno, c.col_offset) >= limit:
-            break
-        got = _runs(hub, view, c, qns, depth)
-        if got is not None:
-            return got
-    return None
-
-
-def _runs(hub, view, c, qns, depth) -> ast.Call | None:
-    if (view.sem.call_qualname(c) or "") in qns:
-        return c
-    target = _callee(hub, view, c, depth)
-    if target is None:
-        return None
-    tv, tfn = target
-    memo = tv.memo.setdefault(("seeds.runs", qns), {})
-    if id(tfn) not in memo:
-        memo[id(tfn)] = None  # a recursive call adds nothing
-        memo[id(tfn)] = next((c for c in _calls_in(tv, tfn) if _runs(hub, tv, c, qns, depth + 1) is not None), None)
-    return c if memo[id(tfn)] is not None else None

@@ -12,7 +12,8 @@ from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, hub, mesh_dims, origi
 from ..flow.origins import branch_origins
 from ..flow.params import by_name_only
 from ..flow.passes import iterated_leaves
-from ..flow.seeds import constructions, on_meta, runs_before, seed_in_force, setter_calls, state_set_after
+from ..flow.call_sites import runs_before
+from ..flow.seeds import constructions, on_meta, seed_in_force, setter_calls, state_set_after
 from ._loader import DATALOADER
 
 # FSDP1 strategies that keep whole replicas of the parameters over some ranks

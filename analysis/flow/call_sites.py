@@ -1,0 +1,112 @@
+"""Which calls a function makes along the calls of project functions, and which run first.
+
+- ``project_target(hub, view, c)``: (view, function) of the project function a call runs
+  (``fs_effects.resolve``, a static or class method called through its class, with ``instances``
+  a method of an instance of a project class);
+- ``sites(hub, view, fn, qns)``: the calls (view, call) of ``qns`` that ``fn`` makes, directly or
+  through the project functions it calls (any path, up to 3 calls deep); ``lifecycle``'s
+  ``init_sites`` / ``destroys_anywhere`` / ``library_init_sites`` ask it;
+- ``runs_before(hub, view, at, qns)``: the call of ``at``'s function, before ``at``, that makes a
+  call of ``qns`` (there, or in the project functions it calls: ``apply_tp(model, mesh)`` that
+  calls ``parallelize_module`` inside, across modules); DDP521.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+from .records import own_method
+
+
+def project_target(hub, view, c: ast.Call, instances: bool = False):
+    """(view, function) of a call of a project function (``fs_effects.resolve``), or of a static or
+    class method called through its class (``Utils.initialize_distributed()``); else None."""
+    from .fs_effects import may_resolve_any, resolve
+
+    if may_resolve_any(view, c):
+        got = resolve(hub, view, c)
+        if got is not None:
+            return got
+    f = c.func
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name and hub is not None:
+        base = f.value.id
+        cview, cls = view, view.classes.get(base)
+        if cls is None and base in view.imports and base not in view.sem.assignments(view.sem.scope_of(c)):
+            mod, level, attr = view.imports[base]
+            v2 = hub.module_view(view, mod, level) if attr else None
+            if v2 is not None:
+                cview, cls = v2, v2.classes.get(attr)
+        got = own_method(cview, cls, f.attr) if cls is not None else None
+        if got is not None:
+            return got
+    if hub is None or f.__class__ is not ast.Attribute or not instances:
+        return None
+    # (``instances``: where a teardown is looked for) a method of an instance of a project class
+    # (``accelerator.end_training()``), of a fresh one (``PartialState().destroy_process_group()``),
+    # of ``self``
+    got = hub.resolve_call(view, c)
+    if got is not None:
+        return got
+    # ``self.state.destroy_process_group()``, ``accelerator.end_training()``: every origin of the
+    # receiver (through names, tuple unpacking, ``self`` attributes, helpers' returns) is a
+    # constructor of one project class (as ``resolve`` follows the constructor)
+    from .origins import origins
+
+    leaves = origins(hub, view, f.value, c)
+    found = None
+    for lv, e in leaves[:8]:
+        if not isinstance(e, ast.Call):
+            return None
+        ctor = hub.resolve_call(lv, e) or resolve(hub, lv, e)
+        cls = parent(ctor[1]) if ctor is not None and getattr(ctor[1], "name", "") == "__init__" else None
+        if not isinstance(cls, ast.ClassDef) or (found is not None and found[1] is not cls):
+            return None
+        found = (ctor[0], cls)
+    return own_method(*found, f.attr) if found is not None else None
+
+
+def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False) -> list:
+    """The calls (view, call) of ``qns`` (a qualified name or a frozenset of them) that ``fn`` makes,
+    directly or through the project functions it calls (``project_target``, with ``instances``),
+    up to 3 calls deep."""
+    # a function of ``fn`` and ``depth`` alone (no set of functions seen elsewhere in the walk, which
+    # would make the memoised answer depend on which walk came first); ``depth`` ends cycles
+    if depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
+        return []
+    wanted = qns if isinstance(qns, frozenset) else frozenset((qns,))
+    memo = view.memo.setdefault(("call_sites", instances, *sorted(wanted)), {})
+    key = (id(fn), depth)
+    if key in memo:
+        return memo[key]
+    sem = view.sem
+    out = []
+    for c in sem.scope_calls(fn) or ():
+        qn = sem.call_qualname(c) or ""
+        if qn in wanted:
+            out.append((view, c))
+        elif not qn.startswith("torch.") and depth < 3:
+            target = project_target(hub, view, c, instances=instances)
+            if target is not None and target[1] is not fn:
+                out.extend(s for s in sites(hub, *target, wanted, depth + 1, instances) if s not in out)
+    memo[key] = out
+    return out
+
+
+def runs_before(hub, view, at: ast.AST, qns) -> ast.Call | None:
+    """The first call of ``at``'s function (the module outside functions), in source order before
+    ``at``, that is a call of ``qns`` or makes one (``sites``)."""
+    sem = view.sem
+    fn = sem.enclosing_function(at) or sem.tree
+    wanted = frozenset(qns)
+    limit = (at.lineno, at.col_offset)
+    for c in sorted(sem.scope_calls(fn) or (), key=lambda c: (c.lineno, c.col_offset)):
+        if (c.lineno, c.col_offset) >= limit:
+            break
+        qn = sem.call_qualname(c) or ""
+        if qn in wanted:
+            return c
+        if not qn.startswith("torch."):
+            target = project_target(hub, view, c)
+            if target is not None and sites(hub, *target, wanted, 1):
+                return c
+    return None
