@@ -21,6 +21,7 @@ from ..flow.findings import (  # noqa: F401
     where,
 )
 from ..registry import NoCase
+from ..semantic import _NESTED_SCOPES as _NESTED, parent
 
 # the flow rules need a collective site: a torch.distributed import ("distributed"), a DDP/FSDP
 # wrapper ("...Parallel"), a ZeroRedundancyOptimizer, or a project helper module ("dist", "comm")
@@ -37,6 +38,27 @@ def scopes(ctx) -> list[ast.AST]:
         out.sort(key=lambda n: getattr(n, "lineno", 0))
         return out
     return ctx.memo("flow.scopes", build)
+
+
+def scopes_with(ctx, types: tuple) -> frozenset:
+    """The scopes (the module, functions, lambdas, classes) whose own nodes, as
+    ``semantic.iter_scope_nodes`` gives them, hold a node of ``types`` (each always indexed in
+    ``sem.by_type``: ``semantic.BRANCHING``, ``EXITS``...), found from those nodes up, once per module,
+    instead of walking every scope."""
+    def build():
+        out = set()
+        sem = ctx.sem
+        for t in types:
+            for n in sem.by_type.get(t, ()):
+                child, p = n, parent(n)
+                while p is not None and not isinstance(p, _NESTED):
+                    child, p = p, parent(p)
+                if p is None:
+                    out.add(sem.tree)
+                elif child is p.body or (isinstance(p.body, list) and child in p.body):
+                    out.add(p)  # in its body (not in a decorator, a default or an annotation)
+        return frozenset(out)
+    return ctx.memo(("flow.scopes_with", types), build)
 
 
 def all_divergences(ctx):

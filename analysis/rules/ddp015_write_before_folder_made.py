@@ -4,9 +4,9 @@ import ast
 
 from ..model import Severity
 from ..registry import NoCase, Rule
-from ..semantic import iter_scope_nodes, parent
+from ..semantic import parent
 from ..flow.rank import rank0_guarded
-from ._flow import scopes
+from ._flow import scopes, scopes_with
 
 
 class WriteBeforeFolderMade(Rule):
@@ -71,18 +71,21 @@ class WriteBeforeFolderMade(Rule):
     def finish(self, ctx) -> None:
         from ..flow import for_context
         from ..flow.fs_effects import MKDIR, WRITE, effects_at, folder_of
+        from ..flow.fs_index import scope_may_have
         from ..flow.fs_races import effect_key
 
         an = None
+        tested = scopes_with(ctx, _TESTS)
         for scope in scopes(ctx):
             calls = sorted(ctx.sem.scope_calls(scope), key=lambda c: (c.lineno, c.col_offset))
             if len(calls) < 2:
                 continue
-            if not getattr(scope, "decorator_list", None) and not any(
-                    isinstance(n, _TESTS) for n in iter_scope_nodes(scope)):
+            if not getattr(scope, "decorator_list", None) and scope not in tested:
                 continue  # no test and no decorator: no write of this scope runs on the main rank alone
             if an is None:
                 an = for_context(ctx)
+            if not scope_may_have(ctx, an, scope, calls, _BOTH):
+                continue  # no call here may write or make a folder (before binding their effects)
             writes, made = [], []  # (call, effect, folder key) / (call, effect, folder keys it makes)
             unknown = None  # the first call that makes a folder this cannot key (``dirname(p)``)
             found = [(c, e) for c in calls for e in effects_at(ctx, an, c) if e.kind in (MKDIR, WRITE)]
@@ -131,6 +134,7 @@ class WriteBeforeFolderMade(Rule):
 
 # what ``rank0_guarded`` reads in a function's own body (with an early exit's ``if`` and a decorator)
 _TESTS = (ast.If, ast.IfExp, ast.While)
+_BOTH = frozenset({"mkdir", "write"})  # fs_effects.MKDIR, WRITE
 
 
 def _made_keys(k: str, folder_of) -> frozenset:
