@@ -79,27 +79,29 @@ def reaching_assignment(ctx, name: str, node: ast.AST):
     """The textually last plain assignment of ``name`` before ``node`` in ``node``'s scope (module
     level when the function does not bind the name). None when there is none, or when the name is a
     parameter, or bound by something other than ``name = value``."""
-    sem = ctx.sem
-    scope = sem.scope_of(node)
-    assigns = sem.assignments(scope).get(name)
-    if not assigns:
-        if isinstance(scope, ast.Module) or name in param_names(scope):
-            return None
-        scope = sem.tree
-        assigns = sem.assignments(scope).get(name)
-        if not assigns:
-            return None
-        before = assigns  # module-level binding seen from a function: all of them
-    else:
-        before = [a for a in assigns if a.lineno < node.lineno]
-    if not before:
+    last = _last_binding_before(ctx.sem, name, node)
+    if last is None:
         return None
-    last = before[-1]
     if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
         return last
     if isinstance(last, ast.AnnAssign) and last.value is not None:
         return last
     return None
+
+
+def _last_binding_before(sem, name: str, node: ast.AST):
+    """The textually last binding of ``name`` (``sem.assignments``) before ``node``'s line in its
+    scope; a function that does not bind the name (nor has it as a parameter) sees the module's
+    last one, wherever it is. None when there is none."""
+    scope = sem.scope_of(node)
+    assigns = sem.assignments(scope).get(name)
+    if not assigns:
+        if isinstance(scope, ast.Module) or name in param_names(scope):
+            return None
+        before = sem.assignments(sem.tree).get(name)  # module-level binding seen from a function: all of them
+    else:
+        before = [a for a in assigns if a.lineno < node.lineno]
+    return before[-1] if before else None
 
 
 def reaching_value(ctx, name: str, node: ast.AST) -> ast.AST | None:
@@ -109,19 +111,7 @@ def reaching_value(ctx, name: str, node: ast.AST) -> ast.AST | None:
     st = reaching_assignment(ctx, name, node)
     if st is not None:
         return st.value
-    sem = ctx.sem
-    scope = sem.scope_of(node)
-    assigns = sem.assignments(scope).get(name)
-    if not assigns:
-        if isinstance(scope, ast.Module) or name in param_names(scope):
-            return None
-        assigns = sem.assignments(sem.tree).get(name) or []
-        before = assigns
-    else:
-        before = [a for a in assigns if a.lineno < node.lineno]
-    if not before:
-        return None
-    last = before[-1]
+    last = _last_binding_before(ctx.sem, name, node)
     if not (isinstance(last, ast.Assign) and len(last.targets) == 1):
         return None
     target, value = last.targets[0], last.value

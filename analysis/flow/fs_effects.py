@@ -27,6 +27,7 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 from .bindings import contains as _contains
 from .fs_guards import effect_guards, main_only_by_args, refuted
+from .helper_calls import function_name
 from .instances import is_super, super_method
 from .records import own_method
 
@@ -622,9 +623,7 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=No
     if not effs:
         return []
     args = bind_args(call, fn)
-    name = getattr(fn, "name", "?")
-    if name == "__init__":
-        name = getattr(parent(fn), "name", name)
+    name = function_name(fn)
     vctx = view_ctx(view)
     out = []
     for e in effs:

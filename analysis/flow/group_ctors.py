@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import get_arg, parent
+from ..semantic import get_arg
+from .helper_calls import callee_name
 from .calls import scope_calls
 from .control import _site_divergence, branching_scopes
 from ..runtime.shim_vocab import VOCAB
@@ -72,9 +73,7 @@ def group_sites(hub, view, scope) -> list:
         for c, target in hub.helper_calls(view, scope):
             effs = group_must(hub, *target)
             if effs:
-                name = getattr(target[1], "name", "?")
-                if name == "__init__":
-                    name = getattr(parent(target[1]), "name", name)
+                name = callee_name(target)
                 by_call.setdefault(c, []).extend(e.through(name) for e in effs)
         out += [Site(c, effs[:6], "helper") for c, effs in by_call.items()]
         out.sort(key=lambda s: (s.node.lineno, s.node.col_offset))

@@ -222,9 +222,15 @@ def resolved(hub, view, call: ast.Call):
 
 
 def callee_name(target) -> str:
-    name = getattr(target[1], "name", "?")
+    """The name of the function of ``target`` (view, function), its class's for an ``__init__``."""
+    return function_name(target[1])
+
+
+def function_name(fn) -> str:
+    """``fn``'s name, or its class's for an ``__init__`` (``Trainer`` for ``Trainer(...)``)."""
+    name = getattr(fn, "name", "?")
     if name == "__init__":
-        name = getattr(parent(target[1]), "name", name)
+        name = getattr(parent(fn), "name", name)
     return name
 
 

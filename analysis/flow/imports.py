@@ -147,16 +147,19 @@ def use_of_call(hub, view, c: ast.Call):
                       what="`DistributedSampler(...)` without `num_replicas` and `rank`")
     if qn.startswith(("torch.", "os.", "sys.", "logging.", "math.", "numpy.", "json.", "time.")):
         return None
+    return use_through_call(hub, view, c)
+
+
+def use_through_call(hub, view, c: ast.Call):
+    """The process-group use that the project function ``c`` calls makes on its unconditional
+    path (``hub.requires_pg_of``), seen through the call (an Effect), else None."""
+    from .helper_calls import callee_name
+
     target = hub.resolve_call(view, c)
     if target is None:
         return None
     req = hub.requires_pg_of(*target)
-    if req is None:
-        return None
-    name = getattr(target[1], "name", "?")
-    if name == "__init__":
-        name = getattr(parent(target[1]), "name", name)
-    return req.through(name)
+    return None if req is None else req.through(callee_name(target))
 
 
 def import_use(hub, view, depth: int = 0) -> ImportUse | None:

@@ -170,9 +170,7 @@ def _compute(hub, view, fn, table, key, depth):
         if not inner:
             continue
         args = bind_args(c, target[1])
-        name = getattr(target[1], "name", "?")
-        if name == "__init__":
-            name = getattr(parent(target[1]), "name", name)
+        name = callee_name(target)
         for s in inner:
             p = _param_of(view, fn, args.get(s.param))
             if p is not None and p not in checked and p not in seen:

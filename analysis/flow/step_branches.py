@@ -155,6 +155,18 @@ def _imported_names(ctx) -> frozenset:
 
 # -- parameterised submodules ---------------------------------------------------------------------
 
+def param_layer(value: ast.Call, layer: str) -> str | None:
+    """Words for ``value``, a construction of the ``torch.nn`` layer ``layer`` (a key of
+    ``PARAM_LAYERS``), when it keeps its trainable parameters (``nn.LayerNorm(d)``, not
+    ``nn.LayerNorm(d, elementwise_affine=False)``), else None."""
+    off = PARAM_LAYERS[layer]
+    if off is not None:
+        v = get_arg(value, None, off)
+        if v is not None and not (isinstance(v, ast.Constant) and v.value is True):
+            return None
+    return f"`nn.{layer}`"
+
+
 def param_kind(hub, view, value, depth: int = 0) -> str | None:
     """Words for a module construction that owns trainable parameters, else None."""
     if not isinstance(value, ast.Call) or depth > 3:
@@ -163,12 +175,7 @@ def param_kind(hub, view, value, depth: int = 0) -> str | None:
     if qn.startswith("torch.nn."):
         layer = qn[len("torch.nn."):]
         if layer in PARAM_LAYERS:
-            off = PARAM_LAYERS[layer]
-            if off is not None:
-                v = get_arg(value, None, off)
-                if v is not None and not (isinstance(v, ast.Constant) and v.value is True):
-                    return None
-            return f"`nn.{layer}`"
+            return param_layer(value, layer)
         if layer in _CONTAINERS:
             for n in ast.walk(value):
                 if n is not value and isinstance(n, ast.Call) and param_kind(hub, view, n, depth + 1):

@@ -22,6 +22,7 @@ from ..semantic import bound_value as _bound
 from .uniformity import U, X, join
 from .values import summary
 from .bindings import reaching
+from .helper_calls import callee_name
 from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
@@ -451,9 +452,7 @@ class Summaries(Roots):
                 if effs and under_no_grad(view, c):
                     effs = tuple(e for e in effs if not e.grad)
                 if effs and c not in hidden:
-                    name = getattr(target[1], "name", "?")
-                    if name == "__init__":
-                        name = getattr(parent(target[1]), "name", name)
+                    name = callee_name(target)
                     out.append(Site(c, [e.through(name) for e in effs], "helper"))
         memo[scope] = out
         _memo(view, ctx, "helper_calls")[scope] = calls_out
@@ -614,9 +613,7 @@ class Summaries(Roots):
                 if target is not None and target[1] is not fn:
                     req = self.requires_pg_of(*target)
                     if req is not None:
-                        name = getattr(target[1], "name", "?")
-                        if name == "__init__":
-                            name = getattr(parent(target[1]), "name", name)
+                        name = callee_name(target)
                         return req.through(name)
                     if _inits(self, target):
                         return None

@@ -11,7 +11,7 @@ from ..flow.wrappers import calls_or_wrappers
 from ._common import ALL_COLLECTIVES, D, DDP_CLASS
 from ._flow import effect_related, effect_words, text
 from ..flow import for_context
-from ..flow.imports import _NOT_PROJECT, import_use, imported_views, is_main_guard
+from ..flow.imports import _NOT_PROJECT, import_use, imported_views, is_main_guard, use_through_call
 from ..flow.summaries import scope_calls
 from ..semantic import parent
 
@@ -205,16 +205,9 @@ def _no_group_path(ctx) -> set:
             elif qn.startswith("torch.") or use.func.__class__ not in (ast.Name, ast.Attribute):
                 continue
             else:
-                target = an.resolve_call(view, use)
-                if target is None:
-                    continue
-                eff = an.requires_pg_of(*target)
+                eff = use_through_call(an, view, use)
                 if eff is None:
                     continue
-                name = getattr(target[1], "name", "?")
-                if name == "__init__":
-                    name = getattr(parent(target[1]), "name", name)
-                eff = eff.through(name)
                 what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
             if expects_error(use):
                 continue
@@ -435,16 +428,9 @@ def _helper_uses(ctx, inits, skip) -> dict[int, tuple]:
                 break
             if id(c) in skip:
                 continue
-            target = an.resolve_call(an.main, c)
-            if target is None:
-                continue
-            req = an.requires_pg_of(*target)
-            if req is None:
-                continue
-            name = getattr(target[1], "name", "?")
-            if name == "__init__":
-                name = getattr(parent(target[1]), "name", name)
-            out[id(c)] = (c, req.through(name))
+            eff = use_through_call(an, an.main, c)
+            if eff is not None:
+                out[id(c)] = (c, eff)
     return out
 
 

@@ -9,7 +9,8 @@ from ..semantic import get_arg, parent
 from ._common import DDP_CLASS, callers_may_exist, spells_ddp
 from ..flow import for_context
 from ..flow.mentions import mentions
-from ..flow.step_branches import PARAM_LAYERS as _PARAM_LAYERS, REFLECTIVE as _REFLECTIVE, constructor_call, wrapped_class
+from ..flow.step_branches import (PARAM_LAYERS as _PARAM_LAYERS, REFLECTIVE as _REFLECTIVE, constructor_call, param_layer,
+                                  wrapped_class)
 
 
 class UnusedParameters(Rule):
@@ -441,12 +442,7 @@ def _param_kind(ctx, value) -> str | None:
     if qn.startswith("torch.nn."):
         layer = qn[len("torch.nn."):]
         if layer in _PARAM_LAYERS:
-            off = _PARAM_LAYERS[layer]
-            if off is not None:
-                v = get_arg(value, None, off)
-                if v is not None and not (isinstance(v, ast.Constant) and v.value is True):
-                    return None
-            return f"`nn.{layer}`"
+            return param_layer(value, layer)
     return None
 
 
