@@ -21,7 +21,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from .bindings import reaching
-from .helper_calls import function_name
+from .records import function_name
 from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance_names, on_fresh_instance
 from .calls import call_args, self_offset  # noqa: F401  (the callers' names for them)
 from .params import by_name_only, designates_by_default

@@ -27,9 +27,8 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 from .bindings import contains as _contains
 from .fs_guards import effect_guards, main_only_by_args, refuted
-from .helper_calls import function_name
 from .instances import is_super, super_method
-from .records import own_method
+from .records import function_name, own_method
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
 TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import get_arg
-from .helper_calls import callee_name
+from .records import callee_name
 from .calls import scope_calls
 from .control import _site_divergence, branching_scopes
 from ..runtime.shim_vocab import VOCAB

@@ -9,6 +9,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from .calls import may_resolve
+from .records import callee_name, function_name  # noqa: F401  (re-exported)
 
 
 def is_method(fn: ast.AST) -> bool:
@@ -220,18 +221,6 @@ def resolved(hub, view, call: ast.Call):
         got = memo[key] = hub.resolve_call(view, call) if may_resolve(view, call) else None
     return got
 
-
-def callee_name(target) -> str:
-    """The name of the function of ``target`` (view, function), its class's for an ``__init__``."""
-    return function_name(target[1])
-
-
-def function_name(fn) -> str:
-    """``fn``'s name, or its class's for an ``__init__`` (``Trainer`` for ``Trainer(...)``)."""
-    name = getattr(fn, "name", "?")
-    if name == "__init__":
-        name = getattr(parent(fn), "name", name)
-    return name
 
 
 def attr_assignments(ctx, scope: ast.AST) -> dict[str, list[ast.AST]]:

@@ -18,6 +18,7 @@ import ast
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, parent
+from .records import callee_name
 from .summaries import INIT, WRAPPERS, Effect, _calls_in, _inits
 
 _PG_USES = frozenset(D + n for n in ("get_rank", "get_world_size", "new_group", "new_subgroups", "all_reduce",
@@ -153,8 +154,6 @@ def use_of_call(hub, view, c: ast.Call):
 def use_through_call(hub, view, c: ast.Call):
     """The process-group use that the project function ``c`` calls makes on its unconditional
     path (``hub.requires_pg_of``), seen through the call (an Effect), else None."""
-    from .helper_calls import callee_name
-
     target = hub.resolve_call(view, c)
     if target is None:
         return None

@@ -310,3 +310,16 @@ def inherited_method(hub, view, cls: ast.ClassDef, name: str, not_project=None):
                     for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
                 return None
     return None
+
+
+def callee_name(target) -> str:
+    """The name of the function of ``target`` (view, function), its class's for an ``__init__``."""
+    return function_name(target[1])
+
+
+def function_name(fn) -> str:
+    """``fn``'s name, or its class's for an ``__init__`` (``Trainer`` for ``Trainer(...)``)."""
+    name = getattr(fn, "name", "?")
+    if name == "__init__":
+        name = getattr(parent(fn), "name", name)
+    return name

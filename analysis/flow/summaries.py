@@ -22,7 +22,7 @@ from ..semantic import bound_value as _bound
 from .uniformity import U, X, join
 from .values import summary
 from .bindings import reaching
-from .helper_calls import callee_name
+from .records import callee_name
 from .buffers import module_buffers
 from .context import call_args, call_context
 from .calls import (  # noqa: F401  (re-exported: rules import these from here)
