@@ -15,8 +15,8 @@ for ``x["k"]`` (``x`` a name, ``"k"`` a string constant) by following only what 
   state``), which is the caller's argument read at the same key;
 - the writes into ``x`` between its binding and the read (``mutations``) add what they store under
   ``"k"`` (a store under another constant key adds nothing, one under a computed key or a call
-  that stores into it, ``update``, its stored values); a call the container is handed to adds
-  what ``written_values`` adds for it (unknown for a fresh container).
+  that stores into it, ``update``, its stored values); a fresh container handed to a call that
+  may fill it (``written_values``) leaves the whole question to the evaluator.
 
 Anything else a binding holds (a parameter outside such a call, a library call, a loop variable)
 falls back to the evaluator's value of the whole binding, so the answer is never more uniform than
@@ -29,8 +29,8 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes
 from .bindings import binding_scope, reaching, target_path
 from .calls import call_args
-from .mutations import bound_part, is_container_binding, mutations
-from .values import U, X, join
+from .mutations import bound_part, index, is_container_binding, mutations
+from .values import U, join
 
 _MAX = 24  # names and calls followed in one query (a chain of helpers that return their parameter)
 
@@ -44,7 +44,16 @@ def field(ev, e: ast.Subscript, d: int):
     kind, _ = reaching(ev.view, e.value.id, e.value)
     if kind != "events":
         return None
-    return _name(ev, e.value, sl.value, d, 0, {})
+    try:
+        return _name(ev, e.value, sl.value, d, 0, {})
+    except _Unkeyed:
+        return None
+
+
+class _Unkeyed(Exception):
+    """A container on the way was handed to a call that may fill it: what sits under the key is
+    the evaluator's question for the whole container (its answer also counts what the calls were
+    given), not one this module can narrow."""
 
 
 def _name(ev, x: ast.Name, key: str, d: int, depth: int, seen: dict):
@@ -79,19 +88,24 @@ def _name_uncached(ev, x: ast.Name, key: str, d: int, depth: int, seen: dict):
             vals.append(got if got is not None else ev.binding_value(b, x.id, d + 1))
         else:
             vals.append(ev.binding_value(b, x.id, d + 1))
-    vals.extend(_stored(ev, x, evs, key, d))
+    more = _stored(ev, x, evs, key, d)
+    if more is None:
+        raise _Unkeyed
+    vals.extend(more)
     return join(vals)
 
 
-def _stored(ev, x: ast.Name, evs, key: str, d: int) -> list:
-    """What the writes into ``x`` after ``evs`` may store under ``key``."""
+def _stored(ev, x: ast.Name, evs, key: str, d: int) -> list | None:
+    """What the writes into ``x`` after ``evs`` may store under ``key``; None when a fresh
+    container is handed to a call that may fill it (``written_values``: what the call stores is
+    the evaluator's question, not one of keys)."""
     out, fresh = [], None
     for node, values in mutations(ev.view, x.id, x, evs):
         if values is None:  # handed to a call
             if fresh is None:
                 fresh = any(is_container_binding(ev.sem, b) for b in evs)
-            if fresh:
-                out.append(X)
+            if fresh and _may_fill(ev, node, x.id):
+                return None
             continue
         if isinstance(node, ast.Call):
             recv = node.func.value
@@ -108,6 +122,21 @@ def _stored(ev, x: ast.Name, evs, key: str, d: int) -> list:
             continue  # ``x["other"] = v``, ``x["other"][i] = v``
         out.extend(ev.value(v, d + 1) for v in values)
     return out
+
+
+def _may_fill(ev, call: ast.Call, name: str) -> bool:
+    """The call that receives the container ``name`` may store into it: a project function that
+    writes into the parameter it arrives as (``index``), or a call of unknown origin; a library's
+    function (``wandb.log(logs)``, ``print``) only reads what it is given."""
+    target = ev.hub.resolve_call(ev.view, call)
+    if target is None:
+        return (ev.sem.call_qualname(call) or "").partition(".")[0] in ("", "self", "cls")
+    tv, fn = target
+    if not isinstance(fn, FUNC_TYPES):
+        return True
+    writes = index(tv)
+    return any(isinstance(a, ast.Name) and a.id == name and writes.get((fn, p))
+               for p, a in call_args(call, fn)) or any(isinstance(a, ast.Starred) for a in call.args)
 
 
 def _other_key(t: ast.AST, name: str, key: str) -> bool:
@@ -177,8 +206,11 @@ def _call(ev, call: ast.Call, path, key: str, d: int, depth: int, seen: dict):
                 a = args.get(r.id)  # the argument, as it came, with what the callee stored into it
                 if a is None:
                     return None
+                more = _stored(tev, r, [fn], key, d)
+                if more is None:
+                    raise _Unkeyed
                 vals.append(_expr(ev, a, key, d, depth + 1, seen))
-                vals.extend(_stored(tev, r, [fn], key, d))
+                vals.extend(more)
                 continue
         vals.append(_expr(tev, r, key, d, depth + 1, seen))
     return join(vals)
