@@ -108,6 +108,8 @@ class DestroyWithoutInit(Rule):
                     continue
                 if all(not conds[i] and skipped_without_init(an, an.main, i, d) for i in prior):
                     continue  # every path of a helper that does not init switches the destroy off
+                if _group_used_first(sem, scope, prior[-1], d):
+                    continue  # a run without a group fails earlier, at a call that needs one
                 self._report(ctx, d, prior[-1], conds[prior[-1]])
                 done.add(id(d.call))
         self._no_group_path(ctx, done)
@@ -169,6 +171,47 @@ class DestroyWithoutInit(Rule):
             related=[(init.call, "the conditional init")],
             fix=_fix(ctx, d),
         )
+
+
+def _group_used_first(sem, scope, init, d) -> bool:
+    """Between ``init`` and the destroy ``d``, a call that needs the default group (a collective,
+    ``get_rank``, a DDP/FSDP wrapper: ``ValueError: Default process group has not been
+    initialized`` without one) runs wherever the destroy runs: each ``if`` around it is one the
+    destroy's own path conditions hold (the same test, the same branch), and any other block around
+    it (a loop, a ``try``) holds the destroy too. A run without a group then stops at that call and
+    never reaches the destroy; the destroy is not the line that fails."""
+    from ..flow.calls import WRAPPERS
+    from ..flow.lifecycle import GROUP_USES
+
+    lo, hi = (init.call.lineno, init.call.col_offset), (d.call.lineno, d.call.col_offset)
+    d_up = set()
+    p = parent(d.call)
+    while p is not None and p is not scope:
+        d_up.add(id(p))
+        p = parent(p)
+    for c in sem.scope_calls(scope) or ():
+        if not lo < (c.lineno, c.col_offset) < hi:
+            continue
+        qn = sem.call_qualname(c) or ""
+        if qn not in GROUP_USES and qn not in WRAPPERS:
+            continue
+        child, p, ok = c, parent(c), True
+        while ok and p is not None and p is not scope:
+            if id(p) in d_up or isinstance(p, (ast.With, ast.AsyncWith, ast.expr, ast.Expr, ast.Assign,
+                                               ast.AnnAssign, ast.AugAssign, ast.keyword)):
+                if isinstance(p, (ast.IfExp, ast.BoolOp, ast.Lambda, ast.comprehension, *_COMPS)):
+                    ok = False
+            elif isinstance(p, ast.If) and child is not p.test:
+                ok = covered(sem, [(p, "body" if child in p.body else "orelse")], d.conds)
+            else:
+                ok = False
+            child, p = p, parent(p)
+        if ok and p is scope:
+            return True
+    return False
+
+
+_COMPS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 class _Ev:
