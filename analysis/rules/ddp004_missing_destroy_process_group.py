@@ -37,6 +37,12 @@ class MissingDestroyProcessGroup(Rule):
     (`ray.kill`, the job's end) without running its exit path, so neither the exit warning nor the
     exit hang happens there, and the script has no exit of the actor's to put a teardown in.
 
+    In a script, an init inside a module-level function that nothing runs is not reported: the
+    function has no decorator, the file never names it outside its own `def` (no call, no use as
+    a value, no string such as an `__all__` entry), and no other file of the project calls it
+    (a leftover helper; a library module, without `__main__`, is never asked this: its functions
+    are its users' to call).
+
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
     `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the

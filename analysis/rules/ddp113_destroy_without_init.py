@@ -29,7 +29,11 @@ class DestroyWithoutInit(Rule):
     `return` that no init comes before gives values that switch the destroy's guard off
     (`return 0, 1, device` before the init, `rank, world, device = setup()`, then `distributed =
     world > 1` ... `if distributed: destroy_process_group()`; a `False` returned and tested), the
-    destroy never runs without the group and is not flagged. The file itself must call `init_process_group` or
+    destroy never runs without the group and is not flagged. Nor is a destroy that a run without
+    a group never reaches: between the init and the destroy, a call that needs the group (a
+    collective, `get_rank()`, the DDP constructor) runs wherever the destroy runs (each `if`
+    around it has a test and branch the destroy's own path shares; no loop or `try` of its own),
+    so such a run stops at that call first. The file itself must call `init_process_group` or
     `destroy_process_group` (the other may come through a helper). Only conditions on the
     distributed mode count (`args.distributed`, `world_size > 1`, `"RANK" in os.environ`: the
     path where they fail is the single-process run); an init under any other test (a rank, a mode
