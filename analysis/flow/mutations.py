@@ -267,6 +267,62 @@ def item_keys(ev, it: ast.AST, path, d: int):
     return None
 
 
+_ORDERINGS = frozenset({"sorted", "list", "tuple", "reversed", "iter", "set"})
+
+
+def iterated_keys(ev, it: ast.AST, path, d: int):
+    """For the evaluator ``ev``: the value of the key a loop or a comprehension takes when it
+    iterates a dict itself (``for k in x``, ``sorted(x, key=f)``), which yields its keys, apart
+    from its values; None unless ``x`` is a dict: a local name bound only to dict displays,
+    comprehensions or empty dicts, or a name the loop reads back at its own variable (``x[k]``,
+    which a data loader or a list of this rank's items would not be read with): keys unknown then
+    (``keys_value``) unless its bindings show them."""
+    got = item_keys(ev, it, path, d)
+    if got is not None or path != []:
+        return got
+    x = it
+    while isinstance(x, ast.Call) and x.args and isinstance(x.func, ast.Name) and x.func.id in _ORDERINGS \
+            and ev.sem.qualname(x.func) is None and not any(k.arg != "key" for k in x.keywords):
+        x = x.args[0]
+    if not isinstance(x, ast.Name):
+        return None
+    if _dict_bound(ev, x) or _reads_back(it, x.id):
+        return keys_value(ev, x, d)
+    return None
+
+
+def _dict_bound(ev, x: ast.Name) -> bool:
+    from .bindings import reaching
+    kind, evs = reaching(ev.view, x.id, x)
+    if kind != "events" or not evs:
+        return False
+    for b in evs:
+        v = bound_part(b, x.id)
+        if not (isinstance(v, (ast.Dict, ast.DictComp)) or isinstance(v, ast.Call) and not v.args and not v.keywords
+                and (ev.sem.call_qualname(v) or getattr(v.func, "id", None)) in _EMPTY_DICTS):
+            return False
+    return True
+
+
+def _reads_back(it: ast.AST, name: str) -> bool:
+    """The loop (or comprehension) that iterates ``it`` reads ``name[<its variable>]``."""
+    n, child = getattr(it, "_p", None), it
+    while n is not None and not isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+        if isinstance(n, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.stmt)):
+            return False
+        n, child = getattr(n, "_p", None), n
+    if n is None or n.iter is not child or not isinstance(n.target, ast.Name):
+        return False
+    var = n.target.id
+    region = n.body if isinstance(n, (ast.For, ast.AsyncFor)) else [getattr(n, "_p", None)]
+    for stmt in region:
+        for s in ast.walk(stmt) if stmt is not None else ():
+            if isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name) and s.value.id == name \
+                    and isinstance(s.slice, ast.Name) and s.slice.id == var and isinstance(s.ctx, ast.Load):
+                return True
+    return False
+
+
 def keys_value(ev, x: ast.AST, d: int):
     """The uniformity of the keys of the dict the name ``x`` holds, apart from its values: a dict
     that stores this rank's tensors under constant keys has the same keys on every rank. Judged for

@@ -68,6 +68,11 @@ def subscript_value(ev, e: ast.Subscript, d: int):
     if sl.__class__ is ast.Constant and sl.value.__class__ is int and sl.value >= 0 \
             and e.value.__class__ in (ast.Call, ast.Tuple, ast.List):
         return ev._unpack(e.value, [sl.value], d)
+    if sl.__class__ is ast.Constant and sl.value.__class__ is str:
+        from .dict_fields import field  # lazy: dict_fields follows bindings and helpers' returns
+        got = field(ev, e, d)
+        if got is not None:
+            return got
     return join((ev.value(e.value, d), ev.value(sl, d)))
 
 

@@ -205,8 +205,8 @@ class Evaluator:
     def _name(self, e: ast.Name, d: int) -> Value:
         g = comp_binder(e)
         if g is not None:  # a comprehension's own variable (its own scope): an element of its iterable
-            from .mutations import item_keys  # lazy: mutations sits above bindings only
-            got = item_keys(self, g.iter, target_path(g.target, e.id), d)  # or a dict's key
+            from .mutations import iterated_keys  # lazy: mutations sits above bindings only
+            got = iterated_keys(self, g.iter, target_path(g.target, e.id), d)  # or a dict's key
             return self.element(g.iter, d) if got is None else got
         kind, got = reaching(self.view, e.id, e)
         if kind == "param":
@@ -328,8 +328,8 @@ class Evaluator:
             it = ev.iter
             while isinstance(it, ast.Call) and it.args and _progress_wrapper(self.sem, it):
                 it = it.args[0]  # ``tqdm(enumerate(loader))``: the same items, in order
-            from .mutations import item_keys  # lazy: mutations sits above bindings only
-            if (got := item_keys(self, it, path, d)) is not None:
+            from .mutations import iterated_keys  # lazy: mutations sits above bindings only
+            if (got := iterated_keys(self, it, path, d)) is not None:
                 return got  # ``for k, v in x.items()``: the keys, not the values
             if path and isinstance(it, ast.Call) and _terminal(it.func) == "enumerate" \
                     and self.sem.qualname(it.func) is None:

@@ -67,8 +67,10 @@ class UseBeforeInit(Rule):
     path, in a method of a class another method of which uses the group on its straight path, or
     in a function whose own callers are so, two calls up, across the project's modules) tests the
     group only defensively and is left alone. For a use in the function's own body, next to its
-    own test (a slip its author can see), only a test on the group or the mode at each call
-    counts; a need that comes from inside a project helper is judged by any of them.
+    own `if` (a slip its author can see), only a test on the group or the mode at each call
+    counts; a need that comes from inside a project helper, or after a conditional expression that
+    only picks a fallback value (`r = dist.get_rank() if dist.is_initialized() else 0`), is
+    judged by any of them.
 
     A setup helper that creates the group only on the distributed side of a test on the run's
     mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
@@ -215,8 +217,10 @@ def _no_group_path(ctx) -> set:
             if est is None or est == "entry":
                 continue
             # every caller runs the function where the group exists: the test is defensive. A use
-            # in the function's own body needs a test at each call; one through a helper, any hold
-            tested = eff is None
+            # in the function's own body after an ``if`` on the group needs a test at each call; one
+            # through a helper, or after a conditional expression that only picks a value when no
+            # group exists (``r = get_rank() if is_initialized() else 0``), any hold
+            tested = eff is None and est.__class__ is not ast.IfExp
             if tested not in held:
                 held[tested] = held_by_callers(an, view, scope, other_call_sites(ctx, an, methods=True),
                                                tested=tested)

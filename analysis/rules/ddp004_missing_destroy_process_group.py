@@ -37,6 +37,12 @@ class MissingDestroyProcessGroup(Rule):
     (`ray.kill`, the job's end) without running its exit path, so neither the exit warning nor the
     exit hang happens there, and the script has no exit of the actor's to put a teardown in.
 
+    In a script, an init inside a module-level function that nothing runs is not reported: the
+    function has no decorator, the file never names it outside its own `def` (no call, no use as
+    a value, no string such as an `__all__` entry), and no other file of the project calls it
+    (a leftover helper; a library module, without `__main__`, is never asked this: its functions
+    are its users' to call).
+
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
     `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
@@ -115,6 +121,10 @@ class MissingDestroyProcessGroup(Rule):
         if not inits:
             return
         main_block = _main_block(sem.tree)
+        if main_block is not None:
+            inits = [i for i in inits if not _never_runs(ctx, i)]
+            if not inits:
+                return
         spawns = ctx.calls_to("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
         module_level = any(sem.enclosing_function(i) is None for i in inits)
         if main_block is None and not spawns and not module_level:
@@ -130,6 +140,26 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
+
+
+def _never_runs(ctx, init: ast.Call) -> bool:
+    """In a script (the caller checked its ``__main__`` block), ``init`` sits in a module-level
+    function that nothing runs: no decorator registers it, the file never names it outside its own
+    ``def`` (no call, no use as a value, no string such as an ``__all__`` entry), and no other file
+    of the project calls it (``project_callers``). A library module (no ``__main__`` block) is
+    never asked: its functions are its users' to call."""
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    sem = ctx.sem
+    fn = sem.enclosing_function(init)
+    if fn is None or fn.decorator_list or not isinstance(parent(fn), ast.Module):
+        return False
+    name = fn.name
+    for n in ast.walk(sem.tree):
+        if (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name) \
+                or (isinstance(n, ast.Constant) and n.value == name):
+            return False
+    return not project_callers(ctx, (name,))
 
 
 def _through_helpers(ctx) -> None:

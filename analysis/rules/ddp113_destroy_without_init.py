@@ -29,7 +29,11 @@ class DestroyWithoutInit(Rule):
     `return` that no init comes before gives values that switch the destroy's guard off
     (`return 0, 1, device` before the init, `rank, world, device = setup()`, then `distributed =
     world > 1` ... `if distributed: destroy_process_group()`; a `False` returned and tested), the
-    destroy never runs without the group and is not flagged. The file itself must call `init_process_group` or
+    destroy never runs without the group and is not flagged. Nor is a destroy that a run without
+    a group never reaches: between the init and the destroy, a call that needs the group (a
+    collective, `get_rank()`, the DDP constructor) runs wherever the destroy runs (each `if`
+    around it has a test and branch the destroy's own path shares; no loop or `try` of its own),
+    so such a run stops at that call first. The file itself must call `init_process_group` or
     `destroy_process_group` (the other may come through a helper). Only conditions on the
     distributed mode count (`args.distributed`, `world_size > 1`, `"RANK" in os.environ`: the
     path where they fail is the single-process run); an init under any other test (a rank, a mode
@@ -108,6 +112,8 @@ class DestroyWithoutInit(Rule):
                     continue
                 if all(not conds[i] and skipped_without_init(an, an.main, i, d) for i in prior):
                     continue  # every path of a helper that does not init switches the destroy off
+                if _group_used_first(sem, scope, prior[-1], d):
+                    continue  # a run without a group fails earlier, at a call that needs one
                 self._report(ctx, d, prior[-1], conds[prior[-1]])
                 done.add(id(d.call))
         self._no_group_path(ctx, done)
@@ -169,6 +175,47 @@ class DestroyWithoutInit(Rule):
             related=[(init.call, "the conditional init")],
             fix=_fix(ctx, d),
         )
+
+
+def _group_used_first(sem, scope, init, d) -> bool:
+    """Between ``init`` and the destroy ``d``, a call that needs the default group (a collective,
+    ``get_rank``, a DDP/FSDP wrapper: ``ValueError: Default process group has not been
+    initialized`` without one) runs wherever the destroy runs: each ``if`` around it is one the
+    destroy's own path conditions hold (the same test, the same branch), and any other block around
+    it (a loop, a ``try``) holds the destroy too. A run without a group then stops at that call and
+    never reaches the destroy; the destroy is not the line that fails."""
+    from ..flow.calls import WRAPPERS
+    from ..flow.lifecycle import GROUP_USES
+
+    lo, hi = (init.call.lineno, init.call.col_offset), (d.call.lineno, d.call.col_offset)
+    d_up = set()
+    p = parent(d.call)
+    while p is not None and p is not scope:
+        d_up.add(id(p))
+        p = parent(p)
+    for c in sem.scope_calls(scope) or ():
+        if not lo < (c.lineno, c.col_offset) < hi:
+            continue
+        qn = sem.call_qualname(c) or ""
+        if qn not in GROUP_USES and qn not in WRAPPERS:
+            continue
+        child, p, ok = c, parent(c), True
+        while ok and p is not None and p is not scope:
+            if id(p) in d_up or isinstance(p, (ast.With, ast.AsyncWith, ast.expr, ast.Expr, ast.Assign,
+                                               ast.AnnAssign, ast.AugAssign, ast.keyword)):
+                if isinstance(p, (ast.IfExp, ast.BoolOp, ast.Lambda, ast.comprehension, *_COMPS)):
+                    ok = False
+            elif isinstance(p, ast.If) and child is not p.test:
+                ok = covered(sem, [(p, "body" if child in p.body else "orelse")], d.conds)
+            else:
+                ok = False
+            child, p = p, parent(p)
+        if ok and p is scope:
+            return True
+    return False
+
+
+_COMPS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 class _Ev:
