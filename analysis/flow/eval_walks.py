@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, get_arg, parent
 from .summaries import under_no_grad
 from .training_loops import is_backward, trains, walking_loop
 
@@ -198,3 +198,104 @@ def _trimmed(scope, site, names: set[str]) -> bool:
 def _returns_tainted(fn, names: set[str]) -> bool:
     return any(isinstance(r, ast.Return) and r.value is not None and _names_in(r.value) & names
                for r in _walk(fn.body))
+
+
+def sharded_walk(hub, view, src) -> bool:
+    """The data-varying source ``src`` (``values.Src`` of category ``DATA``: a loop over this
+    rank's batches, at ``src.line`` of ``src.path``) walks a per-rank shard: the walked value is
+    built from the rank (``make_iter(split, rank, world)``) or is a DataLoader over a
+    ``DistributedSampler`` on every path, there or, for a parameter of the loop's function, at every
+    call of that function in its module."""
+    from .bindings import reaching
+    from .calls import call_args
+    from .passes import iterated_leaves
+
+    v = view if src.path in (None, view.path) else hub.view_of(src.path)
+    if v is None:
+        return False
+    loops = [n for n in (*v.sem.by_type.get(ast.For, ()), *v.sem.by_type.get(ast.AsyncFor, ()))
+             if n.lineno == src.line]
+    if len(loops) != 1:
+        return False
+    loop = loops[0]
+    leaves = iterated_leaves(loop.iter)
+    if len(leaves) != 1:
+        return False
+    leaf = leaves[0]
+    if isinstance(leaf, ast.Name):
+        kind, where = reaching(v, leaf.id, loop)
+        if kind == "param":
+            sites = hub.call_sites(v, where)
+            args = [a for c in sites for p, a in call_args(c, where) if p == leaf.id]
+            return bool(sites) and len(args) == len(sites) and all(
+                _sharded(hub, v, a, c) for a, c in zip(args, sites))
+    return _sharded(hub, v, leaf, loop)
+
+
+def _sharded(hub, view, expr, at) -> bool:
+    from .values import RANK
+
+    val = hub.evaluator(view).value(expr)
+    if val.varying and val.src is not None and val.src.cat == RANK:
+        return True
+    return _over_dist_sampler(hub, view, expr, at) or _built_from_rank(hub, view, expr, at)
+
+
+def _built_from_rank(hub, view, expr, at) -> bool:
+    """Every value ``expr`` may hold is what a call given the rank returns
+    (``corpus.iterator("valid", rank, world)``, ``ds.shard(world, rank)``): where the call resolves
+    to a project function, the rank must reach its return (``return_deps``)."""
+    from .origins import branch_origins
+    from .return_deps import reaching_args
+    from .values import RANK
+
+    try:
+        found = branch_origins(hub, view, expr, at, limit=10)
+    except Exception:  # noqa: BLE001 - no answer
+        return False
+    if not found:
+        return False
+    for v, e, _fr in found:
+        if not isinstance(e, ast.Call):
+            return False
+        ev = hub.evaluator(v)
+        ranked = [a for a in (*e.args, *(k.value for k in e.keywords))
+                  if (x := ev.value(a)).varying and x.src is not None and x.src.cat == RANK]
+        if not ranked:
+            return False
+        try:
+            target = hub.resolve_call(v, e)
+        except Exception:  # noqa: BLE001 - unresolvable: judged by its arguments
+            target = None
+        if target is not None and isinstance(target[1], FUNC_TYPES):
+            reach = {id(a) for a in reaching_args(e, target)}
+            if not any(id(a) in reach for a in ranked):
+                return False
+    return True
+
+
+_SAMPLER_QNS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")
+
+
+def _over_dist_sampler(hub, view, expr, at) -> bool:
+    """Every DataLoader ``expr`` may hold takes a ``DistributedSampler`` (and at least one does)."""
+    from .origins import branch_origins
+    from .uniformity import _LOADER_QNS
+
+    try:
+        found = branch_origins(hub, view, expr, at, limit=10)
+    except Exception:  # noqa: BLE001 - no answer
+        return False
+    if not found:
+        return False
+    for lv, ld, fr in found:
+        if not (isinstance(ld, ast.Call) and (lv.sem.call_qualname(ld) or "") in _LOADER_QNS):
+            return False
+        s = get_arg(ld, 2, "sampler")
+        if s is None:
+            return False
+        samp = [(lv, s, fr)] if isinstance(s, ast.Call) else branch_origins(hub, lv, s, ld, frames=fr)
+        if not samp or not all(isinstance(e, ast.Call) and (sv.sem.call_qualname(e) or "") in _SAMPLER_QNS
+                               for sv, e, _f in samp):
+            return False
+    return True
