@@ -225,19 +225,24 @@ def sharded_walk(hub, view, src) -> bool:
     if isinstance(leaf, ast.Name):
         kind, where = reaching(v, leaf.id, loop)
         if kind == "param":
-            sites = hub.call_sites(v, where)
+            sites = list(hub.call_sites(v, where))
+            cv = v
+            if not sites and isinstance(src.call, ast.Call):
+                # the call the value came through, in another module (``values.Src.call``)
+                cv = view if src.call_path in (None, view.path) else hub.view_of(src.call_path)
+                got = hub.resolve_call(cv, src.call) if cv is not None else None
+                if got is None or got[1] is not where:
+                    return False
+                sites = [src.call]
             args = [a for c in sites for p, a in call_args(c, where) if p == leaf.id]
             return bool(sites) and len(args) == len(sites) and all(
-                _sharded(hub, v, a, c) for a, c in zip(args, sites))
+                _sharded(hub, cv, a, c) for a, c in zip(args, sites))
     return _sharded(hub, v, leaf, loop)
 
 
 def _sharded(hub, view, expr, at) -> bool:
-    from .values import RANK
-
-    val = hub.evaluator(view).value(expr)
-    if val.varying and val.src is not None and val.src.cat == RANK:
-        return True
+    # (not the evaluator's rank-varying answer alone: a loader unpacked from a builder's list is
+    # rank-varying when any of the list's loaders is, a train loader's sampler for a test loader)
     return _over_dist_sampler(hub, view, expr, at) or _built_from_rank(hub, view, expr, at)
 
 

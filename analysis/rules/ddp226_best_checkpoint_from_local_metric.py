@@ -89,7 +89,8 @@ class BestCheckpointFromLocalMetric(Rule):
                         break
                 if local is None or id(cmp) in done:
                     continue
-                if rank0_guarded(ctx, node) is not True or not _writes(an, view, node.body):
+                # the body's first statement: the ``if``'s own test counts (``if rank == 0 and loss < best``)
+                if rank0_guarded(ctx, node.body[0]) is not True or not _writes(an, view, node.body):
                     continue
                 done.add(id(cmp))
                 side, v = local
