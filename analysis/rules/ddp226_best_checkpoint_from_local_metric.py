@@ -78,6 +78,10 @@ class BestCheckpointFromLocalMetric(Rule):
             cmps = [c for c in _compares(node.test) if any(isinstance(o, _ORDER) for o in c.ops)]
             if not cmps:
                 continue
+            # the cheap questions first: only the main rank gets here (the ``if``'s own test counts:
+            # ``if rank == 0 and loss < best``), and the body writes a file
+            if rank0_guarded(ctx, node.body[0]) is not True or not _writes(an, view, node.body):
+                continue
             if ev is None:
                 ev = an.evaluator(view)
             for cmp in cmps:
@@ -88,9 +92,6 @@ class BestCheckpointFromLocalMetric(Rule):
                         local = (side, v)
                         break
                 if local is None or id(cmp) in done:
-                    continue
-                # the body's first statement: the ``if``'s own test counts (``if rank == 0 and loss < best``)
-                if rank0_guarded(ctx, node.body[0]) is not True or not _writes(an, view, node.body):
                     continue
                 done.add(id(cmp))
                 side, v = local
