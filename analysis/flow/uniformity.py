@@ -402,6 +402,9 @@ class Evaluator:
         n = _terminal(it) if isinstance(it, (ast.Name, ast.Attribute)) else None
         if n and _DATA_SRC_NAME.search(n):
             return it
+        if isinstance(it, ast.Attribute) and (vals := self._self_bound(it)) and all(
+                self.sem.call_qualname(v) in _LOADER_QNS for v in vals):
+            return it  # ``self.feed``, every binding of which in the class is a DataLoader
         if isinstance(it, ast.Name) and self.hub.sharded_loader(self.view, it):  # ``flow.origins``
             return it
         if self.ctx is not None and isinstance(it, ast.Name) and it.id in self.ctx.loaders:

@@ -144,8 +144,12 @@ def world_size_side(evaluator, test: ast.AST) -> str | None:
 def _world_size(evaluator, e: ast.AST, depth: int = 0) -> bool:
     while isinstance(e, ast.Call) and _terminal(e.func) == "int" and len(e.args) == 1:
         e = e.args[0]
+    if isinstance(e, ast.IfExp) and depth < 4:
+        # ``dist.get_world_size() if dist.is_initialized() else 1``: one process without a group
+        arms = [b for b in (e.body, e.orelse) if not (isinstance(b, ast.Constant) and b.value == 1)]
+        return len(arms) == 1 and _world_size(evaluator, arms[0], depth + 1)
     if isinstance(e, ast.Call):
-        return world_size_call(evaluator.sem, e)
+        return world_size_call(evaluator.sem, e) or (depth < 3 and _world_size_helper(evaluator, e, depth))
     key = env_key(evaluator.view, e)
     if key is not None:
         return key in WORLD_SIZE_ENV
@@ -158,3 +162,27 @@ def _world_size(evaluator, e: ast.AST, depth: int = 0) -> bool:
                 and _world_size(evaluator, got[0].value, depth + 1):
             return True
     return _WORLD_NAME.match(name) is not None and evaluator.value(e).uniform
+
+
+def _world_size_helper(evaluator, call: ast.Call, depth: int) -> bool:
+    """A call, without arguments, of a project function whose every ``return`` gives the world
+    size (``return dist.get_world_size() if dist.is_initialized() else 1``)."""
+    if call.args or call.keywords:
+        return False
+    hub = getattr(evaluator, "hub", None)
+    if hub is None:
+        return False
+    try:
+        target = hub.resolve_call(evaluator.view, call)
+    except Exception:  # noqa: BLE001 - unresolvable: not the world size
+        return False
+    if target is None or not isinstance(target[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    tv, fn = target
+    from ..semantic import iter_scope_nodes
+
+    rets = [r for r in iter_scope_nodes(fn) if isinstance(r, ast.Return)]
+    if not rets or any(r.value is None for r in rets):
+        return False
+    ev = hub.evaluator(tv)
+    return all(_world_size(ev, r.value, depth + 1) for r in rets)
