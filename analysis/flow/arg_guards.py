@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent, subtree
+from ..semantic import FUNC_TYPES, param_defaults, parent, subtree
 from .bindings import reaching
 from .context import call_args
 from .unconditional import dist_mode_test
@@ -159,7 +159,7 @@ def plain_call(hub, view, call, fn, params) -> bool:
     for p in params:
         a = given.get(p)
         if a is None:
-            d = _default(fn, p)
+            d = param_defaults(fn).get(p)
             if not (isinstance(d, ast.Constant) and d.value in (None, False)):
                 return False
             continue
@@ -167,19 +167,6 @@ def plain_call(hub, view, call, fn, params) -> bool:
         if not items or not all(_plain_module(hub, view, x, call) for x in items):
             return False
     return True
-
-
-def _default(fn, name: str):
-    a = fn.args
-    pos = (*a.posonlyargs, *a.args)
-    for i, p in enumerate(pos):
-        if p.arg == name:
-            k = i - (len(pos) - len(a.defaults))
-            return a.defaults[k] if k >= 0 else None
-    for p, d in zip(a.kwonlyargs, a.kw_defaults):
-        if p.arg == name:
-            return d
-    return None
 
 
 def _plain_module(hub, view, expr, at) -> bool:

@@ -27,7 +27,7 @@ def saved_field(ev, e: ast.Subscript, d: int):
     load = _load_of(ev.view, e.value)
     if load is None:
         return None
-    name = _file_shape(ev.view, get_arg(load, 0, "f"), load, 0)
+    name = file_shape(ev.view, get_arg(load, 0, "f"), load, 0)
     if name is None:
         return None
     view = ev.view
@@ -38,7 +38,7 @@ def saved_field(ev, e: ast.Subscript, d: int):
     memo[mk] = X  # a save that reads its own file back (asked again while answering): unknown
     vals = []
     for c in view.sem.calls_to(*_SAVES):
-        if _file_shape(view, get_arg(c, 1, "f"), c, 0) != name:
+        if file_shape(view, get_arg(c, 1, "f"), c, 0) != name:
             continue
         fields = _dict_of(view, get_arg(c, 0, "obj"), c)
         if fields is None or key.value not in fields:
@@ -94,7 +94,7 @@ def _dict_of(view, expr, at):
     return out
 
 
-def _file_shape(view, path, at, depth):
+def file_shape(view, path, at, depth):
     """The name of the file ``path`` names, as plain data: its last component (a string, or the dump
     of an f-string with its placeholders), through ``os.path.join``, ``/`` and one binding of a name;
     else None."""
@@ -107,17 +107,17 @@ def _file_shape(view, path, at, depth):
             return None
         return ast.dump(path)
     if isinstance(path, ast.Call) and (view.sem.call_qualname(path) or "") in _JOINS and path.args and not path.keywords:
-        return _file_shape(view, path.args[-1], at, depth + 1)
+        return file_shape(view, path.args[-1], at, depth + 1)
     if isinstance(path, ast.BinOp) and isinstance(path.op, ast.Div):
-        return _file_shape(view, path.right, at, depth + 1)
+        return file_shape(view, path.right, at, depth + 1)
     if isinstance(path, ast.Call) and isinstance(path.func, ast.Name) and isinstance(
             view.defs.get(path.func.id), FUNC_TYPES):  # a function of the module that returns the path
         fn = view.defs[path.func.id]
-        rets = {_file_shape(view, r.value, r, depth + 1) for r in iter_scope_nodes(fn) if isinstance(r, ast.Return)}
+        rets = {file_shape(view, r.value, r, depth + 1) for r in iter_scope_nodes(fn) if isinstance(r, ast.Return)}
         return rets.pop() if len(rets) == 1 else None
     if isinstance(path, ast.Name):
         kind, evs = reaching(view, path.id, at)
         if kind == "events" and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
                 and len(evs[0].targets) == 1 and isinstance(evs[0].targets[0], ast.Name):
-            return _file_shape(view, evs[0].value, evs[0], depth + 1)
+            return file_shape(view, evs[0].value, evs[0], depth + 1)
     return None

@@ -777,25 +777,33 @@ def _settings_file(ctx, path) -> bool:
     saves an argparse namespace or a literal (``flow.origins.settings_only``:
     ``torch.save(args, os.path.join(out, "model_args.pth"))``). Loaded back, it holds no tensor,
     so no device to restore them to."""
+    from ..flow.cpu_saves import CpuSaves
     from ..flow.modern import hub
     from ..flow.origins import settings_only
+    from ..flow.saved_fields import file_shape
     from ._common import project_files_naming
 
-    name = _file_name(ctx.sem, path)
-    if not name or "." not in name:
+    an, main = hub(ctx)
+    name = _file_name(ctx.sem, path) or file_shape(main, path, path, 0)  # or through the name it is bound to
+    if not name or "." not in name or name.startswith("JoinedStr("):
         return False
     files = project_files_naming(ctx, {name})
     if not files:
         return False
-    an, _view = hub(ctx)
+
+    def naming(word):
+        got = project_files_naming(ctx, {word})
+        return None if got is None else [v for _c, v in got]
+
+    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0))
     saves = 0
     for fctx, view in files:
         for c in view.sem.calls_to("torch.save"):
             where = get_arg(c, 1, "f")
-            if _file_name(view.sem, where) != name:
+            if (_file_name(view.sem, where) or file_shape(view, where, c, 0)) != name:
                 continue
             value = get_arg(c, 0, "obj")
-            if not settings_only(an, view, value, c):
+            if not settings_only(an, view, value, c) and not cpu.on_cpu(view, value, c):
                 return False
             saves += 1
     return saves > 0
