@@ -171,11 +171,10 @@ def plain_call(hub, view, call, fn, params) -> bool:
 
 def _plain_module(hub, view, expr, at) -> bool:
     from .gathers import sharded_module
-    from .instances import module_instance_class
 
     if not isinstance(expr, ast.Name):
         return False
-    if module_instance_class(hub, view, expr, at) is None:
+    if hub.module_class(view, expr, at) is None:
         return False
     return hub.wrapper_ctor(view, expr, at) is None and not sharded_module(hub, view, expr, at)
 

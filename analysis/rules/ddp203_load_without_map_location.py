@@ -27,7 +27,10 @@ class LoadWithoutMapLocation(Rule):
     runs, loads in the launching process of an `mp.spawn` script, loads of a rank-specific file
     (written by the same rank, so already on its device), loads of a file that the project
     writes only with command-line settings (every `torch.save(value, <path ending with that file
-    name>)` of the project saves an argparse namespace: `flow.origins.settings_only`), and loads whose `if` has a
+    name>)` of the project saves an argparse namespace: `flow.origins.settings_only`, or a
+    value known on the CPU: `torch.LongTensor(...)`, `torch.arange(n)` without `device=`, `torch.cat`
+    or `.long()` of those, an attribute every store of which in the project is one, a load of the
+    same file: `flow.cpu_saves`), and loads whose `if` has a
     `map_location` load in its other branch (a deliberate choice) are not flagged. To stay
     precise, only checkpoint loads are considered: the result goes to `load_state_dict(...)`, or
     the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
