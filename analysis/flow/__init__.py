@@ -432,6 +432,12 @@ class Analysis(Summaries):
                 return Value("V", v.src.step(f"read as `{ast.unparse(e)}`"))
         return None
 
+    def module_class(self, view, expr, at):
+        """(view, class) of the project class ``expr`` holds at ``at`` (``instances.module_instance_class``)."""
+        from .instances import module_instance_class
+
+        return module_instance_class(self, view, expr, at)
+
     def module_method(self, view, recv, call: ast.Call):
         """(view, method) that ``recv.<name>(...)`` runs where ``recv`` holds an instance of one
         project module class (``Model(cfg).to(dev)`` given on through parameters and helpers'

@@ -73,7 +73,13 @@ def subscript_value(ev, e: ast.Subscript, d: int):
         got = field(ev, e, d)
         if got is not None:
             return got
-    return join((ev.value(e.value, d), ev.value(sl, d)))
+    v = join((ev.value(e.value, d), ev.value(sl, d)))
+    if v.varying:
+        from .saved_fields import saved_field  # a field of a file the module writes: what the writers stored
+        got = saved_field(ev, e, d)
+        if got is not None:
+            return got
+    return v
 
 
 def yielded(ev, call: ast.Call, d: int) -> Value | None:

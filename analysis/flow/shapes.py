@@ -47,6 +47,7 @@ from .helper_calls import bind_args, resolved
 from .symbolic import strided_even, width_atoms
 from .uniformity import RANK, Src
 from .values import keep
+from .saved_fields import saved_field
 from .shape_facts import (
     SU,
     SX,
@@ -169,6 +170,9 @@ class Shapes(Extents):
             base = e.value
             if isinstance(base, ast.Attribute) and base.attr == "shape":
                 return self._dim_of(self.shape(base.value, d), e.slice)
+            got = saved_field(self.ev, e, d)  # a field of a file the module writes: what the writers stored
+            if got is not None:
+                return Sh("V", got.src) if got.varying else (SU if got.uniform else SX)
             return join_any((self.size(base, d), self.size(e.slice, d)))
         if t is ast.Call:
             return self._size_call(e, d)

@@ -17,8 +17,7 @@ from __future__ import annotations
 import ast
 
 from ..torch_api import D
-from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
-from ..semantic import bound_value as _bound
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent, bound_value as _bound
 from .uniformity import U, X, join
 from .values import summary
 from .bindings import reaching
@@ -33,6 +32,7 @@ from .roots import Roots
 from .origins import ZERO, ZERO_METHODS, zero_call  # noqa: F401  (ZERO re-exported)
 from .hidden import hidden_sites
 from .gathers import helper_gather
+from .arg_guards import guard_params, unguarded
 from .unconditional import _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
 
 COLLECTIVES = (
@@ -72,15 +72,14 @@ class Effect:
 
 
 class Summary:
-    """The collectives a function may make (``collectives``) and those every call makes
-    (``must``: not behind a condition or an early exit in its body), as plain data. What it
-    returns and whether it needs the process group are separate, on-demand queries of the hub
-    (``returns_of``, ``requires_pg_of``)."""
+    """The collectives a function may make (``collectives``) and those every call makes (``must``: not
+    behind a condition or an early exit in its body; ``guards``: per ``must``, ``arg_guards.guard_params``),
+    as plain data. What it returns and whether it needs the process group: ``returns_of``, ``requires_pg_of``."""
 
-    __slots__ = ("collectives", "must")
+    __slots__ = ("collectives", "must", "guards")
 
-    def __init__(self, collectives=(), must=()):
-        self.collectives, self.must = tuple(collectives), tuple(must)
+    def __init__(self, collectives=(), must=(), guards=()):
+        self.collectives, self.must, self.guards = tuple(collectives), tuple(must), tuple(guards)
 
     def same(self, o: "Summary") -> bool:
         return ([e.op for e in self.collectives] == [e.op for e in o.collectives]
@@ -448,7 +447,7 @@ class Summaries(Roots):
                 if ctx is None:
                     _memo(view, None, "wrap_contexts")[id(c)] = sub  # for ``control.context_divergences``
                 s = self.summary(*target, ctx=sub)
-                effs = s.must
+                effs = s.must if not any(s.guards) else unguarded(self, view, c, target[1], s)
                 if effs and under_no_grad(view, c):
                     effs = tuple(e for e in effs if not e.grad)
                 if effs and c not in hidden:
@@ -516,15 +515,17 @@ class Summaries(Roots):
         return s
 
     def _compute(self, view, fn: ast.AST, ctx=None) -> Summary:
-        effects, must = [], []
+        effects, must, guards = [], [], []
         for site in self.sites(view, fn, ctx):
             sure = unconditional(view, site.node, fn)
+            g = guard_params(self, view, site.node, fn) if sure else ()
             for e in site.effects:
                 if len(effects) < 6:
                     effects.append(e)
                 if sure and len(must) < 6:
                     must.append(e)
-        return Summary(effects, must)
+                    guards.append(g)
+        return Summary(effects, must, guards)
 
     def returns_of(self, view, fn: ast.AST, ctx=None):
         """(uniformity of what ``fn`` returns, per-element uniformity of a returned tuple or None),

@@ -106,7 +106,11 @@ class CollectiveUnderRankGuard(Rule):
     a collective. A helper that gathers the DTensors of a module it receives only behind
     `if isinstance(t, DTensor):` (`for k, t in net.state_dict().items(): full = t.full_tensor()`,
     also through a helper that receives `t`) makes the all-gather when the call passes a
-    `fully_shard` module; given a module that was never sharded, it makes none. The same holds for
+    `fully_shard` module; given a module that was never sharded, it makes none. Likewise a helper whose collective runs behind a flag that only a
+    wrapped or sharded argument makes true (`distributed = any(_is_sharded(m) for m in models)` then
+    `if distributed: dist.barrier()`, `_is_sharded` testing `isinstance(m, FSDP)` or DTensor
+    parameters) makes none at a call that passes plain modules of the project's classes, never
+    wrapped nor sharded; given an FSDP or `fully_shard` module, or a value not known, it makes it. The same holds for
     the moments an optimizer keeps of those parameters, which torch builds like the parameter (a
     DTensor sharded the same way): `v = opt.state[p]["exp_avg_sq"]` of a `p` of the sharded
     module's `parameters()`, or an entry of `opt.state.values()` of an optimizer built over

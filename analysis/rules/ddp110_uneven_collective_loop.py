@@ -47,7 +47,9 @@ class UnevenCollectiveLoop(Rule):
       (`np.array_split(ids, world)[rank]`);
     - the contents of a file named after the rank (`open(f"shard_{rank}.txt")`, `readlines()`,
       `torch.load`, `json.load`, `glob` of a per-rank pattern), directly or through a helper that
-      returns them (`load_shard(rank)` returning `torch.split(rows, 64)`);
+      returns them (`load_shard(rank)` returning `torch.split(rows, 64)`); a field of such a file
+      that the module writes itself (`torch.save({"epoch": epoch, ...}, <the same file name>)`)
+      holds what the writer stored there instead (`state["epoch"]`: the same on every rank);
     - a generator that loops over such a source (`for rec in stream(f"part-{rank}.jsonl")`);
     - a project `Dataset` / `IterableDataset` whose `__len__` / `__iter__` reads such a source,
       given to a `DataLoader` without a `DistributedSampler`.

@@ -27,7 +27,10 @@ class LoadWithoutMapLocation(Rule):
     runs, loads in the launching process of an `mp.spawn` script, loads of a rank-specific file
     (written by the same rank, so already on its device), loads of a file that the project
     writes only with command-line settings (every `torch.save(value, <path ending with that file
-    name>)` of the project saves an argparse namespace: `flow.origins.settings_only`), and loads whose `if` has a
+    name>)` of the project saves an argparse namespace: `flow.origins.settings_only`, or a
+    value known on the CPU: `torch.LongTensor(...)`, `torch.arange(n)` without `device=`, `torch.cat`
+    or `.long()` of those, an attribute every store of which in the project is one, a load of the
+    same file: `flow.cpu_saves`), and loads whose `if` has a
     `map_location` load in its other branch (a deliberate choice) are not flagged. To stay
     precise, only checkpoint loads are considered: the result goes to `load_state_dict(...)`, or
     the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
@@ -777,25 +780,33 @@ def _settings_file(ctx, path) -> bool:
     saves an argparse namespace or a literal (``flow.origins.settings_only``:
     ``torch.save(args, os.path.join(out, "model_args.pth"))``). Loaded back, it holds no tensor,
     so no device to restore them to."""
+    from ..flow.cpu_saves import CpuSaves
     from ..flow.modern import hub
     from ..flow.origins import settings_only
+    from ..flow.saved_fields import file_shape
     from ._common import project_files_naming
 
-    name = _file_name(ctx.sem, path)
-    if not name or "." not in name:
+    an, main = hub(ctx)
+    name = _file_name(ctx.sem, path) or file_shape(main, path, path, 0)  # or through the name it is bound to
+    if not name or "." not in name or name.startswith("JoinedStr("):
         return False
     files = project_files_naming(ctx, {name})
     if not files:
         return False
-    an, _view = hub(ctx)
+
+    def naming(word):
+        got = project_files_naming(ctx, {word})
+        return None if got is None else [v for _c, v in got]
+
+    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0))
     saves = 0
     for fctx, view in files:
         for c in view.sem.calls_to("torch.save"):
             where = get_arg(c, 1, "f")
-            if _file_name(view.sem, where) != name:
+            if (_file_name(view.sem, where) or file_shape(view, where, c, 0)) != name:
                 continue
             value = get_arg(c, 0, "obj")
-            if not settings_only(an, view, value, c):
+            if not settings_only(an, view, value, c) and not cpu.on_cpu(view, value, c):
                 return False
             saves += 1
     return saves > 0

@@ -1,0 +1,160 @@
+"""Is what a ``torch.save`` writes known to live on the CPU? Loaded back without ``map_location``, a
+file holds its tensors where they were saved from: a file whose every save is a CPU value comes
+back on the CPU on every rank.
+
+A value is on the CPU (``on_cpu``) when it is a literal or None; a tensor that a torch constructor
+makes without ``device=`` (``torch.arange(n)``, ``torch.zeros(k)``, the typed constructors
+``torch.LongTensor(xs)``, which only make CPU tensors); ``.cpu()`` of anything, ``.long()`` /
+``.clone()`` ... of a CPU value; ``torch.cat`` / ``torch.stack`` of CPU values; either branch of a
+conditional expression; a name every binding of which is one. An attribute read (``pool.idx``) is
+on the CPU when every store to an attribute of that name in the project (``x.idx = ...`` on any
+object: ``files(word)`` lists the modules that name it) is, with a read of the same attribute and a
+load of the same file counting as the value itself (they hold what an earlier store or save held),
+and a constructor parameter stored there when every call of its class in those modules passes
+CPU values for it (a parameter left out keeps its default). Anything else is unknown (False)."""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, get_arg, param_defaults, parent
+from .bindings import reaching
+from .calls import call_args
+
+# make a tensor on the default device (the CPU) unless given ``device=``
+_CTORS = frozenset("torch." + n for n in (
+    "arange", "zeros", "ones", "empty", "full", "randperm", "linspace", "eye", "range"))
+# the typed legacy constructors make CPU tensors only
+_TYPED = frozenset("torch." + n for n in (
+    "LongTensor", "IntTensor", "FloatTensor", "DoubleTensor", "BoolTensor", "ByteTensor", "ShortTensor",
+    "HalfTensor"))
+_KEEPS = frozenset(("long", "int", "float", "double", "bool", "half", "short", "byte", "clone", "detach",
+                    "contiguous", "flatten", "view", "reshape", "squeeze", "unsqueeze", "sort", "unique"))
+_JOINS = frozenset(("torch.cat", "torch.stack", "torch.concat", "torch.concatenate"))
+_MAX_DEPTH = 6
+
+
+class CpuSaves:
+    """``files(word)``: (view) of every module of the project whose text names ``word`` (None when
+    the list may be incomplete); ``fname``: the file name being judged (a load of it is itself);
+    ``file_name(view, path, at)``: the name of the file a path expression names."""
+
+    def __init__(self, files, fname: str, file_name):
+        self.files, self.fname, self.file_name = files, fname, file_name
+        self.busy: set = set()
+
+    def on_cpu(self, view, e, at, depth: int = 0) -> bool:
+        if depth > _MAX_DEPTH or e is None:
+            return False
+        t = e.__class__
+        if t is ast.Constant:
+            return True
+        if t in (ast.List, ast.Tuple):
+            return all(self.on_cpu(view, x, at, depth + 1) for x in e.elts)
+        if t is ast.IfExp:
+            return self.on_cpu(view, e.body, at, depth + 1) and self.on_cpu(view, e.orelse, at, depth + 1)
+        if t is ast.Name:
+            return self._name(view, e, at, depth)
+        if t is ast.Attribute:
+            return self._attr(e.attr, depth)
+        if t is ast.Call:
+            return self._call(view, e, at, depth)
+        return False
+
+    def _call(self, view, e, at, depth) -> bool:
+        qn = view.sem.call_qualname(e) or ""
+        if qn in _TYPED:
+            return True
+        if qn in _CTORS:
+            return get_arg(e, 99, "device") is None
+        if qn in _JOINS:
+            xs = get_arg(e, 0, "tensors")
+            return isinstance(xs, (ast.List, ast.Tuple)) and all(self.on_cpu(view, x, at, depth + 1) for x in xs.elts)
+        if qn == "torch.load":
+            return self.file_name(view, get_arg(e, 0, "f"), at) == self.fname  # what this file's saves hold
+        f = e.func
+        if isinstance(f, ast.Attribute) and not qn.startswith("torch."):
+            if f.attr == "cpu" and not e.args:
+                return True
+            if f.attr in _KEEPS and not any(k.arg == "device" for k in e.keywords):
+                return self.on_cpu(view, f.value, at, depth + 1)
+        return False
+
+    def _name(self, view, e, at, depth) -> bool:
+        kind, evs = reaching(view, e.id, at)
+        if kind == "param":
+            return self._param(view, evs, e.id, depth)
+        if kind not in ("events", "events+param") or not evs:
+            return False
+        if kind == "events+param" and not self._param(view, view.sem.enclosing_function(at), e.id, depth):
+            return False
+        for ev in evs:
+            if not (isinstance(ev, ast.Assign) and len(ev.targets) == 1 and isinstance(ev.targets[0], ast.Name)):
+                return False
+            if not self.on_cpu(view, ev.value, ev, depth + 1):
+                return False
+        return True
+
+    def _attr(self, attr: str, depth) -> bool:
+        """Every store to an attribute named ``attr`` in the project holds a CPU value."""
+        key = ("attr", attr)
+        if key in self.busy:
+            return True  # read back while judged: holds what the stores hold
+        views = self.files(attr)
+        if not views:
+            return False
+        self.busy.add(key)
+        try:
+            seen = 0
+            for v in views:
+                for n in ast.walk(v.tree):
+                    if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                        ts = n.targets if isinstance(n, ast.Assign) else [n.target]
+                        if any(isinstance(x, ast.Attribute) and x.attr == attr for x in ts):
+                            seen += 1
+                            if isinstance(n, ast.AugAssign) or len(ts) != 1 or not self.on_cpu(v, n.value, n, depth + 1):
+                                return False
+                        elif any(isinstance(x, ast.Attribute) and x.attr == attr for t in ts for x in ast.walk(t)
+                                 if isinstance(t, (ast.Tuple, ast.List))):
+                            return False  # ``a.idx, b = ...``: not judged
+                    elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "setattr"
+                          and len(n.args) == 3 and isinstance(n.args[1], ast.Constant) and n.args[1].value == attr):
+                        seen += 1  # ``setattr(x, "idx", v)`` (a computed name is read as no store, as elsewhere)
+                        if not self.on_cpu(v, n.args[2], n, depth + 1):
+                            return False
+            return seen > 0
+        finally:
+            self.busy.discard(key)
+
+    def _param(self, view, fn, name: str, depth) -> bool:
+        """The parameter ``name`` of ``fn`` (a method of a class: ``__init__``) gets CPU values at every
+        construction of its class in the modules that name it."""
+        if not isinstance(fn, FUNC_TYPES) or fn.name != "__init__" or not isinstance(parent(fn), ast.ClassDef):
+            return False
+        cls = parent(fn)
+        key = ("param", id(fn), name)
+        if key in self.busy:
+            return True
+        default = param_defaults(fn).get(name)
+        if default is not None and not self.on_cpu(view, default, fn, depth + 1):
+            return False
+        views = self.files(cls.name)
+        if not views:
+            return False
+        self.busy.add(key)
+        try:
+            built = 0
+            for v in views:
+                for c in v.sem.calls:
+                    f = c.func
+                    if not ((isinstance(f, ast.Name) and f.id == cls.name) or (isinstance(f, ast.Attribute) and f.attr == cls.name)):
+                        continue
+                    if any(isinstance(a, ast.Starred) for a in c.args) or any(k.arg is None for k in c.keywords):
+                        return False
+                    built += 1
+                    for p, a in call_args(c, fn):
+                        if p == name and not self.on_cpu(v, a, c, depth + 1):
+                            return False
+            return built > 0
+        finally:
+            self.busy.discard(key)
+
