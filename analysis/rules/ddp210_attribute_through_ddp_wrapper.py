@@ -86,8 +86,11 @@ class AttributeThroughDdpWrapper(Rule):
     `accelerator.accumulate(model)` or, elsewhere, to `accelerator.unwrap_model(model)` (the code
     itself takes it for a model Accelerate wraps; `flow.wrapped.trained_as_model`: an optimizer, a
     loader or a scheduler is none of these). A file that uses Accelerate need not spell "torch" for this rule.
-    An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
-    tensor-parallel plugin, or code that reads that plugin from the accelerator's state
+    `device_placement=[...]` only says whether Accelerate moves the model: `accelerator.prepare(model,
+    device_placement=[False])` wraps it all the same. An `Accelerator` built with a DeepSpeed, FSDP,
+    Megatron-LM or tensor-parallel plugin (one that is never None: `deepspeed_plugin=make_plugin(args)`
+    where the helper returns None when its option is off, or `plugin if args.zero else None`, leaves
+    the plain DDP path open and is flagged), or code that reads that plugin from the accelerator's state
     (`getattr(accelerator.state, "deepspeed_plugin", None)`) or gathers or partitions parameters
     with DeepSpeed ZeRO (`deepspeed.zero.GatheredParameters`, `deepspeed.zero.Init`), or builds
     Accelerate's DeepSpeed stand-ins (`DummyOptim`, `DummyScheduler`: the optimizer is the DeepSpeed
