@@ -290,18 +290,25 @@ def prepares_model(hub, view, call, path=()) -> bool:
     is used as a trained model where it is bound: ``trained_as_model``)."""
     f = call.func
     if not (isinstance(f, ast.Attribute) and f.attr == "prepare") or any(
-            isinstance(a, ast.Starred) for a in call.args) or call.keywords:
-        return False
+            isinstance(a, ast.Starred) for a in call.args) or any(k.arg != "device_placement" for k in call.keywords):
+        return False  # (``device_placement=[...]`` only moves the model: it is wrapped all the same)
     i = path[0] if path else 0
     if (not path and len(call.args) != 1) or i >= len(call.args):
         return False
     if not any(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in ACCELERATOR
-               and not any(k.arg in NOT_DDP_PLUGINS for k in e.keywords)
+               and not any(k.arg in NOT_DDP_PLUGINS and not _may_be_none(hub, v, k.value, e) for k in e.keywords)
                for v, e in leaves(hub, view, f.value, call)):
         return False
     if any(_is_module_ctor(hub, v, e) for v, e in leaves(hub, view, call.args[i], call)):
         return True
     return trained_as_model(view, call, path)
+
+
+def _may_be_none(hub, view, e, at) -> bool:
+    """Some origin of ``e`` at ``at`` is ``None``: a plugin argument that a helper returns only
+    when its option is on (``deepspeed_plugin=make_plugin(args)``, ``return None`` otherwise)
+    leaves the plain DDP path open."""
+    return any(isinstance(x, ast.Constant) and x.value is None for _v, x in leaves(hub, view, e, at))
 
 
 def trained_as_model(view, call, path=()) -> bool:

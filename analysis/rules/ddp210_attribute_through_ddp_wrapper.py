@@ -11,7 +11,7 @@ from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
 from ..flow.calls import call_args
 from ..flow.same_tests import ruled_out_by_same_test
-from ..flow.wrapped import (NOT_DDP_PLUGINS, branch_excludes_wrap, contradicts, dominating_binding, guards,
+from ..flow.wrapped import (NOT_DDP_PLUGINS, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
 from ..flow.kernel import one_process_notebook
 from ._common import shown_path
@@ -75,6 +75,12 @@ class AttributeThroughDdpWrapper(Rule):
     `if` count only when the wrap sits under the same tests (`if with_fsdp: ... else: model =
     DDP(model)` and `if method == "grad_to_none": model.trunk` may never hold together).
 
+    A value the code unwraps itself only under a main-rank test (`if accelerator.is_main_process:
+    model = accelerator.unwrap_model(model)`, `if rank == 0: net = net.module`, also one element of
+    a tuple assignment) and then reads on every rank (after that `if`, not under the same test) is
+    flagged too, wherever it came from: the unwrap says it is a wrapper, and on the other ranks
+    it still is. Not when another rank unwraps it too on some path (an `else` that unwraps).
+
     Accelerate's `accelerator.prepare(model, ...)` returns a `DistributedDataParallel` wrapper when
     it runs on several processes (the default multi-GPU configuration), so a read of the model's
     own attributes on its result (`model.generate`, `model.save_pretrained`, `model.config`) is the
@@ -87,8 +93,11 @@ class AttributeThroughDdpWrapper(Rule):
     `accelerator.accumulate(model)` or, elsewhere, to `accelerator.unwrap_model(model)` (the code
     itself takes it for a model Accelerate wraps; `flow.wrapped.trained_as_model`: an optimizer, a
     loader or a scheduler is none of these). A file that uses Accelerate need not spell "torch" for this rule.
-    An `Accelerator` built with a DeepSpeed, FSDP, Megatron-LM or
-    tensor-parallel plugin, or code that reads that plugin from the accelerator's state
+    `device_placement=[...]` only says whether Accelerate moves the model: `accelerator.prepare(model,
+    device_placement=[False])` wraps it all the same. An `Accelerator` built with a DeepSpeed, FSDP,
+    Megatron-LM or tensor-parallel plugin (one that is never None: `deepspeed_plugin=make_plugin(args)`
+    where the helper returns None when its option is off, or `plugin if args.zero else None`, leaves
+    the plain DDP path open and is flagged), or code that reads that plugin from the accelerator's state
     (`getattr(accelerator.state, "deepspeed_plugin", None)`) or gathers or partitions parameters
     with DeepSpeed ZeRO (`deepspeed.zero.GatheredParameters`, `deepspeed.zero.Init`), or builds
     Accelerate's DeepSpeed stand-ins (`DummyOptim`, `DummyScheduler`: the optimizer is the DeepSpeed
@@ -193,6 +202,7 @@ class AttributeThroughDdpWrapper(Rule):
             return  # the file patches DistributedDataParallel itself
         memo: dict = {}
         local = _wrap_reachable(ctx, an)
+        unwraps_here = "unwrap_model" in ctx.src.text or "module" in ctx.src.text
         for node, holder, attr in [*((n, n.value, n.attr) for n in reads),
                                    *((c, c.args[0], c.args[1].value) for c in getattrs)]:
             h = ctx.text(holder)
@@ -202,8 +212,14 @@ class AttributeThroughDdpWrapper(Rule):
             if not wraps:
                 # a module-level function's parameter that a caller in another file fills with it
                 wraps, always = _from_callers(ctx, holder, node, memo), False
+            if not wraps:
+                # a value the code unwraps itself, but only on the main rank
+                one = None if test_file or not unwraps_here else _unwrapped_on_main_only(ctx, view, holder, node)
+                if one is not None and not _tested(ctx, node, h, attr) and not handles_attribute_error(node):
+                    self._report_main_only_unwrap(ctx, node, h, attr, one)
+                continue
             # (the tests of the read itself only once a wrapper may reach it: most reads meet none)
-            if not wraps or _tested(ctx, node, h, attr) or handles_attribute_error(node):
+            if _tested(ctx, node, h, attr) or handles_attribute_error(node):
                 continue
             at, facts = guards(node), guards(node, settled=True)
             # in a test file, a conditional wrap seen by a conditional read only under the same
@@ -292,6 +308,16 @@ class AttributeThroughDdpWrapper(Rule):
                 )
 
     @staticmethod
+    def _report_main_only_unwrap(ctx, node, h, attr, unwrap) -> None:
+        ctx.report(
+            node,
+            f"`{h}` is unwrapped only on the main rank (line {unwrap.lineno}); on the other ranks it is still "
+            f"the DistributedDataParallel wrapper, which has no attribute `{attr}`: this raises AttributeError "
+            f"there; unwrap it on every rank, or read `{attr}` under the same main-rank test",
+            related=[(unwrap, "unwrapped here, under a main-rank test")],
+        )
+
+    @staticmethod
     def _report_prepared(ctx, node, h, attr, v, view, call, acc) -> None:
         where = f"line {call.lineno}" if v is view else f"{shown_path(ctx, v.path)} line {call.lineno}"
         if v is view:
@@ -308,6 +334,57 @@ class AttributeThroughDdpWrapper(Rule):
             f"AttributeError under multi-GPU; read it through `{acc}.unwrap_model({h}).{attr}`",
             related=related,
         )
+
+
+def _unwrapped_on_main_only(ctx, view, holder, node):
+    """The binding ``name = name.module`` / ``name = acc.unwrap_model(name)`` that reaches the read
+    ``node`` of ``holder`` (a plain name) from inside a main-rank test (``if is_main_process:``)
+    while another binding, made before it, reaches the read too (the path of the other ranks),
+    and the read itself is not kept to the main rank (a function that tests the rank inside is not
+    one that only the main rank calls): the code takes the value for a wrapper (it unwraps
+    it), but only the main rank unwraps it. None otherwise."""
+    if not isinstance(holder, ast.Name):
+        return None
+    from ..flow.bindings import reaching
+    from ..flow.rank import rank0_guarded
+
+    kind, evs = reaching(view, holder.id, node)
+    if kind not in ("events", "events+param") or not isinstance(evs, (list, tuple)):
+        return None
+    unwraps = [b for b in evs if _self_unwrap(b, holder.id)]
+    # (``events+param``: the parameter's own value reaches the read too)
+    if not unwraps or len(unwraps) == len(evs) and kind == "events":
+        return None
+    b = unwraps[0]
+    if isinstance(b.value, ast.Call) and not is_unwrap(b.value) and (_reads_plugin(view) or one_process_notebook(ctx)):
+        return None  # an engine that forwards attribute reads, or one process
+    if any(rank0_guarded(ctx, u, callers=False) is not True for u in unwraps) or rank0_guarded(ctx, node) is True:
+        return None  # (an unwrap that other ranks run too: ``else: model = model.module``)
+    return b
+
+
+def _self_unwrap(b, name: str) -> bool:
+    """``name = name.module``, ``name = getattr(name, "module", ...)``, ``name = acc.unwrap_model(name)``
+    (also as one element of a tuple assignment)."""
+    if not (isinstance(b, ast.Assign) and len(b.targets) == 1):
+        return False
+    t, v = b.targets[0], b.value
+    if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
+        # ``model, ema = model.module, ema.module``: the element bound to ``name``
+        pairs = [(x, y) for x, y in zip(t.elts, v.elts) if isinstance(x, ast.Name) and x.id == name]
+        if len(pairs) != 1:
+            return False
+        t, v = pairs[0]
+    if not (isinstance(t, ast.Name) and t.id == name):
+        return False
+    if is_unwrap(v):
+        base = v.value if isinstance(v, ast.Attribute) else v.args[0]
+    elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "unwrap_model" \
+            and len(v.args) == 1 and not v.keywords:
+        base = v.args[0]
+    else:
+        return False
+    return isinstance(base, ast.Name) and base.id == name
 
 
 # an Accelerator's (or its state's) distributed mode: a read under a test of it is left alone

@@ -10,7 +10,8 @@ logger = logging.getLogger(__name__)
 
 
 def train(args):
-    accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum)
+    zero = loaders.zero_plugin(args) if args.deepspeed else None
+    accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum, deepspeed_plugin=zero)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
 
     backbone = loaders.build_backbone(args.checkpoint, dtype, "cpu")
