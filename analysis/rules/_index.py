@@ -193,7 +193,7 @@ RULES = {
     'DDP307': ('ddp307_rank_shard_of_unseeded_shuffle', True, True,
                 ((('torch', False),), (('rank', True), ('PROCID', False), ('process_index', False), ('current_device', False), ('spawn', False))),
                 False, False),
-    'DDP308': ('ddp308_eval_sampler_pads', True, True,
+    'DDP308': ('ddp308_eval_sampler_pads', False, True,
                 ((('torch', False),), (('DistributedSampler', False),)),
                 False, False),
     'DDP401': ('ddp401_spawn_args_not_tuple', True, True,

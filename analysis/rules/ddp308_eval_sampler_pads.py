@@ -80,12 +80,16 @@ class EvalSamplerPads(Rule):
     No fix is offered: whether to shard without padding (uneven batch counts per rank; a model
     whose forward runs collectives needs `Join`) or to drop the duplicates after gathering is the
     author's choice.
+
+    Off by default (`--select DDP308` or `ALL` turns it on): samples are counted twice only when
+    the dataset's length is not a multiple of the world size, and the code rarely shows either.
     """
 
     code = "DDP308"
     name = "eval-sampler-pads"
     severity = Severity.WARNING
     fix_availability = "never"
+    default_enabled = False
     requires_text = ("DistributedSampler",)
 
     def finish(self, ctx) -> None:
