@@ -1,15 +1,12 @@
 """Is a value the ``DistributedDataParallel`` wrapper (rather than the module it wraps)?
 
-A question on the origins of a value (``origins.py``: names and their reaching bindings, tuple
-unpacking, ``self`` attributes across the methods of a class, parameters filled by the calls of
-their module, the returns of project functions in this file or another), with "may" semantics:
-the answer lists the ``DDP(...)`` constructions the value may hold on some path. A conditional
-expression is followed into both branches (``DDP(m) if distributed else m`` may be the wrapper),
-unless its test asks about the wrapping itself (``m.module if hasattr(m, "module") else m``).
-
-A value one of whose origins unwraps (``x.module``, ``getattr(x, "module", x)``) is taken as the
-unwrapped module: ``if isinstance(model, DDP): model = model.module`` makes every later read
-safe, and the answer is empty.
+A question on the origins of a value (``origins.py``: bindings, tuple unpacking, ``self``
+attributes across a class's methods, parameters filled by their module's calls, project
+functions' returns), with "may" semantics: the answer lists the ``DDP(...)`` constructions the
+value may hold on some path. A conditional expression is followed into both branches, unless its
+test asks about the wrapping itself (``m.module if hasattr(m, "module") else m``). A value one of
+whose origins unwraps (``x.module``, ``getattr(x, "module", x)``) is the unwrapped module: the
+answer is empty.
 
 ``wrap_guards`` / ``contradicts`` compare the conditions a construction and a use sit under
 (``if args.distributed: model = DDP(model)`` and ``if not args.distributed: model.generate()``),
@@ -305,9 +302,8 @@ def prepares_model(hub, view, call, path=()) -> bool:
 
 
 def _may_be_none(hub, view, e, at) -> bool:
-    """Some origin of ``e`` at ``at`` is ``None``: a plugin argument that a helper returns only
-    when its option is on (``deepspeed_plugin=make_plugin(args)``, ``return None`` otherwise)
-    leaves the plain DDP path open."""
+    """Some origin of ``e`` at ``at`` is ``None`` (a plugin a helper returns only when its option
+    is on leaves the plain DDP path open)."""
     return any(isinstance(x, ast.Constant) and x.value is None for _v, x in leaves(hub, view, e, at))
 
 
