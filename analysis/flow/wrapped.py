@@ -6,11 +6,8 @@ functions' returns), with "may" semantics: the answer lists the ``DDP(...)`` con
 value may hold on some path. A conditional expression is followed into both branches, unless its
 test asks about the wrapping itself (``m.module if hasattr(m, "module") else m``). A value one of
 whose origins unwraps (``x.module``, ``getattr(x, "module", x)``) is the unwrapped module: the
-answer is empty.
-
-``wrap_guards`` / ``contradicts`` compare the conditions a construction and a use sit under
-(``if args.distributed: model = DDP(model)`` and ``if not args.distributed: model.generate()``),
-spelled the same: a use on the other branch of the same test never sees the wrapper.
+answer is empty. ``wrap_guards`` / ``contradicts`` compare the conditions a construction and a
+use sit under, spelled the same: a use on the other branch of the same test never sees the wrapper.
 """
 from __future__ import annotations
 
