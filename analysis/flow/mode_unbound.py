@@ -194,7 +194,7 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
         elif c.__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
             skip.update(x for x in (getattr(n, "name", None), getattr(n, "rest", None)) if x)
     if globs:
-        skip |= _bound_elsewhere(ctx.sem.tree, scope, globs)
+        skip |= _bound_elsewhere(ctx, scope, globs)
     out = []
     for name, stores in binds.items():
         if name in skip or name not in reads:
@@ -218,31 +218,58 @@ def global_names(scope) -> set[str]:
     return {x for n in iter_scope_nodes(scope) if isinstance(n, ast.Global) for x in n.names}
 
 
-def _bound_elsewhere(tree, scope, names: set[str]) -> set[str]:
+def _bound_elsewhere(ctx, scope, names: set[str]) -> set[str]:
     """Those of ``names`` (declared ``global`` in ``scope``) that the module may bind outside
     ``scope``: a store or ``del`` of the name anywhere else (a local of another function
     included), an import, a ``def`` or ``class``, a handler's or pattern's name; all of them when
     the module binds names it does not spell (``globals()``, ``vars()``, ``setattr``, ``exec``, a
-    star import)."""
-    inside = {id(n) for n in ast.walk(scope)}
+    star import). The module's bindings are indexed once per check (``_module_bindings``)."""
+    by_name, dynamic = ctx.memo("mode_unbound.bindings", lambda: _module_bindings(ctx.sem.tree))
+    inside = None
+    if dynamic:
+        inside = {id(n) for n in ast.walk(scope)}
+        # (a store of a dynamic word the function declares ``global`` is a plain binding of it)
+        if any(id(n) not in inside and not (n.__class__ is ast.Name and n.ctx.__class__ is not ast.Load
+                                            and n.id in names) for n in dynamic):
+            return set(names)
     out = set()
-    for n in ast.walk(tree):
-        if id(n) in inside:
+    for name in names:
+        nodes = by_name.get(name)
+        if not nodes:
             continue
+        if inside is None:
+            inside = {id(n) for n in ast.walk(scope)}
+        if any(id(n) not in inside for n in nodes):
+            out.add(name)
+    return out
+
+
+def _module_bindings(tree) -> tuple[dict[str, list], list]:
+    """({name: [every node that may bind it: a store or ``del``, an import, a ``def`` or
+    ``class``, a handler, a pattern]}, [every node that binds names it does not spell: a read of
+    ``globals``/``vars``/``locals``/``exec``/``eval``/``setattr``, a star import]), one walk of the
+    module."""
+    by_name: dict[str, list] = {}
+    dynamic: list = []
+    for n in ast.walk(tree):
         if isinstance(n, ast.Name):
-            if n.id in names and not isinstance(n.ctx, ast.Load):
-                out.add(n.id)
-            elif n.id in _DYNAMIC or n.id == "setattr":
-                return set(names)
+            if not isinstance(n.ctx, ast.Load):
+                by_name.setdefault(n.id, []).append(n)
+            if n.id in _DYNAMIC or n.id == "setattr":
+                dynamic.append(n)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             if any(a.name == "*" for a in n.names):
-                return set(names)
-            out.update(x for a in n.names if (x := (a.asname or a.name).split(".")[0]) in names)
+                dynamic.append(n)
+            for a in n.names:
+                if a.name != "*":
+                    by_name.setdefault((a.asname or a.name).split(".")[0], []).append(n)
         elif isinstance(n, (*FUNC_TYPES, ast.ClassDef)) or (isinstance(n, ast.ExceptHandler) and n.name):
-            out.update({n.name} & names)
+            by_name.setdefault(n.name, []).append(n)
         elif n.__class__.__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
-            out.update({getattr(n, "name", None), getattr(n, "rest", None)} & names)
-    return out
+            for x in (getattr(n, "name", None), getattr(n, "rest", None)):
+                if x:
+                    by_name.setdefault(x, []).append(n)
+    return by_name, dynamic
 
 
 def _owner_if(ctx, stores, scope, hub):

@@ -72,7 +72,7 @@ class UnboundOnSingleProcess(Rule):
 
         sem = ctx.sem
         hub = for_context(ctx)
-        scopes = [sem.tree, *(n for n in ast.walk(sem.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+        scopes = [sem.tree, *(fn for fns in sem.functions.values() for fn in fns)]
         for scope in scopes:
             for name, owner, read in unbound_reads(ctx, scope, hub):
                 err = "NameError" if isinstance(scope, ast.Module) or name in global_names(scope) \

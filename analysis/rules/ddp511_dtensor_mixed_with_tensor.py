@@ -57,10 +57,12 @@ class DTensorMixedWithTensor(Rule):
     name = "dtensor-mixed-with-tensor"
     severity = Severity.ERROR
     requires_text = ("distribute_tensor", "from_local", "redistribute")
+    node_types = (ast.BinOp,)  # indexed by the traversal for ``finish`` (no visit of its own)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
-        for n in ast.walk(view.sem.tree):
+        # the module's binary operations and calls, from the traversal's indexes (``node_types``)
+        for n in (*view.sem.by_type.get(ast.BinOp, ()), *view.sem.calls):
             if isinstance(n, ast.BinOp) and isinstance(n.op, _OPS):
                 a, b = n.left, n.right
             elif isinstance(n, ast.Call) and (ctx.qn(n) or "") in ("torch.matmul", "torch.add", "torch.mul",
