@@ -53,8 +53,8 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
     expr = _unwrap_int(expr)
     if isinstance(expr, ast.Call):
         qn = ctx.qn(expr)
-        if qn == D + "get_rank" and not expr.args and not expr.keywords:
-            return expr
+        if qn == D + "get_rank" and not expr.args and not expr.keywords:  # what the init made it
+            return None if _local_group(ctx) else expr
         if qn == D + "get_global_rank":
             return None
     key = env_key(ctx, expr)
@@ -64,6 +64,14 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
         kind, val = name_binding_kind(ctx, expr.id, scope)
         return bound_global_rank(ctx, kind, val, depth)
     return None
+
+
+def _local_group(ctx) -> bool:  # every init of the module gives ``rank=`` the local rank
+    if not ctx.sem.calls_to(D + "init_process_group") or not hasattr(ctx, "src"):
+        return False  # (a project module's context: the analysis hub is its rule's)
+    from .modern import hub  # lazy: the analysis sits above this module
+    from .rank_values import local_group_rank
+    return local_group_rank(*hub(ctx))
 
 
 def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST | None:
@@ -429,7 +437,9 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             return isinstance(op, ast.NotIn)
         # a variable that holds the rank by value flow (``r = dist.get_rank()``; ``r == 0``), whatever
         # its name: compare its value
-        left, right = _rank_value(ctx, left, scope), _rank_value(ctx, right, scope)
+        from .rank_values import rank_value  # lazy: it reads this module's names
+
+        left, right = rank_value(ctx, left, scope), rank_value(ctx, right, scope)
         if is_rank_like(right) and not is_rank_like(left):
             left, right = right, left
             op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
@@ -603,16 +613,6 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
             return None
     memo[key] = got.pop()
     return memo[key]
-
-
-def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
-    """``e``'s single value when ``e`` is a name not read as a rank whose one assignment in
-    ``scope`` is a rank call (``dist.get_rank()``): the value flow answers before the name."""
-    if isinstance(e, ast.Name) and not is_rank_like(e):
-        v = ctx.sem.single_value(e.id, scope)
-        if isinstance(v, ast.Call) and is_rank_like(v):
-            return v
-    return e
 
 
 def _helper_polarity(ctx, name: str, depth: int) -> bool | None:
