@@ -543,7 +543,7 @@ class Evaluator:
         if qn is not None:
             return U  # a module constant (torch.float32, math.pi)
         if RANK_NAME.match(e.attr) or e.attr in MAIN_NAMES:
-            from .rank_values import configured_option  # lazy: it reads the argparse options
+            from .cli_options import configured_option  # lazy: it reads the argparse options
 
             if isinstance(e.value, ast.Name) and configured_option(self.sem, e):
                 return U  # ``--rank`` with ``default=4``: an option, by its value, not the rank
