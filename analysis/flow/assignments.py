@@ -194,3 +194,35 @@ def _self_stores(cls: ast.ClassDef) -> dict[str, list]:
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
             out.setdefault(n.value, []).append(None)
     return out
+
+
+def values_through(sem, fn: ast.AST, through: ast.AST, name: str, site: ast.AST) -> list | None:
+    """The values of the bindings of ``name`` in ``fn`` that may reach ``site`` on a path through
+    ``through``: each plain ``name = value`` before ``site`` except those in the arm of an ``if``
+    (around ``through``) that the path skips (``s = None`` in the arm of ``if deepspeed:``,
+    ``through`` in its ``else``, with ``s = Scaler()`` nested there): two variables set together in
+    one if/else. None when ``name`` is a parameter, has another kind of store, none before
+    ``site``, or a binding after ``site`` in a loop around it (it may come round)."""
+    binds = sem.assignments(fn).get(name)
+    if not binds or name in param_names(fn):
+        return None
+    skipped, child, p = [], through, parent(through)
+    while p is not None and p is not fn:
+        if isinstance(p, ast.If) and child is not p.test:
+            skipped.extend(p.orelse if any(child is s for s in p.body) else p.body)
+        child, p = p, parent(p)
+    looped, a = False, parent(site)
+    while a is not None and a is not fn and not looped:
+        looped, a = isinstance(a, (ast.For, ast.AsyncFor, ast.While)), parent(a)
+    vals = []
+    for b in binds:
+        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
+            return None
+        if any(b is s or has_ancestor(b, s) for s in skipped):
+            continue
+        if (b.lineno, b.col_offset) >= (site.lineno, site.col_offset):
+            if looped:
+                return None
+            continue
+        vals.append(b.value)
+    return vals or None

@@ -5,8 +5,9 @@ A value's kind is read from where it comes from (``origins``: names and their re
 tuple unpacking, ``self`` attributes, parameters filled at their calls, returns of project
 helpers in this or another module), never from its name:
 
-- global: ``dist.get_rank()`` (default group), the environment's ``RANK`` / ``SLURM_PROCID`` /
-  ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK``;
+- global: ``dist.get_rank()`` (default group; local where every init passes ``rank=`` the local
+  rank: ``rank_tests.local_group``), the environment's ``RANK`` / ``SLURM_PROCID`` / ``PMI_RANK`` /
+  ``OMPI_COMM_WORLD_RANK``;
 - local: the environment's ``LOCAL_RANK`` / ``SLURM_LOCALID`` / ``OMPI_COMM_WORLD_LOCAL_RANK``,
   ``dist.get_node_local_rank()``, and a ``--local_rank`` / ``--local-rank`` command-line option
   (what the launchers that pass one pass is the local rank; also its plain argparse default);
@@ -18,9 +19,7 @@ Anything else (arithmetic such as ``node_rank * gpus + gpu``, the index ``mp.spa
 unknown call) is unknown, and a value is of a kind only when every non-constant origin is.
 
 ``local_rank_options(sem)`` lists the module's ``--local_rank`` / ``--local-rank`` options and
-``reads_local_rank_env(view)`` says whether a module reads the local rank from the environment
-(by value: an ``os.environ`` read of a local-rank key or ``get_node_local_rank()``, never a
-comment or a string elsewhere)."""
+``local_rank_env_reads(view)`` its reads of the local rank from the environment (by value)."""
 from __future__ import annotations
 
 import ast
@@ -29,10 +28,11 @@ from ..semantic import get_arg, parent
 from ..torch_api import D
 from .origins import origins
 from .rank_tests import GLOBAL_RANK_ENV, LOCAL_RANK_ENV
+from .rank_tests import local_group
+from .cli_options import LOCAL_RANK_OPTIONS, argparse_options, option_dest, option_strings  # noqa: F401  (re-exported)
 from .vocab import env_key
 
 GLOBAL, LOCAL = "global", "local"
-LOCAL_RANK_OPTIONS = frozenset({"--local_rank", "--local-rank"})
 _CONST = "const"
 _MAX_DEPTH = 4
 
@@ -94,8 +94,8 @@ def _leaf_kind(hub, view, e: ast.AST, depth: int):
                 return _CONST, None
             return k, w
         qn = view.sem.call_qualname(e)
-        if qn == D + "get_rank" and not e.args and not e.keywords:
-            return GLOBAL, (view, e)
+        if qn == D + "get_rank" and not e.args and not e.keywords:  # the rank the init gave it
+            return LOCAL if local_group(view) else GLOBAL, (view, e)
         if qn == D + "get_node_local_rank":
             return LOCAL, (view, e)
         return None, None
@@ -111,7 +111,7 @@ def _local_rank_option_of_default(e: ast.AST) -> ast.Call | None:  # add_argumen
     return c if ok and LOCAL_RANK_OPTIONS & set(option_strings(c)) else None
 
 
-def _const_expr(e) -> bool:
+def _const_expr(e) -> bool:  # ``0``, ``-1``
     return isinstance(e, ast.Constant) or (isinstance(e, ast.UnaryOp) and isinstance(e.operand, ast.Constant))
 
 
@@ -164,32 +164,6 @@ def _namespace_kind(hub, view, base: str, attr: str, depth: int):
 
 
 # -- argparse options ---------------------------------------------------------------------------
-
-def argparse_options(sem) -> list[ast.Call]:
-    """The module's ``<parser or group>.add_argument(...)`` calls."""
-    return [c for c in sem.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"]
-
-
-def option_strings(call: ast.Call) -> list[str]:
-    return [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-
-
-def option_dest(call: ast.Call, sem=None) -> str | None:
-    """``dest=`` (a literal, or with ``sem`` what ``torch_api.constant_of`` finds it is), else the
-    first long option (dashes as underscores), else the first name."""
-    d = get_arg(call, None, "dest")
-    if d is not None and sem is not None and not isinstance(d, ast.Constant):
-        from ..torch_api import constant_of
-        d = constant_of(sem, d)
-        if d is None:
-            return None
-    if isinstance(d, ast.Constant) and isinstance(d.value, str):
-        return d.value
-    opts = option_strings(call)
-    longs = [o for o in opts if o.startswith("--")]
-    pick = longs[0] if longs else (opts[0] if opts else None)
-    return pick.lstrip("-").replace("-", "_") if pick else None
-
 
 def local_rank_options(sem) -> list[ast.Call]:
     """The ``add_argument`` calls that declare ``--local_rank`` or ``--local-rank``."""

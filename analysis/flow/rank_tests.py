@@ -18,10 +18,10 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent, terminal_name
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind, self_attr_value
-from .world import WORLD_SIZE_ENV, world_size_call
+from .world_tests import _int_const, _unwrap_int, single_world_test, world_size_source  # noqa: F401  (re-exported)
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
 # uniformity's rank variables, split by what they count (node ranks and group ranks are neither)
@@ -37,13 +37,6 @@ def is_rank_function(name: str | None) -> bool:
         RANK_NAME.match(name[4:]) is not None or D + name in _RANK_QNS)
 
 
-def _unwrap_int(expr: ast.AST) -> ast.AST:
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "int" \
-            and len(expr.args) == 1 and not expr.keywords:
-        expr = expr.args[0]
-    return expr
-
-
 def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST | None:
     """The ``dist.get_rank()`` / ``os.environ["RANK"]`` expression that ``expr`` provably is (through
     ``int(...)`` and names assigned exactly once), else None. ``get_rank(group)`` is a group rank,
@@ -53,8 +46,8 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
     expr = _unwrap_int(expr)
     if isinstance(expr, ast.Call):
         qn = ctx.qn(expr)
-        if qn == D + "get_rank" and not expr.args and not expr.keywords:
-            return expr
+        if qn == D + "get_rank" and not expr.args and not expr.keywords:  # what the init made it
+            return None if local_group(ctx) else expr
         if qn == D + "get_global_rank":
             return None
     key = env_key(ctx, expr)
@@ -66,69 +59,23 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
     return None
 
 
-def world_size_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST | None:
-    """The ``dist.get_world_size()`` / ``os.environ["WORLD_SIZE"]`` expression that ``expr``
-    provably is (through ``int(...)``, names assigned exactly once, ``... if
-    dist.is_initialized() else 1`` or such an ``if``), else None. By value flow, never by name:
-    ``get_world_size(group)`` is a group's size, not the world's."""
-    if depth > 5:
-        return None
-    expr = _unwrap_int(expr)
-    # ``os.environ["WORLD_SIZE"]``, ``os.environ.get("WORLD_SIZE", 1)``, ``os.getenv("WORLD_SIZE")``
-    key = env_key(ctx, expr)
-    if key is not None:
-        return expr if key in WORLD_SIZE_ENV else None
-    if isinstance(expr, ast.Call):
-        if world_size_call(ctx.sem, expr):
-            return expr
-        # ``world_size = get_world()`` with ``def get_world(): return int(os.environ["WORLD_SIZE"])``
-        # in this module (one definition, one final ``return``, no parameters)
-        f = expr.func
-        defs = ctx.sem.functions.get(f.id) if isinstance(f, ast.Name) and not expr.args else None
-        if defs and len(defs) == 1 and defs[0].body and isinstance(defs[0].body[-1], ast.Return) \
-                and defs[0].body[-1].value is not None and not param_names(defs[0]) \
-                and sum(isinstance(n, ast.Return) for n in iter_scope_nodes(defs[0])) == 1:
-            return world_size_source(ctx, defs[0].body[-1].value, defs[0], depth + 1)
-        return None
-    if isinstance(expr, ast.IfExp):
-        return _group_or_one(ctx, expr.test, expr.body, expr.orelse, scope, depth)
-    if isinstance(expr, ast.Name):
-        kind, val = name_binding_kind(ctx, expr.id, scope)
-        if kind == "single" and val is not None:
-            return world_size_source(ctx, val, ctx.sem.scope_of(val), depth + 1)
-        if kind == "multi" and val and len(val) == 2 and isinstance(q := parent(parent(val[0])), ast.If) \
-                and parent(val[0]) in q.body and parent(val[1]) in q.orelse:
-            return _group_or_one(ctx, q.test, val[0], val[1], ctx.sem.scope_of(q), depth)
-    return None
+def local_group(ctx) -> bool:
+    """Every ``init_process_group`` of the module passes ``rank=`` the environment's local rank
+    (``rank=int(os.environ["LOCAL_RANK"])``, through names bound once): ``dist.get_rank()`` then
+    returns the local rank, and the one mistake is the init's (DDP007), not each use of the rank.
+    ``ctx``: a rule's context or a module's view."""
+    inits = ctx.sem.calls_to(D + "init_process_group")
+    return bool(inits) and all((r := get_arg(c, 4, "rank")) is not None
+                               and _local_source(ctx, r, ctx.sem.scope_of(c)) for c in inits)
 
 
-def _group_or_one(ctx, test, ws, one, scope, depth):
-    """``dist.get_world_size() if dist.is_initialized() else 1`` (or the two branches of such an
-    ``if``): the world's size, one process without a group."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, ws, one = test.operand, one, ws
-    if _int_const(one) == 1 and isinstance(test, ast.Call) and not test.args \
-            and ctx.sem.call_qualname(test) in (D + "is_initialized", D + "is_available"):
-        return world_size_source(ctx, ws, scope, depth + 1)
-    return None
-
-
-def _single_world_test(ctx, test: ast.Compare, scope: ast.AST) -> bool | None:
-    """``world_size == 1`` / ``<= 1`` / ``< 2``: True (when it holds there is one process, the main
-    rank); ``!= 1`` / ``> 1`` / ``>= 2``: False (when it fails there is one process); else None."""
-    left, op, right = test.left, test.ops[0], test.comparators[0]
-    if _int_const(left) is not None and _int_const(right) is None:
-        left, right = right, left
-        op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
-    k = _int_const(right)
-    if k is None or world_size_source(ctx, left, scope) is None:
-        return None
-    t = type(op)
-    if (t is ast.Eq and k == 1) or (t is ast.LtE and k == 1) or (t is ast.Lt and k == 2):
-        return True
-    if (t is ast.NotEq and k == 1) or (t is ast.Gt and k == 1) or (t is ast.GtE and k == 2):
-        return False
-    return None
+def _local_source(ctx, e: ast.AST, scope: ast.AST, depth: int = 0) -> bool:
+    e = _unwrap_int(e)
+    key = env_key(ctx, e)
+    if key is not None or not isinstance(e, ast.Name) or depth > 4:
+        return key in LOCAL_RANK_ENV
+    kind, val = name_binding_kind(ctx, e.id, scope)
+    return kind == "single" and val is not None and _local_source(ctx, val, ctx.sem.scope_of(val), depth + 1)
 
 
 def bound_global_rank(ctx, kind: str, val, depth: int = 0) -> ast.AST | None:
@@ -366,17 +313,6 @@ def is_main_decorated(fn: ast.AST) -> bool:
     return False
 
 
-def _int_const(e: ast.AST) -> int | None:
-    if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value.lstrip("-").isdigit():
-        return int(e.value)  # os.environ.get("RANK", "0") == "0"
-    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
-        v = _int_const(e.operand)
-        return -v if v is not None else None
-    if isinstance(e, ast.Constant) and type(e.value) is int:
-        return e.value
-    return None
-
-
 # what torchrun (and torch.distributed.launch) set in every process it starts
 LAUNCHER_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                           "TORCHELASTIC_RUN_ID"})
@@ -418,7 +354,7 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             return isinstance(test.ops[0], ast.IsNot)
         return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        single = _single_world_test(ctx, test, scope)
+        single = single_world_test(ctx, test, scope)
         if single is not None:
             return single  # a world of one process: its only rank is the main one
         left, op, right = test.left, test.ops[0], test.comparators[0]
@@ -429,7 +365,7 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             return isinstance(op, ast.NotIn)
         # a variable that holds the rank by value flow (``r = dist.get_rank()``; ``r == 0``), whatever
         # its name: compare its value
-        left, right = _rank_value(ctx, left, scope), _rank_value(ctx, right, scope)
+        left, right = rank_value(ctx, left, scope), rank_value(ctx, right, scope)
         if is_rank_like(right) and not is_rank_like(left):
             left, right = right, left
             op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
@@ -605,13 +541,30 @@ def _param_polarity(ctx, name: str, fn: ast.AST, depth: int) -> bool | None:
     return memo[key]
 
 
-def _rank_value(ctx, e: ast.AST, scope: ast.AST) -> ast.AST:
-    """``e``'s single value when ``e`` is a name not read as a rank whose one assignment in
-    ``scope`` is a rank call (``dist.get_rank()``): the value flow answers before the name."""
-    if isinstance(e, ast.Name) and not is_rank_like(e):
-        v = ctx.sem.single_value(e.id, scope)
-        if isinstance(v, ast.Call) and is_rank_like(v):
-            return v
+def rank_value(ctx, e: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST:
+    """``e``'s rank call when ``e`` is a name not read as a rank whose every assignment is a rank
+    call (``dist.get_rank()``) or the constant 0, one of them a call (``r = 0``, then ``r =
+    dist.get_rank()`` under ``if world_size > 1:``: one process is rank 0), or ``self.<attr>`` bound
+    once to a constructor parameter that every construction here fills so: value flow before name."""
+    if isinstance(e, ast.Name) and not is_rank_like(e) and depth < 4:
+        kind, vals = name_binding_kind(ctx, e.id, scope)
+        vals = [vals] if kind == "single" else vals if kind == "multi" and vals else []
+        calls = [v for v in vals if isinstance(v, ast.Call) and is_rank_like(v)]
+        if calls and all(v in calls or _int_const(v) == 0 for v in vals):
+            return calls[0]
+        if kind == "param" and isinstance(scope, FUNC_TYPES) and scope.name == "__init__" \
+                and not ctx.sem.assignments(scope).get(e.id):
+            from .helper_calls import bind_args, calls_named
+
+            cls = parent(scope)
+            sites = calls_named(ctx, cls.name) if isinstance(cls, ast.ClassDef) else []
+            got = [rank_value(ctx, a, ctx.sem.scope_of(a), depth + 1) if a is not None else None
+                   for a in (bind_args(c, scope).get(e.id) for c in sites)]
+            if got and all(isinstance(g, ast.Call) and is_rank_like(g) for g in got):
+                return got[0]
+    elif isinstance(e, ast.Attribute) and not is_rank_like(e) and isinstance(v := self_attr_value(ctx, e), ast.Name):
+        got = rank_value(ctx, v, ctx.sem.scope_of(v), depth + 1)
+        return got if isinstance(got, ast.Call) and is_rank_like(got) else e
     return e
 
 
@@ -662,7 +615,7 @@ def single_process_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> s
             return "body"
         return "orelse" if "orelse" in sides else None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        single = _single_world_test(ctx, test, scope)
+        single = single_world_test(ctx, test, scope)
         if single is None:
             return None
         return "body" if single else "orelse"

@@ -16,7 +16,7 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent, subtree
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
-from .assignments import has_ancestor
+from .assignments import has_ancestor, values_through
 from .class_chains import collect_binding, ctor_chain, runs_first, self_bindings, self_calls
 from .instances import class_named
 from .records import class_chain
@@ -688,11 +688,11 @@ def branch_excludes_wrap(hub, use_view, node, wrap_view, wrap) -> bool:
             continue
         ok = True
         for site, q in sites:
-            # bound in the wrap's branch, or once in the whole caller (the use is dead there too)
-            val = None if q is None else (_arm_binding(caller_fn, wrap, q, site)
-                                          or wrap_view.sem.single_value(q, caller_fn))
-            if val is None or not (_never_none(hub, wrap_view, val) if need_none
-                                   else isinstance(val, ast.Constant) and val.value is None):
+            # bound in the wrap's branch, on each path through the wrap, or once in the whole caller
+            val = None if q is None else (_arm_binding(caller_fn, wrap, q, site) or values_through(
+                wrap_view.sem, caller_fn, wrap, q, site) or wrap_view.sem.single_value(q, caller_fn))
+            if not val or not all(_never_none(hub, wrap_view, v) if need_none else isinstance(v, ast.Constant)
+                                  and v.value is None for v in (val if isinstance(val, list) else [val])):
                 ok = False
                 break
         if ok:
