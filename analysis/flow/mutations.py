@@ -268,7 +268,8 @@ def grown_under_test(ev, e: ast.Name, d: int):
     if kind != "events" or not evs:
         return None
     for node, values in mutations(ev.view, e.id, e, evs):
-        if not (isinstance(node, ast.Call) and node.func.attr in _GROWERS and isinstance(node.func.value, ast.Name)):
+        f = node.func if isinstance(node, ast.Call) else None
+        if not (isinstance(f, ast.Attribute) and f.attr in _GROWERS and isinstance(f.value, ast.Name)):
             continue
         child, p = node, getattr(node, "_p", None)
         while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
