@@ -28,7 +28,8 @@ class DestroyWithoutInit(Rule):
     unconditionally is a destroy at its call. Such a helper's returns are read too: when every
     `return` that no init comes before gives values that switch the destroy's guard off
     (`return 0, 1, device` before the init, `rank, world, device = setup()`, then `distributed =
-    world > 1` ... `if distributed: destroy_process_group()`; a `False` returned and tested), the
+    world > 1` ... `if distributed: destroy_process_group()`; a `False` returned and tested; the flag
+    itself returned after `if flag: init_process_group(...)`, false wherever that init was skipped), the
     destroy never runs without the group and is not flagged. The file itself must call `init_process_group` or
     `destroy_process_group` (the other may come through a helper). Only conditions on the
     distributed mode count (`args.distributed`, `world_size > 1`, `"RANK" in os.environ`: the
