@@ -6,7 +6,7 @@ name holds the wrapper (``Summaries.wrapper_ctor`` asks).
 
 - ``wrapped_when_distributed(hub, view, evs, got, at)``: every binding of ``evs`` that holds no
   wrapper (``got``) reaches ``at`` only through the skipped body of an ``if``
-  that only a distributed run passes (``group_absence._positive``), whose body rebinds the name to
+  that only a distributed run passes (``_positive``), whose body rebinds the name to
   a wrapper of ``wraps``.
 """
 from __future__ import annotations
@@ -14,13 +14,28 @@ from __future__ import annotations
 import ast
 
 from ..semantic import parent
+from .unconditional import dist_mode_test, flag_mode_test
+from .world import WORLD_SIZE_ENV
+
+
+def _positive(hub, view, test) -> bool:
+    """Only a distributed run passes ``test`` (``group_absence._positive``'s reading, without its
+    imports, which reach back to this module's importer): a test on the distributed mode
+    (``unconditional``) or on the launcher's world size, not negated and not a comparison for
+    equality or less; one conjunct of an ``and`` that is; every operand of an ``or``."""
+    t = test.__class__
+    if t is ast.BoolOp:
+        vals = [_positive(hub, view, v) for v in test.values]
+        return any(vals) if isinstance(test.op, ast.And) else all(vals)
+    if t is ast.UnaryOp or (t is ast.Compare and not all(isinstance(o, (ast.Gt, ast.GtE, ast.NotEq)) for o in test.ops)):
+        return False
+    return dist_mode_test(test) or flag_mode_test(test) or any(
+        isinstance(n, ast.Constant) and n.value in WORLD_SIZE_ENV for n in ast.walk(test))
 
 
 def _mode_if(hub, view, st):
     """The ``if`` whose body holds ``st`` directly (not under a further branch) when only a
     distributed run passes its test; else None."""
-    from .group_absence import _positive
-
     p = parent(st)
     if not (isinstance(p, ast.If) and st in p.body):
         return None
