@@ -10,7 +10,7 @@ has no collective in its forward. So the forward is a collective only when the m
 
 - True: a BatchNorm / InstanceNorm-with-running-stats layer, ``register_buffer``, a torchvision
   builder of a BatchNorm model, ``SyncBatchNorm.convert_sync_batchnorm``, in the module's
-  construction (through ``nn.Sequential``, ``.to()``/``.cuda()``, and the ``__init__`` of a class of
+  construction (through ``nn.Sequential``, ``.to()``/``.cuda()``, either arm of a conditional, and the ``__init__`` of a class of
   the same file, a few levels deep);
 - False: only layers of ``torch.nn`` known to hold no buffers, or a class of the same file whose
   ``__init__`` builds only such layers and registers no buffer;
@@ -90,6 +90,9 @@ def module_buffers(hub, view, expr: ast.AST, at: ast.AST, depth: int = 0) -> boo
         if isinstance(f, ast.Name) and f.id in view.classes:
             return class_buffers(hub, view, view.classes[f.id], depth + 1)
         return _returned_buffers(hub, view, expr, depth)
+    if isinstance(expr, ast.IfExp):  # ``convert_sync_batchnorm(m) if sync else m``: either arm, as bindings
+        vals = [module_buffers(hub, view, e, at, depth + 1) for e in (expr.body, expr.orelse)]
+        return True if True in vals else False if vals == [False, False] else None
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind in ("events", "global") and evs and len(evs) <= 4:

@@ -191,6 +191,12 @@ def wrapped_names(view) -> frozenset:
                             edges.append((a, kw))
                         elif i < len(params):
                             edges.append((a, params[i]))
+            # ``self.model = net`` / ``m = net``: the alias of a name that may hold one
+            for st in sem.by_type.get(ast.Assign, ()):
+                if st.value.__class__ is Name:
+                    for t in st.targets:
+                        if t.__class__ is Name or t.__class__ is ast.Attribute:
+                            edges.append((st.value.id, t.id if t.__class__ is Name else t.attr))
             for _ in range(3):
                 before = len(names)
                 for a, p in edges:

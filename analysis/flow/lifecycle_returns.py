@@ -14,7 +14,8 @@ def skipped_without_init(hub, view, init, destroy) -> bool:
     ``init_process_group``), ``destroy`` runs under path conditions of the caller: every ``return``
     of the helper that no init comes before gives values (bound by the call's assignment: a name,
     or a tuple unpacked element by element) under which one of the destroy's conditions is false
-    (``distributed = world > 1`` then ``if distributed: destroy_process_group()``). Then the destroy
+    (``distributed = world > 1`` then ``if distributed: destroy_process_group()``; a flag returned
+    after ``if flag: init_process_group(...)``, false wherever that init was skipped). Then the destroy
     never runs without the group. False whenever in doubt (a fall-through end, a value that is no
     constant, a condition not evaluated)."""
     if init.where is None:
@@ -44,6 +45,8 @@ def skipped_without_init(hub, view, init, destroy) -> bool:
         env = _bind(target, r.value)
         if env is None:
             return False
+        off = _skipped_flags(tv.sem, r, fn)  # ``if use_ddp: init(...)`` skipped: ``use_ddp`` is false here
+        env = {k: (ast.Constant(False) if isinstance(v, ast.Name) and v.id in off else v) for k, v in env.items()}
         if not any(_cond_false(view, st, c, env) for c in guards):
             return False
     return True
@@ -65,6 +68,30 @@ def _after_init(sem, node, fn) -> bool:
             return False
         child, p = p, parent(p)
     return False
+
+
+def _skipped_flags(sem, node, fn) -> set:
+    """The names ``n`` of the ``if n: ...`` statements before ``node`` in its enclosing blocks whose
+    body makes ``init_process_group(...)`` as a statement of its own (no ``else``), ``n`` not bound
+    again between: on a path that reaches ``node`` without the init, ``n`` is false there."""
+    out = set()
+    child, p = node, parent(node)
+    while p is not None:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if isinstance(block, list) and child in block:
+                before = block[: block.index(child)]
+                for j, s in enumerate(before):
+                    if isinstance(s, ast.If) and isinstance(s.test, ast.Name) and not s.orelse and any(
+                            isinstance(b, ast.Expr) and isinstance(b.value, ast.Call)
+                            and (sem.call_qualname(b.value) or "") == INIT for b in s.body) and not any(
+                            isinstance(t, ast.Name) and t.id == s.test.id and isinstance(t.ctx, ast.Store)
+                            for later in (*s.body, *before[j + 1:]) for t in ast.walk(later)):
+                        out.add(s.test.id)
+        if p is fn:
+            return out
+        child, p = p, parent(p)
+    return out
 
 
 def _bind(target, value) -> dict | None:

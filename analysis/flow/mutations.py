@@ -252,6 +252,35 @@ def container_length(ev, e: ast.Name, d: int):
     return join(vals)
 
 
+_GROWERS = frozenset({"append", "extend", "insert", "add", "appendleft", "extendleft"})
+
+
+def grown_under_test(ev, e: ast.Name, d: int):
+    """For the evaluator ``ev``: a rank-varying value when the list (set) ``e`` names gets an item
+    (``append``, ``extend``, ``insert``, ``add``) only where a test on this rank's data, the clock
+    or random numbers holds, a test that does not also decide the use (``if y.sum() > 0:
+    found.append(i)`` in a loop over this rank's batches, then ``len(found)``): its length is then
+    this rank's own. None otherwise (a test on the rank itself is left out, as for a binding:
+    ``uniformity._control_dependent``)."""
+    from .bindings import reaching
+    from .values import CLOCK, DATA, RNG, Value
+    kind, evs = reaching(ev.view, e.id, e)
+    if kind != "events" or not evs:
+        return None
+    for node, values in mutations(ev.view, e.id, e, evs):
+        f = node.func if isinstance(node, ast.Call) else None
+        if not (isinstance(f, ast.Attribute) and f.attr in _GROWERS and isinstance(f.value, ast.Name)):
+            continue
+        child, p = node, getattr(node, "_p", None)
+        while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+            if isinstance(p, (ast.If, ast.While)) and child is not p.test and not _contains(p, e):
+                v = ev.value(p.test, d + 1)
+                if v.varying and v.src.cat in (DATA, RNG, CLOCK):
+                    return Value("V", v.src.step(f"which decides whether line {node.lineno} adds an item to `{e.id}`"))
+            child, p = p, getattr(p, "_p", None)
+    return None
+
+
 _EMPTY_DICTS = frozenset({"dict", "collections.OrderedDict", "OrderedDict"})
 
 

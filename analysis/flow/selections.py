@@ -68,12 +68,12 @@ def subscript_value(ev, e: ast.Subscript, d: int):
     if sl.__class__ is ast.Constant and sl.value.__class__ is int and sl.value >= 0 \
             and e.value.__class__ in (ast.Call, ast.Tuple, ast.List):
         return ev._unpack(e.value, [sl.value], d)
+    v = None
     if sl.__class__ is ast.Constant and sl.value.__class__ is str:
         from .dict_fields import field  # lazy: dict_fields follows bindings and helpers' returns
-        got = field(ev, e, d)
-        if got is not None:
-            return got
-    v = join((ev.value(e.value, d), ev.value(sl, d)))
+        v = field(ev, e, d)
+    if v is None:
+        v = join((ev.value(e.value, d), ev.value(sl, d)))
     if v.varying:
         from .saved_fields import saved_field  # a field of a file the module writes: what the writers stored
         got = saved_field(ev, e, d)

@@ -33,6 +33,7 @@ from .origins import ZERO, ZERO_METHODS, zero_call  # noqa: F401  (ZERO re-expor
 from .hidden import hidden_sites
 from .gathers import helper_gather
 from .arg_guards import guard_params, unguarded
+from .mode_wraps import wrapped_when_distributed
 from .unconditional import _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
 
 COLLECTIVES = (
@@ -138,8 +139,8 @@ class Summaries(Roots):
             kind, evs = reaching(view, expr.id, at)
             if kind in ("events", "global") and evs:
                 got = [self.wrapper_ctor(view, _bound(e, expr.id), e, depth + 1, ctx) if isinstance(e, ast.Assign)
-                       else None for e in evs]
-                return got[-1] if all(got) else None
+                       else None for e in evs]  # or wrapped on the distributed path only (``mode_wraps``)
+                return got[-1] if all(got) else wrapped_when_distributed(self, view, evs, got, at)
             if kind == "param":
                 if ctx is not None and evs is ctx.fn and expr.id in ctx.wraps:
                     return ctx.wraps[expr.id]

@@ -631,10 +631,10 @@ class Evaluator:
             if qn is None and f.id == "len" and e.args:
                 if isinstance(e.args[0], ast.Name):
                     from .symbolic import padded_length  # lazy: symbolic follows helpers
-                    from .mutations import container_length  # writes into its elements only
+                    from .mutations import container_length, grown_under_test  # writes into its elements only
                     got = padded_length(self, e.args[0], d)
                     if got is None:
-                        got = container_length(self, e.args[0], d)
+                        got = container_length(self, e.args[0], d) or grown_under_test(self, e.args[0], d)
                     if got is not None:
                         return got
                 # a loader's length is its batches; a DistributedSampler's, any rank's padded share

@@ -43,7 +43,9 @@ class CollectiveUnderRankGuard(Rule):
     Beyond the rank itself, any condition whose value differs between ranks counts: one computed
     from this rank's data (`if preds.any():`, a loss, a metric over the local shard), the wall
     clock, unseeded random numbers, or a helper that returns such a value (`is_main_process()`
-    defined in this file or imported from the project). So does `x is not None` where such a
+    defined in this file or imported from the project). So does the length of a list that gets an
+    item only where such a test on this rank's data holds (`if (y > 0).any(): kept.append(x)` in a
+    loop over this rank's batches, then `if len(kept) > 0:`). So does `x is not None` where such a
     condition chooses between None and a value that is never None (`images = images if found else
     None`, with `found` set from this rank's batch; `extra = None` then `if batch_has_mask: extra =
     {}`), also when `x` reaches a helper as its parameter, through any number of calls of the
@@ -64,7 +66,9 @@ class CollectiveUnderRankGuard(Rule):
     collectives of that model: its forward broadcasts the module's buffers when the
     module has any (BatchNorm running statistics, registered buffers), with or without gradients,
     since DDP skips the broadcast only after a forward without gradients has run; a module known to
-    have no buffers makes no collective in its forward. A condition inside a helper on a parameter
+    have no buffers makes no collective in its forward. A model wrapped only on a distributed run
+    (`if distributed: model = DDP(model)`, then `self.model = model`) holds the wrapper wherever a
+    collective matters: the plain module reaches the forward only on a run with no other rank. A condition inside a helper on a parameter
     that the call makes rank-varying (`reduce_mean(x)` under `if num_pos > 0:` in a loss helper that
     receives this rank's targets) counts too; when the helper lives in another file, the finding is
     reported at the call.

@@ -28,8 +28,9 @@ class DestroyWithoutInit(Rule):
     unconditionally is a destroy at its call. Such a helper's returns are read too: when every
     `return` that no init comes before gives values that switch the destroy's guard off
     (`return 0, 1, device` before the init, `rank, world, device = setup()`, then `distributed =
-    world > 1` ... `if distributed: destroy_process_group()`; a `False` returned and tested), the
-    destroy never runs without the group and is not flagged. Nor is a destroy that a run without
+    world > 1` ... `if distributed: destroy_process_group()`; a `False` returned and tested; the flag
+    itself returned after `if flag: init_process_group(...)`, false wherever that init was skipped),
+    the destroy never runs without the group and is not flagged. Nor is a destroy that a run without
     a group never reaches: between the init and the destroy, a call that needs the group (a
     collective, `get_rank()`, the DDP constructor) runs wherever the destroy runs (each `if`
     around it has a test and branch the destroy's own path shares; no loop or `try` of its own),

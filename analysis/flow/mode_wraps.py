@@ -1,0 +1,110 @@
+"""A name wrapped only on the distributed path: ``model = Net()`` then ``if distributed: model =
+DDP(model)``. Where the name is read after that ``if``, its reaching bindings are the plain module
+and the wrapper; the plain one reaches the read only on a run that fails the test, which is a run
+with no other rank (no collective can hang there). So on every run where a collective matters the
+name holds the wrapper (``Summaries.wrapper_ctor`` asks).
+
+- ``wrapped_when_distributed(hub, view, evs, got, at)``: every binding of ``evs`` that holds no
+  wrapper (``got``) reaches ``at`` only through the skipped body of an ``if``
+  that only a distributed run passes (``_positive``), whose body rebinds the name to
+  a wrapper of ``wraps``.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import parent
+from .unconditional import dist_mode_test, flag_mode_test
+from .world import WORLD_SIZE_ENV
+
+
+def _positive(hub, view, test) -> bool:
+    """Only a distributed run passes ``test`` (``group_absence._positive``'s reading, without its
+    imports, which reach back to this module's importer): a test on the distributed mode
+    (``unconditional``) or on the launcher's world size, not negated and not a comparison for
+    equality or less; one conjunct of an ``and`` that is; every operand of an ``or``."""
+    t = test.__class__
+    if t is ast.BoolOp:
+        vals = [_positive(hub, view, v) for v in test.values]
+        return any(vals) if isinstance(test.op, ast.And) else all(vals)
+    if t is ast.UnaryOp or (t is ast.Compare and not all(isinstance(o, (ast.Gt, ast.GtE, ast.NotEq)) for o in test.ops)):
+        return False
+    return dist_mode_test(test) or flag_mode_test(test) or any(
+        isinstance(n, ast.Constant) and n.value in WORLD_SIZE_ENV for n in ast.walk(test))
+
+
+def _mode_if(hub, view, st):
+    """The ``if`` whose body holds ``st`` directly (not under a further branch) when only a
+    distributed run passes its test; else None."""
+    p = parent(st)
+    if not (isinstance(p, ast.If) and st in p.body):
+        return None
+    test = p.test
+    if _positive(hub, view, test):
+        return p
+    # a flag bound once to such a test (``multi = int(os.environ.get("WORLD_SIZE", 1)) > 1``),
+    # or a ``self`` attribute every binding of which is one
+    if isinstance(test, ast.Name):
+        v = view.sem.single_value(test.id, view.sem.scope_of(test))
+        vals = [] if v is None or v is test else [v]
+    elif isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == "self" \
+            and hasattr(hub, "self_attr_bindings"):
+        vals = hub.self_attr_bindings(view, test)
+    else:
+        vals = []
+    if vals and all(isinstance(v, ast.expr) and _positive(hub, view, v) for v in vals):
+        return p
+    return None
+
+
+def _ancestors(node) -> list:
+    out = []
+    p = parent(node)
+    while p is not None:
+        out.append(p)
+        p = parent(p)
+    return out
+
+
+def _passes_through(plain, guard, at) -> bool:
+    """Every straight path from ``plain`` to ``at`` evaluates ``guard``: ``guard`` comes after
+    ``plain`` and before ``at``, in a block that encloses both (the same function)."""
+    if not (plain.end_lineno < guard.lineno and guard.end_lineno < at.lineno):
+        return False
+    holder = parent(guard)
+    if holder is None or not (holder in _ancestors(plain) and holder in _ancestors(at)):
+        return False
+    for a in _ancestors(plain):  # no loop between them: a second iteration reaches ``at`` again
+        if a is holder:
+            return True
+        if isinstance(a, (ast.For, ast.AsyncFor, ast.While)) or isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                               ast.Lambda, ast.ClassDef)):
+            return False
+    return False
+
+
+def _killed(plain, wrap) -> bool:
+    """``plain`` comes before ``wrap`` in the same block: the wrap rebinds it on every path."""
+    holder = parent(plain)
+    if holder is None or holder is not parent(wrap):
+        return False
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(holder, field, None)
+        if isinstance(block, list) and plain in block and wrap in block:
+            return block.index(plain) < block.index(wrap)
+    return False
+
+
+def wrapped_when_distributed(hub, view, evs: list, got: list, at):
+    """See the module docstring. ``evs``: the reaching bindings; ``got``: the wrapper each one
+    holds, or None. The answer is the last wrapper, or None."""
+    plain = [e for e, g in zip(evs, got) if not g]
+    wraps = [e for e, g in zip(evs, got) if g]
+    if not plain or not wraps or not all(isinstance(e, ast.Assign) for e in plain):
+        return None
+    guards = [_mode_if(hub, view, w) for w in wraps]
+    if any(g is None for g in guards):
+        return None
+    if not all(any(_passes_through(p, g, at) or _killed(p, w) for g, w in zip(guards, wraps)) for p in plain):
+        return None
+    return next(g for g in reversed(got) if g)
