@@ -19,21 +19,15 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent
+from .unconditional import passed_only_distributed
 from .lifecycle import GROUP_USES, INIT, group_value, guard_test, lifecycle_of, project_target, straight
 
 def _positive(hub, view, test: ast.AST) -> bool:
     """Only a distributed run passes ``test``: a test on the mode that is not negated and not a
     comparison for equality or less (``world_size == 1``), one conjunct of an ``and`` that is, or a
     test on the group that a run without one fails (``group_value``)."""
-    if group_value(hub, view, test, False) is False:
-        return True
-    t = test.__class__
-    if t is ast.BoolOp:
-        vals = [_positive(hub, view, v) for v in test.values]
-        return any(vals) if isinstance(test.op, ast.And) else all(vals)
-    if t is ast.UnaryOp or (t is ast.Compare and not all(isinstance(o, (ast.Gt, ast.GtE, ast.NotEq)) for o in test.ops)):
-        return False
-    return guard_test(view.sem, test)
+    return passed_only_distributed(test, lambda t: guard_test(view.sem, t),
+                                   lambda t: group_value(hub, view, t, False) is False)
 
 
 def _needs_here(hub, view, c, helpers: bool = True) -> bool:

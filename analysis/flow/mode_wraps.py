@@ -14,23 +14,15 @@ from __future__ import annotations
 import ast
 
 from ..semantic import parent
-from .unconditional import dist_mode_test, flag_mode_test
+from .unconditional import dist_mode_test, flag_mode_test, passed_only_distributed
 from .world import WORLD_SIZE_ENV
 
 
 def _positive(hub, view, test) -> bool:
-    """Only a distributed run passes ``test`` (``group_absence._positive``'s reading, without its
-    imports, which reach back to this module's importer): a test on the distributed mode
-    (``unconditional``) or on the launcher's world size, not negated and not a comparison for
-    equality or less; one conjunct of an ``and`` that is; every operand of an ``or``."""
-    t = test.__class__
-    if t is ast.BoolOp:
-        vals = [_positive(hub, view, v) for v in test.values]
-        return any(vals) if isinstance(test.op, ast.And) else all(vals)
-    if t is ast.UnaryOp or (t is ast.Compare and not all(isinstance(o, (ast.Gt, ast.GtE, ast.NotEq)) for o in test.ops)):
-        return False
-    return dist_mode_test(test) or flag_mode_test(test) or any(
-        isinstance(n, ast.Constant) and n.value in WORLD_SIZE_ENV for n in ast.walk(test))
+    """Only a distributed run passes ``test`` (``unconditional.passed_only_distributed``): a test on
+    the distributed mode or on the launcher's world size."""
+    return passed_only_distributed(test, lambda t: dist_mode_test(t) or flag_mode_test(t) or any(
+        isinstance(n, ast.Constant) and n.value in WORLD_SIZE_ENV for n in ast.walk(t)))
 
 
 def _mode_if(hub, view, st):

@@ -146,3 +146,19 @@ def flag_mode_test(test: ast.AST) -> bool:
         return False
 
     return ok(test) and bool(flags) and all(_DIST_MODE.match(f) and _FLAG.search(f) for f in flags)
+
+
+def passed_only_distributed(test: ast.AST, leaf, first=None) -> bool:
+    """Only a distributed run passes ``test``, in the shape ``group_absence`` and ``mode_wraps`` share:
+    ``first(t)`` true at any level decides; then one conjunct of an ``and`` that is, or every operand
+    of an ``or``; never a negation or a comparison for equality or less (``world_size == 1``);
+    otherwise ``leaf(t)``."""
+    if first is not None and first(test):
+        return True
+    t = test.__class__
+    if t is ast.BoolOp:
+        vals = [passed_only_distributed(v, leaf, first) for v in test.values]
+        return any(vals) if isinstance(test.op, ast.And) else all(vals)
+    if t is ast.UnaryOp or (t is ast.Compare and not all(isinstance(o, (ast.Gt, ast.GtE, ast.NotEq)) for o in test.ops)):
+        return False
+    return leaf(test)
