@@ -246,18 +246,25 @@ def _sharded(hub, view, expr, at) -> bool:
     return _over_dist_sampler(hub, view, expr, at) or _built_from_rank(hub, view, expr, at)
 
 
+def _origins(hub, view, expr, at) -> list:
+    """What ``expr`` may hold at ``at`` (``origins.branch_origins``, 10 levels deep); empty when
+    the question has no answer."""
+    from .origins import branch_origins
+
+    try:
+        return branch_origins(hub, view, expr, at, limit=10)
+    except Exception:  # noqa: BLE001 - no answer
+        return []
+
+
 def _built_from_rank(hub, view, expr, at) -> bool:
     """Every value ``expr`` may hold is what a call given the rank returns
     (``corpus.iterator("valid", rank, world)``, ``ds.shard(world, rank)``): where the call resolves
     to a project function, the rank must reach its return (``return_deps``)."""
-    from .origins import branch_origins
     from .return_deps import reaching_args
     from .values import RANK
 
-    try:
-        found = branch_origins(hub, view, expr, at, limit=10)
-    except Exception:  # noqa: BLE001 - no answer
-        return False
+    found = _origins(hub, view, expr, at)
     if not found:
         return False
     for v, e, _fr in found:
@@ -287,10 +294,7 @@ def _over_dist_sampler(hub, view, expr, at) -> bool:
     from .origins import branch_origins
     from .uniformity import _LOADER_QNS
 
-    try:
-        found = branch_origins(hub, view, expr, at, limit=10)
-    except Exception:  # noqa: BLE001 - no answer
-        return False
+    found = _origins(hub, view, expr, at)
     if not found:
         return False
     for lv, ld, fr in found:
