@@ -86,6 +86,10 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                 if a is not None:
                     out.extend(origins(hub, cv, a, c, depth + 1, path, keep_path, () if frames is not None else None,
                                        limit=limit, callers=callers))
+                elif (d := _default_of(evs, expr.id)) is not None:
+                    # a call that leaves the parameter out: its default, a value of the callee's module
+                    out.extend(origins(hub, view, d, evs, depth + 1, path, keep_path,
+                                       () if frames is not None else None, limit=limit, callers=callers))
             return out
         return []
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
