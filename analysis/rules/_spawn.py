@@ -212,6 +212,48 @@ def ray_actor_class(ctx, cls: ast.ClassDef) -> bool:
     return False
 
 
+def ray_actor_only(ctx, cls: ast.ClassDef) -> bool:
+    """``ray_actor_class``, or the functional form: the project hands the class to ``ray.remote(Cls)``
+    and uses its name nowhere else but in imports, type tests and annotations (never ``Cls(...)``,
+    never as a value that something else may build): every instance is an actor, a process of
+    its own. False whenever in doubt (a project too big to search, a file that cannot be read)."""
+    if ray_actor_class(ctx, cls):
+        return True
+    from ._common import project_files_naming
+
+    files = project_files_naming(ctx, {cls.name}, also=("remote",))
+    if not files:
+        return False
+    made = False
+    for fctx, view in project_files_naming(ctx, {cls.name}) or ():
+        for n in ast.walk(view.sem.tree):
+            if n.__class__ is ast.Name and n.id == cls.name or n.__class__ is ast.Attribute and n.attr == cls.name:
+                p = parent(n)
+                if p.__class__ is ast.Call and n in p.args and fctx.qn(p.func) in RAY_ACTOR_DECORATORS:
+                    made = True
+                elif not _type_use(n, p):
+                    return False
+            elif n.__class__ is ast.ClassDef and n.name == cls.name and n is not cls:
+                return False  # another class of that name: its uses cannot be told apart
+    return made
+
+
+def _type_use(n: ast.AST, p: ast.AST) -> bool:
+    """A use of a class name that builds nothing: an import, a test of a value's type, an
+    annotation, an ``except`` clause."""
+    if p.__class__ in (ast.alias, ast.Import, ast.ImportFrom):
+        return True
+    while p is not None and p.__class__ in (ast.Tuple, ast.Subscript, ast.BinOp, ast.Attribute):
+        n, p = p, parent(p)
+    if p.__class__ is ast.Call and p.func.__class__ is ast.Name and p.func.id in ("isinstance", "issubclass") \
+            and n in p.args[1:]:
+        return True
+    if p.__class__ in (ast.arg, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef) and (
+            getattr(p, "annotation", None) is n or getattr(p, "returns", None) is n):
+        return True
+    return p.__class__ is ast.ExceptHandler and p.type is n
+
+
 def in_ray_actor(ctx, node: ast.AST) -> bool:
     """``node`` is code of a Ray actor class (``ray_actor_class``): it runs in the actor's worker
     process, not in the process of the script that defines or starts the actor."""

@@ -8,7 +8,7 @@ from ..registry import Rule
 from ..semantic import parent
 from ._common import D
 from ._flow import scopes
-from ._spawn import ray_actor_class
+from ._spawn import _type_use, ray_actor_class, ray_actor_only
 
 IS_INIT = D + "is_initialized"
 
@@ -32,7 +32,8 @@ class InitWhenAlreadyInitialized(Rule):
     through its methods and project helpers, with no test on the group on the way
     (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
     one process (a second runner, a test that builds two) meets a group that exists. A script's
-    class, a private class (`_Engine`), a Ray actor class (`@ray.remote`: each instance is a
+    class, a private class (`_Engine`), a Ray actor class (`@ray.remote`, or a class the project
+    uses only as `ray.remote(Cls)`: each instance is a
     process of its own) and methods other than `__init__` are left alone, and so is
     a class the project builds (itself or a subclass) at exactly one call that runs at most once per
     process: on a script's top level, or in an undecorated function whose only call is there and
@@ -134,8 +135,8 @@ class InitWhenAlreadyInitialized(Rule):
             _constructors(self, ctx)
 
     def _report_ctor(self, ctx, call, cls, via) -> None:
-        if ctx.memo(("ddp008.built_once", id(cls)), lambda: _built_once(ctx, cls)):
-            return  # the project's only construction runs once per process: no second instance
+        if ctx.memo(("ddp008.built_once", id(cls)), lambda: _built_once(ctx, cls) or ray_actor_only(ctx, cls)):
+            return  # the project's only construction runs once per process (or each is an actor): no second instance
         what = "`init_process_group(...)`" if via is None else f"`{ctx.text(call.func)}(...)`, which calls `init_process_group`,"
         ctx.report(
             call,
@@ -198,7 +199,8 @@ def _constructors(rule, ctx) -> None:
         if cls.__class__ is not ast.ClassDef or cls.name.startswith("_"):
             continue
         if ray_actor_class(ctx, cls):
-            continue  # each instance is an actor: a process of its own, built once there
+            continue  # each instance is an actor: a process of its own, built once there (also
+            # ``ray.remote(Cls)``: ``ray_actor_only``, asked before a report, since it reads the project)
         init = next((st for st in cls.body if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and st.name == "__init__"), None)
         if init is None:
@@ -414,14 +416,5 @@ def _imports_module(view, stem: str) -> bool:
 
 
 def _harmless_use(n: ast.AST, p: ast.AST) -> bool:
-    """A use of a class name that builds nothing: a test of a value's type (``isinstance(x, C)``,
-    ``issubclass``), an annotation, an ``except`` clause."""
-    while p.__class__ in (ast.Tuple, ast.Subscript, ast.BinOp, ast.Attribute) and p is not None:
-        n, p = p, parent(p)
-    if p.__class__ is ast.Call and p.func.__class__ is ast.Name and p.func.id in ("isinstance", "issubclass") \
-            and n in p.args[1:]:
-        return True
-    if p.__class__ in (ast.arg, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef) and (
-            getattr(p, "annotation", None) is n or getattr(p, "returns", None) is n):
-        return True
-    return p.__class__ is ast.ExceptHandler and p.type is n
+    """A use of a class name that builds nothing (``_spawn._type_use``)."""
+    return _type_use(n, p)
