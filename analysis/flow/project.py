@@ -3,7 +3,9 @@
 An import that resolves to a file of the same project (``from utils.dist import f``, ``import comm``)
 is read, parsed and indexed once per content: views are cached by (path, content hash) in a small
 in-process LRU. Roots searched, in order: the importing file's folder, the folder above its topmost
-package (walking up while ``__init__.py`` exists), and the project root (the nearest folder above
+package (walking up while ``__init__.py`` exists), the folder above that one when the climb
+ended under a folder without ``__init__.py`` (an implicit namespace package: ``REC/utils/`` imported
+as ``REC.utils``), and the project root (the nearest folder above
 holding ``pyproject.toml``, ``setup.py`` or ``.git``). Nothing outside those roots is read: a
 third-party import stays unresolved (unknown).
 
@@ -318,6 +320,13 @@ def _roots_for(here: str, absent: list) -> list[str]:
             absent.append(os.path.join(d, "__init__.py"))
     if d not in roots:
         roots.append(d)
+    if d != here and os.path.basename(d).isidentifier():
+        # the package climb ended at a folder without ``__init__.py`` above a package: it may be
+        # an implicit namespace package (``REC/trainer/`` importing ``REC.utils``), imported from
+        # the folder above it; looked up last, after the package's own roots
+        ns = os.path.dirname(d)
+        if ns != d and ns not in roots:
+            roots.append(ns)
     d = here
     for _ in range(8 if _disk.get() else 0):
         if any(os.path.exists(os.path.join(d, m)) for m in _PROJECT_MARKERS):

@@ -545,7 +545,8 @@ def rank_value(ctx, e: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST:
     """``e``'s rank call when ``e`` is a name not read as a rank whose every assignment is a rank
     call (``dist.get_rank()``) or the constant 0, one of them a call (``r = 0``, then ``r =
     dist.get_rank()`` under ``if world_size > 1:``: one process is rank 0), or ``self.<attr>`` bound
-    once to a constructor parameter that every construction here fills so: value flow before name."""
+    once to a rank call or to a constructor parameter that every construction here fills so: value
+    flow before name."""
     if isinstance(e, ast.Name) and not is_rank_like(e) and depth < 4:
         kind, vals = name_binding_kind(ctx, e.id, scope)
         vals = [vals] if kind == "single" else vals if kind == "multi" and vals else []
@@ -562,9 +563,12 @@ def rank_value(ctx, e: ast.AST, scope: ast.AST, depth: int = 0) -> ast.AST:
                    for a in (bind_args(c, scope).get(e.id) for c in sites)]
             if got and all(isinstance(g, ast.Call) and is_rank_like(g) for g in got):
                 return got[0]
-    elif isinstance(e, ast.Attribute) and not is_rank_like(e) and isinstance(v := self_attr_value(ctx, e), ast.Name):
-        got = rank_value(ctx, v, ctx.sem.scope_of(v), depth + 1)
-        return got if isinstance(got, ast.Call) and is_rank_like(got) else e
+    elif isinstance(e, ast.Attribute) and not is_rank_like(e) and (v := self_attr_value(ctx, e)) is not None:
+        if isinstance(v, ast.Call) and is_rank_like(v):
+            return v  # ``self.me = dist.get_rank()``, its one binding
+        if isinstance(v, ast.Name):
+            got = rank_value(ctx, v, ctx.sem.scope_of(v), depth + 1)
+            return got if isinstance(got, ast.Call) and is_rank_like(got) else e
     return e
 
 

@@ -204,8 +204,27 @@ def _every_rank(ctx, an, node, distributed: bool) -> bool:
     if g is False:
         return distributed
     fn = ctx.sem.enclosing_function(node)
-    return fn is not None and (_rank_aware(ctx, an, fn) or _called_on_every_rank(ctx, an, fn)
-                               or _run_by_rank_aware_method(ctx, fn))
+    return fn is not None and not _called_on_main_only(ctx, fn) and (
+        _rank_aware(ctx, an, fn) or _called_on_every_rank(ctx, an, fn) or _run_by_rank_aware_method(ctx, fn))
+
+
+def _called_on_main_only(ctx, fn) -> bool:
+    """Every call of the module-level function ``fn`` (or construction of the class whose
+    ``__init__`` it is) in the project's other files runs on the main rank only, and there is one:
+    what ``fn`` does runs on one rank, whatever collectives it makes (a barrier in a callee it
+    reaches on a fallback path says how it was written, not where it runs)."""
+    from ._common import project_callers
+
+    owner = parent(fn)
+    if fn.name == "__init__" and isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module):
+        name = owner.name
+    elif isinstance(owner, ast.Module):
+        name = fn.name
+    else:
+        return False
+    sites = [(caller, call) for caller, call, node in project_callers(ctx, (name,))
+             if node is fn or node is owner]
+    return bool(sites) and all(rank0_guarded(caller, call) is True for caller, call in sites)
 
 
 def _rank_aware(ctx, an, fn) -> bool:
