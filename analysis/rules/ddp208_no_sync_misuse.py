@@ -32,11 +32,18 @@ class NoSyncMisuse(Rule):
       The split may also be an `if` whose one branch runs the micro-batch inside
       `with model.no_sync():` and whose other branch runs a backward outside it (either order, any
       number of statements), or a choice of the factory itself, called later
-      (`ctx = model.no_sync if i % accum != 0 else nullcontext`, then `with ctx():`). The step
+      (`ctx = model.no_sync if i % accum != 0 else nullcontext`, then `with ctx():`, also as one
+      element of a tuple assignment), or the one `return` of a helper (a function or a method of
+      this file) that picks the context from its parameters
+      (`return model.no_sync() if step % every != 0 else nullcontext()`), judged in the loop of
+      each of its calls with the arguments it gets (`with window(model, i, accum):`). The step
       may sit deeper under the modular test (`if torch.isfinite(norm): optimizer.step()`). The
       wrapper may reach a class through its constructor (`self.model = model` where every
-      `Trainer(ddp_model, ...)` of the file passes it). Only plain modular tests on the loop variable are compared
-      (`(i + c) % k == r`, `!=`, `not`, a name bound once to one); with a constant `k` the residues
+      `Trainer(ddp_model, ...)` of the file passes it), or as a parameter of a method that the
+      project's other files call with it (`trainer.train_epoch(model=ddp_model)` of a script). Only
+      plain modular tests on the loop variable are compared
+      (`(i + c) % k == r`, `!=`, a bare `(i + c) % k` as a truth value, `not`, a name bound once to
+      one); with a constant `k` the residues
       are compared modulo `k` (`i % 4 == 3` is `(i + 1) % 4 == 0`), with a named `k` only tests one
       micro-batch apart are reported;
     - a loop in which **every** `backward()` runs inside `with model.no_sync():` and the optimizer
