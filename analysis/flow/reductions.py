@@ -148,8 +148,9 @@ def sum_reductions(hub, view, scope) -> list:
 def summed_again(hub, view, scope) -> list:
     """``(first, second)`` pairs of ``sum_reductions``: ``second`` sums over the world the tensor
     that ``first`` summed (over any group) just before, on every path from ``first``: ``first``'s
-    statement is an earlier statement of a block that holds ``second``, and no code between the
-    two reads or writes the name (no rescaling, no reset, no rebinding)."""
+    statement is an earlier statement of a block that holds ``second``, no code between the
+    two reads or writes the name (no rescaling, no reset, no rebinding), and the name may be read
+    after ``second`` (``read_after``)."""
     facts = sum_reductions(hub, view, scope)
     out = []
     for i, second in enumerate(facts):
@@ -159,7 +160,8 @@ def summed_again(hub, view, scope) -> list:
             if first.name != second.name:
                 continue
             if _dominates(first.call, second.call) and not _touched_between(view, scope, first.call, second.call,
-                                                                               first.name):
+                                                                               first.name) \
+                    and read_after(scope, second.call, first.name):
                 out.append((first, second))
             break
     return out
@@ -192,6 +194,19 @@ def _dominates(a: ast.AST, b: ast.AST) -> bool:
             return True
         n = parent(n)
     return False
+
+
+def read_after(scope, call: ast.Call, name: str) -> bool:
+    """``name`` may be read once ``call`` has run: a mention of it later in ``scope``, or ``call``
+    inside a loop (the next round reads it). A sum nobody reads again (a test that only makes two
+    collectives, to hang one rank on purpose) is no wrong value."""
+    p = parent(call)
+    while p is not None and p is not scope:
+        if isinstance(p, (ast.For, ast.While, ast.AsyncFor)):
+            return True
+        p = parent(p)
+    end = (call.end_lineno, call.end_col_offset)
+    return any(isinstance(n, ast.Name) and n.id == name and (n.lineno, n.col_offset) >= end for n in ast.walk(scope))
 
 
 def _touched_between(view, scope, a: ast.Call, b: ast.Call, name: str) -> bool:

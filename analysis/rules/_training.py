@@ -16,8 +16,9 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 def ddp_holder(ctx, expr: ast.AST, at: ast.AST) -> bool:
     """``expr`` (a name or ``self.attr``) provably holds the DDP wrapper at ``at``: bound to it
     here, a parameter every call of this file fills with it, or a parameter of a module-level
-    function that this file never calls and every call from the project's other files fills with
-    it (``engine.py: def train_one_epoch(model, ...)`` called by ``main.py`` with the wrapper)."""
+    function (or of a method of a module-level class) that this file never calls and every call
+    from the project's other files fills with it (``engine.py: def train_one_epoch(model, ...)``
+    called by ``main.py`` with the wrapper, ``trainer.train_epoch(model=ddp_model)``)."""
     if is_ddp_wrapper(ctx, expr, at) is not None:
         return True
     return _self_attr_wrapped_in_init(ctx, expr, at) or _param_from_project(ctx, expr, at)
@@ -27,12 +28,20 @@ def _param_from_project(ctx, expr, at) -> bool:
     if not isinstance(expr, ast.Name):
         return False
     fn = next((a for a in ctx.sem.ancestors(at) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-    if fn is None or not isinstance(parent(fn), ast.Module) or ctx.sem.assignments(fn).get(expr.id):
+    if fn is None or ctx.sem.assignments(fn).get(expr.id):
         return False
-    pos = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    owner = parent(fn)
+    # a module-level function, or a method of a module-level class (``trainer.train_epoch(model=m)``
+    # of a script: ``project_callers`` resolves the call through the instance's class)
+    method = isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module) \
+        and not fn.decorator_list and fn.name != "__init__"
+    if not isinstance(owner, ast.Module) and not method:
+        return False
+    pos = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if method else 0:]
     if expr.id not in pos and expr.id not in [a.arg for a in fn.args.kwonlyargs]:
         return False
-    if any(isinstance(c.func, ast.Name) and c.func.id == fn.name for c in ctx.sem.calls):
+    if any(isinstance(c.func, ast.Name) and c.func.id == fn.name
+           or method and isinstance(c.func, ast.Attribute) and c.func.attr == fn.name for c in ctx.sem.calls):
         return False  # called in this file: ``is_ddp_wrapper`` already judged those calls
     memo = ctx.memo("training.param_from_project", dict)
     key = (id(fn), expr.id)

@@ -21,9 +21,20 @@ class SumReducedAgainOverWorld(Rule):
       none). The finding is then on that `all_reduce` in the helper when the helper is in this
       file, else on the call.
 
+    - on one tensor under two names (`flow.aliases`): `same = total` (or `total.view(-1)`,
+      `.detach()`, `.data`) and then both names all-reduced in place; or two entries of a dict or
+      list that are one tensor object (a helper that returns `hits, seen, hits`, both stored into
+      the container) and a loop that all-reduces every element in place
+      (`for v in stats.values(): dist.all_reduce(v)`). The finding is then where the tensor gets
+      its second name (the second `hits` of the `return`, the `total` of `same = total`) when that
+      is in this file.
+
     The second reduction must follow the first on every path (an earlier statement of a block
     that holds it) and no code between them may read or write the tensor's name (a rescale or a
-    reset makes the second sum something else). A helper's world reduction behind a test of one of
+    reset makes the second sum something else), and the tensor must be read after it (a sum
+    nobody reads is no wrong value). Two names are one tensor only where each is followed back to
+    one binding: a name bound on one path again, or a copy (`.clone()`, `x * 1`), is another
+    tensor. A helper's world reduction behind a test of one of
     its parameters (`if group is None:`) is the caller's choice and is not used; one behind a test
     of the instance's state (`if self.mp_group is None:`) is.
 
@@ -33,11 +44,26 @@ class SumReducedAgainOverWorld(Rule):
     size (times the world size when the first sum was over the world too). A gradient norm or a
     token count reduced this way is silently too large on every rank; there is no error.
 
+    The same happens when one tensor sits under two names or two entries of a container that is
+    reduced element by element: its storage is summed once per name, and every value that shares
+    it comes out too large by the world size (an accuracy above 1).
+
     ## Example
     ```python
     norm_sq = local_norm_sq(grads)
     dist.all_reduce(norm_sq, group=dp_group)
     dist.all_reduce(norm_sq)  # the data-parallel copies are added again
+
+
+    def counts(pred, gold):
+        hits = (pred == gold).sum().float()
+        return hits, hits  # one tensor for both numerators
+
+
+    strict, loose = counts(pred, gold)
+    stats = {"strict": strict, "loose": loose}
+    for v in stats.values():
+        dist.all_reduce(v)  # the shared storage is summed twice
     ```
 
     ## Use instead
@@ -46,6 +72,11 @@ class SumReducedAgainOverWorld(Rule):
     dist.all_reduce(norm_sq, group=dp_group)
     if mp_group is not None:
         dist.all_reduce(norm_sq, group=mp_group)  # the other, orthogonal dimension only
+
+
+    def counts(pred, gold):
+        hits = (pred == gold).sum().float()
+        return hits, hits.clone()  # two tensors
     ```
 
     ## Fix safety
@@ -60,6 +91,7 @@ class SumReducedAgainOverWorld(Rule):
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
+        from ..flow.aliases import aliased_sums, shared_entry_sums
         from ..flow.reductions import summed_again
 
         an = None
@@ -73,6 +105,10 @@ class SumReducedAgainOverWorld(Rule):
                     an = for_context(ctx)
                 for first, second in summed_again(an, an.main, fn):
                     self._report(ctx, first, second, here, seen)
+                for first, second, fork in aliased_sums(an, an.main, fn):
+                    self._report_alias(ctx, an, first, second, fork, seen)
+                for fact in shared_entry_sums(an, an.main, fn):
+                    self._report_entries(ctx, an, fact, seen)
 
     def _report(self, ctx, first, second, here, seen) -> None:
         name = second.name
@@ -100,5 +136,47 @@ class SumReducedAgainOverWorld(Rule):
             f"total of its group once per member, so the result is too large by the group's size "
             f"(the world size when both sums span the world). Reduce over the orthogonal group, or "
             f"not again",
+            related=related,
+        )
+
+    @staticmethod
+    def _where(ctx, an, fork, fallback):
+        """The fork when it is in this file, else ``fallback``."""
+        view, node = fork
+        if view is an.main and hasattr(node, "lineno"):
+            return node
+        return fallback
+
+    def _report_alias(self, ctx, an, first, second, fork, seen) -> None:
+        at = self._where(ctx, an, fork, second.call)
+        if id(at) in seen:
+            return
+        seen.add(id(at))
+        ctx.report(
+            at,
+            f"`{second.name}` and `{first.name}` are one tensor: summing `{first.name}` in place at line "
+            f"{first.call.lineno} already summed `{second.name}`, and line {second.call.lineno} sums the same "
+            f"storage again over the whole world, so it ends up too large by the world size. Reduce it once, "
+            f"or make the second name a copy (`.clone()`)",
+            related=[(first.call, "the first sum"), (second.call, "the second sum")],
+        )
+
+    def _report_entries(self, ctx, an, fact, seen) -> None:
+        second = fact.second if fact.store_view is an.main else fact.red.call
+        at = self._where(ctx, an, fact.fork, second)
+        if id(at) in seen:
+            return
+        seen.add(id(at))
+        cont = ctx.text(fact.loop.iter)
+        where = f"line {fact.second.lineno}" if fact.store_view is an.main else "another module"
+        related = [(fact.red.call, "the in-place sum of each element")]
+        if fact.store_view is an.main:
+            related += [(fact.first, "one entry"), (fact.second, "the other entry")]
+        ctx.report(
+            at,
+            f"this is the same tensor as another entry of the container that `for ... in {cont}` sums "
+            f"element by element in place (line {fact.red.call.lineno}; the entries are stored at {where}): "
+            f"the shared storage is summed over the ranks once per entry, so both values end up too large by "
+            f"the world size. Store a copy (`.clone()`) in one of the entries",
             related=related,
         )

@@ -6,6 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import Semantic, parent
 from ..flow.assignments import has_ancestor
+from ..flow.calls import call_sites_here
+from ..flow.helper_calls import bind_args
 from ..flow.mentions import mentions
 from ._training import backward_calls, ddp_holder, enclosing_function
 
@@ -30,11 +32,18 @@ class NoSyncMisuse(Rule):
       The split may also be an `if` whose one branch runs the micro-batch inside
       `with model.no_sync():` and whose other branch runs a backward outside it (either order, any
       number of statements), or a choice of the factory itself, called later
-      (`ctx = model.no_sync if i % accum != 0 else nullcontext`, then `with ctx():`). The step
+      (`ctx = model.no_sync if i % accum != 0 else nullcontext`, then `with ctx():`, also as one
+      element of a tuple assignment), or the one `return` of a helper (a function or a method of
+      this file) that picks the context from its parameters
+      (`return model.no_sync() if step % every != 0 else nullcontext()`), judged in the loop of
+      each of its calls with the arguments it gets (`with window(model, i, accum):`). The step
       may sit deeper under the modular test (`if torch.isfinite(norm): optimizer.step()`). The
       wrapper may reach a class through its constructor (`self.model = model` where every
-      `Trainer(ddp_model, ...)` of the file passes it). Only plain modular tests on the loop variable are compared
-      (`(i + c) % k == r`, `!=`, `not`, a name bound once to one); with a constant `k` the residues
+      `Trainer(ddp_model, ...)` of the file passes it), or as a parameter of a method that the
+      project's other files call with it (`trainer.train_epoch(model=ddp_model)` of a script). Only
+      plain modular tests on the loop variable are compared
+      (`(i + c) % k == r`, `!=`, a bare `(i + c) % k` as a truth value, `not`, a name bound once to
+      one); with a constant `k` the residues
       are compared modulo `k` (`i % 4 == 3` is `(i + 1) % 4 == 0`), with a named `k` only tests one
       micro-batch apart are reported;
     - a loop in which **every** `backward()` runs inside `with model.no_sync():` and the optimizer
@@ -117,50 +126,70 @@ class NoSyncMisuse(Rule):
                 continue
             holder = f.value
             loop = next((a for a in ctx.sem.ancestors(call) if isinstance(a, _LOOPS + _FUNCS)), None)
-            if not isinstance(loop, _LOOPS) or not ddp_holder(ctx, holder, call):
+            if loop is None or not ddp_holder(ctx, holder, call):
                 continue
-            fn = enclosing_function(call)
-            if fn is None or _manual_allreduce(ctx, fn):
+            if isinstance(loop, _LOOPS):
+                fn = enclosing_function(call)
+                if fn is None or _manual_allreduce(ctx, fn):
+                    continue
+                got = _sync_condition(ctx, call, holder, loop)
+                if got is not None:
+                    self._against_step(ctx, holder, loop, *got)
                 continue
-            got = _sync_condition(ctx, call, holder, loop)
+            # a helper that returns the context for one micro-batch, its test on its parameters:
+            # judged in the loop of each call of this file, the parameters read as its arguments
+            got = _sync_condition(ctx, call, holder, loop) if _returned(call, loop) else None
             if got is None:
                 continue
-            sync_node, sync = got
-            steps = [c for st in loop.body for c in ast.walk(st) if isinstance(c, ast.Call)
-                     and isinstance(c.func, ast.Attribute) and c.func.attr == "step" and _optimizer_step(c)]
-            guards = []
-            for c in steps:
-                # the innermost modular test the step sits under in the loop (another ``if``
-                # inside it, ``if torch.isfinite(norm):``, only narrows where it steps)
-                g = t = None
-                for a in ctx.sem.ancestors(c):
-                    if a is loop or isinstance(a, (*_LOOPS, *_FUNCS)):
+            for site in call_sites_here(ctx, loop):
+                outer = next((a for a in ctx.sem.ancestors(site) if isinstance(a, _LOOPS + _FUNCS)), None)
+                fn = enclosing_function(site)
+                if not isinstance(outer, _LOOPS) or fn is None or _manual_allreduce(ctx, fn):
+                    continue
+                same_self = isinstance(site.func, ast.Attribute) and isinstance(site.func.value, ast.Name) \
+                    and site.func.value.id == "self"
+                sync = _bound(ctx, got[1], bind_args(site, loop), outer, same_self)
+                if sync is not None:
+                    self._against_step(ctx, holder, outer, got[0], sync)
+
+    def _against_step(self, ctx, holder, loop, sync_node, sync) -> None:
+        """Report ``sync`` (the test under which a micro-batch of ``loop`` synchronises) when the
+        optimizer of ``loop`` steps under a test that picks another micro-batch of the window."""
+        steps = [c for st in loop.body for c in ast.walk(st) if isinstance(c, ast.Call)
+                 and isinstance(c.func, ast.Attribute) and c.func.attr == "step" and _optimizer_step(c)]
+        guards = []
+        for c in steps:
+            # the innermost modular test the step sits under in the loop (another ``if``
+            # inside it, ``if torch.isfinite(norm):``, only narrows where it steps)
+            g = t = None
+            for a in ctx.sem.ancestors(c):
+                if a is loop or isinstance(a, (*_LOOPS, *_FUNCS)):
+                    break
+                if isinstance(a, ast.If) and not any(x is c for x in ast.walk(a.test)):
+                    t = _mod_test(ctx, a.test, loop, 0)
+                    if t is not None:
+                        g = a
                         break
-                    if isinstance(a, ast.If) and not any(x is c for x in ast.walk(a.test)):
-                        t = _mod_test(ctx, a.test, loop, 0)
-                        if t is not None:
-                            g = a
-                            break
-                if g is None:
-                    guards = []
-                    break  # a step under no modular test: not an accumulation loop
-                guards.append((g, t if _in_body(c, g) else (t[0], t[1], t[2], not t[3])))
-            if not guards:
-                continue
-            g, step = guards[0]
-            if not (sync[0] == step[0] and sync[2] == step[2] and sync[3] and step[3]):
-                continue
-            if _same_window_slot(sync, step) is not False:
-                continue
-            h = ctx.text(holder)
-            ctx.report(
-                sync_node,
-                f"`{h}.no_sync()` lets the micro-batch where `{_spell(sync)}` synchronise, but the optimizer "
-                f"steps where `{_spell(step)}` (line {g.lineno}): the step applies gradients whose last "
-                "micro-batches were never all-reduced, and the ranks drift apart. Synchronise the micro-batch "
-                "that steps",
-                related=[(g.test, "the optimizer steps under this test")],
-            )
+            if g is None:
+                guards = []
+                break  # a step under no modular test: not an accumulation loop
+            guards.append((g, t if _in_body(c, g) else (t[0], t[1], t[2], not t[3])))
+        if not guards:
+            return
+        g, step = guards[0]
+        if not (sync[0] == step[0] and sync[2] == step[2] and sync[3] and step[3]):
+            return
+        if _same_window_slot(sync, step) is not False:
+            return
+        h = ctx.text(holder)
+        ctx.report(
+            sync_node,
+            f"`{h}.no_sync()` lets the micro-batch where `{_spell(sync)}` synchronise, but the optimizer "
+            f"steps where `{_spell(step)}` (line {g.lineno}): the step applies gradients whose last "
+            "micro-batches were never all-reduced, and the ranks drift apart. Synchronise the micro-batch "
+            "that steps",
+            related=[(g.test, "the optimizer steps under this test")],
+        )
 
     def _backward_only(self, ctx, w, holder, fn) -> None:
         body_nodes = [n for st in w.body for n in ast.walk(st)]
@@ -235,7 +264,8 @@ def _no_sync_choices(ctx):
     """``X.no_sync`` uncalled, as one branch of a conditional expression whose other branch is a
     plain context-manager factory (``nullcontext``) and whose value is then called: directly
     (``with (X.no_sync if c else nullcontext)():``), or bound once, in the same function, to a
-    name that a ``with name():`` of that function calls."""
+    name (also as one element of a tuple assignment) that a ``with name():`` of that function
+    calls."""
     if "no_sync" not in ctx.src.text:
         return []
     out = []
@@ -245,10 +275,16 @@ def _no_sync_choices(ctx):
                     and isinstance(other, (ast.Name, ast.Attribute))):
                 continue
             p = parent(e)
+            tgt = p.targets[0] if isinstance(p, ast.Assign) and len(p.targets) == 1 else None
+            if isinstance(p, ast.Tuple) and isinstance(parent(p), ast.Assign) and len(parent(p).targets) == 1:
+                # ``ctx, last = (model.no_sync if c else nullcontext), ...``: the element's target
+                whole = parent(p).targets[0]
+                if isinstance(whole, ast.Tuple) and len(whole.elts) == len(p.elts):
+                    tgt = whole.elts[p.elts.index(e)]
             if isinstance(p, ast.Call) and p.func is e and not p.args and not p.keywords:
                 out.append(branch)
-            elif isinstance(p, ast.Assign) and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name):
-                name, fn = p.targets[0].id, enclosing_function(e)
+            elif isinstance(tgt, ast.Name):
+                name, fn = tgt.id, enclosing_function(e)
                 if fn is None or len(ctx.sem.assignments(fn).get(name, ())) != 1:
                     continue
                 if any(isinstance(w, ast.With) and enclosing_function(w) is fn and any(
@@ -290,13 +326,19 @@ def _mod_test(ctx, e, loop, depth):
         t = _mod_test(ctx, e.operand, loop, depth + 1)
         return None if t is None else (t[0], t[1], t[2], not t[3])
     if isinstance(e, ast.Name):
-        binds = [b for b in ctx.sem.assignments(ctx.sem.scope_of(loop)).get(e.id, [])]
-        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not has_ancestor(binds[0], loop):
+        scope = loop if isinstance(loop, _FUNCS) else ctx.sem.scope_of(loop)
+        binds = [b for b in ctx.sem.assignments(scope).get(e.id, [])]
+        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not has_ancestor(binds[0], loop) \
+                or len(binds[0].targets) != 1:
             return None
-        return _mod_test(ctx, binds[0].value, loop, depth + 1)
-    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq))):
+        return _mod_test(ctx, _bound_part(binds[0].targets[0], binds[0].value, e.id), loop, depth + 1)
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mod):
+        # ``if i % k:`` is ``i % k != 0``
+        left, right, holds = e, ast.Constant(0), False
+    elif isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq)):
+        left, right, holds = e.left, e.comparators[0], isinstance(e.ops[0], ast.Eq)
+    else:
         return None
-    left, right = e.left, e.comparators[0]
     if not (isinstance(right, ast.Constant) and type(right.value) is int):
         return None
     if not (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod)):
@@ -307,18 +349,73 @@ def _mod_test(ctx, e, loop, depth):
             and type(a.right.value) is int:
         off = a.right.value if isinstance(a.op, ast.Add) else -a.right.value
         a = a.left
-    if not isinstance(a, ast.Name) or a.id not in _loop_vars(loop):
+    if not isinstance(a, ast.Name) or a.id not in _loop_vars(ctx, loop):
         return None
     k = left.right
     if not isinstance(k, (ast.Name, ast.Attribute, ast.Constant)):
         return None
-    return (a.id, right.value - off, ctx.text(k), isinstance(e.ops[0], ast.Eq))
+    return (a.id, right.value - off, ctx.text(k), holds)
 
 
-def _loop_vars(loop) -> set[str]:
+def _loop_vars(ctx, loop) -> set[str]:
+    """The names a modular test may count with: a ``for`` loop's targets; a helper's parameters
+    that it never rebinds (read as the arguments of each call)."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         return {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    if isinstance(loop, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        bound = ctx.sem.assignments(loop)
+        return {a.arg for a in (*loop.args.posonlyargs, *loop.args.args, *loop.args.kwonlyargs)
+                if not bound.get(a.arg)}
     return set()
+
+
+def _bound_part(target, value, name: str):
+    """What ``target = value`` binds to ``name``: ``value``, or its element when both are tuples
+    (``ctx, last = (a, b)``); None when it cannot be told."""
+    if isinstance(target, ast.Name):
+        return value if target.id == name else None
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts) and not any(isinstance(x, ast.Starred) for x in target.elts):
+        for t, v in zip(target.elts, value.elts):
+            got = _bound_part(t, v, name)
+            if got is not None:
+                return got
+    return None
+
+
+def _returned(call, fn) -> bool:
+    """``call`` is (a branch of the conditional expression that is) the value of a ``return`` of
+    ``fn``, and ``fn`` has no other ``return`` with a value."""
+    p = parent(call)
+    e = p if isinstance(p, ast.IfExp) else call
+    ret = parent(e)
+    if not isinstance(ret, ast.Return) or enclosing_function(ret) is not fn:
+        return False
+    return sum(isinstance(n, ast.Return) and n.value is not None and enclosing_function(n) is fn
+               for n in ast.walk(fn)) == 1
+
+
+def _bound(ctx, t, args: dict, loop, same_self: bool):
+    """The helper's test ``t`` (on its parameters) read at a call that binds ``args``, inside
+    ``loop``: its counter must be a loop variable (``i``, ``i + 1``), its modulus the argument's
+    text when it is a parameter, a constant, or (``same_self``: a method called as ``self.m()``)
+    an attribute of ``self``."""
+    var, residue, k, holds = t
+    a = args.get(var)
+    off = 0
+    if isinstance(a, ast.BinOp) and isinstance(a.op, (ast.Add, ast.Sub)) and isinstance(a.right, ast.Constant) \
+            and type(a.right.value) is int:
+        off = a.right.value if isinstance(a.op, ast.Add) else -a.right.value
+        a = a.left
+    if not isinstance(a, ast.Name) or a.id not in _loop_vars(ctx, loop):
+        return None
+    if k in args:
+        if not isinstance(args[k], (ast.Name, ast.Attribute, ast.Constant)):
+            return None
+        k = ctx.text(args[k])
+    elif not k.isdigit() and not (k.startswith("self.") and same_self):
+        return None  # a modulus of the helper's own: not the caller's
+    return (a.id, residue - off, k, holds)
 
 
 def _sync_condition(ctx, call, holder, loop):
