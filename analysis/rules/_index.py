@@ -125,7 +125,7 @@ RULES = {
                 ((('torch', False),), (('.module', False), ('DistributedDataParallel', False))),
                 False, True),
     'DDP208': ('ddp208_no_sync_misuse', True, True,
-                ((('torch', False),), (('no_sync', False),)),
+                ((('torch', False),), (('no_sync', False), ('require_backward_grad_sync', False))),
                 False, False),
     'DDP209': ('ddp209_unused_parameters', True, True,
                 ((('torch', False),), (('backward', False), ('Module', False), ('DistributedDataParallel', False))),
