@@ -62,9 +62,11 @@ def _main_flag(ctx, expr, scope, polarity, depth, none) -> bool:
     if chain is None:
         return False
     if chain[0] != "self":
+        # ``args.flag`` stored in this function only: a store anywhere else of an attribute so named
+        # (a callee given ``args``) may change it on the way
         if not isinstance(scope, FUNC_TYPES):
             return False
-        stores = _attr_stores(ctx, iter_scope_nodes(scope), text, chain[-1])
+        stores = _attr_stores(ctx, text, chain[-1], lambda st: ctx.sem.enclosing_function(st) is scope)
         return stores is not None and bool(stores) and _judge(ctx, expr, scope, stores, True, expr, polarity, depth, none)
     # ``self.<attr>...``: every store in the constructor, read after it (another method)
     fn = ctx.sem.enclosing_function(expr)
@@ -74,7 +76,7 @@ def _main_flag(ctx, expr, scope, polarity, depth, none) -> bool:
     init = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == "__init__"), None)
     if init is None:
         return False
-    stores = _attr_stores(ctx, ast.walk(cls), text, chain[-1])
+    stores = _attr_stores(ctx, text, chain[-1], lambda st: _class_of(st) is cls)
     if not stores or any(ctx.sem.enclosing_function(s) is not init for s, _ in stores):
         return False
     for n in ast.walk(init):  # the constructor runs the testing method itself: before its stores
@@ -83,6 +85,13 @@ def _main_flag(ctx, expr, scope, polarity, depth, none) -> bool:
     if len(chain) > 2 and self_attr_value(ctx, expr.value if len(chain) == 3 else None) is None:
         return False  # ``self.cfg`` rebound elsewhere: another object
     return _judge(ctx, expr, init, stores, True, None, polarity, depth, none)
+
+
+def _class_of(node):
+    p = parent(node)
+    while p is not None and not isinstance(p, ast.ClassDef):
+        p = parent(p)
+    return p
 
 
 def _attr_chain(expr) -> list[str] | None:
@@ -107,33 +116,48 @@ def _bound(st, name: str):
     return None
 
 
-def _attr_stores(ctx, nodes, text: str, attr: str):
-    """(statement, value) of each store of ``text`` among ``nodes`` (a tuple element's value
-    too); None when the attribute is stored another way, or under another spelling (an alias)."""
+def _attr_stores(ctx, text: str, attr: str, mine):
+    """(statement, value) of each store of ``text`` in the module whose statement is ``mine`` (a
+    tuple element's value too); None when the attribute is stored another way there, or, anywhere,
+    under another spelling that may name the same object (``args.out_dir`` next to
+    ``self.cfg.out_dir``; not ``self.out_dir``). Stores of ``text`` that are not ``mine`` (another
+    class's ``self``, another function's ``args``) are left out."""
+    index = _attr_index(ctx)
+    if index.get(None):
+        return None
     out = []
-    for n in nodes:
-        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
-                for x in ast.walk(t):
-                    if not (isinstance(x, ast.Attribute) and x.attr == attr and isinstance(x.ctx, ast.Store)):
-                        continue
-                    if ctx.text(x) != text:
-                        if _distinct(text, _attr_chain(x)):
-                            continue
-                        return None
-                    if isinstance(n, ast.AugAssign) or (isinstance(n, ast.AnnAssign) and n.value is None):
-                        return None
-                    out.append((n, _element(n, t, x)))
-        elif isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setattr":
+    for st, t, x in index.get(attr, ()):
+        if x is None:
             return None
+        if ctx.text(x) != text:
+            if not text.startswith("self.") or _attr_chain(x) is None or _attr_chain(x)[0] != "self":
+                return None
+            continue
+        if not mine(st):
+            continue
+        if isinstance(st, ast.AugAssign) or (isinstance(st, ast.AnnAssign) and st.value is None):
+            return None
+        out.append((st, _element(st, t, x)))
     return out
 
 
-def _distinct(text: str, other) -> bool:
-    """A store of ``other`` (an attribute chain) is never one of ``text``: ``self.out_dir`` next to
-    ``self.cfg.out_dir``, or anything next to ``self.flag``; ``cfg.out_dir`` may be an alias."""
-    mine = text.split(".")
-    return mine[0] == "self" and (len(mine) == 2 or (other is not None and other[0] == "self" and len(other) == 2))
+def _attr_index(ctx) -> dict:
+    """attr -> (statement, target, attribute node) of each attribute store of the module; a
+    ``setattr`` call stores an unknown attribute (key None: any answer is refused)."""
+    def build():
+        got: dict = {}
+        for n in ast.walk(ctx.sem.tree):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    for x in ast.walk(t):
+                        if isinstance(x, ast.Attribute) and isinstance(x.ctx, ast.Store):
+                            got.setdefault(x.attr, []).append((n, t, x))
+            elif isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setattr" and len(n.args) > 1:
+                a = n.args[1]
+                key = a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
+                got.setdefault(key, []).append((n, None, None))
+        return got
+    return ctx.memo("rank_flags.attr_index", build)
 
 
 def _element(st, target, x):
@@ -148,22 +172,27 @@ def _element(st, target, x):
 
 
 def _judge(ctx, expr, fn, stores, entry: bool, at, polarity, depth: int, none: bool) -> bool:
-    """Every store (and the entry value) is a killer, a main-rank store, or killed after it;
-    at least one killer kills something. ``at``: the test (None: the end of ``fn``)."""
+    """Every store (and the entry value) is a killer, a main-rank store, or replaced after it;
+    some killer depends on the rank. ``at``: the test (None: the end of ``fn``)."""
     text = ctx.text(expr)
-    killers, plain = [], []
+    killers, plain, ranked = [], [], False
     for st, v in stores:
         if v is None:
             return False
-        if _false_value(v, none) or (not none and polarity(ctx, v, fn, depth + 1) is True):
+        if _false_value(v, none):
             killers.append(st)
+        elif not none and polarity(ctx, v, fn, depth + 1) is True:
+            killers.append(st)
+            ranked = True
         elif not _main_store(ctx, st, fn, text, polarity, depth):
             plain.append(st)
-    if not killers:
-        return False
-    tops = []  # (statement that kills the flag's earlier value on every non-main rank)
+    tops = []  # statements that replace the flag's earlier value on every non-main rank
     for k in killers:
-        tops.extend(_chain(ctx, k, fn, polarity, depth))
+        chain = _chain(ctx, k, fn, polarity, depth)
+        ranked = ranked or len(chain) > 1
+        tops.extend(chain)
+    if not ranked:
+        return False  # no store depends on the rank: a flag false everywhere is no rank test
     tops.extend(st for st, _ in stores)  # any later store replaces it (judged itself)
     returns = [r for r in iter_scope_nodes(fn) if isinstance(r, ast.Return)] if at is None else []
     for p in [*plain, *([fn] if entry else [])]:
