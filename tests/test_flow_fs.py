@@ -132,3 +132,43 @@ def test_parameter_polarity_in_a_project_module_context():
     assert len(call_sites_here(v, fn)) == 1
     test = fn.body[0].test
     assert polarity(v, test, fn) is True
+
+
+def test_kept_main_rank_flags_in_a_project_module_context():
+    # ``rank_flags.main_flag``: a flag narrowed to the main rank where the group is created, and an
+    # options entry cleared on the other ranks by the constructor, read as main-rank tests; a flag
+    # cleared on the main rank is not one
+    from ddp_lint.analysis.flow.rank_tests import polarity
+
+    an = _analysis("""
+        import torch.distributed as dist
+        def run(multi):
+            say = True
+            if multi:
+                dist.init_process_group("nccl")
+                say = dist.get_rank() == 0
+            if say:
+                pass
+        def wrong(multi):
+            say = True
+            if multi:
+                dist.init_process_group("nccl")
+                if dist.get_rank() == 0:
+                    say = False
+            if say:
+                pass
+        class T:
+            def __init__(self, opts):
+                self.opts = opts
+                if dist.get_rank() != 0:
+                    self.opts.out = None
+            def save(self):
+                if self.opts.out is not None:
+                    pass
+    """)
+    v = view_ctx(an.main)
+    run, wrong = v.sem.functions["run"][0], v.sem.functions["wrong"][0]
+    assert polarity(v, run.body[-1].test, run) is True
+    assert polarity(v, wrong.body[-1].test, wrong) is None
+    save = next(n for n in ast.walk(v.sem.tree) if isinstance(n, ast.FunctionDef) and n.name == "save")
+    assert polarity(v, save.body[0].test, save) is True

@@ -21,6 +21,7 @@ import re
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind, self_attr_value
+from .rank_flags import main_flag
 from .world_tests import _int_const, _unwrap_int, single_world_test, world_size_source  # noqa: F401  (re-exported)
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
@@ -347,10 +348,12 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             return False
         return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
-            and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+            and isinstance(test.left, (ast.Name, ast.Attribute)) and isinstance(test.comparators[0], ast.Constant) \
             and test.comparators[0].value is None:
-        # ``writer is not None`` where only the main rank builds a writer, the others keep None
-        if main_only_value(ctx, test.left.id, scope, depth + 1):
+        # ``writer is not None`` where only the main rank builds a writer, the others keep None;
+        # ``cfg.out_dir is not None`` where the non-main ranks set it to None (``rank_flags``)
+        if (isinstance(test.left, ast.Name) and main_only_value(ctx, test.left.id, scope, depth + 1)) \
+                or main_flag(ctx, test.left, scope, polarity, depth + 1, none=True):
             return isinstance(test.ops[0], ast.IsNot)
         return None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
@@ -405,8 +408,8 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             if got is not None or not isinstance(val, ast.IfExp):
                 return got
         got = _param_polarity(ctx, test.id, scope, depth + 1)
-        if got is None and main_only_value(ctx, test.id, scope, depth + 1):
-            return True  # ``if writer:``: None (false) on every rank but the main one
+        if got is None and (main_only_value(ctx, test.id, scope, depth + 1) or main_flag(ctx, test, scope, polarity, depth + 1)):
+            return True  # ``if writer:``: None (false) on every rank but the main one; a kept flag
         return got
     if isinstance(test, ast.Attribute):
         # a flag set once in this function: ``args.save_logs = args.logs and is_master(args)``
@@ -415,6 +418,8 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         vals = attr_assignments(ctx, scope).get(ctx.text(test))
         if vals and len(vals) == 1:
             return polarity(ctx, vals[0], scope, depth + 1)
+        if main_flag(ctx, test, scope, polarity, depth + 1):
+            return True  # a flag the non-main ranks clear (``rank_flags``)
         if not vals:
             # set by every caller on the object it passes (``args.save_logs = ... is_master(args)``
             # in ``main``, tested in ``save(args)``): the callers' values must agree

@@ -39,7 +39,9 @@ class SaveOnEveryRank(Rule):
     Guards are recognised as `if rank == 0:`, `if dist.get_rank() == 0:`,
     `if args.local_rank in [-1, 0]:`, `if opt["rank"] == 0:` (an options dict's rank entry),
     `if master_process:`, `if is_main_process():` (and helpers of the file that return such a
-    test), `if not distributed or rank == 0:`, the `else` of `if rank != 0:`, an early
+    test), a flag that holds only on the main rank by its bindings (`log = True`, then `log =
+    dist.get_rank() == 0` where the group is created; `self.cfg.out_dir = None` on the other
+    ranks in `__init__`, then `if self.cfg.out_dir is not None:` in another method), `if not distributed or rank == 0:`, the `else` of `if rank != 0:`, an early
     `if rank != 0: return`, a test that the world has one process
     (`if dist.get_world_size() != 1: raise ...`, `WORLD_SIZE` from the environment, read by value
     flow, not by name), decorators such as `@rank_zero_only`, a

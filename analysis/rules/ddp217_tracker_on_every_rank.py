@@ -24,7 +24,8 @@ class TrackerOnEveryRank(Rule):
 
     The call is flagged when no main-rank test keeps the other ranks out (`if rank == 0:`, an
     early `if rank != 0: return`, `@rank_zero_only`, a helper every call of which is guarded:
-    `rank.rank0_guarded`), including a tracker opened before the distributed setup has decided
+    `rank.rank0_guarded`; a flag the constructor turns off on the other ranks, `if rank != 0:
+    self.use_wandb = False`, tested in another method), including a tracker opened before the distributed setup has decided
     which rank is the main one. A tracker opened in a function of another module of the project
     (`setup_logging(args)` in `utils.py` that calls `wandb.init`) is followed through the call
     (`flow.fs_effects`, effect kind `track`) and reported at the call every rank makes.
