@@ -7,6 +7,7 @@ from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.modern import holds_call, hub
 from ..flow.group_free import program_without_group
+from ..flow.imports import is_main_guard
 from ..flow.origins import qn_suffix_pred
 from ..flow.values import DATA
 from ._flow import source_related, source_words
@@ -117,22 +118,11 @@ def _one_job(ctx, an, view) -> bool:
             return False
         for cctx, _call, _fn in project_callers(ctx, [*view.defs, *view.classes]):
             cv = an.view_of(cctx.filename)
-            if cv is None or not _entry(cv) or not program_without_group(an, cv):
+            if cv is None or not any(is_main_guard(st) for st in cv.tree.body) or not program_without_group(an, cv):
                 return False
         return True
 
     return ctx.memo("ddp220.one_job", decide)
-
-
-def _entry(view) -> bool:
-    """The module runs as a program: a module-level ``if __name__ == "__main__":``."""
-    for st in view.tree.body:
-        t = st.test if isinstance(st, ast.If) else None
-        if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq) \
-                and {x.value if isinstance(x, ast.Constant) else getattr(x, "id", None)
-                     for x in (t.left, *t.comparators)} == {"__name__", "__main__"}:
-            return True
-    return False
 
 
 def _local_data(v) -> bool:
