@@ -5,7 +5,9 @@ back on the CPU on every rank.
 A value is on the CPU (``on_cpu``) when it is a literal or None; a tensor that a torch constructor
 makes without ``device=`` (``torch.arange(n)``, ``torch.zeros(k)``, the typed constructors
 ``torch.LongTensor(xs)``, which only make CPU tensors); ``.cpu()`` of anything, ``.long()`` /
-``.clone()`` ... of a CPU value; ``torch.cat`` / ``torch.stack`` of CPU values; either branch of a
+``.clone()`` ... of a CPU value; ``torch.cat`` / ``torch.stack`` of CPU values; the
+``state_dict()`` of a learning-rate scheduler of ``torch.optim.lr_scheduler`` (``holds_class``:
+counters, floats and lists of them); either branch of a
 conditional expression; a name every binding of which is one. An attribute read (``pool.idx``) is
 on the CPU when every store to an attribute of that name in the project (``x.idx = ...`` on any
 object: ``files(word)`` lists the modules that name it) is, with a read of the same attribute and a
