@@ -29,8 +29,11 @@ class ReplicatedSettingFromLocalValue(Rule):
 
     The scheduler may be built in a helper, another module or kept on `self`. Values are judged by
     the shared uniformity analysis: a value a collective made equal (an all-reduced loss) is
-    uniform, and a value the analysis cannot judge never produces a finding. A per-rank metric that
-    only feeds logging is not flagged.
+    uniform, also when it is reduced in place only where a process group exists (`if
+    dist.is_initialized(): dist.all_reduce(buf)`: without one the run is a single process), and a
+    value the analysis cannot judge never produces a finding. A per-rank metric that only feeds
+    logging is not flagged, nor a program with no replicas at all (it imports and calls nothing
+    distributed, and no distributed program of the project calls it).
 
     ## Why is this bad?
     DDP averages the gradients, but each replica applies them with its own optimizer. When one
