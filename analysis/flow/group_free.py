@@ -125,7 +125,8 @@ _DIST_MODULES = ("torch.distributed", "torch.nn.parallel.distributed", "torch.nn
                  "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "accelerate", "deepspeed",
                  "horovod", "colossalai", "lightning", "pytorch_lightning", "lightning_fabric", "fairscale",
                  "mpi4py", "ray", "torch_xla", "apex", "megatron", "composer", "transformers.Trainer",
-                 "transformers.trainer", "submitit", "idist")
+                 "transformers.trainer", "submitit", "torch.utils.data.distributed",
+                 "torch.utils.data.DistributedSampler")
 
 
 _MAX_PROGRAM = 160  # modules read for the answer (past it: not known)
