@@ -148,17 +148,20 @@ def program_without_group(hub, view) -> bool:
     module's functions in a distributed program of theirs, are the caller's question.)"""
     from .rank_kinds import program_views
 
+    if _distribution_named(view):
+        return False  # (the usual answer, without reading the program's other modules)
     views = program_views(hub, view, _MAX_PROGRAM)
-    if len(views) >= _MAX_PROGRAM:
-        return False
-    for v in views:
-        memo = v.memo
-        got = memo.get("group_free.dist_names")
-        if got is None:
-            got = memo["group_free.dist_names"] = _names_distribution(v)
-        if got:
-            return False
-    return True
+    if len(views) >= _MAX_PROGRAM or hub.truncated:
+        return False  # a module of the program may be unread
+    return not any(_distribution_named(v) for v in views)
+
+
+def _distribution_named(v) -> bool:
+    memo = v.memo
+    got = memo.get("group_free.dist_names")
+    if got is None:
+        got = memo["group_free.dist_names"] = _names_distribution(v)
+    return got
 
 
 def _names_distribution(v) -> bool:
