@@ -83,6 +83,12 @@ class Analysis(Summaries):
             ev = self._evaluators[id(view)] = Evaluator(self, view)
         return ev
 
+    @property
+    def truncated(self) -> bool:
+        """A module was refused for the budget (``_MAX_MODULES``) during this check: an answer
+        that needs every module of a program may be incomplete."""
+        return self._truncated
+
     def release(self) -> None:
         """Drop what this check computed (the engine calls it when the check is over): the
         evaluators, contexts and caches that point back at this object, and the checked file's

@@ -128,6 +128,17 @@ def reaching_value(ctx, name: str, node: ast.AST) -> ast.AST | None:
     return value if isinstance(target, ast.Name) and target.id == name else None
 
 
+def unpacked_call(ctx, name: str, node: ast.AST) -> ast.Call | None:
+    """The call whose result the textually last assignment of ``name`` before ``node`` unpacks
+    into it (``fd, name = tempfile.mkstemp()``: a flat tuple or list of names), else None."""
+    last = _last_binding_before(ctx.sem, name, node)
+    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.value, ast.Call):
+        t = last.targets[0]
+        if isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name for e in t.elts):
+            return last.value
+    return None
+
+
 def stmt_list_of(node: ast.stmt) -> tuple[ast.AST, list[ast.stmt]] | None:
     """(the parent, the statement list holding ``node``), or None."""
     p = parent(node)

@@ -5,7 +5,9 @@ back on the CPU on every rank.
 A value is on the CPU (``on_cpu``) when it is a literal or None; a tensor that a torch constructor
 makes without ``device=`` (``torch.arange(n)``, ``torch.zeros(k)``, the typed constructors
 ``torch.LongTensor(xs)``, which only make CPU tensors); ``.cpu()`` of anything, ``.long()`` /
-``.clone()`` ... of a CPU value; ``torch.cat`` / ``torch.stack`` of CPU values; either branch of a
+``.clone()`` ... of a CPU value; ``torch.cat`` / ``torch.stack`` of CPU values; the
+``state_dict()`` of a learning-rate scheduler of ``torch.optim.lr_scheduler`` (``holds_class``:
+counters, floats and lists of them); either branch of a
 conditional expression; a name every binding of which is one. An attribute read (``pool.idx``) is
 on the CPU when every store to an attribute of that name in the project (``x.idx = ...`` on any
 object: ``files(word)`` lists the modules that name it) is, with a read of the same attribute and a
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_defaults, parent
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_defaults, parent
 from .bindings import reaching
 from .calls import call_args
 
@@ -33,13 +35,136 @@ _JOINS = frozenset(("torch.cat", "torch.stack", "torch.concat", "torch.concatena
 _MAX_DEPTH = 6
 
 
+_SCHEDULERS = "torch.optim.lr_scheduler."
+_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+
+
+def holds_class(hub, view, e, at, pred, depth: int = 0, seen: frozenset = frozenset()) -> bool:
+    """Every value ``e`` may hold at ``at`` is an instance of a library class whose qualified name
+    ``pred`` accepts: its constructor's result (``LinearLR(opt, ...)``), a parameter annotated with
+    it (``sched: torch.optim.lr_scheduler.LRScheduler``), or what an ``Accelerator``'s ``prepare``
+    / ``unwrap_model`` returns for one (the wrapper it makes hands on the object's own state), followed
+    through names (every reaching binding, a tuple element by its place) and ``self.<attr>`` (every
+    binding in the methods of its class; a binding that reads the attribute back while it is judged,
+    ``self.s = acc.prepare(self.s)``, holds what the others hold). Anything else, or no binding
+    seen: False."""
+    if depth > 6 or e is None:
+        return False
+    if isinstance(e, ast.Call):
+        if pred(view.sem.call_qualname(e) or ""):
+            return True
+        inner = _passed_through(hub, view, e, None, depth)
+        return inner is not None and holds_class(hub, view, inner, e, pred, depth + 1, seen)
+    if isinstance(e, ast.Name):
+        kind, evs = reaching(view, e.id, at)
+        if kind == "param":
+            return _annotated(view, evs, e.id, pred)
+        if kind != "events" or not evs:
+            return False
+        return all(_binding_holds(hub, view, ev, e.id, pred, depth, seen) for ev in evs)
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        from .instances import method_class
+
+        cls = method_class(view, e)
+        if cls is None:
+            return False
+        key = (id(cls), e.attr)
+        if key in seen:
+            return True
+        seen = seen | {key}
+        stores = [(v, n, t) for v, c in _class_family(hub, view, cls) for m in c.body if isinstance(m, FUNC_TYPES)
+                  for n in iter_scope_nodes(m)
+                  if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.With,
+                                    ast.AsyncWith))
+                  for t in _targets(n) for x in ast.walk(t)
+                  if isinstance(x, ast.Attribute) and x.attr == e.attr and isinstance(x.value, ast.Name)
+                  and x.value.id == "self" and isinstance(x.ctx, ast.Store)]
+        return bool(stores) and all(_store_holds(hub, v, n, t, e.attr, pred, depth, seen) for v, n, t in stores)
+    return False
+
+
+def _class_family(hub, view, cls) -> list:
+    """(view, class) of ``cls``, its project base classes (``records.class_chain``) and the
+    classes of its module that derive from it: the methods that may store ``self.<attr>`` of an
+    instance whose method reads it."""
+    from .records import class_chain
+
+    out = class_chain(hub, view, cls)
+    for c in view.classes.values():
+        if c is not cls and any(x is cls for _v, x in class_chain(hub, view, c)[1:]):
+            out.extend((v, x) for v, x in class_chain(hub, view, c) if all(x is not y for _w, y in out))
+    return out
+
+
+def _targets(n) -> list:
+    if isinstance(n, ast.Assign):
+        return n.targets
+    if isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        return [n.target]
+    return [it.optional_vars for it in n.items if it.optional_vars is not None]
+
+
+def _store_holds(hub, view, n, t, attr: str, pred, depth: int, seen) -> bool:
+    """The store of ``self.<attr>`` by ``n`` (through its target ``t``) puts such an instance there."""
+    if not isinstance(n, (ast.Assign, ast.AnnAssign)) or n.value is None:
+        return False
+    if isinstance(t, ast.Attribute):
+        return holds_class(hub, view, n.value, n, pred, depth + 1, seen)
+    if isinstance(t, (ast.Tuple, ast.List)) and isinstance(n.value, ast.Call):
+        for i, x in enumerate(t.elts):
+            if isinstance(x, ast.Attribute) and x.attr == attr and isinstance(x.value, ast.Name) and x.value.id == "self":
+                inner = _passed_through(hub, view, n.value, i, depth)
+                return inner is not None and holds_class(hub, view, inner, n, pred, depth + 1, seen)
+    return False
+
+
+def _binding_holds(hub, view, ev, name: str, pred, depth: int, seen) -> bool:
+    if not isinstance(ev, ast.Assign) or len(ev.targets) != 1:
+        return False
+    t = ev.targets[0]
+    if isinstance(t, ast.Name):
+        return holds_class(hub, view, ev.value, ev, pred, depth + 1, seen)
+    if isinstance(t, (ast.Tuple, ast.List)) and isinstance(ev.value, ast.Call):
+        for i, x in enumerate(t.elts):
+            if isinstance(x, ast.Name) and x.id == name:
+                inner = _passed_through(hub, view, ev.value, i, depth)
+                return inner is not None and holds_class(hub, view, inner, ev, pred, depth + 1, seen)
+    return False
+
+
+def _passed_through(hub, view, call, place, depth: int):
+    """The argument an ``Accelerator``'s ``prepare(...)`` (element ``place`` of its result; None:
+    the whole result of a one-argument call) or ``unwrap_model(x)`` gives back wrapped; else None."""
+    f = call.func
+    if not isinstance(f, ast.Attribute) or f.attr not in ("prepare", "unwrap_model") or call.keywords \
+            or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    i = 0 if place is None else place
+    if (place is None and len(call.args) != 1) or i >= len(call.args) or (f.attr == "unwrap_model" and place is not None):
+        return None
+    if not holds_class(hub, view, f.value, call, _ACCELERATORS.__contains__, depth + 1):
+        return None
+    return call.args[i]
+
+
+def _annotated(view, fn, name: str, pred) -> bool:
+    """The parameter ``name`` of ``fn`` is annotated with a class ``pred`` accepts."""
+    if not isinstance(fn, FUNC_TYPES):
+        return False
+    a = fn.args
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        if p.arg == name:
+            return p.annotation is not None and pred(view.sem.qualname(p.annotation) or "")
+    return False
+
+
 class CpuSaves:
     """``files(word)``: (view) of every module of the project whose text names ``word`` (None when
     the list may be incomplete); ``fname``: the file name being judged (a load of it is itself);
     ``file_name(view, path, at)``: the name of the file a path expression names."""
 
-    def __init__(self, files, fname: str, file_name):
-        self.files, self.fname, self.file_name = files, fname, file_name
+    def __init__(self, files, fname: str, file_name, hub=None):
+        self.files, self.fname, self.file_name, self.hub = files, fname, file_name, hub
         self.busy: set = set()
 
     def on_cpu(self, view, e, at, depth: int = 0) -> bool:
@@ -75,6 +200,10 @@ class CpuSaves:
         if isinstance(f, ast.Attribute) and not qn.startswith("torch."):
             if f.attr == "cpu" and not e.args:
                 return True
+            if f.attr == "state_dict" and not e.args and not e.keywords:
+                # a learning-rate scheduler's state: counters, floats and lists of them, no tensor
+                return self.hub is not None and holds_class(self.hub, view, f.value, at,
+                                                            lambda q: q.startswith(_SCHEDULERS))
             if f.attr in _KEEPS and not any(k.arg == "device" for k in e.keywords):
                 return self.on_cpu(view, f.value, at, depth + 1)
         return False

@@ -7,13 +7,16 @@
 - ``rank_specific_path(ctx, expr, at)``: the path (or file object) is this rank's own: made of
   the rank (``f"ckpt_{rank}.pt"``), through names bound before ``at`` and ``with ... as f``, or
   an in-memory buffer (DDP202, DDP203, DDP215, DDP217).
+- ``per_process_path(ctx, expr, at)``: the path holds a value each process makes for itself
+  (``uuid.uuid4()``, ``os.getpid()``, ``tempfile.mkdtemp()``), not one a broadcast or the
+  launcher made the same on every rank: no two ranks name the same file (DDP202).
 """
 from __future__ import annotations
 
 import ast
 
 from ..semantic import FUNC_TYPES, parent
-from .assignments import reaching_assignment
+from .assignments import reaching_assignment, reaching_value, unpacked_call
 from .rank_tests import is_rank_like
 class MainOnlyPart:
     """A name of a path expression that holds the real value only on the main rank: ``name``
@@ -135,5 +138,67 @@ def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers:
             if isinstance(b, (ast.With, ast.AsyncWith)):
                 for item in b.items:
                     if rank_specific_path(ctx, item.context_expr, b, depth + 1, buffers):
+                        return True
+    return False
+
+
+# a value each process makes for itself and no two processes share: a random name from the
+# system's entropy (``uuid4``, ``secrets``: nothing a seed makes equal), the process id, a fresh
+# temporary file or folder (created exclusively)
+PER_PROCESS_CALLS = frozenset({"uuid.uuid4", "os.getpid", "tempfile.mkdtemp", "tempfile.mkstemp", "tempfile.mktemp",
+                               "tempfile.TemporaryDirectory",
+                               "secrets.token_hex", "secrets.token_urlsafe", "secrets.token_bytes", "os.urandom"})
+# calls that build a path or a string out of their parts (the value of a part shows in the result)
+_BUILDERS = frozenset({"os.path.join", "posixpath.join", "str", "os.fspath", "pathlib.Path", "Path",
+                       "os.path.abspath", "os.path.expanduser"})
+_BUILDER_METHODS = frozenset({"format", "joinpath", "with_name", "with_suffix", "replace"})
+
+
+def per_process_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """The path (or a file opened at it, ``with open(p, "wb") as f``) holds a value each process
+    makes for itself (``PER_PROCESS_CALLS``: ``os.path.join(d, str(uuid.uuid4()))``,
+    ``f"{d}/{os.getpid()}.pt"``, ``tempfile.mkdtemp()``): no two ranks name the same file. Followed
+    only through what keeps a part's value in the result (f-strings, ``+``/``/``, path and string
+    builders, ``.hex``, a slice, names bound before ``at``, ``with ... as``): a value handed to any
+    other call (a broadcast from rank 0, a project helper) or put in a list (filled in place by
+    ``broadcast_object_list``) may come back the same on every rank, and is not one."""
+    if expr is None or depth > 8:
+        return False
+    t = expr.__class__
+    if t is ast.Call:
+        qn = ctx.qn(expr) or ""
+        if qn in PER_PROCESS_CALLS:
+            return True
+        f = expr.func
+        name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else "")
+        if name == "open" and expr.args:  # a file opened at the path
+            return per_process_path(ctx, expr.args[0], at, depth + 1)
+        parts = []
+        if qn in _BUILDERS or (not qn and isinstance(f, ast.Name) and f.id == "str"):
+            parts = [*expr.args, *(k.value for k in expr.keywords)]
+        elif isinstance(f, ast.Attribute) and name in _BUILDER_METHODS:
+            parts = [f.value, *expr.args, *(k.value for k in expr.keywords)]
+        return any(per_process_path(ctx, a, at, depth + 1) for a in parts)
+    if t is ast.JoinedStr:
+        return any(per_process_path(ctx, v.value, at, depth + 1) for v in expr.values if isinstance(v, ast.FormattedValue))
+    if t is ast.BinOp:
+        return per_process_path(ctx, expr.left, at, depth + 1) or per_process_path(ctx, expr.right, at, depth + 1)
+    if t in (ast.Attribute, ast.Subscript):  # ``uuid.uuid4().hex``, ``str(uuid.uuid4())[:8]``
+        return per_process_path(ctx, expr.value, at, depth + 1)
+    if t is ast.Name:
+        st = reaching_assignment(ctx, expr.id, at)
+        if st is not None:
+            return per_process_path(ctx, st.value, st, depth + 1)
+        v = reaching_value(ctx, expr.id, at)  # ``name, step = uuid.uuid4().hex, 0``
+        if v is not None:
+            return per_process_path(ctx, v, at, depth + 1)
+        c = unpacked_call(ctx, expr.id, at)  # ``fd, name = tempfile.mkstemp()``
+        if c is not None and (ctx.qn(c) or "") in PER_PROCESS_CALLS:
+            return True
+        for b in ctx.sem.assignments(ctx.sem.scope_of(at)).get(expr.id, ()):
+            if isinstance(b, (ast.With, ast.AsyncWith)):
+                for item in b.items:
+                    v = item.optional_vars
+                    if isinstance(v, ast.Name) and v.id == expr.id and per_process_path(ctx, item.context_expr, b, depth + 1):
                         return True
     return False

@@ -117,3 +117,60 @@ def _chain(node: ast.AST, scope: ast.AST):
             return out
         child, p = p, parent(p)
     return None
+
+
+# the modules through which a program may make processes that share work: torch's own, the
+# launchers and trainers that make a group or wrap a model for one, the message-passing libraries
+_DIST_MODULES = ("torch.distributed", "torch.nn.parallel.distributed", "torch.nn.parallel.DistributedDataParallel",
+                 "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "accelerate", "deepspeed",
+                 "horovod", "colossalai", "lightning", "pytorch_lightning", "lightning_fabric", "fairscale",
+                 "mpi4py", "ray", "torch_xla", "apex", "megatron", "composer", "transformers.Trainer",
+                 "transformers.trainer", "submitit", "torch.utils.data.distributed",
+                 "torch.utils.data.DistributedSampler")
+
+
+_MAX_PROGRAM = 160  # modules read for the answer (past it: not known)
+
+
+def _dist_name(q: str) -> bool:
+    return any(q == m or q.startswith(m + ".") for m in _DIST_MODULES)
+
+
+def program_without_group(hub, view) -> bool:
+    """Nothing in the program that ``view`` starts can make processes that share work: neither
+    ``view`` nor a project module it imports (``rank_kinds.program_views``, at most ``_MAX_PROGRAM``:
+    a program past it is not known) imports, anywhere, a module of ``_DIST_MODULES`` (``import
+    torch.distributed as dist``, ``from torch.nn.parallel import DistributedDataParallel``,
+    ``import accelerate``), nor calls one through ``import torch`` (``torch.distributed.init_process_group``,
+    ``torch.multiprocessing.spawn``). Such a program is one process with its own data, or several
+    that never meet (a launcher that starts N copies of it runs N separate jobs): no replica exists
+    that another rank's value could drift from. (Callers in other files, which may run the
+    module's functions in a distributed program of theirs, are the caller's question.)"""
+    from .rank_kinds import program_views
+
+    if _distribution_named(view):
+        return False  # (the usual answer, without reading the program's other modules)
+    views = program_views(hub, view, _MAX_PROGRAM)
+    if len(views) >= _MAX_PROGRAM or hub.truncated:
+        return False  # a module of the program may be unread
+    return not any(_distribution_named(v) for v in views)
+
+
+def _distribution_named(v) -> bool:
+    memo = v.memo
+    got = memo.get("group_free.dist_names")
+    if got is None:
+        got = memo["group_free.dist_names"] = _names_distribution(v)
+    return got
+
+
+def _names_distribution(v) -> bool:
+    sem = v.sem
+    for st in sem.imports:  # every import statement of the module, in functions too
+        if st.__class__ is ast.Import:
+            if any(_dist_name(a.name) for a in st.names):
+                return True
+        elif st.level == 0 and (_dist_name(st.module or "")
+                                or any(_dist_name(f"{st.module or ''}.{a.name}") for a in st.names)):
+            return True
+    return any(_dist_name(sem.call_qualname(c) or "") for c in sem.calls)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, parent
 from .bindings import EQUALISERS, LOOPS, binding_scope, contains as _contains
 
 # methods that put their arguments into the receiver
@@ -146,14 +146,22 @@ def is_container_binding(sem, ev: ast.AST) -> bool:
 def written_values(ev, e: ast.Name, bindings, d: int) -> list:
     """For the evaluator ``ev``: the values put into the container ``e`` names after its
     bindings: what ``x[k] = v`` / ``x.append(v)`` store; unknown for a fresh container handed to
-    a call that may fill it (``rec(nested, "", flat)``)."""
+    a call that may fill it (``rec(nested, "", flat)``). A write that reaches ``e`` only where
+    the world has one process (``world.alone_only``: the object is all-reduced in place under
+    ``if dist.is_initialized():`` after it) puts nothing rank-varying there."""
     from .values import X
     muts = mutations(ev.view, e.id, e, bindings)
     if not muts:
         return []
+    from .world import alone_only  # lazy: world sits above this module's users
     out = []
     fresh = None
     for node, values in muts:
+        st = node
+        while st is not None and not isinstance(st, ast.stmt):
+            st = parent(st)
+        if st is not None and alone_only(ev, st, e):
+            continue  # made equal in place (``dist.all_reduce(x)``) wherever other ranks exist
         if values is None:
             if fresh is None:
                 fresh = any(is_container_binding(ev.sem, b) for b in bindings)

@@ -198,15 +198,15 @@ def local_rank_env_reads(view, known: bool = False) -> list[ast.AST]:
 _MAX_PROGRAM = 24
 
 
-def program_views(hub, view) -> list:
-    """``view`` and the project modules it imports, transitively (breadth first, a bounded
-    number): the part of the program one check can see."""
+def program_views(hub, view, limit: int = _MAX_PROGRAM) -> list:
+    """``view`` and the project modules it imports, transitively (breadth first, at most
+    ``limit``): the part of the program one check can see."""
     from . import _NOT_PROJECT  # lazy: the package imports this module's neighbours
 
     out = [view]
     seen = {id(view)}
     i = 0
-    while i < len(out) and len(out) < _MAX_PROGRAM:
+    while i < len(out) and len(out) < limit:
         v = out[i]
         i += 1
         for mod, level, attr in list(v.imports.values()):

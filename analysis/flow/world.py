@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import get_arg
+from ..semantic import FUNC_TYPES, get_arg
 from ..semantic import terminal_name as _terminal
 from ..torch_api import D
 from .assignments import stmt_list_of
@@ -61,24 +61,34 @@ def overwritten(ev: ast.AST, use: ast.Name) -> bool:
 
 def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
     """``ev`` (a binding statement) reaches ``use`` only where the world has one process: a
-    later ``if`` of its block, before the statement holding the use, tests the world size
-    against 1 (``world_size_side``) or whether the default group exists (``group_side``: without
-    one no other rank takes part) and, at the top of its multi-process branch, rebinds the name
-    or makes it equal on every rank in place (``dist.all_reduce(name)``)."""
+    later ``if`` of its block, or of a block around it in the same scope (a binding inside a loop
+    or a ``with`` that accumulates, the test after them), before the statement holding the use,
+    tests the world size against 1 (``world_size_side``) or whether the default group exists
+    (``group_side``: without one no other rank takes part) and, at the top of its multi-process
+    branch, rebinds the name or makes it equal on every rank in place (``dist.all_reduce(name)``).
+    A ``break`` between them may carry the value out of a loop past the test: no answer then."""
     if not isinstance(ev, ast.stmt):
         return False
-    got = stmt_list_of(ev)  # (a statement is never in an ``except`` handler list)
-    if got is None:
-        return False
-    blk = got[1]
-    for st in blk[blk.index(ev) + 1:]:
-        if (st.lineno, st.col_offset) <= (use.lineno, use.col_offset) <= (st.end_lineno, st.end_col_offset):
-            return False  # the use is inside: no test stands between
-        if st.__class__ is ast.If:
-            side = world_size_side(evaluator, st.test) or group_side(evaluator.sem, st.test)
-            if side is not None and _rebinds(getattr(st, side), use.id, evaluator.sem):
-                return (st.end_lineno, st.end_col_offset) <= (use.lineno, use.col_offset)
-    return False
+    node = ev
+    while True:
+        got = stmt_list_of(node)  # (a statement is never in an ``except`` handler list)
+        if got is None:
+            return False
+        owner, blk = got
+        for st in blk[blk.index(node) + 1:]:
+            if (st.lineno, st.col_offset) <= (use.lineno, use.col_offset) <= (st.end_lineno, st.end_col_offset):
+                return False  # the use is inside: no test stands between
+            if st.__class__ is ast.If:
+                side = world_size_side(evaluator, st.test) or group_side(evaluator.sem, st.test)
+                if side is not None and _rebinds(getattr(st, side), use.id, evaluator.sem):
+                    return (st.end_lineno, st.end_col_offset) <= (use.lineno, use.col_offset)
+            if any(n.__class__ is ast.Break for n in ast.walk(st)):
+                return False
+        if not isinstance(owner, ast.stmt) or isinstance(owner, (*FUNC_TYPES, ast.ClassDef)) \
+                or (owner.lineno, owner.col_offset) <= (use.lineno, use.col_offset) <= (owner.end_lineno,
+                                                                                    owner.end_col_offset):
+            return False  # the scope's end, or the use inside the block's owner: no test after it
+        node = owner
 
 
 def _rebinds(block: list, name: str, sem=None) -> bool:

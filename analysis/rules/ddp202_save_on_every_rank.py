@@ -8,7 +8,7 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.assignments import reaching_assignment
-from ..flow.fs_ranks import rank_specific_path
+from ..flow.fs_ranks import per_process_path, rank_specific_path
 from ..flow.group_free import without_group
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.rank import rank0_guarded
@@ -662,18 +662,21 @@ def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
     return False
 
 
-# calls whose value differs between processes (and between calls): a path made of one is unique
-_UNIQUE_CALLS = frozenset({"uuid.uuid1", "uuid.uuid4", "os.getpid", "tempfile.mkdtemp", "tempfile.mkstemp",
-                           "time.time", "time.time_ns", "time.perf_counter", "time.monotonic",
-                           "datetime.datetime.now", "datetime.datetime.utcnow", "secrets.token_hex"})
+# clocks: a value that differs between calls (a path made of one is taken as unique; the values
+# each process makes for itself are ``fs_ranks.PER_PROCESS_CALLS``)
+_UNIQUE_CALLS = frozenset({"uuid.uuid1", "time.time", "time.time_ns", "time.perf_counter", "time.monotonic",
+                           "datetime.datetime.now", "datetime.datetime.utcnow"})
 
 
 def unique_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
-    """The path is made of a value that differs between processes and calls (``uuid.uuid4()``,
-    ``os.getpid()``, ``tempfile.mkdtemp()``, ``time.time()``), through names bound before ``at``:
-    no two ranks write the same file."""
+    """The path is made of a value that differs between processes (``uuid.uuid4()``,
+    ``os.getpid()``, ``tempfile.mkdtemp()``: ``fs_ranks.per_process_path``, also through the file
+    object of ``with open(path) as f``) or between calls (``time.time()``), through names bound
+    before ``at``: no two ranks write the same file."""
     if depth > 3 or expr is None:
         return False
+    if depth == 0 and per_process_path(ctx, expr, at):
+        return True
     for n in ast.walk(expr):
         if isinstance(n, ast.Call) and (ctx.qn(n) or "") in _UNIQUE_CALLS:
             return True

@@ -798,7 +798,7 @@ def _settings_file(ctx, path) -> bool:
         got = project_files_naming(ctx, {word})
         return None if got is None else [v for _c, v in got]
 
-    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0))
+    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0), an)
     saves = 0
     for fctx, view in files:
         for c in view.sem.calls_to("torch.save"):

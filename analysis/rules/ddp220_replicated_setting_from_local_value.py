@@ -6,6 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.modern import holds_call, hub
+from ..flow.group_free import program_without_group
+from ..flow.imports import is_main_guard
 from ..flow.origins import qn_suffix_pred
 from ..flow.values import DATA
 from ._flow import source_related, source_words
@@ -27,8 +29,11 @@ class ReplicatedSettingFromLocalValue(Rule):
 
     The scheduler may be built in a helper, another module or kept on `self`. Values are judged by
     the shared uniformity analysis: a value a collective made equal (an all-reduced loss) is
-    uniform, and a value the analysis cannot judge never produces a finding. A per-rank metric that
-    only feeds logging is not flagged.
+    uniform, also when it is reduced in place only where a process group exists (`if
+    dist.is_initialized(): dist.all_reduce(buf)`: without one the run is a single process), and a
+    value the analysis cannot judge never produces a finding. A per-rank metric that only feeds
+    logging is not flagged, nor a program with no replicas at all (it imports and calls nothing
+    distributed, and no distributed program of the project calls it).
 
     ## Why is this bad?
     DDP averages the gradients, but each replica applies them with its own optimizer. When one
@@ -77,7 +82,7 @@ class ReplicatedSettingFromLocalValue(Rule):
             if not _local_data(v):
                 continue
             got = holds_call(an, view, f.value, c, _PLATEAU)
-            if got is None:
+            if got is None or _one_job(ctx, an, view):
                 continue
             sv, ctor = got
             made = f" (built at line {ctor.lineno})" if sv is view else ""
@@ -92,7 +97,7 @@ class ReplicatedSettingFromLocalValue(Rule):
             for t in st.targets:
                 if _group_lr(an, view, t, st):
                     v = ev.value(st.value)
-                    if _local_data(v):
+                    if _local_data(v) and not _one_job(ctx, an, view):
                         ctx.report(
                             st,
                             f"`{ctx.text(t)}` is set from a rank-varying value ({source_words(ctx, v)}) that "
@@ -101,6 +106,26 @@ class ReplicatedSettingFromLocalValue(Rule):
                             related=[*source_related(ctx, v)],
                         )
                     break
+
+
+def _one_job(ctx, an, view) -> bool:
+    """No replicas exist: the program this module starts never makes processes that share work
+    (``group_free.program_without_group``: no distributed module imported or called, here or in
+    the project modules it imports), and every other file of the project that calls its functions
+    or classes is a script (``if __name__ == "__main__":``) whose program does not either (any
+    other caller might run them in a distributed program of its own)."""
+    from ._common import project_callers  # lazy: only a file whose program is not distributed asks
+
+    def decide():
+        if not program_without_group(an, view):
+            return False
+        for cctx, _call, _fn in project_callers(ctx, [*view.defs, *view.classes]):
+            cv = an.view_of(cctx.filename)
+            if cv is None or not any(is_main_guard(st) for st in cv.tree.body) or not program_without_group(an, cv):
+                return False
+        return True
+
+    return ctx.memo("ddp220.one_job", decide)
 
 
 def _local_data(v) -> bool:
