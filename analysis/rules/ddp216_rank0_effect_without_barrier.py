@@ -169,6 +169,8 @@ class Rank0EffectWithoutBarrier(Rule):
                         continue
                     if synchronised_between(an, an.main, scope, g, r) is not None:
                         break
+                    if _group_less(ctx, an, r):
+                        break  # worker processes with no process group: no ranks, no barrier
                     done.add(id(g))
                     if id(e) in inside:
                         self._report_inside(ctx, c, e, *inside[id(e)], r, use)
@@ -229,7 +231,7 @@ class Rank0EffectWithoutBarrier(Rule):
                             and result_of(an.main, u.path, c, r):
                         use = "lists" if u.kind == LIST else "reads"
                         break
-                if use is None or synchronised_between(an, an.main, scope, c, r) is not None:
+                if use is None or synchronised_between(an, an.main, scope, c, r) is not None or _group_less(ctx, an, r):
                     continue
                 e, g, _ret, gview = got[0]
                 self._report_returned(ctx, c, e, g, r, use, gview)
@@ -276,6 +278,17 @@ class Rank0EffectWithoutBarrier(Rule):
             "half-written file; call `dist.barrier()` after the guarded block",
             related=[(c, f"the main rank {what} it here"), (g.test, "main-rank test")],
         )
+
+
+def _group_less(ctx, an, node) -> bool:
+    """``node`` runs in processes that never have a process group (``flow.process_entries``): its
+    function only starts processes of their own, here and in the project's other files."""
+    from ..flow.process_entries import group_less_entry
+    from ._common import project_callers
+
+    if not group_less_entry(an, an.main, node):
+        return False
+    return not project_callers(ctx, {ctx.sem.enclosing_function(node).name})
 
 
 def _pos(n):
