@@ -61,6 +61,11 @@ class Rank0EffectWithoutBarrier(Rule):
     (composer's `local_rank_zero_download_and_wait(path)` and `run_local_rank_zero_first()`,
     `flow.sync.main_first_with`) around the main rank's effect. Composer's `get_file(uri,
     destination)` is a download.
+    Nor is a function that only plain worker processes run and that never joins a process group
+    (`flow.process_entries`: the target of `multiprocessing.Process(target=...)` or of `mp.spawn`,
+    also through the cases of a pytest `parametrize`, called nowhere else, with no
+    `init_process_group` in it or in what it calls): its `rank` is the index its starter gave it,
+    and without a group there are no ranks to order with a barrier.
     Only the order in the source of one function is read: a use in an earlier statement reached by
     a loop's next iteration is not flagged.
 
