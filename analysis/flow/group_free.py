@@ -40,7 +40,7 @@ def _free(ctx, hub, node, depth, memo, found) -> bool:
     if fn is not None and (isinstance(fn, ast.Lambda) or isinstance(parent(fn), ast.ClassDef)):
         return False  # a lambda, a method: its callers are not read here
     scope = fn if fn is not None else sem.tree
-    for c in _init_calls(ctx, hub, scope, memo):
+    for c in init_calls(hub, hub.main, scope, memo):
         if c is node:
             continue  # the call on the way: its own inits were read inside it
         if not _exclusive(c, node, scope):
@@ -56,12 +56,11 @@ def _free(ctx, hub, node, depth, memo, found) -> bool:
     return all(_free(ctx, hub, site, depth + 1, memo, found) for site in sites)
 
 
-def _init_calls(ctx, hub, fn, memo) -> list:
+def init_calls(hub, view, fn, memo) -> list:
     """The calls of ``fn``'s own body that create the default group, directly or through project
     functions (``lifecycle.init_sites`` / ``library_init_sites``)."""
     if id(fn) in memo:
         return memo[id(fn)]
-    view = hub.main
     out = []
     for c in view.sem.scope_calls(fn) or ():
         qn = view.sem.call_qualname(c) or ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import get_arg, parent
-from .hidden import FULLY_SHARD, is_fsdp2, shard_calls  # noqa: F401  (re-exported)
+from .hidden import FULLY_SHARD, is_fsdp2, options_flag, shard_calls  # noqa: F401  (re-exported)
 from .origins import holds_call, is_optimizer_ctor, key_of, origins, qn_pred  # noqa: F401  (re-exported)
 
 # the gate of the DDP5xx rules: a module of the modern stack is imported
@@ -244,3 +244,58 @@ def fsdp1_flat(an, view, expr, at, callers=None):
             if not (isinstance(flag, ast.Constant) and flag.value is False):
                 return None
     return got[0]
+
+
+# a state dict of a module's own (DTensor) entries, as the module's state-dict API returns it
+_MODEL_SD = ("torch.distributed.checkpoint.state_dict.get_model_state_dict",)
+
+
+def restores_dtensors(an, view, expr, at, files, callers=None) -> bool:
+    """Some value ``expr`` may hold is what ``torch.load`` reads (or one entry of it, ``ckpt["model"]``)
+    from a file the project writes only with DTensor state dicts: every ``torch.save`` to a file of
+    that name (``saved_fields.file_saves``: in the loading module, this one, and the modules
+    ``files(words)`` gives, None when unknown), at least one, saves there (under the same entry) the
+    ``state_dict()`` of a ``fully_shard`` module, or its ``get_model_state_dict`` without
+    ``full_state_dict=True``. Loaded back, whatever ``weights_only``, the file holds those DTensors
+    again: a rank's own sharded checkpoint, written and read by the same trainer."""
+    from .saved_fields import file_saves, file_shape, file_words
+
+    for lv, load, path, *_ in origins(an, view, expr, at, keep_path="entries", callers=callers):
+        if not (isinstance(load, ast.Call) and lv.sem.call_qualname(load) == "torch.load"):
+            continue
+        where = get_arg(load, 0, "f")
+        name = file_shape(lv, where, load, 0)
+        if name is None:
+            continue
+        views = {id(v): v for v in (lv, view)}
+        words = file_words(lv, where, load)
+        for v in (files(words) or ()) if words else ():
+            views.setdefault(id(v), v)
+        saves = file_saves(views.values(), name)
+        if saves and all(_sharded_sd(an, sv, get_arg(sc, 0, "obj"), sc, path, callers) for sv, sc in saves):
+            return True
+    return False
+
+
+def _sharded_sd(an, view, obj, at, path, callers) -> bool:
+    """Every value ``obj`` (at ``path``, an entry path into it) may hold is a ``fully_shard`` module's
+    DTensor state dict."""
+    got = origins(an, view, obj, at, path=tuple(path), callers=callers)
+    if not got:
+        return False
+    for v, e in got:
+        if not isinstance(e, ast.Call):
+            return False
+        if isinstance(e.func, ast.Attribute) and e.func.attr == "state_dict" and not e.args and not e.keywords:
+            module = e.func.value
+        elif v.sem.call_qualname(e) in _MODEL_SD:
+            opts = get_arg(e, 99, "options")
+            if opts is not None and options_flag(v, opts, e, "full_state_dict", hub=an, missing=False,
+                                                 callers=callers) is not False:
+                return False  # full (plain) tensors, or cannot tell
+            module = get_arg(e, 0, "model")
+        else:
+            return False
+        if module is None or not is_fsdp2(an, v, module, e, callers):
+            return False
+    return True

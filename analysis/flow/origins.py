@@ -13,6 +13,7 @@ from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_defaults, pa
 from ..torch_api import constant_of
 from .records import class_chain, field_argument, fields, is_record, property_of, self_field
 from .bindings import reaching, target_path
+from .testing import parametrized_cases
 
 MAX_DEPTH = 6
 
@@ -79,6 +80,11 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
             sites = [(view, c) for c in hub.call_sites(view, evs)[:8]]
             if not sites and callers is not None:
                 sites = callers(view, evs)[:8]
+            if not sites:  # a test function pytest calls once per case of its parametrize
+                for a in parametrized_cases(view.sem, evs, expr.id) or ():
+                    a, p = _def_name(view, a, path)
+                    out.extend([_leaf(view, a, p, keep_path, frames)] if p is None else origins(
+                        hub, view, a, a, depth + 1, p, keep_path, frames, limit=limit, callers=callers))
             for cv, c in sites:
                 if cv is view and _inside(c, evs):
                     continue  # a recursive call passes a value made from the parameter: the outer calls give its origins
@@ -473,6 +479,16 @@ def _argument(call: ast.Call, fn, name: str):
 
 def _default_of(fn, name: str):
     return param_defaults(fn).get(name)
+
+
+def _def_name(view, expr, path):
+    """(expression, path) left after taking ``path``'s items of the displays ``expr`` is; (name, None)
+    when that names a function of the module, as a value: the function itself is the origin."""
+    while path and isinstance(path[0], int) and isinstance(expr, (ast.Tuple, ast.List)) and path[0] < len(expr.elts):
+        expr, path = expr.elts[path[0]], path[1:]
+    if not path and isinstance(expr, ast.Name) and isinstance(view.defs.get(expr.id), FUNC_TYPES):
+        return expr, None
+    return expr, path
 
 
 def _leaf(view, expr, path, keep_path: bool, frames):

@@ -37,9 +37,7 @@ def saved_field(ev, e: ast.Subscript, d: int):
         return memo[mk]
     memo[mk] = X  # a save that reads its own file back (asked again while answering): unknown
     vals = []
-    for c in view.sem.calls_to(*_SAVES):
-        if file_shape(view, get_arg(c, 1, "f"), c, 0) != name:
-            continue
+    for _v, c in file_saves((view,), name):
         fields = _dict_of(view, get_arg(c, 0, "obj"), c)
         if fields is None or key.value not in fields:
             vals = None
@@ -48,6 +46,27 @@ def saved_field(ev, e: ast.Subscript, d: int):
     got = join(vals) if vals else None
     memo[mk] = got
     return got
+
+
+def file_saves(views, name) -> list:
+    """(view, call) of every ``torch.save`` of ``views`` to a file named ``name`` (``file_shape``)."""
+    return [(v, c) for v in views for c in v.sem.calls_to(*_SAVES)
+            if file_shape(v, get_arg(c, 1, "f"), c, 0) == name]
+
+
+def file_words(view, path, at) -> tuple:
+    """Words a module that writes the file ``path`` names must hold in its text: the file's name
+    when it is written out, else the longest literal piece of the f-string that makes it
+    (``"model_shard_"`` of ``f"model_shard_{rank}.pt"``); empty when neither is known."""
+    leaf = _file_leaf(view, path, at, 0)
+    if isinstance(leaf, ast.Constant):
+        name = leaf.value.replace("\\", "/").rsplit("/", 1)[-1]
+        return (name,) if name else ()
+    if isinstance(leaf, ast.JoinedStr):
+        pieces = [v.value for v in leaf.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+        pieces = [p for p in pieces if p.isprintable() and "\\" not in p and any(ch.isalnum() for ch in p)]
+        return (max(pieces, key=len),) if pieces else ()
+    return ()
 
 
 def _load_of(view, expr):
@@ -98,26 +117,38 @@ def file_shape(view, path, at, depth):
     """The name of the file ``path`` names, as plain data: its last component (a string, or the dump
     of an f-string with its placeholders), through ``os.path.join``, ``/`` and one binding of a name;
     else None."""
+    return _shape(_file_leaf(view, path, at, depth))
+
+
+def _shape(leaf):
+    if isinstance(leaf, ast.Constant):
+        return leaf.value.replace("\\", "/").rsplit("/", 1)[-1] or None
+    if isinstance(leaf, ast.JoinedStr):
+        if any(isinstance(v, ast.Constant) and "/" in str(v.value) for v in leaf.values):
+            return None
+        return ast.dump(leaf)
+    return None
+
+
+def _file_leaf(view, path, at, depth):
+    """The string literal or f-string whose last component names the file ``path`` names (see
+    ``file_shape``), else None."""
     if depth > 3 or path is None:
         return None
-    if isinstance(path, ast.Constant) and isinstance(path.value, str):
-        return path.value.replace("\\", "/").rsplit("/", 1)[-1] or None
-    if isinstance(path, ast.JoinedStr):
-        if any(isinstance(v, ast.Constant) and "/" in str(v.value) for v in path.values):
-            return None
-        return ast.dump(path)
+    if (isinstance(path, ast.Constant) and isinstance(path.value, str)) or isinstance(path, ast.JoinedStr):
+        return path
     if isinstance(path, ast.Call) and (view.sem.call_qualname(path) or "") in _JOINS and path.args and not path.keywords:
-        return file_shape(view, path.args[-1], at, depth + 1)
+        return _file_leaf(view, path.args[-1], at, depth + 1)
     if isinstance(path, ast.BinOp) and isinstance(path.op, ast.Div):
-        return file_shape(view, path.right, at, depth + 1)
+        return _file_leaf(view, path.right, at, depth + 1)
     if isinstance(path, ast.Call) and isinstance(path.func, ast.Name) and isinstance(
             view.defs.get(path.func.id), FUNC_TYPES):  # a function of the module that returns the path
         fn = view.defs[path.func.id]
-        rets = {file_shape(view, r.value, r, depth + 1) for r in iter_scope_nodes(fn) if isinstance(r, ast.Return)}
-        return rets.pop() if len(rets) == 1 else None
+        leaves = [_file_leaf(view, r.value, r, depth + 1) for r in iter_scope_nodes(fn) if isinstance(r, ast.Return)]
+        return leaves[0] if leaves and len({_shape(x) for x in leaves}) == 1 else None
     if isinstance(path, ast.Name):
         kind, evs = reaching(view, path.id, at)
         if kind == "events" and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
                 and len(evs[0].targets) == 1 and isinstance(evs[0].targets[0], ast.Name):
-            return file_shape(view, evs[0].value, evs[0], depth + 1)
+            return _file_leaf(view, evs[0].value, evs[0], depth + 1)
     return None

@@ -11,7 +11,7 @@ import ast
 import os
 import time
 
-from ..semantic import FUNC_TYPES, parent, terminal_name
+from ..semantic import FUNC_TYPES, get_arg, parent, terminal_name
 from .. import snapshot
 
 _RAISES = frozenset({"assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises", "assertWarns",
@@ -123,3 +123,45 @@ def patched_names(sem, node: ast.AST) -> frozenset[str]:
                 target(item.context_expr)
         p = parent(p)
     return frozenset(out)
+
+
+_PARAMETRIZE = "pytest.mark.parametrize"
+
+
+def parametrized_cases(sem, fn, name: str) -> list | None:
+    """The values pytest passes for the parameter ``name`` of the test function ``fn``, one per case
+    of the ``@pytest.mark.parametrize(argnames, argvalues)`` that names it: pytest is the caller, and
+    each element of ``argvalues`` (a list or tuple display, or a module-level name bound once to one)
+    is one call; its ``i``-th item when ``argnames`` names several (``"fn, n"``), the values of a
+    ``pytest.param(...)`` unwrapped. None when no such decorator names the parameter, or a case is
+    not written out (a starred element, a case of another length)."""
+    for dec in getattr(fn, "decorator_list", ()):
+        if not (isinstance(dec, ast.Call) and sem.qualname(dec.func) == _PARAMETRIZE):
+            continue
+        names, values = get_arg(dec, 0, "argnames"), get_arg(dec, 1, "argvalues")
+        if isinstance(names, ast.Constant) and isinstance(names.value, str):
+            ns = [n.strip() for n in names.value.split(",") if n.strip()]
+        elif isinstance(names, (ast.Tuple, ast.List)) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in names.elts):
+            ns = [e.value for e in names.elts]
+        else:
+            continue
+        if name not in ns:
+            continue
+        if isinstance(values, ast.Name):
+            values = sem.single_value(values.id, sem.tree)
+        if not isinstance(values, (ast.List, ast.Tuple)):
+            return None
+        i, out = ns.index(name), []
+        for case in values.elts:
+            if isinstance(case, ast.Call) and sem.qualname(case.func) == "pytest.param":
+                items = case.args
+            elif len(ns) == 1:
+                items = [case]
+            else:
+                items = case.elts if isinstance(case, (ast.Tuple, ast.List)) else []
+            if len(items) != len(ns) or any(isinstance(x, ast.Starred) for x in items):
+                return None
+            out.append(items[i])
+        return out
+    return None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import os
 
 from ..model import Severity
@@ -32,7 +33,11 @@ class SumReducedAgainOverWorld(Rule):
     The second reduction must follow the first on every path (an earlier statement of a block
     that holds it) and no code between them may read or write the tensor's name (a rescale or a
     reset makes the second sum something else), and the tensor must be read after it (a sum
-    nobody reads is no wrong value). Two names are one tensor only where each is followed back to
+    nobody reads is no wrong value). It must run on every rank that made the first: a second sum
+    that a rank test after the first lets only some ranks make (`if rank == 0:
+    dist.all_reduce(t)`, an early `if rank != 0: return`) is an unmatched collective, which hangs
+    (DDP104), not a sum added twice (unless the other ranks sum it again in the other branch).
+    Two names are one tensor only where each is followed back to
     one binding: a name bound on one path again, or a copy (`.clone()`, `x * 1`), is another
     tensor. A helper's world reduction behind a test of one of
     its parameters (`if group is None:`) is the caller's choice and is not used; one behind a test
@@ -104,6 +109,8 @@ class SumReducedAgainOverWorld(Rule):
                 if an is None:
                     an = for_context(ctx)
                 for first, second in summed_again(an, an.main, fn):
+                    if _some_ranks_only(ctx, an, fn, first, second):
+                        continue
                     self._report(ctx, first, second, here, seen)
                 for first, second, fork in aliased_sums(an, an.main, fn):
                     self._report_alias(ctx, an, first, second, fork, seen)
@@ -180,3 +187,21 @@ class SumReducedAgainOverWorld(Rule):
             f"the world size. Store a copy (`.clone()`) in one of the entries",
             related=related,
         )
+
+
+def _some_ranks_only(ctx, an, fn, first, second) -> bool:
+    """The second sum runs only on the ranks that a rank test after the first selects
+    (``flow.rank.rank_guard``), and the other branch of that test makes no second sum of the same
+    tensor: the ranks do not all reach it, so it cannot complete as a world sum."""
+    from ..flow.rank import rank_guard
+    from ..flow.reductions import sum_reductions
+
+    g = rank_guard(ctx, second.call)
+    if g is None or (g.if_node.lineno, g.if_node.col_offset) <= (first.call.end_lineno, first.call.end_col_offset):
+        return False  # every rank that summed first gets here, or the test is around both sums
+    if g.branch == "after":
+        return True
+    other = g.if_node.orelse if g.branch == "body" else g.if_node.body
+    inside = {id(n) for st in other for n in ast.walk(st)}
+    return not any(s.world and s.name == first.name and id(s.call) in inside
+                   for s in sum_reductions(an, an.main, fn))

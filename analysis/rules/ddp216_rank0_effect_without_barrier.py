@@ -61,6 +61,11 @@ class Rank0EffectWithoutBarrier(Rule):
     (composer's `local_rank_zero_download_and_wait(path)` and `run_local_rank_zero_first()`,
     `flow.sync.main_first_with`) around the main rank's effect. Composer's `get_file(uri,
     destination)` is a download.
+    Nor is a function that only plain worker processes run and that never joins a process group
+    (`flow.process_entries`: the target of `multiprocessing.Process(target=...)` or of `mp.spawn`,
+    also through the cases of a pytest `parametrize`, called nowhere else, with no
+    `init_process_group` in it or in what it calls): its `rank` is the index its starter gave it,
+    and without a group there are no ranks to order with a barrier.
     Only the order in the source of one function is read: a use in an earlier statement reached by
     a loop's next iteration is not flagged.
 
@@ -169,6 +174,8 @@ class Rank0EffectWithoutBarrier(Rule):
                         continue
                     if synchronised_between(an, an.main, scope, g, r) is not None:
                         break
+                    if _group_less(ctx, an, r):
+                        break  # worker processes with no process group: no ranks, no barrier
                     done.add(id(g))
                     if id(e) in inside:
                         self._report_inside(ctx, c, e, *inside[id(e)], r, use)
@@ -229,7 +236,7 @@ class Rank0EffectWithoutBarrier(Rule):
                             and result_of(an.main, u.path, c, r):
                         use = "lists" if u.kind == LIST else "reads"
                         break
-                if use is None or synchronised_between(an, an.main, scope, c, r) is not None:
+                if use is None or synchronised_between(an, an.main, scope, c, r) is not None or _group_less(ctx, an, r):
                     continue
                 e, g, _ret, gview = got[0]
                 self._report_returned(ctx, c, e, g, r, use, gview)
@@ -276,6 +283,17 @@ class Rank0EffectWithoutBarrier(Rule):
             "half-written file; call `dist.barrier()` after the guarded block",
             related=[(c, f"the main rank {what} it here"), (g.test, "main-rank test")],
         )
+
+
+def _group_less(ctx, an, node) -> bool:
+    """``node`` runs in processes that never have a process group (``flow.process_entries``): its
+    function only starts processes of their own, here and in the project's other files."""
+    from ..flow.process_entries import group_less_entry
+    from ._common import project_callers
+
+    if not group_less_entry(an, an.main, node):
+        return False
+    return not project_callers(ctx, {ctx.sem.enclosing_function(node).name})
 
 
 def _pos(n):

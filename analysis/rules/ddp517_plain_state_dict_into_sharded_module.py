@@ -6,8 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2
-from ..flow.modern import hub, origins
-from ._common import other_call_sites, shard_or_callers_reach
+from ..flow.modern import hub, origins, restores_dtensors
+from ._common import other_call_sites, project_files_naming, shard_or_callers_reach
 
 # what reads a checkpoint file into plain tensors
 _LOADS = frozenset({"torch.load", "safetensors.torch.load_file", "safetensors.torch.load",
@@ -26,7 +26,11 @@ class PlainStateDictIntoShardedModule(Rule):
     a parameter of a loader function (or of a class's constructor, kept on `self`) of this file
     whose every call, in the project's other files when this file makes none, passes a module
     already sharded there (`load_pretrained(model, path)` of `checkpoint/loader.py`, called by the
-    trainer after `model, mesh = parallelize(model)`).
+    trainer after `model, mesh = parallelize(model)`). A file the project itself writes only with
+    the DTensor state dict of a `fully_shard` module (each rank's own shards:
+    `torch.save(model.state_dict(), f"part{rank}.pt")`, or `get_model_state_dict` without
+    `full_state_dict=True`, in this module or another, under the entry that is loaded) is not
+    reported: `torch.load` restores those DTensors, and `load_state_dict` gets DTensors.
 
     ## Why is this bad?
     After `fully_shard`, every parameter is a DTensor that holds this rank's shard. A checkpoint
@@ -89,6 +93,8 @@ class PlainStateDictIntoShardedModule(Rule):
                 callers = other_call_sites(ctx, an)
             if not is_fsdp2(an, view, f.value, c, callers):
                 continue
+            if restores_dtensors(an, view, sd, c, lambda words: _naming(ctx, words), callers):
+                continue  # the file holds the DTensors a sharded module's own state dict saved
             lv, lc = load
             ctx.report(
                 c,
@@ -125,6 +131,12 @@ def _plain_load(an, view, expr, at, depth: int = 0):
             return None
         first = first or (v, e)
     return first
+
+
+def _naming(ctx, words):
+    """The views of the project's modules whose text names one of ``words`` (None: unknown)."""
+    got = project_files_naming(ctx, set(words))
+    return None if got is None else [v for _c, v in got]
 
 
 def _text(node) -> str:
