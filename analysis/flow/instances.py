@@ -335,12 +335,13 @@ _SELF_RETURNING = frozenset({"cuda", "to", "cpu", "float", "half", "bfloat16", "
                              "to_empty", "requires_grad_", "xpu"})
 
 
-def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=None):
+def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=None, callers=None, depth: int = 0):
     """(view, class) of the project class ``name`` holds at ``at``: every origin (``origins``:
-    names, tuple unpacking, helpers' returns, a parameter's arguments in its module) constructs
-    it, possibly through a module method that returns the module (``Model(cfg).cuda()``); or,
-    for a parameter no call of its module gives, the project class its annotation names
-    (``def shard(model: Model)``). None when unknown or mixed."""
+    names, tuple unpacking, helpers' returns, a parameter's arguments in its module, or with
+    ``callers`` in the project's other modules) constructs it, possibly through a module method
+    that returns the module (``Model(cfg).cuda()``, ``model.to(device)`` of a parameter: the
+    receiver's origins); or, for a parameter no call of its module gives, the project class its
+    annotation names (``def shard(model: Model)``). None when unknown or mixed."""
     from .imports import _NOT_PROJECT
     from .origins import origins
 
@@ -348,12 +349,17 @@ def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=No
     kind, evs = reaching(view, name.id, at) if isinstance(name, ast.Name) else (None, None)  # or ``self.model``
     found = None
     got_any = False
-    for v, e in origins(hub, view, name, at):
+    for v, e in origins(hub, view, name, at, callers=callers):
         got_any = True
         while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING \
                 and isinstance(e.func.value, ast.Call):
             e = e.func.value
-        found = _same(found, ctor_class(hub, v, e, not_project))
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING \
+                and isinstance(e.func.value, (ast.Name, ast.Attribute)) and depth < 3:
+            got = module_instance_class(hub, v, e.func.value, e, not_project, callers, depth + 1)
+        else:
+            got = ctor_class(hub, v, e, not_project)
+        found = _same(found, got)
         if found is None:
             return None
     if got_any:
@@ -391,3 +397,27 @@ def super_method(hub, view, call: ast.Call, name: str):
         if found is not None:
             return found
     return None
+
+
+def call_classes(hub, view, call: ast.Call, frames=(), callers=None) -> list:
+    """The qualified names of what ``call`` may construct or run: its callee's own name
+    (``DistributedSampler(ds)``), else, for a callee held in a value, the imported name each of the
+    callee's origins reaches (``branch_origins``: ``cls(ds)`` where ``cls = DistributedSampler if
+    distributed else RandomSampler``, an if/else statement, a parameter, an entry of a dict of
+    classes, a helper's return). None stands for an origin of any other kind (unknown), and is
+    the whole answer for a call of a project function or class."""
+    from .origins import branch_origins, origins
+
+    qn = view.sem.call_qualname(call)
+    if qn is not None or hub.resolve_call(view, call) is not None:
+        return [qn]
+    out = []
+    for v, e, fr in branch_origins(hub, view, call.func, call, frames=frames, callers=callers):
+        if isinstance(e, ast.Subscript) and isinstance(e.ctx, ast.Load):
+            # ``SAMPLERS[mode]`` of a dict display: any of its values
+            got = origins(hub, v, e.value, e, limit=4, callers=callers)
+            if got and all(isinstance(d, ast.Dict) and all(k is not None for k in d.keys) for _, d in got):
+                out.extend(dv.sem.qualname(x) for dv, d in got for x in d.values)
+                continue
+        out.append(v.sem.qualname(e) if isinstance(e, (ast.Name, ast.Attribute)) else None)
+    return out or [None]

@@ -97,6 +97,8 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                     out.extend(origins(hub, view, d, evs, depth + 1, path, keep_path,
                                        () if frames is not None else None, limit=limit, callers=callers))
             return out
+        if kind == "none" and not path and expr.id in view.sem.aliases:
+            return [_leaf(view, expr, path, keep_path, frames)]  # an imported name (a class, a function): a leaf
         return []
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         out = []

@@ -34,7 +34,10 @@ class SamplerWithoutSetEpoch(Rule):
     `DataLoader(...)` through builders, tuples, helpers' returns and the attributes of an object
     that holds it (`data.train_loader` of `data = Holder(ds)`, whose `__init__` binds
     `self.train_loader`), reading a builder's parameters in the context of the call that built it
-    (`shuffle=training` with `training=True`). A loader
+    (`shuffle=training` with `training=True`). The sampler's class may be chosen at run time
+    (`cls = DistributedSampler if distributed else RandomSampler`, then `sampler=cls(ds)`; also
+    through an if/else statement, a parameter, a dict of classes or a helper's return: the flow
+    layer's `call_classes`); no fix is offered then, as the other class has no `set_epoch`. A loader
     the code does not build (a framework's trainer walking the user's loader) counts when the
     module walking it insists that its `sampler` is a DistributedSampler in some mode
     (`flow.type_guards`: `assert isinstance(...)`, or `if ... not isinstance(...)` that raises
@@ -260,6 +263,7 @@ class SamplerWithoutSetEpoch(Rule):
                     _distributed_loader(ana, main, e, loop) for e in iterated_leaves(loop.iter)):
                 continue  # a batch loop that walks another loader per batch is no epoch loop
             seen: set[int] = set()
+            refilled = False
             for p in passes:
                 if id(p.expr) in seen:
                     continue
@@ -281,9 +285,12 @@ class SamplerWithoutSetEpoch(Rule):
                 where = ("file", sv.path, node_span(ctx, sv.path, sc), what) \
                     if sv.path and sv is not main else (sc, what)
                 refill = _refill(main, loop, p)
-                if refill is not None:
+                if refill is not None:  # each loader whose iterator the loop re-creates
                     self._report_refill(ctx, loop, refill, p, where)
-                    break
+                    refilled = True
+                    continue
+                if refilled:
+                    continue
                 self._report(ctx, loop, where, ref or f"{ast.unparse(p.expr)}.sampler", guard, fixable=ref is not None)
                 break
 
@@ -581,7 +588,7 @@ _SAMPLER_QNS = (DIST_SAMPLER, "torch.utils.data.distributed.DistributedSampler")
 
 def _distributed_loader(ana, view, expr, at, callers=None):
     """(loader view, DataLoader call, sampler view, sampler call, the loader's ``sampler=``
-    argument, may the sampler be None) when ``expr`` at ``at`` may hold a DataLoader whose sampler
+    argument, may the sampler be None: True, or "class" when its class is chosen at run time) when ``expr`` at ``at`` may hold a DataLoader whose sampler
     is a DistributedSampler that shuffles on that path (or None on some path, nothing else); else
     None. Helpers' parameters are read in the context of the calls that lead there (``origins``'
     frames): ``shuffle=training`` shuffles when the builder was called with ``training=True``."""
@@ -595,8 +602,9 @@ def _distributed_loader(ana, view, expr, at, callers=None):
             continue
         found = branch_origins(ana, lv, s_arg, ld, frames=fr) if not isinstance(s_arg, ast.Call) or \
             (lv.sem.call_qualname(s_arg) or "") not in _SAMPLER_QNS else [(lv, s_arg, fr)]
-        samp = [(sv, sc, sf) for sv, sc, sf in found if isinstance(sc, ast.Call)
-                and (sv.sem.call_qualname(sc) or "") in _SAMPLER_QNS]
+        built = [(sv, sc, sf, _builds_sampler(ana, sv, sc, sf, callers)) for sv, sc, sf in found
+                 if isinstance(sc, ast.Call)]
+        samp = [(sv, sc, sf) for sv, sc, sf, k in built if k]
         nones = [sc for _, sc, _ in found if isinstance(sc, ast.Constant) and sc.value is None]
         if not samp or len(samp) + len(nones) != len(found) \
                 or not all(_shuffles_here(ana, sv, sc, sf) for sv, sc, sf in samp):
@@ -605,8 +613,28 @@ def _distributed_loader(ana, view, expr, at, callers=None):
         if is_eval_name(s_name, target_name(ld)):
             continue
         sv, sc, _ = samp[0]
-        return lv, ld, sv, sc, s_arg, bool(nones)
+        # a sampler class chosen at run time (``RandomSampler`` off the distributed path) has no
+        # ``set_epoch`` on every path, and no None test tells: "class" (no fix)
+        return lv, ld, sv, sc, s_arg, "class" if any(k == "some" for *_, k in built) else bool(nones)
     return None
+
+
+def _builds_sampler(ana, view, call, frames=(), callers=None):
+    """"all" when ``call`` builds a DistributedSampler, "some" when its class is chosen at run
+    time among a DistributedSampler and other samplers of ``torch.utils.data`` (``cls =
+    DistributedSampler if distributed else RandomSampler``, then ``cls(ds)``: ``call_classes``,
+    through a parameter, a dict of classes or a helper's return), else None."""
+    if (view.sem.call_qualname(call) or "") in _SAMPLER_QNS:
+        return "all"
+    from ..flow.instances import call_classes
+
+    qns = call_classes(ana, view, call, frames, callers)
+    dist = [q for q in qns if q in _SAMPLER_QNS]
+    if not dist:
+        return None
+    if len(dist) == len(qns):
+        return "all"
+    return "some" if all(q is not None and q.startswith("torch.utils.data.") for q in qns) else None
 
 
 def _required_distributed(ana, p):
@@ -639,7 +667,7 @@ def _pass_ref(ana, main, loop, p, lv, ld, s_arg, maybe_none):
     """(spelling of the sampler at the top of ``loop``'s body, needs a None guard) for the fix, or
     (None, False) when no name there is known to hold it: the loader's ``sampler=`` name, or the
     iterated loader's name, with the same bindings reaching the loop's first statement."""
-    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not loop.body:
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not loop.body or maybe_none == "class":
         return None, False
     first = loop.body[0]
     if isinstance(s_arg, ast.Name) and lv is main and _same_binding(main, s_arg.id, ld, first):

@@ -6,7 +6,8 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
 from ..flow.hidden import arg_calls, is_fsdp2, shard_calls
-from ..flow.modern import hub, key_of, origins, shard_reach
+from ..flow.modern import hub, key_of, shard_reach
+from ._common import other_call_sites
 
 REGISTER = ("torch.distributed.fsdp.register_fsdp_forward_method",
             "torch.distributed._composable.fsdp.register_fsdp_forward_method")
@@ -17,7 +18,8 @@ class FsdpMethodWithoutRegistration(Rule):
     ## What it does
     Checks for a call of a method other than `forward` (`model.generate(...)`, `model.encode(...)`)
     on a module given to `fully_shard`, when the method is defined by the project's model class,
-    does not go through `self(...)` / `self.forward(...)`, and no
+    does not go through `self(...)` (calling `self.forward(...)` directly skips FSDP2's hooks just
+    the same), and no
     `register_fsdp_forward_method(model, "<method>")` registers it.
 
     ## Why is this bad?
@@ -58,6 +60,7 @@ class FsdpMethodWithoutRegistration(Rule):
         if not shards:
             return
         registered = _registered(an, view)
+        callers = other_call_sites(ctx, an)
         for c in sem.calls:
             f = c.func
             if not isinstance(f, ast.Attribute) or f.attr == "forward" or f.attr.startswith("__"):
@@ -66,7 +69,7 @@ class FsdpMethodWithoutRegistration(Rule):
             if k is None or (k, f.attr) in registered or (k, None) in registered or \
                     not is_fsdp2(an, view, f.value, c):
                 continue
-            target = an.resolve_call(view, c) or _method_of_origin(an, view, f.value, f.attr, c)
+            target = an.resolve_call(view, c) or _method_of_origin(an, view, f.value, f.attr, c, callers)
             if target is None or not isinstance(target[1], FUNC_TYPES) or not _bypasses_call(target[1]):
                 continue
             shard = next((s for s, a in shards if key_of(a) == k), None)
@@ -90,8 +93,9 @@ class FsdpMethodWithoutRegistration(Rule):
 
 def _bypasses_call(fn) -> bool:
     """The method runs the module's submodules (``self.head(x)``, ``self.layers[i](x)``) without
-    ``self(...)`` / ``self.forward(...)``: a computation that needs the gathered parameters. The
-    class's own methods it calls (``self._trunk(ids)``) are read as part of it, transitively. A
+    ``self(...)``: a computation that needs the gathered parameters. The class's own methods it
+    calls (``self._trunk(ids)``, and ``self.forward(ids)``, which FSDP2's hooks do not wrap: they
+    run in ``__call__`` only) are read as part of it, transitively. A
     method that only initialises them in place (``reset_parameters``: ``init.*_`` on the DTensor
     shards) is fine under FSDP2."""
     from ..semantic import parent
@@ -106,9 +110,6 @@ def _bypasses_call(fn) -> bool:
                 continue
             g = n.func
             if isinstance(g, ast.Name) and g.id == "self":
-                return False
-            if isinstance(g, ast.Attribute) and g.attr == "forward" and isinstance(g.value, ast.Name) and \
-                    g.value.id == "self":
                 return False
             if isinstance(g, ast.Attribute) and isinstance(g.value, ast.Name) and g.value.id == "self":
                 m = methods.get(g.attr)
@@ -126,26 +127,34 @@ def _bypasses_call(fn) -> bool:
 def _registered(an, view) -> set:
     """(key, method) of the modules given to ``register_fsdp_forward_method`` in this module,
     directly or through a project helper of any module that registers its parameter
-    (``apply_fsdp(model)``); method None (any) where the name is not a literal here (a helper's
+    (``apply_fsdp(model)``, and the names bound to what it returns: ``self.model =
+    self._wrap(model)``); method None (any) where the name is not a literal here (a helper's
     own, a loop over names)."""
+    from ..semantic import parent
     out = set()
     for c, a in arg_calls(an, view, REGISTER, 0, "module", "register_fsdp_forward_method"):
-        name = get_arg(c, 1, "method_name") if view.sem.call_qualname(c) in REGISTER else None
-        out.add((key_of(a), name.value if isinstance(name, ast.Constant) and isinstance(name.value, str)
-                 else None))
+        direct = view.sem.call_qualname(c) in REGISTER
+        name = get_arg(c, 1, "method_name") if direct else None
+        method = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else None
+        out.add((key_of(a), method))
+        st = parent(c)
+        if not direct and isinstance(st, ast.Assign) and st.value is c:
+            # ``self.model = self._wrap(model)``: the helper registers the module it returns, as
+            # ``is_fsdp2`` reads a sharding helper's result
+            out.update((key_of(t), method) for t in st.targets)
     return out
 
 
-def _method_of_origin(an, view, recv, name, at):
+def _method_of_origin(an, view, recv, name, at, callers=None):
     """(view, method) of the project class (of this module or another) whose instance ``recv``
-    holds (through names, parameters, helpers: ``origins``), found through its method
+    holds (``module_instance_class``: names, parameters, helpers, a module method returning the
+    module, a constructor's argument in another module of the project), found through its method
     resolution order."""
-    from ..flow.instances import ctor_class
+    from ..flow.instances import module_instance_class
     from ..flow.records import _NOT_PROJECT, inherited_method
-    for v, e in origins(an, view, recv, at):
-        got = ctor_class(an, v, e, _NOT_PROJECT)
-        if got is not None:
-            return inherited_method(an, got[0], got[1], name, _NOT_PROJECT)
+    got = module_instance_class(an, view, recv, at, _NOT_PROJECT, callers)
+    if got is not None:
+        return inherited_method(an, got[0], got[1], name, _NOT_PROJECT)
     return None
 
 
