@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import get_arg, parent
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from .bindings import contains, stores_name
+from .calls import call_args
 from .hidden import FULLY_SHARD, is_fsdp2, options_flag, shard_calls  # noqa: F401  (re-exported)
 from .origins import holds_call, is_optimizer_ctor, key_of, origins, qn_pred  # noqa: F401  (re-exported)
 
@@ -54,40 +56,73 @@ def params_root(expr):
     return None
 
 
-def _init_dims(an, view, expr, at) -> tuple[bool, int | None]:
+def _init_dims(an, view, expr, at, callers=None) -> tuple[bool, int | None]:
     """Whether ``expr`` holds the mesh of an ``init_device_mesh`` call, and its dimensions when
-    the call's shape is a literal tuple or list."""
-    got = holds_call(an, view, expr, at, qn_pred(*INIT_MESH))
+    the call's shape is a literal tuple or list (``callers``: as ``origins`` takes it)."""
+    got = holds_call(an, view, expr, at, qn_pred(*INIT_MESH), callers=callers)
     if got is None:
         return False, None
     shape = get_arg(got[1], 1, "mesh_shape")
     return True, (len(shape.elts) if isinstance(shape, (ast.Tuple, ast.List)) else None)
 
 
-def mesh_dims(an, view, expr, at) -> int | None:
+def mesh_dims(an, view, expr, at, callers=None) -> int | None:
     """The dimensions of the mesh ``expr`` holds: an ``init_device_mesh`` call of a literal shape,
     or a slice of several named dimensions of one (``mesh["dp_replicate", "dp_shard"]``)."""
-    found, dims = _init_dims(an, view, expr, at)
+    found, dims = _init_dims(an, view, expr, at, callers)
     if found:
         return dims
-    for _v, e in origins(an, view, expr, at):
+    for _v, e in origins(an, view, expr, at, callers=callers):
         if isinstance(e, ast.Subscript) and const_strs(e.slice) is not None and isinstance(e.slice, ast.Tuple) \
                 and len(e.slice.elts) >= 2:
             return len(e.slice.elts)
     return None
 
 
-def named_mesh_dims(an, view, expr, at) -> int | None:
+def named_mesh_dims(an, view, expr, at, callers=None) -> int | None:
     """How many dimensions the mesh has of which ``expr`` holds one named dimension
     (``mesh["tp"]`` of ``mesh = init_device_mesh(..., (dp, tp), ...)``), followed through names,
     tuple unpacking (``tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]``), helpers' parameters and
     returns; None when no origin is such a dimension of a mesh of literal shape."""
-    for v, e in origins(an, view, expr, at):
+    for v, e in origins(an, view, expr, at, callers=callers):
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
-            dims = _init_dims(an, v, e.value, e)[1]
+            dims = _init_dims(an, v, e.value, e, callers)[1]
             if dims is not None:
                 return dims
     return None
+
+
+def helper_mesh_dims(an, view, call, sharders=FULLY_SHARD, mesh_arg=(None, "mesh"), measure=mesh_dims) -> int | None:
+    """``measure`` (``mesh_dims``, ``named_mesh_dims``) of the mesh of the ``sharders`` calls
+    (``fully_shard``, ``parallelize_module``; the mesh as ``mesh_arg`` gives its position and
+    keyword) that the project function ``call`` runs (a sharding helper, in this module or
+    another), with a mesh built there or reaching it through its parameters (read at ``call``:
+    ``tp_mesh`` or ``world_mesh["tp"]`` of ``def apply_tp(model, tp_mesh)``); None unless every
+    such call agrees."""
+    target = an.resolve_call(view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return None
+    tv, tfn = target
+    args = dict(call_args(call, tfn))
+    params = set(param_names(tfn))
+
+    def here(_v, f):  # the helper's parameters as ``call`` binds them
+        return [(view, call)] if f is tfn else []
+
+    got = set()
+    for c in tv.sem.calls_to(*sharders):
+        if not contains(tfn, c):
+            continue
+        mesh = get_arg(c, *mesh_arg)
+        if mesh is None:
+            return None
+        if isinstance(mesh, ast.Name) and mesh.id in params and not stores_name(tfn, mesh.id):
+            if mesh.id not in args:
+                return None
+            got.add(measure(an, view, args[mesh.id], call))
+        else:
+            got.add(measure(an, tv, mesh, c, callers=here))
+    return got.pop() if len(got) == 1 else None
 
 
 def const_strs(node) -> tuple | None:
@@ -299,3 +334,59 @@ def _sharded_sd(an, view, obj, at, path, callers) -> bool:
         if module is None or not is_fsdp2(an, v, module, e, callers):
             return False
     return True
+
+
+def whole_mesh_dims(an, view, expr, at, callers=None) -> int | None:
+    """The dimensions of the whole mesh ``expr`` holds (not one named dimension of it): ``mesh_dims``;
+    for an ``init_device_mesh`` mesh whose shape and names are built at run time
+    (``init_device_mesh(dev, dims, mesh_dim_names=names)`` of lists appended to), the number of
+    distinct dimensions the module takes from that mesh by name, here or in the project functions
+    it passes the mesh to (``world_mesh["dp"]`` here, ``world_mesh["tp"]`` in
+    ``parallelize(model, world_mesh)``): a lower bound, given when it is 2 or more; else None."""
+    leaves = origins(an, view, expr, at, callers=callers)
+    if not leaves or not all(isinstance(e, ast.Call) or (isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Tuple))
+                             for _v, e in leaves):
+        return None  # one origin is a dimension of a mesh, or unknown
+    dims = mesh_dims(an, view, expr, at, callers)
+    if dims is not None:
+        return dims
+    got = holds_call(an, view, expr, at, qn_pred(*INIT_MESH), callers=callers)
+    if got is None:
+        return None
+    init = got[1]
+    names = const_strs(get_arg(init, None, "mesh_dim_names"))
+    if names is not None:
+        return len(names)
+    memo = view.memo.setdefault("modern.taken_dims", {})
+    if id(init) not in memo:
+        memo[id(init)] = (init, _taken_dims(an, view, init))
+    taken = memo[id(init)][1]
+    return len(taken) if len(taken) >= 2 else None
+
+
+def _taken_dims(an, view, init) -> set:
+    """The names of ``x["name"]`` subscripts of the mesh ``init`` builds, in ``view`` and in the
+    project functions ``view`` passes the mesh to (one level)."""
+    pred = qn_pred(*INIT_MESH)
+
+    def same(v, e, at, callers=None):
+        h = holds_call(an, v, e, at, pred, callers=callers)
+        return h is not None and h[1] is init
+
+    taken = set()
+    for n in ast.walk(view.sem.tree):
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) and isinstance(n.value, (ast.Name, ast.Attribute)) \
+                and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str) \
+                and n.slice.value not in taken and same(view, n.value, n):
+            taken.add(n.slice.value)
+    for c in view.sem.calls:
+        target = an.resolve_call(view, c) if c.args or c.keywords else None
+        if target is None or not isinstance(target[1], FUNC_TYPES):
+            continue
+        tfn = target[1]
+        passed = {p for p, a in call_args(c, tfn) if isinstance(a, (ast.Name, ast.Attribute)) and same(view, a, c)}
+        for n in ast.walk(tfn):
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in passed \
+                    and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
+                taken.add(n.slice.value)
+    return taken

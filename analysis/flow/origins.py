@@ -391,7 +391,7 @@ def _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, c
     None (not followed) when one origin is anything else."""
     if depth + 1 > limit:
         return None
-    base = origins(hub, view, expr.value, at, depth + 1, limit=limit)
+    base = origins(hub, view, expr.value, at, depth + 1, limit=limit, callers=callers)
     if not base or len(base) > 8:
         return None
     out = []

@@ -4,8 +4,10 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import get_arg
-from ..flow.modern import FULLY_SHARD, PARALLELIZE, hub, named_mesh_dims, origins, shard_reach
+from ..semantic import FUNC_TYPES, get_arg
+from ..source import SourceText
+from ..flow.modern import FULLY_SHARD, PARALLELIZE, helper_mesh_dims, hub, named_mesh_dims, origins
+from ._common import other_call_sites, shard_or_callers_reach
 
 _SAMPLER = "torch.utils.data.DistributedSampler"
 _WORLD = ("torch.distributed.get_world_size",)
@@ -52,7 +54,7 @@ class SamplerGlobalWorldIn2d(Rule):
     name = "sampler-global-world-in-2d"
     severity = Severity.ERROR
     requires_text = ("DistributedSampler",)
-    reach = classmethod(shard_reach)  # the parallelism may be applied by a helper of another module
+    reach = classmethod(shard_or_callers_reach)  # the parallelism may be in another module, or its caller
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -60,22 +62,36 @@ class SamplerGlobalWorldIn2d(Rule):
         if not samplers:
             return
         tps, other = self._tp_on_2d_mesh(ctx, an, view)
-        if not tps:
-            return
         sem = view.sem
+        callers = other_call_sites(ctx, an, methods=True)
         for c in samplers:
-            # with tensor parallelism on a 1-D mesh too, only a sampler beside the 2-D one counts
-            tp = next((t for t in tps if sem.enclosing_function(t[0]) is sem.enclosing_function(c)),
-                      None if other else tps[0])
-            if tp is None:
-                continue
             n, r = get_arg(c, 1, "num_replicas"), get_arg(c, 2, "rank")
-            if _global(an, view, n, c, _WORLD) and _global(an, view, r, c, _RANK):
-                ctx.report(c, f"`{ctx.text(c)}` splits the data over the whole world, but the file runs tensor "
-                              f"parallelism on one dimension of a {tp[1]}-D mesh: the ranks of a tensor-parallel "
-                              "group get different batches; use the data-parallel mesh dimension's `size()` "
-                              "and `get_local_rank()`",
-                           related=[(tp[0], "parallelism on one dimension of the mesh")])
+            # the rank may reach the sampler through a parameter or a config object's field
+            if not (_global(an, view, n, c, _WORLD, callers) and _global(an, view, r, c, _RANK, callers)):
+                continue
+            if tps:
+                # with tensor parallelism on a 1-D mesh too, only a sampler beside the 2-D one counts
+                tp = next((t for t in tps if sem.enclosing_function(t[0]) is sem.enclosing_function(c)),
+                          None if other else tps[0])
+                if tp is None:
+                    continue
+                related = [(tp[0], "parallelism on one dimension of the mesh")]
+            else:
+                # the parallelism runs in a helper (``apply_tp(model, mesh["tp"])`` of another module)
+                # or in the function that calls the sampler's (a loader builder of another module)
+                got = _program_2d(an, view, sem.enclosing_function(c), callers)
+                if got is None:
+                    continue
+                tv, tc, dims = got
+                tp = (tc, dims)
+                msg = "parallelism on one dimension of the mesh"
+                related = [(tc, msg)] if tv is view else [
+                    ("file", tv.path, SourceText(tv.text).node_range(tc), msg)]
+            ctx.report(c, f"`{ctx.text(c)}` splits the data over the whole world, but the program runs tensor "
+                          f"parallelism on one dimension of a {tp[1]}-D mesh: the ranks of a tensor-parallel "
+                          "group get different batches; use the data-parallel mesh dimension's `size()` "
+                          "and `get_local_rank()`",
+                       related=related)
 
     def _tp_on_2d_mesh(self, ctx, an, view):
         """([(parallelize call, mesh rank)] on a dimension of a mesh of 2 or more dimensions,
@@ -98,10 +114,50 @@ class SamplerGlobalWorldIn2d(Rule):
         return out, other
 
 
-def _global(an, view, expr, at, qns) -> bool:
-    """Left out (the default is the global one), or a call of ``qns`` without a group."""
+def _parallel_2d(an, view, fn) -> tuple | None:
+    """(call, dimensions) of the first call of ``fn`` (None: the module's top level) that shards
+    or tensor-parallelizes on one named dimension of a mesh of 2 or more dimensions: directly
+    (``parallelize_module(m, mesh["tp"], plan)``, ``fully_shard(m, mesh=mesh["dp"])``) or through a
+    project helper that does it with the mesh it is given or builds (``apply_tp(model, tp_mesh)``)."""
+    sem = view.sem
+    for c in sem.function_calls(fn):
+        qn = sem.call_qualname(c) or ""
+        for qns, where in ((PARALLELIZE, (1, "device_mesh")), (FULLY_SHARD, (None, "mesh"))):
+            if qn in qns:
+                m = get_arg(c, *where)
+                dims = named_mesh_dims(an, view, m, c) if m is not None else None
+            elif an.resolve_call(view, c) is not None:
+                dims = helper_mesh_dims(an, view, c, qns, where, named_mesh_dims)
+            else:
+                continue
+            if dims is not None and dims >= 2:
+                return c, dims
+    return None
+
+
+def _program_2d(an, view, fn, callers) -> tuple | None:
+    """(view, call, dimensions) of 2-D parallelism (``_parallel_2d``) in the sampler's function
+    ``fn``, or in a function that calls it (in this module, or one of the project's other modules
+    as ``callers`` gives them: ``build_loader(cfg, dp_mesh)`` of a training script), one level up."""
+    got = _parallel_2d(an, view, fn)
+    if got is not None:
+        return (view, *got)
+    if not isinstance(fn, FUNC_TYPES):
+        return None
+    sites = [(view, c) for c in an.call_sites(view, fn)]
+    sites += [s for s in callers(view, fn) if not any(s[1] is c for _v, c in sites)]
+    for cv, cc in sites[:8]:
+        got = _parallel_2d(an, cv, cv.sem.enclosing_function(cc))
+        if got is not None:
+            return (cv, *got)
+    return None
+
+
+def _global(an, view, expr, at, qns, callers=None) -> bool:
+    """Left out (the default is the global one), or a call of ``qns`` without a group
+    (``callers``: as ``origins`` takes it)."""
     if expr is None:
         return True
-    got = origins(an, view, expr, at)
+    got = origins(an, view, expr, at, callers=callers)
     return bool(got) and all(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in qns and not e.args
                              and not e.keywords for v, e in got)

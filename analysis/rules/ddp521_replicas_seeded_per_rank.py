@@ -4,11 +4,9 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names
+from ..semantic import get_arg
 from ..source import SourceText
-from ..flow.bindings import contains, stores_name
-from ..flow.context import call_args
-from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, hub, mesh_dims, origins, shard_calls, shard_reach
+from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, helper_mesh_dims, hub, mesh_dims, origins, shard_calls, shard_reach
 from ..flow.origins import branch_origins
 from ..flow.params import by_name_only
 from ..flow.passes import iterated_leaves
@@ -251,7 +249,7 @@ def _replicating_wraps(an, view, ctx) -> list:
     for c, module in shard_calls(an, view):
         if (view.sem.call_qualname(c) or "") in FULLY_SHARD:
             continue
-        dims = _helper_mesh_dims(an, view, c)
+        dims = helper_mesh_dims(an, view, c)
         if dims is not None and dims >= 2:
             out.append((c, module, f"`{ctx.text(c.func)}` shards it with `fully_shard` on a {dims}-D mesh (HSDP)"))
     for c in ctx.calls_to(FSDP1):
@@ -337,32 +335,6 @@ def _broadcasts_batches(view, loop) -> bool:
 
 _BROADCASTS = ("torch.distributed.broadcast", "torch.distributed.broadcast_object_list",
                "torch.distributed.scatter", "torch.distributed.scatter_object_list")
-
-
-def _helper_mesh_dims(an, view, call) -> int | None:
-    """The mesh dimensions of the ``fully_shard`` calls of the project function ``call`` runs (a
-    sharding helper given the module, in this module or another), with a mesh built there or
-    given as the helper's parameter (read at ``call``); None unless every such call agrees."""
-    target = an.resolve_call(view, call)
-    if target is None or not isinstance(target[1], FUNC_TYPES):
-        return None
-    tv, tfn = target
-    args = dict(call_args(call, tfn))
-    params = set(param_names(tfn))
-    got = set()
-    for c in tv.sem.calls_to(*FULLY_SHARD):
-        if not contains(tfn, c):
-            continue
-        mesh = get_arg(c, None, "mesh")
-        if mesh is None:
-            return None
-        if isinstance(mesh, ast.Name) and mesh.id in params and not stores_name(tfn, mesh.id):
-            if mesh.id not in args:
-                return None
-            got.add(mesh_dims(an, view, args[mesh.id], call))
-        else:
-            got.add(mesh_dims(an, tv, mesh, c))
-    return got.pop() if len(got) == 1 else None
 
 
 def _syncs_states(an, view, call) -> bool:
