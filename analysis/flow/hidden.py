@@ -16,6 +16,7 @@ from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import constant_of
 from .bindings import reaching, target_path
+from .shard_returns import constructs, wrapped_on_a_path
 from .shard_returns import returned_modules, returns_sharded
 from .values import summary
 
@@ -333,14 +334,14 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
             if not same and _also_wrapped(hub, view, expr):
                 continue
             return True
-        if same and not _wrapped_on_a_path(view, expr, at):
+        if same and not wrapped_on_a_path(view, expr, at):
             return True
     # bound from what a sharding call returns: ``fully_shard(m)``, or a project helper that gives
     # its parameter to ``fully_shard`` (``self.model = apply_fsdp(model, mesh)``)
     sharding = {id(c) for c, _a in shard_calls(hub, view, kind)}
 
     def sharded(v) -> bool:
-        return isinstance(v, ast.Call) and (id(v) in sharding and not _constructs(hub, view, v)
+        return isinstance(v, ast.Call) and (id(v) in sharding and not constructs(hub, view, v)
                                             or view.sem.call_qualname(v) in qns)
     if isinstance(expr, ast.Name):
         how, evs = reaching(view, expr.id, at)
@@ -366,26 +367,6 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
                 if is_fsdp2(hub, view, v, v, callers, kind):
                     return True
     return False
-
-
-def _wrapped_on_a_path(view, expr, at) -> bool:
-    """A binding of the name ``expr`` that reaches ``at`` wraps it in DDP/FSDP1 (``if fsdp:
-    fully_shard(model) else: model = DDP(model)``): it holds either module there."""
-    from .calls import WRAPPERS
-
-    if not isinstance(expr, ast.Name):
-        return False
-    how, evs = reaching(view, expr.id, at)
-    return how in ("events", "global") and any(
-        isinstance(e, ast.Assign) and isinstance(e.value, ast.Call)
-        and (view.sem.call_qualname(e.value) or "") in WRAPPERS for e in evs or ())
-
-
-def _constructs(hub, view, call) -> bool:
-    """``call`` builds an instance of a project class (``Trainer(model, mesh)``, whose ``__init__``
-    shards its parameter): what it binds is the instance, not the module it sharded."""
-    target = hub.resolve_call(view, call)
-    return target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name == "__init__"
 
 
 def is_tp(hub, view, expr, at, callers=None) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes
+from .bindings import reaching
 from .values import summary
 
 
@@ -79,3 +80,23 @@ def _target_paths(t, _key):
                 yield (i, *p)
     elif _key(t) is not None:
         yield ()
+
+
+def wrapped_on_a_path(view, expr, at) -> bool:
+    """A binding of the name ``expr`` that reaches ``at`` wraps it in DDP/FSDP1 (``if fsdp:
+    fully_shard(model) else: model = DDP(model)``): it holds either module there."""
+    from .calls import WRAPPERS
+
+    if not isinstance(expr, ast.Name):
+        return False
+    how, evs = reaching(view, expr.id, at)
+    return how in ("events", "global") and any(
+        isinstance(e, ast.Assign) and isinstance(e.value, ast.Call)
+        and (view.sem.call_qualname(e.value) or "") in WRAPPERS for e in evs or ())
+
+
+def constructs(hub, view, call) -> bool:
+    """``call`` builds an instance of a project class (``Trainer(model, mesh)``, whose ``__init__``
+    shards its parameter): what it binds is the instance, not the module it sharded."""
+    target = hub.resolve_call(view, call)
+    return target is not None and isinstance(target[1], FUNC_TYPES) and target[1].name == "__init__"
