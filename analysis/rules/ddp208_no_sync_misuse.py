@@ -381,12 +381,7 @@ def _mod_test(ctx, e, loop, depth):
         return None
     if not (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod)):
         return None
-    a = left.left
-    off = 0
-    if isinstance(a, ast.BinOp) and isinstance(a.op, (ast.Add, ast.Sub)) and isinstance(a.right, ast.Constant) \
-            and type(a.right.value) is int:
-        off = a.right.value if isinstance(a.op, ast.Add) else -a.right.value
-        a = a.left
+    a, off = _offset(left.left)
     if not isinstance(a, ast.Name) or a.id not in _loop_vars(ctx, loop):
         return None
     k = left.right
@@ -439,12 +434,7 @@ def _bound(ctx, t, args: dict, loop, same_self: bool):
     text when it is a parameter, a constant, or (``same_self``: a method called as ``self.m()``)
     an attribute of ``self``."""
     var, residue, k, holds = t
-    a = args.get(var)
-    off = 0
-    if isinstance(a, ast.BinOp) and isinstance(a.op, (ast.Add, ast.Sub)) and isinstance(a.right, ast.Constant) \
-            and type(a.right.value) is int:
-        off = a.right.value if isinstance(a.op, ast.Add) else -a.right.value
-        a = a.left
+    a, off = _offset(args.get(var))
     if not isinstance(a, ast.Name) or a.id not in _loop_vars(ctx, loop):
         return None
     if k in args:
@@ -768,3 +758,11 @@ def late_flag_writes(ctx):
                    for w2, h2 in writes):
                 continue  # a write before the forward governs it: this one is a restore
             yield w, h, max(fwd, key=_pos), b
+
+
+def _offset(a):
+    """``i + 1`` -> (``i``, 1), ``i - 2`` -> (``i``, -2); anything else -> (itself, 0)."""
+    if isinstance(a, ast.BinOp) and isinstance(a.op, (ast.Add, ast.Sub)) and isinstance(a.right, ast.Constant) \
+            and type(a.right.value) is int:
+        return a.left, (a.right.value if isinstance(a.op, ast.Add) else -a.right.value)
+    return a, 0
