@@ -320,23 +320,29 @@ def _roots_for(here: str, absent: list) -> list[str]:
             absent.append(os.path.join(d, "__init__.py"))
     if d not in roots:
         roots.append(d)
+    ns = None
     if d != here and os.path.basename(d).isidentifier():
         # the package climb ended at a folder without ``__init__.py`` above a package: it may be
         # an implicit namespace package (``REC/trainer/`` importing ``REC.utils``), imported from
-        # the folder above it; looked up last, after the package's own roots
+        # the folder above it; looked up last, after the package's own roots, and never above
+        # the project root (a relative import must not climb out of the project)
         ns = os.path.dirname(d)
-        if ns != d and ns not in roots:
-            roots.append(ns)
+        if ns == d or ns in roots:
+            ns = None
+    top = None
     d = here
     for _ in range(8 if _disk.get() else 0):
         if any(os.path.exists(os.path.join(d, m)) for m in _PROJECT_MARKERS):
-            if d not in roots:
-                roots.append(d)
+            top = d
             break
         up = os.path.dirname(d)
         if up == d:
             break
         d = up
+    if ns is not None and (top is None or _within(ns, top)):
+        roots.append(ns)
+    if top is not None and top not in roots:
+        roots.append(top)
     return roots
 
 
