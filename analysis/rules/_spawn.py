@@ -221,11 +221,11 @@ def ray_actor_only(ctx, cls: ast.ClassDef) -> bool:
         return True
     from ._common import project_files_naming
 
-    files = project_files_naming(ctx, {cls.name}, also=("remote",))
+    files = project_files_naming(ctx, {cls.name})
     if not files:
         return False
     made = False
-    for fctx, view in project_files_naming(ctx, {cls.name}) or ():
+    for fctx, view in files:
         for n in ast.walk(view.sem.tree):
             if n.__class__ is ast.Name and n.id == cls.name or n.__class__ is ast.Attribute and n.attr == cls.name:
                 p = parent(n)
