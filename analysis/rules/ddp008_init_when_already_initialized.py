@@ -230,9 +230,21 @@ def _constructors(rule, ctx) -> None:
                     seen.add(id(tfn))
                     work.append(tfn)  # a method of the class: follow it as the constructor runs it
                     continue
+                if _reported_at_its_class(tview, tfn):
+                    continue  # another public class's constructor (a base's, through ``super()``):
+                    # the defect is reported once, in that class
                 via = init_when_present(an, tview, tfn)
                 if via is not None:
                     rule._report_ctor(ctx, c, cls, via)
+
+
+def _reported_at_its_class(view, fn) -> bool:
+    """``fn`` is the constructor of a public top-level class of a library module: if it creates the
+    group, ``_constructors`` reports it in that class, and a call of it from another constructor
+    (``super().__init__()``, ``Base.__init__(self)``, ``Helper()``) is the same defect."""
+    cls = parent(fn)
+    return (fn.name == "__init__" and isinstance(cls, ast.ClassDef) and not cls.name.startswith("_")
+            and cls in view.sem.tree.body and _library(view.sem))
 
 
 def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
