@@ -192,13 +192,14 @@ def strict_removal(vctx, call: ast.Call):
     return None if _caught(call, stop, _MISSING_CATCHES) else path
 
 
-def exists_tested_around(vctx, node, key) -> bool:
-    """``node`` sits under an ``if`` whose test checks that the path of ``key`` exists."""
+def exists_tested_around(vctx, node, key, files: bool = False) -> bool:
+    """``node`` sits under an ``if`` whose test checks that the path of ``key`` exists (``files``:
+    or that it is a file, ``exists_tested``)."""
     child, p = node, parent(node)
     while p is not None and not isinstance(p, FUNC_TYPES):
         if isinstance(p, ast.If) and child is not p.test:
             for e in ast.walk(p.test):
-                got = exists_tested(vctx, e)
+                got = exists_tested(vctx, e, files)
                 if got is not None and race_key(vctx, got) == key:
                     return True
         child, p = p, parent(p)

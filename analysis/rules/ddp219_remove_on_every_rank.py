@@ -29,11 +29,22 @@ class RemoveOnEveryRank(Rule):
     composer's `local_rank_zero_download_and_wait(path)` / `run_local_rank_zero_first()` around it;
     `flow.fs_returns.main_only_made`). Composer's `get_file(uri, destination)` counts as a download.
 
+    It also checks for a removal under a test that the path exists (`if os.path.exists(p):
+    os.remove(p)`, `if p.is_file(): p.unlink()`, `if os.path.isdir(d): shutil.rmtree(d)`) that
+    every rank runs: the test does not protect it, the ranks pass it at once and all but the first
+    raise. Every rank runs it when the file is a distributed program (`rules._spawn.distributed_program`)
+    and no main-rank test keeps the other ranks out, there or at the calls of its function in the
+    file (`rank.rank0_guarded` is False), not in the launching process of an `mp.spawn` script; or
+    when a distributed script of the project runs its function (a class's `__init__` through its
+    construction) on every rank (`rules._rank_callers.every_rank_entry`).
+
     A removal inside a `try` that catches `FileNotFoundError` (or `OSError`), under a test that the
-    path exists or that the job is one process (`if dist.get_world_size() == 1:`), or on a path that
+    job is one process (`if dist.get_world_size() == 1:`), or on a path that
     depends on the rank or the process (`f"tmp_{rank}"`, `uuid.uuid4()`, `tempfile`; of
-    `unique() if world_size == 1 else shared`, the branch that several ranks take) is not reported.
-    The same path is decided by value flow (`flow.fs_races.race_key`), in one function.
+    `unique() if world_size == 1 else shared`, the branch that several ranks take) is not reported,
+    nor is the existence-tested removal in an `except` handler (the cleanup of a failure that the
+    run reports anyway). The same path is decided by value flow (`flow.fs_races.race_key`), in one function (an
+    attribute such as `self.log_path` tested and removed in the same `if`, for the exists test).
 
     ## Why is this bad?
     There is one file and N removals. The first rank to get there deletes it; every other rank's
@@ -52,6 +63,11 @@ class RemoveOnEveryRank(Rule):
     rows = load_rows("data/eval.jsonl")
     os.remove("data/eval.jsonl")
     ```
+    ```python
+    dist.init_process_group("nccl")
+    if os.path.exists("runs/progress.txt"):
+        os.remove("runs/progress.txt")  # rank 1 raises: rank 0 removed it after rank 1's test
+    ```
 
     ## Use instead
     ```python
@@ -62,6 +78,12 @@ class RemoveOnEveryRank(Rule):
     dist.barrier()  # every rank is done with it
     if dist.get_rank() == 0:
         os.remove("data/eval.jsonl")
+    ```
+
+    ```python
+    if dist.get_rank() == 0 and os.path.exists("runs/progress.txt"):
+        os.remove("runs/progress.txt")
+    dist.barrier()
     ```
 
     ## Fix safety
@@ -80,6 +102,8 @@ class RemoveOnEveryRank(Rule):
 
         sem = ctx.sem
         an = None
+        tested = []  # removals under a test that the path exists: every rank may pass the test at once
+        done = set()  # removals reported as what only the main rank made
         for scope in scopes(ctx):
             calls = sem.scope_calls(scope)
             removals = []
@@ -89,8 +113,17 @@ class RemoveOnEveryRank(Rule):
                         or _main_only_by_callers(ctx, c):
                     continue
                 key = race_key(ctx, path)
-                if key is None or rank_specific(ctx, path, c) or exists_tested_around(ctx, c, key):
+                if key is None:
+                    if _attribute_tested(ctx, c, path) and not rank_specific(ctx, path, c):
+                        tested.append((c, path))
                     continue
+                if rank_specific(ctx, path, c):
+                    continue
+                if exists_tested_around(ctx, c, key):
+                    tested.append((c, path))
+                    continue
+                if exists_tested_around(ctx, c, key, files=True):
+                    tested.append((c, path))  # unless the first form reports it (``done``)
                 removals.append((c, path, key))
             if not removals:
                 continue
@@ -104,6 +137,7 @@ class RemoveOnEveryRank(Rule):
                 if not synced and synchronised_between(an, an.main, scope, p, r) is None:
                     continue
                 what = _WORDS.get(e.kind, "makes")
+                done.add(id(r))
                 if e.via and e.home is not None:
                     self._report_via(ctx, r, p, e, what)
                     continue
@@ -115,6 +149,51 @@ class RemoveOnEveryRank(Rule):
                     f"only, after a barrier",
                     related=[(p, f"the main rank {what} it here")],
                 )
+
+        for r, path in tested:
+            if id(r) not in done:
+                self._tested_on_every_rank(ctx, r, path)
+
+    @staticmethod
+    def _tested_on_every_rank(ctx, r, path) -> None:
+        """``if os.path.exists(p): os.remove(p)`` that every rank of a distributed program runs: the
+        test does not make the removal safe, the ranks pass it at once and all but the first raise.
+        Every rank runs it when the file is a distributed program and no main-rank test keeps the
+        other ranks out (``rank0_guarded`` is False: its callers in the file are unguarded too), not
+        in the launching process of a spawn, not on a path of the program that makes no group; or
+        when a distributed script of the project runs its function on every rank
+        (``_rank_callers.every_rank_entry``)."""
+        import os
+
+        from ..flow import for_context
+        from ..flow.group_free import without_group
+        from ..flow.findings import node_span
+        from ._rank_callers import every_rank_entry
+        from ._spawn import distributed_program, in_launcher, runs_in_ranks
+
+        if _in_handler(ctx, r):
+            return  # the cleanup of a failure: the run already fails, whichever error it reports
+        guarded = rank0_guarded(ctx, r)
+        if guarded is True or runs_in_ranks(ctx, r) is False or in_launcher(ctx, r):
+            return
+        what = f"every rank runs `{ctx.text(r)}` under a test that `{ctx.text(path)}` exists"
+        tail = ("several ranks pass the test before the first removes it, and the others raise "
+                "FileNotFoundError; remove it on one rank (`if rank == 0:`), or catch FileNotFoundError")
+        if guarded is False and distributed_program(for_context(ctx), ctx):
+            if without_group(ctx, r):
+                return
+            ctx.report(r, f"{what}: {tail}")
+            return
+        if guarded is not None:
+            return
+        entry = every_rank_entry(ctx, r)
+        if entry is None:
+            return
+        caller, site, _callee = entry
+        where = os.path.basename(caller.filename or "")
+        ctx.report(r, f"{what} ({where} line {site.lineno} runs it on every rank): {tail}",
+                   related=[("file", caller.filename, node_span(ctx, caller.filename, site),
+                             "the call every rank makes")])
 
     @staticmethod
     def _report_via(ctx, r, p, e, what) -> None:
@@ -166,6 +245,49 @@ class RemoveOnEveryRank(Rule):
                     if b.kind in PRODUCES and _made_key(ctx, an, b) == key:
                         return p, b, synced
         return None
+
+
+def _in_handler(ctx, node) -> bool:
+    """``node`` runs in an ``except`` handler of its function."""
+    import ast
+
+    from ..semantic import FUNC_TYPES, parent
+
+    p = parent(node)
+    while p is not None and not isinstance(p, FUNC_TYPES):
+        if isinstance(p, ast.ExceptHandler):
+            return True
+        p = parent(p)
+    return False
+
+
+def _attribute_tested(ctx, node, path) -> bool:
+    """``path`` is an attribute of a name (``self.log_file``) that no path key describes, and
+    ``node`` sits under an ``if`` that tests that the same attribute exists (or is a file), in the
+    same function with no assignment of the attribute in the ``if``."""
+    import ast
+
+    from ..flow.fs_races import exists_tested
+    from ..semantic import FUNC_TYPES, parent
+
+    base = path
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    if not isinstance(path, ast.Attribute) or not isinstance(base, ast.Name):
+        return False
+    want = ast.dump(path)
+    child, p = node, parent(node)
+    while p is not None and not isinstance(p, FUNC_TYPES):
+        if isinstance(p, ast.If) and child is not p.test:
+            if any(isinstance(t, ast.Attribute) and ast.dump(t) == want and isinstance(t.ctx, ast.Store)
+                   for t in ast.walk(p)):
+                return False
+            for e in ast.walk(p.test):
+                got = exists_tested(ctx, e, True)
+                if got is not None and ast.dump(got) == want:
+                    return True
+        child, p = p, parent(p)
+    return False
 
 
 def _made_key(ctx, an, e) -> str | None:
