@@ -58,7 +58,7 @@ def holds_class(hub, view, e, at, pred, depth: int = 0, seen: frozenset = frozen
     if isinstance(e, ast.Name):
         kind, evs = reaching(view, e.id, at)
         if kind == "param":
-            return _annotated(view, evs, e.id, pred)
+            return _annotated(view, evs, e.id, pred) or _passed_by_callers(hub, view, evs, e.id, pred, depth, seen)
         if kind != "events" or not evs:
             return False
         return all(_binding_holds(hub, view, ev, e.id, pred, depth, seen) for ev in evs)
@@ -145,6 +145,21 @@ def _passed_through(hub, view, call, place, depth: int):
     if not holds_class(hub, view, f.value, call, _ACCELERATORS.__contains__, depth + 1):
         return None
     return call.args[i]
+
+
+def _passed_by_callers(hub, view, fn, name: str, pred, depth: int, seen) -> bool:
+    """Every call of ``fn`` in its module (at least one: ``hub.call_sites``) passes such an
+    instance for its parameter ``name`` (``resume(net, opt, sched)``)."""
+    if not isinstance(fn, FUNC_TYPES) or depth >= _MAX_DEPTH:
+        return False
+    sites = hub.call_sites(view, fn)
+    if not sites:
+        return False
+    for c in sites:
+        args = [a for p, a in call_args(c, fn) if p == name]
+        if len(args) != 1 or not holds_class(hub, view, args[0], c, pred, depth + 1, seen):
+            return False
+    return True
 
 
 def _annotated(view, fn, name: str, pred) -> bool:
