@@ -8,7 +8,8 @@ no collective combines across ranks, and that the main rank alone reports (print
   (``summaries.under_no_grad``), runs no ``backward()`` and does not train
   (``training_loops.trains``);
 - the data is a per-rank shard (``eval_walks.sharded``): the loop walks, or the body draws its
-  batches from (``batch = loader.next_batch()``, ``next(it)``), an object built from the rank
+  batches from (a statement of its own, ``x, y = loader.next_batch()`` without arguments,
+  ``batch = next(it)``), an object built from the rank
   (``ShardLoader(tokens, rank, world)``) or a ``DataLoader`` over a ``DistributedSampler``;
 - what the loop's body writes is never passed to a data-combining collective (``all_reduce``,
   ``all_gather``, ..., also through a project helper that makes one: ``eval_walks.reduction``)
@@ -91,11 +92,14 @@ def _shard_fed(hub, ctx, view, loop) -> bool:
         if len(leaves) == 1 and _sharded(hub, view, leaves[0], loop):
             return True
     seen = set()
-    for n in _walk(loop.body):
+    for st in _walk(loop.body):
+        # a batch drawn by a statement of its own: ``x, y = loader.next_batch()``, ``b = next(it)``
+        n = st.value if isinstance(st, ast.Assign) else None
         if not isinstance(n, ast.Call):
             continue
         recv = None
-        if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, (ast.Name, ast.Attribute)):
+        if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, (ast.Name, ast.Attribute)) \
+                and not n.args and not n.keywords:
             recv = n.func.value
         elif isinstance(n.func, ast.Name) and n.func.id == "next" and len(n.args) == 1:
             recv = n.args[0]
