@@ -165,7 +165,7 @@ def _metric(hub, ctx, view, loop):
     names = _spread(scope, set(acc), loop.end_lineno)
     if trains(hub, view, loop) is not None or not _shard_fed(hub, ctx, view, loop):
         return None
-    if _reduction(hub, view, scope, names, loop.lineno, inside=loop) is not None:
+    if _reduced(hub, view, scope, names, loop.lineno, loop):
         return None
     first = min(acc.values(), key=lambda n: (n.lineno, n.col_offset))
     sink = _reported(hub, ctx, view, scope, names, loop.end_lineno + 1)
@@ -187,7 +187,7 @@ def _metric(hub, ctx, view, loop):
                 bound |= _target_names(t)
         if bound:
             bound = _spread(cscope, bound, call.lineno)
-            if _reduction(hub, cv, cscope, bound, call.lineno + 1) is not None:
+            if _reduced(hub, cv, cscope, bound, call.lineno + 1):
                 continue
             sink = _reported(hub, cctx, cv, cscope, bound, call.lineno + 1)
         else:  # ``print(f"{evaluate()}")``: the call's own value
@@ -199,6 +199,23 @@ def _metric(hub, ctx, view, loop):
         if sink is not None:
             return Metric(loop, names, ret, sink, set(acc))
     return None
+
+
+def _reduced(hub, view, scope, names, start, inside=None) -> bool:
+    """A data-combining collective reads one of ``names`` at or after line ``start`` of ``scope``:
+    ``eval_walks``' answer, or a direct ``torch.distributed`` call of one (``all_gather(banks,
+    bank, group=...)``)."""
+    from .eval_walks import DATA_REDUCTIONS
+
+    if _reduction(hub, view, scope, names, start, inside=inside) is not None:
+        return True
+    for n in _walk(scope.body):
+        if isinstance(n, ast.Call) and n.lineno >= start:
+            qn = view.sem.call_qualname(n) or ""
+            if qn.startswith("torch.distributed.") and qn.rpartition(".")[2] in DATA_REDUCTIONS and any(
+                    _names_in(a) & names for a in (*n.args, *(k.value for k in n.keywords))):
+                return True
+    return False
 
 
 def _parent(n):
