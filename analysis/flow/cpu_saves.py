@@ -58,7 +58,7 @@ def holds_class(hub, view, e, at, pred, depth: int = 0, seen: frozenset = frozen
     if isinstance(e, ast.Name):
         kind, evs = reaching(view, e.id, at)
         if kind == "param":
-            return _annotated(view, evs, e.id, pred)
+            return _annotated(view, evs, e.id, pred) or _passed_by_callers(hub, view, evs, e.id, pred, depth, seen)
         if kind != "events" or not evs:
             return False
         return all(_binding_holds(hub, view, ev, e.id, pred, depth, seen) for ev in evs)
@@ -145,6 +145,21 @@ def _passed_through(hub, view, call, place, depth: int):
     if not holds_class(hub, view, f.value, call, _ACCELERATORS.__contains__, depth + 1):
         return None
     return call.args[i]
+
+
+def _passed_by_callers(hub, view, fn, name: str, pred, depth: int, seen) -> bool:
+    """Every call of ``fn`` in its module (at least one: ``hub.call_sites``) passes such an
+    instance for its parameter ``name`` (``resume(net, opt, sched)``)."""
+    if not isinstance(fn, FUNC_TYPES) or depth >= _MAX_DEPTH:
+        return False
+    sites = hub.call_sites(view, fn)
+    if not sites:
+        return False
+    for c in sites:
+        args = [a for p, a in call_args(c, fn) if p == name]
+        if len(args) != 1 or not holds_class(hub, view, args[0], c, pred, depth + 1, seen):
+            return False
+    return True
 
 
 def _annotated(view, fn, name: str, pred) -> bool:
@@ -287,3 +302,75 @@ class CpuSaves:
         finally:
             self.busy.discard(key)
 
+
+def scheduler_state_load(ctx, call: ast.Call, file_name, is_load_state_dict) -> bool:
+    """What the load returns only goes to ``sched.load_state_dict(...)`` of learning-rate schedulers
+    (``flow.cpu_saves.holds_class``: ``SequentialLR(...)``, ``LinearLR(...)``), right at the call
+    or through a name bound once to it whose every read in the function is such an argument: the
+    file is a scheduler's state (counters, floats and lists of them), with no tensor to restore to
+    a device. ``file_name(sem, path)``: the file name a path expression ends with;
+    ``is_load_state_dict(call)``: the call loads a state dict."""
+    from .modern import hub
+
+    an, view = hub(ctx)
+
+    def into_scheduler(arg) -> bool:
+        p = parent(arg)
+        return isinstance(p, ast.Call) and is_load_state_dict(p) and p.args and p.args[0] is arg \
+            and holds_class(an, view, p.func.value, p, lambda q: q.startswith(_SCHEDULERS))
+
+    if not _saved_from_schedulers(ctx, get_arg(call, 0, "f"), file_name):
+        return False
+    if into_scheduler(call):
+        return True
+    st = parent(call)
+    if not (isinstance(st, ast.Assign) and st.value is call and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)):
+        return False
+    name, scope = st.targets[0].id, ctx.sem.scope_of(call)
+    if len(ctx.sem.assignments(scope).get(name, ())) != 1:
+        return False
+    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+             and ctx.sem.scope_of(n) is scope]
+    return bool(reads) and all(into_scheduler(n) for n in reads)
+
+
+def _saved_from_schedulers(ctx, path, file_name) -> bool:
+    """No ``torch.save`` of the project to a path ending with the same file name is known to save
+    something else than a scheduler's state: each one saves ``x.state_dict()`` where nothing that
+    ``x`` may hold (``flow.origins``) is built by a class outside ``torch.optim.lr_scheduler`` (an
+    optimizer, a module: their state dicts hold tensors), or a value known on the CPU."""
+    from ..rules._common import project_files_naming
+    from .modern import hub
+    from .origins import branch_origins, settings_only
+    from .saved_fields import file_shape
+
+    an, main = hub(ctx)
+    name = file_name(ctx.sem, path) or file_shape(main, path, path, 0)
+    if not name or "." not in name or name.startswith("JoinedStr("):
+        return True  # no provenance to contradict the destination
+    files = project_files_naming(ctx, {name}) or []
+    cpu = CpuSaves(lambda w: None, name, lambda v, p, at: file_shape(v, p, at, 0), an)
+    for _fctx, view in files:
+        for c in view.sem.calls_to("torch.save"):
+            where = get_arg(c, 1, "f")
+            if (file_name(view.sem, where) or file_shape(view, where, c, 0)) != name:
+                continue
+            value = get_arg(c, 0, "obj")
+            if settings_only(an, view, value, c) or cpu.on_cpu(view, value, c):
+                continue
+            if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                    and value.func.attr == "state_dict" and not value.args):
+                return False
+            try:
+                found = branch_origins(an, view, value.func.value, c, limit=10)
+            except Exception:  # noqa: BLE001 - no answer: nothing known against it
+                found = []
+            for ov, oe, _f in found:
+                if isinstance(oe, ast.Call):
+                    qn = ov.sem.call_qualname(oe) or ""
+                    if qn.startswith(_SCHEDULERS):
+                        continue
+                    if qn.startswith("torch.") or an.resolve_call(ov, oe) is not None:
+                        return False
+    return True

@@ -262,7 +262,6 @@ def _built_from_rank(hub, view, expr, at) -> bool:
     (``corpus.iterator("valid", rank, world)``, ``ds.shard(world, rank)``): where the call resolves
     to a project function, the rank must reach its return (``return_deps``)."""
     from .return_deps import reaching_args
-    from .values import RANK
 
     found = _origins(hub, view, expr, at)
     if not found:
@@ -271,8 +270,7 @@ def _built_from_rank(hub, view, expr, at) -> bool:
         if not isinstance(e, ast.Call):
             return False
         ev = hub.evaluator(v)
-        ranked = [a for a in (*e.args, *(k.value for k in e.keywords))
-                  if (x := ev.value(a)).varying and x.src is not None and x.src.cat == RANK]
+        ranked = [a for a in (*e.args, *(k.value for k in e.keywords)) if _is_rank(hub, v, ev, a, e, _fr)]
         if not ranked:
             return False
         try:
@@ -280,10 +278,45 @@ def _built_from_rank(hub, view, expr, at) -> bool:
         except Exception:  # noqa: BLE001 - unresolvable: judged by its arguments
             target = None
         if target is not None and isinstance(target[1], FUNC_TYPES):
-            reach = {id(a) for a in reaching_args(e, target)}
+            reach = {id(a) for a in reaching_args(e, target)} if target[1].name != "__init__" \
+                else _kept_by_ctor(e, target[1])
             if not any(id(a) in reach for a in ranked):
                 return False
     return True
+
+
+def _kept_by_ctor(call, init) -> set[int]:
+    """The arguments of a construction (``call`` of the class whose ``__init__`` is ``init``) that
+    the object keeps: passed to a parameter that a store into a ``self`` attribute reads."""
+    from .calls import call_args
+
+    kept = set()
+    for n in _walk(init.body):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None and any(
+                isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "self"
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for x in ast.walk(t)):
+            kept |= _names_in(n.value)
+    return {id(a) for p, a in call_args(call, init) if p in kept}
+
+
+def _is_rank(hub, view, ev, a, at, frames) -> bool:
+    """``a`` holds the rank: by its value here, or, for a parameter of a builder reached through
+    the calls ``frames`` (``build_loaders(args, rank, world)``), by the argument each call gives."""
+    from .origins import branch_origins
+    from .values import RANK
+
+    x = ev.value(a)
+    if x.varying and x.src is not None and x.src.cat == RANK:
+        return True
+    if not frames or not isinstance(a, ast.Name):
+        return False
+    try:
+        got = branch_origins(hub, view, a, at, frames=frames, limit=4)
+    except Exception:  # noqa: BLE001 - no answer
+        return False
+    return bool(got) and all(
+        (y := hub.evaluator(cv).value(ce)).varying and y.src is not None and y.src.cat == RANK
+        for cv, ce, _f in got)
 
 
 _SAMPLER_QNS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")

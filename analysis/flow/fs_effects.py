@@ -384,10 +384,11 @@ def bound_value(vctx, name: str, at: ast.AST):
     return None
 
 
-def path_key(vctx, expr: ast.AST, depth: int = 0) -> str | None:
+def path_key(vctx, expr: ast.AST, depth: int = 0, leaf=None) -> str | None:
     """One canonical key for a path expression: names are followed to the value they hold
     (``bound_value``), ``os.path.join``/``Path``/``/`` are normalised; a parameter keys as itself.
-    None for what cannot be keyed (a call of something else, a loop variable)."""
+    None for what cannot be keyed (a call of something else, a loop variable), unless ``leaf``
+    keys such a name (``fs_races.race_key``: the variable itself)."""
     if expr is None or depth > 6:
         return None
     if isinstance(expr, ast.Constant):
@@ -395,38 +396,41 @@ def path_key(vctx, expr: ast.AST, depth: int = 0) -> str | None:
     if isinstance(expr, ast.Name):
         v = bound_value(vctx, expr.id, expr)
         if v is not None:
-            return path_key(vctx, v, depth + 1)
+            got = path_key(vctx, v, depth + 1, leaf)
+            return got if got is not None or leaf is None else leaf(expr)
         fn = vctx.sem.scope_of(expr)
         if isinstance(fn, FUNC_TYPES) and expr.id in param_names(fn):
             return "param:" + expr.id
         kind = _binding_kind(vctx, expr)
-        return None if kind else "name:" + expr.id
+        if kind:
+            return None if leaf is None else leaf(expr)
+        return "name:" + expr.id
     if isinstance(expr, ast.Attribute):
         base = expr
         while isinstance(base, ast.Attribute):
             base = base.value
         if isinstance(base, ast.Name) and base.id != "self":
-            inner = path_key(vctx, expr.value, depth + 1) if isinstance(expr.value, ast.Name) else None
+            inner = path_key(vctx, expr.value, depth + 1, leaf) if isinstance(expr.value, ast.Name) else None
             if inner is not None and inner.startswith(("param:", "name:")):
                 return inner + "." + expr.attr
             return "attr:" + ast.unparse(expr)
         return "attr:" + ast.unparse(expr) if isinstance(base, ast.Name) else None
     if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and type(expr.slice.value) in (str, int):
         # ``cfg["root"]``: an entry under a literal key keys like an attribute
-        inner = path_key(vctx, expr.value, depth + 1) if isinstance(expr.value, (ast.Name, ast.Attribute)) else None
+        inner = path_key(vctx, expr.value, depth + 1, leaf) if isinstance(expr.value, (ast.Name, ast.Attribute)) else None
         if isinstance(expr.value, ast.Name) and (inner is None or not inner.startswith(("param:", "name:"))):
             return None if expr.value.id == "self" else "attr:" + ast.unparse(expr)
         return None if inner is None else f"{inner}[{expr.slice.value!r}]"
     if isinstance(expr, ast.Call):
         qn = vctx.qn(expr) or ""
         if qn in _PATH_CALLS and expr.args and not expr.keywords:
-            parts = [path_key(vctx, a, depth + 1) for a in expr.args]
+            parts = [path_key(vctx, a, depth + 1, leaf) for a in expr.args]
             if any(p is None for p in parts):
                 return None
             return parts[0] if len(parts) == 1 else "join(" + ",".join(parts) + ")"
         return None
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):
-        a, b = path_key(vctx, expr.left, depth + 1), path_key(vctx, expr.right, depth + 1)
+        a, b = path_key(vctx, expr.left, depth + 1, leaf), path_key(vctx, expr.right, depth + 1, leaf)
         return None if a is None or b is None else f"join({a},{b})"
     if isinstance(expr, (ast.JoinedStr, ast.BinOp)):
         parts = []
@@ -434,7 +438,7 @@ def path_key(vctx, expr: ast.AST, depth: int = 0) -> str | None:
             if isinstance(expr, ast.BinOp) and not isinstance(expr.op, ast.Add):
                 return None
             v = n.value if isinstance(n, ast.FormattedValue) else n
-            k = path_key(vctx, v, depth + 1)
+            k = path_key(vctx, v, depth + 1, leaf)
             if k is None:
                 return None
             parts.append(k)

@@ -40,6 +40,7 @@ their values, joins normalised; else the same variable, not assigned in between)
 from __future__ import annotations
 
 import ast
+import re
 
 from ..semantic import FUNC_TYPES, parent
 from .assignments import has_ancestor
@@ -290,30 +291,42 @@ def _checked_outside_lock(ctx, an, scope, calls, tests) -> list[Race]:
     return out
 
 
+def _local(name: ast.Name) -> str:
+    return "local:" + name.id
+
+
 def race_key(vctx, expr) -> str | None:
-    """``fs_effects.path_key``, or for a variable whose value it cannot key (assigned in several
-    branches, from a call), the variable itself (``local:name``): the same path as long as the
-    variable is not assigned again in between (``_rebound``)."""
+    """``fs_effects.path_key``, or for a path it cannot key because of a variable whose value it
+    cannot read (assigned in several branches, from a call, a loop variable), the path with that
+    variable keyed as itself (``local:name``; the whole path when it is such a variable,
+    ``join(param:root,local:name)`` when it is written inline as ``os.path.join(root, name)``): the
+    same path as long as no such variable is assigned again in between (``_rebound``)."""
     k = path_key(vctx, expr)
-    if k is None and isinstance(expr, ast.Name):
-        return "local:" + expr.id
+    if k is None and expr is not None:
+        if isinstance(expr, ast.Name):
+            return _local(expr)
+        return path_key(vctx, expr, leaf=_local)
     return k
 
 
 def effect_key(vctx, an, e) -> str | None:
-    """``race_key`` of an effect's path (a variable only for an effect of this file's own call)."""
+    """``race_key`` of an effect's path (variables only for an effect of this file's own call)."""
     k = e.path_key()
-    if k is None and e.view is an.main and isinstance(e.path, ast.Name) and not e.via:
-        return "local:" + e.path.id
+    if k is None and e.view is an.main and e.path is not None and not e.via:
+        return race_key(vctx, e.path)
     return k
 
 
+_LOCAL_NAME = re.compile(r"local:([A-Za-z_][A-Za-z_0-9]*)")
+
+
 def _rebound(ctx, scope, key, a, b) -> bool:
-    """The variable of a ``local:`` key is assigned between ``a`` and ``b``."""
-    if not key.startswith("local:"):
+    """A variable of a key with ``local:`` parts is assigned between ``a`` and ``b``."""
+    if "local:" not in key:
         return False
     lo, hi = a.end_lineno, b.lineno
-    return any(lo < st.lineno <= hi for st in ctx.sem.assignments(scope).get(key[6:], ()))
+    bound = ctx.sem.assignments(scope)
+    return any(lo < st.lineno <= hi for name in _LOCAL_NAME.findall(key) for st in bound.get(name, ()))
 
 
 def sem_scope(ctx, node):

@@ -53,7 +53,10 @@ class MissingDestroyProcessGroup(Rule):
     `elif mode == "sharded":` branch creates the group: `flow.params.dead_at_call`), or the helper
     initialises only when no group exists and the function built a library's group first
     (`accelerator = Accelerator()` before `setup_sequence_parallel()`: the group is Accelerate's).
-    The
+    Nor is a script that does nothing distributed itself (no call of `torch.distributed`, no DDP
+    wrap, no spawn) reusing a class or function of another script whose init sits behind an `if`
+    (`if settings["multi_gpu"]:`): a single-process entry point (inference) on the training
+    script's setup; the init is reported in that script. The
     name of a teardown helper from a library (`cleanup()`, `shutdown()`) is only consulted after
     that value-flow answer, for calls that cannot be followed.
 
@@ -187,6 +190,11 @@ def _through_helpers(ctx) -> None:
                     and not in_ray_actor(ctx, e.call) \
                     and not _library_group_first(an, view, scope, e):  # (an actor's process is Ray's to end)
                 found.append(e)  # (a function of this file that calls it is reported at that call)
+    if found and not _own_distributed_use(ctx):
+        # a class or function of another script that inits only on some path (``if cfg.use_ddp:``),
+        # reused by a script that does nothing distributed itself (single-process inference): the
+        # group is the other script's, reported there
+        found = [e for e in found if not _other_scripts_conditional_init(an, e)]
     if not found:
         return
     for scope in scopes(ctx):
@@ -214,6 +222,35 @@ def _through_helpers(ctx) -> None:
             related=[(sites[0][1], "the init")] if sites[0][0].sem is sem else [],
             fix=_make_fix(ctx, e.call, main_block, e.sure != "must"),
         )
+
+
+def _other_scripts_conditional_init(an, e) -> bool:
+    """Every init the helper call ``e`` reaches sits in a module with a ``__main__`` block (a
+    script of its own, checked on its own) behind an ``if`` of its function."""
+    from ..flow.lifecycle import init_sites_at
+
+    sites = init_sites_at(an, an.main, e.call, *e.where)
+    if not sites:
+        return False
+    for v, init in sites:
+        if _main_block(v.sem.tree) is None:
+            return False
+        fn = v.sem.enclosing_function(init)
+        p = parent(init)
+        while p is not None and p is not fn and not isinstance(p, ast.If):
+            p = parent(p)
+        if not isinstance(p, ast.If):
+            return False
+    return True
+
+
+def _own_distributed_use(ctx) -> bool:
+    """The file's own code uses torch.distributed: a call of it, a DDP wrap, a spawn of ranks."""
+    for c in ctx.sem.calls:
+        qn = ctx.qn(c) or ""
+        if qn.startswith(("torch.distributed.", "torch.nn.parallel.", "torch.multiprocessing.")):
+            return True
+    return False
 
 
 def _library_group_first(an, view, scope, e) -> bool:

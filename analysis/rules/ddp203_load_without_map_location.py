@@ -30,7 +30,10 @@ class LoadWithoutMapLocation(Rule):
     name>)` of the project saves an argparse namespace: `flow.origins.settings_only`, or a
     value known on the CPU: `torch.LongTensor(...)`, `torch.arange(n)` without `device=`, `torch.cat`
     or `.long()` of those, an attribute every store of which in the project is one, a load of the
-    same file: `flow.cpu_saves`), and loads whose `if` has a
+    same file: `flow.cpu_saves`), loads whose result only goes to the `load_state_dict` of
+    learning-rate schedulers (`torch.optim.lr_scheduler`, through a name bound once to it: a
+    scheduler's state holds no tensor; unless a save of the project to that file name is known to
+    write another object's state dict, an optimizer's or a module's), and loads whose `if` has a
     `map_location` load in its other branch (a deliberate choice) are not flagged. To stay
     precise, only checkpoint loads are considered: the result goes to `load_state_dict(...)`, or
     the path names a checkpoint (`ckpt`, `checkpoint`, `resume`, `weights`, `model`, `pretrained`,
@@ -167,7 +170,7 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if not _checkpoint_like(ctx, call, path) and not _callers_say_checkpoint(ctx, call, path):
                 continue
-            if _settings_file(ctx, path):
+            if _settings_file(ctx, path) or _scheduler_state(ctx, call):
                 continue
             guarded = rank0_guarded(ctx, call)
             if guarded is None:
@@ -419,7 +422,7 @@ def _library_loads(ctx, loads, urls, done: set) -> None:
                 continue
         if rank0_guarded(ctx, call) is True or _method_guarded(ctx, call, 0) is True:
             continue
-        if call not in urls and _settings_file(ctx, path):
+        if call not in urls and (_settings_file(ctx, path) or _scheduler_state(ctx, call)):
             continue
         done.add(id(call))
         dev = "map_location" if own else device_in_scope(ctx, call) or _class_device(ctx, call)
@@ -810,6 +813,12 @@ def _settings_file(ctx, path) -> bool:
                 return False
             saves += 1
     return saves > 0
+
+
+def _scheduler_state(ctx, call: ast.Call) -> bool:
+    from ..flow.cpu_saves import scheduler_state_load
+
+    return scheduler_state_load(ctx, call, _file_name, _is_load_state_dict)
 
 
 def _checkpoint_like(ctx, call: ast.Call, path: ast.AST) -> bool:
