@@ -116,19 +116,15 @@ def _trivial_test(t) -> bool:
     return isinstance(t, ast.Attribute) and t.attr == "requires_grad"
 
 
-def consumers(sem) -> frozenset:
-    """The functions of the module ``sem`` indexes whose own body holds a call that
-    ``local_norms`` may record as a reduction or a clip (a ``REDUCERS`` call, torch's clip by a
-    norm, ``torch._foreach_mul_``, a ``.mul_``/``.div_`` method): a function without one has
-    neither, whatever its values' kinds (a superset, from the call index alone)."""
-    out = set()
-    for c in sem.calls:
+def may_consume(sem, fn) -> bool:
+    """``fn``'s own calls (``Semantic.function_calls``) hold one that ``local_norms`` may record as a
+    reduction or a clip (a ``REDUCERS`` call, torch's clip by a norm, ``torch._foreach_mul_``, a
+    ``.mul_``/``.div_`` method): without one its facts have neither, whatever its values' kinds."""
+    for c in sem.function_calls(fn):
         f = c.func
         if (isinstance(f, ast.Attribute) and f.attr in ("mul_", "div_")) or (sem.call_qualname(c) or "") in _CONSUMERS:
-            fn = sem.enclosing_function(c)
-            if fn is not None:
-                out.add(fn)
-    return frozenset(out)
+            return True
+    return False
 
 
 def _makes_local(view) -> bool:

@@ -9,7 +9,7 @@ from ..flow.calls import on_subgroup
 from ..flow.hidden import FULLY_SHARD, arg_calls, shard_calls
 from ..flow.modern import PARALLELIZE, hub, mesh_dims, origins
 from ..flow.reductions import _is_sum
-from ..flow.spmd_kinds import PARTIAL, consumers, local_norms
+from ..flow.spmd_kinds import PARTIAL, local_norms, may_consume
 from ._common import other_call_sites
 
 
@@ -76,17 +76,16 @@ class LocalShardNormWrongRanks(Rule):
     requires_text_all = (("grad",), ("norm", "sum"))
 
     def finish(self, ctx) -> None:
-        # only a function that reduces or scales by a value can hold a finding: the facts (which
-        # follow every call into the project's helpers) are asked for those alone
-        todo = consumers(ctx.sem)
-        if not todo:
-            return
-        an, view = hub(ctx)
-        callers = other_call_sites(ctx, an)
+        an = view = callers = None
         for fns in ctx.sem.functions.values():
             for fn in fns:
-                if not isinstance(fn, FUNC_TYPES) or fn not in todo:
+                # only a function that reduces or scales by a value can hold a finding: the facts
+                # (which follow every call into the project's helpers) are asked for those alone
+                if not isinstance(fn, FUNC_TYPES) or not may_consume(ctx.sem, fn):
                     continue
+                if an is None:
+                    an, view = hub(ctx)
+                    callers = other_call_sites(ctx, an)
                 facts = local_norms(an, view, fn)
                 if not facts.clips and not facts.reduced:
                     continue
