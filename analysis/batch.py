@@ -134,9 +134,11 @@ def _chunks(items: list[tuple[int, str]], n_workers: int) -> list[list]:
 def check_files(files: list[str], settings, jobs: int = 0, cache: Cache | None = None):
     """[(path, findings, error)] in the order of ``files``."""
     _init(settings, cache)
-    from .snapshot import snapshot
+    from .snapshot import no_dependencies, snapshot
 
-    with snapshot():  # one run reads the disk once (before forking: the workers inherit it)
+    # one run reads the disk once (before forking: the workers inherit it); without a cache nothing
+    # reads a check's dependencies, so the reach gates' "no" answers skip collecting them
+    with snapshot(), no_dependencies(cache is None or not cache.enabled):
         return _check_files(files, settings, jobs, cache)
 
 

@@ -15,6 +15,9 @@ import contextlib
 
 _on = False
 _runs = 0  # the snapshots entered so far (outermost ones)
+# False inside ``no_dependencies()``: nothing reads a check's dependencies (a batch run without a
+# cache), so flow/reach.py's "no" answers skip collecting the files they rest on
+deps = True
 
 
 def fresh(at: float, now: float, ttl: float) -> bool:
@@ -39,3 +42,16 @@ def snapshot():
         yield
     finally:
         _on = before
+
+
+@contextlib.contextmanager
+def no_dependencies(on: bool = True):
+    """While the block runs (when ``on``), answers carry no dependencies; the answers themselves
+    are the same (forked workers inherit it)."""
+    global deps
+    before = deps
+    deps = deps and not on
+    try:
+        yield
+    finally:
+        deps = before

@@ -96,6 +96,25 @@ def test_no_reachable_collective_no_parse(tmp_path, parses):
     assert str(tmp_path / "helpers.py") in dict(res.dependencies)
 
 
+@pytest.mark.parametrize("chain", [0, 2])
+def test_no_dependencies_same_answers(tmp_path, parses, chain):
+    """Inside ``snapshot.no_dependencies()`` (a batch run without a cache) a reach answer is the
+    same, only without the files a "no" rests on; outside it they come back (the memo of one mode
+    is not the other's)."""
+    from ddp_lint.analysis import snapshot
+
+    main = _project(tmp_path, HELPER_PLAIN, chain)
+    with snapshot.snapshot():
+        with snapshot.no_dependencies():
+            lean = reach.reaches(str(main), MAIN)
+        full = reach.reaches(str(main), MAIN)
+    assert lean == (False, {})
+    assert full[0] is False and str(tmp_path / "helpers.py") in full[1]
+    main.write_text(MAIN.replace("import", "import torch.distributed as dist\nimport", 1))
+    with snapshot.snapshot(), snapshot.no_dependencies():
+        assert reach.reaches(str(main), main.read_text()) == (True, {})
+
+
 @pytest.mark.parametrize("chain", [0, 1])
 def test_reachable_collective_is_found(tmp_path, parses, chain):
     main = _project(tmp_path, HELPER_COLLECTIVE, chain)

@@ -285,7 +285,7 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
     the disk does not change; the returned dependencies are shared, read-only."""
     disk = project.disk_allowed()
     table, closures, answers = _table(now, disk, needles, fold)
-    key = (path, text) if snapshot._on else None
+    key = (path, text, snapshot.deps) if snapshot._on else None
     got = answers.get(key) if key is not None else None
     if got is not None:
         return got
@@ -297,6 +297,8 @@ def _walk(path: str, text: str, now: float, needles: tuple = REACH_TEXT,
             return True, {}  # past the budget
     if any(succ is not None and table.get(succ) is _YES for succ, _m in first):
         got = True, {}
+    elif not snapshot.deps:  # no, and nothing reads what it rests on (``snapshot.no_dependencies``)
+        got = False, {}
     else:  # no: every file reachable answered no; the answer rests on all of them
         got = False, _no_deps(path, first, absent, table, closures)
     if key is not None:  # (the questions about one file come while it is checked: a few kept)

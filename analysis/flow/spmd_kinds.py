@@ -50,6 +50,7 @@ _CLIPS = frozenset({"torch.nn.utils.clip_grads_with_norm_", "torch.nn.utils.clip
                     "torch.nn.utils.clip_grad._clip_grads_with_norm_"})
 _SCALES = frozenset({"torch._foreach_mul_", "torch._foreach_mul"})
 REDUCERS = frozenset({D + "all_reduce", D + "reduce", D + "all_reduce_coalesced"})
+_CONSUMERS = REDUCERS | _CLIPS | _SCALES
 _MAX_DEPTH = 3
 
 
@@ -113,6 +114,26 @@ def _trivial_test(t) -> bool:
             isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None:
         return True
     return isinstance(t, ast.Attribute) and t.attr == "requires_grad"
+
+
+def may_consume(sem, fn) -> bool:
+    """``fn``'s own calls (``Semantic.function_calls``) hold one that ``local_norms`` may record as a
+    reduction or a clip (a ``REDUCERS`` call, torch's clip by a norm, ``torch._foreach_mul_``, a
+    ``.mul_``/``.div_`` method): without one its facts have neither, whatever its values' kinds."""
+    for c in sem.function_calls(fn):
+        f = c.func
+        if (isinstance(f, ast.Attribute) and f.attr in ("mul_", "div_")) or (sem.call_qualname(c) or "") in _CONSUMERS:
+            return True
+    return False
+
+
+def _makes_local(view) -> bool:
+    """The module's text may make a local shard (``to_local`` / ``_local_tensor``); memoised."""
+    got = view.memo.get("spmd_kinds.makes_local")
+    if got is None:
+        text = view.text or ""
+        got = view.memo["spmd_kinds.makes_local"] = "to_local" in text or "_local_tensor" in text
+    return got
 
 
 def local_norms(hub, view, fn, seeds=None, depth: int = 0) -> Facts:
@@ -290,7 +311,7 @@ class _Eval:
             k = self.of(arg)
             if isinstance(k, Kind):
                 seeds[name] = k
-        if not seeds and not any(w in (target[0].text or "") for w in ("to_local", "_local_tensor")):
+        if not seeds and not _makes_local(target[0]):
             return None  # no argument of a kind, and the callee's module makes no local shard
         got = local_norms(self.hub, target[0], target[1], seeds, self.depth + 1).returns
         return tuple(self._here(k, call) for k in got) if isinstance(got, tuple) else self._here(got, call)

@@ -9,7 +9,7 @@ from ..flow.calls import on_subgroup
 from ..flow.hidden import FULLY_SHARD, arg_calls, shard_calls
 from ..flow.modern import PARALLELIZE, hub, mesh_dims, origins
 from ..flow.reductions import _is_sum
-from ..flow.spmd_kinds import PARTIAL, local_norms
+from ..flow.spmd_kinds import PARTIAL, local_norms, may_consume
 from ._common import other_call_sites
 
 
@@ -79,7 +79,9 @@ class LocalShardNormWrongRanks(Rule):
         an = view = callers = None
         for fns in ctx.sem.functions.values():
             for fn in fns:
-                if not isinstance(fn, FUNC_TYPES):
+                # only a function that reduces or scales by a value can hold a finding: the facts
+                # (which follow every call into the project's helpers) are asked for those alone
+                if not isinstance(fn, FUNC_TYPES) or not may_consume(ctx.sem, fn):
                     continue
                 if an is None:
                     an, view = hub(ctx)
