@@ -14,6 +14,7 @@ from ..flow.same_tests import ruled_out_by_same_test
 from ..flow.wrapped import (NOT_DDP_PLUGINS, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
 from ..flow.kernel import one_process_notebook
+from ..flow.wrap_flags import flag_excludes_wrap
 from ._common import shown_path
 
 
@@ -228,6 +229,7 @@ class AttributeThroughDdpWrapper(Rule):
             wraps = [(v, c) for v, c in wraps if not contradicts(guards(c, settled=True), facts)
                      and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)
                      and not branch_excludes_wrap(an, view, node, v, c)
+                     and not flag_excludes_wrap(view.sem, node, facts, v.sem, c)
                      and not (v is view and isinstance(holder, ast.Name) and ruled_out_by_same_test(c, node, holder.id))]
             if not wraps:
                 continue
