@@ -241,6 +241,8 @@ class NoDistributedSampler(Rule):
             ds_name = ds.id if isinstance(ds, ast.Name) else (ds.attr if isinstance(ds, ast.Attribute) else None)
             if is_eval_name(target_name(call), ds_name):
                 continue
+            if _own_share(ctx, ds):
+                continue
             fix = None
             if is_simple_ref(ds):
                 sampler, imp = ctx.ref(DIST_SAMPLER)
@@ -341,6 +343,16 @@ class NoDistributedSampler(Rule):
                 related=[("file", view.path, SourceText(view.text).node_range(loader),
                           "the DataLoader shuffles without a sampler here")],
             )
+
+
+def _own_share(ctx, ds) -> bool:
+    """The dataset is already this rank's own share: its value varies by rank (a rank-indexed slice
+    of the rows, wherever it is taken: a helper, a method of the dataset's class, a generator it
+    yields from, a class a factory picks), so shuffling it shuffles only that share."""
+    from ..flow import for_context  # lazy: only shuffling loaders without a sampler get here
+
+    ana = for_context(ctx)
+    return ana.evaluator(ana.main).value(ds).varying
 
 
 def _shuffling_loader(view, fn):
