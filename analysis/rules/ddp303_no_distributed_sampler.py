@@ -159,7 +159,10 @@ class NoDistributedSampler(Rule):
     To stay precise, a file that mentions a `DistributedSampler`, any other sampler, sharding
     (`shard`, `split_dataset_by_node`, `num_replicas`), an `IterableDataset`, or a framework that
     shards plain DataLoaders itself (Accelerate's `prepare`, Lightning, DeepSpeed) is not flagged,
-    and neither are loaders named like evaluation loaders.
+    and neither are loaders named like evaluation loaders, nor a loader whose dataset is already
+    this rank's own share: a value that varies by rank (a rank-indexed slice of the rows), wherever
+    the slice is taken (a helper, a method of the object that reads the rows, a generator it
+    yields from, a class a factory function picks).
 
     The loader may also come from a data module of the project (`train_loader =
     build_train_loader(train_set, bs)` with the helper in `data/loaders.py`): reported at the call
@@ -351,8 +354,11 @@ def _own_share(ctx, ds) -> bool:
     yields from, a class a factory picks), so shuffling it shuffles only that share."""
     from ..flow import for_context  # lazy: only shuffling loaders without a sampler get here
 
+    from ..flow.values import CLOCK
+
     ana = for_context(ctx)
-    return ana.evaluator(ana.main).value(ds).varying
+    v = ana.evaluator(ana.main).value(ds)
+    return v.varying and v.src.cat != CLOCK  # (a clock-stamped path names a run, not a share)
 
 
 def _shuffling_loader(view, fn):
