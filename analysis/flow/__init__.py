@@ -223,8 +223,8 @@ class Analysis(Summaries):
             return got
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Subscript):
             return one_target(element_targets(self, view, call, _NOT_PROJECT))  # ``self.cbs[0].m()``
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name):
-            got = ctor_class(self, view, f.value, _NOT_PROJECT)  # ``Cls(...).m(...)``
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, (ast.Name, ast.Call)):
+            got = ctor_class(self, view, f.value, _NOT_PROJECT)  # ``Cls(...).m(...)``, ``make(...)(...).m(...)``
             return own_method(*got, f.attr) if got is not None else None
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
             base = f.value.id

@@ -121,6 +121,7 @@ _SCOPE_CLASSES = frozenset(_SCOPES)
 _FUNC_CLASSES = frozenset((*FUNC_TYPES, ast.Lambda))
 _FOR, _ASYNC_FOR, _WITH, _ASYNC_WITH = ast.For, ast.AsyncFor, ast.With, ast.AsyncWith
 _LOOP_CLASSES = frozenset(LOOPS)
+_WITH_CLASSES = frozenset((ast.With, ast.AsyncWith))
 # statements whose parts are not all before their nested statements (a later ``case`` pattern or
 # ``except`` clause comes after an earlier one's body): a use there has no statement-wide answer
 _TRY_CLASSES = frozenset((ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ())))
@@ -235,20 +236,26 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
         cands = before
     # a binding in the other branch of an ``if`` than the use (outside any loop that holds both),
     # or one that an unconditional ``return``/``raise`` ends the path of, does not reach it
-    cands = [e for e in cands if not _cut_off(e, up, loops, scope)]
+    dom_ev = before[dom] if dom is not None else None
+    cands = [e for e in cands if not _cut_off(e, up, loops, scope, dom_ev=dom_ev)]
     later = [e for e in later if not _cut_off(e, up, loops, scope, carried=True)]
     if dom is None and scope.__class__ in _FUNC_CLASSES and _is_param(scope, name):
         return ("events+param", cands + later) if (cands or later) else ("param", scope)
     return "events", cands + later
 
 
-def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool = False) -> bool:
+def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool = False,
+             dom_ev: ast.AST | None = None) -> bool:
     """No feasible path takes the binding ``ev`` to the use (``up``: the use's ancestors, as in
     ``_dominates_up``; ``loops``: the loops around the use, inside its scope):
     - ``ev`` is in one branch of an ``if`` and the use in the other, and no loop around the use
       holds that ``if`` (a later iteration could take the other branch);
     - after ``ev``'s statement, in its block or an enclosing one on the way to the use, a
-      ``return`` always leaves first (unless a ``try`` holds both: its ``finally`` runs);
+      ``return`` always leaves first (unless a ``try`` holds both: its ``finally`` runs), or a
+      ``raise`` outside any ``try`` of the scope;
+    - after ``ev``, a ``break`` or ``continue`` of a loop around the use always leaves first, and
+      every way back to the use passes ``dom_ev`` (the binding that dominates the use) first
+      (``_jump_cuts``);
     - ``carried`` (``ev`` reaches the use in the next iteration of the loops around both): after
       it, on the way up to the outermost of those loops, a ``return``, or a ``break`` of that loop
       (not of one nested in it), always leaves first."""
@@ -275,6 +282,7 @@ def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool =
         return True
     if lca.__class__ in _TRY_CLASSES:
         return False
+    raises = _untried(ev, scope)
     # a ``break`` at level i leaves the carrying loop when no loop lies between (chain[i:-1])
     inner = [n.__class__ in _LOOP_CLASSES for n, _ in chain[:-1]] + [False]
     for i in range(len(inner) - 2, -1, -1):
@@ -290,7 +298,11 @@ def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool =
                         break  # a loop's ``else``: its ``break`` is not the loop's
                     breaks = carried and not inner[i]
                     for st in blk[blk.index(child) + 1:]:
-                        if st.__class__ is ast.Return or (breaks and st.__class__ is ast.Break):
+                        t = st.__class__
+                        if t is ast.Return or (breaks and t is ast.Break) or (t is ast.Raise and raises):
+                            return True
+                        if not carried and (t is ast.Break or t is ast.Continue) \
+                                and _jump_cuts(st, n, up, scope, dom_ev, ev):
                             return True
                     break
     if not carried:
@@ -302,6 +314,40 @@ def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool =
                 if any(st.__class__ is ast.Return for st in blk[a + 1:b]):
                     return True
     return False
+
+
+def _untried(ev: ast.AST, scope: ast.AST) -> bool:
+    """No ``try`` of the scope holds ``ev``: a ``raise`` after it leaves the scope."""
+    n = getattr(ev, "_p", None)
+    while n is not None and n is not scope:
+        if n.__class__ in _TRY_CLASSES or n.__class__ in _WITH_CLASSES:
+            return False  # a handler (or a context manager that swallows) may resume the path
+        n = getattr(n, "_p", None)
+    return True
+
+
+def _jump_cuts(jump: ast.stmt, owner: ast.AST, up: dict, scope: ast.AST, dom_ev, binding) -> bool:
+    """``jump`` (a ``break``/``continue`` in a block of ``owner``) leaves the path of a binding
+    before it to the use (``up``: the use's ancestors): it belongs to a loop ``L`` around the use
+    (not one nested between), and each way back to the use enters ``L`` again from its head
+    (``continue``) or from the head of the innermost loop around ``L`` (``break``), so it passes
+    ``dom_ev`` when that loop holds it; a ``break`` with no loop around ``L`` ends the path."""
+    n = owner
+    while n is not None and n is not scope and n.__class__ not in _LOOP_CLASSES:
+        if n.__class__ in _FUNC_CLASSES:
+            return False
+        n = getattr(n, "_p", None)
+    if n is None or n is scope or id(n) not in up:
+        return False  # the jump's loop does not hold the use: the path goes on after it
+    if jump.__class__ is ast.Continue:
+        back = n
+    else:
+        back = getattr(n, "_p", None)
+        while back is not None and back is not scope and back.__class__ not in _LOOP_CLASSES:
+            back = getattr(back, "_p", None)
+        if back is None or back is scope:
+            return True  # no loop around ``L``: nothing comes back to the use
+    return dom_ev is not None and _contains(back, dom_ev) and dom_ev is not back and dom_ev is not binding
 
 
 def target_path(target: ast.AST, name: str) -> list[int] | None:

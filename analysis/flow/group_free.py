@@ -173,3 +173,23 @@ def _names_distribution(v) -> bool:
                                 or any(_dist_name(f"{st.module or ''}.{a.name}") for a in st.names)):
             return True
     return any(_dist_name(sem.call_qualname(c) or "") for c in sem.calls)
+
+
+def program_caller_without_group(hub, view, call: ast.Call) -> bool:
+    """``call`` sits in a module-level function of ``view`` that the module's own top level runs
+    (a program's ``main()``, under ``if __name__ == "__main__":`` or not), nowhere else in the
+    module, and nothing the module runs creates the default group (no init in its top level nor in
+    any of its functions, directly or through project functions): a DDP wrapper, which needs that
+    group to be built, cannot exist in that run. (Callers of the function in other modules are the
+    asker's question.)"""
+    sem = view.sem
+    fn = sem.enclosing_function(call)
+    if not isinstance(fn, FUNC_TYPES) or not isinstance(parent(fn), ast.Module):
+        return False
+    memo: dict = {}
+    scopes = [sem.tree, *(n for n in sem.tree.body if isinstance(n, FUNC_TYPES)),
+              *(m for c in sem.tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, FUNC_TYPES))]
+    if any(init_calls(hub, view, s, memo) for s in scopes):
+        return False
+    runs = [c for c in sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    return bool(runs) and all(sem.enclosing_function(c) is None for c in runs)

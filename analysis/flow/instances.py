@@ -20,10 +20,35 @@ _MAX_DEPTH = 5
 
 
 def ctor_class(hub, view, e: ast.AST, not_project):
-    """(view, class) when ``e`` is ``Cls(...)`` for a class of this file or of a project module."""
-    if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)):
+    """(view, class) when ``e`` is ``Cls(...)`` for a class of this file or of a project module, or
+    ``make(...)(...)`` for a project function ``make`` every ``return`` of which names that class."""
+    if not isinstance(e, ast.Call):
+        return None
+    if isinstance(e.func, ast.Call):
+        return _factory_class(hub, view, e.func, not_project)
+    if not isinstance(e.func, ast.Name):
         return None
     return class_named(hub, view, e.func, not_project)
+
+
+def _factory_class(hub, view, call: ast.Call, not_project):
+    """The one project class every ``return`` of the function ``call`` runs gives by name (a
+    factory that picks a class: ``return ShardedRows``); None for any other return, or none."""
+    target = hub.resolve_call(view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return None
+    tv, fn = target
+    found = None
+    for n in iter_scope_nodes(fn):
+        if n.__class__ is ast.Yield or n.__class__ is ast.YieldFrom:
+            return None
+        if n.__class__ is not ast.Return:
+            continue
+        got = class_named(hub, tv, n.value, not_project) if isinstance(n.value, ast.Name) else None
+        if got is None or (found is not None and got[1] is not found[1]):
+            return None
+        found = got
+    return found
 
 
 def self_attr_class(hub, view, attr: ast.Attribute, not_project):

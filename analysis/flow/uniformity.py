@@ -422,7 +422,7 @@ class Evaluator:
                 return join(self.value(a, d) for a in it.args)
             if qn is None and n in ("zip", "enumerate", "tqdm", "sorted", "reversed", "list", "iter"):
                 return join(self.element(a, d) for a in it.args[:1 if n != "zip" else None])
-            got = self._yielded(it, d)
+            got = yielded(self, it, d)  # ``selections.yielded``
             if got is not None:
                 return got
         if self.is_loader(it, d) is not None:
@@ -433,9 +433,6 @@ class Evaluator:
             return v
         v = self.value(it, d)
         return v
-
-    def _yielded(self, call: ast.Call, d: int) -> Value | None:
-        return yielded(self, call, d)  # ``selections.yielded``
 
     def trip_count(self, it: ast.AST, d: int = 0) -> Value:
         """Uniformity of the number of iterations of ``for x in it``: rank-varying only for a
@@ -609,7 +606,7 @@ class Evaluator:
         name = _terminal(f)
         target = self.hub.resolve_call(self.view, e)
         if target is not None:
-            ret = self._returns(e, target)[0]
+            ret = yielded(self, e, d) or self._returns(e, target)[0]  # a generator: what it yields
             if ret.kind == "V":
                 src = ret.src
                 return Value("V", src.step(f"returned by `{name}()`"))

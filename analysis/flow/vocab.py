@@ -30,7 +30,7 @@ _RNG_TORCH = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.ran
 _PURE_PREFIXES = ("torch.", "math.", "numpy.", "np.", "operator.")
 _BUILTIN_JOIN = frozenset({"int", "float", "bool", "str", "abs", "round", "min", "max", "sum", "list", "tuple",
                            "sorted", "reversed", "set", "frozenset", "dict", "repr", "format", "divmod", "pow",
-                           "any", "all", "hash", "ord", "chr"})
+                           "any", "all", "hash", "ord", "chr", "next"})
 _SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "layout", "requires_grad"})
 _SHAPE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension", "__len__", "get_device",
                             "type", "is_contiguous", "element_size", "stride"})

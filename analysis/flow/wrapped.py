@@ -23,6 +23,7 @@ from .records import class_chain
 from .origins import _attr_path, origins
 from .params import dead_for_callers
 from .return_deps import names_reaching, target_names
+from .wrap_flags import guard_atoms
 
 # calls whose first argument is the value a test asks about (``hasattr(m, "module")``)
 _TYPE_TESTS = frozenset({"hasattr", "isinstance", "getattr", "type"})
@@ -560,18 +561,8 @@ def _norm(test, branch: bool):
 
 
 def _atoms(guards_: list):
-    """The tests a list of ``guards`` makes hold (``True``) or fail (``False``): an ``and`` that
-    holds holds each of its operands, an ``or`` that fails fails each; ``not`` flips."""
-    out, todo = [], list(guards_)
-    while todo:
-        t, br = todo.pop()
-        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
-            todo.append((t.operand, not br))
-        elif isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And if br else ast.Or):
-            todo.extend((v, br) for v in t.values)
-        else:
-            out.append(_norm(t, br))
-    return out
+    """``guard_atoms``, each test spelled as its dump."""
+    return [_norm(t, br) for t, br in guard_atoms(guards_)]
 
 
 def contradicts(a: list, b: list) -> bool:

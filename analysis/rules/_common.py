@@ -574,7 +574,7 @@ def _calling(folder: str, names: frozenset) -> list:
     return [files[i] for i in sorted({i for n in names for i in index.get(n, ())})]
 
 
-def project_callers(ctx, names, needs=()) -> list:
+def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
     """Calls, in the other files of this project, of this file's module-level functions or classes
     named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
     ``needs``: groups of needles, one of each the caller's text must hold (what the rule requires
@@ -583,7 +583,9 @@ def project_callers(ctx, names, needs=()) -> list:
     The project is the folder above this file's topmost package (as ``flow.project`` finds it);
     only files whose text names one of ``names`` are parsed (a package may re-export them), through the
     flow layer (so they count as dependencies of this check). ``caller_ctx`` is a read-only
-    context of the caller's file: rule helpers can query it; nothing is reported on it."""
+    context of the caller's file: rule helpers can query it; nothing is reported on it.
+    ``unknown``: also a call by one of the names that resolves to no function, as
+    ``(caller_ctx, call, None)`` (a caller that may be one)."""
     import os
 
     from .. import snapshot
@@ -634,6 +636,11 @@ def project_callers(ctx, names, needs=()) -> list:
                 if tail not in names and tail not in view.imports:
                     continue
                 res = an.resolve_call(view, call)
+                if res is None and unknown and tail in names:
+                    if caller is None:
+                        caller = Context(SourceText(view.text), view.sem, path)
+                    out.append((caller, call, None))
+                    continue
                 if res is None or res[0] is not an.main:
                     continue
                 node = res[1]
@@ -646,7 +653,7 @@ def project_callers(ctx, names, needs=()) -> list:
                 out.append((caller, call, node))
         return out
 
-    return ctx.memo(("common.project_callers", names, needs), build)
+    return ctx.memo(("common.project_callers", names, needs, unknown), build)
 
 
 def other_call_sites(ctx, an, methods: bool = False):

@@ -14,6 +14,7 @@ from ..flow.same_tests import ruled_out_by_same_test
 from ..flow.wrapped import (NOT_DDP_PLUGINS, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
 from ..flow.kernel import one_process_notebook
+from ..flow.wrap_flags import flag_excludes_wrap
 from ._common import shown_path
 
 
@@ -228,8 +229,9 @@ class AttributeThroughDdpWrapper(Rule):
             wraps = [(v, c) for v, c in wraps if not contradicts(guards(c, settled=True), facts)
                      and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)
                      and not branch_excludes_wrap(an, view, node, v, c)
+                     and not flag_excludes_wrap(view.sem, node, facts, v.sem, c)
                      and not (v is view and isinstance(holder, ast.Name) and ruled_out_by_same_test(c, node, holder.id))]
-            if not wraps:
+            if not wraps or _only_group_less_callers(ctx, an, node):
                 continue
             v, call = wraps[0]
             if (v.sem.call_qualname(call) or "") != DDP_CLASS:  # ``accelerator.prepare(model)``
@@ -659,6 +661,32 @@ DDP_ATTRIBUTES = frozenset("""
 # what the module holding a wrap that ``wrap_origins`` finds spells: the constructor's name (its
 # qualified name needs it bound there), or Accelerate's ``prepare`` (``prepares_model``)
 _WRAP_NEEDLES = ("DistributedDataParallel", "prepare")
+
+
+def _only_group_less_callers(ctx, an, node) -> bool:
+    """The read is in a method of a module-level class that this file never calls, and every call
+    of it in the project's other files resolves to it and is made by a program that never creates
+    the default group (``group_free.program_caller_without_group``): there the DDP constructor, which
+    needs that group, never ran, so the attribute holds the bare module (a single-process tool
+    built on the training class)."""
+    from ..flow.group_free import program_caller_without_group
+    from ._common import project_callers
+
+    fn = ctx.sem.enclosing_function(node)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef) or not isinstance(parent(cls), ast.Module) or fn.name.startswith("__"):
+        return False
+    if any((c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None)) == fn.name
+           for c in ctx.sem.calls):
+        return False  # called in its own file (``self.m()``, a script of the module): not followed
+    sites = [(cctx, c) for cctx, c, n in project_callers(ctx, (fn.name,), unknown=True) if n is None or n is fn]
+    if not sites:
+        return False
+    for cctx, c in sites:
+        cv = an.view_of(cctx.filename)
+        if cv is None or cv.sem is not cctx.sem or not program_caller_without_group(an, cv, c):
+            return False
+    return True
 
 
 def _wrap_reachable(ctx, an) -> bool:

@@ -159,7 +159,10 @@ class NoDistributedSampler(Rule):
     To stay precise, a file that mentions a `DistributedSampler`, any other sampler, sharding
     (`shard`, `split_dataset_by_node`, `num_replicas`), an `IterableDataset`, or a framework that
     shards plain DataLoaders itself (Accelerate's `prepare`, Lightning, DeepSpeed) is not flagged,
-    and neither are loaders named like evaluation loaders.
+    and neither are loaders named like evaluation loaders, nor a loader whose dataset is already
+    this rank's own share: a value that varies by rank (a rank-indexed slice of the rows), wherever
+    the slice is taken (a helper, a method of the object that reads the rows, a generator it
+    yields from, a class a factory function picks).
 
     The loader may also come from a data module of the project (`train_loader =
     build_train_loader(train_set, bs)` with the helper in `data/loaders.py`): reported at the call
@@ -240,6 +243,8 @@ class NoDistributedSampler(Rule):
                 continue
             ds_name = ds.id if isinstance(ds, ast.Name) else (ds.attr if isinstance(ds, ast.Attribute) else None)
             if is_eval_name(target_name(call), ds_name):
+                continue
+            if _own_share(ctx, ds):
                 continue
             fix = None
             if is_simple_ref(ds):
@@ -341,6 +346,19 @@ class NoDistributedSampler(Rule):
                 related=[("file", view.path, SourceText(view.text).node_range(loader),
                           "the DataLoader shuffles without a sampler here")],
             )
+
+
+def _own_share(ctx, ds) -> bool:
+    """The dataset is already this rank's own share: its value varies by rank (a rank-indexed slice
+    of the rows, wherever it is taken: a helper, a method of the dataset's class, a generator it
+    yields from, a class a factory picks), so shuffling it shuffles only that share."""
+    from ..flow import for_context  # lazy: only shuffling loaders without a sampler get here
+
+    from ..flow.values import CLOCK
+
+    ana = for_context(ctx)
+    v = ana.evaluator(ana.main).value(ds)
+    return v.varying and v.src.cat != CLOCK  # (a clock-stamped path names a run, not a share)
 
 
 def _shuffling_loader(view, fn):
