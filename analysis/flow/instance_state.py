@@ -43,10 +43,9 @@ def state_value(hub, view, e: ast.Attribute, d: int, ctx=None):
         hub.cut_state.n += 1  # a depth cap: an answer made of it is not memoised for good
         return None
     fn = view.sem.enclosing_function(e)
-    scope = fn if fn is not None else view.sem.tree
-    for c in view.sem.scope_calls(scope):
+    for c in _method_calls(view, fn if fn is not None else view.sem.tree).get(key, ()):
         f = c.func
-        if not isinstance(f, ast.Attribute) or _recv_key(f.value) != key or c is parent(e):
+        if c is parent(e):
             continue
         target = hub.resolve_call(view, c)
         if target is None or not isinstance(target[1], FUNC_TYPES) or not isinstance(parent(target[1]), ast.ClassDef):
@@ -56,6 +55,18 @@ def state_value(hub, view, e: ast.Attribute, d: int, ctx=None):
             return Value("V", got.src.step(f"which `{ast.unparse(f)}()` at line {c.lineno} stores in "
                                            f"`{ast.unparse(e)}`"))
     return None
+
+
+def _method_calls(view, scope) -> dict:
+    """{receiver key: the calls ``<recv>.<m>(...)`` of ``scope``}, once per scope."""
+    memo = view.memo.setdefault("instance_state.calls", {})
+    got = memo.get(id(scope))
+    if got is None:
+        got = memo[id(scope)] = {}
+        for c in view.sem.scope_calls(scope):
+            if isinstance(c.func, ast.Attribute) and (k := _recv_key(c.func.value)) is not None:
+                got.setdefault(k, []).append(c)
+    return got
 
 
 def _varying_attrs(hub, view, call, target, pctx, depth: int) -> dict:
