@@ -425,18 +425,21 @@ class Analysis(Summaries):
         sh = shapes_of(self, view).shape(e)
         return Value("V", sh.src) if sh.kind == "V" and sh.src is not None else X
 
-    def field_value(self, view, e: ast.Attribute, d: int):
+    def field_value(self, view, e: ast.Attribute, d: int, ctx=None):
         """A property or record field of a project class of this module (``args.should_save`` of
         ``args = Args(process_index=dist.get_rank())``, the property returning
-        ``self.process_index == 0``): its rank-varying value when one of its origins is; else None
+        ``self.process_index == 0``): its rank-varying value when one of its origins is; or the
+        state a method call on the same object stores rank-varying (``stopper.step(val_loss)`` then
+        ``stopper.stop``: ``instance_state``, under the evaluator's context ``ctx``); else None
         (asked by the evaluator, through the hub: ``origins.field_origins``)."""
+        from .instance_state import state_value  # lazy: it asks the evaluator back
         from .origins import field_origins  # lazy: origins follows helpers' returns
 
         for leaf in field_origins(self, view, e) or ():
             v = self.evaluator(leaf[0]).value(leaf[1], d + 1)
             if v.varying:
                 return Value("V", v.src.step(f"read as `{ast.unparse(e)}`"))
-        return None
+        return state_value(self, view, e, d + 1, ctx) if isinstance(e.ctx, ast.Load) else None
 
     def module_class(self, view, expr, at):
         """(view, class) of the project class ``expr`` holds at ``at`` (``instances.module_instance_class``)."""

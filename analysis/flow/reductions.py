@@ -173,10 +173,14 @@ def _stmt_of(node):
     return node
 
 
-def _dominates(a: ast.AST, b: ast.AST) -> bool:
-    """The statement holding ``a`` comes before, in the same block, a statement that holds (or
-    is) the one holding ``b``."""
+def _dominates(a: ast.AST, b: ast.AST, through_with: bool = False) -> bool:
+    """The statement holding ``a`` (``through_with``: or a ``with`` statement around it, whose body
+    runs straight through) comes before, in the same block, a statement that holds (or is) the one
+    holding ``b``."""
     sa = _stmt_of(a)
+    while through_with and isinstance(parent(sa), (ast.With, ast.AsyncWith)) and sa in parent(sa).body \
+            and not _holds(parent(sa), _stmt_of(b)):
+        sa = parent(sa)  # ``with torch.no_grad(): dist.all_reduce(rt)`` then ``return rt``
     blk_owner = parent(sa)
     if blk_owner is None:
         return False
@@ -193,6 +197,14 @@ def _dominates(a: ast.AST, b: ast.AST) -> bool:
         if id(n) in later:
             return True
         n = parent(n)
+    return False
+
+
+def _holds(outer: ast.AST, node: ast.AST) -> bool:
+    while node is not None:
+        if node is outer:
+            return True
+        node = parent(node)
     return False
 
 
@@ -261,6 +273,11 @@ def _copy_of(view, e, param: str) -> bool:
         return False
 
 
+# the collectives that leave the SUM of a tensor in it: everywhere (``all_reduce``), or on the
+# destination rank, the one that logs it (``reduce``): (op, async_op) argument positions
+_SUMMING = {"all_reduce": ((1, "op"), (3, "async_op")), "reduce": ((2, "op"), (4, "async_op"))}
+
+
 def world_sum_return(view, fn) -> str | None:
     """The parameter of ``fn`` whose world ``SUM`` it returns unscaled (see above), else None."""
     memo = view.memo.setdefault("reductions.sum_return", {})
@@ -280,12 +297,14 @@ def _world_sum_return(view, fn) -> str | None:
     name = last.value.id
     red = None
     for c in scope_calls(view, fn):
-        if (view.sem.call_qualname(c) or "") != D + "all_reduce":
+        qn = view.sem.call_qualname(c) or ""
+        op = qn[len(D):] if qn.startswith(D) else ""
+        if op not in _SUMMING:
             continue
         t = get_arg(c, 0, "tensor")
-        if red is not None or not isinstance(t, ast.Name) or t.id != name or on_subgroup(c, "all_reduce") \
-                or not _is_sum(get_arg(c, *_OP_POS)) or get_arg(c, 3, "async_op") is not None \
-                or under_try(c, fn) or _tests_read_params(c, fn) or not _dominates(c, last):
+        if red is not None or not isinstance(t, ast.Name) or t.id != name or on_subgroup(c, op) \
+                or not _is_sum(get_arg(c, *_SUMMING[op][0])) or get_arg(c, *_SUMMING[op][1]) is not None \
+                or under_try(c, fn) or _tests_read_params(c, fn) or not _dominates(c, last, True):
             return None
         red = c
     if red is None or _touched_between(view, fn, red, last, name):
@@ -377,28 +396,50 @@ def _mean_call(hub, view, e: ast.Call) -> bool:
 
 
 def reads_world_size(view, scope) -> bool:
-    """``scope`` reads a number of processes anywhere: a ``get_world_size`` call (of any group), or
-    a name or attribute that counts processes (``world_size``, ``num_gpus``): a place where a sum
-    over the ranks may be scaled back to a mean (only ever used to stay silent)."""
+    """``scope`` reads a number of processes where it may scale a sum back to a mean: a
+    ``get_world_size`` call (of any group), or a name or attribute that counts processes
+    (``world_size``, ``num_gpus``), used anywhere but in a comparison (``if world_size < 2:``)
+    and not only bound to a name that nothing reads (only ever used to stay silent)."""
     from .world import _WORLD_NAME
 
+    loads: dict = {}
+    for n in ast.walk(scope):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            loads.setdefault(n.id, []).append(n)
     for n in ast.walk(scope):
         if isinstance(n, ast.Call):
             qn = view.sem.call_qualname(n) or ""
-            if qn.endswith("get_world_size") or world_size_call(view.sem, n):
+            if (qn.endswith("get_world_size") or world_size_call(view.sem, n)) and _scales(n, loads):
                 return True
         name = n.id if isinstance(n, ast.Name) else (n.attr if isinstance(n, ast.Attribute) else None)
-        if name is not None and _WORLD_NAME.match(name):
+        if name is not None and _WORLD_NAME.match(name) and not isinstance(n.ctx, ast.Store) and _scales(n, loads):
             return True
-        if isinstance(n, ast.Constant) and n.value == "WORLD_SIZE":
+        if isinstance(n, ast.Constant) and n.value == "WORLD_SIZE" and _scales(n, loads):
             return True
     return False
 
 
+def _scales(read, loads: dict, depth: int = 0) -> bool:
+    """The number of processes ``read`` may scale something: it is not only compared, and when it
+    is bound to a name (``ws = get_world_size()``), a read of that name may."""
+    e, p = read, parent(read)
+    # the number itself: ``get_world_size()``, ``os.environ["WORLD_SIZE"]``, ``env.get("WORLD_SIZE")``,
+    # ``int(...)`` around it
+    while isinstance(p, ast.Subscript) or (isinstance(p, ast.Call) and (p.func is e or e in p.args and (
+            isinstance(p.func, ast.Name) and p.func.id in ("int", "float")
+            or isinstance(p.func, ast.Attribute) and p.func.attr in ("get", "getenv")))):
+        e, p = p, parent(p)
+    if isinstance(p, ast.Compare):
+        return False
+    if isinstance(p, ast.Assign) and len(p.targets) == 1 and isinstance(p.targets[0], ast.Name) and depth < 3:
+        return any(_scales(u, loads, depth + 1) for u in loads.get(p.targets[0].id, ()))
+    return True
+
+
 def sum_reach(cls, text, filename):
     """A second gate (``Rule.reach``) for a rule about a helper's reduction: the file, or a project
-    module it imports (transitively), spells ``all_reduce``: ``reduce_tensor`` in ``utils/dist.py``
-    called from the trainer."""
+    module it imports (transitively), spells ``all_reduce`` or ``reduce``: ``reduce_tensor`` in
+    ``utils/dist.py`` called from the trainer."""
     from .reach import reaches  # lazy: only files the text gate admits
 
-    return reaches(filename, text, ("all_reduce",))
+    return reaches(filename, text, ("reduce",))

@@ -550,9 +550,9 @@ class Evaluator:
             return _V(self.view, RANK, f"the process rank from `{_text(e)}`", e)
         if isinstance(e.value, ast.Name) and e.value.id == "self":
             v = self.hub.self_attr_value(self.view, e, d)
-            return v if v.varying else (self.hub.field_value(self.view, e, d) or v)
+            return v if v.varying else (self.hub.field_value(self.view, e, d, self.ctx) or v)
         base = self.value(e.value, d)
-        if (got := self.hub.field_value(self.view, e, d)) is not None:
+        if (got := self.hub.field_value(self.view, e, d, self.ctx)) is not None:
             return got  # a field or property of an object built with the rank: what it reads
         if base.varying and base.src.fields is not None:  # an attribute of an object we do not see
             return Value("V", base.src.built(None)) if e.attr in base.src.fields else X

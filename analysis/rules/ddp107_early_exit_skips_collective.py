@@ -53,7 +53,9 @@ class EarlyExitSkipsCollective(Rule):
     `self.model`, also called on the instance it builds: `Trainer(ddp_model).fit(...)`) and returns early on the batch (`if keep.sum() == 0: return None`) skips DDP's
     gradient all-reduce in its `loss.backward()`; a helper of another file that trains the model it
     receives makes that all-reduce at the call, and a value it returns from this rank's data
-    (`val_loss = validate(model, val_loader)`) is rank-varying. When the exit lives in a helper of
+    (`val_loss = validate(model, val_loader)`) is rank-varying, and so is what a method stores on
+    its object from such a value (`stopper.observe(val_loss)` then `if stopper.halt: break`, the
+    flag set under a test on the loss: `flow.instance_state`). When the exit lives in a helper of
     another file, the finding is reported at the call.
 
     Not flagged: a condition on a value a collective made equal on every rank (an all-reduced stop

@@ -23,13 +23,15 @@ class SumOfMeansUsedAsMean(Rule):
     meter, or compared with a threshold.
 
     The helper must return the reduced copy of its parameter on its last line, with nothing done
-    to it after the `all_reduce` (a `SUM` over the default group, not under a `try` or a test of
-    its parameters). The value given must be a mean by value flow (a `torch.nn.functional` loss,
+    to it after the `all_reduce` (or a `dist.reduce` onto one rank, the rank that logs it; a `SUM`
+    over the default group, not under a `try` or a test of its parameters, possibly inside a
+    `with torch.no_grad():` block). The value given must be a mean by value flow (a `torch.nn.functional` loss,
     a `torch.nn` loss module built with the default reduction, `mean()`, through `.detach()`,
     `.clone()`, `.data`). The result must never take part in arithmetic, be returned or stored,
-    and neither the function using it nor a project function it is passed to may read a number
-    of processes (`get_world_size()`, a `world_size` name): a sum scaled back anywhere is not
-    flagged. A sum of counts is correct and not flagged.
+    and neither the function using it nor a project function it is passed to may use a number
+    of processes (`get_world_size()`, a `world_size` name) other than in a comparison
+    (`if world_size < 2:`) or in a name nothing reads: a sum that may be scaled back anywhere is
+    not flagged. A sum of counts, and a `ReduceOp.AVG`, are correct and not flagged.
 
     ## Why is this bad?
     Each rank's loss is already a mean over its batch. Summing it over the ranks gives
