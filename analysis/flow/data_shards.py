@@ -193,14 +193,20 @@ def parallel_2d(hub, view, fn) -> tuple | None:
 
 
 def program_2d(hub, view, fn, callers) -> tuple | None:
-    """(view, call, dimensions) of 2-D parallelism (``parallel_2d``) in ``fn``, or in a function
-    that calls it (in this module, or one of the project's other modules as ``callers`` gives
+    """(view, call, dimensions) of 2-D parallelism (``parallel_2d``) in ``fn``, in another method
+    of its class, or in a function that calls it (in this module, or one of the project's other modules as ``callers`` gives
     them: ``build_loader(cfg, dp_mesh)`` of a training script), one level up."""
     got = parallel_2d(hub, view, fn)
     if got is not None:
         return (view, *got)
     if not isinstance(fn, FUNC_TYPES):
         return None
+    cls = parent(fn)
+    if isinstance(cls, ast.ClassDef):  # a method: the object's set-up in another method (``__init__``)
+        for m in [m for m in cls.body if isinstance(m, FUNC_TYPES) and m is not fn][:8]:
+            got = parallel_2d(hub, view, m)
+            if got is not None:
+                return (view, *got)
     sites = [(view, c) for c in hub.call_sites(view, fn)]
     sites += [s for s in callers(view, fn) if not any(s[1] is c for _v, c in sites)]
     for cv, cc in sites[:8]:

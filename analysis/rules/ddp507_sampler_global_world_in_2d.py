@@ -16,13 +16,17 @@ class SamplerGlobalWorldIn2d(Rule):
     """
     ## What it does
     Checks for a `DistributedSampler` that splits the data over the global world
-    (`num_replicas` left out or `dist.get_world_size()`, `rank` left out or `dist.get_rank()`) in a
-    file that also runs tensor parallelism over one dimension of a 2-D (or larger) `DeviceMesh`
+    (`num_replicas` left out or `dist.get_world_size()`, `rank` left out or `dist.get_rank()`, or
+    the environment's `WORLD_SIZE` / `RANK` by value: kept in a record, returned by a helper) in a
+    program that also runs tensor parallelism over one dimension of a 2-D (or larger) `DeviceMesh`
     (`parallelize_module(model, mesh["tp"], plan)`), or shards with FSDP2 over one named
     dimension of such a mesh (`fully_shard(model, mesh=mesh["dp"])`: the other dimensions are
     not data parallel; HSDP, which gives `fully_shard` the whole 2-D mesh, is not flagged). The
     mesh may be built in a helper or kept on `self`, and its dimension may be unpacked into a name
-    (`tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]`) or reach the parallelizing helper as a parameter.
+    (`tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]`) or reach the parallelizing helper as a parameter;
+    a mesh whose shape is built at run time counts by the dimensions the program takes from it by
+    name. The parallelism may be in the sampler's function, another method of its class, or a
+    caller. A split by hand (`range(rank, n, world)`) is DDP529's.
 
     ## Why is this bad?
     In 2-D parallelism the ranks of one tensor-parallel group compute on the *same* batch: their
