@@ -79,17 +79,34 @@ def mesh_dims(an, view, expr, at, callers=None) -> int | None:
     return None
 
 
-def named_mesh_dims(an, view, expr, at, callers=None) -> int | None:
+def named_mesh_dims(an, view, expr, at, callers=None, taken: bool = False) -> int | None:
     """How many dimensions the mesh has of which ``expr`` holds one named dimension
     (``mesh["tp"]`` of ``mesh = init_device_mesh(..., (dp, tp), ...)``), followed through names,
     tuple unpacking (``tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]``), helpers' parameters and
-    returns; None when no origin is such a dimension of a mesh of literal shape."""
+    returns; None when no origin is such a dimension of a mesh of literal shape. ``taken``: for a
+    mesh whose shape is built at run time, the number of distinct dimensions the checked module
+    takes from it by name, here or in the project functions it passes the mesh to
+    (``whole_mesh_dims``' lower bound), when 2 or more."""
     for v, e in origins(an, view, expr, at, callers=callers):
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
             dims = _init_dims(an, v, e.value, e, callers)[1]
             if dims is not None:
                 return dims
+            got = holds_call(an, v, e.value, e, qn_pred(*INIT_MESH), callers=callers) if taken else None
+            main = getattr(an, "main", None)
+            if got is not None and main is not None:
+                memo = main.memo.setdefault("modern.taken_dims", {})
+                if id(got[1]) not in memo:
+                    memo[id(got[1])] = (got[1], _taken_dims(an, main, got[1]))
+                n = len(memo[id(got[1])][1] | {e.slice.value})
+                if n >= 2:
+                    return n
     return None
+
+
+def taken_mesh_dims(an, view, expr, at, callers=None) -> int | None:
+    """``named_mesh_dims`` with the names a run-time-shaped mesh is indexed by (``taken``)."""
+    return named_mesh_dims(an, view, expr, at, callers, taken=True)
 
 
 def helper_mesh_dims(an, view, call, sharders=FULLY_SHARD, mesh_arg=(None, "mesh"), measure=mesh_dims) -> int | None:

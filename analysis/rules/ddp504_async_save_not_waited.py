@@ -9,6 +9,8 @@ from ._common import project_callers
 from ..flow.bindings import contains
 from ..flow.modern import ASYNC_SAVE, hub, key_of, uses_after
 from ..flow.origins import helper_results, qn_pred
+from ..flow.ckpt_publish import async_starts, path_forms, published
+from ..flow.reach import reaches
 
 _WAITS = ("result", "done", "wait", "exception", "add_done_callback", "upload_completion")
 
@@ -26,14 +28,23 @@ class AsyncSaveNotWaited(Rule):
     last `async_save` with nothing waiting for it in between (a future in a local name, or an
     instance of such a class whose waiting method is not called after its last save; the save
     may be in a function that the one destroying the group calls), reported at the destroy (at
-    the save when the class lives in another module).
+    the save when the class lives in another module). And a pointer to the checkpoint published
+    while its save is in flight: a `latest` link (`os.symlink(name, link)`, `Path.symlink_to`), or
+    a file written with its path or name (`f.write(path)`, `json.dump({"latest": name}, f)`),
+    after the `async_save` (or a project helper or method that starts one with that path, in
+    another module too) and before any wait on its future, in the same function or a helper it
+    passes the path or its parts to; the pointer and the checkpoint are matched by value
+    (`os.path.join(root, f"step_{step}")` and `f"step_{step}"` of the same `step`).
 
     ## Why is this bad?
     `async_save` stages the state dict and returns at once; the write, and the collectives that
     commit the checkpoint, run in a background thread. A dropped future hides every error of the
     save (the checkpoint is silently missing or partial), and the process may exit before the
     write ends; destroying the process group under a save in flight takes the group its
-    background write commits with (the ranks' shards overwrite each other or go missing). Two saves in flight compete for the same staging memory and the same process
+    background write commits with (the ranks' shards overwrite each other or go missing). A
+    pointer moved to a checkpoint whose write has not finished (its `.metadata` comes last) is
+    left on an incomplete checkpoint by a crash or preemption in that window, and a resume from
+    `latest` fails or loads a partial state. Two saves in flight compete for the same staging memory and the same process
     group: the second one's collectives can interleave with the first one's, and ranks that see
     them in another order hang.
 
@@ -64,11 +75,15 @@ class AsyncSaveNotWaited(Rule):
     code = "DDP504"
     name = "async-save-not-waited"
     severity = Severity.ERROR
-    requires_text = ("async_save",)
+    # the save may run in a helper of another module (``self.checkpointer.save(sd, path)``)
+    reach = classmethod(lambda cls, text, filename: reaches(filename, text, ("async_save",)))
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         sem = view.sem
+        self._published_early(ctx, an, view)
+        if "async_save" not in ctx.src.text:
+            return  # (the gate of the checks below: a necessary condition)
         # the ``async_save`` calls, and the calls of project helpers that return their future
         helpers = [c for c, _ in helper_results(an, view, qn_pred(*ASYNC_SAVE))]
         for c in [*ctx.calls_to(*ASYNC_SAVE), *helpers]:
@@ -108,6 +123,32 @@ class AsyncSaveNotWaited(Rule):
                               "iteration starts a second `async_save` while this one is in flight",
                            related=[(loop, "the loop")])
 
+
+    def _published_early(self, ctx, an, view) -> None:
+        """A pointer to the checkpoint (``latest`` link, a file holding its path or name) written
+        after the ``async_save`` that writes it and before any wait on its future, in the same
+        function or a project helper it calls (``ckpt_publish``)."""
+        sem = view.sem
+        for fn in [n for fns in sem.functions.values() for n in fns]:
+            for s, idx in async_starts(an, view, fn):
+                if idx is None:
+                    continue
+                forms = path_forms(an, view, fn, idx)
+                got = published(an, view, fn, s, forms) if forms else None
+                if got is None:
+                    continue
+                c, w = got
+                related = [(s, "the save, still in flight")]
+                if w is not c:
+                    wv = an.resolve_call(view, c)
+                    if wv is not None and wv[0] is view:
+                        related.append((w, "the write"))
+                ctx.report(c, f"`{ctx.text(c)}` publishes the checkpoint that `{ctx.text(s)}` (line {s.lineno}) "
+                              "is still writing: its future is not waited (`.result()`) before, so a crash "
+                              "leaves the pointer on an incomplete checkpoint; publish it after the wait "
+                              "or in a done callback",
+                           related=related)
+                break
 
     def _kept_on_self(self, ctx, an, view, c, store, attr: str) -> None:
         """``self.<attr> = async_save(...)`` in a method that neither waits ``self.<attr>`` nor
