@@ -225,6 +225,20 @@ def local_shard_of(value, names) -> ast.Call | None:
     return None
 
 
+# tensor methods whose result is a tensor of the receiver's kind (a plain tensor stays plain)
+_SAME_KIND = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "contiguous", "clone",
+                        "detach", "pin_memory", "type", "type_as", "requires_grad_"})
+
+
+def entry_kept(value, names) -> bool:
+    """``value`` (a remapped or filled entry: ``remapped_entries``, ``filled_entries``) is the
+    entry the loop binds, one of ``names``, as it is or through methods that keep its kind
+    (``v.to(device)``, ``v.float().contiguous()``): a plain tensor stays a plain tensor."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_KIND:
+        value = value.func.value
+    return isinstance(value, ast.Name) and value.id in names
+
+
 def filled_entries(view, leaf) -> list:
     """For an empty dict ``out = {}`` (``leaf``, bound to a name), the loops of its function that
     fill it from a state dict's entries: ``for k, v in sd.items(): out[k] = v.to_local()`` gives
