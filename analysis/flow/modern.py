@@ -268,6 +268,25 @@ def filled_entries(view, leaf) -> list:
     return out
 
 
+def filled_only(view, leaf, fills, use=None) -> bool:
+    """Every write into the dict ``leaf`` is bound to (``out = {}``) stores one of the values of
+    ``fills`` (``filled_entries``): nothing else is put into it (``out.update(...)``, ``out["x"] =
+    distribute_tensor(...)``, a call given it). With ``use`` in the same scope (where the dict is
+    read), only the writes that may come before it count (``mutations``)."""
+    from .bindings import binding_scope
+    from .mutations import index, mutations
+
+    st = parent(leaf)
+    name = st.targets[0].id
+    scope = binding_scope(view.sem, st)
+    if use is not None and binding_scope(view.sem, use) is scope:
+        writes = mutations(view, name, use, [st])
+    else:
+        writes = index(view).get((scope, name), ())
+    vals = {id(value) for _sd, value, _names in fills}
+    return all(values is not None and all(id(x) in vals for x in values) for _n, values in writes)
+
+
 def fsdp1_flat(an, view, expr, at, callers=None):
     """(view, ``FullyShardedDataParallel(...)`` call) when every origin of ``expr`` is an FSDP1
     wrap that flattens its parameters: ``use_orig_params`` left at its default (False) or given

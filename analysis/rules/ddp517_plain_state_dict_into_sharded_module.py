@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2
-from ..flow.modern import entry_kept, filled_entries, hub, origins, remapped_entries, restores_dtensors
+from ..flow.modern import entry_kept, filled_entries, filled_only, hub, origins, remapped_entries, restores_dtensors
 from ._common import other_call_sites, project_files_naming, shard_or_callers_reach
 
 # what reads a checkpoint file into plain tensors
@@ -137,7 +137,8 @@ def _plain_load(an, view, expr, at, depth: int = 0, copied=None):
             # v in sd.items()}``, or a loop filling ``out = {}``): plain as the dict it copies
             got = remapped_entries(e) if isinstance(e, ast.DictComp) else None
             fills = [got] if got is not None else filled_entries(v, e)
-            if not fills or not all(entry_kept(value, names) for _sd, value, names in fills):
+            if not fills or not all(entry_kept(value, names) for _sd, value, names in fills) or (
+                    got is None and not filled_only(v, e, fills, at if v is view else None)):
                 return None
             for src, *_ in fills:
                 inner = _plain_load(an, v, src, src, depth + 1, copied)
