@@ -242,6 +242,20 @@ def local_shard_of(value, names) -> ast.Call | None:
     return None
 
 
+# tensor methods whose result is a tensor of the receiver's kind (a plain tensor stays plain)
+_SAME_KIND = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "contiguous", "clone",
+                        "detach", "pin_memory", "type", "type_as", "requires_grad_"})
+
+
+def entry_kept(value, names) -> bool:
+    """``value`` (a remapped or filled entry: ``remapped_entries``, ``filled_entries``) is the
+    entry the loop binds, one of ``names``, as it is or through methods that keep its kind
+    (``v.to(device)``, ``v.float().contiguous()``): a plain tensor stays a plain tensor."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_KIND:
+        value = value.func.value
+    return isinstance(value, ast.Name) and value.id in names
+
+
 def filled_entries(view, leaf) -> list:
     """For an empty dict ``out = {}`` (``leaf``, bound to a name), the loops of its function that
     fill it from a state dict's entries: ``for k, v in sd.items(): out[k] = v.to_local()`` gives
@@ -269,6 +283,25 @@ def filled_entries(view, leaf) -> list:
                     and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id == name:
                 out.append((it.func.value, n.value, names))
     return out
+
+
+def filled_only(view, leaf, fills, use=None) -> bool:
+    """Every write into the dict ``leaf`` is bound to (``out = {}``) stores one of the values of
+    ``fills`` (``filled_entries``): nothing else is put into it (``out.update(...)``, ``out["x"] =
+    distribute_tensor(...)``, a call given it). With ``use`` in the same scope (where the dict is
+    read), only the writes that may come before it count (``mutations``)."""
+    from .bindings import binding_scope
+    from .mutations import index, mutations
+
+    st = parent(leaf)
+    name = st.targets[0].id
+    scope = binding_scope(view.sem, st)
+    if use is not None and binding_scope(view.sem, use) is scope:
+        writes = mutations(view, name, use, [st])
+    else:
+        writes = index(view).get((scope, name), ())
+    vals = {id(value) for _sd, value, _names in fills}
+    return all(values is not None and all(id(x) in vals for x in values) for _n, values in writes)
 
 
 def fsdp1_flat(an, view, expr, at, callers=None):

@@ -238,9 +238,10 @@ def params_reach_optimizer(ctx, ref, fn) -> ast.Call | None:
     """The optimizer built in ``fn`` (a ``torch.optim`` class, ...) that ``ref``'s parameters
     (``ref.parameters()`` / ``ref.named_parameters()``) reach: inside its arguments, through plain
     assignments (``groups = [dict(params=m.parameters())]``) or a list that receives them
-    (``groups.append(dict(params=m.parameters()))``), or ``opt.add_param_group(...)``."""
+    (``groups.append(dict(params=m.parameters()))``), or ``opt.add_param_group(...)``. ``ctx``: a
+    rule's context or a view of the program model (``fn`` of another module): what has ``sem``."""
     calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and enclosing_function(n) is fn]
-    opts = [c for c in calls if (ctx.qn(c) or "").startswith(_OPTIM_PREFIX)]
+    opts = [c for c in calls if (ctx.sem.call_qualname(c) or "").startswith(_OPTIM_PREFIX)]
     if not opts:
         return None
     for p in calls:

@@ -25,7 +25,11 @@ class OptimizerBeforeShard(Rule):
     class constructor of another module that gives its parameter to `fully_shard`,
     `parallelize_module` or `FullyShardedDataParallel` (`trainer = FSDPTrainer(cfg, model,
     optimizer)` whose `__init__` wraps `model`), and the optimizer may be one element of what a
-    builder returns (`optimizer, scheduler = build_optimizer(cfg, model)`).
+    builder returns (`optimizer, scheduler = build_optimizer(cfg, model)`). The optimizer may also
+    come from a method of the model's own class that builds it from the instance's parameters
+    (`optimizer = model.configure_optimizers(lr)` whose body groups `self.named_parameters()`),
+    alone or as an element of the tuple it returns, and the sharding may be on one branch only
+    (`if use_fsdp: fully_shard(model)`).
 
     ## Why is this bad?
     Sharding replaces the module's parameters: `fully_shard` and `parallelize_module` swap each
@@ -195,13 +199,16 @@ def _optimizer_keys(an, view, st, k) -> list:
     of a tuple target that hold one (``optimizer, scheduler = build_optimizer(cfg, model)``)."""
     t = st.targets[0]
     if isinstance(t, ast.Tuple):
-        if is_optimizer_ctor(view, st.value) or not any(
-                key_of(x) == k for x in (*st.value.args, *(kw.value for kw in st.value.keywords))):
+        f = st.value.func
+        if any(isinstance(e, ast.Starred) for e in t.elts) or is_optimizer_ctor(view, st.value):
             return []
-        if any(isinstance(e, ast.Starred) for e in t.elts):
+        if isinstance(f, ast.Attribute) and key_of(f.value) == k:  # ``opt, sched = model.configure_optimizers()``
+            return [e.id for i, e in enumerate(t.elts) if isinstance(e, ast.Name)
+                    and _own_params_optimizer(an, view, st.value, (i,))]
+        if not any(key_of(x) == k for x in (*st.value.args, *(kw.value for kw in st.value.keywords))):
             return []
         return [e.id for i, e in enumerate(t.elts) if isinstance(e, ast.Name) and any(
-            isinstance(x, ast.Call) and is_optimizer_ctor(v, x) for v, x in origins(an, view, st.value, st, path=(i,)))]
+            isinstance(x, ast.Call) and _builds_optimizer(an, v, x) for v, x in origins(an, view, st.value, st, path=(i,)))]
     if not _optimizer_over(an, view, st.value, k):
         return []
     tk = key_of(t)
@@ -258,16 +265,57 @@ def _may_repoint(an, view, call, given) -> bool:
 
 
 def _optimizer_over(an, view, call, k) -> bool:
-    """``call`` builds an optimizer over ``k``'s parameters (directly, or a helper given ``k``
-    that returns one)."""
+    """``call`` builds an optimizer over ``k``'s parameters: directly, through a helper given
+    ``k`` that returns one, or through a method of ``k``'s class that builds one from the
+    instance's own parameters (``model.configure_optimizers(...)``: ``_own_params_optimizer``)."""
     if is_optimizer_ctor(view, call):
         p = get_arg(call, 0, "params")
         return p is not None and params_root(p) == k
+    f = call.func
+    if isinstance(f, ast.Attribute) and key_of(f.value) == k and _own_params_optimizer(an, view, call):
+        return True
     args = [*call.args, *(kw.value for kw in call.keywords)]
     if not any(key_of(x) == k for x in args):
         return False
-    got = holds_call(an, view, call, call, is_optimizer_ctor)
-    return got is not None
+    return holds_call(an, view, call, call, lambda v, e: _builds_optimizer(an, v, e)) is not None
+
+
+def _builds_optimizer(an, view, call, path=()) -> bool:
+    """``call`` is an optimizer's constructor, or a method call that returns one the method builds
+    from its instance's parameters (element ``path`` of the tuple it returns)."""
+    if not path and is_optimizer_ctor(view, call):
+        return True
+    return isinstance(call.func, ast.Attribute) and _own_params_optimizer(an, view, call, path)
+
+
+def _own_params_optimizer(an, view, call, path=()) -> bool:
+    """``call`` (``model.configure_optimizers(...)``) runs a method of a project class (resolved
+    on the instance its receiver holds) that returns an optimizer built from the instance's own
+    parameters (``self.parameters()``, or ``self.named_parameters()`` through the groups it
+    builds: ``_training.params_reach_optimizer``), alone or as element ``path`` of a tuple
+    (``return optimizer, scheduler``)."""
+    from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names
+    from ._training import params_reach_optimizer
+
+    target = an.resolve_call(view, call) or an.module_method(view, call.func.value, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES) or not isinstance(parent(target[1]), ast.ClassDef):
+        return False
+    tv, fn = target
+    names = param_names(fn)
+    if not names or any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod") for d in fn.decorator_list):
+        return False
+    opt = params_reach_optimizer(tv, names[0], fn)
+    if opt is None:
+        return False
+    for r in iter_scope_nodes(fn):
+        if r.__class__ is not ast.Return or r.value is None:
+            continue
+        v = r.value
+        for i in path:
+            v = v.elts[i] if isinstance(v, ast.Tuple) and i < len(v.elts) else None
+        if v is not None and holds_call(an, tv, v, r, lambda _v, e: e is opt) is not None:
+            return True
+    return False
 
 
 def _rebuilt_after(an, view, scope, tk, c) -> bool:

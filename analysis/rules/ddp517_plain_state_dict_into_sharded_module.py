@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2
-from ..flow.modern import hub, origins, restores_dtensors
+from ..flow.modern import entry_kept, filled_entries, filled_only, hub, origins, remapped_entries, restores_dtensors
 from ._common import other_call_sites, project_files_naming, shard_or_callers_reach
 
 # what reads a checkpoint file into plain tensors
@@ -19,8 +19,9 @@ class PlainStateDictIntoShardedModule(Rule):
     ## What it does
     Checks for `model.load_state_dict(sd)` on a module already given to `fully_shard` (FSDP2),
     where every value `sd` may hold is read from a file with `torch.load` (or safetensors'
-    `load_file`, `load_state_dict_from_url`), directly or as an entry of the loaded checkpoint
-    (`ckpt["model"]`). The module and the state dict are followed through the program model:
+    `load_file`, `load_state_dict_from_url`), directly, as an entry of the loaded checkpoint
+    (`ckpt["model"]`), or as a copy of it whose entries keep their tensors (`{k: v.to(device) for
+    k, v in sd.items()}`, or a loop that fills a new dict with them, cast or renamed). The module and the state dict are followed through the program model:
     helpers that shard their parameter (`apply_fsdp(model)`, in this file or an imported one),
     `self` attributes, tuple unpacking and helpers that return the loaded dict. The module may be
     a parameter of a loader function (or of a class's constructor, kept on `self`) of this file
@@ -86,14 +87,17 @@ class PlainStateDictIntoShardedModule(Rule):
             sd = get_arg(c, 0, "state_dict")
             if sd is None:
                 continue
-            load = _plain_load(an, view, sd, c)
+            copied = []
+            load = _plain_load(an, view, sd, c, copied=copied)
             if load is None:
                 continue
             if callers is None:
                 callers = other_call_sites(ctx, an)
             if not is_fsdp2(an, view, f.value, c, callers):
                 continue
-            if restores_dtensors(an, view, sd, c, lambda words: _naming(ctx, words), callers):
+            # (a copy of the loaded dict is asked about the dict it copies)
+            if any(restores_dtensors(an, v, e, at, lambda words: _naming(ctx, words), callers)
+                   for v, e, at in [(view, sd, c), *((v, e, e) for v, e in copied)]):
                 continue  # the file holds the DTensors a sharded module's own state dict saved
             lv, lc = load
             ctx.report(
@@ -106,9 +110,10 @@ class PlainStateDictIntoShardedModule(Rule):
             )
 
 
-def _plain_load(an, view, expr, at, depth: int = 0):
+def _plain_load(an, view, expr, at, depth: int = 0, copied=None):
     """(view, call) of the file read when every value ``expr`` may hold is a checkpoint loaded into
-    plain tensors (or one entry of it); else None."""
+    plain tensors (or one entry of it, or a copy of it whose entries keep their tensors); else
+    None. ``copied`` (a list) receives (view, expression) of each dict such a copy reads."""
     if depth > 3:
         return None
     while isinstance(expr, ast.Subscript):
@@ -119,7 +124,7 @@ def _plain_load(an, view, expr, at, depth: int = 0):
     first = None
     for v, e in got:
         while isinstance(e, ast.Subscript):
-            inner = _plain_load(an, v, e.value, e, depth + 1)
+            inner = _plain_load(an, v, e.value, e, depth + 1, copied)
             if inner is None:
                 return None
             e = None
@@ -127,7 +132,23 @@ def _plain_load(an, view, expr, at, depth: int = 0):
             break
         if e is None:
             continue
-        if not isinstance(e, ast.Call) or (v.sem.call_qualname(e) or "") not in _LOADS:
+        if not isinstance(e, ast.Call):
+            # a copy of a loaded dict whose entries keep their tensors (``{k: v.to(device) for k,
+            # v in sd.items()}``, or a loop filling ``out = {}``): plain as the dict it copies
+            got = remapped_entries(e) if isinstance(e, ast.DictComp) else None
+            fills = [got] if got is not None else filled_entries(v, e)
+            if not fills or not all(entry_kept(value, names) for _sd, value, names in fills) or (
+                    got is None and not filled_only(v, e, fills, at if v is view else None)):
+                return None
+            for src, *_ in fills:
+                inner = _plain_load(an, v, src, src, depth + 1, copied)
+                if inner is None:
+                    return None
+                if copied is not None:
+                    copied.append((v, src))
+                first = first or inner
+            continue
+        if (v.sem.call_qualname(e) or "") not in _LOADS:
             return None
         first = first or (v, e)
     return first
