@@ -23,6 +23,7 @@ from ddp_lint.analysis.flow import project
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PROJECTS = [
     "DDP104/project_shard_helper_depth",
+    "DDP107/project_stopper_elsewhere",
     "DDP210/project_helper_module",
     "DDP210/project_runner_field_through_super",
     "DDP218/project_writer_built_by_trainer",
@@ -52,6 +53,19 @@ def test_findings_do_not_depend_on_file_order(name, which):
     assert _check(files[::-1], select) == forward
     for f in files:
         assert _check([f], select) == {str(f): forward[str(f)]}, f
+
+
+@pytest.mark.parametrize("name", PROJECTS)
+def test_a_rules_findings_do_not_depend_on_the_other_rules_selected(name):
+    """The rules that run first explore the project (callers, helpers) and use up the per-check
+    module budget (``flow._MAX_MODULES``); a module the checked file imports itself is read all the
+    same. ``DDP107/project_stopper_elsewhere`` sits inside this repository, whose project root holds
+    every fixture: with every rule selected its ``helpers.stopping`` was once refused, and the
+    finding that ``--select DDP107`` gives was lost."""
+    code = name.split("/")[0]
+    files = sorted((FIXTURES / name).rglob("*.py"))
+    every = {p: [f for f in got if f[0] == code] for p, got in _check(files, "ALL").items()}
+    assert every == _check(files, code)
 
 
 def test_uniformity_does_not_depend_on_the_order_of_questions():

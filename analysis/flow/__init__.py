@@ -122,11 +122,14 @@ class Analysis(Summaries):
         for p, h in deps.items():
             self._deps.setdefault(p, h)
 
-    def _load(self, path: str):
+    def _load(self, path: str, direct: bool = False):
         if path == self.main.path:
             self._depend(self.main)
             return self.main
-        if self._loaded >= _MAX_MODULES and path not in self._deps:
+        if self._loaded >= _MAX_MODULES and path not in self._deps and not direct:
+            # (a module the checked file imports itself is always read: which rules ran first,
+            # and how far they explored the project, must not decide what the file's own
+            # imports resolve to)
             # the answers computed from now on may miss this module: the other modules' memos of
             # this check are dropped when it ends (``release``), not kept for the next check
             self._truncated = True
@@ -189,7 +192,7 @@ class Analysis(Summaries):
             for outer in (view, *self._view_stack):
                 if outer is not self.main:
                     outer.dep_hashes.setdefault(p, None)
-        got = self._modules[key] = self._load(path) if path else None
+        got = self._modules[key] = self._load(path, direct=view is self.main) if path else None
         return got
 
     # -- call resolution -----------------------------------------------------------------------
