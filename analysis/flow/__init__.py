@@ -192,7 +192,26 @@ class Analysis(Summaries):
             for outer in (view, *self._view_stack):
                 if outer is not self.main:
                     outer.dep_hashes.setdefault(p, None)
-        got = self._modules[key] = self._load(path, direct=view is self.main) if path else None
+        direct = view is self.main and (module, level) in self._own_imports()
+        got = self._modules[key] = self._load(path, direct=direct) if path else None
+        return got
+
+    def _own_imports(self) -> frozenset:
+        """(module, level) of every import statement of the checked file (``from a.b import c``:
+        ``a.b`` and ``a.b.c``; ``import a.b``: ``a`` and ``a.b``)."""
+        got = self.__dict__.get("_imports")
+        if got is None:
+            out = set()
+            for n in ast.walk(self.main.sem.tree):
+                if isinstance(n, ast.Import):
+                    for a in n.names:
+                        parts = a.name.split(".")
+                        out.update((".".join(parts[:i]), 0) for i in range(1, len(parts) + 1))
+                elif isinstance(n, ast.ImportFrom):
+                    base = n.module or ""
+                    out.add((base, n.level))
+                    out.update((f"{base}.{a.name}" if base else a.name, n.level) for a in n.names)
+            got = self.__dict__["_imports"] = frozenset(out)
         return got
 
     # -- call resolution -----------------------------------------------------------------------
