@@ -202,7 +202,7 @@ class Analysis(Summaries):
         got = self.__dict__.get("_imports")
         if got is None:
             out = set()
-            for n in ast.walk(self.main.sem.tree):
+            for n in self.main.sem.imports:  # every import statement, collected by its one traversal
                 if isinstance(n, ast.Import):
                     for a in n.names:
                         parts = a.name.split(".")
