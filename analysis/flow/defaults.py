@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from ..semantic import get_arg
+from ..semantic import get_arg, parent
 from .origins import origins
 
 UNKNOWN = object()
@@ -171,21 +171,29 @@ def option_default(hub, view, expr: ast.Attribute, at, callers=None, depth: int 
         return UNKNOWN  # an object not followed, named like an option of the module: parsed unseen
     if not leaves or len(leaves) > 4:
         return _NOT_AN_OPTION
-    found = {}
+    found, le_of = {}, {}
     for lv, le in leaves:
         if not (isinstance(le, ast.Call) and isinstance(le.func, ast.Attribute) and le.func.attr == "parse_args"):
             return _NOT_AN_OPTION
         if (le.args or le.keywords) and not _no_options(le):
             return UNKNOWN  # ``parse_args(["--x", ...])``, a namespace given: not the defaults
         # the parser's own module (``get_parser()`` of another file) holds its options
-        pvs = {id(pv): pv for pv, pe in origins(hub, lv, le.func.value, le, callers=callers)
-               if isinstance(pe, ast.Call) and (pv.sem.call_qualname(pe) or "") == "argparse.ArgumentParser"}
-        found[id(lv)] = (lv, [lv, *(pv for pv in pvs.values() if pv is not lv)])
+        ctors = [(pv, pe) for pv, pe in origins(hub, lv, le.func.value, le, callers=callers)
+                 if isinstance(pe, ast.Call) and (pv.sem.call_qualname(pe) or "") == "argparse.ArgumentParser"]
+        pvs = {id(pv): pv for pv, _pe in ctors}
+        found[id(lv)] = (lv, [lv, *(pv for pv in pvs.values() if pv is not lv)], frozenset(id(pe) for _pv, pe in ctors))
+        le_of[id(lv)] = le
     vals = []
-    for lv, pviews in found.values():
+    for lv, pviews, roots in found.values():
         if any(_rewrites_options(hub, v, expr.attr) for v in {id(v): v for v in (view, *pviews)}.values()):
             return UNKNOWN
         opts = [(v, c) for v in pviews for c in argparse_options(v.sem) if option_dest(c, v.sem) == expr.attr]
+        if not opts:
+            v = _looped_default(hub, pviews, roots, expr.attr, callers, depth, (lv, le_of[id(lv)]))
+            if v is UNKNOWN:
+                return UNKNOWN
+            vals.append(v)
+            continue
         if len(opts) != 1 or get_arg(opts[0][1], None, "required") is not None:
             return UNKNOWN
         ov, opt = opts[0]
@@ -238,3 +246,129 @@ def _parsed(hub, view, base, at) -> bool:
     leaves = origins(hub, view, base, at)
     return not leaves or any(isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute)
                              and e.func.attr == "parse_args" for _v, e in leaves)
+
+
+# -- options declared from a dict: ``for k, v in defaults.items(): p.add_argument(f"--{k}", default=v)``
+
+def _looped_options(view) -> list:
+    """(loop, add_argument call, dict expression) of the module: an option declared for each entry
+    of a dict, named by its key (``f"--{k}"``, ``"--" + k``) with the entry as its default
+    (``default=v`` of ``for k, v in d.items()``, or ``default=d[k]`` of ``for k in d``)."""
+    from .rank_kinds import argparse_options
+
+    memo = view.memo.get("defaults.looped")
+    if memo is not None:
+        return memo
+    out = []
+    for call in argparse_options(view.sem):
+        key = _dash_name(call.args[0]) if len(call.args) == 1 else None
+        if key is None:
+            continue
+        loop = parent(call)
+        while loop is not None and not isinstance(loop, (ast.For, ast.FunctionDef, ast.AsyncFunctionDef)):
+            loop = parent(loop)
+        if not isinstance(loop, ast.For):
+            continue
+        d, value = _dict_loop(loop, key)
+        default = get_arg(call, None, "default")
+        if d is None or default is None:
+            continue
+        if (value is not None and isinstance(default, ast.Name) and default.id == value) or (
+                isinstance(default, ast.Subscript) and isinstance(default.slice, ast.Name)
+                and default.slice.id == key and ast.dump(default.value) == ast.dump(d)):
+            out.append((loop, call, d))
+    view.memo["defaults.looped"] = out
+    return out
+
+
+def _dash_name(e) -> str | None:
+    """``k`` of ``f"--{k}"`` or ``"--" + k``."""
+    if isinstance(e, ast.JoinedStr) and len(e.values) == 2:
+        head, f = e.values
+        if isinstance(head, ast.Constant) and head.value == "--" and isinstance(f, ast.FormattedValue) \
+                and f.conversion == -1 and f.format_spec is None and isinstance(f.value, ast.Name):
+            return f.value.id
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and isinstance(e.left, ast.Constant) \
+            and e.left.value == "--" and isinstance(e.right, ast.Name):
+        return e.right.id
+    return None
+
+
+def _dict_loop(loop: ast.For, key: str):
+    """(dict expression, value name or None) of ``for key, v in d.items()`` / ``for key in d``."""
+    it, t = loop.iter, loop.target
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items" \
+            and not it.args and not it.keywords and isinstance(t, ast.Tuple) and len(t.elts) == 2 \
+            and all(isinstance(x, ast.Name) for x in t.elts) and t.elts[0].id == key:
+        return it.func.value, t.elts[1].id
+    if isinstance(t, ast.Name) and t.id == key and isinstance(it, (ast.Name, ast.Attribute)):
+        return it, None
+    return None, None
+
+
+def _looped_default(hub, pviews, roots: frozenset, attr: str, callers, depth: int, parse=None):
+    """The default of option ``attr`` of the parser ``parse`` (view, ``parse_args`` call) parses,
+    one of ``roots`` (ids of its constructions), when it declares no option of that name
+    literally: the entry ``attr`` of the dict a loop declares its options from, in the function
+    that builds the parser or in a helper it calls with the parser
+    (``add_dict_to_argparser(parser, defaults)``), the dict followed in the context of the very
+    call that built the parser (``make_parser(DEFAULTS).parse_args()``); ``UNKNOWN`` when there is
+    no such loop, several, or the entry cannot be read (the dict updated from elsewhere, a key not
+    present)."""
+    from .calls import call_args
+    from .namespaces import parser_roots
+
+    if not roots or parse is None:
+        return UNKNOWN
+    lv, le = parse
+    sources = {}  # id(add_argument call) -> (view, dict expression, at, frames)
+    for pv, pe, frames in origins(hub, lv, le.func.value, le, callers=callers, frames=()):
+        if id(pe) not in roots:
+            continue
+        fn = _function_of(pe)
+        for _loop, call, d in _looped_options(pv):
+            if id(call) not in sources and _inside(call, fn) and id(pe) in parser_roots(hub, pv, call):
+                sources[id(call)] = (pv, d, call, frames)
+        for c in pv.sem.calls:
+            if len(c.args) + len(c.keywords) < 2 or not _inside(c, fn):
+                continue
+            target = hub.resolve_call(pv, c)
+            if target is None:
+                continue
+            tv, hf = target
+            loops = [(o, d) for _lp, o, d in _looped_options(tv) if _inside(o, hf) and id(o) not in sources]
+            if not loops:
+                continue
+            bound = dict(call_args(c, hf))
+            for o, d in loops:
+                recv = o.func.value
+                if isinstance(recv, ast.Name) and recv.id in bound and isinstance(d, ast.Name) and d.id in bound \
+                        and any(e is pe for _v, e in origins(hub, pv, bound[recv.id], c, callers=callers)):
+                    sources[id(o)] = (pv, bound[d.id], c, frames)
+    if len(sources) != 1:
+        return UNKNOWN
+    sv, d, at, frames = next(iter(sources.values()))
+    leaves = origins(hub, sv, d, at, path=(attr,), callers=callers, frames=frames)
+    if not leaves or len(leaves) > 8:
+        return UNKNOWN
+    vals = []
+    for lv2, le2, *_ in leaves:
+        v = default_value(hub, lv2, le2, le2, callers, depth + 1)
+        if v is UNKNOWN:
+            return UNKNOWN
+        vals.append(v)
+    return vals[0] if all(type(x) is type(vals[0]) and x == vals[0] for x in vals) else UNKNOWN
+
+
+def _function_of(node):
+    p = parent(node)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        p = parent(p)
+    return p
+
+
+def _inside(node, fn) -> bool:
+    p = parent(node)
+    while p is not None and p is not fn:
+        p = parent(p)
+    return p is fn

@@ -106,14 +106,17 @@ def mutations(view, name: str, use: ast.AST, bindings) -> list:
     (the binding nodes ``reaching`` gave for it)."""
     sem = view.sem
     scope = binding_scope(sem, use)
-    writes = index(view).get((scope, name))
-    if not writes:
-        return []
+    idx = index(view)
+    writes = idx.get((scope, name)) or []
     starts = [_pos(b) for b in bindings if hasattr(b, "lineno")]
     if not starts:
         return []
     first, at = min(starts), _pos(use)
     out = []
+    if scope is not sem.tree and any(hasattr(b, "lineno") and binding_scope(sem, b) is sem.tree for b in bindings):
+        # a global read in a function: the module's own writes into it after its binding run at
+        # import (``DEFAULTS = dict(...)`` then ``DEFAULTS.update(more())``), before any call
+        out.extend((node, values) for node, values in idx.get((sem.tree, name), ()) if _pos(node) > first)
     for node, values in writes:
         if _contains(node, use):
             continue  # the use is part of the write itself (``x.append(x[0])``)

@@ -368,6 +368,8 @@ def resolve(from_path: str, module: str, level: int, absent: list | None = None)
         if not parts or parts[0] in ("torch", "os", "sys", "numpy", "typing"):
             return None
         bases = roots_for(from_path, absent)
+        from .sys_path import declared_roots  # lazy: it reads files through this module
+        bases += [r for r in declared_roots(os.path.abspath(from_path)) if r not in bases]
     for b in bases:
         if parts:
             stem = os.path.join(b, *parts)

@@ -43,7 +43,8 @@ class LocalRankOnlyFromArgv(Rule):
     (by value: the construction both come from, through the helper that returns it, a tuple return
     `return args, config`, and the parameters it is passed in) counts as a use. A module that only
     declares the option need not import torch; some module of the program must. Reads are found by value (the `os.environ`
-    expressions of the code), never by a word in a comment or a string. A program that starts its own processes (`mp.spawn`) is not flagged: no
+    expressions of the code), never by a word in a comment or a string. A program that starts its own processes (`mp.spawn`, or a `multiprocessing.Process(target=f)`
+    whose `f` creates the process group) is not flagged: no
     launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
     launcher passes `--local_rank=N` itself. Test files are skipped.
 
@@ -104,7 +105,7 @@ class LocalRankOnlyFromArgv(Rule):
             return
         an, view = hub(ctx)
         program = program_views(an, view)
-        if _cleared(program):
+        if _cleared(program, hub=an):
             return
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None
@@ -123,7 +124,7 @@ class LocalRankOnlyFromArgv(Rule):
                 # the importers' own reads count in doubt (a key it cannot tell); in the modules
                 # their programs run, only a read of a known local-rank key does (a YAML loader's
                 # `os.environ.get(name)` for `${NAME}` placeholders is no local-rank read)
-                if any(local_rank_env_reads(v) for v in importers) or _cleared(runs[len(program):], known=True):
+                if any(local_rank_env_reads(v) for v in importers) or _cleared(runs[len(program):], known=True, hub=an):
                     continue
                 use = _first_use(importers, dest) or _stored_use(an, runs, importers, dest)
                 if use is None and mods:
@@ -208,11 +209,11 @@ def _field_options(rule, ctx) -> None:
             )
 
 
-def _cleared(program, known: bool = False) -> bool:
+def _cleared(program, known: bool = False, hub=None) -> bool:
     """The program reads ``LOCAL_RANK`` (``known``: with a key it can tell), starts its own
     processes, or imports ``deepspeed`` (whose launcher passes ``--local_rank=N``)."""
     program = list(program)
-    return any(local_rank_env_reads(v, known) for v in program) or self_launched(program) is not None or any(
+    return any(local_rank_env_reads(v, known) for v in program) or self_launched(program, hub) is not None or any(
         m.split(".", 1)[0] == "deepspeed" for v in program for m, _lvl, _a in v.imports.values())
 
 

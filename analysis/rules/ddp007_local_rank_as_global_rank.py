@@ -98,7 +98,7 @@ class LocalRankAsGlobalRank(Rule):
         if not found:
             return
         program = program_views(an, view)
-        if self_launched(program) is not None or loopback_rendezvous(program) is not None:
+        if self_launched(program, an) is not None or loopback_rendezvous(program) is not None:
             return
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None

@@ -54,7 +54,9 @@ class UnusedParameters(Rule):
     submodule: `forward` runs it only under a test of a `forward` argument (`with_aux`) that every
     training call of the wrapper passes (or leaves at its default) as a value that is false by
     default (`use_aux = args.aux_weight > 0` with the option's default `0.0`, an unset
-    `action="store_true"` flag, a dataclass field or config-dict entry, a literal; through names,
+    `action="store_true"` flag, an option declared from a dict in a loop
+    (`for k, v in defaults.items(): parser.add_argument(f"--{k}", default=v)`: that entry), a dataclass
+    field or config-dict entry, a literal; through names,
     tuples, helpers and other modules), or of `self.<attr>` that `__init__` stores once from a
     constructor argument given such a value. A value that cannot be determined (an environment
     variable, an option without a default, options merged from a config file or stored into), a
