@@ -18,6 +18,8 @@ HEADS = {
     "pathlib_name": "ROOT = Path(__file__).parent.parent\nif str(ROOT) not in sys.path:\n    sys.path.append(str(ROOT))",
     "osp_plus": "sys.path.insert(0, osp.dirname(osp.realpath(__file__)) + '/../')",
     "pathlib_div": "sys.path.append(str(Path(__file__).parent / '..'))",
+    "from_imports": "from os.path import dirname, abspath\nsys.path.insert(0, dirname(dirname(abspath(__file__))))",
+    "sys_alias": "import sys as _s\n_s.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))",
 }
 NOT_ROOTS = {
     "cwd_relative": "sys.path.append('..')",
@@ -25,6 +27,8 @@ NOT_ROOTS = {
     "comment_only": "# sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))",
     "string_only": "HELP = 'sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))'",
     "environment": "sys.path.append(os.environ['CODE_ROOT'])",
+    "unknown_module": "sys.path.append(paths.dirname(paths.dirname(__file__)))",
+    "other_list": "search = []\nsearch.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))",
 }
 PRELUDE = "import os\nimport os.path as osp\nimport sys\nfrom pathlib import Path\n"
 

@@ -660,3 +660,36 @@ def world_size_tests(ctx, scope: ast.AST) -> list[ast.AST]:
         if isinstance(n, (ast.If, ast.IfExp, ast.While)) and single_process_side(ctx, n.test, scope) is not None:
             out.append(n.test)
     return out
+
+
+_PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit", "builtins.exit"})
+
+
+def others_exit_after(ctx, node: ast.AST):
+    """The first ``if <test>: ...; sys.exit()`` after ``node``'s statement in its function (in its
+    block or an enclosing one) whose test lets only the non-main ranks in (``polarity`` False:
+    ``if local_rank != 0: exit()``): past it only the main rank (one per node, for a local rank)
+    runs on. None when there is none."""
+    scope = ctx.sem.scope_of(node)
+    st = node
+    while st is not None and st is not scope:
+        p = parent(st)
+        if isinstance(st, ast.stmt):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(p, field, None)
+                if isinstance(block, list) and st in block:
+                    for nxt in block[block.index(st) + 1:]:
+                        if isinstance(nxt, ast.If) and _exits_process(ctx, nxt.body) \
+                                and polarity(ctx, nxt.test, scope) is False:
+                            return nxt
+                    break
+        st = p
+    return None
+
+
+def _exits_process(ctx, body) -> bool:
+    last = body[-1] if body else None
+    if not (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)):
+        return False
+    f = last.value.func
+    return (ctx.qn(last.value) or (f.id if isinstance(f, ast.Name) else "")) in _PROCESS_EXITS

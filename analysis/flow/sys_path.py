@@ -8,7 +8,8 @@ package climb of ``project.roots_for`` cannot find from a folder of scripts.
 ``sys.path.insert`` call of the file from ``__file__`` (``os.path`` ``dirname`` / ``abspath`` /
 ``realpath`` / ``normpath`` / ``join`` with literal parts and ``os.pardir``, ``pathlib`` ``Path``,
 ``.parent``, ``.parents[i]``, ``.resolve()``, ``/``, ``str(...)``, ``+ "/.."``, and names bound once
-to such a value). A path relative to the working directory (``sys.path.append("..")``), an
+to such a value), each name read through the file's own imports (``import os.path as osp``,
+``from os.path import dirname``, ``import sys as _sys``). A path relative to the working directory (``sys.path.append("..")``), an
 environment variable or anything else is not evaluated: the working directory is not known.
 Only existing folders count, at most three levels above the file's own (an absolute path elsewhere,
 ``/home/me/code``, is another machine's layout and is not read); at most ``_MAX`` of them, looked up
@@ -26,8 +27,6 @@ from . import project
 _MAX = 4
 _memo: dict[tuple[str, str], tuple[str, ...]] = {}
 _lock = threading.Lock()
-_PATH_FUNCS = frozenset({"dirname", "abspath", "realpath", "normpath", "join"})
-_PATH_MODULES = frozenset({"os.path", "osp", "path", "posixpath"})
 
 
 def declared_roots(path: str) -> tuple[str, ...]:
@@ -42,7 +41,7 @@ def declared_roots(path: str) -> tuple[str, ...]:
         return got
     got = ()
     r = project.read(path)
-    if r is not None and "sys.path" in r[0]:  # necessary: the call spells it
+    if r is not None and (".path.insert" in r[0] or ".path.append" in r[0]):  # necessary: the call spells it
         got = _evaluate(path, r[0])
     with _lock:
         if len(_memo) > 65536:
@@ -57,20 +56,31 @@ def _evaluate(path: str, text: str) -> tuple[str, ...]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
     once: dict[str, ast.AST | None] = {}
+    aliases: dict[str, str] = {}
     calls = []
     for n in ast.walk(tree):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             name = n.targets[0].id
             once[name] = None if name in once else n.value
+        elif isinstance(n, ast.Import):
+            for a in n.names:
+                if a.asname:
+                    aliases[a.asname] = a.name
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            for a in n.names:
+                aliases[a.asname or a.name] = f"{n.module}.{a.name}"
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "insert") \
-                and _dotted(n.func.value) == "sys.path" and n.args and not n.keywords:
+                and n.args and not n.keywords:
             calls.append(n)
     here = os.path.dirname(os.path.abspath(path))
     near = os.path.dirname(os.path.dirname(os.path.dirname(here)))  # never above three levels up
     out: list[str] = []
+    ev = _Eval(os.path.abspath(path), once, aliases)
     for c in calls:
+        if ev.qual(c.func.value) != "sys.path":
+            continue
         arg = c.args[-1] if c.func.attr == "insert" and len(c.args) == 2 else c.args[0]
-        v = _value(arg, os.path.abspath(path), once, 0)
+        v = ev.value(arg, 0)
         if v is None or not os.path.isabs(v):
             continue
         v = os.path.normpath(v)
@@ -81,70 +91,77 @@ def _evaluate(path: str, text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _dotted(e) -> str | None:
-    if isinstance(e, ast.Name):
-        return e.id
-    if isinstance(e, ast.Attribute):
-        base = _dotted(e.value)
-        return f"{base}.{e.attr}" if base else None
-    return None
+_PATH_FUNCS = frozenset(f"{m}.{f}" for m in ("os.path", "posixpath")
+                        for f in ("dirname", "abspath", "realpath", "normpath", "join"))
+_PATHS = frozenset({"pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath", "str"})
 
 
-def _value(e, file: str, once: dict, depth: int) -> str | None:
-    """The path ``e`` evaluates to (a string), or None when it cannot be known."""
-    if depth > 12:
+class _Eval:
+    """Evaluates a path expression of the file (``value``): names resolved through the file's
+    imports (``import os.path as osp``, ``from pathlib import Path``) and its names bound once."""
+
+    def __init__(self, file: str, once: dict, aliases: dict):
+        self.file, self.once, self.aliases = file, once, aliases
+
+    def qual(self, e) -> str | None:
+        """The dotted name ``e`` spells, its first part replaced by what the file imports it as."""
+        if isinstance(e, ast.Name):
+            return self.aliases.get(e.id, e.id)
+        if isinstance(e, ast.Attribute):
+            base = self.qual(e.value)
+            return f"{base}.{e.attr}" if base else None
         return None
-    d = depth + 1
-    if isinstance(e, ast.Name):
-        if e.id == "__file__":
-            return file
-        bound = once.get(e.id)
-        return _value(bound, file, once, d) if bound is not None else None
-    if isinstance(e, ast.Constant) and isinstance(e.value, str):
-        return e.value
-    if isinstance(e, ast.Attribute):
-        if e.attr == "pardir" and _dotted(e.value) in ("os", "os.path", "osp"):
-            return ".."
-        if e.attr == "parent":
-            v = _value(e.value, file, once, d)
-            return os.path.dirname(v) if v else None
-        return None
-    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "parents" \
-            and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, int) and 0 <= e.slice.value < 8:
-        v = _value(e.value.value, file, once, d)
-        for _ in range(e.slice.value + 1 if v else 0):
-            v = os.path.dirname(v)
-        return v
-    if isinstance(e, ast.BinOp):
-        left, right = _value(e.left, file, once, d), _value(e.right, file, once, d)
-        if left is None or right is None:
+
+    def value(self, e, depth: int) -> str | None:
+        """The path ``e`` evaluates to (a string), or None when it cannot be known."""
+        if depth > 12:
             return None
-        if isinstance(e.op, ast.Div):  # ``Path(...) / ".."``
-            return os.path.join(left, right)
-        if isinstance(e.op, ast.Add):  # ``os.path.dirname(__file__) + "/../"``
-            return left + right
-        return None
-    if not isinstance(e, ast.Call) or e.keywords:
-        return None
-    name = _dotted(e.func)
-    if name is None:
+        d = depth + 1
+        if isinstance(e, ast.Name):
+            if e.id == "__file__":
+                return self.file
+            bound = self.once.get(e.id)
+            return self.value(bound, d) if bound is not None and e.id not in self.aliases else None
+        if isinstance(e, ast.Constant) and isinstance(e.value, str):
+            return e.value
+        if isinstance(e, ast.Attribute):
+            if self.qual(e) in ("os.pardir", "os.path.pardir"):
+                return ".."
+            if e.attr == "parent":
+                v = self.value(e.value, d)
+                return os.path.dirname(v) if v else None
+            return None
+        if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "parents" \
+                and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, int) and 0 <= e.slice.value < 8:
+            v = self.value(e.value.value, d)
+            for _ in range(e.slice.value + 1 if v else 0):
+                v = os.path.dirname(v)
+            return v
+        if isinstance(e, ast.BinOp):
+            left, right = self.value(e.left, d), self.value(e.right, d)
+            if left is None or right is None:
+                return None
+            if isinstance(e.op, ast.Div):  # ``Path(...) / ".."``
+                return os.path.join(left, right)
+            if isinstance(e.op, ast.Add):  # ``os.path.dirname(__file__) + "/../"``
+                return left + right
+            return None
+        if not isinstance(e, ast.Call) or e.keywords:
+            return None
         if isinstance(e.func, ast.Attribute) and e.func.attr in ("resolve", "absolute") and not e.args:
-            return _value(e.func.value, file, once, d)  # ``Path(__file__).resolve()``
-        return None
-    head, _, tail = name.rpartition(".")
-    if tail in ("str", "Path", "PurePath", "PosixPath") and head in ("", "pathlib") and len(e.args) == 1:
-        return _value(e.args[0], file, once, d)
-    if tail in ("resolve", "absolute") and not e.args:
-        return _value(e.func.value, file, once, d)
-    if tail not in _PATH_FUNCS or not (head in _PATH_MODULES or head == "") or not e.args:
-        return None
-    parts = [_value(a, file, once, d) for a in e.args]
-    if any(p is None for p in parts):
-        return None
-    if tail == "join":
-        return os.path.join(*parts)
-    if len(parts) != 1:
-        return None
-    if tail == "dirname":
-        return os.path.dirname(parts[0])
-    return os.path.normpath(parts[0])  # abspath / realpath / normpath of an absolute path
+            return self.value(e.func.value, d)  # ``Path(__file__).resolve()``
+        name = self.qual(e.func)
+        if name in _PATHS and len(e.args) == 1:
+            return self.value(e.args[0], d)
+        if name not in _PATH_FUNCS or not e.args:
+            return None
+        parts = [self.value(a, d) for a in e.args]
+        if any(p is None for p in parts):
+            return None
+        if name.endswith(".join"):
+            return os.path.join(*parts)
+        if len(parts) != 1:
+            return None
+        if name.endswith(".dirname"):
+            return os.path.dirname(parts[0])
+        return os.path.normpath(parts[0])  # abspath / realpath / normpath of an absolute path

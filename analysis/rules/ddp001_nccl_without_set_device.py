@@ -5,6 +5,7 @@ import re
 
 from ..model import Applicability, Severity
 from ..flow.mentions import code_strings, code_words, mentions
+from ..flow.rank_tests import others_exit_after
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._current_device import _is_cuda_literal, _short, current_device_uses
@@ -250,6 +251,11 @@ class NcclWithoutSetDevice(Rule):
             # has the group
             path = _child_toward(init)
             mine = [a for a in mine if not _exclusive_branches(init, a[0], path)]
+            # ``if local_rank != 0: sys.exit()`` right after: only the main rank runs on, and
+            # cuda:0 is its device; only what runs before that test is shared
+            gate = others_exit_after(ctx, init)
+            if gate is not None:
+                mine = [a for a in mine if sem.scope_of(a[0]) is scope and a[0].lineno < gate.lineno]
             if not mine:
                 continue
             # name a call of the init's own function first (the one the reader is looking at)

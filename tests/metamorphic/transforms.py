@@ -561,6 +561,26 @@ def t_move_module(text, tree):
     return out
 
 
+def t_scripts_folder(text, tree):
+    """The script moves into ``tools/``, its helper into a package at the top, and the script puts
+    the folder above it on ``sys.path`` (``tools/train.py`` of mmdet-style repositories)."""
+    got = _extract(text, tree)
+    if got is None:
+        return []
+    lines, helper, fn, name = got
+    if _module_globals(tree, helper):
+        return []
+    mod = "\n".join(_imports_of(tree, _lines(text)) + ["", ""] + helper) + "\n"
+    a = list(lines)
+    ins = _insert_point(tree)
+    a[ins:ins] = ["import os as _mm_os", "import sys as _mm_sys",
+                  "_mm_sys.path.insert(0, _mm_os.path.dirname(_mm_os.path.dirname(_mm_os.path.abspath(__file__))))",
+                  f"from mm_tools_helpers.extracted import {name}"]
+    return [Variant("scripts_folder", "\n".join(a),
+                    files={"mm_tools_helpers/__init__.py": "", "mm_tools_helpers/extracted.py": mod},
+                    main_path="tools/{name}")]
+
+
 def t_inline(text, tree):
     """A top-level function without parameters, returns or ``global``, called exactly once as a
     statement from another function's body (or the main guard): its body replaces the call."""
@@ -606,7 +626,7 @@ def t_inline(text, tree):
 
 TRANSFORMS = [t_comments, t_strings, t_main_function, t_main_guard, t_epoch_loop, t_class_method, t_rename,
               t_tuple, t_ifexp, t_argparse, t_attribute, t_config_dict, t_reorder, t_annotate, t_extract,
-              t_move_module, t_inline]
+              t_move_module, t_scripts_folder, t_inline]
 
 
 def variants(text: str):
