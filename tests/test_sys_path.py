@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from ddp_lint.analysis.flow import project
-from ddp_lint.analysis.flow.sys_path import declared_roots
+from ddp_lint.analysis.flow.project import declared_roots
 
 HEADS = {
     "dirname_abspath": "sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))",

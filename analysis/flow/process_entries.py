@@ -68,3 +68,21 @@ def group_less_entry(hub, view, node: ast.AST) -> bool:
         if any(isinstance(a, ast.Name) and a.id == fn.name for a in args) and starter_target(hub, view, c) not in args:
             return False  # handed to another call: run who knows where
     return not init_calls(hub, view, fn, {})
+
+
+def starts_group_processes(hub, views) -> ast.AST | None:
+    """A ``multiprocessing.Process(target=f, ...)`` of one of ``views`` whose ``f`` (a function of
+    that module) creates the process group (``for rank in range(n): args.local_rank = rank;
+    Process(target=init, ...)``): the program starts its own ranks, as with ``mp.spawn``
+    (``rank_kinds.self_launched``)."""
+    from .group_free import init_calls
+
+    for v in views:
+        entries = process_entries(hub, v)
+        if not entries:
+            continue
+        memo: dict = {}
+        for fn in v.defs.values():
+            if id(fn) in entries and init_calls(hub, v, fn, memo):
+                return next((c for c in v.sem.calls if starter_target(hub, v, c) is not None), fn)
+    return None

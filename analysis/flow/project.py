@@ -39,6 +39,7 @@ from collections import OrderedDict
 from ..io import SourceError, read_regular_file
 from ..semantic import Semantic
 from ..snapshot import current, fresh, snapshot  # noqa: F401 (the text-level memos, one flag for a batch run)
+from .sys_path import declared_roots_of
 
 MAX_BYTES = 1_000_000  # larger files are not followed (generated code, vendored blobs)
 _LRU_SIZE = 256
@@ -368,7 +369,6 @@ def resolve(from_path: str, module: str, level: int, absent: list | None = None)
         if not parts or parts[0] in ("torch", "os", "sys", "numpy", "typing"):
             return None
         bases = roots_for(from_path, absent)
-        from .sys_path import declared_roots  # lazy: it reads files through this module
         bases += [r for r in declared_roots(os.path.abspath(from_path)) if r not in bases]
     for b in bases:
         if parts:
@@ -382,6 +382,28 @@ def resolve(from_path: str, module: str, level: int, absent: list | None = None)
         if absent is not None:
             absent.extend(_absent_marks(b, parts, cands))
     return None
+
+
+_declared: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def declared_roots(path: str) -> tuple[str, ...]:
+    """The folders the file ``path`` (absolute) puts on its own ``sys.path`` (``sys_path``), by its
+    content hash (the open document's text when there is one)."""
+    h = current_hash(path)
+    if h is None:
+        return ()
+    key = (path, h)
+    with _lock:
+        got = _declared.get(key)
+    if got is None:
+        r = read(path)
+        got = () if r is None else declared_roots_of(path, r[0], _is_dir)
+        with _lock:
+            if len(_declared) > 65536:
+                _declared.clear()
+            _declared[key] = got
+    return got
 
 
 def _is_dir(path: str) -> bool:

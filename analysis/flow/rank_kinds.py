@@ -225,30 +225,16 @@ def program_views(hub, view, limit: int = _MAX_PROGRAM) -> list:
     return out
 
 
-def self_launched(views, hub=None) -> ast.AST | None:
+def self_launched(views) -> ast.AST | None:
     """A call of ``mp.spawn`` / ``start_processes`` in one of ``views``: the program starts its own
-    processes (on one node), so no launcher passes or sets anything. With ``hub``, also a
-    ``multiprocessing.Process(target=f, ...)`` whose ``f`` (a function of that module) creates the
-    process group (``for rank in range(n): args.local_rank = rank; Process(target=init, ...)``)."""
+    processes (on one node), so no launcher passes or sets anything (``process_entries.
+    starts_group_processes``: the same with ``multiprocessing.Process(target=f)``)."""
     from ..torch_api import SPAWNS
 
     for v in views:
         got = v.sem.calls_to(*SPAWNS)
         if got:
             return got[0]
-    if hub is None:
-        return None
-    from .group_free import init_calls
-    from .process_entries import process_entries, starter_target
-
-    for v in views:
-        entries = process_entries(hub, v)
-        if not entries:
-            continue
-        memo: dict = {}
-        for fn in v.defs.values():
-            if id(fn) in entries and init_calls(hub, v, fn, memo):
-                return next((c for c in v.sem.calls if starter_target(hub, v, c) is not None), fn)
     return None
 
 

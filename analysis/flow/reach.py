@@ -192,9 +192,7 @@ def _file_facts(path: str, now: float, needles: tuple = REACH_TEXT, fold: bool =
 def _resolve(path: str, module: str, level: int, now: float):
     """(the file ``module`` resolves to or None, what the resolution found absent: the negative
     dependencies of the answer, as ``project.resolve`` lists them)."""
-    from .sys_path import declared_roots
-
-    key = (os.path.dirname(path), declared_roots(path) if not level else (), module, level, project.disk_allowed())
+    key = (os.path.dirname(path), project.declared_roots(path) if not level else (), module, level, project.disk_allowed())
     got = _resolved.get(key)
     if got is not None and project.fresh(got[0], now, _TTL):
         return got[1], got[2]

@@ -14,43 +14,26 @@ environment variable or anything else is not evaluated: the working directory is
 Only existing folders count, at most three levels above the file's own (an absolute path elsewhere,
 ``/home/me/code``, is another machine's layout and is not read); at most ``_MAX`` of them, looked up
 after the file's own roots.
-The answer is memoised by the file's content hash (an edit of the ``sys.path`` line changes it).
+``project.declared_roots`` memoises the answer by the file's content hash (an edit of the ``sys.path``
+line changes it).
 """
 from __future__ import annotations
 
 import ast
 import os
-import threading
-
-from . import project
 
 _MAX = 4
-_memo: dict[tuple[str, str], tuple[str, ...]] = {}
-_lock = threading.Lock()
 
 
-def declared_roots(path: str) -> tuple[str, ...]:
-    """The existing folders that ``path`` (an absolute file path) adds to ``sys.path``."""
-    h = project.current_hash(path)
-    if h is None:
+def declared_roots_of(path: str, text: str, is_dir) -> tuple[str, ...]:
+    """The existing folders (``is_dir``) that the file ``path`` (absolute) with this text adds to
+    ``sys.path``. Pure: ``project.declared_roots`` reads the file and memoises the answer."""
+    if ".path.insert" not in text and ".path.append" not in text:  # necessary: the call spells it
         return ()
-    key = (path, h)
-    with _lock:
-        got = _memo.get(key)
-    if got is not None:
-        return got
-    got = ()
-    r = project.read(path)
-    if r is not None and (".path.insert" in r[0] or ".path.append" in r[0]):  # necessary: the call spells it
-        got = _evaluate(path, r[0])
-    with _lock:
-        if len(_memo) > 65536:
-            _memo.clear()
-        _memo[key] = got
-    return got
+    return _evaluate(path, text, is_dir)
 
 
-def _evaluate(path: str, text: str) -> tuple[str, ...]:
+def _evaluate(path: str, text: str, is_dir) -> tuple[str, ...]:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -84,11 +67,15 @@ def _evaluate(path: str, text: str) -> tuple[str, ...]:
         if v is None or not os.path.isabs(v):
             continue
         v = os.path.normpath(v)
-        if v != here and v not in out and project._within(v, near) and v.count(os.sep) >= 2 and project._is_dir(v):
+        if v != here and v not in out and _within(v, near) and v.count(os.sep) >= 2 and is_dir(v):
             out.append(v)
         if len(out) >= _MAX:
             break
     return tuple(out)
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(os.path.join(folder, ""))
 
 
 _PATH_FUNCS = frozenset(f"{m}.{f}" for m in ("os.path", "posixpath")

@@ -5,6 +5,7 @@ import os
 
 from ..model import Applicability, Severity
 from ..registry import Rule
+from ..flow.process_entries import starts_group_processes
 from ..semantic import get_arg
 from ..flow.modern import hub
 from ..flow.namespaces import parser_roots, passed_option_use, stored_option_uses
@@ -213,7 +214,8 @@ def _cleared(program, known: bool = False, hub=None) -> bool:
     """The program reads ``LOCAL_RANK`` (``known``: with a key it can tell), starts its own
     processes, or imports ``deepspeed`` (whose launcher passes ``--local_rank=N``)."""
     program = list(program)
-    return any(local_rank_env_reads(v, known) for v in program) or self_launched(program, hub) is not None or any(
+    return any(local_rank_env_reads(v, known) for v in program) or self_launched(program) is not None or (
+        hub is not None and starts_group_processes(hub, program) is not None) or any(
         m.split(".", 1)[0] == "deepspeed" for v in program for m, _lvl, _a in v.imports.values())
 
 

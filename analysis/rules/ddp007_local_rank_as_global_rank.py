@@ -6,6 +6,7 @@ import os
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..flow.calls import call_args
+from ..flow.process_entries import starts_group_processes
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
     LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
@@ -98,7 +99,8 @@ class LocalRankAsGlobalRank(Rule):
         if not found:
             return
         program = program_views(an, view)
-        if self_launched(program, an) is not None or loopback_rendezvous(program) is not None:
+        if self_launched(program) is not None or starts_group_processes(an, program) is not None \
+                or loopback_rendezvous(program) is not None:
             return
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None
