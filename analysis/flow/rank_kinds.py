@@ -94,7 +94,7 @@ def _leaf_kind(hub, view, e: ast.AST, depth: int):
                 return _CONST, None
             return k, w
         qn = view.sem.call_qualname(e)
-        if qn == D + "get_rank" and not e.args and not e.keywords:  # the rank the init gave it
+        if qn == D + "get_rank" and _default_group(hub, view, e):  # the rank the init gave it
             return LOCAL if local_group(view) else GLOBAL, (view, e)
         if qn == D + "get_node_local_rank":
             return LOCAL, (view, e)
@@ -103,6 +103,20 @@ def _leaf_kind(hub, view, e: ast.AST, depth: int):
             and view.sem.qualname(e) is None:
         return _namespace_kind(hub, view, e.value.id, e.attr, depth)
     return None, None
+
+
+def _default_group(hub, view, call: ast.Call) -> bool:
+    """``get_rank()`` asks the default group: no group given, or one that is None by value flow
+    (``group = dist.init_process_group(...)``, which returns None, then ``get_rank(group)``)."""
+    if not call.args and not call.keywords:
+        return True
+    g = get_arg(call, 0, "group")
+    if g is None or len(call.args) + len(call.keywords) != 1:
+        return False
+    leaves = origins(hub, view, g, call)
+    return bool(leaves) and all(
+        (isinstance(x, ast.Constant) and x.value is None)
+        or (isinstance(x, ast.Call) and lv.sem.call_qualname(x) == D + "init_process_group") for lv, x in leaves)
 
 
 def _local_rank_option_of_default(e: ast.AST) -> ast.Call | None:  # add_argument("--local_rank", default=e)

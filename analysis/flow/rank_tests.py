@@ -47,7 +47,7 @@ def global_rank_source(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> as
     expr = _unwrap_int(expr)
     if isinstance(expr, ast.Call):
         qn = ctx.qn(expr)
-        if qn == D + "get_rank" and not expr.args and not expr.keywords:  # what the init made it
+        if qn == D + "get_rank" and _asks_default_group(ctx, expr, scope):  # what the init made it
             return None if local_group(ctx) else expr
         if qn == D + "get_global_rank":
             return None
@@ -77,6 +77,22 @@ def _local_source(ctx, e: ast.AST, scope: ast.AST, depth: int = 0) -> bool:
         return key in LOCAL_RANK_ENV
     kind, val = name_binding_kind(ctx, e.id, scope)
     return kind == "single" and val is not None and _local_source(ctx, val, ctx.sem.scope_of(val), depth + 1)
+
+
+def _asks_default_group(ctx, call: ast.Call, scope) -> bool:
+    """``get_rank()``, ``get_rank(None)``, or ``get_rank(group)`` of ``group = init_process_group(...)``
+    (which returns None): the default group's rank."""
+    if not call.args and not call.keywords:
+        return True
+    g = get_arg(call, 0, "group")
+    if g is None or len(call.args) + len(call.keywords) != 1:
+        return False
+    if isinstance(g, ast.Constant):
+        return g.value is None
+    if isinstance(g, ast.Name):
+        kind, val = name_binding_kind(ctx, g.id, scope)
+        return kind == "single" and isinstance(val, ast.Call) and ctx.qn(val) == D + "init_process_group"
+    return False
 
 
 def bound_global_rank(ctx, kind: str, val, depth: int = 0) -> ast.AST | None:
