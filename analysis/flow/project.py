@@ -398,7 +398,7 @@ def declared_roots(path: str) -> tuple[str, ...]:
         got = _declared.get(key)
     if got is None:
         r = read(path)
-        got = () if r is None else declared_roots_of(path, r[0], _is_dir)
+        got = () if r is None else declared_roots_of(path, r[0])
         with _lock:
             if len(_declared) > 65536:
                 _declared.clear()

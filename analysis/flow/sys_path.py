@@ -4,16 +4,18 @@ os.path.abspath(__file__))))`` in ``tools/train.py``, ``sys.path.append(str(Path
 project's package from the folder it names (``from mypkg.trainer import Trainer``), which the
 package climb of ``project.roots_for`` cannot find from a folder of scripts.
 
-``declared_roots(path)`` evaluates the path argument of every ``sys.path.append`` /
+``declared_roots_of(path, text)`` evaluates the path argument of every ``sys.path.append`` /
 ``sys.path.insert`` call of the file from ``__file__`` (``os.path`` ``dirname`` / ``abspath`` /
 ``realpath`` / ``normpath`` / ``join`` with literal parts and ``os.pardir``, ``pathlib`` ``Path``,
 ``.parent``, ``.parents[i]``, ``.resolve()``, ``/``, ``str(...)``, ``+ "/.."``, and names bound once
 to such a value), each name read through the file's own imports (``import os.path as osp``,
-``from os.path import dirname``, ``import sys as _sys``). A path relative to the working directory (``sys.path.append("..")``), an
-environment variable or anything else is not evaluated: the working directory is not known.
-Only existing folders count, at most three levels above the file's own (an absolute path elsewhere,
-``/home/me/code``, is another machine's layout and is not read); at most ``_MAX`` of them, looked up
-after the file's own roots.
+``from os.path import dirname``, ``import sys as _sys``). A path relative to the working directory
+(``sys.path.append("..")``), an environment variable or anything else is not evaluated: the working
+directory is not known. A folder counts whether or not it exists yet (an import probed there and found
+absent is a negative dependency of the check, so a package created there later invalidates a cached
+result), at most three levels above the file's own (an absolute path elsewhere, ``/home/me/code``, is
+another machine's layout and is not read); at most ``_MAX`` of them, looked up after the file's own
+roots.
 ``project.declared_roots`` memoises the answer by the file's content hash (an edit of the ``sys.path``
 line changes it).
 """
@@ -25,15 +27,14 @@ import os
 _MAX = 4
 
 
-def declared_roots_of(path: str, text: str, is_dir) -> tuple[str, ...]:
-    """The existing folders (``is_dir``) that the file ``path`` (absolute) with this text adds to
-    ``sys.path``. Pure: ``project.declared_roots`` reads the file and memoises the answer."""
+def declared_roots_of(path: str, text: str) -> tuple[str, ...]:
+    """The folders that the file ``path`` (absolute) with this text adds to ``sys.path``. Pure: ``project.declared_roots`` reads the file and memoises the answer."""
     if ".path.insert" not in text and ".path.append" not in text:  # necessary: the call spells it
         return ()
-    return _evaluate(path, text, is_dir)
+    return _evaluate(path, text)
 
 
-def _evaluate(path: str, text: str, is_dir) -> tuple[str, ...]:
+def _evaluate(path: str, text: str) -> tuple[str, ...]:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -67,7 +68,7 @@ def _evaluate(path: str, text: str, is_dir) -> tuple[str, ...]:
         if v is None or not os.path.isabs(v):
             continue
         v = os.path.normpath(v)
-        if v != here and v not in out and _within(v, near) and v.count(os.sep) >= 2 and is_dir(v):
+        if v != here and v not in out and _within(v, near) and v.count(os.sep) >= 2:
             out.append(v)
         if len(out) >= _MAX:
             break
