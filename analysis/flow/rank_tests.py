@@ -684,8 +684,10 @@ _PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit", "builtins.ex
 def others_exit_after(ctx, node: ast.AST):
     """The first ``if <test>: ...; sys.exit()`` after ``node``'s statement in its function (in its
     block or an enclosing one) whose test lets only the non-main ranks in (``polarity`` False:
-    ``if local_rank != 0: exit()``): past it only the main rank (one per node, for a local rank)
-    runs on. None when there is none."""
+    ``if local_rank != 0: exit()``), or ``assert <test>`` whose test only the main rank passes
+    (``assert os.environ["LOCAL_RANK"] == "0"``, also before ``node``: then nothing after it is
+    shared): past it only the main rank (one per node, for a local rank) runs on. None when there
+    is none."""
     scope = ctx.sem.scope_of(node)
     st = node
     while st is not None and st is not scope:
@@ -694,9 +696,12 @@ def others_exit_after(ctx, node: ast.AST):
             for field in ("body", "orelse", "finalbody"):
                 block = getattr(p, field, None)
                 if isinstance(block, list) and st in block:
-                    for nxt in block[block.index(st) + 1:]:
-                        if isinstance(nxt, ast.If) and _exits_process(ctx, nxt.body) \
+                    i = block.index(st)
+                    for nxt in (*block[i + 1:], *block[:i]):
+                        if isinstance(nxt, ast.If) and nxt.lineno > node.lineno and _exits_process(ctx, nxt.body) \
                                 and polarity(ctx, nxt.test, scope) is False:
+                            return nxt
+                        if isinstance(nxt, ast.Assert) and polarity(ctx, nxt.test, scope) is True:
                             return nxt
                     break
         st = p
