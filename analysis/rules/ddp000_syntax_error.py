@@ -68,10 +68,39 @@ def newer_python_hint(text: str, lineno: int | None, version: tuple[int, int] | 
     if not 0 < lineno <= len(lines):
         return None
     line = lines[lineno - 1]
-    for pattern, needs, what in _NEWER_SYNTAX:
-        if version < needs and re.match(pattern, line):
-            here = ".".join(map(str, version))
-            v = f"{needs[0]}.{needs[1]}"
-            return (f"this is Python {v} syntax ({what}), and ddp-lint runs on Python {here}; "
-                    f"run ddp-lint with Python {v} or newer to check this file")
-    return None
+    found = next(((needs, what) for pattern, needs, what in _NEWER_SYNTAX
+                  if version < needs and re.match(pattern, line)), None)
+    if found is None and version < (3, 12) and _pep701_fstring(line):
+        found = (3, 12), "an f-string whose `{...}` reuses its own quote or holds a backslash, PEP 701"
+    if found is None:
+        return None
+    needs, what = found
+    here = ".".join(map(str, version))
+    v = f"{needs[0]}.{needs[1]}"
+    return (f"this is Python {v} syntax ({what}), and ddp-lint runs on Python {here}; "
+            f"run ddp-lint with Python {v} or newer to check this file")
+
+
+def _pep701_fstring(line: str) -> bool:
+    """The line holds an f-string with its own quote character, or a backslash, inside a
+    replacement field (``f"{x["k"]}"``, ``f"{'\\n'.join(xs)}"``): valid only from Python 3.12."""
+    import re
+
+    for m in re.finditer(r"(?<![\w])[rRbB]?[fF][rRbB]?(\"\"\"|'''|\"|')", line):
+        q = m.group(1)
+        depth, i = 0, m.end()
+        while i < len(line):
+            if depth == 0 and line.startswith(q, i):
+                break
+            ch = line[i]
+            if ch == "{":
+                if depth == 0 and line.startswith("{{", i):
+                    i += 2
+                    continue
+                depth += 1
+            elif ch == "}" and depth:
+                depth -= 1
+            elif depth and (ch == "\\" or line.startswith(q, i)):
+                return True
+            i += 1
+    return False

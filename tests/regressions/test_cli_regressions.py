@@ -277,6 +277,11 @@ def test_newer_python_syntax_names_the_python_it_needs():
     assert "Python 3.12" in newer_python_hint(text, 4, (3, 10))
     assert newer_python_hint(text, 2, (3, 12)) is None and newer_python_hint(text, 1, (3, 11)) is None
     assert "3.14" in newer_python_hint("try:\n    pass\nexcept ValueError, TypeError:\n    pass\n", 3, (3, 13))
+    # PEP 701: an f-string that reuses its own quote, or holds a backslash, inside a replacement field
+    assert "PEP 701" in newer_python_hint('msg = f"{cfg["name"]}: {n}"\n', 1, (3, 11))
+    assert "PEP 701" in newer_python_hint("out = f'{chr(10).join(xs)}{\"\\n\".join(ys)}'\n", 1, (3, 11))
+    assert newer_python_hint('msg = f"{cfg["name"]}"\n', 1, (3, 12)) is None
+    assert newer_python_hint("a = f'{{x}}' + f'{y}' + 'z\\n'\n", 1, (3, 11)) is None  # valid 3.11: no hint
     import sys
 
     from ddp_lint.analysis.engine import check_source
