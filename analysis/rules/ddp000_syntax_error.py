@@ -7,8 +7,9 @@ class SyntaxErrorRule(Rule):
     ## What it does
     Reports a file that Python cannot parse (mid-typing, a NUL byte, an undecodable file, or
     nesting deeper than CPython's parser allows). It is reported once, at the error's position.
-    Syntax of a newer Python than the one running ddp-lint (type parameters and `type` aliases,
-    3.12, under Python 3.11, say) is reported as such, with the version the file needs.
+    Syntax of a newer Python than the one running ddp-lint (type parameters and `type` aliases, or an
+    f-string that reuses its own quote inside `{...}`: 3.12, under Python 3.11, say) is reported as
+    such, with the version the file needs.
 
     ## Why is this bad?
     Python raises `SyntaxError` before any rank starts, and no other rule can look at the file.
