@@ -5,7 +5,7 @@ import re
 
 from ..model import Applicability, Severity
 from ..flow.mentions import code_strings, code_words, mentions
-from ..flow.rank_tests import others_exit_after
+from ..flow.rank_exits import others_exit_after
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._current_device import _is_cuda_literal, _short, current_device_uses
