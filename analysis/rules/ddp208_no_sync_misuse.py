@@ -128,6 +128,7 @@ class NoSyncMisuse(Rule):
         if mentions(ctx.sem, "require_backward_grad_sync", text=ctx.src.text):
             self._late_flag(ctx)
             return
+        done = set()
         for w in _withs(ctx):
             holder = _no_sync_holder(w)
             if holder is None or not ddp_holder(ctx, holder, w):
@@ -135,7 +136,9 @@ class NoSyncMisuse(Rule):
             fn = enclosing_function(w)
             if fn is None or _manual_allreduce(ctx, fn):
                 continue
-            self._backward_only(ctx, w, holder, fn)
+            if self._backward_only(ctx, w, holder, fn):
+                done.add(id(w))
+        self._forward_elsewhere(ctx, done)
         self._wrong_micro_batch(ctx)
         self._never_synced(ctx)
 
@@ -229,21 +232,21 @@ class NoSyncMisuse(Rule):
             related=[(g.test, "the optimizer steps under this test")],
         )
 
-    def _backward_only(self, ctx, w, holder, fn) -> None:
+    def _backward_only(self, ctx, w, holder, fn) -> bool:
         body_nodes = [n for st in w.body for n in ast.walk(st)]
         backs = [b for b in backward_calls(ctx, fn) if any(b is n for n in body_nodes)]
         if not backs:
-            return
+            return False
         key = ast.dump(holder)
         def is_forward(c):  # noqa: E306
             return isinstance(c, ast.Call) and ast.dump(c.func) == key or (
                 isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "forward"
                 and ast.dump(c.func.value) == key)
         if any(is_forward(n) for n in body_nodes):
-            return
+            return False
         before = [c for c in _calls_by_function(ctx).get(id(fn), ()) if is_forward(c) and c.lineno < w.lineno]
         if not before:
-            return
+            return False
         h = ctx.text(holder)
         ctx.report(
             w.items[0].context_expr,
@@ -252,6 +255,40 @@ class NoSyncMisuse(Rule):
             "the block too",
             related=[(before[-1], "the forward that decides whether gradients are synchronised")],
         )
+        return True
+
+    def _forward_elsewhere(self, ctx, done) -> None:
+        """A ``no_sync()`` block (entered directly, through a name bound to the context or a helper
+        that returns it) whose ``backward()`` differentiates a value computed by a forward of the
+        same wrapper that no ``no_sync()`` block holds: in a helper called before the block, or in
+        the caller that passes the loss in (this module or another)."""
+        from ..flow.modern import hub
+        from ..flow.sync_blocks import forwards_feeding, in_block, no_sync_blocks, refs
+
+        an, view = hub(ctx)
+        for w, holder, call in no_sync_blocks(an, view):
+            fn = enclosing_function(w)
+            if id(w) in done or holder is None or fn is None or _manual_allreduce(ctx, fn):
+                continue
+            wraps = ddp_wraps_of(ctx, holder, w)
+            if not wraps and not ddp_holder(ctx, holder, w):
+                continue
+            keys = refs(an, view, holder, w, True) | {(v.path, c.lineno, c.col_offset) for v, c in wraps}
+            backs = [b for b in backward_calls(ctx, fn) if in_block(b, w)]
+            fwds = [f for b in backs for f in forwards_feeding(an, view, b, _callers_of(ctx, an))
+                    if f[2] & keys]
+            if not fwds or any(f[3] or f[0] is view and in_block(f[1], w) for f in fwds):
+                continue
+            fv, fwd = fwds[0][0], fwds[0][1]
+            where = "" if fv is view else f" of `{fv.path.rsplit('/', 1)[-1]}`"
+            ctx.report(
+                w.items[0].context_expr,
+                f"`{ctx.text(holder)}.no_sync()` holds only the backward; the forward whose loss it "
+                f"differentiates (`{ast.unparse(fwd)}`, line {fwd.lineno}{where}) runs outside any `no_sync()`, so "
+                "DDP already armed the all-reduce and this backward still synchronises. Run the forward "
+                "inside the block too",
+                related=[(fwd, "the forward that decides whether gradients are synchronised")] if fv is view else [],
+            )
 
     def _never_synced(self, ctx) -> None:
         reported: set[int] = set()
@@ -517,6 +554,33 @@ def _all_nodes(ctx):
     for fnl in ctx.sem.functions.values():
         for fn in fnl:
             yield from ast.walk(fn)
+
+
+def _callers_of(ctx, an):
+    """``callers(view, fn)`` for the flow layer: the calls of ``fn`` in the project's other files
+    (a module-level function by name, a method through its class's instances)."""
+    from ._common import project_callers
+
+    def callers(view, fn):
+        owner = parent(fn)
+        method = isinstance(owner, ast.ClassDef)
+        out, seen = [], set()
+        for cctx, call, node in project_callers(ctx, {owner.name if method else fn.name}):
+            cv = an.view_of(cctx.filename)
+            if cv is None or cv.sem is not cctx.sem or method and id(cv) in seen:
+                continue
+            seen.add(id(cv))
+            if not method:
+                if node is fn:
+                    out.append((cv, call))
+                continue
+            for c in cv.sem.calls:
+                if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
+                    got = an.resolve_call(cv, c)
+                    if got is not None and got[1] is fn:
+                        out.append((cv, c))
+        return out
+    return callers
 
 
 def _withs(ctx):
