@@ -10,6 +10,7 @@ from ..flow.calls import call_sites_here
 from ..flow.helper_calls import bind_args
 from ..flow.mentions import mentions
 from ..flow.return_deps import names_reaching, target_names
+from ..flow.sync_blocks import bound_part
 from ..flow.training_loops import is_backward
 from ._training import backward_calls, ddp_holder, ddp_wraps_of, enclosing_function
 
@@ -27,7 +28,13 @@ class NoSyncMisuse(Rule):
     call from the project's other files, as an `engine.py` training loop called by `main.py`):
 
     - `with model.no_sync(): loss.backward()` where the body has a `backward()` but no forward of
-      `model`, and the forward ran before the block, in the same function;
+      `model`, and the forward ran before the block, in the same function; also by value flow, with
+      the block entered through a name bound to the context (`ctx = model.no_sync() if not last else
+      nullcontext()`, `with ctx:`, also one element of a tuple assignment) or a helper that returns
+      it, and the forward whose value the backward differentiates in a helper called before the
+      block (`loss = self._compute(batch)`) or in the caller that passes the loss in (a method's
+      `self._backward(loss, last)`, a function of another module), when no `no_sync()` block holds
+      that forward;
     - an accumulation loop whose synchronising micro-batch is not the one after which the
       optimizer steps: `model.no_sync() if i % accum != 0 else nullcontext()` (the first of each
       window synchronises) with `if (i + 1) % accum == 0: optimizer.step()` (the last one steps).
@@ -279,7 +286,10 @@ class NoSyncMisuse(Rule):
                     if f[2] & keys]
             if not fwds or any(f[3] or f[0] is view and in_block(f[1], w) for f in fwds):
                 continue
-            fv, fwd = fwds[0][0], fwds[0][1]
+            # the forward nearest before the block (a probe pass earlier in the function may feed
+            # the loss too, through a size it measures)
+            here = [f for f in fwds if f[0] is view and (f[1].lineno, f[1].col_offset) < (w.lineno, w.col_offset)]
+            fv, fwd = max(here, key=lambda f: (f[1].lineno, f[1].col_offset))[:2] if here else fwds[0][:2]
             where = "" if fv is view else f" of `{fv.path.rsplit('/', 1)[-1]}`"
             ctx.report(
                 w.items[0].context_expr,
@@ -406,7 +416,7 @@ def _mod_test(ctx, e, loop, depth):
         if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not has_ancestor(binds[0], loop) \
                 or len(binds[0].targets) != 1:
             return None
-        return _mod_test(ctx, _bound_part(binds[0].targets[0], binds[0].value, e.id), loop, depth + 1)
+        return _mod_test(ctx, bound_part(binds[0].targets[0], binds[0].value, e.id), loop, depth + 1)
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mod):
         # ``if i % k:`` is ``i % k != 0``
         left, right, holds = e, ast.Constant(0), False
@@ -437,20 +447,6 @@ def _loop_vars(ctx, loop) -> set[str]:
         return {a.arg for a in (*loop.args.posonlyargs, *loop.args.args, *loop.args.kwonlyargs)
                 if not bound.get(a.arg)}
     return set()
-
-
-def _bound_part(target, value, name: str):
-    """What ``target = value`` binds to ``name``: ``value``, or its element when both are tuples
-    (``ctx, last = (a, b)``); None when it cannot be told."""
-    if isinstance(target, ast.Name):
-        return value if target.id == name else None
-    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
-            and len(target.elts) == len(value.elts) and not any(isinstance(x, ast.Starred) for x in target.elts):
-        for t, v in zip(target.elts, value.elts):
-            got = _bound_part(t, v, name)
-            if got is not None:
-                return got
-    return None
 
 
 def _returned(call, fn) -> bool:

@@ -34,7 +34,13 @@ class AsyncSaveNotWaited(Rule):
     after the `async_save` (or a project helper or method that starts one with that path, in
     another module too) and before any wait on its future, in the same function or a helper it
     passes the path or its parts to; the pointer and the checkpoint are matched by value
-    (`os.path.join(root, f"step_{step}")` and `f"step_{step}"` of the same `step`).
+    (`os.path.join(root, f"step_{step}")` and `f"step_{step}"` of the same `step`). And a checkpoint
+    read while a save may be in flight: a `dcp.load` (or a project helper that runs one) after an
+    `async_save` whose future (a local name, or one element of a tuple assignment) is not used in
+    between; a method that reads a checkpoint without waiting the future another method of its class
+    keeps (`self.pending = dcp.async_save(...)`), called after that method on the same object (in
+    its module or another, such as a training script that saves, then reloads the last step) with
+    no waiting method called between them.
 
     ## Why is this bad?
     `async_save` stages the state dict and returns at once; the write, and the collectives that
@@ -44,7 +50,8 @@ class AsyncSaveNotWaited(Rule):
     background write commits with (the ranks' shards overwrite each other or go missing). A
     pointer moved to a checkpoint whose write has not finished (its `.metadata` comes last) is
     left on an incomplete checkpoint by a crash or preemption in that window, and a resume from
-    `latest` fails or loads a partial state. Two saves in flight compete for the same staging memory and the same process
+    `latest` fails or loads a partial state. A load that meets a save in flight finds no
+    `.metadata` yet, or a half-written checkpoint. Two saves in flight compete for the same staging memory and the same process
     group: the second one's collectives can interleave with the first one's, and ranks that see
     them in another order hang.
 
