@@ -10,6 +10,7 @@ from ..flow.calls import call_sites_here
 from ..flow.helper_calls import bind_args
 from ..flow.mentions import mentions
 from ..flow.return_deps import names_reaching, target_names
+from ..flow.sync_blocks import bound_part
 from ..flow.training_loops import is_backward
 from ._training import backward_calls, ddp_holder, ddp_wraps_of, enclosing_function
 
@@ -27,7 +28,13 @@ class NoSyncMisuse(Rule):
     call from the project's other files, as an `engine.py` training loop called by `main.py`):
 
     - `with model.no_sync(): loss.backward()` where the body has a `backward()` but no forward of
-      `model`, and the forward ran before the block, in the same function;
+      `model`, and the forward ran before the block, in the same function; also by value flow, with
+      the block entered through a name bound to the context (`ctx = model.no_sync() if not last else
+      nullcontext()`, `with ctx:`, also one element of a tuple assignment) or a helper that returns
+      it, and the forward whose value the backward differentiates in a helper called before the
+      block (`loss = self._compute(batch)`) or in the caller that passes the loss in (a method's
+      `self._backward(loss, last)`, a function of another module), when no `no_sync()` block holds
+      that forward;
     - an accumulation loop whose synchronising micro-batch is not the one after which the
       optimizer steps: `model.no_sync() if i % accum != 0 else nullcontext()` (the first of each
       window synchronises) with `if (i + 1) % accum == 0: optimizer.step()` (the last one steps).
@@ -128,6 +135,7 @@ class NoSyncMisuse(Rule):
         if mentions(ctx.sem, "require_backward_grad_sync", text=ctx.src.text):
             self._late_flag(ctx)
             return
+        done = set()
         for w in _withs(ctx):
             holder = _no_sync_holder(w)
             if holder is None or not ddp_holder(ctx, holder, w):
@@ -135,7 +143,9 @@ class NoSyncMisuse(Rule):
             fn = enclosing_function(w)
             if fn is None or _manual_allreduce(ctx, fn):
                 continue
-            self._backward_only(ctx, w, holder, fn)
+            if self._backward_only(ctx, w, holder, fn):
+                done.add(id(w))
+        self._forward_elsewhere(ctx, done)
         self._wrong_micro_batch(ctx)
         self._never_synced(ctx)
 
@@ -229,21 +239,21 @@ class NoSyncMisuse(Rule):
             related=[(g.test, "the optimizer steps under this test")],
         )
 
-    def _backward_only(self, ctx, w, holder, fn) -> None:
+    def _backward_only(self, ctx, w, holder, fn) -> bool:
         body_nodes = [n for st in w.body for n in ast.walk(st)]
         backs = [b for b in backward_calls(ctx, fn) if any(b is n for n in body_nodes)]
         if not backs:
-            return
+            return False
         key = ast.dump(holder)
         def is_forward(c):  # noqa: E306
             return isinstance(c, ast.Call) and ast.dump(c.func) == key or (
                 isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "forward"
                 and ast.dump(c.func.value) == key)
         if any(is_forward(n) for n in body_nodes):
-            return
+            return False
         before = [c for c in _calls_by_function(ctx).get(id(fn), ()) if is_forward(c) and c.lineno < w.lineno]
         if not before:
-            return
+            return False
         h = ctx.text(holder)
         ctx.report(
             w.items[0].context_expr,
@@ -252,6 +262,43 @@ class NoSyncMisuse(Rule):
             "the block too",
             related=[(before[-1], "the forward that decides whether gradients are synchronised")],
         )
+        return True
+
+    def _forward_elsewhere(self, ctx, done) -> None:
+        """A ``no_sync()`` block (entered directly, through a name bound to the context or a helper
+        that returns it) whose ``backward()`` differentiates a value computed by a forward of the
+        same wrapper that no ``no_sync()`` block holds: in a helper called before the block, or in
+        the caller that passes the loss in (this module or another)."""
+        from ..flow.modern import hub
+        from ..flow.sync_blocks import forwards_feeding, in_block, no_sync_blocks, refs
+
+        an, view = hub(ctx)
+        for w, holder, call in no_sync_blocks(an, view):
+            fn = enclosing_function(w)
+            if id(w) in done or holder is None or fn is None or _manual_allreduce(ctx, fn):
+                continue
+            wraps = ddp_wraps_of(ctx, holder, w)
+            if not wraps and not ddp_holder(ctx, holder, w):
+                continue
+            keys = refs(an, view, holder, w, True) | {(v.path, c.lineno, c.col_offset) for v, c in wraps}
+            backs = [b for b in backward_calls(ctx, fn) if in_block(b, w)]
+            fwds = [f for b in backs for f in forwards_feeding(an, view, b, _callers_of(ctx, an))
+                    if f[2] & keys]
+            if not fwds or any(f[3] or f[0] is view and in_block(f[1], w) for f in fwds):
+                continue
+            # the forward nearest before the block (a probe pass earlier in the function may feed
+            # the loss too, through a size it measures)
+            here = [f for f in fwds if f[0] is view and (f[1].lineno, f[1].col_offset) < (w.lineno, w.col_offset)]
+            fv, fwd = max(here, key=lambda f: (f[1].lineno, f[1].col_offset))[:2] if here else fwds[0][:2]
+            where = "" if fv is view else f" of `{fv.path.rsplit('/', 1)[-1]}`"
+            ctx.report(
+                w.items[0].context_expr,
+                f"`{ctx.text(holder)}.no_sync()` holds only the backward; the forward whose loss it "
+                f"differentiates (`{ast.unparse(fwd)}`, line {fwd.lineno}{where}) runs outside any `no_sync()`, so "
+                "DDP already armed the all-reduce and this backward still synchronises. Run the forward "
+                "inside the block too",
+                related=[(fwd, "the forward that decides whether gradients are synchronised")] if fv is view else [],
+            )
 
     def _never_synced(self, ctx) -> None:
         reported: set[int] = set()
@@ -369,7 +416,7 @@ def _mod_test(ctx, e, loop, depth):
         if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not has_ancestor(binds[0], loop) \
                 or len(binds[0].targets) != 1:
             return None
-        return _mod_test(ctx, _bound_part(binds[0].targets[0], binds[0].value, e.id), loop, depth + 1)
+        return _mod_test(ctx, bound_part(binds[0].targets[0], binds[0].value, e.id), loop, depth + 1)
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mod):
         # ``if i % k:`` is ``i % k != 0``
         left, right, holds = e, ast.Constant(0), False
@@ -400,20 +447,6 @@ def _loop_vars(ctx, loop) -> set[str]:
         return {a.arg for a in (*loop.args.posonlyargs, *loop.args.args, *loop.args.kwonlyargs)
                 if not bound.get(a.arg)}
     return set()
-
-
-def _bound_part(target, value, name: str):
-    """What ``target = value`` binds to ``name``: ``value``, or its element when both are tuples
-    (``ctx, last = (a, b)``); None when it cannot be told."""
-    if isinstance(target, ast.Name):
-        return value if target.id == name else None
-    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
-            and len(target.elts) == len(value.elts) and not any(isinstance(x, ast.Starred) for x in target.elts):
-        for t, v in zip(target.elts, value.elts):
-            got = _bound_part(t, v, name)
-            if got is not None:
-                return got
-    return None
 
 
 def _returned(call, fn) -> bool:
@@ -517,6 +550,33 @@ def _all_nodes(ctx):
     for fnl in ctx.sem.functions.values():
         for fn in fnl:
             yield from ast.walk(fn)
+
+
+def _callers_of(ctx, an):
+    """``callers(view, fn)`` for the flow layer: the calls of ``fn`` in the project's other files
+    (a module-level function by name, a method through its class's instances)."""
+    from ._common import project_callers
+
+    def callers(view, fn):
+        owner = parent(fn)
+        method = isinstance(owner, ast.ClassDef)
+        out, seen = [], set()
+        for cctx, call, node in project_callers(ctx, {owner.name if method else fn.name}):
+            cv = an.view_of(cctx.filename)
+            if cv is None or cv.sem is not cctx.sem or method and id(cv) in seen:
+                continue
+            seen.add(id(cv))
+            if not method:
+                if node is fn:
+                    out.append((cv, call))
+                continue
+            for c in cv.sem.calls:
+                if isinstance(c.func, ast.Attribute) and c.func.attr == fn.name:
+                    got = an.resolve_call(cv, c)
+                    if got is not None and got[1] is fn:
+                        out.append((cv, c))
+        return out
+    return callers
 
 
 def _withs(ctx):

@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import parent
 from ._common import project_callers
 from ..flow.bindings import contains
-from ..flow.modern import ASYNC_SAVE, hub, key_of, uses_after
+from ..flow.modern import ASYNC_SAVE, DCP_LOAD, hub, key_of, uses_after
 from ..flow.origins import helper_results, qn_pred
 from ..flow.ckpt_publish import async_starts, path_forms, published
 from ..flow.reach import reaches
@@ -34,7 +34,13 @@ class AsyncSaveNotWaited(Rule):
     after the `async_save` (or a project helper or method that starts one with that path, in
     another module too) and before any wait on its future, in the same function or a helper it
     passes the path or its parts to; the pointer and the checkpoint are matched by value
-    (`os.path.join(root, f"step_{step}")` and `f"step_{step}"` of the same `step`).
+    (`os.path.join(root, f"step_{step}")` and `f"step_{step}"` of the same `step`). And a checkpoint
+    read while a save may be in flight: a `dcp.load` (or a project helper that runs one) after an
+    `async_save` whose future (a local name, or one element of a tuple assignment) is not used in
+    between; a method that reads a checkpoint without waiting the future another method of its class
+    keeps (`self.pending = dcp.async_save(...)`), called after that method on the same object (in
+    its module or another, such as a training script that saves, then reloads the last step) with
+    no waiting method called between them.
 
     ## Why is this bad?
     `async_save` stages the state dict and returns at once; the write, and the collectives that
@@ -44,7 +50,8 @@ class AsyncSaveNotWaited(Rule):
     background write commits with (the ranks' shards overwrite each other or go missing). A
     pointer moved to a checkpoint whose write has not finished (its `.metadata` comes last) is
     left on an incomplete checkpoint by a crash or preemption in that window, and a resume from
-    `latest` fails or loads a partial state. Two saves in flight compete for the same staging memory and the same process
+    `latest` fails or loads a partial state. A load that meets a save in flight finds no
+    `.metadata` yet, or a half-written checkpoint. Two saves in flight compete for the same staging memory and the same process
     group: the second one's collectives can interleave with the first one's, and ranks that see
     them in another order hang.
 
@@ -94,12 +101,17 @@ class AsyncSaveNotWaited(Rule):
                 ctx.report(c, f"the future of `{ctx.text(c)}` is dropped: the save's errors are never seen, "
                               "and nothing waits for it before the next save or the end of the process")
                 continue
-            if not (isinstance(p, ast.Assign) and len(p.targets) == 1):
+            tgt = _target_of(c, p)
+            if isinstance(p, ast.Tuple):
+                p = parent(p)
+            if not (isinstance(p, ast.Assign) and len(p.targets) == 1) or tgt is None:
                 continue
-            k = key_of(p.targets[0])
+            k = key_of(tgt)
             if k is None:
                 continue
             uses = uses_after(sem, k, p)
+            if not k.startswith("self."):
+                _read_in_flight(ctx, an, view, c, p, k, uses)
             loop = _loop_of(p)
             if loop is not None and not k.startswith("self."):
                 # read earlier in the loop's body: the next round sees this binding
@@ -110,6 +122,7 @@ class AsyncSaveNotWaited(Rule):
                               "errors are never seen, and nothing waits for it")
                 continue
             if k.startswith("self."):
+                _read_on_self(ctx, an, view, c, p, k[5:])
                 self._kept_on_self(ctx, an, view, c, p, k[5:])
                 self._last_on_self(ctx, an, view, c, p, k[5:])
                 continue
@@ -198,6 +211,133 @@ class AsyncSaveNotWaited(Rule):
                 ctx.report(c, f"{what} is never waited: the process group is destroyed after it, "
                               "while its background write still needs the group (the checkpoint is lost or partial)")
                 return
+
+
+def _target_of(c, p):
+    """The target the value of ``c`` is bound to by ``p``: ``x = c``, or one element of a tuple
+    assignment ``x, t = c, time.time()``."""
+    if isinstance(p, ast.Assign) and len(p.targets) == 1:
+        return p.targets[0]
+    q = parent(p)
+    if isinstance(p, ast.Tuple) and isinstance(q, ast.Assign) and len(q.targets) == 1 \
+            and isinstance(q.targets[0], ast.Tuple) and len(q.targets[0].elts) == len(p.elts) \
+            and not any(isinstance(e, ast.Starred) for e in p.elts):
+        return q.targets[0].elts[[id(e) for e in p.elts].index(id(c))]
+    return None
+
+
+def _reads(an, view, c):
+    """The checkpoint read ``c`` runs: ``c`` itself for a ``dcp.load``, the ``dcp.load`` of the
+    project function it calls (in this module or another); else None."""
+    if (view.sem.call_qualname(c) or "") in DCP_LOAD:
+        return c
+    if not isinstance(c.func, (ast.Name, ast.Attribute)):
+        return None
+    try:
+        got = an.resolve_call(view, c)
+    except Exception:  # noqa: BLE001 - an unresolvable call is simply not followed
+        got = None
+    if got is None or not isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    tv, fn = got
+    return next((x for x in ast.walk(fn) if isinstance(x, ast.Call) and (tv.sem.call_qualname(x) or "") in DCP_LOAD), None)
+
+
+def _read_in_flight(ctx, an, view, c, store, k: str, uses) -> None:
+    """``k = async_save(...)`` then, later in the same function, a ``dcp.load`` (or a project helper
+    that runs one) with no use of ``k`` between them: the checkpoint is read while its write may
+    still be in flight."""
+    sem = view.sem
+    fn = sem.enclosing_function(store) or sem.tree
+    end = (store.end_lineno, store.end_col_offset)
+    for r in sem.calls:
+        if (r.lineno, r.col_offset) <= end or (sem.enclosing_function(r) or sem.tree) is not fn \
+                or any(isinstance(a, ast.ExceptHandler) for a in sem.ancestors(r)):
+            continue
+        read = _reads(an, view, r)
+        if read is None or any((u.lineno, u.col_offset) < (r.lineno, r.col_offset) for u in uses):
+            continue
+        ctx.report(r, f"`{ctx.text(r)}` reads a checkpoint while the `async_save` of line {c.lineno} may still be "
+                      f"writing it: its future `{k}` is not waited (`.result()`) before, so the load finds the "
+                      "checkpoint missing or half written; wait for the save first",
+                   related=[(c, "the async save, still in flight")])
+        return
+
+
+def _read_on_self(ctx, an, view, c, store, attr: str) -> None:
+    """``self.<attr> = async_save(...)`` in a method of a class with another method that reads a
+    checkpoint (``dcp.load``, directly or through a method of the class) without waiting
+    ``self.<attr>`` first, and a caller that calls the saving method, then the reading one on the
+    same object, with no waiting method called between them: the read meets the save in flight."""
+    fn = view.sem.enclosing_function(store)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef) or not isinstance(parent(cls), ast.Module):
+        return
+    waiters = _waiting_methods(cls, attr)
+    readers = {}
+    for m in cls.body:
+        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name not in waiters and m is not fn:
+            r = next((x for x in ast.walk(m) if isinstance(x, ast.Call) and _reads(an, view, x) is not None
+                      and (x.func.attr if isinstance(x.func, ast.Attribute) else "") not in waiters), None)
+            if r is not None:
+                readers[m.name] = (m, r)
+    if not readers:
+        return
+    seen, sites = set(), []
+    for sv, site in [*((view, s) for s in an.call_sites(view, fn)), *_other_files_calls(ctx, an, cls, fn)]:
+        if id(site) not in seen:
+            seen.add(id(site))
+            sites.append((sv, site))
+    for sv, site in sites:
+        key = key_of(site.func.value) if isinstance(site.func, ast.Attribute) else None
+        if key is None:
+            continue
+        got = _read_after(an, sv, site, key, readers, waiters, attr)
+        if got is None:
+            continue
+        m, r, call = got
+        where = "" if sv is view else f" of `{sv.path.rsplit('/', 1)[-1]}`"
+        ctx.report(r, f"`{m.name}` reads the checkpoint without waiting for the `async_save` that `{fn.name}` "
+                      f"leaves in flight in `self.{attr}`, and `{ctx.text(call) if sv is view else ast.unparse(call)}` "
+                      f"(line {call.lineno}{where}) runs after `{fn.name}` with no wait between: the load finds "
+                      "the checkpoint missing or half written; wait for the pending save first",
+                   related=[(call, "the read after the save")] if sv is view else [])
+        return
+
+
+def _read_after(an, sv, site, key: str, readers: dict, waiters: set, attr: str):
+    """(reading method, its read, the call of it) for a call ``key.<reader>(...)`` of the function of
+    ``site`` (a call of the saving method on ``key``) that runs after it (later, or in a loop holding
+    both) with no call of a waiting method on ``key`` and no wait on ``key.<attr>`` between them."""
+    sem = sv.sem
+    scope = sem.enclosing_function(site) or sem.tree
+    calls = [x for x in sem.calls if (sem.enclosing_function(x) or sem.tree) is scope]
+    at = (site.lineno, site.col_offset)
+    for r in calls:
+        f = r.func
+        if not (isinstance(f, ast.Attribute) and f.attr in readers and key_of(f.value) == key):
+            continue
+        got = an.resolve_call(sv, r)
+        if got is None or got[1] is not readers[f.attr][0]:
+            continue
+        pos = (r.lineno, r.col_offset)
+        loop = _loop_of(site)
+        if pos > at:
+            span = (at, pos)
+        elif loop is not None and contains(loop, r):
+            span = None  # the next round's read follows this round's save
+        else:
+            continue
+        def between(n):  # noqa: E306
+            return contains(loop, n) if span is None else span[0] < (n.lineno, n.col_offset) < span[1]
+        if any(between(x) and isinstance(x.func, ast.Attribute) and x.func.attr in waiters
+               and key_of(x.func.value) == key for x in calls):
+            continue
+        if any(isinstance(n, ast.Attribute) and n.attr == attr and key_of(n.value) == key and _waited(n)
+               and between(n) for n in ast.walk(scope)):
+            continue
+        return readers[f.attr][0], readers[f.attr][1], r
+    return None
 
 
 def _instance_sites(ctx, an, view, cls, fn) -> list:
