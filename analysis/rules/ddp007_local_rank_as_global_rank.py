@@ -11,6 +11,7 @@ from ..flow.rank_kinds import (
     LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
     option_strings,
 )
+from ..flow.shard_sinks import member_param_sinks, member_sink, shard_rank_sinks
 from ..flow.testing import in_test_suite, is_test_file
 
 
@@ -77,16 +78,23 @@ class LocalRankAsGlobalRank(Rule):
         if in_test_suite(ctx.filename, an):
             return  # (a script beside them, likewise)
         found = []
-        for val, node, what in global_rank_sinks(view):
+        for val, node, what in (*global_rank_sinks(view), *shard_rank_sinks(an, view)):
+            if member_sink(an, view, val) is not None:
+                continue  # a class's member: what its builder gives it is reported where it is built
             kind, w = rank_kind_of(an, view, val, node)
             if kind == LOCAL:
                 found.append((node, what, w, None))
         for c in ctx.sem.calls:
             target = an.resolve_call(view, c)
-            if target is None or target[0] is view:
-                continue  # a helper of this module: its own sink follows the argument back here
+            if target is None:
+                continue
             tv, tfn = target
-            sinks = rank_param_sinks(an, tv, tfn)
+            if tv is view:
+                # a helper of this module: its own sink follows the argument back here; a class whose
+                # member shards the data is reported where it is built
+                sinks = member_param_sinks(an, tv, tfn)
+            else:
+                sinks = rank_param_sinks(an, tv, tfn)
             if not sinks:
                 continue
             for pname, a in call_args(c, tfn):
@@ -114,12 +122,17 @@ class LocalRankAsGlobalRank(Rule):
                 pname, (sv, snode, _what) = through
                 via = f" through the helper's parameter `{pname}` ({_where(ctx, view, here, sv, snode, text=False)})"
                 related.append(("file", sv.path, _range(sv, snode), "the helper passes it on here"))
+            sv, snode = (through[1][0], through[1][1]) if through is not None else (view, node)
+            if any(n is snode for _v, n, _w in shard_rank_sinks(an, sv)):
+                why = ("the processes with the same local rank on every node read the same shard of the data "
+                       "(the data is duplicated and the other shards are never read)")
+            else:
+                why = ("its processes claim the same ranks as the first node's (two rank 0s: the rendezvous "
+                       "fails or hangs)")
             ctx.report(
                 node,
-                f"the local rank ({src}) is given as the global rank to {what}{via}: on a second node its "
-                f"processes claim the same ranks as the first node's (two rank 0s: the rendezvous fails or "
-                f"hangs). Use the global rank (`RANK`, `dist.get_rank()`, or `node_rank * gpus_per_node + "
-                f"local_rank`)",
+                f"the local rank ({src}) is given as the global rank to {what}{via}: on a second node {why}. "
+                f"Use the global rank (`RANK`, `dist.get_rank()`, or `node_rank * gpus_per_node + local_rank`)",
                 related=related,
             )
 
