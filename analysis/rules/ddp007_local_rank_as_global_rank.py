@@ -6,6 +6,7 @@ import os
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..flow.calls import call_args
+from ..semantic import parent
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
     LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
@@ -23,6 +24,14 @@ class LocalRankAsGlobalRank(Rule):
     ...` (or `setdefault`), and a parameter of a project helper, in this module or another one,
     that the helper passes on to one of those (`setup(rank=local_rank)` with `def setup(rank):
     dist.init_process_group(..., rank=rank)`).
+
+    The index of this process's shard of the data is such a place too (`flow.shard_sinks`):
+    `DistributedSampler(rank=...)`, the offset of a strided slice `items[r::n]` or of
+    `range(r, end, n)`, unless the stride is known to count one node's processes
+    (`LOCAL_WORLD_SIZE`, `torch.cuda.device_count()`: each node then reads everything). A class
+    that strides by an attribute it only sets from a parameter of its `__init__` (a project batch
+    sampler's `self.rank`) is reported where it is built with the local rank, in this module or
+    another one, not in the class.
 
     The kind of a value is read from where it comes from, never from its name: the local rank is
     the environment's `LOCAL_RANK` / `SLURM_LOCALID` / `OMPI_COMM_WORLD_LOCAL_RANK`,
@@ -43,7 +52,9 @@ class LocalRankAsGlobalRank(Rule):
     On one node the local rank equals the global rank, so the script works. On two nodes every
     node's processes claim ranks `0..nproc-1`: two processes join as rank 0, the rendezvous
     rejects or hangs (`RuntimeError: ... rank 0 already joined`, or a timeout), or the ranks of the
-    second node silently duplicate the first node's shards.
+    second node silently duplicate the first node's shards: a sampler given the local rank hands
+    the processes with the same local rank on every node the same batches, and the shards of the
+    higher ranks are never read.
 
     ## Example
     ```python
@@ -101,7 +112,8 @@ class LocalRankAsGlobalRank(Rule):
                 if pname in sinks:
                     kind, w = rank_kind_of(an, view, a, c)
                     if kind == LOCAL:
-                        found.append((c, sinks[pname][2], w, (pname, sinks[pname])))
+                        owner = parent(tfn) if tfn.name == "__init__" else tfn
+                        found.append((c, sinks[pname][2], w, (pname, sinks[pname], owner)))
                         break
         if not found:
             return
@@ -119,10 +131,11 @@ class LocalRankAsGlobalRank(Rule):
             elif wv is not view:
                 related.append(("file", wv.path, _range(wv, wnode), "the local rank comes from here"))
             if through is not None:
-                pname, (sv, snode, _what) = through
-                via = f" through the helper's parameter `{pname}` ({_where(ctx, view, here, sv, snode, text=False)})"
+                pname, (sv, snode, _what), _owner = through
+                whose = "the class's" if isinstance(through[2], ast.ClassDef) else "the helper's"
+                via = f" through {whose} parameter `{pname}` ({_where(ctx, view, here, sv, snode, text=False)})"
                 related.append(("file", sv.path, _range(sv, snode), "the helper passes it on here"))
-            sv, snode = (through[1][0], through[1][1]) if through is not None else (view, node)
+            sv, snode = through[1][:2] if through is not None else (view, node)
             if any(n is snode for _v, n, _w in shard_rank_sinks(an, sv)):
                 why = ("the processes with the same local rank on every node read the same shard of the data "
                        "(the data is duplicated and the other shards are never read)")

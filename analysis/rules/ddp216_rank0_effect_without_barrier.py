@@ -43,6 +43,9 @@ class Rank0EffectWithoutBarrier(Rule):
     path with no synchronising call before its `return` (`flow.fs_returns.main_only_returns`, also
     through `return other_helper(...)`), when this function reads the returned value (the call's
     result bound to a name, also in a tuple assignment) on every rank with no barrier in between.
+    When that helper and its main-rank block are in the checked file, the finding is on the
+    helper's `return` (where the other ranks leave with the path at once, and where the barrier
+    goes for every caller), once however many callers read the path; otherwise on the read.
     Or it sits in a project function this function runs on every rank and that returns with no
     synchronising call after its main-rank block (`flow.fs_returns.main_only_effects`:
     `prepare_data(cfg["root"])` that downloads under `if is_main_process():`), when this function
