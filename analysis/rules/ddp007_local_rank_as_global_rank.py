@@ -89,8 +89,9 @@ class LocalRankAsGlobalRank(Rule):
         if in_test_suite(ctx.filename, an):
             return  # (a script beside them, likewise)
         found = []
-        for val, node, what in (*global_rank_sinks(view), *shard_rank_sinks(an, view)):
-            if member_sink(an, view, val) is not None:
+        shards = shard_rank_sinks(an, view)
+        for val, node, what in (*global_rank_sinks(view), *shards):
+            if any(s[1] is node for s in shards) and member_sink(an, view, val) is not None:
                 continue  # a class's member: what its builder gives it is reported where it is built
             kind, w = rank_kind_of(an, view, val, node)
             if kind == LOCAL:
