@@ -360,7 +360,7 @@ def global_rank_sinks(view) -> list:
     return out
 
 
-def _bare_param(view, fn, expr) -> str | None:
+def bare_param(view, fn, expr) -> str | None:
     """The parameter of ``fn`` that ``expr`` is as it stands (through ``int()`` / ``str()``)."""
     from ..semantic import FUNC_TYPES
     from .bindings import reaching
@@ -390,7 +390,7 @@ def rank_param_sinks(hub, view, fn, depth: int = 0) -> dict:
     """parameter name -> (view, node, what) for each parameter of ``fn`` that reaches, as it
     stands, a place that takes the global rank (``global_rank_sinks``), in ``fn`` itself or through
     a project helper it passes the parameter to (a few calls deep, across modules)."""
-    return param_sinks(hub, view, fn, global_rank_sinks, depth)
+    return param_sinks(hub, view, fn, global_rank_sinks, depth, shards=True)
 
 
 def device_param_sinks(hub, view, fn, depth: int = 0) -> dict:
@@ -398,21 +398,27 @@ def device_param_sinks(hub, view, fn, depth: int = 0) -> dict:
     return param_sinks(hub, view, fn, device_sinks, depth)
 
 
-def param_sinks(hub, view, fn, sinks_of, depth: int = 0) -> dict:
+def param_sinks(hub, view, fn, sinks_of, depth: int = 0, shards: bool = False) -> dict:
     """parameter name -> (view, node, what) for each parameter of ``fn`` that reaches, as it
     stands (through ``int()`` / ``str()``), one of ``sinks_of(view)`` in ``fn`` itself or through a
-    project helper it passes the parameter to (a few calls deep, across modules)."""
+    project helper it passes the parameter to (a few calls deep, across modules). ``shards``: also
+    the data-shard indexes (``shard_sinks``), those a class's members read included."""
     # per check (on the hub): the answer names nodes of other modules
     memo = hub.__dict__.setdefault("_rank_param_sinks", {})
-    key = (id(view), id(fn), sinks_of.__name__, depth)
+    key = (id(view), id(fn), sinks_of.__name__, depth, shards)
     if key in memo:
         return memo[key]
     memo[key] = {}
     out: dict = {}
     sem = view.sem
-    for val, node, what in sinks_of(view):  # ``node`` may be in another method (``self.cfg.x``)
+    direct = sinks_of(view)
+    if shards:
+        from .shard_sinks import member_param_sinks, shard_rank_sinks
+        direct = [*direct, *shard_rank_sinks(hub, view)]
+        out.update(member_param_sinks(hub, view, fn))
+    for val, node, what in direct:  # ``node`` may be in another method (``self.cfg.x``)
         if sem.enclosing_function(val) is fn:
-            p = _bare_param(view, fn, val)
+            p = bare_param(view, fn, val)
             if p is not None:
                 out.setdefault(p, (view, node, what))
     if depth < 3:
@@ -422,12 +428,12 @@ def param_sinks(hub, view, fn, sinks_of, depth: int = 0) -> dict:
             if target is None:
                 continue
             tv, tfn = target
-            inner = param_sinks(hub, tv, tfn, sinks_of, depth + 1)
+            inner = param_sinks(hub, tv, tfn, sinks_of, depth + 1, shards)
             if not inner:
                 continue
             for pname, a in call_args(c, tfn):
                 if pname in inner:
-                    p = _bare_param(view, fn, a)
+                    p = bare_param(view, fn, a)
                     if p is not None:
                         out.setdefault(p, inner[pname])
     memo[key] = out

@@ -7,11 +7,13 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ..flow.calls import call_args
 from ..flow.process_entries import starts_group_processes
+from ..semantic import parent
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
     LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
     option_strings,
 )
+from ..flow.shard_sinks import member_param_sinks, member_sink, shard_rank_sinks
 from ..flow.testing import in_test_suite, is_test_file
 
 
@@ -23,6 +25,14 @@ class LocalRankAsGlobalRank(Rule):
     ...` (or `setdefault`), and a parameter of a project helper, in this module or another one,
     that the helper passes on to one of those (`setup(rank=local_rank)` with `def setup(rank):
     dist.init_process_group(..., rank=rank)`).
+
+    The index of this process's shard of the data is such a place too (`flow.shard_sinks`):
+    `DistributedSampler(rank=...)`, the offset of a strided slice `items[r::n]` or of
+    `range(r, end, n)`, unless the stride is known to count one node's processes
+    (`LOCAL_WORLD_SIZE`, `torch.cuda.device_count()`: each node then reads everything). A class
+    that strides by an attribute it only sets from a parameter of its `__init__` (a project batch
+    sampler's `self.rank`) is reported where it is built with the local rank, in this module or
+    another one, not in the class.
 
     The kind of a value is read from where it comes from, never from its name: the local rank is
     the environment's `LOCAL_RANK` / `SLURM_LOCALID` / `OMPI_COMM_WORLD_LOCAL_RANK`,
@@ -43,7 +53,9 @@ class LocalRankAsGlobalRank(Rule):
     On one node the local rank equals the global rank, so the script works. On two nodes every
     node's processes claim ranks `0..nproc-1`: two processes join as rank 0, the rendezvous
     rejects or hangs (`RuntimeError: ... rank 0 already joined`, or a timeout), or the ranks of the
-    second node silently duplicate the first node's shards.
+    second node silently duplicate the first node's shards: a sampler given the local rank hands
+    the processes with the same local rank on every node the same batches, and the shards of the
+    higher ranks are never read.
 
     ## Example
     ```python
@@ -78,23 +90,32 @@ class LocalRankAsGlobalRank(Rule):
         if in_test_suite(ctx.filename, an):
             return  # (a script beside them, likewise)
         found = []
-        for val, node, what in global_rank_sinks(view):
+        shards = shard_rank_sinks(an, view)
+        for val, node, what in (*global_rank_sinks(view), *shards):
+            if any(s[1] is node for s in shards) and member_sink(an, view, val) is not None:
+                continue  # a class's member: what its builder gives it is reported where it is built
             kind, w = rank_kind_of(an, view, val, node)
             if kind == LOCAL:
                 found.append((node, what, w, None))
         for c in ctx.sem.calls:
             target = an.resolve_call(view, c)
-            if target is None or target[0] is view:
-                continue  # a helper of this module: its own sink follows the argument back here
+            if target is None:
+                continue
             tv, tfn = target
-            sinks = rank_param_sinks(an, tv, tfn)
+            if tv is view:
+                # a helper of this module: its own sink follows the argument back here; a class whose
+                # member shards the data is reported where it is built
+                sinks = member_param_sinks(an, tv, tfn)
+            else:
+                sinks = rank_param_sinks(an, tv, tfn)
             if not sinks:
                 continue
             for pname, a in call_args(c, tfn):
                 if pname in sinks:
                     kind, w = rank_kind_of(an, view, a, c)
                     if kind == LOCAL:
-                        found.append((c, sinks[pname][2], w, (pname, sinks[pname])))
+                        owner = parent(tfn) if tfn.name == "__init__" else tfn
+                        found.append((c, sinks[pname][2], w, (pname, sinks[pname], owner)))
                         break
         if not found:
             return
@@ -113,15 +134,21 @@ class LocalRankAsGlobalRank(Rule):
             elif wv is not view:
                 related.append(("file", wv.path, _range(wv, wnode), "the local rank comes from here"))
             if through is not None:
-                pname, (sv, snode, _what) = through
-                via = f" through the helper's parameter `{pname}` ({_where(ctx, view, here, sv, snode, text=False)})"
+                pname, (sv, snode, _what), _owner = through
+                whose = "the class's" if isinstance(through[2], ast.ClassDef) else "the helper's"
+                via = f" through {whose} parameter `{pname}` ({_where(ctx, view, here, sv, snode, text=False)})"
                 related.append(("file", sv.path, _range(sv, snode), "the helper passes it on here"))
+            sv, snode = through[1][:2] if through is not None else (view, node)
+            if any(n is snode for _v, n, _w in shard_rank_sinks(an, sv)):
+                why = ("the processes with the same local rank on every node read the same shard of the data "
+                       "(the data is duplicated and the other shards are never read)")
+            else:
+                why = ("its processes claim the same ranks as the first node's (two rank 0s: the rendezvous "
+                       "fails or hangs)")
             ctx.report(
                 node,
-                f"the local rank ({src}) is given as the global rank to {what}{via}: on a second node its "
-                f"processes claim the same ranks as the first node's (two rank 0s: the rendezvous fails or "
-                f"hangs). Use the global rank (`RANK`, `dist.get_rank()`, or `node_rank * gpus_per_node + "
-                f"local_rank`)",
+                f"the local rank ({src}) is given as the global rank to {what}{via}: on a second node {why}. "
+                f"Use the global rank (`RANK`, `dist.get_rank()`, or `node_rank * gpus_per_node + local_rank`)",
                 related=related,
             )
 

@@ -43,6 +43,9 @@ class Rank0EffectWithoutBarrier(Rule):
     path with no synchronising call before its `return` (`flow.fs_returns.main_only_returns`, also
     through `return other_helper(...)`), when this function reads the returned value (the call's
     result bound to a name, also in a tuple assignment) on every rank with no barrier in between.
+    When that helper and its main-rank block are in the checked file, the finding is on the
+    helper's `return` (where the other ranks leave with the path at once, and where the barrier
+    goes for every caller), once however many callers read the path; otherwise on the read.
     Or it sits in a project function this function runs on every rank and that returns with no
     synchronising call after its main-rank block (`flow.fs_returns.main_only_effects`:
     `prepare_data(cfg["root"])` that downloads under `if is_main_process():`), when this function
@@ -194,6 +197,7 @@ class Rank0EffectWithoutBarrier(Rule):
 
         sem = ctx.sem
         tried: dict = {}
+        reported = ctx.__dict__.setdefault("_ddp216_returns", set())
         for r in calls:
             # a call handed a value some call of this scope returned: ``torch.load(ckpt)`` after
             # ``ckpt = fetch(url)``, ``load_weights(fetch(url))``
@@ -223,7 +227,7 @@ class Rank0EffectWithoutBarrier(Rule):
                             and rank_guard(ctx, c) is None:
                         target = resolve(an, an.main, c)
                         if target is not None and target[1] is not sem.enclosing_function(c):
-                            got = main_only_returns(an, *target)
+                            got = [(*x, target[0]) for x in main_only_returns(an, *target)]
                     tried[id(c)] = got
                 got = tried[id(c)]
                 if not got or (_pos(r) <= (c.end_lineno, c.end_col_offset) and c not in made_inline) \
@@ -238,20 +242,39 @@ class Rank0EffectWithoutBarrier(Rule):
                         break
                 if use is None or synchronised_between(an, an.main, scope, c, r) is not None or _group_less(ctx, an, r):
                     continue
-                e, g, _ret, gview = got[0]
-                self._report_returned(ctx, c, e, g, r, use, gview)
+                e, g, ret, gview, rview = got[0]
                 tried[id(c)] = []  # once per producing call
+                here = rview is an.main and gview is an.main  # the helper and its main-rank block are in this file
+                if here:
+                    if id(ret) in reported:
+                        continue  # the helper's ``return`` is reported once, whatever calls it
+                    reported.add(id(ret))
+                self._report_returned(ctx, c, e, g, r, use, gview, ret if here else None)
         return an
 
-    def _report_returned(self, ctx, c, e, g, r, use, gview) -> None:
+    def _report_returned(self, ctx, c, e, g, r, use, gview, ret) -> None:
         from ..flow.findings import node_related
 
         what = _WORDS.get(e.kind, "writes")
         name = ctx.text(c.func)
+        test = ast.unparse(g.test)
+        if ret is not None:
+            # the helper is in this file: the fault is its ``return``, where the other ranks leave with
+            # the path at once (its fix, a barrier before it, serves every caller)
+            ctx.report(
+                ret,
+                f"`{name}(...)` returns the path on every rank, but only the main rank {what} it (under "
+                f"`if {test}:`), with no barrier before the `return`: the other ranks return at once and "
+                f"`{ctx.text(r.func)}(...)` (line {r.lineno}) {use} a missing or half-written file; call "
+                "`dist.barrier()` after the guarded block, before returning",
+                related=[node_related(ctx, gview.path, g.test, "main-rank test in the helper"),
+                         (r, f"every rank {use} the returned path here")],
+            )
+            return
         ctx.report(
             r,
             f"`{ctx.text(r.func)}(...)` runs on every rank and {use} the path that `{name}(...)` returns, "
-            f"which only the main rank {what} inside it (under `if {ast.unparse(g.test)}:`), with no barrier "
+            f"which only the main rank {what} inside it (under `if {test}:`), with no barrier "
             "before it returns: the other ranks get a missing or half-written file; call `dist.barrier()` "
             "after the guarded block",
             related=[(c, "the path comes from here"),
