@@ -55,6 +55,10 @@ def project_target(hub, view, c: ast.Call, instances: bool = False):
     leaves = origins(hub, view, f.value, c)
     found = None
     for lv, e in leaves[:8]:
+        if isinstance(e, ast.Name):
+            # an object that another module of the project builds at its top level and this one
+            # imports by name (``from .context import ctx``)
+            lv, e = _module_global(hub, lv, e.id) or (lv, e)
         if not isinstance(e, ast.Call):
             return None
         ctor = hub.resolve_call(lv, e) or resolve(hub, lv, e)
@@ -63,6 +67,22 @@ def project_target(hub, view, c: ast.Call, instances: bool = False):
             return None
         found = (ctor[0], cls)
     return own_method(*found, f.attr) if found is not None else None
+
+
+def _module_global(hub, view, name: str):
+    """(view, value) of the one top-level assignment of the name ``name`` that ``view`` imports
+    from another module of the project (``from .context import ctx``); None otherwise."""
+    imp = view.imports.get(name)
+    if imp is None or not imp[2]:
+        return None
+    v2 = hub.module_view(view, imp[0], imp[1])
+    if v2 is None or v2 is view:
+        return None
+    found = [st for st in v2.sem.tree.body if isinstance(st, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == imp[2] for t in st.targets)]
+    if len(found) != 1 or len(found[0].targets) != 1:
+        return None
+    return v2, found[0].value
 
 
 def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False) -> list:

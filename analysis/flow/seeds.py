@@ -122,6 +122,11 @@ def _callee(hub, view, c, depth):
     if depth >= _MAX_DEPTH or not isinstance(c.func, (ast.Name, ast.Attribute)):
         return None
     target = hub.resolve_call(view, c)
+    if target is None and isinstance(c.func, ast.Attribute):
+        # a method of an instance of a project class (``ctx.set_seed(s)`` on a module's shared
+        # context object, imported), as the receiver's origins show it
+        from .call_sites import project_target  # lazy: call_sites imports this module's neighbours
+        target = project_target(hub, view, c, instances=True)
     if target is None or not isinstance(target[1], FUNC_TYPES):
         return None
     return target
