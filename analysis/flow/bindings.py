@@ -104,6 +104,16 @@ def _dominates_up(ev: ast.AST, up: dict, scope: ast.AST) -> bool:
     return False
 
 
+def _both_branches(ev: ast.AST, before: list, up: dict, scope: ast.AST) -> bool:
+    """``ev`` is a statement directly in the ``orelse`` of an ``if`` (not around the use) whose
+    ``body`` also holds a binding of the name directly (``if c: x = a`` / ``else: x = b``), and that
+    ``if`` dominates the use (``_dominates_up``): every path rebinds the name there."""
+    st = getattr(ev, "_p", None)
+    if not isinstance(ev, ast.stmt) or st.__class__ is not ast.If or ev not in st.orelse or id(st) in up:
+        return False
+    return any(b in st.body for b in before) and _dominates_up(st, up, scope)
+
+
 def reaching(view, name: str, at: ast.AST):
     """("param", fn) | ("events", [binding nodes]) | ("global", [module bindings]) | ("none", None).
 
@@ -220,6 +230,9 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
     for i in range(len(before) - 1, -1, -1):
         if _dominates_up(before[i], up, scope):
             dom = i
+            break
+        if _both_branches(before[i], before, up, scope):  # from the first binding in that ``if``
+            dom = next(k for k, b in enumerate(before) if getattr(b, "_p", None) is before[i]._p)
             break
     for n in loops:
         # a binding inside the loop that dominates the use (a ``for`` target, an assignment

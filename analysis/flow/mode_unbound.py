@@ -345,6 +345,8 @@ def _any_mode(ctx, test, scope, hub) -> bool:
     """A test on the distributed mode, the group or the rank, in any spelling."""
     if single_run_side(ctx, test, scope, 0, hub) is not None or harmless(ctx.sem, test) or mode_test(ctx.sem, test):
         return True
+    if _sentinel_test(ctx, test, scope, hub):
+        return True
     try:
         return rank_test(ctx, test, scope) is not None
     except Exception:  # noqa: BLE001 - a query that cannot answer says nothing
@@ -355,3 +357,60 @@ def _leaves_on_mode(ctx, st, scope, hub) -> bool:
     """``if world_size == 1: return``: a test on the mode (or the rank) with a branch that leaves."""
     return isinstance(st, ast.If) and (_ends(ctx.sem, st.body) or _ends(ctx.sem, st.orelse)) \
         and _any_mode(ctx, st.test, scope, hub)
+
+
+def _sentinel_test(ctx, test, scope, hub) -> bool:
+    """``v != c`` / ``v == c`` (``is``, ``is not``) of a local ``v`` against a constant ``c`` it is
+    set to outside the distributed branches only: every binding of ``v`` in the scope is ``v = c``
+    or sits in the branch of an ``if`` that a single-process run does not take (``tp_dim = -1``,
+    then ``if distributed: tp_dim = meta.dim``), at least one the latter. A single-process run
+    always sees ``c`` there, so the test decides by the mode."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))):
+        return False
+    a, b = test.left, test.comparators[0]
+    if _const(a) is not None:
+        a, b = b, a
+    c = _const(b)
+    if not isinstance(a, ast.Name) or c is None or isinstance(scope, ast.Module) \
+            or a.id in param_names(scope) or a.id in global_names(scope):
+        return False
+    in_mode = 0
+    for st in ctx.sem.assignments(scope).get(a.id, ()):
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                and _const(st.value) == c:
+            continue
+        if not _distributed_only(ctx, st, scope, hub):
+            return False
+        in_mode += 1
+    return in_mode > 0
+
+
+def _distributed_only(ctx, node, scope, hub) -> bool:
+    """``node`` sits in the branch of an ``if`` that a single-process run does not take."""
+    return _mode_branch(ctx, node, scope, hub, False)
+
+
+def single_run_only(ctx, node, scope, hub=None) -> bool:
+    """``node`` sits in the branch of an ``if`` on the distributed mode that a single-process run
+    takes and a distributed run does not (``if distributed: ... else: node``)."""
+    return _mode_branch(ctx, node, scope, hub, True)
+
+
+def _mode_branch(ctx, node, scope, hub, single: bool) -> bool:
+    child, p = node, parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, ast.If) and child is not p.test:
+            side = single_run_side(ctx, p.test, scope, 0, hub)
+            if side is not None and (side == ("body" if child in p.body else "orelse")) is single:
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+def _const(e):
+    """(type, value) of a constant (``-1`` included), else None."""
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and isinstance(e.operand, ast.Constant) \
+            and type(e.operand.value) in (int, float):
+        return type(e.operand.value), -e.operand.value
+    return (type(e.value), e.value) if isinstance(e, ast.Constant) else None

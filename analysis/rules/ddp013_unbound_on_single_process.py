@@ -23,7 +23,9 @@ class UnboundOnSingleProcess(Rule):
     by a loop, a `with`, an `except`, an import), declared `nonlocal`, deleted, or a parameter is
     left alone, as is a name declared `global` that the module also binds outside the function
     (one it binds nowhere else is reported: `NameError`). So is a read under a test on the
-    distributed mode, the process group or the rank (the same condition in any spelling), a read
+    distributed mode, the process group or the rank (the same condition in any spelling, or a
+    test of a local against the constant it holds except where a distributed-only branch changes
+    it: `cut = -1`, `if distributed: cut = meta.axis`, then `if cut != -1:`), a read
     in a `try` with handlers or in a nested function, a read after a test on the distributed mode
     that leaves (`if world_size == 1: return`), and an `if` inside a loop or a `try`.
 

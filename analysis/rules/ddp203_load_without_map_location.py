@@ -9,6 +9,7 @@ from ..registry import Rule
 from ..flow.devices import device_in_scope
 from ..flow.models import LAUNCH_TEXT, is_distributed_script
 from ..flow.mentions import mentions, names_string
+from ..flow.mode_unbound import single_run_only
 from ..flow.rank import rank0_guarded
 from ..flow.rank_tests import RANK_NEEDLES
 from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE, TENSOR_COLLECTIVES,
@@ -95,7 +96,10 @@ class LoadWithoutMapLocation(Rule):
     project's own calls of the function show where it runs and none of them runs it on every rank
     (each behind a main-rank test, or in a script that never starts a process group), it is not
     reported; for a method, the project's constructions of its class show it too (an instance
-    exists only where the class is built: `gen = Generator(...)` in a one-process sampling script). A mapped load in *another* function of the module is not a reason, nor is a module
+    exists only where the class is built: `gen = Generator(...)` in a one-process sampling script).
+    A method that its class calls only behind a main-rank test, or only in the branch of a test on
+    the distributed mode that a single-process run takes (`if distributed: self.save_shared()`
+    / `else: self.save_best()`), is not reported either. A mapped load in *another* function of the module is not a reason, nor is a module
     that merely calls `torch.distributed`. `torch.hub.load_state_dict_from_url` and
     `torch.utils.model_zoo.load_url` without `map_location` are reported on reasons 1 and 2 only
     (weights published on a hub are usually saved from the CPU).
@@ -710,6 +714,8 @@ def _method_guarded(ctx, node: ast.AST, depth: int) -> bool | None:
     results = []
     for site in sites:
         r = rank0_guarded(ctx, site)
+        if r is not True and single_run_only(ctx, site, sem.enclosing_function(site) or sem.tree):
+            r = True  # ``if distributed: ... else: self.save(...)``: a single-process run only
         if r is None:
             r = _method_guarded(ctx, site, depth + 1)
         results.append(r)

@@ -23,7 +23,9 @@ class ReplicatedSettingFromLocalValue(Rule):
 
     - `scheduler.step(metric)` of a `torch.optim.lr_scheduler.ReduceLROnPlateau`, where `metric`
       is computed from this rank's own data (a validation loss over this rank's shard, returned
-      by a helper of this file or another module, unpacked from a tuple, accumulated in a loop);
+      by a helper of this file or another module, unpacked from a tuple, accumulated in a loop;
+      not the `compute()` of a `torchmetrics` metric, which gathers its state over the group
+      unless built with `sync_on_compute=False`);
     - a store of a value computed from this rank's data into a parameter group's `"lr"` (`for g in
       opt.param_groups: g["lr"] = ...`, `opt.param_groups[0]["lr"] = ...`).
 

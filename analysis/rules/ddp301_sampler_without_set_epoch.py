@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from ..model import Applicability, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
-from ..flow.helper_calls import calls_named
+from ..flow.helper_calls import bind_args, calls_named
 from ._common import other_call_sites
 from ._loader import (DIST_SAMPLER, dataloaders, is_loader_call, in_eval_function, is_eval_name, is_true, loader_sampler,
                       may_be_none, target_name)
@@ -44,8 +44,11 @@ class SamplerWithoutSetEpoch(Rule):
     or warns); no fix is offered then. Then no module on the way may call `set_epoch`. Once the value flow has found the shuffling sampler, a
     name heuristic skips evaluation: loaders named like evaluation loaders (`val_loader`,
     `test_sampler`...) and loops in functions whose name starts with an evaluation word
-    (`evaluate`, `test_...`), as are loops that hand the loader and the epoch to a function from
-    another module, which may call `set_epoch` itself.
+    (`evaluate`, `test_...`). A sampler built anew in each round of the loop with a seed that
+    reads the round's loop variable (`seed=base + epoch`, also through a parameter of the helper
+    the loop calls to build it) draws another order each round and is left alone too, as are
+    loops that hand the loader and the epoch to a function from another module, which may call
+    `set_epoch` itself.
 
     A loop counted in steps rather than epochs loses the same way when its rounds restart the
     loader's iterator: `except StopIteration: it = iter(loader)` in its body, or an endless-loader
@@ -154,7 +157,7 @@ class SamplerWithoutSetEpoch(Rule):
                     continue
                 scope = ctx.sem.scope_of(ld)
                 for loop, use in _epoch_loops(ctx, l_name, scope, ld, fors):
-                    if id(loop) in reported or _handed_off(ctx, use, loop):
+                    if id(loop) in reported or _handed_off(ctx, use, loop) or _reseeded(s, loop):
                         continue
                     reported.add(id(loop))
                     ref = s_name if s_name else f"{l_name}.sampler"
@@ -276,6 +279,8 @@ class SamplerWithoutSetEpoch(Rule):
                     if got is None:
                         continue
                 lv, ld, sv, sc, s_arg, maybe_none = got
+                if sv is main and isinstance(sc, ast.Call) and _reseeded(sc, loop):
+                    continue
                 if any(_calls_set_epoch(v.sem, v.text) for v in {id(v): v for v in (*p.chain, lv, sv)}.values()):
                     continue
                 reported.add(id(loop))
@@ -338,7 +343,7 @@ class SamplerWithoutSetEpoch(Rule):
                 continue
             scope = ctx.sem.scope_of(st)
             for loop, use in _epoch_loops(ctx, l_name, scope, st, fors):
-                if id(loop) in reported or _handed_off(ctx, use, loop):
+                if id(loop) in reported or _handed_off(ctx, use, loop) or _reseeded(helper_sampler, loop):
                     continue
                 reported.add(id(loop))
                 ref = s_name if s_name else f"{l_name}.sampler"
@@ -483,6 +488,37 @@ def _handed_off(ctx, use: ast.AST, loop) -> bool:
         ep = loop.target.id
         return any(isinstance(a, ast.Name) and a.id == ep for a in (*call.args, *(k.value for k in call.keywords)))
     return True
+
+
+def _reseeded(sampler: ast.Call, loop) -> bool:
+    """The sampler is built anew in each round of ``loop`` with a seed that reads a name the loop
+    (or a loop inside it around the sampler) binds as its target (``seed=base + epoch``), there or
+    through a parameter of the function that builds it, called in the loop with such an argument
+    (``self._fresh(epoch)``): each round's sampler draws another order, and ``set_epoch`` has
+    nothing to add."""
+    seed = get_arg(sampler, 4, "seed")
+    return seed is not None and _reads_round(seed, sampler, loop, 0)
+
+
+def _reads_round(expr, at, loop, depth: int) -> bool:
+    reads = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    n = parent(at)
+    while n is not None:
+        if isinstance(n, (ast.For, ast.AsyncFor)) and reads & {t.id for t in ast.walk(n.target)
+                                                               if isinstance(t, ast.Name)}:
+            return True
+        if n is loop:
+            return False
+        if isinstance(n, FUNC_TYPES):
+            params = reads & {a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)}
+            calls = [c for c in ast.walk(loop) if isinstance(c, ast.Call) and (
+                c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", None)) == n.name]
+            if depth or not params or not calls:
+                return False
+            return all(any(_reads_round(a, c, loop, 1) for k, a in bind_args(c, n).items() if k in params)
+                       for c in calls)
+        n = parent(n)
+    return False
 
 
 def _sampler_name(call: ast.Call) -> str | None:
