@@ -430,6 +430,13 @@ class Analysis(Summaries):
 
         return sharded_loader(self, view, name)
 
+    def synced_metric(self, view, recv: ast.AST, at: ast.AST) -> bool:
+        """``recv`` holds a torchmetrics metric whose ``compute()`` gathers across ranks
+        (``metric_sync.synced_metric``; asked by the evaluator through the hub)."""
+        from .metric_sync import synced_metric  # lazy: it reads origins
+
+        return synced_metric(self, view, recv, at)
+
     def dict_has_key(self, view, x: ast.AST, key: str) -> bool:
         """Whether ``x`` holds a dict that always has ``key`` (``dict_keys``; asked by the
         evaluator for ``"key" in x``, through the hub: dict_keys reads origins)."""

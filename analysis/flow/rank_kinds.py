@@ -386,19 +386,12 @@ def device_sinks(view) -> list:
     return out
 
 
-def rank_param_sinks(hub, view, fn, depth: int = 0) -> dict:
-    """parameter name -> (view, node, what) for each parameter of ``fn`` that reaches, as it
-    stands, a place that takes the global rank (``global_rank_sinks``), in ``fn`` itself or through
-    a project helper it passes the parameter to (a few calls deep, across modules)."""
-    return param_sinks(hub, view, fn, global_rank_sinks, depth, shards=True)
-
-
 def device_param_sinks(hub, view, fn, depth: int = 0) -> dict:
     """``rank_param_sinks`` for the places that take a CUDA device index (``device_sinks``)."""
     return param_sinks(hub, view, fn, device_sinks, depth)
 
 
-def param_sinks(hub, view, fn, sinks_of, depth: int = 0, shards: bool = False) -> dict:
+def param_sinks(hub, view, fn, sinks_of, depth: int = 0, shards=None) -> dict:
     """parameter name -> (view, node, what) for each parameter of ``fn`` that reaches, as it
     stands (through ``int()`` / ``str()``), one of ``sinks_of(view)`` in ``fn`` itself or through a
     project helper it passes the parameter to (a few calls deep, across modules). ``shards``: also
@@ -412,8 +405,8 @@ def param_sinks(hub, view, fn, sinks_of, depth: int = 0, shards: bool = False) -
     out: dict = {}
     sem = view.sem
     direct = sinks_of(view)
-    if shards:
-        from .shard_sinks import member_param_sinks, shard_rank_sinks
+    if shards:  # (the data-shard sinks, the class-member sinks): ``shard_sinks.rank_param_sinks``
+        shard_rank_sinks, member_param_sinks = shards
         direct = [*direct, *shard_rank_sinks(hub, view)]
         out.update(member_param_sinks(hub, view, fn))
     for val, node, what in direct:  # ``node`` may be in another method (``self.cfg.x``)

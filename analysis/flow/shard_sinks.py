@@ -108,3 +108,13 @@ def member_param_sinks(hub, view, fn) -> dict:
         if got is not None and got[0] is fn:
             out.setdefault(got[1], (view, node, what))
     return out
+
+
+def rank_param_sinks(hub, view, fn, depth: int = 0) -> dict:
+    """parameter name -> (view, node, what) for each parameter of ``fn`` that reaches, as it
+    stands, a place that takes the global rank (``rank_kinds.global_rank_sinks``, and the data-shard
+    indexes of this module), in ``fn`` itself or through a project helper it passes the parameter to
+    (a few calls deep, across modules)."""
+    from .rank_kinds import global_rank_sinks, param_sinks
+
+    return param_sinks(hub, view, fn, global_rank_sinks, depth, shards=(shard_rank_sinks, member_param_sinks))

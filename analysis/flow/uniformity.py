@@ -32,7 +32,6 @@ from .bindings import comp_binder, reaching, searches_rank, target_path
 from .selections import comprehension_value, filtered, picks_element, subscript_value, yielded
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
-from .reductions import synced_metric  # torchmetrics' compute() gathers across ranks
 from .optional_syncs import unsynced_trip  # a count a helper equalises only when given a parameter
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
@@ -662,7 +661,7 @@ class Evaluator:
                 return X  # ``Path(...).exists()``: see ``_EXISTS_QNS``
             if any(w in low for w in _SYNC_WORDS):
                 return X
-            if f.attr == "compute" and not args and synced_metric(self.hub, self.view, f.value, e):
+            if f.attr == "compute" and not args and self.hub.synced_metric(self.view, f.value, e):
                 return U  # a torchmetrics metric: its state is gathered across ranks
             recv = self.value(f.value, d)
             if recv.varying and recv.src.fields is None:  # a method of an object we do not see: its arguments

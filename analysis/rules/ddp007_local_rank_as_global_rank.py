@@ -10,10 +10,10 @@ from ..flow.process_entries import starts_group_processes
 from ..semantic import parent
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
-    LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, rank_param_sinks, self_launched,
+    LOCAL, LOCAL_RANK_OPTIONS, global_rank_sinks, loopback_rendezvous, program_views, rank_kind_of, self_launched,
     option_strings,
 )
-from ..flow.shard_sinks import member_param_sinks, member_sink, shard_rank_sinks
+from ..flow.shard_sinks import member_param_sinks, member_sink, rank_param_sinks, shard_rank_sinks
 from ..flow.testing import in_test_suite, is_test_file
 
 
