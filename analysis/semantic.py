@@ -664,6 +664,10 @@ class Semantic:
             return st.value
         return None
 
+    def global_stores(self, name: str) -> list[ast.AST]:
+        """The assignments of the module-level ``name`` in functions that declare it ``global``."""
+        return self._global_stores().get(name, [])
+
     def _global_stores(self) -> dict[str, list[ast.AST]]:
         """name -> the assignments of the module-level name made in functions that declare it
         ``global`` (``def main(): global CFG; CFG = {...}``), computed once."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 
 D = "torch.distributed."
+# the default group spelt as a value (``group=dist.group.WORLD``)
+WORLD_GROUPS = frozenset({D + "group.WORLD", D + "GroupMember.WORLD"})
 
 OBJECT_COLLECTIVES = ("all_gather_object", "gather_object", "scatter_object_list")
 OBJECT_COLLECTIVES_WITH_DEVICE = ("broadcast_object_list", "send_object_list", "recv_object_list")

@@ -26,12 +26,11 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, get_arg
-from ..torch_api import D, backend_parts, constant_of
+from ..torch_api import D, WORLD_GROUPS, backend_parts, constant_of
 
 DEVICE_SYNCS = frozenset({"torch.cuda.synchronize", "torch.accelerator.synchronize"})
 INIT = D + "init_process_group"
 NEW_GROUP = D + "new_group"
-_WORLD = frozenset({D + "group.WORLD", D + "GroupMember.WORLD"})
 
 
 def torch_callee(hub, view, call: ast.Call) -> str | None:
@@ -147,7 +146,7 @@ def nccl_only(hub, view, call: ast.Call, op: str, more=()) -> bool:
     g = group_expr(call, op)
     if g is False:
         return False
-    if g is not None and (view.sem.qualname(g) or "") not in _WORLD:
+    if g is not None and (view.sem.qualname(g) or "") not in WORLD_GROUPS:
         got = origins(hub, view, g, call)
         if not got:
             return False

@@ -17,14 +17,17 @@ from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import constant_of
 from .bindings import reaching, target_path
 from .shard_returns import constructs, wrapped_on_a_path
-from .shard_returns import returned_modules, returns_sharded
+from .shard_returns import part_root, returned_modules, returns_sharded, tuple_element
 from .values import summary
 
 FULLY_SHARD = frozenset(a for a in BY_QUALNAME if a.endswith(".fully_shard"))
 FSDP1 = "torch.distributed.fsdp.FullyShardedDataParallel"
 PARALLELIZE = frozenset({"torch.distributed.tensor.parallel.parallelize_module"})
 # the calls that make a module's parameters DTensors: FSDP2 (``Shard(0)``) and tensor parallel
-_SHARDERS = {"fsdp2": (FULLY_SHARD, "fully_shard"), "tp": (PARALLELIZE, "parallelize_module")}
+# ``dtensor``: a module whose state dict holds DTensors, given to either or holding a part given
+# to either (``for b in m.layers: parallelize_module(b, ...)``: ``shard_returns.part_root``)
+_SHARDERS = {"fsdp2": (FULLY_SHARD, "fully_shard"), "tp": (PARALLELIZE, "parallelize_module"),
+             "dtensor": (FULLY_SHARD | PARALLELIZE, ("fully_shard", "parallelize_module"))}
 _DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")
 _BY_METHOD_RECV = {}
 for _a in VOCAB:
@@ -201,21 +204,24 @@ def _key(expr):
 def shard_calls(hub, view, kind: str = "fsdp2") -> list:
     """(call, sharded expression) of the module: ``fully_shard(m)``, and calls of project
     functions that give their parameter to ``fully_shard`` (``apply_fsdp(model, mesh)``); for
-    ``kind="tp"``, the same of ``parallelize_module(m, mesh, plan)``."""
+    ``kind="tp"``, the same of ``parallelize_module(m, mesh, plan)``; ``kind="dtensor"``, of
+    either, each argument read as the module it is a part of (``parts``)."""
     qns, needle = _SHARDERS[kind]
-    return arg_calls(hub, view, qns, 0, "module", needle)
+    return arg_calls(hub, view, qns, 0, "module", needle, parts=kind == "dtensor")
 
 
-def arg_calls(hub, view, qns: tuple, pos: int, kw: str, needle: str) -> list:
+def arg_calls(hub, view, qns: tuple, pos: int, kw: str, needle, parts: bool = False) -> list:
     """(call, expression) of the module for the argument (``pos``/``kw``) of the calls to ``qns``,
     and of the calls of project functions (this module or another) that give their parameter to
     such an argument (``params_to``), with the argument bound to that parameter. ``needle``: a
-    word every module that calls ``qns`` spells (a module without it calls none)."""
-    key = ("hidden.arg_calls", qns, pos, kw)
+    word (or words) every module that calls ``qns`` spells (a module without it calls none).
+    ``parts``: an argument that is part of a module (``model.layers[0]``, the element of a loop over
+    ``model.layers``) stands for that module (``shard_returns.part_root``)."""
+    key = ("hidden.arg_calls", qns, pos, kw, parts)
     got = view.memo.get(key)
     if got is not None:
         return got
-    got = view.memo[key] = list(_direct_args(view, qns, pos, kw, needle))
+    got = view.memo[key] = list(_direct_args(view, qns, pos, kw, needle, parts))
     sem = view.sem
     hub._view_stack.append(view)  # the modules read become this view's dependencies
     try:
@@ -226,28 +232,29 @@ def arg_calls(hub, view, qns: tuple, pos: int, kw: str, needle: str) -> list:
             target = hub.resolve_call(view, c)
             if target is None or not isinstance(target[1], FUNC_TYPES):
                 continue
-            names = params_to(hub, *target, qns, pos, kw, needle)
+            names = params_to(hub, *target, qns, pos, kw, needle, parts=parts)
             if names:
                 for pname, arg in _call_args(c, target[1]):
                     if pname in names:
-                        got.append((c, arg))
+                        got.append((c, part_root(view, arg, c) if parts else arg))
     finally:
         hub._view_stack.pop()
     return got
 
 
-def _direct_args(view, qns, pos, kw, needle):
-    key = ("hidden.direct_args", qns, pos, kw)
+def _direct_args(view, qns, pos, kw, needle, parts=False):
+    key = ("hidden.direct_args", qns, pos, kw, parts)
     got = view.memo.get(key)
     if got is None:
         got = view.memo[key] = []
-        if needle in (view.text or needle):
+        if view.text is None or any(n in view.text for n in ((needle,) if isinstance(needle, str) else needle)):
             for qn in qns:
                 for c in view.sem.calls_to(qn):
                     a = get_arg(c, pos, kw)
                     if a is not None:
-                        got.append((c, a))
+                        got.append((c, part_root(view, a, c) if parts else a))
     return got
+
 
 
 def _call_args(call, fn):
@@ -255,11 +262,11 @@ def _call_args(call, fn):
     return call_args(call, fn)
 
 
-def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
+def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0, parts: bool = False) -> frozenset:
     """The parameters of ``fn`` that its body gives as the argument ``pos``/``kw`` of a call to
     ``qns``: directly, or through another function that does (of this module, or of a project
     module this one imports; a module that never spells ``needle`` makes no such call itself)."""
-    memo = view.memo.setdefault(("hidden.params_to", qns, pos, kw), {})
+    memo = view.memo.setdefault(("hidden.params_to", qns, pos, kw, parts), {})
     # keyed by depth too (``depth`` limits the calls followed): the answer is a function of ``fn``
     # and ``depth`` alone, whichever query came first (one found deeper saw fewer calls, one found
     # shallower more)
@@ -270,26 +277,27 @@ def params_to(hub, view, fn, qns, pos, kw, needle, depth: int = 0) -> frozenset:
     from ..semantic import param_names
     params = set(param_names(fn))
     sem = view.sem
-    names = {a.id for c, a in _direct_args(view, qns, pos, kw, needle)
+    names = {a.id for c, a in _direct_args(view, qns, pos, kw, needle, parts)
              if isinstance(a, ast.Name) and a.id in params and sem.enclosing_function(c) is fn}
     if depth < 3 and params:
         hub._view_stack.append(view)
         try:
-            names |= _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth)
+            names |= _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth, parts)
         finally:
             hub._view_stack.pop()
     memo[key] = frozenset(names)
     return memo[key]
 
 
-def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth) -> set:
+def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth, parts=False) -> set:
     """``params_to``'s parameters that ``fn`` hands to a function that gives them on."""
     names = set()
     sem = view.sem
     for c in sem.scope_calls(fn):
         f = c.func
         if not isinstance(f, (ast.Name, ast.Attribute)) or not any(
-                isinstance(a, ast.Name) and a.id in params for a in (*c.args, *(k.value for k in c.keywords))):
+                isinstance(a, ast.Name) and a.id in params or parts and isinstance(a, (ast.Name, ast.Attribute, ast.Subscript))
+                for a in (*c.args, *(k.value for k in c.keywords))):
             continue
         if isinstance(f, ast.Name) and f.id in view.defs:
             cv, callee = view, view.defs[f.id]
@@ -300,8 +308,9 @@ def _params_to_through(hub, view, fn, params, qns, pos, kw, needle, depth) -> se
             cv, callee = target
         if callee is fn:
             continue
-        inner = params_to(hub, cv, callee, qns, pos, kw, needle, depth + 1)
+        inner = params_to(hub, cv, callee, qns, pos, kw, needle, depth + 1, parts)
         for pname, arg in _call_args(c, callee):
+            arg = part_root(view, arg, c) if parts and pname in inner else arg
             if pname in inner and isinstance(arg, ast.Name) and arg.id in params:
                 names.add(arg.id)
     return names
@@ -355,9 +364,8 @@ def is_fsdp2(hub, view, expr, at, callers=None, kind: str = "fsdp2") -> bool:
                     return True
     elif k.startswith("self."):
         for v in hub.self_attr_bindings(view, expr, nested=True):
-            v = _tuple_element(v, expr.attr)
-            v = v if isinstance(v, ast.expr) else getattr(v, "value", None)
-            if (sharded(v) or returns_sharded(hub, view, v, (), kind, _ops(kind))) \
+            v, p = tuple_element(v, expr.attr)
+            if (not p and sharded(v) or returns_sharded(hub, view, v, p, kind, _ops(kind))) \
                     and not _also_wrapped(hub, view, expr):
                 return True
             if isinstance(v, ast.Name) and not _also_wrapped(hub, view, expr):
@@ -374,19 +382,6 @@ def is_tp(hub, view, expr, at, callers=None) -> bool:
     ``parallelize_module`` (in place, or bound from what it or a project helper that gives it its
     parameter returns)."""
     return is_fsdp2(hub, view, expr, at, callers, "tp")
-
-
-def _tuple_element(v, attr: str):
-    """``self.model, self.opt = model, opt``: the element of the value that ``self.<attr>`` takes
-    (a binding ``self_attr_bindings`` gives as its statement); ``v`` itself otherwise."""
-    if isinstance(v, ast.Assign) and len(v.targets) == 1 and isinstance(v.targets[0], ast.Tuple) \
-            and isinstance(v.value, ast.Tuple) and len(v.targets[0].elts) == len(v.value.elts) \
-            and not any(isinstance(x, ast.Starred) for x in (*v.targets[0].elts, *v.value.elts)):
-        for t, e in zip(v.targets[0].elts, v.value.elts):
-            if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) \
-                    and t.value.id == "self":
-                return e
-    return v
 
 
 def _shards(hub, view, kind: str = "fsdp2") -> bool:

@@ -49,6 +49,12 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
             return []  # a display without that key (or with ``**rest``): not followed
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
+        if kind in ("global", "none") and view.sem.enclosing_function(at) is not None:
+            # a module-level name read in a function: also what the functions that declare it
+            # ``global`` store there (``def init(): global _STATE; _STATE = State(...)``)
+            more = view.sem.global_stores(expr.id)
+            if more:
+                kind, evs = "global", [*(evs or ()), *more]
         if kind in ("events", "global"):
             out = []
             if path and isinstance(path[0], str) and evs:
@@ -126,8 +132,10 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
         c = constant_of(view.sem, expr)
         if c is not None:
             return [_leaf(view, c, (), keep_path, frames)]
-    if isinstance(expr, ast.Attribute) and isinstance(expr.ctx, ast.Load) and _instance_ref(view, expr.value):
-        # ``env.device`` / ``env.rank`` of ``env = Env(rank=r)``: a property's returns, a record's field
+    if isinstance(expr, ast.Attribute) and isinstance(expr.ctx, ast.Load) and (
+            _instance_ref(view, expr.value) or isinstance(expr.value, ast.Call)):
+        # ``env.device`` / ``env.rank`` of ``env = Env(rank=r)``: a property's returns, a record's
+        # field (also of what a call returns: ``get_state().group``)
         got = _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, callers)
         if got is not None:
             return got
@@ -392,6 +400,8 @@ def _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, c
     if depth + 1 > limit:
         return None
     base = origins(hub, view, expr.value, at, depth + 1, limit=limit, callers=callers)
+    # an attribute is never read on None (``_STATE = None`` until an init function builds it)
+    base = [(bv, b) for bv, b in base if not (isinstance(b, ast.Constant) and b.value is None)]
     if not base or len(base) > 8:
         return None
     out = []

@@ -12,48 +12,10 @@ import ast
 from ..semantic import FUNC_TYPES
 from .bindings import reaching
 from .hidden import FULLY_SHARD, shard_calls
-from .origins import key_of
+from .shard_returns import loop_target_has as _loop_target_has, module_chain as _chain, walked_list as _walked
 
-# ``for b in <iterable>``: the calls and methods that walk a module list's elements
-_WALKS = frozenset({"enumerate", "reversed", "list", "tuple"})
-_ELEMENT_METHODS = frozenset({"children", "values", "items"})
 _MOVES = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "train", "eval", "to_empty"})
 PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
-
-
-def _chain(expr):
-    """(root key, first attribute) of ``root.attr...`` / ``root.attr[i]...`` (root a name or
-    ``self.x``); (key, None) for the root itself; None otherwise."""
-    k = key_of(expr)
-    if k is not None:
-        return k, None
-    parts = []
-    e = expr
-    while isinstance(e, (ast.Attribute, ast.Subscript)):
-        if isinstance(e, ast.Attribute):
-            parts.append(e.attr)
-        e = e.value
-        k = key_of(e)
-        if k is not None and not (k == "self" and isinstance(e, ast.Name)):
-            return (k, parts[-1]) if parts else None
-    return None
-
-
-def _walked(it):
-    """The module list a ``for`` walks: ``model.layers``, ``enumerate(model.layers)``,
-    ``model.layers.children()``, ``model.blocks.values()``."""
-    while True:
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in _WALKS and it.args:
-            it = it.args[0]
-        elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
-                it.func.attr in _ELEMENT_METHODS and not it.args:
-            it = it.func.value
-        else:
-            return it
-
-
-def _loop_target_has(target, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target))
 
 
 def _member(view, expr, at):

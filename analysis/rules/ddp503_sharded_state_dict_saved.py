@@ -6,7 +6,8 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.hidden import is_fsdp2, options_flag
-from ..flow.modern import content_calls, filled_entries, hub, local_shard_of, origins, remapped_entries
+from ..flow.modern import (content_calls, entry_kept, filled_entries, filled_only, hub, local_shard_of, origins,
+                           remapped_entries)
 from ._common import other_call_sites, shard_or_callers_reach
 
 _SD = "torch.distributed.checkpoint.state_dict."
@@ -17,9 +18,12 @@ class ShardedStateDictSaved(Rule):
     """
     ## What it does
     Checks for `torch.save` of a sharded state dict to a path that is the same on every rank:
-    `model.state_dict()` of a module given to `fully_shard`, or `get_model_state_dict` /
+    `model.state_dict()` of a module given to `fully_shard` or `parallelize_module` (or whose parts
+    were: `for blk in model.layers: parallelize_module(blk, mesh, plan)`), or `get_model_state_dict` /
     `get_state_dict` / `get_optimizer_state_dict` without `StateDictOptions(full_state_dict=True)`.
-    The state dict may be built in a helper, returned in a tuple or put in a dict first.
+    The state dict may be built in a helper, returned in a tuple, put in a dict or copied entry by
+    entry (`{k: v.cpu() for k, v in sd.items()}`) first; the module may come from a caller in another
+    file.
 
     ## Why is this bad?
     Under FSDP2 (and tensor parallelism) a state dict holds DTensors: each rank has only its own
@@ -70,7 +74,7 @@ class ShardedStateDictSaved(Rule):
             obj, path = get_arg(c, 0, "obj"), get_arg(c, 1, "f")
             if obj is None or path is None or ev.value(path).varying:
                 continue
-            src = _sharded_source(an, obj, c, view)
+            src = _sharded_source(an, obj, c, view, callers)
             if src is None:
                 local = _local_shards(an, obj, c, view, callers)
                 if local is not None:
@@ -94,7 +98,19 @@ class ShardedStateDictSaved(Rule):
             )
 
 
-def _sharded_source(an, obj, at, view, callers=None):
+def _sharded_source(an, obj, at, view, callers=None, depth: int = 0):
+    if depth < 2:
+        # a copy whose entries keep their kind (``{k: v.detach().cpu() for k, v in sd.items()}``,
+        # a loop filling ``out = {}`` so): as sharded as the state dict it copies
+        for v, e in origins(an, view, obj, at):
+            got = remapped_entries(e)
+            fills = [got] if got is not None else filled_entries(v, e)
+            if fills and all(entry_kept(value, names) for _sd, value, names in fills) and (
+                    got is not None or filled_only(v, e, fills, at if v is view else None)):
+                for sd, value, _names in fills:
+                    found = _sharded_source(an, sd, value, v, callers, depth + 1)
+                    if found is not None:
+                        return found
     for v, call in content_calls(an, view, obj, at):
         qn = v.sem.call_qualname(call) or ""
         if qn in _GETTERS:
@@ -106,7 +122,7 @@ def _sharded_source(an, obj, at, view, callers=None):
             continue
         f = call.func
         if isinstance(f, ast.Attribute) and f.attr == "state_dict" and not call.args and \
-                is_fsdp2(an, v, f.value, call, callers=callers):
+                is_fsdp2(an, v, f.value, call, callers=callers, kind="dtensor"):
             return v, call
     return None
 

@@ -6,8 +6,9 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
 from ..flow.calls import on_subgroup
-from ..flow.hidden import FULLY_SHARD, arg_calls, shard_calls
-from ..flow.modern import PARALLELIZE, hub, mesh_dims, origins
+from ..flow.group_spans import WORLD, group_span, hsdp_meshes, spans_replicas
+from ..flow.hidden import arg_calls, shard_calls
+from ..flow.modern import PARALLELIZE, hub, origins
 from ..flow.reductions import _is_sum
 from ..flow.spmd_kinds import PARTIAL, local_norms, may_consume
 from ._common import other_call_sites
@@ -27,10 +28,13 @@ class LocalShardNormWrongRanks(Rule):
       or `g.mul_(coef)` with a coefficient made of the partial norm, in a module (or a caller's
       module) that shards with `fully_shard` or `parallelize_module`. The finding is on the norm
       when it is made in the same module, else on the clip;
-    - summed over the whole world (`dist.all_reduce(norm_sq)` without a group) when every
-      `fully_shard` of the module (and of the function's callers' modules) shards over a mesh of
-      two or more dimensions (HSDP: replicate x shard): the shards are replicated over the
-      replicate dimension and counted once per replica;
+    - summed over a group that spans the replicate dimension of a mesh of two or more dimensions
+      that a `fully_shard` of the module (or of the function's callers' modules, or of a sharding
+      helper they call) may shard over (HSDP: replicate x shard): the shards are replicated over the
+      replicate dimension and counted once per replica. Which ranks a group spans is read from
+      where it comes from (`flow.group_spans`): the whole world (no group, `group.WORLD`,
+      `new_group()` of every rank, also kept on a state object), the replicate dimension's group, or
+      a flattened group of both; the shard dimension's group is right;
     - summed over the group of a mesh that `parallelize_module` splits the model over
       (`dist.all_reduce(norm_sq, group=tp_mesh.get_group())`, the group passed through a helper's
       parameter), when the gradients were not selected by their placements: the parameters a
@@ -115,15 +119,21 @@ class LocalShardNormWrongRanks(Rule):
             for c in calls:
                 if not _is_sum(get_arg(c, 1, "op")):
                     continue
-                if not on_subgroup(c, "all_reduce"):
-                    if _hsdp_only(an, _views(view, fn, callers)):
-                        ctx.report(c, f"`{ctx.text(c)}` sums `{name}`, a norm of the gradients' local shards, over the "
-                                      "whole world, but the model is sharded over a mesh of several dimensions "
+                grp = get_arg(c, 2, "group")
+                spans = group_span(an, view, grp, c, callers)
+                if spans:
+                    meshes = hsdp_meshes(an, _views(view, fn, callers))
+                    if meshes and all(spans_replicas(s, meshes) for s in spans):
+                        where = "the whole world" if all(s == WORLD for s in spans) else \
+                            "a group that spans the mesh's replicate dimension"
+                        ctx.report(c, f"`{ctx.text(c)}` sums `{name}`, a norm of the gradients' local shards, over "
+                                      f"{where}, but the model is sharded over a mesh of several dimensions "
                                       "(HSDP: replicate x shard): the shards are replicated over the replicate "
                                       "dimension and counted once per replica; sum over the shard dimension's "
                                       "group only, or use `torch.nn.utils.clip_grad_norm_`")
+                        continue
+                if not on_subgroup(c, "all_reduce"):
                     continue
-                grp = get_arg(c, 2, "group")
                 if _tp_group(an, view, grp, c, callers):
                     ctx.report(c, f"`{ctx.text(c)}` sums `{name}` over the group of the mesh that "
                                   "`parallelize_module` splits the model over, but it adds the norms of every "
@@ -143,19 +153,6 @@ def _views(view, fn, callers) -> list:
 
 def _shards(an, views, kinds) -> bool:
     return any(shard_calls(an, v, kind) for v in views for kind in kinds)
-
-
-def _hsdp_only(an, views) -> bool:
-    """Every ``fully_shard`` of ``views`` (at least one) passes a mesh of two or more dimensions."""
-    seen = 0
-    for v in views:
-        for c in v.sem.calls_to(*FULLY_SHARD) if hasattr(v.sem, "calls_to") else ():
-            seen += 1
-            m = get_arg(c, None, "mesh")
-            dims = mesh_dims(an, v, m, c) if m is not None else None
-            if dims is None or dims < 2:
-                return False
-    return seen > 0
 
 
 def _tp_group(an, view, grp, at, callers) -> bool:
