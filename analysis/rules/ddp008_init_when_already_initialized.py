@@ -333,8 +333,7 @@ def _constructions(ctx, names, holders, factories, builders) -> list | None:
                         continue  # the binding of a holder (its value was followed to it)
                     if p.__class__ is ast.Call and p.func is n:
                         if word in builders:
-                            if _outside_loops_fn(p) is None or not _in_builder(p, builders):
-                                calls.append((fctx, p))
+                            calls.append((fctx, p))
                             continue
                         if word in factories:
                             if not _follow(fctx, p, calls, names, holders, factories):
@@ -356,22 +355,25 @@ def _constructions(ctx, names, holders, factories, builders) -> list | None:
                 elif not _harmless_use(n, p):
                     return None
         seen: set = set()  # ``(A if c else B)(...)`` is one construction, whichever class it builds
-        calls = [(f, c) for f, c in calls if not _in_builder(c, builders) and not (id(c) in seen or seen.add(id(c)))]
+        calls = [(f, c) for f, c in calls if not (id(c) in seen or seen.add(id(c)))]
+        # a builder's one construction stands for its calls; one with two builds two per call
+        inside: dict = {}
+        for _f, c in calls:
+            fn = _builder_of(c, builders)
+            if fn is not None:
+                inside[id(fn)] = inside.get(id(fn), 0) + 1
+        calls = [(f, c) for f, c in calls if inside.get(id(_builder_of(c, builders)), 0) != 1]
         if len(names | holders | factories | builders) == size:
             return calls
 
 
-def _outside_loops_fn(call):
+def _builder_of(call, builders):
+    """The function counted as a builder that makes ``call`` once per call of its own, or None."""
     from ..flow.imports import _outside_loops
 
-    return _outside_loops(call)
-
-
-def _in_builder(call, builders) -> bool:
-    """``call`` is a construction made once per call of a function counted as a builder: its calls
-    stand for it."""
-    fn = _outside_loops_fn(call)
-    return fn.__class__ is ast.FunctionDef and fn.name in builders and parent(fn).__class__ is ast.Module
+    fn = _outside_loops(call)
+    ok = fn.__class__ is ast.FunctionDef and fn.name in builders and parent(fn).__class__ is ast.Module
+    return fn if ok else None
 
 
 def _follow(fctx, e, calls, names, holders, factories, depth: int = 0) -> bool:
