@@ -181,6 +181,22 @@ def lifecycle_of(hub, view, fn, depth: int = 0):
     return init, destroy
 
 
+def init_at_call(hub, call_view, call, view, fn, depth: int = 0) -> bool:
+    """``call`` of the project function ``fn`` inits the group on every path it takes: an init of
+    ``fn`` (made on every path of its own, ``Event.sure``) whose every path condition this call
+    decides for its branch (``params.taken_at_call``: a parameter's literal argument, or the default
+    a call that omits it leaves: ``def setup(out, distributed=True): if distributed: init(...)``
+    called as ``setup(out)``)."""
+    from .params import taken_at_call
+
+    if not isinstance(fn, FUNC_TYPES) or depth > 3:
+        return False
+    evs = events(hub, view, fn, depth + 1)
+    both = both_branches(evs)
+    return any(ev.kind == "init" and ev.sure == "must" and all(
+        id(c[0]) in both or taken_at_call(call_view, call, view, fn, c) for c in ev.conds) for ev in evs)
+
+
 def events(hub, view, scope, depth: int = 0) -> list[Event]:
     """The init and destroy events of ``scope`` (direct calls and calls of project functions that
     make them), in source order. A destroy under a test on the group itself is no event; an init
@@ -206,6 +222,8 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
             target = project_target(hub, view, c)
             if target is not None and target[1] is not scope:
                 i, d = lifecycle_of(hub, *target, depth=depth)
+                if i == "may" and init_at_call(hub, view, c, *target, depth=depth):
+                    i = "must"  # the branches this call takes init on every path
                 if i is not None:
                     kind, sure, where = "init", i, target
                 elif d is not None:

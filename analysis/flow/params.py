@@ -361,6 +361,21 @@ def dead_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, node: ast.AST)
     return False
 
 
+def taken_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, cond) -> bool:
+    """The path condition ``cond`` of a statement of ``fn`` (``(if, "body" | "orelse" | "after")``,
+    ``flow.lifecycle.conditions``) holds on this ``call`` of ``fn``: the test is made of parameters
+    the call writes as literals or leaves at a literal default (``_test_at_call``) and decides for
+    that branch (``if distributed:`` with ``def setup(distributed=True)`` called as ``setup(path)``;
+    ``after``: the early exit of ``if not distributed: return`` is not taken)."""
+    node, branch = cond
+    if not isinstance(fn, FUNC_TYPES) or not isinstance(node, (ast.If, ast.IfExp)):
+        return False
+    t = _test_at_call(call_view, call, fn_view, fn, node.test, 0)
+    if t is None:
+        return False
+    return t is (branch == "body") if branch in ("body", "orelse") else t is False
+
+
 _NO_VALUE = object()
 
 

@@ -38,7 +38,11 @@ class InitWhenAlreadyInitialized(Rule):
     a class the project builds (itself or a subclass) at exactly one call that runs at most once per
     process: on a script's top level, or in an undecorated function whose only call is there and
     that no other module imports (`if __name__ == "__main__": main()` -> `Trainer(cfg)`), where
-    no decorator, string, factory or other use of the class names may build another instance. The
+    no decorator, string, factory or other use of the class names may build another instance. A
+    value that holds the class is followed to the call that builds it: a conditional alias (`Kind =
+    A if c else B; Kind(cfg)`), a dict of classes indexed and called (`TABLE[name](cfg)`, the
+    table's other uses only listing keys), a function that returns the class (or a subclass it makes
+    with `type(...)`), and a function that builds it once per call (its calls stand for it). The
     same holds for a class built only in worker processes: each construction (or each call handing
     the class to a project factory that builds it once, `make(worker_class=Learner)` ->
     `worker_class(...)`) is the only one in a function the project names only as the `target=` of
@@ -252,27 +256,68 @@ def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
     once per process (``flow.imports.once_per_run``), and names those classes nowhere else but in
     imports, base-class lists, ``isinstance`` tests and annotations: no decorator (a registry), no
     string (a config's target), no use as a value (a factory) may build another instance.
-    False whenever in doubt, and for a class the project never builds (a library's)."""
+    A value that holds the class is followed (``flow.class_flows``): a conditional alias
+    (``Gen = A if c else B; Gen(...)``), a dict or list of classes indexed and called
+    (``MAP[key](args)``, every use of ``MAP`` in the project seen), a function that returns the class
+    (its calls hold it), a subclass made by ``type(...)``. A construction in a module-level function
+    that runs it once per call, where that function is not itself run once per process, stands for
+    the function's calls across the project (``make_backend(args)`` -> ``MAP[key](args)``, called once
+    from ``main()``). False whenever in doubt, and for a class the project never builds (a library's)."""
     from ._common import project_files_naming
-    from ..flow.imports import once_per_run
 
-    names, calls, done = {cls.name}, [], False
-    while not done:
-        files = project_files_naming(ctx, names)
-        if files is None:
+    names, holders, factories, builders = {cls.name}, set(), set(), set()
+    while True:
+        calls = _constructions(ctx, names, holders, factories, builders)
+        if calls is None:
             return False
-        done, calls = True, []
+        if _once_each(ctx, cls, calls, names, busy):
+            return True
+        grown = False
+        for fctx, call in calls:
+            fn = _liftable(fctx, call)
+            if fn is not None and fn.name not in builders | names | holders | factories:
+                builders.add(fn.name)  # its calls build the instance
+                grown = True
+        if not grown or project_files_naming(ctx, builders) is None:
+            return False
+
+
+def _liftable(fctx, call):
+    """The undecorated module-level function that runs ``call`` once per call of its own, when the
+    call does not already run once per process (``once_per_run``)."""
+    from ..flow.imports import _outside_loops, once_per_run
+
+    fn = _outside_loops(call)
+    if fn.__class__ is not ast.FunctionDef or fn.decorator_list or parent(fn).__class__ is not ast.Module:
+        return None
+    return fn if once_per_run(fctx, call) is None else None
+
+
+def _constructions(ctx, names, holders, factories, builders) -> list | None:
+    """The calls that build an instance of the classes ``names`` (see ``_built_once``), growing
+    ``names`` (subclasses), ``holders`` (module names bound to a value holding a class) and
+    ``factories`` (functions returning one) as they are found; None when a use may build one where
+    the project cannot be read."""
+    from ._common import project_files_naming
+
+    while True:
+        words = names | holders | factories | builders
+        files = project_files_naming(ctx, words)
+        if files is None:
+            return None
+        size = len(words)
+        calls = []
         for fctx, view in files:
             for n in ast.walk(view.sem.tree):
                 t = n.__class__
                 if t is ast.ClassDef:
                     if n.name in names and n.decorator_list:
-                        return False
+                        return None
                     continue
                 if t is ast.Constant:
-                    if isinstance(n.value, str) and any(w in names for w in re.findall(r"\w+", n.value)) \
+                    if isinstance(n.value, str) and any(w in words for w in re.findall(r"\w+", n.value)) \
                             and not _prose(n):
-                        return False  # a config or registry may name it: built where we cannot see
+                        return None  # a config or registry may name it: built where we cannot see
                     continue
                 if t is ast.Name:
                     word = n.id
@@ -280,19 +325,106 @@ def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
                     word = n.attr
                 else:
                     continue
-                if word not in names:
+                if word not in words:
                     continue
                 p = parent(n)
+                if word not in names:
+                    if t is ast.Name and not isinstance(n.ctx, ast.Load):
+                        continue  # the binding of a holder (its value was followed to it)
+                    if p.__class__ is ast.Call and p.func is n:
+                        if word in builders:
+                            calls.append((fctx, p))
+                            continue
+                        if word in factories:
+                            if not _follow(fctx, p, calls, names, holders, factories):
+                                return None
+                            continue
+                    if word in holders and _follow(fctx, n, calls, names, holders, factories):
+                        continue
+                    if _harmless_use(n, p) or _read_only_use(n, p):
+                        continue
+                    return None
                 if p.__class__ is ast.Call and p.func is n:
                     calls.append((fctx, p))
                 elif (site := _factory_call(ctx, view, n, p)) is not None:
                     calls.append((fctx, site))  # handed to a factory that builds it once per call
                 elif p.__class__ is ast.ClassDef and n in p.bases:
-                    if p.name not in names:
-                        names.add(p.name)
-                        done = False  # a subclass: its constructions and uses count too
+                    names.add(p.name)  # a subclass: its constructions and uses count too
+                elif _follow(fctx, n, calls, names, holders, factories):
+                    continue
                 elif not _harmless_use(n, p):
-                    return False
+                    return None
+        seen: set = set()  # ``(A if c else B)(...)`` is one construction, whichever class it builds
+        calls = [(f, c) for f, c in calls if not (id(c) in seen or seen.add(id(c)))]
+        # a builder's one construction stands for its calls; one with two builds two per call
+        inside: dict = {}
+        for _f, c in calls:
+            fn = _builder_of(c, builders)
+            if fn is not None:
+                inside[id(fn)] = inside.get(id(fn), 0) + 1
+        calls = [(f, c) for f, c in calls if inside.get(id(_builder_of(c, builders)), 0) != 1]
+        if len(names | holders | factories | builders) == size:
+            return calls
+
+
+def _builder_of(call, builders):
+    """The function counted as a builder that makes ``call`` once per call of its own, or None."""
+    from ..flow.imports import _outside_loops
+
+    fn = _outside_loops(call)
+    ok = fn.__class__ is ast.FunctionDef and fn.name in builders and parent(fn).__class__ is ast.Module
+    return fn if ok else None
+
+
+def _follow(fctx, e, calls, names, holders, factories, depth: int = 0) -> bool:
+    """Follow the class value ``e`` (``flow.class_flows.class_value_use``): a call builds one
+    (``calls``), a module-level name or a returning function joins ``holders`` / ``factories`` (read
+    by word across the project), a local name's reads are followed in turn. False when the value
+    goes elsewhere."""
+    from ..flow.class_flows import bound_name, class_value_use, name_loads
+
+    got = class_value_use(e)
+    if got is None or depth > 4:
+        return False
+    kind, at = got
+    if kind == "call":
+        calls.append((fctx, at))
+        return True
+    if kind == "return":
+        if at.decorator_list or parent(at).__class__ is not ast.Module:
+            return False
+        factories.add(at.name)
+        return True
+    loads = name_loads(at)
+    if loads is None:
+        if parent(at).__class__ is not ast.Module:
+            return False
+        holders.add(bound_name(at))
+        return True
+    return all(_follow(fctx, n, calls, names, holders, factories, depth + 1) or _read_only_use(n, parent(n))
+               for n in loads)
+
+
+def _read_only_use(n, p) -> bool:
+    """A read of a container of classes that builds nothing: ``MAP.keys()``, ``key in MAP``,
+    ``len(MAP)``, an import."""
+    if p.__class__ in (ast.alias, ast.Import, ast.ImportFrom):
+        return True
+    if p.__class__ is ast.Attribute and p.value is n and p.attr == "keys":
+        q = parent(p)
+        return q.__class__ is ast.Call and q.func is p
+    if p.__class__ is ast.Compare and any(c is n for c in p.comparators):
+        return all(op.__class__ in (ast.In, ast.NotIn) for op in p.ops)
+    return p.__class__ is ast.Call and p.func.__class__ is ast.Name and p.func.id == "len" and p.args == [n]
+
+
+def _once_each(ctx, cls, calls, names, busy) -> bool:
+    """The constructions ``calls`` give one instance per process (see ``_built_once``)."""
+    import os
+
+    from ._common import project_files_naming
+    from ..flow.imports import once_per_run
+
     if len(calls) != 1:
         return _one_per_process(ctx, cls, calls, names, busy | {id(cls)})
     fctx, call = calls[0]
@@ -301,8 +433,6 @@ def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
         return _one_per_process(ctx, cls, calls, names, busy | {id(cls)})
     if via:
         # another module that imports the one holding the function may call it again
-        import os
-
         stem = os.path.splitext(os.path.basename(fctx.filename))[0]
         others = project_files_naming(ctx, set(via), also=(stem,))
         if others is None:
