@@ -86,25 +86,3 @@ def test_unparsable_file_declares_nothing(tmp_path):
         f.write("def broken(:\n")
     assert declared_roots(script) == ()
     assert os.path.isdir(root)
-
-
-def _recipe_tree(base, marker: bool):
-    root = base / "repo"
-    (root / "mypkg").mkdir(parents=True)
-    (root / "mypkg" / "__init__.py").write_text("")
-    (root / "mypkg" / "engine.py").write_text("def run():\n    return 1\n")
-    (root / "egs" / "recipe").mkdir(parents=True)
-    if marker:
-        (root / "egs" / "recipe" / "pyproject.toml").write_text("")  # a project of its own
-    script = root / "egs" / "recipe" / "train.py"
-    script.write_text("from mypkg.engine import run\n")
-    return root, str(script)
-
-
-def test_markerless_folder_of_scripts_reads_the_folders_above(tmp_path):
-    """A copy of the sources without a project marker: ``egs/recipe/train.py`` imports the package
-    at the top, two folders up, as it does when run from there."""
-    root, script = _recipe_tree(tmp_path / "a", marker=False)
-    assert project.resolve(script, "mypkg.engine", 0) == str(root / "mypkg" / "engine.py")
-    _root, script = _recipe_tree(tmp_path / "b", marker=True)
-    assert project.resolve(script, "mypkg.engine", 0) is None

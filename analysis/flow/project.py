@@ -6,10 +6,8 @@ in-process LRU. Roots searched, in order: the importing file's folder, the folde
 package (walking up while ``__init__.py`` exists), the folder above that one when the climb
 ended under a folder without ``__init__.py`` (an implicit namespace package: ``REC/utils/`` imported
 as ``REC.utils``), and the project root (the nearest folder above
-holding ``pyproject.toml``, ``setup.py`` or ``.git``); for a folder of scripts (no ``__init__.py``)
-in a tree without such a marker (a copy of the sources), the two folders above it instead, where the
-repository's top is (``egs/recipe/train.py`` importing ``mypkg``); and last, the folders the file
-itself puts on ``sys.path`` (``sys_path.py``: ``sys.path.insert(0, dirname(dirname(abspath(__file__))))``).
+holding ``pyproject.toml``, ``setup.py`` or ``.git``); and last, the folders the file itself puts on
+``sys.path`` (``sys_path.py``: ``sys.path.insert(0, dirname(dirname(abspath(__file__))))``).
 Nothing outside those roots is read: a third-party import stays unresolved (unknown).
 
 Open editor documents can shadow the file on disk (``set_overlay``), so that an unsaved helper is
@@ -333,7 +331,6 @@ def _roots_for(here: str, absent: list) -> list[str]:
         ns = os.path.dirname(d)
         if ns == d or ns in roots:
             ns = None
-    scripts = d == here  # a folder of scripts, not a package
     top = None
     d = here
     for _ in range(8 if _disk.get() else 0):
@@ -348,14 +345,6 @@ def _roots_for(here: str, absent: list) -> list[str]:
         roots.append(ns)
     if top is not None and top not in roots:
         roots.append(top)
-    elif top is None and scripts:
-        # a folder of scripts (no ``__init__.py``) in a tree without a project marker (a copy of the
-        # sources, a folder of cases): its scripts import the project's packages from the folder
-        # they are run from, the repository's top, which is one of the two folders above
-        # (``egs/recipe/train.py`` importing ``mypkg``); looked up last
-        for up in (os.path.dirname(here), os.path.dirname(os.path.dirname(here))):
-            if up not in roots and up.count(os.sep) >= 2:
-                roots.append(up)
     return roots
 
 
