@@ -26,6 +26,7 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from .helper_calls import bind_args
 from .return_deps import names_reaching, target_names
+from .training_loops import callee_function
 
 _DDP = "torch.nn.parallel.DistributedDataParallel"
 _MAX_DEPTH = 2
@@ -169,16 +170,6 @@ def _feeding_calls(view, seeds, scope):
     return calls, names
 
 
-def _callee(hub, view, call):
-    try:
-        got = hub.resolve_call(view, call)
-    except Exception:  # noqa: BLE001 - an unresolvable call is simply not followed
-        got = None
-    if got is None or not isinstance(got[1], FUNC_TYPES) or got[1].name == "__init__":
-        return None, None
-    return got[0], got[1]
-
-
 def _self_attr(e):
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
         return ("self", e.attr)
@@ -204,7 +195,7 @@ def _forward_of(hub, view, c, same_self):
     """(what identifies the wrappers ``c`` runs the forward of, whether a ``no_sync()`` block inside
     the helper it calls holds that forward): ``model(x)``, ``compute_loss(model, x)``, or a call of
     a project function whose body calls such a value (``self._compute(batch)``)."""
-    tv, fn = _callee(hub, view, c)
+    fn, tv = callee_function(hub, view, c)
     got = refs(hub, view, c.func, c, same_self) if fn is None else frozenset()
     for a in (*c.args, *(k.value for k in c.keywords)):
         got |= refs(hub, view, a, c, same_self)

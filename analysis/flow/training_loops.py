@@ -92,7 +92,7 @@ def _scan(hub, view, stmts, frames, depth, active):
             continue
         if depth >= MAX_CALLS:
             continue
-        fn, tv = _callee(hub, view, n)
+        fn, tv = callee_function(hub, view, n)
         if fn is None or id(fn) in active:
             continue
         got = _scan(hub, tv, fn.body, (*frames, (fn, n, view)), depth + 1, active | {id(fn)})
@@ -101,7 +101,9 @@ def _scan(hub, view, stmts, frames, depth, active):
     return None
 
 
-def _callee(hub, view, call):
+def callee_function(hub, view, call):
+    """(function, its view) of the project function ``call`` runs (not a constructor), else
+    (None, None)."""
     try:
         got = hub.resolve_call(view, call)
     except Exception:  # noqa: BLE001 - an unresolvable call is simply not followed
@@ -146,7 +148,7 @@ def _ddp_call(hub, view, c, frames, depth) -> bool:
         return True  # ``compute_loss(model, batch)``: the wrapper handed to a helper
     if depth >= 1:
         return False
-    fn, tv = _callee(hub, view, c)
+    fn, tv = callee_function(hub, view, c)
     if fn is None:
         return False
     inner = (*frames, (fn, c, view))
