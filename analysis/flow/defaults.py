@@ -325,7 +325,7 @@ def _looped_default(hub, pviews, roots: frozenset, attr: str, callers, depth: in
     for pv, pe, frames in origins(hub, lv, le.func.value, le, callers=callers, frames=()):
         if id(pe) not in roots:
             continue
-        fn = _function_of(pe)
+        fn = pv.sem.enclosing_function(pe) or pv.tree
         for _loop, call, d in _looped_options(pv):
             if id(call) not in sources and _inside(call, fn) and id(pe) in parser_roots(hub, pv, call):
                 sources[id(call)] = (pv, d, call, frames)
@@ -358,13 +358,6 @@ def _looped_default(hub, pviews, roots: frozenset, attr: str, callers, depth: in
             return UNKNOWN
         vals.append(v)
     return vals[0] if all(type(x) is type(vals[0]) and x == vals[0] for x in vals) else UNKNOWN
-
-
-def _function_of(node):
-    p = parent(node)
-    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        p = parent(p)
-    return p
 
 
 def _inside(node, fn) -> bool:
