@@ -104,7 +104,9 @@ def every_rank_entry(ctx, node: ast.AST, depth: int = 0):
     this module that runs it unguarded (``self.<method>(...)`` and calls by name, transitively), is
     called there (a module function, a class through its constructor, a method through an
     instance: ``t = Trainer(...); t.fit()``) with no main-rank test around the call, not in the
-    launching process of an ``mp.spawn`` script. A caller in a library module of the project
+    launching process of an ``mp.spawn`` script. A function that tears the default group down
+    after the call, behind no rank test (``tears_down_group_after``), is such a caller too, wherever
+    it is called from. A caller in a library module of the project
     counts when that module's calling function is itself run so, a few modules deep
     (``save_checkpoint`` of ``utils/checkpoint.py``, called unguarded by ``Trainer.fit`` of
     ``engine/trainer.py``, which the script runs: ``Trainer(...).fit()``). None when no such call is
@@ -129,6 +131,12 @@ def every_rank_entry(ctx, node: ast.AST, depth: int = 0):
             if id(defn) not in ids:
                 continue
             if not is_distributed_script(caller) and not joins_group_before(caller, call):
+                if tears_down_group_after(caller, call):
+                    # its own teardown says every rank runs the function: its callers need not be seen
+                    if rank0_guarded(caller, call, callers=False) is not True \
+                            and runs_in_ranks(caller, call) is not False:
+                        return caller, call, defn
+                    continue
                 later.append((caller, call))
                 continue
             if rank0_guarded(caller, call) is not False or runs_in_ranks(caller, call) is False:
@@ -162,3 +170,27 @@ def joins_group_before(ctx, call: ast.Call) -> bool:
     an = for_context(ctx)
     at = (call.lineno, call.col_offset)
     return any(ev.kind == "init" and (ev.call.lineno, ev.call.col_offset) < at for ev in events(an, an.main, fn))
+
+
+def tears_down_group_after(ctx, call: ast.Call) -> bool:
+    """The function holding ``call`` itself destroys the default process group after it
+    (``dist.destroy_process_group()``, also under a test that the group exists, ``if
+    dist.is_initialized():``), behind no main-rank test and not in an ``except`` handler: every rank
+    of a distributed run tears its own group down, so every rank runs that function, the call
+    included, even when the group was started out of sight (LLaMA-Factory's
+    ``_training_function``, whose group the transformers ``TrainingArguments`` start)."""
+    from ..flow.lifecycle import DESTROY
+    from ..flow.rank import rank0_guarded
+
+    fn = ctx.sem.enclosing_function(call)
+    if fn is None:
+        return False
+    at = (call.lineno, call.col_offset)
+    for c in ctx.sem.scope_calls(fn):
+        if (c.lineno, c.col_offset) <= at or ctx.sem.call_qualname(c) != DESTROY:
+            continue
+        if rank0_guarded(ctx, c, callers=False) is True \
+                or any(isinstance(a, ast.ExceptHandler) for a in ctx.sem.ancestors(c)):
+            continue
+        return True
+    return False

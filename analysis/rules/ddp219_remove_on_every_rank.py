@@ -36,7 +36,12 @@ class RemoveOnEveryRank(Rule):
     and no main-rank test keeps the other ranks out, there or at the calls of its function in the
     file (`rank.rank0_guarded` is False), not in the launching process of an `mp.spawn` script; or
     when a distributed script of the project runs its function (a class's `__init__` through its
-    construction) on every rank (`rules._rank_callers.every_rank_entry`).
+    construction) on every rank (`rules._rank_callers.every_rank_entry`); or when a function that
+    itself tears the default group down later (`dist.destroy_process_group()`, also under `if
+    dist.is_initialized():`, behind no rank test and not in an `except` handler) runs it, directly
+    or through the project's calls, a few modules deep: every rank tears its group down, so every
+    rank ran that function, even when a library started the group out of sight (the transformers
+    `TrainingArguments`). Such a helper module need not spell `torch`.
 
     A removal inside a `try` that catches `FileNotFoundError` (or `OSError`), under a test that the
     job is one process (`if dist.get_world_size() == 1:`), or on a path that
@@ -94,6 +99,17 @@ class RemoveOnEveryRank(Rule):
     name = "remove-on-every-rank"
     severity = Severity.WARNING
     requires_text = ("remove", "unlink", "rmtree", "rmdir")  # a removal is spelled in the file
+    # a helper module of the project that removes a file every rank runs it on may never spell
+    # "torch" (a logging handler's constructor, run by a distributed trainer: ``every_rank_entry``)
+    base_text = ("torch", *requires_text)
+
+    @classmethod
+    def reach(cls, text, filename):
+        if "torch" in text:
+            return True, {}
+        from ._common import callers_may_exist  # lazy: reads the project's other files
+
+        return callers_may_exist(text, filename, ())
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
@@ -168,7 +184,7 @@ class RemoveOnEveryRank(Rule):
         from ..flow import for_context
         from ..flow.group_free import without_group
         from ..flow.findings import node_span
-        from ._rank_callers import every_rank_entry
+        from ._rank_callers import every_rank_entry, tears_down_group_after
         from ._spawn import distributed_program, in_launcher, runs_in_ranks
 
         if _in_handler(ctx, r):
@@ -183,6 +199,10 @@ class RemoveOnEveryRank(Rule):
             if without_group(ctx, r):
                 return
             ctx.report(r, f"{what}: {tail}")
+            return
+        if guarded is False and tears_down_group_after(ctx, r):
+            ctx.report(r, f"{what} (the function tears the process group down after it, so every rank "
+                          f"runs it): {tail}")
             return
         if guarded is not None:
             return
