@@ -5,7 +5,7 @@ import re
 
 from ..model import Applicability, Severity
 from ..flow.mentions import code_strings, code_words, mentions
-from ..flow.rank_exits import others_exit_after
+from ..flow.rank_exits import one_visible_device, others_exit_after
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._current_device import _is_cuda_literal, _short, current_device_uses
@@ -254,6 +254,8 @@ class NcclWithoutSetDevice(Rule):
             # ``if local_rank != 0: sys.exit()`` right after: only the main rank runs on, and
             # cuda:0 is its device; only what runs before that test is shared
             gate = others_exit_after(ctx, init)
+            if one_visible_device(ctx, init):
+                continue  # a Ray task or actor given one GPU: cuda:0 is that GPU
             if gate is not None:
                 mine = [a for a in mine if sem.scope_of(a[0]) is scope and a[0].lineno < gate.lineno]
             if not mine:
