@@ -104,6 +104,11 @@ class NcclWithoutSetDevice(Rule):
     args=(1, ...), nprocs=1)` alone starts, or a setup helper that such a worker alone calls with
     its parameter.
 
+    A Ray task or actor that asks for at most one GPU (`@ray.remote(num_gpus=1)`,
+    `ray.remote(num_gpus=1)(Worker)`, or a `@ray.remote` class that the module starts only with
+    `Worker.options(num_gpus=1)`) is not flagged either: Ray sets `CUDA_VISIBLE_DEVICES` to that GPU
+    alone, so cuda:0 is the process's own device. One that asks for more GPUs is judged as usual.
+
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
     usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a
     helper named like a device setter (`utils.setup_device(args)`, `init_device_mesh(...)`) or a
