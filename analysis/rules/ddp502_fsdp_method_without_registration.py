@@ -106,6 +106,7 @@ def _bypasses_call(fn) -> bool:
     from ..semantic import parent, param_names
     cls = parent(fn)
     methods = {st.name: st for st in getattr(cls, "body", ()) if isinstance(st, FUNC_TYPES)}
+    functions = {st.name: st for st in getattr(parent(cls), "body", ()) if isinstance(st, FUNC_TYPES)}
     runs_submodule = False
     todo, seen, given = [fn], {id(fn)}, set()
     while todo:
@@ -124,11 +125,12 @@ def _bypasses_call(fn) -> bool:
                     # ``nn.Module.apply``: calls its function on every submodule, runs none itself
                     a = n.args[0]
                     f = methods.get(a.attr) if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) \
-                        and a.value.id == "self" else a if isinstance(a, ast.Lambda) else None
+                        and a.value.id == "self" else a if isinstance(a, ast.Lambda) else \
+                        functions.get(a.id) if isinstance(a, ast.Name) else None
                     if f is None:
                         runs_submodule = True
                         continue
-                    given.update(param_names(f)[1 if f is not a else 0:][:1])
+                    given.update(param_names(f)[1 if f in methods.values() else 0:][:1])
                     if id(f) not in seen:
                         seen.add(id(f))
                         todo.append(f)
