@@ -221,7 +221,9 @@ def _fixed_extent(ev, value: ast.AST, d: int, outer: bool = False):
         if qn in _EMPTY_CTORS:
             return U, qn not in ("list", "tuple")
     if outer:  # an element a helper returns: a name of the helper, or any value the same on every rank
-        got = container_length(ev, value, d + 1) if isinstance(value, ast.Name) else None
+        from .bindings import reaching  # one binding only: which of several a branch picks is a question of its own
+        got = container_length(ev, value, d + 1) if isinstance(value, ast.Name) \
+            and len(reaching(ev.view, value.id, value)[1] or ()) == 1 else None
         v = got if got is not None else ev.value(value, d)
         return (v, True) if not v.varying else None
     return None
