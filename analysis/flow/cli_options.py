@@ -1,6 +1,7 @@
 """argparse options of a module: its ``add_argument`` calls, their option strings and destinations,
 and ``configured_option``: an option whose value is configuration (the same on every rank),
-whatever its name. ``rank_kinds`` re-exports the readers."""
+whatever its name; ``sub_config_field``: a field of a nested configuration object that nothing here
+fills at run time. ``rank_kinds`` re-exports the readers."""
 from __future__ import annotations
 
 import ast
@@ -51,3 +52,20 @@ def configured_option(sem, e: ast.Attribute) -> bool:
             return False
     return not any(isinstance(t, ast.Attribute) and t.attr == e.attr
                    for st in sem.by_type.get(ast.Assign, ()) for t in st.targets)
+
+
+def sub_config_field(sem, e: ast.Attribute) -> bool:
+    """``cfg.lora.rank`` / ``self.model_config.lora.rank``: a field of an object read through another
+    object's field (not ``args.rank``, ``self.rank`` or ``self.args.rank``, where the holder is the
+    run's own arguments or state), and nothing in this module stores a computed value into
+    ``<x>.<attr>`` or passes one as ``<attr>=``: a value of the nested configuration (a LoRA
+    adapter's rank, a tensor-parallel degree), not a rank this module derives, whatever its name."""
+    owner = e.value
+    if not isinstance(owner, ast.Attribute) or (isinstance(owner.value, ast.Name) and owner.value.id == "self"):
+        return False
+    for st in sem.by_type.get(ast.Assign, ()):
+        if not isinstance(st.value, ast.Constant) and any(  # also an element of a tuple target
+                isinstance(t, ast.Attribute) and t.attr == e.attr for tg in st.targets for t in ast.walk(tg)):
+            return False
+    return not any(k.arg == e.attr and not isinstance(k.value, ast.Constant)
+                   for c in sem.calls for k in c.keywords)

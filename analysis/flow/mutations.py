@@ -195,11 +195,15 @@ def _shrunk(view, scope, name: str) -> bool:
     return name in got
 
 
-def _fixed_extent(ev, value: ast.AST, d: int):
+def _fixed_extent(ev, value: ast.AST, d: int, outer: bool = False):
     """The uniformity of how many items (keys) the container ``value`` builds, and whether it is a
     dict; None when it is no fresh container of a known extent (a ``defaultdict`` adds the keys
-    it is read with)."""
+    it is read with). ``outer``: ``value`` is what a helper returns, read in the helper; there a
+    name of the helper is followed to its own bindings, and any value the same on every rank
+    (``glob.glob(...)`` of a shared folder) has a length the same on every rank."""
     from .values import U, X, join
+    if d > 12:
+        return None
     if isinstance(value, (ast.List, ast.Tuple)) and not any(isinstance(x, ast.Starred) for x in value.elts):
         return U, False
     if isinstance(value, ast.Dict) and all(k is not None for k in value.keys):
@@ -207,11 +211,47 @@ def _fixed_extent(ev, value: ast.AST, d: int):
         return (v if v.uniform else X), True  # rank-varying keys may still be as many
     if isinstance(value, ast.ListComp) and not any(g.ifs for g in value.generators):
         return join(ev.trip_count(g.iter, d + 1) for g in value.generators), False
+    if isinstance(value, ast.IfExp):  # ``[f(rank)] if n == world else []``: as many as the test says
+        arms = [_fixed_extent(ev, a, d, outer) for a in (value.body, value.orelse)]
+        if None in arms:
+            return None
+        return join([ev.value(value.test, d), *(a[0] for a in arms)]), any(a[1] for a in arms)
     if isinstance(value, ast.Call) and not value.args and not value.keywords:
         qn = ev.sem.call_qualname(value) or (value.func.id if isinstance(value.func, ast.Name) else None)
         if qn in _EMPTY_CTORS:
             return U, qn not in ("list", "tuple")
+    if outer:  # an element a helper returns: a name of the helper, or any value the same on every rank
+        from .bindings import reaching  # one binding only: which of several a branch picks is a question of its own
+        got = container_length(ev, value, d + 1) if isinstance(value, ast.Name) \
+            and len(reaching(ev.view, value.id, value)[1] or ()) == 1 else None
+        v = got if got is not None else ev.value(value, d)
+        return (v, True) if not v.varying else None
     return None
+
+
+def _returned_extent(ev, b: ast.AST, name: str, d: int):
+    """``keys, values = load_files(root, rank=rank)``: the extent of the element ``name`` unpacks
+    from a project function's returns, each a tuple whose element there is a container of a known
+    extent (read in the function's own module); None when any is not."""
+    from .bindings import target_path
+    from .returns_at import arity_of, tuple_returns
+    from .values import join
+    if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.value, ast.Call)):
+        return None
+    path = target_path(b.targets[0], name)
+    target = ev.hub.resolve_call(ev.view, b.value) if path is not None and len(path) == 1 else None
+    if target is None or isinstance(target[1], ast.Lambda) or target[1].name == "__init__":
+        return None
+    fit = tuple_returns(target[1], path[0], arity_of(b.targets[0]))
+    if fit is None:
+        return None
+    ev.hub._view_stack.append(target[0])
+    try:
+        inner = ev.hub.evaluator(target[0])
+        got = [_fixed_extent(inner, r.elts[path[0]], d + 1, True) for r in fit]
+    finally:
+        ev.hub._view_stack.pop()
+    return None if None in got else (join(g[0] for g in got), any(g[1] for g in got))
 
 
 def bound_part(b: ast.AST, name: str):
@@ -240,7 +280,7 @@ def container_length(ev, e: ast.Name, d: int):
         return None
     vals, is_dict = [], False
     for b in evs:
-        got = _fixed_extent(ev, v, d) if (v := bound_part(b, e.id)) is not None else None
+        got = _fixed_extent(ev, v, d) if (v := bound_part(b, e.id)) is not None else _returned_extent(ev, b, e.id, d)
         if got is None:
             return None
         vals.append(got[0])

@@ -21,6 +21,7 @@ import re
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent, terminal_name
 from ..torch_api import D
 from .assignments import name_binding_kind, self_attr_value
+from .cli_options import sub_config_field
 from .rank_flags import main_flag
 from .world_tests import _int_const, _unwrap_int, single_world_test, world_size_source  # noqa: F401  (re-exported)
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
@@ -123,7 +124,7 @@ def rank_kind(ctx, expr: ast.AST, scope: ast.AST, depth: int = 0) -> str | None:
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):
         return "rank" if rank_kind(ctx, expr.left, scope, depth + 1) else None
     if isinstance(expr, ast.Attribute):
-        return "rank" if RANK_NAME.match(expr.attr) else None
+        return "rank" if RANK_NAME.match(expr.attr) and not sub_config_field(ctx.sem, expr) else None
     if isinstance(expr, ast.Name):
         kind, val = name_binding_kind(ctx, expr.id, scope)
         if kind == "loop":

@@ -21,6 +21,22 @@ def returns_at(hub, view, fn: ast.AST, index: int, arity: int | None = None):
     if key in memo:
         return memo[key]
     memo[key] = None  # recursion guard
+    fit = tuple_returns(fn, index, arity)
+    if fit is None:
+        return None
+    hub._view_stack.append(view)
+    try:
+        ev = hub.evaluator(view)
+        got = memo[key] = join(ev.value(r.elts[index]) for r in fit)
+    finally:
+        hub._view_stack.pop()
+    return got
+
+
+def tuple_returns(fn: ast.AST, index: int, arity: int | None = None) -> list | None:
+    """The ``return`` tuples of ``fn`` that a read of element ``index`` (unpacked into ``arity``
+    names, or indexed) sees; None when a return is no tuple display without a starred item, ``fn``
+    yields, or none fits."""
     rets = []
     for n in iter_scope_nodes(fn):
         if n.__class__ is ast.Return:
@@ -33,16 +49,7 @@ def returns_at(hub, view, fn: ast.AST, index: int, arity: int | None = None):
                            for r in rets):
         return None
     fit = [r for r in rets if (len(r.elts) == arity if arity is not None else len(r.elts) > index)]
-    if not fit or index >= min(len(r.elts) for r in fit):
-        return None
-    hub._view_stack.append(view)
-    try:
-        ev = hub.evaluator(view)
-        got = memo[key] = join(ev.value(r.elts[index]) for r in fit)
-    finally:
-        hub._view_stack.pop()
-    return got
-
+    return fit if fit and index < min(len(r.elts) for r in fit) else None
 
 
 def arity_of(target) -> int | None:

@@ -543,10 +543,11 @@ class Evaluator:
         if qn is not None:
             return U  # a module constant (torch.float32, math.pi)
         if RANK_NAME.match(e.attr) or e.attr in MAIN_NAMES:
-            from .cli_options import configured_option  # lazy: it reads the argparse options
-
+            from .cli_options import configured_option, sub_config_field  # lazy: it reads the argparse options
             if isinstance(e.value, ast.Name) and configured_option(self.sem, e):
                 return U  # ``--rank`` with ``default=4``: an option, by its value, not the rank
+            if e.attr not in MAIN_NAMES and sub_config_field(self.sem, e):
+                return X  # ``cfg.lora.rank``: a nested config's field no code here fills; not judged
             return _V(self.view, RANK, f"the process rank from `{_text(e)}`", e)
         if isinstance(e.value, ast.Name) and e.value.id == "self":
             v = self.hub.self_attr_value(self.view, e, d)

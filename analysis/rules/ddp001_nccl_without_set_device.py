@@ -5,7 +5,7 @@ import re
 
 from ..model import Applicability, Severity
 from ..flow.mentions import code_strings, code_words, mentions
-from ..flow.rank_exits import others_exit_after
+from ..flow.rank_exits import one_visible_device, others_exit_after
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
 from ._current_device import _is_cuda_literal, _short, current_device_uses
@@ -103,6 +103,11 @@ class NcclWithoutSetDevice(Rule):
     parameter holding 1 wherever its function starts: a worker that `mp.spawn(worker,
     args=(1, ...), nprocs=1)` alone starts, or a setup helper that such a worker alone calls with
     its parameter.
+
+    A Ray task or actor that asks for at most one GPU (`@ray.remote(num_gpus=1)`,
+    `ray.remote(num_gpus=1)(Worker)`, or a `@ray.remote` class that the module starts only with
+    `Worker.options(num_gpus=1)`) is not flagged either: Ray sets `CUDA_VISIBLE_DEVICES` to that GPU
+    alone, so cuda:0 is the process's own device. One that asks for more GPUs is judged as usual.
 
     An `init_process_group` behind `if not dist.is_initialized():` is a fallback (the group, and
     usually the device, are set up elsewhere), so it is not flagged; nor is a file that calls a
@@ -254,6 +259,8 @@ class NcclWithoutSetDevice(Rule):
             # ``if local_rank != 0: sys.exit()`` right after: only the main rank runs on, and
             # cuda:0 is its device; only what runs before that test is shared
             gate = others_exit_after(ctx, init)
+            if one_visible_device(ctx, init):
+                continue  # a Ray task or actor given one GPU: cuda:0 is that GPU
             if gate is not None:
                 mine = [a for a in mine if sem.scope_of(a[0]) is scope and a[0].lineno < gate.lineno]
             if not mine:

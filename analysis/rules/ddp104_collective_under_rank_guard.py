@@ -135,6 +135,10 @@ class CollectiveUnderRankGuard(Rule):
     `if local_rank != 0: barrier()` ... `if local_rank == 0: barrier()` pattern). A test on the key
     of a dict that holds this rank's values under names the same on every rank (`for name, v in
     stats.items(): if name == "loss":`) is not rank-varying; one on keys named after the rank is.
+    Nor is a field named like a rank of a nested configuration object (`cfg.lora.rank > 0`, the
+    size of a LoRA adapter) that nothing in the module fills with a computed value: a
+    configuration value, the same on every process (`args.rank` and `self.rank` keep their name's
+    reading, and `cfg.dist.rank = int(os.environ["RANK"])` in the module makes the field a rank).
 
     ## Why is this bad?
     Every rank of the group must enter every collective, in the same order. A collective that only

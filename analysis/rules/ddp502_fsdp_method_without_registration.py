@@ -20,7 +20,10 @@ class FsdpMethodWithoutRegistration(Rule):
     on a module given to `fully_shard`, when the method is defined by the project's model class,
     does not go through `self(...)` (calling `self.forward(...)` directly skips FSDP2's hooks just
     the same), and no
-    `register_fsdp_forward_method(model, "<method>")` registers it.
+    `register_fsdp_forward_method(model, "<method>")` registers it. A method that only initialises
+    the parameters in place (`nn.init.normal_(...)`, also in a function it hands to
+    `self.apply(...)`, as `init_weights` after `to_empty` does) is not reported: the in-place
+    init ops work on the DTensor shards.
 
     ## Why is this bad?
     FSDP2 all-gathers a module's parameters in a pre-forward hook, which only `__call__` runs. A
@@ -97,12 +100,15 @@ def _bypasses_call(fn) -> bool:
     calls (``self._trunk(ids)``, and ``self.forward(ids)``, which FSDP2's hooks do not wrap: they
     run in ``__call__`` only) are read as part of it, transitively. A
     method that only initialises them in place (``reset_parameters``: ``init.*_`` on the DTensor
-    shards) is fine under FSDP2."""
-    from ..semantic import parent
+    shards) is fine under FSDP2, also through ``nn.Module.apply`` (``self.apply(self._init_weights)``,
+    ``self.apply(lambda m: ...)``): the function applied is read as part of the method, and it runs
+    a submodule only where it calls the module it is given."""
+    from ..semantic import parent, param_names
     cls = parent(fn)
     methods = {st.name: st for st in getattr(cls, "body", ()) if isinstance(st, FUNC_TYPES)}
+    functions = {st.name: st for st in getattr(parent(cls), "body", ()) if isinstance(st, FUNC_TYPES)}
     runs_submodule = False
-    todo, seen = [fn], {id(fn)}
+    todo, seen, given = [fn], {id(fn)}, set()
     while todo:
         cur = todo.pop()
         for n in ast.walk(cur):
@@ -111,8 +117,24 @@ def _bypasses_call(fn) -> bool:
             g = n.func
             if isinstance(g, ast.Name) and g.id == "self":
                 return False
+            if isinstance(g, ast.Name) and g.id in given:
+                runs_submodule = True  # ``apply(fn)``'s ``fn`` calls the submodule it is given
             if isinstance(g, ast.Attribute) and isinstance(g.value, ast.Name) and g.value.id == "self":
                 m = methods.get(g.attr)
+                if m is None and g.attr == "apply" and len(n.args) == 1 and not n.keywords:
+                    # ``nn.Module.apply``: calls its function on every submodule, runs none itself
+                    a = n.args[0]
+                    f = methods.get(a.attr) if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) \
+                        and a.value.id == "self" else a if isinstance(a, ast.Lambda) else \
+                        functions.get(a.id) if isinstance(a, ast.Name) else None
+                    if f is None:
+                        runs_submodule = True
+                        continue
+                    given.update(param_names(f)[1 if f in methods.values() else 0:][:1])
+                    if id(f) not in seen:
+                        seen.add(id(f))
+                        todo.append(f)
+                    continue
                 if m is None:
                     runs_submodule = True
                 elif id(m) not in seen and len(seen) < 16:
