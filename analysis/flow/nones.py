@@ -34,8 +34,10 @@ def none_ness(ev, x: ast.AST, d: int) -> Value:
         return X
     if isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "self":
         vals = ev.hub.self_attr_bindings(ev.view, x)
-        if not vals or len(vals) > 8 or any(isinstance(v, ast.stmt) for v in vals):
-            return X  # unseen, or bound by unpacking or an augmented assignment
+        if not vals or len(vals) > 8 or not all(_is_none(v) or _none_arm(v) for v in vals):
+            # unseen, bound by unpacking or an augmented assignment, or to a value by some method
+            # (which runs before the test is not known across methods)
+            return X
         return _choice(ev, [(parent(v), v) for v in vals], f"self.{x.attr}", d)
     if not isinstance(x, ast.Name):
         return X
@@ -62,7 +64,7 @@ def _choice(ev, pairs: list, name: str, d: int) -> Value:
         if _is_none(e):
             nones.append(b)
             continue
-        if isinstance(e, ast.IfExp) and (_is_none(e.body) != _is_none(e.orelse)):
+        if _none_arm(e):
             other = e.orelse if _is_none(e.body) else e.body
             if never_none(ev, other, d + 1):
                 tv = ev.value(e.test, d + 1)
@@ -196,6 +198,11 @@ def never_none(ev, e: ast.AST, d: int) -> bool:
                 return False
         return True
     return False
+
+
+def _none_arm(e: ast.AST) -> bool:
+    """``v if test else None`` (or the reverse)."""
+    return isinstance(e, ast.IfExp) and _is_none(e.body) != _is_none(e.orelse)
 
 
 def _is_none(e: ast.AST) -> bool:
