@@ -100,14 +100,17 @@ def node_related(ctx, path, node, msg):
 
 
 def source_related(ctx, value):
-    """The source of the variance (in this file), and the call that passes it into the function
-    where it matters (a call-site context)."""
+    """The source of the variance (in this file or another module of the project), and the call
+    that passes it into the function where it matters (a call-site context)."""
     here = _here(ctx)
     src = value.src
     out = []
-    if src.path in (None, here) and src.line > 0:
+    if src.line > 0 and (text := _source_of(ctx, src.path)) is not None and src.line <= len(text.lines):
+        # in another module (a sampler's partition, a helper's local value): where the fix goes
         line = src.line - 1
-        out.append((Range(Position(line, 0), Position(line, len(ctx.src.line(line)))), "source of the rank variance"))
+        rng = Range(Position(line, 0), Position(line, len(text.line(line))))
+        out.append((rng, "source of the rank variance") if src.path in (None, here)
+                   else ("file", src.path, rng, "source of the rank variance"))
     if src.call is not None:
         out.append(node_related(ctx, src.call_path, src.call, "the call that passes the rank-varying value"))
     return out

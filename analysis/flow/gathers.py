@@ -11,6 +11,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, get_arg, subtree
 from .bindings import _COMPS, comp_binder, reaching
+from .nones import assigned_value
 from .hidden import _DTENSOR_MODULES, _call_args, _key, entry_of, is_fsdp2, op_words
 
 _DTENSOR_CLASSES = frozenset(m + ".DTensor" for m in (*_DTENSOR_MODULES, "torch.distributed.tensor._api"))
@@ -19,6 +20,21 @@ _SHARDED_ITERS = ("state_dict", "parameters", "named_parameters")
 # for a DTensor parameter sharded, like it); ``step`` (a scalar tensor) is none of them
 _MOMENTS = frozenset(("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg",
                       "acc_delta", "grad_avg", "sum", "ax", "prev", "step_size", "mu_product"))
+
+
+# tensor methods whose result is a tensor of the receiver's kind (a plain tensor stays plain, a
+# DTensor stays a DTensor sharded the same way)
+_SAME_KIND = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "contiguous", "clone",
+                        "detach", "pin_memory", "type", "type_as", "requires_grad_"})
+
+
+def kind_kept(expr):
+    """The tensor ``expr`` is made from by methods that keep its kind (``p.detach().float()``,
+    ``p.data``): the receiver at the bottom of the chain; ``expr`` itself when it is no such chain."""
+    while (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_KIND
+           or isinstance(expr, ast.Attribute) and expr.attr == "data"):
+        expr = expr.func.value if isinstance(expr, ast.Call) else expr.value
+    return expr
 
 
 def helper_gather(hub, view, call, Effect, Site):
@@ -75,6 +91,7 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
     busy = set()
 
     def dtensor(expr, at) -> bool:
+        expr = kind_kept(expr)  # ``p.detach()`` of a DTensor is a DTensor
         if not isinstance(expr, ast.Name):
             return moment(expr, at)  # ``opt.state[p]["exp_avg"]`` itself
         g = comp_binder(expr)
@@ -87,7 +104,7 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
             return False
         busy.add((expr.id, at))  # ``v = opt.state[v]["exp_avg"]`` in a loop reaches itself
         try:
-            return all(e in loops.get(expr.id, ()) or moment(_bound(e, expr.id), e) for e in evs)
+            return all(e in loops.get(expr.id, ()) or dtensor(assigned_value(e, expr.id), e) for e in evs)
         finally:
             busy.discard((expr.id, at))
 
@@ -104,7 +121,7 @@ def _gathers(hub, view, fn, mods, dts, Effect, depth):
                 return False
             busy.add((expr.id, at))
             try:
-                return all(e in loops.get(("state", expr.id), ()) or param_state(_bound(e, expr.id), e) for e in evs)
+                return all(e in loops.get(("state", expr.id), ()) or param_state(assigned_value(e, expr.id), e) for e in evs)
             finally:
                 busy.discard((expr.id, at))
         if isinstance(expr, ast.Subscript):
@@ -194,25 +211,38 @@ def dtensor_test_holds(hub, view, test) -> bool:
     """``test`` is ``isinstance(v, DTensor)`` (or a tuple of types with DTensor) where every binding
     of ``v`` that reaches it is a ``for`` (or comprehension) over the state dict or the parameters of
     a module whose parameters are DTensors (``for k, v in self.model.state_dict().items()`` after
-    ``fully_shard``/``parallelize_module``): true on every rank, so no condition on the body."""
+    ``fully_shard``/``parallelize_module``), or binds it to such an entry through methods that keep
+    a DTensor one (``w = p.detach()``): true on every rank, so no condition on the body."""
     if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
             and len(test.args) == 2 and isinstance(test.args[0], ast.Name)):
         return False
     types = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
     if not any(view.sem.qualname(x) in _DTENSOR_CLASSES for x in types):
         return False
-    name = test.args[0].id
 
-    def sharded(it, target) -> bool:
+    def sharded(it, target):
         def is_mod(m, at):
             return _key(m) is not None and sharded_module(hub, view, m, at)
-        return _sharded_target(view, it, target, frozenset(), is_mod) == name
+        return _sharded_target(view, it, target, frozenset(), is_mod)
 
-    g = comp_binder(test.args[0])
-    if g is not None:
-        return sharded(g.iter, g.target)
-    kind, evs = reaching(view, name, test)
-    return kind == "events" and bool(evs) and all(isinstance(e, ast.For) and sharded(e.iter, e.target) for e in evs)
+    def holds(use, at, depth) -> bool:  # ``v`` is a loop's entry, or made from one (``w = p.detach()``)
+        g = comp_binder(use)
+        if g is not None:
+            return sharded(g.iter, g.target) == use.id
+        kind, evs = reaching(view, use.id, at)
+        if kind != "events" or not evs:
+            return False
+        for e in evs:
+            if isinstance(e, ast.For):
+                if sharded(e.iter, e.target) != use.id:
+                    return False
+                continue
+            src = kind_kept(assigned_value(e, use.id))
+            if depth >= 3 or not isinstance(src, ast.Name) or not holds(src, e, depth + 1):
+                return False
+        return True
+
+    return holds(test.args[0], test, 0)
 
 
 def _state_params(view, fn) -> frozenset:
@@ -226,21 +256,6 @@ def _state_params(view, fn) -> frozenset:
             if isinstance(n, ast.Attribute) and n.attr == "state" and isinstance(n.value, ast.Name)
             and n.value.id in names)
     return got
-
-
-def _bound(e, name):
-    """The expression ``e`` (an assignment) binds to ``name``: ``v = expr``, or its element of
-    ``m, v = a, b``; else None."""
-    if not isinstance(e, ast.Assign) or len(e.targets) != 1:
-        return None
-    t, v = e.targets[0], e.value
-    if isinstance(t, ast.Name):
-        return v if t.id == name else None
-    if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
-        for te, ve in zip(t.elts, v.elts):
-            if isinstance(te, ast.Name) and te.id == name:
-                return ve
-    return None
 
 
 def _fsdp2_optimizer(hub, view, expr, at) -> bool:

@@ -135,8 +135,9 @@ _bindings: dict[int, tuple] = {}  # id(class) -> (class, {attr: [value or None, 
 
 def _self_bindings(cls: ast.ClassDef) -> dict:
     """``self.<attr>`` bindings in the methods of ``cls``, read once per class: the assigned value
-    of a plain ``self.<attr> = value``, None for any other binding (a tuple or loop target, ``+=``,
-    a ``with`` target). The class node is kept beside its id, so a reused id is never mistaken."""
+    of a plain ``self.<attr> = value`` or its element of ``self.a, self.b = x, y``, None for any
+    other binding (a loop target, unpacking a value that is no display, ``+=``, a ``with``
+    target). The class node is kept beside its id, so a reused id is never mistaken."""
     got = _bindings.get(id(cls))
     if got is not None and got[0] is cls:
         return got[1]
@@ -158,12 +159,24 @@ def _self_bindings(cls: ast.ClassDef) -> dict:
                          and isinstance(x.value, ast.Name) and x.value.id == "self"}
                 plain = isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(t, ast.Attribute) \
                     and n.value is not None
+                pairs = _display_pairs(t, n.value) if isinstance(n, ast.Assign) and not plain else {}
                 for a in names:
-                    idx.setdefault(a, []).append(n.value if plain else None)
+                    idx.setdefault(a, []).append(n.value if plain else pairs.get(a))
     if len(_bindings) > 2048:
         _bindings.clear()
     _bindings[id(cls)] = (cls, idx)
     return idx
+
+
+def _display_pairs(target, value) -> dict:
+    """attr -> value of each plain ``self.<attr>`` of a tuple target unpacking a display of as many
+    elements (``self.heads, self.width = heads, dim // heads``); empty for any other binding."""
+    if not (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))
+            and len(target.elts) == len(value.elts)
+            and not any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts))):
+        return {}
+    return {t.attr: v for t, v in zip(target.elts, value.elts)
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
 
 
 def _same(found, got):

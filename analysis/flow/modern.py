@@ -9,6 +9,7 @@ import ast
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from .bindings import contains, stores_name
 from .calls import call_args
+from .gathers import kind_kept
 from .hidden import FULLY_SHARD, is_fsdp2, options_flag, shard_calls  # noqa: F401  (re-exported)
 from .origins import holds_call, is_optimizer_ctor, key_of, origins, qn_pred  # noqa: F401  (re-exported)
 
@@ -242,17 +243,11 @@ def local_shard_of(value, names) -> ast.Call | None:
     return None
 
 
-# tensor methods whose result is a tensor of the receiver's kind (a plain tensor stays plain)
-_SAME_KIND = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "contiguous", "clone",
-                        "detach", "pin_memory", "type", "type_as", "requires_grad_"})
-
-
 def entry_kept(value, names) -> bool:
     """``value`` (a remapped or filled entry: ``remapped_entries``, ``filled_entries``) is the
     entry the loop binds, one of ``names``, as it is or through methods that keep its kind
     (``v.to(device)``, ``v.float().contiguous()``): a plain tensor stays a plain tensor."""
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_KIND:
-        value = value.func.value
+    value = kind_kept(value)
     return isinstance(value, ast.Name) and value.id in names
 
 

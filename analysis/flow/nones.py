@@ -2,8 +2,9 @@
 
 Whether a value exists is usually the same on every rank (an optional argument, a configured
 feature), so the evaluator answers unknown for ``x is None`` unless value flow shows a choice: a
-rank-varying test that picks between None and a value that is never None. That test may be the
-``test`` of ``x = v if test else None`` (or the reverse), or one that decides which of the
+rank-varying test that picks between None and a value that is never None (a display, a literal,
+the construction of a project class: ``Writer(path)``). That test may be the
+``test`` of ``x = v if test else None`` (or the reverse, or a ``self.x`` its class binds so), or one that decides which of the
 bindings ``x = None`` / ``x = <never None>`` reaches the use (``images = None`` ... ``if
 has_image: images = []``: the evaluator's control dependence, on this rank's data, the clock or
 random numbers). A parameter analysed under a call context that binds it asks the same of the
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES
+from ..semantic import FUNC_TYPES, parent
 from .bindings import reaching
 from .values import X, Value, summary
 
@@ -26,31 +27,49 @@ _NEVER_NONE_NODES = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.S
 
 
 def none_ness(ev, x: ast.AST, d: int) -> Value:
-    """Uniformity of ``x is None`` for the evaluator ``ev``: rank-varying, or unknown."""
-    if not isinstance(x, ast.Name):
-        return X
+    """Uniformity of ``x is None`` for the evaluator ``ev``: rank-varying, or unknown. ``x`` is a
+    name, or ``self.<attr>`` read in a method (what the methods of its class bind to it)."""
     if d > 30:
         ev.cs.n += 1  # a cut: what it makes is not memoised for good (``values.keep``)
+        return X
+    if isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "self":
+        vals = ev.hub.self_attr_bindings(ev.view, x)
+        if not vals or len(vals) > 8 or not all(_is_none(v) or _none_arm(v) for v in vals):
+            # unseen, bound by unpacking or an augmented assignment, or to a value by some method
+            # (which runs before the test is not known across methods)
+            return X
+        return _choice(ev, [(parent(v), v) for v in vals], f"self.{x.attr}", d)
+    if not isinstance(x, ast.Name):
         return X
     kind, got = reaching(ev.view, x.id, x)
     if kind == "param":
         return _param_none_ness(ev, got, x.id, d)
     if kind != "events" or not got:
         return X
-    nones, somes = [], []
+    pairs = []
     for b in got:
-        e = _assigned(b, x.id)
+        e = assigned_value(b, x.id)
         if e is None:
             return X
+        pairs.append((b, e))
+    return _choice(ev, pairs, x.id, d)
+
+
+def _choice(ev, pairs: list, name: str, d: int) -> Value:
+    """Whether the bindings ``pairs`` ((statement, value bound to ``name``)) let a rank-varying
+    test choose between None and a value never None: the test of ``v if test else None``, or one
+    that decides which of ``name = None`` / ``name = <never None>`` runs."""
+    nones, somes = [], []
+    for b, e in pairs:
         if _is_none(e):
             nones.append(b)
             continue
-        if isinstance(e, ast.IfExp) and (_is_none(e.body) != _is_none(e.orelse)):
+        if _none_arm(e):
             other = e.orelse if _is_none(e.body) else e.body
             if never_none(ev, other, d + 1):
                 tv = ev.value(e.test, d + 1)
                 if tv.varying:
-                    return Value("V", tv.src.step(f"which decides whether line {b.lineno} sets `{x.id}` to None"))
+                    return Value("V", tv.src.step(f"which decides whether line {b.lineno} sets `{name}` to None"))
             return X
         if not never_none(ev, e, d + 1):
             return X
@@ -58,7 +77,7 @@ def none_ness(ev, x: ast.AST, d: int) -> Value:
     if not nones or not somes:
         return X  # always None, or never None: the same everywhere, but nothing to report
     for b in (*somes, *nones):
-        v = ev._control_dependent(b, d + 1, x.id)
+        v = ev._control_dependent(b, d + 1, name)
         if v is not None:
             return v
     return X
@@ -160,6 +179,12 @@ def never_none(ev, e: ast.AST, d: int) -> bool:
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _NEVER_NONE_BUILTINS \
             and ev.sem.qualname(e.func) is None:
         return True
+    if isinstance(e, ast.Call) and isinstance(e.func, (ast.Name, ast.Attribute)):
+        # ``Writer(path)``: constructing a class of the project (one that does not define
+        # ``__new__``) gives an instance, never None
+        cls = ev.hub.resolve_class(ev.view, e.func)
+        return cls is not None and not any(
+            isinstance(s, FUNC_TYPES) and s.name == "__new__" for s in cls[1].body)
     if isinstance(e, ast.Name):
         if d >= 30:
             ev.cs.n += 1
@@ -168,23 +193,35 @@ def never_none(ev, e: ast.AST, d: int) -> bool:
         if kind != "events" or not got:
             return False
         for b in got:
-            v = _assigned(b, e.id)
+            v = assigned_value(b, e.id)
             if v is None or not never_none(ev, v, d + 1):
                 return False
         return True
     return False
 
 
+def _none_arm(e: ast.AST) -> bool:
+    """``v if test else None`` (or the reverse)."""
+    return isinstance(e, ast.IfExp) and _is_none(e.body) != _is_none(e.orelse)
+
+
 def _is_none(e: ast.AST) -> bool:
     return isinstance(e, ast.Constant) and e.value is None
 
 
-def _assigned(b: ast.AST, name: str):
-    """The expression a plain ``name = <expr>`` (or ``name: T = <expr>``) binding gives ``name``;
-    None for any other binding (tuple unpacking, a loop variable, an augmented assignment...)."""
-    if isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name) \
-            and b.targets[0].id == name:
-        return b.value
+def assigned_value(b: ast.AST, name: str):
+    """The expression a plain ``name = <expr>`` (or ``name: T = <expr>``) binding gives ``name``,
+    or its element of ``m, name = a, b``; None for any other binding (unpacking a value that is no
+    display, a loop variable, an augmented assignment...)."""
     if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name) and b.target.id == name:
         return b.value
+    if not isinstance(b, ast.Assign) or len(b.targets) != 1:
+        return None
+    t, v = b.targets[0], b.value
+    if isinstance(t, ast.Name):
+        return v if t.id == name else None
+    if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
+        for te, ve in zip(t.elts, v.elts):
+            if isinstance(te, ast.Name) and te.id == name:
+                return ve
     return None

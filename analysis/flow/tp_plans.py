@@ -463,3 +463,28 @@ def style_keeps_local_shard(view, call) -> bool:
                 and isinstance(out.args[0].operand, ast.Constant) and out.args[0].operand.value == 1):
             return False
     return True
+
+
+def walked_callees(view, call: ast.Call) -> list | None:
+    """The callees a call of a loop or comprehension variable runs, where that variable walks a
+    tuple or list display: ``self.wq``, ``self.wk`` of ``proj(x)`` in ``(f(proj(x)) for proj in
+    (self.wq, self.wk))`` or ``for proj in [self.wq, self.wk]: proj(x)``; None for any other call."""
+    from .bindings import comp_binder  # lazy: only asked of a call by a plain name
+    f = call.func
+    if not isinstance(f, ast.Name):
+        return None
+    g = comp_binder(f)
+    if g is not None:
+        loops = [g]
+    else:
+        kind, evs = reaching(view, f.id, call)
+        if kind != "events" or not evs or not all(isinstance(e, (ast.For, ast.AsyncFor)) for e in evs):
+            return None
+        loops = evs
+    out = []
+    for lp in loops:
+        if not (isinstance(lp.target, ast.Name) and lp.target.id == f.id and isinstance(lp.iter, (ast.Tuple, ast.List))
+                and lp.iter.elts and not any(isinstance(e, ast.Starred) for e in lp.iter.elts)):
+            return None
+        out.extend(lp.iter.elts)
+    return out

@@ -48,7 +48,9 @@ class CollectiveUnderRankGuard(Rule):
     loop over this rank's batches, then `if len(kept) > 0:`). So does `x is not None` where such a
     condition chooses between None and a value that is never None (`images = images if found else
     None`, with `found` set from this rank's batch; `extra = None` then `if batch_has_mask: extra =
-    {}`), also when `x` reaches a helper as its parameter, through any number of calls of the
+    {}`; `writer = Writer(path) if rank == 0 else None`, where constructing a project class never
+    gives None; the same of `self.writer` bound so by a method of its class), also when `x`
+    reaches a helper as its parameter, through any number of calls of the
     same file (functions, `self.<method>(...)`, a method of an object held on `self`): the helper's
     summary says whether one of its calls passes such a choice, with each caller read as its own
     callers run it, and the finding is at the helper's collective. A value that may be None on

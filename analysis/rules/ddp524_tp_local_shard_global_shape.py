@@ -11,7 +11,8 @@ from ..flow.bindings import reaching
 from ..flow.instances import _self_bindings
 from ..flow.modern import PARALLELIZE, hub, origins
 from ._common import other_call_sites
-from ..flow.tp_plans import (colwise_reach, module_class, plan_styles, style_keeps_local_shard, submodule_owner)
+from ..flow.tp_plans import (colwise_reach, module_class, plan_styles, style_keeps_local_shard, submodule_owner,
+                             walked_callees)
 
 _LINEAR = {"torch.nn.Linear": (1, "out_features"), "torch.nn.modules.linear.Linear": (1, "out_features"),
            "torch.nn.Embedding": (1, "embedding_dim"), "torch.nn.modules.sparse.Embedding": (1, "embedding_dim")}
@@ -29,10 +30,12 @@ class TpLocalShardGlobalShape(Rule):
     style with its default local output (`use_local_output=True`, output sharded on the last
     dimension): where the class that owns such a submodule reshapes its output
     (`self.wq(x).view(...)`, `.reshape(...)`, `torch.reshape`, `.unflatten(-1, ...)`), followed
-    through local names, tuple unpacking and helper methods (`self._split_heads(self.wq(x))`),
-    with trailing sizes that multiply to the projection's full `out_features` as the class
-    builds it (`self.n_heads` and `self.head_dim` of `nn.Linear(dim, dim)`, `dim // n_heads`),
-    and no `-1` among them.
+    through local names, tuple unpacking and helper methods (`self._split_heads(self.wq(x))`,
+    also of a projection a loop or a comprehension walks: `(self._split_heads(p(x)) for p in
+    (self.wq, self.wk, self.wv))`), with trailing sizes that multiply to the projection's full
+    `out_features` as the class builds it (`self.n_heads` and `self.head_dim` of
+    `nn.Linear(dim, dim)`, `dim // n_heads`, also stored together: `self.h, self.hd = ...`), and
+    no `-1` among them.
 
     The plan may be a dict display, a name filled by `plan[key] = style` stores (also in a loop
     over literal names: `for n in ("wq", "wk"): plan[f"attn.{n}"] = ColwiseParallel()`), a
@@ -244,14 +247,19 @@ class TpLocalShardGlobalShape(Rule):
         if not got:
             return None
         for v, e in got:
-            if not (v is ov and isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute)
-                    and isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and e.func.attr in widths):
+            if v is not ov or not isinstance(e, ast.Call):
                 return None
-            fn = ov.sem.enclosing_function(e)
-            if fn is None or parent(fn) is not cls or (found is not None and widths[found][0] != widths[e.func.attr][0]):
-                return None  # outside the class, or leaves of different widths
-            found = e.func.attr if found is None else found
-            names.add(e.func.attr)
+            # ``proj(x)`` of ``for proj in (self.wq, self.wk)``: each module the loop walks
+            callees = walked_callees(ov, e) or [e.func]
+            for f in callees:
+                if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self"
+                        and f.attr in widths):
+                    return None
+                fn = ov.sem.enclosing_function(e)
+                if fn is None or parent(fn) is not cls or (found is not None and widths[found][0] != widths[f.attr][0]):
+                    return None  # outside the class, or leaves of different widths
+                found = f.attr if found is None else found
+                names.add(f.attr)
         return found, tuple(sorted(names))
 
     @staticmethod
