@@ -10,6 +10,7 @@ from ..flow.group_free import program_without_group
 from ..flow.imports import is_main_guard
 from ..flow.origins import qn_suffix_pred
 from ..flow.values import DATA
+from ..flow.findings import node_related
 from ._flow import source_related, source_words
 
 _PLATEAU = qn_suffix_pred("lr_scheduler.ReduceLROnPlateau")
@@ -29,7 +30,10 @@ class ReplicatedSettingFromLocalValue(Rule):
     - a store of a value computed from this rank's data into a parameter group's `"lr"` (`for g in
       opt.param_groups: g["lr"] = ...`, `opt.param_groups[0]["lr"] = ...`).
 
-    The scheduler may be built in a helper, another module or kept on `self`. Values are judged by
+    The scheduler may be built in a helper, another module or kept on `self`, or handed in by the
+    callers of the function or method in the project's other files (a library trainer's
+    `self.scheduler = scheduler`, given a `ReduceLROnPlateau` by a script's
+    `trainer.train(scheduler=...)`). Values are judged by
     the shared uniformity analysis: a value a collective made equal (an all-reduced loss) is
     uniform, also when it is reduced in place only where a process group exists (`if
     dist.is_initialized(): dist.all_reduce(buf)`: without one the run is a single process), and a
@@ -83,17 +87,18 @@ class ReplicatedSettingFromLocalValue(Rule):
             v = ev.value(metric)
             if not _local_data(v):
                 continue
-            got = holds_call(an, view, f.value, c, _PLATEAU)
+            got = holds_call(an, view, f.value, c, _PLATEAU, callers=_callers(ctx, an))
             if got is None or _one_job(ctx, an, view):
                 continue
             sv, ctor = got
             made = f" (built at line {ctor.lineno})" if sv is view else ""
+            built = [] if sv is view else [node_related(ctx, sv.path, ctor, "the `ReduceLROnPlateau` it holds")]
             ctx.report(
                 c,
                 f"`{ctx.text(f.value)}` is a `ReduceLROnPlateau`{made}, and `{ctx.text(metric)}` is rank-varying "
                 f"({source_words(ctx, v)}) and never reduced: each rank decides on its own when to cut the "
                 "learning rate, and the replicas' weights drift apart; all-reduce the metric first",
-                related=[*source_related(ctx, v)],
+                related=[*source_related(ctx, v), *built],
             )
         for st in view.sem.by_type.get(ast.Assign, ()):
             for t in st.targets:
@@ -108,6 +113,15 @@ class ReplicatedSettingFromLocalValue(Rule):
                             related=[*source_related(ctx, v)],
                         )
                     break
+
+
+def _callers(ctx, an):
+    """``origins``' callers: the calls of this file's functions, classes and methods in the
+    project's other files (a library ``Trainer.train(self, scheduler)`` handed its scheduler by a
+    script), asked lazily."""
+    from ._common import other_call_sites  # lazy, as ``project_callers`` below
+
+    return ctx.memo("ddp220.callers", lambda: other_call_sites(ctx, an, methods=True))
 
 
 def _one_job(ctx, an, view) -> bool:

@@ -34,7 +34,10 @@ class SamplerWithoutSetEpoch(Rule):
     `DataLoader(...)` through builders, tuples, helpers' returns and the attributes of an object
     that holds it (`data.train_loader` of `data = Holder(ds)`, whose `__init__` binds
     `self.train_loader`), reading a builder's parameters in the context of the call that built it
-    (`shuffle=training` with `training=True`). The sampler's class may be chosen at run time
+    (`shuffle=training` with `training=True`). A loader that arrives as a parameter is followed to
+    the calls that pass it, in the project's other files too, also for a method of a class
+    (a library `Trainer.train(self, train_loader)` whose epoch loop walks it, called by a script as
+    `trainer.train(train_loader=loader)` on an instance of the class imported from the package). The sampler's class may be chosen at run time
     (`cls = DistributedSampler if distributed else RandomSampler`, then `sampler=cls(ds)`; also
     through an if/else statement, a parameter, a dict of classes or a helper's return: the flow
     layer's `call_classes`); no fix is offered then, as the other class has no `set_epoch`. A loader
@@ -273,7 +276,7 @@ class SamplerWithoutSetEpoch(Rule):
                 seen.add(id(p.expr))
                 if is_eval_name(*_pass_names(p.expr)):
                     continue
-                got = _distributed_loader(ana, p.view, p.expr, p.at, other_call_sites(ctx, ana))
+                got = _distributed_loader(ana, p.view, p.expr, p.at, other_call_sites(ctx, ana, methods=True))
                 if got is None:
                     got = _required_distributed(ana, p)
                     if got is None:
