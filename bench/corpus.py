@@ -109,7 +109,8 @@ def main(argv=None) -> int:
     if missing:
         print(f"error: no such folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    passes = [("selected rules", Settings(select=args.select))] if args.select else [
+    select = [c.strip() for s in args.select or () for c in s.split(",") if c.strip()]  # DDP220,DDP301 as the CLI takes it
+    passes = [("selected rules", Settings(select=select))] if select else [
         ("on-by-default rules", Settings()),
         ("all rules (--select ALL)", Settings(select=["ALL"])),
     ]
