@@ -243,7 +243,9 @@ def _step_skipped_heads(ctx) -> None:
             found = sb.step_skipped(an, cv, cls, arg_varies)
             seen = {attr for _st, attr, _k, _t in found}
             off = [f for f in db.default_skipped(an, cv, cls, ctors, training_calls, callers) if f[1] not in seen]
-            if not found and not off:
+            seen |= {f[1] for f in off}
+            dropped = [f for f in db.dropped_outputs(an, cv, cls, training_calls, callers) if f[1] not in seen]
+            if not found and not off and not dropped:
                 continue
             outside = _attrs_read_outside(ctx, {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
             if cv is not here:
@@ -283,6 +285,23 @@ def _step_skipped_heads(ctx) -> None:
                     "`find_unused_parameters` off, so the second iteration fails with 'Expected to have finished "
                     "reduction in the prior iteration before starting a new one'",
                     related=related + [(wc, "called here")] if wv is here else related,
+                )
+            for st, attr, kind, key, (tv, test), runs_when in dropped:
+                if attr in outside or (id(st), id(at)) in done:
+                    continue
+                done.add((id(st), id(at)))
+                t_where = f"line {test.lineno}" if tv is here else f"{os.path.basename(tv.path or '')}:{test.lineno}"
+                ctx.report(
+                    at,
+                    f"`{cls.name}`{cls_where} runs `self.{attr}` ({kind}) on every step, but its output leaves "
+                    f"`forward` only as the `{key!r}` entry of the returned dict, which the training code reads only "
+                    f"when `{_short(ast.unparse(test))}` ({t_where}) is {'true' if runs_when else 'false'}, and "
+                    f"under the program's default configuration it is {'false' if runs_when else 'true'}: the "
+                    "submodule's parameters get no gradient, but the DDP wrapper "
+                    f"(line {crng.start.line + 1}) is built with `find_unused_parameters` off, so the second "
+                    "iteration fails with 'Expected to have finished reduction in the prior iteration before "
+                    "starting a new one'",
+                    related=related,
                 )
 
 
