@@ -63,6 +63,17 @@ class UnusedParameters(Rule):
     default that turns the submodule on, calls under `torch.no_grad()`, or a wrapper handed to code
     that is not seen (a library's training loop) keeps it silent.
 
+    The same holds for a submodule that `forward` **always** runs but whose output leaves it only as
+    one entry of the dict it returns (`return {"tags": ..., "domain": self.domain_head(h)}`), when
+    no training call reads that entry under the default configuration: the call's result is bound to
+    a name used only as `out["other"]` and as an argument of project code (a loss function, or a
+    loss object's `__call__` / `forward`, with the options its construction passes,
+    `TaggingLoss(args.domain_weight)`) that reads `out["domain"]` only under a test the default
+    configuration decides against (`if self.domain_weight > 0:` with the option's default `0.0`).
+    A read on every step (a term weighted by a zero weight still gives the head a gradient), a use
+    that is not followed (`out.items()`, the dict handed to code not seen) or a default that turns
+    the term on keeps it silent. The model may come from a factory (`build_model(cfg).to(device)`).
+
     ## Why is this bad?
     DDP's reducer waits, after every backward, for a gradient of **every** parameter. One that
     took no part in the loss never gets one, the reduction never finishes, and the next forward
@@ -113,6 +124,22 @@ class UnusedParameters(Rule):
     model = DDP(Seg().cuda(), device_ids=[rank])
     for img, mask in loader:
         loss(model(img, with_aux=use_aux), mask).backward()
+    ```
+
+    A head that always runs, whose output the default loss never reads:
+    ```python
+    class Net(nn.Module):
+        def forward(self, x):
+            h = self.body(x)
+            return {"main": self.head(h), "aux": self.aux_head(h)}
+
+    model = DDP(Net().cuda(), device_ids=[rank])
+    for x, y in loader:
+        out = model(x)
+        loss = F.cross_entropy(out["main"], y)
+        if args.aux_weight > 0:  # --aux-weight defaults to 0
+            loss = loss + args.aux_weight * F.cross_entropy(out["aux"], y)
+        loss.backward()
     ```
 
     ## Use instead
