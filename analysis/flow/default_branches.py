@@ -204,15 +204,26 @@ def _reads_ok(hub, view, fn, use, key, callers, ev, decided, depth: int = 0) -> 
 
 
 def _consumers(hub, view, call, callers):
-    """(view, function, frame) for what ``call`` runs: a project function, or the ``__call__`` (an
-    ``nn.Module``'s ``forward``) of the project class every construction of the called value
-    builds, each frame binding that construction's options; [] when not followed."""
+    """(view, function, frame) for what ``call`` runs: a project function or method, or the
+    ``__call__`` (an ``nn.Module``'s ``forward``) of the project class every construction of the
+    called value builds, each frame binding that construction's options; [] when not followed."""
     from .step_branches import wrapped_constructions
 
     got = hub.resolve_call(view, call)
-    if got is not None and isinstance(got[1], FUNC_TYPES) and got[1].name != "__init__" \
-            and isinstance(parent(got[1]), ast.Module):
-        return [(got[0], got[1], _Frame(hub, got[0], None, got[1], None, None, (view, call), callers))]
+    if got is not None and isinstance(got[1], FUNC_TYPES) and got[1].name != "__init__":
+        tv, tfn = got
+        owner = parent(tfn)
+        if isinstance(owner, ast.ClassDef) and isinstance(call.func, ast.Attribute):
+            # a method (``Loss(cfg).term(out, ...)``, ``self.crit.term(out)``): with the options of
+            # the instance's constructions where they are known, else with its arguments alone
+            init = next((f for f in owner.body if isinstance(f, FUNC_TYPES) and f.name == "__init__"), None)
+            ctors = wrapped_constructions(hub, view, call.func.value, call, callers)
+            if ctors and init is not None and all(c is owner for _cv, c, _kv, _kc in ctors):
+                return [(tv, tfn, _Frame(hub, tv, owner, tfn, init, (kv, kc), (view, call), callers))
+                        for _cv, _c, kv, kc in ctors]
+            return [(tv, tfn, _Frame(hub, tv, None, tfn, None, None, (view, call), callers))]
+        if isinstance(owner, ast.Module):
+            return [(tv, tfn, _Frame(hub, tv, None, tfn, None, None, (view, call), callers))]
     if not isinstance(call.func, (ast.Name, ast.Attribute)):
         return []
     ctors = wrapped_constructions(hub, view, call.func, call, callers)
