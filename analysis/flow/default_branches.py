@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, param_defaults, parent
+from ..semantic import FUNC_TYPES, iter_scope_nodes, param_defaults, parent
 from .bindings import reaching
-from .calls import call_args
+from .origins import const_key
+from .calls import call_args, self_offset
 from .defaults import NOT_OPERATOR, UNKNOWN, combine, default_value
 from .step_branches import guarded_heads, passed_arg
 
@@ -69,6 +70,177 @@ def default_skipped(hub, view, cls: ast.ClassDef, ctors: list, get_wcalls, calle
     return out
 
 
+def dropped_outputs(hub, view, cls: ast.ClassDef, get_wcalls, callers=None) -> list:
+    """[(assign statement, attribute, kind, key, (view, test), runs_when)] for each parameterised
+    submodule of ``cls`` that ``forward`` runs on every call but whose output leaves ``forward``
+    only as the entry ``key`` of the dict display every ``return`` gives, an entry that no training
+    call of the wrapper (``get_wcalls()``) reads under the default configuration: the result is bound
+    to a name used only as ``out["other"]`` and as an argument of project code (a function, or an
+    instance's ``__call__`` / ``forward`` with the construction's options bound) that reads
+    ``<param>[key]`` only under a test (``test``, in ``view``) the default configuration decides
+    against (``bool(test)`` would have to be ``runs_when``). A use not followed (``out.items()``,
+    the whole dict handed to code not seen, returned) keeps the head."""
+    from .step_branches import REFLECTIVE, created_heads
+
+    methods = {f.name: f for f in cls.body if isinstance(f, FUNC_TYPES)}
+    fwd, init = methods.get("forward"), methods.get("__init__")
+    if fwd is None or init is None:
+        return []
+    created = created_heads(hub, view, init)
+    rets = [n for n in iter_scope_nodes(fwd) if isinstance(n, ast.Return)]
+    if not created or not rets or any(not isinstance(r.value, ast.Dict) or any(
+            const_key(k) is None for k in r.value.keys) for r in rets):
+        return []
+    heads: dict = {}  # attribute -> the one key of the returned dicts whose value uses it
+    for name, m in methods.items():
+        for n in ast.walk(m):
+            if not (isinstance(n, ast.Name) and n.id == "self"):
+                continue
+            p = parent(n)
+            if isinstance(p, (ast.arg, ast.arguments)) or (
+                    isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "super"):
+                continue
+            if not isinstance(p, ast.Attribute) or p.attr in REFLECTIVE:
+                return []  # ``self`` handed over whole, or reached reflectively
+            if p.attr not in created or name == "__init__":
+                continue
+            key = _returned_key(p, rets) if m is fwd else None
+            if key is None or heads.get(p.attr, key) != key:
+                heads[p.attr] = None  # used elsewhere, or under two keys
+            else:
+                heads[p.attr] = key
+    heads = {a: k for a, k in heads.items() if k is not None}
+    if not heads:
+        return []
+    wcalls = get_wcalls()
+    if not wcalls:
+        return []
+    out = []
+    for attr, key in heads.items():
+        witness = None
+        for wv, wc in wcalls:
+            got = _entry_unread(hub, wv, wc, key, callers)
+            if got is None:
+                break
+            witness = witness or got
+        else:
+            if witness is not None:
+                st, kind = created[attr]
+                out.append((st, attr, kind, key, witness[0], witness[1]))
+    return out
+
+
+def _returned_key(node, rets):
+    """The key of the returned dict display entry whose value holds ``node``, else None."""
+    for r in rets:
+        for k, v in zip(r.value.keys, r.value.values):
+            if v is node or any(x is node for x in ast.walk(v)):
+                return const_key(k)
+    return None
+
+
+def _entry_unread(hub, wv, wc, key, callers):
+    """((view, test), runs_when) when the result of the wrapper call ``wc`` (bound to a name) is
+    read under ``key`` only under tests the default configuration decides against (and at least
+    one such read exists); None when it may be read, or a use is not followed."""
+    st = parent(wc)
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+            and st.value is wc):
+        return None
+    name, scope = st.targets[0].id, wv.sem.scope_of(wc)
+    if len(wv.sem.assignments(scope).get(name, ())) != 1:
+        return None
+    witness = []
+
+    def decided(ev, test, runs_when):
+        v = ev[1](test)
+        if v is UNKNOWN or bool(v) is runs_when:
+            return False
+        witness.append(((ev[0], test), runs_when))
+        return True
+
+    here = (wv, lambda t: default_value(hub, wv, t, t, callers))
+    for n in ast.walk(scope):
+        if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)):
+            continue
+        if not _reads_ok(hub, wv, scope, n, key, callers, here, decided):
+            return None
+    return witness[0] if witness else None
+
+
+def _reads_ok(hub, view, fn, use, key, callers, ev, decided, depth: int = 0) -> bool:
+    """``use`` (a load of the dict) reads ``key`` only under a test ``decided`` accepts: ``use[k]``
+    of another literal key, ``use[key]`` under such a test, or an argument of project code whose
+    parameter is read so. ``ev``: (view, the value of a test there under the default
+    configuration)."""
+    p = parent(use)
+    if isinstance(p, ast.Subscript) and p.value is use and isinstance(p.ctx, ast.Load):
+        k = const_key(p.slice)
+        if k is None:
+            return False
+        if k != key:
+            return True
+        from .step_branches import local_guard
+
+        return local_guard(view, fn, p, lambda _f, t, rw: decided(ev, t, rw), "") is not None
+    if depth > 2 or not isinstance(p, ast.Call) or use is p.func:
+        return False
+    arg = next((a for a in (*p.args, *(k.value for k in p.keywords)) if a is use), None)
+    if arg is None or any(isinstance(a, ast.Starred) for a in p.args) or any(k.arg is None for k in p.keywords):
+        return False
+    targets = _consumers(hub, view, p, callers)
+    if not targets:
+        return False
+    for tv, tfn, frame in targets:
+        pname = next((pn for pn, a in call_args(p, tfn) if a is use), None)
+        if pname is None or tv.sem.assignments(tfn).get(pname):
+            return False  # not bound to a named parameter, or the parameter is rebound
+        tev = (tv, lambda t, fr=frame, f=tfn: fr.value(f, t, 0))
+        for n in ast.walk(tfn):
+            if isinstance(n, ast.Name) and n.id == pname and isinstance(n.ctx, ast.Load) \
+                    and not _reads_ok(hub, tv, tfn, n, key, callers, tev, decided, depth + 1):
+                return False
+    return True
+
+
+def _consumers(hub, view, call, callers):
+    """(view, function, frame) for what ``call`` runs: a project function or method, or the
+    ``__call__`` (an ``nn.Module``'s ``forward``) of the project class every construction of the
+    called value builds, each frame binding that construction's options; [] when not followed."""
+    from .step_branches import wrapped_constructions
+
+    got = hub.resolve_call(view, call)
+    if got is not None and isinstance(got[1], FUNC_TYPES) and got[1].name != "__init__":
+        tv, tfn = got
+        owner = parent(tfn)
+        if isinstance(owner, ast.ClassDef) and isinstance(call.func, ast.Attribute):
+            # a method (``Loss(cfg).term(out, ...)``, ``self.crit.term(out)``): with the options of
+            # the instance's constructions where they are known, else with its arguments alone
+            init = next((f for f in owner.body if isinstance(f, FUNC_TYPES) and f.name == "__init__"), None)
+            ctors = wrapped_constructions(hub, view, call.func.value, call, callers)
+            if ctors and init is not None and all(c is owner for _cv, c, _kv, _kc in ctors):
+                return [(tv, tfn, _Frame(hub, tv, owner, tfn, init, (kv, kc), (view, call), callers))
+                        for _cv, _c, kv, kc in ctors]
+            return [(tv, tfn, _Frame(hub, tv, None, tfn, None, None, (view, call), callers))]
+        if isinstance(owner, ast.Module):
+            return [(tv, tfn, _Frame(hub, tv, None, tfn, None, None, (view, call), callers))]
+    if not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return []
+    ctors = wrapped_constructions(hub, view, call.func, call, callers)
+    out = []
+    for cv, ccls, kv, kc in ctors:
+        ms = {f.name: f for f in ccls.body if isinstance(f, FUNC_TYPES)}
+        bases = [cv.sem.qualname(b) or "" for b in ccls.bases]
+        # a plain class's ``__call__``, or an ``nn.Module``'s ``forward`` (no base class between)
+        target = ms.get("__call__") if all(isinstance(b, ast.Name) and b.id == "object" for b in ccls.bases) \
+            else ms.get("forward") if bases == ["torch.nn.Module"] and "__call__" not in ms else None
+        init = ms.get("__init__")
+        if target is None or init is None or ccls.keywords:
+            return []
+        out.append((cv, target, _Frame(hub, cv, ccls, target, init, (kv, kc), (view, call), callers)))
+    return out
+
+
 class _Frame:
     """One construction and one wrapper call: the values ``forward``'s parameters and the
     constructor's options hold there."""
@@ -107,7 +279,8 @@ class _Frame:
     def _forward_arg(self, name):
         wv, wc = self.wcall
         names = [a.arg for a in (*self.fwd.args.posonlyargs, *self.fwd.args.args)]
-        idx = names.index(name) - 1 if name in names else None
+        # a method's call passes no ``self``; a plain function (a loss helper) has none
+        idx = names.index(name) - self_offset(self.fwd) if name in names else None
         a = passed_arg(wc, self.fwd, name, idx)
         self.decided = self.wcall
         if a is not None:
@@ -120,6 +293,8 @@ class _Frame:
     def _option(self, attr, depth):
         """``self.<attr>``: the one value ``__init__`` stores, with its parameters bound to the
         construction's arguments."""
+        if self.cls is None:
+            return UNKNOWN  # a plain function's ``self`` is no instance of ours
         stores = _self_stores(self.cls).get(attr, [])
         if len(stores) != 1 or parent(stores[0]) is not self.init or any(
                 _stored_outside(v, self.cls if v is self.view else None, attr) for v in {id(v): v for v in (
@@ -138,7 +313,7 @@ class _Frame:
             return got
         if isinstance(e, ast.Name):
             kind, evs = reaching(self.view, e.id, e)
-            if kind == "param" and evs is self.init:
+            if kind == "param" and evs is self.init and self.ctor is not None:
                 cv, cc = self.ctor
                 self.decided = self.decided or self.ctor
                 a = next((a for p, a in call_args(cc, self.init) if p == e.id), None)

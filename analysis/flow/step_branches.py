@@ -85,9 +85,11 @@ def wrapped_constructions(hub, view, expr, at, callers=None, depth: int = 0) -> 
         e = le
         while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _CHAIN:
             e = e.func.value
+        if e is not le:
+            # ``build_model(cfg).to(device)``: what the stripped value may hold (a factory's returns)
+            out.extend(wrapped_constructions(hub, lv, e, le, callers, depth + 1))
+            continue
         if not isinstance(e, ast.Call):
-            if e is not le:
-                out.extend(wrapped_constructions(hub, lv, e, le, callers, depth + 1))
             continue
         qn = lv.sem.call_qualname(e) or ""
         if qn.endswith("convert_sync_batchnorm") and e.args:
@@ -222,17 +224,7 @@ def guarded_heads(hub, view, cls: ast.ClassDef, skips) -> list:
     fwd, init = methods.get("forward"), methods.get("__init__")
     if fwd is None or init is None:
         return []
-    created = {}
-    for st in init.body:
-        if isinstance(st, ast.Assign) and len(st.targets) == 1:
-            t = st.targets[0]
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                if t.attr in created:
-                    created[t.attr] = None
-                    continue
-                kind = param_kind(hub, view, st.value)
-                created[t.attr] = (st, kind) if kind else None
-    created = {a: v for a, v in created.items() if v is not None}
+    created = created_heads(hub, view, init)
     if not created:
         return []
     # methods reached from forward through ``self.m(...)``, with the calls that reach them
@@ -287,11 +279,27 @@ def guarded_heads(hub, view, cls: ast.ClassDef, skips) -> list:
     return out
 
 
+def created_heads(hub, view, init) -> dict:
+    """attribute -> (statement, kind) for each ``self.<attribute>`` that ``__init__`` binds once, at
+    its top level, to a submodule with parameters (``param_kind``)."""
+    created: dict = {}
+    for st in init.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1:
+            t = st.targets[0]
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                if t.attr in created:
+                    created[t.attr] = None
+                    continue
+                kind = param_kind(hub, view, st.value)
+                created[t.attr] = (st, kind) if kind else None
+    return {a: v for a, v in created.items() if v is not None}
+
+
 def _guard(hub, view, methods, reached, mname, node, skips, attr, depth):
     """The test that ``node`` (in method ``mname``) runs under and that ``skips`` accepts, or
     None when it may run on every step (or on the other branch of the same test too)."""
     fn = methods[mname]
-    t = _local_guard(view, fn, node, skips, attr)
+    t = local_guard(view, fn, node, skips, attr)
     if t is not None:
         return t
     if mname == "forward" or depth > 3:
@@ -318,7 +326,10 @@ def _enclosing(node):
     return p
 
 
-def _local_guard(view, fn, node, skips, attr):
+def local_guard(view, fn, node, skips, attr):
+    """The test (an ``if``/``while``/conditional expression, an ``and``/``or`` operand, an earlier
+    ``if <test>: return``) of ``fn`` that ``node`` runs under and that ``skips(fn, test,
+    runs_when)`` accepts, the other branch not using ``self.<attr>``; None when there is none."""
     child, p = node, parent(node)
     while p is not None:
         if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:

@@ -21,7 +21,42 @@ def ddp_holder(ctx, expr: ast.AST, at: ast.AST) -> bool:
     called by ``main.py`` with the wrapper, ``trainer.train_epoch(model=ddp_model)``)."""
     if is_ddp_wrapper(ctx, expr, at) is not None:
         return True
-    return _self_attr_wrapped_in_init(ctx, expr, at) or _param_from_project(ctx, expr, at)
+    return _self_attr_wrapped_in_init(ctx, expr, at) or _param_from_project(ctx, expr, at) \
+        or _ctor_param_from_project(ctx, expr, at)
+
+
+def _ctor_param_from_project(ctx, expr, at) -> bool:
+    """``self.model`` of a module-level class that this file never constructs, whose only binding is
+    ``self.model = model`` at the top of ``__init__`` (``model`` never rebound there), and every
+    construction of which in the project's other files passes the wrapper for ``model``
+    (``Trainer(ddp_model, opt)`` of a script)."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return False
+    cls = next((a for a in ctx.sem.ancestors(at) if isinstance(a, ast.ClassDef)), None)
+    if cls is None or not isinstance(parent(cls), ast.Module) or cls.decorator_list:
+        return False
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None or any(isinstance(c.func, ast.Name) and c.func.id == cls.name for c in ctx.sem.calls):
+        return False
+    binds = []
+    for n in ast.walk(cls):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                if any(isinstance(x, ast.Attribute) and x.attr == expr.attr and isinstance(x.value, ast.Name)
+                       and x.value.id == "self" for x in ast.walk(t)):
+                    binds.append(n)
+    if len(binds) != 1 or binds[0] not in init.body or not isinstance(binds[0], ast.Assign) \
+            or len(binds[0].targets) != 1 or not isinstance(binds[0].value, ast.Name):
+        return False
+    name = binds[0].value.id
+    pos = [a.arg for a in (*init.args.posonlyargs, *init.args.args)][1:]
+    if name not in pos or ctx.sem.assignments(init).get(name):
+        return False
+    memo = ctx.memo("training.ctor_param_from_project", dict)
+    key = (id(init), name)
+    if key not in memo:
+        memo[key] = _every_caller_passes_wrapper(ctx, init, name, pos, callee=cls.name)
+    return memo[key]
 
 
 def _param_from_project(ctx, expr, at) -> bool:
@@ -50,10 +85,12 @@ def _param_from_project(ctx, expr, at) -> bool:
     return memo[key]
 
 
-def _every_caller_passes_wrapper(ctx, fn, name: str, pos: list[str]) -> bool:
+def _every_caller_passes_wrapper(ctx, fn, name: str, pos: list[str], callee: str | None = None) -> bool:
+    """Every call of ``fn`` (``callee``: the class whose ``__init__`` it is) in the project's other
+    files passes the DDP wrapper for its parameter ``name``."""
     from ._common import project_callers  # lazy: reads the project's other files
 
-    sites = [(caller, call) for caller, call, node in project_callers(ctx, {fn.name}) if node is fn]
+    sites = [(caller, call) for caller, call, node in project_callers(ctx, {callee or fn.name}) if node is fn]
     if not sites:
         return False
     for caller, call in sites:

@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Edit, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.assignments import dominates, reaching_assignment
+from ..flow.assignments import dominates, reaching_assignment, reaching_value
 from ..flow.models import is_ddp_wrapper
 from ..flow.mentions import mentions, names_string
 from ._common import shown_path
@@ -43,7 +43,11 @@ class DdpWrapperStateDict(Rule):
     A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`,
     or hands the wrapper to a restore helper such as `restart_from_checkpoint(path, model=ddp_model)`)
     or handles the prefix itself (mentions `"module."` or calls
-    `consume_prefix_in_state_dict_if_present`) is not flagged.
+    `consume_prefix_in_state_dict_if_present`) is not flagged. A load counts only where the name it
+    passes holds the wrapper there: a resume that loads into the plain model before
+    `model = DDP(model)` wraps it (`load_checkpoint(path, model)` first, the wrap after; a tuple
+    assignment `model, step = DDP(model), 0` too) reads the very checkpoint the wrapper's save
+    makes unreadable, and is reported.
 
     ## Why is this bad?
     The wrapper's keys all start with `module.`. Loading the checkpoint into the plain model (for
@@ -135,7 +139,7 @@ class DdpWrapperStateDict(Rule):
             return
         # the names (``model``, ``self.model``) that some assignment binds to the wrapper: a cheap
         # filter before asking, per argument, whether it holds the wrapper at that call
-        bound = {ctx.text(t) for c in ddp for st in (parent(c),) if isinstance(st, ast.Assign) for t in st.targets}
+        bound = {ctx.text(t) for c in ddp for t in _targets_of(c)}
         bound_names = {b for b in bound if b.isidentifier()}
         bound_tails = {b.rsplit(".", 1)[-1] for b in bound - bound_names}
         for call in ctx.sem.calls:
@@ -187,12 +191,27 @@ class DdpWrapperStateDict(Rule):
                 break
 
 
+def _targets_of(value: ast.AST) -> list[ast.AST]:
+    """The targets ``value`` is bound to: ``x = value``, or its place in ``x, y = value, other``."""
+    p = parent(value)
+    if isinstance(p, ast.Assign):
+        return list(p.targets)
+    st = parent(p) if isinstance(p, ast.Tuple) else None
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Tuple) \
+            and len(st.targets[0].elts) == len(p.elts):
+        return [st.targets[0].elts[p.elts.index(value)]]
+    return []
+
+
 def _bound_wrapper(ctx, a, call):
     """The ``X = DDP(...)`` that binds ``a`` at ``call`` in the same scope (or ``self.X``), without
     following parameters to their callers (the cheap question, asked of every call)."""
     if isinstance(a, ast.Name):
-        st = reaching_assignment(ctx, a.id, call)
-        if st is not None and isinstance(st.value, ast.Call) and ctx.qn(st.value) == DDP_QN:
+        v = reaching_value(ctx, a.id, call)  # ``model = DDP(net)``, ``model, step = DDP(net), 0``
+        if isinstance(v, ast.Call) and ctx.qn(v) == DDP_QN:
+            st = parent(v)
+            while st is not None and not isinstance(st, ast.stmt):
+                st = parent(st)
             return st
         return None
     return is_ddp_wrapper(ctx, a, call, may=True)
@@ -286,6 +305,20 @@ def _loaded_back(ctx, holder: ast.AST, ddp_assign: ast.stmt) -> bool:
         fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
         if any(w in fname.lower() for w in _RESTORE_WORDS) and "save" not in fname.lower() and same_scope(c):
             for a in (*c.args, *(k.value for k in c.keywords)):
-                if isinstance(a, (ast.Name, ast.Attribute)) and ctx.text(a) == want:
+                if isinstance(a, (ast.Name, ast.Attribute)) and ctx.text(a) == want \
+                        and not _other_binding(ctx, a, ddp_assign):
                     return True
     return False
+
+
+def _other_binding(ctx, a: ast.AST, ddp_assign: ast.stmt) -> bool:
+    """``a`` (a name) reaches this use only through bindings other than the wrapping one: the plain
+    model that a resume loads into before ``model = DDP(model)`` wraps it is not the wrapper."""
+    if not isinstance(a, ast.Name):
+        return False
+    from ..flow import for_context
+    from ..flow.bindings import reaching
+
+    kind, evs = reaching(for_context(ctx).main, a.id, a)
+    # the parameter itself (``def fit(self, net): load(net, p); net = DDP(net)``) is the plain model
+    return kind == "param" or (kind == "events" and bool(evs) and ddp_assign not in evs)

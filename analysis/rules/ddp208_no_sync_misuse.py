@@ -25,7 +25,9 @@ class NoSyncMisuse(Rule):
     Checks how `DistributedDataParallel.no_sync()` is used, on a model that is provably the DDP
     wrapper (`model = DDP(...)` / `self.model = DDP(...)` assigned once, or a parameter of a helper
     that every call in the file passes the wrapper, or, for a helper this file never calls, every
-    call from the project's other files, as an `engine.py` training loop called by `main.py`):
+    call from the project's other files, as an `engine.py` training loop called by `main.py`; or
+    `self.model = model` of a class that only the project's other files construct, each passing
+    the wrapper, `Trainer(ddp_model, opt)` of a script):
 
     - `with model.no_sync(): loss.backward()` where the body has a `backward()` but no forward of
       `model`, and the forward ran before the block, in the same function; also by value flow, with
@@ -45,7 +47,10 @@ class NoSyncMisuse(Rule):
       element of a tuple assignment), or the one `return` of a helper (a function or a method of
       this file) that picks the context from its parameters
       (`return model.no_sync() if step % every != 0 else nullcontext()`), judged in the loop of
-      each of its calls with the arguments it gets (`with window(model, i, accum):`). The step
+      each of its calls with the arguments it gets (`with window(model, i, accum):`); also a helper
+      that hands back the factory from an `if` with two `return`s (`if hasattr(self.model,
+      "no_sync") and i % self.accum != 0: return self.model.no_sync`, then `return nullcontext`,
+      either branch; the `hasattr` of the wrapper itself holds). The step
       may sit deeper under the modular test (`if torch.isfinite(norm): optimizer.step()`). The
       wrapper may reach a class through its constructor (`self.model = model` where every
       `Trainer(ddp_model, ...)` of the file passes it), or as a parameter of a method that the
@@ -167,7 +172,7 @@ class NoSyncMisuse(Rule):
 
     def _wrong_micro_batch(self, ctx) -> None:
         """The micro-batch that synchronises is not the one after which the optimizer steps."""
-        for call in [*ctx.sem.calls, *_no_sync_choices(ctx)]:
+        for call in [*ctx.sem.calls, *_no_sync_choices(ctx), *_returned_factories(ctx)]:
             f = call.func if isinstance(call, ast.Call) else call
             if not (isinstance(f, ast.Attribute) and f.attr == "no_sync" and not getattr(call, "args", None)
                     and isinstance(f.value, (ast.Name, ast.Attribute))):
@@ -449,9 +454,45 @@ def _loop_vars(ctx, loop) -> set[str]:
     return set()
 
 
+def _returned_factories(ctx):
+    """``X.no_sync`` uncalled as the value of a ``return`` (the factory a helper hands back for its
+    caller to enter: ``if c: return self.model.no_sync``, then ``return nullcontext``)."""
+    if "no_sync" not in ctx.src.text:
+        return []
+    return [r.value for r in ctx.sem.by_type.get(ast.Return, ())
+            if isinstance(r.value, ast.Attribute) and r.value.attr == "no_sync"]
+
+
+def _if_returned(node, fn):
+    """(the ``if``, True) for ``if C: ...; return <node>`` in ``fn`` (its body ends in that
+    ``return``) whose only other ``return`` with a value, in its ``else`` or after it in the same
+    block, returns something that is no ``no_sync`` (the other micro-batches' context); (the ``if``,
+    False) for ``<node>`` returned at the end of the ``else`` and the other at the end of the body;
+    else None."""
+    ret = parent(node)
+    q = parent(ret) if isinstance(ret, ast.Return) else None
+    if not isinstance(q, ast.If) or enclosing_function(ret) is not fn:
+        return None
+    rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None and enclosing_function(n) is fn]
+    other = [r for r in rets if r is not ret]
+    if len(other) != 1 or any(isinstance(x, ast.Attribute) and x.attr == "no_sync" for x in ast.walk(other[0])):
+        return None
+    o = other[0]
+    if q.orelse and q.orelse[-1] is ret and q.body[-1] is o:
+        return q, False  # ``if C: return nullcontext`` / ``else: return X.no_sync``
+    block = next((b for b in (getattr(parent(q), f, None) for f in ("body", "orelse", "finalbody"))
+                  if isinstance(b, list) and q in b), None)
+    if q.body[-1] is ret and (o in q.orelse or (block is not None and o in block[block.index(q) + 1:])):
+        return q, True
+    return None
+
+
 def _returned(call, fn) -> bool:
     """``call`` is (a branch of the conditional expression that is) the value of a ``return`` of
-    ``fn``, and ``fn`` has no other ``return`` with a value."""
+    ``fn``, and ``fn`` has no other ``return`` with a value; or the ``return`` ends an ``if`` whose
+    failing test leads to the one other ``return`` (``_if_returned``)."""
+    if _if_returned(call, fn) is not None:
+        return True
     p = parent(call)
     e = p if isinstance(p, ast.IfExp) else call
     ret = parent(e)
@@ -489,6 +530,19 @@ def _sync_condition(ctx, call, holder, loop):
         if t is None:
             return None
         return p.test, (t[0], t[1], t[2], not t[3]) if call is p.body else t
+    got = _if_returned(call, loop) if isinstance(loop, _FUNCS) else None
+    if got is not None:
+        q, in_body = got
+        # ``if hasattr(self.model, "no_sync") and i % k != 0: return self.model.no_sync``: the
+        # ``hasattr`` of the wrapper itself holds; the rest is the test
+        rest = [v for v in (q.test.values if isinstance(q.test, ast.BoolOp) and isinstance(q.test.op, ast.And)
+                            else [q.test]) if not _has_no_sync(ctx, v, holder)]
+        if not in_body and len(rest) != len(q.test.values if isinstance(q.test, ast.BoolOp) else [q.test]):
+            return None  # ``else`` of ``hasattr(...) and c``: not the negation of ``c`` alone
+        t = _mod_test(ctx, rest[0], loop, 0) if len(rest) == 1 else None
+        if t is None:
+            return None
+        return q.test, (t[0], t[1], t[2], not t[3]) if in_body else t
     if isinstance(p, ast.withitem):
         w = parent(p)
         q = parent(w)
@@ -503,6 +557,14 @@ def _sync_condition(ctx, call, holder, loop):
                 return None
             return q.test, (t[0], t[1], t[2], not t[3]) if w in q.body else t
     return None
+
+
+def _has_no_sync(ctx, e, holder) -> bool:
+    """``hasattr(<holder>, "no_sync")`` of the wrapper ``holder``: true."""
+    return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "hasattr" \
+        and ctx.sem.qualname(e.func) in (None, "hasattr") and len(e.args) == 2 and not e.keywords \
+        and ctx.text(e.args[0]) == ctx.text(holder) \
+        and isinstance(e.args[1], ast.Constant) and e.args[1].value == "no_sync"
 
 
 def _backwards_in(ctx, stmts):

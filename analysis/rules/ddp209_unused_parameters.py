@@ -63,6 +63,17 @@ class UnusedParameters(Rule):
     default that turns the submodule on, calls under `torch.no_grad()`, or a wrapper handed to code
     that is not seen (a library's training loop) keeps it silent.
 
+    The same holds for a submodule that `forward` **always** runs but whose output leaves it only as
+    one entry of the dict it returns (`return {"tags": ..., "domain": self.domain_head(h)}`), when
+    no training call reads that entry under the default configuration: the call's result is bound to
+    a name used only as `out["other"]` and as an argument of project code (a loss function, or a
+    loss object's `__call__` / `forward`, with the options its construction passes,
+    `TaggingLoss(args.domain_weight)`) that reads `out["domain"]` only under a test the default
+    configuration decides against (`if self.domain_weight > 0:` with the option's default `0.0`).
+    A read on every step (a term weighted by a zero weight still gives the head a gradient), a use
+    that is not followed (`out.items()`, the dict handed to code not seen) or a default that turns
+    the term on keeps it silent. The model may come from a factory (`build_model(cfg).to(device)`).
+
     ## Why is this bad?
     DDP's reducer waits, after every backward, for a gradient of **every** parameter. One that
     took no part in the loss never gets one, the reduction never finishes, and the next forward
@@ -113,6 +124,22 @@ class UnusedParameters(Rule):
     model = DDP(Seg().cuda(), device_ids=[rank])
     for img, mask in loader:
         loss(model(img, with_aux=use_aux), mask).backward()
+    ```
+
+    A head that always runs, whose output the default loss never reads:
+    ```python
+    class Net(nn.Module):
+        def forward(self, x):
+            h = self.body(x)
+            return {"main": self.head(h), "aux": self.aux_head(h)}
+
+    model = DDP(Net().cuda(), device_ids=[rank])
+    for x, y in loader:
+        out = model(x)
+        loss = F.cross_entropy(out["main"], y)
+        if args.aux_weight > 0:  # --aux-weight defaults to 0
+            loss = loss + args.aux_weight * F.cross_entropy(out["aux"], y)
+        loss.backward()
     ```
 
     ## Use instead
@@ -243,7 +270,9 @@ def _step_skipped_heads(ctx) -> None:
             found = sb.step_skipped(an, cv, cls, arg_varies)
             seen = {attr for _st, attr, _k, _t in found}
             off = [f for f in db.default_skipped(an, cv, cls, ctors, training_calls, callers) if f[1] not in seen]
-            if not found and not off:
+            seen |= {f[1] for f in off}
+            dropped = [f for f in db.dropped_outputs(an, cv, cls, training_calls, callers) if f[1] not in seen]
+            if not found and not off and not dropped:
                 continue
             outside = _attrs_read_outside(ctx, {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
             if cv is not here:
@@ -283,6 +312,23 @@ def _step_skipped_heads(ctx) -> None:
                     "`find_unused_parameters` off, so the second iteration fails with 'Expected to have finished "
                     "reduction in the prior iteration before starting a new one'",
                     related=related + [(wc, "called here")] if wv is here else related,
+                )
+            for st, attr, kind, key, (tv, test), runs_when in dropped:
+                if attr in outside or (id(st), id(at)) in done:
+                    continue
+                done.add((id(st), id(at)))
+                t_where = f"line {test.lineno}" if tv is here else f"{os.path.basename(tv.path or '')}:{test.lineno}"
+                ctx.report(
+                    at,
+                    f"`{cls.name}`{cls_where} runs `self.{attr}` ({kind}) on every step, but its output leaves "
+                    f"`forward` only as the `{key!r}` entry of the returned dict, which the training code reads only "
+                    f"when `{_short(ast.unparse(test))}` ({t_where}) is {'true' if runs_when else 'false'}, and "
+                    f"under the program's default configuration it is {'false' if runs_when else 'true'}: the "
+                    "submodule's parameters get no gradient, but the DDP wrapper "
+                    f"(line {crng.start.line + 1}) is built with `find_unused_parameters` off, so the second "
+                    "iteration fails with 'Expected to have finished reduction in the prior iteration before "
+                    "starting a new one'",
+                    related=related,
                 )
 
 
