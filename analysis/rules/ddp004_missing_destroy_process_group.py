@@ -117,7 +117,8 @@ class MissingDestroyProcessGroup(Rule):
         # alone (a literal "gloo" backend) is left alone
         direct = ctx.calls_to(D + "init_process_group")
         inits = [i for i in direct if not gloo_only(ctx, i) and not _other_backend(ctx, i)
-                 and not _backend_from_callers(ctx, i) and not in_ray_actor(ctx, i)]
+                 and not _backend_from_callers(ctx, i) and not in_ray_actor(ctx, i)
+                 and not _in_harness(ctx, i)]
         if not direct:
             _through_helpers(ctx)
             return
@@ -143,6 +144,17 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
+
+
+def _in_harness(ctx, init: ast.Call) -> bool:
+    """The init sits in a method of a class whose test harness (torch's ``MultiProcessTestCase``
+    and its kin, through project base classes too: ``flow.testing.harness_class``) destroys the
+    default group after each test."""
+    from ..flow import for_context
+    from ..flow.testing import harness_class
+
+    an = for_context(ctx)
+    return harness_class(an, an.main, init) is not None
 
 
 def _never_runs(ctx, init: ast.Call) -> bool:
@@ -173,6 +185,7 @@ def _through_helpers(ctx) -> None:
     Reported at the helper's call, with the fix at the end of the function that owns the group."""
     from ..flow import for_context
     from ..flow.lifecycle import destroys_anywhere, events, init_sites_at
+    from ..flow.testing import harness_class
     from ._flow import scopes
 
     sem = ctx.sem
@@ -187,7 +200,7 @@ def _through_helpers(ctx) -> None:
             if e.where is not None and e.kind == "destroy":
                 return
             if e.where is not None and e.kind == "init" and e.where[0] is not view \
-                    and not in_ray_actor(ctx, e.call) \
+                    and not in_ray_actor(ctx, e.call) and harness_class(an, view, e.call) is None \
                     and not _library_group_first(an, view, scope, e):  # (an actor's process is Ray's to end)
                 found.append(e)  # (a function of this file that calls it is reported at that call)
     if found and not _own_distributed_use(ctx):
