@@ -21,7 +21,8 @@ LAUNCH_TEXT = tuple(dict.fromkeys(q.rsplit(".", 1)[1] for q in _LAUNCH))
 
 
 def is_distributed_script(ctx) -> bool:
-    """The file starts or joins a process group, wraps in DDP/FSDP or spawns ranks itself, in code
+    """The file starts or joins a process group (of more than one process: not a group of
+    ``world_size=1``, ``world.one_process_init``), wraps in DDP/FSDP or spawns ranks itself, in code
     that may run: a launch call in a branch that no call of its function takes (``if distributed:
     model = DDP(model)`` in a notebook whose every ``train(...)`` passes ``distributed=False``,
     ``params.dead_for_callers``) does not count."""
@@ -29,7 +30,11 @@ def is_distributed_script(ctx) -> bool:
 
 
 def _launches(ctx) -> bool:
-    calls = ctx.sem.calls_to(*_LAUNCH)
+    from .world import one_process_init
+
+    # a group of one process (``init_process_group(..., world_size=1)``) starts no other rank
+    calls = [c for c in ctx.sem.calls_to(*_LAUNCH)
+             if not (ctx.qn(c) == _LAUNCH[0] and one_process_init(ctx.sem, c))]
     if not calls:
         return False
     from . import for_context  # lazy: only a file with a launch call under a test asks
