@@ -206,15 +206,15 @@ _STARTS = frozenset({*_INITS, *SPAWNS, DDP_CLASS, "torch.distributed.fsdp.FullyS
 def runs_without_group(hub, view) -> bool:
     """The program ``view`` starts never creates a process group on any path it runs, although
     modules of the package it imports have distributed code (a single-process script beside the
-    package's DDP trainer): its own code names no distributed module; no module of its program
-    (``rank_kinds.program_views``) names a library that makes processes its own way (Accelerate,
-    DeepSpeed, Lightning, Ray, HF's ``Trainer``...: only torch's own distributed modules); and
-    neither its top level nor any of its functions and methods calls, directly or through the
-    project functions and methods it calls (``call_sites.sites``, a few calls deep), an init of the
-    default group, a spawn of processes or a DDP / FSDP wrap. (Callers in other files, which may
-    run the module's functions in a distributed program of theirs, are the caller's question.)"""
+    package's DDP trainer): its own code names no distributed module, and neither its top level
+    nor any of its functions and methods calls, directly or through the project functions and
+    methods it calls (``call_sites.sites``, a few calls deep), an init of the default group, a
+    spawn of processes, a DDP / FSDP wrap, or anything of a library that makes processes its own
+    way (Accelerate, DeepSpeed, Lightning, Ray, HF's ``Trainer``...: ``_DIST_MODULES`` but
+    torch's). Not known (False) when a module was refused for the budget during the check.
+    (Callers in other files, which may run the module's functions in a distributed program of
+    theirs, are the caller's question.)"""
     from .call_sites import sites
-    from .rank_kinds import program_views
 
     memo = view.memo
     if "group_free.runs_without" in memo:
@@ -222,22 +222,15 @@ def runs_without_group(hub, view) -> bool:
     memo["group_free.runs_without"] = False
     if _distribution_named(view):
         return False
-    views = program_views(hub, view, _MAX_PROGRAM)
-    if len(views) >= _MAX_PROGRAM or hub.truncated or any(_names_other_library(v) for v in views):
-        return False
     sem = view.sem
     for scope in (sem.tree, *(f for fns in sem.functions.values() for f in fns)):
-        if sites(hub, view, scope, _STARTS, instances=True):
+        if sites(hub, view, scope, _STARTS, instances=True, prefixes=_LIBRARIES):
             return False
+    if hub.truncated:
+        return False  # a module on a call path may be unread
     memo["group_free.runs_without"] = True
     return True
 
 
-def _names_other_library(v) -> bool:
-    """The module names a distributed module that is not torch's own (``_DIST_MODULES``)."""
-    sem = v.sem
-    names = [a.name for st in sem.imports if st.__class__ is ast.Import for a in st.names]
-    names += [f"{st.module or ''}.{a.name}" for st in sem.imports
-              if st.__class__ is ast.ImportFrom and st.level == 0 for a in st.names]
-    names += [sem.call_qualname(c) or "" for c in sem.calls]
-    return any(_dist_name(q) and not q.startswith("torch.") for q in names)
+# the libraries of ``_DIST_MODULES`` that make processes or a group their own way (not torch's)
+_LIBRARIES = tuple(m + "." for m in _DIST_MODULES if not m.startswith("torch."))

@@ -135,7 +135,7 @@ def _one_job(ctx, an, view) -> bool:
 
 
 def _no_group(an, view) -> bool:
-    return program_without_group(an, view) or runs_without_group(an, view)
+    return runs_without_group(an, view) or program_without_group(an, view)
 
 
 def _local_data(v) -> bool:
