@@ -6,7 +6,7 @@ import re
 from bisect import bisect_right
 from operator import attrgetter
 
-from ..semantic import get_arg, parent
+from ..semantic import get_arg
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
     ALL_COLLECTIVES,
     DDP_CLASS,
