@@ -85,16 +85,17 @@ def _module_global(hub, view, name: str):
     return v2, found[0].value
 
 
-def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False) -> list:
-    """The calls (view, call) of ``qns`` (a qualified name or a frozenset of them) that ``fn`` makes,
-    directly or through the project functions it calls (``project_target``, with ``instances``),
-    up to 3 calls deep."""
+def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False, prefixes: tuple = ()) -> list:
+    """The calls (view, call) of ``qns`` (a qualified name or a frozenset of them), or of a name
+    under one of the modules ``prefixes`` (``("lightning.",)``), that ``fn`` makes, directly or
+    through the project functions it calls (``project_target``, with ``instances``), up to 3
+    calls deep."""
     # a function of ``fn`` and ``depth`` alone (no set of functions seen elsewhere in the walk, which
     # would make the memoised answer depend on which walk came first); ``depth`` ends cycles
     if depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
         return []
     wanted = qns if isinstance(qns, frozenset) else frozenset((qns,))
-    memo = view.memo.setdefault(("call_sites", instances, *sorted(wanted)), {})
+    memo = view.memo.setdefault(("call_sites", instances, *sorted(wanted), *prefixes), {})
     key = (id(fn), depth)
     if key in memo:
         return memo[key]
@@ -102,12 +103,12 @@ def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False) -> list:
     out = []
     for c in sem.scope_calls(fn) or ():
         qn = sem.call_qualname(c) or ""
-        if qn in wanted:
+        if qn in wanted or (prefixes and qn.startswith(prefixes)):
             out.append((view, c))
         elif not qn.startswith("torch.") and depth < 3:
             target = project_target(hub, view, c, instances=instances)
             if target is not None and target[1] is not fn:
-                out.extend(s for s in sites(hub, *target, wanted, depth + 1, instances) if s not in out)
+                out.extend(s for s in sites(hub, *target, wanted, depth + 1, instances, prefixes) if s not in out)
     memo[key] = out
     return out
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent
+from ..torch_api import DDP_CLASS, SPAWNS
 from .lifecycle import INIT, LIBRARY_INITS, init_sites, library_init_sites, project_target
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -193,3 +194,43 @@ def program_caller_without_group(hub, view, call: ast.Call) -> bool:
         return False
     runs = [c for c in sem.calls if isinstance(c.func, ast.Name) and c.func.id == fn.name]
     return bool(runs) and all(sem.enclosing_function(c) is None for c in runs)
+
+
+# what starts processes that share work in a program that names only torch's own distributed
+# modules: the default group's inits (``init_process_group``, a library's), a spawn of processes, a
+# model wrapped for a group
+_STARTS = frozenset({*_INITS, *SPAWNS, DDP_CLASS, "torch.distributed.fsdp.FullyShardedDataParallel",
+                     "torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard"})
+
+
+def runs_without_group(hub, view) -> bool:
+    """The program ``view`` starts never creates a process group on any path it runs, although
+    modules of the package it imports have distributed code (a single-process script beside the
+    package's DDP trainer): its own code names no distributed module, and neither its top level
+    nor any of its functions and methods calls, directly or through the project functions and
+    methods it calls (``call_sites.sites``, a few calls deep), an init of the default group, a
+    spawn of processes, a DDP / FSDP wrap, or anything of a library that makes processes its own
+    way (Accelerate, DeepSpeed, Lightning, Ray, HF's ``Trainer``...: ``_DIST_MODULES`` but
+    torch's). Not known (False) when a module was refused for the budget during the check.
+    (Callers in other files, which may run the module's functions in a distributed program of
+    theirs, are the caller's question.)"""
+    from .call_sites import sites
+
+    memo = view.memo
+    if "group_free.runs_without" in memo:
+        return memo["group_free.runs_without"]
+    memo["group_free.runs_without"] = False
+    if _distribution_named(view):
+        return False
+    sem = view.sem
+    for scope in (sem.tree, *(f for fns in sem.functions.values() for f in fns)):
+        if sites(hub, view, scope, _STARTS, instances=True, prefixes=_LIBRARIES):
+            return False
+    if hub.truncated:
+        return False  # a module on a call path may be unread
+    memo["group_free.runs_without"] = True
+    return True
+
+
+# the libraries of ``_DIST_MODULES`` that make processes or a group their own way (not torch's)
+_LIBRARIES = tuple(m + "." for m in _DIST_MODULES if not m.startswith("torch."))

@@ -21,24 +21,32 @@ LAUNCH_TEXT = tuple(dict.fromkeys(q.rsplit(".", 1)[1] for q in _LAUNCH))
 
 
 def is_distributed_script(ctx) -> bool:
-    """The file starts or joins a process group, wraps in DDP/FSDP or spawns ranks itself, in code
-    that may run: a launch call in a branch that no call of its function takes (``if distributed:
-    model = DDP(model)`` in a notebook whose every ``train(...)`` passes ``distributed=False``,
+    """The file starts or joins a process group (of more than one process: not a group of
+    ``world_size=1``, ``world.one_process_init``), wraps in DDP/FSDP or spawns ranks itself, in code
+    that may run: a launch call in a branch that never runs (``params.dead_branch``: ``if
+    is_dist:`` with ``is_dist, world = (False, 1)``), or in a branch that no call of its function
+    takes (``if distributed: model = DDP(model)`` in a notebook whose every ``train(...)`` passes ``distributed=False``,
     ``params.dead_for_callers``) does not count."""
     return ctx.memo("models.distributed_script", lambda: _launches(ctx))
 
 
 def _launches(ctx) -> bool:
-    calls = ctx.sem.calls_to(*_LAUNCH)
+    from .world import one_process_init
+
+    # a group of one process (``init_process_group(..., world_size=1)``) starts no other rank
+    calls = [c for c in ctx.sem.calls_to(*_LAUNCH)
+             if not (ctx.qn(c) == _LAUNCH[0] and one_process_init(ctx.sem, c))]
     if not calls:
         return False
     from . import for_context  # lazy: only a file with a launch call under a test asks
-    from .params import dead_for_callers
+    from .params import dead_branch, dead_for_callers
 
     an = None
     for c in calls:
-        if not any(isinstance(a, (ast.If, ast.IfExp)) for a in ctx.sem.ancestors(c)):
+        if not any(isinstance(a, (ast.If, ast.IfExp, ast.While)) for a in ctx.sem.ancestors(c)):
             return True
+        if dead_branch(ctx.sem, c):
+            continue  # ``if is_dist:`` with ``is_dist, world = (False, 1)``
         an = an or for_context(ctx)
         if not dead_for_callers(an.main, an, c):
             return True

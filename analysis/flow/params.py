@@ -304,6 +304,51 @@ def dead_for_callers(view, hub, node: ast.AST) -> bool:
     return False
 
 
+def literal_truth(sem, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
+    """The truth ``test`` has wherever it runs, when it is made of literals and of names bound once
+    in its scope (or the module's) to one: ``is_dist, world = (False, 1)`` binds each name of the
+    tuple to its element (``Semantic.single_value``); ``not``, ``and``, ``or`` of such tests. Names
+    only: an ``args.x`` option or a config entry may be set at run time. None when unknown."""
+    if depth > 4:
+        return None
+    if isinstance(test, ast.Constant):
+        return bool(test.value)
+    if isinstance(test, ast.Name):
+        if sem.global_stores(test.id):
+            return None  # rebound by a function that declares it ``global``
+        v = sem.single_value(test.id, scope)
+        if v is None or not isinstance(v, (ast.Constant, ast.Name, ast.UnaryOp, ast.BoolOp)):
+            return None
+        return literal_truth(sem, v, sem.scope_of(v), depth + 1)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        t = literal_truth(sem, test.operand, scope, depth + 1)
+        return None if t is None else not t
+    if isinstance(test, ast.BoolOp):
+        ts = [literal_truth(sem, v, scope, depth + 1) for v in test.values]
+        stop = isinstance(test.op, ast.Or)  # ``or`` is settled by one true operand, ``and`` by one false
+        if stop in ts:
+            return stop
+        return (not stop) if all(t is not None for t in ts) else None
+    return None
+
+
+def dead_branch(sem, node: ast.AST) -> bool:
+    """``node`` sits in a branch that never runs: in the body of an ``if`` / ``while`` / conditional
+    expression of its function (or of the module) whose test is false wherever it runs
+    (``literal_truth``: ``is_dist = False`` or a constant tuple unpacked, then ``if is_dist:``), or
+    in the ``else`` of one that is true."""
+    scope = sem.scope_of(node)
+    child, p = node, parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
+            body = child in p.body if isinstance(p.body, list) else child is p.body
+            t = literal_truth(sem, p.test, scope)
+            if t is not None and t is not body:
+                return True
+        child, p = p, parent(p)
+    return False
+
+
 def constant_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, name: str):
     """The literal parameter ``name`` of ``fn`` holds at ``call``: the argument ``call`` passes
     (``torch_api.constant_of`` in the calling module: a literal, a name bound once, ``args.x``...),

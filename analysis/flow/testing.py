@@ -165,3 +165,67 @@ def parametrized_cases(sem, fn, name: str) -> list | None:
             out.append(items[i])
         return out
     return None
+
+
+# torch's multi-process test bases that destroy the default group for the test: after each test
+# (``MultiProcessTestCase.run_test`` while ``destroy_pg_upon_exit`` is True, its default;
+# ``MultiThreadedTestCase``'s per-thread run), or when the worker's loop of tests ends
+# (``MultiProcContinuousTest``); their subclasses in torch inherit it
+_TI = "torch.testing._internal."
+GROUP_TEARDOWN_BASES = frozenset({
+    _TI + "common_distributed.MultiProcessTestCase", _TI + "common_distributed.DistributedTestBase",
+    _TI + "common_distributed.DynamoDistributedMultiProcTestCase",
+    _TI + "common_distributed.MultiThreadedTestCase", _TI + "common_distributed.MultiProcContinuousTest",
+    _TI + "common_fsdp.FSDPTest", _TI + "common_fsdp.FSDPTestContinuous",
+    _TI + "distributed._tensor.common_dtensor.DTensorTestBase",
+    _TI + "distributed._tensor.common_dtensor.DTensorOpTestBase",
+    _TI + "distributed._shard.sharded_tensor.ShardedTensorTestBase",
+    _TI + "distributed.distributed_test.TestDistBackend",
+})
+_TEARDOWN_SWITCH = "destroy_pg_upon_exit"
+
+
+def harness_class(hub, view, node: ast.AST):
+    """The class of the method ``node`` runs in (also from a function nested in it), when torch's
+    test harness destroys the default group for its tests: its method resolution order
+    (``records.method_order``, project bases in other modules included) reaches one of
+    ``GROUP_TEARDOWN_BASES``, and no project class on the way turns the switch off (a class that
+    defines ``destroy_pg_upon_exit`` other than as a property returning the literal True). A group
+    that a test method of such a class creates, directly or through a helper, is the harness's to
+    destroy. None otherwise."""
+    from .records import method_order
+
+    sem = view.sem
+    fn = sem.enclosing_function(node)
+    while fn is not None and not isinstance(parent(fn), ast.ClassDef):
+        fn = sem.enclosing_function(fn)
+    cls = parent(fn) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    order = method_order(hub, view, cls)
+    if not order:
+        return None
+    for v, c in order:
+        if v is None:
+            if c in GROUP_TEARDOWN_BASES:
+                return cls
+            continue
+        if any(_sets_switch(m) for m in c.body):
+            return None
+    return None
+
+
+def _sets_switch(st: ast.AST) -> bool:
+    """A class-body statement that overrides ``destroy_pg_upon_exit`` with anything but a method
+    returning the literal True."""
+    if isinstance(st, FUNC_TYPES) and st.name == _TEARDOWN_SWITCH:
+        rets = [s for s in st.body if isinstance(s, ast.Return)]
+        return not (len(st.body) - (1 if _docstring(st) else 0) == 1 and len(rets) == 1
+                    and isinstance(rets[0].value, ast.Constant) and rets[0].value.value is True)
+    targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+    return any(isinstance(t, ast.Name) and t.id == _TEARDOWN_SWITCH for t in targets)
+
+
+def _docstring(fn) -> bool:
+    return bool(fn.body) and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) \
+        and isinstance(fn.body[0].value.value, str)

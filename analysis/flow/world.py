@@ -6,15 +6,19 @@ The world size is read by value flow (``dist.get_world_size()``, ``WORLD_SIZE`` 
 environment, a name bound once to one of them); a name that counts processes (``num_gpus``,
 ``world_size``) counts too, but only for a value the evaluator already found uniform: the name
 follows the value-flow answer, never replaces it.
+
+Also the group a call makes: ``one_process_init``, an ``init_process_group(..., world_size=1)``
+(a literal, a name bound once to one, or a parameter every entry of its function fills with 1)
+starts a world of one process, which ``models.is_distributed_script`` does not count as a launch.
 """
 from __future__ import annotations
 
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..semantic import terminal_name as _terminal
-from ..torch_api import D
+from ..torch_api import D, SPAWNS, const_int
 from .assignments import stmt_list_of
 from .bindings import EQUALISERS, reaching
 from .vocab import _FLIP, _int_vals, env_key
@@ -196,3 +200,65 @@ def _world_size_helper(evaluator, call: ast.Call, depth: int) -> bool:
         return False
     ev = hub.evaluator(tv)
     return all(_world_size(ev, r.value, depth + 1) for r in rets)
+def one_process_init(sem, init: ast.Call) -> bool:
+    """``init_process_group(..., world_size=1)``: the group's world is one process (a literal, a
+    name bound once to one in the init's scope, also through a tuple assignment, or a parameter of
+    the init's function that every entry of it fills with 1: ``_one_at_every_entry``). Its only rank cannot share a GPU with another,
+    nor race another on a file."""
+    expr = get_arg(init, None, "world_size")
+    fn = sem.enclosing_function(init)
+    for _ in range(3):  # ``rank, world = 0, world_size`` before the init: the parameter's value
+        if not isinstance(expr, ast.Name):
+            break
+        if fn is not None and _unbound_param(sem, fn, expr.id):
+            return _one_at_every_entry(sem, fn, expr.id, 0)
+        expr = sem.single_value(expr.id, sem.scope_of(init))
+    return const_int(expr, sem) == 1
+
+
+def _unbound_param(sem, fn, name: str) -> bool:
+    return name in param_names(fn) and not sem.assignments(fn).get(name)
+
+
+def _one_at_every_entry(sem, fn, name: str, depth: int) -> bool:
+    """The parameter ``name`` of ``fn`` (a function of this module) holds 1 wherever ``fn`` starts:
+    ``fn`` is used only as the target of ``mp.spawn(fn, args=(...), ...)`` calls whose ``args``
+    tuple gives 1 at the parameter's place (a literal, or a name bound once to one), or only
+    called, each call passing 1 or a parameter of its caller that holds 1 in turn (a setup helper
+    ``setup(rank, world_size)`` called from the spawned worker). Any other use of ``fn`` (a
+    callback, another module's call) is not seen: the answer is False then only when this module
+    has none of those entries."""
+    if depth > 2 or not isinstance(parent(fn), ast.Module):
+        return False
+    refs = [n for n in ast.walk(sem.tree) if isinstance(n, ast.Name) and n.id == fn.name
+            and isinstance(n.ctx, ast.Load)]
+    if not refs:
+        return False
+    params = param_names(fn)
+    at = params.index(name)
+    for r in refs:
+        p = parent(r)
+        if isinstance(p, ast.Call) and p.func is r:
+            a = get_arg(p, at, name)
+            if any(isinstance(x, ast.Starred) for x in p.args) or any(k.arg is None for k in p.keywords):
+                return False
+        elif isinstance(p, ast.Call) and (sem.call_qualname(p) or "") in SPAWNS and get_arg(p, 0, "fn") is r:
+            tup = get_arg(p, 1, "args")
+            if isinstance(tup, ast.Name):
+                tup = sem.single_value(tup.id, sem.scope_of(p))
+            if at == 0 or not isinstance(tup, ast.Tuple) or len(tup.elts) < at \
+                    or any(isinstance(x, ast.Starred) for x in tup.elts):
+                return False  # the first parameter is the process index
+            a = tup.elts[at - 1]
+        else:
+            return False  # passed as a value elsewhere: its calls are not seen
+        if isinstance(a, ast.Name):
+            caller = sem.enclosing_function(p)
+            if caller is not None and caller is not fn and _unbound_param(sem, caller, a.id):
+                if _one_at_every_entry(sem, caller, a.id, depth + 1):
+                    continue
+                return False
+            a = sem.single_value(a.id, sem.scope_of(p))
+        if const_int(a, sem) != 1:
+            return False
+    return True

@@ -6,7 +6,7 @@ import re
 from bisect import bisect_right
 from operator import attrgetter
 
-from ..semantic import get_arg, parent
+from ..semantic import get_arg
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
     ALL_COLLECTIVES,
     DDP_CLASS,
@@ -179,68 +179,10 @@ def _fixed_world_size(ctx) -> int | None:
 
 
 def single_process_init(ctx, init: ast.Call) -> bool:
-    """``init_process_group(..., world_size=1)``: the group's world is one process (a literal, or
-    a name bound once to one in the init's scope). Its only rank cannot share a GPU with another,
-    nor race another on a file."""
-    expr = get_arg(init, None, "world_size")
-    if isinstance(expr, ast.Name):
-        fn = ctx.sem.enclosing_function(init)
-        if fn is not None and _unbound_param(ctx.sem, fn, expr.id):
-            return _one_at_every_entry(ctx, fn, expr.id, 0)
-        expr = ctx.sem.single_value(expr.id, ctx.sem.scope_of(init))
-    return const_int(expr, ctx.sem) == 1
+    """``init_process_group(..., world_size=1)``: ``flow.world.one_process_init``."""
+    from ..flow.world import one_process_init
 
-
-def _unbound_param(sem, fn, name: str) -> bool:
-    from ..semantic import param_names
-    return name in param_names(fn) and not sem.assignments(fn).get(name)
-
-
-def _one_at_every_entry(ctx, fn, name: str, depth: int) -> bool:
-    """The parameter ``name`` of ``fn`` (a function of this module) holds 1 wherever ``fn`` starts:
-    ``fn`` is used only as the target of ``mp.spawn(fn, args=(...), ...)`` calls whose ``args``
-    tuple gives 1 at the parameter's place (a literal, or a name bound once to one), or only
-    called, each call passing 1 or a parameter of its caller that holds 1 in turn (a setup helper
-    ``setup(rank, world_size)`` called from the spawned worker). Any other use of ``fn`` (a
-    callback, another module's call) is not seen: the answer is False then only when this module
-    has none of those entries."""
-    from ..semantic import param_names
-
-    if depth > 2 or not isinstance(parent(fn), ast.Module):
-        return False
-    sem = ctx.sem
-    refs = [n for n in ast.walk(sem.tree) if isinstance(n, ast.Name) and n.id == fn.name
-            and isinstance(n.ctx, ast.Load)]
-    if not refs:
-        return False
-    params = param_names(fn)
-    at = params.index(name)
-    for r in refs:
-        p = parent(r)
-        if isinstance(p, ast.Call) and p.func is r:
-            a = get_arg(p, at, name)
-            if any(isinstance(x, ast.Starred) for x in p.args) or any(k.arg is None for k in p.keywords):
-                return False
-        elif isinstance(p, ast.Call) and (sem.call_qualname(p) or "") in SPAWNS and get_arg(p, 0, "fn") is r:
-            tup = get_arg(p, 1, "args")
-            if isinstance(tup, ast.Name):
-                tup = sem.single_value(tup.id, sem.scope_of(p))
-            if at == 0 or not isinstance(tup, ast.Tuple) or len(tup.elts) < at \
-                    or any(isinstance(x, ast.Starred) for x in tup.elts):
-                return False  # the first parameter is the process index
-            a = tup.elts[at - 1]
-        else:
-            return False  # passed as a value elsewhere: its calls are not seen
-        if isinstance(a, ast.Name):
-            caller = sem.enclosing_function(p)
-            if caller is not None and caller is not fn and _unbound_param(sem, caller, a.id):
-                if _one_at_every_entry(ctx, caller, a.id, depth + 1):
-                    continue
-                return False
-            a = sem.single_value(a.id, sem.scope_of(p))
-        if const_int(a, sem) != 1:
-            return False
-    return True
+    return one_process_init(ctx.sem, init)
 
 
 def gloo_only(ctx, init: ast.Call) -> bool:

@@ -8,6 +8,7 @@ from ..registry import Rule
 from ..flow.assignments import has_ancestor
 from ..flow.wrappers import callee_name
 from ..flow.mentions import code_words, mentions
+from ..flow.params import dead_branch
 from ._common import D, gloo_only
 from ..torch_api import backend_parts
 from ._spawn import in_ray_actor
@@ -37,10 +38,18 @@ class MissingDestroyProcessGroup(Rule):
     (`ray.kill`, the job's end) without running its exit path, so neither the exit warning nor the
     exit hang happens there, and the script has no exit of the actor's to put a teardown in.
 
+    An init in a branch that never runs is not reported: the test is made of literals and names
+    bound once to one (`is_dist, world, rank = (False, 1, 0)` then `if is_dist:`; an option read
+    from the command line is not a literal). A test method of a class built on torch's
+    `MultiProcessTestCase` (or `DistributedTestBase`, `FSDPTest`, `DTensorTestBase`, also through
+    project base classes in other modules) that creates the group, directly or through a helper,
+    leaks nothing: the harness destroys the default group after each test (unless the class turns
+    `destroy_pg_upon_exit` off).
+
     In a script, an init inside a module-level function that nothing runs is not reported: the
     function has no decorator, the file never names it outside its own `def` (no call, no use as
-    a value, no string such as an `__all__` entry), and no other file of the project calls it
-    (a leftover helper; a library module, without `__main__`, is never asked this: its functions
+    a value, no string such as an `__all__` entry) but in calls in a branch that never runs, and
+    no other file of the project calls it (a leftover helper; a library module, without `__main__`, is never asked this: its functions
     are its users' to call).
 
     A script that creates the group through a project helper in another module
@@ -117,7 +126,8 @@ class MissingDestroyProcessGroup(Rule):
         # alone (a literal "gloo" backend) is left alone
         direct = ctx.calls_to(D + "init_process_group")
         inits = [i for i in direct if not gloo_only(ctx, i) and not _other_backend(ctx, i)
-                 and not _backend_from_callers(ctx, i) and not in_ray_actor(ctx, i)]
+                 and not _backend_from_callers(ctx, i) and not in_ray_actor(ctx, i)
+                 and not _in_harness(ctx, i) and not dead_branch(ctx.sem, i)]
         if not direct:
             _through_helpers(ctx)
             return
@@ -145,6 +155,17 @@ class MissingDestroyProcessGroup(Rule):
             )
 
 
+def _in_harness(ctx, init: ast.Call) -> bool:
+    """The init sits in a method of a class whose test harness (torch's ``MultiProcessTestCase``
+    and its kin, through project base classes too: ``flow.testing.harness_class``) destroys the
+    default group after each test."""
+    from ..flow import for_context
+    from ..flow.testing import harness_class
+
+    an = for_context(ctx)
+    return harness_class(an, an.main, init) is not None
+
+
 def _never_runs(ctx, init: ast.Call) -> bool:
     """In a script (the caller checked its ``__main__`` block), ``init`` sits in a module-level
     function that nothing runs: no decorator registers it, the file never names it outside its own
@@ -161,6 +182,9 @@ def _never_runs(ctx, init: ast.Call) -> bool:
     for n in ast.walk(sem.tree):
         if (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name) \
                 or (isinstance(n, ast.Constant) and n.value == name):
+            call = parent(n)
+            if isinstance(n, ast.Name) and isinstance(call, ast.Call) and call.func is n and dead_branch(sem, call):
+                continue  # called only in a branch that never runs (``if is_dist:`` with ``is_dist = False``)
             return False
     return not project_callers(ctx, (name,))
 
@@ -173,6 +197,7 @@ def _through_helpers(ctx) -> None:
     Reported at the helper's call, with the fix at the end of the function that owns the group."""
     from ..flow import for_context
     from ..flow.lifecycle import destroys_anywhere, events, init_sites_at
+    from ..flow.testing import harness_class
     from ._flow import scopes
 
     sem = ctx.sem
@@ -187,7 +212,8 @@ def _through_helpers(ctx) -> None:
             if e.where is not None and e.kind == "destroy":
                 return
             if e.where is not None and e.kind == "init" and e.where[0] is not view \
-                    and not in_ray_actor(ctx, e.call) \
+                    and not dead_branch(sem, e.call) \
+                    and not in_ray_actor(ctx, e.call) and harness_class(an, view, e.call) is None \
                     and not _library_group_first(an, view, scope, e):  # (an actor's process is Ray's to end)
                 found.append(e)  # (a function of this file that calls it is reported at that call)
     if found and not _own_distributed_use(ctx):

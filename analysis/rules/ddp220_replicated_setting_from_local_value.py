@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.modern import holds_call, hub
-from ..flow.group_free import program_without_group
+from ..flow.group_free import program_without_group, runs_without_group
 from ..flow.imports import is_main_guard
 from ..flow.origins import qn_suffix_pred
 from ..flow.values import DATA
@@ -39,7 +39,9 @@ class ReplicatedSettingFromLocalValue(Rule):
     dist.is_initialized(): dist.all_reduce(buf)`: without one the run is a single process), and a
     value the analysis cannot judge never produces a finding. A per-rank metric that only feeds
     logging is not flagged, nor a program with no replicas at all (it imports and calls nothing
-    distributed, and no distributed program of the project calls it).
+    distributed, or nothing it runs, through the project's functions, starts a process group,
+    spawns processes or wraps a model, even where the package it imports has a DDP trainer
+    elsewhere; and no distributed program of the project calls it).
 
     ## Why is this bad?
     DDP averages the gradients, but each replica applies them with its own optimizer. When one
@@ -127,21 +129,27 @@ def _callers(ctx, an):
 def _one_job(ctx, an, view) -> bool:
     """No replicas exist: the program this module starts never makes processes that share work
     (``group_free.program_without_group``: no distributed module imported or called, here or in
-    the project modules it imports), and every other file of the project that calls its functions
+    the project modules it imports; or ``runs_without_group``: only torch's own distributed modules
+    named in its program, and no path of it, through the project functions it calls, starts a
+    group, spawns processes or wraps a model for one), and every other file of the project that calls its functions
     or classes is a script (``if __name__ == "__main__":``) whose program does not either (any
     other caller might run them in a distributed program of its own)."""
     from ._common import project_callers  # lazy: only a file whose program is not distributed asks
 
     def decide():
-        if not program_without_group(an, view):
+        if not _no_group(an, view):
             return False
         for cctx, _call, _fn in project_callers(ctx, [*view.defs, *view.classes]):
             cv = an.view_of(cctx.filename)
-            if cv is None or not any(is_main_guard(st) for st in cv.tree.body) or not program_without_group(an, cv):
+            if cv is None or not any(is_main_guard(st) for st in cv.tree.body) or not _no_group(an, cv):
                 return False
         return True
 
     return ctx.memo("ddp220.one_job", decide)
+
+
+def _no_group(an, view) -> bool:
+    return runs_without_group(an, view) or program_without_group(an, view)
 
 
 def _local_data(v) -> bool:
