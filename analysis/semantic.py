@@ -69,25 +69,20 @@ def _child_fields(t: type) -> tuple[str, ...]:
 
 
 def subtree(root: ast.AST) -> list[ast.AST]:
-    """Every node under ``root``, ``root`` included: what ``ast.walk`` yields less the expression
-    contexts and operators (shared singletons, never worth a query), in no guaranteed order, as a
-    list built without generators (``ast.walk`` costs two generators per node; on torch's tree it
-    was a fifth of a cold check). For the whole-tree or whole-scope scans whose answer does not
-    depend on the order: counts, sets, "is there any".
-    """
-    out: list[ast.AST] = []
+    """Every node under ``root``, ``root`` included, in ``ast.walk``'s order (breadth first,
+    children in field order) less the expression contexts and operators (shared singletons, never
+    worth a query), as a list built without generators (``ast.walk`` costs two generators per node;
+    on torch's tree it was a fifth of a cold check)."""
+    out: list[ast.AST] = [root]
     add = out.append
-    stack = [root]
-    pop = stack.pop
-    push = stack.append
     fields = _FIELDS
-    while stack:
-        node = pop()
-        add(node)
-        t = node.__class__
-        fs = fields.get(t)
+    i = 0
+    while i < len(out):
+        node = out[i]
+        i += 1
+        fs = fields.get(node.__class__)
         if fs is None:
-            fs = _child_fields(t)
+            fs = _child_fields(node.__class__)
         for f in fs:
             v = getattr(node, f, None)
             if v is None:
@@ -95,9 +90,9 @@ def subtree(root: ast.AST) -> list[ast.AST]:
             if v.__class__ is list:
                 for c in v:
                     if c is not None:
-                        push(c)
+                        add(c)
             else:
-                push(v)
+                add(v)
     return out
 
 
@@ -169,6 +164,7 @@ class Semantic:
         self._callee_index: tuple | None = None
         self._assigns: dict[ast.AST, dict[str, list[ast.AST]]] | None = None
         self._nodes: list[ast.AST] | None = None
+        self._order = self._order_types = None  # walk_order, of_types (built on the first question)
         self._walrus = False  # any NamedExpr in the tree (assignments() must then enter expressions)
         self.wanted = frozenset(wanted_types).union(BRANCHING)  # the types ``by_type`` indexes, completely
         self._walk(tree, self.wanted.union(EXITS, TRIES, _BINDING_STMTS))
@@ -287,6 +283,21 @@ class Semantic:
                     got.append(c)
         return idx.get(fn, ())
 
+    def walk_order(self) -> list[ast.AST]:
+        """``subtree(tree)`` once per tree: whole-module scans iterate it, never walk again."""
+        if self._order is None:
+            self._order = subtree(self.tree)
+        return self._order
+
+    def of_types(self, *types: type) -> list[ast.AST]:
+        """The nodes of exactly these classes, in ``walk_order`` per class (grouped once)."""
+        idx = self._order_types
+        if idx is None:
+            idx = self._order_types = defaultdict(list)
+            for n in self.walk_order():
+                idx[n.__class__].append(n)
+        return [n for t in types for n in idx.get(t, ())]
+
     def release(self) -> None:
         """Drop the parent pointers (the cycles node -> parent -> node), so that the tree is freed
         by reference counting as soon as nobody holds it, instead of waiting for a full garbage
@@ -300,6 +311,7 @@ class Semantic:
         if nodes is None:
             return
         self._nodes = None
+        self._order = self._order_types = None
         if self._owned:
             _drain(map(dict.clear, map(_DICT_OF, nodes)))
             return
@@ -376,7 +388,7 @@ class Semantic:
         binds: dict[str, int] = defaultdict(int)
         uses: dict[str, list[ast.Name]] = defaultdict(list)
         wanted = {st.targets[0].id for st in cands}
-        for n in subtree(self.tree):
+        for n in self.walk_order():
             t = n.__class__
             if t is ast.Name:
                 if n.id in wanted:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent, subtree
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from .mentions import word_counts
 from .wrappers import _by_callee
 
@@ -77,14 +77,14 @@ def call_sites_here(ctx, fn: ast.AST, *, strict: bool = False) -> list[ast.Call]
             return sites
     if strict:
         return sites if word_counts(ctx.sem).get(name, 0) == expected else []
-    uses = ctx.memo("calls.name_loads", lambda: _name_loads(ctx.sem.tree))
+    uses = ctx.memo("calls.name_loads", lambda: _name_loads(ctx.sem.walk_order()))
     return sites if uses.get(("a" if method else "n", name), 0) == len(sites) else []
 
 
-def _name_loads(tree: ast.AST) -> dict:
+def _name_loads(nodes) -> dict:
     """How many times each name (``("n", id)``) and attribute (``("a", attr)``) is read."""
     names: dict = {}
-    for n in subtree(tree):
+    for n in nodes:
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             k = ("n", n.id)
         elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):

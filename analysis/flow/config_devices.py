@@ -183,16 +183,30 @@ def _reads_placed(hub, view, fn) -> bool:
     return False
 
 
+def _assigns_by_function(view) -> dict:
+    """{function: its own ``=`` and annotated assignments, in ``ast.walk(function)``'s order},
+    grouped once per module (walking every function again was quadratic in the nesting)."""
+    got = view.memo.get("config_devices.assigns")
+    if got is None:
+        got = view.memo["config_devices.assigns"] = {}
+        ef = view.sem.enclosing_function
+        for s in view.sem.walk_order():
+            if s.__class__ is ast.Assign or s.__class__ is ast.AnnAssign:
+                fn = ef(s)
+                if fn is not None:
+                    got.setdefault(fn, []).append(s)
+    return got
+
+
 def torchrun_setups(hub, views) -> list:
     """[(view, fn, param, (class view, ClassDef), {attr: stmt}, rank read stmt)] (module docstring)."""
     out = []
     for v in views:
+        by_fn = _assigns_by_function(v)
         for fn in (f for fs in v.sem.functions.values() for f in fs):
             stores: dict = {}
             read = None
-            for s in ast.walk(fn):
-                if s.__class__ not in (ast.Assign, ast.AnnAssign) or v.sem.enclosing_function(s) is not fn:
-                    continue
+            for s in by_fn.get(fn, ()):
                 for t, val in _targets(s):
                     if not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)):
                         continue

@@ -53,8 +53,8 @@ def shard_sinks(view) -> list:
         r, w = get_arg(c, 1, "rank"), get_arg(c, 2, "world_size")
         if r is not None and w is not None:
             out.append((c, r, w, "`split_dataset_by_node`"))
-    for s in ast.walk(sem.tree):  # (``by_type`` indexes subscripts only for the rules that ask)
-        if isinstance(s, ast.Subscript) and isinstance(s.slice, ast.Slice) and s.slice.lower is not None \
+    for s in sem.of_types(ast.Subscript):  # (``by_type`` indexes subscripts only for the rules that ask)
+        if isinstance(s.slice, ast.Slice) and s.slice.lower is not None \
                 and s.slice.step is not None and s.slice.upper is None and isinstance(s.ctx, ast.Load):
             out.append((s, s.slice.lower, s.slice.step, "`items[rank::world]`"))
     view.memo["data_shards.sinks"] = out

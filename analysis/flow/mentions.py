@@ -30,9 +30,8 @@ def _index(sem) -> tuple[frozenset, tuple]:
     strings: list[str] = []
     skip: set[int] = set()  # ids of Constant nodes that are docstrings or messages
     add = words.add
-    from ..semantic import subtree  # (preorder: a call is seen before the strings it marks)
-
-    for node in subtree(sem.tree):
+    # (``walk_order``: a call is seen before the strings it marks)
+    for node in sem.walk_order():
         t = node.__class__
         if t is ast.Name:
             add(node.id)
@@ -140,10 +139,9 @@ def word_counts(sem):
     if got is not None:
         return got
     from collections import Counter
-    from ..semantic import subtree
 
     got = Counter()
-    for n in subtree(sem.tree):
+    for n in sem.walk_order():
         t = n.__class__
         if t is ast.Name:
             got[n.id] += 1

@@ -224,34 +224,33 @@ def _bound_elsewhere(ctx, scope, names: set[str]) -> set[str]:
     included), an import, a ``def`` or ``class``, a handler's or pattern's name; all of them when
     the module binds names it does not spell (``globals()``, ``vars()``, ``setattr``, ``exec``, a
     star import). The module's bindings are indexed once per check (``_module_bindings``)."""
-    by_name, dynamic = ctx.memo("mode_unbound.bindings", lambda: _module_bindings(ctx.sem.tree))
-    inside = None
+    by_name, dynamic = ctx.memo("mode_unbound.bindings", lambda: _module_bindings(ctx.sem.walk_order()))
+    ancestors = ctx.sem.ancestors
+
+    def outside(n) -> bool:  # not ``scope`` nor in it (through the parent pointers: no walk of ``scope``)
+        return n is not scope and not any(a is scope for a in ancestors(n))
+
     if dynamic:
-        inside = {id(n) for n in ast.walk(scope)}
         # (a store of a dynamic word the function declares ``global`` is a plain binding of it)
-        if any(id(n) not in inside and not (n.__class__ is ast.Name and n.ctx.__class__ is not ast.Load
-                                            and n.id in names) for n in dynamic):
+        if any(outside(n) and not (n.__class__ is ast.Name and n.ctx.__class__ is not ast.Load
+                                   and n.id in names) for n in dynamic):
             return set(names)
     out = set()
     for name in names:
         nodes = by_name.get(name)
-        if not nodes:
-            continue
-        if inside is None:
-            inside = {id(n) for n in ast.walk(scope)}
-        if any(id(n) not in inside for n in nodes):
+        if nodes and any(outside(n) for n in nodes):
             out.add(name)
     return out
 
 
-def _module_bindings(tree) -> tuple[dict[str, list], list]:
+def _module_bindings(nodes) -> tuple[dict[str, list], list]:
     """({name: [every node that may bind it: a store or ``del``, an import, a ``def`` or
     ``class``, a handler, a pattern]}, [every node that binds names it does not spell: a read of
     ``globals``/``vars``/``locals``/``exec``/``eval``/``setattr``, a star import]), one walk of the
     module."""
     by_name: dict[str, list] = {}
     dynamic: list = []
-    for n in ast.walk(tree):
+    for n in nodes:
         if isinstance(n, ast.Name):
             if not isinstance(n.ctx, ast.Load):
                 by_name.setdefault(n.id, []).append(n)

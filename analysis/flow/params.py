@@ -100,9 +100,7 @@ def _used_as_value(view, fn: ast.AST, sites) -> bool:
     loads = view.memo.get("name_loads")
     if loads is None:
         loads = {}
-        from ..semantic import subtree
-
-        for n in subtree(view.tree):  # once per module, and only for a rank-named parameter
+        for n in view.sem.walk_order():  # once per module, and only for a rank-named parameter
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                 loads[n.id] = loads.get(n.id, 0) + 1
         view.memo["name_loads"] = loads

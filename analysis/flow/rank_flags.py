@@ -146,7 +146,7 @@ def _attr_index(ctx) -> dict:
     ``setattr`` call stores an unknown attribute (key None: any answer is refused)."""
     def build():
         got: dict = {}
-        for n in ast.walk(ctx.sem.tree):
+        for n in ctx.sem.walk_order():
             if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
                     for x in ast.walk(t):

@@ -618,7 +618,7 @@ def int_uses(view) -> list:
         return memo
     sites = {id(s) for s, _c, _w in device_sinks(view)}
     out = []
-    for n in ast.walk(view.tree):
+    for n in view.sem.walk_order():
         if n.__class__ is ast.Name or n.__class__ is ast.Attribute:
             if not isinstance(n.ctx, ast.Load):
                 continue

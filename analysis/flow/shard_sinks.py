@@ -46,8 +46,8 @@ def shard_rank_sinks(hub, view) -> list:
             n = get_arg(c, 1, "num_replicas")
             if r is not None and _offset(r) and (n is None or not _local_count(hub, view, n, c)):
                 out.append((r, c, "`DistributedSampler(rank=...)`"))
-    for s in ast.walk(view.tree):
-        if s.__class__ is ast.Subscript and s.slice.__class__ is ast.Slice:
+    for s in sem.of_types(ast.Subscript):
+        if s.slice.__class__ is ast.Slice:
             sl = s.slice
             if sl.lower is not None and sl.step is not None and _offset(sl.lower) \
                     and not _local_count(hub, view, sl.step, s):

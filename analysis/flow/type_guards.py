@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import parent, subtree
+from ..semantic import parent
 
 
 def spelling(expr) -> str | None:
@@ -50,7 +50,7 @@ def required_types(view) -> dict:
         return memo
     out: dict = {}
     sem = view.sem
-    for n in subtree(view.tree):
+    for n in view.sem.walk_order():
         tests = []
         if isinstance(n, ast.Assert):
             tests = [n.test]

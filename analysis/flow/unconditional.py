@@ -14,16 +14,17 @@ _SCOPES = (*FUNC_TYPES, ast.ClassDef, ast.Lambda, ast.Module)
 _DEFS = (*FUNC_TYPES, ast.ClassDef)
 
 
-def holders_of(starts, got: set | None = None) -> set:
+def holders_of(starts, got: set | None = None, scopes: tuple = _SCOPES) -> set:
     """The nodes in ``starts`` and everything around each, up to (and with) the definition (or
     module) it belongs to: the statements, handlers and cases that hold one (a set of nodes: they
-    hash by identity). ``got``: a result of ``holders_of`` to add to (in place)."""
+    hash by identity). ``got``: a result of ``holders_of`` to add to (in place). ``scopes=()``:
+    up to the module, through the definitions (what ``ast.walk`` of a holder would reach)."""
     if got is None:
         got = set()
     for n in starts:
         while n is not None and n not in got:
             got.add(n)
-            if isinstance(n, _SCOPES):
+            if isinstance(n, scopes):
                 break
             n = parent(n)
     return got

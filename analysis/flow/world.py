@@ -21,6 +21,7 @@ from ..semantic import terminal_name as _terminal
 from ..torch_api import D, SPAWNS, const_int
 from .assignments import stmt_list_of
 from .bindings import EQUALISERS, reaching
+from .unconditional import holders_of
 from .vocab import _FLIP, _int_vals, env_key
 
 WORLD_SIZE_ENV = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
@@ -63,6 +64,14 @@ def overwritten(ev: ast.AST, use: ast.Name) -> bool:
     return False
 
 
+def _break_holders(view) -> set:
+    """The nodes that are or hold a ``break`` (one in a nested definition too), once per module."""
+    got = view.memo.get("break_holders")
+    if got is None:
+        got = view.memo["break_holders"] = holders_of(view.sem.by_type.get(ast.Break, ()), scopes=())
+    return got
+
+
 def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
     """``ev`` (a binding statement) reaches ``use`` only where the world has one process: a
     later ``if`` of its block, or of a block around it in the same scope (a binding inside a loop
@@ -74,6 +83,7 @@ def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
     if not isinstance(ev, ast.stmt):
         return False
     node = ev
+    breaks = _break_holders(evaluator.view)
     while True:
         got = stmt_list_of(node)  # (a statement is never in an ``except`` handler list)
         if got is None:
@@ -86,7 +96,7 @@ def alone_only(evaluator, ev: ast.AST, use: ast.Name) -> bool:
                 side = world_size_side(evaluator, st.test) or group_side(evaluator.sem, st.test)
                 if side is not None and _rebinds(getattr(st, side), use.id, evaluator.sem):
                     return (st.end_lineno, st.end_col_offset) <= (use.lineno, use.col_offset)
-            if any(n.__class__ is ast.Break for n in ast.walk(st)):
+            if st in breaks:
                 return False
         if not isinstance(owner, ast.stmt) or isinstance(owner, (*FUNC_TYPES, ast.ClassDef)) \
                 or (owner.lineno, owner.col_offset) <= (use.lineno, use.col_offset) <= (owner.end_lineno,

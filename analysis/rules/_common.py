@@ -516,6 +516,18 @@ def _calling(folder: str, names: frozenset) -> list:
     return [files[i] for i in sorted({i for n in names for i in index.get(n, ())})]
 
 
+def _project_words(here: str, top: str) -> dict:
+    """{path: ``_called_words``} of the files of ``here``'s folder, then of ``top`` (outside a
+    batch run's index; ``project_callers`` keeps it for the check)."""
+    import os
+
+    from .. import snapshot
+
+    known = _words if snapshot._on else {}
+    return {p: (known[p][2] if p in known else _called_words(p))
+            for p in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top)))}
+
+
 def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
     """Calls, in the other files of this project, of this file's module-level functions or classes
     named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
@@ -551,10 +563,9 @@ def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
         # in ``__init__``) is not parsed, nor counted against the module budget
         if snapshot._on and project.disk_allowed():  # the files are fixed: their words indexed
             paths = dict.fromkeys((*_calling(os.path.dirname(here), names), *_calling(top, names)))
-        else:
-            known = _words if snapshot._on else {}
-            paths = (p for p in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top)))
-                     if not names.isdisjoint((known[p][2] if p in known else _called_words(p)) or ()))
+        else:  # every file's words once per check (each rule's question asked the disk again)
+            words = ctx.memo(("project_callers.words", here, top), lambda: _project_words(here, top))
+            paths = (p for p, w in words.items() if not names.isdisjoint(w or ()))
         for path in paths:
             if path == here:
                 continue

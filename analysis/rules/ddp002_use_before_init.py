@@ -260,7 +260,7 @@ def _skipped_init(ctx) -> None:
     an = for_context(ctx)
     view = an.main
     # (a function that calls it needs such a call in the file: the walk only where there is one)
-    funcs = [f for f in ast.walk(sem.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+    funcs = [f for f in sem.walk_order() if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
              and any(sem.call_qualname(c) == _INITS[0] for c in scope_calls(view, f))] if sem.calls_to(_INITS[0]) else []
     done = set()
     for fn in funcs:

@@ -354,8 +354,8 @@ def _loop_views(ctx, an, call) -> list:
 
 
 def _view_freezes(view) -> bool:
-    for n in ast.walk(view.sem.tree):
-        if isinstance(n, ast.Attribute) and n.attr in ("requires_grad_", "requires_grad", "_set_static_graph"):
+    for n in view.sem.of_types(ast.Attribute):
+        if n.attr in ("requires_grad_", "requires_grad", "_set_static_graph"):
             return True
     return False
 

@@ -70,7 +70,7 @@ class RunningTotalReducedEveryUpdate(Rule):
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
-        for cls in [n for n in ast.walk(ctx.sem.tree) if isinstance(n, ast.ClassDef)]:
+        for cls in ctx.sem.of_types(ast.ClassDef):
             methods = [fn for fn in cls.body if isinstance(fn, FUNC_TYPES)]
             for fn in methods:
                 self._method(ctx, an, view, fn, methods)

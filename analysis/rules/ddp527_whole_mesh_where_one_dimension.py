@@ -117,6 +117,15 @@ def _own_param(view, expr) -> bool:
         and not stores_name(fn, expr.id)
 
 
+def _mesh_uses(tv) -> list:
+    """(call, ``_mesh_of``) for each call of the module whose mesh is a name, once per module."""
+    got = tv.memo.get("ddp527.mesh_uses")
+    if got is None:
+        got = tv.memo["ddp527.mesh_uses"] = [(c, m) for c in tv.sem.calls
+                                             if (m := _mesh_of(tv, c)) is not None and isinstance(m[0], ast.Name)]
+    return got
+
+
 def _param_sites(tv, fn, call) -> list:
     """((site, words), argument of ``call``) for the uses in ``fn`` that need a one-dimensional
     mesh of a parameter of ``fn`` it never rebinds."""
@@ -125,9 +134,8 @@ def _param_sites(tv, fn, call) -> list:
     if got is None or got[0] is not fn:
         params = set(param_names(fn))
         uses = []
-        for c in tv.sem.calls:
-            m = _mesh_of(tv, c) if contains(fn, c) else None
-            if m is not None and isinstance(m[0], ast.Name) and m[0].id in params and not stores_name(fn, m[0].id):
+        for c, m in _mesh_uses(tv):
+            if m[0].id in params and contains(fn, c) and not stores_name(fn, m[0].id):
                 uses.append((c, m[1], m[0].id))
         got = memo[id(fn)] = (fn, uses)
     if not got[1]:
