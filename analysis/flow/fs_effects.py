@@ -29,6 +29,7 @@ from .bindings import contains as _contains
 from .fs_guards import effect_guards, main_only_by_args, refuted
 from .instances import is_super, super_method
 from .records import function_name, own_method
+from .viewctx import ViewCtx, view_ctx  # noqa: F401  (re-exported)
 
 DOWNLOAD, EXTRACT, WRITE, MKDIR, READ, LIST = "download", "extract", "write", "mkdir", "read", "list"
 TRACK = "track"  # opens a run of an experiment tracker (its folder, its remote run): DDP217
@@ -141,35 +142,6 @@ class FsEffect:
         if self.key is None and self.path is not None and self.view is not None:
             self.key = path_key(view_ctx(self.view), self.path)
         return self.key
-
-
-class ViewCtx:
-    """The little of a rule context the per-file flow queries read (``sem``, ``memo``, ``qn``,
-    ``text``), for any module of the project."""
-
-    def __init__(self, view):
-        self.view, self.sem = view, view.sem
-
-    def memo(self, key, fn):
-        m = self.view.memo.setdefault("fs.viewctx", {})
-        try:
-            return m[key]
-        except KeyError:
-            got = m[key] = fn()
-            return got
-
-    def qn(self, node):
-        return self.sem.call_qualname(node) if node.__class__ is ast.Call else self.sem.qualname(node)
-
-    def text(self, node):
-        return ast.unparse(node)
-
-
-def view_ctx(view) -> ViewCtx:
-    got = view.memo.get("fs.ctx")
-    if got is None:
-        got = view.memo["fs.ctx"] = ViewCtx(view)
-    return got
 
 
 def _true(sem, e) -> bool:

@@ -137,23 +137,45 @@ def _dist_name(q: str) -> bool:
 
 
 def program_without_group(hub, view) -> bool:
-    """Nothing in the program that ``view`` starts can make processes that share work: neither
-    ``view`` nor a project module it imports (``rank_kinds.program_views``, at most ``_MAX_PROGRAM``:
-    a program past it is not known) imports, anywhere, a module of ``_DIST_MODULES`` (``import
-    torch.distributed as dist``, ``from torch.nn.parallel import DistributedDataParallel``,
-    ``import accelerate``), nor calls one through ``import torch`` (``torch.distributed.init_process_group``,
-    ``torch.multiprocessing.spawn``). Such a program is one process with its own data, or several
-    that never meet (a launcher that starts N copies of it runs N separate jobs): no replica exists
-    that another rank's value could drift from. (Callers in other files, which may run the
-    module's functions in a distributed program of theirs, are the caller's question.)"""
+    """Nothing in the program that ``view`` starts can make processes that share work. Its own code
+    names no distributed module (``import torch.distributed as dist``, ``from torch.nn.parallel
+    import DistributedDataParallel``, ``import accelerate``, a call through ``import torch`` such as
+    ``torch.distributed.init_process_group`` or ``torch.multiprocessing.spawn``), and either
+
+    - no project module it imports (``rank_kinds.program_views``, at most ``_MAX_PROGRAM``: a
+      program past it is not known) names one either; or
+    - although modules of the package it imports have distributed code (a single-process script
+      beside the package's DDP trainer), neither its top level nor any of its functions and methods
+      calls, directly or through the project functions and methods it calls (``call_sites.sites``,
+      a few calls deep), an init of the default group, a spawn of processes, a DDP / FSDP wrap, or
+      anything of a library that makes processes its own way (Accelerate, DeepSpeed, Lightning,
+      Ray, HF's ``Trainer``...: ``_DIST_MODULES`` but torch's).
+
+    Such a program is one process with its own data, or several that never meet (a launcher that
+    starts N copies of it runs N separate jobs): no replica exists that another rank's value could
+    drift from. Not known (False) when a module was refused for the budget during the check.
+    (Callers in other files, which may run the module's functions in a distributed program of
+    theirs, are the caller's question.)"""
+    from .call_sites import sites
     from .rank_kinds import program_views
 
+    memo = view.memo
+    if "group_free.program_without" in memo:
+        return memo["group_free.program_without"]
+    memo["group_free.program_without"] = False
     if _distribution_named(view):
         return False  # (the usual answer, without reading the program's other modules)
-    views = program_views(hub, view, _MAX_PROGRAM)
-    if len(views) >= _MAX_PROGRAM or hub.truncated:
-        return False  # a module of the program may be unread
-    return not any(_distribution_named(v) for v in views)
+    sem = view.sem
+    starts = any(sites(hub, view, scope, _STARTS, instances=True, prefixes=_LIBRARIES)
+                 for scope in (sem.tree, *(f for fns in sem.functions.values() for f in fns)))
+    if hub.truncated:
+        return False  # a module on a call path may be unread
+    if starts:
+        views = program_views(hub, view, _MAX_PROGRAM)
+        if len(views) >= _MAX_PROGRAM or hub.truncated or any(_distribution_named(v) for v in views):
+            return False
+    memo["group_free.program_without"] = True
+    return True
 
 
 def _distribution_named(v) -> bool:
@@ -201,35 +223,6 @@ def program_caller_without_group(hub, view, call: ast.Call) -> bool:
 # model wrapped for a group
 _STARTS = frozenset({*_INITS, *SPAWNS, DDP_CLASS, "torch.distributed.fsdp.FullyShardedDataParallel",
                      "torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard"})
-
-
-def runs_without_group(hub, view) -> bool:
-    """The program ``view`` starts never creates a process group on any path it runs, although
-    modules of the package it imports have distributed code (a single-process script beside the
-    package's DDP trainer): its own code names no distributed module, and neither its top level
-    nor any of its functions and methods calls, directly or through the project functions and
-    methods it calls (``call_sites.sites``, a few calls deep), an init of the default group, a
-    spawn of processes, a DDP / FSDP wrap, or anything of a library that makes processes its own
-    way (Accelerate, DeepSpeed, Lightning, Ray, HF's ``Trainer``...: ``_DIST_MODULES`` but
-    torch's). Not known (False) when a module was refused for the budget during the check.
-    (Callers in other files, which may run the module's functions in a distributed program of
-    theirs, are the caller's question.)"""
-    from .call_sites import sites
-
-    memo = view.memo
-    if "group_free.runs_without" in memo:
-        return memo["group_free.runs_without"]
-    memo["group_free.runs_without"] = False
-    if _distribution_named(view):
-        return False
-    sem = view.sem
-    for scope in (sem.tree, *(f for fns in sem.functions.values() for f in fns)):
-        if sites(hub, view, scope, _STARTS, instances=True, prefixes=_LIBRARIES):
-            return False
-    if hub.truncated:
-        return False  # a module on a call path may be unread
-    memo["group_free.runs_without"] = True
-    return True
 
 
 # the libraries of ``_DIST_MODULES`` that make processes or a group their own way (not torch's)

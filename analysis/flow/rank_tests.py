@@ -23,6 +23,7 @@ from ..torch_api import D
 from .assignments import name_binding_kind, self_attr_value
 from .cli_options import sub_config_field
 from .rank_flags import main_flag
+from .returned_flags import returned_polarity
 from .world_tests import _int_const, _unwrap_int, single_world_test, world_size_source  # noqa: F401  (re-exported)
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
@@ -425,6 +426,8 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
             if got is not None or not isinstance(val, ast.IfExp):
                 return got
         got = _param_polarity(ctx, test.id, scope, depth + 1)
+        if got is None:  # ``device, is_main = setup(cfg)``: a project function returns the test
+            got = returned_polarity(ctx, test.id, scope, polarity, depth + 1)
         if got is None and (main_only_value(ctx, test.id, scope, depth + 1) or main_flag(ctx, test, scope, polarity, depth + 1)):
             return True  # ``if writer:``: None (false) on every rank but the main one; a kept flag
         return got

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.modern import holds_call, hub
-from ..flow.group_free import program_without_group, runs_without_group
+from ..flow.group_free import program_without_group
 from ..flow.imports import is_main_guard
 from ..flow.origins import qn_suffix_pred
 from ..flow.values import DATA
@@ -129,9 +129,8 @@ def _callers(ctx, an):
 def _one_job(ctx, an, view) -> bool:
     """No replicas exist: the program this module starts never makes processes that share work
     (``group_free.program_without_group``: no distributed module imported or called, here or in
-    the project modules it imports; or ``runs_without_group``: only torch's own distributed modules
-    named in its program, and no path of it, through the project functions it calls, starts a
-    group, spawns processes or wraps a model for one), and every other file of the project that calls its functions
+    the project modules it imports; or, where only its package names them, no path of it, through
+    the project functions it calls, starts a group, spawns processes or wraps a model for one), and every other file of the project that calls its functions
     or classes is a script (``if __name__ == "__main__":``) whose program does not either (any
     other caller might run them in a distributed program of its own)."""
     from ._common import project_callers  # lazy: only a file whose program is not distributed asks
@@ -149,7 +148,7 @@ def _one_job(ctx, an, view) -> bool:
 
 
 def _no_group(an, view) -> bool:
-    return runs_without_group(an, view) or program_without_group(an, view)
+    return program_without_group(an, view)
 
 
 def _local_data(v) -> bool:
