@@ -58,8 +58,10 @@ MAIN_NAMES = frozenset({
 })
 RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID",
                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "GROUP_RANK"})
+# ``mpi4py``: a process launched by ``mpiexec`` has its rank in the MPI world (the same value as
+# ``OMPI_COMM_WORLD_RANK``)
 _RANK_QNS = frozenset({D + "get_rank", D + "get_node_local_rank", "torch.cuda.current_device",
-                       D + "get_global_rank_DUMMY"})
+                       D + "get_global_rank_DUMMY", "mpi4py.MPI.COMM_WORLD.Get_rank"})
 _DATA_SRC_NAME = re.compile(r"(^|_)(data)?loader(s)?$|^(train|val|valid|eval|test|dev)_?(data)?(loader|dl|iter)$",
                             re.I)
 _LOADER_QNS = frozenset({"torch.utils.data.DataLoader", "torchdata.stateful_dataloader.StatefulDataLoader"})

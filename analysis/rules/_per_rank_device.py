@@ -38,18 +38,20 @@ def _const_cuda(node) -> bool:
 def _report_per_rank_device(ctx, inits) -> None:
     """An NCCL group, no pin anywhere, and a per-rank CUDA device (``f"cuda:{local_rank}"``,
     ``torch.device("cuda", local_rank)``, ``.cuda(local_rank)``, ``device_ids=[local_rank]``) that
-    places tensors or the model, or that the object stores as its device (``self.device = ...``):
+    places tensors or the model, that the object stores as its device (``self.device = ...``), or
+    that a function of the module returns (``def dev(): return torch.device(f"cuda:{rank % 8}")``):
     every use of the *current* device (pinned memory, ``torch.cuda.synchronize()``, streams,
     compiled and third-party kernels, NCCL's own bookkeeping) still runs on cuda:0 in every rank.
-    Reported at the init, with the device as the related location."""
+    Reported at the init, with the device as the related location; a device getter apart from the
+    init's function is reported at its ``return``, with the init as the related location."""
     if is_test_file(ctx.filename):
         return  # a harness-launched test on one node: not judged on this alone
     placed = _per_rank_placements(ctx)
     if not placed:
         return
     implicit = _implicit_device_uses(ctx)
-    if not implicit and not any(b is not None and isinstance(b.targets[0], ast.Attribute) for _, b in placed):
-        return  # nothing here uses the current device, nor hands the device out as an object's own
+    if not implicit and not any(_hands_out(b) for _, b in placed):
+        return  # nothing here uses the current device, nor hands the device out (an object's own, a return)
     sem = ctx.sem
     for init in inits:
         path = _child_toward(init)
@@ -58,7 +60,7 @@ def _report_per_rank_device(ctx, inits) -> None:
         if not mine:
             continue
         node = mine[0][0]
-        binding = next((b for _, b in mine if b is not None), None) or _device_name_binding(ctx, mine, init)
+        binding = next((b for _, b in mine if isinstance(b, ast.Assign)), None) or _device_name_binding(ctx, mine, init)
         fix = None
         if binding is not None:
             target = binding.targets[0]
@@ -66,20 +68,35 @@ def _report_per_rank_device(ctx, inits) -> None:
             edit = ctx.insert_after(binding, f"{set_device}({ctx.text(target)})")
             if edit is not None and sem.statement_of(init).lineno <= binding.lineno:
                 fix = ctx.fix(Applicability.SAFE, f"Insert `{set_device}({ctx.text(target)})`", [edit, *imp])
+        at, related = init, [(node, "the per-rank device, never made current")]
         if implicit:
             use = implicit[0]
             what = f"`{_label(ctx, use)}` (line {use.lineno}) uses the current device"
+        elif isinstance(handed := next((b for _, b in mine if _hands_out(b)), None), ast.Return):
+            # the device getter of a setup module (``dev()``), apart from the init: reported at the
+            # getter's return, the one place every user's device comes from
+            fn = sem.enclosing_function(handed)
+            what = f"`{fn.name}()` hands it to every caller, who relies on the current one"
+            if fix is None and fn is not sem.enclosing_function(init):
+                node = next(n for n, b in mine if b is handed)
+                at, related = handed, [(init, "the NCCL group, with no torch.cuda.set_device(...)")]
         else:
             what = "whoever uses this object's device relies on the current one"
         ctx.report(
-            init,
+            at,
             f"NCCL process group but no `torch.cuda.set_device(...)`: this rank's device `{_label(ctx, node)}` "
             f"(line {node.lineno}) is never made current, so the current CUDA device stays cuda:0 on every rank; "
             f"{what}: every process makes a CUDA context and allocates on GPU 0",
-            related=[(node, "the per-rank device, never made current"),
-                     *((u, "uses the current CUDA device") for u in implicit[:5])],
+            related=[*related, *((u, "uses the current CUDA device") for u in implicit[:5])],
             fix=fix,
         )
+
+
+def _hands_out(binding) -> bool:
+    """The per-rank device is handed out: stored as an object's own (``self.device = ...``) or
+    returned by a function of the module or a method (``def dev(): return torch.device(...)``)."""
+    return isinstance(binding, ast.Return) or (
+        isinstance(binding, ast.Assign) and isinstance(binding.targets[0], ast.Attribute))
 
 
 # calls that use the *current* CUDA device when given no device (pinned memory, synchronisation,
@@ -192,6 +209,15 @@ def _per_rank_placements_of(ctx):
             out.append((node, None))
             continue
         st = parent(node)
+        while isinstance(st, ast.IfExp) and node is not st.test:  # ``return <it> if cuda else cpu``
+            st = parent(st)
+        if isinstance(st, ast.Return):
+            # ``def dev(): return torch.device(f"cuda:{rank % 8}")``: a function of the module (or
+            # a method of its class) that hands the device out to the code that places with it
+            fn = sem.enclosing_function(st)
+            if fn is not None and isinstance(parent(fn), (ast.Module, ast.ClassDef)):
+                out.append((node, st))
+            continue
         if not (isinstance(st, ast.Assign) and len(st.targets) == 1):
             continue
         t = st.targets[0]

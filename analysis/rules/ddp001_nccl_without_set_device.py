@@ -92,7 +92,11 @@ class NcclWithoutSetDevice(Rule):
     naming one (`x.pin_memory()`, a `DataLoader(..., pin_memory=True)`, `torch.cuda.synchronize()`,
     `torch.cuda.empty_cache()`, streams, memory statistics, `torch.cuda.manual_seed(...)`), or
     stores the device as an object's own (`self.device = torch.device("cuda", local_rank)`: library
-    state that hands the device out). Test files (`test_*.py`) are not judged on this alone. Here an
+    state that hands the device out), or returns it from a function or method of the module (a
+    device getter, `def dev(): return th.device(f"cuda:{MPI.COMM_WORLD.Get_rank() % 8}")`, also
+    behind `if th.cuda.is_available()` or in an if-expression; an MPI rank counts as a rank). A getter
+    apart from the function of the init is reported at its `return`, with the init as the related
+    location. Test files (`test_*.py`) are not judged on this alone. Here an
     `init_process_group` behind `if not dist.is_initialized():` counts: when it runs, nobody made
     the group, nor pinned the device. `init_device_mesh("cuda", ...)` counts as a pin: in torch
     2.13 it makes `LOCAL_RANK` (else `rank % device_count`) the current device when CUDA is not
