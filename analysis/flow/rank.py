@@ -6,7 +6,8 @@
 - ``rank0_guarded(ctx, node)``: True when only the main rank (or one chosen rank) gets to ``node``
   (``rank_tests.polarity``: an ``if``, the ``else`` of a negated test, an early exit, an
   ``assert``, a ``@rank_zero_only``-style decorator, or a helper whose every call site in the file
-  is guarded; an ``__init__`` is called where its module-level class is built), False when every
+  is guarded; an ``__init__`` is called where its module-level class is built; a callback runs
+  where the project function it is passed to calls it), False when every
   rank gets there, None when it cannot tell (a function this file never calls). Callers stay
   silent on None.
 
@@ -197,7 +198,8 @@ def _build_call_index(ctx):
 
 def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
     """Every call of ``fn`` in the file is rank-0 guarded: True; some call is not: False; no call:
-    None. A function passed to ``mp.spawn`` runs on every rank: False; passed elsewhere: None."""
+    None. A function passed to ``mp.spawn`` runs on every rank: False; passed to a project function
+    that calls it, where that call runs (``_callback_guarded``); passed elsewhere: None."""
     if depth > 3:
         return None
     cache = ctx.memo("rank.callers_guarded", dict)
@@ -214,15 +216,20 @@ def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
     name = fn.name
     is_method = isinstance(parent(fn), ast.ClassDef)
     by_name, by_attr, as_arg = _call_index(ctx)
+    results = []
     if not is_method:
         for c in as_arg.get(name, ()):
-            return False if _spawn_like(ctx, c) else None
+            if _spawn_like(ctx, c):
+                return False
+            got = _callback_guarded(ctx, c, name, depth)
+            if got is None:
+                return None
+            results.append(got)
     sites = by_attr.get(name, ()) if is_method else by_name.get(name, ())
     if is_method and name == "__init__" and isinstance(parent(parent(fn)), ast.Module):
         sites = by_name.get(parent(fn).name, ())  # a constructor runs where its class is built
-    if not sites:
+    if not sites and not results:
         return None
-    results = []
     for c in sites:
         if c.lineno >= fn.lineno and c.end_lineno <= fn.end_lineno:
             continue  # recursion
@@ -234,6 +241,48 @@ def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
     if False in results:
         return False
     return None
+
+
+def _callback_guarded(ctx, call: ast.Call, name: str, depth: int) -> bool | None:
+    """A function passed as ``name`` to ``call`` of a project function runs where ``call`` runs,
+    unless the callee calls it only behind a main-rank test of its own (``callback_runs``)."""
+    inside = callback_runs(ctx, call, name)
+    return inside if inside is not False else rank0_guarded(ctx, call, depth + 1)
+
+
+def callback_runs(ctx, call: ast.Call, name: str) -> bool | None:
+    """The function ``name`` passed as a bare argument to ``call`` of a project function
+    (``save_on_epoch_end(args, save_func)``, in this module or another) that calls the parameter it
+    binds: False when the callee calls it with no main-rank test of its own (it runs where ``call``
+    runs), True when only behind one. None when the callee is not the project's, rebinds or keeps
+    the parameter without calling it, or this is no rule's context (a view of another module)."""
+    if getattr(ctx, "src", None) is None:
+        return None  # a view of another module: no project hub to resolve the callee with
+    from .fs_effects import view_ctx  # lazy: fs_effects sits above the flow core
+    from .helper_calls import bind_args
+    from .modern import hub
+
+    an, view = hub(ctx)
+    target = an.resolve_call(view, call)
+    if target is None:
+        return None
+    tview, callee = target
+    param = next((p for p, a in bind_args(call, callee).items() if isinstance(a, ast.Name) and a.id == name), None)
+    if param is None or tview.sem.assignments(callee).get(param):
+        return None
+    runs = [c for c in tview.sem.calls if isinstance(c.func, ast.Name) and c.func.id == param
+            and tview.sem.enclosing_function(c) is callee]
+    if not runs:
+        return None
+    return all(rank0_guarded(view_ctx(tview), c, callers=False) is True for c in runs)
+
+
+def callback_calls(ctx, fn: ast.AST) -> list[ast.Call]:
+    """The calls of this file that run the function ``fn`` as a callback: ``fn`` passed as a bare
+    argument to a project function that calls it with no main-rank test (``callback_runs``)."""
+    if isinstance(parent(fn), ast.ClassDef):
+        return []
+    return [c for c in _call_index(ctx)[2].get(fn.name, ()) if callback_runs(ctx, c, fn.name) is False]
 
 
 def _spawn_like(ctx, call: ast.Call) -> bool:

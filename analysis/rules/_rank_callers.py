@@ -75,10 +75,11 @@ def _called_as(fn) -> str:
 
 def _in_module_runners(ctx, an, fn, limit: int = 24) -> list:
     """``fn`` and the functions of this module that run it where every rank that runs them does:
-    callers by name or through ``self.<method>(...)`` (as ``resolve_call`` resolves them), whose
+    callers by name or through ``self.<method>(...)`` (as ``resolve_call`` resolves them), or that
+    pass it to a project function that calls it (``rank.callback_calls``), whose
     call is behind no main-rank test of their own (``rank0_guarded(callers=False)``), transitively."""
     from ..flow.helper_calls import calls_named
-    from ..flow.rank import rank0_guarded
+    from ..flow.rank import callback_calls, rank0_guarded
 
     out, seen, i = [fn], {id(fn)}, 0
     while i < len(out) and len(out) < limit:
@@ -88,6 +89,13 @@ def _in_module_runners(ctx, an, fn, limit: int = 24) -> list:
             res = an.resolve_call(an.main, call)
             if res is None or res[0] is not an.main or res[1] is not g:
                 continue
+            if rank0_guarded(ctx, call, callers=False) is True:
+                continue
+            h = ctx.sem.enclosing_function(call)
+            if h is not None and id(h) not in seen:
+                seen.add(id(h))
+                out.append(h)
+        for call in callback_calls(ctx, g):  # ``keep_last(args, remove_old)``: the helper calls it
             if rank0_guarded(ctx, call, callers=False) is True:
                 continue
             h = ctx.sem.enclosing_function(call)

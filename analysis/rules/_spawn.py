@@ -160,6 +160,7 @@ def in_launcher(ctx, node: ast.AST) -> bool:
 
 
 ACCELERATOR = "accelerate.Accelerator"
+ACCELERATORS = frozenset({ACCELERATOR, "accelerate.accelerator.Accelerator"})
 
 
 def distributed_program(an, ctx) -> bool:
@@ -168,7 +169,9 @@ def distributed_program(an, ctx) -> bool:
     Accelerate ``Accelerator`` (``accelerate launch`` runs it once per process), or one of its
     module-level functions starts the process group through the project's functions
     (``lifecycle.lifecycle_of``: ``main()`` -> ``DistributedTrainer(...)`` -> ``init_process_group``)
+    or builds an ``Accelerator`` in a project helper (``accelerator = prepare_accelerator(args)``),
     without spawning (a file that spawns runs its own code once, in the launching process)."""
+    from ..flow.call_sites import sites
     from ..flow.lifecycle import lifecycle_of
     from ..flow.models import is_distributed_script
 
@@ -181,7 +184,8 @@ def distributed_program(an, ctx) -> bool:
         return False
     for fns in view.sem.functions.values():
         for fn in fns:
-            if isinstance(parent(fn), ast.Module) and lifecycle_of(an, view, fn)[0] is not None:
+            if isinstance(parent(fn), ast.Module) and (lifecycle_of(an, view, fn)[0] is not None
+                                                    or sites(an, view, fn, ACCELERATORS)):
                 return True
     return False
 

@@ -39,7 +39,8 @@ class CheckThenCreateOnEveryRank(Rule):
       distributed program.
 
     Every rank runs it when the file is a distributed program (it calls `init_process_group`,
-    wraps in DDP/FSDP, spawns, builds an Accelerate `Accelerator`, or starts the process group
+    wraps in DDP/FSDP, spawns, builds an Accelerate `Accelerator`, itself or in a project helper
+    (`accelerator = prepare_accelerator(args)`), or starts the process group
     through the project's functions: `rules._spawn.distributed_program`) and no main-rank test
     keeps the other ranks out
     (`rank.rank0_guarded`); for a function this file never calls, when the function (or another

@@ -32,9 +32,12 @@ class RemoveOnEveryRank(Rule):
     It also checks for a removal under a test that the path exists (`if os.path.exists(p):
     os.remove(p)`, `if p.is_file(): p.unlink()`, `if os.path.isdir(d): shutil.rmtree(d)`) that
     every rank runs: the test does not protect it, the ranks pass it at once and all but the first
-    raise. Every rank runs it when the file is a distributed program (`rules._spawn.distributed_program`)
-    and no main-rank test keeps the other ranks out, there or at the calls of its function in the
-    file (`rank.rank0_guarded` is False), not in the launching process of an `mp.spawn` script; or
+    raise. Every rank runs it when the file is a distributed program (`rules._spawn.distributed_program`:
+    it launches, or builds an Accelerate `Accelerator`, also in a project helper) and no main-rank
+    test keeps the other ranks out, there or at the calls of its function in the file (a function
+    passed to a project function that calls it, `keep_last(args, save_func, remove_old_func)`, runs
+    where that call runs, unless the callee calls it only behind a main-rank test:
+    `rank.rank0_guarded` is False), not in the launching process of an `mp.spawn` script; or
     when a distributed script of the project runs its function (a class's `__init__` through its
     construction) on every rank (`rules._rank_callers.every_rank_entry`); or when a function that
     itself tears the default group down later (`dist.destroy_process_group()`, also under `if

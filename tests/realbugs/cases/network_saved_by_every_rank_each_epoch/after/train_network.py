@@ -1,14 +1,13 @@
 import os
 
 import torch
-from accelerate import Accelerator
 
 import library.train_util as train_util
 from library import adapters
 
 
 def train(args):
-    accelerator = Accelerator(gradient_accumulation_steps=args.accum)
+    accelerator = train_util.prepare_accelerator(args)
     is_main_process = accelerator.is_main_process
     base, pipeline = adapters.load_base(args.base)
     network = adapters.attach_adapter(base, args.rank)
@@ -54,3 +53,7 @@ def train(args):
     accelerator.end_training()
     if is_main_process:
         network.save_weights(os.path.join(args.output_dir, (args.output_name or "last") + ".safetensors"))
+
+
+if __name__ == "__main__":
+    train(train_util.parse_args())

@@ -1,9 +1,32 @@
+import argparse
 import os
 import time
 
 import torch
+from accelerate import Accelerator
 
 EPOCH_NAME = "{}-{:06d}"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--save_every_n_epochs", type=int, default=None)
+    parser.add_argument("--keep_last_n_epochs", type=int, default=None)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--accum", type=int, default=1)
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--rank", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--output_name", default=None)
+    parser.add_argument("--save_state", action="store_true")
+    parser.add_argument("--sample_prompts", default=None)
+    parser.add_argument("--sample_steps", type=int, default=20)
+    return parser.parse_args()
+
+
+def prepare_accelerator(args):
+    return Accelerator(gradient_accumulation_steps=args.accum)
 
 
 def save_on_epoch_end(args, save_func, remove_old_func, epoch_no, num_epochs):
