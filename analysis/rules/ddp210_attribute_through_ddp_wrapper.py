@@ -35,9 +35,19 @@ class AttributeThroughDdpWrapper(Rule):
     another module keeps `self.model = model` and the subclass passes the wrapper to
     `super().__init__(model, ...)`; a package's `from .defaults import *` re-export is followed),
     and helper
-    functions of this file or another module of the project that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
+    functions of this file or another module of the project that return the wrapper. A free name
+    of a nested function (`def save_checkpoint(step):` inside `main`) is read as the value the
+    enclosing function gives it where the nested function is defined, when the enclosing function
+    binds it only before that definition. A value that *may* be the wrapper counts: `model = DDP(m) if
     distributed else m` fails on the distributed path, which is the one a single-GPU test never
     ran.
+
+    It also checks a component of a `diffusers` pipeline built from such a value:
+    `StableDiffusionPipeline(text_encoder=text_encoder, ...)`,
+    `DiffusionPipeline.from_pretrained(name, unet=unet)` where the argument (a name or
+    `self.<attr>`) may be the wrapper. The pipeline reads the component's own attributes (`dtype`,
+    `config`) and `save_pretrained` saves each component by looking up its class, which is then
+    `DistributedDataParallel`: saving fails, or skips the component.
 
     It also checks a type test of a model class on a value that may be the wrapper:
     `isinstance(model, Detector)`, `type(model) in [CLIP, CustomTextCLIP]`, where every class named
