@@ -407,3 +407,26 @@ def searches_rank(loop: ast.AST, ev: ast.stmt, name: str) -> bool:
     return isinstance(loop, ast.While) and isinstance(ev, ast.AugAssign) and isinstance(ev.target, ast.Name) \
         and ev.target.id == name and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(loop.test))
 
+
+
+def closure_definition(view, name: str, at: ast.AST):
+    """The nested function definition in which the read ``at`` of ``name`` is a free name that
+    the enclosing function binds (``def save(): Pipeline(unet=unet)`` inside ``main``, which binds
+    ``unet``), where every binding of it in the enclosing function comes before that definition:
+    the value any call of the nested function sees is then the one reaching the definition
+    (``reaching(view, name, definition)``). None otherwise (a later rebinding could be the one
+    a call sees)."""
+    sem = view.sem
+    fn = sem.enclosing_function(at)
+    if fn is None or fn.__class__ is ast.Lambda or _is_param(fn, name) or sem.assignments(fn).get(name):
+        return None
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return None
+    outer = sem.enclosing_function(fn)
+    if outer is None or outer.__class__ is ast.Lambda:
+        return None
+    evs = sem.assignments(outer).get(name, ())
+    if not evs or any((e.lineno, e.col_offset) > (fn.lineno, fn.col_offset) for e in evs):
+        return None
+    return fn

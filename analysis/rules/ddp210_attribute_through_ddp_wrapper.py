@@ -35,9 +35,19 @@ class AttributeThroughDdpWrapper(Rule):
     another module keeps `self.model = model` and the subclass passes the wrapper to
     `super().__init__(model, ...)`; a package's `from .defaults import *` re-export is followed),
     and helper
-    functions of this file or another module of the project that return the wrapper. A value that *may* be the wrapper counts: `model = DDP(m) if
+    functions of this file or another module of the project that return the wrapper. A free name
+    of a nested function (`def save_checkpoint(step):` inside `main`) is read as the value the
+    enclosing function gives it where the nested function is defined, when the enclosing function
+    binds it only before that definition. A value that *may* be the wrapper counts: `model = DDP(m) if
     distributed else m` fails on the distributed path, which is the one a single-GPU test never
     ran.
+
+    It also checks a component of a `diffusers` pipeline built from such a value:
+    `StableDiffusionPipeline(text_encoder=text_encoder, ...)`,
+    `DiffusionPipeline.from_pretrained(name, unet=unet)` where the argument (a name or
+    `self.<attr>`) may be the wrapper. The pipeline reads the component's own attributes (`dtype`,
+    `config`) and `save_pretrained` saves each component by looking up its class, which is then
+    `DistributedDataParallel`: saving fails, or skips the component.
 
     It also checks a type test of a model class on a value that may be the wrapper:
     `isinstance(model, Detector)`, `type(model) in [CLIP, CustomTextCLIP]`, where every class named
@@ -194,7 +204,9 @@ class AttributeThroughDdpWrapper(Rule):
                     and len(c.args) == 2 and not c.keywords and isinstance(c.args[1], ast.Constant)
                     and isinstance(c.args[1].value, str) and c.args[1].value not in DDP_ATTRIBUTES
                     and _holder(c.args[0])]
-        if not reads and not getattrs:
+        # a pipeline's component given as the wrapper: ``StableDiffusionPipeline(text_encoder=model)``
+        comps = _pipeline_components(ctx)
+        if not reads and not getattrs and not comps:
             return
         an, view = hub(ctx)
         stored = _stored(ctx)
@@ -205,9 +217,10 @@ class AttributeThroughDdpWrapper(Rule):
         local = _wrap_reachable(ctx, an)
         unwraps_here = "unwrap_model" in ctx.src.text or "module" in ctx.src.text
         for node, holder, attr in [*((n, n.value, n.attr) for n in reads),
-                                   *((c, c.args[0], c.args[1].value) for c in getattrs)]:
+                                   *((c, c.args[0], c.args[1].value) for c in getattrs), *comps]:
+            comp = node is holder  # (a pipeline component: the value itself is the place)
             h = ctx.text(holder)
-            if (_store_scope(ctx, node), h, attr) in stored:
+            if not comp and (_store_scope(ctx, node), h, attr) in stored:
                 continue
             wraps, always = _wrap_origins(an, view, holder, node, memo) if local else ([], False)
             if not wraps:
@@ -215,7 +228,7 @@ class AttributeThroughDdpWrapper(Rule):
                 wraps, always = _from_callers(ctx, holder, node, memo), False
             if not wraps:
                 # a value the code unwraps itself, but only on the main rank
-                one = None if test_file or not unwraps_here else _unwrapped_on_main_only(ctx, view, holder, node)
+                one = None if test_file or not unwraps_here or comp else _unwrapped_on_main_only(ctx, view, holder, node)
                 if one is not None and not _tested(ctx, node, h, attr) and not handles_attribute_error(node):
                     self._report_main_only_unwrap(ctx, node, h, attr, one)
                 continue
@@ -242,7 +255,7 @@ class AttributeThroughDdpWrapper(Rule):
                                     for t, _b in at for n in ast.walk(t)) or _reads_plugin(v) \
                         or one_process_notebook(ctx):
                     continue
-                self._report_prepared(ctx, node, h, attr, v, view, call, acc)
+                self._report_prepared(ctx, node, h, attr, v, view, call, acc, comp)
                 continue
             fix = None
             if always and isinstance(node, ast.Attribute):
@@ -259,6 +272,18 @@ class AttributeThroughDdpWrapper(Rule):
                             "wrapped in DistributedDataParallel here")]
                 where = f"{shown_path(ctx, v.path)} line {call.lineno}"
             may = "is" if always else "may be"
+            if comp:
+                ctx.report(
+                    node,
+                    f"`{h}` {may} the DistributedDataParallel wrapper (built on {where}), given to the pipeline as "
+                    f"its `{attr}` component: the pipeline reads the model's own attributes and `save_pretrained` "
+                    f"looks up the component's class, the wrapper's, so this fails under DDP; pass the wrapped "
+                    f"module, `{h}.module`" + ("" if always else f" (or `getattr({h}, \"module\", {h})`)"),
+                    related=related,
+                    fix=ctx.fix(Applicability.UNSAFE, f"Pass the wrapped module: `{h}.module`",
+                                [_insert(ctx.src.node_end(holder))]) if always else None,
+                )
+                continue
             ctx.report(
                 node,
                 f"`{h}` {may} the DistributedDataParallel wrapper (built on {where}), which has no attribute "
@@ -320,7 +345,7 @@ class AttributeThroughDdpWrapper(Rule):
         )
 
     @staticmethod
-    def _report_prepared(ctx, node, h, attr, v, view, call, acc) -> None:
+    def _report_prepared(ctx, node, h, attr, v, view, call, acc, comp=False) -> None:
         where = f"line {call.lineno}" if v is view else f"{shown_path(ctx, v.path)} line {call.lineno}"
         if v is view:
             related = [(call, "Accelerate wraps the model in DistributedDataParallel here")]
@@ -329,11 +354,15 @@ class AttributeThroughDdpWrapper(Rule):
 
             related = [("file", v.path, SourceText(v.text).node_range(call),
                         "Accelerate wraps the model in DistributedDataParallel here")]
+        what = (f"given to the pipeline as its `{attr}` component, it fails under multi-GPU (the pipeline "
+                f"reads the model's own attributes and `save_pretrained` looks up its class); pass "
+                f"`{acc}.unwrap_model({h})`") if comp else (
+            f"the wrapper has no attribute `{attr}`, so this raises AttributeError under multi-GPU; read it "
+            f"through `{acc}.unwrap_model({h}).{attr}`")
         ctx.report(
             node,
             f"`{h}` comes from `{acc}.prepare(...)` ({where}), which returns a DistributedDataParallel wrapper "
-            f"when it runs on several processes; the wrapper has no attribute `{attr}`, so this raises "
-            f"AttributeError under multi-GPU; read it through `{acc}.unwrap_model({h}).{attr}`",
+            f"when it runs on several processes; {what}",
             related=related,
         )
 
@@ -480,6 +509,28 @@ def _insert(pos):
     from ..model import Edit, Range
 
     return Edit(Range(pos, pos), ".module")
+
+
+def _pipeline_components(ctx) -> list:
+    """``(value, value, component)`` for each keyword of a ``diffusers`` pipeline's construction
+    (``StableDiffusionPipeline(unet=..., text_encoder=...)``, ``XPipeline.from_pretrained(name,
+    unet=...)``) whose value is one the program model follows (a name, ``self.<attr>``): the pipeline
+    registers it as a component, reads its own attributes (``dtype``, ``config``) and saves it by its
+    class."""
+    out = []
+    for c in ctx.sem.calls:
+        if not c.keywords:
+            continue
+        parts = (ctx.sem.call_qualname(c) or "").split(".")
+        if parts[0] != "diffusers" or len(parts) < 2:
+            continue
+        if parts[-1] == "from_pretrained":
+            parts = parts[:-1]
+        if not (parts[-1][:1].isupper() and parts[-1].endswith("Pipeline")):
+            continue
+        out += [(k.value, k.value, k.arg) for k in c.keywords if k.arg is not None and (
+            isinstance(k.value, ast.Name) or _holder(k.value) and not isinstance(k.value, ast.Call))]
+    return out
 
 
 def _holder(e) -> bool:
@@ -742,4 +793,12 @@ def _wrap_origins(an, view, holder, node, memo: dict):
     got = memo.get(key)
     if got is None:
         got = memo[key] = wrap_origins(an, view, holder, node)
+        if not got[0] and isinstance(holder, ast.Name):
+            # a free name of a nested function (``def save_checkpoint(step):`` in ``main``): the
+            # enclosing function's value where the function is defined
+            from ..flow.bindings import closure_definition
+
+            d = closure_definition(view, holder.id, node)
+            if d is not None:
+                got = memo[key] = wrap_origins(an, view, holder, d)
     return got
