@@ -530,6 +530,10 @@ def _guarded_sibling(ctx, call: ast.Call) -> str | None:
         return None
     if callers_guarded(ctx, fn) is True:
         return None
+    from ..flow.mode_unbound import single_run_only
+
+    if single_run_only(ctx, call, fn):
+        return None  # ``if args.world_size <= 1: save(...)``: the branch a one-process run takes
     for other, _path, what, _noun in write_calls(ctx):
         if other is call or not (cls.lineno <= other.lineno <= cls.end_lineno):
             continue

@@ -266,7 +266,7 @@ def _helper_loads(ctx, loads) -> None:
     cands: dict[str, list] = {}
     for call in loads:
         path = _unmapped_path(ctx, call, loads)
-        if path is None or rank0_guarded(ctx, call) is True:
+        if path is None or rank0_guarded(ctx, call) is True or _scheduler_state(ctx, call):
             continue
         entry = _entry_point(ctx, call, outside=True)
         if entry is not None:
