@@ -6,7 +6,7 @@ A value is on the CPU (``on_cpu``) when it is a literal or None; a tensor that a
 makes without ``device=`` (``torch.arange(n)``, ``torch.zeros(k)``, the typed constructors
 ``torch.LongTensor(xs)``, which only make CPU tensors); ``.cpu()`` of anything, ``.long()`` /
 ``.clone()`` ... of a CPU value; ``torch.cat`` / ``torch.stack`` of CPU values; the
-``state_dict()`` of a learning-rate scheduler of ``torch.optim.lr_scheduler`` (``holds_class``:
+``state_dict()`` of a learning-rate scheduler (``scheduler_class``: ``torch.optim.lr_scheduler``, Megatron's, a project subclass or factory of one; ``holds_class``:
 counters, floats and lists of them); either branch of a
 conditional expression; a name every binding of which is one. An attribute read (``pool.idx``) is
 on the CPU when every store to an attribute of that name in the project (``x.idx = ...`` on any

@@ -112,7 +112,9 @@ class SaveOnEveryRank(Rule):
        other rank writes to the default, the same file (in the working directory for `""`). A
        test of that name around the write (`if out_dir:`, `if out_dir is not None:`) silences it.
 
-    For 2 and 3 the write must not be behind a main-rank test itself, every call of its method in
+    For 2 and 3 the write must not be behind a main-rank test itself, nor in the branch of a test
+    on the distributed mode that only a one-process run takes (`if self.args.world_size <= 1:
+    torch.save(st, "rng.pth")` / `else:` a per-rank file), every call of its method in
     the file must not be main-rank only, and test files (`test_*.py`) are left alone. The name of a
     main-rank test (`is_master`, `is_main_process`) is read only where the value flow gives no
     answer (the guard is a call of another module's function, an attribute).
