@@ -28,8 +28,7 @@ class LoadWithoutMapLocation(Rule):
     runs, loads in the launching process of an `mp.spawn` script, loads of a rank-specific file
     (written by the same rank, so already on its device; a name bound in two branches, this rank's
     file where several processes run and a plain one in the branch of `if args.world_size > 1:`
-    that one process takes, counts too), loads of a file that the project
-    writes only with command-line settings (every `torch.save(value, <path ending with that file
+    that one process takes, counts too), loads of a file that the project writes only with command-line settings (every `torch.save(value, <path ending with that file
     name>)` of the project saves an argparse namespace: `flow.origins.settings_only`, or a
     value known on the CPU: `torch.LongTensor(...)`, `torch.arange(n)` without `device=`, `torch.cat`
     or `.long()` of those, an attribute every store of which in the project is one, a load of the
