@@ -6,7 +6,7 @@ A value is on the CPU (``on_cpu``) when it is a literal or None; a tensor that a
 makes without ``device=`` (``torch.arange(n)``, ``torch.zeros(k)``, the typed constructors
 ``torch.LongTensor(xs)``, which only make CPU tensors); ``.cpu()`` of anything, ``.long()`` /
 ``.clone()`` ... of a CPU value; ``torch.cat`` / ``torch.stack`` of CPU values; the
-``state_dict()`` of a learning-rate scheduler of ``torch.optim.lr_scheduler`` (``holds_class``:
+``state_dict()`` of a learning-rate scheduler (``scheduler_class``: ``torch.optim.lr_scheduler``, Megatron's, a project subclass or factory of one; ``holds_class``:
 counters, floats and lists of them); either branch of a
 conditional expression; a name every binding of which is one. An attribute read (``pool.idx``) is
 on the CPU when every store to an attribute of that name in the project (``x.idx = ...`` on any
@@ -36,6 +36,25 @@ _MAX_DEPTH = 6
 
 
 _SCHEDULERS = "torch.optim.lr_scheduler."
+# library schedulers outside torch whose state is counters and floats too (Megatron's parameter
+# scheduler), and the library factories that return a ``torch.optim.lr_scheduler`` class
+_OTHER_SCHEDULERS = frozenset({
+    "megatron.core.optimizer_param_scheduler.OptimizerParamScheduler",
+    "megatron.training.optimizer_param_scheduler.OptimizerParamScheduler",
+    "megatron.optimizer_param_scheduler.OptimizerParamScheduler",
+    *(f"transformers{m}.get_{n}" for m in ("", ".optimization") for n in (
+        "scheduler", "constant_schedule", "constant_schedule_with_warmup", "linear_schedule_with_warmup",
+        "cosine_schedule_with_warmup", "cosine_with_hard_restarts_schedule_with_warmup",
+        "polynomial_decay_schedule_with_warmup", "inverse_sqrt_schedule", "wsd_schedule",
+        "cosine_with_min_lr_schedule_with_warmup"))})
+
+
+def scheduler_class(qn: str) -> bool:
+    """``qn`` (a class, or a library factory) makes a learning-rate scheduler whose state dict
+    holds no tensor."""
+    return qn.startswith(_SCHEDULERS) or qn in _OTHER_SCHEDULERS
+
+
 _ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 
 
@@ -54,7 +73,12 @@ def holds_class(hub, view, e, at, pred, depth: int = 0, seen: frozenset = frozen
         if pred(view.sem.call_qualname(e) or ""):
             return True
         inner = _passed_through(hub, view, e, None, depth)
-        return inner is not None and holds_class(hub, view, inner, e, pred, depth + 1, seen)
+        if inner is not None:
+            return holds_class(hub, view, inner, e, pred, depth + 1, seen)
+        return _built_by_project(hub, view, e, pred, depth, seen)
+    if isinstance(e, ast.IfExp):
+        return holds_class(hub, view, e.body, at, pred, depth + 1, seen) and \
+            holds_class(hub, view, e.orelse, at, pred, depth + 1, seen)
     if isinstance(e, ast.Name):
         kind, evs = reaching(view, e.id, at)
         if kind == "param":
@@ -79,8 +103,42 @@ def holds_class(hub, view, e, at, pred, depth: int = 0, seen: frozenset = frozen
                   for t in _targets(n) for x in ast.walk(t)
                   if isinstance(x, ast.Attribute) and x.attr == e.attr and isinstance(x.value, ast.Name)
                   and x.value.id == "self" and isinstance(x.ctx, ast.Store)]
+        # ``self.sched = None`` (a base class's placeholder) leaves the answer as it is: a method
+        # called on the attribute never runs on None
+        stores = [s for s in stores if not (isinstance(s[1], (ast.Assign, ast.AnnAssign)) and isinstance(s[2], ast.Attribute)
+                                            and isinstance(s[1].value, ast.Constant) and s[1].value.value is None)]
         return bool(stores) and all(_store_holds(hub, v, n, t, e.attr, pred, depth, seen) for v, n, t in stores)
     return False
+
+
+def _built_by_project(hub, view, call: ast.Call, pred, depth: int, seen) -> bool:
+    """``call`` builds a project class derived from a library class ``pred`` accepts that keeps the
+    library's state methods (no class of the project part of its chain defines ``state_dict`` or
+    ``load_state_dict``: ``class WarmupLR(LambdaLR)``), or runs a project function every ``return``
+    of which (at least one, no ``yield``) holds such an instance (``get_lr_scheduler(args, opt)``)."""
+    from .records import _NOT_PROJECT, class_chain, class_named
+
+    if isinstance(call.func, (ast.Name, ast.Attribute)):
+        got = class_named(hub, view, call.func, _NOT_PROJECT)
+        if got is not None:
+            chain = class_chain(hub, *got)
+            if any(isinstance(m, FUNC_TYPES) and m.name in ("state_dict", "load_state_dict")
+                   for _v, c in chain for m in c.body):
+                return False
+            return any(pred(v.sem.qualname(b) or "") for v, c in chain for b in c.bases)
+    target = hub.resolve_call(view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES) or target[1].name == "__init__" \
+            or depth >= _MAX_DEPTH:
+        return False
+    tv, fn = target
+    rets = []
+    for n in iter_scope_nodes(fn):
+        if n.__class__ in (ast.Yield, ast.YieldFrom):
+            return False
+        if n.__class__ is ast.Return:
+            rets.append(n)
+    return bool(rets) and len(rets) <= 8 and all(
+        holds_class(hub, tv, r.value, r, pred, depth + 1, seen) for r in rets)
 
 
 def _class_family(hub, view, cls) -> list:
@@ -217,8 +275,7 @@ class CpuSaves:
                 return True
             if f.attr == "state_dict" and not e.args and not e.keywords:
                 # a learning-rate scheduler's state: counters, floats and lists of them, no tensor
-                return self.hub is not None and holds_class(self.hub, view, f.value, at,
-                                                            lambda q: q.startswith(_SCHEDULERS))
+                return self.hub is not None and holds_class(self.hub, view, f.value, at, scheduler_class)
             if f.attr in _KEEPS and not any(k.arg == "device" for k in e.keywords):
                 return self.on_cpu(view, f.value, at, depth + 1)
         return False
@@ -317,7 +374,7 @@ def scheduler_state_load(ctx, call: ast.Call, file_name, is_load_state_dict) -> 
     def into_scheduler(arg) -> bool:
         p = parent(arg)
         return isinstance(p, ast.Call) and is_load_state_dict(p) and p.args and p.args[0] is arg \
-            and holds_class(an, view, p.func.value, p, lambda q: q.startswith(_SCHEDULERS))
+            and holds_class(an, view, p.func.value, p, scheduler_class)
 
     if not _saved_from_schedulers(ctx, get_arg(call, 0, "f"), file_name):
         return False
@@ -369,7 +426,7 @@ def _saved_from_schedulers(ctx, path, file_name) -> bool:
             for ov, oe, _f in found:
                 if isinstance(oe, ast.Call):
                     qn = ov.sem.call_qualname(oe) or ""
-                    if qn.startswith(_SCHEDULERS):
+                    if scheduler_class(qn) or holds_class(an, ov, oe, oe, scheduler_class):
                         continue
                     if qn.startswith("torch.") or an.resolve_call(ov, oe) is not None:
                         return False

@@ -131,7 +131,8 @@ def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers:
     if isinstance(expr, ast.Name):
         st = reaching_assignment(ctx, expr.id, at)
         if st is not None:
-            return rank_specific_path(ctx, st.value, st, depth + 1, buffers)
+            return rank_specific_path(ctx, st.value, st, depth + 1, buffers) or \
+                _per_rank_or_single(ctx, expr.id, at, depth, buffers)
         # bound by `with open(...) as f` / `with io.BytesIO() as f` / a loop: look at the binding
         scope = ctx.sem.scope_of(at)
         for b in ctx.sem.assignments(scope).get(expr.id, ()):
@@ -140,6 +141,29 @@ def rank_specific_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, buffers:
                     if rank_specific_path(ctx, item.context_expr, b, depth + 1, buffers):
                         return True
     return False
+
+
+def _per_rank_or_single(ctx, name: str, at: ast.AST, depth: int, buffers: bool) -> bool:
+    """Every binding of ``name`` in the function of ``at`` (at least two, all ``name = value``) is
+    this rank's own path, or sits in the branch of a test on the distributed mode that only a
+    one-process run takes (``if world_size > 1: f = f"rng_{rank}.pth"`` / ``else: f = "rng.pth"``):
+    several processes never share the file."""
+    from .mode_unbound import single_run_only
+
+    scope = ctx.sem.scope_of(at)
+    binds = ctx.sem.assignments(scope).get(name, ())
+    if isinstance(scope, ast.Module) or len(binds) < 2:
+        return False
+    mine = 0
+    for b in binds:
+        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
+            return False
+        if single_run_only(ctx, b, scope):
+            continue
+        if not rank_specific_path(ctx, b.value, b, depth + 1, buffers):
+            return False
+        mine += 1
+    return mine > 0
 
 
 # a value each process makes for itself and no two processes share: a random name from the

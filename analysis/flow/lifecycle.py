@@ -510,14 +510,28 @@ def straight(node, scope) -> bool:
 
 def _straight(node, scope) -> bool:
     """``node`` runs on every call of ``scope`` that gets that far: no ``if``, loop, ``try``,
-    boolean operator or conditional expression around it."""
-    p = parent(node)
+    boolean operator or conditional expression around it, unless ``node`` is in the part of one
+    that always runs (the test of an ``if`` / ``while`` / conditional expression, the first operand
+    of ``and`` / ``or``, the iterable of a ``for``: ``if dist.get_rank() == 0:``)."""
+    child, p = node, parent(node)
     while p is not None and p is not scope:
         if isinstance(p, (ast.If, ast.IfExp, ast.BoolOp, ast.While, ast.For, ast.AsyncFor, *_TRY_TYPES,
                           ast.ExceptHandler, ast.With, ast.AsyncWith, ast.comprehension)):
-            return isinstance(p, (ast.With, ast.AsyncWith))
-        p = parent(p)
+            if isinstance(p, (ast.With, ast.AsyncWith)):
+                return True
+            if not _always_run(p, child):
+                return False
+        child, p = p, parent(p)
     return p is scope
+
+
+def _always_run(p, child) -> bool:
+    """``child`` is the part of ``p`` that runs whenever ``p`` does."""
+    if isinstance(p, (ast.If, ast.IfExp, ast.While)):
+        return child is p.test
+    if isinstance(p, ast.BoolOp):
+        return child is p.values[0]
+    return isinstance(p, (ast.For, ast.AsyncFor)) and child is p.iter
 
 
 try:  # Python 3.11+

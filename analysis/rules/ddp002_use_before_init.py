@@ -55,7 +55,8 @@ class UseBeforeInit(Rule):
     says that a run without a process group is supported, and then needs one. The `else` of a
     mixed test (`if dist.is_initialized() and rank == 0:`), a use under a test on the
     distributed mode (`if world_size > 1:`), in a `try` with handlers, or in a function that uses
-    the group unconditionally before the test is left alone. The function must call
+    the group unconditionally before the test (also in the test of an earlier `if`, `if
+    dist.get_rank() == 0:`, which always runs) is left alone. The function must call
     `dist.is_initialized()` itself; its other tests may go through a project helper that returns
     it (`is_distributed()`), and the use may be a project function whose unconditional path needs
     the group. A test on a flag of the distributed mode read from any object

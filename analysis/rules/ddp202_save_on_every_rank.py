@@ -112,7 +112,9 @@ class SaveOnEveryRank(Rule):
        other rank writes to the default, the same file (in the working directory for `""`). A
        test of that name around the write (`if out_dir:`, `if out_dir is not None:`) silences it.
 
-    For 2 and 3 the write must not be behind a main-rank test itself, every call of its method in
+    For 2 and 3 the write must not be behind a main-rank test itself, nor in the branch of a test
+    on the distributed mode that only a one-process run takes (`if self.args.world_size <= 1:
+    torch.save(st, "rng.pth")` / `else:` a per-rank file), every call of its method in
     the file must not be main-rank only, and test files (`test_*.py`) are left alone. The name of a
     main-rank test (`is_master`, `is_main_process`) is read only where the value flow gives no
     answer (the guard is a call of another module's function, an attribute).
@@ -530,6 +532,10 @@ def _guarded_sibling(ctx, call: ast.Call) -> str | None:
         return None
     if callers_guarded(ctx, fn) is True:
         return None
+    from ..flow.mode_unbound import single_run_only
+
+    if single_run_only(ctx, call, fn):
+        return None  # ``if args.world_size <= 1: save(...)``: the branch a one-process run takes
     for other, _path, what, _noun in write_calls(ctx):
         if other is call or not (cls.lineno <= other.lineno <= cls.end_lineno):
             continue

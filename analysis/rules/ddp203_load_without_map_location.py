@@ -26,13 +26,17 @@ class LoadWithoutMapLocation(Rule):
     Checks for `torch.load(...)` without `map_location` in a distributed script (one that calls
     `init_process_group`, wraps in DDP/FSDP or spawns its ranks). Loads that only the main rank
     runs, loads in the launching process of an `mp.spawn` script, loads of a rank-specific file
-    (written by the same rank, so already on its device), loads of a file that the project
-    writes only with command-line settings (every `torch.save(value, <path ending with that file
+    (written by the same rank, so already on its device; a name bound in two branches, this rank's
+    file where several processes run and a plain one in the branch of `if args.world_size > 1:`
+    that one process takes, counts too), loads of a file that the project writes only with command-line settings (every `torch.save(value, <path ending with that file
     name>)` of the project saves an argparse namespace: `flow.origins.settings_only`, or a
     value known on the CPU: `torch.LongTensor(...)`, `torch.arange(n)` without `device=`, `torch.cat`
     or `.long()` of those, an attribute every store of which in the project is one, a load of the
     same file: `flow.cpu_saves`), loads whose result only goes to the `load_state_dict` of
-    learning-rate schedulers (`torch.optim.lr_scheduler`, through a name bound once to it: a
+    learning-rate schedulers (`torch.optim.lr_scheduler`, Megatron's `OptimizerParamScheduler`,
+    the `transformers` schedule factories, through a name bound once to it, a project subclass
+    that keeps the library's `state_dict`, or a project factory every `return` of which is one,
+    `self.sched = make_schedule(opt, cfg)` after a `self.sched = None` placeholder: a
     scheduler's state holds no tensor; unless a save of the project to that file name is known to
     write another object's state dict, an optimizer's or a module's), and loads whose `if` has a
     `map_location` load in its other branch (a deliberate choice) are not flagged. To stay
@@ -266,7 +270,7 @@ def _helper_loads(ctx, loads) -> None:
     cands: dict[str, list] = {}
     for call in loads:
         path = _unmapped_path(ctx, call, loads)
-        if path is None or rank0_guarded(ctx, call) is True:
+        if path is None or rank0_guarded(ctx, call) is True or _scheduler_state(ctx, call):
             continue
         entry = _entry_point(ctx, call, outside=True)
         if entry is not None:
