@@ -443,3 +443,205 @@ def sum_reach(cls, text, filename):
     from .reach import reaches  # lazy: only files the text gate admits
 
     return reaches(filename, text, ("reduce",))
+
+
+# --- a cross-rank mean of an exponential of a mean (``exp`` of a mean loss: a perplexity) ----------
+
+_EXP_QNS = frozenset({"torch.exp", "math.exp", "numpy.exp"})
+
+
+def _is_avg(op) -> bool:
+    return isinstance(op, ast.Attribute) and op.attr == "AVG" and isinstance(op.value, (ast.Name, ast.Attribute))
+
+
+def _world_count(view, e) -> bool:
+    """``e`` is the number of processes of the default group: ``get_world_size()`` or a name or
+    attribute that counts processes (``world_size``, ``args.world_size``)."""
+    from .world import _WORLD_NAME
+
+    if world_size_call(view.sem, e):
+        return True
+    name = e.id if isinstance(e, ast.Name) else (e.attr if isinstance(e, ast.Attribute) else None)
+    return name is not None and bool(_WORLD_NAME.match(name))
+
+
+def world_mean_param(view, fn, hub=None) -> str | None:
+    """The parameter of ``fn`` whose mean over all ranks it returns on its last line: one
+    ``all_reduce`` of the parameter (or of one copy of it) over the default group, made directly or
+    through a project helper that sums its own parameter over the world (``world_sum_params``; not
+    under a ``try`` or a test of a parameter) with ``SUM`` and the return of ``param / get_world_size()`` (directly, or of the one
+    name bound to it after the reduction, in the function's own block), or with ``ReduceOp.AVG``
+    and the return of the parameter itself. None otherwise."""
+    memo = view.memo.setdefault("reductions.mean_param", {})
+    if id(fn) not in memo:
+        memo[id(fn)] = _world_mean_param(view, fn, hub)
+    return memo[id(fn)]
+
+
+def _world_mean_param(view, fn, hub) -> str | None:
+    if not fn.body or not isinstance(fn.body[-1], ast.Return) or fn.body[-1].value is None:
+        return None
+    reds = []
+    for c in scope_calls(view, fn):
+        if (view.sem.call_qualname(c) or "") == D + "all_reduce":
+            if on_subgroup(c, "all_reduce") or get_arg(c, 3, "async_op") is not None:
+                return None
+            reds.append((c, get_arg(c, 0, "tensor"), get_arg(c, *_OP_POS)))
+        elif hub is not None and may_resolve(view, c):
+            # through a helper that sums its parameter over the world: ``_sum_(t)``
+            target = resolved(hub, view, c)
+            if target is not None and isinstance(target[1], FUNC_TYPES) and target[1] is not fn:
+                args = bind_args(c, target[1])
+                reds += [(c, args.get(tp), None) for tp, op_param, _at in world_sum_params(*target)
+                         if op_param is None]
+    if len(reds) != 1:
+        return None
+    red, t, op = reds[0]
+    if under_try(red, fn) or _tests_read_params(red, fn):
+        return None
+    param = name = _param(view, fn, t)
+    if param is None and isinstance(t, ast.Name):
+        # one copy of a parameter made before the reduction: ``y = x.clone()``
+        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == t.id and isinstance(n.ctx, ast.Store)]
+        st = parent(stores[0]) if stores else None
+        if not (isinstance(st, ast.Assign) and st in fn.body and len(st.targets) == 1 and st.targets[0] is stores[0]
+                and st.lineno < red.lineno):
+            return None
+        param = next((p for p in param_names(fn) if p not in ("self", "cls") and _copy_of(view, st.value, p)), None)
+        name = t.id
+        if param is None or any(n is not stores[0] for n in stores if n.lineno < red.lineno):
+            return None
+    if param is None:
+        return None
+    ret = fn.body[-1].value
+    if _is_avg(op):
+        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name
+                  and isinstance(n.ctx, ast.Store) and n.lineno > red.lineno]
+        return param if isinstance(ret, ast.Name) and ret.id == name and not stores else None
+    if not _is_sum(op):
+        return None
+    if isinstance(ret, ast.Name):
+        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == ret.id
+                  and isinstance(n.ctx, ast.Store) and n.lineno > red.lineno]
+        st = parent(stores[0]) if len(stores) == 1 else None
+        if not (isinstance(st, ast.Assign) and st in fn.body and len(st.targets) == 1 and st.targets[0] is stores[0]):
+            return None
+        ret = st.value
+    if isinstance(ret, ast.BinOp) and isinstance(ret.op, ast.Div) and isinstance(ret.left, ast.Name) \
+            and ret.left.id == name and _world_count(view, ret.right):
+        return param
+    return None
+
+
+def mean_reduced_exps(hub, view, scope) -> list:
+    """``(call, value, exp)`` for each cross-rank mean made in ``scope`` (``all_reduce(t,
+    op=ReduceOp.AVG)``, or a project helper that returns its parameter's world mean:
+    ``world_mean_param``) of a value that is the exponential of a mean (``exp_of_mean``)."""
+    out = []
+    for c in scope_calls(view, scope):
+        qn = view.sem.call_qualname(c) or ""
+        if qn == D + "all_reduce":
+            if not _is_avg(get_arg(c, *_OP_POS)) or on_subgroup(c, "all_reduce"):
+                continue
+            arg = get_arg(c, 0, "tensor")
+        else:
+            if qn.startswith(("torch.", "numpy.", "math.")) or not may_resolve(view, c):
+                continue
+            target = resolved(hub, view, c)
+            if target is None or target[1] is scope or not isinstance(target[1], FUNC_TYPES):
+                continue
+            param = world_mean_param(target[0], target[1], hub)
+            arg = bind_args(c, target[1]).get(param) if param is not None else None
+        if arg is None:
+            continue
+        e = exp_of_mean(hub, view, arg, c)
+        if e is not None:
+            out.append((c, arg, e))
+    return out
+
+
+def _exp_operand(view, e):
+    """The operand of an exponential call (``torch.exp(x)``, ``math.exp(x)``, ``x.exp()``), else None."""
+    if not isinstance(e, ast.Call):
+        return None
+    qn = view.sem.call_qualname(e) or ""
+    if qn in _EXP_QNS and len(e.args) == 1 and not e.keywords:
+        return e.args[0]
+    if not qn and isinstance(e.func, ast.Attribute) and e.func.attr == "exp" and not e.args and not e.keywords:
+        return e.func.value
+    return None
+
+
+def exp_of_mean(hub, view, expr, at, depth: int = 0):
+    """The exponential call that ``expr`` holds at ``at`` when every origin of it is an
+    exponential of a mean (``mean_of_values``), or a constant fallback (``float("inf")`` in an
+    ``except OverflowError``, a branch of a conditional expression) with at least one exponential,
+    also made a tensor (``torch.tensor(math.exp(avg))``); else None."""
+    from .origins import origins
+
+    if depth > 3:
+        return None
+    got = origins(hub, view, _strip_copies(expr), at)
+    found = None
+    todo = [(v, e) for v, e in got]
+    while todo:
+        v, e = todo.pop()
+        e = _strip_copies(e)
+        if isinstance(e, ast.IfExp):  # ``math.exp(avg) if avg < 50 else float("inf")``
+            todo += [(v, e.body), (v, e.orelse)]
+            continue
+        if isinstance(e, ast.Constant) or (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
+                                           and e.func.id == "float" and all(isinstance(a, ast.Constant) for a in e.args)):
+            continue
+        if isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in ("torch.tensor", "torch.as_tensor") \
+                and len(e.args) == 1:  # a number made a tensor to reduce it
+            inner = exp_of_mean(hub, v, e.args[0], e, depth + 1)
+            if inner is None:
+                return None
+            found = found or inner
+            continue
+        x = _exp_operand(v, e)
+        if x is None or not mean_of_values(hub, v, x, e):
+            return None
+        found = found or e
+    return found
+
+
+def mean_of_values(hub, view, expr, at) -> bool:
+    """Every origin of ``expr`` at ``at`` is a mean: ``mean_valued``'s (a mean loss, ``x.mean()``),
+    or a total divided by a count: ``total / n`` where ``total`` is a ``sum()`` or a name that a
+    loop of its function adds to (``total += loss``)."""
+    from .origins import origins
+
+    if mean_valued(hub, view, expr, at):
+        return True
+    got = origins(hub, view, _strip_copies(expr), at)
+    if not got:
+        return False
+    for v, e in got:
+        e = _strip_copies(e)
+        if isinstance(e, ast.Call) and _mean_call(hub, v, e):
+            continue
+        if not (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Div) and _a_total(v, e.left)):
+            return False
+    return True
+
+
+def _a_total(view, e) -> bool:
+    e = _strip_copies(e)
+    if isinstance(e, ast.Call):
+        qn = view.sem.call_qualname(e) or ""
+        return qn in ("torch.sum", "sum", "builtins.sum") or (
+            isinstance(e.func, ast.Attribute) and e.func.attr == "sum" and not qn.startswith("math."))
+    if not isinstance(e, ast.Name):
+        return False
+    fn = view.sem.enclosing_function(e)
+    for n in ast.walk(fn if fn is not None else view.tree):
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) \
+                and n.target.id == e.id:
+            p = parent(n)
+            while p is not None and p is not fn and not isinstance(p, (ast.For, ast.While, ast.AsyncFor)):
+                p = parent(p)
+            if isinstance(p, (ast.For, ast.While, ast.AsyncFor)):
+                return True
+    return False
