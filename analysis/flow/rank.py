@@ -258,7 +258,7 @@ def callback_runs(ctx, call: ast.Call, name: str) -> bool | None:
     the parameter without calling it, or this is no rule's context (a view of another module)."""
     if getattr(ctx, "src", None) is None:
         return None  # a view of another module: no project hub to resolve the callee with
-    from .fs_effects import view_ctx  # lazy: fs_effects sits above the flow core
+    from .viewctx import view_ctx
     from .helper_calls import bind_args
     from .modern import hub
 

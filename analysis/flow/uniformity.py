@@ -698,5 +698,3 @@ def _text(e: ast.AST) -> str:
         return "?"
 
 __all__ = ["Value", "Src", "U", "X", "join", "Evaluator", "RANK", "DATA", "CLOCK", "RNG", "parent"]
-
-
