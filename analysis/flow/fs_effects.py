@@ -98,6 +98,9 @@ _TABLE: dict[str, tuple] = {
     "os.scandir": (LIST, (0, "path"), None, True),
     "glob.glob": (LIST, (0, "pathname"), None, True),
 }
+# what a file must spell to hold a tracker call (DDP217's text gate): the module, or the class
+TRACK_TEXT = tuple(sorted({q.split(".")[0] if q.split(".")[0] != "torch" else q.rsplit(".", 1)[1]
+                           for q, v in _TABLE.items() if v[0] == TRACK}))
 # downloads that land atomically (a uniquely named ``.partial`` file moved into place, torch/hub.py):
 # concurrent ranks download it N times but never leave a torn file (pytorch/pytorch#68320)
 # composer's ``get_file`` of a URL does the same (``<dst>.<uuid>.tmp``, ``os.rename``); its object

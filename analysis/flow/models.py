@@ -38,19 +38,59 @@ def _launches(ctx) -> bool:
              if not (ctx.qn(c) == _LAUNCH[0] and one_process_init(ctx.sem, c))]
     if not calls:
         return False
+    return any(_live(ctx, c) for c in calls)
+
+
+def distributed_program(ctx, an=None) -> bool:
+    """``is_distributed_script``, or the file starts the default group through a function of
+    another module of the project (``lifecycle.events``: ``ext_dist.init_distributed(...)`` with
+    ``import extend_distributed as ext_dist``, ``from .utils.dist import setup``; also only on some
+    paths of it, ``if int(os.environ["WORLD_SIZE"]) > 1: init_process_group(...)``) from module
+    level or a module-level function, in code that may run (``_live``), and at least one
+    ``init_process_group`` it reaches is not a world of one process (``world.one_process_init``):
+    the program runs once per process of that group. ``an``: the check's analysis when ``ctx`` is
+    another file of the project (a caller), whose modules it reads (and depends on)."""
+    if is_distributed_script(ctx):
+        return True
+    if an is None:
+        from . import for_context  # lazy: only a file with no launch call of its own asks
+
+        an = for_context(ctx)
+    return ctx.memo(("models.project_group", id(an)), lambda: _project_init(ctx, an))
+
+
+def _project_init(ctx, an) -> bool:
+    from .lifecycle import events, init_sites
+    from .world import one_process_init
+
+    view = an.main if ctx.filename == an.main.path or ctx.sem is an.main.sem else an.view_of(ctx.filename)
+    if view is None:
+        return False
+    scopes = [ctx.sem.tree, *(fn for fns in ctx.sem.functions.values() for fn in fns
+                              if isinstance(parent(fn), ast.Module))]
+    for scope in scopes:
+        for ev in events(an, view, scope):
+            if ev.kind != "init" or ev.where is None or ev.where[0] is view:
+                continue  # a call of this file's own init is a launch call (``_launches``)
+            if not any(not one_process_init(v.sem, c) for v, c in init_sites(an, *ev.where)):
+                continue
+            if _live(ctx, ev.call, an, view):
+                return True
+    return False
+
+
+def _live(ctx, c: ast.Call, an=None, view=None) -> bool:
+    """``c`` may run: it sits under no test, or under one whose branch is taken (``params.dead_branch``,
+    ``params.dead_for_callers``)."""
+    if not any(isinstance(a, (ast.If, ast.IfExp, ast.While)) for a in ctx.sem.ancestors(c)):
+        return True
     from . import for_context  # lazy: only a file with a launch call under a test asks
     from .params import dead_branch, dead_for_callers
 
-    an = None
-    for c in calls:
-        if not any(isinstance(a, (ast.If, ast.IfExp, ast.While)) for a in ctx.sem.ancestors(c)):
-            return True
-        if dead_branch(ctx.sem, c):
-            continue  # ``if is_dist:`` with ``is_dist, world = (False, 1)``
-        an = an or for_context(ctx)
-        if not dead_for_callers(an.main, an, c):
-            return True
-    return False
+    if dead_branch(ctx.sem, c):
+        return False  # ``if is_dist:`` with ``is_dist, world = (False, 1)``
+    an = an or for_context(ctx)
+    return not dead_for_callers(view or an.main, an, c)
 
 
 def ddp_calls(ctx) -> list[ast.Call]:

@@ -166,28 +166,25 @@ ACCELERATORS = frozenset({ACCELERATOR, "accelerate.accelerator.Accelerator"})
 def distributed_program(an, ctx) -> bool:
     """The file of ``ctx`` is a program that runs as several processes: it launches itself
     (``models.is_distributed_script``: ``init_process_group``, a DDP/FSDP wrap, a spawn), builds an
-    Accelerate ``Accelerator`` (``accelerate launch`` runs it once per process), or one of its
-    module-level functions starts the process group through the project's functions
-    (``lifecycle.lifecycle_of``: ``main()`` -> ``DistributedTrainer(...)`` -> ``init_process_group``)
-    or builds an ``Accelerator`` in a project helper (``accelerator = prepare_accelerator(args)``),
-    without spawning (a file that spawns runs its own code once, in the launching process)."""
+    Accelerate ``Accelerator`` (``accelerate launch`` runs it once per process), starts the process
+    group through the project's functions (``models.distributed_program``: ``main()`` ->
+    ``dist_utils.setup()`` -> ``init_process_group``), or one of its module-level functions builds an
+    ``Accelerator`` in a project helper (``accelerator = prepare_accelerator(args)``), without
+    spawning (a file that spawns runs its own code once, in the launching process)."""
     from ..flow.call_sites import sites
-    from ..flow.lifecycle import lifecycle_of
-    from ..flow.models import is_distributed_script
+    from ..flow.models import distributed_program as launched, is_distributed_script
 
     if is_distributed_script(ctx) or ctx.sem.calls_to(ACCELERATOR):
         return True
     if spawn_calls(ctx):
         return False
+    if launched(ctx, an):
+        return True
     view = an.main if ctx.filename == an.main.path or ctx.sem is an.main.sem else an.view_of(ctx.filename)
     if view is None:
         return False
-    for fns in view.sem.functions.values():
-        for fn in fns:
-            if isinstance(parent(fn), ast.Module) and (lifecycle_of(an, view, fn)[0] is not None
-                                                    or sites(an, view, fn, ACCELERATORS)):
-                return True
-    return False
+    return any(isinstance(parent(fn), ast.Module) and sites(an, view, fn, ACCELERATORS)
+               for fns in view.sem.functions.values() for fn in fns)
 
 
 NOTEBOOK_LAUNCHERS = ("accelerate.notebook_launcher", "accelerate.debug_launcher",

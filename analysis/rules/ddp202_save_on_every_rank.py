@@ -10,7 +10,7 @@ from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.assignments import reaching_assignment
 from ..flow.fs_ranks import per_process_path, rank_specific_path
 from ..flow.group_free import without_group
-from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.models import LAUNCH_TEXT, distributed_program
 from ..flow.rank import rank0_guarded
 from ..flow.rank_tests import RANK_NEEDLES, is_rank_like
 from ..flow.uniformity import MAIN_NAMES
@@ -33,8 +33,11 @@ class SaveOnEveryRank(Rule):
     """
     ## What it does
     Checks for `torch.save(obj, path)` in a distributed script (one that calls
-    `init_process_group`, wraps in DDP/FSDP or spawns its ranks) that is not under a rank-0 guard
-    and writes to a path that does not depend on the rank.
+    `init_process_group`, wraps in DDP/FSDP or spawns its ranks, or starts the process group
+    through a function of another module of the project: `ext_dist.init_distributed(...)` with
+    `import extend_distributed as ext_dist`, `from .comm import setup`, also when that function
+    starts it only for a world size read from the environment, not when it makes a world of one
+    process) that is not under a rank-0 guard and writes to a path that does not depend on the rank.
 
     Guards are recognised as `if rank == 0:`, `if dist.get_rank() == 0:`,
     `if args.local_rank in [-1, 0]:`, `if opt["rank"] == 0:` (an options dict's rank entry),
@@ -177,8 +180,8 @@ class SaveOnEveryRank(Rule):
         return reaches(filename, text, _WRITER_TEXT, fold=True)
 
     def finish(self, ctx) -> None:
-        distributed = is_distributed_script(ctx) or _builds_accelerator(ctx)
-        if distributed and is_distributed_script(ctx):
+        distributed = distributed_program(ctx) or _builds_accelerator(ctx)
+        if distributed and distributed_program(ctx):
             self._through_helpers(ctx)
         loose_done: set[int] = set()
         reported: set[int] = set()

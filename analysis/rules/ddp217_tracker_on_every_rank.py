@@ -4,9 +4,9 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..flow.fs_effects import TRACK, effects_at, rank_specific, view_ctx
+from ..flow.fs_effects import TRACK, TRACK_TEXT, effects_at, rank_specific, view_ctx
 from ..flow.rank import rank0_guarded
-from ..flow.models import LAUNCH_TEXT, is_distributed_script
+from ..flow.models import LAUNCH_TEXT, distributed_program, is_distributed_script
 from ._spawn import ACCELERATOR, in_launcher, outside_launched, runs_in_ranks
 from ..flow.fs_ranks import rank_specific_path
 
@@ -16,7 +16,9 @@ class TrackerOnEveryRank(Rule):
     ## What it does
     Checks a distributed program (one that calls `init_process_group`, wraps in DDP/FSDP, spawns
     its ranks, or builds an Accelerate `Accelerator`, which `accelerate launch` runs once per
-    process) for an experiment tracker that every rank opens: `wandb.init`,
+    process; or one that starts the process group through a function of another module of the
+    project, `ext_dist.init_distributed(...)` with `import extend_distributed as ext_dist`, also
+    when that function starts it only for a world size read from the environment) for an experiment tracker that every rank opens: `wandb.init`,
     `comet_ml.Experiment` / `OfflineExperiment` / `ExistingExperiment` / `comet_ml.start`,
     `mlflow.start_run`, `neptune.init` / `init_run`, `clearml.Task.init`, `aim.Run`,
     `swanlab.init`, and a TensorBoard `SummaryWriter` (`torch.utils.tensorboard`, `tensorboardX`).
@@ -28,7 +30,9 @@ class TrackerOnEveryRank(Rule):
     self.use_wandb = False`, tested in another method), including a tracker opened before the distributed setup has decided
     which rank is the main one. A tracker opened in a function of another module of the project
     (`setup_logging(args)` in `utils.py` that calls `wandb.init`) is followed through the call
-    (`flow.fs_effects`, effect kind `track`) and reported at the call every rank makes.
+    (`flow.fs_effects`, effect kind `track`) and reported at the call every rank makes; in a
+    program whose process group is started only in another module, the tracker call must be in
+    the file itself.
 
     Not flagged: a run whose arguments depend on the rank (`name=f"rank{rank}"`, a
     `log_dir` with the rank in it), and `wandb.init(group=...)`, Weights & Biases' documented way
@@ -66,11 +70,21 @@ class TrackerOnEveryRank(Rule):
     code = "DDP217"
     name = "tracker-on-every-rank"
     severity = Severity.WARNING
-    # a distributed program that says so itself: a launch call, or an Accelerate ``Accelerator``
-    requires_text = (*LAUNCH_TEXT, "Accelerator")
+    # a distributed program that says so itself: a launch call, or an Accelerate ``Accelerator``;
+    # or a tracker of the file in a program whose group a project module starts (``reach``)
+    requires_text = (*LAUNCH_TEXT, "Accelerator", *TRACK_TEXT)
+
+    @classmethod
+    def reach(cls, text, filename):
+        if any(n in text for n in (*LAUNCH_TEXT, "Accelerator")):
+            return True, {}
+        from ..flow.reach import reaches  # a project module that may start the group
+
+        return reaches(filename, text, ("init_process_group",))
 
     def finish(self, ctx) -> None:
-        if not (is_distributed_script(ctx) or ctx.sem.calls_to(ACCELERATOR)):
+        own = is_distributed_script(ctx) or ctx.sem.calls_to(ACCELERATOR)
+        if not (own or distributed_program(ctx)):
             return
         from ..flow import for_context
 
@@ -83,6 +97,8 @@ class TrackerOnEveryRank(Rule):
             if not effs:
                 continue
             e = effs[0]
+            if e.via and not own:
+                continue  # the group and the tracker both elsewhere: the text gate sees neither
             if e.per_rank or _per_rank_run(ctx, call, e):
                 continue
             if rank0_guarded(ctx, call) is not False or runs_in_ranks(ctx, call) is False \
