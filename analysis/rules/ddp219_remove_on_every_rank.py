@@ -108,11 +108,18 @@ class RemoveOnEveryRank(Rule):
 
     @classmethod
     def reach(cls, text, filename):
-        if "torch" in text:
+        if "torch" in text or "Accelerator" in text:
             return True, {}
-        from ._common import callers_may_exist  # lazy: reads the project's other files
+        from ..flow.reach import reaches  # lazy: both read the project's other files
+        from ._common import callers_may_exist
 
-        return callers_may_exist(text, filename, ())
+        got, deps = callers_may_exist(text, filename, ())
+        if got:
+            return got, deps
+        # a script that never spells torch whose project helper builds the Accelerator or starts
+        # the group (``_spawn.distributed_program``): every rank runs its removals
+        got, more = reaches(filename, text, ("Accelerator", "init_process_group"))
+        return (True, {}) if got else (False, {**deps, **more})
 
     def finish(self, ctx) -> None:
         from ..flow import for_context
