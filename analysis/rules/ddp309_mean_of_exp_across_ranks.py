@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES
+from ._flow import scopes
 from ..flow.reductions import mean_reduced_exps, sum_reach
 
 
@@ -64,11 +64,8 @@ class MeanOfExpAcrossRanks(Rule):
 
         an = for_context(ctx)
         view = an.main
-        scopes = [ctx.sem.tree]
-        for fns in ctx.sem.functions.values():
-            scopes.extend(fn for fn in fns if isinstance(fn, FUNC_TYPES))
         done = set()
-        for scope in scopes:
+        for scope in scopes(ctx):
             for call, value, exp in mean_reduced_exps(an, view, scope):
                 if id(call) in done:
                     continue
