@@ -6,6 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, parent
 from ..flow.calls import scope_calls
+from ._flow import scopes
 from ..flow.helper_calls import bind_args, callee_name, resolved
 from ..flow.reductions import mean_valued, reads_world_size, sum_reach, world_sum_return
 
@@ -75,11 +76,10 @@ class SumOfMeansUsedAsMean(Rule):
 
         an = for_context(ctx)
         view = an.main
-        scopes = [ctx.sem.tree]
-        for fns in ctx.sem.functions.values():
-            scopes.extend(fn for fn in fns if isinstance(fn, FUNC_TYPES))
         done = set()
-        for scope in scopes:
+        for scope in scopes(ctx):
+            if scope is not ctx.sem.tree and not isinstance(scope, FUNC_TYPES):
+                continue
             for c in scope_calls(view, scope):
                 if id(c) in done or not isinstance(c.func, (ast.Name, ast.Attribute)):
                     continue
