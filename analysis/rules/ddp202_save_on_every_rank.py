@@ -58,7 +58,9 @@ class SaveOnEveryRank(Rule):
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
     batches): each rank writes different files. Nor is a path made of a value unique to the
     process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
-    through names bound before the save), or with a value that a library function returns from no
+    through names bound before the save, or through a parameter of the function that every call
+    of it in the file fills with one: `with tempfile.TemporaryDirectory() as d: write_inputs(d)`),
+    or with a value that a library function returns from no
     argument formatted into the file's name (`f"{folder}/batch-{make_id()}.pt"`: code the analysis
     cannot see, from nothing the ranks share, so nothing says the name is shared; in the folder
     part, `f"{run_dir()}/model.pt"`, it still is). Nor is a save on a program path that never
