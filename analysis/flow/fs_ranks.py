@@ -10,12 +10,16 @@
 - ``per_process_path(ctx, expr, at)``: the path holds a value each process makes for itself
   (``uuid.uuid4()``, ``os.getpid()``, ``tempfile.mkdtemp()``), not one a broadcast or the
   launcher made the same on every rank: no two ranks name the same file (DDP202).
+- ``dumped_file(ctx, call)``: the path a serializer's dump writes (``pickle.dump(obj, f)``,
+  ``json.dump``, ``yaml.dump``) when its file object was opened for writing at it
+  (``with open(p, "wb") as f``, ``f = open(p, "w")``, ``Path(p).open("w")``), by value flow (DDP202).
 """
 from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, get_arg, parent
+from ..torch_api import constant_of
 from .assignments import reaching_assignment, reaching_value, unpacked_call
 from .rank_tests import is_rank_like
 class MainOnlyPart:
@@ -226,3 +230,52 @@ def per_process_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
                     if isinstance(v, ast.Name) and v.id == expr.id and per_process_path(ctx, item.context_expr, b, depth + 1):
                         return True
     return False
+
+
+# serializers that write a whole object into a file object: qualified name -> (position, keyword)
+# of the file object
+DUMPS = {"pickle.dump": (1, "file"), "json.dump": (1, "fp"), "yaml.dump": (1, "stream"),
+         "yaml.safe_dump": (1, "stream"), "yaml.dump_all": (1, "stream"), "yaml.safe_dump_all": (1, "stream")}
+_OPENS = frozenset({"open", "io.open", "builtins.open"})
+
+
+def dumped_file(ctx, call: ast.Call) -> ast.AST | None:
+    """The path that the dump ``call`` (``DUMPS``) writes the whole file at: its file object is a
+    file opened for writing from the start (mode ``"w"``/``"wb"``/``"x"``, not an append) at that
+    path: the ``open(p, "w")`` call itself, a name bound to one (``f = open(p, "w")``), or a ``with
+    open(p, "wb") as f:`` around the dump; ``Path(p).open("w")`` gives ``Path(p)``. None otherwise."""
+    where = DUMPS.get(ctx.qn(call) or "")
+    handle = get_arg(call, *where) if where else None
+    if isinstance(handle, ast.Name):
+        handle = _handle_opener(ctx, handle.id, call)
+    if not isinstance(handle, ast.Call):
+        return None
+    f = handle.func
+    if (ctx.qn(handle) or "") in _OPENS or (isinstance(f, ast.Name) and f.id == "open" and not ctx.qn(handle)):
+        path, mode = get_arg(handle, 0, "file"), get_arg(handle, 1, "mode")
+    elif isinstance(f, ast.Attribute) and f.attr == "open":
+        from .fs_effects import is_path_obj  # noqa: PLC0415  (fs_effects reads paths at large)
+
+        if not is_path_obj(ctx, f.value):
+            return None
+        path, mode = f.value, get_arg(handle, 0, "mode")
+    else:
+        return None
+    mode = constant_of(ctx.sem, mode) if mode is not None else None
+    if path is None or mode is None or not isinstance(mode.value, str) or not set(mode.value) & set("wx"):
+        return None
+    return path
+
+
+def _handle_opener(ctx, name: str, at: ast.AST) -> ast.AST | None:
+    """The call a file object named ``name`` was made by at ``at``: the ``with ... as name`` around
+    ``at``, else the value of the plain assignment that reaches it."""
+    for a in ctx.sem.ancestors(at):
+        if isinstance(a, (ast.With, ast.AsyncWith)):
+            for item in a.items:
+                v = item.optional_vars
+                if isinstance(v, ast.Name) and v.id == name:
+                    return item.context_expr
+        if isinstance(a, FUNC_TYPES):
+            break
+    return reaching_value(ctx, name, at)

@@ -8,8 +8,9 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..flow.assignments import reaching_assignment
-from ..flow.fs_ranks import per_process_path, rank_specific_path
+from ..flow.fs_ranks import DUMPS, dumped_file, per_process_path, rank_specific_path
 from ..flow.group_free import without_group
+from ..flow.viewctx import view_ctx
 from ..flow.models import LAUNCH_TEXT, distributed_program
 from ..flow.rank import rank0_guarded
 from ..flow.rank_tests import RANK_NEEDLES, is_rank_like
@@ -57,7 +58,9 @@ class SaveOnEveryRank(Rule):
     paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
     batches): each rank writes different files. Nor is a path made of a value unique to the
     process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
-    through names bound before the save), or with a value that a library function returns from no
+    through names bound before the save, or through a parameter of the function that every call
+    of it in the file fills with one: `with tempfile.TemporaryDirectory() as d: write_inputs(d)`),
+    or with a value that a library function returns from no
     argument formatted into the file's name (`f"{folder}/batch-{make_id()}.pt"`: code the analysis
     cannot see, from nothing the ranks share, so nothing says the name is shared; in the folder
     part, `f"{run_dir()}/model.pt"`, it still is). Nor is a save on a program path that never
@@ -68,7 +71,8 @@ class SaveOnEveryRank(Rule):
 
     A call, on every rank, of a helper from another file of the project
     (`save_checkpoint(state, args.output_dir)` from `utils/checkpoint.py`, whatever its name: the
-    import that binds it says where it lives; a method only when its name says it saves) is
+    import that binds it says where it lives, an absolute or a relative one, also through the
+    module, `utils.write_config(cfg, out)`; a method only when its name says it saves) is
     flagged at the call when the helper runs its `torch.save` (or another writer) unconditionally
     (no `if`, no early `return`, no decorator) on a path made only of its parameters, and none of
     the arguments given for them is
@@ -78,10 +82,16 @@ class SaveOnEveryRank(Rule):
     or through a project helper (`ddp, rank = setup_ddp()`), with no main-rank test around the call.
 
     The writers are `torch.save`, `torch.jit.save`, safetensors `save_file`/`save_model`, the
-    `.save(path)` of a scripted module (`torch.jit.script(m).save(p)`) and a profiler's trace
-    export (`prof.export_chrome_trace(p)`); the receiver of a method is known by value flow (the
-    call that made it, a `with ... as` binding, a declared type such as
-    `prof: torch.profiler.profile = ...`), never by its name. A script that builds an
+    `.save(path)` of a scripted module (`torch.jit.script(m).save(p)`), a profiler's trace
+    export (`prof.export_chrome_trace(p)`), `np.save`/`np.savez`/`np.savez_compressed`, and a
+    serializer that dumps a whole object into a file opened for writing at a path
+    (`pickle.dump(args, f)`, `json.dump`, `yaml.dump`/`yaml.safe_dump` into `with open(path,
+    "wb") as f:`, `f = open(path, "w")`, `open(path, "w")` itself or `Path(p).open("w")`;
+    `flow.fs_ranks.dumped_file`): every rank truncates and rewrites the same file, and a rank
+    that reads it back (a resume) may find it empty. A file opened for appending or reading,
+    `sys.stdout` or an in-memory buffer is not a write of a shared file. The receiver of a method,
+    and the file object of a dump, are known by value flow (the call that made it, a `with ... as`
+    binding, a declared type such as `prof: torch.profiler.profile = ...`), never by its name. A script that builds an
     `accelerate.Accelerator` is a distributed script too (`accelerate launch` runs it in every
     process; `accelerator.save` writes from the main process only and is not a writer here).
 
@@ -160,7 +170,9 @@ class SaveOnEveryRank(Rule):
     # library) a rank or main-rank test (``polarity``: a rank-like or main-like name, a world size)
     # (``torch.save``: a library's save helper that a distributed script runs on every rank,
     # through modules that start nothing: ``_entry_report``)
-    requires_text = (*LAUNCH_TEXT, "Accelerator", *_RANK_TEST_TEXT, "torch.save")
+    # (``save``/``dump``: a writer of ``write_calls`` in a library module: ``torch.save``, ``np.save``,
+    # ``pickle.dump`` / ``json.dump`` into a file opened for writing)
+    requires_text = (*LAUNCH_TEXT, "Accelerator", *_RANK_TEST_TEXT, "save", "dump")
 
     @classmethod
     def reach(cls, text, filename):
@@ -249,9 +261,14 @@ class SaveOnEveryRank(Rule):
         # flow: the import that binds the name), or a method whose name says it saves
         seen: set[int] = set()
         cands = []
+        # names a relative import binds (``from .record import write``): the package's own
+        relative = {a.asname or a.name for n in ctx.sem.imports if n.__class__ is ast.ImportFrom and n.level
+                    for a in n.names}
         for call in ctx.sem.calls:
-            q = ctx.qn(call) if call.func.__class__ is ast.Name else None
-            if q and "." in q and q.split(".", 1)[0] not in _NOT_PROJECT:
+            # ``write_config(...)`` / ``utils.write_config(...)``: a function the import names
+            q = ctx.qn(call) if call.func.__class__ in (ast.Name, ast.Attribute) else None
+            if (q and "." in q and q.split(".", 1)[0] not in _NOT_PROJECT) or (
+                    not q and call.func.__class__ is ast.Name and call.func.id in relative):
                 cands.append(call)
                 seen.add(id(call))
         cands += [c for c in calls_named_if(ctx, _save_like) if id(c) not in seen]
@@ -295,6 +312,8 @@ class SaveOnEveryRank(Rule):
 
             rng = node_span(ctx, view.path, save)
             writer = (view.sem.call_qualname(save) or "torch.save").replace("safetensors.torch.", "")
+            noun = "checkpoint" if writer.startswith("torch.") or "save_" in writer else "file"
+            writer = writer.replace("numpy.", "np.")
             related = [("file", view.path, rng, f"the {writer} every rank runs")] if view.path else []
             by = ""
             if entry is not None:
@@ -306,7 +325,7 @@ class SaveOnEveryRank(Rule):
                 call,
                 f"`{name}()` runs on every rank{by}, and its `{writer}` ({os.path.basename(view.path or '')} "
                 f"line {save.lineno}) writes the same path from every rank: concurrent writers corrupt the "
-                "checkpoint; call it under `if rank == 0:`",
+                f"{noun}; call it under `if rank == 0:`",
                 related=related,
             )
 
@@ -347,13 +366,17 @@ _METHOD_WRITERS = {
     "export_stacks": (("torch.profiler.profile",), (0, "path")),
     "export_memory_timeline": (("torch.profiler.profile",), (0, "path")),
 }
+# whole-file writers of arrays at a path, and (``flow.fs_ranks.dumped_file``) the serializers that
+# dump an object into a file opened for writing at a path
+_ARRAY_WRITERS = ("numpy.save", "numpy.savez", "numpy.savez_compressed")
 _CKPT_WRITERS = ("torch.save", "torch.jit.save", "safetensors.torch.save_file", "safetensors.torch.save_model")
 
 
 def write_calls(ctx) -> list[tuple[ast.Call, ast.AST | None, str, str]]:
     """(call, path, what it is called in a message, what it writes) for each call of the file that
     writes a whole file at a path: ``torch.save``, ``torch.jit.save``, safetensors ``save_file``, a
-    scripted module's ``.save(path)``, a profiler's trace export. The receiver of a method is
+    scripted module's ``.save(path)``, a profiler's trace export, ``np.save``, and a dump into a
+    file opened for writing at a path (``pickle.dump(obj, f)``: ``fs_ranks.dumped_file``). The receiver of a method is
     followed by value flow (a name bound once, or by ``with ... as``), never by its name."""
     def build():
         out = []
@@ -361,6 +384,14 @@ def write_calls(ctx) -> list[tuple[ast.Call, ast.AST | None, str, str]]:
             pos, kw = _WRITERS[ctx.qn(call)]
             short = ctx.qn(call).rsplit(".", 1)[1] if ctx.qn(call).startswith("safetensors") else ctx.qn(call)
             out.append((call, get_arg(call, pos, kw), f"`{short}`", "checkpoint"))
+        for call in ctx.calls_to(*_ARRAY_WRITERS):
+            short = ctx.qn(call).replace("numpy.", "np.")
+            out.append((call, get_arg(call, 0, "file"), f"`{short}`", "file"))
+        for call in ctx.calls_to(*DUMPS):
+            # ``pickle.dump(args, f)`` into ``with open(path, "wb") as f:``: the path opened
+            path = dumped_file(ctx, call)
+            if path is not None:
+                out.append((call, path, f"`{ctx.qn(call)}`", "file"))
         for call in ctx.sem.calls:
             f = call.func
             if f.__class__ is not ast.Attribute or f.attr not in _METHOD_WRITERS or ctx.qn(call):
@@ -695,7 +726,28 @@ def unique_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
             st = reaching_assignment(ctx, n.id, at)
             if st is not None and unique_path(ctx, st.value, st, depth + 1):
                 return True
+            if st is None and _per_process_argument(ctx, n.id, at):
+                return True
     return False
+
+
+def _per_process_argument(ctx, name: str, at: ast.AST) -> bool:
+    """``name`` is a parameter of the module-level function holding ``at`` that every call of it in
+    the file (at least one) fills with a value each process makes for itself
+    (``fs_ranks.per_process_path``: ``with tempfile.TemporaryDirectory() as d: do_setup(d)``)."""
+    from ..flow.helper_calls import bind_args
+
+    fn = ctx.sem.enclosing_function(at)
+    if fn is None or not isinstance(parent(fn), ast.Module) or name not in param_names(fn):
+        return False
+    sites = [c for c in ctx.sem.calls if c.func.__class__ is ast.Name and c.func.id == fn.name]
+    if not sites:
+        return False
+    for site in sites:
+        arg = bind_args(site, fn).get(name)
+        if arg is None or not per_process_path(ctx, arg, site):
+            return False
+    return True
 
 
 def _name_values(js: ast.JoinedStr, expr: ast.AST) -> list:
@@ -755,7 +807,8 @@ def _unguarded_save(view, fn):
     memo[id(fn)] = None
     sem = view.sem
     params = set(param_names(fn))
-    for save in sem.calls_to(*_CKPT_WRITERS):
+    vctx = view_ctx(view)
+    for save in [*sem.calls_to(*_CKPT_WRITERS), *sem.calls_to(*_ARRAY_WRITERS), *sem.calls_to(*DUMPS)]:
         if sem.enclosing_function(save) is not fn:
             continue
         top, child, p = None, save, parent(save)
@@ -772,8 +825,12 @@ def _unguarded_save(view, fn):
         before = fn.body[: fn.body.index(top)]
         if any(isinstance(n, (ast.Return, ast.Raise)) for st in before for n in ast.walk(st)):
             continue  # `if not is_main_process(): return` and the like
-        pos, kw = _WRITERS.get(sem.call_qualname(save) or "", (1, "f"))
-        path = get_arg(save, pos, kw)
+        qn = sem.call_qualname(save) or ""
+        if qn in DUMPS:
+            path = dumped_file(vctx, save)  # the file ``with open(path, "wb") as f:`` opened
+        else:
+            pos, kw = _WRITERS.get(qn, (0, "file") if qn in _ARRAY_WRITERS else (1, "f"))
+            path = get_arg(save, pos, kw)
         used = _path_params(sem, path, fn, params, 0)
         if used is None:
             continue
