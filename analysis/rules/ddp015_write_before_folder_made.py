@@ -27,7 +27,8 @@ class WriteBeforeFolderMade(Rule):
     folder) or in the two branches of one `if` (the creation does not follow the write), a write
     on every rank (not the set-up step this rule is about), a write into a folder that a
     parameter names when every call of the function in its module comes after the caller made
-    that folder (`Path(args.out).mkdir(...)` in the `__main__` block, then `main(args)`).
+    that folder itself (`Path(args.out).mkdir(...)` in the `__main__` block, then `main(args)`; a
+    helper's creation does not count: it may come after a write of the helper's own).
 
     ## Why is this bad?
     The creation after the write says the folder may not exist when the function starts (a new run
@@ -167,7 +168,8 @@ def _made_by_callers(ctx, an, fn, k: str) -> bool:
         if ck is None:
             return False
         at = (c.lineno, c.col_offset)
-        if not any(e.kind == MKDIR and ck in _made_keys(effect_key(ctx, an, e) or "", folder_of)
+        # the caller's own creation (a helper's may follow a write of its own, on the main rank)
+        if not any(e.kind == MKDIR and not e.via and ck in _made_keys(effect_key(ctx, an, e) or "", folder_of)
                    for d in ctx.sem.scope_calls(caller) if (d.lineno, d.col_offset) < at
                    for e in effects_at(ctx, an, d)):
             return False
