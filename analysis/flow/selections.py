@@ -104,3 +104,55 @@ def yielded(ev, call: ast.Call, d: int) -> Value | None:
 
     got = summary(ev.cs, tv.memo.setdefault("yielded", {}), id(fn), elements, X)
     return got if got is not False else None
+
+
+def even_rank_piece(ev, expr, depth: int = 0) -> bool:
+    """``expr`` is this rank's piece of an even split: ``t.split(len(t) // n)[rank]``
+    (``torch.split(t, t.size(0) // n)``, ``t.shape[0]``), with ``n`` a count that is the same on
+    every rank (the world size, the processes of a node): the pieces below index ``n`` all have
+    ``len(t) // n`` rows (only a remainder piece after them is shorter), so the length of the
+    piece a rank below ``n`` takes is the same on every rank."""
+    from .bindings import reaching
+
+    while isinstance(expr, ast.Name) and depth < 4:
+        kind, evs = reaching(ev.view, expr.id, expr)
+        if kind != "events" or len(evs) != 1 or not isinstance(evs[0], ast.Assign) or len(evs[0].targets) != 1:
+            return False
+        expr, depth = evs[0].value, depth + 1
+    if isinstance(expr, ast.Call) and depth < 4:
+        # a project helper whose every ``return`` gives such a piece (``my_piece(data, rank, W)``)
+        target = ev.hub.resolve_call(ev.view, expr)
+        if target is None or not isinstance(target[1], FUNC_TYPES):
+            return False
+        rets = [r.value for r in iter_scope_nodes(target[1]) if isinstance(r, ast.Return)]
+        tev = ev.hub.evaluator(target[0])
+        return bool(rets) and all(r is not None and even_rank_piece(tev, r, depth + 1) for r in rets)
+    # the index: a rank (a name, an attribute, a call), not a constant or arithmetic that may
+    # reach the remainder piece
+    if not isinstance(expr, ast.Subscript) or not isinstance(expr.slice, (ast.Name, ast.Attribute, ast.Call)):
+        return False
+    call = expr.value
+    if not isinstance(call, ast.Call) or call.keywords:
+        return False
+    qn = ev.sem.call_qualname(call)
+    if qn == "torch.split" and len(call.args) == 2:
+        base, size = call.args
+    elif qn is None and isinstance(call.func, ast.Attribute) and call.func.attr == "split" and len(call.args) == 1:
+        base, size = call.func.value, call.args[0]
+    else:
+        return False
+    if not (isinstance(size, ast.BinOp) and isinstance(size.op, ast.FloorDiv)) or isinstance(size.right, ast.Constant) \
+            or ev.value(size.left).varying or ev.value(size.right).varying:
+        return False
+    n = size.left
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1:
+        of = n.args[0]
+    elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "size" and len(n.args) == 1 \
+            and isinstance(n.args[0], ast.Constant) and n.args[0].value == 0:
+        of = n.func.value
+    elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "shape" \
+            and isinstance(n.slice, ast.Constant) and n.slice.value == 0:
+        of = n.value.value
+    else:
+        return False
+    return ast.dump(of) == ast.dump(base) and isinstance(base, (ast.Name, ast.Attribute))

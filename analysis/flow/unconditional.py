@@ -163,3 +163,40 @@ def passed_only_distributed(test: ast.AST, leaf, first=None) -> bool:
     if t is ast.UnaryOp or (t is ast.Compare and not all(isinstance(o, (ast.Gt, ast.GtE, ast.NotEq)) for o in test.ops)):
         return False
     return leaf(test)
+
+
+def leaves_before(first: ast.AST, second: ast.AST) -> bool:
+    """No path goes from ``first`` to ``second`` in their function: ``first``'s statement, or one
+    after it in its block or an enclosing block (up to the block that also holds ``second``), is a
+    ``return``, or a ``raise`` that no enclosing ``try`` handles (``if special: return
+    shard(m)`` before code for the other case). Loops are crossed only by a ``return``."""
+    x = first
+    while x is not None and not isinstance(x, ast.stmt):
+        x = parent(x)
+    handled = False
+    while x is not None and not isinstance(x, _SCOPES):
+        owner = parent(x)
+        if isinstance(owner, ast.Try) and owner.handlers and x in owner.body:
+            handled = True
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(owner, field, None)
+            if isinstance(block, list) and x in block:
+                for st in block[block.index(x):]:
+                    if st is not x and _holds(st, second):
+                        return False
+                    if isinstance(st, ast.Return) or (isinstance(st, ast.Raise) and not handled):
+                        return True
+                break
+        if _holds(owner, second):
+            return False
+        x = owner
+    return False
+
+
+def _holds(node: ast.AST, inner: ast.AST) -> bool:
+    n = inner
+    while n is not None:
+        if n is node:
+            return True
+        n = parent(n)
+    return False

@@ -29,7 +29,7 @@ from ..semantic import FUNC_TYPES, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import comp_binder, reaching, searches_rank, target_path
-from .selections import comprehension_value, filtered, picks_element, subscript_value, yielded
+from .selections import comprehension_value, even_rank_piece, filtered, picks_element, subscript_value, yielded
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .optional_syncs import unsynced_trip  # a count a helper equalises only when given a parameter
@@ -641,10 +641,10 @@ class Evaluator:
                 got = self.loader_trip_count(self.is_loader(e.args[0], d) or e.args[0], d)  # or ``self.x``
                 if got.kind != "X" or self._is_dist_sampler(e.args[0]):
                     return got if got.kind != "X" else U
-                # the length of values that vary by their contents (this rank's data, random
-                # numbers, clocks) is a shape question, which ``shapes`` answers: unknown here
+                # the length of values that vary by contents (this rank's data, RNG, clocks): ``shapes``
                 v = self.value(e.args[0], d)
-                return X if v.varying and v.src.cat in (DATA, RNG, CLOCK) else v
+                return X if v.varying and v.src.cat in (DATA, RNG, CLOCK) else \
+                    U if v.varying and even_rank_piece(self, e.args[0]) else v  # ``t.split(len(t) // W)[rank]``
             if qn is None and f.id == "filter" and len(e.args) == 2 and isinstance(e.args[0], ast.Lambda):
                 return filtered(self, e, d)  # ``filter(lambda p: rank in p, layout)``
             if qn is None and f.id in ("isinstance", "hasattr", "callable", "type", "id"):

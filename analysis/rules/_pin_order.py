@@ -543,9 +543,10 @@ def _fallback_init(call: ast.Call) -> bool:
 
 def callers_pin_after(ctx, init: ast.Call) -> bool:
     """``init`` is in a module-level function of this file that no code of this file calls, and
-    every call of it in the project's other files is followed, in the caller's function, by a
-    ``torch.cuda.set_device(...)`` (VILA's ``dist.init()`` then ``torch.cuda.set_device(
-    devices[0])``): the group's users pin the device before any collective of theirs."""
+    every call of it in the project's other files is preceded or followed, in the caller's
+    function, by a ``torch.cuda.set_device(...)`` (VILA's ``dist.init()`` then
+    ``torch.cuda.set_device(devices[0])``; a worker's ``torch.cuda.set_device(local_rank)`` then
+    ``setup_distributed()``): the group's users pin the device before any collective of theirs."""
     from ._common import project_callers  # lazy: reads the project's other files
 
     fn = ctx.sem.enclosing_function(init)
@@ -561,7 +562,7 @@ def callers_pin_after(ctx, init: ast.Call) -> bool:
             return False
         csem = cctx.sem
         scope = csem.enclosing_function(call)
-        if not any(c.lineno > call.end_lineno and csem.enclosing_function(c) is scope
+        if not any(c is not call and csem.enclosing_function(c) is scope
                    and csem.call_qualname(c) == "torch.cuda.set_device" for c in csem.calls):
             return False
     return True

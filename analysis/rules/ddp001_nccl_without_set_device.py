@@ -52,9 +52,10 @@ class NcclWithoutSetDevice(Rule):
     `device=args.device` counts as `"cuda"` when the argparse default of `--device` is `"cuda"`
     and the module never stores `args.device` itself (else the one store decides), and likewise
     `cfg["device"]` of a config dict literal. An init in a module-level helper that this file
-    never calls is not reported when every call of it in the project's other files is followed,
-    in the calling function, by `torch.cuda.set_device(...)` (`dist.init()` then
-    `torch.cuda.set_device(local_rank)`): the helper's users pin the device themselves.
+    never calls is not reported when every call of it in the project's other files is preceded
+    or followed, in the calling function, by `torch.cuda.set_device(...)` (`dist.init()` then
+    `torch.cuda.set_device(local_rank)`, or a worker that pins its device and then calls
+    `setup_distributed()`): the helper's users pin the device themselves.
 
     A function started by `mp.spawn` (a fresh process, nothing pinned yet) that joins an NCCL
     group through a helper of the file (`dist_init(rank, world)` whose `init_process_group` uses a
@@ -193,7 +194,7 @@ class NcclWithoutSetDevice(Rule):
         # ``init_process_group(..., world_size=1)``: one process, no second rank to share cuda:0
         nccl_inits = [c for c in inits if init_backend_is_nccl(c, ctx) and not _fallback_init(c)
                       and not single_process_init(ctx, c)]
-        # an init helper whose callers (in other files) all pin the device right after calling it
+        # an init helper whose callers (in other files) all pin the device, before or after calling it
         nccl_inits = [c for c in nccl_inits if not callers_pin_after(ctx, c)]
         # spawned workers that join an NCCL group through a helper of this file and never pin:
         # reported at the worker's helper call (the pin belongs right after it)

@@ -5,6 +5,7 @@ import os
 
 from ..model import Applicability, Severity
 from ..registry import Rule
+from ..flow.models import distributed_program
 from ..flow.process_entries import starts_group_processes
 from ..semantic import get_arg
 from ..flow.modern import hub
@@ -47,7 +48,14 @@ class LocalRankOnlyFromArgv(Rule):
     expressions of the code), never by a word in a comment or a string. A program that starts its own processes (`mp.spawn`, or a `multiprocessing.Process(target=f)`
     whose `f` creates the process group) is not flagged: no
     launcher is involved. A program that imports `deepspeed` is not flagged either: the DeepSpeed
-    launcher passes `--local_rank=N` itself. Test files are skipped.
+    launcher passes `--local_rank=N` itself. Nor a program that stores a rank read from the
+    environment into the option's attribute (`args.local_rank = int(os.getenv("RANK", 0))` in a
+    setup helper, through names and tuple assignments): the parsed value is replaced, and a
+    global rank used as a device is DDP003's finding. A use found only in another module counts
+    when this file's program is distributed (`flow.models.distributed_program`: it creates a
+    group, wraps a model or spawns ranks, itself or through the project's functions): a
+    single-process server that only shares a helper module with the training script is not
+    flagged. Test files are skipped.
 
     ## Why is this bad?
     `torchrun` (and `torch.distributed.run`, SLURM, mpirun) never pass `--local-rank`: they set
@@ -133,9 +141,11 @@ class LocalRankOnlyFromArgv(Rule):
                     # (``main(get_parser().parse_args())`` -> ``init_distributed(args)``)
                     roots = parser_roots(an, view, c)
                     use = next((u for m in mods if (u := passed_option_use(an, m, dest, roots))), None)
-            if use is None or not _imports_torch(runs):
+            if use is None or not _imports_torch(runs) or _env_overwritten(an, runs, dest):
                 continue
             uv, node, how = use
+            if uv is not view and runs is program and not distributed_program(ctx, an):
+                continue  # a use borrowed from another module, in a program that makes no group
             spell = next(o for o in option_strings(c) if o in ("--local_rank", "--local-rank"))
             default = get_arg(c, None, "default")
             dtext = ctx.text(default) if default is not None else "None"
@@ -217,6 +227,26 @@ def _cleared(program, known: bool = False, hub=None) -> bool:
     return any(local_rank_env_reads(v, known) for v in program) or self_launched(program) is not None or (
         hub is not None and starts_group_processes(hub, program) is not None) or any(
         m.split(".", 1)[0] == "deepspeed" for v in program for m, _lvl, _a in v.imports.values())
+
+
+def _env_overwritten(an, views, dest: str) -> bool:
+    """A module of the program stores a rank read from the environment into the option's attribute
+    (``args.local_rank = int(os.getenv("RANK", 0))``, through names bound to it): the parsed value is
+    replaced, so processes do not all keep the default (a global rank used as a device is DDP003's)."""
+    from ..flow.rank_kinds import GLOBAL_RANK_ENV, LOCAL_RANK_ENV, env_keys_of
+
+    for v in views:
+        for st in v.sem.by_type.get(ast.Assign, ()):
+            for t in st.targets:
+                pairs = [(t, st.value)]
+                if isinstance(t, ast.Tuple) and isinstance(st.value, ast.Tuple) and len(t.elts) == len(st.value.elts):
+                    pairs = list(zip(t.elts, st.value.elts))  # ``args.local_rank, args.world = rank, world``
+                for target, value in pairs:
+                    if isinstance(target, ast.Attribute) and target.attr == dest:
+                        keys = env_keys_of(an, v, value, st)
+                        if keys and keys <= (GLOBAL_RANK_ENV | LOCAL_RANK_ENV):
+                            return True
+    return False
 
 
 def _imports_torch(views) -> bool:

@@ -25,7 +25,10 @@ class WriteBeforeFolderMade(Rule):
     and `Path / x`. Not flagged: a write whose helper makes its folder first (`os.makedirs(dirname(p),
     exist_ok=True)` inside it), a write and a creation in the same loop (a later round finds the
     folder) or in the two branches of one `if` (the creation does not follow the write), a write
-    on every rank (not the set-up step this rule is about).
+    on every rank (not the set-up step this rule is about), a write into a folder that a
+    parameter names when every call of the function in its module comes after the caller made
+    that folder itself (`Path(args.out).mkdir(...)` in the `__main__` block, then `main(args)`; a
+    helper's creation does not count: it may come after a write of the helper's own).
 
     ## Why is this bad?
     The creation after the write says the folder may not exist when the function starts (a new run
@@ -111,6 +114,8 @@ class WriteBeforeFolderMade(Rule):
                     continue  # a folder made before (or by the writing call) may be this one
                 if any(k in keys and (m.lineno, m.col_offset) <= at for m, _e, keys in made):
                     continue  # made before (or by the writing call itself)
+                if _made_by_callers(ctx, an, scope, k):
+                    continue  # every call of this function comes after the caller made the folder
                 later = [(m, me) for m, me, keys in made if k in keys and (m.lineno, m.col_offset) > at
                          and not _same_loop(c, m, scope) and not _exclusive(c, m)]
                 if later:
@@ -135,6 +140,40 @@ class WriteBeforeFolderMade(Rule):
 # what ``rank0_guarded`` reads in a function's own body (with an early exit's ``if`` and a decorator)
 _TESTS = (ast.If, ast.IfExp, ast.While)
 _BOTH = frozenset({"mkdir", "write"})  # fs_effects.MKDIR, WRITE
+
+
+def _made_by_callers(ctx, an, fn, k: str) -> bool:
+    """The folder ``k`` is a parameter of the module-level function ``fn`` (or an attribute of
+    one: ``param:args.output_dir``), and every call of ``fn`` in this module comes after a creation
+    of the folder its argument names, in the caller's own scope (``Path(args.output_dir).mkdir(...)``
+    in the ``__main__`` block, then ``main(args)``)."""
+    from ..flow.fs_effects import _PARAM, MKDIR, effects_at, folder_of, path_key
+    from ..flow.fs_races import effect_key
+    from ..flow.helper_calls import bind_args, calls_named
+
+    m = _PARAM.fullmatch(k)
+    if m is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(parent(fn), ast.Module):
+        return False
+    sites = [c for c in calls_named(ctx, fn.name) if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    if not sites:
+        return False
+    for c in sites:
+        caller = ctx.sem.scope_of(c)
+        arg = bind_args(c, fn).get(m.group(1))
+        if arg is None or caller is fn:
+            return False
+        for a in m.group(2).split(".")[1:]:
+            arg = ast.copy_location(ast.Attribute(value=arg, attr=a, ctx=ast.Load()), arg)
+        ck = path_key(ctx, arg)
+        if ck is None:
+            return False
+        at = (c.lineno, c.col_offset)
+        # the caller's own creation (a helper's may follow a write of its own, on the main rank)
+        if not any(e.kind == MKDIR and not e.via and ck in _made_keys(effect_key(ctx, an, e) or "", folder_of)
+                   for d in ctx.sem.scope_calls(caller) if (d.lineno, d.col_offset) < at
+                   for e in effects_at(ctx, an, d)):
+            return False
+    return True
 
 
 def _made_keys(k: str, folder_of) -> frozenset:

@@ -60,8 +60,10 @@ class EarlyExitSkipsCollective(Rule):
 
     Not flagged: a condition on a value a collective made equal on every rank (an all-reduced stop
     flag), exits inside DDP's `join()` context, `raise` and failing exits (`sys.exit(1)`): the
-    launcher stops the whole job when one rank fails. Values the analysis cannot judge never produce
-    a finding.
+    launcher stops the whole job when one rank fails. Nor a count derived from the length of this
+    rank's piece of an even split (`t.split(len(t) // world_size)[rank]`, also returned by a
+    helper): every piece below index `world_size` has `len(t) // world_size` rows. Values the
+    analysis cannot judge never produce a finding.
 
     ## Why is this bad?
     The rank that leaves early never enters the collective the others are waiting in. They block

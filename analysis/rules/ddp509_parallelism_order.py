@@ -5,6 +5,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..flow.hidden import arg_calls
 from ..flow.modern import PARALLELIZE, hub, key_of, shard_calls
+from ..flow.unconditional import leaves_before
 
 _AC = ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper.apply_activation_checkpointing",
        "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.checkpoint_wrapper")
@@ -20,7 +21,9 @@ class ParallelismOrder(Rule):
     - activation checkpointing (`apply_activation_checkpointing` / `checkpoint_wrapper`) applied
       to a model after `fully_shard(model)`.
     The sharding may run in a project helper that gives its parameter to `fully_shard`
-    (`apply_fsdp(model, mesh)`).
+    (`apply_fsdp(model, mesh)`). A `fully_shard` from which no path reaches the later transform
+    is not an earlier one: `if special: return shard_special(model)` before the code for the
+    other models.
 
     Not flagged: `DistributedDataParallel(torch.compile(model))`. It is slower than compiling the
     DDP module (no graph split at the buckets) but correct, and common (nanoGPT).
@@ -66,7 +69,8 @@ class ParallelismOrder(Rule):
                     if k is None:
                         continue
                     s = next((s for s, sa in shards if key_of(sa) == k and sem.enclosing_function(s) is
-                              sem.enclosing_function(c) and s.lineno < c.lineno), None)
+                              sem.enclosing_function(c) and s.lineno < c.lineno
+                              and not leaves_before(s, c)), None)
                     if s is not None:
                         ctx.report(c, f"{what} is applied to `{k}` after `{ctx.text(s)}` (line {s.lineno}): "
                                       f"apply it before `fully_shard`",
