@@ -26,6 +26,7 @@ import re
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 from .bindings import contains as _contains
+from .calls import may_resolve
 from .fs_guards import effect_guards, main_only_by_args, refuted
 from .instances import is_super, super_method
 from .records import function_name, own_method
@@ -575,8 +576,6 @@ def resolve(hub, view, call: ast.Call):
 
 
 def may_resolve_any(view, call: ast.Call) -> bool:
-    from .helper_calls import may_resolve
-
     f = call.func
     if f.__class__ is ast.Name and view.star_imports:
         return True  # ``from pkg.utils import *``: the hub looks the name up in those modules
