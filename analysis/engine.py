@@ -114,9 +114,10 @@ def admitted_codes(text: str, codes: frozenset[str]) -> list[str]:
     if not gates:
         return []
     out = _admitted(text, gates)
-    if len(out) < len(gates) and not text.isascii():
+    if len(out) < len(gates) and not text.isascii() and not unicodedata.is_normalized("NFKC", text):
         # identifiers are NFKC-normalised by the parser: a full-width "ｔｏｒｃｈ" is `torch`. The raw
-        # text's matches stand; the normalised text may admit more.
+        # text's matches stand; the normalised text may admit more (a text already in that form,
+        # most non-ASCII sources, would only be scanned twice).
         more = set(_admitted(unicodedata.normalize("NFKC", text), gates))
         if more - set(out):
             out = [c for c, _ in gates if c in more or c in out]

@@ -47,10 +47,10 @@ EMULATED_SUFFIX = " (emulated on CPU)"
 
 def is_runtime(f: Finding) -> bool:
     """A ``ddp-lint run`` finding (DDP9xx): it carries ranks, emulation and details."""
-    from .registry import get_rule
+    from .registry import rule_index  # the generated index: no rule module imported to print a finding
 
-    rule = get_rule(f.code)
-    return (not rule.static) if rule is not None else f.code.upper().startswith("DDP9")
+    entry = rule_index().get(f.code.upper())
+    return (not entry[2]) if entry is not None else f.code.upper().startswith("DDP9")
 
 
 def ranks_suffix(ranks) -> str:

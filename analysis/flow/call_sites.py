@@ -15,14 +15,13 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent
+from .fs_effects import may_resolve_any, resolve
 from .records import own_method
 
 
 def project_target(hub, view, c: ast.Call, instances: bool = False):
     """(view, function) of a call of a project function (``fs_effects.resolve``), or of a static or
     class method called through its class (``Utils.initialize_distributed()``); else None."""
-    from .fs_effects import may_resolve_any, resolve
-
     if may_resolve_any(view, c):
         got = resolve(hub, view, c)
         if got is not None:

@@ -26,6 +26,8 @@ import re
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 from .bindings import contains as _contains
+from .calls import may_resolve
+from .helper_calls import bind_args
 from .fs_guards import effect_guards, main_only_by_args, refuted
 from .instances import is_super, super_method
 from .records import function_name, own_method
@@ -575,8 +577,6 @@ def resolve(hub, view, call: ast.Call):
 
 
 def may_resolve_any(view, call: ast.Call) -> bool:
-    from .helper_calls import may_resolve
-
     f = call.func
     if f.__class__ is ast.Name and view.star_imports:
         return True  # ``from pkg.utils import *``: the hub looks the name up in those modules
@@ -594,8 +594,6 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=No
     an attribute of one) becomes the argument expression itself (``path``, ``view``). A path of
     another module made of anything else keeps no key (it cannot be compared with this one's).
     ``effs``: those of ``fn``'s effects instead (``fs_returns.main_only_effects``)."""
-    from .helper_calls import bind_args
-
     tview, fn = target
     effs = function_effects(hub, tview, fn, depth) if effs is None else effs
     if not effs:

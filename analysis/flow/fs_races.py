@@ -42,7 +42,8 @@ from __future__ import annotations
 import ast
 import re
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, get_arg, parent
+from ..torch_api import constant_of
 from .assignments import has_ancestor
 from .fs_effects import EXTRACT, MKDIR, READ, WRITE, effects_at, is_path_obj, path_key, rank_specific
 
@@ -171,9 +172,6 @@ def strict_removal(vctx, call: ast.Call):
     ``os.rmdir``, ``shutil.rmtree`` without ``ignore_errors=True``, ``Path(p).unlink()`` without
     ``missing_ok=True``), not inside a ``try`` that catches ``FileNotFoundError``/``OSError``;
     else None."""
-    from ..semantic import get_arg
-    from ..torch_api import constant_of
-
     qn = vctx.qn(call) or ""
     f = call.func
     if qn in _REMOVES:

@@ -16,6 +16,7 @@ from ..runtime.shim_vocab import (BY_QUALNAME, BY_UNIQUE_METHOD, COND_BROADCAST_
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import constant_of
 from .bindings import reaching, target_path
+from .context import call_args
 from .shard_returns import constructs, wrapped_on_a_path
 from .shard_returns import part_root, returned_modules, returns_sharded, tuple_element
 from .values import summary
@@ -258,7 +259,6 @@ def _direct_args(view, qns, pos, kw, needle, parts=False):
 
 
 def _call_args(call, fn):
-    from .context import call_args
     return call_args(call, fn)
 
 

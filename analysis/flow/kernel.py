@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from ..notebook import is_notebook
+from ..io import is_notebook  # (not ..notebook: its JSON and cell machinery is for notebooks only)
 from ..semantic import FUNC_TYPES, parent
 
 

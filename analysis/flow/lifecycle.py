@@ -27,6 +27,7 @@ import ast
 from ..semantic import FUNC_TYPES, parent
 from ..torch_api import ALL_COLLECTIVES, D
 from .call_sites import project_target, sites  # noqa: F401  (project_target: re-exported)
+from .calls import scope_calls
 
 INIT, DESTROY = D + "init_process_group", D + "destroy_process_group"
 _GROUP_TESTS = frozenset({D + "is_initialized", D + "is_available", D + "is_torchelastic_launched"})
@@ -201,8 +202,6 @@ def events(hub, view, scope, depth: int = 0) -> list[Event]:
     """The init and destroy events of ``scope`` (direct calls and calls of project functions that
     make them), in source order. A destroy under a test on the group itself is no event; an init
     or a destroy whose path is not followed (``conditions`` None) is an init "may" / no event."""
-    from .calls import scope_calls
-
     memo = view.memo.setdefault("lifecycle.events", {})
     key = (id(scope), depth)
     if key in memo:

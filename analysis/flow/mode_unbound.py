@@ -28,8 +28,9 @@ from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..torch_api import D
 from .bindings import contains
 from .lifecycle import _ends, harmless, mode_test
-from .rank_tests import rank_test, single_process_side
+from .rank_tests import RANK_ENV, rank_test, single_process_side
 from .unconditional import dist_mode_test
+from .world import WORLD_SIZE_ENV
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
 _DYNAMIC = frozenset({"locals", "vars", "exec", "eval", "globals"})
@@ -150,9 +151,6 @@ def _named_world_compare(test: ast.Compare) -> str | None:
 
 def _env_test(test: ast.Compare) -> str | None:
     """``"WORLD_SIZE" in os.environ``: a launcher's variable is there only in a launched run."""
-    from .world import WORLD_SIZE_ENV
-    from .rank_tests import RANK_ENV
-
     op = test.ops[0]
     if not isinstance(op, (ast.In, ast.NotIn)) or not isinstance(test.left, ast.Constant):
         return None

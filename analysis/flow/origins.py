@@ -167,12 +167,14 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
                 # ``self.bare(x)`` of a ``@property bare``: it calls what the property returns (a
                 # module's forward), whose result is none of the property's returns
                 return [_leaf(view, expr, path, keep_path, frames)]
+            if frames is None and callers is None:  # out of context: the function's alone, once per check
+                memo, key = hub.__dict__.setdefault("_origins_returns", {}), (id(fn), id(tv), depth, path, keep_path, limit)
+                got = memo.get(key)
+                if got is None:
+                    got = memo[key] = _returns(hub, tv, fn, depth, path, keep_path, None, limit, None)
+                return list(got)
             inner = None if frames is None else (*frames, (fn, expr, view))
-            out = []
-            for n in iter_scope_nodes(fn):
-                if isinstance(n, ast.Return) and n.value is not None:
-                    out.extend(origins(hub, tv, n.value, n, depth + 1, path, keep_path, inner, limit=limit, callers=callers))
-            return out
+            return _returns(hub, tv, fn, depth, path, keep_path, inner, limit, callers)
     if path and isinstance(expr, ast.IfExp):  # an entry of ``blob if rank == 0 else {}``: of either arm
         return [o for arm in (expr.body, expr.orelse)
                 for o in origins(hub, view, arm, at, depth + 1, path, keep_path, frames, limit=limit, callers=callers)]
@@ -331,11 +333,8 @@ def _instance_ref(view, e) -> bool:
 
 
 def _returns(hub, view, fn, depth, path, keep_path, frames, limit, callers) -> list:
-    out = []
-    for n in iter_scope_nodes(fn):
-        if isinstance(n, ast.Return) and n.value is not None:
-            out.extend(origins(hub, view, n.value, n, depth + 1, path, keep_path, frames, limit=limit, callers=callers))
-    return out
+    return [o for n in iter_scope_nodes(fn) if isinstance(n, ast.Return) and n.value is not None
+            for o in origins(hub, view, n.value, n, depth + 1, path, keep_path, frames, limit=limit, callers=callers)]
 
 
 def _self_record(hub, view, expr, depth, path, keep_path, frames, limit, callers) -> list:

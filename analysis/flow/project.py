@@ -30,7 +30,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
-import hashlib
 import os
 import threading
 import time
@@ -119,6 +118,8 @@ def documents_under(folder: str) -> list[str]:
 
 def content_hash(text: str) -> str:
     """sha256 hex of the text's UTF-8 bytes (``cache.content_digest`` of the file on disk)."""
+    import hashlib  # lazy, as in ``cache``: a check that reads no other file never hashes (start-up)
+
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -151,6 +152,8 @@ def read(path: str) -> tuple[str, str] | None:
         text = data.decode("utf-8", "surrogateescape")
     except (OSError, SourceError, ValueError):
         return None
+    import hashlib  # lazy (see ``content_hash``)
+
     digest = hashlib.sha256(data).hexdigest()  # the bytes, as the CLI cache validates them
     with _lock:
         _stat_hash[path] = (st.st_mtime_ns, st.st_size, digest)

@@ -570,8 +570,6 @@ def int_use_of(view, node: ast.AST, _sites=None) -> str | None:
     ``"2" * 4 == "2222"``), an equality test against a rank ``>= 0`` (always unequal: the test
     silently says no); else None. ``== -1`` / ``!= -1`` (the "unset" sentinel) and ``is None`` are
     not uses: they mean the same for a string."""
-    from ..semantic import parent
-
     p = parent(node)
     if p is None:
         return None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_defaults, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, param_defaults, param_names, parent, subtree
 from ..torch_api import D
 from .assignments import under_try
 from .bindings import reaching
@@ -59,7 +59,7 @@ def _tests_read_params(node, fn) -> bool:
     while p is not None and p is not fn:
         test = getattr(p, "test", None) if isinstance(p, (ast.If, ast.While, ast.IfExp)) else None
         if test is not None and child is not test:
-            if any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(test)):
+            if any(isinstance(n, ast.Name) and n.id in params for n in subtree(test)):
                 return True
         child, p = p, parent(p)
     return False
@@ -218,14 +218,14 @@ def read_after(scope, call: ast.Call, name: str) -> bool:
             return True
         p = parent(p)
     end = (call.end_lineno, call.end_col_offset)
-    return any(isinstance(n, ast.Name) and n.id == name and (n.lineno, n.col_offset) >= end for n in ast.walk(scope))
+    return any(isinstance(n, ast.Name) and n.id == name and (n.lineno, n.col_offset) >= end for n in subtree(scope))
 
 
 def _touched_between(view, scope, a: ast.Call, b: ast.Call, name: str) -> bool:
     """Some mention of ``name`` in ``scope`` lies after ``a`` ends and before ``b`` starts."""
     lo = (a.end_lineno, a.end_col_offset)
     hi = (b.lineno, b.col_offset)
-    for n in ast.walk(scope):
+    for n in subtree(scope):
         if isinstance(n, ast.Name) and n.id == name and lo <= (n.lineno, n.col_offset) < hi:
             return True
     return False
@@ -312,19 +312,19 @@ def _world_sum_return(view, fn) -> str | None:
     # what the reduced name holds: the parameter, or one copy of it made before the reduction
     if name in params:
         param = name
-        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)):
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in subtree(fn)):
             return None
     else:
-        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+        stores = [n for n in subtree(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
         if len(stores) != 1 or not isinstance(parent(stores[0]), ast.Assign) or len(parent(stores[0]).targets) != 1:
             return None
         value = parent(stores[0]).value
         param = next((p for p in params if _copy_of(view, value, p)), None)
         if param is None or not _dominates(stores[0], red):
             return None
-        if any(isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)):
+        if any(isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Store) for n in subtree(fn)):
             return None
-    for r in ast.walk(fn):
+    for r in subtree(fn):
         if isinstance(r, ast.Return) and r is not last and not (
                 isinstance(r.value, ast.Name) and r.value.id in (name, param)):
             return None
@@ -403,10 +403,10 @@ def reads_world_size(view, scope) -> bool:
     from .world import _WORLD_NAME
 
     loads: dict = {}
-    for n in ast.walk(scope):
+    for n in subtree(scope):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             loads.setdefault(n.id, []).append(n)
-    for n in ast.walk(scope):
+    for n in subtree(scope):
         if isinstance(n, ast.Call):
             qn = view.sem.call_qualname(n) or ""
             if (qn.endswith("get_world_size") or world_size_call(view.sem, n)) and _scales(n, loads):
@@ -502,7 +502,7 @@ def _world_mean_param(view, fn, hub) -> str | None:
     param = name = _param(view, fn, t)
     if param is None and isinstance(t, ast.Name):
         # one copy of a parameter made before the reduction: ``y = x.clone()``
-        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == t.id and isinstance(n.ctx, ast.Store)]
+        stores = [n for n in subtree(fn) if isinstance(n, ast.Name) and n.id == t.id and isinstance(n.ctx, ast.Store)]
         st = parent(stores[0]) if stores else None
         if not (isinstance(st, ast.Assign) and st in fn.body and len(st.targets) == 1 and st.targets[0] is stores[0]
                 and st.lineno < red.lineno):
@@ -515,13 +515,13 @@ def _world_mean_param(view, fn, hub) -> str | None:
         return None
     ret = fn.body[-1].value
     if _is_avg(op):
-        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name
+        stores = [n for n in subtree(fn) if isinstance(n, ast.Name) and n.id == name
                   and isinstance(n.ctx, ast.Store) and n.lineno > red.lineno]
         return param if isinstance(ret, ast.Name) and ret.id == name and not stores else None
     if not _is_sum(op):
         return None
     if isinstance(ret, ast.Name):
-        stores = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == ret.id
+        stores = [n for n in subtree(fn) if isinstance(n, ast.Name) and n.id == ret.id
                   and isinstance(n.ctx, ast.Store) and n.lineno > red.lineno]
         st = parent(stores[0]) if len(stores) == 1 else None
         if not (isinstance(st, ast.Assign) and st in fn.body and len(st.targets) == 1 and st.targets[0] is stores[0]):
@@ -636,7 +636,7 @@ def _a_total(view, e) -> bool:
     if not isinstance(e, ast.Name):
         return False
     fn = view.sem.enclosing_function(e)
-    for n in ast.walk(fn if fn is not None else view.tree):
+    for n in subtree(fn if fn is not None else view.tree):
         if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) \
                 and n.target.id == e.id:
             p = parent(n)

@@ -6,7 +6,7 @@ import ast
 
 from ..flow.models import is_ddp_wrapper
 from ..flow.return_deps import names_in, names_reaching, target_names
-from ..semantic import param_names, parent
+from ..semantic import param_names, parent, subtree
 
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad")
@@ -39,11 +39,11 @@ def _ctor_param_from_project(ctx, expr, at) -> bool:
     if init is None or any(isinstance(c.func, ast.Name) and c.func.id == cls.name for c in ctx.sem.calls):
         return False
     binds = []
-    for n in ast.walk(cls):
+    for n in subtree(cls):
         if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
                 if any(isinstance(x, ast.Attribute) and x.attr == expr.attr and isinstance(x.value, ast.Name)
-                       and x.value.id == "self" for x in ast.walk(t)):
+                       and x.value.id == "self" for x in subtree(t)):
                     binds.append(n)
     if len(binds) != 1 or binds[0] not in init.body or not isinstance(binds[0], ast.Assign) \
             or len(binds[0].targets) != 1 or not isinstance(binds[0].value, ast.Name):
@@ -118,11 +118,11 @@ def _self_attr_wrapped_in_init(ctx, expr, at) -> bool:
     if init is None:
         return False
     last = None
-    for n in ast.walk(cls):
+    for n in subtree(cls):
         if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             tgts = n.targets if isinstance(n, ast.Assign) else [n.target]
             for t in tgts:
-                for x in ast.walk(t):
+                for x in subtree(t):
                     if isinstance(x, ast.Attribute) and x.attr == expr.attr and isinstance(x.value, ast.Name) \
                             and x.value.id == "self":
                         owner = next((a for a in ctx.sem.ancestors(n) if isinstance(a, (ast.FunctionDef,
@@ -195,7 +195,7 @@ def backward_names(ctx, fn: ast.AST) -> frozenset:
     got = memo.get(id(fn))
     if got is not None:
         return got
-    stmts = (st for st in ast.walk(fn) if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+    stmts = (st for st in subtree(fn) if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign))
              and enclosing_function(st) is fn)
     memo[id(fn)] = got = names_reaching(backward_calls(ctx, fn), stmts)
     return got
@@ -219,13 +219,13 @@ def reaches_backward(ctx, node: ast.AST, fn: ast.AST) -> bool:
 def flows_to(ctx, source: ast.AST, sink: ast.AST, fn: ast.AST) -> bool:
     """The value of ``source`` (an expression in ``fn``) reaches ``sink`` through plain
     assignments in ``fn`` (in source order; a superset, since it ignores kills)."""
-    if any(n is source for n in ast.walk(sink)):
+    if any(n is source for n in subtree(sink)):
         return True
     st = ctx.sem.statement_of(source)
     if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         return False
     tainted = target_names(st)
-    stmts = sorted((s for s in ast.walk(fn) if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+    stmts = sorted((s for s in subtree(fn) if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))
                     and s.lineno > st.lineno and enclosing_function(s) is fn), key=lambda s: s.lineno)
     for s in stmts:
         if s.value is not None and names_in(s.value) & tainted:
@@ -277,7 +277,7 @@ def params_reach_optimizer(ctx, ref, fn) -> ast.Call | None:
     assignments (``groups = [dict(params=m.parameters())]``) or a list that receives them
     (``groups.append(dict(params=m.parameters()))``), or ``opt.add_param_group(...)``. ``ctx``: a
     rule's context or a view of the program model (``fn`` of another module): what has ``sem``."""
-    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and enclosing_function(n) is fn]
+    calls = [n for n in subtree(fn) if isinstance(n, ast.Call) and enclosing_function(n) is fn]
     opts = [c for c in calls if (ctx.sem.call_qualname(c) or "").startswith(_OPTIM_PREFIX)]
     if not opts:
         return None
@@ -298,7 +298,7 @@ def params_reach_optimizer(ctx, ref, fn) -> ast.Call | None:
             if o.lineno < st.lineno:
                 continue
             if isinstance(src, ast.Name):
-                if any(isinstance(n, ast.Name) and n.id == src.id for n in ast.walk(o)) or any(
+                if any(isinstance(n, ast.Name) and n.id == src.id for n in subtree(o)) or any(
                         flows_to(ctx, a, o, fn) for a in _binders(ctx, src.id, fn)):
                     return o
             elif flows_to(ctx, src, o, fn):
@@ -309,7 +309,7 @@ def params_reach_optimizer(ctx, ref, fn) -> ast.Call | None:
 def _binders(ctx, name: str, fn) -> list:
     """The values bound to ``name`` by plain assignments of ``fn``."""
     out = []
-    for s in ast.walk(fn):
+    for s in subtree(fn):
         if isinstance(s, ast.Assign) and enclosing_function(s) is fn and any(
                 isinstance(t, ast.Name) and t.id == name for t in s.targets):
             out.append(s.value)

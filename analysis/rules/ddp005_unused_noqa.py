@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from ..model import Applicability, Edit, Finding, Fix, Position, Range, Severity
-from ..registry import NoCase, Rule, all_rules
+from ..registry import NoCase, Rule, rule_index
 
 
 class UnusedNoqa(Rule):
@@ -60,7 +60,7 @@ class UnusedNoqa(Rule):
 
         if not may_list(src.text, "DDP"):  # only ddp-lint's own codes are judged (below)
             return []
-        rules = all_rules()
+        rules = rule_index()  # code -> (module, on by default, static, ...): no rule module imported
         used: dict[int, set[str]] = {}
         for f in findings:
             used.setdefault(f.noqa_row, set()).add(f.code)
@@ -73,7 +73,7 @@ class UnusedNoqa(Rule):
                 if not c.startswith("DDP") or c == self.code:
                     continue  # another tool's code, or this rule's own
                 rule = rules.get(c)
-                if rule is not None and (not rule.static or c == "DDP000"):
+                if rule is not None and (not rule[2] or c == "DDP000"):
                     continue  # `ddp-lint run`'s codes and syntax errors: not the static rules' to judge
                 if c in seen:
                     dup.append(c)

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import ast
-import difflib
 import sys
 
 from ..model import Severity
@@ -159,6 +158,8 @@ def likely_mistake(name: str) -> str | None:
     # a known name with a whole word added (``reduce_scatter_v``, ``async_all_reduce``) reads as a
     # new variant that a later release may add, not as a typo
     known = [k for k in _SUGGESTIBLE if not (name.startswith(k + "_") or name.endswith("_" + k))]
+    import difflib  # lazy: only an unknown attribute gets here (start-up)
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
     if close:
         return f"`{close[0]}`"

@@ -9,7 +9,7 @@ from ..flow.control import Divergence, under_join
 from ..flow.hidden import fsdp2_sites_with_callers
 from ..flow.summaries import Effect, Site
 from ..flow.shapes import shapes_of
-from ..semantic import FUNC_TYPES, param_names, parent
+from ..semantic import FUNC_TYPES, param_names, parent, subtree
 from ._common import lines_within, other_call_sites
 from ._flow import FLOW_TEXT, all_divergences, report_divergence, scopes
 
@@ -187,7 +187,7 @@ def _fsdp2_loops(ctx):
         if not any(isinstance(n, ast.Call) and (
                 isinstance(n.func, ast.Attribute) and (n.func.attr == "backward" or (
                     isinstance(n.func.value, ast.Name) and n.func.value.id == "self"))
-                or isinstance(n.func, ast.Name) and n.func.id in params) for st in loop.body for n in ast.walk(st)):
+                or isinstance(n.func, ast.Name) and n.func.id in params) for st in loop.body for n in subtree(st)):
             continue
         if under_join(view, loop):
             continue

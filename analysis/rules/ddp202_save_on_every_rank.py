@@ -6,7 +6,7 @@ import os
 
 from ..model import Severity
 from ..registry import NoCase, Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent, subtree
 from ..flow.assignments import reaching_assignment
 from ..flow.fs_ranks import DUMPS, dumped_file, per_process_path, rank_specific_path
 from ..flow.group_free import without_group
@@ -490,7 +490,7 @@ def _parts_besides(expr: ast.AST, node: ast.AST) -> list[ast.AST]:
     """The largest subexpressions of ``expr`` that do not hold ``node``."""
     if expr is node:
         return []
-    if not any(n is node for n in ast.walk(expr)):
+    if not any(n is node for n in subtree(expr)):
         return [expr]
     out = []
     for child in ast.iter_child_nodes(expr):
@@ -505,10 +505,10 @@ def _has_literal_fallback(ctx, call: ast.Call) -> bool:
     scope = ctx.sem.scope_of(call)
     binds = ctx.sem.assignments(scope)
     for a in (*call.args, *(k.value for k in call.keywords)):
-        for n in ast.walk(a):
+        for n in subtree(a):
             if n.__class__ is ast.Name and len(binds.get(n.id, ())) >= 2 and any(
                     isinstance(b, ast.Assign) and any(isinstance(v, ast.Constant) and isinstance(v.value, str)
-                                                      for v in ast.walk(b.value))
+                                                      for v in subtree(b.value))
                     for b in binds[n.id]):
                 return True
     return False
@@ -593,7 +593,7 @@ def _asks_rank(ctx, test: ast.AST, fn) -> bool:
     ``self``, a name bound in the function), rather than reading a flag its caller passes in (a
     parameter: the caller decides which process writes)."""
     params = set(param_names(fn))
-    for n in ast.walk(test):
+    for n in subtree(test):
         if isinstance(n, ast.Call):
             return True
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
@@ -663,7 +663,7 @@ def per_item_path(ctx, path: ast.AST, call: ast.Call) -> bool:
         if _sharded(ctx, loop.iter, loop, 0) or _names(loop.iter) & tainted:
             tainted |= _names(loop.target)
             # plain assignments in the loop body that derive from the item
-            for st in sorted((n for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for st in sorted((n for n in subtree(loop) if isinstance(n, (ast.Assign, ast.AnnAssign))
                               and n.value is not None), key=lambda n: n.lineno):
                 if _names(st.value) & tainted:
                     for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
@@ -679,14 +679,14 @@ def per_item_path(ctx, path: ast.AST, call: ast.Call) -> bool:
 
 
 def _names(e: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}
+    return {n.id for n in subtree(e) if isinstance(n, ast.Name)}
 
 
 def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
     if depth > 3 or e is None:
         return False
-    for n in ast.walk(e):
-        if isinstance(n, ast.Subscript) and any(is_rank_like(x) for x in ast.walk(n.slice)
+    for n in subtree(e):
+        if isinstance(n, ast.Subscript) and any(is_rank_like(x) for x in subtree(n.slice)
                                                  if isinstance(x, (ast.Name, ast.Attribute, ast.Call))):
             return True  # paths[rank::world_size], chunks[rank]
         if isinstance(n, ast.Call):
@@ -717,7 +717,7 @@ def unique_path(ctx, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
         return False
     if depth == 0 and per_process_path(ctx, expr, at):
         return True
-    for n in ast.walk(expr):
+    for n in subtree(expr):
         if isinstance(n, ast.Call) and (ctx.qn(n) or "") in _UNIQUE_CALLS:
             return True
         if isinstance(n, ast.JoinedStr) and any(_opaque_call(ctx, v.value) for v in _name_values(n, expr)):
@@ -823,7 +823,7 @@ def _unguarded_save(view, fn):
         if not ok or top not in fn.body:
             continue
         before = fn.body[: fn.body.index(top)]
-        if any(isinstance(n, (ast.Return, ast.Raise)) for st in before for n in ast.walk(st)):
+        if any(isinstance(n, (ast.Return, ast.Raise)) for st in before for n in subtree(st)):
             continue  # `if not is_main_process(): return` and the like
         qn = sem.call_qualname(save) or ""
         if qn in DUMPS:
@@ -845,7 +845,7 @@ def _path_params(sem, e, fn, params: set[str], depth: int) -> set[str] | None:
     if e is None or depth > 3:
         return None
     out: set[str] = set()
-    for n in ast.walk(e):
+    for n in subtree(e):
         if isinstance(n, ast.Call):
             qn = sem.call_qualname(n) or (n.func.id if isinstance(n.func, ast.Name) else None)
             if qn not in _PATH_CALLS and not (isinstance(n.func, ast.Attribute) and n.func.attr in ("format", "joinpath")):

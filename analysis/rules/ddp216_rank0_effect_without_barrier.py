@@ -198,6 +198,7 @@ class Rank0EffectWithoutBarrier(Rule):
         sem = ctx.sem
         tried: dict = {}
         reported = ctx.__dict__.setdefault("_ddp216_returns", set())
+        assigning = None
         for r in calls:
             # a call handed a value some call of this scope returned: ``torch.load(ckpt)`` after
             # ``ckpt = fetch(url)``, ``load_weights(fetch(url))``
@@ -211,6 +212,10 @@ class Rank0EffectWithoutBarrier(Rule):
                     if an is None:
                         from ..flow import for_context
                         an = for_context(ctx)
+                    if assigning is None:
+                        assigning = _scopes_assigning_calls(ctx, an)
+                    if scope not in assigning:
+                        continue  # no assignment of this scope holds a call of such a helper: nothing to follow
                     kind, evs = reaching(an.main, a.id, r)
                     if kind == "events" and len(evs or ()) == 1 and isinstance(evs[0], ast.Assign) \
                             and sem.scope_of(evs[0]) is scope:
@@ -223,11 +228,13 @@ class Rank0EffectWithoutBarrier(Rule):
             for c in made:
                 if id(c) not in tried:
                     got = []
-                    if may_resolve_any(an.main, c) and _main_guard(ctx, c, scope, polarities) is None \
-                            and rank_guard(ctx, c) is None:
-                        target = resolve(an, an.main, c)
-                        if target is not None and target[1] is not sem.enclosing_function(c):
-                            got = [(*x, target[0]) for x in main_only_returns(an, *target)]
+                    target = resolve(an, an.main, c) if may_resolve_any(an.main, c) else None
+                    if target is not None and target[1] is not sem.enclosing_function(c):
+                        # what the helper returns first (cheap, usually nothing), then the guards
+                        got = [(*x, target[0]) for x in main_only_returns(an, *target)]
+                        if got and (_main_guard(ctx, c, scope, polarities) is not None
+                                    or rank_guard(ctx, c) is not None):
+                            got = []
                     tried[id(c)] = got
                 got = tried[id(c)]
                 if not got or (_pos(r) <= (c.end_lineno, c.end_col_offset) and c not in made_inline) \
@@ -306,6 +313,31 @@ class Rank0EffectWithoutBarrier(Rule):
             "half-written file; call `dist.barrier()` after the guarded block",
             related=[(c, f"the main rank {what} it here"), (g.test, "main-rank test")],
         )
+
+
+def _scopes_assigning_calls(ctx, an) -> frozenset:
+    """The scopes with an assignment whose value (or an element of its tuple) calls a project
+    function that returns a path only the main rank produced (``main_only_returns``): the only
+    bindings ``_returned`` follows a name argument to. Once per check."""
+    from ..flow.fs_effects import may_resolve_any, resolve
+    from ..flow.fs_returns import main_only_returns
+
+    def returns_main_only(x) -> bool:
+        if not (isinstance(x, ast.Call) and may_resolve_any(an.main, x)):
+            return False
+        target = resolve(an, an.main, x)
+        return target is not None and target[1] is not ctx.sem.enclosing_function(x) \
+            and bool(main_only_returns(an, *target))
+
+    def build():
+        sem = ctx.sem
+        out = set()
+        for a in sem.of_types(ast.Assign):
+            v = a.value
+            if any(returns_main_only(x) for x in (v.elts if isinstance(v, ast.Tuple) else (v,))):
+                out.add(sem.scope_of(a))
+        return frozenset(out)
+    return ctx.memo("ddp216.scopes_assigning_calls", build)
 
 
 def _group_less(ctx, an, node) -> bool:

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg, param_names
+from ..semantic import FUNC_TYPES, get_arg, param_names, subtree
 from ..torch_api import D
 from ..flow.assignments import under_try
 from ..flow.calls import on_subgroup, scope_calls
@@ -109,7 +109,7 @@ def _calls_method(fn, name: str) -> bool:
     params = param_names(fn)
     if not params:
         return False
-    return any(isinstance(n, ast.Call) and _self_attr(n.func, params[0]) == name for n in ast.walk(fn))
+    return any(isinstance(n, ast.Call) and _self_attr(n.func, params[0]) == name for n in subtree(fn))
 
 
 def _self_attr(e, me: str) -> str | None:
@@ -122,7 +122,7 @@ def _accumulated(fn, me: str) -> dict:
     """{attribute: node} of the instance's attributes that ``fn`` adds to: ``self.x += v`` or
     ``self.x = self.x + v``."""
     out = {}
-    for n in ast.walk(fn):
+    for n in subtree(fn):
         if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add):
             a = _self_attr(n.target, me)
             if a is not None:
@@ -142,7 +142,7 @@ def _state_read(an, view, expr, at, me, totals, depth: int = 0) -> set:
     out = set()
     if depth > 3:
         return out
-    for n in ast.walk(expr):
+    for n in subtree(expr):
         a = _self_attr(n, me)
         if a in totals:
             out.add(a)
@@ -208,11 +208,11 @@ def _holder(name: str):
 
 def _holder_call(call):
     """A test of an assigned value: it holds the helper call ``call`` that returns the sum."""
-    return lambda v: any(n is call for n in ast.walk(v))
+    return lambda v: any(n is call for n in subtree(v))
 
 
 def _reads_name(expr, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(expr))
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in subtree(expr))
 
 
 def _written_back(fn, me, at, holds, inclusive: bool = False) -> set:
@@ -221,15 +221,15 @@ def _written_back(fn, me, at, holds, inclusive: bool = False) -> set:
     t.tolist()``)."""
     out = set()
     pos = (at.lineno, at.col_offset)
-    for n in ast.walk(fn):
+    for n in subtree(fn):
         if not isinstance(n, ast.Assign):
             continue
-        if (n.lineno, n.col_offset) <= pos and not (inclusive and any(x is at for x in ast.walk(n.value))):
+        if (n.lineno, n.col_offset) <= pos and not (inclusive and any(x is at for x in subtree(n.value))):
             continue
         if not holds(n.value):
             continue
         for t in n.targets:
-            for e in ast.walk(t):
+            for e in subtree(t):
                 a = _self_attr(e, me)
                 if a is not None and isinstance(e.ctx, ast.Store):
                     out.add(a)
@@ -241,11 +241,11 @@ def _kept(fn, me, attr: str, at, holds) -> bool:
     one (``holds``: the write-backs): a reset (``self.total = 0``, ``self.total.zero_()``) after
     writing the totals back ends the accumulation."""
     pos = (at.lineno, at.col_offset)
-    for n in ast.walk(fn):
+    for n in subtree(fn):
         if (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)) <= pos:
             continue
         if isinstance(n, ast.Assign) and not holds(n.value):
-            if any(_self_attr(e, me) == attr and isinstance(e.ctx, ast.Store) for t in n.targets for e in ast.walk(t)):
+            if any(_self_attr(e, me) == attr and isinstance(e.ctx, ast.Store) for t in n.targets for e in subtree(t)):
                 return False
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _RESETS \
                 and _self_attr(n.func.value, me) == attr:
@@ -273,10 +273,10 @@ def _returns_world_sum(an, view, fn) -> bool:
         src = t.id in params or any(
             _reads_param(e, params) for v, e in origins(an, view, t, c) if v is view)
         if src and any(isinstance(r, ast.Return) and r.value is not None and _reads_name(r.value, t.id)
-                       and (r.lineno, r.col_offset) > (c.lineno, c.col_offset) for r in ast.walk(fn)):
+                       and (r.lineno, r.col_offset) > (c.lineno, c.col_offset) for r in subtree(fn)):
             return True
     return False
 
 
 def _reads_param(expr, params) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(expr))
+    return any(isinstance(n, ast.Name) and n.id in params for n in subtree(expr))

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import ast
-from fractions import Fraction
 
 from ..model import Severity
 from ..registry import Rule
@@ -367,7 +366,9 @@ class _Eval:
     once, ``*``, ``//`` and ``/``. ``attrs``: the ``self`` attributes read on the way."""
 
     def __init__(self, view, cls, init):
-        self.view, self.cls, self.init = view, cls, init
+        from fractions import Fraction  # lazy: only a class that tensor parallelism shards gets here (start-up)
+
+        self.view, self.cls, self.init, self.fraction = view, cls, init, Fraction
         self.attrs: set[str] = set()
         self.depth = 0
 
@@ -380,7 +381,7 @@ class _Eval:
 
     def _value(self, e, fn):
         if isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool) and e.value > 0:
-            return Fraction(e.value), ()
+            return self.fraction(e.value), ()
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Mult, ast.FloorDiv, ast.Div)):
             a, b = self.value(e.left, fn), self.value(e.right, fn)
             if a is None or b is None:
@@ -396,11 +397,11 @@ class _Eval:
             while isinstance(root, ast.Attribute):
                 root = root.value
             if isinstance(root, ast.Name) and fn is self.init and self._is_param(root.id):
-                return Fraction(1), ((ast.unparse(e), 1),)
+                return self.fraction(1), ((ast.unparse(e), 1),)
             return None
         if isinstance(e, ast.Name):
             if fn is self.init and self._is_param(e.id):
-                return Fraction(1), ((e.id, 1),)
+                return self.fraction(1), ((e.id, 1),)
             kind, evs = reaching(self.view, e.id, e)
             if kind != "events" or not evs or len(evs) != 1:
                 return None
