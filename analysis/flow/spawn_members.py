@@ -6,7 +6,7 @@ after starting the others (``spawn(run, (cfg,), nprocs=n, join=False)`` ... ``ru
 The group then has ``nprocs + 1`` members, and ``nprocs`` must be the world size minus one.
 
 ``parent_joined_spawns(hub, view)`` lists ``Joined`` records for the checked file: a spawn call
-whose ``nprocs`` (or an operand of ``min(...)`` there) is the very setting that the worker passes
+with ``join=False`` (the parent goes on while the children run) whose ``nprocs`` (or an operand of ``min(...)`` there) is the very setting that the worker passes
 to ``init_process_group(world_size=...)`` (directly or through project helpers, in this module or
 another), reached through the object the spawner hands to both the children (``args=``) and its
 own call of the worker. The parent's call runs after the spawn on its path (``_follows``: not in
@@ -220,9 +220,11 @@ def parent_joined_spawns(hub, view) -> list:
         ref = get_arg(sp, 0, "fn")
         args = get_arg(sp, 1, "args")
         nprocs = get_arg(sp, 2, "nprocs")
+        join = get_arg(sp, 3, "join")
         if ref is None or nprocs is None or not isinstance(args, ast.Tuple) \
-                or any(isinstance(e, ast.Starred) for e in args.elts):
-            continue
+                or any(isinstance(e, ast.Starred) for e in args.elts) \
+                or not (isinstance(join, ast.Constant) and join.value is False):
+            continue  # (``join=False``: the parent runs on while the children do)
         target = _spawn_target(hub, view, sp, ref)
         ref_path = access_path(view, ref, sp)
         if target is None and ref_path is None:

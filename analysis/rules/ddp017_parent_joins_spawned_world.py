@@ -11,7 +11,8 @@ class ParentJoinsSpawnedWorld(Rule):
     `torch.multiprocessing.spawn` / `start_processes` and then runs the worker function itself
     in the parent as one more member (`flow.spawn_members`):
 
-    - the spawn call's `nprocs` (or an operand of `min(...)` there) is the very setting that the
+    - the spawn call passes `join=False` (the parent goes on while the children run), and its
+      `nprocs` (or an operand of `min(...)` there) is the very setting that the
       worker passes to `init_process_group(world_size=...)`, directly or through project helpers
       (this module or another), read from the object the launcher hands to both the children
       (`args=`) and its own call of the worker;
