@@ -11,7 +11,7 @@ RULES = {
                 ((('torch', False),), (('distributed', False),), (('init_process_group', False), ('_object', False), ('cuda', False))),
                 False, False),
     'DDP002': ('ddp002_use_before_init', True, True,
-                ((('torch', False),), (('distributed', False),), (('init_process_group', False), ('is_initialized', False))),
+                ((('torch', False),), (('distributed', False),), (('init_process_group', False), ('is_initialized', False), ('get_rank', False), ('get_world_size', False), ('new_group', False), ('new_subgroups', False), ('all_reduce', False), ('all_gather', False), ('all_gather_into_tensor', False), ('_all_gather_base', False), ('all_gather_coalesced', False), ('reduce_scatter', False), ('reduce_scatter_tensor', False), ('_reduce_scatter_base', False), ('all_to_all', False), ('all_to_all_single', False), ('broadcast', False), ('reduce', False), ('gather', False), ('scatter', False), ('all_reduce_coalesced', False), ('all_gather_object', False), ('gather_object', False), ('scatter_object_list', False), ('broadcast_object_list', False), ('barrier', False), ('monitored_barrier', False), ('DistributedDataParallel', False))),
                 False, False),
     'DDP003': ('ddp003_global_rank_as_device', True, True,
                 ((('torch', False),), (('rank', True), ('SLURM_PROCID', False), ('init_process_group', False))),

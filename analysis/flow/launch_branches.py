@@ -1,0 +1,103 @@
+"""A function that a launcher helper runs on its single-process path, where no group exists.
+
+A launcher such as ``call_main(cfg, main)`` takes the program's entry function and either starts
+the distributed run (a branch that initialises the default group, directly or through project
+functions: ``lifecycle.lifecycle_of``, or a library that creates it) or calls the entry function
+itself in the other branch of the same ``if`` (``else: return main(cfg)``, "single GPU"). On that
+branch no group exists: the sibling branch creates it, and nothing before the ``if`` in the
+launcher does (an init there would make the sibling's a second one).
+
+``single_process_call(hub, view, fn)`` gives ``(view, call, if)`` of such a call of ``fn`` (a
+module-level function of ``view``), for a launcher of the project (this module or another) that
+receives ``fn`` as an argument at a call in ``view``; None when there is none. The call must not
+sit in a ``try`` with handlers, and nothing on its branch before it may initialise the group.
+Nothing here reports a finding.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+from ..torch_api import D
+from .bindings import reaching
+from .call_sites import project_target
+from .calls import call_args
+from .lifecycle import LIBRARY_INITS, library_init_sites, lifecycle_of
+
+INIT = D + "init_process_group"
+
+
+def creates_group(hub, view, c) -> bool:
+    """``c`` creates the default group: ``init_process_group``, or a project function that may."""
+    qn = view.sem.call_qualname(c) or ""
+    if qn == INIT or qn in LIBRARY_INITS:
+        return True
+    if qn.startswith("torch."):
+        return False
+    target = project_target(hub, view, c)
+    if target is None:
+        return False
+    return lifecycle_of(hub, *target)[0] is not None or bool(library_init_sites(hub, *target))
+
+
+def _calls(nodes):
+    for st in nodes:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Call):
+                yield n
+
+
+def _passed(view, fn):
+    """The calls of ``view`` that pass ``fn`` (by its name, unshadowed) as an argument."""
+    for n in ast.walk(view.tree):
+        if not isinstance(n, ast.Call):
+            continue
+        for a in (*n.args, *(k.value for k in n.keywords)):
+            if isinstance(a, ast.Name) and a.id == fn.name and reaching(view, a.id, n)[0] in ("none", "global") \
+                    and list(view.sem.functions.get(fn.name, ())) == [fn]:
+                yield n, a
+
+
+def single_process_call(hub, view, fn):
+    if not isinstance(fn, FUNC_TYPES) or not isinstance(parent(fn), ast.Module):
+        return None
+    for c, a in _passed(view, fn):
+        try:
+            got = hub.resolve_call(view, c)
+        except Exception:  # noqa: BLE001 - unresolvable: not a launcher we know
+            got = None
+        if got is None or not isinstance(got[1], FUNC_TYPES) or got[1] is fn:
+            continue
+        lv, launcher = got
+        params = [p for p, x in call_args(c, launcher) if x is a]
+        if len(params) != 1:
+            continue
+        found = _branch_call(hub, lv, launcher, params[0])
+        if found is not None:
+            return (lv, *found)
+    return None
+
+
+def _branch_call(hub, lv, launcher, p):
+    """``(call, if)``: ``launcher`` calls its parameter ``p`` in one branch of an ``if`` whose
+    other branch initialises the group, with no init before the ``if`` nor on the branch before
+    the call."""
+    for c in _calls(launcher.body):
+        if not (isinstance(c.func, ast.Name) and c.func.id == p) or lv.sem.enclosing_function(c) is not launcher:
+            continue
+        if reaching(lv, p, c)[0] != "param":
+            continue
+        child, st = c, parent(c)
+        while st is not None and st is not launcher:
+            if isinstance(st, ast.Try) and st.handlers and any(child is x for x in st.body):
+                break
+            if isinstance(st, ast.If) and child is not st.test:
+                mine, other = (st.body, st.orelse) if any(child is x for x in st.body) else (st.orelse, st.body)
+                if other and any(creates_group(hub, lv, x) for x in _calls(other)):
+                    before = [x for x in _calls(mine) if (x.lineno, x.col_offset) < (c.lineno, c.col_offset)]
+                    earlier = [x for x in _calls(launcher.body) if x.lineno < st.lineno]
+                    if not any(creates_group(hub, lv, x) for x in (*before, *earlier)):
+                        return c, st
+                break
+            child, st = st, parent(st)
+    return None
