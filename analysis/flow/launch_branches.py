@@ -7,6 +7,11 @@ itself in the other branch of the same ``if`` (``else: return main(cfg)``, "sing
 branch no group exists: the sibling branch creates it, and nothing before the ``if`` in the
 launcher does (an init there would make the sibling's a second one).
 
+The other branch may also be what follows an ``if`` whose branch with the call leaves
+(``if not distributed: return main(cfg)``), and the call may follow an ``if`` without ``else``
+whose body creates the group and leaves (``if world > 1: init(...); return main(cfg)`` then
+``return main(cfg)``).
+
 ``single_process_call(hub, view, fn)`` gives ``(view, call, if)`` of such a call of ``fn`` (a
 module-level function of ``view``), for a launcher of the project (this module or another) that
 receives ``fn`` as an argument at a call in ``view``; None when there is none. The call must not
@@ -78,6 +83,51 @@ def single_process_call(hub, view, fn):
     return None
 
 
+def _rest(st):
+    """The statements after ``st`` in its block."""
+    p = parent(st)
+    for field in ("body", "orelse", "finalbody"):
+        blk = getattr(p, field, None)
+        if isinstance(blk, list) and any(x is st for x in blk):
+            return blk[next(i for i, x in enumerate(blk) if x is st) + 1:]
+    return []
+
+
+def _leaves(body) -> bool:
+    last = body[-1] if body else None
+    if isinstance(last, ast.Try):
+        last = last.body[-1] if last.body else None
+    return isinstance(last, (ast.Return, ast.Raise))
+
+
+def _after_leaving_if(hub, lv, launcher, c):
+    """The ``if`` (without ``else``) before ``c`` in a block that holds it, whose body creates the
+    group and leaves (``if world > 1: init(...); return main(cfg)`` then ``return main(cfg)``),
+    with nothing else before ``c`` creating the group."""
+    n = c
+    while n is not None and n is not launcher:
+        p = parent(n)
+        blk = None
+        for field in ("body", "orelse", "finalbody"):
+            b = getattr(p, field, None)
+            if isinstance(b, list) and any(x is n for x in b):
+                blk = b
+                break
+        if blk is not None:
+            for st in blk[:next(i for i, x in enumerate(blk) if x is n)]:
+                if isinstance(st, ast.If) and not st.orelse and _leaves(st.body) \
+                        and any(creates_group(hub, lv, x) for x in _calls(st.body)):
+                    inside = {id(x) for x in _calls(st.body)}
+                    before = [x for x in _calls(launcher.body)
+                              if id(x) not in inside and (x.lineno, x.col_offset) < (c.lineno, c.col_offset)]
+                    if not any(creates_group(hub, lv, x) for x in before):
+                        return st
+        if isinstance(p, ast.Try) and p.handlers and any(n is x for x in p.body):
+            return None
+        n = p
+    return None
+
+
 def _branch_call(hub, lv, launcher, p):
     """``(call, if)``: ``launcher`` calls its parameter ``p`` in one branch of an ``if`` whose
     other branch initialises the group, with no init before the ``if`` nor on the branch before
@@ -87,12 +137,17 @@ def _branch_call(hub, lv, launcher, p):
             continue
         if reaching(lv, p, c)[0] != "param":
             continue
+        got = _after_leaving_if(hub, lv, launcher, c)
+        if got is not None:
+            return c, got
         child, st = c, parent(c)
         while st is not None and st is not launcher:
             if isinstance(st, ast.Try) and st.handlers and any(child is x for x in st.body):
                 break
             if isinstance(st, ast.If) and child is not st.test:
                 mine, other = (st.body, st.orelse) if any(child is x for x in st.body) else (st.orelse, st.body)
+                if not other and mine and isinstance(mine[-1], (ast.Return, ast.Raise)):
+                    other = _rest(st)  # ``if not distributed: return main(cfg)`` then the distributed run
                 if other and any(creates_group(hub, lv, x) for x in _calls(other)):
                     before = [x for x in _calls(mine) if (x.lineno, x.col_offset) < (c.lineno, c.col_offset)]
                     earlier = [x for x in _calls(launcher.body) if x.lineno < st.lineno]

@@ -73,6 +73,15 @@ class UseBeforeInit(Rule):
     only picks a fallback value (`r = dist.get_rank() if dist.is_initialized() else 0`), is
     judged by any of them.
 
+    A function of the file that a launcher of the project runs itself on its single-process
+    branch (`flow.launch_branches`: `call_main(cfg, worker_main)` whose one branch creates the
+    group, directly or through project functions, and whose other branch, or the code after a
+    branch that creates the group and leaves, calls `main(cfg)` with nothing creating a group
+    before) is reported at its first use of the group on its unconditional path (direct, or
+    through a project function), when it makes a direct use on that path and creates no group
+    itself before it. The launcher says a run without a process group exists, and the function
+    then needs one.
+
     A setup helper that creates the group only on the distributed side of a test on the run's
     mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
     > 1:`, `if "RANK" not in os.environ: return`) and returns normally on the single-process side
