@@ -12,6 +12,9 @@ The other branch may also be what follows an ``if`` whose branch with the call l
 whose body creates the group and leaves (``if world > 1: init(...); return main(cfg)`` then
 ``return main(cfg)``).
 
+An ``if`` on the group's own state (``dist.is_initialized()``) is not a launcher's choice of
+mode: a branch it keeps for a run with a group is not the single-process path.
+
 ``single_process_call(hub, view, fn)`` gives ``(view, call, if)`` of such a call of ``fn`` (a
 module-level function of ``view``), for a launcher of the project (this module or another) that
 receives ``fn`` as an argument at a call in ``view``; None when there is none. The call must not
@@ -27,7 +30,7 @@ from ..torch_api import D
 from .bindings import reaching
 from .call_sites import project_target
 from .calls import call_args
-from .lifecycle import LIBRARY_INITS, library_init_sites, lifecycle_of
+from .lifecycle import LIBRARY_INITS, group_value, library_init_sites, lifecycle_of
 
 INIT = D + "init_process_group"
 
@@ -93,6 +96,11 @@ def _rest(st):
     return []
 
 
+def _on_group(hub, lv, st) -> bool:
+    """The ``if`` tests the group's state (``dist.is_initialized()``), not the run's mode."""
+    return group_value(hub, lv, st.test, False) is not None or group_value(hub, lv, st.test, True) is not None
+
+
 def _leaves(body) -> bool:
     last = body[-1] if body else None
     if isinstance(last, ast.Try):
@@ -115,7 +123,7 @@ def _after_leaving_if(hub, lv, launcher, c):
                 break
         if blk is not None:
             for st in blk[:next(i for i, x in enumerate(blk) if x is n)]:
-                if isinstance(st, ast.If) and not st.orelse and _leaves(st.body) \
+                if isinstance(st, ast.If) and not st.orelse and _leaves(st.body) and not _on_group(hub, lv, st) \
                         and any(creates_group(hub, lv, x) for x in _calls(st.body)):
                     inside = {id(x) for x in _calls(st.body)}
                     before = [x for x in _calls(launcher.body)
@@ -145,6 +153,8 @@ def _branch_call(hub, lv, launcher, p):
             if isinstance(st, ast.Try) and st.handlers and any(child is x for x in st.body):
                 break
             if isinstance(st, ast.If) and child is not st.test:
+                if _on_group(hub, lv, st):
+                    break  # ``if dist.is_initialized():``: the group's own state decides (not a launcher's mode)
                 mine, other = (st.body, st.orelse) if any(child is x for x in st.body) else (st.orelse, st.body)
                 if not other and mine and isinstance(mine[-1], (ast.Return, ast.Raise)):
                     other = _rest(st)  # ``if not distributed: return main(cfg)`` then the distributed run
