@@ -73,6 +73,15 @@ class UseBeforeInit(Rule):
     only picks a fallback value (`r = dist.get_rank() if dist.is_initialized() else 0`), is
     judged by any of them.
 
+    A function of the file that a launcher of the project runs itself on its single-process
+    branch (`flow.launch_branches`: `call_main(cfg, worker_main)` whose one branch creates the
+    group, directly or through project functions, and whose other branch, or the code after a
+    branch that creates the group and leaves, calls `main(cfg)` with nothing creating a group
+    before) is reported at its first use of the group on its unconditional path (direct, or
+    through a project function), when it makes a direct use on that path and creates no group
+    itself before it. The launcher says a run without a process group exists, and the function
+    then needs one.
+
     A setup helper that creates the group only on the distributed side of a test on the run's
     mode (`if is_using_distributed():` with the helper returning `WORLD_SIZE > 1`, `if world_size
     > 1:`, `if "RANK" not in os.environ: return`) and returns normally on the single-process side
@@ -132,11 +141,15 @@ class UseBeforeInit(Rule):
     name = "use-before-init"
     severity = Severity.ERROR
     fix_availability = "never"
-    requires_text = ("init_process_group", "is_initialized")
+    # the init or the test on the group; for a function a launcher runs without a group, a direct
+    # use of the group on its unconditional path (``_launcher_single_process``)
+    requires_text = ("init_process_group", "is_initialized", "get_rank", "get_world_size", "new_group",
+                     "new_subgroups", *ALL_COLLECTIVES, "DistributedDataParallel")
     requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
 
     def finish(self, ctx) -> None:
         reported = _no_group_path(ctx)
+        _launcher_single_process(ctx, reported)
         _skipped_init(ctx)
         inits = calls_or_wrappers(ctx, _INITS, "init")
         if not inits:
@@ -246,6 +259,66 @@ def _no_group_path(ctx) -> set:
             related=related,
         )
     return reported
+
+
+def _launcher_single_process(ctx, reported: set) -> None:
+    """A module-level function of this file that a launcher of the project runs on its
+    single-process branch (``flow.launch_branches``), and that uses the group on its
+    unconditional path before anything in it creates one (its first use, direct or through a
+    project function whose unconditional path needs it; the function must make a direct use on
+    that path too, which the text gate asks for)."""
+    from ..flow.findings import node_related
+    from ..flow.launch_branches import creates_group, single_process_call
+    from ..flow.lifecycle import straight
+
+    an = for_context(ctx)
+    view = an.main
+    for fn in ctx.sem.tree.body:
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if not any((ctx.qn(u) or "") in _USES and straight(u, fn) for u in scope_calls(view, fn)):
+            continue  # a direct use of the group on its unconditional path (what the text gate asks for)
+        got = single_process_call(an, view, fn)
+        if got is None:
+            continue
+        lv, call, branch = got
+        for use in sorted(scope_calls(view, fn), key=lambda c: (c.lineno, c.col_offset)):
+            if creates_group(an, view, use):
+                break  # the function makes the group itself first
+            qn = ctx.qn(use) or ""
+            eff = None
+            if qn in _USES:
+                what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
+            elif qn.startswith("torch.") or use.func.__class__ not in (ast.Name, ast.Attribute):
+                continue
+            else:
+                eff = use_through_call(an, view, use)
+                if eff is None:
+                    continue
+                what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
+            if not straight(use, fn) or id(use) in reported or expects_error(use):
+                break
+            launcher = lv.sem.enclosing_function(call)
+            related = [node_related(ctx, lv.path, call,
+                                    f"`{launcher.name}` runs `{fn.name}` here, in the branch without a process group"),
+                       node_related(ctx, lv.path, branch, "the other branch of this test creates the group")]
+            if eff is not None:
+                related += effect_related(ctx, _Site(eff))
+            reported.add(id(use))
+            ctx.report(
+                use,
+                f"{what} runs where no process group exists: `{launcher.name}` (line {call.lineno}"
+                + ("" if lv is view else f" of `{_short(lv.path)}`")
+                + f") runs `{fn.name}` itself on the branch of `{_text_of(branch.test)}` that does not "
+                "create the group (the other branch does): ValueError: Default process group has not been initialized",
+                related=related,
+            )
+            break
+
+
+def _text_of(node) -> str:
+    got = ast.unparse(node)
+    return got if len(got) <= 60 else got[:57] + "..."
 
 
 def _skipped_init(ctx) -> None:

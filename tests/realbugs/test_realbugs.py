@@ -18,7 +18,7 @@ from bench.realbugs.manifest import load_manifest
 from bench.realbugs.score import score
 
 CASES = Path(__file__).resolve().parent / "cases"
-# 76 of 155 reproductions hit today (0.49; stop 55 added perplexity_averaged_across_ranks by DDP309, device_by_index_never_current by DDP001,
+# 78 of 155 reproductions hit today (0.50; stop 56 added spawner_starts_one_worker_too_many by DDP017 and request_broadcast_without_process_group by DDP002; stop 55 added perplexity_averaged_across_ranks by DDP309, device_by_index_never_current by DDP001,
 # network_saved_by_every_rank_each_epoch by DDP219 and pipeline_gets_ddp_wrapped_encoder by DDP210; stop 54 added running_log_removed_by_every_rank by DDP219; stop 52 added torchmetrics-f7eeace1 by DDP016; stop 48 added 19 cases mined blind, 0 of them hit when
 # mined, 1 after; stop 47 added 22, 3 of them hit when mined, 11 after; 3 before issue 25's program-model round, 2 of the first 68); raised as the rules learn (measured value:
 # bench/RESULTS.md). (It was 4: barrier_without_device_ids no longer hits since issue 28 point 7. In
