@@ -279,12 +279,12 @@ _ENTRY = "entry"
 
 def names_state(hub, view, test: ast.AST, present: bool, branch: bool) -> bool:
     """The ``branch`` (True: the body) of ``test`` is the one taken for the group's state
-    (``present``) because the program tested that state: the other state takes the other branch,
-    or a test of the state itself (not only ``dist.is_available()``, which holds with a group and
-    without one: torch was built with distributed support) decides it (``dist.is_initialized() or
-    force``)."""
+    (``present``) because the program tested that state: the other state takes the other branch
+    (a pure test, the only way an ``else`` names a state), or the body is entered by a test of the
+    state itself (``dist.is_initialized() or force``; not by ``dist.is_available()`` alone, which
+    holds with a group and without one: torch was built with distributed support)."""
     return group_value(hub, view, test, not present) is (not branch) \
-        or group_value(hub, view, test, present, implied=False) is branch
+        or (branch and group_value(hub, view, test, present, implied=False) is True)
 
 
 def group_value(hub, view, test: ast.AST, present: bool, depth: int = 0, implied: bool = True):
