@@ -276,18 +276,29 @@ _IS_INIT, _IS_AVAIL = D + "is_initialized", D + "is_available"
 _ENTRY = "entry"
 
 
-def group_value(hub, view, test: ast.AST, present: bool, depth: int = 0):
+def names_state(hub, view, test: ast.AST, present: bool, branch: bool) -> bool:
+    """The ``branch`` (True: the body) of ``test`` is the one taken for the group's state
+    (``present``) because the program tested that state: the other state takes the other branch
+    (a pure test, the only way an ``else`` names a state), or the body is entered by a test of the
+    state itself (``dist.is_initialized() or force``; not by ``dist.is_available()`` alone, which
+    holds with a group and without one: torch was built with distributed support)."""
+    return group_value(hub, view, test, not present) is (not branch) \
+        or (branch and group_value(hub, view, test, present, implied=False) is True)
+
+
+def group_value(hub, view, test: ast.AST, present: bool, depth: int = 0, implied: bool = True):
     """``test``'s value when the default group exists (``present``) or does not: True / False when
     the group's state alone decides it (``dist.is_initialized()``, ``not``, ``and`` / ``or``, a name
-    bound once to such a test, a project function that returns one), else None."""
+    bound once to such a test, a project function that returns one), else None. ``implied``: also
+    what the state implies without testing it (``dist.is_available()`` holds where a group exists)."""
     if test is None or depth > 3:
         return None
     t = test.__class__
     if t is ast.UnaryOp and isinstance(test.op, ast.Not):
-        v = group_value(hub, view, test.operand, present, depth)
+        v = group_value(hub, view, test.operand, present, depth, implied)
         return None if v is None else not v
     if t is ast.BoolOp:
-        vals = [group_value(hub, view, x, present, depth) for x in test.values]
+        vals = [group_value(hub, view, x, present, depth, implied) for x in test.values]
         stop = isinstance(test.op, ast.Or)  # the value that decides the whole test
         if stop in vals:
             return stop
@@ -298,7 +309,7 @@ def group_value(hub, view, test: ast.AST, present: bool, depth: int = 0):
         if qn == _IS_INIT:
             return present
         if qn == _IS_AVAIL:
-            return True if present else None
+            return True if present and implied else None
         if qn.startswith("torch.") or hub is None:
             return None
         target = project_target(hub, view, test)
@@ -308,11 +319,11 @@ def group_value(hub, view, test: ast.AST, present: bool, depth: int = 0):
         rets = [n for n in _own_nodes(fn) if isinstance(n, ast.Return)]
         if len(rets) != 1 or rets[0].value is None:
             return None
-        return group_value(hub, tview, rets[0].value, present, depth + 1)
+        return group_value(hub, tview, rets[0].value, present, depth + 1, implied)
     if t is ast.Name:
         v = sem.single_value(test.id, sem.scope_of(test))
         if v is not None and v is not test:
-            return group_value(hub, view, v, present, depth + 1)
+            return group_value(hub, view, v, present, depth + 1, implied)
     return None
 
 
@@ -469,8 +480,8 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
             if v is not None:
                 if v != in_body:
                     return None
-                if in_body or group_value(hub, view, p.test, not present) is True:
-                    est = p  # the branch the test names for this state (an ``else`` only of a pure test)
+                if names_state(hub, view, p.test, present, in_body):
+                    est = p  # the branch the test names for this state
             elif not present and cls is not ast.While and guard_test(sem, p.test):
                 return None
         elif cls is ast.BoolOp:
@@ -552,8 +563,8 @@ def _step(hub, view, st, est, present, kills):
             branch = st.body if v else st.orelse
             if _ends(sem, branch) or kills(ast.Module(body=branch, type_ignores=[])):
                 return None
-            if v or group_value(hub, view, st.test, not present) is True:
-                return st  # the branch the test names for this state (an ``else`` only of a pure test)
+            if names_state(hub, view, st.test, present, v):
+                return st  # the branch the test names for this state
             return est
         elif not present and est is not None and mode_test(sem, st.test) \
                 and (_ends(sem, st.body) or (st.orelse and _ends(sem, st.orelse))):
@@ -627,6 +638,13 @@ def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
     """``fn`` calls ``destroy_process_group`` on some path, directly or through project functions
     (up to 3 calls deep)."""
     return bool(sites(hub, view, fn, DESTROY, depth, instances=True))
+
+
+def class_destroys(hub, view, cls: ast.ClassDef) -> bool:
+    """A method of ``cls`` destroys the default group on some path, directly or through project
+    functions (``destroys_anywhere``): the class owns the group's lifecycle (made in ``__init__``,
+    ended in ``shutdown()``), so its instances are meant to run one after another."""
+    return any(isinstance(st, FUNC_TYPES) and destroys_anywhere(hub, view, st) for st in cls.body)
 
 
 def init_sites_at(hub, call_view, call, view, fn) -> list:

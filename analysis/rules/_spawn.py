@@ -213,37 +213,82 @@ def ray_actor_class(ctx, cls: ast.ClassDef) -> bool:
     return False
 
 
-def ray_actor_only(ctx, cls: ast.ClassDef) -> bool:
+def ray_actor_only(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
     """``ray_actor_class``, or the functional form: the project hands the class to ``ray.remote(Cls)``
     and uses its name nowhere else but in imports, type tests and annotations (never ``Cls(...)``,
     never as a value that something else may build): every instance is an actor, a process of
-    its own. False whenever in doubt (a project too big to search, a file that cannot be read)."""
+    its own. Through the class hierarchy: a class whose name is otherwise only a base of project
+    subclasses (``class Worker(WorkerImpl)``, in any module) that are each Ray-actor-only in turn
+    (``@ray.remote``, or only ever ``ray.remote(Sub)``) is built only inside actors too. False
+    whenever in doubt (a project too big to search, a file that cannot be read, a class never
+    handed to Ray)."""
     if ray_actor_class(ctx, cls):
         return True
+    if len(busy) > 6 or id(cls) in busy:
+        return False
     from ._common import project_files_naming
 
     files = project_files_naming(ctx, {cls.name})
     if not files:
         return False
-    made = False
+    made, subs = False, []
     for fctx, view in files:
         for n in ast.walk(view.sem.tree):
             if n.__class__ is ast.Name and n.id == cls.name or n.__class__ is ast.Attribute and n.attr == cls.name:
                 p = parent(n)
                 if p.__class__ is ast.Call and n in p.args and fctx.qn(p.func) in RAY_ACTOR_DECORATORS:
                     made = True
-                elif not _type_use(n, p):
+                elif p.__class__ is ast.ClassDef and n in p.bases:
+                    subs.append((fctx, p))  # a subclass: its instances are the base's
+                elif not _type_use(n, p) and not _unbound_method(ctx, cls, n, p):
                     return False
             elif n.__class__ is ast.ClassDef and n.name == cls.name and n is not cls:
                 return False  # another class of that name: its uses cannot be told apart
-    return made
+    inner = busy | {id(cls)}
+    return (made or bool(subs)) and all(ray_actor_only(fctx, sub, inner) for fctx, sub in subs)
+
+
+def _unbound_method(ctx, cls: ast.ClassDef, n: ast.AST, p: ast.AST) -> bool:
+    """``Cls.method``: a method that ``cls`` defines or inherits from a project base
+    (``flow.records.method_of``) read from the class (``Cls.method(obj)``, an unbound call), which
+    builds no instance through the class it gets: not a class method that calls or hands on its
+    ``cls`` (``cls(...)``; reading ``cls.attr`` builds nothing). A construction spelled with the
+    class's name inside the method is a use of the name of its own, read like any other."""
+    if p.__class__ is not ast.Attribute or p.value is not n or p.attr.startswith("__"):
+        return False
+    from ..flow import for_context
+    from ..flow.records import method_of
+
+    an = for_context(ctx)
+    got = method_of(an, an.main, cls, p.attr)
+    if got is None or got[1].__class__ is not ast.FunctionDef:
+        return False
+    fn = got[1]
+    if not any(d.__class__ is ast.Name and d.id == "classmethod" for d in fn.decorator_list):
+        return True
+    if not fn.args.args:
+        return False
+    own = fn.args.args[0].arg
+    for x in ast.walk(fn):
+        if x.__class__ is ast.Name and x.id == own:
+            q = parent(x)
+            if q.__class__ is not ast.Attribute or parent(q).__class__ is ast.Call and parent(q).func is q:
+                return False  # ``cls(...)``, ``cls.build(...)``, ``f(cls)``: it may build one
+    return True
 
 
 def _type_use(n: ast.AST, p: ast.AST) -> bool:
-    """A use of a class name that builds nothing: an import, a test of a value's type, an
-    annotation, an ``except`` clause."""
+    """A use of a class name that runs no constructor: an import, a test of a value's type, an
+    annotation, an ``except`` clause, ``object.__new__(Cls)`` / ``Cls.__new__(Cls)`` (an instance
+    whose ``__init__`` never runs)."""
     if p.__class__ in (ast.alias, ast.Import, ast.ImportFrom):
         return True
+    if p.__class__ is ast.Call and p.args[:1] == [n] and p.func.__class__ is ast.Attribute \
+            and p.func.attr == "__new__":
+        return True  # ``object.__new__(Cls)``, ``Cls.__new__(Cls)``
+    if p.__class__ is ast.Attribute and p.value is n and p.attr == "__new__":
+        q = parent(p)
+        return q.__class__ is ast.Call and q.func is p
     while p is not None and p.__class__ in (ast.Tuple, ast.Subscript, ast.BinOp, ast.Attribute):
         n, p = p, parent(p)
     if p.__class__ is ast.Call and p.func.__class__ is ast.Name and p.func.id in ("isinstance", "issubclass") \

@@ -24,7 +24,10 @@ class InitWhenAlreadyInitialized(Rule):
     (`setup_distributed()` called after the test); the test may be a project helper that returns
     `dist.is_initialized()` (`is_distributed()`). Paths are read from the program model
     (`flow.lifecycle.group_state_path`): a `destroy_process_group()` on the way, an `else:
-    return`, or a test that excludes the init's branch ends the path. The function itself must
+    return`, or a test that excludes the init's branch ends the path. Only a test of the group's
+    state opens such a branch: `dist.is_available()` (torch was built with distributed support)
+    holds with a group and without one, so `if dist.is_available(): init_process_group(...)`
+    after `if dist.is_initialized(): return` is left alone. The function itself must
     call `init_process_group`, or test `dist.is_initialized()` before the helper that initialises.
 
     The same holds for the constructor of a public class of a library module (a file without an
@@ -33,8 +36,11 @@ class InitWhenAlreadyInitialized(Rule):
     (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
     one process (a second runner, a test that builds two) meets a group that exists. A script's
     class, a private class (`_Engine`), a Ray actor class (`@ray.remote`, or a class the project
-    uses only as `ray.remote(Cls)`: each instance is a
-    process of its own) and methods other than `__init__` are left alone, and so is
+    uses only as `ray.remote(Cls)`, or only as the base of such classes, in any module: each
+    instance is a process of its own; `object.__new__(Cls)` and `Cls.method(obj)` build none), a
+    class that owns the group's lifecycle (a method of its own, such as `shutdown()`, destroys
+    the group, directly or through project helpers: instances are meant to run one after
+    another) and methods other than `__init__` are left alone, and so is
     a class the project builds (itself or a subclass) at exactly one call that runs at most once per
     process: on a script's top level, or in an undecorated function whose only call is there and
     that no other module imports (`if __name__ == "__main__": main()` -> `Trainer(cfg)`), where
@@ -195,7 +201,8 @@ def _constructors(rule, ctx) -> None:
     call, with no test on the group on the way (``Runner.__init__`` -> ``self.setup_env()`` ->
     ``init_dist(...)``): the second instance in one process raises."""
     from ..flow import for_context
-    from ..flow.lifecycle import INIT, group_state_path, init_sites, init_when_present, project_target
+    from ..flow.lifecycle import (INIT, class_destroys, group_state_path, init_sites, init_when_present,
+                                  project_target)
 
     sem = ctx.sem
     an = None
@@ -214,6 +221,8 @@ def _constructors(rule, ctx) -> None:
         view = an.main
         if not init_sites(an, view, init):
             continue  # the constructor creates no group on any path
+        if class_destroys(an, view, cls):
+            continue  # the class owns the group (``shutdown()`` destroys it): one instance after another
         work, seen = [init], {id(init)}
         while work:
             fn = work.pop()
@@ -230,10 +239,11 @@ def _constructors(rule, ctx) -> None:
                 if target is None:
                     continue
                 tview, tfn = target
-                if tview is view and parent(tfn) is cls and id(tfn) not in seen:
-                    seen.add(id(tfn))
-                    work.append(tfn)  # a method of the class: follow it as the constructor runs it
-                    continue
+                if tview is view and parent(tfn) is cls:
+                    if id(tfn) not in seen:
+                        seen.add(id(tfn))
+                        work.append(tfn)  # a method of the class: follow it as the constructor runs it
+                    continue  # (a method met again: its init is reported once, where it is)
                 if _reported_at_its_class(tview, tfn):
                     continue  # another public class's constructor (a base's, through ``super()``):
                     # the defect is reported once, in that class
