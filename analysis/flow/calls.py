@@ -27,6 +27,15 @@ _NOT_PROJECT_MODS = frozenset({"torch", "torchvision", "transformers", "numpy", 
                                "pytorch_lightning", "accelerate", "deepspeed", "apex", "datasets"})
 
 
+def is_main_guard(st: ast.stmt) -> bool:
+    """``if __name__ == "__main__":``"""
+    if not isinstance(st, ast.If) or not isinstance(st.test, ast.Compare):
+        return False
+    parts = [st.test.left, *st.test.comparators]
+    return any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts) and any(
+        isinstance(p, ast.Constant) and p.value == "__main__" for p in parts)
+
+
 def self_offset(fn: ast.AST) -> int:
     """1 when ``fn`` is a method called on an instance (its first parameter is ``self``/``cls``)."""
     if not isinstance(parent(fn), ast.ClassDef):
@@ -302,6 +311,22 @@ def instance_names(view) -> frozenset:
                         builders.add(id(view.sem.enclosing_function(st)))
                 elif st.__class__ is ast.Return:
                     builders.add(id(view.sem.enclosing_function(st)))
+        # an alternate constructor of such a class (``mgr = Manager.create(cfg)``): whether it
+        # builds one is ``instances.ctor_class``'s question
+        sem = view.sem
+        for cname, pos in sem.callee_index()[3].items():
+            if not (cname in view.classes or cname[:1].isupper() and cname in view.imports
+                    and view.imports[cname][0].split(".", 1)[0] not in _NOT_PROJECT_MODS):
+                continue
+            for i in pos:
+                c = sem.calls[i]
+                st = parent(c)
+                if st.__class__ is ast.Assign and len(st.targets) == 1 and st.targets[0].__class__ is ast.Name:
+                    names.add(st.targets[0].id)
+                elif st.__class__ is ast.Tuple and parent(st).__class__ is ast.Assign:
+                    t = parent(st).targets[0]  # ``mgr, n = Manager.create(cfg), 0``
+                    if t.__class__ is ast.Tuple and len(t.elts) == len(st.elts):
+                        names.update(te.id for te, ve in zip(t.elts, st.elts) if ve is c and te.__class__ is ast.Name)
         # what a builder of this file returns (``a, b = build(cfg)`` where ``build`` returns
         # ``Cls(x), Cls(y)``): ``instances.instance_class`` reads it through ``origins``
         for cname, calls in calls_by_name(view).items():

@@ -18,6 +18,7 @@ import ast
 
 from ..torch_api import D
 from ..semantic import FUNC_TYPES, get_arg, parent
+from .calls import is_main_guard  # noqa: F401  (re-exported: rules import it from here)
 from .records import callee_name
 from .summaries import INIT, WRAPPERS, Effect, _calls_in, _inits
 
@@ -46,15 +47,6 @@ class ImportUse:
 
     def __init__(self, effect: Effect, modules: tuple[str, ...]):
         self.effect, self.modules = effect, modules
-
-
-def is_main_guard(st: ast.stmt) -> bool:
-    """``if __name__ == "__main__":``"""
-    if not isinstance(st, ast.If) or not isinstance(st.test, ast.Compare):
-        return False
-    parts = [st.test.left, *st.test.comparators]
-    return any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts) and any(
-        isinstance(p, ast.Constant) and p.value == "__main__" for p in parts)
 
 
 def _is_main_test(st) -> bool:

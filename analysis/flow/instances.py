@@ -26,9 +26,42 @@ def ctor_class(hub, view, e: ast.AST, not_project):
         return None
     if isinstance(e.func, ast.Call):
         return _factory_class(hub, view, e.func, not_project)
+    if isinstance(e.func, ast.Attribute) and isinstance(e.func.value, ast.Name):
+        return _alternate_ctor_class(hub, view, e.func, not_project)
     if not isinstance(e.func, ast.Name):
         return None
     return class_named(hub, view, e.func, not_project)
+
+
+def _alternate_ctor_class(hub, view, f: ast.Attribute, not_project):
+    """(view, class) for ``Cls.make(...)``: ``make`` is a ``@classmethod`` of the project class
+    ``Cls`` (its own body) every ``return`` of which builds ``cls(...)``, or a ``@classmethod`` /
+    ``@staticmethod`` every ``return`` of which builds ``Cls(...)`` by name. None otherwise (a
+    plain method, a return of anything else, a generator)."""
+    owner = class_named(hub, view, f.value, not_project)
+    if owner is None:
+        return None
+    ov, cls = owner
+    m = next((m for m in cls.body if isinstance(m, FUNC_TYPES) and m.name == f.attr), None)
+    kinds = {d.id for d in getattr(m, "decorator_list", ()) if isinstance(d, ast.Name)}
+    if m is None or not kinds & {"classmethod", "staticmethod"}:
+        return None
+    first = m.args.args[0].arg if "classmethod" in kinds and m.args.args else None
+    rets = []
+    for n in iter_scope_nodes(m):
+        if n.__class__ is ast.Yield or n.__class__ is ast.YieldFrom:
+            return None
+        if n.__class__ is ast.Return:
+            rets.append(n.value)
+    for r in rets:
+        if not (isinstance(r, ast.Call) and isinstance(r.func, ast.Name)):
+            return None
+        if r.func.id == first:
+            continue
+        got = class_named(hub, ov, r.func, not_project)
+        if got is None or got[1] is not cls:
+            return None
+    return owner if rets else None
 
 
 def _factory_class(hub, view, call: ast.Call, not_project):

@@ -85,12 +85,10 @@ def _live(ctx, c: ast.Call, an=None, view=None) -> bool:
     if not any(isinstance(a, (ast.If, ast.IfExp, ast.While)) for a in ctx.sem.ancestors(c)):
         return True
     from . import for_context  # lazy: only a file with a launch call under a test asks
-    from .params import dead_branch, dead_for_callers
+    from .params import dead_branch
 
-    if dead_branch(ctx.sem, c):
-        return False  # ``if is_dist:`` with ``is_dist, world = (False, 1)``
-    an = an or for_context(ctx)
-    return not dead_for_callers(view or an.main, an, c)
+    # ``if is_dist:`` with ``is_dist, world = (False, 1)``; a flag no call of the function sets
+    return not dead_branch(ctx.sem, c, an or for_context(ctx), view)
 
 
 def ddp_calls(ctx) -> list[ast.Call]:

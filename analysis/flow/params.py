@@ -220,23 +220,29 @@ def by_name_only(value) -> bool:
 
 # -- branches no caller takes -----------------------------------------------------------------------
 
-def truth_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) -> bool | None:
+def truth_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0, others: bool = False) -> bool | None:
     """The truth value parameter ``name`` of ``fn`` holds at every call: each call of ``fn`` in its
     module passes a literal (or leaves a literal default, or passes a parameter of its own caller
     that holds one truth at every call in turn), all of one truth, there is at least one, and
     ``fn`` is used nowhere else in the module. None when unknown. Only the module's own calls are
-    seen: a caller judges whether another module may call ``fn`` (``dead_for_callers``)."""
+    seen, and with ``others`` also the calls in the project's other modules (``hub.other_callers``,
+    for a function of the checked file): a caller judges whether a module the project does not
+    hold may call ``fn`` (``dead_for_callers``)."""
     memo = view.memo.setdefault("param_truth", {})
-    key = (id(fn), name, depth)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
+    key = (id(fn), name, depth, others)  # keyed by depth too: an answer cut at the depth limit is not the answer from the top
     if key in memo:
         return memo[key]
     memo[key] = None  # (a recursion through the same parameter answers unknown)
     got: bool | None = None
-    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) and _is_unbound_param(fn, name) else []
-    if sites and not hub.is_spawn_target(view, fn) and not _used_as_value(view, fn, sites):
+    sites = [(view, c) for c in hub.call_sites(view, fn)] \
+        if isinstance(fn, FUNC_TYPES) and _is_unbound_param(fn, name) else []
+    if sites and others:
+        more = getattr(hub, "other_callers", None)
+        sites += [s for s in (more(view, fn) if more is not None else ()) if s not in sites]
+    if sites and not hub.is_spawn_target(view, fn) and not _used_as_value(view, fn, [c for v, c in sites if v is view]):
         default = _default_of(fn, name)
         seen: set[bool] = set()
-        for c in sites:
+        for cv, c in sites:
             a = next((a for p, a in call_args(c, fn) if p == name), None)
             if a is None:
                 if any(isinstance(x, ast.Starred) for x in c.args) or any(k.arg is None for k in c.keywords):
@@ -249,7 +255,7 @@ def truth_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) -> bo
             caller = _enclosing_function(c)
             t = None
             if depth < 3 and isinstance(a, ast.Name) and caller is not None and caller is not fn:
-                t = truth_at_every_call(view, hub, caller, a.id, depth + 1)
+                t = truth_at_every_call(cv, hub, caller, a.id, depth + 1)
             if t is None:
                 seen = {True, False}
                 break
@@ -260,18 +266,18 @@ def truth_at_every_call(view, hub, fn: ast.AST, name: str, depth: int = 0) -> bo
     return got
 
 
-def _test_truth(view, hub, fn, test, depth: int = 0) -> bool | None:
+def _test_truth(view, hub, fn, test, depth: int = 0, others: bool = False) -> bool | None:
     """What ``test`` (in ``fn``) evaluates to on every call, when it is made of parameters that
     hold one truth at every call (``distributed``, ``not distributed``, ``a and b``)."""
     if depth > 4:
         return None
     if isinstance(test, ast.Name):
-        return truth_at_every_call(view, hub, fn, test.id)
+        return truth_at_every_call(view, hub, fn, test.id, others=others)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        t = _test_truth(view, hub, fn, test.operand, depth + 1)
+        t = _test_truth(view, hub, fn, test.operand, depth + 1, others)
         return None if t is None else not t
     if isinstance(test, ast.BoolOp):
-        ts = [_test_truth(view, hub, fn, v, depth + 1) for v in test.values]
+        ts = [_test_truth(view, hub, fn, v, depth + 1, others) for v in test.values]
         stop = isinstance(test.op, ast.Or)  # ``or`` is settled by one true operand, ``and`` by one false
         if stop in ts:
             return stop
@@ -279,27 +285,50 @@ def _test_truth(view, hub, fn, test, depth: int = 0) -> bool | None:
     return None
 
 
-def dead_for_callers(view, hub, node: ast.AST) -> bool:
+def dead_for_callers(view, hub, node: ast.AST, scripts: bool = False) -> bool:
     """``node`` sits in a branch that no call of its function takes: in the body of ``if flag:``
     (or of ``x if flag else y``) where ``flag`` holds a false value at every call
     (``truth_at_every_call``: ``train(cfg, distributed=False)``), or in the ``else`` of a test
-    that is true at every call. Only where the module's calls are all the calls: a function of a
-    notebook (no module imports a notebook); a function of a ``.py`` file may be called from
-    another module with a true flag."""
+    that is true at every call. Only where the calls the project holds are all the calls
+    (``_callers_visible``): a function of a notebook (no module imports a notebook); an
+    undecorated module-level function of the checked file that is private to its module
+    (``_load``), its calls in the project's other modules counted too; with ``scripts`` (a
+    question about the programs the project runs, DDP004's), also such a function of a script (a
+    file with an ``if __name__ == "__main__":`` block). Any other function of a ``.py`` file may be
+    called by a user's module with a true flag."""
     from ..io import is_notebook
 
     fn = _enclosing_function(node)
-    if fn is None or not is_notebook(getattr(view, "path", "") or ""):
+    if fn is None:
+        return False
+    notebook = is_notebook(getattr(view, "path", "") or "")
+    if not notebook and not _callers_visible(view, hub, fn, scripts):
         return False
     child, p = node, parent(node)
     while p is not None and p is not fn:
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
+            return False  # a nested definition runs when it is called, not on the calls of ``fn``
         if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
             body = child in p.body if isinstance(p, ast.If) else child is p.body
-            t = _test_truth(view, hub, fn, p.test)
+            t = _test_truth(view, hub, fn, p.test, others=not notebook)
             if t is not None and t is not body:
                 return True
         child, p = p, parent(p)
     return False
+
+
+def _callers_visible(view, hub, fn: ast.AST, scripts: bool = False) -> bool:
+    """Every call of ``fn`` is in the project the check sees: ``fn`` is a module-level function of
+    the checked file (its other modules' calls reach ``hub.other_callers``), no decorator hands it
+    to a framework that calls it with its own arguments (a CLI command, a registry), and its name is
+    private to its module or (``scripts``) its file is a script (an ``if __name__ == "__main__":``
+    block: a program, whose own calls decide what it runs)."""
+    from .calls import is_main_guard
+
+    if not isinstance(fn, FUNC_TYPES) or fn.decorator_list or not isinstance(parent(fn), ast.Module) \
+            or view is not getattr(hub, "main", None) or getattr(hub, "other_callers", None) is None:
+        return False
+    return fn.name.startswith("_") or scripts and any(is_main_guard(st) for st in view.sem.tree.body)
 
 
 def literal_truth(sem, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
@@ -330,11 +359,17 @@ def literal_truth(sem, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | 
     return None
 
 
-def dead_branch(sem, node: ast.AST) -> bool:
+def dead_branch(sem, node: ast.AST, hub=None, view=None, scripts: bool = False) -> bool:
     """``node`` sits in a branch that never runs: in the body of an ``if`` / ``while`` / conditional
     expression of its function (or of the module) whose test is false wherever it runs
     (``literal_truth``: ``is_dist = False`` or a constant tuple unpacked, then ``if is_dist:``), or
-    in the ``else`` of one that is true."""
+    in the ``else`` of one that is true. With ``hub`` (the check's flow analysis; ``view``, the
+    module of ``node``, its main one by default), also a branch on a parameter that every call of
+    the function leaves at, or sets to, values of one truth (``dead_for_callers``:
+    ``def load(path, init_dist=False)`` that no call in the project passes ``True``; ``scripts``:
+    also for a function of a script)."""
+    if hub is not None and dead_for_callers(view or hub.main, hub, node, scripts):
+        return True
     scope = sem.scope_of(node)
     child, p = node, parent(node)
     while p is not None and p is not scope:
@@ -366,16 +401,22 @@ def constant_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, name: str)
     return None if d is None else constant_of(fn_view.sem, d, fn_view.sem.tree)
 
 
-def constants_at_calls(view, hub, fn: ast.AST, name: str) -> list | None:
+def constants_at_calls(view, hub, fn: ast.AST, name: str, others: bool = False) -> list | None:
     """The literal parameter ``name`` of ``fn`` holds at each call of ``fn`` in its module
     (``constant_at_call``: passed, or the default left), when every call gives one, there is at
-    least one, and ``fn`` is neither spawned nor used as a value in the module; else None."""
-    sites = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
-    if not sites or hub.is_spawn_target(view, fn) or _used_as_value(view, fn, sites):
+    least one, and ``fn`` is neither spawned nor used as a value in the module; else None.
+    ``others``: the calls in the project's other modules count too (``hub.other_callers``, for a
+    function of the checked file: ``init_local_pg(backend="gloo")`` in the project's tests)."""
+    own = hub.call_sites(view, fn) if isinstance(fn, FUNC_TYPES) else []
+    sites = [(view, c) for c in own]
+    if others and isinstance(fn, FUNC_TYPES):
+        more = getattr(hub, "other_callers", None)
+        sites += [s for s in (more(view, fn) if more is not None else ()) if s not in sites]
+    if not sites or hub.is_spawn_target(view, fn) or _used_as_value(view, fn, own):
         return None
     out = []
-    for c in sites:
-        v = constant_at_call(view, c, view, fn, name)
+    for cv, c in sites:
+        v = constant_at_call(cv, c, view, fn, name)
         if v is None:
             return None
         out.append(v)

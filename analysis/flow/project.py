@@ -6,7 +6,8 @@ in-process LRU. Roots searched, in order: the importing file's folder, the folde
 package (walking up while ``__init__.py`` exists), the folder above that one when the climb
 ended under a folder without ``__init__.py`` (an implicit namespace package: ``REC/utils/`` imported
 as ``REC.utils``), and the project root (the nearest folder above
-holding ``pyproject.toml``, ``setup.py`` or ``.git``); and last, the folders the file itself puts on
+holding ``pyproject.toml``, ``setup.py`` or ``.git``); the source folder of each project packaged right below the project root (``adapter/pyproject.toml``:
+``adapter/src``, or ``adapter`` itself); and last, the folders the file itself puts on
 ``sys.path`` (``sys_path.py``: ``sys.path.insert(0, dirname(dirname(abspath(__file__))))``).
 Nothing outside those roots is read: a third-party import stays unresolved (unknown).
 
@@ -348,7 +349,41 @@ def _roots_for(here: str, absent: list) -> list[str]:
         roots.append(ns)
     if top is not None and top not in roots:
         roots.append(top)
+    if top is not None:
+        roots += [r for r in _subproject_roots(top) if r not in roots]
     return roots
+
+
+def _subproject_roots(top: str) -> tuple[str, ...]:
+    """The source folders of the projects packaged inside the project root ``top``: a folder right
+    below it that holds its own ``pyproject.toml``, ``setup.py`` or ``setup.cfg`` (a monorepo's
+    ``adapter/pyproject.toml``) is installed beside the main project, its packages imported by
+    name; they sit in its ``src/`` (the src layout) or in the folder itself. Looked up last."""
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError:
+        return ()
+    out = []
+    for e in entries:
+        if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+            continue
+        if any(_probe(os.path.isfile, os.path.join(e.path, m)) for m in _PROJECT_MARKERS[:3]):
+            src = os.path.join(e.path, "src")
+            out.append(src if _probe(os.path.isdir, src) else e.path)
+    return tuple(out)
+
+
+def scan_tops(roots: list[str]) -> tuple[str, ...]:
+    """The folders a question about the project's other files scans (their calls of a function),
+    from ``roots_for``: the folder above the topmost package and, for a package in a ``src/``
+    layout (``repo/src/pkg``), also the folder holding ``src/``, whose ``tests/`` and scripts
+    import the package (scanned second: the first keeps the package's own files within the scan's
+    budget)."""
+    top = roots[1] if len(roots) > 1 else roots[0]
+    for r in roots[1:]:
+        if os.path.basename(r) == "src" and _within(top, r) and os.path.dirname(r) != r:
+            return top, os.path.dirname(r)
+    return (top,)
 
 
 def _within(path: str, folder: str) -> bool:

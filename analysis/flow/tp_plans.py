@@ -16,7 +16,6 @@ from ..torch_api import constant_of
 from .bindings import reaching
 from .instances import _self_bindings, ctor_class, module_instance_class
 from .origins import origins
-from .records import class_named
 
 _TP = "torch.distributed.tensor.parallel"
 COLWISE = (f"{_TP}.ColwiseParallel", f"{_TP}.style.ColwiseParallel")
@@ -275,25 +274,12 @@ def colwise_reach(cls, text, filename):
 
 def _call_class(hub, view, call, depth: int, callers=None):
     """``Cls(...)``; ``parallelize_module(m, ...)`` / ``fully_shard(m)`` (they return ``m``);
-    ``Cls.build(...)`` of a classmethod that returns ``cls(...)``."""
+    ``Cls.build(...)`` of a classmethod that returns ``cls(...)`` (``instances.ctor_class``)."""
     got = ctor_class(hub, view, call, _not_project())
     if got is not None:
         return got
     if view.sem.call_qualname(call) in _RETURNS_MODULE and call.args:
         return module_class(hub, view, call.args[0], call, depth + 1, callers)
-    f = call.func
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-        owner = class_named(hub, view, f.value, _not_project())
-        if owner is None:
-            return None
-        m = next((m for m in owner[1].body if isinstance(m, FUNC_TYPES) and m.name == f.attr), None)
-        if m is None or not any(isinstance(d, ast.Name) and d.id == "classmethod" for d in m.decorator_list) \
-                or not m.args.args:
-            return None
-        first = m.args.args[0].arg
-        rets = [n.value for n in iter_scope_nodes(m) if isinstance(n, ast.Return)]
-        if rets and all(isinstance(r, ast.Call) and isinstance(r.func, ast.Name) and r.func.id == first for r in rets):
-            return owner
     return None
 
 

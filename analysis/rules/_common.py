@@ -438,12 +438,11 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
         return False, {}
     here = os.path.abspath(filename)
     roots = project.roots_for(here)
-    top = roots[1] if len(roots) > 1 else roots[0]
     disk = project.disk_allowed()
     # the file's own folder too: the scan of ``top`` stops at ``_MAX_SCAN_FILES``
     deps: dict[str, str] = {}
     hit = False
-    for folder in (os.path.dirname(here), top):
+    for folder in dict.fromkeys((os.path.dirname(here), *project.scan_tops(roots))):
         _files, index, fdeps = _admitting_files(folder, needs, disk)
         deps.update(fdeps)
         if not hit and any(p != here for n in names for p in index.get(n, ())):
@@ -555,16 +554,20 @@ def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
     def build():
         here = os.path.abspath(ctx.filename)
         roots = project.roots_for(here)
-        top = roots[1] if len(roots) > 1 else roots[0]
+        tops = project.scan_tops(roots)
+        top = tops[0]
         an = for_context(ctx)
         out = []
         # the file's own folder first: the scan of ``top`` stops at ``_MAX_SCAN_FILES``; a call of
         # one of the names, or an import renaming one: a file that only spells the word (``init``
         # in ``__init__``) is not parsed, nor counted against the module budget
         if snapshot._on and project.disk_allowed():  # the files are fixed: their words indexed
-            paths = dict.fromkeys((*_calling(os.path.dirname(here), names), *_calling(top, names)))
+            paths = dict.fromkeys((*_calling(os.path.dirname(here), names),
+                                   *(p for t in tops for p in _calling(t, names))))
         else:  # every file's words once per check (each rule's question asked the disk again)
-            words = ctx.memo(("project_callers.words", here, top), lambda: _project_words(here, top))
+            words = {}
+            for t in tops:
+                words.update(ctx.memo(("project_callers.words", here, t), lambda t=t: _project_words(here, t)))
             paths = (p for p, w in words.items() if not names.isdisjoint(w or ()))
         for path in paths:
             if path == here:
@@ -573,12 +576,16 @@ def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
             if text is None or (needs and not _admits(text, needs)):
                 continue
             rel = os.path.relpath(path, top)
+            if rel.startswith("..") and not os.path.relpath(path, tops[-1]).startswith(".."):
+                rel = os.path.relpath(path, tops[-1])  # beside ``src/``: loaded by its path below
             if rel.startswith(".."):
                 continue
             mod = rel[:-3].replace(os.sep, ".")
             if mod.endswith(".__init__"):
                 mod = mod[: -len(".__init__")]
             view = an.module_view(an.main, mod, 0)  # loaded as a dependency of this check
+            if view is None or view.path != path:
+                view = an.view_of(path)  # outside this file's roots: ``tests/`` beside ``src/``
             if view is None or view is an.main or view.path != path:
                 continue
             caller = None

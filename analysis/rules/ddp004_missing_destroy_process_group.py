@@ -31,7 +31,8 @@ class MissingDestroyProcessGroup(Rule):
     literal with no NCCL part (`"xccl"`, `"mpi"`, `"fake"`, also through a constant, an argparse
     default or a config dict; or a parameter of the function that inits, when every call passes
     such a literal or leaves a default that is one: `def connect(rank, backend="gloo")` called as
-    `connect(rank)`), is not flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`)
+    `connect(rank)`, the calls in the project's other files counted, such as its tests calling
+    `init_local_pg(backend="gloo")`), is not flagged: the exit warning (printed from `ProcessGroupNCCL.cpp`)
     and the exit hang below are ProcessGroupNCCL's. A teardown named only in a comment or a string
     does not count: the code must call it. An init in a Ray actor class (`@ray.remote class
     Worker:`) runs in the actor's worker process, not in the script's: Ray ends that process
@@ -40,7 +41,12 @@ class MissingDestroyProcessGroup(Rule):
 
     An init in a branch that never runs is not reported: the test is made of literals and names
     bound once to one (`is_dist, world, rank = (False, 1, 0)` then `if is_dist:`; an option read
-    from the command line is not a literal). A test method of a class built on torch's
+    from the command line is not a literal), or of a flag parameter that every call leaves at a
+    constant default or sets to a constant of the same truth (`def load(path,
+    init_distributed=False)` that no call passes `True`), where every call is in the project: an
+    undecorated module-level function of a script (its program's own calls) or one private to its
+    module (`_load`), its calls in the project's other files counted. A decorated function (a CLI
+    command) gets its flags from elsewhere, and is reported. A test method of a class built on torch's
     `MultiProcessTestCase` (or `DistributedTestBase`, `FSDPTest`, `DTensorTestBase`, also through
     project base classes in other modules) that creates the group, directly or through a helper,
     leaks nothing: the harness destroys the default group after each test (unless the class turns
@@ -127,7 +133,7 @@ class MissingDestroyProcessGroup(Rule):
         direct = ctx.calls_to(D + "init_process_group")
         inits = [i for i in direct if not gloo_only(ctx, i) and not _other_backend(ctx, i)
                  and not _backend_from_callers(ctx, i) and not in_ray_actor(ctx, i)
-                 and not _in_harness(ctx, i) and not dead_branch(ctx.sem, i)]
+                 and not _in_harness(ctx, i) and not _dead(ctx, i)]
         if not direct:
             _through_helpers(ctx)
             return
@@ -153,6 +159,14 @@ class MissingDestroyProcessGroup(Rule):
                 "(PyTorch warns), and exit can hang with several groups",
                 fix=fix,
             )
+
+
+def _dead(ctx, init: ast.Call) -> bool:
+    """``init`` sits in a branch that never runs (``flow.params.dead_branch``: a literal test, or a
+    flag parameter no call in the project sets)."""
+    from ..flow import for_context
+
+    return dead_branch(ctx.sem, init, for_context(ctx), scripts=True)
 
 
 def _in_harness(ctx, init: ast.Call) -> bool:
@@ -212,7 +226,7 @@ def _through_helpers(ctx) -> None:
             if e.where is not None and e.kind == "destroy":
                 return
             if e.where is not None and e.kind == "init" and e.where[0] is not view \
-                    and not dead_branch(sem, e.call) \
+                    and not dead_branch(sem, e.call, an, view, scripts=True) \
                     and not in_ray_actor(ctx, e.call) and harness_class(an, view, e.call) is None \
                     and not _library_group_first(an, view, scope, e):  # (an actor's process is Ray's to end)
                 found.append(e)  # (a function of this file that calls it is reported at that call)
@@ -320,8 +334,9 @@ def _gloo_or_other(view, init: ast.Call, at=None) -> bool:
 
 def _backend_from_callers(ctx, init: ast.Call) -> bool:
     """The backend is a parameter of the function that inits (never rebound there), and every call
-    of that function in this file passes, or leaves as the default, a backend with no NCCL part
-    (``def setup(rank, backend="gloo")`` called as ``setup(rank)``): ``flow.params.constant_at_call``
+    of that function in this file and the project's other files passes, or leaves as the default, a
+    backend with no NCCL part (``def setup(rank, backend="gloo")`` called as ``setup(rank)``;
+    ``init_local_pg(backend="gloo")`` in every test that uses it): ``flow.params.constant_at_call``
     at each call. A function spawned or used as a value has callers not seen here."""
     from ..flow import for_context
     from ..flow.params import constants_at_calls
@@ -331,7 +346,7 @@ def _backend_from_callers(ctx, init: ast.Call) -> bool:
     if not isinstance(expr, ast.Name) or fn is None:
         return False
     an = for_context(ctx)
-    vals = constants_at_calls(an.main, an, fn, expr.id)
+    vals = constants_at_calls(an.main, an, fn, expr.id, others=True)
     return bool(vals) and all(isinstance(v.value, str) and "nccl" not in
                               backend_parts(v.value) for v in vals)
 

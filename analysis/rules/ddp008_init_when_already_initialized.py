@@ -54,7 +54,11 @@ class InitWhenAlreadyInitialized(Rule):
     `worker_class(...)`) is the only one in a function the project names only as the `target=` of
     a `Process(...)`, outside its loops, and so is every construction of its project base classes'
     families (strings that are statements, such as docstrings, or f-string pieces with spaces name
-    nothing). A class the project never builds (a library's public API) is still reported.
+    nothing). A class the project never builds (a library's public API) is still reported, unless
+    the project's code names it nowhere (no call, import or base-class list in any file; a string
+    may) and builds objects from its configuration files (`hydra.utils.instantiate(cfg.trainer)`
+    with `_target_` in YAML): the class is then the project's own, built as its configuration says,
+    which the code does not show.
 
     ## Why is this bad?
     The default group can be created once per process. The second call raises:
@@ -145,7 +149,8 @@ class InitWhenAlreadyInitialized(Rule):
             _constructors(self, ctx)
 
     def _report_ctor(self, ctx, call, cls, via) -> None:
-        if ctx.memo(("ddp008.built_once", id(cls)), lambda: _built_once(ctx, cls) or ray_actor_only(ctx, cls)):
+        if ctx.memo(("ddp008.built_once", id(cls)),
+                    lambda: _built_once(ctx, cls) or ray_actor_only(ctx, cls) or _config_built(ctx, cls)):
             return  # the project's only construction runs once per process (or each is an actor): no second instance
         what = "`init_process_group(...)`" if via is None else f"`{ctx.text(call.func)}(...)`, which calls `init_process_group`,"
         ctx.report(
@@ -290,6 +295,26 @@ def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
                 grown = True
         if not grown or project_files_naming(ctx, builders) is None:
             return False
+
+
+_CONFIG_BUILDERS = ("hydra.utils.instantiate",)
+
+
+def _config_built(ctx, cls: ast.ClassDef) -> bool:
+    """The project's code never names ``cls`` (no name or attribute, in any file: no call, no
+    import, no base-class list; a string may, as a configuration does), yet builds objects from its
+    configuration files (``hydra.utils.instantiate(cfg.trainer)``, the class named by a
+    ``_target_`` in YAML): the class is the project's, built where the code does not say how
+    often, not a library's public API that a user may build twice."""
+    from ._common import project_files_naming
+
+    named = project_files_naming(ctx, {cls.name})
+    if named is None or any(
+            (n.__class__ is ast.Name and n.id == cls.name) or (n.__class__ is ast.Attribute and n.attr == cls.name)
+            for _, v in named for n in v.sem.walk_order()):
+        return False  # named in the code: ``_built_once`` judged its constructions
+    files = project_files_naming(ctx, {b.rsplit(".", 1)[1] for b in _CONFIG_BUILDERS})
+    return files is not None and any(v.sem.calls_to(*_CONFIG_BUILDERS) for _, v in files)
 
 
 def _liftable(fctx, call):
