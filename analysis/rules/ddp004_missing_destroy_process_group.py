@@ -122,18 +122,7 @@ class MissingDestroyProcessGroup(Rule):
     # the file initialises itself, or is a script (``__main__``) whose helpers may: then the file
     # or a project module it imports spells "distributed" (every init's qualified name does)
     requires_text = ("init_process_group", "__main__")
-    # a launcher script whose project helper starts the group may never spell "torch"
-    # (``if __name__ == "__main__": init_env(get_args())``): its own reach gate follows its imports
-    base_text = ("torch", "__main__")
-
-    @classmethod
-    def reach(cls, text, filename):
-        from ..flow.reach import reaches  # lazy: reads the project's other files
-
-        if "torch" in text:
-            return reaches(filename, text)  # the collective reach the engine asks of flow rules
-        got, more = reaches(filename, text, ("init_process_group",))
-        return (True, {}) if got else (False, more)
+    requires_reach = True
 
     def finish(self, ctx) -> None:
         if mentions(ctx.sem, "destroy_process_group", text=ctx.src.text):  # the code names it (a comment does not count)
