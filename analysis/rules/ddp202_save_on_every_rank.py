@@ -646,7 +646,8 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 def per_item_path(ctx, path: ast.AST, call: ast.Call) -> bool:
     """The path names an item of this rank's share of the work: it mentions a variable bound by an
-    enclosing ``for`` over a rank-split list (``paths[rank::world_size]``) or over a loader with a
+    enclosing ``for`` over a rank-split list (``paths[rank::world_size]``), a rank's stride of the
+    indices (``range(rank, n, world_size)``) or over a loader with a
     ``DistributedSampler`` (also through ``enumerate``/``zip`` and inner loops over the batch, and
     plain assignments inside those loops). Each rank then writes its own files."""
     sem = ctx.sem
@@ -692,6 +693,10 @@ def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
         if isinstance(n, ast.Call):
             if (ctx.qn(n) or "") in _SAMPLERS:
                 return True
+            if (n.func.__class__ is ast.Name and n.func.id == "range" and len(n.args) == 3
+                    and any(is_rank_like(x) for x in subtree(n.args[0])
+                            if isinstance(x, (ast.Name, ast.Attribute, ast.Call)))):
+                return True  # range(rank, n, world_size): this rank's stride of the items
             for k in n.keywords:
                 if k.arg == "sampler" and _sharded(ctx, k.value, at, depth + 1):
                     return True
