@@ -24,6 +24,7 @@ Nothing here reports a finding.
 from __future__ import annotations
 
 import ast
+import weakref
 
 from ..semantic import FUNC_TYPES, parent
 from ..torch_api import D
@@ -55,15 +56,31 @@ def _calls(nodes):
                 yield n
 
 
+_PASSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _passed_index(view) -> dict:
+    """name -> the (call, argument) pairs of ``view`` that pass a bare name, in walk order; built
+    once per module (one walk, not one per function asked about)."""
+    idx = _PASSED.get(view.tree)
+    if idx is None:
+        idx = {}
+        for n in ast.walk(view.tree):
+            if isinstance(n, ast.Call):
+                for a in (*n.args, *(k.value for k in n.keywords)):
+                    if isinstance(a, ast.Name):
+                        idx.setdefault(a.id, []).append((n, a))
+        _PASSED[view.tree] = idx
+    return idx
+
+
 def _passed(view, fn):
     """The calls of ``view`` that pass ``fn`` (by its name, unshadowed) as an argument."""
-    for n in ast.walk(view.tree):
-        if not isinstance(n, ast.Call):
-            continue
-        for a in (*n.args, *(k.value for k in n.keywords)):
-            if isinstance(a, ast.Name) and a.id == fn.name and reaching(view, a.id, n)[0] in ("none", "global") \
-                    and list(view.sem.functions.get(fn.name, ())) == [fn]:
-                yield n, a
+    if list(view.sem.functions.get(fn.name, ())) != [fn]:
+        return
+    for n, a in _passed_index(view).get(fn.name, ()):
+        if reaching(view, a.id, n)[0] in ("none", "global"):
+            yield n, a
 
 
 def single_process_call(hub, view, fn):

@@ -214,6 +214,19 @@ def _contexts(hub, view, sp):
         yield _after_in(view, c), translate
 
 
+def _is_false(hub, view, expr, at) -> bool:
+    """``expr`` is ``False`` wherever its value may come from (a literal, or through names,
+    attribute stores, argparse defaults and config entries: ``flow.origins``)."""
+    if expr is None:
+        return False
+    if isinstance(expr, ast.Constant):
+        return expr.value is False
+    from .origins import origins  # lazy: spawn_members stays below origins in the layering
+
+    outs = origins(hub, view, expr, at)
+    return bool(outs) and all(isinstance(e, ast.Constant) and e.value is False for _, e in outs)
+
+
 def parent_joined_spawns(hub, view) -> list:
     out = []
     for sp in view.sem.calls_to(*SPAWNS):
@@ -223,7 +236,7 @@ def parent_joined_spawns(hub, view) -> list:
         join = get_arg(sp, 3, "join")
         if ref is None or nprocs is None or not isinstance(args, ast.Tuple) \
                 or any(isinstance(e, ast.Starred) for e in args.elts) \
-                or not (isinstance(join, ast.Constant) and join.value is False):
+                or not _is_false(hub, view, join, sp):
             continue  # (``join=False``: the parent runs on while the children do)
         target = _spawn_target(hub, view, sp, ref)
         ref_path = access_path(view, ref, sp)
