@@ -214,17 +214,10 @@ def _no_group_path(ctx) -> set:
     for scope in scopes_.values():
         held = {}  # ``held_by_callers`` of the scope, asked once it has a finding
         for use in scope_calls(view, scope):
-            qn = ctx.qn(use) or ""
-            eff = None
-            if qn in _USES:
-                what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
-            elif qn.startswith("torch.") or use.func.__class__ not in (ast.Name, ast.Attribute):
+            got_use = _use(ctx, an, view, use)
+            if got_use is None:
                 continue
-            else:
-                eff = use_through_call(an, view, use)
-                if eff is None:
-                    continue
-                what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
+            what, eff = got_use
             if expects_error(use):
                 continue
             est = group_state_path(an, view, use, scope, present=False)
@@ -285,17 +278,10 @@ def _launcher_single_process(ctx, reported: set) -> None:
         for use in sorted(scope_calls(view, fn), key=lambda c: (c.lineno, c.col_offset)):
             if creates_group(an, view, use):
                 break  # the function makes the group itself first
-            qn = ctx.qn(use) or ""
-            eff = None
-            if qn in _USES:
-                what = "the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"
-            elif qn.startswith("torch.") or use.func.__class__ not in (ast.Name, ast.Attribute):
+            got_use = _use(ctx, an, view, use)
+            if got_use is None:
                 continue
-            else:
-                eff = use_through_call(an, view, use)
-                if eff is None:
-                    continue
-                what = f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)"
+            what, eff = got_use
             if not straight(use, fn) or id(use) in reported or expects_error(use):
                 break
             launcher = lv.sem.enclosing_function(call)
@@ -590,3 +576,17 @@ def _same_path_after(use: ast.Call, init: ast.Call) -> bool:
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             return False
     return True
+
+
+def _use(ctx, an, view, use):
+    """(words, effect) for a call that needs the default group: a direct use (effect None), or a
+    project call that reaches one (``use_through_call``); None for any other call."""
+    qn = ctx.qn(use) or ""
+    if qn in _USES:
+        return ("the DistributedDataParallel constructor" if qn == DDP_CLASS else f"`{qn[len(D):]}()`"), None
+    if qn.startswith("torch.") or use.func.__class__ not in (ast.Name, ast.Attribute):
+        return None
+    eff = use_through_call(an, view, use)
+    if eff is None:
+        return None
+    return f"`{text(ctx, use.func)}(...)` (it reaches {effect_words(ctx, _Site(eff))}, which needs it)", eff
