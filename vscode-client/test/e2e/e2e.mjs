@@ -51,10 +51,21 @@ async function openFile(name) {
 }
 
 async function focusEditor() {
-    // keyboard, not a click: a click lands wherever the editor happens to be scrolled
-    await page.keyboard.press('Escape');
-    await page.keyboard.press('Control+1');
-    await page.locator('.editor-group-container.active .monaco-editor.focused').first().waitFor({ timeout: 10000 });
+    // keyboard, not a click: a click lands wherever the editor happens to be scrolled. A loaded
+    // workbench can drop the first Ctrl+1 (focus still moving from a panel or a just-opened tab):
+    // try again a few times before giving up.
+    const focused = page.locator('.editor-group-container.active .monaco-editor.focused').first();
+    for (let attempt = 0; ; attempt++) {
+        await page.keyboard.press('Escape');
+        await page.keyboard.press('Control+1');
+        try {
+            await focused.waitFor({ timeout: 5000 });
+            return;
+        } catch (e) {
+            if (attempt >= 3) throw e;
+            log(`editor not focused after Ctrl+1 (try ${attempt + 1}); again`);
+        }
+    }
 }
 
 async function gotoLine(spec) {
