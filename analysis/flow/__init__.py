@@ -172,9 +172,10 @@ class Analysis(Summaries):
 
         return Ctx(view, fn, binds, {}, call, view.path, MAX_DEPTH)
 
-    def view_of(self, path: str):
-        """The view of the project file at ``path`` (a dependency of this check), or None."""
-        return self._load(os.path.abspath(path)) if path and not path.startswith("<") else None
+    def view_of(self, path: str, direct: bool = False):
+        """The view of the project file at ``path`` (a dependency of this check), or None. ``direct``:
+        read it even past the number of modules a check explores (a query that always reads it)."""
+        return self._load(os.path.abspath(path), direct=direct) if path and not path.startswith("<") else None
 
     def module_view(self, view, module: str, level: int):
         if view.path is None:

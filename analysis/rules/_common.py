@@ -720,12 +720,13 @@ def _every_py_file(top: str) -> tuple | None:
     return tuple(out)
 
 
-def project_files_naming(ctx, words, also=()) -> list | None:
+def project_files_naming(ctx, words, also=(), partial: bool = False) -> list | None:
     """Every file of this project (this one included, first) whose text holds one of ``words`` as
     a whole word (and each of ``also``): ``[(context, view)]``, the others loaded through the flow layer (so they count as
     dependencies of this check). None when the answer may be incomplete: the file is not on disk,
     the project has more than ``_MAX_ALL_FILES`` files, or a file holding a word could not be
-    loaded as a module of the project (its uses of the word are unknown)."""
+    loaded as a module of the project (its uses of the word are unknown). With ``partial``, the
+    files that could be read (at least this one, when it is on disk)."""
     import os
 
     from ..context import Context
@@ -738,9 +739,9 @@ def project_files_naming(ctx, words, also=()) -> list | None:
     roots = project.roots_for(here)
     top = roots[1] if len(roots) > 1 else roots[0]
     listing = _every_py_file(top) if project.disk_allowed() else tuple(project.documents_under(top))
-    if listing is None:
-        return None
     an = for_context(ctx)
+    if listing is None:
+        return [(ctx, an.main)] if partial else None
     pat = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in sorted(words)) + r")(?!\w)")
     out = [(ctx, an.main)]
     for path in listing:
@@ -762,6 +763,13 @@ def project_files_naming(ctx, words, also=()) -> list | None:
             view = an.module_view(an.main, mod, 0)
             if view is not None and view.path == path:
                 break
+        if (view is None or view.path != path) and partial:
+            # not importable as a module (a test folder without ``__init__``), or past the number of
+            # modules one check explores: read it all the same, every time (the answer must not
+            # depend on what other rules explored first)
+            view = an.view_of(path, direct=True)
+            if view is None or view is an.main:
+                continue
         if view is None or view is an.main or view.path != path:
             return None
         out.append((Context(SourceText(view.text), view.sem, path), view))

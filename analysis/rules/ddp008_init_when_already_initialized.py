@@ -33,32 +33,34 @@ class InitWhenAlreadyInitialized(Rule):
     The same holds for the constructor of a public class of a library module (a file without an
     `if __name__ == "__main__":` block) that creates the default group on every call, directly or
     through its methods and project helpers, with no test on the group on the way
-    (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
-    one process (a second runner, a test that builds two) meets a group that exists. A script's
-    class, a private class (`_Engine`), a Ray actor class (`@ray.remote`, or a class the project
-    uses only as `ray.remote(Cls)`, or only as the base of such classes, in any module: each
-    instance is a process of its own; `object.__new__(Cls)` and `Cls.method(obj)` build none), a
-    class that owns the group's lifecycle (a method of its own, such as `shutdown()`, destroys
-    the group, directly or through project helpers: instances are meant to run one after
-    another) and methods other than `__init__` are left alone, and so is
-    a class the project builds (itself or a subclass) at exactly one call that runs at most once per
-    process: on a script's top level, or in an undecorated function whose only call is there and
-    that no other module imports (`if __name__ == "__main__": main()` -> `Trainer(cfg)`), where
-    no decorator, string, factory or other use of the class names may build another instance. A
-    value that holds the class is followed to the call that builds it: a conditional alias (`Kind =
-    A if c else B; Kind(cfg)`), a dict of classes indexed and called (`TABLE[name](cfg)`, the
-    table's other uses only listing keys), a function that returns the class (or a subclass it makes
-    with `type(...)`), and a function that builds it once per call (its calls stand for it). The
-    same holds for a class built only in worker processes: each construction (or each call handing
-    the class to a project factory that builds it once, `make(worker_class=Learner)` ->
-    `worker_class(...)`) is the only one in a function the project names only as the `target=` of
-    a `Process(...)`, outside its loops, and so is every construction of its project base classes'
-    families (strings that are statements, such as docstrings, or f-string pieces with spaces name
-    nothing). A class the project never builds (a library's public API) is still reported, unless
-    the project's code names it nowhere (no call, import or base-class list in any file; a string
-    may) and builds objects from its configuration files (`hydra.utils.instantiate(cfg.trainer)`
-    with `_target_` in YAML): the class is then the project's own, built as its configuration says,
-    which the code does not show.
+    (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`), when the project's own code
+    shows two instances in one process: a construction (of the class or a project subclass) in a
+    loop or comprehension, two constructions in one function that are not the two arms of one
+    `if`, two in test modules (pytest runs a whole session in one process), or a function that
+    builds one per call (`build_runner(cfg)`, a table of classes indexed and called) called that
+    way. Only calls that resolve to this class count: another class of the same name, or a name
+    the project cannot resolve, is no evidence. A class the project never builds (a library's
+    public API, which its users may or may not build twice) or builds once in each of several
+    scripts shows none and is left alone. Even with such evidence, a private class (`_Engine`), a
+    Ray actor class (`@ray.remote`, or a class the project uses only as `ray.remote(Cls)`, or
+    only as the base of such classes, in any module: each instance is a process of its own;
+    `object.__new__(Cls)` and `Cls.method(obj)` build none), a class that owns the group's
+    lifecycle (a method of its own, such as `shutdown()`, destroys the group, directly or through
+    project helpers: instances are meant to run one after another) and methods other than
+    `__init__` are left alone, and so is a class the project builds (itself or a subclass) at
+    exactly one call that runs at most once per process: on a script's top level, or in an
+    undecorated function whose only call is there and that no other module imports (`if __name__
+    == "__main__": main()` -> `Trainer(cfg)`), where no decorator, string, factory or other use
+    of the class names may build another instance. A value that holds the class is followed to
+    the call that builds it: a conditional alias (`Kind = A if c else B; Kind(cfg)`), a dict of
+    classes indexed and called (`TABLE[name](cfg)`, the table's other uses only listing keys), a
+    function that returns the class (or a subclass it makes with `type(...)`), and a function
+    that builds it once per call (its calls stand for it). The same holds for a class built only
+    in worker processes: each construction (or each call handing the class to a project factory
+    that builds it once, `make(worker_class=Learner)` -> `worker_class(...)`) is the only one in a
+    function the project names only as the `target=` of a `Process(...)`, outside its loops, and
+    so is every construction of its project base classes' families (strings that are statements,
+    such as docstrings, or f-string pieces with spaces name nothing).
 
     ## Why is this bad?
     The default group can be created once per process. The second call raises:
@@ -149,8 +151,10 @@ class InitWhenAlreadyInitialized(Rule):
             _constructors(self, ctx)
 
     def _report_ctor(self, ctx, call, cls, via) -> None:
+        if not ctx.memo(("ddp008.meets_twice", id(cls)), lambda: _meets_twice(ctx, cls)):
+            return  # no construction of the project shows two instances in one process
         if ctx.memo(("ddp008.built_once", id(cls)),
-                    lambda: _built_once(ctx, cls) or ray_actor_only(ctx, cls) or _config_built(ctx, cls)):
+                    lambda: _built_once(ctx, cls) or ray_actor_only(ctx, cls)):
             return  # the project's only construction runs once per process (or each is an actor): no second instance
         what = "`init_process_group(...)`" if via is None else f"`{ctx.text(call.func)}(...)`, which calls `init_process_group`,"
         ctx.report(
@@ -297,24 +301,86 @@ def _built_once(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> bool:
             return False
 
 
-_CONFIG_BUILDERS = ("hydra.utils.instantiate",)
+def _meets_twice(ctx, cls: ast.ClassDef) -> bool:
+    """The project's own code shows two instances of ``cls`` (or of a project subclass, through the
+    values ``_constructions`` follows) in one process: a construction in a loop or comprehension,
+    two in one function that are not the two arms of one ``if``, two in test modules (pytest runs
+    every test of a session in one process), or a function or method that builds one per call
+    called that way. A class the project never builds (a library's public
+    API) or builds once in each of several scripts or workers shows none: its users may or may not
+    build two, which the code does not say."""
+    names, holders, factories, builders, fns = {cls.name}, set(), set(), set(), {}
+    while True:
+        calls = _constructions(ctx, names, holders, factories, builders, partial=True, builder_fns=fns)
+        in_tests, per_fn = 0, {}
+        for fctx, call in calls:
+            fn = _enclosing_or_loop(call)
+            if fn is None:
+                return True  # in a loop or a comprehension: one per iteration
+            if _test_module(fctx.filename):
+                in_tests += 1
+            for other in per_fn.get(id(fn), ()):
+                if not _exclusive(other, call):
+                    return True
+            per_fn.setdefault(id(fn), []).append(call)
+        if in_tests >= 2:
+            return True
+        grown = False
+        for _fctx, call in calls:
+            fn = _enclosing_or_loop(call)  # a function (any level, a method) builds one per call
+            if fn.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and fn.name != "__init__" \
+                    and id(fn) not in fns and fn.name not in names | holders | factories:
+                builders.add(fn.name)  # its calls build the instance
+                fns[id(fn)] = fn
+                grown = True
+        if not grown:
+            return False
 
 
-def _config_built(ctx, cls: ast.ClassDef) -> bool:
-    """The project's code never names ``cls`` (no name or attribute, in any file: no call, no
-    import, no base-class list; a string may, as a configuration does), yet builds objects from its
-    configuration files (``hydra.utils.instantiate(cfg.trainer)``, the class named by a
-    ``_target_`` in YAML): the class is the project's, built where the code does not say how
-    often, not a library's public API that a user may build twice."""
-    from ._common import project_files_naming
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
-    named = project_files_naming(ctx, {cls.name})
-    if named is None or any(
-            (n.__class__ is ast.Name and n.id == cls.name) or (n.__class__ is ast.Attribute and n.attr == cls.name)
-            for _, v in named for n in v.sem.walk_order()):
-        return False  # named in the code: ``_built_once`` judged its constructions
-    files = project_files_naming(ctx, {b.rsplit(".", 1)[1] for b in _CONFIG_BUILDERS})
-    return files is not None and any(v.sem.calls_to(*_CONFIG_BUILDERS) for _, v in files)
+
+def _enclosing_or_loop(node: ast.AST):
+    """The function or module whose run reaches ``node``, or None when a loop or comprehension
+    runs it again first."""
+    p = parent(node)
+    while p is not None:
+        if p.__class__ in _LOOPS:
+            return None
+        if p.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module):
+            return p
+        p = parent(p)
+    return None
+
+
+def _exclusive(a: ast.AST, b: ast.AST) -> bool:
+    """``a`` and ``b`` sit in the two arms of one ``if`` statement or conditional expression."""
+    arms = {}
+    p, child = parent(a), a
+    while p is not None:
+        if p.__class__ in (ast.If, ast.IfExp):
+            arms[id(p)] = "body" if _within(child, p.body) else "orelse" if _within(child, p.orelse) else None
+        child, p = p, parent(p)
+    p, child = parent(b), b
+    while p is not None:
+        if id(p) in arms and p.__class__ in (ast.If, ast.IfExp):
+            side = "body" if _within(child, p.body) else "orelse" if _within(child, p.orelse) else None
+            if side is not None and arms[id(p)] is not None and side != arms[id(p)]:
+                return True
+        child, p = p, parent(p)
+    return False
+
+
+def _within(child: ast.AST, arm) -> bool:
+    return child is arm if not isinstance(arm, list) else any(child is st for st in arm)
+
+
+def _test_module(filename: str) -> bool:
+    """A pytest module (``test_*.py``, ``*_test.py``, ``conftest.py``)."""
+    import os
+
+    base = os.path.basename(filename)
+    return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
 
 
 def _liftable(fctx, call):
@@ -328,30 +394,32 @@ def _liftable(fctx, call):
     return fn if once_per_run(fctx, call) is None else None
 
 
-def _constructions(ctx, names, holders, factories, builders) -> list | None:
+def _constructions(ctx, names, holders, factories, builders, partial: bool = False, builder_fns=None) -> list | None:
     """The calls that build an instance of the classes ``names`` (see ``_built_once``), growing
     ``names`` (subclasses), ``holders`` (module names bound to a value holding a class) and
     ``factories`` (functions returning one) as they are found; None when a use may build one where
-    the project cannot be read."""
+    the project cannot be read, or with ``partial`` the constructions that can be read (a use that
+    cannot be read is left out: what it builds is not evidence; a call of a builder counts only
+    when it resolves to one of ``builder_fns``)."""
     from ._common import project_files_naming
 
     while True:
         words = names | holders | factories | builders
-        files = project_files_naming(ctx, words)
+        files = project_files_naming(ctx, words, partial=partial)
         if files is None:
-            return None
+            return [] if partial else None
         size = len(words)
         calls = []
         for fctx, view in files:
             for n in ast.walk(view.sem.tree):
                 t = n.__class__
                 if t is ast.ClassDef:
-                    if n.name in names and n.decorator_list:
+                    if n.name in names and n.decorator_list and not partial:
                         return None
                     continue
                 if t is ast.Constant:
                     if isinstance(n.value, str) and any(w in words for w in re.findall(r"\w+", n.value)) \
-                            and not _prose(n):
+                            and not _prose(n) and not partial:
                         return None  # a config or registry may name it: built where we cannot see
                     continue
                 if t is ast.Name:
@@ -368,18 +436,22 @@ def _constructions(ctx, names, holders, factories, builders) -> list | None:
                         continue  # the binding of a holder (its value was followed to it)
                     if p.__class__ is ast.Call and p.func is n:
                         if word in builders:
+                            if partial and not _resolves_to(fctx, view, p, builder_fns or {}):
+                                continue  # another function of that name
                             calls.append((fctx, p))
                             continue
                         if word in factories:
-                            if not _follow(fctx, p, calls, names, holders, factories):
+                            if not _follow(fctx, p, calls, names, holders, factories) and not partial:
                                 return None
                             continue
                     if word in holders and _follow(fctx, n, calls, names, holders, factories):
                         continue
-                    if _harmless_use(n, p) or _read_only_use(n, p):
+                    if partial or _harmless_use(n, p) or _read_only_use(n, p):
                         continue
                     return None
                 if p.__class__ is ast.Call and p.func is n:
+                    if partial and not _builds(fctx, view, n, names):
+                        continue  # another class of that name, or one the project cannot resolve
                     calls.append((fctx, p))
                 elif (site := _factory_call(ctx, view, n, p)) is not None:
                     calls.append((fctx, site))  # handed to a factory that builds it once per call
@@ -387,7 +459,7 @@ def _constructions(ctx, names, holders, factories, builders) -> list | None:
                     names.add(p.name)  # a subclass: its constructions and uses count too
                 elif _follow(fctx, n, calls, names, holders, factories):
                     continue
-                elif not _harmless_use(n, p):
+                elif not partial and not _harmless_use(n, p):
                     return None
         seen: set = set()  # ``(A if c else B)(...)`` is one construction, whichever class it builds
         calls = [(f, c) for f, c in calls if not (id(c) in seen or seen.add(id(c)))]
@@ -400,6 +472,23 @@ def _constructions(ctx, names, holders, factories, builders) -> list | None:
         calls = [(f, c) for f, c in calls if inside.get(id(_builder_of(c, builders)), 0) != 1]
         if len(names | holders | factories | builders) == size:
             return calls
+
+
+def _resolves_to(fctx, view, call, builder_fns: dict) -> bool:
+    """``call`` runs one of the functions ``builder_fns`` ({id: node}), not another of that name."""
+    from ..flow import for_context
+
+    target = for_context(fctx).resolve_call(view, call)
+    return target is not None and id(target[1]) in builder_fns
+
+
+def _builds(fctx, view, n, names) -> bool:
+    """The name ``n`` resolves to a project class named in ``names`` (not a library's class, nor
+    another project's class of the same name)."""
+    from ..flow import for_context
+
+    got = for_context(fctx).resolve_class(view, n)
+    return got is not None and got[1].name in names
 
 
 def _builder_of(call, builders):
