@@ -10,6 +10,7 @@ from ..semantic import get_arg
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
     ALL_COLLECTIVES,
     DDP_CLASS,
+    DEVICE_SETTERS,
     OBJECT_COLLECTIVES,
     OBJECT_COLLECTIVES_WITH_DEVICE,
     TENSOR_COLLECTIVES,
@@ -54,7 +55,7 @@ def pin_name_kind(n: str) -> int:
 
 # calls that may take a device as an argument: these qualified names (whose last part is the
 # attribute when called as ``torch.cuda.set_device(...)``), and ``x.to(...)`` / ``x.cuda(...)``
-DEVICE_CALL_QNS = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.device", DDP_CLASS})
+DEVICE_CALL_QNS = frozenset({*DEVICE_SETTERS, "torch.cuda.device", "torch.device", DDP_CLASS})
 _DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in DEVICE_CALL_QNS} | {"to", "cuda"})
 
 
