@@ -36,8 +36,14 @@ class InitWhenAlreadyInitialized(Rule):
     (`Runner.__init__` -> `self.setup_env()` -> `init_dist(...)`): the second instance built in
     one process (a second runner, a test that builds two) meets a group that exists. A script's
     class, a private class (`_Engine`), a Ray actor class (`@ray.remote`, or a class the project
-    uses only as `ray.remote(Cls)`, or only as the base of such classes, in any module: each
-    instance is a process of its own; `object.__new__(Cls)` and `Cls.method(obj)` build none), a
+    uses only as `ray.remote(Cls)` or `ray.remote(**options)(Cls)`, or only as the base of such
+    classes, in any module: each instance is a process of its own; `object.__new__(Cls)`,
+    `Cls.method(obj)` and a generic's parameter (`ActorHandle[Cls]`) build none; a factory's
+    `return Cls` counts when each call of the factory binds a name that is only handed to
+    `ray.remote`, directly or through a project helper's parameter it only hands to
+    `ray.remote`, or read for a method; `Cls = ray.remote(...)(Cls)` makes the name an actor
+    class from there on, and a function's own class of that name, a test's stub, is not the
+    project's), a
     class that owns the group's lifecycle (a method of its own, such as `shutdown()`, destroys
     the group, directly or through project helpers: instances are meant to run one after
     another) and methods other than `__init__` are left alone, and so is
