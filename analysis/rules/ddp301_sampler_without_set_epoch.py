@@ -53,6 +53,18 @@ class SamplerWithoutSetEpoch(Rule):
     loops that hand the loader and the epoch to a function from another module, which may call
     `set_epoch` itself.
 
+    A `set_epoch` that never runs does not count: a helper that cycles its loader forever
+    (`def forever(loader, sampler=None): while True: if sampler is not None:
+    sampler.set_epoch(...)`, then `for batch in loader` or `yield from loader`) and a call of it
+    (in this file or another module) that hands it a loader over a shuffling DistributedSampler
+    but leaves `sampler` at None (`params.dead_at_call`) walks epoch 0's order on every pass; the
+    finding is on the helper's loop. The caller's function, and those that build the loader and
+    the sampler, must not call `set_epoch` either (the whole module, for another module's). The
+    sampler may be a project subclass of DistributedSampler that keeps the base's order (its
+    `__iter__` walks `super().__iter__()`, its `__init__` keeps `shuffle=True` by default), held
+    in a record's field (`state.train.sampler` of `State(train=Split(sampler=...))`, the state
+    passed in by a function of another module).
+
     A loop counted in steps rather than epochs loses the same way when its rounds restart the
     loader's iterator: `except StopIteration: it = iter(loader)` in its body, or an endless-loader
     wrapper whose method the loop calls (`batch = feeder.next()`, the wrapper built in the loop's
