@@ -10,7 +10,7 @@ from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..flow.helper_calls import bind_args, calls_named
 from ._common import other_call_sites
-from ._loader import (DIST_SAMPLER, dataloaders, is_loader_call, in_eval_function, is_eval_name, is_true, loader_sampler,
+from ._loader import (DIST_SAMPLER, dataloaders, project_sampler, is_loader_call, in_eval_function, is_eval_name, is_true, loader_sampler,
                       may_be_none, target_name)
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -766,7 +766,7 @@ def _builds_sampler(ana, view, call, frames=(), callers=None):
         return "all"
     from ..flow.instances import call_classes
 
-    if _project_sampler(ana, view, call):
+    if project_sampler(ana, view, call, _SAMPLER_QNS):
         return "all"
 
     qns = call_classes(ana, view, call, frames, callers)
@@ -776,40 +776,6 @@ def _builds_sampler(ana, view, call, frames=(), callers=None):
     if len(dist) == len(qns):
         return "all"
     return "some" if all(q is not None and q.startswith("torch.utils.data.") for q in qns) else None
-
-
-def _project_sampler(ana, view, call) -> bool:
-    """``call`` builds a project class derived from DistributedSampler (``records.library_bases``)
-    that keeps its epoch-seeded order: each ``__iter__`` of the project's classes on the way walks
-    ``super().__iter__()``, and each ``__init__`` leaves ``shuffle`` alone or takes it as a
-    parameter that defaults to True (the call's own ``shuffle=`` is read as for the base)."""
-    from ..flow.instances import ctor_class
-    from ..flow.records import _NOT_PROJECT, class_chain, library_bases
-
-    got = ctor_class(ana, view, call, _NOT_PROJECT)
-    if got is None or not library_bases(ana, *got) & set(_SAMPLER_QNS):
-        return False
-    for _v, c in class_chain(ana, *got):
-        for f in c.body:
-            if not isinstance(f, FUNC_TYPES):
-                continue
-            if f.name == "__iter__" and not any(
-                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__iter__"
-                    and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name)
-                    and n.func.value.func.id == "super" for n in ast.walk(f)):
-                return False  # an order of its own
-            if f.name == "__init__":
-                args = [*f.args.posonlyargs, *f.args.args]
-                names = [a.arg for a in (*args, *f.args.kwonlyargs)]
-                if "shuffle" in names:
-                    defaults = dict(zip([a.arg for a in args][::-1], f.args.defaults[::-1]))
-                    defaults.update({a.arg: d for a, d in zip(f.args.kwonlyargs, f.args.kw_defaults)})
-                    d = defaults.get("shuffle")
-                    if not (isinstance(d, ast.Constant) and d.value is True):
-                        return False
-                elif any(isinstance(n, ast.keyword) and n.arg == "shuffle" for n in ast.walk(f)):
-                    return False  # it chooses the base's shuffle itself
-    return True
 
 
 def _required_distributed(ana, p):
