@@ -23,6 +23,14 @@ TENSOR_COLLECTIVES = (
 ALL_COLLECTIVES = TENSOR_COLLECTIVES + OBJECT_COLLECTIVES + OBJECT_COLLECTIVES_WITH_DEVICE[:1] + ("barrier", "monitored_barrier")
 
 DDP_CLASS = "torch.nn.parallel.DistributedDataParallel"
+# the calls that pin this process's current device, by index, on each accelerator whose index
+# counts the devices of one node (``torch_npu`` / ``torch_mlu`` register ``torch.npu`` / ``torch.mlu``
+# and keep their own spelling; ``torch.accelerator`` is the backend-generic one)
+DEVICE_SETTERS = frozenset({
+    "torch.cuda.set_device", "torch.xpu.set_device", "torch.npu.set_device", "torch.mlu.set_device",
+    "torch.musa.set_device", "torch_npu.npu.set_device", "torch_mlu.mlu.set_device",
+    "torch.accelerator.set_device_index", "torch.accelerator.set_device_idx",
+})
 SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
 
 

@@ -133,9 +133,11 @@ def origins(hub, view, expr, at, depth: int = 0, path=(), keep_path: bool = Fals
         if c is not None:
             return [_leaf(view, c, (), keep_path, frames)]
     if isinstance(expr, ast.Attribute) and isinstance(expr.ctx, ast.Load) and (
-            _instance_ref(view, expr.value) or isinstance(expr.value, ast.Call)):
+            _instance_ref(view, expr.value) or isinstance(expr.value, ast.Call)
+            or isinstance(expr.value, ast.Attribute) and _instance_ref(view, expr.value.value)):
         # ``env.device`` / ``env.rank`` of ``env = Env(rank=r)``: a property's returns, a record's
-        # field (also of what a call returns: ``get_state().group``)
+        # field (also of what a call returns: ``get_state().group``; of a record held in a
+        # record's field: ``state.train.sampler`` of ``State(train=Split(sampler=s))``)
         got = _instance_attr(hub, view, expr, at, depth, path, keep_path, frames, limit, callers)
         if got is not None:
             return got

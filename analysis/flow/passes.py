@@ -1,5 +1,6 @@
 """Passes over an iterable: the values that one round of a loop starts a new iteration of
-(``for batch in loader``, ``enumerate(loader)``, ``iter(loader)``, ``tqdm(loader)``), in the loop's
+(``for batch in loader``, ``enumerate(loader)``, ``iter(loader)``, ``tqdm(loader)``, ``yield from
+loader``), in the loop's
 body or in the project functions it calls (up to ``MAX_CALLS`` calls deep, in this module or
 another, methods through ``self.m()``), with a callee's parameter rewritten as the argument of the
 call that reaches it. A pass inside a nested loop's body belongs to that nested loop, not to this
@@ -120,6 +121,8 @@ def _scan(hub, view, stmts, depth: int, chain: tuple, active: frozenset, into_lo
             out.extend(Pass(view, e, n, chain) for e in iterated_leaves(n.iter))
         elif isinstance(n, ast.comprehension):
             out.extend(Pass(view, e, n.iter, chain) for e in iterated_leaves(n.iter))
+        elif isinstance(n, ast.YieldFrom):  # a generator that hands on every item: ``yield from loader``
+            out.extend(Pass(view, e, n, chain) for e in iterated_leaves(n.value))
         elif isinstance(n, ast.Call):
             if terminal_name(n.func) == "iter" and isinstance(n.func, ast.Name):
                 out.extend(Pass(view, e, n, chain) for e in iterated_leaves(n))

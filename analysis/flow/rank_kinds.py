@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import get_arg, parent
-from ..torch_api import D
+from ..torch_api import DEVICE_SETTERS, D
 from .origins import origins
 from .rank_tests import GLOBAL_RANK_ENV, LOCAL_RANK_ENV
 from .rank_tests import local_group
@@ -282,8 +282,7 @@ _DEVICE_QNS = {"torch.cuda.set_device": "a CUDA device", "torch.device": "a devi
 _DDP = "torch.nn.parallel.DistributedDataParallel"
 # the accelerators whose device index counts the devices of one node (``torch_npu``, ``torch_mlu``
 # register ``torch.npu`` / ``torch.mlu``)
-_SET_DEVICE = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.xpu.set_device", "torch.npu.set_device",
-                         "torch.mlu.set_device", "torch.musa.set_device"})
+_SET_DEVICE = DEVICE_SETTERS | {"torch.cuda.device"}
 _THROUGH = (ast.List, ast.Tuple, ast.keyword, ast.FormattedValue, ast.JoinedStr, ast.BinOp)
 
 

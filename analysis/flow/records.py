@@ -215,6 +215,21 @@ def class_chain(hub, view, cls: ast.ClassDef, not_project=None, depth: int = 0, 
     return out
 
 
+def library_bases(hub, view, cls: ast.ClassDef, not_project=None) -> set:
+    """The qualified names of the classes outside the project that ``cls`` derives from, through
+    its project bases (``class Resumable(DistributedSampler)``, or a project base that does):
+    ``class_chain``'s classes' bases that are no project class."""
+    np = _NOT_PROJECT if not_project is None else not_project
+    out = set()
+    for v, c in class_chain(hub, view, cls, not_project):
+        for b in c.bases:
+            if class_named(hub, v, b, np) is None:
+                qn = v.sem.qualname(b)
+                if qn:
+                    out.add(qn)
+    return out
+
+
 # bases that define no method a subclass could call through ``self``
 _EMPTY_BASES = frozenset({"object", "abc.ABC", "typing.Generic", "typing.Protocol", "typing_extensions.Protocol"})
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, param_names, parent
+from ..torch_api import DEVICE_SETTERS
 from .helper_calls import bind_args
 
 _MAX_DEPTH = 6
@@ -194,4 +195,4 @@ def current_device_chosen(ctx, node: ast.AST) -> bool:
                     return True
     fn = sem.enclosing_function(node)
     return any(sem.enclosing_function(c) is fn and c.lineno <= node.lineno
-               for c in sem.calls_to("torch.cuda.set_device"))
+               for c in sem.calls_to(*DEVICE_SETTERS))

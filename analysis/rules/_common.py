@@ -10,6 +10,7 @@ from ..semantic import get_arg
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
     ALL_COLLECTIVES,
     DDP_CLASS,
+    DEVICE_SETTERS,
     OBJECT_COLLECTIVES,
     OBJECT_COLLECTIVES_WITH_DEVICE,
     TENSOR_COLLECTIVES,
@@ -54,7 +55,7 @@ def pin_name_kind(n: str) -> int:
 
 # calls that may take a device as an argument: these qualified names (whose last part is the
 # attribute when called as ``torch.cuda.set_device(...)``), and ``x.to(...)`` / ``x.cuda(...)``
-DEVICE_CALL_QNS = frozenset({"torch.cuda.set_device", "torch.cuda.device", "torch.device", DDP_CLASS})
+DEVICE_CALL_QNS = frozenset({*DEVICE_SETTERS, "torch.cuda.device", "torch.device", DDP_CLASS})
 _DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in DEVICE_CALL_QNS} | {"to", "cuda"})
 
 
@@ -527,7 +528,7 @@ def _project_words(here: str, top: str) -> dict:
             for p in dict.fromkeys((*_project_files(os.path.dirname(here)), *_project_files(top)))}
 
 
-def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
+def project_callers(ctx, names, needs=(), unknown: bool = False, target=None) -> list:
     """Calls, in the other files of this project, of this file's module-level functions or classes
     named in ``names``: ``[(caller_ctx, call, def_node)]`` (a class resolves to its ``__init__``).
     ``needs``: groups of needles, one of each the caller's text must hold (what the rule requires
@@ -538,7 +539,8 @@ def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
     flow layer (so they count as dependencies of this check). ``caller_ctx`` is a read-only
     context of the caller's file: rule helpers can query it; nothing is reported on it.
     ``unknown``: also a call by one of the names that resolves to no function, as
-    ``(caller_ctx, call, None)`` (a caller that may be one)."""
+    ``(caller_ctx, call, None)`` (a caller that may be one). ``target``: the view of another
+    module of the project whose functions or classes ``names`` names, instead of this file's."""
     import os
 
     from .. import snapshot
@@ -586,7 +588,7 @@ def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
             view = an.module_view(an.main, mod, 0)  # loaded as a dependency of this check
             if view is None or view.path != path:
                 view = an.view_of(path)  # outside this file's roots: ``tests/`` beside ``src/``
-            if view is None or view is an.main or view.path != path:
+            if view is None or view is an.main or view is target or view.path != path:
                 continue
             caller = None
             for call in view.sem.calls:
@@ -601,7 +603,7 @@ def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
                         caller = Context(SourceText(view.text), view.sem, path)
                     out.append((caller, call, None))
                     continue
-                if res is None or res[0] is not an.main:
+                if res is None or res[0] is not (an.main if target is None else target):
                     continue
                 node = res[1]
                 owner = getattr(node, "_p", None)
@@ -613,16 +615,19 @@ def project_callers(ctx, names, needs=(), unknown: bool = False) -> list:
                 out.append((caller, call, node))
         return out
 
-    return ctx.memo(("common.project_callers", names, needs, unknown), build)
+    return ctx.memo(("common.project_callers", names, needs, unknown, getattr(target, "path", None)), build)
 
 
-def other_call_sites(ctx, an, methods: bool = False):
+def other_call_sites(ctx, an, methods: bool = False, modules: bool = False):
     """``origins``' ``callers``: for a module-level function or class of the checked file (its
     ``__init__``), the (view, call) pairs of its calls in the project's other files
-    (``project_callers``, memoised per check); nothing for other modules' functions. ``methods``:
-    also for a method of a module-level class (``Trainer(cfg).fit(loader)`` of a script)."""
+    (``project_callers``, memoised per check); nothing for other modules' functions unless
+    ``modules`` (then their calls outside their own module too: a data module's
+    ``get_loaders(state)`` that the training script calls). ``methods``: also for a method of a
+    module-level class (``Trainer(cfg).fit(loader)`` of a script)."""
     def get(view, fn):
-        if view is not an.main or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if (view is not an.main and not (modules and view.path)) \
+                or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return []
         owner = getattr(fn, "_p", None)
         if isinstance(owner, ast.ClassDef) and fn.name == "__init__" and isinstance(getattr(owner, "_p", None), ast.Module):
@@ -634,7 +639,7 @@ def other_call_sites(ctx, an, methods: bool = False):
         else:
             return []
         out = []
-        for cctx, call, node in project_callers(ctx, (name,)):
+        for cctx, call, node in project_callers(ctx, (name,), target=None if view is an.main else view):
             cv = an.view_of(cctx.filename) if node is fn else None
             if cv is not None and cv.sem is cctx.sem:
                 out.append((cv, call))

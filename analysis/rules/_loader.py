@@ -212,3 +212,37 @@ def remove_keyword(ctx, call: ast.Call, kw: ast.keyword) -> Edit:
     if i > 0:
         return Edit(Range(src.node_end(items[i - 1]), r.end), "")
     return Edit(r, "")
+
+
+def project_sampler(ana, view, call, qns) -> bool:
+    """``call`` builds a project class derived from one of ``qns`` (DistributedSampler's names:
+    ``records.library_bases``) that keeps its epoch-seeded order: each ``__iter__`` of the project's classes on the way walks
+    ``super().__iter__()``, and each ``__init__`` leaves ``shuffle`` alone or takes it as a
+    parameter that defaults to True (the call's own ``shuffle=`` is read as for the base)."""
+    from ..flow.instances import ctor_class
+    from ..flow.records import _NOT_PROJECT, class_chain, library_bases
+
+    got = ctor_class(ana, view, call, _NOT_PROJECT)
+    if got is None or not library_bases(ana, *got) & set(qns):
+        return False
+    for _v, c in class_chain(ana, *got):
+        for f in c.body:
+            if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if f.name == "__iter__" and not any(
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__iter__"
+                    and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name)
+                    and n.func.value.func.id == "super" for n in ast.walk(f)):
+                return False  # an order of its own
+            if f.name == "__init__":
+                args = [*f.args.posonlyargs, *f.args.args]
+                names = [a.arg for a in (*args, *f.args.kwonlyargs)]
+                if "shuffle" in names:
+                    defaults = dict(zip([a.arg for a in args][::-1], f.args.defaults[::-1]))
+                    defaults.update({a.arg: d for a, d in zip(f.args.kwonlyargs, f.args.kw_defaults)})
+                    d = defaults.get("shuffle")
+                    if not (isinstance(d, ast.Constant) and d.value is True):
+                        return False
+                elif any(isinstance(n, ast.keyword) and n.arg == "shuffle" for n in ast.walk(f)):
+                    return False  # it chooses the base's shuffle itself
+    return True

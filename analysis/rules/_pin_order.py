@@ -9,7 +9,7 @@ import ast
 
 from ..model import Applicability
 from ..semantic import FUNC_TYPES, get_arg, has_kwarg, param_names, parent
-from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE, device_call_index,
+from ._common import (D, DDP_CLASS, DEVICE_SETTERS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE, device_call_index,
                       init_backend_is_nccl, is_simple_ref, single_process_init)
 from ._current_device import current_device_uses
 from ._per_rank_device import _label
@@ -25,7 +25,7 @@ def _report_before_pin(ctx, nccl_inits, guarded=()) -> None:
     (``if cfg.backend == "nccl":`` around the call, with ``backend=cfg.backend`` at the init), or
     that run only when no group exists yet (``if not is_initialized():``)."""
     sem = ctx.sem
-    pins = [c for c in sem.calls_to("torch.cuda.set_device")]
+    pins = list(sem.calls_to(*DEVICE_SETTERS))
     direct = {id(c) for c in pins}
     pins += _helper_pins(ctx)
     if not pins:
@@ -250,7 +250,7 @@ def _pins_in(ana, view, fn, depth: int) -> bool:
     ana._view_stack.append(view)
     try:
         for c in vsem.function_calls(fn):
-            if vsem.call_qualname(c) == "torch.cuda.set_device":
+            if vsem.call_qualname(c) in DEVICE_SETTERS:
                 memo[key] = True
                 break
             if depth < 2 and isinstance(parent(c), ast.Expr):
@@ -466,7 +466,7 @@ def _pin_like_calls(ctx) -> list[ast.Call]:
 
 def _pin_like_calls_of(ctx) -> list[ast.Call]:
     sem = ctx.sem
-    out = list(sem.calls_to("torch.cuda.set_device"))
+    out = list(sem.calls_to(*DEVICE_SETTERS))
     for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
         if isinstance(parent(c), ast.withitem):
             out.append(c)
@@ -563,6 +563,6 @@ def callers_pin_after(ctx, init: ast.Call) -> bool:
         csem = cctx.sem
         scope = csem.enclosing_function(call)
         if not any(c is not call and csem.enclosing_function(c) is scope
-                   and csem.call_qualname(c) == "torch.cuda.set_device" for c in csem.calls):
+                   and csem.call_qualname(c) in DEVICE_SETTERS for c in csem.calls):
             return False
     return True

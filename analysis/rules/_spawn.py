@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from types import SimpleNamespace
+
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import SPAWNS
 
@@ -233,19 +235,129 @@ def ray_actor_only(ctx, cls: ast.ClassDef, busy: frozenset = frozenset()) -> boo
         return False
     made, subs = False, []
     for fctx, view in files:
-        for n in ast.walk(view.sem.tree):
+        sem = view.sem
+        # a function that defines a class of that name of its own (a test's stub): there the name is
+        # that class (an attribute read still counts: ``mod.Cls`` may be the project's)
+        local = {id(f) for f in (sem.enclosing_function(d) for d in ast.walk(sem.tree)
+                                 if d.__class__ is ast.ClassDef and d.name == cls.name and d is not cls)
+                 if f is not None}
+        for n in ast.walk(sem.tree):
+            if local and (n.__class__ is ast.Name or n.__class__ is ast.Attribute and n.ctx.__class__ is ast.Store) \
+                    and id(sem.enclosing_function(n)) in local:
+                continue  # the stub, or a module attribute the function sets to it
+            if local and n.__class__ is ast.ClassDef and n.name == cls.name and id(sem.enclosing_function(n)) in local:
+                continue
             if n.__class__ is ast.Name and n.id == cls.name or n.__class__ is ast.Attribute and n.attr == cls.name:
                 p = parent(n)
-                if p.__class__ is ast.Call and n in p.args and fctx.qn(p.func) in RAY_ACTOR_DECORATORS:
+                if n.__class__ is ast.Name and (_actor_binding(fctx, p) if n.ctx.__class__ is ast.Store
+                                                else _actor_name(view, fctx, n)):
+                    continue  # ``Cls = ray.remote(...)(Cls)``: the name holds the actor class from there on
+                if _ray_made(fctx, n, p):
                     made = True
                 elif p.__class__ is ast.ClassDef and n in p.bases:
                     subs.append((fctx, p))  # a subclass: its instances are the base's
+                elif _returned(n, p) and _returned_to_ray(ctx, cls, fctx, _returned(n, p)):
+                    made = True  # ``return Cls`` of a factory whose callers hand the class to Ray
                 elif not _type_use(n, p) and not _unbound_method(ctx, cls, n, p):
                     return False
             elif n.__class__ is ast.ClassDef and n.name == cls.name and n is not cls:
                 return False  # another class of that name: its uses cannot be told apart
     inner = busy | {id(cls)}
     return (made or bool(subs)) and all(ray_actor_only(fctx, sub, inner) for fctx, sub in subs)
+
+
+def _actor_binding(ctx, st: ast.AST) -> bool:
+    """``st`` binds a name to an actor class: ``Cls = ray.remote(...)(Cls)``."""
+    v = getattr(st, "value", None) if st.__class__ is ast.Assign else None
+    return v.__class__ is ast.Call and len(v.args) == 1 and _ray_made(ctx, v.args[0], v)
+
+
+def _actor_name(view, ctx, n: ast.Name) -> bool:
+    """Every binding of ``n`` that reaches it makes an actor class (``_actor_binding``)."""
+    from ..flow.bindings import reaching
+
+    kind, binds = reaching(view, n.id, n)
+    return kind in ("events", "global") and bool(binds) and all(_actor_binding(ctx, b) for b in binds)
+
+
+def _ray_made(ctx, n: ast.AST, p: ast.AST) -> bool:
+    """``n`` is the class handed to Ray: ``ray.remote(n)`` or ``ray.remote(**options)(n)``."""
+    if p.__class__ is not ast.Call or n not in p.args:
+        return False
+    f = p.func.func if p.func.__class__ is ast.Call else p.func
+    return ctx.qn(f) in RAY_ACTOR_DECORATORS
+
+
+def _returned(n: ast.AST, p: ast.AST):
+    """The ``return`` statement that returns ``n`` (``return Cls``, or an arm of ``return A if c
+    else B``), else None."""
+    while p.__class__ is ast.IfExp and n is not p.test:
+        n, p = p, parent(p)
+    return p if p.__class__ is ast.Return else None
+
+
+def _returned_to_ray(ctx, cls: ast.ClassDef, fctx, ret: ast.Return) -> bool:
+    """``return Cls`` in a module-level function of the project (a factory that picks the class:
+    ``def worker_cls(cfg): ... return LMDeployWorker``) every call of which binds the class to a
+    name that its function only hands to Ray (``_ray_made``), to a project function whose
+    parameter it only hands to Ray there (``def remote_cls(c): return ray.remote(...)(c)``), or
+    reads a method of the class from (``_unbound_method``): the factory's class is built only as
+    an actor. False when a call is used otherwise, or none is found."""
+    from ..flow import for_context
+    from ._common import project_files_naming
+
+    fn = fctx.sem.enclosing_function(ret)
+    if fn.__class__ is not ast.FunctionDef or not isinstance(parent(fn), ast.Module) or fn.decorator_list:
+        return False
+    files = project_files_naming(ctx, {fn.name})
+    if not files:
+        return False
+    an = for_context(ctx)
+    found = False
+    for cctx, view in files:
+        for c in view.sem.calls:
+            f = c.func
+            if (f.id if f.__class__ is ast.Name else getattr(f, "attr", None)) != fn.name:
+                continue
+            got = an.resolve_call(view, c)
+            if got is None:
+                return False  # (a call by that name that may be it)
+            if got[1] is not fn:
+                continue  # another function of that name
+            st = parent(c)
+            if st.__class__ is not ast.Assign or len(st.targets) != 1 or st.targets[0].__class__ is not ast.Name:
+                return False
+            g = view.sem.enclosing_function(c)
+            name = st.targets[0].id
+            for u in ast.walk(g if g is not None else view.sem.tree):
+                if u.__class__ is not ast.Name or u.id != name or u.ctx.__class__ is not ast.Load \
+                        or view.sem.enclosing_function(u) is not g:
+                    continue
+                q = parent(u)
+                if _ray_made(cctx, u, q) or _unbound_method(ctx, cls, u, q) or _hands_to_ray(an, cctx, view, u, q):
+                    continue
+                return False
+            found = True
+    return found
+
+
+def _hands_to_ray(an, ctx, view, u: ast.AST, call: ast.AST) -> bool:
+    """``u`` is an argument of a call of a project function whose parameter it binds is only
+    handed to Ray in that function (``_ray_made``)."""
+    from ..flow.calls import call_args
+
+    if call.__class__ is not ast.Call or u not in call.args and not any(k.value is u for k in call.keywords):
+        return False
+    got = an.resolve_call(view, call)
+    if got is None or got[1].__class__ is not ast.FunctionDef:
+        return False
+    tv, h = got
+    pname = next((p for p, a in call_args(call, h) if a is u), None)
+    if pname is None:
+        return False
+    tctx = SimpleNamespace(qn=tv.sem.qualname)
+    uses = [x for x in ast.walk(h) if x.__class__ is ast.Name and x.id == pname and x.ctx.__class__ is ast.Load]
+    return bool(uses) and all(_ray_made(tctx, x, parent(x)) for x in uses)
 
 
 def _unbound_method(ctx, cls: ast.ClassDef, n: ast.AST, p: ast.AST) -> bool:
@@ -289,6 +401,9 @@ def _type_use(n: ast.AST, p: ast.AST) -> bool:
     if p.__class__ is ast.Attribute and p.value is n and p.attr == "__new__":
         q = parent(p)
         return q.__class__ is ast.Call and q.func is p
+    if p.__class__ is ast.Subscript and p.slice is n or p.__class__ is ast.Tuple and parent(p).__class__ is ast.Subscript \
+            and parent(p).slice is p:
+        return True  # a parameter of a generic: ``ActorClass[Cls]``, ``dict[str, Cls]`` builds no instance
     while p is not None and p.__class__ in (ast.Tuple, ast.Subscript, ast.BinOp, ast.Attribute):
         n, p = p, parent(p)
     if p.__class__ is ast.Call and p.func.__class__ is ast.Name and p.func.id in ("isinstance", "issubclass") \

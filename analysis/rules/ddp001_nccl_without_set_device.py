@@ -13,7 +13,7 @@ from ._pin_order import (_fallback_init, _helper_pins, _report_before_pin, _repo
                          callers_pin_after)
 from ._per_rank_device import (_child_toward, _exclusive_branches,
                                _label, _per_rank_placements, _report_per_rank_device)
-from ._common import (D, DDP_CLASS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
+from ._common import (D, DDP_CLASS, DEVICE_SETTERS, OBJECT_COLLECTIVES, OBJECT_COLLECTIVES_WITH_DEVICE,
                       device_call_index, init_backend_is_nccl, is_simple_ref,
                       single_process_init)
 
@@ -41,7 +41,9 @@ class NcclWithoutSetDevice(Rule):
     The pin may be made by a helper: a function of another project module that calls
     `torch.cuda.set_device` (two calls down), or a library function named like a device setter
     (`set_cuda_device_index(self.local_rank)`) whose one argument is a rank (the name only
-    follows that answer). An init whose backend comes from the config (`backend=cfg.backend`)
+    follows that answer). The accelerator-generic setters pin too, wherever `torch.cuda.set_device`
+    does (`torch.accelerator.set_device_index`, `torch.xpu` / `torch.npu` / `torch_npu.npu.set_device`:
+    the table `torch_api.DEVICE_SETTERS`). An init whose backend comes from the config (`backend=cfg.backend`)
     counts for a call that runs only where `cfg.backend == "nccl"` holds, and a fallback init
     (`if not dist.is_initialized():`) counts for the calls placed right after it. An init in a
     helper of the file whose backend is its parameter (`def join(backend): init_process_group(
@@ -320,7 +322,7 @@ def _pins_device(ctx, skip: frozenset | set = frozenset()) -> bool:
     """The file pins the rank's device (or calls something that may). ``skip``: ids of helper calls
     known (from their source) to create the group without pinning."""
     sem = ctx.sem
-    if sem.calls_to("torch.cuda.set_device"):
+    if sem.calls_to(*DEVICE_SETTERS):
         return True
     for c in sem.calls_to("torch.cuda.device", "torch.cuda.device_of"):
         p = parent(c)

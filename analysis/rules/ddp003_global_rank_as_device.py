@@ -14,11 +14,26 @@ from ..flow.rank_kinds import GLOBAL, device_index_sites, device_param_sinks, ra
 from ..flow.testing import is_test_file
 from ..flow.vocab import env_key
 from ..flow.wrappers import _by_callee
-from ._common import D, _helper_context, device_call_index, resolve_helper
+from ._common import DEVICE_SETTERS, D, _helper_context, device_call_index, resolve_helper
 
 
 _MESSAGE = ("the global rank ({how}) is used as a CUDA device index; it exceeds the GPU count "
             "on every node but the first: `invalid device ordinal`. Use the local rank")
+_OTHER = ("the global rank ({how}) is used as {dev} device index; it exceeds the device count "
+          "on every node but the first. Use the local rank")
+
+
+def _message(qn: str | None, how: str) -> str:
+    """The finding's words, naming the accelerator of a device setter (``qn``, the device call's
+    qualified name) other than CUDA's (``torch_npu.npu.set_device``: an NPU index;
+    ``torch.accelerator.set_device_index``)."""
+    qn = qn or ""
+    if qn in DEVICE_SETTERS and not qn.startswith("torch.cuda."):
+        kind = qn.rsplit(".", 2)[-2]
+        dev = "an accelerator" if kind == "accelerator" else f"a {kind.upper()}" if kind == "musa" \
+            else f"an {kind.upper()}"  # (an NPU, an XPU, an MLU)
+        return _OTHER.format(how=how, dev=dev)
+    return _MESSAGE.format(how=how)
 
 
 class GlobalRankAsDevice(Rule):
@@ -57,9 +72,11 @@ class GlobalRankAsDevice(Rule):
     (`def pin(local_rank): torch.cuda.set_device(local_rank)`, also a few helpers deep) is flagged at
     the call that passes it the global rank (`pin(dist.get_rank())`, `build(self.rank)` with
     `self.rank = int(os.environ["RANK"])`): the argument's kind and the parameter's use are value
-    flow (`flow/rank_kinds.py`), whatever the parameter is called. `set_device` of the other
-    accelerators whose index counts one node's devices (`torch.xpu`, `torch.npu`, `torch.mlu`,
-    `torch.musa`) counts like CUDA's.
+    flow (`flow/rank_kinds.py`), whatever the parameter is called. The device setters of the other
+    accelerators whose index counts one node's devices (`torch.xpu.set_device`,
+    `torch.npu.set_device`, Ascend's `torch_npu.npu.set_device`, `torch.mlu` / `torch_mlu`,
+    `torch.musa`, the backend-generic `torch.accelerator.set_device_index`; one table,
+    `torch_api.DEVICE_SETTERS`) count like CUDA's, with the same value flow.
 
     A record of the launch environment is followed too: a `@dataclass` or `NamedTuple` field
     filled with the global rank by its constructor (`Env(rank=int(os.environ["RANK"]), ...)`) and
@@ -154,7 +171,7 @@ class GlobalRankAsDevice(Rule):
                     how = f"{how} through `{helper}()`, {rel}:{rng.start.line + 1}"
                     ctx.report(
                         call,
-                        _MESSAGE.format(how=how),
+                        _message(ctx.qn(call), how),
                         related=[(src, "this helper gives the global rank"),
                                  ("file", path, rng, "the global rank comes from here")],
                         fix=_make_fix(ctx, site),
@@ -172,11 +189,11 @@ class GlobalRankAsDevice(Rule):
                     if _local_rank_name(ctx, site) is None and ctx.calls_to(
                             "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"):
                         # ranks started by mp.spawn have no LOCAL_RANK: the spawn index is the device
-                        ctx.report(call, _MESSAGE.format(how=how), related=[(src, "the global rank comes from here")])
+                        ctx.report(call, _message(ctx.qn(call), how), related=[(src, "the global rank comes from here")])
                         break
                 ctx.report(
                     call,
-                    _MESSAGE.format(how=how),
+                    _message(ctx.qn(call), how),
                     related=[(src, "the global rank comes from here")] if src is not site else [],
                     fix=_make_fix(ctx, site),
                 )
@@ -249,7 +266,7 @@ def _carried_rank(ctx, call, site) -> bool:
         rel = os.path.relpath(wv.path, here) if here and wv.path else wv.path
         how = f"{how}, {rel}:{wnode.lineno}"
         related = [("file", wv.path, SourceText(wv.text).node_range(wnode), "the global rank comes from here")]
-    ctx.report(call, _MESSAGE.format(how=f"{how} carried by `{ctx.text(site)}`"), related=related)
+    ctx.report(call, _message(ctx.qn(call), f"{how} carried by `{ctx.text(site)}`"), related=related)
     return True
 
 
@@ -295,7 +312,8 @@ def _helper_device_params(ctx) -> None:
             wv, wnode = w
             if wv is view and wnode is not a:
                 related.insert(0, (wnode, "the global rank comes from here"))
-            ctx.report(c, _MESSAGE.format(how=how), related=related, fix=_make_fix(ctx, a))
+            qn = sv.sem.call_qualname(snode) if isinstance(snode, ast.Call) else None
+            ctx.report(c, _message(qn, how), related=related, fix=_make_fix(ctx, a))
             break
 
 

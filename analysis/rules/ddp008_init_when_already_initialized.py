@@ -42,9 +42,14 @@ class InitWhenAlreadyInitialized(Rule):
     the project cannot resolve, is no evidence. A class the project never builds (a library's
     public API, which its users may or may not build twice) or builds once in each of several
     scripts shows none and is left alone. Even with such evidence, a private class (`_Engine`), a
-    Ray actor class (`@ray.remote`, or a class the project uses only as `ray.remote(Cls)`, or
-    only as the base of such classes, in any module: each instance is a process of its own;
-    `object.__new__(Cls)` and `Cls.method(obj)` build none), a class that owns the group's
+    Ray actor class (`@ray.remote`, or a class the project uses only as `ray.remote(Cls)` or
+    `ray.remote(**options)(Cls)`, or only as the base of such classes, in any module: each
+    instance is a process of its own; `object.__new__(Cls)`, `Cls.method(obj)` and a generic's
+    parameter (`ActorHandle[Cls]`) build none; a factory's `return Cls` counts when each call of
+    the factory binds a name that is only handed to `ray.remote`, directly or through a project
+    helper's parameter it only hands to `ray.remote`, or read for a method; `Cls =
+    ray.remote(...)(Cls)` makes the name an actor class from there on, and a function's own class
+    of that name, a test's stub, is not the project's), a class that owns the group's
     lifecycle (a method of its own, such as `shutdown()`, destroys the group, directly or through
     project helpers: instances are meant to run one after another) and methods other than
     `__init__` are left alone, and so is a class the project builds (itself or a subclass) at

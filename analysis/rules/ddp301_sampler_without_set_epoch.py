@@ -10,7 +10,7 @@ from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..flow.helper_calls import bind_args, calls_named
 from ._common import other_call_sites
-from ._loader import (DIST_SAMPLER, dataloaders, is_loader_call, in_eval_function, is_eval_name, is_true, loader_sampler,
+from ._loader import (DIST_SAMPLER, dataloaders, project_sampler, is_loader_call, in_eval_function, is_eval_name, is_true, loader_sampler,
                       may_be_none, target_name)
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -52,6 +52,18 @@ class SamplerWithoutSetEpoch(Rule):
     the loop calls to build it) draws another order each round and is left alone too, as are
     loops that hand the loader and the epoch to a function from another module, which may call
     `set_epoch` itself.
+
+    A `set_epoch` that never runs does not count: a helper that cycles its loader forever
+    (`def forever(loader, sampler=None): while True: if sampler is not None:
+    sampler.set_epoch(...)`, then `for batch in loader` or `yield from loader`) and a call of it
+    (in this file or another module) that hands it a loader over a shuffling DistributedSampler
+    but leaves `sampler` at None (`params.dead_at_call`) walks epoch 0's order on every pass; the
+    finding is on the helper's loop. The caller's function, and those that build the loader and
+    the sampler, must not call `set_epoch` either (the whole module, for another module's). The
+    sampler may be a project subclass of DistributedSampler that keeps the base's order (its
+    `__iter__` walks `super().__iter__()`, its `__init__` keeps `shuffle=True` by default), held
+    in a record's field (`state.train.sampler` of `State(train=Split(sampler=...))`, the state
+    passed in by a function of another module).
 
     A loop counted in steps rather than epochs loses the same way when its rounds restart the
     loader's iterator: `except StopIteration: it = iter(loader)` in its body, or an endless-loader
@@ -124,9 +136,11 @@ class SamplerWithoutSetEpoch(Rule):
 
     def finish(self, ctx) -> None:
         # ``_calls_set_epoch(ctx.sem, ctx.src.text)``, from the check's calls-by-name index
-        if "set_epoch" in ctx.src.text and any(c.func.__class__ is ast.Attribute
-                                               for c in calls_named(ctx, "set_epoch")):
-            return
+        if "set_epoch" in ctx.src.text:
+            sets = [c for c in calls_named(ctx, "set_epoch") if c.func.__class__ is ast.Attribute]
+            if sets:
+                self._dead_set_epoch(ctx, sets)
+                return
         fors = [*ctx.sem.by_type.get(ast.For, ()), *ctx.sem.by_type.get(ast.AsyncFor, ())]
         reported: set[int] = set()
         if fors:
@@ -302,6 +316,84 @@ class SamplerWithoutSetEpoch(Rule):
                 self._report(ctx, loop, where, ref or f"{ast.unparse(p.expr)}.sampler", guard, fixable=ref is not None)
                 break
 
+    def _dead_set_epoch(self, ctx, sets) -> None:
+        """A function whose ``set_epoch`` calls all sit on a branch that a call of the function never
+        takes (``if sampler is not None: sampler.set_epoch(...)`` where the call leaves ``sampler``
+        at its default None: ``params.dead_at_call``), while a loop of the function walks a loader
+        that the same call hands it as a parameter, over a shuffling DistributedSampler
+        (``endless(DataLoader(ds, sampler=DistributedSampler(ds)))`` of a generator that cycles its
+        loader): that call's passes all share epoch 0's order. The caller's function, and the
+        functions that build the loader and the sampler, must not call ``set_epoch`` either (the
+        whole module, for those of another module)."""
+        from ..flow import for_context  # lazy: only files that call set_epoch
+        from ..flow.findings import node_span
+        from ..flow.params import dead_at_call
+        from ..flow.passes import loop_passes
+
+        sem = ctx.sem
+        groups: dict = {}
+        for c in sets:
+            groups.setdefault(sem.enclosing_function(c), []).append(c)
+        ana = main = callers = None
+        for fn, dead in groups.items():
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or in_eval_function(sem, fn):
+                continue
+            params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+            loops = [n for n in ast.walk(fn) if isinstance(n, _LOOPS) and sem.enclosing_function(n) is fn]
+            if not loops or not params:
+                continue
+            if ana is None:
+                ana = for_context(ctx)
+                main = ana.main
+                callers = other_call_sites(ctx, ana, methods=True, modules=True)
+            sites = [(main, c) for c in ana.call_sites(main, fn)] + list(callers(main, fn))
+            sites = [(cv, c) for cv, c in sites if all(dead_at_call(cv, c, main, fn, x) for x in dead)
+                     and not (cv is main and sem.enclosing_function(c) in groups)]
+            if sites:
+                self._dead_loops(ctx, ana, callers, fn, loops, params, sites, groups, dead, node_span, loop_passes)
+
+    def _dead_loops(self, ctx, ana, callers, fn, loops, params, sites, groups, dead, node_span, loop_passes):
+        main = ana.main
+        sem = ctx.sem
+        for loop in sorted(loops, key=lambda n: (n.lineno, n.col_offset)):
+            for p in loop_passes(ana, main, loop):
+                if p.view is not main or not isinstance(p.expr, ast.Name) or p.expr.id not in params \
+                        or len(p.chain) > 1:
+                    continue
+                for cv, c in sites:
+                    a = bind_args(c, fn).get(p.expr.id)
+                    if a is None or is_eval_name(*_pass_names(a)):
+                        continue
+                    got = _distributed_loader(ana, cv, a, c, callers)
+                    if got is None:
+                        continue
+                    lv, ld, sv, sc, _s_arg, _maybe = got
+                    if any(_calls_set_epoch(v.sem, v.text) for v in {id(v): v for v in (cv, lv, sv)}.values()
+                           if v is not main):
+                        continue
+                    if any(sem.enclosing_function(x) in groups for v, x in ((lv, ld), (sv, sc)) if v is main):
+                        continue
+                    what = "the shuffling DistributedSampler"
+                    where = ("file", sv.path, node_span(ctx, sv.path, sc), what) \
+                        if sv.path and sv is not main else (sc, what)
+                    line = f"{_rel(ctx, cv.path)}:{c.lineno}" if cv is not main and cv.path else f"line {c.lineno}"
+                    here = ("file", cv.path, node_span(ctx, cv.path, c),
+                            "this call hands the loader and leaves the `set_epoch` branch out") \
+                        if cv.path and cv is not main else (c, "this call leaves the `set_epoch` branch out")
+                    self._report_dead(ctx, loop, p, where, here, dead[0], line)
+                    return
+
+    def _report_dead(self, ctx, loop, p, sampler, call, dead, line: str) -> None:
+        head_end = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+        rng = Range(ctx.src.node_start(loop), ctx.src.node_end(head_end))
+        ctx.report(
+            rng,
+            f"loop over `{p.expr.id}` without a live `set_epoch(...)`: the call at {line} hands it a loader over "
+            f"a shuffling DistributedSampler and never takes the branch with "
+            f"`{ast.unparse(dead.func)}(...)`, so every pass shuffles in the same order",
+            related=[sampler, call, (dead, "never runs on that call")],
+        )
+
     def _from_builders(self, ctx, fors, reported: set[int]) -> None:
         """``loader, sampler = build(...)`` where ``build`` is a project function that returns a
         DataLoader over a shuffling DistributedSampler (and maybe that sampler)."""
@@ -388,6 +480,13 @@ class SamplerWithoutSetEpoch(Rule):
             related=[sampler if isinstance(sampler, tuple) else (sampler, "the DistributedSampler")],
             fix=fix,
         )
+
+
+def _rel(ctx, path: str) -> str:
+    """``path`` relative to the checked file's folder."""
+    if not ctx.filename or ctx.filename.startswith("<"):
+        return path
+    return os.path.relpath(path, os.path.dirname(os.path.abspath(ctx.filename)))
 
 
 def _refill(main, loop, p):
@@ -639,7 +738,7 @@ def _distributed_loader(ana, view, expr, at, callers=None):
         s_arg = loader_sampler(SimpleNamespace(sem=lv.sem), ld)
         if s_arg is None:
             continue
-        found = branch_origins(ana, lv, s_arg, ld, frames=fr) if not isinstance(s_arg, ast.Call) or \
+        found = branch_origins(ana, lv, s_arg, ld, frames=fr, callers=callers) if not isinstance(s_arg, ast.Call) or \
             (lv.sem.call_qualname(s_arg) or "") not in _SAMPLER_QNS else [(lv, s_arg, fr)]
         built = [(sv, sc, sf, _builds_sampler(ana, sv, sc, sf, callers)) for sv, sc, sf in found
                  if isinstance(sc, ast.Call)]
@@ -666,6 +765,9 @@ def _builds_sampler(ana, view, call, frames=(), callers=None):
     if (view.sem.call_qualname(call) or "") in _SAMPLER_QNS:
         return "all"
     from ..flow.instances import call_classes
+
+    if project_sampler(ana, view, call, _SAMPLER_QNS):
+        return "all"
 
     qns = call_classes(ana, view, call, frames, callers)
     dist = [q for q in qns if q in _SAMPLER_QNS]
