@@ -10,7 +10,10 @@ from collections import defaultdict, deque
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Iterable, Iterator
+
+TYPE_CHECKING = False  # no `typing` import at start-up (annotations are strings here)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Iterable, Iterator
 
 # Canonical spellings: several public paths name the same object.
 _CANONICAL_PREFIXES = (
