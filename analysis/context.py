@@ -3,15 +3,12 @@ lossless text edits (insert a line after a statement, replace a node, add an imp
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable  # (not `typing`: its import costs start-up)
 
 from .model import Applicability, Edit, Finding, Fix, Position, Range, Related, Severity
 from .semantic import Semantic, get_arg
 from .source import SourceText
 from .torch_api import D  # noqa: F401  (the one prefix of every torch.distributed qualified name)
-
-TYPE_CHECKING = False  # no `typing` import at start-up (annotations are strings here)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Iterable
 
 DIST = D[:-1]
 

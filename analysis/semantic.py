@@ -10,10 +10,7 @@ from collections import defaultdict, deque
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-
-TYPE_CHECKING = False  # no `typing` import at start-up (annotations are strings here)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator  # (not `typing`: its import costs start-up)
 
 # Canonical spellings: several public paths name the same object.
 _CANONICAL_PREFIXES = (
