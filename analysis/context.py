@@ -3,7 +3,7 @@ lossless text edits (insert a line after a statement, replace a node, add an imp
 from __future__ import annotations
 
 import ast
-from typing import Iterable
+from collections.abc import Iterable  # (not `typing`: its import costs start-up)
 
 from .model import Applicability, Edit, Finding, Fix, Position, Range, Related, Severity
 from .semantic import Semantic, get_arg

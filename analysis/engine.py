@@ -26,6 +26,7 @@ from _thread import allocate_lock  # `threading` costs start-up; a lock is all t
 from .config import Settings
 from .model import Finding, Position, Range, Severity
 from .registry import DOCS_BASE_URL, NoCase, load_rule, rule_index
+from .source import lowered, nfkc
 
 # The analysis modules (context, semantic, source, noqa) are imported by the first file that passes
 # the text gate: a run whose files are all gated out never loads them (start-up, issue 31).
@@ -94,7 +95,7 @@ def _admitted(text: str, gates) -> list[str]:
                     if hit is None:
                         if isinstance(n, NoCase):
                             if lower is None:
-                                lower = text.lower()
+                                lower = lowered(text)
                             hit = n.lower() in lower
                         else:
                             hit = n in text
@@ -118,7 +119,7 @@ def admitted_codes(text: str, codes: frozenset[str]) -> list[str]:
         # identifiers are NFKC-normalised by the parser: a full-width "ｔｏｒｃｈ" is `torch`. The raw
         # text's matches stand; the normalised text may admit more (a text already in that form,
         # most non-ASCII sources, would only be scanned twice).
-        more = set(_admitted(unicodedata.normalize("NFKC", text), gates))
+        more = set(_admitted(nfkc(text), gates))
         if more - set(out):
             out = [c for c, _ in gates if c in more or c in out]
     return out

@@ -10,7 +10,7 @@ from collections import defaultdict, deque
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator  # (not `typing`: its import costs start-up)
 
 # Canonical spellings: several public paths name the same object.
 _CANONICAL_PREFIXES = (

@@ -9,6 +9,38 @@ import ast
 
 from .model import Position, Range
 
+# -- what the gates ask of one file's whole text -----------------------------------------------------
+_per_text: tuple = ()  # ((kind, text, value), ...), the most recent first
+
+
+def per_text(kind: str, text: str, make):
+    """``make(text)``, memoised by the text's identity for the last few (kind, text) pairs: the text
+    gate and the rules' ``reach`` ask the same derived text (NFKC, lower case, the names it defines)
+    of one file several times, each a scan of the whole text."""
+    global _per_text
+    for k, t, v in _per_text:
+        if t is text and k == kind:
+            return v
+    v = make(text)
+    _per_text = ((kind, text, v), *_per_text[:7])  # a new tuple: readers on other threads see one or the other
+    return v
+
+
+def _nfkc(text: str) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", text)
+
+
+def nfkc(text: str) -> str:
+    """``text`` with identifiers as the parser reads them (NFKC-normalised; an ASCII text as is)."""
+    return text if text.isascii() else per_text("nfkc", text, _nfkc)
+
+
+def lowered(text: str) -> str:
+    """``text.lower()``, memoised (``per_text``)."""
+    return per_text("lower", text, str.lower)
+
 
 class SourceText:
     __slots__ = ("text", "lines", "bom", "_ascii", "_line_offsets")

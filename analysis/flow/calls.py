@@ -86,7 +86,7 @@ def call_sites_here(ctx, fn: ast.AST, *, strict: bool = False) -> list[ast.Call]
             return sites
     if strict:
         return sites if word_counts(ctx.sem).get(name, 0) == expected else []
-    uses = ctx.memo("calls.name_loads", lambda: _name_loads(ctx.sem.walk_order()))
+    uses = ctx.memo("calls.name_loads", lambda: _name_loads(ctx.sem.of_types(ast.Name, ast.Attribute)))
     return sites if uses.get(("a" if method else "n", name), 0) == len(sites) else []
 
 

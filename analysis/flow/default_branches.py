@@ -353,7 +353,7 @@ def _self_stores(cls) -> dict:
 def _stored_outside(view, cls, attr: str) -> bool:
     """Code of ``view`` outside ``cls`` (None: all of it) stores an attribute ``attr`` on
     something other than its own ``self``, or sets attributes by name (``setattr``)."""
-    for n in ast.walk(view.tree):
+    for n in view.sem.of_types(ast.Attribute, ast.Call):  # (a yes from either decides)
         if cls is not None and cls.lineno <= getattr(n, "lineno", 0) <= cls.end_lineno:
             continue
         if isinstance(n, ast.Attribute) and n.attr == attr and not isinstance(n.ctx, ast.Load) \

@@ -226,7 +226,7 @@ def _rewrites_options(hub, view, attr: str) -> bool:
     got = memo.get(attr)
     if got is None:
         got = False
-        for n in ast.walk(view.tree):
+        for n in view.sem.of_types(ast.Attribute, ast.Call):  # (a yes from either decides)
             if isinstance(n, ast.Attribute):
                 if n.attr in ("set_defaults", "__dict__") or (
                         n.attr == attr and not isinstance(n.ctx, ast.Load) and _parsed(hub, view, n.value, n)):

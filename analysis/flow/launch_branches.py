@@ -65,11 +65,10 @@ def _passed_index(view) -> dict:
     idx = _PASSED.get(view.tree)
     if idx is None:
         idx = {}
-        for n in ast.walk(view.tree):
-            if isinstance(n, ast.Call):
-                for a in (*n.args, *(k.value for k in n.keywords)):
-                    if isinstance(a, ast.Name):
-                        idx.setdefault(a.id, []).append((n, a))
+        for n in view.sem.of_types(ast.Call):  # (``ast.walk``'s order: the module's index by type)
+            for a in (*n.args, *(k.value for k in n.keywords)):
+                if isinstance(a, ast.Name):
+                    idx.setdefault(a.id, []).append((n, a))
         _PASSED[view.tree] = idx
     return idx
 

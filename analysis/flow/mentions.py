@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 
+from ..semantic import subtree
+
 # calls whose string arguments are messages for a human, not values the program acts on
 _MESSAGE_CALLS = frozenset({"print", "info", "warning", "warn", "debug", "error", "exception", "critical",
                             "log", "write", "echo", "secho", "print_rank_0", "rank0_print", "logger"})
@@ -85,7 +87,7 @@ def _skip_strings(expr, skip: set[int]) -> None:
     of them, a ``.format`` call) as not code."""
     if expr is None:
         return
-    for n in ast.walk(expr):
+    for n in subtree(expr):
         if n.__class__ is ast.Constant and isinstance(n.value, str):
             skip.add(id(n))
         elif n.__class__ is ast.Call and not (n.func.__class__ is ast.Attribute and n.func.attr == "format"):

@@ -160,6 +160,8 @@ def _env_test(test: ast.Compare) -> str | None:
 
 
 def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
+    if scope not in ctx.memo("mode_unbound.if_scopes", lambda: _if_scopes(ctx.sem)):
+        return []  # no ``if`` of its own: no binding of the scope can sit in one (``_owner_if``)
     nodes = iter_scope_nodes(scope)
     binds: dict[str, list] = {}
     skip = set(param_names(scope)) if isinstance(scope, FUNC_TYPES) else set()
@@ -211,6 +213,18 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
     return out
 
 
+def _if_scopes(sem) -> frozenset:
+    """The scopes (``_SCOPES``, the module included) that hold an ``if`` of their own, not one of a
+    nested scope: the only ones where ``_owner_if`` can find an owner."""
+    out = set()
+    for q in sem.by_type.get(ast.If, ()):  # (``by_type`` indexes every ``if``: ``semantic.BRANCHING``)
+        p = parent(q)
+        while p is not None and not isinstance(p, _SCOPES):
+            p = parent(p)
+        out.add(p)
+    return frozenset(out)
+
+
 def global_names(scope) -> set[str]:
     """The names a function declares ``global``."""
     return {x for n in iter_scope_nodes(scope) if isinstance(n, ast.Global) for x in n.names}
@@ -222,7 +236,7 @@ def _bound_elsewhere(ctx, scope, names: set[str]) -> set[str]:
     included), an import, a ``def`` or ``class``, a handler's or pattern's name; all of them when
     the module binds names it does not spell (``globals()``, ``vars()``, ``setattr``, ``exec``, a
     star import). The module's bindings are indexed once per check (``_module_bindings``)."""
-    by_name, dynamic = ctx.memo("mode_unbound.bindings", lambda: _module_bindings(ctx.sem.walk_order()))
+    by_name, dynamic = ctx.memo("mode_unbound.bindings", lambda: _module_bindings(ctx.sem.of_types(*_BINDERS)))
     ancestors = ctx.sem.ancestors
 
     def outside(n) -> bool:  # not ``scope`` nor in it (through the parent pointers: no walk of ``scope``)
@@ -241,11 +255,17 @@ def _bound_elsewhere(ctx, scope, names: set[str]) -> set[str]:
     return out
 
 
+# the node types ``_module_bindings`` looks at (``Semantic.of_types``: no walk of the other nodes)
+_BINDERS = (ast.Name, ast.Import, ast.ImportFrom, *FUNC_TYPES, ast.ClassDef, ast.ExceptHandler,
+            *(getattr(ast, k) for k in ("MatchAs", "MatchStar", "MatchMapping") if hasattr(ast, k)))
+
+
 def _module_bindings(nodes) -> tuple[dict[str, list], list]:
     """({name: [every node that may bind it: a store or ``del``, an import, a ``def`` or
     ``class``, a handler, a pattern]}, [every node that binds names it does not spell: a read of
-    ``globals``/``vars``/``locals``/``exec``/``eval``/``setattr``, a star import]), one walk of the
-    module."""
+    ``globals``/``vars``/``locals``/``exec``/``eval``/``setattr``, a star import]), from the module's
+    nodes of those types (in no particular order: the answers only ask whether any is outside a
+    scope)."""
     by_name: dict[str, list] = {}
     dynamic: list = []
     for n in nodes:

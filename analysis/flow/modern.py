@@ -419,8 +419,8 @@ def _taken_dims(an, view, init) -> set:
         return h is not None and h[1] is init
 
     taken = set()
-    for n in ast.walk(view.sem.tree):
-        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) and isinstance(n.value, (ast.Name, ast.Attribute)) \
+    for n in view.sem.of_types(ast.Subscript):
+        if isinstance(n.ctx, ast.Load) and isinstance(n.value, (ast.Name, ast.Attribute)) \
                 and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str) \
                 and n.slice.value not in taken and same(view, n.value, n):
             taken.add(n.slice.value)

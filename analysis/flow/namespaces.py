@@ -208,8 +208,8 @@ def stored_option_uses(hub, stores_in, reads_in, dest: str) -> list:
     out = []
     attrs = {a[-1] for a, _o in stores}
     for w in reads_in:
-        for n in ast.walk(w.tree):
-            if n.__class__ is not ast.Attribute or n.attr not in attrs or not isinstance(n.ctx, ast.Load) \
+        for n in w.sem.of_types(ast.Attribute):
+            if n.attr not in attrs or not isinstance(n.ctx, ast.Load) \
                     or w.sem.qualname(n) is not None:
                 continue
             bc = _attr_chain(n)

@@ -44,7 +44,8 @@ def _start_loops(view) -> list:
         return memo
     out = []
     sem = view.sem
-    for loop in sem.by_type.get(ast.For, ()):
+    # (no process-start call in the module: no loop's body holds one, and no body is walked)
+    for loop in sem.by_type.get(ast.For, ()) if sem.calls_to(*_STARTS) else ():
         names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
         if not names:
             continue

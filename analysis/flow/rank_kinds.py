@@ -200,8 +200,8 @@ def local_rank_env_reads(view, known: bool = False) -> list[ast.AST]:
     for c in sem.calls:
         if _reads_local(view, c, known) or sem.call_qualname(c) == D + "get_node_local_rank":
             got.append(c)
-    for s in ast.walk(view.tree):  # once per module, and only for a module with a --local_rank option
-        if s.__class__ is ast.Subscript and isinstance(s.ctx, ast.Load) and _reads_local(view, s, known):
+    for s in view.sem.of_types(ast.Subscript):  # once per module, and only for a module with a --local_rank option
+        if isinstance(s.ctx, ast.Load) and _reads_local(view, s, known):
             got.append(s)
     memo[mk] = got
     return got
@@ -296,8 +296,8 @@ def option_uses(view, dest: str) -> list:
         return got
     got = []
     sem = view.sem
-    for n in ast.walk(view.tree):
-        if n.__class__ is not ast.Attribute or n.attr != dest or not isinstance(n.ctx, ast.Load) \
+    for n in sem.of_types(ast.Attribute):
+        if n.attr != dest or not isinstance(n.ctx, ast.Load) \
                 or sem.qualname(n) is not None:
             continue
         how = _use_of(view, n)

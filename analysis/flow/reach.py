@@ -33,6 +33,7 @@ import time
 import unicodedata
 
 from .. import snapshot
+from ..source import lowered, nfkc
 from . import project
 
 # (+ the methods whose name alone makes a hidden collective: runtime/shim_vocab.BY_UNIQUE_METHOD,
@@ -71,7 +72,7 @@ def holds(text: str, needles: tuple = REACH_TEXT) -> bool:
     if any(n in text for n in needles):
         return True
     if not text.isascii():  # identifiers are NFKC-normalised by the parser
-        t = unicodedata.normalize("NFKC", text)
+        t = nfkc(text)
         return any(n in t for n in needles)
     return False
 
@@ -215,7 +216,7 @@ def reaches(path: str | None, text: str, needles: tuple = REACH_TEXT,
     needles matched case-insensitively. A necessary condition: comments and strings only add
     candidates. A yes carries no dependencies: its file is parsed, and the flow layer records what
     it reads."""
-    if holds(text.lower() if fold else text, needles):
+    if holds(lowered(text) if fold else text, needles):
         return True, {}
     if not path or path.startswith("<"):
         return False, {}

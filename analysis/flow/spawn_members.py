@@ -145,7 +145,7 @@ def _after_in(view, spawn):
     """The calls of ``spawn``'s function (or module) that run after it on its path."""
     fn = view.sem.enclosing_function(spawn)
     nodes = _body_calls(fn) if fn is not None else (
-        n for n in ast.walk(view.tree) if isinstance(n, ast.Call) and view.sem.enclosing_function(n) is None)
+        n for n in view.sem.of_types(ast.Call) if view.sem.enclosing_function(n) is None)
     return [c for c in nodes if _follows(spawn, c)]
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes
 from ..torch_api import D
 from .helper_calls import bind_args, resolved
 
@@ -94,17 +94,6 @@ class Facts:
         self.env, self.reduced, self.clips, self.returns = {}, {}, [], None
 
 
-def _walk(fn):
-    """The nodes of ``fn``'s body, not those of nested functions or classes."""
-    stack = list(reversed(fn.body if isinstance(fn, FUNC_TYPES) else []))
-    while stack:
-        n = stack.pop()
-        yield n
-        if isinstance(n, (*FUNC_TYPES, ast.ClassDef, ast.Lambda)):
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(n))))
-
-
 def _trivial_test(t) -> bool:
     """``x is not None`` / ``x.requires_grad`` (and conjunctions of those): a test that keeps every
     gradient there is."""
@@ -149,7 +138,8 @@ def local_norms(hub, view, fn, seeds=None, depth: int = 0) -> Facts:
         return facts
     ev = _Eval(hub, view, facts, depth)
     facts.env.update(seeds or {})
-    nodes = list(_walk(fn))
+    # the nodes of its body, not those of nested functions or classes (once per function)
+    nodes = iter_scope_nodes(fn) if isinstance(fn, FUNC_TYPES) else ()
     for n in nodes:
         if isinstance(n, ast.Call) and (view.sem.call_qualname(n) or "") in REDUCERS:
             t = get_arg(n, 0, "tensor")

@@ -240,7 +240,7 @@ def _one_at_every_entry(sem, fn, name: str, depth: int) -> bool:
     has none of those entries."""
     if depth > 2 or not isinstance(parent(fn), ast.Module):
         return False
-    refs = [n for n in ast.walk(sem.tree) if isinstance(n, ast.Name) and n.id == fn.name
+    refs = [n for n in sem.of_types(ast.Name) if n.id == fn.name
             and isinstance(n.ctx, ast.Load)]
     if not refs:
         return False

@@ -7,6 +7,7 @@ from bisect import bisect_right
 from operator import attrgetter
 
 from ..semantic import get_arg
+from ..source import nfkc, per_text
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
     ALL_COLLECTIVES,
     DDP_CLASS,
@@ -362,7 +363,17 @@ def _admits(text: str, needs) -> bool:
 # a module-level ``def``/``class`` starts a line (decorators are lines of their own)
 _TOP_DEFS = re.compile(r"^\f*(?:async[ \t]+def|def|class)(?:[ \t]|\\\r?\n)+([^\W\d]\w*)", re.M)
 _TOP_CLASSES = re.compile(r"^\f*class(?:[ \t]|\\\r?\n)+([^\W\d]\w*)", re.M)
-_candidates: dict[tuple, tuple] = {}  # (project folder, needs) -> (when, ((path, text), ...))
+
+
+def _top_def_names(text: str) -> frozenset:
+    return frozenset(_TOP_DEFS.findall(text))
+
+
+def _top_class_names(text: str) -> frozenset:
+    return frozenset(_TOP_CLASSES.findall(text))
+
+
+_candidates: dict[tuple, tuple] = {}  # (project folder, needs) -> (when, (files, index, deps), what it read)
 _CANDIDATES_TTL = 5.0
 
 
@@ -371,7 +382,9 @@ def _admitting_files(folder: str, needs, disk: bool) -> tuple:
     each group of ``needs``: ``files`` is ((path, text), ...), ``index`` maps every identifier of
     their texts to the paths that spell it, ``deps`` is {path: content hash}. Memoised for
     ``_CANDIDATES_TTL`` seconds per (folder, needs) when the disk may be read: a batch run reads
-    and indexes a folder once, not once per file of it."""
+    and indexes a folder once, not once per file of it. Past that, the folder is listed and its
+    files read again (``_text_of``: by modification time and size); the index is made again only
+    when a file or a text differs from those it was made from (an editor's every check)."""
     import hashlib
     import time
 
@@ -384,15 +397,19 @@ def _admitting_files(folder: str, needs, disk: bool) -> tuple:
         _candidates.pop(key, None)  # the most recently used last (``_remember``)
         _candidates[key] = got
     if got is None or not project.fresh(got[0], now, _CANDIDATES_TTL):
-        found, index, deps = [], {}, {}
-        for path in _project_files(folder):
-            t = _text_of(path)
-            if t is not None and _admits(t, needs):
-                found.append((path, t))
-                deps[path] = hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
-                for w in _words_of(path, t):
-                    index.setdefault(w, []).append(path)
-        got = (now, (tuple(found), index, deps))
+        read = tuple((path, _text_of(path)) for path in _project_files(folder))
+        if got is not None and len(read) == len(got[2]) and all(
+                p == q and t is u for (p, t), (q, u) in zip(read, got[2])):
+            got = (now, got[1], got[2])  # the same files and texts (the same objects): the same index
+        else:
+            found, index, deps = [], {}, {}
+            for path, t in read:
+                if t is not None and _admits(t, needs):
+                    found.append((path, t))
+                    deps[path] = hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
+                    for w in _words_of(path, t):
+                        index.setdefault(w, []).append(path)
+            got = (now, (tuple(found), index, deps), read)
         if disk:  # (only the open documents otherwise: few, and they change)
             _remember(_candidates, key, got, 256)
     return got[1]
@@ -426,15 +443,13 @@ def callers_may_exist(text: str, filename: str | None, needs, classes_only: bool
     so the file need not be parsed for it. Returns (may exist, {path: content hash} of the
     candidate callers read: every one, so that a change in any of them re-checks the file)."""
     import os
-    import unicodedata
 
     from ..flow import project
 
     if not filename or filename.startswith("<") or not project.is_file(os.path.abspath(filename)):
         return False, {}
-    if not text.isascii():
-        text = unicodedata.normalize("NFKC", text)
-    names = set((_TOP_CLASSES if classes_only else _TOP_DEFS).findall(text))
+    names = per_text("top classes" if classes_only else "top defs", nfkc(text),
+                     _top_class_names if classes_only else _top_def_names)
     if not names:
         return False, {}
     here = os.path.abspath(filename)
@@ -465,11 +480,7 @@ def shown_path(ctx, path: str) -> str:
 
 def spells_ddp(text: str) -> bool:
     """``text`` spells ``DistributedDataParallel`` (NFKC-normalised, as Python reads names)."""
-    if "DistributedDataParallel" in text:
-        return True
-    import unicodedata
-
-    return not text.isascii() and "DistributedDataParallel" in unicodedata.normalize("NFKC", text)
+    return "DistributedDataParallel" in text or (not text.isascii() and "DistributedDataParallel" in nfkc(text))
 
 
 def ddp_or_callers_reach(cls, text: str, filename: str | None):

@@ -7,6 +7,7 @@ import os
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent, subtree
+from ..source import lowered, nfkc
 from ..flow.assignments import reaching_assignment
 from ..flow.fs_ranks import DUMPS, dumped_file, per_process_path, rank_specific_path
 from ..flow.group_free import without_group
@@ -178,13 +179,10 @@ class SaveOnEveryRank(Rule):
     def reach(cls, text, filename):
         # torch.save and the other writers, a save helper, or a profiler's trace export: in this
         # file, or in a project module it imports (``_through_helpers``)
-        low = text.lower()
+        low = lowered(text)
         if any(n in low for n in _WRITER_TEXT):
             return True, {}
-        if not text.isascii():  # identifiers are NFKC-normalised by the parser
-            import unicodedata
-
-            text = unicodedata.normalize("NFKC", text)
+        text = nfkc(text)  # identifiers are NFKC-normalised by the parser
         if not any(n in text for n in LAUNCH_TEXT):
             return False, {}  # a helper's write is only followed from a distributed script
         from ..flow.reach import reaches

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import ast
-import unicodedata
 
 from ..flow.bindings import contains
 from ..model import Applicability, Edit, Range, Severity
@@ -18,6 +17,7 @@ from ..flow.testing import is_test_file
 from ..flow.fs_ranks import rank_specific_path
 from ._spawn import is_main_guard, runs_in_ranks
 from ..semantic import get_arg, parent
+from ..source import lowered, nfkc
 
 
 class LoadWithoutMapLocation(Rule):
@@ -151,11 +151,11 @@ class LoadWithoutMapLocation(Rule):
     @classmethod
     def reach(cls, text, filename):
         # a distributed script itself, or a helper that one of the project calls (``_helper_loads``)
-        t = text if text.isascii() else unicodedata.normalize("NFKC", text)
+        t = nfkc(text)
         if any(n in t for n in LAUNCH_TEXT):
             return True, {}
         # library code that says by itself that it runs on every rank (``_library_loads``)
-        low = t.lower()
+        low = lowered(t)
         if any(n in low for n in _LIBRARY_NEEDLES):
             return True, {}
         return callers_may_exist(text, filename, _CALLER_NEEDS)
