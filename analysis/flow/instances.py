@@ -420,7 +420,9 @@ def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=No
     kind, evs = reaching(view, name.id, at) if isinstance(name, ast.Name) else (None, None)  # or ``self.model``
     found = None
     got_any = False
-    for v, e in origins(hub, view, name, at, callers=callers):
+    # context-sensitive (``frames``): a helper that returns its parameter (``shard(Model(cfg))``)
+    # gives the argument of the very call
+    for v, e, *_ in origins(hub, view, name, at, frames=(), callers=callers):
         got_any = True
         while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING \
                 and isinstance(e.func.value, ast.Call):

@@ -6,8 +6,8 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
 from ..flow.hidden import arg_calls, is_fsdp2, shard_calls
-from ..flow.modern import hub, key_of, shard_reach
-from ._common import other_call_sites
+from ..flow.modern import hub, key_of
+from ._common import other_call_sites, shard_or_callers_reach
 
 REGISTER = ("torch.distributed.fsdp.register_fsdp_forward_method",
             "torch.distributed._composable.fsdp.register_fsdp_forward_method")
@@ -53,15 +53,14 @@ class FsdpMethodWithoutRegistration(Rule):
     name = "fsdp-method-without-registration"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    # the sharding and the registration may be done by a helper of another module: the reach gate
-    reach = classmethod(shard_reach)
+    # the sharding and the registration may be done by a helper of another module, or the method
+    # called in a helper of a module that its caller gives the sharded model to: the reach gate
+    reach = classmethod(shard_or_callers_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         sem = view.sem
         shards = shard_calls(an, view)
-        if not shards:
-            return
         registered = _registered(an, view)
         callers = other_call_sites(ctx, an)
         for c in sem.calls:
@@ -70,8 +69,10 @@ class FsdpMethodWithoutRegistration(Rule):
                 continue
             k = key_of(f.value)
             if k is None or (k, f.attr) in registered or (k, None) in registered or \
-                    not is_fsdp2(an, view, f.value, c):
+                    not is_fsdp2(an, view, f.value, c, callers):
                 continue
+            if is_fsdp2(an, view, f.value, c, callers, kind="registered"):
+                continue  # registered where it was sharded (a helper of another module, a caller)
             target = an.resolve_call(view, c) or _method_of_origin(an, view, f.value, f.attr, c, callers)
             if target is None or not isinstance(target[1], FUNC_TYPES) or not _bypasses_call(target[1]):
                 continue
