@@ -20,7 +20,10 @@ class FsdpMethodWithoutRegistration(Rule):
     on a module given to `fully_shard`, when the method is defined by the project's model class,
     does not go through `self(...)` (calling `self.forward(...)` directly skips FSDP2's hooks just
     the same), and no
-    `register_fsdp_forward_method(model, "<method>")` registers it. A method that only initialises
+    `register_fsdp_forward_method(model, "<method>")` registers it. The module is followed into
+    the helpers it is passed to, in this module or another (an evaluation helper that calls
+    `model.encode(batch)` for a model its callers shard), and a registration is found where the
+    module was sharded (a sharding helper of another module). A method that only initialises
     the parameters in place (`nn.init.normal_(...)`, also in a function it hands to
     `self.apply(...)`, as `init_weights` after `to_empty` does) is not reported: the in-place
     init ops work on the DTensor shards.
