@@ -178,7 +178,7 @@ def _method_of_origin(an, view, recv, name, at, callers=None):
     resolution order."""
     from ..flow.instances import module_instance_class
     from ..flow.records import _NOT_PROJECT, inherited_method
-    got = module_instance_class(an, view, recv, at, _NOT_PROJECT, callers)
+    got = module_instance_class(an, view, recv, at, _NOT_PROJECT, callers, frames=())
     if got is not None:
         return inherited_method(an, got[0], got[1], name, _NOT_PROJECT)
     return None
