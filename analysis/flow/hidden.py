@@ -28,7 +28,10 @@ PARALLELIZE = frozenset({"torch.distributed.tensor.parallel.parallelize_module"}
 # ``dtensor``: a module whose state dict holds DTensors, given to either or holding a part given
 # to either (``for b in m.layers: parallelize_module(b, ...)``: ``shard_returns.part_root``)
 _SHARDERS = {"fsdp2": (FULLY_SHARD, "fully_shard"), "tp": (PARALLELIZE, "parallelize_module"),
-             "dtensor": (FULLY_SHARD | PARALLELIZE, ("fully_shard", "parallelize_module"))}
+             "dtensor": (FULLY_SHARD | PARALLELIZE, ("fully_shard", "parallelize_module")),
+             # a module given to ``register_fsdp_forward_method`` (the same flow: helpers, callers)
+             "registered": (frozenset(a for a in BY_QUALNAME if a.endswith(".register_fsdp_forward_method")),
+                            "register_fsdp_forward_method")}
 _DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")
 _BY_METHOD_RECV = {}
 for _a in VOCAB:
@@ -418,7 +421,9 @@ def _param_fsdp2(hub, view, fn, name, callers=None, kind: str = "fsdp2") -> bool
             sites = callers(view, fn)[:8]
         for cv, c in sites:
             a = next((a for p, a in _call_args(c, fn) if p == name), None)
-            if a is None or not is_fsdp2(hub, cv, a, c, kind=kind):
+            # a caller of this module is itself a function whose callers may be in other modules
+            # (``recall(model)`` of ``eval.py`` calling ``embed(model)`` of its own module)
+            if a is None or not is_fsdp2(hub, cv, a, c, callers if cv is view else None, kind=kind):
                 return False
         return bool(sites)
 

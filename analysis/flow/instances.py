@@ -406,13 +406,16 @@ _SELF_RETURNING = frozenset({"cuda", "to", "cpu", "float", "half", "bfloat16", "
                              "to_empty", "requires_grad_", "xpu"})
 
 
-def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=None, callers=None, depth: int = 0):
+def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=None, callers=None, depth: int = 0,
+                          frames=None):
     """(view, class) of the project class ``name`` holds at ``at``: every origin (``origins``:
     names, tuple unpacking, helpers' returns, a parameter's arguments in its module, or with
     ``callers`` in the project's other modules) constructs it, possibly through a module method
     that returns the module (``Model(cfg).cuda()``, ``model.to(device)`` of a parameter: the
     receiver's origins); or, for a parameter no call of its module gives, the project class its
-    annotation names (``def shard(model: Model)``). None when unknown or mixed."""
+    annotation names (``def shard(model: Model)``). None when unknown or mixed. ``frames=()``:
+    context-sensitive (``origins``): a helper that returns its parameter (``shard(Model(cfg))``)
+    gives the argument of the very call."""
     from .imports import _NOT_PROJECT
     from .origins import origins
 
@@ -420,14 +423,14 @@ def module_instance_class(hub, view, name: ast.Name, at: ast.AST, not_project=No
     kind, evs = reaching(view, name.id, at) if isinstance(name, ast.Name) else (None, None)  # or ``self.model``
     found = None
     got_any = False
-    for v, e in origins(hub, view, name, at, callers=callers):
+    for v, e, *_ in origins(hub, view, name, at, frames=frames, callers=callers):
         got_any = True
         while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING \
                 and isinstance(e.func.value, ast.Call):
             e = e.func.value
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SELF_RETURNING \
                 and isinstance(e.func.value, (ast.Name, ast.Attribute)) and depth < 3:
-            got = module_instance_class(hub, v, e.func.value, e, not_project, callers, depth + 1)
+            got = module_instance_class(hub, v, e.func.value, e, not_project, callers, depth + 1, frames)
         else:
             got = ctor_class(hub, v, e, not_project)
         found = _same(found, got)

@@ -6,8 +6,8 @@ from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
 from ..flow.hidden import arg_calls, is_fsdp2, shard_calls
-from ..flow.modern import hub, key_of, shard_reach
-from ._common import other_call_sites
+from ..flow.modern import hub, key_of
+from ._common import other_call_sites, shard_or_callers_reach
 
 REGISTER = ("torch.distributed.fsdp.register_fsdp_forward_method",
             "torch.distributed._composable.fsdp.register_fsdp_forward_method")
@@ -20,7 +20,10 @@ class FsdpMethodWithoutRegistration(Rule):
     on a module given to `fully_shard`, when the method is defined by the project's model class,
     does not go through `self(...)` (calling `self.forward(...)` directly skips FSDP2's hooks just
     the same), and no
-    `register_fsdp_forward_method(model, "<method>")` registers it. A method that only initialises
+    `register_fsdp_forward_method(model, "<method>")` registers it. The module is followed into
+    the helpers it is passed to, in this module or another (an evaluation helper that calls
+    `model.encode(batch)` for a model its callers shard), and a registration is found where the
+    module was sharded (a sharding helper of another module). A method that only initialises
     the parameters in place (`nn.init.normal_(...)`, also in a function it hands to
     `self.apply(...)`, as `init_weights` after `to_empty` does) is not reported: the in-place
     init ops work on the DTensor shards.
@@ -53,15 +56,14 @@ class FsdpMethodWithoutRegistration(Rule):
     name = "fsdp-method-without-registration"
     severity = Severity.ERROR
     fix_availability = "sometimes"
-    # the sharding and the registration may be done by a helper of another module: the reach gate
-    reach = classmethod(shard_reach)
+    # the sharding and the registration may be done by a helper of another module, or the method
+    # called in a helper of a module that its caller gives the sharded model to: the reach gate
+    reach = classmethod(shard_or_callers_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         sem = view.sem
         shards = shard_calls(an, view)
-        if not shards:
-            return
         registered = _registered(an, view)
         callers = other_call_sites(ctx, an)
         for c in sem.calls:
@@ -70,8 +72,10 @@ class FsdpMethodWithoutRegistration(Rule):
                 continue
             k = key_of(f.value)
             if k is None or (k, f.attr) in registered or (k, None) in registered or \
-                    not is_fsdp2(an, view, f.value, c):
+                    not is_fsdp2(an, view, f.value, c, callers):
                 continue
+            if is_fsdp2(an, view, f.value, c, callers, kind="registered"):
+                continue  # registered where it was sharded (a helper of another module, a caller)
             target = an.resolve_call(view, c) or _method_of_origin(an, view, f.value, f.attr, c, callers)
             if target is None or not isinstance(target[1], FUNC_TYPES) or not _bypasses_call(target[1]):
                 continue
@@ -174,7 +178,7 @@ def _method_of_origin(an, view, recv, name, at, callers=None):
     resolution order."""
     from ..flow.instances import module_instance_class
     from ..flow.records import _NOT_PROJECT, inherited_method
-    got = module_instance_class(an, view, recv, at, _NOT_PROJECT, callers)
+    got = module_instance_class(an, view, recv, at, _NOT_PROJECT, callers, frames=())
     if got is not None:
         return inherited_method(an, got[0], got[1], name, _NOT_PROJECT)
     return None

@@ -16,7 +16,8 @@ class OptimizerStateDictIntoDcp(Rule):
     `dcp.async_save`, `dcp.load`), directly, in a dict, or through a helper that builds the
     state, and for `optimizer.load_state_dict(...)` of a state that `dcp.load` filled (in the same
     function). The optimizer is followed through helpers, `self` attributes and the arguments of
-    a class's constructor in other modules (a checkpoint manager built by the training script).
+    a class's constructor or methods in other modules (a checkpoint manager built by the training
+    script, `ckpt.load(step, model, optimizer)`).
 
     ## Why is this bad?
     `Optimizer.state_dict()` keys the state by parameter *index* (0, 1, 2...) and holds the local
@@ -55,7 +56,7 @@ class OptimizerStateDictIntoDcp(Rule):
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
-        callers = other_call_sites(ctx, an)
+        callers = other_call_sites(ctx, an, methods=True)
         for c in ctx.calls_to(*DCP_SAVE, *DCP_LOAD):
             sd = get_arg(c, 0, "state_dict")
             if sd is None:

@@ -6,12 +6,13 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..source import SourceText
-from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, helper_mesh_dims, hub, mesh_dims, origins, shard_calls, shard_reach
+from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, helper_mesh_dims, hub, mesh_dims, origins, shard_calls
 from ..flow.origins import branch_origins
 from ..flow.params import by_name_only
 from ..flow.passes import iterated_leaves
 from ..flow.call_sites import runs_before
 from ..flow.seeds import constructions, on_meta, seed_in_force, setter_calls, state_set_after
+from ._common import other_call_sites, shard_or_callers_reach
 from ._loader import DATALOADER
 
 # FSDP1 strategies that keep whole replicas of the parameters over some ranks
@@ -58,6 +59,13 @@ class ReplicasSeededPerRank(Rule):
     a project function it calls before the loop). A loop that broadcasts or scatters in its body
     (one rank of the group sharing its batch) is not flagged.
 
+    Also checks for `DTensor.from_local(t, mesh, [Replicate()])` (a placement list holding
+    `Replicate()`) of a `t` computed from a draw of torch's global generator (`torch.randn(n)`,
+    also in a helper of any module that returns it, through names and tuple unpacking) under a
+    seed in force that varies over every rank (the seed found as above, also in the caller of
+    another module that runs the helper). A draw with its own `generator=`, a `Shard` placement
+    or `distribute_tensor` is not flagged.
+
     ## Why is this bad?
     DDP and FSDP1 with `sync_module_states=True` copy rank 0's parameters to every rank when they
     wrap. FSDP2 and FSDP1's replicating strategies without that flag do not: every rank keeps the
@@ -76,6 +84,12 @@ class ReplicasSeededPerRank(Rule):
     shuffles with the global generator draws its order from the seed in force when a pass starts:
     seeded with the global rank, the ranks of one group draw different batches, so the sharded
     layers combine halves of different inputs. The activations and the losses are silently wrong.
+
+    `DTensor.from_local` trusts its caller: with a `Replicate()` placement it neither checks nor
+    makes the local tensors equal. Drawn under a per-rank seed, each rank's "replicated" tensor
+    holds its own values: the ranks compute with different parameters, the losses differ, the
+    gradients of a replicated parameter are never reconciled, and a checkpoint keeps one rank's
+    copy. `distribute_tensor` sends the source rank's values to the others.
 
     ## Example
     ```python
@@ -113,6 +127,11 @@ class ReplicasSeededPerRank(Rule):
     torch.manual_seed(args.seed + mesh["dp"].get_local_rank())
     ```
 
+    For a replicated tensor drawn at random:
+    ```python
+    scale = nn.Parameter(distribute_tensor(1.0 + 0.1 * torch.randn(n), mesh, [Replicate()]))
+    ```
+
     For a state loaded on rank 0 only:
     ```python
     model = Net()
@@ -129,8 +148,9 @@ class ReplicasSeededPerRank(Rule):
     name = "replicas-seeded-per-rank"
     severity = Severity.ERROR
     # the wrap may be in a sharding helper of another module, and the seed in a third: only the
-    # reach gate (the file or a module it imports spells a sharding call)
-    reach = classmethod(shard_reach)
+    # reach gate (the file or a module it imports spells a sharding call, or a caller in another
+    # file may run its ``from_local`` under the seed)
+    reach = classmethod(shard_or_callers_reach)
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
@@ -148,6 +168,7 @@ class ReplicasSeededPerRank(Rule):
                 seen.add(key)
                 self._report(ctx, view, call, why, seed, kv, k)
         self._tp_batches(ctx, an, view)
+        self._replicated_from_local(ctx, an, view)
         for call, module, why in _broadcastless_wraps(an, view, ctx):
             for kv, k in constructions(an, view, module, call, wrap=call):
                 if on_meta(an, kv, k):
@@ -180,6 +201,34 @@ class ReplicasSeededPerRank(Rule):
                 continue
             done.add(id(seed.call))
             self._report_tp(ctx, view, loop, seed, tp, loaders[0])
+
+    def _replicated_from_local(self, ctx, an, view) -> None:
+        """``DTensor.from_local(t, mesh, [Replicate()])`` of a ``t`` drawn from torch's global
+        generator (through names, tuple unpacking and helpers' returns: ``origins``) under a seed
+        in force that varies over every rank: each rank's "replicated" DTensor holds its own draw."""
+        callers = None
+        for c in ctx.calls_to(*_FROM_LOCAL):
+            if not _replicate_placement(an, view, get_arg(c, 2, "placements"), c):
+                continue
+            for dv, draw, frames in _global_draws(an, view, get_arg(c, 0, "local_tensor"), c):
+                if callers is None:
+                    callers = other_call_sites(ctx, an)
+                seed = seed_in_force(an, dv, draw, frames, callers)
+                if seed is None or seed.kind != "V" or seed.src is None or seed.src.group is not None \
+                        or by_name_only(seed):
+                    continue
+                src = f" ({seed.src.desc})" if seed.src.desc else ""
+                msg = (f"`DTensor.from_local` marks a tensor `Replicate()` that each rank draws from torch's "
+                       f"global generator under a seed that differs between ranks{src}: `from_local` trusts that "
+                       "the local tensors are identical and neither checks nor communicates, so every rank holds "
+                       "a different \"replicated\" value; use `distribute_tensor`, which sends the source rank's "
+                       "value, or draw it under a seed alike on every rank")
+                related = []
+                for v, n, what in ((dv, draw, "drawn here"), (seed.view, seed.call, "the per-rank seed")):
+                    related.append((n, what) if v is view else
+                                   ("file", v.path, SourceText(v.text).node_range(n), what))
+                ctx.report(c, msg, related=related)
+                break
 
     def _report_tp(self, ctx, view, loop, seed, tp, loader) -> None:
         lv, ld = loader
@@ -232,6 +281,36 @@ class ReplicasSeededPerRank(Rule):
             related.insert(0, ("file", seed.view.path, SourceText(seed.view.text).node_range(seed.call),
                                "the per-rank seed"))
             ctx.report(call, msg, related=related)
+
+
+_FROM_LOCAL = ("torch.distributed.tensor.DTensor.from_local", "torch.distributed._tensor.DTensor.from_local")
+# torch's global generator draws (no ``generator=`` argument)
+_DRAWS = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.normal",
+                    "torch.rand_like", "torch.randn_like", "torch.bernoulli", "torch.multinomial"})
+
+
+def _replicate_placement(an, view, placements, at) -> bool:
+    """Every origin of ``placements`` is a list or tuple display holding a ``Replicate()``."""
+    if placements is None:
+        return False
+    got = origins(an, view, placements, at)
+    return bool(got) and all(
+        isinstance(e, (ast.List, ast.Tuple)) and any(
+            isinstance(x, ast.Call) and (v.sem.call_qualname(x) or "").endswith(".Replicate") for x in e.elts)
+        for v, e in got)
+
+
+def _global_draws(an, view, expr, at) -> list:
+    """(view, call, frames) of the draws of torch's global generator the value of ``expr`` is
+    computed from (an operand of the expression an origin binds: ``1.0 + std * torch.randn(n)``),
+    with the helper calls that led to each (``origins``' frames, for ``seed_in_force``)."""
+    out = []
+    for v, e, frames in origins(an, view, expr, at, frames=()) if expr is not None else ():
+        for n in ast.walk(e):
+            if isinstance(n, ast.Call) and v.sem.call_qualname(n) in _DRAWS and \
+                    not any(k.arg == "generator" for k in n.keywords):
+                out.append((v, n, frames))
+    return out
 
 
 def _replicating_wraps(an, view, ctx) -> list:
