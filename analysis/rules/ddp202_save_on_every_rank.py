@@ -224,7 +224,7 @@ class SaveOnEveryRank(Rule):
                 guarded = False  # the function that starts the process group runs on every rank
             if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call) or unique_path(ctx, path, call):
                 continue
-            if runs_in_ranks(ctx, call) is False:
+            if runs_in_ranks(ctx, call) is False or _single_run_helper(ctx, call):
                 continue
             if guarded is False and distributed:
                 if without_group(ctx, call):
@@ -554,6 +554,15 @@ def _loose_guard(ctx, call: ast.Call):
     return found
 
 
+def _single_run_helper(ctx, call: ast.Call) -> bool:
+    """The write is in a function that only a one-process run calls (``else: self._local(x)`` of
+    ``if self.world > 1:``, through callers in this file): no other process writes at the same time."""
+    from ..flow.mode_unbound import single_run_callers
+
+    fn = ctx.sem.enclosing_function(call)
+    return fn is not None and single_run_callers(ctx, fn)
+
+
 def _guarded_sibling(ctx, call: ast.Call) -> str | None:
     """A write in a method of a class whose other method guards its own write with a main-rank
     test (``if not is_master(): return``): the class runs on every rank and this write was missed.
@@ -569,7 +578,7 @@ def _guarded_sibling(ctx, call: ast.Call) -> str | None:
         return None
     from ..flow.mode_unbound import single_run_only
 
-    if single_run_only(ctx, call, fn):
+    if single_run_only(ctx, call, fn) or _single_run_helper(ctx, call):
         return None  # ``if args.world_size <= 1: save(...)``: the branch a one-process run takes
     for other, _path, what, _noun in write_calls(ctx):
         if other is call or not (cls.lineno <= other.lineno <= cls.end_lineno):
