@@ -73,7 +73,9 @@ class AttributeThroughDdpWrapper(Rule):
     `is_clip(model) and model.output_dict`), inside a `try` that
     catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
     args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`, also
-    after an `assert not distributed` or an `if distributed: raise` in an enclosing block); a read
+    after an `assert not distributed` or an `if distributed: raise` in an enclosing block, or through
+    the calls that lead to each: `if cfg.fsdp: self._setup_fsdp() else: self._setup_ddp()`, also when
+    the read is in a helper of another module that only the FSDP branch calls); a read
     under the same unchanged test as an earlier rebinding of the name (`if is_main: model =
     accelerator.unwrap_model(model)` ... `if is_main: model.save_weights(path)`); a
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
