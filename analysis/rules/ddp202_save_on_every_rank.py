@@ -57,7 +57,9 @@ class SaveOnEveryRank(Rule):
     whose path comes from a loop over this rank's share of the work (`for p in
     paths[rank::world_size]`, `range(rank, n, world_size)`, this rank's block of the indices
     `range(rank * per, min(rank * per + per, n))`, a loader with a `DistributedSampler`, and inner
-    loops over its batches): each rank writes different files. Nor is a path made of a value unique to the
+    loops over its batches): each rank writes different files; nor is a save in a helper that
+    only the one-process branch of a test on the world size calls (`if self.world > 1: ... else:
+    self._local(x)`, through up to three callers of the file). Nor is a path made of a value unique to the
     process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
     through names bound before the save, or through a parameter of the function that every call
     of it in the file fills with one: `with tempfile.TemporaryDirectory() as d: write_inputs(d)`),
