@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, parent
+from ..semantic import FUNC_TYPES, get_arg, parent, reference_call
 from .defaults import default_value
 from .origins import origins
 
@@ -98,9 +98,7 @@ def _call_of(view, ref, at) -> ast.Call:
     memo = view.memo.setdefault("checkpointing.ref_calls", {})
     got = memo.get(id(ref))
     if got is None or got[0] is not ref:
-        probe = ast.Call(func=ref, args=[], keywords=[])
-        probe._p = at
-        got = memo[id(ref)] = (ref, probe)
+        got = memo[id(ref)] = (ref, reference_call(ref, at))
     return got[1]
 
 

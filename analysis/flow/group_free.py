@@ -17,9 +17,9 @@ import ast
 
 from ..semantic import FUNC_TYPES, parent
 from ..torch_api import DDP_CLASS, SPAWNS
+from .exclusive import exclusive
 from .lifecycle import INIT, LIBRARY_INITS, init_sites, library_init_sites, project_target
 
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _INITS = LIBRARY_INITS | {INIT}
 
 
@@ -44,7 +44,7 @@ def _free(ctx, hub, node, depth, memo, found) -> bool:
     for c in init_calls(hub, hub.main, scope, memo):
         if c is node:
             continue  # the call on the way: its own inits were read inside it
-        if not _exclusive(c, node, scope):
+        if not exclusive(c, node, scope):
             return False
         found[0] = True
     if fn is None:
@@ -74,49 +74,6 @@ def init_calls(hub, view, fn, memo) -> list:
                 out.append(c)
     memo[id(fn)] = out
     return out
-
-
-def _exclusive(a: ast.AST, b: ast.AST, scope: ast.AST) -> bool:
-    """``a`` and ``b`` sit in the two branches of one ``if`` (or conditional expression) of
-    ``scope``, with no loop between that ``if`` and ``scope`` that could run both."""
-    chain_a = _chain(a, scope)
-    chain_b = _chain(b, scope)
-    if chain_a is None or chain_b is None:
-        return False
-    ids_b = {id(p): child for p, child in chain_b}
-    for p, child_a in chain_a:
-        child_b = ids_b.get(id(p))
-        if child_b is None:
-            continue
-        # ``p`` is the lowest common ancestor
-        if isinstance(p, ast.If):
-            sides = (child_a in p.body, child_b in p.body)
-            if child_a is p.test or child_b is p.test or sides[0] == sides[1]:
-                return False
-        elif isinstance(p, ast.IfExp):
-            if child_a is p.test or child_b is p.test or child_a is child_b:
-                return False
-        else:
-            return False
-        up = p
-        while up is not None and up is not scope:
-            if isinstance(up, _LOOPS) or isinstance(up, (*FUNC_TYPES, ast.Lambda)):
-                return False
-            up = parent(up)
-        return True
-    return False
-
-
-def _chain(node: ast.AST, scope: ast.AST):
-    """(ancestor, its child on the way to ``node``) from ``node`` up to ``scope``, innermost first."""
-    out = []
-    child, p = node, parent(node)
-    while p is not None:
-        out.append((p, child))
-        if p is scope:
-            return out
-        child, p = p, parent(p)
-    return None
 
 
 # the modules through which a program may make processes that share work: torch's own, the

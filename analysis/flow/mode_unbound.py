@@ -414,6 +414,30 @@ def single_run_only(ctx, node, scope, hub=None) -> bool:
     return _mode_branch(ctx, node, scope, hub, True)
 
 
+def single_run_callers(ctx, fn, depth: int = 0) -> bool:
+    """Every call of the function ``fn`` in this file runs only in a one-process run: it sits in
+    the branch of a test on the distributed mode that only a single process takes
+    (``if self.world > 1: self._sharded(x) else: self._local(x)``), or in a function whose every
+    call does, up to three callers deep. False when the file never calls ``fn`` by name or hands
+    it on as a value (a callback may run anywhere)."""
+    from .rank import _call_index
+
+    if depth > 2 or not isinstance(fn, FUNC_TYPES):
+        return False
+    by_name, by_attr, as_arg = _call_index(ctx)
+    method = isinstance(parent(fn), ast.ClassDef)
+    sites = by_attr.get(fn.name, ()) if method else by_name.get(fn.name, ())
+    if not sites or (not method and as_arg.get(fn.name)):
+        return False
+    for c in sites:
+        outer = ctx.sem.enclosing_function(c)
+        if outer is None or outer is fn:
+            return False
+        if not (single_run_only(ctx, c, outer) or single_run_callers(ctx, outer, depth + 1)):
+            return False
+    return True
+
+
 def _mode_branch(ctx, node, scope, hub, single: bool) -> bool:
     child, p = node, parent(node)
     while p is not None and p is not scope:

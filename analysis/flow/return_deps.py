@@ -21,6 +21,10 @@ ignored (a nested helper's names count as the function's own), so the slice can 
 - the test of an ``if``, ``while`` or conditional expression that holds a ``return`` or an assignment
   of a name in the slice adds its names (what is returned depends on the branch taken).
 
+A name read only by a type test (``isinstance(t, DTensor)``, ``hasattr``, ``callable``, ``type``)
+does not enter the slice from a returned or assigned value: the answer is a fact of the value's
+type (set by the mesh layout, the same on every rank), not computed from its contents.
+
 A ``global``/``nonlocal`` statement, a ``yield`` or a function too large to slice gives None:
 unknown, and the caller keeps the conservative join.
 
@@ -70,6 +74,27 @@ def names_in(node: ast.AST | None) -> set[str]:
     if node is None:
         return set()
     return {n.id for n in ast.walk(node) if n.__class__ is ast.Name}
+
+
+# builtins whose result is a fact about the type of their argument, not a value computed from it
+_TYPE_TESTS = frozenset({"isinstance", "issubclass", "hasattr", "callable", "type", "id"})
+
+
+def value_names(node: ast.AST | None) -> set[str]:
+    """``names_in`` less the names read only by a type test (``isinstance(t, DTensor)``): whether a
+    value is a DTensor is not computed from its contents, so it does not carry them into a result."""
+    if node is None:
+        return set()
+    out: set[str] = set()
+    work = [node]
+    while work:
+        n = work.pop()
+        if n.__class__ is ast.Name:
+            out.add(n.id)
+        elif n.__class__ is ast.Call and n.func.__class__ is ast.Name and n.func.id in _TYPE_TESTS:
+            continue
+        work.extend(ast.iter_child_nodes(n))
+    return out
 
 
 def _root(t: ast.AST) -> list[str]:
@@ -154,7 +179,7 @@ def _live(fn: ast.AST, seeds, yields: bool) -> set | None:
         live |= names_in(e)
     for n in nodes if seeds is None else ():
         if n.__class__ in (ast.Return, ast.Yield, ast.YieldFrom):
-            live |= names_in(n.value)
+            live |= value_names(n.value)
     # (targets, value names) of every store; calls; conditional nodes
     stores: list[tuple[list[str], set[str]]] = []
     calls: list[tuple[bool, set[str], set[str]]] = []  # (method call, receiver root names, all names)
@@ -163,7 +188,7 @@ def _live(fn: ast.AST, seeds, yields: bool) -> set | None:
         t = n.__class__
         if t is ast.Assign:
             stores.append(([r for x in n.targets for r in _root(x)],
-                           names_in(n.value) | {m for x in n.targets for m in names_in(x)}))
+                           value_names(n.value) | {m for x in n.targets for m in names_in(x)}))
         elif t is ast.AugAssign or (t is ast.AnnAssign and n.value is not None):
             stores.append((_root(n.target), names_in(n.value) | names_in(n.target)))
         elif t is ast.NamedExpr:
@@ -185,9 +210,9 @@ def _live(fn: ast.AST, seeds, yields: bool) -> set | None:
         before = len(live)
         _grow(live, edges)
         for n in tests:
-            if n.test is not None and not names_in(n.test) <= live and (
+            if n.test is not None and not value_names(n.test) <= live and (
                     isinstance(n, ast.IfExp) and names_in(n) & live or _holds_store_of(n, live)):
-                live |= names_in(n.test)
+                live |= value_names(n.test)
         if len(live) == before:
             break
     return live

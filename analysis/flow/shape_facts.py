@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import get_arg
+from ..semantic import FUNC_TYPES, get_arg, parent
 from ..semantic import terminal_name as _terminal  # noqa: F401 (the shape modules' name for it)
+from .bindings import reaching
 from .uniformity import Src
 
 _MAX_DEPTH = 24
@@ -148,3 +149,67 @@ def bincount_length(shapes, e, src_e, minlength_pos: int, d) -> Sh:
             isinstance(a, ast.Starred) for a in e.args):
         return SX
     return shapes._data_shaped(src_e, "bincount", d)
+
+
+def pinned_by_assert(shapes, use: ast.Name, sh: Sh, d) -> Sh:
+    """``sh``, the rank-varying shape of ``use``, made uniform when an ``assert`` that runs before
+    the use on every path, after every binding of the name that reaches it, fixes each varying
+    dimension to a uniform size (``assert local.shape[0] == S // world``, ``local.size(0) == n``,
+    ``len(local) == n``): a rank whose shape differed would stop there."""
+    if not sh.varying or not sh.dims:
+        return sh
+    kind, evs = reaching(shapes.view, use.id, use)
+    if kind != "events" or not evs:
+        return sh
+    last = max(getattr(ev, "end_lineno", ev.lineno) for ev in evs)
+    pinned = set()
+    for st in _preceding(use):
+        if st.__class__ is ast.Assert and st.lineno > last:
+            for k, size in _asserted_sizes(st.test, use.id):
+                if shapes.size(size, d + 1).kind == "U":
+                    pinned.add(k)
+    return SU if sh.dims <= pinned else sh
+
+
+def _preceding(node):
+    """The statements that run before ``node`` on every path in its function: the earlier ones of
+    each statement list that holds it (or an ancestor), up to the function."""
+    child, p = node, parent(node)
+    while p is not None and not isinstance(p, (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(p, field, None)
+            if isinstance(block, list) and child in block:
+                yield from block[:block.index(child)]
+        child, p = p, parent(p)
+    if p is not None:
+        body = getattr(p, "body", [])
+        if child in body:
+            yield from body[:body.index(child)]
+
+
+def _asserted_sizes(test, name: str):
+    """(dimension, size expression) of each ``<name>.shape[k] == size`` (``.size(k)``, ``len()``
+    for 0; either side; an operand of an ``and``) that ``test`` asserts."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        for v in test.values:
+            yield from _asserted_sizes(v, name)
+        return
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return
+    for a, b in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
+        k = _dim_read(a, name)
+        if k is not None:
+            yield k, b
+
+
+def _dim_read(e, name: str):
+    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute) and e.value.attr == "shape" \
+            and isinstance(e.value.value, ast.Name) and e.value.value.id == name:
+        return _int_const(e.slice)
+    if isinstance(e, ast.Call) and len(e.args) == 1 and not e.keywords:
+        f = e.func
+        if isinstance(f, ast.Attribute) and f.attr == "size" and isinstance(f.value, ast.Name) and f.value.id == name:
+            return _int_const(e.args[0])
+        if isinstance(f, ast.Name) and f.id == "len" and isinstance(e.args[0], ast.Name) and e.args[0].id == name:
+            return 0
+    return None

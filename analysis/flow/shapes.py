@@ -77,6 +77,7 @@ from .shape_facts import (
     bincount_length,
     join_any,
     join_paths,
+    pinned_by_assert,
 )
 
 
@@ -250,7 +251,7 @@ class Shapes(Extents):
             grow = self._mutations(e, d)
             if grow is not None:
                 return grow if grow.kind == "V" else join_any((res, grow))
-        return res
+        return pinned_by_assert(self, e, res, d) if fn == self.shape else res
 
     def _binding(self, ev, name, d, fn) -> Sh:
         t = ev.__class__

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent, reference_call
 from ..torch_api import SPAWNS
 from .bindings import reaching
 from .calls import call_args, self_offset
@@ -189,8 +189,7 @@ def _spawn_target(hub, view, sp, ref):
     object the spawner was given)."""
     probe = view.memo.setdefault("spawn_members.probes", {}).get(sp)
     if probe is None:
-        probe = view.memo["spawn_members.probes"][sp] = ast.Call(func=ref, args=[], keywords=[])
-        probe._p = sp
+        probe = view.memo["spawn_members.probes"][sp] = reference_call(ref, sp)
     return _resolved(hub, view, probe)
 
 

@@ -6,7 +6,7 @@ import ast
 
 from types import SimpleNamespace
 
-from ..semantic import FUNC_TYPES, get_arg, parent
+from ..semantic import FUNC_TYPES, get_arg, parent, reference_call
 from ..torch_api import SPAWNS
 
 
@@ -41,9 +41,7 @@ def project_target(ctx, call: ast.Call):
     ana = for_context(ctx)
 
     def make_probe():
-        probe = ast.Call(func=fn, args=[], keywords=[])  # resolve the reference as a call of it
-        probe._p = call
-        return probe
+        return reference_call(fn, call)  # resolve the reference as a call of it
     # kept for the whole check: the analysis memoises resolutions by the call's identity
     probe = ctx.memo(("spawn.target_probe", id(call)), make_probe)
     got = ana.resolve_call(ana.main, probe)

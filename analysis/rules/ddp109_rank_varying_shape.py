@@ -77,7 +77,8 @@ class RankVaryingShape(Rule):
     `torch.empty(n)`, with no padding or truncation of the list to `n`.
 
     Not flagged: sizes made uniform by a collective first (`dist.all_reduce(n, op=MAX)`, an
-    `all_gather` of the sizes), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
+    `all_gather` of the sizes), a size that an `assert` before the collective fixes to a
+    rank-uniform value (`assert local.shape[0] == S // world`), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
     with a padding piece sized `max_len - x.size(0)`), truncation to an agreed size, a dimension
     other than the one that varies (`x[mask].shape[1]`), tensors whose values (not shape) differ
     (`torch.tensor([count])`), an evaluation loader whose sampler pads (`DistributedSampler`, or

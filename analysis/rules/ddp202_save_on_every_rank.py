@@ -56,8 +56,11 @@ class SaveOnEveryRank(Rule):
     (unless that function starts the process group itself, outside any `if`, before the save), or
     in the launching process of an `mp.spawn` script, is not flagged; nor is a per-item output
     whose path comes from a loop over this rank's share of the work (`for p in
-    paths[rank::world_size]`, a loader with a `DistributedSampler`, and inner loops over its
-    batches): each rank writes different files. Nor is a path made of a value unique to the
+    paths[rank::world_size]`, `range(rank, n, world_size)`, this rank's block of the indices
+    `range(rank * per, min(rank * per + per, n))`, a loader with a `DistributedSampler`, and inner
+    loops over its batches): each rank writes different files; nor is a save in a helper that
+    only the one-process branch of a test on the world size calls (`if self.world > 1: ... else:
+    self._local(x)`, through up to three callers of the file). Nor is a path made of a value unique to the
     process and the call (`uuid.uuid4()`, `os.getpid()`, `tempfile.mkdtemp()`, `time.time()`,
     through names bound before the save, or through a parameter of the function that every call
     of it in the file fills with one: `with tempfile.TemporaryDirectory() as d: write_inputs(d)`),
@@ -221,7 +224,7 @@ class SaveOnEveryRank(Rule):
                 guarded = False  # the function that starts the process group runs on every rank
             if rank_specific_path(ctx, path, call) or per_item_path(ctx, path, call) or unique_path(ctx, path, call):
                 continue
-            if runs_in_ranks(ctx, call) is False:
+            if runs_in_ranks(ctx, call) is False or _single_run_helper(ctx, call):
                 continue
             if guarded is False and distributed:
                 if without_group(ctx, call):
@@ -551,6 +554,15 @@ def _loose_guard(ctx, call: ast.Call):
     return found
 
 
+def _single_run_helper(ctx, call: ast.Call) -> bool:
+    """The write is in a function that only a one-process run calls (``else: self._local(x)`` of
+    ``if self.world > 1:``, through callers in this file): no other process writes at the same time."""
+    from ..flow.mode_unbound import single_run_callers
+
+    fn = ctx.sem.enclosing_function(call)
+    return fn is not None and single_run_callers(ctx, fn)
+
+
 def _guarded_sibling(ctx, call: ast.Call) -> str | None:
     """A write in a method of a class whose other method guards its own write with a main-rank
     test (``if not is_master(): return``): the class runs on every rank and this write was missed.
@@ -566,7 +578,7 @@ def _guarded_sibling(ctx, call: ast.Call) -> str | None:
         return None
     from ..flow.mode_unbound import single_run_only
 
-    if single_run_only(ctx, call, fn):
+    if single_run_only(ctx, call, fn) or _single_run_helper(ctx, call):
         return None  # ``if args.world_size <= 1: save(...)``: the branch a one-process run takes
     for other, _path, what, _noun in write_calls(ctx):
         if other is call or not (cls.lineno <= other.lineno <= cls.end_lineno):
@@ -645,7 +657,8 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 def per_item_path(ctx, path: ast.AST, call: ast.Call) -> bool:
     """The path names an item of this rank's share of the work: it mentions a variable bound by an
     enclosing ``for`` over a rank-split list (``paths[rank::world_size]``), a rank's stride of the
-    indices (``range(rank, n, world_size)``) or over a loader with a
+    indices (``range(rank, n, world_size)``), a rank's block of them (``range(rank * per, (rank + 1)
+    * per)``) or over a loader with a
     ``DistributedSampler`` (also through ``enumerate``/``zip`` and inner loops over the batch, and
     plain assignments inside those loops). Each rank then writes its own files."""
     sem = ctx.sem
@@ -695,6 +708,8 @@ def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
                     and any(is_rank_like(x) for x in subtree(n.args[0])
                             if isinstance(x, (ast.Name, ast.Attribute, ast.Call)))):
                 return True  # range(rank, n, world_size): this rank's stride of the items
+            if n.func.__class__ is ast.Name and n.func.id == "range" and _rank_chunk(ctx, n, at):
+                return True  # range(rank * per, (rank + 1) * per): this rank's block of the items
             for k in n.keywords:
                 if k.arg == "sampler" and _sharded(ctx, k.value, at, depth + 1):
                     return True
@@ -702,6 +717,59 @@ def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
             st = reaching_assignment(ctx, n.id, at)
             if st is not None and _sharded(ctx, st.value, st, depth + 1):
                 return True
+    return False
+
+
+def _bound(ctx, e: ast.AST, at: ast.AST) -> ast.AST:
+    """``e``, or the value of the plain assignment of the name ``e`` that reaches ``at``."""
+    if isinstance(e, ast.Name):
+        st = reaching_assignment(ctx, e.id, at)
+        if st is not None and isinstance(st, ast.Assign) and len(st.targets) == 1:
+            return st.value
+    return e
+
+
+def _rank_times(ctx, e: ast.AST, at: ast.AST) -> ast.AST | None:
+    """``per`` when ``e`` is ``rank * per`` (``per * rank``; through a name bound before ``at``)."""
+    e = _bound(ctx, e, at)
+    if not (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult)):
+        return None
+    for r, k in ((e.left, e.right), (e.right, e.left)):
+        r = _bound(ctx, r, at)
+        if isinstance(r, (ast.Name, ast.Attribute, ast.Call)) and is_rank_like(r):
+            return k
+    return None
+
+
+def _rank_chunk(ctx, rng: ast.Call, at: ast.AST) -> bool:
+    """``range(start, stop)`` is this rank's block of the indices: ``start = rank * per`` and ``stop``
+    is ``start + per`` or ``(rank + 1) * per`` (either under ``min(..., n)``), so the blocks of two
+    ranks never overlap."""
+    if len(rng.args) != 2:
+        return False
+    start, stop = rng.args
+    per = _rank_times(ctx, start, at)
+    if per is None:
+        return False
+    same = ast.dump(per)
+    stop = _bound(ctx, stop, at)
+    if isinstance(stop, ast.Call) and isinstance(stop.func, ast.Name) and stop.func.id == "min" and stop.args:
+        stops = stop.args
+    else:
+        stops = [stop]
+    for s in stops:
+        if isinstance(s, ast.BinOp) and isinstance(s.op, ast.Add):
+            for a, b in ((s.left, s.right), (s.right, s.left)):
+                if ast.dump(b) == same and (ast.dump(a) == ast.dump(start) or _rank_times(ctx, a, at) is not None
+                                            and ast.dump(_rank_times(ctx, a, at)) == same):
+                    return True  # start + per
+        if isinstance(s, ast.BinOp) and isinstance(s.op, ast.Mult):
+            for a, b in ((s.left, s.right), (s.right, s.left)):
+                a = _bound(ctx, a, at)
+                if ast.dump(b) == same and isinstance(a, ast.BinOp) and isinstance(a.op, ast.Add) and any(
+                        isinstance(x, ast.Constant) and x.value == 1 for x in (a.left, a.right)) and any(
+                        isinstance(x, (ast.Name, ast.Attribute, ast.Call)) and is_rank_like(x) for x in (a.left, a.right)):
+                    return True  # (rank + 1) * per
     return False
 
 

@@ -14,6 +14,7 @@ from ..flow.same_tests import ruled_out_by_same_test
 from ..flow.wrapped import (NOT_DDP_PLUGINS, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
 from ..flow.kernel import one_process_notebook
+from ..flow.exclusive import exclusive_runs
 from ..flow.wrap_flags import flag_excludes_wrap
 from ._common import shown_path
 
@@ -72,7 +73,9 @@ class AttributeThroughDdpWrapper(Rule):
     `is_clip(model) and model.output_dict`), inside a `try` that
     catches `AttributeError`, or on the other branch of the test that guards the wrap (`if
     args.distributed: model = DDP(model)` ... `if not args.distributed: model.generate()`, also
-    after an `assert not distributed` or an `if distributed: raise` in an enclosing block); a read
+    after an `assert not distributed` or an `if distributed: raise` in an enclosing block, or through
+    the calls that lead to each: `if cfg.fsdp: self._setup_fsdp() else: self._setup_ddp()`, also when
+    the read is in a helper of another module that only the FSDP branch calls); a read
     under the same unchanged test as an earlier rebinding of the name (`if is_main: model =
     accelerator.unwrap_model(model)` ... `if is_main: model.save_weights(path)`); a
     subclass of `DistributedDataParallel` (which may define `__getattr__`). A `self.<attr>` wrapped
@@ -242,6 +245,7 @@ class AttributeThroughDdpWrapper(Rule):
             wraps = [(v, c) for v, c in wraps if not contradicts(guards(c, settled=True), facts)
                      and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)
                      and not branch_excludes_wrap(an, view, node, v, c)
+                     and not _runs_apart(ctx, an, view, node, v, c)
                      and not flag_excludes_wrap(view.sem, node, facts, v.sem, c)
                      and not (v is view and isinstance(holder, ast.Name) and ruled_out_by_same_test(c, node, holder.id))]
             if not wraps or _only_group_less_callers(ctx, an, node):
@@ -751,6 +755,26 @@ def _wrap_reachable(ctx, an) -> bool:
     if not got:
         an.depend_on_files(deps)
     return got
+
+
+def _runs_apart(ctx, an, view, node, wrap_view, wrap) -> bool:
+    """The read ``node`` and the wrap never run in one run of the program (``flow.exclusive``): in
+    this module, through the calls that lead to each; for a wrap of another module, every call
+    there of the read's module-level function is exclusive with the wrap (``if cfg.fsdp:
+    apply_fsdp(self.model) else: self.model = DDP(self.model)``)."""
+    if wrap_view is view:
+        return exclusive_runs(an, view, node, wrap)
+    fn = ctx.sem.enclosing_function(node)
+    if fn is None or not isinstance(parent(fn), ast.Module):
+        return False
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    sites = []
+    for caller, call, d in project_callers(ctx, {fn.name}):
+        an2, view2 = hub(caller)
+        if d is fn and view2 is wrap_view:
+            sites.append((an2, call))
+    return bool(sites) and all(exclusive_runs(an2, wrap_view, call, wrap) for an2, call in sites)
 
 
 def _from_callers(ctx, holder, node, memo: dict) -> list:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import ast
 
+from ..semantic import parent
 from ..model import Severity
 from ..registry import Rule
 from ..flow.hidden import arg_calls
@@ -11,6 +13,17 @@ _AC = ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper.apply_activa
        "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.checkpoint_wrapper")
 
 
+def _wraps_in_place(ctx, c) -> bool:
+    """``m = checkpoint_wrapper(m, ...)`` (or returned): a new module around the sharded one, which
+    keeps its own FSDP hooks; no module of a parent is swapped for the wrapper."""
+    if (ctx.qn(c) or "") != _AC[1]:
+        return False
+    p = parent(c)
+    if isinstance(p, ast.Return):
+        return True
+    return isinstance(p, ast.Assign) and p.value is c and all(isinstance(t, ast.Name) for t in p.targets)
+
+
 class ParallelismOrder(Rule):
     """
     ## What it does
@@ -19,7 +32,9 @@ class ParallelismOrder(Rule):
     then `fully_shard` (FSDP2). Flagged:
     - `parallelize_module(model, ...)` after `fully_shard(model)`;
     - activation checkpointing (`apply_activation_checkpointing` / `checkpoint_wrapper`) applied
-      to a model after `fully_shard(model)`.
+      to a model after `fully_shard(model)`. A `checkpoint_wrapper(model)` whose result is bound to
+      a plain name or returned (`model = checkpoint_wrapper(model, ...)`) is not flagged: it wraps
+      the sharded module, hooks and all, and replaces no module that FSDP hooked.
     The sharding may run in a project helper that gives its parameter to `fully_shard`
     (`apply_fsdp(model, mesh)`). A `fully_shard` from which no path reaches the later transform
     is not an earlier one: `if special: return shard_special(model)` before the code for the
@@ -66,7 +81,7 @@ class ParallelismOrder(Rule):
                 # the transform's call, or a project helper's that gives it its parameter
                 for c, a in arg_calls(an, view, qn, 0, "module" if qn is PARALLELIZE else "model", needle):
                     k = key_of(a) if a is not None else None
-                    if k is None:
+                    if k is None or (qn is _AC and _wraps_in_place(ctx, c)):
                         continue
                     s = next((s for s, sa in shards if key_of(sa) == k and sem.enclosing_function(s) is
                               sem.enclosing_function(c) and s.lineno < c.lineno

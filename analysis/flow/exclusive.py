@@ -1,0 +1,92 @@
+"""Exclusive runs: two nodes of which one run of the program executes at most one.
+
+``exclusive``: the two branches of one ``if`` (or conditional expression) of a scope, with no loop
+between that ``if`` and the scope that could run both. ``exclusive_runs``: the same, also through
+the calls that lead to each node: a function whose one call in its module is the only way in
+(``if cfg.fsdp: self._setup_fsdp() else: self._setup_ddp()``: what the two methods do never
+happens in one run).
+"""
+from __future__ import annotations
+
+import ast
+
+from ..semantic import FUNC_TYPES, parent
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_MAX_UP = 4
+
+
+def exclusive(a: ast.AST, b: ast.AST, scope: ast.AST) -> bool:
+    """``a`` and ``b`` sit in the two branches of one ``if`` (or conditional expression) of
+    ``scope``, with no loop between that ``if`` and ``scope`` that could run both."""
+    chain_a = _chain(a, scope)
+    chain_b = _chain(b, scope)
+    if chain_a is None or chain_b is None:
+        return False
+    ids_b = {id(p): child for p, child in chain_b}
+    for p, child_a in chain_a:
+        child_b = ids_b.get(id(p))
+        if child_b is None:
+            continue
+        # ``p`` is the lowest common ancestor
+        if isinstance(p, ast.If):
+            sides = (child_a in p.body, child_b in p.body)
+            if child_a is p.test or child_b is p.test or sides[0] == sides[1]:
+                return False
+        elif isinstance(p, ast.IfExp):
+            if child_a is p.test or child_b is p.test or child_a is child_b:
+                return False
+        else:
+            return False
+        up = p
+        while up is not None and up is not scope:
+            if isinstance(up, _LOOPS) or isinstance(up, (*FUNC_TYPES, ast.Lambda)):
+                return False
+            up = parent(up)
+        return True
+    return False
+
+
+def _chain(node: ast.AST, scope: ast.AST):
+    """(ancestor, its child on the way to ``node``) from ``node`` up to ``scope``, innermost first."""
+    out = []
+    child, p = node, parent(node)
+    while p is not None:
+        out.append((p, child))
+        if p is scope:
+            return out
+        child, p = p, parent(p)
+    return None
+
+
+def exclusive_runs(hub, view, a: ast.AST, b: ast.AST) -> bool:
+    """``a`` and ``b`` (of the module ``view``) never both run in one call of the outermost function
+    they share: ``exclusive`` in some function that reaches both, each through the one call of each
+    function on the way in (``hub.call_sites``; up to four callers)."""
+    ups_b = _ups(hub, view, b)
+    if not ups_b:
+        return False
+    by_scope = {id(s): n for s, n in ups_b}
+    for s, n in _ups(hub, view, a):
+        other = by_scope.get(id(s))
+        if other is not None:
+            return other is not n and exclusive(n, other, s)
+    return False
+
+
+def _ups(hub, view, node: ast.AST) -> list:
+    """(scope, the node or the call that leads to it in that scope), from ``node``'s own function
+    up through each function's one call site in the module; the module last when reached."""
+    out = []
+    sem = view.sem
+    for _ in range(_MAX_UP):
+        fn = sem.enclosing_function(node)
+        if fn is None:
+            out.append((view.tree, node))
+            return out
+        out.append((fn, node))
+        sites = [c for c in hub.call_sites(view, fn) if not (fn.lineno <= c.lineno <= fn.end_lineno)]
+        if len(sites) != 1:
+            return out
+        node = sites[0]
+    return out
