@@ -445,7 +445,9 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
             return True
         if qn.startswith("torch.") or hub is None:
             return False
-        target = project_target(hub, view, c)
+        # (a method of an instance of a project class too: ``trainer = Recipe(cfg)`` then
+        # ``trainer.setup()``, whose body creates the group)
+        target = project_target(hub, view, c, instances=True)
         if target is None or target[1] is scope:
             return False
         i, d = lifecycle_of(hub, *target)
