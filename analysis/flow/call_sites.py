@@ -135,7 +135,11 @@ def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False, prefixes:
             out.append((view, c))
         elif not qn.startswith("torch.") and depth < 3:
             reg = _REGISTRARS.get(qn) if at_exit else None
-            target = reference_target(hub, view, c, get_arg(c, *reg), instances) if reg \
+            ref = get_arg(c, *reg) if reg else None
+            if ref is not None and (sem.qualname(ref) or "") in wanted:
+                out.append((view, c))  # ``atexit.register(dist.destroy_process_group)``
+                continue
+            target = reference_target(hub, view, c, ref, instances) if reg \
                 else project_target(hub, view, c, instances=instances)
             if target is not None and target[1] is not fn:
                 out.extend(s for s in sites(hub, *target, wanted, depth + 1, instances, prefixes, at_exit)
