@@ -62,7 +62,7 @@ class MissingDestroyProcessGroup(Rule):
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
     `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
-    in a project function it calls or registers as an exit handler: `atexit.register(close_group)`
+    in a project function it calls or registers as an exit handler: `atexit.register(close_group)`,
     `atexit.register(self.close)` or `atexit.register(dist.destroy_process_group)` in the helper,
     the handler in any module of the project) or the helper's backend is a literal without NCCL (or its
     backend parameter, as this call passes it or leaves its default), or the init sits in a
