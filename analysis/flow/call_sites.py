@@ -3,8 +3,11 @@
 - ``project_target(hub, view, c)``: (view, function) of the project function a call runs
   (``fs_effects.resolve``, a static or class method called through its class, with ``instances``
   a method of an instance of a project class);
+- ``reference_target(hub, view, at, ref)``: (view, function) of the project function that the
+  reference ``ref`` (a name, ``mod.fn``, ``self.close``) names, resolved as a call of it would be;
 - ``sites(hub, view, fn, qns)``: the calls (view, call) of ``qns`` that ``fn`` makes, directly or
-  through the project functions it calls (any path, up to 3 calls deep); ``lifecycle``'s
+  through the project functions it calls (with ``at_exit``, also those it registers to run when
+  the process exits: ``atexit.register(f)``), any path, up to 3 calls deep; ``lifecycle``'s
   ``init_sites`` / ``destroys_anywhere`` / ``library_init_sites`` ask it;
 - ``runs_before(hub, view, at, qns)``: the call of ``at``'s function, before ``at``, that makes a
   call of ``qns`` (there, or in the project functions it calls: ``apply_tp(model, mesh)`` that
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, get_arg, parent
 from .fs_effects import may_resolve_any, resolve
 from .records import own_method
 
@@ -84,17 +87,43 @@ def _module_global(hub, view, name: str):
     return v2, found[0].value
 
 
-def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False, prefixes: tuple = ()) -> list:
+# calls that register a function for the process to run later, in itself: (position, keyword) of it
+_REGISTRARS = {"atexit.register": (0, "func")}
+
+
+def reference_target(hub, view, at: ast.AST, ref: ast.AST, instances: bool = False):
+    """(view, function) of the project function that the expression ``ref`` names (a name, an
+    imported module's function, a method of ``self`` or of an instance of a project class), as a
+    call ``ref()`` at ``at`` would run it (``project_target``); None otherwise."""
+    if not isinstance(ref, (ast.Name, ast.Attribute)):
+        return None
+    memo = view.memo.setdefault("call_sites.probes", {})
+    probe = memo.get(id(ref))
+    if probe is None:
+        probe = memo[id(ref)] = ast.Call(func=ref, args=[], keywords=[], lineno=at.lineno,
+                                         col_offset=at.col_offset)
+        probe._p = at  # (the probe sits where ``ref`` is read: its scope is the reader's)
+    try:
+        got = project_target(hub, view, probe, instances=instances)
+    except Exception:  # noqa: BLE001 - unresolvable: not followed
+        return None
+    return got if got is not None and isinstance(got[1], FUNC_TYPES) else None
+
+
+def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False, prefixes: tuple = (),
+          at_exit: bool = False) -> list:
     """The calls (view, call) of ``qns`` (a qualified name or a frozenset of them), or of a name
     under one of the modules ``prefixes`` (``("lightning.",)``), that ``fn`` makes, directly or
     through the project functions it calls (``project_target``, with ``instances``), up to 3
-    calls deep."""
+    calls deep. With ``at_exit``, also through the project functions it registers to run when the
+    process exits (``atexit.register(close_group)``, ``atexit.register(self.close)``): they run
+    in this process, though after everything else."""
     # a function of ``fn`` and ``depth`` alone (no set of functions seen elsewhere in the walk, which
     # would make the memoised answer depend on which walk came first); ``depth`` ends cycles
     if depth > 3 or not isinstance(fn, (*FUNC_TYPES, ast.Module)):
         return []
     wanted = qns if isinstance(qns, frozenset) else frozenset((qns,))
-    memo = view.memo.setdefault(("call_sites", instances, *sorted(wanted), *prefixes), {})
+    memo = view.memo.setdefault(("call_sites", instances, at_exit, *sorted(wanted), *prefixes), {})
     key = (id(fn), depth)
     if key in memo:
         return memo[key]
@@ -105,9 +134,16 @@ def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False, prefixes:
         if qn in wanted or (prefixes and qn.startswith(prefixes)):
             out.append((view, c))
         elif not qn.startswith("torch.") and depth < 3:
-            target = project_target(hub, view, c, instances=instances)
+            reg = _REGISTRARS.get(qn) if at_exit else None
+            ref = get_arg(c, *reg) if reg else None
+            if ref is not None and (sem.qualname(ref) or "") in wanted:
+                out.append((view, c))  # ``atexit.register(dist.destroy_process_group)``
+                continue
+            target = reference_target(hub, view, c, ref, instances) if reg \
+                else project_target(hub, view, c, instances=instances)
             if target is not None and target[1] is not fn:
-                out.extend(s for s in sites(hub, *target, wanted, depth + 1, instances, prefixes) if s not in out)
+                out.extend(s for s in sites(hub, *target, wanted, depth + 1, instances, prefixes, at_exit)
+                           if s not in out)
     memo[key] = out
     return out
 

@@ -445,7 +445,9 @@ on the distributed mode that leaves on one side, ``if world_size == 1: return``)
             return True
         if qn.startswith("torch.") or hub is None:
             return False
-        target = project_target(hub, view, c)
+        # (a method of an instance of a project class too: ``trainer = Recipe(cfg)`` then
+        # ``trainer.setup()``, whose body creates the group)
+        target = project_target(hub, view, c, instances=True)
         if target is None or target[1] is scope:
             return False
         i, d = lifecycle_of(hub, *target)
@@ -634,10 +636,11 @@ def init_sites(hub, view, fn, depth: int = 0) -> list:
     return sites(hub, view, fn, INIT, depth)
 
 
-def destroys_anywhere(hub, view, fn, depth: int = 0) -> bool:
+def destroys_anywhere(hub, view, fn, depth: int = 0, at_exit: bool = False) -> bool:
     """``fn`` calls ``destroy_process_group`` on some path, directly or through project functions
-    (up to 3 calls deep)."""
-    return bool(sites(hub, view, fn, DESTROY, depth, instances=True))
+    (up to 3 calls deep); with ``at_exit``, also through those it registers as exit handlers
+    (``atexit.register(close_group)``: the group is gone when the process ends, not before)."""
+    return bool(sites(hub, view, fn, DESTROY, depth, instances=True, at_exit=at_exit))
 
 
 def class_destroys(hub, view, cls: ast.ClassDef) -> bool:

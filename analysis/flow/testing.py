@@ -61,6 +61,14 @@ def in_test_suite(filename: str, an=None) -> bool:
     return got[1] is not None and any(n != base for n in got[1])
 
 
+def one_node_test(filename: str, an=None) -> bool:
+    """A file of the project's test suite, which its harness runs on one node (where the global rank
+    is the local rank): a test module by name (``is_test_file``), or a script under a ``tests`` /
+    ``test`` folder beside test modules (``in_test_suite``: ``tests/functional/run_cp_check.py``
+    next to ``test_cp.py``, a torchrun harness that CI launches with ``--nnodes=1``)."""
+    return is_test_file(filename) or in_test_suite(filename, an)
+
+
 _LISTING_TTL = 2.0
 _listings: dict[str, tuple] = {}  # folder -> (when, its test modules or None, its listing's digest, run)
 

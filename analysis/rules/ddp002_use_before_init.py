@@ -51,7 +51,9 @@ class UseBeforeInit(Rule):
     (`flow.lifecycle.group_state_path`): inside `if not dist.is_initialized() or ...:`, in the
     `else` of `if dist.is_initialized():`, or after such a branch that falls through, when nothing
     on the way initialises the group (`init_process_group`, `deepspeed.init_distributed()`, a
-    project helper that does) or leaves (`return`, `raise`, `sys.exit`, `pytest.skip`). The code
+    project helper that does, a method of an instance of a project class that does:
+    `trainer = FinetuneRecipe(cfg)` then `trainer.setup()`, the class and its bases in other
+    modules too) or leaves (`return`, `raise`, `sys.exit`, `pytest.skip`). The code
     says that a run without a process group is supported, and then needs one. The `else` of a
     mixed test (`if dist.is_initialized() and rank == 0:`), a use under a test on the
     distributed mode (`if world_size > 1:`), in a `try` with handlers, or in a function that uses

@@ -11,7 +11,7 @@ from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import bound_global_rank, global_rank_source, is_local_rank_expr
 from ..flow.calls import call_args
 from ..flow.rank_kinds import GLOBAL, device_index_sites, device_param_sinks, rank_kind_of
-from ..flow.testing import is_test_file
+from ..flow.testing import one_node_test
 from ..flow.vocab import env_key
 from ..flow.wrappers import _by_callee
 from ._common import DEVICE_SETTERS, D, _helper_context, device_call_index, resolve_helper
@@ -99,8 +99,12 @@ class GlobalRankAsDevice(Rule):
     module whose rendezvous is on the loopback address, make a world of one node: not flagged.
 
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
-    its target are not flagged. Test files (`test_*.py`, `*_test.py`) are skipped: multi-process
-    tests run on one node, where the global rank is the local rank.
+    its target are not flagged. The project's test suite is skipped: test files (`test_*.py`,
+    `*_test.py`, `conftest.py`) and scripts under a `tests` / `test` folder that sit beside test
+    modules (`tests/functional/run_cp_check.py` next to `test_cp.py`, a harness CI launches with
+    `torchrun --nnodes=1`). Multi-process tests run on one node, where the global rank is the local
+    rank; the rule takes that premise for the whole suite, so a test that would break on a second
+    node (`torch.cuda.set_device(dist.get_rank())` in a test module) is not reported either.
 
     ## Why is this bad?
     The global rank counts processes across all nodes; a node only has `torch.cuda.device_count()`
@@ -149,8 +153,10 @@ class GlobalRankAsDevice(Rule):
     requires_text = (NoCase("rank"), "SLURM_PROCID", "init_process_group")
 
     def finish(self, ctx) -> None:
-        if is_test_file(ctx.filename):
-            return  # multi-process tests run on one node: rank == local rank there
+        from ..flow.modern import hub
+
+        if one_node_test(ctx.filename, hub(ctx)[0]):
+            return  # multi-process tests (and scripts beside them) run on one node: rank == local rank there
         sem = ctx.sem
         remotes = ctx.memo("ddp003.remote", dict)  # filled by _global_rank: read after each call
         rank_inits = _rank_inits(ctx)  # id(function) -> its init_process_group calls with a rank=

@@ -62,7 +62,9 @@ class MissingDestroyProcessGroup(Rule):
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
     `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
-    in a project function it calls) or the helper's backend is a literal without NCCL (or its
+    in a project function it calls or registers as an exit handler: `atexit.register(close_group)`,
+    `atexit.register(self.close)` or `atexit.register(dist.destroy_process_group)` in the helper,
+    the handler in any module of the project) or the helper's backend is a literal without NCCL (or its
     backend parameter, as this call passes it or leaves its default), or the init sits in a
     branch of the helper that this call does not take (`apply_patch("ring")` to a helper whose
     `elif mode == "sharded":` branch creates the group: `flow.params.dead_at_call`), or the helper
@@ -241,8 +243,8 @@ def _through_helpers(ctx) -> None:
         for c in sem.scope_calls(scope) or ():
             if not (ctx.qn(c) or "").startswith("torch."):
                 target = _target(an, view, c)
-                if target is not None and destroys_anywhere(an, *target):
-                    return  # a teardown in the project, on some path
+                if target is not None and destroys_anywhere(an, *target, at_exit=True):
+                    return  # a teardown in the project, on some path (or at exit)
     for word in (code_words(sem) if _TEARDOWN_IDENT.search(ctx.src.text) else ()):
         if _TEARDOWN_IDENT.fullmatch(word) and word not in sem.functions:
             return  # a teardown helper of a library (called, or registered with atexit)

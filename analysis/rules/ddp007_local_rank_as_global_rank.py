@@ -14,7 +14,7 @@ from ..flow.rank_kinds import (
     option_strings,
 )
 from ..flow.shard_sinks import member_param_sinks, member_sink, rank_param_sinks, shard_rank_sinks
-from ..flow.testing import in_test_suite, is_test_file
+from ..flow.testing import one_node_test
 
 
 class LocalRankAsGlobalRank(Rule):
@@ -84,11 +84,9 @@ class LocalRankAsGlobalRank(Rule):
     requires_text = (NoCase("rank"), "SLURM_LOCALID")
 
     def finish(self, ctx) -> None:
-        if is_test_file(ctx.filename):
-            return  # multi-process tests run on one node: the local rank is the global rank
         an, view = hub(ctx)
-        if in_test_suite(ctx.filename, an):
-            return  # (a script beside them, likewise)
+        if one_node_test(ctx.filename, an):
+            return  # multi-process tests (and scripts beside them) run on one node: local rank == global rank
         found = []
         shards = shard_rank_sinks(an, view)
         for val, node, what in (*global_rank_sinks(view), *shards):
