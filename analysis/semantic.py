@@ -898,12 +898,3 @@ def has_kwarg(call: ast.Call, kw: str) -> bool:
 
 def has_star(call: ast.Call) -> bool:
     return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
-
-
-def reference_call(ref: ast.expr, at: ast.AST) -> ast.Call:
-    """A synthetic call ``ref()`` of the function reference ``ref``, to resolve the reference as
-    such a call would be: located where ``ref`` is (every query may compare positions) and hung
-    under ``at`` (its parent for the scope and position queries)."""
-    probe = ast.copy_location(ast.Call(func=ref, args=[], keywords=[]), ref)
-    probe._p = at
-    return probe

@@ -457,3 +457,12 @@ def _on_self_attr(f: ast.AST) -> bool:
         return False
     b = f.value
     return b.__class__ is ast.Attribute and b.value.__class__ is ast.Name and b.value.id == "self"
+
+
+def reference_call(ref: ast.expr, at: ast.AST) -> ast.Call:
+    """A synthetic call ``ref()`` of the function reference ``ref``, to resolve the reference as
+    such a call would be: located where ``ref`` is (every query may compare positions) and hung
+    under ``at`` (its parent for the scope and position queries)."""
+    probe = ast.copy_location(ast.Call(func=ref, args=[], keywords=[]), ref)
+    probe._p = at
+    return probe

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, parent, reference_call
+from ..semantic import FUNC_TYPES, get_arg, parent
+from .calls import reference_call
 from .defaults import default_value
 from .origins import origins
 

@@ -7,7 +7,8 @@ through a conditional expression (``A if c else B``), a container display (``{"a
 - ``("call", call)``: the value is called, one instance each time the call runs (``A(...)``,
   ``(A if c else B)(...)``, ``MAP[key](...)`` of a display of classes);
 - ``("name", assign)``: the value is bound to one plain name (``Gen = A if c else B``,
-  ``MAP = {...}``): the name's uses hold it;
+  ``MAP = {...}``; one name of a tuple assignment, ``n, Gen = 1, pick(kind)``, answers that
+  target ``Name``): the name's uses hold it;
 - ``("return", fn)``: a function returns it (a factory of classes): its calls hold it;
 - None: any other use (passed on, iterated, stored in an attribute...), which the caller judges.
 
@@ -39,6 +40,8 @@ def class_value_use(e: ast.AST):
             continue
         if t in _CONTAINERS and isinstance(p.ctx, ast.Load):
             q = parent(p)
+            if (target := _unpacked_to(q, p, e)) is not None:
+                return "name", target  # ``n, Gen = 1, pick(kind)``: the name at its position
             if t is ast.Tuple and _dynamic_subclass(q, p):
                 e, p = q, parent(q)  # ``type(name, (Mixin, A), {})``: a subclass of ``A``
                 continue
@@ -72,7 +75,22 @@ def _dynamic_subclass(call, bases) -> bool:
             and len(call.args) == 3 and call.args[1] is bases and not call.keywords)
 
 
+def _unpacked_to(q, tup, e):
+    """The target ``Name`` that ``e``, an element of the tuple display ``tup``, is bound to by the
+    tuple assignment ``q`` (same length, no starred element); else None."""
+    if q.__class__ is not ast.Assign or q.value is not tup or len(q.targets) != 1 or tup.__class__ is not ast.Tuple:
+        return None
+    tgt = q.targets[0]
+    if tgt.__class__ not in (ast.Tuple, ast.List) or len(tgt.elts) != len(tup.elts) \
+            or any(x.__class__ is ast.Starred for x in (*tgt.elts, *tup.elts)):
+        return None
+    i = next(i for i, x in enumerate(tup.elts) if x is e)
+    return tgt.elts[i] if tgt.elts[i].__class__ is ast.Name else None
+
+
 def bound_name(assign) -> str:
+    if assign.__class__ is ast.Name:
+        return assign.id  # one target of a tuple assignment
     return (assign.targets[0] if assign.__class__ is ast.Assign else assign.target).id
 
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, param_names, parent, reference_call
+from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import SPAWNS
 from .bindings import reaching
-from .calls import call_args, self_offset
+from .calls import call_args, reference_call, self_offset
 
 INIT = "torch.distributed.init_process_group"
 _MAX_DEPTH = 4

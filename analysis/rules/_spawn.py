@@ -6,7 +6,8 @@ import ast
 
 from types import SimpleNamespace
 
-from ..semantic import FUNC_TYPES, get_arg, parent, reference_call
+from ..flow.calls import reference_call
+from ..semantic import FUNC_TYPES, get_arg, parent
 from ..torch_api import SPAWNS
 
 

@@ -24,16 +24,10 @@ _OTHER = ("the global rank ({how}) is used as {dev} device index; it exceeds the
 
 
 def _message(qn: str | None, how: str) -> str:
-    """The finding's words, naming the accelerator of a device setter (``qn``, the device call's
-    qualified name) other than CUDA's (``torch_npu.npu.set_device``: an NPU index;
-    ``torch.accelerator.set_device_index``)."""
-    qn = qn or ""
-    if qn in DEVICE_SETTERS and not qn.startswith("torch.cuda."):
-        kind = qn.rsplit(".", 2)[-2]
-        dev = "an accelerator" if kind == "accelerator" else f"a {kind.upper()}" if kind == "musa" \
-            else f"an {kind.upper()}"  # (an NPU, an XPU, an MLU)
-        return _OTHER.format(how=how, dev=dev)
-    return _MESSAGE.format(how=how)
+    """The finding's words, naming the accelerator of a setter other than CUDA's (``qn``)."""
+    kind = (qn or "").rsplit(".", 2)[-2] if (qn or "") in DEVICE_SETTERS and not qn.startswith("torch.cuda.") else None
+    dev = "an accelerator" if kind == "accelerator" else f"a{'n' * (kind != 'musa')} {(kind or '').upper()}"
+    return _MESSAGE.format(how=how) if kind is None else _OTHER.format(how=how, dev=dev)
 
 
 class GlobalRankAsDevice(Rule):

@@ -9,7 +9,7 @@ from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent, subtree
 from ..source import lowered, nfkc
 from ..flow.assignments import reaching_assignment
-from ..flow.fs_ranks import DUMPS, dumped_file, per_process_path, rank_specific_path
+from ..flow.fs_ranks import DUMPS, dumped_file, per_item_path, per_process_path, rank_specific_path
 from ..flow.group_free import without_group
 from ..flow.viewctx import view_ctx
 from ..flow.models import LAUNCH_TEXT, distributed_program
@@ -648,129 +648,6 @@ def _joins_group_before(ctx, call: ast.Call) -> bool:
 def _save_like(name: str) -> bool:
     low = name.lower()
     return "save" in low or "checkpoint" in low or "ckpt" in low
-
-
-_SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-
-def per_item_path(ctx, path: ast.AST, call: ast.Call) -> bool:
-    """The path names an item of this rank's share of the work: it mentions a variable bound by an
-    enclosing ``for`` over a rank-split list (``paths[rank::world_size]``), a rank's stride of the
-    indices (``range(rank, n, world_size)``), a rank's block of them (``range(rank * per, (rank + 1)
-    * per)``) or over a loader with a
-    ``DistributedSampler`` (also through ``enumerate``/``zip`` and inner loops over the batch, and
-    plain assignments inside those loops). Each rank then writes its own files."""
-    sem = ctx.sem
-    loops = []
-    for a in sem.ancestors(call):
-        if isinstance(a, _FUNCS):
-            break
-        if isinstance(a, (ast.For, ast.AsyncFor)):
-            loops.append(a)
-    if not loops:
-        return False
-    tainted: set[str] = set()
-    for loop in reversed(loops):  # outermost first
-        if _sharded(ctx, loop.iter, loop, 0) or _names(loop.iter) & tainted:
-            tainted |= _names(loop.target)
-            # plain assignments in the loop body that derive from the item
-            for st in sorted((n for n in subtree(loop) if isinstance(n, (ast.Assign, ast.AnnAssign))
-                              and n.value is not None), key=lambda n: n.lineno):
-                if _names(st.value) & tainted:
-                    for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
-                        tainted |= _names(t)
-    if not tainted:
-        return False
-    names = _names(path)
-    if isinstance(path, ast.Name):
-        st = reaching_assignment(ctx, path.id, call)
-        if st is not None:
-            names |= _names(st.value)
-    return bool(names & tainted)
-
-
-def _names(e: ast.AST) -> set[str]:
-    return {n.id for n in subtree(e) if isinstance(n, ast.Name)}
-
-
-def _sharded(ctx, e: ast.AST, at: ast.AST, depth: int) -> bool:
-    if depth > 3 or e is None:
-        return False
-    for n in subtree(e):
-        if isinstance(n, ast.Subscript) and any(is_rank_like(x) for x in subtree(n.slice)
-                                                 if isinstance(x, (ast.Name, ast.Attribute, ast.Call))):
-            return True  # paths[rank::world_size], chunks[rank]
-        if isinstance(n, ast.Call):
-            if (ctx.qn(n) or "") in _SAMPLERS:
-                return True
-            if (n.func.__class__ is ast.Name and n.func.id == "range" and len(n.args) == 3
-                    and any(is_rank_like(x) for x in subtree(n.args[0])
-                            if isinstance(x, (ast.Name, ast.Attribute, ast.Call)))):
-                return True  # range(rank, n, world_size): this rank's stride of the items
-            if n.func.__class__ is ast.Name and n.func.id == "range" and _rank_chunk(ctx, n, at):
-                return True  # range(rank * per, (rank + 1) * per): this rank's block of the items
-            for k in n.keywords:
-                if k.arg == "sampler" and _sharded(ctx, k.value, at, depth + 1):
-                    return True
-        if isinstance(n, ast.Name) and depth < 3:
-            st = reaching_assignment(ctx, n.id, at)
-            if st is not None and _sharded(ctx, st.value, st, depth + 1):
-                return True
-    return False
-
-
-def _bound(ctx, e: ast.AST, at: ast.AST) -> ast.AST:
-    """``e``, or the value of the plain assignment of the name ``e`` that reaches ``at``."""
-    if isinstance(e, ast.Name):
-        st = reaching_assignment(ctx, e.id, at)
-        if st is not None and isinstance(st, ast.Assign) and len(st.targets) == 1:
-            return st.value
-    return e
-
-
-def _rank_times(ctx, e: ast.AST, at: ast.AST) -> ast.AST | None:
-    """``per`` when ``e`` is ``rank * per`` (``per * rank``; through a name bound before ``at``)."""
-    e = _bound(ctx, e, at)
-    if not (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult)):
-        return None
-    for r, k in ((e.left, e.right), (e.right, e.left)):
-        r = _bound(ctx, r, at)
-        if isinstance(r, (ast.Name, ast.Attribute, ast.Call)) and is_rank_like(r):
-            return k
-    return None
-
-
-def _rank_chunk(ctx, rng: ast.Call, at: ast.AST) -> bool:
-    """``range(start, stop)`` is this rank's block of the indices: ``start = rank * per`` and ``stop``
-    is ``start + per`` or ``(rank + 1) * per`` (either under ``min(..., n)``), so the blocks of two
-    ranks never overlap."""
-    if len(rng.args) != 2:
-        return False
-    start, stop = rng.args
-    per = _rank_times(ctx, start, at)
-    if per is None:
-        return False
-    same = ast.dump(per)
-    stop = _bound(ctx, stop, at)
-    if isinstance(stop, ast.Call) and isinstance(stop.func, ast.Name) and stop.func.id == "min" and stop.args:
-        stops = stop.args
-    else:
-        stops = [stop]
-    for s in stops:
-        if isinstance(s, ast.BinOp) and isinstance(s.op, ast.Add):
-            for a, b in ((s.left, s.right), (s.right, s.left)):
-                if ast.dump(b) == same and (ast.dump(a) == ast.dump(start) or _rank_times(ctx, a, at) is not None
-                                            and ast.dump(_rank_times(ctx, a, at)) == same):
-                    return True  # start + per
-        if isinstance(s, ast.BinOp) and isinstance(s.op, ast.Mult):
-            for a, b in ((s.left, s.right), (s.right, s.left)):
-                a = _bound(ctx, a, at)
-                if ast.dump(b) == same and isinstance(a, ast.BinOp) and isinstance(a.op, ast.Add) and any(
-                        isinstance(x, ast.Constant) and x.value == 1 for x in (a.left, a.right)) and any(
-                        isinstance(x, (ast.Name, ast.Attribute, ast.Call)) and is_rank_like(x) for x in (a.left, a.right)):
-                    return True  # (rank + 1) * per
-    return False
 
 
 # clocks: a value that differs between calls (a path made of one is taken as unique; the values
