@@ -28,8 +28,14 @@ class DcpPathVariesByRank(Rule):
     and `load`: the `checkpoint_id`, or the path of the `FileSystemWriter` / `FileSystemReader`
     given as `storage_writer` / `storage_reader`. It is flagged when the value differs between
     ranks: it is built from the rank (`f"ckpt/rank{rank}"`), the local rank, the wall clock or
-    unseeded random numbers, followed through names, helpers' parameters and returns, `self`
-    attributes and other modules (the uniformity analysis every flow rule shares).
+    unseeded random numbers, or computed from this rank's own data (a validation loss over this
+    rank's shard, never all-reduced), followed through names, helpers' parameters and returns,
+    `self` attributes and other modules (the uniformity analysis every flow rule shares). A save
+    in a function whose path comes from its parameters is judged at each of its calls, in this
+    file or the project's other modules: a caller that passes a rank-varying value, also as a
+    keyword the function takes in `**kwargs` and formats into the folder name
+    (`checkpoint_id=pattern.format(**metrics)`), makes the path rank-varying; the function's own
+    line is reported.
 
     ## Why is this bad?
     A DCP checkpoint is one directory written by all ranks together: every rank writes its shards
