@@ -26,6 +26,7 @@ from .calls import _init_self_copies, _is_ctor, _name_of_any, _wrapped, instance
 from .calls import call_args, self_offset  # noqa: F401  (the callers' names for them)
 from .params import by_name_only, designates_by_default
 from .uniformity import _DATA_SRC_NAME
+from .values import Value
 
 MAX_DEPTH = 2
 
@@ -68,7 +69,8 @@ def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = Tru
         return None
     pairs = call_args(call, fn)
     self_wraps = _self_wraps(hub, view, call, tv, fn, pctx) if want_wraps else {}
-    if not pairs and not self_wraps:
+    extra = want_binds and fn.args.kwarg is not None and bool(call.keywords)  # ``**kw`` may receive some
+    if not pairs and not self_wraps and not extra:
         return None
     binds, wraps, loaders = {}, {}, []
     wrapped = _wrapped(view, pctx) if want_wraps else ()
@@ -90,6 +92,10 @@ def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = Tru
                     binds[name] = v
             elif not v.varying and ev.is_loader(arg) is not None and not _DATA_SRC_NAME.search(name):
                 loaders.append(name)
+    if extra:
+        kw = _kwargs_value(ev, call, fn)
+        if kw is not None:
+            binds[fn.args.kwarg.arg] = kw
     if not binds and not wraps and not loaders and not self_wraps:
         return None
     key = (id(tv), id(fn), depth, tuple(sorted((n, id(v.src)) for n, v in binds.items())),
@@ -100,6 +106,27 @@ def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = Tru
         got = hub.contexts[key] = Ctx(tv, fn, binds, wraps, call, view.path, depth, loaders)
         got.self_wraps = self_wraps
     return got
+
+
+def _kwargs_value(ev, call: ast.Call, fn):
+    """What ``**kw`` of ``fn`` receives from ``call`` when part of it differs between ranks: the
+    keywords no named parameter takes (``save(cfg, step=step, val_loss=loss)``), rank-varying under
+    their own keys only (``Src.fields``: ``kw["step"]`` stays as uniform as ``step``), or a dict
+    passed on whole (``**metrics``), as it is; None when every part is uniform or unknown."""
+    a = fn.args
+    named = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    fields, src = set(), None
+    for k in call.keywords:
+        if k.arg is not None and k.arg in named:
+            continue
+        v = ev.value(k.value)
+        if not v.varying:
+            continue
+        if k.arg is None:
+            return v
+        fields.add(k.arg)
+        src = src or v.src
+    return Value("V", src.built(fields)) if src is not None else None
 
 
 def _self_wraps(hub, view, call: ast.Call, tv, fn, pctx) -> dict:

@@ -69,7 +69,7 @@ def _compute(hub, view, loop, frames):
     if not tainted:
         return None
     tainted = _spread(scope, tainted, loop.end_lineno)
-    got = _reduction(hub, view, scope, tainted, loop.lineno, inside=loop)
+    got = _reduction(hub, view, scope, tainted, loop.lineno, inside=loop, receivers=True)
     if got is not None:
         return ReducedWalk(view, loop, view, got[0], got[1])
     if fn is None or not frames or frames[-1][0] is not fn or not _returns_tainted(fn, tainted):
@@ -84,7 +84,7 @@ def _compute(hub, view, loop, frames):
     cfn = cv.sem.enclosing_function(call)
     cscope = cfn if cfn is not None else cv.tree
     names = _spread(cscope, names, call.lineno)
-    got = _reduction(hub, cv, cscope, names, call.lineno + 1)
+    got = _reduction(hub, cv, cscope, names, call.lineno + 1, receivers=True)
     if got is None:
         return None
     return ReducedWalk(view, loop, cv, got[0], got[1])
@@ -158,9 +158,11 @@ def _spread(scope, names: set[str], after: int) -> set[str]:
     return names
 
 
-def _reduction(hub, view, scope, names: set[str], start: int, inside=None):
+def _reduction(hub, view, scope, names: set[str], start: int, inside=None, receivers: bool = False):
     """(call, op) of a data-combining collective of ``scope`` at or after line ``start`` whose
-    arguments read one of ``names``, unless the gathered result is cut to a length after it."""
+    arguments read one of ``names``, unless the gathered result is cut to a length after it.
+    ``receivers``: a method of a project class that makes one reads its object too (``acc.compute()``
+    all-reducing the counts ``acc.update(...)`` kept in ``self``)."""
     try:
         sites = hub.sites(view, scope)
     except Exception:  # noqa: BLE001 - an unreadable scope has no answer
@@ -177,6 +179,8 @@ def _reduction(hub, view, scope, names: set[str], start: int, inside=None):
         read = set()
         for a in args:
             read |= _names_in(a)
+        if receivers and s.kind == "helper" and isinstance(s.node.func, ast.Attribute):
+            read |= _names_in(s.node.func.value)
         if not read & names:
             continue
         if _trimmed(scope, s.node, names | read):

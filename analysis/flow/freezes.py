@@ -74,8 +74,8 @@ def wrapper_of(hub, view, module, at, depth: int = 0) -> list | None:
     """(wrapper expression, the node it is read at, whether ``module`` is a strict submodule of
     the module read out of it) for the module expression ``module`` at ``at``:
     ``w.module.backbone`` -> ``w`` (a submodule); a name every origin of which unwraps (``net =
-    unwrap(model)``: ``unwraps.unwrap_sources``, lifted to the caller's argument) -> those
-    wrappers; a name bound to such a submodule read (``enc = ddp.module.encoder``); else the name or ``self.<attr>`` itself when it is the whole module frozen (``for p
+    unwrap(model)``: ``unwraps.unwrap_sources``, lifted to the caller's argument), or such a
+    helper's call itself (``unwrap(model).backbone``) -> those wrappers; a name bound to such a submodule read (``enc = ddp.module.encoder``); else the name or ``self.<attr>`` itself when it is the whole module frozen (``for p
     in model.parameters()``: the module may be the wrapper). None when the root is anything else
     or a read is in another module."""
     from .origins import origins
@@ -90,9 +90,11 @@ def wrapper_of(hub, view, module, at, depth: int = 0) -> list | None:
         e = e.value
     if isinstance(e, ast.Call) and is_unwrap(e):
         return [(unwrapped_base(e), at, e is not module)]
-    if not isinstance(e, (ast.Name, ast.Attribute)):
+    if not isinstance(e, (ast.Name, ast.Attribute, ast.Call)):
         return None
-    srcs = unwrap_sources(hub, view, e, at)
+    srcs = unwrap_sources(hub, view, e, at)  # (a call: a helper that returns ``m.module``)
+    if isinstance(e, ast.Call) and not srcs:
+        return None
     if srcs:
         if not all(bv is view and isinstance(b, (ast.Name, ast.Attribute)) for _r, bv, b, _a, _f in srcs):
             return None

@@ -73,7 +73,11 @@ def subscript_value(ev, e: ast.Subscript, d: int):
         from .dict_fields import field  # lazy: dict_fields follows bindings and helpers' returns
         v = field(ev, e, d)
     if v is None:
-        v = join((ev.value(e.value, d), ev.value(sl, d)))
+        base = ev.value(e.value, d)
+        if base.varying and base.src.fields is not None and sl.__class__ is ast.Constant:
+            # a dict of keywords of which only some differ between ranks (``**kw``, ``context``)
+            return Value("V", base.src.built(None)) if sl.value in base.src.fields else X
+        v = join((base, ev.value(sl, d)))
     if v.varying:
         from .saved_fields import saved_field  # a field of a file the module writes: what the writers stored
         got = saved_field(ev, e, d)

@@ -36,7 +36,8 @@ class EvalSamplerPads(Rule):
     rounds run no `backward()`, and a value its body writes (a running sum, a count, a list of
     predictions) reaches `all_reduce`, `reduce`, `all_gather`, `gather` or their object variants
     (directly or through a project helper), in the loop's function or, through its return value, in
-    its caller. A gathered result cut to a length afterwards (`preds[:len(dataset)]`) is taken as the
+    its caller; a metric object the loop feeds (`meter.update(out, y)`) counts as combined when a
+    method of it that runs such a collective is called after the loop (`meter.compute()`). A gathered result cut to a length afterwards (`preds[:len(dataset)]`) is taken as the
     padding undone.
 
     ## Why is this bad?
