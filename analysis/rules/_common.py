@@ -491,6 +491,10 @@ def ddp_or_callers_reach(cls, text: str, filename: str | None):
     return callers_may_exist(text, filename, (("DistributedDataParallel",),))
 
 
+# a caller that gives this file a sharded or distributed value spells one of these
+_SHARD_CALLER_NEEDLES = ("distributed", "fully_shard", "DTensor", "mesh", "FSDP")
+
+
 def shard_or_callers_reach(cls, text: str, filename: str | None):
     """``Rule.reach`` of a modern-stack rule whose sharded value may come from an imported module
     (``flow.modern.shard_reach``) or from a caller in another file (``callers_may_exist``): yes
@@ -500,7 +504,7 @@ def shard_or_callers_reach(cls, text: str, filename: str | None):
     may, deps = shard_reach(cls, text, filename)
     if may:
         return True, {}
-    more, more_deps = callers_may_exist(text, filename, ())
+    more, more_deps = callers_may_exist(text, filename, (_SHARD_CALLER_NEEDLES,))
     return more, {} if more else {**deps, **more_deps}
 
 

@@ -185,7 +185,7 @@ RULES = {
                 ((('torch', False),),),
                 False, True),
     'DDP229': ('ddp229_weights_loaded_on_some_ranks_after_wrap', False, True,
-                ((('torch', False), ('load_state_dict', False), ('init', False), ('copy_', False)), (('load_state_dict', False), ('init', False), ('copy_', False), ('DistributedDataParallel', False))),
+                ((('torch', False), ('load_state_dict', False), ('nn.init', False), ('copy_', False)), (('load_state_dict', False), ('nn.init', False), ('copy_', False), ('DistributedDataParallel', False))),
                 False, False),
     'DDP301': ('ddp301_sampler_without_set_epoch', True, True,
                 ((('torch', False),), (('DistributedSampler', False), ('loader', True), ('sampler', True))),

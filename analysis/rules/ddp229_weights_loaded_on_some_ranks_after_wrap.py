@@ -71,9 +71,9 @@ class WeightsLoadedOnSomeRanksAfterWrap(Rule):
     default_enabled = False
     # the write itself (``load_state_dict``, ``torch.nn.init.*``, ``copy_``), or, for a call of a
     # project function that writes, the wrapper built in this file
-    requires_text = ("load_state_dict", "init", "copy_", "DistributedDataParallel")
+    requires_text = ("load_state_dict", "nn.init", "copy_", "DistributedDataParallel")
     # a file that writes weights into a wrapper built by a project helper may never spell "torch"
-    base_text = ("torch", "load_state_dict", "init", "copy_")
+    base_text = ("torch", "load_state_dict", "nn.init", "copy_")
 
     def finish(self, ctx) -> None:
         an = for_context(ctx)
