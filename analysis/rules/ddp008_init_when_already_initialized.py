@@ -314,6 +314,8 @@ def _meets_twice(ctx, cls: ast.ClassDef) -> bool:
     called that way. A class the project never builds (a library's public
     API) or builds once in each of several scripts or workers shows none: its users may or may not
     build two, which the code does not say."""
+    from ..flow.testing import is_test_file
+
     names, holders, factories, builders, fns = {cls.name}, set(), set(), set(), {}
     while True:
         calls = _constructions(ctx, names, holders, factories, builders, partial=True, builder_fns=fns)
@@ -322,7 +324,7 @@ def _meets_twice(ctx, cls: ast.ClassDef) -> bool:
             fn = _enclosing_or_loop(call)
             if fn is None:
                 return True  # in a loop or a comprehension: one per iteration
-            if _test_module(fctx.filename):
+            if is_test_file(fctx.filename):
                 in_tests += 1
             for other in per_fn.get(id(fn), ()):
                 if not _exclusive(other, call):
@@ -378,14 +380,6 @@ def _exclusive(a: ast.AST, b: ast.AST) -> bool:
 
 def _within(child: ast.AST, arm) -> bool:
     return child is arm if not isinstance(arm, list) else any(child is st for st in arm)
-
-
-def _test_module(filename: str) -> bool:
-    """A pytest module (``test_*.py``, ``*_test.py``, ``conftest.py``)."""
-    import os
-
-    base = os.path.basename(filename)
-    return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
 
 
 def _liftable(fctx, call):
