@@ -184,7 +184,7 @@ RULES = {
     'DDP228': ('ddp228_running_total_reduced_every_update', True, True,
                 ((('torch', False),),),
                 False, True),
-    'DDP229': ('ddp229_weights_loaded_on_some_ranks_after_wrap', False, True,
+    'DDP229': ('ddp229_weights_loaded_on_some_ranks_after_wrap', True, True,
                 ((('torch', False), ('load_state_dict', False), ('nn.init', False), ('copy_', False)), (('load_state_dict', False), ('nn.init', False), ('copy_', False), ('DistributedDataParallel', False))),
                 False, False),
     'DDP301': ('ddp301_sampler_without_set_epoch', True, True,

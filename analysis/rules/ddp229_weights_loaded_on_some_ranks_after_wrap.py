@@ -60,15 +60,12 @@ class WeightsLoadedOnSomeRanksAfterWrap(Rule):
     There is no automatic fix: whether to move the load before the wrap, load on every rank or
     broadcast the parameters afterwards depends on the program.
 
-    Off by default (`--select DDP229` or `ALL` turns it on) until its run over the real-world
-    corpus is read.
     """
 
     code = "DDP229"
     name = "weights-loaded-on-some-ranks-after-wrap"
     severity = Severity.ERROR
     fix_availability = "never"
-    default_enabled = False
     # the write itself (``load_state_dict``, ``torch.nn.init.*``, ``copy_``), or, for a call of a
     # project function that writes, the wrapper built in this file
     requires_text = ("load_state_dict", "nn.init", "copy_", "DistributedDataParallel")
