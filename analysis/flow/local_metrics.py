@@ -66,9 +66,18 @@ def unreduced_shard_metrics(hub, ctx) -> list[Metric]:
 
 def _accumulated(loop) -> dict[str, ast.AST]:
     """The names a loop's body accumulates into across rounds (``x += ...``, ``x = x + ...``,
-    ``xs.append(...)``), with the accumulating statement."""
+    ``xs.append(...)``, ``xs[k] = ...`` with ``k`` a name the ``for`` binds, into a container the
+    body never rebinds), with the accumulating statement."""
     out: dict[str, ast.AST] = {}
+    rounds = _target_names(loop.target) if isinstance(loop, ast.For) else set()
+    rebound = {t for n in _walk(loop.body) if isinstance(n, ast.Assign) for x in n.targets
+               if not isinstance(x, ast.Subscript) for t in _target_names(x)}
     for n in _walk(loop.body):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Subscript) \
+                and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id not in rebound \
+                and _names_in(n.targets[0].slice) & rounds:
+            out.setdefault(n.targets[0].value.id, n)
+            continue
         if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add):
             for t in _target_names(n.target):
                 out.setdefault(t, n)
@@ -197,7 +206,9 @@ def _metric(hub, ctx, view, loop):
                     sink = _report_of(hub, cctx, cv, p, lambda a, c=call: _holds(a, c))
                 p = _parent(p)
         if sink is not None:
-            return Metric(loop, names, ret, sink, set(acc))
+            # a caller of this module: at the call whose unreduced result it reports (the helper's
+            # other calls may reduce theirs); one of another module: at the helper's ``return``
+            return Metric(loop, names, st if cv is view and st is not None else ret, sink, set(acc))
     return None
 
 
@@ -254,6 +265,7 @@ def _message_args(call):
 def _report_of(hub, ctx, view, call, reads, depth: int = 0):
     """``(view, call)`` when ``call`` reports the metric (in its arguments that ``reads`` accepts)
     on the main rank only, without the rank in its message."""
+    from .fabric import REPORTS, method_call
     from .rank import rank0_guarded
 
     args = [a for a in _message_args(call) if reads(a)]
@@ -262,6 +274,8 @@ def _report_of(hub, ctx, view, call, reads, depth: int = 0):
     ev = hub.evaluator(view)
     if any(_names_rank(ev, a) for a in args):
         return None  # reported as this rank's own value
+    if method_call(hub, view, call, REPORTS):
+        return view, call  # a Lightning Fabric's ``print`` / ``log`` / ``log_dict``: the main rank's alone
     if _is_log(view, call):
         return (view, call) if rank0_guarded(ctx, call) is True else None
     if depth > 1:
