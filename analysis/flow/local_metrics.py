@@ -1,7 +1,7 @@
 """Evaluation metrics of this rank's shard that the main rank reports as the job's.
 
 An *unreduced shard metric* is a value that an evaluation loop of the checked file accumulates
-(``total += loss``, ``losses.append(...)``) over batches of this rank's shard of a data set, that
+(``total += loss``, ``losses.append(...)``, ``losses[k] = loss``) over batches of this rank's shard of a data set, that
 no collective combines across ranks, and that the main rank alone reports (prints, logs):
 
 - the loop evaluates: it runs under ``torch.no_grad()`` / ``torch.inference_mode()``
@@ -10,13 +10,15 @@ no collective combines across ranks, and that the main rank alone reports (print
 - the data is a per-rank shard (``eval_walks.sharded``): the loop walks, or the body draws its
   batches from (a statement of its own, ``x, y = loader.next_batch()`` without arguments,
   ``batch = next(it)``), an object built from the rank
-  (``ShardLoader(tokens, rank, world)``) or a ``DataLoader`` over a ``DistributedSampler``;
+  (``ShardLoader(tokens, rank, world)``), a ``DataLoader`` over a ``DistributedSampler`` or one
+  a Lightning Fabric set up (``fabric.shards``);
 - what the loop's body writes is never passed to a data-combining collective (``all_reduce``,
   ``all_gather``, ..., also through a project helper that makes one: ``eval_walks.reduction``)
   in the loop's function after the loop, nor, when the function returns it, in the caller after
   the call;
 - it reaches a report that only the main rank makes (``rank.rank0_guarded``): ``print``, a
-  ``logging`` call or a ``Logger`` method, ``wandb.log``, a ``SummaryWriter`` scalar, or a
+  ``logging`` call or a ``Logger`` method, ``wandb.log``, a ``SummaryWriter`` scalar, a Fabric's
+  ``print`` / ``log`` / ``log_dict``, or a
   project function whose parameter reaches such a report behind a main-rank test in its own body
   (``print0(msg, is_master)``), in the loop's function after the loop or in a caller (this module,
   or a module of the project that calls a module-level function). A message that also holds a
