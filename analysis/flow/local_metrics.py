@@ -186,6 +186,20 @@ def _metric(hub, ctx, view, loop):
         return None
     ret = next(r for r in _walk(fn.body) if isinstance(r, ast.Return) and r.value is not None
                and _names_in(r.value) & names)
+    got = _caller_report(hub, ctx, view, fn)
+    if got is None:
+        return None
+    # a caller of this module: at the call whose unreduced result it reports (the helper's other
+    # calls may reduce theirs); one of another module: at the helper's ``return``
+    st, sink = got
+    return Metric(loop, names, st if st is not None else ret, sink, set(acc))
+
+
+def _caller_report(hub, ctx, view, fn, depth: int = 0):
+    """``(statement, sink)`` of the first call of ``fn`` whose result reaches a main-rank report
+    unreduced (``statement``: the call's, when it is in the checked module, else None); a caller that only
+    hands the result on (``return evaluate(model, loader)``, ``loss = evaluate(...)`` then ``return
+    loss``) is followed to its own callers, two levels up."""
     for cctx, cv, call in _callers(hub, ctx, view, fn):
         cfn = cv.sem.enclosing_function(call)
         cscope = cfn if cfn is not None else cv.tree
@@ -207,10 +221,15 @@ def _metric(hub, ctx, view, loop):
                 if isinstance(p, ast.Call):
                     sink = _report_of(hub, cctx, cv, p, lambda a, c=call: _holds(a, c))
                 p = _parent(p)
+        here = st if cv is hub.main else None
         if sink is not None:
-            # a caller of this module: at the call whose unreduced result it reports (the helper's
-            # other calls may reduce theirs); one of another module: at the helper's ``return``
-            return Metric(loop, names, st if cv is view and st is not None else ret, sink, set(acc))
+            return here, sink
+        handed_on = (isinstance(st, ast.Return) and st.value is call) or (
+            bound and cfn is not None and _returns_tainted(cfn, bound))
+        if handed_on and cfn is not None and depth < 2 and cfn is not fn:
+            up = _caller_report(hub, cctx, cv, cfn, depth + 1)
+            if up is not None:
+                return (here if here is not None else up[0]), up[1]
     return None
 
 

@@ -28,7 +28,8 @@ class LocalMetricReported(Rule):
       `logging` call, `wandb.log`, a `SummaryWriter` scalar, a Fabric's `print` / `log` /
       `log_dict` (rank zero only by themselves), or a project function whose parameter
       reaches one of them behind a main-rank test in its body (`print0(msg, is_master)`), in the
-      loop's function or in a caller (this module or another).
+      loop's function or in a caller (this module or another; a caller that only hands the
+      result on, `return evaluate(model, loader)`, is followed to its own callers, two levels up).
 
     The finding is at the accumulation when the loop's function reports the value, at the call
     whose result is reported when a caller in the same module does (the function's other calls
