@@ -12,7 +12,9 @@ What the evaluation questions ask of it (``eval_walks``, ``local_metrics``):
 
 - ``shards``: every value a name may hold comes from ``F.setup_dataloaders(...)`` (an element of
   its result too), which gives each loader a ``DistributedSampler`` (unless
-  ``use_distributed_sampler=False``): the loader walks this rank's shard;
+  ``use_distributed_sampler=False``): the loader walks this rank's shard (an iterable dataset,
+  which Fabric leaves alone, is taken to split itself by rank, as streaming datasets do: a
+  training job whose ranks all read the same data would be pointless);
 - ``main_only_report``: ``F.print(...)`` / ``F.log(...)`` / ``F.log_dict(...)`` report on the main
   rank alone (``print`` prints on global rank 0; the loggers' ``log_metrics`` are rank-zero only);
 - ``reduction``: ``F.all_reduce(x)`` / ``F.all_gather(x)`` combine the ranks' data.

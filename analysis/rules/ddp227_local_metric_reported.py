@@ -18,9 +18,11 @@ class LocalMetricReported(Rule):
       (`ShardedBatches(tokens, rank, world)`, also through a builder's return, a tuple and a
       `self` attribute set from a constructor's parameter in another module), a `DataLoader`
       over a `DistributedSampler`, or a loader that Lightning Fabric's `setup_dataloaders` set
-      up (it gives the loader a `DistributedSampler`, unless `use_distributed_sampler=False`;
-      `flow.fabric`: the Fabric is built in the project, declared as a parameter's type, or
-      the one whose `launch(main, ...)` runs the function; not one of `devices=1`);
+      up (it gives the loader a `DistributedSampler`, unless `use_distributed_sampler=False`; an
+      iterable dataset, which it leaves alone, is taken to split itself by rank, as streaming
+      datasets do, or every rank would train on the same data; `flow.fabric`: the Fabric is
+      built in the project, declared as a parameter's type, or the one whose `launch(main, ...)`
+      runs the function; not one of `devices=1`);
     - no data-combining collective (`all_reduce`, `all_gather`, ..., also in a project helper,
       or a Fabric's `all_reduce` / `all_gather`) reads the value after the loop, nor, when the
       function returns it, in the caller after the call;
