@@ -186,6 +186,20 @@ def _reduction(hub, view, scope, names: set[str], start: int, inside=None, recei
         if _trimmed(scope, s.node, names | read):
             continue
         return s.node, ops[0]
+    return _fabric_reduction(hub, view, scope, names, start)
+
+
+def _fabric_reduction(hub, view, scope, names: set[str], start: int):
+    """(call, op) of a Lightning Fabric's ``all_reduce`` / ``all_gather`` of ``scope`` at or after
+    line ``start`` whose arguments read one of ``names`` (``fabric.REDUCTIONS``)."""
+    from .fabric import REDUCTIONS, method_call
+
+    for n in _walk(scope.body):
+        if isinstance(n, ast.Call) and n.lineno >= start and isinstance(n.func, ast.Attribute) \
+                and n.func.attr in REDUCTIONS and any(_names_in(a) & names for a in (*n.args, *(k.value for k in n.keywords))):
+            op = method_call(hub, view, n, REDUCTIONS)
+            if op is not None and not _trimmed(scope, n, names):
+                return n, op
     return None
 
 
@@ -247,7 +261,10 @@ def sharded_walk(hub, view, src) -> bool:
 def _sharded(hub, view, expr, at) -> bool:
     # (not the evaluator's rank-varying answer alone: a loader unpacked from a builder's list is
     # rank-varying when any of the list's loaders is, a train loader's sampler for a test loader)
-    return _over_dist_sampler(hub, view, expr, at) or _built_from_rank(hub, view, expr, at)
+    from .fabric import shards
+
+    return _over_dist_sampler(hub, view, expr, at) or _built_from_rank(hub, view, expr, at) \
+        or shards(hub, view, expr, at)
 
 
 def _origins(hub, view, expr, at) -> list:

@@ -1,7 +1,7 @@
 """Evaluation metrics of this rank's shard that the main rank reports as the job's.
 
 An *unreduced shard metric* is a value that an evaluation loop of the checked file accumulates
-(``total += loss``, ``losses.append(...)``) over batches of this rank's shard of a data set, that
+(``total += loss``, ``losses.append(...)``, ``losses[k] = loss``) over batches of this rank's shard of a data set, that
 no collective combines across ranks, and that the main rank alone reports (prints, logs):
 
 - the loop evaluates: it runs under ``torch.no_grad()`` / ``torch.inference_mode()``
@@ -10,13 +10,15 @@ no collective combines across ranks, and that the main rank alone reports (print
 - the data is a per-rank shard (``eval_walks.sharded``): the loop walks, or the body draws its
   batches from (a statement of its own, ``x, y = loader.next_batch()`` without arguments,
   ``batch = next(it)``), an object built from the rank
-  (``ShardLoader(tokens, rank, world)``) or a ``DataLoader`` over a ``DistributedSampler``;
+  (``ShardLoader(tokens, rank, world)``), a ``DataLoader`` over a ``DistributedSampler`` or one
+  a Lightning Fabric set up (``fabric.shards``);
 - what the loop's body writes is never passed to a data-combining collective (``all_reduce``,
   ``all_gather``, ..., also through a project helper that makes one: ``eval_walks.reduction``)
   in the loop's function after the loop, nor, when the function returns it, in the caller after
   the call;
 - it reaches a report that only the main rank makes (``rank.rank0_guarded``): ``print``, a
-  ``logging`` call or a ``Logger`` method, ``wandb.log``, a ``SummaryWriter`` scalar, or a
+  ``logging`` call or a ``Logger`` method, ``wandb.log``, a ``SummaryWriter`` scalar, a Fabric's
+  ``print`` / ``log`` / ``log_dict``, or a
   project function whose parameter reaches such a report behind a main-rank test in its own body
   (``print0(msg, is_master)``), in the loop's function after the loop or in a caller (this module,
   or a module of the project that calls a module-level function). A message that also holds a
@@ -66,9 +68,18 @@ def unreduced_shard_metrics(hub, ctx) -> list[Metric]:
 
 def _accumulated(loop) -> dict[str, ast.AST]:
     """The names a loop's body accumulates into across rounds (``x += ...``, ``x = x + ...``,
-    ``xs.append(...)``), with the accumulating statement."""
+    ``xs.append(...)``, ``xs[k] = ...`` with ``k`` a name the ``for`` binds, into a container the
+    body never rebinds), with the accumulating statement."""
     out: dict[str, ast.AST] = {}
+    rounds = _target_names(loop.target) if isinstance(loop, ast.For) else set()
+    rebound = {t for n in _walk(loop.body) if isinstance(n, ast.Assign) for x in n.targets
+               if not isinstance(x, ast.Subscript) for t in _target_names(x)}
     for n in _walk(loop.body):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Subscript) \
+                and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id not in rebound \
+                and _names_in(n.targets[0].slice) & rounds:
+            out.setdefault(n.targets[0].value.id, n)
+            continue
         if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add):
             for t in _target_names(n.target):
                 out.setdefault(t, n)
@@ -175,6 +186,20 @@ def _metric(hub, ctx, view, loop):
         return None
     ret = next(r for r in _walk(fn.body) if isinstance(r, ast.Return) and r.value is not None
                and _names_in(r.value) & names)
+    got = _caller_report(hub, ctx, view, fn)
+    if got is None:
+        return None
+    # a caller of this module: at the call whose unreduced result it reports (the helper's other
+    # calls may reduce theirs); one of another module: at the helper's ``return``
+    st, sink = got
+    return Metric(loop, names, st if st is not None else ret, sink, set(acc))
+
+
+def _caller_report(hub, ctx, view, fn, depth: int = 0):
+    """``(statement, sink)`` of the first call of ``fn`` whose result reaches a main-rank report
+    unreduced (``statement``: the call's, when it is in the checked module, else None); a caller that only
+    hands the result on (``return evaluate(model, loader)``, ``loss = evaluate(...)`` then ``return
+    loss``) is followed to its own callers, two levels up."""
     for cctx, cv, call in _callers(hub, ctx, view, fn):
         cfn = cv.sem.enclosing_function(call)
         cscope = cfn if cfn is not None else cv.tree
@@ -196,8 +221,15 @@ def _metric(hub, ctx, view, loop):
                 if isinstance(p, ast.Call):
                     sink = _report_of(hub, cctx, cv, p, lambda a, c=call: _holds(a, c))
                 p = _parent(p)
+        here = st if cv is hub.main else None
         if sink is not None:
-            return Metric(loop, names, ret, sink, set(acc))
+            return here, sink
+        handed_on = (isinstance(st, ast.Return) and st.value is call) or (
+            bound and cfn is not None and _returns_tainted(cfn, bound))
+        if handed_on and cfn is not None and depth < 2 and cfn is not fn:
+            up = _caller_report(hub, cctx, cv, cfn, depth + 1)
+            if up is not None:
+                return (here if here is not None else up[0]), up[1]
     return None
 
 
@@ -254,6 +286,7 @@ def _message_args(call):
 def _report_of(hub, ctx, view, call, reads, depth: int = 0):
     """``(view, call)`` when ``call`` reports the metric (in its arguments that ``reads`` accepts)
     on the main rank only, without the rank in its message."""
+    from .fabric import REPORTS, method_call
     from .rank import rank0_guarded
 
     args = [a for a in _message_args(call) if reads(a)]
@@ -262,6 +295,8 @@ def _report_of(hub, ctx, view, call, reads, depth: int = 0):
     ev = hub.evaluator(view)
     if any(_names_rank(ev, a) for a in args):
         return None  # reported as this rank's own value
+    if method_call(hub, view, call, REPORTS):
+        return view, call  # a Lightning Fabric's ``print`` / ``log`` / ``log_dict``: the main rank's alone
     if _is_log(view, call):
         return (view, call) if rank0_guarded(ctx, call) is True else None
     if depth > 1:

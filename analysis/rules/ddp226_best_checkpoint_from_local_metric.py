@@ -21,7 +21,8 @@ class BestCheckpointFromLocalMetric(Rule):
 
     The data must be a per-rank shard (`flow.eval_walks.sharded_walk`): the loop that produced the
     metric walks a value built from the rank (`make_iter("valid", rank, world)`) or a `DataLoader`
-    over a `DistributedSampler`, there or at every call of the function that walks its parameter.
+    over a `DistributedSampler` (or one that Lightning Fabric's `setup_dataloaders` set up,
+    `flow.fabric`), there or at every call of the function that walks its parameter.
     The metric may come through a helper's return, another module, a tuple or a `self` attribute,
     as the uniformity analysis follows them; a metric all-reduced (or broadcast) before the test is
     uniform and not reported.

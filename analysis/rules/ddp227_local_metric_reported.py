@@ -11,19 +11,31 @@ class LocalMetricReported(Rule):
     that the main rank alone reports, never combined across ranks (`flow.local_metrics`):
 
     - an evaluation loop (under `torch.no_grad()` / `torch.inference_mode()`, no `backward()`, no
-      training step) accumulates a value over its rounds (`total += loss`, `losses.append(...)`);
+      training step) accumulates a value over its rounds (`total += loss`, `losses.append(...)`,
+      `losses[k] = loss` with `k` a name the `for` binds);
     - its batches come from a per-rank shard: the loop walks, or draws its batches from
       (`loader.next_batch()`, `next(it)`), an object built from the rank
       (`ShardedBatches(tokens, rank, world)`, also through a builder's return, a tuple and a
-      `self` attribute set from a constructor's parameter in another module) or a `DataLoader`
-      over a `DistributedSampler`;
-    - no data-combining collective (`all_reduce`, `all_gather`, ..., also in a project helper)
-      reads the value after the loop, nor, when the function returns it, in the caller after the
-      call;
+      `self` attribute set from a constructor's parameter in another module), a `DataLoader`
+      over a `DistributedSampler`, or a loader that Lightning Fabric's `setup_dataloaders` set
+      up (it gives the loader a `DistributedSampler`, unless `use_distributed_sampler=False`; an
+      iterable dataset, which it leaves alone, is taken to split itself by rank, as streaming
+      datasets do, or every rank would train on the same data; `flow.fabric`: the Fabric is
+      built in the project, declared as a parameter's type, or the one whose `launch(main, ...)`
+      runs the function; not one of `devices=1`);
+    - no data-combining collective (`all_reduce`, `all_gather`, ..., also in a project helper,
+      or a Fabric's `all_reduce` / `all_gather`) reads the value after the loop, nor, when the
+      function returns it, in the caller after the call;
     - it reaches a report that only the main rank makes (`flow.rank.rank0_guarded`): `print`, a
-      `logging` call, `wandb.log`, a `SummaryWriter` scalar, or a project function whose parameter
+      `logging` call, `wandb.log`, a `SummaryWriter` scalar, a Fabric's `print` / `log` /
+      `log_dict` (rank zero only by themselves), or a project function whose parameter
       reaches one of them behind a main-rank test in its body (`print0(msg, is_master)`), in the
-      loop's function or in a caller (this module or another).
+      loop's function or in a caller (this module or another; a caller that only hands the
+      result on, `return evaluate(model, loader)`, is followed to its own callers, two levels up).
+
+    The finding is at the accumulation when the loop's function reports the value, at the call
+    whose result is reported when a caller in the same module does (the function's other calls
+    may reduce theirs), and at the function's `return` when the caller is in another module.
 
     A message that also holds the rank (`f"rank {rank}: {loss}"`) reports the value as the
     rank's own and is not flagged, nor a metric that is reduced before the report.
