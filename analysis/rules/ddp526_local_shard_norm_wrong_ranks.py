@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
 from ..flow.calls import on_subgroup
-from ..flow.group_spans import WORLD, group_span, hsdp_meshes, spans_replicas
+from ..flow.group_spans import WORLD, group_span, hsdp_meshes, mesh_span, same_span, spans_replicas
 from ..flow.hidden import arg_calls, shard_calls
 from ..flow.modern import PARALLELIZE, hub, origins
 from ..flow.reductions import _is_sum
@@ -37,9 +37,12 @@ class LocalShardNormWrongRanks(Rule):
       a flattened group of both; the shard dimension's group is right;
     - summed over the group of a mesh that `parallelize_module` splits the model over
       (`dist.all_reduce(norm_sq, group=tp_mesh.get_group())`, the group passed through a helper's
-      parameter), when the gradients were not selected by their placements: the parameters a
-      tensor-parallel plan leaves replicated (norms, embeddings, everything outside the plan) are
-      the same on every rank of that group and are counted once per rank.
+      parameter; the same named dimension of one mesh, `mesh["tp"]`, read apart where the
+      script takes the group and where a helper of another module parallelizes), when the
+      gradients were not selected by their placements (a filtered comprehension, or a loop that
+      adds a gradient's term under a test of that gradient, the others summed apart): the
+      parameters a tensor-parallel plan leaves replicated (norms, embeddings, everything outside
+      the plan) are the same on every rank of that group and are counted once per rank.
 
     The gradients, their local shards and the norm may pass through helpers (of another module),
     lists and dicts of lists, methods and tuple assignments.
@@ -157,7 +160,9 @@ def _shards(an, views, kinds) -> bool:
 
 def _tp_group(an, view, grp, at, callers) -> bool:
     """``grp`` holds the process group of a mesh (``m.get_group()``) that a ``parallelize_module``
-    of the same module splits a model over (the mesh followed to the same origin)."""
+    of the same module (or of a helper it calls, in another module) splits a model over: the mesh
+    followed to the same origin, or spanning the same ranks (``flow.group_spans``: the same named
+    dimension of one ``init_device_mesh``, ``mesh["tp"]`` read apart in each place)."""
     if grp is None:
         return False
     got = origins(an, view, grp, at, callers=callers)
@@ -168,9 +173,13 @@ def _tp_group(an, view, grp, at, callers) -> bool:
                 and not e.args):
             return False
         mesh = {id(x) for _w, x in origins(an, v, e.func.value, e)}
-        tp = set()
+        tp, spans = set(), []
         for c, m in arg_calls(an, v, PARALLELIZE, 1, "device_mesh", "parallelize_module"):
             tp |= {id(x) for _w, x in origins(an, v, m, c)}
-        if not mesh or not mesh <= tp:
+            spans.append(mesh_span(an, v, m, c))
+        if mesh and mesh <= tp:
+            continue
+        span = mesh_span(an, v, e.func.value, e)
+        if span is None or not spans or not all(s is not None and same_span(span, s) for s in spans):
             return False
     return True
