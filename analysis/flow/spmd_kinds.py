@@ -12,7 +12,8 @@ shard / partial), for values built from the *local shards* of DTensor gradients.
   on; arithmetic with a partial value stays partial (``total += n ** 2``, ``total.sqrt()``,
   ``max_norm / total``);
 - a name that an ``all_reduce`` / ``reduce`` is applied to is reduced (``None``: its value after
-  the reduction is the same on the ranks of the group).
+  the reduction is the same on the ranks of the group), also by a project helper that reduces the
+  parameter it is given.
 
 A value is followed into the project's helpers (this module or another): a call's kind is the kind
 of what the callee returns when its parameters hold the arguments' kinds (a tuple return element by
@@ -139,6 +140,22 @@ def _selected(n, fn) -> bool:
     return False
 
 
+def _reduced_by_helper(hub, view, call, facts, depth) -> None:
+    """A name given to a project helper that all-reduces its parameter (``sum_over(acc, group)``)
+    is reduced by that call, as by the reduction itself (``reduced`` then holds the helper's call)."""
+    names = [a.id for a in call.args if isinstance(a, ast.Name)]
+    if not names:
+        return
+    target = resolved(hub, view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES) or target[1] is facts.fn \
+            or not may_consume(target[0].sem, target[1]):
+        return
+    inner = local_norms(hub, target[0], target[1], None, depth + 1).reduced
+    for pname, arg in bind_args(call, target[1]).items():
+        if pname in inner and isinstance(arg, ast.Name):
+            facts.reduced.setdefault(arg.id, []).append(call)
+
+
 def _makes_local(view) -> bool:
     """The module's text may make a local shard (``to_local`` / ``_local_tensor``); memoised."""
     got = view.memo.get("spmd_kinds.makes_local")
@@ -168,6 +185,8 @@ def local_norms(hub, view, fn, seeds=None, depth: int = 0) -> Facts:
             t = get_arg(n, 0, "tensor")
             if isinstance(t, ast.Name):
                 facts.reduced.setdefault(t.id, []).append(n)
+        elif isinstance(n, ast.Call) and depth < _MAX_DEPTH:
+            _reduced_by_helper(hub, view, n, facts, depth)
     for _ in range(4):
         before = dict(facts.env)
         for n in nodes:

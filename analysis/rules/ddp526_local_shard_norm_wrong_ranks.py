@@ -4,13 +4,14 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, param_names
 from ..flow.calls import on_subgroup
 from ..flow.group_spans import WORLD, group_span, hsdp_meshes, mesh_span, same_span, spans_replicas
+from ..flow.helper_calls import bind_args
 from ..flow.hidden import arg_calls, shard_calls
 from ..flow.modern import PARALLELIZE, hub, origins
 from ..flow.reductions import _is_sum
-from ..flow.spmd_kinds import PARTIAL, local_norms, may_consume
+from ..flow.spmd_kinds import PARTIAL, REDUCERS, local_norms, may_consume
 from ._common import other_call_sites
 
 
@@ -97,7 +98,7 @@ class LocalShardNormWrongRanks(Rule):
                 if not facts.clips and not facts.reduced:
                     continue
                 self._unreduced(ctx, an, view, fn, facts, callers)
-                self._over_counted(ctx, an, view, fn, facts, callers)
+                self._over_counted(ctx, an, view, fn, _caller_seeded(an, view, fn, facts, callers), callers)
 
     def _unreduced(self, ctx, an, view, fn, facts, callers) -> None:
         done = set()
@@ -120,6 +121,8 @@ class LocalShardNormWrongRanks(Rule):
             if k is None or getattr(k, "kind", None) != PARTIAL or k.filtered:
                 continue
             for c in calls:
+                if (view.sem.call_qualname(c) or "") not in REDUCERS:
+                    continue  # a helper that reduces it: judged in the helper, with what its calls pass
                 if not _is_sum(get_arg(c, 1, "op")):
                     continue
                 grp = get_arg(c, 2, "group")
@@ -143,6 +146,31 @@ class LocalShardNormWrongRanks(Rule):
                                   "gradient's local tensor: the parameters the plan leaves replicated are the same "
                                   "on every rank of that group and are counted once per rank; sum only the sharded "
                                   "gradients' terms over it")
+
+
+def _caller_seeded(an, view, fn, facts, callers):
+    """The facts of ``fn`` with the parameters it reduces holding what its calls pass, where its
+    own body gives them no kind (``def sum_over(t, group): dist.all_reduce(t, group=group)``
+    called with a norm of local shards): one kind that every call (in this module, or in the
+    project's other modules) agrees on; else ``facts``."""
+    params = [n for n in facts.reduced if n not in facts.env and n in param_names(fn)]
+    if not params:
+        return facts
+    sites = [(view, c) for c in an.call_sites(view, fn)] or callers(view, fn)
+    seeds: dict = {}
+    for cv, c in sites[:8]:
+        caller = cv.sem.enclosing_function(c)
+        if caller is None or caller is fn:
+            return facts
+        env = local_norms(an, cv, caller).env
+        args = bind_args(c, fn)
+        for name in params:
+            a = args.get(name)
+            k = env.get(a.id) if isinstance(a, ast.Name) else None
+            if k is None or (name in seeds and seeds[name] != k):
+                return facts
+            seeds[name] = k
+    return local_norms(an, view, fn, seeds) if seeds else facts
 
 
 def _views(view, fn, callers) -> list:
