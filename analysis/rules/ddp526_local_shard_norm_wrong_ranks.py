@@ -46,7 +46,9 @@ class LocalShardNormWrongRanks(Rule):
       the plan) are the same on every rank of that group and are counted once per rank.
 
     The gradients, their local shards and the norm may pass through helpers (of another module),
-    lists and dicts of lists, methods and tuple assignments.
+    lists and dicts of lists, methods and tuple assignments; the sum may be made by a helper that
+    all-reduces the value it is given (reported in the helper, when every call gives it such a
+    norm).
 
     ## Why is this bad?
     An unreduced norm differs between ranks: each rank clips its own shard by its own coefficient,
