@@ -98,6 +98,19 @@ def _all_ranks(hub, view, ranks, at, callers) -> bool:
     return True
 
 
+def mesh_span(hub, view, mesh, at, callers=None):
+    """The ranks a ``DeviceMesh`` value spans (``WORLD``, or ``Dims`` of a submesh
+    ``mesh["tp"]``), as ``group_span`` reads them for ``mesh.get_group()``; None when not known
+    (a mesh of several dimensions, or origins that disagree)."""
+    return _mesh_span(hub, view, mesh, at, None, callers)
+
+
+def same_span(a, b) -> bool:
+    """The spans ``a`` and ``b`` are the same ranks: both ``WORLD``, or the same dimensions of
+    one ``init_device_mesh``."""
+    return _same(a, b)
+
+
 def _mesh_span(hub, view, mesh, at, dim, callers):
     """The span of ``mesh.get_group(dim)``: one answer for every origin of ``mesh``, else None."""
     if dim is not None and isinstance(dim, ast.Constant) and dim.value is None:

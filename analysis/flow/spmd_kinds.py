@@ -12,12 +12,15 @@ shard / partial), for values built from the *local shards* of DTensor gradients.
   on; arithmetic with a partial value stays partial (``total += n ** 2``, ``total.sqrt()``,
   ``max_norm / total``);
 - a name that an ``all_reduce`` / ``reduce`` is applied to is reduced (``None``: its value after
-  the reduction is the same on the ranks of the group).
+  the reduction is the same on the ranks of the group), also by a project helper that reduces the
+  parameter it is given.
 
 A value is followed into the project's helpers (this module or another): a call's kind is the kind
 of what the callee returns when its parameters hold the arguments' kinds (a tuple return element by
 element). ``filtered`` marks local values whose gradients a comprehension selected by a test other
-than ``is not None`` (a test of the placements: only the sharded gradients), so that which mesh
+than ``is not None`` (a test of the placements: only the sharded gradients), or that a loop over
+them adds up under such a test of its element (``for g in grads: if g.placements...: total +=
+part``, the other branch summing the rest apart), so that which mesh
 dimensions they are split on is not the module's own.
 
 ``local_norms(hub, view, fn)`` answers, per function, the facts the DDP526 rule pairs with the
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, parent
 from ..torch_api import D
 from .helper_calls import bind_args, resolved
 
@@ -116,6 +119,43 @@ def may_consume(sem, fn) -> bool:
     return False
 
 
+def _selected(n, fn) -> bool:
+    """``n`` runs under an ``if`` (or its ``else``) whose test, not a trivial one, reads the
+    element that an enclosing loop of ``fn`` walks (or a name its body binds): a per-element
+    choice of what it adds to."""
+    tests = []
+    p, child = parent(n), n
+    while p is not None and p is not fn:
+        if isinstance(p, ast.If) and child is not p.test and not _trivial_test(p.test):
+            tests.append(p.test)
+        elif isinstance(p, (ast.For, ast.AsyncFor)) and tests:
+            # the element, or a name each iteration binds (``g = p.grad``)
+            names = {t.id for t in (*ast.walk(p.target), *(x for st in p.body for x in ast.walk(st)))
+                     if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+            if any(isinstance(x, ast.Name) and x.id in names for t in tests for x in ast.walk(t)):
+                return True
+        elif isinstance(p, (*FUNC_TYPES, ast.ClassDef, ast.Lambda)):
+            return False
+        p, child = parent(p), p
+    return False
+
+
+def _reduced_by_helper(hub, view, call, facts, depth) -> None:
+    """A name given to a project helper that all-reduces its parameter (``sum_over(acc, group)``)
+    is reduced by that call, as by the reduction itself (``reduced`` then holds the helper's call)."""
+    names = [a.id for a in call.args if isinstance(a, ast.Name)]
+    if not names:
+        return
+    target = resolved(hub, view, call)
+    if target is None or not isinstance(target[1], FUNC_TYPES) or target[1] is facts.fn \
+            or not may_consume(target[0].sem, target[1]):
+        return
+    inner = local_norms(hub, target[0], target[1], None, depth + 1).reduced
+    for pname, arg in bind_args(call, target[1]).items():
+        if pname in inner and isinstance(arg, ast.Name):
+            facts.reduced.setdefault(arg.id, []).append(call)
+
+
 def _makes_local(view) -> bool:
     """The module's text may make a local shard (``to_local`` / ``_local_tensor``); memoised."""
     got = view.memo.get("spmd_kinds.makes_local")
@@ -145,6 +185,8 @@ def local_norms(hub, view, fn, seeds=None, depth: int = 0) -> Facts:
             t = get_arg(n, 0, "tensor")
             if isinstance(t, ast.Name):
                 facts.reduced.setdefault(t.id, []).append(n)
+        elif isinstance(n, ast.Call) and depth < _MAX_DEPTH:
+            _reduced_by_helper(hub, view, n, facts, depth)
     for _ in range(4):
         before = dict(facts.env)
         for n in nodes:
@@ -176,6 +218,17 @@ class _Eval:
                 self.bind(t, kk)
 
     def statement(self, n):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Call)) and _selected(n, self.facts.fn):
+            env = self.facts.env
+            before = dict(env)
+            self._statement(n)
+            for name, k in env.items():  # what this statement bound: chosen by a test of the element
+                if isinstance(k, Kind) and before.get(name) != k:
+                    env[name] = Kind(k.kind, True, k.at)
+            return
+        self._statement(n)
+
+    def _statement(self, n):
         if isinstance(n, ast.Assign):
             if len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and isinstance(n.value, ast.Tuple) \
                     and len(n.targets[0].elts) == len(n.value.elts):

@@ -10,6 +10,7 @@ from ..source import SourceText
 from ..flow.bindings import reaching, target_path
 from ..flow.instances import module_instance_class
 from ..flow.modern import hub, shard_calls
+from ._common import other_call_sites
 
 
 class TiedParametersSplit(Rule):
@@ -18,10 +19,12 @@ class TiedParametersSplit(Rule):
     Checks for tied (shared) parameters that end up in different `fully_shard` groups: a tie
     `model.output.weight = model.tok_embeddings.weight` (in the training script, or
     `self.output.weight = self.tok_embeddings.weight` in the methods of the model's class, which
-    may live in another module of the project: the sharded model is built as that class, or its
-    parameter is annotated with it), and `fully_shard` applied to one of the two modules (or to
-    each of them) on its own, so that the one parameter belongs to two groups, or to a group and
-    the root. A group may be a list of modules (`fully_shard([model.norm, model.output])`), a
+    may live in another module of the project: the sharded model is built as that class, its
+    parameter is annotated with it, or the sharding helper's or method's parameter is given an
+    instance of it by its callers in the project's other modules), and `fully_shard` applied to
+    one of the two modules (or to each of them) on its own, so that the one parameter belongs to
+    two groups, or to a group and the root. A tie made under a condition (`if cfg.tie_embeddings:`,
+    a flag read from a config file) is still a tie: the grouping must hold when it is made. A group may be a list of modules (`fully_shard([model.norm, model.output])`), a
     name bound to one or to a submodule, or each element of a module list in a loop. A group
     made under a condition (`if not tied: fully_shard(model.tok_embeddings)`) that may hold one
     of the two modules is not known to split them, and nothing is reported in a function that
@@ -76,7 +79,7 @@ class TiedParametersSplit(Rule):
             scope = sem.enclosing_function(c)
             chains, sure = _members(view, a, c)
             scopes.setdefault(scope, []).append((c, chains, sure and _unconditional(c, scope)))
-        script_ties = None
+        script_ties = callers = None
         for scope, calls in scopes.items():
             if any(not chains for c, chains, sure in calls):
                 continue  # a module given to ``fully_shard`` that is not known: any group is possible
@@ -84,7 +87,9 @@ class TiedParametersSplit(Rule):
                 script_ties = [t for t in _ties(view, None) if t[1][0] != "self"]
             ties = [(tie, left, right, left[0], False, None) for tie, left, right in script_ties
                     if sem.enclosing_function(tie) is scope]
-            ties.extend(self._class_ties(an, view, scope, calls))
+            if callers is None:
+                callers = other_call_sites(ctx, an, methods=True)
+            ties.extend(self._class_ties(an, view, scope, calls, callers))
             for tie, left, right, base, in_class, tie_view in ties:
                 mine = [(c, ch, sure) for c, chains, sure in calls for ch, _ in chains
                         if in_class or c.lineno > tie.lineno]
@@ -115,10 +120,11 @@ class TiedParametersSplit(Rule):
                 break
 
     @staticmethod
-    def _class_ties(an, view, scope, calls) -> list:
+    def _class_ties(an, view, scope, calls, callers=None) -> list:
         """The ties made in the methods of the project class a sharded base holds (``model`` of
         ``fully_shard(model.output)``, built or annotated as that class, maybe in another module;
-        ``self`` in the class's own methods), as (tie, left, right, base, True, class's view)."""
+        ``self`` in the class's own methods; a parameter of a helper that another module of the
+        project calls with the model: ``callers``), as (tie, left, right, base, True, class's view)."""
         out, seen = [], set()
         for c, chains, sure in calls:
             for ch in chains:
@@ -130,7 +136,7 @@ class TiedParametersSplit(Rule):
                     cls = parent(scope) if isinstance(scope, FUNC_TYPES) else None
                     got = (view, cls) if isinstance(cls, ast.ClassDef) else None
                 else:
-                    got = module_instance_class(an, view, ch[1], ch[1])
+                    got = module_instance_class(an, view, ch[1], ch[1], callers=callers)
                 if got is None:
                     continue
                 cv, cls = got

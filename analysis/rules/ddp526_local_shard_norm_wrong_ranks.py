@@ -4,13 +4,14 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, get_arg
+from ..semantic import FUNC_TYPES, get_arg, param_names
 from ..flow.calls import on_subgroup
-from ..flow.group_spans import WORLD, group_span, hsdp_meshes, spans_replicas
+from ..flow.group_spans import WORLD, group_span, hsdp_meshes, mesh_span, same_span, spans_replicas
+from ..flow.helper_calls import bind_args
 from ..flow.hidden import arg_calls, shard_calls
 from ..flow.modern import PARALLELIZE, hub, origins
 from ..flow.reductions import _is_sum
-from ..flow.spmd_kinds import PARTIAL, local_norms, may_consume
+from ..flow.spmd_kinds import PARTIAL, REDUCERS, local_norms, may_consume
 from ._common import other_call_sites
 
 
@@ -37,12 +38,17 @@ class LocalShardNormWrongRanks(Rule):
       a flattened group of both; the shard dimension's group is right;
     - summed over the group of a mesh that `parallelize_module` splits the model over
       (`dist.all_reduce(norm_sq, group=tp_mesh.get_group())`, the group passed through a helper's
-      parameter), when the gradients were not selected by their placements: the parameters a
-      tensor-parallel plan leaves replicated (norms, embeddings, everything outside the plan) are
-      the same on every rank of that group and are counted once per rank.
+      parameter; the same named dimension of one mesh, `mesh["tp"]`, read apart where the
+      script takes the group and where a helper of another module parallelizes), when the
+      gradients were not selected by their placements (a filtered comprehension, or a loop that
+      adds a gradient's term under a test of that gradient, the others summed apart): the
+      parameters a tensor-parallel plan leaves replicated (norms, embeddings, everything outside
+      the plan) are the same on every rank of that group and are counted once per rank.
 
     The gradients, their local shards and the norm may pass through helpers (of another module),
-    lists and dicts of lists, methods and tuple assignments.
+    lists and dicts of lists, methods and tuple assignments; the sum may be made by a helper that
+    all-reduces the value it is given (reported in the helper, when every call gives it such a
+    norm).
 
     ## Why is this bad?
     An unreduced norm differs between ranks: each rank clips its own shard by its own coefficient,
@@ -94,7 +100,7 @@ class LocalShardNormWrongRanks(Rule):
                 if not facts.clips and not facts.reduced:
                     continue
                 self._unreduced(ctx, an, view, fn, facts, callers)
-                self._over_counted(ctx, an, view, fn, facts, callers)
+                self._over_counted(ctx, an, view, fn, _caller_seeded(an, view, fn, facts, callers), callers)
 
     def _unreduced(self, ctx, an, view, fn, facts, callers) -> None:
         done = set()
@@ -117,6 +123,8 @@ class LocalShardNormWrongRanks(Rule):
             if k is None or getattr(k, "kind", None) != PARTIAL or k.filtered:
                 continue
             for c in calls:
+                if (view.sem.call_qualname(c) or "") not in REDUCERS:
+                    continue  # a helper that reduces it: judged in the helper, with what its calls pass
                 if not _is_sum(get_arg(c, 1, "op")):
                     continue
                 grp = get_arg(c, 2, "group")
@@ -142,6 +150,31 @@ class LocalShardNormWrongRanks(Rule):
                                   "gradients' terms over it")
 
 
+def _caller_seeded(an, view, fn, facts, callers):
+    """The facts of ``fn`` with the parameters it reduces holding what its calls pass, where its
+    own body gives them no kind (``def sum_over(t, group): dist.all_reduce(t, group=group)``
+    called with a norm of local shards): one kind that every call (in this module, or in the
+    project's other modules) agrees on; else ``facts``."""
+    params = [n for n in facts.reduced if n not in facts.env and n in param_names(fn)]
+    if not params:
+        return facts
+    sites = [(view, c) for c in an.call_sites(view, fn)] or callers(view, fn)
+    seeds: dict = {}
+    for cv, c in sites[:8]:
+        caller = cv.sem.enclosing_function(c)
+        if caller is None or caller is fn:
+            return facts
+        env = local_norms(an, cv, caller).env
+        args = bind_args(c, fn)
+        for name in params:
+            a = args.get(name)
+            k = env.get(a.id) if isinstance(a, ast.Name) else None
+            if k is None or (name in seeds and seeds[name] != k):
+                return facts
+            seeds[name] = k
+    return local_norms(an, view, fn, seeds) if seeds else facts
+
+
 def _views(view, fn, callers) -> list:
     """This module, and the modules of ``fn``'s callers."""
     out = [view]
@@ -157,7 +190,9 @@ def _shards(an, views, kinds) -> bool:
 
 def _tp_group(an, view, grp, at, callers) -> bool:
     """``grp`` holds the process group of a mesh (``m.get_group()``) that a ``parallelize_module``
-    of the same module splits a model over (the mesh followed to the same origin)."""
+    of the same module (or of a helper it calls, in another module) splits a model over: the mesh
+    followed to the same origin, or spanning the same ranks (``flow.group_spans``: the same named
+    dimension of one ``init_device_mesh``, ``mesh["tp"]`` read apart in each place)."""
     if grp is None:
         return False
     got = origins(an, view, grp, at, callers=callers)
@@ -168,9 +203,13 @@ def _tp_group(an, view, grp, at, callers) -> bool:
                 and not e.args):
             return False
         mesh = {id(x) for _w, x in origins(an, v, e.func.value, e)}
-        tp = set()
+        tp, spans = set(), []
         for c, m in arg_calls(an, v, PARALLELIZE, 1, "device_mesh", "parallelize_module"):
             tp |= {id(x) for _w, x in origins(an, v, m, c)}
-        if not mesh or not mesh <= tp:
+            spans.append(mesh_span(an, v, m, c))
+        if mesh and mesh <= tp:
+            continue
+        span = mesh_span(an, v, e.func.value, e)
+        if span is None or not spans or not all(s is not None and same_span(span, s) for s in spans):
             return False
     return True
