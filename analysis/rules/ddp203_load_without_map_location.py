@@ -800,7 +800,7 @@ def _settings_file(ctx, path) -> bool:
     from ._common import project_files_naming
 
     an, main = hub(ctx)
-    name = _file_name(ctx.sem, path) or file_shape(main, path, path, 0)  # or through the name it is bound to
+    name = _file_name(ctx.sem, path) or file_shape(main, path, path, 0, an)  # or the name it is bound to, its callers' path
     if not name or "." not in name or name.startswith("JoinedStr("):
         return False
     files = project_files_naming(ctx, {name})
@@ -811,12 +811,12 @@ def _settings_file(ctx, path) -> bool:
         got = project_files_naming(ctx, {word})
         return None if got is None else [v for _c, v in got]
 
-    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0), an)
+    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0, an), an)
     saves = 0
     for fctx, view in files:
         for c in view.sem.calls_to("torch.save"):
             where = get_arg(c, 1, "f")
-            if (_file_name(view.sem, where) or file_shape(view, where, c, 0)) != name:
+            if (_file_name(view.sem, where) or file_shape(view, where, c, 0, an)) != name:
                 continue
             value = get_arg(c, 0, "obj")
             if not settings_only(an, view, value, c) and not cpu.on_cpu(view, value, c):
