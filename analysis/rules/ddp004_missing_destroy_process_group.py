@@ -60,7 +60,9 @@ class MissingDestroyProcessGroup(Rule):
 
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
-    `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
+    `Dist.setup()`, the constructor of a project class that calls one: `pipe = Pipeline(cfg)`, also
+    in a script that never names torch itself; up to three calls deep: `flow.lifecycle`) is checked
+    the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
     in a project function it calls or registers as an exit handler: `atexit.register(close_group)`,
     `atexit.register(self.close)` or `atexit.register(dist.destroy_process_group)` in the helper,
@@ -124,6 +126,10 @@ class MissingDestroyProcessGroup(Rule):
     # the file initialises itself, or is a script (``__main__``) whose helpers may: then the file
     # or a project module it imports spells "distributed" (every init's qualified name does)
     requires_text = ("init_process_group", "__main__")
+    # a script that never spells torch itself (``pipeline = Pipeline(cfg)`` of a project class whose
+    # constructor creates the group) is reported at that call: its ``__main__`` opens the gate, the
+    # reach gate still asks for "distributed" in a module it imports
+    base_text = ("torch", "__main__")
     requires_reach = True
 
     def finish(self, ctx) -> None:
