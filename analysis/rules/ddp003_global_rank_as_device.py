@@ -94,12 +94,9 @@ class GlobalRankAsDevice(Rule):
 
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. The project's test suite is skipped: test files (`test_*.py`,
-    `*_test.py`, `conftest.py`) and programs under a `tests` / `test` folder that sit beside test
-    modules or below a folder of the suite that holds some (`tests/functional/run_cp_check.py` next
-    to `test_cp.py`, `test/quant/nf4/ddp/ddp_check.py` below `test/quant/nf4/test_nf4.py`), or that
-    a shell script beside them runs with `torchrun` on one node only (`--nnodes` absent or 1,
-    `--standalone`; a harness CI launches with `torchrun --nnodes=1`). A training script outside
-    the test suite is reported whatever its launch script says. Multi-process tests run on one node, where the global rank is the local
+    `*_test.py`, `conftest.py`), programs under a `tests` / `test` folder beside or below test modules
+    (`tests/functional/run_cp_check.py` next to `test_cp.py`) or run there by a shell script beside
+    them with a one-node `torchrun` (`--nnodes` absent or 1, `--standalone`). Multi-process tests run on one node, where the global rank is the local
     rank; the rule takes that premise for the whole suite, so a test that would break on a second
     node (`torch.cuda.set_device(dist.get_rank())` in a test module) is not reported either.
 

@@ -32,10 +32,7 @@ class LoadWithoutMapLocation(Rule):
     name>)` of the project saves an argparse namespace: `flow.origins.settings_only`, or a
     value known on the CPU: `torch.LongTensor(...)`, `torch.arange(n)` without `device=`, `torch.cat`
     or `.long()` of those, an attribute every store of which in the project is one, a load of the
-    same file, a state dict gathered to the CPU: `state_dict()` under `FSDP.state_dict_type(m, ...,
-    FullStateDictConfig(offload_to_cpu=True))`, `get_model_state_dict(m,
-    options=StateDictOptions(cpu_offload=True))`, a dict of such values; the file named through a
-    function's parameter by every call of it: `flow.cpu_saves`), loads whose result only goes to the `load_state_dict` of
+    same file, a state dict gathered with CPU offload, a dict of those: `flow.cpu_saves`), loads whose result only goes to the `load_state_dict` of
     learning-rate schedulers (`torch.optim.lr_scheduler`, Megatron's `OptimizerParamScheduler`,
     the `transformers` schedule factories, through a name bound once to it, a project subclass
     that keeps the library's `state_dict`, or a project factory every `return` of which is one,
