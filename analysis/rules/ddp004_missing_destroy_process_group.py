@@ -75,7 +75,9 @@ class MissingDestroyProcessGroup(Rule):
     Nor is a script that does nothing distributed itself (no call of `torch.distributed`, no DDP
     wrap, no spawn) reusing a class or function of another script whose init sits behind an `if`
     (`if settings["multi_gpu"]:`): a single-process entry point (inference) on the training
-    script's setup; the init is reported in that script. The
+    script's setup; the init is reported in that script. The same holds for a launcher that runs
+    the `main` of another script (a module with its own `__main__` block: `trainer.main(args)` of a
+    submitit wrapper): the program's group is that script's, reported there. The
     name of a teardown helper from a library (`cleanup()`, `shutdown()`) is only consulted after
     that value-flow answer, for calls that cannot be followed.
 
@@ -242,7 +244,8 @@ def _through_helpers(ctx) -> None:
         # a class or function of another script that inits only on some path (``if cfg.use_ddp:``),
         # reused by a script that does nothing distributed itself (single-process inference): the
         # group is the other script's, reported there
-        found = [e for e in found if not _other_scripts_conditional_init(an, e)]
+        found = [e for e in found if not _other_scripts_conditional_init(an, e)
+                 and _main_block(e.where[0].sem.tree) is None]  # another script's function: reported there
     if not found:
         return
     for scope in scopes(ctx):
