@@ -48,6 +48,30 @@ def _logical_lines(text: str):
         yield start, buf
 
 
+def torchrun_lines(text: str) -> list[list[str]]:
+    """The shell words of each line of ``text`` that starts ranks with ``torchrun`` / ``python -m
+    torch.distributed.run`` (or ``.launch``), from the launcher's word on."""
+    out = []
+    for _ln, line in _logical_lines(text):
+        words = _words(line)
+        at = next((i for i, w in enumerate(words) if w.endswith("torchrun") or w in _LAUNCHERS), None)
+        if at is not None:
+            out.append(words[at:])
+    return out
+
+
+def one_node_launch(words: list[str]) -> bool:
+    """A ``torchrun`` command line (``torchrun_lines``) that starts one node: ``--standalone``, or
+    ``--nnodes`` absent or ``1`` (``1:1``)."""
+    for i, w in enumerate(words):
+        if w == "--standalone":
+            return True
+        if w == "--nnodes" or w.startswith("--nnodes="):
+            value = w.split("=", 1)[1] if "=" in w else (words[i + 1] if i + 1 < len(words) else "")
+            return value in ("1", "1:1")
+    return True
+
+
 def looks_like_launch_script(text: str) -> bool:
     head = text[:200]
     return head.startswith("#!") and re.match(r"#!\s*\S*(ba|z|k|da)?sh\b|#!\s*/usr/bin/env\s+(ba|z)?sh\b", head) is not None \

@@ -21,6 +21,7 @@ import ast
 from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_defaults, parent
 from .bindings import reaching
 from .calls import call_args
+from .offload import offloaded_state
 
 # make a tensor on the default device (the CPU) unless given ``device=``
 _CTORS = frozenset("torch." + n for n in (
@@ -248,6 +249,8 @@ class CpuSaves:
             return True
         if t in (ast.List, ast.Tuple):
             return all(self.on_cpu(view, x, at, depth + 1) for x in e.elts)
+        if t is ast.Dict:  # ``{"model": sd, "step": 3}``: the keys are no tensors
+            return all(self.on_cpu(view, x, at, depth + 1) for x in e.values)
         if t is ast.IfExp:
             return self.on_cpu(view, e.body, at, depth + 1) and self.on_cpu(view, e.orelse, at, depth + 1)
         if t is ast.Name:
@@ -269,6 +272,8 @@ class CpuSaves:
             return isinstance(xs, (ast.List, ast.Tuple)) and all(self.on_cpu(view, x, at, depth + 1) for x in xs.elts)
         if qn == "torch.load":
             return self.file_name(view, get_arg(e, 0, "f"), at) == self.fname  # what this file's saves hold
+        if self.hub is not None and offloaded_state(self.hub, view, e):
+            return True  # gathered to the CPU: ``FullStateDictConfig(offload_to_cpu=True)``
         f = e.func
         if isinstance(f, ast.Attribute) and not qn.startswith("torch."):
             if f.attr == "cpu" and not e.args:
@@ -289,6 +294,10 @@ class CpuSaves:
         if kind == "events+param" and not self._param(view, view.sem.enclosing_function(at), e.id, depth):
             return False
         for ev in evs:
+            if isinstance(ev, ast.Assign) and len(ev.targets) == 1 and isinstance(ev.targets[0], ast.Tuple) \
+                    and isinstance(ev.value, ast.Call) and self.hub is not None \
+                    and offloaded_state(self.hub, view, ev.value):
+                continue  # ``msd, osd = get_state_dict(..., options=StateDictOptions(cpu_offload=True))``
             if not (isinstance(ev, ast.Assign) and len(ev.targets) == 1 and isinstance(ev.targets[0], ast.Name)):
                 return False
             if not self.on_cpu(view, ev.value, ev, depth + 1):

@@ -5,6 +5,10 @@ between that ``if`` and the scope that could run both. ``exclusive_runs``: the s
 the calls that lead to each node: a function whose one call in its module is the only way in
 (``if cfg.fsdp: self._setup_fsdp() else: self._setup_ddp()``: what the two methods do never
 happens in one run).
+
+``never_follows``: no run of a scope goes on from one node to a later one: they are exclusive, or
+the first one's way on ends in a ``return`` / ``raise`` before the second (``if mode == "merge":
+write(...); return`` and then ``os.makedirs(out)``).
 """
 from __future__ import annotations
 
@@ -45,6 +49,50 @@ def exclusive(a: ast.AST, b: ast.AST, scope: ast.AST) -> bool:
             up = parent(up)
         return True
     return False
+
+
+def never_follows(a: ast.AST, b: ast.AST, scope: ast.AST) -> bool:
+    """No run of ``scope`` reaches ``b`` after ``a``: ``exclusive``, or every way on from ``a``
+    leaves the scope first: a block holding ``a`` (below the lowest statement block shared with
+    ``b``) has an unconditional ``return`` / ``raise`` after it, or the shared block has one between
+    the two. A ``raise`` inside a ``try`` with handlers, and a ``return`` whose ``finally`` holds
+    ``b``, do not cut the way."""
+    if exclusive(a, b, scope):
+        return True
+    chain_a = _chain(a, scope)
+    chain_b = _chain(b, scope)
+    if chain_a is None or chain_b is None:
+        return False
+    on_b = {id(p): child for p, child in chain_b}
+    upto = next((k for k, (p, _c) in enumerate(chain_a) if id(p) in on_b), None)
+    if upto is None:
+        return False
+    below = chain_a[:upto + 1]
+    handled = any(isinstance(p, ast.Try) and p.handlers and any(c is st for st in p.body) for p, c in below)
+    finally_b = any(isinstance(p, ast.Try) and id(p) in on_b and any(on_b[id(p)] is st for st in p.finalbody)
+                    for p, _c in chain_a)
+    for p, child in below:
+        if isinstance(p, (*FUNC_TYPES, ast.Lambda)) and p is not scope:
+            return False
+        for block in _stmt_blocks(p):
+            i = next((k for k, st in enumerate(block) if st is child), None)
+            if i is None:
+                continue
+            end = len(block)
+            if id(p) in on_b:  # the shared block: only what lies between the two
+                j = next((k for k, st in enumerate(block) if st is on_b[id(p)]), None)
+                if j is None or j <= i:
+                    return False
+                end = j
+            for st in block[i + 1:end]:
+                if (isinstance(st, ast.Return) and not finally_b) or (isinstance(st, ast.Raise) and not handled):
+                    return True
+    return False
+
+
+def _stmt_blocks(p: ast.AST) -> list:
+    return [getattr(p, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(p, f, None), list)] + \
+        [h.body for h in getattr(p, "handlers", ())]
 
 
 def _chain(node: ast.AST, scope: ast.AST):

@@ -134,8 +134,10 @@ def condition_holds(hub, view, call: ast.Call, a) -> bool:
     return False
 
 
-def options_flag(view, expr, at, field: str, depth: int = 0, hub=None, missing=None, callers=None):
-    """The constant value of ``field`` in the ``StateDictOptions(...)`` that ``expr`` holds, or None.
+def options_flag(view, expr, at, field: str, depth: int = 0, hub=None, missing=None, callers=None,
+                 cls: str = "StateDictOptions", place: int | None = None):
+    """The constant value of ``field`` in the ``StateDictOptions(...)`` that ``expr`` holds, or None
+    (``cls``: another options class, ``FullStateDictConfig``; ``place``: the field's position).
     The field's value may come from a name bound once, an argparse default or a config dict
     (``constant_of``); with ``hub``, the options may come from a helper's return, a parameter or
     another module (``origins``), every origin agreeing. ``missing``: the answer for options built
@@ -145,23 +147,23 @@ def options_flag(view, expr, at, field: str, depth: int = 0, hub=None, missing=N
     ``origins`` takes it)."""
     if expr is None or depth > 3:
         return None
-    if isinstance(expr, ast.Call) and (view.sem.call_qualname(expr) or "").endswith("StateDictOptions"):
-        v = get_arg(expr, None, field)
+    if isinstance(expr, ast.Call) and (view.sem.call_qualname(expr) or "").endswith(cls):
+        v = get_arg(expr, place, field)
         if v is None:
-            return None if any(k.arg is None for k in expr.keywords) or expr.args else missing
+            return None if any(k.arg is None for k in expr.keywords) or len(expr.args) > (place or 0) else missing
         if not isinstance(v, ast.Constant):
             from .origins import compared_constant
             v = constant_of(view.sem, v) or (compared_constant(hub, view, v, callers) if hub is not None else None)
         return v.value if isinstance(v, ast.Constant) else None
     if hub is not None and depth == 0:
         from .origins import origins
-        vals = {options_flag(v, e, e, field, depth + 1, hub, missing, callers) if isinstance(e, ast.Call) else None
-                for v, e in origins(hub, view, expr, at, callers=callers)}
+        vals = {options_flag(v, e, e, field, depth + 1, hub, missing, callers, cls, place)
+                if isinstance(e, ast.Call) else None for v, e in origins(hub, view, expr, at, callers=callers)}
         return vals.pop() if len(vals) == 1 else None
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
         if kind in ("events", "global") and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign):
-            return options_flag(view, evs[0].value, evs[0], field, depth + 1, missing=missing)
+            return options_flag(view, evs[0].value, evs[0], field, depth + 1, missing=missing, cls=cls, place=place)
     return None
 
 

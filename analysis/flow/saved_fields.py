@@ -113,11 +113,12 @@ def _dict_of(view, expr, at):
     return out
 
 
-def file_shape(view, path, at, depth):
+def file_shape(view, path, at, depth, hub=None):
     """The name of the file ``path`` names, as plain data: its last component (a string, or the dump
     of an f-string with its placeholders), through ``os.path.join``, ``/`` and one binding of a name;
-    else None."""
-    return _shape(_file_leaf(view, path, at, depth))
+    with ``hub``, also a parameter that every call of its function in the module (at least one,
+    ``hub.call_sites``) gives a path of the same name (``r.resume("runs/latest.pt")``); else None."""
+    return _shape(_file_leaf(view, path, at, depth, hub))
 
 
 def _shape(leaf):
@@ -130,7 +131,7 @@ def _shape(leaf):
     return None
 
 
-def _file_leaf(view, path, at, depth):
+def _file_leaf(view, path, at, depth, hub=None):
     """The string literal or f-string whose last component names the file ``path`` names (see
     ``file_shape``), else None."""
     if depth > 3 or path is None:
@@ -138,9 +139,9 @@ def _file_leaf(view, path, at, depth):
     if (isinstance(path, ast.Constant) and isinstance(path.value, str)) or isinstance(path, ast.JoinedStr):
         return path
     if isinstance(path, ast.Call) and (view.sem.call_qualname(path) or "") in _JOINS and path.args and not path.keywords:
-        return _file_leaf(view, path.args[-1], at, depth + 1)
+        return _file_leaf(view, path.args[-1], at, depth + 1, hub)
     if isinstance(path, ast.BinOp) and isinstance(path.op, ast.Div):
-        return _file_leaf(view, path.right, at, depth + 1)
+        return _file_leaf(view, path.right, at, depth + 1, hub)
     if isinstance(path, ast.Call) and isinstance(path.func, ast.Name) and isinstance(
             view.defs.get(path.func.id), FUNC_TYPES):  # a function of the module that returns the path
         fn = view.defs[path.func.id]
@@ -150,5 +151,20 @@ def _file_leaf(view, path, at, depth):
         kind, evs = reaching(view, path.id, at)
         if kind == "events" and evs and len(evs) == 1 and isinstance(evs[0], ast.Assign) \
                 and len(evs[0].targets) == 1 and isinstance(evs[0].targets[0], ast.Name):
-            return _file_leaf(view, evs[0].value, evs[0], depth + 1)
+            return _file_leaf(view, evs[0].value, evs[0], depth + 1, hub)
+        if kind == "param" and hub is not None and isinstance(evs, FUNC_TYPES):
+            return _passed_leaf(view, evs, path.id, depth, hub)
     return None
+
+
+def _passed_leaf(view, fn, name: str, depth, hub):
+    """The leaf every call of ``fn`` in its module passes for its parameter ``name`` (one name)."""
+    from .calls import call_args
+
+    leaves = []
+    for c in hub.call_sites(view, fn):
+        args = [a for p, a in call_args(c, fn) if p == name]
+        leaves.append(_file_leaf(view, args[0], c, depth + 1, hub) if len(args) == 1 else None)
+    if not leaves or any(x is None for x in leaves) or len({_shape(x) for x in leaves}) != 1:
+        return None
+    return leaves[0]

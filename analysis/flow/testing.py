@@ -43,39 +43,79 @@ def is_test_file(filename: str) -> bool:
 
 
 def in_test_suite(filename: str, an=None) -> bool:
-    """A script of a project's test suite: under a ``tests`` / ``test`` folder, beside test modules
-    (``tests/distributed/two_gpu_check.py`` next to ``test_groups.py``). Such scripts run on one
-    node like the ``test_*.py`` files they sit with. The answer reads the folder's listing: it
-    becomes a dependency of the check's analysis ``an`` (a file added or removed there is a miss of
-    the result cache)."""
+    """A program of a project's test suite: under a ``tests`` / ``test`` folder, beside test modules
+    or below a folder that holds some, up to that ``tests`` folder
+    (``tests/distributed/two_gpu_check.py`` next to ``test_groups.py``,
+    ``test/quant/nf4/ddp/ddp_check.py`` below ``test/quant/nf4/test_nf4.py``), or run by a shell
+    script beside it whose every ``torchrun`` line naming it starts one node (``--nnodes`` absent or
+    1, ``--standalone``). Such programs run on one node like the ``test_*.py`` files they sit with.
+    The answer reads the folders' listings and that script: they become dependencies of the check's
+    analysis ``an`` (a file added or removed there, or the script changed, is a miss of the result
+    cache)."""
     if not filename or filename.startswith("<"):
         return False
     path = os.path.normpath(os.path.abspath(filename))
     folder = os.path.dirname(path)
-    if not any(p in ("tests", "test") for p in folder.split(os.sep)):
+    parts = folder.split(os.sep)
+    top = max((i for i, p in enumerate(parts) if p in ("tests", "test")), default=None)
+    if top is None:
         return False
-    got = _listing(folder)
-    if an is not None:
-        an.depend_on_listing(folder, got[2])
     base = os.path.basename(path)
-    return got[1] is not None and any(n != base for n in got[1])
+    for i in range(len(parts), top, -1):
+        where = os.sep.join(parts[:i]) or os.sep
+        got = _listing(where)
+        if an is not None:
+            an.depend_on_listing(where, got[2])
+        if got[1] is not None and any(n != base for n in got[1]):
+            return True
+        if got[5] or len(parts) - i >= 4:
+            return False  # the root of a project of its own: the ``tests`` folder above is not its suite
+    return _one_node_script(folder, base, _listing(folder)[4], an)
+
+
+def _one_node_script(folder: str, base: str, scripts, an) -> bool:
+    """A shell script of ``folder`` starts ``base`` with ``torchrun``, every such line on one node."""
+    from ..launch_scripts import one_node_launch, torchrun_lines
+    from .project import content_hash
+
+    seen = False
+    for name in scripts or ():
+        p = os.path.join(folder, name)
+        try:
+            with open(p, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(200_000)
+        except OSError:
+            continue
+        if an is not None:
+            an.depend_on_files({p: content_hash(text)})
+        for words in torchrun_lines(text):
+            if any(os.path.basename(w) == base for w in words[1:]):
+                if not one_node_launch(words):
+                    return False
+                seen = True
+    return seen
 
 
 def one_node_test(filename: str, an=None) -> bool:
     """A file of the project's test suite, which its harness runs on one node (where the global rank
-    is the local rank): a test module by name (``is_test_file``), or a script under a ``tests`` /
-    ``test`` folder beside test modules (``in_test_suite``: ``tests/functional/run_cp_check.py``
-    next to ``test_cp.py``, a torchrun harness that CI launches with ``--nnodes=1``)."""
+    is the local rank): a test module by name (``is_test_file``), or a program under a ``tests`` /
+    ``test`` folder beside or below test modules, or launched by a one-node script beside it
+    (``in_test_suite``: ``tests/functional/run_cp_check.py`` next to ``test_cp.py``, a torchrun
+    harness that CI launches with ``--nnodes=1``)."""
     return is_test_file(filename) or in_test_suite(filename, an)
 
 
 _LISTING_TTL = 2.0
-_listings: dict[str, tuple] = {}  # folder -> (when, its test modules or None, its listing's digest, run)
+_PROJECT_MARKERS = frozenset(("pyproject.toml", "setup.py", "setup.cfg"))
+_listings: dict[str, tuple] = {}  # folder -> (when, its test modules or None, its listing's digest, run, its
+#                                   shell scripts, whether it holds a project marker)
 
 
 def _listing(folder: str) -> tuple:
-    """``(when, test modules, digest, run)`` of ``folder``: the names of its test modules (None when it
-    cannot be listed) and ``cache.listing_digest`` of all its names (None likewise). Listed once a
+    """``(when, test modules, digest, run, shell scripts, marker)`` of ``folder``: the names of its test modules
+    (None when it cannot be listed), ``cache.listing_digest`` of all its names (None likewise) and
+    the names of its ``*.sh`` files, and whether it holds a project's ``setup.cfg`` / ``setup.py`` /
+    ``pyproject.toml``. Listed once a
     batch run (the disk is one snapshot) and at most every ``_LISTING_TTL`` seconds in the
     language server."""
     now, run = time.monotonic(), snapshot.current()
@@ -86,10 +126,11 @@ def _listing(folder: str) -> tuple:
         try:
             names = os.listdir(folder)
         except OSError:
-            got = (now, None, None, run)
+            got = (now, None, None, run, (), False)
         else:
             tests = tuple(n for n in names if is_test_file(n) and n.endswith(".py"))
-            got = (now, tests, listing_digest(names), run)
+            got = (now, tests, listing_digest(names), run, tuple(n for n in names if n.endswith(".sh")),
+                   any(n in _PROJECT_MARKERS for n in names))
         if len(_listings) > 4096:
             _listings.clear()
         _listings[folder] = got

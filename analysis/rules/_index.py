@@ -17,7 +17,7 @@ RULES = {
                 ((('torch', False),), (('rank', True), ('SLURM_PROCID', False), ('init_process_group', False))),
                 False, False),
     'DDP004': ('ddp004_missing_destroy_process_group', True, True,
-                ((('torch', False),), (('init_process_group', False), ('__main__', False))),
+                ((('torch', False), ('__main__', False)), (('init_process_group', False), ('__main__', False))),
                 True, False),
     'DDP005': ('ddp005_unused_noqa', False, True,
                 ((('torch', False),), (('noqa', True),)),

@@ -94,9 +94,9 @@ class GlobalRankAsDevice(Rule):
 
     `rank % torch.cuda.device_count()`, `LOCAL_RANK`, and the index parameter `mp.spawn` passes to
     its target are not flagged. The project's test suite is skipped: test files (`test_*.py`,
-    `*_test.py`, `conftest.py`) and scripts under a `tests` / `test` folder that sit beside test
-    modules (`tests/functional/run_cp_check.py` next to `test_cp.py`, a harness CI launches with
-    `torchrun --nnodes=1`). Multi-process tests run on one node, where the global rank is the local
+    `*_test.py`, `conftest.py`), programs under a `tests` / `test` folder beside or below test modules
+    (`tests/functional/run_cp_check.py` next to `test_cp.py`) or run there by a shell script beside
+    them with a one-node `torchrun` (`--nnodes` absent or 1, `--standalone`). Multi-process tests run on one node, where the global rank is the local
     rank; the rule takes that premise for the whole suite, so a test that would break on a second
     node (`torch.cuda.set_device(dist.get_rank())` in a test module) is not reported either.
 

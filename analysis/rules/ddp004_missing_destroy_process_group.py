@@ -60,7 +60,9 @@ class MissingDestroyProcessGroup(Rule):
 
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
-    `Dist.setup()`, up to three calls deep: `flow.lifecycle`) is checked the same way: the
+    `Dist.setup()`, the constructor of a project class that calls one: `pipe = Pipeline(cfg)`, also
+    in a script that never names torch itself; up to three calls deep: `flow.lifecycle`) is checked
+    the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
     in a project function it calls or registers as an exit handler: `atexit.register(close_group)`,
     `atexit.register(self.close)` or `atexit.register(dist.destroy_process_group)` in the helper,
@@ -73,7 +75,9 @@ class MissingDestroyProcessGroup(Rule):
     Nor is a script that does nothing distributed itself (no call of `torch.distributed`, no DDP
     wrap, no spawn) reusing a class or function of another script whose init sits behind an `if`
     (`if settings["multi_gpu"]:`): a single-process entry point (inference) on the training
-    script's setup; the init is reported in that script. The
+    script's setup; the init is reported in that script. The same holds for a launcher that runs
+    the `main` of another script (a module with its own `__main__` block: `trainer.main(args)` of a
+    submitit wrapper): the program's group is that script's, reported there. The
     name of a teardown helper from a library (`cleanup()`, `shutdown()`) is only consulted after
     that value-flow answer, for calls that cannot be followed.
 
@@ -124,6 +128,10 @@ class MissingDestroyProcessGroup(Rule):
     # the file initialises itself, or is a script (``__main__``) whose helpers may: then the file
     # or a project module it imports spells "distributed" (every init's qualified name does)
     requires_text = ("init_process_group", "__main__")
+    # a script that never spells torch itself (``pipeline = Pipeline(cfg)`` of a project class whose
+    # constructor creates the group) is reported at that call: its ``__main__`` opens the gate, the
+    # reach gate still asks for "distributed" in a module it imports
+    base_text = ("torch", "__main__")
     requires_reach = True
 
     def finish(self, ctx) -> None:
@@ -236,7 +244,8 @@ def _through_helpers(ctx) -> None:
         # a class or function of another script that inits only on some path (``if cfg.use_ddp:``),
         # reused by a script that does nothing distributed itself (single-process inference): the
         # group is the other script's, reported there
-        found = [e for e in found if not _other_scripts_conditional_init(an, e)]
+        found = [e for e in found if not _other_scripts_conditional_init(an, e)
+                 and _main_block(e.where[0].sem.tree) is None]  # another script's function: reported there
     if not found:
         return
     for scope in scopes(ctx):

@@ -5,6 +5,7 @@ import ast
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import parent
+from ..flow.exclusive import never_follows
 from ..flow.rank import rank0_guarded
 from ._flow import scopes, scopes_with
 
@@ -25,6 +26,8 @@ class WriteBeforeFolderMade(Rule):
     and `Path / x`. Not flagged: a write whose helper makes its folder first (`os.makedirs(dirname(p),
     exist_ok=True)` inside it), a write and a creation in the same loop (a later round finds the
     folder) or in the two branches of one `if` (the creation does not follow the write), a write
+    whose way on leaves the function before the creation (`if mode == "merge": ... write ...;
+    return` and the creation after that `if`: no run makes the folder after that write), a write
     on every rank (not the set-up step this rule is about), a write into a folder that a
     parameter names when every call of the function in its module comes after the caller made
     that folder itself (`Path(args.out).mkdir(...)` in the `__main__` block, then `main(args)`; a
@@ -117,7 +120,7 @@ class WriteBeforeFolderMade(Rule):
                 if _made_by_callers(ctx, an, scope, k):
                     continue  # every call of this function comes after the caller made the folder
                 later = [(m, me) for m, me, keys in made if k in keys and (m.lineno, m.col_offset) > at
-                         and not _same_loop(c, m, scope) and not _exclusive(c, m)]
+                         and not _same_loop(c, m, scope) and not never_follows(c, m, scope)]
                 if later:
                     self._report(ctx, c, e, *later[0])
 
@@ -199,17 +202,4 @@ def _same_loop(a, b, scope) -> bool:
                     return True
                 q = parent(q)
         p = parent(p)
-    return False
-
-
-def _exclusive(a, b) -> bool:
-    """``a`` and ``b`` sit in the two branches of one ``if``: the creation does not run after the
-    write (``if push: write(...)`` ... ``elif out: os.makedirs(out)``)."""
-    child, p = a, parent(a)
-    while p is not None:
-        if isinstance(p, ast.If) and child is not p.test:
-            other = p.orelse if any(st is child for st in p.body) else p.body
-            if any(n is b for st in other for n in ast.walk(st)):
-                return True
-        child, p = p, parent(p)
     return False

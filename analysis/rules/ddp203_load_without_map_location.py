@@ -32,7 +32,7 @@ class LoadWithoutMapLocation(Rule):
     name>)` of the project saves an argparse namespace: `flow.origins.settings_only`, or a
     value known on the CPU: `torch.LongTensor(...)`, `torch.arange(n)` without `device=`, `torch.cat`
     or `.long()` of those, an attribute every store of which in the project is one, a load of the
-    same file: `flow.cpu_saves`), loads whose result only goes to the `load_state_dict` of
+    same file, a state dict gathered with CPU offload, a dict of those: `flow.cpu_saves`), loads whose result only goes to the `load_state_dict` of
     learning-rate schedulers (`torch.optim.lr_scheduler`, Megatron's `OptimizerParamScheduler`,
     the `transformers` schedule factories, through a name bound once to it, a project subclass
     that keeps the library's `state_dict`, or a project factory every `return` of which is one,
@@ -800,7 +800,7 @@ def _settings_file(ctx, path) -> bool:
     from ._common import project_files_naming
 
     an, main = hub(ctx)
-    name = _file_name(ctx.sem, path) or file_shape(main, path, path, 0)  # or through the name it is bound to
+    name = _file_name(ctx.sem, path) or file_shape(main, path, path, 0, an)  # or the name it is bound to, its callers' path
     if not name or "." not in name or name.startswith("JoinedStr("):
         return False
     files = project_files_naming(ctx, {name})
@@ -811,12 +811,12 @@ def _settings_file(ctx, path) -> bool:
         got = project_files_naming(ctx, {word})
         return None if got is None else [v for _c, v in got]
 
-    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0), an)
+    cpu = CpuSaves(naming, name, lambda v, p, at: file_shape(v, p, at, 0, an), an)
     saves = 0
     for fctx, view in files:
         for c in view.sem.calls_to("torch.save"):
             where = get_arg(c, 1, "f")
-            if (_file_name(view.sem, where) or file_shape(view, where, c, 0)) != name:
+            if (_file_name(view.sem, where) or file_shape(view, where, c, 0, an)) != name:
                 continue
             value = get_arg(c, 0, "obj")
             if not settings_only(an, view, value, c) and not cpu.on_cpu(view, value, c):
