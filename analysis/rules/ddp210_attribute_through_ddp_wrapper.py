@@ -13,6 +13,7 @@ from ..flow.calls import call_args
 from ..flow.same_tests import ruled_out_by_same_test
 from ..flow.wrapped import (NOT_DDP_PLUGINS, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
+from ..flow.attr_order import own_bindings
 from ..flow.kernel import one_process_notebook
 from ..flow.exclusive import exclusive_runs
 from ..flow.wrap_flags import flag_excludes_wrap
@@ -811,7 +812,9 @@ def _wrap_origins(an, view, holder, node, memo: dict):
         # runs between that binding and the read)
         fn = view.sem.enclosing_function(node)
         last = dominating_binding(fn, holder.attr, node)
-        key = ("self", id(fn), holder.attr, id(last), None if last is None else node.lineno)
+        # (and on the method's own bindings that may still come before the read: statement order)
+        own = tuple(id(s) for s in own_bindings(fn, holder.attr, node))
+        key = ("self", id(fn), holder.attr, id(last), None if last is None else node.lineno, own)
     if key is None:
         return wrap_origins(an, view, holder, node)
     got = memo.get(key)
