@@ -85,7 +85,10 @@ class AttributeThroughDdpWrapper(Rule):
     see (`task.compile()` before `task.prepare_distributed()`); and a method that binds the
     attribute to the plain module and reads it before its own call of the wrapping method (`self.
     _wrap()`; a callback it hands to a method of the class, `self.on_rank0(lambda: ...)`, counts as
-    run there) does not see the wrap. In a test file (`test_*.py`), where
+    run there) does not see the wrap. Statement order decides within the method that wraps: a read
+    before its own `self.model = DDP(self.model)` sees the bare module (unless a loop brings the
+    read round again), and so does a read in a method that only that method calls, before the wrap
+    (`self._freeze()` in `__init__` above the wrap, with no other use of `_freeze` in the module). In a test file (`test_*.py`), where
     a harness runs a function's modes in fixed combinations, a conditional wrap and a read under an
     `if` count only when the wrap sits under the same tests (`if with_fsdp: ... else: model =
     DDP(model)` and `if method == "grad_to_none": model.trunk` may never hold together).

@@ -23,6 +23,12 @@ class ExhaustedParameterGenerator(Rule):
     iterates its parameter twice, for instance to compute the gradient norm and then to scale the
     gradients.
 
+    Not flagged: the `parameters()` of a value known not to be a module: a DDP communication hook's
+    bucket (`torch.distributed.GradBucket.parameters()` returns a list), whether the parameter is
+    annotated `dist.GradBucket` or the function is the hook its module registers
+    (`ddp.register_comm_hook(state, hook)`; also a method, or `functools.partial(hook, ...)`), and a
+    project class's `parameters` method that does not `yield`.
+
     ## Why is this bad?
     `Module.parameters()` returns a generator: the first pass uses it up, and every later pass
     sees no parameter at all, silently. `clip_grad_norm_` then returns a norm and clips nothing;
