@@ -76,21 +76,24 @@ def _builtin(view, f, names) -> bool:
         and f.id not in view.defs and f.id not in view.classes
 
 
-def one_shot(an, view, expr, depth: int = 0):
+def one_shot(an, view, expr, depth: int = 0, frame=None):
     """The module-iterator call (``m.parameters()``) that makes ``expr`` a one-shot iterator: the
-    call itself, or one that a generator expression or a lazy builtin wraps; else None. A
-    ``parameters`` method of a project class that does not ``yield`` returns something else."""
+    call itself, or one that a generator expression or a lazy builtin wraps, or the call of a
+    project helper every ``return`` of which gives one; else None. A ``parameters`` method of a
+    project class that does not ``yield`` returns something else. ``frame``: (function, call,
+    the call's view) when ``expr`` is read in a helper as that call runs it (its parameters are
+    the call's arguments)."""
     if depth > _MAX_DEPTH or expr is None:
         return None
     if isinstance(expr, ast.GeneratorExp):
-        return one_shot(an, view, expr.generators[0].iter, depth + 1)
+        return one_shot(an, view, expr.generators[0].iter, depth + 1, frame)
     if not isinstance(expr, ast.Call):
         return None
     f = expr.func
     if isinstance(f, ast.Attribute) and f.attr in ONE_SHOT_METHODS:
         if view.sem.call_qualname(expr) is not None:
             return None  # ``torch.nn.Module.parameters(m)`` and the like, or an imported module's function
-        if list_returning(view, f.value, expr):
+        if list_returning(view, f.value, expr) or _bound_list(view, f.value, expr, frame):
             return None  # a ``dist.GradBucket``'s ``parameters()`` is a list
         got = resolved(an, view, expr)
         if got is not None and not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(got[1])):
@@ -98,10 +101,35 @@ def one_shot(an, view, expr, depth: int = 0):
         return expr
     if _builtin(view, f, _LAZY) or (view.sem.call_qualname(expr) or "") in _LAZY_QN:
         for a in expr.args:
-            got = one_shot(an, view, a, depth + 1)
+            got = one_shot(an, view, a, depth + 1, frame)
             if got is not None:
                 return got
+        return None
+    got = resolved(an, view, expr)
+    if got is not None and isinstance(got[1], FUNC_TYPES) and _returns_one_shot(an, *got, depth + 1, (got[1], expr, view)):
+        return expr  # a project helper that returns one: ``owned = trainable(model)``
     return None
+
+
+def _returns_one_shot(an, view, fn, depth: int, frame) -> bool:
+    """Every ``return`` of ``fn`` (at least one, none bare) gives a one-shot iterator, as the call
+    of ``frame`` runs it."""
+    rets = [n for n in _own_nodes(fn) if isinstance(n, ast.Return)]
+    return bool(rets) and all(r.value is not None and one_shot(an, view, r.value, depth, frame) is not None
+                              for r in rets)
+
+
+def _bound_list(view, recv, at, frame) -> bool:
+    """``recv``, a parameter of the helper of ``frame``, is given an argument that
+    ``list_returning`` knows for such an object by that call."""
+    if frame is None or not isinstance(recv, ast.Name):
+        return False
+    fn, call, cview = frame
+    kind, evs = reaching(view, recv.id, at)
+    if kind != "param" or evs is not fn:
+        return False
+    arg = bind_args(call, fn).get(recv.id)
+    return arg is not None and list_returning(cview, arg, call)
 
 
 # torch types, not modules, whose ``parameters()`` returns a list (torch/_C/_distributed_c10d.pyi:
