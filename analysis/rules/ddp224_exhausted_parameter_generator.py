@@ -16,7 +16,7 @@ class ExhaustedParameterGenerator(Rule):
     ## What it does
     Checks for a module's `parameters()` (also `named_parameters()`, `buffers()`, `modules()`,
     `children()`, or a generator expression, `filter`, `map`, `zip`, `enumerate` or
-    `itertools.chain` built on one) that is iterated twice: kept in a name and consumed by a `for`,
+    `itertools.chain` built on one, or a project helper that returns one) that is iterated twice: kept in a name and consumed by a `for`,
     a comprehension, `list(...)`, a `torch.optim` optimizer or `clip_grad_norm_`, then consumed
     again later in the same block, or consumed in a loop that runs it once per round; and for a
     call that passes such a generator to a project function (in any module, a method too) that
