@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, bound_value, parent
+from ..semantic import FUNC_TYPES, bound_value, get_arg, parent
 from .bindings import LOOPS, contains, reaching
 from .helper_calls import bind_args, resolved
 
@@ -76,30 +76,128 @@ def _builtin(view, f, names) -> bool:
         and f.id not in view.defs and f.id not in view.classes
 
 
-def one_shot(an, view, expr, depth: int = 0):
+def one_shot(an, view, expr, depth: int = 0, frame=None):
     """The module-iterator call (``m.parameters()``) that makes ``expr`` a one-shot iterator: the
-    call itself, or one that a generator expression or a lazy builtin wraps; else None. A
-    ``parameters`` method of a project class that does not ``yield`` returns something else."""
+    call itself, or one that a generator expression or a lazy builtin wraps, or the call of a
+    project helper every ``return`` of which gives one; else None. A ``parameters`` method of a
+    project class that does not ``yield`` returns something else. ``frame``: (function, call,
+    the call's view) when ``expr`` is read in a helper as that call runs it (its parameters are
+    the call's arguments)."""
     if depth > _MAX_DEPTH or expr is None:
         return None
     if isinstance(expr, ast.GeneratorExp):
-        return one_shot(an, view, expr.generators[0].iter, depth + 1)
+        return one_shot(an, view, expr.generators[0].iter, depth + 1, frame)
     if not isinstance(expr, ast.Call):
         return None
     f = expr.func
     if isinstance(f, ast.Attribute) and f.attr in ONE_SHOT_METHODS:
         if view.sem.call_qualname(expr) is not None:
             return None  # ``torch.nn.Module.parameters(m)`` and the like, or an imported module's function
+        if list_returning(view, f.value, expr) or _bound_list(view, f.value, expr, frame):
+            return None  # a ``dist.GradBucket``'s ``parameters()`` is a list
         got = resolved(an, view, expr)
         if got is not None and not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(got[1])):
             return None
         return expr
     if _builtin(view, f, _LAZY) or (view.sem.call_qualname(expr) or "") in _LAZY_QN:
         for a in expr.args:
-            got = one_shot(an, view, a, depth + 1)
+            got = one_shot(an, view, a, depth + 1, frame)
             if got is not None:
                 return got
+        return None
+    got = resolved(an, view, expr)
+    if got is not None and isinstance(got[1], FUNC_TYPES) and _returns_one_shot(an, *got, depth + 1, (got[1], expr, view)):
+        return expr  # a project helper that returns one: ``owned = trainable(model)``
     return None
+
+
+def _returns_one_shot(an, view, fn, depth: int, frame) -> bool:
+    """Every ``return`` of ``fn`` (at least one, none bare) gives a one-shot iterator, as the call
+    of ``frame`` runs it."""
+    rets = [n for n in _own_nodes(fn) if isinstance(n, ast.Return)]
+    return bool(rets) and all(r.value is not None and one_shot(an, view, r.value, depth, frame) is not None
+                              for r in rets)
+
+
+def _bound_list(view, recv, at, frame) -> bool:
+    """``recv``, a parameter of the helper of ``frame``, is given an argument that
+    ``list_returning`` knows for such an object by that call."""
+    if frame is None or not isinstance(recv, ast.Name):
+        return False
+    fn, call, cview = frame
+    kind, evs = reaching(view, recv.id, at)
+    if kind != "param" or evs is not fn:
+        return False
+    arg = bind_args(call, fn).get(recv.id)
+    return arg is not None and list_returning(cview, arg, call)
+
+
+# torch types, not modules, whose ``parameters()`` returns a list (torch/_C/_distributed_c10d.pyi:
+# ``GradBucket.parameters() -> list[Tensor]``)
+_LIST_TYPES = frozenset({"torch.distributed.GradBucket", "torch._C._distributed_c10d.GradBucket"})
+
+
+def list_returning(view, recv, at) -> bool:
+    """``recv`` (the receiver of ``recv.parameters()``) is known to be a torch object whose
+    iterator methods return lists, not a module: a parameter annotated with such a type
+    (``bucket: dist.GradBucket``), or the bucket parameter of a function that its module
+    registers as a DDP communication hook (``ddp.register_comm_hook(state, hook)``: DDP calls
+    ``hook(state, bucket)`` with a ``GradBucket``). Unknown receivers are not."""
+    if not isinstance(recv, ast.Name):
+        return False
+    kind, fn = reaching(view, recv.id, at)
+    if kind != "param" or not isinstance(fn, FUNC_TYPES):
+        return False
+    a = fn.args
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        if p.arg == recv.id and p.annotation is not None:
+            ann = p.annotation
+            if isinstance(ann, ast.Constant) and isinstance(ann.value, str):  # ``bucket: "dist.GradBucket"``
+                try:
+                    ann = ast.parse(ann.value, mode="eval").body
+                except SyntaxError:
+                    return False
+            return (view.sem.qualname(ann) or "") in _LIST_TYPES
+    return recv.id in comm_hook_buckets(view, fn)
+
+
+def comm_hook_buckets(view, fn) -> frozenset:
+    """The names of ``fn``'s parameters that receive a ``GradBucket``: ``fn`` is the hook of a
+    ``register_comm_hook(state, hook)`` call of its module (by name, in the scope that defines it;
+    ``self.m`` of a method of the same class; ``functools.partial(fn, ...)``, which binds the
+    leading parameters), and the bucket is the parameter after the state."""
+    memo = view.memo.setdefault("exhaust_comm_hooks", {})
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    sem = view.sem
+    out = set()
+    pos = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args)]
+    for c in sem.calls:
+        if not (isinstance(c.func, ast.Attribute) and c.func.attr == "register_comm_hook"):
+            continue
+        hook = get_arg(c, 1, "hook")
+        skip = 0
+        if isinstance(hook, ast.Call) and (sem.call_qualname(hook) or "") == "functools.partial" and hook.args:
+            skip, hook = len(hook.args) - 1, hook.args[0]
+        if isinstance(hook, ast.Name) and hook.id == fn.name and _defines_here(sem, fn, c):
+            i = 1 + skip
+        elif isinstance(hook, ast.Attribute) and isinstance(hook.value, ast.Name) and hook.value.id == "self" \
+                and hook.attr == fn.name and isinstance(parent(fn), ast.ClassDef) \
+                and contains(parent(fn), c):
+            i = 2 + skip  # a method: ``self`` first
+        else:
+            continue
+        if i < len(pos):
+            out.add(pos[i])
+    got = memo[id(fn)] = frozenset(out)
+    return got
+
+
+def _defines_here(sem, fn, call) -> bool:
+    """``fn``'s name, read at ``call``, is ``fn``: both in the scope that defines it."""
+    scope = sem.enclosing_function(fn)
+    return sem.enclosing_function(call) is scope if scope is not None else isinstance(parent(fn), ast.Module)
 
 
 def consumes(an, view, use, depth: int = 0) -> bool:

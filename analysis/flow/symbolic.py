@@ -15,11 +15,13 @@ import ast
 _MAX_TERMS = 16
 
 
-def linear(e: ast.AST, depth: int = 0, expand=None, opaque: bool = False):
+def linear(e: ast.AST, depth: int = 0, expand=None, opaque=False):
     """{monomial: coefficient}, a monomial being a sorted tuple of atom texts (() for the
     constant term); None when ``e`` is not such a polynomial. ``expand(name_node)``: the
     expression a name stands for (its one binding), or None to keep the name as an atom.
-    ``opaque``: any other expression (``a // b``, a call) is an atom by its text."""
+    ``opaque``: any other expression (``a // b``, a call) is an atom by its text (its tree,
+    unparsed: the spacing and parentheses of the source do not count); a predicate: only an
+    expression it admits."""
     if depth > 12:
         return None
     if isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool):
@@ -38,7 +40,7 @@ def linear(e: ast.AST, depth: int = 0, expand=None, opaque: bool = False):
     if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub, ast.Mult)):
         a, b = linear(e.left, depth + 1, expand, opaque), linear(e.right, depth + 1, expand, opaque)
         if a is None or b is None:
-            return {(ast.unparse(e),): 1} if opaque else None
+            return {(ast.unparse(e),): 1} if _admits(opaque, e) else None
         if isinstance(e.op, ast.Mult):
             out: dict = {}
             for ma, ca in a.items():
@@ -52,16 +54,43 @@ def linear(e: ast.AST, depth: int = 0, expand=None, opaque: bool = False):
                 out[m] = out.get(m, 0) + sign * c
         out = {m: c for m, c in out.items() if c}
         return out if len(out) <= _MAX_TERMS else None
-    if opaque and isinstance(e, ast.expr):
+    if isinstance(e, ast.expr) and _admits(opaque, e):
         return {(ast.unparse(e),): 1}
     return None
+
+
+def _admits(opaque, e) -> bool:
+    return opaque is True or (callable(opaque) and opaque(e))
+
+
+# calls that give the same value for the same arguments: two of them spelled alike are one value
+_PURE_CALLS = frozenset({"len", "int", "min", "max", "abs", "round", "ceil", "floor", "size", "numel", "dim"})
+_PURE_NODES = (ast.Name, ast.Attribute, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Call,
+               ast.operator, ast.unaryop, ast.expr_context, ast.Tuple, ast.Slice)
+
+
+def stable(e: ast.AST) -> bool:
+    """``e`` gives one value wherever it is evaluated in a slice's two bounds: names, attributes,
+    constants, arithmetic, entries, and calls of ``len`` / ``int`` / ``min`` / ``max`` /
+    ``math.ceil`` / ``x.size(i)`` ... of such values (not ``random()``: two calls, two values)."""
+    for n in ast.walk(e):
+        if not isinstance(n, _PURE_NODES):
+            return False
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name not in _PURE_CALLS or n.keywords:
+                return False
+    return True
 
 
 def slice_width(sl: ast.Slice):
     """The monomials of ``upper - lower`` of ``sl`` (no step, both bounds given), or None."""
     if not isinstance(sl, ast.Slice) or sl.step is not None or sl.lower is None or sl.upper is None:
         return None
-    lo, up = linear(sl.lower), linear(sl.upper)
+    # (``rank * (n // 2):(rank + 1) * (n // 2)``: a sub-expression spelled alike in both bounds
+    # is one atom, so the rank cancels out of the difference whatever that atom is)
+    lo, up = linear(sl.lower, opaque=stable), linear(sl.upper, opaque=stable)
     if lo is None or up is None:
         return None
     out = dict(up)
@@ -80,7 +109,7 @@ def width_atoms(sl: ast.Slice):
     out, seen = [], set()
     for b in (sl.lower, sl.upper):
         for n in ast.walk(b):
-            if isinstance(n, (ast.Name, ast.Attribute)):
+            if isinstance(n, ast.expr) and not isinstance(n, ast.Constant):
                 t = ast.unparse(n)
                 if t in names and t not in seen:
                     seen.add(t)

@@ -16,11 +16,12 @@ import ast
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent, subtree
 from ..torch_api import DDP_CLASS
 from . import _NOT_PROJECT
-from .assignments import has_ancestor, values_through
+from .assignments import values_through
+from .attr_order import dominating_binding, still_reaches, may_reach, runs_only_before
 from .class_chains import collect_binding, ctor_chain, runs_first, self_bindings, self_calls
 from .instances import class_named
 from .records import class_chain
-from .origins import _attr_path, origins
+from .origins import origins
 from .params import dead_for_callers
 from .return_deps import names_reaching, target_names
 from .wrap_flags import guard_atoms
@@ -62,8 +63,12 @@ def _self_attr(hub, view, expr, at, found, others, ordered=True):
     for v, c in class_chain(hub, view, cls):
         early = runs_first(c)
         for m, val, path in self_bindings(c, expr.attr):
-            if last is not None and not any(_after(s, last, at) for s in ([parent(val)] if m is fn else self_calls(fn, m.name))):
+            if last is not None and not any(still_reaches(s, last, at) for s in ([parent(val)] if m is fn else self_calls(fn, m.name))):
                 continue  # overwritten by the read's own method before the read (or the call of ``m``), on every path
+            if ordered and m is fn and not may_reach(parent(val), at):
+                continue  # the read's own method binds it only after the read: the read sees the value before
+            if ordered and m is not fn and v is view and m.name in early and runs_only_before(view, fn, m, parent(val)):
+                continue  # the read's method runs only from ``m``, before ``m`` binds it
             if ordered and m is not fn and m.name not in early:
                 # still an unwrap anywhere makes the attribute unwrapped on some path
                 if any(is_unwrap(e) for _v, e in origins(hub, v, val, val, 0, path)):
@@ -170,57 +175,6 @@ def init_param_bindings(hub, view, expr, at) -> list:
 def _param_names(fn) -> set:
     a = fn.args
     return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)} - {"self"}
-
-
-def dominating_binding(fn, attr: str, at):
-    """The last ``self.<attr> = ...`` statement of ``fn`` that runs before ``at`` on every path
-    through it: in the statement list of ``at`` or of one of its enclosing statements, before
-    them (``self.m = Net()`` two lines above ``self.m.layers``); None when no binding does."""
-    if fn is None:
-        return None
-    best, node = None, at
-    while node is not None and node is not fn:
-        up = parent(node)
-        if up is None:
-            return best
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(up, field, None)
-            if isinstance(block, list) and node in block:
-                for st in reversed(block[:block.index(node)]):
-                    if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None and any(
-                            _attr_path(t, attr) is not None
-                            for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
-                        best = st if best is None or st.lineno > best.lineno else best
-                        break
-        # a closure runs when called; a callback handed to a method of the class, ``self.m(lambda: ...)``, there
-        call = parent(up) if isinstance(up, ast.Lambda) else None
-        call = parent(call) if isinstance(call, ast.keyword) else call
-        if isinstance(up, FUNC_TYPES + (ast.ClassDef,)) or call is not None and not (
-                isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and _ref(call.func.value) == "self"):
-            return best
-        node = up
-    return best
-
-
-def _after(st, last, at) -> bool:
-    """``st`` (a binding statement) may still give the value read at ``at`` once ``last`` ran:
-    it is ``last``, it runs between the two, or it is in a loop around ``at`` that ``last`` is
-    outside of (the next iteration reads it)."""
-    if st is last:
-        return True
-    if st is None:
-        return False
-    if (last.lineno, last.col_offset) < (st.lineno, st.col_offset) < (at.lineno, at.col_offset):
-        return True
-    node = parent(at)
-    while node is not None and not isinstance(node, FUNC_TYPES + (ast.Lambda, ast.ClassDef)):
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            if has_ancestor(last, node):
-                return False
-            if has_ancestor(st, node):
-                return True
-        node = parent(node)
-    return False
 
 
 def _collect(hub, view, expr, at, found, others, depth, path=(), frames=None):

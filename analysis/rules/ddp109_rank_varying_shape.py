@@ -81,7 +81,9 @@ class RankVaryingShape(Rule):
     rank-uniform value (`assert local.shape[0] == S // world`), padding (`F.pad`, `new_zeros(max_len)` then a copy, `torch.cat`
     with a padding piece sized `max_len - x.size(0)`), truncation to an agreed size, a dimension
     other than the one that varies (`x[mask].shape[1]`), tensors whose values (not shape) differ
-    (`torch.tensor([count])`), an evaluation loader whose sampler pads (`DistributedSampler`, or
+    (`torch.tensor([count])`), a window whose bounds move with the rank but whose width does not
+    (`x[:, r * (c // 2):(r + 1) * (c // 2)]` has `c // 2` columns on every rank: the two bounds are
+    compared as polynomials, a uniform sub-expression written in both being one term), an evaluation loader whose sampler pads (`DistributedSampler`, or
     a project sampler that pads its index list before taking its stride), an `all_gather` whose
     receive buffers are built one per rank from sizes exchanged first
     (`[x.new_empty(int(n), dim) for n in sizes]`: uneven output sizes, which torch supports),

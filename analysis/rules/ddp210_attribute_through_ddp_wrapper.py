@@ -13,6 +13,7 @@ from ..flow.calls import call_args
 from ..flow.same_tests import ruled_out_by_same_test
 from ..flow.wrapped import (NOT_DDP_PLUGINS, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
+from ..flow.attr_order import own_bindings
 from ..flow.kernel import one_process_notebook
 from ..flow.exclusive import exclusive_runs
 from ..flow.wrap_flags import flag_excludes_wrap
@@ -84,7 +85,10 @@ class AttributeThroughDdpWrapper(Rule):
     see (`task.compile()` before `task.prepare_distributed()`); and a method that binds the
     attribute to the plain module and reads it before its own call of the wrapping method (`self.
     _wrap()`; a callback it hands to a method of the class, `self.on_rank0(lambda: ...)`, counts as
-    run there) does not see the wrap. In a test file (`test_*.py`), where
+    run there) does not see the wrap. Statement order decides within the method that wraps: a read
+    before its own `self.model = DDP(self.model)` sees the bare module (unless a loop brings the
+    read round again), and so does a read in a method that only that method calls, before the wrap
+    (`self._freeze()` in `__init__` above the wrap, with no other use of `_freeze` in the module). In a test file (`test_*.py`), where
     a harness runs a function's modes in fixed combinations, a conditional wrap and a read under an
     `if` count only when the wrap sits under the same tests (`if with_fsdp: ... else: model =
     DDP(model)` and `if method == "grad_to_none": model.trunk` may never hold together).
@@ -811,7 +815,9 @@ def _wrap_origins(an, view, holder, node, memo: dict):
         # runs between that binding and the read)
         fn = view.sem.enclosing_function(node)
         last = dominating_binding(fn, holder.attr, node)
-        key = ("self", id(fn), holder.attr, id(last), None if last is None else node.lineno)
+        # (and on the method's own bindings that may still come before the read: statement order)
+        own = tuple(id(s) for s in own_bindings(fn, holder.attr, node))
+        key = ("self", id(fn), holder.attr, id(last), None if last is None else node.lineno, own)
     if key is None:
         return wrap_origins(an, view, holder, node)
     got = memo.get(key)

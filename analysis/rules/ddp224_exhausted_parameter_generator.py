@@ -16,12 +16,18 @@ class ExhaustedParameterGenerator(Rule):
     ## What it does
     Checks for a module's `parameters()` (also `named_parameters()`, `buffers()`, `modules()`,
     `children()`, or a generator expression, `filter`, `map`, `zip`, `enumerate` or
-    `itertools.chain` built on one) that is iterated twice: kept in a name and consumed by a `for`,
+    `itertools.chain` built on one, or a project helper that returns one) that is iterated twice: kept in a name and consumed by a `for`,
     a comprehension, `list(...)`, a `torch.optim` optimizer or `clip_grad_norm_`, then consumed
     again later in the same block, or consumed in a loop that runs it once per round; and for a
     call that passes such a generator to a project function (in any module, a method too) that
     iterates its parameter twice, for instance to compute the gradient norm and then to scale the
     gradients.
+
+    Not flagged: the `parameters()` of a value known not to be a module: a DDP communication hook's
+    bucket (`torch.distributed.GradBucket.parameters()` returns a list), whether the parameter is
+    annotated `dist.GradBucket` or the function is the hook its module registers
+    (`ddp.register_comm_hook(state, hook)`; also a method, or `functools.partial(hook, ...)`), and a
+    project class's `parameters` method that does not `yield`.
 
     ## Why is this bad?
     `Module.parameters()` returns a generator: the first pass uses it up, and every later pass

@@ -5,6 +5,7 @@ import ast
 from ..semantic import parent
 from ..model import Severity
 from ..registry import Rule
+from ..flow.exclusive import exclusive
 from ..flow.hidden import arg_calls
 from ..flow.modern import PARALLELIZE, hub, key_of, shard_calls
 from ..flow.unconditional import leaves_before
@@ -38,7 +39,9 @@ class ParallelismOrder(Rule):
     The sharding may run in a project helper that gives its parameter to `fully_shard`
     (`apply_fsdp(model, mesh)`). A `fully_shard` from which no path reaches the later transform
     is not an earlier one: `if special: return shard_special(model)` before the code for the
-    other models.
+    other models, or a `fully_shard` in another arm of the same `if`/`elif` chain
+    (`if plan == "fsdp": fully_shard(model)` / `elif plan == "fsdp_tp": apply_tp(model, tp);
+    fully_shard(model)`).
 
     Not flagged: `DistributedDataParallel(torch.compile(model))`. It is slower than compiling the
     DDP module (no graph split at the buckets) but correct, and common (nanoGPT).
@@ -83,9 +86,10 @@ class ParallelismOrder(Rule):
                     k = key_of(a) if a is not None else None
                     if k is None or (qn is _AC and _wraps_in_place(ctx, c)):
                         continue
-                    s = next((s for s, sa in shards if key_of(sa) == k and sem.enclosing_function(s) is
-                              sem.enclosing_function(c) and s.lineno < c.lineno
-                              and not leaves_before(s, c)), None)
+                    fn = sem.enclosing_function(c)
+                    s = next((s for s, sa in shards if key_of(sa) == k and sem.enclosing_function(s) is fn
+                              and s.lineno < c.lineno and not leaves_before(s, c)
+                              and not exclusive(s, c, fn or sem.tree)), None)
                     if s is not None:
                         ctx.report(c, f"{what} is applied to `{k}` after `{ctx.text(s)}` (line {s.lineno}): "
                                       f"apply it before `fully_shard`",
