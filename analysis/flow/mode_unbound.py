@@ -135,14 +135,14 @@ def _world_field_compare(ctx, test: ast.Compare, hub) -> str | None:
     from .world_tests import world_compare, world_size_source
 
     sides = [x for x in (test.left, *test.comparators) if not isinstance(x, ast.Constant)]
-    if len(sides) != 1 or not isinstance(sides[0], ast.Attribute):
-        return None
+    if len(sides) != 1 or not isinstance(sides[0], ast.Attribute) or ctx.sem.qualname(sides[0]) is not None:
+        return None  # (``os.environ``: a module's value, not an object's field)
     if hub is None and callable(getattr(ctx, "memo", None)):
         from . import for_context  # lazy: the package imports this module
 
         hub = for_context(ctx)
     view = ctx if isinstance(getattr(ctx, "memo", None), dict) else getattr(hub, "main", None)
-    if view is None:
+    if view is None or hub is None:
         return None
 
     def is_world(e) -> bool:
