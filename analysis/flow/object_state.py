@@ -29,7 +29,7 @@ from .mutations import index
 from .origins import origins
 from .records import _NOT_PROJECT, inherited_method
 from .values import Value
-from .vocab import _SHAPE_METHODS
+from .vocab import _RNG_PREFIXES, _SHAPE_METHODS
 
 _MAX_DEPTH = 4
 
@@ -124,10 +124,17 @@ def _entry(hub, view, key, value, callers, depth, on) -> list:
 def _stores(hub, view, display, callers, depth, on) -> list:
     """The entries the stores into the name a display is bound to add: ``d["k"] = v`` and
     ``d.update({...})`` / ``d.update(other)`` in the display's scope."""
-    st = parent(display)
-    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+    st, at = parent(display), display
+    if isinstance(st, ast.Tuple):  # ``pos, state = ..., {...}``: the name at the display's place
+        at, st = st, parent(st)
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1):
         return []
-    name = st.targets[0].id
+    tgt = st.targets[0]
+    if at is not display and isinstance(tgt, ast.Tuple) and len(tgt.elts) == len(at.elts):
+        tgt = tgt.elts[at.elts.index(display)]
+    if not isinstance(tgt, ast.Name):
+        return []
+    name = tgt.id
     out = []
     for node, values in index(view).get((binding_scope(view.sem, st), name), ()):
         if node is st or values is None or (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) <= (
@@ -203,3 +210,28 @@ def placed_object(hub, entry: Entry) -> bool:
     return bool(got) and all(
         isinstance(e, ast.Call) and (_terminal(e.func) or "")[:1].isupper() and hub.resolve_call(v, e) is None
         for v, e in got)
+
+
+def rng_draw_per_rank(hub, view, src, callers=None) -> bool:
+    """The random draw (or generator state) a rank-varying value ``src`` (``values.Src`` of the
+    RNG category) comes from runs under a seed that differs between ranks: the module seeds that
+    generator per rank (the evaluator's own answer), or the seed in force at the draw
+    (``seeds.seed_in_force``, through the calls of its function, in other modules with
+    ``callers``) is rank-varying. A module that seeds nothing may be seeded by its callers with
+    one value everywhere: not known to differ."""
+    from .seeds import FAMILY_SEEDERS, seed_in_force  # lazy: seeds reads the rule context's view
+
+    v = hub.view_of(src.path) if src.path else None
+    if v is None:
+        return False
+    if v.seeded:
+        return True
+    for c in v.sem.calls:
+        qn = v.sem.call_qualname(c) or ""
+        if c.lineno != src.line or not qn.startswith(_RNG_PREFIXES):
+            continue
+        fam = "random" if qn.startswith("random.") else "numpy"
+        got = seed_in_force(hub, v, c, callers=callers, seeders=FAMILY_SEEDERS[fam])
+        if got is not None and got.kind == "V":
+            return True
+    return False

@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.findings import node_related
 from ..flow.modern import DCP_SAVE, hub
-from ..flow.object_state import entry_value, key_varies, placed_object, state_entries
+from ..flow.object_state import entry_value, key_varies, placed_object, rng_draw_per_rank, state_entries
 from ..flow.values import RNG
 from ._common import other_call_sites
 
@@ -62,6 +62,11 @@ class PerRankStateUnderSharedKey(Rule):
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         callers = other_call_sites(ctx, an, methods=True)
+        others = other_call_sites(ctx, an, methods=True, modules=True)
+
+        def anywhere(v, fn):  # a helper's calls in this file too (a module's own calls: ``call_sites``)
+            here = [(view, c) for c in view.sem.calls if v is not view and an.resolve_call(view, c) == (v, fn)]
+            return here + others(v, fn)
         for c in ctx.calls_to(*DCP_SAVE):
             sd = get_arg(c, 0, "state_dict")
             if sd is None:
@@ -72,8 +77,8 @@ class PerRankStateUnderSharedKey(Rule):
                     continue
                 seen.add(id(e.value))
                 v = entry_value(an, e, callers)
-                if not v.varying or (v.src.cat == RNG and not _seeded(an, v.src.path)):
-                    continue  # random state of a file that seeds nothing: it may be seeded elsewhere
+                if not v.varying or (v.src.cat == RNG and not rng_draw_per_rank(an, view, v.src, anywhere)):
+                    continue  # random state under no known per-rank seed: it may be seeded elsewhere
                 if placed_object(an, e):
                     continue  # a library's sharded object built with the rank: its own placement
                 chain = (*e.outer, e)
@@ -88,7 +93,3 @@ class PerRankStateUnderSharedKey(Rule):
                     related.append(node_related(ctx, e.view.path, e.value, "the per-rank value"))
                 ctx.report(where.value if where is not None else c, msg, related=related)
 
-
-def _seeded(an, path) -> bool:
-    v = an.view_of(path) if path else None
-    return v is not None and v.seeded
