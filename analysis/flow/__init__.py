@@ -495,17 +495,25 @@ class Analysis(Summaries):
                 got = c
         return inherited_method(self, got[0], got[1], call.func.attr) if got is not None else None
 
-    def self_attr_value(self, view, attr: ast.Attribute, d: int):
+    def self_attr_value(self, view, attr: ast.Attribute, d: int, ctx=None):
+        """The uniformity of ``self.<attr>``: what the class's methods bind to it. Under the context
+        of a construction (``ctx.fn`` the ``__init__`` of the class, ``Jitter(seed=rank)``), another
+        method reads a binding made in ``__init__`` with what that call passes: a method asked about
+        the object that call builds (``flow.object_state``)."""
         vals = self.self_attr_bindings(view, attr)
         if not vals or len(vals) > 8:
             return X
         ev = self.evaluator(view)
+        here = view.sem.enclosing_function(attr)
+        init = ctx.fn if ctx is not None and getattr(ctx.fn, "name", None) == "__init__" and here is not ctx.fn \
+            and parent(ctx.fn) is parent(here) else None
+        cev = self.evaluator(view, ctx) if init is not None else None
         out = []
         for v in vals:
             if isinstance(v, ast.stmt):
                 out.append(X)
             else:
-                out.append(ev.value(v, d + 1))
+                out.append((cev if cev is not None and view.sem.enclosing_function(v) is init else ev).value(v, d + 1))
         return join(out)
 
 

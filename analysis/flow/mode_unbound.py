@@ -64,7 +64,7 @@ def single_run_side(ctx, test: ast.AST, scope: ast.AST, depth: int = 0, hub=None
             got = None
         if got is not None:
             return got
-        return _named_world_compare(test) or _env_test(test)
+        return _world_field_compare(ctx, test, hub) or _named_world_compare(test) or _env_test(test)
     if t is ast.Call:
         qn = sem.call_qualname(test) or ""
         if qn == D + "is_initialized":
@@ -124,6 +124,33 @@ def _flag(e) -> bool:
     low = name.lower().lstrip("_")
     return any(low == w or low.endswith("_" + w) or low.startswith(w) for w in _FLAG_WORDS) \
         and "world" not in low and "avail" not in low
+
+
+def _world_field_compare(ctx, test: ast.Compare, hub) -> str | None:
+    """``self.env.world_size > 1`` by value flow: every origin of the attribute (``origins``: a
+    field of an object a helper of another module builds, ``Info(rank, get_world_size())``) is the
+    world's size (``world_tests.world_size_source`` in its own module); None origins aside (an
+    attribute is never read from None)."""
+    from .origins import origins  # lazy: origins follows helpers across modules
+    from .world_tests import world_compare, world_size_source
+
+    sides = [x for x in (test.left, *test.comparators) if not isinstance(x, ast.Constant)]
+    if len(sides) != 1 or not isinstance(sides[0], ast.Attribute) or ctx.sem.qualname(sides[0]) is not None:
+        return None  # (``os.environ``: a module's value, not an object's field)
+    if hub is None and callable(getattr(ctx, "memo", None)):
+        from . import for_context  # lazy: the package imports this module
+
+        hub = for_context(ctx)
+    view = ctx if isinstance(getattr(ctx, "memo", None), dict) else getattr(hub, "main", None)
+    if view is None or hub is None:
+        return None
+
+    def is_world(e) -> bool:
+        leaves = [(v, x) for v, x in origins(hub, view, e, test) if not (isinstance(x, ast.Constant) and x.value is None)]
+        return bool(leaves) and all(world_size_source(v, x, v.sem.scope_of(x)) is not None for v, x in leaves)
+
+    got = world_compare(test, is_world)
+    return None if got is None else ("body" if got else "orelse")
 
 
 def _named_world_compare(test: ast.Compare) -> str | None:

@@ -152,27 +152,27 @@ def _event(hub, view, fn, c, depth, seeders=TORCH_SEEDERS) -> Seed | None:
                 src=inner.src)
 
 
-def seed_in_force(hub, view, at, frames=(), callers=None) -> Seed | None:
+def seed_in_force(hub, view, at, frames=(), callers=None, seeders=TORCH_SEEDERS) -> Seed | None:
     """The seeding event in force at the node ``at``: the last one before it in its function,
     else the last one before a call of that function in its module (for each caller, one must
     be found and all must agree), else the module's top level before the function is called.
     ``frames`` (``origins``' context: (function, call, call's view), innermost last): ``at`` is in
     a helper reached through those calls (of any module), asked at the very call that ran it.
     ``callers`` (``origins``' own): for a function its module never calls, its calls in the
-    project's other modules."""
+    project's other modules. ``seeders``: the generator asked about (``FAMILY_SEEDERS``)."""
     fn = view.sem.enclosing_function(at)
-    got = last_seed(hub, view, fn, at)
+    got = last_seed(hub, view, fn, at, seeders=seeders)
     if got is not None or fn is None:
         return got
     if frames and frames[-1][0] is fn:
         _fn, c, cv = frames[-1]
-        return seed_in_force(hub, cv, c, frames[:-1], callers)
+        return seed_in_force(hub, cv, c, frames[:-1], callers, seeders)
     sites = [(view, s) for s in hub.call_sites(view, fn)]
     if not sites and callers is not None:
         sites = callers(view, fn)[:8]
     found = []
     for sv, s in sites:
-        e = seed_in_force(hub, sv, s) if sv.sem.enclosing_function(s) is not fn else None
+        e = seed_in_force(hub, sv, s, seeders=seeders) if sv.sem.enclosing_function(s) is not fn else None
         if e is None:
             return None
         found.append(e)

@@ -35,7 +35,7 @@ from .return_deps import reaching_args
 from .optional_syncs import unsynced_trip  # a count a helper equalises only when given a parameter
 from .vocab import (  # noqa: F401  (the tables, re-exported)
     _BUILTIN_JOIN, _CLOCKS, _CONFIG_PARAMS, _EXISTS_QNS, _PURE_METHODS, _PURE_PREFIXES, _REPLICATED,
-    _RNG_PREFIXES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
+    _RNG_PREFIXES, _RNG_STATES, _RNG_TORCH, _SEEDS, _SHAPE_ATTRS, _SHAPE_METHODS, _SYNC_WORDS, _UNIFORM_QNS,
 )
 from .returns_at import returns_at, arity_of as _arity
 from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, built, join, keep  # noqa: F401  (re-exported)
@@ -552,7 +552,7 @@ class Evaluator:
                 return X  # ``cfg.lora.rank``: a nested config's field no code here fills; not judged
             return _V(self.view, RANK, f"the process rank from `{_text(e)}`", e)
         if isinstance(e.value, ast.Name) and e.value.id == "self":
-            v = self.hub.self_attr_value(self.view, e, d)
+            v = self.hub.self_attr_value(self.view, e, d, self.ctx)
             return v if v.varying else (self.hub.field_value(self.view, e, d, self.ctx) or v)
         base = self.value(e.value, d)
         if (got := self.hub.field_value(self.view, e, d, self.ctx)) is not None:
@@ -582,8 +582,8 @@ class Evaluator:
                 return self._env(env, e)
             if qn in _CLOCKS:
                 return _V(self.view, CLOCK, f"the wall clock from `{_text(e.func)}()`", e)
-            if qn.startswith(_RNG_PREFIXES) or qn in _RNG_TORCH:
-                if not self.view.seeded:
+            if qn.startswith(_RNG_PREFIXES) or qn in _RNG_TORCH or qn in _RNG_STATES:  # a state: per-rank seeds only
+                if not self.view.seeded and qn not in _RNG_STATES:
                     return _V(self.view, RNG, f"unseeded random numbers from `{_text(e.func)}()`", e)
                 g = next((k.value for k in e.keywords if k.arg == "generator"), None)
                 if g is not None:
@@ -593,7 +593,7 @@ class Evaluator:
                                   f"seeded per rank ({gv.src.desc}, line {gv.src.line})", e)
                 else:
                     seed = self._rank_seed(qn)
-                    if seed is not None and seed.lineno > e.lineno \
+                    if seed is not None and seed.lineno > e.lineno and qn not in _RNG_STATES \
                             and self.sem.enclosing_function(seed) is self.sem.enclosing_function(e):
                         return _V(self.view, RNG, f"random numbers from `{_text(e.func)}()`, drawn before the "
                                   f"generator is seeded at line {seed.lineno}: each process draws its own", e)

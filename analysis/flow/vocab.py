@@ -27,6 +27,10 @@ _CLOCKS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.t
 _RNG_PREFIXES = ("random.", "numpy.random.", "np.random.")
 _RNG_TORCH = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli",
                         "torch.multinomial", "torch.normal", "torch.rand_like", "torch.randn_like"})
+# the state of torch's generators: the same on every rank unless a rank-varying seed set it (an
+# unseeded process starts from torch's fixed default seed)
+_RNG_STATES = frozenset({"torch.get_rng_state", "torch.random.get_rng_state", "torch.cuda.get_rng_state",
+                         "torch.cuda.get_rng_state_all", "torch.cuda.random.get_rng_state"})
 _PURE_PREFIXES = ("torch.", "math.", "numpy.", "np.", "operator.")
 _BUILTIN_JOIN = frozenset({"int", "float", "bool", "str", "abs", "round", "min", "max", "sum", "list", "tuple",
                            "sorted", "reversed", "set", "frozenset", "dict", "repr", "format", "divmod", "pow",

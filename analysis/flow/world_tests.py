@@ -81,12 +81,17 @@ def _group_or_one(ctx, test, ws, one, scope, depth):
 def single_world_test(ctx, test: ast.Compare, scope: ast.AST) -> bool | None:
     """``world_size == 1`` / ``<= 1`` / ``< 2``: True (when it holds there is one process, the main
     rank); ``!= 1`` / ``> 1`` / ``>= 2``: False (when it fails there is one process); else None."""
+    return world_compare(test, lambda e: world_size_source(ctx, e, scope) is not None)
+
+
+def world_compare(test: ast.Compare, is_world) -> bool | None:
+    """``single_world_test`` with ``is_world(expr)`` the question "is this the world's size"."""
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if _int_const(left) is not None and _int_const(right) is None:
         left, right = right, left
         op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
     k = _int_const(right)
-    if k is None or world_size_source(ctx, left, scope) is None:
+    if k is None or not is_world(left):
         return None
     t = type(op)
     if (t is ast.Eq and k == 1) or (t is ast.LtE and k == 1) or (t is ast.Lt and k == 2):
