@@ -81,7 +81,7 @@ class WeightsLoadedOnSomeRanksAfterWrap(Rule):
         reported: set = set()
         for sc in scopes(ctx):
             for node, module in weight_writes(view, sc):
-                if not main_only(view, node) or broadcast_after(an, view, sc, node.lineno):
+                if not main_only(view, node, ctx) or broadcast_after(an, view, sc, node.lineno):
                     continue
                 ddp = _wrapped(an, view, module, node)
                 if ddp is None:
@@ -111,7 +111,7 @@ class WeightsLoadedOnSomeRanksAfterWrap(Rule):
                     continue
                 if not inside:
                     if guarded is None:
-                        guarded = main_only(view, call)
+                        guarded = main_only(view, call, ctx)
                     if not guarded:
                         continue
                 fn = cv.sem.enclosing_function(node)
