@@ -423,6 +423,8 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         val = ctx.sem.single_value(test.id, scope)
         if val is not None:
             got = polarity(ctx, val, scope, depth + 1)
+            if got is None and isinstance(val, ast.Call) and main_only_value(ctx, test.id, scope, depth + 1):
+                return True  # ``if ckpt:`` of a project function's result that is None off the main rank
             if got is not None or not isinstance(val, ast.IfExp):
                 return got
         got = _param_polarity(ctx, test.id, scope, depth + 1)

@@ -172,5 +172,7 @@ def _exits_off_main(ctx, fctx, fn, st, args: dict, scope, polarity, main_only, d
         name = t.operand
     if isinstance(name, ast.Name) and _is_param(fn, name.id):
         a = args.get(name.id)
+        if isinstance(a, ast.Call):  # ``newest(output_folder(cfg))``
+            return returned_main_only(ctx, a, scope, polarity, main_only, depth + 1)
         return isinstance(a, ast.Name) and main_only(ctx, a.id, scope, depth + 1)
     return polarity(fctx, t, fn, depth + 1) is False
