@@ -23,7 +23,7 @@ from ..torch_api import D
 from .assignments import name_binding_kind, self_attr_value
 from .cli_options import sub_config_field
 from .rank_flags import main_flag
-from .returned_flags import returned_polarity
+from .returned_flags import returned_main_only, returned_polarity
 from .world_tests import _int_const, _unwrap_int, single_world_test, world_size_source  # noqa: F401  (re-exported)
 from .uniformity import _FLIP, _RANK_QNS, MAIN_NAMES, RANK_ENV, RANK_NAME, _int_vals, _rank_compare_uniform, env_key
 
@@ -423,6 +423,8 @@ def polarity(ctx, test: ast.AST, scope: ast.AST, depth: int = 0) -> bool | None:
         val = ctx.sem.single_value(test.id, scope)
         if val is not None:
             got = polarity(ctx, val, scope, depth + 1)
+            if got is None and isinstance(val, ast.Call) and main_only_value(ctx, test.id, scope, depth + 1):
+                return True  # ``if ckpt:`` of a project function's result that is None off the main rank
             if got is not None or not isinstance(val, ast.IfExp):
                 return got
         got = _param_polarity(ctx, test.id, scope, depth + 1)
@@ -509,8 +511,9 @@ def _main_only_value(ctx, name: str, scope: ast.AST, depth: int) -> bool:
             pol = polarity(ctx, v.test, scope, depth + 1)
             if pol is None or pol != _is_none_const(v.orelse):
                 return False
-        elif not _under_main_test(ctx, b, scope, depth):
-            return False
+        elif not (isinstance(v, ast.Call) and returned_main_only(ctx, v, scope, polarity, main_only_value, depth + 1)) \
+                and not _under_main_test(ctx, b, scope, depth):
+            return False  # (a project function's result that is None off the main rank counts)
         some = True
     return some
 

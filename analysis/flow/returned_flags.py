@@ -122,3 +122,57 @@ def _creates_group(hub, fview, fn, c: ast.Call) -> bool:
 
 def _is_param(fn, name: str) -> bool:
     return isinstance(fn, (*FUNC_TYPES, ast.Lambda)) and name in param_names(fn)
+
+
+def returned_main_only(ctx, call: ast.Call, scope: ast.AST, polarity, main_only, depth: int = 0) -> bool:
+    """``call`` (of ``ctx``'s module, in ``scope``) runs a project function (in this module or
+    another) every ``return`` of which gives None, or comes after an early exit that every rank
+    but the main one takes: a test of polarity False (``if not is_main(): return None``), or a
+    None test of a parameter (``if run_dir is None: return`` / ``if not run_dir: return None``)
+    that ``call`` fills with a name holding something other than None on the main rank only
+    (``main_only``: ``rank_tests.main_only_value``). The call's result is then None on every
+    other rank: ``run_dir = get_run_dir(cfg)``, ``ckpt = latest_checkpoint(run_dir)``."""
+    if depth > 6 or not hasattr(ctx, "src"):
+        return False
+    from . import for_context  # lazy: the hub, as ``returned_polarity``
+    from .helper_calls import bind_args
+
+    hub = for_context(ctx)
+    got = hub.resolve_call(hub.main, call) if ctx.sem is hub.main.sem else None
+    if got is None or not isinstance(got[1], FUNC_TYPES):
+        return False
+    fview, fn = got
+    fctx = ctx if fview is hub.main else view_ctx(fview)
+    args = bind_args(call, fn)
+    rets = [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)]
+    some = False
+    for r in rets:
+        if r.value is None or (isinstance(r.value, ast.Constant) and r.value.value is None):
+            continue
+        if not any(_exits_off_main(ctx, fctx, fn, st, args, scope, polarity, main_only, depth)
+                   for st in fn.body if st.end_lineno is not None and st.end_lineno < r.lineno):
+            return False
+        some = True
+    return some
+
+
+def _exits_off_main(ctx, fctx, fn, st, args: dict, scope, polarity, main_only, depth: int) -> bool:
+    """``st`` (a statement of ``fn``'s body) is ``if <test>: return [None]`` whose test every rank
+    but the main one passes (see ``returned_main_only``)."""
+    if not (isinstance(st, ast.If) and not st.orelse and len(st.body) == 1 and isinstance(st.body[0], ast.Return)):
+        return False
+    v, t = st.body[0].value, st.test
+    if v is not None and not (isinstance(v, ast.Constant) and v.value is None):
+        return False
+    name = None
+    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Is) \
+            and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None:
+        name = t.left
+    elif isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+        name = t.operand
+    if isinstance(name, ast.Name) and _is_param(fn, name.id):
+        a = args.get(name.id)
+        if isinstance(a, ast.Call):  # ``newest(output_folder(cfg))``
+            return returned_main_only(ctx, a, scope, polarity, main_only, depth + 1)
+        return isinstance(a, ast.Name) and main_only(ctx, a.id, scope, depth + 1)
+    return polarity(fctx, t, fn, depth + 1) is False

@@ -53,7 +53,8 @@ SETTERS = frozenset({"load_state_dict", "set_state_dict", "set_model_state_dict"
 
 class Seed:
     """A seeding event: ``kind`` "V" (rank-varying), "U" (uniform or not known to vary) or "P"
-    (the seed is the parameter ``param`` of the function it is in); ``call`` is the call that
+    (the seed is the parameter ``param`` of the function it is in, or is computed from the tuple of
+    parameters ``param``: judged at each call from its arguments); ``call`` is the call that
     seeds, as the outermost call of the chain in the function asked about; ``src``: the variance's
     source for "V"."""
 
@@ -89,6 +90,11 @@ def _judge(hub, view, call, expr, fn) -> Seed:
     v = hub.evaluator(view).value(expr)
     if v.varying and v.src is not None and v.src.cat == RANK:
         return Seed("V", call, view, src=v.src)
+    if fn is not None:  # ``base + rank`` of two parameters: judged at each call, from its arguments
+        ps = tuple(sorted({n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id in param_names(fn)
+                           and not stores_name(fn, n.id)}))
+        if ps:
+            return Seed("P", call, view, param=ps)
     return Seed("U", call, view)
 
 
@@ -144,9 +150,11 @@ def _event(hub, view, fn, c, depth, seeders=TORCH_SEEDERS) -> Seed | None:
     if inner is None:
         return None
     if inner.kind == "P":
-        arg = dict(call_args(c, tfn)).get(inner.param)
-        got = _judge(hub, view, c, arg, fn)
-        return got
+        args = dict(call_args(c, tfn))
+        names = inner.param if isinstance(inner.param, tuple) else (inner.param,)
+        got = [_judge(hub, view, c, args.get(n), fn) for n in names]
+        ps = tuple(sorted({p for g in got if g.kind == "P" for p in (g.param if isinstance(g.param, tuple) else (g.param,))}))
+        return next((g for g in got if g.kind == "V"), None) or (Seed("P", c, view, param=ps) if ps else got[0])
     # the callee decides by itself: the event is this call
     return Seed(inner.kind, c if inner.kind == "U" else inner.call, view if inner.kind == "U" else inner.view,
                 src=inner.src)

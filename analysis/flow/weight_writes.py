@@ -63,12 +63,14 @@ def weight_writes(view, scope) -> list:
     return out
 
 
-def main_only(view, node) -> bool:
-    """``node`` runs on the main rank only, by the tests of its own function."""
+def main_only(view, node, ctx=None) -> bool:
+    """``node`` runs on the main rank only, by the tests of its own function (``ctx``: the rule's
+    context of the checked module, whose tests may read project functions of other modules:
+    ``if ckpt is not None:`` of ``ckpt = latest_checkpoint(get_run_dir(cfg))``)."""
     from .rank import rank0_guarded  # lazy: rank reads rank_tests, which reads the flow helpers
     from .viewctx import view_ctx
 
-    return rank0_guarded(view_ctx(view), node, callers=False) is True
+    return rank0_guarded(ctx if ctx is not None else view_ctx(view), node, callers=False) is True
 
 
 def callee_writes(hub, view, call) -> list:

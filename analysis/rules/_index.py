@@ -197,7 +197,7 @@ RULES = {
                 ((('torch', False),), (('DataLoader', False), ('oader', False)), (('DistributedDataParallel', False), ('DistributedSampler', False))),
                 False, False),
     'DDP304': ('ddp304_sampler_wrapper_hides_set_epoch', True, True,
-                ((('torch', False),), (('__init__', False),)),
+                ((('torch', False), ('set_epoch', False)), (('__init__', False), ('set_epoch', False))),
                 False, True),
     'DDP305': ('ddp305_sampler_seed_rank_varying', True, True,
                 ((('torch', False),), (('seed', False),), (('DistributedSampler', False),)),

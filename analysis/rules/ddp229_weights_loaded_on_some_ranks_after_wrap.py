@@ -21,7 +21,11 @@ class WeightsLoadedOnSomeRanksAfterWrap(Rule):
     in `DistributedDataParallel`: a `load_state_dict`, a `torch.nn.init` function, or a `copy_`
     into its parameters (`for p in model.parameters(): p.data.copy_(...)`) that runs under a
     main-rank test (`if rank == 0:`, an early `return` off the main rank, a project helper such as
-    `is_main_process()`), on the wrapper, on the module read out of it (`ddp.module.backbone`,
+    `is_main_process()`, or a test of a value that only the main rank holds: `if ckpt:` /
+    `if ckpt is not None:` where `ckpt = latest(run_dir)` and `run_dir = get_run_dir(cfg)`, project
+    functions of any module that return None on every other rank, through an early
+    `if not is_main(): return None` or an early `return None` when their parameter is None), on the
+    wrapper, on the module read out of it (`ddp.module.backbone`,
     `unwrap(ddp).backbone` through a helper that returns `.module`) or on a name bound to one.
 
     The wrap is found by value flow (`wrapped.wrap_origins`): the `DDP(...)` the expression holds
@@ -78,7 +82,7 @@ class WeightsLoadedOnSomeRanksAfterWrap(Rule):
         reported: set = set()
         for sc in scopes(ctx):
             for node, module in weight_writes(view, sc):
-                if not main_only(view, node) or broadcast_after(an, view, sc, node.lineno):
+                if not main_only(view, node, ctx) or broadcast_after(an, view, sc, node.lineno):
                     continue
                 ddp = _wrapped(an, view, module, node)
                 if ddp is None:
@@ -108,7 +112,7 @@ class WeightsLoadedOnSomeRanksAfterWrap(Rule):
                     continue
                 if not inside:
                     if guarded is None:
-                        guarded = main_only(view, call)
+                        guarded = main_only(view, call, ctx)
                     if not guarded:
                         continue
                 fn = cv.sem.enclosing_function(node)

@@ -4,8 +4,8 @@ import ast
 
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
-from ..semantic import FUNC_TYPES, iter_scope_nodes
-from ._loader import DATALOADER
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes
+from ._loader import DATALOADER, is_loader_call, is_none, is_true, loader_arg, project_sampler
 
 # the torch sampler classes; only DistributedSampler has ``set_epoch``
 _SAMPLER_BASES = frozenset({
@@ -43,11 +43,25 @@ class SamplerWrapperHidesSetEpoch(Rule):
     `ds.prefetch(...)` for each `ds` in `self.datasets`), but does not override `set_epoch`:
     the inherited no-op swallows the epoch meant for the children.
 
+    The same loss happens at the call: a `set_epoch` whose receiver holds only `loader.sampler`
+    (also `getattr(loader, "sampler", None)`, in an epoch hook of another module, a method reading
+    `self.loader.sampler`, followed by value flow to the `DataLoader(...)` through builders,
+    tuples and callers) of loaders built with `batch_sampler=` and no `sampler=`, where the batch
+    sampler was built around a shuffling `DistributedSampler` (torch's `BatchSampler` or a project
+    class defining neither `set_epoch` nor `__getattr__`). The finding is on that call. Nothing is
+    reported when another `set_epoch` call of the modules on the way (the hook's, the loader's,
+    the sampler's, the callers' a few calls up) may reach the sampler:
+    `loader.batch_sampler.sampler.set_epoch(epoch)`, or a batch sampler that forwards it.
+
     ## Why is this bad?
     Training loops and frameworks set the epoch through whatever sampler the loader holds, most
     often duck-typed: `if hasattr(loader.batch_sampler, "set_epoch"): ...set_epoch(epoch)`. A
     wrapper without `set_epoch` makes that test false, so the `DistributedSampler` inside never
     hears of the epoch and replays the same order every epoch on every rank, silently.
+
+    A DataLoader given `batch_sampler=` makes its own `sampler` attribute a `SequentialSampler`
+    over the dataset (which has no `set_epoch`): a hook that sets the epoch on `loader.sampler`
+    behind `hasattr(..., "set_epoch")` skips silently, and one without the test raises.
 
     ## Example
     ```python
@@ -83,8 +97,13 @@ class SamplerWrapperHidesSetEpoch(Rule):
                 self._batch_sampler.set_epoch(epoch)
     ```
 
+    For the loader's default sampler, set the epoch on the sampler inside the batch sampler:
+    ```python
+    loader.batch_sampler.sampler.set_epoch(epoch)
+    ```
+
     ## Fix safety
-    The fix appends that `set_epoch` method to the class (for a composite, one that calls
+    No fix is offered for a `set_epoch` on the loader's default sampler. The fix appends that `set_epoch` method to the class (for a composite, one that calls
     `super().set_epoch(epoch)` and then each wrapped object's `set_epoch`, where it has one). It is **unsafe**: code that tested
     `hasattr(wrapper, "set_epoch")` now takes the other branch, and the order of the samples
     changes from the next epoch on (which is the point).
@@ -96,7 +115,9 @@ class SamplerWrapperHidesSetEpoch(Rule):
     fix_availability = "always"
     # every finding is about a class that defines ``__init__`` (a sampler wrapper stores the sampler
     # there; a composite stores what it forwards to)
-    requires_text = ("__init__",)
+    requires_text = ("__init__", "set_epoch")
+    # an epoch hook of a training library may never spell "torch": its ``set_epoch`` call
+    base_text = ("torch", "set_epoch")
 
     @classmethod
     def reach(cls, text, filename):
@@ -111,6 +132,7 @@ class SamplerWrapperHidesSetEpoch(Rule):
     node_types = (ast.ClassDef,)
 
     def finish(self, ctx) -> None:
+        self._default_sampler(ctx)
         classes = {c.name: c for c in ctx.sem.by_type.get(ast.ClassDef, ())}
         for cls in ctx.sem.by_type.get(ast.ClassDef, ()):
             try:
@@ -137,6 +159,36 @@ class SamplerWrapperHidesSetEpoch(Rule):
             f"sampler `self.{attr}` (a DistributedSampler inside repeats its order every epoch)",
             fix=self._fix(ctx, cls, attr),
         )
+
+    def _default_sampler(self, ctx) -> None:
+        """A ``set_epoch`` that reaches only ``loader.sampler`` of loaders given ``batch_sampler=``
+        (torch's default SequentialSampler) while the batch sampler wraps a shuffling
+        DistributedSampler that nothing else gives the epoch (``flow.epoch_targets``)."""
+        sets = [c for c in ctx.sem.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "set_epoch"]
+        if not sets:
+            return
+        from ..flow import for_context
+        from ..flow.epoch_targets import misdirected_set_epoch
+        from ..flow.findings import node_related
+        from ._common import other_call_sites
+
+        ana = for_context(ctx)
+        callers = other_call_sites(ctx, ana, methods=True, modules=True)
+        for c in sets:
+            got = misdirected_set_epoch(ana, ana.main, c, _batch_sampler_of, _shuffling_dist_sampler(ana), callers)
+            if got is None:
+                continue
+            lv, ld, sv, sc = got
+            ctx.report(
+                c,
+                f"`{ctx.text(c.func.value)}` here is the loader's `sampler`, which for a DataLoader built with "
+                "`batch_sampler=` is torch's default SequentialSampler (no `set_epoch`): the shuffling "
+                "DistributedSampler inside the batch sampler never gets the epoch and repeats its order every "
+                "epoch; set it on that sampler (`loader.batch_sampler.sampler`, or the sampler itself), or give "
+                "the batch sampler a `set_epoch` that forwards it and call that",
+                related=[node_related(ctx, lv.path, ld, "the DataLoader built with `batch_sampler=`"),
+                         node_related(ctx, sv.path, sc, "the DistributedSampler that never gets the epoch")],
+            )
 
     def _composite(self, ctx, cls: ast.ClassDef) -> None:
         """A class that overrides its base's protocol by forwarding each method to the object(s) it
@@ -312,6 +364,24 @@ def _forwards_own_name(reads: tuple[list, list], attr: str) -> bool:
         if _self_attr(base) == attr or (isinstance(base, ast.Name) and base.id in loop_vars):
             return True
     return False
+
+
+def _batch_sampler_of(view, call):
+    """The ``batch_sampler=`` of a DataLoader construction given one and no ``sampler=``."""
+    if not is_loader_call(view.sem, call) or loader_arg(call, "sampler") is not None:
+        return None
+    bs = loader_arg(call, "batch_sampler")
+    return None if bs is None or is_none(bs) else bs
+
+
+def _shuffling_dist_sampler(ana):
+    def pred(view, call) -> bool:
+        qn = view.sem.call_qualname(call) or ""
+        if qn not in _EPOCH_SAMPLERS and not project_sampler(ana, view, call, tuple(_EPOCH_SAMPLERS)):
+            return False
+        shuffle = get_arg(call, 3, "shuffle")
+        return shuffle is None or is_true(shuffle, view.sem)
+    return pred
 
 
 def _name_range(ctx, cls: ast.ClassDef) -> Range:

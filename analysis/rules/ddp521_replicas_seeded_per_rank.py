@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg
 from ..source import SourceText
-from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, helper_mesh_dims, hub, mesh_dims, origins, shard_calls
+from ..flow.modern import FSDP1, FULLY_SHARD, PARALLELIZE, helper_mesh_dims, hub, origins, shard_calls, whole_mesh_dims
 from ..flow.origins import branch_origins
 from ..flow.params import by_name_only
 from ..flow.passes import iterated_leaves
@@ -29,7 +29,9 @@ class ReplicasSeededPerRank(Rule):
     real device, then handed to a wrapper that keeps each rank's own initial values over a
     replicated dimension without a broadcast:
     - FSDP2 `fully_shard(model, mesh=mesh)` on a 2-D (or larger) `DeviceMesh`: HSDP, replicated
-      over the first dimension, sharded over the last;
+      over the first dimension, sharded over the last (the mesh built in the sharding function or
+      passed to it, also by a caller in another module of a function or a method; a shape built at
+      run time counts by its literal `mesh_dim_names`);
     - FSDP1 `FullyShardedDataParallel` with `ShardingStrategy.HYBRID_SHARD`, `_HYBRID_SHARD_ZERO2`
       or `NO_SHARD` and no `sync_module_states=True`.
 
@@ -72,7 +74,9 @@ class ReplicasSeededPerRank(Rule):
     values it drew. With a seed that differs per rank, the replicas of each shard start from
     different weights; their gradients are averaged over the replicate dimension, but the weights
     themselves never meet, so the replicas train as different models for the whole run (and a
-    checkpoint depends on which replica writes it). Nothing raises.
+    checkpoint depends on which replica writes it). Nothing raises. On a 1-D mesh (pure sharding)
+    there is no replica: each rank keeps only its own slice of every parameter, drawn from its own
+    random stream, which is a valid initialisation and is not flagged.
 
     A state loaded on rank 0 alone is the same problem for every sharding strategy: each rank
     keeps the shards of its own copy, so the sharded model holds the loaded values only in rank
@@ -155,11 +159,12 @@ class ReplicasSeededPerRank(Rule):
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         seen = set()
-        for call, module, why in _replicating_wraps(an, view, ctx):
+        callers = other_call_sites(ctx, an, methods=True)
+        for call, module, why in _replicating_wraps(an, view, ctx, callers):
             for kv, k in constructions(an, view, module, call):
                 if on_meta(an, kv, k):
                     continue
-                seed = seed_in_force(an, kv, k)
+                seed = seed_in_force(an, kv, k, callers=callers)
                 if seed is None or seed.kind != "V" or state_set_after(an, kv, k):
                     continue
                 key = (id(seed.call), id(k))
@@ -313,16 +318,17 @@ def _global_draws(an, view, expr, at) -> list:
     return out
 
 
-def _replicating_wraps(an, view, ctx) -> list:
+def _replicating_wraps(an, view, ctx, callers=None) -> list:
     """(wrap call, module expression, words) of the file's wraps that keep each rank's values over
-    a replicated dimension."""
+    a replicated dimension (``callers``: ``origins``' own, for a mesh a sharding helper's
+    parameter receives from a caller in another module)."""
     out = []
     for c in ctx.calls_to(*FULLY_SHARD):
         module = get_arg(c, 0, "module")
         mesh = get_arg(c, None, "mesh")
         if module is None or mesh is None:
             continue
-        dims = mesh_dims(an, view, mesh, c)
+        dims = whole_mesh_dims(an, view, mesh, c, callers)
         if dims is not None and dims >= 2:
             out.append((c, module, f"`fully_shard` shards it on a {dims}-D mesh (HSDP)"))
     for c, module in shard_calls(an, view):
