@@ -48,13 +48,17 @@ def _logical_lines(text: str):
         yield start, buf
 
 
+def _is_launcher(word: str) -> bool:
+    return word.endswith("torchrun") or word in _LAUNCHERS
+
+
 def torchrun_lines(text: str) -> list[list[str]]:
     """The shell words of each line of ``text`` that starts ranks with ``torchrun`` / ``python -m
     torch.distributed.run`` (or ``.launch``), from the launcher's word on."""
     out = []
     for _ln, line in _logical_lines(text):
         words = _words(line)
-        at = next((i for i, w in enumerate(words) if w.endswith("torchrun") or w in _LAUNCHERS), None)
+        at = next((i for i, w in enumerate(words) if _is_launcher(w)), None)
         if at is not None:
             out.append(words[at:])
     return out
@@ -105,7 +109,7 @@ def check_launch_script(text: str, path: str) -> list[Finding]:
             _note(assigned, a.group(1), a.group(2), ln, lines)
             i += 1
         rest = words[i:]
-        if any(w.endswith("torchrun") or w in _LAUNCHERS for w in rest) or (
+        if any(_is_launcher(w) for w in rest) or (
                 rest and rest[0] in ("srun", "mpirun", "mpiexec") and any(re.search(r"python[\d.]*$", w) for w in rest)):
             launches.append(ln)
     if not launches:

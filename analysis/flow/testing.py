@@ -76,18 +76,17 @@ def in_test_suite(filename: str, an=None) -> bool:
 def _one_node_script(folder: str, base: str, scripts, an) -> bool:
     """A shell script of ``folder`` starts ``base`` with ``torchrun``, every such line on one node."""
     from ..launch_scripts import one_node_launch, torchrun_lines
-    from .project import content_hash
+    from .project import read
 
     seen = False
     for name in scripts or ():
         p = os.path.join(folder, name)
-        try:
-            with open(p, encoding="utf-8", errors="replace") as fh:
-                text = fh.read(200_000)
-        except OSError:
+        got = read(p)  # a regular file only, the editor's text when open, hashed as the cache validates it
+        if got is None:
             continue
+        text, digest = got
         if an is not None:
-            an.depend_on_files({p: content_hash(text)})
+            an.depend_on_files({p: digest})
         for words in torchrun_lines(text):
             if any(os.path.basename(w) == base for w in words[1:]):
                 if not one_node_launch(words):
@@ -106,7 +105,8 @@ def one_node_test(filename: str, an=None) -> bool:
 
 
 _LISTING_TTL = 2.0
-_PROJECT_MARKERS = frozenset(("pyproject.toml", "setup.py", "setup.cfg"))
+# the project markers that are files (``project._PROJECT_MARKERS`` less ``.git``)
+_FILE_MARKERS = frozenset(("pyproject.toml", "setup.py", "setup.cfg"))
 _listings: dict[str, tuple] = {}  # folder -> (when, its test modules or None, its listing's digest, run, its
 #                                   shell scripts, whether it holds a project marker)
 
@@ -130,7 +130,7 @@ def _listing(folder: str) -> tuple:
         else:
             tests = tuple(n for n in names if is_test_file(n) and n.endswith(".py"))
             got = (now, tests, listing_digest(names), run, tuple(n for n in names if n.endswith(".sh")),
-                   any(n in _PROJECT_MARKERS for n in names))
+                   any(n in _FILE_MARKERS for n in names))
         if len(_listings) > 4096:
             _listings.clear()
         _listings[folder] = got
