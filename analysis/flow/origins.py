@@ -324,7 +324,7 @@ def field_origins(hub, view, expr) -> list | None:
         if hub.self_attr_bindings(view, expr):
             return None
         return _self_record(hub, view, expr, 0, (), False, None, MAX_DEPTH, None) or None
-    return _instance_attr(hub, view, expr, expr, 0, (), False, None, MAX_DEPTH, None)
+    return _instance_attr(hub, view, expr, expr, 0, (), False, None, MAX_DEPTH, getattr(hub, "other_callers", None))
 
 
 def _instance_ref(view, e) -> bool:
