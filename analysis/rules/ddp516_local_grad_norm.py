@@ -5,10 +5,11 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.hidden import PARALLELIZE, fsdp1_sharded, is_fsdp2, is_tp
-from ..flow.origins import holds_call, origins, qn_pred
+from ..flow.hidden import fsdp1_sharded
+from ..flow.origins import origins
 from ._common import D, other_call_sites
 from ..flow.modern import hub
+from ..flow.sharded_params import over_sharded_params, params_modules
 
 _NORMS = ("torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm")
 _CLIP = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_",
@@ -104,7 +105,7 @@ class LocalGradNorm(Rule):
             if fn in reduced or id(fn) in done:
                 continue
             p = local.value  # ``p`` of ``p.grad``
-            if not isinstance(p, ast.Name) or not _over_sharded_params(an, view, p.id, c, callers):
+            if not isinstance(p, ast.Name) or not over_sharded_params(an, view, p.id, c, callers):
                 continue
             norm = _norm_around(ctx, c)
             if norm is None:
@@ -125,7 +126,7 @@ class LocalGradNorm(Rule):
                 continue
             grad = _number_of_partial(an, view, c)
             if grad is None or not isinstance(grad.value, ast.Name) or \
-                    not _over_sharded_params(an, view, grad.value.id, c, callers):
+                    not over_sharded_params(an, view, grad.value.id, c, callers):
                 continue
             done.add(id(fn))
             ctx.report(c, f"`{ctx.text(c)}` turns the norm of a sharded DTensor gradient (`{ctx.text(grad)}`) into a "
@@ -158,42 +159,8 @@ class LocalGradNorm(Rule):
 
 def _params_module(an, view, expr, at, seen=None):
     """The module whose parameters ``expr`` is, in this module (``_params_modules``); else None."""
-    got = _params_modules(an, view, expr, at, seen)
+    got = params_modules(an, view, expr, at, seen)
     return got[0][1] if got is not None and len(got) == 1 and got[0][0] is view else None
-
-
-def _params_modules(an, view, expr, at, seen=None, callers=None):
-    """(view, module) pairs whose parameters ``expr`` is: ``m.parameters()`` /
-    ``m.named_parameters()``, ``list(...)``/``filter(...)`` of it or a comprehension over it, or a
-    name bound to one of those (through a parameter, to its callers' arguments; ``callers`` as
-    ``origins`` takes it); None when some origin is not one (also for a name bound from itself,
-    ``params = list(params)``: each binding is followed once)."""
-    seen = set() if seen is None else seen
-    if id(expr) in seen:
-        return None
-    seen.add(id(expr))
-    if isinstance(expr, ast.Name):
-        got = origins(an, view, expr, at, callers=callers)
-        if not got or len(got) > 8:
-            return None
-        out = []
-        for v, e in got:
-            more = _params_modules(an, v, e, e, seen, callers)
-            if more is None:
-                return None
-            out.extend(more)
-        return out
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "filter", "tuple") \
-            and expr.args and not expr.keywords:
-        return _params_modules(an, view, expr.args[-1], at, seen, callers)
-    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and len(expr.generators) == 1:
-        g = expr.generators[0]
-        if isinstance(expr.elt, ast.Name) and isinstance(g.target, ast.Name) and expr.elt.id == g.target.id:
-            return _params_modules(an, view, g.iter, at, seen, callers)
-        return None
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
-        return [(view, expr.func.value)]
-    return None
 
 
 def _infinite(e) -> bool:
@@ -231,38 +198,6 @@ def _norm_around(ctx, node):
             return p
         p, child = parent(p), p
     return None
-
-
-def _over_sharded_params(an, view, name, at, callers) -> bool:
-    """``name`` is the target of a ``for`` / comprehension over the parameters of modules whose
-    parameters are DTensors (given to ``fully_shard`` or ``parallelize_module``):
-    ``X.parameters()`` / ``X.named_parameters()``, or a value made of them (``_params_modules``)."""
-    p = parent(at)
-    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        gens = p.generators if isinstance(p, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) else (
-            [p] if isinstance(p, ast.For) else [])
-        for g in gens:
-            t, it = g.target, g.iter
-            if isinstance(t, ast.Tuple) and t.elts:
-                t = t.elts[-1]
-            if not (isinstance(t, ast.Name) and t.id == name):
-                continue
-            if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "named_parameters":
-                mods = [(view, it.func.value)]
-            else:
-                mods = _params_modules(an, view, it, at, callers=callers)
-            return bool(mods) and all(_sharded_module(an, v, m, callers) for v, m in mods)
-        p = parent(p)
-    return False
-
-
-def _sharded_module(an, view, mod, callers) -> bool:
-    """``mod`` holds a module whose parameters are DTensors: given to ``fully_shard`` or
-    ``parallelize_module`` (in place, by a helper, or bound from what either returns, also through
-    a helper's return or a tuple)."""
-    if is_fsdp2(an, view, mod, mod, callers) or is_tp(an, view, mod, mod, callers):
-        return True
-    return holds_call(an, view, mod, mod, qn_pred(*PARALLELIZE), callers=callers) is not None
 
 
 _ITEM = frozenset({"item"})
