@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope
 from .cpu_saves import holds_class, scheduler_class
+from .hidden import options_flag
 from .instances import ctor_class
 from .mutations import index
 from .origins import origins
@@ -263,7 +264,7 @@ def restored_only_in_dict(hub, view, expr, at, callers=None, depth: int = 0) -> 
         return False
     if isinstance(expr, (ast.Name, ast.Attribute)):
         got = [(v, e) for v, e in origins(hub, view, expr, at, callers=callers) if not _accumulates(e)]
-        return bool(got) and all(_immutable(v, e) for v, e in got)
+        return bool(got) and all(_immutable(v, e) or _full_copy(hub, v, e) for v, e in got)
     if isinstance(expr, ast.Dict):
         return any(k is not None and restored_only_in_dict(hub, view, x, at, callers, depth + 1)
                    for k, x in zip(expr.keys, expr.values))
@@ -271,7 +272,7 @@ def restored_only_in_dict(hub, view, expr, at, callers=None, depth: int = 0) -> 
         return True
     if not isinstance(expr, ast.Call):
         return False
-    if view.sem.call_qualname(expr) in _FRESH_CALLS:
+    if view.sem.call_qualname(expr) in _FRESH_CALLS or _full_copy(hub, view, expr):
         return True
     if isinstance(expr.func, ast.Name) and expr.func.id == "dict" and view.sem.qualname(expr.func) is None:
         return not expr.args and any(
@@ -291,6 +292,21 @@ def restored_only_in_dict(hub, view, expr, at, callers=None, depth: int = 0) -> 
         if not rets or not all(restored_only_in_dict(hub, mv, r, r, None, depth + 1) for mv, r in rets):
             return False
     return True
+
+
+_STATE_GETTERS = tuple(f"torch.distributed.checkpoint.state_dict.{n}" for n in (
+    "get_state_dict", "get_model_state_dict", "get_optimizer_state_dict"))
+
+
+def _full_copy(hub, view, e) -> bool:
+    """``get_state_dict(..., options=StateDictOptions(full_state_dict=True))`` (or
+    ``cpu_offload=True``): gathered or offloaded copies, not the live shards, so a load fills the
+    copies only."""
+    if not (isinstance(e, ast.Call) and view.sem.call_qualname(e) in _STATE_GETTERS):
+        return False
+    opts = get_arg(e, None, "options")
+    return opts is not None and any(
+        options_flag(view, opts, e, f, hub=hub) is True for f in ("full_state_dict", "cpu_offload"))
 
 
 def _accumulates(e) -> bool:
@@ -328,7 +344,7 @@ def keys_read_back(view, state: ast.Name, load: ast.AST, param_ok: bool = False)
     or None when the dict may be read some other way: it is a global, captured by a nested
     function, used as anything but a subscript with a constant key (passed on, returned,
     iterated, aliased), or a parameter (unless ``param_ok``: the callers read it then)."""
-    fn = view.sem.enclosing_function(load)
+    fn = load if isinstance(load, FUNC_TYPES) else view.sem.enclosing_function(load)
     if fn is None or (state.id in param_names(fn) and not param_ok):
         return None
     for node in ast.walk(fn):
@@ -338,7 +354,7 @@ def keys_read_back(view, state: ast.Name, load: ast.AST, param_ok: bool = False)
                 isinstance(n, ast.Name) and n.id == state.id for n in ast.walk(node)):
             return None
     loops = {id(a) for a in _ancestors(load, fn) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))}
-    end = (load.end_lineno, load.end_col_offset)
+    end = (load.end_lineno, load.end_col_offset) if load is not fn else (0, 0)  # a method given the dict: all of it
     keys = set()
     for n in iter_scope_nodes(fn):
         if not (isinstance(n, ast.Name) and n.id == state.id and isinstance(n.ctx, ast.Load)) or n is state:
@@ -392,3 +408,30 @@ def param_loads(view, fn, loads: tuple) -> list:
             if read is not None:
                 memo.setdefault(f, []).append((sd.id, c, read))
     return memo.get(fn, [])
+
+
+def unread_stateful_keys(hub, view, ctor, callers=None) -> tuple | None:
+    """For ``ctor``, the construction of a project class DCP loads itself (``Stateful``: its own
+    ``state_dict`` and ``load_state_dict``): (the ``load_state_dict`` method as (view, function),
+    {key: Entry}) for the entries that ``state_dict()`` returns under a constant key, that the load
+    would fill in the dict only (``restored_only_in_dict``), and that ``load_state_dict`` never
+    reads out of the dict it is given; None when the class is no such one, or the method reads the
+    dict some other way (passes it on, iterates it)."""
+    sd, ld = _method(hub, view, ctor, "state_dict"), _method(hub, view, ctor, "load_state_dict")
+    if sd is None or ld is None:
+        return None
+    lv, lfn = ld
+    params = [a.arg for a in lfn.args.args]
+    if len(params) != 2:
+        return None
+    read = keys_read_back(lv, ast.Name(params[1], ast.Load()), lfn, param_ok=True)
+    if read is None:
+        return None
+    dropped = {}
+    for mv, r in _returns(sd):
+        for e in state_entries(hub, mv, r, r, None):
+            top = e.outer[0] if e.outer else e
+            if isinstance(top.key, ast.Constant) and isinstance(top.key.value, str) and top.key.value not in read \
+                    and top.key.value not in dropped and restored_only_in_dict(hub, top.view, top.value, top.value):
+                dropped[top.key.value] = top
+    return ld, dropped

@@ -98,7 +98,7 @@ class LocalGradNorm(Rule):
         if "_local_tensor" in ctx.src.text:
             cands += [n for n in ast.walk(sem.tree) if isinstance(n, ast.Attribute) and n.attr == "_local_tensor"]
         for c in cands:
-            local = _local_grad(c)
+            local = _local_grad(c) or _local_grad_via_helper(an, view, c)
             if local is None:
                 continue
             fn = sem.enclosing_function(c)
@@ -107,7 +107,7 @@ class LocalGradNorm(Rule):
             p = local.value  # ``p`` of ``p.grad``
             if not isinstance(p, ast.Name) or not over_sharded_params(an, view, p.id, c, callers):
                 continue
-            norm = _norm_around(ctx, c)
+            norm = _norm_around(ctx, c) or _norm_of_list(view, c)
             if norm is None:
                 continue
             done.add(id(fn))
@@ -181,6 +181,75 @@ def _local_grad(node):
         return None
     if isinstance(g, ast.Attribute) and g.attr == "grad":
         return g
+    return None
+
+
+def _local_grad_via_helper(an, view, call):
+    """``p.grad`` of ``_local(p.grad)``: a call of a project function whose every return is its
+    parameter's local tensor (``t.to_local()``, or ``t`` itself where ``t`` is no DTensor:
+    ``return t.to_local() if isinstance(t, DTensor) else t``); else None."""
+    if not (isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords):
+        return None
+    g = call.args[0]
+    if not (isinstance(g, ast.Attribute) and g.attr == "grad"):
+        return None
+    target = an.resolve_call(view, call)
+    if target is None or not isinstance(target[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    fn = target[1]
+    names = [a.arg for a in fn.args.args]
+    if len(names) != 1:
+        return None
+    rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
+    local = False
+    for r in rets:
+        for e in (r.body, r.orelse) if isinstance(r, ast.IfExp) else (r,):
+            if isinstance(e, ast.Name) and e.id == names[0]:
+                continue
+            inner = None
+            if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "to_local" and not e.args:
+                inner = e.func.value
+            elif isinstance(e, ast.Attribute) and e.attr == "_local_tensor":
+                inner = e.value
+            if not (isinstance(inner, ast.Name) and inner.id == names[0]):
+                return None
+            local = True
+    return g if local else None
+
+
+def _norm_of_list(view, node):
+    """The norm of a list of local gradients: ``node`` is the element of a comprehension bound to a
+    name (``grads = [_local(p.grad) for p in params]``) that the same function squares or takes
+    the norm of element by element (``[g.pow(2).sum() for g in grads]``, ``for g in grads: ...
+    g.norm()``, ``torch._foreach_norm(grads)``): that expression; else None."""
+    comp, child = parent(node), node
+    while comp is not None and not isinstance(comp, (ast.ListComp, ast.GeneratorExp)) and not isinstance(comp, ast.stmt):
+        comp, child = parent(comp), comp
+    if not isinstance(comp, (ast.ListComp, ast.GeneratorExp)) or child is not comp.elt:
+        return None
+    st = parent(comp)
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+        return None
+    name = st.targets[0].id
+    fn = view.sem.enclosing_function(st)
+    for n in ast.walk(fn if fn is not None else view.sem.tree):
+        if isinstance(n, ast.Call) and (view.sem.call_qualname(n) or "") == "torch._foreach_norm" and n.args \
+                and isinstance(n.args[0], ast.Name) and n.args[0].id == name:
+            return n
+        gens = n.generators if isinstance(n, (ast.ListComp, ast.GeneratorExp)) else [n] if isinstance(n, ast.For) else []
+        for g in gens:
+            if not (isinstance(g.iter, ast.Name) and g.iter.id == name and isinstance(g.target, ast.Name)):
+                continue
+            body = [n.elt] if isinstance(n, (ast.ListComp, ast.GeneratorExp)) else n.body
+            for x in (y for b in body for y in ast.walk(b)):
+                base = _squared(x)
+                if base is None and isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute) and x.func.attr == "norm":
+                    base = x.func.value
+                while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr in (
+                        "detach", "float", "double"):
+                    base = base.func.value
+                if isinstance(base, ast.Name) and base.id == g.target.id:
+                    return n
     return None
 
 

@@ -8,7 +8,8 @@ from ..semantic import get_arg
 from ..flow.findings import node_related
 from ..flow.modern import DCP_LOAD, hub
 from ..flow.calls import call_args
-from ..flow.object_state import keys_read_back, param_loads, restored_only_in_dict, state_entries
+from ..flow.object_state import (constructions, keys_read_back, param_loads, restored_only_in_dict,
+                                  state_entries, unread_stateful_keys)
 from ._common import other_call_sites
 
 
@@ -24,9 +25,15 @@ class DcpLoadedValueDropped(Rule):
     `dict(...)`, `d["k"] = v` stores and `update`. The check holds only when the state dict is a
     local name of the function that loads it and is read there only as `state["key"]` /
     `state.get("key")` (a dict passed on, returned or iterated may be read elsewhere), and only for
-    values known to be immutable or new: a `Stateful` object (DCP calls its `load_state_dict`), a
-    module's or an optimizer's state dict (whose tensors are loaded in place) or a value not
-    followed is never reported.
+    values known to be immutable or new: a module's or an optimizer's state dict (whose tensors
+    are loaded in place) or a value not followed is never reported. A state dict gathered or
+    offloaded by `get_state_dict(..., options=StateDictOptions(full_state_dict=True))` (or
+    `cpu_offload=True`) is a new copy too.
+
+    A `Stateful` object given to the load (a project class with its own `state_dict` and
+    `load_state_dict`, which DCP calls itself) is checked the same way: an entry that its
+    `state_dict()` returns and that the load fills in the dict only, which its `load_state_dict`
+    never reads (the report is on that method when it is in the checked file).
 
     ## Why is this bad?
     `dcp.load` loads tensors in place, into the storage the state dict points to, but a plain value
@@ -80,6 +87,7 @@ class DcpLoadedValueDropped(Rule):
                 arg = dict(call_args(c, target[1])).get(pname)
                 if arg is not None:
                     sites.append((c, arg, read))
+        done = set()  # the ``load_state_dict`` methods already judged
         for c, sd, read in sites:
             if isinstance(sd, ast.Name):
                 here = keys_read_back(view, sd, c)
@@ -94,6 +102,7 @@ class DcpLoadedValueDropped(Rule):
                 if id(top.value) in seen:
                     continue
                 seen.add(id(top.value))
+                self._stateful(ctx, an, top, c, callers, done)
                 if not (isinstance(top.key, ast.Constant) and isinstance(top.key.value, str)):
                     continue
                 if top.key.value in read or top.key.value in dropped:
@@ -112,3 +121,22 @@ class DcpLoadedValueDropped(Rule):
             related = [node_related(ctx, t.view.path, t.value, f'the value saved under "{k}"')
                        for k, t in list(dropped.items())[:3]]
             ctx.report(c, msg, related=related)
+
+    def _stateful(self, ctx, an, top, site, callers, done) -> None:
+        """A ``Stateful`` object the load fills: the entries its ``state_dict()`` returns that its
+        ``load_state_dict`` never reads back."""
+        for cv, ctor in constructions(an, top.view, top.value, top.value, callers):
+            got = unread_stateful_keys(an, cv, ctor, callers)
+            if got is None or not got[1] or id(got[0][1]) in done:
+                continue
+            (lv, lfn), dropped = got
+            done.add(id(lfn))
+            keys = ", ".join(f'`"{k}"`' for k in dropped)
+            first = next(iter(dropped.values()))
+            here = lv is an.main
+            where = f"`{lfn.name}`" if here else f"the `load_state_dict` of `{ast.unparse(top.value)}`"
+            msg = (f"{where} never reads {keys} that `state_dict()` saves (`{ast.unparse(first.value)}`: a new value "
+                   "that the load fills in the dict only, not the live object): the checkpoint holds it but a "
+                   "resumed run never restores it. Read it back in `load_state_dict`")
+            related = [node_related(ctx, t.view.path, t.value, f'saved under "{k}"') for k, t in list(dropped.items())[:3]]
+            ctx.report(lfn if here else site, msg, related=related)
