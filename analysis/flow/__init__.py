@@ -587,6 +587,9 @@ def _new(ctx) -> Analysis:
     # rules' project scan (``rules._common.other_call_sites``) installs itself here
     if CALLERS_HOOK is not None:
         an.other_callers = CALLERS_HOOK(ctx, an)
+        # and of any module's functions and methods in the others (asked only where a value is
+        # known by what every caller passes: ``origins.zero_call``)
+        an.module_callers = CALLERS_HOOK(ctx, an, methods=True, modules=True)
     return an
 
 

@@ -18,6 +18,7 @@ from ..torch_api import constant_of
 from .bindings import reaching, target_path
 from .context import call_args
 from .shard_returns import constructs, wrapped_on_a_path
+from .tensors import replicated_dtensor
 from .shard_returns import part_root, returned_modules, returns_sharded, tuple_element
 from .values import summary
 
@@ -83,7 +84,7 @@ def _api_of(hub, view, call):
         return None
     a = BY_UNIQUE_METHOD.get(f.attr)
     if a is not None:
-        return a if a.runs else None
+        return a if a.runs and not (f.attr == "full_tensor" and replicated_dtensor(hub, view, f.value, call)) else None
     for a in _BY_METHOD_RECV.get(f.attr, ()):
         if not a.runs or a.method in ("forward", "backward"):
             continue

@@ -20,13 +20,15 @@ _MAX_DEPTH = 5
 
 
 def ctor_class(hub, view, e: ast.AST, not_project):
-    """(view, class) when ``e`` is ``Cls(...)`` for a class of this file or of a project module, or
-    ``make(...)(...)`` for a project function ``make`` every ``return`` of which names that class."""
+    """(view, class) when ``e`` is ``Cls(...)`` (or ``mod.Cls(...)``) for a class of this file or of a
+    project module, or ``make(...)(...)`` for a project function ``make`` every ``return`` of which names that class."""
     if not isinstance(e, ast.Call):
         return None
     if isinstance(e.func, ast.Call):
         return _factory_class(hub, view, e.func, not_project)
     if isinstance(e.func, ast.Attribute) and isinstance(e.func.value, ast.Name):
+        if e.func.value.id in view.imports and e.func.value.id not in view.classes:
+            return class_named(hub, view, e.func, not_project)  # ``mod.Cls(...)`` of a project module
         return _alternate_ctor_class(hub, view, e.func, not_project)
     if not isinstance(e.func, ast.Name):
         return None

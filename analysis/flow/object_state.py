@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from ..semantic import FUNC_TYPES, get_arg, iter_scope_nodes, param_names, parent
 from ..semantic import terminal_name as _terminal
 from .bindings import binding_scope
+from .cpu_saves import holds_class, scheduler_class
+from .hidden import options_flag
 from .instances import ctor_class
 from .mutations import index
 from .origins import origins
@@ -235,3 +237,201 @@ def rng_draw_per_rank(hub, view, src, callers=None) -> bool:
         if got is not None and got.kind == "V":
             return True
     return False
+
+
+
+# what a DCP load restores into the state dict alone: a fresh object no live state shares
+_FRESH_CALLS = frozenset({
+    "dataclasses.asdict", "dataclasses.astuple", "copy.deepcopy", "copy.copy", "random.getstate",
+    "numpy.random.get_state", "torch.get_rng_state", "torch.random.get_rng_state", "torch.cuda.get_rng_state",
+    "torch.cuda.get_rng_state_all", "torch.tensor"})
+_SCALAR_BUILTINS = frozenset({"int", "float", "len", "round", "str", "bool"})
+
+
+def restored_only_in_dict(hub, view, expr, at, callers=None, depth: int = 0) -> bool:
+    """``dcp.load`` would restore what ``expr`` holds into the state dict alone, so the value is
+    lost unless the code reads it back out of the dict: an immutable value (a number or a string
+    constant, arithmetic, ``int(...)``, ``.item()``), a new object no live state shares (a dict
+    display or ``dict(k=v)`` holding such a value, ``dataclasses.asdict(...)``,
+    ``copy.deepcopy(...)``, a random generator's state: ``torch.get_rng_state()``,
+    ``gen.get_state()`` of a library generator), a learning-rate scheduler's ``state_dict()`` (a
+    copy of its counters), or what a method of a project class returns when every return is one.
+    Names and attributes count only when every value they may hold is immutable (a dict or a
+    tensor held by a name may be live state that the load fills in place). Anything else (a
+    ``Stateful`` object, which DCP loads itself; a module's or an optimizer's state dict, whose
+    tensors are loaded in place; a value not followed): False."""
+    if depth > 3 or expr is None:
+        return False
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        got = [(v, e) for v, e in origins(hub, view, expr, at, callers=callers) if not _accumulates(e)]
+        return bool(got) and all(_immutable(v, e) or _full_copy(hub, v, e) for v, e in got)
+    if isinstance(expr, ast.Dict):
+        return any(k is not None and restored_only_in_dict(hub, view, x, at, callers, depth + 1)
+                   for k, x in zip(expr.keys, expr.values))
+    if _immutable(view, expr):
+        return True
+    if not isinstance(expr, ast.Call):
+        return False
+    if view.sem.call_qualname(expr) in _FRESH_CALLS or _full_copy(hub, view, expr):
+        return True
+    if isinstance(expr.func, ast.Name) and expr.func.id == "dict" and view.sem.qualname(expr.func) is None:
+        return not expr.args and any(
+            k.arg is not None and restored_only_in_dict(hub, view, k.value, at, callers, depth + 1) for k in expr.keywords)
+    if not isinstance(expr.func, ast.Attribute) or expr.args or expr.keywords:
+        return False
+    built = constructions(hub, view, expr.func.value, expr, callers)
+    if not built:
+        if expr.func.attr == "get_state":  # a library generator's state: a new tensor
+            return True
+        if expr.func.attr == "state_dict":
+            return holds_class(hub, view, expr.func.value, expr, scheduler_class)
+        return False
+    for cv, ctor in built:
+        m = _method(hub, cv, ctor, expr.func.attr)
+        rets = _returns(m) if m is not None else ()
+        if not rets or not all(restored_only_in_dict(hub, mv, r, r, None, depth + 1) for mv, r in rets):
+            return False
+    return True
+
+
+_STATE_GETTERS = tuple(f"torch.distributed.checkpoint.state_dict.{n}" for n in (
+    "get_state_dict", "get_model_state_dict", "get_optimizer_state_dict"))
+
+
+def _full_copy(hub, view, e) -> bool:
+    """``get_state_dict(..., options=StateDictOptions(full_state_dict=True))`` (or
+    ``cpu_offload=True``): gathered or offloaded copies, not the live shards, so a load fills the
+    copies only."""
+    if not (isinstance(e, ast.Call) and view.sem.call_qualname(e) in _STATE_GETTERS):
+        return False
+    opts = get_arg(e, None, "options")
+    return opts is not None and any(
+        options_flag(view, opts, e, f, hub=hub) is True for f in ("full_state_dict", "cpu_offload"))
+
+
+def _accumulates(e) -> bool:
+    """``e`` is the value of ``x = x + n`` / ``x += n``: a binding that keeps the kind of value
+    ``x`` held (a counter stays a number), judged by the other bindings."""
+    st = parent(e)
+    if isinstance(st, ast.AugAssign):
+        return st.value is e
+    if not (isinstance(e, ast.BinOp) and isinstance(st, ast.Assign) and len(st.targets) == 1):
+        return False
+    target = ast.dump(st.targets[0], annotate_fields=False).replace("Store()", "Load()")
+    return any(ast.dump(x, annotate_fields=False) == target for x in (e.left, e.right))
+
+
+def _immutable(view, e) -> bool:
+    """A number, a string or a boolean: a constant, arithmetic with one, ``len``/``int``/... of
+    anything, ``.item()``."""
+    if isinstance(e, ast.Constant):
+        return isinstance(e.value, (int, float, str, bool))
+    if isinstance(e, ast.UnaryOp):
+        return _immutable(view, e.operand)
+    if isinstance(e, ast.BinOp):
+        return _immutable(view, e.left) or _immutable(view, e.right)
+    if isinstance(e, ast.Call):
+        if isinstance(e.func, ast.Name) and e.func.id in _SCALAR_BUILTINS and view.sem.qualname(e.func) is None:
+            return True
+        return isinstance(e.func, ast.Attribute) and e.func.attr == "item" and not e.args
+    return False
+
+
+def keys_read_back(view, state: ast.Name, load: ast.AST, param_ok: bool = False):
+    """The constant keys that the function of ``load`` (a DCP load, or a call that loads into
+    ``state``) reads out of the local dict ``state`` after the load (``state["k"]``,
+    ``state.get("k")``, ``state.pop("k")``; a read earlier in a loop around the load counts too),
+    or None when the dict may be read some other way: it is a global, captured by a nested
+    function, used as anything but a subscript with a constant key (passed on, returned,
+    iterated, aliased), or a parameter (unless ``param_ok``: the callers read it then)."""
+    fn = load if isinstance(load, FUNC_TYPES) else view.sem.enclosing_function(load)
+    if fn is None or (state.id in param_names(fn) and not param_ok):
+        return None
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and state.id in node.names:
+            return None
+        if node is not fn and isinstance(node, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)) and any(
+                isinstance(n, ast.Name) and n.id == state.id for n in ast.walk(node)):
+            return None
+    loops = {id(a) for a in _ancestors(load, fn) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))}
+    end = (load.end_lineno, load.end_col_offset) if load is not fn else (0, 0)  # a method given the dict: all of it
+    keys = set()
+    for n in iter_scope_nodes(fn):
+        if not (isinstance(n, ast.Name) and n.id == state.id and isinstance(n.ctx, ast.Load)) or n is state:
+            continue
+        p = parent(n)
+        later = (n.lineno, n.col_offset) > end or any(id(a) in loops for a in _ancestors(n, fn))
+        if isinstance(p, ast.Subscript) and p.value is n:
+            if not (isinstance(p.slice, ast.Constant) and isinstance(p.slice.value, str)):
+                return None
+            if later and isinstance(p.ctx, ast.Load):
+                keys.add(p.slice.value)
+            continue
+        if isinstance(p, ast.Attribute) and isinstance(parent(p), ast.Call) and parent(p).func is p:
+            call = parent(p)
+            if p.attr in ("get", "pop") and call.args and isinstance(call.args[0], ast.Constant) \
+                    and isinstance(call.args[0].value, str):
+                if later:
+                    keys.add(call.args[0].value)
+                continue
+            if p.attr in ("update", "setdefault") and not later:
+                continue
+        return None
+    return keys
+
+
+def _ancestors(node, stop):
+    """The nodes above ``node`` up to (not including) ``stop``."""
+    out, p = [], parent(node)
+    while p is not None and p is not stop:
+        out.append(p)
+        p = parent(p)
+    return out
+
+
+def param_loads(view, fn, loads: tuple) -> list:
+    """(parameter name, load call, keys read back) for each DCP load (``loads``: its qualified
+    names) in ``fn`` whose state dict is a parameter of ``fn`` that ``fn`` reads only as
+    ``state["k"]`` (a helper ``def restore(state, path): dcp.load(state, checkpoint_id=path)``:
+    its callers' dicts are what the load fills)."""
+    memo = view.memo.get("object_state.param_loads")
+    if memo is None:
+        memo = view.memo["object_state.param_loads"] = {}
+        for c in view.sem.calls:
+            if view.sem.call_qualname(c) not in loads:
+                continue
+            f = view.sem.enclosing_function(c)
+            sd = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "state_dict"), None)
+            if f is None or not (isinstance(sd, ast.Name) and sd.id in param_names(f)):
+                continue
+            read = keys_read_back(view, sd, c, param_ok=True)
+            if read is not None:
+                memo.setdefault(f, []).append((sd.id, c, read))
+    return memo.get(fn, [])
+
+
+def unread_stateful_keys(hub, view, ctor, callers=None) -> tuple | None:
+    """For ``ctor``, the construction of a project class DCP loads itself (``Stateful``: its own
+    ``state_dict`` and ``load_state_dict``): (the ``load_state_dict`` method as (view, function),
+    {key: Entry}) for the entries that ``state_dict()`` returns under a constant key, that the load
+    would fill in the dict only (``restored_only_in_dict``), and that ``load_state_dict`` never
+    reads out of the dict it is given; None when the class is no such one, or the method reads the
+    dict some other way (passes it on, iterates it)."""
+    sd, ld = _method(hub, view, ctor, "state_dict"), _method(hub, view, ctor, "load_state_dict")
+    if sd is None or ld is None:
+        return None
+    lv, lfn = ld
+    params = [a.arg for a in lfn.args.args]
+    if len(params) != 2:
+        return None
+    read = keys_read_back(lv, ast.Name(params[1], ast.Load()), lfn, param_ok=True)
+    if read is None:
+        return None
+    dropped = {}
+    for mv, r in _returns(sd):
+        for e in state_entries(hub, mv, r, r, None):
+            top = e.outer[0] if e.outer else e
+            if isinstance(top.key, ast.Constant) and isinstance(top.key.value, str) and top.key.value not in read \
+                    and top.key.value not in dropped and restored_only_in_dict(hub, top.view, top.value, top.value):
+                dropped[top.key.value] = top
+    return ld, dropped

@@ -324,7 +324,7 @@ def field_origins(hub, view, expr) -> list | None:
         if hub.self_attr_bindings(view, expr):
             return None
         return _self_record(hub, view, expr, 0, (), False, None, MAX_DEPTH, None) or None
-    return _instance_attr(hub, view, expr, expr, 0, (), False, None, MAX_DEPTH, None)
+    return _instance_attr(hub, view, expr, expr, 0, (), False, None, MAX_DEPTH, getattr(hub, "other_callers", None))
 
 
 def _instance_ref(view, e) -> bool:
@@ -541,7 +541,7 @@ def zero_call(hub, view, f: ast.Attribute, at) -> bool:
     """``f.value`` (the receiver of ``opt.step`` / ``opt.consolidate_state_dict``) holds a
     ``ZeroRedundancyOptimizer``: a name bound only to its construction; for the consolidation, also
     every value it may come from (a helper's return, in another module too, tuple unpacking, a
-    parameter its module's callers bind, a ``self`` attribute)."""
+    parameter that every call binds to one, in any module of the project, a ``self`` attribute)."""
     expr = f.value
     if isinstance(expr, ast.Name):
         kind, evs = reaching(view, expr.id, at)
@@ -550,7 +550,7 @@ def zero_call(hub, view, f: ast.Attribute, at) -> bool:
             return True
     if f.attr == "step":
         return False
-    got = origins(hub, view, expr, at)
+    got = origins(hub, view, expr, at, callers=getattr(hub, "module_callers", None))
     return bool(got) and all(isinstance(e, ast.Call) and v.sem.call_qualname(e) == ZERO for v, e in got)
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ast
 
+from .origins import origins
+
 TENSOR_CTORS = frozenset({
     "torch.tensor", "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange",
     "torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.linspace", "torch.eye",
@@ -34,3 +36,15 @@ def cpu_tensor_ctor(ctx, expr: ast.AST) -> ast.Call | None:
 def tensor_ctor(ctx, expr: ast.AST) -> bool:
     """``expr`` is a call of a tensor constructor (``torch.zeros(...)``, ``torch.tensor(...)``)."""
     return isinstance(expr, ast.Call) and ctx.qn(expr) in TENSOR_CTORS
+
+
+# calls whose result is a DTensor replicated on every rank when the inputs are DTensors: the total
+# gradient norm, which torch reduces inside (torch 2.13: `Replicate()` under FSDP2, verified on gloo)
+REPLICATED_RESULTS = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_"})
+
+
+def replicated_dtensor(hub, view, expr, at) -> bool:
+    """Every value ``expr`` may hold at ``at`` is replicated on every rank (``REPLICATED_RESULTS``):
+    its ``full_tensor()`` gathers nothing, so it runs no collective."""
+    got = origins(hub, view, expr, at)
+    return bool(got) and all(isinstance(e, ast.Call) and v.sem.call_qualname(e) in REPLICATED_RESULTS for v, e in got)

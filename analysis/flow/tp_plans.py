@@ -128,11 +128,12 @@ def _stores(hub, view, name: str, bound) -> list | None:
             for t in n.targets:
                 if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name:
                     envs = _loop_envs(view, n, scope)
-                    if envs is None:
-                        return None
-                    for env in envs:
+                    for env in envs if envs is not None else ({},):
                         got = _dict_entries(hub, view, ast.Dict(keys=[t.slice], values=[n.value]), n, env)
                         if got is None:
+                            if envs is None:
+                                break  # a store under a loop over anything else whose key depends on the
+                                # loop: a submodule not known (``plan[f"blocks.{i}.up"]``), left out
                             return None
                         out.extend(got)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
@@ -167,7 +168,10 @@ def _loop_envs(view, node, scope) -> list | None:
 
 def plan_styles(hub, view, plan, at, depth: int = 0) -> list | None:
     """(key, style call, view of the call) for each entry of the plan ``plan`` at ``at``: None
-    when some entry or key is unknown (a plan built in a way not read here)."""
+    when some entry or key is unknown (a plan built in a way not read here); a ``plan[key] = ...``
+    store in a loop over something else than literal names whose key depends on the loop
+    (``for i, _ in enumerate(model.blocks): plan[f"blocks.{i}.up"] = ...``) is left out, the
+    other entries still read."""
     if depth > _MAX:
         return None
     if isinstance(plan, ast.Dict):

@@ -555,7 +555,8 @@ def project_callers(ctx, names, needs=(), unknown: bool = False, target=None) ->
     context of the caller's file: rule helpers can query it; nothing is reported on it.
     ``unknown``: also a call by one of the names that resolves to no function, as
     ``(caller_ctx, call, None)`` (a caller that may be one). ``target``: the view of another
-    module of the project whose functions or classes ``names`` names, instead of this file's."""
+    module of the project whose functions or classes ``names`` names, instead of this file's (its
+    calls in this file count then too, with ``ctx`` as their context)."""
     import os
 
     from .. import snapshot
@@ -588,24 +589,27 @@ def project_callers(ctx, names, needs=(), unknown: bool = False, target=None) ->
             paths = (p for p, w in words.items() if not names.isdisjoint(w or ()))
         for path in paths:
             if path == here:
-                continue
-            text = _text_of(path)
-            if text is None or (needs and not _admits(text, needs)):
-                continue
-            rel = os.path.relpath(path, top)
-            if rel.startswith("..") and not os.path.relpath(path, tops[-1]).startswith(".."):
-                rel = os.path.relpath(path, tops[-1])  # beside ``src/``: loaded by its path below
-            if rel.startswith(".."):
-                continue
-            mod = rel[:-3].replace(os.sep, ".")
-            if mod.endswith(".__init__"):
-                mod = mod[: -len(".__init__")]
-            view = an.module_view(an.main, mod, 0)  # loaded as a dependency of this check
-            if view is None or view.path != path:
-                view = an.view_of(path)  # outside this file's roots: ``tests/`` beside ``src/``
-            if view is None or view is an.main or view is target or view.path != path:
-                continue
-            caller = None
+                if target is None or (needs and not _admits(ctx.src.text, needs)):
+                    continue
+                view, caller = an.main, ctx  # another module's function called by the checked file
+            else:
+                text = _text_of(path)
+                if text is None or (needs and not _admits(text, needs)):
+                    continue
+                rel = os.path.relpath(path, top)
+                if rel.startswith("..") and not os.path.relpath(path, tops[-1]).startswith(".."):
+                    rel = os.path.relpath(path, tops[-1])  # beside ``src/``: loaded by its path below
+                if rel.startswith(".."):
+                    continue
+                mod = rel[:-3].replace(os.sep, ".")
+                if mod.endswith(".__init__"):
+                    mod = mod[: -len(".__init__")]
+                view = an.module_view(an.main, mod, 0)  # loaded as a dependency of this check
+                if view is None or view.path != path:
+                    view = an.view_of(path)  # outside this file's roots: ``tests/`` beside ``src/``
+                if view is None or view is an.main or view is target or view.path != path:
+                    continue
+                caller = None
             for call in view.sem.calls:
                 if not isinstance(call.func, (ast.Name, ast.Attribute)):
                     continue

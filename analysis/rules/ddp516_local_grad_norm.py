@@ -5,10 +5,11 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ..flow.hidden import PARALLELIZE, fsdp1_sharded, is_fsdp2, is_tp
-from ..flow.origins import holds_call, origins, qn_pred
+from ..flow.hidden import fsdp1_sharded
+from ..flow.origins import origins
 from ._common import D, other_call_sites
 from ..flow.modern import hub
+from ..flow.sharded_params import over_sharded_params, params_modules
 
 _NORMS = ("torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm")
 _CLIP = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_",
@@ -97,16 +98,16 @@ class LocalGradNorm(Rule):
         if "_local_tensor" in ctx.src.text:
             cands += [n for n in ast.walk(sem.tree) if isinstance(n, ast.Attribute) and n.attr == "_local_tensor"]
         for c in cands:
-            local = _local_grad(c)
+            local = _local_grad(c) or _local_grad_via_helper(an, view, c)
             if local is None:
                 continue
             fn = sem.enclosing_function(c)
             if fn in reduced or id(fn) in done:
                 continue
             p = local.value  # ``p`` of ``p.grad``
-            if not isinstance(p, ast.Name) or not _over_sharded_params(an, view, p.id, c, callers):
+            if not isinstance(p, ast.Name) or not over_sharded_params(an, view, p.id, c, callers):
                 continue
-            norm = _norm_around(ctx, c)
+            norm = _norm_around(ctx, c) or _norm_of_list(view, c)
             if norm is None:
                 continue
             done.add(id(fn))
@@ -125,7 +126,7 @@ class LocalGradNorm(Rule):
                 continue
             grad = _number_of_partial(an, view, c)
             if grad is None or not isinstance(grad.value, ast.Name) or \
-                    not _over_sharded_params(an, view, grad.value.id, c, callers):
+                    not over_sharded_params(an, view, grad.value.id, c, callers):
                 continue
             done.add(id(fn))
             ctx.report(c, f"`{ctx.text(c)}` turns the norm of a sharded DTensor gradient (`{ctx.text(grad)}`) into a "
@@ -158,42 +159,8 @@ class LocalGradNorm(Rule):
 
 def _params_module(an, view, expr, at, seen=None):
     """The module whose parameters ``expr`` is, in this module (``_params_modules``); else None."""
-    got = _params_modules(an, view, expr, at, seen)
+    got = params_modules(an, view, expr, at, seen)
     return got[0][1] if got is not None and len(got) == 1 and got[0][0] is view else None
-
-
-def _params_modules(an, view, expr, at, seen=None, callers=None):
-    """(view, module) pairs whose parameters ``expr`` is: ``m.parameters()`` /
-    ``m.named_parameters()``, ``list(...)``/``filter(...)`` of it or a comprehension over it, or a
-    name bound to one of those (through a parameter, to its callers' arguments; ``callers`` as
-    ``origins`` takes it); None when some origin is not one (also for a name bound from itself,
-    ``params = list(params)``: each binding is followed once)."""
-    seen = set() if seen is None else seen
-    if id(expr) in seen:
-        return None
-    seen.add(id(expr))
-    if isinstance(expr, ast.Name):
-        got = origins(an, view, expr, at, callers=callers)
-        if not got or len(got) > 8:
-            return None
-        out = []
-        for v, e in got:
-            more = _params_modules(an, v, e, e, seen, callers)
-            if more is None:
-                return None
-            out.extend(more)
-        return out
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "filter", "tuple") \
-            and expr.args and not expr.keywords:
-        return _params_modules(an, view, expr.args[-1], at, seen, callers)
-    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and len(expr.generators) == 1:
-        g = expr.generators[0]
-        if isinstance(expr.elt, ast.Name) and isinstance(g.target, ast.Name) and expr.elt.id == g.target.id:
-            return _params_modules(an, view, g.iter, at, seen, callers)
-        return None
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters":
-        return [(view, expr.func.value)]
-    return None
 
 
 def _infinite(e) -> bool:
@@ -217,6 +184,75 @@ def _local_grad(node):
     return None
 
 
+def _local_grad_via_helper(an, view, call):
+    """``p.grad`` of ``_local(p.grad)``: a call of a project function whose every return is its
+    parameter's local tensor (``t.to_local()``, or ``t`` itself where ``t`` is no DTensor:
+    ``return t.to_local() if isinstance(t, DTensor) else t``); else None."""
+    if not (isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords):
+        return None
+    g = call.args[0]
+    if not (isinstance(g, ast.Attribute) and g.attr == "grad"):
+        return None
+    target = an.resolve_call(view, call)
+    if target is None or not isinstance(target[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    fn = target[1]
+    names = [a.arg for a in fn.args.args]
+    if len(names) != 1:
+        return None
+    rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
+    local = False
+    for r in rets:
+        for e in (r.body, r.orelse) if isinstance(r, ast.IfExp) else (r,):
+            if isinstance(e, ast.Name) and e.id == names[0]:
+                continue
+            inner = None
+            if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "to_local" and not e.args:
+                inner = e.func.value
+            elif isinstance(e, ast.Attribute) and e.attr == "_local_tensor":
+                inner = e.value
+            if not (isinstance(inner, ast.Name) and inner.id == names[0]):
+                return None
+            local = True
+    return g if local else None
+
+
+def _norm_of_list(view, node):
+    """The norm of a list of local gradients: ``node`` is the element of a comprehension bound to a
+    name (``grads = [_local(p.grad) for p in params]``) that the same function squares or takes
+    the norm of element by element (``[g.pow(2).sum() for g in grads]``, ``for g in grads: ...
+    g.norm()``, ``torch._foreach_norm(grads)``): that expression; else None."""
+    comp, child = parent(node), node
+    while comp is not None and not isinstance(comp, (ast.ListComp, ast.GeneratorExp)) and not isinstance(comp, ast.stmt):
+        comp, child = parent(comp), comp
+    if not isinstance(comp, (ast.ListComp, ast.GeneratorExp)) or child is not comp.elt:
+        return None
+    st = parent(comp)
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+        return None
+    name = st.targets[0].id
+    fn = view.sem.enclosing_function(st)
+    for n in ast.walk(fn if fn is not None else view.sem.tree):
+        if isinstance(n, ast.Call) and (view.sem.call_qualname(n) or "") == "torch._foreach_norm" and n.args \
+                and isinstance(n.args[0], ast.Name) and n.args[0].id == name:
+            return n
+        gens = n.generators if isinstance(n, (ast.ListComp, ast.GeneratorExp)) else [n] if isinstance(n, ast.For) else []
+        for g in gens:
+            if not (isinstance(g.iter, ast.Name) and g.iter.id == name and isinstance(g.target, ast.Name)):
+                continue
+            body = [n.elt] if isinstance(n, (ast.ListComp, ast.GeneratorExp)) else n.body
+            for x in (y for b in body for y in ast.walk(b)):
+                base = _squared(x)
+                if base is None and isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute) and x.func.attr == "norm":
+                    base = x.func.value
+                while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr in (
+                        "detach", "float", "double"):
+                    base = base.func.value
+                if isinstance(base, ast.Name) and base.id == g.target.id:
+                    return n
+    return None
+
+
 def _norm_around(ctx, node):
     """The norm computed from ``node``: ``node.norm(...)``, ``torch.norm(node)``, or a
     ``vector_norm`` of it, up a few enclosing expressions."""
@@ -231,38 +267,6 @@ def _norm_around(ctx, node):
             return p
         p, child = parent(p), p
     return None
-
-
-def _over_sharded_params(an, view, name, at, callers) -> bool:
-    """``name`` is the target of a ``for`` / comprehension over the parameters of modules whose
-    parameters are DTensors (given to ``fully_shard`` or ``parallelize_module``):
-    ``X.parameters()`` / ``X.named_parameters()``, or a value made of them (``_params_modules``)."""
-    p = parent(at)
-    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        gens = p.generators if isinstance(p, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) else (
-            [p] if isinstance(p, ast.For) else [])
-        for g in gens:
-            t, it = g.target, g.iter
-            if isinstance(t, ast.Tuple) and t.elts:
-                t = t.elts[-1]
-            if not (isinstance(t, ast.Name) and t.id == name):
-                continue
-            if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "named_parameters":
-                mods = [(view, it.func.value)]
-            else:
-                mods = _params_modules(an, view, it, at, callers=callers)
-            return bool(mods) and all(_sharded_module(an, v, m, callers) for v, m in mods)
-        p = parent(p)
-    return False
-
-
-def _sharded_module(an, view, mod, callers) -> bool:
-    """``mod`` holds a module whose parameters are DTensors: given to ``fully_shard`` or
-    ``parallelize_module`` (in place, by a helper, or bound from what either returns, also through
-    a helper's return or a tuple)."""
-    if is_fsdp2(an, view, mod, mod, callers) or is_tp(an, view, mod, mod, callers):
-        return True
-    return holds_call(an, view, mod, mod, qn_pred(*PARALLELIZE), callers=callers) is not None
 
 
 _ITEM = frozenset({"item"})

@@ -29,6 +29,10 @@ class GradientSyncNotRestored(Rule):
     that defines the context manager need not import torch: the method is FSDP2's own, and the
     module being sharded may be known only to the caller in another module.
 
+    A restore with `recurse=False` after a turn-off that reached every submodule (the default
+    `recurse=True`) turns the root module alone back on: the submodules that `fully_shard` wrapped
+    on their own (the transformer blocks) stay off, and it is reported too.
+
     A restore after the `yield` that is not in a `finally:` counts as a restore: it is skipped only
     when the block raises, which ends the training step (and usually the run) anyway, so that
     alone is not reported.
@@ -93,12 +97,14 @@ class GradientSyncNotRestored(Rule):
                 continue
             if _is_generator_cm(ctx, fn):
                 yields = _own(fn, (ast.Yield, ast.YieldFrom))
-                for call, ref in _turn_offs(ctx, an, view, fn):
+                for call, ref, inner in _turn_offs(ctx, an, view, fn):
                     later = [y for y in yields if _after(y, call)]
                     if not later:
                         continue
                     exit_ = min(later, key=lambda y: (y.lineno, y.col_offset))
-                    if _restores(ctx, fn, ref, lambda n, e=exit_: _after(n, e)):
+                    if _restores(ctx, fn, ref, lambda n, e=exit_: _after(n, e), off=inner):
+                        continue
+                    if self._narrow(ctx, fn, lambda n, e=exit_: _after(n, e), call, inner):
                         continue
                     self._report(ctx, call, exit_, "the context manager's `yield`: nothing after it turns it back on")
             elif fn.name in ("__enter__", "__aenter__") and isinstance(parent(fn), ast.ClassDef):
@@ -106,9 +112,27 @@ class GradientSyncNotRestored(Rule):
                 exit_ = next((st for st in parent(fn).body if isinstance(st, FUNC_TYPES) and st.name == name), None)
                 if exit_ is None:
                     continue
-                for call, ref in _turn_offs(ctx, an, view, fn):
-                    if not _restores(ctx, exit_, ref, lambda n: True, self_too=True):
+                for call, ref, inner in _turn_offs(ctx, an, view, fn):
+                    if not _restores(ctx, exit_, ref, lambda n: True, self_too=True, off=inner) \
+                            and not self._narrow(ctx, exit_, lambda n: True, call, inner):
                         self._report(ctx, call, exit_, f"`{name}` does not turn it back on")
+
+    @staticmethod
+    def _narrow(ctx, fn, where, off, inner) -> bool:
+        """Report a restore of ``fn`` (where ``where`` admits it) that turns the synchronisation back
+        on for the root module alone (``recurse=False``) after ``off`` turned it off for every
+        submodule; True when there is one."""
+        for n in ast.walk(fn):
+            f = n.func if isinstance(n, ast.Call) else None
+            if isinstance(f, ast.Attribute) and f.attr == "set_requires_gradient_sync" and where(n) \
+                    and not _turns_off(ctx.sem, n) and _recurse(ctx.sem, n) is False and _wide(inner):
+                ctx.report(n, f"`{ctx.text(n)}` turns gradient synchronisation back on for the root module only, "
+                              f"but `{ctx.text(off)}` turned it off for every submodule: the submodules that "
+                              "`fully_shard` wrapped on their own keep skipping the reduce-scatter, so their "
+                              "sharded parameters never get a gradient; drop `recurse=False`",
+                           related=[(off, "turned off for every submodule here")])
+                return True
+        return False
 
     @staticmethod
     def _report(ctx, call, exit_, why) -> None:
@@ -130,7 +154,8 @@ def _turns_off(sem, call: ast.Call) -> bool:
 
 
 def _turn_offs(ctx, an, view, fn) -> list:
-    """(call of ``fn``, ref of the module) for each call that turns a module's synchronisation off:
+    """(call of ``fn``, ref of the module, (semantic model, the ``set_requires_gradient_sync`` call))
+    for each call that turns a module's synchronisation off:
     ``m.set_requires_gradient_sync(False)`` itself, or a call of a project function (this file or
     another module) that makes it on one of its parameters (the module is the argument)."""
     from ..flow.helper_calls import bind_args, resolved
@@ -140,7 +165,7 @@ def _turn_offs(ctx, an, view, fn) -> list:
         f = call.func
         if isinstance(f, ast.Attribute) and f.attr == "set_requires_gradient_sync":
             if _turns_off(ctx.sem, call):
-                out.append((call, module_ref(f.value)))
+                out.append((call, module_ref(f.value), (ctx.sem, call)))
             continue
         target = resolved(an, view, call)
         if target is None or target[1] is fn:
@@ -155,7 +180,7 @@ def _turn_offs(ctx, an, view, fn) -> list:
                     and isinstance(g.value, ast.Name) and g.value.id in params and _turns_off(hview.sem, c):
                 arg = bind_args(call, helper).get(g.value.id)
                 if arg is not None:
-                    out.append((call, module_ref(arg)))
+                    out.append((call, module_ref(arg), (hview.sem, c)))
                     break
     return out
 
@@ -176,17 +201,36 @@ def _after(node: ast.AST, ref: ast.AST) -> bool:
     return (node.lineno, node.col_offset) > (ref.lineno, ref.col_offset)
 
 
-def _restores(ctx, fn, ref, where, self_too: bool = False) -> bool:
+def _wide(off) -> bool:
+    """The turn-off ``off`` ((semantic model, the ``set_requires_gradient_sync(False)`` call), in a
+    helper or not) reaches every submodule: ``recurse`` left at True (or not known)."""
+    return off is None or _recurse(*off) is not False
+
+
+def _recurse(sem, call: ast.Call):
+    """The ``recurse=`` of a ``set_requires_gradient_sync`` call: True by default, the constant
+    passed, or None when not known."""
+    r = get_arg(call, None, "recurse")
+    if r is None:
+        return True
+    c = constant_of(sem, r)
+    return c.value if c is not None and isinstance(c.value, bool) else None
+
+
+def _restores(ctx, fn, ref, where, self_too: bool = False, off=None) -> bool:
     """A call of ``fn`` (where ``where`` admits it) that may turn the synchronisation back on: a
-    ``set_requires_gradient_sync`` call that does not pass ``False``, or any call that reads the
-    module (``ref``), passes it on or calls one of its methods (a helper may restore it). With
-    ``self_too`` (an ``__exit__``), any call on ``self`` counts too."""
+    ``set_requires_gradient_sync`` call that does not pass ``False`` (and, when the call that
+    turned it off, ``off``, reached every submodule, does not pass ``recurse=False``: that
+    restores the root module alone), or any call that reads the module (``ref``), passes it on or
+    calls one of its methods (a helper may restore it). With ``self_too`` (an ``__exit__``), any
+    call on ``self`` counts too."""
+    wide = _wide(off)
     for n in ast.walk(fn):  # a nested callback (``lambda: m.set_requires_gradient_sync(True)``) too
         if not isinstance(n, ast.Call) or not where(n):
             continue
         f = n.func
         if isinstance(f, ast.Attribute) and f.attr == "set_requires_gradient_sync":
-            if not _turns_off(ctx.sem, n):
+            if not _turns_off(ctx.sem, n) and not (wide and _recurse(ctx.sem, n) is False):
                 return True
             continue
         if ref is None:

@@ -52,6 +52,11 @@ class TpLocalShardGlobalShape(Rule):
     every rank (or, where the sizes happen to divide, silently mixes tokens into the batch
     dimension).
 
+    A cross-entropy that reads such a submodule's output as the logits (in the class's own
+    methods, or of the model whose `forward` returns that output) is reported at the plan's style,
+    the line to change; a plan entry whose key a loop over something else than literal names builds
+    (`plan[f"blocks.{i}.up"]`) is left out, and the other entries are still read.
+
     The rule is silent when the project changes the attribute after construction
     (`block.attention.n_heads = n_heads // tp`), when the class divides it itself, and when the
     style keeps a global view of the output (`use_local_output=False`: a `DTensor`, reshaped with
@@ -192,6 +197,12 @@ class TpLocalShardGlobalShape(Rule):
         else:
             msg = (head + f"1/tp of the {what} output features, but `{ast.unparse(node)[:80]}` reshapes it to the "
                    "global size (use -1 for the head count, or store the local count after `parallelize_module`)")
+        if what is None and _in(view, style):
+            # the logits: the style is the line to change (``output_layouts=Replicate()``), the loss shows it
+            ctx.report(style, msg, related=[(node, "the loss that reads the local logits")] if _in(view, node) else [
+                ("file", ov.path, SourceText(ov.text).node_range(node), "the loss that reads the local logits")]
+                if ov.path != view.path and _in(ov, node) else [])
+            return
         if _in(view, node):
             ctx.report(node, msg, related=[(style, "the style that shards it")] if _in(view, style) else [])
             return

@@ -5,7 +5,9 @@
 Each repository must be a local git directory with history: ``<mirrors>/<owner>+<name>/repo`` (what
 the library's ``fetch`` brings) or ``<mirrors>/<owner>+<name>`` (a bare or normal clone). Only the
 ``.py`` files of the two commits are extracted (``<trees>/<id>/before`` and ``.../after``), so
-cross-file analysis sees the whole package. Nothing here is ever committed.
+cross-file analysis sees the whole package, and the project markers (``pyproject.toml``,
+``setup.cfg``), so it finds the project's roots as in the repository (a tree filled before the
+markers were extracted gets them on the next run). Nothing here is ever committed.
 """
 from __future__ import annotations
 
@@ -27,14 +29,23 @@ def git_dir(mirrors: Path, repo: str) -> Path | None:
     return None
 
 
-def extract(gd: Path, rev: str, dest: Path) -> None:
-    data = subprocess.run(["git", f"--git-dir={gd}", "archive", "--format=tar", rev, "--", ":(glob)**/*.py"],
-                          capture_output=True, check=True).stdout
+SOURCES = ":(glob)**/*.py"
+MARKERS = (":(glob)**/pyproject.toml", ":(glob)**/setup.cfg")
+
+
+def extract(gd: Path, rev: str, dest: Path, markers_only: bool = False) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
-        members = [m for m in tf.getmembers() if m.isfile() and not m.name.startswith(("/", ".."))
-                   and ".." not in Path(m.name).parts]
-        tf.extractall(dest, members=members, filter="data")
+    for pattern in (*(() if markers_only else (SOURCES,)), *MARKERS):
+        got = subprocess.run(["git", f"--git-dir={gd}", "archive", "--format=tar", rev, "--", pattern],
+                             capture_output=True)
+        if got.returncode:
+            if pattern in MARKERS and b"did not match" in got.stderr:
+                continue  # a marker the commit does not have
+            raise subprocess.CalledProcessError(got.returncode, got.args, got.stdout, got.stderr)
+        with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tf:
+            members = [m for m in tf.getmembers() if m.isfile() and not m.name.startswith(("/", ".."))
+                       and ".." not in Path(m.name).parts]
+            tf.extractall(dest, members=members, filter="data")
 
 
 def main(argv=None) -> int:
@@ -48,7 +59,8 @@ def main(argv=None) -> int:
         if a.only and case["id"] not in a.only:
             continue
         out = a.trees / case["id"]
-        if (out / "after").is_dir() and (out / "before").is_dir():
+        have = (out / "after").is_dir() and (out / "before").is_dir()
+        if have and (out / ".markers").is_file():
             continue
         gd = git_dir(a.mirrors, case["repo"])
         if gd is None:
@@ -56,8 +68,9 @@ def main(argv=None) -> int:
             missing += 1
             continue
         try:
-            extract(gd, case["parent"], out / "before")
-            extract(gd, case["commit"], out / "after")
+            extract(gd, case["parent"], out / "before", markers_only=have)
+            extract(gd, case["commit"], out / "after", markers_only=have)
+            (out / ".markers").write_text("project markers extracted\n")
         except subprocess.CalledProcessError as e:
             print(f"{case['id']}: git archive failed: {e.stderr.decode(errors='replace').strip()[:200]}",
                   file=sys.stderr)
