@@ -290,7 +290,7 @@ def _accelerate_unused(ctx) -> None:
             outside = _attrs_read_outside(ctx, {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
         out_cls = outside | (_view_attrs_outside(cv, cls) if cv is not here else set())
         dv, dnode = decider
-        at = dnode if dv is here else call
+        at = dnode if dv is here else _accelerator_source(ctx, call)
         for stmt, attr, kind in unused:
             if attr in out_cls or (id(stmt), id(at)) in done:
                 continue
@@ -310,6 +310,20 @@ def _accelerate_unused(ctx) -> None:
                 "prior iteration before starting a new one'",
                 related=related,
             )
+
+
+def _accelerator_source(ctx, call: ast.Call):
+    """Where this file gets the ``Accelerator`` that ``call`` (``acc.prepare(...)``) runs on, when
+    it is built in another module: the call bound to the receiver (``acc = build_accelerator(cfg)``),
+    else the ``prepare`` call itself."""
+    from ..flow.assignments import reaching_assignment
+
+    recv = call.func.value
+    if isinstance(recv, ast.Name):
+        st = reaching_assignment(ctx, recv.id, call)
+        if st is not None and isinstance(st.value, ast.Call):
+            return st.value
+    return call
 
 
 def _frozen_attrs(sem, cls: ast.ClassDef):
@@ -423,7 +437,7 @@ def _step_skipped_heads(ctx) -> None:
             if cv is not here:
                 outside |= _view_attrs_outside(cv, cls)
             dv, dnode = decider
-            at = dnode if dv is here else call
+            at = dnode if dv is here else call if ctx.qn(call) == DDP_CLASS else _accelerator_source(ctx, call)
             cls_where = "" if cv is here else f" ({os.path.basename(cv.path)})"
             crng = ctx.src.node_range(call)
             related = [(call, "wrapped here")] if at is not call else []
