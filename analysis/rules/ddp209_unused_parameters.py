@@ -44,8 +44,9 @@ class UnusedParameters(Rule):
     Such a wrapper of a class of this file or of a module of the project (`from mol.models import
     FusionNet`, also re-exported by a package's `__init__`, or a relative import) with an unused
     layer is reported on what leaves the option off (the `Accelerator(...)` call, or the handler's
-    `False`) when it is in the training script, else on the `prepare` call, with the layer as the
-    related location. A layer that the class freezes itself (`for p in self.enc.parameters():
+    `False`) when it is in the training script, else where the script gets its `Accelerator`
+    (`acc = build_accelerator(cfg)`, from another module) or on the `prepare` call, with the layer
+    as the related location. A layer that the class freezes itself (`for p in self.enc.parameters():
     p.requires_grad = False`, `self.enc.requires_grad_(False)`) is not reported, and a model file
     that turns gradients off in any other way keeps its classes silent; so do `Accelerator(**kw)`,
     positional arguments, a handler built from options (`DistributedDataParallelKwargs(**opts)`)
@@ -252,7 +253,8 @@ def _accelerate_unused(ctx) -> None:
     ``DistributedDataParallelKwargs`` handler that turns it on), whose class, of this file or of
     another module of the project, creates a parameterised layer that nothing in the class uses:
     reported at what leaves the option off (the ``Accelerator(...)`` call) when it is in this file,
-    else at the ``prepare`` call, with the layer as the related location."""
+    else where this file gets the Accelerator (``_accelerator_source``), with the layer as the
+    related location."""
     from ._common import other_call_sites
     from ..flow.ddp_options import strict_ddp_off
     from ..flow.findings import node_related
