@@ -11,6 +11,11 @@ another (``callers``, as ``origins`` takes it). Anything not followed (an unknow
 the converse: ``find_unused_parameters`` on for sure and ``static_graph`` off for sure (DDP222);
 there an attribute (``args.find_unused``, ``cfg.find_unused``) is on when the default
 configuration makes it ``True`` (``defaults.default_value``: the run without options).
+An Accelerate wrapper (``accelerator.prepare(model)``, ``wrapped.prepares_model``) takes its DDP
+options from the ``Accelerator``'s ``kwargs_handlers``: ``strict_ddp_off`` of such a call is the
+``Accelerator(...)`` built without them (or the ``DistributedDataParallelKwargs(...)`` among them
+whose ``find_unused_parameters`` is off for sure), followed to the construction through names,
+``self`` attributes and helpers (``_accelerate_off``).
 """
 from __future__ import annotations
 
@@ -28,8 +33,60 @@ MAX_DEPTH = 6
 def strict_ddp_off(hub, view, call: ast.Call, callers=None):
     """(view, node) that makes ``find_unused_parameters`` off for this DDP call (the literal
     ``False``, the ``.get`` default, or the call itself when the keyword is absent), or None when
-    it may be on (``True``, unknown, ``static_graph``, ``*args``)."""
+    it may be on (``True``, unknown, ``static_graph``, ``*args``). ``call`` may also be an
+    Accelerate ``prepare(...)`` call (``_accelerate_off``)."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "prepare":
+        return _accelerate_off(hub, view, call, callers)
     return _strict(hub, view, call, callers, on=False)
+
+
+DDP_KWARGS = frozenset({"accelerate.utils.DistributedDataParallelKwargs",
+                        "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
+                        "accelerate.DistributedDataParallelKwargs"})
+
+
+def _accelerate_off(hub, view, call: ast.Call, callers):
+    """(view, node) that leaves ``find_unused_parameters`` off for the DDP wrapper that the
+    ``Accelerator`` receiving ``call`` builds: the ``Accelerator(...)`` construction without
+    ``kwargs_handlers``, or the ``DistributedDataParallelKwargs(...)`` among its handlers that
+    turns it off (absent, ``False``); None when a construction is not seen, takes ``**`` or
+    positional arguments, or has a handler that is not followed or may turn it on."""
+    from .origins import origins
+    from .wrapped import ACCELERATOR, leaves
+
+    decider = None
+    got = leaves(hub, view, call.func.value, call)
+    if not got:
+        return None
+    for av, ac in got:
+        if not isinstance(ac, ast.Call) or (av.sem.call_qualname(ac) or "") not in ACCELERATOR \
+                or ac.args or any(k.arg is None for k in ac.keywords):
+            return None
+        kh = get_arg(ac, None, "kwargs_handlers")
+        if kh is None:
+            decider = decider or (av, ac)
+            continue
+        for hv, hl in origins(hub, av, kh, ac, callers=callers):
+            if not isinstance(hl, (ast.List, ast.Tuple)):
+                return None
+            for elt in hl.elts:
+                if isinstance(elt, ast.Starred):
+                    return None
+                for ev, e in origins(hub, hv, elt, hl, callers=callers):
+                    if not isinstance(e, ast.Call):
+                        return None
+                    qn = ev.sem.call_qualname(e) or ""
+                    if qn in DDP_KWARGS:
+                        if e.args or any(k.arg is None for k in e.keywords):
+                            return None
+                        off = _strict(hub, ev, e, callers, on=False)
+                        if off is None:
+                            return None
+                        decider = decider or off
+                    elif not qn.startswith("accelerate."):
+                        return None  # (another Accelerate handler: scaler, process group, profiler...)
+        decider = decider or (av, ac)
+    return decider
 
 
 def strict_ddp_on(hub, view, call: ast.Call, callers=None):

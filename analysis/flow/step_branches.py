@@ -149,7 +149,7 @@ def _imported_names(ctx) -> frozenset:
     def build():
         out = set()
         for st in ctx.sem.tree.body:
-            if isinstance(st, ast.ImportFrom) and st.module and not st.module.startswith(("torch", "__future__")):
+            if isinstance(st, ast.ImportFrom) and st.module and st.module.split(".", 1)[0] not in ("torch", "__future__"):
                 out.update(a.asname or a.name for a in st.names)
         return frozenset(out)
     return ctx.memo("step_branches.imported_names", build)

@@ -36,6 +36,22 @@ class UnusedParameters(Rule):
     not reported, and a DDP call with `find_unused_parameters=True`, `static_graph` or `**kwargs`
     in the script keeps it silent.
 
+    An Accelerate `accelerator.prepare(model)` wraps the model in DDP too when the script runs on
+    several processes (`accelerate launch`; not with a DeepSpeed, FSDP or Megatron plugin), with the
+    options of the `Accelerator`'s `kwargs_handlers`: `find_unused_parameters` is off when the
+    `Accelerator(...)` is built without them, or with a `DistributedDataParallelKwargs(...)` that
+    leaves it off, followed through names, `self` attributes and helpers (of other modules too).
+    Such a wrapper of a class of this file or of a module of the project (`from mol.models import
+    FusionNet`, also re-exported by a package's `__init__`, or a relative import) with an unused
+    layer is reported on what leaves the option off (the `Accelerator(...)` call, or the handler's
+    `False`) when it is in the training script, else where the script gets its `Accelerator`
+    (`acc = build_accelerator(cfg)`, from another module) or on the `prepare` call, with the layer
+    as the related location. A layer that the class freezes itself (`for p in self.enc.parameters():
+    p.requires_grad = False`, `self.enc.requires_grad_(False)`) is not reported, and a model file
+    that turns gradients off in any other way keeps its classes silent; so do `Accelerator(**kw)`,
+    positional arguments, a handler built from options (`DistributedDataParallelKwargs(**opts)`)
+    and a handler list that is not followed. The forms below hold for such a wrapper as well.
+
     It also checks a parameterised submodule that `forward` (or a method it calls on `self`) runs
     only on some steps: under a test on this step's tensor data (`if keep.any():`,
     `if x[mask].numel() == 0: return ...`, `if loss.item() > t:`), or on a `forward` argument that
@@ -178,8 +194,8 @@ class UnusedParameters(Rule):
     @classmethod
     def reach(cls, text, filename):
         # wrapped here (a DDP call in this file), or a class of this file trained elsewhere
-        if spells_ddp(text):
-            return True, {}
+        if spells_ddp(text) or "Accelerator" in text:
+            return True, {}  # (an Accelerate ``prepare`` wraps in DDP too)
         return callers_may_exist(text, filename, _CALLER_NEEDS, classes_only=True)
 
     def finish(self, ctx) -> None:
@@ -187,6 +203,7 @@ class UnusedParameters(Rule):
             return
         if not mentions(ctx.sem, "_set_static_graph", text=ctx.src.text):
             _step_skipped_heads(ctx)
+        _accelerate_unused(ctx)
         classes = {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)}
         if not classes:
             return
@@ -216,6 +233,148 @@ class UnusedParameters(Rule):
         _wrapped_elsewhere(ctx, classes, subclassed, reported)
 
 
+def _prepared(ctx, an) -> list:
+    """(call, module expression) of each Accelerate ``prepare(...)`` of this file that wraps a
+    module in DDP when the script runs on several processes (``wrapped.prepares_model``)."""
+    from ..flow.helper_calls import calls_named
+    from ..flow.wrapped import prepares_model
+
+    out = []
+    for c in calls_named(ctx, "prepare"):
+        for i in range(len(c.args)):
+            if prepares_model(an, an.main, c, () if len(c.args) == 1 else (i,)):
+                out.append((c, c.args[i]))
+    return out
+
+
+def _accelerate_unused(ctx) -> None:
+    """A module that an Accelerate ``prepare`` wraps in DDP with ``find_unused_parameters`` off
+    (``ddp_options.strict_ddp_off``: the ``Accelerator`` built without a
+    ``DistributedDataParallelKwargs`` handler that turns it on), whose class, of this file or of
+    another module of the project, creates a parameterised layer that nothing in the class uses:
+    reported at what leaves the option off (the ``Accelerator(...)`` call) when it is in this file,
+    else where this file gets the Accelerator (``_accelerator_source``), with the layer as the
+    related location."""
+    from ._common import other_call_sites
+    from ..flow.ddp_options import strict_ddp_off
+    from ..flow.findings import node_related
+
+    if not mentions(ctx.sem, "backward", text=ctx.src.text) or mentions(ctx.sem, "_set_static_graph", text=ctx.src.text):
+        return
+    an = for_context(ctx)
+    here = an.main
+    prepared = _prepared(ctx, an)
+    if not prepared:
+        return
+    callers = other_call_sites(ctx, an)
+    outside = None
+    done: set = set()
+    for call, mod in prepared:
+        got = wrapped_class(ctx, mod, call)
+        if got is None:
+            continue
+        cv, cls = got
+        cv = cv or here
+        if cls.decorator_list or not _plain_module(ctx, cls, cv.sem) or any(
+                isinstance(st, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == cls.name for b in st.bases)
+                for st in cv.sem.tree.body):
+            continue
+        frozen = _frozen_attrs(cv.sem, cls)
+        if frozen is None:
+            continue
+        unused = [u for u in _unused_attrs(ctx, cls, cv.sem) if u[1] not in frozen]
+        if not unused:
+            continue
+        decider = strict_ddp_off(an, here, call, callers)
+        if decider is None:
+            continue
+        if outside is None:
+            outside = _attrs_read_outside(ctx, {st.name: st for st in ctx.sem.tree.body if isinstance(st, ast.ClassDef)})
+        out_cls = outside | (_view_attrs_outside(cv, cls) if cv is not here else set())
+        dv, dnode = decider
+        at = dnode if dv is here else _accelerator_source(ctx, call)
+        for stmt, attr, kind in unused:
+            if attr in out_cls or (id(stmt), id(at)) in done:
+                continue
+            done.add((id(stmt), id(at)))
+            where = "" if cv is here else f" ({os.path.basename(cv.path or '')})"
+            line = f"line {stmt.lineno}" if cv is here else f"{os.path.basename(cv.path or '')}:{stmt.lineno}"
+            rng = ctx.src.node_range(call)
+            related = [(call, "prepared (wrapped in DDP) here")] if at is not call else []
+            related.append(node_related(ctx, cv.path, stmt.targets[0], f"`self.{attr}` is created here"))
+            ctx.report(
+                at,
+                f"`{cls.name}`{where} creates `self.{attr}` ({kind}, {line}) in `__init__` but no method of "
+                f"`{cls.name}` uses it, and the `prepare` call (line {rng.start.line + 1}) wraps it in DDP with "
+                "`find_unused_parameters` off (no `DistributedDataParallelKwargs(find_unused_parameters=True)` "
+                "among the `Accelerator`'s `kwargs_handlers`): under a multi-process launch its parameters get "
+                "no gradient and the next iteration fails with 'Expected to have finished reduction in the "
+                "prior iteration before starting a new one'",
+                related=related,
+            )
+
+
+def _accelerator_source(ctx, call: ast.Call):
+    """Where this file gets the ``Accelerator`` that ``call`` (``acc.prepare(...)``) runs on, when
+    it is built in another module: the call bound to the receiver (``acc = build_accelerator(cfg)``),
+    else the ``prepare`` call itself."""
+    from ..flow.assignments import reaching_assignment
+
+    recv = call.func.value
+    if isinstance(recv, ast.Name):
+        st = reaching_assignment(ctx, recv.id, call)
+        if st is not None and isinstance(st.value, ast.Call):
+            return st.value
+    return call
+
+
+def _frozen_attrs(sem, cls: ast.ClassDef):
+    """The ``self.<attr>`` whose parameters a method of ``cls`` turns off (``for p in
+    self.enc.parameters(): p.requires_grad = False``, ``self.enc.requires_grad_(False)``), or None
+    when the file turns gradients off in another form or outside the methods of its classes (which
+    layer it freezes is then not known). What another class freezes on its own ``self`` is its own."""
+    if not mentions(sem, "requires_grad", "requires_grad_"):
+        return set()
+    out: set[str] = set()
+    for n in ast.walk(sem.tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "requires_grad_":
+            attr = _self_attr(n.func.value)
+        elif isinstance(n, ast.Attribute) and n.attr == "requires_grad" and isinstance(n.ctx, ast.Store):
+            loop = parent(parent(n))
+            if not isinstance(parent(n), ast.Assign) or not isinstance(loop, ast.For) \
+                    or not (isinstance(n.value, ast.Name) and isinstance(loop.target, ast.Name)
+                            and loop.target.id == n.value.id):
+                return None
+            it = loop.iter
+            if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "parameters"):
+                return None
+            attr = _self_attr(it.func.value)
+        else:
+            continue
+        owner = _enclosing_class(n)
+        if attr is None or owner is None:
+            return None
+        if owner is cls:
+            out.add(attr)
+    return out
+
+
+def _enclosing_class(node):
+    p = parent(node)
+    while p is not None and not isinstance(p, ast.ClassDef):
+        p = parent(p)
+    return p
+
+
+def _self_attr(e):
+    """``X`` of ``self.X`` (or of ``self.X.Y...``), else None."""
+    while isinstance(e, ast.Attribute):
+        if isinstance(e.value, ast.Name) and e.value.id == "self":
+            return e.attr
+        e = e.value
+    return None
+
+
 def _step_skipped_heads(ctx) -> None:
     """A DDP call whose ``find_unused_parameters`` value flow resolves to off, wrapping a class
     whose forward runs a parameterised submodule only under a per-step test
@@ -225,19 +384,21 @@ def _step_skipped_heads(ctx) -> None:
     from ..flow.ddp_options import strict_ddp_off
     from ._common import other_call_sites
 
-    calls = ctx.calls_to(DDP_CLASS)
-    if not calls:
-        return
     an = for_context(ctx)
     here = an.main
+    # the DDP calls, and the Accelerate ``prepare`` calls that wrap a module in DDP
+    calls = [(c, get_arg(c, 0, "module")) for c in ctx.calls_to(DDP_CLASS)]
+    calls += _prepared(ctx, an)
+    if not calls:
+        return
     callers = other_call_sites(ctx, an)
     done: set = set()
-    for call in calls:
+    for call, mod in calls:
         decider = strict_ddp_off(an, here, call, callers)
         if decider is None:
             continue
         groups: dict = {}
-        for cv, cls, kv, kc in sb.wrapped_constructions(an, here, get_arg(call, 0, "module"), call, callers):
+        for cv, cls, kv, kc in sb.wrapped_constructions(an, here, mod, call, callers):
             groups.setdefault(id(cls), (cv, cls, []))[2].append((kv, kc))
         got: dict = {}
 
@@ -278,7 +439,7 @@ def _step_skipped_heads(ctx) -> None:
             if cv is not here:
                 outside |= _view_attrs_outside(cv, cls)
             dv, dnode = decider
-            at = dnode if dv is here else call
+            at = dnode if dv is here else call if ctx.qn(call) == DDP_CLASS else _accelerator_source(ctx, call)
             cls_where = "" if cv is here else f" ({os.path.basename(cv.path)})"
             crng = ctx.src.node_range(call)
             related = [(call, "wrapped here")] if at is not call else []
@@ -469,19 +630,19 @@ def _module_class(ctx, e, at, classes, depth: int = 0):
     return got[1] if got is not None and got[0] is None and got[1].name in classes else None
 
 
-def _plain_module(ctx, cls: ast.ClassDef) -> bool:
+def _plain_module(ctx, cls: ast.ClassDef, sem=None) -> bool:
     if len(cls.bases) != 1 or cls.keywords:
         return False
-    if (ctx.qn(cls.bases[0]) or "") != "torch.nn.Module":
+    if ((sem.qualname(cls.bases[0]) if sem is not None else ctx.qn(cls.bases[0])) or "") != "torch.nn.Module":
         return False
     names = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     return "forward" in names and "__init__" in names and not (names & {"__getattr__", "__getattribute__"})
 
 
-def _param_kind(ctx, value) -> str | None:
+def _param_kind(sem, value) -> str | None:
     if not isinstance(value, ast.Call):
         return None
-    qn = ctx.qn(value) or ""
+    qn = sem.call_qualname(value) or ""
     if qn == "torch.nn.Parameter" or qn == "torch.nn.parameter.Parameter":
         rg = get_arg(value, 1, "requires_grad")
         if rg is not None and not (isinstance(rg, ast.Constant) and rg.value is True):
@@ -502,20 +663,21 @@ _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 _SELF_HANDLERS = frozenset({"getattr", "setattr", "vars", "delattr", "hasattr"})
 
 
-def _unused_attrs(ctx, cls: ast.ClassDef):
+def _unused_attrs(ctx, cls: ast.ClassDef, sem=None):
     """(assignment, attribute, kind) for each parameter-holding ``self.X`` that ``__init__`` creates
-    and nothing in the class uses (asked again by ``_wrapped_elsewhere``: memoised per class)."""
-    return ctx.memo(("ddp209.unused_attrs", id(cls)), lambda: _unused_attrs_uncached(ctx, cls))
+    and nothing in the class uses (asked again by ``_wrapped_elsewhere``: memoised per class);
+    ``sem``: the class's module when it is not this file."""
+    return ctx.memo(("ddp209.unused_attrs", id(cls)), lambda: _unused_attrs_uncached(sem or ctx.sem, cls))
 
 
-def _unused_attrs_uncached(ctx, cls: ast.ClassDef):
+def _unused_attrs_uncached(sem, cls: ast.ClassDef):
     init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
     created = []
     for st in init.body:  # unconditional assignments only
         if isinstance(st, ast.Assign) and len(st.targets) == 1:
             t = st.targets[0]
             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                kind = _param_kind(ctx, st.value)
+                kind = _param_kind(sem, st.value)
                 if kind is not None:
                     created.append((st, t.attr, kind))
     if not created:
