@@ -2,9 +2,9 @@
 
 Rank-varying sources: the process rank (``get_rank()``, ``RANK``/``LOCAL_RANK``/``SLURM_PROCID``,
 the index an ``mp.spawn`` target receives, the current device index, names and attributes that
-are ranks by name), this rank's data (the batches a loader yields, the elements a generator function
-of the project yields when they are rank-varying, and everything computed from them:
-model outputs, losses, ``.item()``, metrics accumulated over local batches, the contents of files
+are ranks by name), this rank's data (the batches a loader yields, also by ``next(iter(loader))``,
+the elements a generator function of the project yields when they are rank-varying, and everything
+computed from them: model outputs, losses, ``.item()``, metrics accumulated over local batches, the contents of files
 opened with per-rank names), clocks, and random numbers when the file seeds nothing.
 
 Uniform: constants, parsed arguments and config (``parse_args()``, parameters named ``args``,
