@@ -288,7 +288,9 @@ def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool =
       (``_jump_cuts``);
     - ``carried`` (``ev`` reaches the use in the next iteration of the loops around both): after
       it, on the way up to the outermost of those loops, a ``return``, or a ``break`` of that loop
-      (not of one nested in it), always leaves first."""
+      (not of one nested in it), always leaves first.
+    ``inclusive``: ``ev``'s own statement counts among those after it (``cut_from``); ``stops``: a
+    statement the caller knows never falls through leaves like a ``return``."""
     chain = []  # (ancestor, its child towards ``ev``), up to the first ancestor of the use
     child, n = ev, getattr(ev, "_p", None)
     while n is not None and id(n) not in up:

@@ -237,7 +237,8 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
         for r in sorted(reads[name], key=lambda x: (x.lineno, x.col_offset)):
             if (r.lineno, r.col_offset) < end:
                 continue
-            if single and cut_from(single[0], r, scope, stops=lambda st: _ends(ctx.sem, [st])):
+            if single and cut_from(single[0], r, scope, stops=lambda st: st.__class__ is not ast.Raise
+                                   and _ends(ctx.sem, [st])):  # (a ``raise``: by ``cut_from``'s own rule)
                 continue
             if _guarded(ctx, r, owner, scope, hub):
                 continue
