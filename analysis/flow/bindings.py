@@ -213,19 +213,9 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
             before.append(e)
     if len(before) > 1:
         before.sort(key=_POS)
-    # loop-carried: bindings later in an enclosing loop (same scope) reach the next iteration;
-    # on the way up, id(ancestor) -> its child towards ``at`` (for ``_dominates_up``)
+    # loop-carried: bindings later in an enclosing loop (same scope) reach the next iteration
     later = []
-    up = {}
-    loops = []
-    child, n = at, getattr(at, "_p", None)
-    while n is not None and n is not scope:
-        up[id(n)] = child
-        if n.__class__ in _LOOP_CLASSES:
-            loops.append(n)
-        child, n = n, getattr(n, "_p", None)
-    if n is not None:
-        up[id(n)] = child  # the scope: its child holding ``at``
+    up, loops = _up_of(at, scope)
     dom = None
     for i in range(len(before) - 1, -1, -1):
         if _dominates_up(before[i], up, scope):
@@ -257,8 +247,35 @@ def _reaching_events(view, name: str, at: ast.AST, scope: ast.AST, evs: list):
     return "events", cands + later
 
 
+def _up_of(at: ast.AST, scope: ast.AST) -> tuple[dict, list]:
+    """On the way up from ``at`` to ``scope``: id(ancestor) -> its child towards ``at`` (for
+    ``_dominates_up``, the scope included), and the loops passed."""
+    up = {}
+    loops = []
+    child, n = at, getattr(at, "_p", None)
+    while n is not None and n is not scope:
+        up[id(n)] = child
+        if n.__class__ in _LOOP_CLASSES:
+            loops.append(n)
+        child, n = n, getattr(n, "_p", None)
+    if n is not None:
+        up[id(n)] = child  # the scope: its child holding ``at``
+    return up, loops
+
+
+def cut_from(start: ast.stmt, at: ast.AST, scope: ast.AST, stops=None) -> bool:
+    """No feasible path from the start of the statement ``start`` (before it runs) reaches ``at``
+    in ``scope``: what holds there (a name left unbound on that path) never gets to the use. The
+    rules of ``_cut_off`` for a binding made just before ``start``, ``start`` itself counted: a
+    ``return`` (or a ``raise`` outside any ``try``) from ``start`` on in its block or an enclosing
+    one on the way to the use leaves first; ``stops(stmt)``: the caller's word that a statement
+    never falls through (a call that never returns, an ``if`` both of whose branches leave)."""
+    up, loops = _up_of(at, scope)
+    return _cut_off(start, up, loops, scope, inclusive=True, stops=stops)
+
+
 def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool = False,
-             dom_ev: ast.AST | None = None) -> bool:
+             dom_ev: ast.AST | None = None, inclusive: bool = False, stops=None) -> bool:
     """No feasible path takes the binding ``ev`` to the use (``up``: the use's ancestors, as in
     ``_dominates_up``; ``loops``: the loops around the use, inside its scope):
     - ``ev`` is in one branch of an ``if`` and the use in the other, and no loop around the use
@@ -271,7 +288,9 @@ def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool =
       (``_jump_cuts``);
     - ``carried`` (``ev`` reaches the use in the next iteration of the loops around both): after
       it, on the way up to the outermost of those loops, a ``return``, or a ``break`` of that loop
-      (not of one nested in it), always leaves first."""
+      (not of one nested in it), always leaves first.
+    ``inclusive``: ``ev``'s own statement counts among those after it (``cut_from``); ``stops``: a
+    statement the caller knows never falls through leaves like a ``return``."""
     chain = []  # (ancestor, its child towards ``ev``), up to the first ancestor of the use
     child, n = ev, getattr(ev, "_p", None)
     while n is not None and id(n) not in up:
@@ -310,9 +329,11 @@ def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool =
                     if f == "orelse" and n.__class__ in _LOOP_CLASSES:
                         break  # a loop's ``else``: its ``break`` is not the loop's
                     breaks = carried and not inner[i]
-                    for st in blk[blk.index(child) + 1:]:
+                    for st in blk[blk.index(child) + (0 if inclusive and i == 0 else 1):]:
                         t = st.__class__
                         if t is ast.Return or (breaks and t is ast.Break) or (t is ast.Raise and raises):
+                            return True
+                        if stops is not None and stops(st):
                             return True
                         if not carried and (t is ast.Break or t is ast.Continue) \
                                 and _jump_cuts(st, n, up, scope, dom_ev, ev):
@@ -324,7 +345,8 @@ def _cut_off(ev: ast.AST, up: dict, loops: list, scope: ast.AST, carried: bool =
             blk = getattr(lca, f, None)
             if isinstance(blk, list) and lca_child in blk and up[id(lca)] in blk:
                 a, b = blk.index(lca_child), blk.index(up[id(lca)])
-                if any(st.__class__ is ast.Return for st in blk[a + 1:b]):
+                if any(st.__class__ is ast.Return or (stops is not None and stops(st))
+                       for st in blk[a + (0 if inclusive and lca_child is ev else 1):b]):
                     return True
     return False
 

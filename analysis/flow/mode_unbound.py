@@ -17,7 +17,8 @@ A name also bound elsewhere in the scope (before the ``if``, in its other branch
 left alone, and so is a name a function declares ``global`` that the module also binds outside
 that function (``NameError`` when it binds it nowhere else); so is a scope that uses ``locals()`` / ``vars()`` / ``exec`` /
 ``eval``, an ``if`` inside a loop or a ``try`` with handlers, a branch that never falls through,
-a read under a test on the distributed mode or the rank (the same condition, in any spelling), in
+a read that no path from the single-process branch reaches (``else: return`` / ``raise`` /
+``sys.exit()``: ``bindings.cut_from``), a read under a test on the distributed mode or the rank (the same condition, in any spelling), in
 a ``try`` with handlers, in a nested function, or after a test on the distributed mode that leaves.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, param_names, parent
 from ..torch_api import D
-from .bindings import contains
+from .bindings import contains, cut_from
 from .lifecycle import _ends, harmless, mode_test
 from .rank_tests import RANK_ENV, rank_test, single_process_side
 from .unconditional import dist_mode_test
@@ -230,8 +231,14 @@ def unbound_reads(ctx, scope: ast.AST, hub=None) -> list:
         if owner is None:
             continue
         end = (owner.end_lineno, owner.end_col_offset)
+        # the single-process run's branch: the name is unbound from its start, and a read is
+        # reached unbound only along the paths from there that go on (``bindings.cut_from``)
+        single = owner.orelse if any(contains(st, stores[0]) for st in owner.body) else owner.body
         for r in sorted(reads[name], key=lambda x: (x.lineno, x.col_offset)):
             if (r.lineno, r.col_offset) < end:
+                continue
+            if single and cut_from(single[0], r, scope, stops=lambda st: st.__class__ is not ast.Raise
+                                   and _ends(ctx.sem, [st])):  # (a ``raise``: by ``cut_from``'s own rule)
                 continue
             if _guarded(ctx, r, owner, scope, hub):
                 continue

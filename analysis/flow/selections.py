@@ -3,12 +3,14 @@ different on each rank (``next(p for p in layout if rank in p)``, ``[p for p in 
 p]``, ``filter(lambda p: rank in p, layout)``, ``for p in layout: if rank in p: mine = p``), even
 when every element, and the sequence, is the same everywhere. A test on this rank's data is not
 read here (what it keeps is a shape question, ``shapes.py``). Also the elements a project generator
-yields (``yielded``)."""
+yields (``yielded``; under the call's context when what it passes decides: ``cycle(loader)``) and
+the call that made an iterator a name holds (``iterator_made``: ``it = iter(loader)``, ``next(it)``)."""
 from __future__ import annotations
 
 import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
+from .bindings import reaching
 from .values import RANK, Value, X, join, summary
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
@@ -97,17 +99,51 @@ def yielded(ev, call: ast.Call, d: int) -> Value | None:
         return None
     tv, fn = target
 
-    def elements():
+    def elements(tev):
         ys = [n for n in iter_scope_nodes(fn) if n.__class__ is ast.Yield or n.__class__ is ast.YieldFrom]
         if not ys:
             return False  # a plain function: its return value is the iterable
-        tev = ev.hub.evaluator(tv)
         v = join(tev.element(y.value, d + 1) if y.__class__ is ast.YieldFrom else tev.value(y.value, d + 1)
                  for y in ys if y.value is not None)
         return Value("V", v.src.step(f"yielded by `{fn.name}()`")) if v.varying else v
 
-    got = summary(ev.cs, tv.memo.setdefault("yielded", {}), id(fn), elements, X)
-    return got if got is not False else None
+    got = summary(ev.cs, tv.memo.setdefault("yielded", {}), id(fn), lambda: elements(ev.hub.evaluator(tv)), X)
+    if got is False:
+        return None
+    if got.kind == "X":  # what this call passes may decide (``cycle(loader)``: this rank's batches)
+        ctx = ev.hub.call_context(ev.view, call, target, ev.ctx, want_wraps=False)
+        if ctx is not None:
+            got = summary(ev.cs, ctx.memo.setdefault("yielded", {}), id(fn),
+                          lambda: elements(ev.hub.evaluator(tv, ctx)), X) or X
+    return got
+
+
+def iterator_made(ev, name: ast.AST) -> ast.Call | None:
+    """The call that made the iterator the name ``name`` holds, when its one binding that reaches
+    there is ``name = iter(x)`` or ``name = gen(x)`` with ``gen`` a generator function of the project
+    (``it = cycle(loader)`` then ``next(it)``): its elements are that call's. None otherwise."""
+    if name.__class__ is not ast.Name:
+        return None
+    kind, evs = reaching(ev.view, name.id, name)
+    if kind not in ("events", "global") or len(evs) != 1 or evs[0].__class__ is not ast.Assign:
+        return None
+    st = evs[0]
+    c = st.value if len(st.targets) == 1 else None
+    tgt = st.targets[0] if c is not None else None
+    if tgt.__class__ in (ast.Tuple, ast.List) and c.__class__ in (ast.Tuple, ast.List) and len(c.elts) == len(tgt.elts):
+        # ``it, n = iter(loader), len(loader)``: the element of the same place
+        c = next((v for t, v in zip(tgt.elts, c.elts) if t.__class__ is ast.Name and t.id == name.id), None)
+    elif tgt.__class__ is not ast.Name:
+        return None
+    if c.__class__ is not ast.Call:
+        return None
+    if ev.sem.call_qualname(c) is None and isinstance(c.func, ast.Name) and c.func.id == "iter" and len(c.args) == 1:
+        return c
+    target = ev.hub.resolve_call(ev.view, c)
+    if target is not None and isinstance(target[1], FUNC_TYPES) and any(
+            n.__class__ in (ast.Yield, ast.YieldFrom) for n in iter_scope_nodes(target[1])):
+        return c
+    return None
 
 
 def even_rank_piece(ev, expr, depth: int = 0) -> bool:
@@ -116,8 +152,6 @@ def even_rank_piece(ev, expr, depth: int = 0) -> bool:
     every rank (the world size, the processes of a node): the pieces below index ``n`` all have
     ``len(t) // n`` rows (only a remainder piece after them is shorter), so the length of the
     piece a rank below ``n`` takes is the same on every rank."""
-    from .bindings import reaching
-
     while isinstance(expr, ast.Name) and depth < 4:
         kind, evs = reaching(ev.view, expr.id, expr)
         if kind != "events" or len(evs) != 1 or not isinstance(evs[0], ast.Assign) or len(evs[0].targets) != 1:

@@ -2,9 +2,9 @@
 
 Rank-varying sources: the process rank (``get_rank()``, ``RANK``/``LOCAL_RANK``/``SLURM_PROCID``,
 the index an ``mp.spawn`` target receives, the current device index, names and attributes that
-are ranks by name), this rank's data (the batches a loader yields, the elements a generator function
-of the project yields when they are rank-varying, and everything computed from them:
-model outputs, losses, ``.item()``, metrics accumulated over local batches, the contents of files
+are ranks by name), this rank's data (the batches a loader yields, also by ``next(iter(loader))``,
+the elements a generator function of the project yields when they are rank-varying, and everything
+computed from them: model outputs, losses, ``.item()``, metrics accumulated over local batches, the contents of files
 opened with per-rank names), clocks, and random numbers when the file seeds nothing.
 
 Uniform: constants, parsed arguments and config (``parse_args()``, parameters named ``args``,
@@ -29,7 +29,8 @@ from ..semantic import FUNC_TYPES, param_names, parent
 from ..semantic import get_arg
 from ..semantic import terminal_name as _terminal
 from .bindings import comp_binder, reaching, searches_rank, target_path
-from .selections import comprehension_value, even_rank_piece, filtered, picks_element, subscript_value, yielded
+from .selections import (comprehension_value, even_rank_piece, filtered, iterator_made, picks_element,
+                         subscript_value, yielded)
 from .params import compared_with_own_rank, constant_at_every_call
 from .return_deps import reaching_args
 from .optional_syncs import unsynced_trip  # a count a helper equalises only when given a parameter
@@ -41,8 +42,6 @@ from .returns_at import returns_at, arity_of as _arity
 from .values import CLOCK, DATA, RANK, RNG, U, X, Src, Value, _V, _short, built, join, keep  # noqa: F401  (re-exported)
 
 _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef, ast.Module)  # where ``_control_dependent`` stops
-
-
 RANK_NAME = re.compile(
     r"^_?(?:(?:global|local|world|node|ddp|dist|process|proc|my|cur|current|this|gpu|device|machine)_?)?"
     r"rank(?:_?(?:id|idx|index|num))?$",
@@ -62,13 +61,10 @@ RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "SLURM_P
 # ``OMPI_COMM_WORLD_RANK``)
 _RANK_QNS = frozenset({D + "get_rank", D + "get_node_local_rank", "torch.cuda.current_device",
                        D + "get_global_rank_DUMMY", "mpi4py.MPI.COMM_WORLD.Get_rank"})
-_DATA_SRC_NAME = re.compile(r"(^|_)(data)?loader(s)?$|^(train|val|valid|eval|test|dev)_?(data)?(loader|dl|iter)$",
-                            re.I)
+_DATA_SRC_NAME = re.compile(r"(^|_)(data)?loader(s)?$|^(train|val|valid|eval|test|dev)_?(data)?(loader|dl|iter)$", re.I)
 _LOADER_QNS = frozenset({"torch.utils.data.DataLoader", "torchdata.stateful_dataloader.StatefulDataLoader"})
 _PARSE_METHODS = frozenset({"parse_args", "parse_known_args", "parse_args_into_dataclasses"})
 _SAMPLER_QN = "torch.utils.data.DistributedSampler"
-
-
 from .vocab import _FLIP, _int_vals, _placed, _progress_wrapper, _rank_compare_uniform, env_key  # noqa: E402,F401,E501
 
 
@@ -427,6 +423,8 @@ class Evaluator:
             got = yielded(self, it, d)  # ``selections.yielded``
             if got is not None:
                 return got
+        elif d < 12 and (made := iterator_made(self, it)) is not None:  # ``it = iter(loader)``, ``next(it)``
+            return self.element(made, d + 1)
         if self.is_loader(it, d) is not None:
             v = _V(self.view, DATA, "computed from this rank's batch", it)
             ctx = self.ctx
@@ -626,6 +624,8 @@ class Evaluator:
         if target is not None:
             return X
         if isinstance(f, ast.Name):
+            if qn is None and f.id == "next" and e.args and (v := self.element(e.args[0], d)).kind != "X":
+                return v  # the iterator's next element (``next(iter(loader))``)
             if qn is None and f.id in _BUILTIN_JOIN:
                 return join(self.value(a, d) for a in args)
             if qn is None and f.id == "len" and e.args:

@@ -27,7 +27,10 @@ class UnboundOnSingleProcess(Rule):
     test of a local against the constant it holds except where a distributed-only branch changes
     it: `cut = -1`, `if distributed: cut = meta.axis`, then `if cut != -1:`), a read
     in a `try` with handlers or in a nested function, a read after a test on the distributed mode
-    that leaves (`if world_size == 1: return`), and an `if` inside a loop or a `try`.
+    that leaves (`if world_size == 1: return`), a read that no path from the branch a
+    single-process run takes reaches (that branch ends in `return`, `raise`, `sys.exit()`, or an
+    `if` both of whose branches leave: `else: print("single process"); return False`), and an
+    `if` inside a loop or a `try`.
 
     ## Why is this bad?
     A single-process run (one GPU, a debugging session, CI) skips the assignment, and the read

@@ -21,7 +21,9 @@ class EarlyExitSkipsCollective(Rule):
     the loop it leaves.
 
     A condition differs between ranks when it depends on the rank itself, or on this rank's own
-    data: a batch, a loss computed from it (`if not torch.isfinite(loss): continue`), a metric
+    data: a batch (also one pulled with `next()` from an iterator over the rank's loader:
+    `feed = iter(loader)`, or a generator of the project that cycles it, `feed = cycle(loader)`), a
+    loss computed from it (`if not torch.isfinite(loss): continue`), a metric
     accumulated over the rank's shard, the wall clock (`if time.time() - start > budget: break`),
     unseeded random numbers; or whether a value is None, when such a condition chooses between None
     and a value never None (`extra = None` then `if batch_has_mask: extra = {}`, then `if extra is

@@ -32,8 +32,10 @@ class DestroyWithoutInit(Rule):
     itself returned after `if flag: init_process_group(...)`, false wherever that init was skipped),
     the destroy never runs without the group and is not flagged. Nor is a destroy that a run without
     a group never reaches: between the init and the destroy, a call that needs the group (a
-    collective, `get_rank()`, the DDP constructor) runs wherever the destroy runs (each `if`
-    around it has a test and branch the destroy's own path shares; no loop or `try` of its own),
+    collective, `get_rank()`, the DDP constructor, a `DistributedSampler` built without
+    `num_replicas` and `rank`, a project function that makes one of these on every call) runs
+    wherever the destroy runs (each `if` around it has a test and branch the destroy's own path
+    shares; no loop or `try` of its own, though a loop's iterable counts),
     so such a run stops at that call first. The file itself must call `init_process_group` or
     `destroy_process_group` (the other may come through a helper). Only conditions on the
     distributed mode count (`args.distributed`, `world_size > 1`, `"RANK" in os.environ`: the
@@ -113,7 +115,7 @@ class DestroyWithoutInit(Rule):
                     continue
                 if all(not conds[i] and skipped_without_init(an, an.main, i, d) for i in prior):
                     continue  # every path of a helper that does not init switches the destroy off
-                if _group_used_first(sem, scope, prior[-1], d):
+                if _group_used_first(an, sem, scope, prior[-1], d):
                     continue  # a run without a group fails earlier, at a call that needs one
                 self._report(ctx, d, prior[-1], conds[prior[-1]])
                 done.add(id(d.call))
@@ -178,14 +180,16 @@ class DestroyWithoutInit(Rule):
         )
 
 
-def _group_used_first(sem, scope, init, d) -> bool:
+def _group_used_first(an, sem, scope, init, d) -> bool:
     """Between ``init`` and the destroy ``d``, a call that needs the default group (a collective,
-    ``get_rank``, a DDP/FSDP wrapper: ``ValueError: Default process group has not been
-    initialized`` without one) runs wherever the destroy runs: each ``if`` around it is one the
+    ``get_rank``, a DDP/FSDP wrapper, a ``DistributedSampler`` without ``num_replicas`` and
+    ``rank``, a project function whose unconditional path does: ``imports.use_of_call``;
+    ``ValueError: Default process group has not been initialized`` without one) runs wherever the
+    destroy runs: each ``if`` around it is one the
     destroy's own path conditions hold (the same test, the same branch), and any other block around
     it (a loop, a ``try``) holds the destroy too. A run without a group then stops at that call and
     never reaches the destroy; the destroy is not the line that fails."""
-    from ..flow.calls import WRAPPERS
+    from ..flow.imports import use_of_call
     from ..flow.lifecycle import GROUP_USES
 
     lo, hi = (init.call.lineno, init.call.col_offset), (d.call.lineno, d.call.col_offset)
@@ -197,8 +201,7 @@ def _group_used_first(sem, scope, init, d) -> bool:
     for c in sem.scope_calls(scope) or ():
         if not lo < (c.lineno, c.col_offset) < hi:
             continue
-        qn = sem.call_qualname(c) or ""
-        if qn not in GROUP_USES and qn not in WRAPPERS:
+        if (sem.call_qualname(c) or "") not in GROUP_USES and use_of_call(an, an.main, c) is None:
             continue
         child, p, ok = c, parent(c), True
         while ok and p is not None and p is not scope:
@@ -206,6 +209,8 @@ def _group_used_first(sem, scope, init, d) -> bool:
                                                ast.AnnAssign, ast.AugAssign, ast.keyword)):
                 if isinstance(p, (ast.IfExp, ast.BoolOp, ast.Lambda, ast.comprehension, *_COMPS)):
                     ok = False
+            elif isinstance(p, (ast.For, ast.AsyncFor)) and child is p.iter:
+                pass  # the iterable is made whenever the loop is reached
             elif isinstance(p, ast.If) and child is not p.test:
                 ok = covered(sem, [(p, "body" if child in p.body else "orelse")], d.conds)
             else:
