@@ -28,7 +28,9 @@ def ctor_class(hub, view, e: ast.AST, not_project):
         return _factory_class(hub, view, e.func, not_project)
     if isinstance(e.func, ast.Attribute) and isinstance(e.func.value, ast.Name):
         if e.func.value.id in view.imports and e.func.value.id not in view.classes:
-            return class_named(hub, view, e.func, not_project)  # ``mod.Cls(...)`` of a project module
+            got = class_named(hub, view, e.func, not_project)  # ``mod.Cls(...)`` of a project module
+            if got is not None:
+                return got
         return _alternate_ctor_class(hub, view, e.func, not_project)
     if not isinstance(e.func, ast.Name):
         return None
