@@ -98,14 +98,16 @@ def one_node_elastic(hub, views) -> ast.AST | None:
     found = None
     for v in views:
         for c in v.sem.calls_to(*ELASTIC_LAUNCH):
-            cfgs = origins(hub, v, get_arg(c, 0, "config"), c) if get_arg(c, 0, "config") is not None else []
+            cfg_arg = get_arg(c, 0, "config")
+            cfgs = origins(hub, v, cfg_arg, c, frames=()) if cfg_arg is not None else []
             if not cfgs:
                 return None
-            for cv, cfg in cfgs:
+            for cv, cfg, fr in cfgs:
                 if not (isinstance(cfg, ast.Call) and (cv.sem.call_qualname(cfg) or "") in LAUNCH_CONFIGS):
                     return None
                 n = get_arg(cfg, 1, "max_nodes")
-                leaves = origins(hub, cv, n, cfg) if n is not None else []
+                # (in the frames of the helper call that built it: ``one_machine(4)``'s ``nodes=1``)
+                leaves = [x[:2] for x in origins(hub, cv, n, cfg, frames=fr)] if n is not None else []
                 if not leaves or any(const_int(e, lv.sem) != 1 for lv, e in leaves):
                     return None
             found = found or c
