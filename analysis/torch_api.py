@@ -32,6 +32,21 @@ DEVICE_SETTERS = frozenset({
     "torch.accelerator.set_device_index", "torch.accelerator.set_device_idx",
 })
 SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
+# torchelastic's launcher as a library: ``elastic_launch(config, entrypoint)(*args)`` runs
+# ``entrypoint`` in each rank it starts (with the rank in the environment, not as an argument)
+ELASTIC_LAUNCH = ("torch.distributed.launcher.api.elastic_launch", "torch.distributed.launcher.elastic_launch")
+LAUNCH_CONFIGS = ("torch.distributed.launcher.api.LaunchConfig", "torch.distributed.launcher.LaunchConfig")
+# the calls that start a job's ranks: (position, keyword) of the function every rank runs
+RANK_STARTERS = {**{q: (0, "fn") for q in SPAWNS}, **{q: (1, "entrypoint") for q in ELASTIC_LAUNCH}}
+
+
+def rank_entry(sem, call: ast.Call) -> ast.AST | None:
+    """The function argument of ``call`` when it starts ranks that each run it (``mp.spawn(fn)``,
+    ``start_processes(fn)``, ``elastic_launch(config, entrypoint=fn)``); else None."""
+    from .semantic import get_arg  # lazy: the runtime reads this table without the static engine
+
+    got = RANK_STARTERS.get(sem.call_qualname(call) or "")
+    return None if got is None else get_arg(call, *got)
 
 
 def qualify(*short: str) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, parent
+from ..semantic import FUNC_TYPES, param_names, parent
 from ..torch_api import ALL_COLLECTIVES, D
 from .call_sites import project_target, sites  # noqa: F401  (project_target: re-exported)
 from .calls import scope_calls
@@ -653,16 +653,23 @@ def class_destroys(hub, view, cls: ast.ClassDef) -> bool:
 def init_sites_at(hub, call_view, call, view, fn) -> list:
     """``init_sites`` of ``fn`` for this ``call`` of it: the calls of ``fn`` in a branch that the
     call does not take (``flow.params.dead_at_call``: ``elif algo == "ring":`` when the call passes
-    ``"zigzag"``) are left out, with what they reach."""
+    ``"zigzag"``), and those of a module name that a mock patch around ``call`` replaces
+    (``testing.patched_globals``: ``with mock.patch("pkg.core.init_group"): predict()``), are left
+    out, with what they reach."""
     from .params import dead_at_call
+    from .testing import patched_globals
 
     if not isinstance(fn, FUNC_TYPES):
         return init_sites(hub, view, fn)
     sem = view.sem
     out = []
+    mocked = {n for v, n in patched_globals(hub, call_view, call) if v is view}
     for c in sem.scope_calls(fn) or ():
         if dead_at_call(call_view, call, view, fn, c):
             continue
+        if isinstance(c.func, ast.Name) and c.func.id in mocked and c.func.id not in sem.assignments(fn) \
+                and c.func.id not in param_names(fn):
+            continue  # a module name a test's mock patch replaces around ``call``: the mock runs
         qn = sem.call_qualname(c) or ""
         if qn == INIT:
             out.append((view, c))

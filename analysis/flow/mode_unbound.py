@@ -458,10 +458,10 @@ def single_run_callers(ctx, fn, depth: int = 0) -> bool:
 
     if depth > 2 or not isinstance(fn, FUNC_TYPES):
         return False
-    by_name, by_attr, as_arg = _call_index(ctx)
+    by_name, by_attr, as_arg, started = _call_index(ctx)
     method = isinstance(parent(fn), ast.ClassDef)
     sites = by_attr.get(fn.name, ()) if method else by_name.get(fn.name, ())
-    if not sites or (not method and as_arg.get(fn.name)):
+    if not sites or (not method and (as_arg.get(fn.name) or started.get(fn.name))):
         return False
     for c in sites:
         outer = ctx.sem.enclosing_function(c)

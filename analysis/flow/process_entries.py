@@ -86,3 +86,29 @@ def starts_group_processes(hub, views) -> ast.AST | None:
             if id(fn) in entries and init_calls(hub, v, fn, memo):
                 return next((c for c in v.sem.calls if starter_target(hub, v, c) is not None), fn)
     return None
+
+
+def one_node_elastic(hub, views) -> ast.AST | None:
+    """An ``elastic_launch(config, entrypoint)`` of one of ``views`` whose every ``config`` is a
+    ``LaunchConfig`` with ``max_nodes`` 1 (by value flow: a literal, a name, a parameter every caller
+    fills, an argparse default): the job it starts has one node, so a local rank is the global rank
+    (``rank_kinds.self_launched`` for ``mp.spawn``). None when some launch may span nodes."""
+    from ..torch_api import ELASTIC_LAUNCH, LAUNCH_CONFIGS, const_int
+
+    found = None
+    for v in views:
+        for c in v.sem.calls_to(*ELASTIC_LAUNCH):
+            cfg_arg = get_arg(c, 0, "config")
+            cfgs = origins(hub, v, cfg_arg, c, frames=()) if cfg_arg is not None else []
+            if not cfgs:
+                return None
+            for cv, cfg, fr in cfgs:
+                if not (isinstance(cfg, ast.Call) and (cv.sem.call_qualname(cfg) or "") in LAUNCH_CONFIGS):
+                    return None
+                n = get_arg(cfg, 1, "max_nodes")
+                # (in the frames of the helper call that built it: ``one_machine(4)``'s ``nodes=1``)
+                leaves = [x[:2] for x in origins(hub, cv, n, cfg, frames=fr)] if n is not None else []
+                if not leaves or any(const_int(e, lv.sem) != 1 for lv, e in leaves):
+                    return None
+            found = found or c
+    return found

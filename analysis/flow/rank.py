@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, parent, terminal_name
-from ..torch_api import SPAWNS
+from ..torch_api import rank_entry
 from .rank_tests import Test, is_main_decorated, polarity, rank_test
 
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
@@ -175,8 +175,10 @@ def _block_of(parent: ast.AST, child: ast.stmt) -> list[ast.stmt] | None:
 
 
 def _call_index(ctx):
-    """One pass over the calls: callee name -> call sites, method name -> call sites, and name ->
-    calls that take it as a bare argument (cached on the context)."""
+    """One pass over the calls: callee name -> call sites, method name -> call sites, name ->
+    calls that take it as a bare argument, and name -> the rank starters that run it in each rank
+    (``torch_api.rank_entry``: ``mp.spawn(fn)``, ``elastic_launch(cfg, entrypoint=fn)``), cached on
+    the context."""
     return ctx.memo("rank.call_index", lambda: _build_call_index(ctx))
 
 
@@ -184,6 +186,7 @@ def _build_call_index(ctx):
     by_name: dict[str, list[ast.Call]] = {}
     by_attr: dict[str, list[ast.Call]] = {}
     as_arg: dict[str, list[ast.Call]] = {}
+    started: dict[str, list[ast.Call]] = {}
     for c in ctx.sem.calls:
         f = c.func
         if isinstance(f, ast.Name):
@@ -193,12 +196,15 @@ def _build_call_index(ctx):
         for a in c.args:
             if isinstance(a, ast.Name):
                 as_arg.setdefault(a.id, []).append(c)
-    return by_name, by_attr, as_arg
+        e = rank_entry(ctx.sem, c)
+        if isinstance(e, ast.Name):
+            started.setdefault(e.id, []).append(c)
+    return by_name, by_attr, as_arg, started
 
 
 def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
     """Every call of ``fn`` in the file is rank-0 guarded: True; some call is not: False; no call:
-    None. A function passed to ``mp.spawn`` runs on every rank: False; passed to a project function
+    None. A function passed to ``mp.spawn`` (or ``elastic_launch``'s entrypoint) runs on every rank: False; passed to a project function
     that calls it, where that call runs (``_callback_guarded``); passed elsewhere: None."""
     if depth > 3:
         return None
@@ -215,12 +221,12 @@ def _callers_guarded(ctx, fn: ast.AST, depth: int) -> bool | None:
 def _callers_guarded_uncached(ctx, fn: ast.AST, depth: int) -> bool | None:
     name = fn.name
     is_method = isinstance(parent(fn), ast.ClassDef)
-    by_name, by_attr, as_arg = _call_index(ctx)
+    by_name, by_attr, as_arg, started = _call_index(ctx)
     results = []
     if not is_method:
+        if started.get(name):
+            return False  # every rank a starter starts runs it
         for c in as_arg.get(name, ()):
-            if _spawn_like(ctx, c):
-                return False
             got = _callback_guarded(ctx, c, name, depth)
             if got is None:
                 return None
@@ -283,10 +289,6 @@ def callback_calls(ctx, fn: ast.AST) -> list[ast.Call]:
     if isinstance(parent(fn), ast.ClassDef):
         return []
     return [c for c in _call_index(ctx)[2].get(fn.name, ()) if callback_runs(ctx, c, fn.name) is False]
-
-
-def _spawn_like(ctx, call: ast.Call) -> bool:
-    return (ctx.qn(call) or "") in SPAWNS
 
 
 def main_guards(ctx, node: ast.AST, main_only: bool = True) -> list[tuple[ast.AST, bool]]:

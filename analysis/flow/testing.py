@@ -22,8 +22,10 @@ _SCOPES = (*FUNC_TYPES, ast.Lambda, ast.ClassDef)
 
 
 def expects_error(node: ast.AST) -> bool:
-    """``node`` sits in ``with self.assertRaises(...)`` / ``with pytest.raises(...)``: a test that
-    makes the failure on purpose."""
+    """``node`` sits in ``with self.assertRaises(...)`` / ``with pytest.raises(...)``, or in the body
+    of a test function marked to fail (``@unittest.expectedFailure``, ``@pytest.mark.xfail`` with
+    no condition): a test that makes the failure on purpose. A helper the test calls is not
+    covered: only what the marked test runs itself."""
     p = parent(node)
     while p is not None and not isinstance(p, _SCOPES):
         if isinstance(p, (ast.With, ast.AsyncWith)):
@@ -32,7 +34,32 @@ def expects_error(node: ast.AST) -> bool:
                 if isinstance(e, ast.Call) and terminal_name(e.func) in _RAISES:
                     return True
         p = parent(p)
-    return False
+    return isinstance(p, FUNC_TYPES) and any(_expected_failure(d) for d in p.decorator_list)
+
+
+def _dotted(e) -> str:
+    parts = []
+    while isinstance(e, ast.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    if isinstance(e, ast.Name):
+        parts.append(e.id)
+    return ".".join(reversed(parts))
+
+
+def _expected_failure(dec) -> bool:
+    """``@unittest.expectedFailure`` / ``@expectedFailure``, ``@pytest.mark.xfail`` /
+    ``@pytest.mark.xfail(reason=..., raises=...)``: not one whose failure depends on a condition
+    (``xfail(sys.platform == "win32")``, ``condition=``), where the test must pass elsewhere."""
+    if isinstance(dec, ast.Call):
+        cond = dec.args[0] if dec.args else next((k.value for k in dec.keywords if k.arg == "condition"), None)
+        if cond is not None and not (isinstance(cond, ast.Constant) and cond.value is True):
+            return False
+        dec = dec.func
+        if _dotted(dec).split(".")[-2:] != ["mark", "xfail"]:
+            return False  # ``expectedFailure`` takes no arguments
+    name = _dotted(dec)
+    return name in ("expectedFailure", "unittest.expectedFailure") or name.split(".")[-2:] == ["mark", "xfail"]
 
 
 def is_test_file(filename: str) -> bool:
@@ -141,36 +168,69 @@ _MOCK_PATCH = frozenset({"unittest.mock.patch", "mock.patch"})
 _MOCK_PATCH_OBJECT = frozenset({"unittest.mock.patch.object", "mock.patch.object"})
 
 
-def patched_names(sem, node: ast.AST) -> frozenset[str]:
-    """The names a test replaces with mocks where ``node`` runs: ``@patch("pkg.mod.Name")`` /
-    ``@patch.object(mod, "Name")`` on the enclosing functions and classes, and ``with
-    patch(...)`` blocks around ``node``; each as the last part of the patched target (``Name``).
-    ``unittest.mock`` (or the ``mock`` package) only, read from the imports."""
-    out: set[str] = set()
-
-    def target(call) -> None:
+def _patches(sem, node: ast.AST):
+    """(target, object) of each mock patch active where ``node`` runs: ``@patch("pkg.mod.Name")`` /
+    ``@patch.object(obj, "Name")`` on the enclosing functions and classes, and ``with patch(...)``
+    blocks around ``node``; ``target`` is the dotted string of ``patch`` (``object`` None) or the
+    attribute name of ``patch.object`` (``object`` its first argument). ``unittest.mock`` (or the
+    ``mock`` package) only, read from the imports."""
+    def target(call):
         if not isinstance(call, ast.Call):
-            return
+            return None
         qn = sem.call_qualname(call) or ""
         if qn in _MOCK_PATCH:
-            a = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "target"), None)
+            a = get_arg(call, 0, "target")
             if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value:
-                out.add(a.value.rsplit(".", 1)[-1])
+                return a.value, None
         elif qn in _MOCK_PATCH_OBJECT:
-            a = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "attribute"),
-                                                              None)
+            a = get_arg(call, 1, "attribute")
             if isinstance(a, ast.Constant) and isinstance(a.value, str):
-                out.add(a.value)
+                return a.value, get_arg(call, 0, "target")
+        return None
 
     p = parent(node)
     while p is not None:
         if isinstance(p, (*FUNC_TYPES, ast.ClassDef)):
-            for d in p.decorator_list:
-                target(d)
+            exprs = p.decorator_list
         elif isinstance(p, (ast.With, ast.AsyncWith)):
-            for item in p.items:
-                target(item.context_expr)
+            exprs = [item.context_expr for item in p.items]
+        else:
+            exprs = ()
+        for e in exprs:
+            got = target(e)
+            if got is not None:
+                yield got
         p = parent(p)
+
+
+def patched_names(sem, node: ast.AST) -> frozenset[str]:
+    """The names a test replaces with mocks where ``node`` runs (``_patches``), each as the last
+    part of the patched target (``Name``)."""
+    return frozenset(t.rsplit(".", 1)[-1] if obj is None else t for t, obj in _patches(sem, node))
+
+
+def patched_globals(hub, view, node: ast.AST) -> frozenset:
+    """(module view, name) of each module-level name that a mock patch active where ``node`` runs
+    replaces in that module's namespace: ``patch("pkg.mod.name")`` (``pkg.mod`` a project module,
+    resolved as an absolute import from ``view``), ``patch.object(mod, "name")`` of an imported
+    project module or of ``sys.modules[__name__]``. A call of that name in that module runs the
+    mock, not the function (``lifecycle.init_sites_at``)."""
+    sem = view.sem
+    if not sem.calls_to(*_MOCK_PATCH, *_MOCK_PATCH_OBJECT):
+        return frozenset()
+    out = set()
+    for t, obj in _patches(sem, node):
+        mv = None
+        if obj is None and "." in t:
+            mod, t = t.rsplit(".", 1)
+            mv = hub.module_view(view, mod, 0)
+        elif isinstance(obj, ast.Subscript) and isinstance(obj.slice, ast.Name) and obj.slice.id == "__name__" \
+                and sem.qualname(obj.value) == "sys.modules":
+            mv = view
+        elif isinstance(obj, ast.Name) and sem.qualname(obj):
+            mv = hub.module_view(view, sem.qualname(obj), 0)
+        if mv is not None:
+            out.add((mv, t))
     return frozenset(out)
 
 

@@ -8,11 +8,17 @@ from types import SimpleNamespace
 
 from ..flow.calls import reference_call
 from ..semantic import FUNC_TYPES, get_arg, parent
-from ..torch_api import SPAWNS
+from ..torch_api import RANK_STARTERS, SPAWNS, rank_entry
 
 
 def spawn_calls(ctx) -> list[ast.Call]:
     return ctx.sem.calls_to(*SPAWNS)
+
+
+def rank_starts(ctx) -> list[ast.Call]:
+    """The calls of this file that start ranks which each run a function (``torch_api.rank_entry``:
+    ``mp.spawn``, ``start_processes``, ``elastic_launch(config, entrypoint)``)."""
+    return ctx.sem.calls_to(*RANK_STARTERS)
 
 
 def target_def(ctx, call: ast.Call) -> ast.AST | None:
@@ -65,31 +71,42 @@ def _rank_functions(ctx) -> set[int] | None:
     """ids of the functions that run inside spawned ranks (spawn targets and the functions of this
     file they call, transitively); None when the file does not spawn; ``_UNKNOWN`` when it spawns a
     target that this file does not define as a plain function."""
-    calls = spawn_calls(ctx)
+    calls = rank_starts(ctx)
     if not calls:
         return None
     seen: set[int] = set()
     work = []
     for c in calls:
-        fn = get_arg(c, 0, "fn")
+        fn = rank_entry(ctx.sem, c)
         if isinstance(fn, ast.Name):
             work.extend(ctx.sem.functions.get(fn.id, ()))
         elif fn is not None:
             return _UNKNOWN  # a partial or a method: we cannot tell what runs in the ranks
-    # callees by enclosing function (one pass over the calls)
-    callees: dict[int, list[str]] = {}
+    # callees by enclosing function (one pass over the calls); a method call (``Prep().fetch()``,
+    # ``self.step()``) by the method of this file the project hub resolves it to
+    callees: dict[int, list] = {}
+    an = None
     for c in ctx.sem.calls:
+        fn = ctx.sem.enclosing_function(c)
+        if fn is None:
+            continue
         if isinstance(c.func, ast.Name):
-            fn = ctx.sem.enclosing_function(c)
-            if fn is not None:
-                callees.setdefault(id(fn), []).append(c.func.id)
+            callees.setdefault(id(fn), []).append(c.func.id)
+        elif isinstance(c.func, ast.Attribute) and ctx.qn(c) is None:
+            if an is None:
+                from ..flow import for_context  # lazy: only a file that starts ranks and calls methods
+
+                an = for_context(ctx)
+            got = an.resolve_call(an.main, c) if an.main.sem is ctx.sem else None
+            if got is not None and got[0] is an.main:
+                callees.setdefault(id(fn), []).append(got[1])
     while work:
         d = work.pop()
         if id(d) in seen:
             continue
         seen.add(id(d))
         for name in callees.get(id(d), ()):
-            work.extend(ctx.sem.functions.get(name, ()))
+            work.extend(ctx.sem.functions.get(name, ()) if isinstance(name, str) else (name,))
     # nested functions run where their parent runs
     return seen
 
@@ -132,14 +149,14 @@ def under_main_guard(node: ast.AST) -> bool:
 
 
 def in_launcher(ctx, node: ast.AST) -> bool:
-    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``), or that starts
+    """``node`` is in a function of this file that spawns the ranks (``mp.spawn``, ``elastic_launch``), or that starts
     them as processes of their own, each given its index as its rank
     (``node_launch.rank_launch_loops``: ``subprocess.Popen([..., f"--rank={i}"])`` in a loop): it
     runs in the launching process only."""
     fn = ctx.sem.enclosing_function(node)
     if fn is None:
         return False
-    if any(ctx.sem.enclosing_function(s) is fn for s in spawn_calls(ctx)):
+    if any(ctx.sem.enclosing_function(s) is fn for s in rank_starts(ctx)):
         return True
     if not ctx.sem.calls_to("subprocess.Popen", "subprocess.run", "subprocess.call", "subprocess.check_call"):
         return False
@@ -177,7 +194,7 @@ def distributed_program(an, ctx) -> bool:
 
     if is_distributed_script(ctx) or ctx.sem.calls_to(ACCELERATOR):
         return True
-    if spawn_calls(ctx):
+    if rank_starts(ctx):
         return False
     if launched(ctx, an):
         return True

@@ -50,7 +50,11 @@ class MissingDestroyProcessGroup(Rule):
     `MultiProcessTestCase` (or `DistributedTestBase`, `FSDPTest`, `DTensorTestBase`, also through
     project base classes in other modules) that creates the group, directly or through a helper,
     leaks nothing: the harness destroys the default group after each test (unless the class turns
-    `destroy_pg_upon_exit` off).
+    `destroy_pg_upon_exit` off). Nor does a call made where a test's mock patch replaces the helper
+    that inits, in the namespace of the module that calls it (`with mock.patch("pkg.main.init_group",
+    return_value=...): predict(...)`, `@mock.patch(...)`, `mock.patch.object(main, "init_group")`):
+    the mock runs, not the helper. A patch of the helper where it is defined (`pkg.dist.init_group`)
+    leaves the name `pkg.main` imported untouched, and is still reported.
 
     In a script, an init inside a module-level function that nothing runs is not reported: the
     function has no decorator, the file never names it outside its own `def` (no call, no use as

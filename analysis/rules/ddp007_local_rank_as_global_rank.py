@@ -6,7 +6,7 @@ import os
 from ..model import Severity
 from ..registry import NoCase, Rule
 from ..flow.calls import call_args
-from ..flow.process_entries import starts_group_processes
+from ..flow.process_entries import one_node_elastic, starts_group_processes
 from ..semantic import parent
 from ..flow.modern import hub
 from ..flow.rank_kinds import (
@@ -45,7 +45,8 @@ class LocalRankAsGlobalRank(Rule):
 
     Only programs that can span nodes are checked. A program (the file and the project modules
     it imports) that starts its own processes with `mp.spawn` (the spawn index is the global rank
-    on its one node), or that fixes its rendezvous on the loopback address
+    on its one node) or with `elastic_launch(LaunchConfig(max_nodes=1, ...), entrypoint)` (the value
+    of `max_nodes` followed through names, parameters and argparse defaults), or that fixes its rendezvous on the loopback address
     (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method="tcp://127.0.0.1:..."`) has one node by
     construction and is not flagged. Test files are skipped.
 
@@ -119,7 +120,7 @@ class LocalRankAsGlobalRank(Rule):
             return
         program = program_views(an, view)
         if self_launched(program) is not None or starts_group_processes(an, program) is not None \
-                or loopback_rendezvous(program) is not None:
+                or loopback_rendezvous(program) is not None or one_node_elastic(an, program) is not None:
             return
         here = os.path.dirname(os.path.abspath(ctx.filename)) if ctx.filename and not ctx.filename.startswith("<") \
             else None

@@ -37,7 +37,8 @@ class DownloadOnEveryRank(Rule):
     The call is flagged when no main-rank test keeps the other ranks out (`if rank == 0:`,
     `if local_rank == 0:`, an early `if rank != 0: return`, `@rank_zero_only`, a helper every call
     of which is guarded: `rank.rank0_guarded`), when it does not run only in the launching process
-    of an `mp.spawn` script (nor in the function that calls `mp.spawn`), and when its destination does not depend on the rank. A download in a
+    of an `mp.spawn` script (nor in the function that calls `mp.spawn`; the same for torchelastic's
+    `elastic_launch(config, entrypoint=train)`, whose entry point runs in every worker), and when its destination does not depend on the rank. A download in a
     function of another module of the project (`build_dataset(args)` in `data.py` that constructs
     `CIFAR10(args.data, download=True)`) is followed through the call (`flow.fs_effects`) and
     reported at the call that every rank makes. A call under a `with FileLock(...)` is not flagged.
