@@ -337,28 +337,31 @@ def _immutable(view, e) -> bool:
     return False
 
 
-def keys_read_back(view, state: ast.Name, load: ast.AST, param_ok: bool = False):
-    """The constant keys that the function of ``load`` (a DCP load, or a call that loads into
-    ``state``) reads out of the local dict ``state`` after the load (``state["k"]``,
+def keys_read_back(view, state: str, load: ast.AST, param_ok: bool = False):
+    """The constant keys that the function of ``load`` (a DCP load, a call that loads into the dict,
+    or the function itself: all of it counts as after the load) reads out of the local dict named
+    ``state`` after the load (``state["k"]``,
     ``state.get("k")``, ``state.pop("k")``; a read earlier in a loop around the load counts too),
     or None when the dict may be read some other way: it is a global, captured by a nested
     function, used as anything but a subscript with a constant key (passed on, returned,
     iterated, aliased), or a parameter (unless ``param_ok``: the callers read it then)."""
     fn = load if isinstance(load, FUNC_TYPES) else view.sem.enclosing_function(load)
-    if fn is None or (state.id in param_names(fn) and not param_ok):
+    if fn is None or (state in param_names(fn) and not param_ok):
         return None
     for node in ast.walk(fn):
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and state.id in node.names:
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and state in node.names:
             return None
         if node is not fn and isinstance(node, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)) and any(
-                isinstance(n, ast.Name) and n.id == state.id for n in ast.walk(node)):
+                isinstance(n, ast.Name) and n.id == state for n in ast.walk(node)):
             return None
     loops = {id(a) for a in _ancestors(load, fn) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))}
     end = (load.end_lineno, load.end_col_offset) if load is not fn else (0, 0)  # a method given the dict: all of it
     keys = set()
     for n in iter_scope_nodes(fn):
-        if not (isinstance(n, ast.Name) and n.id == state.id and isinstance(n.ctx, ast.Load)) or n is state:
+        if not (isinstance(n, ast.Name) and n.id == state and isinstance(n.ctx, ast.Load)):
             continue
+        if load is not fn and any(a is load for a in _ancestors(n, fn)):
+            continue  # the dict given to the load itself
         p = parent(n)
         later = (n.lineno, n.col_offset) > end or any(id(a) in loops for a in _ancestors(n, fn))
         if isinstance(p, ast.Subscript) and p.value is n:
@@ -404,7 +407,7 @@ def param_loads(view, fn, loads: tuple) -> list:
             sd = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "state_dict"), None)
             if f is None or not (isinstance(sd, ast.Name) and sd.id in param_names(f)):
                 continue
-            read = keys_read_back(view, sd, c, param_ok=True)
+            read = keys_read_back(view, sd.id, c, param_ok=True)
             if read is not None:
                 memo.setdefault(f, []).append((sd.id, c, read))
     return memo.get(fn, [])
@@ -424,7 +427,7 @@ def unread_stateful_keys(hub, view, ctor, callers=None) -> tuple | None:
     params = [a.arg for a in lfn.args.args]
     if len(params) != 2:
         return None
-    read = keys_read_back(lv, ast.Name(params[1], ast.Load()), lfn, param_ok=True)
+    read = keys_read_back(lv, params[1], lfn, param_ok=True)
     if read is None:
         return None
     dropped = {}

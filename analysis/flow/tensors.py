@@ -38,6 +38,10 @@ def tensor_ctor(ctx, expr: ast.AST) -> bool:
     return isinstance(expr, ast.Call) and ctx.qn(expr) in TENSOR_CTORS
 
 
+# ``DTensor.from_local`` under its public and older module paths
+FROM_LOCAL = ("torch.distributed.tensor.DTensor.from_local", "torch.distributed._tensor.DTensor.from_local",
+              "torch.distributed.tensor._api.DTensor.from_local", "torch.distributed._tensor.api.DTensor.from_local")
+
 # calls whose result is a DTensor replicated on every rank when the inputs are DTensors: the total
 # gradient norm, which torch reduces inside (torch 2.13: `Replicate()` under FSDP2, verified on gloo)
 REPLICATED_RESULTS = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_"})

@@ -5,9 +5,9 @@ import ast
 from ..model import Severity
 from ..registry import Rule
 from ..flow.modern import hub, origins
+from ..flow.tensors import FROM_LOCAL
 
-_DT = ("torch.distributed.tensor.distribute_tensor", "torch.distributed._tensor.distribute_tensor",
-       "torch.distributed.tensor.DTensor.from_local", "torch.distributed._tensor.DTensor.from_local")
+_DT = ("torch.distributed.tensor.distribute_tensor", "torch.distributed._tensor.distribute_tensor", *FROM_LOCAL)
 _DT_METHODS = ("redistribute",)
 _PLAIN_FACTORIES = frozenset(f"torch.{n}" for n in (
     "tensor", "randn", "rand", "zeros", "ones", "empty", "full", "arange", "randint", "zeros_like",

@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import get_arg, parent
+from ..semantic import get_arg, iter_scope_nodes, parent
 from ..flow.hidden import fsdp1_sharded
 from ..flow.origins import origins
 from ._common import D, other_call_sites
@@ -171,17 +171,19 @@ def _infinite(e) -> bool:
     return isinstance(e, ast.Attribute) and e.attr == "inf"
 
 
+def _local_of(node):
+    """``t`` of ``t.to_local()`` / ``t._local_tensor``, or None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to_local":
+        return node.func.value
+    if isinstance(node, ast.Attribute) and node.attr == "_local_tensor":
+        return node.value
+    return None
+
+
 def _local_grad(node):
     """``p.grad.to_local()`` / ``p.grad._local_tensor``: the ``p.grad`` attribute, or None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to_local":
-        g = node.func.value
-    elif isinstance(node, ast.Attribute) and node.attr == "_local_tensor":
-        g = node.value
-    else:
-        return None
-    if isinstance(g, ast.Attribute) and g.attr == "grad":
-        return g
-    return None
+    g = _local_of(node)
+    return g if isinstance(g, ast.Attribute) and g.attr == "grad" else None
 
 
 def _local_grad_via_helper(an, view, call):
@@ -197,21 +199,16 @@ def _local_grad_via_helper(an, view, call):
     if target is None or not isinstance(target[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     fn = target[1]
-    names = [a.arg for a in fn.args.args]
-    if len(names) != 1:
+    if len(fn.args.args) != 1:
         return None
-    rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
+    name = fn.args.args[0].arg
     local = False
-    for r in rets:
+    for r in (n.value for n in iter_scope_nodes(fn) if isinstance(n, ast.Return)):
         for e in (r.body, r.orelse) if isinstance(r, ast.IfExp) else (r,):
-            if isinstance(e, ast.Name) and e.id == names[0]:
+            if isinstance(e, ast.Name) and e.id == name:
                 continue
-            inner = None
-            if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "to_local" and not e.args:
-                inner = e.func.value
-            elif isinstance(e, ast.Attribute) and e.attr == "_local_tensor":
-                inner = e.value
-            if not (isinstance(inner, ast.Name) and inner.id == names[0]):
+            inner = _local_of(e)
+            if not (isinstance(inner, ast.Name) and inner.id == name):
                 return None
             local = True
     return g if local else None

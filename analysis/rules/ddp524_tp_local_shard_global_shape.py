@@ -199,9 +199,14 @@ class TpLocalShardGlobalShape(Rule):
                    "global size (use -1 for the head count, or store the local count after `parallelize_module`)")
         if what is None and _in(view, style):
             # the logits: the style is the line to change (``output_layouts=Replicate()``), the loss shows it
-            ctx.report(style, msg, related=[(node, "the loss that reads the local logits")] if _in(view, node) else [
-                ("file", ov.path, SourceText(ov.text).node_range(node), "the loss that reads the local logits")]
-                if ov.path != view.path and _in(ov, node) else [])
+            why = "the loss that reads the local logits"
+            if _in(view, node):
+                related = [(node, why)]
+            elif ov.path != view.path and _in(ov, node):
+                related = [("file", ov.path, SourceText(ov.text).node_range(node), why)]
+            else:
+                related = []
+            ctx.report(style, msg, related=related)
             return
         if _in(view, node):
             ctx.report(node, msg, related=[(style, "the style that shards it")] if _in(view, style) else [])

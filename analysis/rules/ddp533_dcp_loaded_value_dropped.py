@@ -90,7 +90,7 @@ class DcpLoadedValueDropped(Rule):
         done = set()  # the ``load_state_dict`` methods already judged
         for c, sd, read in sites:
             if isinstance(sd, ast.Name):
-                here = keys_read_back(view, sd, c)
+                here = keys_read_back(view, sd.id, c)
                 if here is None:
                     continue
                 read = read | here

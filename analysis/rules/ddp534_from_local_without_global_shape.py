@@ -7,10 +7,9 @@ from ..registry import Rule
 from ..semantic import get_arg
 from ..flow.modern import hub
 from ..flow.sharded_params import sharded_param
+from ..flow.tensors import FROM_LOCAL
 from ._common import other_call_sites
 
-_FROM_LOCAL = ("torch.distributed.tensor.DTensor.from_local", "torch.distributed._tensor.DTensor.from_local",
-               "torch.distributed.tensor._api.DTensor.from_local", "torch.distributed._tensor.api.DTensor.from_local")
 
 
 class FromLocalWithoutGlobalShape(Rule):
@@ -63,7 +62,7 @@ class FromLocalWithoutGlobalShape(Rule):
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
         callers = other_call_sites(ctx, an, methods=True, modules=True)
-        for c in ctx.calls_to(*_FROM_LOCAL):
+        for c in ctx.calls_to(*FROM_LOCAL):
             if any(k.arg in ("shape", "stride") or k.arg is None for k in c.keywords):
                 continue
             pl = get_arg(c, 2, "placements")
