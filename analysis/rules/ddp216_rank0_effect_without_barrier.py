@@ -50,7 +50,11 @@ class Rank0EffectWithoutBarrier(Rule):
     synchronising call after its main-rank block (`flow.fs_returns.main_only_effects`:
     `prepare_data(cfg["root"])` that downloads under `if is_main_process():`), when this function
     then uses the same path (bound to the call's arguments; `cfg["root"]`, an entry under a literal
-    key, keys like an attribute) after the call, with no barrier in between.
+    key, keys like an attribute) after the call, with no barrier in between. A method called on an
+    instance of a project class keeps its `self.<attr>` paths as that instance's: `ckpt.save(...)`,
+    whose main-rank block writes `os.path.join(self.root, "LATEST")`, then `ckpt.load_latest()` on
+    every rank, which reads it (also `self.ckpt.save(...)` then `self.ckpt.load_latest()` in a
+    method); another instance's paths are not the same.
 
     A use whose path is made of a name that only the main rank sets (`out = None` then
     `if rank == 0: out = run_dir`, `flow.fs_ranks`) is not one: the other ranks do not use that
