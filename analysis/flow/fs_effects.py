@@ -619,6 +619,8 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=No
                 nonlocal ok
                 a = args.get(m.group(1))
                 ak = path_key(vctx, a) if a is not None else None
+                if ak is None and m.group(2) and a.__class__ is ast.Name:
+                    ak = "obj:" + a.id  # an attribute of an object passed in: that object's (``_on_receiver``)
                 if ak is None:
                     ok = False
                     return "?"
