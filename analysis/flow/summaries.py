@@ -156,15 +156,25 @@ class Summaries(Roots):
 
     def _returned_wrapper(self, view, call: ast.Call, depth: int, ctx=None):
         """The wrapper that a function of this module called by ``call`` returns (every return holds one)."""
-        target = self.resolve_call(view, call) if call.func.__class__ is ast.Name and call.func.id in view.defs else None
-        if target is None or target[0] is not view or getattr(target[1], "name", "__init__") == "__init__":
+        f = call.func
+        local = f.__class__ is ast.Name and f.id in view.defs
+        if not (local or (f.__class__ is ast.Name and f.id in view.imports)
+                or (f.__class__ is ast.Attribute and f.value.__class__ is ast.Name and f.value.id in view.imports)):
             return None
-        fn, got = target[1], None
+        target = self.resolve_call(view, call)
+        if target is None or (local and target[0] is not view) or getattr(target[1], "name", "__init__") == "__init__" \
+                or not isinstance(target[1], FUNC_TYPES):
+            return None
+        tview, fn, got = target[0], target[1], None
         for r in iter_scope_nodes(fn):
             if isinstance(r, ast.Return):
-                got = self.wrapper_ctor(view, r.value, r, depth + 1) if r.value is not None else None
+                got = self.wrapper_ctor(tview, r.value, r, depth + 1) if r.value is not None else None
                 if got is None:
                     return None
+        if got is not None and tview is not view:
+            # a helper of another module returns the wrapper (``model = parallel.wrap(net)``): its
+            # arguments are read in that module (``forward_effect``)
+            self.ctor_views.setdefault(id(got), self.ctor_views.get(id(got), tview))
         return got
 
     def param_wrapper(self, view, fn: ast.AST, name: str):
