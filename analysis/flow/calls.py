@@ -136,7 +136,25 @@ def wrapped_names(view) -> frozenset:
                         names.add(t.id)
                     elif isinstance(t, ast.Attribute):
                         names.add(t.attr)
-        if ctors:
+        # ``net = wrap(net)`` / ``net = parallel.wrap(net)`` of a project module: the helper may return
+        # the wrapper (``wrapper_ctor`` follows the return into that module)
+        imports = view.imports
+        for st in sem.by_type.get(ast.Assign, ()):
+            v = st.value
+            if v.__class__ is not ast.Call:
+                continue
+            f = v.func
+            base = f.id if f.__class__ is ast.Name else (
+                f.value.id if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name else None)
+            imp = imports.get(base) if base is not None else None
+            if imp is None or (not imp[1] and (imp[0] or "").split(".", 1)[0] in _NOT_PROJECT_MODS):
+                continue
+            for t in st.targets:
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+                elif isinstance(t, ast.Attribute):
+                    names.add(t.attr)
+        if ctors or names:
             # ``net = build(...)`` where ``build``, a function of this file, returns the wrapper
             # (``return DDP(...)``, or a name bound to it there): ``wrapper_ctor`` follows the return
             returning = set()

@@ -81,7 +81,7 @@ def call_context(hub, view, call: ast.Call, target, pctx, want_binds: bool = Tru
             w = hub.wrapper_ctor(view, arg, call, ctx=pctx)
             if w is not None and hub.param_wrapper(tv, fn, name) is None:
                 wraps[name] = w
-                hub.ctor_views[id(w)] = view
+                hub.ctor_views.setdefault(id(w), view)  # a helper's wrapper keeps its module
         if want_binds:
             v = ev.value(arg)
             if v.varying:
@@ -162,7 +162,7 @@ def _self_wraps(hub, view, call: ast.Call, tv, fn, pctx) -> dict:
             w = hub.wrapper_ctor(view, arg, ctor, ctx=pctx)
             if w is not None:
                 params[name] = w
-                hub.ctor_views[id(w)] = view
+                hub.ctor_views.setdefault(id(w), view)  # a helper's wrapper keeps its module
     if not params:
         return {}
     out = {}

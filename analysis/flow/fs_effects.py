@@ -26,7 +26,7 @@ import re
 from ..semantic import FUNC_TYPES, get_arg, param_names, parent
 from ..torch_api import constant_of
 from .bindings import contains as _contains
-from .calls import may_resolve
+from .calls import instance_names, may_resolve
 from .helper_calls import bind_args
 from .fs_guards import effect_guards, main_only_by_args, refuted
 from .instances import is_super, super_method
@@ -580,8 +580,14 @@ def may_resolve_any(view, call: ast.Call) -> bool:
     f = call.func
     if f.__class__ is ast.Name and view.star_imports:
         return True  # ``from pkg.utils import *``: the hub looks the name up in those modules
-    return may_resolve(view, call) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
-                                       and (may_resolve(view, f.value) or is_super(f.value)))
+    if may_resolve(view, call):
+        return True
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Name:
+        return f.value.id in instance_names(view)  # ``ckpt.save(...)`` on ``ckpt = Manager(...)``
+    if f.__class__ is ast.Attribute and f.value.__class__ is ast.Attribute and f.value.value.__class__ is ast.Name:
+        return f.value.value.id == "self"  # ``self.ckpt.save(...)``: ``self.ckpt``'s class (``self_attr_class``)
+    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) \
+        and (may_resolve(view, f.value) or is_super(f.value))
 
 
 _PARAM = re.compile(r"param:([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
@@ -613,6 +619,8 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=No
                 nonlocal ok
                 a = args.get(m.group(1))
                 ak = path_key(vctx, a) if a is not None else None
+                if ak is None and m.group(2) and a.__class__ is ast.Name:
+                    ak = "obj:" + a.id  # an attribute of an object passed in: that object's (``_on_receiver``)
                 if ak is None:
                     ok = False
                     return "?"
@@ -635,10 +643,38 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=No
                     path.end_lineno, path.end_col_offset = path.value.end_lineno, path.value.end_col_offset
         elif k is not None and k.startswith("'"):
             key = k  # a literal path: the same in every module
+        if k is not None and "attr:self." in k and (key is not None or "param:" not in k):
+            # a method called on an instance (``ckpt.save(...)``): its ``self.<attr>`` paths are that
+            # instance's (``ckpt.load_latest()`` reads what ``ckpt.save()`` wrote); on ``self`` they stay
+            key = _on_receiver(vctx, call, key or k)
         f = FsEffect(e.kind, e.api, e.node, path, e.cache, e.folder, pview, (name, *e.via), e.home)
         f.key, f.args, f.per_rank, f.exist_ok = key, tuple(used) or e.args, e.per_rank, e.exist_ok
         out.append(f)
     return out
+
+
+_SELF_ATTR = re.compile(r"attr:self\.")
+
+
+def _on_receiver(vctx, call: ast.Call, key: str) -> str | None:
+    """``key`` (of a method's effect) with its ``self.`` paths those of the instance the method was
+    called on: ``obj:ckpt.root`` for ``ckpt.save(...)``; unchanged for ``self.m(...)`` and
+    ``Cls(...).m(...)`` (a fresh instance: None, no other call shares it)."""
+    f = call.func
+    if f.__class__ is not ast.Attribute:
+        return key
+    recv = f.value
+    if recv.__class__ is ast.Name:
+        if recv.id == "self":
+            return key
+        rk = path_key(vctx, recv)
+        base = rk if rk is not None and rk.startswith(("param:", "name:", "attr:")) else "obj:" + recv.id
+        return _SELF_ATTR.sub(lambda m: base + ".", key)
+    if recv.__class__ is ast.Attribute:
+        rk = path_key(vctx, recv)
+        if rk is not None and rk.startswith("attr:"):
+            return _SELF_ATTR.sub(lambda m: rk + ".", key)
+    return None
 
 
 def effects_at(ctx, an, call: ast.Call, local: bool = True) -> list[FsEffect]:

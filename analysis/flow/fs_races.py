@@ -281,7 +281,7 @@ def _checked_outside_lock(ctx, an, scope, calls, tests) -> list[Race]:
                 if effs:
                     hit = c
                     break
-            if hit is not None and not _rebound(ctx, scope, k, node, hit):
+            if hit is not None and not rebound(ctx, scope, k, node, hit):
                 effs = effects_at(ctx, an, hit)
                 out.append(Race("checked-outside-lock", node, chk, w.items[0].context_expr,
                                 effs[0] if effs else None))
@@ -298,7 +298,7 @@ def race_key(vctx, expr) -> str | None:
     cannot read (assigned in several branches, from a call, a loop variable), the path with that
     variable keyed as itself (``local:name``; the whole path when it is such a variable,
     ``join(param:root,local:name)`` when it is written inline as ``os.path.join(root, name)``): the
-    same path as long as no such variable is assigned again in between (``_rebound``)."""
+    same path as long as no such variable is assigned again in between (``rebound``)."""
     k = path_key(vctx, expr)
     if k is None and expr is not None:
         if isinstance(expr, ast.Name):
@@ -318,7 +318,7 @@ def effect_key(vctx, an, e) -> str | None:
 _LOCAL_NAME = re.compile(r"local:([A-Za-z_][A-Za-z_0-9]*)")
 
 
-def _rebound(ctx, scope, key, a, b) -> bool:
+def rebound(ctx, scope, key, a, b) -> bool:
     """A variable of a key with ``local:`` parts is assigned between ``a`` and ``b``."""
     if "local:" not in key:
         return False
@@ -368,7 +368,7 @@ def check_then_create(ctx, an, scope) -> list[Race]:
             for c, e in creates:
                 if e.kind != MKDIR or e.exist_ok is not False or effect_key(ctx, an, e) != k or id(c) in done:
                     continue
-                if _in_block(c, block) and not _caught(c, node) and not _rebound(ctx, scope, k, node, c):
+                if _in_block(c, block) and not _caught(c, node) and not rebound(ctx, scope, k, node, c):
                     done.add(id(c))
                     out.append(Race("create-if-missing", node, chk, c, e))
         elif ex and (block is None or _terminates(ctx, block)) and _alone(node, chk):
@@ -376,7 +376,7 @@ def check_then_create(ctx, an, scope) -> list[Race]:
             end = (node.end_lineno, node.end_col_offset)
             for c, e in creates:
                 if effect_key(ctx, an, e) != k or id(c) in done or (c.lineno, c.col_offset) < end \
-                        or _rebound(ctx, scope, k, node, c):
+                        or rebound(ctx, scope, k, node, c):
                     continue
                 if has_ancestor(c, node):
                     continue
@@ -420,12 +420,12 @@ def _write_if_missing(ctx, an, scope, calls, creates, node, chk, k, block, done)
     out = []
     for c, e in creates:
         if e.kind != WRITE or e.folder or e.api in _ATOMIC_WRITES or effect_key(ctx, an, e) != k \
-                or id(c) in done or not _in_block(c, block) or _rebound(ctx, scope, k, node, c) \
+                or id(c) in done or not _in_block(c, block) or rebound(ctx, scope, k, node, c) \
                 or e.per_rank or rank_specific(ctx, chk.args[0] if chk.args else chk.func.value, chk):
             continue  # (a path of this rank's own: nobody else writes or reads it)
         reads = [r for r in calls if not _in_block(r, block) and r is not c
                  and any(x.kind == READ and effect_key(ctx, an, x) == k for x in effects_at(ctx, an, r))
-                 and not _rebound(ctx, scope, k, node, r)]
+                 and not rebound(ctx, scope, k, node, r)]
         if reads:
             done.add(id(c))
             out.append(Race("write-if-missing", node, chk, c, e))

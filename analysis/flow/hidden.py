@@ -440,7 +440,7 @@ def is_fsdp1(hub, view, expr, at) -> bool:
         w = hub.wrapper_ctor(view, expr, at)
     except Exception:  # pragma: no cover - defensive: a helper of the hub on odd input
         return False
-    return w is not None and view.sem.call_qualname(w) == FSDP1
+    return w is not None and hub.ctor_views.get(id(w), view).sem.call_qualname(w) == FSDP1
 
 
 # sharding strategies of FSDP1 under which each rank holds a shard of every (flat) parameter
@@ -460,7 +460,7 @@ def fsdp1_sharded(hub, view, expr, at):
         w = hub.wrapper_ctor(view, expr, at)
     except Exception:  # pragma: no cover - defensive: a helper of the hub on odd input
         w = None
-    wraps = [(view, w)] if w is not None else origins(hub, view, expr, at)
+    wraps = [(hub.ctor_views.get(id(w), view), w)] if w is not None else origins(hub, view, expr, at)
     if not wraps:
         return None
     for wv, w in wraps:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
-from .values import Value, summary
+from .records import function_name
+from .values import X, Value, summary
 
 _MAX_DEPTH = 2
 _EXITS = (ast.Return, ast.Raise)
@@ -43,6 +44,10 @@ def state_value(hub, view, e: ast.Attribute, d: int, ctx=None):
         hub.cut_state.n += 1  # a depth cap: an answer made of it is not memoised for good
         return None
     fn = view.sem.enclosing_function(e)
+    if key == ("self",) and fn is not None and isinstance(parent(fn), ast.ClassDef):
+        got = _own_store(hub, view, fn, e, ctx)
+        if got is not None:
+            return got
     for c in _method_calls(view, fn if fn is not None else view.sem.tree).get(key, ()):
         f = c.func
         if c is parent(e):
@@ -55,6 +60,42 @@ def state_value(hub, view, e: ast.Attribute, d: int, ctx=None):
             return Value("V", got.src.step(f"which `{ast.unparse(f)}()` at line {c.lineno} stores in "
                                            f"`{ast.unparse(e)}`"))
     return None
+
+
+def _own_store(hub, view, fn, e: ast.Attribute, ctx):
+    """The rank-varying value that the method ``fn`` itself stores in ``self.<attr>`` before the read
+    ``e`` (``if val_loss <= self.target: self.stop = True`` then ``return self.stop``), as ``fn`` runs
+    under the evaluator's context ``ctx`` (a call's arguments bound); else None."""
+    if not any(isinstance(a, ast.Attribute) and a.attr == e.attr and isinstance(a.ctx, ast.Store)
+               and isinstance(a.value, ast.Name) and a.value.id == "self" and a.lineno < e.lineno
+               for a in _self_stores(view, fn)):
+        return None
+    memo = (ctx.memo if ctx is not None else view.memo).setdefault("instance_state.own", {})
+    got = summary(hub.cut_state, memo, id(fn), lambda: _compute(hub, view, fn, ctx, 0), {}).get(e.attr)
+    if got is None:
+        # a store under a test the evaluator cannot judge here (on a parameter, with no call's
+        # context): what the read gives is not known; a call's context may tell (``_returns``)
+        ev = hub.evaluator(view, ctx)
+        for a in _self_stores(view, fn):
+            if a.attr == e.attr and a.lineno < e.lineno and isinstance(a.value, ast.Name) and a.value.id == "self":
+                p = parent(a)
+                while p is not None and p is not fn:
+                    if isinstance(p, (ast.If, ast.While)) and ev.value(p.test).kind == "X":
+                        return X
+                    p = parent(p)
+        return None
+    return Value("V", got.src.step(f"which `{function_name(fn)}()` stores in `self.{e.attr}` before"))
+
+
+def _self_stores(view, fn) -> list:
+    """The ``self.<attr>`` store targets of ``fn`` (its own scope), once per function."""
+    memo = view.memo.setdefault("instance_state.stores", {})
+    got = memo.get(id(fn))
+    if got is None:
+        got = memo[id(fn)] = [a for n in iter_scope_nodes(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                              for a in ast.walk(t) if isinstance(a, ast.Attribute) and isinstance(a.ctx, ast.Store)]
+    return got
 
 
 def _method_calls(view, scope) -> dict:

@@ -20,6 +20,9 @@ DCP_SAVE = ("torch.distributed.checkpoint.save", "torch.distributed.checkpoint.s
             "torch.distributed.checkpoint.save_state_dict")
 DCP_LOAD = ("torch.distributed.checkpoint.load", "torch.distributed.checkpoint.state_dict_loader.load",
             "torch.distributed.checkpoint.load_state_dict")
+# every call that reads a DCP checkpoint's folder (its ``.metadata`` first): the loads, and the
+# conversion to one ``torch.save`` file
+DCP_READ = (*DCP_LOAD, "torch.distributed.checkpoint.format_utils.dcp_to_torch_save")
 ASYNC_SAVE = ("torch.distributed.checkpoint.async_save", "torch.distributed.checkpoint.state_dict_saver.async_save")
 INIT_MESH = ("torch.distributed.device_mesh.init_device_mesh", "torch.distributed._tensor.device_mesh.init_device_mesh")
 PARALLELIZE = ("torch.distributed.tensor.parallel.parallelize_module",)

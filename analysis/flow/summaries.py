@@ -155,17 +155,17 @@ class Summaries(Roots):
         return None
 
     def _returned_wrapper(self, view, call: ast.Call, depth: int, ctx=None):
-        """The wrapper that a function of this module called by ``call`` returns (every return holds one)."""
-        target = self.resolve_call(view, call) if call.func.__class__ is ast.Name and call.func.id in view.defs else None
-        if target is None or target[0] is not view or getattr(target[1], "name", "__init__") == "__init__":
+        """The wrapper that a project function called by ``call`` returns (every return holds one): of
+        this module, or of another (``parallel.wrap(net)``: its arguments are then read there)."""
+        name = getattr(call.func, "id", None) or getattr(getattr(call.func, "value", None), "id", None)
+        t = self.resolve_call(view, call) if name in view.defs or name in view.imports else None
+        if t is None or (name in view.defs and t[0] is not view) or not isinstance(t[1], FUNC_TYPES) or t[1].name == "__init__":
             return None
-        fn, got = target[1], None
-        for r in iter_scope_nodes(fn):
-            if isinstance(r, ast.Return):
-                got = self.wrapper_ctor(view, r.value, r, depth + 1) if r.value is not None else None
-                if got is None:
-                    return None
-        return got
+        got = [self.wrapper_ctor(t[0], r.value, r, depth + 1) if r.value is not None else None
+               for r in iter_scope_nodes(t[1]) if isinstance(r, ast.Return)]
+        if got and all(got) and t[0] is not view:
+            self.ctor_views[id(got[-1])] = self.ctor_views.get(id(got[-1]), t[0])
+        return got[-1] if got and all(got) else None
 
     def param_wrapper(self, view, fn: ast.AST, name: str):
         return self._param_wrapper(view, fn, name, 0)

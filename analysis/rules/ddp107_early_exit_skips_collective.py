@@ -57,7 +57,8 @@ class EarlyExitSkipsCollective(Rule):
     receives makes that all-reduce at the call, and a value it returns from this rank's data
     (`val_loss = validate(model, val_loader)`) is rank-varying, and so is what a method stores on
     its object from such a value (`stopper.observe(val_loss)` then `if stopper.halt: break`, the
-    flag set under a test on the loss: `flow.instance_state`). When the exit lives in a helper of
+    flag set under a test on the loss: `flow.instance_state`), also when the method returns the flag
+    it sets (`if stopper.update(val_loss): break`). When the exit lives in a helper of
     another file, the finding is reported at the call.
 
     Not flagged: a condition on a value a collective made equal on every rank (an all-reduced stop

@@ -6,6 +6,7 @@ from ..model import Severity
 from ..registry import NoCase, Rule
 from ..semantic import parent
 from ..flow.fs_effects import DOWNLOAD, EXTRACT, LIST, MKDIR, PRODUCES, READ, WRITE, effects_at, folder_of
+from ..flow.fs_races import effect_key, rebound
 from ..flow.fs_ranks import main_only_part
 from ..flow.rank import rank0_guarded, rank_guard
 from ..flow.rank_tests import polarity
@@ -34,7 +35,9 @@ class Rank0EffectWithoutBarrier(Rule):
 
     The same path is decided by value flow (`flow.fs_effects.path_key`): the same variable, the same
     expression, a name bound once (also in a tuple assignment), `args.x`, `os.path.join` /
-    `Path(...) / "x"` / f-strings over them. Effects and reads inside project functions (this file
+    `Path(...) / "x"` / f-strings over them; a variable whose value the analysis cannot read (the
+    result of a helper, `path = os.path.join(root, index_name(cfg))`) is the same path at the write
+    and at the read as long as it is not assigned again in between (`flow.fs_races.race_key`). Effects and reads inside project functions (this file
     or another module) are followed through their calls, their paths bound to the call's arguments
     (`if is_main: save_checkpoint(state, path)` then `load_checkpoint(path)` on every rank).
 
@@ -50,7 +53,11 @@ class Rank0EffectWithoutBarrier(Rule):
     synchronising call after its main-rank block (`flow.fs_returns.main_only_effects`:
     `prepare_data(cfg["root"])` that downloads under `if is_main_process():`), when this function
     then uses the same path (bound to the call's arguments; `cfg["root"]`, an entry under a literal
-    key, keys like an attribute) after the call, with no barrier in between.
+    key, keys like an attribute) after the call, with no barrier in between. A method called on an
+    instance of a project class keeps its `self.<attr>` paths as that instance's: `ckpt.save(...)`,
+    whose main-rank block writes `os.path.join(self.root, "LATEST")`, then `ckpt.load_latest()` on
+    every rank, which reads it (also `self.ckpt.save(...)` then `self.ckpt.load_latest()` in a
+    method); another instance's paths are not the same.
 
     A use whose path is made of a name that only the main rank sets (`out = None` then
     `if rank == 0: out = run_dir`, `flow.fs_ranks`) is not one: the other ranks do not use that
@@ -165,7 +172,7 @@ class Rank0EffectWithoutBarrier(Rule):
                 continue
             done = set()
             for c, e, g in guarded:
-                wk = e.path_key()
+                wk = effect_key(ctx, an, e)
                 if wk is None or id(g) in done:
                     continue
                 for r in calls:
@@ -173,7 +180,7 @@ class Rank0EffectWithoutBarrier(Rule):
                             or rank0_guarded(ctx, r, callers=False) is True:
                         continue
                     use = _use(ctx, an, r, e, wk)
-                    if use is None:
+                    if use is None or rebound(ctx, scope, wk, g, r):
                         continue
                     if synchronised_between(an, an.main, scope, g, r) is not None:
                         break
@@ -416,7 +423,7 @@ def _use(ctx, an, r, w, wk) -> str | None:
     for u in effects_at(ctx, an, r):
         if u.path is None or u.node is w.node:
             continue
-        uk = u.path_key()
+        uk = effect_key(ctx, an, u)
         if uk is None:
             continue
         if u.view is an.main and main_only_part(ctx, an.main, u.path, r, literal=False) is not None:

@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import parent
 from ._common import project_callers
 from ..flow.bindings import contains
-from ..flow.modern import ASYNC_SAVE, DCP_LOAD, hub, key_of, uses_after
+from ..flow.modern import ASYNC_SAVE, DCP_READ, hub, key_of, uses_after
 from ..flow.origins import helper_results, qn_pred
 from ..flow.ckpt_publish import async_starts, path_forms, published
 from ..flow.reach import reaches
@@ -40,7 +40,10 @@ class AsyncSaveNotWaited(Rule):
     between; a method that reads a checkpoint without waiting the future another method of its class
     keeps (`self.pending = dcp.async_save(...)`), called after that method on the same object (in
     its module or another, such as a training script that saves, then reloads the last step) with
-    no waiting method called between them.
+    no waiting method called between them; and in a training script, a read of the object's
+    checkpoint (`export(ckpt.latest(), out)` where the helper runs `dcp_to_torch_save`, or a
+    `dcp.load`) after `ckpt.save(step)` (a method of a project class that keeps the future of its
+    `async_save` on `self`) with no waiting method of that class called on `ckpt` in between.
 
     ## Why is this bad?
     `async_save` stages the state dict and returns at once; the write, and the collectives that
@@ -89,6 +92,7 @@ class AsyncSaveNotWaited(Rule):
         an, view = hub(ctx)
         sem = view.sem
         self._published_early(ctx, an, view)
+        _read_after_instance_save(ctx, an, view)
         if "async_save" not in ctx.src.text:
             return  # (the gate of the checks below: a necessary condition)
         # the ``async_save`` calls, and the calls of project helpers that return their future
@@ -229,7 +233,7 @@ def _target_of(c, p):
 def _reads(an, view, c):
     """The checkpoint read ``c`` runs: ``c`` itself for a ``dcp.load``, the ``dcp.load`` of the
     project function it calls (in this module or another); else None."""
-    if (view.sem.call_qualname(c) or "") in DCP_LOAD:
+    if (view.sem.call_qualname(c) or "") in DCP_READ:
         return c
     if not isinstance(c.func, (ast.Name, ast.Attribute)):
         return None
@@ -240,7 +244,7 @@ def _reads(an, view, c):
     if got is None or not isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     tv, fn = got
-    return next((x for x in ast.walk(fn) if isinstance(x, ast.Call) and (tv.sem.call_qualname(x) or "") in DCP_LOAD), None)
+    return next((x for x in ast.walk(fn) if isinstance(x, ast.Call) and (tv.sem.call_qualname(x) or "") in DCP_READ), None)
 
 
 def _read_in_flight(ctx, an, view, c, store, k: str, uses) -> None:
@@ -262,6 +266,71 @@ def _read_in_flight(ctx, an, view, c, store, k: str, uses) -> None:
                       "checkpoint missing or half written; wait for the save first",
                    related=[(c, "the async save, still in flight")])
         return
+
+
+def _read_after_instance_save(ctx, an, view) -> None:
+    """``ckpt.save(step)``, a method of a project class (another module too) that keeps the future of
+    an ``async_save`` in ``self.<attr>``, then a checkpoint read (``dcp.load``, ``dcp_to_torch_save``,
+    or a project helper that runs one) in the same function whose arguments use ``ckpt``
+    (``export(ckpt.latest(), out)``), with no method of the class that waits ``self.<attr>`` called on
+    ``ckpt`` between them: the read meets the save in flight."""
+    sem = view.sem
+    keeps: dict = {}  # id(method) -> (its class, the attribute) or None
+    for site in sem.calls:
+        f = site.func
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id != "self"):
+            continue
+        got = an.resolve_call(view, site)
+        if got is None or not isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        tv, m = got
+        if id(m) not in keeps:
+            keeps[id(m)] = _kept_future(tv, m)
+        kept = keeps[id(m)]
+        if kept is None:
+            continue
+        cls, attr = kept
+        waiters = _waiting_methods(cls, attr)
+        if not waiters:
+            continue  # nothing of the class waits the future: not this question
+        key = f.value.id
+        scope = sem.enclosing_function(site) or sem.tree
+        at = (site.end_lineno, site.end_col_offset)
+        later = sorted((x for x in sem.calls if (sem.enclosing_function(x) or sem.tree) is scope
+                        and (x.lineno, x.col_offset) > at), key=lambda x: (x.lineno, x.col_offset))
+        for r in later:
+            if isinstance(r.func, ast.Attribute) and r.func.attr in waiters and key_of(r.func.value) == key:
+                break  # waited first
+            if isinstance(r.func, ast.Attribute) and isinstance(r.func.value, ast.Name) and r.func.value.id == key:
+                continue  # a method of the object itself: ``_read_on_self``'s question
+            if not any(isinstance(n, ast.Name) and n.id == key for a in (*r.args, *(k.value for k in r.keywords))
+                       for n in ast.walk(a)):
+                continue  # a read of something else
+            if _reads(an, view, r) is None:
+                continue
+            ctx.report(r, f"`{ctx.text(r)}` reads the checkpoint of `{key}` while the `async_save` that "
+                          f"`{ctx.text(site)}` (line {site.lineno}) starts may still be writing it: nothing waits "
+                          f"its future (`self.{attr}`) before, so the read finds no `.metadata` or a half-written "
+                          f"checkpoint; call `{key}.{sorted(waiters)[0]}()` first",
+                       related=[(site, "the async save, still in flight")])
+            break
+
+
+def _kept_future(view, m):
+    """(class, attribute) when method ``m`` of a module-level class stores an ``async_save``'s future in
+    ``self.<attr>``; else None."""
+    cls = parent(m)
+    if not isinstance(cls, ast.ClassDef) or not isinstance(parent(cls), ast.Module):
+        return None
+    for n in ast.walk(m):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call) \
+                and (view.sem.call_qualname(n.value) or "") in ASYNC_SAVE:
+            t = n.targets[0]
+            if isinstance(t, ast.Attribute) and _is_self(t.value):
+                if any(_is_self_attr(u, t.attr) and _waited(u) and u.lineno > n.lineno for u in ast.walk(m)):
+                    return None  # waited before the method returns
+                return cls, t.attr
+    return None
 
 
 def _read_on_self(ctx, an, view, c, store, attr: str) -> None:
