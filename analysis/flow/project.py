@@ -327,7 +327,7 @@ def _roots_for(here: str, absent: list) -> list[str]:
     if d not in roots:
         roots.append(d)
     ns = None
-    if d != here and os.path.basename(d).isidentifier():
+    if os.path.basename(d).isidentifier():
         # the package climb ended at a folder without ``__init__.py`` above a package: it may be
         # an implicit namespace package (``REC/trainer/`` importing ``REC.utils``), imported from
         # the folder above it; looked up last, after the package's own roots, and never above
