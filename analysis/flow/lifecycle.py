@@ -3,7 +3,8 @@ tear it down (``destroy_process_group``), directly or through project functions 
 and under which conditions of the function that makes them.
 
 - ``lifecycle_of(hub, view, fn)``: ("must" | "may" | None for the init, "must" | None for the
-  destroy) of a project function: "must" when every normal return of ``fn`` went through it;
+  destroy) of a project function: "must" when every normal return of ``fn`` went through it (with
+  what the wrappers of its project decorators do around it: ``call_sites.wrappers``);
 - ``events(hub, view, scope)``: the ``Event``s of a scope in source order, each with its path
   conditions (``conditions``): the ``if`` branches around it and the early exits before it;
 - ``harmless(view, test)``: a test on the group itself (``dist.is_initialized()``,
