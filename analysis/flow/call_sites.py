@@ -9,6 +9,14 @@
   through the project functions it calls (with ``at_exit``, also those it registers to run when
   the process exits: ``atexit.register(f)``), any path, up to 3 calls deep; ``lifecycle``'s
   ``init_sites`` / ``destroys_anywhere`` / ``library_init_sites`` ask it;
+- ``wrappers(hub, view, fn)``: what a call of a decorated project function runs around its body:
+  (view, wrapper) of each project decorator that returns a function it defines (``def
+  tears_down(method): def run(self, *a, **k): try: return method(self, *a, **k) finally:
+  dist.destroy_process_group(); return run``), named (``@deco``, ``@mod.deco``, imported absolutely
+  or relatively) or made by a factory (``@deco(...)``: the function the factory returns is the
+  decorator). ``sites`` and ``lifecycle.lifecycle_of`` add the wrappers' calls to the decorated
+  function's own (the wrapper runs the body where it calls its parameter); a library decorator,
+  or one that returns its argument, adds nothing;
 - ``runs_before(hub, view, at, qns)``: the call of ``at``'s function, before ``at``, that makes a
   call of ``qns`` (there, or in the project functions it calls: ``apply_tp(model, mesh)`` that
   calls ``parallelize_module`` inside, across modules); DDP521.
@@ -129,6 +137,9 @@ def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False, prefixes:
         return memo[key]
     sem = view.sem
     out = []
+    if depth < 3:  # a call of a decorated function runs its decorators' wrappers around it
+        for wv, w in wrappers(hub, view, fn):
+            out.extend(s for s in sites(hub, wv, w, wanted, depth + 1, instances, prefixes, at_exit) if s not in out)
     for c in sem.scope_calls(fn) or ():
         qn = sem.call_qualname(c) or ""
         if qn in wanted or (prefixes and qn.startswith(prefixes)):
@@ -145,6 +156,54 @@ def sites(hub, view, fn, qns, depth: int = 0, instances: bool = False, prefixes:
                 out.extend(s for s in sites(hub, *target, wanted, depth + 1, instances, prefixes, at_exit)
                            if s not in out)
     memo[key] = out
+    return out
+
+
+def returned_inner(fn: ast.AST):
+    """The function ``fn`` defines in its own body and returns by name on every ``return`` (``def
+    run(...): ...`` then ``return run``); else None."""
+    inner = {st.name: st for st in getattr(fn, "body", ()) if isinstance(st, FUNC_TYPES)}
+    found = None
+    stack = list(fn.body) if inner else []
+    while stack:
+        st = stack.pop()
+        if isinstance(st, (*FUNC_TYPES, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(st, ast.Return):
+            got = inner.get(st.value.id) if isinstance(st.value, ast.Name) else None
+            if got is None or (found is not None and found is not got):
+                return None
+            found = got
+            continue
+        stack.extend(ast.iter_child_nodes(st))
+    return found
+
+
+def wrappers(hub, view, fn) -> list:
+    """(view, wrapper) of each project decorator of ``fn`` that returns a function it defines."""
+    decos = getattr(fn, "decorator_list", None)
+    if not decos or hub is None:
+        return []
+    memo = view.memo.setdefault("call_sites.wrappers", {})
+    got = memo.get(id(fn))
+    if got is not None:
+        return got
+    memo[id(fn)] = []  # recursion guard
+    out = []
+    for d in decos:
+        if isinstance(d, ast.Call):  # a factory: the function it returns is the decorator
+            try:
+                fac = project_target(hub, view, d)
+            except Exception:  # noqa: BLE001 - unresolvable: not followed
+                fac = None
+            inner = returned_inner(fac[1]) if fac is not None and isinstance(fac[1], FUNC_TYPES) else None
+            deco = (fac[0], inner) if inner is not None else None
+        else:
+            deco = reference_target(hub, view, d, d)
+        w = returned_inner(deco[1]) if deco is not None and deco[1] is not fn else None
+        if w is not None and w is not fn:
+            out.append((deco[0], w))
+    memo[id(fn)] = out
     return out
 
 

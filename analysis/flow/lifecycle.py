@@ -3,7 +3,8 @@ tear it down (``destroy_process_group``), directly or through project functions 
 and under which conditions of the function that makes them.
 
 - ``lifecycle_of(hub, view, fn)``: ("must" | "may" | None for the init, "must" | None for the
-  destroy) of a project function: "must" when every normal return of ``fn`` went through it;
+  destroy) of a project function: "must" when every normal return of ``fn`` went through it (with
+  what the wrappers of its project decorators do around it: ``call_sites.wrappers``);
 - ``events(hub, view, scope)``: the ``Event``s of a scope in source order, each with its path
   conditions (``conditions``): the ``if`` branches around it and the early exits before it;
 - ``harmless(view, test)``: a test on the group itself (``dist.is_initialized()``,
@@ -26,7 +27,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, param_names, parent
 from ..torch_api import ALL_COLLECTIVES, D
-from .call_sites import project_target, sites  # noqa: F401  (project_target: re-exported)
+from .call_sites import project_target, sites, wrappers  # noqa: F401  (project_target: re-exported)
 from .calls import scope_calls
 
 INIT, DESTROY = D + "init_process_group", D + "destroy_process_group"
@@ -178,6 +179,10 @@ def lifecycle_of(hub, view, fn, depth: int = 0):
                 init = "may"
         elif unconditional:
             destroy = "must"
+    for wv, w in wrappers(hub, view, fn):  # a decorator's wrapper runs around the body
+        wi, wd = lifecycle_of(hub, wv, w, depth + 1)
+        init = "must" if "must" in (init, wi) else init or wi
+        destroy = destroy or wd
     memo[key] = (init, destroy)
     return init, destroy
 
@@ -677,6 +682,8 @@ def init_sites_at(hub, call_view, call, view, fn) -> list:
             target = project_target(hub, view, c)
             if target is not None and target[1] is not fn:
                 out.extend(s for s in sites(hub, *target, INIT, 1) if s not in out)
+    for wv, w in wrappers(hub, view, fn):  # a decorator's wrapper runs around the body
+        out.extend(s for s in sites(hub, wv, w, INIT, 1) if s not in out)
     return out
 
 

@@ -65,12 +65,16 @@ class MissingDestroyProcessGroup(Rule):
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
     `Dist.setup()`, the constructor of a project class that calls one: `pipe = Pipeline(cfg)`, also
-    in a script that never names torch itself; up to three calls deep: `flow.lifecycle`) is checked
+    in a script that never names torch itself; up to three calls deep: `flow.lifecycle`; a script
+    in a folder that is no package, `scripts/train.py` run as `python -m scripts.train`, finds the
+    project's packages in the folder above its own) is checked
     the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
     in a project function it calls or registers as an exit handler: `atexit.register(close_group)`,
     `atexit.register(self.close)` or `atexit.register(dist.destroy_process_group)` in the helper,
-    the handler in any module of the project) or the helper's backend is a literal without NCCL (or its
+    the handler in any module of the project; a call of a function or method that carries a
+    project decorator runs the decorator's wrapper too, so a `finally: dist.destroy_process_group()`
+    around the wrapped call, or an init in the wrapper, counts: `flow.call_sites.wrappers`) or the helper's backend is a literal without NCCL (or its
     backend parameter, as this call passes it or leaves its default), or the init sits in a
     branch of the helper that this call does not take (`apply_patch("ring")` to a helper whose
     `elif mode == "sharded":` branch creates the group: `flow.params.dead_at_call`), or the helper
