@@ -41,6 +41,7 @@ from .assignments import _is_param
 from .calls import instance_names
 from .instances import ctor_class, instance_class, method_class, self_attr_class
 from .elements import element_targets, one_target
+from .metric_sync import metric_state
 from .summaries import Summaries
 from .records import inherited_method, method_of, own_method
 from .records import _NOT_PROJECT  # noqa: F401  (top-level modules never part of the user's project)
@@ -501,6 +502,8 @@ class Analysis(Summaries):
         method reads a binding made in ``__init__`` with what that call passes: a method asked about
         the object that call builds (``flow.object_state``)."""
         vals = self.self_attr_bindings(view, attr)
+        if (got := metric_state(view, attr)) is not None:
+            return got  # a torchmetrics metric's own, unsynced state (``flow.metric_sync``)
         if not vals or len(vals) > 8:
             return X
         ev = self.evaluator(view)

@@ -9,7 +9,9 @@ A site is *divergent* when
 - ``loop``: it sits in a loop whose trip count is rank-varying (a per-rank shard, a loader over a
   per-rank dataset without a DistributedSampler, a ``while`` on a rank-varying test);
 - ``except``: it sits in a ``try`` body after a statement that computes on this rank's data (a
-  forward on this rank's batch: where a CUDA out-of-memory error is raised on one rank only), and a
+  forward on this rank's batch: where a CUDA out-of-memory error is raised on one rank only; not
+  the mere packing of values already computed, ``payload = (stats, n)``), or it is a call of a
+  project function that computes so before its collective (``_local_before_collective``), and a
   handler that catches that error (``RuntimeError``, ``torch.cuda.OutOfMemoryError``,
   ``Exception``, ``BaseException``, a bare ``except``) can finish without raising again: the rank
   that raised leaves the ``try`` body before the collective and goes on as if nothing happened.
@@ -265,7 +267,7 @@ def divergences(hub, view, scope: ast.AST, ctx=None) -> list[Divergence]:
             continue
         d = _site_divergence(hub, view, scope, site, sites, ev, ctx)
         if d is None:
-            d = _except_divergence(view, scope, site, sites, ev)
+            d = _except_divergence(hub, view, scope, site, sites, ev, ctx)
         if d is not None:
             d.ctx, d.view = ctx, view
             out.append(d)
@@ -494,18 +496,18 @@ def _may_diverge(hub, view, fn: ast.AST) -> bool:
     got = memo.get(id(fn))
     if got is None:
         got = memo[id(fn)] = fn in branching_scopes(view) and any(
-            _site_may_diverge(view, fn, s.node) for s in hub.sites(view, fn))
+            _site_may_diverge(view, fn, s.node, s.kind == "helper") for s in hub.sites(view, fn))
     return got
 
 
-def _site_may_diverge(view, scope, node) -> bool:
+def _site_may_diverge(view, scope, node, helper: bool = False) -> bool:
     child, p = node, parent(node)
     while p is not None:
         if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
             return True
-        if p.__class__ in _TRY and isinstance(child, ast.stmt) and child in p.body and p.body[0] is not child \
-                and p.handlers:
-            return True  # an exception raised before it may leave the ``try`` body (``_except_divergence``)
+        if p.__class__ in _TRY and isinstance(child, ast.stmt) and child in p.body and p.handlers and (
+                p.body[0] is not child or helper):
+            return True  # an exception raised before it (or in the helper, first) may leave the ``try`` body (``_except_divergence``)
         if isinstance(child, ast.stmt) and any(
                 _deciding_test(ex, st, node, _ANY_TEST) is not None for ex, st in _skipping_exits(view, p, child)):
             return True
@@ -522,7 +524,7 @@ _LOCAL_ERRORS = frozenset({"RuntimeError", "Exception", "BaseException", "OutOfM
                            "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError"})
 
 
-def _except_divergence(view, scope, site, sites, ev):
+def _except_divergence(hub, view, scope, site, sites, ev, ctx):
     """Divergence ``except`` (see the module's docstring) of ``site``, or None."""
     child, p = site.node, parent(site.node)
     while p is not None and not isinstance(p, _SCOPES):
@@ -533,6 +535,8 @@ def _except_divergence(view, scope, site, sites, ev):
                 v = _local_compute(ev, st)
                 if v is not None:
                     break
+            if v is None and site.kind == "helper":
+                v = _local_before_collective(hub, view, site.node, ctx)
             if v is not None:
                 for h in p.handlers:
                     if not _catches_local_error(view, h):
@@ -552,10 +556,49 @@ def _local_compute(ev, st: ast.stmt):
     from .values import DATA
 
     if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)) and st.value is not None:
+        if not isinstance(st, ast.AugAssign) and _packing(st.value):
+            return None  # packing values already computed allocates no device memory and cannot fail
         v = ev.value(st.value)
         if v.varying and v.src is not None and v.src.cat == DATA:
             return v
     return None
+
+
+def _local_before_collective(hub, view, call: ast.Call, pctx):
+    """The value that the project function ``call`` runs (analysed under the call's context)
+    computes from this rank's data in a top-level statement before a later one that holds a
+    collective, no earlier statement holding one (``micro(mb)`` whose body runs the forward on
+    ``mb`` before ``loss.backward()``), else None: an error raised there leaves the caller's
+    ``try`` body before the collective."""
+    target = hub.resolve_call(view, call)
+    if target is None:
+        return None
+    tv, fn = target
+    cctx = call_context(hub, view, call, target, pctx)
+    if cctx is None or not isinstance(getattr(fn, "body", None), list):
+        return None
+    ev = hub.evaluator(tv, cctx)
+    nodes = [s.node for s in hub.sites(tv, fn, cctx)]
+    for i, st in enumerate(fn.body):
+        v = _local_compute(ev, st)
+        if v is not None:
+            return v if any(_contains(later, n) for later in fn.body[i + 1:] for n in nodes) else None
+        if any(_contains(st, n) for n in nodes):
+            return None
+    return None
+
+
+def _packing(e: ast.expr) -> bool:
+    """``e`` only names values already computed or packs them into a tuple, list, set or dict with
+    constant keys (``payload = (per_name, steps)``): evaluating it cannot raise on one rank only."""
+    if isinstance(e, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+        return all(_packing(x) for x in e.elts)
+    if isinstance(e, ast.Dict):
+        return all(isinstance(k, ast.Constant) for k in e.keys) and all(
+            _packing(x) for x in e.values)
+    return False
 
 
 def _catches_local_error(view, h: ast.ExceptHandler) -> bool:

@@ -531,9 +531,11 @@ def hidden_sites(hub, view, Effect, Site, gather=None) -> dict:
 def _relevant(view) -> bool:
     """The module names something of the vocabulary (a qualified name or a unique method), or
     imports ``torch.distributed`` itself (``dist``: a sharded module it receives from a helper,
-    ``gathers.helper_gather``), or imports Accelerate (its collectives, ``_accelerate_call``)."""
+    ``gathers.helper_gather``), or imports Accelerate or torchmetrics' distributed utilities (their
+    collectives, ``_accelerate_call``)."""
     sem = view.sem
-    if any((v or "").startswith(("torch.distributed", "torch.nn.utils", "accelerate")) for v in sem.aliases.values()):
+    if any((v or "").startswith(("torch.distributed", "torch.nn.utils", "accelerate", "torchmetrics.utilities.distributed"))
+           for v in sem.aliases.values()):
         return True
     return any(isinstance(c.func, ast.Attribute) and c.func.attr in BY_UNIQUE_METHOD for c in sem.calls)
 
@@ -654,13 +656,18 @@ for _m in ("accelerate.utils.", "accelerate.utils.operations."):
                                         "broadcast": "broadcast", "broadcast_object_list": "broadcast_object_list"}
                                        .get(_n, "all_gather"), f"the collective inside `{_n}()` of Accelerate")
 del _m, _n
+# torchmetrics' ``gather_all_tensors`` (a barrier, then all-gathers of the shapes and the values;
+# the package's ``reduce`` / ``class_reduce`` are local arithmetic)
+_ACCELERATE_FUNCS["torchmetrics.utilities.distributed.gather_all_tensors"] = (
+    "all_gather", "the all-gather inside torchmetrics' `gather_all_tensors()`")
 
 
 def _accelerate_call(hub, view, call, Effect, Site):
     """A call of Accelerate that runs a collective: ``accelerator.gather(x)`` /
     ``reduce`` / ``pad_across_processes`` / ``wait_for_everyone`` / ``backward`` on a value whose
     origin is an ``Accelerator(...)`` (through names, ``self`` attributes, parameters, helpers:
-    ``origins``), or ``accelerate.utils.gather(x)`` and its kin."""
+    ``origins``), or ``accelerate.utils.gather(x)`` and its kin (and torchmetrics'
+    ``gather_all_tensors(x)``)."""
     qn = view.sem.call_qualname(call)
     if qn:
         got = _ACCELERATE_FUNCS.get(qn)

@@ -8,6 +8,9 @@ name holds the wrapper (``Summaries.wrapper_ctor`` asks).
   wrapper (``got``) reaches ``at`` only through the skipped body of an ``if``
   that only a distributed run passes (``_positive``), whose body rebinds the name to
   a wrapper of ``wraps``.
+- ``self_wrapper(hub, view, attr, vals, got)``: the same for a ``self`` attribute, whose plain
+  bindings must sit in the ``else`` of such an ``if`` (``if ddp: self.model = DDP(model)`` /
+  ``else: self.model = model``).
 """
 from __future__ import annotations
 
@@ -15,14 +18,32 @@ import ast
 
 from ..semantic import parent
 from .unconditional import dist_mode_test, flag_mode_test, passed_only_distributed
+from .uniformity import RANK_ENV
+from .vocab import _int_vals, env_key
 from .world import WORLD_SIZE_ENV
 
 
 def _positive(hub, view, test) -> bool:
     """Only a distributed run passes ``test`` (``unconditional.passed_only_distributed``): a test on
-    the distributed mode or on the launcher's world size."""
+    the distributed mode or on the launcher's world size, or one that a launcher's rank variable
+    passes only when it is set (``_launched``)."""
     return passed_only_distributed(test, lambda t: dist_mode_test(t) or flag_mode_test(t) or any(
-        isinstance(n, ast.Constant) and n.value in WORLD_SIZE_ENV for n in ast.walk(t)))
+        isinstance(n, ast.Constant) and n.value in WORLD_SIZE_ENV for n in ast.walk(t)) or _launched(view, t))
+
+
+def _launched(view, test) -> bool:
+    """``int(os.environ.get("RANK", -1)) != -1``: the launcher's rank variable compared unequal
+    (or greater) to the default its read falls back to, so the test passes only where a launcher
+    set it, in a launched run."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.Gt))):
+        return False
+    left = test.left
+    if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "int" and len(left.args) == 1:
+        left = left.args[0]
+    if not (isinstance(left, ast.Call) and env_key(view, left) in RANK_ENV and len(left.args) == 2):
+        return False
+    default, other = _int_vals(left.args[1]), _int_vals(test.comparators[0])
+    return default is not None and other is not None and default == other and len(default) == 1
 
 
 def _mode_if(hub, view, st):
@@ -100,3 +121,44 @@ def wrapped_when_distributed(hub, view, evs: list, got: list, at):
     if not all(any(_passes_through(p, g, at) or _killed(p, w) for g, w in zip(guards, wraps)) for p in plain):
         return None
     return next(g for g in reversed(got) if g)
+
+
+def self_wrapper(hub, view, attr: str, vals: list, got: list):
+    """The wrapper that ``self.<attr>`` holds, from what the class binds to it (``vals``, as
+    ``hub.class_attr_bindings`` gives them; ``got``: the wrapper each holds, or None): every binding
+    holds one, or the plain ones sit in the ``else`` of an ``if`` that only a distributed run passes
+    and whose body binds a wrapper (``if ddp: self.model = DDP(model)`` / ``else: self.model =
+    model``; bindings of an attribute come in no order, so only that ``else`` excludes the plain
+    one). A store into the object (``self.model.require_backward_grad_sync = last``) binds nothing.
+    The answer is the first wrapper, or None."""
+    pairs = [(v, g) for v, g in zip(vals, got) if not _stores_into(v, attr)]
+    wraps = [v for v, g in pairs if g]
+    plain = [v for v, g in pairs if not g]
+    if not wraps:
+        return None
+    if plain:
+        guards = [_mode_if(hub, view, parent(w)) for w in wraps]
+        if any(g is None for g in guards):
+            return None
+        for v in plain:
+            st = parent(v)
+            if not any(parent(st) is g and st in g.orelse for g in guards):
+                return None
+    return next(g for v, g in pairs if g)
+
+
+def _stores_into(v, attr: str) -> bool:
+    """``v`` (a statement among the bindings of ``self.<attr>``) stores into the object the attribute
+    holds (``self.<attr>.x = ...``, ``self.<attr>[k] = ...``), binding no target ``self.<attr>``."""
+    if not isinstance(v, ast.Assign):
+        return False
+    todo = list(v.targets)
+    while todo:
+        t = todo.pop()
+        if isinstance(t, (ast.Tuple, ast.List)):
+            todo.extend(t.elts)
+        elif isinstance(t, ast.Starred):
+            todo.append(t.value)
+        elif isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == "self":
+            return False
+    return True

@@ -33,7 +33,7 @@ from .origins import ZERO, ZERO_METHODS, zero_call  # noqa: F401  (ZERO re-expor
 from .hidden import hidden_sites
 from .gathers import helper_gather
 from .arg_guards import guard_params, unguarded
-from .mode_wraps import wrapped_when_distributed
+from .mode_wraps import self_wrapper, wrapped_when_distributed
 from .unconditional import _return_holders, dist_mode_test, unconditional  # noqa: F401  (re-exported)
 
 COLLECTIVES = (
@@ -151,7 +151,7 @@ class Summaries(Roots):
                 return ctx.self_wraps[expr.attr]
             vals = self.self_attr_bindings(view, expr)
             got = [self.wrapper_ctor(view, v, v, depth + 1) for v in vals]
-            return got[0] if got and all(got) else None
+            return self_wrapper(self, view, expr.attr, vals, got)
         return None
 
     def _returned_wrapper(self, view, call: ast.Call, depth: int, ctx=None):

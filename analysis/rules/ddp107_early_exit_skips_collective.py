@@ -24,13 +24,15 @@ class EarlyExitSkipsCollective(Rule):
     data: a batch (also one pulled with `next()` from an iterator over the rank's loader:
     `feed = iter(loader)`, or a generator of the project that cycles it, `feed = cycle(loader)`), a
     loss computed from it (`if not torch.isfinite(loss): continue`), a metric
-    accumulated over the rank's shard, the wall clock (`if time.time() - start > budget: break`),
+    accumulated over the rank's shard (also a torchmetrics metric's own count: a plain attribute that its
+    `update()` stores from the batch, not registered with `add_state`, read in `compute()`), the wall clock (`if time.time() - start > budget: break`),
     unseeded random numbers; or whether a value is None, when such a condition chooses between None
     and a value never None (`extra = None` then `if batch_has_mask: extra = {}`, then `if extra is
     None: continue`). Collectives include the implicit ones: DDP's gradient all-reduce in
     `loss.backward()` (for a loss computed from a DDP-wrapped model), DDP's buffer broadcast in the
-    forward, and calls to functions (in this file or imported from the project) that make a
-    collective.
+    forward, calls to functions (in this file or imported from the project) that make a
+    collective, and the collectives of libraries: Accelerate's `gather` / `reduce` /
+    `wait_for_everyone`, torchmetrics' `gather_all_tensors` (its `reduce` is local arithmetic).
 
     Collectives hidden in the modern stack count the same way (the table is
     `analysis/runtime/shim_vocab.py`, version-tagged and checked on torch 2.13): the forward and
@@ -46,9 +48,14 @@ class EarlyExitSkipsCollective(Rule):
     collective (`loss.backward()` under DDP), with a handler that catches the error
     (`RuntimeError`, `torch.cuda.OutOfMemoryError`, `Exception`, a bare `except`) and may finish
     without raising it again (`return None`, `continue`, or falling through): the rank that raised
-    skips the collective. The finding is at the handler. Not flagged: a handler that re-raises on
-    every path, or finishes only where the job is not distributed (`if world_size > 1: raise`), or
-    makes the same collectives itself; a `try` body whose collective comes first.
+    skips the collective. The computation may also sit in a helper the `try` body calls first (a
+    micro-batch step that receives this rank's slice, runs the forward, then `loss.backward()`),
+    and the batch may reach the method as a parameter from the loop of another method. The finding
+    is at the handler. Not flagged: a handler that re-raises on every path, or finishes only where
+    the job is not distributed (`if world_size > 1: raise`), or makes the same collectives itself;
+    a `try` body whose collective comes first, with only the packing of values already computed
+    before a later collective (`payload = (per_name, steps)` then `all_gather_object`): that
+    cannot fail on one rank only.
 
     Helpers are analysed as each call runs them: a step function that receives the DDP-wrapped
     model and this rank's batch (`train_step(ddp_model, batch, opt)`, a `Trainer` method using
