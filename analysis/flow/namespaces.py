@@ -67,25 +67,81 @@ _MAX_HELPERS = 2
 def overwritten(hub, view, base: str, dest: str, at, depth: int = 0):
     """The statement that replaces ``<base>.<dest>`` before ``at`` on every path of its function
     (``attr_order.dominating_binding``), with a value that does not carry the old one: a store
-    ``args.local_rank = torch.device(f"cuda:{args.cuda_id}")``, or a call of a project function
-    given ``base`` that makes such a store into that parameter on every call, as its own statement
-    (``setup_device(args)``; a helper of a helper too). None when the parsed value may still reach
-    ``at``: no such statement, one only in a branch, or a new value computed from the old one
-    (``args.local_rank = torch.device("cuda", args.local_rank)``)."""
+    ``args.local_rank = torch.device(f"cuda:{args.cuda_id}")``, an ``if``/``else`` that makes one in
+    both branches, or a call of a project function given ``base`` that makes such a store into that
+    parameter on every call, as its own statement (``setup_device(args)``; a helper of a helper
+    too). None when the parsed value may still reach ``at``: no such statement, one only in a
+    branch, or a new value computed from the old one (``torch.device("cuda", args.local_rank)``)."""
     from .attr_order import dominating_binding  # lazy: attr_order's neighbours ask the origins
 
-    sem = view.sem
-    fn = sem.enclosing_function(at) or sem.tree
-    resolves = depth < _MAX_HELPERS and getattr(view, "defs", None) is not None  # a caller's bare view: stores only
+    fn = view.sem.enclosing_function(at) or view.sem.tree
+    stores: dict = {}
 
     def binds(st) -> bool:
-        call = st.value if isinstance(st, (ast.Expr, ast.Assign)) else None
-        return resolves and isinstance(call, ast.Call) and _helper_overwrites(hub, view, call, base, dest, depth)
+        got = _replacing_stores(hub, view, st, base, dest, depth)
+        if got is not None:
+            stores[st] = got
+        return got is not None
 
     st = dominating_binding(fn, dest, at, base=base, binds=binds)
-    if st is None or not _attr_store(st, base, dest):
-        return st  # none, or a helper's call
-    return None if _carries(_stored_value(st, base, dest), dest, fn) else st
+    if st is None:
+        return None
+    got = [st] if _attr_store(st, base, dest) else stores.get(st, [])
+    return None if any(_carries(_stored_value(s, base, dest), dest, fn) for s in got) else st
+
+
+def _replacing_stores(hub, view, st, base: str, dest: str, depth: int):
+    """The stores by which statement ``st`` replaces ``<base>.<dest>`` on every path through it:
+    itself (a plain store), the last such statement of each branch of an ``if``/``else``, none to
+    check for a helper's call that does (``_helper_overwrites``); None when it does not."""
+    if _attr_store(st, base, dest):
+        return [st]
+    if isinstance(st, ast.If) and st.orelse:
+        out = []
+        for block in (st.body, st.orelse):
+            got = next((g for s in reversed(block) if (g := _replacing_stores(hub, view, s, base, dest, depth))
+                        is not None), None)
+            if got is None:
+                return None
+            out.extend(got)
+        return out
+    call = st.value if isinstance(st, (ast.Expr, ast.Assign)) else None
+    if depth < _MAX_HELPERS and getattr(view, "defs", None) is not None and isinstance(call, ast.Call) \
+            and _helper_overwrites(hub, view, call, base, dest, depth):
+        return []  # (a caller's bare view resolves no call: its stores only)
+    return None
+
+
+def _helper_overwrites(hub, view, call: ast.Call, base: str, dest: str, depth: int) -> bool:
+    """``call`` runs a project function whose parameter given ``base`` gets ``.<dest>`` replaced on
+    every call (by its last statement, or before it: ``overwritten``), by a value that no argument
+    of ``call`` carries the old one into."""
+    from .calls import call_args
+
+    if not any(isinstance(a, ast.Name) and a.id == base for a in (*call.args, *(k.value for k in call.keywords))):
+        return False
+    target = hub.resolve_call(view, call)
+    if target is None or not getattr(target[1], "body", None):
+        return False
+    tv, fn = target
+    pairs = call_args(call, fn)
+    for p, a in pairs:
+        if not (isinstance(a, ast.Name) and a.id == base):
+            continue
+        last = fn.body[-1]
+        got = _replacing_stores(hub, tv, last, p, dest, depth + 1)
+        if got is None:
+            st = overwritten(hub, tv, p, dest, last, depth + 1)
+            got = None if st is None else [st] if _attr_store(st, p, dest) else []
+        if got is None or any(isinstance(r, ast.Return) and (r.lineno, r.col_offset) < (s.lineno, s.col_offset)
+                              for s in got for r in ast.walk(fn)):
+            continue  # none, or an early ``return`` that may leave before it
+        given = dict(pairs)
+        if any(_carries(v, dest, fn) or any(_carries(given[n], dest, None) for n in _value_params(v, fn) if n in given)
+               for v in (_stored_value(s, p, dest) for s in got)):
+            continue  # a new value computed from the old one, or from what this call passes
+        return True
+    return False
 
 
 def _stored_value(st, base: str, dest: str):
@@ -101,37 +157,6 @@ def _stored_value(st, base: str, dest: str):
             break
         value = value.elts[i]
     return value
-
-
-def _helper_overwrites(hub, view, call: ast.Call, base: str, dest: str, depth: int) -> bool:
-    """``call`` runs a project function whose parameter given ``base`` gets ``.<dest>`` replaced on
-    every call (``overwritten`` at the function's end), by a value that no argument of ``call``
-    carries the old one into."""
-    from .calls import call_args
-
-    if not any(isinstance(a, ast.Name) and a.id == base for a in (*call.args, *(k.value for k in call.keywords))):
-        return False
-    target = hub.resolve_call(view, call)
-    if target is None or not getattr(target[1], "body", None):
-        return False
-    tv, fn = target
-    pairs = call_args(call, fn)
-    for p, a in pairs:
-        if not (isinstance(a, ast.Name) and a.id == base):
-            continue
-        last = fn.body[-1]
-        st = last if _attr_store(last, p, dest) else overwritten(hub, tv, p, dest, last, depth + 1)
-        if st is None or any(isinstance(r, ast.Return) and (r.lineno, r.col_offset) < (st.lineno, st.col_offset)
-                             for r in ast.walk(fn)):
-            continue  # none, or an early ``return`` that may leave before it
-        if _attr_store(st, p, dest):
-            # a parameter in the new value: what this call passes there must not carry the old one
-            value, given = _stored_value(st, p, dest), dict(pairs)
-            if _carries(value, dest, fn) or any(_carries(given[n], dest, None)
-                                                 for n in _value_params(value, fn) if n in given):
-                continue
-        return True
-    return False
 
 
 def _attr_store(st, base: str, dest: str) -> bool:
