@@ -17,10 +17,12 @@ from .origins import _attr_path
 from .viewctx import view_ctx
 
 
-def dominating_binding(fn, attr: str, at):
+def dominating_binding(fn, attr: str, at, base: str = "self", binds=None):
     """The last ``self.<attr> = ...`` statement of ``fn`` that runs before ``at`` on every path
     through it: in the statement list of ``at`` or of one of its enclosing statements, before
-    them (``self.m = Net()`` two lines above ``self.m.layers``); None when no binding does."""
+    them (``self.m = Net()`` two lines above ``self.m.layers``); None when no binding does.
+    ``base``: of ``<base>.<attr>`` (``args.local_rank``), ``fn`` then may be the module; ``binds(st)``:
+    another statement that binds it (a call of a helper that stores into its parameter's attribute)."""
     if fn is None:
         return None
     best, node = None, at
@@ -33,8 +35,9 @@ def dominating_binding(fn, attr: str, at):
             if isinstance(block, list) and node in block:
                 for st in reversed(block[:block.index(node)]):
                     if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None and any(
-                            _attr_path(t, attr) is not None
-                            for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
+                            _attr_path(t, attr, base) is not None
+                            for t in (st.targets if isinstance(st, ast.Assign) else [st.target])) or (
+                            binds is not None and binds(st)):
                         best = st if best is None or st.lineno > best.lineno else best
                         break
         # a closure runs when called; a callback handed to a method of the class, ``self.m(lambda: ...)``, there

@@ -132,3 +132,19 @@ def self_calls(fn, name: str) -> list:
     """The ``self.<name>(...)`` calls of ``fn``'s own scope (where a method it calls runs)."""
     return [n for n in iter_scope_nodes(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
             and n.func.attr == name and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+
+
+def chain_attr_values(hub, view, expr) -> list:
+    """(view, value) of each ``self.<attr> = value`` of the class whose method reads ``expr``
+    (``self.<attr>``) and of its project base classes, in other modules too (``class_chain``):
+    ``self.accelerator`` that a trainer base class of another module builds."""
+    from .records import class_chain
+
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return []
+    fn = view.sem.enclosing_function(expr)
+    cls = getattr(fn, "_p", None) if fn is not None else None
+    if not isinstance(cls, ast.ClassDef):
+        return []
+    return [(v, val) for v, c in class_chain(hub, view, cls) for _m, val, path in self_bindings(c, expr.attr)
+            if not path][:8]

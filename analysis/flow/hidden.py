@@ -683,8 +683,16 @@ def _accelerate_call(hub, view, call, Effect, Site):
     return Site(call, [Effect(op, call, view.path, what=what)], "hidden")
 
 
-def is_accelerator(hub, view, expr, at) -> bool:
-    """Some origin of ``expr`` is an ``accelerate.Accelerator(...)`` call."""
+# Accelerate's objects that know this process's place: the ``Accelerator`` and the process state it
+# wraps (``PartialState()``, ``AcceleratorState()``, one per process)
+ACCELERATE_STATE_QNS = ACCELERATOR_QNS | frozenset({
+    "accelerate.PartialState", "accelerate.state.PartialState", "accelerate.AcceleratorState",
+    "accelerate.state.AcceleratorState"})
+
+
+def is_accelerator(hub, view, expr, at, qns=ACCELERATOR_QNS) -> bool:
+    """Some origin of ``expr`` is an ``accelerate.Accelerator(...)`` call (``qns``: or another
+    construction, ``ACCELERATE_STATE_QNS``)."""
     from .origins import origins
     try:
         found = origins(hub, view, expr, at)
@@ -694,4 +702,4 @@ def is_accelerator(hub, view, expr, at) -> bool:
         # a module name set by a function that declares it ``global``
         v = view.sem.single_value(expr.id, view.sem.tree)
         found = [(view, v)] if v is not None else []
-    return any(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in ACCELERATOR_QNS for v, e in found)
+    return any(isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in qns for v, e in found)

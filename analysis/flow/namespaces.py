@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import parent
+from ..semantic import param_names, parent
 from .bindings import reaching
-from .origins import origins
+from .origins import _attr_path, origins
 
 _PARSE = frozenset({"parse_args", "parse_known_args", "parse_intermixed_args", "parse_known_intermixed_args"})
 _GROUPS = frozenset({"add_argument_group", "add_mutually_exclusive_group"})
@@ -59,6 +59,147 @@ def parsed_from(hub, view, expr, at, roots: frozenset) -> bool:
     return False
 
 
+# -- an option's value replaced before it is read -------------------------------------------------
+
+_MAX_HELPERS = 2
+
+
+def overwritten(hub, view, base: str, dest: str, at, depth: int = 0):
+    """The statement that replaces ``<base>.<dest>`` before ``at`` on every path of its function
+    (``attr_order.dominating_binding``), with a value that does not carry the old one: a store
+    ``args.local_rank = torch.device(f"cuda:{args.cuda_id}")``, an ``if``/``else`` that makes one in
+    both branches, or a call of a project function given ``base`` that makes such a store into that
+    parameter on every call, as its own statement (``setup_device(args)``; a helper of a helper
+    too). None when the parsed value may still reach ``at``: no such statement, one only in a
+    branch, or a new value computed from the old one (``torch.device("cuda", args.local_rank)``)."""
+    from .attr_order import dominating_binding  # lazy: attr_order's neighbours ask the origins
+
+    fn = view.sem.enclosing_function(at) or view.sem.tree
+    stores: dict = {}
+
+    def binds(st) -> bool:
+        got = _replacing_stores(hub, view, st, base, dest, depth)
+        if got is not None:
+            stores[st] = got
+        return got is not None
+
+    st = dominating_binding(fn, dest, at, base=base, binds=binds)
+    if st is None:
+        return None
+    got = [st] if _attr_store(st, base, dest) else stores.get(st, [])
+    return None if any(_carries(_stored_value(s, base, dest), dest, fn) for s in got) else st
+
+
+def _replacing_stores(hub, view, st, base: str, dest: str, depth: int):
+    """The stores by which statement ``st`` replaces ``<base>.<dest>`` on every path through it:
+    itself (a plain store), the last such statement of each branch of an ``if``/``else``, none to
+    check for a helper's call that does (``_helper_overwrites``); None when it does not."""
+    if _attr_store(st, base, dest):
+        return [st]
+    if isinstance(st, ast.If) and st.orelse:
+        out = []
+        for block in (st.body, st.orelse):
+            got = next((g for s in reversed(block) if (g := _replacing_stores(hub, view, s, base, dest, depth))
+                        is not None), None)
+            if got is None:
+                return None
+            out.extend(got)
+        return out
+    call = st.value if isinstance(st, (ast.Expr, ast.Assign)) else None
+    if depth < _MAX_HELPERS and getattr(view, "defs", None) is not None and isinstance(call, ast.Call) \
+            and _helper_overwrites(hub, view, call, base, dest, depth):
+        return []  # (a caller's bare view resolves no call: its stores only)
+    return None
+
+
+def _helper_overwrites(hub, view, call: ast.Call, base: str, dest: str, depth: int) -> bool:
+    """``call`` runs a project function whose parameter given ``base`` gets ``.<dest>`` replaced on
+    every call (by its last statement, or before it: ``overwritten``), by a value that no argument
+    of ``call`` carries the old one into."""
+    from .calls import call_args
+
+    if not any(isinstance(a, ast.Name) and a.id == base for a in (*call.args, *(k.value for k in call.keywords))):
+        return False
+    target = hub.resolve_call(view, call)
+    if target is None or not getattr(target[1], "body", None):
+        return False
+    tv, fn = target
+    pairs = call_args(call, fn)
+    for p, a in pairs:
+        if not (isinstance(a, ast.Name) and a.id == base):
+            continue
+        last = fn.body[-1]
+        got = _replacing_stores(hub, tv, last, p, dest, depth + 1)
+        if got is None:
+            st = overwritten(hub, tv, p, dest, last, depth + 1)
+            got = None if st is None else [st] if _attr_store(st, p, dest) else []
+        if got is None or any(isinstance(r, ast.Return) and (r.lineno, r.col_offset) < (s.lineno, s.col_offset)
+                              for s in got for r in ast.walk(fn)):
+            continue  # none, or an early ``return`` that may leave before it
+        given = dict(pairs)
+        if any(_carries(v, dest, fn) or any(_carries(given[n], dest, None) for n in _value_params(v, fn) if n in given)
+               for v in (_stored_value(s, p, dest) for s in got)):
+            continue  # a new value computed from the old one, or from what this call passes
+        return True
+    return False
+
+
+def _stored_value(st, base: str, dest: str):
+    """What ``st`` stores into ``<base>.<dest>``: its element of a tuple display
+    (``args.local_rank, args.amp = dev, True``), else the whole value."""
+    if isinstance(st, ast.AnnAssign):
+        return st.value
+    value = st.value
+    path = next((p for p in (_attr_path(t, dest, base) for t in st.targets) if p is not None), [])
+    for i in path:
+        if not (isinstance(value, (ast.Tuple, ast.List)) and i < len(value.elts)
+                and not any(isinstance(e, ast.Starred) for e in value.elts)):
+            break
+        value = value.elts[i]
+    return value
+
+
+def _attr_store(st, base: str, dest: str) -> bool:
+    """``st`` is a plain assignment to ``<base>.<dest>`` (also within a tuple target)."""
+    targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+    return getattr(st, "value", None) is not None and any(_attr_path(t, dest, base) is not None for t in targets)
+
+
+def _value_params(value, fn) -> set:
+    """The parameters of ``fn`` that ``value`` may be computed from."""
+    from .return_deps import names_reaching
+
+    stmts = [s for s in ast.walk(fn) if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and s.value is not None]
+    return set(names_reaching([value], stmts)) & set(param_names(fn))
+
+
+def _carries(value, dest: str, scope) -> bool:
+    """``value`` may be computed from a ``<x>.<dest>`` read: one in it, or in the value of an
+    assignment of ``scope`` to a name it is computed from (``return_deps.names_reaching``)."""
+    from .return_deps import names_reaching, target_names
+
+    def reads(e) -> bool:
+        return any(isinstance(n, ast.Attribute) and n.attr == dest and isinstance(n.ctx, ast.Load) for n in ast.walk(e))
+
+    if value is None or reads(value):
+        return True
+    if scope is None:
+        return False
+    stmts = [s for s in ast.walk(scope) if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+             and s.value is not None]
+    live = names_reaching([value], stmts)
+    return any(target_names(s) & live and reads(s.value) for s in stmts)
+
+
+def live_option_uses(hub, view, dest: str) -> list:
+    """``rank_kinds.option_uses`` less the reads whose namespace attribute a statement before them
+    replaces on every path (``overwritten``): the parsed value never reaches them."""
+    from .rank_kinds import option_uses  # lazy: rank_kinds asks this module nothing
+
+    return [(n, how) for n, how in option_uses(view, dest)
+            if not (isinstance(n.value, ast.Name) and overwritten(hub, view, n.value.id, dest, n))]
+
+
 class OptionReads:
     """``sinks_of`` for ``rank_kinds.param_sinks``: (namespace, read, how) for each use of
     ``<namespace>.<dest>`` in a module (``rank_kinds.option_uses``), with the namespace as its
@@ -71,12 +212,10 @@ class OptionReads:
         self.__name__ = f"option_reads:{dest}"  # ``param_sinks``' memo key
 
     def __call__(self, view) -> list:
-        from .rank_kinds import option_uses  # lazy: rank_kinds asks this module nothing
-
         memo = view.memo.setdefault("namespaces.reads", {})
         got = memo.get(self.dest)
         if got is None:
-            got = memo[self.dest] = [(ns, n, how) for n, how in option_uses(view, self.dest)
+            got = memo[self.dest] = [(ns, n, how) for n, how in live_option_uses(self.hub, view, self.dest)
                                      for ns in _holders(self.hub, view, n.value)]
         return got
 
@@ -123,7 +262,8 @@ def passed_option_use(hub, view, dest: str, roots: frozenset):
         if not sinks:
             continue
         for pname, a in call_args(c, target[1]):
-            if pname in sinks and parsed_from(hub, view, a, c, roots):
+            if pname in sinks and parsed_from(hub, view, a, c, roots) and not (
+                    isinstance(a, ast.Name) and overwritten(hub, view, a.id, dest, c)):
                 return sinks[pname]
     return None
 
@@ -195,7 +335,8 @@ def stored_option_uses(hub, stores_in, reads_in, dest: str) -> list:
     for v in stores_in:
         for st in v.sem.by_type.get(ast.Assign, ()):
             val = _bare(st.value)
-            if not (isinstance(val, ast.Attribute) and val.attr == dest and v.sem.qualname(val) is None):
+            if not (isinstance(val, ast.Attribute) and val.attr == dest and v.sem.qualname(val) is None) or (
+                    isinstance(val.value, ast.Name) and overwritten(hub, v, val.value.id, dest, st)):
                 continue
             for t in st.targets:
                 bc = _attr_chain(t)

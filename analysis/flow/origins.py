@@ -509,14 +509,14 @@ def _leaf(view, expr, path, keep_path: bool, frames):
     return out if frames is None else (*out, frames)
 
 
-def _attr_path(target, attr: str):
-    """Index path of ``self.<attr>`` inside a (nested) tuple target."""
+def _attr_path(target, attr: str, base: str = "self"):
+    """Index path of ``<base>.<attr>`` (``self.<attr>`` unless told) inside a (nested) tuple target."""
     if isinstance(target, ast.Attribute):
-        return [] if target.attr == attr and isinstance(target.value, ast.Name) and target.value.id == "self" \
+        return [] if target.attr == attr and isinstance(target.value, ast.Name) and target.value.id == base \
             else None
     if isinstance(target, (ast.Tuple, ast.List)):
         for i, e in enumerate(target.elts):
-            got = _attr_path(e, attr)
+            got = _attr_path(e, attr, base)
             if got is not None:
                 return [i, *got]
     return None

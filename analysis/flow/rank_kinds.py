@@ -8,6 +8,8 @@ helpers in this or another module), never from its name:
 - global: ``dist.get_rank()`` (default group; local where every init passes ``rank=`` the local
   rank: ``rank_tests.local_group``), the environment's ``RANK`` / ``SLURM_PROCID`` / ``PMI_RANK`` /
   ``OMPI_COMM_WORLD_RANK``;
+- Accelerate's ``process_index`` (global) and ``local_process_index`` (local) of an
+  ``Accelerator`` / ``PartialState`` (by value: ``self.accelerator = Accelerator(...)``);
 - local: the environment's ``LOCAL_RANK`` / ``SLURM_LOCALID`` / ``OMPI_COMM_WORLD_LOCAL_RANK``,
   ``dist.get_node_local_rank()``, and a ``--local_rank`` / ``--local-rank`` command-line option
   (what the launchers that pass one pass is the local rank; also its plain argparse default);
@@ -99,10 +101,22 @@ def _leaf_kind(hub, view, e: ast.AST, depth: int):
         if qn == D + "get_node_local_rank":
             return LOCAL, (view, e)
         return None, None
+    if isinstance(e, ast.Attribute) and e.attr in ACCELERATE_RANKS and isinstance(e.ctx, ast.Load):
+        from .class_chains import chain_attr_values
+        from .hidden import ACCELERATE_STATE_QNS as QNS, is_accelerator  # lazy: hidden's neighbours ask the kinds
+
+        if is_accelerator(hub, view, e.value, e, QNS) or any(  # also built by a base class of another module
+                is_accelerator(hub, v, x, x, QNS) for v, x in chain_attr_values(hub, view, e.value)):
+            return ACCELERATE_RANKS[e.attr], (view, e)
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id != "self" \
             and view.sem.qualname(e) is None:
         return _namespace_kind(hub, view, e.value.id, e.attr, depth)
     return None, None
+
+
+# Accelerate's place of this process (of an ``Accelerator`` or its process state): among all the
+# job's processes, or on its node
+ACCELERATE_RANKS = {"process_index": GLOBAL, "local_process_index": LOCAL}
 
 
 def _default_group(hub, view, call: ast.Call) -> bool:

@@ -26,7 +26,7 @@ RULES = {
                 ((('torch', False), ('add_argument', False), ('dataclass', False)), (('--local_rank', False), ('--local-rank', False))),
                 False, False),
     'DDP007': ('ddp007_local_rank_as_global_rank', True, True,
-                ((('torch', False),), (('rank', True), ('SLURM_LOCALID', False))),
+                ((('torch', False), ('local_process_index', False)), (('rank', True), ('SLURM_LOCALID', False), ('local_process_index', False))),
                 False, False),
     'DDP008': ('ddp008_init_when_already_initialized', True, True,
                 ((('torch', False),), (('init_process_group', False), ('is_initialized', False), ('__init__', False))),

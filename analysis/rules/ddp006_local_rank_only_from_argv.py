@@ -9,9 +9,9 @@ from ..flow.models import distributed_program
 from ..flow.process_entries import starts_group_processes
 from ..semantic import get_arg
 from ..flow.modern import hub
-from ..flow.namespaces import parser_roots, passed_option_use, stored_option_uses
+from ..flow.namespaces import live_option_uses, parser_roots, passed_option_use, stored_option_uses
 from ..flow.rank_kinds import (
-    local_rank_env_reads, local_rank_options, option_dest, option_strings, option_uses, program_views,
+    local_rank_env_reads, local_rank_options, option_dest, option_strings, program_views,
     self_launched,
 )
 from ..flow.testing import is_test_file
@@ -51,7 +51,12 @@ class LocalRankOnlyFromArgv(Rule):
     launcher passes `--local_rank=N` itself. Nor a program that stores a rank read from the
     environment into the option's attribute (`args.local_rank = int(os.getenv("RANK", 0))` in a
     setup helper, through names and tuple assignments): the parsed value is replaced, and a
-    global rank used as a device is DDP003's finding. A use found only in another module counts
+    global rank used as a device is DDP003's finding. A read that the option's value no longer
+    reaches is no use: one that a store to the attribute before it replaces on every path
+    (`args.local_rank = torch.device(f"cuda:{args.gpu}")`, also in a helper, of this or another
+    module, that the namespace is passed to and that makes the store on every call), unless the
+    new value is computed from the old one (`torch.device("cuda", args.local_rank)`); a store in
+    one branch only leaves the other path's default. A use found only in another module counts
     when this file's program is distributed (`flow.models.distributed_program`: it creates a
     group, wraps a model or spawns ranks, itself or through the project's functions): a
     single-process server that only shares a helper module with the training script is not
@@ -122,7 +127,7 @@ class LocalRankOnlyFromArgv(Rule):
             dest = option_dest(c, ctx.sem)
             if not dest:
                 continue
-            use, runs = _first_use(program, dest) or _stored_use(an, program, program, dest), program
+            use, runs = _first_use(an, program, dest) or _stored_use(an, program, program, dest), program
             if use is None:
                 # the modules that call the function declaring the option (``parse_args()`` in
                 # ``initialize.py``) read what it parses; the programs they run (their own
@@ -135,7 +140,7 @@ class LocalRankOnlyFromArgv(Rule):
                 # `os.environ.get(name)` for `${NAME}` placeholders is no local-rank read)
                 if any(local_rank_env_reads(v) for v in importers) or _cleared(runs[len(program):], known=True, hub=an):
                     continue
-                use = _first_use(importers, dest) or _stored_use(an, runs, importers, dest)
+                use = _first_use(an, importers, dest) or _stored_use(an, runs, importers, dest)
                 if use is None and mods:
                     # the namespace they parse, passed on to a helper of a third module
                     # (``main(get_parser().parse_args())`` -> ``init_distributed(args)``)
@@ -254,10 +259,11 @@ def _imports_torch(views) -> bool:
     return any(v.sem.imports_module("torch") for v in views)
 
 
-def _first_use(views, dest: str):
-    """(view, read, how) of the first use of the option's value in the first of ``views`` that has one."""
+def _first_use(an, views, dest: str):
+    """(view, read, how) of the first use of the option's value in the first of ``views`` that has
+    one (a read that a reassignment of the attribute before it on every path does not replace)."""
     for v in views:
-        got = option_uses(v, dest)
+        got = live_option_uses(an, v, dest)
         if got:
             n, how = min(got, key=lambda u: (u[0].lineno, u[0].col_offset))
             return v, n, how

@@ -36,7 +36,11 @@ class LocalRankAsGlobalRank(Rule):
 
     The kind of a value is read from where it comes from, never from its name: the local rank is
     the environment's `LOCAL_RANK` / `SLURM_LOCALID` / `OMPI_COMM_WORLD_LOCAL_RANK`,
-    `dist.get_node_local_rank()`, or a `--local_rank` / `--local-rank` command-line option,
+    `dist.get_node_local_rank()`, Accelerate's `local_process_index` of an `Accelerator` or a
+    `PartialState` (by value: `self.accelerator = Accelerator(...)`, also built by a base class of
+    another module; its `process_index` is the global rank and `num_processes` counts every
+    process, so `items[acc.local_process_index::acc.num_processes]` is flagged and
+    `items[acc.process_index::acc.num_processes]` is not), or a `--local_rank` / `--local-rank` command-line option,
     followed through assignments, tuple unpacking, `int(...)`, conditional expressions,
     `args.<attr>` stores and argparse defaults, `self` attributes, parameters filled at their
     calls and returns of project helpers. A value that may also be something else (arithmetic
@@ -82,7 +86,10 @@ class LocalRankAsGlobalRank(Rule):
     name = "local-rank-as-global-rank"
     severity = Severity.ERROR
     # any spelling of a rank (the value, the sink, a helper's parameter), SLURM's local id
-    requires_text = (NoCase("rank"), "SLURM_LOCALID")
+    requires_text = (NoCase("rank"), "SLURM_LOCALID", "local_process_index")
+    # Accelerate's node-local index needs no ``torch`` in the file (a trainer subclass of a base
+    # class that builds the ``Accelerator``)
+    base_text = ("torch", "local_process_index")
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
