@@ -529,10 +529,9 @@ def hidden_sites(hub, view, Effect, Site, gather=None) -> dict:
 
 
 def _relevant(view) -> bool:
-    """The module names something of the vocabulary (a qualified name or a unique method), or
-    imports ``torch.distributed`` itself (``dist``: a sharded module it receives from a helper,
-    ``gathers.helper_gather``), or imports Accelerate or torchmetrics' distributed utilities (their
-    collectives, ``_accelerate_call``)."""
+    """The module names something of the vocabulary (a qualified name or a unique method), or imports
+    ``torch.distributed`` (a sharded module from a helper, ``gathers.helper_gather``), Accelerate or
+    torchmetrics' distributed utilities (their collectives, ``_accelerate_call``)."""
     sem = view.sem
     if any((v or "").startswith(("torch.distributed", "torch.nn.utils", "accelerate", "torchmetrics.utilities.distributed"))
            for v in sem.aliases.values()):
@@ -656,8 +655,7 @@ for _m in ("accelerate.utils.", "accelerate.utils.operations."):
                                         "broadcast": "broadcast", "broadcast_object_list": "broadcast_object_list"}
                                        .get(_n, "all_gather"), f"the collective inside `{_n}()` of Accelerate")
 del _m, _n
-# torchmetrics' ``gather_all_tensors`` (a barrier, then all-gathers of the shapes and the values;
-# the package's ``reduce`` / ``class_reduce`` are local arithmetic)
+# torchmetrics' ``gather_all_tensors`` (a barrier, then all-gathers; its ``reduce`` is local arithmetic)
 _ACCELERATE_FUNCS["torchmetrics.utilities.distributed.gather_all_tensors"] = (
     "all_gather", "the all-gather inside torchmetrics' `gather_all_tensors()`")
 
@@ -666,8 +664,7 @@ def _accelerate_call(hub, view, call, Effect, Site):
     """A call of Accelerate that runs a collective: ``accelerator.gather(x)`` /
     ``reduce`` / ``pad_across_processes`` / ``wait_for_everyone`` / ``backward`` on a value whose
     origin is an ``Accelerator(...)`` (through names, ``self`` attributes, parameters, helpers:
-    ``origins``), or ``accelerate.utils.gather(x)`` and its kin (and torchmetrics'
-    ``gather_all_tensors(x)``)."""
+    ``origins``), ``accelerate.utils.gather(x)`` and its kin, torchmetrics' ``gather_all_tensors(x)``."""
     qn = view.sem.call_qualname(call)
     if qn:
         got = _ACCELERATE_FUNCS.get(qn)
@@ -683,8 +680,7 @@ def _accelerate_call(hub, view, call, Effect, Site):
     return Site(call, [Effect(op, call, view.path, what=what)], "hidden")
 
 
-# Accelerate's objects that know this process's place: the ``Accelerator`` and the process state it
-# wraps (``PartialState()``, ``AcceleratorState()``, one per process)
+# Accelerate's objects that know this process's place: the ``Accelerator``, its process state
 ACCELERATE_STATE_QNS = ACCELERATOR_QNS | frozenset({
     "accelerate.PartialState", "accelerate.state.PartialState", "accelerate.AcceleratorState",
     "accelerate.state.AcceleratorState"})
