@@ -681,9 +681,8 @@ def _accelerate_call(hub, view, call, Effect, Site):
 
 
 # Accelerate's objects that know this process's place: the ``Accelerator``, its process state
-ACCELERATE_STATE_QNS = ACCELERATOR_QNS | frozenset({
-    "accelerate.PartialState", "accelerate.state.PartialState", "accelerate.AcceleratorState",
-    "accelerate.state.AcceleratorState"})
+ACCELERATE_STATE_QNS = ACCELERATOR_QNS | frozenset(f"accelerate.{m}{c}" for m in ("", "state.")
+                                                   for c in ("PartialState", "AcceleratorState"))
 
 
 def is_accelerator(hub, view, expr, at, qns=ACCELERATOR_QNS) -> bool:
