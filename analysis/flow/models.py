@@ -9,7 +9,7 @@ import ast
 
 from ..semantic import param_names, parent
 from ..torch_api import DDP_CLASS, SPAWNS
-from .assignments import reaching_assignment
+from .assignments import reaching_assignment, reaching_value
 from .calls import call_sites_here
 from .helper_calls import bind_args
 
@@ -112,6 +112,10 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, may: bool = 
             return st
         if st is not None and isinstance(st.value, ast.Call) and returns_ddp(ctx, st.value):
             return st  # ``model = wrap(model, gpu)``: a project helper that returns the wrapper
+        if st is None:
+            v = reaching_value(ctx, expr.id, at)  # ``model, teacher = DDP(net), Teacher()``
+            if isinstance(v, ast.Call) and ctx.qn(v) == DDP_CLASS:
+                return ctx.sem.statement_of(v)
         if st is None and depth < 2:
             got = _param_wrapper(ctx, expr.id, at, depth, may)
             if got is not None and _excluded_by_flag(ctx, at, depth):
@@ -146,8 +150,6 @@ def _ctor_param_wrapper(ctx, cls: ast.ClassDef, attr: str, depth: int, may: bool
     ``self.<attr> = <param>`` at the top of ``__init__`` (the parameter never rebound there) and
     every construction of the module-level class in this file (``Trainer(model, ...)``, its only
     uses: no subclass, no other reference) passes the DDP wrapper for that parameter."""
-    from .mentions import word_counts
-
     if not isinstance(parent(cls), ast.Module):
         return None
     init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
@@ -165,9 +167,9 @@ def _ctor_param_wrapper(ctx, cls: ast.ClassDef, attr: str, depth: int, may: bool
     name = st.value.id
     if name == "self" or name not in param_names(init) or ctx.sem.assignments(init).get(name):
         return None
-    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == cls.name]
-    if not sites or word_counts(ctx.sem).get(cls.name, 0) != len(sites) + 1:
-        return None  # the class is used otherwise too (a subclass, a factory, an export)
+    sites = _constructions(ctx, cls)
+    if not sites:
+        return None
     found = None
     for c in sites:
         if any(isinstance(x, ast.Starred) for x in c.args) or any(k.arg is None for k in c.keywords):
@@ -180,6 +182,19 @@ def _ctor_param_wrapper(ctx, cls: ast.ClassDef, attr: str, depth: int, may: bool
             return None
         found = found or got
     return found
+
+
+def _constructions(ctx, cls: ast.ClassDef) -> list:
+    """The ``Cls(...)`` calls of a module-level class in this file when they are its only uses (no
+    subclass, factory or export); else empty."""
+    from .mentions import word_counts
+
+    if not isinstance(parent(cls), ast.Module):
+        return []
+    sites = [c for c in ctx.sem.calls if isinstance(c.func, ast.Name) and c.func.id == cls.name]
+    if not sites or word_counts(ctx.sem).get(cls.name, 0) != len(sites) + 1:
+        return []
+    return sites
 
 
 def _may_self_wrap(ctx, expr: ast.Attribute, at: ast.AST):
@@ -265,7 +280,9 @@ def _param_wrapper(ctx, name: str, at: ast.AST, depth: int, may: bool = False):
     elif not isinstance(owner, ast.Module):
         return None
     idx = pos.index(name) if name in pos else None
-    sites = call_sites_here(ctx, fn, strict=True)
+    # ``__init__``: the constructions of its class (``Learner(ddp_model, opt)``)
+    sites = _constructions(ctx, owner) if fn.name == "__init__" and isinstance(owner, ast.ClassDef) \
+        else call_sites_here(ctx, fn, strict=True)
     if not sites:
         return None
     found = None

@@ -21,7 +21,7 @@ import ast
 
 from ..semantic import FUNC_TYPES, iter_scope_nodes, parent
 from .passes import _nodes
-from .return_deps import names_reaching, target_names
+from .return_deps import names_reaching, output_names, target_names
 
 MAX_CALLS = 3
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -156,3 +156,76 @@ def _ddp_call(hub, view, c, frames, depth) -> bool:
         isinstance(x, ast.Call) and _ddp_call(hub, tv, x, inner, depth + 1) for x in ast.walk(r.value))
         for r in iter_scope_nodes(fn)) or any(
         isinstance(x, ast.Call) and _may_be_ddp(hub, tv, x.func, x, inner) for x in iter_scope_nodes(fn))
+
+
+def backward_reached(hub, view, node, callers=None, depth: int = 0) -> tuple | None:
+    """(view, ``backward()`` call) of a backward that the value of ``node`` (an expression of a
+    function) reaches: in its function, bound by its statement to a name the backward's receiver or
+    arguments are computed from (``return_deps.names_reaching``, a superset: order is ignored); or,
+    where the value reaches what the function returns (``return_deps.output_names``), at a call of
+    the function whose value reaches one (``loss = self.compute_loss(batch); loss.backward()``), up
+    to ``MAX_CALLS`` returns up: the calls of its module (``hub.call_sites``) and ``callers(view,
+    fn)``'s of other modules. None when none is found."""
+    fn = view.sem.enclosing_function(node)
+    scope = fn if fn is not None else view.tree
+    b = _backward_in(view, node, scope)
+    if b is not None:
+        return view, b
+    if depth >= MAX_CALLS or not isinstance(fn, FUNC_TYPES) or not reaches_return(view, node, fn):
+        return None
+    sites = [(view, s) for s in hub.call_sites(view, fn)]
+    if callers is not None:
+        sites += [(v, s) for v, s in callers(view, fn) if v is not view]
+    for sv, site in sites:
+        got = backward_reached(hub, sv, site, callers, depth + 1)
+        if got is not None:
+            return got
+    return None
+
+
+def _statement(node):
+    p = parent(node)
+    while p is not None and not isinstance(p, ast.stmt):
+        yield p
+        p = parent(p)
+    yield p
+
+
+def _backward_in(view, node, scope):
+    """The ``backward`` call of ``scope`` that ``node``'s value reaches: inside it, or through the
+    names its statement binds."""
+    backs = [c for c in iter_scope_nodes(scope) if isinstance(c, ast.Call) and is_backward(view, c)]
+    if not backs:
+        return None
+    st = None
+    for p in _statement(node):
+        if any(p is b for b in backs):
+            return p
+        st = p
+    if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        return None
+    bound = target_names(st)
+    stmts = [s for s in iter_scope_nodes(scope) if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+    return next((b for b in backs if bound & names_reaching([b], stmts)), None)
+
+
+def reaches_return(view, node, fn) -> bool:
+    """``node``'s value may be what ``fn`` returns: inside a ``return``, or bound by its statement to
+    a name the returned values are computed from."""
+    st = None
+    for p in _statement(node):
+        st = p
+    if isinstance(st, ast.Return):
+        return True
+    if not isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        return False
+    return bool(target_names(st) & _returned_names(view, fn))
+
+
+def _returned_names(view, fn) -> frozenset:
+    """``output_names`` of ``fn``, once per function (empty when it cannot tell)."""
+    memo = view.memo.setdefault("training_loops.returned", {})
+    got = memo.get(id(fn))
+    if got is None or got[0] is not fn:
+        got = memo[id(fn)] = (fn, output_names(fn) or frozenset())
+    return got[1]

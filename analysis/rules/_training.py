@@ -67,21 +67,22 @@ def _param_from_project(ctx, expr, at) -> bool:
         return False
     owner = parent(fn)
     # a module-level function, or a method of a module-level class (``trainer.train_epoch(model=m)``
-    # of a script: ``project_callers`` resolves the call through the instance's class)
-    method = isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module) \
-        and not fn.decorator_list and fn.name != "__init__"
+    # of a script: ``project_callers`` resolves the call through the instance's class), or its
+    # ``__init__`` (``PPOTrainer(ddp_model, opt)`` of a script)
+    method = isinstance(owner, ast.ClassDef) and isinstance(parent(owner), ast.Module) and not fn.decorator_list
     if not isinstance(owner, ast.Module) and not method:
         return False
     pos = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if method else 0:]
     if expr.id not in pos and expr.id not in [a.arg for a in fn.args.kwonlyargs]:
         return False
-    if any(isinstance(c.func, ast.Name) and c.func.id == fn.name
-           or method and isinstance(c.func, ast.Attribute) and c.func.attr == fn.name for c in ctx.sem.calls):
+    callee = owner.name if method and fn.name == "__init__" else fn.name
+    if any(isinstance(c.func, ast.Name) and c.func.id == callee
+           or method and isinstance(c.func, ast.Attribute) and c.func.attr == callee for c in ctx.sem.calls):
         return False  # called in this file: ``is_ddp_wrapper`` already judged those calls
     memo = ctx.memo("training.param_from_project", dict)
     key = (id(fn), expr.id)
     if key not in memo:
-        memo[key] = _every_caller_passes_wrapper(ctx, fn, expr.id, pos)
+        memo[key] = _every_caller_passes_wrapper(ctx, fn, expr.id, pos, callee=callee if callee != fn.name else None)
     return memo[key]
 
 

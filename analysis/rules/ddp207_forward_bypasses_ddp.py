@@ -46,6 +46,15 @@ class ForwardBypassesDdp(Rule):
     attribute it reads. A helper that unwraps with an `if` statement (two `return`s) is not
     followed.
 
+    The unwrapped module may also be kept on the instance: `self.policy = unwrap(model)` (or
+    `self.model, self.policy = model, model.module`) in a method of the class, every binding of
+    the attribute such a read, where `model` is the wrapper (a parameter of `__init__` that every
+    construction of the class passes the wrapper for, in this file or in the project's other
+    files: `PPOTrainer(ddp_model, opt)` of a script). Its forward `self.policy(obs)` may sit in a
+    method whose value reaches the `backward()` through its `return` (`loss, stats =
+    self.compute_loss(batch)` then `loss.backward()` in another method of the module), up to three
+    calls up.
+
     Two more forms skip the wrapper in the same way, where a `DDP(...)` of this file is known:
     - the very module it wraps, called directly while the wrapper is bound to another name
       (`self.model_ddp = DDP(self.model, ...)`, then `loss = self.model(x); loss.backward()` in a
@@ -165,38 +174,56 @@ class ForwardBypassesDdp(Rule):
         """``net = ddp_model.module`` (or ``ddp_model.module if isinstance(ddp_model, DDP) else
         ddp_model``, ``getattr(ddp_model, "module", ddp_model)``), then ``net(x)`` reaching a
         backward: every binding of the name reads the module out of a provable wrapper
-        (``flow.wrapped.unwrap_reads``)."""
+        (``flow.wrapped.unwrap_reads``). A ``self.<attr>`` that methods of the class bind so
+        (``self.policy = unwrap(model)`` in ``__init__``) is read the same way; its forward's value may
+        reach the backward through the method's ``return`` (``flow.training_loops.backward_reached``)."""
         from ..flow.modern import hub
+        from ..flow.training_loops import backward_reached, reaches_return
         from ..flow.unwraps import unwrap_sources
 
         an, view = hub(ctx)
         for c in ctx.sem.calls:
             f = c.func
             holder = f.value if isinstance(f, ast.Attribute) and f.attr == "forward" else f
-            if not isinstance(holder, ast.Name) or ctx.qn(holder) is not None or grad_disabled(ctx, c):
+            on_self = isinstance(holder, ast.Attribute) and isinstance(module_ref(holder), tuple)
+            if not (on_self or isinstance(holder, ast.Name) and ctx.qn(holder) is None) or grad_disabled(ctx, c):
                 continue
             fn = enclosing_function(c)
-            if fn is None or not backward_calls(ctx, fn) or not reaches_backward(ctx, c, fn):
+            if fn is None:
                 continue
-            back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)), None)
+            back = None
+            if backward_calls(ctx, fn) and reaches_backward(ctx, c, fn):
+                back = next((b for b in backward_calls(ctx, fn) if b.lineno >= c.lineno and flows_to(ctx, c, b, fn)),
+                            None)
+            if back is None and on_self and reaches_return(view, c, fn):
+                back = ...  # through the method's return: asked below, once the holder is known unwrapped
             if back is None:
                 continue
             srcs = unwrap_sources(an, view, holder, c)
-            # each read in this function, or in a helper whose call in this function returned it
-            if not srcs or not all(enclosing_function(first) is fn for _r, _v, _b, _a, first in srcs):
+            # each read in this function, or in a helper whose call in this function returned it; for
+            # ``self.<attr>``, in a method of this class
+            if not srcs or not all(_binds_here(first, fn, on_self) for _r, _v, _b, _a, first in srcs):
                 continue
             if not all(bv is view and isinstance(b, (ast.Name, ast.Attribute)) and ddp_holder(ctx, b, bat)
                        for _r, bv, b, bat, _f in srcs):
                 continue
+            if back is ...:
+                got = backward_reached(an, view, c)
+                if got is None or got[0] is not view:
+                    continue
+                back = got[1]
             r, _v, base, _a, first = srcs[0]
             w = ctx.text(base)
+            h = ctx.text(holder)
             if first is not c:
                 r = first  # the helper call whose return unwraps (its read may be in another module)
+            fix = f"call `{w}(...)`" if enclosing_function(r) is fn else \
+                f"run it through the wrapper (`{w}` on line {r.lineno}) instead"
             ctx.report(
                 c,
-                f"forward through `{holder.id}(...)` bypasses DistributedDataParallel: `{holder.id}` is the module "
+                f"forward through `{h}(...)` bypasses DistributedDataParallel: `{h}` is the module "
                 f"read out of the wrapper (`{ctx.text(r)}`, line {r.lineno}), so the `backward()` on line "
-                f"{back.lineno} never all-reduces the gradients and the ranks drift apart; call `{w}(...)`",
+                f"{back.lineno} never all-reduces the gradients and the ranks drift apart; {fix}",
                 related=[(r, "the module read out of its DDP wrapper here"),
                          (back, "this backward does not synchronise gradients")],
             )
@@ -334,6 +361,15 @@ class ForwardBypassesDdp(Rule):
             f"never all-reduces the gradients, so the ranks drift apart; run the step through `{h}(...)`",
             related=related,
         )
+
+
+def _binds_here(first, fn, on_self: bool) -> bool:
+    """The unwrap read ``first`` (or the helper call that returned it) is in ``fn``; for a
+    ``self.<attr>``, in a method of ``fn``'s class."""
+    at = enclosing_function(first)
+    if at is fn:
+        return True
+    return on_self and at is not None and isinstance(parent(fn), ast.ClassDef) and parent(at) is parent(fn)
 
 
 def _ref_text(ref) -> str:

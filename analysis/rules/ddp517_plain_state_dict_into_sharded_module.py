@@ -20,7 +20,7 @@ class PlainStateDictIntoShardedModule(Rule):
     Checks for `model.load_state_dict(sd)` on a module already given to `fully_shard` (FSDP2),
     where every value `sd` may hold is read from a file with `torch.load` (or safetensors'
     `load_file`, `load_state_dict_from_url`), directly, as an entry of the loaded checkpoint
-    (`ckpt["model"]`), or as a copy of it whose entries keep their tensors (`{k: v.to(device) for
+    (`ckpt["model"]`, or `ckpt.get("model", ckpt)`: the entry, or the whole checkpoint where it has none), or as a copy of it whose entries keep their tensors (`{k: v.to(device) for
     k, v in sd.items()}`, or a loop that fills a new dict with them, cast or renamed). The module and the state dict are followed through the program model:
     helpers that shard their parameter (`apply_fsdp(model)`, in this file or an imported one),
     `self` attributes, tuple unpacking and helpers that return the loaded dict. The module may be
@@ -118,11 +118,18 @@ def _plain_load(an, view, expr, at, depth: int = 0, copied=None):
         return None
     while isinstance(expr, ast.Subscript):
         expr = expr.value
-    got = origins(an, view, expr, at)
+    # an entry of a loaded checkpoint comes back with its key path (``ckpt.get("model", ckpt)``:
+    # the entry, or the default where it lacks one)
+    got = origins(an, view, expr, at, keep_path="entries")
     if not got:
         return None
     first = None
-    for v, e in got:
+    for v, e, p in got:
+        if p:
+            if not (isinstance(e, ast.Call) and (v.sem.call_qualname(e) or "") in _LOADS):
+                return None
+            first = first or (v, e)
+            continue
         while isinstance(e, ast.Subscript):
             inner = _plain_load(an, v, e.value, e, depth + 1, copied)
             if inner is None:
