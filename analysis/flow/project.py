@@ -5,9 +5,7 @@ is read, parsed and indexed once per content: views are cached by (path, content
 in-process LRU. Roots searched, in order: the importing file's folder, the folder above its topmost
 package (walking up while ``__init__.py`` exists), the folder above that one when the climb
 ended under a folder without ``__init__.py`` (an implicit namespace package: ``REC/utils/`` imported
-as ``REC.utils``; also when the file's own folder is no package: ``scripts/train.py`` run as
-``python -m scripts.train`` imports the packages beside ``scripts/``), never above the project
-root, and the project root (the nearest folder above
+as ``REC.utils``), and the project root (the nearest folder above
 holding ``pyproject.toml``, ``setup.py`` or ``.git``); the source folder of each project packaged right below the project root (``adapter/pyproject.toml``:
 ``adapter/src``, or ``adapter`` itself); and last, the folders the file itself puts on
 ``sys.path`` (``sys_path.py``: ``sys.path.insert(0, dirname(dirname(abspath(__file__))))``).
@@ -329,10 +327,9 @@ def _roots_for(here: str, absent: list) -> list[str]:
     if d not in roots:
         roots.append(d)
     ns = None
-    if os.path.basename(d).isidentifier():
-        # the package climb ended at a folder without ``__init__.py`` (above a package, or the
-        # file's own folder): it may be an implicit namespace package (``REC/trainer/`` importing
-        # ``REC.utils``; ``scripts/train.py`` run as ``python -m scripts.train``), imported from
+    if d != here and os.path.basename(d).isidentifier():
+        # the package climb ended at a folder without ``__init__.py`` above a package: it may be
+        # an implicit namespace package (``REC/trainer/`` importing ``REC.utils``), imported from
         # the folder above it; looked up last, after the package's own roots, and never above
         # the project root (a relative import must not climb out of the project)
         ns = os.path.dirname(d)

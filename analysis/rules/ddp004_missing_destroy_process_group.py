@@ -65,9 +65,7 @@ class MissingDestroyProcessGroup(Rule):
     A script that creates the group through a project helper in another module
     (`init_distributed(cfg)` whose body calls `init_process_group`, a static method
     `Dist.setup()`, the constructor of a project class that calls one: `pipe = Pipeline(cfg)`, also
-    in a script that never names torch itself; up to three calls deep: `flow.lifecycle`; a script
-    in a folder that is no package, `scripts/train.py` run as `python -m scripts.train`, finds the
-    project's packages in the folder above its own) is checked
+    in a script that never names torch itself; up to three calls deep: `flow.lifecycle`) is checked
     the same way: the
     finding is at the helper's call, unless the program destroys the group on some path (here, or
     in a project function it calls or registers as an exit handler: `atexit.register(close_group)`,
