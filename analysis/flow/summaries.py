@@ -163,9 +163,11 @@ class Summaries(Roots):
             return None
         got = [self.wrapper_ctor(t[0], r.value, r, depth + 1) if r.value is not None else None
                for r in iter_scope_nodes(t[1]) if isinstance(r, ast.Return)]
-        if got and all(got) and t[0] is not view:
-            self.ctor_views[id(got[-1])] = self.ctor_views.get(id(got[-1]), t[0])
-        return got[-1] if got and all(got) else None
+        if not got or not all(got):
+            return None
+        if t[0] is not view:
+            self.ctor_views.setdefault(id(got[-1]), t[0])
+        return got[-1]
 
     def param_wrapper(self, view, fn: ast.AST, name: str):
         return self._param_wrapper(view, fn, name, 0)

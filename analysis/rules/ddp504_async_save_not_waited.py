@@ -296,9 +296,11 @@ def _read_after_instance_save(ctx, an, view) -> None:
         key = f.value.id
         scope = sem.enclosing_function(site) or sem.tree
         at = (site.end_lineno, site.end_col_offset)
-        later = sorted((x for x in sem.calls if (sem.enclosing_function(x) or sem.tree) is scope
-                        and (x.lineno, x.col_offset) > at), key=lambda x: (x.lineno, x.col_offset))
-        for r in later:
+        # the method to advise: one that waits, not the saving one (which may wait the previous save first)
+        advice = next((f"call `{key}.{w}()` first" for w in sorted(waiters) if w != m.name), "wait for it first")
+        for r in sem.scope_calls(scope):
+            if (r.lineno, r.col_offset) <= at:
+                continue
             if isinstance(r.func, ast.Attribute) and r.func.attr in waiters and key_of(r.func.value) == key:
                 break  # waited first
             if isinstance(r.func, ast.Attribute) and isinstance(r.func.value, ast.Name) and r.func.value.id == key:
@@ -311,7 +313,7 @@ def _read_after_instance_save(ctx, an, view) -> None:
             ctx.report(r, f"`{ctx.text(r)}` reads the checkpoint of `{key}` while the `async_save` that "
                           f"`{ctx.text(site)}` (line {site.lineno}) starts may still be writing it: nothing waits "
                           f"its future (`self.{attr}`) before, so the read finds no `.metadata` or a half-written "
-                          f"checkpoint; call `{key}.{sorted(waiters)[0]}()` first",
+                          f"checkpoint; {advice}",
                        related=[(site, "the async save, still in flight")])
             break
 
