@@ -41,9 +41,9 @@ import traceback
 #   note      {message}                              anything worth telling the user
 #   argparse  {message, prog, site}                  argparse's error, just before it exits with 2
 #   ddp_state {model, site, when, params, synced, grads}  a DDP model's fingerprint (shim_checks.py)
-#   quiet     {completed, site?}                     collectives finished but not logged (bounded
-#                                                    logs, see below), cumulative; site: the latest
-# frames: [{file, line, function, end_line?, col?, end_col?}], outermost first (as in a traceback).
+#   quiet     {completed, site?}                     finished, not logged (bounded, below), so far
+# frames: [{file, line, function, end_line?, col?, end_col?}], outermost first (as in a traceback);
+# in a SIGUSR2 dump (stack-<RANK>.py) a recording wrapper's frame also has {op}.
 # A site passed to _PRE_COLLECTIVE_HOOKS is {file, line, function} (the innermost frame outside
 # torch and this shim) or None.  Hooks run after the ``call`` record (or its parking, when over
 # budget), so a hook that raises shows as ``raise`` on that call and as the rank's exception at the
@@ -52,9 +52,8 @@ import traceback
 # seen-<RANK> (one JSON object, rewritten in place): {file, line, function, t}, the main thread's
 # latest user frame, sampled every 0.2 s (shim_checks.start_seen_sampler).
 #
-# Signals: SIGUSR1 dumps every thread's Python stack to stack-<RANK>.usr1 (the launcher asks a hung
-# rank this way); SIGTERM (torchrun tearing the job down) dumps to stack-<RANK>.term and then
-# terminates as before; fatal errors (segfault, abort) go to stack-<RANK>.fatal.
+# Signals: SIGUSR1 dumps every thread's stack to stack-<RANK>.usr1 (the launcher asks a hung rank);
+# SIGTERM (torchrun's teardown) to stack-<RANK>.term, then terminates; fatal errors to .fatal.
 
 import functools
 import json
@@ -212,12 +211,10 @@ def _next_seq():
 
 
 # -- bounded logs ----------------------------------------------------------------------------------
-# Every collective costs a "call" and a "return" line (~350 bytes). A loop that all_reduces a metric
-# every step would write hundreds of MB in a minute. Once this rank has written _LOG_BUDGET bytes of
-# them, a collective's "call" is written only if it is still running _SLOW_S later (a watcher thread
-# writes it, then its "return" follows as usual); collectives that finish sooner are only counted,
-# and the count is logged ("quiet" events, cumulative). What the analysis needs is unchanged: every
-# collective a rank is stuck in, or that raised, is in the log.
+# A collective costs a "call" and a "return" line (~350 bytes): a loop that all_reduces a metric each
+# step writes hundreds of MB a minute. Past _LOG_BUDGET bytes, a "call" is written only if it is still
+# running _SLOW_S later (by a watcher thread; its "return" follows); quicker ones are only counted
+# ("quiet" events). Every collective a rank is stuck in, or that raised, is still in the log.
 try:
     _LOG_BUDGET = max(0, int(os.environ.get("DDP_LINT_LOG_BUDGET", "") or 8 * 1024 * 1024))
 except ValueError:
@@ -516,11 +513,14 @@ def _dump_python_stacks(signum=None, frame=None):
     log_dir = os.environ.get("DDP_LINT_LOG_DIR")
     if not log_dir or os.getpid() != _PID:
         return
-    out = {}
+    out, wcode = {}, _wrap_collective("_", len).__code__
     for tid, f in sys._current_frames().items():
         frames = []
         while f is not None and len(frames) < 5000:
-            frames.append({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name})
+            fr = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+            if f.f_code is wcode:  # a recording wrapper names its collective (no frame under it may)
+                fr["op"] = str(f.f_locals.get("op") or "")[:100]
+            frames.append(fr)
             f = f.f_back
         frames.reverse()  # outermost first, as in a traceback
         out[str(tid)] = frames

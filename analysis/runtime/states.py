@@ -22,12 +22,15 @@ class Frame:
     end_line: int | None = None
     col: int | None = None  # 0-based, as Python's traceback reports it
     end_col: int | None = None
+    # the collective the shim's recording wrapper at this frame was called for (its stack dump says)
+    op: str | None = field(default=None, compare=False)
 
     @staticmethod
     def of(d: dict | None) -> "Frame | None":
         if not d or not d.get("file") or not isinstance(d.get("line"), int):
             return None
-        return Frame(d["file"], d["line"], d.get("function") or "", d.get("end_line"), d.get("col"), d.get("end_col"))
+        op = d.get("op") if isinstance(d.get("op"), str) and d.get("op") else None
+        return Frame(d["file"], d["line"], d.get("function") or "", d.get("end_line"), d.get("col"), d.get("end_col"), op)
 
 
 _THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
@@ -463,17 +466,29 @@ def _op_from_stack(st: RankState, frames: list[Frame], user: UserCode) -> None:
         # under it; name the API the user called and the collective it runs (runtime/shim_vocab.py)
         st.op, st.op_site = f"{api.key}() (its {api.runs[0] if api.runs else 'collective'})", st.site
         return
+    # the collective the shim recorded this call for: a rank sampled in the recording wrapper or in
+    # torch's decorator around the collective (before it entered it, or on its way out) is in that
+    # call, although no frame below names it
+    recorded = next((fr.op for fr in frames[:idx] if fr.op and user.is_shim(fr.file)), None)
     if not (user.is_torch_distributed(inner.file) or _is_ddp_file(inner.file)):
+        if recorded is not None and user.is_shim(inner.file):
+            st.op, st.op_site = recorded, st.site
         return
     # the function the user called, not the decorators around it: the shim's recording wrapper (a
     # quick collective past the log budget is not in the log, so its name comes from here) and
     # torch's own (c10d_logger's ``wrapper``)
     j = idx - 1
-    while j > 0 and (user.is_shim(callee.file) or callee.function in ("wrapper", "_fn", "inner")):
+    while j > 0 and (user.is_shim(callee.file) or callee.function in _DECORATORS):
         j -= 1
         callee = frames[j]
-    st.op = "DistributedDataParallel" if _is_ddp_file(callee.file) else callee.function
+    if recorded is not None and (user.is_shim(callee.file) or callee.function in _DECORATORS):
+        st.op = recorded
+    else:
+        st.op = "DistributedDataParallel" if _is_ddp_file(callee.file) else callee.function
     st.op_site = st.site
+
+
+_DECORATORS = ("wrapper", "_fn", "inner")
 
 
 def _hidden_api(frames: list[Frame], user):

@@ -341,3 +341,63 @@ def test_loops_around_reads_every_loop_with_its_skipping_continues():
     (params,) = loops_around(src, 12)
     assert params.uniform and params.exits == []
     assert loops_around(src, 11) == [] and loops_around("def f(:\n", 1) == []
+
+
+def test_a_rank_sampled_in_the_decorators_around_a_collective_is_in_that_collective(tmp_path):
+    """The CI flake of stop 60: a rank sampled in torch's ``c10d_logger`` wrapper (or in the shim's
+    recording wrapper) before it entered ``all_reduce`` was reported as being in ``wrapper()``. The
+    shim's stack dump names the collective its wrapper frame records, and that is the rank's op."""
+    import json
+    from ddp_lint.analysis.runtime import shim as shim_mod
+    from ddp_lint.analysis.runtime.states import RankState, _op_from_stack, _py_main_stack
+
+    shim = os.path.abspath(shim_mod.__file__)
+    user = UserCode([str(tmp_path)], ["/venv/lib/python3.11/site-packages"], shim)
+    script = str(tmp_path / "loop.py")
+    c10d = "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py"
+    outer = [{"file": script, "line": 22, "function": "<module>"},
+             {"file": shim, "line": 334, "function": "wrapper", "op": "all_reduce"}]
+    for inner in ([{"file": c10d, "line": 80, "function": "wrapper"}],  # torch's decorator, before the call
+                  [],  # the shim's own wrapper frame
+                  [{"file": shim, "line": 250, "function": "_collective_begin"}]):  # writing its record
+        data = json.loads(json.dumps({"main_thread": 1, "threads": {"1": outer + inner}}))
+        frames = _py_main_stack(data, 1)
+        st = RankState(rank=0, site=Frame(script, 22, "<module>"))
+        _op_from_stack(st, frames, user)
+        assert (st.op, st.op_site) == ("all_reduce", st.site), inner
+
+    # without the dump's name (faulthandler's text), the walk still ends at the function called
+    frames = [Frame(c10d.replace("c10d_logger", "distributed_c10d"), 3245, "all_reduce"), Frame(c10d, 83, "wrapper"),
+              Frame(shim, 334, "wrapper"), Frame(script, 22, "<module>")]
+    st = RankState(rank=0, site=Frame(script, 22, "<module>"))
+    _op_from_stack(st, frames, user)
+    assert st.op == "all_reduce"
+
+    # a rank in its own code under no collective is busy, not in one
+    st = RankState(rank=0, site=Frame(script, 22, "<module>"))
+    _op_from_stack(st, [Frame(script, 5, "helper"), Frame(script, 22, "<module>")], user)
+    assert st.op is None
+
+
+def test_the_shim_dump_names_the_collective_of_its_wrapper_frames(tmp_path, monkeypatch):
+    """The SIGUSR2 dump, taken inside a recorded call, carries the op of the recording wrapper."""
+    import json
+    from ddp_lint.analysis.runtime import shim as shim_mod
+
+    monkeypatch.setenv("DDP_LINT_LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(shim_mod, "_PID", os.getpid())
+    monkeypatch.setattr(shim_mod, "_RANK", 0)
+    seen = {}
+
+    def fake_all_reduce(*a, **k):
+        shim_mod._dump_python_stacks()
+        seen["data"] = json.loads((tmp_path / "stack-0.py").read_text())
+
+    monkeypatch.setattr(shim_mod, "_collective_begin", lambda seq, rec: False)
+    monkeypatch.setattr(shim_mod, "_collective_end", lambda *a, **k: None)
+    monkeypatch.setattr(shim_mod, "_caller_site", lambda: None)
+    shim_mod._wrap_collective("all_reduce", fake_all_reduce)()
+    data = seen["data"]
+    frames = data["threads"][str(data["main_thread"])]
+    assert [f.get("op") for f in frames if f["function"] == "wrapper" and f["file"] == shim_mod.__file__] \
+        == ["all_reduce"]
