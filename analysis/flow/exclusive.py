@@ -138,3 +138,74 @@ def _ups(hub, view, node: ast.AST) -> list:
             return out
         node = sites[0]
     return out
+
+
+def contradictory(a: ast.AST, b: ast.AST, scope: ast.AST) -> bool:
+    """``a`` runs only where a test holds and ``b`` only where it does not, in two ``if`` statements
+    of ``scope`` that test the same flag: a name or an attribute chain that nothing in ``scope``
+    assigns (a parameter, a configuration field read as it is): ``if cfg.eval_only: model =
+    DDP(...)`` and, later, ``if not cfg.eval_only: <the training loop>``."""
+    ca = _flags(a, scope)
+    if not ca:
+        return False
+    for key, vb in _flags(b, scope).items():
+        va = ca.get(key)
+        if va is not None and va != vb and not _stored(scope, key, min(a.lineno, b.lineno)):
+            return True
+    return False
+
+
+def _flags(node: ast.AST, scope: ast.AST) -> dict:
+    """{flag: the truth it has wherever ``node`` runs} of the ``if`` statements around ``node`` in
+    ``scope`` (``not`` read through; each conjunct of an ``and`` on the body side)."""
+    out: dict[str, bool] = {}
+    child, p = node, parent(node)
+    while p is not None and p is not scope:
+        if isinstance(p, ast.If) and child is not p.test:
+            side = any(s is child for s in p.body)
+            tests = p.test.values if side and isinstance(p.test, ast.BoolOp) and isinstance(p.test.op, ast.And) \
+                else [p.test]
+            for t in tests:
+                neg = False
+                while isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+                    t, neg = t.operand, not neg
+                key = _dotted(t)
+                if key is not None:
+                    out.setdefault(key, side != neg)
+        child, p = p, parent(p)
+    return out
+
+
+def _dotted(e: ast.AST) -> str | None:
+    parts = []
+    while isinstance(e, ast.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    if not isinstance(e, ast.Name):
+        return None
+    parts.append(e.id)
+    return ".".join(reversed(parts))
+
+
+def _stored(scope: ast.AST, key: str, before: int) -> bool:
+    """Something in ``scope`` binds ``key``, or binds the name a chain starts from more than once or
+    on line ``before`` or later (``configs = load(path)`` once at the top is the one flag read twice)."""
+    base = key.split(".", 1)[0]
+    bases = []
+    for n in ast.walk(scope):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With,
+                          ast.NamedExpr)):
+            targets = n.targets if isinstance(n, ast.Assign) else [i.optional_vars for i in n.items] \
+                if isinstance(n, ast.With) else [n.target]
+            for t in targets:
+                for x in ast.walk(t) if t is not None else ():
+                    d = _dotted(x) if isinstance(x, (ast.Name, ast.Attribute)) else None
+                    if d is None or not isinstance(getattr(x, "ctx", None), ast.Store):
+                        continue
+                    if d == key and key != base:
+                        return True
+                    if d == base:
+                        bases.append(n)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)) and base in n.names:
+            return True
+    return len(bases) > 1 or any(b.lineno >= before or isinstance(b, (ast.For, ast.AsyncFor)) for b in bases)

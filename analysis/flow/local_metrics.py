@@ -173,6 +173,11 @@ def _metric(hub, ctx, view, loop):
         return None
     fn = view.sem.enclosing_function(loop)
     scope = fn if fn is not None else view.tree
+    # a round's value combined across ranks before it is added (``dist.all_reduce(loss)`` then
+    # ``total += loss.item()``) accumulates the same value on every rank: not a shard's metric
+    acc = {k: n for k, n in acc.items() if not _combined_before(hub, view, scope, loop, k, n)}
+    if not acc:
+        return None
     names = _spread(scope, set(acc), loop.end_lineno)
     if trains(hub, view, loop) is not None or not _shard_fed(hub, ctx, view, loop):
         return None
@@ -231,6 +236,64 @@ def _caller_report(hub, ctx, view, fn, depth: int = 0):
             if up is not None:
                 return (here if here is not None else up[0]), up[1]
     return None
+
+
+def _combined_before(hub, view, scope, loop, name: str, n: ast.AST) -> bool:
+    """The accumulating statement ``n`` of ``loop`` (into ``name``) adds a value that a
+    data-combining collective of the same round made before it: written in place (the first
+    argument of ``dist.all_reduce(loss)``, the output list of ``all_gather``) or returned by a
+    helper that makes one (``loss = reduce_mean(loss)``)."""
+    from ..semantic import parent
+    from .eval_walks import DATA_REDUCTIONS
+
+    if isinstance(n, ast.Call):
+        read = set().union(*(_names_in(a) for a in n.args)) if n.args else set()
+    else:
+        read = _names_in(n.value) if getattr(n, "value", None) is not None else set()
+    read.discard(name)
+    read -= set(view.imports)  # ``dist.get_world_size()``: a module, not a value of the round
+    read = {r for r in read if r not in _BUILTINS}
+    if read:
+        # a value bound outside the loop and the same on every rank (``world_size``) is no shard's data
+        ev, bound = hub.evaluator(view), _bound_in(loop)
+        src = n.args if isinstance(n, ast.Call) else [n.value]
+        read -= {x.id for e in src for x in ast.walk(e)
+                 if isinstance(x, ast.Name) and x.id in read and x.id not in bound and ev.value(x).kind == "U"}
+    if not read:
+        return False
+    try:
+        sites = hub.sites(view, scope)
+    except Exception:  # noqa: BLE001 - an unreadable scope has no answer
+        return False
+    combined = set()
+    for site in sites:
+        c = site.node
+        if site.kind == "implicit" or (c.lineno, c.col_offset) >= (n.lineno, n.col_offset) or not _holds(loop, c):
+            continue
+        ops = [e.op for e in site.effects if not e.grad]
+        if not ops or len(ops) != len(site.effects) or not all(op in DATA_REDUCTIONS for op in ops):
+            continue
+        if c.args:
+            combined |= _names_in(c.args[0]) & read
+        st = parent(c)
+        if isinstance(st, ast.Assign) and st.value is c:
+            for t in st.targets:
+                combined |= _target_names(t) & read
+    return combined == read  # every value it adds (``loss.item() * n.item()`` with ``n`` alone reduced is not)
+
+
+def _bound_in(loop) -> set:
+    out = _target_names(loop.target) if isinstance(loop, ast.For) else set()
+    for x in _walk(loop.body):
+        if isinstance(x, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With)):
+            for t in (x.targets if isinstance(x, ast.Assign) else [getattr(x, "target", None)]
+                      if not isinstance(x, ast.With) else [i.optional_vars for i in x.items]):
+                if t is not None:
+                    out |= _target_names(t)
+    return out
+
+
+_BUILTINS = frozenset({"len", "float", "int", "sum", "max", "min", "abs", "round"})
 
 
 def _reduced(hub, view, scope, names, start, inside=None) -> bool:

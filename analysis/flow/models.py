@@ -126,8 +126,10 @@ def is_ddp_wrapper(ctx, expr: ast.AST, at: ast.AST, depth: int = 0, may: bool = 
         cls = next((a for a in ctx.sem.ancestors(expr) if isinstance(a, ast.ClassDef)), None)
         if cls is None:
             return None
+        from .wrap_sites import wrap_sites  # ``self.model = wrap(model)`` of a project helper too
+
         found = []
-        for c in ddp_calls(ctx):
+        for c in (w.call for w in wrap_sites(ctx)):
             st = parent(c)
             if isinstance(st, ast.Assign) and st.lineno >= cls.lineno and st.end_lineno <= cls.end_lineno:
                 for t in st.targets:

@@ -372,7 +372,11 @@ def dead_branch(sem, node: ast.AST, hub=None, view=None, scripts: bool = False) 
         return True
     scope = sem.scope_of(node)
     child, p = node, parent(node)
-    while p is not None and p is not scope:
+    while p is not None:
+        if isinstance(child, ast.stmt) and _after_exit(sem, child, p):
+            return True  # below a ``return`` / ``raise`` / ``sys.exit()`` of the same block
+        if p is scope:
+            break
         if isinstance(p, (ast.If, ast.IfExp, ast.While)) and child is not p.test:
             body = child in p.body if isinstance(p.body, list) else child is p.body
             t = literal_truth(sem, p.test, scope)
@@ -380,6 +384,32 @@ def dead_branch(sem, node: ast.AST, hub=None, view=None, scripts: bool = False) 
                 return True
         child, p = p, parent(p)
     return False
+
+
+_EXIT_CALLS = frozenset({"sys.exit", "os._exit", "builtins.exit", "builtins.quit"})
+
+
+def _after_exit(sem, stmt: ast.stmt, block: ast.AST) -> bool:
+    """``stmt`` follows, in the same statement list of ``block``, a statement that always leaves it:
+    ``return``, ``raise``, ``break``, ``continue``, or a call of ``sys.exit`` / ``os._exit`` / the
+    ``exit`` / ``quit`` builtins (not shadowed here) as a statement of its own."""
+    for field in ("body", "orelse", "finalbody"):
+        stmts = getattr(block, field, None)
+        if isinstance(stmts, list) and stmt in stmts:
+            return any(_leaves(sem, s) for s in stmts[:stmts.index(stmt)])
+    return False
+
+
+def _leaves(sem, s: ast.stmt) -> bool:
+    if isinstance(s, (ast.Return, ast.Raise, ast.Break, ast.Continue)):
+        return True
+    if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)):
+        return False
+    c = s.value
+    qn = sem.call_qualname(c)
+    if qn is not None:
+        return qn in _EXIT_CALLS
+    return isinstance(c.func, ast.Name) and c.func.id in ("exit", "quit") and c.func.id not in sem.functions
 
 
 def constant_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, name: str):
@@ -443,6 +473,16 @@ def dead_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, node: ast.AST)
                 return True
         child, p = p, parent(p)
     return False
+
+
+def dead_in_frame(view, node: ast.AST, frames) -> bool:
+    """``node`` (of ``view``) sits in a branch that the last call of ``frames`` (``origins``' frames:
+    (function, call, calling view)) never takes: ``dead_at_call`` (``sampler = DistributedSampler(ds)
+    if distributed else None`` in a builder called with ``distributed`` left at ``False``)."""
+    if not frames or not isinstance(frames[-1], tuple) or len(frames[-1]) != 3:
+        return False
+    fn, call, call_view = frames[-1]
+    return isinstance(call, ast.Call) and dead_at_call(call_view, call, view, fn, node)
 
 
 def taken_at_call(call_view, call: ast.Call, fn_view, fn: ast.AST, cond) -> bool:

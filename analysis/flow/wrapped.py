@@ -216,6 +216,14 @@ def _collect(hub, view, expr, at, found, others, depth, path=(), frames=None):
             if not any(c is e for _, c in found):
                 found.append((v, e))
             continue
+        if isinstance(e, ast.Call) and not (v.sem.call_qualname(e) or "torch.").startswith("torch."):
+            # ``self.model = wrap(self.model)``: a project helper every return of which is the wrapper
+            w = hub.wrapper_ctor(v, e, e)
+            wv = hub.ctor_views.get(id(w), v) if w is not None else None
+            if wv is not None and (wv.sem.call_qualname(w) or "") == DDP_CLASS:
+                if not any(c is w for _, c in found):
+                    found.append((wv, w))
+                continue
         others[0] = True  # (a prepared model is the plain module on one process)
         if isinstance(e, ast.Call) and prepares_model(hub, v, e, p) and not any(c is e for _, c in found):
             found.append((v, e))

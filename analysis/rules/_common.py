@@ -484,11 +484,20 @@ def spells_ddp(text: str) -> bool:
 
 
 def ddp_or_callers_reach(cls, text: str, filename: str | None):
-    """``Rule.reach`` of a rule that needs a DDP wrapper: built in this file (``spells_ddp``), or
-    passed by a caller of the project that spells it (``callers_may_exist``)."""
+    """``Rule.reach`` of a rule that needs a DDP wrapper: built in this file (``spells_ddp``),
+    returned by a helper of a project module this file imports, directly or transitively
+    (``model = wrap(model)`` of ``utils.py``: ``flow.reach.reaches`` with ``WRAP_TEXT``), or passed
+    by a caller of the project that spells it (``callers_may_exist``). For a no, the files both
+    answers read."""
     if spells_ddp(text):
         return True, {}
-    return callers_may_exist(text, filename, (("DistributedDataParallel",),))
+    from ..flow.reach import WRAP_TEXT, reaches  # lazy: only files the text gate admits
+
+    imported, deps = reaches(filename, text, WRAP_TEXT)
+    if imported:
+        return True, {}
+    more, more_deps = callers_may_exist(text, filename, (("DistributedDataParallel",),))
+    return more, {} if more else {**deps, **more_deps}
 
 
 # a caller that gives this file a sharded or distributed value spells one of these

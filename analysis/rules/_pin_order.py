@@ -560,9 +560,34 @@ def callers_pin_after(ctx, init: ast.Call) -> bool:
     for cctx, call, node in callers:
         if node is not fn:
             return False
-        csem = cctx.sem
-        scope = csem.enclosing_function(call)
-        if not any(c is not call and csem.enclosing_function(c) is scope
-                   and csem.call_qualname(c) in DEVICE_SETTERS for c in csem.calls):
+        if not _pins_around(cctx, call) and not _callers_of_caller_pin(ctx, cctx, call):
             return False
     return True
+
+
+def _pins_around(cctx, call: ast.Call) -> bool:
+    """The function of ``call`` (in ``cctx``'s file) calls ``torch.cuda.set_device(...)`` too."""
+    csem = cctx.sem
+    scope = csem.enclosing_function(call)
+    return any(c is not call and csem.enclosing_function(c) is scope and csem.call_qualname(c) in DEVICE_SETTERS
+               for c in csem.calls)
+
+
+def _callers_of_caller_pin(ctx, cctx, call: ast.Call) -> bool:
+    """One call up: ``call`` sits in a module-level function of another module that its own module
+    never calls, and every call of that function in the project's other files pins the device in
+    the caller's function (``cfg = setup()`` then ``torch.cuda.set_device(cfg.local_rank)``, where
+    ``setup`` calls the init helper)."""
+    from ..flow import for_context
+    from ._common import project_callers  # lazy: reads the project's other files
+
+    g = cctx.sem.enclosing_function(call)
+    if g is None or not isinstance(parent(g), ast.Module) or not cctx.filename:
+        return False
+    if any(c.func.__class__ is ast.Name and c.func.id == g.name for c in cctx.sem.calls):
+        return False
+    view = for_context(ctx).view_of(cctx.filename)
+    if view is None:
+        return False
+    up = project_callers(ctx, {g.name}, target=view)
+    return bool(up) and all(node is g and _pins_around(uctx, ucall) for uctx, ucall, node in up)

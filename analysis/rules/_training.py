@@ -132,8 +132,13 @@ def _self_attr_wrapped_in_init(ctx, expr, at) -> bool:
                             return False  # rebound elsewhere, or conditionally
                         if last is None or n.lineno > last.lineno:
                             last = n
-    return (isinstance(last, ast.Assign) and isinstance(last.value, ast.Call)
-            and ctx.qn(last.value) == "torch.nn.parallel.DistributedDataParallel")
+    if not (isinstance(last, ast.Assign) and isinstance(last.value, ast.Call)):
+        return False
+    if ctx.qn(last.value) == "torch.nn.parallel.DistributedDataParallel":
+        return True
+    from ..flow.models import returns_ddp  # ``self.model = wrap(self.model)``: a project helper's wrapper
+
+    return returns_ddp(ctx, last.value)
 
 
 def grad_disabled(ctx, node: ast.AST) -> bool:
@@ -254,12 +259,16 @@ def ddp_wraps(ctx) -> list[tuple]:
     wraps: ``self.model_ddp = DDP(self.model, ...)`` gives (call, ("self", "model"), ("self",
     "model_ddp")); the bound ref is None when the wrapper is not assigned to a name or attribute."""
     def build():
-        from ..flow.models import ddp_calls
-        from ..semantic import get_arg
+        from ..flow.modern import hub
+        from ..flow.wrap_sites import wrap_sites
 
         out = []
-        for c in ddp_calls(ctx):
-            arg = get_arg(c, 0, "module")
+        main = hub(ctx)[1]
+        for site in wrap_sites(ctx):  # ``DDP(...)``, or a project helper's (``wrap(net)``)
+            c = site.call
+            arg, where = site.arg(main, 0, "module")
+            if where is not main:
+                arg = None  # the module is read in the helper's module: no ref of this file
             st = parent(c)
             while isinstance(st, (ast.IfExp, ast.BoolOp)):  # ``DDP(m) if distributed else None``
                 st = parent(st)

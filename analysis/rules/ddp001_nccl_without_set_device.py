@@ -187,7 +187,17 @@ class NcclWithoutSetDevice(Rule):
     fix_availability = "sometimes"
     # its own init, or (a group made by a helper of the project) a use of the current device
     requires_text = ("init_process_group", "_object", "cuda")
-    requires_text_all = (("distributed",),)  # every qualified name it resolves is torch.distributed.*
+    # a qualified name of torch.distributed.*, or a project helper (imported) that makes the group
+    # (``cfg = setup()``, whose module calls ``init_process_group``: ``reach``)
+    requires_text_all = (("distributed", "import"),)
+
+    @classmethod
+    def reach(cls, text, filename):
+        if "distributed" in text:
+            return True, {}
+        from ..flow.reach import reaches  # lazy: only files the text gate admits
+
+        return reaches(filename, text, ("init_process_group",))
 
     def finish(self, ctx) -> None:
         inits = ctx.dist_calls("init_process_group")

@@ -31,7 +31,10 @@ class WriteBeforeFolderMade(Rule):
     on every rank (not the set-up step this rule is about), a write into a folder that a
     parameter names when every call of the function in its module comes after the caller made
     that folder itself (`Path(args.out).mkdir(...)` in the `__main__` block, then `main(args)`; a
-    helper's creation does not count: it may come after a write of the helper's own).
+    helper's creation does not count: it may come after a write of the helper's own), or into the
+    folder of a command-line option (`args.output_dir` of `add_argument("--output_dir")`) when every
+    shell script of the project that launches the file makes the folder it passes first (`mkdir -p
+    $OUT`, then `torchrun main.py --output_dir $OUT`; at least one such launch, and none without).
 
     ## Why is this bad?
     The creation after the write says the folder may not exist when the function starts (a new run
@@ -119,6 +122,8 @@ class WriteBeforeFolderMade(Rule):
                     continue  # made before (or by the writing call itself)
                 if _made_by_callers(ctx, an, scope, k):
                     continue  # every call of this function comes after the caller made the folder
+                if _made_by_launchers(ctx, an, k):
+                    continue  # every shell launcher makes the folder it passes for the option
                 later = [(m, me) for m, me, keys in made if k in keys and (m.lineno, m.col_offset) > at
                          and not _same_loop(c, m, scope) and not never_follows(c, m, scope)]
                 if later:
@@ -177,6 +182,24 @@ def _made_by_callers(ctx, an, fn, k: str) -> bool:
                    for e in effects_at(ctx, an, d)):
             return False
     return True
+
+
+def _made_by_launchers(ctx, an, k: str) -> bool:
+    """The folder ``k`` is a command-line option of this module (``args.output_dir`` of
+    ``add_argument("--output_dir")``), and every shell script of the project that launches this
+    file makes the folder it passes for the option first (``mkdir -p $OUT`` then ``torchrun
+    main.py --output_dir $OUT``: ``flow.launchers``)."""
+    import re
+
+    from ..flow.cli_options import argparse_options, option_dest, option_strings
+    from ..flow.launchers import launches_make_option_folder
+
+    m = re.fullmatch(r"(?:attr|param):[A-Za-z_]\w*(?:\.\w+)*\.(\w+)", k)
+    if m is None:
+        return False
+    opts = [o for c in argparse_options(ctx.sem) if option_dest(c, ctx.sem) == m.group(1)
+            for o in option_strings(c) if o.startswith("-")]
+    return bool(opts) and launches_make_option_folder(ctx.filename, tuple(opts), an)
 
 
 def _made_keys(k: str, folder_of) -> frozenset:

@@ -8,7 +8,7 @@ from ..semantic import get_arg, parent
 from ..flow.assignments import dominates, reaching_assignment, reaching_value
 from ..flow.models import is_ddp_wrapper
 from ..flow.mentions import mentions, names_string
-from ._common import shown_path
+from ._common import ddp_or_callers_reach, shown_path
 
 
 # the file strips or adds the prefix itself: ``k.replace("module.", "")``, ``consume_prefix_...``
@@ -37,7 +37,8 @@ class DdpWrapperStateDict(Rule):
     DDP(self.model)` in `__init__` or a setup method `__init__` calls (a tuple assignment too), with
     no binding that unwraps it (`self.model.module`, `getattr(self.model, "module", ...)`), and saves
     `self.model.state_dict()` in another method, directly or through a helper it passes
-    `self.model`. The distributed run writes `module.` keys that its own unwrapped load (resume, or
+    `self.model`. The wrapper may also come from a helper of another project module that returns
+    it (`model = wrap(model)` with `def wrap(m): return DDP(m, device_ids=[rank])` in `utils.py`). The distributed run writes `module.` keys that its own unwrapped load (resume, or
     a single-process `--mode predict`) cannot read.
 
     A file that loads the checkpoint back into the same wrapper (`ddp_model.load_state_dict(...)`,
@@ -83,8 +84,11 @@ class DdpWrapperStateDict(Rule):
     name = "ddp-wrapper-state-dict"
     severity = Severity.WARNING
     fix_availability = "sometimes"
-    requires_text = ("DistributedDataParallel",)
+    # the wrap: in this file, or in a helper of a project module it imports (``model = wrap(model)``),
+    # or in a caller that passes the wrapper (``reach``)
+    requires_text = ("DistributedDataParallel", "import")
     requires_text_all = (("save", "ckpt", "checkpoint"),)  # torch.save, or a checkpoint helper of the project
+    reach = classmethod(ddp_or_callers_reach)
 
     def finish(self, ctx) -> None:
         if _handles_prefix(ctx.sem, ctx.src.text):
@@ -126,7 +130,9 @@ class DdpWrapperStateDict(Rule):
     def _project_savers(ctx) -> None:
         """``save_checkpoint(ddp_model, path)``: a function of another project file that saves
         ``<param>.state_dict()`` of the parameter this call fills with the DDP wrapper."""
-        ddp = ctx.calls_to("torch.nn.parallel.DistributedDataParallel")
+        from ..flow.wrap_sites import wrap_sites  # ``DDP(...)``, or a project helper's wrapper
+
+        ddp = [w.call for w in wrap_sites(ctx)]
         if not ddp:
             return
         from ..flow import for_context  # lazy: only DDP files that call helpers with the wrapper
@@ -208,7 +214,7 @@ def _bound_wrapper(ctx, a, call):
     following parameters to their callers (the cheap question, asked of every call)."""
     if isinstance(a, ast.Name):
         v = reaching_value(ctx, a.id, call)  # ``model = DDP(net)``, ``model, step = DDP(net), 0``
-        if isinstance(v, ast.Call) and ctx.qn(v) == DDP_QN:
+        if isinstance(v, ast.Call) and (ctx.qn(v) == DDP_QN or any(w.call is v for w in _wrap_sites(ctx))):
             st = parent(v)
             while st is not None and not isinstance(st, ast.stmt):
                 st = parent(st)
@@ -218,6 +224,12 @@ def _bound_wrapper(ctx, a, call):
 
 
 DDP_QN = "torch.nn.parallel.DistributedDataParallel"
+
+
+def _wrap_sites(ctx):
+    from ..flow.wrap_sites import wrap_sites  # ``model = wrap(model)`` of a project helper too
+
+    return wrap_sites(ctx)
 _NOT_PROJECT = frozenset({"torch", "torchvision", "numpy", "os", "sys", "math", "time", "json", "logging", "random",
                           "argparse", "collections", "functools", "itertools", "typing", "pathlib", "shutil",
                           "datetime", "copy", "pickle", "warnings", "dataclasses", "tqdm", "yaml", "wandb",

@@ -141,6 +141,8 @@ class AccumulationWithoutNoSync(Rule):
             wraps = [] if local else _ddp_forward(ctx, loop, c)
             if local and _bypasses_wrapper(ctx, loop, c):
                 continue  # no forward of this loop arms the reducer: nothing is all-reduced
+            if local and not wraps and _wrapped_on_other_runs(ctx, c):
+                continue  # ``if cfg.eval_only: DDP(...)`` and the loop under ``if not cfg.eval_only``
             if local or wraps:
                 self._report(ctx, c, wraps, (guard.test, "the optimizer steps only under this test"))
 
@@ -431,3 +433,14 @@ def _same_block(node: ast.AST, guard: ast.If) -> bool:
             return False
         n = parent(n)
     return False
+
+
+def _wrapped_on_other_runs(ctx, backward: ast.Call) -> bool:
+    """Every ``DDP(...)`` of this file runs only where a flag holds that the ``backward()`` needs
+    false (or the other way round): the runs that accumulate never wrap in DDP (``flow.exclusive.contradictory``)."""
+    from ..flow.exclusive import contradictory
+
+    scope = ctx.sem.enclosing_function(backward)
+    calls = ddp_calls(ctx)
+    return bool(calls) and scope is not None and all(
+        ctx.sem.enclosing_function(d) is scope and contradictory(d, backward, scope) for d in calls)

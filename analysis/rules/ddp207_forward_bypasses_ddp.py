@@ -120,10 +120,10 @@ class ForwardBypassesDdp(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     # ``x.module(...)``; the module a ``DistributedDataParallel(...)`` of this file wraps, or another
-    # one trained beside it
-    requires_text = (".module", "DistributedDataParallel")
+    # one trained beside it; an unwrap helper imported from another module (``net = unwrap(model)``)
+    requires_text = (".module", "DistributedDataParallel", "import")
 
-    # ``ddp_holder``: a wrapper built in this file, or passed by a caller of the project
+    # ``ddp_holder``: a wrapper built in this file or by an imported helper, or passed by a caller
     reach = classmethod(ddp_or_callers_reach)
 
     def finish(self, ctx) -> None:
@@ -303,11 +303,11 @@ class ForwardBypassesDdp(Rule):
         if any(ref == bound for _d, _w, bound in wraps):
             return None  # the wrapper itself
         own = [(d, bound) for d, _w, bound in wraps if enclosing_function(d) is fn and bound is not None]
-        if not own or any(ref in _names(get_arg(d, 0, "module")) for d, _b in own if get_arg(d, 0, "module") is not None):
+        if not own or any(ref in _names(_wrapped_arg(ctx, d)) for d, _b in own if _wrapped_arg(ctx, d) is not None):
             return None
         if not any(_calls_ref(ctx, bound, fn) for _d, bound in own):
             return None  # no DDP forward in this step
-        if any(ref in _names(get_arg(d, 0, "module") or d) for d, _w, _b in wraps):
+        if any(ref in _names(_wrapped_arg(ctx, d) or d) for d, _w, _b in wraps):
             return None  # wrapped somewhere (``DDP(nn.Sequential(backbone, head))``)
         opt = params_reach_optimizer(ctx, ref, fn)
         if opt is None:
@@ -464,3 +464,11 @@ def _calls_wrapper(ctx, holder, fn) -> bool:
     """The function calls the DDP wrapper itself (``ddp_model(x)``) somewhere, gradients enabled."""
     h = ast.dump(holder)
     return any(isinstance(n, ast.Call) and ast.dump(n.func) == h and not grad_disabled(ctx, n) for n in ast.walk(fn))
+
+
+def _wrapped_arg(ctx, d):
+    """The module argument of the wrap ``d``: ``DDP(m, ...)``'s first; of a project helper's call
+    (``wrap(local_rank, net)``), the whole call (any name it passes may be the module)."""
+    if ctx.qn(d) == "torch.nn.parallel.DistributedDataParallel":
+        return get_arg(d, 0, "module")
+    return d

@@ -9,6 +9,7 @@ from ..model import Applicability, Range, Severity
 from ..registry import NoCase, Rule
 from ..semantic import FUNC_TYPES, get_arg, parent
 from ..flow.helper_calls import bind_args, calls_named
+from ..flow.params import dead_at_call, dead_in_frame
 from ._common import other_call_sites
 from ._loader import (DIST_SAMPLER, dataloaders, project_sampler, is_loader_call, in_eval_function, is_eval_name, is_true, loader_sampler,
                       may_be_none, target_name)
@@ -421,6 +422,8 @@ class SamplerWithoutSetEpoch(Rule):
             if built is None:
                 continue
             positions, helper_sampler, view = built
+            if dead_at_call(ana.main, call, view, got[1], helper_sampler):
+                continue  # ``DistributedSampler(...) if distributed else None``, called with the flag off
             single = isinstance(t, ast.Name)
             l_name = s_name = None
             for pos, kind in positions.items():
@@ -740,6 +743,8 @@ def _distributed_loader(ana, view, expr, at, callers=None):
             continue
         found = branch_origins(ana, lv, s_arg, ld, frames=fr, callers=callers) if not isinstance(s_arg, ast.Call) or \
             (lv.sem.call_qualname(s_arg) or "") not in _SAMPLER_QNS else [(lv, s_arg, fr)]
+        # a sampler of a helper's branch that the call leading there never takes is not built
+        found = [(sv, sc, sf) for sv, sc, sf in found if not dead_in_frame(sv, sc, sf)]
         built = [(sv, sc, sf, _builds_sampler(ana, sv, sc, sf, callers)) for sv, sc, sf in found
                  if isinstance(sc, ast.Call)]
         samp = [(sv, sc, sf) for sv, sc, sf, k in built if k]

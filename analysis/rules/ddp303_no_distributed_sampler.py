@@ -5,7 +5,7 @@ import ast
 from ..model import Applicability, Severity
 from ..registry import Rule
 from ..semantic import FUNC_TYPES, get_arg
-from ..flow.models import ddp_calls
+from ..flow.wrap_sites import wrap_sites
 from ..flow.mentions import code_words
 from ._common import is_simple_ref, shown_path
 from ._loader import DIST_SAMPLER, dataloaders, is_loader_call, has_kwargs, is_eval_name, is_true, sampler_args, target_name
@@ -227,12 +227,21 @@ class NoDistributedSampler(Rule):
     name = "no-distributed-sampler"
     severity = Severity.WARNING
     fix_availability = "sometimes"
-    requires_text = ("DistributedDataParallel", "DistributedSampler")
+    # the wrap: in this file, or by a helper of a project module it imports (``reach``)
+    requires_text = ("DistributedDataParallel", "DistributedSampler", "import")
     requires_text_all = (("DataLoader", "oader"),)  # DataLoader calls, or a project `build_loader` helper
+
+    @classmethod
+    def reach(cls, text, filename):
+        if "DistributedDataParallel" in text or "DistributedSampler" in text:
+            return True, {}
+        from ..flow.reach import WRAP_TEXT, reaches  # lazy: only files the text gate admits
+
+        return reaches(filename, text, WRAP_TEXT)
 
     def finish(self, ctx) -> None:
         _discarded_samplers(ctx)
-        if _split_hint(ctx.sem, ctx.src.text) or not ddp_calls(ctx):
+        if _split_hint(ctx.sem, ctx.src.text) or not wrap_sites(ctx):
             return
         for call in dataloaders(ctx):
             kw = next((k for k in call.keywords if k.arg == "shuffle"), None)

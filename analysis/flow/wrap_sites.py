@@ -1,0 +1,168 @@
+"""Where this file makes a DDP wrapper, and with what arguments, helpers of the project included.
+
+A wrap is ``DistributedDataParallel(...)`` called in this file, or a call of a project function
+(this module or another one) every ``return`` of which gives the wrapper: ``model = wrap(model,
+gpu)`` with ``def wrap(m, gpu): return DDP(m.to(gpu), device_ids=[gpu])`` in ``utils.py``. The rules
+that read a wrap's arguments (the module, ``device_ids``, ``broadcast_buffers``...) ask ``arg``: a
+constructor argument that is a parameter of the helper, never rebound there, reads as the argument
+the call passes for it (its default when it passes none), and so do the arguments that the helper
+forwards through ``*args`` / ``**kwargs``; the others are read in the helper's module. The finding
+of such a wrap is reported at the call of this file.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..semantic import FUNC_TYPES, get_arg, parent
+from ..torch_api import DDP_CLASS
+from .helper_calls import bind_args, is_method
+
+
+@dataclass(frozen=True, eq=False)
+class WrapSite:
+    call: ast.Call  # the call of this file: ``DDP(...)`` itself, or the helper's call
+    ctor: ast.Call  # the ``DDP(...)`` call, here or in the helper's module
+    view: object  # the module view of ``ctor``
+    fn: ast.AST | None = None  # the helper the call runs (None for a ``DDP(...)`` of this file)
+
+    @property
+    def direct(self) -> bool:
+        return self.ctor is self.call
+
+    def arg(self, main, pos: int | None, name: str):
+        """(expression, its view) of the constructor's argument ``name`` (or positional ``pos``), as
+        this call passes it; (None, None) when it is left out, or cannot be read."""
+        e = get_arg(self.ctor, pos, name)
+        if self.direct:
+            return (e, main) if e is not None else (None, None)
+        params = _params(self.fn)
+        if e is None:
+            # forwarded: ``DDP(*args, **kwargs)`` with the helper's own ``*args`` / ``**kwargs``
+            return _forwarded(self, main, pos, name, params)
+        if isinstance(e, ast.Name) and e.id in params and not _rebound(self.view, self.fn, e.id):
+            got = _passed(self.call, self.fn, e.id)
+            if got is not None:
+                return got, main
+            d = _default(self.fn, e.id)
+            return (d, self.view) if d is not None else (None, None)
+        return e, self.view
+
+
+def wrap_sites(ctx) -> list[WrapSite]:
+    """Every wrap of this file, in its order (memoised per check)."""
+    return ctx.memo("wrap_sites", lambda: _sites(ctx))
+
+
+def _sites(ctx) -> list[WrapSite]:
+    from .modern import hub
+
+    an, view = hub(ctx)
+    out = [WrapSite(c, c, view) for c in ctx.sem.calls_to(DDP_CLASS)]
+    from .reach import WRAP_TEXT, reaches
+
+    if not reaches(ctx.filename, ctx.src.text, WRAP_TEXT)[0]:
+        return out  # no module this file imports (transitively) spells the constructor: no helper wraps
+    imports, defs = view.imports, view.defs
+    for st in (*ctx.sem.by_type.get(ast.Assign, ()), *ctx.sem.by_type.get(ast.AnnAssign, ()),
+               *ctx.sem.by_type.get(ast.Return, ())):
+        v = st.value
+        for c in (v.elts if isinstance(v, (ast.Tuple, ast.List)) else (v,)):
+            if not isinstance(c, ast.Call):
+                continue
+            f = c.func
+            base = f.id if isinstance(f, ast.Name) else (
+                f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else None)
+            if base is None or (base not in defs and base not in imports) or (ctx.qn(c) or "").startswith("torch."):
+                continue
+            t = an.resolve_call(view, c)
+            if t is None or not isinstance(t[1], FUNC_TYPES) or t[1].name == "__init__":
+                continue
+            ctor = an.wrapper_ctor(view, c, c)
+            if ctor is None:
+                continue
+            cview = an.ctor_views.get(id(ctor), t[0])
+            if (cview.sem.call_qualname(ctor) or "") != DDP_CLASS:
+                continue
+            # the helper whose parameters the constructor reads: the function the call runs, when the
+            # constructor is in it (a deeper helper's are read in its own module)
+            fn = t[1] if _enclosing(ctor) is t[1] else None
+            out.append(WrapSite(c, ctor, cview, fn))
+    out.sort(key=lambda s: (s.call.lineno, s.call.col_offset))
+    return out
+
+
+def _enclosing(node):
+    p = parent(node)
+    while p is not None and not isinstance(p, FUNC_TYPES):
+        p = parent(p)
+    return p
+
+
+def _params(fn) -> dict:
+    """Parameter name -> kind ("pos", "kwonly", "vararg", "kwarg") of ``fn`` (a method's ``self``
+    left out); empty for None."""
+    if fn is None:
+        return {}
+    a = fn.args
+    pos = [x.arg for x in (*a.posonlyargs, *a.args)]
+    out = {p: "pos" for p in (pos[1:] if is_method(fn) else pos)}
+    out.update({x.arg: "kwonly" for x in a.kwonlyargs})
+    if a.vararg is not None:
+        out[a.vararg.arg] = "vararg"
+    if a.kwarg is not None:
+        out[a.kwarg.arg] = "kwarg"
+    return out
+
+
+def _rebound(view, fn, name: str) -> bool:
+    return bool(view.sem.assignments(fn).get(name))
+
+
+def _passed(call: ast.Call, fn, param: str):
+    """The argument ``call`` passes for ``param`` of ``fn``, or None (left out, or behind a
+    ``*``/``**`` of the call)."""
+    return bind_args(call, fn).get(param)
+
+
+def _default(fn, param: str):
+    a = fn.args
+    pos = [*a.posonlyargs, *a.args]
+    for x, d in zip(pos[len(pos) - len(a.defaults):], a.defaults):
+        if x.arg == param:
+            return None if isinstance(d, ast.Constant) and d.value is None else d
+    for x, d in zip(a.kwonlyargs, a.kw_defaults):
+        if x.arg == param and d is not None:
+            return None if isinstance(d, ast.Constant) and d.value is None else d
+    return None
+
+
+def _forwarded(site: WrapSite, main, pos, name, params):
+    """The argument the helper forwards through ``*args`` / ``**kwargs`` to the constructor."""
+    fn, ctor, call = site.fn, site.ctor, site.call
+    if fn is None:
+        return None, None
+    kw_param = next((p for p, k in params.items() if k == "kwarg"), None)
+    if kw_param is not None and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kw_param
+                                    for k in ctor.keywords) and not _rebound(site.view, fn, kw_param):
+        named = {p for p, k in params.items() if k in ("pos", "kwonly")}
+        if name not in named:
+            got = next((k.value for k in call.keywords if k.arg == name), None)
+            if got is not None:
+                return got, main
+    var_param = next((p for p, k in params.items() if k == "vararg"), None)
+    if pos is not None and var_param is not None and not _rebound(site.view, fn, var_param):
+        # ``DDP(a, b, *args)``: the constructor's positional ``pos`` is the call's positional after
+        # the helper's own positional parameters
+        lead = 0
+        for a in ctor.args:
+            if isinstance(a, ast.Starred):
+                if isinstance(a.value, ast.Name) and a.value.id == var_param:
+                    npos = sum(1 for k in params.values() if k == "pos")
+                    i = npos + (pos - lead)
+                    if pos >= lead and i < len(call.args) and not any(
+                            isinstance(x, ast.Starred) for x in call.args[:i + 1]):
+                        return call.args[i], main
+                break
+            lead += 1
+    return None, None
