@@ -23,6 +23,9 @@ TENSOR_COLLECTIVES = (
 ALL_COLLECTIVES = TENSOR_COLLECTIVES + OBJECT_COLLECTIVES + OBJECT_COLLECTIVES_WITH_DEVICE[:1] + ("barrier", "monitored_barrier")
 
 DDP_CLASS = "torch.nn.parallel.DistributedDataParallel"
+# FSDP1's wrapper class, as it is imported (``device_id=`` takes the rank's device)
+FSDP1_CLASSES = frozenset({"torch.distributed.fsdp.FullyShardedDataParallel",
+                           "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel"})
 # the calls that pin this process's current device, by index, on each accelerator whose index
 # counts the devices of one node (``torch_npu`` / ``torch_mlu`` register ``torch.npu`` / ``torch.mlu``
 # and keep their own spelling; ``torch.accelerator`` is the backend-generic one)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import get_arg, parent
-from ..torch_api import DEVICE_SETTERS, D
+from ..torch_api import DEVICE_SETTERS, FSDP1_CLASSES, D
 from .origins import origins
 from .rank_tests import GLOBAL_RANK_ENV, LOCAL_RANK_ENV
 from .rank_tests import local_group
@@ -487,12 +487,11 @@ def _key_values(view, k) -> set | None:
 
 
 # -- where a value is used as a CUDA device index -----------------------------------------------------
-
 def device_index_sites(sem, call: ast.Call) -> list:
     """The expressions ``call`` uses as a device index: ``set_device(i)`` (CUDA, XPU, NPU, MLU, MUSA),
     ``torch.cuda.device(i)``, ``torch.device("cuda", i)`` / ``torch.device(f"cuda:{i}")`` /
-    ``index=i``, DDP's ``device_ids=[i]`` / ``output_device=i``, ``.to(i)`` / ``.cuda(i)`` (also
-    ``"cuda:" + str(i)``)."""
+    ``index=i``, DDP's ``device_ids=[i]`` / ``output_device=i``, FSDP's ``device_id=i``, ``.to(i)`` /
+    ``.cuda(i)`` (also ``"cuda:" + str(i)``)."""
     f = call.func
     qn = sem.call_qualname(call)
     sites: list[ast.AST] = []
@@ -518,6 +517,8 @@ def device_index_sites(sem, call: ast.Call) -> list:
         od = get_arg(call, 2, "output_device")
         if od is not None:
             sites.append(od)
+    elif qn in FSDP1_CLASSES and (d := get_arg(call, None, "device_id")) is not None and d.__class__ is not ast.Call:
+        sites.append(d)  # an index (a ``torch.device(...)`` there is a site of its own)
     elif f.__class__ is ast.Attribute and f.attr in ("to", "cuda") and qn is None:
         a = call.args[0] if call.args else get_arg(call, None, "device")
         if a is not None:

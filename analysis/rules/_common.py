@@ -11,6 +11,7 @@ from ..source import nfkc, per_text
 from ..torch_api import (  # noqa: F401  (the torch vocabulary, shared with the runtime)
     ALL_COLLECTIVES,
     DDP_CLASS,
+    FSDP1_CLASSES,
     DEVICE_SETTERS,
     OBJECT_COLLECTIVES,
     OBJECT_COLLECTIVES_WITH_DEVICE,
@@ -56,7 +57,7 @@ def pin_name_kind(n: str) -> int:
 
 # calls that may take a device as an argument: these qualified names (whose last part is the
 # attribute when called as ``torch.cuda.set_device(...)``), and ``x.to(...)`` / ``x.cuda(...)``
-DEVICE_CALL_QNS = frozenset({*DEVICE_SETTERS, "torch.cuda.device", "torch.device", DDP_CLASS})
+DEVICE_CALL_QNS = frozenset({*DEVICE_SETTERS, "torch.cuda.device", "torch.device", DDP_CLASS, *FSDP1_CLASSES})
 _DEVICE_CALL_ATTRS = frozenset({q.rpartition(".")[2] for q in DEVICE_CALL_QNS} | {"to", "cuda"})
 
 

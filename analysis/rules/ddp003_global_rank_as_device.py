@@ -37,7 +37,7 @@ class GlobalRankAsDevice(Rule):
     variable assigned once) used as a CUDA device index: `torch.cuda.set_device(rank)`,
     `torch.device("cuda", rank)`, `torch.device(f"cuda:{rank}")`, `.to(rank)`, `.cuda(rank)`,
     `with torch.cuda.device(rank)`, `DistributedDataParallel(..., device_ids=[rank])` /
-    `output_device=rank`. The rank is also followed through helpers: a function of this file, a
+    `output_device=rank`, `FullyShardedDataParallel(..., device_id=rank)`. The rank is also followed through helpers: a function of this file, a
     method of the class, or a function of another file of the project (`from utils.env import
     get_rank_from_env`, `import utils.dist as du; du.get_rank()`) whose every `return` is the
     global rank (`int(os.environ["RANK"])`, `dist.get_rank()`, another such helper) or the
