@@ -48,24 +48,47 @@ class WrapSite:
             return (d, self.view) if d is not None else (None, None)
         return e, self.view
 
+    def arg_at(self, main, pos: int | None, name: str):
+        """(expression, its view, the node to read it at) of the constructor's argument, as ``arg``
+        reads it: at the call of this file when the expression is one of this file, else at the
+        constructor in the helper's module; (None, None, None) when it is left out."""
+        e, v = self.arg(main, pos, name)
+        if e is None:
+            return None, None, None
+        return e, v, (self.call if v is main else self.ctor)
+
+    def keyword(self, main, name: str):
+        """(value, view, node to read it at) of the constructor's keyword ``name``, as the call
+        passes it (see ``arg``); (None, None, None) when it is left out."""
+        return self.arg_at(main, None, name)
+
 
 def wrap_sites(ctx) -> list[WrapSite]:
     """Every wrap of this file, in its order (memoised per check)."""
-    return ctx.memo("wrap_sites", lambda: _sites(ctx))
-
-
-def _sites(ctx) -> list[WrapSite]:
     from .modern import hub
 
-    an, view = hub(ctx)
-    out = [WrapSite(c, c, view) for c in ctx.sem.calls_to(DDP_CLASS)]
+    return ctx.memo("wrap_sites", lambda: view_wrap_sites(*hub(ctx), ctx.src.text))
+
+
+def view_wrap_sites(an, view, text: str | None = None) -> list[WrapSite]:
+    """``wrap_sites`` of any module view of the check (memoised on the view); ``text``: the
+    module's text, when the view does not keep it."""
+    got = view.memo.get("wrap_sites")
+    if got is None:
+        got = view.memo["wrap_sites"] = _sites(an, view, view.text if text is None else text)
+    return got
+
+
+def _sites(an, view, text: str) -> list[WrapSite]:
+    sem = view.sem
+    out = [WrapSite(c, c, view) for c in sem.calls_to(DDP_CLASS)]
     from .reach import WRAP_TEXT, reaches
 
-    if not reaches(ctx.filename, ctx.src.text, WRAP_TEXT)[0]:
+    if not reaches(view.path, text, WRAP_TEXT)[0]:
         return out  # no module this file imports (transitively) spells the constructor: no helper wraps
     imports, defs = view.imports, view.defs
-    for st in (*ctx.sem.by_type.get(ast.Assign, ()), *ctx.sem.by_type.get(ast.AnnAssign, ()),
-               *ctx.sem.by_type.get(ast.Return, ())):
+    for st in (*sem.by_type.get(ast.Assign, ()), *sem.by_type.get(ast.AnnAssign, ()),
+               *sem.by_type.get(ast.Return, ())):
         v = st.value
         for c in (v.elts if isinstance(v, (ast.Tuple, ast.List)) else (v,)):
             if not isinstance(c, ast.Call):
@@ -73,7 +96,8 @@ def _sites(ctx) -> list[WrapSite]:
             f = c.func
             base = f.id if isinstance(f, ast.Name) else (
                 f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else None)
-            if base is None or (base not in defs and base not in imports) or (ctx.qn(c) or "").startswith("torch."):
+            if base is None or (base not in defs and base not in imports) or \
+                    (sem.call_qualname(c) or "").startswith("torch."):
                 continue
             t = an.resolve_call(view, c)
             if t is None or not isinstance(t[1], FUNC_TYPES) or t[1].name == "__init__":

@@ -384,15 +384,16 @@ def ddp_wraps_of(ctx, holder, at) -> list:
     in another module of the project (``callers_pass_wrapper``). A wrap of this module on the other
     branch of a test that ``at`` sits under does not count; nor does Accelerate's ``prepare``."""
     from ..flow.modern import hub
-    from ..flow.wrapped import contradicts, guards, wrap_origins
+    from ..flow.wrapped import bound_at, contradicts, guards, wrap_origins
     from ..torch_api import DDP_CLASS
 
     if not (isinstance(holder, ast.Name) or module_ref(holder) is not None) or isinstance(holder, ast.Call):
         return []
     an, view = hub(ctx)
     wraps, _always = wrap_origins(an, view, holder, at, ordered=False)
-    wraps = [(w, c) for w, c in wraps if (w.sem.call_qualname(c) or "") == DDP_CLASS
-             and not (w is view and contradicts(guards(c), guards(at)))]
+    # (a wrap made by a project helper is judged at the helper's call: ``wrapped.Origin``)
+    wraps = [o for o in wraps if (o[0].sem.call_qualname(o[1]) or "") == DDP_CLASS
+             and not (bound_at(o)[0] is view and contradicts(guards(bound_at(o)[1]), guards(at)))]
     if wraps:
         return wraps
     return [(w, c) for w, c in callers_pass_wrapper(ctx, holder, at) if (w.sem.call_qualname(c) or "") == DDP_CLASS]

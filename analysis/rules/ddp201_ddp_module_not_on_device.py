@@ -7,7 +7,8 @@ from ..registry import Rule
 from ..semantic import get_arg, terminal_name
 from ..flow.testing import patched_names
 from ..flow.devices import first_device_id, on_device
-from ..flow.models import ddp_calls
+from ..flow.modern import hub
+from ..flow.wrap_sites import wrap_sites
 from ..torch_api import DDP_CLASS
 from ._common import is_simple_ref
 
@@ -80,19 +81,35 @@ class DdpModuleNotOnDevice(Rule):
         return reaches(filename, text, WRAP_TEXT)
 
     def finish(self, ctx) -> None:
-        for call in ddp_calls(ctx):
-            ids = get_arg(call, 1, "device_ids")
+        view = None
+        done = set()
+        for site in wrap_sites(ctx):  # ``DDP(...)`` here, or a project helper that returns it
+            call = site.call
+            if view is None:
+                view = hub(ctx)[1]
+            ids, iv, iat = site.arg_at(view, 1, "device_ids")
             if isinstance(ids, ast.Name):
-                ids = ctx.sem.single_value(ids.id, ctx.sem.scope_of(call))
+                ids = iv.sem.single_value(ids.id, iv.sem.scope_of(iat))
             if not isinstance(ids, (ast.List, ast.Tuple)) or not ids.elts:
                 continue  # absent, None, or only known at run time (`[gpu] if gpu is not None else None`)
-            module = get_arg(call, 0, "module")
-            if module is None:
-                continue
+            module, mv, _at = site.arg_at(view, 0, "module")
+            if module is None or mv is not view:
+                continue  # the helper moves or builds the module itself: read where it wraps
             if on_device(ctx, module, call) is not False:
                 continue
-            if terminal_name(call.func) in patched_names(ctx.sem, call):
+            if terminal_name(call.func) in patched_names(ctx.sem, call) or \
+                    terminal_name(site.ctor.func) in patched_names(ctx.sem, call):
                 continue  # a test that replaced the wrapper with a mock
+            done.add(call)
+            if not site.direct:
+                name = terminal_name(call.func) or "the helper"
+                ctx.report(
+                    call,
+                    f"`{ctx.text(module)}` is still on the CPU when `{name}(...)` wraps it with `device_ids` "
+                    f"(line {site.ctor.lineno} of its module): DDP raises ValueError (device_ids only work "
+                    "with GPU modules); move it with `.to(device)` before the call",
+                )
+                continue
             dev = first_device_id(call)
             fix = None
             if dev is not None and (is_simple_ref(dev) or isinstance(dev, ast.Constant)) and isinstance(
@@ -107,9 +124,9 @@ class DdpModuleNotOnDevice(Rule):
                 "ValueError (device_ids only work with GPU modules); move it with `.to(device)` first",
                 fix=fix,
             )
-        self._through_helpers(ctx)
+        self._through_helpers(ctx, done)
 
-    def _through_helpers(self, ctx) -> None:
+    def _through_helpers(self, ctx, done) -> None:
         """``model = wrap(model)`` where the project helper ``wrap`` (this file or another module)
         hands its parameter as it is to ``DistributedDataParallel(..., device_ids=[...])``, and the
         module given here was built on the CPU and never moved: reported at the call."""
@@ -119,6 +136,8 @@ class DdpModuleNotOnDevice(Rule):
 
         an = None
         for call in ctx.sem.calls:
+            if call in done:
+                continue  # reported as a wrap site
             # the module is handed over by name (``wrap(model)``, ``wrap(module=net)``)
             if not any(isinstance(a, ast.Name) for a in (*call.args, *(k.value for k in call.keywords))):
                 continue
@@ -127,7 +146,7 @@ class DdpModuleNotOnDevice(Rule):
             target = an.resolve_call(an.main, call)
             if target is None or target[1] is ctx.sem.enclosing_function(call):
                 continue
-            wraps = [w for w in _wrapped_params(target[0], target[1])
+            wraps = [w for w in _wrapped_params(target[0], target[1], ctx if target[0] is an.main else None)
                      if not dead_at_call(an.main, call, target[0], target[1], w[2])
                      and w[3] not in patched_names(ctx.sem, call)]
             if not wraps:
@@ -145,7 +164,7 @@ class DdpModuleNotOnDevice(Rule):
             )
 
 
-def _wrapped_params(view, fn) -> list:
+def _wrapped_params(view, fn, ctx=None) -> list:
     """(parameter, line, wrap call, the wrapper's name there) for each
     ``DistributedDataParallel(param, device_ids=[...])`` of ``fn`` that hands one of its
     parameters as it is (not rebound on the way); memoised per function."""
@@ -159,11 +178,20 @@ def _wrapped_params(view, fn) -> list:
     if id(fn) in memo:
         return memo[id(fn)]
     got = []
+    # a helper of this file (``ctx`` given) may wrap through another helper
+    sites = {id(s.call): s for s in wrap_sites(ctx)} if ctx is not None else {}
     for c in scope_calls(view, fn):
-        if view.sem.call_qualname(c) != DDP_CLASS:
+        site = sites.get(id(c))
+        if site is not None and not site.direct:
+            ids, iv, _ = site.arg_at(view, 1, "device_ids")
+            mod, mv, _ = site.arg_at(view, 0, "module")
+            if iv is not view or mv is not view:
+                continue
+        elif view.sem.call_qualname(c) == DDP_CLASS:
+            ids = get_arg(c, 1, "device_ids")
+            mod = get_arg(c, 0, "module")
+        else:
             continue
-        ids = get_arg(c, 1, "device_ids")
-        mod = get_arg(c, 0, "module")
         if not isinstance(ids, (ast.List, ast.Tuple)) or not ids.elts or not isinstance(mod, ast.Name):
             continue
         kind, where = reaching(view, mod.id, c)

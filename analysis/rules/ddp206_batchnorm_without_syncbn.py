@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..flow.models import ddp_calls
+from ..flow.wrap_sites import wrap_sites
 from ..flow.mentions import mentions
 from ..flow.buffers import BN_LAYERS, builds_bn_model, holds_batchnorm
 from ..flow.modern import hub
@@ -66,9 +66,9 @@ class BatchNormWithoutSyncBn(Rule):
     requires_text = ("DistributedDataParallel", "prepare")
 
     def finish(self, ctx) -> None:
-        calls = ddp_calls(ctx)
+        sites = wrap_sites(ctx)  # ``DDP(...)`` here, or a project helper that returns the wrapper
         prepared = _prepared_models(ctx)
-        if not (calls or prepared) or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
+        if not (sites or prepared) or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
             return
         bn = ctx.calls_to(*BN_LAYERS)
         if not bn:
@@ -79,11 +79,12 @@ class BatchNormWithoutSyncBn(Rule):
         if not bn:
             return
         an, view = hub(ctx)
-        for call in calls:
-            if call.args and holds_batchnorm(an, view, call.args[0], call) is False:
+        for site in sites:
+            module, mv, at = site.arg_at(view, 0, "module")
+            if module is not None and holds_batchnorm(an, mv, module, at) is False:
                 continue
             ctx.report(
-                call,
+                site.call,
                 "the model has BatchNorm layers but is wrapped in DDP without SyncBatchNorm: each rank "
                 "normalises with its own batch statistics",
                 related=[(bn[0], "BatchNorm comes from here")],

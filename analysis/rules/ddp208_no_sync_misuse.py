@@ -7,6 +7,7 @@ from ..registry import Rule
 from ..semantic import Semantic, iter_scope_nodes, param_names, parent
 from ..flow.assignments import has_ancestor
 from ..flow.calls import call_sites_here
+from ..flow.wrapped import bound_at
 from ..flow.helper_calls import bind_args
 from ..flow.mentions import mentions
 from ..flow.return_deps import names_reaching, target_names
@@ -777,7 +778,8 @@ def _wrap_ids(ctx, holder, at) -> frozenset:
     memo = ctx.memo("ddp208.wrap_ids", dict)
     key = (id(holder), id(at))
     if key not in memo:
-        memo[key] = frozenset(id(c) for _v, c in ddp_wraps_of(ctx, holder, at))
+        # (keyed by where the wrapper is bound: two wrappers a project helper builds are two)
+        memo[key] = frozenset(id(bound_at(o)[1]) for o in ddp_wraps_of(ctx, holder, at))
     return memo[key]
 
 

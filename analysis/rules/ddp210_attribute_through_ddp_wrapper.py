@@ -11,7 +11,7 @@ from ..torch_api import DDP_CLASS
 from ..flow.testing import is_test_file
 from ..flow.calls import call_args
 from ..flow.same_tests import ruled_out_by_same_test
-from ..flow.wrapped import (NOT_DDP_PLUGINS, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
+from ..flow.wrapped import (NOT_DDP_PLUGINS, bound_at, is_unwrap, branch_excludes_wrap, contradicts, dominating_binding, guards,
                             handles_attribute_error, implied, is_model_class, tested_values, wrap_origins)
 from ..flow.attr_order import own_bindings
 from ..flow.kernel import one_process_notebook
@@ -246,7 +246,10 @@ class AttributeThroughDdpWrapper(Rule):
             # in a test file, a conditional wrap seen by a conditional read only under the same
             # tests: its harness runs the modes in fixed combinations (``if with_fsdp: ... else:
             # DDP(...)`` and ``if method == "grad_to_none": model.trunk`` never hold together)
-            wraps = [(v, c) for v, c in wraps if not contradicts(guards(c, settled=True), facts)
+            # (each wrap judged where the code binds it: a project helper's call, not the
+            # constructor in the helper's module)
+            wraps = [o for o in wraps for v, c in (bound_at(o),)
+                     if not contradicts(guards(c, settled=True), facts)
                      and (always or not test_file or implied(at, guards(c))) and not _sets_attr(v, c, attr)
                      and not branch_excludes_wrap(an, view, node, v, c)
                      and not _runs_apart(ctx, an, view, node, v, c)

@@ -6,7 +6,7 @@ from ..model import Severity
 from ..registry import Rule
 from ..flow.buffers import holds_batchnorm, syncs_buffers
 from ..flow.mentions import mentions
-from ..flow.models import ddp_calls
+from ..flow.wrap_sites import wrap_sites
 from ..flow.modern import hub
 from ..torch_api import constant_of
 
@@ -57,33 +57,43 @@ class BuffersNotBroadcastWithBatchNorm(Rule):
     code = "DDP225"
     name = "buffers-not-broadcast-with-batchnorm"
     severity = Severity.WARNING
-    requires_text = ("broadcast_buffers",)
+    requires_text = ("broadcast_buffers", "import")
+
+    @classmethod
+    def reach(cls, text, filename):
+        # the keyword in this file, or in a project helper that builds the wrapper for it
+        from ..flow.reach import reaches
+
+        return reaches(filename, text, ("broadcast_buffers",))
 
     def finish(self, ctx) -> None:
-        calls = ddp_calls(ctx)
-        if not calls or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
-            return
-        offs = []
-        for call in calls:
-            kw = next((k for k in call.keywords if k.arg == "broadcast_buffers"), None)
-            if kw is None:
-                continue
-            got = constant_of(ctx.sem, kw.value, ctx.sem.scope_of(call))
-            if got is not None and got.value is False and call.args:
-                offs.append((call, kw))
-        if not offs:
+        sites = wrap_sites(ctx)  # ``DDP(...)`` here, or a project helper that returns the wrapper
+        if not sites or mentions(ctx.sem, "SyncBatchNorm", "convert_sync_batchnorm", text=ctx.src.text):
             return
         an, view = hub(ctx)
+        offs = []
+        for site in sites:
+            value, vv, at = site.keyword(view, "broadcast_buffers")
+            if value is None:
+                continue
+            got = constant_of(vv.sem, value, vv.sem.scope_of(at))
+            module, mv, mat = site.arg_at(view, 0, "module")
+            if got is not None and got.value is False and module is not None:
+                # reported at the keyword when it is written in the call, else at the helper's call
+                kw = next((k for k in site.call.keywords if k.arg == "broadcast_buffers"), None)
+                offs.append((kw if kw is not None and kw.value is value else site.call, (module, mv, mat)))
+        if not offs:
+            return
         if syncs_buffers(an, view):
             return
         evals = [c for c in ctx.sem.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "eval"
                  and not c.args and not c.keywords]
         if not evals:
             return
-        for call, kw in offs:
-            if holds_batchnorm(an, view, call.args[0], call) is not True:
+        for where, (module, mv, mat) in offs:
+            if holds_batchnorm(an, mv, module, mat) is not True:
                 continue
-            ctx.report(kw, "`broadcast_buffers=False` on a model with BatchNorm layers, and nothing here "
+            ctx.report(where, "`broadcast_buffers=False` on a model with BatchNorm layers, and nothing here "
                            "synchronises its buffers: each rank's running statistics track only its own data, "
                            "so every rank evaluates a different model and the main rank's checkpoint keeps its "
                            "own statistics only",
