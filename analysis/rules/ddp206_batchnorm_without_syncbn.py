@@ -63,7 +63,16 @@ class BatchNormWithoutSyncBn(Rule):
     severity = Severity.INFO
     default_enabled = False
     # a DDP wrap, or Accelerate's ``accelerator.prepare(model, ...)`` (a DDP wrap on several processes)
-    requires_text = ("DistributedDataParallel", "prepare")
+    # (or a project helper that returns the DDP wrapper: a module the file imports spells it)
+    requires_text = ("DistributedDataParallel", "prepare", "import")
+
+    @classmethod
+    def reach(cls, text, filename):
+        from ..flow.reach import WRAP_TEXT, reaches
+
+        if "prepare" in text:
+            return True, {}
+        return reaches(filename, text, WRAP_TEXT)
 
     def finish(self, ctx) -> None:
         sites = wrap_sites(ctx)  # ``DDP(...)`` here, or a project helper that returns the wrapper
