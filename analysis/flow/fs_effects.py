@@ -123,10 +123,9 @@ _MAX_DEPTH = 3
 
 
 class FsEffect:
-    """``kind`` of ``api`` at ``node`` (in ``view``'s module); ``path`` the destination (or source,
-    for a read) expression, or None with ``cache`` the shared folder it uses; ``folder``: the path
-    names a folder (a download root, an extraction target, a made directory); ``via``: the helpers
-    it was reached through."""
+    """``kind`` of ``api`` at ``node`` (in ``view``'s module); ``path`` the destination (or source, for
+    a read) expression, or None with ``cache`` the shared folder it uses; ``folder``: the path names
+    a folder (a download root, an extraction target, a made directory); ``via``: the helpers."""
 
     __slots__ = ("kind", "api", "node", "path", "cache", "folder", "view", "via", "home", "key", "args",
                  "per_rank", "guards", "exist_ok")
@@ -620,7 +619,14 @@ def call_site_effects(hub, view, call: ast.Call, target, depth: int = 0, effs=No
                 a = args.get(m.group(1))
                 ak = path_key(vctx, a) if a is not None else None
                 if ak is None and m.group(2) and a.__class__ is ast.Name:
-                    ak = "obj:" + a.id  # an attribute of an object passed in: that object's (``_on_receiver``)
+                    # ``cfg.out`` of an object built here: keyed as the attribute itself, as a path that
+                    # is the whole parameter's attribute is (``os.makedirs(cfg.out)``); else that object's
+                    x = a
+                    for attr in m.group(2).split(".")[1:]:
+                        x = ast.copy_location(ast.Attribute(value=x, attr=attr, ctx=ast.Load()), a)
+                    if (xk := path_key(vctx, x)) is not None and xk.startswith("attr:"):
+                        return used.append(a) or xk
+                    ak = "obj:" + a.id  # (``_on_receiver``)
                 if ak is None:
                     ok = False
                     return "?"
@@ -678,8 +684,8 @@ def _on_receiver(vctx, call: ast.Call, key: str) -> str | None:
 
 
 def effects_at(ctx, an, call: ast.Call, local: bool = True) -> list[FsEffect]:
-    """The effects of ``call`` in the checked file: a library call of the vocabulary, or a call
-    of a project function (of this file too when ``local``), bound to this call's arguments."""
+    """The effects of ``call`` here: a library call of the vocabulary, or a call of a project
+    function (of this file too when ``local``), bound to this call's arguments."""
     effs = call_effects(ctx, call)
     if effs:
         for e in effs:

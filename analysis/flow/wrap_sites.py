@@ -70,6 +70,28 @@ def wrap_sites(ctx) -> list[WrapSite]:
     return ctx.memo("wrap_sites", lambda: view_wrap_sites(*hub(ctx), ctx.src.text))
 
 
+def helper_device_args(ctx):
+    """(the helper's call, [expressions]) for each wrap of a project helper that hands this file's
+    ``device_ids=[...]`` elements / ``output_device`` to the DDP constructor
+    (``wrap_ddp(model, device_ids=[rank])``): the device indexes the call uses."""
+    from .modern import hub
+
+    view = None
+    for site in wrap_sites(ctx):
+        if site.direct:
+            continue  # a device call of the file itself
+        view = view or hub(ctx)[1]
+        got = []
+        ids, iv, _ = site.arg_at(view, 1, "device_ids")
+        if iv is view and isinstance(ids, (ast.List, ast.Tuple)):
+            got.extend(ids.elts)
+        od, ov, _ = site.arg_at(view, 2, "output_device")
+        if ov is view:
+            got.append(od)
+        if got:
+            yield site.call, got
+
+
 def view_wrap_sites(an, view, text: str | None = None) -> list[WrapSite]:
     """``wrap_sites`` of any module view of the check (memoised on the view); ``text``: the
     module's text, when the view does not keep it."""
@@ -190,3 +212,52 @@ def _forwarded(site: WrapSite, main, pos, name, params):
                 break
             lead += 1
     return None, None
+
+
+class Origin(tuple):
+    """A ``(view, DDP(...) call)`` origin reached through a project helper's call: ``via`` is
+    ``(view, the helper's call)``, where the wrapper is bound in the code that asked. Unpacks as
+    the pair; ``bound_at`` gives the place to judge the wrap's tests and branches at."""
+
+    def __new__(cls, view, ctor, via):
+        o = super().__new__(cls, (view, ctor))
+        o.via = via
+        return o
+
+
+def bound_at(origin) -> tuple:
+    """(view, call) where an origin of ``wrap_origins`` binds the wrapper in the asking code: the
+    helper's call for a wrap made by a project helper, else the constructor itself."""
+    return getattr(origin, "via", origin)
+
+
+def with_calls(hub, view, expr, at, found) -> list:
+    """``found`` with each constructor of another module that ``expr`` reaches through a project
+    helper's return given the helper's call (``Origin.via``): the origins read again in context,
+    whose last frame is the call of the function that holds the constructor. A wrap whose call
+    sits in a branch no caller takes is dropped (``dead_for_callers``)."""
+    from .origins import origins
+    from .params import dead_for_callers
+
+    vias: dict = {}
+    for o in origins(hub, view, expr, at, frames=()):
+        e, fr = o[1], o[-1]
+        if fr and id(e) not in vias:
+            vias[id(e)] = (fr[-1][2], fr[-1][1])  # the call of the function that holds the constructor
+    sites = None
+    out = []
+    for o in found:
+        via = vias.get(id(o[1])) if not isinstance(o, Origin) else None
+        if via is None and not isinstance(o, Origin) and o[0] is not view:
+            # not read in context (a ``self.<attr>`` bound in another method): the one call of this
+            # module that makes a wrap with that constructor, when there is one
+            if sites is None:
+                sites = view_wrap_sites(hub, view)
+            calls = [w.call for w in sites if w.ctor is o[1]]
+            via = (view, calls[0]) if len(calls) == 1 else None
+        if via is not None:
+            if dead_for_callers(via[0], hub, via[1]):
+                continue  # ``if distributed: m = wrap(m)`` where every call passes a false flag
+            o = Origin(o[0], o[1], via)
+        out.append(o)
+    return out

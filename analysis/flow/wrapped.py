@@ -25,26 +25,10 @@ from .origins import origins
 from .params import dead_for_callers
 from .return_deps import names_reaching, target_names
 from .wrap_flags import guard_atoms
+from .wrap_sites import Origin, bound_at, with_calls  # noqa: F401  (``bound_at`` re-exported)
 
 # calls whose first argument is the value a test asks about (``hasattr(m, "module")``)
 _TYPE_TESTS = frozenset({"hasattr", "isinstance", "getattr", "type"})
-
-
-class Origin(tuple):
-    """A ``(view, DDP(...) call)`` origin reached through a project helper's call: ``via`` is
-    ``(view, the helper's call)``, where the wrapper is bound in the code that asked. Unpacks as
-    the pair; ``bound_at`` gives the place to judge the wrap's tests and branches at."""
-
-    def __new__(cls, view, ctor, via):
-        o = super().__new__(cls, (view, ctor))
-        o.via = via
-        return o
-
-
-def bound_at(origin) -> tuple:
-    """(view, call) where an origin of ``wrap_origins`` binds the wrapper in the asking code: the
-    helper's call for a wrap made by a project helper, else the constructor itself."""
-    return getattr(origin, "via", origin)
 
 
 def wrap_origins(hub, view, expr, at, ordered: bool = True, frames=None) -> tuple[list, bool]:
@@ -61,39 +45,8 @@ def wrap_origins(hub, view, expr, at, ordered: bool = True, frames=None) -> tupl
     if ok is False:
         return [], False
     if any(v is not view and not isinstance(o, Origin) for o in found for v, _c in (o,)):
-        found = _with_calls(hub, view, expr, at, found)
+        found = with_calls(hub, view, expr, at, found)
     return found, not others[0]
-
-
-def _with_calls(hub, view, expr, at, found) -> list:
-    """``found`` with each constructor of another module that ``expr`` reaches through a project
-    helper's return given the helper's call (``Origin.via``): the origins read again in context,
-    whose last frame is the call of the function that holds the constructor. A wrap whose call
-    sits in a branch no caller takes is dropped (``dead_for_callers``)."""
-    vias: dict = {}
-    for o in origins(hub, view, expr, at, frames=()):
-        e, fr = o[1], o[-1]
-        if fr and id(e) not in vias:
-            vias[id(e)] = (fr[-1][2], fr[-1][1])  # the call of the function that holds the constructor
-    sites = None
-    out = []
-    for o in found:
-        via = vias.get(id(o[1])) if not isinstance(o, Origin) else None
-        if via is None and not isinstance(o, Origin) and o[0] is not view:
-            # not read in context (a ``self.<attr>`` bound in another method): the one call of this
-            # module that makes a wrap with that constructor, when there is one
-            if sites is None:
-                from .wrap_sites import view_wrap_sites
-
-                sites = view_wrap_sites(hub, view)
-            calls = [w.call for w in sites if w.ctor is o[1]]
-            via = (view, calls[0]) if len(calls) == 1 else None
-        if via is not None:
-            if dead_for_callers(via[0], hub, via[1]):
-                continue  # ``if distributed: m = wrap(m)`` where every call passes a false flag
-            o = Origin(o[0], o[1], via)
-        out.append(o)
-    return out
 
 
 def _self_attr(hub, view, expr, at, found, others, ordered=True):

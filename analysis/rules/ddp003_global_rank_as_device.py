@@ -10,6 +10,7 @@ from ..semantic import Semantic, get_arg, iter_scope_nodes, parent
 from ..flow.assignments import dominates, name_binding_kind
 from ..flow.rank_tests import bound_global_rank, global_rank_source, is_local_rank_expr
 from ..flow.calls import call_args
+from ..flow.wrap_sites import helper_device_args
 from ..flow.rank_kinds import GLOBAL, device_index_sites, device_param_sinks, rank_kind_of
 from ..flow.testing import one_node_test
 from ..flow.vocab import env_key
@@ -156,7 +157,9 @@ class GlobalRankAsDevice(Rule):
         rank_inits = _rank_inits(ctx)  # id(function) -> its init_process_group calls with a rank=
         # (the calls of the file that may take a device, found once per check for the device
         # rules; the rest of the file's calls hold no device argument read here)
-        for call, sites in _device_uses(ctx):
+        # (and the calls of project helpers that hand this file's ``device_ids`` to DDP: wrap_sites)
+        uses = [(c, s) for c in device_call_index(ctx).device if (s := device_index_sites(sem, c))]
+        for call, sites in [*uses, *helper_device_args(ctx)]:
             scope = sem.scope_of(call)
             for site in sites:
                 src = _global_rank(ctx, site, scope, 0)
@@ -197,35 +200,6 @@ class GlobalRankAsDevice(Rule):
                 break
         _helper_device_params(ctx)
         _node_launcher_guards(ctx)
-
-
-def _device_uses(ctx):
-    """(call, the expressions it uses as a device index) of the file's calls that take a device,
-    and of the calls of a project helper that forwards a ``device_ids`` / ``output_device`` this
-    file writes to the DDP constructor it returns (``wrap_ddp(model, device_ids=[rank])``)."""
-    from ..flow.modern import hub
-    from ..flow.wrap_sites import wrap_sites
-
-    sem = ctx.sem
-    for call in device_call_index(ctx).device:
-        sites = device_index_sites(sem, call)
-        if sites:
-            yield call, sites
-    view = None
-    for site in wrap_sites(ctx):
-        if site.direct:
-            continue  # a device call of the file (above)
-        if view is None:
-            view = hub(ctx)[1]
-        got = []
-        ids, iv, _ = site.arg_at(view, 1, "device_ids")
-        if iv is view and isinstance(ids, (ast.List, ast.Tuple)):
-            got.extend(ids.elts)
-        od, ov, _ = site.arg_at(view, 2, "output_device")
-        if ov is view:
-            got.append(od)
-        if got:
-            yield site.call, got
 
 
 def _node_launcher_guards(ctx) -> None:

@@ -112,8 +112,9 @@ class WriteBeforeFolderMade(Rule):
                     made.append((c, e, _made_keys(k, folder_of)))
             if not writes or not made:
                 continue
+            reported = set()  # one finding a call (a helper may write several files there)
             for c, e, k in writes:
-                if rank0_guarded(ctx, c, callers=False) is not True:
+                if id(c) in reported or rank0_guarded(ctx, c, callers=False) is not True:
                     continue
                 at = (c.lineno, c.col_offset)
                 if unknown is not None and unknown <= at:
@@ -127,6 +128,7 @@ class WriteBeforeFolderMade(Rule):
                 later = [(m, me) for m, me, keys in made if k in keys and (m.lineno, m.col_offset) > at
                          and not _same_loop(c, m, scope) and not never_follows(c, m, scope)]
                 if later:
+                    reported.add(id(c))
                     self._report(ctx, c, e, *later[0])
 
     def _report(self, ctx, c, e, m, me) -> None:

@@ -7,7 +7,7 @@ from ..registry import Rule
 from ..semantic import Semantic, iter_scope_nodes, param_names, parent
 from ..flow.assignments import has_ancestor
 from ..flow.calls import call_sites_here
-from ..flow.wrapped import bound_at
+from ..flow.wrap_sites import bound_at
 from ..flow.helper_calls import bind_args
 from ..flow.mentions import mentions
 from ..flow.return_deps import names_reaching, target_names
