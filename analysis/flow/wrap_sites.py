@@ -30,6 +30,22 @@ class WrapSite:
     def direct(self) -> bool:
         return self.ctor is self.call
 
+    @property
+    def forwarder(self) -> bool:
+        """The helper hands the constructor exactly its own ``*args`` and ``**kwargs`` (``def
+        wrap(*a, **kw): return DDP(*a, **kw)``): its call reads as the constructor's call."""
+        if self.fn is None:
+            return False
+        params = _params(self.fn)
+        var = next((p for p, k in params.items() if k == "vararg"), None)
+        kw = next((p for p, k in params.items() if k == "kwarg"), None)
+        if len(params) != (var is not None) + (kw is not None) or not params:
+            return False
+        args, kws = self.ctor.args, self.ctor.keywords
+        return all(isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) and a.value.id == var for a in args) \
+            and all(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kw for k in kws) \
+            and len(args) <= 1 and len(kws) <= 1 and not any(_rebound(self.view, self.fn, p) for p in params)
+
     def arg(self, main, pos: int | None, name: str):
         """(expression, its view) of the constructor's argument ``name`` (or positional ``pos``), as
         this call passes it; (None, None) when it is left out, or cannot be read."""
@@ -68,6 +84,12 @@ def wrap_sites(ctx) -> list[WrapSite]:
     from .modern import hub
 
     return ctx.memo("wrap_sites", lambda: view_wrap_sites(*hub(ctx), ctx.src.text))
+
+
+def ddp_like_calls(ctx) -> list[ast.Call]:
+    """The calls of this file that read as ``DistributedDataParallel(...)`` calls: the constructor's
+    own, and those of a project helper that forwards all it is given (``WrapSite.forwarder``)."""
+    return [s.call for s in wrap_sites(ctx) if s.direct or s.forwarder]
 
 
 def helper_device_args(ctx):

@@ -6,7 +6,8 @@ import os
 from ..model import Applicability, Edit, Position, Range, Severity
 from ..registry import Rule
 from ..semantic import get_arg, parent
-from ._common import DDP_CLASS, callers_may_exist, spells_ddp
+from ..flow.wrap_sites import ddp_like_calls
+from ._common import callers_may_exist, spells_ddp
 from ..flow import for_context
 from ..flow.mentions import mentions
 from ..flow.step_branches import (PARAM_LAYERS as _PARAM_LAYERS, REFLECTIVE as _REFLECTIVE, constructor_call, param_layer,
@@ -194,9 +195,15 @@ class UnusedParameters(Rule):
     @classmethod
     def reach(cls, text, filename):
         # wrapped here (a DDP call in this file), or a class of this file trained elsewhere
+        from ..flow.reach import WRAP_TEXT, reaches
+
         if spells_ddp(text) or "Accelerator" in text:
             return True, {}  # (an Accelerate ``prepare`` wraps in DDP too)
-        return callers_may_exist(text, filename, _CALLER_NEEDS, classes_only=True)
+        wrap = reaches(filename, text, WRAP_TEXT)  # a project helper's wrap (``wrap_sites``)
+        if wrap[0]:
+            return wrap
+        got = callers_may_exist(text, filename, _CALLER_NEEDS, classes_only=True)
+        return got if got[0] else (False, {**wrap[1], **got[1]})
 
     def finish(self, ctx) -> None:
         if _freezes(ctx):
@@ -212,7 +219,7 @@ class UnusedParameters(Rule):
         if mentions(ctx.sem, "_set_static_graph", text=ctx.src.text):
             return
         outside: set[str] | None = None
-        for call in ctx.calls_to(DDP_CLASS):
+        for call in ddp_like_calls(ctx):  # (a helper's call that forwards all to DDP counts)
             fup = _strict_ddp(call)
             if fup is False:
                 continue
@@ -387,7 +394,7 @@ def _step_skipped_heads(ctx) -> None:
     an = for_context(ctx)
     here = an.main
     # the DDP calls, and the Accelerate ``prepare`` calls that wrap a module in DDP
-    calls = [(c, get_arg(c, 0, "module")) for c in ctx.calls_to(DDP_CLASS)]
+    calls = [(c, get_arg(c, 0, "module")) for c in ddp_like_calls(ctx)]
     calls += _prepared(ctx, an)
     if not calls:
         return
@@ -439,7 +446,7 @@ def _step_skipped_heads(ctx) -> None:
             if cv is not here:
                 outside |= _view_attrs_outside(cv, cls)
             dv, dnode = decider
-            at = dnode if dv is here else call if ctx.qn(call) == DDP_CLASS else _accelerator_source(ctx, call)
+            at = dnode if dv is here else call if not _prepare_call(call) else _accelerator_source(ctx, call)
             cls_where = "" if cv is here else f" ({os.path.basename(cv.path)})"
             crng = ctx.src.node_range(call)
             related = [(call, "wrapped here")] if at is not call else []
@@ -569,7 +576,7 @@ def _wrapped_elsewhere(ctx, classes, subclassed, reported) -> None:
         if not mentions(caller.sem, "backward", text=caller.src.text) or mentions(caller.sem, "_set_static_graph", text=caller.src.text) or _freezes(caller):
             continue
         cls, unused = cands[parent(_init).name]
-        for call in caller.calls_to(DDP_CLASS):
+        for call in ddp_like_calls(caller):
             if _strict_ddp(call) is False or constructor_call(caller, get_arg(call, 0, "module"), call) is not site:
                 continue
             outside = here_outside | _attrs_read_outside(caller, {
@@ -759,3 +766,8 @@ def _make_fix(ctx, call: ast.Call, fup):
     pos = Position(end.line, end.column - 1)
     return ctx.fix(Applicability.UNSAFE, "Pass `find_unused_parameters=True`",
                    [Edit(Range(pos, pos), f"{sep}find_unused_parameters=True")])
+
+
+def _prepare_call(call) -> bool:
+    """Accelerate's ``accelerator.prepare(...)`` (the other wraps are DDP calls or a helper's)."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "prepare"

@@ -9,7 +9,7 @@ from ..flow.wrapped import wrap_origins
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import iter_scope_nodes, parent
-from ..torch_api import DDP_CLASS
+from ..flow.wrap_sites import ddp_like_calls
 from ._common import callers_may_exist
 from ._flow import scopes
 
@@ -77,9 +77,13 @@ class FreezeAfterDdpWrap(Rule):
     @classmethod
     def reach(cls, text, filename):
         # the wrapper: built in this file, or passed by a caller of the project
-        if "DistributedDataParallel" in text:
-            return True, {}
-        return callers_may_exist(text, filename, ())
+        from ..flow.reach import WRAP_TEXT, reaches
+
+        wrap = reaches(filename, text, WRAP_TEXT)  # here, or in a project helper (``wrap_sites``)
+        if wrap[0]:
+            return wrap
+        got = callers_may_exist(text, filename, ())
+        return got if got[0] else (False, {**wrap[1], **got[1]})
 
     def finish(self, ctx) -> None:
         an = for_context(ctx)
@@ -121,7 +125,7 @@ class FreezeAfterDdpWrap(Rule):
         call is reported, the wrap happened before it."""
         if not isinstance(sc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return
-        ddps = [c for c in ctx.sem.calls_to(DDP_CLASS) if ctx.sem.enclosing_function(c) is sc and c.args]
+        ddps = [c for c in ddp_like_calls(ctx) if ctx.sem.enclosing_function(c) is sc and c.args]
         if not ddps:
             return
         for call in iter_scope_nodes(sc):

@@ -8,6 +8,7 @@ from ..flow.modern import hub
 from ..model import Severity
 from ..registry import Rule
 from ..torch_api import DDP_CLASS
+from ..flow.wrap_sites import ddp_like_calls
 
 
 class ReentrantCheckpointWithUnusedSearch(Rule):
@@ -88,9 +89,8 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
 
     def finish(self, ctx) -> None:
         an, view = hub(ctx)
-        sem = view.sem
         ddps = {}
-        for d in sem.calls_to(DDP_CLASS):
+        for d in ddp_like_calls(ctx):  # (a helper's call that forwards all to DDP counts)
             if d.args:
                 why = strict_ddp_on(an, view, d)
                 if why is not None:
