@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 
 from ..semantic import FUNC_TYPES, get_arg, parent
+from ..torch_api import DDP_CLASS
 from .calls import reference_call
 from .defaults import default_value
 from .origins import origins
@@ -140,7 +141,12 @@ def module_leaves(hub, view, e, at) -> list:
     root = e if isinstance(e, ast.Call) else module_root(view, e, at)
     if root is None:
         return []
-    return [(lv, le) for lv, le in origins(hub, view, root, at) if isinstance(le, ast.Call)]
+    got = [(lv, le) for lv, le in origins(hub, view, root, at) if isinstance(le, ast.Call)]
+    if any(lv is not view and lv.sem.call_qualname(le) == DDP_CLASS for lv, le in got):
+        from .wrap_sites import with_calls
+
+        got = with_calls(hub, view, root, at, got)  # a helper's wrap: its call (``as_ctor``)
+    return got
 
 
 def param_root(view, e, at) -> bool:

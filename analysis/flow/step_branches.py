@@ -592,6 +592,7 @@ def _counts(view, loop, name: str) -> bool:
 def wrapper_calls(hub, views, ddp_view, ddp_call) -> list:
     """(view, call) of the calls, in ``views``, of a value that may hold the wrapper ``ddp_call``
     builds (``model(x, with_aux=...)``): its forward calls."""
+    from .wrap_sites import bound_at
     from .wrapped import wrap_origins
 
     out = []
@@ -604,7 +605,8 @@ def wrapper_calls(hub, views, ddp_view, ddp_call) -> list:
             if _grad_off(v, c):
                 continue  # no reducer work without autograd: whatever it skips is fine
             found, _all = wrap_origins(hub, v, f, c)
-            if any(fv is ddp_view and fc is ddp_call for fv, fc in found):
+            # (a wrap a project helper makes is its call: ``wrap_sites.bound_at``)
+            if any(o[0] is ddp_view and o[1] is ddp_call or bound_at(o)[1] is ddp_call for o in found):
                 out.append((v, c))
     return out
 

@@ -253,6 +253,18 @@ def bound_at(origin) -> tuple:
     return getattr(origin, "via", origin)
 
 
+def as_ctor(hub, origin) -> tuple:
+    """(view, call) to read a ``wrap_origins`` origin's constructor arguments at: the helper's call
+    when a project helper that forwards all it is given made the wrap (``WrapSite.forwarder``),
+    else the constructor itself."""
+    via = getattr(origin, "via", None)
+    if via is not None:
+        site = next((w for w in view_wrap_sites(hub, via[0]) if w.call is via[1]), None)
+        if site is not None and site.forwarder:
+            return via
+    return origin[0], origin[1]
+
+
 def with_calls(hub, view, expr, at, found) -> list:
     """``found`` with each constructor of another module that ``expr`` reaches through a project
     helper's return given the helper's call (``Origin.via``): the origins read again in context,

@@ -9,7 +9,7 @@ from ..flow.wrapped import wrap_origins
 from ..model import Severity
 from ..registry import Rule
 from ..semantic import iter_scope_nodes, parent
-from ..flow.wrap_sites import ddp_like_calls
+from ..flow.wrap_sites import as_ctor, ddp_like_calls
 from ._common import callers_may_exist
 from ._flow import scopes
 
@@ -181,7 +181,8 @@ class FreezeAfterDdpWrap(Rule):
         calls, at every call from the project's other modules. Empty when not proven."""
         found, every = wrap_origins(an, view, w, at)
         if found:
-            return [(an, v, c) for v, c in found] if every else []
+            # (read at a forwarding helper's call: ``wrap_sites.as_ctor``)
+            return [(an, *as_ctor(an, o)) for o in found] if every else []
         fn = ctx.sem.enclosing_function(at)
         if not (isinstance(w, ast.Name) and fn is not None and isinstance(parent(fn), ast.Module)):
             return []

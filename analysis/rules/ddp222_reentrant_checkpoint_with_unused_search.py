@@ -8,7 +8,7 @@ from ..flow.modern import hub
 from ..model import Severity
 from ..registry import Rule
 from ..torch_api import DDP_CLASS
-from ..flow.wrap_sites import ddp_like_calls
+from ..flow.wrap_sites import as_ctor, ddp_like_calls
 
 
 class ReentrantCheckpointWithUnusedSearch(Rule):
@@ -104,11 +104,12 @@ class ReentrantCheckpointWithUnusedSearch(Rule):
         # module a wrapper of this module wraps
         sites = [s for s in direct_sites(an, view) if not param_root(view, s[1], s[0])]
         for c, m, why in (*sites, *helper_sites(an, view)):
-            for lv, le in module_leaves(an, view, m, c):
+            for leaf in module_leaves(an, view, m, c):
+                lv, le = leaf
                 hit = None
                 if lv.sem.call_qualname(le) == DDP_CLASS:
-                    if strict_ddp_on(an, lv, le) is not None:
-                        hit = (lv, le)
+                    if strict_ddp_on(an, *as_ctor(an, leaf)) is not None:
+                        hit = as_ctor(an, leaf)
                 elif le in arg_leaves:
                     hit = (view, arg_leaves[le][1])
                 if hit is not None and c not in reported:
