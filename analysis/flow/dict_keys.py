@@ -100,6 +100,7 @@ def _module_class(hub, view, expr, at, depth: int = 0, open_=()):
     A wrapper construction stands for the module it wraps; one already being followed
     (``self.m = DDP(self.m)``, whose argument's origins hold that construction again) adds nothing."""
     from .origins import origins
+    from .wrap_sites import leaf_arg
 
     found = None
     for lv, le in origins(hub, view, expr, at):
@@ -111,8 +112,8 @@ def _module_class(hub, view, expr, at, depth: int = 0, open_=()):
             # the wrapper's forward runs the module's; the conversion returns the module
             if id(e) in open_:
                 continue
-            inner = get_arg(e, 0, "module")
-            got = _module_class(hub, lv, inner, e, depth + 1, (*open_, id(e))) \
+            iv, inner, iat = leaf_arg(hub, view, expr, at, (lv, e), 0, "module") if e is le else (lv, get_arg(e, 0, "module"), e)
+            got = _module_class(hub, iv, inner, iat, depth + 1, (*open_, id(e))) \
                 if inner is not None and depth < 4 else None
             if got is None or found is not None and found[1] is not got[1]:
                 return None

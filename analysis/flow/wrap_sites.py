@@ -265,6 +265,22 @@ def as_ctor(hub, origin) -> tuple:
     return origin[0], origin[1]
 
 
+def leaf_arg(hub, view, expr, at, leaf, pos: int | None, name: str) -> tuple:
+    """(view, argument, the call it is read at) of the constructor ``leaf`` (an origin of ``expr``
+    at ``at``) for ``name`` / positional ``pos``: at the constructor, or, when it forwards a
+    helper's ``*args`` / ``**kwargs``, at the forwarding helper's call (``as_ctor``)."""
+    lv, ctor = leaf[0], leaf[1]
+    a = get_arg(ctor, pos, name)
+    if a is not None or not (any(isinstance(x, ast.Starred) for x in ctor.args)
+                             or any(k.arg is None for k in ctor.keywords)):
+        return lv, a, ctor
+    got = with_calls(hub, view, expr, at, [leaf])
+    if not got:
+        return lv, None, ctor
+    v, c = as_ctor(hub, got[0])
+    return v, get_arg(c, pos, name), c
+
+
 def with_calls(hub, view, expr, at, found) -> list:
     """``found`` with each constructor of another module that ``expr`` reaches through a project
     helper's return given the helper's call (``Origin.via``): the origins read again in context,
