@@ -143,7 +143,7 @@ def module_leaves(hub, view, e, at) -> list:
         return []
     got = [(lv, le) for lv, le in origins(hub, view, root, at) if isinstance(le, ast.Call)]
     if any(lv is not view and lv.sem.call_qualname(le) == DDP_CLASS for lv, le in got):
-        from .wrap_sites import with_calls
+        from .wrap_views import with_calls
 
         got = with_calls(hub, view, root, at, got)  # a helper's wrap: its call (``as_ctor``)
     return got

@@ -100,7 +100,7 @@ def _module_class(hub, view, expr, at, depth: int = 0, open_=()):
     A wrapper construction stands for the module it wraps; one already being followed
     (``self.m = DDP(self.m)``, whose argument's origins hold that construction again) adds nothing."""
     from .origins import origins
-    from .wrap_sites import leaf_arg
+    from .wrap_views import leaf_arg
 
     found = None
     for lv, le in origins(hub, view, expr, at):

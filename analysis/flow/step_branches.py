@@ -592,7 +592,7 @@ def _counts(view, loop, name: str) -> bool:
 def wrapper_calls(hub, views, ddp_view, ddp_call) -> list:
     """(view, call) of the calls, in ``views``, of a value that may hold the wrapper ``ddp_call``
     builds (``model(x, with_aux=...)``): its forward calls."""
-    from .wrap_sites import bound_at
+    from .wrap_views import bound_at
     from .wrapped import wrap_origins
 
     out = []

@@ -25,7 +25,7 @@ from .origins import origins
 from .params import dead_for_callers
 from .return_deps import names_reaching, target_names
 from .wrap_flags import guard_atoms
-from .wrap_sites import Origin, bound_at, with_calls  # noqa: F401  (``bound_at`` re-exported)
+from .wrap_views import Origin, bound_at, with_calls  # noqa: F401  (``bound_at`` re-exported)
 
 # calls whose first argument is the value a test asks about (``hasattr(m, "module")``)
 _TYPE_TESTS = frozenset({"hasattr", "isinstance", "getattr", "type"})
