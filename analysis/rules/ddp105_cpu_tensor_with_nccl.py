@@ -3,13 +3,13 @@ from __future__ import annotations
 import ast
 
 from ..model import Applicability, Edit, Range, Severity
-from ..registry import NoCase, Rule
+from ..registry import Rule
 from ..semantic import get_arg, parent
 from ..flow.devices import device_var_in_scope
 from ..flow.tensors import NO_DEVICE_KW, cpu_tensor_ctor
 from ..flow.testing import expects_error
 from ..flow.mentions import mentions
-from ._common import D, const_str
+from ._common import D, callers_may_exist, const_str
 from ..flow import for_context
 from ..torch_api import argparse_default, attribute_store_value, dict_item_value
 from ..flow.sinks import helper_sink_args
@@ -33,7 +33,9 @@ _OP_QNS = tuple((op, D + op, how) for op, how in _OPS.items())  # (spelled once,
 class CpuTensorWithNccl(Rule):
     """
     ## What it does
-    Checks, in a file whose process groups are NCCL-only (`init_process_group("nccl")`), for a
+    Checks, in a file whose process groups are NCCL-only (`init_process_group("nccl")`; for a module
+    that makes no group itself, such as an `evaluate.py` that a training script imports, the inits
+    its callers' modules make, through their helpers: `device_sync.nccl_only`), for a
     tensor built on the CPU (`torch.tensor(...)`, `torch.zeros(...)` and the other factory
     functions with no `device=`, never moved with `.to(...)` / `.cuda()`) that is passed to a
     collective on the default group, directly or as the elements of its tensor list
@@ -84,16 +86,23 @@ class CpuTensorWithNccl(Rule):
     severity = Severity.ERROR
     fix_availability = "sometimes"
     # the backend string is compared lower-cased ("NCCL", "Nccl"), or `Backend.NCCL`
-    requires_text = (NoCase("nccl"),)
-    requires_text_all = (("distributed",), ("init_process_group",),
-                         ("reduce", "broadcast", "gather", "scatter", "all_to_all"))  # the _OPS it checks
+    requires_text_all = (("distributed",), ("reduce", "broadcast", "gather", "scatter", "all_to_all"))  # the _OPS
+
+    @classmethod
+    def reach(cls, text, filename):
+        # the file makes its NCCL group, or a module of the project calls it (and may make one)
+        if "init_process_group" in text and "nccl" in text.lower():
+            return True, {}
+        return callers_may_exist(text, filename, ())
 
     def finish(self, ctx) -> None:
         inits = ctx.calls_to(D + "init_process_group")
-        if not inits or not all(_nccl_only(ctx, get_arg(i, 0, "backend"), ctx.sem.scope_of(i)) for i in inits):
+        if inits and not all(_nccl_only(ctx, get_arg(i, 0, "backend"), ctx.sem.scope_of(i)) for i in inits):
             return
         if mentions(ctx.sem, "set_default_device", "set_default_tensor_type", text=ctx.src.text):
             return
+        # no init here: the group is the callers' (asked per collective, once a CPU tensor reaches one)
+        nccl = (lambda call, op: True) if inits else _callers_nccl(ctx)
         sem = ctx.sem
         by_qn = sem.calls_by_qualname
         for op, qn, (specs, gpos) in _OP_QNS:
@@ -113,7 +122,7 @@ class CpuTensorWithNccl(Rule):
                         ctor = _cpu_tensor(ctx, arg, scope, others)
                     if ctor is None:
                         continue
-                    if expects_error(call):
+                    if expects_error(call) or not nccl(call, op):
                         break  # a test that makes the failure on purpose (asked last: a walk up)
                     ctx.report(
                         call,
@@ -124,7 +133,8 @@ class CpuTensorWithNccl(Rule):
                         fix=_make_fix(ctx, ctor, others),
                     )
                     break
-        self._through_helpers(ctx)
+        if inits:
+            self._through_helpers(ctx)
 
     def _through_helpers(self, ctx) -> None:
         """``reduce_sum(torch.tensor([1.0]))`` where the helper (this file or another module of the
@@ -149,6 +159,23 @@ class CpuTensorWithNccl(Rule):
 
 # the tensor argument a helper's parameter may reach, per collective (``flow.sinks``)
 _SINK_OPS = {op: next(s for s in specs if not s[1].endswith("_list")) for op, (specs, _g) in _OPS.items()}
+
+
+def _callers_nccl(ctx):
+    """A test of a collective of a module without an init: the default group its callers' modules
+    make (two calls up, across the project) is NCCL-only, and none of them sets a default device."""
+    from ..flow.device_sync import nccl_only
+    from ..flow.epoch_targets import caller_views
+    from ._common import other_call_sites
+
+    an = for_context(ctx)
+    callers = other_call_sites(ctx, an)
+
+    def test(call, op) -> bool:
+        more = caller_views(an, an.main, call, callers)
+        return bool(more) and not any(mentions(v.sem, "set_default_device", "set_default_tensor_type", text=v.text)
+                                      for v in more) and nccl_only(an, an.main, call, op, more)
+    return test
 
 
 def _nccl_only(ctx, expr, scope, depth: int = 0) -> bool:
