@@ -206,13 +206,47 @@ def _optimizer_keys(an, view, st, k) -> list:
             return [e.id for i, e in enumerate(t.elts) if isinstance(e, ast.Name)
                     and _own_params_optimizer(an, view, st.value, (i,))]
         if not any(key_of(x) == k for x in (*st.value.args, *(kw.value for kw in st.value.keywords))):
-            return []
+            # ``model, optimizer = self._build(cfg)``: a builder that makes the model and its optimizer
+            return _built_together(an, view, st, k)
         return [e.id for i, e in enumerate(t.elts) if isinstance(e, ast.Name) and any(
             isinstance(x, ast.Call) and _builds_optimizer(an, v, x) for v, x in origins(an, view, st.value, st, path=(i,)))]
     if not _optimizer_over(an, view, st.value, k):
         return []
     tk = key_of(t)
     return [tk] if tk is not None else [None]
+
+
+def _built_together(an, view, st, k) -> list:
+    """The names of ``st``'s tuple target bound to an optimizer over the element bound to ``k``,
+    both made by the project function ``st`` calls: every ``return`` of it is a tuple whose element
+    for ``k`` is a name and whose element for the optimizer a name assigned once there to an
+    optimizer over that name's parameters (``model = GPT(cfg)``, ``opt = model.configure_optimizers()``,
+    ``return model, opt``)."""
+    from ..semantic import FUNC_TYPES, iter_scope_nodes
+
+    elts = st.targets[0].elts
+    j = next((i for i, e in enumerate(elts) if key_of(e) == k), None)
+    target = an.resolve_call(view, st.value) if j is not None else None
+    if target is None or not isinstance(target[1], FUNC_TYPES):
+        return []
+    tv, fn = target
+    rets = [r for r in iter_scope_nodes(fn) if r.__class__ is ast.Return]
+    if not rets or any(not isinstance(r.value, ast.Tuple) or len(r.value.elts) != len(elts) for r in rets):
+        return []
+    out = []
+    for i, e in enumerate(elts):
+        if i == j or not isinstance(e, ast.Name):
+            continue
+        ok = True
+        for r in rets:
+            m, o = r.value.elts[j], r.value.elts[i]
+            v = tv.sem.single_value(o.id, fn) if isinstance(o, ast.Name) and isinstance(m, ast.Name) else None
+            if not (isinstance(v, ast.Call) and _optimizer_over(an, tv, v, m.id)):
+                ok = False
+                break
+        if ok:
+            out.append(e.id)
+    return out
 
 
 # what re-points an optimizer at other parameters
