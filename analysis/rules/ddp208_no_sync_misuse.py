@@ -4,7 +4,7 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import Semantic, iter_scope_nodes, param_names, parent
+from ..semantic import Semantic, get_arg, iter_scope_nodes, param_names, parent
 from ..flow.assignments import has_ancestor
 from ..flow.calls import call_sites_here
 from ..flow.wrap_sites import bound_at
@@ -225,6 +225,8 @@ class NoSyncMisuse(Rule):
                         g = a
                         break
             if g is None:
+                g, t = _skipped_unless(ctx, c, loop)  # ``if (i + 1) % k != 0: continue`` before it
+            if g is None:
                 guards = []
                 break  # a step under no modular test: not an accumulation loop
             guards.append((g, t if _in_body(c, g) else (t[0], t[1], t[2], not t[3])))
@@ -386,6 +388,21 @@ def _no_sync_choices(ctx):
     return out
 
 
+def _skipped_unless(ctx, c, loop):
+    """(the ``if``, its modular test) of an ``if <modular test>: continue`` (no ``else``) of ``loop``'s
+    body before the statement that holds ``c``: the step runs where the test is false; (None, None)
+    when there is none."""
+    top = next((a for a in [c, *ctx.sem.ancestors(c)] if parent(a) is loop and a in loop.body), None)
+    if top is None:
+        return None, None
+    for st in loop.body[:loop.body.index(top)]:
+        if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], ast.Continue):
+            t = _mod_test(ctx, st.test, loop, 0)
+            if t is not None:
+                return st, t  # (the step is not in its body: the caller reads the test as false)
+    return None, None
+
+
 def _optimizer_step(c: ast.Call) -> bool:
     recv = c.func.value
     if _is_optimizer(recv) and not c.args:
@@ -472,13 +489,20 @@ def _if_returned(node, fn):
     else None."""
     ret = parent(node)
     q = parent(ret) if isinstance(ret, ast.Return) else None
-    if not isinstance(q, ast.If) or enclosing_function(ret) is not fn:
+    if q is None or enclosing_function(ret) is not fn:
         return None
     rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None and enclosing_function(n) is fn]
     other = [r for r in rets if r is not ret]
     if len(other) != 1 or any(isinstance(x, ast.Attribute) and x.attr == "no_sync" for x in ast.walk(other[0])):
         return None
     o = other[0]
+    if not isinstance(q, ast.If):
+        # ``if C: return nullcontext()`` then ``return X.no_sync()`` after it in the same block
+        block = next((b for b in (getattr(q, f, None) for f in ("body", "orelse", "finalbody"))
+                      if isinstance(b, list) and ret in b), None)
+        before = block[:block.index(ret)] if block is not None else []
+        i = next((x for x in before if isinstance(x, ast.If) and not x.orelse and x.body and x.body[-1] is o), None)
+        return (i, False) if i is not None else None
     if q.orelse and q.orelse[-1] is ret and q.body[-1] is o:
         return q, False  # ``if C: return nullcontext`` / ``else: return X.no_sync``
     block = next((b for b in (getattr(parent(q), f, None) for f in ("body", "orelse", "finalbody"))
@@ -709,17 +733,33 @@ def _is_optimizer(expr) -> bool:
 
 
 def _manual_allreduce(ctx, fn) -> bool:
-    """``fn`` calls a torch.distributed reduction itself (one pass over the file's calls per check)."""
+    """``fn`` calls a torch.distributed reduction itself (one pass over the file's calls per check),
+    of what may be gradients: a reduction of a tensor the function builds itself with a factory
+    (``running = torch.zeros(2)``, a loss meter) is no gradient sync."""
     def build():
         out = set()
         for c in ctx.sem.calls:
             qn = ctx.qn(c) or ""
             if qn.startswith("torch.distributed.") and "reduce" in qn:
                 f = enclosing_function(c)
-                if f is not None:
+                if f is not None and not _own_meter(ctx, c, f):
                     out.add(id(f))
         return out
     return id(fn) in ctx.memo("ddp208.manual_allreduce", build)
+
+
+_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.tensor", "torch.empty", "torch.full", "torch.zeros_like"})
+
+
+def _own_meter(ctx, call, fn) -> bool:
+    """The reduction's tensor is a name that ``fn`` binds, every time, to a new tensor of a torch
+    factory (``running = torch.zeros(2, device=d)``): a meter, not a gradient."""
+    a = get_arg(call, 0, "tensor")
+    if not isinstance(a, ast.Name):
+        return False
+    binds = ctx.sem.assignments(fn).get(a.id, ())
+    return bool(binds) and all(isinstance(b, ast.Assign) and isinstance(b.value, ast.Call)
+                               and ctx.qn(b.value) in _FACTORIES for b in binds)
 
 
 def _calls_by_function(ctx) -> dict[int, list[ast.Call]]:
