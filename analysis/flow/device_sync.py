@@ -120,7 +120,8 @@ def _nccl_expr(hub, view, expr, at, depth: int = 0) -> bool:
 def visible_inits(hub, view) -> list | None:
     """The ``init_process_group`` calls (view, call) of the module and of the project functions
     it calls; None when the module (or one of those) makes the group through a library
-    (``LIBRARY_INITS``: DeepSpeed, Accelerate...), whose backend is not read."""
+    (``LIBRARY_INITS``: DeepSpeed, Accelerate...), whose backend is not read (``init_device_mesh``
+    beside an explicit init only reuses the group the init makes)."""
     from .lifecycle import init_sites, library_init_sites
 
     memo = view.memo.setdefault("device_sync.inits", {})
@@ -128,11 +129,17 @@ def visible_inits(hub, view) -> list | None:
         return memo["got"]
     sem = view.sem
     scopes = [sem.tree, *(f for fs in sem.functions.values() for f in fs)]
-    out, lib = [], False
+    out, lib, mesh = [], False, False
     for s in scopes:
         out.extend(x for x in init_sites(hub, view, s) if x not in out)
-        lib = lib or bool(library_init_sites(hub, view, s))
-    got = memo["got"] = None if lib else out
+        for v, c in library_init_sites(hub, view, s):
+            if (v.sem.call_qualname(c) or "").endswith(".init_device_mesh"):
+                mesh = True
+            else:
+                lib = True
+    # ``init_device_mesh`` makes the group only where none exists: beside an explicit init (which
+    # must come first, an init after it raising "already initialized"), the explicit one decides
+    got = memo["got"] = None if lib or (mesh and not out) else out
     return got
 
 
@@ -161,13 +168,21 @@ def nccl_only(hub, view, call: ast.Call, op: str, more=()) -> bool:
                 return False
         if not default:
             return True
+    return default_nccl_only(hub, (view, *more)) is not None
+
+
+def default_nccl_only(hub, views) -> list | None:
+    """The ``init_process_group`` calls (view, call) visible from ``views`` (a module and the
+    modules of its callers), when there is one and every one makes an NCCL-only default group (no
+    CPU backend); else None."""
     inits = []
-    for v in (view, *more):
+    for v in views:
         got = visible_inits(hub, v)
         if got is None:
-            return False
+            return None
         inits.extend(x for x in got if x not in inits)
-    return bool(inits) and all(_nccl_expr(hub, v, get_arg(c, 0, "backend"), c) for v, c in inits)
+    ok = bool(inits) and all(_nccl_expr(hub, v, get_arg(c, 0, "backend"), c) for v, c in inits)
+    return inits if ok else None
 
 
 def completed_by_device_sync(hub, view, call: ast.Call, op: str, callers=None, nccl: bool = True):
