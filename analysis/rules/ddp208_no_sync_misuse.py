@@ -4,16 +4,20 @@ import ast
 
 from ..model import Severity
 from ..registry import Rule
-from ..semantic import Semantic, get_arg, parent
+from ..semantic import Semantic, get_arg, iter_scope_nodes, param_names, parent
 from ..flow.assignments import has_ancestor
 from ..flow.calls import call_sites_here
+from ..flow.wrap_sites import bound_at
 from ..flow.helper_calls import bind_args
 from ..flow.mentions import mentions
-from ..flow.sync_blocks import bound_part
+from ..flow.return_deps import names_reaching, target_names
+from ..flow.training_loops import is_backward
 from ._training import backward_calls, ddp_holder, ddp_wraps_of, enclosing_function
-from ._late_flag import _FUNCS, _LOOPS, late_flag_writes
+from ..flow.accum_window import loop_vars, mod_test, offset, same_window_slot, skipped_unless, spell
 
 
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
 class NoSyncMisuse(Rule):
@@ -216,12 +220,12 @@ class NoSyncMisuse(Rule):
                 if a is loop or isinstance(a, (*_LOOPS, *_FUNCS)):
                     break
                 if isinstance(a, ast.If) and not any(x is c for x in ast.walk(a.test)):
-                    t = _mod_test(ctx, a.test, loop, 0)
+                    t = mod_test(ctx, a.test, loop, 0)
                     if t is not None:
                         g = a
                         break
             if g is None:
-                g, t = _skipped_unless(ctx, c, loop)  # ``if (i + 1) % k != 0: continue`` before it
+                g, t = skipped_unless(ctx, c, loop)  # ``if (i + 1) % k != 0: continue`` before it
             if g is None:
                 guards = []
                 break  # a step under no modular test: not an accumulation loop
@@ -231,13 +235,13 @@ class NoSyncMisuse(Rule):
         g, step = guards[0]
         if not (sync[0] == step[0] and sync[2] == step[2] and sync[3] and step[3]):
             return
-        if _same_window_slot(sync, step) is not False:
+        if same_window_slot(sync, step) is not False:
             return
         h = ctx.text(holder)
         ctx.report(
             sync_node,
-            f"`{h}.no_sync()` lets the micro-batch where `{_spell(sync)}` synchronise, but the optimizer "
-            f"steps where `{_spell(step)}` (line {g.lineno}): the step applies gradients whose last "
+            f"`{h}.no_sync()` lets the micro-batch where `{spell(sync)}` synchronise, but the optimizer "
+            f"steps where `{spell(step)}` (line {g.lineno}): the step applies gradients whose last "
             "micro-batches were never all-reduced, and the ranks drift apart. Synchronise the micro-batch "
             "that steps",
             related=[(g.test, "the optimizer steps under this test")],
@@ -384,21 +388,6 @@ def _no_sync_choices(ctx):
     return out
 
 
-def _skipped_unless(ctx, c, loop):
-    """(the ``if``, its modular test) of an ``if <modular test>: continue`` (no ``else``) of ``loop``'s
-    body before the statement that holds ``c``: the step runs where the test is false; (None, None)
-    when there is none."""
-    top = next((a for a in [c, *ctx.sem.ancestors(c)] if parent(a) is loop and a in loop.body), None)
-    if top is None:
-        return None, None
-    for st in loop.body[:loop.body.index(top)]:
-        if isinstance(st, ast.If) and not st.orelse and st.body and isinstance(st.body[-1], ast.Continue):
-            t = _mod_test(ctx, st.test, loop, 0)
-            if t is not None:
-                return st, t  # (the step is not in its body: the caller reads the test as false)
-    return None, None
-
-
 def _optimizer_step(c: ast.Call) -> bool:
     recv = c.func.value
     if _is_optimizer(recv) and not c.args:
@@ -413,59 +402,6 @@ def _in_body(node, if_node) -> bool:
             return child in if_node.body
         child = a
     return False
-
-
-def _spell(t) -> str:
-    var, residue, k, _ = t
-    return f"{var} % {k} == {residue}" if residue >= 0 else f"({var} + {-residue}) % {k} == 0"
-
-
-def _mod_test(ctx, e, loop, depth):
-    """(var, residue, k text, holds) for ``(var + c) % k == r`` / ``!= r`` / ``not ...`` / a name bound
-    once, in the loop, to such a test: ``holds`` is True when the test is true exactly on the
-    iterations where ``var`` is ``residue`` mod ``k`` (False: on all the others)."""
-    if depth > 3 or e is None:
-        return None
-    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-        t = _mod_test(ctx, e.operand, loop, depth + 1)
-        return None if t is None else (t[0], t[1], t[2], not t[3])
-    if isinstance(e, ast.Name):
-        scope = loop if isinstance(loop, _FUNCS) else ctx.sem.scope_of(loop)
-        binds = [b for b in ctx.sem.assignments(scope).get(e.id, [])]
-        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or not has_ancestor(binds[0], loop) \
-                or len(binds[0].targets) != 1:
-            return None
-        return _mod_test(ctx, bound_part(binds[0].targets[0], binds[0].value, e.id), loop, depth + 1)
-    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mod):
-        # ``if i % k:`` is ``i % k != 0``
-        left, right, holds = e, ast.Constant(0), False
-    elif isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Eq, ast.NotEq)):
-        left, right, holds = e.left, e.comparators[0], isinstance(e.ops[0], ast.Eq)
-    else:
-        return None
-    if not (isinstance(right, ast.Constant) and type(right.value) is int):
-        return None
-    if not (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod)):
-        return None
-    a, off = _offset(left.left)
-    if not isinstance(a, ast.Name) or a.id not in _loop_vars(ctx, loop):
-        return None
-    k = left.right
-    if not isinstance(k, (ast.Name, ast.Attribute, ast.Constant)):
-        return None
-    return (a.id, right.value - off, ctx.text(k), holds)
-
-
-def _loop_vars(ctx, loop) -> set[str]:
-    """The names a modular test may count with: a ``for`` loop's targets; a helper's parameters
-    that it never rebinds (read as the arguments of each call)."""
-    if isinstance(loop, (ast.For, ast.AsyncFor)):
-        return {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-    if isinstance(loop, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        bound = ctx.sem.assignments(loop)
-        return {a.arg for a in (*loop.args.posonlyargs, *loop.args.args, *loop.args.kwonlyargs)
-                if not bound.get(a.arg)}
-    return set()
 
 
 def _returned_factories(ctx):
@@ -529,8 +465,8 @@ def _bound(ctx, t, args: dict, loop, same_self: bool):
     text when it is a parameter, a constant, or (``same_self``: a method called as ``self.m()``)
     an attribute of ``self``."""
     var, residue, k, holds = t
-    a, off = _offset(args.get(var))
-    if not isinstance(a, ast.Name) or a.id not in _loop_vars(ctx, loop):
+    a, off = offset(args.get(var))
+    if not isinstance(a, ast.Name) or a.id not in loop_vars(ctx, loop):
         return None
     if k in args:
         if not isinstance(args[k], (ast.Name, ast.Attribute, ast.Constant)):
@@ -547,7 +483,7 @@ def _sync_condition(ctx, call, holder, loop):
     ``if C: with X.no_sync(): ... else: ...``."""
     p = parent(call)
     if isinstance(p, ast.IfExp) and p.test is not call:
-        t = _mod_test(ctx, p.test, loop, 0)
+        t = mod_test(ctx, p.test, loop, 0)
         if t is None:
             return None
         return p.test, (t[0], t[1], t[2], not t[3]) if call is p.body else t
@@ -560,7 +496,7 @@ def _sync_condition(ctx, call, holder, loop):
                             else [q.test]) if not _has_no_sync(ctx, v, holder)]
         if not in_body and len(rest) != len(q.test.values if isinstance(q.test, ast.BoolOp) else [q.test]):
             return None  # ``else`` of ``hasattr(...) and c``: not the negation of ``c`` alone
-        t = _mod_test(ctx, rest[0], loop, 0) if len(rest) == 1 else None
+        t = mod_test(ctx, rest[0], loop, 0) if len(rest) == 1 else None
         if t is None:
             return None
         return q.test, (t[0], t[1], t[2], not t[3]) if in_body else t
@@ -573,7 +509,7 @@ def _sync_condition(ctx, call, holder, loop):
             # one in the other branch that runs outside it (the synchronising micro-batch)
             if not _has_backward(ctx, w.body) or not _synced_backward(ctx, other):
                 return None
-            t = _mod_test(ctx, q.test, loop, 0)
+            t = mod_test(ctx, q.test, loop, 0)
             if t is None:
                 return None
             return q.test, (t[0], t[1], t[2], not t[3]) if w in q.body else t
@@ -612,21 +548,6 @@ def _synced_backward(ctx, stmts) -> bool:
         else:
             continue
     return False
-
-
-def _same_window_slot(sync, step) -> bool | None:
-    """Do the two modular tests select the same micro-batch of the window? True / False, None when
-    the modulus is a name and the residues are more than one apart (it could be a multiple)."""
-    r1, r2, k = sync[1], step[1], sync[2]
-    try:
-        kv = int(k)
-    except ValueError:
-        kv = None
-    if kv is not None and kv > 0:
-        return r1 % kv == r2 % kv
-    if r1 == r2:
-        return True
-    return False if abs(r1 - r2) == 1 else None
 
 
 def _all_nodes(ctx):
@@ -772,9 +693,149 @@ def _calls_by_function(ctx) -> dict[int, list[ast.Call]]:
 
 # ---- ``require_backward_grad_sync`` written after the forward it means to control ----------------
 
-def _offset(a):
-    """``i + 1`` -> (``i``, 1), ``i - 2`` -> (``i``, -2); anything else -> (itself, 0)."""
-    if isinstance(a, ast.BinOp) and isinstance(a.op, (ast.Add, ast.Sub)) and isinstance(a.right, ast.Constant) \
-            and type(a.right.value) is int:
-        return a.left, (a.right.value if isinstance(a.op, ast.Add) else -a.right.value)
-    return a, 0
+_FLAG = "require_backward_grad_sync"
+
+
+def _pos(node) -> tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
+def _has_pos(node) -> bool:
+    return isinstance(node, (ast.stmt, ast.expr))
+
+
+def _innermost_loop(node, fn):
+    for a in Semantic.ancestors(node):
+        if a is fn or isinstance(a, _FUNCS):
+            return None
+        if isinstance(a, _LOOPS):
+            return a
+    return None
+
+
+def _flag_targets(st):
+    """The holders ``X`` whose ``X.require_backward_grad_sync`` the statement/call ``st`` sets:
+    an assignment (also one element of a tuple target) or ``setattr(X, "require_backward_grad_sync", v)``."""
+    if isinstance(st, (ast.Assign, ast.AnnAssign)):
+        targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+        for t in targets:
+            for x in ([t] if not isinstance(t, (ast.Tuple, ast.List)) else t.elts):
+                if isinstance(x, ast.Attribute) and x.attr == _FLAG and isinstance(x.value, (ast.Name, ast.Attribute)):
+                    yield x.value
+    elif isinstance(st, ast.Call) and isinstance(st.func, ast.Name) and st.func.id == "setattr" \
+            and len(st.args) == 3 and isinstance(st.args[1], ast.Constant) and st.args[1].value == _FLAG \
+            and isinstance(st.args[0], (ast.Name, ast.Attribute)):
+        yield st.args[0]
+
+
+def _wrap_ids(ctx, holder, at) -> frozenset:
+    if not (isinstance(holder, ast.Name) or isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name)
+            and holder.value.id == "self"):
+        return frozenset()
+    memo = ctx.memo("ddp208.wrap_ids", dict)
+    key = (id(holder), id(at))
+    if key not in memo:
+        # (keyed by where the wrapper is bound: two wrappers a project helper builds are two)
+        memo[key] = frozenset(id(bound_at(o)[1]) for o in ddp_wraps_of(ctx, holder, at))
+    return memo[key]
+
+
+def _flag_writes(ctx, an, view, fn, nodes):
+    """(node in ``fn``, holder expression in ``fn``'s terms) for each write of the flag that runs at
+    that node: the write itself, or a call of a project function (one call deep) that writes the flag
+    on one of its parameters (the holder is the argument) or on ``self.<attr>`` (for ``self.m(...)``,
+    the holder is ``self.<attr>``)."""
+    for n in nodes:
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) or isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+            for h in _flag_targets(n):
+                if not _rearms_after(nodes, n):
+                    yield n, h
+        if not isinstance(n, ast.Call) or not isinstance(n.func, (ast.Name, ast.Attribute)):
+            continue
+        try:
+            got = an.resolve_call(view, n)
+        except Exception:  # noqa: BLE001 - an unresolvable call is simply not followed
+            got = None
+        if got is None or not isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)) or got[1].name == "__init__":
+            continue
+        callee = got[1]
+        binds = bind_args(n, callee)
+        inner = iter_scope_nodes(callee)
+        # a context manager's writes after its ``yield`` run when the block ends, after its backward
+        yields = [_pos(y) for y in inner if isinstance(y, (ast.Yield, ast.YieldFrom))]
+        for m in inner:
+            if not isinstance(m, (ast.Assign, ast.AnnAssign, ast.Call)) or _rearms_after(inner, m) \
+                    or any(_pos(m) > y for y in yields):
+                continue
+            for h in _flag_targets(m):
+                if isinstance(h, ast.Name) and h.id in binds and h.id in param_names(callee) \
+                        and not got[0].sem.assignments(callee).get(h.id):
+                    yield n, binds[h.id]
+                elif isinstance(h, ast.Attribute) and isinstance(h.value, ast.Name) and h.value.id == "self" \
+                        and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                        and n.func.value.id == "self" and got[0] is view:
+                    yield n, ast.copy_location(ast.Attribute(value=n.func.value, attr=h.attr, ctx=ast.Load()), n)
+
+
+def _rearms_after(nodes, w) -> bool:
+    """A ``<wrapper>.reducer.prepare_for_backward(...)`` call after the write ``w`` in its scope: the
+    reducer is armed again by hand (Accelerate's ``trigger_sync_in_backward``), so the flag set after
+    the forward does govern the next backward."""
+    return any(_pos(c) > _pos(w) for c in nodes if c.__class__ is ast.Call and isinstance(c.func, ast.Attribute)
+               and c.func.attr == "prepare_for_backward" and isinstance(c.func.value, ast.Attribute)
+               and c.func.value.attr == "reducer")
+
+
+def _forwards_feeding(ctx, an, view, fn, b, wraps, nodes):
+    """The calls of ``fn`` whose value the ``backward`` call ``b`` differentiates that run a forward of
+    the wrapper ``wraps`` names: a call of a holder of it, a call that hands one to a helper."""
+    stmts = [s for s in nodes if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))]
+    names = names_reaching([b], stmts)
+    calls = [c for c in ast.walk(b) if isinstance(c, ast.Call) and c is not b]
+    for s in stmts:
+        if s.value is not None and target_names(s) & names:
+            calls.extend(c for c in ast.walk(s.value) if isinstance(c, ast.Call))
+    out = []
+    for c in calls:
+        if _wrap_ids(ctx, c.func, c) & wraps or any(
+                _wrap_ids(ctx, a, c) & wraps for a in (*c.args, *(k.value for k in c.keywords))):
+            out.append(c)
+    return out
+
+
+def late_flag_writes(ctx):
+    """(write node, holder, forward call, backward call): ``holder.require_backward_grad_sync`` is set
+    (here or in a helper) after the forward of the DDP wrapper whose value the next ``backward()`` of
+    the same round differentiates, with no forward of that wrapper for it after the write and no
+    write of the flag before that forward in the round. DDP reads the flag in its forward (the
+    reducer is prepared there), so the write does not govern that backward."""
+    from ..flow.modern import hub
+
+    an, view = hub(ctx)
+    scopes = [f for fl in ctx.sem.functions.values() for f in fl] + [ctx.sem.tree]
+    for fn in scopes:
+        nodes = iter_scope_nodes(fn)
+        backs = sorted((b for b in nodes if isinstance(b, ast.Call) and is_backward(view, b)), key=_pos)
+        if not backs:
+            continue
+        # a write that runs before the scope's last backward (a later one governs no backward here)
+        writes = list(_flag_writes(ctx, an, view, fn, [n for n in nodes if _has_pos(n) and _pos(n) < _pos(backs[-1])]))
+        if not writes:
+            continue
+        for w, h in writes:
+            wraps = _wrap_ids(ctx, h, w)
+            if not wraps:
+                continue
+            loop = _innermost_loop(w, fn)
+            b = next((b for b in backs if _pos(b) > _pos(w) and _innermost_loop(b, fn) is loop), None)
+            if b is None:
+                continue
+            fwd = [c for c in _forwards_feeding(ctx, an, view, fn, b, wraps, nodes)
+                   if _innermost_loop(c, fn) is loop and _pos(c) < _pos(b)]
+            if not fwd or any(_pos(c) > _pos(w) for c in fwd):
+                continue
+            first = min(fwd, key=_pos)
+            if any(_pos(w2) < _pos(first) and _innermost_loop(w2, fn) is loop and _wrap_ids(ctx, h2, w2) & wraps
+                   for w2, h2 in writes):
+                continue  # a write before the forward governs it: this one is a restore
+            yield w, h, max(fwd, key=_pos), b
