@@ -179,6 +179,9 @@ def load_rule(code: str) -> type[Rule]:
         return _RULES[code]
     import importlib
 
+    # the rules' project scan installs the flow layer's callers hook (``rules._common``): every
+    # rule sees it, whichever rules were selected, so one rule's findings never depend on the others
+    importlib.import_module(f"{__package__}.rules._common")
     module = importlib.import_module(f"{__package__}.rules.{rule_index()[code][0]}")
     for obj in vars(module).values():
         if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and getattr(obj, "code", None) == code:
