@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ast
 
-from ..semantic import FUNC_TYPES, get_arg, parent
+from ..semantic import FUNC_TYPES, Semantic, get_arg, parent
 from .assignments import reaching_assignment
 from .bindings import LOOPS, reaching, target_path
 
@@ -309,7 +309,7 @@ def _guard(hub, view, methods, reached, mname, node, skips, attr, depth):
         return None
     got = None
     for c in calls:
-        owner = _enclosing(c)
+        owner = Semantic.enclosing_function(c)
         if owner is None or owner.name not in reached:
             return None
         g = _guard(hub, view, methods, reached, owner.name, c, skips, attr, depth + 1)
@@ -317,13 +317,6 @@ def _guard(hub, view, methods, reached, mname, node, skips, attr, depth):
             return None
         got = got or g
     return got
-
-
-def _enclosing(node):
-    p = parent(node)
-    while p is not None and not isinstance(p, FUNC_TYPES):
-        p = parent(p)
-    return p
 
 
 def local_guard(view, fn, node, skips, attr):

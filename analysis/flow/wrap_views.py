@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..semantic import FUNC_TYPES, get_arg, parent
+from ..semantic import FUNC_TYPES, Semantic, get_arg
 from ..torch_api import DDP_CLASS
 from .helper_calls import bind_args, is_method
 
@@ -119,17 +119,10 @@ def _sites(an, view, helpers: bool) -> list[WrapSite]:
                 continue
             # the helper whose parameters the constructor reads: the function the call runs, when the
             # constructor is in it (a deeper helper's are read in its own module)
-            fn = t[1] if _enclosing(ctor) is t[1] else None
+            fn = t[1] if Semantic.enclosing_function(ctor) is t[1] else None
             out.append(WrapSite(c, ctor, cview, fn))
     out.sort(key=lambda s: (s.call.lineno, s.call.col_offset))
     return out
-
-
-def _enclosing(node):
-    p = parent(node)
-    while p is not None and not isinstance(p, FUNC_TYPES):
-        p = parent(p)
-    return p
 
 
 def _params(fn) -> dict:

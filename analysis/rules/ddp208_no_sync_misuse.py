@@ -10,6 +10,7 @@ from ..flow.calls import call_sites_here
 from ..flow.wrap_sites import bound_at
 from ..flow.helper_calls import bind_args
 from ..flow.mentions import mentions
+from ..flow.tensors import TENSOR_CTORS
 from ..flow.return_deps import names_reaching, target_names
 from ..flow.training_loops import is_backward
 from ._training import backward_calls, ddp_holder, ddp_wraps_of, enclosing_function
@@ -665,9 +666,6 @@ def _manual_allreduce(ctx, fn) -> bool:
     return id(fn) in ctx.memo("ddp208.manual_allreduce", build)
 
 
-_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.tensor", "torch.empty", "torch.full", "torch.zeros_like"})
-
-
 def _own_meter(ctx, call, fn) -> bool:
     """The reduction's tensor is a name that ``fn`` binds, every time, to a new tensor of a torch
     factory (``running = torch.zeros(2, device=d)``): a meter, not a gradient."""
@@ -676,7 +674,7 @@ def _own_meter(ctx, call, fn) -> bool:
         return False
     binds = ctx.sem.assignments(fn).get(a.id, ())
     return bool(binds) and all(isinstance(b, ast.Assign) and isinstance(b.value, ast.Call)
-                               and ctx.qn(b.value) in _FACTORIES for b in binds)
+                               and ctx.qn(b.value) in TENSOR_CTORS for b in binds)
 
 
 def _calls_by_function(ctx) -> dict[int, list[ast.Call]]:
